@@ -238,7 +238,7 @@ def unframe_tfrecord(raw, verify: bool, path: str, offset: int, record: int):
         _header_mismatch(raw, _TF, length, path=path, offset=offset, record=record)
     payload = raw[12 : 12 + length]
     if verify:
-        if len_crc != (_LENGTH_CRCS.get(length) or _length_crc(length)):
+        if len_crc != (_LENGTH_CRCS.get(length) or length_crc(length)):
             _header_mismatch(raw, _TF, length, path=path, offset=offset, record=record)
         crc = _crc(payload)
         stored = _CRC_UNPACK(raw, 12 + length)[0]
@@ -250,7 +250,7 @@ def unframe_tfrecord(raw, verify: bool, path: str, offset: int, record: int):
 _LENGTH_CRCS: dict[int, int] = {}
 
 
-def _length_crc(length: int) -> int:
+def length_crc(length: int) -> int:
     """Masked CRC32C of a TFRecord length field (memoised: datasets repeat lengths a lot)."""
     value = masked_crc32c(_LEN.pack(length))
     if len(_LENGTH_CRCS) < 65536:
@@ -269,7 +269,7 @@ def payload_matches(head: bytes, payload: bytes, foot: bytes, fmt: RecordFormat,
         return False
     if not verify:
         return True
-    return (len_crc == (_LENGTH_CRCS.get(length) or _length_crc(length))
+    return (len_crc == (_LENGTH_CRCS.get(length) or length_crc(length))
             and _CRC_UNPACK(foot)[0] == masked_crc32c(payload))
 
 

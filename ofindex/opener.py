@@ -38,7 +38,7 @@ def open(
     cache_dir: str | None = None,
     max_concurrency: int | None = None,
     max_inflight_bytes: int | None = None,
-    mmap: bool = False,
+    mmap: bool = True,
 ) -> Dataset:
     """Open TFRecord/OFRecord shards (a path, directory, glob, or a list of them) as a Dataset.
 
@@ -56,9 +56,12 @@ def open(
     Remote batches run up to ``max_concurrency`` requests at once (default 64) holding at most
     ``max_inflight_bytes`` of responses (default 128 MiB) before they are copied out.
 
-    ``mmap=True`` reads local data files through memory maps (no system call per record:
-    faster random access) — only for files nobody truncates while they are read, see
-    :mod:`ofindex.storage.mapped`.
+    Local data files are read through memory maps (no system call per record: about 1.5x
+    faster random access). A file *truncated in place* by another process while it is mapped
+    kills the reader with SIGBUS instead of raising an error (as with ``numpy.memmap`` or
+    Arrow); :class:`ofindex.Writer` replaces files atomically, so rewriting a dataset with it
+    is safe. ``mmap=False`` reads with ``os.pread`` instead, for files that may be truncated
+    in place while they are read. See :mod:`ofindex.storage.mapped`.
     """
     ds = _open(paths, format, index_dir, storage_options, verify, decode, build_missing,
                check_stale, manifest, SidecarCache(cache_bytes, cache_dir))

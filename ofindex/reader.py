@@ -158,63 +158,69 @@ class Dataset:
         if len(idx) == 0:
             return []
         idx = self._normalize(idx)
-        shard_of = np.searchsorted(self._cum, idx, side="right")
-        order = np.argsort(shard_of, kind="stable")
-        bounds = np.flatnonzero(np.diff(shard_of[order])) + 1
-        groups = np.split(order, bounds)
-        starts = np.empty(len(idx), dtype=np.int64)
-        ends = np.empty(len(idx), dtype=np.int64)
-        first = self._first[shard_of]
-        if len(groups) > 1:  # fetch the batch's not-yet-loaded remote sidecars concurrently
-            prefetch_sidecars([self._shards[int(shard_of[g[0]])] for g in groups])
-        for group in groups:  # offsets live in each shard's sidecar
-            shard = self._shards[int(shard_of[group[0]])]
-            starts[group], ends[group] = shard.sidecar.spans(idx[group] - first[group])
-        if self._storage.cheap_seeks and int((ends - starts).mean()) >= DIRECT_RECORD_BYTES:
-            return self._decoded([
-                read_record_direct(self._storage, self._shards[sh].path, st, en, self.format,
-                                   self.verify, loc)
-                for sh, st, en, loc in zip(shard_of.tolist(), starts.tolist(), ends.tolist(),
-                                           (idx - first).tolist())
-            ])
+        n = len(idx)
+        # work shard by shard: sort by shard (stable), read, then restore the order asked for
+        if len(self._shards) == 1:
+            order, shard_of, bounds = None, np.zeros(n, dtype=np.int64), [0, n]
+        else:
+            shard_of = np.searchsorted(self._cum, idx, side="right")
+            order = np.argsort(shard_of, kind="stable")
+            idx, shard_of = idx[order], shard_of[order]
+            bounds = [0, *(np.flatnonzero(np.diff(shard_of)) + 1).tolist(), n]
+            if len(bounds) > 2:  # fetch the batch's not-yet-loaded remote sidecars concurrently
+                prefetch_sidecars([self._shards[s] for s in shard_of[bounds[:-1]].tolist()])
+        local = idx - self._first[shard_of]
+        groups = [(int(shard_of[lo]), lo, hi) for lo, hi in zip(bounds[:-1], bounds[1:])]
+        starts = np.empty(n, dtype=np.int64)
+        ends = np.empty(n, dtype=np.int64)
+        for s, lo, hi in groups:  # offsets live in each shard's sidecar
+            starts[lo:hi], ends[lo:hi] = self._shards[s].sidecar.spans(local[lo:hi])
+        payloads = None
         if self._storage.maps_files:
-            mapped = self._get_many_mapped(idx, shard_of, groups, starts, ends, first)
-            if mapped is not None:
-                return mapped
+            payloads = self._read_mapped(groups, starts, ends, local)
+        if payloads is None:
+            payloads = self._read_planned(shard_of, starts, ends, local)
+        if order is not None:
+            out = np.empty(n, dtype=object)
+            out[order] = payloads
+            payloads = out.tolist()
+        return payloads if self.decode is None else [self.decode(p) for p in payloads]
+
+    def _read_mapped(self, groups, starts, ends, local) -> list | None:
+        """Payloads cut straight out of memory-mapped shards (no planning, no staging buffer);
+        ``None`` when a shard cannot be served from its map."""
+        out: list = []
+        for s, lo, hi in groups:
+            path = self._shards[s].path
+            st, en = starts[lo:hi], ends[lo:hi]
+            buf = self._storage.mapped(path, int(en.max()))
+            if buf is None:
+                return None
+            url = self._storage.url(path)
+            out += extract_payloads(buf, st, en, self.format, self.verify, lambda k: url, st,
+                                    local[lo:hi])
+        return out
+
+    def _read_planned(self, shard_of, starts, ends, local) -> list:
+        """Payloads fetched by a read plan: neighbours merged into ranges, ranges fetched
+        (concurrently on remote storage) into one buffer, records cut out of it."""
+        storage, shards, fmt, verify = self._storage, self._shards, self.format, self.verify
+        if storage.cheap_seeks and int((ends - starts).mean()) >= DIRECT_RECORD_BYTES:
+            return [read_record_direct(storage, shards[s].path, a, b, fmt, verify, r)
+                    for s, a, b, r in zip(shard_of.tolist(), starts.tolist(), ends.tolist(),
+                                          local.tolist())]
         plan = coalesce(starts, ends, self.max_gap, self.max_read_bytes, files=shard_of)
         sizes = plan.fetch_ends - plan.fetch_starts
         fetch_base = np.cumsum(sizes) - sizes
-        buf = self._storage.read_ranges_concat(
-            [self._shards[f].path for f in plan.fetch_files.tolist()],
+        buf = storage.read_ranges_concat(
+            [shards[f].path for f in plan.fetch_files.tolist()],
             plan.fetch_starts.tolist(), plan.fetch_ends.tolist(),
         )
         item_start = fetch_base[plan.item_fetch] + plan.item_offset
-        payloads = extract_payloads(
-            buf, item_start, item_start + (ends - starts), self.format, self.verify,
-            lambda k: self._storage.url(self._shards[int(shard_of[k])].path),
-            starts, idx - first,
+        return extract_payloads(
+            buf, item_start, item_start + (ends - starts), fmt, verify,
+            lambda k: storage.url(shards[int(shard_of[k])].path), starts, local,
         )
-        return self._decoded(payloads)
-
-    def _decoded(self, payloads: list) -> list:
-        return payloads if self.decode is None else [self.decode(p) for p in payloads]
-
-    def _get_many_mapped(self, idx, shard_of, groups, starts, ends, first) -> list | None:
-        """Batch read straight out of memory-mapped shards (no read planning, no copies into
-        a staging buffer); ``None`` when a shard cannot be served from its map."""
-        out: list = [None] * len(idx)
-        for group in groups:
-            shard = self._shards[int(shard_of[group[0]])]
-            buf = self._storage.mapped(shard.path, int(ends[group].max()))
-            if buf is None:
-                return None
-            url = self._storage.url(shard.path)
-            payloads = extract_payloads(buf, starts[group], ends[group], self.format,
-                                        self.verify, lambda k: url, starts[group],
-                                        idx[group] - first[group])
-            for pos, payload in zip(group.tolist(), payloads):
-                out[pos] = payload
-        return self._decoded(out)
 
     def iter_records(self, start: int = 0, stop: int | None = None,
                      block_bytes: int = 8 << 20) -> Iterator:

@@ -60,22 +60,24 @@ def stream_shard(
                 check_length(storage.url(path), s, e, got)
             return view
 
+    mapped = storage.mapped(path, end) if (storage.maps_files and blocks) else None
     pool = None if storage.cheap_seeks else cf.ThreadPoolExecutor(1)
     try:
         pending = pool.submit(fetch, *blocks[0]) if (pool and blocks) else None
         for k, (a, b) in enumerate(blocks):
             if pool is not None:
-                buf = pending.result()
+                buf, base = pending.result(), int(offsets[a])
                 if k + 1 < len(blocks):
                     pending = pool.submit(fetch, *blocks[k + 1])
+            elif mapped is not None:  # payloads are cut straight out of the map
+                buf, base = mapped, 0
             else:
                 s0, e0 = span(a, b)
                 if (e0 - s0) // (b - a) >= DIRECT_RECORD_BYTES:  # large records: no staging
                     yield from _large_records(storage, path, offsets, a, b, end,
                                               sidecar.header.count, fmt, verify)
                     continue
-                buf = fetch_local(a, b)
-            base = int(offsets[a])
+                buf, base = fetch_local(a, b), int(offsets[a])
             yield from _records_in_block(buf, offsets, a, b, base, end, sidecar.header.count,
                                          fmt, verify, storage.url(path))
     finally:

@@ -10,7 +10,7 @@ from .errors import OfindexError
 from .framing import RecordFormat, frame_parts
 from .layout import sidecar_location
 from .sidecar import FileStamp, encode_sidecar
-from .storage import storage_for
+from .storage import LocalStorage, storage_for
 
 
 class _Message(Protocol):
@@ -24,9 +24,13 @@ class Writer:
     ...     w.write(b"raw bytes")
     ...     w.write(example)                                # any protobuf message
 
-    The sidecar is written (atomically) only by a clean :meth:`close`. Opening a writer first
-    removes an existing sidecar of the target, so a writer that dies midway leaves no sidecar
-    claiming records the data file lacks. Offsets are kept in memory (8 bytes per record).
+    Local files are written under a temporary name (``<name>.<pid>.tmp``) and renamed into
+    place by a clean :meth:`close`, then the sidecar is written (atomically): a writer that dies
+    midway leaves any previous file and its sidecar untouched, and readers that have the old
+    file open (or memory-mapped) keep reading it. On object stores the upload is published by
+    :meth:`close` anyway; there an existing sidecar of the target is removed first, so a writer
+    that dies midway leaves no sidecar claiming records the data file lacks. Offsets are kept
+    in memory (8 bytes per record).
     """
 
     def __init__(
@@ -44,9 +48,11 @@ class Writer:
         self._index_storage, self._index_path = sidecar_location(
             self._storage, self._path, index_dir, storage_options
         )
-        if index:
+        self._tmp = (f"{self._path}.{os.getpid()}.tmp" if isinstance(self._storage, LocalStorage)
+                     else None)
+        if index and self._tmp is None:
             self._index_storage.remove(self._index_path)
-        self._file = self._storage.open_write(self._path)
+        self._file = self._storage.open_write(self._tmp or self._path)
         self._offsets = array.array("Q")
         self._pos = 0
         self._closed = False
@@ -93,6 +99,10 @@ class Writer:
             return
         self._closed = True
         self._file.close()
+        if self._tmp is not None:
+            if self._index:
+                self._index_storage.remove(self._index_path)  # never pair old index, new data
+            os.replace(self._tmp, self._path)
         if not self._index:
             return
         stamp: FileStamp = self._storage.stamp(self._path)
@@ -113,6 +123,8 @@ class Writer:
         if not self._closed:
             self._closed = True
             self._file.close()
+            if self._tmp is not None:
+                self._storage.remove(self._tmp)
 
     def __enter__(self) -> "Writer":
         return self

@@ -613,3 +613,59 @@ def test_same_layout_different_varint_counts():
     neg = [example_bytes(v=[-1, -(2**63)]), example_bytes(v=[2**63 - 1, -2])]
     assert decode_batch(neg, {"v": FixedLen(2, "int64")})["v"].tolist() == [
         [-1, -(2**63)], [2**63 - 1, -2]]
+
+
+def _big_float_records(n: int, floats: int, seed: int = 0) -> list[bytes]:
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        ex = example_pb2.Example()
+        ex.features.feature["image"].float_list.value.extend(rng.random(floats, np.float32))
+        ex.features.feature["label"].int64_list.value.append(i)
+        out.append(ex.SerializeToString())
+    return out
+
+
+@pytest.mark.parametrize("n, floats", [(3, 5000), (20, 150_528)])  # the second: 12 MB, threads
+def test_big_float_batches_equal_protobuf_with_and_without_out(n, floats):
+    recs = _big_float_records(n, floats)
+    want = np.array([list(example_pb2.Example.FromString(r).features.feature["image"]
+                          .float_list.value) for r in recs], np.float32)
+    spec = {"image": FixedLen(floats), "label": FixedLen((), "int64")}
+    fresh = decode_batch(recs, spec)
+    assert np.array_equal(fresh["image"], want) and fresh["label"].tolist() == list(range(n))
+    out = {"image": np.full((n, floats), np.nan, np.float32), "label": np.zeros(n, np.int64)}
+    got = decode_batch(recs, spec, out=out)
+    assert got["image"] is out["image"] and got["label"] is out["label"]
+    assert np.array_equal(out["image"], want) and out["label"].tolist() == list(range(n))
+    # records that do not share one layout go record by record, still into ``out``
+    mixed = recs[:-1] + [example_bytes(image=list(map(float, want[-1])), label=[n - 1])]
+    out["image"][:] = 0
+    got = BatchDecoder(spec)(mixed, out=out)
+    assert got["image"] is out["image"] and np.array_equal(out["image"], want)
+
+
+def test_out_arrays_are_checked():
+    recs = _mnist_like(4)
+    good = {"image": np.empty((4, 3, 4), np.float32)}
+    assert decode_batch(recs, SPEC, out=good)["image"] is good["image"]
+    for bad, message in [
+        ({"image": np.empty((5, 3, 4), np.float32)}, r"shape \(4, 3, 4\)"),
+        ({"image": np.empty((4, 3, 4), np.float64)}, "dtype float32"),
+        ({"image": np.empty((4, 4, 3), np.float32).transpose(0, 2, 1)}, "C-contiguous"),
+        ({"nope": np.empty(4)}, "only FixedLen"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            decode_batch(recs, SPEC, out=bad)
+    with pytest.raises(ValueError, match="out= is supported"):
+        decode_batch([_sequence_bytes()], kind="sequence_example", out=good)
+
+
+def test_parallel_row_copy_matches_a_plain_copy():
+    from ofindex.decode._parallel import PARALLEL_COPY_BYTES, copy_rows
+
+    rng = np.random.default_rng(1)
+    rows = [rng.random(PARALLEL_COPY_BYTES // 8 // 7 + 1) for _ in range(9)]  # > threshold
+    out = np.empty((9, len(rows[0])))
+    copy_rows(out, rows)
+    assert np.array_equal(out, np.stack(rows))

@@ -54,7 +54,7 @@ def test_many_shards_behave_like_a_list(records, sizes, fmt, data):
         for k, part in enumerate(shards):
             with ofindex.Writer(os.path.join(d, f"part-{k}"), format=fmt) as w:
                 w.write_many(part)
-        ds = ofindex.open(d)
+        ds = ofindex.open(d, mmap=data.draw(st.booleans()))  # memory maps or pread
         n = len(records)
         assert len(ds) == n
         assert [len(p) for p in shards] == [s.records for s in ds.shards]

@@ -66,7 +66,7 @@ def test_atomic_write_keeps_old_file_on_crash(tmp_path, monkeypatch):
     assert os.listdir(tmp_path) == ["a.ofidx"]  # no temporary left behind
 
 
-def test_writer_that_dies_leaves_no_sidecar(tmp_path):
+def test_writer_that_dies_leaves_the_previous_file_and_sidecar(tmp_path):
     p = str(tmp_path / "w.tfrecord")
     with ofindex.Writer(p) as w:
         w.write(b"first version")
@@ -74,10 +74,23 @@ def test_writer_that_dies_leaves_no_sidecar(tmp_path):
     with pytest.raises(RuntimeError):
         with ofindex.Writer(p) as w:
             w.write(b"a")
+            assert os.path.exists(f"{p}.{os.getpid()}.tmp")  # written under a temporary name
             raise RuntimeError("crash while writing")
-    assert not os.path.exists(p + ".ofidx")  # the old sidecar was removed at open
-    with pytest.raises(ofindex.IndexNotFoundError):
-        ofindex.open(p)
+    assert sorted(os.listdir(tmp_path)) == ["w.tfrecord", "w.tfrecord.ofidx"]  # no temporary
+    assert list(ofindex.open(p)) == [b"first version"]
+
+
+def test_rewrite_while_a_reader_has_the_file_mapped(tmp_path):
+    p = str(tmp_path / "r.tfrecord")
+    old = [bytes([k]) * 300 for k in range(50)]
+    with ofindex.Writer(p) as w:
+        w.write_many(old)
+    ds = ofindex.open(p)  # memory-mapped: a truncation in place would kill it with SIGBUS
+    assert ds[49] == old[49]
+    with ofindex.Writer(p) as w:
+        w.write(b"short")  # replaces the file by rename: the old inode stays mapped
+    assert ds[49] == old[49] and ds.__getitems__([0, 49]) == [old[0], old[49]]
+    assert list(ofindex.open(p)) == [b"short"]
 
 
 def test_writer_accepts_protobuf_messages(tmp_path):

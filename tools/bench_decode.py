@@ -14,16 +14,20 @@ Each is decoded in batches of ``--batch`` records, from the same list of seriali
 bytes, by
 
 - ``ofindex``: ``ofindex.decode.decode_batch(records, {image: FixedLen, label: FixedLen})``;
+- ``ofindex_out``: the same into arrays reused from batch to batch (``out=``), as a training
+  loop that copies each batch onward (e.g. to a GPU) can do;
 - ``tf``: ``tf.io.parse_example(tf.constant(records), {FixedLenFeature...})`` (the
   ``tf.constant`` is built once, outside the timing; outputs fetched with ``.numpy()``);
 - ``vahidk``: ``tfrecord.reader.extract_feature_dict`` (the decoding used by vahidk's
   ``tfrecord_loader``/``example_loader``) on ``tfrecord.example_pb2.Example`` parsed per
   record, then ``np.stack`` into the same batch arrays. vahidk's ``tfrecord`` registers the
   ``tensorflow.*`` protobuf symbols too, so it runs in a child process (it cannot be
-  imported next to TensorFlow).
+  imported next to TensorFlow); ofindex is timed again in that process.
 
-Reported: the median time per batch over ``--repeat`` runs, records/s, and the ratios
-ofindex/tf and ofindex/vahidk (throughput). Missing competitors are reported as skipped.
+Measurements are interleaved (each contender runs once per round), so the machine's speed
+drifting affects all alike. Reported: the median time per batch over ``--repeat`` rounds,
+records/s, and the ratios ofindex/tf and ofindex/vahidk (throughput; the vahidk ratio uses
+the timings taken in rounds with vahidk). Missing competitors are reported as skipped.
 ``fresh_output_floor`` is the time to allocate and fill a fresh ``(batch, floats)`` float32
 array once: no decoder that returns new arrays can beat it (it bounds the big workload).
 """
@@ -63,24 +67,33 @@ def make_records(size: int, n: int, seed: int) -> list[bytes]:
     return out
 
 
-def timed(fn, repeat: int) -> dict:
-    fn()  # warm-up
-    times = []
+def interleaved(fns: dict, repeat: int) -> dict:
+    """Time several functions in rounds (each runs once per round, in turn), so a machine
+    whose speed drifts affects all of them alike; {name: timing dict}."""
+    for fn in fns.values():
+        fn()  # warm-up
+    times: dict = {name: [] for name in fns}
     for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return {"median_s": statistics.median(times), "best_s": min(times), "runs": repeat}
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - t0)
+    return {name: {"median_s": statistics.median(t), "best_s": min(t), "runs": repeat}
+            for name, t in times.items()}
 
 
-def bench_ofindex(records: list[bytes], size: int, repeat: int) -> tuple[dict, dict]:
+def ofindex_runs(records: list[bytes], size: int) -> dict:
+    """The two ofindex variants: fresh output arrays, and arrays reused batch to batch."""
     from ofindex.decode import FixedLen, decode_batch
 
     spec = {"image": FixedLen((size,), np.float32), "label": FixedLen((), np.int64)}
-    return timed(lambda: decode_batch(records, spec), repeat), decode_batch(records, spec)
+    out = {"image": np.zeros((len(records), size), np.float32),
+           "label": np.zeros(len(records), np.int64)}
+    return {"ofindex": lambda: decode_batch(records, spec),
+            "ofindex_out": lambda: decode_batch(records, spec, out=out)}
 
 
-def bench_tf(records: list[bytes], size: int, repeat: int) -> tuple[dict, dict] | None:
+def tf_run(records: list[bytes], size: int):
     try:
         import tensorflow as tf
     except ImportError:
@@ -93,7 +106,7 @@ def bench_tf(records: list[bytes], size: int, repeat: int) -> tuple[dict, dict] 
         out = tf.io.parse_example(serialized, spec)
         return {k: v.numpy() for k, v in out.items()}
 
-    return timed(run, repeat), run()
+    return run
 
 
 def vahidk_worker(path: str, size: int, repeat: int) -> None:
@@ -114,7 +127,10 @@ def vahidk_worker(path: str, size: int, repeat: int) -> None:
         return {"image": np.stack([r["image"] for r in rows]),
                 "label": np.stack([r["label"] for r in rows]).reshape(-1)}
 
-    result = timed(run, repeat)
+    # ofindex is timed again here, in rounds with vahidk: the ratio does not depend on the
+    # machine's speed drifting between processes
+    fns = {"vahidk": run, **ofindex_runs(records, size)}
+    result = interleaved(fns, repeat)
     out = run()
     result["checksum"] = [float(out["image"].astype(np.float64).sum()),
                           int(out["label"].sum())]
@@ -182,36 +198,46 @@ def main(argv: list[str] | None = None) -> int:
         records = make_records(size, ns.batch, seed=42)
         entry: dict = {"floats_per_record": size,
                        "bytes_per_record": len(records[0]), "records": len(records)}
-        ours, ours_out = bench_ofindex(records, size, repeat)
-        entry["ofindex"] = ours
+        runs = ofindex_runs(records, size)
+        ours_out = runs["ofindex"]()
+        reused = runs["ofindex_out"]()
+        entry["ofindex_out_equal"] = bool(
+            np.array_equal(reused["image"], ours_out["image"])
+            and np.array_equal(reused["label"], ours_out["label"]))
+        del reused
         # the least any decoder producing a fresh (batch, size) float32 array must pay:
         # allocating it and writing every byte once (page faults + memory bandwidth)
-        entry["fresh_output_floor"] = timed(
-            lambda: np.empty((ns.batch, size), np.float32).fill(1.0), repeat)
-        tf_res = bench_tf(records, size, repeat)
-        if tf_res is not None:
-            entry["tf"], tf_out = tf_res
+        runs["fresh_output_floor"] = lambda: np.empty((ns.batch, size), np.float32).fill(1.0)
+        tf_fn = tf_run(records, size)
+        if tf_fn is not None:
+            tf_out = tf_fn()
             entry["tf_outputs_equal"] = bool(
                 np.array_equal(ours_out["image"], tf_out["image"])
                 and np.array_equal(ours_out["label"], tf_out["label"]))
             del tf_out
+            runs["tf"] = tf_fn
         else:
             entry["tf"] = "skipped (tensorflow not installed)"
-        vk = bench_vahidk(records, size, max(3, repeat // 3))
+        entry.update(interleaved(runs, repeat))
+        vk = bench_vahidk(records, size, max(3, repeat // 2))
         if vk is not None:
             checksum = vk.pop("checksum")
             entry["vahidk_outputs_equal"] = checksum == [
                 float(ours_out["image"].astype(np.float64).sum()), int(ours_out["label"].sum())]
-            entry["vahidk"] = vk
+            entry["vahidk"] = vk.pop("vahidk")
+            entry["in_vahidk_process"] = vk  # ofindex timed in rounds with vahidk
         else:
             entry["vahidk"] = "skipped (tfrecord not installed)"
-        for key in ("ofindex", "tf", "vahidk", "fresh_output_floor"):
+        for key in ("ofindex", "ofindex_out", "tf", "vahidk", "fresh_output_floor"):
             if isinstance(entry[key], dict):
                 entry[key]["records_per_s"] = ns.batch / entry[key]["median_s"]
-        for key in ("tf", "vahidk"):
-            if isinstance(entry[key], dict):
-                entry[f"ratio_vs_{key}"] = (
-                    entry["ofindex"]["records_per_s"] / entry[key]["records_per_s"])
+        for ours_key in ("ofindex", "ofindex_out"):
+            if isinstance(entry["tf"], dict):
+                entry[f"{ours_key}_ratio_vs_tf"] = (
+                    entry["tf"]["median_s"] / entry[ours_key]["median_s"])
+            if isinstance(entry["vahidk"], dict):
+                entry[f"{ours_key}_ratio_vs_vahidk"] = (
+                    entry["vahidk"]["median_s"] / entry["in_vahidk_process"][ours_key]["median_s"])
         results["workloads"][name] = entry
         del records, ours_out
         _print(name, entry)
@@ -224,16 +250,19 @@ def main(argv: list[str] | None = None) -> int:
 def _print(name: str, entry: dict) -> None:
     print(f"{name}: {entry['records']} records x {entry['floats_per_record']} floats "
           f"({entry['bytes_per_record']} bytes each)")
-    for key in ("ofindex", "tf", "vahidk", "fresh_output_floor"):
+    for key in ("ofindex", "ofindex_out", "tf", "vahidk", "fresh_output_floor"):
         r = entry[key]
         if isinstance(r, dict):
             print(f"  {key:18s} {r['records_per_s']:>12,.0f} records/s "
                   f"(median {r['median_s'] * 1e3:.2f} ms/batch)")
         else:
             print(f"  {key:18s} {r}")
-    for key in ("tf", "vahidk"):
-        if f"ratio_vs_{key}" in entry:
-            print(f"  ofindex / {key}: {entry[f'ratio_vs_{key}']:.2f}x")
+    for ours_key in ("ofindex", "ofindex_out"):
+        for key in ("tf", "vahidk"):
+            if f"{ours_key}_ratio_vs_{key}" in entry:
+                print(f"  {ours_key} / {key}: {entry[f'{ours_key}_ratio_vs_{key}']:.2f}x")
+    print(f"  outputs equal: tf {entry.get('tf_outputs_equal')}, vahidk "
+          f"{entry.get('vahidk_outputs_equal')}, out= {entry['ofindex_out_equal']}")
 
 
 if __name__ == "__main__":

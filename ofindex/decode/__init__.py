@@ -25,6 +25,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from ofindex.decode.batch import decode_records
 from ofindex.decode.example import (
     EXAMPLE_DTYPES,
@@ -62,6 +64,7 @@ def decode_batch(
     *,
     context_spec: Any = None,
     sequence_spec: Any = None,
+    out: "dict[str, np.ndarray] | None" = None,
 ) -> Any:
     """Decode a list of serialized records into batched arrays.
 
@@ -70,13 +73,20 @@ def decode_batch(
     spec) is ``Ragged(values, row_lengths)``. For ``kind="sequence_example"`` returns
     ``(context, feature_lists)`` (see :func:`decode_sequence_batch`); ``spec`` may then be
     a ``(context_spec, sequence_spec)`` pair instead of the keyword arguments.
+
+    ``out={name: array}`` decodes FixedLen features into arrays you own (exactly
+    ``(len(records), *shape)``, the spec's dtype, C-contiguous), e.g. buffers reused from
+    batch to batch or pinned memory for a GPU copy; the result holds those same arrays.
+    Reusing one array skips the fresh-memory page faults that dominate big batches.
     """
     k = _kind(kind)
     if k == "sequence_example":
+        if out:
+            raise ValueError("out= is supported for kind='example' and 'ofrecord'")
         if spec is not None:
             context_spec, sequence_spec = spec
         return decode_sequence_batch(records, context_spec, sequence_spec)
-    return decode_records(records, spec, k)
+    return decode_records(records, spec, k, out)
 
 
 class Decoder:
@@ -113,10 +123,13 @@ class Decoder:
             return decode_ofrecord_normalized(data, self._nspec)
         return decode_sequence_example(data, self.context_spec, self.sequence_spec)
 
-    def batch(self, records: Sequence[Any]) -> Any:
+    def batch(self, records: Sequence[Any], out: "dict[str, np.ndarray] | None" = None) -> Any:
+        """Decode a list of records at once (``out=``: see :func:`decode_batch`)."""
         if self.kind == "sequence_example":
+            if out:
+                raise ValueError("out= is supported for kind='example' and 'ofrecord'")
             return decode_sequence_batch(records, self.context_spec, self.sequence_spec)
-        return decode_records(records, self.spec, self.kind)
+        return decode_records(records, self.spec, self.kind, out)
 
     def __eq__(self, other: object) -> bool:
         return type(other) is type(self) and vars(self) == vars(other)
@@ -131,8 +144,9 @@ class Decoder:
 class BatchDecoder(Decoder):
     """Like :class:`Decoder`, but called with a list of records (a ``collate_fn``)."""
 
-    def __call__(self, records: Sequence[Any]) -> Any:  # type: ignore[override]
-        return self.batch(records)
+    def __call__(self, records: Sequence[Any],  # type: ignore[override]
+                 out: "dict[str, np.ndarray] | None" = None) -> Any:
+        return self.batch(records, out)
 
 
 __all__ = [

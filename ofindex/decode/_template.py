@@ -28,6 +28,7 @@ from ofindex.decode._values import (
     varints_to_u64,
 )
 from ofindex.decode._wire import LEN, WireError
+from ofindex.decode._parallel import copy_rows
 from ofindex.decode.spec import FixedLen
 
 _LE = {FLOAT32: np.dtype("<f4"), FLOAT64: np.dtype("<f8")}
@@ -95,20 +96,21 @@ def _gather(bufs: list, chunks: list) -> bytearray:
     return bytearray().join([memoryview(b)[s:e] for b in bufs for _, s, e in chunks])
 
 
-def _numeric(bufs: list, chunks: list, vtype: str):
+def _numeric(bufs: list, chunks: list, vtype: str, target: np.ndarray | None = None):
     """Values of every record: (2-D array if all rows have equal counts, else
-    (flat values, row lengths)); None if the payload is malformed."""
+    (flat values, row lengths)); None if the payload is malformed. Big packed floats are
+    written into ``target`` (the caller's output array) when it has the right size."""
     g = len(bufs)
     if not chunks:
         return np.empty((g, 0), NP_DTYPES[vtype])
     if vtype in _LE and len(chunks) == 1 and chunks[0][2] - chunks[0][1] >= _BIG_PAYLOAD:
-        # big payloads: copy each record straight into the (hugepage-backed) result
+        # big payloads: copy each record straight into the result (or the caller's array)
         _, s, e = chunks[0]
         dt = _LE[vtype]
         count = (e - s) // dt.itemsize
-        out = np.empty((g, count), NP_DTYPES[vtype])
-        for i, buf in enumerate(bufs):
-            out[i] = np.frombuffer(buf, dt, count, s)
+        out = target.reshape(g, count) if target is not None and target.size == g * count \
+            else np.empty((g, count), NP_DTYPES[vtype])
+        copy_rows(out, [np.frombuffer(buf, dt, count, s) for buf in bufs])
         return out
     raw = _gather(bufs, chunks)
     if vtype in _LE:
@@ -136,11 +138,12 @@ def _numeric(bufs: list, chunks: list, vtype: str):
     return vals, counts
 
 
-def decode_group(bufs: list, located0: dict, spec: dict, kinds: dict):
+def decode_group(bufs: list, located0: dict, spec: dict, kinds: dict,
+                 targets: dict | None = None):
     """Decode a group of equal-length records sharing record 0's layout.
 
     Returns {name: ("fixed", array (g, *shape)) | ("ragged", values, row_lengths)} or
-    None when the template does not apply.
+    None when the template does not apply. ``targets``: output arrays to fill where possible.
     """
     buf0 = bufs[0]
     planned = _plan(buf0, located0, spec, kinds)
@@ -169,7 +172,7 @@ def decode_group(bufs: list, located0: dict, spec: dict, kinds: dict):
             else:
                 out[name] = ("ragged", bytes_array(items), np.full(g, n, np.int64))
             continue
-        vals = _numeric(bufs, chunks, vtype)
+        vals = _numeric(bufs, chunks, vtype, (targets or {}).get(name))
         if vals is None:
             return None
         if isinstance(fs, FixedLen):

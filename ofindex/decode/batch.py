@@ -132,7 +132,8 @@ def _assemble(n: int, spec: dict, parts: list) -> dict:
     return out
 
 
-def decode_records(records: Sequence[Any], spec: Spec, family: str) -> dict:
+def decode_records(records: Sequence[Any], spec: Spec, family: str,
+                   out: dict | None = None) -> dict:
     """Batched Example / OFRecord decoding (see :func:`decode_batch`)."""
     walker, kinds, allowed, what = _FAMILIES[family]
     nspec = normalize_spec(spec, allowed, what)
@@ -140,6 +141,8 @@ def decode_records(records: Sequence[Any], spec: Spec, family: str) -> dict:
     if set(map(type, bufs)) - {bytes}:
         bufs = [as_bytes(r) for r in bufs]
     n = len(bufs)
+    if out:
+        _check_out(out, nspec, n)
     union = nspec is None
     walked_all: list | None = None
     if nspec is None:
@@ -172,7 +175,8 @@ def decode_records(records: Sequence[Any], spec: Spec, family: str) -> dict:
                 located0 = walker(gbufs[0])
             except WireError:
                 continue  # malformed: the per-record path below reports it properly
-            res = decode_group(gbufs, located0, nspec, kinds) if not union else None
+            targets = out if len(idx) == n else None  # one group: fill the caller's arrays
+            res = decode_group(gbufs, located0, nspec, kinds, targets) if not union else None
             if res is not None:
                 parts.append((idx, res))
                 done.update(idx)
@@ -183,7 +187,28 @@ def decode_records(records: Sequence[Any], spec: Spec, family: str) -> dict:
                   [_walk(b, walker, what, i) for i, b in zip(rest, rbufs)])
         parts.append((rest, _per_record(rbufs, rest, walked, nspec, kinds, what, union)))
     parts.sort(key=lambda p: p[0][0])
-    return _assemble(n, nspec, parts)
+    result = _assemble(n, nspec, parts)
+    for name, target in (out or {}).items():
+        if result[name].ctypes.data != target.ctypes.data:  # not already written in place
+            np.copyto(target, result[name])
+        result[name] = target
+    return result
+
+
+def _check_out(out: dict, spec: dict, n: int) -> None:
+    """``out`` may hold, for FixedLen features, arrays of exactly the batch's shape and dtype."""
+    for name, arr in out.items():
+        fs = spec.get(name)
+        if not isinstance(fs, FixedLen):
+            raise ValueError(f"out[{name!r}]: only FixedLen features of the spec can be decoded "
+                             "into a given array")
+        want = ((n, *fs.shape), np.dtype(NP_DTYPES[fs.dtype]))
+        if not isinstance(arr, np.ndarray) or (arr.shape, arr.dtype) != want \
+                or not arr.flags.writeable or not arr.flags.c_contiguous:
+            got = (f"{arr.shape} {arr.dtype}" if isinstance(arr, np.ndarray)
+                   else type(arr).__name__)
+            raise ValueError(f"out[{name!r}]: need a writable C-contiguous array of shape "
+                             f"{want[0]} and dtype {want[1]} for this batch, got {got}")
 
 
 def _walk(buf: bytes, walker, what: str, i: int) -> dict:
