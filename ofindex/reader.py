@@ -52,6 +52,7 @@ class Dataset:
         self._first = self._cum - counts               # global number of each shard's record 0
         self._first_list = self._first.tolist()
         self._unframe = unframe_tfrecord if fmt is RecordFormat.TFRECORD else unframe_ofrecord
+        self._overhead = fmt.overhead
         self._cum_list = self._cum.tolist()
         self._len = int(self._cum[-1]) if len(counts) else 0
 
@@ -87,6 +88,8 @@ class Dataset:
         if sc is None or shard.cache is not None or shard._pid != _getpid():
             sc = shard.sidecar  # first touch, a new process, or an LRU-managed sidecar
         start, end = sc.span(local)
+        if end - start < self._overhead:
+            raise sc.bad_span(local, start, end)
         payload = self._unframe(self._storage.read(shard.path, start, end), self.verify,
                                 shard.path, start, local)
         return payload if self.decode is None else self.decode(payload)
@@ -174,7 +177,12 @@ class Dataset:
         starts = np.empty(n, dtype=np.int64)
         ends = np.empty(n, dtype=np.int64)
         for s, lo, hi in groups:  # offsets live in each shard's sidecar
-            starts[lo:hi], ends[lo:hi] = self._shards[s].sidecar.spans(local[lo:hi])
+            sc = self._shards[s].sidecar
+            starts[lo:hi], ends[lo:hi] = sc.spans(local[lo:hi])
+            short = ends[lo:hi] - starts[lo:hi] < self._overhead
+            if short.any():
+                k = lo + int(np.argmax(short))
+                raise sc.bad_span(int(local[k]), int(starts[k]), int(ends[k]))
         payloads = None
         if self._storage.maps_files:
             payloads = self._read_mapped(groups, starts, ends, local)

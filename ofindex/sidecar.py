@@ -170,6 +170,14 @@ class Sidecar:
         ends[inside] = self.offsets[nxt[inside]]
         return starts, ends
 
+    def bad_span(self, record: int, start: int, end: int) -> SidecarError:
+        """The error for a span too short to hold a record: the offsets block is corrupt."""
+        return SidecarError(
+            f"{self.path}: record {record}: the index gives the byte range [{start}, {end}), "
+            f"too short for a {self.format.name.lower()} record; the sidecar's offsets are "
+            "corrupt — rebuild it with `ofindex build`"
+        )
+
     def check_offsets(self) -> None:
         """Full integrity check of the offsets block (reads all of it)."""
         if _crc32c.crc32c(self.offsets.tobytes()) != self.header.offsets_crc:

@@ -7,7 +7,6 @@ from typing import Iterator
 
 import numpy as np
 
-from .framing import RecordFormat
 from .payloads import DIRECT_RECORD_BYTES, extract_payloads, read_record_direct
 from .sidecar import Sidecar
 from .storage import Storage
@@ -33,75 +32,68 @@ def stream_shard(
     block_bytes: int = 8 << 20,
 ) -> Iterator[bytes]:
     """Payloads of records ``lo..hi-1`` of one shard, in order."""
-    offsets = sidecar.offsets
-    end = sidecar.header.indexed_end
     fmt = sidecar.format
-    blocks = plan_blocks(offsets, lo, hi, block_bytes)
+    url = storage.url(path)
+    blocks = plan_blocks(sidecar.offsets, lo, hi, block_bytes)
 
-    def span(a: int, b: int) -> tuple[int, int]:
-        return int(offsets[a]), (int(offsets[b]) if b < sidecar.header.count else end)
-
-    def fetch(a: int, b: int) -> bytes:
-        s, e = span(a, b)
-        return storage.read(path, s, e)
+    def fetch(starts: np.ndarray, ends: np.ndarray) -> bytes:
+        return storage.read(path, int(starts[0]), int(ends[-1]))
 
     if storage.cheap_seeks:
         # local: one reused buffer (fresh multi-MB allocations cost a page fault per 4 KiB)
         scratch = bytearray(0)
 
-        def fetch_local(a: int, b: int) -> memoryview:
+        def fetch_local(starts: np.ndarray, ends: np.ndarray) -> memoryview:
             nonlocal scratch
-            s, e = span(a, b)
+            s, e = int(starts[0]), int(ends[-1])
             if len(scratch) < e - s:
                 scratch = bytearray(max(e - s, block_bytes) * 5 // 4)  # headroom: blocks vary
             view = memoryview(scratch)[: e - s]
             got = storage.read_into(path, s, view)
             if got != e - s:
-                check_length(storage.url(path), s, e, got)
+                check_length(url, s, e, got)
             return view
 
-    mapped = storage.mapped(path, end) if (storage.maps_files and blocks) else None
+    mapped = (storage.mapped(path, sidecar.header.indexed_end)
+              if (storage.maps_files and blocks) else None)
     pool = None if storage.cheap_seeks else cf.ThreadPoolExecutor(1)
     try:
-        pending = pool.submit(fetch, *blocks[0]) if (pool and blocks) else None
+        spans = _block_spans(sidecar, *blocks[0]) if blocks else None
+        pending = pool.submit(fetch, *spans) if (pool and blocks) else None
         for k, (a, b) in enumerate(blocks):
+            starts, ends = spans
+            if k + 1 < len(blocks):
+                spans = _block_spans(sidecar, *blocks[k + 1])
             if pool is not None:
-                buf, base = pending.result(), int(offsets[a])
+                buf, base = pending.result(), int(starts[0])
                 if k + 1 < len(blocks):
-                    pending = pool.submit(fetch, *blocks[k + 1])
+                    pending = pool.submit(fetch, *spans)
             elif mapped is not None:  # payloads are cut straight out of the map
                 buf, base = mapped, 0
+            elif (ends[-1] - starts[0]) // (b - a) >= DIRECT_RECORD_BYTES:
+                # large records: each payload read straight into its own bytes, no staging
+                for j, (s, e) in enumerate(zip(starts.tolist(), ends.tolist())):
+                    yield read_record_direct(storage, path, s, e, fmt, verify, a + j)
+                continue
             else:
-                s0, e0 = span(a, b)
-                if (e0 - s0) // (b - a) >= DIRECT_RECORD_BYTES:  # large records: no staging
-                    yield from _large_records(storage, path, offsets, a, b, end,
-                                              sidecar.header.count, fmt, verify)
-                    continue
-                buf, base = fetch_local(a, b), int(offsets[a])
-            yield from _records_in_block(buf, offsets, a, b, base, end, sidecar.header.count,
-                                         fmt, verify, storage.url(path))
+                buf, base = fetch_local(starts, ends), int(starts[0])
+            yield from extract_payloads(buf, starts - base, ends - base, fmt, verify,
+                                        lambda j: url, starts, np.arange(a, b))
     finally:
         if pool is not None:
             pool.shutdown(wait=False, cancel_futures=True)
 
 
-def _large_records(
-    storage: Storage, path: str, offsets: np.ndarray, a: int, b: int, end: int, count: int,
-    fmt: RecordFormat, verify: bool,
-) -> Iterator[bytes]:
-    """Records ``a..b-1`` read one by one (large records: no staging copy)."""
-    starts = offsets[a : b + 1].tolist() if b < count else offsets[a:b].tolist() + [end]
-    for k in range(b - a):
-        yield read_record_direct(storage, path, starts[k], starts[k + 1], fmt, verify, a + k)
-
-
-def _records_in_block(
-    buf: bytes, offsets: np.ndarray, a: int, b: int, base: int, end: int, count: int,
-    fmt: RecordFormat, verify: bool, url: str,
-) -> list[bytes]:
-    starts = offsets[a:b].astype(np.int64) - base
+def _block_spans(sidecar: Sidecar, a: int, b: int) -> tuple[np.ndarray, np.ndarray]:
+    """File byte ranges ``[start, end)`` of records ``a..b-1``, each checked to be long
+    enough to hold a record (shorter ones mean the sidecar's offsets are corrupt)."""
+    offsets = sidecar.offsets
+    starts = offsets[a:b].astype(np.int64)
     ends = np.empty_like(starts)
     ends[:-1] = starts[1:]
-    ends[-1] = (int(offsets[b]) if b < count else end) - base
-    return extract_payloads(buf, starts, ends, fmt, verify, lambda k: url, starts + base,
-                            np.arange(a, b))
+    ends[-1] = int(offsets[b]) if b < sidecar.header.count else sidecar.header.indexed_end
+    short = ends - starts < sidecar.format.overhead
+    if short.any():
+        k = int(np.argmax(short))
+        raise sidecar.bad_span(a + k, int(starts[k]), int(ends[k]))
+    return starts, ends

@@ -3,6 +3,7 @@
 import os
 import struct
 
+import numpy as np
 import pytest
 
 import ofindex
@@ -198,3 +199,22 @@ def test_large_records_stream_and_report_corruption(tmp_path, fmt):
     write_raw(p, bytes(data))
     with pytest.raises(CorruptRecordError, match="rebuild"):
         list(ofindex.open(p, verify=False, check_stale=False))
+
+
+@pytest.mark.parametrize("mmap", [True, False])
+@pytest.mark.parametrize("size", [50, 70_000])  # small records, and large ones read directly
+def test_corrupt_offsets_in_a_sidecar_are_a_clear_error(tmp_path, mmap, size):
+    p = str(tmp_path / "a.tfrecord")
+    with ofindex.Writer(p) as w:
+        w.write_many([bytes([i]) * size for i in range(10)])
+    raw = bytearray(open(p + ".ofidx", "rb").read())
+    hs = len(raw) - 8 * 10
+    offsets = np.frombuffer(raw, "<u8", 10, hs).copy()
+    offsets[[3, 4]] = offsets[[4, 3]]  # record 3 now "ends" before it starts
+    raw[hs:] = offsets.tobytes()
+    open(p + ".ofidx", "wb").write(raw)  # the header (and its CRC) is intact
+    ds = ofindex.open(p, mmap=mmap)
+    for read in (lambda: ds[3], lambda: ds.__getitems__([0, 3]), lambda: ds[2:5], lambda: list(ds)):
+        with pytest.raises(ofindex.SidecarError, match=r"record 3: .*offsets are corrupt"):
+            read()
+    assert ds[0] == bytes([0]) * size  # records the corruption does not touch still read
