@@ -131,7 +131,7 @@ def decode_header(buf: bytes, *, path: str) -> SidecarHeader:
 class Sidecar:
     """An opened sidecar: the header plus the offsets (memory-mapped or in memory)."""
 
-    __slots__ = ("path", "header", "offsets", "_mv", "_mmap")
+    __slots__ = ("path", "header", "offsets", "_mv", "_mmap", "_overhead")
 
     def __init__(self, path: str, header: SidecarHeader, body: "mmap.mmap | bytes") -> None:
         self.path = path
@@ -146,6 +146,7 @@ class Sidecar:
             )
         self.offsets = np.frombuffer(body, dtype="<u8", count=n, offset=header.header_size)
         self._mv = memoryview(body)[header.header_size :].cast("Q") if n else memoryview(b"")
+        self._overhead = header.format.overhead  # no record's span is shorter
 
     @property
     def format(self) -> RecordFormat:
@@ -155,19 +156,26 @@ class Sidecar:
         return self.header.count
 
     def span(self, i: int) -> tuple[int, int]:
-        """Byte range ``[start, end)`` of record ``i``'s framing (0 <= i < len)."""
+        """Byte range ``[start, end)`` of record ``i``'s framing (0 <= i < len), unchecked:
+        callers on hot paths compare its length with ``format.overhead`` and raise
+        :meth:`bad_span` themselves."""
         mv = self._mv
         start = mv[i]
         end = mv[i + 1] if i + 1 < self.header.count else self.header.indexed_end
         return start, end
 
     def spans(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Vectorised :meth:`span` for an int64 array of local record numbers."""
+        """Vectorised :meth:`span` for an int64 array of local record numbers; a range too
+        short to hold a record (corrupt offsets) raises :class:`SidecarError`."""
         starts = self.offsets[idx].astype(np.int64)
         nxt = idx + 1
         inside = nxt < self.header.count
         ends = np.full(starts.shape, self.header.indexed_end, dtype=np.int64)
         ends[inside] = self.offsets[nxt[inside]]
+        short = ends - starts < self._overhead
+        if short.any():
+            k = int(np.argmax(short))
+            raise self.bad_span(int(idx[k]), int(starts[k]), int(ends[k]))
         return starts, ends
 
     def bad_span(self, record: int, start: int, end: int) -> SidecarError:

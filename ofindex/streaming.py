@@ -85,15 +85,5 @@ def stream_shard(
 
 
 def _block_spans(sidecar: Sidecar, a: int, b: int) -> tuple[np.ndarray, np.ndarray]:
-    """File byte ranges ``[start, end)`` of records ``a..b-1``, each checked to be long
-    enough to hold a record (shorter ones mean the sidecar's offsets are corrupt)."""
-    offsets = sidecar.offsets
-    starts = offsets[a:b].astype(np.int64)
-    ends = np.empty_like(starts)
-    ends[:-1] = starts[1:]
-    ends[-1] = int(offsets[b]) if b < sidecar.header.count else sidecar.header.indexed_end
-    short = ends - starts < sidecar.format.overhead
-    if short.any():
-        k = int(np.argmax(short))
-        raise sidecar.bad_span(a + k, int(starts[k]), int(ends[k]))
-    return starts, ends
+    """File byte ranges ``[start, end)`` of records ``a..b-1`` (checked by the sidecar)."""
+    return sidecar.spans(np.arange(a, b, dtype=np.int64))
