@@ -6,6 +6,7 @@ import json
 import sys
 import warnings
 
+from ._accel import implementation
 from .build import build_index, detect_file_format
 from .cli import EXIT_ERROR, EXIT_OK, EXIT_PARTIAL
 from .errors import OfindexError
@@ -42,7 +43,7 @@ def cmd_info(args, options) -> int:
     if args.json:
         print(json.dumps({
             "format": ds.format.name.lower(), "records": len(ds),
-            "bytes": sum(s.bytes for s in shards),
+            "bytes": sum(s.bytes for s in shards), "loops": implementation(),
             "shards": [{"url": s.url, "records": s.records, "bytes": s.bytes,
                         "index": s.index_url} for s in shards],
         }, indent=2))
@@ -51,6 +52,7 @@ def cmd_info(args, options) -> int:
     print(f"shards:  {len(shards)}")
     print(f"records: {len(ds)}")
     print(f"bytes:   {sum(s.bytes for s in shards)}")
+    print(f"loops:   {implementation()}")
     width = max(len(str(s.records)) for s in shards) if shards else 1
     for s in shards[:50]:
         print(f"  {s.records:>{width}}  {s.bytes:>12}  {s.url}")

@@ -8,6 +8,7 @@ import time
 
 import numpy as np
 
+from ._accel import implementation
 from .build import build_index
 from .opener import open as open_dataset
 from .synthetic import write_dataset
@@ -33,7 +34,8 @@ def run_demo(directory: str | None, records: int = 100_000, shards: int = 8) -> 
 
         t = time.perf_counter()
         ds = open_dataset(directory)
-        print(f"opened {ds!r} in {(time.perf_counter() - t) * 1e3:.1f} ms")
+        print(f"opened {ds!r} in {(time.perf_counter() - t) * 1e3:.1f} ms "
+              f"(per-record loops: {implementation()})")
 
         rng = np.random.default_rng(1)
         idx = rng.integers(0, len(ds), size=20_000).tolist()

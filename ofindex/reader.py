@@ -6,10 +6,12 @@ from bisect import bisect_right as _bisect_right
 from os import getpid as _getpid
 from typing import Any, Callable, Iterator, Sequence
 
+import crc32c as _crc32c
 import numpy as np
 
+from . import _accel
 from .errors import RecordIndexError
-from .framing import RecordFormat, unframe_ofrecord, unframe_tfrecord
+from .framing import _LENGTH_CRCS, RecordFormat, unframe, unframe_ofrecord, unframe_tfrecord
 from .payloads import DIRECT_RECORD_BYTES, extract_payloads, read_record_direct
 from .ranges import DEFAULT_MAX_BYTES, coalesce
 from .shards import Shard, ShardInfo, prefetch_sidecars
@@ -43,6 +45,7 @@ class Dataset:
         self._storage = storage
         self._shards = list(shards)
         self.format = fmt
+        self._unframe = unframe_tfrecord if fmt is RecordFormat.TFRECORD else unframe_ofrecord
         self.verify = verify
         self.decode = decode
         self.max_gap = storage.default_max_gap if max_gap is None else max_gap
@@ -51,10 +54,20 @@ class Dataset:
         self._cum = np.cumsum(counts)                  # records up to and including shard k
         self._first = self._cum - counts               # global number of each shard's record 0
         self._first_list = self._first.tolist()
-        self._unframe = unframe_tfrecord if fmt is RecordFormat.TFRECORD else unframe_ofrecord
         self._overhead = fmt.overhead
+        self._header, self._footer = fmt.header_size, fmt.footer_size
         self._cum_list = self._cum.tolist()
         self._len = int(self._cum[-1]) if len(counts) else 0
+
+    @property
+    def verify(self) -> bool:
+        """Whether TFRecord CRCs are checked on read."""
+        return self._verify
+
+    @verify.setter
+    def verify(self, value: bool) -> None:
+        self._verify = bool(value)
+        self._tf_verify = self._verify and self.format is RecordFormat.TFRECORD
 
     # -- sequence protocol -------------------------------------------------------------------
     def __len__(self) -> int:
@@ -87,6 +100,15 @@ class Dataset:
         sc = shard._sidecar
         if sc is None or shard.cache is not None or shard._pid != _getpid():
             sc = shard.sidecar  # first touch, a new process, or an LRU-managed sidecar
+        native = _accel.native
+        if native is not None and self._storage.maps_files:
+            buf = self._storage.mapped(shard.path, 0)
+            if buf is not None:  # span, cut and checks in one compiled call
+                got = native.record(buf, sc.offsets, sc.indexed_end, local, self._header,
+                                    self._footer, self._tf_verify, _crc32c.crc32c, _LENGTH_CRCS)
+                if type(got) is bytes:
+                    return got if self.decode is None else self.decode(got)
+                self._raise_problem(got, shard, sc, buf, local)  # or past the map: read below
         start, end = sc.span(local)
         if end - start < self._overhead:  # corrupt offsets (batches: checked by spans())
             raise sc.bad_span(local, start, end)
@@ -161,6 +183,64 @@ class Dataset:
         if len(idx) == 0:
             return []
         idx = self._normalize(idx)
+        payloads = None
+        if _accel.native is not None and self._storage.maps_files:
+            payloads = self._gather_mapped(idx)
+        if payloads is None:
+            payloads = self._get_by_shard(idx)
+        return payloads if self.decode is None else [self.decode(p) for p in payloads]
+
+    def _gather_mapped(self, idx: np.ndarray) -> list | None:
+        """Payloads of memory-mapped shards in one compiled pass, in the order asked for (no
+        sorting); ``None`` when a shard cannot be served from its map."""
+        if len(self._shards) == 1:
+            touched, which, local = [0], np.zeros(len(idx), dtype=np.int64), idx
+        else:
+            shard_of = np.searchsorted(self._cum, idx, side="right")
+            found, which = np.unique(shard_of, return_inverse=True)
+            touched, local = found.tolist(), idx - self._first[shard_of]
+        bufs, offsets, ends = [], [], []
+        for s in touched:
+            shard = self._shards[s]
+            sc = shard.sidecar
+            end = sc.indexed_end
+            buf = self._storage.mapped(shard.path, end)
+            if buf is None:
+                return None
+            bufs.append(buf)
+            offsets.append(sc.offsets)
+            ends.append(end)
+        got = _accel.native.gather(bufs, offsets, ends, which.astype(np.int64, copy=False),
+                                   local, self._header, self._footer, self._tf_verify,
+                                   _crc32c.crc32c, _LENGTH_CRCS)
+        if type(got) is list:
+            return got
+        problem, k = got
+        j = int(which[k])
+        shard = self._shards[touched[j]]
+        if problem == 3:  # a span past the mapped bytes: the general path reports it
+            return None
+        if problem == 2:  # a corrupt sidecar explains a bad record: report it first
+            for jj, s in enumerate(touched):
+                self._shards[s].sidecar.spans(local[which == jj])
+        self._raise_problem(problem, shard, shard.sidecar, bufs[j], int(local[k]))
+
+    def _raise_problem(self, problem: int, shard: Shard, sc, buf, record: int) -> None:
+        """Raise the precise error for a record the compiled loop refused (problem 1: its span
+        is too short, 2: it fails a check); return for problem 3 (past the map's end)."""
+        if problem == 3:
+            return
+        start, end = sc.span(record)
+        if problem == 1:
+            raise sc.bad_span(record, start, end)
+        unframe(buf[start:end], self.format, verify=self.verify,
+                path=self._storage.url(shard.path), offset=start, record=record)
+        raise AssertionError(f"{shard.path}: record {record} failed a check that unframe "
+                             "passed")  # pragma: no cover - the two implementations agree
+
+    def _get_by_shard(self, idx: np.ndarray) -> list:
+        """Payloads read shard by shard (mapped, planned or direct reads), in the order asked
+        for."""
         n = len(idx)
         # work shard by shard: sort by shard (stable), read, then restore the order asked for
         if len(self._shards) == 1:
@@ -187,7 +267,7 @@ class Dataset:
             out = np.empty(n, dtype=object)
             out[order] = payloads
             payloads = out.tolist()
-        return payloads if self.decode is None else [self.decode(p) for p in payloads]
+        return payloads
 
     def _read_mapped(self, groups, starts, ends, local) -> list | None:
         """Payloads cut straight out of memory-mapped shards (no planning, no staging buffer);

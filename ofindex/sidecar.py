@@ -131,7 +131,7 @@ def decode_header(buf: bytes, *, path: str) -> SidecarHeader:
 class Sidecar:
     """An opened sidecar: the header plus the offsets (memory-mapped or in memory)."""
 
-    __slots__ = ("path", "header", "offsets", "_mv", "_mmap", "_overhead")
+    __slots__ = ("path", "header", "offsets", "indexed_end", "_mv", "_mmap", "_overhead")
 
     def __init__(self, path: str, header: SidecarHeader, body: "mmap.mmap | bytes") -> None:
         self.path = path
@@ -147,6 +147,7 @@ class Sidecar:
         self.offsets = np.frombuffer(body, dtype="<u8", count=n, offset=header.header_size)
         self._mv = memoryview(body)[header.header_size :].cast("Q") if n else memoryview(b"")
         self._overhead = header.format.overhead  # no record's span is shorter
+        self.indexed_end = header.indexed_end
 
     @property
     def format(self) -> RecordFormat:

@@ -24,6 +24,15 @@ import servers  # noqa: E402
 BUCKET = "ofindex-test"
 
 
+@pytest.fixture(params=["compiled", "pure-python"])
+def impl(request):
+    """Run a test on the compiled per-record loops and again on the pure-Python ones."""
+    from helpers import implementation
+
+    with implementation(request.param):
+        yield request.param
+
+
 @pytest.fixture(scope="session")
 def nginx_server(tmp_path_factory):
     root = tmp_path_factory.mktemp("www")

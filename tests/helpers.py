@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import struct
 
@@ -49,3 +50,25 @@ def split(records: list[bytes], sizes: list[int]) -> list[list[bytes]]:
         pos += s
     out.append(records[pos:])
     return out
+
+
+IMPLEMENTATIONS = ("compiled", "pure-python")
+
+
+@contextlib.contextmanager
+def implementation(name: str):
+    """Run the block on the compiled loops (which must have been built) or the pure-Python
+    ones, then restore whatever ran before."""
+    from ofindex import _accel
+
+    saved = _accel.native
+    if name == "compiled":
+        assert saved is not None, (
+            "ofindex._native was not built: install a C compiler and the Python headers, then "
+            "reinstall (pip install -e .)")
+    else:
+        _accel.native = None
+    try:
+        yield
+    finally:
+        _accel.native = saved

@@ -25,8 +25,10 @@ def test_build_info_get_verify(data_dir, capsys):
     assert main(["info", data_dir, "--json"]) == EXIT_OK
     info = json.loads(capsys.readouterr().out)
     assert info["records"] == 30 and [s["records"] for s in info["shards"]] == [10, 20]
+    assert info["loops"] == "compiled"  # the test install builds ofindex._native
     assert main(["info", data_dir]) == EXIT_OK
-    assert "records: 30" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "records: 30" in printed and "loops:   compiled" in printed
     assert main(["get", data_dir, "12", "-1"]) == EXIT_OK
     out = capsys.readouterr().out
     assert "# record 12 (shard 1, record 2" in out and b"r12".hex(" ") in out

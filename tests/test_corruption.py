@@ -14,6 +14,8 @@ from ofindex import (
 from ofindex.sidecar import open_local_sidecar
 from helpers import ref_ofrecord, ref_tfrecord, write_raw
 
+pytestmark = pytest.mark.usefixtures("impl")  # both implementations of the loops
+
 RECORDS = [bytes([i]) * (10 + i) for i in range(20)]
 
 

@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ofindex.decode import (
+    memory_pool,
     BatchDecoder,
     Decoder,
     FixedLen,
@@ -26,6 +27,7 @@ from ofindex.decode import (
     from_message,
 )
 from ofindex.errors import DecodeError, OfindexError
+from helpers import IMPLEMENTATIONS, implementation
 from ofindex.proto import example_pb2, ofrecord_pb2
 
 # OFINDEX_HYPOTHESIS_EXAMPLES=5000 for a longer soak run
@@ -434,6 +436,7 @@ def _stacked(records, spec) -> dict:
     return {k: np.stack([r[k] for r in rows]) for k in spec}
 
 
+@pytest.mark.usefixtures("impl")  # compiled and pure-Python loops
 @pytest.mark.parametrize("labels", [None, [5, 300, -1, 2**62, 7, 8, 1, 0, 128, 127]])
 def test_batch_equals_single_decodes(labels):
     recs = _mnist_like(10, labels=labels)
@@ -444,17 +447,20 @@ def test_batch_equals_single_decodes(labels):
 
 @SETTINGS
 @given(st.lists(st.tuples(st.lists(FLOAT32, min_size=2, max_size=2),
-                          st.lists(INT64, max_size=3)), min_size=1, max_size=12))
-def test_batch_fixed_and_ragged_random(rows):
+                          st.lists(INT64, max_size=3)), min_size=1, max_size=12),
+       st.sampled_from(IMPLEMENTATIONS))
+def test_batch_fixed_and_ragged_random(rows, impl):
     recs = [example_bytes(f=vals, v=ints or None) for vals, ints in rows]
     spec = {"f": FixedLen(2), "v": VarLen("int64")}
-    got = decode_batch(recs, spec)
+    with implementation(impl):
+        got = decode_batch(recs, spec)
     assert same(got["f"], np.array([r[0] for r in rows], np.float32).reshape(-1, 2))
     assert got["v"].row_lengths.tolist() == [len(r[1]) for r in rows]
     assert got["v"].values.tolist() == [x for r in rows for x in r[1]]
     assert got["v"].values.dtype == np.int64
 
 
+@pytest.mark.usefixtures("impl")  # compiled and pure-Python loops
 def test_batch_errors_name_record_and_feature():
     recs = _mnist_like(6) + [example_bytes(image=[1.0], label=[1])]
     with pytest.raises(DecodeError, match=r"record 6: feature 'image': FixedLen shape"):
@@ -470,6 +476,7 @@ def test_batch_errors_name_record_and_feature():
         decode_batch([a, a, bytes(b)], {"v": VarLen("int64")})
 
 
+@pytest.mark.usefixtures("impl")  # compiled and pure-Python loops
 def test_batch_natural_and_missing_features():
     recs = [example_bytes(a=[1.0], b=[b"x"]), example_bytes(a=[2.0, 3.0]),
             example_bytes(c=[1, 2])]
@@ -482,6 +489,7 @@ def test_batch_natural_and_missing_features():
     assert decode_batch([], SPEC)["image"].shape == (0, 3, 4)
 
 
+@pytest.mark.usefixtures("impl")  # compiled and pure-Python loops
 def test_batch_ofrecord_and_sequence():
     recs = []
     for i in range(5):
@@ -601,6 +609,7 @@ def test_corrupted_sequence_example_agrees_with_protobuf(lists, data):
     assert set(seq) == set(exp_seq) and all(same(seq[k], exp_seq[k]) for k in seq)
 
 
+@pytest.mark.usefixtures("impl")  # compiled and pure-Python loops
 def test_same_layout_different_varint_counts():
     """[1, 200] and [1, 2, 3] both pack into 3 bytes: same layout, different counts."""
     a, b = example_bytes(v=[1, 200]), example_bytes(v=[1, 2, 3])
@@ -626,6 +635,7 @@ def _big_float_records(n: int, floats: int, seed: int = 0) -> list[bytes]:
     return out
 
 
+@pytest.mark.usefixtures("impl")  # compiled and pure-Python loops
 @pytest.mark.parametrize("n, floats", [(3, 5000), (20, 150_528)])  # the second: 12 MB, threads
 def test_big_float_batches_equal_protobuf_with_and_without_out(n, floats):
     recs = _big_float_records(n, floats)
@@ -645,6 +655,7 @@ def test_big_float_batches_equal_protobuf_with_and_without_out(n, floats):
     assert got["image"] is out["image"] and np.array_equal(out["image"], want)
 
 
+@pytest.mark.usefixtures("impl")  # compiled and pure-Python loops
 def test_out_arrays_are_checked():
     recs = _mnist_like(4)
     good = {"image": np.empty((4, 3, 4), np.float32)}
@@ -669,3 +680,37 @@ def test_parallel_row_copy_matches_a_plain_copy():
     out = np.empty((9, len(rows[0])))
     copy_rows(out, rows)
     assert np.array_equal(out, np.stack(rows))
+
+
+def test_big_outputs_reuse_only_memory_nothing_holds():
+    from ofindex.decode._memory import POOLED_BYTES, empty
+
+    floats = POOLED_BYTES // 4 // 3 + 1
+    recs = _big_float_records(3, floats, seed=2)
+    want = np.array([list(example_pb2.Example.FromString(r).features.feature["image"]
+                          .float_list.value) for r in recs], np.float32)
+    spec = {"image": FixedLen(floats), "label": FixedLen((), "int64")}
+    kept = decode_batch(recs, spec)["image"]
+    row = kept[1]  # a view keeps its memory alive too
+    held = decode_batch(recs[::-1], spec)["image"]
+    assert not np.shares_memory(held, kept)
+    address, size = held.ctypes.data, held.nbytes
+    in_pool = memory_pool()[0]
+    del held  # nothing refers to it any more: its memory goes to the pool ...
+    assert memory_pool()[0] == in_pool + size
+    again = decode_batch(recs, spec)["image"]
+    assert again.ctypes.data == address  # ... and the next batch of that size takes it
+    assert memory_pool()[0] == in_pool
+    assert np.array_equal(again, want) and np.array_equal(kept, want)
+    assert np.array_equal(row, want[1]) and again.flags.writeable
+    del kept
+    assert not np.shares_memory(empty(again.shape, np.float32), row)
+    held_bytes, limit = memory_pool()
+    assert held_bytes > 0 and limit > 0
+    assert memory_pool(0) == (0, 0)  # empties the pool and turns it off
+    try:
+        del again
+        assert memory_pool()[0] == 0
+        assert np.array_equal(decode_batch(recs, spec)["image"], want)
+    finally:
+        memory_pool(limit)

@@ -10,6 +10,8 @@ import pytest
 import ofindex
 from ofindex import RecordIndexError
 
+pytestmark = pytest.mark.usefixtures("impl")  # both implementations of the loops
+
 RECORDS = [f"record-{i}".encode() * (i % 5) for i in range(100)]
 SIZES = [0, 30, 0, 45, 25]  # uneven shards, empty ones included
 

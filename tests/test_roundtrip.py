@@ -8,7 +8,9 @@ from hypothesis import given, settings, strategies as st
 
 import ofindex
 from ofindex.sidecar import open_local_sidecar
-from helpers import ref_ofrecord, ref_offsets, ref_tfrecord, split, write_raw
+from helpers import (
+    IMPLEMENTATIONS, implementation, ref_ofrecord, ref_offsets, ref_tfrecord, split, write_raw,
+)
 
 records_st = st.lists(st.binary(max_size=200), max_size=40)
 FORMATS = {"tfrecord": (ref_tfrecord, 16), "ofrecord": (ref_ofrecord, 8)}
@@ -50,7 +52,8 @@ def test_writer_and_builder_agree(records, fmt, verify):
 )
 def test_many_shards_behave_like_a_list(records, sizes, fmt, data):
     shards = split(records, sizes)
-    with tempfile.TemporaryDirectory() as d:
+    impl = data.draw(st.sampled_from(IMPLEMENTATIONS))
+    with tempfile.TemporaryDirectory() as d, implementation(impl):
         for k, part in enumerate(shards):
             with ofindex.Writer(os.path.join(d, f"part-{k}"), format=fmt) as w:
                 w.write_many(part)

@@ -16,7 +16,8 @@ Picklable callables for ``ofindex.open(..., decode=...)`` and PyTorch ``collate_
     BatchDecoder(spec, kind="example")(records)  # a list of records
 
 Packed numeric lists go to numpy without a Python object per value, and the result always
-equals what protobuf's own parser gives. Errors are :class:`ofindex.errors.DecodeError`
+equals what protobuf's own parser gives. Big outputs reuse memory that earlier outputs
+released (:func:`memory_pool` bounds it). Errors are :class:`ofindex.errors.DecodeError`
 naming the feature.
 """
 
@@ -27,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from ofindex.decode._memory import memory_pool
 from ofindex.decode.batch import decode_records
 from ofindex.decode.example import (
     EXAMPLE_DTYPES,
@@ -78,6 +80,9 @@ def decode_batch(
     ``(len(records), *shape)``, the spec's dtype, C-contiguous), e.g. buffers reused from
     batch to batch or pinned memory for a GPU copy; the result holds those same arrays.
     Reusing one array skips the fresh-memory page faults that dominate big batches.
+    Without ``out=``, big outputs (4 MiB or more) are made on memory that earlier outputs
+    released once nothing referred to them any more (see :func:`memory_pool`), which skips
+    most of those page faults too.
     """
     k = _kind(kind)
     if k == "sequence_example":
@@ -152,5 +157,5 @@ class BatchDecoder(Decoder):
 __all__ = [
     "BatchDecoder", "DecodeError", "Decoder", "FixedLen", "Ragged", "VarLen",
     "decode_batch", "decode_example", "decode_ofrecord", "decode_sequence_batch",
-    "decode_sequence_example", "format_decoded", "from_message", "normalize_dtype",
+    "decode_sequence_example", "format_decoded", "from_message", "memory_pool", "normalize_dtype",
 ]

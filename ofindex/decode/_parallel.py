@@ -45,10 +45,17 @@ def copy_rows(out: np.ndarray, rows: list) -> None:
         return
     parts = min(pool._max_workers, len(rows))
     bounds = np.linspace(0, len(rows), parts + 1).astype(int).tolist()
+    # the workers see the arrays only through ``job``, emptied below: a pool thread that has
+    # not yet dropped its task must not keep ``out`` alive (its memory may be recycled)
+    job = [out, rows]
 
     def fill(lo: int, hi: int) -> None:
+        dst, src = job
         for i in range(lo, hi):
-            out[i] = rows[i]
+            dst[i] = src[i]
 
-    for f in [pool.submit(fill, lo, hi) for lo, hi in zip(bounds[:-1], bounds[1:])]:
-        f.result()
+    try:
+        for f in [pool.submit(fill, lo, hi) for lo, hi in zip(bounds[:-1], bounds[1:])]:
+            f.result()
+    finally:
+        job.clear()

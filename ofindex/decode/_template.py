@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ofindex import _accel
 from ofindex.decode._values import (
     BYTES,
     FLOAT32,
@@ -28,6 +29,7 @@ from ofindex.decode._values import (
     varints_to_u64,
 )
 from ofindex.decode._wire import LEN, WireError
+from ofindex.decode._memory import empty
 from ofindex.decode._parallel import copy_rows
 from ofindex.decode.spec import FixedLen
 
@@ -77,6 +79,9 @@ def _structure_matches(bufs: list, payload: list, length: int) -> bool:
         pos = max(pos, e)
     if pos < length:
         ranges.append((pos, length))
+    native = _accel.native
+    if native is not None:
+        return native.same_bytes(bufs, np.array(ranges, dtype=np.int64).reshape(-1))
     first = bufs[0]
     for a, b in ranges:
         ref = first[a:b]
@@ -86,8 +91,14 @@ def _structure_matches(bufs: list, payload: list, length: int) -> bool:
     return True
 
 
-def _gather(bufs: list, chunks: list) -> bytearray:
+def _gather(bufs: list, chunks: list) -> "bytearray | np.ndarray":
     """The payload bytes of ``chunks`` of every record, back to back (one copy)."""
+    native = _accel.native
+    if native is not None:
+        ranges = np.array([(s, e) for _, s, e in chunks], dtype=np.int64).reshape(-1)
+        out = np.empty(len(bufs) * int((ranges[1::2] - ranges[::2]).sum()), np.uint8)
+        native.gather_bytes(bufs, ranges, out)
+        return out
     if len(chunks) == 1:
         _, s, e = chunks[0]
         if e - s <= _SMALL_SLICE:  # slicing bytes beats making a memoryview
@@ -109,7 +120,7 @@ def _numeric(bufs: list, chunks: list, vtype: str, target: np.ndarray | None = N
         dt = _LE[vtype]
         count = (e - s) // dt.itemsize
         out = target.reshape(g, count) if target is not None and target.size == g * count \
-            else np.empty((g, count), NP_DTYPES[vtype])
+            else empty((g, count), NP_DTYPES[vtype])
         copy_rows(out, [np.frombuffer(buf, dt, count, s) for buf in bufs])
         return out
     raw = _gather(bufs, chunks)

@@ -170,7 +170,7 @@ def decode_records(records: Sequence[Any], spec: Spec, family: str,
         for idx in groups.values():
             if len(idx) < 2:
                 continue
-            gbufs = [bufs[i] for i in idx]
+            gbufs = bufs if len(idx) == n else [bufs[i] for i in idx]
             try:
                 located0 = walker(gbufs[0])
             except WireError:
@@ -180,7 +180,7 @@ def decode_records(records: Sequence[Any], spec: Spec, family: str,
             if res is not None:
                 parts.append((idx, res))
                 done.update(idx)
-    rest = [i for i in range(n) if i not in done]
+    rest = [] if len(done) == n else [i for i in range(n) if i not in done]
     if rest:
         rbufs = [bufs[i] for i in rest]
         walked = ([walked_all[i] for i in rest] if walked_all is not None else

@@ -59,7 +59,8 @@ class MappedLocalStorage(LocalStorage):
         self._maps = OrderedDict()
 
     def mapped(self, path: str, end: int) -> mmap.mmap | None:
-        mm, size = self._map(path)
+        entry = self._maps.get(path) if self._pid == os.getpid() else None
+        mm, size = entry if entry is not None else self._map(path)
         return mm if mm is not None and end <= size else None
 
     def read(self, path: str, start: int, end: int) -> bytes:

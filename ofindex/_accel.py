@@ -1,0 +1,24 @@
+"""Which implementation of the per-record loops runs: the compiled ``ofindex._native`` when it
+was built at install time, else the pure-Python loops (same results, same errors, slower).
+
+``OFINDEX_PURE_PYTHON=1`` in the environment turns the compiled loops off; tests switch
+:data:`native` to ``None`` to run both implementations.
+"""
+
+from __future__ import annotations
+
+import os
+from types import ModuleType
+
+native: ModuleType | None
+try:
+    from . import _native as native
+except ImportError:  # built without a C compiler: the pure-Python loops run
+    native = None
+if os.environ.get("OFINDEX_PURE_PYTHON", "") not in ("", "0"):
+    native = None
+
+
+def implementation() -> str:
+    """``"compiled"`` or ``"pure-python"``: what the hot loops currently run on."""
+    return "compiled" if native is not None else "pure-python"

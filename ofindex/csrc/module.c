@@ -1,0 +1,45 @@
+/* ofindex._native: the per-record loops of the hot paths, compiled.
+ *
+ * records.c  framed records cut and checked (dataset reads)
+ * layout.c   layout check and payload gather (batched decoding)
+ * blocks.c   recycled memory for big decoded arrays
+ *
+ * Pure functions over buffers the caller already holds (a memory map, a fetched range, a
+ * list of records): no I/O, no error messages. Each returns its result, or the position of
+ * the first record that fails a check, and the Python side (which has the same logic in
+ * pure Python, used when this module is not built) builds the precise error.
+ *
+ * CRC32C comes from the `crc32c` package (passed in as a callable): this module has no CRC
+ * code of its own.
+ */
+#include "native.h"
+
+static PyMethodDef methods[] = {
+    {"cut", cut, METH_VARARGS, cut_doc},
+    {"gather", gather, METH_VARARGS, gather_doc},
+    {"record", (PyCFunction)(void (*)(void))record, METH_FASTCALL, record_doc},
+    {"same_bytes", same_bytes, METH_VARARGS, same_bytes_doc},
+    {"gather_bytes", gather_bytes, METH_VARARGS, gather_bytes_doc},
+    {"pool", pool_ctl, METH_VARARGS, pool_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_native", "Compiled per-record loops of ofindex's hot paths.",
+    -1, methods, NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__native(void) {
+    if (PyType_Ready(&BlockType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL)
+        return NULL;
+    Py_INCREF(&BlockType);
+    if (PyModule_AddObject(m, "Block", (PyObject *)&BlockType) < 0) {
+        Py_DECREF(&BlockType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

@@ -1,0 +1,37 @@
+/* Shared by the sources of ofindex._native (see module.c). */
+#ifndef OFINDEX_NATIVE_H
+#define OFINDEX_NATIVE_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+/* The little-endian unsigned integer in the n bytes at p (compilers make this one load). */
+static inline uint64_t load_le(const unsigned char *p, int n) {
+    uint64_t v = 0;
+    for (int i = n - 1; i >= 0; i--)
+        v = (v << 8) | p[i];
+    return v;
+}
+
+/* An int64 vector from a contiguous buffer (numpy int64 array); what names it in errors. */
+int get_i64(PyObject *obj, Py_buffer *view, const char *what);
+
+/* records.c: framed records cut out of buffers, with their checks */
+PyObject *cut(PyObject *self, PyObject *args);
+PyObject *gather(PyObject *self, PyObject *args);
+PyObject *record(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+extern const char cut_doc[], gather_doc[], record_doc[];
+
+/* layout.c: the byte-layout check and payload gather of batched decoding */
+PyObject *same_bytes(PyObject *self, PyObject *args);
+PyObject *gather_bytes(PyObject *self, PyObject *args);
+extern const char same_bytes_doc[], gather_bytes_doc[];
+
+/* blocks.c: recycled memory for big decoded arrays */
+extern PyTypeObject BlockType;
+PyObject *pool_ctl(PyObject *self, PyObject *args);
+extern const char pool_doc[];
+
+#endif

@@ -1,0 +1,365 @@
+/* Framed TFRecord / OFRecord records cut out of buffers the caller holds (a memory map, a
+ * fetched range), each checked: the stored length against the index and, when asked, the
+ * TFRecord length and data CRCs. CRC32C comes from the `crc32c` package (passed in as a
+ * callable): this module has no CRC code of its own. */
+#include "native.h"
+
+#define MASK_DELTA 0xa282ead8u
+
+static inline uint32_t mask_crc(uint32_t crc) {
+    return ((crc >> 15) | (crc << 17)) + MASK_DELTA;
+}
+
+/* An int64 vector from a contiguous buffer (numpy int64 array). */
+int get_i64(PyObject *obj, Py_buffer *view, const char *what) {
+    if (PyObject_GetBuffer(obj, view, PyBUF_ND | PyBUF_FORMAT) < 0)
+        return -1;
+    if (view->itemsize != 8 || view->ndim != 1 || view->format == NULL ||
+        (strcmp(view->format, "q") && strcmp(view->format, "l") &&
+         strcmp(view->format, "<q") && strcmp(view->format, "=q") &&
+         strcmp(view->format, "<l") && strcmp(view->format, "=l"))) {
+        PyBuffer_Release(view);
+        PyErr_Format(PyExc_TypeError, "%s must be a 1-d int64 array", what);
+        return -1;
+    }
+    return 0;
+}
+/* Whether the framing sizes are not those of a TFRecord (12, 4) or OFRecord (8, 0) record;
+ * sets ValueError. */
+static int bad_framing(Py_ssize_t header, Py_ssize_t footer, int verify) {
+    if ((header == 12 && footer == 4) || (header == 8 && footer == 0 && !verify))
+        return 0;
+    PyErr_SetString(PyExc_ValueError, "bad framing sizes");
+    return 1;
+}
+
+/* Masked CRC32C of `data` through the crc32c package's function; -1 with an exception set. */
+static int64_t masked_crc_of(PyObject *crc_fn, PyObject *data) {
+    PyObject *r = PyObject_CallOneArg(crc_fn, data);
+    if (r == NULL)
+        return -1;
+    unsigned long v = PyLong_AsUnsignedLong(r);
+    Py_DECREF(r);
+    if (v == (unsigned long)-1 && PyErr_Occurred())
+        return -1;
+    return mask_crc((uint32_t)v);
+}
+
+/* Expected masked CRC of the 8 length bytes at `p`, memoised in `memo` ({length: crc},
+ * shared with the Python side, at most MEMO_MAX entries). */
+#define MEMO_MAX 65536
+static int64_t masked_length_crc(PyObject *crc_fn, PyObject *memo, const unsigned char *p,
+                                 int64_t length) {
+    PyObject *key = PyLong_FromLongLong(length);
+    if (key == NULL)
+        return -1;
+    PyObject *hit = PyDict_GetItemWithError(memo, key);  /* borrowed */
+    if (hit != NULL) {
+        Py_DECREF(key);
+        return (int64_t)PyLong_AsUnsignedLong(hit);
+    }
+    int64_t r = -1;
+    if (!PyErr_Occurred()) {
+        PyObject *b = PyBytes_FromStringAndSize((const char *)p, 8);
+        if (b != NULL) {
+            r = masked_crc_of(crc_fn, b);
+            Py_DECREF(b);
+        }
+        if (r >= 0 && PyDict_GET_SIZE(memo) < MEMO_MAX) {
+            PyObject *v = PyLong_FromLongLong(r);
+            if (v == NULL || PyDict_SetItem(memo, key, v) < 0)
+                r = -1;
+            Py_XDECREF(v);
+        }
+    }
+    Py_DECREF(key);
+    return r;
+}
+
+/* One framed record at buf[start:end): its payload as bytes, Py_None when a check fails,
+ * NULL with an exception set. `verify`: check the TFRecord CRCs (footer_size == 4). */
+static PyObject *cut_record(const unsigned char *base, Py_ssize_t len, int64_t start,
+                            int64_t end, Py_ssize_t header, Py_ssize_t footer, int verify,
+                            PyObject *crc_fn, PyObject *memo, int64_t *last_len, int64_t *last_len_crc) {
+    if (start < 0 || end > len || end - start < header + footer)
+        Py_RETURN_NONE;
+    const unsigned char *p = base + start;
+    int64_t size = end - start - header - footer;
+    if (load_le(p, 8) != (uint64_t)size)
+        Py_RETURN_NONE;
+    PyObject *payload = PyBytes_FromStringAndSize((const char *)p + header, size);
+    if (payload == NULL || !verify)
+        return payload;
+    if (size != *last_len) {  /* runs of equal lengths are common: one CRC per run */
+        int64_t c = masked_length_crc(crc_fn, memo, p, size);
+        if (c < 0) {
+            Py_DECREF(payload);
+            return NULL;
+        }
+        *last_len = size;
+        *last_len_crc = c;
+    }
+    int64_t data_crc = masked_crc_of(crc_fn, payload);
+    if (data_crc < 0) {
+        Py_DECREF(payload);
+        return NULL;
+    }
+    if ((uint32_t)load_le(p + 8, 4) != (uint32_t)*last_len_crc ||
+        (uint32_t)load_le(p + header + size, 4) != (uint32_t)data_crc) {
+        Py_DECREF(payload);
+        Py_RETURN_NONE;
+    }
+    return payload;
+}
+
+const char cut_doc[] =
+"cut(buf, starts, ends, header_size, footer_size, verify, crc32c, length_crcs) -> list | int\n\n"
+"Payloads of the framed records at buf[starts[k]:ends[k]] (int64 arrays), each checked:\n"
+"the stored length must equal the span's payload size and, with verify (TFRecord), the\n"
+"length and data CRCs must match. Returns the list, or the position k of the first record\n"
+"that fails a check (or lies outside buf).";
+
+PyObject *cut(PyObject *self, PyObject *args) {
+    PyObject *buf_obj, *starts_obj, *ends_obj, *crc_fn, *memo;
+    Py_ssize_t header, footer;
+    int verify;
+    if (!PyArg_ParseTuple(args, "OOOnnpOO!:cut", &buf_obj, &starts_obj, &ends_obj,
+                          &header, &footer, &verify, &crc_fn, &PyDict_Type, &memo))
+        return NULL;
+    Py_buffer buf, sv, ev;
+    if (PyObject_GetBuffer(buf_obj, &buf, PyBUF_SIMPLE) < 0)
+        return NULL;
+    if (get_i64(starts_obj, &sv, "starts") < 0) {
+        PyBuffer_Release(&buf);
+        return NULL;
+    }
+    if (get_i64(ends_obj, &ev, "ends") < 0) {
+        PyBuffer_Release(&sv);
+        PyBuffer_Release(&buf);
+        return NULL;
+    }
+    PyObject *result = NULL;
+    Py_ssize_t n = sv.shape[0];
+    if (ev.shape[0] != n) {
+        PyErr_SetString(PyExc_ValueError, "starts and ends differ in length");
+        goto done;
+    }
+    if (bad_framing(header, footer, verify)) {
+        goto done;
+    }
+    const int64_t *st = (const int64_t *)sv.buf, *en = (const int64_t *)ev.buf;
+    PyObject *list = PyList_New(n);
+    if (list == NULL)
+        goto done;
+    int64_t last_len = -1, last_len_crc = 0;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        PyObject *item = cut_record((const unsigned char *)buf.buf, buf.len, st[k], en[k],
+                                    header, footer, verify, crc_fn, memo, &last_len, &last_len_crc);
+        if (item == NULL) {
+            Py_DECREF(list);
+            goto done;
+        }
+        if (item == Py_None) {
+            Py_DECREF(item);
+            Py_DECREF(list);
+            result = PyLong_FromSsize_t(k);
+            goto done;
+        }
+        PyList_SET_ITEM(list, k, item);
+    }
+    result = list;
+done:
+    PyBuffer_Release(&ev);
+    PyBuffer_Release(&sv);
+    PyBuffer_Release(&buf);
+    return result;
+}
+
+/* A u64 offsets vector from a contiguous buffer (a sidecar's offsets block). */
+static int get_u64(PyObject *obj, Py_buffer *view) {
+    if (PyObject_GetBuffer(obj, view, PyBUF_ND | PyBUF_FORMAT) < 0)
+        return -1;
+    const char *f = view->format;
+    if (view->itemsize != 8 || view->ndim != 1 || f == NULL ||
+        (strcmp(f, "Q") && strcmp(f, "<Q") && strcmp(f, "=Q") && strcmp(f, "L") &&
+         strcmp(f, "<L") && strcmp(f, "=L"))) {
+        PyBuffer_Release(view);
+        PyErr_SetString(PyExc_TypeError, "offsets must be 1-d uint64 arrays");
+        return -1;
+    }
+    return 0;
+}
+
+/* The span [*start, *end) of record i from a sidecar's offsets (the last record ends at
+ * iend). Returns 0, a problem code (1: too short for `min` framing bytes, so the offsets are
+ * corrupt; 3: past the `len` bytes of data held), or -1 with IndexError set. */
+static int span_of(const Py_buffer *ov, int64_t iend, int64_t i, Py_ssize_t min,
+                   Py_ssize_t len, int64_t *start, int64_t *end) {
+    Py_ssize_t count = ov->shape[0];
+    if (i < 0 || i >= count) {
+        PyErr_Format(PyExc_IndexError, "local index %lld out of range", (long long)i);
+        return -1;
+    }
+    const uint64_t *o = (const uint64_t *)ov->buf;
+    uint64_t s = o[i], e = i + 1 < count ? o[i + 1] : (uint64_t)iend;
+    if (e < s || e - s < (uint64_t)min || e > (uint64_t)INT64_MAX)
+        return 1;
+    if (e > (uint64_t)len)
+        return 3;
+    *start = (int64_t)s;
+    *end = (int64_t)e;
+    return 0;
+}
+
+const char gather_doc[] =
+"gather(bufs, offsets, indexed_ends, which, local, header_size, footer_size, verify,\n"
+"       crc32c, length_crcs) -> list | tuple\n\n"
+"Payloads of records local[k] of shards which[k] (int64 arrays), in that order. Shard j's\n"
+"data is bufs[j] (a buffer), its sidecar offsets offsets[j] (uint64 array) and the end of\n"
+"its last indexed record indexed_ends[j]. Each record's span must hold its framing and its\n"
+"header and CRCs must check as in cut(). Returns the list, or (problem, k) for the first\n"
+"record k that does not: problem 1 = span too short (corrupt offsets), 2 = record fails a\n"
+"check, 3 = span lies beyond the buffer (the file grew since it was mapped).";
+
+PyObject *gather(PyObject *self, PyObject *args) {
+    PyObject *bufs, *offs, *iends, *which_obj, *local_obj, *crc_fn, *memo;
+    Py_ssize_t header, footer;
+    int verify;
+    if (!PyArg_ParseTuple(args, "O!O!O!OOnnpOO!:gather", &PyList_Type, &bufs, &PyList_Type,
+                          &offs, &PyList_Type, &iends, &which_obj, &local_obj, &header,
+                          &footer, &verify, &crc_fn, &PyDict_Type, &memo))
+        return NULL;
+    Py_ssize_t m = PyList_GET_SIZE(bufs);
+    if (PyList_GET_SIZE(offs) != m || PyList_GET_SIZE(iends) != m) {
+        PyErr_SetString(PyExc_ValueError, "bufs, offsets and indexed_ends differ in length");
+        return NULL;
+    }
+    if (bad_framing(header, footer, verify)) {
+        return NULL;
+    }
+    Py_buffer wv, lv;
+    if (get_i64(which_obj, &wv, "which") < 0)
+        return NULL;
+    if (get_i64(local_obj, &lv, "local") < 0) {
+        PyBuffer_Release(&wv);
+        return NULL;
+    }
+    PyObject *result = NULL, *list = NULL;
+    Py_ssize_t got = 0;  /* shards whose buffers are held */
+    Py_buffer *views = PyMem_Calloc(m ? 2 * m : 1, sizeof(Py_buffer));
+    int64_t *ends = PyMem_Calloc(m ? m : 1, sizeof(int64_t));
+    if (views == NULL || ends == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (; got < m; got++) {
+        ends[got] = PyLong_AsLongLong(PyList_GET_ITEM(iends, got));
+        if (ends[got] == -1 && PyErr_Occurred())
+            goto done;
+        if (PyObject_GetBuffer(PyList_GET_ITEM(bufs, got), &views[2 * got], PyBUF_SIMPLE) < 0)
+            goto done;
+        if (get_u64(PyList_GET_ITEM(offs, got), &views[2 * got + 1]) < 0) {
+            PyBuffer_Release(&views[2 * got]);
+            goto done;
+        }
+    }
+    Py_ssize_t n = wv.shape[0];
+    if (lv.shape[0] != n) {
+        PyErr_SetString(PyExc_ValueError, "which and local differ in length");
+        goto done;
+    }
+    const int64_t *which = (const int64_t *)wv.buf, *local = (const int64_t *)lv.buf;
+    list = PyList_New(n);
+    if (list == NULL)
+        goto done;
+    int64_t last_len = -1, last_len_crc = 0;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        int64_t j = which[k], i = local[k];
+        if (j < 0 || j >= m) {
+            PyErr_Format(PyExc_IndexError, "record %zd: shard %lld out of range", k,
+                         (long long)j);
+            goto done;
+        }
+        const Py_buffer *data = &views[2 * j];
+        int64_t start, end;
+        int problem = span_of(&views[2 * j + 1], ends[j], i, header + footer, data->len,
+                              &start, &end);
+        if (problem < 0)
+            goto done;
+        if (problem) {
+            result = Py_BuildValue("(in)", problem, k);
+            goto done;
+        }
+        PyObject *item = cut_record((const unsigned char *)data->buf, data->len, start, end,
+                                    header, footer, verify,
+                                    crc_fn, memo, &last_len, &last_len_crc);
+        if (item == NULL)
+            goto done;
+        if (item == Py_None) {
+            Py_DECREF(item);
+            result = Py_BuildValue("(in)", 2, k);
+            goto done;
+        }
+        PyList_SET_ITEM(list, k, item);
+    }
+    result = list;
+    list = NULL;
+done:
+    Py_XDECREF(list);
+    for (Py_ssize_t j = 0; j < got; j++) {
+        PyBuffer_Release(&views[2 * j]);
+        PyBuffer_Release(&views[2 * j + 1]);
+    }
+    PyMem_Free(views);
+    PyMem_Free(ends);
+    PyBuffer_Release(&lv);
+    PyBuffer_Release(&wv);
+    return result;
+}
+
+const char record_doc[] =
+"record(buf, offsets, indexed_end, i, header_size, footer_size, verify, crc32c, length_crcs)\n"
+"    -> bytes | int\n\n"
+"The checked payload of record i of one shard (its data buf, its sidecar offsets, the end of\n"
+"its last indexed record), or a problem code as in gather().";
+
+PyObject *record(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 9 || !PyDict_Check(args[8])) {
+        PyErr_SetString(PyExc_TypeError, "record takes 9 arguments, the last a dict");
+        return NULL;
+    }
+    int64_t iend = PyLong_AsLongLong(args[2]);
+    int64_t i = PyLong_AsLongLong(args[3]);
+    Py_ssize_t header = PyLong_AsSsize_t(args[4]);
+    Py_ssize_t footer = PyLong_AsSsize_t(args[5]);
+    int verify = PyObject_IsTrue(args[6]);
+    if (PyErr_Occurred())
+        return NULL;
+    if (bad_framing(header, footer, verify)) {
+        return NULL;
+    }
+    Py_buffer buf, ov;
+    if (get_u64(args[1], &ov) < 0)
+        return NULL;
+    if (PyObject_GetBuffer(args[0], &buf, PyBUF_SIMPLE) < 0) {
+        PyBuffer_Release(&ov);
+        return NULL;
+    }
+    PyObject *r = NULL;
+    int64_t start, end;
+    int problem = span_of(&ov, iend, i, header + footer, buf.len, &start, &end);
+    if (problem) {
+        r = problem < 0 ? NULL : PyLong_FromLong(problem);
+        goto done;
+    }
+    int64_t last_len = -1, last_len_crc = 0;
+    r = cut_record((const unsigned char *)buf.buf, buf.len, start, end, header, footer, verify, args[7], args[8], &last_len, &last_len_crc);
+    if (r == Py_None) {
+        Py_DECREF(r);
+        r = PyLong_FromLong(2);
+    }
+done:
+    PyBuffer_Release(&buf);
+    PyBuffer_Release(&ov);
+    return r;
+}

@@ -1,0 +1,41 @@
+"""Memory for big decoded arrays, reused once the program no longer holds them.
+
+A fresh 154 MB batch (256 images of 150,528 floats) costs the kernel tens of thousands of
+page faults and zeroing the first time it is written: on a 2-core VM about as long as
+decoding it. Big outputs (at least :data:`POOLED_BYTES`) are therefore made on
+``ofindex._native.Block`` memory: when the last array or view on a block is gone, its memory
+waits in a small pool (8 blocks, :func:`memory_pool` bytes at most) and the next batch of the
+same size takes it, already mapped. Only memory nothing refers to is reused, so arrays a
+program keeps (or hands to ``torch.from_numpy``) are never overwritten. Without the compiled
+module, outputs are plain ``numpy.empty`` arrays.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ofindex import _accel
+
+#: Outputs at least this big come from the pool.
+POOLED_BYTES = 4 << 20
+
+
+def empty(shape: tuple, dtype) -> np.ndarray:
+    """An uninitialised writable C-contiguous array, from pooled memory when it is big."""
+    dtype = np.dtype(dtype)
+    nbytes = math.prod(shape) * dtype.itemsize
+    native = _accel.native
+    if native is None or nbytes < POOLED_BYTES:
+        return np.empty(shape, dtype)
+    return np.frombuffer(native.Block(nbytes), dtype).reshape(shape)
+
+
+def memory_pool(limit: int | None = None) -> tuple[int, int]:
+    """``(bytes held, limit)`` of the pool of released decode memory. ``limit`` sets its bound
+    in bytes first (default 1 GiB); ``0`` frees what it holds and turns it off."""
+    native = _accel.native
+    if native is None:
+        return 0, 0
+    return native.pool(limit)

@@ -1,0 +1,178 @@
+"""The compiled loops (ofindex._native) agree with the pure-Python ones, on good and bad bytes."""
+
+import os
+import subprocess
+import sys
+
+import crc32c
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from ofindex import _accel
+from ofindex.framing import _LENGTH_CRCS, RecordFormat
+from ofindex.payloads import extract_payloads
+from helpers import IMPLEMENTATIONS, implementation, ref_offsets, ref_ofrecord, ref_tfrecord
+
+FORMATS = {RecordFormat.TFRECORD: (ref_tfrecord, 16), RecordFormat.OFRECORD: (ref_ofrecord, 8)}
+
+
+def test_the_compiled_module_is_built():
+    # the test command installs with a C compiler present: a failed build must not pass
+    # unnoticed as the (slower) pure-Python fallback
+    assert _accel.native is not None, "ofindex._native did not build; see `pip install -e .`"
+    assert _accel.implementation() == "compiled"
+
+
+def test_the_environment_can_turn_the_compiled_loops_off():
+    code = "from ofindex import _accel; print(_accel.implementation())"
+    for value, want in [("1", "pure-python"), ("0", "compiled")]:
+        out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
+                             text=True, env={**os.environ, "OFINDEX_PURE_PYTHON": value})
+        assert out.stdout.strip() == want
+
+
+def _outcome(fn):
+    """What ``fn()`` gives: ("ok", value) or (error type, message)."""
+    try:
+        return "ok", fn()
+    except Exception as e:  # noqa: BLE001 - compared across implementations
+        return type(e).__name__, str(e)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    records=st.lists(st.binary(max_size=40), min_size=1, max_size=12),
+    fmt=st.sampled_from(sorted(FORMATS, key=int)),
+    verify=st.booleans(),
+    data=st.data(),
+)
+def test_extract_agrees_with_the_pure_loop_on_good_and_corrupt_bytes(records, fmt, verify, data):
+    ref, overhead = FORMATS[fmt]
+    buf = bytearray(ref(records))
+    if data.draw(st.booleans()):  # flip one byte anywhere: header, payload or footer
+        pos = data.draw(st.integers(0, len(buf) - 1))
+        buf[pos] ^= 1 << data.draw(st.integers(0, 7))
+    buf = bytes(buf)
+    offsets = np.array(ref_offsets(records, overhead) + [len(buf)], dtype=np.int64)
+    pick = np.array(data.draw(st.lists(st.integers(0, len(records) - 1), max_size=20)),
+                    dtype=np.int64)
+    starts, ends = offsets[pick], offsets[pick + 1]
+
+    def run():
+        return extract_payloads(buf, starts, ends, fmt, verify, lambda k: "mem://x", starts, pick)
+
+    outcomes = {}
+    for impl in IMPLEMENTATIONS:
+        with implementation(impl):
+            outcomes[impl] = _outcome(run)
+    assert outcomes["compiled"] == outcomes["pure-python"]
+    if outcomes["compiled"][0] == "ok":  # and when they accept, they give the records
+        if buf == ref(records):
+            assert outcomes["compiled"][1] == [records[i] for i in pick]
+
+
+def _framed(records):
+    buf = ref_tfrecord(records)
+    offsets = np.array(ref_offsets(records, 16), dtype="<u8")
+    return buf, offsets
+
+
+def test_gather_and_record_give_problem_codes_not_wrong_bytes():
+    native = _accel.native
+    assert native is not None
+    records = [b"a" * 5, b"", b"bc" * 7]
+    buf, offsets = _framed(records)
+    args = (12, 4, True, crc32c.crc32c, _LENGTH_CRCS)
+    which = np.zeros(3, dtype=np.int64)
+    assert native.gather([buf], [offsets], [len(buf)], which, np.array([2, 0, 1]), *args) == [
+        records[2], records[0], records[1]]
+    assert [native.record(buf, offsets, len(buf), i, *args) for i in range(3)] == records
+    bad = offsets.copy()
+    bad[1] = bad[2]  # record 0 now spans two records, record 1 nothing
+    assert native.record(buf, bad, len(buf), 1, *args) == 1  # span too short
+    assert native.record(buf, bad, len(buf), 0, *args) == 2  # header disagrees
+    assert native.gather([buf], [bad], [len(buf)], which[:2], np.array([2, 1]), *args) == (1, 1)
+    assert native.record(buf[:-1], offsets, len(buf), 2, *args) == 3  # past the buffer
+    flipped = bytearray(buf)
+    flipped[offsets[2] + 14] ^= 4  # a payload byte: the data CRC catches it
+    assert native.record(bytes(flipped), offsets, len(buf), 2, *args) == 2
+    assert native.record(bytes(flipped), offsets, len(buf), 2, 12, 4, False, *args[3:]) \
+        != records[2]  # no CRC check asked: the bytes as stored
+
+
+def test_bad_arguments_are_errors_not_crashes():
+    native = _accel.native
+    assert native is not None
+    buf, offsets = _framed([b"xyz"])
+    args = (12, 4, True, crc32c.crc32c, _LENGTH_CRCS)
+    with pytest.raises(IndexError):
+        native.record(buf, offsets, len(buf), 1, *args)
+    with pytest.raises(IndexError):
+        native.gather([buf], [offsets], [len(buf)], np.array([1]), np.array([0]), *args)
+    with pytest.raises(TypeError, match="uint64"):
+        native.record(buf, offsets.astype(np.int32), len(buf), 0, *args)
+    with pytest.raises(TypeError, match="int64"):
+        native.cut(buf, np.array([0], np.int32), np.array([len(buf)], np.int32), *args)
+    with pytest.raises(ValueError, match="framing"):
+        native.cut(buf, np.array([0]), np.array([len(buf)]), 8, 0, True, *args[3:])
+    # spans outside the buffer are refused, never read
+    assert native.cut(buf, np.array([-4]), np.array([len(buf)]), *args) == 0
+    assert native.cut(buf, np.array([0]), np.array([len(buf) + 9]), *args) == 0
+
+
+@settings(max_examples=150, deadline=None)
+@given(length=st.integers(0, 40), count=st.integers(1, 6), data=st.data())
+def test_same_bytes_and_gather_bytes_match_slicing(length, count, data):
+    native = _accel.native
+    assert native is not None
+    records = [data.draw(st.binary(min_size=length, max_size=length)) for _ in range(count)]
+    if data.draw(st.booleans()):  # mostly-equal records, as one writer's layout gives
+        records = [records[0]] * count
+        k = data.draw(st.integers(0, count - 1))
+        if length:
+            pos = data.draw(st.integers(0, length - 1))
+            records[k] = records[k][:pos] + bytes([records[k][pos] ^ 1]) + records[k][pos + 1:]
+    bounds = sorted(data.draw(st.lists(st.integers(0, length), max_size=6)))
+    pairs = list(zip(bounds[::2], bounds[1::2]))
+    ranges = np.array(pairs, dtype=np.int64).reshape(-1)
+    same = all(r[a:b] == records[0][a:b] for r in records for a, b in pairs)
+    assert native.same_bytes(records, ranges) is same
+    want = b"".join(r[a:b] for r in records for a, b in pairs)
+    out = np.full(len(want), 7, np.uint8)
+    assert native.gather_bytes(records, ranges, out) is None
+    assert out.tobytes() == want
+
+
+def test_gather_bytes_and_same_bytes_refuse_bad_arguments():
+    native = _accel.native
+    assert native is not None
+    with pytest.raises(ValueError, match="outside"):
+        native.same_bytes([b"abc", b"ab"], np.array([0, 3]))  # past the shorter record
+    with pytest.raises(ValueError, match="pairs"):
+        native.same_bytes([b"abc"], np.array([0, 1, 2]))
+    with pytest.raises(TypeError, match="bytes"):
+        native.same_bytes([b"abc", bytearray(b"abc")], np.array([0, 1]))
+    with pytest.raises(ValueError, match="exactly"):
+        native.gather_bytes([b"abc"], np.array([0, 2]), np.empty(3, np.uint8))
+    with pytest.raises(BufferError):
+        native.gather_bytes([b"abc"], np.array([0, 2]), b"xx")  # not writable
+
+
+def test_blocks_are_writable_memory_and_the_pool_is_bounded():
+    native = _accel.native
+    assert native is not None
+    held, limit = native.pool()
+    try:
+        a = np.frombuffer(native.Block(1 << 20), np.uint8)
+        a[:] = 5
+        assert a.flags.writeable and int(a.sum()) == 5 << 20
+        native.pool(1 << 19)  # smaller than the block: it is freed, not kept
+        del a
+        assert native.pool()[0] == 0
+        with pytest.raises(ValueError):
+            native.Block(-1)
+        with pytest.raises(ValueError):
+            native.pool(-1)
+    finally:
+        native.pool(limit)
