@@ -714,3 +714,47 @@ def test_big_outputs_reuse_only_memory_nothing_holds():
         assert np.array_equal(decode_batch(recs, spec)["image"], want)
     finally:
         memory_pool(limit)
+
+
+@SETTINGS
+@given(st.integers(2, 6), st.lists(st.sampled_from(["f", "i", "b"]), min_size=1, unique=True),
+       st.data())
+def test_batches_with_a_subset_spec_equal_record_by_record_decodes(n, selected, data):
+    """Features left out of the spec may differ between records (the batch still takes the
+    shared-layout path); a record whose left-out list is corrupt fails as protobuf fails."""
+    rows = [{"f": data.draw(st.lists(FLOAT32, min_size=3, max_size=3)),
+             "i": data.draw(st.lists(st.integers(0, 127), min_size=2, max_size=2)),
+             "b": [data.draw(st.binary(min_size=4, max_size=4))]} for _ in range(n)]
+    recs = [example_bytes(**row) for row in rows]
+    if data.draw(st.booleans()):  # one byte of one record changed: layout or values
+        k = data.draw(st.integers(0, n - 1))
+        raw = bytearray(recs[k])
+        raw[data.draw(st.integers(0, len(raw) - 1))] = data.draw(st.integers(0, 255))
+        recs[k] = bytes(raw)
+    spec = {name: VarLen({"f": "float32", "i": "int64", "b": "bytes"}[name])
+            for name in selected}
+    try:
+        want = [decode_example(r, spec) for r in recs]
+    except DecodeError:
+        with pytest.raises(DecodeError):
+            decode_batch(recs, spec)
+        return
+    got = decode_batch(recs, spec)
+    for name in selected:
+        values = [w[name] for w in want]
+        assert got[name].row_lengths.tolist() == [len(v) for v in values]
+        assert same(got[name].values, np.concatenate(values))
+
+
+def test_left_out_features_are_not_looked_into_as_tensorflow_does():
+    recs = [example_bytes(image=[1.0, 2.0], label=[5, 6]) for _ in range(4)]
+    raw = bytearray(recs[2])
+    pos = raw.index(bytes([5, 6]))  # the packed label varints
+    raw[pos + 1] = 0x86  # the last varint now runs past its packed field
+    recs[2] = bytes(raw)
+    with pytest.raises(DecodeError, match="record 2: .*'label'"):
+        decode_batch(recs, {"image": FixedLen(2), "label": VarLen("int64")})
+    # tf.io.parse_example with only "image" in its spec accepts record 2 too
+    got = decode_batch(recs, {"image": FixedLen(2)})["image"]
+    assert got.tolist() == [[1.0, 2.0]] * 4
+    assert decode_example(recs[2], {"image": FixedLen(2)})["image"].tolist() == [1.0, 2.0]

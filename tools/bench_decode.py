@@ -13,7 +13,9 @@ Two workloads, generated here (numpy random values, serialized by protobuf):
 Each is decoded in batches of ``--batch`` records, from the same list of serialized
 bytes, by
 
-- ``ofindex``: ``ofindex.decode.decode_batch(records, {image: FixedLen, label: FixedLen})``;
+- ``ofindex``: ``ofindex.decode.decode_batch(records, {image: FixedLen, label: FixedLen})``,
+  new output arrays every batch; each round drops the previous batch, as a training loop does,
+  so big outputs take memory that the dropped batch released (``ofindex.decode.memory_pool``);
 - ``ofindex_out``: the same into arrays reused from batch to batch (``out=``), as a training
   loop that copies each batch onward (e.g. to a GPU) can do;
 - ``tf``: ``tf.io.parse_example(tf.constant(records), {FixedLenFeature...})`` (the
@@ -29,7 +31,8 @@ drifting affects all alike. Reported: the median time per batch over ``--repeat`
 records/s, and the ratios ofindex/tf and ofindex/vahidk (throughput; the vahidk ratio uses
 the timings taken in rounds with vahidk). Missing competitors are reported as skipped.
 ``fresh_output_floor`` is the time to allocate and fill a fresh ``(batch, floats)`` float32
-array once: no decoder that returns new arrays can beat it (it bounds the big workload).
+array with numpy: what a decoder that takes new memory from the system for each batch cannot
+beat (tf and vahidk do so).
 """
 
 from __future__ import annotations

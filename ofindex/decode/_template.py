@@ -40,7 +40,11 @@ _SMALL_SLICE = 512
 
 
 def _plan(buf: bytes, located: dict, spec: dict, kinds: dict):
-    """Per feature: (name, fs, vtype, chunks) or a constant; None if not eligible."""
+    """``(plans, payload)``: per spec feature (name, fs, vtype, chunks) or a constant, and the
+    payload regions (bytes free to differ between records); None if not eligible.
+
+    The values of features left out of the spec may differ too; like the record-by-record
+    path and TensorFlow's parser, nothing looks inside them."""
     plans = []
     payload = []
     for name, fs in spec.items():
@@ -65,6 +69,17 @@ def _plan(buf: bytes, located: dict, spec: dict, kinds: dict):
         elif vtype != BYTES and any(wt != LEN for wt, _, _ in chunks):
             return None  # unpacked varints: their widths decide the layout
         plans.append((name, fs, vtype, chunks))
+        payload.extend((s, e) for _, s, e in chunks)
+    for name, loc in located.items():  # features left out of the spec: their values may
+        stored = kinds.get(loc.kind)    # differ between records, only their layout may not
+        if name in spec or stored is None:
+            continue
+        try:
+            chunks = _chunks(buf, loc.regions, stored)
+        except WireError:
+            return None
+        if stored != BYTES and any(wt != LEN for wt, _, _ in chunks):
+            return None  # unpacked values: their widths decide the layout
         payload.extend((s, e) for _, s, e in chunks)
     return plans, payload
 
