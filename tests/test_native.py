@@ -176,3 +176,16 @@ def test_blocks_are_writable_memory_and_the_pool_is_bounded():
             native.pool(-1)
     finally:
         native.pool(limit)
+
+
+@pytest.mark.parametrize("start, end", [(3, 70_003), (0, 65_536), (17, 131_090)])
+def test_big_rows_are_gathered_exactly(start, end):
+    # rows >= 64 KiB take the streaming-store copy without the GIL: odd starts and lengths
+    # exercise its unaligned head and tail
+    native = _accel.native
+    assert native is not None
+    rng = np.random.default_rng(start)
+    records = [rng.integers(0, 256, end + 5, np.uint8).tobytes() for _ in range(3)]
+    out = np.zeros(3 * (end - start) + 1, np.uint8)[1:]  # an unaligned destination too
+    native.gather_bytes(records, np.array([start, end]), out)
+    assert out.tobytes() == b"".join(r[start:end] for r in records)

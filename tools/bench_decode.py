@@ -181,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", help="write the results as JSON to this path")
     ap.add_argument("--batch", type=int, default=256, help="records per batch")
     ap.add_argument("--repeat", type=int, default=15, help="timed runs per measurement")
-    ap.add_argument("--big-repeat", type=int, default=5,
+    ap.add_argument("--big-repeat", type=int, default=11,
                     help="timed runs for the 150,528-float workload")
     ap.add_argument("--workloads", default="mnist,big")
     ap.add_argument("--vahidk-worker", help=argparse.SUPPRESS)
@@ -222,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             entry["tf"] = "skipped (tensorflow not installed)"
         entry.update(interleaved(runs, repeat))
-        vk = bench_vahidk(records, size, max(3, repeat // 2))
+        vk = bench_vahidk(records, size, repeat)
         if vk is not None:
             checksum = vk.pop("checksum")
             entry["vahidk_outputs_equal"] = checksum == [

@@ -3,6 +3,37 @@
  * of all records back to back into one array. */
 #include "native.h"
 
+#if defined(__x86_64__) || defined(_M_X64)
+#include <emmintrin.h>
+/* Copy with streaming stores: the destination's cache lines are written without being read
+ * first, which saves a third of the memory traffic when filling a big batch (measured on
+ * the 2-core VM: 154 MB in 13.4-13.8 ms instead of 16-17.6 ms with memcpy, two threads). */
+static void copy_streaming(char *dst, const char *src, size_t n) {
+    while (((uintptr_t)dst & 15) && n) {
+        *dst++ = *src++;
+        n--;
+    }
+    for (; n >= 64; n -= 64, src += 64, dst += 64) {
+        __m128i a = _mm_loadu_si128((const __m128i *)src);
+        __m128i b = _mm_loadu_si128((const __m128i *)(src + 16));
+        __m128i c = _mm_loadu_si128((const __m128i *)(src + 32));
+        __m128i d = _mm_loadu_si128((const __m128i *)(src + 48));
+        _mm_stream_si128((__m128i *)dst, a);
+        _mm_stream_si128((__m128i *)(dst + 16), b);
+        _mm_stream_si128((__m128i *)(dst + 32), c);
+        _mm_stream_si128((__m128i *)(dst + 48), d);
+    }
+    memcpy(dst, src, n);
+}
+#define STREAM_DONE() _mm_sfence()
+#else
+#define copy_streaming memcpy
+#define STREAM_DONE() ((void)0)
+#endif
+
+/* Rows at least this long are copied with streaming stores and without the GIL. */
+#define BIG_ROW ((Py_ssize_t)64 << 10)
+
 /* The byte ranges [r[2k], r[2k+1]) of a flat int64 array, checked against `len`. */
 static int get_ranges(PyObject *obj, Py_buffer *view, Py_ssize_t len) {
     if (get_i64(obj, view, "ranges") < 0)
@@ -97,13 +128,38 @@ PyObject *gather_bytes(PyObject *self, PyObject *args) {
         goto done;
     }
     char *dst = (char *)ov.buf;
-    for (Py_ssize_t i = 0; i < g; i++) {
-        const char *b = PyBytes_AS_STRING(PyList_GET_ITEM(bufs, i));
-        for (Py_ssize_t k = 0; k < n; k += 2) {
-            size_t size = (size_t)(r[k + 1] - r[k]);
-            memcpy(dst, b + r[k], size);
-            dst += size;
+    if (row < BIG_ROW) {
+        for (Py_ssize_t i = 0; i < g; i++) {
+            const char *b = PyBytes_AS_STRING(PyList_GET_ITEM(bufs, i));
+            for (Py_ssize_t k = 0; k < n; k += 2) {
+                size_t size = (size_t)(r[k + 1] - r[k]);
+                memcpy(dst, b + r[k], size);
+                dst += size;
+            }
         }
+    } else {  /* big rows: let other threads run meanwhile (the caller may split the rows) */
+        PyObject *held = PyList_AsTuple(bufs);  /* the records stay alive without the GIL */
+        const char **src = PyMem_Malloc((g ? g : 1) * sizeof(char *));
+        if (held == NULL || src == NULL) {
+            Py_XDECREF(held);
+            PyMem_Free(src);
+            if (!PyErr_Occurred())
+                PyErr_NoMemory();
+            goto done;
+        }
+        for (Py_ssize_t i = 0; i < g; i++)
+            src[i] = PyBytes_AS_STRING(PyTuple_GET_ITEM(held, i));
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t i = 0; i < g; i++)
+            for (Py_ssize_t k = 0; k < n; k += 2) {
+                size_t size = (size_t)(r[k + 1] - r[k]);
+                copy_streaming(dst, src[i] + r[k], size);
+                dst += size;
+            }
+        STREAM_DONE();
+        Py_END_ALLOW_THREADS
+        PyMem_Free(src);
+        Py_DECREF(held);
     }
     result = Py_NewRef(Py_None);
 done:

@@ -30,7 +30,7 @@ from ofindex.decode._values import (
 )
 from ofindex.decode._wire import LEN, WireError
 from ofindex.decode._memory import empty
-from ofindex.decode._parallel import copy_rows
+from ofindex.decode._parallel import copy_rows, fill_parallel
 from ofindex.decode.spec import FixedLen
 
 _LE = {FLOAT32: np.dtype("<f4"), FLOAT64: np.dtype("<f8")}
@@ -122,6 +122,13 @@ def _gather(bufs: list, chunks: list) -> "bytearray | np.ndarray":
     return bytearray().join([memoryview(b)[s:e] for b in bufs for _, s, e in chunks])
 
 
+def _gather_part(job: list, lo: int, hi: int) -> None:
+    """Records ``lo..hi-1``'s payload range into rows ``lo..hi-1`` of the output (compiled:
+    streaming stores, without the GIL)."""
+    bufs, ranges, out = job
+    _accel.native.gather_bytes(bufs[lo:hi], ranges, out[lo:hi])
+
+
 def _numeric(bufs: list, chunks: list, vtype: str, target: np.ndarray | None = None):
     """Values of every record: (2-D array if all rows have equal counts, else
     (flat values, row lengths)); None if the payload is malformed. Big packed floats are
@@ -136,7 +143,10 @@ def _numeric(bufs: list, chunks: list, vtype: str, target: np.ndarray | None = N
         count = (e - s) // dt.itemsize
         out = target.reshape(g, count) if target is not None and target.size == g * count \
             else empty((g, count), NP_DTYPES[vtype])
-        copy_rows(out, [np.frombuffer(buf, dt, count, s) for buf in bufs])
+        if _accel.native is not None and out.dtype == dt:  # a little-endian machine
+            fill_parallel(g, out.nbytes, _gather_part, bufs, np.array([s, e], np.int64), out)
+        else:
+            copy_rows(out, [np.frombuffer(buf, dt, count, s) for buf in bufs])
         return out
     raw = _gather(bufs, chunks)
     if vtype in _LE:
