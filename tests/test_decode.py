@@ -9,11 +9,11 @@ import struct
 
 import numpy as np
 import pytest
+from helpers import IMPLEMENTATIONS, implementation
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ofindex.decode import (
-    memory_pool,
     BatchDecoder,
     Decoder,
     FixedLen,
@@ -25,9 +25,9 @@ from ofindex.decode import (
     decode_sequence_example,
     format_decoded,
     from_message,
+    memory_pool,
 )
 from ofindex.errors import DecodeError, OfindexError
-from helpers import IMPLEMENTATIONS, implementation
 from ofindex.proto import example_pb2, ofrecord_pb2
 
 # OFINDEX_HYPOTHESIS_EXAMPLES=5000 for a longer soak run

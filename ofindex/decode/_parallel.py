@@ -11,7 +11,8 @@ from __future__ import annotations
 import concurrent.futures as cf
 import os
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 

@@ -106,7 +106,7 @@ def _structure_matches(bufs: list, payload: list, length: int) -> bool:
     return True
 
 
-def _gather(bufs: list, chunks: list) -> "bytearray | np.ndarray":
+def _gather(bufs: list, chunks: list) -> bytearray | np.ndarray:
     """The payload bytes of ``chunks`` of every record, back to back (one copy)."""
     native = _accel.native
     if native is not None:
