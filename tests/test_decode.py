@@ -558,6 +558,17 @@ def _flip_one_byte(raw: bytes, data) -> bytes:
     return bytes(out)
 
 
+def _parsed_or_refused(message_type, decode, raw: bytes):
+    """protobuf's parse of ``raw``; or, when protobuf refuses the bytes, None after checking
+    that ``decode`` refuses them too."""
+    try:
+        return message_type.FromString(raw)
+    except Exception:
+        with pytest.raises(DecodeError):
+            decode(raw)
+        return None
+
+
 @SETTINGS
 @given(st.dictionaries(NAMES, ofrecord_values, min_size=1, max_size=4), st.data())
 def test_corrupted_ofrecord_agrees_with_protobuf(features, data):
@@ -565,11 +576,8 @@ def test_corrupted_ofrecord_agrees_with_protobuf(features, data):
     for name, (kind, values) in features.items():
         getattr(rec.feature[name], kind).value.extend(values)
     raw = _flip_one_byte(rec.SerializeToString(), data)
-    try:
-        parsed = ofrecord_pb2.OFRecord.FromString(raw)
-    except Exception:
-        with pytest.raises(DecodeError):
-            decode_ofrecord(raw)
+    parsed = _parsed_or_refused(ofrecord_pb2.OFRecord, decode_ofrecord, raw)
+    if parsed is None:
         return
     try:
         got = decode_ofrecord(raw)
@@ -593,11 +601,8 @@ def test_corrupted_sequence_example_agrees_with_protobuf(lists, data):
         for kind, values in steps:
             _fill(fl.feature.add(), kind, values)
     raw = _flip_one_byte(msg.SerializeToString(), data)
-    try:
-        parsed = example_pb2.SequenceExample.FromString(raw)
-    except Exception:
-        with pytest.raises(DecodeError):
-            decode_sequence_example(raw)
+    parsed = _parsed_or_refused(example_pb2.SequenceExample, decode_sequence_example, raw)
+    if parsed is None:
         return
     try:
         ctx, seq = decode_sequence_example(raw)
