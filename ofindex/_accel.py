@@ -19,6 +19,12 @@ if os.environ.get("OFINDEX_PURE_PYTHON", "") not in ("", "0"):
     native = None
 
 
+#: What the compiled ``record``/``gather`` report instead of a payload (see csrc/records.c).
+SPAN_TOO_SHORT = 1  # the sidecar's offsets give a span shorter than a record's framing
+RECORD_FAILS_CHECK = 2  # the header or a CRC disagrees: the precise error comes from unframe
+PAST_MAPPED_END = 3  # the span lies past the mapped bytes (the file grew): read it otherwise
+
+
 def implementation() -> str:
     """``"compiled"`` or ``"pure-python"``: what the hot loops currently run on."""
     return "compiled" if native is not None else "pure-python"

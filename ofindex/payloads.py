@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import mmap
-from typing import Callable
+from typing import Callable, NoReturn
 
 import crc32c as _crc32c
 import numpy as np
@@ -85,12 +85,19 @@ def extract_payloads(
     return out
 
 
-def _raise_bad(buf, k: int, starts, ends, fmt, verify, url, file_offsets, records) -> None:
+def _raise_bad(buf, k: int, starts, ends, fmt, verify, url, file_offsets, records) -> NoReturn:
     """Raise the precise error for record ``k``, which failed a check."""
     s, e = int(starts[k]), int(ends[k])
-    unframe(bytes(buf[s:e]), fmt, verify=verify, path=url(k), offset=int(file_offsets[k]),
-            record=int(records[k]))
-    raise CorruptRecordError(f"{url(k)}: record {int(records[k])} does not match its index")
+    raise_record_error(bytes(buf[s:e]), fmt, verify, path=url(k), offset=int(file_offsets[k]),
+                       record=int(records[k]))
+
+
+def raise_record_error(raw, fmt: RecordFormat, verify: bool, *, path: str, offset: int,
+                       record: int) -> NoReturn:
+    """Raise the precise error for a record (its framed bytes ``raw``) that failed a check."""
+    unframe(raw, fmt, verify=verify, path=path, offset=offset, record=record)
+    raise CorruptRecordError(f"{path}: record {record} at byte offset {offset} does not match "
+                             "its index", path=path, offset=offset, record=record)
 
 
 #: Records at least this large (on average) are read one by one, each payload straight into
@@ -107,6 +114,6 @@ def read_record_direct(storage, path: str, start: int, end: int, fmt: RecordForm
     head = storage.read(path, start, start + hs)
     foot = storage.read(path, end - fs, end) if fs else b""
     if not payload_matches(head, payload, foot, fmt, verify):
-        unframe(head + payload + foot, fmt, verify=True, path=storage.url(path), offset=start,
-                record=record)
+        raise_record_error(head + payload + foot, fmt, verify, path=storage.url(path),
+                           offset=start, record=record)
     return payload

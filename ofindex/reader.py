@@ -11,8 +11,10 @@ import numpy as np
 
 from . import _accel
 from .errors import RecordIndexError
-from .framing import _LENGTH_CRCS, RecordFormat, unframe, unframe_ofrecord, unframe_tfrecord
-from .payloads import DIRECT_RECORD_BYTES, extract_payloads, read_record_direct
+from .framing import _LENGTH_CRCS, RecordFormat, unframe_ofrecord, unframe_tfrecord
+from .payloads import (
+    DIRECT_RECORD_BYTES, extract_payloads, raise_record_error, read_record_direct,
+)
 from .ranges import DEFAULT_MAX_BYTES, coalesce
 from .shards import Shard, ShardInfo, prefetch_sidecars
 from .storage import Storage
@@ -216,27 +218,25 @@ class Dataset:
         if type(got) is list:
             return got
         problem, k = got
+        if problem == _accel.PAST_MAPPED_END:  # the general path reads and reports it
+            return None
+        if problem == _accel.RECORD_FAILS_CHECK:  # a corrupt sidecar explains a bad record:
+            for j, s in enumerate(touched):       # report it first
+                self._shards[s].sidecar.spans(local[which == j])
         j = int(which[k])
         shard = self._shards[touched[j]]
-        if problem == 3:  # a span past the mapped bytes: the general path reports it
-            return None
-        if problem == 2:  # a corrupt sidecar explains a bad record: report it first
-            for jj, s in enumerate(touched):
-                self._shards[s].sidecar.spans(local[which == jj])
         self._raise_problem(problem, shard, shard.sidecar, bufs[j], int(local[k]))
 
     def _raise_problem(self, problem: int, shard: Shard, sc, buf, record: int) -> None:
-        """Raise the precise error for a record the compiled loop refused (problem 1: its span
-        is too short, 2: it fails a check); return for problem 3 (past the map's end)."""
-        if problem == 3:
+        """Raise the precise error for a record the compiled loop refused; return for
+        :data:`~ofindex._accel.PAST_MAPPED_END` (the caller reads the record otherwise)."""
+        if problem == _accel.PAST_MAPPED_END:
             return
         start, end = sc.span(record)
-        if problem == 1:
+        if problem == _accel.SPAN_TOO_SHORT:
             raise sc.bad_span(record, start, end)
-        unframe(buf[start:end], self.format, verify=self.verify,
-                path=self._storage.url(shard.path), offset=start, record=record)
-        raise AssertionError(f"{shard.path}: record {record} failed a check that unframe "
-                             "passed")  # pragma: no cover - the two implementations agree
+        raise_record_error(buf[start:end], self.format, self.verify,
+                           path=self._storage.url(shard.path), offset=start, record=record)
 
     def _get_by_shard(self, idx: np.ndarray) -> list:
         """Payloads read shard by shard (mapped, planned or direct reads), in the order asked

@@ -162,7 +162,7 @@ class Sidecar:
         :meth:`bad_span` themselves."""
         mv = self._mv
         start = mv[i]
-        end = mv[i + 1] if i + 1 < self.header.count else self.header.indexed_end
+        end = mv[i + 1] if i + 1 < len(mv) else self.indexed_end
         return start, end
 
     def spans(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -171,7 +171,7 @@ class Sidecar:
         starts = self.offsets[idx].astype(np.int64)
         nxt = idx + 1
         inside = nxt < self.header.count
-        ends = np.full(starts.shape, self.header.indexed_end, dtype=np.int64)
+        ends = np.full(starts.shape, self.indexed_end, dtype=np.int64)
         ends[inside] = self.offsets[nxt[inside]]
         short = ends - starts < self._overhead
         if short.any():

@@ -190,7 +190,10 @@ static int get_u64(PyObject *obj, Py_buffer *view) {
     return 0;
 }
 
-/* The span [*start, *end) of record i from a sidecar's offsets (the last record ends at
+/* Problem codes (named in ofindex/_accel.py): 1 span too short, 2 record fails a check,
+ * 3 span past the data held.
+ *
+ * The span [*start, *end) of record i from a sidecar's offsets (the last record ends at
  * iend). Returns 0, a problem code (1: too short for `min` framing bytes, so the offsets are
  * corrupt; 3: past the `len` bytes of data held), or -1 with IndexError set. */
 static int span_of(const Py_buffer *ov, int64_t iend, int64_t i, Py_ssize_t min,
