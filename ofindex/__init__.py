@@ -1,6 +1,9 @@
 """ofindex: random access to TFRecord and OneFlow OFRecord datasets, locally and in buckets."""
 
-from .build import BuildResult, build_index
+from .formats.framing import RecordFormat
+from .index.build_file import BuildResult
+from .index.builder import build_index
+from .index.writer import Writer
 from .errors import (
     CorruptRecordError,
     DataFileNotFoundError,
@@ -14,10 +17,8 @@ from .errors import (
     StaleIndexError,
     TruncatedRecordError,
 )
-from .framing import RecordFormat
-from .opener import open
-from .reader import Dataset
-from .writer import Writer
+from .read.dataset import Dataset
+from .read.open import open
 
 __version__ = "0.1.0"
 

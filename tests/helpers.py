@@ -1,4 +1,4 @@
-"""Helpers shared by the core tests (framing written independently of ofindex.framing)."""
+"""Helpers shared by the core tests (framing written independently of ofindex.formats.framing)."""
 
 from __future__ import annotations
 

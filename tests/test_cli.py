@@ -65,7 +65,7 @@ def test_partial_build_and_corruption_found_by_verify(tmp_path, capsys):
 
 def test_ofrecord_and_console_script(tmp_path):
     p = write_raw(str(tmp_path / "part-00000"), ref_ofrecord(RECORDS))
-    exe = [sys.executable, "-m", "ofindex.cli"]
+    exe = [sys.executable, "-m", "ofindex"]
     run = subprocess.run(exe + ["build", p], capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
     run = subprocess.run(exe + ["get", str(tmp_path), "5", "--raw"], capture_output=True)
@@ -75,7 +75,7 @@ def test_ofrecord_and_console_script(tmp_path):
 
 
 def test_get_decode_prints_features(tmp_path, capsys):
-    from ofindex.synthetic import write_dataset
+    from ofindex.cli.synthetic import write_dataset
 
     write_dataset(str(tmp_path), 6, 2, kind="mnist")
     assert main(["get", str(tmp_path), "4", "--decode"]) == EXIT_OK

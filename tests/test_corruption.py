@@ -11,7 +11,7 @@ from ofindex import (
     CorruptRecordError, FormatDetectionError, IndexNotFoundError, SidecarError, StaleIndexError,
     TruncatedRecordError,
 )
-from ofindex.sidecar import open_local_sidecar
+from ofindex.formats.sidecar import open_local_sidecar
 from helpers import ref_ofrecord, ref_tfrecord, write_raw
 
 pytestmark = pytest.mark.usefixtures("impl")  # both implementations of the loops

@@ -5,9 +5,9 @@ import pytest
 from hypothesis import given, strategies as st
 
 from ofindex import FormatDetectionError, RecordFormat
-from ofindex.framing import (
-    detect_format, encode_record, mask_crc, masked_crc32c, masked_length_crcs,
-)
+from ofindex.formats.crc import mask_crc, masked_crc32c, masked_length_crcs
+from ofindex.formats.detect import detect_format
+from ofindex.formats.framing import encode_record
 from helpers import ref_masked_crc, ref_ofrecord, ref_tfrecord
 
 

@@ -12,8 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ofindex import _accel
-from ofindex.framing import _LENGTH_CRCS, RecordFormat
-from ofindex.payloads import extract_payloads
+from ofindex.formats.crc import LENGTH_CRCS
+from ofindex.formats.framing import RecordFormat
+from ofindex.read.payloads import extract_payloads
 
 FORMATS = {RecordFormat.TFRECORD: (ref_tfrecord, 16), RecordFormat.OFRECORD: (ref_ofrecord, 8)}
 
@@ -83,7 +84,7 @@ def test_gather_and_record_give_problem_codes_not_wrong_bytes():
     assert native is not None
     records = [b"a" * 5, b"", b"bc" * 7]
     buf, offsets = _framed(records)
-    args = (12, 4, True, crc32c.crc32c, _LENGTH_CRCS)
+    args = (12, 4, True, crc32c.crc32c, LENGTH_CRCS)
     which = np.zeros(3, dtype=np.int64)
     assert native.gather([buf], [offsets], [len(buf)], which, np.array([2, 0, 1]), *args) == [
         records[2], records[0], records[1]]
@@ -105,7 +106,7 @@ def test_bad_arguments_are_errors_not_crashes():
     native = _accel.native
     assert native is not None
     buf, offsets = _framed([b"xyz"])
-    args = (12, 4, True, crc32c.crc32c, _LENGTH_CRCS)
+    args = (12, 4, True, crc32c.crc32c, LENGTH_CRCS)
     with pytest.raises(IndexError):
         native.record(buf, offsets, len(buf), 1, *args)
     with pytest.raises(IndexError):

@@ -3,7 +3,7 @@
 import numpy as np
 from hypothesis import given, settings, strategies as st
 
-from ofindex.ranges import coalesce
+from ofindex.storage.ranges import coalesce
 
 
 @st.composite

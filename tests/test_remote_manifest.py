@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 
 import ofindex
-from ofindex.framing import RecordFormat
-from ofindex.manifest import MANIFEST_NAME, decode_manifest, encode_manifest, read_manifest
+from ofindex.formats.framing import RecordFormat
+from ofindex.formats.manifest import MANIFEST_NAME, decode_manifest, encode_manifest, read_manifest
 from ofindex.storage import storage_for
 from ofindex.storage.readahead import ReadAhead
-from ofindex.synthetic import write_dataset
+from ofindex.cli.synthetic import write_dataset
 
 
 def test_manifest_roundtrip_and_relative_data_dir():

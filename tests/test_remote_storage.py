@@ -14,7 +14,7 @@ from ofindex.errors import RangeReadError
 from ofindex.storage import storage_for
 from ofindex.storage.remote import FsspecStorage
 from ofindex.storage.retry import RetryPolicy, is_transient
-from ofindex.synthetic import write_dataset
+from ofindex.cli.synthetic import write_dataset
 
 SHARDS = 4
 RECORDS = 400
@@ -294,9 +294,9 @@ def test_ten_thousand_shards_open_with_one_request(nginx_server, tmp_path):
     import shutil
     import uuid
 
-    from ofindex.framing import RecordFormat
-    from ofindex.manifest import write_manifest
-    from ofindex.sidecar import open_local_sidecar
+    from ofindex.formats.framing import RecordFormat
+    from ofindex.formats.manifest import write_manifest
+    from ofindex.formats.sidecar import open_local_sidecar
     from ofindex.storage import LocalStorage
 
     name = uuid.uuid4().hex[:8]

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import ofindex
-from ofindex.synthetic import write_dataset
+from ofindex.cli.synthetic import write_dataset
 
 RECORDS = 120
 

@@ -7,7 +7,7 @@ import numpy as np
 from hypothesis import given, settings, strategies as st
 
 import ofindex
-from ofindex.sidecar import open_local_sidecar
+from ofindex.formats.sidecar import open_local_sidecar
 from helpers import (
     IMPLEMENTATIONS, implementation, ref_ofrecord, ref_offsets, ref_tfrecord, split, write_raw,
 )

@@ -9,8 +9,8 @@ from hypothesis import given, settings, strategies as st
 
 from ofindex import CorruptRecordError, TruncatedRecordError
 
-from ofindex.framing import RecordFormat
-from ofindex.scan import scan_file
+from ofindex.formats.framing import RecordFormat
+from ofindex.index.scan import scan_file
 from ofindex.storage import LocalStorage
 from helpers import ref_ofrecord, ref_offsets, ref_tfrecord, write_raw
 
@@ -86,7 +86,7 @@ def test_verification_of_remote_style_storage_in_one_pass(tmp_path):
 
 
 def test_verification_of_a_file_that_shrank_is_an_error(tmp_path):
-    from ofindex.verify import verify_crcs
+    from ofindex.index.verify import verify_crcs
 
     records = [os.urandom(50_000) for _ in range(4)]
     p = write_raw(str(tmp_path / "s"), ref_tfrecord(records))

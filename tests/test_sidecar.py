@@ -7,10 +7,9 @@ import numpy as np
 import pytest
 
 import ofindex
-from ofindex.framing import RecordFormat
-from ofindex.sidecar import (
-    FileStamp, decode_header, encode_sidecar, open_local_sidecar, write_local_atomic,
-)
+from ofindex.formats.framing import RecordFormat
+from ofindex.formats.sidecar import decode_header, encode_sidecar, open_local_sidecar
+from ofindex.storage import FileStamp, write_local_atomic
 
 
 def test_header_round_trip():
@@ -35,7 +34,7 @@ def test_opening_a_100m_record_sidecar_reads_only_its_header(tmp_path):
     n = 100_000_000
     header, _ = encode_sidecar(RecordFormat.TFRECORD, np.empty(0, np.uint64), FileStamp(1, ""), 1)
     # patch the count into a real header for n records, then make a sparse 800 MB file
-    from ofindex.sidecar import encode_header
+    from ofindex.formats.sidecar import encode_header
 
     header = encode_header(RecordFormat.TFRECORD, n, FileStamp(10**12, ""), 10**12, False, 0)
     path = str(tmp_path / "big.ofidx")

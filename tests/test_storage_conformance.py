@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import ofindex
-from ofindex.synthetic import write_dataset
+from ofindex.cli.synthetic import write_dataset
 
 SHARDS = 4
 RECORDS = 203  # uneven over the shards

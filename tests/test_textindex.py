@@ -53,7 +53,7 @@ def test_import_refuses_a_text_index_of_another_file(tmp_path, capsys):
 
 
 def test_parse_text_rejects_negative_and_garbage():
-    from ofindex.textindex import parse_text
+    from ofindex.formats.textindex import parse_text
 
     with pytest.raises(SidecarError):
         parse_text(b"-1 16\n", path="t")

@@ -37,7 +37,7 @@ import numpy as np  # noqa: E402
 import servers  # noqa: E402
 
 import ofindex  # noqa: E402
-from ofindex.synthetic import write_dataset  # noqa: E402
+from ofindex.cli.synthetic import write_dataset  # noqa: E402
 
 _LOG = re.compile(r'"(?:GET|HEAD) (\S+) [^"]*" (\d{3}) (\d+)')
 

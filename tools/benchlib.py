@@ -7,7 +7,7 @@ import os
 import time
 from typing import Callable
 
-from ofindex.synthetic import write_dataset
+from ofindex.cli.synthetic import write_dataset
 
 
 def best_of(fn: Callable[[], object], repeat: int = 3) -> float:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from ofindex.synthetic import write_dataset
+from ofindex.cli.synthetic import write_dataset
 
 
 def main() -> None:

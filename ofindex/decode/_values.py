@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ofindex.decode._wire import I32, I64, LEN, VARINT, WireError, _fields, read_varint
+from ofindex.decode._wire import I32, I64, LEN, VARINT, WireError, iter_fields, read_varint
 
 # value types, as used in specs and results
 BYTES, FLOAT32, FLOAT64, INT32, INT64 = "bytes", "float32", "float64", "int32", "int64"
@@ -90,7 +90,7 @@ def _chunks(buf: bytes, regions: list, vtype: str) -> list:
     want = _FIXED_WT.get(vtype, VARINT)
     out = []
     for rs, re_ in regions:
-        for field, wt, s, e in _fields(buf, rs, re_):
+        for field, wt, s, e in iter_fields(buf, rs, re_):
             if field != 1:
                 continue
             if vtype == BYTES:

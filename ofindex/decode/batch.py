@@ -16,7 +16,8 @@ import numpy as np
 
 from ofindex.decode._template import decode_group
 from ofindex.decode._values import EXAMPLE_KINDS, FLOAT32, NP_DTYPES, OFRECORD_KINDS, bytes_array
-from ofindex.decode._wire import WireError, as_bytes, walk_example, walk_ofrecord
+from ofindex.decode._walk import walk_example, walk_ofrecord
+from ofindex.decode._wire import WireError, as_bytes
 from ofindex.decode.example import (
     EXAMPLE_DTYPES,
     OFRECORD_DTYPES,

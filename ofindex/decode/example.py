@@ -20,7 +20,8 @@ from ofindex.decode._values import (
     empty,
     list_values,
 )
-from ofindex.decode._wire import Located, WireError, as_bytes, walk_example, walk_ofrecord
+from ofindex.decode._walk import Located, walk_example, walk_ofrecord
+from ofindex.decode._wire import WireError, as_bytes
 from ofindex.decode.spec import FixedLen, Ragged, Spec, VarLen, normalize_spec
 from ofindex.errors import DecodeError
 

@@ -8,7 +8,8 @@ from typing import Any
 import numpy as np
 
 from ofindex.decode._values import EXAMPLE_KINDS, FLOAT32, NP_DTYPES, bytes_array, empty
-from ofindex.decode._wire import as_bytes, walk_sequence_example
+from ofindex.decode._walk import walk_sequence_example
+from ofindex.decode._wire import as_bytes
 from ofindex.decode.example import (
     EXAMPLE_DTYPES,
     Decoded,

@@ -6,7 +6,7 @@ import abc
 from typing import IO, Sequence
 
 from ..errors import RangeReadError
-from ..sidecar import FileStamp, Sidecar, parse_sidecar
+from .stamp import FileStamp
 
 
 class Storage(abc.ABC):
@@ -69,10 +69,6 @@ class Storage(abc.ABC):
     @abc.abstractmethod
     def read_all(self, path: str) -> bytes:
         """The whole content of ``path`` (``FileNotFoundError`` when missing)."""
-
-    def open_sidecar(self, path: str) -> Sidecar:
-        """Open the sidecar at ``path`` (``FileNotFoundError`` when missing)."""
-        return parse_sidecar(self.read_all(path), path=path)
 
     @abc.abstractmethod
     def write_atomic(self, path: str, parts: "list[bytes | memoryview]") -> None:

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import glob as _glob
 import io
 import os
+import tempfile
 from collections import OrderedDict
 from typing import IO, Sequence
 
 from ..errors import DataFileNotFoundError
-from ..sidecar import FileStamp, Sidecar, open_local_sidecar, write_local_atomic
 from .base import Storage, check_length
+from .stamp import FileStamp
 
 _MAX_OPEN = 256
 
@@ -97,9 +99,6 @@ class LocalStorage(Storage):
         with open(path, "rb") as f:
             return f.read()
 
-    def open_sidecar(self, path: str) -> Sidecar:
-        return open_local_sidecar(path)
-
     def write_atomic(self, path: str, parts: "list[bytes | memoryview]") -> None:
         write_local_atomic(path, parts)
 
@@ -138,3 +137,48 @@ class LocalStorage(Storage):
 
     def dirname(self, path: str) -> str:
         return os.path.dirname(path)
+
+
+def _umask() -> int:
+    """The process's umask (read without changing it where /proc allows)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)  # no /proc: read it the classic way (not thread-safe, rare)
+    os.umask(mask)
+    return mask
+
+
+def write_local_atomic(path: str, parts: list[bytes | memoryview]) -> None:
+    """Write ``parts`` to ``path`` through a temporary file in the same directory and a rename.
+
+    Readers see the old file or the new one, never a partial one. The file gets the mode
+    ``open(path, "w")`` would give it (0666 minus the umask), not ``mkstemp``'s 0600.
+
+    Args:
+        path: Destination file; its directory is created when missing.
+        parts: Byte strings written one after another.
+
+    Raises:
+        OSError: The directory is not writable, the disk is full, …; the temporary file is
+            removed and ``path`` is untouched.
+    """
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=os.path.basename(path) + ".", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            os.fchmod(f.fileno(), 0o666 & ~_umask())
+            for part in parts:
+                f.write(part)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise

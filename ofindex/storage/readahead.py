@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 
-from ..sidecar import FileStamp
 from .base import Storage
+from .stamp import FileStamp
 
 
 class ReadAhead:

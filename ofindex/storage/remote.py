@@ -19,10 +19,10 @@ import threading
 from typing import IO, Any, Callable, Sequence
 
 from ..errors import DataFileNotFoundError, RangeReadError
-from ..sidecar import FileStamp
 from .aio import ByteBudget, http_range
 from .base import Storage, check_length
 from .retry import RetryPolicy, retry_async, retry_sync
+from .stamp import FileStamp
 
 #: Filesystems of parent processes, kept alive after a fork so that their finalizers never
 #: run in the child (they would try to close sessions on the parent's dead event loop).

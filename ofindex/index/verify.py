@@ -15,11 +15,11 @@ import os
 
 import numpy as np
 
-from .errors import CorruptRecordError, TruncatedRecordError
-from .framing import RecordFormat
-from .scan_checks import data_crc_problem, first_bad_data_crc
-from .storage.base import Storage
-from .streaming import plan_blocks
+from ..errors import CorruptRecordError, TruncatedRecordError
+from ..formats.framing import RecordFormat
+from ..storage import Storage
+from ..storage.ranges import plan_blocks
+from .checks import data_crc_problem, first_bad_data_crc
 
 _HS = RecordFormat.TFRECORD.header_size
 _OV = RecordFormat.TFRECORD.overhead

@@ -1,4 +1,4 @@
-"""Record framing of TFRecord and OFRecord files, the masked CRC32C, and format detection.
+"""Record framing of TFRecord and OFRecord files: framing payloads, checking headers and CRCs.
 
 TFRecord: ``uint64 length | uint32 masked_crc32c(length) | data | uint32 masked_crc32c(data)``.
 OFRecord: ``int64 length | data``. Both little-endian.
@@ -10,12 +10,9 @@ import enum
 import struct
 
 import crc32c as _crc32c
-import numpy as np
 
-from .errors import CorruptRecordError, FormatDetectionError, TruncatedRecordError
-
-_MASK_DELTA = 0xA282EAD8
-_U32 = 0xFFFFFFFF
+from ..errors import CorruptRecordError, TruncatedRecordError
+from .crc import LENGTH_CRCS, MASK_DELTA, U32, length_crc, mask_crc, masked_crc32c
 
 _LEN = struct.Struct("<Q")
 _LEN_CRC = struct.Struct("<QI")
@@ -55,63 +52,10 @@ class RecordFormat(enum.IntEnum):
 for _fmt, _head, _foot in ((RecordFormat.TFRECORD, 12, 4), (RecordFormat.OFRECORD, 8, 0)):
     _fmt.header_size, _fmt.footer_size, _fmt.overhead = _head, _foot, _head + _foot
 
-
-def crc32c(data: bytes | bytearray | memoryview) -> int:
-    """Plain CRC32C (Castagnoli) of ``data``."""
-    return _crc32c.crc32c(data)
-
-
-def mask_crc(crc: int) -> int:
-    """TFRecord's CRC mask: rotate right by 15 bits and add a constant, mod 2**32."""
-    return ((((crc >> 15) | (crc << 17)) & _U32) + _MASK_DELTA) & _U32
-
-
-def masked_crc32c(data: bytes | bytearray | memoryview) -> int:
-    """The masked CRC32C TFRecord stores for ``data``."""
-    return mask_crc(_crc32c.crc32c(data))
-
-
-def _length_crc_tables() -> tuple[np.ndarray, int]:
-    """Tables that give the masked CRC32C of any 8-byte length field with numpy lookups.
-
-    CRC32C of a fixed-size input is affine over GF(2): crc(x) = crc(0) ^ sum_k T_k[x_k], where
-    T_k[v] = crc(v placed at byte k) ^ crc(0). Built from the crc32c library, checked in tests.
-    """
-    zero = _crc32c.crc32c(bytes(8))
-    tables = np.empty((8, 256), dtype=np.uint32)
-    for k in range(8):
-        buf = bytearray(8)
-        for v in range(256):
-            buf[k] = v
-            tables[k, v] = _crc32c.crc32c(buf) ^ zero
-        buf[k] = 0
-    return tables, zero
-
-
-_TABLES, _ZERO_CRC = _length_crc_tables()
 _TF, _OF = RecordFormat.TFRECORD, RecordFormat.OFRECORD
 _crc = _crc32c.crc32c
 _LEN_CRC_UNPACK = _LEN_CRC.unpack_from
 _CRC_UNPACK = _CRC.unpack_from
-
-
-def masked_length_crcs(header_bytes: np.ndarray, nbytes: int = 8) -> np.ndarray:
-    """Masked CRC32C of many 8-byte length fields at once (``uint8[n, 8]`` -> ``uint32[n]``).
-
-    ``nbytes``: how many low bytes can be non-zero (the others contribute nothing, as
-    ``T_k[0] == 0``), e.g. 3 when every length is below 2**24.
-    """
-    crc = np.full(header_bytes.shape[0], _ZERO_CRC, dtype=np.uint32)
-    for k in range(nbytes):
-        crc ^= _TABLES[k][header_bytes[:, k]]
-    rot = (crc >> np.uint32(15)) | (crc << np.uint32(17))
-    return rot + np.uint32(_MASK_DELTA)
-
-
-def unmask_crcs(masked: np.ndarray) -> np.ndarray:
-    """Inverse of :func:`mask_crc` for a ``uint32`` array: the plain CRC32C values."""
-    rot = masked - np.uint32(_MASK_DELTA)
-    return (rot << np.uint32(15)) | (rot >> np.uint32(17))
 
 
 def encode_record(data: bytes | bytearray | memoryview, fmt: RecordFormat) -> bytes:
@@ -167,11 +111,11 @@ def parse_header(
             )
     else:
         (length,) = _SIGNED_LEN.unpack_from(header)
-    check_length(length, fmt, path=path, offset=offset, record=record, file_size=file_size)
+    check_record_length(length, fmt, path=path, offset=offset, record=record, file_size=file_size)
     return length
 
 
-def check_length(
+def check_record_length(
     length: int, fmt: RecordFormat, *, path: str, offset: int, record: int, file_size: int | None
 ) -> None:
     """Refuse a negative, absurd or past-the-end payload length (never allocate from it)."""
@@ -238,24 +182,13 @@ def unframe_tfrecord(raw, verify: bool, path: str, offset: int, record: int):
         _header_mismatch(raw, _TF, length, path=path, offset=offset, record=record)
     payload = raw[12 : 12 + length]
     if verify:
-        if len_crc != (_LENGTH_CRCS.get(length) or length_crc(length)):
+        if len_crc != (LENGTH_CRCS.get(length) or length_crc(length)):
             _header_mismatch(raw, _TF, length, path=path, offset=offset, record=record)
         crc = _crc(payload)
         stored = _CRC_UNPACK(raw, 12 + length)[0]
-        if stored != ((((crc >> 15) | (crc << 17)) & _U32) + _MASK_DELTA) & _U32:
+        if stored != ((((crc >> 15) | (crc << 17)) & U32) + MASK_DELTA) & U32:
             raise data_crc_error(stored, mask_crc(crc), path=path, offset=offset, record=record)
     return payload
-
-
-_LENGTH_CRCS: dict[int, int] = {}
-
-
-def length_crc(length: int) -> int:
-    """Masked CRC32C of a TFRecord length field (memoised: datasets repeat lengths a lot)."""
-    value = masked_crc32c(_LEN.pack(length))
-    if len(_LENGTH_CRCS) < 65536:
-        _LENGTH_CRCS[length] = value
-    return value
 
 
 def payload_matches(head: bytes, payload: bytes, foot: bytes, fmt: RecordFormat,
@@ -269,7 +202,7 @@ def payload_matches(head: bytes, payload: bytes, foot: bytes, fmt: RecordFormat,
         return False
     if not verify:
         return True
-    return (len_crc == (_LENGTH_CRCS.get(length) or length_crc(length))
+    return (len_crc == (LENGTH_CRCS.get(length) or length_crc(length))
             and _CRC_UNPACK(foot)[0] == masked_crc32c(payload))
 
 
@@ -288,29 +221,4 @@ def _header_mismatch(raw, fmt, expected, *, path, offset, record):
         f"bytes (or its CRC is bad) but the index says {expected}; the data file changed after "
         f"indexing or is corrupt — rebuild the index with `ofindex build {path}`",
         path=path, offset=offset, record=record,
-    )
-
-
-def detect_format(head: bytes, file_size: int, *, path: str) -> RecordFormat | None:
-    """Guess the framing from the first bytes of a file (at least 12 bytes when available).
-
-    Returns ``None`` for an empty file (either format fits zero records). A file whose first
-    header is a valid TFRecord header (length CRC matches, chance 2**-32 otherwise) is TFRecord;
-    otherwise a plausible OFRecord length makes it OFRecord; anything else is an error.
-    """
-    if file_size == 0:
-        return None
-    if len(head) >= 12:
-        length, stored = _LEN_CRC.unpack_from(head)
-        if stored == masked_crc32c(head[:8]) and 16 + length <= file_size:
-            return RecordFormat.TFRECORD
-    if len(head) >= 8:
-        (length,) = _SIGNED_LEN.unpack_from(head)
-        if 0 <= length and 8 + length <= file_size:
-            return RecordFormat.OFRECORD
-    raise FormatDetectionError(
-        f"{path}: cannot detect the record format: the first {min(len(head), 12)} bytes are "
-        f"neither a valid TFRecord header nor a plausible OFRecord length (file size {file_size}); "
-        "if this is a record file, pass format='tfrecord' or format='ofrecord' explicitly, "
-        "otherwise it is not a TFRecord/OFRecord file"
     )

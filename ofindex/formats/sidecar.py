@@ -25,12 +25,12 @@ import dataclasses
 import mmap
 import os
 import struct
-import tempfile
 
 import crc32c as _crc32c
 import numpy as np
 
-from .errors import SidecarError, StaleIndexError
+from ..errors import SidecarError, StaleIndexError
+from ..storage import FileStamp, Storage
 from .framing import RecordFormat
 
 MAGIC = b"OFINDEX\0"
@@ -40,28 +40,6 @@ FLAG_PARTIAL = 1
 
 _FIXED = struct.Struct("<8sHBBIQQQIIH")
 _HEADER_CRC_AT = 44
-
-
-@dataclasses.dataclass(frozen=True)
-class FileStamp:
-    """What identifies one version of a data file: its size and a cheap fingerprint."""
-
-    size: int
-    fingerprint: str = ""
-
-    def mismatch(self, current: "FileStamp") -> str | None:
-        """Why ``current`` is not the file this stamp describes, or ``None`` when it is.
-
-        Fingerprints are compared only when both have the same kind (``mtime_ns``, ``etag``,
-        ``generation``): a sidecar built locally stays valid for a copy uploaded to a bucket.
-        """
-        if self.size != current.size:
-            return f"its size changed from {self.size} to {current.size} bytes"
-        kind, _, value = self.fingerprint.partition(":")
-        ckind, _, cvalue = current.fingerprint.partition(":")
-        if kind and kind == ckind and value != cvalue:
-            return f"its {kind} changed from {value} to {cvalue}"
-        return None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -236,21 +214,13 @@ def open_local_sidecar(path: str) -> Sidecar:
     return Sidecar(path, header, mm)
 
 
-def write_local_atomic(path: str, parts: "list[bytes | memoryview]") -> None:
-    """Write ``parts`` to ``path`` via a temporary file in the same directory and a rename."""
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=os.path.basename(path) + ".", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            for part in parts:
-                f.write(part)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+def load_sidecar(storage: Storage, path: str) -> Sidecar:
+    """Open the sidecar at ``path`` on ``storage``: memory-mapped when local, else fetched whole.
+
+    Raises:
+        FileNotFoundError: There is no sidecar at ``path``.
+        SidecarError: The file is not a valid sidecar.
+    """
+    if storage.cheap_seeks:
+        return open_local_sidecar(path)
+    return parse_sidecar(storage.read_all(path), path=storage.url(path))

@@ -16,10 +16,10 @@ import threading
 from collections import OrderedDict
 from typing import Iterable
 
-from .errors import IndexNotFoundError, SidecarError, StaleIndexError
-from .framing import RecordFormat
-from .sidecar import FileStamp, Sidecar, open_local_sidecar, parse_sidecar, write_local_atomic
-from .storage import Storage
+from ..errors import IndexNotFoundError, SidecarError, StaleIndexError
+from ..formats.framing import RecordFormat
+from ..formats.sidecar import Sidecar, load_sidecar, open_local_sidecar, parse_sidecar
+from ..storage import FileStamp, Storage, write_local_atomic
 
 #: Default bound on remote sidecar bytes held in memory per process (8 bytes per record).
 DEFAULT_CACHE_BYTES = 256 << 20
@@ -208,7 +208,7 @@ class Shard:
             return sc, 0
         try:
             if ist.cheap_seeks:
-                return ist.open_sidecar(self.index_path), 0
+                return load_sidecar(ist, self.index_path), 0
             raw = ist.read_all(self.index_path)
         except FileNotFoundError:
             raise self._not_found() from None

@@ -10,9 +10,10 @@ import io
 
 import numpy as np
 
-from .errors import SidecarError
+from ..errors import SidecarError
+from ..storage import FileStamp
 from .framing import RecordFormat
-from .sidecar import FileStamp, Sidecar, encode_sidecar
+from .sidecar import Sidecar, encode_sidecar
 
 
 def export_text(sidecar: Sidecar) -> bytes:

@@ -120,3 +120,28 @@ def _split_large(s: np.ndarray, e: np.ndarray, group_first: np.ndarray, max_byte
             else:
                 reach = new_reach
     return np.asarray(firsts, dtype=np.int64)
+
+
+def plan_blocks(offsets: np.ndarray, lo: int, hi: int, block_bytes: int) -> list[tuple[int, int]]:
+    """Split records ``lo..hi-1`` into runs ``[a, b)`` for block reads.
+
+    Each run's records start within ``block_bytes`` of the run's first record, so one read is
+    about that size; every run holds at least one record.
+
+    Args:
+        offsets: Sorted start offsets of all records.
+        lo: First record.
+        hi: One past the last record.
+        block_bytes: Target read size.
+
+    Returns:
+        The runs, in order.
+    """
+    blocks = []
+    a = lo
+    while a < hi:
+        target = int(offsets[a]) + block_bytes
+        b = a + 1 + int(np.searchsorted(offsets[a + 1 : hi], target, side="right"))
+        blocks.append((a, b))
+        a = b
+    return blocks

@@ -9,16 +9,17 @@ from typing import Any, Callable, Iterator, Sequence
 import crc32c as _crc32c
 import numpy as np
 
-from . import _accel
-from .errors import RecordIndexError
-from .framing import _LENGTH_CRCS, RecordFormat, unframe_ofrecord, unframe_tfrecord
+from .. import _accel
+from ..errors import RecordIndexError
+from ..formats.crc import LENGTH_CRCS
+from ..formats.framing import RecordFormat, unframe_ofrecord, unframe_tfrecord
+from ..storage import Storage
+from ..storage.ranges import DEFAULT_MAX_BYTES, coalesce
+from . import streaming
 from .payloads import (
     DIRECT_RECORD_BYTES, extract_payloads, raise_record_error, read_record_direct,
 )
-from .ranges import DEFAULT_MAX_BYTES, coalesce
 from .shards import Shard, ShardInfo, prefetch_sidecars
-from .storage import Storage
-from . import streaming
 
 Decode = Callable[[bytes], Any]
 
@@ -107,7 +108,7 @@ class Dataset:
             buf = self._storage.mapped(shard.path, 0)
             if buf is not None:  # span, cut and checks in one compiled call
                 got = native.record(buf, sc.offsets, sc.indexed_end, local, self._header,
-                                    self._footer, self._tf_verify, _crc32c.crc32c, _LENGTH_CRCS)
+                                    self._footer, self._tf_verify, _crc32c.crc32c, LENGTH_CRCS)
                 if type(got) is bytes:
                     return got if self.decode is None else self.decode(got)
                 self._raise_problem(got, shard, sc, buf, local)  # or past the map: read below
@@ -214,7 +215,7 @@ class Dataset:
             ends.append(end)
         got = _accel.native.gather(bufs, offsets, ends, which.astype(np.int64, copy=False),
                                    local, self._header, self._footer, self._tf_verify,
-                                   _crc32c.crc32c, _LENGTH_CRCS)
+                                   _crc32c.crc32c, LENGTH_CRCS)
         if type(got) is list:
             return got
         problem, k = got

@@ -8,12 +8,10 @@ from typing import Callable, NoReturn
 import crc32c as _crc32c
 import numpy as np
 
-from . import _accel
-from .errors import CorruptRecordError
-from .framing import (
-    _LENGTH_CRCS, RecordFormat, data_crc_error, length_crc, mask_crc, masked_length_crcs,
-    payload_matches, unframe, unmask_crcs,
-)
+from .. import _accel
+from ..errors import CorruptRecordError
+from ..formats.crc import LENGTH_CRCS, length_crc, mask_crc, masked_length_crcs, unmask_crcs
+from ..formats.framing import RecordFormat, data_crc_error, payload_matches, unframe
 
 _A4 = np.arange(4)
 _A8 = np.arange(8)
@@ -46,7 +44,7 @@ def extract_payloads(
     native = _accel.native
     if native is not None:
         got = native.cut(buf, starts, ends, fmt.header_size, fmt.footer_size, tf_verify,
-                         _crc32c.crc32c, _LENGTH_CRCS)
+                         _crc32c.crc32c, LENGTH_CRCS)
         if type(got) is list:
             return got
         _raise_bad(buf, got, starts, ends, fmt, verify, url, file_offsets, records)
@@ -59,7 +57,7 @@ def extract_payloads(
         lengths = heads[:, :8].copy()
         bad = lengths.view("<u8").ravel() != sizes.astype(np.uint64)
         if len(sizes) <= _FEW:  # memoised per length: cheaper than the table lookups
-            known = _LENGTH_CRCS.get
+            known = LENGTH_CRCS.get
             expected = np.array([known(n) or length_crc(n) for n in sizes.tolist()], np.uint32)
         else:  # lengths below 2**24 (most datasets) need 3 table lookups, not 8
             expected = masked_length_crcs(lengths, 3 if int(sizes.max()) < (1 << 24) else 8)

@@ -1,4 +1,4 @@
-"""Implementations of the ``ofindex`` subcommands (argument parsing lives in :mod:`cli`)."""
+"""Implementations of the ``ofindex`` subcommands (argument parsing lives in :mod:`.parser`)."""
 
 from __future__ import annotations
 
@@ -6,15 +6,17 @@ import json
 import sys
 import warnings
 
-from ._accel import implementation
-from .build import build_index, detect_file_format
-from .cli import EXIT_ERROR, EXIT_OK, EXIT_PARTIAL
-from .errors import OfindexError
-from .framing import RecordFormat
-from .layout import sidecar_location
-from .opener import open as open_dataset
-from .storage import resolve_data_files, storage_for
-from .textindex import export_text, import_text
+from .._accel import implementation
+from ..errors import OfindexError
+from ..formats.framing import RecordFormat
+from ..formats.location import resolve, sidecar_location
+from ..formats.sidecar import load_sidecar
+from ..formats.textindex import export_text, import_text
+from ..index.build_file import detect_file_format
+from ..index.builder import build_index
+from ..read.open import open as open_dataset
+from ..storage import storage_for
+from .exitcodes import EXIT_OK, EXIT_PARTIAL
 
 
 def cmd_build(args, options) -> int:
@@ -79,7 +81,7 @@ def cmd_get(args, options) -> int:
 
 
 def _decoded_text(payload: bytes, kind: str, fmt: RecordFormat) -> str:
-    from . import decode
+    from .. import decode
 
     if kind == "auto":
         kind = "ofrecord" if fmt is RecordFormat.OFRECORD else "example"
@@ -115,12 +117,14 @@ def cmd_verify(args, options) -> int:
 
 
 def cmd_export_index(args, options) -> int:
-    storage, files = resolve_data_files(args.paths, options)
+    location = resolve(args.paths, index_dir=args.index_dir, storage_options=options,
+                       manifest=False)
+    storage, files = location.storage, location.files
     out_storage, out_dir = storage_for(args.output, options) if args.output else (None, None)
     for f in files:
-        ist, ipath = sidecar_location(storage, f, args.index_dir, options)
+        ist, ipath = location.sidecar_of(f)
         try:
-            sc = ist.open_sidecar(ipath)
+            sc = load_sidecar(ist, ipath)
         except FileNotFoundError:
             raise OfindexError(f"{ist.url(ipath)}: no index; run `ofindex build {storage.url(f)}` first") from None
         sc.check_fresh(storage.stamp(f), storage.url(f))
@@ -156,5 +160,5 @@ def cmd_demo(args, options) -> int:
     return run_demo(args.dir, args.records, args.shards)
 
 
-__all__ = ["cmd_build", "cmd_info", "cmd_get", "cmd_verify", "cmd_export_index",
-           "cmd_import_index", "cmd_demo", "EXIT_ERROR"]
+__all__ = ["cmd_build", "cmd_demo", "cmd_export_index", "cmd_get", "cmd_import_index",
+           "cmd_info", "cmd_verify"]

@@ -6,11 +6,11 @@ import array
 import os
 from typing import Any, Iterable, Protocol
 
-from .errors import OfindexError
-from .framing import RecordFormat, frame_parts
-from .layout import sidecar_location
-from .sidecar import FileStamp, encode_sidecar
-from .storage import LocalStorage, storage_for
+from ..errors import OfindexError
+from ..formats.framing import RecordFormat, frame_parts
+from ..formats.location import sidecar_location
+from ..formats.sidecar import encode_sidecar
+from ..storage import FileStamp, LocalStorage, storage_for
 
 
 class _Message(Protocol):

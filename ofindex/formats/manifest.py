@@ -3,7 +3,7 @@
 ``ofindex-manifest.json`` holds, per shard: its name (relative to the data directory), record
 count, size and fingerprint (ETag / generation / mtime as recorded in its sidecar). Opening a
 dataset through it costs one request however many shards there are; each shard's sidecar is
-fetched only when the shard is first read (see :mod:`ofindex.shards`).
+fetched only when the shard is first read (see :mod:`ofindex.read.shards`).
 
 Where the builder writes it (``build_index(..., manifest=None)``, the default):
 
@@ -28,9 +28,9 @@ import json
 import os
 from typing import Any
 
-from .errors import SidecarError
+from ..errors import SidecarError
+from ..storage import Storage, storage_for
 from .framing import RecordFormat
-from .storage import Storage, storage_for
 
 MANIFEST_NAME = "ofindex-manifest.json"
 VERSION = 1

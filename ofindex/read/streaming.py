@@ -7,24 +7,10 @@ from typing import Iterator
 
 import numpy as np
 
+from ..formats.sidecar import Sidecar
+from ..storage import Storage, check_length
+from ..storage.ranges import plan_blocks
 from .payloads import DIRECT_RECORD_BYTES, extract_payloads, read_record_direct
-from .sidecar import Sidecar
-from .storage import Storage
-from .storage.base import check_length
-
-
-def plan_blocks(offsets: np.ndarray, lo: int, hi: int, block_bytes: int) -> list[tuple[int, int]]:
-    """Split records ``lo..hi-1`` into runs ``[a, b)`` whose records start within
-    ``block_bytes`` of the run's first record (so a read is about that size; at least one
-    record each)."""
-    blocks = []
-    a = lo
-    while a < hi:
-        target = int(offsets[a]) + block_bytes
-        b = a + 1 + int(np.searchsorted(offsets[a + 1 : hi], target, side="right"))
-        blocks.append((a, b))
-        a = b
-    return blocks
 
 
 def stream_shard(

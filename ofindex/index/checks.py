@@ -8,18 +8,16 @@ import struct
 import crc32c as _crc32c
 import numpy as np
 
-from .errors import CorruptRecordError, TruncatedRecordError
-from .framing import (
+from ..errors import CorruptRecordError, TruncatedRecordError
+from ..formats.crc import mask_crc, masked_length_crcs, unmask_crcs
+from ..formats.framing import (
     MAX_RECORD_BYTES,
     RecordFormat,
     check_data_crc,
     data_crc_error,
-    mask_crc,
-    masked_length_crcs,
     parse_header,
-    unmask_crcs,
 )
-from .storage.base import Storage
+from ..storage import Storage
 
 _CRC = struct.Struct("<I").unpack_from
 

@@ -8,9 +8,9 @@ import time
 
 import numpy as np
 
-from ._accel import implementation
-from .build import build_index
-from .opener import open as open_dataset
+from .._accel import implementation
+from ..index.builder import build_index
+from ..read.open import open as open_dataset
 from .synthetic import write_dataset
 
 
@@ -57,7 +57,7 @@ def run_demo(directory: str | None, records: int = 100_000, shards: int = 8) -> 
         dt = time.perf_counter() - t
         print(f"sequential iteration over {n:,} records: {n / dt:,.0f} records/s")
 
-        from .decode import decode_example, format_decoded
+        from ..decode import decode_example, format_decoded
 
         for i in rng.integers(0, len(ds), size=3).tolist():
             shard, local = ds.locate(i)

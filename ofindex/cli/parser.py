@@ -1,15 +1,11 @@
-"""The ``ofindex`` command line."""
+"""The ``ofindex`` command line: arguments, help texts and examples."""
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 
-from . import __version__
-from .errors import OfindexError
-
-EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_PARTIAL = 0, 1, 2, 3
+from .. import __version__
 
 EPILOG = """\
 exit codes: 0 success; 1 a data or index error (corrupt record, stale or missing index, file
@@ -28,7 +24,7 @@ examples:
 """
 
 
-def _storage_options(pairs: list[str] | None) -> dict:
+def storage_options(pairs: list[str] | None) -> dict:
     out: dict = {}
     for pair in pairs or []:
         key, sep, value = pair.partition("=")
@@ -49,7 +45,7 @@ def _add_common(p: argparse.ArgumentParser, paths: str = "+") -> None:
                    help="fsspec storage option (repeatable; VALUE parsed as JSON when it can be)")
 
 
-def _parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ofindex", description="Index and randomly access TFRecord / OFRecord datasets.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -102,25 +98,3 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--records", type=int, default=100_000)
     p.add_argument("--shards", type=int, default=8)
     return parser
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    from . import commands
-
-    handler = getattr(commands, "cmd_" + args.command.replace("-", "_"))
-    try:
-        return handler(args, _storage_options(getattr(args, "storage_option", None)))
-    except OfindexError as exc:
-        print(f"ofindex: error: {exc}", file=sys.stderr)
-        return EXIT_ERROR
-    except (FileNotFoundError, PermissionError, IsADirectoryError) as exc:
-        print(f"ofindex: error: {exc}", file=sys.stderr)
-        return EXIT_ERROR
-    except KeyboardInterrupt:
-        print("ofindex: interrupted", file=sys.stderr)
-        return 130
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

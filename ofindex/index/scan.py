@@ -4,7 +4,7 @@ Headers are walked in a tight loop over large blocks, then checked in bulk with 
 CRCs through lookup tables, impossible lengths, records running past the end of the file).
 With large records on cheap-seek storage only the headers are read. With ``verify=True``
 every payload's CRC is checked too: locally in a second, multi-threaded pass over the records
-found (:mod:`ofindex.verify`), remotely in the same pass (data crosses the network once).
+found (:mod:`ofindex.index.verify`), remotely in the same pass (data crosses the network once).
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from typing import Callable
 
 import numpy as np
 
-from .errors import CorruptRecordError, TruncatedRecordError
-from .framing import RecordFormat, parse_header
-from .scan_checks import check_headers, data_crc_problem, first_bad_data_crc, verify_streaming
-from .storage.base import Storage
+from ..errors import CorruptRecordError, TruncatedRecordError
+from ..formats.framing import RecordFormat, parse_header
+from ..storage import Storage
+from .checks import check_headers, data_crc_problem, first_bad_data_crc, verify_streaming
 from .verify import verify_crcs
 
 _LEN = struct.Struct("<Q").unpack_from
@@ -55,7 +55,7 @@ def scan_file(
     warns).
     """
     # Local TFRecord payloads are checked in a second pass over the records found, on
-    # threads (see ofindex.verify); other storage checks them in the one pass it reads.
+    # threads (see ofindex.index.verify); other storage checks them in the one pass it reads.
     crc_pass = verify and storage.cheap_seeks and fmt is RecordFormat.TFRECORD
     scan = _Scan(storage, path, fmt, size, verify and not crc_pass, block_size, progress)
     try:

@@ -7,12 +7,12 @@ from typing import Iterator
 
 import numpy as np
 
-from .writer import Writer
+from ..index.writer import Writer
 
 
 def mnist_like_example(rng: np.random.Generator, pixels: int = 784):
     """A ``tf.train.Example`` with ``image`` (``pixels`` floats in [0, 1)) and ``label`` (int64)."""
-    from .proto import example_pb2 as ex
+    from ..proto import example_pb2 as ex
 
     msg = ex.Example()
     feat = msg.features.feature

@@ -1,0 +1,12 @@
+"""The exit codes of the ``ofindex`` command, as the README documents them."""
+
+#: Success.
+EXIT_OK = 0
+#: A data, index or storage error (corrupt record, stale or missing index, file not found …).
+EXIT_ERROR = 1
+#: A bad command line.
+EXIT_USAGE = 2
+#: ``build --allow-partial`` indexed only a valid prefix, or ``verify`` found a partial index.
+EXIT_PARTIAL = 3
+#: Interrupted (Ctrl-C).
+EXIT_INTERRUPTED = 130

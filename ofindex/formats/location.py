@@ -1,0 +1,214 @@
+"""Where a dataset is: its data files, where each sidecar lives, and its manifest.
+
+A path spec (a file, a directory, a glob, a URL, or a list of them) is resolved once into a
+:class:`DatasetLocation`, which the reader and the builder both take: one storage client for
+the data, one for the sidecars, and no helper that resolves the same URL again.
+
+Sidecars live beside their data file (``<file>.ofidx``) or, with ``index_dir`` (a local
+directory or another bucket, for read-only data), in ``<index_dir>/<file name>.ofidx``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import os
+from typing import Any
+
+from ..errors import DataFileNotFoundError
+from ..storage import PathSpec, Storage, as_list, is_local_url, resolve_data_files, storage_for
+from .manifest import Manifest, manifest_url_for, read_manifest
+from .sidecar import SUFFIX
+
+
+@dataclasses.dataclass(frozen=True)
+class SidecarPlace:
+    """The rule that maps a data file to its sidecar.
+
+    Attributes:
+        storage: Storage of the sidecars (the data's own when ``directory`` is ``None``).
+        directory: Path of the index directory on ``storage``, or ``None`` for sidecars beside
+            the data.
+    """
+
+    storage: Storage
+    directory: str | None
+
+    def of(self, data_storage: Storage, data_path: str) -> tuple[Storage, str]:
+        """Return ``(storage, path)`` of the sidecar of ``data_path`` (on ``data_storage``)."""
+        if self.directory is None:
+            return data_storage, data_path + SUFFIX
+        return self.storage, self.storage.join(
+            self.directory, data_storage.basename(data_path) + SUFFIX
+        )
+
+
+def sidecar_place(
+    data_storage: Storage, index_dir: str | os.PathLike[str] | None,
+    storage_options: dict[str, Any] | None = None,
+) -> SidecarPlace:
+    """Resolve ``index_dir`` (or sidecars beside the data) once into a :class:`SidecarPlace`."""
+    if index_dir is None:
+        return SidecarPlace(data_storage, None)
+    storage, directory = storage_for(os.fspath(index_dir), storage_options)
+    return SidecarPlace(storage, directory)
+
+
+def sidecar_location(
+    storage: Storage, data_path: str, index_dir: str | None = None,
+    storage_options: dict[str, Any] | None = None,
+) -> tuple[Storage, str]:
+    """Return ``(storage, path)`` of the sidecar of one data file (see :class:`SidecarPlace`)."""
+    return sidecar_place(storage, index_dir, storage_options).of(storage, data_path)
+
+
+@dataclasses.dataclass(frozen=True)
+class DatasetLocation:
+    """A path spec resolved once: what both the reader and the builder work from.
+
+    Attributes:
+        storage: Storage of the data files.
+        files: Data file paths on ``storage``, in dataset order.
+        sidecars: Where each file's sidecar lives.
+        manifest: The manifest the files came from, or ``None`` (files listed or named).
+        directory: The one data directory the spec named, or ``None`` (files, globs, lists).
+        index_dir: ``index_dir`` as the caller gave it (for messages and manifests).
+        storage_options: fsspec options used for every storage here.
+    """
+
+    storage: Storage
+    files: list[str]
+    sidecars: SidecarPlace
+    manifest: Manifest | None = None
+    directory: str | None = None
+    index_dir: str | None = None
+    storage_options: dict[str, Any] | None = None
+
+    def sidecar_of(self, data_path: str) -> tuple[Storage, str]:
+        """Return ``(storage, path)`` of the sidecar of ``data_path``."""
+        return self.sidecars.of(self.storage, data_path)
+
+    def url(self, data_path: str) -> str:
+        """Return the URL of a data file, as messages show it."""
+        return self.storage.url(data_path)
+
+    def subset(self, files: list[str]) -> DatasetLocation:
+        """The same location restricted to ``files`` (no manifest, no directory)."""
+        return dataclasses.replace(self, files=list(files), manifest=None, directory=None)
+
+
+def resolve(
+    paths: PathSpec,
+    *,
+    index_dir: str | os.PathLike[str] | None = None,
+    storage_options: dict[str, Any] | None = None,
+    manifest: bool | str = True,
+) -> DatasetLocation:
+    """Resolve a path spec into a :class:`DatasetLocation`.
+
+    Args:
+        paths: A file, directory, glob or URL, or a list of them.
+        index_dir: Where sidecars live, when not beside the data.
+        storage_options: fsspec options for remote URLs.
+        manifest: ``True`` uses a directory's ``ofindex-manifest.json`` when there is one (one
+            request instead of a listing); ``False`` lists the files; a string names the
+            manifest to use.
+
+    Returns:
+        The resolved location.
+
+    Raises:
+        DataFileNotFoundError: Nothing matches, or a named manifest does not exist.
+        SidecarError: A manifest is invalid.
+        ValueError: Files on different storages, or two files of one name sharing
+            ``index_dir``.
+    """
+    index_dir = None if index_dir is None else os.fspath(index_dir)
+    found = _find_manifest(paths, index_dir, storage_options, manifest)
+    if found is not None:
+        storage, data_dir = storage_for(found.data_dir, storage_options)
+        files = [storage.join(data_dir, name) for name in found.names]
+        return DatasetLocation(
+            storage, files, sidecar_place(storage, found.index_dir, storage_options), found,
+            data_dir, index_dir, storage_options,
+        )
+    storage, files = resolve_data_files(paths, storage_options)
+    check_unique_names(storage, files, index_dir)
+    return DatasetLocation(
+        storage, files, sidecar_place(storage, index_dir, storage_options), None,
+        _named_directory(paths, storage, files), index_dir, storage_options,
+    )
+
+
+def _single(paths: PathSpec) -> str | None:
+    items = as_list(paths)
+    return items[0] if len(items) == 1 else None
+
+
+def _named_directory(paths: PathSpec, storage: Storage, files: list[str]) -> str | None:
+    """The directory a single, non-glob spec names, or ``None``."""
+    spec = _single(paths)
+    if spec is None or glob.has_magic(spec):
+        return None
+    _, path = storage_for(spec)
+    if storage.cheap_seeks:
+        is_directory = os.path.isdir(path)
+    elif getattr(storage, "protocol", "") in ("http", "https"):
+        is_directory = spec.endswith("/")
+    else:
+        is_directory = not (len(files) == 1 and files[0].rstrip("/") == path.rstrip("/"))
+    return path.rstrip("/") if is_directory else None
+
+
+def _find_manifest(
+    paths: PathSpec, index_dir: str | None, storage_options: dict[str, Any] | None,
+    manifest: bool | str,
+) -> Manifest | None:
+    if manifest is False:
+        return None
+    if isinstance(manifest, str):
+        return _required_manifest(manifest, storage_options)
+    spec = _single(paths)
+    if spec is None:
+        return None
+    if spec.endswith(".json"):
+        return _required_manifest(spec, storage_options)
+    if glob.has_magic(spec):
+        return None
+    if is_local_url(spec) and not os.path.isdir(storage_for(spec)[1]):
+        return None
+    m = read_manifest(manifest_url_for(index_dir if index_dir is not None else spec),
+                      storage_options)
+    if m is None or index_dir is None:
+        return m
+    # a manifest in a separate index directory must describe this data directory
+    st, data_path = storage_for(spec, storage_options)
+    want = os.path.abspath(data_path) if is_local_url(spec) else st.url(data_path)
+    return m if m.data_dir.rstrip("/") == want.rstrip("/") else None
+
+
+def _required_manifest(url: str, storage_options: dict[str, Any] | None) -> Manifest:
+    m = read_manifest(url, storage_options)
+    if m is None:
+        raise DataFileNotFoundError(f"{url}: manifest not found")
+    return m
+
+
+def check_unique_names(storage: Storage, paths: list[str], index_dir: str | None) -> None:
+    """Refuse two data files of one name when they would share a sidecar in ``index_dir``.
+
+    Raises:
+        ValueError: Two files have the same name.
+    """
+    if index_dir is None:
+        return
+    seen: dict[str, str] = {}
+    for p in paths:
+        name = storage.basename(p)
+        if name in seen:
+            raise ValueError(
+                f"{storage.url(seen[name])} and {storage.url(p)} have the same name, so their "
+                f"sidecars would collide in index_dir={index_dir!r}; index them separately or "
+                "keep sidecars beside the data"
+            )
+        seen[name] = p

@@ -1,0 +1,91 @@
+"""From what a user names (a file, a directory, a glob, a list) to the data files, in order."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from ..errors import DataFileNotFoundError
+from .base import Storage
+from .registry import storage_for
+
+#: A file, directory, glob or URL, or a list of them.
+PathSpec = str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
+
+#: Names in a listing that are never data files.
+_SKIP_SUFFIXES = (".ofidx", ".idx", ".index", ".tmp", ".json", ".crc")
+
+
+def natural_key(name: str) -> tuple[int | str, ...]:
+    """Sort key putting ``part-2`` before ``part-10`` (digit runs compare as numbers)."""
+    return tuple(int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name))
+
+
+def is_data_file_name(name: str) -> bool:
+    """Tell whether a name found in a directory listing is a data file.
+
+    Hidden files, ``_SUCCESS``-style markers, sidecars, text indexes, manifests and temporary
+    files are not.
+    """
+    return not (name.startswith((".", "_")) or name.endswith(_SKIP_SUFFIXES))
+
+
+def as_list(spec: PathSpec) -> list[str]:
+    """The entries of a path spec as strings (one entry for a single path)."""
+    if isinstance(spec, (str, os.PathLike)):
+        return [os.fspath(spec)]
+    return [os.fspath(s) for s in spec]
+
+
+def resolve_data_files(
+    spec: PathSpec,
+    storage_options: dict[str, Any] | None = None,
+) -> tuple[Storage, list[str]]:
+    """List the data files named by a path, a directory, a glob, or a list of those.
+
+    Each directory or glob expands to its files in natural order (``part-2`` before
+    ``part-10``), skipping hidden files, markers and index files; explicit lists keep their
+    order, and an explicit file is taken whatever its name.
+
+    Args:
+        spec: What the user named.
+        storage_options: fsspec options for remote URLs.
+
+    Returns:
+        ``(storage, paths)``: one storage for all entries and the data paths on it.
+
+    Raises:
+        DataFileNotFoundError: An entry matches no data file, or ``spec`` is empty.
+        ValueError: The entries are on different storages.
+    """
+    items = as_list(spec)
+    if not items:
+        raise DataFileNotFoundError("no data files given")
+    storage: Storage | None = None
+    files: list[str] = []
+    for item in items:
+        st, path = storage_for(item, storage_options)
+        if storage is None:
+            storage = st
+        elif type(st) is not type(storage) or getattr(st, "protocol", None) != getattr(
+            storage, "protocol", None
+        ):
+            raise ValueError(
+                f"{item}: all data files must be on one storage (got {st!r} and {storage!r})"
+            )
+        found = storage.expand(path)
+        if len(found) == 1 and found[0].rstrip("/") == path.rstrip("/"):
+            files.extend(found)
+            continue
+        found = [p for p in found if is_data_file_name(storage.basename(p))]
+        if not found:
+            raise DataFileNotFoundError(
+                f"{item}: no data files found (it is not a file, a directory with files, or a "
+                "glob that matches files)"
+            )
+        base = storage
+        files.extend(sorted(found, key=lambda p: natural_key(base.basename(p))))
+    assert storage is not None  # items is not empty
+    return storage, files
