@@ -16,10 +16,10 @@ os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
 os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
 os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
 
-import pytest  # noqa: E402
+import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
-import servers  # noqa: E402
+import servers
 
 BUCKET = "ofindex-test"
 
@@ -93,7 +93,7 @@ class Backend:
 
     def upload(self, local_dir: str, url: str, *, sidecars: bool = True) -> None:
         for name in sorted(os.listdir(local_dir)):
-            if not sidecars and (name.endswith(".ofidx") or name.endswith(".json")):
+            if not sidecars and (name.endswith((".ofidx", ".json"))):
                 continue
             src = os.path.join(local_dir, name)
             if self.root is not None:

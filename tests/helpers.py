@@ -35,6 +35,11 @@ def ref_offsets(records: list[bytes], overhead: int) -> list[int]:
     return out
 
 
+def read_bytes(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
 def write_raw(path: str, data: bytes) -> str:
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "wb") as f:

@@ -21,7 +21,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from typing import Callable
+from collections.abc import Callable
 
 os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
 
@@ -75,7 +75,7 @@ class Server:
         if self.scratch:
             shutil.rmtree(self.scratch, ignore_errors=True)
 
-    def __enter__(self) -> "Server":
+    def __enter__(self) -> Server:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -87,7 +87,7 @@ def start_moto() -> Server:
     port = free_port()
     exe = os.path.join(os.path.dirname(sys.executable), "moto_server")
     cmd = [exe] if os.path.exists(exe) else [sys.executable, "-m", "moto.server"]
-    proc = subprocess.Popen(cmd + ["-H", "127.0.0.1", "-p", str(port)],
+    proc = subprocess.Popen([*cmd, "-H", "127.0.0.1", "-p", str(port)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     try:
@@ -200,7 +200,7 @@ class _Quiet(http.server.SimpleHTTPRequestHandler):
 class _RangeHandler(_Quiet):
     """Honours ``Range: bytes=a-b``; fails the first ``server.fail_first`` GETs with 503."""
 
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         srv = self.server
         with srv.lock:
             srv.gets += 1

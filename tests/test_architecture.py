@@ -45,7 +45,8 @@ def _modules() -> dict[str, str]:
 
 def _imports(module: str, path: str, known: set[str]) -> set[str]:
     """Modules of the package that ``module`` imports, anywhere in its source."""
-    tree = ast.parse(open(path, encoding="utf-8").read(), path)
+    with open(path, encoding="utf-8") as f:
+        tree = ast.parse(f.read(), path)
     package = module if path.endswith("__init__.py") else module.rpartition(".")[0]
     found = set()
     for node in ast.walk(tree):

@@ -5,9 +5,9 @@ import subprocess
 import sys
 
 import pytest
+from helpers import ref_ofrecord, ref_tfrecord, write_raw
 
 from ofindex.cli import EXIT_ERROR, EXIT_OK, EXIT_PARTIAL, main
-from helpers import ref_ofrecord, ref_tfrecord, write_raw
 
 RECORDS = [f"r{i}".encode() for i in range(30)]
 
@@ -66,11 +66,11 @@ def test_partial_build_and_corruption_found_by_verify(tmp_path, capsys):
 def test_ofrecord_and_console_script(tmp_path):
     p = write_raw(str(tmp_path / "part-00000"), ref_ofrecord(RECORDS))
     exe = [sys.executable, "-m", "ofindex"]
-    run = subprocess.run(exe + ["build", p], capture_output=True, text=True)
+    run = subprocess.run([*exe, "build", p], capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
-    run = subprocess.run(exe + ["get", str(tmp_path), "5", "--raw"], capture_output=True)
+    run = subprocess.run([*exe, "get", str(tmp_path), "5", "--raw"], capture_output=True)
     assert run.returncode == 0 and run.stdout == RECORDS[5]
-    run = subprocess.run(exe + ["--help"], capture_output=True, text=True)
+    run = subprocess.run([*exe, "--help"], capture_output=True, text=True)
     assert "examples:" in run.stdout and "exit codes" in run.stdout
 
 

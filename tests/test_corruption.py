@@ -5,14 +5,18 @@ import struct
 
 import numpy as np
 import pytest
+from helpers import read_bytes, ref_ofrecord, ref_tfrecord, write_raw
 
 import ofindex
 from ofindex import (
-    CorruptRecordError, FormatDetectionError, IndexNotFoundError, SidecarError, StaleIndexError,
+    CorruptRecordError,
+    FormatDetectionError,
+    IndexNotFoundError,
+    SidecarError,
+    StaleIndexError,
     TruncatedRecordError,
 )
 from ofindex.formats.sidecar import open_local_sidecar
-from helpers import ref_ofrecord, ref_tfrecord, write_raw
 
 pytestmark = pytest.mark.usefixtures("impl")  # both implementations of the loops
 
@@ -82,7 +86,7 @@ def test_ofrecord_impossible_length(tmp_path, length):
     assert err.value.record == 4 and err.value.offset == off
 
 
-def test_bad_data_crc_found_by_verify_and_on_read(tmp_path, tf_bytes):
+def test_bad_data_crc_found_by_verify_and_onread_bytes(tmp_path, tf_bytes):
     off = _offset_of(9)
     tf_bytes[off + 12] ^= 0x01  # first payload byte of record 9
     p = write_raw(str(tmp_path / "d.tfrecord"), bytes(tf_bytes))
@@ -131,7 +135,7 @@ def test_missing_stale_foreign_and_truncated_sidecars(tmp_path):
         ofindex.open(p)
     assert isinstance(err.value, FileNotFoundError)
     assert len(ofindex.open(p, build_missing=True)) == 20
-    good = open(p + ".ofidx", "rb").read()
+    good = read_bytes(p + ".ofidx")
 
     write_raw(p + ".ofidx", b"not a sidecar at all, just text\n" * 4)
     with pytest.raises(SidecarError, match="not an ofindex sidecar"):
@@ -163,13 +167,13 @@ def test_same_size_rewrite_is_stale_by_mtime(tmp_path):
     assert len(ofindex.open(p, check_stale=False)) == 20
 
 
-def test_data_changed_under_same_size_is_caught_on_read(tmp_path):
+def test_data_changed_under_same_size_is_caught_onread_bytes(tmp_path):
     p = str(tmp_path / "r.tfrecord")
     with ofindex.Writer(p) as w:
         w.write_many(RECORDS)
-    data = bytearray(open(p, "rb").read())
+    data = bytearray(read_bytes(p))
     # swap two records of different size: same file size, different layout
-    other = ref_tfrecord([RECORDS[1], RECORDS[0]] + RECORDS[2:])
+    other = ref_tfrecord([RECORDS[1], RECORDS[0], *RECORDS[2:]])
     assert len(other) == len(data)
     write_raw(p, other)
     ds = ofindex.open(p, check_stale=False)
@@ -187,7 +191,7 @@ def test_large_records_stream_and_report_corruption(tmp_path, fmt):
     assert list(ds) == big and ds.__getitems__([5, 0, 5]) == [big[5], big[0], big[5]]
     if fmt == "ofrecord":
         return
-    data = bytearray(open(p, "rb").read())
+    data = bytearray(read_bytes(p))
     off = sum(len(r) + 16 for r in big[:4])
     data[off + 12 + 500] ^= 0x10
     write_raw(p, bytes(data))
@@ -209,12 +213,12 @@ def test_corrupt_offsets_in_a_sidecar_are_a_clear_error(tmp_path, mmap, size):
     p = str(tmp_path / "a.tfrecord")
     with ofindex.Writer(p) as w:
         w.write_many([bytes([i]) * size for i in range(10)])
-    raw = bytearray(open(p + ".ofidx", "rb").read())
+    raw = bytearray(read_bytes(p + ".ofidx"))
     hs = len(raw) - 8 * 10
     offsets = np.frombuffer(raw, "<u8", 10, hs).copy()
     offsets[[3, 4]] = offsets[[4, 3]]  # record 3 now "ends" before it starts
     raw[hs:] = offsets.tobytes()
-    open(p + ".ofidx", "wb").write(raw)  # the header (and its CRC) is intact
+    write_raw(p + ".ofidx", raw)  # the header (and its CRC) is intact
     ds = ofindex.open(p, mmap=mmap)
     for read in (lambda: ds[3], lambda: ds.__getitems__([0, 3]), lambda: ds[2:5], lambda: list(ds)):
         with pytest.raises(ofindex.SidecarError, match=r"record 3: .*offsets are corrupt"):

@@ -59,7 +59,7 @@ def same(a, b) -> bool:
 
 
 def same_dict(a: dict, b: dict) -> bool:
-    return list(a) == list(b) and all(same(a[k], b[k]) for k in a) or (
+    return (list(a) == list(b) and all(same(a[k], b[k]) for k in a)) or (
         set(a) == set(b) and all(same(a[k], b[k]) for k in a))
 
 
@@ -69,7 +69,7 @@ def reference_sequence(msg) -> tuple[dict, dict]:
     for name, fl in msg.feature_lists.feature_list.items():
         rows = [from_message(example_pb2.Example(features=example_pb2.Features(
             feature={"x": f})))["x"] for f in fl.feature]
-        kinds = {r.dtype for r, f in zip(rows, fl.feature) if f.WhichOneof("kind")}
+        kinds = {r.dtype for r, f in zip(rows, fl.feature, strict=True) if f.WhichOneof("kind")}
         dtype = kinds.pop() if kinds else np.dtype(np.float32)
         values = np.concatenate([r.astype(dtype) for r in rows]) if rows else np.empty(0, dtype)
         if dtype.kind == "O":
@@ -151,7 +151,7 @@ def test_ofrecord_equals_protobuf(features):
     expected = from_message(ofrecord_pb2.OFRecord.FromString(data))
     got = decode_ofrecord(data)
     assert same_dict(got, expected)
-    for name, (kind, values) in features.items():
+    for name, (kind, _values) in features.items():
         assert got[name].dtype == {"bytes_list": object, "float_list": np.float32,
                                    "double_list": np.float64, "int32_list": np.int32,
                                    "int64_list": np.int64}[kind]
@@ -408,7 +408,7 @@ def test_sequence_specs_and_errors():
     assert seq["tokens"].values.tolist() == [0, 0, 1, 0, 1, 2]
     assert seq["tokens"][2].tolist() == [0, 1, 2]
     assert len(seq["none"]) == 0 and seq["gone"].shape == (0, 2)
-    with pytest.raises(DecodeError, match="'tokens'.*step 0"):
+    with pytest.raises(DecodeError, match=r"'tokens'.*step 0"):
         decode_sequence_example(data, None, {"tokens": FixedLen((2,), "int64")})
     with pytest.raises(DecodeError, match="feature list 'gone' is missing"):
         decode_sequence_example(data, None, {"gone": FixedLen((2,))})
@@ -462,10 +462,10 @@ def test_batch_fixed_and_ragged_random(rows, impl):
 
 @pytest.mark.usefixtures("impl")  # compiled and pure-Python loops
 def test_batch_errors_name_record_and_feature():
-    recs = _mnist_like(6) + [example_bytes(image=[1.0], label=[1])]
+    recs = [*_mnist_like(6), example_bytes(image=[1.0], label=[1])]
     with pytest.raises(DecodeError, match=r"record 6: feature 'image': FixedLen shape"):
         decode_batch(recs, SPEC)
-    recs = _mnist_like(4) + [b"\xff"]
+    recs = [*_mnist_like(4), b"\xff"]
     with pytest.raises(DecodeError, match="record 4"):
         decode_batch(recs, SPEC)
     # same layout, but a packed varint list cut mid-varint in one record
@@ -654,7 +654,7 @@ def test_big_float_batches_equal_protobuf_with_and_without_out(n, floats):
     assert got["image"] is out["image"] and got["label"] is out["label"]
     assert np.array_equal(out["image"], want) and out["label"].tolist() == list(range(n))
     # records that do not share one layout go record by record, still into ``out``
-    mixed = recs[:-1] + [example_bytes(image=list(map(float, want[-1])), label=[n - 1])]
+    mixed = [*recs[:-1], example_bytes(image=list(map(float, want[-1])), label=[n - 1])]
     out["image"][:] = 0
     got = BatchDecoder(spec)(mixed, out=out)
     assert got["image"] is out["image"] and np.array_equal(out["image"], want)
@@ -757,7 +757,7 @@ def test_left_out_features_are_not_looked_into_as_tensorflow_does():
     pos = raw.index(bytes([5, 6]))  # the packed label varints
     raw[pos + 1] = 0x86  # the last varint now runs past its packed field
     recs[2] = bytes(raw)
-    with pytest.raises(DecodeError, match="record 2: .*'label'"):
+    with pytest.raises(DecodeError, match=r"record 2: .*'label'"):
         decode_batch(recs, {"image": FixedLen(2), "label": VarLen("int64")})
     # tf.io.parse_example with only "image" in its spec accepts record 2 too
     got = decode_batch(recs, {"image": FixedLen(2)})["image"]

@@ -9,7 +9,7 @@ import textwrap
 import pytest
 
 pytest.importorskip("torch")
-import ofindex  # noqa: E402
+import ofindex
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -11,9 +11,9 @@ from ofindex.shuffle import FeistelPermutation
 from ofindex.shuffle.orders import BlockShuffleOrder
 
 PRIMES = [5, 7, 11, 13, 97, 101, 997, 7919, 65521, 1000003]
-POW2 = [1 << k for k in range(0, 21)]
+POW2 = [1 << k for k in range(21)]
 SIZES = sorted(
-    set([1, 2, 3, 6, 10, 100, 1000, 12345] + PRIMES + POW2)
+    {1, 2, 3, 6, 10, 100, 1000, 12345, *PRIMES, *POW2}
     | {p + 1 for p in POW2}
     | {p - 1 for p in POW2 if p > 1}
 )

@@ -1,7 +1,8 @@
 """The pure read planner, tested without I/O."""
 
 import numpy as np
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ofindex.storage.ranges import coalesce
 

@@ -91,7 +91,7 @@ def test_multiprocess(dataset_dir, method):
     chunks = [list(range(k, 100, 4)) for k in range(4)]
     with mp.get_context(method).Pool(2) as pool:
         results = pool.starmap(_read_all, [(ds, c) for c in chunks])
-    for c, got in zip(chunks, results):
+    for c, got in zip(chunks, results, strict=True):
         assert got == [RECORDS[i] for i in c] + [RECORDS[i] for i in c[::-1]]
     assert ds[42] == RECORDS[42]  # the parent still works
 

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 
 import ofindex
+from ofindex.cli.synthetic import write_dataset
 from ofindex.formats.framing import RecordFormat
 from ofindex.formats.manifest import MANIFEST_NAME, decode_manifest, encode_manifest, read_manifest
 from ofindex.storage import storage_for
 from ofindex.storage.readahead import ReadAhead
-from ofindex.cli.synthetic import write_dataset
 
 
 def test_manifest_roundtrip_and_relative_data_dir():
@@ -38,7 +38,7 @@ def test_bad_manifests_say_rebuild(mutate):
     doc = json.loads(encode_manifest(RecordFormat.TFRECORD, "/d/m.json", "/d", None,
                                      ["p0", "p1"], [1, 2], [10, 20], ["", ""]))
     mutate(doc)
-    with pytest.raises(ofindex.SidecarError, match="ofindex|manifest"):
+    with pytest.raises(ofindex.SidecarError, match=r"ofindex|manifest"):
         decode_manifest(json.dumps(doc).encode(), "/d/m.json")
 
 
@@ -68,7 +68,7 @@ def test_local_manifest_checks_listing_at_open(tmp_path):
     ofindex.build_index(d)
     with ofindex.Writer(os.path.join(d, "part-00002")) as w:
         w.write(b"new shard")
-    with pytest.raises(ofindex.StaleIndexError, match="not in the manifest.*ofindex build"):
+    with pytest.raises(ofindex.StaleIndexError, match=r"not in the manifest.*ofindex build"):
         ofindex.open(d)
     assert len(ofindex.open(d, manifest=False)) == 21
 

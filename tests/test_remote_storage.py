@@ -8,13 +8,14 @@ import os
 import numpy as np
 import pytest
 import servers
+from helpers import read_bytes
 
 import ofindex
+from ofindex.cli.synthetic import write_dataset
 from ofindex.errors import RangeReadError
 from ofindex.storage import storage_for
 from ofindex.storage.remote import FsspecStorage
 from ofindex.storage.retry import RetryPolicy, is_transient
-from ofindex.cli.synthetic import write_dataset
 
 SHARDS = 4
 RECORDS = 400
@@ -95,7 +96,7 @@ def test_transient_errors_are_retried_then_named(dataset):
     d, expected = dataset
     with servers.python_http_server(d, honour_range=True, fail_first=2) as (url, srv):
         storage, path = storage_for(f"{url}/part-00000")
-        local = open(os.path.join(d, "part-00000"), "rb").read()
+        local = read_bytes(os.path.join(d, "part-00000"))
         assert storage.read(path, 100, 250) == local[100:250]  # 2 x 503, then served
         assert srv.gets == 3
         srv.gets, srv.fail_first = 0, 2
@@ -172,18 +173,18 @@ def test_ranges_run_concurrently_within_bounds(served):
     ends = [s + 100 for s in starts]
     out = storage.read_ranges([path] * len(starts), starts, ends)
     local = storage.read_all(path)
-    assert out == [local[s:e] for s, e in zip(starts, ends)]
+    assert out == [local[s:e] for s, e in zip(starts, ends, strict=True)]
     assert 2 <= storage.peak <= 8
     tight = CountingStorage("http", max_concurrency=8, max_inflight_bytes=250)
     buf = tight.read_ranges_concat([path] * len(starts), starts, ends)
-    assert bytes(buf) == b"".join(local[s:e] for s, e in zip(starts, ends))
+    assert bytes(buf) == b"".join(local[s:e] for s, e in zip(starts, ends, strict=True))
     assert tight.peak <= 2  # 250 bytes in flight hold at most two 100-byte ranges
 
 
 def test_batch_is_few_requests(served):
     url, expected, log = served
     ds = ofindex.open(url)
-    ds[0], ds[RECORDS - 1]  # noqa: B018 - touch first and last shard
+    ds[0], ds[RECORDS - 1]
     ds.__getitems__([150, 250])  # and the middle ones
     before = len(log_lines(log))
     idx = np.random.default_rng(0).permutation(RECORDS)[:256]
@@ -216,7 +217,7 @@ def test_stale_manifest_points_at_build(served, nginx_server, dataset):
     d, _ = dataset
     root = os.path.join(nginx_server.root, url.rsplit("/", 1)[1])
     # a sidecar rebuilt for changed data while the manifest stayed old
-    data = open(os.path.join(d, "part-00001"), "rb").read()
+    data = read_bytes(os.path.join(d, "part-00001"))
     with open(os.path.join(root, "part-00001"), "ab") as f:
         f.write(data[:600])
     os.remove(os.path.join(root, "part-00001.ofidx"))
@@ -225,7 +226,7 @@ def test_stale_manifest_points_at_build(served, nginx_server, dataset):
                             manifest=False)
     ds = ofindex.open(url)
     assert len(ds) == RECORDS
-    with pytest.raises(ofindex.StaleIndexError, match="manifest is out of date.*ofindex build"):
+    with pytest.raises(ofindex.StaleIndexError, match=r"manifest is out of date.*ofindex build"):
         ds[120]
     with pytest.raises(ofindex.StaleIndexError, match="ofindex build"):
         ofindex.open(root)  # locally the listing and stamps are checked at open

@@ -34,7 +34,7 @@ def _child_reads(ds, indices, queue) -> None:
         streamed = list(ds.iter_records(0, 10))
         fresh = ds._storage._fs is not fs_before and ds._storage._pid == os.getpid()
         queue.put(("ok", out, single, streamed, fresh))
-    except BaseException as exc:  # noqa: BLE001 - reported to the parent
+    except BaseException as exc:
         queue.put(("error", repr(exc), None, None, None))
 
 

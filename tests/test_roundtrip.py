@@ -4,13 +4,20 @@ import os
 import tempfile
 
 import numpy as np
-from hypothesis import given, settings, strategies as st
+from helpers import (
+    IMPLEMENTATIONS,
+    implementation,
+    ref_offsets,
+    ref_ofrecord,
+    ref_tfrecord,
+    split,
+    write_raw,
+)
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import ofindex
 from ofindex.formats.sidecar import open_local_sidecar
-from helpers import (
-    IMPLEMENTATIONS, implementation, ref_ofrecord, ref_offsets, ref_tfrecord, split, write_raw,
-)
 
 records_st = st.lists(st.binary(max_size=200), max_size=40)
 FORMATS = {"tfrecord": (ref_tfrecord, 16), "ofrecord": (ref_ofrecord, 8)}

@@ -1,6 +1,8 @@
 """Samplers, partitions and block orders: coverage, disjointness, resume, locality."""
 
+import functools
 import json
+import operator
 import pickle
 import warnings
 
@@ -65,7 +67,7 @@ def test_ranks_cover_epoch_and_epochs_differ(make):
             s.set_epoch(e)
             seen.append(list(s))
         assert len({len(x) for x in seen}) == 1
-        flat = sum(seen, [])
+        flat = functools.reduce(operator.iadd, seen, [])
         assert len(set(flat)) == len(flat) == 100
         epochs.append(flat)
         full = make(num_replicas=1, rank=0)
@@ -149,7 +151,7 @@ def test_batch_sampler_and_state():
     full = list(s)
     b = BatchSampler(s, 10)
     batches = list(b)
-    assert len(b) == len(batches) == 11 and sum(batches, []) == full
+    assert len(b) == len(batches) == 11 and functools.reduce(operator.iadd, batches, []) == full
     assert len(list(BatchSampler(s, 10, drop_last=True))) == 10 == len(BatchSampler(s, 10, True))
     it = iter(b)
     first = [next(it) for _ in range(4)]
@@ -157,7 +159,7 @@ def test_batch_sampler_and_state():
     assert state["position"] == 40
     b2 = BatchSampler(GlobalShuffleSampler(103, seed=4), 10)
     b2.load_state_dict(state)
-    assert sum(first + list(b2), []) == full
+    assert functools.reduce(operator.iadd, first + list(b2), []) == full
 
 
 def test_block_order_bijection_and_shard_locality():

@@ -5,14 +5,14 @@ import tempfile
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from helpers import ref_offsets, ref_ofrecord, ref_tfrecord, write_raw
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ofindex import CorruptRecordError, TruncatedRecordError
-
 from ofindex.formats.framing import RecordFormat
 from ofindex.index.scan import scan_file
 from ofindex.storage import LocalStorage
-from helpers import ref_ofrecord, ref_offsets, ref_tfrecord, write_raw
 
 
 @settings(max_examples=80, deadline=None)

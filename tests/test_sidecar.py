@@ -5,6 +5,7 @@ import resource
 
 import numpy as np
 import pytest
+from helpers import read_bytes, write_raw
 
 import ofindex
 from ofindex.formats.framing import RecordFormat
@@ -61,7 +62,7 @@ def test_atomic_write_keeps_old_file_on_crash(tmp_path, monkeypatch):
 
     with pytest.raises(Boom):
         write_local_atomic(path, parts())
-    assert open(path, "rb").read() == b"old"
+    assert read_bytes(path) == b"old"
     assert os.listdir(tmp_path) == ["a.ofidx"]  # no temporary left behind
 
 
@@ -70,11 +71,10 @@ def test_writer_that_dies_leaves_the_previous_file_and_sidecar(tmp_path):
     with ofindex.Writer(p) as w:
         w.write(b"first version")
     assert os.path.exists(p + ".ofidx")
-    with pytest.raises(RuntimeError):
-        with ofindex.Writer(p) as w:
-            w.write(b"a")
-            assert os.path.exists(f"{p}.{os.getpid()}.tmp")  # written under a temporary name
-            raise RuntimeError("crash while writing")
+    with pytest.raises(RuntimeError), ofindex.Writer(p) as w:
+        w.write(b"a")
+        assert os.path.exists(f"{p}.{os.getpid()}.tmp")  # written under a temporary name
+        raise RuntimeError("crash while writing")
     assert sorted(os.listdir(tmp_path)) == ["w.tfrecord", "w.tfrecord.ofidx"]  # no temporary
     assert list(ofindex.open(p)) == [b"first version"]
 
@@ -111,8 +111,8 @@ def test_check_offsets_detects_corruption(tmp_path):
         w.write_many([b"a", b"bb", b"ccc"])
     sc = open_local_sidecar(p + ".ofidx")
     sc.check_offsets()
-    raw = bytearray(open(p + ".ofidx", "rb").read())
+    raw = bytearray(read_bytes(p + ".ofidx"))
     raw[-1] ^= 1
-    open(p + ".ofidx", "wb").write(raw)
+    write_raw(p + ".ofidx", raw)
     with pytest.raises(ofindex.SidecarError, match="offsets CRC"):
         open_local_sidecar(p + ".ofidx").check_offsets()

@@ -13,10 +13,7 @@ tf = pytest.importorskip("tensorflow")
 
 def _records(n=300, seed=0):
     rng = np.random.default_rng(seed)
-    out = [b""]
-    for _ in range(n):
-        out.append(rng.bytes(int(rng.integers(0, 2000))))
-    return out
+    return [b"", *(rng.bytes(int(rng.integers(0, 2000))) for _ in range(n))]
 
 
 def test_files_written_by_tensorflow_index_and_read_identically(tmp_path):

@@ -1,11 +1,11 @@
 """The text 'offset length' index shared with vahidk's tfrecord2idx and NVIDIA DALI."""
 
 import pytest
+from helpers import ref_tfrecord, write_raw
 
 import ofindex
 from ofindex import SidecarError
 from ofindex.cli import main
-from helpers import ref_tfrecord, write_raw
 
 RECORDS = [b"x" * n for n in (0, 1, 10, 300, 7)]
 

@@ -5,6 +5,8 @@ import os
 import pytest
 
 torch = pytest.importorskip("torch")
+from torch.utils.data import DataLoader  # noqa: E402
+
 import ofindex  # noqa: E402
 from ofindex.integrations.torch import (  # noqa: E402
     BatchSampler,
@@ -13,7 +15,6 @@ from ofindex.integrations.torch import (  # noqa: E402
     ShuffledIterableDataset,
     TorchDataset,
 )
-from torch.utils.data import DataLoader  # noqa: E402
 
 SHARDS = [23, 40, 17]
 
@@ -99,7 +100,7 @@ def test_stateful_dataloader_resume(ds):
         return sdl.StatefulDataLoader(data, batch_size=6, sampler=s, num_workers=2,
                                       multiprocessing_context="fork", collate_fn=list)
 
-    ref = [b for b in make()]
+    ref = list(make())
     loader = make()
     it = iter(loader)
     head = [next(it) for _ in range(5)]

@@ -13,9 +13,9 @@ import tempfile
 
 import crc32c
 import numpy as np
+from benchlib import best_of, dataset, read_all, report
 
 import ofindex
-from benchlib import best_of, dataset, read_all, report
 
 
 def main() -> None:
@@ -32,9 +32,9 @@ def main() -> None:
         (path,) = dataset(a.root, f"build-{name}-{n}", n, 1, size, index=False)
         read_all([path])
         nbytes = os.path.getsize(path)
-        theirs = best_of(lambda: create_index(path, path + ".tfindex"), repeat=3)
-        ours = best_of(lambda: ofindex.build_index(path, workers=1), repeat=5)
-        ours_v = best_of(lambda: ofindex.build_index(path, workers=1, verify=True), repeat=5)
+        theirs = best_of(lambda p=path: create_index(p, p + ".tfindex"), repeat=3)
+        ours = best_of(lambda p=path: ofindex.build_index(p, workers=1), repeat=5)
+        ours_v = best_of(lambda p=path: ofindex.build_index(p, workers=1, verify=True), repeat=5)
         got = len(ofindex.open(path))
         with open(path + ".tfindex") as f:
             assert got == n == sum(1 for _ in f), "indexes disagree"
@@ -42,7 +42,8 @@ def main() -> None:
             {"name": f"tfrecord2idx  {name} ({n} x ~{size} B)", "records_per_s": round(n / theirs),
              "GB_per_s": round(nbytes / theirs / 1e9, 3)},
             {"name": f"ofindex build {name}", "records_per_s": round(n / ours),
-             "GB_per_s": round(nbytes / ours / 1e9, 3), "ratio_vs_tfrecord2idx": round(theirs / ours, 1)},
+             "GB_per_s": round(nbytes / ours / 1e9, 3),
+             "ratio_vs_tfrecord2idx": round(theirs / ours, 1)},
             {"name": f"ofindex build --verify {name}", "records_per_s": round(n / ours_v),
              "GB_per_s": round(nbytes / ours_v / 1e9, 3),
              "ratio_vs_tfrecord2idx": round(theirs / ours_v, 1)},

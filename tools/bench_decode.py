@@ -210,7 +210,8 @@ def main(argv: list[str] | None = None) -> int:
         del reused
         # the least any decoder producing a fresh (batch, size) float32 array must pay:
         # allocating it and writing every byte once (page faults + memory bandwidth)
-        runs["fresh_output_floor"] = lambda: np.empty((ns.batch, size), np.float32).fill(1.0)
+        runs["fresh_output_floor"] = (
+            lambda size=size: np.empty((ns.batch, size), np.float32).fill(1.0))
         tf_fn = tf_run(records, size)
         if tf_fn is not None:
             tf_out = tf_fn()

@@ -19,9 +19,9 @@ import tempfile
 import time
 
 import numpy as np
+from benchlib import best_of, dataset, read_all, report
 
 import ofindex
-from benchlib import best_of, dataset, read_all, report
 
 
 def _timed_count(it, budget_s: float, total: int | None = None) -> tuple[int, float]:
@@ -148,12 +148,14 @@ def bench_case(name: str, paths: list[str], root: str, budget: float) -> list[di
     rows += [
         {"name": f"{name}: ofindex ds[i] random", "records_per_s": round(ours_single_rps),
          "ratio_vs_array_record": round(ours_single_rps / ar_single_rps, 1)},
-        {"name": f"{name}: ofindex ds[i] random, mmap=False", "records_per_s": round(pread_single_rps),
+        {"name": f"{name}: ofindex ds[i] random, mmap=False",
+         "records_per_s": round(pread_single_rps),
          "ratio_vs_array_record": round(pread_single_rps / ar_single_rps, 1)},
         {"name": f"{name}: ArrayRecord __getitem__", "records_per_s": round(ar_single_rps)},
         {"name": f"{name}: ofindex __getitems__(256)", "records_per_s": round(ours_batch_rps),
          "ratio_vs_array_record": round(ours_batch_rps / ar_batch_rps, 1)},
-        {"name": f"{name}: ofindex __getitems__(256), mmap=False", "records_per_s": round(pread_batch_rps),
+        {"name": f"{name}: ofindex __getitems__(256), mmap=False",
+         "records_per_s": round(pread_batch_rps),
          "ratio_vs_array_record": round(pread_batch_rps / ar_batch_rps, 1)},
         {"name": f"{name}: ArrayRecord __getitems__(256)", "records_per_s": round(ar_batch_rps)},
         {"name": f"{name}: ofindex iterate (CRC verified)", "records_per_s": round(ours_seq[0]),
@@ -168,7 +170,8 @@ def bench_case(name: str, paths: list[str], root: str, budget: float) -> list[di
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--root", default=os.path.join(tempfile.gettempdir(), "ofindex-bench"))
     p.add_argument("--small-records", type=int, default=1_000_000)
     p.add_argument("--large-records", type=int, default=10_000)

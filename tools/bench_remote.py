@@ -23,9 +23,9 @@ import contextlib
 import json
 import os
 import re
-import subprocess
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -71,7 +71,8 @@ def _proxy_process(upstream_port: int, rtt_ms: float):
     """The latency proxy in a process of its own (as a network would be: its work must not
     compete with the client for this interpreter's GIL); yields its port, stops it by PID."""
     proc = subprocess.Popen(
-        [sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "latency_proxy.py"),
+        [sys.executable,
+         os.path.join(os.path.dirname(os.path.abspath(__file__)), "latency_proxy.py"),
          "--upstream", f"127.0.0.1:{upstream_port}", "--rtt-ms", str(rtt_ms), "--duration", "600"],
         stdout=subprocess.PIPE, text=True,
     )

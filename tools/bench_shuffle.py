@@ -24,8 +24,9 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from ofindex.shuffle import BlockShuffleOrder, FeistelPermutation  # noqa: E402
-from benchlib import best_of  # noqa: E402
+from benchlib import best_of
+
+from ofindex.shuffle import BlockShuffleOrder, FeistelPermutation
 
 
 def throughput(count: int, repeat: int) -> dict:
@@ -127,7 +128,8 @@ def main(argv=None) -> int:
             print(f"{k:32s} {v / 1e6:12.1f}")
     for k, v in res["memory"].items():
         print(f"{k:40s} {v / 2**20:12.2f} MiB")
-    print(f"{'block':>6s} {'window':>12s} {'ranges/batch':>13s} {'shards/batch':>13s} {'mixing':>8s}")
+    print(f"{'block':>6s} {'window':>12s} {'ranges/batch':>13s} {'shards/batch':>13s} "
+          f"{'mixing':>8s}")
     for row in res["locality"]:
         print(f"{row['block_size']!s:>6s} {row['window']!s:>12s} {row['ranges_per_batch']:13.1f} "
               f"{row['shards_per_batch']:13.1f} {row['mixing']:8.4f}")

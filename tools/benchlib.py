@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from ofindex.cli.synthetic import write_dataset
 
@@ -20,7 +20,8 @@ def best_of(fn: Callable[[], object], repeat: int = 3) -> float:
     return best
 
 
-def dataset(root: str, name: str, records: int, shards: int, size: int, index: bool = True) -> list[str]:
+def dataset(root: str, name: str, records: int, shards: int, size: int,
+            index: bool = True) -> list[str]:
     """Random-bytes TFRecord files under ``root/name``, generated once and reused."""
     d = os.path.join(root, name)
     marker = os.path.join(d, "_COMPLETE")
@@ -28,7 +29,8 @@ def dataset(root: str, name: str, records: int, shards: int, size: int, index: b
         paths = write_dataset(d, records, shards, kind="random", record_size=size, index=index)
         open(marker, "w").close()
         return paths
-    return sorted(os.path.join(d, f) for f in os.listdir(d) if f.startswith("part-") and "." not in f)
+    return sorted(os.path.join(d, f) for f in os.listdir(d)
+                  if f.startswith("part-") and "." not in f)
 
 
 def read_all(paths: list[str]) -> None:

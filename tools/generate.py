@@ -13,7 +13,8 @@ from ofindex.cli.synthetic import write_dataset
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("directory")
     p.add_argument("--records", type=int, default=100_000)
     p.add_argument("--shards", type=int, default=8)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import socket
 import struct
 import threading
@@ -42,7 +43,7 @@ class LatencyProxy:
         self._ready = threading.Event()
 
     # -- lifecycle ----------------------------------------------------------------------------
-    def start(self) -> "LatencyProxy":
+    def start(self) -> LatencyProxy:
         self._thread = threading.Thread(target=self._run, name="latency-proxy", daemon=True)
         self._thread.start()
         if not self._ready.wait(10):
@@ -56,7 +57,7 @@ class LatencyProxy:
         if self._thread is not None:
             self._thread.join(10)
 
-    def __enter__(self) -> "LatencyProxy":
+    def __enter__(self) -> LatencyProxy:
         return self.start()
 
     def __exit__(self, *exc) -> None:
@@ -120,10 +121,8 @@ class LatencyProxy:
                 writer.write(chunk)
                 await writer.drain()
             if writer.can_write_eof():
-                try:
+                with contextlib.suppress(OSError):
                     writer.write_eof()
-                except OSError:
-                    pass
 
         sender = asyncio.ensure_future(send())
         try:
@@ -140,10 +139,8 @@ class LatencyProxy:
             pass
         finally:
             queue.put_nowait((0.0, None))
-            try:
+            with contextlib.suppress(ConnectionError, OSError):
                 await sender
-            except (ConnectionError, OSError):
-                pass
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -157,10 +154,8 @@ def main(argv: list[str] | None = None) -> None:
     with LatencyProxy(host, int(port), args.rtt_ms / 1000, args.port) as proxy:
         print(f"listening on 127.0.0.1:{proxy.port} -> {args.upstream}, RTT {args.rtt_ms} ms",
               flush=True)
-        try:
+        with contextlib.suppress(KeyboardInterrupt):
             time.sleep(args.duration)
-        except KeyboardInterrupt:
-            pass
 
 
 if __name__ == "__main__":

@@ -67,7 +67,7 @@ def cmd_get(args, options) -> int:
     ds = open_dataset(args.paths, format=args.format, index_dir=args.index_dir,
                       storage_options=options, verify=not args.no_verify)
     records = ds.__getitems__(args.indices)
-    for index, payload in zip(args.indices, records):
+    for index, payload in zip(args.indices, records, strict=True):
         if args.raw:
             sys.stdout.buffer.write(payload)
             continue
@@ -126,7 +126,9 @@ def cmd_export_index(args, options) -> int:
         try:
             sc = load_sidecar(ist, ipath)
         except FileNotFoundError:
-            raise OfindexError(f"{ist.url(ipath)}: no index; run `ofindex build {storage.url(f)}` first") from None
+            raise OfindexError(
+                f"{ist.url(ipath)}: no index; run `ofindex build {storage.url(f)}` first"
+            ) from None
         sc.check_fresh(storage.stamp(f), storage.url(f))
         text = export_text(sc)
         if out_storage is None:
@@ -134,7 +136,8 @@ def cmd_export_index(args, options) -> int:
         elif len(files) == 1 and not out_storage.is_dir(out_dir):
             target_storage, target = out_storage, out_dir
         else:
-            target_storage, target = out_storage, out_storage.join(out_dir, storage.basename(f) + ".idx")
+            target_storage = out_storage
+            target = out_storage.join(out_dir, storage.basename(f) + ".idx")
         target_storage.write_atomic(target, [text])
         print(f"{target_storage.url(target)}: {len(sc)} records")
     return EXIT_OK

@@ -81,7 +81,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("verify", help="check indexes and every record's CRC")
     _add_common(p)
 
-    p = sub.add_parser("export-index", help="write the text 'offset length' index (DALI, tfrecord2idx)")
+    p = sub.add_parser("export-index",
+                       help="write the text 'offset length' index (DALI, tfrecord2idx)")
     _add_common(p)
     p.add_argument("--output", help="output file (one data file) or directory (default: "
                    "<data file>.idx beside the data)")

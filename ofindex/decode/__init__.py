@@ -66,7 +66,7 @@ def decode_batch(
     *,
     context_spec: Any = None,
     sequence_spec: Any = None,
-    out: "dict[str, np.ndarray] | None" = None,
+    out: dict[str, np.ndarray] | None = None,
 ) -> Any:
     """Decode a list of serialized records into batched arrays.
 
@@ -128,7 +128,7 @@ class Decoder:
             return decode_ofrecord_normalized(data, self._nspec)
         return decode_sequence_example(data, self.context_spec, self.sequence_spec)
 
-    def batch(self, records: Sequence[Any], out: "dict[str, np.ndarray] | None" = None) -> Any:
+    def batch(self, records: Sequence[Any], out: dict[str, np.ndarray] | None = None) -> Any:
         """Decode a list of records at once (``out=``: see :func:`decode_batch`)."""
         if self.kind == "sequence_example":
             if out:
@@ -150,7 +150,7 @@ class BatchDecoder(Decoder):
     """Like :class:`Decoder`, but called with a list of records (a ``collate_fn``)."""
 
     def __call__(self, records: Sequence[Any],  # type: ignore[override]
-                 out: "dict[str, np.ndarray] | None" = None) -> Any:
+                 out: dict[str, np.ndarray] | None = None) -> Any:
         return self.batch(records, out)
 
 

@@ -9,6 +9,7 @@ compiled gather (``ofindex._native.gather_bytes``) releases the GIL for big rows
 from __future__ import annotations
 
 import concurrent.futures as cf
+import itertools
 import os
 import threading
 from collections.abc import Callable
@@ -51,7 +52,7 @@ def fill_parallel(n: int, nbytes: int, fill: Callable[[list, int, int], None],
     parts = min(pool._max_workers, n)
     bounds = np.linspace(0, n, parts + 1).astype(int).tolist()
     try:
-        for f in [pool.submit(fill, job, lo, hi) for lo, hi in zip(bounds[:-1], bounds[1:])]:
+        for f in [pool.submit(fill, job, lo, hi) for lo, hi in itertools.pairwise(bounds)]:
             f.result()
     finally:
         # the workers reach the arrays only through ``job``: a pool thread that has not yet

@@ -18,6 +18,8 @@ from __future__ import annotations
 import numpy as np
 
 from ofindex import _accel
+from ofindex.decode._memory import empty
+from ofindex.decode._parallel import copy_rows, fill_parallel
 from ofindex.decode._values import (
     BYTES,
     FLOAT32,
@@ -29,8 +31,6 @@ from ofindex.decode._values import (
     varints_to_u64,
 )
 from ofindex.decode._wire import LEN, WireError
-from ofindex.decode._memory import empty
-from ofindex.decode._parallel import copy_rows, fill_parallel
 from ofindex.decode.spec import FixedLen
 
 _LE = {FLOAT32: np.dtype("<f4"), FLOAT64: np.dtype("<f8")}

@@ -96,7 +96,7 @@ def _chunks(buf: bytes, regions: list, vtype: str) -> list:
             if vtype == BYTES:
                 if wt == LEN:
                     out.append((wt, s, e))
-            elif wt == LEN or wt == want:
+            elif wt in (LEN, want):
                 out.append((wt, s, e))
     return out
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from ofindex.errors import DecodeError
 
-
 # wire types
 VARINT, I64, LEN, SGROUP, EGROUP, I32 = 0, 1, 2, 3, 4, 5
 

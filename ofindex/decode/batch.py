@@ -73,7 +73,7 @@ def _per_record(bufs: list, idx: list, walked: list, spec: dict, kinds: dict, wh
         fs = spec[name]
         if isinstance(fs, FixedLen):
             arr = np.empty((len(bufs), *fs.shape), NP_DTYPES[fs.dtype])
-            for j, (buf, located) in enumerate(zip(bufs, walked)):
+            for j, (buf, located) in enumerate(zip(bufs, walked, strict=True)):
                 try:
                     arr[j] = convert(buf, name, located.get(name), fs, kinds, what, copy=False)
                 except DecodeError as exc:
@@ -82,7 +82,7 @@ def _per_record(bufs: list, idx: list, walked: list, spec: dict, kinds: dict, wh
             continue
         vtype = fs.dtype if fs is not None else natural[name]
         rows = []
-        for j, (buf, located) in enumerate(zip(bufs, walked)):
+        for j, (buf, located) in enumerate(zip(bufs, walked, strict=True)):
             loc = located.get(name)
             try:
                 if fs is None:
@@ -117,7 +117,7 @@ def _assemble(n: int, spec: dict, parts: list) -> dict:
         lengths = np.zeros(n, np.int64)
         for idx, res in parts:
             _, vals, lens = res[name]
-            for i, row in zip(idx, np.split(vals, np.cumsum(lens)[:-1])):
+            for i, row in zip(idx, np.split(vals, np.cumsum(lens)[:-1]), strict=True):
                 rows[i] = row
             lengths[idx] = lens
         stored = {r.dtype for r in rows if len(r)}
@@ -185,7 +185,7 @@ def decode_records(records: Sequence[Any], spec: Spec, family: str,
     if rest:
         rbufs = [bufs[i] for i in rest]
         walked = ([walked_all[i] for i in rest] if walked_all is not None else
-                  [_walk(b, walker, what, i) for i, b in zip(rest, rbufs)])
+                  [_walk(b, walker, what, i) for i, b in zip(rest, rbufs, strict=True)])
         parts.append((rest, _per_record(rbufs, rest, walked, nspec, kinds, what, union)))
     parts.sort(key=lambda p: p[0][0])
     result = _assemble(n, nspec, parts)

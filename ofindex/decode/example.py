@@ -156,4 +156,4 @@ def from_message(message: Any) -> Decoded:
     return out
 
 
-__all__ = ["decode_example", "decode_ofrecord", "from_message", "Ragged"]
+__all__ = ["Ragged", "decode_example", "decode_ofrecord", "from_message"]

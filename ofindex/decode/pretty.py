@@ -83,7 +83,7 @@ def format_decoded(decoded: Any) -> str:
     if isinstance(decoded, tuple) and len(decoded) == 2 and all(
         isinstance(d, dict) for d in decoded
     ):
-        lines = ["context:"] + _table(decoded[0], "  ")
-        lines += ["feature_lists:"] + _table(decoded[1], "  ")
+        lines = ["context:", *_table(decoded[0], "  ")]
+        lines += ["feature_lists:", *_table(decoded[1], "  ")]
         return "\n".join(lines)
     return "\n".join(_table(decoded))

@@ -164,10 +164,7 @@ def normalize_spec(spec: Spec, allowed: tuple[str, ...], what: str) -> dict | No
         return None
     if isinstance(spec, (str, bytes)):
         spec = [spec]
-    if isinstance(spec, Mapping):
-        items = list(spec.items())
-    else:
-        items = [(name, None) for name in spec]
+    items = list(spec.items()) if isinstance(spec, Mapping) else [(name, None) for name in spec]
     out: dict = {}
     for name, fs in items:
         if fs is not None and not isinstance(fs, (FixedLen, VarLen)):
@@ -191,7 +188,7 @@ class Ragged:
     SequenceExample VarLen features: records -> steps -> values). Indexing gives a row.
     """
 
-    __slots__ = ("values", "row_lengths")
+    __slots__ = ("row_lengths", "values")
 
     def __init__(self, values: Any, row_lengths: Any) -> None:
         self.values = values

@@ -27,7 +27,7 @@ def detect_format(head: bytes, file_size: int, *, path: str) -> RecordFormat | N
             return RecordFormat.TFRECORD
     if len(head) >= 8:
         (length,) = _SIGNED_LEN.unpack_from(head)
-        if 0 <= length and 8 + length <= file_size:
+        if length >= 0 and 8 + length <= file_size:
             return RecordFormat.OFRECORD
     raise FormatDetectionError(
         f"{path}: cannot detect the record format: the first {min(len(head), 12)} bytes are "

@@ -38,7 +38,7 @@ class RecordFormat(enum.IntEnum):
     overhead: int
 
     @classmethod
-    def parse(cls, value: "str | RecordFormat") -> "RecordFormat":
+    def parse(cls, value: str | RecordFormat) -> RecordFormat:
         if isinstance(value, RecordFormat):
             return value
         name = str(value).lower().replace("_", "").replace("-", "")

@@ -109,9 +109,9 @@ def decode_header(buf: bytes, *, path: str) -> SidecarHeader:
 class Sidecar:
     """An opened sidecar: the header plus the offsets (memory-mapped or in memory)."""
 
-    __slots__ = ("path", "header", "offsets", "indexed_end", "_mv", "_mmap", "_overhead")
+    __slots__ = ("_mmap", "_mv", "_overhead", "header", "indexed_end", "offsets", "path")
 
-    def __init__(self, path: str, header: SidecarHeader, body: "mmap.mmap | bytes") -> None:
+    def __init__(self, path: str, header: SidecarHeader, body: mmap.mmap | bytes) -> None:
         self.path = path
         self.header = header
         self._mmap = body

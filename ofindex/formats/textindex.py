@@ -54,7 +54,8 @@ def import_text(
     offsets, lengths = parse_text(text, path=path)
     if len(offsets):
         if offsets[0] != 0 or np.any(offsets[1:] != offsets[:-1] + lengths[:-1]):
-            bad = 0 if offsets[0] != 0 else int(np.argmax(offsets[1:] != offsets[:-1] + lengths[:-1])) + 1
+            gaps = offsets[1:] != offsets[:-1] + lengths[:-1]
+            bad = 0 if offsets[0] != 0 else int(np.argmax(gaps)) + 1
             raise SidecarError(
                 f"{path}: record {bad} starts at byte {offsets[bad]}, not where the previous "
                 f"record ends; the text index does not describe {data_url} — rebuild it with "

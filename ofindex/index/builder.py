@@ -75,7 +75,7 @@ def build_location(
     n_workers = max(1, min(workers or default, len(files)))
     bar = _progress_bar(storage, files, progress)
     jobs = [(storage, f, fmt, ist, ipath, verify, allow_partial)
-            for f, (ist, ipath) in zip(files, targets)]
+            for f, (ist, ipath) in zip(files, targets, strict=True)]
     try:
         if n_workers == 1:
             update = bar.update if bar is not None else None
@@ -159,7 +159,7 @@ def _settle_empty_files(results, files, targets, storage, fmt) -> list[BuildResu
         )
     (only,) = seen
     out = []
-    for r, f, (ist, ipath) in zip(results, files, targets):
+    for r, f, (ist, ipath) in zip(results, files, targets, strict=True):
         if r.format is None:
             r = build_file(storage, f, only, ist, ipath, False, False)
         out.append(r)

@@ -43,7 +43,7 @@ def first_bad_data_crc(buffer, loc: np.ndarray, lengths: np.ndarray, hs: int) ->
     mv = memoryview(buffer)
     crc = _crc32c.crc32c
     starts = (np.asarray(loc, dtype=np.int64) + hs).tolist()
-    for j, (o, e) in enumerate(zip(starts, at.tolist())):
+    for j, (o, e) in enumerate(zip(starts, at.tolist(), strict=True)):
         if crc(mv[o:e]) != stored[j]:
             return j
     return None
@@ -53,7 +53,8 @@ def data_crc_problem(buffer, o: int, length: int, hs: int, *, url: str, base: in
                      record: int) -> CorruptRecordError:
     """The error for the record at block offset ``o`` whose payload CRC is wrong."""
     try:
-        check_data_crc(memoryview(buffer)[o + hs : o + hs + length], _CRC(buffer, o + hs + length)[0],
+        check_data_crc(memoryview(buffer)[o + hs : o + hs + length],
+                       _CRC(buffer, o + hs + length)[0],
                        path=url, offset=base + o, record=record)
     except CorruptRecordError as exc:
         return exc

@@ -13,7 +13,7 @@ import dataclasses
 import struct
 import sys
 import warnings
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
@@ -141,7 +141,8 @@ class _Scan:
         read_size = min(_HEADER_READ, self.block_size) if headers_only else self.block_size
         while self.pos < size:
             pos = self.pos
-            n = self.storage.read_into(self.path, pos, memoryview(buffer)[: min(read_size, size - pos)])
+            window = memoryview(buffer)[: min(read_size, size - pos)]
+            n = self.storage.read_into(self.path, pos, window)
             if n < hs:
                 parse_header(memoryview(buffer)[:n], fmt, path=self.url, offset=pos,
                              record=self.count, file_size=size)

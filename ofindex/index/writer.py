@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import array
 import os
-from typing import Any, Iterable, Protocol
+from collections.abc import Iterable
+from typing import Any, Protocol
 
 from ..errors import OfindexError
 from ..formats.framing import RecordFormat, frame_parts
@@ -59,12 +60,13 @@ class Writer:
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
-        return f"Writer({self._storage.url(self._path)!r}, {self.format.name.lower()}, {len(self._offsets)} records, {state})"
+        return (f"Writer({self._storage.url(self._path)!r}, {self.format.name.lower()}, "
+                f"{len(self._offsets)} records, {state})")
 
     def __len__(self) -> int:
         return len(self._offsets)
 
-    def write(self, record: "bytes | bytearray | memoryview | _Message") -> int:
+    def write(self, record: bytes | bytearray | memoryview | _Message) -> int:
         """Append one record (bytes, or a protobuf message); returns its record number."""
         if self._closed:
             raise OfindexError(f"{self._storage.url(self._path)}: write() on a closed Writer")
@@ -85,7 +87,7 @@ class Writer:
         self._pos += len(head) + len(record) + len(foot)
         return len(self._offsets) - 1
 
-    def write_many(self, records: Iterable["bytes | _Message"]) -> int:
+    def write_many(self, records: Iterable[bytes | _Message]) -> int:
         """Append many records; returns how many were written."""
         n = 0
         for r in records:
@@ -114,7 +116,8 @@ class Writer:
             )
         import numpy as np
 
-        offsets = np.frombuffer(self._offsets, dtype=np.uint64) if self._offsets else np.empty(0, np.uint64)
+        offsets = (np.frombuffer(self._offsets, dtype=np.uint64) if self._offsets
+                   else np.empty(0, np.uint64))
         header, body = encode_sidecar(self.format, offsets, stamp, self._pos)
         self._index_storage.write_atomic(self._index_path, [header, body])
 
@@ -126,7 +129,7 @@ class Writer:
             if self._tmp is not None:
                 self._storage.remove(self._tmp)
 
-    def __enter__(self) -> "Writer":
+    def __enter__(self) -> Writer:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:

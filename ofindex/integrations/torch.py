@@ -23,19 +23,20 @@ dataset from ``ofindex.open(...)``::
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import torch.utils.data as _tud
 
 from ..shuffle import samplers as _s
 
 __all__ = [
-    "TorchDataset",
-    "SequentialSampler",
-    "GlobalShuffleSampler",
-    "BlockShuffleSampler",
     "BatchSampler",
+    "BlockShuffleSampler",
+    "GlobalShuffleSampler",
+    "SequentialSampler",
     "ShuffledIterableDataset",
+    "TorchDataset",
 ]
 
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import itertools
 from bisect import bisect_right as _bisect_right
+from collections.abc import Callable, Iterator, Sequence
 from os import getpid as _getpid
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any
 
 import crc32c as _crc32c
 import numpy as np
@@ -17,7 +19,10 @@ from ..storage import Storage
 from ..storage.ranges import DEFAULT_MAX_BYTES, coalesce
 from . import streaming
 from .payloads import (
-    DIRECT_RECORD_BYTES, extract_payloads, raise_record_error, read_record_direct,
+    DIRECT_RECORD_BYTES,
+    extract_payloads,
+    raise_record_error,
+    read_record_direct,
 )
 from .shards import Shard, ShardInfo, prefetch_sidecars
 
@@ -131,7 +136,8 @@ class Dataset:
     def shards(self) -> list[ShardInfo]:
         """Path, record count and size of every shard."""
         return [
-            ShardInfo(self._storage.url(s.path), s.records, s.size, s.index_storage.url(s.index_path))
+            ShardInfo(self._storage.url(s.path), s.records, s.size,
+                      s.index_storage.url(s.index_path))
             for s in self._shards
         ]
 
@@ -254,7 +260,7 @@ class Dataset:
             if len(bounds) > 2:  # fetch the batch's not-yet-loaded remote sidecars concurrently
                 prefetch_sidecars([self._shards[s] for s in shard_of[bounds[:-1]].tolist()])
         local = idx - self._first[shard_of]
-        groups = [(int(shard_of[lo]), lo, hi) for lo, hi in zip(bounds[:-1], bounds[1:])]
+        groups = [(int(shard_of[lo]), lo, hi) for lo, hi in itertools.pairwise(bounds)]
         starts = np.empty(n, dtype=np.int64)
         ends = np.empty(n, dtype=np.int64)
         for s, lo, hi in groups:  # offsets live in each shard's sidecar
@@ -281,8 +287,8 @@ class Dataset:
             if buf is None:
                 return None
             url = self._storage.url(path)
-            out += extract_payloads(buf, st, en, self.format, self.verify, lambda k: url, st,
-                                    local[lo:hi])
+            out += extract_payloads(buf, st, en, self.format, self.verify,
+                                    lambda k, url=url: url, st, local[lo:hi])
         return out
 
     def _read_planned(self, shard_of, starts, ends, local) -> list:
@@ -292,7 +298,7 @@ class Dataset:
         if storage.cheap_seeks and int((ends - starts).mean()) >= DIRECT_RECORD_BYTES:
             return [read_record_direct(storage, shards[s].path, a, b, fmt, verify, r)
                     for s, a, b, r in zip(shard_of.tolist(), starts.tolist(), ends.tolist(),
-                                          local.tolist())]
+                                          local.tolist(), strict=True)]
         plan = coalesce(starts, ends, self.max_gap, self.max_read_bytes, files=shard_of)
         sizes = plan.fetch_ends - plan.fetch_starts
         fetch_base = np.cumsum(sizes) - sizes

@@ -133,7 +133,8 @@ def _open_manifest(location: DatasetLocation, options: OpenOptions) -> Dataset:
     shards = [
         Shard(path, *location.sidecar_of(path), records, size, fingerprint=fp,
               cache=options.cache, data_storage=storage if lazy_stat else None)
-        for path, records, size, fp in zip(location.files, m.records, m.sizes, m.fingerprints)
+        for path, records, size, fp in zip(location.files, m.records, m.sizes, m.fingerprints,
+                                           strict=True)
     ]
     if local:  # stat-ing local files is cheap: check now, as without a manifest
         assert location.directory is not None

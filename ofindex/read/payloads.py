@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import mmap
-from typing import Callable, NoReturn
+from collections.abc import Callable
+from typing import NoReturn
 
 import crc32c as _crc32c
 import numpy as np
@@ -21,7 +22,7 @@ _FEW = 512
 
 
 def extract_payloads(
-    buf: "bytes | bytearray | memoryview | mmap.mmap",
+    buf: bytes | bytearray | memoryview | mmap.mmap,
     starts: np.ndarray,
     ends: np.ndarray,
     fmt: RecordFormat,
@@ -68,16 +69,16 @@ def extract_payloads(
     p0 = (starts + fmt.header_size).tolist()
     p1 = (ends - fmt.footer_size).tolist()
     if isinstance(buf, (bytes, mmap.mmap)):  # slicing these gives bytes: one copy
-        out = [buf[a:b] for a, b in zip(p0, p1)]
+        out = [buf[a:b] for a, b in zip(p0, p1, strict=True)]
     else:
         view = memoryview(buf)
-        out = [bytes(view[a:b]) for a, b in zip(p0, p1)]
+        out = [bytes(view[a:b]) for a, b in zip(p0, p1, strict=True)]
     if tf_verify:
         stored = unmask_crcs(raw[(ends - 4)[:, None] + _A4].view("<u4").ravel()).tolist()
         crc = _crc32c.crc32c
         computed = [crc(p) for p in out]
         if computed != stored:
-            k = next(k for k, (c, t) in enumerate(zip(computed, stored)) if c != t)
+            k = next(k for k, (c, t) in enumerate(zip(computed, stored, strict=True)) if c != t)
             raise data_crc_error(mask_crc(stored[k]), mask_crc(computed[k]), path=url(k),
                                  offset=int(file_offsets[k]), record=int(records[k]))
     return out

@@ -9,12 +9,13 @@ memory-mapped from there, valid as long as their header stamp matches the manife
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
 import dataclasses
 import hashlib
 import os
 import threading
 from collections import OrderedDict
-from typing import Iterable
+from collections.abc import Iterable
 
 from ..errors import IndexNotFoundError, SidecarError, StaleIndexError
 from ..formats.framing import RecordFormat
@@ -64,13 +65,11 @@ class SidecarCache:
     def __len__(self) -> int:
         return len(self._lru)
 
-    def touch(self, shard: "Shard") -> None:
-        try:
+    def touch(self, shard: Shard) -> None:
+        with contextlib.suppress(KeyError):
             self._lru.move_to_end(id(shard))
-        except KeyError:
-            pass
 
-    def add(self, shard: "Shard", nbytes: int) -> None:
+    def add(self, shard: Shard, nbytes: int) -> None:
         """Account for ``shard``'s newly loaded sidecar; evict least recently used others."""
         with self._lock:
             if self._pid != os.getpid():
@@ -125,8 +124,18 @@ class Shard:
     stat-ed once at load and compared with the sidecar's stamp (lazy staleness check).
     """
 
-    __slots__ = ("path", "index_storage", "index_path", "records", "size", "fingerprint",
-                 "data_storage", "cache", "_sidecar", "_pid")
+    __slots__ = (
+        "_pid",
+        "_sidecar",
+        "cache",
+        "data_storage",
+        "fingerprint",
+        "index_path",
+        "index_storage",
+        "path",
+        "records",
+        "size",
+    )
 
     def __init__(self, path: str, index_storage: Storage, index_path: str,
                  records: int = -1, size: int = -1, *, fingerprint: str | None = None,
@@ -149,7 +158,7 @@ class Shard:
 
     def __setstate__(self, state) -> None:
         path, ist, ipath, records, size, *rest = state
-        fingerprint, data_storage, cache = (rest + [None, None, None])[:3]
+        fingerprint, data_storage, cache = ([*rest, None, None, None])[:3]
         self.__init__(path, ist, ipath, records, size, fingerprint=fingerprint,
                       data_storage=data_storage, cache=cache)
 
@@ -193,11 +202,11 @@ class Shard:
         """Parse a fetched remote sidecar; keep a disk copy when there is a cache_dir."""
         sc = parse_sidecar(raw, path=self.index_url)
         cache, expect = self.cache, self._expected()
-        if cache is not None and expect is not None and cache.cache_dir is not None:
-            if sc.header.count == self.records and sc.header.stamp == expect:
-                disk = cache.to_disk(self.index_url, raw)
-                if disk is not None:
-                    return disk, 0
+        if (cache is not None and expect is not None and cache.cache_dir is not None
+                and sc.header.count == self.records and sc.header.stamp == expect):
+            disk = cache.to_disk(self.index_url, raw)
+            if disk is not None:
+                return disk, 0
         return sc, len(raw)
 
     def _fetch(self) -> tuple[Sidecar, int]:
@@ -271,7 +280,7 @@ def prefetch_sidecars(shards: Iterable[Shard]) -> None:
             s.load()
         return
     disk = [s._from_disk() for s in cold]
-    to_read = [s for s, d in zip(cold, disk) if d is None]
+    to_read = [s for s, d in zip(cold, disk, strict=True) if d is None]
     read_paths = [s.index_path for s in to_read]
     stat_paths = [s.path for s in cold] if dst is not None else []
     if dst is None or dst is ist:
@@ -281,7 +290,7 @@ def prefetch_sidecars(shards: Iterable[Shard]) -> None:
             f_raw = pool.submit(ist.fetch_many, read_paths, [])
             f_stat = pool.submit(dst.fetch_many, [], stat_paths)
             raws, stamps = f_raw.result()[0], f_stat.result()[1]
-    raw_of = dict(zip(map(id, to_read), raws))
+    raw_of = dict(zip(map(id, to_read), raws, strict=True))
     for k, s in enumerate(cold):
         if disk[k] is not None:
             sc, nbytes = disk[k], 0

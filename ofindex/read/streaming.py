@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import concurrent.futures as cf
-from typing import Iterator
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -58,7 +58,7 @@ def stream_shard(
                 buf, base = mapped, 0
             elif (ends[-1] - starts[0]) // (b - a) >= DIRECT_RECORD_BYTES:
                 # large records: each payload read straight into its own bytes, no staging
-                for j, (s, e) in enumerate(zip(starts.tolist(), ends.tolist())):
+                for j, (s, e) in enumerate(zip(starts.tolist(), ends.tolist(), strict=True)):
                     yield read_record_direct(storage, path, s, e, fmt, verify, a + j)
                 continue
             else:

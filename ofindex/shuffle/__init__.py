@@ -20,10 +20,10 @@ from .permutation import DEFAULT_ROUNDS, FeistelPermutation
 from .samplers import BatchSampler, BlockShuffleSampler, GlobalShuffleSampler, SequentialSampler
 
 __all__ = [
+    "DEFAULT_ROUNDS",
     "BatchSampler",
     "BlockShuffleOrder",
     "BlockShuffleSampler",
-    "DEFAULT_ROUNDS",
     "FeistelPermutation",
     "GlobalShuffleOrder",
     "GlobalShuffleSampler",

@@ -28,14 +28,20 @@ and is rebuilt per epoch by a sampler from ``(seed, epoch)``.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
-from .permutation import DEFAULT_ROUNDS, FeistelPermutation, _walk, domain_shape, round_keys
-from .permutation import splitmix64_np
+from .permutation import (
+    DEFAULT_ROUNDS,
+    FeistelPermutation,
+    _walk,
+    domain_shape,
+    round_keys,
+    splitmix64_np,
+)
 
-__all__ = ["SequentialOrder", "GlobalShuffleOrder", "BlockShuffleOrder"]
+__all__ = ["BlockShuffleOrder", "GlobalShuffleOrder", "SequentialOrder"]
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 

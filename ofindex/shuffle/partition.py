@@ -112,7 +112,7 @@ class Partition:
         """The epoch position reached once every consumer has taken ``consumed`` items."""
         return min(self.n, self.start + int(consumed) * self.num_replicas)
 
-    def split(self, num_workers: int, worker_id: int) -> "Partition":
+    def split(self, num_workers: int, worker_id: int) -> Partition:
         """The share of worker ``worker_id`` of ``num_workers`` (see the module docstring)."""
         if num_workers < 1 or not 0 <= worker_id < num_workers:
             raise ValueError(f"bad worker_id {worker_id} for num_workers {num_workers}")

@@ -30,11 +30,11 @@ changing anything here changes every user's epoch order.
 from __future__ import annotations
 
 import math
-from typing import Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 
-__all__ = ["FeistelPermutation", "DEFAULT_ROUNDS", "MAX_N"]
+__all__ = ["DEFAULT_ROUNDS", "MAX_N", "FeistelPermutation"]
 
 DEFAULT_ROUNDS = 4
 MAX_N = 1 << 63  # exclusive upper bound of n: positions must fit int64
@@ -150,7 +150,7 @@ class FeistelPermutation:
     proportionally more time).
     """
 
-    __slots__ = ("n", "seed", "epoch", "salt", "rounds", "_a", "_b", "_keys")
+    __slots__ = ("_a", "_b", "_keys", "epoch", "n", "rounds", "salt", "seed")
 
     def __init__(
         self, n: int, seed: int = 0, epoch: int = 0, *, salt: int = 0, rounds: int = DEFAULT_ROUNDS

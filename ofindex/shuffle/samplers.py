@@ -20,7 +20,8 @@ It combines an epoch *order* (:mod:`ofindex.shuffle.orders`) with a strided
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -28,7 +29,7 @@ from .orders import BlockShuffleOrder, GlobalShuffleOrder, SequentialOrder
 from .partition import Partition, resolve_distributed
 from .permutation import DEFAULT_ROUNDS
 
-__all__ = ["SequentialSampler", "GlobalShuffleSampler", "BlockShuffleSampler", "BatchSampler"]
+__all__ = ["BatchSampler", "BlockShuffleSampler", "GlobalShuffleSampler", "SequentialSampler"]
 
 _STATE_VERSION = 1
 _CHUNK = 1 << 14
@@ -189,7 +190,7 @@ class BlockShuffleSampler(_EpochSampler):
         self._make_order()  # validate parameters now
 
     @classmethod
-    def for_dataset(cls, dataset, **kwargs) -> "BlockShuffleSampler":
+    def for_dataset(cls, dataset, **kwargs) -> BlockShuffleSampler:
         """Build from a dataset exposing ``cumulative_counts`` (records in shards ``0..k``)."""
         cum = dataset.cumulative_counts
         cum = np.asarray(cum() if callable(cum) else cum, dtype=np.int64)

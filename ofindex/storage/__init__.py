@@ -14,8 +14,8 @@ from .stamp import FileStamp
 __all__ = [
     "FileStamp",
     "FsspecStorage",
-    "PathSpec",
     "LocalStorage",
+    "PathSpec",
     "Storage",
     "as_list",
     "check_length",

@@ -19,7 +19,7 @@ class ByteBudget:
         self.used = 0
         self.cond = asyncio.Condition()
 
-    def hold(self, n: int) -> "_Hold":
+    def hold(self, n: int) -> _Hold:
         return _Hold(self, n)
 
 

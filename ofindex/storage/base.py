@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import abc
-from typing import IO, Sequence
+from collections.abc import Sequence
+from typing import IO
 
 from ..errors import RangeReadError
 from .stamp import FileStamp
@@ -37,13 +38,13 @@ class Storage(abc.ABC):
     ) -> list[bytes]:
         """Exactly the bytes ``[starts[k], ends[k])`` of ``paths[k]`` for each k (may run
         concurrently)."""
-        return [self.read(p, s, e) for p, s, e in zip(paths, starts, ends)]
+        return [self.read(p, s, e) for p, s, e in zip(paths, starts, ends, strict=True)]
 
     def read_ranges_concat(
         self, paths: Sequence[str], starts: Sequence[int], ends: Sequence[int]
     ) -> bytes | bytearray:
         """The ranges of :meth:`read_ranges`, concatenated in order into one buffer."""
-        out = bytearray(sum(e - s for s, e in zip(starts, ends)))
+        out = bytearray(sum(e - s for s, e in zip(starts, ends, strict=True)))
         pos = 0
         for blob in self.read_ranges(paths, starts, ends):
             out[pos : pos + len(blob)] = blob
@@ -71,7 +72,7 @@ class Storage(abc.ABC):
         """The whole content of ``path`` (``FileNotFoundError`` when missing)."""
 
     @abc.abstractmethod
-    def write_atomic(self, path: str, parts: "list[bytes | memoryview]") -> None:
+    def write_atomic(self, path: str, parts: list[bytes | memoryview]) -> None:
         """Create or replace ``path`` so that readers never see a partial file."""
 
     @abc.abstractmethod

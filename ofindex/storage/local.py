@@ -8,7 +8,8 @@ import io
 import os
 import tempfile
 from collections import OrderedDict
-from typing import IO, Sequence
+from collections.abc import Sequence
+from typing import IO
 
 from ..errors import DataFileNotFoundError
 from .base import Storage, check_length
@@ -79,7 +80,7 @@ class LocalStorage(Storage):
         last_path, fd, f = None, -1, None
         blobs = []
         append = blobs.append
-        for path, s, e in zip(paths, starts, ends):
+        for path, s, e in zip(paths, starts, ends, strict=True):
             if path is not last_path:
                 f = self._file(path)  # held while its descriptor is in use
                 fd, last_path = f.fileno(), path
@@ -99,7 +100,7 @@ class LocalStorage(Storage):
         with open(path, "rb") as f:
             return f.read()
 
-    def write_atomic(self, path: str, parts: "list[bytes | memoryview]") -> None:
+    def write_atomic(self, path: str, parts: list[bytes | memoryview]) -> None:
         write_local_atomic(path, parts)
 
     def open_write(self, path: str) -> IO[bytes]:
@@ -113,10 +114,8 @@ class LocalStorage(Storage):
         return os.path.isdir(path)
 
     def remove(self, path: str) -> None:
-        try:
+        with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
-        except FileNotFoundError:
-            pass
 
     def expand(self, pattern: str) -> list[str]:
         if os.path.isdir(pattern):

@@ -14,7 +14,7 @@ from __future__ import annotations
 import mmap
 import os
 from collections import OrderedDict
-from typing import Sequence
+from collections.abc import Sequence
 
 from ..errors import DataFileNotFoundError
 from .base import check_length
@@ -87,7 +87,7 @@ class MappedLocalStorage(LocalStorage):
     ) -> bytes:
         blobs = []
         last_path, mm, size = None, None, 0
-        for path, s, e in zip(paths, starts, ends):
+        for path, s, e in zip(paths, starts, ends, strict=True):
             if path is not last_path:
                 (mm, size), last_path = self._map(path), path
             if e <= size and mm is not None:

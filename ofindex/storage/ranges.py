@@ -39,7 +39,8 @@ class ReadPlan:
 
     @property
     def fetches(self) -> list[ByteRange]:
-        return [ByteRange(int(s), int(e)) for s, e in zip(self.fetch_starts, self.fetch_ends)]
+        return [ByteRange(int(s), int(e))
+                for s, e in zip(self.fetch_starts, self.fetch_ends, strict=True)]
 
     @property
     def bytes_fetched(self) -> int:
@@ -98,16 +99,18 @@ def _reach_per_file(e: np.ndarray, f: np.ndarray, new_file: np.ndarray) -> np.nd
         return np.maximum.accumulate(lifted) - rank * span + int(e.min())
     reach = e.copy()
     first = np.flatnonzero(new_file)
-    for a, b in zip(first, np.append(first[1:], len(e))):
+    for a, b in zip(first, np.append(first[1:], len(e)), strict=True):
         np.maximum.accumulate(reach[a:b], out=reach[a:b])
     return reach
 
 
-def _split_large(s: np.ndarray, e: np.ndarray, group_first: np.ndarray, max_bytes: int) -> np.ndarray:
+def _split_large(
+    s: np.ndarray, e: np.ndarray, group_first: np.ndarray, max_bytes: int
+) -> np.ndarray:
     """Split groups whose read would exceed ``max_bytes`` (greedy, in file order), only
     where the next range starts at or after everything read so far."""
     firsts: list[int] = []
-    bounds = list(group_first) + [len(s)]
+    bounds = [*list(group_first), len(s)]
     for g in range(len(group_first)):
         lo, hi = bounds[g], bounds[g + 1]
         first, reach = lo, int(e[lo])

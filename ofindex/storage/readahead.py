@@ -9,6 +9,7 @@ so a file is streamed once with big sequential requests while the previous chunk
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
 
 from .base import Storage
 from .stamp import FileStamp
@@ -62,7 +63,7 @@ class ReadAhead:
         self._pool.shutdown(wait=False, cancel_futures=True)
         self._buf = bytearray()
 
-    def __enter__(self) -> "ReadAhead":
+    def __enter__(self) -> ReadAhead:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -83,10 +84,8 @@ class ReadAhead:
     def _drop_pending(self) -> None:
         if self._pending is not None:
             if not self._pending.cancel():
-                try:
+                with contextlib.suppress(Exception):
                     self._pending.result()
-                except Exception:  # noqa: BLE001 - the data is not wanted any more
-                    pass
             self._pending = None
 
     def _ensure(self, start: int, end: int) -> None:

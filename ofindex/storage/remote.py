@@ -14,9 +14,11 @@ async filesystems hold an event loop and sessions that must not cross a ``fork``
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import threading
-from typing import IO, Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import IO, Any
 
 from ..errors import DataFileNotFoundError, RangeReadError
 from .aio import ByteBudget, http_range
@@ -163,7 +165,7 @@ class FsspecStorage(Storage):
         self, paths: Sequence[str], starts: Sequence[int], ends: Sequence[int]
     ) -> bytearray:
         pos = [0] * (len(starts) + 1)
-        for k, (s, e) in enumerate(zip(starts, ends)):
+        for k, (s, e) in enumerate(zip(starts, ends, strict=True)):
             pos[k + 1] = pos[k] + (int(e) - int(s))
         out = bytearray(pos[-1])
 
@@ -305,7 +307,7 @@ class FsspecStorage(Storage):
         return self._counted(path, start, end, data)
 
     # -- writes and listing -----------------------------------------------------------------
-    def write_atomic(self, path: str, parts: "list[bytes | memoryview]") -> None:
+    def write_atomic(self, path: str, parts: list[bytes | memoryview]) -> None:
         # One object PUT is atomic on object stores: readers see the old object or the new one.
         data = b"".join(bytes(p) for p in parts)
         retry_sync(lambda: self.fs.pipe_file(path, data), self.retry, f"{self.url(path)}: write")
@@ -326,10 +328,8 @@ class FsspecStorage(Storage):
         return retry_sync(lambda: self.fs.isdir(path), self.retry, f"{self.url(path)}: isdir")
 
     def remove(self, path: str) -> None:
-        try:
+        with contextlib.suppress(FileNotFoundError):
             self.fs.rm_file(path)
-        except FileNotFoundError:
-            pass
         self._sizes.pop(path, None)
 
     def expand(self, pattern: str) -> list[str]:
@@ -361,5 +361,5 @@ class FsspecStorage(Storage):
 def _capture(fn, *args):
     try:
         return fn(*args)
-    except Exception as exc:  # noqa: BLE001 - handed back to the caller per path
+    except Exception as exc:
         return exc

@@ -13,7 +13,8 @@ import dataclasses
 import errno
 import random
 import time
-from typing import Awaitable, Callable, TypeVar
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 from ..errors import RangeReadError
 
@@ -70,10 +71,10 @@ def is_transient(exc: BaseException) -> bool:
             exc = exc.__cause__
             seen += 1
             continue
-        if isinstance(exc, _PERMANENT) and not isinstance(exc, (ConnectionError, TimeoutError)):
-            # a FileNotFoundError is final even when a transient error is chained below it
-            if not isinstance(exc, OSError) or exc.errno not in _TRANSIENT_ERRNOS:
-                return False
+        # a FileNotFoundError is final even when a transient error is chained below it
+        if (isinstance(exc, _PERMANENT) and not isinstance(exc, (ConnectionError, TimeoutError))
+                and (not isinstance(exc, OSError) or exc.errno not in _TRANSIENT_ERRNOS)):
+            return False
         if isinstance(exc, (ConnectionError, TimeoutError, asyncio.TimeoutError)):
             return True
         if type(exc).__name__ in _TRANSIENT_NAMES:
@@ -103,7 +104,7 @@ async def retry_async(fn: Callable[[], Awaitable[T]], policy: RetryPolicy, what:
     for k in range(policy.attempts):
         try:
             return await fn()
-        except Exception as exc:  # noqa: BLE001 - classified below, re-raised when permanent
+        except Exception as exc:
             if not is_transient(exc):
                 raise
             if k + 1 >= policy.attempts:
@@ -117,7 +118,7 @@ def retry_sync(fn: Callable[[], T], policy: RetryPolicy, what: str) -> T:
     for k in range(policy.attempts):
         try:
             return fn()
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             if not is_transient(exc):
                 raise
             if k + 1 >= policy.attempts:
