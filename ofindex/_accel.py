@@ -8,15 +8,14 @@ was built at install time, else the pure-Python loops (same results, same errors
 from __future__ import annotations
 
 import os
-from types import ModuleType
 
-native: ModuleType | None
 try:
-    from . import _native as native
+    from . import _native
 except ImportError:  # built without a C compiler: the pure-Python loops run
-    native = None
-if os.environ.get("OFINDEX_PURE_PYTHON", "") not in ("", "0"):
-    native = None
+    _native = None  # type: ignore[assignment]
+
+#: The compiled module, or ``None`` when the pure-Python loops run.
+native = _native if os.environ.get("OFINDEX_PURE_PYTHON", "") in ("", "0") else None
 
 
 #: What the compiled ``record``/``gather`` report instead of a payload (see csrc/records.c).

@@ -3,6 +3,7 @@
  * records.c  framed records cut and checked (dataset reads)
  * layout.c   layout check and payload gather (batched decoding)
  * blocks.c   recycled memory for big decoded arrays
+ * walk.c     the index builder's header walk (GIL released)
  *
  * Pure functions over buffers the caller already holds (a memory map, a fetched range, a
  * list of records): no I/O, no error messages. Each returns its result, or the position of
@@ -21,6 +22,7 @@ static PyMethodDef methods[] = {
     {"same_bytes", same_bytes, METH_VARARGS, same_bytes_doc},
     {"gather_bytes", gather_bytes, METH_VARARGS, gather_bytes_doc},
     {"pool", pool_ctl, METH_VARARGS, pool_doc},
+    {"walk", walk, METH_VARARGS, walk_doc},
     {NULL, NULL, 0, NULL},
 };
 

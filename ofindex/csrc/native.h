@@ -24,6 +24,10 @@ PyObject *gather(PyObject *self, PyObject *args);
 PyObject *record(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 extern const char cut_doc[], gather_doc[], record_doc[];
 
+/* walk.c: the index builder's header walk, without the GIL */
+PyObject *walk(PyObject *self, PyObject *args);
+extern const char walk_doc[];
+
 /* layout.c: the byte-layout check and payload gather of batched decoding */
 PyObject *same_bytes(PyObject *self, PyObject *args);
 PyObject *gather_bytes(PyObject *self, PyObject *args);

@@ -66,13 +66,15 @@ def masked_length_crcs(header_bytes: np.ndarray, nbytes: int = 8) -> np.ndarray:
     for k in range(nbytes):
         crc ^= _TABLES[k][header_bytes[:, k]]
     rot = (crc >> np.uint32(15)) | (crc << np.uint32(17))
-    return rot + np.uint32(MASK_DELTA)
+    masked: np.ndarray = rot + np.uint32(MASK_DELTA)
+    return masked
 
 
 def unmask_crcs(masked: np.ndarray) -> np.ndarray:
     """Invert :func:`mask_crc` for a ``uint32`` array: the plain CRC32C values."""
     rot = masked - np.uint32(MASK_DELTA)
-    return (rot << np.uint32(15)) | (rot >> np.uint32(17))
+    plain: np.ndarray = (rot << np.uint32(15)) | (rot >> np.uint32(17))
+    return plain
 
 
 #: Masked CRCs of length fields already computed (datasets repeat lengths a lot); the compiled

@@ -7,7 +7,9 @@ OFRecord: ``int64 length | data``. Both little-endian.
 from __future__ import annotations
 
 import enum
+import mmap
 import struct
+from typing import NoReturn
 
 import crc32c as _crc32c
 
@@ -51,6 +53,11 @@ class RecordFormat(enum.IntEnum):
 
 for _fmt, _head, _foot in ((RecordFormat.TFRECORD, 12, 4), (RecordFormat.OFRECORD, 8, 0)):
     _fmt.header_size, _fmt.footer_size, _fmt.overhead = _head, _foot, _head + _foot
+
+#: Bytes a record can be cut from: what storage reads return, memory maps, views of them.
+Buffer = bytes | bytearray | memoryview | mmap.mmap
+#: A payload cut out of a :data:`Buffer`.
+Payload = bytes | bytearray | memoryview
 
 _TF, _OF = RecordFormat.TFRECORD, RecordFormat.OFRECORD
 _crc = _crc32c.crc32c
@@ -112,7 +119,7 @@ def parse_header(
     else:
         (length,) = _SIGNED_LEN.unpack_from(header)
     check_record_length(length, fmt, path=path, offset=offset, record=record, file_size=file_size)
-    return length
+    return int(length)
 
 
 def check_record_length(
@@ -156,14 +163,14 @@ def check_data_crc(
 
 
 def unframe(
-    raw: bytes | memoryview,
+    raw: Buffer,
     fmt: RecordFormat,
     *,
     verify: bool,
     path: str,
     offset: int,
     record: int,
-) -> bytes | memoryview:
+) -> Payload:
     """Strip the framing of one whole record read from storage (header + payload + footer).
 
     The sidecar guarantees the length; the header is re-checked against it so a data file that
@@ -174,7 +181,8 @@ def unframe(
     return unframe_ofrecord(raw, verify, path, offset, record)
 
 
-def unframe_tfrecord(raw, verify: bool, path: str, offset: int, record: int):
+def unframe_tfrecord(raw: Buffer, verify: bool, path: str, offset: int,
+                     record: int) -> Payload:
     """:func:`unframe` for TFRecord (positional arguments: this is the hot path)."""
     length = len(raw) - 16
     stored_len, len_crc = _LEN_CRC_UNPACK(raw)
@@ -196,17 +204,18 @@ def payload_matches(head: bytes, payload: bytes, foot: bytes, fmt: RecordFormat,
     """Whether a record read as header, payload and footer is consistent (length, and with
     ``verify`` the TFRecord CRCs). On ``False`` call :func:`unframe` for the precise error."""
     if fmt is _OF:
-        return _SIGNED_LEN.unpack_from(head)[0] == len(payload)
+        return bool(_SIGNED_LEN.unpack_from(head)[0] == len(payload))
     length, len_crc = _LEN_CRC_UNPACK(head)
     if length != len(payload):
         return False
     if not verify:
         return True
-    return (len_crc == (LENGTH_CRCS.get(length) or length_crc(length))
-            and _CRC_UNPACK(foot)[0] == masked_crc32c(payload))
+    return bool(len_crc == (LENGTH_CRCS.get(length) or length_crc(length))
+                and _CRC_UNPACK(foot)[0] == masked_crc32c(payload))
 
 
-def unframe_ofrecord(raw, verify: bool, path: str, offset: int, record: int):
+def unframe_ofrecord(raw: Buffer, verify: bool, path: str, offset: int,
+                     record: int) -> Payload:
     """:func:`unframe` for OFRecord (there is no CRC to verify)."""
     length = len(raw) - 8
     if _SIGNED_LEN.unpack_from(raw)[0] != length:
@@ -214,7 +223,8 @@ def unframe_ofrecord(raw, verify: bool, path: str, offset: int, record: int):
     return raw[8:]
 
 
-def _header_mismatch(raw, fmt, expected, *, path, offset, record):
+def _header_mismatch(raw: Buffer, fmt: RecordFormat, expected: int, *, path: str, offset: int,
+                     record: int) -> NoReturn:
     (stored_len,) = (_LEN if fmt is RecordFormat.TFRECORD else _SIGNED_LEN).unpack_from(raw)
     raise CorruptRecordError(
         f"{path}: record {record} at byte offset {offset}: header says {stored_len} payload "

@@ -91,7 +91,7 @@ def build_file(
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # reported by the caller from BuildResult.problem
             result = scan_file(
-                source, path, fmt, stamp.size, verify=verify,  # type: ignore[arg-type]
+                source, path, fmt, stamp.size, verify=verify,
                 allow_partial=allow_partial, progress=progress,
             )
     finally:

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import concurrent.futures as cf
-import multiprocessing
 import os
+import threading
 import warnings
 from typing import Any
 
@@ -37,8 +37,8 @@ def build_index(
     local or another bucket, for read-only data). ``verify=True`` also checks every record's
     data CRC. Bad data raises an error naming the file, byte offset and record number;
     ``allow_partial=True`` indexes the valid prefix of such a file instead and warns.
-    ``workers`` files are scanned in parallel (processes for local files; threads for remote
-    ones, default 8, each streaming its file once in 8 MiB requests).
+    ``workers`` files are scanned at once on threads (default: one per core for local
+    files, 8 for remote ones, each streaming its file once in 8 MiB requests).
 
     ``manifest``: by default a directory gets ``ofindex-manifest.json`` (in ``index_dir`` when
     given, else in the directory); ``True`` writes one for a glob or list too (files of one
@@ -73,18 +73,13 @@ def build_location(
     targets = [location.sidecar_of(f) for f in files]
     default = (os.cpu_count() or 1) if storage.cheap_seeks else REMOTE_WORKERS
     n_workers = max(1, min(workers or default, len(files)))
-    bar = _progress_bar(storage, files, progress)
-    jobs = [(storage, f, fmt, ist, ipath, verify, allow_partial)
-            for f, (ist, ipath) in zip(files, targets, strict=True)]
+    jobs: list[Job] = [(storage, f, fmt, ist, ipath, verify, allow_partial)
+                       for f, (ist, ipath) in zip(files, targets, strict=True)]
+    bar = _Progress(storage, files, progress)
     try:
-        if n_workers == 1:
-            update = bar.update if bar is not None else None
-            results = [build_file(*job, progress=update) for job in jobs]
-        else:
-            results = _run_parallel(jobs, n_workers, storage.cheap_seeks, bar)
+        results = _run(jobs, n_workers, bar)
     finally:
-        if bar is not None:
-            bar.close()
+        bar.close()
     results = _settle_empty_files(results, files, targets, storage, fmt)
     target = _manifest_target(location, manifest)
     if target is not None and results:
@@ -122,30 +117,69 @@ def _manifest_target(
     return manifest_url_for(where), directory
 
 
-def _run_parallel(jobs, n_workers, local, bar) -> list[BuildResult]:
-    if local:  # scanning small records is CPU-bound Python: use processes
-        pool: cf.Executor = cf.ProcessPoolExecutor(
-            n_workers, mp_context=multiprocessing.get_context("spawn")
-        )
-    else:
-        pool = cf.ThreadPoolExecutor(n_workers)
-    with pool:
-        futures = {pool.submit(build_file, *job): i for i, job in enumerate(jobs)}
-        results: list[BuildResult | None] = [None] * len(jobs)
-        try:
-            for fut in cf.as_completed(futures):
-                res = fut.result()
-                results[futures[fut]] = res
-                if bar is not None:
-                    bar.update(res.size)
-        except BaseException:
-            for f in futures:
-                f.cancel()
-            raise
-    return results  # type: ignore[return-value]
+class _Cancelled(Exception):
+    """Raised inside a worker thread once another file failed or the caller was interrupted."""
 
 
-def _settle_empty_files(results, files, targets, storage, fmt) -> list[BuildResult]:
+class _Progress:
+    """Bytes scanned across all files (a tqdm bar when enabled), and the stop signal that
+    lets worker threads end soon after a failure or Ctrl-C."""
+
+    def __init__(self, storage: Storage, files: list[str], enabled: bool) -> None:
+        self.bar: Any = None
+        if enabled:
+            from tqdm.auto import tqdm
+
+            total = sum(storage.stamp(f).size for f in files)
+            self.bar = tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024,
+                            desc="indexing")
+        self.stopped = threading.Event()
+        self._lock = threading.Lock()
+
+    def update(self, nbytes: int) -> None:
+        """Count ``nbytes`` scanned; raise :class:`_Cancelled` once the build is stopping."""
+        if self.stopped.is_set():
+            raise _Cancelled
+        if self.bar is not None:
+            with self._lock:
+                self.bar.update(nbytes)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+Job = tuple[Storage, str, "RecordFormat | None", Storage, str, bool, bool]
+
+
+def _run(jobs: list[Job], n_workers: int, progress: _Progress) -> list[BuildResult]:
+    """Run the jobs, ``n_workers`` files at a time on threads.
+
+    Threads, not processes: a build works the same in a script without a ``__main__`` guard,
+    a notebook or a DataLoader worker, and the scan's inner loops release the GIL (the
+    compiled header walk, CRC32C, numpy's bulk checks, file reads).
+    """
+    if n_workers == 1:
+        return [build_file(*job, progress=progress.update) for job in jobs]
+    pool = cf.ThreadPoolExecutor(n_workers, thread_name_prefix="ofindex-build")
+    futures = {pool.submit(build_file, *job, progress=progress.update): i
+               for i, job in enumerate(jobs)}
+    results: list[BuildResult | None] = [None] * len(jobs)
+    try:
+        for fut in cf.as_completed(futures):
+            results[futures[fut]] = fut.result()
+    except BaseException:
+        progress.stopped.set()  # running scans stop at their next block
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
+    return [r for r in results if r is not None]
+
+
+def _settle_empty_files(
+    results: list[BuildResult], files: list[str], targets: list[tuple[Storage, str]],
+    storage: Storage, fmt: RecordFormat | None,
+) -> list[BuildResult]:
     """Give empty files (format unknown under ``auto``) the format of their siblings."""
     if all(r.format is not None for r in results):
         return results
@@ -164,12 +198,3 @@ def _settle_empty_files(results, files, targets, storage, fmt) -> list[BuildResu
             r = build_file(storage, f, only, ist, ipath, False, False)
         out.append(r)
     return out
-
-
-def _progress_bar(storage: Storage, files: list[str], enabled: bool):
-    if not enabled:
-        return None
-    from tqdm.auto import tqdm
-
-    total = sum(storage.stamp(f).size for f in files)
-    return tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc="indexing")

@@ -12,18 +12,23 @@ from ..errors import CorruptRecordError, TruncatedRecordError
 from ..formats.crc import mask_crc, masked_length_crcs, unmask_crcs
 from ..formats.framing import (
     MAX_RECORD_BYTES,
+    Buffer,
     RecordFormat,
     check_data_crc,
     data_crc_error,
     parse_header,
 )
 from ..storage import Storage
+from ..storage.readahead import ReadAhead
 
 _CRC = struct.Struct("<I").unpack_from
 
+#: Payload lengths (int64) of the records up to the first bad one, and that one's error.
+HeaderCheck = tuple[np.ndarray, CorruptRecordError | None]
 
-def check_headers(buffer, at: np.ndarray, walk_end: int, base: int, n: int, size: int,
-                  fmt: RecordFormat, url: str, first_record: int):
+
+def check_headers(buffer: Buffer, at: np.ndarray, walk_end: int, base: int, n: int, size: int,
+                  fmt: RecordFormat, url: str, first_record: int) -> HeaderCheck:
     """Check the headers the walk found at block offsets ``at`` (the walk stopped at
     ``walk_end``) in a block starting at file offset ``base``.
 
@@ -35,7 +40,8 @@ def check_headers(buffer, at: np.ndarray, walk_end: int, base: int, n: int, size
     return _check_headers_bulk(buffer, at, walk_end, base, n, size, fmt, url, first_record)
 
 
-def first_bad_data_crc(buffer, loc: np.ndarray, lengths: np.ndarray, hs: int) -> int | None:
+def first_bad_data_crc(buffer: Buffer, loc: np.ndarray, lengths: np.ndarray,
+                       hs: int) -> int | None:
     """Index of the first record whose payload CRC is wrong, or ``None``."""
     at = np.add(loc, hs + np.asarray(lengths, dtype=np.int64))  # footer positions
     raw = np.frombuffer(buffer, dtype=np.uint8)
@@ -49,7 +55,7 @@ def first_bad_data_crc(buffer, loc: np.ndarray, lengths: np.ndarray, hs: int) ->
     return None
 
 
-def data_crc_problem(buffer, o: int, length: int, hs: int, *, url: str, base: int,
+def data_crc_problem(buffer: Buffer, o: int, length: int, hs: int, *, url: str, base: int,
                      record: int) -> CorruptRecordError:
     """The error for the record at block offset ``o`` whose payload CRC is wrong."""
     try:
@@ -61,7 +67,8 @@ def data_crc_problem(buffer, o: int, length: int, hs: int, *, url: str, base: in
     raise AssertionError("CRC check passed on a record reported bad")  # pragma: no cover
 
 
-def _check_headers_few(buffer, at, base, size, fmt, url, first_record):
+def _check_headers_few(buffer: Buffer, at: np.ndarray, base: int, size: int, fmt: RecordFormat,
+                       url: str, first_record: int) -> HeaderCheck:
     """Header checks one by one (cheaper than numpy for a handful of large records)."""
     lengths: list[int] = []
     mv = memoryview(buffer)
@@ -77,7 +84,9 @@ def _check_headers_few(buffer, at, base, size, fmt, url, first_record):
     return np.array(lengths, dtype=np.int64), problem
 
 
-def _check_headers_bulk(buffer, at, walk_end, base, n, size, fmt, url, first_record):
+def _check_headers_bulk(buffer: Buffer, at: np.ndarray, walk_end: int, base: int, n: int,
+                        size: int, fmt: RecordFormat, url: str,
+                        first_record: int) -> HeaderCheck:
     """Header checks for many records at once. The walk already read every length (they are
     the gaps between the positions it found), so only the length CRCs are gathered."""
     ov = fmt.overhead
@@ -102,8 +111,8 @@ def _check_headers_bulk(buffer, at, walk_end, base, n, size, fmt, url, first_rec
 
 
 def verify_streaming(
-    storage: Storage, path: str, url: str, start: int, size: int, fmt: RecordFormat,
-    record: int, buffer: bytearray,
+    storage: Storage | ReadAhead, path: str, url: str, start: int, size: int,
+    fmt: RecordFormat, record: int, buffer: bytearray,
 ) -> int:
     """Verify one record larger than a block by streaming its payload through CRC32C."""
     view = memoryview(buffer)

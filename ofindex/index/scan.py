@@ -17,9 +17,11 @@ from collections.abc import Callable
 
 import numpy as np
 
+from .. import _accel
 from ..errors import CorruptRecordError, TruncatedRecordError
 from ..formats.framing import RecordFormat, parse_header
 from ..storage import Storage
+from ..storage.readahead import ReadAhead
 from .checks import check_headers, data_crc_problem, first_bad_data_crc, verify_streaming
 from .verify import verify_crcs
 
@@ -37,7 +39,7 @@ class ScanResult:
 
 
 def scan_file(
-    storage: Storage,
+    storage: Storage | ReadAhead,
     path: str,
     fmt: RecordFormat,
     size: int,
@@ -56,13 +58,14 @@ def scan_file(
     """
     # Local TFRecord payloads are checked in a second pass over the records found, on
     # threads (see ofindex.index.verify); other storage checks them in the one pass it reads.
-    crc_pass = verify and storage.cheap_seeks and fmt is RecordFormat.TFRECORD
+    local = storage if isinstance(storage, Storage) and storage.cheap_seeks else None
+    crc_pass = verify and local is not None and fmt is RecordFormat.TFRECORD
     scan = _Scan(storage, path, fmt, size, verify and not crc_pass, block_size, progress)
     try:
         scan.run()
         offsets, end = scan.offsets(), scan.pos
-        if crc_pass:
-            verify_crcs(storage, path, offsets, end, threads=threads)
+        if crc_pass and local is not None:
+            verify_crcs(local, path, offsets, end, threads=threads)
     except (CorruptRecordError, TruncatedRecordError) as exc:
         if not allow_partial:
             raise
@@ -88,7 +91,9 @@ def _word_views(buffer: bytearray) -> list[memoryview]:
 class _Scan:
     """State of one pass over a file: position and the offsets accepted so far."""
 
-    def __init__(self, storage, path, fmt, size, verify, block_size, progress) -> None:
+    def __init__(self, storage: Storage | ReadAhead, path: str, fmt: RecordFormat, size: int,
+                 verify: bool, block_size: int,
+                 progress: Callable[[int], None] | None) -> None:
         self.storage, self.path, self.fmt, self.size = storage, path, fmt, size
         self.url = storage.url(path)
         self.verify, self.block_size, self.progress = verify, block_size, progress
@@ -100,6 +105,7 @@ class _Scan:
         # little-endian uint64 views of the buffer at the 8 alignments: reading a length is
         # then two subscripts and no call (about a third faster than struct.unpack_from)
         self.words = _word_views(self.buffer) if sys.byteorder == "little" else None
+        self.starts: np.ndarray | None = None  # the compiled walk's output, reused
 
     def offsets(self) -> np.ndarray:
         self._flush_singles()
@@ -134,9 +140,35 @@ class _Scan:
                 break
         return pos
 
+    def _walk(self, n: int) -> tuple[np.ndarray, int]:
+        """Record starts in ``buffer[:n]`` and where the walk stopped (see csrc/walk.c).
+
+        Compiled: the GIL is released, so builds of several files run on threads at once.
+        """
+        hs, ov = self.fmt.header_size, self.fmt.overhead
+        native = _accel.native
+        if native is not None:
+            if self.starts is None:
+                self.starts = np.empty(self.block_size // ov + 1, dtype=np.int64)
+            count, end = native.walk(self.buffer, n, hs, ov, self.starts)
+            return self.starts[:count], end
+        local: list[int] = []
+        append = local.append
+        p, lim, words = 0, n - hs, self.words
+        if words is not None:  # the length at p is word p >> 3 of the view aligned to p & 7
+            while p <= lim:
+                append(p)
+                p += words[p & 7][p >> 3] + ov
+        else:
+            buffer = self.buffer
+            while p <= lim:
+                append(p)
+                p += _LEN(buffer, p)[0] + ov
+        return np.array(local, dtype=np.int64), p
+
     def run(self) -> None:
         fmt, size, hs, ov = self.fmt, self.size, self.fmt.header_size, self.fmt.overhead
-        buffer, words = self.buffer, self.words
+        buffer = self.buffer
         headers_only = self.storage.cheap_seeks and not self.verify
         read_size = min(_HEADER_READ, self.block_size) if headers_only else self.block_size
         while self.pos < size:
@@ -147,25 +179,13 @@ class _Scan:
                 parse_header(memoryview(buffer)[:n], fmt, path=self.url, offset=pos,
                              record=self.count, file_size=size)
             # 1. walk the headers inside this block (1 MiB holds at most 2**17 of them)
-            local: list[int] = []
-            append = local.append
-            p, lim = 0, n - hs
-            if words is not None:  # the length at p is word p >> 3 of the view aligned to p & 7
-                while p <= lim:
-                    append(p)
-                    p += words[p & 7][p >> 3] + ov
-            else:
-                unpack = _LEN
-                while p <= lim:
-                    append(p)
-                    p += unpack(buffer, p)[0] + ov
-            if len(local) == 1 and headers_only and n < self.block_size:
+            at, p = self._walk(n)
+            if len(at) == 1 and headers_only and n < self.block_size:
                 self.pos = self._walk_large(pos)  # large records: header reads only
                 if self.pos - pos < _SEEK_THRESHOLD:
                     read_size = self.block_size
                 continue
             # 2. check them; when verifying, only records wholly inside the block, with CRCs
-            at = np.array(local, dtype=np.int64)
             lengths, problem = check_headers(buffer, at, p, pos, n, size, fmt, self.url, self.count)
             keep = len(lengths)
             if self.verify and problem is None:
@@ -182,7 +202,7 @@ class _Scan:
             if keep:
                 nxt = pos + int(at[keep - 1]) + ov + int(lengths[keep - 1])
             else:  # verifying, and the first record runs past the block: stream it
-                nxt = verify_streaming(self.storage, self.path, self.url, pos + local[0], size,
+                nxt = verify_streaming(self.storage, self.path, self.url, pos + int(at[0]), size,
                                        fmt, self.count, buffer)
                 self._accept(at[:1], pos)
             if self.progress is not None:

@@ -75,6 +75,7 @@ class _BlockChecker:
         if os.fstat(self.fd).st_size < end:
             raise self._shrank(end, a)
         lengths = np.append(at[1:], end) - at - _OV
+        assert self.mm is not None  # blocks exist only when there are records: end > 0
         bad = first_bad_data_crc(self.mm, at, lengths, _HS)
         if bad is None:
             return None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import array
 import os
 from collections.abc import Iterable
+from types import TracebackType
 from typing import Any, Protocol
 
 from ..errors import OfindexError
@@ -36,7 +37,7 @@ class Writer:
 
     def __init__(
         self,
-        url: str | os.PathLike,
+        url: str | os.PathLike[str],
         format: str | RecordFormat = "tfrecord",
         *,
         index: bool = True,
@@ -70,21 +71,23 @@ class Writer:
         """Append one record (bytes, or a protobuf message); returns its record number."""
         if self._closed:
             raise OfindexError(f"{self._storage.url(self._path)}: write() on a closed Writer")
-        if not isinstance(record, (bytes, bytearray, memoryview)):
+        if isinstance(record, (bytes, bytearray, memoryview)):
+            data: bytes | bytearray | memoryview = record
+        else:
             serialize = getattr(record, "SerializeToString", None)
             if serialize is None:
                 raise TypeError(
                     f"Writer.write takes bytes or a protobuf message, not {type(record).__name__}"
                 )
-            record = serialize()
-        head, foot = frame_parts(record, self.format)
+            data = serialize()
+        head, foot = frame_parts(data, self.format)
         f = self._file
         f.write(head)
-        f.write(record)
+        f.write(data)
         if foot:
             f.write(foot)
         self._offsets.append(self._pos)
-        self._pos += len(head) + len(record) + len(foot)
+        self._pos += len(head) + len(data) + len(foot)
         return len(self._offsets) - 1
 
     def write_many(self, records: Iterable[bytes | _Message]) -> int:
@@ -132,7 +135,8 @@ class Writer:
     def __enter__(self) -> Writer:
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
         if exc_type is None:
             self.close()
         else:

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import itertools
 from bisect import bisect_right as _bisect_right
 from collections.abc import Callable, Iterator, Sequence
 from os import getpid as _getpid
+from types import TracebackType
 from typing import Any
 
 import crc32c as _crc32c
@@ -16,27 +16,37 @@ from ..errors import RecordIndexError
 from ..formats.crc import LENGTH_CRCS
 from ..formats.framing import RecordFormat, unframe_ofrecord, unframe_tfrecord
 from ..storage import Storage
-from ..storage.ranges import DEFAULT_MAX_BYTES, coalesce
+from ..storage.ranges import DEFAULT_MAX_BYTES
 from . import streaming
-from .payloads import (
-    DIRECT_RECORD_BYTES,
-    extract_payloads,
-    raise_record_error,
-    read_record_direct,
-)
-from .shards import Shard, ShardInfo, prefetch_sidecars
+from .gather import BatchReads
+from .shards import Shard, ShardInfo
 
-Decode = Callable[[bytes], Any]
+#: A callable applied to each record's bytes (``ofindex.open(..., decode=...)``).
+Decode = Callable[[Any], Any]
 
 
-class Dataset:
+class Dataset(BatchReads):
     """Records of one or more TFRecord/OFRecord shards, addressable by a global record number.
 
-    Records are numbered shard by shard, in the order the shards were given (a directory or glob
-    expands in natural name order). ``ds[i]`` reads one record in O(1); slices, integer arrays
-    and ``__getitems__`` fetch many at once with coalesced reads; iteration streams each shard
-    with large sequential reads. TFRecord CRCs are checked on read unless ``verify=False``.
-    The dataset pickles without open handles and reopens lazily in a new process.
+    Made by :func:`ofindex.open`. Records are numbered shard by shard, in the order the shards
+    were given (a directory or glob expands in natural name order). ``ds[i]`` reads one record
+    in O(1); slices, integer arrays and ``__getitems__`` fetch many at once with coalesced
+    reads; iteration streams each shard with large sequential reads. TFRecord CRCs are checked
+    on read unless ``verify=False``.
+
+    The dataset pickles without open handles and reopens lazily in a new process (DataLoader
+    workers, fork or spawn). :meth:`close` (or ``with ofindex.open(...) as ds:``) releases
+    file handles, memory maps and loaded sidecars now; a later read reopens what it needs.
+
+    Args:
+        storage: Storage of the data files.
+        shards: The shards, in order.
+        fmt: Their record framing.
+        verify: Check TFRecord CRCs on read.
+        decode: Applied to each record's bytes before it is returned.
+        max_gap: Largest gap between two wanted byte ranges read through rather than split
+            (default: the storage's).
+        max_read_bytes: Largest merged read.
     """
 
     def __init__(
@@ -69,7 +79,7 @@ class Dataset:
 
     @property
     def verify(self) -> bool:
-        """Whether TFRecord CRCs are checked on read."""
+        """Whether TFRecord CRCs are checked on read (settable)."""
         return self._verify
 
     @verify.setter
@@ -79,13 +89,32 @@ class Dataset:
 
     # -- sequence protocol -------------------------------------------------------------------
     def __len__(self) -> int:
+        """Return the number of records in all shards."""
         return self._len
 
     def __repr__(self) -> str:
         return (f"Dataset({len(self._shards)} shards, {self._len} records, "
                 f"{self.format.name.lower()}, verify={self.verify})")
 
-    def __getitem__(self, key):
+    def __getitem__(self, key: int | np.integer | slice | Sequence[int] | np.ndarray) -> Any:
+        """Read one record, or a list of records.
+
+        Args:
+            key: A record number (negative counts from the end), a slice, or a 1-d sequence or
+                array of record numbers (any order, duplicates allowed).
+
+        Returns:
+            The record's payload bytes (or ``decode(payload)``); a list of them for a slice or
+            an array.
+
+        Raises:
+            RecordIndexError: A record number is out of range (an ``IndexError``).
+            TypeError: ``key`` is of another kind (floats, booleans, 2-d arrays).
+            CorruptRecordError: A record fails its checks (bad CRC, a header that disagrees
+                with the index); names the file, byte offset and record number.
+            SidecarError: The sidecar's offsets are corrupt.
+            RangeReadError: Remote storage returned other bytes than asked for, or kept failing.
+        """
         if type(key) is not int:
             if isinstance(key, np.integer):
                 key = int(key)
@@ -114,7 +143,7 @@ class Dataset:
             if buf is not None:  # span, cut and checks in one compiled call
                 got = native.record(buf, sc.offsets, sc.indexed_end, local, self._header,
                                     self._footer, self._tf_verify, _crc32c.crc32c, LENGTH_CRCS)
-                if type(got) is bytes:
+                if isinstance(got, bytes):
                     return got if self.decode is None else self.decode(got)
                 self._raise_problem(got, shard, sc, buf, local)  # or past the map: read below
         start, end = sc.span(local)
@@ -124,17 +153,47 @@ class Dataset:
                                 shard.path, start, local)
         return payload if self.decode is None else self.decode(payload)
 
-    def __getitems__(self, indices: Sequence[int]) -> list:
-        """Batched fetch (PyTorch's protocol): records for ``indices``, in that order."""
+    def __getitems__(self, indices: Sequence[int] | np.ndarray) -> list[Any]:
+        """Read a batch of records with coalesced reads (PyTorch's batched-fetch protocol).
+
+        Args:
+            indices: Record numbers, in any order, duplicates allowed.
+
+        Returns:
+            The records (or ``decode(record)``), in the order of ``indices``.
+
+        Raises:
+            RecordIndexError, CorruptRecordError, SidecarError, RangeReadError: As for
+                ``ds[i]``.
+        """
         return self._get_many(np.asarray(indices, dtype=np.int64).reshape(-1))
 
-    def __iter__(self) -> Iterator:
+    def __iter__(self) -> Iterator[Any]:
+        """Iterate over every record in order (see :meth:`iter_records`)."""
         return self.iter_records()
+
+    def __enter__(self) -> Dataset:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Release this process's file handles, memory maps and loaded sidecars now.
+
+        The dataset stays usable: a later read reopens what it needs.
+        """
+        close = getattr(self._storage, "close", None)
+        if close is not None:
+            close()
+        for shard in self._shards:
+            shard.unload()
 
     # -- metadata without reading data -------------------------------------------------------
     @property
     def shards(self) -> list[ShardInfo]:
-        """Path, record count and size of every shard."""
+        """Path, record count, size and sidecar of every shard."""
         return [
             ShardInfo(self._storage.url(s.path), s.records, s.size,
                       s.index_storage.url(s.index_path))
@@ -144,21 +203,47 @@ class Dataset:
     @property
     def cumulative_counts(self) -> np.ndarray:
         """``cumulative_counts[k]`` = records in shards ``0..k`` (for samplers)."""
-        return self._cum.copy()
+        counts: np.ndarray = self._cum.copy()
+        return counts
 
     def check_indexes(self) -> None:
-        """Check every sidecar's offsets block against its CRC (reads all sidecars)."""
+        """Check every sidecar's offsets block against its CRC (reads all sidecars).
+
+        Raises:
+            SidecarError: A sidecar's offsets are corrupt.
+        """
         for shard in self._shards:
             shard.sidecar.check_offsets()
 
     def locate(self, index: int) -> tuple[int, int]:
-        """``(shard number, record number inside the shard)`` of a global record number."""
+        """Find where a record lives, without reading data.
+
+        Args:
+            index: A global record number (negative counts from the end).
+
+        Returns:
+            ``(shard number, record number inside the shard)``.
+
+        Raises:
+            RecordIndexError: ``index`` is out of range.
+        """
         i = self._check_index(index)
         s = _bisect_right(self._cum_list, i)
         return s, i - int(self._first[s])
 
     def record_lengths(self, indices: Sequence[int] | np.ndarray) -> np.ndarray:
-        """Payload lengths of records, from the index alone (no data read)."""
+        """Payload lengths of records, from the index alone (no data read).
+
+        Args:
+            indices: Record numbers.
+
+        Returns:
+            An int64 array of payload lengths in bytes.
+
+        Raises:
+            RecordIndexError: A record number is out of range.
+            SidecarError: The sidecar's offsets are corrupt.
+        """
         idx = self._normalize(np.asarray(indices, dtype=np.int64).reshape(-1))
         shard_of = np.searchsorted(self._cum, idx, side="right")
         out = np.empty(len(idx), dtype=np.int64)
@@ -182,139 +267,34 @@ class Dataset:
 
     def _normalize(self, idx: np.ndarray) -> np.ndarray:
         n = self._len
-        fixed = np.where(idx < 0, idx + n, idx)
+        fixed: np.ndarray = np.where(idx < 0, idx + n, idx)
         bad = (fixed < 0) | (fixed >= n)
         if bad.any():
             self._check_index(int(idx[np.argmax(bad)]))
         return fixed
 
-    def _get_many(self, idx: np.ndarray) -> list:
+    def _get_many(self, idx: np.ndarray) -> list[Any]:
         if len(idx) == 0:
             return []
-        idx = self._normalize(idx)
-        payloads = None
-        if _accel.native is not None and self._storage.maps_files:
-            payloads = self._gather_mapped(idx)
-        if payloads is None:
-            payloads = self._get_by_shard(idx)
+        payloads = self._payloads(self._normalize(idx))
         return payloads if self.decode is None else [self.decode(p) for p in payloads]
 
-    def _gather_mapped(self, idx: np.ndarray) -> list | None:
-        """Payloads of memory-mapped shards in one compiled pass, in the order asked for (no
-        sorting); ``None`` when a shard cannot be served from its map."""
-        if len(self._shards) == 1:
-            touched, which, local = [0], np.zeros(len(idx), dtype=np.int64), idx
-        else:
-            shard_of = np.searchsorted(self._cum, idx, side="right")
-            found, which = np.unique(shard_of, return_inverse=True)
-            touched, local = found.tolist(), idx - self._first[shard_of]
-        bufs, offsets, ends = [], [], []
-        for s in touched:
-            shard = self._shards[s]
-            sc = shard.sidecar
-            end = sc.indexed_end
-            buf = self._storage.mapped(shard.path, end)
-            if buf is None:
-                return None
-            bufs.append(buf)
-            offsets.append(sc.offsets)
-            ends.append(end)
-        got = _accel.native.gather(bufs, offsets, ends, which.astype(np.int64, copy=False),
-                                   local, self._header, self._footer, self._tf_verify,
-                                   _crc32c.crc32c, LENGTH_CRCS)
-        if type(got) is list:
-            return got
-        problem, k = got
-        if problem == _accel.PAST_MAPPED_END:  # the general path reads and reports it
-            return None
-        if problem == _accel.RECORD_FAILS_CHECK:  # a corrupt sidecar explains a bad record:
-            for j, s in enumerate(touched):       # report it first
-                self._shards[s].sidecar.spans(local[which == j])
-        j = int(which[k])
-        shard = self._shards[touched[j]]
-        self._raise_problem(problem, shard, shard.sidecar, bufs[j], int(local[k]))
-
-    def _raise_problem(self, problem: int, shard: Shard, sc, buf, record: int) -> None:
-        """Raise the precise error for a record the compiled loop refused; return for
-        :data:`~ofindex._accel.PAST_MAPPED_END` (the caller reads the record otherwise)."""
-        if problem == _accel.PAST_MAPPED_END:
-            return
-        start, end = sc.span(record)
-        if problem == _accel.SPAN_TOO_SHORT:
-            raise sc.bad_span(record, start, end)
-        raise_record_error(buf[start:end], self.format, self.verify,
-                           path=self._storage.url(shard.path), offset=start, record=record)
-
-    def _get_by_shard(self, idx: np.ndarray) -> list:
-        """Payloads read shard by shard (mapped, planned or direct reads), in the order asked
-        for."""
-        n = len(idx)
-        # work shard by shard: sort by shard (stable), read, then restore the order asked for
-        if len(self._shards) == 1:
-            order, shard_of, bounds = None, np.zeros(n, dtype=np.int64), [0, n]
-        else:
-            shard_of = np.searchsorted(self._cum, idx, side="right")
-            order = np.argsort(shard_of, kind="stable")
-            idx, shard_of = idx[order], shard_of[order]
-            bounds = [0, *(np.flatnonzero(np.diff(shard_of)) + 1).tolist(), n]
-            if len(bounds) > 2:  # fetch the batch's not-yet-loaded remote sidecars concurrently
-                prefetch_sidecars([self._shards[s] for s in shard_of[bounds[:-1]].tolist()])
-        local = idx - self._first[shard_of]
-        groups = [(int(shard_of[lo]), lo, hi) for lo, hi in itertools.pairwise(bounds)]
-        starts = np.empty(n, dtype=np.int64)
-        ends = np.empty(n, dtype=np.int64)
-        for s, lo, hi in groups:  # offsets live in each shard's sidecar
-            starts[lo:hi], ends[lo:hi] = self._shards[s].sidecar.spans(local[lo:hi])
-        payloads = None
-        if self._storage.maps_files:
-            payloads = self._read_mapped(groups, starts, ends, local)
-        if payloads is None:
-            payloads = self._read_planned(shard_of, starts, ends, local)
-        if order is not None:
-            out = np.empty(n, dtype=object)
-            out[order] = payloads
-            payloads = out.tolist()
-        return payloads
-
-    def _read_mapped(self, groups, starts, ends, local) -> list | None:
-        """Payloads cut straight out of memory-mapped shards (no planning, no staging buffer);
-        ``None`` when a shard cannot be served from its map."""
-        out: list = []
-        for s, lo, hi in groups:
-            path = self._shards[s].path
-            st, en = starts[lo:hi], ends[lo:hi]
-            buf = self._storage.mapped(path, int(en.max()))
-            if buf is None:
-                return None
-            url = self._storage.url(path)
-            out += extract_payloads(buf, st, en, self.format, self.verify,
-                                    lambda k, url=url: url, st, local[lo:hi])
-        return out
-
-    def _read_planned(self, shard_of, starts, ends, local) -> list:
-        """Payloads fetched by a read plan: neighbours merged into ranges, ranges fetched
-        (concurrently on remote storage) into one buffer, records cut out of it."""
-        storage, shards, fmt, verify = self._storage, self._shards, self.format, self.verify
-        if storage.cheap_seeks and int((ends - starts).mean()) >= DIRECT_RECORD_BYTES:
-            return [read_record_direct(storage, shards[s].path, a, b, fmt, verify, r)
-                    for s, a, b, r in zip(shard_of.tolist(), starts.tolist(), ends.tolist(),
-                                          local.tolist(), strict=True)]
-        plan = coalesce(starts, ends, self.max_gap, self.max_read_bytes, files=shard_of)
-        sizes = plan.fetch_ends - plan.fetch_starts
-        fetch_base = np.cumsum(sizes) - sizes
-        buf = storage.read_ranges_concat(
-            [shards[f].path for f in plan.fetch_files.tolist()],
-            plan.fetch_starts.tolist(), plan.fetch_ends.tolist(),
-        )
-        item_start = fetch_base[plan.item_fetch] + plan.item_offset
-        return extract_payloads(
-            buf, item_start, item_start + (ends - starts), fmt, verify,
-            lambda k: storage.url(shards[int(shard_of[k])].path), starts, local,
-        )
-
     def iter_records(self, start: int = 0, stop: int | None = None,
-                     block_bytes: int = 8 << 20) -> Iterator:
-        """Records ``start..stop-1`` in order, streamed with large reads per shard."""
+                     block_bytes: int = 8 << 20) -> Iterator[Any]:
+        """Stream records ``start..stop-1`` in order, with large sequential reads per shard.
+
+        Args:
+            start: First record.
+            stop: One past the last record (default: the end).
+            block_bytes: Size of each read.
+
+        Yields:
+            Each record (or ``decode(record)``).
+
+        Raises:
+            RecordIndexError: ``[start, stop)`` is not a valid range.
+            CorruptRecordError, SidecarError, RangeReadError: As for ``ds[i]``.
+        """
         stop = self._len if stop is None else min(stop, self._len)
         if start < 0 or start > stop:
             raise RecordIndexError(f"iteration range [{start}, {stop}) is invalid for "
@@ -328,4 +308,3 @@ class Dataset:
                 self._storage, shard.path, shard.sidecar, lo, hi, self.verify, block_bytes
             ):
                 yield self.decode(payload) if self.decode is not None else payload
-

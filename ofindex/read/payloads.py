@@ -12,7 +12,8 @@ import numpy as np
 from .. import _accel
 from ..errors import CorruptRecordError
 from ..formats.crc import LENGTH_CRCS, length_crc, mask_crc, masked_length_crcs, unmask_crcs
-from ..formats.framing import RecordFormat, data_crc_error, payload_matches, unframe
+from ..formats.framing import Buffer, RecordFormat, data_crc_error, payload_matches, unframe
+from ..storage import Storage
 
 _A4 = np.arange(4)
 _A8 = np.arange(8)
@@ -27,7 +28,7 @@ def extract_payloads(
     ends: np.ndarray,
     fmt: RecordFormat,
     verify: bool,
-    url: Callable[[int], str],
+    url: str | Callable[[int], str],
     file_offsets: np.ndarray,
     records: np.ndarray,
 ) -> list[bytes]:
@@ -36,8 +37,8 @@ def extract_payloads(
     Every header must agree with the index (length, and for TFRecord with ``verify`` the
     length CRC); with ``verify`` each TFRecord payload's CRC is checked. Header and footer
     checks run in the compiled loop (:mod:`ofindex._accel`), or in bulk with numpy and one copy
-    and one CRC call per record. ``url(k)``, ``file_offsets[k]`` and ``records[k]`` name record
-    ``k`` in error messages.
+    and one CRC call per record. ``url`` (or ``url(k)``), ``file_offsets[k]`` and
+    ``records[k]`` name record ``k`` in error messages.
     """
     if len(starts) == 0:
         return []
@@ -79,19 +80,23 @@ def extract_payloads(
         computed = [crc(p) for p in out]
         if computed != stored:
             k = next(k for k, (c, t) in enumerate(zip(computed, stored, strict=True)) if c != t)
-            raise data_crc_error(mask_crc(stored[k]), mask_crc(computed[k]), path=url(k),
+            raise data_crc_error(mask_crc(stored[k]), mask_crc(computed[k]),
+                                 path=url if isinstance(url, str) else url(k),
                                  offset=int(file_offsets[k]), record=int(records[k]))
     return out
 
 
-def _raise_bad(buf, k: int, starts, ends, fmt, verify, url, file_offsets, records) -> NoReturn:
+def _raise_bad(buf: Buffer, k: int, starts: np.ndarray, ends: np.ndarray, fmt: RecordFormat,
+               verify: bool, url: str | Callable[[int], str], file_offsets: np.ndarray,
+               records: np.ndarray) -> NoReturn:
     """Raise the precise error for record ``k``, which failed a check."""
     s, e = int(starts[k]), int(ends[k])
-    raise_record_error(bytes(buf[s:e]), fmt, verify, path=url(k), offset=int(file_offsets[k]),
+    path = url if isinstance(url, str) else url(k)
+    raise_record_error(bytes(buf[s:e]), fmt, verify, path=path, offset=int(file_offsets[k]),
                        record=int(records[k]))
 
 
-def raise_record_error(raw, fmt: RecordFormat, verify: bool, *, path: str, offset: int,
+def raise_record_error(raw: Buffer, fmt: RecordFormat, verify: bool, *, path: str, offset: int,
                        record: int) -> NoReturn:
     """Raise the precise error for a record (its framed bytes ``raw``) that failed a check."""
     unframe(raw, fmt, verify=verify, path=path, offset=offset, record=record)
@@ -104,7 +109,7 @@ def raise_record_error(raw, fmt: RecordFormat, verify: bool, *, path: str, offse
 DIRECT_RECORD_BYTES = 64 << 10
 
 
-def read_record_direct(storage, path: str, start: int, end: int, fmt: RecordFormat,
+def read_record_direct(storage: Storage, path: str, start: int, end: int, fmt: RecordFormat,
                        verify: bool, record: int) -> bytes:
     """The payload of the framed record at ``[start, end)`` of ``path``, read without staging
     (header, payload and footer as three reads), checked like :func:`unframe`."""

@@ -16,6 +16,7 @@ import os
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable
+from typing import Any
 
 from ..errors import IndexNotFoundError, SidecarError, StaleIndexError
 from ..formats.framing import RecordFormat
@@ -49,17 +50,18 @@ class SidecarCache:
         self._lock = threading.Lock()
         self._pid = os.getpid()
 
-    def __getstate__(self):
+    def __getstate__(self) -> tuple[int, str | None]:
         return (self.max_bytes, self.cache_dir)
 
-    def __setstate__(self, state) -> None:
-        self.__init__(*state)
+    def __setstate__(self, state: tuple[int, str | None]) -> None:
+        SidecarCache.__init__(self, *state)
 
     def __repr__(self) -> str:
         return f"SidecarCache({len(self._lru)} sidecars, {self._bytes} of {self.max_bytes} bytes)"
 
     @property
-    def bytes(self) -> int:
+    def held_bytes(self) -> int:
+        """Bytes of sidecars held in memory."""
         return self._bytes
 
     def __len__(self) -> int:
@@ -152,18 +154,21 @@ class Shard:
         self._sidecar: Sidecar | None = None
         self._pid = -1
 
-    def __getstate__(self):
+    def __getstate__(self) -> tuple[Any, ...]:
         return (self.path, self.index_storage, self.index_path, self.records, self.size,
                 self.fingerprint, self.data_storage, self.cache)
 
-    def __setstate__(self, state) -> None:
-        path, ist, ipath, records, size, *rest = state
-        fingerprint, data_storage, cache = ([*rest, None, None, None])[:3]
-        self.__init__(path, ist, ipath, records, size, fingerprint=fingerprint,
-                      data_storage=data_storage, cache=cache)
+    def __setstate__(self, state: tuple[Any, ...]) -> None:
+        path, ist, ipath, records, size, fingerprint, data_storage, cache = state
+        Shard.__init__(self, path, ist, ipath, records, size, fingerprint=fingerprint,
+                       data_storage=data_storage, cache=cache)
 
     def __repr__(self) -> str:
         return f"Shard({self.path!r}, {self.records} records)"
+
+    def unload(self) -> None:
+        """Drop this process's copy of the sidecar (it is reopened on the next read)."""
+        self._sidecar = None
 
     @property
     def loaded(self) -> bool:
@@ -270,10 +275,9 @@ def prefetch_sidecars(shards: Iterable[Shard]) -> None:
         return
     ist = cold[0].index_storage
     dst = cold[0].data_storage
-    batched = (
-        len(cold) > 1 and hasattr(ist, "fetch_many")
+    batched = (  # local sidecars are memory-mapped one by one instead
+        len(cold) > 1 and not ist.cheap_seeks
         and all(s.index_storage is ist and s.data_storage is dst for s in cold)
-        and (dst is None or hasattr(dst, "fetch_many"))
     )
     if not batched:
         for s in cold:
@@ -292,8 +296,9 @@ def prefetch_sidecars(shards: Iterable[Shard]) -> None:
             raws, stamps = f_raw.result()[0], f_stat.result()[1]
     raw_of = dict(zip(map(id, to_read), raws, strict=True))
     for k, s in enumerate(cold):
-        if disk[k] is not None:
-            sc, nbytes = disk[k], 0
+        on_disk = disk[k]
+        if on_disk is not None:
+            sc, nbytes = on_disk, 0
         else:
             raw = raw_of[id(s)]
             if isinstance(raw, FileNotFoundError):

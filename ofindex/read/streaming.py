@@ -7,6 +7,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from ..formats.framing import Buffer
 from ..formats.sidecar import Sidecar
 from ..storage import Storage, check_length
 from ..storage.ranges import plan_blocks
@@ -21,6 +22,8 @@ def stream_shard(
     fmt = sidecar.format
     url = storage.url(path)
     blocks = plan_blocks(sidecar.offsets, lo, hi, block_bytes)
+    if not blocks:
+        return
 
     def fetch(starts: np.ndarray, ends: np.ndarray) -> bytes:
         return storage.read(path, int(starts[0]), int(ends[-1]))
@@ -40,17 +43,17 @@ def stream_shard(
                 check_length(url, s, e, got)
             return view
 
-    mapped = (storage.mapped(path, sidecar.header.indexed_end)
-              if (storage.maps_files and blocks) else None)
+    mapped = storage.mapped(path, sidecar.header.indexed_end) if storage.maps_files else None
     pool = None if storage.cheap_seeks else cf.ThreadPoolExecutor(1)
     try:
-        spans = _block_spans(sidecar, *blocks[0]) if blocks else None
-        pending = pool.submit(fetch, *spans) if (pool and blocks) else None
+        spans = _block_spans(sidecar, *blocks[0])
+        pending = pool.submit(fetch, *spans) if pool is not None else None
+        buf: Buffer
         for k, (a, b) in enumerate(blocks):
             starts, ends = spans
             if k + 1 < len(blocks):
                 spans = _block_spans(sidecar, *blocks[k + 1])
-            if pool is not None:
+            if pool is not None and pending is not None:
                 buf, base = pending.result(), int(starts[0])
                 if k + 1 < len(blocks):
                     pending = pool.submit(fetch, *spans)
@@ -64,7 +67,7 @@ def stream_shard(
             else:
                 buf, base = fetch_local(starts, ends), int(starts[0])
             yield from extract_payloads(buf, starts - base, ends - base, fmt, verify,
-                                        lambda j: url, starts, np.arange(a, b))
+                                        url, starts, np.arange(a, b))
     finally:
         if pool is not None:
             pool.shutdown(wait=False, cancel_futures=True)

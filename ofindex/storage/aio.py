@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+from typing import Any
 
 from ..errors import RangeReadError
 
@@ -33,14 +34,14 @@ class _Hold:
             await b.cond.wait_for(lambda: b.used == 0 or b.used + self.n <= b.limit)
             b.used += self.n
 
-    async def __aexit__(self, *exc) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         b = self.budget
         async with b.cond:
             b.used -= self.n
             b.cond.notify_all()
 
 
-async def http_range(fs, url: str, start: int, end: int) -> bytes:
+async def http_range(fs: Any, url: str, start: int, end: int) -> bytes:
     """GET ``Range: bytes=start-(end-1)`` and insist on ``206`` with that exact range."""
     kw = dict(getattr(fs, "kwargs", {}) or {})
     headers = dict(kw.pop("headers", None) or {})
@@ -65,4 +66,5 @@ async def http_range(fs, url: str, start: int, end: int) -> bytes:
                 f"{url}: asked for bytes [{start}, {end}) but the server sent Content-Range "
                 f"{r.headers.get('Content-Range')!r} — refusing to return wrong data"
             )
-        return await r.read()
+        data: bytes = await r.read()
+        return data

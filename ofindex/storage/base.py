@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import abc
+import mmap
 from collections.abc import Sequence
 from typing import IO
 
@@ -51,7 +52,26 @@ class Storage(abc.ABC):
             pos += len(blob)
         return out
 
-    def mapped(self, path: str, end: int):
+    def fetch_many(
+        self, read_paths: Sequence[str], stat_paths: Sequence[str] = ()
+    ) -> tuple[list[bytes | BaseException], list[FileStamp | BaseException]]:
+        """Whole contents of ``read_paths`` and stamps of ``stat_paths`` (remote storages run
+        all the requests at once). Each result is the value or the exception raised for it."""
+        raws: list[bytes | BaseException] = []
+        for p in read_paths:
+            try:
+                raws.append(self.read_all(p))
+            except Exception as exc:
+                raws.append(exc)
+        stamps: list[FileStamp | BaseException] = []
+        for p in stat_paths:
+            try:
+                stamps.append(self.stamp(p))
+            except Exception as exc:
+                stamps.append(exc)
+        return raws, stamps
+
+    def mapped(self, path: str, end: int) -> mmap.mmap | None:
         """A buffer of the whole file when bytes ``[0, end)`` can be served from a memory
         map, else ``None``."""
         return None

@@ -28,11 +28,16 @@ class LocalStorage(Storage):
         self._files: OrderedDict[str, io.FileIO] = OrderedDict()
         self._pid = os.getpid()
 
-    def __getstate__(self) -> dict:
+    def _reset(self) -> None:
+        """Forget this process's handles (after unpickling or in a forked child)."""
+        self._files = OrderedDict()
+        self._pid = os.getpid()
+
+    def __getstate__(self) -> dict[str, object]:
         return {}
 
-    def __setstate__(self, state: dict) -> None:
-        self.__init__()
+    def __setstate__(self, state: dict[str, object]) -> None:
+        self._reset()
 
     def __repr__(self) -> str:
         return "LocalStorage()"
@@ -41,8 +46,7 @@ class LocalStorage(Storage):
         """An unbuffered handle of ``path`` (cached; callers hold it while they use its fd,
         so an evicted handle is closed only once no read is using it)."""
         if self._pid != os.getpid():  # after fork: the parent's descriptors are not ours
-            self._files = OrderedDict()
-            self._pid = os.getpid()
+            self._reset()
         f = self._files.get(path)
         if f is None:
             try:
@@ -78,7 +82,7 @@ class LocalStorage(Storage):
     ) -> bytes:
         pread = os.pread
         last_path, fd, f = None, -1, None
-        blobs = []
+        blobs: list[bytes] = []
         append = blobs.append
         for path, s, e in zip(paths, starts, ends, strict=True):
             if path is not last_path:

@@ -28,16 +28,18 @@ class MappedLocalStorage(LocalStorage):
 
     def __init__(self) -> None:
         super().__init__()
-        self._maps: OrderedDict[str, tuple[mmap.mmap, int]] = OrderedDict()
+        self._maps: OrderedDict[str, tuple[mmap.mmap | None, int]] = OrderedDict()
+
+    def _reset(self) -> None:
+        super()._reset()
+        self._maps = OrderedDict()
 
     def __repr__(self) -> str:
         return "MappedLocalStorage()"
 
     def _map(self, path: str) -> tuple[mmap.mmap | None, int]:
         if self._pid != os.getpid():
-            self._files = OrderedDict()
-            self._maps = OrderedDict()
-            self._pid = os.getpid()
+            self._reset()
         entry = self._maps.get(path)
         if entry is None:
             try:
@@ -46,9 +48,10 @@ class MappedLocalStorage(LocalStorage):
                 raise DataFileNotFoundError(f"{path}: data file not found") from None
             try:  # the map holds its own descriptor: ours is closed right away
                 size = os.fstat(fd).st_size
-                entry = (mmap.mmap(fd, size, access=mmap.ACCESS_READ) if size else None, size)
+                mm = mmap.mmap(fd, size, access=mmap.ACCESS_READ) if size else None
             finally:
                 os.close(fd)
+            entry = (mm, size)
             self._maps[path] = entry
             if len(self._maps) > _MAX_OPEN:
                 self._maps.popitem(last=False)

@@ -96,8 +96,9 @@ def _reach_per_file(e: np.ndarray, f: np.ndarray, new_file: np.ndarray) -> np.nd
     span = int(e.max()) - int(e.min()) + 1
     if int(rank[-1]) * span < (1 << 62):     # lift each file above the previous ones
         lifted = e - int(e.min()) + rank * span
-        return np.maximum.accumulate(lifted) - rank * span + int(e.min())
-    reach = e.copy()
+        reached: np.ndarray = np.maximum.accumulate(lifted) - rank * span + int(e.min())
+        return reached
+    reach: np.ndarray = e.copy()
     first = np.flatnonzero(new_file)
     for a, b in zip(first, np.append(first[1:], len(e)), strict=True):
         np.maximum.accumulate(reach[a:b], out=reach[a:b])

@@ -28,7 +28,7 @@ class ReadAhead:
         self._buf = bytearray()
         self._base = 0                 # file offset of _buf[0]
         self._next = 0                 # next offset to request
-        self._pending: cf.Future | None = None
+        self._pending: cf.Future[bytes] | None = None
         self._pend_start = 0
         self._pool = cf.ThreadPoolExecutor(1, thread_name_prefix="ofindex-readahead")
 
@@ -66,7 +66,7 @@ class ReadAhead:
     def __enter__(self) -> ReadAhead:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     # -- the window ---------------------------------------------------------------------------

@@ -17,8 +17,8 @@ import asyncio
 import contextlib
 import os
 import threading
-from collections.abc import Callable, Sequence
-from typing import IO, Any
+from collections.abc import Awaitable, Callable, Sequence
+from typing import IO, Any, TypeVar
 
 from ..errors import DataFileNotFoundError, RangeReadError
 from .aio import ByteBudget, http_range
@@ -80,21 +80,22 @@ class FsspecStorage(Storage):
         self.requests = 0
         self.bytes_read = 0
 
-    def __getstate__(self) -> dict:
+    def __getstate__(self) -> dict[str, Any]:
         return {"protocol": self.protocol, "storage_options": self.storage_options,
                 "max_concurrency": self.max_concurrency,
                 "max_inflight_bytes": self.max_inflight_bytes, "retry": self.retry,
                 "request_timeout": self.request_timeout}
 
-    def __setstate__(self, state: dict) -> None:
-        self.__init__(state.pop("protocol"), state.pop("storage_options"), **state)
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        FsspecStorage.__init__(self, state.pop("protocol"), state.pop("storage_options"), **state)
 
     def __repr__(self) -> str:
         return f"FsspecStorage({self.protocol!r})"
 
     # -- the per-process filesystem ----------------------------------------------------------
     @property
-    def fs(self):
+    def fs(self) -> Any:
+        """This process's fsspec filesystem (created on first use in each process)."""
         fs = self._fs
         if fs is not None and self._pid == os.getpid():
             return fs
@@ -181,37 +182,41 @@ class FsspecStorage(Storage):
 
     def read_all(self, path: str) -> bytes:
         def get() -> bytes:
-            return self.fs.cat_file(path)
+            data: bytes = self.fs.cat_file(path)
+            return data
 
         data = retry_sync(get, self.retry, f"{self.url(path)}: whole file")
         self.requests += 1
         self.bytes_read += len(data)
         return data
 
-    def _fetch_all(self, paths, starts, ends, sink: Callable[[int, bytes], None]) -> None:
+    def _fetch_all(self, paths: Sequence[str], starts: Sequence[int], ends: Sequence[int],
+                   sink: Callable[[int, bytes], None]) -> None:
         n = len(paths)
         if n == 0:
             return
-        starts = [int(s) for s in starts]
-        ends = [int(e) for e in ends]
+        begin = [int(s) for s in starts]
+        stop = [int(e) for e in ends]
         fs = self.fs
         if getattr(fs, "async_impl", False):
             from fsspec.asyn import sync
 
-            sync(fs.loop, self._gather, fs, list(paths), starts, ends, sink)
+            sync(fs.loop, self._gather, fs, list(paths), begin, stop, sink)
             return
         for k in range(n):  # a synchronous filesystem (memory://, …): one at a time
-            p, s, e = paths[k], starts[k], ends[k]
+            p, s, e = paths[k], begin[k], stop[k]
             if e <= s:
                 sink(k, b"")
                 continue
-            data = retry_sync(lambda p=p, s=s, e=e: self._cat_sync(fs, p, s, e), self.retry,
-                              self._what(p, s, e))
-            sink(k, data)
+
+            def cat(p: str = p, s: int = s, e: int = e) -> bytes:
+                return self._cat_sync(fs, p, s, e)
+
+            sink(k, retry_sync(cat, self.retry, self._what(p, s, e)))
 
     def fetch_many(
         self, read_paths: Sequence[str], stat_paths: Sequence[str] = ()
-    ) -> tuple[list, list]:
+    ) -> tuple[list[bytes | BaseException], list[FileStamp | BaseException]]:
         """Whole contents of ``read_paths`` and stamps of ``stat_paths``, all requests at once
         (for sidecars and their data files on first touch). Each result is the value or the
         exception raised for that path."""
@@ -221,32 +226,36 @@ class FsspecStorage(Storage):
                     [_capture(self.stamp, p) for p in stat_paths])
         from fsspec.asyn import sync
 
-        return sync(fs.loop, self._fetch_many_async, fs, list(read_paths), list(stat_paths))
+        got: tuple[list[bytes | BaseException], list[FileStamp | BaseException]] = sync(
+            fs.loop, self._fetch_many_async, fs, list(read_paths), list(stat_paths))
+        return got
 
-    async def _fetch_many_async(self, fs, read_paths, stat_paths):
+    async def _fetch_many_async(
+        self, fs: Any, read_paths: list[str], stat_paths: list[str]
+    ) -> tuple[list[bytes | BaseException], list[FileStamp | BaseException]]:
         sem = asyncio.Semaphore(self.max_concurrency)
 
-        async def whole(path):
+        async def whole(path: str) -> bytes:
             async with sem:
-                data = await retry_async(lambda: fs._cat_file(path), self.retry,
-                                         f"{self.url(path)}: whole file")
+                data: bytes = await retry_async(lambda: fs._cat_file(path), self.retry,
+                                                f"{self.url(path)}: whole file")
             self.requests += 1
             self.bytes_read += len(data)
             return data
 
-        async def stat(path):
+        async def stat(path: str) -> FileStamp:
             async with sem:
                 info = await retry_async(lambda: fs._info(path), self.retry,
                                          f"{self.url(path)}: info")
             return self._stamp_from(path, info)
 
-        out = await asyncio.gather(*(whole(p) for p in read_paths),
-                                   *(stat(p) for p in stat_paths), return_exceptions=True)
+        raws = asyncio.gather(*(whole(p) for p in read_paths), return_exceptions=True)
+        stamps = asyncio.gather(*(stat(p) for p in stat_paths), return_exceptions=True)
+        got_raws, got_stamps = await asyncio.gather(raws, stamps)
         for k, p in enumerate(stat_paths):
-            if isinstance(out[len(read_paths) + k], FileNotFoundError):
-                out[len(read_paths) + k] = DataFileNotFoundError(
-                    f"{self.url(p)}: data file not found")
-        return list(out[: len(read_paths)]), list(out[len(read_paths):])
+            if isinstance(got_stamps[k], FileNotFoundError):
+                got_stamps[k] = DataFileNotFoundError(f"{self.url(p)}: data file not found")
+        return list(got_raws), list(got_stamps)
 
     def _what(self, path: str, start: int, end: int) -> str:
         return f"{self.url(path)}: bytes [{start}, {end})"
@@ -258,14 +267,15 @@ class FsspecStorage(Storage):
         check_length(self.url(path), start, end, len(data))
         return data
 
-    def _cat_sync(self, fs, path: str, start: int, end: int) -> bytes:
+    def _cat_sync(self, fs: Any, path: str, start: int, end: int) -> bytes:
         try:
-            data = fs.cat_file(path, start=start, end=end)
+            data: bytes = fs.cat_file(path, start=start, end=end)
         except FileNotFoundError:
             raise DataFileNotFoundError(f"{self.url(path)}: data file not found") from None
         return self._counted(path, start, end, data)
 
-    async def _gather(self, fs, paths, starts, ends, sink) -> None:
+    async def _gather(self, fs: Any, paths: list[str], starts: list[int], ends: list[int],
+                      sink: Callable[[int, bytes], None]) -> None:
         """Fetch every range with ``max_concurrency`` workers and a byte budget."""
         n = len(paths)
         order = iter(range(n))
@@ -278,11 +288,11 @@ class FsspecStorage(Storage):
                     sink(k, b"")
                     continue
                 async with budget.hold(e - s):
-                    data = await retry_async(
-                        lambda k=k, s=s, e=e: self._cat_async(fs, paths[k], s, e), self.retry,
-                        self._what(paths[k], s, e),
-                    )
-                    sink(k, data)
+
+                    def cat(k: int = k, s: int = s, e: int = e) -> Awaitable[bytes]:
+                        return self._cat_async(fs, paths[k], s, e)
+
+                    sink(k, await retry_async(cat, self.retry, self._what(paths[k], s, e)))
 
         tasks = [asyncio.ensure_future(worker()) for _ in range(min(self.max_concurrency, n))]
         try:
@@ -292,7 +302,8 @@ class FsspecStorage(Storage):
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
 
-    async def _cat_async(self, fs, path: str, start: int, end: int) -> bytes:
+    async def _cat_async(self, fs: Any, path: str, start: int, end: int) -> bytes:
+        coro: Awaitable[bytes]
         if self.protocol in _HTTP:
             coro = http_range(fs, path, start, end)
         else:
@@ -313,7 +324,8 @@ class FsspecStorage(Storage):
         retry_sync(lambda: self.fs.pipe_file(path, data), self.retry, f"{self.url(path)}: write")
 
     def open_write(self, path: str) -> IO[bytes]:
-        return self.fs.open(path, "wb")
+        f: IO[bytes] = self.fs.open(path, "wb")
+        return f
 
     def exists(self, path: str) -> bool:
         if self.protocol in _HTTP:  # fsspec's HTTP exists() says False on a 503
@@ -322,10 +334,12 @@ class FsspecStorage(Storage):
             except FileNotFoundError:
                 return False
             return True
-        return retry_sync(lambda: self.fs.exists(path), self.retry, f"{self.url(path)}: exists")
+        return bool(retry_sync(lambda: self.fs.exists(path), self.retry,
+                               f"{self.url(path)}: exists"))
 
     def is_dir(self, path: str) -> bool:
-        return retry_sync(lambda: self.fs.isdir(path), self.retry, f"{self.url(path)}: isdir")
+        return bool(retry_sync(lambda: self.fs.isdir(path), self.retry,
+                               f"{self.url(path)}: isdir"))
 
     def remove(self, path: str) -> None:
         with contextlib.suppress(FileNotFoundError):
@@ -358,8 +372,11 @@ class FsspecStorage(Storage):
         return path.rstrip("/").rsplit("/", 1)[-1]
 
 
-def _capture(fn, *args):
+T = TypeVar("T")
+
+
+def _capture(fn: Callable[[str], T], arg: str) -> T | BaseException:
     try:
-        return fn(*args)
+        return fn(arg)
     except Exception as exc:
         return exc
