@@ -13,6 +13,7 @@ from helpers import read_bytes
 import ofindex
 from ofindex.cli.synthetic import write_dataset
 from ofindex.errors import RangeReadError
+from ofindex.formats.sidecar_header import HEADER_SIZE
 from ofindex.storage import storage_for
 from ofindex.storage.remote import FsspecStorage
 from ofindex.storage.retry import RetryPolicy, is_transient
@@ -234,7 +235,7 @@ def test_stale_manifest_points_at_build(served, nginx_server, dataset):
 
 def test_sidecar_cache_is_bounded_and_cached_on_disk(served, tmp_path):
     url, expected, log = served
-    one = 8 * 100 + 64  # about one sidecar: 100 offsets + header
+    one = 8 * 100 + HEADER_SIZE  # about one sidecar: 100 offsets + header
     ds = ofindex.open(url, cache_bytes=one + 100)
     idx = np.random.default_rng(5).permutation(RECORDS)[:200]
     assert ds.__getitems__(idx.tolist()) == [expected[i] for i in idx]

@@ -5,7 +5,7 @@ import resource
 
 import numpy as np
 import pytest
-from helpers import read_bytes, write_raw
+from helpers import read_bytes, ref_offsets, ref_tfrecord, write_raw
 
 import ofindex
 from ofindex.formats.framing import RecordFormat
@@ -116,3 +116,91 @@ def test_check_offsets_detects_corruption(tmp_path):
     write_raw(p + ".ofidx", raw)
     with pytest.raises(ofindex.SidecarError, match="offsets CRC"):
         open_local_sidecar(p + ".ofidx").check_offsets()
+
+
+def _v1_sidecar(fmt_code: int, offsets: list[int], size: int, end: int, fp: str) -> bytes:
+    """A version-1 sidecar (what ofindex 0.1 wrote), built from its documented layout."""
+    import struct
+
+    import crc32c
+
+    body = struct.pack(f"<{len(offsets)}Q", *offsets)
+    raw = 50 + len(fp)
+    hsize = (raw + 7) // 8 * 8
+    head = bytearray(struct.pack("<8sHBBIQQQIIH", b"OFINDEX\0", 1, fmt_code, 0, hsize,
+                                 len(offsets), size, end, crc32c.crc32c(body), 0, len(fp)))
+    head += fp.encode() + bytes(hsize - raw)
+    struct.pack_into("<I", head, 44, crc32c.crc32c(bytes(head)))
+    return bytes(head) + body
+
+
+def test_version_1_sidecars_still_open(tmp_path):
+    records = [b"a", b"bb", b"", b"dddd"]
+    p = write_raw(str(tmp_path / "old.tfrecord"), ref_tfrecord(records))
+    st = os.stat(p)
+    offsets = ref_offsets(records, 16)
+    write_raw(p + ".ofidx", _v1_sidecar(1, offsets, st.st_size, st.st_size,
+                                         f"mtime_ns:{st.st_mtime_ns}"))
+    sc = open_local_sidecar(p + ".ofidx")
+    assert sc.header.version == 1 and list(sc.offsets) == offsets
+    sc.check_offsets()
+    with ofindex.open(p) as ds:
+        assert list(ds) == records and ds[3] == b"dddd"
+
+
+def test_version_2_sections_round_trip(tmp_path):
+    from ofindex.formats.seekpoints import SEEK_DTYPE, make_table
+    from ofindex.formats.sidecar import parse_sidecar
+    from ofindex.formats.sidecar_header import HEADER_SIZE, Compression, body_layout
+
+    offs = np.array([0, 30, 70], dtype=np.uint64)
+    sums = np.array([1, 2, 0xFFFFFFFF], dtype=np.uint32)
+    table = make_table([0, 1000], [0, 333], [0, 5], [1, 0], [0, 11], [0, 0])
+    header, body = encode_sidecar(
+        RecordFormat.TFRECORD, offs, FileStamp(900, "etag:x"), 1200, checksums=sums,
+        compression=Compression.GZIP, seek_points=table, windows=b"W" * 11, spacing=1000,
+        uncompressed_size=1200)
+    assert len(header) == HEADER_SIZE
+    sc = parse_sidecar(header + body, path="mem")
+    h = sc.header
+    assert (h.version, h.count, h.checksums, h.compression, h.seek_points, h.spacing,
+            h.uncompressed_size) == (2, 3, True, Compression.GZIP, 2, 1000, 1200)
+    assert list(sc.offsets) == [0, 30, 70] and list(sc.checksums) == [1, 2, 0xFFFFFFFF]
+    assert sc.seek_points.dtype == SEEK_DTYPE and list(sc.seek_points["in"]) == [0, 333]
+    assert bytes(sc.windows) == b"W" * 11
+    lay = body_layout(HEADER_SIZE, 3, checksums=True, seek_points=2, windows_bytes=11)
+    # offsets, then 3 checksums padded to 16 bytes, then 2 x 32-byte points, then the blob
+    assert (lay.offsets, lay.checksums, lay.seek_points, lay.windows) == (
+        (512, 536), (536, 552), (552, 616), (616, 627))
+    assert lay.end == len(header) + len(body)
+    sc.check_offsets()
+
+
+def test_page_of_a_record_follows_from_its_number_alone(tmp_path):
+    """Version 2 headers have one size, so offset i lies at HEADER_SIZE + 8 i in any sidecar
+    (paged remote reads need no header first)."""
+    from ofindex.formats.sidecar_header import HEADER_SIZE
+
+    for fp in ("", "mtime_ns:1", "etag:" + "e" * 300):
+        header, body = encode_sidecar(RecordFormat.TFRECORD, np.arange(5, dtype=np.uint64) * 20,
+                                      FileStamp(100, fp), 100)
+        raw = header + body
+        assert len(header) == HEADER_SIZE
+        assert int.from_bytes(raw[HEADER_SIZE + 8 * 3 : HEADER_SIZE + 8 * 4], "little") == 60
+
+
+def test_corrupt_v2_header_fields_are_refused():
+    import struct
+
+    import crc32c
+
+    from ofindex.formats.sidecar_header import decode_header as dh
+
+    header, _ = encode_sidecar(RecordFormat.TFRECORD, np.zeros(1, np.uint64), FileStamp(1), 1)
+    for at, value in ((11, 0x80), (48, 9), (11, 4)):  # unknown flag, unknown codec, flag alone
+        bad = bytearray(header)
+        bad[at] = value
+        struct.pack_into("<I", bad, 44, 0)
+        struct.pack_into("<I", bad, 44, crc32c.crc32c(bytes(bad)))
+        with pytest.raises(ofindex.SidecarError, match="corrupt"):
+            dh(bytes(bad), path="x")

@@ -1,30 +1,16 @@
 """The binary sidecar index: one per data file, ``<data file>.ofidx`` by default.
 
-Layout (little-endian)::
-
-    0   8s  magic b"OFINDEX\\0"
-    8   H   format version (1)
-    10  B   record format (1 = TFRecord, 2 = OFRecord)
-    11  B   flags (bit 0: partial — only a valid prefix of the data file is indexed)
-    12  I   header size in bytes (a multiple of 8)
-    16  Q   record count
-    24  Q   data file size when indexed
-    32  Q   indexed end: byte just past the last indexed record
-    40  I   CRC32C of the offsets block
-    44  I   CRC32C of the header with this field zeroed
-    48  H   fingerprint length, then the fingerprint (UTF-8, e.g. "mtime_ns:…", "etag:…")
-    ... zero padding to the header size
-    header size + 8*i   Q   byte offset of record i (start of its framing)
-
-Locally a sidecar is memory-mapped: opening one reads its header only.
+A sidecar is a fixed header (:mod:`.sidecar_header`) and a body: one uint64 offset per record
+(the start of its framing; for a compressed file, in the uncompressed stream), optionally
+one CRC32C per payload, and for a compressed file the seek points and their windows
+(:mod:`.seekpoints`). Locally a sidecar is memory-mapped: opening one reads its header only.
+Sidecars are written once, to a temporary name and renamed, so readers never see a torn one.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import mmap
 import os
-import struct
 
 import crc32c as _crc32c
 import numpy as np
@@ -32,98 +18,59 @@ import numpy as np
 from ..errors import SidecarError, StaleIndexError
 from ..storage import FileStamp, Storage
 from .framing import RecordFormat
+from .seekpoints import empty_table, table_from_bytes
+from .sidecar_header import (
+    HEADER_SIZE,
+    Compression,
+    SidecarHeader,
+    body_layout,
+    decode_header,
+    encode_header,
+    layout_of,
+)
 
-MAGIC = b"OFINDEX\0"
-VERSION = 1
 SUFFIX = ".ofidx"
-FLAG_PARTIAL = 1
 
-_FIXED = struct.Struct("<8sHBBIQQQIIH")
-_HEADER_CRC_AT = 44
-
-
-@dataclasses.dataclass(frozen=True)
-class SidecarHeader:
-    format: RecordFormat
-    count: int
-    stamp: FileStamp
-    indexed_end: int
-    partial: bool
-    header_size: int
-    offsets_crc: int
-
-
-def encode_header(
-    fmt: RecordFormat, count: int, stamp: FileStamp, indexed_end: int, partial: bool,
-    offsets_crc: int,
-) -> bytes:
-    fp = stamp.fingerprint.encode("utf-8")
-    if len(fp) > 0xFFFF:
-        raise ValueError("fingerprint too long")
-    raw = _FIXED.size + len(fp)
-    header_size = (raw + 7) // 8 * 8
-    fixed = _FIXED.pack(
-        MAGIC, VERSION, int(fmt), FLAG_PARTIAL if partial else 0, header_size, count,
-        stamp.size, indexed_end, offsets_crc, 0, len(fp),
-    )
-    buf = bytearray(fixed + fp + bytes(header_size - raw))
-    struct.pack_into("<I", buf, _HEADER_CRC_AT, _crc32c.crc32c(buf))
-    return bytes(buf)
-
-
-def decode_header(buf: bytes, *, path: str) -> SidecarHeader:
-    """Parse and check a sidecar header (``buf`` holds at least the whole header)."""
-    if len(buf) < _FIXED.size or buf[:8] != MAGIC:
-        raise SidecarError(
-            f"{path}: not an ofindex sidecar (bad magic); delete it and rebuild the index "
-            "with `ofindex build <data file>`"
-        )
-    (_, version, fmt, flags, header_size, count, size, end, ocrc, hcrc, fplen) = (
-        _FIXED.unpack_from(buf)
-    )
-    if version != VERSION:
-        raise SidecarError(
-            f"{path}: sidecar format version {version} is not supported by this ofindex "
-            f"(it reads version {VERSION}); rebuild with `ofindex build` or upgrade ofindex"
-        )
-    if header_size < _FIXED.size + fplen or header_size % 8 or len(buf) < header_size:
-        raise SidecarError(f"{path}: sidecar header is corrupt; rebuild it with `ofindex build`")
-    check = bytearray(buf[:header_size])
-    struct.pack_into("<I", check, _HEADER_CRC_AT, 0)
-    if _crc32c.crc32c(check) != hcrc:
-        raise SidecarError(
-            f"{path}: sidecar header CRC mismatch (torn or corrupt file); rebuild it with "
-            "`ofindex build`"
-        )
-    try:
-        record_format = RecordFormat(fmt)
-    except ValueError:
-        raise SidecarError(f"{path}: unknown record format code {fmt} in sidecar") from None
-    fingerprint = bytes(buf[_FIXED.size : _FIXED.size + fplen]).decode("utf-8")
-    return SidecarHeader(
-        record_format, count, FileStamp(size, fingerprint), end, bool(flags & FLAG_PARTIAL),
-        header_size, ocrc,
-    )
+__all__ = ["SUFFIX", "Sidecar", "SidecarHeader", "decode_header", "encode_header",
+           "encode_sidecar", "load_sidecar", "open_local_sidecar", "parse_sidecar"]
 
 
 class Sidecar:
-    """An opened sidecar: the header plus the offsets (memory-mapped or in memory)."""
+    """An opened sidecar: the header and views of its sections (memory-mapped or in memory).
 
-    __slots__ = ("_mmap", "_mv", "_overhead", "header", "indexed_end", "offsets", "path")
+    Attributes:
+        path: Where it was read from (for messages).
+        header: The decoded header.
+        offsets: ``uint64[count]``: where each record's framing starts.
+        checksums: ``uint32[count]`` CRC32C of each payload, or ``None``.
+        seek_points: The seek table of a compressed file (see :mod:`.seekpoints`).
+        windows: The windows blob of a compressed file.
+        indexed_end: Byte just past the last indexed record.
+    """
+
+    __slots__ = ("_buf", "_mv", "_overhead", "checksums", "header", "indexed_end", "offsets",
+                 "path", "seek_points", "windows")
 
     def __init__(self, path: str, header: SidecarHeader, body: mmap.mmap | bytes) -> None:
         self.path = path
         self.header = header
-        self._mmap = body
+        self._buf = body
         n = header.count
-        expected = header.header_size + 8 * n
-        if len(body) != expected:
+        lay = layout_of(header)
+        if len(body) != lay.end:
             raise SidecarError(
-                f"{path}: sidecar is {len(body)} bytes but its header promises {expected} "
+                f"{path}: sidecar is {len(body)} bytes but its header promises {lay.end} "
                 f"({n} records); it is truncated or corrupt — rebuild it with `ofindex build`"
             )
-        self.offsets = np.frombuffer(body, dtype="<u8", count=n, offset=header.header_size)
-        self._mv = memoryview(body)[header.header_size :].cast("Q") if n else memoryview(b"")
+        self.offsets = np.frombuffer(body, dtype="<u8", count=n, offset=lay.offsets[0])
+        self._mv = memoryview(body)[lay.offsets[0] : lay.offsets[1]].cast("Q")
+        self.checksums = (np.frombuffer(body, dtype="<u4", count=n, offset=lay.checksums[0])
+                          if header.checksums else None)
+        mv = memoryview(body)
+        self.seek_points = (table_from_bytes(mv[lay.seek_points[0] : lay.seek_points[1]],
+                                             header.seek_points)
+                            if header.seek_points else empty_table())
+        self.windows = mv[lay.windows[0] : lay.windows[1]]
         self._overhead = header.format.overhead  # no record's span is shorter
         self.indexed_end = header.indexed_end
 
@@ -165,9 +112,19 @@ class Sidecar:
             "corrupt — rebuild it with `ofindex build`"
         )
 
+    @property
+    def compression(self) -> Compression:
+        """How the data file is compressed."""
+        return self.header.compression
+
     def check_offsets(self) -> None:
-        """Full integrity check of the offsets block (reads all of it)."""
-        if _crc32c.crc32c(self.offsets.tobytes()) != self.header.offsets_crc:
+        """Check the whole body against its CRC (reads all of it).
+
+        Raises:
+            SidecarError: The body is corrupt.
+        """
+        body = memoryview(self._buf)[self.header.header_size :]
+        if _crc32c.crc32c(body) != self.header.body_crc:
             raise SidecarError(
                 f"{self.path}: offsets CRC mismatch; the sidecar is corrupt — rebuild it with "
                 "`ofindex build`"
@@ -185,21 +142,72 @@ class Sidecar:
 
 def encode_sidecar(
     fmt: RecordFormat, offsets: np.ndarray, stamp: FileStamp, indexed_end: int,
-    partial: bool = False,
+    partial: bool = False, *, checksums: np.ndarray | None = None,
+    compression: Compression = Compression.NONE, seek_points: np.ndarray | None = None,
+    windows: bytes = b"", spacing: int = 0, uncompressed_size: int | None = None,
 ) -> tuple[bytes, bytes]:
-    """Header and offsets block of a sidecar, ready to write."""
-    body = np.ascontiguousarray(offsets, dtype="<u8").tobytes()
-    header = encode_header(fmt, len(offsets), stamp, indexed_end, partial, _crc32c.crc32c(body))
+    """Encode a sidecar (version 2): its header and its body, ready to write.
+
+    Args:
+        fmt: The record framing.
+        offsets: Where each record's framing starts.
+        stamp: The data file's size and fingerprint.
+        indexed_end: Byte just past the last indexed record.
+        partial: Only a valid prefix of the file is indexed.
+        checksums: CRC32C of each payload (one per record), or ``None``.
+        compression: How the data file is compressed.
+        seek_points: The seek table (compressed files).
+        windows: The windows blob the seek table points into.
+        spacing: Uncompressed bytes between seek points the index was built with.
+        uncompressed_size: Size of the decompressed stream (default: the file size).
+
+    Returns:
+        ``(header, body)``.
+
+    Raises:
+        ValueError: ``checksums`` has another length than ``offsets``.
+    """
+    parts = [np.ascontiguousarray(offsets, dtype="<u8").tobytes()]
+    n = len(offsets)
+    if checksums is not None:
+        if len(checksums) != n:
+            raise ValueError(f"{len(checksums)} checksums for {n} records")
+        raw = np.ascontiguousarray(checksums, dtype="<u4").tobytes()
+        parts.append(raw + bytes(-len(raw) % 8))
+    m = 0
+    if seek_points is not None and len(seek_points):
+        m = len(seek_points)
+        parts.append(np.ascontiguousarray(seek_points).tobytes())
+        parts.append(bytes(windows))
+    body = b"".join(parts)
+    lay = body_layout(HEADER_SIZE, n, checksums=checksums is not None, seek_points=m,
+                      windows_bytes=len(windows) if m else 0)
+    assert lay.end == HEADER_SIZE + len(body)
+    header = encode_header(
+        fmt, n, stamp, indexed_end, partial, _crc32c.crc32c(body),
+        checksums=checksums is not None, compression=compression, seek_points=m,
+        windows_bytes=len(windows) if m else 0, spacing=spacing,
+        uncompressed_size=uncompressed_size,
+    )
     return header, body
 
 
 def parse_sidecar(buf: bytes, *, path: str) -> Sidecar:
-    """A sidecar from its whole content held in memory (remote storage)."""
+    """Make a sidecar from its whole content held in memory (remote storage).
+
+    Raises:
+        SidecarError: The content is not a valid sidecar.
+    """
     return Sidecar(path, decode_header(buf, path=path), buf)
 
 
 def open_local_sidecar(path: str) -> Sidecar:
-    """Memory-map a local sidecar; only the header is read now."""
+    """Memory-map a local sidecar; only the header is read now.
+
+    Raises:
+        FileNotFoundError: There is no file at ``path``.
+        SidecarError: The file is not a valid sidecar.
+    """
     fd = os.open(path, os.O_RDONLY)
     try:
         size = os.fstat(fd).st_size
@@ -208,9 +216,7 @@ def open_local_sidecar(path: str) -> Sidecar:
         mm = mmap.mmap(fd, size, access=mmap.ACCESS_READ)
     finally:
         os.close(fd)
-    header = decode_header(mm[: min(size, 4096)] if size else b"", path=path)
-    if header.header_size > 4096:
-        header = decode_header(mm[: header.header_size], path=path)
+    header = decode_header(mm[: min(size, 4096)], path=path)
     return Sidecar(path, header, mm)
 
 

@@ -14,6 +14,7 @@ async filesystems hold an event loop and sessions that must not cross a ``fork``
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import contextlib
 import os
 import threading
@@ -32,6 +33,10 @@ _ORPHANS: list[Any] = []
 _HTTP = {"http", "https"}
 
 
+#: Longer version identifiers are stored as their SHA-256 (sidecar headers have a fixed size).
+MAX_FINGERPRINT_VALUE = 256
+
+
 def fingerprint_from_info(info: dict[str, Any]) -> str:
     """The cheapest version identifier a backend reports: generation, ETag, or mtime."""
     for key, kind in (("generation", "generation"), ("ETag", "etag"), ("etag", "etag"),
@@ -39,7 +44,10 @@ def fingerprint_from_info(info: dict[str, Any]) -> str:
                       ("Last-Modified", "mtime"), ("created", "created")):
         value = info.get(key)
         if value not in (None, ""):
-            return f"{kind}:{str(value).strip(chr(34))}"
+            text = str(value).strip(chr(34))
+            if len(text.encode("utf-8")) > MAX_FINGERPRINT_VALUE:  # fits a sidecar header
+                text = "sha256=" + hashlib.sha256(text.encode("utf-8")).hexdigest()
+            return f"{kind}:{text}"
     return ""
 
 

@@ -1,0 +1,269 @@
+"""The header of a sidecar file, versions 1 and 2 (all little-endian).
+
+Version 2 (written since 0.2) has one fixed-size header, so that the byte range of any
+record's offset follows from the record number alone (paged reads of remote sidecars)::
+
+    0    8s  magic b"OFINDEX\\0"
+    8    H   format version (2)
+    10   B   record format (1 = TFRecord, 2 = OFRecord)
+    11   B   flags: 1 partial (only a valid prefix is indexed), 2 per-record checksums,
+             4 compressed (seek points present)
+    12   I   header size (512)
+    16   Q   record count n
+    24   Q   data file size when indexed (bytes on storage: compressed size if compressed)
+    32   Q   indexed end: byte just past the last indexed record (in the uncompressed stream
+             for a compressed file)
+    40   I   CRC32C of the body (everything after the header)
+    44   I   CRC32C of the header with this field zeroed
+    48   B   compression (0 none, 1 gzip, 2 zlib)
+    49   B   reserved (0)
+    50   H   fingerprint length (at most 416)
+    52   I   reserved (0)
+    56   Q   seek point count m
+    64   Q   bytes of the windows blob
+    72   Q   seek point spacing the index was built with (uncompressed bytes; 0 if none)
+    80   Q   size of the uncompressed stream (the data file size when not compressed)
+    88   8s  reserved (0)
+    96   ... fingerprint (UTF-8, e.g. "mtime_ns:…", "etag:…"), zero padding to 512
+
+The body follows (see :func:`body_layout`): n uint64 record offsets; with checksums, n
+uint32 CRC32C of the payloads (padded to 8 bytes); with compression, m seek points of 32
+bytes and the windows blob.
+
+Version 1 (0.1) had a variable header: the fields above up to offset 47, the fingerprint
+length at 48 and the fingerprint at 50, padded to a multiple of 8, then the offsets. It is
+still read.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import struct
+
+import crc32c as _crc32c
+
+from ..errors import SidecarError
+from ..storage import FileStamp
+from .framing import RecordFormat
+
+MAGIC = b"OFINDEX\0"
+VERSION = 2
+HEADER_SIZE = 512
+MAX_FINGERPRINT = HEADER_SIZE - 96
+
+FLAG_PARTIAL = 1
+FLAG_CHECKSUMS = 2
+FLAG_COMPRESSED = 4
+_KNOWN_FLAGS = FLAG_PARTIAL | FLAG_CHECKSUMS | FLAG_COMPRESSED
+
+#: Size of one seek point entry in the body.
+SEEK_POINT_SIZE = 32
+
+_V1 = struct.Struct("<8sHBBIQQQIIH")
+_V2 = struct.Struct("<8sHBBIQQQIIBBHIQQQQ8s")
+_HEADER_CRC_AT = 44
+
+
+class Compression(enum.IntEnum):
+    """How a data file's bytes are compressed (stored in version 2 sidecars)."""
+
+    NONE = 0
+    GZIP = 1
+    ZLIB = 2
+
+    @classmethod
+    def parse(cls, value: str | Compression | None) -> Compression:
+        """Read ``None``, ``"gzip"``, ``"zlib"`` (any case, ``""`` for none) or a member.
+
+        Raises:
+            ValueError: Another name.
+        """
+        if isinstance(value, Compression):
+            return value
+        name = "" if value is None else str(value).strip().lower()
+        if name in ("", "none"):
+            return cls.NONE
+        if name in ("gzip", "gz"):
+            return cls.GZIP
+        if name == "zlib":
+            return cls.ZLIB
+        raise ValueError(f"unknown compression {value!r}: use 'gzip', 'zlib' or None")
+
+
+@dataclasses.dataclass(frozen=True)
+class SidecarHeader:
+    """A decoded sidecar header.
+
+    Attributes:
+        format: The record framing.
+        count: Records indexed.
+        stamp: The data file's size and fingerprint when it was indexed.
+        indexed_end: Byte just past the last indexed record (uncompressed stream).
+        partial: Only a valid prefix of the file is indexed.
+        header_size: Bytes before the body.
+        body_crc: CRC32C of the body (version 1: of the offsets).
+        version: Sidecar format version.
+        checksums: The body holds a CRC32C of every payload.
+        compression: How the data file is compressed.
+        seek_points: Seek points in the body (compressed files).
+        windows_bytes: Bytes of the windows blob.
+        spacing: Uncompressed bytes between seek points the index was built with.
+        uncompressed_size: Size of the decompressed stream.
+    """
+
+    format: RecordFormat
+    count: int
+    stamp: FileStamp
+    indexed_end: int
+    partial: bool
+    header_size: int
+    body_crc: int
+    version: int = VERSION
+    checksums: bool = False
+    compression: Compression = Compression.NONE
+    seek_points: int = 0
+    windows_bytes: int = 0
+    spacing: int = 0
+    uncompressed_size: int = -1
+
+    @property
+    def offsets_crc(self) -> int:
+        """Alias of :attr:`body_crc` (the name version 1 used)."""
+        return self.body_crc
+
+
+@dataclasses.dataclass(frozen=True)
+class BodyLayout:
+    """Where each section of a sidecar lies, as ``[start, end)`` byte ranges of the file."""
+
+    offsets: tuple[int, int]
+    checksums: tuple[int, int]
+    seek_points: tuple[int, int]
+    windows: tuple[int, int]
+
+    @property
+    def end(self) -> int:
+        """The size of the whole sidecar."""
+        return self.windows[1]
+
+
+def body_layout(header_size: int, count: int, *, checksums: bool = False,
+                seek_points: int = 0, windows_bytes: int = 0) -> BodyLayout:
+    """Compute the byte ranges of a sidecar's sections from its counts alone."""
+    a = header_size
+    b = a + 8 * count
+    c = b + ((4 * count + 7) // 8 * 8 if checksums else 0)
+    d = c + SEEK_POINT_SIZE * seek_points
+    return BodyLayout((a, b), (b, c), (c, d), (d, d + windows_bytes))
+
+
+def layout_of(h: SidecarHeader) -> BodyLayout:
+    """The :class:`BodyLayout` a header describes."""
+    return body_layout(h.header_size, h.count, checksums=h.checksums,
+                       seek_points=h.seek_points, windows_bytes=h.windows_bytes)
+
+
+def encode_header(
+    fmt: RecordFormat, count: int, stamp: FileStamp, indexed_end: int, partial: bool,
+    body_crc: int, *, checksums: bool = False, compression: Compression = Compression.NONE,
+    seek_points: int = 0, windows_bytes: int = 0, spacing: int = 0,
+    uncompressed_size: int | None = None,
+) -> bytes:
+    """Encode a version 2 header.
+
+    Raises:
+        ValueError: The fingerprint is longer than :data:`MAX_FINGERPRINT` bytes.
+    """
+    fp = stamp.fingerprint.encode("utf-8")
+    if len(fp) > MAX_FINGERPRINT:
+        raise ValueError(f"fingerprint of {len(fp)} bytes; at most {MAX_FINGERPRINT} fit")
+    flags = ((FLAG_PARTIAL if partial else 0) | (FLAG_CHECKSUMS if checksums else 0)
+             | (FLAG_COMPRESSED if compression is not Compression.NONE else 0))
+    size = stamp.size if uncompressed_size is None else uncompressed_size
+    fixed = _V2.pack(
+        MAGIC, VERSION, int(fmt), flags, HEADER_SIZE, count, stamp.size, indexed_end, body_crc,
+        0, int(compression), 0, len(fp), 0, seek_points, windows_bytes, spacing, size,
+        bytes(8),
+    )
+    buf = bytearray(fixed + fp + bytes(HEADER_SIZE - len(fixed) - len(fp)))
+    struct.pack_into("<I", buf, _HEADER_CRC_AT, _crc32c.crc32c(buf))
+    return bytes(buf)
+
+
+def _corrupt(path: str, why: str) -> SidecarError:
+    return SidecarError(f"{path}: sidecar header is corrupt ({why}); rebuild it with "
+                        "`ofindex build`")
+
+
+def decode_header(buf: bytes | memoryview, *, path: str) -> SidecarHeader:
+    """Parse and check a sidecar header (``buf`` holds at least the whole header).
+
+    Raises:
+        SidecarError: Not a sidecar, an unsupported version, or a corrupt header.
+    """
+    if len(buf) < _V1.size or bytes(buf[:8]) != MAGIC:
+        raise SidecarError(
+            f"{path}: not an ofindex sidecar (bad magic); delete it and rebuild the index "
+            "with `ofindex build <data file>`"
+        )
+    version = struct.unpack_from("<H", buf, 8)[0]
+    if version not in (1, VERSION):
+        raise SidecarError(
+            f"{path}: sidecar format version {version} is not supported by this ofindex "
+            f"(it reads versions 1 and {VERSION}); rebuild with `ofindex build` or upgrade "
+            "ofindex"
+        )
+    header_size = struct.unpack_from("<I", buf, 12)[0]
+    if len(buf) < header_size or header_size % 8 or header_size > 1 << 20:
+        raise _corrupt(path, f"header size {header_size}")
+    check = bytearray(buf[:header_size])
+    stored = struct.unpack_from("<I", check, _HEADER_CRC_AT)[0]
+    struct.pack_into("<I", check, _HEADER_CRC_AT, 0)
+    if _crc32c.crc32c(check) != stored:
+        raise SidecarError(
+            f"{path}: sidecar header CRC mismatch (torn or corrupt file); rebuild it with "
+            "`ofindex build`"
+        )
+    return _decode_v1(check, path) if version == 1 else _decode_v2(check, path)
+
+
+def _record_format(code: int, path: str) -> RecordFormat:
+    try:
+        return RecordFormat(code)
+    except ValueError:
+        raise SidecarError(f"{path}: unknown record format code {code} in sidecar") from None
+
+
+def _decode_v1(buf: bytearray, path: str) -> SidecarHeader:
+    (_, _, fmt, flags, header_size, count, size, end, ocrc, _, fplen) = _V1.unpack_from(buf)
+    if header_size < _V1.size + fplen:
+        raise _corrupt(path, "fingerprint length")
+    fingerprint = bytes(buf[_V1.size : _V1.size + fplen]).decode("utf-8", "replace")
+    return SidecarHeader(_record_format(fmt, path), count, FileStamp(size, fingerprint), end,
+                         bool(flags & FLAG_PARTIAL), header_size, ocrc, version=1,
+                         uncompressed_size=size)
+
+
+def _decode_v2(buf: bytearray, path: str) -> SidecarHeader:
+    if len(buf) != HEADER_SIZE:
+        raise _corrupt(path, f"header size {len(buf)}, not {HEADER_SIZE}")
+    (_, _, fmt, flags, _, count, size, end, bcrc, _, comp, _, fplen, _, seeks, wbytes,
+     spacing, usize, _) = _V2.unpack_from(buf)
+    if flags & ~_KNOWN_FLAGS:
+        raise _corrupt(path, f"unknown flags 0x{flags:02x}")
+    if fplen > MAX_FINGERPRINT:
+        raise _corrupt(path, "fingerprint length")
+    try:
+        compression = Compression(comp)
+    except ValueError:
+        raise _corrupt(path, f"unknown compression code {comp}") from None
+    if bool(flags & FLAG_COMPRESSED) != (compression is not Compression.NONE):
+        raise _corrupt(path, "compression flag and code disagree")
+    fingerprint = bytes(buf[96 : 96 + fplen]).decode("utf-8", "replace")
+    return SidecarHeader(
+        _record_format(fmt, path), count, FileStamp(size, fingerprint), end,
+        bool(flags & FLAG_PARTIAL), HEADER_SIZE, bcrc, version=2,
+        checksums=bool(flags & FLAG_CHECKSUMS), compression=compression, seek_points=seeks,
+        windows_bytes=wbytes, spacing=spacing, uncompressed_size=usize,
+    )
