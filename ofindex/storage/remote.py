@@ -14,8 +14,8 @@ async filesystems hold an event loop and sessions that must not cross a ``fork``
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import contextlib
+import hashlib
 import os
 import threading
 from collections.abc import Awaitable, Callable, Sequence
