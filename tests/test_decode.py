@@ -521,6 +521,10 @@ def test_decoders_pickle_and_match():
     assert pickle.loads(pickle.dumps(ragged)) == ragged
     with pytest.raises(ValueError, match="unknown record kind"):
         Decoder(kind="csv")
+    # a batch decoder is called with a list: it is not a per-record Decoder
+    assert not isinstance(BatchDecoder(SPEC), Decoder)
+    assert BatchDecoder(SPEC) == BatchDecoder(SPEC) != Decoder(SPEC)
+    assert repr(BatchDecoder(SPEC)).startswith("BatchDecoder(")
 
 
 # ---- printing --------------------------------------------------------------------------
@@ -675,6 +679,8 @@ def test_out_arrays_are_checked():
             decode_batch(recs, SPEC, out=bad)
     with pytest.raises(ValueError, match="out= is supported"):
         decode_batch([_sequence_bytes()], kind="sequence_example", out=good)
+    with pytest.raises(ValueError, match="only FixedLen"):  # no spec: nothing is FixedLen
+        decode_batch(recs, None, out=good)
 
 
 def test_parallel_row_copy_matches_a_plain_copy():

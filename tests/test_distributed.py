@@ -26,7 +26,7 @@ WORKER = textwrap.dedent("""
     ds = ofindex.open(glob)
     result = {}
     for name, sampler in [("global", GlobalShuffleSampler(ds, seed=9)),
-                          ("block", BlockShuffleSampler.for_dataset(ds, block_size=4, window=3))]:
+                          ("block", BlockShuffleSampler(ds, block_size=4, window=3))]:
         assert (sampler.rank, sampler.num_replicas) == (rank, world)  # read from torch.distributed
         for epoch in range(2):
             sampler.set_epoch(epoch)

@@ -1,8 +1,10 @@
 """Samplers, partitions and block orders: coverage, disjointness, resume, locality."""
 
 import functools
+import inspect
 import json
 import operator
+import os
 import pickle
 import warnings
 
@@ -11,12 +13,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import ofindex
+import ofindex.decode
+import ofindex.shuffle
 from ofindex.shuffle import (
     BatchSampler,
     BlockShuffleOrder,
     BlockShuffleSampler,
+    GlobalShuffleOrder,
     GlobalShuffleSampler,
     Partition,
+    SequentialOrder,
     SequentialSampler,
 )
 
@@ -188,3 +195,140 @@ def test_block_shuffle_tradeoff():
     full = BlockShuffleOrder([n // 2, n // 2], 64, 256, seed=0)(np.arange(n))
     assert len(np.unique(full[:batch] // 64)) > 20  # window covers everything: ~full shuffle
     assert stats(8)[1] < 4 / np.sqrt(256)  # blocks (256 of them) are globally shuffled
+
+
+# ---- what a sampler takes: a Dataset, anything with len(), a record count, shard sizes ------
+
+SHARDS = [24, 40, 16]  # multiples of the block size 8 below: no pooled tails
+
+
+@pytest.fixture(scope="module")
+def ds(tmp_path_factory):
+    d = tmp_path_factory.mktemp("sampled")
+    for s, c in enumerate(SHARDS):
+        with ofindex.Writer(os.path.join(d, f"part-{s}.tfrecord")) as w:
+            for i in range(c):
+                w.write(f"{s}/{i}".encode())
+    data = ofindex.open(str(d))
+    assert len(data) == sum(SHARDS)
+    return data
+
+
+class LenOnly:
+    """A dataset that only knows its length."""
+
+    def __init__(self, n):
+        self.n = n
+
+    def __len__(self):
+        return self.n
+
+
+def test_block_shuffle_sampler_takes_a_dataset_and_keeps_blocks_in_shards(ds):
+    s = BlockShuffleSampler(ds, seed=0)  # the user-reported failure: ValueError from int(b'...')
+    assert s.shard_sizes == SHARDS
+    assert sorted(s) == list(range(len(ds)))
+    ends = np.cumsum(SHARDS)
+    starts = ends - SHARDS
+    for epoch in range(2):
+        s = BlockShuffleSampler(ds, block_size=8, window=1, seed=3)
+        s.set_epoch(epoch)
+        order = list(s)
+        assert sorted(order) == list(range(len(ds)))
+        for block in np.reshape(order, (-1, 8)):
+            shard_of = {ds[int(i)].split(b"/")[0] for i in block}
+            assert len(shard_of) == 1  # one shard per block ...
+            lo = int(block.min())
+            assert sorted(block.tolist()) == list(range(lo, lo + 8))  # ... 8 neighbours in it
+            shard = int(np.searchsorted(ends, lo, side="right"))
+            assert (lo - starts[shard]) % 8 == 0  # blocks are cut from each shard's start
+    # windows of several blocks: still a permutation, the same as the other ways to ask
+    want = list(BlockShuffleSampler(ds, block_size=8, window=3, seed=5))
+    assert sorted(want) == list(range(len(ds)))
+    assert want == list(BlockShuffleSampler(shard_sizes=SHARDS, block_size=8, window=3, seed=5))
+    assert want == list(BlockShuffleSampler(SHARDS, block_size=8, window=3, seed=5))  # older form
+    assert want == list(BlockShuffleSampler(np.array(SHARDS), block_size=8, window=3, seed=5))
+    assert want == list(BlockShuffleSampler.for_dataset(ds, block_size=8, window=3, seed=5))
+
+
+def test_samplers_take_len_only_objects_and_counts(ds):
+    n = len(ds)
+    for make in (SequentialSampler, GlobalShuffleSampler):
+        ref = list(make(n, seed=2))
+        assert sorted(ref) == list(range(n))
+        for data in (ds, LenOnly(n), np.int64(n), list(range(n))):
+            assert list(make(data, seed=2)) == ref, (make, data)
+    one_shard = list(BlockShuffleSampler(shard_sizes=[n], block_size=8, seed=2))
+    for data in (LenOnly(n), n, np.int64(n), [b"record"] * n):
+        s = BlockShuffleSampler(data, block_size=8, seed=2)
+        assert s.shard_sizes == [n] and list(s) == one_shard, data
+    assert BlockShuffleSampler([24.0, 40.0]).shard_sizes == [24, 40]  # whole floats: counts
+
+
+@pytest.mark.parametrize("make", [SequentialSampler, GlobalShuffleSampler, BlockShuffleSampler])
+@pytest.mark.parametrize("bad", ["data/train-*.tfrecord", b"raw", 3.5, None, object(), True])
+def test_bad_data_names_the_accepted_forms(make, bad):
+    with pytest.raises(TypeError, match=r"ofindex Dataset.*len\(\).*int") as err:
+        make(bad)
+    assert make.__name__ in str(err.value)
+
+
+def test_bad_sizes_and_empty_data_are_refused(ds):
+    for make in (SequentialSampler, GlobalShuffleSampler, BlockShuffleSampler):
+        for empty in (0, LenOnly(0)):
+            with pytest.raises(ValueError, match="empty"):
+                make(empty)
+    with pytest.raises(ValueError, match="empty"):
+        BlockShuffleSampler(shard_sizes=[0, 0])
+    with pytest.raises(TypeError, match="not both"):
+        BlockShuffleSampler(ds, shard_sizes=SHARDS)
+    with pytest.raises(TypeError, match="shard_sizes must be a list"):
+        BlockShuffleSampler(shard_sizes=ds)
+    with pytest.raises(TypeError, match="shard_sizes must be a list"):
+        BlockShuffleSampler(shard_sizes="24,40")
+    with pytest.raises(ValueError, match="non-negative"):
+        BlockShuffleSampler(shard_sizes=[3, -1])
+    with pytest.raises(ValueError, match="non-negative"):
+        BlockShuffleSampler([3, -1])
+    with pytest.raises(ValueError, match="whole"):
+        BlockShuffleSampler(shard_sizes=[1.5, 2])
+    with pytest.raises(TypeError, match="BatchSampler wraps"):
+        BatchSampler(ds, 4)
+
+
+def test_orders_refuse_positions_outside_the_epoch():
+    for order in (SequentialOrder(10), GlobalShuffleOrder(10, seed=1),
+                  BlockShuffleOrder([4, 6], 2, 2, seed=1)):
+        assert sorted(order(np.arange(10)).tolist()) == list(range(10))
+        for bad in ([10], [-1], [3, 200]):
+            with pytest.raises(IndexError, match=r"\[0, 10\)"):
+                order(np.array(bad))
+
+
+def _public_callables(module):
+    """(qualified name, callable) for every public callable of ``module.__all__`` and the
+    public methods (plus the protocol methods) of its classes."""
+    dunders = {"__call__", "__getitem__", "__getitems__", "__iter__", "__len__"}
+    for name in module.__all__:
+        obj = getattr(module, name)
+        if not callable(obj):
+            continue
+        if inspect.isclass(obj) and issubclass(obj, BaseException):
+            continue  # errors: documented in ofindex.errors
+        yield name, obj
+        if inspect.isclass(obj):
+            for attr, member in vars(obj).items():
+                if isinstance(member, property):
+                    member = member.fget
+                if (attr in dunders or not attr.startswith("_")) and callable(member):
+                    yield f"{name}.{attr}", member
+
+
+@pytest.mark.parametrize("module", [ofindex.decode, ofindex.shuffle])
+def test_public_api_has_docstrings_and_runtime_annotations(module):
+    for name, obj in _public_callables(module):
+        assert inspect.getdoc(obj), name
+        sig = inspect.signature(obj)
+        annotations = [p.annotation for p in sig.parameters.values()] + [sig.return_annotation]
+        if name != "Partition.split":  # returns its own class: the one allowed string
+            assert not any(isinstance(a, str) for a in annotations), (name, sig)

@@ -1,5 +1,6 @@
 """PyTorch DataLoader integration on a real multi-shard ofindex dataset."""
 
+import inspect
 import os
 
 import pytest
@@ -8,10 +9,12 @@ torch = pytest.importorskip("torch")
 from torch.utils.data import DataLoader  # noqa: E402
 
 import ofindex  # noqa: E402
+import ofindex.integrations.torch as ofindex_torch  # noqa: E402
 from ofindex.integrations.torch import (  # noqa: E402
     BatchSampler,
     BlockShuffleSampler,
     GlobalShuffleSampler,
+    SequentialSampler,
     ShuffledIterableDataset,
     TorchDataset,
 )
@@ -111,3 +114,33 @@ def test_stateful_dataloader_resume(ds):
     tail = list(resumed)
     assert head + tail == ref
     assert sorted(r for b in head + tail for r in b) == ALL
+
+
+def test_samplers_take_the_torch_dataset_and_keep_its_shards(ds):
+    data = TorchDataset(ds)
+    block = BlockShuffleSampler(data, block_size=4, window=2, seed=1)
+    assert block.shard_sizes == SHARDS  # through TorchDataset.cumulative_counts
+    assert list(block) == list(BlockShuffleSampler(ds, block_size=4, window=2, seed=1))
+    assert BlockShuffleSampler(TorchDataset(list(ALL))).shard_sizes == [len(ALL)]  # len only
+    for sampler in (block, GlobalShuffleSampler(data, seed=1), SequentialSampler(data)):
+        assert isinstance(sampler, torch.utils.data.Sampler)
+        loader = DataLoader(data, batch_size=7, sampler=sampler, collate_fn=list)
+        assert sorted(r for b in loader for r in b) == ALL
+    with pytest.raises(TypeError, match=r"ofindex Dataset.*len\(\)"):
+        GlobalShuffleSampler("part-*.tfrecord")
+    with pytest.raises(ValueError, match="fetch_size"):
+        ShuffledIterableDataset(ds, block, fetch_size=0)
+
+
+def test_public_api_has_docstrings_and_runtime_annotations():
+    for name in ofindex_torch.__all__:
+        cls = getattr(ofindex_torch, name)
+        assert inspect.getdoc(cls), name
+        members = [cls, *(m for a, m in vars(cls).items()
+                          if callable(m) and (not a.startswith("_") or a in (
+                              "__getitem__", "__getitems__", "__iter__", "__len__")))]
+        for obj in members:
+            assert inspect.getdoc(obj), (name, obj)
+            sig = inspect.signature(obj)
+            hints = [p.annotation for p in sig.parameters.values()] + [sig.return_annotation]
+            assert not any(isinstance(h, str) for h in hints), (name, sig)

@@ -21,10 +21,8 @@ released (:func:`memory_pool` bounds it). Errors are :class:`ofindex.errors.Deco
 naming the feature.
 """
 
-from __future__ import annotations
-
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -33,6 +31,8 @@ from ofindex.decode.batch import decode_records
 from ofindex.decode.example import (
     EXAMPLE_DTYPES,
     OFRECORD_DTYPES,
+    Decoded,
+    RecordBytes,
     decode_example,
     decode_example_normalized,
     decode_ofrecord,
@@ -41,7 +41,14 @@ from ofindex.decode.example import (
 )
 from ofindex.decode.pretty import format_decoded
 from ofindex.decode.sequence import decode_sequence_batch, decode_sequence_example
-from ofindex.decode.spec import FixedLen, Ragged, VarLen, normalize_dtype, normalize_spec
+from ofindex.decode.spec import (
+    FixedLen,
+    Ragged,
+    Spec,
+    VarLen,
+    normalize_dtype,
+    normalize_spec,
+)
 from ofindex.errors import DecodeError
 
 KINDS = ("example", "sequence_example", "ofrecord")
@@ -50,6 +57,11 @@ _KIND_ALIASES = {
     "sequence_example": "sequence_example", "sequenceexample": "sequence_example",
     "sequence": "sequence_example", "ofrecord": "ofrecord", "oneflow": "ofrecord",
 }
+_NO_OUT = "out= is supported for kind='example' and 'ofrecord'"
+
+#: What a decoder returns: ``{name: value}``, or ``(context, feature_lists)`` for
+#: ``kind="sequence_example"``.
+DecodeResult = Decoded | tuple[Decoded, Decoded]
 
 
 def _kind(kind: str) -> str:
@@ -59,59 +71,82 @@ def _kind(kind: str) -> str:
         raise ValueError(f"unknown record kind {kind!r}: use one of {', '.join(KINDS)}") from None
 
 
+def _pair(spec: Any) -> tuple[Spec, Spec]:
+    """``spec`` given as a ``(context_spec, sequence_spec)`` pair."""
+    context_spec, sequence_spec = spec
+    return context_spec, sequence_spec
+
+
 def decode_batch(
-    records: Sequence[Any],
-    spec: Any = None,
+    records: Sequence[RecordBytes],
+    spec: Spec | tuple[Spec, Spec] = None,
     kind: str = "example",
     *,
-    context_spec: Any = None,
-    sequence_spec: Any = None,
+    context_spec: Spec = None,
+    sequence_spec: Spec = None,
     out: dict[str, np.ndarray] | None = None,
-) -> Any:
+) -> DecodeResult:
     """Decode a list of serialized records into batched arrays.
 
-    For ``kind="example"``/``"ofrecord"`` returns ``{name: value}`` where a FixedLen
-    feature is one array ``(len(records), *shape)`` and a VarLen feature (or one without a
-    spec) is ``Ragged(values, row_lengths)``. For ``kind="sequence_example"`` returns
-    ``(context, feature_lists)`` (see :func:`decode_sequence_batch`); ``spec`` may then be
-    a ``(context_spec, sequence_spec)`` pair instead of the keyword arguments.
+    Records that share a byte layout (one writer, same features: the usual case) are
+    decoded together with numpy; the result always equals decoding them one by one.
 
-    ``out={name: array}`` decodes FixedLen features into arrays you own (exactly
-    ``(len(records), *shape)``, the spec's dtype, C-contiguous), e.g. buffers reused from
-    batch to batch or pinned memory for a GPU copy; the result holds those same arrays.
-    Reusing one array skips the fresh-memory page faults that dominate big batches.
-    Without ``out=``, big outputs (4 MiB or more) are made on memory that earlier outputs
-    released once nothing referred to them any more (see :func:`memory_pool`), which skips
-    most of those page faults too.
+    Args:
+        records: The serialized records (``bytes``, ``bytearray``, ``memoryview``...).
+        spec: The features to decode (see :mod:`ofindex.decode.spec`): a mapping
+            ``{name: FixedLen | VarLen | None}``, a list of names, or ``None`` for every
+            feature as stored. For ``kind="sequence_example"``, a
+            ``(context_spec, sequence_spec)`` pair instead of the keyword arguments.
+        kind: ``"example"``, ``"sequence_example"`` or ``"ofrecord"`` (aliases such as
+            ``"tfrecord"`` and ``"oneflow"`` are accepted, in any case).
+        context_spec: For ``kind="sequence_example"``: the spec of the context features.
+        sequence_spec: For ``kind="sequence_example"``: the spec of the feature lists.
+        out: ``{name: array}`` to decode ``FixedLen`` features into arrays you own (exactly
+            ``(len(records), *shape)``, the spec's dtype, writable and C-contiguous), e.g.
+            buffers reused from batch to batch or pinned memory for a GPU copy; the result
+            holds those same arrays. Without ``out=``, big outputs (4 MiB or more) are made
+            on memory that earlier outputs released (see :func:`memory_pool`).
+
+    Returns:
+        For ``"example"``/``"ofrecord"``: ``{name: value}`` where a ``FixedLen`` feature is
+        one array ``(len(records), *shape)`` and a ``VarLen`` feature (or one without a
+        spec) is :class:`Ragged` ``(values, row_lengths)``. For ``"sequence_example"``:
+        ``(context, feature_lists)`` as :func:`decode_sequence_batch` gives.
+
+    Raises:
+        DecodeError: A record cannot be decoded as asked (the message names the record
+            and the feature), or records store a feature without a spec as different
+            value types.
+        ValueError: ``kind`` is unknown, a spec dtype is not one the kind stores, or
+            ``out`` names a feature that is not ``FixedLen`` in ``spec``, holds an array
+            of the wrong shape, dtype or layout, or is given for ``"sequence_example"``.
+        TypeError: A spec entry is not ``FixedLen(...)``, ``VarLen(...)`` or ``None``.
     """
     k = _kind(kind)
     if k == "sequence_example":
         if out:
-            raise ValueError("out= is supported for kind='example' and 'ofrecord'")
+            raise ValueError(_NO_OUT)
         if spec is not None:
-            context_spec, sequence_spec = spec
+            context_spec, sequence_spec = _pair(spec)
         return decode_sequence_batch(records, context_spec, sequence_spec)
-    return decode_records(records, spec, k, out)
+    return decode_records(records, cast(Spec, spec), k, out)
 
 
-class Decoder:
-    """A picklable per-record decoder: ``Decoder(spec, kind)(data) -> dict``.
+class _SpecDecoder:
+    """What :class:`Decoder` and :class:`BatchDecoder` share: the kind, the checked specs,
+    :meth:`batch`, equality and repr."""
 
-    ``kind="sequence_example"`` returns ``(context, feature_lists)``; give its specs as
-    ``context_spec=``/``sequence_spec=`` (or ``spec=(context_spec, sequence_spec)``).
-    :meth:`batch` decodes a list of records at once (see :func:`decode_batch`).
-    """
-
-    def __init__(self, spec: Any = None, kind: str = "example", *,
-                 context_spec: Any = None, sequence_spec: Any = None) -> None:
+    def __init__(self, spec: Spec | tuple[Spec, Spec] = None, kind: str = "example", *,
+                 context_spec: Spec = None, sequence_spec: Spec = None) -> None:
         self.kind = _kind(kind)
         if self.kind == "sequence_example" and spec is not None:
-            context_spec, sequence_spec = spec
+            context_spec, sequence_spec = _pair(spec)
             spec = None
         if self.kind != "sequence_example" and (context_spec or sequence_spec):
             raise ValueError("context_spec/sequence_spec only apply to kind='sequence_example'")
-        self.spec = dict(spec) if hasattr(spec, "items") else (
-            list(spec) if spec is not None else None)
+        given: Any = spec
+        self.spec: dict[str, Any] | list[str] | None = dict(given) if hasattr(
+            given, "items") else (list(given) if given is not None else None)
         self.context_spec = context_spec
         self.sequence_spec = sequence_spec
         # validate now rather than at the first record, and only once
@@ -121,18 +156,28 @@ class Decoder:
         normalize_spec(self.context_spec, allowed, what)
         normalize_spec(self.sequence_spec, allowed, what)
 
-    def __call__(self, data: Any) -> Any:
-        if self.kind == "example":
-            return decode_example_normalized(data, self._nspec)
-        if self.kind == "ofrecord":
-            return decode_ofrecord_normalized(data, self._nspec)
-        return decode_sequence_example(data, self.context_spec, self.sequence_spec)
+    def batch(self, records: Sequence[RecordBytes],
+              out: dict[str, np.ndarray] | None = None) -> DecodeResult:
+        """Decode a list of serialized records at once, as :func:`decode_batch` does.
 
-    def batch(self, records: Sequence[Any], out: dict[str, np.ndarray] | None = None) -> Any:
-        """Decode a list of records at once (``out=``: see :func:`decode_batch`)."""
+        Args:
+            records: The serialized records.
+            out: ``{name: array}`` to decode ``FixedLen`` features into arrays you own
+                (see :func:`decode_batch`); not for ``kind="sequence_example"``.
+
+        Returns:
+            ``{name: array | Ragged}``, or ``(context, feature_lists)`` for
+            ``kind="sequence_example"`` (see :func:`decode_batch`).
+
+        Raises:
+            DecodeError: A record cannot be decoded as asked (the message names the record
+                and the feature).
+            ValueError: ``out`` does not fit the batch or the spec, or is given for
+                ``kind="sequence_example"``.
+        """
         if self.kind == "sequence_example":
             if out:
-                raise ValueError("out= is supported for kind='example' and 'ofrecord'")
+                raise ValueError(_NO_OUT)
             return decode_sequence_batch(records, self.context_spec, self.sequence_spec)
         return decode_records(records, self.spec, self.kind, out)
 
@@ -146,11 +191,88 @@ class Decoder:
         return f"{type(self).__name__}({self.spec!r}, kind={self.kind!r})"
 
 
-class BatchDecoder(Decoder):
-    """Like :class:`Decoder`, but called with a list of records (a ``collate_fn``)."""
+class Decoder(_SpecDecoder):
+    """A picklable per-record decoder, e.g. for ``ofindex.open(..., decode=Decoder(spec))``.
 
-    def __call__(self, records: Sequence[Any],  # type: ignore[override]
-                 out: dict[str, np.ndarray] | None = None) -> Any:
+    ``Decoder(spec, kind)(data)`` decodes one serialized record; :meth:`batch` decodes a
+    list of records at once. The specs are checked when the decoder is made, not at the
+    first record. Two decoders are equal when their kind and specs are.
+
+    Args:
+        spec: The features to decode (a mapping ``{name: FixedLen | VarLen | None}``, a
+            list of names, or ``None`` for every feature as stored). For
+            ``kind="sequence_example"``, a ``(context_spec, sequence_spec)`` pair may be
+            given here instead of the keyword arguments.
+        kind: ``"example"``, ``"sequence_example"`` or ``"ofrecord"`` (aliases such as
+            ``"tfrecord"`` and ``"oneflow"`` are accepted, in any case).
+        context_spec: For ``kind="sequence_example"``: the spec of the context features.
+        sequence_spec: For ``kind="sequence_example"``: the spec of the feature lists.
+
+    Raises:
+        ValueError: ``kind`` is unknown, a spec dtype is not one the kind stores, or
+            ``context_spec``/``sequence_spec`` are given for another kind.
+        TypeError: A spec entry is not ``FixedLen(...)``, ``VarLen(...)`` or ``None``.
+    """
+
+    def __call__(self, data: RecordBytes) -> DecodeResult:
+        """Decode one serialized record.
+
+        Args:
+            data: The serialized record (``bytes``, ``bytearray``, ``memoryview``...).
+
+        Returns:
+            ``{name: array}`` (see :func:`decode_example` / :func:`decode_ofrecord`), or
+            ``(context, feature_lists)`` for ``kind="sequence_example"`` (see
+            :func:`decode_sequence_example`).
+
+        Raises:
+            DecodeError: ``data`` is not a valid record of the kind, or a feature does not
+                match its spec; the message names the feature.
+        """
+        if self.kind == "example":
+            return decode_example_normalized(data, self._nspec)
+        if self.kind == "ofrecord":
+            return decode_ofrecord_normalized(data, self._nspec)
+        return decode_sequence_example(data, self.context_spec, self.sequence_spec)
+
+
+class BatchDecoder(_SpecDecoder):
+    """Like :class:`Decoder`, but called with a list of records (a ``collate_fn``).
+
+    ``BatchDecoder(spec, kind)(records)`` is ``Decoder(spec, kind).batch(records)``, e.g.
+    ``DataLoader(..., collate_fn=BatchDecoder(spec))``.
+
+    Args:
+        spec: The features to decode, as for :class:`Decoder`.
+        kind: ``"example"``, ``"sequence_example"`` or ``"ofrecord"`` (or an alias).
+        context_spec: For ``kind="sequence_example"``: the spec of the context features.
+        sequence_spec: For ``kind="sequence_example"``: the spec of the feature lists.
+
+    Raises:
+        ValueError: ``kind`` is unknown, a spec dtype is not one the kind stores, or
+            ``context_spec``/``sequence_spec`` are given for another kind.
+        TypeError: A spec entry is not ``FixedLen(...)``, ``VarLen(...)`` or ``None``.
+    """
+
+    def __call__(self, records: Sequence[RecordBytes],
+                 out: dict[str, np.ndarray] | None = None) -> DecodeResult:
+        """Decode a list of serialized records at once (see :func:`decode_batch`).
+
+        Args:
+            records: The serialized records.
+            out: ``{name: array}`` to decode ``FixedLen`` features into arrays you own
+                (see :func:`decode_batch`); not for ``kind="sequence_example"``.
+
+        Returns:
+            ``{name: array | Ragged}``, or ``(context, feature_lists)`` for
+            ``kind="sequence_example"``.
+
+        Raises:
+            DecodeError: A record cannot be decoded as asked (the message names the record
+                and the feature).
+            ValueError: ``out`` does not fit the batch or the spec, or is given for
+                ``kind="sequence_example"``.
+        """
         return self.batch(records, out)
 
 

@@ -10,9 +10,8 @@ program keeps (or hands to ``torch.from_numpy``) are never overwritten. Without 
 module, outputs are plain ``numpy.empty`` arrays.
 """
 
-from __future__ import annotations
-
 import math
+from typing import Any
 
 import numpy as np
 
@@ -22,7 +21,7 @@ from ofindex import _accel
 POOLED_BYTES = 4 << 20
 
 
-def empty(shape: tuple, dtype) -> np.ndarray:
+def empty(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
     """An uninitialised writable C-contiguous array, from pooled memory when it is big."""
     dtype = np.dtype(dtype)
     nbytes = math.prod(shape) * dtype.itemsize
@@ -33,9 +32,26 @@ def empty(shape: tuple, dtype) -> np.ndarray:
 
 
 def memory_pool(limit: int | None = None) -> tuple[int, int]:
-    """``(bytes held, limit)`` of the pool of released decode memory. ``limit`` sets its bound
-    in bytes first (default 1 GiB); ``0`` frees what it holds and turns it off."""
+    """Report, and optionally bound, the pool of released decode memory.
+
+    Big decoded outputs (at least :data:`POOLED_BYTES`) are made on memory that earlier
+    outputs released once nothing referred to them any more; this pool holds that memory
+    between batches (at most 8 blocks).
+
+    Args:
+        limit: If given, first set the pool's bound in bytes (the default bound is 1 GiB);
+            ``0`` frees what the pool holds and turns pooling off. ``None`` only reports.
+
+    Returns:
+        ``(bytes held, limit)`` after the change. ``(0, 0)`` when the compiled module
+        ``ofindex._native`` is not available (outputs are then plain ``numpy.empty`` arrays).
+
+    Raises:
+        ValueError: ``limit`` is negative (checked by the compiled module).
+        TypeError: ``limit`` is not an integer (checked by the compiled module).
+    """
     native = _accel.native
     if native is None:
         return 0, 0
-    return native.pool(limit)
+    held, bound = native.pool(limit)
+    return int(held), int(bound)

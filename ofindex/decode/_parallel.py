@@ -40,7 +40,7 @@ def _executor() -> cf.ThreadPoolExecutor | None:
         return _pool
 
 
-def fill_parallel(n: int, nbytes: int, fill: Callable[[list, int, int], None],
+def fill_parallel(n: int, nbytes: int, fill: Callable[[list[Any], int, int], None],
                   *arrays: Any) -> None:
     """``fill(job, lo, hi)`` over parts of ``range(n)``, where ``job`` is ``list(arrays)``: on a
     few threads when ``nbytes`` is big (``fill`` must release the GIL to gain from them)."""
@@ -60,12 +60,12 @@ def fill_parallel(n: int, nbytes: int, fill: Callable[[list, int, int], None],
         job.clear()
 
 
-def _copy_part(job: list, lo: int, hi: int) -> None:
+def _copy_part(job: list[Any], lo: int, hi: int) -> None:
     out, rows = job
     for i in range(lo, hi):
         out[i] = rows[i]
 
 
-def copy_rows(out: np.ndarray, rows: list) -> None:
+def copy_rows(out: np.ndarray, rows: list[np.ndarray]) -> None:
     """``out[i] = rows[i]`` for every row, split over a few threads when the copy is big."""
     fill_parallel(len(rows), out.nbytes, _copy_part, out, rows)

@@ -15,6 +15,9 @@ which also produces the precise error.
 
 from __future__ import annotations
 
+from types import ModuleType
+from typing import Any, cast
+
 import numpy as np
 
 from ofindex import _accel
@@ -30,23 +33,32 @@ from ofindex.decode._values import (
     bytes_array,
     varints_to_u64,
 )
+from ofindex.decode._walk import Walked
 from ofindex.decode._wire import LEN, WireError
-from ofindex.decode.spec import FixedLen
+from ofindex.decode.spec import FeatureSpec, FixedLen, NormalizedSpec
 
-_LE = {FLOAT32: np.dtype("<f4"), FLOAT64: np.dtype("<f8")}
+_LE: dict[str, np.dtype[Any]] = {FLOAT32: np.dtype("<f4"), FLOAT64: np.dtype("<f8")}
 # per-record payloads at least this big are copied record by record instead of joined
 _BIG_PAYLOAD = 16 * 1024
 _SMALL_SLICE = 512
 
+#: payload fields of a list message: (wire type, start, end)
+Chunks = list[tuple[int, int, int]]
+#: one spec feature's plan: (name, spec, value type, payload chunks or None when absent)
+Plan = tuple[Any, FeatureSpec, str, Chunks | None]
+#: a decoded column: ("fixed", array (g, *shape)) or ("ragged", values, row_lengths)
+Column = tuple[Any, ...]
 
-def _plan(buf: bytes, located: dict, spec: dict, kinds: dict):
+
+def _plan(buf: bytes, located: Walked, spec: NormalizedSpec, kinds: dict[int, str]
+          ) -> tuple[list[Plan], list[tuple[int, int]]] | None:
     """``(plans, payload)``: per spec feature (name, fs, vtype, chunks) or a constant, and the
     payload regions (bytes free to differ between records); None if not eligible.
 
     The values of features left out of the spec may differ too; like the record-by-record
     path and TensorFlow's parser, nothing looks inside them."""
-    plans = []
-    payload = []
+    plans: list[Plan] = []
+    payload: list[tuple[int, int]] = []
     for name, fs in spec.items():
         loc = located.get(name)
         stored = kinds.get(loc.kind) if loc is not None else None
@@ -84,7 +96,7 @@ def _plan(buf: bytes, located: dict, spec: dict, kinds: dict):
     return plans, payload
 
 
-def _structure_matches(bufs: list, payload: list, length: int) -> bool:
+def _structure_matches(bufs: list[bytes], payload: list[tuple[int, int]], length: int) -> bool:
     """Whether every record has record 0's bytes outside the payload regions."""
     ranges = []
     pos = 0
@@ -96,7 +108,8 @@ def _structure_matches(bufs: list, payload: list, length: int) -> bool:
         ranges.append((pos, length))
     native = _accel.native
     if native is not None:
-        return native.same_bytes(bufs, np.array(ranges, dtype=np.int64).reshape(-1))
+        same: bool = native.same_bytes(bufs, np.array(ranges, dtype=np.int64).reshape(-1))
+        return same
     first = bufs[0]
     for a, b in ranges:
         ref = first[a:b]
@@ -106,7 +119,7 @@ def _structure_matches(bufs: list, payload: list, length: int) -> bool:
     return True
 
 
-def _gather(bufs: list, chunks: list) -> bytearray | np.ndarray:
+def _gather(bufs: list[bytes], chunks: Chunks) -> bytearray | np.ndarray:
     """The payload bytes of ``chunks`` of every record, back to back (one copy)."""
     native = _accel.native
     if native is not None:
@@ -122,14 +135,15 @@ def _gather(bufs: list, chunks: list) -> bytearray | np.ndarray:
     return bytearray().join([memoryview(b)[s:e] for b in bufs for _, s, e in chunks])
 
 
-def _gather_part(job: list, lo: int, hi: int) -> None:
+def _gather_part(job: list[Any], lo: int, hi: int) -> None:
     """Records ``lo..hi-1``'s payload range into rows ``lo..hi-1`` of the output (compiled:
     streaming stores, without the GIL)."""
     bufs, ranges, out = job
-    _accel.native.gather_bytes(bufs[lo:hi], ranges, out[lo:hi])
+    cast(ModuleType, _accel.native).gather_bytes(bufs[lo:hi], ranges, out[lo:hi])
 
 
-def _numeric(bufs: list, chunks: list, vtype: str, target: np.ndarray | None = None):
+def _numeric(bufs: list[bytes], chunks: Chunks, vtype: str, target: np.ndarray | None = None
+             ) -> np.ndarray | tuple[np.ndarray, np.ndarray] | None:
     """Values of every record: (2-D array if all rows have equal counts, else
     (flat values, row lengths)); None if the payload is malformed. Big packed floats are
     written into ``target`` (the caller's output array) when it has the right size."""
@@ -174,8 +188,9 @@ def _numeric(bufs: list, chunks: list, vtype: str, target: np.ndarray | None = N
     return vals, counts
 
 
-def decode_group(bufs: list, located0: dict, spec: dict, kinds: dict,
-                 targets: dict | None = None):
+def decode_group(bufs: list[bytes], located0: Walked, spec: NormalizedSpec,
+                 kinds: dict[int, str], targets: dict[Any, np.ndarray] | None = None
+                 ) -> dict[Any, Column] | None:
     """Decode a group of equal-length records sharing record 0's layout.
 
     Returns {name: ("fixed", array (g, *shape)) | ("ragged", values, row_lengths)} or
@@ -190,7 +205,7 @@ def decode_group(bufs: list, located0: dict, spec: dict, kinds: dict,
     g = len(bufs)
     if not _structure_matches(bufs, payload, length):
         return None
-    out = {}
+    out: dict[Any, Column] = {}
     for name, fs, vtype, chunks in plans:
         if chunks is None:  # absent or untyped everywhere: default / empty
             if isinstance(fs, FixedLen):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from ofindex.decode._wire import I32, I64, LEN, VARINT, WireError, iter_fields, read_varint
@@ -19,11 +21,11 @@ LIST_NAMES = {
     INT32: "int32_list", INT64: "int64_list",
 }
 
-NP_DTYPES = {
+NP_DTYPES: dict[str, np.dtype[Any]] = {
     BYTES: np.dtype(object), FLOAT32: np.dtype(np.float32), FLOAT64: np.dtype(np.float64),
     INT32: np.dtype(np.int32), INT64: np.dtype(np.int64),
 }
-_LE = {FLOAT32: np.dtype("<f4"), FLOAT64: np.dtype("<f8")}
+_LE: dict[str, np.dtype[Any]] = {FLOAT32: np.dtype("<f4"), FLOAT64: np.dtype("<f8")}
 _FIXED_WT = {FLOAT32: I32, FLOAT64: I64}
 _U64 = np.uint64
 
@@ -35,7 +37,7 @@ def empty(vtype: str) -> np.ndarray:
     return np.empty(0, dtype=NP_DTYPES[vtype])
 
 
-def bytes_array(items: list) -> np.ndarray:
+def bytes_array(items: list[Any]) -> np.ndarray:
     """A 1-D object array holding the given bytes objects."""
     out = np.empty(len(items), dtype=object)
     out[:] = items
@@ -71,7 +73,8 @@ def varints_to_u64(u8: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def _u64_to(vtype: str, u: np.ndarray) -> np.ndarray:
     if vtype == INT64:
         return u.view(np.int64)
-    return (u & _U64(0xFFFFFFFF)).astype(np.uint32).view(np.int32)
+    low: np.ndarray = u & _U64(0xFFFFFFFF)
+    return low.astype(np.uint32).view(np.int32)
 
 
 def _small_varints(buf: bytes, s: int, e: int, vtype: str) -> list[int]:
@@ -85,7 +88,7 @@ def _small_varints(buf: bytes, s: int, e: int, vtype: str) -> list[int]:
     return [v - (1 << 32) if v >= 1 << 31 else v for v in out]
 
 
-def _chunks(buf: bytes, regions: list, vtype: str) -> list:
+def _chunks(buf: bytes, regions: list[tuple[int, int]], vtype: str) -> list[tuple[int, int, int]]:
     """The value-carrying fields of the list message(s): (wire type, start, end)."""
     want = _FIXED_WT.get(vtype, VARINT)
     out = []
@@ -101,7 +104,8 @@ def _chunks(buf: bytes, regions: list, vtype: str) -> list:
     return out
 
 
-def list_values(buf: bytes, regions: list, vtype: str, copy: bool = True) -> np.ndarray:
+def list_values(buf: bytes, regions: list[tuple[int, int]], vtype: str,
+                copy: bool = True) -> np.ndarray:
     """Decode the values of a list message (given by its regions) as a 1-D array.
 
     With ``copy=False`` a packed float list may come back as a read-only view of ``buf``.

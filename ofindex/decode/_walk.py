@@ -24,6 +24,8 @@ when none is set) and the list-message regions ``(start, end)`` that make it up.
 
 from __future__ import annotations
 
+from typing import Any
+
 from ofindex.decode._values import EXAMPLE_KINDS, OFRECORD_KINDS, list_values
 from ofindex.decode._wire import LEN, WireError, iter_fields, read_varint
 
@@ -50,6 +52,14 @@ class Located:
                 self.kind = field
                 self.regions = [(s, e)]
 
+    def __repr__(self) -> str:  # pragma: no cover - debugging aid
+        return f"Located(kind={self.kind}, regions={self.regions})"
+
+
+#: A walked record: feature name (``str``; ``bytes`` for an OFRecord name that is not UTF-8)
+#: -> where its value list lies.
+Walked = dict[Any, Located]
+
 
 def discard(buf: bytes, located: Located, max_kind: int) -> None:
     """Validate a list that protobuf parses but then drops (replaced oneof, overwritten
@@ -57,9 +67,6 @@ def discard(buf: bytes, located: Located, max_kind: int) -> None:
     if located.kind and located.regions:
         kinds = EXAMPLE_KINDS if max_kind == 3 else OFRECORD_KINDS
         list_values(buf, located.regions, kinds[located.kind])
-
-    def __repr__(self) -> str:  # pragma: no cover - debugging aid
-        return f"Located(kind={self.kind}, regions={self.regions})"
 
 
 def _utf8(buf: bytes, start: int, end: int) -> None:
@@ -69,7 +76,8 @@ def _utf8(buf: bytes, start: int, end: int) -> None:
         raise WireError("feature name is not valid UTF-8") from None
 
 
-def _map_entry(buf: bytes, start: int, end: int, max_kind: int, proto3: bool):
+def _map_entry(buf: bytes, start: int, end: int, max_kind: int,
+               proto3: bool) -> tuple[str | bytes, Located] | None:
     """Parse a map entry; None if it has unknown fields (upb then keeps the whole entry
     as an unknown field of the container instead of putting it in the map)."""
     key_region = None
@@ -117,7 +125,8 @@ def _len_at(buf: bytes, pos: int, end: int) -> tuple[int, int]:
     return read_varint(buf, pos, end)
 
 
-def _canonical_entry(buf: bytes, pos: int, end: int, max_kind: int):
+def _canonical_entry(buf: bytes, pos: int, end: int,
+                     max_kind: int) -> tuple[bytes, Located] | None:
     """Fast path for the usual map entry layout ``key, value{one list}``.
 
     Returns (key bytes, Located) or None when the entry is laid out otherwise (the caller
@@ -146,7 +155,7 @@ def _canonical_entry(buf: bytes, pos: int, end: int, max_kind: int):
 
 
 def walk_feature_map(
-    buf: bytes, start: int, end: int, out: dict, max_kind: int, proto3: bool
+    buf: bytes, start: int, end: int, out: Walked, max_kind: int, proto3: bool
 ) -> None:
     """Walk a ``map<string, Feature>`` container message (Features or OFRecord).
 
@@ -183,23 +192,23 @@ def walk_feature_map(
         pos = e
 
 
-def walk_example(buf: bytes) -> dict:
+def walk_example(buf: bytes) -> Walked:
     """Map each feature name of a serialized Example to its :class:`Located`."""
-    out: dict = {}
+    out: Walked = {}
     for field, wt, s, e in iter_fields(buf, 0, len(buf)):
         if field == 1 and wt == LEN:
             walk_feature_map(buf, s, e, out, 3, True)
     return out
 
 
-def walk_ofrecord(buf: bytes) -> dict:
+def walk_ofrecord(buf: bytes) -> Walked:
     """Map each feature name of a serialized OFRecord to its :class:`Located`."""
-    out: dict = {}
+    out: Walked = {}
     walk_feature_map(buf, 0, len(buf), out, 5, False)
     return out
 
 
-def _feature_list(buf: bytes, start: int, end: int, steps: list) -> list:
+def _feature_list(buf: bytes, start: int, end: int, steps: list[Located]) -> list[Located]:
     for field, wt, s, e in iter_fields(buf, start, end):
         if field == 1 and wt == LEN:
             located = Located()
@@ -208,10 +217,10 @@ def _feature_list(buf: bytes, start: int, end: int, steps: list) -> list:
     return steps
 
 
-def walk_sequence_example(buf: bytes) -> tuple[dict, dict]:
+def walk_sequence_example(buf: bytes) -> tuple[Walked, dict[str, list[Located]]]:
     """Return (context name -> Located, feature-list name -> list of Located per step)."""
-    context: dict = {}
-    lists: dict = {}
+    context: Walked = {}
+    lists: dict[str, list[Located]] = {}
     for field, wt, s, e in iter_fields(buf, 0, len(buf)):
         if wt != LEN:
             continue
@@ -222,7 +231,7 @@ def walk_sequence_example(buf: bytes) -> tuple[dict, dict]:
                 if f2 != 1 or wt2 != LEN:
                     continue
                 key_region = None
-                steps: list = []
+                steps: list[Located] = []
                 unknown = False
                 for f3, wt3, s3, e3 in iter_fields(buf, s2, e2):
                     if wt3 != LEN or f3 > 2:

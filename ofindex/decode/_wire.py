@@ -5,6 +5,9 @@ decoders (:mod:`._values`) are built on these.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import Any
+
 from ofindex.errors import DecodeError
 
 # wire types
@@ -68,7 +71,7 @@ def skip_field(buf: bytes, pos: int, end: int, tag: int, depth: int = 0) -> int:
     return pos
 
 
-def iter_fields(buf: bytes, pos: int, end: int):
+def iter_fields(buf: bytes, pos: int, end: int) -> Iterator[tuple[int, int, int, int]]:
     """Yield (field number, wire type, start, stop) for each field of a message region.
 
     For LEN fields start/stop delimit the payload; for others the whole value.
@@ -106,7 +109,7 @@ def iter_fields(buf: bytes, pos: int, end: int):
         raise WireError("message runs past its end")
 
 
-def as_bytes(data) -> bytes:
+def as_bytes(data: Any) -> bytes:
     """Accept bytes, bytearray, memoryview or numpy bytes; return bytes."""
     if type(data) is bytes:
         return data

@@ -9,32 +9,34 @@ numpy (see :mod:`ofindex.decode._template`); the others record by record.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, cast
 
 import numpy as np
 
-from ofindex.decode._template import decode_group
+from ofindex.decode._template import Column, decode_group
 from ofindex.decode._values import EXAMPLE_KINDS, FLOAT32, NP_DTYPES, OFRECORD_KINDS, bytes_array
-from ofindex.decode._walk import walk_example, walk_ofrecord
+from ofindex.decode._walk import Walked, walk_example, walk_ofrecord
 from ofindex.decode._wire import WireError, as_bytes
 from ofindex.decode.example import (
     EXAMPLE_DTYPES,
     OFRECORD_DTYPES,
+    Decoded,
+    RecordBytes,
     check_kind,
     convert,
     walk,
 )
-from ofindex.decode.spec import FixedLen, Ragged, Spec, normalize_spec
+from ofindex.decode.spec import FixedLen, NormalizedSpec, Ragged, Spec, normalize_spec
 from ofindex.errors import DecodeError
 
-_FAMILIES = {
+_FAMILIES: dict[str, tuple[Callable[[bytes], Walked], dict[int, str], tuple[str, ...], str]] = {
     "example": (walk_example, EXAMPLE_KINDS, EXAMPLE_DTYPES, "Example"),
     "ofrecord": (walk_ofrecord, OFRECORD_KINDS, OFRECORD_DTYPES, "OFRecord"),
 }
 
 
-def _concat(rows: list, vtype: str) -> Any:
+def _concat(rows: list[np.ndarray], vtype: str) -> np.ndarray:
     if vtype == "bytes":
         return bytes_array([x for row in rows for x in row])
     if not rows:
@@ -42,11 +44,12 @@ def _concat(rows: list, vtype: str) -> Any:
     return np.concatenate(rows).astype(NP_DTYPES[vtype], copy=False)
 
 
-def _natural_types(walked: list, kinds: dict, names: list) -> dict:
+def _natural_types(walked: list[Walked], kinds: dict[int, str], names: list[Any]
+                   ) -> dict[Any, str]:
     """For spec-less features: the one stored value type across all records."""
-    types: dict = {}
+    types: dict[Any, str] = {}
     for name in names:
-        found = None
+        found: tuple[str, int] | None = None
         for i, located in enumerate(walked):
             loc = located.get(name)
             vtype = kinds.get(loc.kind) if loc is not None else None
@@ -63,12 +66,12 @@ def _natural_types(walked: list, kinds: dict, names: list) -> dict:
     return types
 
 
-def _per_record(bufs: list, idx: list, walked: list, spec: dict, kinds: dict, what: str,
-                union: bool) -> dict:
+def _per_record(bufs: list[bytes], idx: list[int], walked: list[Walked], spec: NormalizedSpec,
+                kinds: dict[int, str], what: str, union: bool) -> dict[Any, Column]:
     """Decode records one by one; returns {name: ("fixed", arr) | ("ragged", vals, lens)}."""
     names = list(spec)
     natural = _natural_types(walked, kinds, [n for n in names if spec[n] is None])
-    out: dict = {}
+    out: dict[Any, Column] = {}
     for name in names:
         fs = spec[name]
         if isinstance(fs, FixedLen):
@@ -81,7 +84,7 @@ def _per_record(bufs: list, idx: list, walked: list, spec: dict, kinds: dict, wh
             out[name] = ("fixed", arr)
             continue
         vtype = fs.dtype if fs is not None else natural[name]
-        rows = []
+        rows: list[np.ndarray] = []
         for j, (buf, located) in enumerate(zip(bufs, walked, strict=True)):
             loc = located.get(name)
             try:
@@ -98,13 +101,14 @@ def _per_record(bufs: list, idx: list, walked: list, spec: dict, kinds: dict, wh
     return out
 
 
-def _assemble(n: int, spec: dict, parts: list) -> dict:
+def _assemble(n: int, spec: NormalizedSpec, parts: list[tuple[list[int], dict[Any, Column]]]
+              ) -> Decoded:
     """Merge per-group results (idx, {name: result}) into whole-batch outputs."""
     if len(parts) == 1 and parts[0][0] == list(range(n)):
         res = parts[0][1]
         return {name: (r[1] if r[0] == "fixed" else Ragged(r[1], r[2]))
                 for name, r in res.items()}
-    out: dict = {}
+    out: Decoded = {}
     for name, fs in spec.items():
         first = parts[0][1][name]
         if first[0] == "fixed":
@@ -113,7 +117,7 @@ def _assemble(n: int, spec: dict, parts: list) -> dict:
                 arr[idx] = res[name][1]
             out[name] = arr
             continue
-        rows: list = [None] * n
+        rows: list[Any] = [None] * n
         lengths = np.zeros(n, np.int64)
         for idx, res in parts:
             _, vals, lens = res[name]
@@ -133,22 +137,22 @@ def _assemble(n: int, spec: dict, parts: list) -> dict:
     return out
 
 
-def decode_records(records: Sequence[Any], spec: Spec, family: str,
-                   out: dict | None = None) -> dict:
+def decode_records(records: Sequence[RecordBytes], spec: Spec, family: str,
+                   out: dict[str, np.ndarray] | None = None) -> Decoded:
     """Batched Example / OFRecord decoding (see :func:`decode_batch`)."""
     walker, kinds, allowed, what = _FAMILIES[family]
     nspec = normalize_spec(spec, allowed, what)
-    bufs = list(records)
+    bufs = cast("list[bytes]", list(records))  # made all bytes on the next line if need be
     if set(map(type, bufs)) - {bytes}:
         bufs = [as_bytes(r) for r in bufs]
     n = len(bufs)
     if out:
         _check_out(out, nspec, n)
     union = nspec is None
-    walked_all: list | None = None
+    walked_all: list[Walked] | None = None
     if nspec is None:
         walked_all = [_walk(b, walker, what, i) for i, b in enumerate(bufs)]
-        names: dict = {}
+        names: dict[Any, None] = {}
         for located in walked_all:
             names.update(dict.fromkeys(located))
         nspec = dict.fromkeys(names)
@@ -157,7 +161,7 @@ def decode_records(records: Sequence[Any], spec: Spec, family: str,
                        if isinstance(fs, FixedLen) else
                        Ragged(np.empty(0, NP_DTYPES[fs.dtype if fs else FLOAT32]), []))
                 for name, fs in nspec.items()}
-    groups: dict = defaultdict(list)
+    groups: defaultdict[int, list[int]] = defaultdict(list)
     if n >= 2:
         lengths = list(map(len, bufs))
         if min(lengths) == max(lengths):
@@ -165,8 +169,8 @@ def decode_records(records: Sequence[Any], spec: Spec, family: str,
         else:
             for i, length in enumerate(lengths):
                 groups[length].append(i)
-    parts = []
-    done = set()
+    parts: list[tuple[list[int], dict[Any, Column]]] = []
+    done: set[int] = set()
     if groups and len(groups) <= max(1, n // 8):
         for idx in groups.values():
             if len(idx) < 2:
@@ -196,10 +200,10 @@ def decode_records(records: Sequence[Any], spec: Spec, family: str,
     return result
 
 
-def _check_out(out: dict, spec: dict, n: int) -> None:
+def _check_out(out: dict[str, np.ndarray], spec: NormalizedSpec | None, n: int) -> None:
     """``out`` may hold, for FixedLen features, arrays of exactly the batch's shape and dtype."""
     for name, arr in out.items():
-        fs = spec.get(name)
+        fs = spec.get(name) if spec is not None else None
         if not isinstance(fs, FixedLen):
             raise ValueError(f"out[{name!r}]: only FixedLen features of the spec can be decoded "
                              "into a given array")
@@ -212,7 +216,7 @@ def _check_out(out: dict, spec: dict, n: int) -> None:
                              f"{want[0]} and dtype {want[1]} for this batch, got {got}")
 
 
-def _walk(buf: bytes, walker, what: str, i: int) -> dict:
+def _walk(buf: bytes, walker: Callable[[bytes], Walked], what: str, i: int) -> Walked:
     try:
         return walk(buf, walker, what)
     except DecodeError as exc:

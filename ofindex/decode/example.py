@@ -1,8 +1,7 @@
 """Decode one serialized ``tf.train.Example`` or OneFlow ``OFRecord`` to numpy arrays."""
 
-from __future__ import annotations
-
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -20,15 +19,28 @@ from ofindex.decode._values import (
     empty,
     list_values,
 )
-from ofindex.decode._walk import Located, walk_example, walk_ofrecord
+from ofindex.decode._walk import Located, Walked, walk_example, walk_ofrecord
 from ofindex.decode._wire import WireError, as_bytes
-from ofindex.decode.spec import FixedLen, Ragged, Spec, VarLen, normalize_spec
+from ofindex.decode.spec import (
+    FeatureSpec,
+    FixedLen,
+    NormalizedSpec,
+    Ragged,
+    Spec,
+    VarLen,
+    normalize_spec,
+)
 from ofindex.errors import DecodeError
 
 EXAMPLE_DTYPES = (BYTES, FLOAT32, INT64)
 OFRECORD_DTYPES = (BYTES, FLOAT32, FLOAT64, INT32, INT64)
 
+#: A decoded record: feature name -> numpy array (or :class:`Ragged` in batches).
 Decoded = dict[str, Any]
+#: A serialized record (``bytes`` subclasses such as ``numpy.bytes_`` included).
+RecordBytes = bytes | bytearray | memoryview
+
+_W = TypeVar("_W")
 
 
 def describe_stored(vtype: str | None) -> str:
@@ -45,19 +57,20 @@ def check_kind(name: str, stored: str | None, asked: str, what: str) -> None:
         )
 
 
-def missing(name: str, fs: Any, what: str) -> Any:
+def missing(name: Any, fs: FeatureSpec, what: str) -> np.ndarray:
     """The value of a feature absent from the record, or a DecodeError."""
     if isinstance(fs, VarLen):
         return empty(fs.dtype)
     if isinstance(fs, FixedLen) and fs.default is not None:
-        return fs.default.copy()
+        default: np.ndarray = fs.default.copy()
+        return default
     raise DecodeError(
         f"feature {name!r} is missing from the {what} (and its spec has no default)"
     )
 
 
-def convert(buf: bytes, name: str, loc: Located | None, fs: Any, kinds: dict,
-            what: str, copy: bool = True) -> Any:
+def convert(buf: bytes, name: Any, loc: Located | None, fs: FeatureSpec, kinds: dict[int, str],
+            what: str, copy: bool = True) -> np.ndarray:
     """One feature of a walked record -> its decoded value, following the spec ``fs``."""
     if loc is None:
         return missing(name, fs, what)
@@ -84,15 +97,15 @@ def convert(buf: bytes, name: str, loc: Located | None, fs: Any, kinds: dict,
     return values
 
 
-def walk(buf: bytes, walker, what: str) -> dict:
+def walk(buf: bytes, walker: Callable[[bytes], _W], what: str) -> _W:
     try:
         return walker(buf)
     except (WireError, IndexError) as exc:
         raise DecodeError(f"bytes are not a valid serialized {what}: {exc}") from None
 
 
-def decode_features(buf: bytes, located: dict, spec: dict | None, kinds: dict,
-                    what: str) -> Decoded:
+def decode_features(buf: bytes, located: Walked, spec: NormalizedSpec | None,
+                    kinds: dict[int, str], what: str) -> Decoded:
     if spec is None:
         return {name: convert(buf, name, loc, None, kinds, what)
                 for name, loc in located.items()}
@@ -100,35 +113,64 @@ def decode_features(buf: bytes, located: dict, spec: dict | None, kinds: dict,
             for name, fs in spec.items()}
 
 
-def decode_example(data: Any, spec: Spec = None) -> Decoded:
+def decode_example(data: RecordBytes, spec: Spec = None) -> Decoded:
     """Decode a serialized ``tf.train.Example`` to ``{name: numpy array}``.
 
-    ``spec`` None decodes every feature as stored (bytes -> object array of bytes,
-    float_list -> float32, int64_list -> int64, 1-D); a list of names selects a subset;
-    a mapping ``{name: FixedLen(...) | VarLen(...) | None}`` also fixes dtypes and shapes.
-    Raises :class:`ofindex.errors.DecodeError` naming the feature on any mismatch.
+    The result always equals what protobuf's own parser gives for the same bytes.
+
+    Args:
+        data: The serialized record (``bytes``, ``bytearray``, ``memoryview`` or anything
+            ``bytes()`` accepts).
+        spec: ``None`` decodes every feature as stored (bytes_list -> object array of
+            ``bytes``, float_list -> float32, int64_list -> int64, 1-D); a list of names
+            selects a subset, each as stored; a mapping
+            ``{name: FixedLen(...) | VarLen(...) | None}`` also fixes dtypes and shapes.
+
+    Returns:
+        ``{name: array}``: ``FixedLen`` features have the spec's shape, the others are 1-D.
+
+    Raises:
+        DecodeError: ``data`` is not bytes or not a valid serialized Example, or a feature
+            does not match its spec (missing without a default, stored as another type,
+            wrong number of values); the message names the feature.
+        ValueError: A spec dtype is not one an Example stores (bytes, float32, int64).
+        TypeError: A spec entry is not ``FixedLen(...)``, ``VarLen(...)`` or ``None``.
     """
     return decode_example_normalized(data, normalize_spec(spec, EXAMPLE_DTYPES, "Example"))
 
 
-def decode_example_normalized(data: Any, nspec: dict | None) -> Decoded:
+def decode_example_normalized(data: RecordBytes, nspec: NormalizedSpec | None) -> Decoded:
     """:func:`decode_example` with a spec already checked by ``normalize_spec``."""
     buf = data if type(data) is bytes else as_bytes(data)
     return decode_features(buf, walk(buf, walk_example, "Example"), nspec,
                            EXAMPLE_KINDS, "Example")
 
 
-def decode_ofrecord(data: Any, spec: Spec = None) -> Decoded:
+def decode_ofrecord(data: RecordBytes, spec: Spec = None) -> Decoded:
     """Decode a serialized OneFlow ``OFRecord`` to ``{name: numpy array}``.
 
-    Like :func:`decode_example`, with all five list kinds: bytes, float32, float64,
-    int32 and int64. (An OFRecord feature name that is not UTF-8 stays ``bytes``.)
+    Like :func:`decode_example`, with all five list kinds: bytes, float32, float64, int32
+    and int64.
+
+    Args:
+        data: The serialized record (``bytes``, ``bytearray``, ``memoryview`` or anything
+            ``bytes()`` accepts).
+        spec: As for :func:`decode_example`.
+
+    Returns:
+        ``{name: array}``. A feature name that is not UTF-8 stays ``bytes``.
+
+    Raises:
+        DecodeError: ``data`` is not bytes or not a valid serialized OFRecord, or a feature
+            does not match its spec; the message names the feature.
+        ValueError: A spec dtype is not one of the five an OFRecord stores.
+        TypeError: A spec entry is not ``FixedLen(...)``, ``VarLen(...)`` or ``None``.
     """
     return decode_ofrecord_normalized(
         data, normalize_spec(spec, OFRECORD_DTYPES, "OFRecord"))
 
 
-def decode_ofrecord_normalized(data: Any, nspec: dict | None) -> Decoded:
+def decode_ofrecord_normalized(data: RecordBytes, nspec: NormalizedSpec | None) -> Decoded:
     """:func:`decode_ofrecord` with a spec already checked by ``normalize_spec``."""
     buf = data if type(data) is bytes else as_bytes(data)
     return decode_features(buf, walk(buf, walk_ofrecord, "OFRecord"), nspec,
@@ -145,8 +187,18 @@ def _message_values(feature: Any, vtype: str) -> np.ndarray:
 
 
 def from_message(message: Any) -> Decoded:
-    """Decode an already-parsed Example/OFRecord message (ours or TensorFlow's) with
-    natural dtypes. Slow (a Python object per value); meant for interop and tests."""
+    """Decode an already-parsed Example or OFRecord message with natural dtypes.
+
+    Slow (a Python object per value); meant for interop and tests.
+
+    Args:
+        message: A ``tf.train.Example`` (ours from :mod:`ofindex.proto` or TensorFlow's),
+            or an ``OFRecord`` message.
+
+    Returns:
+        ``{name: 1-D array}`` as :func:`decode_example` / :func:`decode_ofrecord` with
+        ``spec=None`` give; a Feature with no list set decodes to an empty float32 array.
+    """
     features = message.features.feature if hasattr(message, "features") else message.feature
     out: Decoded = {}
     for name, feature in features.items():

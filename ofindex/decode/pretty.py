@@ -1,7 +1,5 @@
 """Readable text for decoded records (``ofindex get --decode``)."""
 
-from __future__ import annotations
-
 from typing import Any
 
 import numpy as np
@@ -61,7 +59,7 @@ def _describe(value: Any) -> tuple[str, str, str]:
     return _dtype(arr), str(tuple(arr.shape)), _values(arr)
 
 
-def _table(decoded: dict, indent: str = "") -> list[str]:
+def _table(decoded: dict[Any, Any], indent: str = "") -> list[str]:
     if not decoded:
         return [indent + "(no features)"]
     rows = [(str(name), *_describe(v)) for name, v in decoded.items()]
@@ -73,17 +71,25 @@ def _table(decoded: dict, indent: str = "") -> list[str]:
     ]
 
 
-def format_decoded(decoded: Any) -> str:
-    """Render a decoded record: one line per feature with name, dtype, shape and values
-    (long arrays elided to their first and last values, long bytes cut).
+def format_decoded(decoded: dict[str, Any] | tuple[dict[str, Any], dict[str, Any]]) -> str:
+    """Render a decoded record (or batch) as readable text, one line per feature.
 
-    Accepts the dict of :func:`decode_example` / :func:`decode_ofrecord` / a batch, or the
-    ``(context, feature_lists)`` pair of :func:`decode_sequence_example`.
+    Each line holds the feature's name, dtype, shape and values; arrays of more than
+    :data:`MAX_VALUES` values are cut to their first and last few, bytes longer than
+    :data:`MAX_BYTES` are cut, and a :class:`Ragged` shows its row lengths and values.
+
+    Args:
+        decoded: The dict of :func:`decode_example`, :func:`decode_ofrecord` or
+            :func:`decode_batch`, or the ``(context, feature_lists)`` pair of
+            :func:`decode_sequence_example` / :func:`decode_sequence_batch` (rendered as
+            two indented tables under ``context:`` and ``feature_lists:``).
+
+    Returns:
+        The text, without a trailing newline; ``"(no features)"`` for an empty dict.
     """
-    if isinstance(decoded, tuple) and len(decoded) == 2 and all(
-        isinstance(d, dict) for d in decoded
-    ):
-        lines = ["context:", *_table(decoded[0], "  ")]
-        lines += ["feature_lists:", *_table(decoded[1], "  ")]
+    if isinstance(decoded, tuple):
+        context, lists = decoded
+        lines = ["context:", *_table(context, "  ")]
+        lines += ["feature_lists:", *_table(lists, "  ")]
         return "\n".join(lines)
     return "\n".join(_table(decoded))

@@ -1,24 +1,23 @@
 """Decode ``tf.train.SequenceExample`` records: context features + feature lists."""
 
-from __future__ import annotations
-
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from ofindex.decode._values import EXAMPLE_KINDS, FLOAT32, NP_DTYPES, bytes_array, empty
-from ofindex.decode._walk import walk_sequence_example
+from ofindex.decode._walk import Located, walk_sequence_example
 from ofindex.decode._wire import as_bytes
 from ofindex.decode.example import (
     EXAMPLE_DTYPES,
     Decoded,
+    RecordBytes,
     check_kind,
     convert,
     decode_features,
     walk,
 )
-from ofindex.decode.spec import FixedLen, Ragged, Spec, VarLen, normalize_spec
+from ofindex.decode.spec import FeatureSpec, FixedLen, Ragged, Spec, VarLen, normalize_spec
 from ofindex.errors import DecodeError
 
 _WHAT = "SequenceExample"
@@ -26,7 +25,8 @@ _CTX = "SequenceExample context"
 _SEQ = "SequenceExample feature list"
 
 
-def _concat(parts: list, dtype: np.dtype, inner_shape: tuple = ()) -> np.ndarray:
+def _concat(parts: list[np.ndarray], dtype: np.dtype[Any],
+            inner_shape: tuple[int, ...] = ()) -> np.ndarray:
     if np.dtype(dtype).kind == "O":
         flat = bytes_array([x for p in parts for x in p.reshape(-1)])
         return flat.reshape(-1, *inner_shape)
@@ -35,7 +35,8 @@ def _concat(parts: list, dtype: np.dtype, inner_shape: tuple = ()) -> np.ndarray
     return np.concatenate(parts).astype(dtype, copy=False)
 
 
-def _feature_list(buf: bytes, name: str, steps: list | None, fs: Any) -> Any:
+def _feature_list(buf: bytes, name: str, steps: list[Located] | None,
+                  fs: FeatureSpec) -> np.ndarray | Ragged:
     """One feature list -> (T, *shape) array for FixedLen, Ragged otherwise."""
     if steps is None:
         if isinstance(fs, VarLen):
@@ -77,14 +78,31 @@ def _feature_list(buf: bytes, name: str, steps: list | None, fs: Any) -> Any:
 
 
 def decode_sequence_example(
-    data: Any, context_spec: Spec = None, sequence_spec: Spec = None
+    data: RecordBytes, context_spec: Spec = None, sequence_spec: Spec = None
 ) -> tuple[Decoded, Decoded]:
     """Decode a serialized ``tf.train.SequenceExample`` to ``(context, feature_lists)``.
 
-    ``context`` is decoded like :func:`decode_example`. Each feature list decodes to an
-    array ``(steps, *shape)`` for ``FixedLen`` (every step must hold ``shape``'s number of
-    values) or to :class:`Ragged` ``(values, row_lengths)`` with one row per step for
-    ``VarLen`` and for lists without a spec. ``None`` specs decode everything as stored.
+    Args:
+        data: The serialized record (``bytes``, ``bytearray``, ``memoryview`` or anything
+            ``bytes()`` accepts).
+        context_spec: Spec of the context features, as for :func:`decode_example`
+            (``None``: every context feature as stored).
+        sequence_spec: Spec of the feature lists (``None``: every list as stored).
+            ``FixedLen(..., allow_missing=True)`` lets a missing list decode to zero steps.
+
+    Returns:
+        ``(context, feature_lists)``. ``context`` is decoded like :func:`decode_example`.
+        Each feature list is an array ``(steps, *shape)`` for ``FixedLen`` (every step
+        must hold ``shape``'s number of values), or a :class:`Ragged`
+        ``(values, row_lengths)`` with one row per step for ``VarLen`` and for lists
+        without a spec.
+
+    Raises:
+        DecodeError: ``data`` is not bytes or not a valid serialized SequenceExample, a
+            feature or feature list does not match its spec (the message names it and,
+            for lists, the step), or a list without a spec mixes value types.
+        ValueError: A spec dtype is not one an Example stores (bytes, float32, int64).
+        TypeError: A spec entry is not ``FixedLen(...)``, ``VarLen(...)`` or ``None``.
     """
     cspec = normalize_spec(context_spec, EXAMPLE_DTYPES, _WHAT)
     sspec = normalize_spec(sequence_spec, EXAMPLE_DTYPES, _WHAT)
@@ -99,7 +117,7 @@ def decode_sequence_example(
     return ctx, seq
 
 
-def _stack_context(name: str, fs: Any, values: list) -> Any:
+def _stack_context(name: str, fs: FeatureSpec, values: list[np.ndarray]) -> np.ndarray | Ragged:
     if isinstance(fs, FixedLen):
         shape = (len(values), *fs.shape)
         if fs.dtype == "bytes":
@@ -115,7 +133,8 @@ def _stack_context(name: str, fs: Any, values: list) -> Any:
     return Ragged(_concat(values, dtype), lengths)
 
 
-def _stack_list(name: str, fs: Any, values: list) -> Ragged:
+def _stack_list(name: str, fs: FeatureSpec, values: list[Any]) -> Ragged:
+    """Per-record feature lists (arrays for FixedLen, Ragged otherwise) -> one Ragged."""
     lengths = np.fromiter((len(v) for v in values), np.int64, len(values))
     if isinstance(fs, FixedLen):
         dtype = NP_DTYPES[fs.dtype]
@@ -132,14 +151,27 @@ def _stack_list(name: str, fs: Any, values: list) -> Ragged:
 
 
 def decode_sequence_batch(
-    records: Sequence[Any], context_spec: Spec = None, sequence_spec: Spec = None
+    records: Sequence[RecordBytes], context_spec: Spec = None, sequence_spec: Spec = None
 ) -> tuple[Decoded, Decoded]:
-    """Batched SequenceExample decoding.
+    """Decode a list of serialized ``tf.train.SequenceExample`` records into batches.
 
-    Context: like a batch of Examples (``(batch, *shape)`` for FixedLen, Ragged rows
-    otherwise). Feature lists: :class:`Ragged` with one row per record; for FixedLen its
-    values are ``(total steps, *shape)``, otherwise they are themselves a Ragged with one
-    row per step.
+    Args:
+        records: The serialized records.
+        context_spec: Spec of the context features (``None``: all, as stored).
+        sequence_spec: Spec of the feature lists (``None``: all, as stored).
+
+    Returns:
+        ``(context, feature_lists)``. Context features are batched like Examples: an array
+        ``(batch, *shape)`` for ``FixedLen``, a :class:`Ragged` with one row per record
+        otherwise. Each feature list is a :class:`Ragged` with one row per record whose
+        values are ``(total steps, *shape)`` for ``FixedLen``, and otherwise themselves a
+        :class:`Ragged` with one row per step.
+
+    Raises:
+        DecodeError: A record cannot be decoded (the message starts with ``record i:``),
+            or records store a feature without a spec as different value types.
+        ValueError: A spec dtype is not one an Example stores (bytes, float32, int64).
+        TypeError: A spec entry is not ``FixedLen(...)``, ``VarLen(...)`` or ``None``.
     """
     cspec = normalize_spec(context_spec, EXAMPLE_DTYPES, _WHAT)
     sspec = normalize_spec(sequence_spec, EXAMPLE_DTYPES, _WHAT)

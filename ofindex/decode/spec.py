@@ -15,8 +15,6 @@ aliases (``"float"``, ``"string"``, ``"double"``, ...) are accepted. Bytes come 
 numpy ``object`` arrays of ``bytes``.
 """
 
-from __future__ import annotations
-
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -37,7 +35,20 @@ _ALIASES = {
 
 
 def normalize_dtype(dtype: Any) -> str:
-    """Map a user-supplied dtype to one of bytes/float32/float64/int32/int64."""
+    """Map a user-supplied dtype to one of the five value types a record can store.
+
+    Args:
+        dtype: A numpy dtype or scalar type, a ``tf.DType``, one of the Python types
+            ``bytes``/``str`` (bytes), ``float`` (float32) and ``int`` (int64), or a name
+            such as ``"float32"``, ``"float"``, ``"double"``, ``"int"``, ``"string"`` or
+            ``"tf.int64"``.
+
+    Returns:
+        ``"bytes"``, ``"float32"``, ``"float64"``, ``"int32"`` or ``"int64"``.
+
+    Raises:
+        ValueError: ``dtype`` names no type, or one that records cannot store (e.g. ``uint8``).
+    """
     if dtype is bytes or dtype is str:
         return BYTES
     if dtype is float:
@@ -82,9 +93,23 @@ def _shape(shape: Any) -> tuple[int, ...]:
 class FixedLen:
     """A feature with a fixed number of values, decoded to an array of ``shape``.
 
-    ``default`` (a scalar, broadcast, or anything of ``shape``'s size) is used when the
-    feature is missing; without one a missing feature is an error. ``allow_missing``
-    applies to SequenceExample feature lists: a missing list decodes to zero steps.
+    Like ``tf.io.FixedLenFeature``. Batched, the feature decodes to one array
+    ``(batch, *shape)``.
+
+    Args:
+        shape: The decoded shape: a tuple of non-negative ints, an int (one dimension) or
+            ``None``/``()`` (a scalar, i.e. exactly one value).
+        dtype: The value type, anything :func:`normalize_dtype` accepts.
+        default: The value used when the feature is missing (or an empty Feature): a
+            scalar (broadcast to ``shape``) or anything with ``shape``'s number of values.
+            Stored as a read-only array. Without one, a missing feature is a
+            :class:`~ofindex.errors.DecodeError`.
+        allow_missing: For SequenceExample feature lists only: a missing list decodes to
+            zero steps instead of being an error.
+
+    Raises:
+        ValueError: ``dtype`` is not supported, ``shape`` has a negative dimension, or
+            ``default`` has neither one value nor ``shape``'s number of values.
     """
 
     shape: tuple[int, ...]
@@ -116,6 +141,7 @@ class FixedLen:
 
     @property
     def size(self) -> int:
+        """The number of values a record must hold: the product of ``shape``."""
         return math.prod(self.shape)
 
     def __eq__(self, other: object) -> bool:
@@ -142,7 +168,13 @@ class FixedLen:
 class VarLen:
     """A feature with any number of values: a 1-D array (batched: :class:`Ragged`).
 
-    A missing feature decodes to an empty array.
+    Like ``tf.io.VarLenFeature``. A missing feature decodes to an empty array.
+
+    Args:
+        dtype: The value type, anything :func:`normalize_dtype` accepts.
+
+    Raises:
+        ValueError: ``dtype`` is not supported.
     """
 
     dtype: str
@@ -154,18 +186,37 @@ class VarLen:
         return f"VarLen(dtype={self.dtype!r})"
 
 
+#: How one feature is decoded: ``None`` means as stored (a 1-D array of its own type).
 FeatureSpec = FixedLen | VarLen | None
+#: A spec: ``{name: FeatureSpec}``, a list of names (each as stored) or ``None`` (everything).
 Spec = Mapping[str, FeatureSpec] | Sequence[str] | None
+#: A checked spec, ``{name: FeatureSpec}`` (names are ``str``, or ``bytes`` for OFRecord
+#: names that are not UTF-8).
+NormalizedSpec = dict[Any, FeatureSpec]
 
 
-def normalize_spec(spec: Spec, allowed: tuple[str, ...], what: str) -> dict | None:
-    """Validate a user spec; return ``{name: FixedLen | VarLen | None}`` or None (all)."""
+def normalize_spec(spec: Spec, allowed: tuple[str, ...], what: str) -> NormalizedSpec | None:
+    """Check a user spec and bring it to one form.
+
+    Args:
+        spec: A :data:`Spec`; a single ``str`` name is taken as a list of one name.
+        allowed: The value types the record family stores (e.g. Example's three).
+        what: The record family's name, for error messages (``"Example"``...).
+
+    Returns:
+        ``{name: FixedLen | VarLen | None}``, or ``None`` when ``spec`` is ``None``
+        (decode every feature as stored).
+
+    Raises:
+        TypeError: A feature's spec is not ``FixedLen(...)``, ``VarLen(...)`` or ``None``.
+        ValueError: A feature's dtype is not one of ``allowed``.
+    """
     if spec is None:
         return None
     if isinstance(spec, (str, bytes)):
         spec = [spec]
     items = list(spec.items()) if isinstance(spec, Mapping) else [(name, None) for name in spec]
-    out: dict = {}
+    out: NormalizedSpec = {}
     for name, fs in items:
         if fs is not None and not isinstance(fs, (FixedLen, VarLen)):
             raise TypeError(
@@ -184,8 +235,17 @@ def normalize_spec(spec: Spec, allowed: tuple[str, ...], what: str) -> dict | No
 class Ragged:
     """Variable-length rows: ``values`` concatenated and ``row_lengths`` (one per row).
 
+    The batched form of :class:`VarLen` features (and of features without a spec).
     ``values`` may itself be a :class:`Ragged` (two ragged dimensions, e.g. a batch of
     SequenceExample VarLen features: records -> steps -> values). Indexing gives a row.
+    Equality compares row lengths, dtypes and values (NaN equal to NaN); instances are not
+    hashable.
+
+    Args:
+        values: The rows' values back to back: an array (its first axis is split into rows)
+            or a :class:`Ragged`.
+        row_lengths: The number of values (first-axis entries) in each row; stored as an
+            int64 array.
     """
 
     __slots__ = ("row_lengths", "values")
@@ -196,18 +256,38 @@ class Ragged:
 
     @property
     def row_splits(self) -> np.ndarray:
+        """Row boundaries: row ``i`` is ``values[row_splits[i]:row_splits[i + 1]]``.
+
+        Returns:
+            An int64 array of ``len(self) + 1`` offsets starting at 0.
+        """
         splits = np.zeros(len(self.row_lengths) + 1, dtype=np.int64)
         np.cumsum(self.row_lengths, out=splits[1:])
         return splits
 
     @property
-    def dtype(self) -> np.dtype:
-        return self.values.dtype
+    def dtype(self) -> np.dtype[Any]:
+        """The dtype of ``values`` (of the innermost values for nested Ragged)."""
+        dtype: np.dtype[Any] = self.values.dtype
+        return dtype
 
     def __len__(self) -> int:
+        """The number of rows."""
         return len(self.row_lengths)
 
     def __getitem__(self, i: int) -> Any:
+        """One row.
+
+        Args:
+            i: The row number; negative numbers count from the end.
+
+        Returns:
+            The row's slice of ``values`` (an array), or a :class:`Ragged` of the row's
+            inner rows when ``values`` is itself a :class:`Ragged`.
+
+        Raises:
+            IndexError: ``i`` is out of range.
+        """
         n = len(self.row_lengths)
         if i < 0:
             i += n
@@ -223,8 +303,18 @@ class Ragged:
         return self.values[start:stop]
 
     def to_padded(self, pad_value: Any = 0) -> np.ndarray:
-        """A dense ``(rows, longest row, *inner)`` array, short rows filled with
-        ``pad_value`` (one ragged level only)."""
+        """A dense array with short rows filled up with ``pad_value``.
+
+        Args:
+            pad_value: The value placed after the end of each row shorter than the longest.
+
+        Returns:
+            An array ``(rows, longest row, *inner shape)`` of the values' dtype.
+
+        Raises:
+            ValueError: ``values`` is itself a :class:`Ragged` (only one ragged dimension
+                can be padded).
+        """
         if isinstance(self.values, Ragged):
             raise ValueError("to_padded needs a single ragged dimension")
         values = np.asarray(self.values)
@@ -235,7 +325,12 @@ class Ragged:
         out[mask] = values
         return out
 
-    def to_list(self) -> list:
+    def to_list(self) -> list[Any]:
+        """The rows as nested Python lists (one list per row, recursively for nested Ragged).
+
+        Returns:
+            A list of ``len(self)`` lists of Python values.
+        """
         rows = []
         for i in range(len(self)):
             row = self[i]
@@ -248,7 +343,8 @@ class Ragged:
         if not np.array_equal(self.row_lengths, other.row_lengths):
             return False
         if isinstance(self.values, Ragged) or isinstance(other.values, Ragged):
-            return self.values == other.values
+            same: bool = self.values == other.values
+            return same
         a, b = np.asarray(self.values), np.asarray(other.values)
         return a.shape == b.shape and a.dtype == b.dtype and bool(
             np.array_equal(a, b, equal_nan=a.dtype.kind == "f")
@@ -256,7 +352,7 @@ class Ragged:
 
     __hash__ = None  # type: ignore[assignment]
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[Any, tuple[Any, np.ndarray]]:
         return (Ragged, (self.values, self.row_lengths))
 
     def __repr__(self) -> str:

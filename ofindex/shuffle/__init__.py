@@ -9,6 +9,11 @@ Typical use with a dataset ``ds`` (``len(ds)``, ``ds[i]``, ``ds.__getitems__(lis
         for i in sampler:
             record = ds[i]
 
+Every sampler takes the same first argument: an ofindex ``Dataset``, any object with ``len()``,
+or a number of records. ``BlockShuffleSampler(ds, block_size=64, window=16)`` keeps its blocks
+inside the dataset's shards (from ``ds.cumulative_counts``); shard sizes can also be given
+directly, ``BlockShuffleSampler(shard_sizes=[1000, 1000, 500])``.
+
 See :mod:`ofindex.shuffle.permutation` (the Feistel permutation), :mod:`.orders` (sequential,
 global and locality-aware block orders), :mod:`.partition` (rank/worker splits, drop_last and
 padding) and :mod:`.samplers` (set_epoch, state_dict/load_state_dict).

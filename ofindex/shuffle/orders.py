@@ -1,8 +1,9 @@
 """Epoch orders: maps from epoch positions to record indices, one per epoch.
 
-An *order* has ``n`` and ``__call__(positions: int64 array) -> record indices (int64 array)``;
-it is a bijection of ``range(n)``, needs O(1) memory (O(number of shards) for the block order)
-and is rebuilt per epoch by a sampler from ``(seed, epoch)``.
+An *order* (:class:`EpochOrder`) has ``n`` and
+``__call__(positions: int64 array) -> record indices (int64 array)``; it is a bijection of
+``range(n)``, needs O(1) memory (O(number of shards) for the block order) and is rebuilt per
+epoch by a sampler from ``(seed, epoch)``. Positions outside ``range(n)`` raise ``IndexError``.
 
 * :class:`SequentialOrder`: record ``i`` at position ``i``.
 * :class:`GlobalShuffleOrder`: a :class:`~ofindex.shuffle.permutation.FeistelPermutation` over
@@ -26,9 +27,8 @@ and is rebuilt per epoch by a sampler from ``(seed, epoch)``.
   lookup O(1) instead of needing an O(number of blocks) table.
 """
 
-from __future__ import annotations
-
 from collections.abc import Sequence
+from typing import Protocol
 
 import numpy as np
 
@@ -46,33 +46,103 @@ __all__ = ["BlockShuffleOrder", "GlobalShuffleOrder", "SequentialOrder"]
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 
 
+class EpochOrder(Protocol):
+    """What a sampler needs of an order: its size and the position -> record index map."""
+
+    n: int
+
+    def __call__(self, positions: np.ndarray) -> np.ndarray:
+        """The record indices (int64, same shape) at epoch ``positions`` (in ``[0, n)``)."""
+        ...
+
+
+def _checked(positions: np.ndarray | Sequence[int], n: int) -> np.ndarray:
+    """``positions`` as int64, or an IndexError if one lies outside ``[0, n)``."""
+    q = np.asarray(positions, dtype=np.int64)
+    if q.size and (int(q.min()) < 0 or int(q.max()) >= n):
+        raise IndexError(f"positions must lie in [0, {n}); got min {q.min()} max {q.max()}")
+    return q
+
+
 class SequentialOrder:
-    """Record ``i`` at epoch position ``i``."""
+    """Record ``i`` at epoch position ``i``.
+
+    Args:
+        n: The number of records.
+    """
 
     def __init__(self, n: int) -> None:
         self.n = int(n)
 
-    def __call__(self, positions: np.ndarray) -> np.ndarray:
-        return np.asarray(positions, dtype=np.int64)
+    def __call__(self, positions: np.ndarray | Sequence[int]) -> np.ndarray:
+        """The record index at each epoch position: the position itself.
+
+        Args:
+            positions: Epoch positions (integers of any shape) in ``[0, n)``.
+
+        Returns:
+            The positions as an int64 array of the same shape.
+
+        Raises:
+            IndexError: A position lies outside ``[0, n)``.
+        """
+        return _checked(positions, self.n)
 
 
 class GlobalShuffleOrder:
-    """A seeded uniform-looking shuffle of all ``n`` records, different per epoch."""
+    """A seeded uniform-looking shuffle of all ``n`` records, different per epoch.
+
+    A :class:`~ofindex.shuffle.permutation.FeistelPermutation` of ``range(n)`` (``perm``).
+
+    Args:
+        n: The number of records, ``1 <= n < 2**63``.
+        seed: Any int; with ``epoch`` it selects the order.
+        epoch: Any int; every epoch of a seed gets an independent-looking order.
+        rounds: Feistel rounds (see :class:`~ofindex.shuffle.permutation.FeistelPermutation`).
+
+    Raises:
+        ValueError: ``n`` is outside ``[1, 2**63)`` or ``rounds < 2``.
+    """
 
     def __init__(self, n: int, seed: int = 0, epoch: int = 0, rounds: int = DEFAULT_ROUNDS) -> None:
         self.n = int(n)
         self.perm = FeistelPermutation(n, seed, epoch, rounds=rounds)
 
-    def __call__(self, positions: np.ndarray) -> np.ndarray:
+    def __call__(self, positions: np.ndarray | Sequence[int]) -> np.ndarray:
+        """The record index at each epoch position.
+
+        Args:
+            positions: Epoch positions (integers of any shape) in ``[0, n)``.
+
+        Returns:
+            An int64 array of record indices, the shape of ``positions``.
+
+        Raises:
+            IndexError: A position lies outside ``[0, n)``.
+        """
         return self.perm(np.asarray(positions, dtype=np.int64))
 
 
 class BlockShuffleOrder:
     """Shuffle blocks of consecutive records globally, then records within windows of blocks.
 
-    ``shard_sizes``: record count of each shard, in dataset order (records of shard ``s`` are
-    the global indices ``sum(shard_sizes[:s]) ..``).  ``block_size`` records per block,
-    ``window`` blocks per shuffling window.
+    See the module docstring for the locality/mixing trade-off and how the shards' partial
+    last blocks are pooled.
+
+    Args:
+        shard_sizes: The record count of each shard, in dataset order (the records of shard
+            ``s`` are the global indices from ``sum(shard_sizes[:s])`` on). Empty shards are
+            allowed.
+        block_size: Consecutive records per block (blocks do not cross shard boundaries,
+            except pooled tails).
+        window: Blocks per shuffling window: a window's records are shuffled together.
+        seed: Any int; with ``epoch`` it selects the order.
+        epoch: Any int; every epoch of a seed gets an independent-looking order.
+        rounds: Feistel rounds of the underlying permutations.
+
+    Raises:
+        ValueError: ``shard_sizes`` has a negative count or a total of 0, ``block_size`` or
+            ``window`` is below 1, or ``rounds < 2``.
     """
 
     def __init__(
@@ -142,8 +212,19 @@ class BlockShuffleOrder:
         ra, rb = domain_shape(length)
         return _walk(u.astype(np.uint64), length, keys, ra, rb, False).view(np.int64)
 
-    def __call__(self, positions: np.ndarray) -> np.ndarray:
-        q = np.asarray(positions, dtype=np.int64).reshape(-1)
+    def __call__(self, positions: np.ndarray | Sequence[int]) -> np.ndarray:
+        """The record index at each epoch position.
+
+        Args:
+            positions: Epoch positions (integers of any shape) in ``[0, n)``.
+
+        Returns:
+            An int64 array of record indices, the shape of ``positions``.
+
+        Raises:
+            IndexError: A position lies outside ``[0, n)``.
+        """
+        q = _checked(positions, self.n).reshape(-1)
         w = self.window
         k = self._slot_of(q) // w
         first = k * w

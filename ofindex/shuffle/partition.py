@@ -24,8 +24,6 @@ iterable-style pipelines; with a map-style dataset the sampler runs in the main 
 DataLoader workers only fetch, so no worker split is needed.
 """
 
-from __future__ import annotations
-
 import sys
 import warnings
 from dataclasses import dataclass
@@ -38,9 +36,22 @@ __all__ = ["Partition", "resolve_distributed"]
 def resolve_distributed(
     num_replicas: int | None = None, rank: int | None = None
 ) -> tuple[int, int]:
-    """``(num_replicas, rank)``: the arguments, else ``torch.distributed`` when it is
-    initialised, else ``(1, 0)``.  torch is never imported here: if it is not already imported,
-    no process group can exist."""
+    """Resolve the world size and this process's rank.
+
+    torch is never imported here: if it is not already imported, no process group can exist.
+
+    Args:
+        num_replicas: The number of ranks; ``None``: ``torch.distributed``'s world size when
+            a process group is initialised, else 1.
+        rank: This process's rank; ``None``: ``torch.distributed``'s rank when a process
+            group is initialised, else 0.
+
+    Returns:
+        ``(num_replicas, rank)`` as ints.
+
+    Raises:
+        ValueError: ``num_replicas < 1`` or ``rank`` is outside ``[0, num_replicas)``.
+    """
     if num_replicas is None or rank is None:
         world, me = 1, 0
         torch = sys.modules.get("torch")
@@ -59,7 +70,24 @@ def resolve_distributed(
 
 @dataclass(frozen=True)
 class Partition:
-    """One consumer's strided share of the epoch positions ``[start, n)``."""
+    """One consumer's strided share of the epoch positions ``[start, n)``.
+
+    Consumer ``rank`` of ``num_replicas`` gets the positions ``start + j*num_replicas + rank``
+    for ``j = 0 .. len(partition) - 1`` (see the module docstring for padding and
+    ``drop_last``). ``len(partition)`` is the same for every consumer.
+
+    Args:
+        n: The number of positions in the epoch.
+        num_replicas: The number of consumers sharing the epoch.
+        rank: This consumer's number, in ``[0, num_replicas)``.
+        drop_last: Drop the last ``remaining % num_replicas`` positions instead of padding
+            the shares with positions from the start of the epoch.
+        start: The first epoch position still to visit (a resume point), in ``[0, n]``.
+
+    Raises:
+        ValueError: ``n < 0``, ``num_replicas < 1``, ``rank`` outside
+            ``[0, num_replicas)`` or ``start`` outside ``[0, n]``.
+    """
 
     n: int
     num_replicas: int = 1
@@ -81,6 +109,7 @@ class Partition:
         return self.n - self.start
 
     def __len__(self) -> int:
+        """The number of items of this consumer's share (equal for all consumers)."""
         w = self.num_replicas
         return self.remaining // w if self.drop_last else -(-self.remaining // w)
 
@@ -90,6 +119,7 @@ class Partition:
         return 0 if self.drop_last else len(self) * self.num_replicas - self.remaining
 
     def warn_if_padding(self) -> None:
+        """Emit a ``UserWarning`` when padding repeats records this epoch (see :attr:`padding`)."""
         if self.padding:
             warnings.warn(
                 f"{self.remaining} positions do not split evenly over {self.num_replicas} "
@@ -99,7 +129,15 @@ class Partition:
             )
 
     def positions(self, begin: int = 0, end: int | None = None) -> np.ndarray:
-        """Epoch positions (int64) of this consumer's items ``begin .. end-1``."""
+        """The epoch positions of this consumer's items ``begin .. end-1``.
+
+        Args:
+            begin: The first item of the share (clipped to 0).
+            end: The end item, exclusive (clipped to ``len(self)``; ``None``: ``len(self)``).
+
+        Returns:
+            An int64 array of positions in ``[0, n)`` (padding wraps to the epoch's start).
+        """
         end = len(self) if end is None else min(int(end), len(self))
         begin = max(0, int(begin))
         j = np.arange(begin, max(begin, end), dtype=np.int64)
@@ -109,11 +147,32 @@ class Partition:
         return p
 
     def global_position(self, consumed: int) -> int:
-        """The epoch position reached once every consumer has taken ``consumed`` items."""
+        """The epoch position reached once every consumer has taken ``consumed`` items.
+
+        Args:
+            consumed: Items taken by each consumer since ``start``.
+
+        Returns:
+            ``start + consumed * num_replicas``, at most ``n``.
+        """
         return min(self.n, self.start + int(consumed) * self.num_replicas)
 
-    def split(self, num_workers: int, worker_id: int) -> Partition:
-        """The share of worker ``worker_id`` of ``num_workers`` (see the module docstring)."""
+    def split(self, num_workers: int, worker_id: int) -> "Partition":
+        """This share split further over the workers of this consumer.
+
+        Worker ``k`` of consumer ``r`` becomes consumer ``k * num_replicas + r`` of
+        ``num_replicas * num_workers`` (see the module docstring).
+
+        Args:
+            num_workers: The number of workers of this consumer.
+            worker_id: The worker's number, in ``[0, num_workers)``.
+
+        Returns:
+            The worker's :class:`Partition` (same ``n``, ``drop_last`` and ``start``).
+
+        Raises:
+            ValueError: ``num_workers < 1`` or ``worker_id`` outside ``[0, num_workers)``.
+        """
         if num_workers < 1 or not 0 <= worker_id < num_workers:
             raise ValueError(f"bad worker_id {worker_id} for num_workers {num_workers}")
         return Partition(

@@ -27,10 +27,9 @@ The result is for shuffling, not cryptography.  The exact order is covered by go
 changing anything here changes every user's epoch order.
 """
 
-from __future__ import annotations
-
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, overload
 
 import numpy as np
 
@@ -47,6 +46,9 @@ _C2 = 0x94D049BB133111EB
 _M1 = np.uint64(_C1)
 _M2 = np.uint64(_C2)
 _S32 = np.uint64(32)
+
+#: Epoch positions (or record indices): an int, or integers of any shape.
+Positions = int | np.integer[Any] | np.ndarray | Sequence[int]
 
 
 def splitmix64(x: int) -> int:
@@ -81,7 +83,7 @@ def domain_shape(n: int) -> tuple[int, int]:
     return a, (n + a - 1) // a
 
 
-def _network(x: np.ndarray, keys: Sequence, ra: int, rb: int, inverse: bool) -> np.ndarray:
+def _network(x: np.ndarray, keys: Sequence[Any], ra: int, rb: int, inverse: bool) -> np.ndarray:
     """Apply the Feistel network (or its inverse) to uint64 values ``x`` in ``[0, ra * rb)``.
 
     ``x`` is split as ``left = x // rb`` (radix ``ra``) and ``right = x % rb`` (radix ``rb``).
@@ -90,7 +92,7 @@ def _network(x: np.ndarray, keys: Sequence, ra: int, rb: int, inverse: bool) -> 
     per round: np.uint64 scalars or uint64 arrays shaped like ``x`` (per-element keys).
     """
     urb = np.uint64(rb)
-    left = x // urb
+    left: np.ndarray = x // urb
     right = left * urb
     np.subtract(x, right, out=right)
     h = np.empty_like(x)
@@ -116,7 +118,8 @@ def _network(x: np.ndarray, keys: Sequence, ra: int, rb: int, inverse: bool) -> 
     return left
 
 
-def _walk(x: np.ndarray, n: int, keys: Sequence, ra: int, rb: int, inverse: bool) -> np.ndarray:
+def _walk(x: np.ndarray, n: int, keys: Sequence[Any], ra: int, rb: int,
+          inverse: bool) -> np.ndarray:
     """Cycle-walking evaluation on one chunk; ``keys`` entries may be per-element arrays."""
     y = _network(x, keys, ra, rb, inverse)
     if ra * rb == n:
@@ -139,15 +142,21 @@ def _walk(x: np.ndarray, n: int, keys: Sequence, ra: int, rb: int, inverse: bool
 class FeistelPermutation:
     """A seeded bijection of ``range(n)``: ``perm(i)`` in O(1) time and memory.
 
-    ``perm(positions)`` accepts an int or an integer array (any shape) and returns the same
-    shape (int64 array, or a Python int for an int input).  ``perm.inverse(values)`` is the
-    inverse map (the epoch position at which a record is visited).  Instances are small,
-    immutable and picklable.
+    ``perm(positions)`` maps epoch positions to record indices and ``perm.inverse(values)``
+    maps record indices back to the positions at which they are visited. Instances are
+    small, immutable, hashable and picklable; ``len(perm) == n`` and iterating yields
+    ``perm(0), perm(1), ...``.
 
-    Parameters: ``n`` (1 <= n < 2**63), ``seed`` and ``epoch`` (any ints; each pair gives an
-    independent-looking order), ``salt`` (extra key material, used internally to derive
-    sub-permutations), ``rounds`` (Feistel rounds, default 4; more rounds mix better and cost
-    proportionally more time).
+    Args:
+        n: The size of the permuted range, ``1 <= n < 2**63``.
+        seed: Any int; with ``epoch`` it selects the permutation.
+        epoch: Any int; every ``(seed, epoch)`` pair gives an independent-looking order.
+        salt: Extra key material, used internally to derive sub-permutations.
+        rounds: Feistel rounds (default 4); more rounds mix better and cost proportionally
+            more time.
+
+    Raises:
+        ValueError: ``n`` is outside ``[1, 2**63)`` or ``rounds < 2``.
     """
 
     __slots__ = ("_a", "_b", "_keys", "epoch", "n", "rounds", "salt", "seed")
@@ -166,6 +175,7 @@ class FeistelPermutation:
         self._keys = [np.uint64(k) for k in round_keys(self.seed, self.epoch, self.salt, rounds)]
 
     def __len__(self) -> int:
+        """``n``, the size of the permuted range."""
         return self.n
 
     def __repr__(self) -> str:
@@ -174,7 +184,7 @@ class FeistelPermutation:
             f"salt={self.salt}, rounds={self.rounds})"
         )
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[Callable[..., Any], tuple[int, int, int, int, int]]:
         return (_rebuild, (self.n, self.seed, self.epoch, self.salt, self.rounds))
 
     def __eq__(self, other: object) -> bool:
@@ -183,14 +193,49 @@ class FeistelPermutation:
     def __hash__(self) -> int:
         return hash(self.__reduce__()[1])
 
-    def __call__(self, positions):
+    @overload
+    def __call__(self, positions: int | np.integer[Any]) -> int: ...
+    @overload
+    def __call__(self, positions: np.ndarray | Sequence[int]) -> np.ndarray: ...
+
+    def __call__(self, positions: Positions) -> int | np.ndarray:
+        """The record index at each epoch position.
+
+        Args:
+            positions: An int, or integers of any shape (array or nested sequence), each in
+                ``[0, n)``.
+
+        Returns:
+            A Python int for a scalar input, else an int64 array of the input's shape.
+
+        Raises:
+            TypeError: ``positions`` are not integers.
+            IndexError: A position lies outside ``[0, n)``.
+        """
         return self._apply(positions, inverse=False)
 
-    def inverse(self, values):
-        """The epoch position of each record index in ``values`` (inverse permutation)."""
+    @overload
+    def inverse(self, values: int | np.integer[Any]) -> int: ...
+    @overload
+    def inverse(self, values: np.ndarray | Sequence[int]) -> np.ndarray: ...
+
+    def inverse(self, values: Positions) -> int | np.ndarray:
+        """The epoch position of each record index (the inverse permutation).
+
+        Args:
+            values: Record indices: an int, or integers of any shape, each in ``[0, n)``.
+
+        Returns:
+            A Python int for a scalar input, else an int64 array of the input's shape;
+            ``perm.inverse(perm(i)) == i``.
+
+        Raises:
+            TypeError: ``values`` are not integers.
+            IndexError: A value lies outside ``[0, n)``.
+        """
         return self._apply(values, inverse=True)
 
-    def _apply(self, positions, inverse: bool):
+    def _apply(self, positions: Positions, inverse: bool) -> int | np.ndarray:
         scalar = np.ndim(positions) == 0
         arr = np.asarray(positions)
         if arr.dtype.kind not in "iu":
@@ -212,7 +257,15 @@ class FeistelPermutation:
         return out.reshape(arr.shape)
 
     def range(self, start: int = 0, stop: int | None = None) -> np.ndarray:
-        """``perm(arange(start, stop))`` as an int64 array (materialises stop - start values)."""
+        """``perm(arange(start, stop))`` as one array (materialises ``stop - start`` values).
+
+        Args:
+            start: The first position (clipped to 0).
+            stop: The end position, exclusive (clipped to ``n``; ``None``: ``n``).
+
+        Returns:
+            An int64 array of ``max(0, stop - start)`` record indices.
+        """
         stop = self.n if stop is None else min(int(stop), self.n)
         start = max(0, int(start))
         out = np.empty(max(0, stop - start), dtype=np.int64)
@@ -223,9 +276,17 @@ class FeistelPermutation:
     def iter_chunks(
         self, start: int = 0, stop: int | None = None, chunk: int = _CHUNK
     ) -> Iterator[np.ndarray]:
-        """Yield ``perm(i)`` for ``i`` in ``[start, stop)`` as int64 arrays of ``chunk`` values.
+        """Yield ``perm(i)`` for ``i`` in ``[start, stop)``, a chunk at a time.
 
         Memory is O(chunk) whatever ``n`` is.
+
+        Args:
+            start: The first position (clipped to 0).
+            stop: The end position, exclusive (clipped to ``n``; ``None``: ``n``).
+            chunk: The number of values per yielded array.
+
+        Yields:
+            int64 arrays of ``chunk`` record indices (the last one may be shorter).
         """
         stop = self.n if stop is None else min(int(stop), self.n)
         for s in range(max(0, int(start)), stop, chunk):
@@ -233,9 +294,14 @@ class FeistelPermutation:
             yield _walk(x, self.n, self._keys, self._a, self._b, False).view(np.int64)
 
     def __iter__(self) -> Iterator[int]:
+        """Iterate over the whole permutation.
+
+        Yields:
+            ``perm(0), perm(1), ..., perm(n - 1)`` as Python ints.
+        """
         for chunk in self.iter_chunks():
             yield from chunk.tolist()
 
 
-def _rebuild(n, seed, epoch, salt, rounds):
+def _rebuild(n: int, seed: int, epoch: int, salt: int, rounds: int) -> FeistelPermutation:
     return FeistelPermutation(n, seed, epoch, salt=salt, rounds=rounds)
