@@ -6,11 +6,14 @@ from .errors import (
     DecodeError,
     FormatDetectionError,
     IndexNotFoundError,
+    InvalidURLError,
+    MissingDependencyError,
     OfindexError,
     RangeReadError,
     RecordIndexError,
     SidecarError,
     StaleIndexError,
+    StorageError,
     TruncatedRecordError,
 )
 from .formats.framing import RecordFormat
@@ -18,9 +21,9 @@ from .index.build_file import BuildResult
 from .index.builder import build_index
 from .index.writer import Writer
 from .read.dataset import Dataset
-from .read.open import open
+from .read.open import PartialIndexWarning, open
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "BuildResult",
@@ -30,12 +33,16 @@ __all__ = [
     "DecodeError",
     "FormatDetectionError",
     "IndexNotFoundError",
+    "InvalidURLError",
+    "MissingDependencyError",
     "OfindexError",
+    "PartialIndexWarning",
     "RangeReadError",
     "RecordFormat",
     "RecordIndexError",
     "SidecarError",
     "StaleIndexError",
+    "StorageError",
     "TruncatedRecordError",
     "Writer",
     "build_index",

@@ -3,18 +3,57 @@
 Every error derives from :class:`OfindexError`; the specific ones also derive from the
 matching built-in, so ``except IndexError`` / ``except FileNotFoundError`` /
 ``except ValueError`` keep working for callers that do not know ofindex.
-Messages name the file, the byte offset or record number, and what to do next.
+Messages name the file, the byte offset or record number, and what to do next — in the
+caller's own terms: ``str(error)`` gives keyword arguments (``format='tfrecord'``), the
+command line prints :meth:`OfindexError.cli_message` (``--format tfrecord``).
 """
 
-from __future__ import annotations
+import re
+
+_HINT = re.compile("\x1e([^\x1e\x1f]*)\x1f([^\x1e\x1f]*)\x1e")
+
+
+def hint(python: str, cli: str) -> str:
+    """Write a next step both ways, for an error message.
+
+    Args:
+        python: The step in Python terms, e.g. ``"format='tfrecord'"``.
+        cli: The same step in command-line terms, e.g. ``"--format tfrecord"``.
+
+    Returns:
+        A marker that :class:`OfindexError` renders as ``python`` in ``str(error)`` and as
+        ``cli`` in :meth:`OfindexError.cli_message`.
+    """
+    return f"\x1e{python}\x1f{cli}\x1e"
+
+
+def render(message: str, *, cli: bool) -> str:
+    """Resolve the :func:`hint` markers of ``message`` for one audience."""
+    return _HINT.sub(lambda m: m.group(2 if cli else 1), message)
 
 
 class OfindexError(Exception):
     """Base class of every error raised by ofindex."""
 
+    def __str__(self) -> str:
+        return render(super().__str__(), cli=False)
+
+    def cli_message(self) -> str:
+        """Return the message with next steps written as ``ofindex`` command-line flags."""
+        return render(super().__str__(), cli=True)
+
 
 class CorruptRecordError(OfindexError, ValueError):
-    """A record's framing is broken: bad CRC, impossible length, or a truncated record."""
+    """A record's framing is broken: bad CRC, impossible length, or a truncated record.
+
+    Args:
+        message: What is wrong and what to do.
+        path: The data file.
+        offset: Byte offset of the record's framing.
+        record: Record number inside the file.
+        stored_crc: The CRC stored in the file, for a CRC mismatch.
+        computed_crc: The CRC of the bytes read, for a CRC mismatch.
+    """
 
     def __init__(
         self,
@@ -64,6 +103,18 @@ class RecordIndexError(OfindexError, IndexError):
 
 class RangeReadError(OfindexError, OSError):
     """A storage backend returned other bytes than the ones asked for, or kept failing."""
+
+
+class StorageError(OfindexError, OSError):
+    """Storage could not be reached or refused access (endpoint, credentials, bucket)."""
+
+
+class InvalidURLError(OfindexError, ValueError):
+    """A path or URL that no storage understands (an unknown protocol)."""
+
+
+class MissingDependencyError(OfindexError, ImportError):
+    """An optional dependency (an extra such as ``ofindex[s3]``) is not installed."""
 
 
 class DecodeError(OfindexError, ValueError):

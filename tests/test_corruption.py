@@ -2,6 +2,7 @@
 
 import os
 import struct
+import warnings
 
 import numpy as np
 import pytest
@@ -37,7 +38,8 @@ def test_truncated_last_record(tmp_path, tf_bytes):
     with pytest.raises(TruncatedRecordError) as err:
         ofindex.build_index(p)
     assert err.value.record == 19 and err.value.offset == _offset_of(19)
-    assert "t.tfrecord" in str(err.value) and "--allow-partial" in str(err.value)
+    assert "t.tfrecord" in str(err.value) and "allow_partial=True" in str(err.value)
+    assert "`ofindex build --allow-partial`" in err.value.cli_message()  # the CLI's terms
     assert not os.path.exists(p + ".ofidx")  # no short index was written
 
 
@@ -53,8 +55,28 @@ def test_allow_partial_indexes_valid_prefix_loudly(tmp_path, tf_bytes):
         (res,) = ofindex.build_index(p, allow_partial=True)
     assert res.partial and res.records == 19 and "truncated" in res.problem
     assert open_local_sidecar(p + ".ofidx").header.partial
-    ds = ofindex.open(p)
+    with pytest.warns(ofindex.PartialIndexWarning, match=r"t\.tfrecord \(19 records indexed\)"):
+        ds = ofindex.open(p)
     assert list(ds) == RECORDS[:19]
+    assert [s.partial for s in ds.shards] == [True]
+
+
+def test_partial_index_reported_by_open_once_per_dataset_and_through_manifests(tmp_path,
+                                                                              tf_bytes):
+    d = tmp_path / "d"
+    write_raw(str(d / "part-0"), bytes(tf_bytes))
+    write_raw(str(d / "part-1"), bytes(tf_bytes[:-3]))
+    with pytest.warns(UserWarning):
+        ofindex.build_index(str(d), allow_partial=True)  # writes a manifest too
+    for manifest in (True, False):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            ds = ofindex.open(str(d), manifest=manifest)
+        partial = [w for w in caught if issubclass(w.category, ofindex.PartialIndexWarning)]
+        assert len(partial) == 1, [str(w.message) for w in caught]
+        assert "1 of 2 shards" in str(partial[0].message)
+        assert "part-1 (19 records indexed)" in str(partial[0].message)
+        assert [s.partial for s in ds.shards] == [False, True]
 
 
 def test_bad_length_crc(tmp_path, tf_bytes):

@@ -92,18 +92,20 @@ class LatencyProxy:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             writer.transport.abort()
             return
-        try:
+        writers = [writer]
+        try:  # close both ends however this ends (the proxy may be stopped mid-transfer)
             up_reader, up_writer = await asyncio.open_connection(*self.upstream)
+            writers.append(up_writer)
+            await asyncio.gather(
+                self._pipe(reader, up_writer, up=True),
+                self._pipe(up_reader, writer, up=False),
+                return_exceptions=True,
+            )
         except OSError:
-            writer.close()
-            return
-        await asyncio.gather(
-            self._pipe(reader, up_writer, up=True),
-            self._pipe(up_reader, writer, up=False),
-            return_exceptions=True,
-        )
-        for w in (writer, up_writer):
-            w.close()
+            pass
+        finally:
+            for w in writers:
+                w.close()
 
     async def _pipe(self, reader, writer, up: bool) -> None:
         """Forward chunks, each ``rtt/2`` after it was read, preserving order."""

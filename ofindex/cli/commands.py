@@ -1,25 +1,41 @@
-"""Implementations of the ``ofindex`` subcommands (argument parsing lives in :mod:`.parser`)."""
+"""Implementations of the ``ofindex`` subcommands (argument parsing lives in :mod:`.parser`).
 
-from __future__ import annotations
+Each ``cmd_<name>(args, storage_options)`` returns an exit code; errors propagate to
+:func:`ofindex.cli.main.main`, which prints them as one line.
+"""
 
+import argparse
 import json
 import sys
 import warnings
+from typing import Any
 
 from .._accel import implementation
-from ..errors import OfindexError
+from ..errors import IndexNotFoundError
 from ..formats.framing import RecordFormat
 from ..formats.location import resolve, sidecar_location
 from ..formats.sidecar import load_sidecar
 from ..formats.textindex import export_text, import_text
 from ..index.build_file import detect_file_format
 from ..index.builder import build_index
+from ..read.dataset import Dataset
+from ..read.open import PartialIndexWarning
 from ..read.open import open as open_dataset
 from ..storage import storage_for
 from .exitcodes import EXIT_OK, EXIT_PARTIAL
 
+Options = dict[str, Any]
 
-def cmd_build(args, options) -> int:
+
+def _open(args: argparse.Namespace, options: Options, *, verify: bool) -> Dataset:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PartialIndexWarning)  # each command reports it
+        return open_dataset(args.paths, format=args.format, index_dir=args.index_dir,
+                            storage_options=options, verify=verify)
+
+
+def cmd_build(args: argparse.Namespace, options: Options) -> int:
+    """``ofindex build``: index files; exit 3 when an index covers only a valid prefix."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # partial indexes are reported below
         results = build_index(
@@ -38,16 +54,18 @@ def cmd_build(args, options) -> int:
     return EXIT_PARTIAL if partial else EXIT_OK
 
 
-def cmd_info(args, options) -> int:
-    ds = open_dataset(args.paths, format=args.format, index_dir=args.index_dir,
-                      storage_options=options, verify=False)
+def cmd_info(args: argparse.Namespace, options: Options) -> int:
+    """``ofindex info``: shards, counts, sizes and index state (partial indexes shown)."""
+    ds = _open(args, options, verify=False)
     shards = ds.shards
+    partial = [s for s in shards if s.partial]
     if args.json:
         print(json.dumps({
             "format": ds.format.name.lower(), "records": len(ds),
             "bytes": sum(s.bytes for s in shards), "loops": implementation(),
+            "partial_shards": len(partial),
             "shards": [{"url": s.url, "records": s.records, "bytes": s.bytes,
-                        "index": s.index_url} for s in shards],
+                        "index": s.index_url, "partial": s.partial} for s in shards],
         }, indent=2))
         return EXIT_OK
     print(f"format:  {ds.format.name.lower()}")
@@ -55,17 +73,20 @@ def cmd_info(args, options) -> int:
     print(f"records: {len(ds)}")
     print(f"bytes:   {sum(s.bytes for s in shards)}")
     print(f"loops:   {implementation()}")
+    if partial:
+        print(f"PARTIAL: {len(partial)} shard(s) indexed only up to damaged data (marked below)")
     width = max(len(str(s.records)) for s in shards) if shards else 1
     for s in shards[:50]:
-        print(f"  {s.records:>{width}}  {s.bytes:>12}  {s.url}")
+        mark = "  PARTIAL" if s.partial else ""
+        print(f"  {s.records:>{width}}  {s.bytes:>12}  {s.url}{mark}")
     if len(shards) > 50:
         print(f"  … and {len(shards) - 50} more shards")
     return EXIT_OK
 
 
-def cmd_get(args, options) -> int:
-    ds = open_dataset(args.paths, format=args.format, index_dir=args.index_dir,
-                      storage_options=options, verify=not args.no_verify)
+def cmd_get(args: argparse.Namespace, options: Options) -> int:
+    """``ofindex get``: print records (hex preview, decoded, or raw bytes)."""
+    ds = _open(args, options, verify=not args.no_verify)
     records = ds.__getitems__(args.indices)
     for index, payload in zip(args.indices, records, strict=True):
         if args.raw:
@@ -74,16 +95,16 @@ def cmd_get(args, options) -> int:
         shard, local = ds.locate(index)
         print(f"# record {index} (shard {shard}, record {local}, {len(payload)} bytes)")
         if args.decode:
-            print(_decoded_text(payload, args.decode, ds.format))
+            print(_decoded_text(payload, args.kind, ds.format))
         else:
             print(_preview(payload))
     return EXIT_OK
 
 
-def _decoded_text(payload: bytes, kind: str, fmt: RecordFormat) -> str:
+def _decoded_text(payload: bytes, kind: str | None, fmt: RecordFormat) -> str:
     from .. import decode
 
-    if kind == "auto":
+    if kind is None:
         kind = "ofrecord" if fmt is RecordFormat.OFRECORD else "example"
     if kind == "example":
         return decode.format_decoded(decode.decode_example(payload))
@@ -99,51 +120,58 @@ def _preview(payload: bytes, limit: int = 64) -> str:
     return text + (f" … (+{len(payload) - limit} bytes)" if len(payload) > limit else "")
 
 
-def cmd_verify(args, options) -> int:
+def cmd_verify(args: argparse.Namespace, options: Options) -> int:
+    """``ofindex verify``: check every sidecar and record CRC; exit 3 for a partial index."""
     from tqdm.auto import tqdm
 
-    ds = open_dataset(args.paths, format=args.format, index_dir=args.index_dir,
-                      storage_options=options, verify=True)
+    ds = _open(args, options, verify=True)
     ds.check_indexes()
     n = 0
-    with tqdm(total=len(ds), unit="rec", disable=not sys.stderr.isatty(), desc="verifying") as bar:
+    with tqdm(total=len(ds), unit="rec", disable=not sys.stderr.isatty(),
+              desc="verifying") as bar:
         for _ in ds.iter_records():
             n += 1
             if n % 65536 == 0:
                 bar.update(65536)
         bar.update(n % 65536)
-    print(f"ok: {len(ds.shards)} files, {n} records verified")
-    return EXIT_OK
+    partial = [s for s in ds.shards if s.partial]
+    for s in partial:
+        print(f"PARTIAL: {s.url}: only its first {s.records} records are indexed; the rest of "
+              "the file is damaged (re-copy it and run `ofindex build` again)", file=sys.stderr)
+    print(f"{'partial' if partial else 'ok'}: {len(ds.shards)} files, {n} records verified")
+    return EXIT_PARTIAL if partial else EXIT_OK
 
 
-def cmd_export_index(args, options) -> int:
+def cmd_export_index(args: argparse.Namespace, options: Options) -> int:
+    """``ofindex export-index``: write DALI / tfrecord2idx text indexes."""
     location = resolve(args.paths, index_dir=args.index_dir, storage_options=options,
                        manifest=False)
     storage, files = location.storage, location.files
-    out_storage, out_dir = storage_for(args.output, options) if args.output else (None, None)
+    out = storage_for(args.output, options) if args.output else None
     for f in files:
         ist, ipath = location.sidecar_of(f)
         try:
             sc = load_sidecar(ist, ipath)
         except FileNotFoundError:
-            raise OfindexError(
+            raise IndexNotFoundError(
                 f"{ist.url(ipath)}: no index; run `ofindex build {storage.url(f)}` first"
             ) from None
         sc.check_fresh(storage.stamp(f), storage.url(f))
         text = export_text(sc)
-        if out_storage is None:
+        if out is None:
             target_storage, target = storage, f + ".idx"
-        elif len(files) == 1 and not out_storage.is_dir(out_dir):
-            target_storage, target = out_storage, out_dir
+        elif len(files) == 1 and not out[0].is_dir(out[1]):
+            target_storage, target = out
         else:
-            target_storage = out_storage
-            target = out_storage.join(out_dir, storage.basename(f) + ".idx")
+            target_storage = out[0]
+            target = out[0].join(out[1], storage.basename(f) + ".idx")
         target_storage.write_atomic(target, [text])
         print(f"{target_storage.url(target)}: {len(sc)} records")
     return EXIT_OK
 
 
-def cmd_import_index(args, options) -> int:
+def cmd_import_index(args: argparse.Namespace, options: Options) -> int:
+    """``ofindex import-index``: turn a text index into a sidecar (checked against the file)."""
     storage, data = storage_for(args.data, options)
     tstorage, tpath = storage_for(args.text_index, options)
     stamp = storage.stamp(data)
@@ -153,11 +181,12 @@ def cmd_import_index(args, options) -> int:
                                data_url=storage.url(data))
     ist, ipath = sidecar_location(storage, data, args.index_dir, options)
     ist.write_atomic(ipath, [header, body])
-    print(f"{ist.url(ipath)}: {(len(body)) // 8} records")
+    print(f"{ist.url(ipath)}: {len(body) // 8} records")
     return EXIT_OK
 
 
-def cmd_demo(args, options) -> int:
+def cmd_demo(args: argparse.Namespace, options: Options) -> int:
+    """``ofindex demo``: generate a small dataset, index it, read it with timings."""
     from .demo import run_demo
 
     return run_demo(args.dir, args.records, args.shards)

@@ -1,27 +1,55 @@
-"""``ofindex`` / ``python -m ofindex``: parse the command line, run the command, map errors to
-exit codes."""
+"""``ofindex`` / ``python -m ofindex``: parse the command line, run the command, and turn every
+failure into one line and an exit code (the traceback only with ``--debug`` or
+``OFINDEX_DEBUG=1``)."""
 
-from __future__ import annotations
-
+import os
 import sys
+import traceback
 
 from ..errors import OfindexError
+from ..storage.failures import describe
 from . import commands
-from .exitcodes import EXIT_ERROR, EXIT_INTERRUPTED
-from .parser import build_parser, storage_options
+from .exitcodes import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK
+from .parser import build_parser, check, storage_options
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    """Run the ``ofindex`` command.
+
+    Args:
+        argv: The arguments (default: ``sys.argv[1:]``).
+
+    Returns:
+        The exit code: 0 success, 1 a data/index/storage error, 2 a bad command line (raised
+        as ``SystemExit(2)`` by argument parsing), 3 a partial index, 130 interrupted.
+    """
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    check(args, parser)
+    debug = getattr(args, "debug", False) or os.environ.get("OFINDEX_DEBUG", "") not in ("", "0")
+    options = storage_options(getattr(args, "storage_option", None), parser)
     handler = getattr(commands, "cmd_" + args.command.replace("-", "_"))
     try:
-        return handler(args, storage_options(getattr(args, "storage_option", None)))
-    except OfindexError as exc:
-        print(f"ofindex: error: {exc}", file=sys.stderr)
-        return EXIT_ERROR
-    except (FileNotFoundError, PermissionError, IsADirectoryError) as exc:
-        print(f"ofindex: error: {exc}", file=sys.stderr)
-        return EXIT_ERROR
+        code: int = handler(args, options)
+        sys.stdout.flush()
+        return code
     except KeyboardInterrupt:
         print("ofindex: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        # the reader of our output went away (`ofindex info … | head -1`): nothing to report
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_OK
+    except OfindexError as exc:
+        if debug:
+            traceback.print_exc()
+        print(f"ofindex: error: {exc.cli_message()}", file=sys.stderr)
+        return EXIT_ERROR
+    except Exception as exc:  # a failure nobody foresaw: still one line, unless --debug
+        if debug:
+            traceback.print_exc()
+        print(f"ofindex: error: {describe(exc)}", file=sys.stderr)
+        if not debug:
+            print("ofindex: run again with --debug for the traceback", file=sys.stderr)
+        return EXIT_ERROR

@@ -1,35 +1,69 @@
-"""The ``ofindex`` command line: arguments, help texts and examples."""
+"""The ``ofindex`` command line: arguments, help texts and their examples.
 
-from __future__ import annotations
+Every example line in these help texts is run by the test suite (tests/test_docs.py) against
+a generated dataset in ``data/``: keep them runnable as written.
+"""
 
 import argparse
 import json
+from typing import Any
 
 from .. import __version__
 
-EPILOG = """\
-exit codes: 0 success; 1 a data or index error (corrupt record, stale or missing index, file
-not found); 2 bad command line; 3 `build --allow-partial` indexed only a valid prefix.
+EXIT_CODES = """\
+exit codes: 0 success; 1 a data, index or storage error (corrupt record, stale or missing
+index, file not found, unreachable or refused storage); 2 bad command line; 3 a partial
+index (`build --allow-partial` indexed only a valid prefix, or `verify` found one);
+130 interrupted. Add --debug (or set OFINDEX_DEBUG=1) for a traceback."""
 
-examples:
+EXAMPLES = {
+    "build": """\
   ofindex build data/                        # index every shard in a directory
-  ofindex build 'data/train-*.tfrecord' --workers 8 --verify
-  ofindex build s3://bucket/train --index-dir ./idx -o anon=true
+  ofindex build 'data/part-*' --workers 8 --verify
+  ofindex build s3://bucket/train --index-dir ./idx -s anon=false""",
+    "info": """\
   ofindex info data/
-  ofindex get data/ 0 -1 12345 --decode      # print records by global number
-  ofindex verify data/                       # re-check every record's CRC
-  ofindex export-index data/part-0 -o part-0.idx       # DALI / tfrecord2idx text index
-  ofindex import-index data/part-0 part-0.idx          # and back
-  ofindex demo                               # generate, index and read a small dataset
-"""
+  ofindex info data/ --json""",
+    "get": """\
+  ofindex get data/ 0 -1 123 --decode        # print records by global number
+  ofindex get data/ 5 --raw > record-5.bin   # the payload bytes""",
+    "verify": """\
+  ofindex verify data/                       # re-check every record's CRC""",
+    "export-index": """\
+  ofindex export-index data/part-0 -o part-0.idx       # DALI / tfrecord2idx text index""",
+    "import-index": """\
+  ofindex import-index data/part-0 part-0.idx          # and back""",
+    "demo": """\
+  ofindex demo --records 20000               # generate, index and read a small dataset""",
+}
 
 
-def storage_options(pairs: list[str] | None) -> dict:
-    out: dict = {}
+def _epilog(*commands: str) -> str:
+    lines = "\n".join(EXAMPLES[c] for c in commands)
+    return f"{EXIT_CODES}\n\nexamples:\n{lines}\n"
+
+
+class _Parser(argparse.ArgumentParser):
+    """Exits with 2 and one line for every command-line error, naming the command's help."""
+
+    def error(self, message: str) -> Any:
+        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+
+def check(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
+    """Refuse option combinations argparse cannot express (exit 2, one line)."""
+    if getattr(args, "kind", None) and not getattr(args, "decode", False):
+        parser.error("get: --as needs --decode")
+
+
+def storage_options(pairs: list[str] | None, parser: argparse.ArgumentParser) -> dict[str, Any]:
+    """Turn ``-s KEY=VALUE`` pairs into fsspec storage options (VALUE parsed as JSON when it
+    can be, e.g. ``anon=true``, ``client_kwargs={"endpoint_url": "http://…"}``)."""
+    out: dict[str, Any] = {}
     for pair in pairs or []:
         key, sep, value = pair.partition("=")
-        if not sep:
-            raise SystemExit(f"ofindex: --storage-option takes KEY=VALUE, got {pair!r}")
+        if not sep or not key:
+            parser.error(f"--storage-option takes KEY=VALUE, got {pair!r}")
         try:
             out[key] = json.loads(value)
         except json.JSONDecodeError:
@@ -37,64 +71,80 @@ def storage_options(pairs: list[str] | None) -> dict:
     return out
 
 
-def _add_common(p: argparse.ArgumentParser, paths: str = "+") -> None:
-    p.add_argument("paths", nargs=paths, help="data files, directories, globs or URLs")
-    p.add_argument("--format", default="auto", choices=["auto", "tfrecord", "ofrecord"])
-    p.add_argument("--index-dir", help="where sidecars live (default: beside the data)")
-    p.add_argument("-o", "--storage-option", action="append", metavar="KEY=VALUE",
+def _common(paths: str = "+") -> "_Parser":
+    p = _Parser(add_help=False)
+    if paths:
+        p.add_argument("paths", nargs=paths, metavar="PATH",
+                       help="data files, directories, globs or URLs")
+    p.add_argument("--format", default="auto", choices=["auto", "tfrecord", "ofrecord"],
+                   help="record framing (default: detected from the first record)")
+    p.add_argument("--index-dir", metavar="DIR",
+                   help="where sidecars live (default: beside the data)")
+    p.add_argument("-s", "--storage-option", action="append", metavar="KEY=VALUE",
                    help="fsspec storage option (repeatable; VALUE parsed as JSON when it can be)")
+    return p
+
+
+def _debug() -> "_Parser":
+    p = _Parser(add_help=False)
+    p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                   help="print the traceback of an error")
+    return p
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    """Return the ``ofindex`` argument parser with all its subcommands."""
+    fmt = argparse.RawDescriptionHelpFormatter
+    parser = _Parser(
         prog="ofindex", description="Index and randomly access TFRecord / OFRecord datasets.",
-        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=_epilog(*EXAMPLES), formatter_class=fmt, parents=[_debug()],
     )
     parser.add_argument("--version", action="version", version=f"ofindex {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                                parser_class=_Parser)
 
-    p = sub.add_parser("build", help="scan data files once and write their sidecar indexes",
-                       epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    _add_common(p)
+    def add(name: str, help: str, *parents: _Parser) -> argparse.ArgumentParser:
+        bases = [*parents, _debug()]
+        return sub.add_parser(name, help=help, description=help, epilog=_epilog(name),
+                              formatter_class=fmt, parents=bases)
+
+    p = add("build", "scan data files once and write their sidecar indexes", _common())
     p.add_argument("--verify", action="store_true", help="also check every record's data CRC")
     p.add_argument("--allow-partial", action="store_true",
                    help="index the valid prefix of a damaged file instead of failing (loudly)")
-    p.add_argument("--workers", type=int, default=None, help="files scanned in parallel")
+    p.add_argument("--workers", type=int, default=None, metavar="N",
+                   help="files scanned at once (default: one per core; 8 for remote files)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
-    p = sub.add_parser("info", help="shards, record counts, sizes and index state")
-    _add_common(p)
+    p = add("info", "shards, record counts, sizes and index state", _common())
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
-    p = sub.add_parser("get", help="print records by global record number")
-    p.add_argument("paths", help="data file, directory, glob or URL")
-    p.add_argument("indices", nargs="+", type=int, help="record numbers (negative from the end)")
-    p.add_argument("--format", default="auto", choices=["auto", "tfrecord", "ofrecord"])
-    p.add_argument("--index-dir")
-    p.add_argument("-o", "--storage-option", action="append", metavar="KEY=VALUE")
-    p.add_argument("--decode", nargs="?", const="auto",
-                   choices=["auto", "example", "sequence", "ofrecord"],
-                   help="decode the payload (Example / SequenceExample / OFRecord)")
-    p.add_argument("--raw", action="store_true", help="write raw payload bytes to stdout")
+    p = add("get", "print records by global record number", _common(paths=""))
+    p.add_argument("paths", metavar="PATH", help="data file, directory, glob or URL")
+    p.add_argument("indices", nargs="+", type=int, metavar="INDEX",
+                   help="record numbers (negative from the end)")
+    out = p.add_mutually_exclusive_group()
+    out.add_argument("--decode", action="store_true",
+                     help="decode the payload (Example, or OFRecord for OFRecord files)")
+    out.add_argument("--raw", action="store_true", help="write raw payload bytes to stdout")
+    p.add_argument("--as", dest="kind", choices=["example", "sequence", "ofrecord"],
+                   help="with --decode: the message type (default: by record format)")
     p.add_argument("--no-verify", action="store_true", help="skip CRC checks")
 
-    p = sub.add_parser("verify", help="check indexes and every record's CRC")
-    _add_common(p)
+    add("verify", "check indexes and every record's CRC", _common())
 
-    p = sub.add_parser("export-index",
-                       help="write the text 'offset length' index (DALI, tfrecord2idx)")
-    _add_common(p)
-    p.add_argument("--output", help="output file (one data file) or directory (default: "
-                   "<data file>.idx beside the data)")
+    p = add("export-index", "write the text 'offset length' index (DALI, tfrecord2idx)",
+            _common())
+    p.add_argument("-o", "--output", metavar="PATH",
+                   help="output file (one data file) or directory (default: <data file>.idx "
+                   "beside the data)")
 
-    p = sub.add_parser("import-index", help="turn a text 'offset length' index into a sidecar")
+    p = add("import-index", "turn a text 'offset length' index into a sidecar",
+            _common(paths=""))
     p.add_argument("data", help="the data file")
     p.add_argument("text_index", help="the text index file")
-    p.add_argument("--format", default="auto", choices=["auto", "tfrecord", "ofrecord"])
-    p.add_argument("--index-dir")
-    p.add_argument("-o", "--storage-option", action="append", metavar="KEY=VALUE")
 
-    p = sub.add_parser("demo", help="generate a small dataset, index it and read random records")
+    p = add("demo", "generate a small dataset, index it and read random records")
     p.add_argument("--dir", help="where to write the dataset (default: a temporary directory)")
     p.add_argument("--records", type=int, default=100_000)
     p.add_argument("--shards", type=int, default=8)

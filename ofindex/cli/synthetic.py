@@ -1,24 +1,55 @@
-"""Synthetic datasets for the demo, benchmarks and tests: MNIST-like Examples and raw records."""
+"""Synthetic datasets for the demo, benchmarks and tests: MNIST-like records and raw bytes.
+
+MNIST-like records are ``tf.train.Example`` messages (``image``: 784 floats, ``label``: int64)
+in TFRecord files, and OneFlow ``OFRecord`` messages (``images``: 784 floats, ``labels``:
+int64, as in OneFlow's examples) in OFRecord files.
+"""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 
+from ..formats.framing import RecordFormat
 from ..index.writer import Writer
+from ..proto import example_pb2, ofrecord_pb2
 
 
-def mnist_like_example(rng: np.random.Generator, pixels: int = 784):
+def mnist_like_example(rng: np.random.Generator, pixels: int = 784) -> example_pb2.Example:
     """A ``tf.train.Example`` with ``image`` (``pixels`` floats in [0, 1)) and ``label`` (int64)."""
-    from ..proto import example_pb2 as ex
-
-    msg = ex.Example()
+    msg = example_pb2.Example()
     feat = msg.features.feature
     feat["image"].float_list.value.extend(rng.random(pixels, dtype=np.float32).tolist())
     feat["label"].int64_list.value.append(int(rng.integers(0, 10)))
     return msg
+
+
+def mnist_like_ofrecord(rng: np.random.Generator, pixels: int = 784) -> ofrecord_pb2.OFRecord:
+    """A OneFlow ``OFRecord`` with ``images`` (``pixels`` floats) and ``labels`` (int64)."""
+    msg = ofrecord_pb2.OFRecord()
+    msg.feature["images"].float_list.value.extend(rng.random(pixels, dtype=np.float32).tolist())
+    msg.feature["labels"].int64_list.value.append(int(rng.integers(0, 10)))
+    return msg
+
+
+def _mnist_records(rng: np.random.Generator, n: int, fmt: RecordFormat) -> Iterator[bytes]:
+    """``n`` serialized MNIST-like records of the message type that goes with ``fmt``."""
+    if fmt is RecordFormat.OFRECORD:
+        msg = mnist_like_ofrecord(rng)
+        image = msg.feature["images"].float_list.value
+        label = msg.feature["labels"].int64_list.value
+    else:
+        ex = mnist_like_example(rng)
+        image = ex.features.feature["image"].float_list.value
+        label = ex.features.feature["label"].int64_list.value
+    serialize: Callable[[], bytes] = (msg.SerializeToString if fmt is RecordFormat.OFRECORD
+                                      else ex.SerializeToString)
+    for _ in range(n):
+        image[:] = rng.random(len(image), dtype=np.float32).tolist()
+        label[0] = int(rng.integers(0, 10))
+        yield serialize()
 
 
 def random_payloads(rng: np.random.Generator, n: int, mean_size: int) -> Iterator[bytes]:
@@ -44,8 +75,9 @@ def write_dataset(
 ) -> list[str]:
     """Write ``records`` records over ``shards`` files ``part-00000``… in ``directory``.
 
-    ``kind`` is ``"mnist"`` (MNIST-like Examples) or ``"random"`` (random bytes of about
-    ``record_size``). With ``index=False`` no sidecar is written (for the builder to make).
+    ``kind`` is ``"mnist"`` (MNIST-like Examples, or OFRecords for ``format="ofrecord"``) or
+    ``"random"`` (random bytes of about ``record_size``). With ``index=False`` no sidecar is
+    written (for the builder to make).
     """
     os.makedirs(directory, exist_ok=True)
     rng = np.random.default_rng(seed)
@@ -55,13 +87,7 @@ def write_dataset(
         path = os.path.join(directory, f"part-{k:05d}")
         with Writer(path, format=format, index=index) as w:
             if kind == "mnist":
-                template = mnist_like_example(rng)
-                image = template.features.feature["image"].float_list.value
-                label = template.features.feature["label"].int64_list.value
-                for _ in range(n):
-                    image[:] = rng.random(len(image), dtype=np.float32).tolist()
-                    label[0] = int(rng.integers(0, 10))
-                    w.write(template.SerializeToString())
+                w.write_many(_mnist_records(rng, n, w.format))
             elif kind == "random":
                 w.write_many(random_payloads(rng, n, record_size))
             else:

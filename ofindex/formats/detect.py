@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import struct
 
-from ..errors import FormatDetectionError
+from ..errors import FormatDetectionError, hint
 from .crc import masked_crc32c
 from .framing import RecordFormat
 
 _LEN_CRC = struct.Struct("<QI")
 _SIGNED_LEN = struct.Struct("<q")
+
+#: The next step when a file's framing cannot be told, in both audiences' terms.
+FORMAT_HINT = hint("format='tfrecord' or format='ofrecord'",
+                   "--format tfrecord or --format ofrecord")
 
 
 def detect_format(head: bytes, file_size: int, *, path: str) -> RecordFormat | None:
@@ -32,6 +36,6 @@ def detect_format(head: bytes, file_size: int, *, path: str) -> RecordFormat | N
     raise FormatDetectionError(
         f"{path}: cannot detect the record format: the first {min(len(head), 12)} bytes are "
         f"neither a valid TFRecord header nor a plausible OFRecord length (file size {file_size}); "
-        "if this is a record file, pass format='tfrecord' or format='ofrecord' explicitly, "
-        "otherwise it is not a TFRecord/OFRecord file"
+        f"if this is a record file, pass {FORMAT_HINT} explicitly, otherwise it is not a "
+        "TFRecord/OFRecord file"
     )

@@ -13,13 +13,16 @@ from typing import NoReturn
 
 import crc32c as _crc32c
 
-from ..errors import CorruptRecordError, TruncatedRecordError
+from ..errors import CorruptRecordError, TruncatedRecordError, hint
 from .crc import LENGTH_CRCS, MASK_DELTA, U32, length_crc, mask_crc, masked_crc32c
 
 _LEN = struct.Struct("<Q")
 _LEN_CRC = struct.Struct("<QI")
 _CRC = struct.Struct("<I")
 _SIGNED_LEN = struct.Struct("<q")
+
+_PARTIAL_HINT = hint("build_index(..., allow_partial=True)", "`ofindex build --allow-partial`")
+_OFRECORD_HINT = hint("format='ofrecord'", "--format ofrecord")
 
 #: Largest record payload we accept (1 TiB); anything larger is a corrupt length.
 MAX_RECORD_BYTES = 1 << 40
@@ -103,7 +106,7 @@ def parse_header(
         raise TruncatedRecordError(
             f"{path}: file ends inside the header of record {record} at byte offset {offset} "
             f"({len(header)} of {fmt.header_size} header bytes present); the file is truncated "
-            "(re-copy it, or index the valid prefix with `ofindex build --allow-partial`)",
+            f"(re-copy it, or index the valid prefix with {_PARTIAL_HINT})",
             path=path, offset=offset, record=record,
         )
     if fmt is RecordFormat.TFRECORD:
@@ -113,7 +116,7 @@ def parse_header(
             raise CorruptRecordError(
                 f"{path}: record {record} at byte offset {offset}: length CRC mismatch "
                 f"(stored 0x{stored:08x}, computed 0x{computed:08x}); the file is corrupt or "
-                "not a TFRecord file (pass format='ofrecord' if it is OFRecord)",
+                f"not a TFRecord file (pass {_OFRECORD_HINT} if it is OFRecord)",
                 path=path, offset=offset, record=record, stored_crc=stored, computed_crc=computed,
             )
     else:
@@ -136,7 +139,7 @@ def check_record_length(
         raise TruncatedRecordError(
             f"{path}: record {record} at byte offset {offset} claims {length} payload bytes but "
             f"the file ends at byte {file_size}; the file is truncated (re-copy it, or index the "
-            "valid prefix with `ofindex build --allow-partial`)",
+            f"valid prefix with {_PARTIAL_HINT})",
             path=path, offset=offset, record=record,
         )
 
@@ -148,7 +151,7 @@ def data_crc_error(
     return CorruptRecordError(
         f"{path}: record {record} at byte offset {offset}: data CRC mismatch "
         f"(stored 0x{stored:08x}, computed 0x{computed:08x}); the record is corrupt — "
-        "re-copy the file, or read with verify=False to skip the check",
+        f"re-copy the file, or read with {hint('verify=False', '--no-verify')} to skip the check",
         path=path, offset=offset, record=record, stored_crc=stored, computed_crc=computed,
     )
 

@@ -171,6 +171,7 @@ def _find_manifest(
     spec = _single(paths)
     if spec is None:
         return None
+    storage_for(spec, storage_options)  # an unknown protocol is reported for the URL given
     if spec.endswith(".json"):
         return _required_manifest(spec, storage_options)
     if glob.has_magic(spec):

@@ -47,6 +47,7 @@ class Manifest:
     records: list[int]
     sizes: list[int]
     fingerprints: list[str]
+    partial: tuple[str, ...] = ()
 
     def __len__(self) -> int:
         return len(self.names)
@@ -63,10 +64,12 @@ def _same_place(a: str, b: str) -> bool:
 def encode_manifest(
     fmt: RecordFormat, manifest_url: str, data_dir: str, index_dir: str | None,
     names: list[str], records: list[int], sizes: list[int], fingerprints: list[str],
+    partial: tuple[str, ...] = (),
 ) -> bytes:
-    """The manifest's bytes; directories equal to the manifest's own are stored as ``null``."""
+    """The manifest's bytes; directories equal to the manifest's own are stored as ``null``;
+    ``partial`` names the shards whose index covers only a valid prefix."""
     here = _dir_of(manifest_url)
-    doc = {
+    doc: dict[str, Any] = {
         "ofindex_manifest": VERSION,
         "format": fmt.name.lower(),
         "data_dir": None if _same_place(data_dir, here) else data_dir,
@@ -74,6 +77,8 @@ def encode_manifest(
         "shards": {"name": names, "records": records, "size": sizes,
                    "fingerprint": fingerprints},
     }
+    if partial:
+        doc["partial"] = sorted(partial)
     return json.dumps(doc, separators=(",", ":")).encode("utf-8")
 
 
@@ -88,6 +93,7 @@ def decode_manifest(raw: bytes, manifest_url: str) -> Manifest:
         sizes = [int(s) for s in shards["size"]]
         fps = [str(f) for f in shards["fingerprint"]]
         fmt = RecordFormat.parse(doc["format"])
+        partial = tuple(str(n) for n in doc.get("partial", ()))
     except (ValueError, KeyError, TypeError) as exc:
         raise SidecarError(
             f"{manifest_url}: not a valid ofindex manifest ({type(exc).__name__}: {exc}); "
@@ -105,7 +111,9 @@ def decode_manifest(raw: bytes, manifest_url: str) -> Manifest:
     if any(r < 0 for r in records) or any(s < 0 for s in sizes):
         raise SidecarError(f"{manifest_url}: negative record count or size; rebuild it")
     data_dir = doc.get("data_dir") or _dir_of(manifest_url)
-    return Manifest(fmt, data_dir, doc.get("index_dir"), names, records, sizes, fps)
+    if not set(partial) <= set(names):
+        raise SidecarError(f"{manifest_url}: manifest marks unknown shards partial; rebuild it")
+    return Manifest(fmt, data_dir, doc.get("index_dir"), names, records, sizes, fps, partial)
 
 
 def read_manifest(
@@ -123,7 +131,7 @@ def read_manifest(
 def write_manifest(
     url: str, fmt: RecordFormat, data_storage: Storage, data_files: list[str], data_dir: str,
     index_dir: str | None, records: list[int], sizes: list[int], fingerprints: list[str],
-    storage_options: dict[str, Any] | None = None,
+    storage_options: dict[str, Any] | None = None, partial: list[bool] | None = None,
 ) -> str:
     """Write the manifest of ``data_files`` (all inside ``data_dir``) to ``url``; returns it."""
     storage, path = storage_for(url, storage_options)
@@ -144,8 +152,9 @@ def write_manifest(
         names.append(f[len(prefix):])
     data_url = data_storage.url(data_dir.rstrip("/"))
     index_url = None if index_dir is None else _absolute(index_dir, storage_options)
+    marked = tuple(n for n, p in zip(names, partial or [False] * len(names), strict=True) if p)
     raw = encode_manifest(fmt, manifest_url, data_url, index_url, names, records, sizes,
-                          fingerprints)
+                          fingerprints, marked)
     storage.write_atomic(path, [raw])
     return manifest_url
 

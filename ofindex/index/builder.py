@@ -9,6 +9,7 @@ import warnings
 from typing import Any
 
 from ..errors import FormatDetectionError
+from ..formats.detect import FORMAT_HINT
 from ..formats.framing import RecordFormat
 from ..formats.location import DatasetLocation, resolve
 from ..formats.manifest import manifest_url_for, write_manifest
@@ -88,6 +89,7 @@ def build_location(
             url, results[0].format or RecordFormat.TFRECORD, storage, files, data_dir,
             location.index_dir, [r.records for r in results], [r.size for r in results],
             [r.fingerprint for r in results], location.storage_options,
+            partial=[r.partial for r in results],
         )
     return results
 
@@ -188,8 +190,7 @@ def _settle_empty_files(
         empties = [r.data_url for r in results if r.format is None]
         raise FormatDetectionError(
             f"{empties[0]}: empty file and its format cannot be taken from other files "
-            f"(formats seen: {sorted(f.name for f in seen) or 'none'}); pass format='tfrecord' "
-            "or format='ofrecord'"
+            f"(formats seen: {sorted(f.name for f in seen) or 'none'}); pass {FORMAT_HINT}"
         )
     (only,) = seen
     out = []

@@ -196,7 +196,7 @@ class Dataset(BatchReads):
         """Path, record count, size and sidecar of every shard."""
         return [
             ShardInfo(self._storage.url(s.path), s.records, s.size,
-                      s.index_storage.url(s.index_path))
+                      s.index_storage.url(s.index_path), s.partial)
             for s in self._shards
         ]
 

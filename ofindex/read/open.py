@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import warnings
 from typing import Any
 
-from ..errors import SidecarError, StaleIndexError
+from ..errors import SidecarError, StaleIndexError, hint
 from ..formats.framing import RecordFormat
 from ..formats.location import DatasetLocation, resolve
 from ..formats.manifest import MANIFEST_NAME
@@ -20,6 +21,8 @@ from ..storage import FileStamp, LocalStorage, PathSpec, Storage, is_data_file_n
 from ..storage.mapped import MappedLocalStorage
 from .dataset import Dataset, Decode
 from .shards import DEFAULT_CACHE_BYTES, Shard, SidecarCache, prefetch_sidecars
+
+_AUTO_HINT = hint("format='auto'", "--format auto")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,6 +82,7 @@ def open(
     options = OpenOptions(format, verify, decode, build_missing, check_stale,
                           SidecarCache(cache_bytes, cache_dir))
     ds = open_location(location, options)
+    warn_partial(ds)
     if mmap and type(ds._storage) is LocalStorage:
         ds._storage = MappedLocalStorage()
     storage = ds._storage
@@ -94,7 +98,8 @@ def open_location(location: DatasetLocation, options: OpenOptions) -> Dataset:
     if location.manifest is not None:
         return _open_manifest(location, options)
     storage = location.storage
-    shards = [Shard(f, *location.sidecar_of(f), cache=options.cache) for f in location.files]
+    shards = [Shard(f, *location.sidecar_of(f), cache=options.cache, url=storage.url(f))
+              for f in location.files]
     if options.build_missing:
         missing = [s.path for s in shards if not s.index_storage.exists(s.index_path)]
         if missing:
@@ -125,21 +130,41 @@ def _open_manifest(location: DatasetLocation, options: OpenOptions) -> Dataset:
     if options.format != "auto" and RecordFormat.parse(options.format) is not m.format:
         raise SidecarError(
             f"{m.data_dir}: the manifest says the dataset is {m.format.name.lower()}, not "
-            f"{options.format}; open with format='auto' or rebuild with the right `--format`"
+            f"{options.format}; open with {_AUTO_HINT} or rebuild "
+            "with the right `--format`"
         )
     storage = location.storage
     local = storage.cheap_seeks
     lazy_stat = options.check_stale and not local
+    partial = set(m.partial)
     shards = [
         Shard(path, *location.sidecar_of(path), records, size, fingerprint=fp,
-              cache=options.cache, data_storage=storage if lazy_stat else None)
-        for path, records, size, fp in zip(location.files, m.records, m.sizes, m.fingerprints,
-                                           strict=True)
+              cache=options.cache, data_storage=storage if lazy_stat else None,
+              url=storage.url(path), partial=name in partial)
+        for path, name, records, size, fp in zip(location.files, m.names, m.records, m.sizes,
+                                                 m.fingerprints, strict=True)
     ]
     if local:  # stat-ing local files is cheap: check now, as without a manifest
         assert location.directory is not None
         _check_local(location.storage, location.directory, shards, options.check_stale)
     return Dataset(storage, shards, m.format, verify=options.verify, decode=options.decode)
+
+
+class PartialIndexWarning(UserWarning):
+    """A dataset has shards whose index covers only a valid prefix (``allow_partial``)."""
+
+
+def warn_partial(ds: Dataset) -> None:
+    """Warn once for a dataset with partial indexes, naming the shards and their records."""
+    partial = [s for s in ds.shards if s.partial]
+    if not partial:
+        return
+    shown = ", ".join(f"{s.url} ({s.records} records indexed)" for s in partial[:3])
+    more = f" and {len(partial) - 3} more" if len(partial) > 3 else ""
+    warnings.warn(PartialIndexWarning(
+        f"{len(partial)} of {len(ds.shards)} shards have a PARTIAL index: {shown}{more}; the "
+        "rest of each such file is damaged and not readable — re-copy it and run "
+        "`ofindex build` again"), stacklevel=3)
 
 
 def _check_local(storage: Storage, data_dir: str, shards: list[Shard],

@@ -18,7 +18,7 @@ from collections import OrderedDict
 from collections.abc import Iterable
 from typing import Any
 
-from ..errors import IndexNotFoundError, SidecarError, StaleIndexError
+from ..errors import IndexNotFoundError, SidecarError, StaleIndexError, hint
 from ..formats.framing import RecordFormat
 from ..formats.sidecar import Sidecar, load_sidecar, open_local_sidecar, parse_sidecar
 from ..storage import FileStamp, Storage, write_local_atomic
@@ -29,12 +29,21 @@ DEFAULT_CACHE_BYTES = 256 << 20
 
 @dataclasses.dataclass(frozen=True)
 class ShardInfo:
-    """Public description of one shard."""
+    """Public description of one shard.
+
+    Attributes:
+        url: The data file.
+        records: Records indexed.
+        bytes: Size of the data file.
+        index_url: Its sidecar.
+        partial: Only a valid prefix of the file is indexed (``build --allow-partial``).
+    """
 
     url: str
     records: int
     bytes: int
     index_url: str
+    partial: bool = False
 
 
 class SidecarCache:
@@ -131,9 +140,11 @@ class Shard:
         "_sidecar",
         "cache",
         "data_storage",
+        "data_url",
         "fingerprint",
         "index_path",
         "index_storage",
+        "partial",
         "path",
         "records",
         "size",
@@ -141,8 +152,11 @@ class Shard:
 
     def __init__(self, path: str, index_storage: Storage, index_path: str,
                  records: int = -1, size: int = -1, *, fingerprint: str | None = None,
-                 data_storage: Storage | None = None, cache: SidecarCache | None = None) -> None:
+                 data_storage: Storage | None = None, cache: SidecarCache | None = None,
+                 url: str | None = None, partial: bool = False) -> None:
         self.path = path
+        self.partial = partial
+        self.data_url = path if url is None else url
         self.index_storage = index_storage
         self.index_path = index_path
         self.records = records
@@ -156,12 +170,12 @@ class Shard:
 
     def __getstate__(self) -> tuple[Any, ...]:
         return (self.path, self.index_storage, self.index_path, self.records, self.size,
-                self.fingerprint, self.data_storage, self.cache)
+                self.fingerprint, self.data_storage, self.cache, self.data_url, self.partial)
 
     def __setstate__(self, state: tuple[Any, ...]) -> None:
-        path, ist, ipath, records, size, fingerprint, data_storage, cache = state
+        path, ist, ipath, records, size, fingerprint, data_storage, cache, url, partial = state
         Shard.__init__(self, path, ist, ipath, records, size, fingerprint=fingerprint,
-                       data_storage=data_storage, cache=cache)
+                       data_storage=data_storage, cache=cache, url=url, partial=partial)
 
     def __repr__(self) -> str:
         return f"Shard({self.path!r}, {self.records} records)"
@@ -198,10 +212,7 @@ class Shard:
         return self.cache.from_disk(self.index_url, expect, self.records)
 
     def _not_found(self) -> IndexNotFoundError:
-        return IndexNotFoundError(
-            f"{self.index_url}: no index for {self.path}; build it with "
-            f"`ofindex build {self.path}` (or open with build_missing=True)"
-        )
+        return missing_indexes([self], 1)
 
     def _from_raw(self, raw: bytes) -> tuple[Sidecar, int]:
         """Parse a fetched remote sidecar; keep a disk copy when there is a cache_dir."""
@@ -255,6 +266,7 @@ class Shard:
             sc.check_fresh(current, self.data_storage.url(self.path))
         self.records = h.count
         self.size = h.stamp.size
+        self.partial = h.partial
         self._sidecar = sc
         self._pid = os.getpid()
         if self.cache is not None and nbytes:
@@ -279,9 +291,15 @@ def prefetch_sidecars(shards: Iterable[Shard]) -> None:
         len(cold) > 1 and not ist.cheap_seeks
         and all(s.index_storage is ist and s.data_storage is dst for s in cold)
     )
+    missing: list[Shard] = []
     if not batched:
         for s in cold:
-            s.load()
+            try:
+                s.load()
+            except IndexNotFoundError:
+                missing.append(s)
+        if missing:
+            raise missing_indexes(missing, len(cold))
         return
     disk = [s._from_disk() for s in cold]
     to_read = [s for s, d in zip(cold, disk, strict=True) if d is None]
@@ -302,7 +320,8 @@ def prefetch_sidecars(shards: Iterable[Shard]) -> None:
         else:
             raw = raw_of[id(s)]
             if isinstance(raw, FileNotFoundError):
-                raise s._not_found() from None
+                missing.append(s)
+                continue
             if isinstance(raw, BaseException):
                 raise raw
             sc, nbytes = s._from_raw(raw)
@@ -310,3 +329,22 @@ def prefetch_sidecars(shards: Iterable[Shard]) -> None:
         if isinstance(current, BaseException):
             raise current
         s._accept(sc, nbytes, current)
+    if missing:
+        raise missing_indexes(missing, len(cold))
+
+
+def missing_indexes(missing: list[Shard], total: int) -> IndexNotFoundError:
+    """One error for every shard of a dataset that has no sidecar, with the command that
+    builds them all."""
+    urls = [s.data_url for s in missing]
+    dirs = {u.rstrip("/").rsplit("/", 1)[0] for u in urls}
+    target = dirs.pop() if len(dirs) == 1 and len(missing) > 1 else " ".join(urls[:3])
+    if len(missing) == 1:
+        what = f"{missing[0].index_url}: no index for {urls[0]}"
+    else:
+        shown = ", ".join(urls[:5]) + (f" and {len(urls) - 5} more" if len(urls) > 5 else "")
+        what = f"{len(missing)} of {total} shards have no index ({shown})"
+    return IndexNotFoundError(
+        f"{what}; build {'it' if len(missing) == 1 else 'them'} with `ofindex build {target}`"
+        f"{hint(' (or open with build_missing=True)', '')}"
+    )

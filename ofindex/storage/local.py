@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import glob as _glob
-import io
 import os
 import tempfile
 from collections import OrderedDict
@@ -18,6 +17,28 @@ from .stamp import FileStamp
 _MAX_OPEN = 256
 
 
+class _Handle:
+    """A read-only file descriptor that closes itself when its last user lets go of it.
+
+    Cached handles are shared by concurrent reads: dropping one from the cache (eviction,
+    :meth:`LocalStorage.close`, a fork) must not close a descriptor a read is still using,
+    so the descriptor is closed with the object itself, without a ResourceWarning.
+    """
+
+    __slots__ = ("fd",)
+
+    def __init__(self, path: str) -> None:
+        self.fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+
+    def fileno(self) -> int:
+        return self.fd
+
+    def __del__(self) -> None:
+        fd, self.fd = self.fd, -1
+        if fd >= 0:
+            os.close(fd)
+
+
 class LocalStorage(Storage):
     """Local disk. Reads use ``os.pread`` (no buffered file object, no readahead copies)."""
 
@@ -25,7 +46,7 @@ class LocalStorage(Storage):
     default_max_gap = 4096  # a syscall costs about as much as copying a page
 
     def __init__(self) -> None:
-        self._files: OrderedDict[str, io.FileIO] = OrderedDict()
+        self._files: OrderedDict[str, _Handle] = OrderedDict()
         self._pid = os.getpid()
 
     def _reset(self) -> None:
@@ -42,7 +63,7 @@ class LocalStorage(Storage):
     def __repr__(self) -> str:
         return "LocalStorage()"
 
-    def _file(self, path: str) -> io.FileIO:
+    def _file(self, path: str) -> _Handle:
         """An unbuffered handle of ``path`` (cached; callers hold it while they use its fd,
         so an evicted handle is closed only once no read is using it)."""
         if self._pid != os.getpid():  # after fork: the parent's descriptors are not ours
@@ -50,7 +71,7 @@ class LocalStorage(Storage):
         f = self._files.get(path)
         if f is None:
             try:
-                f = io.FileIO(path, "r")
+                f = _Handle(path)
             except FileNotFoundError:
                 raise DataFileNotFoundError(f"{path}: data file not found") from None
             self._files[path] = f
@@ -59,6 +80,7 @@ class LocalStorage(Storage):
         return f
 
     def close(self) -> None:
+        """Let go of this process's cached handles (each closes once no read uses it)."""
         self._files = OrderedDict()
 
     def stamp(self, path: str) -> FileStamp:

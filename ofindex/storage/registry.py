@@ -6,7 +6,9 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from ..errors import InvalidURLError
 from .base import Storage
+from .failures import missing_extra
 from .local import LocalStorage
 from .remote import FsspecStorage
 
@@ -30,8 +32,9 @@ def storage_for(url: str, storage_options: dict[str, Any] | None = None) -> tupl
         ``(storage, path)``.
 
     Raises:
-        ValueError: The protocol is unknown to fsspec.
-        ImportError: The protocol's library is not installed (see :func:`missing_extra`).
+        InvalidURLError: The protocol is unknown to fsspec (a ``ValueError``).
+        MissingDependencyError: The protocol's library is not installed (an ``ImportError``
+            naming the ``pip install 'ofindex[...]'`` to run).
     """
     protocol, sep, rest = url.partition("://")
     if not sep:
@@ -40,6 +43,14 @@ def storage_for(url: str, storage_options: dict[str, Any] | None = None) -> tupl
         return LocalStorage(), rest
     import fsspec
 
-    cls = fsspec.get_filesystem_class(protocol)
+    try:
+        cls = fsspec.get_filesystem_class(protocol)
+    except ImportError as exc:
+        raise missing_extra(protocol, exc) from None
+    except ValueError:
+        raise InvalidURLError(
+            f"{url}: unknown protocol {protocol!r}; use a local path or a URL such as "
+            "s3://bucket/key, gs://bucket/key or https://host/path"
+        ) from None
     path = cls._strip_protocol(url)
     return FsspecStorage(protocol, storage_options), path

@@ -24,6 +24,7 @@ from typing import IO, Any, TypeVar
 from ..errors import DataFileNotFoundError, RangeReadError
 from .aio import ByteBudget, http_range
 from .base import Storage, check_length
+from .failures import missing_extra
 from .retry import RetryPolicy, retry_async, retry_sync
 from .stamp import FileStamp
 
@@ -124,7 +125,11 @@ class FsspecStorage(Storage):
                     config = dict(options.get("config_kwargs") or {})
                     config.setdefault("max_pool_connections", self.max_concurrency)
                     options["config_kwargs"] = config
-                self._fs = fsspec.filesystem(self.protocol, skip_instance_cache=True, **options)
+                try:
+                    self._fs = fsspec.filesystem(self.protocol, skip_instance_cache=True,
+                                                 **options)
+                except ImportError as exc:
+                    raise missing_extra(self.protocol, exc) from None
                 self._pid = os.getpid()
                 self.requests = self.bytes_read = 0
             return self._fs
@@ -351,10 +356,14 @@ class FsspecStorage(Storage):
 
     def remove(self, path: str) -> None:
         with contextlib.suppress(FileNotFoundError):
-            self.fs.rm_file(path)
+            retry_sync(lambda: self.fs.rm_file(path), self.retry, f"{self.url(path)}: delete")
         self._sizes.pop(path, None)
 
     def expand(self, pattern: str) -> list[str]:
+        return retry_sync(lambda: self._expand(pattern), self.retry,
+                          f"{self.url(pattern)}: listing")
+
+    def _expand(self, pattern: str) -> list[str]:
         fs = self.fs
         if any(c in pattern for c in "*?["):
             found = fs.glob(pattern, detail=True)

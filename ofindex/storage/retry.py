@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 from ..errors import RangeReadError
+from .failures import first_line, translate, unreachable_advice
 
 T = TypeVar("T")
 
@@ -62,10 +63,18 @@ def _status_of(exc: BaseException) -> int | None:
     return None
 
 
+#: Connection failures botocore has already retried with backoff (about 7 s): retrying them
+#: again would multiply the wait for an endpoint that is down or mistyped.
+_RETRIED_BY_CLIENT = {"EndpointConnectionError", "ConnectTimeoutError"}
+
+
 def is_transient(exc: BaseException) -> bool:
     """Whether ``exc`` (or an exception it was raised from) is worth retrying."""
     seen = 0
     while exc is not None and seen < 6:
+        if (type(exc).__name__ in _RETRIED_BY_CLIENT
+                and type(exc).__module__.startswith("botocore")):
+            return False
         if isinstance(exc, FileNotFoundError) and exc.__cause__ is not None:
             # fsspec's HTTP ``info`` reports every failure (503 too) as FileNotFoundError
             exc = exc.__cause__
@@ -90,12 +99,21 @@ def is_transient(exc: BaseException) -> bool:
 
 
 def give_up(what: str, attempts: int, exc: BaseException) -> RangeReadError:
+    """The error once a transient failure kept happening ``attempts`` times."""
+    advice = unreachable_advice(exc)
     err = RangeReadError(
         f"{what}: failed after {attempts} attempt{'s' if attempts != 1 else ''}: "
-        f"{type(exc).__name__}: {exc}"
+        f"{first_line(exc)}" + (f"; {advice}" if advice else "")
     )
     err.__cause__ = exc
     return err
+
+
+def _final(exc: BaseException, what: str, attempts: int) -> BaseException:
+    """What to raise when ``exc`` is not retried (again): an ofindex error naming ``what``."""
+    if is_transient(exc):
+        return give_up(what, attempts, exc)
+    return translate(exc, what)
 
 
 async def retry_async(fn: Callable[[], Awaitable[T]], policy: RetryPolicy, what: str) -> T:
@@ -105,10 +123,11 @@ async def retry_async(fn: Callable[[], Awaitable[T]], policy: RetryPolicy, what:
         try:
             return await fn()
         except Exception as exc:
-            if not is_transient(exc):
-                raise
-            if k + 1 >= policy.attempts:
-                raise give_up(what, policy.attempts, exc) from exc
+            if not is_transient(exc) or k + 1 >= policy.attempts:
+                final = _final(exc, what, policy.attempts)
+                if final is exc:
+                    raise
+                raise final from exc
             await asyncio.sleep(policy.delay(k))
     raise AssertionError("unreachable")  # pragma: no cover
 
@@ -119,9 +138,10 @@ def retry_sync(fn: Callable[[], T], policy: RetryPolicy, what: str) -> T:
         try:
             return fn()
         except Exception as exc:
-            if not is_transient(exc):
-                raise
-            if k + 1 >= policy.attempts:
-                raise give_up(what, policy.attempts, exc) from exc
+            if not is_transient(exc) or k + 1 >= policy.attempts:
+                final = _final(exc, what, policy.attempts)
+                if final is exc:
+                    raise
+                raise final from exc
             time.sleep(policy.delay(k))
     raise AssertionError("unreachable")  # pragma: no cover
