@@ -4,7 +4,6 @@ TFRecord: ``uint64 length | uint32 masked_crc32c(length) | data | uint32 masked_
 OFRecord: ``int64 length | data``. Both little-endian.
 """
 
-from __future__ import annotations
 
 import enum
 import mmap
@@ -43,7 +42,12 @@ class RecordFormat(enum.IntEnum):
     overhead: int
 
     @classmethod
-    def parse(cls, value: str | RecordFormat) -> RecordFormat:
+    def parse(cls, value: "str | RecordFormat") -> "RecordFormat":
+        """Read a format name (``"tfrecord"``, ``"ofrecord"``, any case) or a member.
+
+        Raises:
+            ValueError: Another name (``"auto"`` is resolved by the callers, not here).
+        """
         if isinstance(value, RecordFormat):
             return value
         name = str(value).lower().replace("_", "").replace("-", "")

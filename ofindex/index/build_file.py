@@ -1,6 +1,5 @@
 """Indexing one data file: detect its framing, scan it once, write its sidecar."""
 
-from __future__ import annotations
 
 import dataclasses
 import warnings

@@ -1,6 +1,5 @@
 """The index builder: index every data file of a path spec, then write the dataset manifest."""
 
-from __future__ import annotations
 
 import concurrent.futures as cf
 import os
@@ -32,19 +31,44 @@ def build_index(
     progress: bool = False,
     manifest: bool | str | None = None,
 ) -> list[BuildResult]:
-    """Index data files (a path, directory, glob or list of them); returns one result per file.
+    """Index data files: scan each once and write its sidecar (and the dataset's manifest).
 
-    Each file is scanned once and gets a sidecar ``<file>.ofidx`` (or one in ``index_dir``,
-    local or another bucket, for read-only data). ``verify=True`` also checks every record's
-    data CRC. Bad data raises an error naming the file, byte offset and record number;
-    ``allow_partial=True`` indexes the valid prefix of such a file instead and warns.
-    ``workers`` files are scanned at once on threads (default: one per core for local
-    files, 8 for remote ones, each streaming its file once in 8 MiB requests).
+    Works the same in a script (no ``if __name__ == "__main__":`` guard needed), a notebook
+    or a worker process: files are scanned on threads, and the scan's inner loops release
+    the GIL.
 
-    ``manifest``: by default a directory gets ``ofindex-manifest.json`` (in ``index_dir`` when
-    given, else in the directory); ``True`` writes one for a glob or list too (files of one
-    directory), a string writes it there, ``False`` writes none. See
-    :mod:`ofindex.formats.manifest`.
+    Args:
+        paths: A data file, a directory, a glob, a URL, or a list of them.
+        format: ``"tfrecord"``, ``"ofrecord"``, or ``"auto"`` to detect each file's framing.
+        index_dir: Where sidecars go when not beside the data (``<index_dir>/<name>.ofidx``;
+            a local directory or another bucket, for read-only data).
+        verify: Also check every record's data CRC (the scan otherwise checks the framing
+            and the length CRCs).
+        allow_partial: Index the valid prefix of a damaged file instead of failing (with a
+            warning and a ``partial`` flag that :func:`ofindex.open` reports).
+        workers: Files scanned at once (default: one per core for local files, 8 for remote
+            ones, each streamed once in 8 MiB requests).
+        storage_options: Options for the fsspec filesystem.
+        progress: Show a progress bar (bytes scanned).
+        manifest: ``None`` writes ``ofindex-manifest.json`` for a directory (in
+            ``index_dir`` when given); ``True`` also for a glob or list of one directory's
+            files; a path or URL writes it there; ``False`` writes none.
+
+    Returns:
+        One :class:`BuildResult` per file, in dataset order.
+
+    Raises:
+        CorruptRecordError: A bad CRC or impossible length, naming file, offset and record
+            (a ``ValueError``; :class:`TruncatedRecordError` for a file cut short).
+        FormatDetectionError: A file's framing cannot be detected (pass ``format``).
+        DataFileNotFoundError: ``paths`` matches no data file.
+        StaleIndexError: A file changed while it was scanned.
+        StorageError: Storage cannot be reached, or refuses access.
+        ValueError: Two files of one name would share ``index_dir``, or files of several
+            directories for one manifest.
+
+    Warns:
+        UserWarning: A partial index was written (``allow_partial=True``).
     """
     location = resolve(paths, index_dir=index_dir, storage_options=storage_options,
                        manifest=False)

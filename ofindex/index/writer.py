@@ -1,6 +1,5 @@
 """Writers that frame records and emit the sidecar as they write (no scan needed later)."""
 
-from __future__ import annotations
 
 import array
 import os
@@ -20,11 +19,22 @@ class _Message(Protocol):
 
 
 class Writer:
-    """Write a TFRecord or OFRecord file and its sidecar index.
+    """Write a TFRecord or OFRecord file and its sidecar index at once (no scan needed later).
 
     >>> with Writer("train-00000.tfrecord") as w:          # doctest: +SKIP
     ...     w.write(b"raw bytes")
     ...     w.write(example)                                # any protobuf message
+
+    Args:
+        url: The data file to write: a local path or a URL (``s3://…`` through fsspec).
+        format: ``"tfrecord"`` or ``"ofrecord"``.
+        index: Write the sidecar when the file is closed.
+        index_dir: Where the sidecar goes when not beside the data.
+        storage_options: Options for the fsspec filesystem.
+
+    Raises:
+        ValueError: An unknown ``format``.
+        StorageError: The storage cannot be reached or refuses the write.
 
     Local files are written under a temporary name (``<name>.<pid>.tmp``) and renamed into
     place by a clean :meth:`close`, then the sidecar is written (atomically): a writer that dies
@@ -65,10 +75,22 @@ class Writer:
                 f"{len(self._offsets)} records, {state})")
 
     def __len__(self) -> int:
+        """Return the number of records written so far."""
         return len(self._offsets)
 
     def write(self, record: bytes | bytearray | memoryview | _Message) -> int:
-        """Append one record (bytes, or a protobuf message); returns its record number."""
+        """Append one record.
+
+        Args:
+            record: The payload bytes, or a protobuf message (serialized here).
+
+        Returns:
+            The record's number in the file.
+
+        Raises:
+            OfindexError: The writer is closed.
+            TypeError: ``record`` is neither bytes nor a protobuf message.
+        """
         if self._closed:
             raise OfindexError(f"{self._storage.url(self._path)}: write() on a closed Writer")
         if isinstance(record, (bytes, bytearray, memoryview)):
@@ -91,7 +113,18 @@ class Writer:
         return len(self._offsets) - 1
 
     def write_many(self, records: Iterable[bytes | _Message]) -> int:
-        """Append many records; returns how many were written."""
+        """Append many records.
+
+        Args:
+            records: Payload bytes or protobuf messages.
+
+        Returns:
+            How many records were written.
+
+        Raises:
+            OfindexError: The writer is closed.
+            TypeError: A record is neither bytes nor a protobuf message.
+        """
         n = 0
         for r in records:
             self.write(r)
@@ -99,7 +132,12 @@ class Writer:
         return n
 
     def close(self) -> None:
-        """Finish the data file, then write its sidecar."""
+        """Finish the data file (renamed into place when local), then write its sidecar.
+
+        Raises:
+            OfindexError: The file on storage is not what was written (another process wrote
+                to it); no sidecar is written then.
+        """
         if self._closed:
             return
         self._closed = True
@@ -125,14 +163,14 @@ class Writer:
         self._index_storage.write_atomic(self._index_path, [header, body])
 
     def abort(self) -> None:
-        """Close the data file without writing a sidecar."""
+        """Close the data file without writing a sidecar (a local temporary file is removed)."""
         if not self._closed:
             self._closed = True
             self._file.close()
             if self._tmp is not None:
                 self._storage.remove(self._tmp)
 
-    def __enter__(self) -> Writer:
+    def __enter__(self) -> "Writer":
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,

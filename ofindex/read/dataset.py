@@ -1,6 +1,5 @@
 """The dataset: a sequence of records over many shards, with O(1) random access."""
 
-from __future__ import annotations
 
 from bisect import bisect_right as _bisect_right
 from collections.abc import Callable, Iterator, Sequence
@@ -172,7 +171,7 @@ class Dataset(BatchReads):
         """Iterate over every record in order (see :meth:`iter_records`)."""
         return self.iter_records()
 
-    def __enter__(self) -> Dataset:
+    def __enter__(self) -> "Dataset":
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,

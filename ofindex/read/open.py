@@ -6,8 +6,6 @@ counts, sizes and fingerprints come from the manifest and each sidecar is fetche
 is first read. Without a manifest every sidecar is opened (and every data file stat-ed) now.
 """
 
-from __future__ import annotations
-
 import dataclasses
 import os
 import warnings
@@ -54,28 +52,58 @@ def open(
     max_inflight_bytes: int | None = None,
     mmap: bool = True,
 ) -> Dataset:
-    """Open TFRecord/OFRecord shards (a path, directory, glob, or a list of them) as a Dataset.
+    """Open TFRecord/OFRecord shards as one randomly accessible :class:`Dataset`.
 
-    Every shard needs a sidecar (``ofindex build``); ``build_missing=True`` builds missing
-    ones on the fly. Sidecars whose data file changed raise :class:`StaleIndexError`
-    (``check_stale=False`` skips that check, one ``stat`` per shard).
+    Every shard needs a sidecar index (``ofindex build`` or :func:`ofindex.build_index`). A
+    directory holding ``ofindex-manifest.json`` (written when a directory is built) opens with
+    one request whatever its number of shards; each sidecar is then fetched when its shard is
+    first read. The dataset can be used as a context manager (``with ofindex.open(...) as
+    ds:``), which releases its handles and maps at the end.
 
-    A directory (or ``index_dir``) holding ``ofindex-manifest.json`` is opened through it
-    (``manifest=False`` ignores it; ``manifest="<URL>"`` or a path ending in ``.json`` names
-    one): one request, sidecars fetched on first touch, and for remote data the staleness
-    ``stat`` is done then too. Fetched remote sidecars are kept in memory up to
-    ``cache_bytes`` per process (least recently used dropped first) and, with
-    ``cache_dir``, on local disk (re-validated against the manifest's stamps).
+    Args:
+        paths: A data file, a directory (its files in natural name order, skipping hidden
+            files, markers and index files), a glob, a URL (``s3://``, ``gs://``,
+            ``https://`` … through fsspec), or a list of them; shards keep that order.
+        format: ``"tfrecord"``, ``"ofrecord"``, or ``"auto"`` to take it from the sidecars.
+        index_dir: Where the sidecars live when not beside the data (a local directory or
+            another bucket, for read-only data).
+        storage_options: Options for the fsspec filesystem (credentials, endpoint …).
+        verify: Check TFRecord CRCs on every read.
+        decode: A callable applied to each record's bytes, e.g.
+            ``ofindex.decode.Decoder(spec)``.
+        build_missing: Build the sidecars that are missing instead of failing.
+        check_stale: Compare each data file's size and fingerprint with its sidecar's (one
+            ``stat`` per shard; remote shards of a manifest are checked on first touch).
+        manifest: ``True`` uses a directory's manifest when there is one, ``False`` ignores
+            it, a path or URL names one.
+        cache_bytes: Bound on remote sidecar bytes held in memory per process (least recently
+            used dropped first).
+        cache_dir: A local directory keeping fetched remote sidecars on disk (re-validated
+            against the manifest's stamps).
+        max_concurrency: Remote requests in flight at once for one batch (default 64).
+        max_inflight_bytes: Bound on response bytes held before they are copied out
+            (default 128 MiB).
+        mmap: Read local files through memory maps (about 1.5x faster random access). A file
+            *truncated in place* by another process while it is mapped kills the reader with
+            SIGBUS, as with ``numpy.memmap``; :class:`ofindex.Writer` replaces files
+            atomically, so that cannot happen through it. ``False`` reads with ``os.pread``.
 
-    Remote batches run up to ``max_concurrency`` requests at once (default 64) holding at most
-    ``max_inflight_bytes`` of responses (default 128 MiB) before they are copied out.
+    Returns:
+        The dataset: ``len(ds)``, ``ds[i]``, slices, ``ds.__getitems__(indices)``, iteration.
 
-    Local data files are read through memory maps (no system call per record: about 1.5x
-    faster random access). A file *truncated in place* by another process while it is mapped
-    kills the reader with SIGBUS instead of raising an error (as with ``numpy.memmap`` or
-    Arrow); :class:`ofindex.Writer` replaces files atomically, so rewriting a dataset with it
-    is safe. ``mmap=False`` reads with ``os.pread`` instead, for files that may be truncated
-    in place while they are read. See :mod:`ofindex.storage.mapped`.
+    Raises:
+        DataFileNotFoundError: ``paths`` matches no data file (a ``FileNotFoundError``).
+        IndexNotFoundError: Shards without a sidecar, all named (a ``FileNotFoundError``).
+        StaleIndexError: A data file changed since it was indexed (a ``ValueError``).
+        SidecarError: A sidecar or manifest is corrupt, or shards disagree on the format.
+        StorageError: Storage cannot be reached, or refuses access (an ``OSError``).
+        MissingDependencyError: The URL's protocol needs an extra, e.g. ``pip install
+            'ofindex[s3]'`` (an ``ImportError``).
+        InvalidURLError: An unknown URL protocol (a ``ValueError``).
+
+    Warns:
+        PartialIndexWarning: Some shards are indexed only up to damaged data (once per
+            dataset, naming them).
     """
     location = resolve(paths, index_dir=index_dir, storage_options=storage_options,
                        manifest=manifest)
