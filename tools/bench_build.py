@@ -13,7 +13,7 @@ import tempfile
 
 import crc32c
 import numpy as np
-from benchlib import best_of, dataset, read_all, report
+from benchlib import best_of, dataset, parse_args, read_all, report
 
 import ofindex
 
@@ -24,7 +24,7 @@ def main() -> None:
     p.add_argument("--small-records", type=int, default=1_000_000)
     p.add_argument("--large-records", type=int, default=10_000)
     p.add_argument("--out", default="bench-results/build.json")
-    a = p.parse_args()
+    a = parse_args(p, small_records=20_000, large_records=200)
     from tfrecord.tools.tfrecord2idx import create_index
 
     rows = []

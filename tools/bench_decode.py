@@ -54,6 +54,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
+from benchlib import parse_args  # noqa: E402
+
 WORKLOADS = {"mnist": 784, "big": 150_528}
 
 
@@ -186,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workloads", default="mnist,big")
     ap.add_argument("--vahidk-worker", help=argparse.SUPPRESS)
     ap.add_argument("--size", type=int, help=argparse.SUPPRESS)
-    ns = ap.parse_args(argv)
+    ns = parse_args(ap, argv, repeat=2, big_repeat=2, batch=16)
     if ns.vahidk_worker:
         vahidk_worker(ns.vahidk_worker, ns.size, ns.repeat)
         return 0

@@ -19,7 +19,7 @@ import tempfile
 import time
 
 import numpy as np
-from benchlib import best_of, dataset, read_all, report
+from benchlib import best_of, dataset, parse_args, read_all, report
 
 import ofindex
 
@@ -178,7 +178,7 @@ def main() -> None:
     p.add_argument("--shards", type=int, default=4)
     p.add_argument("--budget", type=float, default=3.0, help="seconds per slow peer measurement")
     p.add_argument("--out", default="bench-results/read.json")
-    a = p.parse_args()
+    a = parse_args(p, small_records=20_000, large_records=200, budget=0.3)
     rows = []
     for name, n, size in (("small", a.small_records, 200), ("large", a.large_records, 100_000)):
         paths = dataset(a.root, f"read-{name}-{n}", n, a.shards, size)

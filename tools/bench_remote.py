@@ -35,6 +35,7 @@ sys.path[:0] = [os.path.dirname(HERE), os.path.join(os.path.dirname(HERE), "test
 
 import numpy as np  # noqa: E402
 import servers  # noqa: E402
+from benchlib import parse_args  # noqa: E402
 
 import ofindex  # noqa: E402
 from ofindex.cli.synthetic import write_dataset  # noqa: E402
@@ -221,7 +222,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", help="write the results as JSON here")
     p.add_argument("--plot", help="write a PNG bar chart of wall times (RTTs) here")
-    args = p.parse_args(argv)
+    args = parse_args(p, argv, shards=4, records_per_shard=200, repeats=2, rtt_ms=5.0)
     r = run(args)
     report(r)
     if args.out:

@@ -24,7 +24,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchlib import best_of
+from benchlib import best_of, parse_args
 
 from ofindex.shuffle import BlockShuffleOrder, FeistelPermutation
 
@@ -117,7 +117,7 @@ def main(argv=None) -> int:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--mem-count", type=int, default=1_000_000)
     ap.add_argument("--out", default=None, help="write the results as JSON here")
-    args = ap.parse_args(argv)
+    args = parse_args(ap, argv, count=100_000, repeat=1, mem_count=10_000)
     res = {"throughput_indices_per_s": throughput(args.count, args.repeat),
            "memory": memory(args.mem_count),
            "locality": locality(1 << 20, 256, [8, 64, 512], [1, 16, 256])}

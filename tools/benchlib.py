@@ -2,12 +2,29 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import time
 from collections.abc import Callable
+from typing import Any
 
 from ofindex.cli.synthetic import write_dataset
+
+
+def parse_args(parser: argparse.ArgumentParser, argv: list[str] | None = None,
+               **smoke: Any) -> argparse.Namespace:
+    """``parser.parse_args`` plus ``--smoke``: the given tiny settings replace the defaults, so
+    that a test can check in seconds that the tool runs as documented. Smoke figures mean
+    nothing, so they are written nowhere unless ``--out`` is given."""
+    parser.add_argument("--smoke", action="store_true",
+                        help="tiny sizes: check that the tool runs (its figures mean nothing)")
+    args = parser.parse_args(argv)
+    if args.smoke:
+        for name, value in {"out": None, **smoke}.items():
+            if getattr(args, name, None) == parser.get_default(name):
+                setattr(args, name, value)
+    return args
 
 
 def best_of(fn: Callable[[], object], repeat: int = 3) -> float:

@@ -46,10 +46,11 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exc()
         print(f"ofindex: error: {exc.cli_message()}", file=sys.stderr)
         return EXIT_ERROR
-    except Exception as exc:  # a failure nobody foresaw: still one line, unless --debug
+    except Exception as exc:  # not an ofindex error: still one line, unless --debug
         if debug:
             traceback.print_exc()
-        print(f"ofindex: error: {describe(exc)}", file=sys.stderr)
-        if not debug:
+        line, foreseen = describe(exc)
+        print(f"ofindex: error: {line}", file=sys.stderr)
+        if not (debug or foreseen):
             print("ofindex: run again with --debug for the traceback", file=sys.stderr)
         return EXIT_ERROR

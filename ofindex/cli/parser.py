@@ -30,9 +30,9 @@ EXAMPLES = {
     "verify": """\
   ofindex verify data/                       # re-check every record's CRC""",
     "export-index": """\
-  ofindex export-index data/part-0 -o part-0.idx       # DALI / tfrecord2idx text index""",
+  ofindex export-index data/part-00000 -o part-0.idx   # DALI / tfrecord2idx text index""",
     "import-index": """\
-  ofindex import-index data/part-0 part-0.idx          # and back""",
+  ofindex import-index data/part-00000 part-0.idx      # and back""",
     "demo": """\
   ofindex demo --records 20000               # generate, index and read a small dataset""",
 }

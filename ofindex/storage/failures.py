@@ -1,6 +1,7 @@
 """Failures of storage clients (botocore, aiohttp, gcsfs, the OS) as one-line ofindex errors
 that name the URL, the cause and the next step."""
 
+import errno
 import re
 
 from ..errors import (
@@ -121,6 +122,25 @@ def unreachable_advice(exc: BaseException) -> str | None:
     return None
 
 
-def describe(exc: BaseException) -> str:
-    """One line for a failure that no layer translated (the command line prints it)."""
-    return first_line(exc)
+_OS_ADVICE = {
+    errno.EACCES: "check its permissions (ls -l), or run as a user who may read and write it",
+    errno.EPERM: "check its permissions (ls -l), or run as a user who may read and write it",
+    errno.EROFS: "the file system is read-only: keep the sidecars elsewhere with --index-dir",
+    errno.ENOSPC: "the disk is full: free some space, or keep the sidecars elsewhere with "
+                  "--index-dir",
+    errno.EISDIR: "name a file, or the directory itself without a trailing glob",
+}
+
+
+def describe(exc: BaseException) -> tuple[str, bool]:
+    """One line for a failure that no layer translated (the command line prints it).
+
+    Returns:
+        ``(line, foreseen)``: ``foreseen`` is true for failures the line fully explains (an
+        operating-system error on a named file), false for the unexpected ones.
+    """
+    if isinstance(exc, OSError) and exc.filename is not None and exc.strerror:
+        advice = _OS_ADVICE.get(exc.errno or 0)
+        line = f"{exc.filename}: {exc.strerror}" + (f"; {advice}" if advice else "")
+        return line, True
+    return first_line(exc), False

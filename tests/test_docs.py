@@ -1,0 +1,187 @@
+"""Every documented example runs as written: each code block of README.md (Python blocks as
+plain scripts in a fresh interpreter, shell blocks line by line through the real `ofindex`
+entry point) and each example line of every `ofindex … --help` text.
+
+The examples name `data/` (a generated dataset in the working directory), `s3://bucket/…`,
+`gs://public-data/…` and `gs://my-bucket/…` (the suite's moto and fake-gcs-server, reached
+through AWS_ENDPOINT_URL and STORAGE_EMULATOR_HOST exactly as a user would point a client at
+another endpoint) and `https://data.example.com/…` (replaced by the suite's nginx URL, the
+only rewrite). A block may be left out only with a `<!-- docs-test: skip (reason) -->` line
+right above it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+README = os.path.join(ROOT, "README.md")
+BIN = os.path.dirname(sys.executable)
+HTTP_PLACEHOLDER = "https://data.example.com"
+
+_BLOCK = re.compile(r"(?:<!-- docs-test: (?P<directive>[^>]*?) -->\n)?```(?P<lang>\w*)\n"
+                    r"(?P<body>.*?)```", re.S)
+
+
+def readme_blocks() -> list[tuple[int, str, str, str]]:
+    """``(number, language, directive, body)`` of every fenced block of README.md."""
+    with open(README, encoding="utf-8") as f:
+        text = f.read()
+    return [(k, m["lang"], m["directive"] or "", m["body"])
+            for k, m in enumerate(_BLOCK.finditer(text))]
+
+
+BLOCKS = readme_blocks()
+
+
+def _run(cmd, cwd, env, timeout=300, shell=False):
+    run = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True,
+                         timeout=timeout, shell=shell, executable="/bin/bash" if shell else None)
+    assert run.returncode == 0, (
+        f"{cmd!r} exited with {run.returncode}\n--- stdout\n{run.stdout[-3000:]}\n"
+        f"--- stderr\n{run.stderr[-3000:]}")
+    return run
+
+
+def _make_world(root, moto_server, gcs_server, nginx_server):
+    """A working directory with data/, and the same shards in the suite's S3, GCS and HTTP
+    servers under the names the examples use. Returns ``(cwd, env)``."""
+    import gcsfs
+    import s3fs
+    import servers
+
+    from ofindex.cli.synthetic import write_dataset
+
+    cwd = os.path.join(root, "work")
+    os.makedirs(cwd)
+    files = write_dataset(os.path.join(cwd, "data"), 3000, 4, index=False)
+    s3 = s3fs.S3FileSystem(skip_instance_cache=True, **servers.s3_options(moto_server.url))
+    gcs = gcsfs.GCSFileSystem(skip_instance_cache=True, **servers.gcs_options(gcs_server.url))
+    for bucket in ("bucket",):
+        if not s3.exists(bucket):
+            s3.mkdir(bucket)
+    for bucket in ("public-data", "my-bucket"):
+        if not gcs.exists(bucket):
+            gcs.mkdir(bucket)
+    www = os.path.join(nginx_server.root, "train")
+    os.makedirs(www, exist_ok=True)
+    for f in files:
+        name = os.path.basename(f)
+        with open(f, "rb") as fh:
+            data = fh.read()
+        s3.pipe_file(f"bucket/train/{name}", data)
+        gcs.pipe_file(f"public-data/train/{name}", data)
+        shutil.copy(f, os.path.join(www, name))
+    import ofindex
+
+    ofindex.build_index(www)  # the web server serves data and sidecars; nothing builds there
+    env = dict(os.environ)
+    env.update(
+        PATH=BIN + os.pathsep + env.get("PATH", ""),
+        AWS_ENDPOINT_URL=moto_server.url, AWS_ACCESS_KEY_ID="testing",
+        AWS_SECRET_ACCESS_KEY="testing", AWS_DEFAULT_REGION="us-east-1",
+        STORAGE_EMULATOR_HOST=gcs_server.url, GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT="false",
+        PYTHONWARNINGS="error::ResourceWarning",
+    )
+    return cwd, env
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory, moto_server, gcs_server, nginx_server):
+    cwd, env = _make_world(str(tmp_path_factory.mktemp("docs")), moto_server, gcs_server,
+                           nginx_server)
+    env["OFINDEX_DOCS_HTTP"] = nginx_server.url
+    return cwd, env
+
+
+def _shell_lines(body: str) -> list[str]:
+    return [line for line in body.splitlines() if line.strip() and not line.startswith("#")]
+
+
+@pytest.mark.parametrize("number,lang,directive,body", BLOCKS, ids=[
+    f"block{b[0]}-{b[1] or 'text'}" for b in BLOCKS])
+def test_readme_block_runs(number, lang, directive, body, world):
+    cwd, env = world
+    if directive.startswith("smoke (") and lang == "bash":
+        for line in _shell_lines(body):  # from the repository, with the test's interpreter
+            command = line.split(" #")[0].replace(".venv/bin/python", sys.executable)
+            _run(command + " --smoke", ROOT, env, timeout=600, shell=True)
+        return
+    if directive:
+        assert directive.startswith("skip (") and directive.endswith(")"), (
+            f"README block {number}: unknown docs-test directive {directive!r}")
+        return  # left out on purpose, with the reason in the README itself
+    body = body.replace(HTTP_PLACEHOLDER, env["OFINDEX_DOCS_HTTP"])
+    if lang == "python":
+        script = os.path.join(cwd, f"readme_block_{number}.py")
+        with open(script, "w", encoding="utf-8") as f:
+            f.write(body)
+        _run([sys.executable, script], cwd, env)
+    elif lang == "bash":
+        if body.startswith("python3 -m venv .venv"):
+            return  # the install command: test_readme_install_command_works runs it
+        for line in _shell_lines(body):
+            _run(line, cwd, env, shell=True)
+    else:
+        pytest.fail(f"README block {number} has language {lang!r}: use python or bash so "
+                    "that it is run, or mark it `<!-- docs-test: skip (reason) -->`")
+
+
+def test_readme_has_the_two_setup_commands():
+    setup = [b for b in BLOCKS if b[1] == "bash" and b[3].strip().startswith(
+        ("python3 -m venv .venv", "bash tools/run-tests.sh"))]
+    assert [b[3].strip() for b in setup] == [
+        "python3 -m venv .venv && .venv/bin/pip install -e . && .venv/bin/ofindex demo",
+        "bash tools/run-tests.sh"]
+    with open(os.path.join(ROOT, ".ci", "run"), encoding="utf-8") as f:
+        assert "bash tools/run-tests.sh" in f.read()
+
+
+def test_readme_install_command_works(tmp_path):
+    """The README's first command, in a copy of the repository's files (a fresh venv)."""
+    listed = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"],
+                            cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    dst = str(tmp_path / "repo")
+    for rel in listed.splitlines():
+        src = os.path.join(ROOT, rel)
+        if os.path.isfile(src):
+            os.makedirs(os.path.dirname(os.path.join(dst, rel)), exist_ok=True)
+            shutil.copy2(src, os.path.join(dst, rel))
+    (command,) = [b[3].strip() for b in BLOCKS if b[3].startswith("python3 -m venv")]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_ENV", "PYTHON"))}
+    env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep)
+                                  if not p.startswith(BIN))
+    command = command.replace("ofindex demo", "ofindex demo --records 5000")
+    run = _run(command, dst, env, timeout=600, shell=True)
+    assert "records/s" in run.stdout and "loops: compiled" in run.stdout
+
+
+def _help_examples() -> list[str]:
+    from ofindex.cli.parser import EXAMPLES
+
+    out = []
+    for name in EXAMPLES:  # build first: the other examples read what it indexed
+        text = subprocess.run([os.path.join(BIN, "ofindex"), name, "--help"],
+                              capture_output=True, text=True, check=True).stdout
+        lines = text.split("examples:\n", 1)[1].splitlines()
+        out += [line.strip() for line in lines if line.strip().startswith("ofindex ")]
+    top = subprocess.run([os.path.join(BIN, "ofindex"), "--help"], capture_output=True,
+                         text=True, check=True).stdout
+    listed = [line.strip() for line in top.split("examples:\n", 1)[1].splitlines()
+              if line.strip()]
+    assert listed == out, "the top-level help lists the subcommands' examples in order"
+    return out
+
+
+def test_every_help_example_runs(tmp_path, moto_server, gcs_server, nginx_server):
+    cwd, env = _make_world(str(tmp_path), moto_server, gcs_server, nginx_server)
+    examples = _help_examples()
+    assert len(examples) >= 9
+    for line in examples:
+        _run(line, cwd, env, shell=True)
