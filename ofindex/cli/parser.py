@@ -15,6 +15,7 @@ examples:
   ofindex build data/                        # index every shard in a directory
   ofindex build 'data/train-*.tfrecord' --workers 8 --verify
   ofindex build s3://bucket/train --index-dir ./idx -o anon=true
+  ofindex build s3://bucket/train --dask-scheduler tcp://10.0.0.1:8786   # on a Dask cluster
   ofindex info data/
   ofindex get data/ 0 -1 12345 --decode      # print records by global number
   ofindex verify data/                       # re-check every record's CRC
@@ -61,6 +62,19 @@ def build_parser() -> argparse.ArgumentParser:
                    help="index the valid prefix of a damaged file instead of failing (loudly)")
     p.add_argument("--workers", type=int, default=None, help="files scanned in parallel")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    again = p.add_mutually_exclusive_group()
+    again.add_argument("--resume", dest="resume", action="store_true", default=True,
+                       help="skip files whose sidecar is already fresh (the default): an "
+                       "interrupted build redoes only what it had not finished")
+    again.add_argument("--force", dest="resume", action="store_false",
+                       help="re-index every file, fresh sidecars too")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--dask-scheduler", metavar="ADDRESS",
+                       help="index the files on a Dask cluster (tcp://host:8786); the paths "
+                       "must be reachable from its workers (needs ofindex[dask])")
+    where.add_argument("--ray", metavar="ADDRESS", nargs="?", const="auto",
+                       help="index the files on a Ray cluster ('auto' for the running one, "
+                       "ray://host:10001; needs ofindex[ray])")
 
     p = sub.add_parser("info", help="shards, record counts, sizes and index state")
     _add_common(p)
