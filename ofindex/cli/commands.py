@@ -24,9 +24,9 @@ from .exitcodes import EXIT_OK, EXIT_PARTIAL
 def _cluster_executor(args: argparse.Namespace) -> cf.Executor | None:
     """The executor ``--dask-scheduler`` / ``--ray`` name, or ``None`` (local threads)."""
     if getattr(args, "dask_scheduler", None):
-        from ..index.cluster import dask_executor
+        from ..index.cluster import DaskExecutor
 
-        return dask_executor(args.dask_scheduler)
+        return DaskExecutor(args.dask_scheduler)
     if getattr(args, "ray", None):
         from ..index.cluster import RayExecutor
 
@@ -47,7 +47,7 @@ def cmd_build(args, options) -> int:
             )
     finally:
         if executor is not None:
-            executor.shutdown(wait=False)
+            executor.shutdown()
     records = sum(r.records for r in results)
     size = sum(r.size for r in results)
     partial = [r for r in results if r.partial]

@@ -12,6 +12,7 @@ Dask and Ray are optional: ``pip install 'ofindex[dask]'`` / ``'ofindex[ray]'``.
 from __future__ import annotations
 
 import concurrent.futures as cf
+import pickle
 from collections.abc import Callable
 from typing import Any
 
@@ -57,9 +58,21 @@ def _human(n: float) -> str:
     return f"{n:.1f} PiB"  # pragma: no cover
 
 
+#: Storages already made in this worker process, by pickled state: each task arrives with
+#: its own unpickled copy, and a remote one would open a new client (a second or so) per file.
+_STORAGES: dict[bytes, Storage] = {}
+
+
+def _interned(storage: Storage) -> Storage:
+    key = pickle.dumps(storage)
+    return _STORAGES.setdefault(key, storage)
+
+
 def run_job(job: Job, resume: bool) -> BuildResult:
     """One task: :func:`~.resume.index_file` of one job (what a cluster worker runs)."""
-    return index_file(*job, resume)
+    storage, path, fmt, index_storage, index_path, verify, allow_partial = job
+    return index_file(_interned(storage), path, fmt, _interned(index_storage), index_path,
+                      verify, allow_partial, resume)
 
 
 def run_on_executor(executor: cf.Executor, jobs: list[Job], resume: bool,
@@ -92,26 +105,34 @@ def run_on_executor(executor: cf.Executor, jobs: list[Job], resume: bool,
     return [r for r in results if r is not None]
 
 
-def dask_executor(address: str) -> cf.Executor:
-    """A ``concurrent.futures`` executor of the Dask cluster whose scheduler is ``address``.
+class DaskExecutor(cf.Executor):
+    """The ``concurrent.futures`` executor of a Dask cluster; :meth:`shutdown` also closes
+    the client it opened.
 
     Args:
         address: The scheduler, e.g. ``"tcp://10.0.0.1:8786"``.
 
-    Returns:
-        ``Client(address).get_executor()``.
-
     Raises:
         ImportError: ``dask.distributed`` is not installed (``pip install 'ofindex[dask]'``).
     """
-    try:
-        from dask.distributed import Client
-    except ImportError as exc:
-        raise ImportError("building on a Dask cluster needs dask.distributed: "
-                          "pip install 'ofindex[dask]'") from exc
-    client = Client(address)  # type: ignore[no-untyped-call]
-    executor: cf.Executor = client.get_executor()  # type: ignore[no-untyped-call]
-    return executor
+
+    def __init__(self, address: str) -> None:
+        try:
+            from dask.distributed import Client
+        except ImportError as exc:
+            raise ImportError("building on a Dask cluster needs dask.distributed: "
+                              "pip install 'ofindex[dask]'") from exc
+        self.client = Client(address)  # type: ignore[no-untyped-call]
+        self._executor: cf.Executor = self.client.get_executor()  # type: ignore[no-untyped-call]
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> cf.Future[Any]:
+        """Run ``fn(*args, **kwargs)`` on the cluster; returns its future."""
+        return self._executor.submit(fn, *args, **kwargs)
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        """Stop submitting and close the client (the cluster keeps running)."""
+        self._executor.shutdown(wait=wait)
+        self.client.close()  # type: ignore[no-untyped-call]
 
 
 class RayExecutor(cf.Executor):

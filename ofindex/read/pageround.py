@@ -11,8 +11,17 @@ from typing import Any
 import numpy as np
 
 from ..errors import StaleIndexError
+from ..formats.sidecar_header import HEADER_SIZE
 from ..storage import FileStamp, Storage
-from .pages import Pager, page_range, pager_of, parse_page_header, spans_from_pages, split_pages
+from .pages import (
+    Pager,
+    header_fetch_bytes,
+    page_range,
+    pager_of,
+    parse_page_header,
+    spans_from_pages,
+    split_pages,
+)
 from .shards import Shard, prefetch_sidecars
 
 #: Groups of one batch: ``(shard number, first item, one past the last item)``.
@@ -171,7 +180,7 @@ def _index_round(paged: list[_Want], whole: list[Shard]) -> None:
 def _node_keys(paged: list[_Want]) -> list[bytes]:
     keys = []
     for w in paged:
-        if w.pg.header is None:
+        if not w.pg.checked:
             keys.append(w.pg.header_key)
         keys += [w.pg.page_key(p) for p in w.missing]
     return keys
@@ -183,16 +192,17 @@ def _from_node(paged: list[_Want], found: dict[bytes, bytes]) -> None:
         return
     for w in paged:
         pg = w.pg
-        raw = found.get(pg.header_key) if pg.header is None else None
+        raw = found.get(pg.header_key) if not pg.checked else None
         if raw is not None:
-            pg.header = parse_page_header(w.shard, raw)
-        header = pg.header
-        if header is None:
+            header = parse_page_header(w.shard, raw)
+            if header is not None:
+                pg.accept(header)
+        if not pg.checked:
             continue
         still = []
         for page in w.missing:
             blob = found.get(pg.page_key(page))
-            count = min(pg.page_records, header.count - page * pg.page_records) + 1
+            count = min(pg.page_records, w.shard.records - page * pg.page_records) + 1
             if blob is not None and len(blob) == 8 * count:
                 arr = np.frombuffer(blob, dtype="<u8")
                 w.pages[page] = arr
@@ -213,17 +223,17 @@ def _plan(rnd: _Round, w: _Want) -> None:
             runs[-1][1] = page
         else:
             runs.append([page, page])
-    need_header = pg.header is None
+    need_header = not pg.checked
     for first, last in runs:
         a, b = page_range(pg, n, first, last)
-        if need_header and a <= 512 + 8 * pg.page_records:  # the header rides along
+        if need_header and a <= HEADER_SIZE + 8 * pg.page_records:  # the header rides along
             w.header_slot = rnd.range(ist, path, 0, b)[1]
             w.runs.append((first, last, w.header_slot, a))
             need_header = False
         else:
             w.runs.append((first, last, rnd.range(ist, path, a, b)[1], 0))
     if need_header:
-        w.header_slot = rnd.range(ist, path, 0, 512)[1]
+        w.header_slot = rnd.range(ist, path, 0, header_fetch_bytes(shard))[1]
     if not pg.fresh and shard.data_storage is not None:
         w.stat_slot = rnd.stat(shard.data_storage, shard.path)[1]
 
@@ -240,16 +250,17 @@ def _take(rnd: _Round, w: _Want, to_node: list[tuple[bytes, bytes]]) -> None:
         if header is None:  # version 1 (maybe shorter than 512 bytes), compressed, or worse
             pg.whole = w.fallback = True
             return
-        pg.header = header
-        to_node.append((pg.header_key, bytes(got[:512])))
-    header = pg.header
-    assert header is not None
+        pg.accept(header)
+        head = bytes(got[:HEADER_SIZE])
+        to_node.append((pg.header_key, head + bytes(HEADER_SIZE - len(head))))
     if w.stat_slot >= 0:
         assert shard.data_storage is not None
         current = rnd.result(STAT, (id(shard.data_storage), w.stat_slot))
         if isinstance(current, BaseException):
             raise current
-        _check_fresh(shard, header.stamp, current)
+        indexed = shard._expected()  # the checked header's stamp
+        assert indexed is not None
+        _check_fresh(shard, indexed, current)
         pg.fresh = True
     cache = shard.cache
     assert cache is not None
@@ -257,7 +268,8 @@ def _take(rnd: _Round, w: _Want, to_node: list[tuple[bytes, bytes]]) -> None:
         got = rnd.result(RANGE, (ist, slot))
         if isinstance(got, BaseException):
             raise got
-        for page, arr in split_pages(pg, header, first, last, memoryview(got)[skip:]).items():
+        for page, arr in split_pages(pg, shard.records, first, last,
+                                     memoryview(got)[skip:]).items():
             w.pages[page] = arr
             cache.pages.put((id(shard), page), arr)
             to_node.append((pg.page_key(page), arr.tobytes()))

@@ -35,6 +35,8 @@ from ..formats.sidecar_header import decode_header as _decode_header
 from .nodecache import sidecar_key
 from .shards import Shard
 
+#: Where a version 2 header's fingerprint starts (see :mod:`ofindex.formats.sidecar_header`).
+_FINGERPRINT_AT = 96
 MIN_PAGE_RECORDS = 16
 MAX_PAGE_RECORDS = 8192
 #: Sidecars whose offsets fit in this many pages are fetched whole (one request).
@@ -54,22 +56,34 @@ class Pager:
 
     Attributes:
         page_records: Records per page.
-        header: The sidecar header once fetched and checked, else ``None``.
+        checked: The sidecar header was fetched and checked against the manifest.
+        end: The indexed end it gives (closes the last page); -1 until checked.
+        overhead: Framing bytes of one record.
         fresh: The data file's stamp was checked against the header (or needs no check).
         whole: The shard is read through its whole sidecar instead (small, version 1 or
             compressed).
         key: The shard's key in the node cache (sidecar URL and stamp).
     """
 
-    __slots__ = ("fresh", "header", "key", "page_records", "pid", "whole")
+    __slots__ = ("end", "fresh", "key", "overhead", "page_records", "pid", "whole")
 
     def __init__(self, page_records: int, key: bytes, whole: bool, fresh: bool) -> None:
         self.page_records = page_records
         self.key = key
         self.whole = whole
         self.fresh = fresh
-        self.header: SidecarHeader | None = None
+        self.end = -1
+        self.overhead = 0
         self.pid = os.getpid()
+
+    @property
+    def checked(self) -> bool:
+        return self.end >= 0
+
+    def accept(self, header: SidecarHeader) -> None:
+        """Keep what reads need of a checked header (a few integers per shard)."""
+        self.end = header.indexed_end
+        self.overhead = header.format.overhead
 
     def page_key(self, page: int) -> bytes:
         """The node-cache key of one page."""
@@ -105,20 +119,20 @@ def page_range(pg: Pager, records: int, first: int, last: int) -> tuple[int, int
     return HEADER_SIZE + 8 * a, HEADER_SIZE + 8 * b
 
 
-def split_pages(pg: Pager, header: SidecarHeader, first: int, last: int,
+def split_pages(pg: Pager, count: int, first: int, last: int,
                 raw: bytes | memoryview) -> dict[int, np.ndarray]:
     """Cut the bytes of :func:`page_range` into pages; the last page of the sidecar gets
     the indexed end as its closing offset."""
     offsets = np.frombuffer(raw, dtype="<u8")
-    n, p = header.count, pg.page_records
+    n, p = count, pg.page_records
     out = {}
     for page in range(first, last + 1):
         lo = (page - first) * p
         a = page * p
         if a + p < n:
-            out[page] = offsets[lo : lo + p + 1]
+            out[page] = offsets[lo : lo + p + 1].copy()
         else:
-            out[page] = np.append(offsets[lo : lo + (n - a)], np.uint64(header.indexed_end))
+            out[page] = np.append(offsets[lo : lo + (n - a)], np.uint64(pg.end))
     return out
 
 
@@ -128,11 +142,20 @@ def pageable(header: SidecarHeader) -> bool:
             and header.compression is Compression.NONE and header.seek_points == 0)
 
 
+def header_fetch_bytes(shard: Shard) -> int:
+    """Bytes of the header to fetch: the fields and the fingerprint the manifest expects; the
+    rest of the 512 bytes is zero padding, which the header CRC then vouches for."""
+    fp = (shard.fingerprint or "").encode("utf-8")
+    return min(HEADER_SIZE, (_FINGERPRINT_AT + len(fp) + 7) // 8 * 8)
+
+
 def parse_page_header(shard: Shard, raw: bytes | memoryview) -> SidecarHeader | None:
-    """Decode and check the first 512 bytes of a shard's sidecar.
+    """Decode and check the start of a shard's sidecar (its first 512 bytes, or the part
+    :func:`header_fetch_bytes` names, the rest taken as the zero padding it must be).
 
     Returns:
-        The header, or ``None`` when the sidecar is not read by pages (version 1, compressed).
+        The header, or ``None`` when the sidecar is not read by pages (version 1, compressed,
+        or a short header that does not check out: the whole fetch then says why).
 
     Raises:
         SidecarError: A corrupt header.
@@ -140,7 +163,14 @@ def parse_page_header(shard: Shard, raw: bytes | memoryview) -> SidecarHeader | 
     """
     if len(raw) < 10 or struct.unpack_from("<H", raw, 8)[0] != VERSION:
         return None  # version 1 (or not a sidecar at all: the whole fetch says which)
-    header = _decode_header(bytes(raw[:HEADER_SIZE]), path=shard.index_url)
+    head = bytes(raw[:HEADER_SIZE])
+    short = len(head) < HEADER_SIZE
+    try:
+        header = _decode_header(head + bytes(HEADER_SIZE - len(head)), path=shard.index_url)
+    except SidecarError:
+        if short:
+            return None
+        raise
     shard.check_header(header)
     return header if pageable(header) else None
 
@@ -167,7 +197,7 @@ def spans_from_pages(shard: Shard, pg: Pager, pages: dict[int, np.ndarray],
             r = local[sel] - page * p
             starts[sel] = arr[r]
             ends[sel] = arr[r + 1]
-    short = ends - starts < _overhead(pg)
+    short = ends - starts < pg.overhead
     if short.any():
         k = int(np.argmax(short))
         raise SidecarError(
@@ -176,8 +206,3 @@ def spans_from_pages(shard: Shard, pg: Pager, pages: dict[int, np.ndarray],
             "offsets are corrupt — rebuild it with `ofindex build`"
         )
     return starts, ends
-
-
-def _overhead(pg: Pager) -> int:
-    assert pg.header is not None
-    return pg.header.format.overhead
