@@ -19,6 +19,7 @@ from ..formats.manifest import MANIFEST_NAME
 from ..storage import FileStamp, LocalStorage, PathSpec, Storage, is_data_file_name
 from ..storage.mapped import MappedLocalStorage
 from .dataset import Dataset, Decode
+from .nodecache import DEFAULT_NODE_BYTES
 from .shards import DEFAULT_CACHE_BYTES, Shard, SidecarCache, prefetch_sidecars
 
 
@@ -47,6 +48,7 @@ def open(
     manifest: bool | str = True,
     cache_bytes: int = DEFAULT_CACHE_BYTES,
     cache_dir: str | None = None,
+    cache_dir_bytes: int = DEFAULT_NODE_BYTES,
     max_concurrency: int | None = None,
     max_inflight_bytes: int | None = None,
     mmap: bool = True,
@@ -59,10 +61,15 @@ def open(
 
     A directory (or ``index_dir``) holding ``ofindex-manifest.json`` is opened through it
     (``manifest=False`` ignores it; ``manifest="<URL>"`` or a path ending in ``.json`` names
-    one): one request, sidecars fetched on first touch, and for remote data the staleness
-    ``stat`` is done then too. Fetched remote sidecars are kept in memory up to
-    ``cache_bytes`` per process (least recently used dropped first) and, with
-    ``cache_dir``, on local disk (re-validated against the manifest's stamps).
+    one): one request, and for remote data the staleness ``stat`` of a shard is done on its
+    first touch. Remote sidecars are then read by *pages*: a batch fetches only the runs of
+    offsets its records need (and each sidecar's header, checked against the manifest), all
+    shards' at once, then the data: two rounds of requests cold, one once the pages are
+    cached (see :mod:`ofindex.read.pages`). Small, version 1 and compressed-file sidecars are
+    fetched whole. Pages and whole sidecars are kept in memory up to ``cache_bytes`` per
+    process (least recently used dropped first) and, with ``cache_dir``, in one cache shared
+    by every process of the machine, bounded by ``cache_dir_bytes`` (entries valid only while
+    the manifest's stamps match; see :mod:`ofindex.read.nodecache`).
 
     Remote batches run up to ``max_concurrency`` requests at once (default 64) holding at most
     ``max_inflight_bytes`` of responses (default 128 MiB) before they are copied out.
@@ -77,7 +84,7 @@ def open(
     location = resolve(paths, index_dir=index_dir, storage_options=storage_options,
                        manifest=manifest)
     options = OpenOptions(format, verify, decode, build_missing, check_stale,
-                          SidecarCache(cache_bytes, cache_dir))
+                          SidecarCache(cache_bytes, cache_dir, cache_dir_bytes))
     ds = open_location(location, options)
     if mmap and type(ds._storage) is LocalStorage:
         ds._storage = MappedLocalStorage()
