@@ -5,9 +5,9 @@ entry point) and each example line of every `ofindex … --help` text.
 The examples name `data/` (a generated dataset in the working directory), `s3://bucket/…`,
 `gs://public-data/…` and `gs://my-bucket/…` (the suite's moto and fake-gcs-server, reached
 through AWS_ENDPOINT_URL and STORAGE_EMULATOR_HOST exactly as a user would point a client at
-another endpoint) and `https://data.example.com/…` (replaced by the suite's nginx URL, the
-only rewrite). A block may be left out only with a `<!-- docs-test: skip (reason) -->` line
-right above it.
+another endpoint), `https://data.example.com/…` and `tcp://scheduler:8786` (replaced by the
+suite's nginx URL and a real Dask LocalCluster's address, the only rewrites). A block may
+be left out only with a `<!-- docs-test: skip (reason) -->` line right above it.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 README = os.path.join(ROOT, "README.md")
 BIN = os.path.dirname(sys.executable)
 HTTP_PLACEHOLDER = "https://data.example.com"
+DASK_PLACEHOLDER = "tcp://scheduler:8786"
 
 _BLOCK = re.compile(r"(?:<!-- docs-test: (?P<directive>[^>]*?) -->\n)?```(?P<lang>\w*)\n"
                     r"(?P<body>.*?)```", re.S)
@@ -93,11 +94,41 @@ def _make_world(root, moto_server, gcs_server, nginx_server):
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory, moto_server, gcs_server, nginx_server):
+def dask_scheduler(moto_server):
+    """A real Dask cluster (one worker process) for the cluster-build examples; its worker
+    reaches the suite's S3 the way a cluster's workers get their endpoint: from the
+    environment they start in."""
+    from dask.distributed import LocalCluster
+
+    worker_env = {"AWS_ENDPOINT_URL": moto_server.url, "AWS_ACCESS_KEY_ID": "testing",
+                  "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
+    saved = {k: os.environ.get(k) for k in worker_env}
+    os.environ.update(worker_env)
+    try:
+        cluster = LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
+                               dashboard_address=None, host="127.0.0.1")
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    with cluster:
+        yield cluster.scheduler_address
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory, moto_server, gcs_server, nginx_server, dask_scheduler):
     cwd, env = _make_world(str(tmp_path_factory.mktemp("docs")), moto_server, gcs_server,
                            nginx_server)
     env["OFINDEX_DOCS_HTTP"] = nginx_server.url
+    env["OFINDEX_DOCS_DASK"] = dask_scheduler
     return cwd, env
+
+
+def _placeholders(text: str, env: dict[str, str]) -> str:
+    return (text.replace(HTTP_PLACEHOLDER, env["OFINDEX_DOCS_HTTP"])
+            .replace(DASK_PLACEHOLDER, env["OFINDEX_DOCS_DASK"]))
 
 
 def _shell_lines(body: str) -> list[str]:
@@ -117,7 +148,7 @@ def test_readme_block_runs(number, lang, directive, body, world):
         assert directive.startswith("skip (") and directive.endswith(")"), (
             f"README block {number}: unknown docs-test directive {directive!r}")
         return  # left out on purpose, with the reason in the README itself
-    body = body.replace(HTTP_PLACEHOLDER, env["OFINDEX_DOCS_HTTP"])
+    body = _placeholders(body, env)
     if lang == "python":
         script = os.path.join(cwd, f"readme_block_{number}.py")
         with open(script, "w", encoding="utf-8") as f:
@@ -179,9 +210,11 @@ def _help_examples() -> list[str]:
     return out
 
 
-def test_every_help_example_runs(tmp_path, moto_server, gcs_server, nginx_server):
+def test_every_help_example_runs(tmp_path, moto_server, gcs_server, nginx_server,
+                                 dask_scheduler):
     cwd, env = _make_world(str(tmp_path), moto_server, gcs_server, nginx_server)
+    env.update(OFINDEX_DOCS_HTTP=nginx_server.url, OFINDEX_DOCS_DASK=dask_scheduler)
     examples = _help_examples()
     assert len(examples) >= 9
     for line in examples:
-        _run(line, cwd, env, shell=True)
+        _run(_placeholders(line, env), cwd, env, shell=True)

@@ -5,6 +5,7 @@ Each ``cmd_<name>(args, storage_options)`` returns an exit code; errors propagat
 """
 
 import argparse
+import concurrent.futures as cf
 import json
 import sys
 import warnings
@@ -34,23 +35,44 @@ def _open(args: argparse.Namespace, options: Options, *, verify: bool) -> Datase
                             storage_options=options, verify=verify)
 
 
+def _cluster_executor(args: argparse.Namespace) -> cf.Executor | None:
+    """The executor ``--dask-scheduler`` / ``--ray`` name, or ``None`` (local threads)."""
+    if getattr(args, "dask_scheduler", None):
+        from ..index.cluster import DaskExecutor
+
+        return DaskExecutor(args.dask_scheduler)
+    if getattr(args, "ray", None):
+        from ..index.cluster import RayExecutor
+
+        return RayExecutor(args.ray)
+    return None
+
+
 def cmd_build(args: argparse.Namespace, options: Options) -> int:
     """``ofindex build``: index files; exit 3 when an index covers only a valid prefix."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # partial indexes are reported below
-        results = build_index(
-            args.paths, format=args.format, index_dir=args.index_dir, verify=args.verify,
-            allow_partial=args.allow_partial, workers=args.workers, storage_options=options,
-            progress=not args.no_progress and sys.stderr.isatty(),
-        )
+    executor = _cluster_executor(args)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # partial indexes are reported below
+            results = build_index(
+                args.paths, format=args.format, index_dir=args.index_dir, verify=args.verify,
+                allow_partial=args.allow_partial, workers=args.workers,
+                storage_options=options, progress=not args.no_progress and sys.stderr.isatty(),
+                executor=executor, resume=args.resume,
+            )
+    finally:
+        if executor is not None:
+            executor.shutdown()
     records = sum(r.records for r in results)
     size = sum(r.size for r in results)
     partial = [r for r in results if r.partial]
     for r in partial:
         print(f"WARNING: {r.data_url}: only {r.records} records indexed (PARTIAL): {r.problem}",
               file=sys.stderr)
+    skipped = sum(r.skipped for r in results)
     print(f"indexed {len(results)} files, {records} records, {size} bytes"
-          + (" (verified)" if args.verify else ""))
+          + (" (verified)" if args.verify else "")
+          + (f"; {skipped} already fresh, skipped" if skipped else ""))
     return EXIT_PARTIAL if partial else EXIT_OK
 
 

@@ -20,7 +20,8 @@ EXAMPLES = {
     "build": """\
   ofindex build data/                        # index every shard in a directory
   ofindex build 'data/part-*' --workers 8 --verify
-  ofindex build s3://bucket/train --index-dir ./idx -s anon=false""",
+  ofindex build s3://bucket/train --index-dir ./idx -s anon=false
+  ofindex build s3://bucket/train --dask-scheduler tcp://scheduler:8786   # on a Dask cluster""",
     "info": """\
   ofindex info data/
   ofindex info data/ --json""",
@@ -115,6 +116,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=int, default=None, metavar="N",
                    help="files scanned at once (default: one per core; 8 for remote files)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    again = p.add_mutually_exclusive_group()
+    again.add_argument("--resume", dest="resume", action="store_true", default=True,
+                       help="skip files whose sidecar is already fresh (the default): an "
+                       "interrupted build redoes only what it had not finished")
+    again.add_argument("--force", dest="resume", action="store_false",
+                       help="re-index every file, fresh sidecars too")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--dask-scheduler", metavar="ADDRESS",
+                       help="index the files on a Dask cluster (tcp://host:8786); the paths "
+                       "must be reachable from its workers (needs ofindex[dask])")
+    where.add_argument("--ray", metavar="ADDRESS", nargs="?", const="auto",
+                       help="index the files on a Ray cluster ('auto' for the running one, "
+                       "ray://host:10001; needs ofindex[ray])")
 
     p = add("info", "shards, record counts, sizes and index state", _common())
     p.add_argument("--json", action="store_true", help="machine-readable output")

@@ -31,6 +31,7 @@ class BuildResult:
         partial: Only a valid prefix was indexed (``allow_partial=True``).
         problem: Why the index is partial.
         fingerprint: The data file's fingerprint when it was indexed.
+        skipped: The sidecar was already fresh and left as it was (resumed build).
     """
 
     data_url: str
@@ -41,6 +42,7 @@ class BuildResult:
     partial: bool = False
     problem: str | None = None
     fingerprint: str = ""
+    skipped: bool = False
 
 
 def detect_file_format(storage: Storage, path: str, size: int) -> RecordFormat | None:

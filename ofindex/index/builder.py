@@ -14,6 +14,8 @@ from ..formats.location import DatasetLocation, resolve
 from ..formats.manifest import manifest_url_for, write_manifest
 from ..storage import PathSpec, Storage
 from .build_file import BuildResult, build_file
+from .cluster import FileProgress, Job, run_on_executor
+from .resume import index_file
 
 #: Remote files indexed at once by default (threads; each holds about two chunks).
 REMOTE_WORKERS = 8
@@ -30,6 +32,8 @@ def build_index(
     storage_options: dict[str, Any] | None = None,
     progress: bool = False,
     manifest: bool | str | None = None,
+    executor: cf.Executor | None = None,
+    resume: bool = True,
 ) -> list[BuildResult]:
     """Index data files: scan each once and write its sidecar (and the dataset's manifest).
 
@@ -53,6 +57,17 @@ def build_index(
         manifest: ``None`` writes ``ofindex-manifest.json`` for a directory (in
             ``index_dir`` when given); ``True`` also for a glob or list of one directory's
             files; a path or URL writes it there; ``False`` writes none.
+        executor: Any ``concurrent.futures.Executor`` runs the per-file tasks instead of
+            the local threads, e.g. a Dask cluster's
+            (``dask.distributed.Client(address).get_executor()``) or
+            :class:`ofindex.index.cluster.RayExecutor`; each task indexes one file where it
+            runs and returns a small :class:`BuildResult`, and the manifest is written
+            here. Paths must be reachable from the workers (a bucket, or a shared file
+            system).
+        resume: Skip files whose sidecar is already fresh (same size and fingerprint,
+            complete, same format; ``BuildResult.skipped``), so a build interrupted at 90 %
+            redoes the remaining 10 %. ``False`` (``ofindex build --force``) re-indexes every
+            file; a ``verify=True`` build always reads every file.
 
     Returns:
         One :class:`BuildResult` per file, in dataset order.
@@ -74,7 +89,7 @@ def build_index(
                        manifest=False)
     results = build_location(location, format=format, verify=verify,
                              allow_partial=allow_partial, workers=workers, progress=progress,
-                             manifest=manifest)
+                             manifest=manifest, executor=executor, resume=resume)
     for r in results:
         if r.partial:
             warnings.warn(f"{r.data_url}: PARTIAL index of {r.records} records: {r.problem}",
@@ -91,6 +106,8 @@ def build_location(
     workers: int | None = None,
     progress: bool = False,
     manifest: bool | str | None = None,
+    executor: cf.Executor | None = None,
+    resume: bool = True,
 ) -> list[BuildResult]:
     """Index the files of a resolved location (see :func:`build_index` for the options)."""
     storage, files = location.storage, location.files
@@ -100,11 +117,18 @@ def build_location(
     n_workers = max(1, min(workers or default, len(files)))
     jobs: list[Job] = [(storage, f, fmt, ist, ipath, verify, allow_partial)
                        for f, (ist, ipath) in zip(files, targets, strict=True)]
-    bar = _Progress(storage, files, progress)
-    try:
-        results = _run(jobs, n_workers, bar)
-    finally:
-        bar.close()
+    if executor is not None:
+        files_bar = FileProgress(len(jobs), progress)
+        try:
+            results = run_on_executor(executor, jobs, resume, files_bar)
+        finally:
+            files_bar.close()
+    else:
+        bar = _Progress(storage, files, progress)
+        try:
+            results = _run(jobs, n_workers, bar, resume)
+        finally:
+            bar.close()
     results = _settle_empty_files(results, files, targets, storage, fmt)
     target = _manifest_target(location, manifest)
     if target is not None and results:
@@ -175,10 +199,10 @@ class _Progress:
             self.bar.close()
 
 
-Job = tuple[Storage, str, "RecordFormat | None", Storage, str, bool, bool]
 
 
-def _run(jobs: list[Job], n_workers: int, progress: _Progress) -> list[BuildResult]:
+def _run(jobs: list[Job], n_workers: int, progress: _Progress,
+         resume: bool) -> list[BuildResult]:
     """Run the jobs, ``n_workers`` files at a time on threads.
 
     Threads, not processes: a build works the same in a script without a ``__main__`` guard,
@@ -186,9 +210,9 @@ def _run(jobs: list[Job], n_workers: int, progress: _Progress) -> list[BuildResu
     compiled header walk, CRC32C, numpy's bulk checks, file reads).
     """
     if n_workers == 1:
-        return [build_file(*job, progress=progress.update) for job in jobs]
+        return [index_file(*job, resume, progress=progress.update) for job in jobs]
     pool = cf.ThreadPoolExecutor(n_workers, thread_name_prefix="ofindex-build")
-    futures = {pool.submit(build_file, *job, progress=progress.update): i
+    futures = {pool.submit(index_file, *job, resume, progress=progress.update): i
                for i, job in enumerate(jobs)}
     results: list[BuildResult | None] = [None] * len(jobs)
     try:

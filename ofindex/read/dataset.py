@@ -133,6 +133,8 @@ class Dataset(BatchReads):
         s = _bisect_right(self._cum_list, i)
         shard = self._shards[s]
         local = i - self._first_list[s]
+        if shard.cache is not None and not shard.loaded:  # remote: pages, as for batches
+            return self._get_many(np.array([i], dtype=np.int64))[0]
         sc = shard._sidecar
         if sc is None or shard.cache is not None or shard._pid != _getpid():
             sc = shard.sidecar  # first touch, a new process, or an LRU-managed sidecar

@@ -20,13 +20,14 @@ from ..formats.framing import Buffer, RecordFormat
 from ..formats.sidecar import Sidecar
 from ..storage import Storage
 from ..storage.ranges import coalesce
+from .pageround import batch_spans
 from .payloads import (
     DIRECT_RECORD_BYTES,
     extract_payloads,
     raise_record_error,
     read_record_direct,
 )
-from .shards import Shard, prefetch_sidecars
+from .shards import Shard
 
 #: Groups of one batch: ``(shard number, first item, one past the last item)``.
 Groups = list[tuple[int, int, int]]
@@ -121,14 +122,11 @@ class BatchReads:
             order = np.argsort(shard_of, kind="stable")
             idx, shard_of = idx[order], shard_of[order]
             bounds = [0, *(np.flatnonzero(np.diff(shard_of)) + 1).tolist(), n]
-            if len(bounds) > 2:  # fetch the batch's not-yet-loaded remote sidecars concurrently
-                prefetch_sidecars([self._shards[s] for s in shard_of[bounds[:-1]].tolist()])
         local = idx - self._first[shard_of]
         groups = [(int(shard_of[lo]), lo, hi) for lo, hi in itertools.pairwise(bounds)]
-        starts = np.empty(n, dtype=np.int64)
-        ends = np.empty(n, dtype=np.int64)
-        for s, lo, hi in groups:  # offsets live in each shard's sidecar
-            starts[lo:hi], ends[lo:hi] = self._shards[s].sidecar.spans(local[lo:hi])
+        # offsets from each shard's sidecar; remote ones missing here (pages or whole
+        # sidecars) are fetched in one concurrent round
+        starts, ends = batch_spans(self._shards, groups, local)
         payloads = None
         if self._storage.maps_files:
             payloads = self._read_mapped(groups, starts, ends, local)

@@ -18,6 +18,7 @@ from ..formats.manifest import MANIFEST_NAME
 from ..storage import FileStamp, LocalStorage, PathSpec, Storage, is_data_file_name
 from ..storage.mapped import MappedLocalStorage
 from .dataset import Dataset, Decode
+from .nodecache import DEFAULT_NODE_BYTES
 from .shards import DEFAULT_CACHE_BYTES, Shard, SidecarCache, prefetch_sidecars
 
 _AUTO_HINT = hint("format='auto'", "--format auto")
@@ -48,6 +49,7 @@ def open(
     manifest: bool | str = True,
     cache_bytes: int = DEFAULT_CACHE_BYTES,
     cache_dir: str | None = None,
+    cache_dir_bytes: int = DEFAULT_NODE_BYTES,
     max_concurrency: int | None = None,
     max_inflight_bytes: int | None = None,
     mmap: bool = True,
@@ -56,9 +58,12 @@ def open(
 
     Every shard needs a sidecar index (``ofindex build`` or :func:`ofindex.build_index`). A
     directory holding ``ofindex-manifest.json`` (written when a directory is built) opens with
-    one request whatever its number of shards; each sidecar is then fetched when its shard is
-    first read. The dataset can be used as a context manager (``with ofindex.open(...) as
-    ds:``), which releases its handles and maps at the end.
+    one request whatever its number of shards. Remote sidecars are then read by *pages*: a
+    batch fetches only the runs of offsets its records need (and each sidecar's header,
+    checked against the manifest), all shards' at once, then the data: two rounds of requests
+    cold, one once the pages are cached (see :mod:`ofindex.read.pages`). Small, version 1 and
+    compressed-file sidecars are fetched whole. The dataset can be used as a context manager
+    (``with ofindex.open(...) as ds:``), which releases its handles and maps at the end.
 
     Args:
         paths: A data file, a directory (its files in natural name order, skipping hidden
@@ -76,10 +81,13 @@ def open(
             ``stat`` per shard; remote shards of a manifest are checked on first touch).
         manifest: ``True`` uses a directory's manifest when there is one, ``False`` ignores
             it, a path or URL names one.
-        cache_bytes: Bound on remote sidecar bytes held in memory per process (least recently
-            used dropped first).
-        cache_dir: A local directory keeping fetched remote sidecars on disk (re-validated
-            against the manifest's stamps).
+        cache_bytes: Bound on remote sidecar pages and sidecars held in memory per process
+            (least recently used dropped first).
+        cache_dir: A local directory holding one cache of sidecar pages and sidecars for
+            every process of the machine (DataLoader workers, ranks); entries are valid only
+            while the manifest's stamps match (see :mod:`ofindex.read.nodecache`).
+        cache_dir_bytes: Bound on the bytes kept in ``cache_dir`` (least recently used
+            evicted first).
         max_concurrency: Remote requests in flight at once for one batch (default 64).
         max_inflight_bytes: Bound on response bytes held before they are copied out
             (default 128 MiB).
@@ -108,7 +116,7 @@ def open(
     location = resolve(paths, index_dir=index_dir, storage_options=storage_options,
                        manifest=manifest)
     options = OpenOptions(format, verify, decode, build_missing, check_stale,
-                          SidecarCache(cache_bytes, cache_dir))
+                          SidecarCache(cache_bytes, cache_dir, cache_dir_bytes))
     ds = open_location(location, options)
     warn_partial(ds)
     if mmap and type(ds._storage) is LocalStorage:

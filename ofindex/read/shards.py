@@ -21,7 +21,10 @@ from typing import Any
 from ..errors import IndexNotFoundError, SidecarError, StaleIndexError, hint
 from ..formats.framing import RecordFormat
 from ..formats.sidecar import Sidecar, load_sidecar, open_local_sidecar, parse_sidecar
+from ..formats.sidecar_header import SidecarHeader
 from ..storage import FileStamp, Storage, write_local_atomic
+from .nodecache import DEFAULT_NODE_BYTES, NodeCache
+from .pagecache import PageCache
 
 #: Default bound on remote sidecar bytes held in memory per process (8 bytes per record).
 DEFAULT_CACHE_BYTES = 256 << 20
@@ -47,22 +50,29 @@ class ShardInfo:
 
 
 class SidecarCache:
-    """LRU of fetched remote sidecars, bounded by ``max_bytes``; optional on-disk copies in
-    ``cache_dir``. Picklable: a new process starts with an empty memory cache."""
+    """LRU of fetched remote sidecars and sidecar pages (:attr:`pages`), together bounded by
+    ``max_bytes``; with ``cache_dir``, copies shared by every process of the machine
+    (:attr:`node`, bounded by ``cache_dir_bytes``). Picklable: a new process starts with an
+    empty memory cache."""
 
-    def __init__(self, max_bytes: int = DEFAULT_CACHE_BYTES, cache_dir: str | None = None) -> None:
+    def __init__(self, max_bytes: int = DEFAULT_CACHE_BYTES, cache_dir: str | None = None,
+                 cache_dir_bytes: int = DEFAULT_NODE_BYTES) -> None:
         self.max_bytes = int(max_bytes)
         self.cache_dir = (None if cache_dir is None
                           else os.path.abspath(os.path.expanduser(cache_dir)))
+        self.cache_dir_bytes = int(cache_dir_bytes)
         self._lru: OrderedDict[int, tuple[Shard, int]] = OrderedDict()
         self._bytes = 0
         self._lock = threading.Lock()
         self._pid = os.getpid()
+        self.pages = PageCache(self.max_bytes, lambda: self._bytes)
+        self.node = (None if self.cache_dir is None
+                     else NodeCache(self.cache_dir, self.cache_dir_bytes))
 
-    def __getstate__(self) -> tuple[int, str | None]:
-        return (self.max_bytes, self.cache_dir)
+    def __getstate__(self) -> tuple[int, str | None, int]:
+        return (self.max_bytes, self.cache_dir, self.cache_dir_bytes)
 
-    def __setstate__(self, state: tuple[int, str | None]) -> None:
+    def __setstate__(self, state: tuple[int, str | None, int]) -> None:
         SidecarCache.__init__(self, *state)
 
     def __repr__(self) -> str:
@@ -92,7 +102,8 @@ class SidecarCache:
                 self._bytes -= old[1]
             self._lru[id(shard)] = (shard, nbytes)
             self._bytes += nbytes
-            while self._bytes > self.max_bytes and len(self._lru) > 1:
+            self.pages.shrink()  # pages go first
+            while self._bytes + self.pages.held_bytes > self.max_bytes and len(self._lru) > 1:
                 key, (victim, size) = self._lru.popitem(last=False)
                 if victim is shard:  # only the newest is left over budget: keep it
                     self._lru[key] = (victim, size)
@@ -124,6 +135,8 @@ class SidecarCache:
         if path is None:
             return None
         write_local_atomic(path, [raw])
+        if self.node is not None:
+            self.node.note_file(path, len(raw))
         return open_local_sidecar(path)
 
 
@@ -144,6 +157,7 @@ class Shard:
         "fingerprint",
         "index_path",
         "index_storage",
+        "pager",
         "partial",
         "path",
         "records",
@@ -167,6 +181,7 @@ class Shard:
         self.cache = None if index_storage.cheap_seeks else cache
         self._sidecar: Sidecar | None = None
         self._pid = -1
+        self.pager: Any = None  # paged reads' state in this process (ofindex.read.pages)
 
     def __getstate__(self) -> tuple[Any, ...]:
         return (self.path, self.index_storage, self.index_path, self.records, self.size,
@@ -249,6 +264,25 @@ class Shard:
 
     def _accept(self, sc: Sidecar, nbytes: int, current: FileStamp | None) -> Sidecar:
         h = sc.header
+        self.check_header(h)
+        if current is not None and self.data_storage is not None:
+            sc.check_fresh(current, self.data_storage.url(self.path))
+        self.records = h.count
+        self.size = h.stamp.size
+        self.partial = h.partial
+        self._sidecar = sc
+        self._pid = os.getpid()
+        if self.cache is not None and nbytes:
+            self.cache.add(self, nbytes)
+        return sc
+
+    def check_header(self, h: SidecarHeader) -> None:
+        """Check a sidecar header against what the dataset expects of this shard.
+
+        Raises:
+            StaleIndexError: It disagrees with the manifest.
+            SidecarError: It changed since the dataset was opened.
+        """
         expect = self._expected()
         if expect is not None:
             if h.count != self.records or h.stamp != expect:
@@ -262,16 +296,6 @@ class Shard:
                 f"{self.index_url}: the index changed since the dataset was opened "
                 f"({self.records} -> {h.count} records); reopen the dataset"
             )
-        if current is not None and self.data_storage is not None:
-            sc.check_fresh(current, self.data_storage.url(self.path))
-        self.records = h.count
-        self.size = h.stamp.size
-        self.partial = h.partial
-        self._sidecar = sc
-        self._pid = os.getpid()
-        if self.cache is not None and nbytes:
-            self.cache.add(self, nbytes)
-        return sc
 
     @property
     def format(self) -> RecordFormat:

@@ -71,6 +71,23 @@ class Storage(abc.ABC):
                 stamps.append(exc)
         return raws, stamps
 
+    def fetch_round(
+        self, ranges: Sequence[tuple[str, int, int]], read_paths: Sequence[str] = (),
+        stat_paths: Sequence[str] = (),
+    ) -> tuple[list[bytes | BaseException], list[bytes | BaseException],
+               list[FileStamp | BaseException]]:
+        """One round of independent requests: byte ranges ``(path, start, end)``, whole
+        files and stamps (remote storages run them all at once). Each result is the value or
+        the exception raised for it (a short or long range is a :class:`RangeReadError`)."""
+        got: list[bytes | BaseException] = []
+        for p, s, e in ranges:
+            try:
+                got.append(self.read(p, s, e))
+            except Exception as exc:
+                got.append(exc)
+        raws, stamps = self.fetch_many(read_paths, stat_paths)
+        return got, raws, stamps
+
     def mapped(self, path: str, end: int) -> mmap.mmap | None:
         """A buffer of the whole file when bytes ``[0, end)`` can be served from a memory
         map, else ``None``."""

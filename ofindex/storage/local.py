@@ -34,7 +34,8 @@ class _Handle:
         return self.fd
 
     def __del__(self) -> None:
-        fd, self.fd = self.fd, -1
+        fd = getattr(self, "fd", -1)  # unset when os.open failed
+        self.fd = -1
         if fd >= 0:
             os.close(fd)
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import os
 import threading
 from collections.abc import Awaitable, Callable, Sequence
@@ -25,31 +24,14 @@ from ..errors import DataFileNotFoundError, RangeReadError
 from .aio import ByteBudget, http_range
 from .base import Storage, check_length
 from .failures import missing_extra
+from .listing import list_files
 from .retry import RetryPolicy, retry_async, retry_sync
-from .stamp import FileStamp
+from .stamp import FileStamp, fingerprint_from_info
 
 #: Filesystems of parent processes, kept alive after a fork so that their finalizers never
 #: run in the child (they would try to close sessions on the parent's dead event loop).
 _ORPHANS: list[Any] = []
 _HTTP = {"http", "https"}
-
-
-#: Longer version identifiers are stored as their SHA-256 (sidecar headers have a fixed size).
-MAX_FINGERPRINT_VALUE = 256
-
-
-def fingerprint_from_info(info: dict[str, Any]) -> str:
-    """The cheapest version identifier a backend reports: generation, ETag, or mtime."""
-    for key, kind in (("generation", "generation"), ("ETag", "etag"), ("etag", "etag"),
-                      ("mtime", "mtime"), ("LastModified", "mtime"), ("updated", "mtime"),
-                      ("Last-Modified", "mtime"), ("created", "created")):
-        value = info.get(key)
-        if value not in (None, ""):
-            text = str(value).strip(chr(34))
-            if len(text.encode("utf-8")) > MAX_FINGERPRINT_VALUE:  # fits a sidecar header
-                text = "sha256=" + hashlib.sha256(text.encode("utf-8")).hexdigest()
-            return f"{kind}:{text}"
-    return ""
 
 
 class FsspecStorage(Storage):
@@ -233,20 +215,42 @@ class FsspecStorage(Storage):
         """Whole contents of ``read_paths`` and stamps of ``stat_paths``, all requests at once
         (for sidecars and their data files on first touch). Each result is the value or the
         exception raised for that path."""
-        fs = self.fs
-        if not getattr(fs, "async_impl", False):
+        if not getattr(self.fs, "async_impl", False):
             return ([_capture(self.read_all, p) for p in read_paths],
                     [_capture(self.stamp, p) for p in stat_paths])
+        _, raws, stamps = self.fetch_round((), read_paths, stat_paths)
+        return raws, stamps
+
+    def fetch_round(
+        self, ranges: Sequence[tuple[str, int, int]], read_paths: Sequence[str] = (),
+        stat_paths: Sequence[str] = (),
+    ) -> tuple[list[bytes | BaseException], list[bytes | BaseException],
+               list[FileStamp | BaseException]]:
+        """Ranges, whole files and stamps in one concurrent round (see
+        :meth:`Storage.fetch_round`)."""
+        fs = self.fs
+        if not getattr(fs, "async_impl", False):
+            return super().fetch_round(ranges, read_paths, stat_paths)
         from fsspec.asyn import sync
 
-        got: tuple[list[bytes | BaseException], list[FileStamp | BaseException]] = sync(
-            fs.loop, self._fetch_many_async, fs, list(read_paths), list(stat_paths))
+        got: tuple[list[bytes | BaseException], list[bytes | BaseException],
+                   list[FileStamp | BaseException]] = sync(
+            fs.loop, self._round_async, fs, list(ranges), list(read_paths), list(stat_paths))
         return got
 
-    async def _fetch_many_async(
-        self, fs: Any, read_paths: list[str], stat_paths: list[str]
-    ) -> tuple[list[bytes | BaseException], list[FileStamp | BaseException]]:
+    async def _round_async(
+        self, fs: Any, ranges: list[tuple[str, int, int]], read_paths: list[str],
+        stat_paths: list[str],
+    ) -> tuple[list[bytes | BaseException], list[bytes | BaseException],
+               list[FileStamp | BaseException]]:
         sem = asyncio.Semaphore(self.max_concurrency)
+
+        async def part(path: str, s: int, e: int) -> bytes:
+            if e <= s:
+                return b""
+            async with sem:
+                return await retry_async(lambda: self._cat_async(fs, path, s, e), self.retry,
+                                         self._what(path, s, e))
 
         async def whole(path: str) -> bytes:
             async with sem:
@@ -262,13 +266,14 @@ class FsspecStorage(Storage):
                                          f"{self.url(path)}: info")
             return self._stamp_from(path, info)
 
+        parts = asyncio.gather(*(part(*r) for r in ranges), return_exceptions=True)
         raws = asyncio.gather(*(whole(p) for p in read_paths), return_exceptions=True)
         stamps = asyncio.gather(*(stat(p) for p in stat_paths), return_exceptions=True)
-        got_raws, got_stamps = await asyncio.gather(raws, stamps)
+        got_parts, got_raws, got_stamps = await asyncio.gather(parts, raws, stamps)
         for k, p in enumerate(stat_paths):
             if isinstance(got_stamps[k], FileNotFoundError):
                 got_stamps[k] = DataFileNotFoundError(f"{self.url(p)}: data file not found")
-        return list(got_raws), list(got_stamps)
+        return list(got_parts), list(got_raws), list(got_stamps)
 
     def _what(self, path: str, start: int, end: int) -> str:
         return f"{self.url(path)}: bytes [{start}, {end})"
@@ -360,27 +365,12 @@ class FsspecStorage(Storage):
         self._sizes.pop(path, None)
 
     def expand(self, pattern: str) -> list[str]:
-        return retry_sync(lambda: self._expand(pattern), self.retry,
-                          f"{self.url(pattern)}: listing")
-
-    def _expand(self, pattern: str) -> list[str]:
-        fs = self.fs
-        if any(c in pattern for c in "*?["):
-            found = fs.glob(pattern, detail=True)
-            return [p for p, info in found.items() if info.get("type") != "directory"]
-        if self.protocol in _HTTP and not pattern.endswith("/"):
+        if self.protocol in _HTTP and not any(c in pattern for c in "*?[") \
+                and not pattern.endswith("/"):
             # listing a web page downloads it: a URL without a trailing slash is a file
             return [pattern] if self.exists(pattern) else []
-        try:
-            entries = fs.ls(pattern, detail=True)
-        except (FileNotFoundError, NotADirectoryError):
-            return []
-        files = [e for e in entries if e.get("type") != "directory"]
-        if len(files) == 1 and files[0]["name"].rstrip("/") == pattern.rstrip("/"):
-            return [pattern]  # ls of a file lists the file itself
-        if not entries and fs.exists(pattern) and not fs.isdir(pattern):
-            return [pattern]
-        return [e["name"] for e in files]
+        return retry_sync(lambda: list_files(self.fs, pattern), self.retry,
+                          f"{self.url(pattern)}: listing")
 
     def join(self, directory: str, name: str) -> str:
         return directory.rstrip("/") + "/" + name

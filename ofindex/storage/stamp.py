@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+from typing import Any
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,3 +40,21 @@ class FileStamp:
         if kind and kind == ckind and value != cvalue:
             return f"its {kind} changed from {value} to {cvalue}"
         return None
+
+
+#: Longer version identifiers are stored as their SHA-256 (sidecar headers have a fixed size).
+MAX_FINGERPRINT_VALUE = 256
+
+
+def fingerprint_from_info(info: dict[str, Any]) -> str:
+    """The cheapest version identifier a backend reports: generation, ETag, or mtime."""
+    for key, kind in (("generation", "generation"), ("ETag", "etag"), ("etag", "etag"),
+                      ("mtime", "mtime"), ("LastModified", "mtime"), ("updated", "mtime"),
+                      ("Last-Modified", "mtime"), ("created", "created")):
+        value = info.get(key)
+        if value not in (None, ""):
+            text = str(value).strip(chr(34))
+            if len(text.encode("utf-8")) > MAX_FINGERPRINT_VALUE:  # fits a sidecar header
+                text = "sha256=" + hashlib.sha256(text.encode("utf-8")).hexdigest()
+            return f"{kind}:{text}"
+    return ""

@@ -1,0 +1,168 @@
+"""Index builds on any ``concurrent.futures.Executor``: a local pool, a Dask or Ray cluster.
+
+Each task indexes one file where the executor runs it (:func:`~.resume.index_file`) and
+returns its small :class:`BuildResult`; the caller gathers the results and writes the manifest.
+Dask and Ray are optional: ``pip install 'ofindex[dask]'`` / ``'ofindex[ray]'``.
+
+* Dask: ``dask.distributed.Client(address).get_executor()``, or :func:`dask_executor`.
+* Ray: :class:`RayExecutor` (Ray has no ``concurrent.futures`` executor of its own; this one
+  runs each call as a Ray task and hands back the task's ``concurrent.futures.Future``).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import pickle
+from collections.abc import Callable
+from typing import Any
+
+from ..formats.framing import RecordFormat
+from ..storage import Storage
+from .build_file import BuildResult
+from .resume import index_file
+
+#: ``(storage, path, format, index storage, index path, verify, allow_partial)``.
+Job = tuple[Storage, str, "RecordFormat | None", Storage, str, bool, bool]
+
+
+class FileProgress:
+    """Files and bytes done across a cluster: a tqdm bar of files, bytes in its postfix."""
+
+    def __init__(self, total_files: int, enabled: bool) -> None:
+        self.bar: Any = None
+        self.bytes = 0
+        self.skipped = 0
+        if enabled:
+            from tqdm.auto import tqdm
+
+            self.bar = tqdm(total=total_files, unit="file", desc="indexing")
+
+    def done(self, result: BuildResult) -> None:
+        """Count one finished file."""
+        self.bytes += result.size
+        self.skipped += result.skipped
+        if self.bar is not None:
+            self.bar.set_postfix(bytes=_human(self.bytes), skipped=self.skipped, refresh=False)
+            self.bar.update(1)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _human(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
+        n /= 1024
+    return f"{n:.1f} PiB"  # pragma: no cover
+
+
+#: Storages already made in this worker process, by pickled state: each task arrives with
+#: its own unpickled copy, and a remote one would open a new client (a second or so) per file.
+_STORAGES: dict[bytes, Storage] = {}
+
+
+def _interned(storage: Storage) -> Storage:
+    key = pickle.dumps(storage)
+    return _STORAGES.setdefault(key, storage)
+
+
+def run_job(job: Job, resume: bool) -> BuildResult:
+    """One task: :func:`~.resume.index_file` of one job (what a cluster worker runs)."""
+    storage, path, fmt, index_storage, index_path, verify, allow_partial = job
+    return index_file(_interned(storage), path, fmt, _interned(index_storage), index_path,
+                      verify, allow_partial, resume)
+
+
+def run_on_executor(executor: cf.Executor, jobs: list[Job], resume: bool,
+                    progress: FileProgress) -> list[BuildResult]:
+    """Run one :func:`index_file` task per job on ``executor``; results in job order.
+
+    On the first failure (or Ctrl-C) the tasks not started yet are cancelled and the error
+    is raised; the executor itself belongs to the caller and is left running.
+
+    Args:
+        executor: Any ``concurrent.futures.Executor``.
+        jobs: The build jobs.
+        resume: Skip files whose sidecar is fresh.
+        progress: Counts finished files and bytes.
+
+    Returns:
+        One :class:`BuildResult` per job.
+    """
+    futures = {executor.submit(run_job, job, resume): k for k, job in enumerate(jobs)}
+    results: list[BuildResult | None] = [None] * len(jobs)
+    try:
+        for fut in cf.as_completed(futures):
+            result = fut.result()
+            results[futures[fut]] = result
+            progress.done(result)
+    except BaseException:
+        for fut in futures:
+            fut.cancel()
+        raise
+    return [r for r in results if r is not None]
+
+
+class DaskExecutor(cf.Executor):
+    """The ``concurrent.futures`` executor of a Dask cluster; :meth:`shutdown` also closes
+    the client it opened.
+
+    Args:
+        address: The scheduler, e.g. ``"tcp://10.0.0.1:8786"``.
+
+    Raises:
+        ImportError: ``dask.distributed`` is not installed (``pip install 'ofindex[dask]'``).
+    """
+
+    def __init__(self, address: str) -> None:
+        try:
+            from dask.distributed import Client
+        except ImportError as exc:
+            raise ImportError("building on a Dask cluster needs dask.distributed: "
+                              "pip install 'ofindex[dask]'") from exc
+        self.client = Client(address)  # type: ignore[no-untyped-call]
+        self._executor: cf.Executor = self.client.get_executor()  # type: ignore[no-untyped-call]
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> cf.Future[Any]:
+        """Run ``fn(*args, **kwargs)`` on the cluster; returns its future."""
+        return self._executor.submit(fn, *args, **kwargs)
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        """Stop submitting and close the client (the cluster keeps running)."""
+        self._executor.shutdown(wait=wait)
+        self.client.close()  # type: ignore[no-untyped-call]
+
+
+class RayExecutor(cf.Executor):
+    """A ``concurrent.futures.Executor`` that runs each call as a Ray task.
+
+    Args:
+        address: A Ray cluster to connect to (``"auto"``, ``"ray://host:10001"``); ``None``
+            uses the running Ray session or starts a local one.
+        num_cpus: CPUs each task reserves.
+
+    Raises:
+        ImportError: Ray is not installed (``pip install 'ofindex[ray]'``).
+    """
+
+    def __init__(self, address: str | None = None, num_cpus: float = 1) -> None:
+        try:
+            import ray
+        except ImportError as exc:
+            raise ImportError("building on a Ray cluster needs ray: "
+                              "pip install 'ofindex[ray]'") from exc
+        if not ray.is_initialized():
+            ray.init(address=address, ignore_reinit_error=True, log_to_driver=False)
+        self._ray = ray
+        self._num_cpus = num_cpus
+        self._remote: dict[Callable[..., Any], Any] = {}
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> cf.Future[Any]:
+        """Run ``fn(*args, **kwargs)`` as a Ray task; returns its future."""
+        remote = self._remote.get(fn)
+        if remote is None:
+            remote = self._remote[fn] = self._ray.remote(num_cpus=self._num_cpus)(fn)
+        future: cf.Future[Any] = remote.remote(*args, **kwargs).future()
+        return future

@@ -1,0 +1,208 @@
+"""Paged remote sidecars: a batch reads only the pages of each sidecar that it needs.
+
+A version 2 sidecar has a fixed 512-byte header, so the offsets of records ``[a, b)`` lie at
+bytes ``[512 + 8a, 512 + 8b)`` whatever the file. When a dataset is opened through its
+manifest (which gives each shard's record count and stamp), a remote shard's sidecar is not
+fetched whole: a batch asks, for every shard it touches, for the *pages* (runs of
+``page_records`` consecutive offsets, plus the next offset) holding its records, and for the
+header of each sidecar not validated yet in this process, all in one concurrent round with
+the other shards' pages and the data files' staleness ``stat``; the data ranges follow in a
+second round. With every page cached, a batch costs one round.
+
+The page size follows the shard's mean record size: a page holds about as many bytes of
+offsets as one record holds data (a power of two between 16 and 8192 records), so a random
+record moves about twice its size (``tools/bench_scale.py`` measures the trade-off).
+
+Pages are kept in this process's :class:`~ofindex.read.pagecache.PageCache` (bounded by
+``cache_bytes``) and, with ``cache_dir``, in the machine's
+:class:`~ofindex.read.nodecache.NodeCache`. A header is checked against the manifest when
+it arrives (record count and stamp: :meth:`Shard.check_header`), before any of its pages is
+used or cached. Version 1 sidecars (variable header), compressed-file sidecars (seek points)
+and small sidecars (a few pages) are fetched whole instead, as before.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import struct
+
+import numpy as np
+
+from ..errors import SidecarError
+from ..formats.sidecar_header import HEADER_SIZE, VERSION, Compression, SidecarHeader
+from ..formats.sidecar_header import decode_header as _decode_header
+from .nodecache import sidecar_key
+from .shards import Shard
+
+#: Where a version 2 header's fingerprint starts (see :mod:`ofindex.formats.sidecar_header`).
+_FINGERPRINT_AT = 96
+MIN_PAGE_RECORDS = 16
+MAX_PAGE_RECORDS = 8192
+#: Sidecars whose offsets fit in this many pages are fetched whole (one request).
+WHOLE_BELOW_PAGES = 4
+
+
+def page_records_for(records: int, size: int) -> int:
+    """Records per page for a shard of ``records`` records in ``size`` bytes: about one
+    record's bytes of offsets (a power of two, clamped to [16, 8192])."""
+    mean = size / max(records, 1)
+    p = 1 << max(0, round(math.log2(max(mean / 8.0, 1.0))))
+    return min(max(p, MIN_PAGE_RECORDS), MAX_PAGE_RECORDS)
+
+
+class Pager:
+    """This process's paged-read state of one shard.
+
+    Attributes:
+        page_records: Records per page.
+        checked: The sidecar header was fetched and checked against the manifest.
+        end: The indexed end it gives (closes the last page); -1 until checked.
+        overhead: Framing bytes of one record.
+        fresh: The data file's stamp was checked against the header (or needs no check).
+        whole: The shard is read through its whole sidecar instead (small, version 1 or
+            compressed).
+        key: The shard's key in the node cache (sidecar URL and stamp).
+    """
+
+    __slots__ = ("end", "fresh", "key", "overhead", "page_records", "pid", "whole")
+
+    def __init__(self, page_records: int, key: bytes, whole: bool, fresh: bool) -> None:
+        self.page_records = page_records
+        self.key = key
+        self.whole = whole
+        self.fresh = fresh
+        self.end = -1
+        self.overhead = 0
+        self.pid = os.getpid()
+
+    @property
+    def checked(self) -> bool:
+        return self.end >= 0
+
+    def accept(self, header: SidecarHeader) -> None:
+        """Keep what reads need of a checked header (a few integers per shard)."""
+        self.end = header.indexed_end
+        self.overhead = header.format.overhead
+
+    def page_key(self, page: int) -> bytes:
+        """The node-cache key of one page."""
+        return self.key + struct.pack("<iq", self.page_records, page)
+
+    @property
+    def header_key(self) -> bytes:
+        """The node-cache key of the header."""
+        return self.key + b"header"
+
+
+def pager_of(shard: Shard) -> Pager | None:
+    """The shard's pager, or ``None`` when its sidecar is read whole (local sidecars, no
+    manifest, a loaded sidecar, a small, version 1 or compressed one)."""
+    if shard.cache is None or shard.fingerprint is None or shard.records <= 0 or shard.loaded:
+        return None
+    pg: Pager | None = shard.pager
+    if pg is None or pg.pid != os.getpid():
+        p = page_records_for(shard.records, shard.size)
+        expect = shard._expected()
+        assert expect is not None
+        pg = Pager(p, sidecar_key(shard.index_url, expect),
+                   whole=shard.records <= WHOLE_BELOW_PAGES * p,
+                   fresh=shard.data_storage is None)
+        shard.pager = pg
+    return None if pg.whole else pg
+
+
+def page_range(pg: Pager, records: int, first: int, last: int) -> tuple[int, int]:
+    """Byte range of pages ``first..last`` (and the offset after them) in the sidecar."""
+    a = first * pg.page_records
+    b = min((last + 1) * pg.page_records + 1, records)
+    return HEADER_SIZE + 8 * a, HEADER_SIZE + 8 * b
+
+
+def split_pages(pg: Pager, count: int, first: int, last: int,
+                raw: bytes | memoryview) -> dict[int, np.ndarray]:
+    """Cut the bytes of :func:`page_range` into pages; the last page of the sidecar gets
+    the indexed end as its closing offset."""
+    offsets = np.frombuffer(raw, dtype="<u8")
+    n, p = count, pg.page_records
+    out = {}
+    for page in range(first, last + 1):
+        lo = (page - first) * p
+        a = page * p
+        if a + p < n:
+            out[page] = offsets[lo : lo + p + 1].copy()
+        else:
+            out[page] = np.append(offsets[lo : lo + (n - a)], np.uint64(pg.end))
+    return out
+
+
+def pageable(header: SidecarHeader) -> bool:
+    """Whether a sidecar can be read by pages: version 2, fixed header, not compressed."""
+    return (header.version == VERSION and header.header_size == HEADER_SIZE
+            and header.compression is Compression.NONE and header.seek_points == 0)
+
+
+def header_fetch_bytes(shard: Shard) -> int:
+    """Bytes of the header to fetch: the fields and the fingerprint the manifest expects; the
+    rest of the 512 bytes is zero padding, which the header CRC then vouches for."""
+    fp = (shard.fingerprint or "").encode("utf-8")
+    return min(HEADER_SIZE, (_FINGERPRINT_AT + len(fp) + 7) // 8 * 8)
+
+
+def parse_page_header(shard: Shard, raw: bytes | memoryview) -> SidecarHeader | None:
+    """Decode and check the start of a shard's sidecar (its first 512 bytes, or the part
+    :func:`header_fetch_bytes` names, the rest taken as the zero padding it must be).
+
+    Returns:
+        The header, or ``None`` when the sidecar is not read by pages (version 1, compressed,
+        or a short header that does not check out: the whole fetch then says why).
+
+    Raises:
+        SidecarError: A corrupt header.
+        StaleIndexError: It disagrees with the manifest.
+    """
+    if len(raw) < 10 or struct.unpack_from("<H", raw, 8)[0] != VERSION:
+        return None  # version 1 (or not a sidecar at all: the whole fetch says which)
+    head = bytes(raw[:HEADER_SIZE])
+    short = len(head) < HEADER_SIZE
+    try:
+        header = _decode_header(head + bytes(HEADER_SIZE - len(head)), path=shard.index_url)
+    except SidecarError:
+        if short:
+            return None
+        raise
+    shard.check_header(header)
+    return header if pageable(header) else None
+
+
+def spans_from_pages(shard: Shard, pg: Pager, pages: dict[int, np.ndarray],
+                     local: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Byte spans of local records ``local`` of one shard, from its pages.
+
+    Raises:
+        SidecarError: A span too short to hold a record (corrupt offsets).
+    """
+    p = pg.page_records
+    page_of = local // p
+    starts = np.empty(len(local), dtype=np.int64)
+    ends = np.empty(len(local), dtype=np.int64)
+    if len(pages) == 1:
+        (arr,) = pages.values()
+        r = local - page_of[0] * p
+        starts[:] = arr[r]
+        ends[:] = arr[r + 1]
+    else:
+        for page, arr in pages.items():
+            sel = page_of == page
+            r = local[sel] - page * p
+            starts[sel] = arr[r]
+            ends[sel] = arr[r + 1]
+    short = ends - starts < pg.overhead
+    if short.any():
+        k = int(np.argmax(short))
+        raise SidecarError(
+            f"{shard.index_url}: record {int(local[k])}: the index gives the byte range "
+            f"[{int(starts[k])}, {int(ends[k])}), too short for a record; the sidecar's "
+            "offsets are corrupt — rebuild it with `ofindex build`"
+        )
+    return starts, ends

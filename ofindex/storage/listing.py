@@ -1,0 +1,28 @@
+"""What a path, directory or glob names on an fsspec filesystem: its files (not directories)."""
+
+from typing import Any
+
+
+def list_files(fs: Any, pattern: str) -> list[str]:
+    """List the files ``pattern`` names on ``fs``.
+
+    Args:
+        fs: An fsspec filesystem.
+        pattern: A file, a directory (its files, not recursively) or a glob.
+
+    Returns:
+        Paths on ``fs`` (unsorted); ``[]`` when nothing matches.
+    """
+    if any(c in pattern for c in "*?["):
+        found = fs.glob(pattern, detail=True)
+        return [p for p, info in found.items() if info.get("type") != "directory"]
+    try:
+        entries = fs.ls(pattern, detail=True)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    files = [e for e in entries if e.get("type") != "directory"]
+    if len(files) == 1 and files[0]["name"].rstrip("/") == pattern.rstrip("/"):
+        return [pattern]  # ls of a file lists the file itself
+    if not entries and fs.exists(pattern) and not fs.isdir(pattern):
+        return [pattern]
+    return [str(e["name"]) for e in files]

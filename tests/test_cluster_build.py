@@ -1,0 +1,117 @@
+"""Index builds on a real Dask cluster (``LocalCluster``: 2 worker processes, one thread
+each) on local disk and in the moto S3 server: the sidecars and the manifest equal a local
+build's byte for byte. Resumed builds skip fresh sidecars; ``--force`` rebuilds them."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import servers
+from conftest import BUCKET
+from helpers import read_bytes
+
+import ofindex
+from ofindex.cli.main import main
+from ofindex.cli.synthetic import write_dataset
+from ofindex.formats.manifest import MANIFEST_NAME
+
+FILES = 6
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    distributed = pytest.importorskip("dask.distributed")
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  dashboard_address=None, silence_logs=40) as lc, \
+            distributed.Client(lc) as client:
+        yield lc, client
+
+
+@pytest.fixture
+def data_dir(tmp_path):
+    d = str(tmp_path / "ds")
+    write_dataset(d, 600, FILES, kind="random", record_size=300, index=False, seed=4)
+    return d
+
+
+def _index_files(d: str) -> dict[str, bytes]:
+    return {n: read_bytes(os.path.join(d, n)) for n in sorted(os.listdir(d))
+            if n.endswith(".ofidx") or n == MANIFEST_NAME}
+
+
+def test_dask_build_on_local_disk_equals_local_build(cluster, data_dir):
+    _, client = cluster
+    local = ofindex.build_index(data_dir, resume=False)
+    expected = _index_files(data_dir)
+    assert len(expected) == FILES + 1
+    for name in expected:
+        os.remove(os.path.join(data_dir, name))
+    results = ofindex.build_index(data_dir, executor=client.get_executor())
+    assert _index_files(data_dir) == expected
+    assert results == local
+    workers = client.run(os.getpid)
+    assert os.getpid() not in workers.values()  # the tasks ran in the worker processes
+
+
+def test_dask_build_in_s3_equals_local_build(cluster, moto_server, data_dir):
+    import s3fs
+
+    _, client = cluster
+    opts = servers.s3_options(moto_server.url)
+    fs = s3fs.S3FileSystem(skip_instance_cache=True, **opts)
+    url = f"s3://{BUCKET}/cluster-{os.path.basename(os.path.dirname(data_dir))}"
+    for n in os.listdir(data_dir):
+        fs.pipe_file(f"{url}/{n}", read_bytes(os.path.join(data_dir, n)))
+    local = ofindex.build_index(url, storage_options=opts)
+    expected = {n: fs.cat_file(f"{url}/{n}") for n in [f"part-{k:05d}.ofidx"
+                                                     for k in range(FILES)] + [MANIFEST_NAME]}
+    for n in expected:
+        fs.rm_file(f"{url}/{n}")
+    results = ofindex.build_index(url, storage_options=opts, executor=client.get_executor())
+    assert results == local
+    assert {n: fs.cat_file(f"{url}/{n}") for n in expected} == expected
+    ds = ofindex.open(url, storage_options=opts)
+    assert len(ds) == 600 and ds[599] == ofindex.open(data_dir, build_missing=True)[599]
+
+
+def test_interrupted_build_resumes(cluster, data_dir):
+    _, client = cluster
+    ofindex.build_index(data_dir)
+    expected = _index_files(data_dir)
+    mtimes = {n: os.stat(os.path.join(data_dir, n)).st_mtime_ns for n in expected}
+    # "died at 2/3": two sidecars and the manifest were never written
+    for n in ("part-00004.ofidx", "part-00005.ofidx", MANIFEST_NAME):
+        os.remove(os.path.join(data_dir, n))
+    results = ofindex.build_index(data_dir, executor=client.get_executor())
+    assert [r.skipped for r in results] == [True] * 4 + [False] * 2
+    assert _index_files(data_dir) == expected
+    for k in range(4):  # the fresh ones were not rewritten
+        n = f"part-{k:05d}.ofidx"
+        assert os.stat(os.path.join(data_dir, n)).st_mtime_ns == mtimes[n]
+    # a data file that changed is re-indexed; the rest stays
+    with ofindex.Writer(os.path.join(data_dir, "part-00002"), index=False) as w:
+        w.write(b"replaced")
+    results = ofindex.build_index(data_dir)
+    assert [r.skipped for r in results] == [True, True, False, True, True, True]
+    assert results[2].records == 1
+    # resume=False rebuilds everything
+    assert not any(r.skipped for r in ofindex.build_index(data_dir, resume=False))
+
+
+def test_cli_builds_on_a_dask_scheduler(cluster, data_dir, capsys):
+    lc, _ = cluster
+    assert main(["build", data_dir, "--dask-scheduler", lc.scheduler_address]) == 0
+    assert "indexed 6 files, 600 records" in capsys.readouterr().out
+    assert main(["build", data_dir, "--dask-scheduler", lc.scheduler_address]) == 0
+    assert "6 already fresh, skipped" in capsys.readouterr().out
+    assert main(["build", data_dir, "--force", "--no-progress"]) == 0
+    assert "skipped" not in capsys.readouterr().out
+
+
+def test_failed_task_names_the_file_and_cancels(cluster, data_dir):
+    _, client = cluster
+    with open(os.path.join(data_dir, "part-00003"), "r+b") as f:
+        f.write(b"\xff" * 8)  # the first record's length header: its CRC fails
+    with pytest.raises(ofindex.CorruptRecordError, match="part-00003"):
+        ofindex.build_index(data_dir, format="tfrecord", executor=client.get_executor())

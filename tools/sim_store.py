@@ -1,0 +1,270 @@
+"""A deterministic synthetic object store for scale simulations: ``simstore://``.
+
+An fsspec filesystem whose files are computed, not stored: a dataset of any size (1e10
+records in 1e5 shards) exists as a formula. ``simstore://ds-<records>-<shards>-<mean>/``
+holds ``part-00000`` … (TFRecord shards), their sidecars ``part-00000.ofidx`` (version 2,
+exactly what ``ofindex build`` writes for them) and ``ofindex-manifest.json``. Any byte range
+of any file is generated on demand in time proportional to the range (a sidecar page in
+O(page), never the whole sidecar).
+
+Record ``i`` (global number) has a payload of ``SIZES[i % PERIOD]`` bytes, a fixed
+pseudo-random pattern of period 251 around ``mean``: prefix sums, hence every record's
+offset, are closed-form. Its payload bytes repeat ``i`` as a little-endian uint64.
+
+Every request is counted (:data:`STATS`: requests, bytes, by kind of file); an optional
+``latency`` (seconds, a real ``asyncio.sleep`` per request) lets a run feel the round trips.
+The store is read-only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import functools
+import re
+from typing import Any
+
+import crc32c
+import fsspec
+import numpy as np
+from fsspec.asyn import AsyncFileSystem
+
+from ofindex.formats.crc import mask_crc
+from ofindex.formats.framing import RecordFormat
+from ofindex.formats.manifest import MANIFEST_NAME, encode_manifest
+from ofindex.formats.sidecar_header import HEADER_SIZE, encode_header
+from ofindex.storage import FileStamp
+
+PROTOCOL = "simstore"
+PERIOD = 251
+OVERHEAD = 16  # TFRecord framing bytes per record
+_NAME = re.compile(r"ds-(\d+)-(\d+)-(\d+)$")
+_SHARD = re.compile(r"part-(\d+)(\.ofidx)?$")
+
+
+@dataclasses.dataclass
+class Stats:
+    """Requests and bytes served, by kind of file (``data``, ``sidecar``, ``manifest``)."""
+
+    requests: dict[str, int] = dataclasses.field(default_factory=dict)
+    bytes: dict[str, int] = dataclasses.field(default_factory=dict)
+    infos: int = 0
+
+    def count(self, kind: str, nbytes: int) -> None:
+        self.requests[kind] = self.requests.get(kind, 0) + 1
+        self.bytes[kind] = self.bytes.get(kind, 0) + nbytes
+
+    def snapshot(self) -> tuple[int, int, int]:
+        """``(requests, bytes, infos)`` so far."""
+        return sum(self.requests.values()), sum(self.bytes.values()), self.infos
+
+    def reset(self) -> None:
+        self.requests.clear()
+        self.bytes.clear()
+        self.infos = 0
+
+
+STATS = Stats()
+
+
+class SimDataset:
+    """The formulas of one synthetic dataset: ``records`` records in ``shards`` shards."""
+
+    def __init__(self, records: int, shards: int, mean: int) -> None:
+        self.records, self.shards, self.mean = records, shards, mean
+        rng = np.random.default_rng(mean)
+        self.sizes = rng.integers(mean // 2, mean + mean // 2 + 1, PERIOD).astype(np.int64)
+        self.cum = np.concatenate([[0], np.cumsum(self.sizes + OVERHEAD)])  # framed bytes
+        self.period_bytes = int(self.cum[-1])
+
+    @property
+    def name(self) -> str:
+        return f"ds-{self.records}-{self.shards}-{self.mean}"
+
+    def first(self, shard: int) -> int:
+        """Global number of the shard's first record."""
+        return shard * self.records // self.shards
+
+    def count(self, shard: int) -> int:
+        return self.first(shard + 1) - self.first(shard)
+
+    def framed_before(self, i: np.ndarray | int) -> np.ndarray | int:
+        """Framed bytes of records ``0..i-1`` (vectorised)."""
+        q, r = np.divmod(i, PERIOD)
+        return q * self.period_bytes + self.cum[r]
+
+    def offsets(self, shard: int, a: int, b: int) -> np.ndarray:
+        """Offsets of the shard's records ``a..b-1`` in its file."""
+        base = self.first(shard)
+        idx = np.arange(base + a, base + b, dtype=np.int64)
+        return np.asarray(self.framed_before(idx), dtype=np.int64) - int(
+            self.framed_before(base))
+
+    def shard_size(self, shard: int) -> int:
+        return int(self.framed_before(self.first(shard + 1))) - int(
+            self.framed_before(self.first(shard)))
+
+    def stamp(self, shard: int) -> FileStamp:
+        return FileStamp(self.shard_size(shard), f"etag:sim-{self.name}-{shard}")
+
+    # -- file contents ------------------------------------------------------------------
+    def data(self, shard: int, start: int, end: int) -> bytes:
+        """Bytes ``[start, end)`` of a shard: the TFRecord framing of its records."""
+        n = self.count(shard)
+        if end <= start:
+            return b""
+        lo = self._record_at(shard, start, n)
+        hi = self._record_at(shard, end - 1, n) + 1
+        offs = self.offsets(shard, lo, hi)
+        base = self.first(shard)
+        parts = []
+        for i in range(base + lo, base + hi):
+            size = int(self.sizes[i % PERIOD])
+            payload = (np.full((size + 7) // 8, i, dtype="<u8").tobytes())[:size]
+            length = size.to_bytes(8, "little")
+            parts += [length, mask_crc(crc32c.crc32c(length)).to_bytes(4, "little"), payload,
+                      mask_crc(crc32c.crc32c(payload)).to_bytes(4, "little")]
+        blob = b"".join(parts)
+        s0 = int(offs[0])
+        return blob[start - s0 : end - s0]
+
+    def _record_at(self, shard: int, pos: int, n: int) -> int:
+        """The record whose framing holds byte ``pos`` of the shard."""
+        guess = min(max(pos // (self.mean + OVERHEAD), 0), n - 1)
+        lo, hi = max(0, guess - 2 * PERIOD), min(n - 1, guess + 2 * PERIOD)
+        while int(self.offsets(shard, lo, lo + 1)[0]) > pos:
+            lo = max(0, lo - 4 * PERIOD)
+        while hi < n - 1 and int(self.offsets(shard, hi, hi + 1)[0]) <= pos:
+            hi = min(n - 1, hi + 4 * PERIOD)
+        offs = self.offsets(shard, lo, hi + 1)
+        return lo + int(np.searchsorted(offs, pos, side="right")) - 1
+
+    @functools.lru_cache(maxsize=4096)  # noqa: B019  (one store per process, bounded)
+    def header(self, shard: int) -> bytes:
+        n = self.count(shard)
+        body = self.offsets(shard, 0, n).astype("<u8").tobytes()
+        return encode_header(RecordFormat.TFRECORD, n, self.stamp(shard), self.shard_size(shard),
+                             False, crc32c.crc32c(body))
+
+    def sidecar_size(self, shard: int) -> int:
+        return HEADER_SIZE + 8 * self.count(shard)
+
+    def sidecar(self, shard: int, start: int, end: int) -> bytes:
+        """Bytes ``[start, end)`` of a shard's sidecar, in O(end - start)."""
+        out = b""
+        if start < HEADER_SIZE:
+            out = self.header(shard)[start : min(end, HEADER_SIZE)]
+        if end > HEADER_SIZE:
+            a = max(start - HEADER_SIZE, 0)
+            b = end - HEADER_SIZE
+            ra, rb = a // 8, (b + 7) // 8
+            raw = self.offsets(shard, ra, rb).astype("<u8").tobytes()
+            out += raw[a - 8 * ra : b - 8 * ra]
+        return out
+
+    @functools.cached_property
+    def manifest(self) -> bytes:
+        names = [f"part-{k:05d}" for k in range(self.shards)]
+        firsts = np.arange(self.shards + 1, dtype=np.int64) * self.records // self.shards
+        framed = np.asarray(self.framed_before(firsts), dtype=np.int64)
+        return encode_manifest(
+            RecordFormat.TFRECORD, f"{PROTOCOL}://{self.name}/{MANIFEST_NAME}",
+            f"{PROTOCOL}://{self.name}", None, names, np.diff(firsts).tolist(),
+            np.diff(framed).tolist(), [f"etag:sim-{self.name}-{k}" for k in range(self.shards)])
+
+
+@functools.lru_cache(maxsize=16)
+def dataset_named(name: str) -> SimDataset:
+    m = _NAME.fullmatch(name)
+    if m is None:
+        raise FileNotFoundError(f"{PROTOCOL}://{name}: not a synthetic dataset name "
+                                "(ds-<records>-<shards>-<mean record bytes>)")
+    return SimDataset(int(m.group(1)), int(m.group(2)), int(m.group(3)))
+
+
+def dataset_url(records: int, shards: int, mean: int = 200) -> str:
+    """The URL of a synthetic dataset."""
+    return f"{PROTOCOL}://ds-{records}-{shards}-{mean}"
+
+
+class SimStore(AsyncFileSystem):
+    """The ``simstore://`` filesystem (read-only; see the module docstring)."""
+
+    protocol = PROTOCOL
+    latency = 0.0  # seconds slept per request (class-wide)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.pop("latency", None)
+        super().__init__(*args, **kwargs)
+
+    @classmethod
+    def _strip_protocol(cls, path: str) -> str:
+        path = path[len(PROTOCOL) + 3 :] if path.startswith(PROTOCOL + "://") else path
+        return path.rstrip("/")
+
+    def _resolve(self, path: str) -> tuple[SimDataset, str, int]:
+        """``(dataset, kind, shard)`` of a path; kind is data, sidecar, manifest or dir."""
+        path = self._strip_protocol(path)
+        name, _, rest = path.partition("/")
+        ds = dataset_named(name)
+        if rest == "":
+            return ds, "dir", -1
+        if rest == MANIFEST_NAME:
+            return ds, "manifest", -1
+        m = _SHARD.fullmatch(rest)
+        if m is None or int(m.group(1)) >= ds.shards:
+            raise FileNotFoundError(path)
+        return ds, ("sidecar" if m.group(2) else "data"), int(m.group(1))
+
+    def _size(self, ds: SimDataset, kind: str, shard: int) -> int:
+        if kind == "manifest":
+            return len(ds.manifest)
+        if kind == "sidecar":
+            return ds.sidecar_size(shard)
+        return ds.shard_size(shard)
+
+    async def _info(self, path: str, **kwargs: Any) -> dict[str, Any]:
+        ds, kind, shard = self._resolve(path)
+        STATS.infos += 1
+        if self.latency:
+            await asyncio.sleep(self.latency)
+        if kind == "dir":
+            return {"name": ds.name, "size": 0, "type": "directory"}
+        info = {"name": self._strip_protocol(path), "size": self._size(ds, kind, shard),
+                "type": "file"}
+        if kind == "data":
+            info["ETag"] = f'"sim-{ds.name}-{shard}"'
+        return info
+
+    async def _ls(self, path: str, detail: bool = True, **kwargs: Any) -> list[Any]:
+        ds, kind, _ = self._resolve(path)
+        if kind != "dir":
+            return [await self._info(path)] if detail else [path]
+        out = []
+        for k in range(ds.shards):
+            for name, kd in ((f"part-{k:05d}", "data"), (f"part-{k:05d}.ofidx", "sidecar")):
+                out.append({"name": f"{ds.name}/{name}", "type": "file",
+                            "size": self._size(ds, kd, k)})
+        return out if detail else [e["name"] for e in out]
+
+    async def _cat_file(self, path: str, start: int | None = None, end: int | None = None,
+                        **kwargs: Any) -> bytes:
+        ds, kind, shard = self._resolve(path)
+        if kind == "dir":
+            raise IsADirectoryError(path)
+        size = self._size(ds, kind, shard)
+        a = 0 if start is None else (start + size if start < 0 else start)
+        b = size if end is None else min(end + size if end < 0 else end, size)
+        if self.latency:
+            await asyncio.sleep(self.latency)
+        if kind == "manifest":
+            data = ds.manifest[a:b]
+        elif kind == "sidecar":
+            data = ds.sidecar(shard, a, b)
+        else:
+            data = ds.data(shard, a, b)
+        STATS.count(kind, len(data))
+        return data
+
+
+fsspec.register_implementation(PROTOCOL, SimStore, clobber=True)
