@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import abc
 import mmap
-from collections.abc import Sequence
-from typing import IO
+from collections.abc import Callable, Sequence
+from typing import IO, Any, TypeVar
 
 from ..errors import RangeReadError
 from .stamp import FileStamp
@@ -57,19 +57,8 @@ class Storage(abc.ABC):
     ) -> tuple[list[bytes | BaseException], list[FileStamp | BaseException]]:
         """Whole contents of ``read_paths`` and stamps of ``stat_paths`` (remote storages run
         all the requests at once). Each result is the value or the exception raised for it."""
-        raws: list[bytes | BaseException] = []
-        for p in read_paths:
-            try:
-                raws.append(self.read_all(p))
-            except Exception as exc:
-                raws.append(exc)
-        stamps: list[FileStamp | BaseException] = []
-        for p in stat_paths:
-            try:
-                stamps.append(self.stamp(p))
-            except Exception as exc:
-                stamps.append(exc)
-        return raws, stamps
+        return ([capture(self.read_all, p) for p in read_paths],
+                [capture(self.stamp, p) for p in stat_paths])
 
     def fetch_round(
         self, ranges: Sequence[tuple[str, int, int]], read_paths: Sequence[str] = (),
@@ -79,12 +68,7 @@ class Storage(abc.ABC):
         """One round of independent requests: byte ranges ``(path, start, end)``, whole
         files and stamps (remote storages run them all at once). Each result is the value or
         the exception raised for it (a short or long range is a :class:`RangeReadError`)."""
-        got: list[bytes | BaseException] = []
-        for p, s, e in ranges:
-            try:
-                got.append(self.read(p, s, e))
-            except Exception as exc:
-                got.append(exc)
+        got = [capture(self.read, p, s, e) for p, s, e in ranges]
         raws, stamps = self.fetch_many(read_paths, stat_paths)
         return got, raws, stamps
 
@@ -142,6 +126,18 @@ class Storage(abc.ABC):
     def url(self, path: str) -> str:
         """A URL for ``path`` usable in messages and in :func:`ofindex.open`."""
         return path
+
+
+T = TypeVar("T")
+
+
+def capture(fn: Callable[..., T], *args: Any) -> T | BaseException:
+    """``fn(*args)``, or the exception it raised (for rounds of independent requests whose
+    failures are reported per request)."""
+    try:
+        return fn(*args)
+    except Exception as exc:
+        return exc
 
 
 def check_length(url: str, start: int, end: int, got: int) -> None:

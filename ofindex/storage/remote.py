@@ -18,7 +18,7 @@ import contextlib
 import os
 import threading
 from collections.abc import Awaitable, Callable, Sequence
-from typing import IO, Any, TypeVar
+from typing import IO, Any
 
 from ..errors import DataFileNotFoundError, RangeReadError
 from .aio import ByteBudget, http_range
@@ -216,8 +216,7 @@ class FsspecStorage(Storage):
         (for sidecars and their data files on first touch). Each result is the value or the
         exception raised for that path."""
         if not getattr(self.fs, "async_impl", False):
-            return ([_capture(self.read_all, p) for p in read_paths],
-                    [_capture(self.stamp, p) for p in stat_paths])
+            return super().fetch_many(read_paths, stat_paths)
         _, raws, stamps = self.fetch_round((), read_paths, stat_paths)
         return raws, stamps
 
@@ -377,13 +376,3 @@ class FsspecStorage(Storage):
 
     def basename(self, path: str) -> str:
         return path.rstrip("/").rsplit("/", 1)[-1]
-
-
-T = TypeVar("T")
-
-
-def _capture(fn: Callable[[str], T], arg: str) -> T | BaseException:
-    try:
-        return fn(arg)
-    except Exception as exc:
-        return exc
