@@ -10,9 +10,11 @@ from .._accel import implementation
 from ..errors import OfindexError
 from ..formats.framing import RecordFormat
 from ..formats.location import resolve, sidecar_location
+from ..formats.seekpoints import DEFAULT_SPACING
 from ..formats.sidecar import load_sidecar
+from ..formats.sidecar_header import Compression
 from ..formats.textindex import export_text, import_text
-from ..index.build_file import detect_file_format
+from ..index.build_file import detect_file_layout
 from ..index.builder import build_index
 from ..read.open import open as open_dataset
 from ..storage import storage_for
@@ -26,6 +28,7 @@ def cmd_build(args, options) -> int:
             args.paths, format=args.format, index_dir=args.index_dir, verify=args.verify,
             allow_partial=args.allow_partial, workers=args.workers, storage_options=options,
             progress=not args.no_progress and sys.stderr.isatty(),
+            compression=args.compression, seek_spacing=args.seek_spacing or DEFAULT_SPACING,
         )
     records = sum(r.records for r in results)
     size = sum(r.size for r in results)
@@ -33,24 +36,38 @@ def cmd_build(args, options) -> int:
     for r in partial:
         print(f"WARNING: {r.data_url}: only {r.records} records indexed (PARTIAL): {r.problem}",
               file=sys.stderr)
-    print(f"indexed {len(results)} files, {records} records, {size} bytes"
+    packed = [r for r in results if r.compression is not Compression.NONE]
+    unpacked = (f" ({len(packed)} compressed: {sum(r.size for r in packed)} bytes, "
+                f"{sum(r.uncompressed_size for r in packed)} uncompressed)" if packed else "")
+    index = sum(r.index_bytes for r in results)
+    print(f"indexed {len(results)} files, {records} records, {size} bytes{unpacked}"
           + (" (verified)" if args.verify else ""))
+    print(f"index: {index} bytes, {100 * index / size if size else 0:.2f}% of the data")
     return EXIT_PARTIAL if partial else EXIT_OK
+
+
+def _compressions(ds) -> list[str]:
+    """Each shard's compression (loads every sidecar)."""
+    return [c.name.lower() for c in ds.compressions]
 
 
 def cmd_info(args, options) -> int:
     ds = open_dataset(args.paths, format=args.format, index_dir=args.index_dir,
-                      storage_options=options, verify=False)
+                      storage_options=options, verify=False, compression=args.compression)
     shards = ds.shards
+    comps = _compressions(ds)
     if args.json:
         print(json.dumps({
             "format": ds.format.name.lower(), "records": len(ds),
             "bytes": sum(s.bytes for s in shards), "loops": implementation(),
+            "compression": sorted(set(comps)),
             "shards": [{"url": s.url, "records": s.records, "bytes": s.bytes,
-                        "index": s.index_url} for s in shards],
+                        "index": s.index_url, "compression": c}
+                       for s, c in zip(shards, comps, strict=True)],
         }, indent=2))
         return EXIT_OK
     print(f"format:  {ds.format.name.lower()}")
+    print(f"compression: {', '.join(sorted(set(comps))) or 'none'}")
     print(f"shards:  {len(shards)}")
     print(f"records: {len(ds)}")
     print(f"bytes:   {sum(s.bytes for s in shards)}")
@@ -65,7 +82,8 @@ def cmd_info(args, options) -> int:
 
 def cmd_get(args, options) -> int:
     ds = open_dataset(args.paths, format=args.format, index_dir=args.index_dir,
-                      storage_options=options, verify=not args.no_verify)
+                      storage_options=options, verify=not args.no_verify,
+                      compression=args.compression)
     records = ds.__getitems__(args.indices)
     for index, payload in zip(args.indices, records, strict=True):
         if args.raw:
@@ -103,7 +121,7 @@ def cmd_verify(args, options) -> int:
     from tqdm.auto import tqdm
 
     ds = open_dataset(args.paths, format=args.format, index_dir=args.index_dir,
-                      storage_options=options, verify=True)
+                      storage_options=options, verify=True, compression=args.compression)
     ds.check_indexes()
     n = 0
     with tqdm(total=len(ds), unit="rec", disable=not sys.stderr.isatty(), desc="verifying") as bar:
@@ -130,6 +148,12 @@ def cmd_export_index(args, options) -> int:
                 f"{ist.url(ipath)}: no index; run `ofindex build {storage.url(f)}` first"
             ) from None
         sc.check_fresh(storage.stamp(f), storage.url(f))
+        if sc.compressed or args.compression in ("gzip", "zlib"):
+            raise OfindexError(
+                f"{storage.url(f)}: the file is {sc.compression.name.lower()}-compressed; a "
+                "text index gives offsets into the file itself, which DALI and tfrecord2idx "
+                "read uncompressed — decompress it (gunzip / zlib) and index that copy"
+            )
         text = export_text(sc)
         if out_storage is None:
             target_storage, target = storage, f + ".idx"
@@ -147,8 +171,14 @@ def cmd_import_index(args, options) -> int:
     storage, data = storage_for(args.data, options)
     tstorage, tpath = storage_for(args.text_index, options)
     stamp = storage.stamp(data)
-    fmt = (detect_file_format(storage, data, stamp.size) if args.format == "auto"
-           else RecordFormat.parse(args.format)) or RecordFormat.TFRECORD
+    given = None if args.format == "auto" else RecordFormat.parse(args.format)
+    compression, fmt = detect_file_layout(storage, data, stamp.size, fmt=given)
+    if compression is not Compression.NONE:
+        raise OfindexError(
+            f"{storage.url(data)}: the file is {compression.name.lower()}-compressed; a text "
+            "index describes an uncompressed file — run `ofindex build` on it instead"
+        )
+    fmt = fmt or RecordFormat.TFRECORD
     header, body = import_text(tstorage.read_all(tpath), fmt, stamp, path=tstorage.url(tpath),
                                data_url=storage.url(data))
     ist, ipath = sidecar_location(storage, data, args.index_dir, options)

@@ -15,6 +15,7 @@ examples:
   ofindex build data/                        # index every shard in a directory
   ofindex build 'data/train-*.tfrecord' --workers 8 --verify
   ofindex build s3://bucket/train --index-dir ./idx -o anon=true
+  ofindex build data.tfrecord.gz --seek-spacing 1M   # GZIP/ZLIB files are detected
   ofindex info data/
   ofindex get data/ 0 -1 12345 --decode      # print records by global number
   ofindex verify data/                       # re-check every record's CRC
@@ -37,9 +38,30 @@ def storage_options(pairs: list[str] | None) -> dict:
     return out
 
 
+def byte_size(text: str) -> int:
+    """A byte count such as ``1048576``, ``256K``, ``1M`` or ``1MiB``."""
+    units = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+    t = text.strip().lower().removesuffix("ib").removesuffix("b")
+    unit = t[-1:] if t[-1:] in units else ""
+    try:
+        value = int(float(t[: len(t) - len(unit)]) * units[unit])
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a byte size: {text!r} (e.g. 1M)") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be positive: {text!r}")
+    return value
+
+
+def _add_compression(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--compression", default="auto", choices=["auto", "gzip", "zlib", "none"],
+                   help="compression of the data files (TensorFlow's compression_type); "
+                        "auto detects GZIP and ZLIB")
+
+
 def _add_common(p: argparse.ArgumentParser, paths: str = "+") -> None:
     p.add_argument("paths", nargs=paths, help="data files, directories, globs or URLs")
     p.add_argument("--format", default="auto", choices=["auto", "tfrecord", "ofrecord"])
+    _add_compression(p)
     p.add_argument("--index-dir", help="where sidecars live (default: beside the data)")
     p.add_argument("-o", "--storage-option", action="append", metavar="KEY=VALUE",
                    help="fsspec storage option (repeatable; VALUE parsed as JSON when it can be)")
@@ -61,6 +83,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="index the valid prefix of a damaged file instead of failing (loudly)")
     p.add_argument("--workers", type=int, default=None, help="files scanned in parallel")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--seek-spacing", type=byte_size, default=None, metavar="BYTES",
+                   help="compressed files: uncompressed bytes between seek points (default "
+                        "1M; smaller: faster random reads, larger index)")
 
     p = sub.add_parser("info", help="shards, record counts, sizes and index state")
     _add_common(p)
@@ -70,6 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("paths", help="data file, directory, glob or URL")
     p.add_argument("indices", nargs="+", type=int, help="record numbers (negative from the end)")
     p.add_argument("--format", default="auto", choices=["auto", "tfrecord", "ofrecord"])
+    _add_compression(p)
     p.add_argument("--index-dir")
     p.add_argument("-o", "--storage-option", action="append", metavar="KEY=VALUE")
     p.add_argument("--decode", nargs="?", const="auto",

@@ -9,9 +9,12 @@ import warnings
 from typing import Any
 
 from ..errors import FormatDetectionError
+from ..formats.compression import parse_compression
 from ..formats.framing import RecordFormat
 from ..formats.location import DatasetLocation, resolve
 from ..formats.manifest import manifest_url_for, write_manifest
+from ..formats.seekpoints import DEFAULT_SPACING
+from ..formats.sidecar_header import Compression
 from ..storage import PathSpec, Storage
 from .build_file import BuildResult, build_file
 
@@ -30,6 +33,8 @@ def build_index(
     storage_options: dict[str, Any] | None = None,
     progress: bool = False,
     manifest: bool | str | None = None,
+    compression: str | Compression | None = "auto",
+    seek_spacing: int = DEFAULT_SPACING,
 ) -> list[BuildResult]:
     """Index data files (a path, directory, glob or list of them); returns one result per file.
 
@@ -44,12 +49,20 @@ def build_index(
     given, else in the directory); ``True`` writes one for a glob or list too (files of one
     directory), a string writes it there, ``False`` writes none. See
     :mod:`ofindex.formats.manifest`.
+
+    ``compression``: ``"auto"`` (default) detects GZIP and ZLIB files (TensorFlow's
+    ``compression_type``); ``"gzip"``, ``"zlib"`` or ``None`` say what every file is. A
+    compressed file is inflated once; its sidecar also holds seek points every
+    ``seek_spacing`` uncompressed bytes, where random reads start inflating (smaller: faster
+    random reads, larger index; each point may store a 32 KiB window, compressed).
+    ``BuildResult.index_fraction`` tells the index size as a fraction of the data.
     """
     location = resolve(paths, index_dir=index_dir, storage_options=storage_options,
                        manifest=False)
     results = build_location(location, format=format, verify=verify,
                              allow_partial=allow_partial, workers=workers, progress=progress,
-                             manifest=manifest)
+                             manifest=manifest, compression=compression,
+                             seek_spacing=seek_spacing)
     for r in results:
         if r.partial:
             warnings.warn(f"{r.data_url}: PARTIAL index of {r.records} records: {r.problem}",
@@ -66,21 +79,26 @@ def build_location(
     workers: int | None = None,
     progress: bool = False,
     manifest: bool | str | None = None,
+    compression: str | Compression | None = "auto",
+    seek_spacing: int = DEFAULT_SPACING,
 ) -> list[BuildResult]:
     """Index the files of a resolved location (see :func:`build_index` for the options)."""
     storage, files = location.storage, location.files
     fmt = None if format == "auto" else RecordFormat.parse(format)
+    comp = parse_compression(compression)
+    if seek_spacing < 1:
+        raise ValueError(f"seek_spacing must be a positive number of bytes, not {seek_spacing}")
     targets = [location.sidecar_of(f) for f in files]
     default = (os.cpu_count() or 1) if storage.cheap_seeks else REMOTE_WORKERS
     n_workers = max(1, min(workers or default, len(files)))
-    jobs: list[Job] = [(storage, f, fmt, ist, ipath, verify, allow_partial)
+    jobs: list[Job] = [(storage, f, fmt, ist, ipath, verify, allow_partial, comp, seek_spacing)
                        for f, (ist, ipath) in zip(files, targets, strict=True)]
     bar = _Progress(storage, files, progress)
     try:
         results = _run(jobs, n_workers, bar)
     finally:
         bar.close()
-    results = _settle_empty_files(results, files, targets, storage, fmt)
+    results = _settle_empty_files(results, files, targets, storage, fmt, seek_spacing)
     target = _manifest_target(location, manifest)
     if target is not None and results:
         url, data_dir = target
@@ -88,6 +106,7 @@ def build_location(
             url, results[0].format or RecordFormat.TFRECORD, storage, files, data_dir,
             location.index_dir, [r.records for r in results], [r.size for r in results],
             [r.fingerprint for r in results], location.storage_options,
+            [r.compression for r in results],
         )
     return results
 
@@ -149,7 +168,8 @@ class _Progress:
             self.bar.close()
 
 
-Job = tuple[Storage, str, "RecordFormat | None", Storage, str, bool, bool]
+Job = tuple[Storage, str, "RecordFormat | None", Storage, str, bool, bool, "Compression | None",
+            int]
 
 
 def _run(jobs: list[Job], n_workers: int, progress: _Progress) -> list[BuildResult]:
@@ -160,10 +180,9 @@ def _run(jobs: list[Job], n_workers: int, progress: _Progress) -> list[BuildResu
     compiled header walk, CRC32C, numpy's bulk checks, file reads).
     """
     if n_workers == 1:
-        return [build_file(*job, progress=progress.update) for job in jobs]
+        return [_build(job, progress) for job in jobs]
     pool = cf.ThreadPoolExecutor(n_workers, thread_name_prefix="ofindex-build")
-    futures = {pool.submit(build_file, *job, progress=progress.update): i
-               for i, job in enumerate(jobs)}
+    futures = {pool.submit(_build, job, progress): i for i, job in enumerate(jobs)}
     results: list[BuildResult | None] = [None] * len(jobs)
     try:
         for fut in cf.as_completed(futures):
@@ -176,9 +195,15 @@ def _run(jobs: list[Job], n_workers: int, progress: _Progress) -> list[BuildResu
     return [r for r in results if r is not None]
 
 
+def _build(job: Job, progress: _Progress) -> BuildResult:
+    storage, path, fmt, ist, ipath, verify, allow_partial, compression, spacing = job
+    return build_file(storage, path, fmt, ist, ipath, verify, allow_partial,
+                      progress=progress.update, compression=compression, spacing=spacing)
+
+
 def _settle_empty_files(
     results: list[BuildResult], files: list[str], targets: list[tuple[Storage, str]],
-    storage: Storage, fmt: RecordFormat | None,
+    storage: Storage, fmt: RecordFormat | None, spacing: int,
 ) -> list[BuildResult]:
     """Give empty files (format unknown under ``auto``) the format of their siblings."""
     if all(r.format is not None for r in results):
@@ -195,6 +220,7 @@ def _settle_empty_files(
     out = []
     for r, f, (ist, ipath) in zip(results, files, targets, strict=True):
         if r.format is None:
-            r = build_file(storage, f, only, ist, ipath, False, False)
+            r = build_file(storage, f, only, ist, ipath, False, False,
+                           compression=r.compression, spacing=spacing)
         out.append(r)
     return out

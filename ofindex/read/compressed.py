@@ -1,0 +1,174 @@
+"""Random reads from gzip/zlib shards: inflate from the seek point before a record.
+
+A record costs one read of the compressed bytes from its seek point to the next point past
+its end (one range request on remote storage; none on a memory-mapped local file), then
+inflating from the point to the record's end (about ``spacing / 2`` bytes on average). A batch
+is sorted by offset and cut into *pieces*: runs of records served by one inflate pass from
+one seek point (a record joins the current piece when its own point lies before the end of
+what the piece inflates anyway). Each piece's compressed span is read once (remote pieces
+all at once) and inflated once; records are cut out of the result and checked as in an
+uncompressed file (TFRecord CRCs with ``verify``).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..errors import CorruptRecordError
+from ..formats.framing import RecordFormat
+from ..formats.seekpoints import SeekTable
+from ..formats.sidecar import Sidecar
+from ..formats.sidecar_header import Compression
+from ..index.inflate import InflateFailure, NeedsByteAlignedPoint, inflate_span
+from ..storage import Storage
+from .payloads import extract_payloads
+from .shards import Shard, prefetch_sidecars
+
+#: A piece inflates at most about this many bytes before the next one starts afresh.
+MAX_PIECE_BYTES = 64 << 20
+
+
+def read_record(storage: Storage, path: str, sc: Sidecar, record: int, fmt: RecordFormat,
+                verify: bool) -> bytes:
+    """The payload of record ``record`` of a compressed shard (see the module docstring).
+
+    Raises:
+        CorruptRecordError, TruncatedRecordError: The record or the compressed data around it
+            is bad (naming the file, the record and the compressed offset).
+        SidecarError: The sidecar's offsets or seek points are corrupt.
+    """
+    start, end = sc.span(record)
+    if end - start < fmt.overhead:
+        raise sc.bad_span(record, start, end)
+    got: bytes = read_records(storage, path, sc, np.array([record], dtype=np.int64), fmt,
+                              verify)[0]
+    return got
+
+
+def read_records(storage: Storage, path: str, sc: Sidecar, records: np.ndarray,
+                 fmt: RecordFormat, verify: bool) -> list[Any]:
+    """Payloads of records ``records`` (local numbers, any order) of one compressed shard."""
+    starts, ends = sc.spans(records)
+    seeks = sc.seeks
+    order = np.argsort(starts, kind="stable")
+    s, e, r = starts[order], ends[order], records[order]
+    pieces = plan_pieces(s, e, seeks)
+    url = storage.url(path)
+    spans = [(seeks.compressed_start(k), seeks.compressed_end(int(e[lo:hi].max())))
+             for k, lo, hi in pieces]
+    sources = _fetch(storage, path, spans)
+    out = np.empty(len(records), dtype=object)
+    for (k, lo, hi), (a, _b), src in zip(pieces, spans, sources, strict=True):
+        reach = int(e[lo:hi].max())
+        buf, base = _inflate(storage, path, url, sc, k, reach, src, a, s[lo:hi], e[lo:hi],
+                             r[lo:hi])
+        try:
+            got = extract_payloads(buf, s[lo:hi] - base, e[lo:hi] - base, fmt, verify, url,
+                                   s[lo:hi], r[lo:hi])
+        except CorruptRecordError as exc:
+            raise in_stream_error(exc, sc.compression, a) from None
+        out[order[lo:hi]] = got
+    return list(out.tolist())
+
+
+def plan_pieces(starts: np.ndarray, ends: np.ndarray,
+                seeks: SeekTable) -> list[tuple[int, int, int]]:
+    """Cut records sorted by start into pieces ``(seek point, first, one past the last)``.
+
+    A record joins the current piece while its own seek point lies before the end of what
+    the piece inflates anyway, and the piece stays under :data:`MAX_PIECE_BYTES`.
+    """
+    n = len(starts)
+    if not n:
+        return []
+    points = seeks.points_before(starts)
+    at = seeks.out[points]
+    reach = np.maximum.accumulate(ends)
+    fresh = np.zeros(n, dtype=bool)  # starting afresh at the record's own point redoes nothing
+    fresh[1:] = at[1:] >= reach[:-1]
+    if int(reach[-1]) - int(at[0]) > MAX_PIECE_BYTES:  # long runs: also split at later points
+        first = 0
+        for j in range(1, n):
+            if fresh[j]:
+                first = j
+            elif points[j] > points[first] and reach[j - 1] - at[first] > MAX_PIECE_BYTES:
+                fresh[j] = True
+                first = j
+    bounds = [*np.flatnonzero(fresh).tolist(), n]
+    if bounds[0] != 0:
+        bounds.insert(0, 0)
+    return [(int(points[lo]), lo, hi) for lo, hi in itertools.pairwise(bounds)]
+
+
+def _fetch(storage: Storage, path: str, spans: list[tuple[int, int]]) -> list[Any]:
+    """The compressed bytes of each span: views of the memory map, or reads (remote ones
+    concurrently)."""
+    if storage.maps_files:
+        mm = storage.mapped(path, max(b for _, b in spans))
+        if mm is not None:
+            view = memoryview(mm)
+            return [view[a:b] for a, b in spans]
+    if len(spans) == 1:
+        a, b = spans[0]
+        return [storage.read(path, a, b)]
+    return list(storage.read_ranges([path] * len(spans), [a for a, _ in spans],
+                                    [b for _, b in spans]))
+
+
+def _inflate(storage: Storage, path: str, url: str, sc: Sidecar, k: int, reach: int, src: Any,
+             a: int, starts: np.ndarray, ends: np.ndarray,
+             records: np.ndarray) -> tuple[bytearray, int]:
+    """Inflate from point ``k`` to uncompressed ``reach``; returns the bytes and the
+    uncompressed offset of their start. Failures name the first record they cut short."""
+    seeks = sc.seeks
+    while True:
+        base = int(seeks.out[k])
+        try:
+            buf = inflate_span(src, a, int(seeks.kind[k]), int(seeks.bits[k]), seeks.window(k),
+                               sc.compression, reach - base)
+            return buf, base
+        except NeedsByteAlignedPoint:
+            k = seeks.aligned_before(k)
+            a = seeks.compressed_start(k)
+            src = storage.read(path, a, seeks.compressed_end(reach))
+        except InflateFailure as failure:
+            cut = int(np.argmax(ends > base + failure.produced))
+            raise failure.error(url, int(records[cut]), sc.compression) from None
+
+
+def in_stream_error(exc: CorruptRecordError, compression: Compression,
+               from_offset: int) -> CorruptRecordError:
+    """``exc`` (about a record in a decompressed stream) saying where the stream was read."""
+    note = (f" [byte offsets here are in the {compression.name.lower()} file's uncompressed "
+            f"stream; it was inflated from compressed byte offset {from_offset}]")
+    return type(exc)(str(exc) + note, path=exc.path, offset=exc.offset, record=exc.record,
+                     stored_crc=exc.stored_crc, computed_crc=exc.computed_crc)
+
+
+def read_batch(storage: Storage, shards: Sequence[Shard], cum: np.ndarray, first: np.ndarray,
+               idx: np.ndarray, fmt: RecordFormat, verify: bool,
+               plain: Callable[[np.ndarray], list[Any]]) -> list[Any]:
+    """Payloads of global records ``idx`` of a dataset with compressed shards, in the order
+    asked for; records of uncompressed shards are read by ``plain``."""
+    shard_of = np.searchsorted(cum, idx, side="right")
+    touched = np.unique(shard_of).tolist()
+    prefetch_sidecars([shards[s] for s in touched])
+    out = np.empty(len(idx), dtype=object)
+    is_plain = np.ones(len(idx), dtype=bool)
+    for s in touched:
+        sc = shards[s].sidecar
+        if not sc.compressed:
+            continue
+        sel = np.flatnonzero(shard_of == s)
+        is_plain[sel] = False
+        out[sel] = read_records(storage, shards[s].path, sc, idx[sel] - first[s], fmt, verify)
+    if is_plain.any():
+        got = plain(idx[is_plain])
+        holder = np.empty(len(got), dtype=object)
+        holder[:] = got
+        out[is_plain] = holder
+    return list(out.tolist())
