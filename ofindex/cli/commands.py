@@ -46,16 +46,11 @@ def cmd_build(args, options) -> int:
     return EXIT_PARTIAL if partial else EXIT_OK
 
 
-def _compressions(ds) -> list[str]:
-    """Each shard's compression (loads every sidecar)."""
-    return [c.name.lower() for c in ds.compressions]
-
-
 def cmd_info(args, options) -> int:
     ds = open_dataset(args.paths, format=args.format, index_dir=args.index_dir,
                       storage_options=options, verify=False, compression=args.compression)
     shards = ds.shards
-    comps = _compressions(ds)
+    comps = [c.name.lower() for c in ds.compressions]  # loads every sidecar
     if args.json:
         print(json.dumps({
             "format": ds.format.name.lower(), "records": len(ds),

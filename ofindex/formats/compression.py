@@ -69,13 +69,3 @@ def inflate_head(head: bytes | memoryview, compression: Compression,
     except zlib.error:
         return None
     return out, d.eof
-
-
-def sniff_compression(head: bytes | memoryview) -> Compression:
-    """The compression ``head`` (the first bytes of a file, a few KiB when available)
-    starts with: GZIP or ZLIB when its header fits and its first bytes inflate cleanly,
-    else NONE."""
-    for kind in (Compression.GZIP, Compression.ZLIB):
-        if starts_stream(head, kind) and inflate_head(head, kind) is not None:
-            return kind
-    return Compression.NONE

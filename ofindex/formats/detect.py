@@ -10,7 +10,7 @@ from __future__ import annotations
 import struct
 
 from ..errors import FormatDetectionError
-from .compression import inflate_head, sniff_compression
+from .compression import inflate_head, starts_stream
 from .crc import masked_crc32c
 from .framing import MAX_RECORD_BYTES, RecordFormat
 from .sidecar_header import Compression
@@ -71,6 +71,11 @@ def detect_layout(
     """Detect a file's compression and framing from its first bytes (up to
     :data:`HEAD_BYTES`).
 
+    A file that starts with a valid TFRecord header is uncompressed TFRecord; one that starts
+    with a gzip or zlib header and inflates cleanly is compressed; else its bytes are framing.
+    A file with a gzip/zlib header that fits no framing either is taken as damaged compressed
+    data (the build then names the bad compressed offset).
+
     Args:
         head: The first bytes of the file.
         file_size: Its size.
@@ -86,8 +91,17 @@ def detect_layout(
         FormatDetectionError: The bytes fit no framing, or are not the compression given.
     """
     if compression is None:
-        compression = (Compression.NONE if _tfrecord_header(head, file_size)
-                       else sniff_compression(head))
+        if _tfrecord_header(head, file_size):
+            return Compression.NONE, fmt or RecordFormat.TFRECORD
+        looks = [c for c in (Compression.GZIP, Compression.ZLIB) if starts_stream(head, c)]
+        compression = next((c for c in looks if inflate_head(head, c) is not None), None)
+        if compression is None:
+            try:
+                return Compression.NONE, fmt or detect_format(head, file_size, path=path)
+            except FormatDetectionError:
+                if not looks:
+                    raise
+            return looks[0], fmt or RecordFormat.TFRECORD  # inflating will say where it breaks
     if compression is Compression.NONE:
         return compression, fmt if fmt is not None else detect_format(head, file_size,
                                                                           path=path)
@@ -101,8 +115,8 @@ def detect_layout(
     data, ended = got
     if fmt is not None:
         return compression, fmt
-    if ended and not data:
-        return compression, None
+    if not data:  # an empty stream, or one cut short before its first byte
+        return compression, None if ended else RecordFormat.TFRECORD
     try:
         return compression, detect_format(data, None, path=path)
     except FormatDetectionError:

@@ -63,6 +63,17 @@ class InflateFailure(Exception):
         )
 
 
+def in_stream_error(exc: CorruptRecordError, compression: Compression,
+                    compressed_offset: int) -> CorruptRecordError:
+    """``exc`` (about a record found bad in a decompressed stream) telling where its
+    compressed data is."""
+    note = (f" [byte offsets here are in the uncompressed stream of this "
+            f"{compression.name.lower()} file; the record's compressed data lies at or after "
+            f"compressed byte offset {compressed_offset}]")
+    return type(exc)(str(exc) + note, path=exc.path, offset=exc.offset, record=exc.record,
+                     stored_crc=exc.stored_crc, computed_crc=exc.computed_crc)
+
+
 class PyInflater:
     """Python's zlib with the compiled ``Inflater``'s interface, minus ``block``,
     ``prime`` and ``window`` (see the module docstring)."""

@@ -26,7 +26,7 @@ from ..formats.framing import RecordFormat, parse_header
 from ..storage import Storage
 from ..storage.readahead import ReadAhead
 from .checks import check_headers, data_crc_problem, first_bad_data_crc, verify_streaming
-from .inflate import InflateFailure
+from .inflate import InflateFailure, in_stream_error
 from .inflated_stream import InflatedStream
 from .verify import verify_crcs
 
@@ -81,9 +81,13 @@ def scan_file(
         offsets, end = scan.offsets(), scan.pos
         if crc_pass and local is not None:
             verify_crcs(local, path, offsets, end, threads=threads)
-    except (CorruptRecordError, TruncatedRecordError) as exc:
+    except (CorruptRecordError, TruncatedRecordError) as caught:
+        exc = caught
+        if isinstance(storage, InflatedStream) and not inflate_failed:
+            at = exc.offset if exc.offset is not None else scan.pos
+            exc = in_stream_error(exc, storage.compression, storage.compressed_offset_near(at))
         if not allow_partial:
-            raise
+            raise exc from None
         offsets = scan.offsets()
         if exc.record is not None and exc.record < len(offsets):
             offsets = offsets[: exc.record]

@@ -22,8 +22,7 @@ from ..errors import CorruptRecordError
 from ..formats.framing import RecordFormat
 from ..formats.seekpoints import SeekTable
 from ..formats.sidecar import Sidecar
-from ..formats.sidecar_header import Compression
-from ..index.inflate import InflateFailure, NeedsByteAlignedPoint, inflate_span
+from ..index.inflate import InflateFailure, NeedsByteAlignedPoint, in_stream_error, inflate_span
 from ..storage import Storage
 from .payloads import extract_payloads
 from .shards import Shard, prefetch_sidecars
@@ -138,15 +137,6 @@ def _inflate(storage: Storage, path: str, url: str, sc: Sidecar, k: int, reach: 
         except InflateFailure as failure:
             cut = int(np.argmax(ends > base + failure.produced))
             raise failure.error(url, int(records[cut]), sc.compression) from None
-
-
-def in_stream_error(exc: CorruptRecordError, compression: Compression,
-               from_offset: int) -> CorruptRecordError:
-    """``exc`` (about a record in a decompressed stream) saying where the stream was read."""
-    note = (f" [byte offsets here are in the {compression.name.lower()} file's uncompressed "
-            f"stream; it was inflated from compressed byte offset {from_offset}]")
-    return type(exc)(str(exc) + note, path=exc.path, offset=exc.offset, record=exc.record,
-                     stored_crc=exc.stored_crc, computed_crc=exc.computed_crc)
 
 
 def read_batch(storage: Storage, shards: Sequence[Shard], cum: np.ndarray, first: np.ndarray,

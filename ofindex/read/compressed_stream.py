@@ -15,12 +15,11 @@ import numpy as np
 from ..errors import CorruptRecordError
 from ..formats.sidecar import Sidecar
 from ..index.build_file import STREAM_CHUNK
-from ..index.inflate import InflateFailure, can_prime
+from ..index.inflate import InflateFailure, can_prime, in_stream_error
 from ..index.inflated_stream import InflatedStream, StartPoint
 from ..storage import Storage
 from ..storage.ranges import plan_blocks
 from ..storage.readahead import ReadAhead
-from .compressed import in_stream_error
 from .payloads import extract_payloads
 
 
