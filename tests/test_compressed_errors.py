@@ -32,6 +32,7 @@ from ofindex import (
 )
 from ofindex.formats.sidecar import open_local_sidecar
 from ofindex.formats.sidecar_header import layout_of
+from ofindex.read import compressed
 
 
 def _records(n: int = 1500, seed: int = 3) -> list[bytes]:
@@ -130,9 +131,9 @@ def test_truncated_file(tmp_path, compression, keep, impl):
     assert list(ds) == RECORDS[: res.records] and ds[::-1] == RECORDS[: res.records][::-1]
 
 
-def test_corrupt_record_inside_the_stream(tmp_path, impl):
+def test_corrupt_record_inside_the_stream(tmp_path, impl, monkeypatch):
     """A TFRecord CRC error in the decompressed data names the record and where the stream
-    was inflated from."""
+    was inflated from; batches inflated on threads report the first bad record too."""
     k = next(i for i in range(700, len(RECORDS)) if len(RECORDS[i]) > 4)
     raw = bytearray(RAW)
     raw[len(ref_tfrecord(RECORDS[:k])) + 14] ^= 1  # a payload byte of record k
@@ -144,6 +145,13 @@ def test_corrupt_record_inside_the_stream(tmp_path, impl):
     with pytest.raises(CorruptRecordError, match=f"record {k}.*compressed byte offset") as err:
         ds[k]
     assert err.value.record == k
+    monkeypatch.setattr(compressed, "PARALLEL_INFLATE_BYTES", 0)
+    ofindex.build_index(path, seek_spacing=8 << 10)
+    ds = ofindex.open(path)
+    fine = [i for i in range(len(RECORDS)) if i != k]
+    assert ds[fine[::-1]] == [RECORDS[i] for i in fine[::-1]]
+    with pytest.raises(CorruptRecordError, match=f"record {k}"):
+        ds[list(range(len(RECORDS)))[::-1]]
     assert ofindex.open(path, verify=False)[k] != RECORDS[k]
     with pytest.raises(CorruptRecordError, match=f"record {k}"):
         list(ds)

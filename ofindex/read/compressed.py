@@ -6,13 +6,16 @@ inflating from the point to the record's end (about ``spacing / 2`` bytes on ave
 is sorted by offset and cut into *pieces*: runs of records served by one inflate pass from
 one seek point (a record joins the current piece when its own point lies before the end of
 what the piece inflates anyway). Each piece's compressed span is read once (remote pieces
-all at once) and inflated once; records are cut out of the result and checked as in an
-uncompressed file (TFRecord CRCs with ``verify``).
+all at once) and inflated once (big batches: pieces on a few threads); records are cut out
+of the result and checked as in an uncompressed file (TFRecord CRCs with ``verify``).
 """
 
 from __future__ import annotations
 
+import concurrent.futures as cf
 import itertools
+import os
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -29,6 +32,14 @@ from .shards import Shard, prefetch_sidecars
 
 #: A piece inflates at most about this many bytes before the next one starts afresh.
 MAX_PIECE_BYTES = 64 << 20
+#: From this many bytes to inflate in a batch on, its pieces are inflated on a few threads
+#: (zlib runs without the GIL in the compiled module, and largely so in Python's).
+PARALLEL_INFLATE_BYTES = 2 << 20
+_MAX_THREADS = 4
+
+_lock = threading.Lock()
+_pool: cf.ThreadPoolExecutor | None = None
+_pool_pid = -1
 
 
 def read_record(storage: Storage, path: str, sc: Sidecar, record: int, fmt: RecordFormat,
@@ -60,18 +71,40 @@ def read_records(storage: Storage, path: str, sc: Sidecar, records: np.ndarray,
     spans = [(seeks.compressed_start(k), seeks.compressed_end(int(e[lo:hi].max())))
              for k, lo, hi in pieces]
     sources = _fetch(storage, path, spans)
-    out = np.empty(len(records), dtype=object)
-    for (k, lo, hi), (a, _b), src in zip(pieces, spans, sources, strict=True):
-        reach = int(e[lo:hi].max())
-        buf, base = _inflate(storage, path, url, sc, k, reach, src, a, s[lo:hi], e[lo:hi],
-                             r[lo:hi])
+
+    def piece(j: int) -> list[Any]:
+        k, lo, hi = pieces[j]
+        a = spans[j][0]
+        buf, base = _inflate(storage, path, url, sc, k, int(e[lo:hi].max()), sources[j], a,
+                             e[lo:hi], r[lo:hi])
         try:
-            got = extract_payloads(buf, s[lo:hi] - base, e[lo:hi] - base, fmt, verify, url,
-                                   s[lo:hi], r[lo:hi])
+            return extract_payloads(buf, s[lo:hi] - base, e[lo:hi] - base, fmt, verify, url,
+                                    s[lo:hi], r[lo:hi])
         except CorruptRecordError as exc:
             raise in_stream_error(exc, sc.compression, a) from None
+
+    work = sum(int(e[lo:hi].max()) - int(seeks.out[k]) for k, lo, hi in pieces)
+    pool = _executor() if len(pieces) > 1 and work >= PARALLEL_INFLATE_BYTES else None
+    done = (list(pool.map(piece, range(len(pieces)))) if pool is not None
+            else [piece(j) for j in range(len(pieces))])
+    out = np.empty(len(records), dtype=object)
+    for (_, lo, hi), got in zip(pieces, done, strict=True):
         out[order[lo:hi]] = got
     return list(out.tolist())
+
+
+def _executor() -> cf.ThreadPoolExecutor | None:
+    """This process's inflate pool (a new one after ``fork``); ``None`` on a single core."""
+    global _pool, _pool_pid
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    threads = min(_MAX_THREADS, cores or 1)
+    if threads < 2:
+        return None
+    with _lock:
+        if _pool is None or _pool_pid != os.getpid():
+            _pool = cf.ThreadPoolExecutor(threads, thread_name_prefix="ofindex-inflate")
+            _pool_pid = os.getpid()
+        return _pool
 
 
 def plan_pieces(starts: np.ndarray, ends: np.ndarray,
@@ -119,8 +152,7 @@ def _fetch(storage: Storage, path: str, spans: list[tuple[int, int]]) -> list[An
 
 
 def _inflate(storage: Storage, path: str, url: str, sc: Sidecar, k: int, reach: int, src: Any,
-             a: int, starts: np.ndarray, ends: np.ndarray,
-             records: np.ndarray) -> tuple[bytearray, int]:
+             a: int, ends: np.ndarray, records: np.ndarray) -> tuple[bytearray, int]:
     """Inflate from point ``k`` to uncompressed ``reach``; returns the bytes and the
     uncompressed offset of their start. Failures name the first record they cut short."""
     seeks = sc.seeks
