@@ -6,7 +6,8 @@ uncompressed bytes at the increasing offsets the scanner asks for; the scanner w
 checks records in them exactly as in an uncompressed file. On the way it records seek points
 every ``spacing`` uncompressed bytes (see :mod:`ofindex.formats.seekpoints`): member or
 stream starts, and with the compiled inflater deflate block boundaries, whose 32 KiB windows
-are kept zlib-compressed. Each gzip member's CRC32 and length (zlib: Adler-32) are checked
+are kept zlib-compressed, cut to the part the data after the point uses
+(:mod:`~ofindex.index.windows`). Each gzip member's CRC32 and length (zlib: Adler-32) are checked
 by zlib as it passes (not those of a member entered at a seek point inside it).
 
 Readers stream records the same way from a seek point (``start=``), with no points recorded.
@@ -31,11 +32,13 @@ from .inflate import (
     STATUS_DATA_ERROR,
     STATUS_END,
     STATUS_NEED_DICT,
+    STATUS_OK,
     WINDOW,
     InflateFailure,
     can_prime,
     new_inflater,
 )
+from .windows import PendingWindow
 
 #: Compressed bytes read per request from the source.
 INPUT_CHUNK = 1 << 20
@@ -104,7 +107,8 @@ class InflatedStream:
         self._total_out = start.out
         self._member_out = start.out  # where the current member's output began
         self._marks: list[tuple[int, int]] = []  # (output reached, input consumed) per step
-        self._points: list[tuple[int, int, int, int, int, int]] = []
+        self._points: list[list[int]] = []  # out, in, bits, kind, window_len, window_at
+        self._pending: PendingWindow | None = None
         self._windows: list[bytes] = []
         self._window_bytes = 0
         if start.kind == SeekKind.PRIMED:
@@ -166,18 +170,38 @@ class InflatedStream:
 
     def seek_table(self) -> tuple[np.ndarray, bytes]:
         """The seek points recorded and the windows blob they point into."""
+        self._settle(trim=self.end is not None)
         cols = list(zip(*self._points, strict=True)) if self._points else [()] * 6
         out, in_, bits, kinds, wlen, wat = (list(c) for c in cols)
         return make_table(out, in_, bits, kinds, wlen, wat), b"".join(self._windows)
 
     # -- inflating --------------------------------------------------------------------------
     def _add_point(self, kind: int, out: int, in_: int, bits: int, window: bytes) -> None:
-        at, packed = self._window_bytes, b""
+        self._points.append([out, in_, bits, int(kind), 0, 0])
+        self._store_window(len(self._points) - 1, window)
+
+    def _store_window(self, k: int, window: bytes) -> None:
         if window:
             packed = zlib.compress(window, WINDOW_LEVEL)
+            self._points[k][4:] = [len(packed), self._window_bytes]
             self._windows.append(packed)
             self._window_bytes += len(packed)
-        self._points.append((out, in_, bits, int(kind), len(packed), at if packed else 0))
+
+    def _add_primed(self, out: int, bits: int, window: bytes) -> None:
+        """A primed point whose window is cut once 32 KiB of output follow it (see
+        :mod:`~ofindex.index.windows`)."""
+        self._settle(trim=False)  # points closer than 32 KiB: the previous keeps its window
+        self._points.append([out, self._in_offset(), bits, int(SeekKind.PRIMED), 0, 0])
+        if bits and not self._lo:  # the byte before the point is gone: keep the window whole
+            self._store_window(len(self._points) - 1, window)
+            return
+        first = bytes(self._in[self._lo - 1 : self._lo]) if bits else b""
+        self._pending = PendingWindow(len(self._points) - 1, out, bits, window, first)
+
+    def _settle(self, *, trim: bool) -> None:
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            self._store_window(pending.index, pending.shortest() if trim else pending.window)
 
     def _drop_before(self, start: int) -> None:
         """Forget output before ``start`` (the scanner never goes back)."""
@@ -231,10 +255,15 @@ class InflatedStream:
             room = room[: self._points[-1][0] + self.spacing - self._total_out]
         src = memoryview(self._in)[self._lo : self._hi]
         used, got, status, data_type = self._inf.inflate(src, room, self._primes and due)
+        if self._pending is not None:
+            self._pending.feed(src[:used])
         self._lo += used
         self._out_len += got
         self._total_out += got
         self._marks.append((self._total_out, self._in_offset()))
+        if self._pending is not None and (status != STATUS_OK
+                                          or self._pending.ready(self._total_out)):
+            self._settle(trim=status in (STATUS_OK, STATUS_END))
         if status == STATUS_DATA_ERROR:
             self._fail(self._inf.message, truncated=False)
         elif status == STATUS_NEED_DICT:
@@ -244,8 +273,8 @@ class InflatedStream:
         elif due and self._primes and data_type & 0xC0 == 0x80:
             # a deflate block boundary (not after the last block): a seek point
             out = self._total_out
-            window = self._inf.window(min(WINDOW, out - self._member_out))
-            self._add_point(SeekKind.PRIMED, out, self._in_offset(), data_type & 7, window)
+            self._add_primed(out, data_type & 7, self._inf.window(min(WINDOW,
+                                                                      out - self._member_out)))
         elif not used and not got:  # zlib takes all the input it is given: never expected
             self._fail("inflating made no progress", truncated=False)
 
