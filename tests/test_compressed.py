@@ -250,3 +250,16 @@ def test_cli(tf_files, tmp_path):
     assert code == 0 and out == RECORDS[3], err
     code, out, err = run("export-index", str(d / "data-ZLIB.tfrecord"))
     assert code == 1 and "compressed" in err
+
+
+def test_readme_example(tmp_path, monkeypatch):
+    """The README's "Compressed files" example runs as written."""
+    readme = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                          "README.md")
+    with open(readme, encoding="utf-8") as f:
+        text = f.read()
+    section = text[text.index("### Compressed files") :]
+    code = section[section.index("```python") + len("```python") : section.index("```\n", 10)]
+    monkeypatch.chdir(tmp_path)
+    exec(compile(code, "README.md", "exec"), {})
+    assert os.path.exists("train.tfrecord.gz.ofidx")

@@ -37,7 +37,7 @@ sys.path[:0] = [os.path.dirname(HERE), os.path.join(os.path.dirname(HERE), "test
 import numpy as np  # noqa: E402
 
 import ofindex  # noqa: E402
-from ofindex.formats.seekpoints import DEFAULT_SPACING  # noqa: E402
+from ofindex.formats.seekpoints import DEFAULT_SPACING, WRITER_SPACING  # noqa: E402
 from ofindex.formats.sidecar import open_local_sidecar  # noqa: E402
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -180,9 +180,11 @@ def spacing_case(path: str, spacings: list[int], budget: float, seed: int) -> li
     return rows
 
 
-def writer_case(path: str, work: str) -> dict:
-    """File size of ofindex's Writer (full-flush points) against TensorFlow's."""
+def writer_case(path: str, work: str, budget: float) -> dict:
+    """File size of ofindex's Writer (full-flush points) against TensorFlow's, and random
+    reads from what it wrote."""
     ds = ofindex.open(path)
+    rng = np.random.default_rng(5)
     out = {"tf_bytes": os.path.getsize(path)}
     for name, spacing in (("64K", 64 * KIB), ("256K", 256 * KIB), ("1M", 1 << 20),
                           ("no_points", 1 << 62)):
@@ -193,6 +195,10 @@ def writer_case(path: str, work: str) -> dict:
         out[f"writer_{name}_over_tf"] = os.path.getsize(target) / out["tf_bytes"]
         out[f"writer_{name}_index_fraction"] = (os.path.getsize(target + ".ofidx")
                                                 / os.path.getsize(target))
+        if name != "no_points":
+            w = ofindex.open(target)
+            out[f"writer_{name}_ds_i_per_s"] = rate(lambda w=w: w[int(rng.integers(len(w)))],
+                                                    budget)
     return out
 
 
@@ -289,6 +295,7 @@ def main(argv: list[str] | None = None) -> None:
     os.makedirs(a.root, exist_ok=True)
     spacings = [int(s) * KIB for s in a.spacings.split(",")]
     result: dict = {"config": {**vars(a), "default_spacing": DEFAULT_SPACING,
+                               "writer_spacing": WRITER_SPACING,
                                "implementation": ofindex._accel.implementation()},
                     "datasets": {}}
     for name, n, size in (("small", a.small_records, 200), ("large", a.large_records, 100_000)):
@@ -302,7 +309,7 @@ def main(argv: list[str] | None = None) -> None:
         case["random"] = random_case(path, a.budget, a.tf_samples, seed=2)
         case["spacings"] = spacing_case(path, spacings, a.budget, seed=3)
         with tempfile.TemporaryDirectory() as work:
-            case["writer"] = writer_case(path, work)
+            case["writer"] = writer_case(path, work, a.budget)
         if not a.no_remote:
             case["remote"] = remote_case(path, a.rtt_ms, seed=4)
         result["datasets"][name] = case

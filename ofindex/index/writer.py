@@ -11,7 +11,7 @@ from typing import Any, Protocol
 from ..errors import OfindexError
 from ..formats.framing import RecordFormat, frame_parts
 from ..formats.location import sidecar_location
-from ..formats.seekpoints import DEFAULT_SPACING
+from ..formats.seekpoints import WRITER_SPACING
 from ..formats.sidecar import encode_sidecar
 from ..formats.sidecar_header import Compression
 from ..storage import FileStamp, LocalStorage, storage_for
@@ -39,9 +39,9 @@ class Writer:
 
     ``compression="gzip"`` or ``"zlib"`` writes what ``tf.io.TFRecordWriter`` with
     ``TFRecordOptions(compression_type="GZIP" | "ZLIB")`` writes (TensorFlow reads it), at
-    zlib level ``compression_level``, with seek points every ``seek_spacing`` uncompressed
-    bytes placed by full flushes (see :mod:`ofindex.index.deflate_sink`): the sidecar needs no
-    windows and no scan later.
+    zlib level ``compression_level`` (-1: zlib's default, as TensorFlow), with seek points
+    every ``seek_spacing`` uncompressed bytes (default 256 KiB) placed by full flushes (see
+    :mod:`ofindex.index.deflate_sink`): the sidecar needs no windows and no scan later.
     """
 
     def __init__(
@@ -53,7 +53,7 @@ class Writer:
         index_dir: str | None = None,
         storage_options: dict[str, Any] | None = None,
         compression: str | Compression | None = None,
-        seek_spacing: int = DEFAULT_SPACING,
+        seek_spacing: int = WRITER_SPACING,
         compression_level: int = -1,
     ) -> None:
         self.format = RecordFormat.parse(format)

@@ -27,6 +27,7 @@ from ..formats.seekpoints import SeekTable
 from ..formats.sidecar import Sidecar
 from ..index.inflate import InflateFailure, NeedsByteAlignedPoint, in_stream_error, inflate_span
 from ..storage import Storage
+from ..storage.ranges import DEFAULT_MAX_BYTES, coalesce
 from .payloads import extract_payloads
 from .shards import Shard, prefetch_sidecars
 
@@ -138,7 +139,7 @@ def plan_pieces(starts: np.ndarray, ends: np.ndarray,
 
 def _fetch(storage: Storage, path: str, spans: list[tuple[int, int]]) -> list[Any]:
     """The compressed bytes of each span: views of the memory map, or reads (remote ones
-    concurrently)."""
+    merged where they touch or nearly do, and fetched concurrently)."""
     if storage.maps_files:
         mm = storage.mapped(path, max(b for _, b in spans))
         if mm is not None:
@@ -147,8 +148,13 @@ def _fetch(storage: Storage, path: str, spans: list[tuple[int, int]]) -> list[An
     if len(spans) == 1:
         a, b = spans[0]
         return [storage.read(path, a, b)]
-    return list(storage.read_ranges([path] * len(spans), [a for a, _ in spans],
-                                    [b for _, b in spans]))
+    starts = np.array([a for a, _ in spans], dtype=np.int64)
+    ends = np.array([b for _, b in spans], dtype=np.int64)
+    plan = coalesce(starts, ends, storage.default_max_gap, DEFAULT_MAX_BYTES)
+    reads = [memoryview(r) for r in storage.read_ranges(
+        [path] * len(plan.fetch_starts), plan.fetch_starts.tolist(), plan.fetch_ends.tolist())]
+    return [reads[f][o : o + (b - a)] for f, o, (a, b) in
+            zip(plan.item_fetch.tolist(), plan.item_offset.tolist(), spans, strict=True)]
 
 
 def _inflate(storage: Storage, path: str, url: str, sc: Sidecar, k: int, reach: int, src: Any,
