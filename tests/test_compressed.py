@@ -91,6 +91,18 @@ def test_tf_files_read_by_index(tf_files, tmp_path, kind, impl):
     assert list(ds.iter_records(1234, 2001, block_bytes=4096)) == expected[1234:2001]
 
 
+def test_pread_and_decode(tf_files, tmp_path):
+    """Without memory maps (``mmap=False``) and with ``decode=``, as for plain files."""
+    path = _fresh_copy(tf_files["GZIP"][0], tmp_path)
+    ofindex.build_index(path, seek_spacing=SPACING)
+    ds = ofindex.open(path, mmap=False, decode=len)
+    idx = np.random.default_rng(7).permutation(len(ds))[:400]
+    assert ds[idx] == [len(RECORDS[i]) for i in idx] and ds[int(idx[0])] == len(RECORDS[idx[0]])
+    assert list(ds) == [len(r) for r in RECORDS]
+    assert ds.compressions == [Compression.GZIP]
+    assert list(ds.record_lengths(idx)) == [len(RECORDS[i]) for i in idx]
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_reads_across_implementations(tf_files, tmp_path, kind):
     """A sidecar built with the compiled inflater (primed points) serves pure-Python reads,
