@@ -79,18 +79,21 @@ class PyInflater:
     ``prime`` and ``window`` (see the module docstring)."""
 
     def __init__(self, wbits: int, track: bool = False) -> None:
-        self._wbits = wbits
-        self._d: Any = zlib.decompressobj(wbits)
         self.message = ""
+        self.reset(wbits)
 
     def reset(self, wbits: int) -> None:
-        self.__init__(wbits)  # type: ignore[misc]
+        """Start a new stream (another member, or raw deflate)."""
+        self._wbits = wbits
+        self._d: Any = zlib.decompressobj(wbits)
 
     def set_dictionary(self, window: bytes) -> None:
+        """Give a raw stream the output before it."""
         if window:
             self._d = zlib.decompressobj(self._wbits, zdict=window)
 
     def inflate(self, src: Any, dst: Any, block: bool = False) -> tuple[int, int, int, int]:
+        """Inflate ``src`` into ``dst``: ``(used, produced, status, 0)`` as the compiled one."""
         if block:
             raise NotImplementedError("Python's zlib cannot stop at deflate blocks")
         src, dst = memoryview(src), memoryview(dst)

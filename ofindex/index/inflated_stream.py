@@ -133,8 +133,7 @@ class InflatedStream:
     def read_into(self, path: str, start: int, buffer: memoryview) -> int:
         """Fill ``buffer`` with the stream from ``start`` on; short at the end of the stream
         or where inflating failed. Raises the failure once no byte is left before it."""
-        self._fill(start + len(buffer))
-        self._drop_before(start)
+        self._fill(start, start + len(buffer))
         avail = self._out_base + self._out_len - start
         if avail <= 0:
             self.raise_failure()
@@ -212,11 +211,15 @@ class InflatedStream:
             self._out_base += k
             self._out_len -= k
 
-    def _fill(self, target: int) -> None:
-        """Inflate until the output reaches ``target``, the stream ends, or it fails."""
+    def _fill(self, start: int, target: int) -> None:
+        """Inflate until the output reaches ``target``, the stream ends, or it fails; output
+        before ``start`` is dropped on the way (a reader starting far past a seek point holds
+        no more than a step of it)."""
+        self._drop_before(start)
         while (self._out_base + self._out_len < target and self.end is None
                and self._failure is None):
             self._step()
+            self._drop_before(start)
 
     def _in_offset(self) -> int:
         return self._in_base + self._lo
