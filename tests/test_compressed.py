@@ -229,6 +229,26 @@ def test_compression_argument(tf_files, tmp_path):
     assert ds[-1] == expected[-1]
 
 
+def test_compressed_and_plain_shards_in_one_dataset(tmp_path):
+    """A directory of GZIP, ZLIB and uncompressed shards of one framing reads as one dataset
+    (also after pickling, as in DataLoader workers)."""
+    import pickle
+    import zlib
+
+    parts = [RECORDS[:900], RECORDS[900:1500], RECORDS[1500:]]
+    write_raw(str(tmp_path / "part-0"), gzip.compress(ref_tfrecord(parts[0])))
+    write_raw(str(tmp_path / "part-1"), ref_tfrecord(parts[1]))
+    write_raw(str(tmp_path / "part-2"), zlib.compress(ref_tfrecord(parts[2])))
+    ofindex.build_index(str(tmp_path), seek_spacing=SPACING)
+    for ds in (ofindex.open(str(tmp_path)), ofindex.open(str(tmp_path), manifest=False)):
+        ds = pickle.loads(pickle.dumps(ds))
+        assert [c.name for c in ds.compressions] == ["GZIP", "NONE", "ZLIB"]
+        idx = np.random.default_rng(8).permutation(len(ds))
+        assert ds[idx] == [RECORDS[i] for i in idx]
+        assert [ds[int(i)] for i in idx[:200]] == [RECORDS[i] for i in idx[:200]]
+        assert list(ds) == RECORDS and ds[850:1600] == RECORDS[850:1600]
+
+
 def test_stale_compressed_file(tf_files, tmp_path):
     path = _fresh_copy(tf_files["GZIP"][0], tmp_path)
     ofindex.build_index(path)

@@ -268,7 +268,8 @@ def plot(result: dict, target: str) -> str | None:
         for r in rows:
             ax.annotate(f"{r['spacing'] // KIB}K", (100 * r["index_fraction"], r["ds_i_per_s"]),
                         fontsize=7)
-    ax.set_xlabel("index size, % of the compressed file")
+    ax.set_xlabel("index size, % of the compressed file (log scale)")
+    ax.set_xscale("log")
     ax.set_ylabel("random records/s")
     ax.set_yscale("log")
     ax.legend(fontsize=8)
