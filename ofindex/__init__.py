@@ -14,6 +14,7 @@ from .errors import (
     TruncatedRecordError,
 )
 from .formats.framing import RecordFormat
+from .formats.sidecar_header import Compression
 from .index.build_file import BuildResult
 from .index.builder import build_index
 from .index.writer import Writer
@@ -24,6 +25,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "BuildResult",
+    "Compression",
     "CorruptRecordError",
     "DataFileNotFoundError",
     "Dataset",
