@@ -106,3 +106,26 @@ def test_any_seek_point_inflates_what_zlib_gives(data, compression, impl, level,
             got = inflate_span(packed[a:], a, int(seeks.kind[k]), int(seeks.bits[k]),
                                seeks.window(k), sc.compression, want)
         assert bytes(got) == raw[out : out + want]
+
+
+def test_records_larger_than_a_block_in_multi_member_gzip(tmp_path):
+    """Records larger than the scanner's 1 MiB block (streamed through), a gzip header with
+    a file name (as gzip(1) writes), and a second member."""
+    import io
+
+    rng = np.random.default_rng(0)
+    records = [rng.bytes(2_500_000), b"", b"x" * 1_500_000, rng.bytes(10)]
+    for fmt, frame in (("tfrecord", ref_tfrecord), ("ofrecord", ref_ofrecord)):
+        raw = frame(records)
+        buf = io.BytesIO()
+        with gzip.GzipFile(filename="data.tfrecord", mode="wb", fileobj=buf, mtime=0) as g:
+            g.write(raw)
+        path = write_raw(str(tmp_path / f"{fmt}.gz"), buf.getvalue() + gzip.compress(raw))
+        for impl in IMPLEMENTATIONS:
+            for verify in (False, True):
+                with implementation(impl):
+                    (res,) = ofindex.build_index(path, verify=verify, seek_spacing=512 << 10)
+                    ds = ofindex.open(path)
+                    assert res.records == 8 and res.format.name.lower() == fmt
+                    assert [ds[i] for i in (5, 0, 7, 2)] == [records[i % 4] for i in (5, 0, 7, 2)]
+                    assert list(ds) == records * 2

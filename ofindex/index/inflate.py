@@ -108,9 +108,10 @@ class PyInflater:
                 return used, produced, STATUS_DATA_ERROR, 0
             dst[produced : produced + len(out)] = out
             produced += len(out)
-            used += len(piece) - len(d.unconsumed_tail) - len(d.unused_data)
-            if d.eof:
+            if d.eof:  # the input left over is in unused_data (and in unconsumed_tail too)
+                used += len(piece) - len(d.unused_data)
                 return used, produced, STATUS_END, 0
+            used += len(piece) - len(d.unconsumed_tail)
             if not out and len(d.unconsumed_tail) == len(piece):
                 break  # no progress
         return used, produced, STATUS_OK, 0
