@@ -5,6 +5,7 @@ inflating from any seek point gives what zlib gives from the start."""
 from __future__ import annotations
 
 import gzip
+import itertools
 import os
 import tempfile
 import zlib
@@ -16,7 +17,7 @@ from hypothesis import strategies as st
 
 import ofindex
 from ofindex.formats.sidecar import open_local_sidecar
-from ofindex.index.inflate import inflate_span
+from ofindex.index.inflate import NeedsByteAlignedPoint, inflate_span
 
 COMPRESSIONS = ["gzip", "zlib"]
 FORMATS = ["tfrecord", "ofrecord"]
@@ -78,18 +79,28 @@ def _mixed_records(seed: int) -> list[bytes]:
 RAWS = {"text": ref_tfrecord(_big_records(7)), "mixed": ref_tfrecord(_mixed_records(8))}
 
 
+def _pack(raw: bytes, compression: str, level: int, members: int) -> bytes:
+    """``raw`` as ``members`` concatenated gzip members or zlib streams, by zlib."""
+    wbits = 31 if compression == "gzip" else 15
+    cuts = np.linspace(0, len(raw), members + 1).astype(int).tolist()
+    out = b""
+    for a, b in itertools.pairwise(cuts):
+        c = zlib.compressobj(level, zlib.DEFLATED, wbits)
+        out += c.compress(raw[a:b]) + c.flush()
+    return out
+
+
 @settings(max_examples=30, deadline=None)
 @given(data=st.data(), compression=st.sampled_from(COMPRESSIONS),
        impl=st.sampled_from(IMPLEMENTATIONS), level=st.sampled_from([1, 6, 9]),
-       kind=st.sampled_from(sorted(RAWS)))
-def test_any_seek_point_inflates_what_zlib_gives(data, compression, impl, level, kind):
-    """A file compressed by zlib (not by ofindex), indexed at a small spacing: from every
-    seek point (with its window cut to what follows it), inflating any length gives the
-    bytes of a full decompression."""
+       kind=st.sampled_from(sorted(RAWS)), members=st.sampled_from([1, 3]))
+def test_any_seek_point_inflates_what_zlib_gives(data, compression, impl, level, kind,
+                                                 members):
+    """A file compressed by zlib (not by ofindex), one stream or several, indexed at a small
+    spacing: from every seek point (with its window cut to what follows it), inflating any
+    length gives the bytes of a full decompression."""
     raw = RAWS[kind]
-    wbits = 31 if compression == "gzip" else 15
-    c = zlib.compressobj(level, zlib.DEFLATED, wbits)
-    packed = c.compress(raw) + c.flush()
+    packed = _pack(raw, compression, level, members)
     with tempfile.TemporaryDirectory() as d:
         path = write_raw(os.path.join(d, "f"), packed)
         with implementation("compiled"):
@@ -101,11 +112,21 @@ def test_any_seek_point_inflates_what_zlib_gives(data, compression, impl, level,
         k = data.draw(st.integers(0, len(seeks) - 1))
         out = int(seeks.out[k])
         want = data.draw(st.integers(0, len(raw) - out))
-        a = seeks.compressed_start(k)
         with implementation(impl):
-            got = inflate_span(packed[a:], a, int(seeks.kind[k]), int(seeks.bits[k]),
-                               seeks.window(k), sc.compression, want)
+            try:
+                got = _inflate_from(packed, seeks, k, sc.compression, want)
+            except NeedsByteAlignedPoint:  # Python's zlib crossing a member: start earlier
+                assert impl == "pure-python" and members > 1
+                k = seeks.aligned_before(k)
+                got = _inflate_from(packed, seeks, k, sc.compression, out + want - int(
+                    seeks.out[k]))[out - int(seeks.out[k]) :]
         assert bytes(got) == raw[out : out + want]
+
+
+def _inflate_from(packed, seeks, k, compression, want):
+    a = seeks.compressed_start(k)
+    return inflate_span(packed[a:], a, int(seeks.kind[k]), int(seeks.bits[k]), seeks.window(k),
+                        compression, want)
 
 
 def test_records_larger_than_a_block_in_multi_member_gzip(tmp_path):
