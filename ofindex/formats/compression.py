@@ -61,8 +61,17 @@ def starts_stream(head: bytes | memoryview, compression: Compression) -> bool:
 
 def inflate_head(head: bytes | memoryview, compression: Compression,
                  limit: int = 64) -> tuple[bytes, bool] | None:
-    """Decompress the start of a stream: up to ``limit`` bytes of output, and whether the
-    stream ended there; ``None`` when ``head`` is not valid ``compression`` data."""
+    """Decompress the start of a stream.
+
+    Args:
+        head: The first bytes of a file.
+        compression: GZIP or ZLIB.
+        limit: Most bytes of output wanted.
+
+    Returns:
+        ``(output, whether the stream ended)``, or ``None`` when ``head`` is not valid
+        ``compression`` data.
+    """
     d = zlib.decompressobj(WBITS[compression])
     try:
         out = d.decompress(bytes(head), limit)

@@ -118,7 +118,15 @@ class PyInflater:
 
 
 def new_inflater(wbits: int, track: bool = False) -> Any:
-    """A compiled ``Inflater`` when the module is built, else a :class:`PyInflater`."""
+    """An inflater for one stream.
+
+    Args:
+        wbits: -15 (raw deflate), 15 (zlib) or 31 (gzip).
+        track: Keep the last 32 KiB of output (compiled only: for seek point windows).
+
+    Returns:
+        A compiled ``Inflater`` when the module is built, else a :class:`PyInflater`.
+    """
     native = _accel.native
     if native is not None:
         return native.Inflater(wbits, track)

@@ -62,7 +62,23 @@ def read_record(storage: Storage, path: str, sc: Sidecar, record: int, fmt: Reco
 
 def read_records(storage: Storage, path: str, sc: Sidecar, records: np.ndarray,
                  fmt: RecordFormat, verify: bool) -> list[Any]:
-    """Payloads of records ``records`` (local numbers, any order) of one compressed shard."""
+    """Payloads of records of one compressed shard, read piece by piece (see the module).
+
+    Args:
+        storage: Storage of the data file.
+        path: The data file.
+        sc: Its sidecar.
+        records: Local record numbers (int64), any order, duplicates allowed.
+        fmt: The framing.
+        verify: Check TFRecord CRCs.
+
+    Returns:
+        The payloads, in the order of ``records``.
+
+    Raises:
+        CorruptRecordError, TruncatedRecordError: As for :func:`read_record`.
+        SidecarError: The sidecar's offsets or seek points are corrupt.
+    """
     starts, ends = sc.spans(records)
     seeks = sc.seeks
     order = np.argsort(starts, kind="stable")
@@ -180,8 +196,21 @@ def _inflate(storage: Storage, path: str, url: str, sc: Sidecar, k: int, reach: 
 def read_batch(storage: Storage, shards: Sequence[Shard], cum: np.ndarray, first: np.ndarray,
                idx: np.ndarray, fmt: RecordFormat, verify: bool,
                plain: Callable[[np.ndarray], list[Any]]) -> list[Any]:
-    """Payloads of global records ``idx`` of a dataset with compressed shards, in the order
-    asked for; records of uncompressed shards are read by ``plain``."""
+    """Payloads of global records of a dataset with compressed shards.
+
+    Args:
+        storage: Storage of the data files.
+        shards: The dataset's shards.
+        cum: Records up to and including each shard.
+        first: Global number of each shard's first record.
+        idx: Global record numbers (valid, non-negative).
+        fmt: The framing.
+        verify: Check TFRecord CRCs.
+        plain: Reads the records of uncompressed shards (global numbers).
+
+    Returns:
+        The payloads, in the order of ``idx``.
+    """
     shard_of = np.searchsorted(cum, idx, side="right")
     touched = np.unique(shard_of).tolist()
     prefetch_sidecars([shards[s] for s in touched])
