@@ -6,5 +6,7 @@ from glob import glob
 
 from setuptools import Extension, setup
 
+# inflate.c links the system's zlib (headers: zlib1g-dev / zlib-devel)
 setup(ext_modules=[Extension("ofindex._native", sorted(glob("ofindex/csrc/*.c")),
-                             depends=glob("ofindex/csrc/*.h"), optional=True)])
+                             depends=glob("ofindex/csrc/*.h"), libraries=["z"],
+                             optional=True)])

@@ -17,6 +17,7 @@ from .errors import (
     TruncatedRecordError,
 )
 from .formats.framing import RecordFormat
+from .formats.sidecar_header import Compression
 from .index.build_file import BuildResult
 from .index.builder import build_index
 from .index.writer import Writer
@@ -27,6 +28,7 @@ __version__ = "0.2.0"
 
 __all__ = [
     "BuildResult",
+    "Compression",
     "CorruptRecordError",
     "DataFileNotFoundError",
     "Dataset",

@@ -186,9 +186,12 @@ def test_not_a_record_file_and_a_gzip_file(tmp_path):
     p = write_raw(str(tmp_path / "notes.txt"), b"hello, this is not a record file\n" * 4)
     assert_one_line_error(run(["build", p]), "notes.txt", "cannot detect the record format")
     gz = write_raw(str(tmp_path / "part-0.gz"), gzip.compress(ref_tfrecord([b"x" * 100] * 5)))
-    r = run(["build", gz])
-    if r.returncode:  # until compressed files are supported: a clear line, never a misread
-        assert_one_line_error(r, "part-0.gz")
+    r = run(["build", gz])  # a compressed file is indexed, not misread as OFRecord
+    assert r.returncode == 0 and "1 compressed" in r.stdout, r.stderr
+    r = run(["get", gz, "4", "--raw"])
+    assert r.returncode == 0 and r.stdout == "x" * 100
+    r = run(["build", gz, "--compression", "zlib", "--force"])
+    assert_one_line_error(r, "part-0.gz", "not zlib data")
 
 
 def test_partial_build_info_and_verify(tmp_path):

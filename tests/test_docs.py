@@ -62,6 +62,12 @@ def _make_world(root, moto_server, gcs_server, nginx_server):
     cwd = os.path.join(root, "work")
     os.makedirs(cwd)
     files = write_dataset(os.path.join(cwd, "data"), 3000, 4, index=False)
+    import ofindex
+
+    for k in range(2):  # data-gz/: GZIP TFRecords as TensorFlow writes them, not yet indexed
+        with ofindex.Writer(os.path.join(cwd, "data-gz", f"part-{k}.tfrecord.gz"),
+                            compression="gzip", index=False) as w:
+            w.write_many(b"record %d" % i for i in range(5000))
     s3 = s3fs.S3FileSystem(skip_instance_cache=True, **servers.s3_options(moto_server.url))
     gcs = gcsfs.GCSFileSystem(skip_instance_cache=True, **servers.gcs_options(gcs_server.url))
     for bucket in ("bucket",):
@@ -79,8 +85,6 @@ def _make_world(root, moto_server, gcs_server, nginx_server):
         s3.pipe_file(f"bucket/train/{name}", data)
         gcs.pipe_file(f"public-data/train/{name}", data)
         shutil.copy(f, os.path.join(www, name))
-    import ofindex
-
     ofindex.build_index(www)  # the web server serves data and sidecars; nothing builds there
     env = dict(os.environ)
     env.update(

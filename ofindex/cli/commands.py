@@ -12,12 +12,14 @@ import warnings
 from typing import Any
 
 from .._accel import implementation
-from ..errors import IndexNotFoundError
+from ..errors import IndexNotFoundError, OfindexError
 from ..formats.framing import RecordFormat
 from ..formats.location import resolve, sidecar_location
+from ..formats.seekpoints import DEFAULT_SPACING
 from ..formats.sidecar import load_sidecar
+from ..formats.sidecar_header import Compression
 from ..formats.textindex import export_text, import_text
-from ..index.build_file import detect_file_format
+from ..index.build_file import detect_file_layout
 from ..index.builder import build_index
 from ..read.dataset import Dataset
 from ..read.open import PartialIndexWarning
@@ -32,7 +34,8 @@ def _open(args: argparse.Namespace, options: Options, *, verify: bool) -> Datase
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", PartialIndexWarning)  # each command reports it
         return open_dataset(args.paths, format=args.format, index_dir=args.index_dir,
-                            storage_options=options, verify=verify)
+                            storage_options=options, verify=verify,
+                            compression=args.compression)
 
 
 def _cluster_executor(args: argparse.Namespace) -> cf.Executor | None:
@@ -58,7 +61,8 @@ def cmd_build(args: argparse.Namespace, options: Options) -> int:
                 args.paths, format=args.format, index_dir=args.index_dir, verify=args.verify,
                 allow_partial=args.allow_partial, workers=args.workers,
                 storage_options=options, progress=not args.no_progress and sys.stderr.isatty(),
-                executor=executor, resume=args.resume,
+                executor=executor, resume=args.resume, compression=args.compression,
+                seek_spacing=args.seek_spacing or DEFAULT_SPACING,
             )
     finally:
         if executor is not None:
@@ -70,9 +74,15 @@ def cmd_build(args: argparse.Namespace, options: Options) -> int:
         print(f"WARNING: {r.data_url}: only {r.records} records indexed (PARTIAL): {r.problem}",
               file=sys.stderr)
     skipped = sum(r.skipped for r in results)
-    print(f"indexed {len(results)} files, {records} records, {size} bytes"
+    packed = [r for r in results if r.compression is not Compression.NONE]
+    unpacked = (f" ({len(packed)} compressed: {sum(r.size for r in packed)} bytes, "
+                f"{sum(r.uncompressed_size for r in packed)} uncompressed)" if packed else "")
+    index = sum(r.index_bytes for r in results)
+    print(f"indexed {len(results)} files, {records} records, {size} bytes{unpacked}"
           + (" (verified)" if args.verify else "")
           + (f"; {skipped} already fresh, skipped" if skipped else ""))
+    if index:
+        print(f"index: {index} bytes, {100 * index / size if size else 0:.2f}% of the data")
     return EXIT_PARTIAL if partial else EXIT_OK
 
 
@@ -81,16 +91,20 @@ def cmd_info(args: argparse.Namespace, options: Options) -> int:
     ds = _open(args, options, verify=False)
     shards = ds.shards
     partial = [s for s in shards if s.partial]
+    comps = [c.name.lower() for c in ds.compressions]  # loads every sidecar
     if args.json:
         print(json.dumps({
             "format": ds.format.name.lower(), "records": len(ds),
             "bytes": sum(s.bytes for s in shards), "loops": implementation(),
             "partial_shards": len(partial),
+            "compression": sorted(set(comps)),
             "shards": [{"url": s.url, "records": s.records, "bytes": s.bytes,
-                        "index": s.index_url, "partial": s.partial} for s in shards],
+                        "index": s.index_url, "partial": s.partial, "compression": c}
+                       for s, c in zip(shards, comps, strict=True)],
         }, indent=2))
         return EXIT_OK
     print(f"format:  {ds.format.name.lower()}")
+    print(f"compression: {', '.join(sorted(set(comps))) or 'none'}")
     print(f"shards:  {len(shards)}")
     print(f"records: {len(ds)}")
     print(f"bytes:   {sum(s.bytes for s in shards)}")
@@ -179,6 +193,12 @@ def cmd_export_index(args: argparse.Namespace, options: Options) -> int:
                 f"{ist.url(ipath)}: no index; run `ofindex build {storage.url(f)}` first"
             ) from None
         sc.check_fresh(storage.stamp(f), storage.url(f))
+        if sc.compressed or args.compression in ("gzip", "zlib"):
+            raise OfindexError(
+                f"{storage.url(f)}: the file is {sc.compression.name.lower()}-compressed; a "
+                "text index gives offsets into the file itself, which DALI and tfrecord2idx "
+                "read uncompressed — decompress it (gunzip / zlib) and index that copy"
+            )
         text = export_text(sc)
         if out is None:
             target_storage, target = storage, f + ".idx"
@@ -197,8 +217,14 @@ def cmd_import_index(args: argparse.Namespace, options: Options) -> int:
     storage, data = storage_for(args.data, options)
     tstorage, tpath = storage_for(args.text_index, options)
     stamp = storage.stamp(data)
-    fmt = (detect_file_format(storage, data, stamp.size) if args.format == "auto"
-           else RecordFormat.parse(args.format)) or RecordFormat.TFRECORD
+    given = None if args.format == "auto" else RecordFormat.parse(args.format)
+    compression, fmt = detect_file_layout(storage, data, stamp.size, fmt=given)
+    if compression is not Compression.NONE:
+        raise OfindexError(
+            f"{storage.url(data)}: the file is {compression.name.lower()}-compressed; a text "
+            "index describes an uncompressed file — run `ofindex build` on it instead"
+        )
+    fmt = fmt or RecordFormat.TFRECORD
     header, body = import_text(tstorage.read_all(tpath), fmt, stamp, path=tstorage.url(tpath),
                                data_url=storage.url(data))
     ist, ipath = sidecar_location(storage, data, args.index_dir, options)

@@ -21,7 +21,8 @@ EXAMPLES = {
   ofindex build data/                        # index every shard in a directory
   ofindex build 'data/part-*' --workers 8 --verify
   ofindex build s3://bucket/train --index-dir ./idx -s anon=false
-  ofindex build s3://bucket/train --dask-scheduler tcp://scheduler:8786   # on a Dask cluster""",
+  ofindex build s3://bucket/train --dask-scheduler tcp://scheduler:8786   # on a Dask cluster
+  ofindex build data-gz/ --seek-spacing 256K  # GZIP/ZLIB files are detected""",
     "info": """\
   ofindex info data/
   ofindex info data/ --json""",
@@ -72,6 +73,20 @@ def storage_options(pairs: list[str] | None, parser: argparse.ArgumentParser) ->
     return out
 
 
+def byte_size(text: str) -> int:
+    """A byte count such as ``1048576``, ``256K``, ``1M`` or ``1MiB``."""
+    units = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+    t = text.strip().lower().removesuffix("ib").removesuffix("b")
+    unit = t[-1:] if t[-1:] in units else ""
+    try:
+        value = int(float(t[: len(t) - len(unit)]) * units[unit])
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a byte size: {text!r} (e.g. 1M)") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be positive: {text!r}")
+    return value
+
+
 def _common(paths: str = "+") -> "_Parser":
     p = _Parser(add_help=False)
     if paths:
@@ -79,6 +94,9 @@ def _common(paths: str = "+") -> "_Parser":
                        help="data files, directories, globs or URLs")
     p.add_argument("--format", default="auto", choices=["auto", "tfrecord", "ofrecord"],
                    help="record framing (default: detected from the first record)")
+    p.add_argument("--compression", default="auto", choices=["auto", "gzip", "zlib", "none"],
+                   help="compression of the data files (TensorFlow's compression_type); "
+                   "auto detects GZIP and ZLIB")
     p.add_argument("--index-dir", metavar="DIR",
                    help="where sidecars live (default: beside the data)")
     p.add_argument("-s", "--storage-option", action="append", metavar="KEY=VALUE",
@@ -129,6 +147,9 @@ def build_parser() -> argparse.ArgumentParser:
     where.add_argument("--ray", metavar="ADDRESS", nargs="?", const="auto",
                        help="index the files on a Ray cluster ('auto' for the running one, "
                        "ray://host:10001; needs ofindex[ray])")
+    p.add_argument("--seek-spacing", type=byte_size, default=None, metavar="BYTES",
+                   help="compressed files: uncompressed bytes between seek points (default "
+                        "1M; smaller: faster random reads, larger index)")
 
     p = add("info", "shards, record counts, sizes and index state", _common())
     p.add_argument("--json", action="store_true", help="machine-readable output")

@@ -4,6 +4,7 @@
  * layout.c   layout check and payload gather (batched decoding)
  * blocks.c   recycled memory for big decoded arrays
  * walk.c     the index builder's header walk (GIL released)
+ * inflate.c  zlib's inflate for seek points in gzip/zlib files (GIL released)
  *
  * Pure functions over buffers the caller already holds (a memory map, a fetched range, a
  * list of records): no I/O, no error messages. Each returns its result, or the position of
@@ -32,7 +33,7 @@ static struct PyModuleDef module = {
 };
 
 PyMODINIT_FUNC PyInit__native(void) {
-    if (PyType_Ready(&BlockType) < 0)
+    if (PyType_Ready(&BlockType) < 0 || PyType_Ready(&InflaterType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
@@ -40,6 +41,12 @@ PyMODINIT_FUNC PyInit__native(void) {
     Py_INCREF(&BlockType);
     if (PyModule_AddObject(m, "Block", (PyObject *)&BlockType) < 0) {
         Py_DECREF(&BlockType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_INCREF(&InflaterType);
+    if (PyModule_AddObject(m, "Inflater", (PyObject *)&InflaterType) < 0) {
+        Py_DECREF(&InflaterType);
         Py_DECREF(m);
         return NULL;
     }

@@ -33,6 +33,9 @@ PyObject *same_bytes(PyObject *self, PyObject *args);
 PyObject *gather_bytes(PyObject *self, PyObject *args);
 extern const char same_bytes_doc[], gather_bytes_doc[];
 
+/* inflate.c: zlib's inflate with block boundaries, priming and windows (seek points) */
+extern PyTypeObject InflaterType;
+
 /* blocks.c: recycled memory for big decoded arrays */
 extern PyTypeObject BlockType;
 PyObject *pool_ctl(PyObject *self, PyObject *args);

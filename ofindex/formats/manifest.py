@@ -18,7 +18,8 @@ Layout (columnar, so 10,000 shards stay a few hundred kB)::
     {"ofindex_manifest": 1, "format": "tfrecord",
      "data_dir": null | "<URL>",      # null: the manifest's own directory
      "index_dir": null | "<URL>",     # null: sidecars beside the data, <name>.ofidx
-     "shards": {"name": [...], "records": [...], "size": [...], "fingerprint": [...]}}
+     "shards": {"name": [...], "records": [...], "size": [...], "fingerprint": [...],
+                "compression": [...]}}    # only when a shard is compressed: "gzip"/"zlib"/""
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from typing import Any
 from ..errors import SidecarError
 from ..storage import Storage, storage_for
 from .framing import RecordFormat
+from .sidecar_header import Compression
 
 MANIFEST_NAME = "ofindex-manifest.json"
 VERSION = 1
@@ -48,6 +50,12 @@ class Manifest:
     sizes: list[int]
     fingerprints: list[str]
     partial: tuple[str, ...] = ()
+    compressions: list[Compression] = dataclasses.field(default_factory=list)
+
+    @property
+    def compressed(self) -> bool:
+        """Whether any shard is compressed."""
+        return any(c is not Compression.NONE for c in self.compressions)
 
     def __len__(self) -> int:
         return len(self.names)
@@ -65,17 +73,22 @@ def encode_manifest(
     fmt: RecordFormat, manifest_url: str, data_dir: str, index_dir: str | None,
     names: list[str], records: list[int], sizes: list[int], fingerprints: list[str],
     partial: tuple[str, ...] = (),
+    compressions: list[Compression] | None = None,
 ) -> bytes:
     """The manifest's bytes; directories equal to the manifest's own are stored as ``null``;
     ``partial`` names the shards whose index covers only a valid prefix."""
     here = _dir_of(manifest_url)
+    shards: dict[str, Any] = {"name": names, "records": records, "size": sizes,
+                              "fingerprint": fingerprints}
+    if compressions and any(c is not Compression.NONE for c in compressions):
+        shards["compression"] = ["" if c is Compression.NONE else c.name.lower()
+                                 for c in compressions]
     doc: dict[str, Any] = {
         "ofindex_manifest": VERSION,
         "format": fmt.name.lower(),
         "data_dir": None if _same_place(data_dir, here) else data_dir,
         "index_dir": None if index_dir is None else index_dir,
-        "shards": {"name": names, "records": records, "size": sizes,
-                   "fingerprint": fingerprints},
+        "shards": shards,
     }
     if partial:
         doc["partial"] = sorted(partial)
@@ -92,6 +105,7 @@ def decode_manifest(raw: bytes, manifest_url: str) -> Manifest:
         records = [int(r) for r in shards["records"]]
         sizes = [int(s) for s in shards["size"]]
         fps = [str(f) for f in shards["fingerprint"]]
+        comps = [Compression.parse(str(c)) for c in shards.get("compression", [""] * len(names))]
         fmt = RecordFormat.parse(doc["format"])
         partial = tuple(str(n) for n in doc.get("partial", ()))
     except (ValueError, KeyError, TypeError) as exc:
@@ -104,7 +118,7 @@ def decode_manifest(raw: bytes, manifest_url: str) -> Manifest:
             f"{manifest_url}: manifest version {version} is not supported (this ofindex reads "
             f"version {VERSION}); rebuild with `ofindex build` or upgrade ofindex"
         )
-    if not (len(names) == len(records) == len(sizes) == len(fps)):
+    if not (len(names) == len(records) == len(sizes) == len(fps) == len(comps)):
         raise SidecarError(f"{manifest_url}: manifest columns differ in length; rebuild it")
     if len(set(names)) != len(names):
         raise SidecarError(f"{manifest_url}: manifest lists a shard twice; rebuild it")
@@ -113,7 +127,8 @@ def decode_manifest(raw: bytes, manifest_url: str) -> Manifest:
     data_dir = doc.get("data_dir") or _dir_of(manifest_url)
     if not set(partial) <= set(names):
         raise SidecarError(f"{manifest_url}: manifest marks unknown shards partial; rebuild it")
-    return Manifest(fmt, data_dir, doc.get("index_dir"), names, records, sizes, fps, partial)
+    return Manifest(fmt, data_dir, doc.get("index_dir"), names, records, sizes, fps, partial,
+                    comps)
 
 
 def read_manifest(
@@ -132,6 +147,7 @@ def write_manifest(
     url: str, fmt: RecordFormat, data_storage: Storage, data_files: list[str], data_dir: str,
     index_dir: str | None, records: list[int], sizes: list[int], fingerprints: list[str],
     storage_options: dict[str, Any] | None = None, partial: list[bool] | None = None,
+    compressions: list[Compression] | None = None,
 ) -> str:
     """Write the manifest of ``data_files`` (all inside ``data_dir``) to ``url``; returns it."""
     storage, path = storage_for(url, storage_options)
@@ -154,7 +170,7 @@ def write_manifest(
     index_url = None if index_dir is None else _absolute(index_dir, storage_options)
     marked = tuple(n for n, p in zip(names, partial or [False] * len(names), strict=True) if p)
     raw = encode_manifest(fmt, manifest_url, data_url, index_url, names, records, sizes,
-                          fingerprints, marked)
+                          fingerprints, marked, compressions)
     storage.write_atomic(path, [raw])
     return manifest_url
 

@@ -7,14 +7,21 @@ full flush); the others are deflate block boundaries that begin inside a byte (`
 the byte before ``in`` belong to the next block) and need the 32 KiB of output before them
 (the window), stored zlib-compressed in the sidecar's windows blob.
 
-On disk each point is 32 bytes (:data:`SEEK_DTYPE`), in the order of ``out``.
+On disk each point is 32 bytes (:data:`SEEK_DTYPE`), in the order of ``out``; the first
+point is the file's start. :class:`SeekTable` checks a sidecar's points once and answers
+where a read starts.
 """
 
 from __future__ import annotations
 
 import enum
+import threading
+import zlib
+from collections import OrderedDict
 
 import numpy as np
+
+from ..errors import SidecarError
 
 #: One seek point as stored in a sidecar (32 bytes, little-endian).
 SEEK_DTYPE = np.dtype([
@@ -59,3 +66,127 @@ def make_table(out: list[int], in_: list[int], bits: list[int], kinds: list[int]
 def table_from_bytes(raw: bytes | memoryview, count: int) -> np.ndarray:
     """A read-only view of ``count`` seek points stored in ``raw``."""
     return np.frombuffer(raw, dtype=SEEK_DTYPE, count=count)
+
+
+#: Uncompressed bytes between the seek points the builder records unless asked otherwise
+#: (``seek_spacing=``): a random read inflates half of it on average, and each point may store
+#: a window of up to 32 KiB (about 3% of the data at this spacing; see
+#: ``tools/bench_compressed.py``).
+DEFAULT_SPACING = 1 << 20
+#: The same for :class:`ofindex.Writer`, whose points are full flushes that store nothing:
+#: they cost compression instead (about 1.7% more bytes than TensorFlow's writer on ~200 B
+#: Examples at 256 KiB, 0.5% at 1 MiB), so they can be 4x closer.
+WRITER_SPACING = 256 << 10
+
+#: Bytes of history a deflate stream can refer back to: the largest window.
+WINDOW_BYTES = 32768
+_CACHED_WINDOWS = 64
+
+
+class SeekTable:
+    """The seek points of one sidecar, checked, with the lookups readers need.
+
+    Args:
+        table: The points (:data:`SEEK_DTYPE`).
+        windows: The windows blob.
+        file_size: The compressed file's size.
+        uncompressed_size: The decompressed stream's size.
+        path: The sidecar, for messages.
+
+    Raises:
+        SidecarError: The points are inconsistent (a corrupt sidecar).
+    """
+
+    def __init__(self, table: np.ndarray, windows: bytes | memoryview, file_size: int,
+                 uncompressed_size: int, path: str) -> None:
+        self.path = path
+        self.out = table["out"].astype(np.int64)
+        self.in_ = table["in"].astype(np.int64)
+        self.bits = table["bits"].astype(np.int64)
+        self.kind = table["kind"].astype(np.int64)
+        self._wlen = table["window_len"].astype(np.int64)
+        self._wat = table["window_at"].astype(np.int64)
+        self._windows = windows
+        self.file_size = file_size
+        self._check(uncompressed_size)
+        self._aligned = np.flatnonzero(self.kind != SeekKind.PRIMED)
+        self._cache: OrderedDict[int, bytes] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self.out)
+
+    def _check(self, usize: int) -> None:
+        out, in_, bits, kind = self.out, self.in_, self.bits, self.kind
+        primed = kind == SeekKind.PRIMED
+        problems = [
+            (not len(out), "no seek points"),
+            (len(out) and (out[0] or in_[0] or kind[0] not in (SeekKind.GZIP_MEMBER,
+                                                               SeekKind.ZLIB_STREAM)),
+             "the first seek point is not the file's start"),
+            (bool(np.any(np.diff(out) < 0) or np.any(np.diff(in_) < 0)), "points out of order"),
+            (bool(np.any(in_ > self.file_size) or np.any(out > max(usize, 0))),
+             "a point past the end of the data"),
+            (bool(np.any(kind > SeekKind.ALIGNED) or np.any(bits > 7)
+                  or np.any(bits[~primed] != 0) or np.any(primed & (bits > 0) & (in_ < 1))),
+             "a bad point kind or bit position"),
+            (bool(np.any(self._wlen[~primed] != 0) or np.any(self._wat < 0)
+                  or np.any(self._wat + self._wlen > len(self._windows))),
+             "a window outside the windows blob"),
+        ]
+        for bad, why in problems:
+            if bad:
+                raise SidecarError(f"{self.path}: the seek points are corrupt ({why}); rebuild "
+                                   "the index with `ofindex build`")
+
+    def point_before(self, offset: int) -> int:
+        """The last point at or before uncompressed ``offset``."""
+        return int(np.searchsorted(self.out, offset, side="right")) - 1
+
+    def points_before(self, offsets: np.ndarray) -> np.ndarray:
+        """:meth:`point_before` for many offsets."""
+        found: np.ndarray = np.searchsorted(self.out, offsets, side="right") - 1
+        return found
+
+    def aligned_before(self, k: int) -> int:
+        """The last point at or before point ``k`` that starts on a byte with no window."""
+        return int(self._aligned[np.searchsorted(self._aligned, k, side="right") - 1])
+
+    def compressed_end(self, out_end: int) -> int:
+        """A compressed offset before which all the data up to uncompressed ``out_end`` lies:
+        the first point at or after it, or the end of the file."""
+        j = int(np.searchsorted(self.out, out_end, side="left"))
+        return int(self.in_[j]) if j < len(self.in_) else self.file_size
+
+    def compressed_start(self, k: int) -> int:
+        """The first compressed byte inflating from point ``k`` needs."""
+        return int(self.in_[k]) - (1 if self.bits[k] else 0)
+
+    def window(self, k: int) -> bytes:
+        """The (decompressed) window of point ``k``: empty unless it is a primed point.
+
+        Raises:
+            SidecarError: The stored window is corrupt.
+        """
+        n = int(self._wlen[k])
+        if not n:
+            return b""
+        with self._lock:
+            got = self._cache.get(k)
+            if got is not None:
+                self._cache.move_to_end(k)
+                return got
+        a = int(self._wat[k])
+        d = zlib.decompressobj()
+        try:
+            got = d.decompress(self._windows[a : a + n], WINDOW_BYTES + 1)
+        except zlib.error:
+            got = b""
+        if not d.eof or not got or len(got) > min(WINDOW_BYTES, int(self.out[k])):
+            raise SidecarError(f"{self.path}: the window of seek point {k} is corrupt; "
+                               "rebuild the index with `ofindex build`")
+        with self._lock:
+            self._cache[k] = got
+            if len(self._cache) > _CACHED_WINDOWS:
+                self._cache.popitem(last=False)
+        return got

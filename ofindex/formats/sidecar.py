@@ -18,7 +18,7 @@ import numpy as np
 from ..errors import SidecarError, StaleIndexError
 from ..storage import FileStamp, Storage
 from .framing import RecordFormat
-from .seekpoints import empty_table, table_from_bytes
+from .seekpoints import SeekTable, empty_table, table_from_bytes
 from .sidecar_header import (
     HEADER_SIZE,
     Compression,
@@ -46,10 +46,11 @@ class Sidecar:
         seek_points: The seek table of a compressed file (see :mod:`.seekpoints`).
         windows: The windows blob of a compressed file.
         indexed_end: Byte just past the last indexed record.
+        compressed: The data file is compressed (its offsets are in the uncompressed stream).
     """
 
-    __slots__ = ("_buf", "_mv", "_overhead", "checksums", "header", "indexed_end", "offsets",
-                 "path", "seek_points", "windows")
+    __slots__ = ("_buf", "_mv", "_overhead", "_seeks", "checksums", "compressed", "header",
+                 "indexed_end", "offsets", "path", "seek_points", "windows")
 
     def __init__(self, path: str, header: SidecarHeader, body: mmap.mmap | bytes) -> None:
         self.path = path
@@ -73,6 +74,24 @@ class Sidecar:
         self.windows = mv[lay.windows[0] : lay.windows[1]]
         self._overhead = header.format.overhead  # no record's span is shorter
         self.indexed_end = header.indexed_end
+        self.compressed = header.compression is not Compression.NONE
+        self._seeks: SeekTable | None = None
+        if self.compressed and not header.seek_points:
+            raise SidecarError(f"{path}: a compressed file's sidecar without seek points; "
+                               "rebuild it with `ofindex build`")
+
+    @property
+    def seeks(self) -> SeekTable:
+        """The checked seek table of a compressed file (built on first use).
+
+        Raises:
+            SidecarError: The seek points are corrupt.
+        """
+        if self._seeks is None:
+            h = self.header
+            self._seeks = SeekTable(self.seek_points, self.windows, h.stamp.size,
+                                    h.uncompressed_size, self.path)
+        return self._seeks
 
     @property
     def format(self) -> RecordFormat:

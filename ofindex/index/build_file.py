@@ -1,4 +1,8 @@
-"""Indexing one data file: detect its framing, scan it once, write its sidecar."""
+"""Indexing one data file: detect its compression and framing, scan it once, write its sidecar.
+
+A gzip/zlib file is inflated once, through :class:`~ofindex.index.inflated_stream.InflatedStream`:
+its records' offsets are in the uncompressed stream and its sidecar also holds seek points.
+"""
 
 
 import dataclasses
@@ -6,12 +10,15 @@ import warnings
 from collections.abc import Callable
 
 from ..errors import StaleIndexError
-from ..formats.detect import detect_format
+from ..formats.detect import HEAD_BYTES, detect_layout
 from ..formats.framing import RecordFormat
+from ..formats.seekpoints import DEFAULT_SPACING
 from ..formats.sidecar import encode_sidecar
-from ..storage import Storage
+from ..formats.sidecar_header import Compression
+from ..storage import FileStamp, Storage
 from ..storage.readahead import ReadAhead
-from .scan import scan_file
+from .inflated_stream import InflatedStream
+from .scan import ScanResult, scan_file
 
 #: Request size when streaming a remote file for indexing.
 STREAM_CHUNK = 8 << 20
@@ -32,6 +39,10 @@ class BuildResult:
         problem: Why the index is partial.
         fingerprint: The data file's fingerprint when it was indexed.
         skipped: The sidecar was already fresh and left as it was (resumed build).
+        compression: How the data file is compressed.
+        uncompressed_size: Size of its decompressed stream (``size`` when not compressed).
+        index_bytes: Size of the sidecar written.
+        seek_points: Seek points in the sidecar (compressed files).
     """
 
     data_url: str
@@ -43,22 +54,39 @@ class BuildResult:
     problem: str | None = None
     fingerprint: str = ""
     skipped: bool = False
+    compression: Compression = Compression.NONE
+    uncompressed_size: int = -1
+    index_bytes: int = 0
+    seek_points: int = 0
+
+    @property
+    def index_fraction(self) -> float:
+        """The sidecar's size as a fraction of the data file's (0.0 for an empty file)."""
+        return self.index_bytes / self.size if self.size else 0.0
 
 
-def detect_file_format(storage: Storage, path: str, size: int) -> RecordFormat | None:
-    """Detect the framing of one file from its first header (``None`` for an empty file).
+def detect_file_layout(
+    storage: Storage | ReadAhead, path: str, size: int, *,
+    compression: Compression | None = None, fmt: RecordFormat | None = None,
+) -> tuple[Compression, RecordFormat | None]:
+    """Detect the compression and framing of one file from its first bytes (see
+    :func:`~ofindex.formats.detect.detect_layout`; the framing is ``None`` when the
+    decompressed stream is empty).
 
     Raises:
-        FormatDetectionError: The first bytes fit neither framing.
+        FormatDetectionError: The first bytes fit no framing.
     """
-    head = storage.read_block(path, 0, 12) if size else b""
-    return detect_format(head, size, path=storage.url(path))
+    if fmt is not None and compression is not None:
+        return compression, fmt
+    head = storage.read_block(path, 0, HEAD_BYTES) if size else b""
+    return detect_layout(head, size, path=storage.url(path), compression=compression, fmt=fmt)
 
 
 def build_file(
     storage: Storage, path: str, fmt: RecordFormat | None, index_storage: Storage,
     index_path: str, verify: bool, allow_partial: bool,
-    progress: Callable[[int], None] | None = None,
+    progress: Callable[[int], None] | None = None, *,
+    compression: Compression | None = None, spacing: int = DEFAULT_SPACING,
 ) -> BuildResult:
     """Index one data file and write its sidecar.
 
@@ -70,7 +98,10 @@ def build_file(
         index_path: Where the sidecar goes.
         verify: Also check every payload CRC.
         allow_partial: Index the valid prefix of a damaged file instead of failing.
-        progress: Called with the number of bytes scanned, now and then.
+        progress: Called with the number of bytes scanned (compressed bytes for a compressed
+            file), now and then.
+        compression: Its compression, or ``None`` to detect it.
+        spacing: Uncompressed bytes between seek points of a compressed file.
 
     Returns:
         What was indexed.
@@ -78,35 +109,58 @@ def build_file(
     Raises:
         CorruptRecordError: Bad data (unless ``allow_partial``).
         StaleIndexError: The file changed while it was scanned.
-        FormatDetectionError: ``fmt`` is ``None`` and the framing cannot be detected.
+        FormatDetectionError: The compression or framing cannot be detected.
     """
     stamp = storage.stamp(path)
+    url = storage.url(path)
     # remote files stream once, in large sequential chunks with one chunk in flight
     source = storage if storage.cheap_seeks else ReadAhead(storage, path, stamp.size, STREAM_CHUNK)
+    table, windows, usize = None, b"", stamp.size
     try:
-        if fmt is None:
-            fmt = detect_file_format(source, path, stamp.size)  # type: ignore[arg-type]
-            if fmt is None:  # empty file, format settled by the caller
-                return BuildResult(storage.url(path), index_storage.url(index_path), None, 0, 0,
-                                   fingerprint=stamp.fingerprint)
+        compression, fmt = detect_file_layout(source, path, stamp.size,
+                                              compression=compression, fmt=fmt)
+        if fmt is None:  # empty, format settled by the caller
+            return BuildResult(url, index_storage.url(index_path), None, 0, stamp.size,
+                               fingerprint=stamp.fingerprint, compression=compression)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # reported by the caller from BuildResult.problem
-            result = scan_file(
-                source, path, fmt, stamp.size, verify=verify,
-                allow_partial=allow_partial, progress=progress,
-            )
+            if compression is Compression.NONE:
+                result = scan_file(source, path, fmt, stamp.size, verify=verify,
+                                   allow_partial=allow_partial, progress=progress)
+            else:
+                stream = InflatedStream(source, path, stamp.size, compression, spacing,
+                                        progress)
+                result = scan_file(stream, path, fmt, 0, verify=verify,
+                                   allow_partial=allow_partial)
+                table, windows = stream.seek_table()
+                table = table[table["out"] <= result.indexed_end]  # past a damaged end: none
+                usize = stream.end if stream.end is not None else result.indexed_end
     finally:
         if isinstance(source, ReadAhead):
             source.close()
+    _check_unchanged(storage, path, stamp)
+    header, body = encode_sidecar(
+        fmt, result.offsets, stamp, result.indexed_end, result.partial,
+        compression=compression, seek_points=table, windows=windows,
+        spacing=spacing if table is not None else 0, uncompressed_size=usize,
+    )
+    index_storage.write_atomic(index_path, [header, body])
+    return _result(url, index_storage.url(index_path), fmt, result, stamp, compression, usize,
+                   len(header) + len(body), 0 if table is None else len(table))
+
+
+def _check_unchanged(storage: Storage, path: str, stamp: FileStamp) -> None:
     why = stamp.mismatch(storage.stamp(path))
     if why:
         raise StaleIndexError(
             f"{storage.url(path)}: the file changed while it was being indexed ({why}); "
             "run `ofindex build` again once writing has finished"
         )
-    header, body = encode_sidecar(fmt, result.offsets, stamp, result.indexed_end, result.partial)
-    index_storage.write_atomic(index_path, [header, body])
-    return BuildResult(
-        storage.url(path), index_storage.url(index_path), fmt, len(result.offsets),
-        stamp.size, result.partial, result.problem, stamp.fingerprint,
-    )
+
+
+def _result(url: str, index_url: str, fmt: RecordFormat, scan: ScanResult, stamp: FileStamp,
+            compression: Compression, usize: int, index_bytes: int,
+            points: int) -> BuildResult:
+    return BuildResult(url, index_url, fmt, len(scan.offsets), stamp.size, scan.partial,
+                       scan.problem, stamp.fingerprint, compression=compression,
+                       uncompressed_size=usize, index_bytes=index_bytes, seek_points=points)

@@ -2,20 +2,24 @@
 
 
 import concurrent.futures as cf
+import dataclasses
 import os
 import threading
 import warnings
 from typing import Any
 
 from ..errors import FormatDetectionError
+from ..formats.compression import parse_compression
 from ..formats.detect import FORMAT_HINT
 from ..formats.framing import RecordFormat
 from ..formats.location import DatasetLocation, resolve
 from ..formats.manifest import manifest_url_for, write_manifest
+from ..formats.seekpoints import DEFAULT_SPACING
+from ..formats.sidecar_header import Compression
 from ..storage import PathSpec, Storage
-from .build_file import BuildResult, build_file
-from .cluster import FileProgress, Job, run_on_executor
-from .resume import index_file
+from .build_file import BuildResult
+from .cluster import FileProgress, run_on_executor
+from .job import FileJob
 
 #: Remote files indexed at once by default (threads; each holds about two chunks).
 REMOTE_WORKERS = 8
@@ -34,6 +38,8 @@ def build_index(
     manifest: bool | str | None = None,
     executor: cf.Executor | None = None,
     resume: bool = True,
+    compression: str | Compression | None = "auto",
+    seek_spacing: int = DEFAULT_SPACING,
 ) -> list[BuildResult]:
     """Index data files: scan each once and write its sidecar (and the dataset's manifest).
 
@@ -68,6 +74,14 @@ def build_index(
             complete, same format; ``BuildResult.skipped``), so a build interrupted at 90 %
             redoes the remaining 10 %. ``False`` (``ofindex build --force``) re-indexes every
             file; a ``verify=True`` build always reads every file.
+        compression: ``"auto"`` detects GZIP and ZLIB files (TensorFlow's
+            ``compression_type``); ``"gzip"``, ``"zlib"`` or ``None`` say what every file
+            is. A compressed file is inflated once; its sidecar also holds seek points where
+            random reads start inflating.
+        seek_spacing: Uncompressed bytes between the seek points of a compressed file
+            (smaller: faster random reads, a larger index; each point may store up to a
+            32 KiB window, compressed). ``BuildResult.index_fraction`` tells the index size
+            as a fraction of the data.
 
     Returns:
         One :class:`BuildResult` per file, in dataset order.
@@ -89,7 +103,8 @@ def build_index(
                        manifest=False)
     results = build_location(location, format=format, verify=verify,
                              allow_partial=allow_partial, workers=workers, progress=progress,
-                             manifest=manifest, executor=executor, resume=resume)
+                             manifest=manifest, executor=executor, resume=resume,
+                             compression=compression, seek_spacing=seek_spacing)
     for r in results:
         if r.partial:
             warnings.warn(f"{r.data_url}: PARTIAL index of {r.records} records: {r.problem}",
@@ -108,15 +123,20 @@ def build_location(
     manifest: bool | str | None = None,
     executor: cf.Executor | None = None,
     resume: bool = True,
+    compression: str | Compression | None = "auto",
+    seek_spacing: int = DEFAULT_SPACING,
 ) -> list[BuildResult]:
     """Index the files of a resolved location (see :func:`build_index` for the options)."""
     storage, files = location.storage, location.files
     fmt = None if format == "auto" else RecordFormat.parse(format)
+    comp = parse_compression(compression)
+    if seek_spacing < 1:
+        raise ValueError(f"seek_spacing must be a positive number of bytes, not {seek_spacing}")
     targets = [location.sidecar_of(f) for f in files]
     default = (os.cpu_count() or 1) if storage.cheap_seeks else REMOTE_WORKERS
     n_workers = max(1, min(workers or default, len(files)))
-    jobs: list[Job] = [(storage, f, fmt, ist, ipath, verify, allow_partial)
-                       for f, (ist, ipath) in zip(files, targets, strict=True)]
+    jobs = [FileJob(storage, f, fmt, ist, ipath, verify, allow_partial, comp, seek_spacing)
+            for f, (ist, ipath) in zip(files, targets, strict=True)]
     if executor is not None:
         files_bar = FileProgress(len(jobs), progress)
         try:
@@ -129,7 +149,7 @@ def build_location(
             results = _run(jobs, n_workers, bar, resume)
         finally:
             bar.close()
-    results = _settle_empty_files(results, files, targets, storage, fmt)
+    results = _settle_empty_files(results, jobs)
     target = _manifest_target(location, manifest)
     if target is not None and results:
         url, data_dir = target
@@ -137,7 +157,7 @@ def build_location(
             url, results[0].format or RecordFormat.TFRECORD, storage, files, data_dir,
             location.index_dir, [r.records for r in results], [r.size for r in results],
             [r.fingerprint for r in results], location.storage_options,
-            partial=[r.partial for r in results],
+            partial=[r.partial for r in results], compressions=[r.compression for r in results],
         )
     return results
 
@@ -201,7 +221,7 @@ class _Progress:
 
 
 
-def _run(jobs: list[Job], n_workers: int, progress: _Progress,
+def _run(jobs: list[FileJob], n_workers: int, progress: _Progress,
          resume: bool) -> list[BuildResult]:
     """Run the jobs, ``n_workers`` files at a time on threads.
 
@@ -210,10 +230,9 @@ def _run(jobs: list[Job], n_workers: int, progress: _Progress,
     compiled header walk, CRC32C, numpy's bulk checks, file reads).
     """
     if n_workers == 1:
-        return [index_file(*job, resume, progress=progress.update) for job in jobs]
+        return [job.run(resume, progress.update) for job in jobs]
     pool = cf.ThreadPoolExecutor(n_workers, thread_name_prefix="ofindex-build")
-    futures = {pool.submit(index_file, *job, resume, progress=progress.update): i
-               for i, job in enumerate(jobs)}
+    futures = {pool.submit(job.run, resume, progress.update): i for i, job in enumerate(jobs)}
     results: list[BuildResult | None] = [None] * len(jobs)
     try:
         for fut in cf.as_completed(futures):
@@ -226,10 +245,7 @@ def _run(jobs: list[Job], n_workers: int, progress: _Progress,
     return [r for r in results if r is not None]
 
 
-def _settle_empty_files(
-    results: list[BuildResult], files: list[str], targets: list[tuple[Storage, str]],
-    storage: Storage, fmt: RecordFormat | None,
-) -> list[BuildResult]:
+def _settle_empty_files(results: list[BuildResult], jobs: list[FileJob]) -> list[BuildResult]:
     """Give empty files (format unknown under ``auto``) the format of their siblings."""
     if all(r.format is not None for r in results):
         return results
@@ -241,9 +257,7 @@ def _settle_empty_files(
             f"(formats seen: {sorted(f.name for f in seen) or 'none'}); pass {FORMAT_HINT}"
         )
     (only,) = seen
-    out = []
-    for r, f, (ist, ipath) in zip(results, files, targets, strict=True):
-        if r.format is None:
-            r = build_file(storage, f, only, ist, ipath, False, False)
-        out.append(r)
-    return out
+    return [r if r.format is not None
+            else dataclasses.replace(job, format=only, verify=False, allow_partial=False).run(
+                resume=False)
+            for r, job in zip(results, jobs, strict=True)]

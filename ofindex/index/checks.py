@@ -20,6 +20,7 @@ from ..formats.framing import (
 )
 from ..storage import Storage
 from ..storage.readahead import ReadAhead
+from .inflated_stream import InflatedStream
 
 _CRC = struct.Struct("<I").unpack_from
 
@@ -111,28 +112,39 @@ def _check_headers_bulk(buffer: Buffer, at: np.ndarray, walk_end: int, base: int
 
 
 def verify_streaming(
-    storage: Storage | ReadAhead, path: str, url: str, start: int, size: int,
-    fmt: RecordFormat, record: int, buffer: bytearray,
+    storage: Storage | ReadAhead | InflatedStream, path: str, url: str, start: int, size: int,
+    fmt: RecordFormat, record: int, buffer: bytearray, *, crc: bool = True,
 ) -> int:
-    """Verify one record larger than a block by streaming its payload through CRC32C."""
+    """Stream one record larger than a block through CRC32C (with ``crc``; else only check
+    that all of it is there); returns where it ends."""
     view = memoryview(buffer)
     head = storage.read(path, start, start + fmt.header_size)
     length = parse_header(head, fmt, path=url, offset=start, record=record, file_size=size)
     pos = start + fmt.header_size
     stop = pos + length
-    crc = 0
+    check = crc and fmt is RecordFormat.TFRECORD
+    value = 0
     while pos < stop:
         n = storage.read_into(path, pos, view[: min(len(buffer), stop - pos)])
         if n <= 0:
-            raise TruncatedRecordError(
-                f"{url}: file shrank while reading record {record} at byte offset {start}",
-                path=url, offset=start, record=record,
-            )
-        if fmt is RecordFormat.TFRECORD:
-            crc = _crc32c.crc32c(view[:n], crc)
+            raise _ends_inside(url, start, record, pos)
+        if check:
+            value = _crc32c.crc32c(view[:n], value)
         pos += n
-    if fmt is RecordFormat.TFRECORD:
-        (stored,) = _CRC(storage.read(path, stop, stop + 4))
-        if mask_crc(crc) != stored:
-            raise data_crc_error(stored, mask_crc(crc), path=url, offset=start, record=record)
+    foot = storage.read(path, stop, stop + fmt.footer_size)
+    if len(foot) < fmt.footer_size:
+        raise _ends_inside(url, start, record, stop)
+    if check:
+        (stored,) = _CRC(foot)
+        if mask_crc(value) != stored:
+            raise data_crc_error(stored, mask_crc(value), path=url, offset=start, record=record)
     return stop + fmt.footer_size
+
+
+def _ends_inside(url: str, start: int, record: int, at: int) -> TruncatedRecordError:
+    return TruncatedRecordError(
+        f"{url}: the data ends at byte {at}, inside record {record} at byte offset {start} "
+        "(the file is truncated, or shrank while it was read); re-copy it, or index the valid "
+        "prefix with `ofindex build --allow-partial`",
+        path=url, offset=start, record=record,
+    )

@@ -1,6 +1,6 @@
 """Index builds on any ``concurrent.futures.Executor``: a local pool, a Dask or Ray cluster.
 
-Each task indexes one file where the executor runs it (:func:`~.resume.index_file`) and
+Each task indexes one file where the executor runs it (:meth:`.job.FileJob.run`) and
 returns its small :class:`BuildResult`; the caller gathers the results and writes the manifest.
 Dask and Ray are optional: ``pip install 'ofindex[dask]'`` / ``'ofindex[ray]'``.
 
@@ -12,17 +12,14 @@ Dask and Ray are optional: ``pip install 'ofindex[dask]'`` / ``'ofindex[ray]'``.
 from __future__ import annotations
 
 import concurrent.futures as cf
+import dataclasses
 import pickle
 from collections.abc import Callable
 from typing import Any
 
-from ..formats.framing import RecordFormat
 from ..storage import Storage
 from .build_file import BuildResult
-from .resume import index_file
-
-#: ``(storage, path, format, index storage, index path, verify, allow_partial)``.
-Job = tuple[Storage, str, "RecordFormat | None", Storage, str, bool, bool]
+from .job import FileJob
 
 
 class FileProgress:
@@ -68,16 +65,16 @@ def _interned(storage: Storage) -> Storage:
     return _STORAGES.setdefault(key, storage)
 
 
-def run_job(job: Job, resume: bool) -> BuildResult:
-    """One task: :func:`~.resume.index_file` of one job (what a cluster worker runs)."""
-    storage, path, fmt, index_storage, index_path, verify, allow_partial = job
-    return index_file(_interned(storage), path, fmt, _interned(index_storage), index_path,
-                      verify, allow_partial, resume)
+def run_job(job: FileJob, resume: bool) -> BuildResult:
+    """One task: :meth:`FileJob.run` with this worker's storages (what a worker runs)."""
+    job = dataclasses.replace(job, storage=_interned(job.storage),
+                              index_storage=_interned(job.index_storage))
+    return job.run(resume)
 
 
-def run_on_executor(executor: cf.Executor, jobs: list[Job], resume: bool,
+def run_on_executor(executor: cf.Executor, jobs: list[FileJob], resume: bool,
                     progress: FileProgress) -> list[BuildResult]:
-    """Run one :func:`index_file` task per job on ``executor``; results in job order.
+    """Run one :func:`run_job` task per job on ``executor``; results in job order.
 
     On the first failure (or Ctrl-C) the tasks not started yet are cancelled and the error
     is raised; the executor itself belongs to the caller and is left running.

@@ -1,22 +1,23 @@
-"""One build task: index a data file unless its sidecar is already fresh (resumable builds).
+"""Resumable builds: is a data file's existing sidecar still fresh?
 
-:func:`index_file` is what a build runs for each file, on a local thread or on a cluster
-worker (``build_index(..., executor=...)``): a plain top-level function whose arguments
-(storages, paths, flags) pickle, and whose result (:class:`BuildResult`) is small. With
-``resume`` (the default) a file whose sidecar exists and describes exactly the file as it is
-now (same size and fingerprint, complete, of the format asked for) is skipped: a build that
-was interrupted at 90 % redoes the remaining 10 %.
+With ``resume`` (the default) a build skips a file whose sidecar exists and describes exactly
+the file as it is now (same size and fingerprint, complete, of the format asked for): a build
+that was interrupted at 90 % redoes the remaining 10 % (see :class:`.job.FileJob`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from ..errors import SidecarError
 from ..formats.framing import RecordFormat
-from ..formats.sidecar_header import HEADER_SIZE, SidecarHeader, decode_header
+from ..formats.sidecar_header import (
+    HEADER_SIZE,
+    Compression,
+    SidecarHeader,
+    decode_header,
+    layout_of,
+)
 from ..storage import Storage
-from .build_file import BuildResult, build_file
+from .build_file import BuildResult
 
 
 def read_header(index_storage: Storage, index_path: str) -> SidecarHeader | None:
@@ -39,7 +40,7 @@ def read_header(index_storage: Storage, index_path: str) -> SidecarHeader | None
 
 def fresh_result(
     storage: Storage, path: str, fmt: RecordFormat | None, index_storage: Storage,
-    index_path: str,
+    index_path: str, compression: Compression | None = None,
 ) -> BuildResult | None:
     """What a fresh existing sidecar says of ``path``, or ``None`` when it must be (re)built.
 
@@ -52,6 +53,7 @@ def fresh_result(
         fmt: The format asked for, or ``None`` (auto).
         index_storage: Storage of the sidecar.
         index_path: Where the sidecar is.
+        compression: The compression asked for, or ``None`` (auto).
 
     Returns:
         The :class:`BuildResult` of the existing sidecar (``skipped=True``), or ``None``.
@@ -59,44 +61,13 @@ def fresh_result(
     header = read_header(index_storage, index_path)
     if header is None or header.partial or (fmt is not None and header.format is not fmt):
         return None
+    if compression is not None and header.compression is not compression:
+        return None  # indexed as another compression than asked for: rebuild (and refuse)
     stamp = storage.stamp(path)
     if header.stamp != stamp:
         return None
     return BuildResult(storage.url(path), index_storage.url(index_path), header.format,
-                       header.count, stamp.size, fingerprint=stamp.fingerprint, skipped=True)
-
-
-def index_file(
-    storage: Storage, path: str, fmt: RecordFormat | None, index_storage: Storage,
-    index_path: str, verify: bool, allow_partial: bool, resume: bool = True,
-    progress: Callable[[int], None] | None = None,
-) -> BuildResult:
-    """Index one data file where this runs (a thread or a cluster worker).
-
-    Args:
-        storage: Storage of the data file.
-        path: The data file.
-        fmt: Its framing, or ``None`` to detect it.
-        index_storage: Storage of the sidecar.
-        index_path: Where the sidecar goes.
-        verify: Also check every payload CRC (a verifying build re-reads every file: it does
-            not resume).
-        allow_partial: Index the valid prefix of a damaged file instead of failing.
-        resume: Skip the file when its sidecar is fresh (see :func:`fresh_result`).
-        progress: Called with the number of bytes scanned (or skipped), now and then.
-
-    Returns:
-        What was indexed, or what the fresh sidecar holds (``skipped=True``).
-
-    Raises:
-        CorruptRecordError, StaleIndexError, FormatDetectionError: As
-            :func:`~ofindex.index.build_file.build_file`.
-    """
-    if resume and not verify:
-        done = fresh_result(storage, path, fmt, index_storage, index_path)
-        if done is not None:
-            if progress is not None:
-                progress(done.size)
-            return done
-    return build_file(storage, path, fmt, index_storage, index_path, verify, allow_partial,
-                      progress=progress)
+                       header.count, stamp.size, fingerprint=stamp.fingerprint, skipped=True,
+                       compression=header.compression,
+                       uncompressed_size=header.uncompressed_size,
+                       index_bytes=layout_of(header).end, seek_points=header.seek_points)

@@ -5,6 +5,9 @@ CRCs through lookup tables, impossible lengths, records running past the end of 
 With large records on cheap-seek storage only the headers are read. With ``verify=True``
 every payload's CRC is checked too: locally in a second, multi-threaded pass over the records
 found (:mod:`ofindex.index.verify`), remotely in the same pass (data crosses the network once).
+A compressed file is scanned the same way through its decompressed stream
+(:class:`~ofindex.index.inflated_stream.InflatedStream`), whose size is learnt at its end: only
+records wholly inside a block are taken, and the next block starts at the first one that is not.
 """
 
 from __future__ import annotations
@@ -23,11 +26,15 @@ from ..formats.framing import RecordFormat, parse_header
 from ..storage import Storage
 from ..storage.readahead import ReadAhead
 from .checks import check_headers, data_crc_problem, first_bad_data_crc, verify_streaming
+from .inflate import InflateFailure, in_stream_error
+from .inflated_stream import InflatedStream
 from .verify import verify_crcs
 
 _LEN = struct.Struct("<Q").unpack_from
 _SEEK_THRESHOLD = 32 << 10   # records this large on average: read headers only
 _HEADER_READ = 4096
+#: The size of a decompressed stream until its end is reached (no stream is that long).
+UNKNOWN_SIZE = 1 << 62
 
 
 @dataclasses.dataclass
@@ -39,7 +46,7 @@ class ScanResult:
 
 
 def scan_file(
-    storage: Storage | ReadAhead,
+    storage: Storage | ReadAhead | InflatedStream,
     path: str,
     fmt: RecordFormat,
     size: int,
@@ -54,25 +61,37 @@ def scan_file(
 
     Raises :class:`CorruptRecordError` / :class:`TruncatedRecordError` naming the file, byte
     offset and record number; with ``allow_partial`` returns the valid prefix instead (and
-    warns).
+    warns). Through an :class:`InflatedStream` (``size`` is then ignored) the offsets are in the
+    uncompressed stream, and bad compressed data raises the same errors naming the compressed
+    offset.
     """
     # Local TFRecord payloads are checked in a second pass over the records found, on
     # threads (see ofindex.index.verify); other storage checks them in the one pass it reads.
     local = storage if isinstance(storage, Storage) and storage.cheap_seeks else None
     crc_pass = verify and local is not None and fmt is RecordFormat.TFRECORD
     scan = _Scan(storage, path, fmt, size, verify and not crc_pass, block_size, progress)
+    inflate_failed = False
     try:
-        scan.run()
+        try:
+            scan.run()
+        except InflateFailure as failure:
+            assert isinstance(storage, InflatedStream)
+            inflate_failed = True  # every record taken so far is whole: the prefix ends at pos
+            raise failure.error(scan.url, scan.count, storage.compression) from None
         offsets, end = scan.offsets(), scan.pos
         if crc_pass and local is not None:
             verify_crcs(local, path, offsets, end, threads=threads)
-    except (CorruptRecordError, TruncatedRecordError) as exc:
+    except (CorruptRecordError, TruncatedRecordError) as caught:
+        exc = caught
+        if isinstance(storage, InflatedStream) and not inflate_failed:
+            at = exc.offset if exc.offset is not None else scan.pos
+            exc = in_stream_error(exc, storage.compression, storage.compressed_offset_near(at))
         if not allow_partial:
-            raise
+            raise exc from None
         offsets = scan.offsets()
         if exc.record is not None and exc.record < len(offsets):
             offsets = offsets[: exc.record]
-        end = exc.offset if exc.offset is not None else scan.pos
+        end = exc.offset if exc.offset is not None and not inflate_failed else scan.pos
         warnings.warn(
             f"{scan.url}: indexing only the first {len(offsets)} records (bytes [0, {end})) of "
             f"{size} bytes because: {exc}",
@@ -91,10 +110,12 @@ def _word_views(buffer: bytearray) -> list[memoryview]:
 class _Scan:
     """State of one pass over a file: position and the offsets accepted so far."""
 
-    def __init__(self, storage: Storage | ReadAhead, path: str, fmt: RecordFormat, size: int,
-                 verify: bool, block_size: int,
+    def __init__(self, storage: Storage | ReadAhead | InflatedStream, path: str,
+                 fmt: RecordFormat, size: int, verify: bool, block_size: int,
                  progress: Callable[[int], None] | None) -> None:
-        self.storage, self.path, self.fmt, self.size = storage, path, fmt, size
+        self.stream = isinstance(storage, InflatedStream)
+        self.storage, self.path, self.fmt = storage, path, fmt
+        self.size = UNKNOWN_SIZE if self.stream else size
         self.url = storage.url(path)
         self.verify, self.block_size, self.progress = verify, block_size, progress
         self.found: list[np.ndarray] = []
@@ -166,6 +187,15 @@ class _Scan:
                 p += _LEN(buffer, p)[0] + ov
         return np.array(local, dtype=np.int64), p
 
+    def _stream(self) -> InflatedStream:
+        assert isinstance(self.storage, InflatedStream)
+        return self.storage
+
+    def _stream_end(self) -> int:
+        """The decompressed stream's size once known, else :data:`UNKNOWN_SIZE`."""
+        end = self._stream().end
+        return UNKNOWN_SIZE if end is None else end
+
     def run(self) -> None:
         fmt, size, hs, ov = self.fmt, self.size, self.fmt.header_size, self.fmt.overhead
         buffer = self.buffer
@@ -175,6 +205,12 @@ class _Scan:
             pos = self.pos
             window = memoryview(buffer)[: min(read_size, size - pos)]
             n = self.storage.read_into(self.path, pos, window)
+            if self.stream:  # the stream's size is known once its end is reached
+                size = self.size = self._stream_end()
+                if pos >= size:
+                    break
+                if n < hs:  # the data stops short of a header: inflating failed there?
+                    self._stream().raise_failure()
             if n < hs:
                 parse_header(memoryview(buffer)[:n], fmt, path=self.url, offset=pos,
                              record=self.count, file_size=size)
@@ -185,10 +221,11 @@ class _Scan:
                 if self.pos - pos < _SEEK_THRESHOLD:
                     read_size = self.block_size
                 continue
-            # 2. check them; when verifying, only records wholly inside the block, with CRCs
+            # 2. check them; when verifying (or streaming), only records wholly inside the
+            # block (with CRCs)
             lengths, problem = check_headers(buffer, at, p, pos, n, size, fmt, self.url, self.count)
             keep = len(lengths)
-            if self.verify and problem is None:
+            if (self.verify or self.stream) and problem is None:
                 keep = int(np.searchsorted(at[:keep] + ov + lengths, n, side="right"))
             if self.verify and keep and fmt is RecordFormat.TFRECORD:
                 bad = first_bad_data_crc(buffer, at[:keep], lengths[:keep], hs)
@@ -203,7 +240,7 @@ class _Scan:
                 nxt = pos + int(at[keep - 1]) + ov + int(lengths[keep - 1])
             else:  # verifying, and the first record runs past the block: stream it
                 nxt = verify_streaming(self.storage, self.path, self.url, pos + int(at[0]), size,
-                                       fmt, self.count, buffer)
+                                       fmt, self.count, buffer, crc=self.verify)
                 self._accept(at[:1], pos)
             if self.progress is not None:
                 self.progress(min(nxt, size) - pos)

@@ -10,8 +10,11 @@ from typing import Any, Protocol
 from ..errors import OfindexError
 from ..formats.framing import RecordFormat, frame_parts
 from ..formats.location import sidecar_location
+from ..formats.seekpoints import WRITER_SPACING
 from ..formats.sidecar import encode_sidecar
+from ..formats.sidecar_header import Compression
 from ..storage import FileStamp, LocalStorage, storage_for
+from .deflate_sink import DeflateSink
 
 
 class _Message(Protocol):
@@ -31,9 +34,15 @@ class Writer:
         index: Write the sidecar when the file is closed.
         index_dir: Where the sidecar goes when not beside the data.
         storage_options: Options for the fsspec filesystem.
+        compression: ``"gzip"`` or ``"zlib"`` writes what ``tf.io.TFRecordWriter`` with
+            ``TFRecordOptions(compression_type="GZIP" | "ZLIB")`` writes (TensorFlow reads
+            it); ``None`` writes an uncompressed file.
+        seek_spacing: Uncompressed bytes between the seek points of a compressed file
+            (placed by full flushes, so the sidecar needs no windows).
+        compression_level: zlib's level (-1: zlib's default, as TensorFlow).
 
     Raises:
-        ValueError: An unknown ``format``.
+        ValueError: An unknown ``format`` or ``compression``.
         StorageError: The storage cannot be reached or refuses the write.
 
     Local files are written under a temporary name (``<name>.<pid>.tmp``) and renamed into
@@ -43,6 +52,12 @@ class Writer:
     :meth:`close` anyway; there an existing sidecar of the target is removed first, so a writer
     that dies midway leaves no sidecar claiming records the data file lacks. Offsets are kept
     in memory (8 bytes per record).
+
+    ``compression="gzip"`` or ``"zlib"`` writes what ``tf.io.TFRecordWriter`` with
+    ``TFRecordOptions(compression_type="GZIP" | "ZLIB")`` writes (TensorFlow reads it), at
+    zlib level ``compression_level`` (-1: zlib's default, as TensorFlow), with seek points
+    every ``seek_spacing`` uncompressed bytes (default 256 KiB) placed by full flushes (see
+    :mod:`ofindex.index.deflate_sink`): the sidecar needs no windows and no scan later.
     """
 
     def __init__(
@@ -53,8 +68,12 @@ class Writer:
         index: bool = True,
         index_dir: str | None = None,
         storage_options: dict[str, Any] | None = None,
+        compression: str | Compression | None = None,
+        seek_spacing: int = WRITER_SPACING,
+        compression_level: int = -1,
     ) -> None:
         self.format = RecordFormat.parse(format)
+        self.compression = Compression.parse(compression)
         self._storage, self._path = storage_for(os.fspath(url), storage_options)
         self._index = index
         self._index_storage, self._index_path = sidecar_location(
@@ -65,13 +84,18 @@ class Writer:
         if index and self._tmp is None:
             self._index_storage.remove(self._index_path)
         self._file = self._storage.open_write(self._tmp or self._path)
+        self._sink: DeflateSink | None = None
+        if self.compression is not Compression.NONE:
+            self._sink = DeflateSink(self._file, self.compression, seek_spacing,
+                                     compression_level)
         self._offsets = array.array("Q")
         self._pos = 0
         self._closed = False
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
-        return (f"Writer({self._storage.url(self._path)!r}, {self.format.name.lower()}, "
+        comp = "" if self.compression is Compression.NONE else f", {self.compression.name.lower()}"
+        return (f"Writer({self._storage.url(self._path)!r}, {self.format.name.lower()}{comp}, "
                 f"{len(self._offsets)} records, {state})")
 
     def __len__(self) -> int:
@@ -103,7 +127,10 @@ class Writer:
                 )
             data = serialize()
         head, foot = frame_parts(data, self.format)
-        f = self._file
+        f: Any = self._file
+        if self._sink is not None:
+            self._sink.boundary(self._pos)
+            f = self._sink
         f.write(head)
         f.write(data)
         if foot:
@@ -141,6 +168,8 @@ class Writer:
         if self._closed:
             return
         self._closed = True
+        if self._sink is not None:
+            self._sink.finish()
         self._file.close()
         if self._tmp is not None:
             if self._index:
@@ -149,9 +178,10 @@ class Writer:
         if not self._index:
             return
         stamp: FileStamp = self._storage.stamp(self._path)
-        if stamp.size != self._pos:
+        written = self._pos if self._sink is None else self._sink.written
+        if stamp.size != written:
             raise OfindexError(
-                f"{self._storage.url(self._path)}: {self._pos} bytes were written but the file "
+                f"{self._storage.url(self._path)}: {written} bytes were written but the file "
                 f"has {stamp.size}; another process wrote to it — no index written, rebuild it "
                 "with `ofindex build`"
             )
@@ -159,7 +189,12 @@ class Writer:
 
         offsets = (np.frombuffer(self._offsets, dtype=np.uint64) if self._offsets
                    else np.empty(0, np.uint64))
-        header, body = encode_sidecar(self.format, offsets, stamp, self._pos)
+        sink = self._sink
+        header, body = encode_sidecar(
+            self.format, offsets, stamp, self._pos, compression=self.compression,
+            seek_points=None if sink is None else sink.seek_table(),
+            spacing=0 if sink is None else sink.spacing, uncompressed_size=self._pos,
+        )
         self._index_storage.write_atomic(self._index_path, [header, body])
 
     def abort(self) -> None:

@@ -14,9 +14,10 @@ from .. import _accel
 from ..errors import RecordIndexError
 from ..formats.crc import LENGTH_CRCS
 from ..formats.framing import RecordFormat, unframe_ofrecord, unframe_tfrecord
+from ..formats.sidecar_header import Compression
 from ..storage import Storage
 from ..storage.ranges import DEFAULT_MAX_BYTES
-from . import streaming
+from . import compressed, compressed_stream, streaming
 from .gather import BatchReads
 from .shards import Shard, ShardInfo
 
@@ -46,6 +47,8 @@ class Dataset(BatchReads):
         max_gap: Largest gap between two wanted byte ranges read through rather than split
             (default: the storage's).
         max_read_bytes: Largest merged read.
+        compressed: Whether any shard may be gzip/zlib compressed (default: whether a loaded
+            sidecar says so).
     """
 
     def __init__(
@@ -58,9 +61,13 @@ class Dataset(BatchReads):
         decode: Decode | None = None,
         max_gap: int | None = None,
         max_read_bytes: int = DEFAULT_MAX_BYTES,
+        compressed: bool | None = None,
     ) -> None:
         self._storage = storage
         self._shards = list(shards)
+        if compressed is None:
+            compressed = any(s.loaded and s.sidecar.compressed for s in self._shards)
+        self._compressed = compressed
         self.format = fmt
         self._unframe = unframe_tfrecord if fmt is RecordFormat.TFRECORD else unframe_ofrecord
         self.verify = verify
@@ -138,6 +145,10 @@ class Dataset(BatchReads):
         sc = shard._sidecar
         if sc is None or shard.cache is not None or shard._pid != _getpid():
             sc = shard.sidecar  # first touch, a new process, or an LRU-managed sidecar
+        if sc.compressed:  # gzip/zlib: inflate from the seek point before the record
+            got = compressed.read_record(self._storage, shard.path, sc, local, self.format,
+                                         self.verify)
+            return got if self.decode is None else self.decode(got)
         native = _accel.native
         if native is not None and self._storage.maps_files:
             buf = self._storage.mapped(shard.path, 0)
@@ -200,6 +211,11 @@ class Dataset(BatchReads):
                       s.index_storage.url(s.index_path), s.partial)
             for s in self._shards
         ]
+
+    @property
+    def compressions(self) -> list[Compression]:
+        """How each shard's data file is compressed (loads every sidecar)."""
+        return [s.sidecar.compression for s in self._shards]
 
     @property
     def cumulative_counts(self) -> np.ndarray:
@@ -305,7 +321,9 @@ class Dataset(BatchReads):
             hi = min(stop - int(self._first[s]), shard.records)
             if lo >= hi:
                 continue
-            for payload in streaming.stream_shard(
-                self._storage, shard.path, shard.sidecar, lo, hi, self.verify, block_bytes
-            ):
+            sc = shard.sidecar
+            stream = compressed_stream.stream_compressed if sc.compressed else \
+                streaming.stream_shard
+            for payload in stream(self._storage, shard.path, sc, lo, hi, self.verify,
+                                  block_bytes):
                 yield self.decode(payload) if self.decode is not None else payload

@@ -20,6 +20,7 @@ from ..formats.framing import Buffer, RecordFormat
 from ..formats.sidecar import Sidecar
 from ..storage import Storage
 from ..storage.ranges import coalesce
+from .compressed import read_batch
 from .pageround import batch_spans
 from .payloads import (
     DIRECT_RECORD_BYTES,
@@ -47,9 +48,17 @@ class BatchReads:
     format: RecordFormat
     max_gap: int
     max_read_bytes: int
+    _compressed: bool
 
     def _payloads(self, idx: np.ndarray) -> list[Any]:
         """Payloads of records ``idx`` (valid, non-negative global numbers), in that order."""
+        if self._compressed:  # gzip/zlib shards: see ofindex.read.compressed
+            return read_batch(self._storage, self._shards, self._cum, self._first, idx,
+                              self.format, self._verify, self._plain_payloads)
+        return self._plain_payloads(idx)
+
+    def _plain_payloads(self, idx: np.ndarray) -> list[Any]:
+        """:meth:`_payloads` of uncompressed shards."""
         payloads = None
         if _accel.native is not None and self._storage.maps_files:
             payloads = self._gather_mapped(idx)

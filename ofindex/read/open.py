@@ -12,9 +12,11 @@ import warnings
 from typing import Any
 
 from ..errors import SidecarError, StaleIndexError, hint
+from ..formats.compression import parse_compression
 from ..formats.framing import RecordFormat
 from ..formats.location import DatasetLocation, resolve
 from ..formats.manifest import MANIFEST_NAME
+from ..formats.sidecar_header import Compression
 from ..storage import FileStamp, LocalStorage, PathSpec, Storage, is_data_file_name
 from ..storage.mapped import MappedLocalStorage
 from .dataset import Dataset, Decode
@@ -34,6 +36,7 @@ class OpenOptions:
     build_missing: bool = False
     check_stale: bool = True
     cache: SidecarCache = dataclasses.field(default_factory=SidecarCache)
+    compression: str | Compression | None = "auto"
 
 
 def open(
@@ -53,6 +56,7 @@ def open(
     max_concurrency: int | None = None,
     max_inflight_bytes: int | None = None,
     mmap: bool = True,
+    compression: str | Compression | None = "auto",
 ) -> Dataset:
     """Open TFRecord/OFRecord shards as one randomly accessible :class:`Dataset`.
 
@@ -95,6 +99,11 @@ def open(
             *truncated in place* by another process while it is mapped kills the reader with
             SIGBUS, as with ``numpy.memmap``; :class:`ofindex.Writer` replaces files
             atomically, so that cannot happen through it. ``False`` reads with ``os.pread``.
+        compression: ``"auto"`` takes what each sidecar says (GZIP and ZLIB files, as
+            TensorFlow writes them, are read like any other once indexed); ``"gzip"``,
+            ``"zlib"`` or ``None`` insists on one (a shard indexed otherwise raises
+            :class:`SidecarError`, and ``build_missing`` indexes with it). A random record
+            costs inflating from the seek point before it; iteration inflates each shard once.
 
     Returns:
         The dataset: ``len(ds)``, ``ds[i]``, slices, ``ds.__getitems__(indices)``, iteration.
@@ -115,8 +124,9 @@ def open(
     """
     location = resolve(paths, index_dir=index_dir, storage_options=storage_options,
                        manifest=manifest)
+    parse_compression(compression)  # refuse a bad name before any work
     options = OpenOptions(format, verify, decode, build_missing, check_stale,
-                          SidecarCache(cache_bytes, cache_dir, cache_dir_bytes))
+                          SidecarCache(cache_bytes, cache_dir, cache_dir_bytes), compression)
     ds = open_location(location, options)
     warn_partial(ds)
     if mmap and type(ds._storage) is LocalStorage:
@@ -141,13 +151,16 @@ def open_location(location: DatasetLocation, options: OpenOptions) -> Dataset:
         if missing:
             from ..index.builder import build_location
 
-            build_location(location.subset(missing), format=options.format, manifest=False)
+            build_location(location.subset(missing), format=options.format, manifest=False,
+                           compression=options.compression)
     fmt = None if options.format == "auto" else RecordFormat.parse(options.format)
+    want = parse_compression(options.compression)
     prefetch_sidecars(shards)
     for shard in shards:
         sc = shard.sidecar
         if options.check_stale:
             sc.check_fresh(storage.stamp(shard.path), storage.url(shard.path))
+        _check_compression(shard.index_url, sc.compression, want)
         if fmt is None:
             fmt = sc.format
         elif sc.format is not fmt:
@@ -157,7 +170,18 @@ def open_location(location: DatasetLocation, options: OpenOptions) -> Dataset:
                 "must share one format (or rebuild with the right `--format`)"
             )
     return Dataset(storage, shards, fmt or RecordFormat.TFRECORD, verify=options.verify,
-                   decode=options.decode)
+                   decode=options.decode,
+                   compressed=any(s.sidecar.compressed for s in shards))
+
+
+def _check_compression(where: str, got: Compression, want: Compression | None) -> None:
+    """Refuse a shard indexed with another compression than ``compression=`` insists on."""
+    if want is not None and got is not want:
+        raise SidecarError(
+            f"{where}: indexed as {got.name.lower()} but compression="
+            f"{want.name.lower() if want else None!r} was asked for; open with "
+            "compression='auto', or rebuild with the right `--compression`"
+        )
 
 
 def _open_manifest(location: DatasetLocation, options: OpenOptions) -> Dataset:
@@ -183,7 +207,12 @@ def _open_manifest(location: DatasetLocation, options: OpenOptions) -> Dataset:
     if local:  # stat-ing local files is cheap: check now, as without a manifest
         assert location.directory is not None
         _check_local(location.storage, location.directory, shards, options.check_stale)
-    return Dataset(storage, shards, m.format, verify=options.verify, decode=options.decode)
+    want = parse_compression(options.compression)
+    for name, got in zip(m.names, m.compressions or [Compression.NONE] * len(m.names),
+                         strict=True):
+        _check_compression(f"{m.data_dir}/{name}", got, want)
+    return Dataset(storage, shards, m.format, verify=options.verify, decode=options.decode,
+                   compressed=m.compressed)
 
 
 class PartialIndexWarning(UserWarning):

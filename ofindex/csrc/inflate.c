@@ -1,0 +1,308 @@
+/* Inflater: zlib's inflate as a small Python type, for random access into gzip and zlib
+ * files (the design of zlib's examples/zran.c).
+ *
+ * What Python's zlib module does not offer and seek points need: stopping at deflate block
+ * boundaries (Z_BLOCK) and reading the bit position there (data_type), starting in the
+ * middle of a byte (inflatePrime), and giving a raw stream its 32 KiB window
+ * (inflateSetDictionary). The builder inflates with `track` set, so the last 32 KiB of output
+ * is kept for the windows of its seek points; readers start an Inflater at a seek point.
+ *
+ * No inflate code of our own: every byte goes through zlib. Each inflate loop runs with the
+ * GIL released; an Inflater used from two threads at once refuses the second (it is not
+ * shared in ofindex). Data errors are returned as a status with zlib's message, so that the
+ * Python side names the file, the record and the compressed offset. */
+#include "native.h"
+#include <limits.h>
+#include <zlib.h>
+
+#define WINDOW 32768
+
+typedef struct {
+    PyObject_HEAD
+    z_stream strm;
+    int ready;              /* inflateInit2 succeeded: inflateEnd is owed */
+    int busy;               /* a call is running without the GIL */
+    int track;              /* keep the last WINDOW bytes of output in hist */
+    unsigned char *hist;    /* WINDOW bytes when track: the most recent output at the end */
+    Py_ssize_t hist_len;    /* valid bytes at the end of hist */
+    char message[128];      /* zlib's message for the last data error */
+} Inflater;
+
+static int valid_wbits(int wbits) {
+    return wbits == -15 || wbits == 15 || wbits == 31;
+}
+
+static int inflater_init(Inflater *self, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"wbits", "track", NULL};
+    int wbits, track = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "i|p:Inflater", kwlist, &wbits, &track))
+        return -1;
+    if (!valid_wbits(wbits)) {
+        PyErr_SetString(PyExc_ValueError, "Inflater: wbits must be -15 (raw), 15 (zlib) or 31 "
+                        "(gzip)");
+        return -1;
+    }
+    if (self->busy) {
+        PyErr_SetString(PyExc_RuntimeError, "Inflater is in use by another thread");
+        return -1;
+    }
+    if (self->ready) {  /* __init__ called again: start afresh */
+        inflateEnd(&self->strm);
+        self->ready = 0;
+    }
+    memset(&self->strm, 0, sizeof(self->strm));
+    int ret = inflateInit2(&self->strm, wbits);
+    if (ret != Z_OK) {
+        if (ret == Z_MEM_ERROR)
+            PyErr_NoMemory();
+        else
+            PyErr_Format(PyExc_RuntimeError, "inflateInit2 failed (%d)", ret);
+        return -1;
+    }
+    self->ready = 1;
+    self->track = track;
+    self->hist_len = 0;
+    if (track && self->hist == NULL) {
+        self->hist = PyMem_Malloc(WINDOW);
+        if (self->hist == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+    }
+    self->message[0] = '\0';
+    return 0;
+}
+
+static void inflater_dealloc(Inflater *self) {
+    if (self->ready)
+        inflateEnd(&self->strm);
+    PyMem_Free(self->hist);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* Refuse a call on an Inflater that is not initialised or is busy in another thread. */
+static int unusable(Inflater *self) {
+    if (!self->ready) {
+        PyErr_SetString(PyExc_ValueError, "Inflater is not initialised");
+        return 1;
+    }
+    if (self->busy) {
+        PyErr_SetString(PyExc_RuntimeError, "Inflater is in use by another thread");
+        return 1;
+    }
+    return 0;
+}
+
+/* Append n bytes of fresh output at p to the history window. */
+static void remember(Inflater *self, const unsigned char *p, size_t n) {
+    if (n >= WINDOW) {
+        memcpy(self->hist, p + (n - WINDOW), WINDOW);
+        self->hist_len = WINDOW;
+        return;
+    }
+    size_t keep = WINDOW - n;  /* bytes of older history that stay */
+    memmove(self->hist, self->hist + n, keep);
+    memcpy(self->hist + keep, p, n);
+    self->hist_len = self->hist_len + (Py_ssize_t)n > WINDOW ? WINDOW
+                     : self->hist_len + (Py_ssize_t)n;
+}
+
+static const char inflate_doc_[] =
+    "inflate(src, dst, block=False) -> (used, produced, status, data_type)\n\n"
+    "Inflate bytes of `src` into the writable buffer `dst` until `dst` is full, `src` is used\n"
+    "up, the stream ends or the data is bad; with `block`, also stop at the end of the\n"
+    "gzip/zlib header or of a deflate block (Z_BLOCK). `status` is 0 (more to do), 1 (end of\n"
+    "stream), 2 (a preset dictionary is needed) or -3 (bad data: see `message`); `data_type`\n"
+    "is zlib's: unused bits of the last input byte, +64 inside the last block, +128 at a\n"
+    "block boundary.";
+
+static PyObject *inflater_inflate(Inflater *self, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"src", "dst", "block", NULL};
+    Py_buffer src, dst;
+    int block = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "y*w*|p:inflate", kwlist, &src, &dst, &block))
+        return NULL;
+    if (unusable(self)) {
+        PyBuffer_Release(&src);
+        PyBuffer_Release(&dst);
+        return NULL;
+    }
+    const unsigned char *in = (const unsigned char *)src.buf;
+    unsigned char *out = (unsigned char *)dst.buf;
+    size_t in_left = (size_t)src.len, out_left = (size_t)dst.len;
+    size_t used = 0, produced = 0;
+    int ret = Z_OK;
+    const int flush = block ? Z_BLOCK : Z_NO_FLUSH;
+    self->busy = 1;
+    Py_BEGIN_ALLOW_THREADS
+    for (;;) {
+        /* avail_in/avail_out are 32-bit: feed buffers over 4 GiB in slices */
+        uInt ai = in_left > UINT_MAX ? UINT_MAX : (uInt)in_left;
+        uInt ao = out_left > UINT_MAX ? UINT_MAX : (uInt)out_left;
+        self->strm.next_in = (Bytef *)(in + used);
+        self->strm.avail_in = ai;
+        self->strm.next_out = out + produced;
+        self->strm.avail_out = ao;
+        ret = inflate(&self->strm, flush);
+        size_t got_in = ai - self->strm.avail_in, got_out = ao - self->strm.avail_out;
+        if (self->track && got_out)
+            remember(self, out + produced, got_out);
+        used += got_in;
+        produced += got_out;
+        in_left -= got_in;
+        out_left -= got_out;
+        if (ret == Z_BUF_ERROR)  /* no progress possible: not an error, the caller decides */
+            ret = Z_OK;
+        if (ret != Z_OK || block || (got_in == 0 && got_out == 0) || in_left == 0 ||
+            out_left == 0)
+            break;
+    }
+    Py_END_ALLOW_THREADS
+    self->busy = 0;
+    int data_type = self->strm.data_type;
+    PyBuffer_Release(&src);
+    PyBuffer_Release(&dst);
+    int status;
+    switch (ret) {
+    case Z_OK:
+        status = 0;
+        break;
+    case Z_STREAM_END:
+        status = 1;
+        break;
+    case Z_NEED_DICT:
+        status = 2;
+        break;
+    case Z_DATA_ERROR:
+        status = -3;
+        snprintf(self->message, sizeof(self->message), "%s",
+                 self->strm.msg != NULL ? self->strm.msg : "invalid compressed data");
+        break;
+    case Z_MEM_ERROR:
+        return PyErr_NoMemory();
+    default:
+        PyErr_Format(PyExc_RuntimeError, "inflate failed (%d)", ret);
+        return NULL;
+    }
+    return Py_BuildValue("nnii", (Py_ssize_t)used, (Py_ssize_t)produced, status, data_type);
+}
+
+static const char reset_doc[] =
+    "reset(wbits)\n\nStart a new stream (another gzip member or zlib stream, or raw deflate)\n"
+    "with the same Inflater; the output history is kept.";
+
+static PyObject *inflater_reset(Inflater *self, PyObject *args) {
+    int wbits;
+    if (!PyArg_ParseTuple(args, "i:reset", &wbits))
+        return NULL;
+    if (unusable(self))
+        return NULL;
+    if (!valid_wbits(wbits)) {
+        PyErr_SetString(PyExc_ValueError, "reset: wbits must be -15, 15 or 31");
+        return NULL;
+    }
+    if (inflateReset2(&self->strm, wbits) != Z_OK) {
+        PyErr_SetString(PyExc_RuntimeError, "inflateReset2 failed");
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+static const char prime_doc[] =
+    "prime(bits, value)\n\nInsert the low `bits` bits (0..16) of `value` before the next\n"
+    "input (inflatePrime): a seek point that starts inside a byte.";
+
+static PyObject *inflater_prime(Inflater *self, PyObject *args) {
+    int bits, value;
+    if (!PyArg_ParseTuple(args, "ii:prime", &bits, &value))
+        return NULL;
+    if (unusable(self))
+        return NULL;
+    if (bits < 0 || bits > 16 || value < 0 || (bits < 16 && value >= (1 << bits))) {
+        PyErr_SetString(PyExc_ValueError, "prime: bits must be 0..16 and value fit in them");
+        return NULL;
+    }
+    if (bits && inflatePrime(&self->strm, bits, value) != Z_OK) {
+        PyErr_SetString(PyExc_ValueError, "inflatePrime failed (prime a raw stream only)");
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+static const char set_dictionary_doc[] =
+    "set_dictionary(window)\n\nGive a raw stream the (up to 32 KiB) output that precedes it.";
+
+static PyObject *inflater_set_dictionary(Inflater *self, PyObject *args) {
+    Py_buffer win;
+    if (!PyArg_ParseTuple(args, "y*:set_dictionary", &win))
+        return NULL;
+    if (unusable(self)) {
+        PyBuffer_Release(&win);
+        return NULL;
+    }
+    if (win.len > WINDOW) {
+        PyBuffer_Release(&win);
+        PyErr_SetString(PyExc_ValueError, "set_dictionary: a window holds at most 32768 bytes");
+        return NULL;
+    }
+    int ret = win.len ? inflateSetDictionary(&self->strm, (const Bytef *)win.buf, (uInt)win.len)
+                      : Z_OK;
+    PyBuffer_Release(&win);
+    if (ret != Z_OK) {
+        PyErr_SetString(PyExc_ValueError, "inflateSetDictionary failed (set it on a raw stream "
+                        "before inflating)");
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+static const char window_doc[] =
+    "window(n) -> bytes\n\nThe last `n` bytes of output (needs track=True; n <= 32768 and no\n"
+    "more than were produced).";
+
+static PyObject *inflater_window(Inflater *self, PyObject *args) {
+    Py_ssize_t n;
+    if (!PyArg_ParseTuple(args, "n:window", &n))
+        return NULL;
+    if (unusable(self))
+        return NULL;
+    if (!self->track || n < 0 || n > self->hist_len) {
+        PyErr_SetString(PyExc_ValueError, "window: n exceeds the output kept (track=True?)");
+        return NULL;
+    }
+    return PyBytes_FromStringAndSize((const char *)self->hist + (WINDOW - n), n);
+}
+
+static PyObject *inflater_message(Inflater *self, void *closure) {
+    (void)closure;
+    return PyUnicode_DecodeLatin1(self->message, (Py_ssize_t)strlen(self->message), "replace");
+}
+
+static PyMethodDef inflater_methods[] = {
+    {"inflate", (PyCFunction)(void (*)(void))inflater_inflate, METH_VARARGS | METH_KEYWORDS,
+     inflate_doc_},
+    {"reset", (PyCFunction)inflater_reset, METH_VARARGS, reset_doc},
+    {"prime", (PyCFunction)inflater_prime, METH_VARARGS, prime_doc},
+    {"set_dictionary", (PyCFunction)inflater_set_dictionary, METH_VARARGS, set_dictionary_doc},
+    {"window", (PyCFunction)inflater_window, METH_VARARGS, window_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef inflater_getset[] = {
+    {"message", (getter)inflater_message, NULL, "zlib's message for the last data error", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+PyTypeObject InflaterType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "ofindex._native.Inflater",
+    .tp_basicsize = sizeof(Inflater),
+    .tp_dealloc = (destructor)inflater_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Inflater(wbits, track=False): zlib inflate with Z_BLOCK, inflatePrime and\n"
+              "inflateSetDictionary (wbits -15 raw, 15 zlib, 31 gzip).",
+    .tp_methods = inflater_methods,
+    .tp_getset = inflater_getset,
+    .tp_init = (initproc)inflater_init,
+    .tp_new = PyType_GenericNew,
+};

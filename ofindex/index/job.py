@@ -1,0 +1,70 @@
+"""One build task: index one data file, unless its sidecar is already fresh.
+
+A :class:`FileJob` is what a build runs for each file, on a local thread or on a cluster
+worker (``build_index(..., executor=...)``): its fields (storages, paths, options) pickle, and
+its result (:class:`BuildResult`) is small.
+"""
+
+import dataclasses
+from collections.abc import Callable
+
+from ..formats.framing import RecordFormat
+from ..formats.seekpoints import DEFAULT_SPACING
+from ..formats.sidecar_header import Compression
+from ..storage import Storage
+from .build_file import BuildResult, build_file
+from .resume import fresh_result
+
+
+@dataclasses.dataclass(frozen=True)
+class FileJob:
+    """Everything needed to index one data file.
+
+    Attributes:
+        storage: Storage of the data file.
+        path: The data file.
+        format: Its framing, or ``None`` to detect it.
+        index_storage: Storage of the sidecar.
+        index_path: Where the sidecar goes.
+        verify: Also check every payload CRC (a verifying build re-reads every file: it
+            does not resume).
+        allow_partial: Index the valid prefix of a damaged file instead of failing.
+        compression: How the file is compressed, or ``None`` to detect it.
+        spacing: Uncompressed bytes between seek points of a compressed file.
+    """
+
+    storage: Storage
+    path: str
+    format: RecordFormat | None
+    index_storage: Storage
+    index_path: str
+    verify: bool = False
+    allow_partial: bool = False
+    compression: Compression | None = None
+    spacing: int = DEFAULT_SPACING
+
+    def run(self, resume: bool = True,
+            progress: Callable[[int], None] | None = None) -> BuildResult:
+        """Index the file where this runs (a thread or a cluster worker).
+
+        Args:
+            resume: Skip the file when its sidecar is fresh (see :func:`.fresh_result`).
+            progress: Called with the number of bytes scanned (or skipped), now and then.
+
+        Returns:
+            What was indexed, or what the fresh sidecar holds (``skipped=True``).
+
+        Raises:
+            CorruptRecordError, StaleIndexError, FormatDetectionError: As
+                :func:`~ofindex.index.build_file.build_file`.
+        """
+        if resume and not self.verify:
+            done = fresh_result(self.storage, self.path, self.format, self.index_storage,
+                                self.index_path, self.compression)
+            if done is not None:
+                if progress is not None:
+                    progress(done.size)
+                return done
+        return build_file(self.storage, self.path, self.format, self.index_storage,
+                          self.index_path, self.verify, self.allow_partial, progress=progress,
+                          compression=self.compression, spacing=self.spacing)

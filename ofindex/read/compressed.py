@@ -1,0 +1,231 @@
+"""Random reads from gzip/zlib shards: inflate from the seek point before a record.
+
+A record costs one read of the compressed bytes from its seek point to the next point past
+its end (one range request on remote storage; none on a memory-mapped local file), then
+inflating from the point to the record's end (about ``spacing / 2`` bytes on average). A batch
+is sorted by offset and cut into *pieces*: runs of records served by one inflate pass from
+one seek point (a record joins the current piece when its own point lies before the end of
+what the piece inflates anyway). Each piece's compressed span is read once (remote pieces
+all at once) and inflated once (big batches: pieces on a few threads); records are cut out
+of the result and checked as in an uncompressed file (TFRecord CRCs with ``verify``).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import itertools
+import os
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..errors import CorruptRecordError
+from ..formats.framing import RecordFormat
+from ..formats.seekpoints import SeekTable
+from ..formats.sidecar import Sidecar
+from ..index.inflate import InflateFailure, NeedsByteAlignedPoint, in_stream_error, inflate_span
+from ..storage import Storage
+from ..storage.ranges import DEFAULT_MAX_BYTES, coalesce
+from .payloads import extract_payloads
+from .shards import Shard, prefetch_sidecars
+
+#: A piece inflates at most about this many bytes before the next one starts afresh.
+MAX_PIECE_BYTES = 64 << 20
+#: From this many bytes to inflate in a batch on, its pieces are inflated on a few threads
+#: (zlib runs without the GIL in the compiled module, and largely so in Python's).
+PARALLEL_INFLATE_BYTES = 2 << 20
+_MAX_THREADS = 4
+
+_lock = threading.Lock()
+_pool: cf.ThreadPoolExecutor | None = None
+_pool_pid = -1
+
+
+def read_record(storage: Storage, path: str, sc: Sidecar, record: int, fmt: RecordFormat,
+                verify: bool) -> bytes:
+    """The payload of record ``record`` of a compressed shard (see the module docstring).
+
+    Raises:
+        CorruptRecordError, TruncatedRecordError: The record or the compressed data around it
+            is bad (naming the file, the record and the compressed offset).
+        SidecarError: The sidecar's offsets or seek points are corrupt.
+    """
+    start, end = sc.span(record)
+    if end - start < fmt.overhead:
+        raise sc.bad_span(record, start, end)
+    got: bytes = read_records(storage, path, sc, np.array([record], dtype=np.int64), fmt,
+                              verify)[0]
+    return got
+
+
+def read_records(storage: Storage, path: str, sc: Sidecar, records: np.ndarray,
+                 fmt: RecordFormat, verify: bool) -> list[Any]:
+    """Payloads of records of one compressed shard, read piece by piece (see the module).
+
+    Args:
+        storage: Storage of the data file.
+        path: The data file.
+        sc: Its sidecar.
+        records: Local record numbers (int64), any order, duplicates allowed.
+        fmt: The framing.
+        verify: Check TFRecord CRCs.
+
+    Returns:
+        The payloads, in the order of ``records``.
+
+    Raises:
+        CorruptRecordError, TruncatedRecordError: As for :func:`read_record`.
+        SidecarError: The sidecar's offsets or seek points are corrupt.
+    """
+    starts, ends = sc.spans(records)
+    seeks = sc.seeks
+    order = np.argsort(starts, kind="stable")
+    s, e, r = starts[order], ends[order], records[order]
+    pieces = plan_pieces(s, e, seeks)
+    url = storage.url(path)
+    spans = [(seeks.compressed_start(k), seeks.compressed_end(int(e[lo:hi].max())))
+             for k, lo, hi in pieces]
+    sources = _fetch(storage, path, spans)
+
+    def piece(j: int) -> list[Any]:
+        k, lo, hi = pieces[j]
+        a = spans[j][0]
+        buf, base = _inflate(storage, path, url, sc, k, int(e[lo:hi].max()), sources[j], a,
+                             e[lo:hi], r[lo:hi])
+        try:
+            return extract_payloads(buf, s[lo:hi] - base, e[lo:hi] - base, fmt, verify, url,
+                                    s[lo:hi], r[lo:hi])
+        except CorruptRecordError as exc:
+            raise in_stream_error(exc, sc.compression, a) from None
+
+    work = sum(int(e[lo:hi].max()) - int(seeks.out[k]) for k, lo, hi in pieces)
+    pool = _executor() if len(pieces) > 1 and work >= PARALLEL_INFLATE_BYTES else None
+    done = (list(pool.map(piece, range(len(pieces)))) if pool is not None
+            else [piece(j) for j in range(len(pieces))])
+    out = np.empty(len(records), dtype=object)
+    for (_, lo, hi), got in zip(pieces, done, strict=True):
+        out[order[lo:hi]] = got
+    return list(out.tolist())
+
+
+def _executor() -> cf.ThreadPoolExecutor | None:
+    """This process's inflate pool (a new one after ``fork``); ``None`` on a single core."""
+    global _pool, _pool_pid
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    threads = min(_MAX_THREADS, cores or 1)
+    if threads < 2:
+        return None
+    with _lock:
+        if _pool is None or _pool_pid != os.getpid():
+            _pool = cf.ThreadPoolExecutor(threads, thread_name_prefix="ofindex-inflate")
+            _pool_pid = os.getpid()
+        return _pool
+
+
+def plan_pieces(starts: np.ndarray, ends: np.ndarray,
+                seeks: SeekTable) -> list[tuple[int, int, int]]:
+    """Cut records sorted by start into pieces ``(seek point, first, one past the last)``.
+
+    A record joins the current piece while its own seek point lies before the end of what
+    the piece inflates anyway, and the piece stays under :data:`MAX_PIECE_BYTES`.
+    """
+    n = len(starts)
+    if not n:
+        return []
+    points = seeks.points_before(starts)
+    at = seeks.out[points]
+    reach = np.maximum.accumulate(ends)
+    fresh = np.zeros(n, dtype=bool)  # starting afresh at the record's own point redoes nothing
+    fresh[1:] = at[1:] >= reach[:-1]
+    if int(reach[-1]) - int(at[0]) > MAX_PIECE_BYTES:  # long runs: also split at later points
+        first = 0
+        for j in range(1, n):
+            if fresh[j]:
+                first = j
+            elif points[j] > points[first] and reach[j - 1] - at[first] > MAX_PIECE_BYTES:
+                fresh[j] = True
+                first = j
+    bounds = [*np.flatnonzero(fresh).tolist(), n]
+    if bounds[0] != 0:
+        bounds.insert(0, 0)
+    return [(int(points[lo]), lo, hi) for lo, hi in itertools.pairwise(bounds)]
+
+
+def _fetch(storage: Storage, path: str, spans: list[tuple[int, int]]) -> list[Any]:
+    """The compressed bytes of each span: views of the memory map, or reads (remote ones
+    merged where they touch or nearly do, and fetched concurrently)."""
+    if storage.maps_files:
+        mm = storage.mapped(path, max(b for _, b in spans))
+        if mm is not None:
+            view = memoryview(mm)
+            return [view[a:b] for a, b in spans]
+    if len(spans) == 1:
+        a, b = spans[0]
+        return [storage.read(path, a, b)]
+    starts = np.array([a for a, _ in spans], dtype=np.int64)
+    ends = np.array([b for _, b in spans], dtype=np.int64)
+    plan = coalesce(starts, ends, storage.default_max_gap, DEFAULT_MAX_BYTES)
+    reads = [memoryview(r) for r in storage.read_ranges(
+        [path] * len(plan.fetch_starts), plan.fetch_starts.tolist(), plan.fetch_ends.tolist())]
+    return [reads[f][o : o + (b - a)] for f, o, (a, b) in
+            zip(plan.item_fetch.tolist(), plan.item_offset.tolist(), spans, strict=True)]
+
+
+def _inflate(storage: Storage, path: str, url: str, sc: Sidecar, k: int, reach: int, src: Any,
+             a: int, ends: np.ndarray, records: np.ndarray) -> tuple[bytearray, int]:
+    """Inflate from point ``k`` to uncompressed ``reach``; returns the bytes and the
+    uncompressed offset of their start. Failures name the first record they cut short."""
+    seeks = sc.seeks
+    while True:
+        base = int(seeks.out[k])
+        try:
+            buf = inflate_span(src, a, int(seeks.kind[k]), int(seeks.bits[k]), seeks.window(k),
+                               sc.compression, reach - base)
+            return buf, base
+        except NeedsByteAlignedPoint:
+            k = seeks.aligned_before(k)
+            a = seeks.compressed_start(k)
+            src = storage.read(path, a, seeks.compressed_end(reach))
+        except InflateFailure as failure:
+            cut = int(np.argmax(ends > base + failure.produced))
+            raise failure.error(url, int(records[cut]), sc.compression) from None
+
+
+def read_batch(storage: Storage, shards: Sequence[Shard], cum: np.ndarray, first: np.ndarray,
+               idx: np.ndarray, fmt: RecordFormat, verify: bool,
+               plain: Callable[[np.ndarray], list[Any]]) -> list[Any]:
+    """Payloads of global records of a dataset with compressed shards.
+
+    Args:
+        storage: Storage of the data files.
+        shards: The dataset's shards.
+        cum: Records up to and including each shard.
+        first: Global number of each shard's first record.
+        idx: Global record numbers (valid, non-negative).
+        fmt: The framing.
+        verify: Check TFRecord CRCs.
+        plain: Reads the records of uncompressed shards (global numbers).
+
+    Returns:
+        The payloads, in the order of ``idx``.
+    """
+    shard_of = np.searchsorted(cum, idx, side="right")
+    touched = np.unique(shard_of).tolist()
+    prefetch_sidecars([shards[s] for s in touched])
+    out = np.empty(len(idx), dtype=object)
+    is_plain = np.ones(len(idx), dtype=bool)
+    for s in touched:
+        sc = shards[s].sidecar
+        if not sc.compressed:
+            continue
+        sel = np.flatnonzero(shard_of == s)
+        is_plain[sel] = False
+        out[sel] = read_records(storage, shards[s].path, sc, idx[sel] - first[s], fmt, verify)
+    if is_plain.any():
+        got = plain(idx[is_plain])
+        holder = np.empty(len(got), dtype=object)
+        holder[:] = got
+        out[is_plain] = holder
+    return list(out.tolist())

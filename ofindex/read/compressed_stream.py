@@ -1,0 +1,79 @@
+"""Sequential reading of a gzip/zlib shard: one inflate pass from the seek point before the
+first record asked for, records cut out of the stream block by block.
+
+A pass over a whole shard starts at the file's start and goes on to the end of the file, so
+zlib checks every gzip member's CRC32 and length (zlib: Adler-32) on the way: the only check
+OFRecord payloads get. Remote files are read in large sequential requests with one in flight.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+
+from ..errors import CorruptRecordError
+from ..formats.sidecar import Sidecar
+from ..index.build_file import STREAM_CHUNK
+from ..index.inflate import InflateFailure, can_prime, in_stream_error
+from ..index.inflated_stream import InflatedStream, StartPoint
+from ..storage import Storage
+from ..storage.ranges import plan_blocks
+from ..storage.readahead import ReadAhead
+from .payloads import extract_payloads
+
+
+def stream_compressed(
+    storage: Storage, path: str, sc: Sidecar, lo: int, hi: int, verify: bool,
+    block_bytes: int = 8 << 20,
+) -> Iterator[bytes]:
+    """Payloads of records ``lo..hi-1`` of one compressed shard, in order.
+
+    Raises:
+        CorruptRecordError, TruncatedRecordError: A bad record, bad compressed data, or (on a
+            pass over the whole shard) a gzip/zlib check value that does not match.
+    """
+    blocks = plan_blocks(sc.offsets, lo, hi, block_bytes)
+    if not blocks:
+        return
+    seeks = sc.seeks
+    url = storage.url(path)
+    k = seeks.point_before(int(sc.offsets[lo]))
+    if not can_prime():  # Python's zlib starts on a byte, with no window
+        k = seeks.aligned_before(k)
+    size = sc.header.stamp.size
+    start = StartPoint(int(seeks.kind[k]), int(seeks.in_[k]), int(seeks.bits[k]),
+                       seeks.window(k), int(seeks.out[k]))
+    source = storage if storage.cheap_seeks else ReadAhead(storage, path, size, STREAM_CHUNK)
+    stream = InflatedStream(source, path, size, sc.compression, 0, start=start)
+    whole = k == 0 and lo == 0 and hi == len(sc) and not sc.header.partial
+    buf = bytearray(0)
+    try:
+        for a, b in blocks:
+            starts, ends = sc.spans(np.arange(a, b, dtype=np.int64))
+            s0, n = int(starts[0]), int(ends[-1] - starts[0])
+            if len(buf) < n:
+                buf = bytearray(max(n, block_bytes))
+            view = memoryview(buf)[:n]
+            try:
+                got = stream.read_into(path, s0, view)
+                if got < n:
+                    stream.raise_failure()
+                    raise InflateFailure(size, s0 + got, "the stream ends early", True)
+            except InflateFailure as failure:
+                cut = int(np.argmax(ends > failure.produced))
+                raise failure.error(url, a + cut, sc.compression) from None
+            try:
+                payloads = extract_payloads(view, starts - s0, ends - s0, sc.format, verify,
+                                            url, starts, np.arange(a, b))
+            except CorruptRecordError as exc:
+                raise in_stream_error(exc, sc.compression, start.in_) from None
+            yield from payloads
+        if whole and verify:
+            try:
+                stream.finish()
+            except InflateFailure as failure:
+                raise failure.error(url, hi - 1, sc.compression) from None
+    finally:
+        if isinstance(source, ReadAhead):
+            source.close()
