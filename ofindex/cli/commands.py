@@ -25,7 +25,7 @@ def cmd_build(args, options) -> int:
         results = build_index(
             args.paths, format=args.format, index_dir=args.index_dir, verify=args.verify,
             allow_partial=args.allow_partial, workers=args.workers, storage_options=options,
-            progress=not args.no_progress and sys.stderr.isatty(),
+            progress=not args.no_progress and sys.stderr.isatty(), checksums=args.checksums,
         )
     records = sum(r.records for r in results)
     size = sum(r.size for r in results)
@@ -113,6 +113,12 @@ def cmd_verify(args, options) -> int:
                 bar.update(65536)
         bar.update(n % 65536)
     print(f"ok: {len(ds.shards)} files, {n} records verified")
+    if ds.format is RecordFormat.OFRECORD:
+        bare = ds.shards_without_checksums()
+        if bare:
+            print(f"note: {len(bare)} of {len(ds.shards)} OFRecord files have no checksums in "
+                  f"their sidecars (e.g. {bare[0]}): only their framing was checked; rebuild "
+                  "with `ofindex build --checksums` to check their payloads too")
     return EXIT_OK
 
 

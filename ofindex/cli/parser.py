@@ -14,6 +14,7 @@ not found); 2 bad command line; 3 `build --allow-partial` indexed only a valid p
 examples:
   ofindex build data/                        # index every shard in a directory
   ofindex build 'data/train-*.tfrecord' --workers 8 --verify
+  ofindex build data/ofrecord/ --checksums    # OFRecord: a CRC32C per payload in the sidecar
   ofindex build s3://bucket/train --index-dir ./idx -o anon=true
   ofindex info data/
   ofindex get data/ 0 -1 12345 --decode      # print records by global number
@@ -57,6 +58,9 @@ def build_parser() -> argparse.ArgumentParser:
                        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     _add_common(p)
     p.add_argument("--verify", action="store_true", help="also check every record's data CRC")
+    p.add_argument("--checksums", action="store_true",
+                   help="store every payload's CRC32C in the sidecar, checked on read (OFRecord "
+                        "has no CRC of its own; reads the whole file)")
     p.add_argument("--allow-partial", action="store_true",
                    help="index the valid prefix of a damaged file instead of failing (loudly)")
     p.add_argument("--workers", type=int, default=None, help="files scanned in parallel")

@@ -12,6 +12,7 @@ from ..formats.framing import RecordFormat
 from ..formats.sidecar import encode_sidecar
 from ..storage import Storage
 from ..storage.readahead import ReadAhead
+from .checksums import payload_checksums
 from .scan import scan_file
 
 #: Request size when streaming a remote file for indexing.
@@ -57,7 +58,7 @@ def detect_file_format(storage: Storage, path: str, size: int) -> RecordFormat |
 def build_file(
     storage: Storage, path: str, fmt: RecordFormat | None, index_storage: Storage,
     index_path: str, verify: bool, allow_partial: bool,
-    progress: Callable[[int], None] | None = None,
+    progress: Callable[[int], None] | None = None, checksums: bool = False,
 ) -> BuildResult:
     """Index one data file and write its sidecar.
 
@@ -70,6 +71,8 @@ def build_file(
         verify: Also check every payload CRC.
         allow_partial: Index the valid prefix of a damaged file instead of failing.
         progress: Called with the number of bytes scanned, now and then.
+        checksums: Also store the CRC32C of every payload in the sidecar (reads the whole
+            file; see :mod:`ofindex.index.checksums`).
 
     Returns:
         What was indexed.
@@ -94,6 +97,8 @@ def build_file(
                 source, path, fmt, stamp.size, verify=verify,
                 allow_partial=allow_partial, progress=progress,
             )
+        sums = (payload_checksums(source, path, fmt, result.offsets, result.indexed_end)
+                if checksums else None)
     finally:
         if isinstance(source, ReadAhead):
             source.close()
@@ -103,7 +108,8 @@ def build_file(
             f"{storage.url(path)}: the file changed while it was being indexed ({why}); "
             "run `ofindex build` again once writing has finished"
         )
-    header, body = encode_sidecar(fmt, result.offsets, stamp, result.indexed_end, result.partial)
+    header, body = encode_sidecar(fmt, result.offsets, stamp, result.indexed_end, result.partial,
+                                  checksums=sums)
     index_storage.write_atomic(index_path, [header, body])
     return BuildResult(
         storage.url(path), index_storage.url(index_path), fmt, len(result.offsets),

@@ -30,12 +30,16 @@ def build_index(
     storage_options: dict[str, Any] | None = None,
     progress: bool = False,
     manifest: bool | str | None = None,
+    checksums: bool = False,
 ) -> list[BuildResult]:
     """Index data files (a path, directory, glob or list of them); returns one result per file.
 
     Each file is scanned once and gets a sidecar ``<file>.ofidx`` (or one in ``index_dir``,
     local or another bucket, for read-only data). ``verify=True`` also checks every record's
-    data CRC. Bad data raises an error naming the file, byte offset and record number;
+    data CRC. ``checksums=True`` stores the CRC32C of every payload in the sidecars, which
+    reads with ``verify=True`` check for OFRecord, a format without CRCs of its own (this
+    reads every payload, like ``verify``). Bad data raises an error naming the file, byte
+    offset and record number;
     ``allow_partial=True`` indexes the valid prefix of such a file instead and warns.
     ``workers`` files are scanned at once on threads (default: one per core for local
     files, 8 for remote ones, each streaming its file once in 8 MiB requests).
@@ -49,7 +53,7 @@ def build_index(
                        manifest=False)
     results = build_location(location, format=format, verify=verify,
                              allow_partial=allow_partial, workers=workers, progress=progress,
-                             manifest=manifest)
+                             manifest=manifest, checksums=checksums)
     for r in results:
         if r.partial:
             warnings.warn(f"{r.data_url}: PARTIAL index of {r.records} records: {r.problem}",
@@ -66,6 +70,7 @@ def build_location(
     workers: int | None = None,
     progress: bool = False,
     manifest: bool | str | None = None,
+    checksums: bool = False,
 ) -> list[BuildResult]:
     """Index the files of a resolved location (see :func:`build_index` for the options)."""
     storage, files = location.storage, location.files
@@ -77,10 +82,10 @@ def build_location(
                        for f, (ist, ipath) in zip(files, targets, strict=True)]
     bar = _Progress(storage, files, progress)
     try:
-        results = _run(jobs, n_workers, bar)
+        results = _run(jobs, n_workers, bar, checksums)
     finally:
         bar.close()
-    results = _settle_empty_files(results, files, targets, storage, fmt)
+    results = _settle_empty_files(results, files, targets, storage, fmt, checksums)
     target = _manifest_target(location, manifest)
     if target is not None and results:
         url, data_dir = target
@@ -152,18 +157,21 @@ class _Progress:
 Job = tuple[Storage, str, "RecordFormat | None", Storage, str, bool, bool]
 
 
-def _run(jobs: list[Job], n_workers: int, progress: _Progress) -> list[BuildResult]:
+def _run(jobs: list[Job], n_workers: int, progress: _Progress,
+         checksums: bool) -> list[BuildResult]:
     """Run the jobs, ``n_workers`` files at a time on threads.
 
     Threads, not processes: a build works the same in a script without a ``__main__`` guard,
     a notebook or a DataLoader worker, and the scan's inner loops release the GIL (the
     compiled header walk, CRC32C, numpy's bulk checks, file reads).
     """
+    def run(job: Job) -> BuildResult:
+        return build_file(*job, progress=progress.update, checksums=checksums)
+
     if n_workers == 1:
-        return [build_file(*job, progress=progress.update) for job in jobs]
+        return [run(job) for job in jobs]
     pool = cf.ThreadPoolExecutor(n_workers, thread_name_prefix="ofindex-build")
-    futures = {pool.submit(build_file, *job, progress=progress.update): i
-               for i, job in enumerate(jobs)}
+    futures = {pool.submit(run, job): i for i, job in enumerate(jobs)}
     results: list[BuildResult | None] = [None] * len(jobs)
     try:
         for fut in cf.as_completed(futures):
@@ -178,7 +186,7 @@ def _run(jobs: list[Job], n_workers: int, progress: _Progress) -> list[BuildResu
 
 def _settle_empty_files(
     results: list[BuildResult], files: list[str], targets: list[tuple[Storage, str]],
-    storage: Storage, fmt: RecordFormat | None,
+    storage: Storage, fmt: RecordFormat | None, checksums: bool,
 ) -> list[BuildResult]:
     """Give empty files (format unknown under ``auto``) the format of their siblings."""
     if all(r.format is not None for r in results):
@@ -195,6 +203,6 @@ def _settle_empty_files(
     out = []
     for r, f, (ist, ipath) in zip(results, files, targets, strict=True):
         if r.format is None:
-            r = build_file(storage, f, only, ist, ipath, False, False)
+            r = build_file(storage, f, only, ist, ipath, False, False, checksums=checksums)
         out.append(r)
     return out

@@ -20,6 +20,7 @@ from ..formats.framing import Buffer, RecordFormat
 from ..formats.sidecar import Sidecar
 from ..storage import Storage
 from ..storage.ranges import coalesce
+from .checksums import check_many
 from .payloads import (
     DIRECT_RECORD_BYTES,
     extract_payloads,
@@ -43,6 +44,7 @@ class BatchReads:
     _footer: int
     _verify: bool
     _tf_verify: bool
+    _of_verify: bool
     format: RecordFormat
     max_gap: int
     max_read_bytes: int
@@ -84,6 +86,9 @@ class BatchReads:
                                    local, self._header, self._footer, self._tf_verify,
                                    _crc32c.crc32c, LENGTH_CRCS)
         if isinstance(got, list):
+            if self._of_verify:
+                for j, s in enumerate(touched):
+                    self._check_sums(got, s, np.flatnonzero(which == j), local)
             return got
         problem, k = got
         if problem == _accel.PAST_MAPPED_END:  # the general path reads and reports it
@@ -107,6 +112,18 @@ class BatchReads:
             raise sc.bad_span(record, start, end)
         raise_record_error(buf[start:end], self.format, self._verify,
                            path=self._storage.url(shard.path), offset=start, record=record)
+
+    def _check_sums(self, payloads: list[Any], s: int, items: np.ndarray,
+                    local: np.ndarray) -> None:
+        """Check the OFRecord ``payloads[items]`` of shard ``s`` (records ``local[items]``)
+        against the checksums of its sidecar, when it has them."""
+        sc = self._shards[s].sidecar
+        if sc.checksums is None or not len(items):
+            return
+        records = local[items]
+        url = self._storage.url(self._shards[s].path)
+        check_many([payloads[k] for k in items.tolist()], sc.checksums[records],
+                   lambda k: (url, int(sc.offsets[records[k]]), int(records[k])))
 
     def _get_by_shard(self, idx: np.ndarray) -> list[Any]:
         """Payloads read shard by shard (mapped, planned or direct reads), in the order asked
@@ -134,6 +151,9 @@ class BatchReads:
             payloads = self._read_mapped(groups, starts, ends, local)
         if payloads is None:
             payloads = self._read_planned(shard_of, starts, ends, local)
+        if self._of_verify:
+            for s, lo, hi in groups:
+                self._check_sums(payloads, s, np.arange(lo, hi), local)
         if order is not None:
             out = np.empty(n, dtype=object)
             out[order] = payloads
