@@ -8,6 +8,7 @@ import sys
 import crc32c
 import numpy as np
 import pytest
+from fuzzkit import SCALE, Tally
 from helpers import IMPLEMENTATIONS, implementation, ref_offsets, ref_ofrecord, ref_tfrecord
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -193,8 +194,8 @@ def test_big_rows_are_gathered_exactly(start, end):
     assert out.tobytes() == b"".join(r[start:end] for r in records)
 
 
-#: Inputs per target of the hostile-argument fuzzer (OFINDEX_FUZZ_EXAMPLES=200000 to soak).
-FUZZ_EXAMPLES = int(os.environ.get("OFINDEX_FUZZ_EXAMPLES", 10_000))
+#: Inputs per target of the hostile-argument fuzzer (OFINDEX_FUZZ_SCALE=20 to soak).
+FUZZ_EXAMPLES = int(os.environ.get("OFINDEX_FUZZ_EXAMPLES", 10_000 * SCALE))
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -244,6 +245,10 @@ def test_hostile_arguments_fuzz():
                           "--examples", str(FUZZ_EXAMPLES), "--seed", str(seed), timeout=240)
     assert done.returncode == 0, f"exit {done.returncode}, seed {seed}:\n{done.stderr[-4000:]}"
     stats = json.loads(done.stdout.strip().splitlines()[-1])
+    tally = Tally("compiled module, hostile arguments")  # for the session's fuzz log
+    tally.inputs = sum(stats["inputs"].values())
+    for name, outcomes in stats["outcomes"].items():
+        tally.outcomes.update({f"{name}: {k}": v for k, v in outcomes.items()})
     assert stats["module"] == os.environ.get("OFINDEX_TEST_NATIVE_BUILD", stats["module"])
     assert all(stats["inputs"][t] >= min(FUZZ_EXAMPLES, 50) for t in
                ("cut", "gather", "types", "layout", "walk", "blocks")), stats

@@ -219,7 +219,8 @@ def decode_header(buf: bytes | memoryview, *, path: str) -> SidecarHeader:
             "ofindex"
         )
     header_size = struct.unpack_from("<I", buf, 12)[0]
-    if len(buf) < header_size or header_size % 8 or header_size > 1 << 20:
+    if (len(buf) < header_size or header_size % 8 or header_size > 1 << 20
+            or header_size < _V1.size):  # too small for the fields read below
         raise _corrupt(path, f"header size {header_size}")
     check = bytearray(buf[:header_size])
     stored = struct.unpack_from("<I", check, _HEADER_CRC_AT)[0]

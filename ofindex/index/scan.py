@@ -61,18 +61,23 @@ def scan_file(
     local = storage if isinstance(storage, Storage) and storage.cheap_seeks else None
     crc_pass = verify and local is not None and fmt is RecordFormat.TFRECORD
     scan = _Scan(storage, path, fmt, size, verify and not crc_pass, block_size, progress)
+    scanned = False
     try:
         scan.run()
+        scanned = True
         offsets, end = scan.offsets(), scan.pos
         if crc_pass and local is not None:
             verify_crcs(local, path, offsets, end, threads=threads)
     except (CorruptRecordError, TruncatedRecordError) as exc:
         if not allow_partial:
             raise
-        offsets = scan.offsets()
-        if exc.record is not None and exc.record < len(offsets):
-            offsets = offsets[: exc.record]
-        end = exc.offset if exc.offset is not None else scan.pos
+        offsets, end = _prefix(scan, exc)
+        if crc_pass and local is not None and not scanned:  # the prefix's payloads are
+            try:                                            # not checked yet
+                verify_crcs(local, path, offsets, end, threads=threads)
+            except CorruptRecordError as bad:
+                exc = bad
+                offsets, end = _prefix(scan, bad, offsets)
         warnings.warn(
             f"{scan.url}: indexing only the first {len(offsets)} records (bytes [0, {end})) of "
             f"{size} bytes because: {exc}",
@@ -80,6 +85,15 @@ def scan_file(
         )
         return ScanResult(offsets, end, partial=True, problem=str(exc))
     return ScanResult(offsets, end)
+
+
+def _prefix(scan: _Scan, exc: CorruptRecordError,
+            offsets: np.ndarray | None = None) -> tuple[np.ndarray, int]:
+    """The records before the one ``exc`` names, and where they end."""
+    offsets = scan.offsets() if offsets is None else offsets
+    if exc.record is not None and exc.record < len(offsets):
+        offsets = offsets[: exc.record]
+    return offsets, exc.offset if exc.offset is not None else scan.pos
 
 
 def _word_views(buffer: bytearray) -> list[memoryview]:
@@ -96,6 +110,8 @@ class _Scan:
                  progress: Callable[[int], None] | None) -> None:
         self.storage, self.path, self.fmt, self.size = storage, path, fmt, size
         self.url = storage.url(path)
+        # a small file gets a buffer its size, not a whole block
+        block_size = min(block_size, max(size, _HEADER_READ))
         self.verify, self.block_size, self.progress = verify, block_size, progress
         self.found: list[np.ndarray] = []
         self.singles: list[int] = []  # offsets found one per read, not yet in ``found``

@@ -37,8 +37,9 @@ def stream_shard(
         def fetch_local(starts: np.ndarray, ends: np.ndarray) -> memoryview:
             nonlocal scratch
             s, e = int(starts[0]), int(ends[-1])
-            if len(scratch) < e - s:
-                scratch = bytearray(max(e - s, block_bytes) * 5 // 4)  # headroom: blocks vary
+            if len(scratch) < e - s:  # headroom (blocks vary), never more than the file holds
+                want = max(e - s, min(block_bytes, sidecar.indexed_end - s))
+                scratch = bytearray(want * 5 // 4)
             view = memoryview(scratch)[: e - s]
             got = storage.read_into(path, s, view)
             if got != e - s:
