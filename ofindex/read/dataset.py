@@ -182,7 +182,7 @@ class Dataset(BatchReads):
         if end - start < self._overhead or end > sc.indexed_end:  # corrupt offsets
             raise sc.bad_span(local, start, end)  # (checked by spans() in batches)
         payload = self._unframe(self._storage.read(shard.path, start, end), self.verify,
-                                shard.path, start, local)
+                                self._storage.url(shard.path), start, local)
         if self._of_verify and sc.checksums is not None:
             self._check_sum(payload, shard, sc, local)
         return payload if self.decode is None else self.decode(payload)

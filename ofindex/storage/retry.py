@@ -32,7 +32,12 @@ _TRANSIENT_NAMES = {
     "EndpointConnectionError", "ConnectionClosedError", "ReadTimeoutError",
     "ConnectTimeoutError", "ResponseStreamingError", "IncompleteReadError",
     "ProtocolError", "ChunkedEncodingError", "TransportError", "FSTimeoutError",
+    "FlexibleChecksumError",  # botocore: the body does not match the checksum S3 sent
 }
+#: Packages whose own exception classes mean "the request failed" (reported as RangeReadError
+#: naming the URL when they are not worth retrying, instead of leaking to the caller).
+_CLIENT_PACKAGES = ("botocore", "aiobotocore", "aiohttp", "urllib3", "requests", "google",
+                    "s3fs", "gcsfs", "fsspec")
 _PERMANENT = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError,
               ValueError, TypeError, KeyError, RangeReadError)
 
@@ -98,6 +103,20 @@ def give_up(what: str, attempts: int, exc: BaseException) -> RangeReadError:
     return err
 
 
+def _from_client(exc: BaseException) -> bool:
+    """Whether ``exc`` is a client library's own error (not a built-in one it raised)."""
+    module = type(exc).__module__.split(".", 1)[0]
+    return module in _CLIENT_PACKAGES and not isinstance(exc, (OSError, ValueError))
+
+
+def permanent(what: str, exc: Exception) -> Exception:
+    """What to raise for a failure not worth retrying: a client library's own error becomes a
+    :class:`RangeReadError` naming ``what``; anything else is raised as it is."""
+    if not _from_client(exc):
+        return exc
+    return RangeReadError(f"{what}: {type(exc).__name__}: {exc}")
+
+
 async def retry_async(fn: Callable[[], Awaitable[T]], policy: RetryPolicy, what: str) -> T:
     """Await ``fn()``; retry transient failures; then raise :class:`RangeReadError` naming
     ``what`` (the URL and byte range)."""
@@ -106,7 +125,9 @@ async def retry_async(fn: Callable[[], Awaitable[T]], policy: RetryPolicy, what:
             return await fn()
         except Exception as exc:
             if not is_transient(exc):
-                raise
+                if not _from_client(exc):
+                    raise
+                raise permanent(what, exc) from exc
             if k + 1 >= policy.attempts:
                 raise give_up(what, policy.attempts, exc) from exc
             await asyncio.sleep(policy.delay(k))
@@ -120,7 +141,9 @@ def retry_sync(fn: Callable[[], T], policy: RetryPolicy, what: str) -> T:
             return fn()
         except Exception as exc:
             if not is_transient(exc):
-                raise
+                if not _from_client(exc):
+                    raise
+                raise permanent(what, exc) from exc
             if k + 1 >= policy.attempts:
                 raise give_up(what, policy.attempts, exc) from exc
             time.sleep(policy.delay(k))
