@@ -43,13 +43,15 @@ class Sidecar:
         header: The decoded header.
         offsets: ``uint64[count]``: where each record's framing starts.
         checksums: ``uint32[count]`` CRC32C of each payload, or ``None``.
+        sums: The same checksums as a memoryview (``sums[i]`` is a plain int, cheaper than
+            indexing the array on a hot path), or ``None``.
         seek_points: The seek table of a compressed file (see :mod:`.seekpoints`).
         windows: The windows blob of a compressed file.
         indexed_end: Byte just past the last indexed record.
     """
 
     __slots__ = ("_buf", "_mv", "_overhead", "checksums", "header", "indexed_end", "offsets",
-                 "path", "seek_points", "windows")
+                 "path", "seek_points", "sums", "windows")
 
     def __init__(self, path: str, header: SidecarHeader, body: mmap.mmap | bytes) -> None:
         self.path = path
@@ -66,6 +68,8 @@ class Sidecar:
         self._mv = memoryview(body)[lay.offsets[0] : lay.offsets[1]].cast("Q")
         self.checksums = (np.frombuffer(body, dtype="<u4", count=n, offset=lay.checksums[0])
                           if header.checksums else None)
+        self.sums = (memoryview(body)[lay.checksums[0] : lay.checksums[0] + 4 * n].cast("I")
+                     if header.checksums else None)
         mv = memoryview(body)
         self.seek_points = (table_from_bytes(mv[lay.seek_points[0] : lay.seek_points[1]],
                                              header.seek_points)

@@ -58,11 +58,9 @@ def check_many(payloads: Sequence[bytes], stored: np.ndarray,
     Raises:
         CorruptRecordError: The first payload whose CRC32C differs.
     """
-    crc = _crc32c.crc32c
-    computed = np.fromiter((crc(p) for p in payloads), dtype=np.uint32, count=len(payloads))
-    bad = computed != stored
-    if bad.any():
-        k = int(np.argmax(bad))
+    computed = np.fromiter(map(_crc32c.crc32c, payloads), dtype=np.uint32, count=len(payloads))
+    if not np.array_equal(computed, stored):
+        k = int(np.argmax(computed != stored))
         path, offset, record = where(k)
         raise checksum_error(int(stored[k]), int(computed[k]), path=path, offset=offset,
                              record=record)

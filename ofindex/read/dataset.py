@@ -174,8 +174,9 @@ class Dataset(BatchReads):
                 got = native.record(buf, sc.offsets, sc.indexed_end, local, self._header,
                                     self._footer, self._tf_verify, _crc32c.crc32c, LENGTH_CRCS)
                 if isinstance(got, bytes):
-                    if self._of_verify and sc.checksums is not None:
-                        self._check_sum(got, shard, sc, local)
+                    sums = sc.sums
+                    if self._of_verify and sums is not None and _crc32c.crc32c(got) != sums[local]:
+                        self._check_sum(got, shard, sc, local)  # raises the precise error
                     return got if self.decode is None else self.decode(got)
                 self._raise_problem(got, shard, sc, buf, local)  # or past the map: read below
         start, end = sc.span(local)
@@ -183,7 +184,8 @@ class Dataset(BatchReads):
             raise sc.bad_span(local, start, end)  # (checked by spans() in batches)
         payload = self._unframe(self._storage.read(shard.path, start, end), self.verify,
                                 self._storage.url(shard.path), start, local)
-        if self._of_verify and sc.checksums is not None:
+        sums = sc.sums
+        if self._of_verify and sums is not None and _crc32c.crc32c(payload) != sums[local]:
             self._check_sum(payload, shard, sc, local)
         return payload if self.decode is None else self.decode(payload)
 

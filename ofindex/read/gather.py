@@ -88,7 +88,8 @@ class BatchReads:
         if isinstance(got, list):
             if self._of_verify:
                 for j, s in enumerate(touched):
-                    self._check_sums(got, s, np.flatnonzero(which == j), local)
+                    self._check_sums(got, s, None if len(touched) == 1 else
+                                     np.flatnonzero(which == j), local)
             return got
         problem, k = got
         if problem == _accel.PAST_MAPPED_END:  # the general path reads and reports it
@@ -113,16 +114,19 @@ class BatchReads:
         raise_record_error(buf[start:end], self.format, self._verify,
                            path=self._storage.url(shard.path), offset=start, record=record)
 
-    def _check_sums(self, payloads: list[Any], s: int, items: np.ndarray,
+    def _check_sums(self, payloads: list[Any], s: int, items: np.ndarray | None,
                     local: np.ndarray) -> None:
-        """Check the OFRecord ``payloads[items]`` of shard ``s`` (records ``local[items]``)
-        against the checksums of its sidecar, when it has them."""
+        """Check the OFRecord ``payloads[items]`` (all when ``items`` is ``None``) of shard
+        ``s`` (records ``local[items]``) against the checksums of its sidecar, if any."""
         sc = self._shards[s].sidecar
-        if sc.checksums is None or not len(items):
+        if sc.checksums is None:
             return
-        records = local[items]
+        if items is None:
+            chosen, records = payloads, local
+        else:
+            chosen, records = [payloads[k] for k in items.tolist()], local[items]
         url = self._storage.url(self._shards[s].path)
-        check_many([payloads[k] for k in items.tolist()], sc.checksums[records],
+        check_many(chosen, sc.checksums[records],
                    lambda k: (url, int(sc.offsets[records[k]]), int(records[k])))
 
     def _get_by_shard(self, idx: np.ndarray) -> list[Any]:
@@ -153,7 +157,8 @@ class BatchReads:
             payloads = self._read_planned(shard_of, starts, ends, local)
         if self._of_verify:
             for s, lo, hi in groups:
-                self._check_sums(payloads, s, np.arange(lo, hi), local)
+                self._check_sums(payloads, s, None if len(groups) == 1 else np.arange(lo, hi),
+                                 local)
         if order is not None:
             out = np.empty(n, dtype=object)
             out[order] = payloads
