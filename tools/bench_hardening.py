@@ -1,16 +1,18 @@
 #!/usr/bin/env python3
 """Cost of issue 16's read-path checks: ``ds[i]`` and ``__getitems__`` of 256 random records,
-this checkout against a base one, on the same files, in interleaved rounds.
+this checkout against a base checkout, in one process, interleaved round by round.
 
-Each round runs one subprocess per checkout (their order alternating from round to round),
-each timing the best of 3 loops of random single reads and of 256-record batches, with memory
-maps and with ``pread`` (``mmap=False``), on TFRecord and on OFRecord (whose sidecars carry
-payload checksums, which this checkout checks on read and the base one ignores). Prints the
-per-round throughput ratios (this / base, < 1 = slower) and their median, and writes JSON.
+The base checkout's package is copied to a temporary directory as ``ofindex_base`` and
+imported beside ``ofindex`` (the read, format and storage layers import relatively), so both
+read the same files in the same process, alternating which goes first. Cases: TFRecord (CRCs
+checked), OFRecord without sidecar checksums (only the span checks are new), and OFRecord with
+checksums (which this checkout verifies on read and the base ignores), each with memory maps
+and with ``pread`` (``mmap=False``). Prints each case's median throughput ratio this / base
+(< 1: this checkout is slower) with its spread, and writes JSON.
 
     git archive <base commit> | tar -x -C /tmp/ofindex-base
     (cd /tmp/ofindex-base && python setup.py -q build_ext --inplace)
-    python tools/bench_hardening.py --base /tmp/ofindex-base --records 200000 --rounds 5
+    python tools/bench_hardening.py --base /tmp/ofindex-base --records 100000 --rounds 9
 """
 
 from __future__ import annotations
@@ -18,102 +20,94 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
+import time
 
-HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-#: Runs in each subprocess: times the loops on one checkout, prints JSON.
-PROBE = r"""
-import json, sys, time
 import numpy as np
+
 import ofindex
-paths, n_single, n_batch = json.loads(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
-
-def best(fn, repeat=3):
-    out = float("inf")
-    for _ in range(repeat):
-        t = time.perf_counter(); fn(); out = min(out, time.perf_counter() - t)
-    return out
-
-rng = np.random.default_rng(0)
-result = {}
-for fmt, files in paths.items():
-    n = len(ofindex.open(files))
-    singles = rng.integers(0, n, size=n_single).tolist()
-    batches = [rng.integers(0, n, size=256) for _ in range(n_batch)]
-    for mmap in (True, False):
-        ds = ofindex.open(files, mmap=mmap)
-        def one():
-            for i in singles:
-                ds[i]
-        def many():
-            for b in batches:
-                ds.__getitems__(b)
-        key = f"{fmt} {'mmap' if mmap else 'pread'}"
-        result[key + " ds[i] rec/s"] = n_single / best(one)
-        result[key + " getitems(256) rec/s"] = n_batch * 256 / best(many)
-print(json.dumps(result))
-"""
 
 
-def make_data(root: str, records: int, size: int) -> dict[str, list[str]]:
-    sys.path.insert(0, HERE)
-    from ofindex.cli.synthetic import write_dataset
+def load_base(checkout: str) -> object:
+    """The base checkout's ``ofindex`` package, imported as ``ofindex_base``."""
+    where = tempfile.mkdtemp(prefix="ofindex-base-")
+    shutil.copytree(os.path.join(checkout, "ofindex"), os.path.join(where, "ofindex_base"))
+    sys.path.insert(0, where)
+    import ofindex_base
 
+    return ofindex_base
+
+
+def make_data(root: str, records: int) -> dict[str, str]:
+    rng = np.random.default_rng(0)
+    payloads = [rng.bytes(int(s)) for s in rng.integers(100, 300, records)]
     out = {}
-    for fmt in ("tfrecord", "ofrecord"):
-        d = os.path.join(root, f"{fmt}-{records}-{size}")
-        marker = os.path.join(d, "_COMPLETE")
-        if not os.path.exists(marker):
-            write_dataset(d, records, 2, kind="random", record_size=size, format=fmt)
-            open(marker, "w").close()
-        out[fmt] = sorted(os.path.join(d, f) for f in os.listdir(d)
-                          if f.startswith("part-") and "." not in f)
+    for name, fmt, sums in (("tfrecord", "tfrecord", False), ("ofrecord", "ofrecord", False),
+                            ("ofrecord+checksums", "ofrecord", True)):
+        path = os.path.join(root, f"{name}-{records}")
+        with ofindex.Writer(path, format=fmt, checksums=sums) as w:
+            w.write_many(payloads)
+        out[name] = path
     return out
-
-
-def probe(checkout: str, paths: dict[str, list[str]], singles: int, batches: int) -> dict:
-    env = {**os.environ, "PYTHONPATH": checkout}
-    done = subprocess.run([sys.executable, "-c", PROBE, json.dumps(paths), str(singles),
-                           str(batches)], capture_output=True, text=True, env=env, check=True)
-    return json.loads(done.stdout)
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--base", required=True, help="a checkout of ofindex to compare with (its "
-                   "compiled module built in place)")
-    p.add_argument("--root", default=os.path.join(tempfile.gettempdir(), "ofindex-bench"))
-    p.add_argument("--records", type=int, default=200_000)
-    p.add_argument("--size", type=int, default=200, help="mean record size in bytes")
-    p.add_argument("--rounds", type=int, default=5)
-    p.add_argument("--singles", type=int, default=50_000)
-    p.add_argument("--batches", type=int, default=100)
+    p.add_argument("--base", required=True, help="a checkout of ofindex (compiled module built "
+                   "in place) to compare with")
+    p.add_argument("--records", type=int, default=100_000)
+    p.add_argument("--rounds", type=int, default=9)
+    p.add_argument("--singles", type=int, default=20_000)
+    p.add_argument("--batches", type=int, default=60)
     p.add_argument("--out", default="bench-results/hardening.json")
     args = p.parse_args()
-    paths = make_data(args.root, args.records, args.size)
-    rounds = []
-    for r in range(args.rounds):
-        order = [("this", HERE), ("base", args.base)]
-        if r % 2:
-            order.reverse()
-        got = {name: probe(where, paths, args.singles, args.batches) for name, where in order}
-        rounds.append({k: got["this"][k] / got["base"][k] for k in got["this"]})
-        print(f"round {r + 1}: " + "  ".join(f"{k}={v:.3f}" for k, v in rounds[-1].items()),
-              flush=True)
-    summary = {k: {"median_ratio": statistics.median(r[k] for r in rounds),
-                   "ratios": [round(r[k], 4) for r in rounds]} for k in rounds[0]}
-    print("\nthis / base throughput (median of the rounds; < 1: this checkout is slower)")
-    for k, v in summary.items():
-        print(f"  {k:<40} {v['median_ratio']:.3f}   rounds {v['ratios']}")
+    base = load_base(args.base)
+    root = tempfile.mkdtemp(prefix="ofindex-bench-hardening-")
+    paths = make_data(root, args.records)
+    rng = np.random.default_rng(1)
+    singles = rng.integers(0, args.records, args.singles).tolist()
+    batches = [rng.integers(0, args.records, 256) for _ in range(args.batches)]
+
+    def one(ds) -> float:
+        t = time.perf_counter()
+        for i in singles:
+            ds[i]
+        return len(singles) / (time.perf_counter() - t)
+
+    def many(ds) -> float:
+        t = time.perf_counter()
+        for b in batches:
+            ds.__getitems__(b)
+        return len(batches) * 256 / (time.perf_counter() - t)
+
+    summary = {}
+    for name, path in paths.items():
+        for mmap in (True, False):
+            this, that = ofindex.open(path, mmap=mmap), base.open(path, mmap=mmap)
+            for what, fn in (("ds[i]", one), ("getitems(256)", many)):
+                ratios = []
+                for r in range(args.rounds):
+                    if r % 2:
+                        b = fn(that)
+                        a = fn(this)
+                    else:
+                        a = fn(this)
+                        b = fn(that)
+                    ratios.append(a / b)
+                key = f"{name} {'mmap' if mmap else 'pread'} {what}"
+                summary[key] = {"median_ratio": statistics.median(ratios),
+                                "ratios": [round(x, 3) for x in ratios]}
+                print(f"{key:<42} this/base {statistics.median(ratios):.3f}  "
+                      f"(rounds {min(ratios):.2f}-{max(ratios):.2f})", flush=True)
+    shutil.rmtree(root, ignore_errors=True)
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w") as f:
-        json.dump({"records": args.records, "size": args.size, "rounds": args.rounds,
-                   "summary": summary}, f, indent=2)
+        json.dump({"records": args.records, "rounds": args.rounds, "summary": summary}, f,
+                  indent=2)
     print(f"wrote {args.out}")
 
 

@@ -34,16 +34,24 @@ def _indices(key: Any, strict: bool = False) -> np.ndarray:
 
     ``strict`` (``ds[key]``): only a 1-d sequence or array of integers, else TypeError.
     """
-    idx = np.asarray(key)
-    if idx.dtype == object and idx.ndim == 1:  # integers beyond int64 make object arrays
+    if type(key) is np.ndarray or strict:
+        idx = np.asarray(key)
+    else:  # a list: converted as numpy converts it (floats truncated), only faster
+        try:
+            idx = np.asarray(key, dtype=np.int64)
+        except OverflowError:
+            idx = np.asarray(key)  # too large for int64: refused below
+    kind = idx.dtype.kind
+    if kind == "i" and idx.ndim == 1:  # the common case: kept cheap
+        return idx if idx.dtype.itemsize == 8 else idx.astype(np.int64)
+    if kind == "O" and idx.ndim == 1:  # integers beyond int64 make object arrays
         huge = [v for v in idx.tolist() if isinstance(v, int) and not -(2**63) <= v < 2**63]
         if huge:
             raise RecordIndexError(f"record index {huge[0]} is out of range")
-    if strict and (idx.dtype == bool or not np.issubdtype(idx.dtype, np.integer)
-                   or idx.ndim != 1):
+    if strict and (kind not in "iu" or idx.ndim != 1):
         raise TypeError(f"dataset indices must be integers, slices or 1-d integer arrays, "
                         f"not {key!r:.60}")
-    if idx.dtype == np.uint64 and len(idx) and int(idx.max()) >= 2**63:
+    if kind == "u" and idx.size and int(idx.max()) >= 2**63:
         raise RecordIndexError(f"record index {int(idx.max())} is out of range")
     return idx.astype(np.int64, copy=False).reshape(-1)
 
@@ -174,8 +182,8 @@ class Dataset(BatchReads):
                 got = native.record(buf, sc.offsets, sc.indexed_end, local, self._header,
                                     self._footer, self._tf_verify, _crc32c.crc32c, LENGTH_CRCS)
                 if isinstance(got, bytes):
-                    sums = sc.sums
-                    if self._of_verify and sums is not None and _crc32c.crc32c(got) != sums[local]:
+                    if self._of_verify and sc.sums is not None and (
+                            _crc32c.crc32c(got) != sc.sums[local]):
                         self._check_sum(got, shard, sc, local)  # raises the precise error
                     return got if self.decode is None else self.decode(got)
                 self._raise_problem(got, shard, sc, buf, local)  # or past the map: read below
@@ -184,8 +192,8 @@ class Dataset(BatchReads):
             raise sc.bad_span(local, start, end)  # (checked by spans() in batches)
         payload = self._unframe(self._storage.read(shard.path, start, end), self.verify,
                                 self._storage.url(shard.path), start, local)
-        sums = sc.sums
-        if self._of_verify and sums is not None and _crc32c.crc32c(payload) != sums[local]:
+        if self._of_verify and sc.sums is not None and (
+                _crc32c.crc32c(payload) != sc.sums[local]):
             self._check_sum(payload, shard, sc, local)
         return payload if self.decode is None else self.decode(payload)
 
