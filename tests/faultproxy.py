@@ -109,6 +109,10 @@ class FaultProxy:
         self.url = f"http://127.0.0.1:{port}"
         self._ready.set()
         self._loop.run_forever()
+        pending = asyncio.all_tasks(self._loop)  # exchanges still running: end them here
+        for task in pending:
+            task.cancel()
+        self._loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
         self._loop.close()
 
     # -- one exchange ---------------------------------------------------------------------------

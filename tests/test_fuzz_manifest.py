@@ -167,18 +167,24 @@ def test_a_million_entries_are_refused_in_bounded_time_and_memory(tmp_path):
                       "size": [44] * n, "fingerprint": ["mtime_ns:1"] * n}}
     raw = json.dumps(doc).encode()
     (d / MANIFEST_NAME).write_bytes(raw)
+    # the peak resident size of this process image (ru_maxrss would include the parent's:
+    # Linux keeps it across exec)
     code = """
-import resource, sys, time
+import sys, time
 import ofindex
-before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+def peak():
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM"))
+
+before = peak()
 t = time.perf_counter()
 try:
     ofindex.open(sys.argv[1])
     outcome = "opened"
 except ofindex.StaleIndexError as e:
     outcome = "stale" if "does not list the data files" in str(e) else str(e)
-grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
-print(outcome, time.perf_counter() - t, grown * 1024)
+print(outcome, time.perf_counter() - t, peak() - before)
 """
     done = subprocess.run([sys.executable, "-c", code, str(d)], capture_output=True, text=True,
                           env={**os.environ, "PYTHONPATH": os.getcwd()}, timeout=120)
@@ -186,7 +192,9 @@ print(outcome, time.perf_counter() - t, grown * 1024)
     outcome, seconds, grown = done.stdout.split()
     TALLY.add(f"1e6 entries: {outcome} in {float(seconds):.1f} s, {int(grown) >> 20} MiB")
     assert outcome == "stale", done.stdout
-    assert float(seconds) < 60 and int(grown) < 12 * len(raw), done.stdout
+    # Python objects for a parsed JSON list entry cost ~10x its bytes (measured: 377 MiB for
+    # this 34 MiB manifest): proportional to the file, nothing sized by a number inside it
+    assert float(seconds) < 60 and int(grown) < 16 * len(raw), done.stdout
 
 
 @pytest.mark.parametrize("where", ["local", "memory"])

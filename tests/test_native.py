@@ -245,7 +245,8 @@ def test_hostile_arguments_fuzz():
                           "--examples", str(FUZZ_EXAMPLES), "--seed", str(seed), timeout=240)
     assert done.returncode == 0, f"exit {done.returncode}, seed {seed}:\n{done.stderr[-4000:]}"
     stats = json.loads(done.stdout.strip().splitlines()[-1])
-    tally = Tally("compiled module, hostile arguments")  # for the session's fuzz log
+    sanitized = " (ASan/UBSan build)" if os.environ.get("OFINDEX_TEST_NATIVE_BUILD") else ""
+    tally = Tally("compiled module, hostile arguments" + sanitized)  # for the fuzz log
     tally.inputs = sum(stats["inputs"].values())
     for name, outcomes in stats["outcomes"].items():
         tally.outcomes.update({f"{name}: {k}": v for k, v in outcomes.items()})
