@@ -64,6 +64,7 @@ def _make_world(root, moto_server, gcs_server, nginx_server):
     files = write_dataset(os.path.join(cwd, "data"), 3000, 4, index=False)
     import ofindex
 
+    write_dataset(os.path.join(cwd, "data-of"), 500, 2, format="ofrecord", index=False)
     for k in range(2):  # data-gz/: GZIP TFRecords as TensorFlow writes them, not yet indexed
         with ofindex.Writer(os.path.join(cwd, "data-gz", f"part-{k}.tfrecord.gz"),
                             compression="gzip", index=False) as w:

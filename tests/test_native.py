@@ -1,5 +1,6 @@
 """The compiled loops (ofindex._native) agree with the pure-Python ones, on good and bad bytes."""
 
+import json
 import os
 import subprocess
 import sys
@@ -7,6 +8,7 @@ import sys
 import crc32c
 import numpy as np
 import pytest
+from fuzzkit import SCALE, Tally
 from helpers import IMPLEMENTATIONS, implementation, ref_offsets, ref_ofrecord, ref_tfrecord
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -190,3 +192,67 @@ def test_big_rows_are_gathered_exactly(start, end):
     out = np.zeros(3 * (end - start) + 1, np.uint8)[1:]  # an unaligned destination too
     native.gather_bytes(records, np.array([start, end]), out)
     assert out.tobytes() == b"".join(r[start:end] for r in records)
+
+
+#: Inputs per target of the hostile-argument fuzzer (OFINDEX_FUZZ_SCALE=20 to soak).
+FUZZ_EXAMPLES = int(os.environ.get("OFINDEX_FUZZ_EXAMPLES", 10_000 * SCALE))
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _in_subprocess(code: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    """Run ``code`` in a fresh interpreter (a crash there fails the test, not the run)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.path.dirname(HERE), HERE])}
+    code = "import native_build\n" + code  # the sanitizer job's build, when it runs this
+    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
+                          env=env, timeout=timeout)
+
+
+def test_the_reproducers_of_issue_16_raise_clean_errors():
+    # each used to crash the interpreter or return NULL without an exception (SystemError)
+    code = """
+import crc32c, numpy as np, struct
+from ofindex import _native as n
+# end - start wrapped around: this read 2**40 bytes past the buffer
+assert n.cut(bytes(64), np.array([1 << 40]), np.array([-(1 << 63)]), 12, 4, True,
+             crc32c.crc32c, {}) == 0
+# a bad memo value read as "failed" with no exception set
+buf = struct.pack("<Q", 1) + bytes(4) + b"x" + bytes(4)
+try:
+    n.cut(buf, np.array([0]), np.array([17]), 12, 4, True, crc32c.crc32c, {1: 2**64 - 1})
+    raise SystemExit("no error")
+except ValueError as e:
+    assert "32-bit CRC" in str(e)
+# rows * width wrapped to 0 and matched an empty output
+try:
+    n.gather_bytes([bytes(1 << 24)] * (1 << 20), np.tile(np.array([0, 1 << 24]), 1 << 20),
+                   bytearray(0))
+    raise SystemExit("no error")
+except ValueError as e:
+    assert "fit" in str(e)
+# offsets past the indexed end (2**63 read as int64 became negative before)
+offs = np.array([0, 1 << 40, 1 << 63], dtype=np.uint64)
+assert n.record(bytes(64), offs, 64, 1, 12, 4, True, crc32c.crc32c, {}) == 1
+assert n.record(bytes(64), offs, 64, 0, 12, 4, True, crc32c.crc32c, {}) == 1
+print("ok")
+"""
+    done = _in_subprocess(code)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-3000:]
+
+
+def test_hostile_arguments_fuzz():
+    seed = int.from_bytes(os.urandom(2), "little")
+    done = _in_subprocess("import sys, fuzz_native; sys.exit(fuzz_native.main(sys.argv[1:]))",
+                          "--examples", str(FUZZ_EXAMPLES), "--seed", str(seed), timeout=240)
+    assert done.returncode == 0, f"exit {done.returncode}, seed {seed}:\n{done.stderr[-4000:]}"
+    stats = json.loads(done.stdout.strip().splitlines()[-1])
+    sanitized = " (ASan/UBSan build)" if os.environ.get("OFINDEX_TEST_NATIVE_BUILD") else ""
+    tally = Tally("compiled module, hostile arguments" + sanitized)  # for the fuzz log
+    tally.inputs = sum(stats["inputs"].values())
+    for name, outcomes in stats["outcomes"].items():
+        tally.outcomes.update({f"{name}: {k}": v for k, v in outcomes.items()})
+    assert stats["module"] == os.environ.get("OFINDEX_TEST_NATIVE_BUILD", stats["module"])
+    assert all(stats["inputs"][t] >= min(FUZZ_EXAMPLES, 50) for t in
+               ("cut", "gather", "types", "layout", "walk", "blocks")), stats
+    # the generator must reach every outcome, not only the argument checks
+    assert stats["outcomes"]["cut"]["payloads"] and stats["outcomes"]["cut"]["refused"]
+    assert stats["outcomes"]["gather"]["payloads"] and stats["outcomes"]["walk"]["ok"]

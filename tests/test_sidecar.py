@@ -196,7 +196,8 @@ def test_corrupt_v2_header_fields_are_refused():
 
     from ofindex.formats.sidecar_header import decode_header as dh
 
-    header, _ = encode_sidecar(RecordFormat.TFRECORD, np.zeros(1, np.uint64), FileStamp(1), 1)
+    header, _ = encode_sidecar(RecordFormat.TFRECORD, np.zeros(1, np.uint64), FileStamp(16), 16)
+    assert dh(header, path="x").count == 1  # the fields below make it corrupt, nothing else
     for at, value in ((11, 0x80), (48, 9), (11, 4)):  # unknown flag, unknown codec, flag alone
         bad = bytearray(header)
         bad[at] = value

@@ -1,23 +1,26 @@
 #!/usr/bin/env bash
 # Run the whole ofindex test suite on a fresh machine: makes a virtualenv (.venv) with the
 # project and every test dependency (TensorFlow for conformance, torch, grain, moto,
-# fake-gcs-server, s3fs, gcsfs, dask), installs Debian's nginx for the HTTP tests, then runs
-# ruff, mypy and pytest.
+# fake-gcs-server, s3fs, gcsfs, dask), installs Debian's nginx (and gcc, zlib's headers) when
+# missing, then runs ruff, mypy and pytest.
 # Storage servers are started by the tests themselves on 127.0.0.1 (tests/servers.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${OFINDEX_VENV:-.venv}
 PY=${PYTHON:-python3}
 
-if ! command -v nginx >/dev/null 2>&1 && [ ! -x /usr/sbin/nginx ]; then
+# Debian packages: nginx for the HTTP tests; gcc (with its libasan8 / libubsan1 runtimes) builds
+# ofindex._native and runs its tests under AddressSanitizer/UBSan (tests/test_native_sanitized.py);
+# zlib's headers, which the compiled module links (random access into GZIP/ZLIB files).
+NEED=""
+command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || NEED="$NEED nginx"
+case "$(gcc -print-file-name=libasan.so 2>/dev/null)" in /*) ;; *) NEED="$NEED gcc" ;; esac
+case "$(gcc -print-file-name=libubsan.so 2>/dev/null)" in /*) ;; *) NEED="$NEED gcc" ;; esac
+[ -e /usr/include/zlib.h ] || NEED="$NEED zlib1g-dev"
+command -v setpriv >/dev/null 2>&1 || NEED="$NEED util-linux"
+if [ -n "$NEED" ]; then
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
-  $SUDO apt-get update -qq && $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx >/dev/null
-fi
-
-# the compiled module links zlib (random access into GZIP/ZLIB files)
-if [ ! -e /usr/include/zlib.h ]; then
-  SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
-  $SUDO apt-get update -qq && $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq zlib1g-dev >/dev/null
+  $SUDO apt-get update -qq && $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $NEED >/dev/null
 fi
 
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"

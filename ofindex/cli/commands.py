@@ -62,7 +62,7 @@ def cmd_build(args: argparse.Namespace, options: Options) -> int:
                 allow_partial=args.allow_partial, workers=args.workers,
                 storage_options=options, progress=not args.no_progress and sys.stderr.isatty(),
                 executor=executor, resume=args.resume, compression=args.compression,
-                seek_spacing=args.seek_spacing or DEFAULT_SPACING,
+                seek_spacing=args.seek_spacing or DEFAULT_SPACING, checksums=args.checksums,
             )
     finally:
         if executor is not None:
@@ -175,6 +175,12 @@ def cmd_verify(args: argparse.Namespace, options: Options) -> int:
         print(f"PARTIAL: {s.url}: only its first {s.records} records are indexed; the rest of "
               "the file is damaged (re-copy it and run `ofindex build` again)", file=sys.stderr)
     print(f"{'partial' if partial else 'ok'}: {len(ds.shards)} files, {n} records verified")
+    if ds.format is RecordFormat.OFRECORD:
+        bare = ds.shards_without_checksums()
+        if bare:
+            print(f"note: {len(bare)} of {len(ds.shards)} OFRecord files have no checksums in "
+                  f"their sidecars (e.g. {bare[0]}): only their framing was checked; rebuild "
+                  "with `ofindex build --checksums --force` to check their payloads too")
     return EXIT_PARTIAL if partial else EXIT_OK
 
 

@@ -64,7 +64,7 @@ static void block_dealloc(Block *self) {
         if (self->size <= pool_limit) {
             for (int i = 0; i < POOL_SLOTS && !kept; i++)
                 if (pool[i].data == NULL) {
-                    while (pool_bytes + self->size > pool_limit) {  /* evict others first */
+                    while (pool_bytes > pool_limit - self->size) {  /* evict others first */
                         int victim = -1;
                         for (int j = 0; j < POOL_SLOTS; j++)
                             if (pool[j].data != NULL)

@@ -119,11 +119,16 @@ PyObject *gather_bytes(PyObject *self, PyObject *args) {
         return NULL;
     }
     const int64_t *r = (const int64_t *)rv.buf;
-    Py_ssize_t g = PyList_GET_SIZE(bufs), n = rv.shape[0], row = 0;
-    for (Py_ssize_t k = 0; k < n; k += 2)
-        row += r[k + 1] - r[k];
+    Py_ssize_t g = PyList_GET_SIZE(bufs), n = rv.shape[0], row = 0, total = 0;
     PyObject *result = NULL;
-    if (row * g != ov.len) {
+    int overflow = 0;  /* sizes summed and multiplied with checks: never wrap to a match */
+    for (Py_ssize_t k = 0; k < n && !overflow; k += 2)
+        overflow = add_size(row, (Py_ssize_t)(r[k + 1] - r[k]), &row) < 0;
+    if (overflow || mul_size(row, g, &total) < 0) {
+        PyErr_SetString(PyExc_ValueError, "the gathered bytes would not fit in memory");
+        goto done;
+    }
+    if (total != ov.len) {
         PyErr_SetString(PyExc_ValueError, "out does not hold exactly the gathered bytes");
         goto done;
     }

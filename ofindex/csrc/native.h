@@ -15,6 +15,22 @@ static inline uint64_t load_le(const unsigned char *p, int n) {
     return v;
 }
 
+/* Checked arithmetic on non-negative sizes: 0 and the result in *out, or -1 on overflow
+ * (the callers set an exception). Every size derived from caller data goes through these. */
+static inline int add_size(Py_ssize_t a, Py_ssize_t b, Py_ssize_t *out) {
+    if (a < 0 || b < 0 || a > PY_SSIZE_T_MAX - b)
+        return -1;
+    *out = a + b;
+    return 0;
+}
+
+static inline int mul_size(Py_ssize_t a, Py_ssize_t b, Py_ssize_t *out) {
+    if (a < 0 || b < 0 || (a != 0 && b > PY_SSIZE_T_MAX / a))
+        return -1;
+    *out = a * b;
+    return 0;
+}
+
 /* An int64 vector from a contiguous buffer (numpy int64 array); what names it in errors. */
 int get_i64(PyObject *obj, Py_buffer *view, const char *what);
 

@@ -38,10 +38,13 @@ static int64_t masked_crc_of(PyObject *crc_fn, PyObject *data) {
     PyObject *r = PyObject_CallOneArg(crc_fn, data);
     if (r == NULL)
         return -1;
-    unsigned long v = PyLong_AsUnsignedLong(r);
+    unsigned long long v = PyLong_Check(r) ? PyLong_AsUnsignedLongLong(r) : ~0ULL;
     Py_DECREF(r);
-    if (v == (unsigned long)-1 && PyErr_Occurred())
+    if (v > 0xffffffffULL) {
+        PyErr_Clear();
+        PyErr_SetString(PyExc_ValueError, "crc32c did not return a 32-bit CRC");
         return -1;
+    }
     return mask_crc((uint32_t)v);
 }
 
@@ -56,7 +59,16 @@ static int64_t masked_length_crc(PyObject *crc_fn, PyObject *memo, const unsigne
     PyObject *hit = PyDict_GetItemWithError(memo, key);  /* borrowed */
     if (hit != NULL) {
         Py_DECREF(key);
-        return (int64_t)PyLong_AsUnsignedLong(hit);
+        /* a memo shared with Python code: refuse anything but a 32-bit CRC, never pass on
+         * a value that reads as "failed" without an exception set */
+        unsigned long long v = PyLong_Check(hit) ? PyLong_AsUnsignedLongLong(hit) : ~0ULL;
+        if (v > 0xffffffffULL) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_ValueError,
+                         "length_crcs[%lld] is not a 32-bit CRC", (long long)length);
+            return -1;
+        }
+        return (int64_t)v;
     }
     int64_t r = -1;
     if (!PyErr_Occurred()) {
@@ -81,7 +93,8 @@ static int64_t masked_length_crc(PyObject *crc_fn, PyObject *memo, const unsigne
 static PyObject *cut_record(const unsigned char *base, Py_ssize_t len, int64_t start,
                             int64_t end, Py_ssize_t header, Py_ssize_t footer, int verify,
                             PyObject *crc_fn, PyObject *memo, int64_t *last_len, int64_t *last_len_crc) {
-    if (start < 0 || end > len || end - start < header + footer)
+    /* compared without arithmetic that can wrap: start and end come from corrupt data too */
+    if (start < 0 || end < start || end > (int64_t)len || end - start < header + footer)
         Py_RETURN_NONE;
     const unsigned char *p = base + start;
     int64_t size = end - start - header - footer;
@@ -194,8 +207,9 @@ static int get_u64(PyObject *obj, Py_buffer *view) {
  * 3 span past the data held.
  *
  * The span [*start, *end) of record i from a sidecar's offsets (the last record ends at
- * iend). Returns 0, a problem code (1: too short for `min` framing bytes, so the offsets are
- * corrupt; 3: past the `len` bytes of data held), or -1 with IndexError set. */
+ * iend >= 0). Returns 0, a problem code (1: too short for `min` framing bytes or past the
+ * indexed end, so the offsets are corrupt; 3: past the `len` bytes of data held), or -1 with
+ * IndexError set. Compared as unsigned, without arithmetic that can wrap. */
 static int span_of(const Py_buffer *ov, int64_t iend, int64_t i, Py_ssize_t min,
                    Py_ssize_t len, int64_t *start, int64_t *end) {
     Py_ssize_t count = ov->shape[0];
@@ -205,7 +219,7 @@ static int span_of(const Py_buffer *ov, int64_t iend, int64_t i, Py_ssize_t min,
     }
     const uint64_t *o = (const uint64_t *)ov->buf;
     uint64_t s = o[i], e = i + 1 < count ? o[i + 1] : (uint64_t)iend;
-    if (e < s || e - s < (uint64_t)min || e > (uint64_t)INT64_MAX)
+    if (e < s || e - s < (uint64_t)min || e > (uint64_t)iend)
         return 1;
     if (e > (uint64_t)len)
         return 3;
@@ -259,6 +273,10 @@ PyObject *gather(PyObject *self, PyObject *args) {
         ends[got] = PyLong_AsLongLong(PyList_GET_ITEM(iends, got));
         if (ends[got] == -1 && PyErr_Occurred())
             goto done;
+        if (ends[got] < 0) {
+            PyErr_SetString(PyExc_ValueError, "indexed_ends must be >= 0");
+            goto done;
+        }
         if (PyObject_GetBuffer(PyList_GET_ITEM(bufs, got), &views[2 * got], PyBUF_SIMPLE) < 0)
             goto done;
         if (get_u64(PyList_GET_ITEM(offs, got), &views[2 * got + 1]) < 0) {
@@ -331,14 +349,25 @@ PyObject *record(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
         PyErr_SetString(PyExc_TypeError, "record takes 9 arguments, the last a dict");
         return NULL;
     }
-    int64_t iend = PyLong_AsLongLong(args[2]);
-    int64_t i = PyLong_AsLongLong(args[3]);
-    Py_ssize_t header = PyLong_AsSsize_t(args[4]);
-    Py_ssize_t footer = PyLong_AsSsize_t(args[5]);
-    int verify = PyObject_IsTrue(args[6]);
-    if (PyErr_Occurred())
+    /* each conversion is checked before the next runs: no C-API call with an error set */
+    int64_t iend, i;
+    Py_ssize_t header, footer;
+    int verify;
+    if ((iend = PyLong_AsLongLong(args[2])) == -1 && PyErr_Occurred())
+        return NULL;
+    if ((i = PyLong_AsLongLong(args[3])) == -1 && PyErr_Occurred())
+        return NULL;
+    if ((header = PyLong_AsSsize_t(args[4])) == -1 && PyErr_Occurred())
+        return NULL;
+    if ((footer = PyLong_AsSsize_t(args[5])) == -1 && PyErr_Occurred())
+        return NULL;
+    if ((verify = PyObject_IsTrue(args[6])) < 0)
         return NULL;
     if (bad_framing(header, footer, verify)) {
+        return NULL;
+    }
+    if (iend < 0) {
+        PyErr_SetString(PyExc_ValueError, "indexed_end must be >= 0");
         return NULL;
     }
     Py_buffer buf, ov;

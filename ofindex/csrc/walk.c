@@ -20,7 +20,8 @@ PyObject *walk(PyObject *self, PyObject *args) {
     Py_ssize_t n, header, overhead;
     if (!PyArg_ParseTuple(args, "OnnnO:walk", &buf_obj, &n, &header, &overhead, &out_obj))
         return NULL;
-    if (header < 8 || overhead < header || n < 0) {
+    /* framing sizes are a few bytes: bounding them keeps every sum below far from wrapping */
+    if (header < 8 || overhead < header || overhead > (1 << 20) || n < 0) {
         PyErr_SetString(PyExc_ValueError, "walk: bad sizes");
         return NULL;
     }
@@ -35,7 +36,7 @@ PyObject *walk(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "walk: out must be a writable contiguous array");
         goto fail;
     }
-    if (n > buf.len) {
+    if (n > buf.len || (uint64_t)n >= WALK_CAP / 2) {
         PyErr_SetString(PyExc_ValueError, "walk: n is larger than the buffer");
         goto fail;
     }

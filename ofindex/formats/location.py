@@ -15,7 +15,7 @@ import glob
 import os
 from typing import Any
 
-from ..errors import DataFileNotFoundError
+from ..errors import DataFileNotFoundError, SidecarError
 from ..storage import PathSpec, Storage, as_list, is_local_url, resolve_data_files, storage_for
 from .manifest import Manifest, manifest_url_for, read_manifest
 from .sidecar import SUFFIX
@@ -127,7 +127,8 @@ def resolve(
     found = _find_manifest(paths, index_dir, storage_options, manifest)
     if found is not None:
         storage, data_dir = storage_for(found.data_dir, storage_options)
-        files = [storage.join(data_dir, name) for name in found.names]
+        prefix = storage.join(data_dir, "")  # names are relative (checked): one join for all
+        files = [prefix + name for name in found.names]
         return DatasetLocation(
             storage, files, sidecar_place(storage, found.index_dir, storage_options), found,
             data_dir, index_dir, storage_options,
@@ -178,14 +179,38 @@ def _find_manifest(
         return None
     if is_local_url(spec) and not os.path.isdir(storage_for(spec)[1]):
         return None
-    m = read_manifest(manifest_url_for(index_dir if index_dir is not None else spec),
-                      storage_options)
-    if m is None or index_dir is None:
+    where = index_dir if index_dir is not None else spec
+    m = read_manifest(manifest_url_for(where), storage_options)
+    if m is None:
         return m
-    # a manifest in a separate index directory must describe this data directory
-    st, data_path = storage_for(spec, storage_options)
-    want = os.path.abspath(data_path) if is_local_url(spec) else st.url(data_path)
-    return m if m.data_dir.rstrip("/") == want.rstrip("/") else None
+    # a manifest found (not named) must describe this directory and this index directory:
+    # a tampered one must not send reads elsewhere
+    here = _place(spec, storage_options)
+    if _place(m.data_dir, storage_options) != here:
+        if index_dir is not None:
+            return None  # the index directory's manifest is of another data directory
+        raise SidecarError(
+            f"{manifest_url_for(spec)}: this manifest lists the files of {m.data_dir}, not of "
+            f"{spec}; open it by name (manifest=...) if that is meant, or run "
+            f"`ofindex build {spec}` again"
+        )
+    sidecars = _place(m.index_dir, storage_options) if m.index_dir is not None else here
+    if sidecars != (_place(index_dir, storage_options) if index_dir is not None else here):
+        raise SidecarError(
+            f"{manifest_url_for(where)}: this manifest puts the sidecars in {m.index_dir}, "
+            f"not in {index_dir or spec}; open it by name (manifest=...) if that is meant, or "
+            f"run `ofindex build` again"
+        )
+    return m
+
+
+def _place(url: str, storage_options: dict[str, Any] | None) -> str:
+    """A directory's URL in one spelling (local paths absolute), to compare two of them."""
+    try:
+        storage, path = storage_for(url, storage_options)
+    except (ValueError, ImportError):  # an unknown protocol: no place of ours
+        return url
+    return (os.path.abspath(path) if storage.cheap_seeks else storage.url(path)).rstrip("/")
 
 
 def _required_manifest(url: str, storage_options: dict[str, Any] | None) -> Manifest:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 from typing import Any
 
 from ..errors import SidecarError
@@ -95,35 +96,72 @@ def encode_manifest(
     return json.dumps(doc, separators=(",", ":")).encode("utf-8")
 
 
+#: Record counts and sizes at most this large (and the sum of the counts): larger ones are
+#: not from a real dataset.
+_MAX_COUNT = 1 << 62
+
+
+def _column(shards: dict[str, Any], key: str, kind: type) -> list[Any]:
+    values = shards[key]
+    if type(values) is not list or not set(map(type, values)) <= {kind}:  # bool is no int
+        raise TypeError(f"shards.{key} must be a list of {kind.__name__}")
+    return values
+
+
+#: A shard name: a path relative to the data directory whose parts are neither empty (so no
+#: leading "/" and no "://") nor "." or "..", without backslashes or NULs.
+_GOOD_NAME = re.compile(r"(?!\.\.?(?:/|$))[^/\\\x00]+(?:/(?!\.\.?(?:/|$))[^/\\\x00]+)*")
+
+
 def decode_manifest(raw: bytes, manifest_url: str) -> Manifest:
-    """Parse and check a manifest read from ``manifest_url``."""
+    """Parse and check a manifest read from ``manifest_url``.
+
+    Raises:
+        SidecarError: Not a manifest, another version, or contents that cannot describe a
+            dataset: columns of other types or lengths, a shard listed twice, counts or sizes
+            out of range, or a shard name that would lead outside the data directory.
+    """
     try:
         doc = json.loads(raw)
+        if type(doc) is not dict or type(doc.get("shards")) is not dict:
+            raise TypeError("not a JSON object with a 'shards' object")
         version = doc["ofindex_manifest"]
         shards = doc["shards"]
-        names = [str(n) for n in shards["name"]]
-        records = [int(r) for r in shards["records"]]
-        sizes = [int(s) for s in shards["size"]]
-        fps = [str(f) for f in shards["fingerprint"]]
-        comps = [Compression.parse(str(c)) for c in shards.get("compression", [""] * len(names))]
+        names = _column(shards, "name", str)
+        records = _column(shards, "records", int)
+        sizes = _column(shards, "size", int)
+        fps = _column(shards, "fingerprint", str)
+        comps = [Compression.parse(c) for c in
+                 (_column(shards, "compression", str) if "compression" in shards
+                  else [""] * len(names))]
+        if type(doc["format"]) is not str:
+            raise TypeError("format must be a string")
         fmt = RecordFormat.parse(doc["format"])
-        partial = tuple(str(n) for n in doc.get("partial", ()))
-    except (ValueError, KeyError, TypeError) as exc:
+        for key in ("data_dir", "index_dir"):
+            if doc.get(key) is not None and type(doc[key]) is not str:
+                raise TypeError(f"{key} must be a string or null")
+        partial = tuple(_column(doc, "partial", str)) if "partial" in doc else ()
+    except (ValueError, KeyError, TypeError, RecursionError) as exc:
         raise SidecarError(
-            f"{manifest_url}: not a valid ofindex manifest ({type(exc).__name__}: {exc}); "
-            "rebuild it with `ofindex build <dataset directory>`"
+            f"{manifest_url}: not a valid ofindex manifest ({type(exc).__name__}: "
+            f"{str(exc)[:200]}); rebuild it with `ofindex build <dataset directory>`"
         ) from None
     if version != VERSION:
         raise SidecarError(
-            f"{manifest_url}: manifest version {version} is not supported (this ofindex reads "
-            f"version {VERSION}); rebuild with `ofindex build` or upgrade ofindex"
+            f"{manifest_url}: manifest version {str(version)[:20]} is not supported (this "
+            f"ofindex reads version {VERSION}); rebuild with `ofindex build` or upgrade ofindex"
         )
     if not (len(names) == len(records) == len(sizes) == len(fps) == len(comps)):
         raise SidecarError(f"{manifest_url}: manifest columns differ in length; rebuild it")
     if len(set(names)) != len(names):
         raise SidecarError(f"{manifest_url}: manifest lists a shard twice; rebuild it")
-    if any(r < 0 for r in records) or any(s < 0 for s in sizes):
-        raise SidecarError(f"{manifest_url}: negative record count or size; rebuild it")
+    if not all(map(_GOOD_NAME.fullmatch, names)):
+        bad = next(n for n in names if not _GOOD_NAME.fullmatch(n))
+        raise SidecarError(f"{manifest_url}: shard name {bad[:80]!r} is not a file of the data "
+                           "directory (absolute, '..', a URL or empty); rebuild the manifest")
+    if records and (min(records) < 0 or min(sizes) < 0 or max(sizes) > _MAX_COUNT
+                    or sum(records) > _MAX_COUNT):
+        raise SidecarError(f"{manifest_url}: impossible record count or size; rebuild it")
     data_dir = doc.get("data_dir") or _dir_of(manifest_url)
     if not set(partial) <= set(names):
         raise SidecarError(f"{manifest_url}: manifest marks unknown shards partial; rebuild it")

@@ -43,6 +43,8 @@ class Sidecar:
         header: The decoded header.
         offsets: ``uint64[count]``: where each record's framing starts.
         checksums: ``uint32[count]`` CRC32C of each payload, or ``None``.
+        sums: The same checksums as a memoryview (``sums[i]`` is a plain int, cheaper than
+            indexing the array on a hot path), or ``None``.
         seek_points: The seek table of a compressed file (see :mod:`.seekpoints`).
         windows: The windows blob of a compressed file.
         indexed_end: Byte just past the last indexed record.
@@ -50,7 +52,7 @@ class Sidecar:
     """
 
     __slots__ = ("_buf", "_mv", "_overhead", "_seeks", "checksums", "compressed", "header",
-                 "indexed_end", "offsets", "path", "seek_points", "windows")
+                 "indexed_end", "offsets", "path", "seek_points", "sums", "windows")
 
     def __init__(self, path: str, header: SidecarHeader, body: mmap.mmap | bytes) -> None:
         self.path = path
@@ -67,6 +69,8 @@ class Sidecar:
         self._mv = memoryview(body)[lay.offsets[0] : lay.offsets[1]].cast("Q")
         self.checksums = (np.frombuffer(body, dtype="<u4", count=n, offset=lay.checksums[0])
                           if header.checksums else None)
+        self.sums = (memoryview(body)[lay.checksums[0] : lay.checksums[0] + 4 * n].cast("I")
+                     if header.checksums else None)
         mv = memoryview(body)
         self.seek_points = (table_from_bytes(mv[lay.seek_points[0] : lay.seek_points[1]],
                                              header.seek_points)
@@ -102,33 +106,43 @@ class Sidecar:
 
     def span(self, i: int) -> tuple[int, int]:
         """Byte range ``[start, end)`` of record ``i``'s framing (0 <= i < len), unchecked:
-        callers on hot paths compare its length with ``format.overhead`` and raise
-        :meth:`bad_span` themselves."""
+        callers on hot paths check ``start + format.overhead <= end <= indexed_end`` and
+        raise :meth:`bad_span` themselves."""
         mv = self._mv
         start = mv[i]
         end = mv[i + 1] if i + 1 < len(mv) else self.indexed_end
         return start, end
 
     def spans(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Vectorised :meth:`span` for an int64 array of local record numbers; a range too
-        short to hold a record (corrupt offsets) raises :class:`SidecarError`."""
-        starts = self.offsets[idx].astype(np.int64)
-        nxt = idx + 1
-        inside = nxt < self.header.count
-        ends = np.full(starts.shape, self.indexed_end, dtype=np.int64)
-        ends[inside] = self.offsets[nxt[inside]]
-        short = ends - starts < self._overhead
-        if short.any():
-            k = int(np.argmax(short))
+        """Vectorised :meth:`span` for an int64 array of valid local record numbers, checked:
+        a range that cannot hold a record (shorter than its framing, or past the indexed end,
+        which the header keeps within the data file) raises :class:`SidecarError` before
+        anything is read or allocated from it.
+
+        Returns:
+            ``(starts, ends)``, int64 arrays.
+        """
+        offsets, end = self.offsets, self.indexed_end
+        starts = offsets[idx]
+        if len(idx) == 0:
+            return starts.astype(np.int64), starts.astype(np.int64)
+        last = self.header.count - 1
+        ends = offsets[np.minimum(idx + 1, last)]
+        ends[idx == last] = end
+        # unsigned comparisons, no arithmetic that can wrap: offsets come from a file
+        bad = (ends > end) | (starts > ends) | (ends - starts < self._overhead)
+        if bad.any():
+            k = int(np.argmax(bad))
             raise self.bad_span(int(idx[k]), int(starts[k]), int(ends[k]))
-        return starts, ends
+        return starts.astype(np.int64), ends.astype(np.int64)
 
     def bad_span(self, record: int, start: int, end: int) -> SidecarError:
-        """The error for a span too short to hold a record: the offsets block is corrupt."""
+        """The error for a span that cannot hold a record: the offsets block is corrupt."""
+        why = (f"past the indexed end {self.indexed_end}" if end > self.indexed_end else
+               f"too short for a {self.format.name.lower()} record")
         return SidecarError(
             f"{self.path}: record {record}: the index gives the byte range [{start}, {end}), "
-            f"too short for a {self.format.name.lower()} record; the sidecar's offsets are "
-            "corrupt — rebuild it with `ofindex build`"
+            f"{why}; the sidecar's offsets are corrupt — rebuild it with `ofindex build`"
         )
 
     @property
@@ -212,12 +226,15 @@ def encode_sidecar(
 
 
 def parse_sidecar(buf: bytes, *, path: str) -> Sidecar:
-    """Make a sidecar from its whole content held in memory (remote storage).
+    """Make a sidecar from its whole content held in memory (remote storage), its body checked
+    against its CRC (cheap next to fetching it: a byte flipped in transit is not cached).
 
     Raises:
         SidecarError: The content is not a valid sidecar.
     """
-    return Sidecar(path, decode_header(buf, path=path), buf)
+    sidecar = Sidecar(path, decode_header(buf, path=path), buf)
+    sidecar.check_offsets()
+    return sidecar
 
 
 def open_local_sidecar(path: str) -> Sidecar:

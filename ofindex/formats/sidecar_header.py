@@ -60,6 +60,10 @@ _KNOWN_FLAGS = FLAG_PARTIAL | FLAG_CHECKSUMS | FLAG_COMPRESSED
 #: Size of one seek point entry in the body.
 SEEK_POINT_SIZE = 32
 
+#: Largest data size a header may state (4 EiB): a larger one is corrupt, and every position
+#: below it fits an int64 with room to spare for sums.
+MAX_DATA_BYTES = 1 << 62
+
 _V1 = struct.Struct("<8sHBBIQQQIIH")
 _V2 = struct.Struct("<8sHBBIQQQIIBBHIQQQQ8s")
 _HEADER_CRC_AT = 44
@@ -215,7 +219,8 @@ def decode_header(buf: bytes | memoryview, *, path: str) -> SidecarHeader:
             "ofindex"
         )
     header_size = struct.unpack_from("<I", buf, 12)[0]
-    if len(buf) < header_size or header_size % 8 or header_size > 1 << 20:
+    if (len(buf) < header_size or header_size % 8 or header_size > 1 << 20
+            or header_size < _V1.size):  # too small for the fields read below
         raise _corrupt(path, f"header size {header_size}")
     check = bytearray(buf[:header_size])
     stored = struct.unpack_from("<I", check, _HEADER_CRC_AT)[0]
@@ -240,9 +245,10 @@ def _decode_v1(buf: bytearray, path: str) -> SidecarHeader:
     if header_size < _V1.size + fplen:
         raise _corrupt(path, "fingerprint length")
     fingerprint = bytes(buf[_V1.size : _V1.size + fplen]).decode("utf-8", "replace")
-    return SidecarHeader(_record_format(fmt, path), count, FileStamp(size, fingerprint), end,
-                         bool(flags & FLAG_PARTIAL), header_size, ocrc, version=1,
-                         uncompressed_size=size)
+    return _consistent(SidecarHeader(
+        _record_format(fmt, path), count, FileStamp(size, fingerprint), end,
+        bool(flags & FLAG_PARTIAL), header_size, ocrc, version=1, uncompressed_size=size,
+    ), path)
 
 
 def _decode_v2(buf: bytearray, path: str) -> SidecarHeader:
@@ -261,9 +267,31 @@ def _decode_v2(buf: bytearray, path: str) -> SidecarHeader:
     if bool(flags & FLAG_COMPRESSED) != (compression is not Compression.NONE):
         raise _corrupt(path, "compression flag and code disagree")
     fingerprint = bytes(buf[96 : 96 + fplen]).decode("utf-8", "replace")
-    return SidecarHeader(
+    return _consistent(SidecarHeader(
         _record_format(fmt, path), count, FileStamp(size, fingerprint), end,
         bool(flags & FLAG_PARTIAL), HEADER_SIZE, bcrc, version=2,
         checksums=bool(flags & FLAG_CHECKSUMS), compression=compression, seek_points=seeks,
         windows_bytes=wbytes, spacing=spacing, uncompressed_size=usize,
-    )
+    ), path)
+
+
+def _consistent(h: SidecarHeader, path: str) -> SidecarHeader:
+    """Refuse a header whose numbers cannot describe a data file (a header CRC recomputed over
+    corrupt fields, or a foreign writer): reads trust these to bound every span."""
+    compressed = h.compression is not Compression.NONE
+    stream = h.uncompressed_size if compressed else h.stamp.size
+    for name, value in (("data size", h.stamp.size), ("indexed end", h.indexed_end),
+                        ("uncompressed size", stream)):
+        if value > MAX_DATA_BYTES:
+            raise _corrupt(path, f"{name} {value} is impossible")
+    if h.indexed_end > stream:
+        raise _corrupt(path, f"indexed end {h.indexed_end} lies past the end of the data "
+                             f"({stream} bytes)")
+    if not h.partial and not compressed and h.indexed_end != h.stamp.size:
+        raise _corrupt(path, f"a complete index ends at {h.indexed_end}, not at the end of "
+                             f"the data ({h.stamp.size} bytes)")
+    if h.count * h.format.overhead > h.indexed_end:
+        raise _corrupt(path, f"{h.count} records cannot fit in {h.indexed_end} bytes")
+    if (h.seek_points or h.windows_bytes) and not compressed:
+        raise _corrupt(path, "seek points for a data file that is not compressed")
+    return h

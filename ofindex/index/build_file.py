@@ -17,6 +17,7 @@ from ..formats.sidecar import encode_sidecar
 from ..formats.sidecar_header import Compression
 from ..storage import FileStamp, Storage
 from ..storage.readahead import ReadAhead
+from .checksums import payload_checksums
 from .inflated_stream import InflatedStream
 from .scan import ScanResult, scan_file
 
@@ -87,6 +88,7 @@ def build_file(
     index_path: str, verify: bool, allow_partial: bool,
     progress: Callable[[int], None] | None = None, *,
     compression: Compression | None = None, spacing: int = DEFAULT_SPACING,
+    checksums: bool = False,
 ) -> BuildResult:
     """Index one data file and write its sidecar.
 
@@ -102,6 +104,10 @@ def build_file(
             file), now and then.
         compression: Its compression, or ``None`` to detect it.
         spacing: Uncompressed bytes between seek points of a compressed file.
+        checksums: Also store the CRC32C of every payload in the sidecar, for OFRecord files
+            (which carry none) that are not compressed (a compressed file's inflate and its
+            gzip CRC32 / zlib Adler-32 guard it instead); reads the whole file (see
+            :mod:`ofindex.index.checksums`).
 
     Returns:
         What was indexed.
@@ -135,6 +141,8 @@ def build_file(
                 table, windows = stream.seek_table()
                 table = table[table["out"] <= result.indexed_end]  # past a damaged end: none
                 usize = stream.end if stream.end is not None else result.indexed_end
+        sums = (payload_checksums(source, path, fmt, result.offsets, result.indexed_end)
+                if checksums and compression is Compression.NONE else None)
     finally:
         if isinstance(source, ReadAhead):
             source.close()
@@ -142,7 +150,7 @@ def build_file(
     header, body = encode_sidecar(
         fmt, result.offsets, stamp, result.indexed_end, result.partial,
         compression=compression, seek_points=table, windows=windows,
-        spacing=spacing if table is not None else 0, uncompressed_size=usize,
+        spacing=spacing if table is not None else 0, uncompressed_size=usize, checksums=sums,
     )
     index_storage.write_atomic(index_path, [header, body])
     return _result(url, index_storage.url(index_path), fmt, result, stamp, compression, usize,

@@ -40,6 +40,7 @@ def build_index(
     resume: bool = True,
     compression: str | Compression | None = "auto",
     seek_spacing: int = DEFAULT_SPACING,
+    checksums: bool = False,
 ) -> list[BuildResult]:
     """Index data files: scan each once and write its sidecar (and the dataset's manifest).
 
@@ -74,6 +75,9 @@ def build_index(
             complete, same format; ``BuildResult.skipped``), so a build interrupted at 90 %
             redoes the remaining 10 %. ``False`` (``ofindex build --force``) re-indexes every
             file; a ``verify=True`` build always reads every file.
+        checksums: Store the CRC32C of every payload in the sidecars (uncompressed files),
+            which reads with ``verify=True`` check for OFRecord, a format without CRCs of its
+            own (this reads every payload, like ``verify``).
         compression: ``"auto"`` detects GZIP and ZLIB files (TensorFlow's
             ``compression_type``); ``"gzip"``, ``"zlib"`` or ``None`` say what every file
             is. A compressed file is inflated once; its sidecar also holds seek points where
@@ -104,7 +108,8 @@ def build_index(
     results = build_location(location, format=format, verify=verify,
                              allow_partial=allow_partial, workers=workers, progress=progress,
                              manifest=manifest, executor=executor, resume=resume,
-                             compression=compression, seek_spacing=seek_spacing)
+                             compression=compression, seek_spacing=seek_spacing,
+                             checksums=checksums)
     for r in results:
         if r.partial:
             warnings.warn(f"{r.data_url}: PARTIAL index of {r.records} records: {r.problem}",
@@ -125,6 +130,7 @@ def build_location(
     resume: bool = True,
     compression: str | Compression | None = "auto",
     seek_spacing: int = DEFAULT_SPACING,
+    checksums: bool = False,
 ) -> list[BuildResult]:
     """Index the files of a resolved location (see :func:`build_index` for the options)."""
     storage, files = location.storage, location.files
@@ -135,7 +141,8 @@ def build_location(
     targets = [location.sidecar_of(f) for f in files]
     default = (os.cpu_count() or 1) if storage.cheap_seeks else REMOTE_WORKERS
     n_workers = max(1, min(workers or default, len(files)))
-    jobs = [FileJob(storage, f, fmt, ist, ipath, verify, allow_partial, comp, seek_spacing)
+    jobs = [FileJob(storage, f, fmt, ist, ipath, verify, allow_partial, comp, seek_spacing,
+                    checksums)
             for f, (ist, ipath) in zip(files, targets, strict=True)]
     if executor is not None:
         files_bar = FileProgress(len(jobs), progress)

@@ -31,6 +31,7 @@ class FileJob:
         allow_partial: Index the valid prefix of a damaged file instead of failing.
         compression: How the file is compressed, or ``None`` to detect it.
         spacing: Uncompressed bytes between seek points of a compressed file.
+        checksums: Store the CRC32C of every payload in the sidecar.
     """
 
     storage: Storage
@@ -42,6 +43,7 @@ class FileJob:
     allow_partial: bool = False
     compression: Compression | None = None
     spacing: int = DEFAULT_SPACING
+    checksums: bool = False
 
     def run(self, resume: bool = True,
             progress: Callable[[int], None] | None = None) -> BuildResult:
@@ -60,11 +62,12 @@ class FileJob:
         """
         if resume and not self.verify:
             done = fresh_result(self.storage, self.path, self.format, self.index_storage,
-                                self.index_path, self.compression)
+                                self.index_path, self.compression, self.checksums)
             if done is not None:
                 if progress is not None:
                     progress(done.size)
                 return done
         return build_file(self.storage, self.path, self.format, self.index_storage,
                           self.index_path, self.verify, self.allow_partial, progress=progress,
-                          compression=self.compression, spacing=self.spacing)
+                          compression=self.compression, spacing=self.spacing,
+                          checksums=self.checksums)

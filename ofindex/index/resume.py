@@ -40,7 +40,7 @@ def read_header(index_storage: Storage, index_path: str) -> SidecarHeader | None
 
 def fresh_result(
     storage: Storage, path: str, fmt: RecordFormat | None, index_storage: Storage,
-    index_path: str, compression: Compression | None = None,
+    index_path: str, compression: Compression | None = None, checksums: bool = False,
 ) -> BuildResult | None:
     """What a fresh existing sidecar says of ``path``, or ``None`` when it must be (re)built.
 
@@ -54,6 +54,7 @@ def fresh_result(
         index_storage: Storage of the sidecar.
         index_path: Where the sidecar is.
         compression: The compression asked for, or ``None`` (auto).
+        checksums: Payload checksums are asked for (a sidecar without them is rebuilt).
 
     Returns:
         The :class:`BuildResult` of the existing sidecar (``skipped=True``), or ``None``.
@@ -63,6 +64,8 @@ def fresh_result(
         return None
     if compression is not None and header.compression is not compression:
         return None  # indexed as another compression than asked for: rebuild (and refuse)
+    if checksums and not header.checksums and header.compression is Compression.NONE:
+        return None  # checksums asked for and missing
     stamp = storage.stamp(path)
     if header.stamp != stamp:
         return None

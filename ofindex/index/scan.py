@@ -70,10 +70,11 @@ def scan_file(
     local = storage if isinstance(storage, Storage) and storage.cheap_seeks else None
     crc_pass = verify and local is not None and fmt is RecordFormat.TFRECORD
     scan = _Scan(storage, path, fmt, size, verify and not crc_pass, block_size, progress)
-    inflate_failed = False
+    inflate_failed = scanned = False
     try:
         try:
             scan.run()
+            scanned = True
         except InflateFailure as failure:
             assert isinstance(storage, InflatedStream)
             inflate_failed = True  # every record taken so far is whole: the prefix ends at pos
@@ -88,10 +89,13 @@ def scan_file(
             exc = in_stream_error(exc, storage.compression, storage.compressed_offset_near(at))
         if not allow_partial:
             raise exc from None
-        offsets = scan.offsets()
-        if exc.record is not None and exc.record < len(offsets):
-            offsets = offsets[: exc.record]
-        end = exc.offset if exc.offset is not None and not inflate_failed else scan.pos
+        offsets, end = _prefix(scan, exc, at_pos=inflate_failed)
+        if crc_pass and local is not None and not scanned:  # the prefix's payloads are
+            try:                                            # not checked yet
+                verify_crcs(local, path, offsets, end, threads=threads)
+            except CorruptRecordError as bad:
+                exc = bad
+                offsets, end = _prefix(scan, bad, offsets)
         warnings.warn(
             f"{scan.url}: indexing only the first {len(offsets)} records (bytes [0, {end})) of "
             f"{size} bytes because: {exc}",
@@ -99,6 +103,16 @@ def scan_file(
         )
         return ScanResult(offsets, end, partial=True, problem=str(exc))
     return ScanResult(offsets, end)
+
+
+def _prefix(scan: _Scan, exc: CorruptRecordError, offsets: np.ndarray | None = None, *,
+            at_pos: bool = False) -> tuple[np.ndarray, int]:
+    """The records before the one ``exc`` names, and where they end (``scan.pos`` when
+    ``at_pos``, or when ``exc`` names no offset)."""
+    offsets = scan.offsets() if offsets is None else offsets
+    if exc.record is not None and exc.record < len(offsets):
+        offsets = offsets[: exc.record]
+    return offsets, exc.offset if exc.offset is not None and not at_pos else scan.pos
 
 
 def _word_views(buffer: bytearray) -> list[memoryview]:
@@ -117,6 +131,8 @@ class _Scan:
         self.storage, self.path, self.fmt = storage, path, fmt
         self.size = UNKNOWN_SIZE if self.stream else size
         self.url = storage.url(path)
+        # a small file gets a buffer its size, not a whole block
+        block_size = min(block_size, max(size, _HEADER_READ))
         self.verify, self.block_size, self.progress = verify, block_size, progress
         self.found: list[np.ndarray] = []
         self.singles: list[int] = []  # offsets found one per read, not yet in ``found``

@@ -7,6 +7,8 @@ from collections.abc import Iterable
 from types import TracebackType
 from typing import Any, Protocol
 
+from crc32c import crc32c as _crc32c
+
 from ..errors import OfindexError
 from ..formats.framing import RecordFormat, frame_parts
 from ..formats.location import sidecar_location
@@ -40,9 +42,15 @@ class Writer:
         seek_spacing: Uncompressed bytes between the seek points of a compressed file
             (placed by full flushes, so the sidecar needs no windows).
         compression_level: zlib's level (-1: zlib's default, as TensorFlow).
+        checksums: Store the CRC32C of every payload in the sidecar; reads with
+            ``verify=True`` check them. ``None`` (the default): on for uncompressed OFRecord,
+            which has no CRC of its own (a payload changed in place would otherwise read back
+            as data), off for TFRecord, whose framing carries CRCs. It costs one hardware
+            CRC32C per record and 4 bytes per record in the sidecar.
 
     Raises:
-        ValueError: An unknown ``format`` or ``compression``.
+        ValueError: An unknown ``format`` or ``compression``, or ``checksums=True`` for a
+            compressed file.
         StorageError: The storage cannot be reached or refuses the write.
 
     Local files are written under a temporary name (``<name>.<pid>.tmp``) and renamed into
@@ -71,9 +79,17 @@ class Writer:
         compression: str | Compression | None = None,
         seek_spacing: int = WRITER_SPACING,
         compression_level: int = -1,
+        checksums: bool | None = None,
     ) -> None:
         self.format = RecordFormat.parse(format)
         self.compression = Compression.parse(compression)
+        if checksums is None:
+            checksums = (self.format is RecordFormat.OFRECORD
+                         and self.compression is Compression.NONE)
+        elif checksums and self.compression is not Compression.NONE:
+            raise ValueError("checksums=True is for uncompressed files: a compressed file is "
+                             "guarded by inflate and its gzip CRC32 / zlib Adler-32")
+        self._crcs = array.array("I") if checksums and index else None
         self._storage, self._path = storage_for(os.fspath(url), storage_options)
         self._index = index
         self._index_storage, self._index_path = sidecar_location(
@@ -135,6 +151,8 @@ class Writer:
         f.write(data)
         if foot:
             f.write(foot)
+        if self._crcs is not None:
+            self._crcs.append(_crc32c(data))
         self._offsets.append(self._pos)
         self._pos += len(head) + len(data) + len(foot)
         return len(self._offsets) - 1
@@ -190,10 +208,12 @@ class Writer:
         offsets = (np.frombuffer(self._offsets, dtype=np.uint64) if self._offsets
                    else np.empty(0, np.uint64))
         sink = self._sink
+        crcs = None if self._crcs is None else np.frombuffer(self._crcs, dtype=np.uint32)
         header, body = encode_sidecar(
             self.format, offsets, stamp, self._pos, compression=self.compression,
             seek_points=None if sink is None else sink.seek_table(),
             spacing=0 if sink is None else sink.spacing, uncompressed_size=self._pos,
+            checksums=crcs,
         )
         self._index_storage.write_atomic(self._index_path, [header, body])
 

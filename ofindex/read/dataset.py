@@ -11,18 +11,49 @@ import crc32c as _crc32c
 import numpy as np
 
 from .. import _accel
-from ..errors import RecordIndexError
+from ..errors import RecordIndexError, SidecarError
 from ..formats.crc import LENGTH_CRCS
 from ..formats.framing import RecordFormat, unframe_ofrecord, unframe_tfrecord
+from ..formats.sidecar import Sidecar
 from ..formats.sidecar_header import Compression
 from ..storage import Storage
 from ..storage.ranges import DEFAULT_MAX_BYTES
 from . import compressed, compressed_stream, streaming
+from .checksums import check_one
 from .gather import BatchReads
 from .shards import Shard, ShardInfo
 
 #: A callable applied to each record's bytes (``ofindex.open(..., decode=...)``).
 Decode = Callable[[Any], Any]
+#: More records than this in one dataset can only come from corrupt indexes or manifests.
+_MAX_RECORDS = 1 << 62
+
+
+def _indices(key: Any, strict: bool = False) -> np.ndarray:
+    """Record numbers as an int64 array; a number too large for int64 is out of range.
+
+    ``strict`` (``ds[key]``): only a 1-d sequence or array of integers, else TypeError.
+    """
+    if type(key) is np.ndarray or strict:
+        idx = np.asarray(key)
+    else:  # a list: converted as numpy converts it (floats truncated), only faster
+        try:
+            idx = np.asarray(key, dtype=np.int64)
+        except OverflowError:
+            idx = np.asarray(key)  # too large for int64: refused below
+    kind = idx.dtype.kind
+    if kind == "i" and idx.ndim == 1:  # the common case: kept cheap
+        return idx if idx.dtype.itemsize == 8 else idx.astype(np.int64)
+    if kind == "O" and idx.ndim == 1:  # integers beyond int64 make object arrays
+        huge = [v for v in idx.tolist() if isinstance(v, int) and not -(2**63) <= v < 2**63]
+        if huge:
+            raise RecordIndexError(f"record index {huge[0]} is out of range")
+    if strict and (kind not in "iu" or idx.ndim != 1):
+        raise TypeError(f"dataset indices must be integers, slices or 1-d integer arrays, "
+                        f"not {key!r:.60}")
+    if kind == "u" and idx.size and int(idx.max()) >= 2**63:
+        raise RecordIndexError(f"record index {int(idx.max())} is out of range")
+    return idx.astype(np.int64, copy=False).reshape(-1)
 
 
 class Dataset(BatchReads):
@@ -31,8 +62,9 @@ class Dataset(BatchReads):
     Made by :func:`ofindex.open`. Records are numbered shard by shard, in the order the shards
     were given (a directory or glob expands in natural name order). ``ds[i]`` reads one record
     in O(1); slices, integer arrays and ``__getitems__`` fetch many at once with coalesced
-    reads; iteration streams each shard with large sequential reads. TFRecord CRCs are checked
-    on read unless ``verify=False``.
+    reads; iteration streams each shard with large sequential reads. TFRecord CRCs (and the
+    sidecar checksums of OFRecord payloads, see :mod:`ofindex.read.checksums`) are checked on
+    read unless ``verify=False``.
 
     The dataset pickles without open handles and reopens lazily in a new process (DataLoader
     workers, fork or spawn). :meth:`close` (or ``with ofindex.open(...) as ds:``) releases
@@ -42,7 +74,8 @@ class Dataset(BatchReads):
         storage: Storage of the data files.
         shards: The shards, in order.
         fmt: Their record framing.
-        verify: Check TFRecord CRCs on read.
+        verify: Check TFRecord CRCs on read, and OFRecord payloads against their sidecar's
+            checksums when it has them.
         decode: Applied to each record's bytes before it is returned.
         max_gap: Largest gap between two wanted byte ranges read through rather than split
             (default: the storage's).
@@ -74,6 +107,13 @@ class Dataset(BatchReads):
         self.decode = decode
         self.max_gap = storage.default_max_gap if max_gap is None else max_gap
         self.max_read_bytes = max_read_bytes
+        total = sum(s.records for s in self._shards)
+        if total > _MAX_RECORDS:  # only corrupt indexes or manifests add up to this
+            raise SidecarError(
+                f"the indexes of these {len(self._shards)} shards claim {total} records in "
+                "all, more than any dataset can hold; an index or the manifest is corrupt — "
+                "rebuild it with `ofindex build`"
+            )
         counts = np.array([s.records for s in self._shards], dtype=np.int64)
         self._cum = np.cumsum(counts)                  # records up to and including shard k
         self._first = self._cum - counts               # global number of each shard's record 0
@@ -85,13 +125,15 @@ class Dataset(BatchReads):
 
     @property
     def verify(self) -> bool:
-        """Whether TFRecord CRCs are checked on read (settable)."""
+        """Whether records are checked on read (settable): TFRecord CRCs, and OFRecord payloads
+        against the checksums of sidecars that have them."""
         return self._verify
 
     @verify.setter
     def verify(self, value: bool) -> None:
         self._verify = bool(value)
         self._tf_verify = self._verify and self.format is RecordFormat.TFRECORD
+        self._of_verify = self._verify and self.format is RecordFormat.OFRECORD  # checksums
 
     # -- sequence protocol -------------------------------------------------------------------
     def __len__(self) -> int:
@@ -127,11 +169,7 @@ class Dataset(BatchReads):
             elif isinstance(key, slice):
                 return self._get_many(np.arange(*key.indices(self._len), dtype=np.int64))
             else:
-                idx = np.asarray(key)
-                if idx.dtype == bool or not np.issubdtype(idx.dtype, np.integer) or idx.ndim != 1:
-                    raise TypeError("dataset indices must be integers, slices or 1-d integer "
-                                    f"arrays, not {key!r:.60}")
-                return self._get_many(idx.astype(np.int64))
+                return self._get_many(_indices(key, strict=True))
         # one record: the hot path, kept flat
         n = self._len
         i = key + n if key < 0 else key
@@ -156,14 +194,26 @@ class Dataset(BatchReads):
                 got = native.record(buf, sc.offsets, sc.indexed_end, local, self._header,
                                     self._footer, self._tf_verify, _crc32c.crc32c, LENGTH_CRCS)
                 if isinstance(got, bytes):
+                    if self._of_verify and sc.sums is not None and (
+                            _crc32c.crc32c(got) != sc.sums[local]):
+                        self._check_sum(got, shard, sc, local)  # raises the precise error
                     return got if self.decode is None else self.decode(got)
                 self._raise_problem(got, shard, sc, buf, local)  # or past the map: read below
         start, end = sc.span(local)
-        if end - start < self._overhead:  # corrupt offsets (batches: checked by spans())
-            raise sc.bad_span(local, start, end)
+        if end - start < self._overhead or end > sc.indexed_end:  # corrupt offsets
+            raise sc.bad_span(local, start, end)  # (checked by spans() in batches)
         payload = self._unframe(self._storage.read(shard.path, start, end), self.verify,
-                                shard.path, start, local)
+                                self._storage.url(shard.path), start, local)
+        if self._of_verify and sc.sums is not None and (
+                _crc32c.crc32c(payload) != sc.sums[local]):
+            self._check_sum(payload, shard, sc, local)
         return payload if self.decode is None else self.decode(payload)
+
+    def _check_sum(self, payload: Any, shard: Shard, sc: Sidecar, local: int) -> None:
+        """Check one OFRecord payload against its sidecar checksum."""
+        assert sc.checksums is not None
+        check_one(payload, int(sc.checksums[local]), path=self._storage.url(shard.path),
+                  offset=int(sc.offsets[local]), record=local)
 
     def __getitems__(self, indices: Sequence[int] | np.ndarray) -> list[Any]:
         """Read a batch of records with coalesced reads (PyTorch's batched-fetch protocol).
@@ -178,7 +228,7 @@ class Dataset(BatchReads):
             RecordIndexError, CorruptRecordError, SidecarError, RangeReadError: As for
                 ``ds[i]``.
         """
-        return self._get_many(np.asarray(indices, dtype=np.int64).reshape(-1))
+        return self._get_many(_indices(indices))
 
     def __iter__(self) -> Iterator[Any]:
         """Iterate over every record in order (see :meth:`iter_records`)."""
@@ -223,6 +273,17 @@ class Dataset(BatchReads):
         counts: np.ndarray = self._cum.copy()
         return counts
 
+    def shards_without_checksums(self) -> list[str]:
+        """List the shards whose sidecars hold no payload checksums (loads every sidecar).
+
+        OFRecord payloads are checked on read only against such checksums.
+
+        Returns:
+            The shards' URLs.
+        """
+        return [self._storage.url(s.path) for s in self._shards
+                if s.sidecar.checksums is None]
+
     def check_indexes(self) -> None:
         """Check every sidecar's offsets block against its CRC (reads all sidecars).
 
@@ -261,7 +322,7 @@ class Dataset(BatchReads):
             RecordIndexError: A record number is out of range.
             SidecarError: The sidecar's offsets are corrupt.
         """
-        idx = self._normalize(np.asarray(indices, dtype=np.int64).reshape(-1))
+        idx = self._normalize(_indices(indices))
         shard_of = np.searchsorted(self._cum, idx, side="right")
         out = np.empty(len(idx), dtype=np.int64)
         for s in np.unique(shard_of):

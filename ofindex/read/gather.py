@@ -20,6 +20,7 @@ from ..formats.framing import Buffer, RecordFormat
 from ..formats.sidecar import Sidecar
 from ..storage import Storage
 from ..storage.ranges import coalesce
+from .checksums import check_many
 from .compressed import read_batch
 from .pageround import batch_spans
 from .payloads import (
@@ -45,6 +46,7 @@ class BatchReads:
     _footer: int
     _verify: bool
     _tf_verify: bool
+    _of_verify: bool
     format: RecordFormat
     max_gap: int
     max_read_bytes: int
@@ -94,6 +96,10 @@ class BatchReads:
                                    local, self._header, self._footer, self._tf_verify,
                                    _crc32c.crc32c, LENGTH_CRCS)
         if isinstance(got, list):
+            if self._of_verify:
+                for j, s in enumerate(touched):
+                    self._check_sums(got, s, None if len(touched) == 1 else
+                                     np.flatnonzero(which == j), local)
             return got
         problem, k = got
         if problem == _accel.PAST_MAPPED_END:  # the general path reads and reports it
@@ -118,6 +124,21 @@ class BatchReads:
         raise_record_error(buf[start:end], self.format, self._verify,
                            path=self._storage.url(shard.path), offset=start, record=record)
 
+    def _check_sums(self, payloads: list[Any], s: int, items: np.ndarray | None,
+                    local: np.ndarray) -> None:
+        """Check the OFRecord ``payloads[items]`` (all when ``items`` is ``None``) of shard
+        ``s`` (records ``local[items]``) against the checksums of its sidecar, if any."""
+        sc = self._shards[s].sidecar
+        if sc.checksums is None:
+            return
+        if items is None:
+            chosen, records = payloads, local
+        else:
+            chosen, records = [payloads[k] for k in items.tolist()], local[items]
+        url = self._storage.url(self._shards[s].path)
+        check_many(chosen, sc.checksums[records],
+                   lambda k: (url, int(sc.offsets[records[k]]), int(records[k])))
+
     def _get_by_shard(self, idx: np.ndarray) -> list[Any]:
         """Payloads read shard by shard (mapped, planned or direct reads), in the order asked
         for."""
@@ -141,6 +162,10 @@ class BatchReads:
             payloads = self._read_mapped(groups, starts, ends, local)
         if payloads is None:
             payloads = self._read_planned(shard_of, starts, ends, local)
+        if self._of_verify:
+            for s, lo, hi in groups:
+                self._check_sums(payloads, s, None if len(groups) == 1 else np.arange(lo, hi),
+                                 local)
         if order is not None:
             out = np.empty(n, dtype=object)
             out[order] = payloads

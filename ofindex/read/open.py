@@ -7,6 +7,7 @@ is first read. Without a manifest every sidecar is opened (and every data file s
 """
 
 import dataclasses
+import heapq
 import os
 import warnings
 from typing import Any
@@ -195,6 +196,9 @@ def _open_manifest(location: DatasetLocation, options: OpenOptions) -> Dataset:
         )
     storage = location.storage
     local = storage.cheap_seeks
+    if local:  # listing a local directory is cheap: refuse a manifest of other files first
+        assert location.directory is not None
+        _check_listing(storage, location.directory, m.names)
     lazy_stat = options.check_stale and not local
     partial = set(m.partial)
     shards = [
@@ -204,9 +208,9 @@ def _open_manifest(location: DatasetLocation, options: OpenOptions) -> Dataset:
         for path, name, records, size, fp in zip(location.files, m.names, m.records, m.sizes,
                                                  m.fingerprints, strict=True)
     ]
-    if local:  # stat-ing local files is cheap: check now, as without a manifest
-        assert location.directory is not None
-        _check_local(location.storage, location.directory, shards, options.check_stale)
+    if local and options.check_stale:  # stat-ing local files is cheap: check now, as
+        assert location.directory is not None  # without a manifest
+        _check_stamps(location.storage, location.directory, shards)
     want = parse_compression(options.compression)
     for name, got in zip(m.names, m.compressions or [Compression.NONE] * len(m.names),
                          strict=True):
@@ -232,21 +236,21 @@ def warn_partial(ds: Dataset) -> None:
         "`ofindex build` again"), stacklevel=3)
 
 
-def _check_local(storage: Storage, data_dir: str, shards: list[Shard],
-                 check_stale: bool) -> None:
+def _check_listing(storage: Storage, data_dir: str, names: list[str]) -> None:
     listed = {storage.basename(p) for p in storage.expand(data_dir)
               if is_data_file_name(storage.basename(p))}
-    named = {storage.basename(s.path) for s in shards}
+    named = {n.rsplit("/", 1)[-1] for n in names}
     if listed != named:
-        extra = sorted(listed - named)[:3]
-        gone = sorted(named - listed)[:3]
+        extra = heapq.nsmallest(3, listed - named)
+        gone = heapq.nsmallest(3, named - listed)
         raise StaleIndexError(
             f"{os.path.join(data_dir, MANIFEST_NAME)}: the manifest does not list the data "
             f"files of {data_dir} (not in the manifest: {extra or 'none'}; missing: "
             f"{gone or 'none'}); run `ofindex build {data_dir}` again"
         )
-    if not check_stale:
-        return
+
+
+def _check_stamps(storage: Storage, data_dir: str, shards: list[Shard]) -> None:
     for s in shards:
         why = FileStamp(s.size, s.fingerprint or "").mismatch(storage.stamp(s.path))
         if why:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import concurrent.futures as cf
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 
@@ -11,6 +11,7 @@ from ..formats.framing import Buffer
 from ..formats.sidecar import Sidecar
 from ..storage import Storage, check_length
 from ..storage.ranges import plan_blocks
+from .checksums import check_many, check_one, sidecar_sums
 from .payloads import DIRECT_RECORD_BYTES, extract_payloads, read_record_direct
 
 
@@ -21,6 +22,7 @@ def stream_shard(
     """Payloads of records ``lo..hi-1`` of one shard, in order."""
     fmt = sidecar.format
     url = storage.url(path)
+    sums = sidecar_sums(sidecar, verify)
     blocks = plan_blocks(sidecar.offsets, lo, hi, block_bytes)
     if not blocks:
         return
@@ -35,8 +37,9 @@ def stream_shard(
         def fetch_local(starts: np.ndarray, ends: np.ndarray) -> memoryview:
             nonlocal scratch
             s, e = int(starts[0]), int(ends[-1])
-            if len(scratch) < e - s:
-                scratch = bytearray(max(e - s, block_bytes) * 5 // 4)  # headroom: blocks vary
+            if len(scratch) < e - s:  # headroom (blocks vary), never more than the file holds
+                want = max(e - s, min(block_bytes, sidecar.indexed_end - s))
+                scratch = bytearray(want * 5 // 4)
             view = memoryview(scratch)[: e - s]
             got = storage.read_into(path, s, view)
             if got != e - s:
@@ -59,18 +62,31 @@ def stream_shard(
                     pending = pool.submit(fetch, *spans)
             elif mapped is not None:  # payloads are cut straight out of the map
                 buf, base = mapped, 0
-            elif (ends[-1] - starts[0]) // (b - a) >= DIRECT_RECORD_BYTES:
-                # large records: each payload read straight into its own bytes, no staging
+            elif (ends[-1] - starts[0]) // (b - a) >= DIRECT_RECORD_BYTES or (
+                    ends[-1] - starts[0] > 2 * block_bytes):
+                # large records (or a huge last one): each payload read straight into its own
+                # bytes, no staging buffer sized from the index
                 for j, (s, e) in enumerate(zip(starts.tolist(), ends.tolist(), strict=True)):
-                    yield read_record_direct(storage, path, s, e, fmt, verify, a + j)
+                    payload = read_record_direct(storage, path, s, e, fmt, verify, a + j)
+                    if sums is not None:
+                        check_one(payload, int(sums[a + j]), path=url, offset=s, record=a + j)
+                    yield payload
                 continue
             else:
                 buf, base = fetch_local(starts, ends), int(starts[0])
-            yield from extract_payloads(buf, starts - base, ends - base, fmt, verify,
+            payloads = extract_payloads(buf, starts - base, ends - base, fmt, verify,
                                         url, starts, np.arange(a, b))
+            if sums is not None:
+                check_many(payloads, sums[a:b], _where(url, starts, a))
+            yield from payloads
     finally:
         if pool is not None:
             pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _where(url: str, starts: np.ndarray, first: int) -> Callable[[int], tuple[str, int, int]]:
+    """Names payload ``k`` of a block (for errors): its file, byte offset and record number."""
+    return lambda k: (url, int(starts[k]), first + k)
 
 
 def _block_spans(sidecar: Sidecar, a: int, b: int) -> tuple[np.ndarray, np.ndarray]:

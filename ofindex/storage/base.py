@@ -140,6 +140,27 @@ def capture(fn: Callable[..., T], *args: Any) -> T | BaseException:
         return exc
 
 
+#: A read larger than this first checks that the file holds the range (one ``stat``), so
+#: that no index, however corrupt, makes a read allocate more memory than the file has.
+CHECKED_READ_BYTES = 64 << 20
+
+
+def check_range(url: str, start: int, end: int, size: int) -> None:
+    """Raise :class:`RangeReadError` unless ``0 <= start <= end <= size`` (before a big read).
+
+    Args:
+        url: The file, for the message.
+        start: First byte wanted.
+        end: One past the last byte wanted.
+        size: The file's size now.
+    """
+    if not 0 <= start <= end <= size:
+        raise RangeReadError(
+            f"{url}: asked for bytes [{start}, {end}) but the file has {size} bytes; the index "
+            "does not describe this file (rebuild it with `ofindex build`) — refusing to read"
+        )
+
+
 def check_length(url: str, start: int, end: int, got: int) -> None:
     """Raise :class:`RangeReadError` when a range read did not return ``end - start`` bytes."""
     if got != end - start:

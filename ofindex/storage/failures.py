@@ -61,7 +61,9 @@ def _error_code(exc: BaseException) -> str:
         value = getattr(exc, attr, None)
         if isinstance(value, int):
             return str(value)
-    m = re.search(r"\b(40[134]|AccessDenied|NoSuchBucket|InvalidAccessKeyId)\b", str(exc))
+    # error codes named in the message (never bare numbers: "403 bytes read" is no status)
+    m = re.search(r"\b(AccessDenied|NoSuchBucket|NoSuchKey|InvalidAccessKeyId|"
+                  r"SignatureDoesNotMatch)\b", str(exc))
     return m.group(1) if m else ""
 
 

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import IO
 
 from ..errors import DataFileNotFoundError
-from .base import Storage, check_length
+from .base import CHECKED_READ_BYTES, Storage, check_length, check_range
 from .stamp import FileStamp
 
 _MAX_OPEN = 256
@@ -95,6 +95,8 @@ class LocalStorage(Storage):
         f = self._files.get(path) if self._pid == os.getpid() else None
         if f is None:
             f = self._file(path)
+        if not 0 <= end - start <= CHECKED_READ_BYTES or start < 0:  # never allocate past
+            check_range(path, start, end, os.fstat(f.fileno()).st_size)  # the file's end
         data = os.pread(f.fileno(), end - start, start)
         if len(data) != end - start:
             check_length(path, start, end, len(data))
@@ -111,6 +113,8 @@ class LocalStorage(Storage):
             if path is not last_path:
                 f = self._file(path)  # held while its descriptor is in use
                 fd, last_path = f.fileno(), path
+            if not 0 <= e - s <= CHECKED_READ_BYTES or s < 0:
+                check_range(path, s, e, os.fstat(fd).st_size)
             data = pread(fd, e - s, s)
             if len(data) != e - s:
                 check_length(path, s, e, len(data))

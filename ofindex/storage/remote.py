@@ -22,7 +22,7 @@ from typing import IO, Any
 
 from ..errors import DataFileNotFoundError, RangeReadError
 from .aio import ByteBudget, http_range
-from .base import Storage, check_length
+from .base import CHECKED_READ_BYTES, Storage, check_length, check_range
 from .failures import missing_extra
 from .listing import list_files
 from .retry import RetryPolicy, retry_async, retry_sync
@@ -161,8 +161,13 @@ class FsspecStorage(Storage):
         self, paths: Sequence[str], starts: Sequence[int], ends: Sequence[int]
     ) -> bytearray:
         pos = [0] * (len(starts) + 1)
+        ordered = True
         for k, (s, e) in enumerate(zip(starts, ends, strict=True)):
             pos[k + 1] = pos[k] + (int(e) - int(s))
+            ordered = ordered and 0 <= s <= e
+        if pos[-1] > CHECKED_READ_BYTES or not ordered:  # check the files before allocating
+            for p, s, e in zip(paths, starts, ends, strict=True):
+                check_range(self.url(p), int(s), int(e), self._size(p))
         out = bytearray(pos[-1])
 
         def sink(k: int, data: bytes) -> None:

@@ -33,7 +33,12 @@ _TRANSIENT_NAMES = {
     "EndpointConnectionError", "ConnectionClosedError", "ReadTimeoutError",
     "ConnectTimeoutError", "ResponseStreamingError", "IncompleteReadError",
     "ProtocolError", "ChunkedEncodingError", "TransportError", "FSTimeoutError",
+    "FlexibleChecksumError",  # botocore: the body does not match the checksum S3 sent
 }
+#: Packages whose own exception classes mean "the request failed" (reported as RangeReadError
+#: naming the URL when they are not worth retrying, instead of leaking to the caller).
+_CLIENT_PACKAGES = ("botocore", "aiobotocore", "aiohttp", "urllib3", "requests", "google",
+                    "s3fs", "gcsfs", "fsspec")
 _PERMANENT = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError,
               ValueError, TypeError, KeyError, RangeReadError)
 
@@ -109,11 +114,29 @@ def give_up(what: str, attempts: int, exc: BaseException) -> RangeReadError:
     return err
 
 
-def _final(exc: BaseException, what: str, attempts: int) -> BaseException:
+def _from_client(exc: BaseException) -> bool:
+    """Whether ``exc`` is a client library's own error (not a built-in one it raised)."""
+    module = type(exc).__module__.split(".", 1)[0]
+    return module in _CLIENT_PACKAGES and not isinstance(exc, (OSError, ValueError))
+
+
+def permanent(what: str, exc: Exception) -> Exception:
+    """What to raise for a failure not worth retrying: a client library's own error becomes a
+    :class:`RangeReadError` naming ``what``; anything else is raised as it is."""
+    if not _from_client(exc):
+        return exc
+    return RangeReadError(f"{what}: {type(exc).__name__}: {exc}")
+
+
+def _final(exc: Exception, what: str, attempts: int) -> Exception:
     """What to raise when ``exc`` is not retried (again): an ofindex error naming ``what``."""
     if is_transient(exc):
         return give_up(what, attempts, exc)
-    return translate(exc, what)
+    translated = translate(exc, what)
+    if translated is exc:
+        return permanent(what, exc)
+    assert isinstance(translated, Exception)
+    return translated
 
 
 async def retry_async(fn: Callable[[], Awaitable[T]], policy: RetryPolicy, what: str) -> T:

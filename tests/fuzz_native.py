@@ -1,0 +1,420 @@
+"""Hostile-argument fuzzing of the compiled module ``ofindex._native``, run as a script.
+
+Every entry point is called with arguments drawn from a seeded generator: good framed records and
+mutated ones, spans and offsets at the edges of int64/uint64 (negative, 2**40, 2**63, 2**64-1),
+indexed ends past the data, hostile framing sizes, memo dicts holding bad values, ranges and
+output buffers whose sizes wrap, and arguments of the wrong types. The property: each call
+returns exactly what a reference written here in Python says (payloads, or the position and
+problem code of the first record that fails), or raises a clean TypeError / ValueError /
+IndexError / OverflowError / BufferError — never a crash, never ``SystemError`` (NULL returned
+without an exception).
+
+It runs in a subprocess (tests/test_fuzz_native.py), so that a crash fails one test rather than
+killing the test run, and again under AddressSanitizer and UBSan (tests/test_native_sanitized.py).
+A plain seeded generator rather than hypothesis: a call costs microseconds, hypothesis's engine
+about 10 ms per example, and volume is what finds wrapping arithmetic (the segfault of issue 16
+took ~2,000 hypothesis examples to show, a few hundred milliseconds here). A failure prints the
+seed, the example number and the arguments; ``--seed S --start K`` replays it.
+
+    python tests/fuzz_native.py --examples 20000 --seed 1   # prints one JSON line of counts
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import random
+import struct
+import sys
+
+import crc32c
+import numpy as np
+
+from ofindex import _accel
+
+native = _accel.native
+STATS: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+CLEAN = (TypeError, ValueError, IndexError, OverflowError, BufferError)
+MASK = 0xA282EAD8
+
+# -- reference framing, written from the format description ----------------------------------
+
+
+def masked(data: bytes) -> int:
+    c = crc32c.crc32c(data)
+    return (((c >> 15) | (c << 17)) + MASK) & 0xFFFFFFFF
+
+
+def frame(records: list[bytes], tf: bool) -> bytes:
+    out = bytearray()
+    for r in records:
+        n = struct.pack("<Q", len(r))
+        out += (n + struct.pack("<I", masked(n)) + r + struct.pack("<I", masked(r))) if tf \
+            else struct.pack("<q", len(r)) + r
+    return bytes(out)
+
+
+def offsets_of(records: list[bytes], overhead: int) -> list[int]:
+    out, pos = [], 0
+    for r in records:
+        out.append(pos)
+        pos += len(r) + overhead
+    return out
+
+
+class Cutter:
+    """The reference of csrc/records.c's cut_record, with its per-call length-CRC cache."""
+
+    def __init__(self, buf: bytes, header: int, footer: int, verify: bool, memo: dict) -> None:
+        self.buf, self.header, self.footer, self.verify, self.memo = buf, header, footer, \
+            verify, memo
+        self.last_len, self.last_crc = -1, 0
+
+    def cut(self, start: int, end: int) -> bytes | None:
+        buf, h, f = self.buf, self.header, self.footer
+        if start < 0 or end < start or end > len(buf) or end - start < h + f:
+            return None
+        size = end - start - h - f
+        if struct.unpack_from("<Q", buf, start)[0] != size:
+            return None
+        payload = buf[start + h : start + h + size]
+        if not self.verify:
+            return payload
+        if size != self.last_len:
+            if size in self.memo:
+                v = self.memo[size]
+                if not isinstance(v, int) or not 0 <= v < 2**32:
+                    raise ValueError("bad memo value")
+                c = v
+            else:
+                c = masked(buf[start : start + 8])
+                if len(self.memo) < 65536:
+                    self.memo[size] = c
+            self.last_len, self.last_crc = size, c
+        if (struct.unpack_from("<I", buf, start + 8)[0] != self.last_crc
+                or struct.unpack_from("<I", buf, start + h + size)[0] != masked(payload)):
+            return None
+        return payload
+
+
+def ref_cut(buf, starts, ends, header, footer, verify, memo):
+    if len(starts) != len(ends) or not ((header, footer) == (12, 4)
+                                        or ((header, footer) == (8, 0) and not verify)):
+        raise ValueError("bad arguments")
+    c = Cutter(buf, header, footer, verify, memo)
+    out = []
+    for k, (s, e) in enumerate(zip(starts, ends, strict=True)):
+        got = c.cut(int(s), int(e))
+        if got is None:
+            return k
+        out.append(got)
+    return out
+
+
+def ref_span(offsets, iend, i, minimum, length):
+    """(problem, start, end) as csrc/records.c's span_of computes it."""
+    count = len(offsets)
+    if not 0 <= i < count:
+        raise IndexError(i)
+    s = int(offsets[i])
+    e = int(offsets[i + 1]) if i + 1 < count else iend
+    if e < s or e - s < minimum or e > iend:
+        return 1, 0, 0
+    if e > length:
+        return 3, 0, 0
+    return 0, s, e
+
+
+def ref_gather(bufs, offs, iends, which, local, header, footer, verify, memo):
+    if not ((header, footer) == (12, 4) or ((header, footer) == (8, 0) and not verify)):
+        raise ValueError("framing")
+    if any(e < 0 for e in iends) or len(which) != len(local):
+        raise ValueError("ends")
+    cutters = [Cutter(b, header, footer, verify, memo) for b in bufs]
+    shared = [-1, 0]  # one length-CRC cache per call, across shards
+    out = []
+    for k, (j, i) in enumerate(zip(which.tolist(), local.tolist(), strict=True)):
+        if not 0 <= j < len(bufs):
+            raise IndexError(j)
+        problem, s, e = ref_span(offs[j], iends[j], i, header + footer, len(bufs[j]))
+        if problem:
+            return problem, k
+        c = cutters[j]
+        c.last_len, c.last_crc = shared
+        got = c.cut(s, e)
+        shared = [c.last_len, c.last_crc]
+        if got is None:
+            return 2, k
+        out.append(got)
+    return out
+
+
+# -- generators --------------------------------------------------------------------------
+
+EDGES = [0, 1, 7, 8, 11, 12, 15, 16, 17, 2**31 - 1, 2**31, 2**32 - 1, 2**32, 2**40,
+         2**62, 2**63 - 1, -1, -8, -(2**31), -(2**40), -(2**63)]
+U64_EDGES = [0, 1, 8, 16, 2**32, 2**40, 2**62, 2**63 - 1, 2**63, 2**63 + 1, 2**64 - 1]
+BAD_MEMO = [2**64 - 1, 2**32, -1, 2**70, "x", None, 1.5]
+
+
+def framed(rng: random.Random) -> tuple[bytes, bool, list[bytes], list[int]]:
+    """A buffer of framed records (maybe mutated) with its format and true offsets."""
+    tf = rng.random() < 0.5
+    records = [rng.randbytes(rng.choice([0, 1, 3, 8, 24])) for _ in range(rng.randint(0, 6))]
+    buf = bytearray(frame(records, tf))
+    for _ in range(rng.choice([0, 0, 1, 2])):
+        if not buf:
+            break
+        at = rng.randrange(len(buf))
+        how = rng.randrange(3)
+        if how == 0:
+            buf[at] ^= 1 << rng.randrange(8)
+        elif how == 1:
+            del buf[at:]
+        else:
+            buf[at : at + 8] = struct.pack("<Q", rng.choice(U64_EDGES))
+    return bytes(buf), tf, records, offsets_of(records, 16 if tf else 8)
+
+
+def near(rng: random.Random, true: list[int], length: int, edges: list[int],
+         low: int = -(2**63)) -> list[int]:
+    """True positions, some (none, a third, or all) replaced by edge values or values near
+    the buffer's end."""
+    hostility = rng.choice([0, 2, 5])
+    out = []
+    for v in true:
+        pick = rng.randrange(6)
+        if pick < hostility:
+            v = rng.choice(edges)
+        elif pick == 5:
+            v = max(low, length + rng.randint(-20, 20))
+        out.append(v)
+    return out
+
+
+def memo_of(rng: random.Random) -> dict:
+    return {rng.randint(0, 30): rng.choice(BAD_MEMO) if rng.random() < 0.15
+            else rng.getrandbits(32) for _ in range(rng.choice([0, 0, 1, 3]))}
+
+
+def framing(rng: random.Random, tf: bool) -> tuple[int, int]:
+    if rng.random() < 0.8:
+        return (12, 4) if tf else (8, 0)
+    return rng.choice(EDGES), rng.choice(EDGES)
+
+
+def note(target: str, got) -> None:
+    if isinstance(got, BaseException):
+        STATS[target][type(got).__name__] += 1
+    elif isinstance(got, list):
+        STATS[target]["payloads"] += 1
+    else:
+        STATS[target]["refused"] += 1
+
+
+def call(fn, *args):
+    try:
+        return fn(*args)
+    except CLEAN as exc:
+        return exc
+
+
+def same_outcome(got, want) -> bool:
+    if isinstance(want, BaseException) or isinstance(got, BaseException):
+        return isinstance(got, CLEAN) and isinstance(want, CLEAN)
+    return got == want
+
+
+# -- targets ---------------------------------------------------------------------------------
+
+
+def fuzz_cut(rng: random.Random) -> None:
+    buf, tf, records, true = framed(rng)
+    bounds = [*true, len(buf)] if records else [0]
+    picks = [rng.randrange(len(bounds)) for _ in range(rng.randint(0, 6))]
+    starts = near(rng, [bounds[p] for p in picks], len(buf), EDGES)
+    ends = near(rng, [bounds[min(p + 1, len(bounds) - 1)] for p in picks], len(buf), EDGES)
+    header, footer = framing(rng, tf)
+    verify = tf and rng.random() < 0.5
+    memo = memo_of(rng)
+    args = (buf, starts, ends, header, footer, verify, memo)
+    got = call(native.cut, buf, np.array(starts, np.int64), np.array(ends, np.int64), header,
+               footer, verify, crc32c.crc32c, dict(memo))
+    want = call(ref_cut, buf, starts, ends, header, footer, verify, dict(memo))
+    note("cut", got)
+    assert same_outcome(got, want), (got, want, args)
+
+
+def fuzz_gather_and_record(rng: random.Random) -> None:
+    cases = [framed(rng) for _ in range(rng.randint(1, 3))]
+    tf = cases[0][1]
+    header, footer = framing(rng, tf)
+    verify = tf and rng.random() < 0.5
+    memo = memo_of(rng)
+    bufs = [c[0] for c in cases]
+    offs = [np.array(near(rng, c[3], len(c[0]), U64_EDGES, low=0), np.uint64) for c in cases]
+    iends = [rng.choice([len(b), len(b), len(b) + 1, 0, 2**40, 2**62, 2**63 - 1, -1])
+             for b in bufs]
+    n = rng.randint(0, 6)
+    hostile = rng.random() < 0.2  # shard and record numbers out of range
+    which = np.array([rng.randint(-1, len(bufs)) if hostile else rng.randrange(len(bufs))
+                      for _ in range(n)], np.int64)
+    local = np.array([rng.randint(-1, 7) if hostile else rng.randrange(max(len(offs[j]), 1))
+                      for j in which.tolist()], np.int64)
+    args = (bufs, offs, iends, which, local, header, footer, verify, memo)
+    got = call(native.gather, bufs, offs, iends, which, local, header, footer, verify,
+               crc32c.crc32c, dict(memo))
+    want = call(ref_gather, bufs, offs, iends, which, local, header, footer, verify, dict(memo))
+    note("gather", got)
+    assert same_outcome(got, want), (got, want, args)
+    if n and 0 <= which[0] < len(bufs):  # the one-record entry point on the first pick
+        j, i = int(which[0]), int(local[0])
+        got = call(native.record, bufs[j], offs[j], iends[j], i, header, footer, verify,
+                   crc32c.crc32c, dict(memo))
+        want = call(ref_gather, [bufs[j]], [offs[j]], [iends[j]], np.zeros(1, np.int64),
+                    np.array([i]), header, footer, verify, dict(memo))
+        if isinstance(want, (tuple, list)):
+            want = want[0]
+        note("record", got)
+        assert same_outcome(got, want), (got, want, args)
+
+
+JUNK = [None, "", "ab", 1.5, float("nan"), -(2**70), 2**70, -1, 0, 2**63, b"xy", [], {},
+        np.zeros(2, np.int32), np.zeros((2, 2), np.int64), np.zeros(5, np.int64)[::2],
+        np.zeros(2, np.uint64), bytearray(3), memoryview(b"abc"), object()]
+
+
+def fuzz_wrong_types(rng: random.Random) -> None:
+    """One or two arguments of each entry point replaced by junk: a clean error or a result."""
+    buf = frame([b"abc", b"de"], True)
+    offs = np.array([0, 19], np.uint64)
+    good = {
+        "cut": [buf, np.array([0]), np.array([19]), 12, 4, True, crc32c.crc32c, {}],
+        "record": [buf, offs, len(buf), 1, 12, 4, True, crc32c.crc32c, {}],
+        "gather": [[buf], [offs], [len(buf)], np.array([0]), np.array([1]), 12, 4, True,
+                   crc32c.crc32c, {}],
+        "same_bytes": [[b"abc", b"abd"], np.array([0, 2])],
+        "gather_bytes": [[b"abc", b"abd"], np.array([0, 2]), bytearray(4)],
+        "walk": [bytearray(buf), len(buf), 12, 16, np.zeros(8, np.int64)],
+        "pool": [None],
+    }
+    for name, args in good.items():
+        for _ in range(rng.randint(1, 2)):
+            args[rng.randrange(len(args))] = rng.choice(JUNK)
+        if rng.random() < 0.1:
+            args = args[: rng.randrange(len(args))]  # too few
+        try:
+            getattr(native, name)(*args)
+            STATS["wrong_types"]["accepted"] += 1
+        except CLEAN as exc:
+            STATS["wrong_types"][type(exc).__name__] += 1
+        finally:
+            if name == "pool":
+                native.pool(1 << 30)
+
+
+def fuzz_layout(rng: random.Random) -> None:
+    records = [rng.randbytes(rng.randint(0, 16)) for _ in range(rng.randint(0, 5))]
+    if records and rng.random() < 0.5:  # mostly equal records, as one writer's layout gives
+        records = [records[0]] * len(records)
+    least = min((len(r) for r in records), default=0)
+    hostile = rng.random() < 0.3
+    flat = [rng.choice(EDGES) if hostile and rng.random() < 0.3 else rng.randint(0, least + hostile)
+            for _ in range(rng.randrange(0, 8, 1 + (not hostile)))]
+    if rng.random() < 0.7:
+        flat = sorted(v for v in flat if v >= 0)
+    ranges = np.array(flat, np.int64)
+    pairs = list(zip(flat[::2], flat[1::2], strict=False))
+    valid = len(flat) % 2 == 0 and all(0 <= a <= b <= least for a, b in pairs)
+    got = call(native.same_bytes, records, ranges)
+    STATS["same_bytes"]["ok" if not isinstance(got, BaseException) else type(got).__name__] += 1
+    if valid:
+        assert got is all(r[a:b] == records[0][a:b] for r in records for a, b in pairs), got
+    else:
+        assert isinstance(got, ValueError), got
+    want = b"".join(r[a:b] for r in records for a, b in pairs) if valid else b""
+    size = max(0, len(want) + rng.choice([0, 0, -1, 1, -3]))
+    out = bytearray(size)
+    got = call(native.gather_bytes, records, ranges, out)
+    STATS["gather_bytes"]["ok" if got is None else type(got).__name__] += 1
+    if valid and size == len(want):
+        assert got is None and bytes(out) == want, got
+    else:
+        assert isinstance(got, ValueError), got
+
+
+WALK_SIZES = [(12, 16), (12, 16), (8, 8), (8, 8), (7, 8), (12, 11), (8, 2**21), (2**62, 2**62),
+              (-1, 8)]
+
+
+def fuzz_walk(rng: random.Random) -> None:
+    buf = bytearray(framed(rng)[0])
+    n = rng.randint(-2, len(buf) + 2)
+    header, overhead = rng.choice(WALK_SIZES)
+    cap_delta = rng.choice([0, 0, 0, 1, -1, -2])
+    valid_sizes = 8 <= header <= overhead <= 1 << 20
+    need = n // overhead + 1 if valid_sizes and n >= 0 else 1
+    out = np.zeros(max(need + cap_delta, 0), np.int64)
+    got = call(native.walk, buf, n, header, overhead, out)
+    STATS["walk"]["ok" if isinstance(got, tuple) else type(got).__name__] += 1
+    if not (valid_sizes and 0 <= n <= len(buf) and need + cap_delta >= need):
+        assert isinstance(got, ValueError), got
+        return
+    count, end = got
+    p, want = 0, []
+    while p + header <= n and len(want) < len(out):
+        want.append(p)
+        length = struct.unpack_from("<Q", buf, p)[0]
+        if length > (1 << 62) - p - overhead:
+            p = 1 << 62
+            break
+        p += length + overhead
+    assert out[:count].tolist() == want and end == p, (out[:count], want, end, p)
+
+
+def fuzz_blocks(rng: random.Random) -> None:
+    size = rng.choice([-1, -(2**63), 0, 1, 4095, 1 << 20, 2**62, 2**63 - 1])
+    try:
+        block = native.Block(size)
+        assert len(memoryview(block)) == size
+        STATS["blocks"]["ok"] += 1
+    except (ValueError, MemoryError, OverflowError) as exc:
+        assert size < 0 or size >= 2**62, exc
+        STATS["blocks"][type(exc).__name__] += 1
+
+
+TARGETS = {"cut": fuzz_cut, "gather": fuzz_gather_and_record, "types": fuzz_wrong_types,
+           "layout": fuzz_layout, "walk": fuzz_walk, "blocks": fuzz_blocks}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--examples", type=int, default=2000, help="inputs per target")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--start", type=int, default=0, help="first example number (to replay one)")
+    p.add_argument("--only", choices=sorted(TARGETS), help="run only this target")
+    args = p.parse_args(argv)
+    assert native is not None, "ofindex._native is not built"
+    tried = {}
+    for name, target in TARGETS.items():
+        if args.only and name != args.only:
+            continue
+        examples = args.examples if name != "blocks" else min(args.examples, 50)
+        for k in range(args.start, args.start + examples):
+            rng = random.Random(f"{args.seed}:{name}:{k}")  # each example replays on its own
+            try:
+                target(rng)
+            except BaseException:
+                print(f"FAILED: target {name}, seed {args.seed}, example {k}; replay with "
+                      f"--seed {args.seed} --start {k} --examples 1 --only {name}",
+                      file=sys.stderr, flush=True)
+                raise
+        tried[name] = examples
+    print(json.dumps({"module": native.__file__, "seed": args.seed, "inputs": tried,
+                      "outcomes": {k: dict(v) for k, v in STATS.items()}}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,102 @@
+"""Shared by the fuzz tests (tests/test_fuzz_*.py): the property every target is held to, the
+allocation bound, the example budget and the tally of outcomes.
+
+The property: a call returns correct data or raises an :class:`ofindex.OfindexError` — never
+another exception, a crash (the compiled module's fuzzer runs in a subprocess), a hang (the
+suite's per-test timeout) or an allocation larger than the input warrants (measured with
+tracemalloc: the peak of traced memory during the call).
+
+``OFINDEX_FUZZ_SCALE`` scales every budget (default 1: the CI budget; 20 for a soak run).
+``OFINDEX_FUZZ_LOG=<file>`` appends each target's tally as a JSON line (inputs tried, outcome
+counts), for the figures of a closing note.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import tracemalloc
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+from hypothesis import HealthCheck, settings
+
+from ofindex import OfindexError
+
+SCALE = float(os.environ.get("OFINDEX_FUZZ_SCALE", 1))
+#: Allocation headroom of any call, beyond what its input warrants: Python objects, numpy
+#: temporaries, a module imported on first use.
+SLACK = 256 << 10
+
+
+def budget(examples: int) -> settings:
+    """Hypothesis settings for a target: ``examples`` inputs (times the scale), no deadline
+    (the machines are shared), no example database (each CI run explores afresh)."""
+    return settings(max_examples=max(1, int(examples * SCALE)), deadline=None, database=None,
+                    suppress_health_check=list(HealthCheck))
+
+
+class Tally:
+    """Outcome counts of one fuzz target; written out at the end of the test session."""
+
+    registry: ClassVar[dict[str, Tally]] = {}
+
+    def __init__(self, target: str) -> None:
+        self.target = target
+        self.inputs = 0
+        self.outcomes: collections.Counter[str] = collections.Counter()
+        self.peak = 0  # largest traced allocation peak of a call, bytes
+        Tally.registry[target] = self
+
+    def input(self) -> None:
+        self.inputs += 1
+
+    def add(self, outcome: str) -> None:
+        self.outcomes[outcome] += 1
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"target": self.target, "inputs": self.inputs, "max_peak_bytes": self.peak,
+                "outcomes": dict(self.outcomes)}
+
+
+def write_log() -> None:
+    """Append every tally to ``$OFINDEX_FUZZ_LOG`` (called at session end by conftest)."""
+    path = os.environ.get("OFINDEX_FUZZ_LOG")
+    if not path or not Tally.registry:
+        return
+    with open(path, "a", encoding="utf-8") as f:
+        for tally in Tally.registry.values():
+            f.write(json.dumps(tally.as_dict()) + "\n")
+
+
+class AllocationError(AssertionError):
+    """A call allocated more than its input warrants."""
+
+
+def guarded(fn: Callable[[], Any], limit: int, tally: Tally | None = None,
+            name: str = "") -> tuple[str, Any]:
+    """Run ``fn()`` under the property: ``("ok", value)`` or ``(error class, error)`` for an
+    :class:`OfindexError`; any other exception propagates (the test fails), and so does a
+    traced allocation peak above ``limit + SLACK`` bytes."""
+    started = not tracemalloc.is_tracing()
+    if started:
+        tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    tracemalloc.reset_peak()
+    try:
+        value = fn()
+        got: tuple[str, Any] = ("ok", value)
+    except OfindexError as exc:
+        got = (type(exc).__name__, exc)
+    finally:
+        peak = tracemalloc.get_traced_memory()[1] - before
+        if started:
+            tracemalloc.stop()
+    if peak > limit + SLACK:
+        raise AllocationError(f"{name or fn!r} allocated {peak} bytes at its peak; the input "
+                              f"warrants at most {limit} (+{SLACK} slack)")
+    if tally is not None:
+        tally.add(f"{name}: {got[0]}" if name else got[0])
+        tally.peak = max(tally.peak, peak)
+    return got

@@ -1,0 +1,194 @@
+"""Fuzzing the decoders (``ofindex.decode``) over mutated payloads, compared with protobuf.
+
+tests/test_decode.py flips one byte of small messages; here payloads take several mutations at
+once — bytes set, runs deleted or duplicated, truncation, and fields whose length varint
+claims 2**31, 2**40 or 2**63 bytes ("length bombs") inserted anywhere — and batches of
+MNIST-like records with some records mutated go through ``decode_batch``'s shared-layout fast
+path (compiled and pure Python). The property: protobuf's parse when protobuf accepts the
+bytes, ``DecodeError`` when it refuses them; a batch equals its records decoded one by one;
+never another exception, and no allocation beyond a few times the payload.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from fuzzkit import Tally, budget, guarded
+from helpers import implementation
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ofindex.decode import (
+    FixedLen,
+    VarLen,
+    decode_batch,
+    decode_example,
+    decode_ofrecord,
+    decode_sequence_example,
+    from_message,
+)
+from ofindex.errors import DecodeError
+from ofindex.proto import example_pb2, ofrecord_pb2
+
+TALLY_SINGLE = Tally("decoders, mutated payloads vs protobuf")
+TALLY_BATCH = Tally("decode_batch, batches with mutated records")
+BOMBS = [2**31, 2**32 + 5, 2**40, 2**63 - 1, 2**64 - 1]
+SPEC = {"image": FixedLen((2, 3)), "label": FixedLen((), "int64"), "tags": VarLen("bytes")}
+
+
+def varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        b, n = n & 0x7F, n >> 7
+        out.append(b | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def same(a, b) -> bool:
+    if hasattr(a, "row_lengths") or hasattr(b, "row_lengths"):
+        return same(a.values, b.values) and np.array_equal(a.row_lengths, b.row_lengths)
+    a, b = np.asarray(a), np.asarray(b)
+    if a.dtype != b.dtype or a.shape != b.shape:
+        return False
+    if a.dtype.kind == "f":
+        return bool(np.array_equal(a, b, equal_nan=True)
+                    and np.array_equal(np.signbit(a), np.signbit(b)))
+    return bool(np.array_equal(a, b))
+
+
+def same_dict(a: dict, b: dict) -> bool:
+    return set(a) == set(b) and all(same(a[k], b[k]) for k in a)
+
+
+def message(rng: np.random.Generator, kind: str) -> bytes:
+    """A valid message of ``kind`` with a few features of every value type."""
+    if kind == "ofrecord":
+        rec = ofrecord_pb2.OFRecord()
+        rec.feature["img"].float_list.value.extend(rng.random(int(rng.integers(0, 6))))
+        rec.feature["id"].int32_list.value.extend(rng.integers(-9, 9, int(rng.integers(0, 4))))
+        rec.feature["raw"].bytes_list.value.append(rng.bytes(int(rng.integers(0, 9))))
+        return rec.SerializeToString()
+    ex = example_pb2.Example()
+    ex.features.feature["f"].float_list.value.extend(rng.random(int(rng.integers(0, 6))))
+    ex.features.feature["i"].int64_list.value.extend(
+        rng.integers(-(2**62), 2**62, int(rng.integers(0, 4))).tolist())
+    ex.features.feature["b"].bytes_list.value.append(rng.bytes(int(rng.integers(0, 9))))
+    if kind == "example":
+        return ex.SerializeToString()
+    seq = example_pb2.SequenceExample(context=ex.features)
+    for _ in range(int(rng.integers(0, 3))):
+        seq.feature_lists.feature_list["s"].feature.add().int64_list.value.extend(
+            rng.integers(0, 99, int(rng.integers(0, 3))).tolist())
+    return seq.SerializeToString()
+
+
+@st.composite
+def mutated(draw, raw: bytes) -> bytes:
+    buf = bytearray(raw)
+    for _ in range(draw(st.integers(1, 4))):
+        kind = draw(st.sampled_from(["set", "set", "delete", "duplicate", "truncate", "bomb"]))
+        at = draw(st.integers(0, len(buf)))
+        if kind == "set" and at < len(buf):
+            buf[at] = draw(st.integers(0, 255))
+        elif kind == "delete":
+            del buf[at : at + draw(st.integers(1, 4))]
+        elif kind == "duplicate":
+            buf[at:at] = buf[at : at + draw(st.integers(1, 8))]
+        elif kind == "truncate":
+            del buf[at:]
+        elif kind == "bomb":  # a length-delimited field claiming a huge length
+            field = draw(st.integers(1, 4))
+            buf[at:at] = varint(field << 3 | 2) + varint(draw(st.sampled_from(BOMBS)))
+    return bytes(buf)
+
+
+PARSERS = {
+    "example": (example_pb2.Example, decode_example),
+    "sequence": (example_pb2.SequenceExample, decode_sequence_example),
+    "ofrecord": (ofrecord_pb2.OFRecord, decode_ofrecord),
+}
+
+
+def expected(kind: str, parsed):
+    if kind == "sequence":
+        ctx = from_message(example_pb2.Example(features=parsed.context))
+        return ctx, None  # feature lists: compared through their row lengths below
+    return from_message(parsed)
+
+
+@budget(1200)
+@given(st.sampled_from(sorted(PARSERS)), st.integers(0, 2**32 - 1), st.data())
+def test_single_decoders_agree_with_protobuf(kind, seed, data):
+    TALLY_SINGLE.input()
+    raw = data.draw(mutated(message(np.random.default_rng(seed), kind)))
+    message_type, decode = PARSERS[kind]
+    outcome, got = guarded(lambda: decode(raw), 8 * len(raw), TALLY_SINGLE, kind)
+    try:
+        parsed = message_type.FromString(raw)
+    except Exception:
+        assert outcome == "DecodeError", (kind, raw, got)  # protobuf refuses: so must we
+        return
+    if outcome != "ok":  # protobuf accepts; we may refuse only what a spec-less decode cannot
+        assert isinstance(got, DecodeError) and "different value types" in str(got), got
+        return
+    try:
+        want = expected(kind, parsed)
+    except UnicodeDecodeError:  # a proto2 map key that is not UTF-8: protobuf cannot list it
+        return
+    if kind == "sequence":
+        ctx, lists = got
+        assert same_dict(ctx, want[0])
+        for name, fl in parsed.feature_lists.feature_list.items():
+            assert lists[name].row_lengths.tolist() == [
+                len(getattr(f, f.WhichOneof("kind")).value) if f.WhichOneof("kind") else 0
+                for f in fl.feature]
+    else:
+        assert same_dict(got, want)
+
+
+def _batch_record(rng: np.random.Generator) -> bytes:
+    ex = example_pb2.Example()
+    ex.features.feature["image"].float_list.value.extend(rng.random(6, np.float32))
+    ex.features.feature["label"].int64_list.value.append(int(rng.integers(0, 300)))
+    ex.features.feature["tags"].bytes_list.value.extend(
+        [b"t" * int(rng.integers(0, 4))] * int(rng.integers(0, 3)))
+    return ex.SerializeToString()
+
+
+@budget(300)
+@given(st.integers(1, 12), st.integers(0, 2**32 - 1), st.sets(st.integers(0, 11), max_size=3),
+       st.sampled_from(["compiled", "pure-python"]), st.data())
+def test_batches_with_mutated_records_equal_single_decodes(n, seed, bad, impl, data):
+    TALLY_BATCH.input()
+    rng = np.random.default_rng(seed)
+    records = [_batch_record(rng) for _ in range(n)]
+    for k in sorted(bad):
+        if k < n:
+            records[k] = data.draw(mutated(records[k]))
+    limit = 16 * sum(len(r) for r in records) + 64 * n
+    with implementation(impl):
+        outcome, got = guarded(lambda: decode_batch(records, SPEC), limit, TALLY_BATCH, impl)
+        singles = []
+        for r in records:
+            try:
+                singles.append(decode_example(r, SPEC))
+            except DecodeError:
+                singles.append(None)
+    if any(s is None for s in singles):
+        assert outcome == "DecodeError", got  # a record refused alone is refused in a batch
+        return
+    assert outcome == "ok", got
+    for name in ("image", "label"):
+        assert same(got[name], np.stack([s[name] for s in singles]))
+    assert got["tags"].row_lengths.tolist() == [len(s["tags"].values if hasattr(
+        s["tags"], "values") else s["tags"]) for s in singles]
+
+
+@pytest.mark.parametrize("bomb", BOMBS)
+@pytest.mark.parametrize("kind", sorted(PARSERS))
+def test_length_bombs_are_refused_without_allocating(kind, bomb):
+    # a length-delimited field claiming more bytes than the payload holds
+    raw = message(np.random.default_rng(1), kind) + varint(1 << 3 | 2) + varint(bomb) + b"x"
+    outcome, _ = guarded(lambda: PARSERS[kind][1](raw), 8 * len(raw), TALLY_SINGLE, "bomb")
+    assert outcome == "DecodeError"

@@ -1,0 +1,248 @@
+"""Fuzzing sidecars: every read path over mutated sidecars of intact data files.
+
+Each example writes a small dataset (TFRecord or OFRecord, with or without payload
+checksums, one or two shards), mutates one shard's sidecar (bits flipped anywhere, offsets set
+to edge values — 2**63, 2**64-1, past the file —, offsets swapped, header fields set to edge
+values with the header CRC recomputed, truncation, extension) and reads it every way: ``ds[i]``
+(compiled and pure Python, memory-mapped and ``pread``), batches, slices, iteration,
+``record_lengths``, and remote planned reads (``memory://``).
+
+The data files are intact, so the property is strict: a read returns the records as written,
+or raises an OfindexError; never another exception or an allocation beyond the files' size.
+One exception is stated, not hidden: without a checksum (OFRecord without sidecar checksums,
+or ``verify=False``) a corrupt offset that lands on bytes which happen to frame a record (a
+run of zeros frames an empty OFRecord) reads back those framed bytes — they are counted as
+"framed other bytes" and checked to be framed in the file, never bytes from outside it.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import uuid
+
+import crc32c
+import fsspec
+import pytest
+from fuzzkit import Tally, budget, guarded
+from helpers import implementation, read_bytes
+from hypothesis import given
+from hypothesis import strategies as st
+
+import ofindex
+from ofindex.formats.sidecar_header import HEADER_SIZE
+
+EDGES = [0, 1, 8, 15, 16, 2**31, 2**32 - 1, 2**40, 2**62, 2**63 - 1, 2**63, 2**64 - 1]
+#: (offset, struct format) of the header fields a mutation may set (CRC recomputed after).
+FIELDS = [(10, "<B"), (11, "<B"), (12, "<I"), (16, "<Q"), (24, "<Q"), (32, "<Q"), (48, "<B"),
+          (50, "<H"), (56, "<Q"), (64, "<Q"), (80, "<Q")]
+TALLY_LOCAL = Tally("sidecar mutations, local read paths")
+TALLY_REMOTE = Tally("sidecar mutations, remote planned reads (memory://)")
+
+records_st = st.lists(st.binary(max_size=40), min_size=1, max_size=8)
+
+
+KINDS = ["flip", "offset", "offset", "swap", "field", "truncate", "extend", "checksum"]
+
+
+@st.composite
+def mutations(draw, size: int, count: int, kinds: list[str] = KINDS, forge: float = 0.5):
+    """1-3 edits of a sidecar of ``size`` bytes for ``count`` records, then with probability
+    ``forge`` both CRCs recomputed over them."""
+    edits = []
+    for _ in range(draw(st.integers(1, 3))):
+        kind = draw(st.sampled_from(kinds))
+        if kind == "flip":  # mostly in the body (the header's CRC catches the rest)
+            low = HEADER_SIZE * 8 if draw(st.integers(0, 2)) and size > HEADER_SIZE else 0
+            edits.append(("flip", draw(st.integers(low, size * 8 - 1))))
+        elif kind == "offset":
+            value = draw(st.one_of(st.sampled_from(EDGES), st.integers(0, 2**64 - 1),
+                                   st.integers(0, 2000)))
+            edits.append(("offset", draw(st.integers(0, count - 1)), value))
+        elif kind == "swap":
+            edits.append(("swap", draw(st.integers(0, count - 1)), draw(st.integers(0, count - 1))))
+        elif kind == "field":
+            at, fmt = draw(st.sampled_from(FIELDS))
+            bits = struct.calcsize(fmt) * 8
+            value = draw(st.one_of(st.sampled_from([v for v in EDGES if v < 2**bits]),
+                                   st.integers(0, 2**bits - 1)))
+            edits.append(("field", at, fmt, value))
+        elif kind == "truncate":
+            edits.append(("truncate", draw(st.integers(0, size - 1))))
+        elif kind == "extend":
+            edits.append(("extend", draw(st.binary(min_size=1, max_size=16))))
+        else:
+            edits.append(("checksum", draw(st.integers(0, count - 1)),
+                          draw(st.integers(0, 2**32 - 1))))
+    if draw(st.floats(0, 1)) < forge:  # a forged sidecar: both CRCs made to match the edits
+        edits.append(("forge",))
+    return edits
+
+
+def mutate(raw: bytes, edits: list, count: int, has_sums: bool) -> bytes:
+    buf = bytearray(raw)
+    for edit in edits:
+        kind = edit[0]
+        if kind == "flip" and edit[1] < len(buf) * 8:
+            buf[edit[1] // 8] ^= 1 << (edit[1] % 8)
+        elif kind == "offset" and HEADER_SIZE + 8 * count <= len(buf):
+            struct.pack_into("<Q", buf, HEADER_SIZE + 8 * edit[1], edit[2])
+        elif kind == "swap" and HEADER_SIZE + 8 * count <= len(buf):
+            a, b = HEADER_SIZE + 8 * edit[1], HEADER_SIZE + 8 * edit[2]
+            buf[a : a + 8], buf[b : b + 8] = buf[b : b + 8], buf[a : a + 8]
+        elif kind == "field" and len(buf) >= HEADER_SIZE:
+            struct.pack_into(edit[2], buf, edit[1], edit[3])
+            struct.pack_into("<I", buf, 44, 0)
+            struct.pack_into("<I", buf, 44, crc32c.crc32c(bytes(buf[:HEADER_SIZE])))
+        elif kind == "truncate":
+            del buf[edit[1] :]
+        elif kind == "extend":
+            buf += edit[1]
+        elif kind == "checksum" and has_sums and HEADER_SIZE + 12 * count <= len(buf):
+            struct.pack_into("<I", buf, HEADER_SIZE + 8 * count + 4 * edit[1], edit[2])
+        elif kind == "forge" and len(buf) >= HEADER_SIZE:
+            struct.pack_into("<I", buf, 40, crc32c.crc32c(bytes(buf[HEADER_SIZE:])))
+            struct.pack_into("<I", buf, 44, 0)
+            struct.pack_into("<I", buf, 44, crc32c.crc32c(bytes(buf[:HEADER_SIZE])))
+    return bytes(buf)
+
+
+def framed_in(data: bytes, payload: bytes, tf: bool) -> bool:
+    """Whether ``payload`` appears in ``data`` right after a header giving its length."""
+    head = struct.pack("<Q" if tf else "<q", len(payload))
+    at = data.find(head)
+    while at >= 0:
+        p = at + (12 if tf else 8)
+        if data[p : p + len(payload)] == payload:
+            return True
+        at = data.find(head, at + 1)
+    return False
+
+
+class Case:
+    """One written dataset and what reading it may give."""
+
+    def __init__(self, shards: list[list[bytes]], tf: bool, sums: bool, verify: bool,
+                 data: list[bytes]) -> None:
+        self.records = [r for s in shards for r in s]
+        self.tf, self.data = tf, data
+        # a checksum of some kind covers every payload: reads must give exactly the records
+        self.strict = verify and (tf or sums)
+
+    def check(self, got, wanted: list[int], tally: Tally, name: str) -> None:
+        for k, payload in zip(wanted, got, strict=True):
+            payload = bytes(payload)
+            if payload == self.records[k]:
+                continue
+            assert not self.strict, f"{name}: record {k} read back wrong with a checksum"
+            assert any(framed_in(d, payload, self.tf) for d in self.data), \
+                f"{name}: record {k} read bytes that are not framed in the data file"
+            tally.add(f"{name}: framed other bytes (no checksum)")
+
+
+def write(root: str, shards: list[list[bytes]], tf: bool, sums: bool) -> list[str]:
+    paths = []
+    for k, recs in enumerate(shards):
+        p = os.path.join(root, f"part-{k}")
+        with ofindex.Writer(p, format="tfrecord" if tf else "ofrecord", checksums=sums) as w:
+            w.write_many(recs)
+        paths.append(p)
+    return paths
+
+
+def read_everything(ds, case: Case, limit: int, tally: Tally) -> None:
+    n = len(ds)
+    if n != len(case.records):
+        return  # a count changed with a valid header CRC: the sidecar was refused or stale
+    reads = {
+        "ds[i]": lambda: [ds[i] for i in range(n)],
+        "ds[-1]": lambda: [ds[-1]],
+        "batch": lambda: ds.__getitems__(list(range(n - 1, -1, -1))),
+        "slice": lambda: ds[0:n],
+        "iteration": lambda: list(ds),
+    }
+    wanted = {"ds[i]": list(range(n)), "ds[-1]": [n - 1],
+              "batch": list(range(n - 1, -1, -1)), "slice": list(range(n)),
+              "iteration": list(range(n))}
+    for name, fn in reads.items():
+        outcome, value = guarded(fn, limit, tally, name)
+        if outcome == "ok":
+            case.check(value, wanted[name], tally, name)
+    outcome, lengths = guarded(lambda: ds.record_lengths(list(range(n))), limit, tally,
+                               "record_lengths")
+    if outcome == "ok":
+        assert all(0 <= v <= limit for v in lengths.tolist()), lengths
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory):
+    """A directory for the examples, after one pass of every read path over intact sidecars:
+    what is allocated once per process (imports, caches) is not charged to an example."""
+    root = str(tmp_path_factory.mktemp("fuzz-sidecars"))
+    warm = Tally("warm-up")
+    for tf in (True, False):
+        paths = write(os.path.join(root, f"warm-{tf}"), [[b"ab", b""], [b"c" * 9]], tf, True)
+        files = [read_bytes(p) for p in paths]
+        case = Case([[b"ab", b""], [b"c" * 9]], tf, True, True, files)
+        for impl in ("compiled", "pure-python"):
+            for mmap in (True, False):
+                with implementation(impl), ofindex.open(paths, mmap=mmap) as ds:
+                    read_everything(ds, case, 1 << 30, warm)
+    del Tally.registry["warm-up"]
+    return root
+
+
+@budget(600)
+@given(st.lists(records_st, min_size=1, max_size=2), st.booleans(), st.booleans(),
+       st.booleans(), st.booleans(), st.sampled_from(["compiled", "pure-python"]),
+       st.booleans(), st.data())
+def test_local_read_paths_over_mutated_sidecars(root, shards, tf, sums, verify, mmap, impl,
+                                                check_stale, data):
+    TALLY_LOCAL.input()
+    d = os.path.join(root, uuid.uuid4().hex[:12])
+    paths = write(d, shards, tf, sums)
+    victim = data.draw(st.integers(0, len(paths) - 1))
+    with open(paths[victim] + ".ofidx", "rb") as f:
+        raw = f.read()
+    count = len(shards[victim])
+    edits = data.draw(mutations(len(raw), count))
+    with open(paths[victim] + ".ofidx", "wb") as f:
+        f.write(mutate(raw, edits, count, sums))
+    files = [read_bytes(p) for p in paths]
+    limit = 4 * sum(len(b) for b in files)
+    case = Case(shards, tf, sums, verify, files)
+    with implementation(impl):
+        outcome, ds = guarded(lambda: ofindex.open(paths, verify=verify, mmap=mmap,
+                                                   check_stale=check_stale, manifest=False),
+                              limit, TALLY_LOCAL, "open")
+        if outcome == "ok":
+            with ds:
+                read_everything(ds, case, limit, TALLY_LOCAL)
+
+
+@budget(200)
+@given(records_st, st.booleans(), st.booleans(), st.data())
+def test_remote_read_paths_over_mutated_sidecars(root, records, tf, sums, data):
+    TALLY_REMOTE.input()
+    d = os.path.join(root, uuid.uuid4().hex[:12])
+    (path,) = write(d, [records], tf, sums)
+    fs = fsspec.filesystem("memory")
+    url = f"memory://fuzz/{uuid.uuid4().hex[:12]}/part-0"
+    with open(path, "rb") as f:
+        body = f.read()
+    with open(path + ".ofidx", "rb") as f:
+        raw = f.read()
+    fs.pipe_file(url, body)
+    # fetched sidecars are checked whole (body CRC): mostly forged edits of the body get past
+    edits = data.draw(mutations(len(raw), len(records), ["flip", "offset", "swap", "checksum"],
+                                forge=0.8))
+    fs.pipe_file(url + ".ofidx", mutate(raw, edits, len(records), sums))
+    limit = 4 * len(body)
+    case = Case([records], tf, sums, True, [body])
+    check_stale = data.draw(st.booleans())
+    max_gap = data.draw(st.sampled_from([0, 1 << 20]))  # one range per record, or merged
+    outcome, ds = guarded(lambda: ofindex.open(url, check_stale=check_stale), limit,
+                          TALLY_REMOTE, "open")
+    if outcome == "ok":
+        ds.max_gap = max_gap
+        read_everything(ds, case, limit, TALLY_REMOTE)
