@@ -19,6 +19,15 @@ def stream_shard(
     block_bytes: int = 8 << 20,
 ) -> Iterator[bytes]:
     """Payloads of records ``lo..hi-1`` of one shard, in order."""
+    for block in stream_blocks(storage, path, sidecar, lo, hi, verify, block_bytes):
+        yield from block
+
+
+def stream_blocks(
+    storage: Storage, path: str, sidecar: Sidecar, lo: int, hi: int, verify: bool,
+    block_bytes: int = 8 << 20,
+) -> Iterator[list[bytes]]:
+    """Payloads of records ``lo..hi-1`` of one shard, in order, a list per read block."""
     fmt = sidecar.format
     url = storage.url(path)
     blocks = plan_blocks(sidecar.offsets, lo, hi, block_bytes)
@@ -61,12 +70,13 @@ def stream_shard(
                 buf, base = mapped, 0
             elif (ends[-1] - starts[0]) // (b - a) >= DIRECT_RECORD_BYTES:
                 # large records: each payload read straight into its own bytes, no staging
-                for j, (s, e) in enumerate(zip(starts.tolist(), ends.tolist(), strict=True)):
-                    yield read_record_direct(storage, path, s, e, fmt, verify, a + j)
+                yield [read_record_direct(storage, path, s, e, fmt, verify, a + j)
+                       for j, (s, e) in enumerate(zip(starts.tolist(), ends.tolist(),
+                                                      strict=True))]
                 continue
             else:
                 buf, base = fetch_local(starts, ends), int(starts[0])
-            yield from extract_payloads(buf, starts - base, ends - base, fmt, verify,
+            yield extract_payloads(buf, starts - base, ends - base, fmt, verify,
                                         url, starts, np.arange(a, b))
     finally:
         if pool is not None:

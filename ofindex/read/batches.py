@@ -1,0 +1,292 @@
+"""Sequential reading in batches (``Dataset.iter_batches``): a list of payloads per batch, or
+one buffer of payloads back to back per batch (:class:`RecordBatch`).
+
+On memory-mapped shards with the compiled module, a batch is one compiled call over the map
+(spans, checks, copies): a list costs one ``bytes`` object per record, a
+:class:`RecordBatch` none (its CRC checks run without the GIL). Elsewhere (remote storage,
+``mmap=False``, pure Python) the shards are streamed with large reads and regrouped.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import itertools
+from collections import deque
+from collections.abc import Iterator
+from typing import Any
+
+import crc32c as _crc32c
+import numpy as np
+
+from .. import _accel
+from ..errors import RecordIndexError
+from ..formats.crc import LENGTH_CRCS
+from ..formats.sidecar import Sidecar
+from . import bigbatch, streaming
+from .payloads import raise_record_error
+
+#: An ofindex ``Dataset`` (not imported here: it imports this module).
+Dataset = Any
+
+
+class RecordBatch:
+    """Payloads of consecutive records, back to back in one buffer (Arrow's binary layout).
+
+    No Python object is made per record: ``data[offsets[k]:offsets[k + 1]]`` is record
+    ``first + k``. Indexing or iterating copies a record out as ``bytes``; :meth:`view`
+    gives a zero-copy ``memoryview``. The batch owns its buffer (it does not refer to the
+    files), so it stays valid after the dataset is closed.
+
+    Args:
+        data: The payloads, back to back (a 1-d ``uint8`` array).
+        offsets: ``len + 1`` int64 positions in ``data``: record ``k`` spans
+            ``offsets[k]:offsets[k + 1]``.
+        first: The global number of the batch's first record.
+    """
+
+    __slots__ = ("data", "first", "offsets")
+
+    def __init__(self, data: np.ndarray, offsets: np.ndarray, first: int) -> None:
+        self.data = data
+        self.offsets = offsets
+        self.first = first
+
+    def __len__(self) -> int:
+        """The number of records in the batch."""
+        return len(self.offsets) - 1
+
+    def __getitem__(self, k: int) -> bytes:
+        """Record ``first + k``'s payload (a copy).
+
+        Args:
+            k: The position in the batch (negative counts from the end).
+
+        Returns:
+            The payload bytes.
+
+        Raises:
+            IndexError: ``k`` is out of range.
+        """
+        return bytes(self.view(k))
+
+    def view(self, k: int) -> memoryview:
+        """Record ``first + k``'s payload without a copy.
+
+        Args:
+            k: The position in the batch (negative counts from the end).
+
+        Returns:
+            A read-only view into :attr:`data`.
+
+        Raises:
+            IndexError: ``k`` is out of range.
+        """
+        n = len(self)
+        if not -n <= k < n:
+            raise IndexError(f"record {k} is out of range for a batch of {n} records")
+        k %= n
+        a, b = int(self.offsets[k]), int(self.offsets[k + 1])
+        return memoryview(self.data.data).toreadonly()[a:b]
+
+    def __iter__(self) -> Iterator[bytes]:
+        """Iterate over the payloads (copies), in order."""
+        mv = self.data.data
+        offs = self.offsets.tolist()
+        for a, b in itertools.pairwise(offs):
+            yield bytes(mv[a:b])
+
+    @property
+    def lengths(self) -> np.ndarray:
+        """Payload lengths in bytes (int64)."""
+        lengths: np.ndarray = np.diff(self.offsets)
+        return lengths
+
+    def to_list(self) -> list[bytes]:
+        """The payloads as a list of ``bytes`` (one copy each)."""
+        return list(self)
+
+    def __repr__(self) -> str:
+        return (f"RecordBatch(records {self.first}..{self.first + len(self) - 1}, "
+                f"{len(self.data)} bytes)")
+
+
+def iter_batches(ds: Dataset, batch_size: int, start: int, stop: int | None,
+                 as_buffer: bool, block_bytes: int) -> Iterator[Any]:
+    """The batches of :meth:`Dataset.iter_batches` (its arguments are documented there)."""
+    if isinstance(batch_size, bool) or int(batch_size) != batch_size or batch_size < 1:
+        raise ValueError(f"batch_size must be a whole number >= 1, got {batch_size!r}")
+    batch_size = int(batch_size)
+    n = len(ds)
+    stop = n if stop is None else min(stop, n)
+    if start < 0 or start > stop:
+        raise RecordIndexError(f"iteration range [{start}, {stop}) is invalid for a dataset "
+                               f"of {n} records")
+    if _accel.native is not None and ds._storage.maps_files:
+        yield from _mapped(ds, batch_size, start, stop, as_buffer)
+        return
+    yield from _regrouped(ds, batch_size, start, stop, as_buffer, block_bytes)
+
+
+def _regrouped(ds: Dataset, batch_size: int, start: int, stop: int, as_buffer: bool,
+               block_bytes: int) -> Iterator[Any]:
+    """Batches regrouped from the streamed blocks of each shard."""
+    pending: list[Any] = []
+    first = start
+    for s, shard in enumerate(ds._shards):
+        lo = max(start - int(ds._first[s]), 0)
+        hi = min(stop - int(ds._first[s]), shard.records)
+        if lo >= hi:
+            continue
+        for block in streaming.stream_blocks(ds._storage, shard.path, shard.sidecar, lo, hi,
+                                             ds.verify, block_bytes):
+            pending += block
+            while len(pending) >= batch_size:
+                batch, pending = pending[:batch_size], pending[batch_size:]
+                yield _finish(ds, batch, first, as_buffer)
+                first += batch_size
+    if pending:
+        yield _finish(ds, pending, first, as_buffer)
+
+
+def _finish(ds: Dataset, payloads: list[bytes], first: int, as_buffer: bool) -> Any:
+    """A batch of payloads as the caller asked for it."""
+    if as_buffer:
+        offsets = np.zeros(len(payloads) + 1, dtype=np.int64)
+        np.cumsum([len(p) for p in payloads], out=offsets[1:])
+        return RecordBatch(np.frombuffer(b"".join(payloads), dtype=np.uint8).copy(), offsets,
+                           first)
+    return payloads if ds.decode is None else [ds.decode(p) for p in payloads]
+
+
+def _run_spans(sc: Sidecar, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
+    """File byte ranges of records ``lo..hi-1`` of one shard (a contiguous run of offsets)."""
+    starts = sc.offsets[lo:hi].astype(np.int64)
+    ends = np.empty_like(starts)
+    ends[:-1] = starts[1:]
+    ends[-1] = int(sc.offsets[hi]) if hi < len(sc.offsets) else sc.indexed_end
+    short = ends - starts < sc.format.overhead
+    if short.any():
+        k = int(np.argmax(short))
+        raise sc.bad_span(lo + k, int(starts[k]), int(ends[k]))
+    return starts, ends
+
+
+#: Batch buffers are made in whole MiBs, so that buffers of batches the program dropped
+#: are reused (already mapped) by later batches (see ``ofindex._native.Block``).
+_BUFFER_STEP = 1 << 20
+
+
+def _buffer(nbytes: int) -> np.ndarray:
+    """A writable uint8 buffer of at least ``nbytes``, on recycled memory if possible."""
+    native = _accel.native
+    size = -(-max(nbytes, 1) // _BUFFER_STEP) * _BUFFER_STEP
+    if native is None:
+        return np.empty(size, dtype=np.uint8)
+    return np.frombuffer(native.Block(size), dtype=np.uint8)
+
+
+#: A part of a batch: (shard number, first and end record in the shard, their file spans,
+#: the shard's map).
+_Part = tuple[int, int, int, np.ndarray, np.ndarray, Any]
+
+
+def _plan(ds: Dataset, a: int, b: int) -> list[_Part] | None:
+    """The shard runs of records ``a..b-1`` with their spans and maps (sidecars and maps are
+    opened here, in the iterating thread); ``None`` when a shard is shorter than its index
+    says (the batch is then read otherwise)."""
+    parts: list[_Part] = []
+    s = int(np.searchsorted(ds._cum, a, side="right"))
+    pos = a
+    while pos < b:  # the shards the run touches (usually one)
+        first = int(ds._first[s])
+        shard = ds._shards[s]
+        lo, hi = pos - first, min(b - first, shard.records)
+        if hi > lo:
+            starts, ends = _run_spans(shard.sidecar, lo, hi)
+            buf = ds._storage.mapped(shard.path, int(ends[-1]))
+            if buf is None:
+                return None
+            parts.append((s, lo, hi, starts, ends, buf))
+        pos = first + hi
+        s += 1
+    return parts
+
+
+def _cut(ds: Dataset, parts: list[_Part], a: int, as_buffer: bool) -> Any:
+    """The batch of records ``a..`` made from its planned parts by the compiled loops (safe on
+    a worker thread: the checks and copies run without the GIL)."""
+    native = _accel.native
+    assert native is not None  # checked by the caller
+    fmt, tf_verify = ds.format, ds._tf_verify
+    hs, fs = fmt.header_size, fmt.footer_size
+    compiled_checks = not tf_verify or native.hw_crc()  # checks without the GIL
+    use_pack = as_buffer and compiled_checks
+    n = sum(hi - lo for _, lo, hi, _, _, _ in parts)
+    if use_pack:
+        data = _buffer(sum(int(e[-1] - st[0]) for _, _, _, st, e, _ in parts))  # upper bound
+        offsets = np.empty(n + 1, dtype=np.int64)
+    out: list[Any] = []
+    k0 = used = 0
+    for s, lo, hi, starts, ends, buf in parts:
+        if use_pack:
+            bad = native.pack(buf, starts, ends, hs, fs, tf_verify, data,
+                              offsets[k0:k0 + hi - lo + 1], used)
+        else:
+            got = (native.slices(buf, starts, ends, hs, fs, tf_verify) if compiled_checks else
+                   native.cut(buf, starts, ends, hs, fs, tf_verify, _crc32c.crc32c,
+                              LENGTH_CRCS))
+            bad = -1 if isinstance(got, list) else got
+        if bad >= 0:
+            st, en = int(starts[bad]), int(ends[bad])
+            raise_record_error(buf[st:en], fmt, ds.verify,
+                               path=ds._storage.url(ds._shards[s].path), offset=st,
+                               record=lo + bad)
+        if use_pack:
+            k0 += hi - lo
+            used = int(offsets[k0])
+        else:
+            out += got
+    if use_pack:
+        return RecordBatch(data[:used], offsets, a)
+    return _finish(ds, out, a, as_buffer)
+
+
+def _mapped(ds: Dataset, batch_size: int, start: int, stop: int,
+            as_buffer: bool) -> Iterator[Any]:
+    """Batches of memory-mapped shards, the next ones made on worker threads while the
+    caller uses the current one (in order; a batch's error is raised when it is reached)."""
+    pool = bigbatch.executor()
+    ahead = 0 if pool is None else pool._max_workers
+    pending: deque[cf.Future[Any]] = deque()
+    try:
+        for a in range(start, stop, batch_size):
+            b = min(a + batch_size, stop)
+            parts = _plan(ds, a, b)
+            if parts is None:  # read it otherwise, in order
+                while pending:
+                    yield pending.popleft().result()
+                yield _finish(ds, _streamed(ds, a, b), a, as_buffer)
+                continue
+            if pool is None:
+                yield _cut(ds, parts, a, as_buffer)
+                continue
+            pending.append(pool.submit(_cut, ds, parts, a, as_buffer))
+            if len(pending) > ahead:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
+    finally:
+        for f in pending:
+            f.cancel()
+
+
+def _streamed(ds: Dataset, a: int, b: int) -> list[bytes]:
+    """Payloads of records ``a..b-1`` read by the streaming path (no map)."""
+    out: list[bytes] = []
+    for s, shard in enumerate(ds._shards):
+        lo = max(a - int(ds._first[s]), 0)
+        hi = min(b - int(ds._first[s]), shard.records)
+        if lo < hi:
+            out += streaming.stream_shard(ds._storage, shard.path, shard.sidecar, lo, hi,
+                                          ds.verify)
+    return out
