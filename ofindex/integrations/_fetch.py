@@ -1,0 +1,77 @@
+"""The batch step the framework integrations share: a batch of global record numbers read with
+one ``__getitems__`` call and decoded with one batch-decoder call."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..decode import BatchDecoder, FixedLen
+
+#: Makes an output array for a ``FixedLen`` feature: ``(shape, dtype) -> array``.
+Allocate = Callable[[tuple[int, ...], np.dtype[Any]], Any]
+
+
+def fixed_outputs(decoder: object, n: int) -> dict[str, tuple[tuple[int, ...], np.dtype[Any]]]:
+    """Shape and dtype of the numeric ``FixedLen`` outputs of ``decoder`` for a batch of ``n``
+    (the arrays ``out=`` can receive): none unless it is a :class:`BatchDecoder` of Examples
+    or OFRecords with a mapping spec."""
+    if not isinstance(decoder, BatchDecoder) or decoder.kind == "sequence_example":
+        return {}
+    spec = decoder.spec
+    if not isinstance(spec, Mapping):
+        return {}
+    return {name: ((n, *fs.shape), np.dtype(fs.dtype)) for name, fs in spec.items()
+            if isinstance(fs, FixedLen) and fs.dtype != "bytes"}
+
+
+class BatchFetch:
+    """Read and decode one batch of records: ``fetch(indices) -> decoder(records)``.
+
+    Args:
+        source: The records: an ofindex ``Dataset`` or anything with ``__getitems__`` (or
+            ``__getitem__``).
+        decoder: Called once with the batch's list of records, e.g. a
+            :class:`~ofindex.decode.BatchDecoder`; ``None``: the list itself.
+    """
+
+    def __init__(self, source: Any, decoder: Callable[..., Any] | None = None) -> None:
+        self.source = source
+        self.decoder = decoder
+
+    def records(self, indices: Sequence[int] | np.ndarray | int) -> list[Any]:
+        """The records of ``indices`` (one number: a batch of one), read with one
+        ``__getitems__`` call when the source has it."""
+        if isinstance(indices, (int, np.integer)):
+            indices = [int(indices)]
+        fetch = getattr(self.source, "__getitems__", None)
+        if fetch is not None:
+            got: list[Any] = fetch(indices)
+            return got
+        return [self.source[int(i)] for i in indices]
+
+    def __call__(self, indices: Sequence[int] | np.ndarray | int,
+                 allocate: Allocate | None = None) -> tuple[Any, dict[str, Any]]:
+        """Read and decode a batch.
+
+        Args:
+            indices: Global record numbers (one number: a batch of one).
+            allocate: Makes the arrays numeric ``FixedLen`` features are decoded into (e.g.
+                views of shared or pinned memory); ``None``: the decoder's own arrays.
+
+        Returns:
+            ``(batch, made)``: the decoded batch, and the objects ``allocate`` returned, by
+            feature name (the arrays given to the decoder are ``numpy.asarray`` of them).
+        """
+        recs = self.records(indices)
+        if self.decoder is None:
+            return recs, {}
+        made: dict[str, Any] = {}
+        if allocate is not None:
+            made = {name: allocate(shape, dtype)
+                    for name, (shape, dtype) in fixed_outputs(self.decoder, len(recs)).items()}
+        if made:
+            return self.decoder(recs, out={k: np.asarray(v) for k, v in made.items()}), made
+        return self.decoder(recs), made
