@@ -150,15 +150,18 @@ def test_pinned_outputs_are_the_decoded_tensors(ds, monkeypatch):
 
     made = []
 
-    def fake_pinned(shape, dtype):  # stands in for page-locked memory on a CPU-only machine
-        t = torch.empty(shape, dtype=torch.from_numpy(np.empty(0, dtype)).dtype)
-        made.append(t)
-        return t
+    def fake_pinned(layout):  # stands in for page-locked memory on a CPU-only machine
+        out = {k: torch.empty(shape, dtype=torch.from_numpy(np.empty(0, dtype)).dtype)
+               for k, (shape, dtype) in layout.items()}
+        made.extend(out.values())
+        return out
 
     monkeypatch.setattr(ot, "_pinned", fake_pinned)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     batch = TensorBatches(ds, BatchDecoder(SPEC), pin_memory=True)[[7, 8, 9, 10]]
     assert {id(batch["x"]), id(batch["label"])} == {id(t) for t in made}
+    assert ot._arena({"a": ((2, 3), np.dtype("float32")), "b": ((5,), np.dtype("int64"))},
+                     pinned=False)["b"].shape == (5,)
     assert labels_of(batch) == expected_labels(ds, [7, 8, 9, 10])
 
 
@@ -193,3 +196,21 @@ def test_grain_batches_with_workers(ds):
         grain.MultiprocessingOptions(num_workers=2))
     got = [labels_of(b) for b in it]
     assert got == [labels_of(batches[k]) for k in range(2 * len(batches))]
+
+
+def test_scalar_bytes_features_batch_to_bytes(tmp_path):
+    """ImageNet-like records (a JPEG's bytes of a different length in each record): a batch's
+    scalar bytes feature holds the bytes themselves, one per record."""
+    images = [bytes([i]) * (1000 + 37 * i) for i in range(5)]
+    with ofindex.Writer(str(tmp_path / "img.tfrecord")) as w:
+        for i, img in enumerate(images):
+            ex = example_pb2.Example()
+            ex.features.feature["jpeg"].bytes_list.value.append(img)
+            ex.features.feature["label"].int64_list.value.append(i)
+            w.write(ex.SerializeToString())
+    data = TensorBatches(ofindex.open(str(tmp_path / "img.tfrecord")),
+                         BatchDecoder({"jpeg": FixedLen((), "bytes"),
+                                       "label": FixedLen((), "int64")}))
+    batch = data[[4, 0, 2]]
+    assert list(batch["jpeg"]) == [images[4], images[0], images[2]]
+    assert batch["label"].tolist() == [4, 0, 2]

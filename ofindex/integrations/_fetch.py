@@ -10,11 +10,14 @@ import numpy as np
 
 from ..decode import BatchDecoder, FixedLen
 
-#: Makes an output array for a ``FixedLen`` feature: ``(shape, dtype) -> array``.
-Allocate = Callable[[tuple[int, ...], np.dtype[Any]], Any]
+#: The numeric ``FixedLen`` outputs of a batch: ``{name: (shape, dtype)}``.
+Layout = dict[str, tuple[tuple[int, ...], np.dtype[Any]]]
+#: Makes the output arrays of a batch: ``layout -> {name: array}`` (any object
+#: ``numpy.asarray`` turns into a writable view: a numpy array, a CPU tensor).
+Allocate = Callable[[Layout], dict[str, Any]]
 
 
-def fixed_outputs(decoder: object, n: int) -> dict[str, tuple[tuple[int, ...], np.dtype[Any]]]:
+def fixed_outputs(decoder: object, n: int) -> Layout:
     """Shape and dtype of the numeric ``FixedLen`` outputs of ``decoder`` for a batch of ``n``
     (the arrays ``out=`` can receive): none unless it is a :class:`BatchDecoder` of Examples
     or OFRecords with a mapping spec."""
@@ -59,7 +62,8 @@ class BatchFetch:
         Args:
             indices: Global record numbers (one number: a batch of one).
             allocate: Makes the arrays numeric ``FixedLen`` features are decoded into (e.g.
-                views of shared or pinned memory); ``None``: the decoder's own arrays.
+                views of one block of shared or pinned memory); ``None``: the decoder's own
+                arrays.
 
         Returns:
             ``(batch, made)``: the decoded batch, and the objects ``allocate`` returned, by
@@ -69,9 +73,9 @@ class BatchFetch:
         if self.decoder is None:
             return recs, {}
         made: dict[str, Any] = {}
-        if allocate is not None:
-            made = {name: allocate(shape, dtype)
-                    for name, (shape, dtype) in fixed_outputs(self.decoder, len(recs)).items()}
+        layout = fixed_outputs(self.decoder, len(recs)) if allocate is not None else {}
+        if layout and allocate is not None:
+            made = allocate(layout)
         if made:
             return self.decoder(recs, out={k: np.asarray(v) for k, v in made.items()}), made
         return self.decoder(recs), made

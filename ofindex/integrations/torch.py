@@ -43,7 +43,7 @@ import torch.utils.data as _tud
 
 from ..decode import Ragged
 from ..shuffle import samplers as _s
-from ._fetch import BatchFetch
+from ._fetch import BatchFetch, Layout
 
 __all__ = [
     "BatchSampler",
@@ -208,19 +208,36 @@ def _tensors(value: Any) -> Any:
     return value
 
 
-def _shared(shape: tuple[int, ...], dtype: np.dtype[Any]) -> torch.Tensor:
-    """An uninitialised CPU tensor in shared memory: a DataLoader worker hands it to the main
-    process without a copy (as torch's ``default_collate`` does for its outputs)."""
-    proto = torch.empty(0, dtype=torch.from_numpy(np.empty(0, dtype)).dtype)
-    numel = int(np.prod(shape))
-    storage = proto._typed_storage()._new_shared(numel, device="cpu")  # type: ignore[no-untyped-call]
-    return proto.new(storage).view(shape)
+def _torch_dtype(dtype: np.dtype[Any]) -> torch.dtype:
+    return torch.from_numpy(np.empty(0, dtype)).dtype
 
 
-def _pinned(shape: tuple[int, ...], dtype: np.dtype[Any]) -> torch.Tensor:
-    """An uninitialised page-locked CPU tensor (fast, asynchronous copies to the GPU)."""
-    return torch.empty(shape, dtype=torch.from_numpy(np.empty(0, dtype)).dtype,
-                       pin_memory=True)
+def _arena(layout: Layout, pinned: bool) -> dict[str, torch.Tensor]:
+    """Uninitialised tensors for a batch's outputs, all views of one block of memory: shared
+    memory (a DataLoader worker then hands the whole batch to the main process as one block,
+    without a copy, as torch's ``default_collate`` does for its outputs) or page-locked
+    memory (fast, asynchronous copies to the GPU)."""
+    sizes = {k: int(np.prod(shape)) * dtype.itemsize for k, (shape, dtype) in layout.items()}
+    total = sum(-(-n // 64) * 64 for n in sizes.values())  # every view 64-byte aligned
+    if pinned:
+        block = torch.empty(total, dtype=torch.uint8, pin_memory=True)
+    else:
+        proto = torch.empty(0, dtype=torch.uint8)
+        block = proto.new(proto._typed_storage()._new_shared(  # type: ignore[no-untyped-call]
+            total, device="cpu"))
+    out, at = {}, 0
+    for name, (shape, dtype) in layout.items():
+        out[name] = block[at:at + sizes[name]].view(_torch_dtype(dtype)).view(shape)
+        at += -(-sizes[name] // 64) * 64
+    return out
+
+
+def _shared(layout: Layout) -> dict[str, torch.Tensor]:
+    return _arena(layout, pinned=False)
+
+
+def _pinned(layout: Layout) -> dict[str, torch.Tensor]:
+    return _arena(layout, pinned=True)
 
 
 class TensorBatches(_tud.Dataset[Any]):
