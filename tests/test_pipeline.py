@@ -214,3 +214,33 @@ def test_scalar_bytes_features_batch_to_bytes(tmp_path):
     batch = data[[4, 0, 2]]
     assert list(batch["jpeg"]) == [images[4], images[0], images[2]]
     assert batch["label"].tolist() == [4, 0, 2]
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_packed_bytes_features(tmp_path, workers):
+    images = [bytes([i]) * (500 + 91 * i) for i in range(12)]
+    with ofindex.Writer(str(tmp_path / "img.tfrecord")) as w:
+        for i, img in enumerate(images):
+            ex = example_pb2.Example()
+            ex.features.feature["jpeg"].bytes_list.value.append(img)
+            ex.features.feature["label"].int64_list.value.append(i)
+            w.write(ex.SerializeToString())
+    ds = ofindex.open(str(tmp_path / "img.tfrecord"))
+    dec = BatchDecoder({"jpeg": FixedLen((), "bytes"), "label": FixedLen((), "int64")})
+    data = TensorBatches(ds, dec, pack_bytes=True)
+    sampler = BatchSampler(GlobalShuffleSampler(data, seed=3), 5)
+    loader = DataLoader(data, sampler=sampler, batch_size=None, num_workers=workers,
+                        multiprocessing_context="fork" if workers else None)
+    for batch, idx in zip(loader, list(sampler), strict=True):
+        values, lengths = batch["jpeg"]
+        assert values.dtype == torch.uint8 and values.is_shared() == bool(workers)
+        ends = np.cumsum(lengths.numpy())
+        got = [values.numpy()[e - n:e].tobytes()
+               for e, n in zip(ends, lengths.numpy(), strict=True)]
+        assert got == [images[i] for i in idx]
+    pytest.importorskip("grain")
+    from ofindex.integrations.grain import GrainBatches
+
+    g = GrainBatches(ds, 4, dec, shuffle=False, pack_bytes=True)[1]
+    assert g["jpeg"].values.tobytes() == b"".join(images[4:8])
+    assert g["jpeg"].row_lengths.tolist() == [len(x) for x in images[4:8]]

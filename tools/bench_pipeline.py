@@ -10,7 +10,7 @@ CPU TFRecord reader (when it imports and runs without a GPU).
 
 Two data sets, written once under --root: MNIST-like (784 float32 + label) and ImageNet-like
 (a ~110 KB JPEG + label + height + width); every record also has an ``id`` feature (its
-record number) so that the order each pipeline delivers can be scored with
+record number + 2**35: a constant varint width) so that the order each pipeline delivers can be scored with
 tools/bench_shuffle.py's "mixing" (1.0 = as mixed as a full shuffle). Pipelines stop at the
 decoded features (JPEG bytes); one more ImageNet-like case decodes every JPEG with Pillow in
 the consuming process, the same for all, to show the share JPEG decoding takes.
@@ -50,8 +50,12 @@ from ofindex.formats.sidecar import open_local_sidecar  # noqa: E402
 from ofindex.formats.textindex import export_text  # noqa: E402
 from ofindex.proto import example_pb2  # noqa: E402
 
-ALL = ["ofindex-torch", "ofindex-grain", "tfdata", "vahidk", "streaming", "dali"]
+ALL = ["ofindex-torch", "ofindex-torch-main", "ofindex-grain", "tfdata", "vahidk", "streaming",
+       "dali"]
 IMAGE = "jpeg"
+#: Added to every record's id so that all ids take the same varint width: records of one
+#: data set then share one byte layout, as MNIST's do (labels 0-9).
+ID_BASE = 1 << 35
 
 
 def _jpegs(count: int, target: int, seed: int = 0) -> list[tuple[bytes, int, int]]:
@@ -77,7 +81,7 @@ def _jpegs(count: int, target: int, seed: int = 0) -> list[tuple[bytes, int, int
 def make_dataset(root: str, kind: str, records: int, shards: int) -> str:
     """TFRecord shards (with sidecars and DALI/vahidk text indexes) and an MDS copy, written
     once; returns the directory."""
-    d = os.path.join(root, f"pipeline-{kind}-{records}-{shards}")
+    d = os.path.join(root, f"pipeline2-{kind}-{records}-{shards}")
     if os.path.exists(os.path.join(d, "_COMPLETE")):
         return d
     os.makedirs(d, exist_ok=True)
@@ -102,7 +106,9 @@ def make_dataset(root: str, kind: str, records: int, shards: int) -> str:
                 for _ in range(n):
                     ex = example_pb2.Example()
                     f = ex.features.feature
-                    sample: dict[str, Any] = {"id": rid, "label": int(rng.integers(0, 1000))}
+                    sample: dict[str, Any] = {
+                        "id": rid + ID_BASE,
+                        "label": int(rng.integers(0, 10 if kind == "mnist" else 1000))}
                     if kind == "mnist":
                         img = rng.random(784, dtype=np.float32)
                         f["image"].float_list.value.extend(img.tolist())
@@ -114,7 +120,7 @@ def make_dataset(root: str, kind: str, records: int, shards: int) -> str:
                         f["width"].int64_list.value.append(wd)
                         sample.update({IMAGE: jpeg, "height": h, "width": wd})
                     f["label"].int64_list.value.append(sample["label"])
-                    f["id"].int64_list.value.append(rid)
+                    f["id"].int64_list.value.append(rid + ID_BASE)
                     w.write(ex.SerializeToString())
                     if mds is not None:
                         mds.write(sample)

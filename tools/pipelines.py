@@ -8,8 +8,9 @@ Each pipeline is configured as its documentation recommends, reads batches of
 ``batch_size`` and stops at the decoded features (``bytes`` for JPEGs); with ``jpeg`` the
 consuming process decodes every image of every batch with Pillow, the same code for all.
 
-* ``ofindex-torch``: ``TensorBatches`` + ``BatchSampler(GlobalShuffleSampler)`` + torch
-  ``DataLoader(batch_size=None, num_workers=workers)``.
+* ``ofindex-torch``: ``TensorBatches(pack_bytes=True)`` + ``BatchSampler(GlobalShuffleSampler)``
+  + torch ``DataLoader(batch_size=None, num_workers=workers)``.
+* ``ofindex-torch-main``: the same with ``num_workers=0`` (batches made in the loop's process).
 * ``ofindex-grain``: ``GrainBatches(...).to_iter_dataset().mp_prefetch(workers)``.
 * ``tfdata``: ``list_files(shuffle) -> interleave(TFRecordDataset, AUTOTUNE) ->
   shuffle(buffer) -> batch -> map(parse_example, AUTOTUNE) -> prefetch(AUTOTUNE)`` (the
@@ -25,6 +26,7 @@ consuming process decodes every image of every batch with Pillow, the same code 
 from __future__ import annotations
 
 import glob
+import importlib
 import importlib.machinery
 import json
 import os
@@ -47,12 +49,17 @@ def _ids(batch: Any) -> list[int]:
     ids = batch["id"]
     if hasattr(ids, "numpy"):
         ids = ids.numpy()
-    return [int(x) for x in np.asarray(ids).reshape(-1)]
+    return [int(x) - (1 << 35) for x in np.asarray(ids).reshape(-1)]  # bench_pipeline.ID_BASE
 
 
 def _images(batch: Any, c: Config) -> list[bytes]:
     """The JPEG bytes of a batch, whatever container the pipeline gives them in."""
     col = batch[c["image"]]
+    packed = (col.values, col.row_lengths) if hasattr(col, "row_lengths") else col
+    if isinstance(packed, (tuple, list)) and len(packed) == 2:  # pack_bytes: buffer + lengths
+        values, lengths = (np.asarray(x) for x in packed)
+        ends = np.cumsum(lengths).tolist()
+        return [values[e - n:e].tobytes() for e, n in zip(ends, lengths.tolist(), strict=True)]
     if hasattr(col, "numpy"):
         col = col.numpy()
     return [bytes(x) if not isinstance(x, bytes) else x for x in np.asarray(col, dtype=object)
@@ -78,10 +85,16 @@ def ofindex_torch(c: Config) -> Iterator[Any]:
     from ofindex.decode import BatchDecoder
     from ofindex.integrations.torch import BatchSampler, GlobalShuffleSampler, TensorBatches
 
-    data = TensorBatches(ofindex.open(c["files"]), BatchDecoder(_spec(c)))
+    data = TensorBatches(ofindex.open(c["files"]), BatchDecoder(_spec(c)), pack_bytes=True)
     sampler = BatchSampler(GlobalShuffleSampler(data, seed=0), c["batch_size"], drop_last=True)
-    return iter(tud.DataLoader(data, sampler=sampler, batch_size=None,
-                               num_workers=c["workers"], prefetch_factor=2))
+    workers = c.get("ofindex_workers", c["workers"])
+    return iter(tud.DataLoader(data, sampler=sampler, batch_size=None, num_workers=workers))
+
+
+def ofindex_torch_main(c: Config) -> Iterator[Any]:
+    """ofindex + torch DataLoader without worker processes (batches made in the loop's
+    process: reading and decoding a batch is compiled, so workers mostly add IPC)."""
+    return ofindex_torch(dict(c, ofindex_workers=0))
 
 
 def ofindex_grain(c: Config) -> Iterator[Any]:
@@ -92,7 +105,7 @@ def ofindex_grain(c: Config) -> Iterator[Any]:
     from ofindex.integrations.grain import GrainBatches
 
     batches = GrainBatches(ofindex.open(c["files"]), c["batch_size"], BatchDecoder(_spec(c)),
-                           seed=0, drop_remainder=True)
+                           seed=0, drop_remainder=True, pack_bytes=True)
     return iter(batches.to_iter_dataset().mp_prefetch(
         grain.MultiprocessingOptions(num_workers=c["workers"])))
 
@@ -214,13 +227,33 @@ def dali(c: Config) -> Iterator[Any]:
 
 
 CONTENDERS: dict[str, Callable[[Config], Iterator[Any]]] = {
-    "ofindex-torch": ofindex_torch, "ofindex-grain": ofindex_grain, "tfdata": tfdata,
+    "ofindex-torch": ofindex_torch, "ofindex-torch-main": ofindex_torch_main,
+    "ofindex-grain": ofindex_grain, "tfdata": tfdata,
     "vahidk": vahidk, "streaming": streaming, "dali": dali,
+}
+
+
+#: What each pipeline imports: imported before the clock starts (a training job has its
+#: framework imported anyway; the first-batch latency is the pipeline's own start).
+IMPORTS = {
+    "ofindex-torch": ["torch.utils.data", "ofindex.integrations.torch"],
+    "ofindex-torch-main": ["torch.utils.data", "ofindex.integrations.torch"],
+    "ofindex-grain": ["grain", "ofindex.integrations.grain"],
+    "tfdata": ["tensorflow"],
+    "vahidk": ["torch.utils.data", "tfrecord.torch.dataset"],
+    "streaming": ["torch.utils.data", "streaming"],
+    "dali": ["nvidia.dali.fn", "nvidia.dali.tfrecord"],
 }
 
 
 def run(name: str, c: Config) -> dict[str, Any]:
     """Time one pipeline from construction to its first batch, then ``c["batches"]`` more."""
+    if name == "streaming":
+        _torchvision_standin()
+    for module in IMPORTS[name]:
+        importlib.import_module(module)
+    if c["jpeg"]:
+        importlib.import_module("PIL.Image")
     t0 = time.perf_counter()
     it = CONTENDERS[name](c)
     first = next(it)

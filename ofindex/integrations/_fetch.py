@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from ..decode import BatchDecoder, FixedLen
+from ..decode import BatchDecoder, FixedLen, Ragged
 
 #: The numeric ``FixedLen`` outputs of a batch: ``{name: (shape, dtype)}``.
 Layout = dict[str, tuple[tuple[int, ...], np.dtype[Any]]]
@@ -38,11 +38,16 @@ class BatchFetch:
             ``__getitem__``).
         decoder: Called once with the batch's list of records, e.g. a
             :class:`~ofindex.decode.BatchDecoder`; ``None``: the list itself.
+        pack_bytes: Give ``bytes`` features of the decoded batch as one ``uint8`` buffer
+            with the values back to back and their lengths (:class:`~ofindex.decode.Ragged`)
+            instead of a numpy array of ``bytes`` objects.
     """
 
-    def __init__(self, source: Any, decoder: Callable[..., Any] | None = None) -> None:
+    def __init__(self, source: Any, decoder: Callable[..., Any] | None = None,
+                 pack_bytes: bool = False) -> None:
         self.source = source
         self.decoder = decoder
+        self.pack_bytes = pack_bytes
 
     def records(self, indices: Sequence[int] | np.ndarray | int) -> list[Any]:
         """The records of ``indices`` (one number: a batch of one), read with one
@@ -77,5 +82,30 @@ class BatchFetch:
         if layout and allocate is not None:
             made = allocate(layout)
         if made:
-            return self.decoder(recs, out={k: np.asarray(v) for k, v in made.items()}), made
-        return self.decoder(recs), made
+            batch = self.decoder(recs, out={k: np.asarray(v) for k, v in made.items()})
+        else:
+            batch = self.decoder(recs)
+        if self.pack_bytes and isinstance(batch, dict):
+            for name, value in batch.items():
+                if isinstance(value, np.ndarray) and value.dtype == object:
+                    batch[name] = self._packed(name, value, allocate, made)
+        return batch, made
+
+    @staticmethod
+    def _packed(name: str, value: np.ndarray, allocate: Allocate | None,
+                made: dict[str, Any]) -> Any:
+        """A ``bytes`` feature's values back to back in one ``uint8`` buffer (from
+        ``allocate`` when given, recorded in ``made``), as ``Ragged(buffer, lengths)``."""
+        flat = value.reshape(-1).tolist()
+        lengths = np.fromiter(map(len, flat), dtype=np.int64, count=len(flat))
+        total = int(lengths.sum())
+        if allocate is not None:
+            made[name] = allocate({name: ((total,), np.dtype(np.uint8))})[name]
+            buf = np.asarray(made[name])
+        else:
+            buf = np.empty(total, dtype=np.uint8)
+        at = 0
+        for item, n in zip(flat, lengths.tolist(), strict=True):
+            buf[at:at + n] = np.frombuffer(item, dtype=np.uint8)
+            at += n
+        return Ragged(buf, lengths)

@@ -44,6 +44,10 @@ class GrainBatches(grain.MapDataset):  # type: ignore[misc]
         drop_remainder: Drop the last batch of an epoch when it is short.
         num_replicas: The number of ranks (hosts) sharing each epoch.
         rank: This rank: it reads a strided share of every epoch, disjoint from the others.
+        pack_bytes: Give ``bytes`` features (e.g. encoded images) as
+            ``Ragged(values, row_lengths)``: one ``uint8`` array with the values back to back,
+            which Grain's worker processes pass on in shared memory, instead of an array of
+            ``bytes`` objects, which they must pickle.
 
     Raises:
         ValueError: ``batch_size < 1``, the source is empty, or ``num_replicas``/``rank`` are
@@ -52,13 +56,13 @@ class GrainBatches(grain.MapDataset):  # type: ignore[misc]
 
     def __init__(self, source: Any, batch_size: int, decoder: Callable[..., Any] | None = None,
                  *, seed: int = 0, shuffle: bool = True, drop_remainder: bool = False,
-                 num_replicas: int = 1, rank: int = 0) -> None:
+                 num_replicas: int = 1, rank: int = 0, pack_bytes: bool = False) -> None:
         super().__init__()
         if int(batch_size) < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         self._source = source
         self._batch_size = int(batch_size)
-        self._fetch = BatchFetch(source, decoder)
+        self._fetch = BatchFetch(source, decoder, bool(pack_bytes))
         sampler_type = GlobalShuffleSampler if shuffle else SequentialSampler
         self._sampler = sampler_type(len(source), num_replicas=num_replicas, rank=rank,
                                      drop_last=drop_remainder, seed=seed)

@@ -268,14 +268,19 @@ class TensorBatches(_tud.Dataset[Any]):
             (needs CUDA in the process that decodes: ``num_workers=0``, or workers started
             with ``spawn``); without CUDA this warns and is ignored. ``DataLoader``'s own
             ``pin_memory=True`` also works (it copies each batch once, in the main process).
+        pack_bytes: Give ``bytes`` features (e.g. encoded images) as ``(values, lengths)``:
+            one ``uint8`` tensor with the values back to back (in shared memory in a worker)
+            and their lengths, instead of a numpy array of ``bytes`` objects, which a worker
+            must pickle to the main process. Record ``k``'s value is
+            ``values[offsets[k]:offsets[k + 1]]`` with ``offsets`` the cumulative lengths.
     """
 
     def __init__(self, source: Any, decoder: Callable[..., Any] | None = None, *,
-                 pin_memory: bool = False) -> None:
+                 pin_memory: bool = False, pack_bytes: bool = False) -> None:
         self.source = source
         self.decoder = decoder
         self.pin_memory = bool(pin_memory)
-        self._fetch = BatchFetch(source, decoder)
+        self._fetch = BatchFetch(source, decoder, bool(pack_bytes))
 
     def __len__(self) -> int:
         """The number of records of the source (the sampler makes the batches)."""
@@ -311,8 +316,10 @@ class TensorBatches(_tud.Dataset[Any]):
         if self.decoder is None:
             return batch
         out = _tensors(batch)
-        if made and isinstance(out, dict):
-            out.update({k: v for k, v in made.items() if k in out})  # the tensors themselves
+        if made and isinstance(out, dict):  # the allocated tensors themselves (shared memory)
+            for k, v in made.items():
+                if k in out:
+                    out[k] = (v, out[k][1]) if isinstance(out[k], tuple) else v
         return out
 
     @property
