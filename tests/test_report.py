@@ -10,7 +10,7 @@ import pytest
 pytest.importorskip("matplotlib")
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                 "tools"))
-import report  # noqa: E402
+import report
 
 PIPELINE = {
     "config": {"batch_size": 256, "workers": 2, "buffer": 10000, "rounds": 3},

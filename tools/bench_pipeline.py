@@ -10,10 +10,11 @@ CPU TFRecord reader (when it imports and runs without a GPU).
 
 Two data sets, written once under --root: MNIST-like (784 float32 + label) and ImageNet-like
 (a ~110 KB JPEG + label + height + width); every record also has an ``id`` feature (its
-record number + 2**35: a constant varint width) so that the order each pipeline delivers can be scored with
-tools/bench_shuffle.py's "mixing" (1.0 = as mixed as a full shuffle). Pipelines stop at the
-decoded features (JPEG bytes); one more ImageNet-like case decodes every JPEG with Pillow in
-the consuming process, the same for all, to show the share JPEG decoding takes.
+record number + 2**35: a constant varint width) so that the order each pipeline delivers can
+be scored with tools/bench_shuffle.py's "mixing" (1.0 = as mixed as a full shuffle).
+Pipelines stop at the decoded features (JPEG bytes); one more ImageNet-like case decodes
+every JPEG with Pillow in the consuming process, the same for all, to show the share JPEG
+decoding takes.
 
 Every run is a fresh process (cold start: imports done, then pipeline construction to the
 first batch is the first-batch latency); rounds interleave the contenders. Reported:
