@@ -57,6 +57,11 @@ COMPRESSED = {"datasets": {"small": {"spacings": [
     {"spacing": 1048576, "index_fraction": 0.004, "ds_i_per_s": 640.0,
      "getitems256_per_s": 9100.0}]}}}
 
+BUILD = [{"name": "build 1 M x ~200 B", "records_per_s": 2_500_000, "ratio": 6.25}]
+DECODE = {"batch": 256, "workloads": {"mnist": {
+    "floats_per_record": 784, "ofindex": {"median_s": 0.000356, "best_s": 0.000325},
+    "vahidk": "skipped (tfrecord not installed)"}}}
+
 
 def write(results, name, data):
     with open(os.path.join(results, f"{name}.json"), "w") as f:
@@ -67,7 +72,8 @@ def test_report_from_fixtures(tmp_path):
     results, docs = tmp_path / "bench-results", tmp_path / "docs"
     results.mkdir()
     for name, data in (("pipeline", PIPELINE), ("sequential", SEQUENTIAL),
-                       ("shuffle", SHUFFLE), ("remote", REMOTE), ("compressed", COMPRESSED)):
+                       ("shuffle", SHUFFLE), ("remote", REMOTE), ("compressed", COMPRESSED),
+                       ("build", BUILD), ("decode", DECODE)):
         write(results, name, data)
     readme = tmp_path / "README.md"
     readme.write_text("# x\n\n## Benchmarks\n\nintro\n\n<!-- bench:begin -->\nold figures\n"
@@ -84,6 +90,9 @@ def test_report_from_fixtures(tmp_path):
     assert "| naive_one_request_per_record | 5,840 | 292 | 256 |" in md
     assert "| 64 | 3.1 | 5,400 | 61,000 |" in md
     assert "Not measured yet: run `python tools/bench_read.py" in md  # read.json is missing
+    assert "| build 1 M x ~200 B | 2,500,000 | 6.25 |" in md
+    assert "| ofindex | 719,101 (787,692) |" in md
+    assert "| vahidk | skipped (tfrecord not installed) |" in md
     for png in ("pipeline-mnist", "shuffle-tradeoff", "remote-rtts", "compressed-spacing"):
         assert f"(img/{png}.png)" in md
         assert (docs / "img" / f"{png}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

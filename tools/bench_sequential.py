@@ -205,7 +205,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--cases", default="sequential,gather", help="comma-separated")
     p.add_argument("--out", default="bench-results/sequential.json")
+    p.add_argument("--smoke", action="store_true",
+                   help="tiny sizes: check that the tool runs (its figures mean nothing)")
     a = p.parse_args(argv)
+    if a.smoke:  # figures of a smoke run mean nothing: written nowhere unless --out is given
+        a.records, a.large_records, a.rounds, a.gather_batches = 20_000, 300, 1, 3
+        a.out = a.out if a.out != p.get_default("out") else None
     rows: list[dict] = []
     if "sequential" in a.cases:
         rows += sequential_case(a)

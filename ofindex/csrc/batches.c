@@ -3,6 +3,7 @@
  * pack   framed records -> their payloads back to back in one buffer + offsets (the layout
  *        of an Arrow binary column), checked, with the GIL released
  * slices framed records -> a list of payloads, checked first without the GIL
+ * check  framed records checked without the GIL, nothing copied
  * blank  bytes objects of given sizes, not yet filled (for fill)
  * fill   payloads copied into those bytes objects with the GIL released, so that a few
  *        threads fill one big batch at once (and check its CRCs through the crc32c package,
@@ -154,9 +155,9 @@ const char pack_doc[] =
 "into the writable buffer out from position base; offsets (writable int64, len(starts) + 1)\n"
 "receives each payload's position in out and the end of the last. Each record is checked as\n"
 "in cut(); with verify (TFRecord) its CRCs are checked with the CPU's CRC32C instruction, so\n"
-"verify needs hw_crc() to be True. Every record is checked before any is copied. Returns -1,\n"
-"or the position k of the first record that fails a check or lies outside buf (nothing is\n"
-"copied then). The GIL is released throughout.";
+"verify needs hw_crc() to be True. Returns -1, or the position k of the first record that\n"
+"fails a check or lies outside buf (out then holds some of the payloads: discard it). The\n"
+"GIL is released throughout.";
 
 PyObject *pack(PyObject *self, PyObject *args) {
     PyObject *buf_obj, *starts_obj, *ends_obj, *out_obj, *offs_obj;
@@ -178,28 +179,43 @@ PyObject *pack(PyObject *self, PyObject *args) {
                         "base must lie within out");
         goto done;
     }
-    int64_t total;
-    Py_ssize_t bad = run_check(&r, &total);
-    if (bad < 0 && total > (int64_t)(out.len - base)) {
+    /* one pass, record by record: framing, copy, then the CRCs of the copied bytes while
+     * they are still in the cache (a batch can be bigger than L2) */
+    const int64_t *st = (const int64_t *)r.sv.buf, *en = (const int64_t *)r.ev.buf;
+    const unsigned char *src = (const unsigned char *)r.buf.buf;
+    unsigned char *dst = (unsigned char *)out.buf + base;
+    int64_t *offs = (int64_t *)ov.buf, pos = base, room = out.len - base;
+    Py_ssize_t bad = -1, frame = r.header + r.footer;
+    int full = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t k = 0; k < r.n; k++) {
+        int64_t size;
+        if (!framed_ok(src, r.buf.len, st[k], en[k], frame, &size)) {
+            bad = k;
+            break;
+        }
+        if (size > room - (pos - base)) {
+            full = 1;
+            break;
+        }
+        const unsigned char *p = src + st[k];
+        memcpy(dst, p + r.header, (size_t)size);
+        if (r.verify && ((uint32_t)load_le(p + 8, 4) != hw_mask(hw_crc32c(p, 8)) ||
+                         (uint32_t)load_le(p + r.header + size, 4) !=
+                             hw_mask(hw_crc32c(dst, (size_t)size)))) {
+            bad = k;
+            break;
+        }
+        dst += size;
+        offs[k] = pos;
+        pos += size;
+    }
+    if (bad < 0 && !full)
+        offs[r.n] = pos;
+    Py_END_ALLOW_THREADS
+    if (full) {
         PyErr_SetString(PyExc_ValueError, "pack: out is too small for the payloads");
         goto done;
-    }
-    if (bad < 0) {
-        const int64_t *st = (const int64_t *)r.sv.buf, *en = (const int64_t *)r.ev.buf;
-        const char *src = (const char *)r.buf.buf;
-        char *dst = (char *)out.buf + base;
-        int64_t *offs = (int64_t *)ov.buf, pos = base;
-        Py_ssize_t frame = r.header + r.footer;
-        Py_BEGIN_ALLOW_THREADS
-        for (Py_ssize_t k = 0; k < r.n; k++) {
-            int64_t size = en[k] - st[k] - frame;
-            memcpy(dst, src + st[k] + r.header, (size_t)size);
-            dst += size;
-            offs[k] = pos;
-            pos += size;
-        }
-        offs[r.n] = pos;
-        Py_END_ALLOW_THREADS
     }
     result = PyLong_FromSsize_t(bad);
 done:
@@ -209,6 +225,26 @@ no_offsets:
 no_out:
     run_close(&r);
     return result;
+}
+
+const char check_doc[] =
+"check(buf, starts, ends, header_size, footer_size, verify) -> int\n\n"
+"Check the framed records at buf[starts[k]:ends[k]] as pack() does, copying nothing, with\n"
+"the GIL released (a thread checks a batch while another makes its objects). Returns -1 or\n"
+"the position of the first record that fails.";
+
+PyObject *check(PyObject *self, PyObject *args) {
+    PyObject *buf_obj, *starts_obj, *ends_obj;
+    Run r;
+    if (!PyArg_ParseTuple(args, "OOOnnp:check", &buf_obj, &starts_obj, &ends_obj, &r.header,
+                          &r.footer, &r.verify))
+        return NULL;
+    if (run_open(&r, buf_obj, starts_obj, ends_obj) < 0)
+        return NULL;
+    int64_t total;
+    Py_ssize_t bad = run_check(&r, &total);
+    run_close(&r);
+    return PyLong_FromSsize_t(bad);
 }
 
 const char slices_doc[] =

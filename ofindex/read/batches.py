@@ -231,11 +231,11 @@ def _cut(ds: Dataset, parts: list[_Part], a: int, as_buffer: bool) -> Any:
         if use_pack:
             bad = native.pack(buf, starts, ends, hs, fs, tf_verify, data,
                               offsets[k0:k0 + hi - lo + 1], used)
-        else:
-            got = (native.slices(buf, starts, ends, hs, fs, tf_verify) if compiled_checks else
-                   native.cut(buf, starts, ends, hs, fs, tf_verify, _crc32c.crc32c,
-                              LENGTH_CRCS))
+        elif not compiled_checks:
+            got = native.cut(buf, starts, ends, hs, fs, tf_verify, _crc32c.crc32c, LENGTH_CRCS)
             bad = -1 if isinstance(got, list) else got
+        else:
+            got, bad = _checked_list(buf, starts, ends, hs, fs, tf_verify)
         if bad >= 0:
             st, en = int(starts[bad]), int(ends[bad])
             raise_record_error(buf[st:en], fmt, ds.verify,
@@ -251,12 +251,39 @@ def _cut(ds: Dataset, parts: list[_Part], a: int, as_buffer: bool) -> Any:
     return _finish(ds, out, a, as_buffer)
 
 
+#: Lists of at least this many records have their CRCs checked on a pool thread while the
+#: calling thread makes their ``bytes`` objects (the two halves of the work, in parallel).
+SPLIT_CHECK_RECORDS = 512
+#: Buffer batches of at least this many bytes (expected) are made ahead on pool threads.
+AHEAD_BYTES = 512 << 10
+
+
+def _checked_list(buf: Any, starts: np.ndarray, ends: np.ndarray, hs: int, fs: int,
+                  verify: bool) -> tuple[Any, int]:
+    """``(payloads, -1)`` or ``(None, k)`` for the first record ``k`` that fails its checks;
+    the CRCs of a long run are checked on a pool thread while this one makes the objects."""
+    native = _accel.native
+    assert native is not None  # checked by the caller
+    pool = bigbatch.executor() if verify and len(starts) >= SPLIT_CHECK_RECORDS else None
+    if pool is None:
+        got = native.slices(buf, starts, ends, hs, fs, verify)
+        return (got, -1) if isinstance(got, list) else (None, got)
+    checked = pool.submit(native.check, buf, starts, ends, hs, fs, True)
+    got = native.slices(buf, starts, ends, hs, fs, False)  # framing checked here too
+    bad = checked.result()
+    if bad < 0 and not isinstance(got, list):
+        bad = got  # (check() finds every framing problem too: not expected)
+    return (got, -1) if bad < 0 else (None, bad)
+
+
 def _mapped(ds: Dataset, batch_size: int, start: int, stop: int,
             as_buffer: bool) -> Iterator[Any]:
-    """Batches of memory-mapped shards, the next ones made on worker threads while the
-    caller uses the current one (in order; a batch's error is raised when it is reached)."""
+    """Batches of memory-mapped shards. Big ``RecordBatch`` buffers, made without the GIL,
+    are made ahead on pool threads while the caller uses the current one (in order; a
+    batch's error is raised when it is reached); lists are made in the calling thread."""
     pool = bigbatch.executor()
-    ahead = 0 if pool is None else pool._max_workers
+    big = as_buffer and batch_size * ds._mean_record >= AHEAD_BYTES
+    ahead = pool._max_workers if pool is not None and big else 0
     pending: deque[cf.Future[Any]] = deque()
     try:
         for a in range(start, stop, batch_size):
@@ -267,7 +294,7 @@ def _mapped(ds: Dataset, batch_size: int, start: int, stop: int,
                     yield pending.popleft().result()
                 yield _finish(ds, _streamed(ds, a, b), a, as_buffer)
                 continue
-            if pool is None:
+            if pool is None or not ahead:
                 yield _cut(ds, parts, a, as_buffer)
                 continue
             pending.append(pool.submit(_cut, ds, parts, a, as_buffer))
