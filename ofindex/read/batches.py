@@ -171,20 +171,6 @@ def _run_spans(sc: Sidecar, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
     return starts, ends
 
 
-#: Batch buffers are made in whole MiBs, so that buffers of batches the program dropped
-#: are reused (already mapped) by later batches (see ``ofindex._native.Block``).
-_BUFFER_STEP = 1 << 20
-
-
-def _buffer(nbytes: int) -> np.ndarray:
-    """A writable uint8 buffer of at least ``nbytes``, on recycled memory if possible."""
-    native = _accel.native
-    size = -(-max(nbytes, 1) // _BUFFER_STEP) * _BUFFER_STEP
-    if native is None:
-        return np.empty(size, dtype=np.uint8)
-    return np.frombuffer(native.Block(size), dtype=np.uint8)
-
-
 #: A part of a batch: (shard number, first and end record in the shard, their file spans,
 #: the shard's map).
 _Part = tuple[int, int, int, np.ndarray, np.ndarray, Any]
@@ -223,7 +209,8 @@ def _cut(ds: Dataset, parts: list[_Part], a: int, as_buffer: bool) -> Any:
     use_pack = as_buffer and compiled_checks
     n = sum(hi - lo for _, lo, hi, _, _, _ in parts)
     if use_pack:
-        data = _buffer(sum(int(e[-1] - st[0]) for _, _, _, st, e, _ in parts))  # upper bound
+        # an upper bound; plain numpy memory: the decode pool's few slots are for big outputs
+        data = np.empty(sum(int(e[-1] - st[0]) for _, _, _, st, e, _ in parts), np.uint8)
         offsets = np.empty(n + 1, dtype=np.int64)
     out: list[Any] = []
     k0 = used = 0
