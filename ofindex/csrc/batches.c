@@ -311,22 +311,47 @@ PyObject *blank(PyObject *self, PyObject *arg) {
 }
 
 const char fill_doc[] =
-"fill(bufs, which, src, outs, lo, hi) -> None\n\n"
+"fill(bufs, which, src, outs, lo, hi, crcs=None) -> None\n\n"
 "For k in [lo, hi): copy len(outs[k]) bytes from bufs[which[k]] at src[k] into outs[k], a\n"
-"bytes object from blank() that nothing else sees yet. which and src are int64 arrays. The\n"
-"GIL is released while copying, so threads can fill parts of one list at once.";
+"bytes object from blank() that nothing else sees yet. which and src are int64 arrays. With\n"
+"crcs (a writable uint32 array; needs hw_crc()), crcs[k] receives the CRC32C of the copy,\n"
+"computed while it is in the cache. The GIL is released throughout, so threads can fill\n"
+"parts of one list at once.";
 
 PyObject *fill(PyObject *self, PyObject *args) {
-    PyObject *bufs, *which_obj, *src_obj, *outs;
+    PyObject *bufs, *which_obj, *src_obj, *outs, *crcs_obj = Py_None;
     Py_ssize_t lo, hi;
-    if (!PyArg_ParseTuple(args, "O!OOO!nn:fill", &PyList_Type, &bufs, &which_obj, &src_obj,
-                          &PyList_Type, &outs, &lo, &hi))
+    if (!PyArg_ParseTuple(args, "O!OOO!nn|O:fill", &PyList_Type, &bufs, &which_obj, &src_obj,
+                          &PyList_Type, &outs, &lo, &hi, &crcs_obj))
         return NULL;
+    Py_buffer cv = {0};
+    uint32_t *crcs = NULL;
+    if (crcs_obj != Py_None) {
+        if (!hw_crc_on) {
+            PyErr_SetString(PyExc_ValueError, "fill computes CRCs only with the CRC32C "
+                            "instruction (see hw_crc())");
+            return NULL;
+        }
+        if (PyObject_GetBuffer(crcs_obj, &cv, PyBUF_ND | PyBUF_FORMAT | PyBUF_WRITABLE) < 0)
+            return NULL;
+        if (cv.itemsize != 4 || cv.ndim != 1 || cv.shape[0] < hi || hi < 0) {
+            PyBuffer_Release(&cv);
+            PyErr_SetString(PyExc_ValueError, "fill: crcs must be a writable uint32 array "
+                            "of at least hi items");
+            return NULL;
+        }
+        crcs = (uint32_t *)cv.buf;
+    }
     Py_buffer wv, sv;
-    if (get_i64(which_obj, &wv, "which") < 0)
+    if (get_i64(which_obj, &wv, "which") < 0) {
+        if (crcs != NULL)
+            PyBuffer_Release(&cv);
         return NULL;
+    }
     if (get_i64(src_obj, &sv, "src") < 0) {
         PyBuffer_Release(&wv);
+        if (crcs != NULL)
+            PyBuffer_Release(&cv);
         return NULL;
     }
     Py_ssize_t m = PyList_GET_SIZE(bufs), got = 0;
@@ -365,9 +390,12 @@ PyObject *fill(PyObject *self, PyObject *args) {
         dst[k - lo] = PyBytes_AS_STRING(o);
     }
     Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t k = lo; k < hi; k++)
-        memcpy(dst[k - lo], (const char *)views[which[k]].buf + src[k],
-               (size_t)PyBytes_GET_SIZE(PyList_GET_ITEM(outs, k)));
+    for (Py_ssize_t k = lo; k < hi; k++) {
+        size_t size = (size_t)PyBytes_GET_SIZE(PyList_GET_ITEM(outs, k));
+        memcpy(dst[k - lo], (const char *)views[which[k]].buf + src[k], size);
+        if (crcs != NULL)
+            crcs[k] = hw_crc32c((const unsigned char *)dst[k - lo], size);
+    }
     Py_END_ALLOW_THREADS
     result = Py_None;
     Py_INCREF(result);
@@ -378,6 +406,8 @@ done:
     PyMem_Free(views);
     PyBuffer_Release(&sv);
     PyBuffer_Release(&wv);
+    if (crcs != NULL)
+        PyBuffer_Release(&cv);
     return result;
 }
 

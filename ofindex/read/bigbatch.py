@@ -116,22 +116,27 @@ def gather_parallel(reads: Any, idx: np.ndarray) -> list[Any] | None:
                                                            pool._max_workers + 1)[1:-1])
     parts = list(zip([0, *bounds.tolist()], [*bounds.tolist(), n], strict=True))
 
-    def work(part: tuple[int, int]) -> list[int]:
+    crcs = np.zeros(n, dtype=np.uint32)
+    in_copy = check and native.hw_crc()  # the CRC of each copy, in the same compiled pass
+
+    def work(part: tuple[int, int]) -> None:
+        if in_copy or not check:
+            native.fill(bufs, which, src, outs, part[0], part[1], crcs if in_copy else None)
+            return
         crc = _crc32c.crc32c
-        computed = []
         for k in range(*part):  # copy then check one record at a time: it is still in cache
             native.fill(bufs, which, src, outs, k, k + 1)
-            if check:
-                computed.append(crc(outs[k]))
-        return computed
+            crcs[k] = crc(outs[k])
 
-    computed = [c for part in pool.map(work, [p for p in parts if p[0] < p[1]]) for c in part]
+    for _ in pool.map(work, [p for p in parts if p[0] < p[1]]):
+        pass
+    computed = crcs
     bad = lengths != sizes.astype(np.uint64)
     if check:
         memo = LENGTH_CRCS.get
         bad |= len_crcs != np.array([memo(m) or length_crc(m) for m in sizes.tolist()],
                                     dtype=np.uint32)
-        bad |= data_crcs != np.array(computed, dtype=np.uint32)
+        bad |= data_crcs != computed
     if bad.any():
         k = int(np.argmax(bad))
         j = int(which[k])
