@@ -99,7 +99,7 @@ def test_iter_batches_names_a_corrupt_record_as_ds_i_does(tmp_path, impl, where)
     assert len(next(ds.iter_batches(16, 0, 20))) == 16  # the records before it read fine
 
 
-def test_big_batches_on_threads_equal_the_serial_path(tmp_path, monkeypatch):
+def test_big_batches_on_threads_equal_the_serial_path(tmp_path, monkeypatch, crc_path):
     rng = np.random.default_rng(3)
     records = [rng.bytes(int(n)) for n in rng.integers(20_000, 60_000, 150)]
     for s in range(2):
@@ -119,9 +119,24 @@ def test_big_batches_on_threads_equal_the_serial_path(tmp_path, monkeypatch):
     assert ds.__getitems__(idx) == got
 
 
+@pytest.fixture(params=["crc instruction", "crc32c package"])
+def crc_path(request):
+    """Run a test with the CPU's CRC32C instruction on, and off (the crc32c package)."""
+    native = _accel.native
+    if native is None:
+        yield request.param
+        return
+    was = native.hw_crc()
+    native.hw_crc(request.param == "crc instruction")
+    try:
+        yield request.param
+    finally:
+        native.hw_crc(was)
+
+
 @pytest.mark.parametrize("where", ["payload", "length crc"])
 def test_big_batch_on_threads_reports_the_corrupt_record_as_serially(tmp_path, monkeypatch,
-                                                                      where):
+                                                                      where, crc_path):
     rng = np.random.default_rng(4)
     records = [rng.bytes(int(n)) for n in rng.integers(40_000, 60_000, 120)]
     path, offset = corrupt_copy(tmp_path, records, 77, where)
