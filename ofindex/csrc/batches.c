@@ -3,7 +3,6 @@
  * pack   framed records -> their payloads back to back in one buffer + offsets (the layout
  *        of an Arrow binary column), checked, with the GIL released
  * slices framed records -> a list of payloads, checked first without the GIL
- * check  framed records checked without the GIL, nothing copied
  * blank  bytes objects of given sizes, not yet filled (for fill)
  * fill   payloads copied into those bytes objects with the GIL released, so that a few
  *        threads fill one big batch at once (and check its CRCs through the crc32c package,
@@ -225,26 +224,6 @@ no_offsets:
 no_out:
     run_close(&r);
     return result;
-}
-
-const char check_doc[] =
-"check(buf, starts, ends, header_size, footer_size, verify) -> int\n\n"
-"Check the framed records at buf[starts[k]:ends[k]] as pack() does, copying nothing, with\n"
-"the GIL released (a thread checks a batch while another makes its objects). Returns -1 or\n"
-"the position of the first record that fails.";
-
-PyObject *check(PyObject *self, PyObject *args) {
-    PyObject *buf_obj, *starts_obj, *ends_obj;
-    Run r;
-    if (!PyArg_ParseTuple(args, "OOOnnp:check", &buf_obj, &starts_obj, &ends_obj, &r.header,
-                          &r.footer, &r.verify))
-        return NULL;
-    if (run_open(&r, buf_obj, starts_obj, ends_obj) < 0)
-        return NULL;
-    int64_t total;
-    Py_ssize_t bad = run_check(&r, &total);
-    run_close(&r);
-    return PyLong_FromSsize_t(bad);
 }
 
 const char slices_doc[] =

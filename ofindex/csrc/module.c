@@ -27,7 +27,6 @@ static PyMethodDef methods[] = {
     {"walk", walk, METH_VARARGS, walk_doc},
     {"pack", pack, METH_VARARGS, pack_doc},
     {"slices", slices, METH_VARARGS, slices_doc},
-    {"check", check, METH_VARARGS, check_doc},
     {"blank", blank, METH_O, blank_doc},
     {"fill", fill, METH_VARARGS, fill_doc},
     {"hw_crc", hw_crc, METH_VARARGS, hw_crc_doc},

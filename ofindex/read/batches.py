@@ -9,9 +9,7 @@ On memory-mapped shards with the compiled module, a batch is one compiled call o
 
 from __future__ import annotations
 
-import concurrent.futures as cf
 import itertools
-from collections import deque
 from collections.abc import Iterator
 from typing import Any
 
@@ -22,7 +20,7 @@ from .. import _accel
 from ..errors import RecordIndexError
 from ..formats.crc import LENGTH_CRCS
 from ..formats.sidecar import Sidecar
-from . import bigbatch, streaming
+from . import streaming
 from .payloads import raise_record_error
 
 #: An ofindex ``Dataset`` (not imported here: it imports this module).
@@ -199,8 +197,8 @@ def _plan(ds: Dataset, a: int, b: int) -> list[_Part] | None:
 
 
 def _cut(ds: Dataset, parts: list[_Part], a: int, as_buffer: bool) -> Any:
-    """The batch of records ``a..`` made from its planned parts by the compiled loops (safe on
-    a worker thread: the checks and copies run without the GIL)."""
+    """The batch of records ``a..`` made from its planned parts by the compiled loops (the
+    checks and copies run without the GIL)."""
     native = _accel.native
     assert native is not None  # checked by the caller
     fmt, tf_verify = ds.format, ds._tf_verify
@@ -209,7 +207,8 @@ def _cut(ds: Dataset, parts: list[_Part], a: int, as_buffer: bool) -> Any:
     use_pack = as_buffer and compiled_checks
     n = sum(hi - lo for _, lo, hi, _, _, _ in parts)
     if use_pack:
-        # an upper bound; plain numpy memory: the decode pool's few slots are for big outputs
+        # room for the payloads (an upper bound: their framed size), on plain numpy memory
+        # (the decode pool's few slots are kept for big decoded outputs)
         data = np.empty(sum(int(e[-1] - st[0]) for _, _, _, st, e, _ in parts), np.uint8)
         offsets = np.empty(n + 1, dtype=np.int64)
     out: list[Any] = []
@@ -221,8 +220,9 @@ def _cut(ds: Dataset, parts: list[_Part], a: int, as_buffer: bool) -> Any:
         elif not compiled_checks:
             got = native.cut(buf, starts, ends, hs, fs, tf_verify, _crc32c.crc32c, LENGTH_CRCS)
             bad = -1 if isinstance(got, list) else got
-        else:
-            got, bad = _checked_list(buf, starts, ends, hs, fs, tf_verify)
+        else:  # every record checked first, without the GIL; then the objects made
+            got = native.slices(buf, starts, ends, hs, fs, tf_verify)
+            bad = -1 if isinstance(got, list) else got
         if bad >= 0:
             st, en = int(starts[bad]), int(ends[bad])
             raise_record_error(buf[st:en], fmt, ds.verify,
@@ -238,60 +238,21 @@ def _cut(ds: Dataset, parts: list[_Part], a: int, as_buffer: bool) -> Any:
     return _finish(ds, out, a, as_buffer)
 
 
-#: Lists of at least this many records have their CRCs checked on a pool thread while the
-#: calling thread makes their ``bytes`` objects (the two halves of the work, in parallel).
-SPLIT_CHECK_RECORDS = 512
-#: Buffer batches of at least this many bytes (expected) are made ahead on pool threads.
-AHEAD_BYTES = 512 << 10
-
-
-def _checked_list(buf: Any, starts: np.ndarray, ends: np.ndarray, hs: int, fs: int,
-                  verify: bool) -> tuple[Any, int]:
-    """``(payloads, -1)`` or ``(None, k)`` for the first record ``k`` that fails its checks;
-    the CRCs of a long run are checked on a pool thread while this one makes the objects."""
-    native = _accel.native
-    assert native is not None  # checked by the caller
-    pool = bigbatch.executor() if verify and len(starts) >= SPLIT_CHECK_RECORDS else None
-    if pool is None:
-        got = native.slices(buf, starts, ends, hs, fs, verify)
-        return (got, -1) if isinstance(got, list) else (None, got)
-    checked = pool.submit(native.check, buf, starts, ends, hs, fs, True)
-    got = native.slices(buf, starts, ends, hs, fs, False)  # framing checked here too
-    bad = checked.result()
-    if bad < 0 and not isinstance(got, list):
-        bad = got  # (check() finds every framing problem too: not expected)
-    return (got, -1) if bad < 0 else (None, bad)
-
-
 def _mapped(ds: Dataset, batch_size: int, start: int, stop: int,
             as_buffer: bool) -> Iterator[Any]:
-    """Batches of memory-mapped shards. Big ``RecordBatch`` buffers, made without the GIL,
-    are made ahead on pool threads while the caller uses the current one (in order; a
-    batch's error is raised when it is reached); lists are made in the calling thread."""
-    pool = bigbatch.executor()
-    big = as_buffer and batch_size * ds._mean_record >= AHEAD_BYTES
-    ahead = pool._max_workers if pool is not None and big else 0
-    pending: deque[cf.Future[Any]] = deque()
-    try:
-        for a in range(start, stop, batch_size):
-            b = min(a + batch_size, stop)
-            parts = _plan(ds, a, b)
-            if parts is None:  # read it otherwise, in order
-                while pending:
-                    yield pending.popleft().result()
-                yield _finish(ds, _streamed(ds, a, b), a, as_buffer)
-                continue
-            if pool is None or not ahead:
-                yield _cut(ds, parts, a, as_buffer)
-                continue
-            pending.append(pool.submit(_cut, ds, parts, a, as_buffer))
-            if len(pending) > ahead:
-                yield pending.popleft().result()
-        while pending:
-            yield pending.popleft().result()
-    finally:
-        for f in pending:
-            f.cancel()
+    """Batches of memory-mapped shards, each made by one compiled call per shard it touches.
+
+    (Made in the calling thread: making the next batches ahead on pool threads, or checking
+    a list's CRCs on a pool thread while this one makes its objects, measured slower on the
+    shared 2-core machine, where no core was free; see the issue 15 report.)
+    """
+    for a in range(start, stop, batch_size):
+        b = min(a + batch_size, stop)
+        parts = _plan(ds, a, b)
+        if parts is None:  # a shard is shorter than its index says: read it otherwise
+            yield _finish(ds, _streamed(ds, a, b), a, as_buffer)
+        else:
+            yield _cut(ds, parts, a, as_buffer)
 
 
 def _streamed(ds: Dataset, a: int, b: int) -> list[bytes]:
