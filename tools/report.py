@@ -87,8 +87,10 @@ class Report:
         return f"![{name}](img/{name}.png)"
 
     def missing(self, title: str, tool: str) -> None:
+        name = tool.removeprefix("bench_").removesuffix(".py")
         self.sections.append(f"## {title}\n\nNot measured yet: run `python tools/{tool} "
-                             f"--out bench-results/...` (or `tools/report.py --run`).\n")
+                             f"--out bench-results/{name}.json` (or `python tools/report.py "
+                             f"--run {name}`).\n")
 
     # -- sections ------------------------------------------------------------------------
     def pipeline(self) -> None:
