@@ -204,7 +204,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--root", default=os.path.join(tempfile.gettempdir(), "ofindex-bench"))
     p.add_argument("--mnist-records", type=int, default=60_000)
-    p.add_argument("--imagenet-records", type=int, default=5_000)
+    p.add_argument("--imagenet-records", type=int, default=20_000,
+                   help="more than --buffer: a buffer holding the whole set is not a stream")
     p.add_argument("--shards", type=int, default=8)
     p.add_argument("--batch-size", type=int, default=256)
     p.add_argument("--workers", type=int, default=2)
