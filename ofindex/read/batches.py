@@ -138,10 +138,12 @@ def _regrouped(ds: Dataset, batch_size: int, start: int, stop: int, as_buffer: b
         for block in streaming.stream_blocks(ds._storage, shard.path, shard.sidecar, lo, hi,
                                              ds.verify, block_bytes):
             pending += block
-            while len(pending) >= batch_size:
-                batch, pending = pending[:batch_size], pending[batch_size:]
-                yield _finish(ds, batch, first, as_buffer)
+            k = 0
+            while len(pending) - k >= batch_size:
+                yield _finish(ds, pending[k:k + batch_size], first, as_buffer)
                 first += batch_size
+                k += batch_size
+            del pending[:k]
     if pending:
         yield _finish(ds, pending, first, as_buffer)
 
