@@ -1,11 +1,12 @@
 """Big batches (several MB) copied and CRC-checked on a few threads.
 
 A batch of 256 records of ~100 KB is 25 MB: copying it into ``bytes`` objects and checking
-its CRCs on one core takes longer than a columnar gather that checks nothing. The copies
-(``ofindex._native.fill``) and the CRCs (the ``crc32c`` package) both release the GIL, so a
-few threads share the batch. Small batches keep the single compiled pass, which is cheaper
-than starting threads. The checks and their errors are the serial path's: the first record
-of the batch (in the order asked for) that fails is reported, with the same message.
+its CRCs on one core takes longer than a columnar gather that checks nothing. Each thread
+copies its share of the records and computes their CRCs in one compiled call without the GIL
+(``ofindex._native.fill``, with the CPU's CRC32C instruction; without it, the ``crc32c``
+package, which releases the GIL too). Small batches keep the single compiled pass, which is
+cheaper than starting threads. The checks and their errors are the serial path's: the first
+record of the batch (in the order asked for) that fails is reported, with the same message.
 """
 
 from __future__ import annotations
