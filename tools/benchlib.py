@@ -67,3 +67,13 @@ def report(rows: list[dict], out: str | None) -> None:
         with open(out, "w") as f:
             json.dump(rows, f, indent=2)
         print(f"wrote {out}")
+
+
+def write_json(obj: object, out: str | None) -> None:
+    """Write ``obj`` as JSON to ``out`` (directories made as needed); nothing without ``out``."""
+    if not out:
+        return
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    with open(out, "w") as f:
+        json.dump(obj, f, indent=2)
+    print(f"wrote {out}")

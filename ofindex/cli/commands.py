@@ -165,11 +165,9 @@ def cmd_verify(args: argparse.Namespace, options: Options) -> int:
     n = 0
     with tqdm(total=len(ds), unit="rec", disable=not sys.stderr.isatty(),
               desc="verifying") as bar:
-        for _ in ds.iter_records():
-            n += 1
-            if n % 65536 == 0:
-                bar.update(65536)
-        bar.update(n % 65536)
+        for batch in ds.iter_batches(65536, as_buffer=True):  # no object per record
+            n += len(batch)
+            bar.update(len(batch))
     partial = [s for s in ds.shards if s.partial]
     for s in partial:
         print(f"PARTIAL: {s.url}: only its first {s.records} records are indexed; the rest of "

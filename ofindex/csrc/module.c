@@ -2,6 +2,7 @@
  *
  * records.c  framed records cut and checked (dataset reads)
  * layout.c   layout check and payload gather (batched decoding)
+ * batches.c  batches without an object per record; big batches filled on threads
  * blocks.c   recycled memory for big decoded arrays
  * walk.c     the index builder's header walk (GIL released)
  * inflate.c  zlib's inflate for seek points in gzip/zlib files (GIL released)
@@ -11,10 +12,11 @@
  * the first record that fails a check, and the Python side (which has the same logic in
  * pure Python, used when this module is not built) builds the precise error.
  *
- * CRC32C comes from the `crc32c` package (passed in as a callable): this module has no CRC
- * code of its own.
+ * CRC32C comes from the `crc32c` package (passed in as a callable), except for payloads
+ * below 4 KiB, checked with the CPU's CRC32C instruction where it exists (see hwcrc.h).
  */
 #include "native.h"
+#include "hwcrc.h"
 
 static PyMethodDef methods[] = {
     {"cut", cut, METH_VARARGS, cut_doc},
@@ -24,6 +26,12 @@ static PyMethodDef methods[] = {
     {"gather_bytes", gather_bytes, METH_VARARGS, gather_bytes_doc},
     {"pool", pool_ctl, METH_VARARGS, pool_doc},
     {"walk", walk, METH_VARARGS, walk_doc},
+    {"pack", pack, METH_VARARGS, pack_doc},
+    {"slices", slices, METH_VARARGS, slices_doc},
+    {"blank", blank, METH_O, blank_doc},
+    {"fill", fill, METH_VARARGS, fill_doc},
+    {"hw_crc", hw_crc, METH_VARARGS, hw_crc_doc},
+    {"hw_crc32c", hw_crc32c_py, METH_O, hw_crc32c_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -35,6 +43,7 @@ static struct PyModuleDef module = {
 PyMODINIT_FUNC PyInit__native(void) {
     if (PyType_Ready(&BlockType) < 0 || PyType_Ready(&InflaterType) < 0)
         return NULL;
+    hw_crc_on = HAVE_HW_CRC && hw_crc_supported();
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
         return NULL;

@@ -51,6 +51,14 @@ extern const char same_bytes_doc[], gather_bytes_doc[];
 
 /* inflate.c: zlib's inflate with block boundaries, priming and windows (seek points) */
 extern PyTypeObject InflaterType;
+/* batches.c: batches without an object per record, big batches filled on threads */
+PyObject *pack(PyObject *self, PyObject *args);
+PyObject *slices(PyObject *self, PyObject *args);
+PyObject *blank(PyObject *self, PyObject *arg);
+PyObject *fill(PyObject *self, PyObject *args);
+PyObject *hw_crc(PyObject *self, PyObject *args);
+PyObject *hw_crc32c_py(PyObject *self, PyObject *arg);
+extern const char pack_doc[], slices_doc[], blank_doc[], fill_doc[], hw_crc_doc[], hw_crc32c_doc[];
 
 /* blocks.c: recycled memory for big decoded arrays */
 extern PyTypeObject BlockType;

@@ -78,7 +78,9 @@ def _per_record(bufs: list[bytes], idx: list[int], walked: list[Walked], spec: N
             arr = np.empty((len(bufs), *fs.shape), NP_DTYPES[fs.dtype])
             for j, (buf, located) in enumerate(zip(bufs, walked, strict=True)):
                 try:
-                    arr[j] = convert(buf, name, located.get(name), fs, kinds, what, copy=False)
+                    # [j, ...]: a 0-d bytes value is stored as its bytes, not as an array
+                    arr[j, ...] = convert(buf, name, located.get(name), fs, kinds, what,
+                                          copy=False)
                 except DecodeError as exc:
                     raise DecodeError(f"record {idx[j]}: {exc}") from None
             out[name] = ("fixed", arr)

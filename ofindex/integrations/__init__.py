@@ -1,9 +1,12 @@
 """Optional framework integrations (import the submodule you need; each imports its framework).
 
-* :mod:`ofindex.integrations.torch`: map-style ``Dataset`` wrapper (``__getitems__`` batched
+* :mod:`ofindex.integrations.torch`: ``TensorBatches`` (items are whole batches: one
+  ``__getitems__`` and one ``BatchDecoder`` call each, tensors without copies; the
+  recommended way to train), a map-style ``Dataset`` wrapper (``__getitems__`` batched
   fetch), torch-typed samplers and batch sampler (DataLoader with workers, fork and spawn,
   torchdata ``StatefulDataLoader`` checkpointing) and a worker-splitting ``IterableDataset``.
-* Grain: an ofindex dataset already satisfies Grain's ``RandomAccessDataSource`` protocol
-  (``__len__``, ``__getitem__``, picklable, cheap ``__repr__``); pass it straight to
-  ``grain.python.DataLoader(data_source=ds, sampler=grain.python.IndexSampler(...))``.
+* :mod:`ofindex.integrations.grain`: ``GrainBatches``, a Grain ``MapDataset`` of decoded
+  batches of a global shuffle. An ofindex dataset also satisfies Grain's
+  ``RandomAccessDataSource`` protocol as is (``__len__``, ``__getitem__``, picklable, cheap
+  ``__repr__``): ``grain.python.DataLoader(data_source=ds, sampler=...)`` reads it.
 """

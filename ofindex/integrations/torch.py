@@ -23,15 +23,27 @@ dataset from ``ofindex.open(...)``::
   picklable module-level objects (ofindex datasets and these classes are).
 * ``torchdata.stateful_dataloader.StatefulDataLoader`` checkpoints the samplers through their
   ``state_dict``/``load_state_dict`` (O(1), no replay).  Checkpoint every rank at the same step.
+
+The fastest way to train: :class:`TensorBatches`, whose items are whole decoded batches.  The
+sampler yields batches of indices; each worker reads a batch with one ``__getitems__`` and
+decodes it with one ``BatchDecoder`` call into tensors (no per-record collate)::
+
+    data = TensorBatches(ofindex.open("data/"), BatchDecoder(spec))
+    sampler = BatchSampler(GlobalShuffleSampler(data, seed=0), 256, drop_last=True)
+    loader = DataLoader(data, sampler=sampler, batch_size=None, num_workers=2)
 """
 
-from collections.abc import Callable, Iterator
+import warnings
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
+import torch
 import torch.utils.data as _tud
 
+from ..decode import Ragged
 from ..shuffle import samplers as _s
+from ._fetch import BatchFetch, Layout
 
 __all__ = [
     "BatchSampler",
@@ -39,6 +51,7 @@ __all__ = [
     "GlobalShuffleSampler",
     "SequentialSampler",
     "ShuffledIterableDataset",
+    "TensorBatches",
     "TorchDataset",
 ]
 
@@ -177,3 +190,147 @@ class ShuffledIterableDataset(_tud.IterableDataset[Any]):
         for j in range(0, len(part), self.fetch_size):
             idx = order(part.positions(j, j + self.fetch_size)).tolist()
             yield from self.data.__getitems__(idx)
+
+
+def _tensors(value: Any) -> Any:
+    """Decoded numpy arrays as tensors sharing their memory (``torch.from_numpy``); ragged
+    features as ``(values, row_lengths)``; ``bytes`` arrays (object dtype) stay numpy."""
+    if isinstance(value, np.ndarray):
+        if value.dtype == object:
+            return value
+        return torch.from_numpy(value if value.flags.writeable else value.copy())
+    if isinstance(value, Ragged):
+        return (_tensors(value.values), torch.from_numpy(value.row_lengths))
+    if isinstance(value, dict):
+        return {k: _tensors(v) for k, v in value.items()}
+    if isinstance(value, tuple):
+        return tuple(_tensors(v) for v in value)
+    return value
+
+
+def _torch_dtype(dtype: np.dtype[Any]) -> torch.dtype:
+    return torch.from_numpy(np.empty(0, dtype)).dtype
+
+
+def _arena(layout: Layout, pinned: bool) -> dict[str, torch.Tensor]:
+    """Uninitialised tensors for a batch's outputs, all views of one block of memory: shared
+    memory (a DataLoader worker then hands the whole batch to the main process as one block,
+    without a copy, as torch's ``default_collate`` does for its outputs) or page-locked
+    memory (fast, asynchronous copies to the GPU)."""
+    sizes = {k: int(np.prod(shape)) * dtype.itemsize for k, (shape, dtype) in layout.items()}
+    total = sum(-(-n // 64) * 64 for n in sizes.values())  # every view 64-byte aligned
+    if pinned:
+        block = torch.empty(total, dtype=torch.uint8, pin_memory=True)
+    else:
+        proto = torch.empty(0, dtype=torch.uint8)
+        block = proto.new(proto._typed_storage()._new_shared(  # type: ignore[no-untyped-call]
+            total, device="cpu"))
+    out, at = {}, 0
+    for name, (shape, dtype) in layout.items():
+        out[name] = block[at:at + sizes[name]].view(_torch_dtype(dtype)).view(shape)
+        at += -(-sizes[name] // 64) * 64
+    return out
+
+
+def _shared(layout: Layout) -> dict[str, torch.Tensor]:
+    return _arena(layout, pinned=False)
+
+
+def _pinned(layout: Layout) -> dict[str, torch.Tensor]:
+    return _arena(layout, pinned=True)
+
+
+class TensorBatches(_tud.Dataset[Any]):
+    """Map-style dataset whose items are whole decoded batches of tensors.
+
+    ``data[[i, j, ...]]`` reads the records with one ``source.__getitems__`` call, decodes
+    them with one ``decoder`` call and returns tensors without copies (``torch.from_numpy``).
+    Use it with a batch sampler as the ``DataLoader``'s ``sampler`` and ``batch_size=None``,
+    so that each worker fetches one whole batch per step::
+
+        data = TensorBatches(ds, BatchDecoder(spec))
+        sampler = BatchSampler(GlobalShuffleSampler(data, seed=0), 256, drop_last=True)
+        loader = DataLoader(data, sampler=sampler, batch_size=None, num_workers=2)
+
+    Inside a DataLoader worker, numeric ``FixedLen`` features are decoded straight into
+    shared-memory tensors, which reach the main process without a copy. In the main process
+    (``num_workers=0``) they are the decoder's own arrays: big ones live on recycled memory
+    (:func:`ofindex.decode.memory_pool`), reused only once no array or tensor refers to it,
+    so batches you keep are never overwritten. ``StatefulDataLoader`` resume, ranks and
+    ``set_epoch`` come from the sampler.
+
+    Args:
+        source: The records: an ofindex ``Dataset`` or anything with ``__len__`` and
+            ``__getitems__`` (or ``__getitem__``).
+        decoder: Called once per batch with its list of records, e.g.
+            :class:`ofindex.decode.BatchDecoder`; ``None``: the batch is the list of records.
+        pin_memory: Decode numeric ``FixedLen`` features straight into page-locked memory
+            (needs CUDA in the process that decodes: ``num_workers=0``, or workers started
+            with ``spawn``); without CUDA this warns and is ignored. ``DataLoader``'s own
+            ``pin_memory=True`` also works (it copies each batch once, in the main process).
+        pack_bytes: Give ``bytes`` features (e.g. encoded images) as ``(values, lengths)``:
+            one ``uint8`` tensor with the values back to back (in shared memory in a worker)
+            and their lengths, instead of a numpy array of ``bytes`` objects, which a worker
+            must pickle to the main process. Record ``k``'s value is
+            ``values[offsets[k]:offsets[k + 1]]`` with ``offsets`` the cumulative lengths.
+    """
+
+    def __init__(self, source: Any, decoder: Callable[..., Any] | None = None, *,
+                 pin_memory: bool = False, pack_bytes: bool = False) -> None:
+        self.source = source
+        self.decoder = decoder
+        self.pin_memory = bool(pin_memory)
+        self._fetch = BatchFetch(source, decoder, bool(pack_bytes))
+
+    def __len__(self) -> int:
+        """The number of records of the source (the sampler makes the batches)."""
+        return len(self.source)
+
+    def __getitem__(self, indices: Sequence[int] | np.ndarray | int) -> Any:
+        """One decoded batch.
+
+        Args:
+            indices: Global record numbers, in any order (one number: a batch of one).
+
+        Returns:
+            The decoder's batch with arrays as tensors (``{name: tensor}``; ragged features
+            as ``(values, row_lengths)``; ``bytes`` features stay numpy object arrays), or
+            the list of records without a decoder.
+
+        Raises:
+            IndexError: An index is out of range (raised by the source), or whatever the
+                source or the decoder raise (a corrupt record, a record that does not
+                decode).
+        """
+        allocate = None
+        if self.pin_memory:
+            if torch.cuda.is_available():
+                allocate = _pinned
+            else:
+                warnings.warn("TensorBatches(pin_memory=True): CUDA is not available, so "
+                              "batches stay in ordinary memory", stacklevel=2)
+                self.pin_memory = False
+        if allocate is None and _tud.get_worker_info() is not None:
+            allocate = _shared
+        batch, made = self._fetch(indices, allocate)
+        if self.decoder is None:
+            return batch
+        out = _tensors(batch)
+        if made and isinstance(out, dict):  # the allocated tensors themselves (shared memory)
+            for k, v in made.items():
+                if k in out:
+                    out[k] = (v, out[k][1]) if isinstance(out[k], tuple) else v
+        return out
+
+    @property
+    def cumulative_counts(self) -> np.ndarray:
+        """The source's ``cumulative_counts`` (records in shards ``0..k``), for samplers.
+
+        Raises:
+            AttributeError: The source has no shard boundaries.
+        """
+        counts: np.ndarray = self.source.cumulative_counts
+        return counts
+
+    def __repr__(self) -> str:
+        return f"TensorBatches({self.source!r}, decoder={self.decoder!r})"

@@ -45,6 +45,12 @@ def check_one(payload: bytes, stored: int, *, path: str, offset: int, record: in
         raise checksum_error(stored, computed, path=path, offset=offset, record=record)
 
 
+def record_namer(url: str, starts: np.ndarray,
+                 first: int) -> Callable[[int], tuple[str, int, int]]:
+    """Name payload ``k`` of a run (for errors): its file, byte offset and record number."""
+    return lambda k: (url, int(starts[k]), first + k)
+
+
 def check_many(payloads: Sequence[bytes], stored: np.ndarray,
                where: Callable[[int], tuple[str, int, int]]) -> None:
     """Check payloads against their stored CRC32C (``uint32``, one each).

@@ -20,6 +20,7 @@ from ..formats.framing import Buffer, RecordFormat
 from ..formats.sidecar import Sidecar
 from ..storage import Storage
 from ..storage.ranges import coalesce
+from . import bigbatch
 from .checksums import check_many
 from .compressed import read_batch
 from .pageround import batch_spans
@@ -47,6 +48,7 @@ class BatchReads:
     _verify: bool
     _tf_verify: bool
     _of_verify: bool
+    _mean_record: float
     format: RecordFormat
     max_gap: int
     max_read_bytes: int
@@ -63,7 +65,10 @@ class BatchReads:
         """:meth:`_payloads` of uncompressed shards."""
         payloads = None
         if _accel.native is not None and self._storage.maps_files:
-            payloads = self._gather_mapped(idx)
+            if len(idx) * self._mean_record >= bigbatch.PARALLEL_BYTES:
+                payloads = bigbatch.gather_parallel(self, idx)  # copies and CRCs on threads
+            if payloads is None:
+                payloads = self._gather_mapped(idx)
         if payloads is None:
             payloads = self._get_by_shard(idx)
         return payloads
@@ -194,9 +199,15 @@ class BatchReads:
         (concurrently on remote storage) into one buffer, records cut out of it."""
         storage, shards, fmt, verify = self._storage, self._shards, self.format, self._verify
         if storage.cheap_seeks and int((ends - starts).mean()) >= DIRECT_RECORD_BYTES:
-            return [read_record_direct(storage, shards[s].path, a, b, fmt, verify, r)
-                    for s, a, b, r in zip(shard_of.tolist(), starts.tolist(), ends.tolist(),
-                                          local.tolist(), strict=True)]
+            def direct(item: tuple[int, int, int, int]) -> bytes:
+                s, a, b, r = item
+                return read_record_direct(storage, shards[s].path, a, b, fmt, verify, r)
+
+            items = list(zip(shard_of.tolist(), starts.tolist(), ends.tolist(), local.tolist(),
+                             strict=True))
+            if int((ends - starts).sum()) >= bigbatch.PARALLEL_BYTES:  # reads and CRCs on
+                return bigbatch.map_ordered(direct, items)              # threads, no GIL
+            return [direct(item) for item in items]
         plan = coalesce(starts, ends, self.max_gap, self.max_read_bytes, files=shard_of)
         sizes = plan.fetch_ends - plan.fetch_starts
         fetch_base = np.cumsum(sizes) - sizes

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import concurrent.futures as cf
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -11,7 +11,7 @@ from ..formats.framing import Buffer
 from ..formats.sidecar import Sidecar
 from ..storage import Storage, check_length
 from ..storage.ranges import plan_blocks
-from .checksums import check_many, check_one, sidecar_sums
+from .checksums import check_many, record_namer, sidecar_sums
 from .payloads import DIRECT_RECORD_BYTES, extract_payloads, read_record_direct
 
 
@@ -20,6 +20,15 @@ def stream_shard(
     block_bytes: int = 8 << 20,
 ) -> Iterator[bytes]:
     """Payloads of records ``lo..hi-1`` of one shard, in order."""
+    for block in stream_blocks(storage, path, sidecar, lo, hi, verify, block_bytes):
+        yield from block
+
+
+def stream_blocks(
+    storage: Storage, path: str, sidecar: Sidecar, lo: int, hi: int, verify: bool,
+    block_bytes: int = 8 << 20,
+) -> Iterator[list[bytes]]:
+    """Payloads of records ``lo..hi-1`` of one shard, in order, a list per read block."""
     fmt = sidecar.format
     url = storage.url(path)
     sums = sidecar_sums(sidecar, verify)
@@ -66,27 +75,23 @@ def stream_shard(
                     ends[-1] - starts[0] > 2 * block_bytes):
                 # large records (or a huge last one): each payload read straight into its own
                 # bytes, no staging buffer sized from the index
-                for j, (s, e) in enumerate(zip(starts.tolist(), ends.tolist(), strict=True)):
-                    payload = read_record_direct(storage, path, s, e, fmt, verify, a + j)
-                    if sums is not None:
-                        check_one(payload, int(sums[a + j]), path=url, offset=s, record=a + j)
-                    yield payload
+                block = [read_record_direct(storage, path, s, e, fmt, verify, a + j)
+                         for j, (s, e) in enumerate(zip(starts.tolist(), ends.tolist(),
+                                                        strict=True))]
+                if sums is not None:
+                    check_many(block, sums[a:b], record_namer(url, starts, a))
+                yield block
                 continue
             else:
                 buf, base = fetch_local(starts, ends), int(starts[0])
             payloads = extract_payloads(buf, starts - base, ends - base, fmt, verify,
                                         url, starts, np.arange(a, b))
             if sums is not None:
-                check_many(payloads, sums[a:b], _where(url, starts, a))
-            yield from payloads
+                check_many(payloads, sums[a:b], record_namer(url, starts, a))
+            yield payloads
     finally:
         if pool is not None:
             pool.shutdown(wait=False, cancel_futures=True)
-
-
-def _where(url: str, starts: np.ndarray, first: int) -> Callable[[int], tuple[str, int, int]]:
-    """Names payload ``k`` of a block (for errors): its file, byte offset and record number."""
-    return lambda k: (url, int(starts[k]), first + k)
 
 
 def _block_spans(sidecar: Sidecar, a: int, b: int) -> tuple[np.ndarray, np.ndarray]:

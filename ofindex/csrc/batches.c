@@ -1,0 +1,425 @@
+/* Batches without a Python object per record, and big batches filled on several threads.
+ *
+ * pack   framed records -> their payloads back to back in one buffer + offsets (the layout
+ *        of an Arrow binary column), checked, with the GIL released
+ * slices framed records -> a list of payloads, checked first without the GIL
+ * blank  bytes objects of given sizes, not yet filled (for fill)
+ * fill   payloads copied into those bytes objects with the GIL released, so that a few
+ *        threads fill one big batch at once (and check its CRCs through the crc32c package,
+ *        which releases the GIL too)
+ * hw_crc, hw_crc32c   the CRC32C instruction's switch, and the instruction itself (tests) */
+#include "native.h"
+#include "hwcrc.h"
+
+int hw_crc_on = 0;
+
+/* A writable 1-d int64 vector (numpy int64 array). */
+static int get_i64_out(PyObject *obj, Py_buffer *view, const char *what) {
+    if (PyObject_GetBuffer(obj, view, PyBUF_ND | PyBUF_FORMAT | PyBUF_WRITABLE) < 0)
+        return -1;
+    const char *f = view->format;
+    if (view->itemsize != 8 || view->ndim != 1 || f == NULL ||
+        (strcmp(f, "q") && strcmp(f, "l") && strcmp(f, "<q") && strcmp(f, "=q") &&
+         strcmp(f, "<l") && strcmp(f, "=l"))) {
+        PyBuffer_Release(view);
+        PyErr_Format(PyExc_TypeError, "%s must be a writable 1-d int64 array", what);
+        return -1;
+    }
+    return 0;
+}
+
+/* Whether the framed record at src[s:e) is whole: inside len bytes, with its framing, and
+ * with the stored length of its span's payload (`size`). */
+static inline int framed_ok(const unsigned char *src, Py_ssize_t len, int64_t s, int64_t e,
+                            Py_ssize_t frame, int64_t *size) {
+    if (s < 0 || e < s || e > (int64_t)len || e - s < frame)
+        return 0;
+    *size = e - s - frame;
+    return load_le(src + s, 8) == (uint64_t)*size;
+}
+
+/* The CRCs of the g (<= 3) TFRecords at p[] with payloads of sz[] bytes: -1 when they all
+ * match, else the position (0..g-1) of the first that does not. */
+static int crcs_bad(const unsigned char *const p[3], const size_t sz[3], int g,
+                    Py_ssize_t header) {
+    uint32_t c[3];
+    if (g == 3) {
+        const unsigned char *q[3] = {p[0] + header, p[1] + header, p[2] + header};
+        hw_crc32c_x3(q, sz, c);
+    } else {
+        for (int i = 0; i < g; i++)
+            c[i] = hw_crc32c(p[i] + header, sz[i]);
+    }
+    for (int i = 0; i < g; i++)
+        if ((uint32_t)load_le(p[i] + 8, 4) != hw_mask(hw_crc32c(p[i], 8)) ||
+            (uint32_t)load_le(p[i] + header + sz[i], 4) != hw_mask(c[i]))
+            return i;
+    return -1;
+}
+
+/* Check records [0, n) of src (framing, lengths, and with verify their CRCs, three records
+ * at a time); the total payload bytes go to *total. Returns -1 or the first failing k. Needs
+ * no GIL. */
+static Py_ssize_t check_all(const unsigned char *src, Py_ssize_t len, const int64_t *st,
+                            const int64_t *en, Py_ssize_t n, Py_ssize_t header,
+                            Py_ssize_t footer, int verify, int64_t *total) {
+    const unsigned char *p[3];
+    size_t sz[3];
+    Py_ssize_t at[3];
+    int g = 0;
+    *total = 0;
+    for (Py_ssize_t k = 0; k <= n; k++) {
+        int64_t size = 0;
+        int whole = k < n && framed_ok(src, len, st[k], en[k], header + footer, &size);
+        if (whole) {
+            *total += size;
+            if (!verify)
+                continue;
+            p[g] = src + st[k];
+            sz[g] = (size_t)size;
+            at[g++] = k;
+            if (g < 3)
+                continue;
+        }
+        if (g) {  /* the pending records come first: check them before reporting k */
+            int bad = crcs_bad(p, sz, g, header);
+            if (bad >= 0)
+                return at[bad];
+            g = 0;
+        }
+        if (!whole && k < n)
+            return k;
+    }
+    return -1;
+}
+
+/* The arguments pack() and slices() share; 0, or -1 with an exception set. */
+typedef struct {
+    Py_buffer buf, sv, ev;
+    Py_ssize_t header, footer, n;
+    int verify;
+} Run;
+
+static int run_open(Run *r, PyObject *buf_obj, PyObject *starts_obj, PyObject *ends_obj) {
+    if (!((r->header == 12 && r->footer == 4) || (r->header == 8 && r->footer == 0 &&
+                                                  !r->verify))) {
+        PyErr_SetString(PyExc_ValueError, "bad framing sizes");
+        return -1;
+    }
+    if (r->verify && !hw_crc_on) {
+        PyErr_SetString(PyExc_ValueError, "CRCs are checked here only with the CRC32C "
+                        "instruction (see hw_crc())");
+        return -1;
+    }
+    if (PyObject_GetBuffer(buf_obj, &r->buf, PyBUF_SIMPLE) < 0)
+        return -1;
+    if (get_i64(starts_obj, &r->sv, "starts") < 0) {
+        PyBuffer_Release(&r->buf);
+        return -1;
+    }
+    if (get_i64(ends_obj, &r->ev, "ends") < 0) {
+        PyBuffer_Release(&r->sv);
+        PyBuffer_Release(&r->buf);
+        return -1;
+    }
+    r->n = r->sv.shape[0];
+    if (r->ev.shape[0] != r->n) {
+        PyErr_SetString(PyExc_ValueError, "starts and ends differ in length");
+        PyBuffer_Release(&r->ev);
+        PyBuffer_Release(&r->sv);
+        PyBuffer_Release(&r->buf);
+        return -1;
+    }
+    return 0;
+}
+
+static void run_close(Run *r) {
+    PyBuffer_Release(&r->ev);
+    PyBuffer_Release(&r->sv);
+    PyBuffer_Release(&r->buf);
+}
+
+static Py_ssize_t run_check(Run *r, int64_t *total) {
+    Py_ssize_t bad;
+    Py_BEGIN_ALLOW_THREADS
+    bad = check_all((const unsigned char *)r->buf.buf, r->buf.len, (const int64_t *)r->sv.buf,
+                    (const int64_t *)r->ev.buf, r->n, r->header, r->footer, r->verify, total);
+    Py_END_ALLOW_THREADS
+    return bad;
+}
+
+const char pack_doc[] =
+"pack(buf, starts, ends, header_size, footer_size, verify, out, offsets, base) -> int\n\n"
+"Payloads of the framed records at buf[starts[k]:ends[k]] (int64 arrays) copied back to back\n"
+"into the writable buffer out from position base; offsets (writable int64, len(starts) + 1)\n"
+"receives each payload's position in out and the end of the last. Each record is checked as\n"
+"in cut(); with verify (TFRecord) its CRCs are checked with the CPU's CRC32C instruction, so\n"
+"verify needs hw_crc() to be True. Returns -1, or the position k of the first record that\n"
+"fails a check or lies outside buf (out then holds some of the payloads: discard it). The\n"
+"GIL is released throughout.";
+
+PyObject *pack(PyObject *self, PyObject *args) {
+    PyObject *buf_obj, *starts_obj, *ends_obj, *out_obj, *offs_obj;
+    Py_ssize_t base;
+    Run r;
+    if (!PyArg_ParseTuple(args, "OOOnnpOOn:pack", &buf_obj, &starts_obj, &ends_obj, &r.header,
+                          &r.footer, &r.verify, &out_obj, &offs_obj, &base))
+        return NULL;
+    if (run_open(&r, buf_obj, starts_obj, ends_obj) < 0)
+        return NULL;
+    PyObject *result = NULL;
+    Py_buffer out, ov;
+    if (PyObject_GetBuffer(out_obj, &out, PyBUF_SIMPLE | PyBUF_WRITABLE) < 0)
+        goto no_out;
+    if (get_i64_out(offs_obj, &ov, "offsets") < 0)
+        goto no_offsets;
+    if (ov.shape[0] != r.n + 1 || base < 0 || base > out.len) {
+        PyErr_SetString(PyExc_ValueError, "pack: offsets must hold len(starts) + 1 items and "
+                        "base must lie within out");
+        goto done;
+    }
+    /* one pass, record by record: framing, copy, then the CRCs of the copied bytes while
+     * they are still in the cache (a batch can be bigger than L2) */
+    const int64_t *st = (const int64_t *)r.sv.buf, *en = (const int64_t *)r.ev.buf;
+    const unsigned char *src = (const unsigned char *)r.buf.buf;
+    unsigned char *dst = (unsigned char *)out.buf + base;
+    int64_t *offs = (int64_t *)ov.buf, pos = base, room = out.len - base;
+    Py_ssize_t bad = -1, frame = r.header + r.footer;
+    int full = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t k = 0; k < r.n; k++) {
+        int64_t size;
+        if (!framed_ok(src, r.buf.len, st[k], en[k], frame, &size)) {
+            bad = k;
+            break;
+        }
+        if (size > room - (pos - base)) {
+            full = 1;
+            break;
+        }
+        const unsigned char *p = src + st[k];
+        memcpy(dst, p + r.header, (size_t)size);
+        if (r.verify && ((uint32_t)load_le(p + 8, 4) != hw_mask(hw_crc32c(p, 8)) ||
+                         (uint32_t)load_le(p + r.header + size, 4) !=
+                             hw_mask(hw_crc32c(dst, (size_t)size)))) {
+            bad = k;
+            break;
+        }
+        dst += size;
+        offs[k] = pos;
+        pos += size;
+    }
+    if (bad < 0 && !full)
+        offs[r.n] = pos;
+    Py_END_ALLOW_THREADS
+    if (full) {
+        PyErr_SetString(PyExc_ValueError, "pack: out is too small for the payloads");
+        goto done;
+    }
+    result = PyLong_FromSsize_t(bad);
+done:
+    PyBuffer_Release(&ov);
+no_offsets:
+    PyBuffer_Release(&out);
+no_out:
+    run_close(&r);
+    return result;
+}
+
+const char slices_doc[] =
+"slices(buf, starts, ends, header_size, footer_size, verify) -> list | int\n\n"
+"As cut(), with every record checked first without the GIL (three CRCs at a time with the\n"
+"CPU's CRC32C instruction: verify needs hw_crc() to be True), then the payloads made.";
+
+PyObject *slices(PyObject *self, PyObject *args) {
+    PyObject *buf_obj, *starts_obj, *ends_obj;
+    Run r;
+    if (!PyArg_ParseTuple(args, "OOOnnp:slices", &buf_obj, &starts_obj, &ends_obj, &r.header,
+                          &r.footer, &r.verify))
+        return NULL;
+    if (run_open(&r, buf_obj, starts_obj, ends_obj) < 0)
+        return NULL;
+    int64_t total;
+    Py_ssize_t bad = run_check(&r, &total);
+    PyObject *result;
+    if (bad >= 0) {
+        result = PyLong_FromSsize_t(bad);
+    } else {
+        const int64_t *st = (const int64_t *)r.sv.buf, *en = (const int64_t *)r.ev.buf;
+        const char *src = (const char *)r.buf.buf;
+        Py_ssize_t frame = r.header + r.footer;
+        result = PyList_New(r.n);
+        for (Py_ssize_t k = 0; result != NULL && k < r.n; k++) {
+            PyObject *item = PyBytes_FromStringAndSize(src + st[k] + r.header,
+                                                       en[k] - st[k] - frame);
+            if (item == NULL)
+                Py_CLEAR(result);
+            else
+                PyList_SET_ITEM(result, k, item);
+        }
+    }
+    run_close(&r);
+    return result;
+}
+
+const char blank_doc[] =
+"blank(sizes) -> list[bytes]\n\n"
+"New bytes objects of sizes[k] bytes (an int64 array) whose contents are not set yet: fill()\n"
+"must fill them before anything else sees them.";
+
+PyObject *blank(PyObject *self, PyObject *arg) {
+    Py_buffer sv;
+    if (get_i64(arg, &sv, "sizes") < 0)
+        return NULL;
+    const int64_t *sizes = (const int64_t *)sv.buf;
+    Py_ssize_t n = sv.shape[0];
+    PyObject *list = PyList_New(n);
+    for (Py_ssize_t k = 0; list != NULL && k < n; k++) {
+        PyObject *item = NULL;
+        if (sizes[k] < 0 || sizes[k] > PY_SSIZE_T_MAX / 2)
+            PyErr_SetString(PyExc_ValueError, "blank: a size is negative or too big");
+        else
+            item = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)sizes[k]);
+        if (item == NULL)
+            Py_CLEAR(list);
+        else
+            PyList_SET_ITEM(list, k, item);
+    }
+    PyBuffer_Release(&sv);
+    return list;
+}
+
+const char fill_doc[] =
+"fill(bufs, which, src, outs, lo, hi, crcs=None) -> None\n\n"
+"For k in [lo, hi): copy len(outs[k]) bytes from bufs[which[k]] at src[k] into outs[k], a\n"
+"bytes object from blank() that nothing else sees yet. which and src are int64 arrays. With\n"
+"crcs (a writable uint32 array; needs hw_crc()), crcs[k] receives the CRC32C of the copy,\n"
+"computed while it is in the cache. The GIL is released throughout, so threads can fill\n"
+"parts of one list at once.";
+
+PyObject *fill(PyObject *self, PyObject *args) {
+    PyObject *bufs, *which_obj, *src_obj, *outs, *crcs_obj = Py_None;
+    Py_ssize_t lo, hi;
+    if (!PyArg_ParseTuple(args, "O!OOO!nn|O:fill", &PyList_Type, &bufs, &which_obj, &src_obj,
+                          &PyList_Type, &outs, &lo, &hi, &crcs_obj))
+        return NULL;
+    Py_buffer cv = {0};
+    uint32_t *crcs = NULL;
+    if (crcs_obj != Py_None) {
+        if (!hw_crc_on) {
+            PyErr_SetString(PyExc_ValueError, "fill computes CRCs only with the CRC32C "
+                            "instruction (see hw_crc())");
+            return NULL;
+        }
+        if (PyObject_GetBuffer(crcs_obj, &cv, PyBUF_ND | PyBUF_FORMAT | PyBUF_WRITABLE) < 0)
+            return NULL;
+        if (cv.itemsize != 4 || cv.ndim != 1 || cv.shape[0] < hi || hi < 0) {
+            PyBuffer_Release(&cv);
+            PyErr_SetString(PyExc_ValueError, "fill: crcs must be a writable uint32 array "
+                            "of at least hi items");
+            return NULL;
+        }
+        crcs = (uint32_t *)cv.buf;
+    }
+    Py_buffer wv, sv;
+    if (get_i64(which_obj, &wv, "which") < 0) {
+        if (crcs != NULL)
+            PyBuffer_Release(&cv);
+        return NULL;
+    }
+    if (get_i64(src_obj, &sv, "src") < 0) {
+        PyBuffer_Release(&wv);
+        if (crcs != NULL)
+            PyBuffer_Release(&cv);
+        return NULL;
+    }
+    Py_ssize_t m = PyList_GET_SIZE(bufs), got = 0;
+    PyObject *result = NULL;
+    Py_buffer *views = PyMem_Calloc(m ? m : 1, sizeof(Py_buffer));
+    char **dst = NULL;
+    if (views == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (lo < 0 || hi < lo || hi > PyList_GET_SIZE(outs) || hi > wv.shape[0] ||
+        hi > sv.shape[0]) {
+        PyErr_SetString(PyExc_ValueError, "fill: lo and hi must lie within the arrays");
+        goto done;
+    }
+    for (; got < m; got++)
+        if (PyObject_GetBuffer(PyList_GET_ITEM(bufs, got), &views[got], PyBUF_SIMPLE) < 0)
+            goto done;
+    const int64_t *which = (const int64_t *)wv.buf, *src = (const int64_t *)sv.buf;
+    dst = PyMem_Malloc((hi - lo ? hi - lo : 1) * sizeof(char *));
+    if (dst == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t k = lo; k < hi; k++) {  /* every check first, with the GIL */
+        PyObject *o = PyList_GET_ITEM(outs, k);
+        if (!PyBytes_CheckExact(o)) {
+            PyErr_SetString(PyExc_TypeError, "fill: outs must hold bytes from blank()");
+            goto done;
+        }
+        int64_t j = which[k], s = src[k], size = PyBytes_GET_SIZE(o);
+        if (j < 0 || j >= m || s < 0 || s > (int64_t)views[j].len - size) {
+            PyErr_Format(PyExc_ValueError, "fill: item %zd lies outside its buffer", k);
+            goto done;
+        }
+        dst[k - lo] = PyBytes_AS_STRING(o);
+    }
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t k = lo; k < hi; k++) {
+        size_t size = (size_t)PyBytes_GET_SIZE(PyList_GET_ITEM(outs, k));
+        memcpy(dst[k - lo], (const char *)views[which[k]].buf + src[k], size);
+        if (crcs != NULL)
+            crcs[k] = hw_crc32c((const unsigned char *)dst[k - lo], size);
+    }
+    Py_END_ALLOW_THREADS
+    result = Py_None;
+    Py_INCREF(result);
+done:
+    PyMem_Free(dst);
+    for (Py_ssize_t j = 0; j < got; j++)
+        PyBuffer_Release(&views[j]);
+    PyMem_Free(views);
+    PyBuffer_Release(&sv);
+    PyBuffer_Release(&wv);
+    if (crcs != NULL)
+        PyBuffer_Release(&cv);
+    return result;
+}
+
+const char hw_crc_doc[] =
+"hw_crc(on=None) -> bool\n\n"
+"Whether small payloads are checked with the CPU's CRC32C instruction (else through the\n"
+"crc32c package); with on, switch it first (it stays off on a CPU without it).";
+
+PyObject *hw_crc(PyObject *self, PyObject *args) {
+    PyObject *on = Py_None;
+    if (!PyArg_ParseTuple(args, "|O:hw_crc", &on))
+        return NULL;
+    if (on != Py_None) {
+        int v = PyObject_IsTrue(on);
+        if (v < 0)
+            return NULL;
+        hw_crc_on = v && HAVE_HW_CRC && hw_crc_supported();
+    }
+    return PyBool_FromLong(hw_crc_on);
+}
+
+const char hw_crc32c_doc[] =
+"hw_crc32c(buf) -> int | None\n\n"
+"The CRC32C of buf by the CPU's instruction (None without it), for tests against the\n"
+"crc32c package.";
+
+PyObject *hw_crc32c_py(PyObject *self, PyObject *arg) {
+    if (!(HAVE_HW_CRC && hw_crc_supported()))
+        Py_RETURN_NONE;
+    Py_buffer b;
+    if (PyObject_GetBuffer(arg, &b, PyBUF_SIMPLE) < 0)
+        return NULL;
+    uint32_t c = hw_crc32c((const unsigned char *)b.buf, (size_t)b.len);
+    PyBuffer_Release(&b);
+    return PyLong_FromUnsignedLong(c);
+}

@@ -1,0 +1,111 @@
+"""The batch step the framework integrations share: a batch of global record numbers read with
+one ``__getitems__`` call and decoded with one batch-decoder call."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..decode import BatchDecoder, FixedLen, Ragged
+
+#: The numeric ``FixedLen`` outputs of a batch: ``{name: (shape, dtype)}``.
+Layout = dict[str, tuple[tuple[int, ...], np.dtype[Any]]]
+#: Makes the output arrays of a batch: ``layout -> {name: array}`` (any object
+#: ``numpy.asarray`` turns into a writable view: a numpy array, a CPU tensor).
+Allocate = Callable[[Layout], dict[str, Any]]
+
+
+def fixed_outputs(decoder: object, n: int) -> Layout:
+    """Shape and dtype of the numeric ``FixedLen`` outputs of ``decoder`` for a batch of ``n``
+    (the arrays ``out=`` can receive): none unless it is a :class:`BatchDecoder` of Examples
+    or OFRecords with a mapping spec."""
+    if not isinstance(decoder, BatchDecoder) or decoder.kind == "sequence_example":
+        return {}
+    spec = decoder.spec
+    if not isinstance(spec, Mapping):
+        return {}
+    return {name: ((n, *fs.shape), np.dtype(fs.dtype)) for name, fs in spec.items()
+            if isinstance(fs, FixedLen) and fs.dtype != "bytes"}
+
+
+class BatchFetch:
+    """Read and decode one batch of records: ``fetch(indices) -> decoder(records)``.
+
+    Args:
+        source: The records: an ofindex ``Dataset`` or anything with ``__getitems__`` (or
+            ``__getitem__``).
+        decoder: Called once with the batch's list of records, e.g. a
+            :class:`~ofindex.decode.BatchDecoder`; ``None``: the list itself.
+        pack_bytes: Give ``bytes`` features of the decoded batch as one ``uint8`` buffer
+            with the values back to back and their lengths (:class:`~ofindex.decode.Ragged`)
+            instead of a numpy array of ``bytes`` objects.
+    """
+
+    def __init__(self, source: Any, decoder: Callable[..., Any] | None = None,
+                 pack_bytes: bool = False) -> None:
+        self.source = source
+        self.decoder = decoder
+        self.pack_bytes = pack_bytes
+
+    def records(self, indices: Sequence[int] | np.ndarray | int) -> list[Any]:
+        """The records of ``indices`` (one number: a batch of one), read with one
+        ``__getitems__`` call when the source has it."""
+        if isinstance(indices, (int, np.integer)):
+            indices = [int(indices)]
+        fetch = getattr(self.source, "__getitems__", None)
+        if fetch is not None:
+            got: list[Any] = fetch(indices)
+            return got
+        return [self.source[int(i)] for i in indices]
+
+    def __call__(self, indices: Sequence[int] | np.ndarray | int,
+                 allocate: Allocate | None = None) -> tuple[Any, dict[str, Any]]:
+        """Read and decode a batch.
+
+        Args:
+            indices: Global record numbers (one number: a batch of one).
+            allocate: Makes the arrays numeric ``FixedLen`` features are decoded into (e.g.
+                views of one block of shared or pinned memory); ``None``: the decoder's own
+                arrays.
+
+        Returns:
+            ``(batch, made)``: the decoded batch, and the objects ``allocate`` returned, by
+            feature name (the arrays given to the decoder are ``numpy.asarray`` of them).
+        """
+        recs = self.records(indices)
+        if self.decoder is None:
+            return recs, {}
+        made: dict[str, Any] = {}
+        layout = fixed_outputs(self.decoder, len(recs)) if allocate is not None else {}
+        if layout and allocate is not None:
+            made = allocate(layout)
+        if made:
+            batch = self.decoder(recs, out={k: np.asarray(v) for k, v in made.items()})
+        else:
+            batch = self.decoder(recs)
+        if self.pack_bytes and isinstance(batch, dict):
+            for name, value in batch.items():
+                if isinstance(value, np.ndarray) and value.dtype == object:
+                    batch[name] = self._packed(name, value, allocate, made)
+        return batch, made
+
+    @staticmethod
+    def _packed(name: str, value: np.ndarray, allocate: Allocate | None,
+                made: dict[str, Any]) -> Any:
+        """A ``bytes`` feature's values back to back in one ``uint8`` buffer (from
+        ``allocate`` when given, recorded in ``made``), as ``Ragged(buffer, lengths)``."""
+        flat = value.reshape(-1).tolist()
+        lengths = np.fromiter(map(len, flat), dtype=np.int64, count=len(flat))
+        total = int(lengths.sum())
+        if allocate is not None:
+            made[name] = allocate({name: ((total,), np.dtype(np.uint8))})[name]
+            buf = np.asarray(made[name])
+        else:
+            buf = np.empty(total, dtype=np.uint8)
+        at = 0
+        for item, n in zip(flat, lengths.tolist(), strict=True):
+            buf[at:at + n] = np.frombuffer(item, dtype=np.uint8)
+            at += n
+        return Ragged(buf, lengths)

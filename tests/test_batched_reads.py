@@ -1,0 +1,181 @@
+"""Batched reading: iter_batches (lists and RecordBatch buffers) equals iteration, and the big
+batches checked on threads report a corrupt record exactly as the serial path does."""
+
+import os
+
+import crc32c
+import numpy as np
+import pytest
+from helpers import ref_tfrecord
+
+import ofindex
+from ofindex import _accel
+from ofindex.errors import CorruptRecordError, RecordIndexError
+from ofindex.read import bigbatch
+from ofindex.read.batches import RecordBatch
+
+SIZES = [300, 1, 450]
+
+
+def payload(s, i, size=None):
+    n = size if size is not None else 50 + (i * 37) % 300
+    return (f"{s}/{i}/".encode() * (n // 4 + 2))[:n]
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory):
+    d = tmp_path_factory.mktemp("small")
+    records = []
+    for s, c in enumerate(SIZES):
+        recs = [payload(s, i) for i in range(c)]
+        with ofindex.Writer(os.path.join(d, f"part-{s}")) as w:
+            w.write_many(recs)
+        records += recs
+    return str(d), records
+
+
+@pytest.mark.parametrize("mmap", [True, False])
+def test_iter_batches_equals_iteration(small, impl, mmap):
+    d, records = small
+    ds = ofindex.open(d, mmap=mmap)
+    assert list(ds) == records
+    for size, start, stop in [(64, 0, None), (1000, 0, None), (7, 295, 310), (1, 300, 302),
+                              (100, 751, None)]:
+        want = records[start:stop]
+        lists = list(ds.iter_batches(size, start, stop))
+        assert [r for b in lists for r in b] == want
+        assert all(len(b) == size for b in lists[:-1])
+        bufs = list(ds.iter_batches(size, start, stop, as_buffer=True))
+        assert all(isinstance(b, RecordBatch) for b in bufs)
+        assert [r for b in bufs for r in b] == want
+        assert [b.first for b in bufs] == list(range(start, start + len(want), size))
+        if bufs:
+            b = bufs[-1]
+            assert b.to_list() == want[b.first - start:]
+            assert bytes(b.view(-1)) == want[-1] and b[0] == want[b.first - start]
+            assert b.lengths.tolist() == [len(r) for r in b]
+    assert list(ds.iter_batches(10, 5, 5)) == []
+    with pytest.raises(ValueError, match="batch_size"):
+        next(ds.iter_batches(0))
+    with pytest.raises(RecordIndexError):
+        next(ds.iter_batches(10, 9, 3))
+
+
+def test_iter_batches_applies_decode_to_lists_only(small):
+    d, records = small
+    ds = ofindex.open(d, decode=len)
+    assert next(ds.iter_batches(5)) == [len(r) for r in records[:5]]
+    assert next(ds.iter_batches(5, as_buffer=True)).to_list() == records[:5]
+
+
+def corrupt_copy(tmp_path, records, record, where):
+    """A one-shard dataset whose record ``record`` has one byte flipped (payload or length)."""
+    path = str(tmp_path / "bad.tfrecord")
+    with ofindex.Writer(path) as w:
+        w.write_many(records)
+    st = os.stat(path)
+    with open(path, "rb") as f:
+        raw = bytearray(f.read())
+    offset = len(ref_tfrecord(records[:record]))
+    raw[offset + (12 + len(records[record]) // 2 if where == "payload" else 9)] ^= 0x40
+    with open(path, "r+b") as f:  # same size and mtime: the index still matches the file
+        f.write(raw)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    return path, offset
+
+
+@pytest.mark.parametrize("where", ["payload", "length crc"])
+def test_iter_batches_names_a_corrupt_record_as_ds_i_does(tmp_path, impl, where):
+    records = [payload(0, i) for i in range(40)]
+    path, offset = corrupt_copy(tmp_path, records, 23, where)
+    ds = ofindex.open(path)
+    with pytest.raises(CorruptRecordError) as single:
+        ds[23]
+    for as_buffer in (False, True):
+        with pytest.raises(CorruptRecordError) as batched:
+            list(ds.iter_batches(16, as_buffer=as_buffer))
+        assert str(batched.value) == str(single.value)
+        assert (batched.value.record, batched.value.offset) == (23, offset)
+    assert len(next(ds.iter_batches(16, 0, 20))) == 16  # the records before it read fine
+
+
+def test_big_batches_on_threads_equal_the_serial_path(tmp_path, monkeypatch, crc_path):
+    rng = np.random.default_rng(3)
+    records = [rng.bytes(int(n)) for n in rng.integers(20_000, 60_000, 150)]
+    for s in range(2):
+        with ofindex.Writer(str(tmp_path / f"p{s}.tfrecord")) as w:
+            w.write_many(records[s * 75:(s + 1) * 75])
+    ds = ofindex.open(str(tmp_path / "p*.tfrecord"))
+    idx = rng.integers(0, 150, 200)
+    calls = []
+    real = bigbatch.gather_parallel
+    monkeypatch.setattr(bigbatch, "gather_parallel",
+                        lambda *a: calls.append(1) or real(*a))
+    got = ds.__getitems__(idx)
+    assert got == [records[i] for i in idx]
+    if _accel.native is not None and bigbatch.executor() is not None:
+        assert calls  # 200 x ~40 KB: the threaded path served it
+    monkeypatch.setattr(bigbatch, "PARALLEL_BYTES", 1 << 62)
+    assert ds.__getitems__(idx) == got
+
+
+@pytest.fixture(params=["crc instruction", "crc32c package"])
+def crc_path(request):
+    """Run a test with the CPU's CRC32C instruction on, and off (the crc32c package)."""
+    native = _accel.native
+    if native is None:
+        yield request.param
+        return
+    was = native.hw_crc()
+    native.hw_crc(request.param == "crc instruction")
+    try:
+        yield request.param
+    finally:
+        native.hw_crc(was)
+
+
+@pytest.mark.parametrize("where", ["payload", "length crc"])
+def test_big_batch_on_threads_reports_the_corrupt_record_as_serially(tmp_path, monkeypatch,
+                                                                      where, crc_path):
+    rng = np.random.default_rng(4)
+    records = [rng.bytes(int(n)) for n in rng.integers(40_000, 60_000, 120)]
+    path, offset = corrupt_copy(tmp_path, records, 77, where)
+    ds = ofindex.open(path)
+    batch = [5, 90, 77, 3, 77, *range(100, 120)]  # > 1 MB: the threaded path
+    monkeypatch.setattr(bigbatch, "PARALLEL_BYTES", 1 << 20)
+    with pytest.raises(CorruptRecordError) as threaded:
+        ds.__getitems__(batch)
+    monkeypatch.setattr(bigbatch, "PARALLEL_BYTES", 1 << 62)
+    with pytest.raises(CorruptRecordError) as serial:
+        ds.__getitems__(batch)
+    assert str(threaded.value) == str(serial.value)
+    assert (threaded.value.record, threaded.value.offset) == (77, offset)
+    assert (threaded.value.stored_crc, threaded.value.computed_crc) == (
+        serial.value.stored_crc, serial.value.computed_crc)
+    ok = [i for i in range(120) if i != 77]
+    monkeypatch.setattr(bigbatch, "PARALLEL_BYTES", 1 << 20)
+    assert ds.__getitems__(ok) == [records[i] for i in ok]
+
+
+@pytest.mark.skipif(_accel.native is None, reason="needs the compiled module")
+def test_cpu_crc_instruction_agrees_with_the_crc32c_package(small):
+    native = _accel.native
+    rng = np.random.default_rng(5)
+    data = rng.bytes(5000)
+    if native.hw_crc32c(b"") is None:
+        pytest.skip("this CPU has no CRC32C instruction")  # pragma: no cover
+    for n in [*range(40), 255, 256, 257, 4095, 4096]:
+        for off in (0, 1, 7):
+            view = memoryview(data)[off:off + n]
+            assert native.hw_crc32c(view) == crc32c.crc32c(view)
+    d, records = small
+    ds = ofindex.open(d)
+    was = native.hw_crc()
+    try:
+        native.hw_crc(False)  # the crc32c package checks every record instead
+        assert not native.hw_crc()
+        assert [r for b in ds.iter_batches(100) for r in b] == records
+        assert [r for b in ds.iter_batches(100, as_buffer=True) for r in b] == records
+        assert ds.__getitems__([5, 400, 2]) == [records[5], records[400], records[2]]
+    finally:
+        native.hw_crc(was)

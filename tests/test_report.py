@@ -1,0 +1,115 @@
+"""tools/report.py turns the benchmarks' JSON into docs/benchmarks.md, PNG plots and README's
+summary block (from small fixtures: no benchmark runs here)."""
+
+import json
+import os
+import sys
+
+import pytest
+
+pytest.importorskip("matplotlib")
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                "tools"))
+import report
+
+PIPELINE = {
+    "config": {"batch_size": 256, "workers": 2, "buffer": 10000, "rounds": 3},
+    "rows": [
+        {"case": "mnist", "contender": "ofindex-torch", "batches_per_s": 412.5,
+         "batches_per_s_min": 400.25, "batches_per_s_max": 430.0, "first_batch_s": 0.75,
+         "mixing": 1.002, "ratio_vs_best_peer": 1.75, "ratio_vs_best_peer_min": 1.61,
+         "ratio_vs_best_peer_max": 1.83},
+        {"case": "mnist", "contender": "tfdata", "batches_per_s": 235.7,
+         "batches_per_s_min": 220.0, "batches_per_s_max": 250.0, "first_batch_s": 8.5,
+         "mixing": 0.0123},
+    ],
+    "unavailable": {"mnist: dali": "No module named 'nvidia'"},
+}
+SEQUENTIAL = [
+    {"case": "sequential, 1000000 x ~200 B", "contender": "ofindex iter_batches",
+     "records_per_s": 15_200_000, "records_per_s_min": 14_100_000,
+     "records_per_s_max": 16_000_000, "GB_per_s": 3.3, "ratio_vs_best_peer": 1.09,
+     "ratio_vs_best_peer_min": 1.02, "ratio_vs_best_peer_max": 1.2},
+    {"case": "sequential, 1000000 x ~200 B", "contender": "Lance", "records_per_s": 2_300_000,
+     "records_per_s_min": 2_200_000, "records_per_s_max": 2_400_000, "GB_per_s": 0.5},
+]
+SHUFFLE = {
+    "throughput_indices_per_s": {"count": 10, "ofindex_feistel": 22_500_000,
+                                 "torch_randperm": None},
+    "memory": {},
+    "locality": [
+        {"block_size": 64, "window": 16, "batch": 256, "ranges_per_batch": 16.0,
+         "shards_per_batch": 7.0, "mixing": 0.017},
+        {"block_size": "-", "window": "full shuffle", "batch": 256, "ranges_per_batch": 252.0,
+         "shards_per_batch": 8.0, "mixing": 1.0},
+    ],
+}
+REMOTE = {
+    "config": {"shards": 16, "rtt_ms": 20.0, "batch": 256},
+    "open_manifest": {"wall_s": 0.045, "rtts": 2.25, "requests": 1},
+    "batch_warm": {"wall_s": 0.064, "rtts": 3.2, "requests": 43},
+    "naive_one_request_per_record": {"wall_s": 5.84, "rtts": 292.0, "requests": 256},
+    "summary": {"batch_rtts": 3.2, "speedup_vs_naive": 91.25, "batch_goal_rtts": 5},
+}
+COMPRESSED = {"datasets": {"small": {"spacings": [
+    {"spacing": 65536, "index_fraction": 0.031, "ds_i_per_s": 5400.0,
+     "getitems256_per_s": 61000.0},
+    {"spacing": 1048576, "index_fraction": 0.004, "ds_i_per_s": 640.0,
+     "getitems256_per_s": 9100.0}]}}}
+
+BUILD = [{"name": "build 1 M x ~200 B", "records_per_s": 2_500_000, "ratio": 6.25}]
+DECODE = {"batch": 256, "workloads": {"mnist": {
+    "floats_per_record": 784, "ofindex": {"median_s": 0.000356, "best_s": 0.000325},
+    "vahidk": "skipped (tfrecord not installed)"}}}
+
+
+def write(results, name, data):
+    with open(os.path.join(results, f"{name}.json"), "w") as f:
+        json.dump(data, f)
+
+
+def test_report_from_fixtures(tmp_path):
+    results, docs = tmp_path / "bench-results", tmp_path / "docs"
+    results.mkdir()
+    for name, data in (("pipeline", PIPELINE), ("sequential", SEQUENTIAL),
+                       ("shuffle", SHUFFLE), ("remote", REMOTE), ("compressed", COMPRESSED),
+                       ("build", BUILD), ("decode", DECODE)):
+        write(results, name, data)
+    readme = tmp_path / "README.md"
+    readme.write_text("# x\n\n## Benchmarks\n\nintro\n\n<!-- bench:begin -->\nold figures\n"
+                      "<!-- bench:end -->\n\nafter\n")
+    assert report.main(["--results", str(results), "--docs", str(docs),
+                        "--readme", str(readme)]) == 0
+    md = (docs / "benchmarks.md").read_text()
+    assert "| ofindex-torch | 412 (400–430) | 0.75 | 1 | 1.75 (1.61–1.83)× |" in md
+    assert "| tfdata | 236 (220–250) | 8.5 | 0.0123 |  |" in md
+    assert "not measured: mnist: dali: No module named 'nvidia'" in md
+    assert "| ofindex iter_batches | 15,200,000 (14,100,000–16,000,000) | 3.3 |" in md
+    assert "| block 64, window 16 | 16 | 7 | 0.017 |" in md
+    assert "| full shuffle | 252 | 8 | 1 |" in md
+    assert "| naive_one_request_per_record | 5,840 | 292 | 256 |" in md
+    assert "| 64 | 3.1 | 5,400 | 61,000 |" in md
+    assert "Not measured yet: run `python tools/bench_read.py" in md  # read.json is missing
+    assert "| build 1 M x ~200 B | 2,500,000 | 6.25 |" in md
+    assert "| ofindex | 719,101 (787,692) |" in md
+    assert "| vahidk | skipped (tfrecord not installed) |" in md
+    for png in ("pipeline-mnist", "shuffle-tradeoff", "remote-rtts", "compressed-spacing"):
+        assert f"(img/{png}.png)" in md
+        assert (docs / "img" / f"{png}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    text = readme.read_text()
+    assert text.startswith("# x\n\n## Benchmarks\n\nintro\n\n<!-- bench:begin -->\n")
+    assert text.endswith("<!-- bench:end -->\n\nafter\n") and "old figures" not in text
+    assert ("- Training pipeline, mnist: ofindex-torch 412 batches/s, 1.75× the best other "
+            "contender (tfdata, 236 batches/s).") in text
+    assert "ofindex iter_batches 15,200,000 records/s, 1.09× the best peer." in text
+    assert "a batch of 256 in 3.2 RTTs, 91.2× faster than one request per record" in text
+    assert "[docs/benchmarks.md](docs/benchmarks.md)" in text
+
+
+def test_report_refuses_a_readme_without_markers(tmp_path):
+    readme = tmp_path / "README.md"
+    readme.write_text("# no markers\n")
+    with pytest.raises(SystemExit, match="bench:begin"):
+        report.main(["--results", str(tmp_path), "--docs", str(tmp_path / "docs"),
+                     "--readme", str(readme)])
+    assert readme.read_text() == "# no markers\n"

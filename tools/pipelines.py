@@ -1,0 +1,283 @@
+#!/usr/bin/env python3
+"""The contenders of tools/bench_pipeline.py: one training input pipeline each, run in its own
+process (cold start) by ``python tools/pipelines.py CONTENDER CONFIG_JSON``; prints one JSON
+line: time to the first batch, batches read and their wall time, the record ids in the order
+delivered (to measure the shuffle) and the records/batch.
+
+Each pipeline is configured as its documentation recommends, reads batches of
+``batch_size`` and stops at the decoded features (``bytes`` for JPEGs); with ``jpeg`` the
+consuming process decodes every image of every batch with Pillow, the same code for all.
+
+* ``ofindex-torch``: ``TensorBatches(pack_bytes=True)`` + ``BatchSampler(GlobalShuffleSampler)``
+  + torch ``DataLoader(batch_size=None, num_workers=workers)``.
+* ``ofindex-torch-main``: the same with ``num_workers=0`` (batches made in the loop's process).
+* ``ofindex-grain``: ``GrainBatches(...).to_iter_dataset().mp_prefetch(workers)``.
+* ``tfdata``: ``list_files(shuffle) -> interleave(TFRecordDataset, AUTOTUNE) ->
+  shuffle(buffer) -> batch -> map(parse_example, AUTOTUNE) -> prefetch(AUTOTUNE)`` (the
+  tf.data performance guide's order: shuffle before batch, vectorised parsing after it).
+* ``vahidk``: ``MultiTFRecordDataset(shuffle_queue_size=buffer, infinite=False)`` with index
+  files + torch ``DataLoader(batch_size, num_workers=workers)``.
+* ``streaming``: MosaicML ``StreamingDataset(local=mds_dir, shuffle=True, batch_size)`` +
+  ``StreamingDataLoader(num_workers=workers)``.
+* ``dali``: NVIDIA DALI ``fn.readers.tfrecord(random_shuffle=True, initial_fill=buffer)`` on
+  the CPU (``device_id=None``), ``num_threads=workers``.
+"""
+
+from __future__ import annotations
+
+import glob
+import importlib
+import importlib.machinery
+import json
+import os
+import sys
+import time
+import types
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+
+Config = dict[str, Any]
+
+
+def _ids(batch: Any) -> list[int]:
+    """The record ids of a batch (an array, a tensor or a list of them)."""
+    ids = batch["id"]
+    if hasattr(ids, "numpy"):
+        ids = ids.numpy()
+    return [int(x) - (1 << 35) for x in np.asarray(ids).reshape(-1)]  # bench_pipeline.ID_BASE
+
+
+def _images(batch: Any, c: Config) -> list[bytes]:
+    """The JPEG bytes of a batch, whatever container the pipeline gives them in."""
+    col = batch[c["image"]]
+    packed = (col.values, col.row_lengths) if hasattr(col, "row_lengths") else col
+    if isinstance(packed, (tuple, list)) and len(packed) == 2:  # pack_bytes: buffer + lengths
+        values, lengths = (np.asarray(x) for x in packed)
+        ends = np.cumsum(lengths).tolist()
+        return [values[e - n:e].tobytes() for e, n in zip(ends, lengths.tolist(), strict=True)]
+    if hasattr(col, "numpy"):
+        col = col.numpy()
+    return [bytes(x) if not isinstance(x, bytes) else x for x in np.asarray(col, dtype=object)
+            .reshape(-1)]
+
+
+def _jpeg_decode(images: list[bytes]) -> None:
+    """Decode every JPEG with Pillow (the same library for every contender)."""
+    import io
+
+    from PIL import Image
+
+    for b in images:
+        with Image.open(io.BytesIO(b)) as im:
+            np.asarray(im.convert("RGB"))
+
+
+# -- the pipelines: each returns an iterator of batches with "id" (and the image) ----------
+def ofindex_torch(c: Config) -> Iterator[Any]:
+    import torch.utils.data as tud
+
+    import ofindex
+    from ofindex.decode import BatchDecoder
+    from ofindex.integrations.torch import BatchSampler, GlobalShuffleSampler, TensorBatches
+
+    data = TensorBatches(ofindex.open(c["files"]), BatchDecoder(_spec(c)), pack_bytes=True)
+    sampler = BatchSampler(GlobalShuffleSampler(data, seed=0), c["batch_size"], drop_last=True)
+    workers = c.get("ofindex_workers", c["workers"])
+    return iter(tud.DataLoader(data, sampler=sampler, batch_size=None, num_workers=workers))
+
+
+def ofindex_torch_main(c: Config) -> Iterator[Any]:
+    """ofindex + torch DataLoader without worker processes (batches made in the loop's
+    process: reading and decoding a batch is compiled, so workers mostly add IPC)."""
+    return ofindex_torch(dict(c, ofindex_workers=0))
+
+
+def ofindex_grain(c: Config) -> Iterator[Any]:
+    import grain
+
+    import ofindex
+    from ofindex.decode import BatchDecoder
+    from ofindex.integrations.grain import GrainBatches
+
+    batches = GrainBatches(ofindex.open(c["files"]), c["batch_size"], BatchDecoder(_spec(c)),
+                           seed=0, drop_remainder=True, pack_bytes=True)
+    return iter(batches.to_iter_dataset().mp_prefetch(
+        grain.MultiprocessingOptions(num_workers=c["workers"])))
+
+
+def _spec(c: Config) -> dict[str, Any]:
+    from ofindex.decode import FixedLen
+
+    if c["kind"] == "mnist":
+        return {"image": FixedLen((784,), "float32"), "label": FixedLen((), "int64"),
+                "id": FixedLen((), "int64")}
+    return {c["image"]: FixedLen((), "bytes"), "label": FixedLen((), "int64"),
+            "id": FixedLen((), "int64"), "height": FixedLen((), "int64"),
+            "width": FixedLen((), "int64")}
+
+
+def tfdata(c: Config) -> Iterator[Any]:
+    import tensorflow as tf
+
+    auto = tf.data.AUTOTUNE
+    if c["kind"] == "mnist":
+        feats = {"image": tf.io.FixedLenFeature([784], tf.float32),
+                 "label": tf.io.FixedLenFeature([], tf.int64),
+                 "id": tf.io.FixedLenFeature([], tf.int64)}
+    else:
+        feats = {c["image"]: tf.io.FixedLenFeature([], tf.string),
+                 **{k: tf.io.FixedLenFeature([], tf.int64)
+                    for k in ("label", "id", "height", "width")}}
+    files = tf.data.Dataset.list_files(c["files"], shuffle=True, seed=0)
+    ds = (files.interleave(tf.data.TFRecordDataset, num_parallel_calls=auto,
+                           deterministic=False)
+          .shuffle(c["buffer"], seed=0)
+          .batch(c["batch_size"], drop_remainder=True)
+          .map(lambda x: tf.io.parse_example(x, feats), num_parallel_calls=auto)
+          .prefetch(auto))
+    return iter(ds.as_numpy_iterator())
+
+
+def vahidk(c: Config) -> Iterator[Any]:
+    import torch.utils.data as tud
+    from tfrecord.torch.dataset import MultiTFRecordDataset
+
+    paths = sorted(glob.glob(c["files"]))
+    splits = {os.path.basename(p): 1.0 / len(paths) for p in paths}
+    base = os.path.dirname(paths[0])
+    desc = ({"image": "float", "label": "int", "id": "int"} if c["kind"] == "mnist" else
+            {c["image"]: "byte", "label": "int", "id": "int", "height": "int", "width": "int"})
+    data = MultiTFRecordDataset(os.path.join(base, "{}"), os.path.join(base, "{}.idx"), splits,
+                                desc, shuffle_queue_size=c["buffer"], infinite=False)
+    return iter(tud.DataLoader(data, batch_size=c["batch_size"], num_workers=c["workers"],
+                               drop_last=True))
+
+
+def _torchvision_standin() -> None:
+    """MosaicML Streaming imports torchvision for its vision datasets (unused here); where no
+    torchvision matching this torch is installed, give it empty stand-ins."""
+    try:
+        import torchvision  # noqa: F401
+    except Exception:
+        tv = types.ModuleType("torchvision")
+        dsets = types.ModuleType("torchvision.datasets")
+        dsets.VisionDataset = type("VisionDataset", (), {})  # type: ignore[attr-defined]
+        trans = types.ModuleType("torchvision.transforms")
+        func = types.ModuleType("torchvision.transforms.functional")
+        func.to_tensor = lambda x: x  # type: ignore[attr-defined]
+        for name, mod in (("torchvision", tv), ("torchvision.datasets", dsets),
+                          ("torchvision.transforms", trans),
+                          ("torchvision.transforms.functional", func)):
+            mod.__spec__ = importlib.machinery.ModuleSpec(name, None)
+            sys.modules[name] = mod
+
+
+def streaming(c: Config) -> Iterator[Any]:
+    _torchvision_standin()
+    from streaming import StreamingDataLoader, StreamingDataset
+
+    data = StreamingDataset(local=c["mds"], shuffle=True, shuffle_seed=0,
+                            batch_size=c["batch_size"])
+    return iter(StreamingDataLoader(data, batch_size=c["batch_size"],
+                                    num_workers=c["workers"], drop_last=True))
+
+
+def dali(c: Config) -> Iterator[Any]:
+    import nvidia.dali.fn as fn
+    import nvidia.dali.tfrecord as tfrec
+    from nvidia.dali import pipeline_def
+
+    paths = sorted(glob.glob(c["files"]))
+    if c["kind"] == "mnist":
+        feats = {"image": tfrec.FixedLenFeature([784], tfrec.float32, 0.0),
+                 "label": tfrec.FixedLenFeature([], tfrec.int64, -1),
+                 "id": tfrec.FixedLenFeature([], tfrec.int64, -1)}
+    else:
+        feats = {c["image"]: tfrec.FixedLenFeature((), tfrec.string, ""),
+                 **{k: tfrec.FixedLenFeature([], tfrec.int64, -1)
+                    for k in ("label", "id", "height", "width")}}
+    names = list(feats)
+
+    @pipeline_def(batch_size=c["batch_size"], num_threads=c["workers"], device_id=None,
+                  prefetch_queue_depth=2)
+    def pipe() -> Any:
+        out = fn.readers.tfrecord(path=paths, index_path=[p + ".idx" for p in paths],
+                                  features=feats, random_shuffle=True,
+                                  initial_fill=c["buffer"], seed=0, name="reader")
+        return tuple(out[k] for k in names)
+
+    p = pipe()
+    p.build()
+
+    def batches() -> Iterator[Any]:
+        while True:
+            outs = p.run()
+            batch = {}
+            for k, t in zip(names, outs, strict=True):
+                batch[k] = (t.as_array() if t.is_dense_tensor() and k != c.get("image")
+                            else [np.array(t[i]).tobytes() for i in range(len(t))])
+            yield batch
+
+    return batches()
+
+
+CONTENDERS: dict[str, Callable[[Config], Iterator[Any]]] = {
+    "ofindex-torch": ofindex_torch, "ofindex-torch-main": ofindex_torch_main,
+    "ofindex-grain": ofindex_grain, "tfdata": tfdata,
+    "vahidk": vahidk, "streaming": streaming, "dali": dali,
+}
+
+
+#: What each pipeline imports: imported before the clock starts (a training job has its
+#: framework imported anyway; the first-batch latency is the pipeline's own start).
+IMPORTS = {
+    "ofindex-torch": ["torch.utils.data", "ofindex.integrations.torch"],
+    "ofindex-torch-main": ["torch.utils.data", "ofindex.integrations.torch"],
+    "ofindex-grain": ["grain", "ofindex.integrations.grain"],
+    "tfdata": ["tensorflow"],
+    "vahidk": ["torch.utils.data", "tfrecord.torch.dataset"],
+    "streaming": ["torch.utils.data", "streaming"],
+    "dali": ["nvidia.dali.fn", "nvidia.dali.tfrecord"],
+}
+
+
+def run(name: str, c: Config) -> dict[str, Any]:
+    """Time one pipeline from construction to its first batch, then ``c["batches"]`` more."""
+    if name == "streaming":
+        _torchvision_standin()
+    for module in IMPORTS[name]:
+        importlib.import_module(module)
+    if c["jpeg"]:
+        importlib.import_module("PIL.Image")
+    t0 = time.perf_counter()
+    it = CONTENDERS[name](c)
+    first = next(it)
+    t1 = time.perf_counter()
+    ids = _ids(first)
+    if c["jpeg"]:
+        _jpeg_decode(_images(first, c))
+    t_start = time.perf_counter()
+    count = 0
+    for batch in it:
+        ids += _ids(batch)
+        if c["jpeg"]:
+            _jpeg_decode(_images(batch, c))
+        count += 1
+        if count >= c["batches"]:
+            break
+    seconds = time.perf_counter() - t_start
+    return {"contender": name, "first_batch_s": t1 - t0, "batches": count, "seconds": seconds,
+            "batches_per_s": count / seconds if seconds > 0 else None,
+            "records_per_batch": len(ids) // (count + 1), "ids": ids if c["ids"] else None}
+
+
+if __name__ == "__main__":
+    result = run(sys.argv[1], json.loads(sys.argv[2]))
+    sys.stdout.write("RESULT " + json.dumps(result) + "\n")
+    sys.stdout.flush()
+    os._exit(0)  # skip slow interpreter teardown (worker pools, TensorFlow)

@@ -1,0 +1,375 @@
+#!/usr/bin/env python3
+"""Write docs/benchmarks.md (tables and PNG plots) and README.md's benchmark summary from the
+benchmarks' JSON in bench-results/, so that no figure is edited by hand.
+
+    python tools/report.py                 # report what bench-results/ holds
+    python tools/report.py --run pipeline,sequential,shuffle,remote   # run those first
+
+Reads, when present: pipeline.json (tools/bench_pipeline.py), sequential.json
+(tools/bench_sequential.py), shuffle.json (tools/bench_shuffle.py), remote.json
+(tools/bench_remote.py), compressed.json (tools/bench_compressed.py), read.json
+(tools/bench_read.py), build.json (tools/bench_build.py), decode.json
+(tools/bench_decode.py). A missing file gives a line saying how to make it. README.md's text
+between ``<!-- bench:begin -->`` and ``<!-- bench:end -->`` is replaced by the summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from typing import Any
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
+#: The benchmarks ``--run`` can start: tool, and its arguments besides ``--out``.
+TOOLS = {"pipeline": ("bench_pipeline.py", []), "sequential": ("bench_sequential.py", []),
+         "shuffle": ("bench_shuffle.py", []), "remote": ("bench_remote.py", []),
+         "compressed": ("bench_compressed.py", []), "read": ("bench_read.py", []),
+         "build": ("bench_build.py", []), "decode": ("bench_decode.py", [])}
+
+
+def fmt(x: float | None, digits: int = 3) -> str:
+    """A figure with ``digits`` significant digits (thousands separated), or a dash."""
+    if x is None:
+        return "–"
+    if abs(x) >= 10 ** digits:
+        return f"{x:,.0f}"
+    return f"{x:.{digits}g}"
+
+
+def span(median: float, lo: float, hi: float, digits: int = 3) -> str:
+    """``median (lo–hi)``."""
+    return f"{fmt(median, digits)} ({fmt(lo, digits)}–{fmt(hi, digits)})"
+
+
+def table(head: list[str], rows: list[list[str]]) -> str:
+    """A markdown table."""
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+class Report:
+    """Collects the sections of docs/benchmarks.md and the README summary lines."""
+
+    def __init__(self, results: str, docs: str) -> None:
+        self.results, self.docs = results, docs
+        self.img = os.path.join(docs, "img")
+        self.sections: list[str] = []
+        self.summary: list[str] = []
+
+    def load(self, name: str) -> Any:
+        path = os.path.join(self.results, f"{name}.json")
+        if not os.path.exists(path):
+            return None
+        with open(path) as f:
+            return json.load(f)
+
+    def plot(self, name: str, draw: Callable[[Any], None], size: tuple[float, float]) -> str:
+        """Draw a figure with ``draw(ax)`` into docs/img/NAME.png; returns its markdown."""
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        os.makedirs(self.img, exist_ok=True)
+        fig, ax = plt.subplots(figsize=size)
+        draw(ax)
+        fig.tight_layout()
+        fig.savefig(os.path.join(self.img, f"{name}.png"), dpi=100)
+        plt.close(fig)
+        return f"![{name}](img/{name}.png)"
+
+    def missing(self, title: str, tool: str) -> None:
+        name = tool.removeprefix("bench_").removesuffix(".py")
+        self.sections.append(f"## {title}\n\nNot measured yet: run `python tools/{tool} "
+                             f"--out bench-results/{name}.json` (or `python tools/report.py "
+                             f"--run {name}`).\n")
+
+    # -- sections ------------------------------------------------------------------------
+    def pipeline(self) -> None:
+        data = self.load("pipeline")
+        title = "Training input pipeline (tools/bench_pipeline.py)"
+        if data is None:
+            self.missing(title, "bench_pipeline.py")
+            return
+        c = data["config"]
+        text = [f"## {title}\n",
+                f"Batches of {c['batch_size']}, {c['workers']} workers, shuffle buffers of "
+                f"{c['buffer']:,} records (tf.data, vahidk, DALI's `initial_fill`), "
+                f"{c['rounds']} cold runs per contender (median and range). *mixing*: how far "
+                "apart records that are neighbours in the files end up (1.0 = a full shuffle; "
+                "see tools/bench_shuffle.py).\n"]
+        for case in dict.fromkeys(r["case"] for r in data["rows"]):
+            rows = [r for r in data["rows"] if r["case"] == case]
+            text.append(f"### {case}\n")
+            text.append(table(
+                ["contender", "batches/s", "first batch (s)", "mixing", "vs best other"],
+                [[r["contender"], span(r["batches_per_s"], r["batches_per_s_min"],
+                                       r["batches_per_s_max"]),
+                  fmt(r["first_batch_s"]), fmt(r.get("mixing")),
+                  span(r["ratio_vs_best_peer"], r["ratio_vs_best_peer_min"],
+                       r["ratio_vs_best_peer_max"]) + "×" if "ratio_vs_best_peer" in r else ""]
+                 for r in rows]))
+
+            def draw(ax: Any, rows: list[dict] = rows, case: str = case) -> None:
+                names = [r["contender"] for r in rows]
+                med = [r["batches_per_s"] for r in rows]
+                err = [[m - r["batches_per_s_min"] for m, r in zip(med, rows, strict=True)],
+                       [r["batches_per_s_max"] - m for m, r in zip(med, rows, strict=True)]]
+                ax.barh(names, med, xerr=err, color=["C0" if n.startswith("ofindex") else "C7"
+                                                     for n in names])
+                ax.set_xlabel("batches/s (median, range over runs)")
+                ax.set_title(case)
+
+            text.append("\n" + self.plot(f"pipeline-{case.replace('+', '-')}", draw,
+                                         (7, 0.4 * len(rows) + 1.2)) + "\n")
+            best = max((r for r in rows if "ratio_vs_best_peer" in r),
+                       key=lambda r: r["ratio_vs_best_peer"], default=None)
+            others = [r for r in rows if not r["contender"].startswith("ofindex")]
+            if best is not None and others:
+                top = max(others, key=lambda r: r["batches_per_s"])
+                self.summary.append(
+                    f"Training pipeline, {case}: {best['contender']} "
+                    f"{fmt(best['batches_per_s'])} batches/s, "
+                    f"{fmt(best['ratio_vs_best_peer'])}× the best other contender "
+                    f"({top['contender']}, {fmt(top['batches_per_s'])} batches/s).")
+        for name, why in data.get("unavailable", {}).items():
+            text.append(f"- not measured: {name}: {why[:200]}")
+        self.sections.append("\n".join(text) + "\n")
+
+    def sequential(self) -> None:
+        rows = self.load("sequential")
+        title = "Batched reading against columnar formats (tools/bench_sequential.py)"
+        if rows is None:
+            self.missing(title, "bench_sequential.py")
+            return
+        text = [f"## {title}\n", "Records/s (median and range over interleaved rounds); "
+                "ofindex checks every CRC, the peers check nothing.\n"]
+        for case in dict.fromkeys(r["case"] for r in rows):
+            mine = [r for r in rows if r["case"] == case]
+            text.append(f"### {case}\n")
+            text.append(table(
+                ["contender", "records/s", "GB/s", "vs best peer"],
+                [[r["contender"], span(r["records_per_s"], r["records_per_s_min"],
+                                       r["records_per_s_max"]), fmt(r["GB_per_s"]),
+                  span(r["ratio_vs_best_peer"], r["ratio_vs_best_peer_min"],
+                       r["ratio_vs_best_peer_max"]) + "×" if "ratio_vs_best_peer" in r else ""]
+                 for r in mine]))
+            text.append("")
+            best = max((r for r in mine if "ratio_vs_best_peer" in r),
+                       key=lambda r: r["ratio_vs_best_peer"], default=None)
+            if best is not None:
+                self.summary.append(f"{case}: {best['contender']} "
+                                    f"{fmt(best['records_per_s'])} records/s, "
+                                    f"{fmt(best['ratio_vs_best_peer'])}× the best peer.")
+        self.sections.append("\n".join(text) + "\n")
+
+    def shuffle(self) -> None:
+        data = self.load("shuffle")
+        title = "Shuffling: requests against mixing (tools/bench_shuffle.py)"
+        if data is None:
+            self.missing(title, "bench_shuffle.py")
+            return
+        loc = data["locality"]
+        text = [f"## {title}\n", "Range requests per batch (reads after coalescing) against "
+                "mixing (1.0 = a full shuffle).\n",
+                table(["order", "requests / batch", "shards / batch", "mixing"],
+                      [[("full shuffle" if r["window"] == "full shuffle" else
+                         f"block {r['block_size']}, window {r['window']}"),
+                        fmt(r["ranges_per_batch"]), fmt(r["shards_per_batch"], 2),
+                        fmt(r["mixing"], 2)] for r in loc])]
+
+        def draw(ax: Any) -> None:
+            for r in loc:
+                full = r["window"] == "full shuffle"
+                ax.scatter(r["ranges_per_batch"], r["mixing"], color="C3" if full else "C0")
+                ax.annotate("full" if full else f"{r['block_size']}/{r['window']}",
+                            (r["ranges_per_batch"], r["mixing"]), fontsize=7)
+            ax.set_xscale("log")
+            ax.set_yscale("log")
+            ax.set_xlabel("range requests per batch")
+            ax.set_ylabel("mixing (1.0 = full shuffle)")
+            ax.set_title("block shuffle: block size / window")
+
+        text.append("\n" + self.plot("shuffle-tradeoff", draw, (6, 4)) + "\n")
+        t = data.get("throughput_indices_per_s", {})
+        if t:
+            text.append(table(["generator", "M indices/s"],
+                              [[k, fmt(v / 1e6)] for k, v in t.items()
+                               if k != "count" and v is not None]))
+            if t.get("ofindex_feistel"):
+                self.summary.append(f"Global shuffle: {fmt(t['ofindex_feistel'] / 1e6)} M "
+                                    "shuffled positions/s in O(1) memory.")
+        self.sections.append("\n".join(text) + "\n")
+
+    def remote(self) -> None:
+        r = self.load("remote")
+        title = "Remote storage at a fixed RTT (tools/bench_remote.py)"
+        if r is None:
+            self.missing(title, "bench_remote.py")
+            return
+        c = r["config"]
+        names = [n for n in ("open_manifest", "batch_cold", "batch_warm", "batch_warm_gap64k",
+                             "slice", "naive_one_request_per_record") if n in r]
+        text = [f"## {title}\n",
+                f"{c['shards']} shards over HTTP behind a {c['rtt_ms']} ms RTT proxy; batches "
+                f"of {c['batch']}.\n",
+                table(["what", "wall (ms)", "RTTs", "requests"],
+                      [[n, fmt(r[n]["wall_s"] * 1e3), fmt(r[n]["rtts"]),
+                        fmt(r[n]["requests"])] for n in names])]
+
+        def draw(ax: Any) -> None:
+            ax.barh(names, [r[n]["rtts"] for n in names])
+            ax.set_xscale("log")
+            ax.set_xlabel(f"wall time in RTTs (RTT = {c['rtt_ms']} ms)")
+
+        text.append("\n" + self.plot("remote-rtts", draw, (7, 3)) + "\n")
+        s = r.get("summary")
+        if s:
+            self.summary.append(f"Remote, {c['rtt_ms']} ms RTT: a batch of {c['batch']} in "
+                                f"{fmt(s['batch_rtts'])} RTTs, {fmt(s['speedup_vs_naive'])}× "
+                                "faster than one request per record.")
+        self.sections.append("\n".join(text) + "\n")
+
+    def compressed(self) -> None:
+        data = self.load("compressed")
+        title = "Compressed files: seek spacing (tools/bench_compressed.py)"
+        if data is None:
+            self.missing(title, "bench_compressed.py")
+            return
+        sets = {k: v for k, v in data.get("datasets", {}).items() if v.get("spacings")}
+        text = [f"## {title}\n"]
+        for name, case in sets.items():
+            text.append(f"### {name}\n")
+            text.append(table(["seek spacing (KiB)", "index, % of file", "ds[i]/s",
+                               "records/s in batches of 256"],
+                              [[fmt(s["spacing"] / 1024), fmt(100 * s["index_fraction"]),
+                                fmt(s["ds_i_per_s"]), fmt(s["getitems256_per_s"])]
+                               for s in case["spacings"]]))
+            text.append("")
+
+        def draw(ax: Any) -> None:
+            for name, case in sets.items():
+                rows = case["spacings"]
+                x = [100 * s["index_fraction"] for s in rows]
+                ax.plot(x, [s["ds_i_per_s"] for s in rows], "o-", label=f"{name}: ds[i]")
+                ax.plot(x, [s["getitems256_per_s"] for s in rows], "s--",
+                        label=f"{name}: batches of 256")
+            ax.set_xlabel("index size, % of the compressed file")
+            ax.set_ylabel("random records/s")
+            ax.set_yscale("log")
+            ax.legend(fontsize=8)
+
+        if sets:
+            text.append(self.plot("compressed-spacing", draw, (7, 4)) + "\n")
+        self.sections.append("\n".join(text) + "\n")
+
+    def rows_table(self, name: str, title: str, tool: str) -> None:
+        """A benchmark that writes a list of rows named by ``"name"`` (tools/benchlib.py)."""
+        rows = self.load(name)
+        if rows is None:
+            self.missing(title, tool)
+            return
+        keys = [k for k in dict.fromkeys(k for r in rows for k in r) if k != "name"]
+        self.sections.append(f"## {title}\n\n" + table(
+            ["what", *keys], [[r["name"], *(fmt(r.get(k)) if isinstance(r.get(k), (int, float))
+                                            else str(r.get(k, "")) for k in keys)]
+                              for r in rows]) + "\n")
+
+    def read(self) -> None:
+        self.rows_table("read", "Random access and iteration (tools/bench_read.py)",
+                        "bench_read.py")
+
+    def build(self) -> None:
+        self.rows_table("build", "Building indexes (tools/bench_build.py)", "bench_build.py")
+
+    def decode(self) -> None:
+        data = self.load("decode")
+        title = "Batched decoding (tools/bench_decode.py)"
+        if data is None:
+            self.missing(title, "bench_decode.py")
+            return
+        text = [f"## {title}\n", f"Batches of {data.get('batch')} records; records/s from the "
+                "median over interleaved rounds (best round in brackets).\n"]
+        for name, entry in data.get("workloads", {}).items():
+            text.append(f"### {name} ({entry.get('floats_per_record')} floats per record)\n")
+            rows = []
+            for who in ("ofindex", "ofindex_out", "tf", "vahidk", "fresh_output_floor"):
+                t = entry.get(who)
+                if isinstance(t, dict) and "median_s" in t:
+                    n = data.get("batch") or 1
+                    rows.append([who, f"{fmt(n / t['median_s'])} ({fmt(n / t['best_s'])})"
+                                 if "best_s" in t else fmt(n / t["median_s"])])
+                elif isinstance(t, str):
+                    rows.append([who, t])
+            text.append(table(["decoder", "records/s"], rows) + "\n")
+        self.sections.append("\n".join(text) + "\n")
+
+    def write(self, readme: str | None) -> str:
+        """Write docs/benchmarks.md (and README's marked block); returns the markdown."""
+        for section in (self.pipeline, self.sequential, self.read, self.build, self.decode,
+                        self.compressed, self.shuffle, self.remote):
+            section()
+        md = ("# Benchmarks\n\nGenerated by `tools/report.py` from the JSON the benchmarks "
+              "write to `bench-results/`; do not edit by hand. Every peer is measured in the "
+              "same run as ofindex.\n\n" + "\n".join(self.sections))
+        os.makedirs(self.docs, exist_ok=True)
+        with open(os.path.join(self.docs, "benchmarks.md"), "w") as f:
+            f.write(md)
+        if readme is not None:
+            update_readme(readme, self.summary)
+        return md
+
+
+def update_readme(path: str, summary: list[str]) -> None:
+    """Replace the text between the README's bench markers with the summary."""
+    with open(path) as f:
+        text = f.read()
+    if BEGIN not in text or END not in text:
+        raise SystemExit(f"{path}: no {BEGIN} ... {END} block to fill")
+    head, rest = text.split(BEGIN, 1)
+    _, tail = rest.split(END, 1)
+    body = "\n".join(f"- {line}" for line in summary) if summary else "- (no results yet)"
+    body += "\n\nAll tables, plots and conditions: [docs/benchmarks.md](docs/benchmarks.md)."
+    with open(path, "w") as f:
+        f.write(f"{head}{BEGIN}\n{body}\n{END}{tail}")
+
+
+def run_tools(names: list[str], results: str) -> None:
+    """Run the named benchmarks, each writing its JSON into ``results``."""
+    for name in names:
+        tool, extra = TOOLS[name]
+        out = os.path.join(results, f"{name}.json")
+        print(f"running {tool} -> {out}", flush=True)
+        subprocess.run([sys.executable, os.path.join(HERE, tool), *extra, "--out", out],
+                       check=True, cwd=ROOT)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--results", default=os.path.join(ROOT, "bench-results"))
+    p.add_argument("--docs", default=os.path.join(ROOT, "docs"))
+    p.add_argument("--readme", default=os.path.join(ROOT, "README.md"))
+    p.add_argument("--no-readme", action="store_true", help="leave README.md alone")
+    p.add_argument("--run", default="", help=f"comma-separated, of {', '.join(TOOLS)}")
+    p.add_argument("--smoke", action="store_true",
+                   help="report into a temporary directory, README untouched (a check)")
+    a = p.parse_args(argv)
+    if a.smoke:
+        a.docs, a.no_readme = tempfile.mkdtemp(prefix="ofindex-report-"), True
+    if a.run:
+        run_tools([n for n in a.run.split(",") if n], a.results)
+    Report(a.results, a.docs).write(None if a.no_readme else a.readme)
+    print(f"wrote {os.path.join(a.docs, 'benchmarks.md')}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
