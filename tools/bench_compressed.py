@@ -35,6 +35,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [os.path.dirname(HERE), os.path.join(os.path.dirname(HERE), "tests"), HERE]
 
 import numpy as np  # noqa: E402
+from benchlib import parse_args  # noqa: E402
 
 import ofindex  # noqa: E402
 from ofindex.formats.seekpoints import DEFAULT_SPACING, WRITER_SPACING  # noqa: E402
@@ -292,7 +293,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--no-remote", action="store_true")
     p.add_argument("--root", default=os.path.join(tempfile.gettempdir(), "ofindex-bench"))
     p.add_argument("--out", default="bench-results/compressed.json")
-    a = p.parse_args(argv)
+    a = parse_args(p, argv, small_records=20_000, large_records=200, spacings="256", budget=0.3,
+                   rounds=1, tf_samples=2, rtt_ms=5.0)
     os.makedirs(a.root, exist_ok=True)
     spacings = [int(s) * KIB for s in a.spacings.split(",")]
     result: dict = {"config": {**vars(a), "default_spacing": DEFAULT_SPACING,
@@ -315,6 +317,8 @@ def main(argv: list[str] | None = None) -> None:
             case["remote"] = remote_case(path, a.rtt_ms, seed=4)
         result["datasets"][name] = case
         print(json.dumps({name: case}, indent=1))
+    if a.out is None:
+        return  # a smoke run
     os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
     with open(a.out, "w") as f:
         json.dump(result, f, indent=2)

@@ -43,7 +43,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [os.path.dirname(HERE), HERE]
 
 from bench_shuffle import _mixing  # noqa: E402
-from benchlib import read_all, write_json  # noqa: E402
+from benchlib import parse_args, read_all, write_json  # noqa: E402
 from pipelines import _torchvision_standin  # noqa: E402
 
 import ofindex  # noqa: E402
@@ -218,12 +218,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cases", default="mnist,imagenet,imagenet+jpeg")
     p.add_argument("--timeout", type=float, default=900)
     p.add_argument("--out", default="bench-results/pipeline.json")
-    p.add_argument("--smoke", action="store_true",
-                   help="tiny sizes: check that the tool runs (its figures mean nothing)")
-    a = p.parse_args(argv)
-    if a.smoke:  # figures of a smoke run mean nothing: written nowhere unless --out is given
-        a.mnist_records, a.shards, a.rounds, a.buffer, a.cases = 2_000, 2, 1, 500, "mnist"
-        a.out = a.out if a.out != p.get_default("out") else None
+    a = parse_args(p, argv, mnist_records=2_000, shards=2, rounds=1, buffer=500, cases="mnist")
     contenders = [c for c in a.contenders.split(",") if c]
     result: dict[str, Any] = {"config": {k: v for k, v in vars(a).items() if k != "root"},
                               "rows": [], "unavailable": {}}

@@ -35,6 +35,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+from benchlib import parse_args  # noqa: E402
+
 PER_SHARD = 100_000
 MEAN = 200
 BATCH = 256
@@ -232,7 +234,7 @@ def main() -> None:
     p.add_argument("--child", help=argparse.SUPPRESS)
     p.add_argument("--mode", default="paged", help=argparse.SUPPRESS)
     p.add_argument("--page-records", type=int, default=0, help=argparse.SUPPRESS)
-    args = p.parse_args()
+    args = parse_args(p, None, scales="1e7", batches=2, whole_scales="1e7", sweep_scale="")
     if args.child:
         print(json.dumps(child(args)))
         return
@@ -255,6 +257,8 @@ def main() -> None:
             print(f"sweep {args.sweep_scale}: page {pr:>5} records ({8 * pr} B): cold "
                   f"x{c['moved_per_useful']:.2f} {c['modelled_s'] * 1e3:.1f} ms, steady "
                   f"x{s['moved_per_useful']:.2f} {s['modelled_s'] * 1e3:.1f} ms", flush=True)
+    if args.out is None:
+        return  # a smoke run
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w") as f:
         json.dump(results, f, indent=2)

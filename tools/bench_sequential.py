@@ -32,7 +32,7 @@ from collections.abc import Callable
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchlib import dataset, read_all, write_json
+from benchlib import dataset, parse_args, read_all, write_json
 
 import ofindex
 
@@ -205,12 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--cases", default="sequential,gather", help="comma-separated")
     p.add_argument("--out", default="bench-results/sequential.json")
-    p.add_argument("--smoke", action="store_true",
-                   help="tiny sizes: check that the tool runs (its figures mean nothing)")
-    a = p.parse_args(argv)
-    if a.smoke:  # figures of a smoke run mean nothing: written nowhere unless --out is given
-        a.records, a.large_records, a.rounds, a.gather_batches = 20_000, 300, 1, 3
-        a.out = a.out if a.out != p.get_default("out") else None
+    a = parse_args(p, argv, records=20_000, large_records=300, rounds=1, gather_batches=3)
     rows: list[dict] = []
     if "sequential" in a.cases:
         rows += sequential_case(a)
