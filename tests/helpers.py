@@ -7,6 +7,7 @@ import os
 import struct
 
 import crc32c
+import numpy as np
 
 
 def ref_masked_crc(data: bytes) -> int:
@@ -77,3 +78,36 @@ def implementation(name: str):
         yield
     finally:
         _accel.native = saved
+
+
+# -- decoded values -----------------------------------------------------------------------
+def same(a, b) -> bool:
+    """Exact equality of decoded values (NaN == NaN, -0.0 != 0.0, dtypes and shapes)."""
+    if hasattr(a, "row_lengths") or hasattr(b, "row_lengths"):
+        return hasattr(a, "row_lengths") and hasattr(b, "row_lengths") and same(
+            a.values, b.values) and np.array_equal(a.row_lengths, b.row_lengths)
+    a, b = np.asarray(a), np.asarray(b)
+    if a.dtype != b.dtype or a.shape != b.shape:
+        return False
+    if a.dtype.kind == "f":
+        return bool(np.array_equal(a, b, equal_nan=True)
+                    and np.array_equal(np.signbit(a), np.signbit(b)))
+    return bool(np.array_equal(a, b))
+
+
+def same_dict(a: dict, b: dict) -> bool:
+    return (list(a) == list(b) and all(same(a[k], b[k]) for k in a)) or (
+        set(a) == set(b) and all(same(a[k], b[k]) for k in a))
+
+
+# -- small datasets -------------------------------------------------------------------------
+def write_shards(directory, sizes, record, name="part-{}.tfrecord") -> str:
+    """Write ``len(sizes)`` shards with ofindex.Writer; shard ``s`` holds ``record(s, i)`` for
+    ``i < sizes[s]``. Returns the directory."""
+    import ofindex
+
+    for s, count in enumerate(sizes):
+        with ofindex.Writer(os.path.join(directory, name.format(s))) as w:
+            for i in range(count):
+                w.write(record(s, i))
+    return str(directory)

@@ -115,3 +115,36 @@ def test_failed_task_names_the_file_and_cancels(cluster, data_dir):
         f.write(b"\xff" * 8)  # the first record's length header: its CRC fails
     with pytest.raises(ofindex.CorruptRecordError, match="part-00003"):
         ofindex.build_index(data_dir, format="tfrecord", executor=client.get_executor())
+
+
+RAY_BUILD = """
+import json, sys, ray
+import ofindex
+from ofindex.index.cluster import RayExecutor
+ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+executor = RayExecutor()
+try:
+    results = ofindex.build_index(sys.argv[1], executor=executor)
+finally:
+    executor.shutdown()
+    ray.shutdown()
+print(json.dumps([r.records for r in results]))
+"""
+
+
+def test_ray_local_mode_build_equals_local_build(data_dir):
+    """Ray's local mode (its own process tree, so it runs in a child interpreter)."""
+    import json
+    import subprocess
+    import sys
+
+    pytest.importorskip("ray")
+    local = ofindex.build_index(data_dir, resume=False)
+    expected = _index_files(data_dir)
+    for name in expected:
+        os.remove(os.path.join(data_dir, name))
+    run = subprocess.run([sys.executable, "-c", RAY_BUILD, data_dir], capture_output=True,
+                         text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert json.loads(run.stdout.strip().splitlines()[-1]) == [r.records for r in local]
+    assert _index_files(data_dir) == expected

@@ -9,7 +9,7 @@ import struct
 
 import numpy as np
 import pytest
-from helpers import IMPLEMENTATIONS, implementation
+from helpers import IMPLEMENTATIONS, implementation, same, same_dict
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -43,25 +43,6 @@ NAMES = st.text(max_size=12)  # unicode, empty included
 
 
 # ---- helpers ---------------------------------------------------------------------------
-
-def same(a, b) -> bool:
-    """Exact equality of decoded values (NaN == NaN, -0.0 != 0.0, dtypes and shapes)."""
-    if isinstance(a, Ragged) or isinstance(b, Ragged):
-        return isinstance(a, Ragged) and isinstance(b, Ragged) and same(
-            a.values, b.values) and np.array_equal(a.row_lengths, b.row_lengths)
-    a, b = np.asarray(a), np.asarray(b)
-    if a.dtype != b.dtype or a.shape != b.shape:
-        return False
-    if a.dtype.kind == "f":
-        return bool(np.array_equal(a, b, equal_nan=True)
-                    and np.array_equal(np.signbit(a), np.signbit(b)))
-    return bool(np.array_equal(a, b))
-
-
-def same_dict(a: dict, b: dict) -> bool:
-    return (list(a) == list(b) and all(same(a[k], b[k]) for k in a)) or (
-        set(a) == set(b) and all(same(a[k], b[k]) for k in a))
-
 
 def reference_sequence(msg) -> tuple[dict, dict]:
     ctx = from_message(example_pb2.Example(features=msg.context))

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from fuzzkit import Tally, budget, guarded
-from helpers import implementation
+from helpers import implementation, same, same_dict
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -43,22 +43,6 @@ def varint(n: int) -> bytes:
         out.append(b | (0x80 if n else 0))
         if not n:
             return bytes(out)
-
-
-def same(a, b) -> bool:
-    if hasattr(a, "row_lengths") or hasattr(b, "row_lengths"):
-        return same(a.values, b.values) and np.array_equal(a.row_lengths, b.row_lengths)
-    a, b = np.asarray(a), np.asarray(b)
-    if a.dtype != b.dtype or a.shape != b.shape:
-        return False
-    if a.dtype.kind == "f":
-        return bool(np.array_equal(a, b, equal_nan=True)
-                    and np.array_equal(np.signbit(a), np.signbit(b)))
-    return bool(np.array_equal(a, b))
-
-
-def same_dict(a: dict, b: dict) -> bool:
-    return set(a) == set(b) and all(same(a[k], b[k]) for k in a)
 
 
 def message(rng: np.random.Generator, kind: str) -> bytes:

@@ -2,12 +2,12 @@
 with one BatchDecoder call (torch and Grain), and the batched read paths under it
 (iter_batches, big batches checked on threads)."""
 
-import os
 
 import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
+from helpers import write_shards  # noqa: E402
 from torch.utils.data import DataLoader  # noqa: E402
 
 import ofindex  # noqa: E402
@@ -34,12 +34,7 @@ def example(s, i):
 
 @pytest.fixture(scope="module")
 def ds(tmp_path_factory):
-    d = tmp_path_factory.mktemp("pipeline")
-    for s, c in enumerate(SHARDS):
-        with ofindex.Writer(os.path.join(d, f"part-{s}.tfrecord")) as w:
-            for i in range(c):
-                w.write(example(s, i))
-    return ofindex.open(str(d))
+    return ofindex.open(write_shards(tmp_path_factory.mktemp("pipeline"), SHARDS, example))
 
 
 def labels_of(batch):

@@ -4,12 +4,12 @@ import functools
 import inspect
 import json
 import operator
-import os
 import pickle
 import warnings
 
 import numpy as np
 import pytest
+from helpers import write_shards
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -204,12 +204,9 @@ SHARDS = [24, 40, 16]  # multiples of the block size 8 below: no pooled tails
 
 @pytest.fixture(scope="module")
 def ds(tmp_path_factory):
-    d = tmp_path_factory.mktemp("sampled")
-    for s, c in enumerate(SHARDS):
-        with ofindex.Writer(os.path.join(d, f"part-{s}.tfrecord")) as w:
-            for i in range(c):
-                w.write(f"{s}/{i}".encode())
-    data = ofindex.open(str(d))
+    d = write_shards(tmp_path_factory.mktemp("sampled"), SHARDS,
+                     lambda s, i: f"{s}/{i}".encode())
+    data = ofindex.open(d)
     assert len(data) == sum(SHARDS)
     return data
 

@@ -6,6 +6,7 @@ import os
 import pytest
 
 torch = pytest.importorskip("torch")
+from helpers import write_shards  # noqa: E402
 from torch.utils.data import DataLoader  # noqa: E402
 
 import ofindex  # noqa: E402
@@ -28,11 +29,7 @@ def record(s, i):
 
 @pytest.fixture(scope="module")
 def ds(tmp_path_factory):
-    d = tmp_path_factory.mktemp("shards")
-    for s, c in enumerate(SHARDS):
-        with ofindex.Writer(os.path.join(d, f"part-{s:02d}.tfrecord")) as w:
-            for i in range(c):
-                w.write(record(s, i))
+    d = write_shards(tmp_path_factory.mktemp("shards"), SHARDS, record, "part-{:02d}.tfrecord")
     data = ofindex.open(os.path.join(d, "part-*.tfrecord"))
     assert len(data) == sum(SHARDS)
     return data

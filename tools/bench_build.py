@@ -33,7 +33,8 @@ def main() -> None:
         read_all([path])
         nbytes = os.path.getsize(path)
         theirs = best_of(lambda p=path: create_index(p, p + ".tfindex"), repeat=3)
-        ours = best_of(lambda p=path: ofindex.build_index(p, workers=1), repeat=5)
+        ours = best_of(lambda p=path: ofindex.build_index(p, workers=1, resume=False),
+                       repeat=5)
         ours_v = best_of(lambda p=path: ofindex.build_index(p, workers=1, verify=True), repeat=5)
         got = len(ofindex.open(path))
         with open(path + ".tfindex") as f:

@@ -122,7 +122,7 @@ def build_case(path: str, usize: int, rounds: int) -> dict:
     ours, theirs = [], []
     for _ in range(rounds):
         t = time.perf_counter()
-        ofindex.build_index(path, manifest=False)
+        ofindex.build_index(path, manifest=False, resume=False)
         ours.append(time.perf_counter() - t)
         t = time.perf_counter()
         tf_read_all(path)
@@ -177,7 +177,7 @@ def spacing_case(path: str, spacings: list[int], budget: float, seed: int) -> li
                    lambda ds=ds, rng=rng, n=n: ds.__getitems__(rng.integers(0, n, 256)),
                    budget, 256)}
         rows.append(row)
-    ofindex.build_index(path, manifest=False)  # back to the default
+    ofindex.build_index(path, manifest=False, resume=False)  # back to the default
     return rows
 
 

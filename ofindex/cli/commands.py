@@ -15,7 +15,6 @@ from .._accel import implementation
 from ..errors import IndexNotFoundError, OfindexError
 from ..formats.framing import RecordFormat
 from ..formats.location import resolve, sidecar_location
-from ..formats.seekpoints import DEFAULT_SPACING
 from ..formats.sidecar import load_sidecar
 from ..formats.sidecar_header import Compression
 from ..formats.textindex import export_text, import_text
@@ -62,7 +61,7 @@ def cmd_build(args: argparse.Namespace, options: Options) -> int:
                 allow_partial=args.allow_partial, workers=args.workers,
                 storage_options=options, progress=not args.no_progress and sys.stderr.isatty(),
                 executor=executor, resume=args.resume, compression=args.compression,
-                seek_spacing=args.seek_spacing or DEFAULT_SPACING, checksums=args.checksums,
+                seek_spacing=args.seek_spacing, checksums=args.checksums,
             )
     finally:
         if executor is not None:

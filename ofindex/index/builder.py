@@ -14,7 +14,6 @@ from ..formats.detect import FORMAT_HINT
 from ..formats.framing import RecordFormat
 from ..formats.location import DatasetLocation, resolve
 from ..formats.manifest import manifest_url_for, write_manifest
-from ..formats.seekpoints import DEFAULT_SPACING
 from ..formats.sidecar_header import Compression
 from ..storage import PathSpec, Storage
 from .build_file import BuildResult
@@ -39,7 +38,7 @@ def build_index(
     executor: cf.Executor | None = None,
     resume: bool = True,
     compression: str | Compression | None = "auto",
-    seek_spacing: int = DEFAULT_SPACING,
+    seek_spacing: int | None = None,
     checksums: bool = False,
 ) -> list[BuildResult]:
     """Index data files: scan each once and write its sidecar (and the dataset's manifest).
@@ -83,6 +82,8 @@ def build_index(
             is. A compressed file is inflated once; its sidecar also holds seek points where
             random reads start inflating.
         seek_spacing: Uncompressed bytes between the seek points of a compressed file
+            (default 1 MiB; a resumed build rebuilds a compressed file's sidecar only when it
+            was built with another spacing than one given here)
             (smaller: faster random reads, a larger index; each point may store up to a
             32 KiB window, compressed). ``BuildResult.index_fraction`` tells the index size
             as a fraction of the data.
@@ -129,14 +130,14 @@ def build_location(
     executor: cf.Executor | None = None,
     resume: bool = True,
     compression: str | Compression | None = "auto",
-    seek_spacing: int = DEFAULT_SPACING,
+    seek_spacing: int | None = None,
     checksums: bool = False,
 ) -> list[BuildResult]:
     """Index the files of a resolved location (see :func:`build_index` for the options)."""
     storage, files = location.storage, location.files
     fmt = None if format == "auto" else RecordFormat.parse(format)
     comp = parse_compression(compression)
-    if seek_spacing < 1:
+    if seek_spacing is not None and seek_spacing < 1:
         raise ValueError(f"seek_spacing must be a positive number of bytes, not {seek_spacing}")
     targets = [location.sidecar_of(f) for f in files]
     default = (os.cpu_count() or 1) if storage.cheap_seeks else REMOTE_WORKERS

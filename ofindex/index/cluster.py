@@ -17,6 +17,7 @@ import pickle
 from collections.abc import Callable
 from typing import Any
 
+from ..errors import MissingDependencyError
 from ..storage import Storage
 from .build_file import BuildResult
 from .job import FileJob
@@ -110,15 +111,16 @@ class DaskExecutor(cf.Executor):
         address: The scheduler, e.g. ``"tcp://10.0.0.1:8786"``.
 
     Raises:
-        ImportError: ``dask.distributed`` is not installed (``pip install 'ofindex[dask]'``).
+        MissingDependencyError: ``dask.distributed`` is not installed (an ``ImportError``
+            naming ``pip install 'ofindex[dask]'``).
     """
 
     def __init__(self, address: str) -> None:
         try:
             from dask.distributed import Client
         except ImportError as exc:
-            raise ImportError("building on a Dask cluster needs dask.distributed: "
-                              "pip install 'ofindex[dask]'") from exc
+            raise MissingDependencyError("building on a Dask cluster needs dask.distributed: "
+                                         "pip install 'ofindex[dask]'") from exc
         self.client = Client(address)  # type: ignore[no-untyped-call]
         self._executor: cf.Executor = self.client.get_executor()  # type: ignore[no-untyped-call]
 
@@ -141,15 +143,16 @@ class RayExecutor(cf.Executor):
         num_cpus: CPUs each task reserves.
 
     Raises:
-        ImportError: Ray is not installed (``pip install 'ofindex[ray]'``).
+        MissingDependencyError: Ray is not installed (an ``ImportError`` naming
+            ``pip install 'ofindex[ray]'``).
     """
 
     def __init__(self, address: str | None = None, num_cpus: float = 1) -> None:
         try:
             import ray
         except ImportError as exc:
-            raise ImportError("building on a Ray cluster needs ray: "
-                              "pip install 'ofindex[ray]'") from exc
+            raise MissingDependencyError("building on a Ray cluster needs ray: "
+                                         "pip install 'ofindex[ray]'") from exc
         if not ray.is_initialized():
             ray.init(address=address, ignore_reinit_error=True, log_to_driver=False)
         self._ray = ray

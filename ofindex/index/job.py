@@ -30,7 +30,8 @@ class FileJob:
             does not resume).
         allow_partial: Index the valid prefix of a damaged file instead of failing.
         compression: How the file is compressed, or ``None`` to detect it.
-        spacing: Uncompressed bytes between seek points of a compressed file.
+        spacing: Uncompressed bytes between seek points of a compressed file (``None``: the
+            default, and a fresh sidecar of any spacing is kept).
         checksums: Store the CRC32C of every payload in the sidecar.
     """
 
@@ -42,7 +43,7 @@ class FileJob:
     verify: bool = False
     allow_partial: bool = False
     compression: Compression | None = None
-    spacing: int = DEFAULT_SPACING
+    spacing: int | None = None
     checksums: bool = False
 
     def run(self, resume: bool = True,
@@ -62,12 +63,14 @@ class FileJob:
         """
         if resume and not self.verify:
             done = fresh_result(self.storage, self.path, self.format, self.index_storage,
-                                self.index_path, self.compression, self.checksums)
+                                self.index_path, self.compression, self.checksums,
+                                self.spacing)
             if done is not None:
                 if progress is not None:
                     progress(done.size)
                 return done
         return build_file(self.storage, self.path, self.format, self.index_storage,
                           self.index_path, self.verify, self.allow_partial, progress=progress,
-                          compression=self.compression, spacing=self.spacing,
+                          compression=self.compression,
+                          spacing=self.spacing or DEFAULT_SPACING,
                           checksums=self.checksums)

@@ -41,6 +41,7 @@ def read_header(index_storage: Storage, index_path: str) -> SidecarHeader | None
 def fresh_result(
     storage: Storage, path: str, fmt: RecordFormat | None, index_storage: Storage,
     index_path: str, compression: Compression | None = None, checksums: bool = False,
+    spacing: int | None = None,
 ) -> BuildResult | None:
     """What a fresh existing sidecar says of ``path``, or ``None`` when it must be (re)built.
 
@@ -55,6 +56,8 @@ def fresh_result(
         index_path: Where the sidecar is.
         compression: The compression asked for, or ``None`` (auto).
         checksums: Payload checksums are asked for (a sidecar without them is rebuilt).
+        spacing: The seek point spacing asked for (a compressed file indexed with another
+            is rebuilt), or ``None`` (any).
 
     Returns:
         The :class:`BuildResult` of the existing sidecar (``skipped=True``), or ``None``.
@@ -66,6 +69,9 @@ def fresh_result(
         return None  # indexed as another compression than asked for: rebuild (and refuse)
     if checksums and not header.checksums and header.compression is Compression.NONE:
         return None  # checksums asked for and missing
+    if (spacing is not None and header.compression is not Compression.NONE
+            and header.spacing != spacing):
+        return None  # another seek point spacing asked for
     stamp = storage.stamp(path)
     if header.stamp != stamp:
         return None

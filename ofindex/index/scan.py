@@ -131,8 +131,9 @@ class _Scan:
         self.storage, self.path, self.fmt = storage, path, fmt
         self.size = UNKNOWN_SIZE if self.stream else size
         self.url = storage.url(path)
-        # a small file gets a buffer its size, not a whole block
-        block_size = min(block_size, max(size, _HEADER_READ))
+        # a small file gets a buffer its size, not a whole block (a stream's size is unknown)
+        if not self.stream:
+            block_size = min(block_size, max(size, _HEADER_READ))
         self.verify, self.block_size, self.progress = verify, block_size, progress
         self.found: list[np.ndarray] = []
         self.singles: list[int] = []  # offsets found one per read, not yet in ``found``
