@@ -14,6 +14,7 @@ from typing import Any, cast
 
 import numpy as np
 
+from ofindex.decode._protobuf import decode_parsed, eligible
 from ofindex.decode._template import Column, decode_group
 from ofindex.decode._values import EXAMPLE_KINDS, FLOAT32, NP_DTYPES, OFRECORD_KINDS, bytes_array
 from ofindex.decode._walk import Walked, walk_example, walk_ofrecord
@@ -29,6 +30,10 @@ from ofindex.decode.example import (
 )
 from ofindex.decode.spec import FixedLen, NormalizedSpec, Ragged, Spec, normalize_spec
 from ofindex.errors import DecodeError
+
+#: Records left over from the layout groups: from this many on, protobuf's compiled parser is
+#: tried first (see :mod:`ofindex.decode._protobuf`).
+_PARSED_MIN = 2
 
 _FAMILIES: dict[str, tuple[Callable[[bytes], Walked], dict[int, str], tuple[str, ...], str]] = {
     "example": (walk_example, EXAMPLE_KINDS, EXAMPLE_DTYPES, "Example"),
@@ -188,6 +193,13 @@ def decode_records(records: Sequence[RecordBytes], spec: Spec, family: str,
                 parts.append((idx, res))
                 done.update(idx)
     rest = [] if len(done) == n else [i for i in range(n) if i not in done]
+    if rest:
+        rbufs = [bufs[i] for i in rest]
+        parsed = (decode_parsed(rbufs, nspec, family)
+                  if not union and len(rest) >= _PARSED_MIN and eligible(nspec) else None)
+        if parsed is not None:
+            parts.append((rest, parsed))
+            rest = []
     if rest:
         rbufs = [bufs[i] for i in rest]
         walked = ([walked_all[i] for i in rest] if walked_all is not None else
