@@ -193,16 +193,21 @@ def test_grain_batches_with_workers(ds):
     assert got == [labels_of(batches[k]) for k in range(2 * len(batches))]
 
 
-def test_scalar_bytes_features_batch_to_bytes(tmp_path):
-    """ImageNet-like records (a JPEG's bytes of a different length in each record): a batch's
-    scalar bytes feature holds the bytes themselves, one per record."""
-    images = [bytes([i]) * (1000 + 37 * i) for i in range(5)]
-    with ofindex.Writer(str(tmp_path / "img.tfrecord")) as w:
+def _write_images(path, images: list[bytes]) -> None:
+    """ImageNet-like Examples: record ``i`` holds ``images[i]`` as "jpeg" and label ``i``."""
+    with ofindex.Writer(str(path)) as w:
         for i, img in enumerate(images):
             ex = example_pb2.Example()
             ex.features.feature["jpeg"].bytes_list.value.append(img)
             ex.features.feature["label"].int64_list.value.append(i)
             w.write(ex.SerializeToString())
+
+
+def test_scalar_bytes_features_batch_to_bytes(tmp_path):
+    """ImageNet-like records (a JPEG's bytes of a different length in each record): a batch's
+    scalar bytes feature holds the bytes themselves, one per record."""
+    images = [bytes([i]) * (1000 + 37 * i) for i in range(5)]
+    _write_images(tmp_path / "img.tfrecord", images)
     data = TensorBatches(ofindex.open(str(tmp_path / "img.tfrecord")),
                          BatchDecoder({"jpeg": FixedLen((), "bytes"),
                                        "label": FixedLen((), "int64")}))
@@ -214,12 +219,7 @@ def test_scalar_bytes_features_batch_to_bytes(tmp_path):
 @pytest.mark.parametrize("workers", [0, 2])
 def test_packed_bytes_features(tmp_path, workers):
     images = [bytes([i]) * (500 + 91 * i) for i in range(12)]
-    with ofindex.Writer(str(tmp_path / "img.tfrecord")) as w:
-        for i, img in enumerate(images):
-            ex = example_pb2.Example()
-            ex.features.feature["jpeg"].bytes_list.value.append(img)
-            ex.features.feature["label"].int64_list.value.append(i)
-            w.write(ex.SerializeToString())
+    _write_images(tmp_path / "img.tfrecord", images)
     ds = ofindex.open(str(tmp_path / "img.tfrecord"))
     dec = BatchDecoder({"jpeg": FixedLen((), "bytes"), "label": FixedLen((), "int64")})
     data = TensorBatches(ds, dec, pack_bytes=True)

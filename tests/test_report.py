@@ -62,6 +62,13 @@ DECODE = {"batch": 256, "workloads": {"mnist": {
     "floats_per_record": 784, "ofindex": {"median_s": 0.000356, "best_s": 0.000325},
     "vahidk": "skipped (tfrecord not installed)"}}}
 
+SCALE = {"settings": {"batches": 8, "rtt": 0.02, "bandwidth": 1e9, "concurrency": 256},
+         "scales": [{"records": 1e10, "shards": 100000, "mode": "paged", "manifest_bytes": 7190000,
+                     "open_s": 0.64, "peak_rss_mb": 155.0,
+                     "cold": {"max_rounds": 2, "moved_per_useful": 3.1, "modelled_s": 0.0452},
+                     "warm": {"max_rounds": 1, "moved_per_useful": 1.2, "modelled_s": 0.0213},
+                     "whole_shards": {"moved_per_useful": 108175.0}}]}
+
 
 def write(results, name, data):
     with open(os.path.join(results, f"{name}.json"), "w") as f:
@@ -73,7 +80,7 @@ def test_report_from_fixtures(tmp_path):
     results.mkdir()
     for name, data in (("pipeline", PIPELINE), ("sequential", SEQUENTIAL),
                        ("shuffle", SHUFFLE), ("remote", REMOTE), ("compressed", COMPRESSED),
-                       ("build", BUILD), ("decode", DECODE)):
+                       ("build", BUILD), ("decode", DECODE), ("scale", SCALE)):
         write(results, name, data)
     readme = tmp_path / "README.md"
     readme.write_text("# x\n\n## Benchmarks\n\nintro\n\n<!-- bench:begin -->\nold figures\n"
@@ -93,6 +100,8 @@ def test_report_from_fixtures(tmp_path):
     assert "| build 1 M x ~200 B | 2,500,000 | 6.25 |" in md
     assert "| ofindex | 719,101 (787,692) |" in md
     assert "| vahidk | skipped (tfrecord not installed) |" in md
+    assert ("| 1e+10 | 100,000 | paged | 7.19 | 0.64 | 155 | 2 | 3.1 | 45.2 | 1 | 21.3 "
+            "| 108,175 |") in md
     for png in ("pipeline-mnist", "shuffle-tradeoff", "remote-rtts", "compressed-spacing"):
         assert f"(img/{png}.png)" in md
         assert (docs / "img" / f"{png}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -104,6 +113,8 @@ def test_report_from_fixtures(tmp_path):
     assert "ofindex iter_batches 15,200,000 records/s, 1.09× the best peer." in text
     assert "a batch of 256 in 3.2 RTTs, 91.2× faster than one request per record" in text
     assert "[docs/benchmarks.md](docs/benchmarks.md)" in text
+    assert ("- Scale (1e+10 records, 100,000 shards, simulated store): open 0.64 s, peak RSS "
+            "155 MB, 2 request rounds per cold batch of 256, 3.1× the useful bytes moved.") in text
 
 
 def test_report_refuses_a_readme_without_markers(tmp_path):

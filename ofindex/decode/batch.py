@@ -3,7 +3,9 @@
 ``FixedLen`` features become one array ``(batch, *shape)``; ``VarLen`` features (and
 features without a spec) become :class:`Ragged` ``(values, row_lengths)``. Records that
 share a byte layout (the usual case: one writer, same features) are decoded together with
-numpy (see :mod:`ofindex.decode._template`); the others record by record.
+numpy (see :mod:`ofindex.decode._template`); the others record by record, through
+protobuf's compiled parser where they plainly fit the spec (see
+:mod:`ofindex.decode._protobuf`), else by the careful walk that also words the errors.
 """
 
 from __future__ import annotations

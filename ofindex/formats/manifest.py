@@ -131,9 +131,10 @@ def decode_manifest(raw: bytes, manifest_url: str) -> Manifest:
         records = _column(shards, "records", int)
         sizes = _column(shards, "size", int)
         fps = _column(shards, "fingerprint", str)
-        comps = [Compression.parse(c) for c in
-                 (_column(shards, "compression", str) if "compression" in shards
-                  else [""] * len(names))]
+        comp_names = (_column(shards, "compression", str) if "compression" in shards
+                      else [""] * len(names))
+        parsed = {c: Compression.parse(c) for c in set(comp_names)}  # a few distinct names
+        comps = [parsed[c] for c in comp_names]
         if type(doc["format"]) is not str:
             raise TypeError("format must be a string")
         fmt = RecordFormat.parse(doc["format"])

@@ -225,13 +225,13 @@ class PartialIndexWarning(UserWarning):
 
 def warn_partial(ds: Dataset) -> None:
     """Warn once for a dataset with partial indexes, naming the shards and their records."""
-    partial = [s for s in ds.shards if s.partial]
+    partial = [s for s in ds._shards if s.partial]  # not ds.shards: 1e5 URLs made for nothing
     if not partial:
         return
-    shown = ", ".join(f"{s.url} ({s.records} records indexed)" for s in partial[:3])
+    shown = ", ".join(f"{s.data_url} ({s.records} records indexed)" for s in partial[:3])
     more = f" and {len(partial) - 3} more" if len(partial) > 3 else ""
     warnings.warn(PartialIndexWarning(
-        f"{len(partial)} of {len(ds.shards)} shards have a PARTIAL index: {shown}{more}; the "
+        f"{len(partial)} of {len(ds._shards)} shards have a PARTIAL index: {shown}{more}; the "
         "rest of each such file is damaged and not readable — re-copy it and run "
         "`ofindex build` again"), stacklevel=3)
 

@@ -139,6 +139,16 @@ def _final(exc: Exception, what: str, attempts: int) -> Exception:
     return translated
 
 
+def _raise_if_final(exc: Exception, attempt: int, policy: RetryPolicy, what: str) -> None:
+    """Raise the error to report for ``exc`` when it ends the retries (not transient, or the
+    last attempt); return when another attempt should follow."""
+    if not is_transient(exc) or attempt + 1 >= policy.attempts:
+        final = _final(exc, what, policy.attempts)
+        if final is exc:
+            raise exc
+        raise final from exc
+
+
 async def retry_async(fn: Callable[[], Awaitable[T]], policy: RetryPolicy, what: str) -> T:
     """Await ``fn()``; retry transient failures; then raise :class:`RangeReadError` naming
     ``what`` (the URL and byte range)."""
@@ -146,11 +156,7 @@ async def retry_async(fn: Callable[[], Awaitable[T]], policy: RetryPolicy, what:
         try:
             return await fn()
         except Exception as exc:
-            if not is_transient(exc) or k + 1 >= policy.attempts:
-                final = _final(exc, what, policy.attempts)
-                if final is exc:
-                    raise
-                raise final from exc
+            _raise_if_final(exc, k, policy, what)
             await asyncio.sleep(policy.delay(k))
     raise AssertionError("unreachable")  # pragma: no cover
 
@@ -161,10 +167,6 @@ def retry_sync(fn: Callable[[], T], policy: RetryPolicy, what: str) -> T:
         try:
             return fn()
         except Exception as exc:
-            if not is_transient(exc) or k + 1 >= policy.attempts:
-                final = _final(exc, what, policy.attempts)
-                if final is exc:
-                    raise
-                raise final from exc
+            _raise_if_final(exc, k, policy, what)
             time.sleep(policy.delay(k))
     raise AssertionError("unreachable")  # pragma: no cover
