@@ -307,7 +307,7 @@ class Report:
         if paged:
             top = paged[-1]
             self.summary.append(
-                f"- Scale ({top['records']:.0e} records, {top['shards']:,} shards, simulated "
+                f"Scale ({top['records']:.0e} records, {top['shards']:,} shards, simulated "
                 f"store): open {fmt(top['open_s'])} s, peak RSS {fmt(top['peak_rss_mb'])} MB, "
                 f"{top['cold']['max_rounds']} request rounds per cold batch of 256, "
                 f"{fmt(top['cold']['moved_per_useful'])}× the useful bytes moved.")
