@@ -10,7 +10,9 @@ asked-for value type and, for ``FixedLen``, the right number of values. For anyt
 ``None`` and the careful path decodes the records and words the error.
 
 Numeric lists come out of protobuf one Python number per value, so long numeric features
-stay on the careful path (which reads them as one numpy buffer each).
+stay on the careful path (which reads them as one numpy buffer each). So do all float
+features: a float32 NaN passed through a Python float can change its payload bits (a
+signalling NaN comes back quiet), and the careful path returns the stored bits exactly.
 """
 
 from __future__ import annotations
@@ -19,11 +21,13 @@ from typing import Any
 
 import numpy as np
 
-from ofindex.decode._values import BYTES, LIST_NAMES, NP_DTYPES
+from ofindex.decode._values import BYTES, INT32, INT64, LIST_NAMES, NP_DTYPES
 from ofindex.decode.spec import FixedLen, NormalizedSpec
 
-#: Numeric FixedLen features of at most this many values go through protobuf.
+#: Integer FixedLen features of at most this many values go through protobuf.
 MAX_NUMERIC_VALUES = 64
+#: The numeric value types that go through protobuf (floats do not: see the module doc).
+_INTEGERS = (INT32, INT64)
 
 #: Column of a batch part: ("fixed", array) or ("ragged", values, row lengths).
 Column = tuple[Any, ...]
@@ -51,15 +55,16 @@ def eligible(spec: NormalizedSpec | None) -> bool:
         spec: The normalized spec (``None``: every feature, types unknown: not eligible).
 
     Returns:
-        ``True`` when each feature is named by a ``str`` and is a ``bytes`` feature or a
-        numeric ``FixedLen`` of at most :data:`MAX_NUMERIC_VALUES` values.
+        ``True`` when each feature is named by a ``str`` and is a ``bytes`` feature or an
+        integer ``FixedLen`` of at most :data:`MAX_NUMERIC_VALUES` values.
     """
     if not spec:
         return False
     for name, fs in spec.items():
         if not isinstance(name, str) or fs is None:
             return False
-        if fs.dtype != BYTES and not (isinstance(fs, FixedLen) and fs.size <= MAX_NUMERIC_VALUES):
+        if fs.dtype != BYTES and not (isinstance(fs, FixedLen) and fs.dtype in _INTEGERS
+                                      and fs.size <= MAX_NUMERIC_VALUES):
             return False
     return True
 
