@@ -74,7 +74,10 @@ def _vahidk_iterate(paths: list[str], budget: float, n: int, nbytes: int) -> tup
     return cnt / t, cnt / n * nbytes / t / 1e9
 
 
-def bench_case(name: str, paths: list[str], root: str, budget: float) -> list[dict]:
+def bench_case(name: str, paths: list[str], root: str, budget: float, reads: int = 50_000,
+               nbatches: int = 100) -> list[dict]:
+    """Rows for one data set: ``reads`` random ``ds[i]`` and ``nbatches`` batches of 256 per
+    timed loop of ofindex (best of 3), the peers within ``budget`` seconds."""
     rows = []
     read_all(paths)
     ds = ofindex.open(paths)
@@ -87,19 +90,19 @@ def bench_case(name: str, paths: list[str], root: str, budget: float) -> list[di
     # every loop drops each result before the next read, as ArrayRecord's loop below does
     # (keeping them all alive would time the allocator's fresh pages, not the reader)
     def singles_loop(d):
-        for i in singles[:50_000]:
+        for i in singles[:reads]:
             d[i]
 
     def batches_loop(d):
-        for b in batches[:100]:
+        for b in batches[:nbatches]:
             d.__getitems__(b)
 
-    ours_single_rps = 50_000 / best_of(lambda: singles_loop(ds), 3)
-    ours_batch_rps = 100 * 256 / best_of(lambda: batches_loop(ds), 3)
+    ours_single_rps = reads / best_of(lambda: singles_loop(ds), 3)
+    ours_batch_rps = nbatches * 256 / best_of(lambda: batches_loop(ds), 3)
     # with mmap=False: os.pread per record (see ofindex.storage.mapped)
     dm = ofindex.open(paths, mmap=False)
-    pread_single_rps = 50_000 / best_of(lambda: singles_loop(dm), 3)
-    pread_batch_rps = 100 * 256 / best_of(lambda: batches_loop(dm), 3)
+    pread_single_rps = reads / best_of(lambda: singles_loop(dm), 3)
+    pread_batch_rps = nbatches * 256 / best_of(lambda: batches_loop(dm), 3)
     assert dm.__getitems__(batches[0]) == ds.__getitems__(batches[0])
 
     # ArrayRecord with group_size:1 on the same records
@@ -177,12 +180,16 @@ def main() -> None:
     p.add_argument("--large-records", type=int, default=10_000)
     p.add_argument("--shards", type=int, default=4)
     p.add_argument("--budget", type=float, default=3.0, help="seconds per slow peer measurement")
+    p.add_argument("--reads", type=int, default=50_000, help="random ds[i] per timed loop")
+    p.add_argument("--batches", type=int, default=100, help="batches of 256 per timed loop")
     p.add_argument("--out", default="bench-results/read.json")
-    a = parse_args(p, small_records=20_000, large_records=200, budget=0.3)
+    a = parse_args(p, small_records=20_000, large_records=200, budget=0.3, reads=2_000,
+                   batches=5)
     rows = []
     for name, n, size in (("small", a.small_records, 200), ("large", a.large_records, 100_000)):
         paths = dataset(a.root, f"read-{name}-{n}", n, a.shards, size)
-        rows += bench_case(f"{name} ({n} x ~{size} B)", paths, a.root, a.budget)
+        rows += bench_case(f"{name} ({n} x ~{size} B)", paths, a.root, a.budget, a.reads,
+                           a.batches)
     report(rows, a.out)
 
 
