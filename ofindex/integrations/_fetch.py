@@ -9,10 +9,6 @@ from typing import Any
 import numpy as np
 
 from ..decode import BatchDecoder, FixedLen, Ragged
-from ..decode._memory import empty as pooled_empty
-
-#: Packed ``bytes`` buffers are allocated in multiples of this (pooled memory is reused by size).
-_PACK_ROUND = 4 << 20
 
 #: The numeric ``FixedLen`` outputs of a batch: ``{name: (shape, dtype)}``.
 Layout = dict[str, tuple[tuple[int, ...], np.dtype[Any]]]
@@ -106,8 +102,8 @@ class BatchFetch:
         if allocate is not None:
             made[name] = allocate({name: ((total,), np.dtype(np.uint8))})[name]
             buf = np.asarray(made[name])
-        else:  # rounded up so that batches of about the same size reuse pooled memory
-            buf = pooled_empty((-(-total // _PACK_ROUND) * _PACK_ROUND,), np.uint8)[:total]
+        else:
+            buf = np.empty(total, dtype=np.uint8)
         at = 0
         for item, n in zip(flat, lengths.tolist(), strict=True):
             buf[at:at + n] = np.frombuffer(item, dtype=np.uint8)
