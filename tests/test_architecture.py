@@ -18,14 +18,15 @@ ALLOWED = {
     "storage": {"errors"},
     "formats": {"errors", "storage"},
     "index": {"errors", "_accel", "storage", "formats"},
-    "read": {"errors", "_accel", "storage", "formats", "index"},
-    "decode": {"errors", "_accel", "proto"},
+    "read": {"errors", "_accel", "_threads", "storage", "formats", "index"},
+    "decode": {"errors", "_accel", "_threads", "proto"},
     "shuffle": set(),
     "integrations": {"errors", "storage", "formats", "index", "read", "decode", "shuffle"},
     "cli": {"", "errors", "_accel", "storage", "formats", "index", "read", "decode", "shuffle",
             "proto"},
     "errors": set(),
     "_accel": {"_native"},
+    "_threads": set(),
 }
 MAX_LINES = 400
 

@@ -10,34 +10,24 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import itertools
-import os
-import threading
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
+from ofindex._threads import ProcessPool
+
 #: Below this many bytes in total, one thread copies everything (threads cost ~50 us).
 PARALLEL_COPY_BYTES = 8 << 20
-_MAX_THREADS = 4
 
-_lock = threading.Lock()
-_pool: cf.ThreadPoolExecutor | None = None
-_pool_pid = -1
+
+#: Threads that copy big outputs.
+_POOL = ProcessPool("ofindex-copy")
 
 
 def _executor() -> cf.ThreadPoolExecutor | None:
-    """This process's copy pool (a new one after ``fork``); ``None`` on a single core."""
-    global _pool, _pool_pid
-    threads = min(_MAX_THREADS, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
-                  else (os.cpu_count() or 1))
-    if threads < 2:
-        return None
-    with _lock:
-        if _pool is None or _pool_pid != os.getpid():
-            _pool = cf.ThreadPoolExecutor(threads, thread_name_prefix="ofindex-copy")
-            _pool_pid = os.getpid()
-        return _pool
+    """This process's pool: threads that copy big outputs (``None`` on one core)."""
+    return _POOL.get()
 
 
 def fill_parallel(n: int, nbytes: int, fill: Callable[[list[Any], int, int], None],

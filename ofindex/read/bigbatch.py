@@ -12,8 +12,6 @@ record of the batch (in the order asked for) that fails is reported, with the sa
 from __future__ import annotations
 
 import concurrent.futures as cf
-import os
-import threading
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
@@ -21,35 +19,24 @@ import crc32c as _crc32c
 import numpy as np
 
 from .. import _accel
+from .._threads import ProcessPool
 from ..formats.crc import LENGTH_CRCS, length_crc, unmask_crcs
 from ..formats.framing import Buffer, RecordFormat
 
 #: Batches expected to hold at least this many bytes are spread over threads.
 PARALLEL_BYTES = 4 << 20
-_MAX_THREADS = 4
 _A4 = np.arange(4)
 _A12 = np.arange(12)
 _T = TypeVar("_T")
 
-_lock = threading.Lock()
-_pool: cf.ThreadPoolExecutor | None = None
-_pool_pid = -1
+
+#: Threads that copy and check big batches.
+_POOL = ProcessPool("ofindex-batch")
 
 
 def executor() -> cf.ThreadPoolExecutor | None:
-    """This process's pool of checking threads (a new one after ``fork``); ``None`` on one
-    core."""
-    global _pool, _pool_pid
-    cores = (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
-             else (os.cpu_count() or 1))
-    if min(_MAX_THREADS, cores) < 2:
-        return None
-    with _lock:
-        if _pool is None or _pool_pid != os.getpid():
-            _pool = cf.ThreadPoolExecutor(min(_MAX_THREADS, cores),
-                                          thread_name_prefix="ofindex-batch")
-            _pool_pid = os.getpid()
-        return _pool
+    """This process's pool: threads that copy and check big batches (``None`` on one core)."""
+    return _POOL.get()
 
 
 def map_ordered(fn: Callable[[_T], Any], items: Iterable[_T]) -> list[Any]:

@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import itertools
-import os
-import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
+from .._threads import ProcessPool
 from ..errors import CorruptRecordError
 from ..formats.framing import RecordFormat
 from ..formats.seekpoints import SeekTable
@@ -36,11 +35,7 @@ MAX_PIECE_BYTES = 64 << 20
 #: From this many bytes to inflate in a batch on, its pieces are inflated on a few threads
 #: (zlib runs without the GIL in the compiled module, and largely so in Python's).
 PARALLEL_INFLATE_BYTES = 2 << 20
-_MAX_THREADS = 4
 
-_lock = threading.Lock()
-_pool: cf.ThreadPoolExecutor | None = None
-_pool_pid = -1
 
 
 def read_record(storage: Storage, path: str, sc: Sidecar, record: int, fmt: RecordFormat,
@@ -110,18 +105,13 @@ def read_records(storage: Storage, path: str, sc: Sidecar, records: np.ndarray,
     return list(out.tolist())
 
 
+#: Threads that inflate the pieces of a batch.
+_POOL = ProcessPool("ofindex-inflate")
+
+
 def _executor() -> cf.ThreadPoolExecutor | None:
-    """This process's inflate pool (a new one after ``fork``); ``None`` on a single core."""
-    global _pool, _pool_pid
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    threads = min(_MAX_THREADS, cores or 1)
-    if threads < 2:
-        return None
-    with _lock:
-        if _pool is None or _pool_pid != os.getpid():
-            _pool = cf.ThreadPoolExecutor(threads, thread_name_prefix="ofindex-inflate")
-            _pool_pid = os.getpid()
-        return _pool
+    """This process's pool: threads that inflate the pieces of a batch (``None`` on one core)."""
+    return _POOL.get()
 
 
 def plan_pieces(starts: np.ndarray, ends: np.ndarray,

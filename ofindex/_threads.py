@@ -1,0 +1,37 @@
+"""A thread pool per process, for compiled work that runs without the GIL (copies, CRCs,
+inflating): made on first use, made again in a child after ``fork`` (a forked pool's threads
+do not exist there), and not made at all on a single core."""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import os
+import threading
+
+
+class ProcessPool:
+    """This process's thread pool of one kind of work.
+
+    Args:
+        name: Prefix of the threads' names.
+        max_threads: At most this many threads (fewer on fewer cores).
+    """
+
+    def __init__(self, name: str, max_threads: int = 4) -> None:
+        self.name, self.max_threads = name, max_threads
+        self._lock = threading.Lock()
+        self._pool: cf.ThreadPoolExecutor | None = None
+        self._pid = -1
+
+    def get(self) -> cf.ThreadPoolExecutor | None:
+        """Return the pool, or ``None`` when this process may use only one core."""
+        cores = (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                 else (os.cpu_count() or 1))
+        threads = min(self.max_threads, cores)
+        if threads < 2:
+            return None
+        with self._lock:
+            if self._pool is None or self._pid != os.getpid():
+                self._pool = cf.ThreadPoolExecutor(threads, thread_name_prefix=self.name)
+                self._pid = os.getpid()
+            return self._pool
