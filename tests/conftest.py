@@ -33,6 +33,20 @@ def impl(request):
         yield request.param
 
 
+@pytest.fixture(params=["isal", "zlib"])
+def inflater(request, monkeypatch):
+    """Inflate compressed files with ISA-L (a test dependency: it must be installed) and again
+    with zlib alone."""
+    from ofindex.index import fast_inflate, windows
+
+    if request.param == "isal":
+        assert fast_inflate.ISAL is not None, "pip install isal (in the test extra)"
+    else:
+        monkeypatch.setattr(fast_inflate, "ISAL", None)
+        monkeypatch.setattr(windows, "ISAL", None)
+    return request.param
+
+
 @pytest.fixture(scope="session")
 def nginx_server(tmp_path_factory):
     root = tmp_path_factory.mktemp("www")

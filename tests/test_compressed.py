@@ -70,7 +70,7 @@ def _fresh_copy(src: str, directory) -> str:
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_tf_files_read_by_index(tf_files, tmp_path, kind, impl):
+def test_tf_files_read_by_index(tf_files, tmp_path, kind, impl, inflater):
     path, expected = tf_files[kind]
     assert expected == RECORDS
     path = _fresh_copy(path, tmp_path)
@@ -138,7 +138,7 @@ def test_tf_reads_what_our_writer_wrote(tmp_path, kind, impl):
     assert np.array_equal(open_local_sidecar(path + ".ofidx").offsets, offsets)
 
 
-def test_multi_member_gzip(tf_files, tmp_path, impl):
+def test_multi_member_gzip(tf_files, tmp_path, impl, inflater):
     """Concatenated gzip files (``cat a.gz b.gz``) are one stream of records, as for tf.data."""
     path, _ = tf_files["GZIP"]
     first = tf_write(str(tmp_path / "part.gz"), RECORDS[:700], "GZIP")

@@ -5,7 +5,9 @@ checksums, one or two shards), mutates one shard's sidecar (bits flipped anywher
 to edge values — 2**63, 2**64-1, past the file —, offsets swapped, header fields set to edge
 values with the header CRC recomputed, truncation, extension) and reads it every way: ``ds[i]``
 (compiled and pure Python, memory-mapped and ``pread``), batches, slices, iteration,
-``record_lengths``, and remote planned reads (``memory://``).
+``record_lengths``, and remote planned reads (``memory://``). Compressed files' sidecars
+(version 3: the offsets packed in a zlib stream) get the same edits plus re-packed offsets
+(a valid stream of other offsets, CRCs forged), read locally and remotely.
 
 The data files are intact, so the property is strict: a read returns the records as written,
 or raises an OfindexError; never another exception or an allocation beyond the files' size.
@@ -17,12 +19,15 @@ run of zeros frames an empty OFRecord) reads back those framed bytes — they ar
 
 from __future__ import annotations
 
+import gzip
 import os
 import struct
 import uuid
+import zlib
 
 import crc32c
 import fsspec
+import numpy as np
 import pytest
 from fuzzkit import Tally, budget, guarded
 from helpers import implementation, read_bytes
@@ -31,13 +36,15 @@ from hypothesis import strategies as st
 
 import ofindex
 from ofindex.formats.sidecar_header import HEADER_SIZE
+from ofindex.index.build_file import STREAM_CHUNK
 
 EDGES = [0, 1, 8, 15, 16, 2**31, 2**32 - 1, 2**40, 2**62, 2**63 - 1, 2**63, 2**64 - 1]
 #: (offset, struct format) of the header fields a mutation may set (CRC recomputed after).
-FIELDS = [(10, "<B"), (11, "<B"), (12, "<I"), (16, "<Q"), (24, "<Q"), (32, "<Q"), (48, "<B"),
-          (50, "<H"), (56, "<Q"), (64, "<Q"), (80, "<Q")]
+FIELDS = [(8, "<H"), (10, "<B"), (11, "<B"), (12, "<I"), (16, "<Q"), (24, "<Q"), (32, "<Q"),
+          (48, "<B"), (50, "<H"), (56, "<Q"), (64, "<Q"), (72, "<Q"), (80, "<Q"), (88, "<Q")]
 TALLY_LOCAL = Tally("sidecar mutations, local read paths")
 TALLY_REMOTE = Tally("sidecar mutations, remote planned reads (memory://)")
+TALLY_PACKED = Tally("sidecar mutations, compressed files (packed offsets), local and remote")
 
 records_st = st.lists(st.binary(max_size=40), min_size=1, max_size=8)
 
@@ -246,3 +253,94 @@ def test_remote_read_paths_over_mutated_sidecars(root, records, tf, sums, data):
     if outcome == "ok":
         ds.max_gap = max_gap
         read_everything(ds, case, limit, TALLY_REMOTE)
+
+
+# -- compressed files: version 3 sidecars, their offsets packed ---------------------------------
+
+def repack(raw: bytes, count: int, changes: list[tuple[int, int]]) -> bytes:
+    """A version 3 sidecar with other offsets (``(record, value)`` changes) packed in a valid
+    zlib stream, its length in the header and both CRCs recomputed: written from the format's
+    description, not with ofindex's packer."""
+    q = struct.unpack_from("<Q", raw, 88)[0]
+    end = HEADER_SIZE + (q + 7) // 8 * 8
+    planes = np.frombuffer(zlib.decompress(raw[HEADER_SIZE : HEADER_SIZE + q]), np.uint8)
+    offsets = np.cumsum(planes.reshape(8, count).T.copy().view("<u8").reshape(count))
+    for k, value in changes:
+        offsets[k] = value
+    deltas = np.diff(offsets, prepend=np.uint64(0)).astype("<u8")  # may wrap: so be it
+    blob = zlib.compress(np.ascontiguousarray(deltas.view(np.uint8).reshape(-1, 8).T).tobytes())
+    out = bytearray(raw[:HEADER_SIZE] + blob + bytes(-len(blob) % 8) + raw[end:])
+    struct.pack_into("<Q", out, 88, len(blob))
+    struct.pack_into("<I", out, 40, crc32c.crc32c(bytes(out[HEADER_SIZE:])))
+    struct.pack_into("<I", out, 44, 0)
+    struct.pack_into("<I", out, 44, crc32c.crc32c(bytes(out[:HEADER_SIZE])))
+    return bytes(out)
+
+
+def write_compressed(d: str, records: list[bytes], tf: bool, compression: str,
+                     spacing: int) -> tuple[str, bytes]:
+    """A compressed shard and its uncompressed stream."""
+    p = os.path.join(d, "part-0")
+    with ofindex.Writer(p, format="tfrecord" if tf else "ofrecord", compression=compression,
+                        seek_spacing=spacing) as w:
+        w.write_many(records)
+    packed = read_bytes(p)
+    return p, gzip.decompress(packed) if compression == "gzip" else zlib.decompress(packed)
+
+
+@pytest.fixture(scope="module")
+def packed_root(root):
+    """``root``, after one pass of every read path over intact compressed shards."""
+    warm = Tally("warm-up")
+    for tf in (True, False):
+        for compression in ("gzip", "zlib"):
+            d = os.path.join(root, f"warm-{tf}-{compression}")
+            p, stream = write_compressed(d, [b"ab", b"", b"c" * 9], tf, compression, 1)
+            case = Case([[b"ab", b"", b"c" * 9]], tf, False, True, [stream])
+            for impl in ("compiled", "pure-python"):
+                with implementation(impl), ofindex.open(p) as ds:
+                    read_everything(ds, case, 1 << 30, warm)
+    del Tally.registry["warm-up"]
+    return root
+
+
+@budget(300)
+@given(records_st, st.booleans(), st.sampled_from(["gzip", "zlib"]),
+       st.sampled_from([1, 64, 1 << 18]), st.booleans(), st.sampled_from(["local", "remote"]),
+       st.sampled_from(["compiled", "pure-python"]), st.booleans(), st.data())
+def test_packed_sidecars_over_mutations(packed_root, records, tf, compression, spacing, verify,
+                                        where, impl, check_stale, data):
+    TALLY_PACKED.input()
+    d = os.path.join(packed_root, uuid.uuid4().hex[:12])
+    path, stream = write_compressed(d, records, tf, compression, spacing)
+    raw = read_bytes(path + ".ofidx")
+    assert struct.unpack_from("<H", raw, 8)[0] == 3
+    count = len(records)
+    mode = data.draw(st.sampled_from(["repack", "repack+edits", "edits", "edits"]))
+    if mode.startswith("repack"):  # a valid stream of wrong offsets, CRCs forged
+        value = st.one_of(st.sampled_from(EDGES), st.integers(0, len(stream) + 20))
+        raw = repack(raw, count, data.draw(st.lists(st.tuples(st.integers(0, count - 1), value),
+                                                    min_size=1, max_size=3)))
+    bad = raw
+    if mode.endswith("edits"):
+        edits = data.draw(mutations(len(raw), count, ["flip", "field", "truncate", "extend"]))
+        bad = mutate(raw, edits, count, False)
+    # a pass over a compressed shard fills blocks of 8 MiB (stream_compressed's block_bytes)
+    # from reads of STREAM_CHUNK: a fixed cost, whatever the sidecar says
+    limit = 4 * (len(stream) + len(read_bytes(path))) + (8 << 20) + STREAM_CHUNK
+    case = Case([records], tf, False, verify, [stream])
+    with implementation(impl):
+        if where == "local":
+            with open(path + ".ofidx", "wb") as f:
+                f.write(bad)
+            opened = lambda: ofindex.open(path, verify=verify, check_stale=check_stale,  # noqa: E731
+                                          manifest=False)
+        else:
+            fs = fsspec.filesystem("memory")
+            url = f"memory://fuzz/{uuid.uuid4().hex[:12]}/part-0"
+            fs.pipe_file(url, read_bytes(path))
+            fs.pipe_file(url + ".ofidx", bad)
+            opened = lambda: ofindex.open(url, verify=verify, check_stale=check_stale)  # noqa: E731
+        outcome, ds = guarded(opened, limit, TALLY_PACKED, "open")
+        if outcome == "ok":
+            read_everything(ds, case, limit, TALLY_PACKED)

@@ -183,8 +183,11 @@ def test_compressed_and_version_1_headers_are_not_pageable():
                           path="p")
     gz = decode_header(encode_header(RecordFormat.TFRECORD, 3, stamp, 100, False, 0,
                                      compression=Compression.GZIP), path="p")
+    gz3 = decode_header(encode_header(RecordFormat.TFRECORD, 3, stamp, 100, False, 0,
+                                      compression=Compression.GZIP, packed_bytes=8), path="p")
     v1 = decode_header(_v1_sidecar(1, [0, 10, 20], 100, 100, "etag:x"), path="p")
-    assert pageable(plain) and not pageable(gz) and not pageable(v1)
+    assert (plain.version, gz.version, gz3.version) == (2, 2, 3)
+    assert pageable(plain) and not pageable(gz) and not pageable(gz3) and not pageable(v1)
 
 
 def test_page_size_follows_record_size():

@@ -55,7 +55,16 @@ COMPRESSED = {"datasets": {"small": {"spacings": [
     {"spacing": 65536, "index_fraction": 0.031, "ds_i_per_s": 5400.0,
      "getitems256_per_s": 61000.0},
     {"spacing": 1048576, "index_fraction": 0.004, "ds_i_per_s": 640.0,
-     "getitems256_per_s": 9100.0}]}}}
+     "getitems256_per_s": 9100.0}],
+    "build": {"ofindex_build_MBps": 80.0, "tf_read_all_MBps": 64.0, "ratio": 1.25},
+    "index": {"index_fraction": 0.0447},
+    "random": {"ds_i_per_s": 2300.0, "ds_i_per_s_zlib": 1100.0, "single_ratio": 1600.0,
+               "getitems256_per_s": 2500.0, "batch_ratio": 13.2},
+    "remote": {"rtt_ms": 20.0, "spacing": 262144, "batch_cold_rtts": 20.7,
+               "batch_warm_rtts": 11.0},
+    "remote_by_spacing": [{"rtt_ms": 20.0, "spacing": 65536, "batch_cold_rtts": 9.5,
+                           "batch_warm_rtts": 4.2}]}},
+    "config": {"inflater": "isal", "default_spacing": 262144}}
 
 BUILD = [{"name": "build 1 M x ~200 B", "records_per_s": 2_500_000, "ratio": 6.25}]
 DECODE = {"batch": 256, "workloads": {"mnist": {
@@ -96,6 +105,11 @@ def test_report_from_fixtures(tmp_path):
     assert "| full shuffle | 252 | 8 | 1 |" in md
     assert "| naive_one_request_per_record | 5,840 | 292 | 256 |" in md
     assert "| 64 | 3.1 | 5,400 | 61,000 |" in md
+    assert "At the default spacing (256 KiB):" in md
+    assert "| index build vs tf.data reading all (uncompressed MB/s) | 80 vs 64: 1.25x |" in md
+    assert "| random ds[i]/s (isal; zlib alone) | 2,300 (1,100) |" in md
+    assert ("| 256 random records at +20 ms RTT, spacing 64 KiB (cold / warm) | 9.5 / 4.2 RTT |"
+            in md)
     assert "Not measured yet: run `python tools/bench_read.py" in md  # read.json is missing
     assert "| build 1 M x ~200 B | 2,500,000 | 6.25 |" in md
     assert "| ofindex | 719,101 (787,692) |" in md

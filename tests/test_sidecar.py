@@ -159,7 +159,7 @@ def test_version_2_sections_round_trip(tmp_path):
     header, body = encode_sidecar(
         RecordFormat.TFRECORD, offs, FileStamp(900, "etag:x"), 1200, checksums=sums,
         compression=Compression.GZIP, seek_points=table, windows=b"W" * 11, spacing=1000,
-        uncompressed_size=1200)
+        uncompressed_size=1200, packed=False)  # what earlier releases wrote (now version 3)
     assert len(header) == HEADER_SIZE
     sc = parse_sidecar(header + body, path="mem")
     h = sc.header

@@ -40,6 +40,8 @@ from benchlib import parse_args  # noqa: E402
 import ofindex  # noqa: E402
 from ofindex.formats.seekpoints import DEFAULT_SPACING, WRITER_SPACING  # noqa: E402
 from ofindex.formats.sidecar import open_local_sidecar  # noqa: E402
+from ofindex.formats.sidecar_header import layout_of  # noqa: E402
+from ofindex.index import fast_inflate  # noqa: E402
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 KIB = 1 << 10
@@ -137,8 +139,15 @@ def random_case(path: str, budget: float, tf_samples: int, seed: int) -> dict:
     ds = ofindex.open(path)
     n = len(ds)
     rng = np.random.default_rng(seed)
+    for _ in range(min(n, 2000)):  # warm the window cache, as a training job's first steps do
+        ds[int(rng.integers(n))]
     single = rate(lambda: ds[int(rng.integers(n))], budget)
     batch = rate(lambda: ds.__getitems__(rng.integers(0, n, 256)), budget, 256)
+    saved, fast_inflate.ISAL = fast_inflate.ISAL, None  # the same with zlib alone
+    try:
+        single_zlib = rate(lambda: ds[int(rng.integers(n))], budget)
+    finally:
+        fast_inflate.ISAL = saved
     walls = []
     for i in rng.integers(0, n, tf_samples).tolist():
         t = time.perf_counter()
@@ -149,18 +158,29 @@ def random_case(path: str, budget: float, tf_samples: int, seed: int) -> dict:
     t = time.perf_counter()
     tf_read_up_to(path, last)
     tf_batch = 256 / (time.perf_counter() - t)
-    return {"ds_i_per_s": single, "getitems256_per_s": batch, "tf_single_per_s": tf_single,
+    return {"ds_i_per_s": single, "ds_i_per_s_zlib": single_zlib,
+            "getitems256_per_s": batch, "tf_single_per_s": tf_single,
             "tf_batch256_per_s": tf_batch, "single_ratio": single / tf_single,
             "batch_ratio": batch / tf_batch}
 
 
 def index_size(path: str) -> dict:
+    """The sidecar's size and its sections', as fractions of the (compressed) data file: the
+    offsets section as stored (packed in a version 3 sidecar, padding included), the seek
+    points and their windows, and the payload checksums if any."""
     sc = open_local_sidecar(path + ".ofidx")
     size = os.path.getsize(path)
     total = os.path.getsize(path + ".ofidx")
-    offsets = 8 * len(sc)
+    lay = layout_of(sc.header)
+    assert lay.end == total, (lay.end, total)
+    offsets = lay.offsets[1] - lay.offsets[0]
+    seeks = lay.windows[1] - lay.seek_points[0]
     return {"index_bytes": total, "index_fraction": total / size,
-            "offsets_fraction": offsets / size, "seek_fraction": (total - offsets - 512) / size,
+            "sidecar_version": sc.header.version, "offsets_bytes": offsets,
+            "offsets_bytes_per_record": offsets / max(1, len(sc)),
+            "offsets_fraction": offsets / size, "seek_bytes": seeks, "seek_fraction": seeks / size,
+            "checksums_fraction": (lay.checksums[1] - lay.checksums[0]) / size,
+            "header_fraction": sc.header.header_size / size,
             "seek_points": int(sc.header.seek_points)}
 
 
@@ -171,6 +191,8 @@ def spacing_case(path: str, spacings: list[int], budget: float, seed: int) -> li
         ds = ofindex.open(path)
         rng = np.random.default_rng(seed)
         n = len(ds)
+        for _ in range(min(n, 2000)):  # warm the window cache, as in random_case
+            ds[int(rng.integers(n))]
         row = {"spacing": sp, **index_size(path),
                "ds_i_per_s": rate(lambda ds=ds, rng=rng, n=n: ds[int(rng.integers(n))], budget),
                "getitems256_per_s": rate(
@@ -203,8 +225,10 @@ def writer_case(path: str, work: str, budget: float) -> dict:
     return out
 
 
-def remote_case(path: str, rtt_ms: float, seed: int, repeats: int = 3) -> dict:
-    """256 random records over nginx + latency proxy, in RTTs (sidecar fetch included)."""
+def remote_case(path: str, rtt_ms: float, seed: int, repeats: int = 3,
+                spacing: int | None = None) -> dict:
+    """256 random records over nginx + latency proxy, in RTTs (sidecar fetch included), at
+    the default seek spacing or at ``spacing``."""
     import shutil
 
     import servers
@@ -214,10 +238,10 @@ def remote_case(path: str, rtt_ms: float, seed: int, repeats: int = 3) -> dict:
     data = os.path.join(work, "data")
     os.makedirs(data)
     shutil.copy(path, os.path.join(data, os.path.basename(path)))
-    ofindex.build_index(data)  # its sidecar and the directory's manifest
+    ofindex.build_index(data, seek_spacing=spacing)  # its sidecar and the directory's manifest
     local = ofindex.open(path)
     rng = np.random.default_rng(seed)
-    out: dict = {"rtt_ms": rtt_ms}
+    out: dict = {"rtt_ms": rtt_ms, "spacing": spacing or DEFAULT_SPACING}
     try:
         with servers.start_nginx(work) as nginx:
             port = int(nginx.url.rsplit(":", 1)[1])
@@ -299,7 +323,8 @@ def main(argv: list[str] | None = None) -> None:
     spacings = [int(s) * KIB for s in a.spacings.split(",")]
     result: dict = {"config": {**vars(a), "default_spacing": DEFAULT_SPACING,
                                "writer_spacing": WRITER_SPACING,
-                               "implementation": ofindex._accel.implementation()},
+                               "implementation": ofindex._accel.implementation(),
+                               "inflater": "isal" if fast_inflate.ISAL is not None else "zlib"},
                     "datasets": {}}
     for name, n, size in (("small", a.small_records, 200), ("large", a.large_records, 100_000)):
         if n <= 0:
@@ -315,6 +340,8 @@ def main(argv: list[str] | None = None) -> None:
             case["writer"] = writer_case(path, work, a.budget)
         if not a.no_remote:
             case["remote"] = remote_case(path, a.rtt_ms, seed=4)
+            case["remote_by_spacing"] = [remote_case(path, a.rtt_ms, seed=4, spacing=sp)
+                                         for sp in spacings if sp != DEFAULT_SPACING]
         result["datasets"][name] = case
         print(json.dumps({name: case}, indent=1))
     if a.out is None:

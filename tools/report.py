@@ -256,6 +256,7 @@ class Report:
                                 fmt(s["ds_i_per_s"]), fmt(s["getitems256_per_s"])]
                                for s in case["spacings"]]))
             text.append("")
+            text.extend(_compressed_summary(case, data.get("config", {})))
 
         def draw(ax: Any) -> None:
             for name, case in sets.items():
@@ -391,6 +392,31 @@ def run_tools(names: list[str], results: str) -> None:
         print(f"running {tool} -> {out}", flush=True)
         subprocess.run([sys.executable, os.path.join(HERE, tool), *extra, "--out", out],
                        check=True, cwd=ROOT)
+
+
+def _compressed_summary(case: dict, config: dict) -> list[str]:
+    """The default-spacing figures of one compressed data set (build, reads, index, remote),
+    as table lines; none for results written before these fields existed."""
+    rnd, build, index = case.get("random"), case.get("build"), case.get("index")
+    if not (rnd and build and index) or "ds_i_per_s_zlib" not in rnd:
+        return []
+    rows = [
+        ["index build vs tf.data reading all (uncompressed MB/s)",
+         f"{fmt(build['ofindex_build_MBps'])} vs {fmt(build['tf_read_all_MBps'])}: "
+         f"{build['ratio']:.2f}x"],
+        ["index size, % of the compressed file", fmt(100 * index["index_fraction"])],
+        [f"random ds[i]/s ({config.get('inflater', '?')}; zlib alone)",
+         f"{fmt(rnd['ds_i_per_s'])} ({fmt(rnd['ds_i_per_s_zlib'])})"],
+        ["vs tf.data reading up to the record", f"{rnd['single_ratio']:.0f}x"],
+        ["random records/s in batches of 256 (vs tf.data)",
+         f"{fmt(rnd['getitems256_per_s'])} ({rnd['batch_ratio']:.1f}x)"],
+    ]
+    remotes = [case["remote"]] * ("remote" in case) + case.get("remote_by_spacing", [])
+    rows.extend([f"256 random records at +{fmt(r['rtt_ms'])} ms RTT, spacing "
+                 f"{r.get('spacing', 0) // 1024} KiB (cold / warm)",
+                 f"{r['batch_cold_rtts']:.1f} / {r['batch_warm_rtts']:.1f} RTT"] for r in remotes)
+    spacing = config.get("default_spacing", 0) // 1024
+    return [f"At the default spacing ({spacing} KiB):\n", table(["", ""], rows), ""]
 
 
 def main(argv: list[str] | None = None) -> int:

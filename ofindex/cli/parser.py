@@ -153,7 +153,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "ray://host:10001; needs ofindex[ray])")
     p.add_argument("--seek-spacing", type=byte_size, default=None, metavar="BYTES",
                    help="compressed files: uncompressed bytes between seek points (default "
-                        "1M; smaller: faster random reads, larger index)")
+                        "256K; smaller: faster random reads, larger index)")
 
     p = add("info", "shards, record counts, sizes and index state", _common())
     p.add_argument("--json", action="store_true", help="machine-readable output")

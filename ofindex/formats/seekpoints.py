@@ -15,6 +15,7 @@ where a read starts.
 from __future__ import annotations
 
 import enum
+import itertools
 import threading
 import zlib
 from collections import OrderedDict
@@ -69,10 +70,11 @@ def table_from_bytes(raw: bytes | memoryview, count: int) -> np.ndarray:
 
 
 #: Uncompressed bytes between the seek points the builder records unless asked otherwise
-#: (``seek_spacing=``): a random read inflates half of it on average, and each point may store
-#: a window of up to 32 KiB (about 3% of the data at this spacing; see
-#: ``tools/bench_compressed.py``).
-DEFAULT_SPACING = 1 << 20
+#: (``seek_spacing=``): a random read inflates half of it on average, and each point stores a
+#: sparse window (the bytes the data after it copies: ~5.7 KB for ~200 B text-like Examples,
+#: nothing for incompressible data), so the whole index of such a file is ~4.5% of it at this
+#: spacing with 2,000+ random reads/s (see ``tools/bench_compressed.py``).
+DEFAULT_SPACING = 256 << 10
 #: The same for :class:`ofindex.Writer`, whose points are full flushes that store nothing:
 #: they cost compression instead (about 1.7% more bytes than TensorFlow's writer on ~200 B
 #: Examples at 256 KiB, 0.5% at 1 MiB), so they can be 4x closer.
@@ -80,7 +82,44 @@ WRITER_SPACING = 256 << 10
 
 #: Bytes of history a deflate stream can refer back to: the largest window.
 WINDOW_BYTES = 32768
-_CACHED_WINDOWS = 64
+
+
+class WindowCache:
+    """Inflated windows of every seek table of the process, least recently used first out,
+    within a byte budget (a random read then pays for a window once per point, not per read).
+
+    Args:
+        budget: Bytes of windows kept (64 MiB: 2,048 full windows).
+    """
+
+    def __init__(self, budget: int = 64 << 20) -> None:
+        self.budget = budget
+        self._held = 0
+        self._items: OrderedDict[tuple[int, int], bytes] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple[int, int]) -> bytes | None:
+        """The window cached under ``key`` (a table's token and a point), or ``None``."""
+        with self._lock:
+            got = self._items.get(key)
+            if got is not None:
+                self._items.move_to_end(key)
+            return got
+
+    def put(self, key: tuple[int, int], window: bytes) -> None:
+        """Keep ``window``, dropping the least recently used ones over the budget."""
+        with self._lock:
+            if key in self._items:
+                return
+            self._items[key] = window
+            self._held += len(window)
+            while self._held > self.budget and self._items:
+                self._held -= len(self._items.popitem(last=False)[1])
+
+
+#: The process's window cache.
+WINDOWS = WindowCache()
+_tokens = itertools.count()
 
 
 class SeekTable:
@@ -110,8 +149,7 @@ class SeekTable:
         self.file_size = file_size
         self._check(uncompressed_size)
         self._aligned = np.flatnonzero(self.kind != SeekKind.PRIMED)
-        self._cache: OrderedDict[int, bytes] = OrderedDict()
-        self._lock = threading.Lock()
+        self._token = next(_tokens)
 
     def __len__(self) -> int:
         return len(self.out)
@@ -171,11 +209,9 @@ class SeekTable:
         n = int(self._wlen[k])
         if not n:
             return b""
-        with self._lock:
-            got = self._cache.get(k)
-            if got is not None:
-                self._cache.move_to_end(k)
-                return got
+        got = WINDOWS.get((self._token, k))
+        if got is not None:
+            return got
         a = int(self._wat[k])
         d = zlib.decompressobj()
         try:
@@ -185,8 +221,5 @@ class SeekTable:
         if not d.eof or not got or len(got) > min(WINDOW_BYTES, int(self.out[k])):
             raise SidecarError(f"{self.path}: the window of seek point {k} is corrupt; "
                                "rebuild the index with `ofindex build`")
-        with self._lock:
-            self._cache[k] = got
-            if len(self._cache) > _CACHED_WINDOWS:
-                self._cache.popitem(last=False)
+        WINDOWS.put((self._token, k), got)
         return got

@@ -1,9 +1,10 @@
 """The binary sidecar index: one per data file, ``<data file>.ofidx`` by default.
 
 A sidecar is a fixed header (:mod:`.sidecar_header`) and a body: one uint64 offset per record
-(the start of its framing; for a compressed file, in the uncompressed stream), optionally
-one CRC32C per payload, and for a compressed file the seek points and their windows
-(:mod:`.seekpoints`). Locally a sidecar is memory-mapped: opening one reads its header only.
+(the start of its framing; for a compressed file, in the uncompressed stream, and packed:
+:mod:`.packed_offsets`), optionally one CRC32C per payload, and for a compressed file the seek
+points and their windows (:mod:`.seekpoints`). Locally a sidecar is memory-mapped: opening
+one reads its header only (and for a compressed file, the packed offsets, decoded at once).
 Sidecars are written once, to a temporary name and renamed, so readers never see a torn one.
 """
 
@@ -18,6 +19,7 @@ import numpy as np
 from ..errors import SidecarError, StaleIndexError
 from ..storage import FileStamp, Storage
 from .framing import RecordFormat
+from .packed_offsets import pack_offsets, unpack_offsets
 from .seekpoints import SeekTable, empty_table, table_from_bytes
 from .sidecar_header import (
     HEADER_SIZE,
@@ -65,8 +67,17 @@ class Sidecar:
                 f"{path}: sidecar is {len(body)} bytes but its header promises {lay.end} "
                 f"({n} records); it is truncated or corrupt — rebuild it with `ofindex build`"
             )
-        self.offsets = np.frombuffer(body, dtype="<u8", count=n, offset=lay.offsets[0])
-        self._mv = memoryview(body)[lay.offsets[0] : lay.offsets[1]].cast("Q")
+        if header.packed:  # version 3: decoded now, then read like the plain offsets
+            blob = memoryview(body)[lay.offsets[0] : lay.offsets[1]]
+            q = header.packed_bytes
+            if any(blob[q:]):
+                raise SidecarError(f"{path}: the padding after the sidecar's packed offsets is "
+                                   "not zero; it is corrupt — rebuild it with `ofindex build`")
+            self.offsets = unpack_offsets(blob[:q], n, header.indexed_end, path=path)
+            self._mv = self.offsets.data.cast("B").cast("Q")
+        else:
+            self.offsets = np.frombuffer(body, dtype="<u8", count=n, offset=lay.offsets[0])
+            self._mv = memoryview(body)[lay.offsets[0] : lay.offsets[1]].cast("Q")
         self.checksums = (np.frombuffer(body, dtype="<u4", count=n, offset=lay.checksums[0])
                           if header.checksums else None)
         self.sums = (memoryview(body)[lay.checksums[0] : lay.checksums[0] + 4 * n].cast("I")
@@ -96,6 +107,11 @@ class Sidecar:
             self._seeks = SeekTable(self.seek_points, self.windows, h.stamp.size,
                                     h.uncompressed_size, self.path)
         return self._seeks
+
+    @property
+    def decoded_bytes(self) -> int:
+        """Bytes held in memory besides the sidecar's own: its packed offsets, decoded."""
+        return self.offsets.nbytes if self.header.packed else 0
 
     @property
     def format(self) -> RecordFormat:
@@ -156,12 +172,7 @@ class Sidecar:
         Raises:
             SidecarError: The body is corrupt.
         """
-        body = memoryview(self._buf)[self.header.header_size :]
-        if _crc32c.crc32c(body) != self.header.body_crc:
-            raise SidecarError(
-                f"{self.path}: offsets CRC mismatch; the sidecar is corrupt — rebuild it with "
-                "`ofindex build`"
-            )
+        _check_body(self.path, self.header, self._buf)
 
     def check_fresh(self, current: FileStamp, data_path: str) -> None:
         """Raise :class:`StaleIndexError` unless ``current`` is the file this index describes."""
@@ -173,13 +184,24 @@ class Sidecar:
             )
 
 
+def _check_body(path: str, header: SidecarHeader, buf: mmap.mmap | bytes) -> None:
+    body = memoryview(buf)[header.header_size :]
+    if _crc32c.crc32c(body) != header.body_crc:
+        raise SidecarError(
+            f"{path}: offsets CRC mismatch; the sidecar is corrupt — rebuild it with "
+            "`ofindex build`"
+        )
+
+
 def encode_sidecar(
     fmt: RecordFormat, offsets: np.ndarray, stamp: FileStamp, indexed_end: int,
     partial: bool = False, *, checksums: np.ndarray | None = None,
     compression: Compression = Compression.NONE, seek_points: np.ndarray | None = None,
     windows: bytes = b"", spacing: int = 0, uncompressed_size: int | None = None,
+    packed: bool = True,
 ) -> tuple[bytes, bytes]:
-    """Encode a sidecar (version 2): its header and its body, ready to write.
+    """Encode a sidecar: its header and its body, ready to write. A compressed file's offsets
+    are packed (version 3); an uncompressed file's are plain (version 2, readable by pages).
 
     Args:
         fmt: The record framing.
@@ -193,6 +215,8 @@ def encode_sidecar(
         windows: The windows blob the seek table points into.
         spacing: Uncompressed bytes between seek points the index was built with.
         uncompressed_size: Size of the decompressed stream (default: the file size).
+        packed: ``False`` writes a compressed file's offsets plain too (version 2, what
+            earlier releases wrote).
 
     Returns:
         ``(header, body)``.
@@ -200,8 +224,13 @@ def encode_sidecar(
     Raises:
         ValueError: ``checksums`` has another length than ``offsets``.
     """
-    parts = [np.ascontiguousarray(offsets, dtype="<u8").tobytes()]
     n = len(offsets)
+    blob = None
+    if packed and compression is not Compression.NONE:
+        blob = pack_offsets(offsets)
+        parts = [blob + bytes(-len(blob) % 8)]
+    else:
+        parts = [np.ascontiguousarray(offsets, dtype="<u8").tobytes()]
     if checksums is not None:
         if len(checksums) != n:
             raise ValueError(f"{len(checksums)} checksums for {n} records")
@@ -213,14 +242,15 @@ def encode_sidecar(
         parts.append(np.ascontiguousarray(seek_points).tobytes())
         parts.append(bytes(windows))
     body = b"".join(parts)
+    packed_bytes = None if blob is None else len(blob)
     lay = body_layout(HEADER_SIZE, n, checksums=checksums is not None, seek_points=m,
-                      windows_bytes=len(windows) if m else 0)
+                      windows_bytes=len(windows) if m else 0, packed_bytes=packed_bytes)
     assert lay.end == HEADER_SIZE + len(body)
     header = encode_header(
         fmt, n, stamp, indexed_end, partial, _crc32c.crc32c(body),
         checksums=checksums is not None, compression=compression, seek_points=m,
         windows_bytes=len(windows) if m else 0, spacing=spacing,
-        uncompressed_size=uncompressed_size,
+        uncompressed_size=uncompressed_size, packed_bytes=packed_bytes,
     )
     return header, body
 
@@ -232,9 +262,10 @@ def parse_sidecar(buf: bytes, *, path: str) -> Sidecar:
     Raises:
         SidecarError: The content is not a valid sidecar.
     """
-    sidecar = Sidecar(path, decode_header(buf, path=path), buf)
-    sidecar.check_offsets()
-    return sidecar
+    header = decode_header(buf, path=path)
+    if len(buf) == layout_of(header).end:  # else the Sidecar says it is truncated
+        _check_body(path, header, buf)  # before the packed offsets are decoded
+    return Sidecar(path, header, buf)
 
 
 def open_local_sidecar(path: str) -> Sidecar:

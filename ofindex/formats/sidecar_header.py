@@ -1,10 +1,12 @@
-"""The header of a sidecar file, versions 1 and 2 (all little-endian).
+"""The header of a sidecar file, versions 1, 2 and 3 (all little-endian).
 
-Version 2 (written since 0.2) has one fixed-size header, so that the byte range of any
-record's offset follows from the record number alone (paged reads of remote sidecars)::
+Version 2 (written since 0.2, for uncompressed data files) has one fixed-size header, so that
+the byte range of any record's offset follows from the record number alone (paged reads of
+remote sidecars). Version 3 (compressed data files) has the same header, with the length of
+the packed offsets in the 8 bytes at 88 that version 2 reserves::
 
     0    8s  magic b"OFINDEX\\0"
-    8    H   format version (2)
+    8    H   format version (2, or 3: offsets packed)
     10   B   record format (1 = TFRecord, 2 = OFRecord)
     11   B   flags: 1 partial (only a valid prefix is indexed), 2 per-record checksums,
              4 compressed (seek points present)
@@ -23,12 +25,16 @@ record's offset follows from the record number alone (paged reads of remote side
     64   Q   bytes of the windows blob
     72   Q   seek point spacing the index was built with (uncompressed bytes; 0 if none)
     80   Q   size of the uncompressed stream (the data file size when not compressed)
-    88   8s  reserved (0)
+    88   Q   version 3: bytes of the packed offsets (padding excluded); version 2: reserved
     96   ... fingerprint (UTF-8, e.g. "mtime_ns:…", "etag:…"), zero padding to 512
 
-The body follows (see :func:`body_layout`): n uint64 record offsets; with checksums, n
-uint32 CRC32C of the payloads (padded to 8 bytes); with compression, m seek points of 32
-bytes and the windows blob.
+The body follows (see :func:`body_layout`): version 2, n uint64 record offsets; version 3,
+the packed offsets (:mod:`.packed_offsets`: one zlib stream of the byte-shuffled deltas)
+padded with zeros to a multiple of 8 bytes; then with checksums, n uint32 CRC32C of the
+payloads (padded to 8 bytes); with compression, m seek points of 32 bytes and the windows
+blob. Version 3 is written for compressed data files only (their sidecars are fetched whole,
+never by pages); uncompressed ones keep version 2. The version 2 sidecars earlier releases
+wrote for compressed files are still read.
 
 Version 1 (0.1) had a variable header: the fields above up to offset 47, the fingerprint
 length at 48 and the fingerprint at 50, padded to a multiple of 8, then the offsets. It is
@@ -48,7 +54,12 @@ from ..storage import FileStamp
 from .framing import RecordFormat
 
 MAGIC = b"OFINDEX\0"
+#: The version of uncompressed data files' sidecars: fixed layout, offsets readable by pages.
 VERSION = 2
+#: The version of compressed data files' sidecars: the offsets packed.
+VERSION_PACKED = 3
+#: The versions this ofindex reads.
+VERSIONS = (1, VERSION, VERSION_PACKED)
 HEADER_SIZE = 512
 MAX_FINGERPRINT = HEADER_SIZE - 96
 
@@ -65,12 +76,12 @@ SEEK_POINT_SIZE = 32
 MAX_DATA_BYTES = 1 << 62
 
 _V1 = struct.Struct("<8sHBBIQQQIIH")
-_V2 = struct.Struct("<8sHBBIQQQIIBBHIQQQQ8s")
+_V2 = struct.Struct("<8sHBBIQQQIIBBHIQQQQQ")  # the last field: version 3 only
 _HEADER_CRC_AT = 44
 
 
 class Compression(enum.IntEnum):
-    """How a data file's bytes are compressed (stored in version 2 sidecars)."""
+    """How a data file's bytes are compressed (stored in version 2 and 3 sidecars)."""
 
     NONE = 0
     GZIP = 1
@@ -114,6 +125,7 @@ class SidecarHeader:
         windows_bytes: Bytes of the windows blob.
         spacing: Uncompressed bytes between seek points the index was built with.
         uncompressed_size: Size of the decompressed stream.
+        packed_bytes: Version 3: bytes of the packed offsets (without padding); else 0.
     """
 
     format: RecordFormat
@@ -130,6 +142,12 @@ class SidecarHeader:
     windows_bytes: int = 0
     spacing: int = 0
     uncompressed_size: int = -1
+    packed_bytes: int = 0
+
+    @property
+    def packed(self) -> bool:
+        """The offsets are packed (version 3)."""
+        return self.version == VERSION_PACKED
 
     @property
     def offsets_crc(self) -> int:
@@ -153,10 +171,24 @@ class BodyLayout:
 
 
 def body_layout(header_size: int, count: int, *, checksums: bool = False,
-                seek_points: int = 0, windows_bytes: int = 0) -> BodyLayout:
-    """Compute the byte ranges of a sidecar's sections from its counts alone."""
+                seek_points: int = 0, windows_bytes: int = 0,
+                packed_bytes: int | None = None) -> BodyLayout:
+    """Compute the byte ranges of a sidecar's sections from its counts alone.
+
+    Args:
+        header_size: Bytes before the body.
+        count: Records indexed.
+        checksums: The body holds a CRC32C of every payload.
+        seek_points: Seek points in the body.
+        windows_bytes: Bytes of the windows blob.
+        packed_bytes: Version 3: bytes of the packed offsets (the section is padded to a
+            multiple of 8); ``None``: ``count`` plain uint64 offsets.
+
+    Returns:
+        The sections; ``offsets`` spans the packed blob and its padding in version 3.
+    """
     a = header_size
-    b = a + 8 * count
+    b = a + (8 * count if packed_bytes is None else (packed_bytes + 7) // 8 * 8)
     c = b + ((4 * count + 7) // 8 * 8 if checksums else 0)
     d = c + SEEK_POINT_SIZE * seek_points
     return BodyLayout((a, b), (b, c), (c, d), (d, d + windows_bytes))
@@ -165,20 +197,24 @@ def body_layout(header_size: int, count: int, *, checksums: bool = False,
 def layout_of(h: SidecarHeader) -> BodyLayout:
     """The :class:`BodyLayout` a header describes."""
     return body_layout(h.header_size, h.count, checksums=h.checksums,
-                       seek_points=h.seek_points, windows_bytes=h.windows_bytes)
+                       seek_points=h.seek_points, windows_bytes=h.windows_bytes,
+                       packed_bytes=h.packed_bytes if h.packed else None)
 
 
 def encode_header(
     fmt: RecordFormat, count: int, stamp: FileStamp, indexed_end: int, partial: bool,
     body_crc: int, *, checksums: bool = False, compression: Compression = Compression.NONE,
     seek_points: int = 0, windows_bytes: int = 0, spacing: int = 0,
-    uncompressed_size: int | None = None,
+    uncompressed_size: int | None = None, packed_bytes: int | None = None,
 ) -> bytes:
-    """Encode a version 2 header.
+    """Encode a version 2 header, or version 3 with ``packed_bytes``.
 
     Raises:
-        ValueError: The fingerprint is longer than :data:`MAX_FINGERPRINT` bytes.
+        ValueError: The fingerprint is longer than :data:`MAX_FINGERPRINT` bytes, or packed
+            offsets for a data file that is not compressed.
     """
+    if packed_bytes is not None and compression is Compression.NONE:
+        raise ValueError("packed offsets (version 3) are for compressed data files only")
     fp = stamp.fingerprint.encode("utf-8")
     if len(fp) > MAX_FINGERPRINT:
         raise ValueError(f"fingerprint of {len(fp)} bytes; at most {MAX_FINGERPRINT} fit")
@@ -186,9 +222,9 @@ def encode_header(
              | (FLAG_COMPRESSED if compression is not Compression.NONE else 0))
     size = stamp.size if uncompressed_size is None else uncompressed_size
     fixed = _V2.pack(
-        MAGIC, VERSION, int(fmt), flags, HEADER_SIZE, count, stamp.size, indexed_end, body_crc,
-        0, int(compression), 0, len(fp), 0, seek_points, windows_bytes, spacing, size,
-        bytes(8),
+        MAGIC, VERSION if packed_bytes is None else VERSION_PACKED, int(fmt), flags,
+        HEADER_SIZE, count, stamp.size, indexed_end, body_crc, 0, int(compression), 0,
+        len(fp), 0, seek_points, windows_bytes, spacing, size, packed_bytes or 0,
     )
     buf = bytearray(fixed + fp + bytes(HEADER_SIZE - len(fixed) - len(fp)))
     struct.pack_into("<I", buf, _HEADER_CRC_AT, _crc32c.crc32c(buf))
@@ -212,11 +248,11 @@ def decode_header(buf: bytes | memoryview, *, path: str) -> SidecarHeader:
             "with `ofindex build <data file>`"
         )
     version = struct.unpack_from("<H", buf, 8)[0]
-    if version not in (1, VERSION):
+    if version not in VERSIONS:
         raise SidecarError(
             f"{path}: sidecar format version {version} is not supported by this ofindex "
-            f"(it reads versions 1 and {VERSION}); rebuild with `ofindex build` or upgrade "
-            "ofindex"
+            f"(it reads versions {', '.join(map(str, VERSIONS[:-1]))} and {VERSIONS[-1]}); "
+            "rebuild with `ofindex build` or upgrade ofindex"
         )
     header_size = struct.unpack_from("<I", buf, 12)[0]
     if (len(buf) < header_size or header_size % 8 or header_size > 1 << 20
@@ -230,7 +266,7 @@ def decode_header(buf: bytes | memoryview, *, path: str) -> SidecarHeader:
             f"{path}: sidecar header CRC mismatch (torn or corrupt file); rebuild it with "
             "`ofindex build`"
         )
-    return _decode_v1(check, path) if version == 1 else _decode_v2(check, path)
+    return _decode_v1(check, path) if version == 1 else _decode_v2(check, path, version)
 
 
 def _record_format(code: int, path: str) -> RecordFormat:
@@ -251,11 +287,12 @@ def _decode_v1(buf: bytearray, path: str) -> SidecarHeader:
     ), path)
 
 
-def _decode_v2(buf: bytearray, path: str) -> SidecarHeader:
+def _decode_v2(buf: bytearray, path: str, version: int) -> SidecarHeader:
+    """Versions 2 and 3 (one header layout)."""
     if len(buf) != HEADER_SIZE:
         raise _corrupt(path, f"header size {len(buf)}, not {HEADER_SIZE}")
     (_, _, fmt, flags, _, count, size, end, bcrc, _, comp, _, fplen, _, seeks, wbytes,
-     spacing, usize, _) = _V2.unpack_from(buf)
+     spacing, usize, packed) = _V2.unpack_from(buf)
     if flags & ~_KNOWN_FLAGS:
         raise _corrupt(path, f"unknown flags 0x{flags:02x}")
     if fplen > MAX_FINGERPRINT:
@@ -269,9 +306,10 @@ def _decode_v2(buf: bytearray, path: str) -> SidecarHeader:
     fingerprint = bytes(buf[96 : 96 + fplen]).decode("utf-8", "replace")
     return _consistent(SidecarHeader(
         _record_format(fmt, path), count, FileStamp(size, fingerprint), end,
-        bool(flags & FLAG_PARTIAL), HEADER_SIZE, bcrc, version=2,
+        bool(flags & FLAG_PARTIAL), HEADER_SIZE, bcrc, version=version,
         checksums=bool(flags & FLAG_CHECKSUMS), compression=compression, seek_points=seeks,
         windows_bytes=wbytes, spacing=spacing, uncompressed_size=usize,
+        packed_bytes=packed if version == VERSION_PACKED else 0,
     ), path)
 
 
@@ -294,4 +332,8 @@ def _consistent(h: SidecarHeader, path: str) -> SidecarHeader:
         raise _corrupt(path, f"{h.count} records cannot fit in {h.indexed_end} bytes")
     if (h.seek_points or h.windows_bytes) and not compressed:
         raise _corrupt(path, "seek points for a data file that is not compressed")
+    if h.packed and not compressed:
+        raise _corrupt(path, "packed offsets for a data file that is not compressed")
+    if h.packed_bytes > MAX_DATA_BYTES:
+        raise _corrupt(path, f"{h.packed_bytes} bytes of packed offsets is impossible")
     return h

@@ -82,7 +82,7 @@ def build_index(
             is. A compressed file is inflated once; its sidecar also holds seek points where
             random reads start inflating.
         seek_spacing: Uncompressed bytes between the seek points of a compressed file
-            (default 1 MiB; a resumed build rebuilds a compressed file's sidecar only when it
+            (default 256 KiB; a resumed build rebuilds a compressed file's sidecar only when it
             was built with another spacing than one given here)
             (smaller: faster random reads, a larger index; each point may store up to a
             32 KiB window, compressed). ``BuildResult.index_fraction`` tells the index size

@@ -3,10 +3,9 @@
 
 Python's zlib cannot start inside a byte (``inflatePrime``) nor stop at deflate block
 boundaries. Without the compiled module a seek point that starts inside a byte is used by
-shifting the compressed bits into byte alignment first (numpy), which serves every read
-that stays inside one gzip member; reads that cross into the next member restart from the
-nearest point that starts on a byte (a member start, a full-flush point, or the file start).
-The builder then only places seek points at member starts.
+splicing its stream behind empty deflate blocks that end where the point begins
+(:func:`~ofindex.index.fast_inflate.splice`). The builder then only places seek points at
+member starts.
 """
 
 from __future__ import annotations
@@ -14,13 +13,12 @@ from __future__ import annotations
 import zlib
 from typing import Any
 
-import numpy as np
-
 from .. import _accel
 from ..errors import CorruptRecordError, TruncatedRecordError
 from ..formats.compression import RAW_WBITS, TRAILER_BYTES, WBITS, starts_stream
 from ..formats.seekpoints import SeekKind
 from ..formats.sidecar_header import Compression
+from .fast_inflate import fast_inflate, lead_in_bytes, splice
 
 #: Bytes of history a deflate stream may refer back to.
 WINDOW = 32768
@@ -138,17 +136,8 @@ def can_prime() -> bool:
     return _accel.native is not None
 
 
-def realign(src: Any, bits: int) -> bytes:
-    """The bits of ``src`` from bit ``8 - bits`` of its first byte on, shifted to start a
-    byte (what ``inflatePrime`` achieves; deflate fills bytes from the low bit)."""
-    raw = np.frombuffer(src, dtype=np.uint8).astype(np.uint16)
-    shift = 8 - bits
-    nxt = np.append(raw[1:], np.uint16(0))
-    return (((raw >> shift) | (nxt << (8 - shift))) & 0xFF).astype(np.uint8).tobytes()
-
-
 def inflate_span(src: Any, base: int, kind: int, bits: int, window: bytes,
-                 compression: Compression, want: int) -> bytearray:
+                 compression: Compression, want: int) -> bytearray | bytes:
     """Inflate ``want`` bytes starting at a seek point.
 
     Args:
@@ -161,22 +150,25 @@ def inflate_span(src: Any, base: int, kind: int, bits: int, window: bytes,
         want: Uncompressed bytes to produce.
 
     Returns:
-        The bytes.
+        The bytes (through ISA-L when it is installed and the span lies in one stream: see
+        :mod:`.fast_inflate`; else through zlib).
 
     Raises:
         InflateFailure: The data is bad or ends before ``want`` bytes.
-        NeedsByteAlignedPoint: A shifted (pure-Python) primed start reached a member end.
     """
+    fast = fast_inflate(src, kind, bits, window, compression, want)
+    if fast is not None:
+        return fast
     out = bytearray(want)
     view = memoryview(out)
     raw = kind in (SeekKind.PRIMED, SeekKind.ALIGNED)
-    shifted = False
-    if kind == SeekKind.PRIMED and bits and not can_prime():
-        src, shifted, base = realign(src, bits), True, base + 1
+    spliced = False
+    if kind == SeekKind.PRIMED and bits and not can_prime():  # Python's zlib cannot prime
+        src, spliced, base = splice(src, bits), True, base + 1 - lead_in_bytes(bits)
     inf = new_inflater(RAW_WBITS if raw else WBITS[compression])
     pos = 0
     if kind == SeekKind.PRIMED:
-        if bits and not shifted:
+        if bits and not spliced:
             inf.prime(bits, src[0] >> (8 - bits))
             pos = 1
         inf.set_dictionary(window)
@@ -192,8 +184,6 @@ def inflate_span(src: Any, base: int, kind: int, bits: int, window: bytes,
             raise InflateFailure(base + pos, produced, "a preset dictionary is needed",
                                  truncated=False)
         if status == STATUS_END and produced < want:
-            if shifted:
-                raise NeedsByteAlignedPoint
             if raw:  # the trailer of a member or stream entered raw: skip it unchecked
                 pos += TRAILER_BYTES[compression]
             if not starts_stream(src[pos : pos + 10], compression):
@@ -208,8 +198,3 @@ def inflate_span(src: Any, base: int, kind: int, bits: int, window: bytes,
             raise InflateFailure(base + pos, produced, "the compressed data ends early",
                                  truncated=True)
     return out
-
-
-class NeedsByteAlignedPoint(Exception):
-    """Raised by :func:`inflate_span` when a shifted start would cross a member boundary:
-    restart from a byte-aligned point (pure-Python reads only)."""

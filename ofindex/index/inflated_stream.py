@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
-import zlib
 from collections.abc import Callable
 from typing import Any
 
@@ -38,14 +37,12 @@ from .inflate import (
     can_prime,
     new_inflater,
 )
-from .windows import PendingWindow
+from .windows import PendingWindow, compress_window
 
 #: Compressed bytes read per request from the source.
 INPUT_CHUNK = 1 << 20
 #: Uncompressed bytes inflated per step.
 OUTPUT_STEP = 1 << 20
-#: zlib level of the stored windows (they are small; level 6 is zlib's default).
-WINDOW_LEVEL = 6
 _LOOKAHEAD = 10  # bytes of a gzip header checked for a following member
 
 
@@ -181,7 +178,7 @@ class InflatedStream:
 
     def _store_window(self, k: int, window: bytes) -> None:
         if window:
-            packed = zlib.compress(window, WINDOW_LEVEL)
+            packed = compress_window(window)
             self._points[k][4:] = [len(packed), self._window_bytes]
             self._windows.append(packed)
             self._window_bytes += len(packed)
@@ -259,7 +256,7 @@ class InflatedStream:
         src = memoryview(self._in)[self._lo : self._hi]
         used, got, status, data_type = self._inf.inflate(src, room, self._primes and due)
         if self._pending is not None:
-            self._pending.feed(src[:used])
+            self._pending.feed(src[:used], room[:got])
         self._lo += used
         self._out_len += got
         self._total_out += got

@@ -24,7 +24,7 @@ from ..errors import CorruptRecordError
 from ..formats.framing import RecordFormat
 from ..formats.seekpoints import SeekTable
 from ..formats.sidecar import Sidecar
-from ..index.inflate import InflateFailure, NeedsByteAlignedPoint, in_stream_error, inflate_span
+from ..index.inflate import InflateFailure, in_stream_error, inflate_span
 from ..storage import Storage
 from ..storage.ranges import DEFAULT_MAX_BYTES, coalesce
 from .payloads import extract_payloads
@@ -48,10 +48,20 @@ def read_record(storage: Storage, path: str, sc: Sidecar, record: int, fmt: Reco
         SidecarError: The sidecar's offsets or seek points are corrupt.
     """
     start, end = sc.span(record)
-    if end - start < fmt.overhead:
+    if end - start < fmt.overhead or end > sc.indexed_end:
         raise sc.bad_span(record, start, end)
-    got: bytes = read_records(storage, path, sc, np.array([record], dtype=np.int64), fmt,
-                              verify)[0]
+    seeks = sc.seeks
+    k = seeks.point_before(start)
+    a = seeks.compressed_start(k)
+    src = _fetch(storage, path, [(a, seeks.compressed_end(end))])[0]
+    rec = np.array([record], dtype=np.int64)
+    url = storage.url(path)
+    buf, base = _inflate(url, sc, k, end, src, a, np.array([end]), rec)
+    try:
+        got: bytes = extract_payloads(buf, np.array([start - base]), np.array([end - base]),
+                                      fmt, verify, url, np.array([start]), rec)[0]
+    except CorruptRecordError as exc:
+        raise in_stream_error(exc, sc.compression, a) from None
     return got
 
 
@@ -87,7 +97,7 @@ def read_records(storage: Storage, path: str, sc: Sidecar, records: np.ndarray,
     def piece(j: int) -> list[Any]:
         k, lo, hi = pieces[j]
         a = spans[j][0]
-        buf, base = _inflate(storage, path, url, sc, k, int(e[lo:hi].max()), sources[j], a,
+        buf, base = _inflate(url, sc, k, int(e[lo:hi].max()), sources[j], a,
                              e[lo:hi], r[lo:hi])
         try:
             return extract_payloads(buf, s[lo:hi] - base, e[lo:hi] - base, fmt, verify, url,
@@ -163,24 +173,19 @@ def _fetch(storage: Storage, path: str, spans: list[tuple[int, int]]) -> list[An
             zip(plan.item_fetch.tolist(), plan.item_offset.tolist(), spans, strict=True)]
 
 
-def _inflate(storage: Storage, path: str, url: str, sc: Sidecar, k: int, reach: int, src: Any,
-             a: int, ends: np.ndarray, records: np.ndarray) -> tuple[bytearray, int]:
+def _inflate(url: str, sc: Sidecar, k: int, reach: int, src: Any, a: int, ends: np.ndarray,
+             records: np.ndarray) -> tuple[bytearray | bytes, int]:
     """Inflate from point ``k`` to uncompressed ``reach``; returns the bytes and the
     uncompressed offset of their start. Failures name the first record they cut short."""
     seeks = sc.seeks
-    while True:
-        base = int(seeks.out[k])
-        try:
-            buf = inflate_span(src, a, int(seeks.kind[k]), int(seeks.bits[k]), seeks.window(k),
-                               sc.compression, reach - base)
-            return buf, base
-        except NeedsByteAlignedPoint:
-            k = seeks.aligned_before(k)
-            a = seeks.compressed_start(k)
-            src = storage.read(path, a, seeks.compressed_end(reach))
-        except InflateFailure as failure:
-            cut = int(np.argmax(ends > base + failure.produced))
-            raise failure.error(url, int(records[cut]), sc.compression) from None
+    base = int(seeks.out[k])
+    try:
+        buf = inflate_span(src, a, int(seeks.kind[k]), int(seeks.bits[k]), seeks.window(k),
+                           sc.compression, reach - base)
+    except InflateFailure as failure:
+        cut = int(np.argmax(ends > base + failure.produced))
+        raise failure.error(url, int(records[cut]), sc.compression) from None
+    return buf, base
 
 
 def read_batch(storage: Storage, shards: Sequence[Shard], cum: np.ndarray, first: np.ndarray,

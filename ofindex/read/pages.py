@@ -137,7 +137,8 @@ def split_pages(pg: Pager, count: int, first: int, last: int,
 
 
 def pageable(header: SidecarHeader) -> bool:
-    """Whether a sidecar can be read by pages: version 2, fixed header, not compressed."""
+    """Whether a sidecar can be read by pages: version 2, fixed header, not compressed (a
+    version 3 sidecar's offsets are packed: it is always fetched whole)."""
     return (header.version == VERSION and header.header_size == HEADER_SIZE
             and header.compression is Compression.NONE and header.seek_points == 0)
 
@@ -162,7 +163,7 @@ def parse_page_header(shard: Shard, raw: bytes | memoryview) -> SidecarHeader | 
         StaleIndexError: It disagrees with the manifest.
     """
     if len(raw) < 10 or struct.unpack_from("<H", raw, 8)[0] != VERSION:
-        return None  # version 1 (or not a sidecar at all: the whole fetch says which)
+        return None  # version 1 or 3 (or not a sidecar at all: the whole fetch says which)
     head = bytes(raw[:HEADER_SIZE])
     short = len(head) < HEADER_SIZE
     try:

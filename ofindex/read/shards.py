@@ -272,6 +272,7 @@ class Shard:
         self.partial = h.partial
         self._sidecar = sc
         self._pid = os.getpid()
+        nbytes += sc.decoded_bytes  # packed offsets, decoded in memory even when mapped
         if self.cache is not None and nbytes:
             self.cache.add(self, nbytes)
         return sc
