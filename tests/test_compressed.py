@@ -197,6 +197,30 @@ def test_remote_reads(tf_files, remote_backend, tmp_path, kind):
     assert list(ds) == expected
 
 
+def test_remote_reads_fetch_the_rest_when_the_estimate_falls_short(tf_files, remote_backend,
+                                                                  tmp_path, monkeypatch):
+    """Remote reads fetch up to an estimate of where a record's compressed data ends; when it
+    ends later, the rest of the span is fetched and the records still come out right."""
+    from ofindex.formats.seekpoints import SeekTable
+
+    path, expected = tf_files["GZIP"]
+    local = tmp_path / "d"
+    local.mkdir()
+    _fresh_copy(path, local)
+    ofindex.build_index(str(local), seek_spacing=SPACING)
+    url = remote_backend.prefix()
+    remote_backend.upload(str(local), url)
+    monkeypatch.setattr(SeekTable, "estimated_end", lambda self, k, out_end: min(
+        self.compressed_start(k) + 40, self.compressed_end(out_end)))
+    ds = ofindex.open(url, storage_options=remote_backend.storage_options)
+    idx = np.random.default_rng(8).permutation(len(ds))
+    assert ds[idx[:300]] == [expected[i] for i in idx[:300]]
+    storage = ds._storage
+    before = storage.requests
+    assert [ds[int(i)] for i in idx[:10]] == [expected[i] for i in idx[:10]]
+    assert storage.requests - before == 20  # each: the estimate, then the rest
+
+
 def test_writer_to_a_bucket(bucket_backend):
     url = bucket_backend.prefix() + "/w.tfrecord.gz"
     opts = bucket_backend.storage_options

@@ -147,6 +147,7 @@ class SeekTable:
         self._wat = table["window_at"].astype(np.int64)
         self._windows = windows
         self.file_size = file_size
+        self.uncompressed_size = uncompressed_size
         self._check(uncompressed_size)
         self._aligned = np.flatnonzero(self.kind != SeekKind.PRIMED)
         self._token = next(_tokens)
@@ -195,6 +196,20 @@ class SeekTable:
         the first point at or after it, or the end of the file."""
         j = int(np.searchsorted(self.out, out_end, side="left"))
         return int(self.in_[j]) if j < len(self.in_) else self.file_size
+
+    def estimated_end(self, k: int, out_end: int) -> int:
+        """A compressed offset by which inflating from point ``k`` has most likely produced
+        the data up to uncompressed ``out_end``: interpolated between the points around it,
+        plus a quarter of the span and 16 KiB, and never past :meth:`compressed_end` (remote
+        reads fetch this much, and the rest only when it falls short)."""
+        limit = self.compressed_end(out_end)
+        j = int(np.searchsorted(self.out, out_end, side="left"))
+        lo_out, lo_in = int(self.out[j - 1]), int(self.in_[j - 1])
+        hi_out, hi_in = ((int(self.out[j]), int(self.in_[j])) if j < len(self.out)
+                         else (self.uncompressed_size, self.file_size))
+        at = lo_in + (out_end - lo_out) * max(0, hi_in - lo_in) // max(1, hi_out - lo_out)
+        a = self.compressed_start(k)
+        return min(limit, at + (at - a) // 4 + (16 << 10))
 
     def compressed_start(self, k: int) -> int:
         """The first compressed byte inflating from point ``k`` needs."""

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from .._threads import ProcessPool
-from ..errors import CorruptRecordError
+from ..errors import CorruptRecordError, TruncatedRecordError
 from ..formats.framing import RecordFormat
 from ..formats.seekpoints import SeekTable
 from ..formats.sidecar import Sidecar
@@ -53,10 +53,16 @@ def read_record(storage: Storage, path: str, sc: Sidecar, record: int, fmt: Reco
     seeks = sc.seeks
     k = seeks.point_before(start)
     a = seeks.compressed_start(k)
-    src = _fetch(storage, path, [(a, seeks.compressed_end(end))])[0]
     rec = np.array([record], dtype=np.int64)
     url = storage.url(path)
-    buf, base = _inflate(url, sc, k, end, src, a, np.array([end]), rec)
+    full = seeks.compressed_end(end)
+    if storage.maps_files and (mm := storage.mapped(path, full)) is not None:
+        src: Any = memoryview(mm)[a:full]
+    else:
+        src = storage.read(path, a, full if storage.cheap_seeks else
+                           seeks.estimated_end(k, end))
+    buf, base = _inflate_piece(storage, path, url, sc, k, end, src, a, full, np.array([end]),
+                               rec)
     try:
         got: bytes = extract_payloads(buf, np.array([start - base]), np.array([end - base]),
                                       fmt, verify, url, np.array([start]), rec)[0]
@@ -90,25 +96,35 @@ def read_records(storage: Storage, path: str, sc: Sidecar, records: np.ndarray,
     s, e, r = starts[order], ends[order], records[order]
     pieces = plan_pieces(s, e, seeks)
     url = storage.url(path)
-    spans = [(seeks.compressed_start(k), seeks.compressed_end(int(e[lo:hi].max())))
-             for k, lo, hi in pieces]
-    sources = _fetch(storage, path, spans)
+    reach = [int(e[lo:hi].max()) for _, lo, hi in pieces]
+    spans = [(seeks.compressed_start(k), seeks.compressed_end(reach[j]))
+             for j, (k, _, _) in enumerate(pieces)]
 
-    def piece(j: int) -> list[Any]:
+    def piece(j: int, src: Any) -> list[Any]:
         k, lo, hi = pieces[j]
         a = spans[j][0]
-        buf, base = _inflate(url, sc, k, int(e[lo:hi].max()), sources[j], a,
-                             e[lo:hi], r[lo:hi])
+        buf, base = _inflate_piece(storage, path, url, sc, k, reach[j], src, a, spans[j][1],
+                                   e[lo:hi], r[lo:hi])
         try:
             return extract_payloads(buf, s[lo:hi] - base, e[lo:hi] - base, fmt, verify, url,
                                     s[lo:hi], r[lo:hi])
         except CorruptRecordError as exc:
             raise in_stream_error(exc, sc.compression, a) from None
 
-    work = sum(int(e[lo:hi].max()) - int(seeks.out[k]) for k, lo, hi in pieces)
+    work = sum(reach[j] - int(seeks.out[k]) for j, (k, _, _) in enumerate(pieces))
     pool = _executor() if len(pieces) > 1 and work >= PARALLEL_INFLATE_BYTES else None
-    done = (list(pool.map(piece, range(len(pieces)))) if pool is not None
-            else [piece(j) for j in range(len(pieces))])
+    views = _mapped_views(storage, path, spans)
+    if views is not None:
+        done = (list(pool.map(piece, range(len(pieces)), views)) if pool is not None
+                else [piece(j, views[j]) for j in range(len(pieces))])
+    else:
+        if not storage.cheap_seeks:  # fetch what is likely needed; the rest if it falls short
+            spans_to_fetch = [(a, seeks.estimated_end(k, reach[j]))
+                              for j, ((a, _), (k, _, _)) in enumerate(zip(spans, pieces,
+                                                                          strict=True))]
+        else:
+            spans_to_fetch = spans
+        done = _fetch_and_inflate(storage, path, spans_to_fetch, piece, pool)
     out = np.empty(len(records), dtype=object)
     for (_, lo, hi), got in zip(pieces, done, strict=True):
         out[order[lo:hi]] = got
@@ -153,24 +169,58 @@ def plan_pieces(starts: np.ndarray, ends: np.ndarray,
     return [(int(points[lo]), lo, hi) for lo, hi in itertools.pairwise(bounds)]
 
 
-def _fetch(storage: Storage, path: str, spans: list[tuple[int, int]]) -> list[Any]:
-    """The compressed bytes of each span: views of the memory map, or reads (remote ones
-    merged where they touch or nearly do, and fetched concurrently)."""
+def _mapped_views(storage: Storage, path: str,
+                  spans: list[tuple[int, int]]) -> list[memoryview] | None:
+    """Views of the memory map for each span, or ``None`` when the file is not mapped."""
     if storage.maps_files:
         mm = storage.mapped(path, max(b for _, b in spans))
         if mm is not None:
             view = memoryview(mm)
             return [view[a:b] for a, b in spans]
-    if len(spans) == 1:
-        a, b = spans[0]
-        return [storage.read(path, a, b)]
+    return None
+
+
+def _fetch_and_inflate(storage: Storage, path: str, spans: list[tuple[int, int]],
+                       piece: Callable[[int, Any], list[Any]],
+                       pool: cf.ThreadPoolExecutor | None) -> list[list[Any]]:
+    """Read the spans (merged where they touch or nearly do, all at once on remote storage)
+    and run ``piece(j, bytes of span j)`` for each: on ``pool`` as soon as its read arrives,
+    so that inflating overlaps the reads still in flight, or one by one after them."""
     starts = np.array([a for a, _ in spans], dtype=np.int64)
     ends = np.array([b for _, b in spans], dtype=np.int64)
     plan = coalesce(starts, ends, storage.default_max_gap, DEFAULT_MAX_BYTES)
-    reads = [memoryview(r) for r in storage.read_ranges(
-        [path] * len(plan.fetch_starts), plan.fetch_starts.tolist(), plan.fetch_ends.tolist())]
-    return [reads[f][o : o + (b - a)] for f, o, (a, b) in
-            zip(plan.item_fetch.tolist(), plan.item_offset.tolist(), spans, strict=True)]
+    served: list[list[int]] = [[] for _ in range(len(plan.fetch_starts))]
+    for j, f in enumerate(plan.item_fetch.tolist()):
+        served[f].append(j)
+    offset = plan.item_offset.tolist()
+    sources: list[Any] = [None] * len(spans)
+    futures: list[cf.Future[list[Any]] | None] = [None] * len(spans)
+
+    def arrived(f: int, data: bytes) -> None:
+        view = memoryview(data)
+        for j in served[f]:
+            sources[j] = view[offset[j] : offset[j] + (spans[j][1] - spans[j][0])]
+            if pool is not None:
+                futures[j] = pool.submit(piece, j, sources[j])
+
+    storage.read_ranges_each([path] * len(plan.fetch_starts), plan.fetch_starts.tolist(),
+                             plan.fetch_ends.tolist(), arrived)
+    return [fut.result() if (fut := futures[j]) is not None else piece(j, sources[j])
+            for j in range(len(spans))]
+
+
+def _inflate_piece(storage: Storage, path: str, url: str, sc: Sidecar, k: int, reach: int,
+                   src: Any, a: int, full: int, ends: np.ndarray,
+                   records: np.ndarray) -> tuple[bytearray | bytes, int]:
+    """:func:`_inflate`, reading the rest of the span up to ``full`` and inflating again when
+    ``src`` (an estimate of what is needed) ends too early."""
+    try:
+        return _inflate(url, sc, k, reach, src, a, ends, records)
+    except CorruptRecordError as exc:
+        if a + len(src) >= full or not isinstance(exc, TruncatedRecordError):
+            raise
+    rest = storage.read(path, a + len(src), full)
+    return _inflate(url, sc, k, reach, bytes(src) + rest, a, ends, records)
 
 
 def _inflate(url: str, sc: Sidecar, k: int, reach: int, src: Any, a: int, ends: np.ndarray,

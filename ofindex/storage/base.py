@@ -41,6 +41,17 @@ class Storage(abc.ABC):
         concurrently)."""
         return [self.read(p, s, e) for p, s, e in zip(paths, starts, ends, strict=True)]
 
+    def read_ranges_each(
+        self, paths: Sequence[str], starts: Sequence[int], ends: Sequence[int],
+        each: Callable[[int, bytes], None],
+    ) -> None:
+        """Call ``each(k, data)`` with the bytes of range ``k`` of :meth:`read_ranges` as it
+        arrives, so that the caller can work on it while the others are in flight (remote
+        storages call it in completion order from their event loop: it must return quickly,
+        e.g. by handing the work to a thread)."""
+        for k, data in enumerate(self.read_ranges(paths, starts, ends)):
+            each(k, data)
+
     def read_ranges_concat(
         self, paths: Sequence[str], starts: Sequence[int], ends: Sequence[int]
     ) -> bytes | bytearray:

@@ -157,6 +157,12 @@ class FsspecStorage(Storage):
         self._fetch_all(paths, starts, ends, sink)
         return out
 
+    def read_ranges_each(
+        self, paths: Sequence[str], starts: Sequence[int], ends: Sequence[int],
+        each: Callable[[int, bytes], None],
+    ) -> None:
+        self._fetch_all(paths, starts, ends, each)
+
     def read_ranges_concat(
         self, paths: Sequence[str], starts: Sequence[int], ends: Sequence[int]
     ) -> bytearray:
