@@ -65,6 +65,7 @@ COMPRESSED = {"datasets": {"small": {"spacings": [
     "remote_by_spacing": [{"rtt_ms": 20.0, "spacing": 65536, "batch_cold_rtts": 9.5,
                            "batch_warm_rtts": 4.2}]}},
     "config": {"inflater": "isal", "default_spacing": 262144}}
+COMPRESSED["datasets"]["small"]["records"] = 1_000_000
 
 BUILD = [{"name": "build 1 M x ~200 B", "records_per_s": 2_500_000, "ratio": 6.25}]
 DECODE = {"batch": 256, "workloads": {"mnist": {
@@ -120,6 +121,9 @@ def test_report_from_fixtures(tmp_path):
         assert f"(img/{png}.png)" in md
         assert (docs / "img" / f"{png}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     text = readme.read_text()
+    assert ("- Compressed TFRecords (small: 1,000,000 records, GZIP by TensorFlow): random ds[i] "
+            "2,300/s with an index of 4.47% of the file, 1,600× tf.data reading up to the "
+            "record; index build 1.25× tf.data's read-through.") in text
     assert text.startswith("# x\n\n## Benchmarks\n\nintro\n\n<!-- bench:begin -->\n")
     assert text.endswith("<!-- bench:end -->\n\nafter\n") and "old figures" not in text
     assert ("- Training pipeline, mnist: ofindex-torch 412 batches/s, 1.75× the best other "
@@ -138,3 +142,33 @@ def test_report_refuses_a_readme_without_markers(tmp_path):
         report.main(["--results", str(tmp_path), "--docs", str(tmp_path / "docs"),
                      "--readme", str(readme)])
     assert readme.read_text() == "# no markers\n"
+
+
+def test_keep_missing_refreshes_one_section(tmp_path):
+    """--keep-missing: a section whose JSON is gone keeps what benchmarks.md and the README
+    said; the sections with JSON are written afresh."""
+    results, docs = tmp_path / "bench-results", tmp_path / "docs"
+    results.mkdir()
+    for name, data in (("shuffle", SHUFFLE), ("scale", SCALE), ("compressed", COMPRESSED)):
+        write(results, name, data)
+    readme = tmp_path / "README.md"
+    readme.write_text("# x\n\n<!-- bench:begin -->\nold\n<!-- bench:end -->\n")
+    assert report.main(["--results", str(results), "--docs", str(docs),
+                        "--readme", str(readme)]) == 0
+    before = (docs / "benchmarks.md").read_text()
+    scale_line = next(x for x in readme.read_text().splitlines() if x.startswith("- Scale"))
+    os.remove(results / "scale.json")
+    os.remove(results / "shuffle.json")
+    fresh = json.loads(json.dumps(COMPRESSED))
+    fresh["datasets"]["small"]["random"]["ds_i_per_s"] = 2500.0
+    write(results, "compressed", fresh)
+    assert report.main(["--results", str(results), "--docs", str(docs), "--readme",
+                        str(readme), "--keep-missing"]) == 0
+    md = (docs / "benchmarks.md").read_text()
+    for title in ("## Scale", "## Shuffling"):
+        old = before[before.index(title):].split("\n## ", 1)[0]
+        assert old in md and "Not measured yet: run" not in old
+    assert "| random ds[i]/s (isal; zlib alone) | 2,500 (1,100) |" in md
+    text = readme.read_text()
+    assert scale_line in text and "random ds[i] 2,500/s" in text and "2,300/s" not in text
+    assert text.count("- Compressed TFRecords") == 1
