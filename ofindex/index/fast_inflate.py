@@ -6,9 +6,11 @@ file. Its Python binding (``pip install 'ofindex[isal]'``) cannot start inside a
 primed point's stream is spliced behind empty deflate blocks that end where the point
 begins (:func:`splice`; Python's own zlib uses it too when the compiled module is not
 built). It serves the common case only: a span that stays inside one gzip member or zlib
-stream and decompresses cleanly. Anything else (a member end inside the span, a data error)
-returns ``None`` and the caller inflates again with zlib, which names the exact compressed
-offset of a failure. ``OFINDEX_INFLATE=zlib`` turns it off.
+stream and decompresses cleanly, from a point whose data copies from its window (a point
+with no window is followed by stored blocks, which zlib copies faster). Anything else (a
+member end inside the span, a data error) returns ``None`` and the caller inflates again
+with zlib, which names the exact compressed offset of a failure. ``OFINDEX_INFLATE=zlib``
+turns it off.
 """
 
 from __future__ import annotations
@@ -86,9 +88,16 @@ def splice(src: Any, bits: int) -> bytes:
     Returns:
         The stream: ``src`` with at most 12 bytes more in front.
     """
+    head, rest = splice_parts(src, bits)
+    return head + bytes(rest)
+
+
+def splice_parts(src: Any, bits: int) -> tuple[bytes, memoryview]:
+    """:func:`splice` as two pieces to feed one after the other, without copying ``src``:
+    the lead-in with the point's byte, and a view of the bytes after it."""
     whole, last = _LEAD_INS[bits]
     first = (src[0] & ~((1 << (8 - bits)) - 1) & 0xFF) | last
-    return whole + bytes((first,)) + bytes(memoryview(src)[1:])
+    return whole + bytes((first,)), memoryview(src)[1:]
 
 
 def lead_in_bytes(bits: int) -> int:
@@ -109,14 +118,25 @@ def fast_raw(src: Any, bits: int, window: bytes, most: int) -> bytes | None:
     isal = ISAL
     if isal is None or not len(src):
         return None
-    if bits:
-        src = splice(src, bits)
     d = isal.decompressobj(RAW_WBITS, zdict=window) if window else isal.decompressobj(RAW_WBITS)
+    return _run(isal, d, src, bits, most)
+
+
+def _run(isal: Any, d: Any, src: Any, bits: int, most: int) -> bytes | None:
+    """Up to ``most`` bytes out of decompressor ``d`` fed ``src`` (spliced when ``bits``),
+    or ``None`` when ISA-L refuses the data."""
     try:
-        out: bytes = d.decompress(src, most)
+        if not bits:
+            out: bytes = d.decompress(src, most)
+            return out
+        head, rest = splice_parts(src, bits)
+        first: bytes = d.decompress(head, most)
+        if len(first) >= most or d.eof:
+            return first
+        more: bytes = d.decompress(rest, most - len(first))
+        return first + more if first else more
     except isal.error:
         return None
-    return out
 
 
 def fast_inflate(src: Any, kind: int, bits: int, window: bytes, compression: Compression,
@@ -139,16 +159,12 @@ def fast_inflate(src: Any, kind: int, bits: int, window: bytes, compression: Com
     if isal is None or want <= 0 or not len(src):
         return None
     if kind == SeekKind.PRIMED:
-        if bits:
-            src = splice(src, bits)
-        d = isal.decompressobj(RAW_WBITS, zdict=window) if window else isal.decompressobj(
-            RAW_WBITS)
+        if not window:  # nothing after the point copies: stored blocks, which zlib copies
+            return None  # faster (measured: 16,000 vs 11,000 ds[i]/s on ~100 KB JPEG-like)
+        d = isal.decompressobj(RAW_WBITS, zdict=window)
     elif kind == SeekKind.ALIGNED:
-        d = isal.decompressobj(RAW_WBITS)
+        d, bits = isal.decompressobj(RAW_WBITS), 0
     else:
-        d = isal.decompressobj(WBITS[compression])
-    try:
-        out: bytes = d.decompress(src, want)
-    except isal.error:
-        return None
-    return out if len(out) == want else None
+        d, bits = isal.decompressobj(WBITS[compression]), 0
+    out = _run(isal, d, src, bits, want)
+    return out if out is not None and len(out) == want else None
