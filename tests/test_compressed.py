@@ -175,24 +175,36 @@ def test_ofrecord_inside_gzip(tmp_path, impl):
         assert gzip.decompress(f.read()) == raw
 
 
+def _uploaded(path: str, remote_backend, tmp_path) -> str:
+    """A directory holding a copy of ``path``, indexed (a manifest with compression) and
+    uploaded to ``remote_backend``; returns its URL."""
+    local = tmp_path / "d"
+    local.mkdir()
+    _fresh_copy(path, local)
+    ofindex.build_index(str(local), seek_spacing=SPACING)
+    url = remote_backend.prefix()
+    remote_backend.upload(str(local), url)
+    return url
+
+
+def _requests_of_singles(ds, expected, *, seed: int, batch: int, singles: int) -> int:
+    """Check a random batch and then ``singles`` records read one by one; returns the
+    requests the single records took."""
+    idx = np.random.default_rng(seed).permutation(len(ds))
+    assert ds[idx[:batch]] == [expected[i] for i in idx[:batch]]
+    before = ds._storage.requests
+    assert [ds[int(i)] for i in idx[:singles]] == [expected[i] for i in idx[:singles]]
+    return int(ds._storage.requests - before)
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_remote_reads(tf_files, remote_backend, tmp_path, kind):
     """Through S3 (moto), GCS (fake-gcs-server) and HTTP (nginx): batches, single records
     (one range request each, from the record's seek point), iteration."""
     path, expected = tf_files[kind]
-    local = tmp_path / "d"
-    local.mkdir()
-    _fresh_copy(path, local)
-    ofindex.build_index(str(local), seek_spacing=SPACING)  # a manifest with compression
-    url = remote_backend.prefix()
-    remote_backend.upload(str(local), url)
+    url = _uploaded(path, remote_backend, tmp_path)
     ds = ofindex.open(url, storage_options=remote_backend.storage_options)
-    idx = np.random.default_rng(6).permutation(len(ds))
-    assert ds[idx[:500]] == [expected[i] for i in idx[:500]]
-    storage = ds._storage
-    before = storage.requests
-    assert [ds[int(i)] for i in idx[:20]] == [expected[i] for i in idx[:20]]
-    assert storage.requests - before == 20
+    assert _requests_of_singles(ds, expected, seed=6, batch=500, singles=20) == 20
     assert ds[100:400] == expected[100:400]
     assert list(ds) == expected
 
@@ -204,21 +216,12 @@ def test_remote_reads_fetch_the_rest_when_the_estimate_falls_short(tf_files, rem
     from ofindex.formats.seekpoints import SeekTable
 
     path, expected = tf_files["GZIP"]
-    local = tmp_path / "d"
-    local.mkdir()
-    _fresh_copy(path, local)
-    ofindex.build_index(str(local), seek_spacing=SPACING)
-    url = remote_backend.prefix()
-    remote_backend.upload(str(local), url)
+    url = _uploaded(path, remote_backend, tmp_path)
     monkeypatch.setattr(SeekTable, "estimated_end", lambda self, k, out_end: min(
         self.compressed_start(k) + 40, self.compressed_end(out_end)))
     ds = ofindex.open(url, storage_options=remote_backend.storage_options)
-    idx = np.random.default_rng(8).permutation(len(ds))
-    assert ds[idx[:300]] == [expected[i] for i in idx[:300]]
-    storage = ds._storage
-    before = storage.requests
-    assert [ds[int(i)] for i in idx[:10]] == [expected[i] for i in idx[:10]]
-    assert storage.requests - before == 20  # each: the estimate, then the rest
+    # each single record: the estimate, then the rest
+    assert _requests_of_singles(ds, expected, seed=8, batch=300, singles=10) == 20
 
 
 def test_writer_to_a_bucket(bucket_backend):

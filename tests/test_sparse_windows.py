@@ -21,6 +21,16 @@ from ofindex.index.windows import PendingWindow
 WINDOW = 32768
 
 
+def _tf_gzip(directory, records: list[bytes]) -> str:
+    """A GZIP TFRecord file of ``records`` written by TensorFlow."""
+    tf = pytest.importorskip("tensorflow")
+    path = str(directory / "d.tfrecord.gz")
+    with tf.io.TFRecordWriter(path, tf.io.TFRecordOptions(compression_type="GZIP")) as w:
+        for r in records:
+            w.write(r)
+    return path
+
+
 def _stream(window: bytes, data: bytes) -> bytes:
     """``data`` as raw deflate that may copy from ``window`` (as after a seek point)."""
     c = zlib.compressobj(9, zlib.DEFLATED, -15, zdict=window)
@@ -79,15 +89,11 @@ def test_wrong_markers_keep_the_whole_window(inflater, monkeypatch):
 def test_built_index_windows_are_sparse(tmp_path, inflater, monkeypatch):
     """On compressible data the builder's windows are several times smaller than whole ones,
     and every record reads back."""
-    tf = pytest.importorskip("tensorflow")
     rng = np.random.default_rng(3)
     words = [rng.bytes(int(k)).hex().encode() for k in rng.integers(2, 6, size=500)]
     records = [b" ".join(words[j] for j in rng.integers(0, 500, size=int(rng.integers(5, 40))))
                for _ in range(6000)]
-    path = str(tmp_path / "d.tfrecord.gz")
-    with tf.io.TFRecordWriter(path, tf.io.TFRecordOptions(compression_type="GZIP")) as w:
-        for r in records:
-            w.write(r)
+    path = _tf_gzip(tmp_path, records)
     ofindex.build_index(path, seek_spacing=64 << 10)
     sparse = open_local_sidecar(path + ".ofidx").header.windows_bytes
     ds = ofindex.open(path)
@@ -128,14 +134,10 @@ def test_splice_starts_inside_a_byte_and_keeps_stored_blocks_aligned(bits):
 def test_stored_blocks_after_primed_points(tmp_path, inflater, reader):
     """Incompressible records between compressible ones: deflate stores them, right after
     primed seek points; every reader gives the records back."""
-    tf = pytest.importorskip("tensorflow")
     rng = np.random.default_rng(6)
     records = [rng.bytes(int(rng.integers(1, 3000))) if i % 3 else b"abc " * int(
         rng.integers(0, 500)) for i in range(1500)]
-    path = str(tmp_path / "d.tfrecord.gz")
-    with tf.io.TFRecordWriter(path, tf.io.TFRecordOptions(compression_type="GZIP")) as w:
-        for r in records:
-            w.write(r)
+    path = _tf_gzip(tmp_path, records)
     ofindex.build_index(path, seek_spacing=4 << 10)
     sc = open_local_sidecar(path + ".ofidx")
     assert len(set(sc.seek_points["bits"].tolist()) - {0}) >= 5
@@ -151,13 +153,9 @@ def test_isal_and_zlib_read_the_same(tmp_path):
     """A span served by ISA-L equals zlib's, from every kind of seek point."""
     from ofindex.index.inflate import InflateFailure, inflate_span
 
-    tf = pytest.importorskip("tensorflow")
     rng = np.random.default_rng(5)
     records = [rng.bytes(int(rng.integers(0, 50))) * 3 for _ in range(5000)]
-    path = str(tmp_path / "d.tfrecord.gz")
-    with tf.io.TFRecordWriter(path, tf.io.TFRecordOptions(compression_type="GZIP")) as w:
-        for r in records:
-            w.write(r)
+    path = _tf_gzip(tmp_path, records)
     ofindex.build_index(path, seek_spacing=16 << 10)
     sc = open_local_sidecar(path + ".ofidx")
     seeks = sc.seeks
