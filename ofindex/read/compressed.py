@@ -56,11 +56,9 @@ def read_record(storage: Storage, path: str, sc: Sidecar, record: int, fmt: Reco
     rec = np.array([record], dtype=np.int64)
     url = storage.url(path)
     full = seeks.compressed_end(end)
-    if storage.maps_files and (mm := storage.mapped(path, full)) is not None:
-        src: Any = memoryview(mm)[a:full]
-    else:
-        src = storage.read(path, a, full if storage.cheap_seeks else
-                           seeks.estimated_end(k, end))
+    views = _mapped_views(storage, path, [(a, full)])
+    src = views[0] if views is not None else storage.read(path, a, _fetch_end(
+        storage, seeks, k, end))
     buf, base = _inflate_piece(storage, path, url, sc, k, end, src, a, full, np.array([end]),
                                rec)
     try:
@@ -118,13 +116,9 @@ def read_records(storage: Storage, path: str, sc: Sidecar, records: np.ndarray,
         done = (list(pool.map(piece, range(len(pieces)), views)) if pool is not None
                 else [piece(j, views[j]) for j in range(len(pieces))])
     else:
-        if not storage.cheap_seeks:  # fetch what is likely needed; the rest if it falls short
-            spans_to_fetch = [(a, seeks.estimated_end(k, reach[j]))
-                              for j, ((a, _), (k, _, _)) in enumerate(zip(spans, pieces,
-                                                                          strict=True))]
-        else:
-            spans_to_fetch = spans
-        done = _fetch_and_inflate(storage, path, spans_to_fetch, piece, pool)
+        wanted = [(spans[j][0], _fetch_end(storage, seeks, k, reach[j]))
+                  for j, (k, _, _) in enumerate(pieces)]
+        done = _fetch_and_inflate(storage, path, wanted, piece, pool)
     out = np.empty(len(records), dtype=object)
     for (_, lo, hi), got in zip(pieces, done, strict=True):
         out[order[lo:hi]] = got
@@ -178,6 +172,15 @@ def _mapped_views(storage: Storage, path: str,
             view = memoryview(mm)
             return [view[a:b] for a, b in spans]
     return None
+
+
+def _fetch_end(storage: Storage, seeks: SeekTable, k: int, reach: int) -> int:
+    """Where to stop reading the span from point ``k`` to uncompressed ``reach``: its end on
+    local files, an estimate of what is needed on remote ones (the rest is read only when it
+    falls short: :func:`_inflate_piece`)."""
+    if storage.cheap_seeks:
+        return seeks.compressed_end(reach)
+    return seeks.estimated_end(k, reach)
 
 
 def _fetch_and_inflate(storage: Storage, path: str, spans: list[tuple[int, int]],
