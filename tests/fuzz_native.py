@@ -391,8 +391,46 @@ def fuzz_blocks(rng: random.Random) -> None:
         STATS["blocks"][type(exc).__name__] += 1
 
 
+def fuzz_slices_and_fill(rng: random.Random) -> None:
+    # slices() (serially, and checked on a second thread for >= 512 records) and fill() (a
+    # batch split into parts, copies and CRCs in one pass) against the reference cut
+    buf, tf, records, true = framed(rng)
+    if rng.random() < 0.3 and records:  # a big batch: the same buffer many times
+        reps, m, size = 600 // len(records) + 1, len(records), len(buf)
+        buf, records = buf * reps, records * reps
+        true = [true[k % m] + (k // m) * size for k in range(len(records))]
+    bounds = [*true, len(buf)] if records else [0]
+    picks = list(range(len(true))) if rng.random() < 0.5 else [
+        rng.randrange(len(bounds)) for _ in range(rng.randint(0, 6))]
+    starts = near(rng, [bounds[p] for p in picks], len(buf), EDGES, low=0)
+    ends = near(rng, [bounds[min(p + 1, len(bounds) - 1)] for p in picks], len(buf), EDGES,
+                low=0)
+    header, footer = framing(rng, tf)
+    verify = tf and HW_PASS and rng.random() < 0.7
+    st, en = np.array(starts, np.int64), np.array(ends, np.int64)
+    want = call(ref_cut, buf, starts, ends, header, footer, verify, {})
+    for parallel in (False, True):
+        got = call(native.slices, buf, st, en, header, footer, verify, parallel)
+        note("slices", got)
+        assert same_outcome(got, want), (got, want, parallel)
+    if (header, footer) not in ((12, 4), (8, 0)) or not len(st) or int(st.min()) < 0:
+        return
+    sizes = np.clip(en - st - header - footer, 0, len(buf) + 1)
+    outs = native.blank(sizes)
+    want = call(ref_cut, buf, starts, (st + sizes + header + footer).tolist(), header,
+                footer, verify, {})
+    cut = rng.randint(0, len(st))
+    which = np.zeros(len(st), np.int64)
+    first = call(native.fill, [buf], which, st, outs, 0, cut, header, footer, verify)
+    rest = call(native.fill, [buf], which, st, outs, cut, len(st), header, footer, verify)
+    got = first if first != -1 else (rest if rest != -1 else outs)
+    note("fill", got)
+    assert same_outcome(got, want), (got, want)
+
+
 TARGETS = {"cut": fuzz_cut, "gather": fuzz_gather_and_record, "types": fuzz_wrong_types,
-           "layout": fuzz_layout, "walk": fuzz_walk, "blocks": fuzz_blocks}
+           "layout": fuzz_layout, "walk": fuzz_walk, "blocks": fuzz_blocks,
+           "slices": fuzz_slices_and_fill}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -11,7 +11,7 @@ from helpers import ref_tfrecord
 import ofindex
 from ofindex import _accel
 from ofindex.errors import CorruptRecordError, RecordIndexError
-from ofindex.read import bigbatch
+from ofindex.read import batches, bigbatch
 from ofindex.read.batches import RecordBatch
 
 SIZES = [300, 1, 450]
@@ -34,8 +34,10 @@ def small(tmp_path_factory):
     return str(d), records
 
 
+@pytest.mark.parametrize("plan_records", [1 << 16, 25])  # spans planned for many batches, few
 @pytest.mark.parametrize("mmap", [True, False])
-def test_iter_batches_equals_iteration(small, impl, mmap):
+def test_iter_batches_equals_iteration(small, impl, mmap, plan_records, monkeypatch):
+    monkeypatch.setattr(batches, "_PLAN_RECORDS", plan_records)
     d, records = small
     ds = ofindex.open(d, mmap=mmap)
     assert list(ds) == records
@@ -69,7 +71,8 @@ def test_iter_batches_applies_decode_to_lists_only(small):
 
 
 def corrupt_copy(tmp_path, records, record, where):
-    """A one-shard dataset whose record ``record`` has one byte flipped (payload or length)."""
+    """A one-shard dataset whose record ``record`` has one byte flipped (payload, length CRC
+    or stored length)."""
     path = str(tmp_path / "bad.tfrecord")
     with ofindex.Writer(path) as w:
         w.write_many(records)
@@ -77,7 +80,8 @@ def corrupt_copy(tmp_path, records, record, where):
     with open(path, "rb") as f:
         raw = bytearray(f.read())
     offset = len(ref_tfrecord(records[:record]))
-    raw[offset + (12 + len(records[record]) // 2 if where == "payload" else 9)] ^= 0x40
+    at = {"payload": 12 + len(records[record]) // 2, "length crc": 9, "length": 1}[where]
+    raw[offset + at] ^= 0x40
     with open(path, "r+b") as f:  # same size and mtime: the index still matches the file
         f.write(raw)
     os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
@@ -155,6 +159,94 @@ def test_big_batch_on_threads_reports_the_corrupt_record_as_serially(tmp_path, m
     ok = [i for i in range(120) if i != 77]
     monkeypatch.setattr(bigbatch, "PARALLEL_BYTES", 1 << 20)
     assert ds.__getitems__(ok) == [records[i] for i in ok]
+
+
+@pytest.mark.parametrize("where", ["payload", "length crc", "length"])
+@pytest.mark.parametrize("position", range(5))
+def test_big_batch_reports_a_corrupt_record_at_any_place_as_serially(
+        tmp_path, monkeypatch, where, position, crc_path):
+    # the corrupt record at several places of a batch of records of mixed sizes (tiny to
+    # big) is reported as the serial path reports it, by either CRC path
+    rng = np.random.default_rng(6)
+    sizes = [0, 3, 7, 8, 9, 15, 16, 17, 33_000, 40_001, 50_007, 64_000]
+    records = [rng.bytes(sizes[i % len(sizes)]) for i in range(60)]
+    path, _ = corrupt_copy(tmp_path, records, 44, where)  # 44: a 33,000-byte record
+    ds = ofindex.open(path)
+    batch = [*[8, 9, 10, 11, 20][:position], 44, *[41, 40, 10][position % 3:]]
+    monkeypatch.setattr(bigbatch, "PARALLEL_BYTES", 1 << 10)
+    with pytest.raises(ofindex.OfindexError) as threaded:
+        ds.__getitems__(batch)
+    monkeypatch.setattr(bigbatch, "PARALLEL_BYTES", 1 << 62)
+    with pytest.raises(ofindex.OfindexError) as serial:
+        ds.__getitems__(batch)
+    assert type(threaded.value) is type(serial.value)
+    assert str(threaded.value) == str(serial.value)
+    assert "record 44" in str(threaded.value)
+    good = [i for i in range(60) if i != 44]
+    monkeypatch.setattr(bigbatch, "PARALLEL_BYTES", 1 << 10)
+    assert ds.__getitems__(good) == [records[i] for i in good]
+    assert ds.__getitems__(good[::-1]) == [records[i] for i in good[::-1]]
+
+
+@pytest.mark.skipif(_accel.native is None, reason="needs the compiled module")
+@pytest.mark.parametrize("where", ["payload", "length crc", "length"])
+def test_compiled_fill_names_the_first_bad_record_at_every_position(tmp_path, where):
+    native = _accel.native
+    rng = np.random.default_rng(7)
+    sizes = [0, 3, 7, 8, 9, 15, 16, 17, 1000, 4097, 5]
+    records = [rng.bytes(sizes[i % len(sizes)]) for i in range(22)]
+    starts = np.cumsum([0] + [16 + len(r) for r in records[:-1]]).astype(np.int64)
+    which = np.zeros(len(records), np.int64)
+    checks = [True, False] if native.hw_crc() else [False]
+    for verify in checks:
+        good = bytes(ref_tfrecord(records))
+        outs = native.blank(np.array([len(r) for r in records], np.int64))
+        assert native.fill([good], which, starts, outs, 0, len(records), 12, 4, verify) == -1
+        assert outs == records
+        for k in range(len(records)):
+            path, _ = corrupt_copy(tmp_path, records, k, where)
+            with open(path, "rb") as f:
+                bad = f.read()
+            outs = native.blank(np.array([len(r) for r in records], np.int64))
+            caught = where == "length" or verify
+            for lo in (0, max(k - 1, 0)):
+                got = native.fill([bad], which, starts, outs, lo, len(records), 12, 4, verify)
+                assert got == (k if caught else -1), (verify, k, lo)
+                # a range that ends before it is whole
+                assert native.fill([bad], which, starts, outs, lo, k, 12, 4, verify) == -1
+    outs = native.blank(np.array([len(records[0]) + 1], np.int64))  # past its buffer
+    assert native.fill([b"x" * 16], which, starts, outs, 0, 1, 12, 4, False) == 0
+
+
+@pytest.mark.skipif(_accel.native is None, reason="needs the compiled module")
+@pytest.mark.parametrize("where", ["payload", "length crc", "length"])
+def test_list_batches_checked_on_a_second_thread_name_the_first_bad_record(tmp_path, where):
+    # slices(parallel=True) checks a big batch on a compiled thread while this one makes the
+    # objects: it must return the same list, or the same first bad record, as the serial pass
+    native = _accel.native
+    if not native.hw_crc():
+        pytest.skip("this CPU has no CRC32C instruction")  # pragma: no cover
+    rng = np.random.default_rng(8)
+    records = [rng.bytes(int(n)) for n in rng.integers(0, 300, 1500)]
+    good = bytes(ref_tfrecord(records))
+    starts = np.cumsum([0] + [16 + len(r) for r in records[:-1]]).astype(np.int64)
+    ends = starts + np.array([16 + len(r) for r in records], np.int64)
+    for parallel in (False, True):
+        assert native.slices(good, starts, ends, 12, 4, True, parallel) == records
+    for k in (0, 1, 2, 700, 1499):
+        path, _ = corrupt_copy(tmp_path, records, k, where)
+        with open(path, "rb") as f:
+            bad = f.read()
+        assert native.slices(bad, starts, ends, 12, 4, True, True) == k
+        assert native.slices(bad, starts, ends, 12, 4, True, False) == k
+    cut = good[:int(ends[900]) - 1]  # records 900.. lie past the end of the buffer
+    assert native.slices(cut, starts, ends, 12, 4, True, True) == 900
+    ds = ofindex.open(corrupt_copy(tmp_path, records, 1100, where)[0])
+    with pytest.raises(CorruptRecordError) as single:
+        ds[1100]
+    with pytest.raises(CorruptRecordError) as batched:
+        list(ds.iter_batches(1024))
+    assert str(batched.value) == str(single.value)
 
 
 @pytest.mark.skipif(_accel.native is None, reason="needs the compiled module")

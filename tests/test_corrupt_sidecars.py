@@ -13,7 +13,7 @@ import pytest
 from helpers import read_bytes, write_raw
 
 import ofindex
-from ofindex import RecordIndexError, SidecarError
+from ofindex import RecordIndexError, SidecarError, _accel
 from ofindex.errors import RangeReadError
 from ofindex.formats.sidecar import parse_sidecar
 from ofindex.formats.sidecar_header import HEADER_SIZE
@@ -27,6 +27,7 @@ READS = {
     "__getitems__": lambda ds, i: ds.__getitems__([9, i]),
     "slice": lambda ds, i: ds[i : i + 1],
     "iteration": lambda ds, i: list(ds),
+    "iter_batches": lambda ds, i: list(ds.iter_batches(3)),
     "record_lengths": lambda ds, i: ds.record_lengths([i]),
 }
 
@@ -74,6 +75,9 @@ def test_corrupt_offsets_are_a_sidecar_error_naming_the_record(data, mmap, read,
     with pytest.raises(SidecarError, match=r"a.tfrecord.ofidx: record [0-2]: .*offsets are corr"):
         READS[read](ds, 2)
     assert ds[9] == RECORDS[9]  # records the corruption does not touch still read
+    if read == "iter_batches" and mmap and _accel.native and 1 not in values:
+        assert next(ds.iter_batches(1)) == [RECORDS[0]]  # the batch before it (streamed: a
+        # block at a time)
 
 
 @pytest.mark.parametrize("field, at, fmt, value, why", [

@@ -4,12 +4,14 @@
  *        of an Arrow binary column), checked, with the GIL released
  * slices framed records -> a list of payloads, checked first without the GIL
  * blank  bytes objects of given sizes, not yet filled (for fill)
- * fill   payloads copied into those bytes objects with the GIL released, so that a few
- *        threads fill one big batch at once (and check its CRCs through the crc32c package,
- *        which releases the GIL too)
+ * fill   framed records checked and their payloads copied into those bytes objects with
+ *        the GIL released (copy and CRC in one pass), so that a few threads fill one big
+ *        batch at once
  * hw_crc, hw_crc32c   the CRC32C instruction's switch, and the instruction itself (tests) */
 #include "native.h"
 #include "hwcrc.h"
+
+#include <pthread.h>
 
 int hw_crc_on = 0;
 
@@ -38,6 +40,17 @@ static inline int framed_ok(const unsigned char *src, Py_ssize_t len, int64_t s,
     return load_le(src + s, 8) == (uint64_t)*size;
 }
 
+/* The first of the g (<= 3) TFRecords at p[] (payloads of sz[] bytes with computed data
+ * CRCs c[]) whose length or data CRC is wrong, as k + its position; or -1. */
+static Py_ssize_t crcs_wrong(const unsigned char *const p[3], const size_t sz[3],
+                             const uint32_t c[3], int g, Py_ssize_t header, Py_ssize_t k) {
+    for (int j = 0; j < g; j++)
+        if ((uint32_t)load_le(p[j] + 8, 4) != hw_mask(hw_crc32c(p[j], 8)) ||
+            (uint32_t)load_le(p[j] + header + sz[j], 4) != hw_mask(c[j]))
+            return k + j;
+    return -1;
+}
+
 /* The CRCs of the g (<= 3) TFRecords at p[] with payloads of sz[] bytes: -1 when they all
  * match, else the position (0..g-1) of the first that does not. */
 static int crcs_bad(const unsigned char *const p[3], const size_t sz[3], int g,
@@ -50,11 +63,7 @@ static int crcs_bad(const unsigned char *const p[3], const size_t sz[3], int g,
         for (int i = 0; i < g; i++)
             c[i] = hw_crc32c(p[i] + header, sz[i]);
     }
-    for (int i = 0; i < g; i++)
-        if ((uint32_t)load_le(p[i] + 8, 4) != hw_mask(hw_crc32c(p[i], 8)) ||
-            (uint32_t)load_le(p[i] + header + sz[i], 4) != hw_mask(c[i]))
-            return i;
-    return -1;
+    return (int)crcs_wrong(p, sz, c, g, header, 0);
 }
 
 /* Check records [0, n) of src (framing, lengths, and with verify their CRCs, three records
@@ -139,15 +148,6 @@ static void run_close(Run *r) {
     PyBuffer_Release(&r->buf);
 }
 
-static Py_ssize_t run_check(Run *r, int64_t *total) {
-    Py_ssize_t bad;
-    Py_BEGIN_ALLOW_THREADS
-    bad = check_all((const unsigned char *)r->buf.buf, r->buf.len, (const int64_t *)r->sv.buf,
-                    (const int64_t *)r->ev.buf, r->n, r->header, r->footer, r->verify, total);
-    Py_END_ALLOW_THREADS
-    return bad;
-}
-
 const char pack_doc[] =
 "pack(buf, starts, ends, header_size, footer_size, verify, out, offsets, base) -> int\n\n"
 "Payloads of the framed records at buf[starts[k]:ends[k]] (int64 arrays) copied back to back\n"
@@ -226,37 +226,113 @@ no_out:
     return result;
 }
 
+/* Records per chunk of slices(). */
+#define SLICES_CHUNK 128
+/* Batches of at least this many records are checked on a second thread by slices(). */
+#define SLICES_PARALLEL 512
+
 const char slices_doc[] =
-"slices(buf, starts, ends, header_size, footer_size, verify) -> list | int\n\n"
-"As cut(), with every record checked first without the GIL (three CRCs at a time with the\n"
-"CPU's CRC32C instruction: verify needs hw_crc() to be True), then the payloads made.";
+"slices(buf, starts, ends, header_size, footer_size, verify, parallel=False) -> list | int\n\n"
+"As cut(): the payloads of the framed records at buf[starts[k]:ends[k]] as a list of bytes,\n"
+"or the position k of the first record that fails a check or lies outside buf; with verify,\n"
+"the CRCs are checked three at a time with the CPU's CRC32C instruction (verify needs\n"
+"hw_crc() to be True). The records are checked a chunk at a time without the GIL, then\n"
+"copied while still in the cache; with parallel (for a machine with a core to spare), a\n"
+"big batch is checked on a second thread while this one makes the objects, and the list is\n"
+"returned only once every check passed.";
+
+typedef struct {
+    Run *r;
+    Py_ssize_t bad;
+} CheckJob;
+
+static void *check_job(void *arg) {
+    CheckJob *job = (CheckJob *)arg;
+    Run *r = job->r;
+    int64_t total;
+    job->bad = check_all((const unsigned char *)r->buf.buf, r->buf.len,
+                         (const int64_t *)r->sv.buf, (const int64_t *)r->ev.buf, r->n,
+                         r->header, r->footer, r->verify, &total);
+    return NULL;
+}
+
+/* Payload bytes objects for records [k0, k0 + m) into result; only whole records (the
+ * checks of their contents are the caller's). Returns the number made, or -1 on an error
+ * (set). */
+static Py_ssize_t make_items(Run *r, PyObject *result, Py_ssize_t k0, Py_ssize_t m) {
+    const int64_t *st = (const int64_t *)r->sv.buf, *en = (const int64_t *)r->ev.buf;
+    const unsigned char *src = (const unsigned char *)r->buf.buf;
+    Py_ssize_t frame = r->header + r->footer;
+    for (Py_ssize_t k = k0; k < k0 + m; k++) {
+        int64_t size;
+        if (!framed_ok(src, r->buf.len, st[k], en[k], frame, &size))
+            return k - k0;
+        PyObject *item = PyBytes_FromStringAndSize((const char *)src + st[k] + r->header,
+                                                   (Py_ssize_t)size);
+        if (item == NULL)
+            return -1;
+        PyList_SET_ITEM(result, k, item);
+    }
+    return m;
+}
+
+/* slices() of a big batch: checked on a second thread while this one makes the objects. */
+static PyObject *slices_parallel(Run *r) {
+    CheckJob job = {r, -1};
+    pthread_t thread;
+    if (pthread_create(&thread, NULL, check_job, &job) != 0)
+        return NULL;  /* no thread: the caller goes on serially */
+    PyObject *result = PyList_New(r->n);
+    if (result != NULL && make_items(r, result, 0, r->n) < 0)
+        Py_CLEAR(result);
+    Py_BEGIN_ALLOW_THREADS
+    pthread_join(thread, NULL);
+    Py_END_ALLOW_THREADS
+    if (result == NULL)
+        return PyErr_Occurred() ? NULL : PyErr_NoMemory();
+    if (job.bad >= 0) {  /* the items not made are NULL: list_dealloc skips them */
+        Py_DECREF(result);
+        return PyLong_FromSsize_t(job.bad);
+    }
+    return result;
+}
 
 PyObject *slices(PyObject *self, PyObject *args) {
     PyObject *buf_obj, *starts_obj, *ends_obj;
+    int parallel = 0;
     Run r;
-    if (!PyArg_ParseTuple(args, "OOOnnp:slices", &buf_obj, &starts_obj, &ends_obj, &r.header,
-                          &r.footer, &r.verify))
+    if (!PyArg_ParseTuple(args, "OOOnnp|p:slices", &buf_obj, &starts_obj, &ends_obj,
+                          &r.header, &r.footer, &r.verify, &parallel))
         return NULL;
     if (run_open(&r, buf_obj, starts_obj, ends_obj) < 0)
         return NULL;
-    int64_t total;
-    Py_ssize_t bad = run_check(&r, &total);
-    PyObject *result;
-    if (bad >= 0) {
-        result = PyLong_FromSsize_t(bad);
-    } else {
-        const int64_t *st = (const int64_t *)r.sv.buf, *en = (const int64_t *)r.ev.buf;
-        const char *src = (const char *)r.buf.buf;
-        Py_ssize_t frame = r.header + r.footer;
-        result = PyList_New(r.n);
-        for (Py_ssize_t k = 0; result != NULL && k < r.n; k++) {
-            PyObject *item = PyBytes_FromStringAndSize(src + st[k] + r.header,
-                                                       en[k] - st[k] - frame);
-            if (item == NULL)
-                Py_CLEAR(result);
-            else
-                PyList_SET_ITEM(result, k, item);
+    PyObject *result = NULL;
+    if (parallel && r.verify && r.n >= SLICES_PARALLEL) {
+        result = slices_parallel(&r);
+        if (result != NULL || PyErr_Occurred()) {
+            run_close(&r);
+            return result;
         }
+    }
+    const int64_t *st = (const int64_t *)r.sv.buf, *en = (const int64_t *)r.ev.buf;
+    const unsigned char *src = (const unsigned char *)r.buf.buf;
+    result = PyList_New(r.n);
+    /* a chunk at a time: its records checked without the GIL, then copied while they are
+     * still in the cache (a whole batch can be bigger than L2) */
+    for (Py_ssize_t k0 = 0; result != NULL && k0 < r.n; k0 += SLICES_CHUNK) {
+        Py_ssize_t m = r.n - k0 < SLICES_CHUNK ? r.n - k0 : SLICES_CHUNK, bad;
+        int64_t total;
+        Py_BEGIN_ALLOW_THREADS
+        bad = check_all(src, r.buf.len, st + k0, en + k0, m, r.header, r.footer, r.verify,
+                        &total);
+        Py_END_ALLOW_THREADS
+        if (bad >= 0) {
+            Py_DECREF(result);  /* the items not made yet are NULL: list_dealloc skips them */
+            result = PyLong_FromSsize_t(k0 + bad);
+            break;
+        }
+        if (make_items(&r, result, k0, m) < 0)
+            Py_CLEAR(result);
     }
     run_close(&r);
     return result;
@@ -290,53 +366,57 @@ PyObject *blank(PyObject *self, PyObject *arg) {
 }
 
 const char fill_doc[] =
-"fill(bufs, which, src, outs, lo, hi, crcs=None) -> None\n\n"
-"For k in [lo, hi): copy len(outs[k]) bytes from bufs[which[k]] at src[k] into outs[k], a\n"
-"bytes object from blank() that nothing else sees yet. which and src are int64 arrays. With\n"
-"crcs (a writable uint32 array; needs hw_crc()), crcs[k] receives the CRC32C of the copy,\n"
-"computed while it is in the cache. The GIL is released throughout, so threads can fill\n"
-"parts of one list at once.";
+"fill(bufs, which, starts, outs, lo, hi, header_size, footer_size, verify) -> int\n\n"
+"For k in [lo, hi): the framed record at bufs[which[k]][starts[k]:] whose payload is\n"
+"len(outs[k]) bytes is checked (inside its buffer, its stored length; with verify, a\n"
+"TFRecord's length and data CRCs, which needs hw_crc()) and its payload copied into\n"
+"outs[k], a bytes object from blank() that nothing else sees yet. Copies and CRCs are one\n"
+"pass over the source, three records at a time. which and starts are int64 arrays. The GIL\n"
+"is released for the pass, so threads can fill parts of one list at once. Returns -1, or\n"
+"the first k whose record fails a check (outs is then partly filled: discard it).";
+
+/* The first of records k..k+g-1 (g <= 3, payloads copied with CRCs c[]) whose stored
+ * length or (with verify) CRCs are wrong, or -1. */
+static Py_ssize_t first_bad(const unsigned char *const p[3], const size_t sz[3],
+                            const uint32_t c[3], int g, Py_ssize_t header, int verify,
+                            Py_ssize_t k) {
+    for (int j = 0; j < g; j++)  /* record by record: the first bad one in order */
+        if (load_le(p[j], 8) != (uint64_t)sz[j] ||
+            (verify && crcs_wrong(p + j, sz + j, c + j, 1, header, k + j) >= 0))
+            return k + j;
+    return -1;
+}
 
 PyObject *fill(PyObject *self, PyObject *args) {
-    PyObject *bufs, *which_obj, *src_obj, *outs, *crcs_obj = Py_None;
-    Py_ssize_t lo, hi;
-    if (!PyArg_ParseTuple(args, "O!OOO!nn|O:fill", &PyList_Type, &bufs, &which_obj, &src_obj,
-                          &PyList_Type, &outs, &lo, &hi, &crcs_obj))
+    PyObject *bufs, *which_obj, *starts_obj, *outs;
+    Py_ssize_t lo, hi, header, footer;
+    int verify;
+    if (!PyArg_ParseTuple(args, "O!OOO!nnnnp:fill", &PyList_Type, &bufs, &which_obj,
+                          &starts_obj, &PyList_Type, &outs, &lo, &hi, &header, &footer,
+                          &verify))
         return NULL;
-    Py_buffer cv = {0};
-    uint32_t *crcs = NULL;
-    if (crcs_obj != Py_None) {
-        if (!hw_crc_on) {
-            PyErr_SetString(PyExc_ValueError, "fill computes CRCs only with the CRC32C "
-                            "instruction (see hw_crc())");
-            return NULL;
-        }
-        if (PyObject_GetBuffer(crcs_obj, &cv, PyBUF_ND | PyBUF_FORMAT | PyBUF_WRITABLE) < 0)
-            return NULL;
-        if (cv.itemsize != 4 || cv.ndim != 1 || cv.shape[0] < hi || hi < 0) {
-            PyBuffer_Release(&cv);
-            PyErr_SetString(PyExc_ValueError, "fill: crcs must be a writable uint32 array "
-                            "of at least hi items");
-            return NULL;
-        }
-        crcs = (uint32_t *)cv.buf;
+    if (!((header == 12 && footer == 4) || (header == 8 && footer == 0 && !verify))) {
+        PyErr_SetString(PyExc_ValueError, "bad framing sizes");
+        return NULL;
+    }
+    if (verify && !hw_crc_on) {
+        PyErr_SetString(PyExc_ValueError, "fill checks CRCs only with the CRC32C "
+                        "instruction (see hw_crc())");
+        return NULL;
     }
     Py_buffer wv, sv;
-    if (get_i64(which_obj, &wv, "which") < 0) {
-        if (crcs != NULL)
-            PyBuffer_Release(&cv);
+    if (get_i64(which_obj, &wv, "which") < 0)
         return NULL;
-    }
-    if (get_i64(src_obj, &sv, "src") < 0) {
+    if (get_i64(starts_obj, &sv, "starts") < 0) {
         PyBuffer_Release(&wv);
-        if (crcs != NULL)
-            PyBuffer_Release(&cv);
         return NULL;
     }
-    Py_ssize_t m = PyList_GET_SIZE(bufs), got = 0;
+    Py_ssize_t m = PyList_GET_SIZE(bufs), got = 0, bad = -1;
     PyObject *result = NULL;
     Py_buffer *views = PyMem_Calloc(m ? m : 1, sizeof(Py_buffer));
-    char **dst = NULL;
+    unsigned char **dst = NULL;
+    const unsigned char **src = NULL;
+    size_t *sizes = NULL;
     if (views == NULL) {
         PyErr_NoMemory();
         goto done;
@@ -349,44 +429,71 @@ PyObject *fill(PyObject *self, PyObject *args) {
     for (; got < m; got++)
         if (PyObject_GetBuffer(PyList_GET_ITEM(bufs, got), &views[got], PyBUF_SIMPLE) < 0)
             goto done;
-    const int64_t *which = (const int64_t *)wv.buf, *src = (const int64_t *)sv.buf;
-    dst = PyMem_Malloc((hi - lo ? hi - lo : 1) * sizeof(char *));
-    if (dst == NULL) {
+    const int64_t *which = (const int64_t *)wv.buf, *st = (const int64_t *)sv.buf;
+    Py_ssize_t count = hi - lo ? hi - lo : 1;
+    dst = PyMem_Malloc(count * sizeof(*dst));
+    src = PyMem_Malloc(count * sizeof(*src));
+    sizes = PyMem_Malloc(count * sizeof(*sizes));
+    if (dst == NULL || src == NULL || sizes == NULL) {
         PyErr_NoMemory();
         goto done;
     }
-    for (Py_ssize_t k = lo; k < hi; k++) {  /* every check first, with the GIL */
+    Py_ssize_t end = hi;  /* records before the first that lies outside its buffer */
+    for (Py_ssize_t k = lo; k < hi; k++) {  /* the objects and bounds first, with the GIL */
         PyObject *o = PyList_GET_ITEM(outs, k);
         if (!PyBytes_CheckExact(o)) {
             PyErr_SetString(PyExc_TypeError, "fill: outs must hold bytes from blank()");
             goto done;
         }
-        int64_t j = which[k], s = src[k], size = PyBytes_GET_SIZE(o);
-        if (j < 0 || j >= m || s < 0 || s > (int64_t)views[j].len - size) {
-            PyErr_Format(PyExc_ValueError, "fill: item %zd lies outside its buffer", k);
+        int64_t j = which[k], s = st[k], size = PyBytes_GET_SIZE(o);
+        if (j < 0 || j >= m) {
+            PyErr_Format(PyExc_ValueError, "fill: item %zd names no buffer", k);
             goto done;
         }
-        dst[k - lo] = PyBytes_AS_STRING(o);
+        if (s < 0 || s > (int64_t)views[j].len - size - header - footer) {
+            end = k;
+            break;
+        }
+        dst[k - lo] = (unsigned char *)PyBytes_AS_STRING(o);
+        src[k - lo] = (const unsigned char *)views[j].buf + s;
+        sizes[k - lo] = (size_t)size;
     }
     Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t k = lo; k < hi; k++) {
-        size_t size = (size_t)PyBytes_GET_SIZE(PyList_GET_ITEM(outs, k));
-        memcpy(dst[k - lo], (const char *)views[which[k]].buf + src[k], size);
-        if (crcs != NULL)
-            crcs[k] = hw_crc32c((const unsigned char *)dst[k - lo], size);
+    Py_ssize_t k = lo;
+    uint32_t c[3] = {0, 0, 0};
+    for (; bad < 0 && k + 3 <= end; k += 3) {
+        unsigned char *d[3] = {dst[k - lo], dst[k - lo + 1], dst[k - lo + 2]};
+        const unsigned char *p[3] = {src[k - lo], src[k - lo + 1], src[k - lo + 2]};
+        const unsigned char *q[3] = {p[0] + header, p[1] + header, p[2] + header};
+        if (verify)
+            hw_copy_crc32c_x3(d, q, sizes + (k - lo), c);
+        else
+            for (int j = 0; j < 3; j++)
+                memcpy(d[j], q[j], sizes[k - lo + j]);
+        bad = first_bad(p, sizes + (k - lo), c, 3, header, verify, k);
     }
+    for (; bad < 0 && k < end; k++) {
+        const unsigned char *p[3] = {src[k - lo], NULL, NULL};
+        size_t size = sizes[k - lo];
+        if (verify)
+            c[0] = hw_copy_crc32c(dst[k - lo], p[0] + header, size);
+        else
+            memcpy(dst[k - lo], p[0] + header, size);
+        bad = first_bad(p, sizes + (k - lo), c, 1, header, verify, k);
+    }
+    if (bad < 0 && end < hi)
+        bad = end;
     Py_END_ALLOW_THREADS
-    result = Py_None;
-    Py_INCREF(result);
+    result = PyLong_FromSsize_t(bad);
 done:
+    PyMem_Free(sizes);
+    PyMem_Free(src);
     PyMem_Free(dst);
     for (Py_ssize_t j = 0; j < got; j++)
         PyBuffer_Release(&views[j]);
     PyMem_Free(views);
     PyBuffer_Release(&sv);
     PyBuffer_Release(&wv);
-    if (crcs != NULL)
-        PyBuffer_Release(&cv);
     return result;
 }
 

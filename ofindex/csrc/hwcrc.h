@@ -58,31 +58,90 @@ __attribute__((target("sse4.2"))) static inline uint32_t hw_crc32c(const unsigne
 
 /* CRC32Cs of three buffers at once, into c[0..2]: the instruction takes three cycles but
  * starts one per cycle, so three independent streams run about three times as fast as one
- * (the crc32c package interleaves within one buffer instead, which needs more code). */
+ * (the crc32c package interleaves within one buffer instead, which needs more code). When
+ * the lengths differ, the two longer buffers go on together past the end of the shortest,
+ * and only the longest runs alone. */
 __attribute__((target("sse4.2"))) static inline void hw_crc32c_x3(
         const unsigned char *const p[3], const size_t n[3], uint32_t c[3]) {
+    /* s: the buffers from the shortest to the longest */
+    int s0 = 0, s1 = 1, s2 = 2, t;
+    if (n[s1] < n[s0]) { t = s0; s0 = s1; s1 = t; }
+    if (n[s2] < n[s1]) { t = s1; s1 = s2; s2 = t; }
+    if (n[s1] < n[s0]) { t = s0; s0 = s1; s1 = t; }
+    const unsigned char *a = p[s0], *b = p[s1], *d = p[s2];
+    size_t e0 = n[s0] & ~(size_t)7, e1 = n[s1] & ~(size_t)7, e2 = n[s2] & ~(size_t)7, i = 0;
+    uint64_t x = 0xffffffffu, y = 0xffffffffu, z = 0xffffffffu, v, w, u;
+    for (; i < e0; i += 8) {
+        memcpy(&v, a + i, 8);
+        memcpy(&w, b + i, 8);
+        memcpy(&u, d + i, 8);
+        x = _mm_crc32_u64(x, v);
+        y = _mm_crc32_u64(y, w);
+        z = _mm_crc32_u64(z, u);
+    }
+    for (; i < e1; i += 8) {
+        memcpy(&w, b + i, 8);
+        memcpy(&u, d + i, 8);
+        y = _mm_crc32_u64(y, w);
+        z = _mm_crc32_u64(z, u);
+    }
+    for (; i < e2; i += 8) {
+        memcpy(&u, d + i, 8);
+        z = _mm_crc32_u64(z, u);
+    }
+    c[s0] = ~hw_crc32c_tail((uint32_t)x, a + e0, n[s0] - e0);
+    c[s1] = ~hw_crc32c_tail((uint32_t)y, b + e1, n[s1] - e1);
+    c[s2] = ~hw_crc32c_tail((uint32_t)z, d + e2, n[s2] - e2);
+}
+
+/* Copy n bytes from p to d and return the CRC32C of them: one pass over the source, which
+ * is read once (a copy followed by a CRC of the copy reads it twice). */
+__attribute__((target("sse4.2"))) static inline uint32_t hw_copy_crc32c(
+        unsigned char *d, const unsigned char *p, size_t n) {
+    uint64_t c = 0xffffffffu;
+    for (; n >= 8; n -= 8, p += 8, d += 8) {
+        uint64_t v;
+        memcpy(&v, p, 8);
+        memcpy(d, &v, 8);
+        c = _mm_crc32_u64(c, v);
+    }
+    memcpy(d, p, n);
+    return ~hw_crc32c_tail((uint32_t)c, p, n);
+}
+
+/* Three copies with their CRC32Cs at once, into c[0..2] (three independent CRC streams, as
+ * in hw_crc32c_x3, each source read once). */
+__attribute__((target("sse4.2"))) static inline void hw_copy_crc32c_x3(
+        unsigned char *const d[3], const unsigned char *const p[3], const size_t n[3],
+        uint32_t c[3]) {
     size_t common = n[0] < n[1] ? n[0] : n[1];
     common = (common < n[2] ? common : n[2]) & ~(size_t)7;
-    uint64_t a = 0xffffffffu, b = 0xffffffffu, d = 0xffffffffu;
+    uint64_t a = 0xffffffffu, b = 0xffffffffu, e = 0xffffffffu;
     for (size_t i = 0; i < common; i += 8) {
-        uint64_t va, vb, vd;
+        uint64_t va, vb, ve;
         memcpy(&va, p[0] + i, 8);
         memcpy(&vb, p[1] + i, 8);
-        memcpy(&vd, p[2] + i, 8);
+        memcpy(&ve, p[2] + i, 8);
+        memcpy(d[0] + i, &va, 8);
+        memcpy(d[1] + i, &vb, 8);
+        memcpy(d[2] + i, &ve, 8);
         a = _mm_crc32_u64(a, va);
         b = _mm_crc32_u64(b, vb);
-        d = _mm_crc32_u64(d, vd);
+        e = _mm_crc32_u64(e, ve);
     }
-    uint64_t st[3] = {a, b, d};
+    uint64_t st[3] = {a, b, e};
     for (int j = 0; j < 3; j++) {
         const unsigned char *q = p[j] + common;
+        unsigned char *o = d[j] + common;
         size_t m = n[j] - common;
         uint64_t x = st[j];
-        for (; m >= 8; m -= 8, q += 8) {
+        for (; m >= 8; m -= 8, q += 8, o += 8) {
             uint64_t v;
             memcpy(&v, q, 8);
+            memcpy(o, &v, 8);
             x = _mm_crc32_u64(x, v);
         }
+        memcpy(o, q, m);
         c[j] = ~hw_crc32c_tail((uint32_t)x, q, m);
     }
 }
@@ -103,6 +162,16 @@ static inline void hw_crc32c_x3(const unsigned char *const p[3], const size_t n[
     (void)p;
     (void)n;
     c[0] = c[1] = c[2] = 0; /* never called: hw_crc_on stays 0 */
+}
+static inline uint32_t hw_copy_crc32c(unsigned char *d, const unsigned char *p, size_t n) {
+    memcpy(d, p, n);
+    return 0; /* never called for a CRC: hw_crc_on stays 0 */
+}
+static inline void hw_copy_crc32c_x3(unsigned char *const d[3],
+                                     const unsigned char *const p[3], const size_t n[3],
+                                     uint32_t c[3]) {
+    for (int j = 0; j < 3; j++)
+        c[j] = hw_copy_crc32c(d[j], p[j], n[j]);
 }
 static inline int hw_crc_supported(void) { return 0; }
 #endif

@@ -58,7 +58,8 @@ PyObject *blank(PyObject *self, PyObject *arg);
 PyObject *fill(PyObject *self, PyObject *args);
 PyObject *hw_crc(PyObject *self, PyObject *args);
 PyObject *hw_crc32c_py(PyObject *self, PyObject *arg);
-extern const char pack_doc[], slices_doc[], blank_doc[], fill_doc[], hw_crc_doc[], hw_crc32c_doc[];
+extern const char pack_doc[], slices_doc[], blank_doc[], fill_doc[], hw_crc_doc[],
+    hw_crc32c_doc[];
 
 /* blocks.c: recycled memory for big decoded arrays */
 extern PyTypeObject BlockType;

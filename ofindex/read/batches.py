@@ -2,8 +2,9 @@
 one buffer of payloads back to back per batch (:class:`RecordBatch`).
 
 On memory-mapped shards with the compiled module, a batch is one compiled call over the map
-(spans, checks, copies): a list costs one ``bytes`` object per record, a
-:class:`RecordBatch` none (its CRC checks run without the GIL). Elsewhere (remote storage,
+(spans, checks, copies): a list costs one ``bytes`` object per record (its CRCs checked on a
+second core, when there is one, while the objects are made), a :class:`RecordBatch` none
+(its CRC checks run without the GIL). Elsewhere (remote storage,
 ``mmap=False``, pure Python) the shards are streamed with large reads and regrouped.
 """
 
@@ -17,10 +18,10 @@ import crc32c as _crc32c
 import numpy as np
 
 from .. import _accel
-from ..errors import RecordIndexError
+from ..errors import RecordIndexError, SidecarError
 from ..formats.crc import LENGTH_CRCS
 from ..formats.sidecar import Sidecar
-from . import compressed_stream, streaming
+from . import bigbatch, compressed_stream, streaming
 from .checksums import check_many, record_namer, sidecar_sums
 from .payloads import raise_record_error
 
@@ -233,6 +234,7 @@ def _cut(ds: Dataset, parts: list[_Part], a: int, as_buffer: bool) -> Any:
     sums = [sidecar_sums(ds._shards[s].sidecar, ds.verify) for s, *_ in parts]
     use_pack = as_buffer and compiled_checks and all(x is None for x in sums)
     n = sum(hi - lo for _, lo, hi, _, _, _ in parts)
+    spare_core = bigbatch.executor() is not None
     if use_pack:
         # room for the payloads (an upper bound: their framed size), on plain numpy memory
         # (the decode pool's few slots are kept for big decoded outputs)
@@ -247,8 +249,8 @@ def _cut(ds: Dataset, parts: list[_Part], a: int, as_buffer: bool) -> Any:
         elif not compiled_checks:
             got = native.cut(buf, starts, ends, hs, fs, tf_verify, _crc32c.crc32c, LENGTH_CRCS)
             bad = -1 if isinstance(got, list) else got
-        else:  # every record checked first, without the GIL; then the objects made
-            got = native.slices(buf, starts, ends, hs, fs, tf_verify)
+        else:  # checked without the GIL (on a second core when there is one); objects made
+            got = native.slices(buf, starts, ends, hs, fs, tf_verify, spare_core)
             bad = -1 if isinstance(got, list) else got
         if bad >= 0:
             st, en = int(starts[bad]), int(ends[bad])
@@ -272,17 +274,39 @@ def _mapped(ds: Dataset, batch_size: int, start: int, stop: int,
             as_buffer: bool) -> Iterator[Any]:
     """Batches of memory-mapped shards, each made by one compiled call per shard it touches.
 
-    (Made in the calling thread: making the next batches ahead on pool threads, or checking
-    a list's CRCs on a pool thread while this one makes its objects, measured slower on the
-    shared 2-core machine, where no core was free; see the issue 15 report.)
+    (Made in the calling thread. With a core to spare, a list's CRCs are checked on a
+    compiled thread while this one makes its objects; a Python pool thread measured slower,
+    as it waits for the GIL that making the objects holds; see the issue 15 report.)
     """
-    for a in range(start, stop, batch_size):
-        b = min(a + batch_size, stop)
-        parts = _plan(ds, a, b)
-        if parts is None:  # a shard is shorter than its index says: read it otherwise
-            yield _finish(ds, _streamed(ds, a, b), a, as_buffer)
-        else:
-            yield _cut(ds, parts, a, as_buffer)
+    step = max(batch_size, _PLAN_RECORDS // batch_size * batch_size)
+    for run_start in range(start, stop, step):  # spans planned a run of batches at a time
+        run_stop = min(run_start + step, stop)
+        try:
+            run = _plan(ds, run_start, run_stop)
+        except SidecarError:  # a corrupt span: plan batch by batch, to raise at its batch
+            run = None
+        for a in range(run_start, run_stop, batch_size):
+            b = min(a + batch_size, run_stop)
+            parts = _plan(ds, a, b) if run is None else _within(ds, run, a, b)
+            if parts is None:  # a shard is shorter than its index says: read it otherwise
+                yield _finish(ds, _streamed(ds, a, b), a, as_buffer)
+            else:
+                yield _cut(ds, parts, a, as_buffer)
+
+
+#: Records whose spans ``_mapped`` plans at once (a few numpy calls for many batches).
+_PLAN_RECORDS = 1 << 16
+
+
+def _within(ds: Dataset, run: list[_Part], a: int, b: int) -> list[_Part]:
+    """The parts of a planned run that hold records ``a..b-1`` (views, no copies)."""
+    parts: list[_Part] = []
+    for s, lo, hi, starts, ends, buf in run:
+        first = int(ds._first[s]) + lo  # the run part's first global record
+        x, y = max(a - first, 0), min(b - first, hi - lo)
+        if x < y:
+            parts.append((s, lo + x, lo + y, starts[x:y], ends[x:y], buf))
+    return parts
 
 
 def _streamed(ds: Dataset, a: int, b: int) -> list[bytes]:

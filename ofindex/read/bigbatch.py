@@ -2,11 +2,13 @@
 
 A batch of 256 records of ~100 KB is 25 MB: copying it into ``bytes`` objects and checking
 its CRCs on one core takes longer than a columnar gather that checks nothing. Each thread
-copies its share of the records and computes their CRCs in one compiled call without the GIL
-(``ofindex._native.fill``, with the CPU's CRC32C instruction; without it, the ``crc32c``
-package, which releases the GIL too). Small batches keep the single compiled pass, which is
-cheaper than starting threads. The checks and their errors are the serial path's: the first
-record of the batch (in the order asked for) that fails is reported, with the same message.
+checks its share of the records and copies them in one compiled call without the GIL
+(``ofindex._native.fill``: copy and CRC in one pass over the source, three records at a
+time, with the CPU's CRC32C instruction; without it, the copies are checked through the
+``crc32c`` package, which releases the GIL too). The calling thread fills one share itself.
+Small batches keep the single compiled pass, which is cheaper than starting threads. The
+checks and their errors are the serial path's: the first record of the batch (in the order
+asked for) that fails is reported, with the same message.
 """
 
 from __future__ import annotations
@@ -26,7 +28,6 @@ from ..formats.framing import Buffer, RecordFormat
 #: Batches expected to hold at least this many bytes are spread over threads.
 PARALLEL_BYTES = 4 << 20
 _A4 = np.arange(4)
-_A12 = np.arange(12)
 _T = TypeVar("_T")
 
 
@@ -45,17 +46,23 @@ def map_ordered(fn: Callable[[_T], Any], items: Iterable[_T]) -> list[Any]:
     return [fn(x) for x in items] if pool is None else list(pool.map(fn, items))
 
 
-def _header_fields(buf: Buffer, starts: np.ndarray, ends: np.ndarray,
-                   tf: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Stored payload lengths, masked length CRCs and unmasked data CRCs of framed records."""
-    raw = np.frombuffer(buf, dtype=np.uint8)
-    heads = raw[starts[:, None] + _A12[: 12 if tf else 8]]
-    lengths = heads[:, :8].copy().view("<u8").ravel()
-    if not tf:
-        return lengths, np.zeros(0, np.uint32), np.zeros(0, np.uint32)
-    len_crcs = heads[:, 8:12].copy().view("<u4").ravel()
-    data_crcs = unmask_crcs(raw[(ends - 4)[:, None] + _A4].copy().view("<u4").ravel())
-    return lengths, len_crcs, data_crcs
+def _crcs_wrong(bufs: list[Buffer], which: np.ndarray, starts: np.ndarray,
+                sizes: np.ndarray, crcs: np.ndarray) -> np.ndarray:
+    """Which TFRecords' stored length or data CRCs differ from those computed (``crcs``, of
+    the payloads); for CPUs without the CRC32C instruction, where the compiled pass checks
+    only the framing."""
+    wrong = np.zeros(len(starts), dtype=bool)
+    for j, buf in enumerate(bufs):
+        sel = np.flatnonzero(which == j)
+        raw = np.frombuffer(buf, dtype=np.uint8)
+        st, size = starts[sel], sizes[sel]
+        len_crcs = raw[(st + 8)[:, None] + _A4].copy().view("<u4").ravel()
+        ends = st + 12 + size
+        data_crcs = unmask_crcs(raw[ends[:, None] + _A4].copy().view("<u4").ravel())
+        memo = LENGTH_CRCS.get
+        want = np.array([memo(m) or length_crc(m) for m in size.tolist()], dtype=np.uint32)
+        wrong[sel] = (len_crcs != want) | (data_crcs != crcs[sel])
+    return wrong
 
 
 def gather_parallel(reads: Any, idx: np.ndarray) -> list[Any] | None:
@@ -79,9 +86,6 @@ def gather_parallel(reads: Any, idx: np.ndarray) -> list[Any] | None:
     tf = fmt is RecordFormat.TFRECORD
     starts = np.empty(n, dtype=np.int64)
     ends = np.empty(n, dtype=np.int64)
-    lengths = np.empty(n, dtype=np.uint64)
-    len_crcs = np.empty(n if tf else 0, dtype=np.uint32)
-    data_crcs = np.empty(n if tf else 0, dtype=np.uint32)
     bufs: list[Buffer] = []
     for j, s in enumerate(touched):
         sel = np.flatnonzero(which == j) if len(touched) > 1 else slice(None)
@@ -91,42 +95,39 @@ def gather_parallel(reads: Any, idx: np.ndarray) -> list[Any] | None:
         if buf is None or int(st.min()) < 0:
             return None
         starts[sel], ends[sel] = st, en
-        got = _header_fields(buf, st, en, tf)
-        lengths[sel] = got[0]
-        if tf:
-            len_crcs[sel], data_crcs[sel] = got[1], got[2]
         bufs.append(buf)
     sizes = ends - starts - fmt.overhead
+    if int(sizes.min()) < 0:
+        return None  # a span shorter than its framing: the serial path names it
     outs = native.blank(sizes)
-    src = starts + fmt.header_size
     check = tf and reads._verify
+    in_fill = check and native.hw_crc()  # the CRCs checked in the compiled copy pass
     bounds = np.searchsorted(np.cumsum(sizes), np.linspace(0, int(sizes.sum()),
                                                            pool._max_workers + 1)[1:-1])
-    parts = list(zip([0, *bounds.tolist()], [*bounds.tolist(), n], strict=True))
+    parts = [p for p in zip([0, *bounds.tolist()], [*bounds.tolist(), n], strict=True)
+             if p[0] < p[1]]
+    hs, fs = fmt.header_size, fmt.footer_size
+    crcs = np.zeros(n if check and not in_fill else 0, dtype=np.uint32)
 
-    crcs = np.zeros(n, dtype=np.uint32)
-    in_copy = check and native.hw_crc()  # the CRC of each copy, in the same compiled pass
-
-    def work(part: tuple[int, int]) -> None:
-        if in_copy or not check:
-            native.fill(bufs, which, src, outs, part[0], part[1], crcs if in_copy else None)
-            return
-        crc = _crc32c.crc32c
+    def work(part: tuple[int, int]) -> int:
+        if not check or in_fill:
+            return int(native.fill(bufs, which, starts, outs, part[0], part[1], hs, fs, check))
+        crc = _crc32c.crc32c  # releases the GIL too
         for k in range(*part):  # copy then check one record at a time: it is still in cache
-            native.fill(bufs, which, src, outs, k, k + 1)
+            bad = int(native.fill(bufs, which, starts, outs, k, k + 1, hs, fs, False))
+            if bad >= 0:
+                return bad
             crcs[k] = crc(outs[k])
+        return -1
 
-    for _ in pool.map(work, [p for p in parts if p[0] < p[1]]):
-        pass
-    computed = crcs
-    bad = lengths != sizes.astype(np.uint64)
-    if check:
-        memo = LENGTH_CRCS.get
-        bad |= len_crcs != np.array([memo(m) or length_crc(m) for m in sizes.tolist()],
-                                    dtype=np.uint32)
-        bad |= data_crcs != computed
-    if bad.any():
-        k = int(np.argmax(bad))
+    # the calling thread fills the first part while the pool fills the others
+    later = [pool.submit(work, p) for p in parts[1:]]
+    results = [work(parts[0]), *(f.result() for f in later)]
+    k = min([b for b in results if b >= 0], default=n)  # the first record that fails framing
+    if check and not in_fill:  # and the CRCs of the records before it
+        wrong = np.flatnonzero(_crcs_wrong(bufs, which[:k], starts[:k], sizes[:k], crcs[:k]))
+        k = int(wrong[0]) if len(wrong) else k
+    if k < n:
         j = int(which[k])
         shard = reads._shards[touched[j]]
         reads._raise_problem(_accel.RECORD_FAILS_CHECK, shard, shard.sidecar, bufs[j],
