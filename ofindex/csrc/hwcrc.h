@@ -44,16 +44,30 @@ __attribute__((target("sse4.2"))) static inline uint32_t hw_crc32c_tail(
     return c;
 }
 
-/* Standard CRC32C (initial value and final xor 0xffffffff) of n bytes at p. */
-__attribute__((target("sse4.2"))) static inline uint32_t hw_crc32c(const unsigned char *p,
-                                                                    size_t n) {
-    uint64_t c = 0xffffffffu;
+/* The CRC32C of n bytes at p, going on from the state c (0xffffffff to start). */
+__attribute__((target("sse4.2"))) static inline uint32_t hw_crc32c_from(
+        uint64_t c, const unsigned char *p, size_t n) {
     for (; n >= 8; n -= 8, p += 8) {
         uint64_t v;
         memcpy(&v, p, 8);
         c = _mm_crc32_u64(c, v);
     }
     return ~hw_crc32c_tail((uint32_t)c, p, n);
+}
+
+/* Standard CRC32C (initial value and final xor 0xffffffff) of n bytes at p. */
+__attribute__((target("sse4.2"))) static inline uint32_t hw_crc32c(const unsigned char *p,
+                                                                    size_t n) {
+    return hw_crc32c_from(0xffffffffu, p, n);
+}
+
+/* The order of three lengths, from the shortest to the longest, into s[0..2]. */
+static inline void hw_by_length(const size_t n[3], int s[3]) {
+    int t;
+    s[0] = 0, s[1] = 1, s[2] = 2;
+    if (n[s[1]] < n[s[0]]) { t = s[0]; s[0] = s[1]; s[1] = t; }
+    if (n[s[2]] < n[s[1]]) { t = s[1]; s[1] = s[2]; s[2] = t; }
+    if (n[s[1]] < n[s[0]]) { t = s[0]; s[0] = s[1]; s[1] = t; }
 }
 
 /* CRC32Cs of three buffers at once, into c[0..2]: the instruction takes three cycles but
@@ -63,13 +77,10 @@ __attribute__((target("sse4.2"))) static inline uint32_t hw_crc32c(const unsigne
  * and only the longest runs alone. */
 __attribute__((target("sse4.2"))) static inline void hw_crc32c_x3(
         const unsigned char *const p[3], const size_t n[3], uint32_t c[3]) {
-    /* s: the buffers from the shortest to the longest */
-    int s0 = 0, s1 = 1, s2 = 2, t;
-    if (n[s1] < n[s0]) { t = s0; s0 = s1; s1 = t; }
-    if (n[s2] < n[s1]) { t = s1; s1 = s2; s2 = t; }
-    if (n[s1] < n[s0]) { t = s0; s0 = s1; s1 = t; }
-    const unsigned char *a = p[s0], *b = p[s1], *d = p[s2];
-    size_t e0 = n[s0] & ~(size_t)7, e1 = n[s1] & ~(size_t)7, e2 = n[s2] & ~(size_t)7, i = 0;
+    int s[3];
+    hw_by_length(n, s);
+    const unsigned char *a = p[s[0]], *b = p[s[1]], *d = p[s[2]];
+    size_t e0 = n[s[0]] & ~(size_t)7, e1 = n[s[1]] & ~(size_t)7, i = 0;
     uint64_t x = 0xffffffffu, y = 0xffffffffu, z = 0xffffffffu, v, w, u;
     for (; i < e0; i += 8) {
         memcpy(&v, a + i, 8);
@@ -79,26 +90,22 @@ __attribute__((target("sse4.2"))) static inline void hw_crc32c_x3(
         y = _mm_crc32_u64(y, w);
         z = _mm_crc32_u64(z, u);
     }
+    c[s[0]] = hw_crc32c_from(x, a + i, n[s[0]] - i);
     for (; i < e1; i += 8) {
         memcpy(&w, b + i, 8);
         memcpy(&u, d + i, 8);
         y = _mm_crc32_u64(y, w);
         z = _mm_crc32_u64(z, u);
     }
-    for (; i < e2; i += 8) {
-        memcpy(&u, d + i, 8);
-        z = _mm_crc32_u64(z, u);
-    }
-    c[s0] = ~hw_crc32c_tail((uint32_t)x, a + e0, n[s0] - e0);
-    c[s1] = ~hw_crc32c_tail((uint32_t)y, b + e1, n[s1] - e1);
-    c[s2] = ~hw_crc32c_tail((uint32_t)z, d + e2, n[s2] - e2);
+    c[s[1]] = hw_crc32c_from(y, b + i, n[s[1]] - i);
+    c[s[2]] = hw_crc32c_from(z, d + i, n[s[2]] - i);
 }
 
-/* Copy n bytes from p to d and return the CRC32C of them: one pass over the source, which
- * is read once (a copy followed by a CRC of the copy reads it twice). */
-__attribute__((target("sse4.2"))) static inline uint32_t hw_copy_crc32c(
-        unsigned char *d, const unsigned char *p, size_t n) {
-    uint64_t c = 0xffffffffu;
+/* Copy n bytes from p to d, going on from the CRC32C state c (0xffffffff to start), and
+ * return the final CRC32C: one pass over the source, which is read once (a copy followed
+ * by a CRC of the copy reads it twice). */
+__attribute__((target("sse4.2"))) static inline uint32_t hw_copy_crc32c_from(
+        uint64_t c, unsigned char *d, const unsigned char *p, size_t n) {
     for (; n >= 8; n -= 8, p += 8, d += 8) {
         uint64_t v;
         memcpy(&v, p, 8);
@@ -109,41 +116,45 @@ __attribute__((target("sse4.2"))) static inline uint32_t hw_copy_crc32c(
     return ~hw_crc32c_tail((uint32_t)c, p, n);
 }
 
+/* Copy n bytes from p to d and return their CRC32C. */
+__attribute__((target("sse4.2"))) static inline uint32_t hw_copy_crc32c(
+        unsigned char *d, const unsigned char *p, size_t n) {
+    return hw_copy_crc32c_from(0xffffffffu, d, p, n);
+}
+
 /* Three copies with their CRC32Cs at once, into c[0..2] (three independent CRC streams, as
- * in hw_crc32c_x3, each source read once). */
+ * in hw_crc32c_x3, each source read once): all three up to the end of the shortest, then
+ * the two longer ones together, then the longest alone. */
 __attribute__((target("sse4.2"))) static inline void hw_copy_crc32c_x3(
         unsigned char *const d[3], const unsigned char *const p[3], const size_t n[3],
         uint32_t c[3]) {
-    size_t common = n[0] < n[1] ? n[0] : n[1];
-    common = (common < n[2] ? common : n[2]) & ~(size_t)7;
-    uint64_t a = 0xffffffffu, b = 0xffffffffu, e = 0xffffffffu;
-    for (size_t i = 0; i < common; i += 8) {
-        uint64_t va, vb, ve;
-        memcpy(&va, p[0] + i, 8);
-        memcpy(&vb, p[1] + i, 8);
-        memcpy(&ve, p[2] + i, 8);
-        memcpy(d[0] + i, &va, 8);
-        memcpy(d[1] + i, &vb, 8);
-        memcpy(d[2] + i, &ve, 8);
-        a = _mm_crc32_u64(a, va);
-        b = _mm_crc32_u64(b, vb);
-        e = _mm_crc32_u64(e, ve);
+    int s[3];
+    hw_by_length(n, s);
+    int s0 = s[0], s1 = s[1], s2 = s[2];
+    size_t e0 = n[s0] & ~(size_t)7, e1 = n[s1] & ~(size_t)7, i = 0;
+    uint64_t x = 0xffffffffu, y = 0xffffffffu, z = 0xffffffffu, v, w, u;
+    for (; i < e0; i += 8) {
+        memcpy(&v, p[s0] + i, 8);
+        memcpy(&w, p[s1] + i, 8);
+        memcpy(&u, p[s2] + i, 8);
+        memcpy(d[s0] + i, &v, 8);
+        memcpy(d[s1] + i, &w, 8);
+        memcpy(d[s2] + i, &u, 8);
+        x = _mm_crc32_u64(x, v);
+        y = _mm_crc32_u64(y, w);
+        z = _mm_crc32_u64(z, u);
     }
-    uint64_t st[3] = {a, b, e};
-    for (int j = 0; j < 3; j++) {
-        const unsigned char *q = p[j] + common;
-        unsigned char *o = d[j] + common;
-        size_t m = n[j] - common;
-        uint64_t x = st[j];
-        for (; m >= 8; m -= 8, q += 8, o += 8) {
-            uint64_t v;
-            memcpy(&v, q, 8);
-            memcpy(o, &v, 8);
-            x = _mm_crc32_u64(x, v);
-        }
-        memcpy(o, q, m);
-        c[j] = ~hw_crc32c_tail((uint32_t)x, q, m);
+    c[s0] = hw_copy_crc32c_from(x, d[s0] + i, p[s0] + i, n[s0] - i);
+    for (; i < e1; i += 8) {
+        memcpy(&w, p[s1] + i, 8);
+        memcpy(&u, p[s2] + i, 8);
+        memcpy(d[s1] + i, &w, 8);
+        memcpy(d[s2] + i, &u, 8);
+        y = _mm_crc32_u64(y, w);
+        z = _mm_crc32_u64(z, u);
     }
+    c[s1] = hw_copy_crc32c_from(y, d[s1] + i, p[s1] + i, n[s1] - i);
+    c[s2] = hw_copy_crc32c_from(z, d[s2] + i, p[s2] + i, n[s2] - i);
 }
 
 static inline int hw_crc_supported(void) {
