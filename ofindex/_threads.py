@@ -9,6 +9,13 @@ import os
 import threading
 
 
+def usable_cores() -> int:
+    """The number of cores this process may run on (its CPU affinity where the OS has one)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
 class ProcessPool:
     """This process's thread pool of one kind of work.
 
@@ -25,9 +32,7 @@ class ProcessPool:
 
     def get(self) -> cf.ThreadPoolExecutor | None:
         """Return the pool, or ``None`` when this process may use only one core."""
-        cores = (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
-                 else (os.cpu_count() or 1))
-        threads = min(self.max_threads, cores)
+        threads = min(self.max_threads, usable_cores())
         if threads < 2:
             return None
         with self._lock:

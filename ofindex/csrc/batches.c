@@ -226,8 +226,6 @@ no_out:
     return result;
 }
 
-/* Records per chunk of slices(). */
-#define SLICES_CHUNK 128
 /* Batches of at least this many records are checked on a second thread by slices(). */
 #define SLICES_PARALLEL 512
 
@@ -236,65 +234,81 @@ const char slices_doc[] =
 "As cut(): the payloads of the framed records at buf[starts[k]:ends[k]] as a list of bytes,\n"
 "or the position k of the first record that fails a check or lies outside buf; with verify,\n"
 "the CRCs are checked three at a time with the CPU's CRC32C instruction (verify needs\n"
-"hw_crc() to be True). The records are checked a chunk at a time without the GIL, then\n"
-"copied while still in the cache; with parallel (for a machine with a core to spare), a\n"
-"big batch is checked on a second thread while this one makes the objects, and the list is\n"
-"returned only once every check passed.";
+"hw_crc() to be True). The records are checked without the GIL, then the objects made;\n"
+"with parallel (for a machine with a core to spare), a big batch is checked on a second\n"
+"thread while this one makes the objects, and the list is returned only once every check\n"
+"passed.";
 
 typedef struct {
     Run *r;
     Py_ssize_t bad;
 } CheckJob;
 
+/* check_all() over a whole Run (no GIL needed): -1 or the first failing record. */
+static Py_ssize_t check_run(const Run *r) {
+    int64_t total;
+    return check_all((const unsigned char *)r->buf.buf, r->buf.len, (const int64_t *)r->sv.buf,
+                     (const int64_t *)r->ev.buf, r->n, r->header, r->footer, r->verify,
+                     &total);
+}
+
 static void *check_job(void *arg) {
     CheckJob *job = (CheckJob *)arg;
-    Run *r = job->r;
-    int64_t total;
-    job->bad = check_all((const unsigned char *)r->buf.buf, r->buf.len,
-                         (const int64_t *)r->sv.buf, (const int64_t *)r->ev.buf, r->n,
-                         r->header, r->footer, r->verify, &total);
+    job->bad = check_run(job->r);
     return NULL;
 }
 
-/* Payload bytes objects for records [k0, k0 + m) into result; only whole records (the
- * checks of their contents are the caller's). Returns the number made, or -1 on an error
- * (set). */
-static Py_ssize_t make_items(Run *r, PyObject *result, Py_ssize_t k0, Py_ssize_t m) {
+/* The list of payload bytes objects of the whole records, or NULL on an error (set). A
+ * record that is not whole ends the list early: *made tells how many were made, and the
+ * items after them stay NULL (list_dealloc skips them). Checking the contents is the
+ * caller's; a record whole for its check may not be whole here if the mapped file changed
+ * in between, hence *made. */
+static PyObject *make_items(Run *r, Py_ssize_t *made) {
     const int64_t *st = (const int64_t *)r->sv.buf, *en = (const int64_t *)r->ev.buf;
     const unsigned char *src = (const unsigned char *)r->buf.buf;
     Py_ssize_t frame = r->header + r->footer;
-    for (Py_ssize_t k = k0; k < k0 + m; k++) {
+    PyObject *result = PyList_New(r->n);
+    for (*made = 0; result != NULL && *made < r->n; ++*made) {
+        Py_ssize_t k = *made;
         int64_t size;
         if (!framed_ok(src, r->buf.len, st[k], en[k], frame, &size))
-            return k - k0;
+            break;
         PyObject *item = PyBytes_FromStringAndSize((const char *)src + st[k] + r->header,
                                                    (Py_ssize_t)size);
         if (item == NULL)
-            return -1;
-        PyList_SET_ITEM(result, k, item);
+            Py_CLEAR(result);
+        else
+            PyList_SET_ITEM(result, k, item);
     }
-    return m;
+    return result;
 }
 
-/* slices() of a big batch: checked on a second thread while this one makes the objects. */
+/* The result of slices() from its objects and the first failing record (-1: none). */
+static PyObject *list_or_bad(PyObject *result, Py_ssize_t made, Py_ssize_t n,
+                             Py_ssize_t bad) {
+    if (result == NULL)
+        return NULL;
+    if (bad < 0 && made < n)
+        bad = made;
+    if (bad < 0)
+        return result;
+    Py_DECREF(result);
+    return PyLong_FromSsize_t(bad);
+}
+
+/* slices() of a big batch: checked on a second thread while this one makes the objects;
+ * NULL without an exception when no thread could be started. */
 static PyObject *slices_parallel(Run *r) {
     CheckJob job = {r, -1};
     pthread_t thread;
     if (pthread_create(&thread, NULL, check_job, &job) != 0)
-        return NULL;  /* no thread: the caller goes on serially */
-    PyObject *result = PyList_New(r->n);
-    if (result != NULL && make_items(r, result, 0, r->n) < 0)
-        Py_CLEAR(result);
+        return NULL;
+    Py_ssize_t made;
+    PyObject *result = make_items(r, &made);
     Py_BEGIN_ALLOW_THREADS
     pthread_join(thread, NULL);
     Py_END_ALLOW_THREADS
-    if (result == NULL)
-        return PyErr_Occurred() ? NULL : PyErr_NoMemory();
-    if (job.bad >= 0) {  /* the items not made are NULL: list_dealloc skips them */
-        Py_DECREF(result);
-        return PyLong_FromSsize_t(job.bad);
-    }
-    return result;
+    return list_or_bad(result, made, r->n, job.bad);
 }
 
 PyObject *slices(PyObject *self, PyObject *args) {
@@ -307,32 +321,19 @@ PyObject *slices(PyObject *self, PyObject *args) {
     if (run_open(&r, buf_obj, starts_obj, ends_obj) < 0)
         return NULL;
     PyObject *result = NULL;
-    if (parallel && r.verify && r.n >= SLICES_PARALLEL) {
+    if (parallel && r.verify && r.n >= SLICES_PARALLEL)
         result = slices_parallel(&r);
-        if (result != NULL || PyErr_Occurred()) {
-            run_close(&r);
-            return result;
-        }
-    }
-    const int64_t *st = (const int64_t *)r.sv.buf, *en = (const int64_t *)r.ev.buf;
-    const unsigned char *src = (const unsigned char *)r.buf.buf;
-    result = PyList_New(r.n);
-    /* a chunk at a time: its records checked without the GIL, then copied while they are
-     * still in the cache (a whole batch can be bigger than L2) */
-    for (Py_ssize_t k0 = 0; result != NULL && k0 < r.n; k0 += SLICES_CHUNK) {
-        Py_ssize_t m = r.n - k0 < SLICES_CHUNK ? r.n - k0 : SLICES_CHUNK, bad;
-        int64_t total;
+    if (result == NULL && !PyErr_Occurred()) {  /* serially: checked, then made */
+        Py_ssize_t bad, made = 0;
         Py_BEGIN_ALLOW_THREADS
-        bad = check_all(src, r.buf.len, st + k0, en + k0, m, r.header, r.footer, r.verify,
-                        &total);
+        bad = check_run(&r);
         Py_END_ALLOW_THREADS
         if (bad >= 0) {
-            Py_DECREF(result);  /* the items not made yet are NULL: list_dealloc skips them */
-            result = PyLong_FromSsize_t(k0 + bad);
-            break;
+            result = PyLong_FromSsize_t(bad);
+        } else {
+            result = make_items(&r, &made);  /* before reading made */
+            result = list_or_bad(result, made, r.n, -1);
         }
-        if (make_items(&r, result, k0, m) < 0)
-            Py_CLEAR(result);
     }
     run_close(&r);
     return result;

@@ -18,10 +18,11 @@ import crc32c as _crc32c
 import numpy as np
 
 from .. import _accel
+from .._threads import usable_cores
 from ..errors import RecordIndexError, SidecarError
 from ..formats.crc import LENGTH_CRCS
 from ..formats.sidecar import Sidecar
-from . import bigbatch, compressed_stream, streaming
+from . import compressed_stream, streaming
 from .checksums import check_many, record_namer, sidecar_sums
 from .payloads import raise_record_error
 
@@ -223,9 +224,10 @@ def _plan(ds: Dataset, a: int, b: int) -> list[_Part] | None:
     return parts
 
 
-def _cut(ds: Dataset, parts: list[_Part], a: int, as_buffer: bool) -> Any:
+def _cut(ds: Dataset, parts: list[_Part], a: int, as_buffer: bool, spare_core: bool) -> Any:
     """The batch of records ``a..`` made from its planned parts by the compiled loops (the
-    checks and copies run without the GIL)."""
+    checks and copies run without the GIL; with ``spare_core``, a list's checks run on a
+    second thread while its objects are made)."""
     native = _accel.native
     assert native is not None  # checked by the caller
     fmt, tf_verify = ds.format, ds._tf_verify
@@ -234,7 +236,6 @@ def _cut(ds: Dataset, parts: list[_Part], a: int, as_buffer: bool) -> Any:
     sums = [sidecar_sums(ds._shards[s].sidecar, ds.verify) for s, *_ in parts]
     use_pack = as_buffer and compiled_checks and all(x is None for x in sums)
     n = sum(hi - lo for _, lo, hi, _, _, _ in parts)
-    spare_core = bigbatch.executor() is not None
     if use_pack:
         # room for the payloads (an upper bound: their framed size), on plain numpy memory
         # (the decode pool's few slots are kept for big decoded outputs)
@@ -278,6 +279,7 @@ def _mapped(ds: Dataset, batch_size: int, start: int, stop: int,
     compiled thread while this one makes its objects; a Python pool thread measured slower,
     as it waits for the GIL that making the objects holds; see the issue 15 report.)
     """
+    spare_core = usable_cores() > 1  # a list's CRCs are then checked on a second thread
     step = max(batch_size, _PLAN_RECORDS // batch_size * batch_size)
     for run_start in range(start, stop, step):  # spans planned a run of batches at a time
         run_stop = min(run_start + step, stop)
@@ -291,7 +293,7 @@ def _mapped(ds: Dataset, batch_size: int, start: int, stop: int,
             if parts is None:  # a shard is shorter than its index says: read it otherwise
                 yield _finish(ds, _streamed(ds, a, b), a, as_buffer)
             else:
-                yield _cut(ds, parts, a, as_buffer)
+                yield _cut(ds, parts, a, as_buffer, spare_core)
 
 
 #: Records whose spans ``_mapped`` plans at once (a few numpy calls for many batches).

@@ -48,9 +48,9 @@ def map_ordered(fn: Callable[[_T], Any], items: Iterable[_T]) -> list[Any]:
 
 def _crcs_wrong(bufs: list[Buffer], which: np.ndarray, starts: np.ndarray,
                 sizes: np.ndarray, crcs: np.ndarray) -> np.ndarray:
-    """Which TFRecords' stored length or data CRCs differ from those computed (``crcs``, of
-    the payloads); for CPUs without the CRC32C instruction, where the compiled pass checks
-    only the framing."""
+    """Which TFRecords' stored length CRC or data CRC is wrong (``crcs``: the CRCs computed
+    from the payloads); for CPUs without the CRC32C instruction, where the compiled pass
+    checks only the framing and stored lengths."""
     wrong = np.zeros(len(starts), dtype=bool)
     for j, buf in enumerate(bufs):
         sel = np.flatnonzero(which == j)
