@@ -428,9 +428,107 @@ def fuzz_slices_and_fill(rng: random.Random) -> None:
     assert same_outcome(got, want), (got, want)
 
 
+def _example(rng: random.Random) -> bytes:
+    """A serialized Example or OFRecord-like feature map with a few features of each kind."""
+    from ofindex.proto import example_pb2
+
+    ex = example_pb2.Example()
+    f = ex.features.feature
+    for k in range(rng.randint(0, 4)):
+        name = rng.choice(["a", "b", "img", "x" * rng.randint(0, 3), f"n{k}"])
+        kind = rng.randrange(4)
+        if kind == 1:
+            f[name].bytes_list.value.extend(rng.randbytes(rng.randint(0, 300))
+                                            for _ in range(rng.randint(0, 3)))
+        elif kind == 2:
+            f[name].float_list.value.extend(rng.random() for _ in range(rng.randint(0, 5)))
+        elif kind == 3:
+            f[name].int64_list.value.extend(rng.choice([0, 1, -1, 2**63 - 1, -(2**63), 300])
+                                            for _ in range(rng.randint(0, 3)))
+        else:
+            f[name].Clear()
+    return ex.SerializeToString()
+
+
+def _mutated(rng: random.Random, buf: bytes) -> bytes:
+    b = bytearray(buf)
+    for _ in range(rng.choice([0, 0, 1, 1, 2, 4])):
+        op = rng.randrange(4)
+        at = rng.randint(0, len(b))
+        if op == 0 and b:
+            b[min(at, len(b) - 1)] = rng.choice([0x00, 0x0A, 0x12, 0x1A, 0x80, 0xFF,
+                                                  rng.randrange(256)])
+        elif op == 1:
+            del b[at : at + rng.randint(1, 4)]
+        elif op == 2:
+            b[at:at] = bytes(rng.choice([[0x80] * 9 + [0x02], [0xFF] * 5 + [0x0F], [0x0A],
+                                         [0x10, 0x01], [0xC3, 0xA9]]))
+        else:
+            b = b[:at]
+    return bytes(b)
+
+
+def fuzz_locate(rng: random.Random) -> None:
+    """``locate`` against the careful walker (``ofindex.decode._walk``, itself checked against
+    protobuf): whatever it says it handled, the walker reads the same way (lists of features
+    not asked for are looked into by neither, as in TensorFlow's parser); ``gather_spans``
+    copies exactly the spans, or refuses bad ones cleanly."""
+    from ofindex.decode._values import list_values
+    from ofindex.decode._walk import walk_example
+
+    records = [_mutated(rng, _example(rng)) for _ in range(rng.randint(0, 6))]
+    names = tuple(rng.sample([b"a", b"b", b"img", b"", b"n0", b"n1", b"xx"], rng.randint(1, 3)))
+    rows = np.zeros(max(0, len(records) * len(names) * 5 + rng.choice([0, 0, 0, 1, -1])),
+                    np.int64)
+    got = call(native.locate, records, names, b".b4v", True, rows)
+    if isinstance(got, BaseException):
+        note("locate", got)
+    if len(rows) != len(records) * len(names) * 5:
+        assert isinstance(got, ValueError), got
+        return
+    table = rows.reshape(len(records), len(names), 5)
+    assert got == int((table[:, 0, 0] != -1).sum()), got
+    STATS["locate records"]["handled"] += got
+    STATS["locate records"]["left to the careful path"] += len(records) - got
+    vtypes = {1: "bytes", 2: "float32", 3: "int64"}
+    for buf, row in zip(records, table, strict=True):
+        if row[0, 0] == -1:
+            assert (row[:, 0] == -1).all()
+            continue
+        walked = walk_example(buf)  # must walk
+        for name, (kind, count, start, end, value) in zip(names, row.tolist(), strict=True):
+            found = walked.get(name.decode())
+            if kind == 0:
+                assert found is None, (buf, name)
+                continue
+            assert found is not None and found.kind == kind, (buf, name)
+            values = list_values(buf, found.regions, vtypes[kind])
+            assert len(values) == count, (buf, name)
+            if kind == 1 and count:
+                assert buf[start:end] == values[0]
+            elif kind == 2:
+                assert buf[start:end] == values.astype("<f4").tobytes()
+            elif kind == 3 and count:
+                assert value == int(values[0])
+    spans = [(rng.choice([0, 1, -1, 2**62]) if rng.random() < 0.1 else rng.randint(0, len(r)))
+             for r in records]
+    ends = [(a + rng.randint(-1, 3)) if rng.random() < 0.2 else rng.randint(max(a, 0), len(r))
+            if 0 <= a <= len(r) else a for a, r in zip(spans, records, strict=True)]
+    valid = all(0 <= a <= e <= len(r) for a, e, r in zip(spans, ends, records, strict=True))
+    want = b"".join(r[a:e] for a, e, r in zip(spans, ends, records, strict=True)) if valid else b""
+    out = bytearray(max(0, len(want) + rng.choice([0, 0, 0, -1, 1])))
+    got = call(native.gather_spans, records, np.array(spans, np.int64), np.array(ends, np.int64),
+               out)
+    note("gather_spans", got)
+    if valid and len(out) == len(want):
+        assert got is None and bytes(out) == want, got
+    else:
+        assert isinstance(got, ValueError), got
+
+
 TARGETS = {"cut": fuzz_cut, "gather": fuzz_gather_and_record, "types": fuzz_wrong_types,
            "layout": fuzz_layout, "walk": fuzz_walk, "blocks": fuzz_blocks,
-           "slices": fuzz_slices_and_fill}
+           "slices": fuzz_slices_and_fill, "locate": fuzz_locate}
 
 
 def main(argv: list[str] | None = None) -> int:

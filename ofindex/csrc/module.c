@@ -24,6 +24,8 @@ static PyMethodDef methods[] = {
     {"record", (PyCFunction)(void (*)(void))record, METH_FASTCALL, record_doc},
     {"same_bytes", same_bytes, METH_VARARGS, same_bytes_doc},
     {"gather_bytes", gather_bytes, METH_VARARGS, gather_bytes_doc},
+    {"locate", locate, METH_VARARGS, locate_doc},
+    {"gather_spans", gather_spans, METH_VARARGS, gather_spans_doc},
     {"pool", pool_ctl, METH_VARARGS, pool_doc},
     {"walk", walk, METH_VARARGS, walk_doc},
     {"pack", pack, METH_VARARGS, pack_doc},

@@ -49,6 +49,10 @@ PyObject *same_bytes(PyObject *self, PyObject *args);
 PyObject *gather_bytes(PyObject *self, PyObject *args);
 extern const char same_bytes_doc[], gather_bytes_doc[];
 
+/* examples.c: asked-for features located in records laid out as writers lay them out */
+PyObject *locate(PyObject *self, PyObject *args);
+PyObject *gather_spans(PyObject *self, PyObject *args);
+extern const char locate_doc[], gather_spans_doc[];
 /* inflate.c: zlib's inflate with block boundaries, priming and windows (seek points) */
 extern PyTypeObject InflaterType;
 /* batches.c: batches without an object per record, big batches filled on threads */

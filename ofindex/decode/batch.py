@@ -16,6 +16,7 @@ from typing import Any, cast
 
 import numpy as np
 
+from ofindex.decode._located import decode_located, decode_packed
 from ofindex.decode._protobuf import decode_parsed, eligible
 from ofindex.decode._template import Column, decode_group
 from ofindex.decode._values import EXAMPLE_KINDS, FLOAT32, NP_DTYPES, OFRECORD_KINDS, bytes_array
@@ -195,6 +196,14 @@ def decode_records(records: Sequence[RecordBytes], spec: Spec, family: str,
                 parts.append((idx, res))
                 done.update(idx)
     rest = [] if len(done) == n else [i for i in range(n) if i not in done]
+    if rest and not union:
+        rbufs = bufs if len(rest) == n else [bufs[i] for i in rest]
+        fast = decode_located(rbufs, nspec, family)
+        if fast is not None:
+            picked, columns = fast
+            parts.append(([rest[i] for i in picked], columns))
+            rest = [] if len(picked) == len(rest) else [
+                i for i, keep in zip(rest, _unpicked(len(rest), picked), strict=True) if keep]
     if rest:
         rbufs = [bufs[i] for i in rest]
         parsed = (decode_parsed(rbufs, nspec, family)
@@ -214,6 +223,45 @@ def decode_records(records: Sequence[RecordBytes], spec: Spec, family: str,
             np.copyto(target, result[name])
         result[name] = target
     return result
+
+
+def decode_records_packed(records: Sequence[RecordBytes], spec: Spec, family: str,
+                          out: dict[str, np.ndarray],
+                          buffer: Callable[[str, int], np.ndarray]) -> Decoded | None:
+    """:func:`decode_records` with ``bytes`` features given as ``Ragged(uint8 buffer,
+    lengths)``, each buffer from ``buffer(name, size)`` and filled straight from the records,
+    when every record is laid out as writers lay them out and matches the spec; else
+    ``None`` (decode with :func:`decode_records`, then pack).
+
+    Args:
+        records: The serialized records.
+        spec: The spec (only ``FixedLen`` features qualify).
+        family: ``"example"`` or ``"ofrecord"``.
+        out: Arrays to decode numeric features into, by name.
+        buffer: Gives the buffer of a ``bytes`` feature's values.
+
+    Returns:
+        The decoded batch, or ``None``.
+
+    Raises:
+        ValueError: ``out`` does not fit the batch or the spec.
+    """
+    _, _, allowed, what = _FAMILIES[family]
+    nspec = normalize_spec(spec, allowed, what)
+    bufs = cast("list[bytes]", list(records))
+    if set(map(type, bufs)) - {bytes}:
+        return None
+    if out:
+        _check_out(out, nspec, len(bufs))
+    return decode_packed(bufs, nspec, family, out, buffer)
+
+
+def _unpicked(n: int, picked: list[int]) -> list[bool]:
+    """For each of ``n`` positions, whether it is not in ``picked``."""
+    keep = [True] * n
+    for i in picked:
+        keep[i] = False
+    return keep
 
 
 def _check_out(out: dict[str, np.ndarray], spec: NormalizedSpec | None, n: int) -> None:

@@ -4,11 +4,12 @@ one ``__getitems__`` call and decoded with one batch-decoder call."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeGuard
 
 import numpy as np
 
 from ..decode import BatchDecoder, FixedLen, Ragged
+from ..decode.batch import decode_records_packed
 
 #: The numeric ``FixedLen`` outputs of a batch: ``{name: (shape, dtype)}``.
 Layout = dict[str, tuple[tuple[int, ...], np.dtype[Any]]]
@@ -21,13 +22,19 @@ def fixed_outputs(decoder: object, n: int) -> Layout:
     """Shape and dtype of the numeric ``FixedLen`` outputs of ``decoder`` for a batch of ``n``
     (the arrays ``out=`` can receive): none unless it is a :class:`BatchDecoder` of Examples
     or OFRecords with a mapping spec."""
-    if not isinstance(decoder, BatchDecoder) or decoder.kind == "sequence_example":
+    if not _decodes_records(decoder):
         return {}
     spec = decoder.spec
-    if not isinstance(spec, Mapping):
-        return {}
+    assert isinstance(spec, Mapping)
     return {name: ((n, *fs.shape), np.dtype(fs.dtype)) for name, fs in spec.items()
             if isinstance(fs, FixedLen) and fs.dtype != "bytes"}
+
+
+def _decodes_records(decoder: object) -> TypeGuard[BatchDecoder]:
+    """Whether ``decoder`` is a :class:`BatchDecoder` of Examples or OFRecords with a
+    mapping spec."""
+    return (isinstance(decoder, BatchDecoder) and decoder.kind != "sequence_example"
+            and isinstance(decoder.spec, Mapping))
 
 
 class BatchFetch:
@@ -81,15 +88,33 @@ class BatchFetch:
         layout = fixed_outputs(self.decoder, len(recs)) if allocate is not None else {}
         if layout and allocate is not None:
             made = allocate(layout)
-        if made:
-            batch = self.decoder(recs, out={k: np.asarray(v) for k, v in made.items()})
-        else:
-            batch = self.decoder(recs)
+        outs = {k: np.asarray(v) for k, v in made.items()}
+        if self.pack_bytes and _decodes_records(self.decoder):
+            packed = self._decode_packed(recs, outs, allocate, made)
+            if packed is not None:
+                return packed, made
+        batch = self.decoder(recs, out=outs) if made else self.decoder(recs)
         if self.pack_bytes and isinstance(batch, dict):
             for name, value in batch.items():
                 if isinstance(value, np.ndarray) and value.dtype == object:
                     batch[name] = self._packed(name, value, allocate, made)
         return batch, made
+
+    def _decode_packed(self, recs: list[Any], outs: dict[str, np.ndarray],
+                       allocate: Allocate | None, made: dict[str, Any]) -> Any:
+        """The batch decoded with its ``bytes`` features packed straight from the records
+        (one copy), or ``None`` when the records need the usual path (see
+        :func:`~ofindex.decode.batch.decode_records_packed`)."""
+        decoder = self.decoder
+        assert _decodes_records(decoder)
+
+        def buffer(name: str, size: int) -> np.ndarray:
+            if allocate is None:
+                return np.empty(size, dtype=np.uint8)
+            made[name] = allocate({name: ((size,), np.dtype(np.uint8))})[name]
+            return np.asarray(made[name])
+
+        return decode_records_packed(recs, decoder.spec, decoder.kind, outs, buffer)
 
     @staticmethod
     def _packed(name: str, value: np.ndarray, allocate: Allocate | None,

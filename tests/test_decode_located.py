@@ -1,0 +1,230 @@
+"""Batches of records whose byte layouts differ (a JPEG of another size per record), with a
+spec of ``FixedLen`` features only: located in compiled code (``ofindex.decode._located``),
+each value cut straight out of its record. Expected values come from protobuf's own parser;
+records laid out otherwise, or not matching the spec, go to the careful path, which decodes
+them or reports them as before; ``pack_bytes`` batches copy each value once into their
+buffer."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from helpers import same
+
+from ofindex import _accel
+from ofindex.decode import BatchDecoder, FixedLen, Ragged, _located, batch, decode_batch
+from ofindex.errors import DecodeError
+from ofindex.integrations._fetch import BatchFetch
+from ofindex.proto import example_pb2, ofrecord_pb2
+
+SPEC = {"jpeg": FixedLen((), "bytes"), "label": FixedLen((), "int64"),
+        "box": FixedLen((2, 2), "float32"), "one": FixedLen((1,), "int64")}
+
+
+def example(k: int) -> bytes:
+    rng = np.random.default_rng(k)
+    ex = example_pb2.Example()
+    f = ex.features.feature
+    f["jpeg"].bytes_list.value.append(rng.bytes(int(rng.integers(0, 5000))))
+    f["label"].int64_list.value.append(int(rng.integers(-(2**63), 2**63 - 1)))
+    f["box"].float_list.value.extend(rng.standard_normal(4).astype(np.float32).tolist())
+    f["one"].int64_list.value.append(k)
+    f["other"].bytes_list.value.extend([b"x", b"yz"])  # not asked for
+    return ex.SerializeToString()
+
+
+def from_protobuf(records: list[bytes]) -> dict:
+    """The spec's features of each record, parsed by protobuf."""
+    feats = [example_pb2.Example.FromString(r).features.feature for r in records]
+    return {
+        "jpeg": [f["jpeg"].bytes_list.value[0] for f in feats],
+        "label": np.array([f["label"].int64_list.value[0] for f in feats], np.int64),
+        "box": np.array([list(f["box"].float_list.value) for f in feats],
+                        np.float32).reshape(-1, 2, 2),
+        "one": np.array([[f["one"].int64_list.value[0]] for f in feats], np.int64),
+    }
+
+
+def careful_only(monkeypatch) -> None:
+    monkeypatch.setattr(batch, "decode_located", lambda *a: None)
+
+
+def no_other_path(monkeypatch) -> None:
+    def refuse(*a):
+        raise AssertionError("another path was taken")
+
+    monkeypatch.setattr(batch, "decode_parsed", refuse)
+    monkeypatch.setattr(batch, "_per_record", refuse)
+
+
+
+
+def test_varied_layouts_are_located_and_equal_protobuf(monkeypatch):
+    records = [example(k) for k in range(60)]
+    assert len(set(map(len, records))) > 50  # no shared layout
+    no_other_path(monkeypatch)
+    got = decode_batch(records, SPEC)
+    want = from_protobuf(records)
+    assert got["jpeg"].dtype == object and got["jpeg"].shape == (60,)
+    assert list(got["jpeg"]) == want["jpeg"]
+    for name in ("label", "box", "one"):
+        assert same(got[name], want[name]), name
+
+
+def test_ofrecords_of_every_value_type_are_located():
+    spec = {"img": FixedLen((), "bytes"), "f": FixedLen((3,), "float32"),
+            "d": FixedLen((2,), "float64"), "i": FixedLen((), "int32"),
+            "l": FixedLen((), "int64")}
+    records = []
+    for k in range(20):
+        rec = ofrecord_pb2.OFRecord()
+        rec.feature["img"].bytes_list.value.append(bytes([k]) * (k * 37))
+        rec.feature["f"].float_list.value.extend([k, -k, 0.5])
+        rec.feature["d"].double_list.value.extend([k / 3, -1e300])
+        rec.feature["i"].int32_list.value.append(-k * 1000)
+        rec.feature["l"].int64_list.value.append(2**40 + k)
+        records.append(rec.SerializeToString())
+    located = _located.decode_located(records, batch.normalize_spec(
+        spec, batch._FAMILIES["ofrecord"][2], "OFRecord"), "ofrecord")
+    assert located is not None and located[0] == list(range(20))
+    got = decode_batch(records, spec, kind="ofrecord")
+    assert list(got["img"]) == [bytes([k]) * (k * 37) for k in range(20)]
+    assert same(got["f"], np.array([[k, -k, 0.5] for k in range(20)], np.float32))
+    assert same(got["d"], np.array([[k / 3, -1e300] for k in range(20)], np.float64))
+    assert got["i"].dtype == np.int32 and got["i"].tolist() == [-k * 1000 for k in range(20)]
+    assert got["l"].tolist() == [2**40 + k for k in range(20)]
+
+
+def varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        b, n = n & 0x7F, n >> 7
+        out.append(b | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def field(number: int, body: bytes) -> bytes:
+    return varint(number << 3 | 2) + varint(len(body)) + body
+
+
+def entry(key: bytes, feature: bytes) -> bytes:
+    return field(1, field(1, key) + field(2, feature))
+
+
+def odd_layouts() -> list[bytes]:
+    """Records protobuf parses like the others, laid out as no writer lays them out."""
+    base = example(7)
+    unpacked_label = entry(b"label", field(3, b"\x08" + varint(5)))  # an unpacked int64 list
+    features = example_pb2.Example.FromString(base).features
+    features.feature["label"].Clear()
+    rest = b"".join(entry(k.encode(), v.SerializeToString())
+                    for k, v in features.feature.items() if k != "label")
+    return [
+        base + b"\x10\x01",  # an unknown field after the features
+        field(1, rest + unpacked_label),
+        field(1, rest + entry(b"label", field(3, field(1, varint(9))))
+              + entry("é".encode(), b"")),  # a non-ASCII key
+        base + field(1, entry(b"label", field(3, field(1, varint(4))))),  # features twice
+        field(1, example_pb2.Example.FromString(base).features.SerializeToString()
+              + entry(b"label", field(3, field(1, varint(8))))),  # a key twice: the last wins
+    ]
+
+
+def test_records_laid_out_otherwise_are_decoded_on_the_careful_path(monkeypatch):
+    good = [example(k) for k in range(6)]
+    odd = odd_layouts()
+    records = [good[0], odd[0], good[1], odd[1], good[2], odd[2], odd[3], *good[3:], odd[4]]
+    rows = np.zeros(len(records) * 4 * 5, np.int64)
+    names = tuple(n.encode() for n in SPEC)
+    handled = _accel.native.locate(records, names, b".b4v", True, rows)
+    left = np.flatnonzero(rows.reshape(len(records), 4, 5)[:, 0, 0] == -1).tolist()
+    assert handled == 6 and left == [1, 3, 5, 6, 10]
+    got = decode_batch(records, SPEC)
+    want = from_protobuf(records)
+    assert want["label"][[3, 6, 10]].tolist() == [5, 4, 8]  # what protobuf makes of them
+    assert list(got["jpeg"]) == want["jpeg"]
+    for name in ("label", "box", "one"):
+        assert same(got[name], want[name]), name
+
+
+@pytest.mark.parametrize("change, match", [
+    (lambda f: f["label"].int64_list.value.append(3), "label"),        # two values
+    (lambda f: f["jpeg"].Clear(), "jpeg"),                             # no list set
+    (lambda f: f["one"].float_list.value.append(1.0), "one"),          # another value type
+    (lambda f: f.pop("box"), "box"),                                   # missing
+])
+def test_a_record_that_does_not_fit_the_spec_is_reported_as_before(monkeypatch, change, match):
+    records = [example(k) for k in range(8)]
+    ex = example_pb2.Example.FromString(records[5])
+    change(ex.features.feature)
+    records[5] = ex.SerializeToString()
+    with pytest.raises(DecodeError, match=f"record 5.*{match}") as fast:
+        decode_batch(records, SPEC)
+    careful_only(monkeypatch)
+    with pytest.raises(DecodeError) as careful:
+        decode_batch(records, SPEC)
+    assert str(fast.value) == str(careful.value)
+
+
+def test_a_missing_feature_with_a_default_is_filled_on_the_careful_path():
+    spec = {"jpeg": FixedLen((), "bytes"), "gone": FixedLen((), "int64", default=-7)}
+    records = [example(k) for k in range(5)]
+    got = decode_batch(records, spec)
+    assert got["gone"].tolist() == [-7] * 5
+    assert list(got["jpeg"]) == from_protobuf(records)["jpeg"]
+
+
+def test_pack_bytes_copies_each_value_once_into_its_buffer(monkeypatch):
+    records = [example(k) for k in range(30)]
+    want = from_protobuf(records)
+    made_for: list[str] = []
+
+    def allocate(layout):
+        made_for.extend(layout)
+        return {name: np.full(shape, 99, dtype) for name, (shape, dtype) in layout.items()}
+
+    fetch = BatchFetch(records, BatchDecoder(SPEC), pack_bytes=True)
+    monkeypatch.setattr(batch, "decode_records", lambda *a, **k: pytest.fail("unpacked"))
+    got, made = fetch(list(range(30)), allocate)
+    assert isinstance(got["jpeg"], Ragged)
+    assert got["jpeg"].values.dtype == np.uint8
+    assert [bytes(got["jpeg"][i]) for i in range(30)] == want["jpeg"]
+    assert got["jpeg"].values is made["jpeg"]  # written straight into the allocated buffer
+    assert sorted(made_for) == sorted(SPEC)
+    for name in ("label", "box", "one"):
+        assert got[name] is made[name] and same(got[name], want[name]), name
+
+
+def test_pack_bytes_of_records_laid_out_otherwise_packs_after_decoding():
+    records = [example(0), *odd_layouts(), example(1)]
+    fetch = BatchFetch(records, BatchDecoder(SPEC), pack_bytes=True)
+    got, _ = fetch(list(range(len(records))))
+    assert [bytes(got["jpeg"][i]) for i in range(len(records))] == \
+        from_protobuf(records)["jpeg"]
+    assert same(got["label"], from_protobuf(records)["label"])
+
+
+def test_without_the_compiled_module_the_batch_is_the_same(monkeypatch):
+    records = [example(k) for k in range(12)]
+    monkeypatch.setattr(_accel, "native", None)
+    got = decode_batch(records, SPEC)
+    assert list(got["jpeg"]) == from_protobuf(records)["jpeg"]
+    assert same(got["box"], from_protobuf(records)["box"])
+    packed, _ = BatchFetch(records, BatchDecoder(SPEC), pack_bytes=True)(list(range(12)))
+    assert bytes(packed["jpeg"].values) == b"".join(from_protobuf(records)["jpeg"])
+
+
+def test_float_values_keep_their_bits():
+    """A signalling NaN comes out with its bits (a Python float would quiet it)."""
+    ex = example_pb2.Example()
+    ex.features.feature["box"].float_list.value.extend([0.0] * 4)
+    raw = bytearray(ex.SerializeToString())
+    at = raw.index(b"\x00" * 16)
+    raw[at:at + 4] = b"\x01\x00\x80\x7f"
+    records = [bytes(raw), bytes(raw) + b""]
+    ex2 = example_pb2.Example.FromString(records[0])
+    ex2.features.feature["jpeg"].bytes_list.value.append(b"j")
+    spec = {"box": FixedLen((4,), "float32")}
+    got = decode_batch([records[0], ex2.SerializeToString()], spec)
+    assert got["box"][:, 0].view(np.uint32).tolist() == [0x7F800001] * 2
