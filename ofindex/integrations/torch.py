@@ -44,6 +44,7 @@ import torch.utils.data as _tud
 from ..decode import Ragged
 from ..shuffle import samplers as _s
 from ._fetch import BatchFetch, Layout
+from ._shared_blocks import BLOCKS, lend
 
 __all__ = [
     "BatchSampler",
@@ -215,19 +216,20 @@ def _torch_dtype(dtype: np.dtype[Any]) -> torch.dtype:
 def _arena(layout: Layout, pinned: bool) -> dict[str, torch.Tensor]:
     """Uninitialised tensors for a batch's outputs, all views of one block of memory: shared
     memory (a DataLoader worker then hands the whole batch to the main process as one block,
-    without a copy, as torch's ``default_collate`` does for its outputs) or page-locked
-    memory (fast, asynchronous copies to the GPU)."""
+    without a copy, as torch's ``default_collate`` does for its outputs; blocks are reused
+    once nothing refers to them: :mod:`._shared_blocks`) or page-locked memory (fast,
+    asynchronous copies to the GPU)."""
     sizes = {k: int(np.prod(shape)) * dtype.itemsize for k, (shape, dtype) in layout.items()}
     total = sum(-(-n // 64) * 64 for n in sizes.values())  # every view 64-byte aligned
+    counter = None
     if pinned:
         block = torch.empty(total, dtype=torch.uint8, pin_memory=True)
     else:
-        proto = torch.empty(0, dtype=torch.uint8)
-        block = proto.new(proto._typed_storage()._new_shared(  # type: ignore[no-untyped-call]
-            total, device="cpu"))
+        block, counter = BLOCKS.take(total)
     out, at = {}, 0
     for name, (shape, dtype) in layout.items():
-        out[name] = block[at:at + sizes[name]].view(_torch_dtype(dtype)).view(shape)
+        view = block[at:at + sizes[name]].view(_torch_dtype(dtype)).view(shape)
+        out[name] = lend(view, counter)
         at += -(-sizes[name] // 64) * 64
     return out
 
