@@ -426,6 +426,12 @@ def fuzz_slices_and_fill(rng: random.Random) -> None:
     got = first if first != -1 else (rest if rest != -1 else outs)
     note("fill", got)
     assert same_outcome(got, want), (got, want)
+    # checked in place (sizes instead of outs): the same first bad record, nothing copied
+    first = call(native.fill, [buf], which, st, sizes, 0, cut, header, footer, verify)
+    rest = call(native.fill, [buf], which, st, sizes, cut, len(st), header, footer, verify)
+    checked = first if first != -1 else (rest if rest != -1 else outs)
+    note("fill in place", checked)
+    assert same_outcome(checked, want), (checked, want)
 
 
 def _example(rng: random.Random) -> bytes:
@@ -488,6 +494,25 @@ def fuzz_locate(rng: random.Random) -> None:
         return
     table = rows.reshape(len(records), len(names), 5)
     assert got == int((table[:, 0, 0] != -1).sum()), got
+    # the same records as spans of one buffer (as in a memory map): the same answer
+    big = bytearray(b"".join(records))
+    sizes = np.array([len(r) for r in records], np.int64)
+    ends = np.cumsum(sizes, dtype=np.int64)
+    spans = (np.zeros(len(records), np.int64), ends - sizes, ends.copy())
+    changed = bool(records) and rng.random() < 0.2
+    if changed:  # a span moved, maybe outside the buffer, or in another buffer
+        spans[rng.randrange(3)][rng.randrange(len(records))] = rng.choice(
+            [e for e in EDGES if e < 2**63] + [-1, -(2**40)])
+    again = np.zeros_like(rows)
+    got2 = call(native.locate, [big], names, b".b4v", True, again, spans)
+    valid = all(0 <= a <= b <= len(big) for a, b in zip(spans[1], spans[2], strict=True)) and (
+        spans[0] == 0).all()
+    if not valid:
+        assert isinstance(got2, ValueError), got2
+    elif not changed:
+        assert got2 == got and (again == rows).all(), (got2, got)
+    else:  # other bytes: any answer, but a clean one
+        assert isinstance(got2, int), got2
     STATS["locate records"]["handled"] += got
     STATS["locate records"]["left to the careful path"] += len(records) - got
     vtypes = {1: "bytes", 2: "float32", 3: "int64"}

@@ -7,13 +7,15 @@ buffer."""
 
 from __future__ import annotations
 
+import os
 import numpy as np
 import pytest
 from helpers import same
 
+import ofindex
 from ofindex import _accel
 from ofindex.decode import BatchDecoder, FixedLen, Ragged, _located, batch, decode_batch
-from ofindex.errors import DecodeError
+from ofindex.errors import CorruptRecordError, DecodeError
 from ofindex.integrations._fetch import BatchFetch
 from ofindex.proto import example_pb2, ofrecord_pb2
 
@@ -228,3 +230,66 @@ def test_float_values_keep_their_bits():
     spec = {"box": FixedLen((4,), "float32")}
     got = decode_batch([records[0], ex2.SerializeToString()], spec)
     assert got["box"][:, 0].view(np.uint32).tolist() == [0x7F800001] * 2
+
+
+# -- batches decoded straight out of memory-mapped shards ---------------------------------------
+
+def write_shards_of(directory, records: list[bytes], shards: int) -> str:
+    per = -(-len(records) // shards)
+    for s in range(shards):
+        with ofindex.Writer(str(directory / f"part-{s}.tfrecord")) as w:
+            for r in records[s * per:(s + 1) * per]:
+                w.write(r)
+    return str(directory)
+
+
+def in_maps_only(monkeypatch) -> None:
+    monkeypatch.setattr(BatchFetch, "records", lambda *a: pytest.fail("read as bytes"))
+
+
+@pytest.mark.parametrize("size", [3000, 60_000])  # small batches; big ones checked on threads
+def test_a_batch_of_mapped_records_is_decoded_in_the_maps(tmp_path, monkeypatch, size):
+    records = [example_sized(k, size) for k in range(90)]
+    ds = ofindex.open(write_shards_of(tmp_path, records, 3))
+    fetch = BatchFetch(ds, BatchDecoder(SPEC), pack_bytes=True)
+    in_maps_only(monkeypatch)
+    idx = [int(i) for i in np.random.default_rng(size).integers(0, 90, 80)]  # duplicates too
+    got, _ = fetch(idx)
+    want = from_protobuf([records[i] for i in idx])
+    assert [bytes(got["jpeg"][i]) for i in range(80)] == want["jpeg"]
+    for name in ("label", "box", "one"):
+        assert same(got[name], want[name]), name
+
+
+def example_sized(k: int, size: int) -> bytes:
+    ex = example_pb2.Example.FromString(example(k))
+    ex.features.feature["jpeg"].bytes_list.value[0] = bytes([k % 256]) * (size + 17 * k)
+    return ex.SerializeToString()
+
+
+@pytest.mark.parametrize("size", [3000, 60_000])
+def test_a_corrupt_record_in_the_maps_is_reported_as_getitems_reports_it(tmp_path, size):
+    records = [example_sized(k, size) for k in range(90)]
+    path = tmp_path / "one.tfrecord"
+    with ofindex.Writer(str(path)) as w:
+        for r in records:
+            w.write(r)
+    raw = bytearray(path.read_bytes())
+    jpeg = example_pb2.Example.FromString(records[61]).features.feature["jpeg"]
+    at = raw.index(jpeg.bytes_list.value[0]) + 40  # in record 61's JPEG: its CRC is wrong
+    raw[at] ^= 0xFF
+    stamp = os.stat(path)
+    path.write_bytes(bytes(raw))
+    os.utime(path, ns=(stamp.st_atime_ns, stamp.st_mtime_ns))  # the index stays fresh
+    ds = ofindex.open(str(path))
+    fetch = BatchFetch(ds, BatchDecoder(SPEC), pack_bytes=True)
+    idx = [5, 80, 61, 3, 61]
+    with pytest.raises(CorruptRecordError) as in_maps:
+        fetch(idx)
+    with pytest.raises(CorruptRecordError) as as_bytes:
+        ds.__getitems__(idx)
+    assert "record 61" in str(in_maps.value) and str(in_maps.value) == str(as_bytes.value)
+    unchecked = ofindex.open(str(path), verify=False)  # the bytes as stored, as __getitems__
+    got, _ = BatchFetch(unchecked, BatchDecoder(SPEC), pack_bytes=True)(idx)
+    want = from_protobuf(unchecked.__getitems__(idx))
+    assert [bytes(got["jpeg"][i]) for i in range(5)] == want["jpeg"]

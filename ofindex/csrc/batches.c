@@ -374,7 +374,9 @@ const char fill_doc[] =
 "outs[k], a bytes object from blank() that nothing else sees yet. Copies and CRCs are one\n"
 "pass over the source, three records at a time. which and starts are int64 arrays. The GIL\n"
 "is released for the pass, so threads can fill parts of one list at once. Returns -1, or\n"
-"the first k whose record fails a check (outs is then partly filled: discard it).";
+"the first k whose record fails a check (outs is then partly filled: discard it).\n"
+"outs may instead be an int64 array of payload sizes: the records are then checked in\n"
+"place, and nothing is copied.";
 
 /* The first of records k..k+g-1 (g <= 3, payloads copied with CRCs c[]) whose stored
  * length or (with verify) CRCs are wrong, or -1. */
@@ -392,9 +394,8 @@ PyObject *fill(PyObject *self, PyObject *args) {
     PyObject *bufs, *which_obj, *starts_obj, *outs;
     Py_ssize_t lo, hi, header, footer;
     int verify;
-    if (!PyArg_ParseTuple(args, "O!OOO!nnnnp:fill", &PyList_Type, &bufs, &which_obj,
-                          &starts_obj, &PyList_Type, &outs, &lo, &hi, &header, &footer,
-                          &verify))
+    if (!PyArg_ParseTuple(args, "O!OOOnnnnp:fill", &PyList_Type, &bufs, &which_obj,
+                          &starts_obj, &outs, &lo, &hi, &header, &footer, &verify))
         return NULL;
     if (!((header == 12 && footer == 4) || (header == 8 && footer == 0 && !verify))) {
         PyErr_SetString(PyExc_ValueError, "bad framing sizes");
@@ -414,6 +415,14 @@ PyObject *fill(PyObject *self, PyObject *args) {
     }
     Py_ssize_t m = PyList_GET_SIZE(bufs), got = 0, bad = -1;
     PyObject *result = NULL;
+    const int copy = PyList_Check(outs);  /* else: sizes, checked in place */
+    Py_buffer zv = {0};
+    if (!copy && get_i64(outs, &zv, "fill: outs") < 0) {
+        PyBuffer_Release(&sv);
+        PyBuffer_Release(&wv);
+        return NULL;
+    }
+    const Py_ssize_t nouts = copy ? PyList_GET_SIZE(outs) : zv.shape[0];
     Py_buffer *views = PyMem_Calloc(m ? m : 1, sizeof(Py_buffer));
     unsigned char **dst = NULL;
     const unsigned char **src = NULL;
@@ -422,7 +431,7 @@ PyObject *fill(PyObject *self, PyObject *args) {
         PyErr_NoMemory();
         goto done;
     }
-    if (lo < 0 || hi < lo || hi > PyList_GET_SIZE(outs) || hi > wv.shape[0] ||
+    if (lo < 0 || hi < lo || hi > nouts || hi > wv.shape[0] ||
         hi > sv.shape[0]) {
         PyErr_SetString(PyExc_ValueError, "fill: lo and hi must lie within the arrays");
         goto done;
@@ -441,21 +450,27 @@ PyObject *fill(PyObject *self, PyObject *args) {
     }
     Py_ssize_t end = hi;  /* records before the first that lies outside its buffer */
     for (Py_ssize_t k = lo; k < hi; k++) {  /* the objects and bounds first, with the GIL */
-        PyObject *o = PyList_GET_ITEM(outs, k);
-        if (!PyBytes_CheckExact(o)) {
+        PyObject *o = copy ? PyList_GET_ITEM(outs, k) : NULL;
+        if (copy && !PyBytes_CheckExact(o)) {
             PyErr_SetString(PyExc_TypeError, "fill: outs must hold bytes from blank()");
             goto done;
         }
-        int64_t j = which[k], s = st[k], size = PyBytes_GET_SIZE(o);
+        int64_t j = which[k], s = st[k];
+        int64_t size = copy ? PyBytes_GET_SIZE(o) : ((const int64_t *)zv.buf)[k];
+        if (size < 0) {
+            PyErr_Format(PyExc_ValueError, "fill: item %zd has a negative size", k);
+            goto done;
+        }
         if (j < 0 || j >= m) {
             PyErr_Format(PyExc_ValueError, "fill: item %zd names no buffer", k);
             goto done;
         }
-        if (s < 0 || s > (int64_t)views[j].len - size - header - footer) {
+        if (s < 0 || size > (int64_t)views[j].len ||
+            s > (int64_t)views[j].len - size - header - footer) {
             end = k;
             break;
         }
-        dst[k - lo] = (unsigned char *)PyBytes_AS_STRING(o);
+        dst[k - lo] = copy ? (unsigned char *)PyBytes_AS_STRING(o) : NULL;
         src[k - lo] = (const unsigned char *)views[j].buf + s;
         sizes[k - lo] = (size_t)size;
     }
@@ -466,9 +481,11 @@ PyObject *fill(PyObject *self, PyObject *args) {
         unsigned char *d[3] = {dst[k - lo], dst[k - lo + 1], dst[k - lo + 2]};
         const unsigned char *p[3] = {src[k - lo], src[k - lo + 1], src[k - lo + 2]};
         const unsigned char *q[3] = {p[0] + header, p[1] + header, p[2] + header};
-        if (verify)
+        if (verify && copy)
             hw_copy_crc32c_x3(d, q, sizes + (k - lo), c);
-        else
+        else if (verify)
+            hw_crc32c_x3(q, sizes + (k - lo), c);
+        else if (copy)
             for (int j = 0; j < 3; j++)
                 memcpy(d[j], q[j], sizes[k - lo + j]);
         bad = first_bad(p, sizes + (k - lo), c, 3, header, verify, k);
@@ -476,9 +493,11 @@ PyObject *fill(PyObject *self, PyObject *args) {
     for (; bad < 0 && k < end; k++) {
         const unsigned char *p[3] = {src[k - lo], NULL, NULL};
         size_t size = sizes[k - lo];
-        if (verify)
+        if (verify && copy)
             c[0] = hw_copy_crc32c(dst[k - lo], p[0] + header, size);
-        else
+        else if (verify)
+            c[0] = hw_crc32c(p[0] + header, size);
+        else if (copy)
             memcpy(dst[k - lo], p[0] + header, size);
         bad = first_bad(p, sizes + (k - lo), c, 1, header, verify, k);
     }
@@ -493,6 +512,8 @@ done:
     for (Py_ssize_t j = 0; j < got; j++)
         PyBuffer_Release(&views[j]);
     PyMem_Free(views);
+    if (!copy)
+        PyBuffer_Release(&zv);
     PyBuffer_Release(&sv);
     PyBuffer_Release(&wv);
     return result;

@@ -146,9 +146,109 @@ static int read_map(const unsigned char *base, const unsigned char *p, const uns
     return 0;
 }
 
+/* The records of a call: `records` itself (a list of bytes), or with `spans` (a tuple of
+ * int64 arrays which, starts, ends) bytes [starts[i], ends[i]) of records[which[i]] (buffers
+ * such as memory maps, each checked to hold its spans). */
+typedef struct {
+    Py_ssize_t n, held;
+    Py_buffer *views;
+    const unsigned char **ptr;
+    Py_ssize_t *len;
+} Records;
+
+static void release_records(Records *r) {
+    for (Py_ssize_t j = 0; j < r->held; j++)
+        PyBuffer_Release(&r->views[j]);
+    PyMem_Free(r->views);
+    PyMem_Free(r->ptr);
+    PyMem_Free(r->len);
+    memset(r, 0, sizeof(*r));
+}
+
+static int get_records(PyObject *records, PyObject *spans, Records *r, const char *what) {
+    memset(r, 0, sizeof(*r));
+    if (!PyList_Check(records)) {
+        PyErr_Format(PyExc_TypeError, "%s: records must be a list", what);
+        return -1;
+    }
+    Py_ssize_t m = PyList_GET_SIZE(records);
+    Py_buffer wv, sv, ev;
+    int have = 0;
+    if (spans != Py_None) {
+        if (!PyTuple_Check(spans) || PyTuple_GET_SIZE(spans) != 3) {
+            PyErr_Format(PyExc_TypeError, "%s: spans must be (which, starts, ends)", what);
+            return -1;
+        }
+        if (get_i64(PyTuple_GET_ITEM(spans, 0), &wv, "spans: which") < 0)
+            return -1;
+        have = 1;
+        if (get_i64(PyTuple_GET_ITEM(spans, 1), &sv, "spans: starts") < 0)
+            goto fail;
+        have = 2;
+        if (get_i64(PyTuple_GET_ITEM(spans, 2), &ev, "spans: ends") < 0)
+            goto fail;
+        have = 3;
+        if (sv.shape[0] != wv.shape[0] || ev.shape[0] != wv.shape[0]) {
+            PyErr_Format(PyExc_ValueError, "%s: spans of different lengths", what);
+            goto fail;
+        }
+        r->n = wv.shape[0];
+    } else {
+        r->n = m;
+    }
+    r->views = PyMem_Calloc(m ? m : 1, sizeof(Py_buffer));
+    r->ptr = PyMem_Malloc((r->n ? r->n : 1) * sizeof(*r->ptr));
+    r->len = PyMem_Malloc((r->n ? r->n : 1) * sizeof(*r->len));
+    if (r->views == NULL || r->ptr == NULL || r->len == NULL) {
+        PyErr_NoMemory();
+        goto fail;
+    }
+    for (; r->held < m; r->held++) {
+        PyObject *b = PyList_GET_ITEM(records, r->held);
+        if (spans == Py_None && !PyBytes_Check(b)) {
+            PyErr_Format(PyExc_TypeError, "%s: records must be bytes", what);
+            goto fail;
+        }
+        if (PyObject_GetBuffer(b, &r->views[r->held], PyBUF_SIMPLE) < 0)
+            goto fail;
+    }
+    for (Py_ssize_t i = 0; i < r->n; i++) {
+        if (spans == Py_None) {
+            r->ptr[i] = (const unsigned char *)r->views[i].buf;
+            r->len[i] = r->views[i].len;
+            continue;
+        }
+        int64_t j = ((const int64_t *)wv.buf)[i], a = ((const int64_t *)sv.buf)[i],
+                b = ((const int64_t *)ev.buf)[i];
+        if (j < 0 || j >= m || a < 0 || b < a || b > (int64_t)r->views[j].len) {
+            PyErr_Format(PyExc_ValueError, "%s: span %zd lies outside its buffer", what, i);
+            goto fail;
+        }
+        r->ptr[i] = (const unsigned char *)r->views[j].buf + a;
+        r->len[i] = (Py_ssize_t)(b - a);
+    }
+    if (have) {
+        PyBuffer_Release(&ev);
+        PyBuffer_Release(&sv);
+        PyBuffer_Release(&wv);
+    }
+    return 0;
+fail:
+    if (have >= 3)
+        PyBuffer_Release(&ev);
+    if (have >= 2)
+        PyBuffer_Release(&sv);
+    if (have >= 1)
+        PyBuffer_Release(&wv);
+    release_records(r);
+    return -1;
+}
+
 const char locate_doc[] =
-    "locate(records, names, kinds, wrapped, out) -> int\n\n"
-    "Locate the features `names` (a tuple of bytes) in each record (a list of bytes): an\n"
+    "locate(records, names, kinds, wrapped, out, spans=None) -> int\n\n"
+    "Locate the features `names` (a tuple of bytes) in each record (a list of bytes; with\n"
+    "spans = (which, starts, ends), int64 arrays, record i is bytes [starts[i], ends[i]) of\n"
+    "the buffer records[which[i]], e.g. a memory map): an\n"
     "Example when `wrapped` (its feature map in field 1), else an OFRecord (the map itself).\n"
     "`kinds` says how each list kind stores its values (b'.b4v' for Example: index = the\n"
     "oneof field number; 'b' bytes, '4'/'8' packed fixed width, 'v' packed varints).\n"
@@ -158,31 +258,33 @@ const char locate_doc[] =
     "otherwise gets kind -1 for every name. Returns how many records were handled.";
 
 PyObject *locate(PyObject *self, PyObject *args) {
-    PyObject *bufs, *names, *out_obj;
+    PyObject *bufs, *names, *out_obj, *spans = Py_None;
     const char *kinds;
     Py_ssize_t kinds_len;
     int wrapped;
-    if (!PyArg_ParseTuple(args, "O!O!y#pO:locate", &PyList_Type, &bufs, &PyTuple_Type, &names,
-                          &kinds, &kinds_len, &wrapped, &out_obj))
+    if (!PyArg_ParseTuple(args, "OO!y#pO|O:locate", &bufs, &PyTuple_Type, &names,
+                          &kinds, &kinds_len, &wrapped, &out_obj, &spans))
         return NULL;
-    Py_ssize_t n = PyList_GET_SIZE(bufs), k = PyTuple_GET_SIZE(names);
+    Py_ssize_t k = PyTuple_GET_SIZE(names);
     for (Py_ssize_t j = 0; j < k; j++)
         if (!PyBytes_Check(PyTuple_GET_ITEM(names, j))) {
             PyErr_SetString(PyExc_TypeError, "locate: names must be bytes");
             return NULL;
         }
-    for (Py_ssize_t i = 0; i < n; i++)
-        if (!PyBytes_Check(PyList_GET_ITEM(bufs, i))) {
-            PyErr_SetString(PyExc_TypeError, "locate: records must be bytes");
-            return NULL;
-        }
-    Py_buffer out;
-    if (get_i64(out_obj, &out, "locate: out") < 0)
+    Records recs;
+    if (get_records(bufs, spans, &recs, "locate") < 0)
         return NULL;
+    Py_ssize_t n = recs.n;
+    Py_buffer out;
+    if (get_i64(out_obj, &out, "locate: out") < 0) {
+        release_records(&recs);
+        return NULL;
+    }
     Py_ssize_t cells;
     if (out.readonly || !PyBuffer_IsContiguous(&out, 'C') || mul_size(n, k, &cells) < 0
         || mul_size(cells, SLOTS, &cells) < 0 || out.len / 8 != cells) {
         PyBuffer_Release(&out);
+        release_records(&recs);
         PyErr_SetString(PyExc_ValueError, "locate: out must be a writable int64 array of "
                                           "shape (records, names, 5)");
         return NULL;
@@ -192,9 +294,8 @@ PyObject *locate(PyObject *self, PyObject *args) {
     Py_ssize_t handled = 0;
     memset(rows, 0, (size_t)out.len);
     for (Py_ssize_t i = 0; i < n; i++, rows += k * SLOTS) {
-        PyObject *b = PyList_GET_ITEM(bufs, i);
-        const unsigned char *base = (const unsigned char *)PyBytes_AS_STRING(b);
-        const unsigned char *p = base, *end = base + PyBytes_GET_SIZE(b), *ms = p, *me = end;
+        const unsigned char *base = recs.ptr[i];
+        const unsigned char *p = base, *end = base + recs.len[i], *ms = p, *me = end;
         int bad = 0;
         if (wrapped && p < end)  /* an Example: exactly one field, its features */
             bad = *p++ != 0x0A || read_body(&p, end, &ms, &me) < 0 || p != end;
@@ -207,59 +308,48 @@ PyObject *locate(PyObject *self, PyObject *args) {
             handled++;
     }
     PyBuffer_Release(&out);
+    release_records(&recs);
     return PyLong_FromSsize_t(handled);
 }
 
 const char gather_spans_doc[] =
-    "gather_spans(records, starts, ends, out) -> None\n\n"
-    "Copy bytes [starts[i], ends[i]) of record i (a list of bytes) for every i, back to\n"
-    "back, into the writable buffer out, which must be exactly that long.";
+    "gather_spans(records, starts, ends, out, spans=None) -> None\n\n"
+    "Copy bytes [starts[i], ends[i]) of record i (records and spans as for locate) for every\n"
+    "i, back to back, into the writable buffer out, which must be exactly that long. The\n"
+    "GIL is released for the copy.";
 
 PyObject *gather_spans(PyObject *self, PyObject *args) {
-    PyObject *bufs, *s_obj, *e_obj, *out_obj;
-    if (!PyArg_ParseTuple(args, "O!OOO:gather_spans", &PyList_Type, &bufs, &s_obj, &e_obj,
-                          &out_obj))
+    PyObject *bufs, *s_obj, *e_obj, *out_obj, *spans = Py_None;
+    if (!PyArg_ParseTuple(args, "OOOO|O:gather_spans", &bufs, &s_obj, &e_obj, &out_obj,
+                          &spans))
+        return NULL;
+    Records recs;
+    if (get_records(bufs, spans, &recs, "gather_spans") < 0)
         return NULL;
     Py_buffer sv, ev, ov;
+    int have = 0;
+    PyObject *result = NULL;
     if (get_i64(s_obj, &sv, "gather_spans: starts") < 0)
-        return NULL;
-    if (get_i64(e_obj, &ev, "gather_spans: ends") < 0) {
-        PyBuffer_Release(&sv);
-        return NULL;
-    }
-    if (PyObject_GetBuffer(out_obj, &ov, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) {
-        PyBuffer_Release(&sv);
-        PyBuffer_Release(&ev);
-        return NULL;
-    }
-    PyObject *result = NULL, *held = NULL;
-    const char **src = NULL;
-    Py_ssize_t n = PyList_GET_SIZE(bufs), total = 0;
+        goto done;
+    have = 1;
+    if (get_i64(e_obj, &ev, "gather_spans: ends") < 0)
+        goto done;
+    have = 2;
+    if (PyObject_GetBuffer(out_obj, &ov, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0)
+        goto done;
+    have = 3;
+    Py_ssize_t n = recs.n, total = 0;
     const int64_t *s = (const int64_t *)sv.buf, *e = (const int64_t *)ev.buf;
-    if (sv.len / 8 != n || ev.len / 8 != n) {
+    if (sv.shape[0] != n || ev.shape[0] != n) {
         PyErr_SetString(PyExc_ValueError, "gather_spans: one start and one end per record");
         goto done;
     }
-    held = PyList_AsTuple(bufs);  /* the records stay alive without the GIL */
-    src = PyMem_Malloc((n ? n : 1) * sizeof(char *));
-    if (held == NULL || src == NULL) {
-        if (!PyErr_Occurred())
-            PyErr_NoMemory();
-        goto done;
-    }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *b = PyTuple_GET_ITEM(held, i);
-        if (!PyBytes_Check(b)) {
-            PyErr_SetString(PyExc_TypeError, "gather_spans: records must be bytes");
-            goto done;
-        }
-        if (s[i] < 0 || e[i] < s[i] || e[i] > PyBytes_GET_SIZE(b)
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (s[i] < 0 || e[i] < s[i] || e[i] > recs.len[i]
             || add_size(total, (Py_ssize_t)(e[i] - s[i]), &total) < 0) {
             PyErr_SetString(PyExc_ValueError, "gather_spans: a span lies outside its record");
             goto done;
         }
-        src[i] = PyBytes_AS_STRING(b);
-    }
     if (total != ov.len) {
         PyErr_SetString(PyExc_ValueError, "gather_spans: out does not hold exactly the spans");
         goto done;
@@ -268,16 +358,18 @@ PyObject *gather_spans(PyObject *self, PyObject *args) {
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < n; i++) {
         size_t size = (size_t)(e[i] - s[i]);
-        memcpy(dst, src[i] + s[i], size);
+        memcpy(dst, recs.ptr[i] + s[i], size);
         dst += size;
     }
     Py_END_ALLOW_THREADS
     result = Py_NewRef(Py_None);
 done:
-    PyMem_Free(src);
-    Py_XDECREF(held);
-    PyBuffer_Release(&ov);
-    PyBuffer_Release(&ev);
-    PyBuffer_Release(&sv);
+    if (have >= 3)
+        PyBuffer_Release(&ov);
+    if (have >= 2)
+        PyBuffer_Release(&ev);
+    if (have >= 1)
+        PyBuffer_Release(&sv);
+    release_records(&recs);
     return result;
 }

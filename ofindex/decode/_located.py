@@ -64,28 +64,34 @@ def _plan(spec: NormalizedSpec | None, family: str) -> list[tuple[Any, FixedLen,
     return plan
 
 
-def _locate(bufs: list[bytes], plan: list[tuple[Any, FixedLen, int]], family: str
-            ) -> tuple[np.ndarray, np.ndarray] | None:
+#: Where records lie in buffers (memory maps): ``(which buffer, starts, ends)``.
+Spans = tuple[np.ndarray, np.ndarray, np.ndarray]
+
+
+def _locate(bufs: list[Any], plan: list[tuple[Any, FixedLen, int]], family: str,
+            spans: Spans | None = None) -> tuple[np.ndarray, np.ndarray] | None:
     """``(picked, rows)``: the positions of the records whose asked-for features all have
     the spec's value type and count, and their rows of ``locate``'s output; ``None`` when
     no record qualifies."""
     native = _accel.native
     table, wrapped, _ = _FAMILIES[family]
     names = tuple(name.encode("ascii") for name, _, _ in plan)
-    rows = np.empty((len(bufs), len(plan), 5), dtype=np.int64)
-    if native is None or not native.locate(bufs, names, table, wrapped, rows.reshape(-1)):
+    n = len(bufs) if spans is None else len(spans[0])
+    rows = np.empty((n, len(plan), 5), dtype=np.int64)
+    if native is None or not native.locate(bufs, names, table, wrapped, rows.reshape(-1),
+                                           spans):
         return None
-    ok = np.ones(len(bufs), dtype=bool)
+    ok = np.ones(n, dtype=bool)
     for j, (_, fs, kind) in enumerate(plan):
         ok &= (rows[:, j, _KIND] == kind) & (rows[:, j, _COUNT] == fs.size)
     picked = np.flatnonzero(ok)
     return (picked, rows[picked]) if len(picked) else None
 
 
-def _numeric(sub: list[bytes], rows: np.ndarray, j: int, fs: FixedLen,
-             into: np.ndarray | None) -> np.ndarray:
+def _numeric(sub: list[Any], rows: np.ndarray, j: int, fs: FixedLen,
+             into: np.ndarray | None, spans: Spans | None = None) -> np.ndarray:
     """Feature ``j``'s values of the located records (into ``into`` when given)."""
-    g = len(sub)
+    g = len(rows)
     if fs.dtype in _VARINT:
         values = rows[:, j, _VALUE].astype(NP_DTYPES[fs.dtype]).reshape(g, *fs.shape)
         if into is None:
@@ -96,7 +102,7 @@ def _numeric(sub: list[bytes], rows: np.ndarray, j: int, fs: FixedLen,
     native = _accel.native
     assert native is not None
     native.gather_spans(sub, rows[:, j, _START].copy(), rows[:, j, _END].copy(),
-                        arr.reshape(-1).view(np.uint8))
+                        arr.reshape(-1).view(np.uint8), spans)
     return arr
 
 
@@ -131,9 +137,9 @@ def decode_located(bufs: list[bytes], spec: NormalizedSpec | None, family: str
     return picked.tolist(), out
 
 
-def decode_packed(bufs: list[bytes], spec: NormalizedSpec | None, family: str,
-                  out: dict[str, np.ndarray], buffer: Callable[[str, int], np.ndarray]
-                  ) -> dict[str, Any] | None:
+def decode_packed(bufs: list[Any], spec: NormalizedSpec | None, family: str,
+                  out: dict[str, np.ndarray], buffer: Callable[[str, int], np.ndarray],
+                  spans: Spans | None = None) -> dict[str, Any] | None:
     """Decode a whole batch with its ``bytes`` features packed: each one's values copied
     once, straight from the records, back to back into one ``uint8`` buffer.
 
@@ -144,14 +150,17 @@ def decode_packed(bufs: list[bytes], spec: NormalizedSpec | None, family: str,
         out: Arrays to decode numeric features into, by name (checked by the caller).
         buffer: ``buffer(name, size)`` gives the writable ``uint8`` array of ``size`` bytes
             that feature ``name``'s values go into.
+        spans: ``(which, starts, ends)``: ``bufs`` are then buffers (e.g. memory maps) and
+            record ``i`` is ``bufs[which[i]][starts[i]:ends[i]]``.
 
     Returns:
         ``{name: array | Ragged(buffer, lengths)}``, or ``None`` unless every record is
         decoded here (the caller then decodes the batch on the usual path).
     """
     plan = _plan(spec, family)
-    found = _locate(bufs, plan, family) if plan is not None and bufs else None
-    if plan is None or found is None or len(found[0]) != len(bufs):
+    n = len(bufs) if spans is None else len(spans[0])
+    found = _locate(bufs, plan, family, spans) if plan is not None and n else None
+    if plan is None or found is None or len(found[0]) != n:
         return None
     _, rows = found
     native = _accel.native
@@ -159,11 +168,11 @@ def decode_packed(bufs: list[bytes], spec: NormalizedSpec | None, family: str,
     result: dict[str, Any] = {}
     for j, (name, fs, _) in enumerate(plan):
         if fs.dtype != BYTES:
-            result[name] = _numeric(bufs, rows, j, fs, out.get(name))
+            result[name] = _numeric(bufs, rows, j, fs, out.get(name), spans)
             continue
         starts, ends = rows[:, j, _START].copy(), rows[:, j, _END].copy()
         lengths = ends - starts
         packed = buffer(name, int(lengths.sum()))
-        native.gather_spans(bufs, starts, ends, packed)
+        native.gather_spans(bufs, starts, ends, packed, spans)
         result[name] = Ragged(packed, lengths)
     return result

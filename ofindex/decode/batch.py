@@ -3,9 +3,12 @@
 ``FixedLen`` features become one array ``(batch, *shape)``; ``VarLen`` features (and
 features without a spec) become :class:`Ragged` ``(values, row_lengths)``. Records that
 share a byte layout (the usual case: one writer, same features) are decoded together with
-numpy (see :mod:`ofindex.decode._template`); the others record by record, through
-protobuf's compiled parser where they plainly fit the spec (see
-:mod:`ofindex.decode._protobuf`), else by the careful walk that also words the errors.
+numpy (see :mod:`ofindex.decode._template`). Records whose layouts differ only where a
+value's length does (a JPEG of another size each) are located in compiled code and their
+values cut straight out, when the spec holds ``FixedLen`` features only (see
+:mod:`ofindex.decode._located`). The others go record by record, through protobuf's compiled
+parser where they plainly fit the spec (see :mod:`ofindex.decode._protobuf`), else by the
+careful walk that also words the errors.
 """
 
 from __future__ import annotations
@@ -227,7 +230,9 @@ def decode_records(records: Sequence[RecordBytes], spec: Spec, family: str,
 
 def decode_records_packed(records: Sequence[RecordBytes], spec: Spec, family: str,
                           out: dict[str, np.ndarray],
-                          buffer: Callable[[str, int], np.ndarray]) -> Decoded | None:
+                          buffer: Callable[[str, int], np.ndarray],
+                          spans: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
+                          ) -> Decoded | None:
     """:func:`decode_records` with ``bytes`` features given as ``Ragged(uint8 buffer,
     lengths)``, each buffer from ``buffer(name, size)`` and filled straight from the records,
     when every record is laid out as writers lay them out and matches the spec; else
@@ -239,6 +244,8 @@ def decode_records_packed(records: Sequence[RecordBytes], spec: Spec, family: st
         family: ``"example"`` or ``"ofrecord"``.
         out: Arrays to decode numeric features into, by name.
         buffer: Gives the buffer of a ``bytes`` feature's values.
+        spans: ``(which, starts, ends)``: ``records`` are then buffers (e.g. memory maps)
+            and record ``i`` is ``records[which[i]][starts[i]:ends[i]]``.
 
     Returns:
         The decoded batch, or ``None``.
@@ -249,11 +256,11 @@ def decode_records_packed(records: Sequence[RecordBytes], spec: Spec, family: st
     _, _, allowed, what = _FAMILIES[family]
     nspec = normalize_spec(spec, allowed, what)
     bufs = cast("list[bytes]", list(records))
-    if set(map(type, bufs)) - {bytes}:
+    if spans is None and set(map(type, bufs)) - {bytes}:
         return None
     if out:
-        _check_out(out, nspec, len(bufs))
-    return decode_packed(bufs, nspec, family, out, buffer)
+        _check_out(out, nspec, len(bufs) if spans is None else len(spans[0]))
+    return decode_packed(bufs, nspec, family, out, buffer, spans)
 
 
 def _unpicked(n: int, picked: list[int]) -> list[bool]:

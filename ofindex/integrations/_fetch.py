@@ -81,14 +81,23 @@ class BatchFetch:
             ``(batch, made)``: the decoded batch, and the objects ``allocate`` returned, by
             feature name (the arrays given to the decoder are ``numpy.asarray`` of them).
         """
-        recs = self.records(indices)
+        if isinstance(indices, (int, np.integer)):
+            indices = [int(indices)]
         if self.decoder is None:
-            return recs, {}
+            return self.records(indices), {}
         made: dict[str, Any] = {}
-        layout = fixed_outputs(self.decoder, len(recs)) if allocate is not None else {}
+        layout = fixed_outputs(self.decoder, len(indices)) if allocate is not None else {}
         if layout and allocate is not None:
             made = allocate(layout)
         outs = {k: np.asarray(v) for k, v in made.items()}
+        if self.pack_bytes and _decodes_records(self.decoder):
+            in_maps = getattr(self.source, "_payload_spans", None)
+            spans = in_maps(indices) if in_maps is not None else None
+            if spans is not None:  # decoded straight out of the memory-mapped records
+                packed = self._decode_packed(spans[0], outs, allocate, made, spans[1])
+                if packed is not None:
+                    return packed, made
+        recs = self.records(indices)
         if self.pack_bytes and _decodes_records(self.decoder):
             packed = self._decode_packed(recs, outs, allocate, made)
             if packed is not None:
@@ -101,10 +110,12 @@ class BatchFetch:
         return batch, made
 
     def _decode_packed(self, recs: list[Any], outs: dict[str, np.ndarray],
-                       allocate: Allocate | None, made: dict[str, Any]) -> Any:
+                       allocate: Allocate | None, made: dict[str, Any],
+                       spans: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> Any:
         """The batch decoded with its ``bytes`` features packed straight from the records
         (one copy), or ``None`` when the records need the usual path (see
-        :func:`~ofindex.decode.batch.decode_records_packed`)."""
+        :func:`~ofindex.decode.batch.decode_records_packed`). With ``spans``, ``recs`` are
+        buffers (memory maps) and record ``i`` is ``recs[which[i]][starts[i]:ends[i]]``."""
         decoder = self.decoder
         assert _decodes_records(decoder)
 
@@ -114,7 +125,7 @@ class BatchFetch:
             made[name] = allocate({name: ((size,), np.dtype(np.uint8))})[name]
             return np.asarray(made[name])
 
-        return decode_records_packed(recs, decoder.spec, decoder.kind, outs, buffer)
+        return decode_records_packed(recs, decoder.spec, decoder.kind, outs, buffer, spans)
 
     @staticmethod
     def _packed(name: str, value: np.ndarray, allocate: Allocate | None,

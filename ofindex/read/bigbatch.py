@@ -65,15 +65,11 @@ def _crcs_wrong(bufs: list[Buffer], which: np.ndarray, starts: np.ndarray,
     return wrong
 
 
-def gather_parallel(reads: Any, idx: np.ndarray) -> list[Any] | None:
-    """Payloads of records ``idx`` of memory-mapped shards of ``reads`` (a
-    :class:`~ofindex.read.gather.BatchReads`), copied and checked on threads, in
-    the order asked for; ``None`` when the serial path must serve them (one core, a shard
-    that cannot be served from its map, offsets the serial path reports)."""
-    native = _accel.native
-    pool = executor()
-    if native is None or pool is None or len(idx) < 2:
-        return None
+def _plan_mapped(reads: Any, idx: np.ndarray) -> tuple[Any, ...] | None:
+    """Where the records ``idx`` of memory-mapped shards lie: ``(touched shards, which (an
+    index into them per record), local record numbers, their maps, span starts, payload
+    sizes)``; ``None`` when the serial path must serve them (a shard that cannot be served
+    from its map, offsets the serial path reports)."""
     n = len(idx)
     if len(reads._shards) == 1:
         touched, which, local = [0], np.zeros(n, dtype=np.int64), idx
@@ -82,8 +78,6 @@ def gather_parallel(reads: Any, idx: np.ndarray) -> list[Any] | None:
         found, which = np.unique(shard_of, return_inverse=True)
         touched, local = found.tolist(), idx - reads._first[shard_of]
         which = which.astype(np.int64, copy=False)
-    fmt = reads.format
-    tf = fmt is RecordFormat.TFRECORD
     starts = np.empty(n, dtype=np.int64)
     ends = np.empty(n, dtype=np.int64)
     bufs: list[Buffer] = []
@@ -96,16 +90,90 @@ def gather_parallel(reads: Any, idx: np.ndarray) -> list[Any] | None:
             return None
         starts[sel], ends[sel] = st, en
         bufs.append(buf)
-    sizes = ends - starts - fmt.overhead
+    sizes = ends - starts - reads.format.overhead
     if int(sizes.min()) < 0:
         return None  # a span shorter than its framing: the serial path names it
+    return touched, which, local, bufs, starts, sizes
+
+
+def _shares(sizes: np.ndarray, workers: int) -> list[tuple[int, int]]:
+    """Records ``0..n`` cut into ``workers`` runs of about equal bytes."""
+    n = len(sizes)
+    bounds = np.searchsorted(np.cumsum(sizes), np.linspace(0, int(sizes.sum()),
+                                                           workers + 1)[1:-1])
+    return [p for p in zip([0, *bounds.tolist()], [*bounds.tolist(), n], strict=True)
+            if p[0] < p[1]]
+
+
+def _raise_first(reads: Any, results: list[int], n: int, touched: list[int],
+                 which: np.ndarray, local: np.ndarray, bufs: list[Buffer]) -> None:
+    """Raise the error of the first record that failed (``results``: per share, -1 or the
+    first failing record); return when none did."""
+    k = min([b for b in results if b >= 0], default=n)
+    if k < n:
+        j = int(which[k])
+        shard = reads._shards[touched[j]]
+        reads._raise_problem(_accel.RECORD_FAILS_CHECK, shard, shard.sidecar, bufs[j],
+                             int(local[k]))
+
+
+def checked_spans(reads: Any, idx: np.ndarray
+                  ) -> tuple[list[Buffer], tuple[np.ndarray, np.ndarray, np.ndarray]] | None:
+    """Where the payloads of records ``idx`` lie in the maps of their shards, after checking
+    the records in place (framing, stored lengths; TFRecord CRCs with ``verify``) on a few
+    threads, without copying them: ``(maps, (which map, payload starts, payload ends))``
+    per record, in the order asked for.
+
+    Returns ``None`` when the records must be read as ``bytes`` instead (no compiled module,
+    a shard not mapped, OFRecord checksums to check, CRCs to check without the CPU's CRC
+    instruction, offsets the serial path reports).
+
+    Raises:
+        CorruptRecordError: A record fails a check (the first in the order asked for, as
+            ``__getitems__`` reports it).
+    """
+    native = _accel.native
+    if (native is None or not len(idx) or not reads._storage.maps_files
+            or reads._of_verify or (reads._tf_verify and not native.hw_crc())):
+        return None
+    plan = _plan_mapped(reads, idx)
+    if plan is None:
+        return None
+    touched, which, local, bufs, starts, sizes = plan
+    hs, fs = reads.format.header_size, reads.format.footer_size
+    check = reads._tf_verify
+    pool = executor() if int(sizes.sum()) >= PARALLEL_BYTES else None
+    parts = _shares(sizes, pool._max_workers if pool is not None else 1)
+
+    def work(part: tuple[int, int]) -> int:
+        return int(native.fill(bufs, which, starts, sizes, part[0], part[1], hs, fs, check))
+
+    later = [pool.submit(work, p) for p in parts[1:]] if pool is not None else []
+    results = [work(parts[0]), *(f.result() for f in later)]
+    _raise_first(reads, results, len(idx), touched, which, local, bufs)
+    return bufs, (which, starts + hs, starts + hs + sizes)
+
+
+def gather_parallel(reads: Any, idx: np.ndarray) -> list[Any] | None:
+    """Payloads of records ``idx`` of memory-mapped shards of ``reads`` (a
+    :class:`~ofindex.read.gather.BatchReads`), copied and checked on threads, in
+    the order asked for; ``None`` when the serial path must serve them (one core, a shard
+    that cannot be served from its map, offsets the serial path reports)."""
+    native = _accel.native
+    pool = executor()
+    if native is None or pool is None or len(idx) < 2:
+        return None
+    n = len(idx)
+    plan = _plan_mapped(reads, idx)
+    if plan is None:
+        return None
+    touched, which, local, bufs, starts, sizes = plan
+    fmt = reads.format
+    tf = fmt is RecordFormat.TFRECORD
     outs = native.blank(sizes)
     check = tf and reads._verify
     in_fill = check and native.hw_crc()  # the CRCs checked in the compiled copy pass
-    bounds = np.searchsorted(np.cumsum(sizes), np.linspace(0, int(sizes.sum()),
-                                                           pool._max_workers + 1)[1:-1])
-    parts = [p for p in zip([0, *bounds.tolist()], [*bounds.tolist(), n], strict=True)
-             if p[0] < p[1]]
+    parts = _shares(sizes, pool._max_workers)
     hs, fs = fmt.header_size, fmt.footer_size
     crcs = np.zeros(n if check and not in_fill else 0, dtype=np.uint32)
 
@@ -127,10 +195,6 @@ def gather_parallel(reads: Any, idx: np.ndarray) -> list[Any] | None:
     if check and not in_fill:  # and the CRCs of the records before it
         wrong = np.flatnonzero(_crcs_wrong(bufs, which[:k], starts[:k], sizes[:k], crcs[:k]))
         k = int(wrong[0]) if len(wrong) else k
-    if k < n:
-        j = int(which[k])
-        shard = reads._shards[touched[j]]
-        reads._raise_problem(_accel.RECORD_FAILS_CHECK, shard, shard.sidecar, bufs[j],
-                             int(local[k]))
+    _raise_first(reads, [k], n, touched, which, local, bufs)
     payloads: list[Any] = outs
     return payloads

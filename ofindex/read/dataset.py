@@ -17,7 +17,7 @@ from ..formats.framing import RecordFormat, unframe_ofrecord, unframe_tfrecord
 from ..formats.sidecar import Sidecar
 from ..storage import Storage
 from ..storage.ranges import DEFAULT_MAX_BYTES
-from . import batches, compressed
+from . import batches, bigbatch, compressed
 from .checksums import check_one
 from .gather import BatchReads
 from .info import DatasetInfo, as_indices
@@ -235,6 +235,21 @@ class Dataset(BatchReads, DatasetInfo):
             return []
         payloads = self._payloads(self._normalize(idx))
         return payloads if self.decode is None else [self.decode(p) for p in payloads]
+
+    def _payload_spans(self, indices: Sequence[int] | np.ndarray
+                       ) -> tuple[list[Any], tuple[np.ndarray, np.ndarray, np.ndarray]] | None:
+        """Where the payloads of a batch lie in the maps of its shards, checked in place as
+        ``__getitems__`` checks them, for readers that copy only parts of them (batched
+        decoding): ``(maps, (which map, payload starts, payload ends))``, or ``None`` when the
+        batch must be read with ``__getitems__`` (see
+        :func:`ofindex.read.bigbatch.checked_spans`).
+
+        Raises:
+            RecordIndexError, CorruptRecordError, SidecarError: As for ``__getitems__``.
+        """
+        if self._compressed or self.decode is not None:
+            return None
+        return bigbatch.checked_spans(self, self._normalize(as_indices(indices)))
 
     def iter_records(self, start: int = 0, stop: int | None = None,
                      block_bytes: int = 8 << 20) -> Iterator[Any]:
