@@ -8,6 +8,7 @@ buffer."""
 from __future__ import annotations
 
 import os
+
 import numpy as np
 import pytest
 from helpers import same

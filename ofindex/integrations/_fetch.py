@@ -1,5 +1,7 @@
 """The batch step the framework integrations share: a batch of global record numbers read with
-one ``__getitems__`` call and decoded with one batch-decoder call."""
+one ``__getitems__`` call and decoded with one batch-decoder call. With ``pack_bytes`` and an
+ofindex dataset of memory-mapped shards, the batch is decoded straight out of the maps
+instead (records checked in place, each value copied once into the batch's buffers)."""
 
 from __future__ import annotations
 
