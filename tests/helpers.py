@@ -111,3 +111,14 @@ def write_shards(directory, sizes, record, name="part-{}.tfrecord") -> str:
             for i in range(count):
                 w.write(record(s, i))
     return str(directory)
+
+
+def varint(n: int) -> bytes:
+    """``n`` as a protobuf varint (negative numbers as their 64-bit two's complement)."""
+    n &= (1 << 64) - 1
+    out = bytearray()
+    while True:
+        b, n = n & 0x7F, n >> 7
+        out.append(b | (0x80 if n else 0))
+        if not n:
+            return bytes(out)

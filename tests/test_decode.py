@@ -9,7 +9,7 @@ import struct
 
 import numpy as np
 import pytest
-from helpers import IMPLEMENTATIONS, implementation, same, same_dict
+from helpers import IMPLEMENTATIONS, implementation, same, same_dict, varint
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -166,17 +166,6 @@ def test_sequence_example_equals_protobuf(context, lists):
 
 # ---- hand-encoded wire variants: unpacked, split, duplicated, unknown fields ------------
 
-def varint(n: int) -> bytes:
-    n &= (1 << 64) - 1
-    out = bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
 
 
 def ld(field: int, payload: bytes) -> bytes:

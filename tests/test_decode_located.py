@@ -11,7 +11,7 @@ import os
 
 import numpy as np
 import pytest
-from helpers import same
+from helpers import same, varint
 
 import ofindex
 from ofindex import _accel
@@ -98,13 +98,6 @@ def test_ofrecords_of_every_value_type_are_located():
     assert got["l"].tolist() == [2**40 + k for k in range(20)]
 
 
-def varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        b, n = n & 0x7F, n >> 7
-        out.append(b | (0x80 if n else 0))
-        if not n:
-            return bytes(out)
 
 
 def field(number: int, body: bytes) -> bytes:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from fuzzkit import Tally, budget, guarded
-from helpers import implementation, same, same_dict
+from helpers import implementation, same, same_dict, varint
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -39,13 +39,6 @@ SPEC = {"image": FixedLen((2, 3)), "label": FixedLen((), "int64"), "tags": VarLe
 PARSED_SPEC = {"label": FixedLen((), "int64"), "tags": VarLen("bytes")}
 
 
-def varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        b, n = n & 0x7F, n >> 7
-        out.append(b | (0x80 if n else 0))
-        if not n:
-            return bytes(out)
 
 
 def message(rng: np.random.Generator, kind: str) -> bytes:
