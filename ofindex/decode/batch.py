@@ -205,8 +205,8 @@ def decode_records(records: Sequence[RecordBytes], spec: Spec, family: str,
         if fast is not None:
             picked, columns = fast
             parts.append(([rest[i] for i in picked], columns))
-            rest = [] if len(picked) == len(rest) else [
-                i for i, keep in zip(rest, _unpicked(len(rest), picked), strict=True) if keep]
+            taken = set(picked)
+            rest = [r for i, r in enumerate(rest) if i not in taken]
     if rest:
         rbufs = [bufs[i] for i in rest]
         parsed = (decode_parsed(rbufs, nspec, family)
@@ -261,14 +261,6 @@ def decode_records_packed(records: Sequence[RecordBytes], spec: Spec, family: st
     if out:
         _check_out(out, nspec, len(bufs) if spans is None else len(spans[0]))
     return decode_packed(bufs, nspec, family, out, buffer, spans)
-
-
-def _unpicked(n: int, picked: list[int]) -> list[bool]:
-    """For each of ``n`` positions, whether it is not in ``picked``."""
-    keep = [True] * n
-    for i in picked:
-        keep[i] = False
-    return keep
 
 
 def _check_out(out: dict[str, np.ndarray], spec: NormalizedSpec | None, n: int) -> None:

@@ -92,7 +92,8 @@ class BatchFetch:
         if layout and allocate is not None:
             made = allocate(layout)
         outs = {k: np.asarray(v) for k, v in made.items()}
-        if self.pack_bytes and _decodes_records(self.decoder):
+        packs = self.pack_bytes and _decodes_records(self.decoder)
+        if packs:
             in_maps = getattr(self.source, "_payload_spans", None)
             spans = in_maps(indices) if in_maps is not None else None
             if spans is not None:  # decoded straight out of the memory-mapped records
@@ -100,7 +101,7 @@ class BatchFetch:
                 if packed is not None:
                     return packed, made
         recs = self.records(indices)
-        if self.pack_bytes and _decodes_records(self.decoder):
+        if packs:
             packed = self._decode_packed(recs, outs, allocate, made)
             if packed is not None:
                 return packed, made

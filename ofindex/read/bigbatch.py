@@ -105,11 +105,20 @@ def _shares(sizes: np.ndarray, workers: int) -> list[tuple[int, int]]:
             if p[0] < p[1]]
 
 
-def _raise_first(reads: Any, results: list[int], n: int, touched: list[int],
-                 which: np.ndarray, local: np.ndarray, bufs: list[Buffer]) -> None:
-    """Raise the error of the first record that failed (``results``: per share, -1 or the
-    first failing record); return when none did."""
-    k = min([b for b in results if b >= 0], default=n)
+def _first_failing(work: Callable[[tuple[int, int]], int], parts: list[tuple[int, int]],
+                   pool: cf.ThreadPoolExecutor | None, n: int) -> int:
+    """Run ``work`` on each share (the calling thread takes the first while the pool runs
+    the others); the first record that failed (``work`` returns -1 or that record), or
+    ``n`` when none did."""
+    later = [pool.submit(work, p) for p in parts[1:]] if pool is not None else []
+    results = [work(parts[0]), *(f.result() for f in later)] if parts else []
+    return min([b for b in results if b >= 0], default=n)
+
+
+def _raise_at(reads: Any, k: int, n: int, touched: list[int], which: np.ndarray,
+              local: np.ndarray, bufs: list[Buffer]) -> None:
+    """Raise the error of record ``k`` of the batch, the first that failed; return when
+    ``k == n`` (none did)."""
     if k < n:
         j = int(which[k])
         shard = reads._shards[touched[j]]
@@ -148,9 +157,8 @@ def checked_spans(reads: Any, idx: np.ndarray
     def work(part: tuple[int, int]) -> int:
         return int(native.fill(bufs, which, starts, sizes, part[0], part[1], hs, fs, check))
 
-    later = [pool.submit(work, p) for p in parts[1:]] if pool is not None else []
-    results = [work(parts[0]), *(f.result() for f in later)]
-    _raise_first(reads, results, len(idx), touched, which, local, bufs)
+    k = _first_failing(work, parts, pool, len(idx))
+    _raise_at(reads, k, len(idx), touched, which, local, bufs)
     return bufs, (which, starts + hs, starts + hs + sizes)
 
 
@@ -188,13 +196,10 @@ def gather_parallel(reads: Any, idx: np.ndarray) -> list[Any] | None:
             crcs[k] = crc(outs[k])
         return -1
 
-    # the calling thread fills the first part while the pool fills the others
-    later = [pool.submit(work, p) for p in parts[1:]]
-    results = [work(parts[0]), *(f.result() for f in later)]
-    k = min([b for b in results if b >= 0], default=n)  # the first record that fails framing
+    k = _first_failing(work, parts, pool, n)  # the first record that fails framing
     if check and not in_fill:  # and the CRCs of the records before it
         wrong = np.flatnonzero(_crcs_wrong(bufs, which[:k], starts[:k], sizes[:k], crcs[:k]))
         k = int(wrong[0]) if len(wrong) else k
-    _raise_first(reads, [k], n, touched, which, local, bufs)
+    _raise_at(reads, k, n, touched, which, local, bufs)
     payloads: list[Any] = outs
     return payloads
