@@ -413,6 +413,17 @@ def fuzz_slices_and_fill(rng: random.Random) -> None:
         got = call(native.slices, buf, st, en, header, footer, verify, parallel)
         note("slices", got)
         assert same_outcome(got, want), (got, want, parallel)
+    if verify:  # a Checker on its thread, waited for in random steps: the same first bad
+        checker = call(native.Checker, buf, st, en, header, footer)
+        note("checker", checker)
+        if isinstance(checker, BaseException) or isinstance(want, BaseException):
+            assert same_outcome(checker, want), (checker, want)
+        else:
+            upto, bad = 0, -1
+            while bad < 0 and upto < len(st):
+                upto = min(len(st) + 2, upto + rng.randint(0, 700))
+                bad = checker.wait(upto, upto + rng.randint(-5, 900))
+            assert bad == (want if isinstance(want, int) else -1), (bad, want)
     if (header, footer) not in ((12, 4), (8, 0)) or not len(st) or int(st.min()) < 0:
         return
     sizes = np.clip(en - st - header - footer, 0, len(buf) + 1)

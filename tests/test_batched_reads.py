@@ -11,7 +11,7 @@ from helpers import ref_tfrecord
 import ofindex
 from ofindex import _accel
 from ofindex.errors import CorruptRecordError, RecordIndexError
-from ofindex.read import batches, bigbatch
+from ofindex.read import bigbatch, mapped_batches
 from ofindex.read.batches import RecordBatch
 
 SIZES = [300, 1, 450]
@@ -37,7 +37,7 @@ def small(tmp_path_factory):
 @pytest.mark.parametrize("plan_records", [1 << 16, 25])  # spans planned for many batches, few
 @pytest.mark.parametrize("mmap", [True, False])
 def test_iter_batches_equals_iteration(small, impl, mmap, plan_records, monkeypatch):
-    monkeypatch.setattr(batches, "_PLAN_RECORDS", plan_records)
+    monkeypatch.setattr(mapped_batches, "_PLAN_RECORDS", plan_records)
     d, records = small
     ds = ofindex.open(d, mmap=mmap)
     assert list(ds) == records

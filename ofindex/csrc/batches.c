@@ -69,7 +69,7 @@ static int crcs_bad(const unsigned char *const p[3], const size_t sz[3], int g,
 /* Check records [0, n) of src (framing, lengths, and with verify their CRCs, three records
  * at a time); the total payload bytes go to *total. Returns -1 or the first failing k. Needs
  * no GIL. */
-static Py_ssize_t check_all(const unsigned char *src, Py_ssize_t len, const int64_t *st,
+Py_ssize_t check_all(const unsigned char *src, Py_ssize_t len, const int64_t *st,
                             const int64_t *en, Py_ssize_t n, Py_ssize_t header,
                             Py_ssize_t footer, int verify, int64_t *total) {
     const unsigned char *p[3];

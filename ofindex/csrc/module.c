@@ -3,6 +3,7 @@
  * records.c  framed records cut and checked (dataset reads)
  * layout.c   layout check and payload gather (batched decoding)
  * batches.c  batches without an object per record; big batches filled on threads
+ * checker.c  a run's CRCs checked on a compiled thread ahead of the batches made from it
  * blocks.c   recycled memory for big decoded arrays
  * walk.c     the index builder's header walk (GIL released)
  * inflate.c  zlib's inflate for seek points in gzip/zlib files (GIL released)
@@ -43,7 +44,8 @@ static struct PyModuleDef module = {
 };
 
 PyMODINIT_FUNC PyInit__native(void) {
-    if (PyType_Ready(&BlockType) < 0 || PyType_Ready(&InflaterType) < 0)
+    if (PyType_Ready(&BlockType) < 0 || PyType_Ready(&InflaterType) < 0 ||
+        PyType_Ready(&CheckerType) < 0)
         return NULL;
     hw_crc_on = HAVE_HW_CRC && hw_crc_supported();
     PyObject *m = PyModule_Create(&module);
@@ -58,6 +60,12 @@ PyMODINIT_FUNC PyInit__native(void) {
     Py_INCREF(&InflaterType);
     if (PyModule_AddObject(m, "Inflater", (PyObject *)&InflaterType) < 0) {
         Py_DECREF(&InflaterType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_INCREF(&CheckerType);
+    if (PyModule_AddObject(m, "Checker", (PyObject *)&CheckerType) < 0) {
+        Py_DECREF(&CheckerType);
         Py_DECREF(m);
         return NULL;
     }

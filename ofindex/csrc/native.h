@@ -64,6 +64,14 @@ PyObject *hw_crc(PyObject *self, PyObject *args);
 PyObject *hw_crc32c_py(PyObject *self, PyObject *arg);
 extern const char pack_doc[], slices_doc[], blank_doc[], fill_doc[], hw_crc_doc[],
     hw_crc32c_doc[];
+/* Records [0, n) of src checked (framing, stored lengths, with verify the TFRecord CRCs
+ * with the CRC32C instruction); payload bytes to *total; -1 or the first failing k. */
+Py_ssize_t check_all(const unsigned char *src, Py_ssize_t len, const int64_t *st,
+                     const int64_t *en, Py_ssize_t n, Py_ssize_t header, Py_ssize_t footer,
+                     int verify, int64_t *total);
+
+/* checker.c: a run's TFRecords checked on a compiled thread, ahead of its reader */
+extern PyTypeObject CheckerType;
 
 /* blocks.c: recycled memory for big decoded arrays */
 extern PyTypeObject BlockType;

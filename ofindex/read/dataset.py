@@ -277,17 +277,18 @@ class Dataset(BatchReads, DatasetInfo):
         The fast way to read a dataset sequentially: each batch of a memory-mapped shard is
         cut and checked by one compiled call. A batch is a list of ``bytes`` (one object per
         record, as ``for r in ds`` gives), or with ``as_buffer=True`` a
-        :class:`~ofindex.read.batches.RecordBatch`: the payloads back to back in one buffer
+        :class:`~ofindex.read.record_batch.RecordBatch`: the payloads back to back in one buffer
         with their offsets (Arrow's binary layout), no Python object per record, several
         times faster when the records are small (e.g. to verify, hash or copy data, or to
-        hand it to Arrow or numpy). TFRecord CRCs are checked unless ``verify=False``.
+        hand it to Arrow or numpy). TFRecord CRCs are checked unless ``verify=False`` (for
+        lists, on a second core when there is one, a batch ahead of the one being made).
 
         Args:
             batch_size: Records per batch (the last batch may be shorter). Batches run across
                 shard boundaries.
             start: First record.
             stop: One past the last record (default: the end).
-            as_buffer: Yield :class:`~ofindex.read.batches.RecordBatch` objects (raw payloads:
+            as_buffer: Yield :class:`~ofindex.read.record_batch.RecordBatch` objects (raw payloads:
                 the dataset's ``decode`` is not applied) instead of lists.
             block_bytes: Size of each read where shards are streamed (remote storage,
                 ``mmap=False``).
