@@ -84,6 +84,9 @@ LENGTH_CRCS: dict[int, int] = {}
 
 def length_crc(length: int) -> int:
     """Return the masked CRC32C of a TFRecord length field (memoised in :data:`LENGTH_CRCS`)."""
+    value = LENGTH_CRCS.get(length)
+    if value is not None:
+        return value
     value = masked_crc32c(_LEN.pack(length))
     if len(LENGTH_CRCS) < 65536:
         LENGTH_CRCS[length] = value

@@ -13,7 +13,7 @@ from typing import NoReturn
 import crc32c as _crc32c
 
 from ..errors import CorruptRecordError, TruncatedRecordError, hint
-from .crc import LENGTH_CRCS, MASK_DELTA, U32, length_crc, mask_crc, masked_crc32c
+from .crc import MASK_DELTA, U32, length_crc, mask_crc, masked_crc32c
 
 _LEN = struct.Struct("<Q")
 _LEN_CRC = struct.Struct("<QI")
@@ -197,7 +197,7 @@ def unframe_tfrecord(raw: Buffer, verify: bool, path: str, offset: int,
         _header_mismatch(raw, _TF, length, path=path, offset=offset, record=record)
     payload = raw[12 : 12 + length]
     if verify:
-        if len_crc != (LENGTH_CRCS.get(length) or length_crc(length)):
+        if len_crc != length_crc(length):
             _header_mismatch(raw, _TF, length, path=path, offset=offset, record=record)
         crc = _crc(payload)
         stored = _CRC_UNPACK(raw, 12 + length)[0]
@@ -217,7 +217,7 @@ def payload_matches(head: bytes, payload: bytes, foot: bytes, fmt: RecordFormat,
         return False
     if not verify:
         return True
-    return bool(len_crc == (LENGTH_CRCS.get(length) or length_crc(length))
+    return bool(len_crc == length_crc(length)
                 and _CRC_UNPACK(foot)[0] == masked_crc32c(payload))
 
 
