@@ -167,7 +167,10 @@ def _cut(ds: Dataset, parts: list[_Part], a: int, as_buffer: bool, spare_core: b
             if part_sums is not None:  # OFRecord payloads against the sidecar's CRC32C
                 url = ds._storage.url(ds._shards[s].path)
                 check_many(got, part_sums[lo:hi], record_namer(url, starts, lo))
-            out += got
+            if len(parts) == 1:  # the batch is this list (no copy into another)
+                out = got
+            else:
+                out += got
     if use_pack:
         return RecordBatch(data[:used], offsets, a)
     return finish_batch(ds, out, a, as_buffer)
