@@ -129,7 +129,7 @@ class LatencyProxy:
         sender = asyncio.ensure_future(send())
         try:
             while True:
-                chunk = await reader.read(1 << 16)
+                chunk = await reader.read(1 << 20)
                 if not chunk:
                     break
                 if up:

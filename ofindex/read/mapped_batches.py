@@ -11,7 +11,7 @@ checked as they are copied, without the GIL.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, NoReturn
 
 import crc32c as _crc32c
 import numpy as np
@@ -123,6 +123,8 @@ def _cut(ds: Dataset, parts: list[_Part], a: int, as_buffer: bool, spare_core: b
     records were checked ahead by a run's :func:`_checkers`, and only waited for here)."""
     native = _accel.native
     assert native is not None  # checked by the caller
+    if checks is not None and len(parts) == 1:  # the common case, with the least overhead
+        return finish_batch(ds, _checked_ahead(ds, parts[0], checks[0]), a, False)
     fmt, tf_verify = ds.format, ds._tf_verify
     hs, fs = fmt.header_size, fmt.footer_size
     compiled_checks = not tf_verify or native.hw_crc()  # checks without the GIL
@@ -138,14 +140,9 @@ def _cut(ds: Dataset, parts: list[_Part], a: int, as_buffer: bool, spare_core: b
     k0 = used = 0
     for p, ((s, lo, hi, starts, ends, buf), part_sums) in enumerate(zip(parts, sums,
                                                                         strict=True)):
-        check = checks[p] if checks is not None else None
-        if check is not None:  # checked ahead: wait for this batch's checks, then make
-            checker, x, y = check
-            bad = checker.wait(y, 2 * y - x)  # and let it go on with the next batch
-            bad = bad - x if bad >= 0 else -1
-            if bad < 0:
-                got = native.slices(buf, starts, ends, hs, fs, False)  # framing only
-                bad = -1 if isinstance(got, list) else got
+        if checks is not None:  # checked ahead (raises for a bad record)
+            got = _checked_ahead(ds, parts[p], checks[p])
+            bad = -1
         elif use_pack:
             bad = native.pack(buf, starts, ends, hs, fs, tf_verify, data,
                               offsets[k0:k0 + hi - lo + 1], used)
@@ -156,10 +153,7 @@ def _cut(ds: Dataset, parts: list[_Part], a: int, as_buffer: bool, spare_core: b
             got = native.slices(buf, starts, ends, hs, fs, tf_verify, spare_core)
             bad = -1 if isinstance(got, list) else got
         if bad >= 0:
-            st, en = int(starts[bad]), int(ends[bad])
-            raise_record_error(buf[st:en], fmt, ds.verify,
-                               path=ds._storage.url(ds._shards[s].path), offset=st,
-                               record=lo + bad)
+            _raise_at(ds, parts[p], bad)
         if use_pack:
             k0 += hi - lo
             used = int(offsets[k0])
@@ -174,6 +168,35 @@ def _cut(ds: Dataset, parts: list[_Part], a: int, as_buffer: bool, spare_core: b
     if use_pack:
         return RecordBatch(data[:used], offsets, a)
     return finish_batch(ds, out, a, as_buffer)
+
+
+def _checked_ahead(ds: Dataset, part: _Part, check: _Check) -> list[bytes]:
+    """The payloads of a part whose records its run's :class:`Checker` checks: waits for its
+    checks (and lets the checker go on with the next batch), then makes the objects.
+
+    Raises:
+        CorruptRecordError: A record of the part is bad (the first one).
+    """
+    native = _accel.native
+    assert native is not None  # a Checker exists
+    _, _, _, starts, ends, buf = part
+    checker, x, y = check
+    bad = checker.wait(y, 2 * y - x)
+    if bad < 0:
+        got = native.slices(buf, starts, ends, ds.format.header_size, ds.format.footer_size,
+                            False)  # the framing only: the CRCs passed
+        if isinstance(got, list):
+            return got
+        bad = got + x  # the file changed since the check
+    _raise_at(ds, part, bad - x)
+
+
+def _raise_at(ds: Dataset, part: _Part, k: int) -> NoReturn:
+    """Raise the error of the ``k``-th record of a part (it failed a compiled check)."""
+    s, lo, _, starts, ends, buf = part
+    st, en = int(starts[k]), int(ends[k])
+    raise_record_error(buf[st:en], ds.format, ds.verify,
+                       path=ds._storage.url(ds._shards[s].path), offset=st, record=lo + k)
 
 
 def mapped(ds: Dataset, batch_size: int, start: int, stop: int, as_buffer: bool,
