@@ -150,6 +150,20 @@ def ref_gather(bufs, offs, iends, which, local, header, footer, verify, memo):
     return out
 
 
+def ref_spans(bufs, offs, iends, which, local, minimum):
+    if any(e < 0 for e in iends) or not 0 <= minimum < 2**63:
+        raise ValueError("ends")
+    out = []
+    for k, (j, i) in enumerate(zip(which.tolist(), local.tolist(), strict=True)):
+        if not 0 <= j < len(bufs):
+            raise IndexError(j)
+        problem, s, e = ref_span(offs[j], iends[j], i, minimum, len(bufs[j]))
+        if problem:
+            return problem, k
+        out.append((s, e))
+    return out
+
+
 # -- generators --------------------------------------------------------------------------
 
 EDGES = [0, 1, 7, 8, 11, 12, 15, 16, 17, 2**31 - 1, 2**31, 2**32 - 1, 2**32, 2**40,
@@ -275,6 +289,16 @@ def fuzz_gather_and_record(rng: random.Random) -> None:
     want = call(ref_gather, bufs, offs, iends, which, local, header, footer, verify, dict(memo))
     note("gather", got)
     assert same_outcome(got, want), (got, want, args)
+    # spans(): the same spans, or the same first problem (1 or 3) as the reference
+    starts, ends = np.full(n, -7, np.int64), np.full(n, -7, np.int64)
+    got = call(native.spans, bufs, offs, iends, which, local, header + footer, starts, ends)
+    want = call(ref_spans, bufs, offs, iends, which, local, header + footer)
+    note("spans", got)
+    if isinstance(want, list):
+        assert got is None, (got, want, args)
+        assert [(int(a), int(b)) for a, b in zip(starts, ends, strict=True)] == want, args
+    else:
+        assert same_outcome(got, want), (got, want, args)
     if n and 0 <= which[0] < len(bufs):  # the one-record entry point on the first pick
         j, i = int(which[0]), int(local[0])
         got = call(native.record, bufs[j], offs[j], iends[j], i, header, footer, verify,
@@ -301,6 +325,8 @@ def fuzz_wrong_types(rng: random.Random) -> None:
         "record": [buf, offs, len(buf), 1, 12, 4, True, crc32c.crc32c, {}],
         "gather": [[buf], [offs], [len(buf)], np.array([0]), np.array([1]), 12, 4, True,
                    crc32c.crc32c, {}],
+        "spans": [[buf], [offs], [len(buf)], np.array([0]), np.array([1]), 16,
+                  np.zeros(1, np.int64), np.zeros(1, np.int64)],
         "same_bytes": [[b"abc", b"abd"], np.array([0, 2])],
         "gather_bytes": [[b"abc", b"abd"], np.array([0, 2]), bytearray(4)],
         "walk": [bytearray(buf), len(buf), 12, 16, np.zeros(8, np.int64)],

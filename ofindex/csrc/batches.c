@@ -16,7 +16,7 @@
 int hw_crc_on = 0;
 
 /* A writable 1-d int64 vector (numpy int64 array). */
-static int get_i64_out(PyObject *obj, Py_buffer *view, const char *what) {
+int get_i64_out(PyObject *obj, Py_buffer *view, const char *what) {
     if (PyObject_GetBuffer(obj, view, PyBUF_ND | PyBUF_FORMAT | PyBUF_WRITABLE) < 0)
         return -1;
     const char *f = view->format;

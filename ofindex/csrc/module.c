@@ -1,6 +1,7 @@
 /* ofindex._native: the per-record loops of the hot paths, compiled.
  *
  * records.c  framed records cut and checked (dataset reads)
+ * spans.c    where a batch's records lie (big batches, before they are filled on threads)
  * layout.c   layout check and payload gather (batched decoding)
  * batches.c  batches without an object per record; big batches filled on threads
  * checker.c  a run's CRCs checked on a compiled thread ahead of the batches made from it
@@ -23,6 +24,7 @@ static PyMethodDef methods[] = {
     {"cut", cut, METH_VARARGS, cut_doc},
     {"gather", gather, METH_VARARGS, gather_doc},
     {"record", (PyCFunction)(void (*)(void))record, METH_FASTCALL, record_doc},
+    {"spans", spans, METH_VARARGS, spans_doc},
     {"same_bytes", same_bytes, METH_VARARGS, same_bytes_doc},
     {"gather_bytes", gather_bytes, METH_VARARGS, gather_bytes_doc},
     {"locate", locate, METH_VARARGS, locate_doc},

@@ -33,6 +33,15 @@ static inline int mul_size(Py_ssize_t a, Py_ssize_t b, Py_ssize_t *out) {
 
 /* An int64 vector from a contiguous buffer (numpy int64 array); what names it in errors. */
 int get_i64(PyObject *obj, Py_buffer *view, const char *what);
+/* The same, writable (batches.c). */
+int get_i64_out(PyObject *obj, Py_buffer *view, const char *what);
+/* A u64 vector (a sidecar's offsets block; records.c). */
+int get_u64(PyObject *obj, Py_buffer *view);
+/* The span [*start, *end) of record i from a sidecar's offsets ov whose last record ends at
+ * iend: 0, 1 (too short for min framing bytes or past iend: corrupt offsets), 3 (past the
+ * len bytes of data held), or -1 with IndexError set (records.c). */
+int span_of(const Py_buffer *ov, int64_t iend, int64_t i, Py_ssize_t min, Py_ssize_t len,
+            int64_t *start, int64_t *end);
 
 /* records.c: framed records cut out of buffers, with their checks */
 PyObject *cut(PyObject *self, PyObject *args);
@@ -43,6 +52,10 @@ extern const char cut_doc[], gather_doc[], record_doc[];
 /* walk.c: the index builder's header walk, without the GIL */
 PyObject *walk(PyObject *self, PyObject *args);
 extern const char walk_doc[];
+
+/* spans.c: where the records of a batch lie, from their sidecars' offsets */
+PyObject *spans(PyObject *self, PyObject *args);
+extern const char spans_doc[];
 
 /* layout.c: the byte-layout check and payload gather of batched decoding */
 PyObject *same_bytes(PyObject *self, PyObject *args);

@@ -198,7 +198,7 @@ done:
 }
 
 /* A u64 offsets vector from a contiguous buffer (a sidecar's offsets block). */
-static int get_u64(PyObject *obj, Py_buffer *view) {
+int get_u64(PyObject *obj, Py_buffer *view) {
     if (PyObject_GetBuffer(obj, view, PyBUF_ND | PyBUF_FORMAT) < 0)
         return -1;
     const char *f = view->format;
@@ -219,7 +219,7 @@ static int get_u64(PyObject *obj, Py_buffer *view) {
  * iend >= 0). Returns 0, a problem code (1: too short for `min` framing bytes or past the
  * indexed end, so the offsets are corrupt; 3: past the `len` bytes of data held), or -1 with
  * IndexError set. Compared as unsigned, without arithmetic that can wrap. */
-static int span_of(const Py_buffer *ov, int64_t iend, int64_t i, Py_ssize_t min,
+int span_of(const Py_buffer *ov, int64_t iend, int64_t i, Py_ssize_t min,
                    Py_ssize_t len, int64_t *start, int64_t *end) {
     Py_ssize_t count = ov->shape[0];
     if (i < 0 || i >= count) {

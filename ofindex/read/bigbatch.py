@@ -69,7 +69,13 @@ def _plan_mapped(reads: Any, idx: np.ndarray) -> tuple[Any, ...] | None:
     """Where the records ``idx`` of memory-mapped shards lie: ``(touched shards, which (an
     index into them per record), local record numbers, their maps, span starts, payload
     sizes)``; ``None`` when the serial path must serve them (a shard that cannot be served
-    from its map, offsets the serial path reports)."""
+    from its map). The spans come from one compiled pass over the sidecars' offsets.
+
+    Raises:
+        SidecarError: A record's span cannot hold a record (corrupt offsets), as serially.
+    """
+    native = _accel.native
+    assert native is not None  # checked by the callers
     n = len(idx)
     if len(reads._shards) == 1:
         touched, which, local = [0], np.zeros(n, dtype=np.int64), idx
@@ -78,22 +84,28 @@ def _plan_mapped(reads: Any, idx: np.ndarray) -> tuple[Any, ...] | None:
         found, which = np.unique(shard_of, return_inverse=True)
         touched, local = found.tolist(), idx - reads._first[shard_of]
         which = which.astype(np.int64, copy=False)
+    bufs: list[Buffer] = []
+    offsets: list[np.ndarray] = []
+    iends: list[int] = []
+    for s in touched:
+        shard = reads._shards[s]
+        sc = shard.sidecar
+        buf = reads._storage.mapped(shard.path, 0)
+        if buf is None:
+            return None
+        bufs.append(buf)
+        offsets.append(sc.offsets)
+        iends.append(sc.indexed_end)
     starts = np.empty(n, dtype=np.int64)
     ends = np.empty(n, dtype=np.int64)
-    bufs: list[Buffer] = []
-    for j, s in enumerate(touched):
-        sel = np.flatnonzero(which == j) if len(touched) > 1 else slice(None)
-        shard = reads._shards[s]
-        st, en = shard.sidecar.spans(local[sel])  # corrupt offsets: SidecarError, as serially
-        buf = reads._storage.mapped(shard.path, int(en.max()))
-        if buf is None or int(st.min()) < 0:
-            return None
-        starts[sel], ends[sel] = st, en
-        bufs.append(buf)
-    sizes = ends - starts - reads.format.overhead
-    if int(sizes.min()) < 0:
-        return None  # a span shorter than its framing: the serial path names it
-    return touched, which, local, bufs, starts, sizes
+    got = native.spans(bufs, offsets, iends, which, local, reads.format.overhead, starts, ends)
+    if got is not None:
+        problem, k = got
+        if problem == _accel.SPAN_TOO_SHORT:  # corrupt offsets: the sidecar names them
+            j = int(which[k])
+            reads._shards[touched[j]].sidecar.spans(local[which == j])
+        return None  # past the map (the file grew or shrank): the serial path reports it
+    return touched, which, local, bufs, starts, ends - starts - reads.format.overhead
 
 
 def _shares(sizes: np.ndarray, workers: int) -> list[tuple[int, int]]:
