@@ -202,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--large-records", type=int, default=10_000, help="~100 KB records")
     p.add_argument("--batch-size", type=int, default=4096, help="sequential batch size")
     p.add_argument("--gather-batches", type=int, default=40, help="random batches of 256")
-    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--rounds", type=int, default=9, help="interleaved rounds (medians)")
     p.add_argument("--cases", default="sequential,gather", help="comma-separated")
     p.add_argument("--out", default="bench-results/sequential.json")
     a = parse_args(p, argv, records=20_000, large_records=300, rounds=1, gather_batches=3)

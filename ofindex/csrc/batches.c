@@ -234,7 +234,8 @@ const char slices_doc[] =
 "As cut(): the payloads of the framed records at buf[starts[k]:ends[k]] as a list of bytes,\n"
 "or the position k of the first record that fails a check or lies outside buf; with verify,\n"
 "the CRCs are checked three at a time with the CPU's CRC32C instruction (verify needs\n"
-"hw_crc() to be True). The records are checked without the GIL, then the objects made;\n"
+"hw_crc() to be True). The records are checked without the GIL, then the objects made\n"
+"(without verify, their framing is checked as they are made);\n"
 "with parallel (for a machine with a core to spare), a big batch is checked on a second\n"
 "thread while this one makes the objects, and the list is returned only once every check\n"
 "passed.";
@@ -323,7 +324,11 @@ PyObject *slices(PyObject *self, PyObject *args) {
     PyObject *result = NULL;
     if (parallel && r.verify && r.n >= SLICES_PARALLEL)
         result = slices_parallel(&r);
-    if (result == NULL && !PyErr_Occurred()) {  /* serially: checked, then made */
+    if (!r.verify) {  /* the framing only: make_items checks it as it goes */
+        Py_ssize_t made = 0;
+        result = make_items(&r, &made);
+        result = list_or_bad(result, made, r.n, -1);
+    } else if (result == NULL && !PyErr_Occurred()) {  /* serially: checked, then made */
         Py_ssize_t bad, made = 0;
         Py_BEGIN_ALLOW_THREADS
         bad = check_run(&r);
