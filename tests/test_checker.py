@@ -204,3 +204,27 @@ def test_leaving_an_iteration_early_stops_its_checks(tmp_path, cores, monkeypatc
             it = ds.iter_batches(128)
             assert next(it) == records[:128]
             it.close()
+
+
+def test_readers_on_several_threads_all_get_their_answer(framed):
+    # wait() releases the GIL: readers on other threads may wait on the same Checker
+    import threading
+
+    _, data, starts, ends = framed
+    big = np.tile(starts, 100), np.tile(ends, 100)
+    bad = corrupted(data, starts, 700, "payload")
+    for buf, want in ((data, -1), (bad, 700)):
+        c = native.Checker(buf, *big, 12, 4)
+        got = {}
+
+        def read(upto, c=c, got=got):
+            got[upto] = c.wait(upto, upto)
+
+        uptos = [50_000, 150_000, 100_000, len(big[0])]
+        threads = [threading.Thread(target=read, args=(u,)) for u in uptos]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert not any(t.is_alive() for t in threads)
+        assert got == dict.fromkeys(uptos, want)

@@ -38,7 +38,7 @@ typedef struct {
     Py_ssize_t done;        /* chunks [0, done) are all whole */
     Py_ssize_t bad_chunk;   /* the first chunk found bad, or -1: none after it is claimed */
     Py_ssize_t allowed;     /* the thread claims chunks that start below this record */
-    int idle, waiting, cancel, finished;
+    int idle, waiters, cancel, finished;  /* waiters: readers waiting on the thread */
     Py_ssize_t inline_done;  /* without a thread (under the GIL): records [0, it) passed */
 } CheckerObject;
 
@@ -82,7 +82,7 @@ static void *check_loop(void *arg) {
             continue;
         }
         check_next(c);
-        if (c->waiting)  /* the reader waits for a chunk this thread was checking */
+        if (c->waiters)  /* a reader waits for a chunk this thread was checking */
             pthread_cond_broadcast(&c->cv);
     }
     c->finished = 1;
@@ -224,9 +224,9 @@ static PyObject *checker_wait(CheckerObject *self, PyObject *args) {
         if (claimable(self) && self->next * CHECK_CHUNK < upto) {
             check_next(self);  /* the thread is behind: this one checks the next chunk */
         } else {  /* the chunk asked for is being checked on the thread */
-            self->waiting = 1;
+            self->waiters++;
             pthread_cond_wait(&self->cv, &self->mu);
-            self->waiting = 0;
+            self->waiters--;
         }
     }
     pthread_mutex_unlock(&self->mu);
