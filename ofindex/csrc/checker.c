@@ -56,8 +56,8 @@ static int claimable(const CheckerObject *c) {
     return c->next < c->chunks && (c->bad_chunk < 0 || c->next <= c->bad_chunk);
 }
 
-/* Claim the next chunk, check it without the lock, record its result. Called with mu
- * held; returns with it held. */
+/* Claim the next chunk, check it without the lock, record its result and wake the readers
+ * that wait. Called with mu held; returns with it held. */
 static void check_next(CheckerObject *c) {
     Py_ssize_t k = c->next++;
     Py_ssize_t lo = k * CHECK_CHUNK, hi = lo + CHECK_CHUNK < c->n ? lo + CHECK_CHUNK : c->n;
@@ -69,6 +69,8 @@ static void check_next(CheckerObject *c) {
         c->bad_chunk = k;
     while (c->done < c->chunks && c->result[c->done] == CHUNK_OK)
         c->done++;
+    if (c->waiters)  /* readers may wait for this chunk (on the thread, or another reader) */
+        pthread_cond_broadcast(&c->cv);
 }
 
 static void *check_loop(void *arg) {
@@ -82,8 +84,6 @@ static void *check_loop(void *arg) {
             continue;
         }
         check_next(c);
-        if (c->waiters)  /* a reader waits for a chunk this thread was checking */
-            pthread_cond_broadcast(&c->cv);
     }
     c->finished = 1;
     pthread_cond_broadcast(&c->cv);
