@@ -7,7 +7,9 @@
  * and the next one), so that a batch's checks are usually done by the time its objects are
  * made, and its records are in the shared cache when they are copied. The reader waits for
  * the checks of a batch before it returns the batch: a bad record is still reported at its
- * own batch, after the batches before it. */
+ * own batch, after the batches before it. The run is checked in chunks that whoever is free
+ * claims in order: when the thread falls behind (the other core is busy), the reader checks
+ * the next chunks itself rather than wait. */
 #include "native.h"
 #include "hwcrc.h"
 
@@ -38,7 +40,7 @@ typedef struct {
     Py_ssize_t done;        /* chunks [0, done) are all whole */
     Py_ssize_t bad_chunk;   /* the first chunk found bad, or -1: none after it is claimed */
     Py_ssize_t allowed;     /* the thread claims chunks that start below this record */
-    int idle, waiters, cancel, finished;  /* waiters: readers waiting on the thread */
+    int idle, waiters, cancel, finished;  /* waiters: readers waiting for a claimed chunk */
     Py_ssize_t inline_done;  /* without a thread (under the GIL): records [0, it) passed */
 } CheckerObject;
 
