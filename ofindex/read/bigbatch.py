@@ -76,26 +76,11 @@ def _plan_mapped(reads: Any, idx: np.ndarray) -> tuple[Any, ...] | None:
     """
     native = _accel.native
     assert native is not None  # checked by the callers
+    shards = reads._mapped_shards(idx)
+    if shards is None:
+        return None
+    touched, which, local, bufs, offsets, iends = shards
     n = len(idx)
-    if len(reads._shards) == 1:
-        touched, which, local = [0], np.zeros(n, dtype=np.int64), idx
-    else:
-        shard_of = np.searchsorted(reads._cum, idx, side="right")
-        found, which = np.unique(shard_of, return_inverse=True)
-        touched, local = found.tolist(), idx - reads._first[shard_of]
-        which = which.astype(np.int64, copy=False)
-    bufs: list[Buffer] = []
-    offsets: list[np.ndarray] = []
-    iends: list[int] = []
-    for s in touched:
-        shard = reads._shards[s]
-        sc = shard.sidecar
-        buf = reads._storage.mapped(shard.path, 0)
-        if buf is None:
-            return None
-        bufs.append(buf)
-        offsets.append(sc.offsets)
-        iends.append(sc.indexed_end)
     starts = np.empty(n, dtype=np.int64)
     ends = np.empty(n, dtype=np.int64)
     got = native.spans(bufs, offsets, iends, which, local, reads.format.overhead, starts, ends)
@@ -104,7 +89,7 @@ def _plan_mapped(reads: Any, idx: np.ndarray) -> tuple[Any, ...] | None:
         if problem == _accel.SPAN_TOO_SHORT:  # corrupt offsets: the sidecar names them
             j = int(which[k])
             reads._shards[touched[j]].sidecar.spans(local[which == j])
-        return None  # past the map (the file grew or shrank): the serial path reports it
+        return None  # anything else: the serial path reads and reports it
     return touched, which, local, bufs, starts, ends - starts - reads.format.overhead
 
 

@@ -35,6 +35,12 @@ from .shards import Shard
 #: Groups of one batch: ``(shard number, first item, one past the last item)``.
 Groups = list[tuple[int, int, int]]
 
+#: The memory-mapped shards of a batch: ``(touched shard numbers, which (an int64 index into
+#: them per record), local record numbers, their maps, their sidecar offsets, their indexed
+#: ends)``.
+MappedShards = tuple[list[int], np.ndarray, np.ndarray, list[Buffer], list[np.ndarray],
+                     list[int]]
+
 
 class BatchReads:
     """The batch-reading half of :class:`ofindex.Dataset` (which sets these attributes)."""
@@ -73,15 +79,17 @@ class BatchReads:
             payloads = self._get_by_shard(idx)
         return payloads
 
-    def _gather_mapped(self, idx: np.ndarray) -> list[Any] | None:
-        """Payloads of memory-mapped shards in one compiled pass, in the order asked for (no
-        sorting); ``None`` when a shard cannot be served from its map."""
+    def _mapped_shards(self, idx: np.ndarray) -> MappedShards | None:
+        """Which memory-mapped shards the records ``idx`` are in, for the compiled passes
+        over their maps; ``None`` when a shard cannot be served from its map (it is shorter
+        than its index says)."""
         if len(self._shards) == 1:
             touched, which, local = [0], np.zeros(len(idx), dtype=np.int64), idx
         else:
             shard_of = np.searchsorted(self._cum, idx, side="right")
             found, which = np.unique(shard_of, return_inverse=True)
             touched, local = found.tolist(), idx - self._first[shard_of]
+            which = which.astype(np.int64, copy=False)
         bufs: list[Buffer] = []
         offsets: list[np.ndarray] = []
         ends: list[int] = []
@@ -95,11 +103,19 @@ class BatchReads:
             bufs.append(buf)
             offsets.append(sc.offsets)
             ends.append(end)
+        return touched, which, local, bufs, offsets, ends
+
+    def _gather_mapped(self, idx: np.ndarray) -> list[Any] | None:
+        """Payloads of memory-mapped shards in one compiled pass, in the order asked for (no
+        sorting); ``None`` when a shard cannot be served from its map."""
+        shards = self._mapped_shards(idx)
+        if shards is None:
+            return None
+        touched, which, local, bufs, offsets, ends = shards
         native = _accel.native
         assert native is not None  # checked by the caller
-        got = native.gather(bufs, offsets, ends, which.astype(np.int64, copy=False),
-                                   local, self._header, self._footer, self._tf_verify,
-                                   _crc32c.crc32c, LENGTH_CRCS)
+        got = native.gather(bufs, offsets, ends, which, local, self._header, self._footer,
+                            self._tf_verify, _crc32c.crc32c, LENGTH_CRCS)
         if isinstance(got, list):
             if self._of_verify:
                 for j, s in enumerate(touched):
