@@ -224,6 +224,25 @@ def test_remote_reads_fetch_the_rest_when_the_estimate_falls_short(tf_files, rem
     assert _requests_of_singles(ds, expected, seed=8, batch=300, singles=10) == 20
 
 
+def test_estimated_end_margins():
+    """Between points whose data compresses, the estimate adds a quarter of the span and
+    16 KiB; between points whose data hardly compresses (stored blocks), 2% and 1 KiB; never
+    past the next point."""
+    from ofindex.formats.seekpoints import SeekKind, SeekTable, make_table
+
+    out = [0, 100_000, 200_000, 300_000]
+    in_ = [0, 50_000, 149_500, 249_000]  # 2:1, then 99.5% as many bytes in as out
+    kinds = [int(SeekKind.GZIP_MEMBER)] + [int(SeekKind.ALIGNED)] * 3
+    table = make_table(out, in_, [0] * 4, kinds, [0] * 4, [0] * 4)
+    seeks = SeekTable(table, b"", 400_000, 400_000, "x.ofidx")
+    at = 25_000  # out 50,000 lies halfway between points 0 and 1
+    assert seeks.estimated_end(0, 50_000) == at + at // 4 + (16 << 10)
+    assert seeks.estimated_end(0, 99_000) == 50_000  # capped at point 1
+    at = 50_000 + 99_500 // 2  # out 150,000, between points 1 and 2
+    assert seeks.estimated_end(1, 150_000) == at + 100_000 // 50 + 1024
+    assert seeks.estimated_end(1, 199_900) == 149_500
+
+
 def test_writer_to_a_bucket(bucket_backend):
     url = bucket_backend.prefix() + "/w.tfrecord.gz"
     opts = bucket_backend.storage_options

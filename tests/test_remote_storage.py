@@ -150,19 +150,25 @@ def test_transient_classification():
 
 # -- concurrency and request counts ----------------------------------------------------------
 class CountingStorage(FsspecStorage):
-    """Records the most requests in flight at once."""
+    """Records the most requests in flight at once (single- and multi-range)."""
 
     def __init__(self, *a, **kw):
         super().__init__(*a, **kw)
         self.now = self.peak = 0
 
-    async def _cat_async(self, fs, path, start, end):
+    async def _counting(self, coro):
         self.now += 1
         self.peak = max(self.peak, self.now)
         try:
-            return await super()._cat_async(fs, path, start, end)
+            return await coro
         finally:
             self.now -= 1
+
+    async def _cat_async(self, fs, path, start, end):
+        return await self._counting(super()._cat_async(fs, path, start, end))
+
+    async def _multi_async(self, fs, path, spans, deliver):
+        return await self._counting(super()._multi_async(fs, path, spans, deliver))
 
 
 def test_ranges_run_concurrently_within_bounds(served):

@@ -109,8 +109,8 @@ def test_report_from_fixtures(tmp_path):
     assert "At the default spacing (256 KiB):" in md
     assert "| index build vs tf.data reading all (uncompressed MB/s) | 80 vs 64: 1.25x |" in md
     assert "| random ds[i]/s (isal; zlib alone) | 2,300 (1,100) |" in md
-    assert ("| 256 random records at +20 ms RTT, spacing 64 KiB (cold / warm) | 9.5 / 4.2 RTT |"
-            in md)
+    assert ("| 256 random records at +20 ms RTT, spacing 64 KiB (cold: first batch / warm: "
+            "after 8 batches) | 9.5 / 4.2 RTT |" in md)
     assert "Not measured yet: run `python tools/bench_read.py" in md  # read.json is missing
     assert "| build 1 M x ~200 B | 2,500,000 | 6.25 |" in md
     assert "| ofindex | 719,101 (787,692) |" in md

@@ -106,6 +106,35 @@ def test_built_index_windows_are_sparse(tmp_path, inflater, monkeypatch):
     assert 0 < sparse < whole / 2
 
 
+def test_points_need_no_window_where_data_is_incompressible(tmp_path, inflater):
+    """Incompressible records copy nothing from before a seek point: such points cost 32
+    bytes, so the builder places them every ``dense_spacing`` instead of every spacing, and
+    goes back to the spacing where the data compresses again."""
+    rng = np.random.default_rng(8)
+    noisy = [rng.bytes(int(rng.integers(5_000, 20_000))) for _ in range(300)]  # ~3.7 MB
+    words = [rng.bytes(int(k)).hex().encode() for k in rng.integers(2, 6, size=500)]
+    text = [b" ".join(words[j] for j in rng.integers(0, 500, size=40)) for _ in range(8000)]
+    records = noisy + text
+    path = _tf_gzip(tmp_path, records)
+    spacing = 256 << 10
+    ofindex.build_index(path, seek_spacing=spacing)
+    sc = open_local_sidecar(path + ".ofidx")
+    points = sc.seek_points
+    noisy_end = sum(len(r) + 16 for r in noisy)
+    in_noise = points[points["out"] < noisy_end - spacing]
+    gaps = np.diff(in_noise["out"].astype(np.int64))
+    assert windows.dense_spacing(spacing) == WINDOW
+    assert len(gaps) > 50 and (gaps >= WINDOW).all() and np.median(gaps) < 3 * WINDOW
+    assert (in_noise["window_len"][1:] == 0).all()
+    later = np.diff(points[points["out"] > noisy_end + spacing]["out"].astype(np.int64))
+    assert len(later) and (later >= spacing).all()  # compressible: back to the spacing
+    ds = ofindex.open(path)
+    order = np.random.default_rng(9).permutation(len(records))
+    assert ds[order] == [records[i] for i in order]
+    assert [ds[int(i)] for i in order[:300]] == [records[i] for i in order[:300]]
+    ds.close()
+
+
 def _stored_block_at(bits: int, data: bytes) -> bytes:
     """Bytes whose first byte's top ``bits`` bits start a last stored block holding ``data``
     (its low bits are junk, as before a seek point)."""

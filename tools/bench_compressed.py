@@ -225,51 +225,75 @@ def writer_case(path: str, work: str, budget: float) -> dict:
     return out
 
 
-def remote_case(path: str, rtt_ms: float, seed: int, repeats: int = 3,
-                spacing: int | None = None) -> dict:
-    """256 random records over nginx + latency proxy, in RTTs (sidecar fetch included), at
-    the default seek spacing or at ``spacing``."""
+def remote_case(path: str, rtt_ms: float, seed: int, repeats: int = 5,
+                spacing: int | None = None, multi_range: bool = True) -> dict:
+    """256 random records over nginx + latency proxy, in RTTs, at the default seek spacing or
+    at ``spacing``: the first batch after opening (cold: the sidecar and a stat, then the
+    data), and batches of fresh random records once a training job's first 8 batches have
+    filled the window cache (warm: the data only). nginx answers
+    multi-range requests; ``multi_range=False`` reads one range per request, as from an
+    object store (S3 and GCS answer one range per request)."""
     import shutil
 
     import servers
     from bench_remote import AccessLog, _proxy_process
 
+    from ofindex.storage import multirange
+
     work = tempfile.mkdtemp(prefix="bench-compressed-remote-")
     data = os.path.join(work, "data")
     os.makedirs(data)
-    shutil.copy(path, os.path.join(data, os.path.basename(path)))
+    copy = os.path.join(data, os.path.basename(path))
+    shutil.copy(path, copy)
     ofindex.build_index(data, seek_spacing=spacing)  # its sidecar and the directory's manifest
     local = ofindex.open(path)
     rng = np.random.default_rng(seed)
-    out: dict = {"rtt_ms": rtt_ms, "spacing": spacing or DEFAULT_SPACING}
+    out: dict = {"rtt_ms": rtt_ms, "spacing": spacing or DEFAULT_SPACING,
+                 "multi_range": multi_range, "index_fraction": index_size(copy)["index_fraction"]}
     try:
         with servers.start_nginx(work) as nginx:
             port = int(nginx.url.rsplit(":", 1)[1])
             with _proxy_process(port, rtt_ms) as proxy_port:
                 url = f"http://127.0.0.1:{proxy_port}/data/"
+                if not multi_range:
+                    multirange.SUPPORT[multirange.host_of(url)] = False
                 log = AccessLog(nginx.log)
                 ofindex.open(url)[0]  # warm the imports (aiohttp, fsspec)
-                opens, colds, warms, reqs = [], [], [], []
-                for _ in range(repeats):
-                    idx = rng.choice(len(local), min(256, len(local)), replace=False).tolist()
+                opens, colds, warms, reqs, warm_reqs = [], [], [], [], []
+
+                def batch() -> list[int]:
+                    return rng.choice(len(local), min(256, len(local)), replace=False).tolist()
+
+                for _ in range(repeats):  # cold: open, then the first batch
+                    idx = batch()
                     log.take()
                     t0 = time.perf_counter()
                     ds = ofindex.open(url)  # the manifest
                     t1 = time.perf_counter()
-                    got = ds.__getitems__(idx)  # cold: the sidecar and a stat, then the data
+                    got = ds.__getitems__(idx)  # the sidecar and a stat, then the data
                     t2 = time.perf_counter()
-                    again = ds.__getitems__(idx)  # warm: the data only
-                    t3 = time.perf_counter()
-                    assert got == again == [local[i] for i in idx]
+                    reqs.append(log.take()[0])
+                    assert got == [local[i] for i in idx]
                     opens.append(t1 - t0)
                     colds.append(t2 - t1)
+                for _ in range(8):  # a training job's first steps: the window cache fills
+                    ds.__getitems__(batch())
+                for _ in range(repeats):  # warm: the data only, fresh random records each time
+                    idx = batch()
+                    log.take()
+                    t2 = time.perf_counter()
+                    got = ds.__getitems__(idx)
+                    t3 = time.perf_counter()
+                    warm_reqs.append(log.take()[0])
+                    assert got == [local[i] for i in idx]
                     warms.append(t3 - t2)
-                    reqs.append(log.take()[0])
         rtt = rtt_ms / 1000
         out.update({"open_rtts": statistics.median(opens) / rtt,
                     "batch_cold_rtts": statistics.median(colds) / rtt,
                     "batch_warm_rtts": statistics.median(warms) / rtt,
-                    "requests_open_cold_warm": statistics.median(reqs), "goal_rtts": 5})
+                    "batch_warm_rtts_range": [min(warms) / rtt, max(warms) / rtt],
+                    "requests_open_cold": statistics.median(reqs),
+                    "requests_warm": statistics.median(warm_reqs), "goal_rtts": 5})
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return out
@@ -342,6 +366,9 @@ def main(argv: list[str] | None = None) -> None:
             case["remote"] = remote_case(path, a.rtt_ms, seed=4)
             case["remote_by_spacing"] = [remote_case(path, a.rtt_ms, seed=4, spacing=sp)
                                          for sp in spacings if sp != DEFAULT_SPACING]
+            case["remote_single_range"] = [remote_case(path, a.rtt_ms, seed=4, spacing=sp,
+                                                       multi_range=False)
+                                           for sp in sorted({DEFAULT_SPACING, min(spacings)})]
         result["datasets"][name] = case
         print(json.dumps({name: case}, indent=1))
     if a.out is None:

@@ -471,10 +471,16 @@ def _compressed_summary(case: dict, config: dict) -> list[str]:
         ["random records/s in batches of 256 (vs tf.data)",
          f"{fmt(rnd['getitems256_per_s'])} ({rnd['batch_ratio']:.1f}x)"],
     ]
-    remotes = [case["remote"]] * ("remote" in case) + case.get("remote_by_spacing", [])
+    remotes = ([case["remote"]] * ("remote" in case) + case.get("remote_by_spacing", [])
+               + case.get("remote_single_range", []))
     rows.extend([f"256 random records at +{fmt(r['rtt_ms'])} ms RTT, spacing "
-                 f"{r.get('spacing', 0) // 1024} KiB (cold / warm)",
-                 f"{r['batch_cold_rtts']:.1f} / {r['batch_warm_rtts']:.1f} RTT"] for r in remotes)
+                 f"{r.get('spacing', 0) // 1024} KiB"
+                 + (f" (index {100 * r['index_fraction']:.2g}%)" if "index_fraction" in r else "")
+                 + ("" if r.get("multi_range", True) else ", one range per request")
+                 + " (cold: first batch / warm: after 8 batches)",
+                 f"{r['batch_cold_rtts']:.1f} / {r['batch_warm_rtts']:.1f} RTT"
+                 + (" ({:.1f}-{:.1f})".format(*r["batch_warm_rtts_range"])
+                    if "batch_warm_rtts_range" in r else "")] for r in remotes)
     spacing = config.get("default_spacing", 0) // 1024
     return [f"At the default spacing ({spacing} KiB):\n", table(["", ""], rows), ""]
 

@@ -38,6 +38,14 @@ _MARKERS = tuple(bytes(m.astype(np.uint8)) for m in (_POSITIONS & 0xFF, ~_POSITI
 WINDOW_LEVEL = 6
 
 
+def dense_spacing(spacing: int) -> int:
+    """Uncompressed bytes to the next seek point after one that needs no window (the data
+    after it copies nothing from before it, as with incompressible records in stored deflate
+    blocks): an eighth of ``spacing``, but at least 32 KiB, the output it takes to know that
+    the next point needs no window either (such points cost 32 bytes each)."""
+    return max(WINDOW, spacing // 8)
+
+
 def compress_window(window: bytes) -> bytes:
     """A window as stored in the sidecar: zlib format, by ISA-L's level 1 when it is installed
     (8x faster than zlib's level 6 on sparse windows, 5% larger), else by zlib."""
@@ -81,6 +89,9 @@ class PendingWindow:
         if not window or not real:
             return window
         n = len(window)
+        alone = self._inflate(b"")  # copies nothing from the window (one inflate, not four)
+        if alone is not None and len(alone) == len(real) and alone == real:
+            return b""
         lo, flip, hi = (self._inflate(m[:n]) for m in _MARKERS)
         if lo is None or flip is None or hi is None or not len(lo) == len(flip) == len(hi) \
                 or len(lo) > len(real):

@@ -191,7 +191,7 @@ def _fetch_and_inflate(storage: Storage, path: str, spans: list[tuple[int, int]]
     so that inflating overlaps the reads still in flight, or one by one after them."""
     starts = np.array([a for a, _ in spans], dtype=np.int64)
     ends = np.array([b for _, b in spans], dtype=np.int64)
-    plan = coalesce(starts, ends, storage.default_max_gap, DEFAULT_MAX_BYTES)
+    plan = coalesce(starts, ends, storage.max_gap_for(path), DEFAULT_MAX_BYTES)
     served: list[list[int]] = [[] for _ in range(len(plan.fetch_starts))]
     for j, f in enumerate(plan.item_fetch.tolist()):
         served[f].append(j)
@@ -199,7 +199,7 @@ def _fetch_and_inflate(storage: Storage, path: str, spans: list[tuple[int, int]]
     sources: list[Any] = [None] * len(spans)
     futures: list[cf.Future[list[Any]] | None] = [None] * len(spans)
 
-    def arrived(f: int, data: bytes) -> None:
+    def arrived(f: int, data: bytes | memoryview) -> None:
         view = memoryview(data)
         for j in served[f]:
             sources[j] = view[offset[j] : offset[j] + (spans[j][1] - spans[j][0])]

@@ -51,7 +51,8 @@ class Dataset(BatchReads, DatasetInfo):
             checksums when it has them.
         decode: Applied to each record's bytes before it is returned.
         max_gap: Largest gap between two wanted byte ranges read through rather than split
-            (default: the storage's).
+            (default: the storage's, as it stands at each batch: 16 KiB once an HTTP server
+            has answered a multi-range request, see :mod:`ofindex.storage.multirange`).
         max_read_bytes: Largest merged read.
         compressed: Whether any shard may be gzip/zlib compressed (default: whether a loaded
             sidecar says so).
@@ -78,7 +79,7 @@ class Dataset(BatchReads, DatasetInfo):
         self._unframe = unframe_tfrecord if fmt is RecordFormat.TFRECORD else unframe_ofrecord
         self.verify = verify
         self.decode = decode
-        self.max_gap = storage.default_max_gap if max_gap is None else max_gap
+        self._max_gap = max_gap
         self.max_read_bytes = max_read_bytes
         total = sum(s.records for s in self._shards)
         if total > _MAX_RECORDS:  # only corrupt indexes or manifests add up to this
@@ -111,6 +112,21 @@ class Dataset(BatchReads, DatasetInfo):
         self._verify = bool(value)
         self._tf_verify = self._verify and self.format is RecordFormat.TFRECORD
         self._of_verify = self._verify and self.format is RecordFormat.OFRECORD  # checksums
+
+    @property
+    def max_gap(self) -> int:
+        """Largest gap between two wanted byte ranges read through rather than split
+        (settable; ``None`` goes back to the storage's, which it may lower once it knows the
+        server: see :meth:`ofindex.storage.Storage.max_gap_for`)."""
+        if self._max_gap is not None:
+            return self._max_gap
+        if not self._shards:
+            return self._storage.default_max_gap
+        return self._storage.max_gap_for(self._shards[0].path)
+
+    @max_gap.setter
+    def max_gap(self, value: int | None) -> None:
+        self._max_gap = value
 
     # -- sequence protocol -------------------------------------------------------------------
     def __len__(self) -> int:

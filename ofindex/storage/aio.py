@@ -1,10 +1,12 @@
-"""Async pieces of the remote storage: a bound on bytes in flight, and an HTTP range GET that
-insists on getting exactly the range it asked for."""
+"""Async pieces of the remote storage: a bound on bytes in flight, a pool of fetches run under
+it, and an HTTP range GET that insists on getting exactly the range it asked for."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
 from ..errors import RangeReadError
@@ -41,17 +43,72 @@ class _Hold:
             b.cond.notify_all()
 
 
-async def http_range(fs: Any, url: str, start: int, end: int) -> bytes:
-    """GET ``Range: bytes=start-(end-1)`` and insist on ``206`` with that exact range."""
+class Limits:
+    """The bounds of one round of requests: at most ``concurrency`` at once and ``budget``
+    bytes in flight. ``limits(n)`` is held while a request of ``n`` bytes runs."""
+
+    def __init__(self, concurrency: int, budget: int) -> None:
+        self.requests = asyncio.Semaphore(max(1, concurrency))
+        self.budget = ByteBudget(budget)
+
+    @contextlib.asynccontextmanager
+    async def __call__(self, n: int) -> AsyncIterator[None]:
+        async with self.requests, self.budget.hold(n):
+            yield
+
+
+async def fetch_each(todo: Sequence[int], size: Callable[[int], int],
+                     fetch: Callable[[int], Awaitable[bytes]],
+                     sink: Callable[[int, bytes | memoryview], None], limits: Limits,
+                     workers: int) -> None:
+    """Run ``fetch(k)`` for each ``k`` of ``todo`` on ``workers`` tasks within ``limits``,
+    calling ``sink(k, data)`` as each arrives (``b""`` for ranges of size 0, without
+    fetching). The first failure cancels the others and is raised."""
+    order = iter(todo)
+
+    async def worker() -> None:
+        for k in order:
+            n = size(k)
+            if n <= 0:
+                sink(k, b"")
+                continue
+            async with limits(n):
+                data = await fetch(k)
+            sink(k, data)
+
+    tasks = [asyncio.ensure_future(worker()) for _ in range(min(workers, len(todo)))]
+    try:
+        await asyncio.gather(*tasks)
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+@contextlib.asynccontextmanager
+async def ranged_get(fs: Any, url: str, spec: str) -> AsyncIterator[Any]:
+    """The response to ``GET url`` with ``Range: spec`` through fsspec's HTTP session (with the
+    filesystem's request options).
+
+    Raises:
+        FileNotFoundError: The server answered 404.
+        aiohttp.ClientResponseError: It answered another 4xx or 5xx.
+    """
     kw = dict(getattr(fs, "kwargs", {}) or {})
     headers = dict(kw.pop("headers", None) or {})
-    headers["Range"] = f"bytes={start}-{end - 1}"
+    headers["Range"] = spec
     session = await fs.set_session()
     async with session.get(fs.encode_url(url), headers=headers, **kw) as r:
         if r.status == 404:
             raise FileNotFoundError(url)
         if r.status >= 400:
             r.raise_for_status()
+        yield r
+
+
+async def http_range(fs: Any, url: str, start: int, end: int) -> bytes:
+    """GET ``Range: bytes=start-(end-1)`` and insist on ``206`` with that exact range."""
+    async with ranged_get(fs, url, f"bytes={start}-{end - 1}") as r:
         if r.status != 206:
             r.release()
             raise RangeReadError(

@@ -26,6 +26,11 @@ class Storage(abc.ABC):
     #: True when :meth:`mapped` can hand out whole files as buffers (memory maps).
     maps_files: bool = False
 
+    def max_gap_for(self, path: str) -> int:
+        """The gap to read through between two wanted ranges of ``path`` for a batch, as it
+        stands now (:attr:`default_max_gap` unless the storage learnt something cheaper)."""
+        return self.default_max_gap
+
     @abc.abstractmethod
     def stamp(self, path: str) -> FileStamp:
         """Size and fingerprint of ``path``; :class:`DataFileNotFoundError` if it is missing."""
@@ -43,12 +48,12 @@ class Storage(abc.ABC):
 
     def read_ranges_each(
         self, paths: Sequence[str], starts: Sequence[int], ends: Sequence[int],
-        each: Callable[[int, bytes], None],
+        each: Callable[[int, bytes | memoryview], None],
     ) -> None:
-        """Call ``each(k, data)`` with the bytes of range ``k`` of :meth:`read_ranges` as it
-        arrives, so that the caller can work on it while the others are in flight (remote
-        storages call it in completion order from their event loop: it must return quickly,
-        e.g. by handing the work to a thread)."""
+        """Call ``each(k, data)`` with the bytes of range ``k`` of :meth:`read_ranges` (a
+        bytes-like object) as it arrives, so that the caller can work on it while the others
+        are in flight (remote storages call it in completion order from their event loop: it
+        must return quickly, e.g. by handing the work to a thread)."""
         for k, data in enumerate(self.read_ranges(paths, starts, ends)):
             each(k, data)
 

@@ -5,7 +5,9 @@ arguments only), many at once on fsspec's event loop with bounded concurrency an
 bytes in flight — never a buffered ``open()`` whose readahead multiplies small random reads.
 Every response is checked: exactly ``end - start`` bytes, and for HTTP a ``206`` whose
 ``Content-Range`` is the range asked for (a server that ignores ``Range`` answers ``200`` with
-the whole file). Transient failures are retried with backoff (:mod:`.retry`).
+the whole file). Over HTTP the ranges of one file in a batch go out as a few multi-range
+requests where the server answers them (:mod:`.multirange`). Transient failures are retried
+with backoff (:mod:`.retry`).
 
 The filesystem object is created lazily in each process (``skip_instance_cache``): fsspec's
 async filesystems hold an event loop and sessions that must not cross a ``fork``.
@@ -21,9 +23,11 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import IO, Any
 
 from ..errors import DataFileNotFoundError, RangeReadError
-from .aio import ByteBudget, http_range
+from . import multirange
+from .aio import http_range
 from .base import CHECKED_READ_BYTES, Storage, check_length, check_range
 from .failures import missing_extra
+from .gather import gather_ranges
 from .listing import list_files
 from .retry import RetryPolicy, retry_async, retry_sync
 from .stamp import FileStamp, fingerprint_from_info
@@ -121,6 +125,12 @@ class FsspecStorage(Storage):
             return path
         return f"{self.protocol}://{path}"
 
+    def max_gap_for(self, path: str) -> int:
+        # far-apart ranges share a multi-range request: read only through gaps worth a part
+        if self.protocol in _HTTP and multirange.SUPPORT.get(multirange.host_of(self.url(path))):
+            return multirange.MULTI_RANGE_GAP
+        return self.default_max_gap
+
     # -- metadata ---------------------------------------------------------------------------
     def stamp(self, path: str) -> FileStamp:
         try:
@@ -151,15 +161,15 @@ class FsspecStorage(Storage):
     ) -> list[bytes]:
         out: list[bytes] = [b""] * len(paths)
 
-        def sink(k: int, data: bytes) -> None:
-            out[k] = data
+        def sink(k: int, data: bytes | memoryview) -> None:
+            out[k] = data if isinstance(data, bytes) else bytes(data)
 
         self._fetch_all(paths, starts, ends, sink)
         return out
 
     def read_ranges_each(
         self, paths: Sequence[str], starts: Sequence[int], ends: Sequence[int],
-        each: Callable[[int, bytes], None],
+        each: Callable[[int, bytes | memoryview], None],
     ) -> None:
         self._fetch_all(paths, starts, ends, each)
 
@@ -176,7 +186,7 @@ class FsspecStorage(Storage):
                 check_range(self.url(p), int(s), int(e), self._size(p))
         out = bytearray(pos[-1])
 
-        def sink(k: int, data: bytes) -> None:
+        def sink(k: int, data: bytes | memoryview) -> None:
             out[pos[k] : pos[k + 1]] = data
 
         self._fetch_all(paths, starts, ends, sink)
@@ -197,7 +207,7 @@ class FsspecStorage(Storage):
         return data
 
     def _fetch_all(self, paths: Sequence[str], starts: Sequence[int], ends: Sequence[int],
-                   sink: Callable[[int, bytes], None]) -> None:
+                   sink: Callable[[int, bytes | memoryview], None]) -> None:
         n = len(paths)
         if n == 0:
             return
@@ -207,7 +217,7 @@ class FsspecStorage(Storage):
         if getattr(fs, "async_impl", False):
             from fsspec.asyn import sync
 
-            sync(fs.loop, self._gather, fs, list(paths), begin, stop, sink)
+            sync(fs.loop, gather_ranges, self, fs, list(paths), begin, stop, sink)
             return
         for k in range(n):  # a synchronous filesystem (memory://, …): one at a time
             p, s, e = paths[k], begin[k], stop[k]
@@ -302,33 +312,15 @@ class FsspecStorage(Storage):
             raise DataFileNotFoundError(f"{self.url(path)}: data file not found") from None
         return self._counted(path, start, end, data)
 
-    async def _gather(self, fs: Any, paths: list[str], starts: list[int], ends: list[int],
-                      sink: Callable[[int, bytes], None]) -> None:
-        """Fetch every range with ``max_concurrency`` workers and a byte budget."""
-        n = len(paths)
-        order = iter(range(n))
-        budget = ByteBudget(self.max_inflight_bytes)
-
-        async def worker() -> None:
-            for k in order:
-                s, e = starts[k], ends[k]
-                if e <= s:
-                    sink(k, b"")
-                    continue
-                async with budget.hold(e - s):
-
-                    def cat(k: int = k, s: int = s, e: int = e) -> Awaitable[bytes]:
-                        return self._cat_async(fs, paths[k], s, e)
-
-                    sink(k, await retry_async(cat, self.retry, self._what(paths[k], s, e)))
-
-        tasks = [asyncio.ensure_future(worker()) for _ in range(min(self.max_concurrency, n))]
+    async def _multi_async(self, fs: Any, path: str, spans: list[tuple[int, int]],
+                           deliver: Callable[[int, memoryview], None]) -> int | None:
         try:
-            await asyncio.gather(*tasks)
-        finally:
-            for t in tasks:
-                t.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            got = await multirange.fetch_spans(fs, path, spans, deliver, self.request_timeout)
+        except FileNotFoundError:
+            raise DataFileNotFoundError(f"{self.url(path)}: data file not found") from None
+        self.requests += 1
+        self.bytes_read += got or 0
+        return got
 
     async def _cat_async(self, fs: Any, path: str, start: int, end: int) -> bytes:
         coro: Awaitable[bytes]

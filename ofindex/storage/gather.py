@@ -1,0 +1,61 @@
+"""One round of range reads on an async fsspec filesystem: the ranges of a batch, fetched at
+once within the storage's bounds on requests and bytes in flight.
+
+Over HTTP the ranges of one file go out together in multi-range requests where the server
+answers them (:mod:`.multirange`), at the same time as the ranges that go alone; ranges a
+multi-range answer did not hold are then fetched one per request. Elsewhere every range is
+one request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from . import multirange
+from .aio import Limits, fetch_each
+from .retry import retry_async
+
+_HTTP = {"http", "https"}
+
+
+async def gather_ranges(storage: Any, fs: Any, paths: list[str], starts: list[int],
+                        ends: list[int], sink: Callable[[int, bytes | memoryview], None]) -> None:
+    """Fetch every range within ``storage.max_concurrency`` and ``max_inflight_bytes``.
+
+    Args:
+        storage: The :class:`~ofindex.storage.remote.FsspecStorage` (its ``_cat_async`` and
+            ``_multi_async`` make the requests; retried with its ``retry`` policy).
+        fs: Its filesystem (async).
+        paths: The file of each range.
+        starts: First byte of each range.
+        ends: One past the last byte of each.
+        sink: Called as ``sink(k, bytes of range k)`` as each arrives (from the event loop).
+
+    Raises:
+        The first failure, after retries (the other requests are cancelled).
+    """
+    limits = Limits(storage.max_concurrency, storage.max_inflight_bytes)
+    groups: list[list[int]] = []
+    todo = list(range(len(paths)))
+    if storage.protocol in _HTTP and len(paths) > 1:
+        groups, todo = multirange.split_requests(paths, starts, ends, storage.url)
+
+    def fetch(k: int) -> Awaitable[bytes]:
+        return retry_async(lambda: storage._cat_async(fs, paths[k], starts[k], ends[k]),
+                           storage.retry, storage._what(paths[k], starts[k], ends[k]))
+
+    def multi(p: str, spans: list[tuple[int, int]],
+              deliver: Callable[[int, memoryview], None]) -> Awaitable[Any]:
+        return retry_async(lambda: storage._multi_async(fs, p, spans, deliver), storage.retry,
+                           f"{storage.url(p)}: {len(spans)} ranges in one request")
+
+    def each(todo: list[int]) -> Awaitable[None]:
+        return fetch_each(todo, lambda k: ends[k] - starts[k], fetch, sink, limits,
+                          storage.max_concurrency)
+
+    left, _ = await asyncio.gather(  # the groups and the lone ranges at once
+        multirange.fetch_groups(groups, paths, starts, ends, sink, url_of=storage.url,
+                                request=multi, limit=limits), each(todo))
+    await each(left)
