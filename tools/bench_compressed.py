@@ -13,7 +13,9 @@ by ``tf.io.TFRecordWriter``) it measures, interleaving the peers round by round:
   is installed);
 * the size cost of the Writer's full-flush seek points (file size against TensorFlow's);
 * 256 random records from a compressed file served by nginx behind ``latency_proxy.py``
-  (+RTT), counted in round trips (goal: at most 5).
+  (+RTT), counted in round trips (goal: at most 5): the first batch after opening, and
+  batches once 8 have filled the window cache, in multi-range requests (nginx answers them)
+  and one range per request (as from S3), at each spacing.
 
 Results go to ``--out`` (JSON, default ``bench-results/compressed.json``). Run small sizes on a
 shared machine, e.g.::
