@@ -12,6 +12,14 @@ from typing import Any
 from ..errors import RangeReadError
 
 _CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
+#: The fsspec protocols served by HTTP servers (ranges through :func:`ranged_get`).
+HTTP_PROTOCOLS = frozenset({"http", "https"})
+
+
+def content_range(value: str) -> tuple[int, int] | None:
+    """The first and last byte of a ``Content-Range: bytes a-b/size`` value, or ``None``."""
+    got = _CONTENT_RANGE.fullmatch(value.strip())
+    return None if got is None else (int(got.group(1)), int(got.group(2)))
 
 
 class ByteBudget:
@@ -76,7 +84,13 @@ async def fetch_each(todo: Sequence[int], size: Callable[[int], int],
                 data = await fetch(k)
             sink(k, data)
 
-    tasks = [asyncio.ensure_future(worker()) for _ in range(min(workers, len(todo)))]
+    await run_all([worker() for _ in range(min(workers, len(todo)))])
+
+
+async def run_all(coros: Sequence[Awaitable[None]]) -> None:
+    """Run ``coros`` at once; the first failure cancels the others (waited for) and is
+    raised."""
+    tasks = [asyncio.ensure_future(c) for c in coros]
     try:
         await asyncio.gather(*tasks)
     finally:
@@ -117,8 +131,7 @@ async def http_range(fs: Any, url: str, start: int, end: int) -> bytes:
                 "body is not the bytes asked for — refusing to return wrong data (serve the "
                 "files from a server that supports ranges, e.g. nginx, or a bucket)"
             )
-        got = _CONTENT_RANGE.fullmatch(r.headers.get("Content-Range", "").strip())
-        if got is None or int(got.group(1)) != start or int(got.group(2)) != end - 1:
+        if content_range(r.headers.get("Content-Range", "")) != (start, end - 1):
             raise RangeReadError(
                 f"{url}: asked for bytes [{start}, {end}) but the server sent Content-Range "
                 f"{r.headers.get('Content-Range')!r} — refusing to return wrong data"

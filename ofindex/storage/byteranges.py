@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from ..errors import RangeReadError
 
 _BOUNDARY = re.compile(r'boundary="?([^";]+)"?', re.IGNORECASE)
-CONTENT_RANGE = re.compile(rb"content-range:[ \t]*bytes[ \t]+(\d+)-(\d+)/(\d+|\*)",
-                           re.IGNORECASE)
+_CONTENT_RANGE = re.compile(rb"content-range:[ \t]*bytes[ \t]+(\d+)-(\d+)/(\d+|\*)",
+                            re.IGNORECASE)
 #: The most bytes of a preamble or of a part's headers.
 _MAX_HEAD = 16 << 10
 
@@ -94,7 +94,7 @@ class ByteRangesParser:
                 if avail - p > _MAX_HEAD or avail == len(body):
                     raise malformed(self.url, f"the headers of the part at byte {p} do not end")
                 break
-            found = CONTENT_RANGE.search(body, p, head_end + 2)
+            found = _CONTENT_RANGE.search(body, p, head_end + 2)
             if found is None:
                 raise malformed(self.url, f"the part at byte {p} has no Content-Range")
             a, b = int(found.group(1)), int(found.group(2))

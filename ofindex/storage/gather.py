@@ -14,10 +14,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from . import multirange
-from .aio import Limits, fetch_each
+from .aio import HTTP_PROTOCOLS, Limits, fetch_each
 from .retry import retry_async
-
-_HTTP = {"http", "https"}
 
 
 async def gather_ranges(storage: Any, fs: Any, paths: list[str], starts: list[int],
@@ -39,7 +37,7 @@ async def gather_ranges(storage: Any, fs: Any, paths: list[str], starts: list[in
     limits = Limits(storage.max_concurrency, storage.max_inflight_bytes)
     groups: list[list[int]] = []
     todo = list(range(len(paths)))
-    if storage.protocol in _HTTP and len(paths) > 1:
+    if storage.protocol in HTTP_PROTOCOLS and len(paths) > 1:
         groups, todo = multirange.split_requests(paths, starts, ends, storage.url)
 
     def fetch(k: int) -> Awaitable[bytes]:

@@ -18,14 +18,13 @@ from __future__ import annotations
 import asyncio
 import bisect
 import logging
-import re
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
 from ..errors import RangeReadError
-from .aio import ranged_get
-from .byteranges import CONTENT_RANGE, ByteRangesParser, Part, malformed
+from .aio import content_range, ranged_get, run_all
+from .byteranges import ByteRangesParser, Part, malformed
 
 log = logging.getLogger(__name__)
 
@@ -45,11 +44,6 @@ MULTI_RANGE_GAP = 16 << 10
 PART_OVERHEAD = 512
 #: host -> whether it answered a multi-range GET with parts (absent: not tried yet).
 SUPPORT: dict[str, bool] = {}
-
-_BOUNDARY = re.compile(r'boundary="?([^";]+)"?', re.IGNORECASE)
-_CONTENT_RANGE = re.compile(rb"content-range:[ \t]*bytes[ \t]+(\d+)-(\d+)/(\d+|\*)",
-                            re.IGNORECASE)
-
 
 def host_of(url: str) -> str:
     """The scheme and host of ``url``: the key of :data:`SUPPORT`."""
@@ -165,12 +159,11 @@ async def http_multi_range(fs: Any, url: str, spans: Sequence[tuple[int, int]],
         parser.finish()
         return got
     # one range for all (a server may coalesce ranges, or answer the first only)
-    single = CONTENT_RANGE.search(b"content-range: " + r.headers.get(
-        "Content-Range", "").encode("latin-1"))
-    if single is None or int(single.group(2)) - int(single.group(1)) + 1 != len(body):
+    single = content_range(r.headers.get("Content-Range", ""))
+    if single is None or single[1] - single[0] + 1 != len(body):
         raise malformed(url, f"Content-Range {r.headers.get('Content-Range')!r} for a body "
                         f"of {len(body)} bytes")
-    hand_out(Part(int(single.group(1)), int(single.group(2)) + 1, view))
+    hand_out(Part(single[0], single[1] + 1, view))
     return got
 
 
@@ -269,11 +262,5 @@ async def fetch_groups(
                      host)
         left.extend(k for j, k in enumerate(members) if not done[j])
 
-    tasks = [asyncio.ensure_future(one(g)) for g in groups]
-    try:
-        await asyncio.gather(*tasks)
-    finally:  # a failure cancels the other requests
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+    await run_all([one(g) for g in groups])  # a failure cancels the other requests
     return left

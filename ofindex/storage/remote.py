@@ -24,7 +24,7 @@ from typing import IO, Any
 
 from ..errors import DataFileNotFoundError, RangeReadError
 from . import multirange
-from .aio import http_range
+from .aio import HTTP_PROTOCOLS, http_range
 from .base import CHECKED_READ_BYTES, Storage, check_length, check_range
 from .failures import missing_extra
 from .gather import gather_ranges
@@ -35,7 +35,7 @@ from .stamp import FileStamp, fingerprint_from_info
 #: Filesystems of parent processes, kept alive after a fork so that their finalizers never
 #: run in the child (they would try to close sessions on the parent's dead event loop).
 _ORPHANS: list[Any] = []
-_HTTP = {"http", "https"}
+_HTTP = HTTP_PROTOCOLS
 
 
 class FsspecStorage(Storage):
