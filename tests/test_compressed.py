@@ -217,8 +217,8 @@ def test_remote_reads_fetch_the_rest_when_the_estimate_falls_short(tf_files, rem
 
     path, expected = tf_files["GZIP"]
     url = _uploaded(path, remote_backend, tmp_path)
-    monkeypatch.setattr(SeekTable, "estimated_end", lambda self, k, out_end: min(
-        self.compressed_start(k) + 40, self.compressed_end(out_end)))
+    monkeypatch.setattr(SeekTable, "estimated_ends", lambda self, ks, out_ends: np.minimum(
+        self.compressed_starts(ks) + 40, self.compressed_ends(out_ends)))
     ds = ofindex.open(url, storage_options=remote_backend.storage_options)
     # each single record: the estimate, then the rest
     assert _requests_of_singles(ds, expected, seed=8, batch=300, singles=10) == 20
@@ -241,6 +241,38 @@ def test_estimated_end_margins():
     at = 50_000 + 99_500 // 2  # out 150,000, between points 1 and 2
     assert seeks.estimated_end(1, 150_000) == at + 100_000 // 50 + 1024
     assert seeks.estimated_end(1, 199_900) == 149_500
+    # many at once, as batches ask
+    got = seeks.estimated_ends(np.array([0, 0, 1, 1]), np.array([50_000, 99_000, 150_000,
+                                                                  199_900]))
+    assert got.tolist() == [seeks.estimated_end(0, 50_000), 50_000,
+                            seeks.estimated_end(1, 150_000), 149_500]
+
+
+def test_estimated_end_with_fetch_bounds():
+    """A point's fetch bound, where the builder stored one, replaces the margin when it is
+    smaller: interpolation plus the bound plus FETCH_SLACK; 0 (sidecars before bounds, writer
+    points) keeps the margin."""
+    from ofindex.formats.seekpoints import (
+        FETCH_SLACK,
+        FETCH_UNIT,
+        SeekKind,
+        SeekTable,
+        fetch_field,
+        make_table,
+    )
+
+    out = [0, 100_000, 200_000]
+    in_ = [0, 50_000, 100_000]
+    kinds = [int(SeekKind.GZIP_MEMBER)] + [int(SeekKind.ALIGNED)] * 2
+    table = make_table(out, in_, [0] * 3, kinds, [0] * 3, [0] * 3,
+                       [fetch_field(1000), 0, fetch_field(10 ** 9)])
+    seeks = SeekTable(table, b"", 300_000, 300_000, "x.ofidx")
+    assert fetch_field(1000) == 1 + 16 and fetch_field(0) == 1 and fetch_field(None) == 0
+    assert fetch_field(10 ** 9) == 0  # too large to store: no bound
+    at = 25_000
+    assert seeks.estimated_end(0, 50_000) == at + 16 * FETCH_UNIT + FETCH_SLACK
+    at = 75_000  # point 1 has no bound: the margin
+    assert seeks.estimated_end(1, 150_000) == at + (at - 50_000) // 4 + (16 << 10)
 
 
 def test_writer_to_a_bucket(bucket_backend):

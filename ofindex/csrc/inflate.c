@@ -25,6 +25,11 @@ typedef struct {
     int track;              /* keep the last WINDOW bytes of output in hist */
     unsigned char *hist;    /* WINDOW bytes when track: the most recent output at the end */
     Py_ssize_t hist_len;    /* valid bytes at the end of hist */
+    Py_ssize_t every;       /* > 0: note (input used, output made) every `every` output bytes */
+    long long *marks;       /* those pairs for the last inflate call */
+    Py_ssize_t marks_len;   /* pairs in marks */
+    Py_ssize_t marks_cap;   /* pairs marks has room for */
+    int marks_lost;         /* the last call made more pairs than there was room for */
     char message[128];      /* zlib's message for the last data error */
 } Inflater;
 
@@ -33,10 +38,16 @@ static int valid_wbits(int wbits) {
 }
 
 static int inflater_init(Inflater *self, PyObject *args, PyObject *kwds) {
-    static char *kwlist[] = {"wbits", "track", NULL};
+    static char *kwlist[] = {"wbits", "track", "every", NULL};
     int wbits, track = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "i|p:Inflater", kwlist, &wbits, &track))
+    Py_ssize_t every = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "i|pn:Inflater", kwlist, &wbits, &track,
+                                     &every))
         return -1;
+    if (every < 0) {
+        PyErr_SetString(PyExc_ValueError, "Inflater: every must be 0 or more");
+        return -1;
+    }
     if (!valid_wbits(wbits)) {
         PyErr_SetString(PyExc_ValueError, "Inflater: wbits must be -15 (raw), 15 (zlib) or 31 "
                         "(gzip)");
@@ -62,6 +73,9 @@ static int inflater_init(Inflater *self, PyObject *args, PyObject *kwds) {
     self->ready = 1;
     self->track = track;
     self->hist_len = 0;
+    self->every = every;
+    self->marks_len = 0;
+    self->marks_lost = 0;
     if (track && self->hist == NULL) {
         self->hist = PyMem_Malloc(WINDOW);
         if (self->hist == NULL) {
@@ -77,6 +91,7 @@ static void inflater_dealloc(Inflater *self) {
     if (self->ready)
         inflateEnd(&self->strm);
     PyMem_Free(self->hist);
+    PyMem_Free(self->marks);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -114,7 +129,8 @@ static const char inflate_doc_[] =
     "gzip/zlib header or of a deflate block (Z_BLOCK). `status` is 0 (more to do), 1 (end of\n"
     "stream), 2 (a preset dictionary is needed) or -3 (bad data: see `message`); `data_type`\n"
     "is zlib's: unused bits of the last input byte, +64 inside the last block, +128 at a\n"
-    "block boundary.";
+    "block boundary. With `every`, the call also notes where it was (see `marks`) after\n"
+    "each `every` bytes of output, and at its end.";
 
 static PyObject *inflater_inflate(Inflater *self, PyObject *args, PyObject *kwds) {
     static char *kwlist[] = {"src", "dst", "block", NULL};
@@ -133,30 +149,59 @@ static PyObject *inflater_inflate(Inflater *self, PyObject *args, PyObject *kwds
     size_t used = 0, produced = 0;
     int ret = Z_OK;
     const int flush = block ? Z_BLOCK : Z_NO_FLUSH;
+    const size_t every = (size_t)self->every;
+    self->marks_len = 0;
+    self->marks_lost = 0;
+    if (every) {  /* room for a pair per `every` bytes of output, and a few short steps */
+        Py_ssize_t need = dst.len / self->every + 8;
+        if (need > self->marks_cap) {
+            long long *grown = PyMem_Realloc(self->marks, (size_t)need * 2 * sizeof(long long));
+            if (grown == NULL) {
+                PyBuffer_Release(&src);
+                PyBuffer_Release(&dst);
+                return PyErr_NoMemory();
+            }
+            self->marks = grown;
+            self->marks_cap = need;
+        }
+    }
     self->busy = 1;
     Py_BEGIN_ALLOW_THREADS
     for (;;) {
         /* avail_in/avail_out are 32-bit: feed buffers over 4 GiB in slices */
         uInt ai = in_left > UINT_MAX ? UINT_MAX : (uInt)in_left;
         uInt ao = out_left > UINT_MAX ? UINT_MAX : (uInt)out_left;
+        if (every && ao > every)
+            ao = (uInt)every;
         self->strm.next_in = (Bytef *)(in + used);
         self->strm.avail_in = ai;
         self->strm.next_out = out + produced;
         self->strm.avail_out = ao;
         ret = inflate(&self->strm, flush);
         size_t got_in = ai - self->strm.avail_in, got_out = ao - self->strm.avail_out;
-        if (self->track && got_out)
-            remember(self, out + produced, got_out);
         used += got_in;
         produced += got_out;
         in_left -= got_in;
         out_left -= got_out;
+        if (every && got_out) {
+            if (self->marks_len < self->marks_cap) {
+                self->marks[2 * self->marks_len] = (long long)used;
+                self->marks[2 * self->marks_len + 1] = (long long)produced;
+                self->marks_len++;
+            } else {
+                self->marks_lost = 1;
+            }
+        }
         if (ret == Z_BUF_ERROR)  /* no progress possible: not an error, the caller decides */
             ret = Z_OK;
-        if (ret != Z_OK || block || (got_in == 0 && got_out == 0) || in_left == 0 ||
-            out_left == 0)
+        /* with `block`, go on only where the output step (not a block boundary) stopped it */
+        if (ret != Z_OK || (block && (!every || self->strm.avail_out != 0 ||
+                                      (self->strm.data_type & 128))) ||
+            (got_in == 0 && got_out == 0) || in_left == 0 || out_left == 0)
             break;
     }
+    if (self->track && produced)  /* the output of the whole call is contiguous */
+        remember(self, out, produced);
     Py_END_ALLOW_THREADS
     self->busy = 0;
     int data_type = self->strm.data_type;
@@ -273,6 +318,20 @@ static PyObject *inflater_window(Inflater *self, PyObject *args) {
     return PyBytes_FromStringAndSize((const char *)self->hist + (WINDOW - n), n);
 }
 
+static const char marks_doc[] =
+    "marks() -> bytes | None\n\nWhere the last `inflate` call was after each `every` bytes of\n"
+    "output and at its end: int64 pairs (input used, output made), counted from the call's\n"
+    "start; None if it made more than it kept room for.";
+
+static PyObject *inflater_marks(Inflater *self, PyObject *Py_UNUSED(ignored)) {
+    if (unusable(self))
+        return NULL;
+    if (self->marks_lost)
+        Py_RETURN_NONE;
+    return PyBytes_FromStringAndSize((const char *)self->marks,
+                                     self->marks_len * 2 * (Py_ssize_t)sizeof(long long));
+}
+
 static PyObject *inflater_message(Inflater *self, void *closure) {
     (void)closure;
     return PyUnicode_DecodeLatin1(self->message, (Py_ssize_t)strlen(self->message), "replace");
@@ -285,6 +344,7 @@ static PyMethodDef inflater_methods[] = {
     {"prime", (PyCFunction)inflater_prime, METH_VARARGS, prime_doc},
     {"set_dictionary", (PyCFunction)inflater_set_dictionary, METH_VARARGS, set_dictionary_doc},
     {"window", (PyCFunction)inflater_window, METH_VARARGS, window_doc},
+    {"marks", (PyCFunction)inflater_marks, METH_NOARGS, marks_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -299,8 +359,8 @@ PyTypeObject InflaterType = {
     .tp_basicsize = sizeof(Inflater),
     .tp_dealloc = (destructor)inflater_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Inflater(wbits, track=False): zlib inflate with Z_BLOCK, inflatePrime and\n"
-              "inflateSetDictionary (wbits -15 raw, 15 zlib, 31 gzip).",
+    .tp_doc = "Inflater(wbits, track=False, every=0): zlib inflate with Z_BLOCK, inflatePrime\n"
+              "and inflateSetDictionary (wbits -15 raw, 15 zlib, 31 gzip).",
     .tp_methods = inflater_methods,
     .tp_getset = inflater_getset,
     .tp_init = (initproc)inflater_init,

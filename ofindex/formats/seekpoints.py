@@ -10,6 +10,13 @@ the byte before ``in`` belong to the next block) and need the 32 KiB of output b
 On disk each point is 32 bytes (:data:`SEEK_DTYPE`), in the order of ``out``; the first
 point is the file's start. :class:`SeekTable` checks a sidecar's points once and answers
 where a read starts.
+
+A remote read fetches the compressed bytes from a point to an estimate of where the data it
+wants ends: interpolated between the points around that end, plus a *fetch bound* (``fetch``)
+the builder measured for those two points: how far past the interpolation inflating ever had
+to read between them (its input noted every :data:`FETCH_STEP` bytes of output). Sidecars
+written before the bound existed hold 0 there (the field was reserved), and so do points the
+writer places; their reads add a wide margin instead.
 """
 
 from __future__ import annotations
@@ -30,7 +37,7 @@ SEEK_DTYPE = np.dtype([
     ("in", "<u8"),          # offset in the compressed file where inflating resumes
     ("bits", "u1"),         # bits of byte in-1 that belong to the next deflate block (0..7)
     ("kind", "u1"),         # a SeekKind
-    ("reserved", "<u2"),
+    ("fetch", "<u2"),       # 0, or 1 + the fetch bound in FETCH_UNIT bytes (see below)
     ("window_len", "<u4"),  # bytes of the compressed window in the blob (0: none needed)
     ("window_at", "<u8"),   # where the compressed window starts in the blob
 ])
@@ -55,12 +62,56 @@ def empty_table() -> np.ndarray:
     return np.zeros(0, dtype=SEEK_DTYPE)
 
 
+#: Unit of a stored fetch bound, in compressed bytes.
+FETCH_UNIT = 64
+#: Output bytes between the builder's notes of where inflating was (see the module docstring):
+#: a bound exceeds the truth by at most the input of one step.
+FETCH_STEP = 4096
+#: Compressed bytes added to a fetch bound (an inflater may look a few bytes ahead).
+FETCH_SLACK = 256
+
+
+def fetch_field(bound: int | None) -> int:
+    """The stored form of a fetch bound in bytes (``None``, or too large to store: 0)."""
+    if bound is None:
+        return 0
+    units = -(-max(0, bound) // FETCH_UNIT) + 1
+    return units if units <= 0xFFFF else 0
+
+
+def fetch_bound(points: tuple[int, int], nxt: tuple[int, int], marks_in: np.ndarray,
+                marks_out: np.ndarray) -> int:
+    """How far past the straight line from a point to the next one the input of inflating
+    between them went: the input noted after each step, against the line at the output the
+    step started from (any byte of a step may need all of its input).
+
+    Args:
+        points: The point's ``(out, in)``.
+        nxt: The next point's ``(out, in)`` (or the ends of the streams).
+        marks_in: Compressed offsets noted in between, in order.
+        marks_out: The uncompressed offsets they were noted at.
+
+    Returns:
+        The bound in bytes (0 or more).
+    """
+    (o0, i0), (o1, i1) = points, nxt
+    outs = np.concatenate(([o0], np.asarray(marks_out, dtype=np.float64)))
+    ins = np.concatenate((np.asarray(marks_in, dtype=np.float64), [i1]))
+    slope = max(0, i1 - i0) / max(1, o1 - o0)
+    line = i0 + (outs - o0) * slope
+    return max(0, int(np.ceil(float(np.max(ins - line)))) + 1)
+
+
 def make_table(out: list[int], in_: list[int], bits: list[int], kinds: list[int],
-               window_len: list[int], window_at: list[int]) -> np.ndarray:
-    """Build a seek table from columns (all of one length)."""
+               window_len: list[int], window_at: list[int],
+               fetch: list[int] | None = None) -> np.ndarray:
+    """Build a seek table from columns (all of one length; ``fetch`` in the stored form of
+    :func:`fetch_field`, default none)."""
     table = np.zeros(len(out), dtype=SEEK_DTYPE)
     table["out"], table["in"], table["bits"] = out, in_, bits
     table["kind"], table["window_len"], table["window_at"] = kinds, window_len, window_at
+    if fetch is not None:
+        table["fetch"] = fetch
     return table
 
 
@@ -145,6 +196,7 @@ class SeekTable:
         self.kind = table["kind"].astype(np.int64)
         self._wlen = table["window_len"].astype(np.int64)
         self._wat = table["window_at"].astype(np.int64)
+        self._fetch = table["fetch"].astype(np.int64)
         self._windows = windows
         self.file_size = file_size
         self.uncompressed_size = uncompressed_size
@@ -194,30 +246,53 @@ class SeekTable:
     def compressed_end(self, out_end: int) -> int:
         """A compressed offset before which all the data up to uncompressed ``out_end`` lies:
         the first point at or after it, or the end of the file."""
-        j = int(np.searchsorted(self.out, out_end, side="left"))
-        return int(self.in_[j]) if j < len(self.in_) else self.file_size
+        return int(self.compressed_ends(np.array([out_end]))[0])
+
+    def compressed_ends(self, out_ends: np.ndarray) -> np.ndarray:
+        """:meth:`compressed_end` for many offsets (``int64``)."""
+        j = np.searchsorted(self.out, out_ends, side="left")
+        inside = j < len(self.in_)
+        found: np.ndarray = np.where(inside, self.in_[np.where(inside, j, 0)], self.file_size)
+        return found
 
     def estimated_end(self, k: int, out_end: int) -> int:
-        """A compressed offset by which inflating from point ``k`` has most likely produced
-        the data up to uncompressed ``out_end``: interpolated between the points around it,
-        plus a quarter of the span and 16 KiB, and never past :meth:`compressed_end` (remote
-        reads fetch this much, and the rest only when it falls short). Between points whose
-        data hardly compresses (stored deflate blocks: at least 99% as many bytes in as out)
-        the interpolation is off by 1% at most, so the margin is 2% and 1 KiB."""
-        limit = self.compressed_end(out_end)
-        j = int(np.searchsorted(self.out, out_end, side="left"))
-        lo_out, lo_in = int(self.out[j - 1]), int(self.in_[j - 1])
-        hi_out, hi_in = ((int(self.out[j]), int(self.in_[j])) if j < len(self.out)
-                         else (self.uncompressed_size, self.file_size))
-        at = lo_in + (out_end - lo_out) * max(0, hi_in - lo_in) // max(1, hi_out - lo_out)
-        a = self.compressed_start(k)
-        if 100 * (hi_in - lo_in) >= 99 * (hi_out - lo_out):
-            return min(limit, at + (hi_out - lo_out) // 50 + 1024)
-        return min(limit, at + (at - a) // 4 + (16 << 10))
+        """A compressed offset by which inflating from point ``k`` has produced the data up
+        to uncompressed ``out_end`` (past the file's start): interpolated between the points
+        around it, plus their fetch bound (see the module docstring), never past
+        :meth:`compressed_end` (remote reads fetch this much, and the rest only when it falls
+        short). Without a bound: plus a quarter of the span and 16 KiB, or, between points
+        whose data hardly compresses (stored deflate blocks: at least 99% as many bytes in as
+        out; the interpolation is then off by 1% at most), 2% of the gap and 1 KiB."""
+        return int(self.estimated_ends(np.array([k]), np.array([out_end]))[0])
+
+    def estimated_ends(self, ks: np.ndarray, out_ends: np.ndarray) -> np.ndarray:
+        """:meth:`estimated_end` for many points and offsets (``int64``)."""
+        ends = np.asarray(out_ends, dtype=np.int64)
+        j = np.searchsorted(self.out, ends, side="left")
+        inside = j < len(self.out)
+        at_hi = np.where(inside, j, 0)
+        lo_out, lo_in = self.out[j - 1], self.in_[j - 1]
+        hi_out = np.where(inside, self.out[at_hi], self.uncompressed_size)
+        hi_in = np.where(inside, self.in_[at_hi], self.file_size)
+        slope = np.maximum(0, hi_in - lo_in) / np.maximum(1, hi_out - lo_out)
+        at = lo_in + np.floor((ends - lo_out) * slope).astype(np.int64)
+        a = self.compressed_starts(ks)
+        stored = 100 * (hi_in - lo_in) >= 99 * (hi_out - lo_out)
+        margin = np.where(stored, (hi_out - lo_out) // 50 + 1024, (at - a) // 4 + (16 << 10))
+        fetch = self._fetch[j - 1]
+        margin = np.where(fetch > 0,
+                          np.minimum(margin, (fetch - 1) * FETCH_UNIT + FETCH_SLACK), margin)
+        found: np.ndarray = np.minimum(hi_in, at + margin)
+        return found
 
     def compressed_start(self, k: int) -> int:
         """The first compressed byte inflating from point ``k`` needs."""
         return int(self.in_[k]) - (1 if self.bits[k] else 0)
+
+    def compressed_starts(self, ks: np.ndarray) -> np.ndarray:
+        """:meth:`compressed_start` for many points (``int64``)."""
+        found: np.ndarray = self.in_[ks] - (self.bits[ks] > 0)
+        return found
 
     def window(self, k: int) -> bytes:
         """The (decompressed) window of point ``k``: empty unless it is a primed point.

@@ -85,6 +85,10 @@ class PyInflater:
         self._wbits = wbits
         self._d: Any = zlib.decompressobj(wbits)
 
+    def marks(self) -> None:
+        """No marks: Python's zlib does not say where it was inside a call."""
+        return None
+
     def set_dictionary(self, window: bytes) -> None:
         """Give a raw stream the output before it."""
         if window:
@@ -115,19 +119,21 @@ class PyInflater:
         return used, produced, STATUS_OK, 0
 
 
-def new_inflater(wbits: int, track: bool = False) -> Any:
+def new_inflater(wbits: int, track: bool = False, every: int = 0) -> Any:
     """An inflater for one stream.
 
     Args:
         wbits: -15 (raw deflate), 15 (zlib) or 31 (gzip).
         track: Keep the last 32 KiB of output (compiled only: for seek point windows).
+        every: Note the input used and output made after each ``every`` bytes of output
+            (compiled only: its ``marks()``; Python's gives ``None``).
 
     Returns:
         A compiled ``Inflater`` when the module is built, else a :class:`PyInflater`.
     """
     native = _accel.native
     if native is not None:
-        return native.Inflater(wbits, track)
+        return native.Inflater(wbits, track, every)
     return PyInflater(wbits, track)
 
 

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from ..formats.compression import RAW_WBITS, TRAILER_BYTES, WBITS, starts_stream
-from ..formats.seekpoints import SeekKind, make_table
+from ..formats.seekpoints import FETCH_STEP, SeekKind, fetch_bound, fetch_field, make_table
 from ..formats.sidecar_header import Compression
 from ..storage import Storage
 from ..storage.readahead import ReadAhead
@@ -94,7 +94,8 @@ class InflatedStream:
                                else SeekKind.GZIP_MEMBER, 0, 0, b"", 0)
         self._raw = start.kind in (SeekKind.PRIMED, SeekKind.ALIGNED)
         self._inf: Any = new_inflater(RAW_WBITS if self._raw else WBITS[compression],
-                                      track=self._primes)
+                                      track=self._primes,
+                                      every=FETCH_STEP if self._primes else 0)
         self._in = bytearray(INPUT_CHUNK + _LOOKAHEAD)
         self._lo = self._hi = 0      # unconsumed input is _in[_lo:_hi]
         self._in_base = start.in_    # file offset of _in[0]
@@ -104,7 +105,11 @@ class InflatedStream:
         self._total_out = start.out
         self._member_out = start.out  # where the current member's output began
         self._marks: list[tuple[int, int]] = []  # (output reached, input consumed) per step
-        self._points: list[list[int]] = []  # out, in, bits, kind, window_len, window_at
+        # out, in, bits, kind, window_len, window_at, fetch
+        self._points: list[list[int]] = []
+        # where inflating was since the last point (compressed, uncompressed offsets), for
+        # its fetch bound; None once a step noted more than the inflater kept
+        self._since: tuple[list[np.ndarray], list[np.ndarray]] | None = ([], [])
         self._pending: PendingWindow | None = None
         self._gap = self.spacing  # to the next point: closer after a point that needs no window
         self._windows: list[bytes] = []
@@ -168,19 +173,37 @@ class InflatedStream:
     def seek_table(self) -> tuple[np.ndarray, bytes]:
         """The seek points recorded and the windows blob they point into."""
         self._settle(trim=self.end is not None)
-        cols = list(zip(*self._points, strict=True)) if self._points else [()] * 6
-        out, in_, bits, kinds, wlen, wat = (list(c) for c in cols)
-        return make_table(out, in_, bits, kinds, wlen, wat), b"".join(self._windows)
+        if self.end is not None:
+            self._close_span(self.end, self.file_size, forget=False)
+        cols = list(zip(*self._points, strict=True)) if self._points else [()] * 7
+        out, in_, bits, kinds, wlen, wat, fetch = (list(c) for c in cols)
+        return (make_table(out, in_, bits, kinds, wlen, wat, fetch),
+                b"".join(self._windows))
 
     # -- inflating --------------------------------------------------------------------------
+    def _close_span(self, out: int, in_: int, *, forget: bool = True) -> None:
+        """Give the last point its fetch bound, the next point (or the ends of the streams)
+        being at ``out``, ``in_``."""
+        since = self._since
+        if self._points and self._primes:
+            last = self._points[-1]
+            bound = None if since is None else fetch_bound(
+                (last[0], last[1]), (out, in_),
+                np.concatenate(since[0]) if since[0] else np.zeros(0),
+                np.concatenate(since[1]) if since[1] else np.zeros(0))
+            last[6] = fetch_field(bound)
+        if forget:
+            self._since = ([], [])
+
     def _add_point(self, kind: int, out: int, in_: int, bits: int, window: bytes) -> None:
-        self._points.append([out, in_, bits, int(kind), 0, 0])
+        self._close_span(out, in_)
+        self._points.append([out, in_, bits, int(kind), 0, 0, 0])
         self._store_window(len(self._points) - 1, window)
 
     def _store_window(self, k: int, window: bytes) -> None:
         if window:
             packed = compress_window(window)
-            self._points[k][4:] = [len(packed), self._window_bytes]
+            self._points[k][4:6] = [len(packed), self._window_bytes]
             self._windows.append(packed)
             self._window_bytes += len(packed)
 
@@ -188,7 +211,8 @@ class InflatedStream:
         """A primed point whose window is cut once 32 KiB of output follow it (see
         :mod:`~ofindex.index.windows`)."""
         self._settle(trim=False)  # points closer than 32 KiB: the previous keeps its window
-        self._points.append([out, self._in_offset(), bits, int(SeekKind.PRIMED), 0, 0])
+        self._close_span(out, self._in_offset())
+        self._points.append([out, self._in_offset(), bits, int(SeekKind.PRIMED), 0, 0, 0])
         if bits and not self._lo:  # the byte before the point is gone: keep the window whole
             self._store_window(len(self._points) - 1, window)
             return
@@ -263,7 +287,10 @@ class InflatedStream:
         if self._primes and not due:  # stop where the next point falls due
             room = room[: self._points[-1][0] + self._gap - self._total_out]
         src = memoryview(self._in)[self._lo : self._hi]
+        in0, out0 = self._in_offset(), self._total_out
         used, got, status, data_type = self._inf.inflate(src, room, self._primes and due)
+        if self._primes:
+            self._note_marks(in0, out0)
         if self._pending is not None:
             self._pending.feed(src[:used], room[:got])
         self._lo += used
@@ -286,6 +313,16 @@ class InflatedStream:
                                                                       out - self._member_out)))
         elif not used and not got:  # zlib takes all the input it is given: never expected
             self._fail("inflating made no progress", truncated=False)
+
+    def _note_marks(self, in0: int, out0: int) -> None:
+        """Keep where the last inflate call was (see :meth:`_close_span`)."""
+        raw = self._inf.marks()
+        if raw is None or self._since is None:
+            self._since = None
+            return
+        marks = np.frombuffer(raw, dtype=np.int64).reshape(-1, 2)
+        self._since[0].append(marks[:, 0] + in0)
+        self._since[1].append(marks[:, 1] + out0)
 
     def _next_member(self) -> None:
         """After the end of a member or stream: the file ends, or another one starts."""

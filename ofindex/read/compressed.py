@@ -94,9 +94,12 @@ def read_records(storage: Storage, path: str, sc: Sidecar, records: np.ndarray,
     s, e, r = starts[order], ends[order], records[order]
     pieces = plan_pieces(s, e, seeks)
     url = storage.url(path)
-    reach = [int(e[lo:hi].max()) for _, lo, hi in pieces]
-    spans = [(seeks.compressed_start(k), seeks.compressed_end(reach[j]))
-             for j, (k, _, _) in enumerate(pieces)]
+    ks = np.array([k for k, _, _ in pieces], dtype=np.int64)
+    reaches = np.maximum.reduceat(e, [lo for _, lo, _ in pieces]) if pieces else e[:0]
+    reach = reaches.tolist()
+    first_in = seeks.compressed_starts(ks)
+    full_ends = seeks.compressed_ends(reaches)
+    spans = list(zip(first_in.tolist(), full_ends.tolist(), strict=True))
 
     def piece(j: int, src: Any) -> list[Any]:
         k, lo, hi = pieces[j]
@@ -109,15 +112,15 @@ def read_records(storage: Storage, path: str, sc: Sidecar, records: np.ndarray,
         except CorruptRecordError as exc:
             raise in_stream_error(exc, sc.compression, a) from None
 
-    work = sum(reach[j] - int(seeks.out[k]) for j, (k, _, _) in enumerate(pieces))
+    work = int((reaches - seeks.out[ks]).sum())
     pool = _executor() if len(pieces) > 1 and work >= PARALLEL_INFLATE_BYTES else None
     views = _mapped_views(storage, path, spans)
     if views is not None:
         done = (list(pool.map(piece, range(len(pieces)), views)) if pool is not None
                 else [piece(j, views[j]) for j in range(len(pieces))])
     else:
-        wanted = [(spans[j][0], _fetch_end(storage, seeks, k, reach[j]))
-                  for j, (k, _, _) in enumerate(pieces)]
+        fetch_ends = full_ends if storage.cheap_seeks else seeks.estimated_ends(ks, reaches)
+        wanted = list(zip(first_in.tolist(), fetch_ends.tolist(), strict=True))
         done = _fetch_and_inflate(storage, path, wanted, piece, pool)
     out = np.empty(len(records), dtype=object)
     for (_, lo, hi), got in zip(pieces, done, strict=True):

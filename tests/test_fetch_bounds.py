@@ -1,0 +1,104 @@
+"""Fetch bounds: the builder notes how far past the line between two seek points inflating
+had to read, and a remote read that fetches up to the interpolation plus that bound has all
+the compressed bytes it needs, for any record end, whatever the data (text, incompressible
+blobs, long runs of zeros), the level, the members, ISA-L or zlib."""
+
+from __future__ import annotations
+
+import itertools
+import zlib
+
+import numpy as np
+import pytest
+from helpers import implementation, ref_tfrecord, write_raw
+
+import ofindex
+from ofindex.formats.seekpoints import FETCH_SLACK, FETCH_STEP, FETCH_UNIT, fetch_bound
+from ofindex.formats.sidecar import open_local_sidecar
+from ofindex.index import fast_inflate
+from ofindex.index.inflate import inflate_span
+
+
+def _records(seed: int) -> list[bytes]:
+    """Text, incompressible blobs and runs of zeros, one after the other: the compressed
+    bytes per output byte change by a factor of 100 and more between records."""
+    rng = np.random.default_rng(seed)
+    vocab = [rng.bytes(int(k)) for k in rng.integers(1, 12, size=300)]
+    out = []
+    for i in range(400):
+        if i % 7 == 3:
+            out.append(rng.bytes(int(rng.integers(2000, 30000))))
+        elif i % 11 == 5:
+            out.append(bytes(int(rng.integers(10000, 60000))))
+        else:
+            out.append(b"".join(vocab[j] for j in rng.integers(0, 300, size=40)))
+    return out
+
+
+def _pack(raw: bytes, wbits: int, level: int, members: int) -> bytes:
+    cuts = np.linspace(0, len(raw), members + 1).astype(int).tolist()
+    out = b""
+    for a, b in itertools.pairwise(cuts):
+        c = zlib.compressobj(level, zlib.DEFLATED, wbits)
+        out += c.compress(raw[a:b]) + c.flush()
+    return out
+
+
+@pytest.mark.parametrize(("wbits", "level", "members"), [(31, 6, 1), (15, 1, 1), (31, 9, 3)])
+def test_every_record_end_is_within_the_estimate(tmp_path, wbits, level, members):
+    records = _records(level + members)
+    raw = ref_tfrecord(records)
+    packed = _pack(raw, wbits, level, members)
+    path = write_raw(str(tmp_path / "data.tfrecord.gz"), packed)
+    with implementation("compiled"):
+        ofindex.build_index(path, seek_spacing=16 << 10)
+    sc = open_local_sidecar(path + ".ofidx")
+    seeks = sc.seeks
+    fetch = sc.seek_points["fetch"].astype(np.int64)
+    assert len(seeks) > 20 and (fetch > 0).all()  # every point has its bound
+    ends = np.append(np.asarray(sc.offsets, dtype=np.int64)[1:], len(raw))
+    ks = seeks.points_before(ends - 1)
+    estimates = seeks.estimated_ends(ks, ends)
+    saved = fast_inflate.ISAL
+    assert saved is not None, "pip install isal (in the test extra)"
+    try:
+        for isal in (True, False):
+            fast_inflate.ISAL = saved if isal else None
+            for k, end, est in zip(ks.tolist(), ends.tolist(), estimates.tolist(), strict=True):
+                a = seeks.compressed_start(k)
+                out = int(seeks.out[k])
+                got = inflate_span(packed[a:est], a, int(seeks.kind[k]), int(seeks.bits[k]),
+                                   seeks.window(k), sc.compression, end - out)
+                assert bytes(got) == raw[out:end]
+    finally:
+        fast_inflate.ISAL = saved
+    # the bounds are tight where the data is uniform: far below the wide margin of old
+    text = [k for k in range(len(seeks) - 1)
+            if int(seeks.in_[k + 1] - seeks.in_[k]) > 2 * (FETCH_STEP + FETCH_SLACK)]
+    assert text and min((fetch[k] - 1) * FETCH_UNIT for k in text) < FETCH_STEP
+
+
+def test_fetch_bound_arithmetic():
+    """The bound is the largest excess of the input noted after a step over the line at the
+    output the step began from."""
+    # a line from (0, 0) to (1000, 500); steps end at output 250, 500, 750
+    assert fetch_bound((0, 0), (1000, 500), np.array([200, 260, 380]),
+                       np.array([250, 500, 750])) == 200 - 0 + 1
+    # the last step, to the next point, counts too: 500 - 375 = 125
+    assert fetch_bound((0, 0), (1000, 500), np.array([100, 200, 300]),
+                       np.array([250, 500, 750])) == 125 + 1
+    # no step in between: the whole span
+    assert fetch_bound((10, 100), (20, 300), np.zeros(0), np.zeros(0)) == 200 + 1
+
+
+def test_python_inflater_stores_no_bounds(tmp_path):
+    """Without the compiled module (no seek points inside members, no marks), points hold no
+    bound and reads keep the wide margin."""
+    raw = ref_tfrecord(_records(1))
+    path = write_raw(str(tmp_path / "d.tfrecord.gz"), _pack(raw, 31, 6, 4))
+    with implementation("pure-python"):
+        ofindex.build_index(path, seek_spacing=16 << 10)
+    sc = open_local_sidecar(path + ".ofidx")
+    assert len(sc.seeks) == 4 and not sc.seek_points["fetch"].any()
+    ds = ofindex.open(path)
+    assert ds[len(ds) - 1] == _records(1)[-1]
