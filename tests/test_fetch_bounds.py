@@ -102,3 +102,47 @@ def test_python_inflater_stores_no_bounds(tmp_path):
     assert len(sc.seeks) == 4 and not sc.seek_points["fetch"].any()
     ds = ofindex.open(path)
     assert ds[len(ds) - 1] == _records(1)[-1]
+
+
+def test_inflater_marks_do_not_change_what_it_does():
+    """With ``every``, the compiled Inflater stops where it stopped without (block
+    boundaries, the end of the output room), produces the same bytes, and notes after each
+    ``every`` bytes of output and at the end of each call where it was (the input it had
+    used when its output got there)."""
+    from ofindex import _accel
+
+    native = _accel.native
+    assert native is not None, "the compiled module is built by the test command"
+    raw = ref_tfrecord(_records(3))
+    packed = _pack(raw, 31, 6, 2)
+
+    def run(every: int) -> tuple[list[tuple[int, int, int, int]], bytes, list[np.ndarray]]:
+        inf = native.Inflater(31, True, every)
+        calls, out, marks, pos = [], bytearray(), [], 0
+        room = bytearray(50_000)
+        for i in itertools.count():
+            block = i % 3 != 0  # stop at block boundaries two calls in three
+            used, got, status, data_type = inf.inflate(memoryview(packed)[pos:], room, block)
+            calls.append((used, got, status, data_type))
+            out += room[:got]
+            m = inf.marks()
+            assert m is not None
+            marks.append(np.frombuffer(m, dtype=np.int64).reshape(-1, 2))
+            pos += used
+            if status == 1:  # a member ended: the next starts
+                if pos >= len(packed):
+                    break
+                inf.reset(31)
+        return calls, bytes(out), marks
+
+    plain_calls, plain_out, plain_marks = run(0)
+    calls, out, marks = run(1000)
+    assert calls == plain_calls and out == plain_out == raw
+    assert all(len(m) == 0 for m in plain_marks)
+    for (used, got, _, _), m in zip(calls, marks, strict=True):
+        if got:
+            assert m[-1, 1] == got and m[-1, 0] <= used  # the call's end
+            assert (np.diff(m[:, 1], prepend=0) <= 1000).all()  # a note per 1000 bytes
+            assert (np.diff(m, axis=0) >= 0).all()
+        else:
+            assert len(m) == 0
