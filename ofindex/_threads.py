@@ -21,7 +21,8 @@ class ProcessPool:
 
     Args:
         name: Prefix of the threads' names.
-        max_threads: At most this many threads (fewer on fewer cores).
+        max_threads: At most this many threads (fewer on fewer cores; none on one core,
+            where the caller does the work itself).
     """
 
     def __init__(self, name: str, max_threads: int = 4) -> None:
@@ -32,9 +33,10 @@ class ProcessPool:
 
     def get(self) -> cf.ThreadPoolExecutor | None:
         """Return the pool, or ``None`` when this process may use only one core."""
-        threads = min(self.max_threads, usable_cores())
-        if threads < 2:
+        cores = usable_cores()
+        if cores < 2:
             return None
+        threads = min(self.max_threads, cores)
         with self._lock:
             if self._pool is None or self._pid != os.getpid():
                 self._pool = cf.ThreadPoolExecutor(threads, thread_name_prefix=self.name)

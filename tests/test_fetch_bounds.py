@@ -13,7 +13,7 @@ import pytest
 from helpers import implementation, ref_tfrecord, write_raw
 
 import ofindex
-from ofindex.formats.seekpoints import FETCH_SLACK, FETCH_STEP, FETCH_UNIT, fetch_bound
+from ofindex.formats.seekpoints import FETCH_SLACK, FETCH_STEP, FETCH_UNIT, fetch_bounds
 from ofindex.formats.sidecar import open_local_sidecar
 from ofindex.index import fast_inflate
 from ofindex.index.inflate import inflate_span
@@ -79,16 +79,24 @@ def test_every_record_end_is_within_the_estimate(tmp_path, wbits, level, members
 
 
 def test_fetch_bound_arithmetic():
-    """The bound is the largest excess of the input noted after a step over the line at the
-    output the step began from."""
-    # a line from (0, 0) to (1000, 500); steps end at output 250, 500, 750
-    assert fetch_bound((0, 0), (1000, 500), np.array([200, 260, 380]),
-                       np.array([250, 500, 750])) == 200 - 0 + 1
-    # the last step, to the next point, counts too: 500 - 375 = 125
-    assert fetch_bound((0, 0), (1000, 500), np.array([100, 200, 300]),
-                       np.array([250, 500, 750])) == 125 + 1
-    # no step in between: the whole span
-    assert fetch_bound((10, 100), (20, 300), np.zeros(0), np.zeros(0)) == 200 + 1
+    """A bound is the largest excess of the input noted after a step over the line at the
+    output the step began from, the next point counting as the last note."""
+    outs, ins = np.array([0, 1000, 2000, 2000]), np.array([0, 500, 1500, 1600])
+    marks_out = np.array([250, 500, 750, 1500, 2000, 3000])  # 3000: past the last point
+    marks_in = np.array([200, 260, 380, 900, 1490, 9999])
+    got = fetch_bounds(outs, ins, marks_out, marks_in)
+    # span 0, line in = out / 2: 200 - 0, 260 - 125, 380 - 250, then point 1: 500 - 375
+    # span 1, line in = 500 + (out - 1000): 900 - 500, then 1490 - 1000 at out 2000,
+    #   then point 2 (1500) from out 2000: 1500 - 1500
+    # span 2 (no output, 100 more bytes in): point 3 from out 2000: 1600 - 1500
+    assert got.tolist() == [200 + 1, 490 + 1, 100 + 1]
+    # marks in any order give the same
+    order = np.random.default_rng(0).permutation(len(marks_out))
+    assert fetch_bounds(outs, ins, marks_out[order], marks_in[order]).tolist() == got.tolist()
+    # no step in between: the whole span; one point: nothing to bound
+    assert fetch_bounds(np.array([10, 20]), np.array([100, 300]), np.zeros(0),
+                        np.zeros(0)).tolist() == [200 + 1]
+    assert fetch_bounds(np.array([10]), np.array([100]), np.zeros(0), np.zeros(0)).size == 0
 
 
 def test_python_inflater_stores_no_bounds(tmp_path):

@@ -100,7 +100,8 @@ def test_built_index_windows_are_sparse(tmp_path, inflater, monkeypatch):
     order = np.random.default_rng(4).permutation(len(records))
     assert ds[order] == [records[i] for i in order]
     ds.close()
-    monkeypatch.setattr(PendingWindow, "shortest", lambda self: self.window)
+    monkeypatch.setattr(PendingWindow, "copies_nothing", lambda self: not self.window)
+    monkeypatch.setattr(PendingWindow, "sparse", lambda self: self.window)
     ofindex.build_index(path, seek_spacing=64 << 10, resume=False)
     whole = open_local_sidecar(path + ".ofidx").header.windows_bytes
     assert 0 < sparse < whole / 2

@@ -79,27 +79,43 @@ def fetch_field(bound: int | None) -> int:
     return units if units <= 0xFFFF else 0
 
 
-def fetch_bound(points: tuple[int, int], nxt: tuple[int, int], marks_in: np.ndarray,
-                marks_out: np.ndarray) -> int:
-    """How far past the straight line from a point to the next one the input of inflating
-    between them went: the input noted after each step, against the line at the output the
-    step started from (any byte of a step may need all of its input).
+def fetch_bounds(outs: np.ndarray, ins: np.ndarray, marks_out: np.ndarray,
+                 marks_in: np.ndarray) -> np.ndarray:
+    """The fetch bounds of consecutive points: for each, how far past the straight line to
+    the next point the input of inflating went between them (the input noted after each
+    step, against the line at the output the step started from: any byte of a step may need
+    all of its input).
 
     Args:
-        points: The point's ``(out, in)``.
-        nxt: The next point's ``(out, in)`` (or the ends of the streams).
-        marks_in: Compressed offsets noted in between, in order.
-        marks_out: The uncompressed offsets they were noted at.
+        outs: Uncompressed offsets of the points, in order; the last one only ends the span
+            before it (the next point, or the ends of the streams).
+        ins: Their compressed offsets.
+        marks_out: Uncompressed offsets where inflating was noted, after ``outs[0]`` and up
+            to ``outs[-1]`` (others are ignored), in any order.
+        marks_in: The compressed offsets noted there.
 
     Returns:
-        The bound in bytes (0 or more).
+        ``int64`` bounds in bytes (at least 1), one per point but the last.
     """
-    (o0, i0), (o1, i1) = points, nxt
-    outs = np.concatenate(([o0], np.asarray(marks_out, dtype=np.float64)))
-    ins = np.concatenate((np.asarray(marks_in, dtype=np.float64), [i1]))
-    slope = max(0, i1 - i0) / max(1, o1 - o0)
-    line = i0 + (outs - o0) * slope
-    return max(0, int(np.ceil(float(np.max(ins - line)))) + 1)
+    outs, ins = np.asarray(outs, dtype=np.int64), np.asarray(ins, dtype=np.int64)
+    n = len(outs) - 1
+    if n <= 0:
+        return np.zeros(0, dtype=np.int64)
+    mo, mi = np.asarray(marks_out, dtype=np.int64), np.asarray(marks_in, dtype=np.int64)
+    inside = (mo > outs[0]) & (mo <= outs[-1])
+    every_out = np.concatenate((mo[inside], outs))
+    every_in = np.concatenate((mi[inside], ins))
+    is_point = np.concatenate((np.zeros(int(inside.sum()), dtype=np.int64),
+                               np.ones(n + 1, dtype=np.int64)))
+    order = np.lexsort((is_point, every_out))  # by output; a mark before a point at its end
+    every_out, every_in, is_point = every_out[order], every_in[order], is_point[order]
+    span = np.cumsum(is_point)[:-1] - 1  # the span of each element but the last
+    slope = np.maximum(0, np.diff(ins)) / np.maximum(1, np.diff(outs))
+    line = ins[span] + (every_out[:-1] - outs[span]) * slope[span]
+    worst = np.zeros(n, dtype=np.float64)
+    np.maximum.at(worst, span, every_in[1:] - line)
+    bounds: np.ndarray = np.ceil(worst).astype(np.int64) + 1
+    return bounds
 
 
 def make_table(out: list[int], in_: list[int], bits: list[int], kinds: list[int],

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from ..formats.compression import RAW_WBITS, TRAILER_BYTES, WBITS, starts_stream
-from ..formats.seekpoints import FETCH_STEP, SeekKind, fetch_bound, fetch_field, make_table
+from ..formats.seekpoints import FETCH_STEP, SeekKind, fetch_bounds, fetch_field, make_table
 from ..formats.sidecar_header import Compression
 from ..storage import Storage
 from ..storage.readahead import ReadAhead
@@ -37,13 +37,14 @@ from .inflate import (
     can_prime,
     new_inflater,
 )
-from .windows import PendingWindow, compress_window, dense_spacing
+from .windows import PendingWindow, WindowBlob, dense_spacing
 
 #: Compressed bytes read per request from the source.
 INPUT_CHUNK = 1 << 20
 #: Uncompressed bytes inflated per step.
 OUTPUT_STEP = 1 << 20
 _LOOKAHEAD = 10  # bytes of a gzip header checked for a following member
+_BOUND_BATCH = 256  # points whose fetch bounds are found at once
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,13 +108,15 @@ class InflatedStream:
         self._marks: list[tuple[int, int]] = []  # (output reached, input consumed) per step
         # out, in, bits, kind, window_len, window_at, fetch
         self._points: list[list[int]] = []
-        # where inflating was since the last point (compressed, uncompressed offsets), for
-        # its fetch bound; None once a step noted more than the inflater kept
-        self._since: tuple[list[np.ndarray], list[np.ndarray]] | None = ([], [])
+        # where inflating was since point _bounded, for fetch bounds: (compressed and
+        # uncompressed offset at the call, the Inflater's marks); lost: a call noted more
+        # than the Inflater kept
+        self._noted: list[tuple[int, int, bytes]] = []
+        self._noted_lost = False
+        self._bounded = 0  # points before this one have their fetch bound
         self._pending: PendingWindow | None = None
         self._gap = self.spacing  # to the next point: closer after a point that needs no window
-        self._windows: list[bytes] = []
-        self._window_bytes = 0
+        self._windows = WindowBlob()
         if start.kind == SeekKind.PRIMED:
             self._prime(start)
         if self.spacing:
@@ -173,60 +176,67 @@ class InflatedStream:
     def seek_table(self) -> tuple[np.ndarray, bytes]:
         """The seek points recorded and the windows blob they point into."""
         self._settle(trim=self.end is not None)
-        if self.end is not None:
-            self._close_span(self.end, self.file_size, forget=False)
+        self._close_spans((self.end, self.file_size) if self.end is not None else None)
+        blob = self._windows.finish()
+        for k, length, at in self._windows.placed:
+            self._points[k][4:6] = [length, at]
         cols = list(zip(*self._points, strict=True)) if self._points else [()] * 7
         out, in_, bits, kinds, wlen, wat, fetch = (list(c) for c in cols)
-        return (make_table(out, in_, bits, kinds, wlen, wat, fetch),
-                b"".join(self._windows))
+        return make_table(out, in_, bits, kinds, wlen, wat, fetch), blob
 
     # -- inflating --------------------------------------------------------------------------
-    def _close_span(self, out: int, in_: int, *, forget: bool = True) -> None:
-        """Give the last point its fetch bound, the next point (or the ends of the streams)
-        being at ``out``, ``in_``."""
-        since = self._since
-        if self._points and self._primes:
-            last = self._points[-1]
-            bound = None if since is None else fetch_bound(
-                (last[0], last[1]), (out, in_),
-                np.concatenate(since[0]) if since[0] else np.zeros(0),
-                np.concatenate(since[1]) if since[1] else np.zeros(0))
-            last[6] = fetch_field(bound)
-        if forget:
-            self._since = ([], [])
+    def _close_spans(self, ends: tuple[int, int] | None = None) -> None:
+        """Give the points from :attr:`_bounded` to the one before the last their fetch
+        bounds (all of them, when ``ends`` holds the ends of the streams), from the marks
+        noted since."""
+        first = self._bounded
+        tail = [] if ends is None else [ends]
+        points = [(p[0], p[1]) for p in self._points[first:]] + tail
+        if len(points) < 2 or not self._primes:
+            return
+        outs, ins = (np.array(c, dtype=np.int64) for c in zip(*points, strict=True))
+        base = np.array([0, 0], dtype=np.int64)
+        marks = []
+        for in0, out0, raw in self._noted:
+            base[:] = in0, out0
+            marks.append(np.frombuffer(raw, dtype=np.int64).reshape(-1, 2) + base)
+        noted = np.concatenate(marks) if marks else np.zeros((0, 2), dtype=np.int64)
+        bounds = fetch_bounds(outs, ins, noted[:, 1], noted[:, 0])
+        for k, bound in enumerate(bounds.tolist(), start=first):
+            self._points[k][6] = 0 if self._noted_lost else fetch_field(bound)
+        self._bounded = first + len(bounds)
+        self._noted.clear()
+        self._noted_lost = False
 
     def _add_point(self, kind: int, out: int, in_: int, bits: int, window: bytes) -> None:
-        self._close_span(out, in_)
         self._points.append([out, in_, bits, int(kind), 0, 0, 0])
-        self._store_window(len(self._points) - 1, window)
-
-    def _store_window(self, k: int, window: bytes) -> None:
-        if window:
-            packed = compress_window(window)
-            self._points[k][4:6] = [len(packed), self._window_bytes]
-            self._windows.append(packed)
-            self._window_bytes += len(packed)
+        self._bound_now_and_then()
+        self._windows.add(len(self._points) - 1, window)
 
     def _add_primed(self, out: int, bits: int, window: bytes) -> None:
         """A primed point whose window is cut once 32 KiB of output follow it (see
         :mod:`~ofindex.index.windows`)."""
         self._settle(trim=False)  # points closer than 32 KiB: the previous keeps its window
-        self._close_span(out, self._in_offset())
         self._points.append([out, self._in_offset(), bits, int(SeekKind.PRIMED), 0, 0, 0])
+        self._bound_now_and_then()
         if bits and not self._lo:  # the byte before the point is gone: keep the window whole
-            self._store_window(len(self._points) - 1, window)
+            self._windows.add(len(self._points) - 1, window)
             return
         first = bytes(self._in[self._lo - 1 : self._lo]) if bits else b""
         self._pending = PendingWindow(len(self._points) - 1, out, bits, window, first)
 
     def _settle(self, *, trim: bool) -> None:
         pending, self._pending = self._pending, None
-        if pending is not None:
-            window = pending.shortest() if trim else pending.window
-            self._store_window(pending.index, window)
-            # a point with no window costs 32 bytes: where the data copies nothing from
-            # before a point (incompressible records), points follow each other closely
-            self._gap = self.spacing if window else dense_spacing(self.spacing)
+        if pending is None:
+            return
+        # a point with no window costs 32 bytes: where the data copies nothing from before a
+        # point (incompressible records), points follow each other closely
+        none = not pending.window or (trim and pending.copies_nothing())
+        self._gap = dense_spacing(self.spacing) if none else self.spacing
+        if trim and not none:  # the sparse window is found on the side, inflating goes on
+            self._windows.add_sparse(pending.index, pending)
+        elif not none:
+            self._windows.add(pending.index, pending.window)
 
     def _drop_before(self, start: int) -> None:
         """Forget output before ``start`` (the scanner never goes back)."""
@@ -315,14 +325,18 @@ class InflatedStream:
             self._fail("inflating made no progress", truncated=False)
 
     def _note_marks(self, in0: int, out0: int) -> None:
-        """Keep where the last inflate call was (see :meth:`_close_span`)."""
+        """Keep where the last inflate call was (see :meth:`_close_spans`)."""
         raw = self._inf.marks()
-        if raw is None or self._since is None:
-            self._since = None
-            return
-        marks = np.frombuffer(raw, dtype=np.int64).reshape(-1, 2)
-        self._since[0].append(marks[:, 0] + in0)
-        self._since[1].append(marks[:, 1] + out0)
+        if raw is None:
+            self._noted_lost = True
+        elif raw:
+            self._noted.append((in0, out0, raw))
+
+    def _bound_now_and_then(self) -> None:
+        """After a point is added: the fetch bounds of the spans before it, a few hundred at
+        a time (the marks they need are then dropped)."""
+        if len(self._points) - self._bounded > _BOUND_BATCH:
+            self._close_spans()
 
     def _next_member(self) -> None:
         """After the end of a member or stream: the file ends, or another one starts."""

@@ -20,11 +20,14 @@ keeps the compressed bytes and the output that follow a point until then.
 
 from __future__ import annotations
 
+import collections
+import concurrent.futures as cf
 import zlib
 from typing import Any
 
 import numpy as np
 
+from .._threads import ProcessPool
 from ..formats.compression import RAW_WBITS
 from .fast_inflate import ISAL, fast_raw
 from .inflate import STATUS_DATA_ERROR, WINDOW, new_inflater
@@ -83,15 +86,29 @@ class PendingWindow:
     def shortest(self) -> bytes:
         """The sparse window (see the module docstring), or the whole window when the
         sparse one does not reproduce the output exactly (call once :meth:`ready`, or at the
-        end of the stream)."""
+        end of the stream): :meth:`copies_nothing`, else :meth:`sparse`."""
+        return b"" if self.copies_nothing() else self.sparse()
+
+    def copies_nothing(self) -> bool:
+        """Whether the point needs no window: there is none, or the output after it comes
+        out the same without one (one inflate)."""
+        if not self.window:
+            return True
+        real = bytes(self.produced)
+        if not real:
+            return False
+        alone = self._inflate(b"")
+        return alone is not None and len(alone) == len(real) and alone == real
+
+    def sparse(self) -> bytes:
+        """The sparse window by the marker windows (four inflates), or the whole window when
+        it does not reproduce the output exactly. Touches nothing :meth:`feed` changes, so it
+        may run on another thread once the point's output is all in."""
         window = self.window
         real = bytes(self.produced)
         if not window or not real:
             return window
         n = len(window)
-        alone = self._inflate(b"")  # copies nothing from the window (one inflate, not four)
-        if alone is not None and len(alone) == len(real) and alone == real:
-            return b""
         lo, flip, hi = (self._inflate(m[:n]) for m in _MARKERS)
         if lo is None or flip is None or hi is None or not len(lo) == len(flip) == len(hi) \
                 or len(lo) > len(real):
@@ -130,3 +147,74 @@ class PendingWindow:
         if status == STATUS_DATA_ERROR:
             return None
         return bytes(out[:produced])
+
+
+#: Threads that find sparse windows while builders go on inflating (the marker inflates of
+#: one file take about a third of the time its own inflating does; several files may be
+#: built at once).
+_POOL = ProcessPool("ofindex-windows")
+#: Sparse windows being found at once, at most (each holds about 100 KB until it is done).
+MAX_QUEUED = 16
+
+
+class WindowBlob:
+    """The compressed windows of one file's seek points, in the order of the points, as the
+    sidecar's windows blob; sparse windows are found on a background thread (where the
+    process may use two cores), each as soon as its point's output is in.
+    """
+
+    def __init__(self) -> None:
+        self._pool = _POOL.get()
+        self._queue: collections.deque[tuple[int, cf.Future[bytes] | bytes]] = \
+            collections.deque()
+        self._parts: list[bytes] = []
+        self._size = 0
+        #: ``(point, stored length, offset in the blob)`` of each window stored so far.
+        self.placed: list[tuple[int, int, int]] = []
+
+    def add(self, k: int, window: bytes) -> None:
+        """Store ``window`` as it is for point ``k`` (no window: nothing is stored)."""
+        if window:
+            self._put(k, compress_window(window))
+
+    def add_sparse(self, k: int, pending: PendingWindow) -> None:
+        """Store the sparse window of point ``k`` (:meth:`PendingWindow.sparse`)."""
+        if self._pool is None:
+            self.add(k, pending.sparse())
+            return
+        self._put(k, self._pool.submit(_sparse_packed, pending))
+
+    def finish(self) -> bytes:
+        """Wait for the windows still being found; returns the blob (:attr:`placed` then
+        holds every window)."""
+        self._drain(everything=True)
+        return b"".join(self._parts)
+
+    def _put(self, k: int, item: cf.Future[bytes] | bytes) -> None:
+        self._queue.append((k, item))
+        self._drain(everything=False)
+
+    def _drain(self, *, everything: bool) -> None:
+        """Append the windows that are ready, in point order (all of them with
+        ``everything``, or while too many wait)."""
+        queue = self._queue
+        while queue:
+            k, item = queue[0]
+            if isinstance(item, cf.Future):
+                if not (everything or len(queue) > MAX_QUEUED or item.done()):
+                    return
+                packed = item.result()
+            else:
+                packed = item
+            queue.popleft()
+            if packed:
+                self.placed.append((k, len(packed), self._size))
+                self._parts.append(packed)
+                self._size += len(packed)
+
+
+def _sparse_packed(pending: PendingWindow) -> bytes:
+    """The point's sparse window, compressed (empty when it needs none)."""
+    window = pending.sparse()
+    return compress_window(window) if window else b""
+
