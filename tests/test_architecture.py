@@ -17,7 +17,7 @@ ROOT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
 ALLOWED = {
     "storage": {"errors"},
     "formats": {"errors", "storage"},
-    "index": {"errors", "_accel", "storage", "formats"},
+    "index": {"errors", "_accel", "_threads", "storage", "formats"},
     "read": {"errors", "_accel", "_threads", "storage", "formats", "index"},
     "decode": {"errors", "_accel", "_threads", "proto"},
     "shuffle": set(),
