@@ -276,7 +276,8 @@ class Report:
                     f"TensorFlow): random ds[i] {fmt(rnd['ds_i_per_s'])}/s with an index of "
                     f"{fmt(100 * index['index_fraction'])}% of the file, "
                     f"{fmt(rnd['single_ratio'])}× tf.data reading up to the record; index "
-                    f"build {build['ratio']:.2f}× tf.data's read-through.")
+                    f"build {build['ratio']:.2f}× tf.data's read-through." + _remote_phrase(
+                        case.get("remote")))
 
         def draw(ax: Any) -> None:
             for name, case in sets.items():
@@ -452,6 +453,14 @@ def run_tools(names: list[str], results: str) -> None:
         print(f"running {tool} -> {out}", flush=True)
         subprocess.run([sys.executable, os.path.join(HERE, tool), *extra, "--out", out],
                        check=True, cwd=ROOT)
+
+
+def _remote_phrase(row: dict[str, Any] | None) -> str:
+    """The README's words for the remote batch at the default spacing (empty if not run)."""
+    if not row:
+        return ""
+    return (f" 256 random records over HTTP at +{fmt(row['rtt_ms'])} ms RTT: "
+            f"{row['batch_warm_rtts']:.1f} RTT warm, {row['batch_cold_rtts']:.1f} cold.")
 
 
 def _compressed_summary(case: dict, config: dict) -> list[str]:
