@@ -27,6 +27,7 @@ import json
 import random
 import struct
 import sys
+import zlib
 
 import crc32c
 import numpy as np
@@ -588,9 +589,65 @@ def fuzz_locate(rng: random.Random) -> None:
         assert isinstance(got, ValueError), got
 
 
+def _inflate_all(data: bytes, wbits: int, every: int, rooms: list[int], blocks: list[bool]
+                 ) -> tuple[list[tuple[int, int, int, int]], bytes, list[bytes | None]]:
+    inf = native.Inflater(wbits, True, every)
+    calls, out, marks, pos = [], bytearray(), [], 0
+    for room_size, block in zip(rooms, blocks, strict=True):
+        room = bytearray(room_size)
+        try:
+            got = inf.inflate(memoryview(data)[pos:], room, block)
+        except CLEAN as exc:  # a refusal is an outcome here
+            calls.append((type(exc).__name__,))  # type: ignore[arg-type]
+            break
+        calls.append(got)
+        out += room[: got[1]]
+        marks.append(inf.marks())
+        pos += got[0]
+        if got[2] != 0:
+            break
+    return calls, bytes(out), marks
+
+
+def fuzz_inflater_marks(rng: random.Random) -> None:
+    """The Inflater with ``every``: the same calls (what it used, made, its status and stop)
+    and bytes as without, on good and mutated streams, with marks that end where each call
+    did."""
+    raw = rng.randbytes(rng.randrange(0, 3000)) + bytes(rng.randrange(0, 40000)) + \
+        b"abc" * rng.randrange(0, 5000)
+    wbits = rng.choice([15, 31])
+    c = zlib.compressobj(rng.choice([0, 1, 6, 9]), zlib.DEFLATED, wbits)
+    data = bytearray(c.compress(raw) + c.flush())
+    for _ in range(rng.choice([0, 0, 1, 3])):
+        data[rng.randrange(len(data))] = rng.randrange(256)
+    rooms = [rng.choice([0, 1, 257, 4096, 65536, 1 << 20]) for _ in range(40)]
+    blocks = [rng.random() < 0.5 for _ in range(40)]
+    every = rng.choice([1, 2, 100, 4096, 65536, 1 << 30])
+    plain_calls, plain_out, _ = _inflate_all(bytes(data), wbits, 0, rooms, blocks)
+    calls, out, marks = _inflate_all(bytes(data), wbits, every, rooms, blocks)
+    assert calls == plain_calls and out == plain_out
+    for call_result, m in zip(calls, marks, strict=False):
+        assert m is not None
+        pairs = np.frombuffer(m, dtype=np.int64).reshape(-1, 2)
+        used, made = call_result[0], call_result[1]
+        if made:
+            assert pairs[-1, 1] == made and pairs[-1, 0] <= used
+            assert (np.diff(pairs[:, 1], prepend=0) <= every).all()
+            assert (np.diff(pairs, axis=0) >= 0).all()
+        else:
+            assert len(pairs) == 0
+    STATS["inflater"]["bad data" if any(len(c) > 2 and c[2] == -3 for c in calls)
+                      else "ok"] += 1
+    try:
+        native.Inflater(15, False, -1)
+        raise AssertionError("a negative every was taken")
+    except ValueError:
+        STATS["inflater"]["refused"] += 1
+
+
 TARGETS = {"cut": fuzz_cut, "gather": fuzz_gather_and_record, "types": fuzz_wrong_types,
            "layout": fuzz_layout, "walk": fuzz_walk, "blocks": fuzz_blocks,
-           "slices": fuzz_slices_and_fill, "locate": fuzz_locate}
+           "slices": fuzz_slices_and_fill, "locate": fuzz_locate, "inflater": fuzz_inflater_marks}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -611,7 +668,8 @@ def main(argv: list[str] | None = None) -> int:
             for name, target in TARGETS.items():
                 if args.only and name != args.only:
                     continue
-                examples = args.examples if name != "blocks" else min(args.examples, 50)
+                examples = (min(args.examples, 50) if name == "blocks" else
+                            min(args.examples, 300) if name == "inflater" else args.examples)
                 for k in range(args.start, args.start + examples):
                     rng = random.Random(f"{args.seed}:{name}:{k}")  # each replays on its own
                     try:

@@ -194,10 +194,13 @@ static PyObject *inflater_inflate(Inflater *self, PyObject *args, PyObject *kwds
         }
         if (ret == Z_BUF_ERROR)  /* no progress possible: not an error, the caller decides */
             ret = Z_OK;
-        /* with `block`, go on only where the output step (not a block boundary) stopped it */
-        if (ret != Z_OK || (block && (!every || self->strm.avail_out != 0 ||
-                                      (self->strm.data_type & 128))) ||
-            (got_in == 0 && got_out == 0) || in_left == 0 || out_left == 0)
+        if (ret != Z_OK || (got_in == 0 && got_out == 0) || out_left == 0)
+            break;
+        /* stopped by the output step alone: go on (zlib may hold input it has not turned
+         * into output yet), unless it also reached the block boundary asked for */
+        if (every && self->strm.avail_out == 0 && !(block && (self->strm.data_type & 128)))
+            continue;
+        if (block || in_left == 0)
             break;
     }
     if (self->track && produced)  /* the output of the whole call is contiguous */
