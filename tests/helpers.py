@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import struct
+import zlib
 
 import crc32c
 import numpy as np
@@ -46,6 +48,18 @@ def write_raw(path: str, data: bytes) -> str:
     with open(path, "wb") as f:
         f.write(data)
     return path
+
+
+def zlib_pack(raw: bytes, compression: str, level: int, members: int) -> bytes:
+    """``raw`` as ``members`` concatenated gzip members or zlib streams (``compression``
+    "gzip" or "zlib"), compressed by zlib at ``level``."""
+    wbits = 31 if compression == "gzip" else 15
+    cuts = np.linspace(0, len(raw), members + 1).astype(int).tolist()
+    out = b""
+    for a, b in itertools.pairwise(cuts):
+        c = zlib.compressobj(level, zlib.DEFLATED, wbits)
+        out += c.compress(raw[a:b]) + c.flush()
+    return out
 
 
 def split(records: list[bytes], sizes: list[int]) -> list[list[bytes]]:

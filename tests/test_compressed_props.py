@@ -5,13 +5,19 @@ inflating from any seek point gives what zlib gives from the start."""
 from __future__ import annotations
 
 import gzip
-import itertools
 import os
 import tempfile
 import zlib
 
 import numpy as np
-from helpers import IMPLEMENTATIONS, implementation, ref_ofrecord, ref_tfrecord, write_raw
+from helpers import (
+    IMPLEMENTATIONS,
+    implementation,
+    ref_ofrecord,
+    ref_tfrecord,
+    write_raw,
+    zlib_pack,
+)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -80,17 +86,6 @@ def _mixed_records(seed: int) -> list[bytes]:
 RAWS = {"text": ref_tfrecord(_big_records(7)), "mixed": ref_tfrecord(_mixed_records(8))}
 
 
-def _pack(raw: bytes, compression: str, level: int, members: int) -> bytes:
-    """``raw`` as ``members`` concatenated gzip members or zlib streams, by zlib."""
-    wbits = 31 if compression == "gzip" else 15
-    cuts = np.linspace(0, len(raw), members + 1).astype(int).tolist()
-    out = b""
-    for a, b in itertools.pairwise(cuts):
-        c = zlib.compressobj(level, zlib.DEFLATED, wbits)
-        out += c.compress(raw[a:b]) + c.flush()
-    return out
-
-
 @settings(max_examples=30, deadline=None)
 @given(data=st.data(), compression=st.sampled_from(COMPRESSIONS),
        impl=st.sampled_from(IMPLEMENTATIONS), level=st.sampled_from([1, 6, 9]),
@@ -102,7 +97,7 @@ def test_any_seek_point_inflates_what_zlib_gives(data, compression, impl, level,
     spacing: from every seek point (with its window cut to what follows it), inflating any
     length gives the bytes of a full decompression."""
     raw = RAWS[kind]
-    packed = _pack(raw, compression, level, members)
+    packed = zlib_pack(raw, compression, level, members)
     with tempfile.TemporaryDirectory() as d:
         path = write_raw(os.path.join(d, "f"), packed)
         with implementation("compiled"):
