@@ -73,10 +73,14 @@ FETCH_SLACK = 256
 
 def fetch_field(bound: int | None) -> int:
     """The stored form of a fetch bound in bytes (``None``, or too large to store: 0)."""
-    if bound is None:
-        return 0
-    units = -(-max(0, bound) // FETCH_UNIT) + 1
-    return units if units <= 0xFFFF else 0
+    return 0 if bound is None else int(fetch_fields(np.array([bound]))[0])
+
+
+def fetch_fields(bounds: np.ndarray) -> np.ndarray:
+    """:func:`fetch_field` for many bounds (``int64``; none is ``None``)."""
+    units = -(-np.maximum(0, np.asarray(bounds, dtype=np.int64)) // FETCH_UNIT) + 1
+    found: np.ndarray = np.where(units <= 0xFFFF, units, 0)
+    return found
 
 
 def fetch_bounds(outs: np.ndarray, ins: np.ndarray, marks_out: np.ndarray,

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from ..formats.compression import RAW_WBITS, TRAILER_BYTES, WBITS, starts_stream
-from ..formats.seekpoints import FETCH_STEP, SeekKind, fetch_bounds, fetch_field, make_table
+from ..formats.seekpoints import FETCH_STEP, SeekKind, fetch_bounds, fetch_fields, make_table
 from ..formats.sidecar_header import Compression
 from ..storage import Storage
 from ..storage.readahead import ReadAhead
@@ -195,15 +195,15 @@ class InflatedStream:
         if len(points) < 2 or not self._primes:
             return
         outs, ins = (np.array(c, dtype=np.int64) for c in zip(*points, strict=True))
-        base = np.array([0, 0], dtype=np.int64)
-        marks = []
-        for in0, out0, raw in self._noted:
-            base[:] = in0, out0
-            marks.append(np.frombuffer(raw, dtype=np.int64).reshape(-1, 2) + base)
-        noted = np.concatenate(marks) if marks else np.zeros((0, 2), dtype=np.int64)
+        noted = np.frombuffer(b"".join(raw for _, _, raw in self._noted),
+                              dtype=np.int64).reshape(-1, 2)
+        steps = [len(raw) // 16 for _, _, raw in self._noted]  # pairs per call
+        noted = noted + np.repeat(np.array([(in0, out0) for in0, out0, _ in self._noted],
+                                           dtype=np.int64).reshape(-1, 2), steps, axis=0)
         bounds = fetch_bounds(outs, ins, noted[:, 1], noted[:, 0])
-        for k, bound in enumerate(bounds.tolist(), start=first):
-            self._points[k][6] = 0 if self._noted_lost else fetch_field(bound)
+        fields = [0] * len(bounds) if self._noted_lost else fetch_fields(bounds).tolist()
+        for k, field in enumerate(fields, start=first):
+            self._points[k][6] = field
         self._bounded = first + len(bounds)
         self._noted.clear()
         self._noted_lost = False
