@@ -307,7 +307,7 @@ class SeekTable:
 
     def compressed_start(self, k: int) -> int:
         """The first compressed byte inflating from point ``k`` needs."""
-        return int(self.in_[k]) - (1 if self.bits[k] else 0)
+        return int(self.compressed_starts(np.array([k]))[0])
 
     def compressed_starts(self, ks: np.ndarray) -> np.ndarray:
         """:meth:`compressed_start` for many points (``int64``)."""

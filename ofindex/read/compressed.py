@@ -57,8 +57,8 @@ def read_record(storage: Storage, path: str, sc: Sidecar, record: int, fmt: Reco
     url = storage.url(path)
     full = seeks.compressed_end(end)
     views = _mapped_views(storage, path, [(a, full)])
-    src = views[0] if views is not None else storage.read(path, a, _fetch_end(
-        storage, seeks, k, end))
+    src = views[0] if views is not None else storage.read(path, a, int(_fetch_ends(
+        storage, seeks, np.array([k]), np.array([end]))[0]))
     buf, base = _inflate_piece(storage, path, url, sc, k, end, src, a, full, np.array([end]),
                                rec)
     try:
@@ -119,8 +119,8 @@ def read_records(storage: Storage, path: str, sc: Sidecar, records: np.ndarray,
         done = (list(pool.map(piece, range(len(pieces)), views)) if pool is not None
                 else [piece(j, views[j]) for j in range(len(pieces))])
     else:
-        fetch_ends = full_ends if storage.cheap_seeks else seeks.estimated_ends(ks, reaches)
-        wanted = list(zip(first_in.tolist(), fetch_ends.tolist(), strict=True))
+        wanted = list(zip(first_in.tolist(), _fetch_ends(storage, seeks, ks, reaches).tolist(),
+                          strict=True))
         done = _fetch_and_inflate(storage, path, wanted, piece, pool)
     out = np.empty(len(records), dtype=object)
     for (_, lo, hi), got in zip(pieces, done, strict=True):
@@ -177,13 +177,14 @@ def _mapped_views(storage: Storage, path: str,
     return None
 
 
-def _fetch_end(storage: Storage, seeks: SeekTable, k: int, reach: int) -> int:
-    """Where to stop reading the span from point ``k`` to uncompressed ``reach``: its end on
-    local files, an estimate of what is needed on remote ones (the rest is read only when it
-    falls short: :func:`_inflate_piece`)."""
+def _fetch_ends(storage: Storage, seeks: SeekTable, ks: np.ndarray,
+                reaches: np.ndarray) -> np.ndarray:
+    """Where to stop reading the spans from points ``ks`` to uncompressed ``reaches``: their
+    ends on local files, an estimate of what is needed on remote ones (the rest is read only
+    when it falls short: :func:`_inflate_piece`)."""
     if storage.cheap_seeks:
-        return seeks.compressed_end(reach)
-    return seeks.estimated_end(k, reach)
+        return seeks.compressed_ends(reaches)
+    return seeks.estimated_ends(ks, reaches)
 
 
 def _fetch_and_inflate(storage: Storage, path: str, spans: list[tuple[int, int]],

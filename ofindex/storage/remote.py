@@ -35,7 +35,6 @@ from .stamp import FileStamp, fingerprint_from_info
 #: Filesystems of parent processes, kept alive after a fork so that their finalizers never
 #: run in the child (they would try to close sessions on the parent's dead event loop).
 _ORPHANS: list[Any] = []
-_HTTP = HTTP_PROTOCOLS
 
 
 class FsspecStorage(Storage):
@@ -121,13 +120,14 @@ class FsspecStorage(Storage):
             return self._fs
 
     def url(self, path: str) -> str:
-        if self.protocol in _HTTP or "://" in path:
+        if self.protocol in HTTP_PROTOCOLS or "://" in path:
             return path
         return f"{self.protocol}://{path}"
 
     def max_gap_for(self, path: str) -> int:
         # far-apart ranges share a multi-range request: read only through gaps worth a part
-        if self.protocol in _HTTP and multirange.SUPPORT.get(multirange.host_of(self.url(path))):
+        if self.protocol in HTTP_PROTOCOLS and multirange.SUPPORT.get(
+                multirange.host_of(self.url(path))):
             return multirange.MULTI_RANGE_GAP
         return self.default_max_gap
 
@@ -324,7 +324,7 @@ class FsspecStorage(Storage):
 
     async def _cat_async(self, fs: Any, path: str, start: int, end: int) -> bytes:
         coro: Awaitable[bytes]
-        if self.protocol in _HTTP:
+        if self.protocol in HTTP_PROTOCOLS:
             coro = http_range(fs, path, start, end)
         else:
             coro = fs._cat_file(path, start=start, end=end)
@@ -348,7 +348,7 @@ class FsspecStorage(Storage):
         return f
 
     def exists(self, path: str) -> bool:
-        if self.protocol in _HTTP:  # fsspec's HTTP exists() says False on a 503
+        if self.protocol in HTTP_PROTOCOLS:  # fsspec's HTTP exists() says False on a 503
             try:
                 self.stamp(path)
             except FileNotFoundError:
@@ -367,7 +367,7 @@ class FsspecStorage(Storage):
         self._sizes.pop(path, None)
 
     def expand(self, pattern: str) -> list[str]:
-        if self.protocol in _HTTP and not any(c in pattern for c in "*?[") \
+        if self.protocol in HTTP_PROTOCOLS and not any(c in pattern for c in "*?[") \
                 and not pattern.endswith("/"):
             # listing a web page downloads it: a URL without a trailing slash is a file
             return [pattern] if self.exists(pattern) else []
