@@ -23,6 +23,7 @@ import uuid
 
 import pytest
 from fuzzkit import Tally, budget, guarded
+from helpers import reseal_manifest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -120,7 +121,9 @@ def tampered(draw, doc: dict, secret: str, outside: str) -> bytes:
                 b'{"ofindex_manifest": 1, "shards": ' + b"[" * depth + b"]" * depth + b"}")
         shards = doc.get("shards") if isinstance(doc.get("shards"), dict) else {
             "name": [""], "records": [0], "size": [0], "fingerprint": [""]}
-    return json.dumps(doc).encode()
+    if draw(st.booleans()):  # the checksum left stale (a bad copy): refused at once
+        return json.dumps(doc).encode()
+    return reseal_manifest(doc)  # a forged checksum: every other check must still hold
 
 
 def _read_all(path: str) -> list[bytes]:
@@ -225,6 +228,10 @@ def test_a_manifest_cannot_name_a_file_outside_its_directory(tmp_path, where, na
                          "<url>": secret}.get(name, name)
     shards["records"][0], shards["size"][0] = header.count, header.stamp.size
     shards["fingerprint"][0] = header.stamp.fingerprint
-    fs.pipe_file(f"{base}/data/{MANIFEST_NAME}", json.dumps(doc).encode())
+    shards["body_crc"][0] = header.body_crc
+    fs.pipe_file(f"{base}/data/{MANIFEST_NAME}", json.dumps(doc).encode())  # checksum stale
+    with pytest.raises(ofindex.SidecarError, match="fails its checksum"):
+        _read_all(f"{base}/data/")
+    fs.pipe_file(f"{base}/data/{MANIFEST_NAME}", reseal_manifest(doc))  # checksum forged too
     with pytest.raises(ofindex.SidecarError, match="not a file of the data directory"):
         _read_all(f"{base}/data/")

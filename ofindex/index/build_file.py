@@ -13,7 +13,7 @@ from ..errors import StaleIndexError
 from ..formats.detect import HEAD_BYTES, detect_layout
 from ..formats.framing import RecordFormat
 from ..formats.seekpoints import DEFAULT_SPACING
-from ..formats.sidecar import encode_sidecar
+from ..formats.sidecar import decode_header, encode_sidecar
 from ..formats.sidecar_header import Compression
 from ..storage import FileStamp, Storage
 from ..storage.readahead import ReadAhead
@@ -44,6 +44,8 @@ class BuildResult:
         uncompressed_size: Size of its decompressed stream (``size`` when not compressed).
         index_bytes: Size of the sidecar written.
         seek_points: Seek points in the sidecar (compressed files).
+        body_crc: The sidecar's body CRC (which version of the sidecar this is, for the
+            manifest), or ``None`` when no sidecar was written.
     """
 
     data_url: str
@@ -59,6 +61,7 @@ class BuildResult:
     uncompressed_size: int = -1
     index_bytes: int = 0
     seek_points: int = 0
+    body_crc: int | None = None
 
     @property
     def index_fraction(self) -> float:
@@ -153,8 +156,9 @@ def build_file(
         spacing=spacing if table is not None else 0, uncompressed_size=usize, checksums=sums,
     )
     index_storage.write_atomic(index_path, [header, body])
-    return _result(url, index_storage.url(index_path), fmt, result, stamp, compression, usize,
-                   len(header) + len(body), 0 if table is None else len(table))
+    built = _result(url, index_storage.url(index_path), fmt, result, stamp, compression, usize,
+                    len(header) + len(body), 0 if table is None else len(table))
+    return dataclasses.replace(built, body_crc=decode_header(header, path=built.index_url).body_crc)
 
 
 def _check_unchanged(storage: Storage, path: str, stamp: FileStamp) -> None:

@@ -166,8 +166,15 @@ def build_location(
             location.index_dir, [r.records for r in results], [r.size for r in results],
             [r.fingerprint for r in results], location.storage_options,
             partial=[r.partial for r in results], compressions=[r.compression for r in results],
+            body_crcs=_body_crcs(results),
         )
     return results
+
+
+def _body_crcs(results: list[BuildResult]) -> list[int] | None:
+    """Each sidecar's body CRC for the manifest (``None`` if one is unknown)."""
+    crcs = [r.body_crc for r in results]
+    return None if None in crcs else [c for c in crcs if c is not None]
 
 
 def _manifest_target(

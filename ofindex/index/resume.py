@@ -79,4 +79,5 @@ def fresh_result(
                        header.count, stamp.size, fingerprint=stamp.fingerprint, skipped=True,
                        compression=header.compression,
                        uncompressed_size=header.uncompressed_size,
-                       index_bytes=layout_of(header).end, seek_points=header.seek_points)
+                       index_bytes=layout_of(header).end, seek_points=header.seek_points,
+                       body_crc=header.body_crc)

@@ -48,9 +48,11 @@ _SCHEMA = (
 )
 
 
-def sidecar_key(index_url: str, stamp: FileStamp) -> bytes:
-    """The key of one version of one sidecar: its URL and its data file's stamp."""
-    text = f"{index_url}\0{stamp.size}\0{stamp.fingerprint}".encode()
+def sidecar_key(index_url: str, stamp: FileStamp, body_crc: int | None = None) -> bytes:
+    """The key of one version of one sidecar: its URL, its data file's stamp and, when the
+    manifest names it, its body CRC (a sidecar rebuilt for a file of the same size and mtime
+    is another version)."""
+    text = f"{index_url}\0{stamp.size}\0{stamp.fingerprint}\0{body_crc}".encode()
     return hashlib.sha256(text).digest()[:16]
 
 

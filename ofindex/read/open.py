@@ -128,10 +128,10 @@ def open(
     parse_compression(compression)  # refuse a bad name before any work
     options = OpenOptions(format, verify, decode, build_missing, check_stale,
                           SidecarCache(cache_bytes, cache_dir, cache_dir_bytes), compression)
+    if mmap and type(location.storage) is LocalStorage:  # decided before any shard is made
+        location = dataclasses.replace(location, storage=MappedLocalStorage())
     ds = open_location(location, options)
     warn_partial(ds)
-    if mmap and type(ds._storage) is LocalStorage:
-        ds._storage = MappedLocalStorage()
     storage = ds._storage
     if max_concurrency is not None and hasattr(storage, "max_concurrency"):
         storage.max_concurrency = max(1, int(max_concurrency))
@@ -145,7 +145,11 @@ def open_location(location: DatasetLocation, options: OpenOptions) -> Dataset:
     if location.manifest is not None:
         return _open_manifest(location, options)
     storage = location.storage
-    shards = [Shard(f, *location.sidecar_of(f), cache=options.cache, url=storage.url(f))
+    # with check_stale, every (re)load of a sidecar in any process stats its data file and
+    # checks it (and the storage then checks every opening of the file against that stamp)
+    data_storage = storage if options.check_stale else None
+    shards = [Shard(f, *location.sidecar_of(f), cache=options.cache, url=storage.url(f),
+                    data_storage=data_storage)
               for f in location.files]
     if options.build_missing:
         missing = [s.path for s in shards if not s.index_storage.exists(s.index_path)]
@@ -156,23 +160,23 @@ def open_location(location: DatasetLocation, options: OpenOptions) -> Dataset:
                            compression=options.compression)
     fmt = None if options.format == "auto" else RecordFormat.parse(options.format)
     want = parse_compression(options.compression)
-    prefetch_sidecars(shards)
+    # headers only: each sidecar's offsets are checked against its CRC on first read
+    prefetch_sidecars(shards, check_body=False)
     for shard in shards:
-        sc = shard.sidecar
-        if options.check_stale:
-            sc.check_fresh(storage.stamp(shard.path), storage.url(shard.path))
-        _check_compression(shard.index_url, sc.compression, want)
+        header = shard.header
+        _check_compression(shard.index_url, header.compression, want)
         if fmt is None:
-            fmt = sc.format
-        elif sc.format is not fmt:
+            fmt = header.format
+        elif header.format is not fmt:
             raise SidecarError(
                 f"{shard.index_url}: indexed as "
-                f"{sc.format.name.lower()} but the dataset is {fmt.name.lower()}; all shards "
-                "must share one format (or rebuild with the right `--format`)"
+                f"{header.format.name.lower()} but the dataset is {fmt.name.lower()}; all "
+                "shards must share one format (or rebuild with the right `--format`)"
             )
     return Dataset(storage, shards, fmt or RecordFormat.TFRECORD, verify=options.verify,
                    decode=options.decode,
-                   compressed=any(s.sidecar.compressed for s in shards))
+                   compressed=any(s.header.compression is not Compression.NONE
+                                  for s in shards))
 
 
 def _check_compression(where: str, got: Compression, want: Compression | None) -> None:
@@ -199,14 +203,16 @@ def _open_manifest(location: DatasetLocation, options: OpenOptions) -> Dataset:
     if local:  # listing a local directory is cheap: refuse a manifest of other files first
         assert location.directory is not None
         _check_listing(storage, location.directory, m.names)
-    lazy_stat = options.check_stale and not local
     partial = set(m.partial)
+    # with check_stale, each shard's data file is stat-ed and checked whenever its sidecar is
+    # (re)loaded in a process (remote: in the round that fetches its pages)
+    crcs = m.body_crcs if m.body_crcs is not None else [None] * len(m.names)
     shards = [
         Shard(path, *location.sidecar_of(path), records, size, fingerprint=fp,
-              cache=options.cache, data_storage=storage if lazy_stat else None,
-              url=storage.url(path), partial=name in partial)
-        for path, name, records, size, fp in zip(location.files, m.names, m.records, m.sizes,
-                                                 m.fingerprints, strict=True)
+              cache=options.cache, data_storage=storage if options.check_stale else None,
+              url=storage.url(path), partial=name in partial, body_crc=crc)
+        for path, name, records, size, fp, crc in zip(location.files, m.names, m.records,
+                                                      m.sizes, m.fingerprints, crcs, strict=True)
     ]
     if local and options.check_stale:  # stat-ing local files is cheap: check now, as
         assert location.directory is not None  # without a manifest
@@ -252,9 +258,11 @@ def _check_listing(storage: Storage, data_dir: str, names: list[str]) -> None:
 
 def _check_stamps(storage: Storage, data_dir: str, shards: list[Shard]) -> None:
     for s in shards:
-        why = FileStamp(s.size, s.fingerprint or "").mismatch(storage.stamp(s.path))
+        current = storage.stamp(s.path)
+        why = FileStamp(s.size, s.fingerprint or "").mismatch(current)
         if why:
             raise StaleIndexError(
                 f"{storage.url(s.path)}: {why} since the dataset manifest was written; run "
                 f"`ofindex build {data_dir}` again"
             )
+        storage.expect(s.path, current)  # every later opening must be this same file

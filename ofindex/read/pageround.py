@@ -15,6 +15,7 @@ from ..formats.sidecar_header import HEADER_SIZE
 from ..storage import FileStamp, Storage
 from .pages import (
     Pager,
+    check_bounds,
     header_fetch_bytes,
     page_range,
     pager_of,
@@ -205,6 +206,7 @@ def _from_node(paged: list[_Want], found: dict[bytes, bytes]) -> None:
             count = min(pg.page_records, w.shard.records - page * pg.page_records) + 1
             if blob is not None and len(blob) == 8 * count:
                 arr = np.frombuffer(blob, dtype="<u8")
+                check_bounds(w.shard, pg, page * pg.page_records, arr)
                 w.pages[page] = arr
                 w.shard.cache.pages.put((id(w.shard), page), arr)  # type: ignore[union-attr]
             else:
@@ -261,6 +263,7 @@ def _take(rnd: _Round, w: _Want, to_node: list[tuple[bytes, bytes]]) -> None:
         indexed = shard._expected()  # the checked header's stamp
         assert indexed is not None
         _check_fresh(shard, indexed, current)
+        shard.data_storage.expect(shard.path, current)
         pg.fresh = True
     cache = shard.cache
     assert cache is not None
@@ -269,7 +272,7 @@ def _take(rnd: _Round, w: _Want, to_node: list[tuple[bytes, bytes]]) -> None:
         if isinstance(got, BaseException):
             raise got
         for page, arr in split_pages(pg, shard.records, first, last,
-                                     memoryview(got)[skip:]).items():
+                                     memoryview(got)[skip:], shard).items():
             w.pages[page] = arr
             cache.pages.put((id(shard), page), arr)
             to_node.append((pg.page_key(page), arr.tobytes()))

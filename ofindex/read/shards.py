@@ -118,7 +118,8 @@ class SidecarCache:
         key = hashlib.sha256(index_url.encode("utf-8")).hexdigest()[:32]
         return os.path.join(self.cache_dir, key + ".ofidx")
 
-    def from_disk(self, index_url: str, expect: FileStamp, records: int) -> Sidecar | None:
+    def from_disk(self, index_url: str, expect: FileStamp, records: int,
+                  body_crc: int | None = None) -> Sidecar | None:
         path = self.disk_path(index_url)
         if path is None or not os.path.exists(path):
             return None
@@ -126,7 +127,8 @@ class SidecarCache:
             sc = open_local_sidecar(path)
         except (SidecarError, OSError, ValueError):
             return None
-        if sc.header.count != records or sc.header.stamp != expect:
+        if sc.header.count != records or sc.header.stamp != expect or (
+                body_crc is not None and sc.header.body_crc != body_crc):
             return None  # an older version: fetch again
         return sc
 
@@ -151,6 +153,8 @@ class Shard:
     __slots__ = (
         "_pid",
         "_sidecar",
+        "_unchecked",
+        "body_crc",
         "cache",
         "data_storage",
         "data_url",
@@ -167,8 +171,10 @@ class Shard:
     def __init__(self, path: str, index_storage: Storage, index_path: str,
                  records: int = -1, size: int = -1, *, fingerprint: str | None = None,
                  data_storage: Storage | None = None, cache: SidecarCache | None = None,
-                 url: str | None = None, partial: bool = False) -> None:
+                 url: str | None = None, partial: bool = False,
+                 body_crc: int | None = None) -> None:
         self.path = path
+        self.body_crc = body_crc  # the sidecar version the manifest names (None: any)
         self.partial = partial
         self.data_url = path if url is None else url
         self.index_storage = index_storage
@@ -180,28 +186,39 @@ class Shard:
         # local sidecars are memory-mapped (page cache, not heap): only remote ones are counted
         self.cache = None if index_storage.cheap_seeks else cache
         self._sidecar: Sidecar | None = None
+        # opened for its header in this process (by open), its offsets not checked yet
+        self._unchecked: Sidecar | None = None
         self._pid = -1
         self.pager: Any = None  # paged reads' state in this process (ofindex.read.pages)
 
     def __getstate__(self) -> tuple[Any, ...]:
         return (self.path, self.index_storage, self.index_path, self.records, self.size,
-                self.fingerprint, self.data_storage, self.cache, self.data_url, self.partial)
+                self.fingerprint, self.data_storage, self.cache, self.data_url, self.partial,
+                self.body_crc)
 
     def __setstate__(self, state: tuple[Any, ...]) -> None:
-        path, ist, ipath, records, size, fingerprint, data_storage, cache, url, partial = state
+        (path, ist, ipath, records, size, fingerprint, data_storage, cache, url, partial,
+         body_crc) = state
         Shard.__init__(self, path, ist, ipath, records, size, fingerprint=fingerprint,
-                       data_storage=data_storage, cache=cache, url=url, partial=partial)
+                       data_storage=data_storage, cache=cache, url=url, partial=partial,
+                       body_crc=body_crc)
 
     def __repr__(self) -> str:
         return f"Shard({self.path!r}, {self.records} records)"
 
     def unload(self) -> None:
         """Drop this process's copy of the sidecar (it is reopened on the next read)."""
-        self._sidecar = None
+        self._sidecar = self._unchecked = None
 
     @property
     def loaded(self) -> bool:
+        """Whether this process holds the sidecar, its offsets checked, ready for reads."""
         return self._sidecar is not None and self._pid == os.getpid()
+
+    @property
+    def opened(self) -> bool:
+        """Whether this process holds the sidecar, checked or only its header."""
+        return (self._sidecar or self._unchecked) is not None and self._pid == os.getpid()
 
     @property
     def sidecar(self) -> Sidecar:
@@ -211,6 +228,16 @@ class Shard:
         if self.cache is not None:
             self.cache.touch(self)
         return sc
+
+    @property
+    def header(self) -> SidecarHeader:
+        """The sidecar's header, checked against what the dataset expects; opening it does not
+        check the offsets yet (the first read does)."""
+        if self._pid == os.getpid():
+            sc = self._sidecar or self._unchecked
+            if sc is not None:
+                return sc.header
+        return self.load(check_body=False).header
 
     @property
     def index_url(self) -> str:
@@ -224,14 +251,14 @@ class Shard:
         expect = self._expected()
         if self.cache is None or expect is None or self.index_storage.cheap_seeks:
             return None
-        return self.cache.from_disk(self.index_url, expect, self.records)
+        return self.cache.from_disk(self.index_url, expect, self.records, self.body_crc)
 
     def _not_found(self) -> IndexNotFoundError:
         return missing_indexes([self], 1)
 
     def _from_raw(self, raw: bytes) -> tuple[Sidecar, int]:
         """Parse a fetched remote sidecar; keep a disk copy when there is a cache_dir."""
-        sc = parse_sidecar(raw, path=self.index_url)
+        sc = parse_sidecar(raw, path=self.index_url, data_url=self.data_url)
         cache, expect = self.cache, self._expected()
         if (cache is not None and expect is not None and cache.cache_dir is not None
                 and sc.header.count == self.records and sc.header.stamp == expect):
@@ -254,24 +281,50 @@ class Shard:
             raise self._not_found() from None
         return self._from_raw(raw)
 
-    def load(self) -> Sidecar:
-        """Open (or fetch) the sidecar and check it against what the dataset expects."""
+    def load(self, *, check_body: bool = True) -> Sidecar:
+        """Open (or fetch) the sidecar and check it against what the dataset expects (and,
+        with ``data_storage``, the data file against it); with ``check_body`` also its offsets
+        against their CRC, before any record is read through them.
+
+        Raises:
+            IndexNotFoundError: There is no sidecar.
+            StaleIndexError: It disagrees with the data file or the manifest.
+            SidecarError: It is corrupt.
+        """
+        pending = self._unchecked if self._pid == os.getpid() else None
+        if pending is not None:  # opened for its header in this process: only its offsets
+            return pending if not check_body else self._publish(pending, 0)  # are left
+        if self.data_storage is self.index_storage and not self.index_storage.cheap_seeks:
+            prefetch_sidecars([self], check_body=check_body)  # sidecar and stat: one round
+            loaded = self._sidecar or self._unchecked
+            assert loaded is not None
+            return loaded
         sc, nbytes = self._fetch()
         current = None
         if self.data_storage is not None:
             current = self.data_storage.stamp(self.path)
-        return self._accept(sc, nbytes, current)
+        return self._accept(sc, nbytes, current, check_body=check_body)
 
-    def _accept(self, sc: Sidecar, nbytes: int, current: FileStamp | None) -> Sidecar:
+    def _accept(self, sc: Sidecar, nbytes: int, current: FileStamp | None, *,
+                check_body: bool = True) -> Sidecar:
         h = sc.header
         self.check_header(h)
         if current is not None and self.data_storage is not None:
             sc.check_fresh(current, self.data_storage.url(self.path))
+            self.data_storage.expect(self.path, current)
         self.records = h.count
         self.size = h.stamp.size
         self.partial = h.partial
-        self._sidecar = sc
         self._pid = os.getpid()
+        if not check_body and not sc.body_checked:
+            self._unchecked = sc
+            return sc
+        return self._publish(sc, nbytes)
+
+    def _publish(self, sc: Sidecar, nbytes: int) -> Sidecar:
+        """Check the offsets (once) and make the sidecar the one reads use in this process."""
+        sc.check_offsets(self.data_url)
+        self._sidecar, self._unchecked = sc, None
         nbytes += sc.decoded_bytes  # packed offsets, decoded in memory even when mapped
         if self.cache is not None and nbytes:
             self.cache.add(self, nbytes)
@@ -285,6 +338,13 @@ class Shard:
             SidecarError: It changed since the dataset was opened.
         """
         expect = self._expected()
+        if self.body_crc is not None and h.body_crc != self.body_crc:
+            raise StaleIndexError(
+                f"{self.index_url}: this sidecar was rebuilt after the dataset manifest was "
+                f"written (its body CRC is 0x{h.body_crc:08x}, the manifest names "
+                f"0x{self.body_crc:08x}); the manifest is out of date — run `ofindex build "
+                "<dataset directory>` again"
+            )
         if expect is not None:
             if h.count != self.records or h.stamp != expect:
                 raise StaleIndexError(
@@ -300,27 +360,35 @@ class Shard:
 
     @property
     def format(self) -> RecordFormat:
-        return self.sidecar.format
+        return self.header.format
 
 
-def prefetch_sidecars(shards: Iterable[Shard]) -> None:
+def prefetch_sidecars(shards: Iterable[Shard], *, check_body: bool = True) -> None:
     """Load the sidecars of ``shards`` not loaded yet in this process. Remote ones are fetched
     all at once, together with the data files' stamps for the staleness check (one round trip
-    instead of two per shard)."""
-    cold = [s for s in shards if not s.loaded]
+    instead of two per shard). ``check_body=False`` leaves the offsets of memory-mapped
+    sidecars to be checked against their CRC when their shard is first read."""
+    cold = []
+    for s in shards:
+        if s.loaded:
+            continue
+        if s.opened:  # its header is checked in this process: nothing to fetch
+            s.load(check_body=check_body)
+        else:
+            cold.append(s)
     if not cold:
         return
     ist = cold[0].index_storage
     dst = cold[0].data_storage
     batched = (  # local sidecars are memory-mapped one by one instead
-        len(cold) > 1 and not ist.cheap_seeks
+        not ist.cheap_seeks
         and all(s.index_storage is ist and s.data_storage is dst for s in cold)
     )
     missing: list[Shard] = []
     if not batched:
         for s in cold:
             try:
-                s.load()
+                s.load(check_body=check_body)
             except IndexNotFoundError:
                 missing.append(s)
         if missing:
@@ -353,7 +421,7 @@ def prefetch_sidecars(shards: Iterable[Shard]) -> None:
         current = stamps[k] if stat_paths else None
         if isinstance(current, BaseException):
             raise current
-        s._accept(sc, nbytes, current)
+        s._accept(sc, nbytes, current, check_body=check_body)
     if missing:
         raise missing_indexes(missing, len(cold))
 

@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from typing import IO, Any, TypeVar
 
 from ..errors import RangeReadError
-from .stamp import FileStamp
+from .stamp import ExpectedFiles, FileStamp
 
 
 class Storage(abc.ABC):
@@ -25,6 +25,24 @@ class Storage(abc.ABC):
     default_max_gap: int = 1 << 20
     #: True when :meth:`mapped` can hand out whole files as buffers (memory maps).
     maps_files: bool = False
+
+    #: The stamps data files were checked against (see :meth:`expect`).
+    expected: ExpectedFiles
+
+    def expect(self, path: str, stamp: FileStamp) -> None:
+        """Remember that ``path`` must be the file ``stamp`` describes (its index was checked
+        against it): every later opening of the file in any process (first read, after
+        ``fork``, after :meth:`close`) checks that it still is.
+
+        Args:
+            path: A data file.
+            stamp: Its stamp as just read with :meth:`stamp` (with a file identity where the
+                storage has one).
+
+        Raises:
+            StaleIndexError: ``path`` is already expected to be another file.
+        """
+        self.expected.expect(path, stamp, self.url(path))
 
     def max_gap_for(self, path: str) -> int:
         """The gap to read through between two wanted ranges of ``path`` for a batch, as it

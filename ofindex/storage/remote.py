@@ -30,7 +30,7 @@ from .failures import missing_extra
 from .gather import gather_ranges
 from .listing import list_files
 from .retry import RetryPolicy, retry_async, retry_sync
-from .stamp import FileStamp, fingerprint_from_info
+from .stamp import ExpectedFiles, FileStamp, fingerprint_from_info
 
 #: Filesystems of parent processes, kept alive after a fork so that their finalizers never
 #: run in the child (they would try to close sessions on the parent's dead event loop).
@@ -73,15 +73,19 @@ class FsspecStorage(Storage):
         self._lock = threading.Lock()
         self.requests = 0
         self.bytes_read = 0
+        self.expected = ExpectedFiles()
 
     def __getstate__(self) -> dict[str, Any]:
         return {"protocol": self.protocol, "storage_options": self.storage_options,
                 "max_concurrency": self.max_concurrency,
                 "max_inflight_bytes": self.max_inflight_bytes, "retry": self.retry,
-                "request_timeout": self.request_timeout}
+                "request_timeout": self.request_timeout, "expected": self.expected}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
+        expected = state.pop("expected", None)
         FsspecStorage.__init__(self, state.pop("protocol"), state.pop("storage_options"), **state)
+        if isinstance(expected, ExpectedFiles):
+            self.expected = expected
 
     def __repr__(self) -> str:
         return f"FsspecStorage({self.protocol!r})"
