@@ -12,6 +12,7 @@ from conftest import _make_backend
 
 import ofindex
 from ofindex.cli.synthetic import write_dataset
+from ofindex.read.cachedir import entry_name
 from ofindex.read.nodecache import NodeCache, sidecar_key
 from ofindex.storage import FileStamp
 
@@ -96,9 +97,10 @@ def test_concurrent_writers_and_readers(tmp_path):
 
 def test_size_is_bounded_with_eviction(tmp_path):
     cache = NodeCache(str(tmp_path / "node"), max_bytes=20_000)
-    side = tmp_path / "node" / "whole.ofidx"
-    cache.note_file(str(side), 3000)
+    name = entry_name("s3://bucket/whole.tfrecord.ofidx")
+    side = tmp_path / "node" / name
     side.write_bytes(b"x" * 3000)
+    cache.note_file(name, 3000)
     for k in range(100):
         cache.put([(b"page-%03d" % k, bytes(500))])
         assert cache.held_bytes() <= 20_000

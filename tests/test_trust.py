@@ -213,3 +213,28 @@ def test_node_cache_after_a_same_stamp_rebuild(nginx_server, tmp_path):
     ofindex.build_index(root, resume=False)  # the index (and manifest) rebuilt
     ds = ofindex.open(url, cache_dir=cache)
     assert ds.__getitems__(picks) == [new[i] for i in picks]
+
+
+def test_damaged_node_cache_entries_are_misses(nginx_server, tmp_path):
+    """Pages and headers found in the node cache are checked like fetched ones: a damaged or
+    tampered entry is fetched again, never read through and never an error."""
+    import sqlite3
+
+    root = os.path.join(nginx_server.root, "damaged-cache")
+    shutil.rmtree(root, ignore_errors=True)
+    os.makedirs(root)
+    records = [bytes([i % 251]) * (50 + i % 7) for i in range(3000)]
+    with ofindex.Writer(os.path.join(root, "a.tfrecord")) as w:
+        w.write_many(records)
+    ofindex.build_index(root)
+    url, cache = nginx_server.url + "/damaged-cache/", str(tmp_path / "cache")
+    picks = [5, 1500, 2999, 700]
+    with ofindex.open(url, cache_dir=cache) as ds:
+        assert ds.__getitems__(picks) == [records[i] for i in picks]
+    db = sqlite3.connect(os.path.join(cache, "ofindex-pages.sqlite3"))
+    with db:
+        changed = db.execute("UPDATE entries SET data = zeroblob(length(data))").rowcount
+    db.close()
+    assert changed >= 2  # a header and pages
+    with ofindex.open(url, cache_dir=cache) as ds:
+        assert ds.__getitems__(picks) == [records[i] for i in picks]

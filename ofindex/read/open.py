@@ -90,7 +90,13 @@ def open(
             (least recently used dropped first).
         cache_dir: A local directory holding one cache of sidecar pages and sidecars for
             every process of the machine (DataLoader workers, ranks); entries are valid only
-            while the manifest's stamps match (see :mod:`ofindex.read.nodecache`).
+            while the manifest's stamps match (see :mod:`ofindex.read.nodecache`). It is
+            created if missing and checked now; the cache is best effort: when it cannot be
+            used (a file, or a link to one, not writable, a database that is foreign, damaged
+            or a symbolic link …) the dataset reads without it and one
+            ``ofindex.read.nodecache.CacheDirWarning`` says why (workers it is pickled to do
+            not warn again). The cache only opens, writes and deletes files it names itself
+            inside the directory, never following symbolic links there.
         cache_dir_bytes: Bound on the bytes kept in ``cache_dir`` (least recently used
             evicted first).
         max_concurrency: Remote requests in flight at once for one batch (default 64).

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import StaleIndexError
+from ..errors import SidecarError, StaleIndexError
 from ..formats.sidecar_header import HEADER_SIZE
 from ..storage import FileStamp, Storage
 from .pages import (
@@ -195,7 +195,10 @@ def _from_node(paged: list[_Want], found: dict[bytes, bytes]) -> None:
         pg = w.pg
         raw = found.get(pg.header_key) if not pg.checked else None
         if raw is not None:
-            header = parse_page_header(w.shard, raw)
+            try:
+                header = parse_page_header(w.shard, raw)
+            except SidecarError:  # a damaged or tampered entry: a miss, fetched again
+                header = None
             if header is not None:
                 pg.accept(header)
         if not pg.checked:
@@ -204,14 +207,27 @@ def _from_node(paged: list[_Want], found: dict[bytes, bytes]) -> None:
         for page in w.missing:
             blob = found.get(pg.page_key(page))
             count = min(pg.page_records, w.shard.records - page * pg.page_records) + 1
-            if blob is not None and len(blob) == 8 * count:
-                arr = np.frombuffer(blob, dtype="<u8")
-                check_bounds(w.shard, pg, page * pg.page_records, arr)
+            arr = _cached_page(w.shard, pg, page, blob, count)
+            if arr is not None:
                 w.pages[page] = arr
                 w.shard.cache.pages.put((id(w.shard), page), arr)  # type: ignore[union-attr]
             else:
                 still.append(page)
         w.missing = still
+
+
+def _cached_page(shard: Shard, pg: Pager, page: int, blob: bytes | None,
+                 count: int) -> np.ndarray | None:
+    """A page found in the node cache, or ``None`` (a miss) when it is not there or does not
+    hold ``count`` bounds that any build could have written (a damaged or tampered entry)."""
+    if blob is None or len(blob) != 8 * count:
+        return None
+    arr = np.frombuffer(blob, dtype="<u8")
+    try:
+        check_bounds(shard, pg, page * pg.page_records, arr)
+    except SidecarError:
+        return None
+    return arr
 
 
 def _plan(rnd: _Round, w: _Want) -> None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import concurrent.futures as cf
 import contextlib
 import dataclasses
-import hashlib
 import os
 import threading
 from collections import OrderedDict
@@ -20,9 +19,10 @@ from typing import Any
 
 from ..errors import IndexNotFoundError, SidecarError, StaleIndexError, hint
 from ..formats.framing import RecordFormat
-from ..formats.sidecar import Sidecar, load_sidecar, open_local_sidecar, parse_sidecar
+from ..formats.sidecar import Sidecar, load_sidecar, parse_sidecar
 from ..formats.sidecar_header import SidecarHeader
-from ..storage import FileStamp, Storage, write_local_atomic
+from ..storage import FileStamp, Storage
+from .cachedir import entry_name
 from .nodecache import DEFAULT_NODE_BYTES, NodeCache
 from .pagecache import PageCache
 
@@ -52,8 +52,9 @@ class ShardInfo:
 class SidecarCache:
     """LRU of fetched remote sidecars and sidecar pages (:attr:`pages`), together bounded by
     ``max_bytes``; with ``cache_dir``, copies shared by every process of the machine
-    (:attr:`node`, bounded by ``cache_dir_bytes``). Picklable: a new process starts with an
-    empty memory cache."""
+    (:attr:`node`, bounded by ``cache_dir_bytes``; checked now, and not used when it cannot be:
+    :class:`~ofindex.read.nodecache.NodeCache`). Picklable: a new process starts with an
+    empty memory cache and the node cache's verdict."""
 
     def __init__(self, max_bytes: int = DEFAULT_CACHE_BYTES, cache_dir: str | None = None,
                  cache_dir_bytes: int = DEFAULT_NODE_BYTES) -> None:
@@ -69,11 +70,14 @@ class SidecarCache:
         self.node = (None if self.cache_dir is None
                      else NodeCache(self.cache_dir, self.cache_dir_bytes))
 
-    def __getstate__(self) -> tuple[int, str | None, int]:
-        return (self.max_bytes, self.cache_dir, self.cache_dir_bytes)
+    def __getstate__(self) -> tuple[int, int, NodeCache | None]:
+        return (self.max_bytes, self.cache_dir_bytes, self.node)
 
-    def __setstate__(self, state: tuple[int, str | None, int]) -> None:
-        SidecarCache.__init__(self, *state)
+    def __setstate__(self, state: tuple[int, int, NodeCache | None]) -> None:
+        max_bytes, cache_dir_bytes, node = state
+        SidecarCache.__init__(self, max_bytes, None, cache_dir_bytes)
+        self.cache_dir = None if node is None else node.directory
+        self.node = node  # not checked again: a directory found unusable was warned about
 
     def __repr__(self) -> str:
         return f"SidecarCache({len(self._lru)} sidecars, {self._bytes} of {self.max_bytes} bytes)"
@@ -113,33 +117,23 @@ class SidecarCache:
 
     # -- on-disk copies ---------------------------------------------------------------------
     def disk_path(self, index_url: str) -> str | None:
+        """Where the whole sidecar of ``index_url`` is kept in ``cache_dir`` (a name derived
+        from the URL), or ``None`` without a ``cache_dir``."""
         if self.cache_dir is None:
             return None
-        key = hashlib.sha256(index_url.encode("utf-8")).hexdigest()[:32]
-        return os.path.join(self.cache_dir, key + ".ofidx")
+        return os.path.join(self.cache_dir, entry_name(index_url))
 
     def from_disk(self, index_url: str, expect: FileStamp, records: int,
                   body_crc: int | None = None) -> Sidecar | None:
-        path = self.disk_path(index_url)
-        if path is None or not os.path.exists(path):
-            return None
-        try:
-            sc = open_local_sidecar(path)
-        except (SidecarError, OSError, ValueError):
-            return None
-        if sc.header.count != records or sc.header.stamp != expect or (
-                body_crc is not None and sc.header.body_crc != body_crc):
-            return None  # an older version: fetch again
-        return sc
+        """The copy kept in ``cache_dir``, if there is a valid one of this version (and, when
+        the manifest names it, of this body CRC)."""
+        return (None if self.node is None
+                else self.node.open_sidecar(index_url, expect, records, body_crc))
 
     def to_disk(self, index_url: str, raw: bytes) -> Sidecar | None:
-        path = self.disk_path(index_url)
-        if path is None:
-            return None
-        write_local_atomic(path, [raw])
-        if self.node is not None:
-            self.node.note_file(path, len(raw))
-        return open_local_sidecar(path)
+        """Keep a fetched sidecar in ``cache_dir``; it memory-mapped from there, or ``None``
+        (no usable ``cache_dir``, a full disk …: the caller keeps ``raw`` in memory)."""
+        return None if self.node is None else self.node.keep_sidecar(index_url, raw)
 
 
 class Shard:
