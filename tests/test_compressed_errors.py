@@ -169,9 +169,14 @@ def test_ofrecord_stream_checked_by_the_gzip_crc(tmp_path):
     with pytest.raises(CorruptRecordError, match="incorrect data check"):
         ofindex.build_index(path)
     write_raw(path, good)
-    ofindex.build_index(path)
+    ofindex.build_index(path, checksums=False)
     _write_keeping_stamp(path, bytes(packed))
     with pytest.raises(CorruptRecordError, match=r"compressed byte offset.*incorrect data"):
+        list(ofindex.open(path))
+    write_raw(path, good)  # with the default checksums, the record itself is named
+    ofindex.build_index(path, resume=False)
+    _write_keeping_stamp(path, bytes(packed))
+    with pytest.raises(CorruptRecordError, match=r"record \d+ at byte offset .*CRC32C mismatch"):
         list(ofindex.open(path))
 
 

@@ -238,3 +238,115 @@ def test_damaged_node_cache_entries_are_misses(nginx_server, tmp_path):
     assert changed >= 2  # a header and pages
     with ofindex.open(url, cache_dir=cache) as ds:
         assert ds.__getitems__(picks) == [records[i] for i in picks]
+
+
+# -- OFRecord payloads: checksums by default -------------------------------------------------
+
+OF_RECORDS = [bytes([65 + i % 26]) * (30 + 7 * i) for i in range(60)]
+
+
+def _flip_payload_in_place(path: str, packed: bytes, raw: bytes) -> int:
+    """Flip one bit of ``path`` (a stored-block gzip file of OFRecords ``raw``, or the raw
+    file itself) that lands in a payload byte, keeping size and mtime; returns the record."""
+    from helpers import ref_offsets
+
+    bounds = [*ref_offsets(OF_RECORDS, 8), len(raw)]
+    for at in range(len(packed) // 3, len(packed)):
+        bad = bytearray(packed)
+        bad[at] ^= 0x08
+        if packed is raw:
+            out = bytes(bad)
+        else:
+            import zlib
+            try:
+                out = zlib.decompressobj(-15).decompress(bytes(bad[10:-8]))
+            except zlib.error:
+                continue
+        diff = [i for i in range(min(len(out), len(raw))) if out[i] != raw[i]]
+        if len(out) == len(raw) and len(diff) == 1:
+            record = max(k for k, b in enumerate(bounds) if b <= diff[0])
+            if diff[0] >= bounds[record] + 8:  # a payload byte, not the length
+                st = os.stat(path)
+                with open(path, "r+b") as f:
+                    f.write(bytes(bad))
+                os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+                return record
+    raise AssertionError("no payload byte found")
+
+
+@pytest.mark.parametrize("gz", [True, False])
+@pytest.mark.parametrize("read", ["ds[i]", "__getitems__", "slice", "iter_records",
+                                  "iter_batches", "iter_batches(as_buffer)"])
+def test_ofrecord_payload_changed_after_indexing_is_refused(tmp_path, gz, read):
+    """Issue 26, items 4 and 5: OFRecord files built with the defaults carry payload CRC32Cs
+    in their sidecars (GZIP ones too), so a flipped bit is an error on every read path."""
+    import gzip
+
+    from helpers import ref_ofrecord, write_raw
+
+    raw = ref_ofrecord(OF_RECORDS)
+    packed = gzip.compress(raw, compresslevel=0, mtime=0) if gz else raw
+    path = write_raw(str(tmp_path / ("o.gz" if gz else "o.ofrecord")), packed)
+    (result,) = ofindex.build_index(path)  # the defaults: no checksums= asked for
+    assert result.format is ofindex.RecordFormat.OFRECORD
+    assert ofindex.open(path).shards_without_checksums() == []
+    k = _flip_payload_in_place(path, packed, raw)
+    ds = ofindex.open(path)
+    reads = {
+        "ds[i]": lambda: ds[k],
+        "__getitems__": lambda: ds.__getitems__([0, k]),
+        "slice": lambda: ds[k - 1 : k + 1],
+        "iter_records": lambda: list(ds.iter_records(0)),
+        "iter_batches": lambda: list(ds.iter_batches(8)),
+        "iter_batches(as_buffer)": lambda: [b.to_list() for b in ds.iter_batches(8,
+                                                                           as_buffer=True)],
+    }
+    # a pass that reaches the end of a gzip member may meet its CRC32 first
+    want = (f"record ({k} .*CRC32C mismatch|\\d+: .*incorrect data check)"
+            if gz and read.startswith("iter") else f"record {k} .*CRC32C mismatch")
+    with pytest.raises(ofindex.CorruptRecordError, match=want):
+        reads[read]()
+    assert ds[k + 1] == OF_RECORDS[k + 1]  # the others read on
+
+
+def test_gzip_stream_check_does_not_depend_on_verify(tmp_path):
+    """A whole pass over a GZIP file checks the member's CRC32 even with verify=False (the
+    payload checksums are then not checked)."""
+    import gzip
+
+    from helpers import ref_ofrecord, write_raw
+
+    raw = ref_ofrecord(OF_RECORDS)
+    packed = gzip.compress(raw, compresslevel=0, mtime=0)
+    path = write_raw(str(tmp_path / "o.gz"), packed)
+    ofindex.build_index(path, checksums=False)
+    _flip_payload_in_place(path, packed, raw)
+    with pytest.raises(ofindex.CorruptRecordError, match="incorrect data check"):
+        list(ofindex.open(path, verify=False))
+
+
+def test_ofrecord_over_http_with_a_flipping_proxy(nginx_server):
+    """Issue 26, item 5: OFRecords read over HTTP through a proxy that flips bits are
+    checked against the sidecar's checksums (the default for OFRecord builds)."""
+    from faultproxy import FaultProxy
+
+    root = os.path.join(nginx_server.root, "of-flip")
+    shutil.rmtree(root, ignore_errors=True)
+    os.makedirs(root)
+    records = [bytes([i % 251]) * 300 for i in range(400)]
+    with ofindex.Writer(os.path.join(root, "part-0"), format="ofrecord", checksums=False) as w:
+        w.write_many(records)
+    os.remove(os.path.join(root, "part-0.ofidx"))
+    ofindex.build_index(root)  # a build with the defaults
+    wrong, refused = 0, 0
+    with FaultProxy(nginx_server.url, flip=0.5, seed=7) as proxy:
+        for round_ in range(20):
+            picks = [(round_ * 37 + j * 11) % len(records) for j in range(16)]
+            try:
+                got = ofindex.open(f"{proxy.url}/of-flip/", cache_bytes=0).__getitems__(picks)
+            except ofindex.OfindexError:
+                refused += 1
+                continue
+            wrong += sum(g != records[i] for g, i in zip(got, picks, strict=True))
+        assert proxy.counts["flip"] > 0
+    assert wrong == 0 and refused > 0

@@ -20,7 +20,7 @@ EXAMPLES = {
     "build": """\
   ofindex build data/                        # index every shard in a directory
   ofindex build 'data/part-*' --workers 8 --verify
-  ofindex build data-of/ --checksums          # OFRecord: a CRC32C per payload in the sidecar
+  ofindex build data-of/ --no-checksums       # OFRecord without per-payload CRC32Cs (faster)
   ofindex build s3://bucket/train --index-dir ./idx -s anon=false
   ofindex build s3://bucket/train --dask-scheduler tcp://scheduler:8786   # on a Dask cluster
   ofindex build data-gz/ --seek-spacing 256K  # GZIP/ZLIB files are detected""",
@@ -130,9 +130,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add("build", "scan data files once and write their sidecar indexes", _common())
     p.add_argument("--verify", action="store_true", help="also check every record's data CRC")
-    p.add_argument("--checksums", action="store_true",
-                   help="store every payload's CRC32C in the sidecar, checked on read (OFRecord "
-                        "has no CRC of its own; reads the whole file)")
+    p.add_argument("--checksums", action=argparse.BooleanOptionalAction, default=None,
+                   help="store every payload's CRC32C in the sidecar, checked on read (default: "
+                        "for OFRecord files, which have no CRC of their own; reads the whole "
+                        "file); --checksums also rebuilds fresh sidecars without them")
     p.add_argument("--allow-partial", action="store_true",
                    help="index the valid prefix of a damaged file instead of failing (loudly)")
     p.add_argument("--workers", type=int, default=None, metavar="N",

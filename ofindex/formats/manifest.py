@@ -188,6 +188,8 @@ def decode_manifest(raw: bytes, manifest_url: str) -> Manifest:
             if doc.get(key) is not None and type(doc[key]) is not str:
                 raise TypeError(f"{key} must be a string or null")
         partial = tuple(_column(doc, "partial", str)) if "partial" in doc else ()
+    except SidecarError:
+        raise
     except (ValueError, KeyError, TypeError, RecursionError) as exc:
         raise SidecarError(
             f"{manifest_url}: not a valid ofindex manifest ({type(exc).__name__}: "

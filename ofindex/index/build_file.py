@@ -91,7 +91,7 @@ def build_file(
     index_path: str, verify: bool, allow_partial: bool,
     progress: Callable[[int], None] | None = None, *,
     compression: Compression | None = None, spacing: int = DEFAULT_SPACING,
-    checksums: bool = False,
+    checksums: bool | None = None,
 ) -> BuildResult:
     """Index one data file and write its sidecar.
 
@@ -107,10 +107,10 @@ def build_file(
             file), now and then.
         compression: Its compression, or ``None`` to detect it.
         spacing: Uncompressed bytes between seek points of a compressed file.
-        checksums: Also store the CRC32C of every payload in the sidecar, for OFRecord files
-            (which carry none) that are not compressed (a compressed file's inflate and its
-            gzip CRC32 / zlib Adler-32 guard it instead); reads the whole file (see
-            :mod:`ofindex.index.checksums`).
+        checksums: Also store the CRC32C of every payload in the sidecar (reads the whole
+            file; see :mod:`ofindex.index.checksums`). ``None`` (the default): for OFRecord
+            files, compressed or not, which carry no CRC of their own; TFRecord's own CRCs
+            cover its payloads.
 
     Returns:
         What was indexed.
@@ -131,21 +131,27 @@ def build_file(
         if fmt is None:  # empty, format settled by the caller
             return BuildResult(url, index_storage.url(index_path), None, 0, stamp.size,
                                fingerprint=stamp.fingerprint, compression=compression)
+        want_sums = fmt is RecordFormat.OFRECORD if checksums is None else checksums
+        # where the scan reads every byte anyway (a stream, a remote file) it sums them too
+        sums_in_scan = want_sums and not (compression is Compression.NONE
+                                          and storage.cheap_seeks)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # reported by the caller from BuildResult.problem
             if compression is Compression.NONE:
                 result = scan_file(source, path, fmt, stamp.size, verify=verify,
-                                   allow_partial=allow_partial, progress=progress)
+                                   allow_partial=allow_partial, progress=progress,
+                                   checksums=sums_in_scan)
             else:
                 stream = InflatedStream(source, path, stamp.size, compression, spacing,
                                         progress)
                 result = scan_file(stream, path, fmt, 0, verify=verify,
-                                   allow_partial=allow_partial)
+                                   allow_partial=allow_partial, checksums=sums_in_scan)
                 table, windows = stream.seek_table()
                 table = table[table["out"] <= result.indexed_end]  # past a damaged end: none
                 usize = stream.end if stream.end is not None else result.indexed_end
-        sums = (payload_checksums(source, path, fmt, result.offsets, result.indexed_end)
-                if checksums and compression is Compression.NONE else None)
+        sums = result.checksums
+        if want_sums and not sums_in_scan:  # a local file: a second pass on threads
+            sums = payload_checksums(path, url, fmt, result.offsets, result.indexed_end)
     finally:
         if isinstance(source, ReadAhead):
             source.close()

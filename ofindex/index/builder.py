@@ -39,7 +39,7 @@ def build_index(
     resume: bool = True,
     compression: str | Compression | None = "auto",
     seek_spacing: int | None = None,
-    checksums: bool = False,
+    checksums: bool | None = None,
 ) -> list[BuildResult]:
     """Index data files: scan each once and write its sidecar (and the dataset's manifest).
 
@@ -74,9 +74,13 @@ def build_index(
             complete, same format; ``BuildResult.skipped``), so a build interrupted at 90 %
             redoes the remaining 10 %. ``False`` (``ofindex build --force``) re-indexes every
             file; a ``verify=True`` build always reads every file.
-        checksums: Store the CRC32C of every payload in the sidecars (uncompressed files),
-            which reads with ``verify=True`` check for OFRecord, a format without CRCs of its
-            own (this reads every payload, like ``verify``).
+        checksums: Store the CRC32C of every payload in the sidecars, which reads with
+            ``verify=True`` check. ``None`` (the default) stores them for OFRecord files
+            (compressed or not), a format without CRCs of its own: 4 bytes per record in the
+            sidecar, and a build that reads every payload (locally a second pass over the
+            memory-mapped file on threads; a compressed or remote file is summed in the one
+            pass that reads it). ``False`` opts out; ``True`` also rebuilds fresh sidecars
+            that lack them.
         compression: ``"auto"`` detects GZIP and ZLIB files (TensorFlow's
             ``compression_type``); ``"gzip"``, ``"zlib"`` or ``None`` say what every file
             is. A compressed file is inflated once; its sidecar also holds seek points where
@@ -131,7 +135,7 @@ def build_location(
     resume: bool = True,
     compression: str | Compression | None = "auto",
     seek_spacing: int | None = None,
-    checksums: bool = False,
+    checksums: bool | None = None,
 ) -> list[BuildResult]:
     """Index the files of a resolved location (see :func:`build_index` for the options)."""
     storage, files = location.storage, location.files

@@ -32,7 +32,7 @@ class FileJob:
         compression: How the file is compressed, or ``None`` to detect it.
         spacing: Uncompressed bytes between seek points of a compressed file (``None``: the
             default, and a fresh sidecar of any spacing is kept).
-        checksums: Store the CRC32C of every payload in the sidecar.
+        checksums: Store the CRC32C of every payload in the sidecar (``None``: for OFRecord).
     """
 
     storage: Storage
@@ -44,7 +44,7 @@ class FileJob:
     allow_partial: bool = False
     compression: Compression | None = None
     spacing: int | None = None
-    checksums: bool = False
+    checksums: bool | None = None
 
     def run(self, resume: bool = True,
             progress: Callable[[int], None] | None = None) -> BuildResult:

@@ -43,14 +43,14 @@ class Writer:
             (placed by full flushes, so the sidecar needs no windows).
         compression_level: zlib's level (-1: zlib's default, as TensorFlow).
         checksums: Store the CRC32C of every payload in the sidecar; reads with
-            ``verify=True`` check them. ``None`` (the default): on for uncompressed OFRecord,
-            which has no CRC of its own (a payload changed in place would otherwise read back
-            as data), off for TFRecord, whose framing carries CRCs. It costs one hardware
+            ``verify=True`` check them. ``None`` (the default): on for OFRecord, compressed
+            or not, which has no CRC of its own (a payload changed in place would otherwise
+            read back as data, and a compressed file's gzip CRC is only checked by a pass over
+            all of it), off for TFRecord, whose framing carries CRCs. It costs one hardware
             CRC32C per record and 4 bytes per record in the sidecar.
 
     Raises:
-        ValueError: An unknown ``format`` or ``compression``, or ``checksums=True`` for a
-            compressed file.
+        ValueError: An unknown ``format`` or ``compression``.
         StorageError: The storage cannot be reached or refuses the write.
 
     Local files are written under a temporary name (``<name>.<pid>.tmp``) and renamed into
@@ -84,11 +84,7 @@ class Writer:
         self.format = RecordFormat.parse(format)
         self.compression = Compression.parse(compression)
         if checksums is None:
-            checksums = (self.format is RecordFormat.OFRECORD
-                         and self.compression is Compression.NONE)
-        elif checksums and self.compression is not Compression.NONE:
-            raise ValueError("checksums=True is for uncompressed files: a compressed file is "
-                             "guarded by inflate and its gzip CRC32 / zlib Adler-32")
+            checksums = self.format is RecordFormat.OFRECORD
         self._crcs = array.array("I") if checksums and index else None
         self._storage, self._path = storage_for(os.fspath(url), storage_options)
         self._index = index

@@ -27,6 +27,7 @@ from ..formats.sidecar import Sidecar
 from ..index.inflate import InflateFailure, in_stream_error, inflate_span
 from ..storage import Storage
 from ..storage.ranges import DEFAULT_MAX_BYTES, coalesce
+from .checksums import check_many, check_one, sidecar_sums
 from .payloads import extract_payloads
 from .shards import Shard, prefetch_sidecars
 
@@ -66,6 +67,9 @@ def read_record(storage: Storage, path: str, sc: Sidecar, record: int, fmt: Reco
                                       fmt, verify, url, np.array([start]), rec)[0]
     except CorruptRecordError as exc:
         raise in_stream_error(exc, sc.compression, a) from None
+    sums = sidecar_sums(sc, verify)
+    if sums is not None:
+        check_one(got, int(sums[record]), path=url, offset=start, record=record)
     return got
 
 
@@ -101,16 +105,23 @@ def read_records(storage: Storage, path: str, sc: Sidecar, records: np.ndarray,
     full_ends = seeks.compressed_ends(reaches)
     spans = list(zip(first_in.tolist(), full_ends.tolist(), strict=True))
 
+    sums = sidecar_sums(sc, verify)
+
     def piece(j: int, src: Any) -> list[Any]:
         k, lo, hi = pieces[j]
         a = spans[j][0]
         buf, base = _inflate_piece(storage, path, url, sc, k, reach[j], src, a, spans[j][1],
                                    e[lo:hi], r[lo:hi])
         try:
-            return extract_payloads(buf, s[lo:hi] - base, e[lo:hi] - base, fmt, verify, url,
-                                    s[lo:hi], r[lo:hi])
+            got = extract_payloads(buf, s[lo:hi] - base, e[lo:hi] - base, fmt, verify, url,
+                                   s[lo:hi], r[lo:hi])
         except CorruptRecordError as exc:
             raise in_stream_error(exc, sc.compression, a) from None
+        if sums is not None:
+            starts_of = s[lo:hi]
+            check_many(got, sums[r[lo:hi]],
+                       lambda m: (url, int(starts_of[m]), int(r[lo + m])))
+        return got
 
     work = int((reaches - seeks.out[ks]).sum())
     pool = _executor() if len(pieces) > 1 and work >= PARALLEL_INFLATE_BYTES else None
