@@ -54,6 +54,7 @@ _TRANSIENT_NAMES = {
     "ConnectTimeoutError", "ResponseStreamingError", "IncompleteReadError",
     "ProtocolError", "ChunkedEncodingError", "TransportError", "FSTimeoutError",
     "FlexibleChecksumError",  # botocore: the body does not match the checksum S3 sent
+    "HTTPClientError",  # botocore: the answer could not be read (retried by its standard mode)
 }
 #: Error codes of S3 (and other AWS services) worth retrying, as botocore's standard mode.
 _TRANSIENT_CODES = {
@@ -145,14 +146,15 @@ def with_settings(policy: RetryPolicy, retries: int | None = None,
 
 
 @contextlib.contextmanager
-def retry_settings(retries: int | None = None,
-                   timeout: float | None = None) -> Iterator[RetryPolicy]:
+def retry_settings(retries: int | None = None, timeout: float | None = None, *,
+                   policy: RetryPolicy | None = None) -> Iterator[RetryPolicy]:
     """Give the remote storages created inside the block ``retries`` and ``timeout``.
 
     Args:
         retries: Retries after the first attempt of a request (``None``: the default, 10).
         timeout: Seconds after which a request is given up, its retries included (``None``:
             the default, 60).
+        policy: A whole policy to start from instead of the one in force (e.g. short waits).
 
     Yields:
         The policy in force inside the block.
@@ -160,10 +162,10 @@ def retry_settings(retries: int | None = None,
     Raises:
         ValueError: A setting out of range.
     """
-    policy = with_settings(current_policy(), retries, timeout)
-    token = _POLICY.set(policy)
+    chosen = with_settings(policy or current_policy(), retries, timeout)
+    token = _POLICY.set(chosen)
     try:
-        yield policy
+        yield chosen
     finally:
         _POLICY.reset(token)
 
