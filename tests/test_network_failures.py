@@ -178,7 +178,10 @@ def test_policy_defaults_settings_and_classification():
     policy = RetryPolicy()
     assert (policy.retries, policy.timeout, policy.base_delay, policy.max_delay) == (
         10, 60.0, 0.25, 20.0)
-    assert all(0 <= policy.delay(k) <= min(20.0, 0.25 * 2 ** (k - 1)) for k in range(1, 12))
+    for k in range(1, 12):  # equal jitter: from the upper half of each doubling bound
+        bound = min(20.0, 0.25 * 2 ** (k - 1))
+        assert all(bound / 2 <= policy.delay(k) <= bound for _ in range(50))
+    assert 0.5 <= policy.delay(1, throttled=True) <= 1.0
     with retry_settings(2, 5.0):
         storage, _ = storage_for("http://127.0.0.1:1/x")
     assert (storage.retry.retries, storage.retry.timeout) == (2, 5.0)

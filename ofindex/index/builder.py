@@ -92,7 +92,7 @@ def build_index(
             as a fraction of the data.
         retries: Remote requests that fail transiently (connection refused or reset,
             timeouts, HTTP 5xx and 429, S3 ``SlowDown``) are sent again up to this many times,
-            with exponential backoff and full jitter (default 10; ``0``: no retries).
+            with exponential backoff and jitter (default 10; ``0``: no retries).
         timeout: Seconds after which a remote request is given up, its retries included
             (default 60).
 

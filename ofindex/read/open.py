@@ -110,7 +110,7 @@ def open(
             costs inflating from the seek point before it; iteration inflates each shard once.
         retries: Remote requests that fail transiently (connection refused or reset,
             timeouts, HTTP 5xx and 429, S3 ``SlowDown``) are sent again up to this many times,
-            after waits drawn with exponential backoff and full jitter (default 10; ``0``: no
+            after waits drawn with exponential backoff and jitter (default 10; ``0``: no
             retries). A request of a batch far slower than its peers is also sent once more.
         timeout: Seconds after which a remote request is given up, its retries included
             (default 60).
