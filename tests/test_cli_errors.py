@@ -218,6 +218,21 @@ def test_permission_denied(data, tmp_path):
     assert_one_line_error(r, "Permission denied", os.path.join(data, "part-0"))
 
 
+def test_read_only_local_directory_names_index_dir(data, tmp_path):
+    os.chmod(data, 0o555)
+    prefix = (["setpriv", "--bounding-set=-dac_override,-dac_read_search"]
+              if os.geteuid() == 0 else [])
+    try:
+        r = run(["build", data], prefix=prefix)
+        idx = str(tmp_path / "idx")
+        ok = run(["build", data, "--index-dir", idx], prefix=prefix)
+    finally:
+        os.chmod(data, 0o755)
+    assert_one_line_error(r, data, "read-only or not writable", "--index-dir DIR")
+    assert "index_dir=" not in r.stderr
+    assert ok.returncode == 0, ok.stderr  # the step named works
+
+
 def test_not_a_record_file_and_a_gzip_file(tmp_path):
     p = write_raw(str(tmp_path / "notes.txt"), b"hello, this is not a record file\n" * 4)
     assert_one_line_error(run(["build", p]), "notes.txt", "cannot detect the record format")
