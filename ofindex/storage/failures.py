@@ -89,7 +89,14 @@ def _error_code(exc: BaseException) -> str:
 
 
 def status_of(exc: BaseException) -> int | None:
-    """The HTTP status an error carries (aiohttp, gcsfs, botocore), or ``None``."""
+    """The HTTP status an error carries (aiohttp, gcsfs, botocore), or ``None``.
+
+    Args:
+        exc: An exception of a storage client.
+
+    Returns:
+        The status code, or ``None``.
+    """
     for attr in ("status", "code", "status_code"):
         value = getattr(exc, attr, None)
         if isinstance(value, int) and 100 <= value < 600:
@@ -102,15 +109,28 @@ def status_of(exc: BaseException) -> int | None:
     return None
 
 
-def _genuinely_missing(exc: BaseException) -> bool:
-    return (isinstance(exc, FileNotFoundError) or status_of(exc) in (404, 410)
-            or _error_code(exc) in _NO_BUCKET_CODES)
+def _genuinely_missing(cause: BaseException) -> bool:
+    """Whether the cause of a ``FileNotFoundError`` says the file is missing (a 404, or a
+    library's own way of saying so, such as memory://'s ``KeyError``) rather than that the
+    request failed (another status, a connection or TLS error)."""
+    status = status_of(cause)
+    if isinstance(cause, FileNotFoundError) or status in (404, 410) \
+            or _error_code(cause) in _NO_BUCKET_CODES:
+        return True
+    return status is None and not isinstance(cause, OSError)
 
 
 def unwrap_not_found(exc: BaseException) -> BaseException:
     """The real failure under a ``FileNotFoundError`` that is not one: fsspec's HTTP ``info``
     reports every failure (a host that does not resolve, a 503 …) as ``FileNotFoundError``
-    raised from it. ``exc`` itself otherwise."""
+    raised from it. ``exc`` itself otherwise.
+
+    Args:
+        exc: A failure.
+
+    Returns:
+        The failure to report.
+    """
     seen = 0
     while (isinstance(exc, FileNotFoundError) and exc.__cause__ is not None
            and not _genuinely_missing(exc.__cause__) and seen < 4):
@@ -135,7 +155,14 @@ def _endpoint(chain: list[BaseException]) -> str | None:
 
 def is_dns_failure(exc: BaseException) -> str | None:
     """``"permanent"`` when ``exc`` comes from a host name that does not resolve,
-    ``"transient"`` when the DNS server said "try again", ``None`` for other failures."""
+    ``"transient"`` when the DNS server said "try again", ``None`` for other failures.
+
+    Args:
+        exc: A failure.
+
+    Returns:
+        The kind, or ``None``.
+    """
     for e in _chain(exc):
         if isinstance(e, socket.gaierror):
             return "transient" if e.errno == socket.EAI_AGAIN else "permanent"
@@ -146,7 +173,14 @@ def is_dns_failure(exc: BaseException) -> str | None:
 
 def is_tls_failure(exc: BaseException) -> bool:
     """Whether ``exc`` comes from a failed TLS handshake or certificate check (not from a
-    connection dropped halfway, which is worth retrying)."""
+    connection dropped halfway, which is worth retrying).
+
+    Args:
+        exc: A failure.
+
+    Returns:
+        True for a TLS failure.
+    """
     for e in _chain(exc):
         if isinstance(e, ssl.SSLError):
             return not isinstance(e, (ssl.SSLEOFError, ssl.SSLZeroReturnError))
@@ -157,7 +191,14 @@ def is_tls_failure(exc: BaseException) -> bool:
 
 
 def is_throttled(exc: BaseException) -> bool:
-    """Whether ``exc`` is a throttling answer (HTTP 429 or 503, S3 ``SlowDown`` …)."""
+    """Whether ``exc`` is a throttling answer (HTTP 429 or 503, S3 ``SlowDown`` …).
+
+    Args:
+        exc: A failure.
+
+    Returns:
+        True for a throttling answer.
+    """
     for e in _chain(exc):
         if status_of(e) in (429, 503) or _error_code(e) in _THROTTLE_CODES:
             return True
@@ -168,7 +209,14 @@ def is_throttled(exc: BaseException) -> bool:
 
 def network_cause(exc: BaseException) -> str | None:
     """What went wrong on the way to the storage, in words (naming the host), or ``None``
-    when the failure is not a network one (the server answered)."""
+    when the failure is not a network one (the server answered).
+
+    Args:
+        exc: A failure.
+
+    Returns:
+        The cause in words, or ``None``.
+    """
     chain = _chain(unwrap_not_found(exc))
     where = _endpoint(chain)
     at = f" {where}" if where else ""
@@ -201,6 +249,9 @@ def not_writable(what: str, exc: BaseException) -> OfindexError | None:
     Args:
         what: The file written (URL or path), for the message.
         exc: The failure.
+
+    Returns:
+        The error to raise, or ``None``.
     """
     chain = _chain(exc)
     statuses = {status_of(e) for e in chain}
@@ -282,7 +333,15 @@ def unreachable_advice(exc: BaseException) -> str | None:
 
 def endpoint_advice(what: str, exc: BaseException) -> str | None:
     """:func:`unreachable_advice` for a bucket URL; for an ``http(s)://`` URL, whose host is
-    the endpoint (the failure names it), only a word on a host name that does not resolve."""
+    the endpoint (the failure names it), only a word on a host name that does not resolve.
+
+    Args:
+        what: The URL (and action) failed.
+        exc: The failure.
+
+    Returns:
+        The advice, or ``None``.
+    """
     if what.startswith(("http://", "https://")):
         return "check the host name in the URL" if is_dns_failure(exc) == "permanent" else None
     return unreachable_advice(exc)

@@ -49,7 +49,17 @@ class Hedger:
     async def run(self, attempt: Callable[[], Awaitable[T]]) -> T:
         """Await ``attempt()``; when it turns out slow, start a second ``attempt()`` and return
         the first answer (a failure of one waits for the other; both failing raises the
-        first failure). The attempt still running then is cancelled."""
+        first failure). The attempt still running then is cancelled.
+
+        Args:
+            attempt: Makes one request.
+
+        Returns:
+            The first answer.
+
+        Raises:
+            Exception: What the attempt raised (both, when hedged).
+        """
         loop = asyncio.get_running_loop()
         start = loop.time()
         first: asyncio.Future[T] = asyncio.ensure_future(attempt())

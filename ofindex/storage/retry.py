@@ -138,6 +138,14 @@ def with_settings(policy: RetryPolicy, retries: int | None = None,
                   timeout: float | None = None) -> RetryPolicy:
     """``policy`` with ``retries`` and ``timeout`` where given (``None`` keeps its own).
 
+    Args:
+        policy: The policy to start from.
+        retries: Retries after the first attempt.
+        timeout: Seconds after which a request is given up.
+
+    Returns:
+        The policy with the settings.
+
     Raises:
         ValueError: ``retries`` is negative or ``timeout`` not positive.
     """
@@ -180,7 +188,14 @@ def retry_settings(retries: int | None = None, timeout: float | None = None, *,
 
 
 def is_transient(exc: BaseException) -> bool:
-    """Whether ``exc`` (or an exception it was raised from) is worth retrying."""
+    """Whether ``exc`` (or an exception it was raised from) is worth retrying.
+
+    Args:
+        exc: The failure of one attempt.
+
+    Returns:
+        True for a transient failure (see the module's doc).
+    """
     seen = 0
     current: BaseException | None = exc
     if is_tls_failure(exc) or is_dns_failure(exc) == "permanent":
@@ -222,7 +237,17 @@ _MORE_TIME = hint("retries= / timeout=", "--retries / --timeout")
 def give_up(what: str, attempts: int, elapsed: float, exc: BaseException) -> OSError:
     """The error once a transient failure kept happening: a :class:`StorageError` when the
     storage could not be reached (connections, timeouts), a :class:`RangeReadError` when it
-    answered with errors (5xx, 429) every time."""
+    answered with errors (5xx, 429) every time.
+
+    Args:
+        what: The request (URL and byte range), for the message.
+        attempts: Attempts made.
+        elapsed: Seconds since the first.
+        exc: The last failure.
+
+    Returns:
+        The error to raise (its cause set to ``exc``).
+    """
     tries = f"failed after {attempts} attempt{'s' if attempts != 1 else ''} in {elapsed:.1f} s"
     cause = network_cause(exc)
     err: OSError
@@ -246,7 +271,15 @@ def _from_client(exc: BaseException) -> bool:
 
 def permanent(what: str, exc: Exception) -> Exception:
     """What to raise for a failure not worth retrying: a client library's own error becomes a
-    :class:`RangeReadError` naming ``what``; anything else is raised as it is."""
+    :class:`RangeReadError` naming ``what``; anything else is raised as it is.
+
+    Args:
+        what: The request, for the message.
+        exc: The failure.
+
+    Returns:
+        The exception to raise.
+    """
     if not _from_client(exc):
         return exc
     return RangeReadError(f"{what}: {type(exc).__name__}: {exc}")
@@ -321,6 +354,15 @@ async def retry_async(fn: Callable[[], Awaitable[T]], policy: RetryPolicy, what:
         policy: The retries, waits and deadline.
         what: The request, for messages.
         on_retry: Called before each retry (to count them).
+
+    Returns:
+        What ``fn()`` returned.
+
+    Raises:
+        StorageError: The storage could not be reached, or gave no answer within the
+            deadline.
+        RangeReadError: It kept answering with errors, or wrong bytes.
+        DataFileNotFoundError: It said the file does not exist.
     """
     clock = _Clock(policy)
     for k in range(policy.attempts):
