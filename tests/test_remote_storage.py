@@ -12,11 +12,14 @@ from helpers import read_bytes
 
 import ofindex
 from ofindex.cli.synthetic import write_dataset
-from ofindex.errors import RangeReadError
+from ofindex.errors import RangeReadError, StorageError
 from ofindex.formats.sidecar_header import HEADER_SIZE
 from ofindex.storage import storage_for
 from ofindex.storage.remote import FsspecStorage
-from ofindex.storage.retry import RetryPolicy, is_transient
+from ofindex.storage.retry import RetryPolicy, is_transient, retry_settings
+
+#: Retries without waiting: tests of failures stay fast.
+QUICK = RetryPolicy(retries=3, base_delay=0.001, throttle_delay=0.001)
 
 SHARDS = 4
 RECORDS = 400
@@ -95,7 +98,8 @@ def test_short_and_long_reads_are_errors(served):
 # -- retries --------------------------------------------------------------------------------------
 def test_transient_errors_are_retried_then_named(dataset):
     d, expected = dataset
-    with servers.python_http_server(d, honour_range=True, fail_first=2) as (url, srv):
+    with servers.python_http_server(d, honour_range=True, fail_first=2) as (url, srv), \
+            retry_settings(policy=QUICK):
         storage, path = storage_for(f"{url}/part-00000")
         local = read_bytes(os.path.join(d, "part-00000"))
         assert storage.read(path, 100, 250) == local[100:250]  # 2 x 503, then served
@@ -104,7 +108,8 @@ def test_transient_errors_are_retried_then_named(dataset):
         ds = ofindex.open(f"{url}/part-00000", check_stale=False, manifest=False)
         assert ds[7] == expected[7]
     with servers.python_http_server(d, honour_range=True, fail_first=10**6) as (url, srv):
-        storage = FsspecStorage("http", retry=RetryPolicy(attempts=3, base_delay=0.001))
+        storage = FsspecStorage("http", retry=RetryPolicy(retries=2, base_delay=0.001,
+                                                          throttle_delay=0.001))
         path = f"{url}/part-00001"
         with pytest.raises(RangeReadError) as err:
             storage.read(path, 100, 250)
@@ -122,7 +127,7 @@ def test_connection_resets_are_retried(served):
     url, _, _ = served
     host, port = url.split("//")[1].split("/")[0].split(":")
     rel = url.split("/", 3)[3]
-    quick = RetryPolicy(attempts=4, base_delay=0.001)
+    quick = QUICK
     with LatencyProxy(host, int(port), rtt=0.0, reset_first=2) as proxy:
         path = f"http://127.0.0.1:{proxy.port}/{rel}/part-00000"
         storage = FsspecStorage("http", retry=quick)
@@ -131,8 +136,8 @@ def test_connection_resets_are_retried(served):
         assert proxy.connections >= 3
     with LatencyProxy(host, int(port), rtt=0.0, reset_first=10**6) as proxy:
         path = f"http://127.0.0.1:{proxy.port}/{rel}/part-00000"
-        storage = FsspecStorage("http", retry=RetryPolicy(attempts=2, base_delay=0.001))
-        with pytest.raises(RangeReadError, match=r"bytes \[10, 400\).*2 attempts"):
+        storage = FsspecStorage("http", retry=RetryPolicy(retries=1, base_delay=0.001))
+        with pytest.raises(StorageError, match=r"bytes \[10, 400\).*2 attempts"):
             storage.read(path, 10, 400)
 
 

@@ -88,6 +88,28 @@ def byte_size(text: str) -> int:
     return value
 
 
+def retry_count(text: str) -> int:
+    """``--retries``: a whole number >= 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more: {text!r}")
+    return value
+
+
+def seconds(text: str) -> float:
+    """``--timeout``: a positive number of seconds."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be positive: {text!r}")
+    return value
+
+
 def _common(paths: str = "+") -> "_Parser":
     p = _Parser(add_help=False)
     if paths:
@@ -102,6 +124,13 @@ def _common(paths: str = "+") -> "_Parser":
                    help="where sidecars live (default: beside the data)")
     p.add_argument("-s", "--storage-option", action="append", metavar="KEY=VALUE",
                    help="fsspec storage option (repeatable; VALUE parsed as JSON when it can be)")
+    p.add_argument("--retries", type=retry_count, metavar="N",
+                   help="remote requests that fail transiently (refused or reset connections, "
+                   "timeouts, HTTP 5xx/429, S3 SlowDown) are sent again up to N times, with "
+                   "exponential backoff and jitter (default 10; 0: none)")
+    p.add_argument("--timeout", type=seconds, metavar="SECONDS",
+                   help="give a remote request up after this long, its retries included "
+                   "(default 60)")
     return p
 
 

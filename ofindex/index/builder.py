@@ -16,6 +16,7 @@ from ..formats.location import DatasetLocation, resolve
 from ..formats.manifest import manifest_url_for, write_manifest
 from ..formats.sidecar_header import Compression
 from ..storage import PathSpec, Storage
+from ..storage.retry import retry_settings
 from .build_file import BuildResult
 from .cluster import FileProgress, run_on_executor
 from .job import FileJob
@@ -40,6 +41,8 @@ def build_index(
     compression: str | Compression | None = "auto",
     seek_spacing: int | None = None,
     checksums: bool | None = None,
+    retries: int | None = None,
+    timeout: float | None = None,
 ) -> list[BuildResult]:
     """Index data files: scan each once and write its sidecar (and the dataset's manifest).
 
@@ -91,6 +94,11 @@ def build_index(
             (smaller: faster random reads, a larger index; each point may store up to a
             32 KiB window, compressed). ``BuildResult.index_fraction`` tells the index size
             as a fraction of the data.
+        retries: Remote requests that fail transiently (connection refused or reset,
+            timeouts, HTTP 5xx and 429, S3 ``SlowDown``) are sent again up to this many times,
+            with exponential backoff and jitter (default 10; ``0``: no retries).
+        timeout: Seconds after which a remote request is given up, its retries included
+            (default 60).
 
     Returns:
         One :class:`BuildResult` per file, in dataset order.
@@ -101,20 +109,24 @@ def build_index(
         FormatDetectionError: A file's framing cannot be detected (pass ``format``).
         DataFileNotFoundError: ``paths`` matches no data file.
         StaleIndexError: A file changed while it was scanned.
-        StorageError: Storage cannot be reached, or refuses access.
+        StorageError: Storage cannot be reached (the cause named: a host name that does not
+            resolve, a refused connection, a failed TLS handshake, no answer within
+            ``timeout``), refuses access, or refuses to store the sidecars (a read-only
+            location: pass ``index_dir``).
         ValueError: Two files of one name would share ``index_dir``, or files of several
             directories for one manifest.
 
     Warns:
         UserWarning: A partial index was written (``allow_partial=True``).
     """
-    location = resolve(paths, index_dir=index_dir, storage_options=storage_options,
-                       manifest=False)
-    results = build_location(location, format=format, verify=verify,
-                             allow_partial=allow_partial, workers=workers, progress=progress,
-                             manifest=manifest, executor=executor, resume=resume,
-                             compression=compression, seek_spacing=seek_spacing,
-                             checksums=checksums)
+    with retry_settings(retries, timeout):  # for the storages made here (kept by the jobs)
+        location = resolve(paths, index_dir=index_dir, storage_options=storage_options,
+                           manifest=False)
+        results = build_location(location, format=format, verify=verify,
+                                 allow_partial=allow_partial, workers=workers,
+                                 progress=progress, manifest=manifest, executor=executor,
+                                 resume=resume, compression=compression,
+                                 seek_spacing=seek_spacing, checksums=checksums)
     for r in results:
         if r.partial:
             warnings.warn(f"{r.data_url}: PARTIAL index of {r.records} records: {r.problem}",

@@ -20,6 +20,7 @@ from ..formats.manifest import MANIFEST_NAME
 from ..formats.sidecar_header import Compression
 from ..storage import FileStamp, LocalStorage, PathSpec, Storage, is_data_file_name
 from ..storage.mapped import MappedLocalStorage
+from ..storage.retry import retry_settings
 from .dataset import Dataset, Decode
 from .nodecache import DEFAULT_NODE_BYTES
 from .shards import DEFAULT_CACHE_BYTES, Shard, SidecarCache, prefetch_sidecars
@@ -58,6 +59,8 @@ def open(
     max_inflight_bytes: int | None = None,
     mmap: bool = True,
     compression: str | Compression | None = "auto",
+    retries: int | None = None,
+    timeout: float | None = None,
 ) -> Dataset:
     """Open TFRecord/OFRecord shards as one randomly accessible :class:`Dataset`.
 
@@ -111,6 +114,12 @@ def open(
             ``"zlib"`` or ``None`` insists on one (a shard indexed otherwise raises
             :class:`SidecarError`, and ``build_missing`` indexes with it). A random record
             costs inflating from the seek point before it; iteration inflates each shard once.
+        retries: Remote requests that fail transiently (connection refused or reset,
+            timeouts, HTTP 5xx and 429, S3 ``SlowDown``) are sent again up to this many times,
+            after waits drawn with exponential backoff and jitter (default 10; ``0``: no
+            retries). A request of a batch far slower than its peers is also sent once more.
+        timeout: Seconds after which a remote request is given up, its retries included
+            (default 60).
 
     Returns:
         The dataset: ``len(ds)``, ``ds[i]``, slices, ``ds.__getitems__(indices)``, iteration.
@@ -120,7 +129,9 @@ def open(
         IndexNotFoundError: Shards without a sidecar, all named (a ``FileNotFoundError``).
         StaleIndexError: A data file changed since it was indexed (a ``ValueError``).
         SidecarError: A sidecar or manifest is corrupt, or shards disagree on the format.
-        StorageError: Storage cannot be reached, or refuses access (an ``OSError``).
+        StorageError: Storage cannot be reached (a host name that does not resolve, a refused
+            connection, a failed TLS handshake, no answer within ``timeout``), or refuses
+            access (an ``OSError``).
         MissingDependencyError: The URL's protocol needs an extra, e.g. ``pip install
             'ofindex[s3]'`` (an ``ImportError``).
         InvalidURLError: An unknown URL protocol (a ``ValueError``).
@@ -129,14 +140,15 @@ def open(
         PartialIndexWarning: Some shards are indexed only up to damaged data (once per
             dataset, naming them).
     """
-    location = resolve(paths, index_dir=index_dir, storage_options=storage_options,
-                       manifest=manifest)
-    parse_compression(compression)  # refuse a bad name before any work
-    options = OpenOptions(format, verify, decode, build_missing, check_stale,
-                          SidecarCache(cache_bytes, cache_dir, cache_dir_bytes), compression)
-    if mmap and type(location.storage) is LocalStorage:  # decided before any shard is made
-        location = dataclasses.replace(location, storage=MappedLocalStorage())
-    ds = open_location(location, options)
+    with retry_settings(retries, timeout):  # for the storages made here (kept by the dataset)
+        location = resolve(paths, index_dir=index_dir, storage_options=storage_options,
+                           manifest=manifest)
+        parse_compression(compression)  # refuse a bad name before any work
+        options = OpenOptions(format, verify, decode, build_missing, check_stale,
+                              SidecarCache(cache_bytes, cache_dir, cache_dir_bytes), compression)
+        if mmap and type(location.storage) is LocalStorage:  # decided before any shard is made
+            location = dataclasses.replace(location, storage=MappedLocalStorage())
+        ds = open_location(location, options)
     warn_partial(ds)
     storage = ds._storage
     if max_concurrency is not None and hasattr(storage, "max_concurrency"):

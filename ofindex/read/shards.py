@@ -431,7 +431,12 @@ def missing_indexes(missing: list[Shard], total: int) -> IndexNotFoundError:
     else:
         shown = ", ".join(urls[:5]) + (f" and {len(urls) - 5} more" if len(urls) > 5 else "")
         what = f"{len(missing)} of {total} shards have no index ({shown})"
+    web = all(u.startswith(("http://", "https://")) for u in urls)
+    elsewhere = hint(" and open with index_dir='DIR'", " and pass --index-dir DIR here too")
+    also = (f" (a web server usually takes no uploads: then `ofindex build {target} "
+            f"--index-dir DIR`{elsewhere})" if web
+            else hint(" (or open with build_missing=True)", ""))
     return IndexNotFoundError(
         f"{what}; build {'it' if len(missing) == 1 else 'them'} with `ofindex build {target}`"
-        f"{hint(' (or open with build_missing=True)', '')}"
+        f"{also}"
     )

@@ -5,6 +5,9 @@ Over HTTP the ranges of one file go out together in multi-range requests where t
 answers them (:mod:`.multirange`), at the same time as the ranges that go alone; ranges a
 multi-range answer did not hold are then fetched one per request. Elsewhere every range is
 one request.
+
+Every request is retried by the storage's policy (:mod:`.retry`), and each attempt is hedged
+(:mod:`.hedge`): one far slower than the batch's others is sent again, the first answer wins.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from typing import Any
 
 from . import multirange
 from .aio import HTTP_PROTOCOLS, Limits, fetch_each
+from .hedge import Hedger
 from .retry import retry_async
 
 
@@ -24,7 +28,8 @@ async def gather_ranges(storage: Any, fs: Any, paths: list[str], starts: list[in
 
     Args:
         storage: The :class:`~ofindex.storage.remote.FsspecStorage` (its ``_cat_async`` and
-            ``_multi_async`` make the requests; retried with its ``retry`` policy).
+            ``_multi_async`` make the requests; retried and hedged by its ``retry`` policy,
+            counted in its ``retries`` and ``hedged``).
         fs: Its filesystem (async).
         paths: The file of each range.
         starts: First byte of each range.
@@ -39,15 +44,18 @@ async def gather_ranges(storage: Any, fs: Any, paths: list[str], starts: list[in
     todo = list(range(len(paths)))
     if storage.protocol in HTTP_PROTOCOLS and len(paths) > 1:
         groups, todo = multirange.split_requests(paths, starts, ends, storage.url)
+    hedger = Hedger(storage.retry, len(groups) + len(todo), storage.count_hedge)
 
     def fetch(k: int) -> Awaitable[bytes]:
-        return retry_async(lambda: storage._cat_async(fs, paths[k], starts[k], ends[k]),
-                           storage.retry, storage._what(paths[k], starts[k], ends[k]))
+        return retry_async(
+            lambda: hedger.run(lambda: storage._cat_async(fs, paths[k], starts[k], ends[k])),
+            storage.retry, storage._what(paths[k], starts[k], ends[k]), storage.count_retry)
 
     def multi(p: str, spans: list[tuple[int, int]],
               deliver: Callable[[int, memoryview], None]) -> Awaitable[Any]:
-        return retry_async(lambda: storage._multi_async(fs, p, spans, deliver), storage.retry,
-                           f"{storage.url(p)}: {len(spans)} ranges in one request")
+        return retry_async(lambda: hedger.run(lambda: storage._multi_async(fs, p, spans, deliver)),
+                           storage.retry, f"{storage.url(p)}: {len(spans)} ranges in one request",
+                           storage.count_retry)
 
     def each(todo: list[int]) -> Awaitable[None]:
         return fetch_each(todo, lambda k: ends[k] - starts[k], fetch, sink, limits,

@@ -12,6 +12,7 @@ from typing import IO
 
 from ..errors import DataFileNotFoundError
 from .base import CHECKED_READ_BYTES, Storage, check_length, check_range
+from .failures import not_writable
 from .stamp import ExpectedFiles, FileStamp
 
 _MAX_OPEN = 256
@@ -147,7 +148,13 @@ class LocalStorage(Storage):
             return f.read()
 
     def write_atomic(self, path: str, parts: list[bytes | memoryview]) -> None:
-        write_local_atomic(path, parts)
+        try:
+            write_local_atomic(path, parts)
+        except OSError as exc:  # a read-only directory: say so, and where else to write
+            refused = not_writable(path, exc)
+            if refused is None:
+                raise
+            raise refused from exc
 
     def open_write(self, path: str) -> IO[bytes]:
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)

@@ -7,7 +7,8 @@ Every response is checked: exactly ``end - start`` bytes, and for HTTP a ``206``
 ``Content-Range`` is the range asked for (a server that ignores ``Range`` answers ``200`` with
 the whole file). Over HTTP the ranges of one file in a batch go out as a few multi-range
 requests where the server answers them (:mod:`.multirange`). Transient failures are retried
-with backoff (:mod:`.retry`).
+with backoff within a deadline (:mod:`.retry`), a request of a batch far slower than its peers
+is sent again (:mod:`.hedge`), and a write the server refuses says the location is read-only.
 
 The filesystem object is created lazily in each process (``skip_instance_cache``): fsspec's
 async filesystems hold an event loop and sessions that must not cross a ``fork``.
@@ -26,10 +27,12 @@ from ..errors import DataFileNotFoundError, RangeReadError
 from . import multirange
 from .aio import HTTP_PROTOCOLS, http_range
 from .base import CHECKED_READ_BYTES, Storage, check_length, check_range
-from .failures import missing_extra
+from .clients import make_filesystem
+from .failures import not_writable
 from .gather import gather_ranges
+from .hedge import Hedger
 from .listing import list_files
-from .retry import RetryPolicy, retry_async, retry_sync
+from .retry import RetryPolicy, current_policy, retry_async, retry_sync
 from .stamp import ExpectedFiles, FileStamp, fingerprint_from_info
 
 #: Filesystems of parent processes, kept alive after a fork so that their finalizers never
@@ -41,8 +44,10 @@ class FsspecStorage(Storage):
     """Byte access through an fsspec filesystem of one protocol.
 
     ``max_concurrency`` requests run at once; at most ``max_inflight_bytes`` of responses are
-    held before being copied out (a range larger than that runs alone). ``retry`` bounds the
-    attempts per request. ``requests`` / ``bytes_read`` count this process's data reads.
+    held before being copied out (a range larger than that runs alone). ``retry`` says how a
+    request is retried and hedged (default: the policy of :func:`.retry.retry_settings` in force
+    when the storage is made). ``requests`` / ``bytes_read`` count this process's data reads,
+    ``retries`` / ``hedged`` the requests sent again after a failure / for being slow.
     """
 
     cheap_seeks = False
@@ -59,27 +64,24 @@ class FsspecStorage(Storage):
         max_concurrency: int = 64,
         max_inflight_bytes: int = 128 << 20,
         retry: RetryPolicy | None = None,
-        request_timeout: float | None = 300.0,
     ) -> None:
         self.protocol = protocol
         self.storage_options = dict(storage_options or {})
         self.max_concurrency = max(1, int(max_concurrency))
         self.max_inflight_bytes = max(1, int(max_inflight_bytes))
-        self.retry = retry or RetryPolicy()
-        self.request_timeout = request_timeout
+        self.retry = retry or current_policy()
         self._fs = None
         self._pid = -1
         self._sizes: dict[str, int] = {}
         self._lock = threading.Lock()
-        self.requests = 0
-        self.bytes_read = 0
+        self.requests = self.bytes_read = self.retries = self.hedged = 0
         self.expected = ExpectedFiles()
 
     def __getstate__(self) -> dict[str, Any]:
         return {"protocol": self.protocol, "storage_options": self.storage_options,
                 "max_concurrency": self.max_concurrency,
                 "max_inflight_bytes": self.max_inflight_bytes, "retry": self.retry,
-                "request_timeout": self.request_timeout, "expected": self.expected}
+                "expected": self.expected}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         expected = state.pop("expected", None)
@@ -102,26 +104,19 @@ class FsspecStorage(Storage):
                 _ORPHANS.append(self._fs)  # the parent's: never finalize it here
                 self._fs = None
             if self._fs is None:
-                if self.protocol in ("gs", "gcs"):
-                    # gcsfs >= 2026 otherwise probes gRPC for 40-60 s per call (no effect once
-                    # gcsfs is imported; an explicit user setting wins)
-                    os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
-                import fsspec
-
-                options = dict(self.storage_options)
-                if self.protocol in ("s3", "s3a"):
-                    # botocore's pool holds 10 connections: let our requests run concurrently
-                    config = dict(options.get("config_kwargs") or {})
-                    config.setdefault("max_pool_connections", self.max_concurrency)
-                    options["config_kwargs"] = config
-                try:
-                    self._fs = fsspec.filesystem(self.protocol, skip_instance_cache=True,
-                                                 **options)
-                except ImportError as exc:
-                    raise missing_extra(self.protocol, exc) from None
+                self._fs = make_filesystem(self.protocol, self.storage_options,
+                                           self.max_concurrency)
                 self._pid = os.getpid()
-                self.requests = self.bytes_read = 0
+                self.requests = self.bytes_read = self.retries = self.hedged = 0
             return self._fs
+
+    def count_retry(self) -> None:
+        """Count a request sent again after a transient failure."""
+        self.retries += 1
+
+    def count_hedge(self) -> None:
+        """Count a request sent again for being far slower than its batch's others."""
+        self.hedged += 1
 
     def url(self, path: str) -> str:
         if self.protocol in HTTP_PROTOCOLS or "://" in path:
@@ -138,7 +133,8 @@ class FsspecStorage(Storage):
     # -- metadata ---------------------------------------------------------------------------
     def stamp(self, path: str) -> FileStamp:
         try:
-            info = retry_sync(lambda: self.fs.info(path), self.retry, f"{self.url(path)}: info")
+            info = retry_sync(lambda: self.fs.info(path), self.retry, f"{self.url(path)}: info",
+                              self.count_retry)
         except FileNotFoundError:
             raise DataFileNotFoundError(f"{self.url(path)}: data file not found") from None
         return self._stamp_from(path, info)
@@ -205,7 +201,7 @@ class FsspecStorage(Storage):
             data: bytes = self.fs.cat_file(path)
             return data
 
-        data = retry_sync(get, self.retry, f"{self.url(path)}: whole file")
+        data = retry_sync(get, self.retry, f"{self.url(path)}: whole file", self.count_retry)
         self.requests += 1
         self.bytes_read += len(data)
         return data
@@ -232,7 +228,7 @@ class FsspecStorage(Storage):
             def cat(p: str = p, s: int = s, e: int = e) -> bytes:
                 return self._cat_sync(fs, p, s, e)
 
-            sink(k, retry_sync(cat, self.retry, self._what(p, s, e)))
+            sink(k, retry_sync(cat, self.retry, self._what(p, s, e), self.count_retry))
 
     def fetch_many(
         self, read_paths: Sequence[str], stat_paths: Sequence[str] = ()
@@ -268,18 +264,21 @@ class FsspecStorage(Storage):
     ) -> tuple[list[bytes | BaseException], list[bytes | BaseException],
                list[FileStamp | BaseException]]:
         sem = asyncio.Semaphore(self.max_concurrency)
+        hedger = Hedger(self.retry, len(ranges), self.count_hedge)
 
         async def part(path: str, s: int, e: int) -> bytes:
             if e <= s:
                 return b""
             async with sem:
-                return await retry_async(lambda: self._cat_async(fs, path, s, e), self.retry,
-                                         self._what(path, s, e))
+                return await retry_async(
+                    lambda: hedger.run(lambda: self._cat_async(fs, path, s, e)), self.retry,
+                    self._what(path, s, e), self.count_retry)
 
         async def whole(path: str) -> bytes:
             async with sem:
                 data: bytes = await retry_async(lambda: fs._cat_file(path), self.retry,
-                                                f"{self.url(path)}: whole file")
+                                                f"{self.url(path)}: whole file",
+                                                self.count_retry)
             self.requests += 1
             self.bytes_read += len(data)
             return data
@@ -287,7 +286,7 @@ class FsspecStorage(Storage):
         async def stat(path: str) -> FileStamp:
             async with sem:
                 info = await retry_async(lambda: fs._info(path), self.retry,
-                                         f"{self.url(path)}: info")
+                                         f"{self.url(path)}: info", self.count_retry)
             return self._stamp_from(path, info)
 
         parts = asyncio.gather(*(part(*r) for r in ranges), return_exceptions=True)
@@ -319,7 +318,7 @@ class FsspecStorage(Storage):
     async def _multi_async(self, fs: Any, path: str, spans: list[tuple[int, int]],
                            deliver: Callable[[int, memoryview], None]) -> int | None:
         try:
-            got = await multirange.fetch_spans(fs, path, spans, deliver, self.request_timeout)
+            got = await multirange.fetch_spans(fs, path, spans, deliver)
         except FileNotFoundError:
             raise DataFileNotFoundError(f"{self.url(path)}: data file not found") from None
         self.requests += 1
@@ -333,10 +332,7 @@ class FsspecStorage(Storage):
         else:
             coro = fs._cat_file(path, start=start, end=end)
         try:
-            if self.request_timeout:
-                data = await asyncio.wait_for(coro, self.request_timeout)
-            else:
-                data = await coro
+            data = await coro
         except FileNotFoundError:
             raise DataFileNotFoundError(f"{self.url(path)}: data file not found") from None
         return self._counted(path, start, end, data)
@@ -345,7 +341,14 @@ class FsspecStorage(Storage):
     def write_atomic(self, path: str, parts: list[bytes | memoryview]) -> None:
         # One object PUT is atomic on object stores: readers see the old object or the new one.
         data = b"".join(bytes(p) for p in parts)
-        retry_sync(lambda: self.fs.pipe_file(path, data), self.retry, f"{self.url(path)}: write")
+        try:
+            retry_sync(lambda: self.fs.pipe_file(path, data), self.retry,
+                       f"{self.url(path)}: write", self.count_retry)
+        except Exception as exc:  # a read-only web server or bucket: say so, and what to do
+            refused = not_writable(self.url(path), exc)
+            if refused is None:
+                raise
+            raise refused from exc
 
     def open_write(self, path: str) -> IO[bytes]:
         f: IO[bytes] = self.fs.open(path, "wb")
@@ -359,15 +362,16 @@ class FsspecStorage(Storage):
                 return False
             return True
         return bool(retry_sync(lambda: self.fs.exists(path), self.retry,
-                               f"{self.url(path)}: exists"))
+                               f"{self.url(path)}: exists", self.count_retry))
 
     def is_dir(self, path: str) -> bool:
         return bool(retry_sync(lambda: self.fs.isdir(path), self.retry,
-                               f"{self.url(path)}: isdir"))
+                               f"{self.url(path)}: isdir", self.count_retry))
 
     def remove(self, path: str) -> None:
         with contextlib.suppress(FileNotFoundError):
-            retry_sync(lambda: self.fs.rm_file(path), self.retry, f"{self.url(path)}: delete")
+            retry_sync(lambda: self.fs.rm_file(path), self.retry, f"{self.url(path)}: delete",
+                       self.count_retry)
         self._sizes.pop(path, None)
 
     def expand(self, pattern: str) -> list[str]:
@@ -376,7 +380,7 @@ class FsspecStorage(Storage):
             # listing a web page downloads it: a URL without a trailing slash is a file
             return [pattern] if self.exists(pattern) else []
         return retry_sync(lambda: list_files(self.fs, pattern), self.retry,
-                          f"{self.url(pattern)}: listing")
+                          f"{self.url(pattern)}: listing", self.count_retry)
 
     def join(self, directory: str, name: str) -> str:
         return directory.rstrip("/") + "/" + name
