@@ -19,6 +19,7 @@ from .errors import (
 )
 from .formats.framing import RecordFormat
 from .formats.sidecar_header import Compression
+from .formats.strays import SkippedFilesWarning
 from .index.build_file import BuildResult
 from .index.builder import build_index
 from .index.writer import Writer
@@ -47,6 +48,7 @@ __all__ = [
     "RecordFormat",
     "RecordIndexError",
     "SidecarError",
+    "SkippedFilesWarning",
     "StaleIndexError",
     "StorageError",
     "TruncatedRecordError",

@@ -141,11 +141,11 @@ def test_empty_file_takes_siblings_format(tmp_path):
     write_raw(str(tmp_path / "d" / "part-1"), b"")
     res = ofindex.build_index(str(tmp_path / "d"))
     assert [r.format for r in res] == [ofindex.RecordFormat.OFRECORD] * 2
-    write_raw(str(tmp_path / "e" / "only"), b"")
-    with pytest.raises(FormatDetectionError, match="empty"):
-        ofindex.build_index(str(tmp_path / "e"))
-    (r,) = ofindex.build_index(str(tmp_path / "e"), format="tfrecord")
+    write_raw(str(tmp_path / "e" / "only"), b"")  # zero records of either format: no format=
+    (r,) = ofindex.build_index(str(tmp_path / "e"))
     assert r.records == 0 and len(ofindex.open(str(tmp_path / "e"))) == 0
+    (r,) = ofindex.build_index(str(tmp_path / "e"), format="ofrecord")
+    assert r.format is ofindex.RecordFormat.OFRECORD and r.records == 0
 
 
 def test_missing_stale_foreign_and_truncated_sidecars(tmp_path):

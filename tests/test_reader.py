@@ -101,7 +101,8 @@ def test_format_mismatch_is_refused(tmp_path):
         w.write(b"x")
     with ofindex.Writer(str(tmp_path / "b"), format="ofrecord") as w:
         w.write(b"y")
-    with pytest.raises(ofindex.SidecarError, match="one format"):
+    with pytest.raises(ofindex.SidecarError, match=r"b: indexed as ofrecord, but .*a is "
+                                                   r"tfrecord; .*open each kind as its own"):
         ofindex.open(str(tmp_path))
     with pytest.raises(ofindex.SidecarError):
         ofindex.open(str(tmp_path / "a"), format="ofrecord")

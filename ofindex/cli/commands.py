@@ -17,6 +17,7 @@ from ..formats.framing import RecordFormat
 from ..formats.location import resolve, sidecar_location
 from ..formats.sidecar import load_sidecar
 from ..formats.sidecar_header import Compression
+from ..formats.strays import SkippedFilesWarning
 from ..formats.textindex import export_text, import_text
 from ..index.build_file import detect_file_layout
 from ..index.builder import build_index
@@ -30,11 +31,21 @@ Options = dict[str, Any]
 
 
 def _open(args: argparse.Namespace, options: Options, *, verify: bool) -> Dataset:
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("ignore", PartialIndexWarning)  # each command reports it
-        return open_dataset(args.paths, format=args.format, index_dir=args.index_dir,
-                            storage_options=options, verify=verify,
-                            compression=args.compression)
+        ds = open_dataset(args.paths, format=args.format, index_dir=args.index_dir,
+                          storage_options=options, verify=verify, compression=args.compression)
+    _print_skipped(caught, others=True)
+    return ds
+
+
+def _print_skipped(caught: list[warnings.WarningMessage], *, others: bool) -> None:
+    """Print each :class:`SkippedFilesWarning` caught as one line (and show the ``others``)."""
+    for w in caught:
+        if issubclass(w.category, SkippedFilesWarning):
+            print(f"WARNING: {w.message}", file=sys.stderr)
+        elif others:
+            warnings.showwarning(w.message, w.category, w.filename, w.lineno)
 
 
 def _cluster_executor(args: argparse.Namespace) -> cf.Executor | None:
@@ -54,18 +65,19 @@ def cmd_build(args: argparse.Namespace, options: Options) -> int:
     """``ofindex build``: index files; exit 3 when an index covers only a valid prefix."""
     executor = _cluster_executor(args)
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # partial indexes are reported below
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
             results = build_index(
                 args.paths, format=args.format, index_dir=args.index_dir, verify=args.verify,
                 allow_partial=args.allow_partial, workers=args.workers,
                 storage_options=options, progress=not args.no_progress and sys.stderr.isatty(),
                 executor=executor, resume=args.resume, compression=args.compression,
-                seek_spacing=args.seek_spacing, checksums=args.checksums,
+                seek_spacing=args.seek_spacing, checksums=args.checksums, strict=args.strict,
             )
     finally:
         if executor is not None:
             executor.shutdown()
+    _print_skipped(caught, others=False)  # partial indexes are reported below
     records = sum(r.records for r in results)
     size = sum(r.size for r in results)
     partial = [r for r in results if r.partial]

@@ -165,6 +165,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "file); --checksums also rebuilds fresh sidecars without them")
     p.add_argument("--allow-partial", action="store_true",
                    help="index the valid prefix of a damaged file instead of failing (loudly)")
+    p.add_argument("--strict", action="store_true",
+                   help="refuse files of a directory or glob that are not record files (a "
+                        "README, *.labels.txt) instead of skipping them with a warning")
     p.add_argument("--workers", type=int, default=None, metavar="N",
                    help="files scanned at once (default: one per core; 8 for remote files)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")

@@ -16,7 +16,7 @@ import os
 from typing import Any
 
 from ..errors import DataFileNotFoundError, SidecarError
-from ..storage import PathSpec, Storage, as_list, is_local_url, resolve_data_files, storage_for
+from ..storage import PathSpec, Storage, as_list, is_local_url, list_data_files, storage_for
 from .manifest import Manifest, manifest_url_for, read_manifest
 from .sidecar import SUFFIX
 
@@ -74,6 +74,8 @@ class DatasetLocation:
         directory: The one data directory the spec named, or ``None`` (files, globs, lists).
         index_dir: ``index_dir`` as the caller gave it (for messages and manifests).
         storage_options: fsspec options used for every storage here.
+        named: Files the user named one by one (not found by a directory or glob): never
+            skipped as files that are not record files.
     """
 
     storage: Storage
@@ -83,6 +85,7 @@ class DatasetLocation:
     directory: str | None = None
     index_dir: str | None = None
     storage_options: dict[str, Any] | None = None
+    named: frozenset[str] = frozenset()
 
     def sidecar_of(self, data_path: str) -> tuple[Storage, str]:
         """Return ``(storage, path)`` of the sidecar of ``data_path``."""
@@ -133,11 +136,11 @@ def resolve(
             storage, files, sidecar_place(storage, found.index_dir, storage_options), found,
             data_dir, index_dir, storage_options,
         )
-    storage, files = resolve_data_files(paths, storage_options)
+    storage, files, named = list_data_files(paths, storage_options)
     check_unique_names(storage, files, index_dir)
     return DatasetLocation(
         storage, files, sidecar_place(storage, index_dir, storage_options), None,
-        _named_directory(paths, storage, files), index_dir, storage_options,
+        _named_directory(paths, storage, files), index_dir, storage_options, named,
     )
 
 

@@ -5,11 +5,12 @@ its records' offsets are in the uncompressed stream and its sidecar also holds s
 """
 
 
+import contextlib
 import dataclasses
 import warnings
 from collections.abc import Callable
 
-from ..errors import StaleIndexError
+from ..errors import OfindexError, StaleIndexError
 from ..formats.detect import HEAD_BYTES, detect_layout
 from ..formats.framing import RecordFormat
 from ..formats.seekpoints import DEFAULT_SPACING
@@ -32,8 +33,7 @@ class BuildResult:
     Attributes:
         data_url: The data file.
         index_url: The sidecar written.
-        format: The record framing, or ``None`` for an empty file whose format the caller
-            settles.
+        format: The record framing (an empty file takes its dataset's, else TFRecord).
         records: Records indexed.
         size: Data file size in bytes.
         partial: Only a valid prefix was indexed (``allow_partial=True``).
@@ -91,7 +91,7 @@ def build_file(
     index_path: str, verify: bool, allow_partial: bool,
     progress: Callable[[int], None] | None = None, *,
     compression: Compression | None = None, spacing: int = DEFAULT_SPACING,
-    checksums: bool | None = None,
+    checksums: bool | None = None, expect: FileStamp | None = None,
 ) -> BuildResult:
     """Index one data file and write its sidecar.
 
@@ -111,16 +111,18 @@ def build_file(
             file; see :mod:`ofindex.index.checksums`). ``None`` (the default): for OFRecord
             files, compressed or not, which carry no CRC of their own; TFRecord's own CRCs
             cover its payloads.
+        expect: The file's stamp when its framing was detected (taken as its stamp: a file
+            changed since is refused), or ``None`` to stat it now.
 
     Returns:
         What was indexed.
 
     Raises:
         CorruptRecordError: Bad data (unless ``allow_partial``).
-        StaleIndexError: The file changed while it was scanned.
+        StaleIndexError: The file changed while it was scanned (or since ``expect``).
         FormatDetectionError: The compression or framing cannot be detected.
     """
-    stamp = storage.stamp(path)
+    stamp = expect if expect is not None else storage.stamp(path)  # checked again at the end
     url = storage.url(path)
     # remote files stream once, in large sequential chunks with one chunk in flight
     source = storage if storage.cheap_seeks else ReadAhead(storage, path, stamp.size, STREAM_CHUNK)
@@ -128,15 +130,18 @@ def build_file(
     try:
         compression, fmt = detect_file_layout(source, path, stamp.size,
                                               compression=compression, fmt=fmt)
-        if fmt is None:  # empty, format settled by the caller
-            return BuildResult(url, index_storage.url(index_path), None, 0, stamp.size,
-                               fingerprint=stamp.fingerprint, compression=compression)
+        if fmt is None:  # an empty stream: zero records of either framing
+            fmt = RecordFormat.TFRECORD
         want_sums = fmt is RecordFormat.OFRECORD if checksums is None else checksums
         # where the scan reads every byte anyway (a stream, a remote file) it sums them too
         sums_in_scan = want_sums and not (compression is Compression.NONE
                                           and storage.cheap_seeks)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # reported by the caller from BuildResult.problem
+        # the scan warns of a partial index, which the caller reports from BuildResult.problem;
+        # catch_warnings is process-wide and not thread-safe (overlapping ones on the build's
+        # threads can leave "ignore" behind), so only a partial build enters it
+        with warnings.catch_warnings() if allow_partial else contextlib.nullcontext():
+            if allow_partial:
+                warnings.simplefilter("ignore")
             if compression is Compression.NONE:
                 result = scan_file(source, path, fmt, stamp.size, verify=verify,
                                    allow_partial=allow_partial, progress=progress,
@@ -152,10 +157,14 @@ def build_file(
         sums = result.checksums
         if want_sums and not sums_in_scan:  # a local file: a second pass on threads
             sums = payload_checksums(path, url, fmt, result.offsets, result.indexed_end)
+    except OfindexError:
+        if expect is not None:  # a file that changed since it was looked at: say so
+            _check_unchanged(storage, path, stamp, storage.stamp(path))
+        raise
     finally:
         if isinstance(source, ReadAhead):
             source.close()
-    _check_unchanged(storage, path, stamp)
+    _check_unchanged(storage, path, stamp, storage.stamp(path))
     header, body = encode_sidecar(
         fmt, result.offsets, stamp, result.indexed_end, result.partial,
         compression=compression, seek_points=table, windows=windows,
@@ -167,8 +176,8 @@ def build_file(
     return dataclasses.replace(built, body_crc=decode_header(header, path=built.index_url).body_crc)
 
 
-def _check_unchanged(storage: Storage, path: str, stamp: FileStamp) -> None:
-    why = stamp.mismatch(storage.stamp(path))
+def _check_unchanged(storage: Storage, path: str, stamp: FileStamp, now: FileStamp) -> None:
+    why = stamp.mismatch(now)
     if why:
         raise StaleIndexError(
             f"{storage.url(path)}: the file changed while it was being indexed ({why}); "

@@ -18,12 +18,14 @@ from ..formats.framing import RecordFormat
 from ..formats.location import DatasetLocation, resolve
 from ..formats.manifest import MANIFEST_NAME
 from ..formats.sidecar_header import Compression
+from ..formats.strays import is_stray, name_pattern
 from ..storage import FileStamp, LocalStorage, PathSpec, Storage, is_data_file_name
 from ..storage.mapped import MappedLocalStorage
 from ..storage.retry import retry_settings
 from .dataset import Dataset, Decode
 from .nodecache import DEFAULT_NODE_BYTES
-from .shards import DEFAULT_CACHE_BYTES, Shard, SidecarCache, prefetch_sidecars
+from .shards import DEFAULT_CACHE_BYTES, Shard, SidecarCache
+from .stray_shards import load_sidecars
 
 _AUTO_HINT = hint("format='auto'", "--format auto")
 
@@ -139,6 +141,8 @@ def open(
     Warns:
         PartialIndexWarning: Some shards are indexed only up to damaged data (once per
             dataset, naming them).
+        SkippedFilesWarning: Files a directory or glob lists have no sidecar and are plainly
+            not record files (a README): left out, once, naming them.
     """
     with retry_settings(retries, timeout):  # for the storages made here (kept by the dataset)
         location = resolve(paths, index_dir=index_dir, storage_options=storage_options,
@@ -179,17 +183,21 @@ def open_location(location: DatasetLocation, options: OpenOptions) -> Dataset:
     fmt = None if options.format == "auto" else RecordFormat.parse(options.format)
     want = parse_compression(options.compression)
     # headers only: each sidecar's offsets are checked against its CRC on first read
-    prefetch_sidecars(shards, check_body=False)
+    shards = load_sidecars(location, shards, stacklevel=3)
+    setter: Shard | None = None  # the first shard, which sets the framing
     for shard in shards:
         header = shard.header
         _check_compression(shard.index_url, header.compression, want)
-        if fmt is None:
-            fmt = header.format
-        elif header.format is not fmt:
+        if setter is None:
+            setter, fmt = shard, (fmt or header.format)
+        if header.format is not fmt:
+            framing = fmt.name.lower() if fmt is not None else "auto"
+            first = (f", but format={framing!r} was asked for" if setter is shard
+                     else f", but {setter.data_url} is {framing}")
             raise SidecarError(
-                f"{shard.index_url}: indexed as "
-                f"{header.format.name.lower()} but the dataset is {fmt.name.lower()}; all "
-                "shards must share one format (or rebuild with the right `--format`)"
+                f"{shard.data_url}: indexed as {header.format.name.lower()}{first}; a dataset "
+                "is all TFRecord or all OFRecord: open each kind as its own dataset (a glob or "
+                f"a list of its files){hint(' or pass the format it has: format=...', '')}"
             )
     return Dataset(storage, shards, fmt or RecordFormat.TFRECORD, verify=options.verify,
                    decode=options.decode,
@@ -261,17 +269,30 @@ def warn_partial(ds: Dataset) -> None:
 
 
 def _check_listing(storage: Storage, data_dir: str, names: list[str]) -> None:
-    listed = {storage.basename(p) for p in storage.expand(data_dir)
+    """Refuse a manifest that does not list the record files of ``data_dir``: a listed file
+    it does not name is new, unless it is plainly not a record file (a README the build
+    skipped, see :mod:`ofindex.formats.strays`; only such unnamed files are read)."""
+    listed = {storage.basename(p): p for p in storage.expand(data_dir)
               if is_data_file_name(storage.basename(p))}
     named = {n.rsplit("/", 1)[-1] for n in names}
-    if listed != named:
-        extra = heapq.nsmallest(3, listed - named)
-        gone = heapq.nsmallest(3, named - listed)
+    patterns = {name_pattern(n) for n in named}
+    new = {n for n in listed.keys() - named if not _stray(storage, listed[n], patterns)}
+    if new or not named <= listed.keys():
+        extra = heapq.nsmallest(3, new)
+        gone = heapq.nsmallest(3, named - listed.keys())
         raise StaleIndexError(
             f"{os.path.join(data_dir, MANIFEST_NAME)}: the manifest does not list the data "
             f"files of {data_dir} (not in the manifest: {extra or 'none'}; missing: "
             f"{gone or 'none'}); run `ofindex build {data_dir}` again"
         )
+
+
+def _stray(storage: Storage, path: str, patterns: set[str]) -> bool:
+    """Whether a listed file is plainly not a record file (a file gone since: no new one)."""
+    try:
+        return is_stray(storage, path, patterns)
+    except FileNotFoundError:
+        return True
 
 
 def _check_stamps(storage: Storage, data_dir: str, shards: list[Shard]) -> None:
