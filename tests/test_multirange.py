@@ -292,7 +292,7 @@ def test_a_dataset_reads_through_smaller_gaps_once_multi_range_works(nginx_serve
     ofindex.build_index(d)
     local = ofindex.open(d)
     ds = ofindex.open(f"{nginx_server.url}/gaps-{os.getpid()}")
-    assert ds.max_gap == ds._storage.default_max_gap  # the server is not known yet
+    assert ds.max_gap == ds._table.storage.default_max_gap  # the server is not known yet
     idx = np.random.default_rng(5).choice(400, 40, replace=False).tolist()
     assert ds.__getitems__(idx) == local.__getitems__(idx)  # ranges > 256 KiB apart
     assert ds.max_gap == multirange.MULTI_RANGE_GAP

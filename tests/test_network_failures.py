@@ -206,8 +206,8 @@ def test_two_second_blackout_does_not_kill_a_batch(served):
         t = time.monotonic()
         assert ds.__getitems__(idx) == [expected[i] for i in idx]
         took = time.monotonic() - t
-        assert took >= 1.5 and ds._storage.retries > 0, (took, ds._storage.retries)
-        ds._storage.retry = FORMER  # the former policy gave up within about 0.3 s
+        assert took >= 1.5 and ds._table.storage.retries > 0, (took, ds._table.storage.retries)
+        ds._table.storage.retry = FORMER  # the former policy gave up within about 0.3 s
         proxy.blackout(2.0)
         with pytest.raises(StorageError, match="connection refused"):
             ds.__getitems__(idx)
@@ -235,7 +235,7 @@ def test_slowdown_answers_are_retried_then_succeed(moto_server, dataset):
         ds = ofindex.open(f"s3://{prefix}", storage_options=servers.s3_options(proxy.url))
         idx = list(range(0, RECORDS, 3))
         assert ds.__getitems__(idx) == [expected[i] for i in idx]
-        assert proxy.counts["slowdown"] > 0 and ds._storage.retries > 0
+        assert proxy.counts["slowdown"] > 0 and ds._table.storage.retries > 0
     print(f"\n2 x SlowDown then served: {took:.2f} s")
 
 
@@ -252,6 +252,6 @@ def test_a_stalled_request_of_a_batch_is_hedged(served):
         t = time.monotonic()
         assert ds.__getitems__(idx) == [expected[i] for i in idx]
         took = time.monotonic() - t
-        assert ds._storage.hedged == 2 and took < 2.5, (ds._storage.hedged, took)
+        assert ds._table.storage.hedged == 2 and took < 2.5, (ds._table.storage.hedged, took)
         assert proxy.counts["stall"] == 2
     print(f"\n2 stalled requests of {len(idx)}: batch in {took:.2f} s, hedged 2")

@@ -274,7 +274,7 @@ def test_database_files_are_never_opened_through_a_link(paged, tmp_path, suffix)
     if suffix:  # a cache in use: SQLite would write the log and the shared memory it opens
         ds = ofindex.open(paged.url, storage_options=paged.options, cache_dir=str(cache_dir))
         assert ds[batches[0]] == [paged.expected[i] for i in batches[0]]
-        ds._shards[0].cache.node.close()  # the last connection: SQLite removes both files
+        ds._table.shards[0].cache.node.close()  # the last connection: SQLite removes both files
         assert not os.path.lexists(cache_dir / (DB_NAME + suffix))
     else:
         cache_dir.mkdir()
@@ -294,7 +294,7 @@ def test_an_entry_file_is_never_read_or_written_through_a_link(whole, tmp_path):
     cache_dir = tmp_path / "cache"
     cache_dir.mkdir()
     ds = ofindex.open(whole.url, storage_options=whole.options, cache_dir=str(cache_dir))
-    shard = ds._shards[0]
+    shard = ds._table.shards[0]
     sidecar = os.path.join(whole.local, os.path.basename(shard.index_path))
     outside = tmp_path / "outside.ofidx"  # a valid copy, which a reader following the link
     shutil.copyfile(sidecar, outside)  # would use as its own
@@ -306,7 +306,7 @@ def test_an_entry_file_is_never_read_or_written_through_a_link(whole, tmp_path):
     assert not os.path.islink(link)  # replaced by the cache's own copy, fetched
     with open(sidecar, "rb") as f:
         assert link.read_bytes() == outside.read_bytes() == f.read()
-    names = {entry_name(s.index_url) for s in ds._shards}
+    names = {entry_name(s.index_url) for s in ds._table.shards}
     assert names <= set(os.listdir(cache_dir))
 
 
@@ -319,7 +319,7 @@ def test_an_entry_that_is_not_a_regular_file_is_not_opened(whole, tmp_path):
     cache_dir = tmp_path / "cache"
     cache_dir.mkdir()
     ds = ofindex.open(whole.url, storage_options=whole.options, cache_dir=str(cache_dir))
-    fifo = cache_dir / entry_name(ds._shards[0].index_url)
+    fifo = cache_dir / entry_name(ds._table.shards[0].index_url)
     os.mkfifo(fifo)
     unblock = threading.Timer(10.0, _open_for_writing, (fifo,))
     unblock.start()

@@ -251,9 +251,9 @@ def test_sidecar_cache_is_bounded_and_cached_on_disk(served, tmp_path):
     idx = np.random.default_rng(5).permutation(RECORDS)[:200]
     assert ds.__getitems__(idx.tolist()) == [expected[i] for i in idx]
     assert [ds[i] for i in range(0, RECORDS, 7)] == expected[::7]
-    cache = ds._shards[0].cache
+    cache = ds._table.shards[0].cache
     assert len(cache) == 1 and cache.held_bytes <= one + 100
-    assert sum(s.loaded for s in ds._shards) == 1
+    assert sum(s.loaded for s in ds._table.shards) == 1
 
     cdir = str(tmp_path / "sidecars")
     ds = ofindex.open(url, cache_dir=cdir, check_stale=False)
@@ -338,4 +338,4 @@ def test_ten_thousand_shards_open_with_one_request(nginx_server, tmp_path):
     assert ds[3 * 7777 + 2] == b"record 2"
     new = log_lines(nginx_server.log)[before:]
     assert len(new) == 3 and sum("shard-07777.ofidx" in line for line in new) == 1
-    assert sum(s.loaded for s in ds._shards) == 1
+    assert sum(s.loaded for s in ds._table.shards) == 1

@@ -107,7 +107,7 @@ def fault_run(batches: int, out: str) -> None:
                         errors[type(exc).__name__] = errors.get(type(exc).__name__, 0) + 1
                     times.append(time.perf_counter() - t)
                 total = time.perf_counter() - start
-                storage = ds._storage
+                storage = ds._table.storage
                 row = {"batches": batches, "failed": failed, "errors": errors,
                        "seconds": round(total, 2),
                        "batch_p50_s": round(statistics.median(times), 3),

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import itertools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -29,7 +29,9 @@ from ..storage import Storage
 from ..storage.ranges import DEFAULT_MAX_BYTES, coalesce
 from .checksums import check_many, check_one, sidecar_sums
 from .payloads import extract_payloads
-from .shards import Shard, prefetch_sidecars
+from .record_checks import RecordChecks
+from .shards import prefetch_sidecars
+from .table import ShardTable
 
 #: A piece inflates at most about this many bytes before the next one starts afresh.
 MAX_PIECE_BYTES = 64 << 20
@@ -256,38 +258,35 @@ def _inflate(url: str, sc: Sidecar, k: int, reach: int, src: Any, a: int, ends: 
     return buf, base
 
 
-def read_batch(storage: Storage, shards: Sequence[Shard], cum: np.ndarray, first: np.ndarray,
-               idx: np.ndarray, fmt: RecordFormat, verify: bool,
+def read_batch(table: ShardTable, checks: RecordChecks, indices: np.ndarray,
                plain: Callable[[np.ndarray], list[Any]]) -> list[Any]:
-    """Payloads of global records of a dataset with compressed shards.
+    """Payloads of records of a dataset with compressed shards (any mix).
 
     Args:
-        storage: Storage of the data files.
-        shards: The dataset's shards.
-        cum: Records up to and including each shard.
-        first: Global number of each shard's first record.
-        idx: Global record numbers (valid, non-negative).
-        fmt: The framing.
-        verify: Check TFRecord CRCs.
+        table: The shards.
+        checks: What to check.
+        indices: Global record numbers (valid, non-negative).
         plain: Reads the records of uncompressed shards (global numbers).
 
     Returns:
-        The payloads, in the order of ``idx``.
+        The payloads, in the order of ``indices``.
     """
-    shard_of = np.searchsorted(cum, idx, side="right")
+    shard_of = table.shard_numbers(indices)
     touched = np.unique(shard_of).tolist()
-    prefetch_sidecars([shards[s] for s in touched])
-    out = np.empty(len(idx), dtype=object)
-    is_plain = np.ones(len(idx), dtype=bool)
+    prefetch_sidecars([table.shards[s] for s in touched])
+    out = np.empty(len(indices), dtype=object)
+    is_plain = np.ones(len(indices), dtype=bool)
     for s in touched:
-        sc = shards[s].sidecar
+        shard = table.shards[s]
+        sc = shard.sidecar
         if not sc.compressed:
             continue
         sel = np.flatnonzero(shard_of == s)
         is_plain[sel] = False
-        out[sel] = read_records(storage, shards[s].path, sc, idx[sel] - first[s], fmt, verify)
+        out[sel] = read_records(table.storage, shard.path, sc, indices[sel] - table.first[s],
+                                checks.format, checks.verify)
     if is_plain.any():
-        got = plain(idx[is_plain])
+        got = plain(indices[is_plain])
         holder = np.empty(len(got), dtype=object)
         holder[:] = got
         out[is_plain] = holder

@@ -19,7 +19,7 @@ from ..formats.location import DatasetLocation, resolve
 from ..formats.manifest import MANIFEST_NAME
 from ..formats.sidecar_header import Compression
 from ..formats.strays import is_stray, name_pattern
-from ..storage import FileStamp, LocalStorage, PathSpec, Storage, is_data_file_name
+from ..storage import FileStamp, FsspecStorage, LocalStorage, PathSpec, Storage, is_data_file_name
 from ..storage.mapped import MappedLocalStorage
 from ..storage.retry import retry_settings
 from .dataset import Dataset, Decode
@@ -152,14 +152,13 @@ def open(
                               SidecarCache(cache_bytes, cache_dir, cache_dir_bytes), compression)
         if mmap and type(location.storage) is LocalStorage:  # decided before any shard is made
             location = dataclasses.replace(location, storage=MappedLocalStorage())
-        ds = open_location(location, options)
-    warn_partial(ds)
-    storage = ds._storage
-    if max_concurrency is not None and hasattr(storage, "max_concurrency"):
-        storage.max_concurrency = max(1, int(max_concurrency))
-    if max_inflight_bytes is not None and hasattr(storage, "max_inflight_bytes"):
-        storage.max_inflight_bytes = max(1, int(max_inflight_bytes))
-    return ds
+        storage = location.storage
+        if isinstance(storage, FsspecStorage):
+            if max_concurrency is not None:
+                storage.max_concurrency = max(1, int(max_concurrency))
+            if max_inflight_bytes is not None:
+                storage.max_inflight_bytes = max(1, int(max_inflight_bytes))
+        return open_location(location, options)
 
 
 def open_location(location: DatasetLocation, options: OpenOptions) -> Dataset:
@@ -199,6 +198,7 @@ def open_location(location: DatasetLocation, options: OpenOptions) -> Dataset:
                 "is all TFRecord or all OFRecord: open each kind as its own dataset (a glob or "
                 f"a list of its files){hint(' or pass the format it has: format=...', '')}"
             )
+    warn_partial(shards)
     return Dataset(storage, shards, fmt or RecordFormat.TFRECORD, verify=options.verify,
                    decode=options.decode,
                    compressed=any(s.header.compression is not Compression.NONE
@@ -247,6 +247,7 @@ def _open_manifest(location: DatasetLocation, options: OpenOptions) -> Dataset:
     for name, got in zip(m.names, m.compressions or [Compression.NONE] * len(m.names),
                          strict=True):
         _check_compression(f"{m.data_dir}/{name}", got, want)
+    warn_partial(shards)
     return Dataset(storage, shards, m.format, verify=options.verify, decode=options.decode,
                    compressed=m.compressed)
 
@@ -255,17 +256,17 @@ class PartialIndexWarning(UserWarning):
     """A dataset has shards whose index covers only a valid prefix (``allow_partial``)."""
 
 
-def warn_partial(ds: Dataset) -> None:
+def warn_partial(shards: list[Shard], stacklevel: int = 4) -> None:
     """Warn once for a dataset with partial indexes, naming the shards and their records."""
-    partial = [s for s in ds._shards if s.partial]  # not ds.shards: 1e5 URLs made for nothing
+    partial = [s for s in shards if s.partial]  # not ds.shards: 1e5 URLs made for nothing
     if not partial:
         return
     shown = ", ".join(f"{s.data_url} ({s.records} records indexed)" for s in partial[:3])
     more = f" and {len(partial) - 3} more" if len(partial) > 3 else ""
     warnings.warn(PartialIndexWarning(
-        f"{len(partial)} of {len(ds._shards)} shards have a PARTIAL index: {shown}{more}; the "
+        f"{len(partial)} of {len(shards)} shards have a PARTIAL index: {shown}{more}; the "
         "rest of each such file is damaged and not readable — re-copy it and run "
-        "`ofindex build` again"), stacklevel=3)
+        "`ofindex build` again"), stacklevel=stacklevel)
 
 
 def _check_listing(storage: Storage, data_dir: str, names: list[str]) -> None:

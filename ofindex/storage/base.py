@@ -18,13 +18,21 @@ class Storage(abc.ABC):
     clients are created lazily in the process that uses them.
     """
 
-    #: True when reading only record headers and seeking past payloads is cheap (local disk).
+    #: The files are on this machine's file system: a read costs a system call, not a round
+    #: trip (reading only record headers and seeking past payloads is cheap).
+    is_local: bool = False
+    #: :meth:`mapped` hands out whole files as buffers (memory maps).
+    can_mmap: bool = False
+    #: Deprecated name of :attr:`is_local` (kept for subclasses written against 0.2).
     cheap_seeks: bool = False
     #: Gap (bytes) between two wanted ranges below which one read covers both: about
     #: bandwidth x latency. Remote object stores: 1 MiB.
     default_max_gap: int = 1 << 20
-    #: True when :meth:`mapped` can hand out whole files as buffers (memory maps).
+    #: Deprecated name of :attr:`can_mmap`.
     maps_files: bool = False
+
+    def close(self) -> None:  # noqa: B027 (most storages hold nothing to let go of)
+        """Let go of this process's handles, maps and clients (reopened on next use)."""
 
     #: The stamps data files were checked against (see :meth:`expect`).
     expected: ExpectedFiles

@@ -24,6 +24,7 @@ from .local import _MAX_OPEN, LocalStorage
 class MappedLocalStorage(LocalStorage):
     """:class:`LocalStorage` whose record reads copy out of per-process memory maps."""
 
+    can_mmap = True
     maps_files = True
 
     def __init__(self) -> None:
