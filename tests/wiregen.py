@@ -20,7 +20,7 @@ MAX_DEPTH = 100
 EXAMPLE_KINDS = {1: "bytes", 2: "float", 3: "varint"}
 OFRECORD_KINDS = {1: "bytes", 2: "float", 3: "double", 4: "varint", 5: "varint"}
 #: feature names: ASCII, empty, non-ASCII UTF-8, and bytes that are not UTF-8
-NAMES = [b"a", b"b", b"img", b"", "\u00e9".encode(), b"\xff\xfe"]
+NAMES = [b"a", b"b", b"img", b"", "\u00e9".encode()] * 4 + [b"\xff\xfe"]
 #: field numbers of unknown fields: small (some are known numbers with another wire type),
 #: two-byte tags, the largest one protobuf allows
 UNKNOWN_FIELDS = [1, 2, 3, 4, 6, 7, 15, 16, 2047, 2**29 - 1]
@@ -43,7 +43,7 @@ def varint(value: int, pad: int = 0) -> bytes:
 
 
 #: redundant bytes of a tag or length: mostly none; 4 is still read, 5 makes it too long
-PADS = st.sampled_from([0] * 12 + [1, 4, 5])
+PADS = st.sampled_from([0] * 40 + [1, 4, 5])
 
 
 @st.composite
@@ -61,7 +61,7 @@ def delimited(draw: st.DrawFn, field: int, body: bytes) -> bytes:
 def unknown_field(draw: st.DrawFn, level: int, in_group: bool = False) -> bytes:
     """An unknown field of a message (or group) at nesting ``level``."""
     field = draw(st.sampled_from(UNKNOWN_FIELDS + ([0] if in_group else [])))
-    wire_type = draw(st.sampled_from([VARINT, I64, LEN, SGROUP, I32] * 4 + [6, 7, EGROUP]))
+    wire_type = draw(st.sampled_from([VARINT, I64, LEN, SGROUP, I32] * 8 + [6, 7, EGROUP]))
     if wire_type == VARINT:
         return draw(tag(field, wire_type)) + varint(draw(st.sampled_from(VALUES)),
                                                     draw(st.sampled_from([0] * 6 + [2, 9])))
@@ -79,7 +79,7 @@ def unknown_field(draw: st.DrawFn, level: int, in_group: bool = False) -> bytes:
     inside = b""
     if level < 4:
         inside = b"".join(draw(st.lists(unknown_field(level + 1, in_group=True), max_size=3)))
-    end = field if draw(st.integers(0, 20)) else draw(st.sampled_from([0, 5, field + 1]))
+    end = field if draw(st.integers(0, 40)) else draw(st.sampled_from([0, 5, field + 1]))
     return draw(tag(field, SGROUP)) + inside + draw(tag(end, EGROUP))
 
 
