@@ -65,10 +65,22 @@ def read_tag(buf: bytes, pos: int, end: int) -> tuple[int, int]:
 def read_length(buf: bytes, pos: int, end: int) -> tuple[int, int]:
     """Decode the length of a length-delimited field at ``pos``; return (length, next
     position). The caller checks that the field fits in its message."""
-    n, stop = read_varint(buf, pos, end)
-    if stop - pos > MAX_LENGTH_BYTES or n >= LENGTH_LIMIT:
-        raise WireError("length of a length-delimited field out of range")
-    return n, stop
+    n = 0
+    shift = 0
+    while True:  # read_varint's loop, stopping at MAX_LENGTH_BYTES (a hot path: no call)
+        if pos >= end:
+            raise WireError("truncated length")
+        b = buf[pos]
+        pos += 1
+        n |= (b & 0x7F) << shift
+        if b < 0x80:
+            break
+        shift += 7
+        if shift >= 7 * MAX_LENGTH_BYTES:
+            raise WireError(f"length longer than {MAX_LENGTH_BYTES} bytes")
+    if n >= LENGTH_LIMIT:
+        raise WireError(f"length {n} of a length-delimited field is 2**31 - 1 or more")
+    return n, pos
 
 
 def _skip_group(buf: bytes, pos: int, end: int, field: int, level: int) -> int:
