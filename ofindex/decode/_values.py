@@ -106,8 +106,8 @@ def _chunks(buf: bytes, regions: list[tuple[int, int]], vtype: str,
     return out
 
 
-def list_values(buf: bytes, regions: list[tuple[int, int]], vtype: str,
-                copy: bool = True, *, level: int) -> np.ndarray:
+def list_values(buf: bytes, regions: list[tuple[int, int]], vtype: str, level: int,
+                copy: bool = True) -> np.ndarray:
     """Decode the values of a list message (given by its regions, at nesting ``level`` in
     the record) as a 1-D array.
 

@@ -72,7 +72,7 @@ def discard(buf: bytes, located: Located, max_kind: int) -> None:
     map entry, entry with unknown fields): protobuf rejects the record if it is corrupt."""
     if located.kind and located.regions:
         kinds = EXAMPLE_KINDS if max_kind == 3 else OFRECORD_KINDS
-        list_values(buf, located.regions, kinds[located.kind], level=located.level)
+        list_values(buf, located.regions, kinds[located.kind], located.level)
 
 
 def _utf8(buf: bytes, start: int, end: int) -> None:
