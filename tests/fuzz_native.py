@@ -565,7 +565,7 @@ def fuzz_locate(rng: random.Random) -> None:
                 assert found is None, (buf, name)
                 continue
             assert found is not None and found.kind == kind, (buf, name)
-            values = list_values(buf, found.regions, vtypes[kind])
+            values = list_values(buf, found.regions, vtypes[kind], found.level)
             assert len(values) == count, (buf, name)
             if kind == 1 and count:
                 assert buf[start:end] == values[0]

@@ -18,9 +18,9 @@ from ..formats.location import resolve, sidecar_location
 from ..formats.sidecar import load_sidecar
 from ..formats.sidecar_header import Compression
 from ..formats.strays import SkippedFilesWarning
-from ..formats.textindex import export_text, import_text
-from ..index.build_file import detect_file_layout
+from ..formats.textindex import export_text
 from ..index.builder import build_index
+from ..index.textimport import sidecar_from_text
 from ..read.dataset import Dataset
 from ..read.open import PartialIndexWarning
 from ..read.open import open as open_dataset
@@ -228,23 +228,16 @@ def cmd_export_index(args: argparse.Namespace, options: Options) -> int:
 
 
 def cmd_import_index(args: argparse.Namespace, options: Options) -> int:
-    """``ofindex import-index``: turn a text index into a sidecar (checked against the file)."""
+    """``ofindex import-index``: turn a text index into a sidecar, checked line by line against
+    the data file (its size and its record framing)."""
     storage, data = storage_for(args.data, options)
     tstorage, tpath = storage_for(args.text_index, options)
-    stamp = storage.stamp(data)
     given = None if args.format == "auto" else RecordFormat.parse(args.format)
-    compression, fmt = detect_file_layout(storage, data, stamp.size, fmt=given)
-    if compression is not Compression.NONE:
-        raise OfindexError(
-            f"{storage.url(data)}: the file is {compression.name.lower()}-compressed; a text "
-            "index describes an uncompressed file — run `ofindex build` on it instead"
-        )
-    fmt = fmt or RecordFormat.TFRECORD
-    header, body = import_text(tstorage.read_all(tpath), fmt, stamp, path=tstorage.url(tpath),
-                               data_url=storage.url(data))
+    header, body, records = sidecar_from_text(storage, data, tstorage.read_all(tpath),
+                                              text_url=tstorage.url(tpath), fmt=given)
     ist, ipath = sidecar_location(storage, data, args.index_dir, options)
     ist.write_atomic(ipath, [header, body])
-    print(f"{ist.url(ipath)}: {len(body) // 8} records")
+    print(f"{ist.url(ipath)}: {records} records")
     return EXIT_OK
 
 
