@@ -169,11 +169,11 @@ class CountingStorage(FsspecStorage):
         finally:
             self.now -= 1
 
-    async def _cat_async(self, fs, path, start, end):
-        return await self._counting(super()._cat_async(fs, path, start, end))
+    async def fetch_range(self, fs, path, start, end):
+        return await self._counting(super().fetch_range(fs, path, start, end))
 
-    async def _multi_async(self, fs, path, spans, deliver):
-        return await self._counting(super()._multi_async(fs, path, spans, deliver))
+    async def fetch_file_ranges(self, fs, path, spans, deliver):
+        return await self._counting(super().fetch_file_ranges(fs, path, spans, deliver))
 
 
 def test_ranges_run_concurrently_within_bounds(served):
@@ -310,7 +310,7 @@ def test_ten_thousand_shards_open_with_one_request(nginx_server, tmp_path):
     from ofindex.formats.framing import RecordFormat
     from ofindex.formats.manifest import write_manifest
     from ofindex.formats.sidecar import open_local_sidecar
-    from ofindex.storage import LocalStorage
+    from ofindex.storage import LocalStorage, Storages
 
     name = uuid.uuid4().hex[:8]
     root = os.path.join(nginx_server.root, name)
@@ -329,7 +329,7 @@ def test_ten_thousand_shards_open_with_one_request(nginx_server, tmp_path):
     h = open_local_sidecar(src + ".ofidx").header
     write_manifest(os.path.join(root, "ofindex-manifest.json"), RecordFormat.TFRECORD,
                    LocalStorage(), files, root, None, [h.count] * n, [h.stamp.size] * n,
-                   [h.stamp.fingerprint] * n)
+                   [h.stamp.fingerprint] * n, Storages())
     before = len(log_lines(nginx_server.log))
     ds = ofindex.open(f"{nginx_server.url}/{name}")
     assert len(log_lines(nginx_server.log)) - before == 1

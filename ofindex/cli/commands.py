@@ -24,7 +24,7 @@ from ..index.textimport import sidecar_from_text
 from ..read.dataset import Dataset
 from ..read.open import PartialIndexWarning
 from ..read.open import open as open_dataset
-from ..storage import storage_for
+from ..storage import Storages
 from .exitcodes import EXIT_OK, EXIT_PARTIAL
 
 Options = dict[str, Any]
@@ -195,10 +195,10 @@ def cmd_verify(args: argparse.Namespace, options: Options) -> int:
 
 def cmd_export_index(args: argparse.Namespace, options: Options) -> int:
     """``ofindex export-index``: write DALI / tfrecord2idx text indexes."""
-    location = resolve(args.paths, index_dir=args.index_dir, storage_options=options,
-                       manifest=False)
+    storages = Storages(options)
+    location = resolve(args.paths, index_dir=args.index_dir, storages=storages, manifest=False)
     storage, files = location.storage, location.files
-    out = storage_for(args.output, options) if args.output else None
+    out = storages.for_url(args.output) if args.output else None
     for f in files:
         ist, ipath = location.sidecar_of(f)
         try:
@@ -230,12 +230,13 @@ def cmd_export_index(args: argparse.Namespace, options: Options) -> int:
 def cmd_import_index(args: argparse.Namespace, options: Options) -> int:
     """``ofindex import-index``: turn a text index into a sidecar, checked line by line against
     the data file (its size and its record framing)."""
-    storage, data = storage_for(args.data, options)
-    tstorage, tpath = storage_for(args.text_index, options)
+    storages = Storages(options)
+    storage, data = storages.for_url(args.data)
+    tstorage, tpath = storages.for_url(args.text_index)
     given = None if args.format == "auto" else RecordFormat.parse(args.format)
     header, body, records = sidecar_from_text(storage, data, tstorage.read_all(tpath),
                                               text_url=tstorage.url(tpath), fmt=given)
-    ist, ipath = sidecar_location(storage, data, args.index_dir, options)
+    ist, ipath = sidecar_location(storage, data, args.index_dir, storages)
     ist.write_atomic(ipath, [header, body])
     print(f"{ist.url(ipath)}: {records} records")
     return EXIT_OK

@@ -45,7 +45,7 @@ from typing import Any
 import crc32c as _crc32c
 
 from ..errors import SidecarError
-from ..storage import Storage, storage_for
+from ..storage import Storage, Storages
 from .framing import RecordFormat
 from .sidecar_header import Compression
 
@@ -222,11 +222,13 @@ def decode_manifest(raw: bytes, manifest_url: str) -> Manifest:
                     comps, body_crcs, checksummed=version >= 2)
 
 
-def read_manifest(
-    url: str, storage_options: dict[str, Any] | None = None
-) -> Manifest | None:
-    """The manifest at ``url``, or ``None`` when there is none (one request)."""
-    storage, path = storage_for(url, storage_options)
+def read_manifest(url: str, storages: Storages) -> Manifest | None:
+    """The manifest at ``url``, or ``None`` when there is none (one request).
+
+    Raises:
+        SidecarError: It is not a valid manifest.
+    """
+    storage, path = storages.for_url(url)
     try:
         raw = storage.read_all(path)
     except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
@@ -237,14 +239,14 @@ def read_manifest(
 def write_manifest(
     url: str, fmt: RecordFormat, data_storage: Storage, data_files: list[str], data_dir: str,
     index_dir: str | None, records: list[int], sizes: list[int], fingerprints: list[str],
-    storage_options: dict[str, Any] | None = None, partial: list[bool] | None = None,
+    storages: Storages, partial: list[bool] | None = None,
     compressions: list[Compression] | None = None, body_crcs: list[int] | None = None,
 ) -> str:
     """Write the manifest of ``data_files`` (all inside ``data_dir``) to ``url``; returns it."""
-    storage, path = storage_for(url, storage_options)
-    if storage.cheap_seeks:  # local paths are stored absolute
+    storage, path = storages.for_url(url)
+    if storage.is_local:  # local paths are stored absolute
         path = os.path.abspath(path)
-    if data_storage.cheap_seeks:
+    if data_storage.is_local:
         data_files = [os.path.abspath(f) for f in data_files]
         data_dir = os.path.abspath(data_dir)
     manifest_url = storage.url(path)
@@ -258,7 +260,7 @@ def write_manifest(
             )
         names.append(f[len(prefix):])
     data_url = data_storage.url(data_dir.rstrip("/"))
-    index_url = None if index_dir is None else _absolute(index_dir, storage_options)
+    index_url = None if index_dir is None else _absolute(index_dir, storages)
     marked = tuple(n for n, p in zip(names, partial or [False] * len(names), strict=True) if p)
     raw = encode_manifest(fmt, manifest_url, data_url, index_url, names, records, sizes,
                           fingerprints, marked, compressions, body_crcs)
@@ -266,9 +268,9 @@ def write_manifest(
     return manifest_url
 
 
-def _absolute(url: str, storage_options: dict[str, Any] | None) -> str:
-    storage, path = storage_for(url, storage_options)
-    if storage.cheap_seeks:
+def _absolute(url: str, storages: Storages) -> str:
+    storage, path = storages.for_url(url)
+    if storage.is_local:
         return os.path.abspath(path)
     return storage.url(path).rstrip("/")
 

@@ -323,6 +323,6 @@ def load_sidecar(storage: Storage, path: str) -> Sidecar:
         FileNotFoundError: There is no sidecar at ``path``.
         SidecarError: The file is not a valid sidecar.
     """
-    if storage.cheap_seeks:
+    if storage.is_local:
         return open_local_sidecar(path)
     return parse_sidecar(storage.read_all(path), path=storage.url(path))

@@ -125,7 +125,7 @@ def build_file(
     stamp = expect if expect is not None else storage.stamp(path)  # checked again at the end
     url = storage.url(path)
     # remote files stream once, in large sequential chunks with one chunk in flight
-    source = storage if storage.cheap_seeks else ReadAhead(storage, path, stamp.size, STREAM_CHUNK)
+    source = storage if storage.is_local else ReadAhead(storage, path, stamp.size, STREAM_CHUNK)
     table, windows, usize = None, b"", stamp.size
     try:
         compression, fmt = detect_file_layout(source, path, stamp.size,
@@ -135,7 +135,7 @@ def build_file(
         want_sums = fmt is RecordFormat.OFRECORD if checksums is None else checksums
         # where the scan reads every byte anyway (a stream, a remote file) it sums them too
         sums_in_scan = want_sums and not (compression is Compression.NONE
-                                          and storage.cheap_seeks)
+                                          and storage.is_local)
         # the scan warns of a partial index, which the caller reports from BuildResult.problem;
         # catch_warnings is process-wide and not thread-safe (overlapping ones on the build's
         # threads can leave "ignore" behind), so only a partial build enters it

@@ -14,8 +14,8 @@ from ..formats.location import DatasetLocation, resolve
 from ..formats.manifest import manifest_url_for, write_manifest
 from ..formats.sidecar_header import Compression
 from ..formats.strays import only_strays, strays_refused, warn_skipped
-from ..storage import PathSpec
-from ..storage.retry import retry_settings
+from ..storage import PathSpec, Storages
+from ..storage.retry import current_policy, with_settings
 from .build_file import BuildResult
 from .cluster import FileProgress, run_on_executor
 from .job import FileJob
@@ -147,14 +147,14 @@ def build_index(
             them).
         UserWarning: A partial index was written (``allow_partial=True``).
     """
-    with retry_settings(retries, timeout):  # for the storages made here (kept by the jobs)
-        location = resolve(paths, index_dir=index_dir, storage_options=storage_options,
-                           manifest=False)
-        results, skipped = build_location(
-            location, format=format, verify=verify, allow_partial=allow_partial,
-            workers=workers, progress=progress, manifest=manifest, executor=executor,
-            resume=resume, compression=compression, seek_spacing=seek_spacing,
-            checksums=checksums, strict=strict)
+    storages = Storages(storage_options,
+                        retry=with_settings(current_policy(), retries, timeout))
+    location = resolve(paths, index_dir=index_dir, storages=storages, manifest=False)
+    results, skipped = build_location(
+        location, format=format, verify=verify, allow_partial=allow_partial,
+        workers=workers, progress=progress, manifest=manifest, executor=executor,
+        resume=resume, compression=compression, seek_spacing=seek_spacing,
+        checksums=checksums, strict=strict)
     if not results:
         raise only_strays(skipped)
     if skipped:
@@ -197,13 +197,13 @@ def build_location(
     if seek_spacing is not None and seek_spacing < 1:
         raise ValueError(f"seek_spacing must be a positive number of bytes, not {seek_spacing}")
     targets = [location.sidecar_of(f) for f in files]
-    default = (os.cpu_count() or 1) if storage.cheap_seeks else REMOTE_WORKERS
+    default = (os.cpu_count() or 1) if storage.is_local else REMOTE_WORKERS
     n_workers = max(1, min(workers or default, len(files)))
     jobs = [FileJob(storage, f, fmt, ist, ipath, verify, allow_partial, comp, seek_spacing,
                     checksums)
             for f, (ist, ipath) in zip(files, targets, strict=True)]
     surveys = survey_files(jobs, location.named, resume,
-                           n_workers if storage.cheap_seeks else REMOTE_SURVEYS)
+                           n_workers if storage.is_local else REMOTE_SURVEYS)
     skipped = [s.url for s in surveys if s.stray]
     if skipped and strict:
         raise strays_refused(skipped)
@@ -222,7 +222,7 @@ def build_location(
         write_manifest(
             url, framing, storage, [job.path for job, _ in kept], data_dir,
             location.index_dir, [r.records for r in results], [r.size for r in results],
-            [r.fingerprint for r in results], location.storage_options,
+            [r.fingerprint for r in results], location.storages,
             partial=[r.partial for r in results], compressions=[r.compression for r in results],
             body_crcs=_body_crcs(results),
         )

@@ -72,7 +72,7 @@ def scan_file(
     """
     # Local TFRecord payloads are checked in a second pass over the records found, on
     # threads (see ofindex.index.verify); other storage checks them in the one pass it reads.
-    local = storage if isinstance(storage, Storage) and storage.cheap_seeks else None
+    local = storage if isinstance(storage, Storage) and storage.is_local else None
     crc_pass = verify and local is not None and fmt is RecordFormat.TFRECORD
     scan = _Scan(storage, path, fmt, size, verify and not crc_pass, block_size, progress,
                  checksums)
@@ -239,7 +239,7 @@ class _Scan:
         fmt, size, hs, ov = self.fmt, self.size, self.fmt.header_size, self.fmt.overhead
         buffer = self.buffer
         summing = self.sums is not None
-        headers_only = self.storage.cheap_seeks and not self.verify and not summing
+        headers_only = self.storage.is_local and not self.verify and not summing
         read_size = min(_HEADER_READ, self.block_size) if headers_only else self.block_size
         while self.pos < size:
             pos = self.pos

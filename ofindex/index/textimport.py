@@ -54,7 +54,7 @@ def sidecar_from_text(storage: Storage, path: str, text: bytes, *, text_url: str
     stamp = storage.stamp(path)
     url = storage.url(path)
     # remote files stream once, in large sequential chunks, as the index builder reads them
-    source = storage if storage.cheap_seeks else ReadAhead(storage, path, stamp.size,
+    source = storage if storage.is_local else ReadAhead(storage, path, stamp.size,
                                                            STREAM_CHUNK)
     try:
         compression, found = detect_file_layout(source, path, stamp.size, fmt=fmt)

@@ -15,7 +15,7 @@ from ..formats.location import sidecar_location
 from ..formats.seekpoints import WRITER_SPACING
 from ..formats.sidecar import encode_sidecar
 from ..formats.sidecar_header import Compression
-from ..storage import FileStamp, LocalStorage, storage_for
+from ..storage import FileStamp, LocalStorage, Storages
 from .deflate_sink import DeflateSink
 
 
@@ -86,10 +86,11 @@ class Writer:
         if checksums is None:
             checksums = self.format is RecordFormat.OFRECORD
         self._crcs = array.array("I") if checksums and index else None
-        self._storage, self._path = storage_for(os.fspath(url), storage_options)
+        storages = Storages(storage_options)
+        self._storage, self._path = storages.for_url(os.fspath(url))
         self._index = index
         self._index_storage, self._index_path = sidecar_location(
-            self._storage, self._path, index_dir, storage_options
+            self._storage, self._path, index_dir, storages
         )
         self._tmp = (f"{self._path}.{os.getpid()}.tmp" if isinstance(self._storage, LocalStorage)
                      else None)

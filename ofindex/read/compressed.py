@@ -28,9 +28,9 @@ from ..index.inflate import InflateFailure, in_stream_error, inflate_span
 from ..storage import Storage
 from ..storage.ranges import DEFAULT_MAX_BYTES, coalesce
 from .checksums import check_many, check_one, sidecar_sums
+from .index_round import load_sidecars
 from .payloads import extract_payloads
 from .record_checks import RecordChecks
-from .shards import prefetch_sidecars
 from .table import ShardTable
 
 #: A piece inflates at most about this many bytes before the next one starts afresh.
@@ -182,7 +182,7 @@ def plan_pieces(starts: np.ndarray, ends: np.ndarray,
 def _mapped_views(storage: Storage, path: str,
                   spans: list[tuple[int, int]]) -> list[memoryview] | None:
     """Views of the memory map for each span, or ``None`` when the file is not mapped."""
-    if storage.maps_files:
+    if storage.can_mmap:
         mm = storage.mapped(path, max(b for _, b in spans))
         if mm is not None:
             view = memoryview(mm)
@@ -195,7 +195,7 @@ def _fetch_ends(storage: Storage, seeks: SeekTable, ks: np.ndarray,
     """Where to stop reading the spans from points ``ks`` to uncompressed ``reaches``: their
     ends on local files, an estimate of what is needed on remote ones (the rest is read only
     when it falls short: :func:`_inflate_piece`)."""
-    if storage.cheap_seeks:
+    if storage.is_local:
         return seeks.compressed_ends(reaches)
     return seeks.estimated_ends(ks, reaches)
 
@@ -208,7 +208,7 @@ def _fetch_and_inflate(storage: Storage, path: str, spans: list[tuple[int, int]]
     so that inflating overlaps the reads still in flight, or one by one after them."""
     starts = np.array([a for a, _ in spans], dtype=np.int64)
     ends = np.array([b for _, b in spans], dtype=np.int64)
-    plan = coalesce(starts, ends, storage.max_gap_for(path), DEFAULT_MAX_BYTES)
+    plan = coalesce(starts, ends, storage.preferred_gap(path), DEFAULT_MAX_BYTES)
     served: list[list[int]] = [[] for _ in range(len(plan.fetch_starts))]
     for j, f in enumerate(plan.item_fetch.tolist()):
         served[f].append(j)
@@ -273,7 +273,7 @@ def read_batch(table: ShardTable, checks: RecordChecks, indices: np.ndarray,
     """
     shard_of = table.shard_numbers(indices)
     touched = np.unique(shard_of).tolist()
-    prefetch_sidecars([table.shards[s] for s in touched])
+    load_sidecars([table.shards[s] for s in touched])
     out = np.empty(len(indices), dtype=object)
     is_plain = np.ones(len(indices), dtype=bool)
     for s in touched:

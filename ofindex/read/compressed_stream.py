@@ -47,7 +47,7 @@ def stream_compressed(
     size = sc.header.stamp.size
     start = StartPoint(int(seeks.kind[k]), int(seeks.in_[k]), int(seeks.bits[k]),
                        seeks.window(k), int(seeks.out[k]))
-    source = storage if storage.cheap_seeks else ReadAhead(storage, path, size, STREAM_CHUNK)
+    source = storage if storage.is_local else ReadAhead(storage, path, size, STREAM_CHUNK)
     stream = InflatedStream(source, path, size, sc.compression, 0, start=start)
     whole = k == 0 and lo == 0 and hi == len(sc) and not sc.header.partial
     sums = sidecar_sums(sc, verify)

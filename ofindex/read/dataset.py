@@ -102,13 +102,13 @@ class Dataset:
     def max_gap(self) -> int:
         """Largest gap between two wanted byte ranges read through rather than split
         (settable; ``None`` goes back to the storage's, which it may lower once it knows the
-        server: see :meth:`ofindex.storage.Storage.max_gap_for`)."""
+        server: see :meth:`ofindex.storage.Storage.preferred_gap`)."""
         if self._max_gap is not None:
             return self._max_gap
         table = self._table
         if not table.shards:
             return table.storage.default_max_gap
-        return table.storage.max_gap_for(table.shards[0].path)
+        return table.storage.preferred_gap(table.shards[0].path)
 
     @max_gap.setter
     def max_gap(self, value: int | None) -> None:

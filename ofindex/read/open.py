@@ -19,12 +19,12 @@ from ..formats.location import DatasetLocation, resolve
 from ..formats.manifest import MANIFEST_NAME
 from ..formats.sidecar_header import Compression
 from ..formats.strays import is_stray, name_pattern
-from ..storage import FileStamp, FsspecStorage, LocalStorage, PathSpec, Storage, is_data_file_name
-from ..storage.mapped import MappedLocalStorage
-from ..storage.retry import retry_settings
+from ..storage import FileStamp, PathSpec, Storage, Storages, is_data_file_name
+from ..storage.retry import current_policy, with_settings
 from .dataset import Dataset, Decode
 from .nodecache import DEFAULT_NODE_BYTES
-from .shards import DEFAULT_CACHE_BYTES, Shard, SidecarCache
+from .shards import Shard
+from .sidecar_cache import DEFAULT_CACHE_BYTES, SidecarCache
 from .stray_shards import load_sidecars
 
 _AUTO_HINT = hint("format='auto'", "--format auto")
@@ -144,21 +144,15 @@ def open(
         SkippedFilesWarning: Files a directory or glob lists have no sidecar and are plainly
             not record files (a README): left out, once, naming them.
     """
-    with retry_settings(retries, timeout):  # for the storages made here (kept by the dataset)
-        location = resolve(paths, index_dir=index_dir, storage_options=storage_options,
-                           manifest=manifest)
-        parse_compression(compression)  # refuse a bad name before any work
-        options = OpenOptions(format, verify, decode, build_missing, check_stale,
-                              SidecarCache(cache_bytes, cache_dir, cache_dir_bytes), compression)
-        if mmap and type(location.storage) is LocalStorage:  # decided before any shard is made
-            location = dataclasses.replace(location, storage=MappedLocalStorage())
-        storage = location.storage
-        if isinstance(storage, FsspecStorage):
-            if max_concurrency is not None:
-                storage.max_concurrency = max(1, int(max_concurrency))
-            if max_inflight_bytes is not None:
-                storage.max_inflight_bytes = max(1, int(max_inflight_bytes))
-        return open_location(location, options)
+    parse_compression(compression)  # refuse a bad name before any work
+    # every storage of this open is made once, with these settings, and shared
+    storages = Storages(storage_options, mmap=mmap, max_concurrency=max_concurrency,
+                        max_inflight_bytes=max_inflight_bytes,
+                        retry=with_settings(current_policy(), retries, timeout))
+    location = resolve(paths, index_dir=index_dir, storages=storages, manifest=manifest)
+    options = OpenOptions(format, verify, decode, build_missing, check_stale,
+                          SidecarCache(cache_bytes, cache_dir, cache_dir_bytes), compression)
+    return open_location(location, options)
 
 
 def open_location(location: DatasetLocation, options: OpenOptions) -> Dataset:
@@ -225,7 +219,7 @@ def _open_manifest(location: DatasetLocation, options: OpenOptions) -> Dataset:
             "with the right `--format`"
         )
     storage = location.storage
-    local = storage.cheap_seeks
+    local = storage.is_local
     if local:  # listing a local directory is cheap: refuse a manifest of other files first
         assert location.directory is not None
         _check_listing(storage, location.directory, m.names)

@@ -103,7 +103,7 @@ def pager_of(shard: Shard) -> Pager | None:
     pg: Pager | None = shard.pager
     if pg is None or pg.pid != os.getpid():
         p = page_records_for(shard.records, shard.size)
-        expect = shard._expected()
+        expect = shard.expected_stamp()
         assert expect is not None
         pg = Pager(p, sidecar_key(shard.index_url, expect, shard.body_crc),
                    whole=shard.records <= WHOLE_BELOW_PAGES * p,

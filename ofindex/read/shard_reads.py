@@ -1,6 +1,6 @@
 """Batches read shard by shard: the records grouped by shard, their spans looked up (remote
 sidecars by pages, with every missing piece of index fetched in one round: see
-:mod:`ofindex.read.pageround`), then read in one of three ways:
+:mod:`ofindex.read.index_round`), then read in one of three ways:
 
 * :func:`mapped_cut`: cut straight out of memory maps, checked in bulk with numpy (local files
   without the compiled module);
@@ -23,7 +23,7 @@ import numpy as np
 from ..storage.ranges import coalesce
 from . import mapped_gather
 from .checksums import check_many, record_naming
-from .pageround import batch_spans
+from .index_round import batch_spans
 from .payloads import extract_payloads, read_record_direct
 from .record_checks import RecordChecks
 from .table import ShardGroups, ShardTable

@@ -1,20 +1,15 @@
-"""One data file of a dataset together with its lazily opened sidecar, and the sidecar cache.
+"""One data file of a dataset together with its lazily opened sidecar.
 
-Local sidecars are memory-mapped (opening one reads its header only). Remote sidecars are
-fetched whole when their shard is first touched and kept in a per-process LRU bounded in
-bytes (:class:`SidecarCache`); with ``cache_dir`` they are also kept on local disk and
-memory-mapped from there, valid as long as their header stamp matches the manifest.
+Local sidecars are memory-mapped (opening one reads its header; its offsets are checked
+against their CRC when the shard is first read). Remote sidecars are fetched whole when
+their shard is first touched (or read by pages: :mod:`ofindex.read.pages`) and kept in the
+dataset's :class:`~ofindex.read.sidecar_cache.SidecarCache`.
 """
 
 from __future__ import annotations
 
-import concurrent.futures as cf
-import contextlib
 import dataclasses
 import os
-import threading
-from collections import OrderedDict
-from collections.abc import Iterable
 from typing import Any
 
 from ..errors import IndexNotFoundError, SidecarError, StaleIndexError, hint
@@ -22,12 +17,7 @@ from ..formats.framing import RecordFormat
 from ..formats.sidecar import Sidecar, load_sidecar, parse_sidecar
 from ..formats.sidecar_header import SidecarHeader
 from ..storage import FileStamp, Storage
-from .cachedir import entry_name
-from .nodecache import DEFAULT_NODE_BYTES, NodeCache
-from .pagecache import PageCache
-
-#: Default bound on remote sidecar bytes held in memory per process (8 bytes per record).
-DEFAULT_CACHE_BYTES = 256 << 20
+from .sidecar_cache import SidecarCache
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,93 +37,6 @@ class ShardInfo:
     bytes: int
     index_url: str
     partial: bool = False
-
-
-class SidecarCache:
-    """LRU of fetched remote sidecars and sidecar pages (:attr:`pages`), together bounded by
-    ``max_bytes``; with ``cache_dir``, copies shared by every process of the machine
-    (:attr:`node`, bounded by ``cache_dir_bytes``; checked now, and not used when it cannot be:
-    :class:`~ofindex.read.nodecache.NodeCache`). Picklable: a new process starts with an
-    empty memory cache and the node cache's verdict."""
-
-    def __init__(self, max_bytes: int = DEFAULT_CACHE_BYTES, cache_dir: str | None = None,
-                 cache_dir_bytes: int = DEFAULT_NODE_BYTES) -> None:
-        self.max_bytes = int(max_bytes)
-        self.cache_dir = (None if cache_dir is None
-                          else os.path.abspath(os.path.expanduser(cache_dir)))
-        self.cache_dir_bytes = int(cache_dir_bytes)
-        self._lru: OrderedDict[int, tuple[Shard, int]] = OrderedDict()
-        self._bytes = 0
-        self._lock = threading.Lock()
-        self._pid = os.getpid()
-        self.pages = PageCache(self.max_bytes, lambda: self._bytes)
-        self.node = (None if self.cache_dir is None
-                     else NodeCache(self.cache_dir, self.cache_dir_bytes))
-
-    def __getstate__(self) -> tuple[int, int, NodeCache | None]:
-        return (self.max_bytes, self.cache_dir_bytes, self.node)
-
-    def __setstate__(self, state: tuple[int, int, NodeCache | None]) -> None:
-        max_bytes, cache_dir_bytes, node = state
-        SidecarCache.__init__(self, max_bytes, None, cache_dir_bytes)
-        self.cache_dir = None if node is None else node.directory
-        self.node = node  # not checked again: a directory found unusable was warned about
-
-    def __repr__(self) -> str:
-        return f"SidecarCache({len(self._lru)} sidecars, {self._bytes} of {self.max_bytes} bytes)"
-
-    @property
-    def held_bytes(self) -> int:
-        """Bytes of sidecars held in memory."""
-        return self._bytes
-
-    def __len__(self) -> int:
-        return len(self._lru)
-
-    def touch(self, shard: Shard) -> None:
-        with contextlib.suppress(KeyError):
-            self._lru.move_to_end(id(shard))
-
-    def add(self, shard: Shard, nbytes: int) -> None:
-        """Account for ``shard``'s newly loaded sidecar; evict least recently used others."""
-        with self._lock:
-            if self._pid != os.getpid():
-                self._lru.clear()
-                self._bytes = 0
-                self._pid = os.getpid()
-            old = self._lru.pop(id(shard), None)
-            if old is not None:
-                self._bytes -= old[1]
-            self._lru[id(shard)] = (shard, nbytes)
-            self._bytes += nbytes
-            self.pages.shrink()  # pages go first
-            while self._bytes + self.pages.held_bytes > self.max_bytes and len(self._lru) > 1:
-                key, (victim, size) = self._lru.popitem(last=False)
-                if victim is shard:  # only the newest is left over budget: keep it
-                    self._lru[key] = (victim, size)
-                    break
-                self._bytes -= size
-                victim._sidecar = None
-
-    # -- on-disk copies ---------------------------------------------------------------------
-    def disk_path(self, index_url: str) -> str | None:
-        """Where the whole sidecar of ``index_url`` is kept in ``cache_dir`` (a name derived
-        from the URL), or ``None`` without a ``cache_dir``."""
-        if self.cache_dir is None:
-            return None
-        return os.path.join(self.cache_dir, entry_name(index_url))
-
-    def from_disk(self, index_url: str, expect: FileStamp, records: int,
-                  body_crc: int | None = None) -> Sidecar | None:
-        """The copy kept in ``cache_dir``, if there is a valid one of this version (and, when
-        the manifest names it, of this body CRC)."""
-        return (None if self.node is None
-                else self.node.open_sidecar(index_url, expect, records, body_crc))
-
-    def to_disk(self, index_url: str, raw: bytes) -> Sidecar | None:
-        """Keep a fetched sidecar in ``cache_dir``; it memory-mapped from there, or ``None``
-        (no usable ``cache_dir``, a full disk …: the caller keeps ``raw`` in memory)."""
-        return None if self.node is None else self.node.keep_sidecar(index_url, raw)
 
 
 class Shard:
@@ -178,7 +81,7 @@ class Shard:
         self.fingerprint = fingerprint
         self.data_storage = data_storage
         # local sidecars are memory-mapped (page cache, not heap): only remote ones are counted
-        self.cache = None if index_storage.cheap_seeks else cache
+        self.cache = None if index_storage.is_local else cache
         self._sidecar: Sidecar | None = None
         # opened for its header in this process (by open), its offsets not checked yet
         self._unchecked: Sidecar | None = None
@@ -237,23 +140,34 @@ class Shard:
     def index_url(self) -> str:
         return self.index_storage.url(self.index_path)
 
-    def _expected(self) -> FileStamp | None:
+    def expected_stamp(self) -> FileStamp | None:
+        """The data file's stamp the manifest gives (``None`` without a manifest)."""
         return FileStamp(self.size, self.fingerprint) if self.fingerprint is not None else None
 
-    def _from_disk(self) -> Sidecar | None:
-        """A valid on-disk copy of a remote sidecar (only with a manifest's stamps)."""
-        expect = self._expected()
-        if self.cache is None or expect is None or self.index_storage.cheap_seeks:
+    def disk_copy(self) -> Sidecar | None:
+        """A valid copy of this remote sidecar in the node cache (only with a manifest's
+        stamps), or ``None``."""
+        expect = self.expected_stamp()
+        if self.cache is None or expect is None or self.index_storage.is_local:
             return None
         return self.cache.from_disk(self.index_url, expect, self.records, self.body_crc)
 
-    def _not_found(self) -> IndexNotFoundError:
+    def not_found(self) -> IndexNotFoundError:
+        """The error for this shard's missing sidecar, with the command that builds it."""
         return missing_indexes([self], 1)
 
-    def _from_raw(self, raw: bytes) -> tuple[Sidecar, int]:
-        """Parse a fetched remote sidecar; keep a disk copy when there is a cache_dir."""
+    def from_fetched(self, raw: bytes) -> tuple[Sidecar, int]:
+        """Parse a fetched remote sidecar (its body checked against its CRC); keep a disk copy
+        when there is a cache_dir.
+
+        Returns:
+            The sidecar, and the bytes it holds in memory (0 when it is kept on disk).
+
+        Raises:
+            SidecarError: It is not a valid sidecar.
+        """
         sc = parse_sidecar(raw, path=self.index_url, data_url=self.data_url)
-        cache, expect = self.cache, self._expected()
+        cache, expect = self.cache, self.expected_stamp()
         if (cache is not None and expect is not None and cache.cache_dir is not None
                 and sc.header.count == self.records and sc.header.stamp == expect):
             disk = cache.to_disk(self.index_url, raw)
@@ -264,16 +178,16 @@ class Shard:
     def _fetch(self) -> tuple[Sidecar, int]:
         """The sidecar and the bytes it holds in memory (0 when memory-mapped)."""
         ist = self.index_storage
-        sc = self._from_disk()
+        sc = self.disk_copy()
         if sc is not None:
             return sc, 0
         try:
-            if ist.cheap_seeks:
+            if ist.is_local:
                 return load_sidecar(ist, self.index_path), 0
             raw = ist.read_all(self.index_path)
         except FileNotFoundError:
-            raise self._not_found() from None
-        return self._from_raw(raw)
+            raise self.not_found() from None
+        return self.from_fetched(raw)
 
     def load(self, *, check_body: bool = True) -> Sidecar:
         """Open (or fetch) the sidecar and check it against what the dataset expects (and,
@@ -288,19 +202,50 @@ class Shard:
         pending = self._unchecked if self._pid == os.getpid() else None
         if pending is not None:  # opened for its header in this process: only its offsets
             return pending if not check_body else self._publish(pending, 0)  # are left
-        if self.data_storage is self.index_storage and not self.index_storage.cheap_seeks:
-            prefetch_sidecars([self], check_body=check_body)  # sidecar and stat: one round
-            loaded = self._sidecar or self._unchecked
-            assert loaded is not None
-            return loaded
+        if self.data_storage is self.index_storage and not self.index_storage.is_local:
+            return self._fetch_with_stamp(check_body)  # sidecar and stat: one round
         sc, nbytes = self._fetch()
         current = None
         if self.data_storage is not None:
             current = self.data_storage.stamp(self.path)
-        return self._accept(sc, nbytes, current, check_body=check_body)
+        return self.accept(sc, nbytes, current, check_body=check_body)
 
-    def _accept(self, sc: Sidecar, nbytes: int, current: FileStamp | None, *,
-                check_body: bool = True) -> Sidecar:
+    def _fetch_with_stamp(self, check_body: bool) -> Sidecar:
+        """Fetch the remote sidecar and stat the data file in one round of requests."""
+        storage = self.index_storage
+        sc = self.disk_copy()
+        raws, stamps = storage.fetch_many([] if sc is not None else [self.index_path],
+                                          [self.path])
+        nbytes = 0
+        if sc is None:
+            raw = raws[0]
+            if isinstance(raw, FileNotFoundError):
+                raise self.not_found() from None
+            if isinstance(raw, BaseException):
+                raise raw
+            sc, nbytes = self.from_fetched(raw)
+        current = stamps[0]
+        if isinstance(current, BaseException):
+            raise current
+        return self.accept(sc, nbytes, current, check_body=check_body)
+
+    def accept(self, sc: Sidecar, nbytes: int, current: FileStamp | None, *,
+               check_body: bool = True) -> Sidecar:
+        """Take a sidecar fetched or opened for this shard in this process, after checking it
+        against what the dataset expects and the data file's stamp ``current`` against it.
+
+        Args:
+            sc: The sidecar.
+            nbytes: The bytes it holds in memory (for the cache's bound).
+            current: The data file's stamp now, or ``None`` (not checked).
+            check_body: Check its body against its CRC now (else on first read).
+
+        Returns:
+            The sidecar.
+
+        Raises:
+            StaleIndexError, SidecarError: It does not describe the file, or is corrupt.
+        """
         h = sc.header
         self.check_header(h)
         if current is not None and self.data_storage is not None:
@@ -331,7 +276,7 @@ class Shard:
             StaleIndexError: It disagrees with the manifest.
             SidecarError: It changed since the dataset was opened.
         """
-        expect = self._expected()
+        expect = self.expected_stamp()
         if self.body_crc is not None and h.body_crc != self.body_crc:
             raise StaleIndexError(
                 f"{self.index_url}: this sidecar was rebuilt after the dataset manifest was "
@@ -355,69 +300,6 @@ class Shard:
     @property
     def format(self) -> RecordFormat:
         return self.header.format
-
-
-def prefetch_sidecars(shards: Iterable[Shard], *, check_body: bool = True) -> None:
-    """Load the sidecars of ``shards`` not loaded yet in this process. Remote ones are fetched
-    all at once, together with the data files' stamps for the staleness check (one round trip
-    instead of two per shard). ``check_body=False`` leaves the offsets of memory-mapped
-    sidecars to be checked against their CRC when their shard is first read."""
-    cold = []
-    for s in shards:
-        if s.loaded:
-            continue
-        if s.opened:  # its header is checked in this process: nothing to fetch
-            s.load(check_body=check_body)
-        else:
-            cold.append(s)
-    if not cold:
-        return
-    ist = cold[0].index_storage
-    dst = cold[0].data_storage
-    batched = (  # local sidecars are memory-mapped one by one instead
-        not ist.cheap_seeks
-        and all(s.index_storage is ist and s.data_storage is dst for s in cold)
-    )
-    missing: list[Shard] = []
-    if not batched:
-        for s in cold:
-            try:
-                s.load(check_body=check_body)
-            except IndexNotFoundError:
-                missing.append(s)
-        if missing:
-            raise missing_indexes(missing, len(cold))
-        return
-    disk = [s._from_disk() for s in cold]
-    to_read = [s for s, d in zip(cold, disk, strict=True) if d is None]
-    read_paths = [s.index_path for s in to_read]
-    stat_paths = [s.path for s in cold] if dst is not None else []
-    if dst is None or dst is ist:
-        raws, stamps = ist.fetch_many(read_paths, stat_paths)
-    else:  # sidecars in another place than the data: both kinds of request at once
-        with cf.ThreadPoolExecutor(2) as pool:
-            f_raw = pool.submit(ist.fetch_many, read_paths, [])
-            f_stat = pool.submit(dst.fetch_many, [], stat_paths)
-            raws, stamps = f_raw.result()[0], f_stat.result()[1]
-    raw_of = dict(zip(map(id, to_read), raws, strict=True))
-    for k, s in enumerate(cold):
-        on_disk = disk[k]
-        if on_disk is not None:
-            sc, nbytes = on_disk, 0
-        else:
-            raw = raw_of[id(s)]
-            if isinstance(raw, FileNotFoundError):
-                missing.append(s)
-                continue
-            if isinstance(raw, BaseException):
-                raise raw
-            sc, nbytes = s._from_raw(raw)
-        current = stamps[k] if stat_paths else None
-        if isinstance(current, BaseException):
-            raise current
-        s._accept(sc, nbytes, current, check_body=check_body)
-    if missing:
-        raise missing_indexes(missing, len(cold))
 
 
 def missing_indexes(missing: list[Shard], total: int) -> IndexNotFoundError:

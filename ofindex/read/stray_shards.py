@@ -7,12 +7,13 @@ from __future__ import annotations
 from ..errors import IndexNotFoundError
 from ..formats.location import DatasetLocation
 from ..formats.strays import is_stray, name_pattern, only_strays, warn_skipped
-from .shards import Shard, missing_indexes, prefetch_sidecars
+from .index_round import load_sidecars as load_all
+from .shards import Shard, missing_indexes
 
 
 def load_sidecars(location: DatasetLocation, shards: list[Shard],
                   stacklevel: int = 2) -> list[Shard]:
-    """Load the sidecars of ``shards`` (:func:`~.shards.prefetch_sidecars`), leaving out the
+    """Load the sidecars of ``shards`` (:func:`~.index_round.load_sidecars`), leaving out the
     files found by a directory or glob that have no sidecar and are plainly not record files.
 
     Only files without a sidecar are looked at (by name, else by their first bytes): a
@@ -35,7 +36,7 @@ def load_sidecars(location: DatasetLocation, shards: list[Shard],
         SkippedFilesWarning: Once, naming the files left out.
     """
     try:
-        prefetch_sidecars(shards, check_body=False)  # offsets checked on first read
+        load_all(shards, check_body=False)  # offsets checked on first read
         return shards
     except IndexNotFoundError:
         storage = location.storage

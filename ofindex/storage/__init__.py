@@ -16,7 +16,7 @@ from .paths import (
     natural_key,
     resolve_data_files,
 )
-from .registry import is_local_url, storage_for
+from .registry import Storages, is_local_url, storage_for
 from .remote import FsspecStorage
 from .stamp import FileStamp
 
@@ -27,6 +27,7 @@ __all__ = [
     "LocalStorage",
     "PathSpec",
     "Storage",
+    "Storages",
     "as_list",
     "check_length",
     "is_data_file_name",

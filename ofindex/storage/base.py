@@ -23,13 +23,9 @@ class Storage(abc.ABC):
     is_local: bool = False
     #: :meth:`mapped` hands out whole files as buffers (memory maps).
     can_mmap: bool = False
-    #: Deprecated name of :attr:`is_local` (kept for subclasses written against 0.2).
-    cheap_seeks: bool = False
     #: Gap (bytes) between two wanted ranges below which one read covers both: about
     #: bandwidth x latency. Remote object stores: 1 MiB.
     default_max_gap: int = 1 << 20
-    #: Deprecated name of :attr:`can_mmap`.
-    maps_files: bool = False
 
     def close(self) -> None:  # noqa: B027 (most storages hold nothing to let go of)
         """Let go of this process's handles, maps and clients (reopened on next use)."""
@@ -52,10 +48,15 @@ class Storage(abc.ABC):
         """
         self.expected.expect(path, stamp, self.url(path))
 
-    def max_gap_for(self, path: str) -> int:
+    def preferred_gap(self, path: str) -> int:
         """The gap to read through between two wanted ranges of ``path`` for a batch, as it
         stands now (:attr:`default_max_gap` unless the storage learnt something cheaper)."""
         return self.default_max_gap
+
+    def multirange(self, path: str) -> bool:
+        """Whether many ranges of ``path`` go out in one request (an HTTP server known to
+        answer ``multipart/byteranges``; see :mod:`ofindex.storage.multirange`)."""
+        return False
 
     @abc.abstractmethod
     def stamp(self, path: str) -> FileStamp:

@@ -8,6 +8,7 @@ reporting a host name that does not resolve; botocore up to 5 attempts per reque
 from __future__ import annotations
 
 import os
+import threading
 import types
 from typing import Any
 
@@ -40,8 +41,48 @@ def _without_own_retries(fs: Any) -> None:
         fs._request = types.MethodType(inner, fs)
 
 
+#: This process's filesystems, by protocol, options and pool size: one client per filesystem
+#: per process, shared by every storage (and dataset) that reads it.
+_CLIENTS: dict[tuple[str, str, int], Any] = {}
+_CLIENTS_PID = [os.getpid()]
+_CLIENTS_LOCK = threading.Lock()
+
+
+def shared_filesystem(protocol: str, options: dict[str, Any], max_concurrency: int) -> Any:
+    """This process's fsspec filesystem of ``protocol`` with ``options`` (made on first use:
+    see :func:`make_filesystem`). A forked child makes its own: an async filesystem's event
+    loop and sessions must not cross a ``fork``.
+
+    Args:
+        protocol: The fsspec protocol.
+        options: Its storage options.
+        max_concurrency: Requests we run at once (the connection pool's size for S3).
+
+    Raises:
+        MissingDependencyError: The protocol's library is not installed.
+    """
+    from fsspec.utils import tokenize
+
+    key = (protocol, tokenize(options), max_concurrency)
+    with _CLIENTS_LOCK:
+        if _CLIENTS_PID[0] != os.getpid():  # the parent's: never used (nor finalized) here
+            ORPHANS.extend(_CLIENTS.values())
+            _CLIENTS.clear()
+            _CLIENTS_PID[0] = os.getpid()
+        fs = _CLIENTS.get(key)
+        if fs is None:
+            fs = _CLIENTS[key] = make_filesystem(protocol, options, max_concurrency)
+        return fs
+
+
+#: Filesystems of parent processes, kept alive after a fork so that their finalizers never
+#: run in the child (they would try to close sessions on the parent's dead event loop).
+ORPHANS: list[Any] = []
+
+
 def make_filesystem(protocol: str, options: dict[str, Any], max_concurrency: int) -> Any:
-    """A new fsspec filesystem of ``protocol`` (not shared with other callers).
+    """A new fsspec filesystem of ``protocol`` (not fsspec's cached instance: its pool is
+    sized and its retries turned off here).
 
     Args:
         protocol: The fsspec protocol.

@@ -14,22 +14,49 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Protocol
 
 from . import multirange
 from .aio import HTTP_PROTOCOLS, Limits, fetch_each
 from .hedge import Hedger
-from .retry import retry_async
+from .retry import RetryPolicy, retry_async
+
+#: Where the bytes of each range go: ``sink(k, bytes of range k)``, as each arrives.
+RangeSink = Callable[[int, bytes | memoryview], None]
 
 
-async def gather_ranges(storage: Any, fs: Any, paths: list[str], starts: list[int],
-                        ends: list[int], sink: Callable[[int, bytes | memoryview], None]) -> None:
+class RangeSource(Protocol):
+    """What a round of range reads needs of its storage (an
+    :class:`~ofindex.storage.remote.FsspecStorage`): its bounds, its retry policy and
+    counters, and its two kinds of request."""
+
+    protocol: str
+    max_concurrency: int
+    max_inflight_bytes: int
+    retry: RetryPolicy
+
+    def url(self, path: str) -> str: ...
+
+    def describe_range(self, path: str, start: int, end: int) -> str: ...
+
+    def count_retry(self) -> None: ...
+
+    def count_hedge(self) -> None: ...
+
+    async def fetch_range(self, fs: Any, path: str, start: int, end: int) -> bytes: ...
+
+    async def fetch_file_ranges(self, fs: Any, path: str, spans: list[tuple[int, int]],
+                                deliver: Callable[[int, memoryview], None]) -> int | None: ...
+
+
+async def gather_ranges(storage: RangeSource, fs: Any, paths: list[str], starts: list[int],
+                        ends: list[int], sink: RangeSink) -> None:
     """Fetch every range within ``storage.max_concurrency`` and ``max_inflight_bytes``.
 
     Args:
-        storage: The :class:`~ofindex.storage.remote.FsspecStorage` (its ``_cat_async`` and
-            ``_multi_async`` make the requests; retried and hedged by its ``retry`` policy,
-            counted in its ``retries`` and ``hedged``).
+        storage: The storage (its ``fetch_range`` and ``fetch_file_ranges`` make the
+            requests; retried and hedged by its ``retry`` policy, counted by its
+            ``count_retry`` and ``count_hedge``).
         fs: Its filesystem (async).
         paths: The file of each range.
         starts: First byte of each range.
@@ -48,12 +75,14 @@ async def gather_ranges(storage: Any, fs: Any, paths: list[str], starts: list[in
 
     def fetch(k: int) -> Awaitable[bytes]:
         return retry_async(
-            lambda: hedger.run(lambda: storage._cat_async(fs, paths[k], starts[k], ends[k])),
-            storage.retry, storage._what(paths[k], starts[k], ends[k]), storage.count_retry)
+            lambda: hedger.run(lambda: storage.fetch_range(fs, paths[k], starts[k], ends[k])),
+            storage.retry, storage.describe_range(paths[k], starts[k], ends[k]),
+            storage.count_retry)
 
     def multi(p: str, spans: list[tuple[int, int]],
               deliver: Callable[[int, memoryview], None]) -> Awaitable[Any]:
-        return retry_async(lambda: hedger.run(lambda: storage._multi_async(fs, p, spans, deliver)),
+        return retry_async(lambda: hedger.run(
+                               lambda: storage.fetch_file_ranges(fs, p, spans, deliver)),
                            storage.retry, f"{storage.url(p)}: {len(spans)} ranges in one request",
                            storage.count_retry)
 

@@ -45,7 +45,6 @@ class LocalStorage(Storage):
     """Local disk. Reads use ``os.pread`` (no buffered file object, no readahead copies)."""
 
     is_local = True
-    cheap_seeks = True
     default_max_gap = 4096  # a syscall costs about as much as copying a page
 
     def __init__(self) -> None:

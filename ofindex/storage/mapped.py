@@ -25,7 +25,6 @@ class MappedLocalStorage(LocalStorage):
     """:class:`LocalStorage` whose record reads copy out of per-process memory maps."""
 
     can_mmap = True
-    maps_files = True
 
     def __init__(self) -> None:
         super().__init__()

@@ -9,7 +9,7 @@ from typing import Any, NamedTuple
 
 from ..errors import DataFileNotFoundError
 from .base import Storage
-from .registry import storage_for
+from .registry import Storages
 
 #: A file, directory, glob or URL, or a list of them.
 PathSpec = str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
@@ -78,14 +78,11 @@ def resolve_data_files(
     Returns:
         ``(storage, paths)``: one storage for all entries and the data paths on it.
     """
-    found = list_data_files(spec, storage_options)
+    found = list_data_files(spec, Storages(storage_options))
     return found.storage, found.files
 
 
-def list_data_files(
-    spec: PathSpec,
-    storage_options: dict[str, Any] | None = None,
-) -> DataFiles:
+def list_data_files(spec: PathSpec, storages: Storages) -> DataFiles:
     """List the data files named by a path, a directory, a glob, or a list of those.
 
     Each directory or glob expands to its files in natural order (``part-2`` before
@@ -94,7 +91,7 @@ def list_data_files(
 
     Args:
         spec: What the user named.
-        storage_options: fsspec options for remote URLs.
+        storages: The call's storages.
 
     Returns:
         One storage for all entries, the data paths on it, and which of them were named one
@@ -111,12 +108,10 @@ def list_data_files(
     files: list[str] = []
     named: set[str] = set()
     for item in items:
-        st, path = storage_for(item, storage_options)
+        st, path = storages.for_url(item)
         if storage is None:
             storage = st
-        elif type(st) is not type(storage) or getattr(st, "protocol", None) != getattr(
-            storage, "protocol", None
-        ):
+        elif st is not storage:
             raise ValueError(
                 f"{item}: all data files must be on one storage (got {st!r} and {storage!r})"
             )

@@ -10,8 +10,9 @@ requests where the server answers them (:mod:`.multirange`). Transient failures 
 with backoff within a deadline (:mod:`.retry`), a request of a batch far slower than its peers
 is sent again (:mod:`.hedge`), and a write the server refuses says the location is read-only.
 
-The filesystem object is created lazily in each process (``skip_instance_cache``): fsspec's
-async filesystems hold an event loop and sessions that must not cross a ``fork``.
+The filesystem is this process's one client of the protocol and options
+(:func:`.clients.shared_filesystem`), taken on first use in each process: fsspec's async
+filesystems hold an event loop and sessions that must not cross a ``fork``.
 """
 
 from __future__ import annotations
@@ -27,17 +28,13 @@ from ..errors import DataFileNotFoundError, RangeReadError
 from . import multirange
 from .aio import HTTP_PROTOCOLS, http_range
 from .base import CHECKED_READ_BYTES, Storage, check_length, check_range
-from .clients import make_filesystem
+from .clients import ORPHANS, shared_filesystem
 from .failures import not_writable
 from .gather import gather_ranges
 from .hedge import Hedger
 from .listing import list_files
 from .retry import RetryPolicy, current_policy, retry_async, retry_sync
 from .stamp import ExpectedFiles, FileStamp, fingerprint_from_info
-
-#: Filesystems of parent processes, kept alive after a fork so that their finalizers never
-#: run in the child (they would try to close sessions on the parent's dead event loop).
-_ORPHANS: list[Any] = []
 
 
 class FsspecStorage(Storage):
@@ -50,7 +47,7 @@ class FsspecStorage(Storage):
     ``retries`` / ``hedged`` the requests sent again after a failure / for being slow.
     """
 
-    cheap_seeks = False
+    is_local = False
     #: Read through gaps up to this size: with many requests in flight at once the link's
     #: bandwidth x RTT is shared between them, so a gap worth one round trip is smaller than
     #: for a lone request (measured at +20 ms RTT: 256 KiB beat 1 MiB and 64 KiB).
@@ -95,17 +92,18 @@ class FsspecStorage(Storage):
     # -- the per-process filesystem ----------------------------------------------------------
     @property
     def fs(self) -> Any:
-        """This process's fsspec filesystem (created on first use in each process)."""
+        """This process's fsspec filesystem of the protocol and options (taken on first use in
+        each process; shared with the other storages of the same filesystem)."""
         fs = self._fs
         if fs is not None and self._pid == os.getpid():
             return fs
         with self._lock:
             if self._fs is not None and self._pid != os.getpid():
-                _ORPHANS.append(self._fs)  # the parent's: never finalize it here
+                ORPHANS.append(self._fs)  # the parent's: never finalize it here
                 self._fs = None
             if self._fs is None:
-                self._fs = make_filesystem(self.protocol, self.storage_options,
-                                           self.max_concurrency)
+                self._fs = shared_filesystem(self.protocol, self.storage_options,
+                                             self.max_concurrency)
                 self._pid = os.getpid()
                 self.requests = self.bytes_read = self.retries = self.hedged = 0
             return self._fs
@@ -123,12 +121,13 @@ class FsspecStorage(Storage):
             return path
         return f"{self.protocol}://{path}"
 
-    def max_gap_for(self, path: str) -> int:
+    def preferred_gap(self, path: str) -> int:
         # far-apart ranges share a multi-range request: read only through gaps worth a part
-        if self.protocol in HTTP_PROTOCOLS and multirange.SUPPORT.get(
-                multirange.host_of(self.url(path))):
-            return multirange.MULTI_RANGE_GAP
-        return self.default_max_gap
+        return multirange.MULTI_RANGE_GAP if self.multirange(path) else self.default_max_gap
+
+    def multirange(self, path: str) -> bool:
+        return self.protocol in HTTP_PROTOCOLS and bool(
+            multirange.SUPPORT.get(multirange.host_of(self.url(path))))
 
     # -- metadata ---------------------------------------------------------------------------
     def stamp(self, path: str) -> FileStamp:
@@ -228,7 +227,7 @@ class FsspecStorage(Storage):
             def cat(p: str = p, s: int = s, e: int = e) -> bytes:
                 return self._cat_sync(fs, p, s, e)
 
-            sink(k, retry_sync(cat, self.retry, self._what(p, s, e), self.count_retry))
+            sink(k, retry_sync(cat, self.retry, self.describe_range(p, s, e), self.count_retry))
 
     def fetch_many(
         self, read_paths: Sequence[str], stat_paths: Sequence[str] = ()
@@ -271,8 +270,8 @@ class FsspecStorage(Storage):
                 return b""
             async with sem:
                 return await retry_async(
-                    lambda: hedger.run(lambda: self._cat_async(fs, path, s, e)), self.retry,
-                    self._what(path, s, e), self.count_retry)
+                    lambda: hedger.run(lambda: self.fetch_range(fs, path, s, e)), self.retry,
+                    self.describe_range(path, s, e), self.count_retry)
 
         async def whole(path: str) -> bytes:
             async with sem:
@@ -298,7 +297,8 @@ class FsspecStorage(Storage):
                 got_stamps[k] = DataFileNotFoundError(f"{self.url(p)}: data file not found")
         return list(got_parts), list(got_raws), list(got_stamps)
 
-    def _what(self, path: str, start: int, end: int) -> str:
+    def describe_range(self, path: str, start: int, end: int) -> str:
+        """A range as messages name it."""
         return f"{self.url(path)}: bytes [{start}, {end})"
 
     def _counted(self, path: str, start: int, end: int, data: bytes) -> bytes:
@@ -315,8 +315,11 @@ class FsspecStorage(Storage):
             raise DataFileNotFoundError(f"{self.url(path)}: data file not found") from None
         return self._counted(path, start, end, data)
 
-    async def _multi_async(self, fs: Any, path: str, spans: list[tuple[int, int]],
-                           deliver: Callable[[int, memoryview], None]) -> int | None:
+    async def fetch_file_ranges(self, fs: Any, path: str, spans: list[tuple[int, int]],
+                                deliver: Callable[[int, memoryview], None]) -> int | None:
+        """Ranges of one file in one multi-range request (HTTP), each handed to
+        ``deliver(j, data)`` as it arrives; returns the bytes moved (see
+        :func:`.multirange.fetch_spans`)."""
         try:
             got = await multirange.fetch_spans(fs, path, spans, deliver)
         except FileNotFoundError:
@@ -325,7 +328,8 @@ class FsspecStorage(Storage):
         self.bytes_read += got or 0
         return got
 
-    async def _cat_async(self, fs: Any, path: str, start: int, end: int) -> bytes:
+    async def fetch_range(self, fs: Any, path: str, start: int, end: int) -> bytes:
+        """Exactly the bytes ``[start, end)`` of ``path`` in one request (checked, counted)."""
         coro: Awaitable[bytes]
         if self.protocol in HTTP_PROTOCOLS:
             coro = http_range(fs, path, start, end)
