@@ -23,9 +23,10 @@ from .formats.strays import SkippedFilesWarning
 from .index.build_file import BuildResult
 from .index.builder import build_index
 from .index.writer import Writer
+from .opening import open
 from .read.dataset import Dataset
 from .read.nodecache import CacheDirWarning
-from .read.open import PartialIndexWarning, open
+from .read.open import PartialIndexWarning
 
 __version__ = "0.2.0"
 

@@ -37,7 +37,7 @@ def impl(request):
 def inflater(request, monkeypatch):
     """Inflate compressed files with ISA-L (a test dependency: it must be installed) and again
     with zlib alone."""
-    from ofindex.index import fast_inflate, windows
+    from ofindex.deflate import fast_inflate, windows
 
     if request.param == "isal":
         assert fast_inflate.ISAL is not None, "pip install isal (in the test extra)"

@@ -22,9 +22,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import ofindex
+from ofindex.deflate import fast_inflate
+from ofindex.deflate.inflate import inflate_span
 from ofindex.formats.sidecar import open_local_sidecar
-from ofindex.index import fast_inflate
-from ofindex.index.inflate import inflate_span
 
 COMPRESSIONS = ["gzip", "zlib"]
 FORMATS = ["tfrecord", "ofrecord"]

@@ -12,10 +12,10 @@ import pytest
 from helpers import implementation, ref_tfrecord, write_raw, zlib_pack
 
 import ofindex
+from ofindex.deflate import fast_inflate
+from ofindex.deflate.inflate import inflate_span
 from ofindex.formats.seekpoints import FETCH_SLACK, FETCH_STEP, FETCH_UNIT, fetch_bounds
 from ofindex.formats.sidecar import open_local_sidecar
-from ofindex.index import fast_inflate
-from ofindex.index.inflate import inflate_span
 
 
 def _records(seed: int) -> list[bytes]:

@@ -12,11 +12,11 @@ import pytest
 from helpers import implementation
 
 import ofindex
+from ofindex.deflate import fast_inflate, windows
+from ofindex.deflate.fast_inflate import lead_in_bytes, splice
+from ofindex.deflate.windows import PendingWindow
 from ofindex.formats.seekpoints import WindowCache
 from ofindex.formats.sidecar import open_local_sidecar
-from ofindex.index import fast_inflate, windows
-from ofindex.index.fast_inflate import lead_in_bytes, splice
-from ofindex.index.windows import PendingWindow
 
 WINDOW = 32768
 
@@ -182,7 +182,7 @@ def test_stored_blocks_after_primed_points(tmp_path, inflater, reader):
 
 def test_isal_and_zlib_read_the_same(tmp_path):
     """A span served by ISA-L equals zlib's, from every kind of seek point."""
-    from ofindex.index.inflate import InflateFailure, inflate_span
+    from ofindex.deflate.inflate import InflateFailure, inflate_span
 
     rng = np.random.default_rng(5)
     records = [rng.bytes(int(rng.integers(0, 50))) * 3 for _ in range(5000)]

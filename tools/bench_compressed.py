@@ -40,10 +40,10 @@ import numpy as np  # noqa: E402
 from benchlib import parse_args  # noqa: E402
 
 import ofindex  # noqa: E402
+from ofindex.deflate import fast_inflate  # noqa: E402
 from ofindex.formats.seekpoints import DEFAULT_SPACING, WRITER_SPACING  # noqa: E402
 from ofindex.formats.sidecar import open_local_sidecar  # noqa: E402
 from ofindex.formats.sidecar_header import layout_of  # noqa: E402
-from ofindex.index import fast_inflate  # noqa: E402
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 KIB = 1 << 10

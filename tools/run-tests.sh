@@ -32,6 +32,12 @@ fi
 # lint and types first: they take seconds (rules in pyproject.toml)
 "$VENV/bin/ruff" check ofindex tests tools
 "$VENV/bin/mypy"
+# ... and types again with only the `dev` extra installed: the integrations built on optional
+# extras (torch, dask, ray) must type-check without them too
+DEV_VENV=${OFINDEX_DEV_VENV:-.venv-dev}
+[ -x "$DEV_VENV/bin/python" ] || "$PY" -m venv "$DEV_VENV"
+"$DEV_VENV/bin/python" -m pip install -q -e ".[dev]"
+"$DEV_VENV/bin/mypy"
 
 set +e
 "$VENV/bin/python" -m pytest "$@"

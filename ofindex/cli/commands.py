@@ -21,9 +21,9 @@ from ..formats.strays import SkippedFilesWarning
 from ..formats.textindex import export_text
 from ..index.builder import build_index
 from ..index.textimport import sidecar_from_text
+from ..opening import open as open_dataset
 from ..read.dataset import Dataset
 from ..read.open import PartialIndexWarning
-from ..read.open import open as open_dataset
 from ..storage import Storages
 from .exitcodes import EXIT_OK, EXIT_PARTIAL
 

@@ -10,7 +10,7 @@ import numpy as np
 
 from .._accel import implementation
 from ..index.builder import build_index
-from ..read.open import open as open_dataset
+from ..opening import open as open_dataset
 from .synthetic import write_dataset
 
 

@@ -47,7 +47,8 @@ _KIND, _COUNT, _START, _END, _VALUE = range(5)
 Column = tuple[Any, ...]
 
 
-def _plan(spec: NormalizedSpec | None, family: str) -> list[tuple[Any, FixedLen, int]] | None:
+def _eligible_fields(spec: NormalizedSpec | None,
+                     family: str) -> list[tuple[Any, FixedLen, int]] | None:
     """``(name, spec, list kind)`` per feature when every feature is eligible, else ``None``."""
     if not spec or family not in _FAMILIES:
         return None
@@ -120,7 +121,7 @@ def decode_located(bufs: list[bytes], spec: NormalizedSpec | None, family: str
         rest are left to the careful path), or ``None`` when none is (the compiled module
         is not built, the spec is not eligible, or no record qualifies).
     """
-    plan = _plan(spec, family)
+    plan = _eligible_fields(spec, family)
     found = _locate(bufs, plan, family) if plan is not None and bufs else None
     if plan is None or found is None:
         return None
@@ -157,7 +158,7 @@ def decode_packed(bufs: list[Any], spec: NormalizedSpec | None, family: str,
         ``{name: array | Ragged(buffer, lengths)}``, or ``None`` unless every record is
         decoded here (the caller then decodes the batch on the usual path).
     """
-    plan = _plan(spec, family)
+    plan = _eligible_fields(spec, family)
     n = len(bufs) if spans is None else len(spans[0])
     found = _locate(bufs, plan, family, spans) if plan is not None and n else None
     if plan is None or found is None or len(found[0]) != n:

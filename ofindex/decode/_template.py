@@ -50,8 +50,8 @@ Plan = tuple[Any, FeatureSpec, str, Chunks | None]
 Column = tuple[Any, ...]
 
 
-def _plan(buf: bytes, located: Walked, spec: NormalizedSpec, kinds: dict[int, str]
-          ) -> tuple[list[Plan], list[tuple[int, int]]] | None:
+def _layout_plan(buf: bytes, located: Walked, spec: NormalizedSpec, kinds: dict[int, str]
+                 ) -> tuple[list[Plan], list[tuple[int, int]]] | None:
     """``(plans, payload)``: per spec feature (name, fs, vtype, chunks) or a constant, and the
     payload regions (bytes free to differ between records); None if not eligible.
 
@@ -197,7 +197,7 @@ def decode_group(bufs: list[bytes], located0: Walked, spec: NormalizedSpec,
     None when the template does not apply. ``targets``: output arrays to fill where possible.
     """
     buf0 = bufs[0]
-    planned = _plan(buf0, located0, spec, kinds)
+    planned = _layout_plan(buf0, located0, spec, kinds)
     if planned is None:
         return None
     plans, payload = planned

@@ -116,42 +116,61 @@ def list_values(buf: bytes, regions: list[tuple[int, int]], vtype: str, level: i
     if not regions:
         return empty(vtype)
     if len(regions) == 1 and vtype != BYTES:
-        # fast path: one list message holding one packed field (what writers emit)
-        rs, re_ = regions[0]
-        if re_ - rs >= 2 and buf[rs] == 0x0A:
-            n = buf[rs + 1]
-            p = rs + 2
-            if n >= 0x80 and p < re_:
-                c = buf[p]
-                n = (n & 0x7F) | (c & 0x7F) << 7
-                p += 1
-                if c >= 0x80:
-                    n = -1
-            if n >= 0 and p + n == re_:
-                if vtype in _LE:
-                    dt = _LE[vtype]
-                    if n % dt.itemsize == 0:
-                        arr = np.frombuffer(buf, dt, n // dt.itemsize, p)
-                        return arr.astype(NP_DTYPES[vtype], copy=copy)
-                elif n <= _SMALL_VARINT_BYTES:
-                    return np.array(_small_varints(buf, p, re_, vtype), NP_DTYPES[vtype])
+        packed = _one_packed_field(buf, regions[0], vtype, copy)
+        if packed is not None:
+            return packed
     chunks = _chunks(buf, regions, vtype, level)
     if vtype == BYTES:
         return bytes_array([buf[s:e] for _, s, e in chunks])
     if vtype in _LE:
+        return _fixed_width_values(buf, chunks, vtype, copy)
+    return _varint_values(buf, chunks, vtype)
+
+
+def _one_packed_field(buf: bytes, region: tuple[int, int], vtype: str,
+                      copy: bool) -> np.ndarray | None:
+    """The fast path: a list message that holds one packed field (what writers emit), or
+    ``None`` when the region is laid out otherwise (the general path then reads it)."""
+    rs, re_ = region
+    if re_ - rs < 2 or buf[rs] != 0x0A:
+        return None
+    n = buf[rs + 1]
+    p = rs + 2
+    if n >= 0x80 and p < re_:  # a two-byte length
+        c = buf[p]
+        n = -1 if c >= 0x80 else (n & 0x7F) | (c & 0x7F) << 7
+        p += 1
+    if n < 0 or p + n != re_:
+        return None
+    if vtype in _LE:
         dt = _LE[vtype]
-        size = dt.itemsize
-        parts = []
-        for wt, s, e in chunks:
-            if wt == LEN and (e - s) % size:
-                raise WireError(f"packed {vtype} list of {e - s} bytes, not a multiple of {size}")
-            parts.append(np.frombuffer(buf, dt, (e - s) // size, s))
-        if len(parts) == 1:
-            return parts[0].astype(NP_DTYPES[vtype], copy=copy)
-        if not parts:
-            return empty(vtype)
-        return np.concatenate(parts).astype(NP_DTYPES[vtype], copy=False)
-    # varint lists
+        if n % dt.itemsize:
+            return None
+        return np.frombuffer(buf, dt, n // dt.itemsize, p).astype(NP_DTYPES[vtype], copy=copy)
+    if n <= _SMALL_VARINT_BYTES:
+        return np.array(_small_varints(buf, p, re_, vtype), NP_DTYPES[vtype])
+    return None
+
+
+def _fixed_width_values(buf: bytes, chunks: list[tuple[int, int, int]], vtype: str,
+                        copy: bool) -> np.ndarray:
+    """The values of the chunks of a fixed-width (float, double, fixed) list."""
+    dt = _LE[vtype]
+    size = dt.itemsize
+    parts = []
+    for wt, s, e in chunks:
+        if wt == LEN and (e - s) % size:
+            raise WireError(f"packed {vtype} list of {e - s} bytes, not a multiple of {size}")
+        parts.append(np.frombuffer(buf, dt, (e - s) // size, s))
+    if len(parts) == 1:
+        return parts[0].astype(NP_DTYPES[vtype], copy=copy)
+    if not parts:
+        return empty(vtype)
+    return np.concatenate(parts).astype(NP_DTYPES[vtype], copy=False)
+
+
+def _varint_values(buf: bytes, chunks: list[tuple[int, int, int]], vtype: str) -> np.ndarray:
+    """The values of the chunks of a varint list."""
     total = sum(e - s for _, s, e in chunks)
     if total <= _SMALL_VARINT_BYTES:
         vals: list[int] = []

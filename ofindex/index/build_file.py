@@ -1,6 +1,6 @@
 """Indexing one data file: detect its compression and framing, scan it once, write its sidecar.
 
-A gzip/zlib file is inflated once, through :class:`~ofindex.index.inflated_stream.InflatedStream`:
+A gzip/zlib file is inflated once, through :class:`~ofindex.deflate.stream.InflatedStream`:
 its records' offsets are in the uncompressed stream and its sidecar also holds seek points.
 """
 
@@ -10,6 +10,7 @@ import dataclasses
 import warnings
 from collections.abc import Callable
 
+from ..deflate.stream import InflatedStream
 from ..errors import OfindexError, StaleIndexError
 from ..formats.detect import HEAD_BYTES, detect_layout
 from ..formats.framing import RecordFormat
@@ -17,13 +18,9 @@ from ..formats.seekpoints import DEFAULT_SPACING
 from ..formats.sidecar import decode_header, encode_sidecar
 from ..formats.sidecar_header import Compression
 from ..storage import FileStamp, Storage
-from ..storage.readahead import ReadAhead
+from ..storage.readahead import STREAM_CHUNK, ReadAhead
 from .checksums import payload_checksums
-from .inflated_stream import InflatedStream
 from .scan import ScanResult, scan_file
-
-#: Request size when streaming a remote file for indexing.
-STREAM_CHUNK = 8 << 20
 
 
 @dataclasses.dataclass(frozen=True)

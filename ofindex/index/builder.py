@@ -242,7 +242,7 @@ def _run_jobs(todo: list[FileJob], n_workers: int, executor: cf.Executor | None,
             files_bar.close()
     bar = _Progress(todo, progress)
     try:
-        return _run(todo, min(n_workers, len(todo)), bar)
+        return _run_threads(todo, min(n_workers, len(todo)), bar)
     finally:
         bar.close()
 
@@ -313,7 +313,7 @@ class _Progress:
 
 
 
-def _run(jobs: list[FileJob], n_workers: int, progress: _Progress) -> list[BuildResult]:
+def _run_threads(jobs: list[FileJob], n_workers: int, progress: _Progress) -> list[BuildResult]:
     """Run the jobs (files the survey found not fresh), ``n_workers`` files at a time on
     threads.
 

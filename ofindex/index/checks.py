@@ -8,6 +8,7 @@ import struct
 import crc32c as _crc32c
 import numpy as np
 
+from ..deflate.stream import InflatedStream
 from ..errors import CorruptRecordError, TruncatedRecordError
 from ..formats.crc import mask_crc, masked_length_crcs, unmask_crcs
 from ..formats.framing import (
@@ -20,7 +21,6 @@ from ..formats.framing import (
 )
 from ..storage import Storage
 from ..storage.readahead import ReadAhead
-from .inflated_stream import InflatedStream
 
 _CRC = struct.Struct("<I").unpack_from
 

@@ -2,7 +2,7 @@
 
 OFRecord has no CRC of its own; the sidecar carries one per payload (by default for every
 OFRecord file, compressed or not; ``checksums=False`` opts out), which reads with
-``verify=True`` check (:mod:`ofindex.read.checksums`). Where the scan holds every byte anyway
+``verify=True`` check (:mod:`ofindex.read.sum_checks`). Where the scan holds every byte anyway
 (a compressed file's inflated stream, a remote file's blocks) it computes them as it goes
 (:func:`span_crcs`); a local uncompressed file, whose scan reads only headers, is
 memory-mapped afterwards and cut into blocks of whole records checksummed on threads

@@ -6,7 +6,7 @@ With large records on cheap-seek storage only the headers are read. With ``verif
 every payload's CRC is checked too: locally in a second, multi-threaded pass over the records
 found (:mod:`ofindex.index.verify`), remotely in the same pass (data crosses the network once).
 A compressed file is scanned the same way through its decompressed stream
-(:class:`~ofindex.index.inflated_stream.InflatedStream`), whose size is learnt at its end: only
+(:class:`~ofindex.deflate.stream.InflatedStream`), whose size is learnt at its end: only
 records wholly inside a block are taken, and the next block starts at the first one that is not.
 """
 
@@ -21,14 +21,14 @@ from collections.abc import Callable
 import numpy as np
 
 from .. import _accel
+from ..deflate.inflate import InflateFailure, in_stream_error
+from ..deflate.stream import InflatedStream
 from ..errors import CorruptRecordError, TruncatedRecordError
 from ..formats.framing import RecordFormat, parse_header
 from ..storage import Storage
 from ..storage.readahead import ReadAhead
 from .checks import check_headers, data_crc_problem, first_bad_data_crc, verify_streaming
 from .checksums import span_crcs
-from .inflate import InflateFailure, in_stream_error
-from .inflated_stream import InflatedStream
 from .verify import verify_crcs
 
 _LEN = struct.Struct("<Q").unpack_from
@@ -236,10 +236,10 @@ class _Scan:
         return UNKNOWN_SIZE if end is None else end
 
     def run(self) -> None:
-        fmt, size, hs, ov = self.fmt, self.size, self.fmt.header_size, self.fmt.overhead
+        """Scan the whole file (or stream), block by block, from :attr:`pos`."""
+        size, hs = self.size, self.fmt.header_size
         buffer = self.buffer
-        summing = self.sums is not None
-        headers_only = self.storage.is_local and not self.verify and not summing
+        headers_only = self.storage.is_local and not self.verify and self.sums is None
         read_size = min(_HEADER_READ, self.block_size) if headers_only else self.block_size
         while self.pos < size:
             pos = self.pos
@@ -252,7 +252,7 @@ class _Scan:
                 if n < hs:  # the data stops short of a header: inflating failed there?
                     self._stream().raise_failure()
             if n < hs:
-                parse_header(memoryview(buffer)[:n], fmt, path=self.url, offset=pos,
+                parse_header(memoryview(buffer)[:n], self.fmt, path=self.url, offset=pos,
                              record=self.count, file_size=size)
             # 1. walk the headers inside this block (1 MiB holds at most 2**17 of them)
             at, p = self._walk(n)
@@ -261,35 +261,50 @@ class _Scan:
                 if self.pos - pos < _SEEK_THRESHOLD:
                     read_size = self.block_size
                 continue
-            # 2. check them; when verifying (or streaming), only records wholly inside the
-            # block (with CRCs)
-            lengths, problem = check_headers(buffer, at, p, pos, n, size, fmt, self.url, self.count)
-            keep = len(lengths)
-            if (self.verify or self.stream or summing) and problem is None:
-                keep = int(np.searchsorted(at[:keep] + ov + lengths, n, side="right"))
-            if self.verify and keep and fmt is RecordFormat.TFRECORD:
-                bad = first_bad_data_crc(buffer, at[:keep], lengths[:keep], hs)
-                if bad is not None:
-                    self._sum(at[:bad], lengths[:bad])
-                    self._accept(at[:bad], pos)
-                    raise data_crc_problem(buffer, int(at[bad]), int(lengths[bad]), hs,
-                                           url=self.url, base=pos, record=self.count)
-            self._sum(at[:keep], lengths[:keep])
-            self._accept(at[:keep], pos)
-            if problem is not None:
-                raise problem
-            if keep:
-                nxt = pos + int(at[keep - 1]) + ov + int(lengths[keep - 1])
-            else:  # verifying, and the first record runs past the block: stream it
-                nxt, value = verify_streaming(self.storage, self.path, self.url,
-                                              pos + int(at[0]), size, fmt, self.count, buffer,
-                                              crc=self.verify, checksum=summing)
-                if self.sums is not None:
-                    self.sums.append(np.array([value], dtype=np.uint32))
-                self._accept(at[:1], pos)
+            nxt, kept = self._take_block(at, p, pos, n, size)
             if self.progress is not None:
                 self.progress(min(nxt, size) - pos)
             if headers_only:
-                avg = (nxt - pos) / max(keep, 1)
+                avg = (nxt - pos) / max(kept, 1)
                 read_size = _HEADER_READ if avg >= _SEEK_THRESHOLD else self.block_size
             self.pos = nxt
+
+    def _take_block(self, at: np.ndarray, p: int, pos: int, n: int,
+                    size: int) -> tuple[int, int]:
+        """Check the records whose headers the walk found at ``at`` in the block read at
+        ``pos`` (``n`` bytes; the walk stopped at ``p``) and accept the good ones: when
+        verifying, streaming or summing, only those wholly inside the block (with CRCs).
+
+        Returns:
+            Where the next block starts, and how many records were taken from this one.
+
+        Raises:
+            CorruptRecordError, TruncatedRecordError: A bad record (the ones before it are
+                accepted first).
+        """
+        fmt, buffer, hs, ov = self.fmt, self.buffer, self.fmt.header_size, self.fmt.overhead
+        lengths, problem = check_headers(buffer, at, p, pos, n, size, fmt, self.url, self.count)
+        keep = len(lengths)
+        if (self.verify or self.stream or self.sums is not None) and problem is None:
+            keep = int(np.searchsorted(at[:keep] + ov + lengths, n, side="right"))
+        if self.verify and keep and fmt is RecordFormat.TFRECORD:
+            bad = first_bad_data_crc(buffer, at[:keep], lengths[:keep], hs)
+            if bad is not None:
+                self._sum(at[:bad], lengths[:bad])
+                self._accept(at[:bad], pos)
+                raise data_crc_problem(buffer, int(at[bad]), int(lengths[bad]), hs,
+                                       url=self.url, base=pos, record=self.count)
+        self._sum(at[:keep], lengths[:keep])
+        self._accept(at[:keep], pos)
+        if problem is not None:
+            raise problem
+        if keep:
+            return pos + int(at[keep - 1]) + ov + int(lengths[keep - 1]), keep
+        # verifying, and the first record runs past the block: stream it
+        nxt, value = verify_streaming(self.storage, self.path, self.url, pos + int(at[0]),
+                                      size, fmt, self.count, buffer, crc=self.verify,
+                                      checksum=self.sums is not None)
+        if self.sums is not None:
+            self.sums.append(np.array([value], dtype=np.uint32))
+        self._accept(at[:1], pos)
+        return nxt, 0

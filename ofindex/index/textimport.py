@@ -18,8 +18,8 @@ from ..formats.sidecar import encode_sidecar
 from ..formats.sidecar_header import Compression
 from ..formats.textindex import check_framing, check_spans, parse_text
 from ..storage import Storage
-from ..storage.readahead import ReadAhead
-from .build_file import STREAM_CHUNK, detect_file_layout
+from ..storage.readahead import STREAM_CHUNK, ReadAhead
+from .build_file import detect_file_layout
 from .scan import scan_file
 
 #: Where the framing puts the records: offsets, where the last one ends, and what stopped the

@@ -9,6 +9,7 @@ from typing import Any, Protocol
 
 from crc32c import crc32c as _crc32c
 
+from ..deflate.sink import DeflateSink
 from ..errors import OfindexError
 from ..formats.framing import RecordFormat, frame_parts
 from ..formats.location import sidecar_location
@@ -16,7 +17,6 @@ from ..formats.seekpoints import WRITER_SPACING
 from ..formats.sidecar import encode_sidecar
 from ..formats.sidecar_header import Compression
 from ..storage import FileStamp, LocalStorage, Storages
-from .deflate_sink import DeflateSink
 
 
 class _Message(Protocol):
@@ -65,7 +65,7 @@ class Writer:
     ``TFRecordOptions(compression_type="GZIP" | "ZLIB")`` writes (TensorFlow reads it), at
     zlib level ``compression_level`` (-1: zlib's default, as TensorFlow), with seek points
     every ``seek_spacing`` uncompressed bytes (default 256 KiB) placed by full flushes (see
-    :mod:`ofindex.index.deflate_sink`): the sidecar needs no windows and no scan later.
+    :mod:`ofindex.deflate.sink`): the sidecar needs no windows and no scan later.
     """
 
     def __init__(

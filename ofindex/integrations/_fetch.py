@@ -6,7 +6,7 @@ instead (records checked in place, each value copied once into the batch's buffe
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TypeGuard
+from typing import Any, Protocol, TypeGuard, runtime_checkable
 
 import numpy as np
 
@@ -19,6 +19,35 @@ Layout = dict[str, tuple[tuple[int, ...], np.dtype[Any]]]
 #: Makes the output arrays of a batch: ``layout -> {name: array}`` (any object
 #: ``numpy.asarray`` turns into a writable view: a numpy array, a CPU tensor).
 Allocate = Callable[[Layout], dict[str, Any]]
+
+
+class RecordSource(Protocol):
+    """What the integrations read records from: an ofindex ``Dataset``, or any sequence of
+    records (``__len__`` and ``__getitem__``; a ``__getitems__`` is used when it has one)."""
+
+    def __len__(self) -> int: ...
+
+    def __getitem__(self, index: int) -> Any: ...
+
+
+@runtime_checkable
+class ShardedSource(RecordSource, Protocol):
+    """A record source that knows its shard boundaries (an ofindex ``Dataset``)."""
+
+    @property
+    def cumulative_counts(self) -> np.ndarray: ...
+
+
+def shard_counts(source: RecordSource) -> np.ndarray:
+    """``source.cumulative_counts`` (records in shards ``0..k``), for samplers.
+
+    Raises:
+        AttributeError: The source has no shard boundaries.
+    """
+    if not isinstance(source, ShardedSource):
+        raise AttributeError(f"{type(source).__name__} has no shard boundaries "
+                             "(cumulative_counts)")
+    return source.cumulative_counts
 
 
 def fixed_outputs(decoder: object, n: int) -> Layout:
@@ -53,7 +82,7 @@ class BatchFetch:
             instead of a numpy array of ``bytes`` objects.
     """
 
-    def __init__(self, source: Any, decoder: Callable[..., Any] | None = None,
+    def __init__(self, source: RecordSource, decoder: Callable[..., Any] | None = None,
                  pack_bytes: bool = False) -> None:
         self.source = source
         self.decoder = decoder

@@ -24,7 +24,7 @@ import grain
 import numpy as np
 
 from ..shuffle import GlobalShuffleSampler, SequentialSampler
-from ._fetch import BatchFetch
+from ._fetch import BatchFetch, RecordSource
 
 __all__ = ["GrainBatches"]
 
@@ -54,7 +54,8 @@ class GrainBatches(grain.MapDataset):  # type: ignore[misc]
             invalid.
     """
 
-    def __init__(self, source: Any, batch_size: int, decoder: Callable[..., Any] | None = None,
+    def __init__(self, source: RecordSource, batch_size: int,
+                 decoder: Callable[..., Any] | None = None,
                  *, seed: int = 0, shuffle: bool = True, drop_remainder: bool = False,
                  num_replicas: int = 1, rank: int = 0, pack_bytes: bool = False) -> None:
         super().__init__()

@@ -43,7 +43,7 @@ import torch.utils.data as _tud
 
 from ..decode import Ragged
 from ..shuffle import samplers as _s
-from ._fetch import BatchFetch, Layout
+from ._fetch import BatchFetch, Layout, RecordSource, shard_counts
 from ._shared_blocks import BLOCKS, lend
 
 __all__ = [
@@ -73,7 +73,7 @@ class TorchDataset(_tud.Dataset[Any]):
             picklable for DataLoader workers started with ``spawn``. ``None``: records as is.
     """
 
-    def __init__(self, source: Any, transform: Callable[[Any], Any] | None = None) -> None:
+    def __init__(self, source: RecordSource, transform: Callable[[Any], Any] | None = None) -> None:
         self.source = source
         self.transform = transform
 
@@ -122,8 +122,7 @@ class TorchDataset(_tud.Dataset[Any]):
         Raises:
             AttributeError: The source has no shard boundaries (``hasattr`` is then False).
         """
-        counts: np.ndarray = self.source.cumulative_counts
-        return counts
+        return shard_counts(self.source)
 
     def __repr__(self) -> str:
         return f"TorchDataset({self.source!r}, transform={self.transform!r})"
@@ -165,7 +164,7 @@ class ShuffledIterableDataset(_tud.IterableDataset[Any]):
         ValueError: ``fetch_size < 1``.
     """
 
-    def __init__(self, source: Any, sampler: EpochSampler,
+    def __init__(self, source: RecordSource, sampler: EpochSampler,
                  transform: Callable[[Any], Any] | None = None, fetch_size: int = 64) -> None:
         if int(fetch_size) < 1:
             raise ValueError(f"fetch_size must be >= 1, got {fetch_size}")
@@ -277,7 +276,7 @@ class TensorBatches(_tud.Dataset[Any]):
             ``values[offsets[k]:offsets[k + 1]]`` with ``offsets`` the cumulative lengths.
     """
 
-    def __init__(self, source: Any, decoder: Callable[..., Any] | None = None, *,
+    def __init__(self, source: RecordSource, decoder: Callable[..., Any] | None = None, *,
                  pin_memory: bool = False, pack_bytes: bool = False) -> None:
         self.source = source
         self.decoder = decoder
@@ -331,8 +330,7 @@ class TensorBatches(_tud.Dataset[Any]):
         Raises:
             AttributeError: The source has no shard boundaries.
         """
-        counts: np.ndarray = self.source.cumulative_counts
-        return counts
+        return shard_counts(self.source)
 
     def __repr__(self) -> str:
         return f"TensorBatches({self.source!r}, decoder={self.decoder!r})"

@@ -20,17 +20,17 @@ from typing import Any
 import numpy as np
 
 from .._threads import ProcessPool
+from ..deflate.inflate import InflateFailure, in_stream_error, inflate_span
 from ..errors import CorruptRecordError, TruncatedRecordError
-from ..formats.framing import RecordFormat
+from ..formats.framing import Buffer, RecordFormat
 from ..formats.seekpoints import SeekTable
 from ..formats.sidecar import Sidecar
-from ..index.inflate import InflateFailure, in_stream_error, inflate_span
 from ..storage import Storage
 from ..storage.ranges import DEFAULT_MAX_BYTES, coalesce
-from .checksums import check_many, check_one, sidecar_sums
 from .index_round import load_sidecars
 from .payloads import extract_payloads
 from .record_checks import RecordChecks
+from .sum_checks import check_many, check_one, sidecar_sums
 from .table import ShardTable
 
 #: A piece inflates at most about this many bytes before the next one starts afresh.
@@ -109,7 +109,7 @@ def read_records(storage: Storage, path: str, sc: Sidecar, records: np.ndarray,
 
     sums = sidecar_sums(sc, verify)
 
-    def piece(j: int, src: Any) -> list[Any]:
+    def piece(j: int, src: Buffer) -> list[Any]:
         k, lo, hi = pieces[j]
         a = spans[j][0]
         buf, base = _inflate_piece(storage, path, url, sc, k, reach[j], src, a, spans[j][1],
@@ -230,7 +230,7 @@ def _fetch_and_inflate(storage: Storage, path: str, spans: list[tuple[int, int]]
 
 
 def _inflate_piece(storage: Storage, path: str, url: str, sc: Sidecar, k: int, reach: int,
-                   src: Any, a: int, full: int, ends: np.ndarray,
+                   src: Buffer, a: int, full: int, ends: np.ndarray,
                    records: np.ndarray) -> tuple[bytearray | bytes, int]:
     """:func:`_inflate`, reading the rest of the span up to ``full`` and inflating again when
     ``src`` (an estimate of what is needed) ends too early."""
@@ -243,7 +243,7 @@ def _inflate_piece(storage: Storage, path: str, url: str, sc: Sidecar, k: int, r
     return _inflate(url, sc, k, reach, bytes(src) + rest, a, ends, records)
 
 
-def _inflate(url: str, sc: Sidecar, k: int, reach: int, src: Any, a: int, ends: np.ndarray,
+def _inflate(url: str, sc: Sidecar, k: int, reach: int, src: Buffer, a: int, ends: np.ndarray,
              records: np.ndarray) -> tuple[bytearray | bytes, int]:
     """Inflate from point ``k`` to uncompressed ``reach``; returns the bytes and the
     uncompressed offset of their start. Failures name the first record they cut short."""

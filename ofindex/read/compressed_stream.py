@@ -14,16 +14,15 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from ..deflate.inflate import InflateFailure, can_prime, in_stream_error
+from ..deflate.stream import InflatedStream, StartPoint
 from ..errors import CorruptRecordError
 from ..formats.sidecar import Sidecar
-from ..index.build_file import STREAM_CHUNK
-from ..index.inflate import InflateFailure, can_prime, in_stream_error
-from ..index.inflated_stream import InflatedStream, StartPoint
 from ..storage import Storage
 from ..storage.ranges import plan_blocks
-from ..storage.readahead import ReadAhead
-from .checksums import check_many, record_namer, sidecar_sums
+from ..storage.readahead import STREAM_CHUNK, ReadAhead
 from .payloads import extract_payloads
+from .sum_checks import check_many, record_namer, sidecar_sums
 
 
 def stream_compressed(

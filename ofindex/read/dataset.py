@@ -23,10 +23,10 @@ from ..storage import Storage
 from ..storage.ranges import DEFAULT_MAX_BYTES
 from . import batch_strategy, compressed, iteration
 from .batch_source import BatchSource
-from .checksums import check_one
 from .mapped_gather import MappedShards, MappedSpans, checked_spans, raise_mapped_problem
 from .record_checks import RecordChecks
 from .shards import Shard, ShardInfo
+from .sum_checks import check_one
 from .table import ShardTable, as_indices
 
 #: A callable applied to each record's bytes (``ofindex.open(..., decode=...)``).
@@ -40,7 +40,7 @@ class Dataset:
     were given (a directory or glob expands in natural name order). ``ds[i]`` reads one record
     in O(1); slices, integer arrays and ``__getitems__`` fetch many at once with coalesced
     reads; iteration streams each shard with large sequential reads. TFRecord CRCs (and the
-    sidecar checksums of OFRecord payloads, see :mod:`ofindex.read.checksums`) are checked on
+    sidecar checksums of OFRecord payloads, see :mod:`ofindex.read.sum_checks`) are checked on
     read unless ``verify=False``.
 
     The dataset pickles without open handles and reopens lazily in a new process (DataLoader

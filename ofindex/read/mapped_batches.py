@@ -22,9 +22,9 @@ from ..errors import OfindexError
 from ..formats.crc import LENGTH_CRCS
 from ..formats.sidecar import Sidecar
 from .batch_source import BatchSource
-from .checksums import check_many, record_namer, sidecar_sums
 from .payloads import raise_record_error
 from .record_batch import RecordBatch
+from .sum_checks import check_many, record_namer, sidecar_sums
 
 
 class _SpanArrays:
@@ -89,7 +89,7 @@ def _run_spans(sc: Sidecar, lo: int, hi: int,
 _Part = tuple[int, int, int, np.ndarray, np.ndarray, Any]
 
 
-def _plan(src: BatchSource, a: int, b: int,
+def _plan_parts(src: BatchSource, a: int, b: int,
           arrays: _SpanArrays | None = None) -> list[_Part] | None:
     """The shard runs of records ``a..b-1`` with their spans (in ``arrays`` when given) and
     maps (sidecars and maps are opened here, in the iterating thread); ``None`` when a shard
@@ -268,7 +268,7 @@ class _Run:
         self.src, self.start, self.stop = src, start, stop
         arrays.next_run()  # the run before the last is out of use: its buffer is reused
         try:
-            self.parts: list[_Part] | None = _plan(src, start, stop, arrays)
+            self.parts: list[_Part] | None = _plan_parts(src, start, stop, arrays)
         except (OfindexError, OSError):  # planned batch by batch: raised at its batch
             self.parts = None
         self.checkers = _checkers(src, self.parts, as_buffer, spare_core)
@@ -283,7 +283,7 @@ class _Run:
     def within(self, a: int, b: int) -> tuple[list[_Part] | None, list[_Check] | None]:
         """The parts of records ``a..b-1`` and their checks (see :func:`_within`)."""
         if self.parts is None:
-            return _plan(self.src, a, b), None
+            return _plan_parts(self.src, a, b), None
         return _within(self.src, self.parts, a, b, self.checkers)
 
 

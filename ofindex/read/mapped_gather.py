@@ -34,9 +34,9 @@ from .. import _accel
 from .._threads import ProcessPool
 from ..formats.crc import LENGTH_CRCS, length_crc, unmask_crcs
 from ..formats.framing import Buffer
-from .checksums import check_many, record_naming
 from .payloads import raise_record_error
 from .record_checks import RecordChecks
+from .sum_checks import check_many, record_naming
 from .table import ShardTable
 
 #: Batches expected to hold at least this many bytes are spread over threads.

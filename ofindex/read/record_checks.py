@@ -2,7 +2,7 @@
 
 Every read checks that a record's framing agrees with the span its index gives it (the stored
 length). With ``verify``: TFRecord's length and data CRCs, and OFRecord payloads against the
-sidecar's checksums where it has them (:mod:`ofindex.read.checksums`).
+sidecar's checksums where it has them (:mod:`ofindex.read.sum_checks`).
 """
 
 from __future__ import annotations

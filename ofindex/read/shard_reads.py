@@ -22,10 +22,10 @@ import numpy as np
 
 from ..storage.ranges import coalesce
 from . import mapped_gather
-from .checksums import check_many, record_naming
 from .index_round import batch_spans
 from .payloads import extract_payloads, read_record_direct
 from .record_checks import RecordChecks
+from .sum_checks import check_many, record_naming
 from .table import ShardGroups, ShardTable
 
 #: The shape of the three readers: (table, checks, grouped records, their spans) -> payloads

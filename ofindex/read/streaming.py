@@ -11,8 +11,8 @@ from ..formats.framing import Buffer
 from ..formats.sidecar import Sidecar
 from ..storage import Storage, check_length
 from ..storage.ranges import plan_blocks
-from .checksums import check_many, record_namer, sidecar_sums
 from .payloads import DIRECT_RECORD_BYTES, extract_payloads, read_record_direct
+from .sum_checks import check_many, record_namer, sidecar_sums
 
 
 def stream_shard(
@@ -28,70 +28,86 @@ def stream_blocks(
     storage: Storage, path: str, sidecar: Sidecar, lo: int, hi: int, verify: bool,
     block_bytes: int = 8 << 20,
 ) -> Iterator[list[bytes]]:
-    """Payloads of records ``lo..hi-1`` of one shard, in order, a list per read block."""
-    fmt = sidecar.format
-    url = storage.url(path)
-    sums = sidecar_sums(sidecar, verify)
+    """Payloads of records ``lo..hi-1`` of one shard, in order, a list per read block.
+
+    Each block of records is read one of four ways: remotely, with the next block's request
+    in flight while this one is cut; from the memory map; record by record, each payload
+    straight into its own ``bytes`` (local records of 64 KiB or more, or a block far larger
+    than ``block_bytes``); or into one reused buffer (fresh multi-MB buffers cost a page fault
+    per 4 KiB).
+    """
     blocks = plan_blocks(sidecar.offsets, lo, hi, block_bytes)
     if not blocks:
         return
+    fmt, url = sidecar.format, storage.url(path)
+    sums = sidecar_sums(sidecar, verify)
+    if storage.is_local:
+        source = _local_blocks(storage, path, sidecar, blocks, block_bytes)
+    else:
+        source = _prefetched_blocks(storage, path, sidecar, blocks)
+    for (a, b), (starts, ends, buf, base) in zip(blocks, source, strict=True):
+        if buf is None:  # records read one by one, no staging buffer sized from the index
+            block = [read_record_direct(storage, path, s, e, fmt, verify, a + j)
+                     for j, (s, e) in enumerate(zip(starts.tolist(), ends.tolist(),
+                                                    strict=True))]
+        else:
+            block = extract_payloads(buf, starts - base, ends - base, fmt, verify, url, starts,
+                                     np.arange(a, b))
+        if sums is not None:
+            check_many(block, sums[a:b], record_namer(url, starts, a))
+        yield block
+
+
+#: A block read: its records' spans, and the buffer holding them with the file offset of
+#: its first byte (``None``: read the records one by one).
+_Block = tuple[np.ndarray, np.ndarray, Buffer | None, int]
+
+
+def _prefetched_blocks(storage: Storage, path: str, sidecar: Sidecar,
+                       blocks: list[tuple[int, int]]) -> Iterator[_Block]:
+    """Remote blocks, each a range request, the next one in flight on a thread."""
+    pool = cf.ThreadPoolExecutor(1)
 
     def fetch(starts: np.ndarray, ends: np.ndarray) -> bytes:
         return storage.read(path, int(starts[0]), int(ends[-1]))
 
-    if storage.is_local:
-        # local: one reused buffer (fresh multi-MB allocations cost a page fault per 4 KiB)
-        scratch = bytearray(0)
-
-        def fetch_local(starts: np.ndarray, ends: np.ndarray) -> memoryview:
-            nonlocal scratch
-            s, e = int(starts[0]), int(ends[-1])
-            if len(scratch) < e - s:  # headroom (blocks vary), never more than the file holds
-                want = max(e - s, min(block_bytes, sidecar.indexed_end - s))
-                scratch = bytearray(want * 5 // 4)
-            view = memoryview(scratch)[: e - s]
-            got = storage.read_into(path, s, view)
-            if got != e - s:
-                check_length(url, s, e, got)
-            return view
-
-    mapped = storage.mapped(path, sidecar.header.indexed_end) if storage.can_mmap else None
-    pool = None if storage.is_local else cf.ThreadPoolExecutor(1)
     try:
         spans = _block_spans(sidecar, *blocks[0])
-        pending = pool.submit(fetch, *spans) if pool is not None else None
-        buf: Buffer
-        for k, (a, b) in enumerate(blocks):
+        pending = pool.submit(fetch, *spans)
+        for k in range(len(blocks)):
             starts, ends = spans
+            buf = pending.result()
             if k + 1 < len(blocks):
                 spans = _block_spans(sidecar, *blocks[k + 1])
-            if pool is not None and pending is not None:
-                buf, base = pending.result(), int(starts[0])
-                if k + 1 < len(blocks):
-                    pending = pool.submit(fetch, *spans)
-            elif mapped is not None:  # payloads are cut straight out of the map
-                buf, base = mapped, 0
-            elif (ends[-1] - starts[0]) // (b - a) >= DIRECT_RECORD_BYTES or (
-                    ends[-1] - starts[0] > 2 * block_bytes):
-                # large records (or a huge last one): each payload read straight into its own
-                # bytes, no staging buffer sized from the index
-                block = [read_record_direct(storage, path, s, e, fmt, verify, a + j)
-                         for j, (s, e) in enumerate(zip(starts.tolist(), ends.tolist(),
-                                                        strict=True))]
-                if sums is not None:
-                    check_many(block, sums[a:b], record_namer(url, starts, a))
-                yield block
-                continue
-            else:
-                buf, base = fetch_local(starts, ends), int(starts[0])
-            payloads = extract_payloads(buf, starts - base, ends - base, fmt, verify,
-                                        url, starts, np.arange(a, b))
-            if sums is not None:
-                check_many(payloads, sums[a:b], record_namer(url, starts, a))
-            yield payloads
+                pending = pool.submit(fetch, *spans)
+            yield starts, ends, buf, int(starts[0])
     finally:
-        if pool is not None:
-            pool.shutdown(wait=False, cancel_futures=True)
+        pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _local_blocks(storage: Storage, path: str, sidecar: Sidecar, blocks: list[tuple[int, int]],
+                  block_bytes: int) -> Iterator[_Block]:
+    """Local blocks: the memory map when there is one, else large records one by one, else
+    one reused buffer."""
+    mapped = storage.mapped(path, sidecar.header.indexed_end) if storage.can_mmap else None
+    scratch = bytearray(0)
+    for a, b in blocks:
+        starts, ends = _block_spans(sidecar, a, b)
+        size = int(ends[-1] - starts[0])
+        if mapped is not None:  # payloads are cut straight out of the map
+            yield starts, ends, mapped, 0
+        elif size // (b - a) >= DIRECT_RECORD_BYTES or size > 2 * block_bytes:
+            yield starts, ends, None, 0
+        else:
+            first = int(starts[0])
+            if len(scratch) < size:  # headroom (blocks vary), never more than the file holds
+                scratch = bytearray(max(size, min(block_bytes, sidecar.indexed_end - first))
+                                    * 5 // 4)
+            view = memoryview(scratch)[:size]
+            got = storage.read_into(path, first, view)
+            if got != size:
+                check_length(storage.url(path), first, first + size, got)
+            yield starts, ends, view, first
 
 
 def _block_spans(sidecar: Sidecar, a: int, b: int) -> tuple[np.ndarray, np.ndarray]:

@@ -68,51 +68,70 @@ class ByteRangesParser:
         Raises:
             RangeReadError: The body is malformed.
         """
-        body, d, out = self.body, self.delimiter, []
+        out: list[Part] = []
         while not self.done:
-            if self._at is None:  # the first boundary, after an optional preamble
-                i = body.find(d, self._pos, avail)
-                if i < 0:
-                    if avail > _MAX_HEAD:
-                        raise malformed(self.url, "a part's boundary is missing")
-                    break
-                self._at = i
-            p = self._at + len(d)
-            if avail < p + 2:
+            if self._at is None and not self._find_first_boundary(avail):
                 break
-            if body[p : p + 2] == b"--":
-                self.done = True
+            assert self._at is not None
+            part = self._next_part(self._at + len(self.delimiter), avail)
+            if part is None:
                 break
-            while p < avail and body[p] in (32, 9):  # transport padding (RFC 2046)
-                p += 1
-            if avail < p + 2:
-                break
-            if body[p : p + 2] != b"\r\n":
-                raise malformed(self.url, f"no line break after the boundary at byte {p}")
-            head_end = body.find(b"\r\n\r\n", p, avail)
-            if head_end < 0:
-                if avail - p > _MAX_HEAD or avail == len(body):
-                    raise malformed(self.url, f"the headers of the part at byte {p} do not end")
-                break
-            found = _CONTENT_RANGE.search(body, p, head_end + 2)
-            if found is None:
-                raise malformed(self.url, f"the part at byte {p} has no Content-Range")
-            a, b = int(found.group(1)), int(found.group(2))
-            start = head_end + 4
-            stop = start + (b - a + 1)
-            if b < a or stop + 2 + len(d) > len(body):
-                raise malformed(self.url, f"the part at byte {p} (bytes {a}-{b}) is cut short "
-                                "or longer than its Content-Range")
-            if avail < stop + 2 + len(d):
-                break
-            if body[stop : stop + 2] != b"\r\n":
-                raise malformed(self.url, f"the part at byte {p} (bytes {a}-{b}) is cut short "
-                                "or longer than its Content-Range")
-            if body[stop + 2 : stop + 2 + len(d)] != d:
-                raise malformed(self.url, f"no boundary after the part at byte {p}")
-            out.append(Part(a, b + 1, self.view[start:stop]))
-            self._at = stop + 2
+            out.append(part)
         return out
+
+    def _find_first_boundary(self, avail: int) -> bool:
+        """Find the first boundary, after an optional preamble; ``False``: not there yet."""
+        i = self.body.find(self.delimiter, self._pos, avail)
+        if i < 0:
+            if avail > _MAX_HEAD:
+                raise malformed(self.url, "a part's boundary is missing")
+            return False
+        self._at = i
+        return True
+
+    def _next_part(self, p: int, avail: int) -> Part | None:
+        """The part whose boundary ends at ``p``, once all of it is within ``avail`` bytes
+        (then the next boundary is noted); ``None`` when it is not complete yet, or the
+        closing boundary was reached (:attr:`done`)."""
+        body, d = self.body, self.delimiter
+        if avail < p + 2:
+            return None
+        if body[p : p + 2] == b"--":
+            self.done = True
+            return None
+        while p < avail and body[p] in (32, 9):  # transport padding (RFC 2046)
+            p += 1
+        if avail < p + 2:
+            return None
+        if body[p : p + 2] != b"\r\n":
+            raise malformed(self.url, f"no line break after the boundary at byte {p}")
+        head_end = body.find(b"\r\n\r\n", p, avail)
+        if head_end < 0:
+            if avail - p > _MAX_HEAD or avail == len(body):
+                raise malformed(self.url, f"the headers of the part at byte {p} do not end")
+            return None
+        a, b = self._content_range(p, head_end)
+        start = head_end + 4
+        stop = start + (b - a + 1)
+        cut = (f"the part at byte {p} (bytes {a}-{b}) is cut short or longer than its "
+               "Content-Range")
+        if b < a or stop + 2 + len(d) > len(body):
+            raise malformed(self.url, cut)
+        if avail < stop + 2 + len(d):
+            return None
+        if body[stop : stop + 2] != b"\r\n":
+            raise malformed(self.url, cut)
+        if body[stop + 2 : stop + 2 + len(d)] != d:
+            raise malformed(self.url, f"no boundary after the part at byte {p}")
+        self._at = stop + 2
+        return Part(a, b + 1, self.view[start:stop])
+
+    def _content_range(self, p: int, head_end: int) -> tuple[int, int]:
+        """The first and last byte of the part whose headers are ``[p, head_end)``."""
+        found = _CONTENT_RANGE.search(self.body, p, head_end + 2)
+        if found is None:
+            raise malformed(self.url, f"the part at byte {p} has no Content-Range")
+        return int(found.group(1)), int(found.group(2))
 
     def finish(self) -> None:
         """Check that the whole body was parsed.

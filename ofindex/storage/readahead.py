@@ -14,13 +14,18 @@ import contextlib
 from .base import Storage
 from .stamp import FileStamp
 
+#: Request size when a remote file is streamed (indexed, or read from its start): big enough
+#: that a request's round trip is small next to its transfer.
+STREAM_CHUNK = 8 << 20
+
 
 class ReadAhead:
     """Duck-types the :class:`Storage` methods ``scan_file`` uses, for one file."""
 
     is_local = False
 
-    def __init__(self, storage: Storage, path: str, size: int, chunk: int = 8 << 20) -> None:
+    def __init__(self, storage: Storage, path: str, size: int,
+                 chunk: int = STREAM_CHUNK) -> None:
         self.storage = storage
         self.path = path
         self.size = size

@@ -4,7 +4,7 @@
 Python's zlib cannot start inside a byte (``inflatePrime``) nor stop at deflate block
 boundaries. Without the compiled module a seek point that starts inside a byte is used by
 splicing its stream behind empty deflate blocks that end where the point begins
-(:func:`~ofindex.index.fast_inflate.splice`). The builder then only places seek points at
+(:func:`~ofindex.deflate.fast_inflate.splice`). The builder then only places seek points at
 member starts.
 """
 
@@ -16,6 +16,7 @@ from typing import Any
 from .. import _accel
 from ..errors import CorruptRecordError, TruncatedRecordError
 from ..formats.compression import RAW_WBITS, TRAILER_BYTES, WBITS, starts_stream
+from ..formats.framing import Buffer
 from ..formats.seekpoints import SeekKind
 from ..formats.sidecar_header import Compression
 from .fast_inflate import fast_inflate, lead_in_bytes, splice
@@ -94,7 +95,7 @@ class PyInflater:
         if window:
             self._d = zlib.decompressobj(self._wbits, zdict=window)
 
-    def inflate(self, src: Any, dst: Any, block: bool = False) -> tuple[int, int, int, int]:
+    def inflate(self, src: Buffer, dst: Any, block: bool = False) -> tuple[int, int, int, int]:
         """Inflate ``src`` into ``dst``: ``(used, produced, status, 0)`` as the compiled one."""
         if block:
             raise NotImplementedError("Python's zlib cannot stop at deflate blocks")
@@ -142,7 +143,7 @@ def can_prime() -> bool:
     return _accel.native is not None
 
 
-def inflate_span(src: Any, base: int, kind: int, bits: int, window: bytes,
+def inflate_span(src: Buffer, base: int, kind: int, bits: int, window: bytes,
                  compression: Compression, want: int) -> bytearray | bytes:
     """Inflate ``want`` bytes starting at a seek point.
 

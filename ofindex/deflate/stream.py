@@ -7,7 +7,7 @@ checks records in them exactly as in an uncompressed file. On the way it records
 every ``spacing`` uncompressed bytes (see :mod:`ofindex.formats.seekpoints`): member or
 stream starts, and with the compiled inflater deflate block boundaries, whose 32 KiB windows
 are kept zlib-compressed, cut to the part the data after the point uses
-(:mod:`~ofindex.index.windows`). Each gzip member's CRC32 and length (zlib: Adler-32) are checked
+(:mod:`~ofindex.deflate.windows`). Each gzip member's CRC32 and length (zlib: Adler-32) are checked
 by zlib as it passes (not those of a member entered at a seek point inside it).
 
 Readers stream records the same way from a seek point (``start=``), with no points recorded.
@@ -215,7 +215,7 @@ class InflatedStream:
 
     def _add_primed(self, out: int, bits: int, window: bytes) -> None:
         """A primed point whose window is cut once 32 KiB of output follow it (see
-        :mod:`~ofindex.index.windows`)."""
+        :mod:`~ofindex.deflate.windows`)."""
         self._settle(trim=False)  # points closer than 32 KiB: the previous keeps its window
         self._points.append([out, self._in_offset(), bits, int(SeekKind.PRIMED), 0, 0, 0])
         self._bound_now_and_then()

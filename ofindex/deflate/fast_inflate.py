@@ -19,6 +19,7 @@ import os
 from typing import Any
 
 from ..formats.compression import RAW_WBITS, WBITS
+from ..formats.framing import Buffer
 from ..formats.seekpoints import SeekKind
 from ..formats.sidecar_header import Compression
 
@@ -74,7 +75,7 @@ def _lead_in(t: int) -> tuple[bytes, int]:
 _LEAD_INS = {bits: _lead_in(8 - bits) for bits in range(1, 8)}
 
 
-def splice(src: Any, bits: int) -> bytes:
+def splice(src: Buffer, bits: int) -> bytes:
     """A raw deflate stream that any inflater can start at its first byte, equivalent to
     starting ``src`` at its first byte's top ``bits`` bits (what zlib's ``inflatePrime``
     does): the low ``8 - bits`` bits of that byte are replaced by the end of empty deflate
@@ -92,7 +93,7 @@ def splice(src: Any, bits: int) -> bytes:
     return head + bytes(rest)
 
 
-def splice_parts(src: Any, bits: int) -> tuple[bytes, memoryview]:
+def splice_parts(src: Buffer, bits: int) -> tuple[bytes, memoryview]:
     """:func:`splice` as two pieces to feed one after the other, without copying ``src``:
     the lead-in with the point's byte, and a view of the bytes after it."""
     whole, last = _LEAD_INS[bits]
@@ -105,7 +106,7 @@ def lead_in_bytes(bits: int) -> int:
     return len(_LEAD_INS[bits][0]) + 1
 
 
-def fast_raw(src: Any, bits: int, window: bytes, most: int) -> bytes | None:
+def fast_raw(src: Buffer, bits: int, window: bytes, most: int) -> bytes | None:
     """Up to ``most`` bytes of a raw deflate stream inflated with ISA-L (fewer where it ends),
     or ``None`` when ISA-L is not in use or refuses the data.
 
@@ -119,10 +120,10 @@ def fast_raw(src: Any, bits: int, window: bytes, most: int) -> bytes | None:
     if isal is None or not len(src):
         return None
     d = isal.decompressobj(RAW_WBITS, zdict=window) if window else isal.decompressobj(RAW_WBITS)
-    return _run(isal, d, src, bits, most)
+    return _inflate_with(isal, d, src, bits, most)
 
 
-def _run(isal: Any, d: Any, src: Any, bits: int, most: int) -> bytes | None:
+def _inflate_with(isal: Any, d: Any, src: Buffer, bits: int, most: int) -> bytes | None:
     """Up to ``most`` bytes out of decompressor ``d`` fed ``src`` (spliced when ``bits``),
     or ``None`` when ISA-L refuses the data."""
     try:
@@ -139,7 +140,7 @@ def _run(isal: Any, d: Any, src: Any, bits: int, most: int) -> bytes | None:
         return None
 
 
-def fast_inflate(src: Any, kind: int, bits: int, window: bytes, compression: Compression,
+def fast_inflate(src: Buffer, kind: int, bits: int, window: bytes, compression: Compression,
                  want: int) -> bytes | None:
     """``want`` bytes inflated from a seek point with ISA-L, or ``None`` when it cannot
     serve the span (see the module docstring).
@@ -166,5 +167,5 @@ def fast_inflate(src: Any, kind: int, bits: int, window: bytes, compression: Com
         d, bits = isal.decompressobj(RAW_WBITS), 0
     else:
         d, bits = isal.decompressobj(WBITS[compression]), 0
-    out = _run(isal, d, src, bits, want)
+    out = _inflate_with(isal, d, src, bits, want)
     return out if out is not None and len(out) == want else None

@@ -1,0 +1,152 @@
+"""``ofindex.open``: resolve the paths once (one storage per protocol, made with this call's
+settings), build the sidecars that are missing when asked to, and open the dataset.
+
+This is the one module that joins the layers for a user's call: the location and its storages
+(:mod:`ofindex.formats.location`, :mod:`ofindex.storage`), the builder (:mod:`ofindex.index`)
+and the reader (:mod:`ofindex.read`), which knows nothing of building.
+"""
+
+from typing import Any
+
+from .formats.compression import parse_compression
+from .formats.location import DatasetLocation, resolve
+from .formats.sidecar_header import Compression
+from .index.builder import build_location
+from .read.dataset import Dataset, Decode
+from .read.nodecache import DEFAULT_NODE_BYTES
+from .read.open import OpenOptions, open_location
+from .read.sidecar_cache import DEFAULT_CACHE_BYTES, SidecarCache
+from .storage import PathSpec, Storages
+from .storage.retry import current_policy, with_settings
+
+
+def open(
+    paths: PathSpec,
+    *,
+    format: str = "auto",
+    index_dir: str | None = None,
+    storage_options: dict[str, Any] | None = None,
+    verify: bool = True,
+    decode: Decode | None = None,
+    build_missing: bool = False,
+    check_stale: bool = True,
+    manifest: bool | str = True,
+    cache_bytes: int = DEFAULT_CACHE_BYTES,
+    cache_dir: str | None = None,
+    cache_dir_bytes: int = DEFAULT_NODE_BYTES,
+    max_concurrency: int | None = None,
+    max_inflight_bytes: int | None = None,
+    mmap: bool = True,
+    compression: str | Compression | None = "auto",
+    retries: int | None = None,
+    timeout: float | None = None,
+) -> Dataset:
+    """Open TFRecord/OFRecord shards as one randomly accessible :class:`Dataset`.
+
+    Every shard needs a sidecar index (``ofindex build`` or :func:`ofindex.build_index`). A
+    directory holding ``ofindex-manifest.json`` (written when a directory is built) opens with
+    one request whatever its number of shards. Remote sidecars are then read by *pages*: a
+    batch fetches only the runs of offsets its records need (and each sidecar's header,
+    checked against the manifest), all shards' at once, then the data: two rounds of requests
+    cold, one once the pages are cached (see :mod:`ofindex.read.pages`). Small, version 1 and
+    compressed-file sidecars are fetched whole. The dataset can be used as a context manager
+    (``with ofindex.open(...) as ds:``), which releases its handles and maps at the end.
+
+    Args:
+        paths: A data file, a directory (its files in natural name order, skipping hidden
+            files, markers and index files), a glob, a URL (``s3://``, ``gs://``,
+            ``https://`` … through fsspec), or a list of them; shards keep that order.
+        format: ``"tfrecord"``, ``"ofrecord"``, or ``"auto"`` to take it from the sidecars.
+        index_dir: Where the sidecars live when not beside the data (a local directory or
+            another bucket, for read-only data).
+        storage_options: Options for the fsspec filesystem (credentials, endpoint …).
+        verify: Check TFRecord CRCs on every read.
+        decode: A callable applied to each record's bytes, e.g.
+            ``ofindex.decode.Decoder(spec)``.
+        build_missing: Build the sidecars that are missing instead of failing.
+        check_stale: Compare each data file's size and fingerprint with its sidecar's (one
+            ``stat`` per shard; remote shards of a manifest are checked on first touch).
+        manifest: ``True`` uses a directory's manifest when there is one, ``False`` ignores
+            it, a path or URL names one.
+        cache_bytes: Bound on remote sidecar pages and sidecars held in memory per process
+            (least recently used dropped first).
+        cache_dir: A local directory holding one cache of sidecar pages and sidecars for
+            every process of the machine (DataLoader workers, ranks); entries are valid only
+            while the manifest's stamps match (see :mod:`ofindex.read.nodecache`). It is
+            created if missing and checked now; the cache is best effort: when it cannot be
+            used (a file, or a link to one, not writable, a database that is foreign, damaged
+            or a symbolic link …) the dataset reads without it and one
+            ``ofindex.read.nodecache.CacheDirWarning`` says why (workers it is pickled to do
+            not warn again). The cache only opens, writes and deletes files it names itself
+            inside the directory, never following symbolic links there.
+        cache_dir_bytes: Bound on the bytes kept in ``cache_dir`` (least recently used
+            evicted first).
+        max_concurrency: Remote requests in flight at once for one batch (default 64).
+        max_inflight_bytes: Bound on response bytes held before they are copied out
+            (default 128 MiB).
+        mmap: Read local files through memory maps (about 1.5x faster random access). A file
+            *truncated in place* by another process while it is mapped kills the reader with
+            SIGBUS, as with ``numpy.memmap``; :class:`ofindex.Writer` replaces files
+            atomically, so that cannot happen through it. ``False`` reads with ``os.pread``.
+        compression: ``"auto"`` takes what each sidecar says (GZIP and ZLIB files, as
+            TensorFlow writes them, are read like any other once indexed); ``"gzip"``,
+            ``"zlib"`` or ``None`` insists on one (a shard indexed otherwise raises
+            :class:`SidecarError`, and ``build_missing`` indexes with it). A random record
+            costs inflating from the seek point before it; iteration inflates each shard once.
+        retries: Remote requests that fail transiently (connection refused or reset,
+            timeouts, HTTP 5xx and 429, S3 ``SlowDown``) are sent again up to this many times,
+            after waits drawn with exponential backoff and jitter (default 10; ``0``: no
+            retries). A request of a batch far slower than its peers is also sent once more.
+        timeout: Seconds after which a remote request is given up, its retries included
+            (default 60).
+
+    Returns:
+        The dataset: ``len(ds)``, ``ds[i]``, slices, ``ds.__getitems__(indices)``, iteration.
+
+    Raises:
+        DataFileNotFoundError: ``paths`` matches no data file (a ``FileNotFoundError``).
+        IndexNotFoundError: Shards without a sidecar, all named (a ``FileNotFoundError``).
+        StaleIndexError: A data file changed since it was indexed (a ``ValueError``).
+        SidecarError: A sidecar or manifest is corrupt, or shards disagree on the format.
+        StorageError: Storage cannot be reached (a host name that does not resolve, a refused
+            connection, a failed TLS handshake, no answer within ``timeout``), or refuses
+            access (an ``OSError``).
+        MissingDependencyError: The URL's protocol needs an extra, e.g. ``pip install
+            'ofindex[s3]'`` (an ``ImportError``).
+        InvalidURLError: An unknown URL protocol (a ``ValueError``).
+
+    Warns:
+        PartialIndexWarning: Some shards are indexed only up to damaged data (once per
+            dataset, naming them).
+        SkippedFilesWarning: Files a directory or glob lists have no sidecar and are plainly
+            not record files (a README): left out, once, naming them.
+    """
+    parse_compression(compression)  # refuse a bad name before any work
+    # every storage of this open is made once, with these settings, and shared
+    storages = Storages(storage_options, mmap=mmap, max_concurrency=max_concurrency,
+                        max_inflight_bytes=max_inflight_bytes,
+                        retry=with_settings(current_policy(), retries, timeout))
+    location = resolve(paths, index_dir=index_dir, storages=storages, manifest=manifest)
+    if build_missing and location.manifest is None:
+        build_missing_sidecars(location, format, compression)
+    options = OpenOptions(format, verify, decode, check_stale,
+                          SidecarCache(cache_bytes, cache_dir, cache_dir_bytes), compression)
+    return open_location(location, options)
+
+
+def build_missing_sidecars(location: DatasetLocation, format: str,
+                           compression: str | Compression | None) -> None:
+    """Index the files of ``location`` that have no sidecar (``build_missing=True``).
+
+    Raises:
+        As :func:`ofindex.build_index`.
+    """
+    missing = [f for f in location.files if not _sidecar_exists(location, f)]
+    if missing:
+        build_location(location.subset(missing), format=format, manifest=False,
+                       compression=compression)
+
+
+def _sidecar_exists(location: DatasetLocation, path: str) -> bool:
+    storage, index_path = location.sidecar_of(path)
+    return storage.exists(index_path)
