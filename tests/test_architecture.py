@@ -8,8 +8,6 @@ from __future__ import annotations
 import ast
 import os
 
-import pytest
-
 ROOT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "ofindex")
 
 #: What each layer may import besides itself. ``formats`` and ``storage`` know nothing of the
@@ -147,6 +145,7 @@ def test_the_complexity_cap_is_configured_and_kept():
     setting itself is checked, and the code against it with ruff's own counter."""
     import subprocess
     import sys
+
     import tomllib
 
     root = os.path.dirname(ROOT)

@@ -215,18 +215,18 @@ def encode_header(
     """
     if packed_bytes is not None and compression is Compression.NONE:
         raise ValueError("packed offsets (version 3) are for compressed data files only")
-    fp = stamp.fingerprint.encode("utf-8")
-    if len(fp) > MAX_FINGERPRINT:
-        raise ValueError(f"fingerprint of {len(fp)} bytes; at most {MAX_FINGERPRINT} fit")
+    fingerprint = stamp.fingerprint.encode("utf-8")
+    if len(fingerprint) > MAX_FINGERPRINT:
+        raise ValueError(f"fingerprint of {len(fingerprint)} bytes; at most {MAX_FINGERPRINT} fit")
     flags = ((FLAG_PARTIAL if partial else 0) | (FLAG_CHECKSUMS if checksums else 0)
              | (FLAG_COMPRESSED if compression is not Compression.NONE else 0))
     size = stamp.size if uncompressed_size is None else uncompressed_size
     fixed = _V2.pack(
         MAGIC, VERSION if packed_bytes is None else VERSION_PACKED, int(fmt), flags,
         HEADER_SIZE, count, stamp.size, indexed_end, body_crc, 0, int(compression), 0,
-        len(fp), 0, seek_points, windows_bytes, spacing, size, packed_bytes or 0,
+        len(fingerprint), 0, seek_points, windows_bytes, spacing, size, packed_bytes or 0,
     )
-    buf = bytearray(fixed + fp + bytes(HEADER_SIZE - len(fixed) - len(fp)))
+    buf = bytearray(fixed + fingerprint + bytes(HEADER_SIZE - len(fixed) - len(fingerprint)))
     struct.pack_into("<I", buf, _HEADER_CRC_AT, _crc32c.crc32c(buf))
     return bytes(buf)
 

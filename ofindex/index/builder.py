@@ -199,9 +199,9 @@ def build_location(
     targets = [location.sidecar_of(f) for f in files]
     default = (os.cpu_count() or 1) if storage.is_local else REMOTE_WORKERS
     n_workers = max(1, min(workers or default, len(files)))
-    jobs = [FileJob(storage, f, fmt, ist, ipath, verify, allow_partial, comp, seek_spacing,
-                    checksums)
-            for f, (ist, ipath) in zip(files, targets, strict=True)]
+    jobs = [FileJob(storage, f, fmt, index_storage, ipath, verify, allow_partial, comp,
+                    seek_spacing, checksums)
+            for f, (index_storage, ipath) in zip(files, targets, strict=True)]
     surveys = survey_files(jobs, location.named, resume,
                            n_workers if storage.is_local else REMOTE_SURVEYS)
     skipped = [s.url for s in surveys if s.stray]

@@ -68,7 +68,8 @@ def open_database(directory: str) -> sqlite3.Connection:
         raise Unusable(problem)
     path = os.path.join(directory, DB_NAME)
     try:
-        db = sqlite3.connect(path, timeout=30.0, isolation_level=None, check_same_thread=False)
+        database = sqlite3.connect(path, timeout=30.0, isolation_level=None,
+                                   check_same_thread=False)
     except sqlite3.Error as e:
         raise Unusable(f"{path} cannot be opened ({e})") from None
     try:
@@ -77,42 +78,42 @@ def open_database(directory: str) -> sqlite3.Connection:
         problem = cachedir.file_problem(directory, DB_FILES)
         if problem is not None:
             raise Unusable(problem)
-        db.execute("PRAGMA trusted_schema = OFF")  # nothing in the file runs as our code
-        _check_layout(db, path)  # before anything is written to it
-        db.execute("PRAGMA journal_mode=WAL")
-        db.execute("PRAGMA synchronous=NORMAL")
-        with transaction(db):
-            version = db.execute("PRAGMA user_version").fetchone()[0]
+        database.execute("PRAGMA trusted_schema = OFF")  # nothing in the file runs as our code
+        _check_layout(database, path)  # before anything is written to it
+        database.execute("PRAGMA journal_mode=WAL")
+        database.execute("PRAGMA synchronous=NORMAL")
+        with transaction(database):
+            version = database.execute("PRAGMA user_version").fetchone()[0]
             for statement in _SCHEMA:
-                db.execute(statement)
+                database.execute(statement)
             if version == 0:
-                db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-            _check_layout(db, path)  # as another process may have made it meanwhile
+                database.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            _check_layout(database, path)  # as another process may have made it meanwhile
     except sqlite3.OperationalError as e:  # read-only, locked for longer than the timeout …
-        db.close()
+        database.close()
         raise Unusable(f"{path} cannot be used ({e})") from None
     except sqlite3.Error as e:
-        db.close()
+        database.close()
         raise Unusable(f"{path} is not an SQLite database or is damaged ({e}); remove it "
                        "or use another directory") from None
     except Unusable:
-        db.close()
+        database.close()
         raise
-    return db
+    return database
 
 
-def _check_layout(db: sqlite3.Connection, path: str) -> None:
+def _check_layout(database: sqlite3.Connection, path: str) -> None:
     """Check that the database holds no more than the cache's tables, in its layout.
 
     Raises:
         Unusable: It holds something else, or a newer ofindex's layout.
     """
-    version = db.execute("PRAGMA user_version").fetchone()[0]
+    version = database.execute("PRAGMA user_version").fetchone()[0]
     if version not in (0, SCHEMA_VERSION):
         raise Unusable(f"{path} was written by a newer ofindex (schema {version}); upgrade "
                        "ofindex or use another directory")
-    objects = set(db.execute("SELECT type, name FROM sqlite_master"))
-    columns = {table: [row[1] for row in db.execute(f"PRAGMA table_info({table})")]
+    objects = set(database.execute("SELECT type, name FROM sqlite_master"))
+    columns = {table: [row[1] for row in database.execute(f"PRAGMA table_info({table})")]
                for table in _COLUMNS if ("table", table) in objects}
     if not objects <= _OBJECTS or any(columns[t] != _COLUMNS[t] for t in columns):
         raise Unusable(f"{path} is not an ofindex cache database; remove it or use another "
@@ -120,87 +121,89 @@ def _check_layout(db: sqlite3.Connection, path: str) -> None:
 
 
 @contextlib.contextmanager
-def transaction(db: sqlite3.Connection) -> Iterator[None]:
+def transaction(database: sqlite3.Connection) -> Iterator[None]:
     """``BEGIN IMMEDIATE`` … ``COMMIT`` (``ROLLBACK`` on error): one writer at a time."""
-    db.execute("BEGIN IMMEDIATE")
+    database.execute("BEGIN IMMEDIATE")
     try:
         yield
     except BaseException:
-        db.execute("ROLLBACK")
+        database.execute("ROLLBACK")
         raise
-    db.execute("COMMIT")
+    database.execute("COMMIT")
 
 
-def select(db: sqlite3.Connection, keys: Sequence[bytes],
+def select(database: sqlite3.Connection, keys: Sequence[bytes],
            fresh_after: float) -> Iterator[tuple[bytes, bytes | None, bool]]:
     """``(key, data, fresh)`` of the entries among ``keys`` (at most 500): ``data`` is
     ``None`` for a row of another shape than the cache writes, ``fresh`` tells a last use
     after ``fresh_after``."""
     marks = ",".join("?" * len(keys))
-    for key, data, fresh in db.execute(
+    for key, data, fresh in database.execute(
             f"SELECT key, {_DATA}, {_FRESH} FROM entries WHERE key IN ({marks})",
             [fresh_after, *keys]):
         yield key, data, bool(fresh)
 
 
-def touch(db: sqlite3.Connection, keys: Sequence[bytes], now: float) -> None:
+def touch(database: sqlite3.Connection, keys: Sequence[bytes], now: float) -> None:
     """Mark ``keys`` used ``now`` (inside the caller's transaction)."""
-    db.executemany("UPDATE entries SET used = ? WHERE key = ?", [(now, key) for key in keys])
+    database.executemany("UPDATE entries SET used = ? WHERE key = ?", [(now, key) for key in keys])
 
 
-def drop(db: sqlite3.Connection, keys: Sequence[bytes]) -> None:
+def drop(database: sqlite3.Connection, keys: Sequence[bytes]) -> None:
     """Delete the entries ``keys`` and their bytes from the count (in the caller's
     transaction)."""
     if keys:
-        _count(db, -sum(_delete(db, key) for key in keys))
+        _count(database, -sum(_delete(database, key) for key in keys))
 
 
-def replace(db: sqlite3.Connection, rows: Sequence[tuple[bytes, bytes | None, int, str | None]],
+def replace(database: sqlite3.Connection,
+            rows: Sequence[tuple[bytes, bytes | None, int, str | None]],
             now: float) -> int:
     """Store ``(key, data, size, file)`` rows in place of any there (in the caller's
     transaction); returns the bytes held then."""
     change = 0
     for key, data, size, file in rows:
-        change += size - _delete(db, key)
-        db.execute("INSERT INTO entries (key, data, size, used, file) VALUES (?, ?, ?, ?, ?)",
+        change += size - _delete(database, key)
+        database.execute("INSERT INTO entries (key, data, size, used, file) VALUES (?, ?, ?, ?, ?)",
                    (key, data, size, now, file))
-    return _count(db, change)
+    return _count(database, change)
 
 
-def held(db: sqlite3.Connection) -> int:
+def held(database: sqlite3.Connection) -> int:
     """The bytes the database counts as held (0 when the count is not a plausible one)."""
-    row = db.execute("SELECT value FROM meta WHERE name = 'bytes'").fetchone()
+    row = database.execute("SELECT value FROM meta WHERE name = 'bytes'").fetchone()
     value = None if row is None else row[0]
     return value if isinstance(value, int) and 0 <= value <= _MAX_TOTAL else 0
 
 
-def _delete(db: sqlite3.Connection, key: bytes) -> int:
+def _delete(database: sqlite3.Connection, key: bytes) -> int:
     """Delete the entry ``key`` (in the caller's transaction); the bytes it was counted for."""
-    row = db.execute(f"DELETE FROM entries WHERE key = ? RETURNING {_SIZE}", (key,)).fetchone()
+    row = database.execute(f"DELETE FROM entries WHERE key = ? RETURNING {_SIZE}",
+                           (key,)).fetchone()
     return 0 if row is None else int(row[0])
 
 
-def _count(db: sqlite3.Connection, change: int) -> int:
+def _count(database: sqlite3.Connection, change: int) -> int:
     """Add ``change`` to the bytes held and return them; a count that is not a plausible
     number of bytes is counted again from the entries."""
-    row = db.execute("UPDATE meta SET value = value + ? WHERE name = 'bytes' "
+    row = database.execute("UPDATE meta SET value = value + ? WHERE name = 'bytes' "
                      "AND typeof(value) = 'integer' RETURNING value", (change,)).fetchone()
     total = None if row is None else row[0]
     if isinstance(total, int) and 0 <= total <= _MAX_TOTAL:
         return total
-    total = int(db.execute(f"SELECT total({_SIZE}) FROM entries").fetchone()[0])
-    db.execute("INSERT OR REPLACE INTO meta VALUES ('bytes', ?)", (total,))
+    total = int(database.execute(f"SELECT total({_SIZE}) FROM entries").fetchone()[0])
+    database.execute("INSERT OR REPLACE INTO meta VALUES ('bytes', ?)", (total,))
     return total
 
 
-def evict(db: sqlite3.Connection, need: int) -> list[str]:
+def evict(database: sqlite3.Connection, need: int) -> list[str]:
     """Delete the least recently used entries holding at least ``need`` bytes (inside the
     caller's transaction); returns the whole-sidecar files to unlink, named by their keys."""
     # a last use that is no time sorts after every real one: such rows go first (by the index)
-    dropped = [row for test in ("IS NULL", ">= ''") for row in db.execute(
+    dropped = [row for test in ("IS NULL", ">= ''") for row in database.execute(
         f"DELETE FROM entries WHERE used {test} RETURNING {_KEY}, {_SIZE}").fetchall()]
     freed, doomed, odd, exhausted = 0, [], False, False
-    rows = db.execute(f"SELECT {_KEY}, {_SIZE} FROM entries ORDER BY used")
+    rows = database.execute(f"SELECT {_KEY}, {_SIZE} FROM entries ORDER BY used")
     for key, size in rows:
         if key is None:  # a key of no shape of ours: dropped below, without reading it
             odd = True
@@ -212,13 +215,13 @@ def evict(db: sqlite3.Connection, need: int) -> list[str]:
     else:
         exhausted = True
     rows.close()
-    db.executemany("DELETE FROM entries WHERE key = ?", [(key,) for key, _ in doomed])
+    database.executemany("DELETE FROM entries WHERE key = ?", [(key,) for key, _ in doomed])
     if odd:
-        dropped += db.execute(f"DELETE FROM entries WHERE ({_KEY}) IS NULL "
+        dropped += database.execute(f"DELETE FROM entries WHERE ({_KEY}) IS NULL "
                               f"RETURNING NULL, {_SIZE}").fetchall()
     if exhausted:  # every entry is gone: the count starts again from zero
-        db.execute("UPDATE meta SET value = 0 WHERE name = 'bytes'")
+        database.execute("UPDATE meta SET value = 0 WHERE name = 'bytes'")
     else:
-        _count(db, -freed - sum(size for _, size in dropped))
+        _count(database, -freed - sum(size for _, size in dropped))
     victims = [key for key, _ in doomed + dropped if key is not None]
     return [name for name in map(cachedir.name_of_key, victims) if name is not None]

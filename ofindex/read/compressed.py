@@ -41,7 +41,7 @@ PARALLEL_INFLATE_BYTES = 2 << 20
 
 
 
-def read_record(storage: Storage, path: str, sc: Sidecar, record: int, fmt: RecordFormat,
+def read_record(storage: Storage, path: str, sidecar: Sidecar, record: int, fmt: RecordFormat,
                 verify: bool) -> bytes:
     """The payload of record ``record`` of a compressed shard (see the module docstring).
 
@@ -50,10 +50,10 @@ def read_record(storage: Storage, path: str, sc: Sidecar, record: int, fmt: Reco
             is bad (naming the file, the record and the compressed offset).
         SidecarError: The sidecar's offsets or seek points are corrupt.
     """
-    start, end = sc.span(record)
-    if end - start < fmt.overhead or end > sc.indexed_end:
-        raise sc.bad_span(record, start, end)
-    seeks = sc.seeks
+    start, end = sidecar.span(record)
+    if end - start < fmt.overhead or end > sidecar.indexed_end:
+        raise sidecar.bad_span(record, start, end)
+    seeks = sidecar.seeks
     k = seeks.point_before(start)
     a = seeks.compressed_start(k)
     rec = np.array([record], dtype=np.int64)
@@ -62,20 +62,20 @@ def read_record(storage: Storage, path: str, sc: Sidecar, record: int, fmt: Reco
     views = _mapped_views(storage, path, [(a, full)])
     src = views[0] if views is not None else storage.read(path, a, int(_fetch_ends(
         storage, seeks, np.array([k]), np.array([end]))[0]))
-    buf, base = _inflate_piece(storage, path, url, sc, k, end, src, a, full, np.array([end]),
+    buf, base = _inflate_piece(storage, path, url, sidecar, k, end, src, a, full, np.array([end]),
                                rec)
     try:
         got: bytes = extract_payloads(buf, np.array([start - base]), np.array([end - base]),
                                       fmt, verify, url, np.array([start]), rec)[0]
     except CorruptRecordError as exc:
-        raise in_stream_error(exc, sc.compression, a) from None
-    sums = sidecar_sums(sc, verify)
+        raise in_stream_error(exc, sidecar.compression, a) from None
+    sums = sidecar_sums(sidecar, verify)
     if sums is not None:
         check_one(got, int(sums[record]), path=url, offset=start, record=record)
     return got
 
 
-def read_records(storage: Storage, path: str, sc: Sidecar, records: np.ndarray,
+def read_records(storage: Storage, path: str, sidecar: Sidecar, records: np.ndarray,
                  fmt: RecordFormat, verify: bool) -> list[Any]:
     """Payloads of records of one compressed shard, read piece by piece (see the module).
 
@@ -94,11 +94,11 @@ def read_records(storage: Storage, path: str, sc: Sidecar, records: np.ndarray,
         CorruptRecordError, TruncatedRecordError: As for :func:`read_record`.
         SidecarError: The sidecar's offsets or seek points are corrupt.
     """
-    starts, ends = sc.spans(records)
-    seeks = sc.seeks
+    starts, ends = sidecar.spans(records)
+    seeks = sidecar.seeks
     order = np.argsort(starts, kind="stable")
-    s, e, r = starts[order], ends[order], records[order]
-    pieces = plan_pieces(s, e, seeks)
+    shard_no, e, r = starts[order], ends[order], records[order]
+    pieces = plan_pieces(shard_no, e, seeks)
     url = storage.url(path)
     ks = np.array([k for k, _, _ in pieces], dtype=np.int64)
     reaches = np.maximum.reduceat(e, [lo for _, lo, _ in pieces]) if pieces else e[:0]
@@ -107,20 +107,20 @@ def read_records(storage: Storage, path: str, sc: Sidecar, records: np.ndarray,
     full_ends = seeks.compressed_ends(reaches)
     spans = list(zip(first_in.tolist(), full_ends.tolist(), strict=True))
 
-    sums = sidecar_sums(sc, verify)
+    sums = sidecar_sums(sidecar, verify)
 
     def piece(j: int, src: Buffer) -> list[Any]:
         k, lo, hi = pieces[j]
         a = spans[j][0]
-        buf, base = _inflate_piece(storage, path, url, sc, k, reach[j], src, a, spans[j][1],
+        buf, base = _inflate_piece(storage, path, url, sidecar, k, reach[j], src, a, spans[j][1],
                                    e[lo:hi], r[lo:hi])
         try:
-            got = extract_payloads(buf, s[lo:hi] - base, e[lo:hi] - base, fmt, verify, url,
-                                   s[lo:hi], r[lo:hi])
+            got = extract_payloads(buf, shard_no[lo:hi] - base, e[lo:hi] - base, fmt, verify, url,
+                                   shard_no[lo:hi], r[lo:hi])
         except CorruptRecordError as exc:
-            raise in_stream_error(exc, sc.compression, a) from None
+            raise in_stream_error(exc, sidecar.compression, a) from None
         if sums is not None:
-            starts_of = s[lo:hi]
+            starts_of = shard_no[lo:hi]
             check_many(got, sums[r[lo:hi]],
                        lambda m: (url, int(starts_of[m]), int(r[lo + m])))
         return got
@@ -229,32 +229,32 @@ def _fetch_and_inflate(storage: Storage, path: str, spans: list[tuple[int, int]]
             for j in range(len(spans))]
 
 
-def _inflate_piece(storage: Storage, path: str, url: str, sc: Sidecar, k: int, reach: int,
+def _inflate_piece(storage: Storage, path: str, url: str, sidecar: Sidecar, k: int, reach: int,
                    src: Buffer, a: int, full: int, ends: np.ndarray,
                    records: np.ndarray) -> tuple[bytearray | bytes, int]:
     """:func:`_inflate`, reading the rest of the span up to ``full`` and inflating again when
     ``src`` (an estimate of what is needed) ends too early."""
     try:
-        return _inflate(url, sc, k, reach, src, a, ends, records)
+        return _inflate(url, sidecar, k, reach, src, a, ends, records)
     except CorruptRecordError as exc:
         if a + len(src) >= full or not isinstance(exc, TruncatedRecordError):
             raise
     rest = storage.read(path, a + len(src), full)
-    return _inflate(url, sc, k, reach, bytes(src) + rest, a, ends, records)
+    return _inflate(url, sidecar, k, reach, bytes(src) + rest, a, ends, records)
 
 
-def _inflate(url: str, sc: Sidecar, k: int, reach: int, src: Buffer, a: int, ends: np.ndarray,
+def _inflate(url: str, sidecar: Sidecar, k: int, reach: int, src: Buffer, a: int, ends: np.ndarray,
              records: np.ndarray) -> tuple[bytearray | bytes, int]:
     """Inflate from point ``k`` to uncompressed ``reach``; returns the bytes and the
     uncompressed offset of their start. Failures name the first record they cut short."""
-    seeks = sc.seeks
+    seeks = sidecar.seeks
     base = int(seeks.out[k])
     try:
         buf = inflate_span(src, a, int(seeks.kind[k]), int(seeks.bits[k]), seeks.window(k),
-                           sc.compression, reach - base)
+                           sidecar.compression, reach - base)
     except InflateFailure as failure:
         cut = int(np.argmax(ends > base + failure.produced))
-        raise failure.error(url, int(records[cut]), sc.compression) from None
+        raise failure.error(url, int(records[cut]), sidecar.compression) from None
     return buf, base
 
 
@@ -276,15 +276,16 @@ def read_batch(table: ShardTable, checks: RecordChecks, indices: np.ndarray,
     load_sidecars([table.shards[s] for s in touched])
     out = np.empty(len(indices), dtype=object)
     is_plain = np.ones(len(indices), dtype=bool)
-    for s in touched:
-        shard = table.shards[s]
-        sc = shard.sidecar
-        if not sc.compressed:
+    for shard_no in touched:
+        shard = table.shards[shard_no]
+        sidecar = shard.sidecar
+        if not sidecar.compressed:
             continue
-        sel = np.flatnonzero(shard_of == s)
+        sel = np.flatnonzero(shard_of == shard_no)
         is_plain[sel] = False
-        out[sel] = read_records(table.storage, shard.path, sc, indices[sel] - table.first[s],
-                                checks.format, checks.verify)
+        local = indices[sel] - table.first[shard_no]
+        out[sel] = read_records(table.storage, shard.path, sidecar, local, checks.format,
+                                checks.verify)
     if is_plain.any():
         got = plain(indices[is_plain])
         holder = np.empty(len(got), dtype=object)

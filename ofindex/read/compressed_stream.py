@@ -26,7 +26,7 @@ from .sum_checks import check_many, record_namer, sidecar_sums
 
 
 def stream_compressed(
-    storage: Storage, path: str, sc: Sidecar, lo: int, hi: int, verify: bool,
+    storage: Storage, path: str, sidecar: Sidecar, lo: int, hi: int, verify: bool,
     block_bytes: int = 8 << 20,
 ) -> Iterator[bytes]:
     """Payloads of records ``lo..hi-1`` of one compressed shard, in order.
@@ -35,25 +35,25 @@ def stream_compressed(
         CorruptRecordError, TruncatedRecordError: A bad record, bad compressed data, or (on a
             pass over the whole shard) a gzip/zlib check value that does not match.
     """
-    blocks = plan_blocks(sc.offsets, lo, hi, block_bytes)
+    blocks = plan_blocks(sidecar.offsets, lo, hi, block_bytes)
     if not blocks:
         return
-    seeks = sc.seeks
+    seeks = sidecar.seeks
     url = storage.url(path)
-    k = seeks.point_before(int(sc.offsets[lo]))
+    k = seeks.point_before(int(sidecar.offsets[lo]))
     if not can_prime():  # Python's zlib starts on a byte, with no window
         k = seeks.aligned_before(k)
-    size = sc.header.stamp.size
+    size = sidecar.header.stamp.size
     start = StartPoint(int(seeks.kind[k]), int(seeks.in_[k]), int(seeks.bits[k]),
                        seeks.window(k), int(seeks.out[k]))
     source = storage if storage.is_local else ReadAhead(storage, path, size, STREAM_CHUNK)
-    stream = InflatedStream(source, path, size, sc.compression, 0, start=start)
-    whole = k == 0 and lo == 0 and hi == len(sc) and not sc.header.partial
-    sums = sidecar_sums(sc, verify)
+    stream = InflatedStream(source, path, size, sidecar.compression, 0, start=start)
+    whole = k == 0 and lo == 0 and hi == len(sidecar) and not sidecar.header.partial
+    sums = sidecar_sums(sidecar, verify)
     buf = bytearray(0)
     try:
         for a, b in blocks:
-            starts, ends = sc.spans(np.arange(a, b, dtype=np.int64))
+            starts, ends = sidecar.spans(np.arange(a, b, dtype=np.int64))
             s0, n = int(starts[0]), int(ends[-1] - starts[0])
             if len(buf) < n:
                 buf = bytearray(max(n, block_bytes))
@@ -66,12 +66,12 @@ def stream_compressed(
             except InflateFailure as failure:
                 past = ends > failure.produced  # the first record it cut short, or (a
                 cut = int(np.argmax(past)) if past.any() else len(ends) - 1  # bad check value)
-                raise failure.error(url, a + cut, sc.compression) from None
+                raise failure.error(url, a + cut, sidecar.compression) from None
             try:
-                payloads = extract_payloads(view, starts - s0, ends - s0, sc.format, verify,
+                payloads = extract_payloads(view, starts - s0, ends - s0, sidecar.format, verify,
                                             url, starts, np.arange(a, b))
             except CorruptRecordError as exc:
-                raise in_stream_error(exc, sc.compression, start.in_) from None
+                raise in_stream_error(exc, sidecar.compression, start.in_) from None
             if sums is not None:
                 check_many(payloads, sums[a:b], record_namer(url, starts, a))
             yield from payloads
@@ -79,7 +79,7 @@ def stream_compressed(
             try:
                 stream.finish()
             except InflateFailure as failure:
-                raise failure.error(url, hi - 1, sc.compression) from None
+                raise failure.error(url, hi - 1, sidecar.compression) from None
     finally:
         if isinstance(source, ReadAhead):
             source.close()

@@ -161,8 +161,8 @@ class Dataset:
         compiled module is one compiled call (span, checks, copy); else a checked range read.
         """
         table = self._table
-        s, local = table.locate(index)
-        shard = table.shards[s]
+        shard_no, local = table.locate(index)
+        shard = table.shards[shard_no]
         if shard.cache is not None and not shard.loaded:
             return self._read_many(np.array([index], dtype=np.int64), decode=False)[0]
         sidecar = shard.sidecar
@@ -178,7 +178,7 @@ class Dataset:
                                     checks.header, checks.footer, checks.tfrecord_crcs,
                                     _crc32c.crc32c, LENGTH_CRCS)
                 if not isinstance(got, bytes):
-                    maps = MappedShards([s], np.zeros(1, np.int64), np.array([local]),
+                    maps = MappedShards([shard_no], np.zeros(1, np.int64), np.array([local]),
                                         [mapped], [sidecar.offsets], [sidecar.indexed_end])
                     raise_mapped_problem(table, checks, maps, 0, got)
                 if checks.payload_sums and sidecar.sums is not None and (
@@ -400,9 +400,9 @@ class Dataset:
         normalized = table.normalize(as_indices(indices))
         shard_of = table.shard_numbers(normalized)
         out = np.empty(len(normalized), dtype=np.int64)
-        for s in np.unique(shard_of).tolist():
-            chosen = np.flatnonzero(shard_of == s)
-            sidecar = table.shards[s].sidecar
-            starts, ends = sidecar.spans(normalized[chosen] - table.first[s])
+        for shard_no in np.unique(shard_of).tolist():
+            chosen = np.flatnonzero(shard_of == shard_no)
+            sidecar = table.shards[shard_no].sidecar
+            starts, ends = sidecar.spans(normalized[chosen] - table.first[shard_no])
             out[chosen] = ends - starts - sidecar.format.overhead
         return out

@@ -215,8 +215,8 @@ def batch_spans(shards: list[Shard], groups: Groups,
     """
     requests: list[PageRequest | None] = []
     whole: list[Shard] = []
-    for s, lo, hi in groups:
-        shard = shards[s]
+    for shard_no, lo, hi in groups:
+        shard = shards[shard_no]
         pager = pager_of(shard)
         if pager is not None:
             requests.append(PageRequest(shard, pager, local[lo:hi]))
@@ -231,12 +231,12 @@ def batch_spans(shards: list[Shard], groups: Groups,
             raise missing_indexes(missing, len(whole))
     starts = np.empty(len(local), dtype=np.int64)
     ends = np.empty(len(local), dtype=np.int64)
-    for (s, lo, hi), request in zip(groups, requests, strict=True):
+    for (shard_no, lo, hi), request in zip(groups, requests, strict=True):
         if request is not None and not request.fallback:
             starts[lo:hi], ends[lo:hi] = spans_from_pages(request.shard, request.pager,
                                                           request.pages, request.local)
         else:
-            starts[lo:hi], ends[lo:hi] = shards[s].sidecar.spans(local[lo:hi])
+            starts[lo:hi], ends[lo:hi] = shards[shard_no].sidecar.spans(local[lo:hi])
     return starts, ends
 
 

@@ -51,8 +51,8 @@ def _regrouped(src: BatchSource, batch_size: int, start: int, stop: int, as_buff
     """Batches regrouped from the streamed blocks of each shard."""
     pending: list[Any] = []
     first = start
-    for s, lo, hi in src.table.runs(start, stop):
-        for block in shard_blocks(src, s, lo, hi, block_bytes):
+    for shard_no, lo, hi in src.table.runs(start, stop):
+        for block in shard_blocks(src, shard_no, lo, hi, block_bytes):
             pending += block
             k = 0
             while len(pending) - k >= batch_size:
@@ -64,11 +64,11 @@ def _regrouped(src: BatchSource, batch_size: int, start: int, stop: int, as_buff
         yield src.finish(pending, first, as_buffer)
 
 
-def shard_blocks(src: BatchSource, s: int, lo: int, hi: int,
+def shard_blocks(src: BatchSource, shard_no: int, lo: int, hi: int,
                  block_bytes: int = 8 << 20) -> Iterator[list[bytes]]:
     """Payloads of records ``lo..hi-1`` of shard ``s``, in order, a list at a time: streamed
     with large reads, or inflated once from the start for a compressed shard."""
-    shard = src.table.shards[s]
+    shard = src.table.shards[shard_no]
     sidecar = shard.sidecar
     storage, verify = src.table.storage, src.checks.verify
     if not sidecar.compressed:
@@ -84,7 +84,7 @@ def shard_blocks(src: BatchSource, s: int, lo: int, hi: int,
 def _streamed(src: BatchSource, a: int, b: int) -> list[bytes]:
     """Payloads of records ``a..b-1`` read by the streaming path (no map)."""
     out: list[bytes] = []
-    for s, lo, hi in src.table.runs(a, b):
-        for block in shard_blocks(src, s, lo, hi):
+    for shard_no, lo, hi in src.table.runs(a, b):
+        for block in shard_blocks(src, shard_no, lo, hi):
             out += block
     return out

@@ -68,19 +68,19 @@ class _SpanArrays:
         return out
 
 
-def _run_spans(sc: Sidecar, lo: int, hi: int,
+def _run_spans(sidecar: Sidecar, lo: int, hi: int,
                arrays: _SpanArrays | None = None) -> tuple[np.ndarray, np.ndarray]:
     """File byte ranges of records ``lo..hi-1`` of one shard (a contiguous run of offsets),
     in ``arrays`` when given."""
     bounds = arrays.bounds(hi - lo) if arrays is not None else np.empty(hi - lo + 1, np.int64)
-    bounds[:-1] = sc.offsets[lo:hi]  # starts and ends: two views of one array
-    bounds[-1] = int(sc.offsets[hi]) if hi < len(sc.offsets) else sc.indexed_end
+    bounds[:-1] = sidecar.offsets[lo:hi]  # starts and ends: two views of one array
+    bounds[-1] = int(sidecar.offsets[hi]) if hi < len(sidecar.offsets) else sidecar.indexed_end
     starts, ends = bounds[:-1], bounds[1:]
-    short = (arrays.short(bounds, sc.format.overhead) if arrays is not None
-             else np.diff(bounds) < sc.format.overhead)
+    short = (arrays.short(bounds, sidecar.format.overhead) if arrays is not None
+             else np.diff(bounds) < sidecar.format.overhead)
     if short.any():
         k = int(np.argmax(short))
-        raise sc.bad_span(lo + k, int(starts[k]), int(ends[k]))
+        raise sidecar.bad_span(lo + k, int(starts[k]), int(ends[k]))
     return starts, ends
 
 
@@ -95,11 +95,11 @@ def _plan_parts(src: BatchSource, a: int, b: int,
     maps (sidecars and maps are opened here, in the iterating thread); ``None`` when a shard
     is shorter than its index says (the batch is then read otherwise)."""
     parts: list[_Part] = []
-    s = int(np.searchsorted(src.table.cumulative, a, side="right"))
+    shard_no = int(np.searchsorted(src.table.cumulative, a, side="right"))
     pos = a
     while pos < b:  # the shards the run touches (usually one)
-        first = int(src.table.first[s])
-        shard = src.table.shards[s]
+        first = int(src.table.first[shard_no])
+        shard = src.table.shards[shard_no]
         lo, hi = pos - first, min(b - first, shard.records)
         if hi > lo:
             if shard.sidecar.compressed:  # offsets into the inflated stream: no map to cut
@@ -108,9 +108,9 @@ def _plan_parts(src: BatchSource, a: int, b: int,
             buf = src.table.storage.mapped(shard.path, int(ends[-1]))
             if buf is None:
                 return None
-            parts.append((s, lo, hi, starts, ends, buf))
+            parts.append((shard_no, lo, hi, starts, ends, buf))
         pos = first + hi
-        s += 1
+        shard_no += 1
     return parts
 
 
@@ -137,7 +137,7 @@ def _cut(src: BatchSource, parts: list[_Part], a: int, as_buffer: bool, spare_co
         offsets = np.empty(n + 1, dtype=np.int64)
     out: list[Any] = []
     k0 = used = 0
-    for p, ((s, lo, hi, starts, ends, buf), part_sums) in enumerate(zip(parts, sums,
+    for p, ((shard_no, lo, hi, starts, ends, buf), part_sums) in enumerate(zip(parts, sums,
                                                                         strict=True)):
         if checks is not None:  # checked ahead (raises for a bad record)
             got = _checked_ahead(src, parts[p], checks[p])
@@ -158,7 +158,7 @@ def _cut(src: BatchSource, parts: list[_Part], a: int, as_buffer: bool, spare_co
             used = int(offsets[k0])
         else:
             if part_sums is not None:  # OFRecord payloads against the sidecar's CRC32C
-                url = src.table.url(s)
+                url = src.table.url(shard_no)
                 check_many(got, part_sums[lo:hi], record_namer(url, starts, lo))
             if len(parts) == 1:  # the batch is this list (no copy into another)
                 out = got
@@ -192,10 +192,10 @@ def _checked_ahead(src: BatchSource, part: _Part, check: _Check) -> list[bytes]:
 
 def _raise_at(src: BatchSource, part: _Part, k: int) -> NoReturn:
     """Raise the error of the ``k``-th record of a part (it failed a compiled check)."""
-    s, lo, _, starts, ends, buf = part
+    shard_no, lo, _, starts, ends, buf = part
     st, en = int(starts[k]), int(ends[k])
     raise_record_error(buf[st:en], src.checks.format, src.checks.verify,
-                       path=src.table.url(s), offset=st, record=lo + k)
+                       path=src.table.url(shard_no), offset=st, record=lo + k)
 
 
 def mapped(src: BatchSource, batch_size: int, start: int, stop: int, as_buffer: bool,
@@ -275,9 +275,9 @@ class _Run:
 
     def allow(self, stop: int) -> None:
         """Let the checks of records up to ``stop - 1`` start (without waiting for them)."""
-        for (s, lo, *_), checker in zip(self.parts or [], self.checkers or [],
+        for (shard_no, lo, *_), checker in zip(self.parts or [], self.checkers or [],
                                             strict=False):
-            first = int(self.src.table.first[s]) + lo
+            first = int(self.src.table.first[shard_no]) + lo
             checker.wait(0, stop - first)
 
     def within(self, a: int, b: int) -> tuple[list[_Part] | None, list[_Check] | None]:
@@ -318,11 +318,11 @@ def _within(src: BatchSource, run: list[_Part], a: int, b: int,
     the run's ``checkers``, each part's :data:`_Check`."""
     parts: list[_Part] = []
     checks: list[_Check] = []
-    for p, (s, lo, hi, starts, ends, buf) in enumerate(run):
-        first = int(src.table.first[s]) + lo  # the run part's first global record
+    for p, (shard_no, lo, hi, starts, ends, buf) in enumerate(run):
+        first = int(src.table.first[shard_no]) + lo  # the run part's first global record
         x, y = max(a - first, 0), min(b - first, hi - lo)
         if x < y:
-            parts.append((s, lo + x, lo + y, starts[x:y], ends[x:y], buf))
+            parts.append((shard_no, lo + x, lo + y, starts[x:y], ends[x:y], buf))
             if checkers is not None:
                 checks.append((checkers[p], x, y))
     return parts, (checks if checkers is not None else None)

@@ -94,8 +94,8 @@ class MappedShards:
         maps: list[Buffer] = []
         offsets: list[np.ndarray] = []
         ends: list[int] = []
-        for s in touched:
-            shard = table.shards[s]
+        for shard_no in touched:
+            shard = table.shards[shard_no]
             sidecar = shard.sidecar
             mapped = table.storage.mapped(shard.path, sidecar.indexed_end)
             if mapped is None:
@@ -118,8 +118,8 @@ def raise_mapped_problem(table: ShardTable, checks: RecordChecks, maps: MappedSh
     shard = table.shards[maps.touched[j]]
     sidecar, record = shard.sidecar, int(maps.local[k])
     if problem == _accel.RECORD_FAILS_CHECK:  # a corrupt sidecar explains a bad record:
-        for jj, s in enumerate(maps.touched):  # report it first
-            table.shards[s].sidecar.spans(maps.local[maps.which == jj])
+        for jj, shard_no in enumerate(maps.touched):  # report it first
+            table.shards[shard_no].sidecar.spans(maps.local[maps.which == jj])
     start, end = sidecar.span(record)
     if problem == _accel.SPAN_TOO_SHORT:
         raise sidecar.bad_span(record, start, end)
@@ -132,15 +132,15 @@ def check_mapped_sums(table: ShardTable, checks: RecordChecks, maps: MappedShard
     """Check OFRecord payloads (in batch order) against their sidecars' checksums."""
     if not checks.payload_sums:
         return
-    for j, s in enumerate(maps.touched):
-        sidecar = table.shards[s].sidecar
+    for j, shard_no in enumerate(maps.touched):
+        sidecar = table.shards[shard_no].sidecar
         if sidecar.checksums is None:
             continue
         items = maps.items_of(j)
         chosen = payloads if items is None else [payloads[k] for k in items.tolist()]
         records = maps.local if items is None else maps.local[items]
         check_many(chosen, sidecar.checksums[records],
-                   record_naming(table.url(s), sidecar.offsets, records))
+                   record_naming(table.url(shard_no), sidecar.offsets, records))
 
 
 def compiled_gather(table: ShardTable, checks: RecordChecks,

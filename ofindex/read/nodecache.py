@@ -120,15 +120,15 @@ class NodeCache:
             _INHERITED.append(self._db)
             self._db = None
         try:
-            db = cachedb.open_database(self.directory)
+            database = cachedb.open_database(self.directory)
         except cachedb.Unusable as e:
             self.problem = str(e)
             warnings.warn(CacheDirWarning(
                 f"cache_dir {self.directory!r} cannot be used: {e}; reading without the node "
                 "cache (pass another directory as cache_dir=, or fix this one)"), stacklevel=2)
             return None
-        self._db, self._pid = db, os.getpid()
-        return db
+        self._db, self._pid = database, os.getpid()
+        return database
 
     def _close(self) -> None:
         if self._db is not None and self._pid == os.getpid():
@@ -158,12 +158,12 @@ class NodeCache:
         malformed: list[bytes] = []
         now = time.time()
         with self._lock:
-            db = self._connect()
-            if db is None:
+            database = self._connect()
+            if database is None:
                 return found
             try:
                 for k in range(0, len(keys), 500):  # SQLite's bound on host parameters
-                    for key, data, fresh in cachedb.select(db, keys[k : k + 500],
+                    for key, data, fresh in cachedb.select(database, keys[k : k + 500],
                                                            now - TOUCH_AFTER):
                         if data is None:  # of no shape we write
                             malformed.append(key)
@@ -172,9 +172,9 @@ class NodeCache:
                         if not fresh:
                             stale.append(key)
                 if stale or malformed:
-                    with cachedb.transaction(db):
-                        cachedb.touch(db, stale, now)
-                        cachedb.drop(db, malformed)
+                    with cachedb.transaction(database):
+                        cachedb.touch(database, stale, now)
+                        cachedb.drop(database, malformed)
             except sqlite3.Error:
                 return found
         return found
@@ -200,14 +200,14 @@ class NodeCache:
         now = time.time()
         victims: list[str] = []
         with self._lock:
-            db = self._connect()
-            if db is None:
+            database = self._connect()
+            if database is None:
                 return
             try:
-                with cachedb.transaction(db):
-                    total = cachedb.replace(db, rows, now)
+                with cachedb.transaction(database):
+                    total = cachedb.replace(database, rows, now)
                     if total > self.max_bytes:
-                        victims = cachedb.evict(db, total - self.max_bytes * 9 // 10)
+                        victims = cachedb.evict(database, total - self.max_bytes * 9 // 10)
             except sqlite3.Error:
                 return
         for name in victims:
@@ -216,11 +216,11 @@ class NodeCache:
     def held_bytes(self) -> int:
         """Bytes the cache holds now (all processes)."""
         with self._lock:
-            db = self._connect()
-            if db is None:
+            database = self._connect()
+            if database is None:
                 return 0
             try:
-                return cachedb.held(db)
+                return cachedb.held(database)
             except sqlite3.Error:
                 return 0
 

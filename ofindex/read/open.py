@@ -111,10 +111,10 @@ def _open_manifest(location: DatasetLocation, options: OpenOptions) -> Dataset:
     # (re)loaded in a process (remote: in the round that fetches its pages)
     crcs = m.body_crcs if m.body_crcs is not None else [None] * len(m.names)
     shards = [
-        Shard(path, *location.sidecar_of(path), records, size, fingerprint=fp,
+        Shard(path, *location.sidecar_of(path), records, size, fingerprint=fingerprint,
               cache=options.cache, data_storage=storage if options.check_stale else None,
               url=storage.url(path), partial=name in partial, body_crc=crc)
-        for path, name, records, size, fp, crc in zip(location.files, m.names, m.records,
+        for path, name, records, size, fingerprint, crc in zip(location.files, m.names, m.records,
                                                       m.sizes, m.fingerprints, crcs, strict=True)
     ]
     if local and options.check_stale:  # stat-ing local files is cheap: check now, as

@@ -100,26 +100,26 @@ def pager_of(shard: Shard) -> Pager | None:
     manifest, a loaded sidecar, a small, version 1 or compressed one)."""
     if shard.cache is None or shard.fingerprint is None or shard.records <= 0 or shard.loaded:
         return None
-    pg: Pager | None = shard.pager
-    if pg is None or pg.pid != os.getpid():
+    pager: Pager | None = shard.pager
+    if pager is None or pager.pid != os.getpid():
         p = page_records_for(shard.records, shard.size)
         expect = shard.expected_stamp()
         assert expect is not None
-        pg = Pager(p, sidecar_key(shard.index_url, expect, shard.body_crc),
+        pager = Pager(p, sidecar_key(shard.index_url, expect, shard.body_crc),
                    whole=shard.records <= WHOLE_BELOW_PAGES * p,
                    fresh=shard.data_storage is None)
-        shard.pager = pg
-    return None if pg.whole else pg
+        shard.pager = pager
+    return None if pager.whole else pager
 
 
-def page_range(pg: Pager, records: int, first: int, last: int) -> tuple[int, int]:
+def page_range(pager: Pager, records: int, first: int, last: int) -> tuple[int, int]:
     """Byte range of pages ``first..last`` (and the offset after them) in the sidecar."""
-    a = first * pg.page_records
-    b = min((last + 1) * pg.page_records + 1, records)
+    a = first * pager.page_records
+    b = min((last + 1) * pager.page_records + 1, records)
     return HEADER_SIZE + 8 * a, HEADER_SIZE + 8 * b
 
 
-def split_pages(pg: Pager, count: int, first: int, last: int,
+def split_pages(pager: Pager, count: int, first: int, last: int,
                 raw: bytes | memoryview, shard: Shard) -> dict[int, np.ndarray]:
     """Cut the bytes of :func:`page_range` into pages; the last page of the sidecar gets
     the indexed end as its closing offset.
@@ -132,10 +132,10 @@ def split_pages(pg: Pager, count: int, first: int, last: int,
         SidecarError: The run breaks that rule (a corrupt sidecar, or a bad transfer).
     """
     offsets = np.frombuffer(raw, dtype="<u8")
-    n, p = count, pg.page_records
+    n, p = count, pager.page_records
     closed = first * p + len(offsets) >= n  # the run reaches the last record: the end closes it
-    check_bounds(shard, pg, first * p,
-                 np.append(offsets, np.uint64(pg.end)) if closed else offsets)
+    check_bounds(shard, pager, first * p,
+                 np.append(offsets, np.uint64(pager.end)) if closed else offsets)
     out = {}
     for page in range(first, last + 1):
         lo = (page - first) * p
@@ -143,11 +143,11 @@ def split_pages(pg: Pager, count: int, first: int, last: int,
         if a + p < n:
             out[page] = offsets[lo : lo + p + 1].copy()
         else:
-            out[page] = np.append(offsets[lo : lo + (n - a)], np.uint64(pg.end))
+            out[page] = np.append(offsets[lo : lo + (n - a)], np.uint64(pager.end))
     return out
 
 
-def check_bounds(shard: Shard, pg: Pager, first: int, bounds: np.ndarray) -> None:
+def check_bounds(shard: Shard, pager: Pager, first: int, bounds: np.ndarray) -> None:
     """Refuse a run of record bounds (the starts of records ``first``, ``first + 1`` … and
     what closes the last) that no build writes: fetched pages, and pages found in the node
     cache, are not covered by the sidecar's body CRC.
@@ -157,8 +157,8 @@ def check_bounds(shard: Shard, pg: Pager, first: int, bounds: np.ndarray) -> Non
     """
     low = bounds[:-1]
     # unsigned comparisons, no subtraction that can wrap: these come from the network
-    bad = (bounds[1:] < low) | (bounds[1:] - np.minimum(low, bounds[1:]) < pg.overhead)
-    bad |= bounds[1:] > np.uint64(pg.end)
+    bad = (bounds[1:] < low) | (bounds[1:] - np.minimum(low, bounds[1:]) < pager.overhead)
+    bad |= bounds[1:] > np.uint64(pager.end)
     if bad.any():
         k = int(np.argmax(bad))
         raise SidecarError(
@@ -179,8 +179,8 @@ def pageable(header: SidecarHeader) -> bool:
 def header_fetch_bytes(shard: Shard) -> int:
     """Bytes of the header to fetch: the fields and the fingerprint the manifest expects; the
     rest of the 512 bytes is zero padding, which the header CRC then vouches for."""
-    fp = (shard.fingerprint or "").encode("utf-8")
-    return min(HEADER_SIZE, (_FINGERPRINT_AT + len(fp) + 7) // 8 * 8)
+    fingerprint = (shard.fingerprint or "").encode("utf-8")
+    return min(HEADER_SIZE, (_FINGERPRINT_AT + len(fingerprint) + 7) // 8 * 8)
 
 
 def parse_page_header(shard: Shard, raw: bytes | memoryview) -> SidecarHeader | None:
@@ -209,14 +209,14 @@ def parse_page_header(shard: Shard, raw: bytes | memoryview) -> SidecarHeader | 
     return header if pageable(header) else None
 
 
-def spans_from_pages(shard: Shard, pg: Pager, pages: dict[int, np.ndarray],
+def spans_from_pages(shard: Shard, pager: Pager, pages: dict[int, np.ndarray],
                      local: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Byte spans of local records ``local`` of one shard, from its pages.
 
     Raises:
         SidecarError: A span too short to hold a record (corrupt offsets).
     """
-    p = pg.page_records
+    p = pager.page_records
     page_of = local // p
     starts = np.empty(len(local), dtype=np.int64)
     ends = np.empty(len(local), dtype=np.int64)
@@ -231,7 +231,7 @@ def spans_from_pages(shard: Shard, pg: Pager, pages: dict[int, np.ndarray],
             r = local[sel] - page * p
             starts[sel] = arr[r]
             ends[sel] = arr[r + 1]
-    short = ends - starts < pg.overhead
+    short = ends - starts < pager.overhead
     if short.any():
         k = int(np.argmax(short))
         raise SidecarError(

@@ -55,25 +55,25 @@ def _check_sums(table: ShardTable, checks: RecordChecks, grouped: ShardGroups,
     """Check OFRecord payloads (grouped order) against their sidecars' checksums."""
     if not checks.payload_sums:
         return
-    for s, lo, hi in grouped.groups:
-        sidecar = table.shards[s].sidecar
+    for shard_no, lo, hi in grouped.groups:
+        sidecar = table.shards[shard_no].sidecar
         if sidecar.checksums is None:
             continue
         records = grouped.local[lo:hi]
         check_many(payloads[lo:hi], sidecar.checksums[records],
-                   record_naming(table.url(s), sidecar.offsets, records))
+                   record_naming(table.url(shard_no), sidecar.offsets, records))
 
 
 def mapped_cut(table: ShardTable, checks: RecordChecks, grouped: ShardGroups,
                starts: np.ndarray, ends: np.ndarray) -> list[Any]:
     """Payloads cut out of the shards' memory maps, no staging buffer (see the module)."""
     out: list[Any] = []
-    for s, lo, hi in grouped.groups:
-        shard = table.shards[s]
+    for shard_no, lo, hi in grouped.groups:
+        shard = table.shards[shard_no]
         buf = table.storage.mapped(shard.path, shard.sidecar.indexed_end)
         assert buf is not None  # the decision found every shard mapped
         out += extract_payloads(buf, starts[lo:hi], ends[lo:hi], checks.format, checks.verify,
-                                table.url(s), starts[lo:hi], grouped.local[lo:hi])
+                                table.url(shard_no), starts[lo:hi], grouped.local[lo:hi])
     return out
 
 
@@ -84,8 +84,8 @@ def direct_reads(table: ShardTable, checks: RecordChecks, grouped: ShardGroups,
     storage, shards = table.storage, table.shards
 
     def direct(item: tuple[int, int, int, int]) -> bytes:
-        s, a, b, r = item
-        return read_record_direct(storage, shards[s].path, a, b, checks.format,
+        shard_no, a, b, r = item
+        return read_record_direct(storage, shards[shard_no].path, a, b, checks.format,
                                   checks.verify, r)
 
     items = list(zip(grouped.shard_of.tolist(), starts.tolist(), ends.tolist(),

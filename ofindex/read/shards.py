@@ -94,9 +94,9 @@ class Shard:
                 self.body_crc)
 
     def __setstate__(self, state: tuple[Any, ...]) -> None:
-        (path, ist, ipath, records, size, fingerprint, data_storage, cache, url, partial,
+        (path, index_storage, ipath, records, size, fingerprint, data_storage, cache, url, partial,
          body_crc) = state
-        Shard.__init__(self, path, ist, ipath, records, size, fingerprint=fingerprint,
+        Shard.__init__(self, path, index_storage, ipath, records, size, fingerprint=fingerprint,
                        data_storage=data_storage, cache=cache, url=url, partial=partial,
                        body_crc=body_crc)
 
@@ -119,21 +119,21 @@ class Shard:
 
     @property
     def sidecar(self) -> Sidecar:
-        sc = self._sidecar
-        if sc is None or self._pid != os.getpid():
+        sidecar = self._sidecar
+        if sidecar is None or self._pid != os.getpid():
             return self.load()
         if self.cache is not None:
             self.cache.touch(self)
-        return sc
+        return sidecar
 
     @property
     def header(self) -> SidecarHeader:
         """The sidecar's header, checked against what the dataset expects; opening it does not
         check the offsets yet (the first read does)."""
         if self._pid == os.getpid():
-            sc = self._sidecar or self._unchecked
-            if sc is not None:
-                return sc.header
+            sidecar = self._sidecar or self._unchecked
+            if sidecar is not None:
+                return sidecar.header
         return self.load(check_body=False).header
 
     @property
@@ -166,25 +166,25 @@ class Shard:
         Raises:
             SidecarError: It is not a valid sidecar.
         """
-        sc = parse_sidecar(raw, path=self.index_url, data_url=self.data_url)
+        sidecar = parse_sidecar(raw, path=self.index_url, data_url=self.data_url)
         cache, expect = self.cache, self.expected_stamp()
         if (cache is not None and expect is not None and cache.cache_dir is not None
-                and sc.header.count == self.records and sc.header.stamp == expect):
+                and sidecar.header.count == self.records and sidecar.header.stamp == expect):
             disk = cache.to_disk(self.index_url, raw)
             if disk is not None:
                 return disk, 0
-        return sc, len(raw)
+        return sidecar, len(raw)
 
     def _fetch(self) -> tuple[Sidecar, int]:
         """The sidecar and the bytes it holds in memory (0 when memory-mapped)."""
-        ist = self.index_storage
-        sc = self.disk_copy()
-        if sc is not None:
-            return sc, 0
+        index_storage = self.index_storage
+        sidecar = self.disk_copy()
+        if sidecar is not None:
+            return sidecar, 0
         try:
-            if ist.is_local:
-                return load_sidecar(ist, self.index_path), 0
-            raw = ist.read_all(self.index_path)
+            if index_storage.is_local:
+                return load_sidecar(index_storage, self.index_path), 0
+            raw = index_storage.read_all(self.index_path)
         except FileNotFoundError:
             raise self.not_found() from None
         return self.from_fetched(raw)
@@ -204,32 +204,32 @@ class Shard:
             return pending if not check_body else self._publish(pending, 0)  # are left
         if self.data_storage is self.index_storage and not self.index_storage.is_local:
             return self._fetch_with_stamp(check_body)  # sidecar and stat: one round
-        sc, nbytes = self._fetch()
+        sidecar, nbytes = self._fetch()
         current = None
         if self.data_storage is not None:
             current = self.data_storage.stamp(self.path)
-        return self.accept(sc, nbytes, current, check_body=check_body)
+        return self.accept(sidecar, nbytes, current, check_body=check_body)
 
     def _fetch_with_stamp(self, check_body: bool) -> Sidecar:
         """Fetch the remote sidecar and stat the data file in one round of requests."""
         storage = self.index_storage
-        sc = self.disk_copy()
-        raws, stamps = storage.fetch_many([] if sc is not None else [self.index_path],
+        sidecar = self.disk_copy()
+        raws, stamps = storage.fetch_many([] if sidecar is not None else [self.index_path],
                                           [self.path])
         nbytes = 0
-        if sc is None:
+        if sidecar is None:
             raw = raws[0]
             if isinstance(raw, FileNotFoundError):
                 raise self.not_found() from None
             if isinstance(raw, BaseException):
                 raise raw
-            sc, nbytes = self.from_fetched(raw)
+            sidecar, nbytes = self.from_fetched(raw)
         current = stamps[0]
         if isinstance(current, BaseException):
             raise current
-        return self.accept(sc, nbytes, current, check_body=check_body)
+        return self.accept(sidecar, nbytes, current, check_body=check_body)
 
-    def accept(self, sc: Sidecar, nbytes: int, current: FileStamp | None, *,
+    def accept(self, sidecar: Sidecar, nbytes: int, current: FileStamp | None, *,
                check_body: bool = True) -> Sidecar:
         """Take a sidecar fetched or opened for this shard in this process, after checking it
         against what the dataset expects and the data file's stamp ``current`` against it.
@@ -246,28 +246,28 @@ class Shard:
         Raises:
             StaleIndexError, SidecarError: It does not describe the file, or is corrupt.
         """
-        h = sc.header
+        h = sidecar.header
         self.check_header(h)
         if current is not None and self.data_storage is not None:
-            sc.check_fresh(current, self.data_storage.url(self.path))
+            sidecar.check_fresh(current, self.data_storage.url(self.path))
             self.data_storage.expect(self.path, current)
         self.records = h.count
         self.size = h.stamp.size
         self.partial = h.partial
         self._pid = os.getpid()
-        if not check_body and not sc.body_checked:
-            self._unchecked = sc
-            return sc
-        return self._publish(sc, nbytes)
+        if not check_body and not sidecar.body_checked:
+            self._unchecked = sidecar
+            return sidecar
+        return self._publish(sidecar, nbytes)
 
-    def _publish(self, sc: Sidecar, nbytes: int) -> Sidecar:
+    def _publish(self, sidecar: Sidecar, nbytes: int) -> Sidecar:
         """Check the offsets (once) and make the sidecar the one reads use in this process."""
-        sc.check_offsets(self.data_url)
-        self._sidecar, self._unchecked = sc, None
-        nbytes += sc.decoded_bytes  # packed offsets, decoded in memory even when mapped
+        sidecar.check_offsets(self.data_url)
+        self._sidecar, self._unchecked = sidecar, None
+        nbytes += sidecar.decoded_bytes  # packed offsets, decoded in memory even when mapped
         if self.cache is not None and nbytes:
             self.cache.add(self, nbytes)
-        return sc
+        return sidecar
 
     def check_header(self, h: SidecarHeader) -> None:
         """Check a sidecar header against what the dataset expects of this shard.

@@ -156,8 +156,8 @@ class ShardTable:
 
     def locate(self, index: int) -> tuple[int, int]:
         """``(shard number, record number inside it)`` of a valid, non-negative record."""
-        s = bisect_right(self._cumulative_list, index)
-        return s, index - self._first_list[s]
+        shard_no = bisect_right(self._cumulative_list, index)
+        return shard_no, index - self._first_list[shard_no]
 
     def shard_numbers(self, indices: np.ndarray) -> np.ndarray:
         """The shard number of each (valid, non-negative) record."""
@@ -182,16 +182,16 @@ class ShardTable:
         """The shards records ``start..stop-1`` span, in order: ``(shard number, first
         record inside it, one past the last)``."""
         out = []
-        for s, shard in enumerate(self.shards):
-            lo = max(start - self._first_list[s], 0)
-            hi = min(stop - self._first_list[s], shard.records)
+        for shard_no, shard in enumerate(self.shards):
+            lo = max(start - self._first_list[shard_no], 0)
+            hi = min(stop - self._first_list[shard_no], shard.records)
             if lo < hi:
-                out.append((s, lo, hi))
+                out.append((shard_no, lo, hi))
         return out
 
-    def url(self, s: int) -> str:
+    def url(self, shard_no: int) -> str:
         """The URL of shard ``s``'s data file, as messages name it."""
-        return self.storage.url(self.shards[s].path)
+        return self.storage.url(self.shards[shard_no].path)
 
     def infos(self) -> list[ShardInfo]:
         """Path, record count, size and sidecar of every shard."""
