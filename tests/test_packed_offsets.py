@@ -28,7 +28,9 @@ from ofindex.formats.sidecar import encode_sidecar, open_local_sidecar, parse_si
 from ofindex.formats.sidecar_header import (
     HEADER_SIZE,
     MAX_DATA_BYTES,
+    VERSION_PACKED,
     Compression,
+    SidecarHeader,
     decode_header,
     encode_header,
     layout_of,
@@ -118,7 +120,8 @@ def test_uncompressed_files_keep_version_2(tmp_path):
                                   FileStamp(34), 34, packed=True)  # no effect: not compressed
     assert decode_header(header, path="x").version == 2 and len(body) == 16
     with pytest.raises(ValueError, match="compressed data files only"):
-        encode_header(RecordFormat.TFRECORD, 1, FileStamp(34), 34, False, 0, packed_bytes=8)
+        encode_header(SidecarHeader(RecordFormat.TFRECORD, 1, FileStamp(34), 34,
+                                    version=VERSION_PACKED, packed_bytes=8))
 
 
 # -- a real compressed file ------------------------------------------------------------------
@@ -398,8 +401,9 @@ def test_a_huge_count_never_sizes_an_allocation(victim):
 
 def test_version_3_headers_are_for_compressed_files_only(victim):
     # a consistent header of an uncompressed file but for its version
-    raw = encode_header(RecordFormat.TFRECORD, 3, FileStamp(100), 100, False, 0,
-                        compression=Compression.GZIP, packed_bytes=8)
+    raw = encode_header(SidecarHeader(RecordFormat.TFRECORD, 3, FileStamp(100), 100,
+                                      compression=Compression.GZIP, version=VERSION_PACKED,
+                                      packed_bytes=8))
     assert decode_header(raw, path="x").packed
     plain = _forge(raw, {11: ("<B", raw[11] & ~4), 48: ("<B", 0)})
     with pytest.raises(SidecarError, match="packed offsets for a data file that is not comp"):

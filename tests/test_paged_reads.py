@@ -18,7 +18,14 @@ from ofindex.cli.synthetic import write_dataset
 from ofindex.formats.framing import RecordFormat
 from ofindex.formats.manifest import MANIFEST_NAME
 from ofindex.formats.sidecar import open_local_sidecar
-from ofindex.formats.sidecar_header import HEADER_SIZE, Compression, decode_header, encode_header
+from ofindex.formats.sidecar_header import (
+    HEADER_SIZE,
+    VERSION_PACKED,
+    Compression,
+    SidecarHeader,
+    decode_header,
+    encode_header,
+)
 from ofindex.read.pages import page_records_for, pageable
 from ofindex.storage import FileStamp
 
@@ -179,12 +186,13 @@ def test_version_1_sidecars_fall_back_to_whole_fetches(bucket_backend, dataset, 
 
 def test_compressed_and_version_1_headers_are_not_pageable():
     stamp = FileStamp(100, "etag:x")
-    plain = decode_header(encode_header(RecordFormat.TFRECORD, 3, stamp, 100, False, 0),
+    plain = decode_header(encode_header(SidecarHeader(RecordFormat.TFRECORD, 3, stamp, 100)),
                           path="p")
-    gz = decode_header(encode_header(RecordFormat.TFRECORD, 3, stamp, 100, False, 0,
-                                     compression=Compression.GZIP), path="p")
-    gz3 = decode_header(encode_header(RecordFormat.TFRECORD, 3, stamp, 100, False, 0,
-                                      compression=Compression.GZIP, packed_bytes=8), path="p")
+    gz = decode_header(encode_header(SidecarHeader(RecordFormat.TFRECORD, 3, stamp, 100,
+                                                   compression=Compression.GZIP)), path="p")
+    gz3 = decode_header(encode_header(SidecarHeader(
+        RecordFormat.TFRECORD, 3, stamp, 100, compression=Compression.GZIP,
+        version=VERSION_PACKED, packed_bytes=8)), path="p")
     v1 = decode_header(_v1_sidecar(1, [0, 10, 20], 100, 100, "etag:x"), path="p")
     assert (plain.version, gz.version, gz3.version) == (2, 2, 3)
     assert pageable(plain) and not pageable(gz) and not pageable(gz3) and not pageable(v1)

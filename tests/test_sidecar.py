@@ -35,9 +35,10 @@ def test_opening_a_100m_record_sidecar_reads_only_its_header(tmp_path):
     n = 100_000_000
     header, _ = encode_sidecar(RecordFormat.TFRECORD, np.empty(0, np.uint64), FileStamp(1, ""), 1)
     # patch the count into a real header for n records, then make a sparse 800 MB file
-    from ofindex.formats.sidecar import encode_header
+    from ofindex.formats.sidecar import SidecarHeader, encode_header
 
-    header = encode_header(RecordFormat.TFRECORD, n, FileStamp(10**12, ""), 10**12, False, 0)
+    header = encode_header(SidecarHeader(RecordFormat.TFRECORD, n, FileStamp(10**12, ""),
+                                         10**12))
     path = str(tmp_path / "big.ofidx")
     with open(path, "wb") as f:
         f.write(header)

@@ -123,15 +123,15 @@ def _headers_known(ds, sim) -> None:
     """Every shard's header checked already, as after the first pass of a long epoch (set
     directly: fetching 1e5 headers would take as long as the rest of the run)."""
     from ofindex.formats.framing import RecordFormat
-    from ofindex.formats.sidecar_header import decode_header, encode_header
+    from ofindex.formats.sidecar_header import SidecarHeader, decode_header, encode_header
     from ofindex.read.pages import pager_of
 
     for k, shard in enumerate(ds._table.shards):
         pg = pager_of(shard)
         if pg is None:
             continue
-        raw = encode_header(RecordFormat.TFRECORD, sim.count(k), sim.stamp(k),
-                            sim.shard_size(k), False, 0)
+        raw = encode_header(SidecarHeader(RecordFormat.TFRECORD, sim.count(k), sim.stamp(k),
+                                          sim.shard_size(k)))
         pg.accept(decode_header(raw, path=shard.index_url))
         pg.fresh = True
 

@@ -32,7 +32,7 @@ from fsspec.asyn import AsyncFileSystem
 from ofindex.formats.crc import mask_crc
 from ofindex.formats.framing import RecordFormat
 from ofindex.formats.manifest import MANIFEST_NAME, encode_manifest
-from ofindex.formats.sidecar_header import HEADER_SIZE, encode_header
+from ofindex.formats.sidecar_header import HEADER_SIZE, SidecarHeader, encode_header
 from ofindex.storage import FileStamp
 
 PROTOCOL = "simstore"
@@ -143,8 +143,9 @@ class SimDataset:
     def header(self, shard: int) -> bytes:
         n = self.count(shard)
         body = self.offsets(shard, 0, n).astype("<u8").tobytes()
-        return encode_header(RecordFormat.TFRECORD, n, self.stamp(shard), self.shard_size(shard),
-                             False, crc32c.crc32c(body))
+        return encode_header(SidecarHeader(RecordFormat.TFRECORD, n, self.stamp(shard),
+                                           self.shard_size(shard),
+                                           body_crc=crc32c.crc32c(body)))
 
     def sidecar_size(self, shard: int) -> int:
         return HEADER_SIZE + 8 * self.count(shard)

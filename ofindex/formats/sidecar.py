@@ -23,6 +23,8 @@ from .packed_offsets import pack_offsets, unpack_offsets
 from .seekpoints import SeekTable, empty_table, table_from_bytes
 from .sidecar_header import (
     HEADER_SIZE,
+    VERSION,
+    VERSION_PACKED,
     Compression,
     SidecarHeader,
     body_layout,
@@ -264,12 +266,14 @@ def encode_sidecar(
     lay = body_layout(HEADER_SIZE, n, checksums=checksums is not None, seek_points=m,
                       windows_bytes=len(windows) if m else 0, packed_bytes=packed_bytes)
     assert lay.end == HEADER_SIZE + len(body)
-    header = encode_header(
-        fmt, n, stamp, indexed_end, partial, _crc32c.crc32c(body),
+    header = encode_header(SidecarHeader(
+        fmt, n, stamp, indexed_end, partial, body_crc=_crc32c.crc32c(body),
+        version=VERSION if packed_bytes is None else VERSION_PACKED,
         checksums=checksums is not None, compression=compression, seek_points=m,
         windows_bytes=len(windows) if m else 0, spacing=spacing,
-        uncompressed_size=uncompressed_size, packed_bytes=packed_bytes,
-    )
+        uncompressed_size=-1 if uncompressed_size is None else uncompressed_size,
+        packed_bytes=packed_bytes or 0,
+    ))
     return header, body
 
 

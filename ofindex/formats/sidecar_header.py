@@ -132,9 +132,9 @@ class SidecarHeader:
     count: int
     stamp: FileStamp
     indexed_end: int
-    partial: bool
-    header_size: int
-    body_crc: int
+    partial: bool = False
+    header_size: int = HEADER_SIZE
+    body_crc: int = 0
     version: int = VERSION
     checksums: bool = False
     compression: Compression = Compression.NONE
@@ -201,30 +201,34 @@ def layout_of(h: SidecarHeader) -> BodyLayout:
                        packed_bytes=h.packed_bytes if h.packed else None)
 
 
-def encode_header(
-    fmt: RecordFormat, count: int, stamp: FileStamp, indexed_end: int, partial: bool,
-    body_crc: int, *, checksums: bool = False, compression: Compression = Compression.NONE,
-    seek_points: int = 0, windows_bytes: int = 0, spacing: int = 0,
-    uncompressed_size: int | None = None, packed_bytes: int | None = None,
-) -> bytes:
-    """Encode a version 2 header, or version 3 with ``packed_bytes``.
+def encode_header(header: SidecarHeader) -> bytes:
+    """Encode a header in its 512 bytes: version 2, or version 3 (packed offsets) as
+    ``header.version`` says; ``header_size`` must be :data:`HEADER_SIZE` (version 1 headers
+    are read, never written). The header's own CRC is computed here.
 
     Raises:
-        ValueError: The fingerprint is longer than :data:`MAX_FINGERPRINT` bytes, or packed
-            offsets for a data file that is not compressed.
+        ValueError: The fingerprint is longer than :data:`MAX_FINGERPRINT` bytes, packed
+            offsets for a data file that is not compressed, or another version or size.
     """
-    if packed_bytes is not None and compression is Compression.NONE:
+    if header.version not in (VERSION, VERSION_PACKED) or header.header_size != HEADER_SIZE:
+        raise ValueError(f"only version {VERSION} and {VERSION_PACKED} headers of "
+                         f"{HEADER_SIZE} bytes are written, not version {header.version} of "
+                         f"{header.header_size}")
+    if header.packed and header.compression is Compression.NONE:
         raise ValueError("packed offsets (version 3) are for compressed data files only")
+    stamp = header.stamp
     fingerprint = stamp.fingerprint.encode("utf-8")
     if len(fingerprint) > MAX_FINGERPRINT:
         raise ValueError(f"fingerprint of {len(fingerprint)} bytes; at most {MAX_FINGERPRINT} fit")
-    flags = ((FLAG_PARTIAL if partial else 0) | (FLAG_CHECKSUMS if checksums else 0)
-             | (FLAG_COMPRESSED if compression is not Compression.NONE else 0))
-    size = stamp.size if uncompressed_size is None else uncompressed_size
+    flags = ((FLAG_PARTIAL if header.partial else 0)
+             | (FLAG_CHECKSUMS if header.checksums else 0)
+             | (FLAG_COMPRESSED if header.compression is not Compression.NONE else 0))
+    size = stamp.size if header.uncompressed_size < 0 else header.uncompressed_size
     fixed = _V2.pack(
-        MAGIC, VERSION if packed_bytes is None else VERSION_PACKED, int(fmt), flags,
-        HEADER_SIZE, count, stamp.size, indexed_end, body_crc, 0, int(compression), 0,
-        len(fingerprint), 0, seek_points, windows_bytes, spacing, size, packed_bytes or 0,
+        MAGIC, header.version, int(header.format), flags, HEADER_SIZE, header.count, stamp.size,
+        header.indexed_end, header.body_crc, 0, int(header.compression), 0, len(fingerprint),
+        0, header.seek_points, header.windows_bytes, header.spacing, size,
+        header.packed_bytes if header.packed else 0,
     )
     buf = bytearray(fixed + fingerprint + bytes(HEADER_SIZE - len(fixed) - len(fingerprint)))
     struct.pack_into("<I", buf, _HEADER_CRC_AT, _crc32c.crc32c(buf))

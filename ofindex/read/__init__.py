@@ -1,2 +1,42 @@
-"""Using indexes: opening a dataset, the dataset itself, shards and their sidecars, batched and
-streamed reads, and cutting payloads out of the bytes read."""
+"""Using indexes: the dataset, its shards and their sidecars, and every way records are read.
+
+How a read travels, for a reader of this code. ``ofindex.open(paths, storage_options=...)``
+(:mod:`ofindex.opening`) makes one :class:`~ofindex.storage.Storages` with the call's
+settings: ``storage_options``, memory maps, concurrency and retries go into the storage
+objects when they are made, one per protocol. :func:`ofindex.formats.location.resolve` uses
+it to read the manifest (one request) or list the files, and to place the sidecars;
+:func:`~ofindex.read.open.open_location` makes a :class:`~ofindex.read.shards.Shard` per file
+(the same storage objects), checks their headers (or the manifest's stamps) and returns a
+:class:`~ofindex.read.dataset.Dataset` over a :class:`~ofindex.read.table.ShardTable`.
+
+**Local files.** ``ds[i]``: the table maps ``i`` to a shard and a record inside it
+(:meth:`ShardTable.locate`); the shard's sidecar is memory-mapped (its offsets checked against
+their CRC on this first read); one compiled call (``_native.record``) cuts the record out of
+the data file's memory map and checks its length and CRCs. ``ds.__getitems__(indices)``:
+:func:`ofindex.read.batch_strategy.choose` names the way (``COMPILED_GATHER``: one compiled pass
+over the maps in the order asked for; ``THREADED_COPIES`` for batches of several MB;
+``MAPPED_CUT`` without the compiled module; ``DIRECT_READS`` / ``PLANNED_RANGES`` with
+``mmap=False``) and :mod:`ofindex.read.mapped_gather` or :mod:`ofindex.read.shard_reads` runs
+it. Iteration (:mod:`ofindex.read.iteration`) cuts batches out of the maps with the CRCs
+checked a batch ahead on a second core (:mod:`ofindex.read.mapped_batches`).
+
+**Remote files.** A batch's records are grouped by shard (:meth:`ShardTable.group`); one
+index round (:mod:`ofindex.read.index_round`) fetches, for every shard touched, the sidecar
+pages and headers it lacks (:mod:`ofindex.read.pages`; or whole sidecars) and the data files'
+stamps, at once; ``PLANNED_RANGES`` then merges neighbouring records into ranges
+(:func:`ofindex.storage.ranges.coalesce`) and the storage fetches them in one concurrent round
+(:meth:`Storage.read_ranges_concat`: over HTTP as multi-range requests), the records cut out
+and checked as locally. Two rounds cold, one once the pages are cached (in this process, and
+with ``cache_dir`` for the whole machine: :mod:`ofindex.read.nodecache`).
+
+**Compressed files.** The ``COMPRESSED`` strategy (:mod:`ofindex.read.compressed`): each record
+is inflated from the seek point before it (:mod:`ofindex.deflate`); a batch is cut into pieces
+that one inflate pass serves, each piece's compressed span read once (on remote storage up to
+its fetch bound) and inflated on a few threads; iteration inflates each shard once from its
+start (:mod:`ofindex.read.compressed_stream`), checking the gzip CRC32 at the end.
+
+Every path checks every record the same way (:class:`~ofindex.read.record_checks.RecordChecks`):
+its framing against the span its index gives (:class:`ofindex.IndexMismatchError` otherwise),
+TFRecord CRCs and OFRecord sidecar checksums with ``verify``; and every data file opened is
+checked to be the file its index describes (:class:`~ofindex.storage.stamp.ExpectedFiles`).
+"""

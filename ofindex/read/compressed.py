@@ -13,6 +13,7 @@ of the result and checked as in an uncompressed file (TFRecord CRCs with ``verif
 from __future__ import annotations
 
 import concurrent.futures as cf
+import dataclasses
 import itertools
 from collections.abc import Callable
 from typing import Any
@@ -30,7 +31,7 @@ from ..storage.ranges import DEFAULT_MAX_BYTES, coalesce
 from .index_round import load_sidecars
 from .payloads import extract_payloads
 from .record_checks import RecordChecks
-from .sum_checks import check_many, check_one, sidecar_sums
+from .sum_checks import check_many, check_one, record_namer_of, sidecar_sums
 from .table import ShardTable
 
 #: A piece inflates at most about this many bytes before the next one starts afresh.
@@ -58,12 +59,11 @@ def read_record(storage: Storage, path: str, sidecar: Sidecar, record: int, fmt:
     a = seeks.compressed_start(k)
     rec = np.array([record], dtype=np.int64)
     url = storage.url(path)
-    full = seeks.compressed_end(end)
-    views = _mapped_views(storage, path, [(a, full)])
+    piece = Piece(k, end, a, seeks.compressed_end(end), np.array([end]), rec)
+    views = _mapped_views(storage, path, [(a, piece.compressed_end)])
     src = views[0] if views is not None else storage.read(path, a, int(_fetch_ends(
         storage, seeks, np.array([k]), np.array([end]))[0]))
-    buf, base = _inflate_piece(storage, path, url, sidecar, k, end, src, a, full, np.array([end]),
-                               rec)
+    buf, base = _inflate_piece(CompressedShard(storage, path, url, sidecar), piece, src)
     try:
         got: bytes = extract_payloads(buf, np.array([start - base]), np.array([end - base]),
                                       fmt, verify, url, np.array([start]), rec)[0]
@@ -82,7 +82,7 @@ def read_records(storage: Storage, path: str, sidecar: Sidecar, records: np.ndar
     Args:
         storage: Storage of the data file.
         path: The data file.
-        sc: Its sidecar.
+        sidecar: Its sidecar.
         records: Local record numbers (int64), any order, duplicates allowed.
         fmt: The framing.
         verify: Check TFRecord CRCs.
@@ -97,11 +97,12 @@ def read_records(storage: Storage, path: str, sidecar: Sidecar, records: np.ndar
     starts, ends = sidecar.spans(records)
     seeks = sidecar.seeks
     order = np.argsort(starts, kind="stable")
-    shard_no, e, r = starts[order], ends[order], records[order]
-    pieces = plan_pieces(shard_no, e, seeks)
+    by_start, by_end, by_record = starts[order], ends[order], records[order]
+    pieces = plan_pieces(by_start, by_end, seeks)
     url = storage.url(path)
+    shard = CompressedShard(storage, path, url, sidecar)
     ks = np.array([k for k, _, _ in pieces], dtype=np.int64)
-    reaches = np.maximum.reduceat(e, [lo for _, lo, _ in pieces]) if pieces else e[:0]
+    reaches = np.maximum.reduceat(by_end, [lo for _, lo, _ in pieces]) if pieces else by_end[:0]
     reach = reaches.tolist()
     first_in = seeks.compressed_starts(ks)
     full_ends = seeks.compressed_ends(reaches)
@@ -109,32 +110,30 @@ def read_records(storage: Storage, path: str, sidecar: Sidecar, records: np.ndar
 
     sums = sidecar_sums(sidecar, verify)
 
-    def piece(j: int, src: Buffer) -> list[Any]:
+    def inflate_piece(j: int, src: Buffer) -> list[Any]:
         k, lo, hi = pieces[j]
-        a = spans[j][0]
-        buf, base = _inflate_piece(storage, path, url, sidecar, k, reach[j], src, a, spans[j][1],
-                                   e[lo:hi], r[lo:hi])
+        piece = Piece(k, reach[j], spans[j][0], spans[j][1], by_end[lo:hi], by_record[lo:hi])
+        buf, base = _inflate_piece(shard, piece, src)
         try:
-            got = extract_payloads(buf, shard_no[lo:hi] - base, e[lo:hi] - base, fmt, verify, url,
-                                   shard_no[lo:hi], r[lo:hi])
+            got = extract_payloads(buf, by_start[lo:hi] - base, by_end[lo:hi] - base, fmt,
+                                   verify, url, by_start[lo:hi], by_record[lo:hi])
         except CorruptRecordError as exc:
-            raise in_stream_error(exc, sidecar.compression, a) from None
+            raise in_stream_error(exc, sidecar.compression, piece.compressed_start) from None
         if sums is not None:
-            starts_of = shard_no[lo:hi]
-            check_many(got, sums[r[lo:hi]],
-                       lambda m: (url, int(starts_of[m]), int(r[lo + m])))
+            check_many(got, sums[piece.records],
+                       record_namer_of(url, by_start[lo:hi], piece.records))
         return got
 
     work = int((reaches - seeks.out[ks]).sum())
     pool = _executor() if len(pieces) > 1 and work >= PARALLEL_INFLATE_BYTES else None
     views = _mapped_views(storage, path, spans)
     if views is not None:
-        done = (list(pool.map(piece, range(len(pieces)), views)) if pool is not None
-                else [piece(j, views[j]) for j in range(len(pieces))])
+        done = (list(pool.map(inflate_piece, range(len(pieces)), views)) if pool is not None
+                else [inflate_piece(j, views[j]) for j in range(len(pieces))])
     else:
         wanted = list(zip(first_in.tolist(), _fetch_ends(storage, seeks, ks, reaches).tolist(),
                           strict=True))
-        done = _fetch_and_inflate(storage, path, wanted, piece, pool)
+        done = _fetch_and_inflate(storage, path, wanted, inflate_piece, pool)
     out = np.empty(len(records), dtype=object)
     for (_, lo, hi), got in zip(pieces, done, strict=True):
         out[order[lo:hi]] = got
@@ -229,32 +228,63 @@ def _fetch_and_inflate(storage: Storage, path: str, spans: list[tuple[int, int]]
             for j in range(len(spans))]
 
 
-def _inflate_piece(storage: Storage, path: str, url: str, sidecar: Sidecar, k: int, reach: int,
-                   src: Buffer, a: int, full: int, ends: np.ndarray,
-                   records: np.ndarray) -> tuple[bytearray | bytes, int]:
-    """:func:`_inflate`, reading the rest of the span up to ``full`` and inflating again when
-    ``src`` (an estimate of what is needed) ends too early."""
+@dataclasses.dataclass(frozen=True)
+class CompressedShard:
+    """A compressed shard being read: where its data is and its sidecar."""
+
+    storage: Storage
+    path: str
+    url: str
+    sidecar: Sidecar
+
+
+@dataclasses.dataclass(frozen=True)
+class Piece:
+    """A run of records served by one inflate pass from one seek point.
+
+    Attributes:
+        point: The seek point inflating starts at.
+        reach: The uncompressed offset to inflate up to (the run's last record's end).
+        compressed_start: The first compressed byte read (the point's).
+        compressed_end: Where the compressed bytes that can hold ``reach`` surely end.
+        ends: The run's records' uncompressed ends (to name the first cut short).
+        records: Their record numbers.
+    """
+
+    point: int
+    reach: int
+    compressed_start: int
+    compressed_end: int
+    ends: np.ndarray
+    records: np.ndarray
+
+
+def _inflate_piece(shard: CompressedShard, piece: Piece,
+                   src: Buffer) -> tuple[bytearray | bytes, int]:
+    """:func:`_inflate`, reading the rest of the span up to ``piece.compressed_end`` and
+    inflating again when ``src`` (an estimate of what is needed) ends too early."""
     try:
-        return _inflate(url, sidecar, k, reach, src, a, ends, records)
+        return _inflate(shard, piece, src)
     except CorruptRecordError as exc:
-        if a + len(src) >= full or not isinstance(exc, TruncatedRecordError):
+        have = piece.compressed_start + len(src)
+        if have >= piece.compressed_end or not isinstance(exc, TruncatedRecordError):
             raise
-    rest = storage.read(path, a + len(src), full)
-    return _inflate(url, sidecar, k, reach, bytes(src) + rest, a, ends, records)
+    rest = shard.storage.read(shard.path, have, piece.compressed_end)
+    return _inflate(shard, piece, bytes(src) + rest)
 
 
-def _inflate(url: str, sidecar: Sidecar, k: int, reach: int, src: Buffer, a: int, ends: np.ndarray,
-             records: np.ndarray) -> tuple[bytearray | bytes, int]:
-    """Inflate from point ``k`` to uncompressed ``reach``; returns the bytes and the
-    uncompressed offset of their start. Failures name the first record they cut short."""
-    seeks = sidecar.seeks
+def _inflate(shard: CompressedShard, piece: Piece,
+             src: Buffer) -> tuple[bytearray | bytes, int]:
+    """Inflate from the piece's point to its reach; returns the bytes and the uncompressed
+    offset of their start. Failures name the first record they cut short."""
+    seeks, k, compression = shard.sidecar.seeks, piece.point, shard.sidecar.compression
     base = int(seeks.out[k])
     try:
-        buf = inflate_span(src, a, int(seeks.kind[k]), int(seeks.bits[k]), seeks.window(k),
-                           sidecar.compression, reach - base)
+        buf = inflate_span(src, piece.compressed_start, int(seeks.kind[k]), int(seeks.bits[k]),
+                           seeks.window(k), compression, piece.reach - base)
     except InflateFailure as failure:
-        cut = int(np.argmax(ends > base + failure.produced))
-        raise failure.error(url, int(records[cut]), sidecar.compression) from None
+        cut = int(np.argmax(piece.ends > base + failure.produced))
+        raise failure.error(shard.url, int(piece.records[cut]), compression) from None
     return buf, base
 
 

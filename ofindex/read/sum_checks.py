@@ -51,6 +51,13 @@ def record_namer(url: str, starts: np.ndarray,
     return lambda k: (url, int(starts[k]), first + k)
 
 
+def record_namer_of(url: str, starts: np.ndarray,
+                    records: np.ndarray) -> Callable[[int], tuple[str, int, int]]:
+    """Name payload ``k`` of records ``records`` whose framing starts at ``starts``, for
+    errors: its file, byte offset and record number."""
+    return lambda k: (url, int(starts[k]), int(records[k]))
+
+
 def record_naming(url: str, offsets: np.ndarray,
                   records: np.ndarray) -> Callable[[int], tuple[str, int, int]]:
     """Name payload ``k`` of records ``records`` (numbers inside one shard whose sidecar
