@@ -8,7 +8,9 @@ strategy :func:`ofindex.read.batch_strategy.choose` picks; sequential reads go t
 :mod:`ofindex.read.iteration`.
 """
 
+from bisect import bisect_right as _bisect_right
 from collections.abc import Callable, Iterator, Sequence
+from os import getpid as _getpid
 from types import TracebackType
 from typing import Any
 
@@ -18,6 +20,7 @@ import numpy as np
 from .. import _accel
 from ..formats.crc import LENGTH_CRCS
 from ..formats.framing import RecordFormat
+from ..formats.sidecar import Sidecar
 from ..formats.sidecar_header import Compression
 from ..storage import Storage
 from ..storage.ranges import DEFAULT_MAX_BYTES
@@ -77,7 +80,10 @@ class Dataset:
         max_read_bytes: int = DEFAULT_MAX_BYTES,
         compressed: bool | None = None,
     ) -> None:
-        self._table = ShardTable(storage, shards)
+        self._table = table = ShardTable(storage, shards)
+        # the single-record hot path reads these without a call
+        self._size, self._shards, self._storage = table.size, table.shards, table.storage
+        self._cumulative, self._first = table.cumulative_list, table.first_list
         if compressed is None:
             compressed = any(s.opened and s.header.compression is not Compression.NONE
                              for s in self._table.shards)
@@ -149,24 +155,37 @@ class Dataset:
                 return self._read_many(np.arange(*key.indices(len(self)), dtype=np.int64))
             else:
                 return self._read_many(as_indices(key, strict=True))
-        payload = self._read_one(self._table.check_index(key))
+        # the hot path, kept flat: a local shard whose sidecar this process holds
+        n = self._size
+        i = key + n if key < 0 else key
+        if not 0 <= i < n:
+            self._table.check_index(key)  # raises the precise RecordIndexError
+        shard_no = _bisect_right(self._cumulative, i)
+        shard = self._shards[shard_no]
+        held = shard.local_sidecar
+        if held is not None and held[0] == _getpid():
+            payload = self._read_from(shard_no, shard, held[1], i - self._first[shard_no])
+        else:
+            payload = self._read_one(i)
         return payload if self.decode is None else self.decode(payload)
 
     def _read_one(self, index: int) -> Any:
-        """The payload of record ``index`` (valid, non-negative): the hot path, kept flat.
-
-        Which way, in order: a remote shard whose sidecar is not loaded in this process goes
-        through the batch path (its pages and data stamp come in one round); a compressed
-        shard inflates from the seek point before the record; a memory-mapped shard with the
-        compiled module is one compiled call (span, checks, copy); else a checked range read.
-        """
+        """The payload of record ``index`` (valid, non-negative) when its shard's sidecar may
+        have to be loaded: a remote shard whose sidecar is not loaded in this process goes
+        through the batch path (its pages and data stamp come in one round)."""
         table = self._table
         shard_no, local = table.locate(index)
         shard = table.shards[shard_no]
         if shard.cache is not None and not shard.loaded:
             return self._read_many(np.array([index], dtype=np.int64), decode=False)[0]
-        sidecar = shard.sidecar
-        checks, storage = self._checks, table.storage
+        return self._read_from(shard_no, shard, shard.sidecar, local)
+
+    def _read_from(self, shard_no: int, shard: Shard, sidecar: Sidecar, local: int) -> Any:
+        """The payload of record ``local`` of a shard whose sidecar is loaded. Which way, in
+        order: a compressed shard inflates from the seek point before the record; a
+        memory-mapped shard with the compiled module is one compiled call (span, checks,
+        copy); else a checked range read."""
+        checks, storage = self._checks, self._storage
         if sidecar.compressed:
             return compressed.read_record(storage, shard.path, sidecar, local, self.format,
                                           checks.verify)
@@ -180,7 +199,7 @@ class Dataset:
                 if not isinstance(got, bytes):
                     maps = MappedShards([shard_no], np.zeros(1, np.int64), np.array([local]),
                                         [mapped], [sidecar.offsets], [sidecar.indexed_end])
-                    raise_mapped_problem(table, checks, maps, 0, got)
+                    raise_mapped_problem(self._table, checks, maps, 0, got)
                 if checks.payload_sums and sidecar.sums is not None and (
                         _crc32c.crc32c(got) != sidecar.sums[local]):
                     self._check_sum(got, shard, local)  # raises the precise error

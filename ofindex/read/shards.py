@@ -58,6 +58,7 @@ class Shard:
         "fingerprint",
         "index_path",
         "index_storage",
+        "local_sidecar",
         "pager",
         "partial",
         "path",
@@ -85,6 +86,9 @@ class Shard:
         self._sidecar: Sidecar | None = None
         # opened for its header in this process (by open), its offsets not checked yet
         self._unchecked: Sidecar | None = None
+        #: ``(pid, sidecar)``: the sidecar reads use in process ``pid``, when it is local
+        #: (memory-mapped, not held by the LRU cache): the dataset's single-record fast path
+        self.local_sidecar: tuple[int, Sidecar] | None = None
         self._pid = -1
         self.pager: Any = None  # paged reads' state in this process (ofindex.read.pages)
 
@@ -105,7 +109,7 @@ class Shard:
 
     def unload(self) -> None:
         """Drop this process's copy of the sidecar (it is reopened on the next read)."""
-        self._sidecar = self._unchecked = None
+        self._sidecar = self._unchecked = self.local_sidecar = None
 
     @property
     def loaded(self) -> bool:
@@ -264,6 +268,7 @@ class Shard:
         """Check the offsets (once) and make the sidecar the one reads use in this process."""
         sidecar.check_offsets(self.data_url)
         self._sidecar, self._unchecked = sidecar, None
+        self.local_sidecar = (self._pid, sidecar) if self.cache is None else None
         nbytes += sidecar.decoded_bytes  # packed offsets, decoded in memory even when mapped
         if self.cache is not None and nbytes:
             self.cache.add(self, nbytes)
