@@ -6,7 +6,15 @@ another exception, a crash (the compiled module's fuzzer runs in a subprocess), 
 suite's per-test timeout) or an allocation larger than the input warrants (measured with
 tracemalloc: the peak of traced memory during the call).
 
-``OFINDEX_FUZZ_SCALE`` scales every budget (default 1: the CI budget; 20 for a soak run).
+Every target runs in two tiers. The default tier (:func:`budget`) draws a fixed number of
+inputs under the loaded hypothesis profile — "ci" (tests/conftest.py): derandomized, no example
+database, so a run of the same code gives the same result — plus the failures the fuzz tier
+found, pinned as ``@example`` decorators. The fuzz tier (:func:`explore`, the ``fuzz`` marker,
+deselected by default; ``bash tools/run-fuzz.sh``) draws fresh random inputs on every run,
+many more of them, and keeps what fails in the example database (``.hypothesis/``) to replay
+it first next time.
+
+``OFINDEX_FUZZ_SCALE`` scales the fuzz tier's budgets (default 1; tools/run-fuzz.sh sets 10).
 ``OFINDEX_FUZZ_LOG=<file>`` appends each target's tally as a JSON line (inputs tried, outcome
 counts), for the figures of a closing note.
 """
@@ -18,8 +26,9 @@ import json
 import os
 import tracemalloc
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 from ofindex import OfindexError
@@ -30,11 +39,28 @@ SCALE = float(os.environ.get("OFINDEX_FUZZ_SCALE", 1))
 SLACK = 256 << 10
 
 
+Test = TypeVar("Test", bound=Callable[..., Any])
+
+
 def budget(examples: int) -> settings:
-    """Hypothesis settings for a target: ``examples`` inputs (times the scale), no deadline
-    (the machines are shared), no example database (each CI run explores afresh)."""
-    return settings(max_examples=max(1, int(examples * SCALE)), deadline=None, database=None,
-                    suppress_health_check=list(HealthCheck))
+    """The default tier's settings for a target: ``examples`` inputs, drawn as the loaded
+    profile says (the "ci" profile: the same inputs on every run, no deadline, no database)."""
+    return settings(max_examples=examples, suppress_health_check=list(HealthCheck))
+
+
+def explore(examples: int) -> Callable[[Test], Test]:
+    """The fuzz tier's twin of a target: marked ``fuzz`` (deselected by default) and run
+    under the "explore" profile whatever profile is loaded — fresh random inputs on every run,
+    failures saved to and replayed from ``.hypothesis/`` — ``examples`` inputs times
+    ``OFINDEX_FUZZ_SCALE``."""
+    explored = settings(settings.get_profile("explore"), max_examples=max(1, int(examples * SCALE)),
+                        suppress_health_check=list(HealthCheck))
+
+    def twin(test: Test) -> Test:
+        marked: Test = pytest.mark.fuzz(explored(test))
+        return marked
+
+    return twin
 
 
 class Tally:

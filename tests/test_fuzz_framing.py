@@ -11,6 +11,9 @@ the records the reference finds (a partial one, exactly the valid prefix), an er
 OfindexError for a file the reference refuses too, reads must give the reference's payloads
 (or CorruptRecordError for a TFRecord payload whose CRC is wrong), and nothing may allocate
 more than the file's size warrants.
+
+The target has a default-tier test (a fixed set of inputs, tests/fuzzkit.py) and a fuzz-tier
+twin (``test_explore_*``: fresh inputs, ``bash tools/run-fuzz.sh``).
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import uuid
 
 import crc32c
 import pytest
-from fuzzkit import Tally, budget, guarded
+from fuzzkit import Tally, budget, explore, guarded
 from helpers import ref_masked_crc, ref_ofrecord, ref_tfrecord
 from hypothesis import given
 from hypothesis import strategies as st
@@ -111,11 +114,26 @@ def root(tmp_path_factory):
     return root
 
 
+CASES = (mutated(), st.sampled_from(["given", "given", "auto"]), st.booleans(), st.booleans(),
+         st.booleans(), st.booleans())
+
+
 @budget(700)
-@given(mutated(), st.sampled_from(["given", "given", "auto"]), st.booleans(), st.booleans(),
-       st.booleans(), st.booleans())
+@given(*CASES)
 def test_builder_and_reads_over_mutated_data_files(root, case, how, verify, partial, sums,
                                                    mmap):
+    check_builder_and_reads(root, case, how, verify, partial, sums, mmap)
+
+
+@explore(7000)
+@given(*CASES)
+def test_explore_builder_and_reads_over_mutated_data_files(root, case, how, verify, partial,
+                                                           sums, mmap):
+    check_builder_and_reads(root, case, how, verify, partial, sums, mmap)
+
+
+def check_builder_and_reads(root: str, case: tuple[bool, bytes], how: str, verify: bool,
+                            partial: bool, sums: bool, mmap: bool) -> None:
     tf, data = case
     TALLY_BUILD.input()
     path = os.path.join(root, uuid.uuid4().hex[:12])
