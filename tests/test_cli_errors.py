@@ -234,8 +234,11 @@ def test_interrupt_exits_130():
 
     threading.Thread(target=hold, daemon=True).start()
     port = srv.getsockname()[1]
+    # SIGINT as a terminal leaves it: a test run started in the background (`cmd &`, nohup)
+    # ignores SIGINT, and its children would inherit that
     proc = subprocess.Popen([EXE, "info", f"http://127.0.0.1:{port}/data/part-0"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         # interrupted once its request is sent (a fixed sleep could end before a loaded
         # machine has started the interpreter)
@@ -247,6 +250,7 @@ def test_interrupt_exits_130():
         assert "interrupted" in err and "Traceback" not in err
     finally:
         proc.kill()
+        proc.communicate()  # reaped and its pipes closed, even when the test failed
         for conn, _ in held:
             conn.close()
         srv.close()
