@@ -45,25 +45,27 @@ PARSED_SPEC = {"label": FixedLen((), "int64"), "tags": VarLen("bytes")}
 
 
 def message(rng: np.random.Generator, kind: str) -> bytes:
-    """A valid message of ``kind`` with a few features of every value type."""
+    """A valid message of ``kind`` with a few features of every value type, its map entries
+    in a fixed order (upb serializes maps in an order that changes from one process to the
+    next: the mutations would hit other bytes on every run)."""
     if kind == "ofrecord":
         rec = ofrecord_pb2.OFRecord()
         rec.feature["img"].float_list.value.extend(rng.random(int(rng.integers(0, 6))))
         rec.feature["id"].int32_list.value.extend(rng.integers(-9, 9, int(rng.integers(0, 4))))
         rec.feature["raw"].bytes_list.value.append(rng.bytes(int(rng.integers(0, 9))))
-        return rec.SerializeToString()
+        return rec.SerializeToString(deterministic=True)
     ex = example_pb2.Example()
     ex.features.feature["f"].float_list.value.extend(rng.random(int(rng.integers(0, 6))))
     ex.features.feature["i"].int64_list.value.extend(
         rng.integers(-(2**62), 2**62, int(rng.integers(0, 4))).tolist())
     ex.features.feature["b"].bytes_list.value.append(rng.bytes(int(rng.integers(0, 9))))
     if kind == "example":
-        return ex.SerializeToString()
+        return ex.SerializeToString(deterministic=True)
     seq = example_pb2.SequenceExample(context=ex.features)
     for _ in range(int(rng.integers(0, 3))):
         seq.feature_lists.feature_list["s"].feature.add().int64_list.value.extend(
             rng.integers(0, 99, int(rng.integers(0, 3))).tolist())
-    return seq.SerializeToString()
+    return seq.SerializeToString(deterministic=True)
 
 
 @st.composite
@@ -153,7 +155,7 @@ def _batch_record(rng: np.random.Generator) -> bytes:
     ex.features.feature["label"].int64_list.value.append(int(rng.integers(0, 300)))
     ex.features.feature["tags"].bytes_list.value.extend(
         [b"t" * int(rng.integers(0, 4))] * int(rng.integers(0, 3)))
-    return ex.SerializeToString()
+    return ex.SerializeToString(deterministic=True)
 
 
 @st.composite
