@@ -14,7 +14,7 @@ deselected by default; ``bash tools/run-fuzz.sh``) draws fresh random inputs on 
 many more of them, and keeps what fails in the example database (``.hypothesis/``) to replay
 it first next time.
 
-``OFINDEX_FUZZ_SCALE`` scales the fuzz tier's budgets (default 1; tools/run-fuzz.sh sets 10).
+``OFINDEX_FUZZ_SCALE`` scales the fuzz tier's budgets (default 1: ten times the default tier's).
 ``OFINDEX_FUZZ_LOG=<file>`` appends each target's tally as a JSON line (inputs tried, outcome
 counts), for the figures of a closing note.
 """
