@@ -6,7 +6,7 @@
 #
 #   bash tools/run-fuzz.sh                  # one pass (5-10 minutes on 2 cores)
 #   bash tools/run-fuzz.sh 60               # passes for 60 minutes, up to the first failure
-#   bash tools/run-fuzz.sh 0 -k sidecar     # further arguments go to pytest
+#   bash tools/run-fuzz.sh -k sidecar       # further arguments go to pytest
 #
 # Every failure it finds becomes an `@example` of the default tier's test (tests/test_fuzz_*.py):
 # the falsifying input hypothesis prints is the example's argument. Uses the environment
@@ -14,8 +14,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${OFINDEX_VENV:-.venv}/bin/python
-MINUTES=${1:-0}
-shift $(( $# > 0 ? 1 : 0 ))
+MINUTES=0
+if [[ "${1:-}" =~ ^[0-9]+$ ]]; then MINUTES=$1; shift; fi
 export OFINDEX_FUZZ_SCALE=${OFINDEX_FUZZ_SCALE:-1}
 # the per-test timeout grows with the budget (a hang is still caught)
 TIMEOUT=$(awk -v s="$OFINDEX_FUZZ_SCALE" 'BEGIN { print int(600 * (s < 1 ? 1 : s)) }')
