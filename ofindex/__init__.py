@@ -5,6 +5,7 @@ from .errors import (
     DataFileNotFoundError,
     DecodeError,
     FormatDetectionError,
+    IndexMismatchError,
     IndexNotFoundError,
     InvalidURLError,
     MissingDependencyError,
@@ -18,22 +19,26 @@ from .errors import (
 )
 from .formats.framing import RecordFormat
 from .formats.sidecar_header import Compression
+from .formats.strays import SkippedFilesWarning
 from .index.build_file import BuildResult
 from .index.builder import build_index
 from .index.writer import Writer
 from .read.dataset import Dataset
+from .read.nodecache import CacheDirWarning
 from .read.open import PartialIndexWarning, open
 
 __version__ = "0.2.0"
 
 __all__ = [
     "BuildResult",
+    "CacheDirWarning",
     "Compression",
     "CorruptRecordError",
     "DataFileNotFoundError",
     "Dataset",
     "DecodeError",
     "FormatDetectionError",
+    "IndexMismatchError",
     "IndexNotFoundError",
     "InvalidURLError",
     "MissingDependencyError",
@@ -43,6 +48,7 @@ __all__ = [
     "RecordFormat",
     "RecordIndexError",
     "SidecarError",
+    "SkippedFilesWarning",
     "StaleIndexError",
     "StorageError",
     "TruncatedRecordError",

@@ -94,7 +94,17 @@ class SidecarError(OfindexError, ValueError):
 
 
 class StaleIndexError(SidecarError):
-    """A sidecar no longer matches its data file (size or fingerprint changed)."""
+    """A sidecar no longer matches its data file (size or fingerprint changed, or the file was
+    replaced since the dataset was opened)."""
+
+
+class IndexMismatchError(SidecarError, CorruptRecordError):
+    """A record's own framing disagrees with the byte range its index gives it.
+
+    Both a :class:`SidecarError` (the index may be wrong) and a :class:`CorruptRecordError`
+    (the data may have changed): the record is never returned. Carries ``path``, ``offset``
+    and ``record`` like :class:`CorruptRecordError`.
+    """
 
 
 class RecordIndexError(OfindexError, IndexError):

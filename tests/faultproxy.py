@@ -10,7 +10,14 @@ every request draws its own fate:
 * ``full_body``: a ranged GET is forwarded without its ``Range``, so the client gets ``200``
   and the whole object instead of ``206`` and the range (a server or cache ignoring ranges);
 * ``flip``: one bit of the body is flipped (memory or a middlebox going bad: TCP's checksum
-  does not see it).
+  does not see it);
+* ``slowdown``: the request is answered ``503`` with S3's ``SlowDown`` error (a throttled
+  prefix), without reaching the server (``slowdown_first`` answers the first N requests so);
+* ``stall``: the request waits ``stall_seconds`` before it is forwarded (a slow server or a
+  lost packet: the tail latency that hedged requests cut).
+
+:meth:`FaultProxy.blackout` closes the listening socket for a while (connections are refused,
+as while a server restarts or a link is down), then listens again on the same port.
 
 ``counts`` tallies the faults injected; ``requests`` the requests seen.
 
@@ -29,6 +36,8 @@ import threading
 from urllib.parse import urlsplit
 
 _HEAD_END = b"\r\n\r\n"
+_SLOWDOWN = (b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>SlowDown</Code><Message>'
+             b"Please reduce your request rate.</Message></Error>")
 _MAX_HEAD = 64 << 10
 
 
@@ -60,19 +69,26 @@ class FaultProxy:
 
     Args:
         upstream: The server's URL.
-        drop, delay, truncate, full_body, flip: Probability of each fault per request
-            (``full_body`` applies to ranged GETs only; ``truncate`` and ``flip`` to
-            answers with a body). At most one fault besides ``delay`` hits a request.
+        drop, delay, truncate, full_body, flip, slowdown, stall: Probability of each fault
+            per request (``full_body`` applies to ranged GETs only; ``truncate`` and ``flip``
+            to answers with a body). At most one fault besides ``delay`` hits a request.
+        stall_seconds: How long a stalled request waits.
+        slowdown_first: The first this many requests are answered ``503 SlowDown``.
         seed: Seeds the draws.
     """
 
     def __init__(self, upstream: str, *, drop: float = 0.0, delay: float = 0.0,
                  truncate: float = 0.0, full_body: float = 0.0, flip: float = 0.0,
-                 seed: int = 0) -> None:
+                 slowdown: float = 0.0, stall: float = 0.0, stall_seconds: float = 3.0,
+                 slowdown_first: int = 0, seed: int = 0) -> None:
         parts = urlsplit(upstream)
         self.upstream = (parts.hostname or "127.0.0.1", parts.port or 80)
         self.rates = {"drop": drop, "truncate": truncate, "full_body": full_body,
-                      "flip": flip}
+                      "flip": flip, "slowdown": slowdown, "stall": stall}
+        self.stall_seconds = stall_seconds
+        self.slowdown_first = int(slowdown_first)
+        self._stall_next = 0
+        self.port = 0
         self.delay = delay
         self.rng = random.Random(seed)
         self.counts: collections.Counter[str] = collections.Counter()
@@ -90,6 +106,26 @@ class FaultProxy:
             raise RuntimeError("fault proxy did not start")
         return self
 
+    def stall_next(self, count: int) -> None:
+        """Stall the next ``count`` requests (``stall_seconds`` each) whatever the draws say."""
+        self._stall_next = count
+
+    def blackout(self, seconds: float) -> None:
+        """Refuse connections for ``seconds`` (the listening socket closed), from now on;
+        returns at once."""
+        asyncio.run_coroutine_threadsafe(self._blackout(seconds), self._loop).result(10)
+
+    async def _blackout(self, seconds: float) -> None:
+        assert self._server is not None
+        self._server.close()  # the listening socket is closed now: connecting is refused
+        self.counts["blackout"] += 1
+
+        async def listen_again() -> None:
+            await asyncio.sleep(seconds)
+            self._server = await asyncio.start_server(self._handle, "127.0.0.1", self.port)
+
+        self._reopening = asyncio.ensure_future(listen_again())
+
     def stop(self) -> None:
         if self._server is not None:
             self._loop.call_soon_threadsafe(self._server.close)
@@ -106,10 +142,12 @@ class FaultProxy:
         asyncio.set_event_loop(self._loop)
         self._server = self._loop.run_until_complete(
             asyncio.start_server(self._handle, "127.0.0.1", 0))
-        port = self._server.sockets[0].getsockname()[1]
+        self.port = port = self._server.sockets[0].getsockname()[1]
         self.url = f"http://127.0.0.1:{port}"
         self._ready.set()
         self._loop.run_forever()
+        if self._server is not None:
+            self._server.close()  # the one listening again after a blackout
         # exchanges still running: let them end (each is one short request), then cancel the
         # stragglers; every connection is closed by its handler either way
         while pending := asyncio.all_tasks(self._loop):  # new ones may start meanwhile
@@ -148,13 +186,27 @@ class FaultProxy:
         method = first.split(" ", 1)[0]
         body = await reader.readexactly(int(_get(headers, "content-length") or 0))
         self.requests += 1
-        fate = self._fate(method, headers)
+        fate = "slowdown" if self.requests <= self.slowdown_first else self._fate(method,
+                                                                                  headers)
+        if self._stall_next > 0:
+            self._stall_next -= 1
+            fate = "stall"
         if self.rng.random() < self.delay:
             self.counts["delay"] += 1
             await asyncio.sleep(self.rng.uniform(0.02, 0.12))
         if fate == "drop":
             self.counts["drop"] += 1
             return
+        if fate == "slowdown":
+            self.counts["slowdown"] += 1
+            writer.write(_join_head("HTTP/1.1 503 Slow Down", [
+                ("Content-Type", "application/xml"), ("Content-Length", str(len(_SLOWDOWN))),
+                ("Connection", "close")]) + (b"" if method == "HEAD" else _SLOWDOWN))
+            await writer.drain()
+            return
+        if fate == "stall":
+            self.counts["stall"] += 1
+            await asyncio.sleep(self.stall_seconds)
         if fate == "full_body":
             self.counts["full_body"] += 1
             headers = _without(headers, "range")
@@ -243,6 +295,14 @@ class FaultProxyProcess:
             self._proc.kill()
             raise RuntimeError(f"fault proxy did not start: {self.url!r}")
 
+    def blackout(self, seconds: float) -> None:
+        """:meth:`FaultProxy.blackout` in the proxy's process."""
+        assert self._proc.stdin is not None and self._proc.stdout is not None
+        self._proc.stdin.write(f"blackout {seconds}\n")
+        self._proc.stdin.flush()
+        if self._proc.stdout.readline().strip() != "ok":
+            raise RuntimeError("fault proxy did not start the blackout")
+
     def stop(self) -> None:
         import json
 
@@ -273,5 +333,9 @@ if __name__ == "__main__":
     _upstream, _seed, _rates = sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3])
     with FaultProxy(_upstream, seed=_seed, **_rates) as _proxy:
         print(_proxy.url, flush=True)
-        sys.stdin.read()  # until the parent closes our stdin
+        for _line in sys.stdin:  # commands, until the parent closes our stdin
+            _word, _, _arg = _line.partition(" ")
+            if _word == "blackout":
+                _proxy.blackout(float(_arg))
+                print("ok", flush=True)
     print(json.dumps({"counts": dict(_proxy.counts), "requests": _proxy.requests}), flush=True)

@@ -565,7 +565,7 @@ def fuzz_locate(rng: random.Random) -> None:
                 assert found is None, (buf, name)
                 continue
             assert found is not None and found.kind == kind, (buf, name)
-            values = list_values(buf, found.regions, vtypes[kind])
+            values = list_values(buf, found.regions, vtypes[kind], found.level)
             assert len(values) == count, (buf, name)
             if kind == 1 and count:
                 assert buf[start:end] == values[0]
@@ -645,9 +645,39 @@ def fuzz_inflater_marks(rng: random.Random) -> None:
         STATS["inflater"]["refused"] += 1
 
 
+def ref_crcs(buf: bytes, starts: list[int], ends: list[int]) -> list[int]:
+    """The CRC32C of each span, refusing (ValueError) a span outside ``buf`` first."""
+    for a, b in zip(starts, ends, strict=True):
+        if not 0 <= a <= b <= len(buf):
+            raise ValueError(f"span [{a}, {b}) is outside the buffer")
+    return [crc32c.crc32c(buf[a:b]) for a, b in zip(starts, ends, strict=True)]
+
+
+def fuzz_crcs(rng: random.Random) -> None:
+    """``crcs``: payload CRC32Cs of spans (the builder's OFRecord checksums), spans near the
+    records' true bounds and at the edges of int64, outputs of the right and wrong sizes."""
+    buf, _, records, true = framed(rng)
+    bounds = [*true, len(buf)] if records else [0]
+    picks = [rng.randrange(len(bounds)) for _ in range(rng.randint(0, 6))]
+    starts = near(rng, [bounds[p] for p in picks], len(buf), EDGES)
+    ends = near(rng, [bounds[min(p + 1, len(bounds) - 1)] for p in picks], len(buf), EDGES)
+    size = len(starts) if rng.random() < 0.9 else rng.randint(0, 8)
+    out = np.zeros(size, np.uint32)
+    got = call(native.crcs, buf, np.array(starts, np.int64), np.array(ends, np.int64), out,
+               crc32c.crc32c)
+    want = (call(ref_crcs, buf, starts, ends) if size == len(starts)
+            else ValueError("sizes differ"))
+    STATS["crcs"]["refused" if isinstance(got, BaseException) else "ok"] += 1
+    if isinstance(got, BaseException) or isinstance(want, BaseException):
+        assert same_outcome(got, want), (got, want, starts, ends, size)
+    else:
+        assert got is None and out.tolist() == want, (out.tolist(), want, starts, ends)
+
+
 TARGETS = {"cut": fuzz_cut, "gather": fuzz_gather_and_record, "types": fuzz_wrong_types,
            "layout": fuzz_layout, "walk": fuzz_walk, "blocks": fuzz_blocks,
-           "slices": fuzz_slices_and_fill, "locate": fuzz_locate, "inflater": fuzz_inflater_marks}
+           "slices": fuzz_slices_and_fill, "locate": fuzz_locate, "inflater": fuzz_inflater_marks,
+           "crcs": fuzz_crcs}
 
 
 def main(argv: list[str] | None = None) -> int:

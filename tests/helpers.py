@@ -136,3 +136,27 @@ def varint(n: int) -> bytes:
         out.append(b | (0x80 if n else 0))
         if not n:
             return bytes(out)
+
+
+def reseal_sidecar(raw: bytes) -> bytes:
+    """A sidecar's bytes with its body and header CRCs recomputed over whatever they hold
+    now: what a buggy or hostile writer leaves (bit rot and bad copies leave them stale)."""
+    import crc32c
+
+    buf = bytearray(raw)
+    struct.pack_into("<I", buf, 40, crc32c.crc32c(bytes(buf[512:])))
+    struct.pack_into("<I", buf, 44, 0)
+    struct.pack_into("<I", buf, 44, crc32c.crc32c(bytes(buf[:512])))
+    return bytes(buf)
+
+
+def reseal_manifest(doc: dict) -> bytes:
+    """A manifest document (as ``json.loads`` gives it) written back with its ``crc32c``
+    member recomputed over whatever it holds now: a hostile or buggy writer."""
+    import json
+
+    import crc32c
+
+    body = {k: v for k, v in doc.items() if k != "crc32c"}
+    text = json.dumps(body, separators=(",", ":")).encode()
+    return text[:-1] + b',"crc32c":%d}' % crc32c.crc32c(text)

@@ -12,8 +12,8 @@ from helpers import ref_tfrecord
 import ofindex
 from ofindex import _accel
 from ofindex.errors import CorruptRecordError, RecordIndexError
-from ofindex.read import bigbatch, mapped_batches
-from ofindex.read.batches import RecordBatch
+from ofindex.read import batch_strategy, mapped_batches, mapped_gather
+from ofindex.read.record_batch import RecordBatch
 
 SIZES = [300, 1, 450]
 
@@ -112,15 +112,15 @@ def test_big_batches_on_threads_equal_the_serial_path(tmp_path, monkeypatch, crc
             w.write_many(records[s * 75:(s + 1) * 75])
     ds = ofindex.open(str(tmp_path / "p*.tfrecord"))
     idx = rng.integers(0, 150, 200)
-    calls = []
-    real = bigbatch.gather_parallel
-    monkeypatch.setattr(bigbatch, "gather_parallel",
-                        lambda *a: calls.append(1) or real(*a))
+    strategy, _ = batch_strategy.choose(ds._table, idx, compressed_shards=False)
     got = ds.__getitems__(idx)
     assert got == [records[i] for i in idx]
-    if _accel.native is not None and bigbatch.executor() is not None:
-        assert calls  # 200 x ~40 KB: the threaded path served it
-    monkeypatch.setattr(bigbatch, "PARALLEL_BYTES", 1 << 62)
+    if _accel.native is not None and mapped_gather.executor() is not None:
+        # 200 x ~40 KB: the threaded path served it
+        assert strategy is batch_strategy.BatchStrategy.THREADED_COPIES
+    monkeypatch.setattr(mapped_gather, "PARALLEL_BYTES", 1 << 62)
+    assert batch_strategy.choose(ds._table, idx, compressed_shards=False)[0] is not (
+        batch_strategy.BatchStrategy.THREADED_COPIES)
     assert ds.__getitems__(idx) == got
 
 
@@ -147,10 +147,10 @@ def test_big_batch_on_threads_reports_the_corrupt_record_as_serially(tmp_path, m
     path, offset = corrupt_copy(tmp_path, records, 77, where)
     ds = ofindex.open(path)
     batch = [5, 90, 77, 3, 77, *range(100, 120)]  # > 1 MB: the threaded path
-    monkeypatch.setattr(bigbatch, "PARALLEL_BYTES", 1 << 20)
+    monkeypatch.setattr(mapped_gather, "PARALLEL_BYTES", 1 << 20)
     with pytest.raises(CorruptRecordError) as threaded:
         ds.__getitems__(batch)
-    monkeypatch.setattr(bigbatch, "PARALLEL_BYTES", 1 << 62)
+    monkeypatch.setattr(mapped_gather, "PARALLEL_BYTES", 1 << 62)
     with pytest.raises(CorruptRecordError) as serial:
         ds.__getitems__(batch)
     assert str(threaded.value) == str(serial.value)
@@ -158,7 +158,7 @@ def test_big_batch_on_threads_reports_the_corrupt_record_as_serially(tmp_path, m
     assert (threaded.value.stored_crc, threaded.value.computed_crc) == (
         serial.value.stored_crc, serial.value.computed_crc)
     ok = [i for i in range(120) if i != 77]
-    monkeypatch.setattr(bigbatch, "PARALLEL_BYTES", 1 << 20)
+    monkeypatch.setattr(mapped_gather, "PARALLEL_BYTES", 1 << 20)
     assert ds.__getitems__(ok) == [records[i] for i in ok]
 
 
@@ -174,17 +174,17 @@ def test_big_batch_reports_a_corrupt_record_at_any_place_as_serially(
     path, _ = corrupt_copy(tmp_path, records, 44, where)  # 44: a 33,000-byte record
     ds = ofindex.open(path)
     batch = [*[8, 9, 10, 11, 20][:position], 44, *[41, 40, 10][position % 3:]]
-    monkeypatch.setattr(bigbatch, "PARALLEL_BYTES", 1 << 10)
+    monkeypatch.setattr(mapped_gather, "PARALLEL_BYTES", 1 << 10)
     with pytest.raises(ofindex.OfindexError) as threaded:
         ds.__getitems__(batch)
-    monkeypatch.setattr(bigbatch, "PARALLEL_BYTES", 1 << 62)
+    monkeypatch.setattr(mapped_gather, "PARALLEL_BYTES", 1 << 62)
     with pytest.raises(ofindex.OfindexError) as serial:
         ds.__getitems__(batch)
     assert type(threaded.value) is type(serial.value)
     assert str(threaded.value) == str(serial.value)
     assert "record 44" in str(threaded.value)
     good = [i for i in range(60) if i != 44]
-    monkeypatch.setattr(bigbatch, "PARALLEL_BYTES", 1 << 10)
+    monkeypatch.setattr(mapped_gather, "PARALLEL_BYTES", 1 << 10)
     assert ds.__getitems__(good) == [records[i] for i in good]
     assert ds.__getitems__(good[::-1]) == [records[i] for i in good[::-1]]
 

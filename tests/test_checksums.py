@@ -5,7 +5,7 @@ import os
 
 import crc32c
 import pytest
-from helpers import read_bytes, ref_ofrecord, write_raw
+from helpers import read_bytes, ref_ofrecord, ref_tfrecord, write_raw
 
 import ofindex
 from ofindex import CorruptRecordError
@@ -75,9 +75,11 @@ def test_a_payload_changed_in_place_is_caught_on_every_read_path(tmp_path, mmap,
 def test_build_checksums_locally_and_remotely(tmp_path):
     p = write_raw(str(tmp_path / "d" / "part-0"), ref_ofrecord(RECORDS))
     write_raw(str(tmp_path / "d" / "part-1"), ref_ofrecord(BIG))
-    ofindex.build_index(str(tmp_path / "d"))
-    assert open_local_sidecar(p + ".ofidx").checksums is None  # opt-in for the builder
-    ofindex.build_index(str(tmp_path / "d"), checksums=True)
+    ofindex.build_index(str(tmp_path / "d"), checksums=False)
+    assert open_local_sidecar(p + ".ofidx").checksums is None  # opted out
+    ofindex.build_index(str(tmp_path / "d"))  # the default for OFRecord; fresh: kept as is
+    assert open_local_sidecar(p + ".ofidx").checksums is None
+    ofindex.build_index(str(tmp_path / "d"), checksums=True)  # asked for: rebuilt with them
     for name, recs in (("part-0", RECORDS), ("part-1", BIG)):
         sums = open_local_sidecar(str(tmp_path / "d" / name) + ".ofidx").checksums
         assert sums.tolist() == [crc32c.crc32c(r) for r in recs]
@@ -85,7 +87,7 @@ def test_build_checksums_locally_and_remotely(tmp_path):
 
     fs = fsspec.filesystem("memory")
     fs.pipe_file("/ck/part-1", ref_ofrecord(BIG))
-    ofindex.build_index("memory:///ck/part-1", checksums=True)
+    ofindex.build_index("memory:///ck/part-1")  # remote: summed in the one pass that reads it
     storage, path = storage_for("memory:///ck/part-1.ofidx")
     assert load_sidecar(storage, path).checksums.tolist() == [crc32c.crc32c(r) for r in BIG]
     fs.pipe_file("/ck/part-1", ref_ofrecord([BIG[0], BIG[1][:-1] + b"!", *BIG[2:]]))
@@ -116,7 +118,7 @@ def test_shards_with_and_without_checksums_in_one_dataset(tmp_path):
 def test_cli_build_checksums_and_verify(tmp_path, capsys):
     d = str(tmp_path / "v")
     write_raw(os.path.join(d, "part-0"), ref_ofrecord(RECORDS))
-    assert main(["build", d, "--no-progress"]) == EXIT_OK
+    assert main(["build", d, "--no-checksums", "--no-progress"]) == EXIT_OK
     assert main(["verify", d]) == EXIT_OK
     assert "have no checksums" in capsys.readouterr().out
     assert main(["build", d, "--checksums", "--no-progress"]) == EXIT_OK
@@ -128,3 +130,28 @@ def test_cli_build_checksums_and_verify(tmp_path, capsys):
     assert main(["verify", d]) == EXIT_ERROR
     err = capsys.readouterr().err
     assert "part-0: record 7 " in err and "payload CRC32C mismatch" in err
+
+
+def test_ofrecord_builds_store_checksums_by_default(tmp_path, capsys):
+    """Issue 26, item 5: OFRecord files get payload checksums unless asked not to, on the
+    command line and in Python, locally, remotely and compressed."""
+    import gzip
+
+    import fsspec
+
+    d = str(tmp_path / "dflt")
+    write_raw(os.path.join(d, "part-0"), ref_ofrecord(RECORDS))
+    write_raw(os.path.join(d, "part-1.gz"), gzip.compress(ref_ofrecord(BIG), mtime=0))
+    assert main(["build", d, "--no-progress"]) == EXIT_OK
+    want = {"part-0": RECORDS, "part-1.gz": BIG}
+    for name, recs in want.items():
+        sums = open_local_sidecar(os.path.join(d, name) + ".ofidx").checksums
+        assert sums is not None and sums.tolist() == [crc32c.crc32c(r) for r in recs]
+    fs = fsspec.filesystem("memory")
+    fs.pipe_file("/dflt/part-1.gz", gzip.compress(ref_ofrecord(BIG), mtime=0))
+    ofindex.build_index("memory:///dflt/part-1.gz")
+    storage, path = storage_for("memory:///dflt/part-1.gz.ofidx")
+    assert load_sidecar(storage, path).checksums.tolist() == [crc32c.crc32c(r) for r in BIG]
+    tf = write_raw(str(tmp_path / "t.tfrecord"), ref_tfrecord(RECORDS))
+    ofindex.build_index(tf)  # TFRecord: its own CRCs cover its payloads
+    assert open_local_sidecar(tf + ".ofidx").checksums is None

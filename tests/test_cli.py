@@ -1,6 +1,7 @@
 """The `ofindex` command: subcommands, output and exit codes scripts rely on."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -82,3 +83,47 @@ def test_get_decode_prints_features(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "image" in out and "float32" in out and "(784,)" in out and "label" in out
     assert "..." in out  # long values are elided
+
+
+def test_build_skips_a_stray_file_with_one_warning_line(data_dir, capsys):
+    write_raw(f"{data_dir}/README.txt", b"Two shards of 10 and 20 records.\n")
+    assert main(["build", data_dir, "--no-progress"]) == EXIT_OK
+    out, err = capsys.readouterr()
+    assert "indexed 2 files, 30 records" in out
+    (line,) = err.splitlines()
+    assert line.startswith("WARNING: skipped 1 file") and f"{data_dir}/README.txt" in line
+    assert main(["info", data_dir]) == EXIT_OK and "records: 30" in capsys.readouterr().out
+
+
+def test_build_strict_refuses_a_stray_file_in_one_line(data_dir, capsys):
+    write_raw(f"{data_dir}/label.labels.txt", b"cat\ndog\n")
+    assert main(["build", data_dir, "--strict", "--no-progress"]) == EXIT_ERROR
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("ofindex: error: ") and f"{data_dir}/label.labels.txt" in line
+    assert "without --strict" in line and "strict=" not in line
+
+
+def test_build_refuses_mixed_framings_in_one_line(data_dir, capsys):
+    write_raw(f"{data_dir}/part-2", ref_ofrecord(RECORDS))
+    assert main(["build", data_dir, "--no-progress"]) == EXIT_ERROR
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("ofindex: error: ")
+    assert f"2 TFRecord ({data_dir}/part-0, {data_dir}/part-1)" in line
+    assert f"1 OFRecord ({data_dir}/part-2)" in line and "--format" in line
+    assert main(["build", data_dir, "--format", "ofrecord", "--no-progress"]) == EXIT_ERROR
+    (line,) = capsys.readouterr().err.splitlines()
+    assert "--format ofrecord was given but 2 files start with a valid TFRecord header" in line
+
+
+def test_commands_on_a_listed_directory_say_what_they_skipped_in_one_line(data_dir, capsys):
+    assert main(["build", data_dir, "--no-progress"]) == EXIT_OK
+    write_raw(f"{data_dir}/NOTES.md", b"# notes\n")
+    for command in (["info", data_dir], ["verify", data_dir]):  # the manifest: nothing to say
+        assert main(command) == EXIT_OK
+        assert capsys.readouterr().err == ""
+    os.remove(f"{data_dir}/ofindex-manifest.json")  # listed: NOTES.md has no index
+    assert main(["info", data_dir]) == EXIT_OK
+    out, err = capsys.readouterr()
+    assert "records: 30" in out
+    (line,) = err.splitlines()
+    assert line.startswith("WARNING: skipped 1 file") and f"{data_dir}/NOTES.md" in line

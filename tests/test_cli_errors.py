@@ -118,18 +118,54 @@ def test_unknown_protocol(data):
     assert_one_line_error(r, "s4://bucket/train", "unknown protocol 's4'")
 
 
-def test_unreachable_endpoints_fail_fast_in_one_line():
-    port = servers.free_port()  # nothing listens there
+def test_unreachable_endpoints_fail_in_one_line_within_the_timeout():
+    port = servers.free_port()  # nothing listens there: refused, retried until --timeout
     s3 = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "testing",
           "AWS_SECRET_ACCESS_KEY": "testing"}
     t = time.monotonic()
-    r = run(["build", "s3://bucket/train"], env=s3)
-    assert_one_line_error(r, "s3://bucket/train", "cannot reach the storage",
-                          "-s 'client_kwargs=", "AWS_ENDPOINT_URL")
+    r = run(["build", "s3://bucket/train", "--timeout", "2"], env=s3)
+    assert_one_line_error(r, "s3://bucket/train", f"connection refused by 127.0.0.1:{port}",
+                          "-s 'client_kwargs=", "AWS_ENDPOINT_URL", "--timeout")
+    assert "timeout=" not in r.stderr  # the flag, not the keyword argument
     assert time.monotonic() - t < 30
-    r = run(["info", f"http://127.0.0.1:{port}/data/part-0"])
-    assert_one_line_error(r, f"http://127.0.0.1:{port}/data/part-0", "attempts",
-                          "check the network")
+    r = run(["info", f"http://127.0.0.1:{port}/data/part-0", "--retries", "2"])
+    assert_one_line_error(r, f"http://127.0.0.1:{port}/data/part-0", "3 attempts",
+                          "connection refused", "check the network")
+
+
+def test_dns_and_tls_failures_are_named_not_missing_files(nginx_server):
+    """A host that does not resolve and https:// to a plain-HTTP server: the cause, at once
+    (not retried), never "no data files found"."""
+    for cmd in (["build"], ["info"]):
+        r = run([*cmd, "http://no-such-host.invalid/data/part-0"])
+        assert_one_line_error(r, "could not resolve host 'no-such-host.invalid'",
+                              "check the host name")
+        assert "no data files" not in r.stderr
+    https = nginx_server.url.replace("http://", "https://")
+    for url in (f"{https}/data/", f"{https}/data/part-0"):
+        r = run(["info", url])
+        assert_one_line_error(r, url, "TLS (https) handshake", "use http:// instead of https://")
+        assert "attempts" not in r.stderr
+
+
+def test_read_only_web_server_names_index_dir(nginx_server, data, tmp_path):
+    """nginx answers 405 to a PUT: `build` says the location is read-only and names
+    --index-dir, which then works."""
+    import shutil
+    import uuid
+
+    name = uuid.uuid4().hex[:8]
+    shutil.copytree(data, os.path.join(nginx_server.root, name))
+    url = f"{nginx_server.url}/{name}/"
+    r = run(["info", url])  # no index: the step named must work on a web server
+    assert_one_line_error(r, "no index", "--index-dir DIR")
+    r = run(["build", url])
+    assert_one_line_error(r, "read-only", "405", "--index-dir DIR")
+    assert "index_dir=" not in r.stderr
+    idx = str(tmp_path / "idx")
+    assert run(["build", url, "--index-dir", idx]).returncode == 0
+    r = run(["get", url, "3", "--raw", "--index-dir", idx])
+    assert r.returncode == 0 and r.stdout == "dddd", r.stderr
 
 
 def test_missing_bucket_and_no_credentials(moto_server):
@@ -181,6 +217,21 @@ def test_permission_denied(data, tmp_path):
     finally:
         os.chmod(os.path.join(data, "part-0"), 0o644)
     assert_one_line_error(r, "Permission denied", os.path.join(data, "part-0"))
+
+
+def test_read_only_local_directory_names_index_dir(data, tmp_path):
+    os.chmod(data, 0o555)
+    prefix = (["setpriv", "--bounding-set=-dac_override,-dac_read_search"]
+              if os.geteuid() == 0 else [])
+    try:
+        r = run(["build", data], prefix=prefix)
+        idx = str(tmp_path / "idx")
+        ok = run(["build", data, "--index-dir", idx], prefix=prefix)
+    finally:
+        os.chmod(data, 0o755)
+    assert_one_line_error(r, data, "read-only or not writable", "--index-dir DIR")
+    assert "index_dir=" not in r.stderr
+    assert ok.returncode == 0, ok.stderr  # the step named works
 
 
 def test_not_a_record_file_and_a_gzip_file(tmp_path):

@@ -192,9 +192,9 @@ def _requests_of_singles(ds, expected, *, seed: int, batch: int, singles: int) -
     requests the single records took."""
     idx = np.random.default_rng(seed).permutation(len(ds))
     assert ds[idx[:batch]] == [expected[i] for i in idx[:batch]]
-    before = ds._storage.requests
+    before = ds._table.storage.requests
     assert [ds[int(i)] for i in idx[:singles]] == [expected[i] for i in idx[:singles]]
-    return int(ds._storage.requests - before)
+    return int(ds._table.storage.requests - before)
 
 
 @pytest.mark.parametrize("kind", KINDS)

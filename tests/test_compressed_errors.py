@@ -17,6 +17,7 @@ from helpers import (
     read_bytes,
     ref_ofrecord,
     ref_tfrecord,
+    reseal_sidecar,
     write_raw,
 )
 from hypothesis import given, settings
@@ -168,9 +169,14 @@ def test_ofrecord_stream_checked_by_the_gzip_crc(tmp_path):
     with pytest.raises(CorruptRecordError, match="incorrect data check"):
         ofindex.build_index(path)
     write_raw(path, good)
-    ofindex.build_index(path)
+    ofindex.build_index(path, checksums=False)
     _write_keeping_stamp(path, bytes(packed))
     with pytest.raises(CorruptRecordError, match=r"compressed byte offset.*incorrect data"):
+        list(ofindex.open(path))
+    write_raw(path, good)  # with the default checksums, the record itself is named
+    ofindex.build_index(path, resume=False)
+    _write_keeping_stamp(path, bytes(packed))
+    with pytest.raises(CorruptRecordError, match=r"record \d+ at byte offset .*CRC32C mismatch"):
         list(ofindex.open(path))
 
 
@@ -202,7 +208,10 @@ def test_corrupt_seek_points(tmp_path):
     lay = layout_of(open_local_sidecar(sidecar).header)
     blob = bytearray(read_bytes(sidecar))
     blob[lay.seek_points[0] + 17] = 9  # the first point's kind
-    write_raw(sidecar, bytes(blob))
+    write_raw(sidecar, bytes(blob))  # as bit rot leaves it: the body CRC no longer matches
+    with pytest.raises(SidecarError, match="fails its CRC"):
+        ofindex.open(path)[3]
+    write_raw(sidecar, reseal_sidecar(bytes(blob)))  # CRCs rewritten: the points are checked
     with pytest.raises(SidecarError, match="seek points are corrupt"):
         ofindex.open(path)[3]
 

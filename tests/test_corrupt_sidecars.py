@@ -10,7 +10,7 @@ import struct
 import crc32c
 import numpy as np
 import pytest
-from helpers import read_bytes, write_raw
+from helpers import read_bytes, reseal_sidecar, write_raw
 
 import ofindex
 from ofindex import RecordIndexError, SidecarError, _accel
@@ -30,6 +30,11 @@ READS = {
     "iter_batches": lambda ds, i: list(ds.iter_batches(3)),
     "record_lengths": lambda ds, i: ds.record_lengths([i]),
 }
+#: Every way to read records (``record_lengths`` reads none).
+RECORD_READS = {**{k: v for k, v in READS.items() if k != "record_lengths"},
+                "iter_records": lambda ds, i: list(ds.iter_records(i)),
+                "iter_batches(as_buffer)": lambda ds, i: [
+                    b.to_list() for b in ds.iter_batches(2, as_buffer=True)]}
 
 
 @pytest.fixture
@@ -44,10 +49,13 @@ def _offsets(raw: bytes) -> np.ndarray:
     return np.frombuffer(raw, "<u8", len(RECORDS), HEADER_SIZE).copy()
 
 
-def _with_offsets(raw: bytes, offsets: np.ndarray) -> bytes:
+def _with_offsets(raw: bytes, offsets: np.ndarray, *, reseal: bool = True) -> bytes:
+    """The sidecar with other offsets; ``reseal`` rewrites its CRCs over them (a forged or
+    buggy sidecar, which only the read paths' span checks can catch), else they are left
+    stale (bit rot, a bad copy: the body CRC catches it before any read)."""
     out = bytearray(raw)
     out[HEADER_SIZE : HEADER_SIZE + 8 * len(offsets)] = offsets.astype("<u8").tobytes()
-    return bytes(out)  # the header (and its CRC) is intact: opening does not read the body
+    return reseal_sidecar(bytes(out)) if reseal else bytes(out)
 
 
 def _with_header_field(raw: bytes, at: int, fmt: str, value: int) -> bytes:
@@ -133,6 +141,55 @@ def test_remote_sidecars_are_checked_whole_when_fetched(data):
     _, raw = data
     bad = bytearray(raw)
     bad[HEADER_SIZE + 8 * 4 + 1] ^= 0x10
-    with pytest.raises(SidecarError, match="offsets CRC"):
+    with pytest.raises(SidecarError, match="fails its CRC"):
         parse_sidecar(bytes(bad), path="s3://b/a.tfrecord.ofidx")
     assert len(parse_sidecar(raw, path="s3://b/a.tfrecord.ofidx")) == len(RECORDS)
+
+
+def _duplicated(raw: bytes) -> bytes:
+    """Offsets ``[o0, o0, o1, o1, …]`` with the body CRC left as it was: what bit rot or a
+    bad copy leaves. Each span is a real record whose CRCs pass (``ds[1]`` would be record 0)."""
+    offsets = _offsets(raw)
+    return _with_offsets(raw, np.repeat(offsets[: len(offsets) // 2], 2), reseal=False)
+
+
+@pytest.mark.parametrize("mmap", [True, False])
+@pytest.mark.parametrize("read", sorted(RECORD_READS))
+@pytest.mark.parametrize("index", [1, 3, 5])
+def test_duplicated_offsets_are_never_read(data, mmap, read, index):
+    """Issue 26, item 2: no read path returns another record through a corrupt sidecar."""
+    p, raw = data
+    write_raw(p + ".ofidx", _duplicated(raw))
+    ds = ofindex.open(p, mmap=mmap)  # opening reads the header only
+    assert len(ds) == len(RECORDS)
+    with pytest.raises(SidecarError, match=r"a.tfrecord.ofidx: .*fails its CRC.*ofindex build"):
+        RECORD_READS[read](ds, index)
+    write_raw(p + ".ofidx", raw)  # rebuilt: reads work again once reopened
+    assert ofindex.open(p, mmap=mmap)[index] == RECORDS[index]
+
+
+@pytest.mark.parametrize("read", sorted(RECORD_READS))
+def test_duplicated_offsets_over_http(nginx_server, tmp_path, read):
+    """The same sidecar served by nginx, read whole and by pages (through a manifest)."""
+    import os
+    import shutil
+
+    root = os.path.join(nginx_server.root, f"dup-{sorted(RECORD_READS).index(read)}")
+    shutil.rmtree(root, ignore_errors=True)
+    os.makedirs(root)
+    p = os.path.join(root, "a.tfrecord")
+    records = [bytes([i % 251]) * 50 for i in range(2000)]  # enough offsets for paged reads
+    with ofindex.Writer(p) as w:
+        w.write_many(records)
+    ofindex.build_index(root)  # writes the manifest: pages are read through it
+    raw = read_bytes(p + ".ofidx")
+    offsets = np.frombuffer(raw, "<u8", len(records), HEADER_SIZE).copy()
+    write_raw(p + ".ofidx", _with_offsets(raw, np.repeat(offsets[:1000], 2), reseal=False))
+    base = nginx_server.url + "/" + os.path.basename(root)
+    ds = ofindex.open(base + "/")  # through the manifest: pages (runs of offsets checked as
+    # they arrive), or whole sidecars for iteration (body CRC checked)
+    with pytest.raises(SidecarError, match=r"a.tfrecord.ofidx: (record \d+|.*fails its CRC)"
+                                           r".*corrupt.*ofindex build http"):
+        RECORD_READS[read](ds, 1001)
+    with pytest.raises(SidecarError, match=r"a.tfrecord.ofidx: .*fails its CRC"):
+        RECORD_READS[read](ofindex.open(base + "/a.tfrecord"), 1001)  # whole: checked at once

@@ -6,7 +6,7 @@ import warnings
 
 import numpy as np
 import pytest
-from helpers import read_bytes, ref_ofrecord, ref_tfrecord, write_raw
+from helpers import read_bytes, ref_ofrecord, ref_tfrecord, reseal_sidecar, write_raw
 
 import ofindex
 from ofindex import (
@@ -141,11 +141,11 @@ def test_empty_file_takes_siblings_format(tmp_path):
     write_raw(str(tmp_path / "d" / "part-1"), b"")
     res = ofindex.build_index(str(tmp_path / "d"))
     assert [r.format for r in res] == [ofindex.RecordFormat.OFRECORD] * 2
-    write_raw(str(tmp_path / "e" / "only"), b"")
-    with pytest.raises(FormatDetectionError, match="empty"):
-        ofindex.build_index(str(tmp_path / "e"))
-    (r,) = ofindex.build_index(str(tmp_path / "e"), format="tfrecord")
+    write_raw(str(tmp_path / "e" / "only"), b"")  # zero records of either format: no format=
+    (r,) = ofindex.build_index(str(tmp_path / "e"))
     assert r.records == 0 and len(ofindex.open(str(tmp_path / "e"))) == 0
+    (r,) = ofindex.build_index(str(tmp_path / "e"), format="ofrecord")
+    assert r.format is ofindex.RecordFormat.OFRECORD and r.records == 0
 
 
 def test_missing_stale_foreign_and_truncated_sidecars(tmp_path):
@@ -240,7 +240,12 @@ def test_corrupt_offsets_in_a_sidecar_are_a_clear_error(tmp_path, mmap, size):
     offsets = np.frombuffer(raw, "<u8", 10, hs).copy()
     offsets[[3, 4]] = offsets[[4, 3]]  # record 3 now "ends" before it starts
     raw[hs:] = offsets.tobytes()
-    write_raw(p + ".ofidx", raw)  # the header (and its CRC) is intact
+    write_raw(p + ".ofidx", raw)  # the header (and its CRC) is intact, the body's is stale
+    ds = ofindex.open(p, mmap=mmap)
+    for read in (lambda: ds[3], lambda: ds.__getitems__([0, 3]), lambda: ds[2:5], lambda: list(ds)):
+        with pytest.raises(ofindex.SidecarError, match=r"a.tfrecord.ofidx: .* fails its CRC"):
+            read()
+    write_raw(p + ".ofidx", reseal_sidecar(bytes(raw)))  # forged: CRCs over the swap
     ds = ofindex.open(p, mmap=mmap)
     for read in (lambda: ds[3], lambda: ds.__getitems__([0, 3]), lambda: ds[2:5], lambda: list(ds)):
         with pytest.raises(ofindex.SidecarError, match=r"record 3: .*offsets are corrupt"):

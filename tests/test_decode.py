@@ -32,7 +32,7 @@ from ofindex.proto import example_pb2, ofrecord_pb2
 
 # OFINDEX_HYPOTHESIS_EXAMPLES=5000 for a longer soak run
 SETTINGS = settings(max_examples=int(os.environ.get("OFINDEX_HYPOTHESIS_EXAMPLES", 150)),
-                    deadline=None,
+                    deadline=None, derandomize=True, database=None,
                     suppress_health_check=[HealthCheck.too_slow])
 
 INT64 = st.integers(-(2**63), 2**63 - 1)

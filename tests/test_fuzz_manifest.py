@@ -29,6 +29,7 @@ import uuid
 
 import pytest
 from fuzzkit import Tally, budget, explore, guarded
+from helpers import reseal_manifest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -85,7 +86,9 @@ INDEX = st.integers(0, 2**16)  # taken modulo the length it indexes
 
 @st.composite
 def tamperings(draw) -> list[tuple]:
-    """1-3 edits of a manifest (see :func:`tamper`); a "raw" or "nest" edit ends the list."""
+    """1-3 edits of a manifest (see :func:`tamper`); a "raw" or "nest" edit ends the list,
+    else half the time a "reseal" edit: the manifest's checksum forged over the edits (else
+    left stale, as a bad copy leaves it)."""
     edits: list[tuple] = []
     for _ in range(draw(st.integers(1, 3))):
         kind = draw(st.sampled_from(["name", "name", "column", "length", "field", "dirs",
@@ -110,10 +113,12 @@ def tamperings(draw) -> list[tuple]:
             edits.append(("drop", draw(st.booleans()), draw(INDEX)))
         elif kind == "raw":  # the JSON text truncated, or one of its bytes set
             edits.append(("raw", draw(INDEX), draw(st.none() | st.integers(0, 255))))
-            break
+            return edits
         else:
             edits.append(("nest", draw(st.sampled_from([50, 5000, 200_000])), draw(st.booleans())))
-            break
+            return edits
+    if draw(st.booleans()):
+        edits.append(("reseal",))
     return edits
 
 
@@ -143,6 +148,8 @@ def tamper(doc: dict, edits: list[tuple], root: str) -> bytes:
             where = doc if edit[1] else shards
             if where:
                 where.pop(sorted(where)[edit[2] % len(where)])
+        elif kind == "reseal":  # a forged checksum: every other check must still hold
+            return reseal_manifest(doc)
         elif kind == "raw":
             raw = bytearray(json.dumps(doc).encode())
             at = edit[1] % len(raw)
@@ -157,7 +164,7 @@ def tamper(doc: dict, edits: list[tuple], root: str) -> bytes:
                 b'{"ofindex_manifest": 1, "shards": ' + b"[" * depth + b"]" * depth + b"}")
         shards = doc.get("shards") if isinstance(doc.get("shards"), dict) else {
             "name": [""], "records": [0], "size": [0], "fingerprint": [""]}
-    return json.dumps(doc).encode()
+    return json.dumps(doc).encode()  # the checksum left stale (a bad copy): refused at once
 
 
 def _read_all(path: str) -> list[bytes]:
@@ -272,6 +279,10 @@ def test_a_manifest_cannot_name_a_file_outside_its_directory(tmp_path, where, na
                          "<url>": secret}.get(name, name)
     shards["records"][0], shards["size"][0] = header.count, header.stamp.size
     shards["fingerprint"][0] = header.stamp.fingerprint
-    fs.pipe_file(f"{base}/data/{MANIFEST_NAME}", json.dumps(doc).encode())
+    shards["body_crc"][0] = header.body_crc
+    fs.pipe_file(f"{base}/data/{MANIFEST_NAME}", json.dumps(doc).encode())  # checksum stale
+    with pytest.raises(ofindex.SidecarError, match="fails its checksum"):
+        _read_all(f"{base}/data/")
+    fs.pipe_file(f"{base}/data/{MANIFEST_NAME}", reseal_manifest(doc))  # checksum forged too
     with pytest.raises(ofindex.SidecarError, match="not a file of the data directory"):
         _read_all(f"{base}/data/")

@@ -198,7 +198,7 @@ def test_nginx_serves_many_ranges_in_a_few_requests(nginx_server, fresh_support)
     assert all(isinstance(g, bytes) for g in got)
     assert storage.requests - before == multirange.MIN_GROUPS  # not 300
     assert fresh_support == {multirange.host_of(nginx_server.url): True}
-    assert storage.max_gap_for(path) == multirange.MULTI_RANGE_GAP
+    assert storage.preferred_gap(path) == multirange.MULTI_RANGE_GAP
     # unordered, overlapping and repeated ranges, and the concatenating form
     s2, e2 = [*starts[::-1], starts[0]], [*ends[::-1], ends[0] + 50]
     assert storage.read_ranges_concat([path] * len(s2), s2, e2) == b"".join(
@@ -256,7 +256,7 @@ def test_servers_without_multi_range_are_read_one_range_per_request(mode, fresh_
             got = storage.read_ranges([path] * 40, starts, ends)
             assert got == [DATA[a:b] for a, b in zip(starts, ends, strict=True)]
         assert fresh_support == {multirange.host_of(url): False}
-        assert storage.max_gap_for(path) == storage.default_max_gap
+        assert storage.preferred_gap(path) == storage.default_max_gap
         # the first batch tried a few multi-range requests; the second asked one by one
         tried = [n for n in srv.seen if n > 1]
         assert len(tried) == multirange.MIN_GROUPS and sum(tried) == 40
@@ -292,7 +292,7 @@ def test_a_dataset_reads_through_smaller_gaps_once_multi_range_works(nginx_serve
     ofindex.build_index(d)
     local = ofindex.open(d)
     ds = ofindex.open(f"{nginx_server.url}/gaps-{os.getpid()}")
-    assert ds.max_gap == ds._storage.default_max_gap  # the server is not known yet
+    assert ds.max_gap == ds._table.storage.default_max_gap  # the server is not known yet
     idx = np.random.default_rng(5).choice(400, 40, replace=False).tolist()
     assert ds.__getitems__(idx) == local.__getitems__(idx)  # ranges > 256 KiB apart
     assert ds.max_gap == multirange.MULTI_RANGE_GAP

@@ -257,3 +257,50 @@ def test_hostile_arguments_fuzz():
     # the generator must reach every outcome, not only the argument checks
     assert stats["outcomes"]["cut"]["payloads"] and stats["outcomes"]["cut"]["refused"]
     assert stats["outcomes"]["gather"]["payloads"] and stats["outcomes"]["walk"]["ok"]
+
+
+_MUTATING_INDEX = r"""
+import gc, sys
+import crc32c, numpy as np
+sys.path.insert(0, {tests!r})
+from helpers import ref_offsets, ref_tfrecord
+from ofindex import _native as native
+from ofindex.formats.crc import LENGTH_CRCS
+
+records = [b"a" * 5, b"", b"bc" * 7]
+buf, offsets = ref_tfrecord(records), np.array(ref_offsets(records, 16), dtype="<u8")
+
+class Mutating:
+    # an indexed end whose __index__ empties every list the call was given
+    def __init__(self, lists):
+        self.lists = lists
+    def __index__(self):
+        for items in self.lists:
+            items.clear()
+        gc.collect()
+        return len(buf)
+
+def lists():
+    bufs, offs, ends = [bytes(buf), bytes(buf)], [offsets.copy(), offsets.copy()], []
+    ends += [Mutating([bufs, offs, ends]), len(buf)]
+    return bufs, offs, ends
+
+which, local = np.array([1, 0], np.int64), np.array([2, 0], np.int64)
+got = native.gather(*lists(), which, local, 12, 4, True, crc32c.crc32c, LENGTH_CRCS)
+assert got == [records[2], records[0]], got
+st, en = np.empty(2, np.int64), np.empty(2, np.int64)
+assert native.spans(*lists(), which, local, 16, st, en) is None
+print("ok")
+"""
+
+
+def test_lists_changed_by_python_code_during_a_call_are_not_read(tmp_path):
+    """Issue 26, item 12: ``gather``/``spans`` read list items after running Python code
+    (an ``__index__``); they now hold the items first. Run in a child: a crash is a
+    segfault, not an exception."""
+    script = tmp_path / "mutate.py"
+    script.write_text(_MUTATING_INDEX.format(tests=os.path.dirname(__file__)))
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", (done.returncode,
+                                                                   done.stderr[-2000:])

@@ -12,6 +12,7 @@ from conftest import _make_backend
 
 import ofindex
 from ofindex.cli.synthetic import write_dataset
+from ofindex.read.cachedir import entry_name
 from ofindex.read.nodecache import NodeCache, sidecar_key
 from ofindex.storage import FileStamp
 
@@ -34,7 +35,7 @@ def s3_dataset(request, tmp_path_factory):
 def _reader(url, options, cache_dir, seed):
     ds = ofindex.open(url, storage_options=options, cache_dir=cache_dir)
     idx = np.random.default_rng(seed).integers(0, RECORDS, 256)
-    return idx.tolist(), ds[idx], ds._storage.requests
+    return idx.tolist(), ds[idx], ds._table.storage.requests
 
 
 def _count_rounds(storage):
@@ -62,14 +63,14 @@ def test_pages_fetched_by_one_process_serve_the_others(s3_dataset, tmp_path):
     batches = [idx for idx, _, _ in got]
     # a new process, the pages on the machine: the data round alone (no staleness stats)
     ds = ofindex.open(url, storage_options=options, cache_dir=cache_dir, check_stale=False)
-    calls = _count_rounds(ds._storage)
+    calls = _count_rounds(ds._table.storage)
     for idx in batches:
         assert ds[idx] == [expected[i] for i in idx]
     assert [c[0] for c in calls] == ["read_ranges_concat"] * 3
     # with the staleness check, the first touch of a shard still stats its data file, in the
     # same round as nothing else: no sidecar request at all
     ds = ofindex.open(url, storage_options=options, cache_dir=cache_dir)
-    calls = _count_rounds(ds._storage)
+    calls = _count_rounds(ds._table.storage)
     assert ds[batches[0]] == [expected[i] for i in batches[0]]
     assert [c[0] for c in calls] == ["fetch_round", "read_ranges_concat"]
     assert calls[0][1] == [] and len(calls[0][2]) == 4  # no range, four stats
@@ -96,9 +97,10 @@ def test_concurrent_writers_and_readers(tmp_path):
 
 def test_size_is_bounded_with_eviction(tmp_path):
     cache = NodeCache(str(tmp_path / "node"), max_bytes=20_000)
-    side = tmp_path / "node" / "whole.ofidx"
-    cache.note_file(str(side), 3000)
+    name = entry_name("s3://bucket/whole.tfrecord.ofidx")
+    side = tmp_path / "node" / name
     side.write_bytes(b"x" * 3000)
+    cache.note_file(name, 3000)
     for k in range(100):
         cache.put([(b"page-%03d" % k, bytes(500))])
         assert cache.held_bytes() <= 20_000

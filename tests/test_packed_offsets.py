@@ -15,7 +15,7 @@ import crc32c
 import fsspec
 import numpy as np
 import pytest
-from helpers import read_bytes, ref_offsets, ref_tfrecord, write_raw
+from helpers import read_bytes, ref_offsets, ref_tfrecord, reseal_sidecar, write_raw
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -283,15 +283,19 @@ def test_every_flipped_byte_of_the_blob_is_refused(victim):
             tried += 1
             bad = bytearray(raw)
             bad[at] ^= bit
-            write_raw(path + ".ofidx", bytes(bad))
+            write_raw(path + ".ofidx", bytes(bad))  # bit rot: the body CRC refuses it first
+            with pytest.raises(SidecarError, match="fails its CRC"):
+                open_local_sidecar(path + ".ofidx")
+            # the CRCs rewritten over the flip: the blob's own checks must still hold
+            write_raw(path + ".ofidx", reseal_sidecar(bytes(bad)))
             try:
-                sc = open_local_sidecar(path + ".ofidx")  # only the header's CRC is checked
+                sc = open_local_sidecar(path + ".ofidx")
             except SidecarError as exc:
                 assert "s.gz.ofidx" in str(exc) and "rebuild it with `ofindex build`" in str(exc)
             else:
                 assert sc.offsets.tolist() == want
                 unused.append((at - HEADER_SIZE, bit))
-            with pytest.raises(SidecarError, match="offsets CRC"):
+            with pytest.raises(SidecarError, match="fails its CRC"):
                 parse_sidecar(bytes(bad), path="s3://b/s.gz.ofidx")  # fetched: body CRC first
     assert len(unused) < tried // 20, unused
 

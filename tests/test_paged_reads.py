@@ -77,7 +77,7 @@ def _open(bucket_backend, dataset, **kw):
 
 def test_cold_batch_is_two_rounds_warm_is_one(bucket_backend, dataset):
     _, ds, expected = _open(bucket_backend, dataset)
-    storage = ds._storage
+    storage = ds._table.storage
     rounds = Rounds(storage)
     idx = np.random.default_rng(1).integers(0, RECORDS, 256)
     requests = storage.requests
@@ -109,14 +109,14 @@ def test_page_cache_stays_within_its_bound(bucket_backend, dataset):
     bound = 24_000
     _, ds, expected = _open(bucket_backend, dataset, cache_bytes=bound)
     rng = np.random.default_rng(2)
-    cache = ds._shards[0].cache
+    cache = ds._table.shards[0].cache
     page_cost = 8 * 17 + 160
     for _ in range(6):
         idx = rng.integers(0, RECORDS, 256)
         assert ds[idx] == [expected[i] for i in idx]
         assert cache.pages.held_bytes <= bound + page_cost
     assert 0 < len(cache.pages) < RECORDS // 16  # pages were dropped
-    assert not any(s.loaded for s in ds._shards)
+    assert not any(s.loaded for s in ds._table.shards)
 
 
 def test_headers_are_checked_against_the_manifest(bucket_backend, dataset, tmp_path):
@@ -168,10 +168,10 @@ def test_version_1_sidecars_fall_back_to_whole_fetches(bucket_backend, dataset, 
     url = bucket_backend.prefix()
     bucket_backend.upload(old, url)
     ds = ofindex.open(url, storage_options=bucket_backend.storage_options)
-    rounds = Rounds(ds._storage)
+    rounds = Rounds(ds._table.storage)
     idx = np.random.default_rng(3).integers(0, RECORDS, 100)
     assert ds[idx] == [expected[i] for i in idx]
-    assert all(s.loaded for s in ds._shards)  # read whole after the header said version 1
+    assert all(s.loaded for s in ds._table.shards)  # read whole after the header said version 1
     rounds.clear()
     assert ds[idx] == [expected[i] for i in idx]
     assert rounds.calls == ["read_ranges_concat"]

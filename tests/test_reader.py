@@ -101,7 +101,8 @@ def test_format_mismatch_is_refused(tmp_path):
         w.write(b"x")
     with ofindex.Writer(str(tmp_path / "b"), format="ofrecord") as w:
         w.write(b"y")
-    with pytest.raises(ofindex.SidecarError, match="one format"):
+    with pytest.raises(ofindex.SidecarError, match=r"b: indexed as ofrecord, but .*a is "
+                                                   r"tfrecord; .*open each kind as its own"):
         ofindex.open(str(tmp_path))
     with pytest.raises(ofindex.SidecarError):
         ofindex.open(str(tmp_path / "a"), format="ofrecord")
@@ -125,7 +126,7 @@ def test_index_dir_for_read_only_data(tmp_path):
 @pytest.mark.parametrize("method", ["fork", "spawn"])
 def test_memory_mapped_reads_match(dataset_dir, method):
     ds = ofindex.open(dataset_dir, mmap=True)
-    assert "Mapped" in repr(ds._storage)
+    assert "Mapped" in repr(ds._table.storage)
     assert [ds[i] for i in range(100)] == RECORDS and list(ds) == RECORDS
     assert ds.__getitems__([99, 0, 50, 50]) == [RECORDS[99], RECORDS[0], RECORDS[50], RECORDS[50]]
     assert ds[3:90:7] == RECORDS[3:90:7]

@@ -12,7 +12,7 @@ import ofindex
 from ofindex.cli.synthetic import write_dataset
 from ofindex.formats.framing import RecordFormat
 from ofindex.formats.manifest import MANIFEST_NAME, decode_manifest, encode_manifest, read_manifest
-from ofindex.storage import storage_for
+from ofindex.storage import Storages, storage_for
 from ofindex.storage.readahead import ReadAhead
 
 
@@ -51,7 +51,7 @@ def test_manifest_rules_for_directories_globs_and_lists(tmp_path):
     assert os.path.exists(os.path.join(d, MANIFEST_NAME))
     os.remove(os.path.join(d, MANIFEST_NAME))
     ofindex.build_index([d])  # the CLI's one-element list of a directory
-    m = read_manifest(os.path.join(d, MANIFEST_NAME))
+    m = read_manifest(os.path.join(d, MANIFEST_NAME), Storages())
     assert m.names == ["part-00000", "part-00001", "part-00002"] and sum(m.records) == 30
     elsewhere = str(tmp_path / "m.json")
     ofindex.build_index(d, manifest=elsewhere, index_dir=str(tmp_path / "idx"))

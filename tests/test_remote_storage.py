@@ -12,11 +12,14 @@ from helpers import read_bytes
 
 import ofindex
 from ofindex.cli.synthetic import write_dataset
-from ofindex.errors import RangeReadError
+from ofindex.errors import RangeReadError, StorageError
 from ofindex.formats.sidecar_header import HEADER_SIZE
 from ofindex.storage import storage_for
 from ofindex.storage.remote import FsspecStorage
-from ofindex.storage.retry import RetryPolicy, is_transient
+from ofindex.storage.retry import RetryPolicy, is_transient, retry_settings
+
+#: Retries without waiting: tests of failures stay fast.
+QUICK = RetryPolicy(retries=3, base_delay=0.001, throttle_delay=0.001)
 
 SHARDS = 4
 RECORDS = 400
@@ -95,7 +98,8 @@ def test_short_and_long_reads_are_errors(served):
 # -- retries --------------------------------------------------------------------------------------
 def test_transient_errors_are_retried_then_named(dataset):
     d, expected = dataset
-    with servers.python_http_server(d, honour_range=True, fail_first=2) as (url, srv):
+    with servers.python_http_server(d, honour_range=True, fail_first=2) as (url, srv), \
+            retry_settings(policy=QUICK):
         storage, path = storage_for(f"{url}/part-00000")
         local = read_bytes(os.path.join(d, "part-00000"))
         assert storage.read(path, 100, 250) == local[100:250]  # 2 x 503, then served
@@ -104,7 +108,8 @@ def test_transient_errors_are_retried_then_named(dataset):
         ds = ofindex.open(f"{url}/part-00000", check_stale=False, manifest=False)
         assert ds[7] == expected[7]
     with servers.python_http_server(d, honour_range=True, fail_first=10**6) as (url, srv):
-        storage = FsspecStorage("http", retry=RetryPolicy(attempts=3, base_delay=0.001))
+        storage = FsspecStorage("http", retry=RetryPolicy(retries=2, base_delay=0.001,
+                                                          throttle_delay=0.001))
         path = f"{url}/part-00001"
         with pytest.raises(RangeReadError) as err:
             storage.read(path, 100, 250)
@@ -122,7 +127,7 @@ def test_connection_resets_are_retried(served):
     url, _, _ = served
     host, port = url.split("//")[1].split("/")[0].split(":")
     rel = url.split("/", 3)[3]
-    quick = RetryPolicy(attempts=4, base_delay=0.001)
+    quick = QUICK
     with LatencyProxy(host, int(port), rtt=0.0, reset_first=2) as proxy:
         path = f"http://127.0.0.1:{proxy.port}/{rel}/part-00000"
         storage = FsspecStorage("http", retry=quick)
@@ -131,8 +136,8 @@ def test_connection_resets_are_retried(served):
         assert proxy.connections >= 3
     with LatencyProxy(host, int(port), rtt=0.0, reset_first=10**6) as proxy:
         path = f"http://127.0.0.1:{proxy.port}/{rel}/part-00000"
-        storage = FsspecStorage("http", retry=RetryPolicy(attempts=2, base_delay=0.001))
-        with pytest.raises(RangeReadError, match=r"bytes \[10, 400\).*2 attempts"):
+        storage = FsspecStorage("http", retry=RetryPolicy(retries=1, base_delay=0.001))
+        with pytest.raises(StorageError, match=r"bytes \[10, 400\).*2 attempts"):
             storage.read(path, 10, 400)
 
 
@@ -164,11 +169,11 @@ class CountingStorage(FsspecStorage):
         finally:
             self.now -= 1
 
-    async def _cat_async(self, fs, path, start, end):
-        return await self._counting(super()._cat_async(fs, path, start, end))
+    async def fetch_range(self, fs, path, start, end):
+        return await self._counting(super().fetch_range(fs, path, start, end))
 
-    async def _multi_async(self, fs, path, spans, deliver):
-        return await self._counting(super()._multi_async(fs, path, spans, deliver))
+    async def fetch_file_ranges(self, fs, path, spans, deliver):
+        return await self._counting(super().fetch_file_ranges(fs, path, spans, deliver))
 
 
 def test_ranges_run_concurrently_within_bounds(served):
@@ -246,9 +251,9 @@ def test_sidecar_cache_is_bounded_and_cached_on_disk(served, tmp_path):
     idx = np.random.default_rng(5).permutation(RECORDS)[:200]
     assert ds.__getitems__(idx.tolist()) == [expected[i] for i in idx]
     assert [ds[i] for i in range(0, RECORDS, 7)] == expected[::7]
-    cache = ds._shards[0].cache
+    cache = ds._table.shards[0].cache
     assert len(cache) == 1 and cache.held_bytes <= one + 100
-    assert sum(s.loaded for s in ds._shards) == 1
+    assert sum(s.loaded for s in ds._table.shards) == 1
 
     cdir = str(tmp_path / "sidecars")
     ds = ofindex.open(url, cache_dir=cdir, check_stale=False)
@@ -305,7 +310,7 @@ def test_ten_thousand_shards_open_with_one_request(nginx_server, tmp_path):
     from ofindex.formats.framing import RecordFormat
     from ofindex.formats.manifest import write_manifest
     from ofindex.formats.sidecar import open_local_sidecar
-    from ofindex.storage import LocalStorage
+    from ofindex.storage import LocalStorage, Storages
 
     name = uuid.uuid4().hex[:8]
     root = os.path.join(nginx_server.root, name)
@@ -324,7 +329,7 @@ def test_ten_thousand_shards_open_with_one_request(nginx_server, tmp_path):
     h = open_local_sidecar(src + ".ofidx").header
     write_manifest(os.path.join(root, "ofindex-manifest.json"), RecordFormat.TFRECORD,
                    LocalStorage(), files, root, None, [h.count] * n, [h.stamp.size] * n,
-                   [h.stamp.fingerprint] * n)
+                   [h.stamp.fingerprint] * n, Storages())
     before = len(log_lines(nginx_server.log))
     ds = ofindex.open(f"{nginx_server.url}/{name}")
     assert len(log_lines(nginx_server.log)) - before == 1
@@ -333,4 +338,4 @@ def test_ten_thousand_shards_open_with_one_request(nginx_server, tmp_path):
     assert ds[3 * 7777 + 2] == b"record 2"
     new = log_lines(nginx_server.log)[before:]
     assert len(new) == 3 and sum("shard-07777.ofidx" in line for line in new) == 1
-    assert sum(s.loaded for s in ds._shards) == 1
+    assert sum(s.loaded for s in ds._table.shards) == 1

@@ -74,7 +74,7 @@ def test_verification_of_remote_style_storage_in_one_pass(tmp_path):
     p = write_raw(str(tmp_path / "r"), bytes(data))
 
     class Remote(LocalStorage):
-        cheap_seeks = False
+        is_local = False
 
     res = scan_file(Remote(), p, RecordFormat.TFRECORD, len(data), verify=True, block_size=4096)
     assert res.offsets.tolist() == ref_offsets(records, 16)

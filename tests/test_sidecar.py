@@ -114,7 +114,7 @@ def test_check_offsets_detects_corruption(tmp_path):
     raw = bytearray(read_bytes(p + ".ofidx"))
     raw[-1] ^= 1
     write_raw(p + ".ofidx", raw)
-    with pytest.raises(ofindex.SidecarError, match="offsets CRC"):
+    with pytest.raises(ofindex.SidecarError, match="fails its CRC"):
         open_local_sidecar(p + ".ofidx").check_offsets()
 
 

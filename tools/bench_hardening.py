@@ -13,6 +13,15 @@ and with ``pread`` (``mmap=False``). Prints each case's median throughput ratio 
     git archive <base commit> | tar -x -C /tmp/ofindex-base
     (cd /tmp/ofindex-base && python setup.py -q build_ext --inplace)
     python tools/bench_hardening.py --base /tmp/ofindex-base --records 100000 --rounds 9
+
+``--faults`` runs the fault scenario of issue 14 instead: batches of 64 random records from
+nginx through tests/faultproxy.py (connections dropped, 503 SlowDown answers, requests stalled
+for 3 s, and a 2-second blackout halfway), one request per record as from an object store,
+with the former retry policy (4 attempts from 50 ms, no hedging) and with the default one.
+Prints and writes, for each, the batches that failed, the time, the retries and the hedged
+requests.
+
+    python tools/bench_hardening.py --faults --batches 60
 """
 
 from __future__ import annotations
@@ -54,17 +63,89 @@ def make_data(root: str, records: int) -> dict[str, str]:
     return out
 
 
+#: Faults of the fault run, per request.
+FAULTS = {"drop": 0.05, "slowdown": 0.05, "stall": 0.01, "stall_seconds": 3.0}
+
+
+def fault_run(batches: int, out: str) -> None:
+    """The fault scenario (see the module's doc): both policies, one after the other."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path.insert(0, os.path.join(os.path.dirname(here), "tests"))
+    import servers
+    from faultproxy import FaultProxyProcess
+
+    from ofindex.cli.synthetic import write_dataset
+    from ofindex.storage import multirange
+    from ofindex.storage.retry import RetryPolicy, retry_settings
+
+    policies = {"former (4 attempts from 50 ms, no hedging)": RetryPolicy(
+                    retries=3, base_delay=0.05, throttle_delay=0.05, max_delay=2.0,
+                    hedge_factor=0),
+                "default": RetryPolicy()}
+    root = tempfile.mkdtemp(prefix="ofindex-bench-faults-")
+    records = 20_000
+    write_dataset(os.path.join(root, "d"), records, 8, kind="random", record_size=400, seed=2)
+    summary = {}
+    with servers.start_nginx(root) as nginx:
+        for seed, (name, policy) in enumerate(policies.items()):
+            with FaultProxyProcess(nginx.url, seed=seed, **FAULTS) as proxy, \
+                    retry_settings(policy=policy):
+                ds = ofindex.open(f"{proxy.url}/d/")
+                ds.max_gap = 0  # one request per record: as many chances for a fault
+                multirange.SUPPORT[multirange.host_of(proxy.url)] = False  # as an object store
+                rng = np.random.default_rng(seed)
+                failed, times, errors = 0, [], {}
+                start = time.perf_counter()
+                for b in range(batches):
+                    if b == batches // 2:
+                        proxy.blackout(2.0)
+                    t = time.perf_counter()
+                    try:
+                        ds.__getitems__(rng.integers(0, records, 64))
+                    except ofindex.OfindexError as exc:
+                        failed += 1
+                        errors[type(exc).__name__] = errors.get(type(exc).__name__, 0) + 1
+                    times.append(time.perf_counter() - t)
+                total = time.perf_counter() - start
+                storage = ds._table.storage
+                row = {"batches": batches, "failed": failed, "errors": errors,
+                       "seconds": round(total, 2),
+                       "batch_p50_s": round(statistics.median(times), 3),
+                       "batch_max_s": round(max(times), 2),
+                       "slowest_batches": {b: round(times[b], 2) for b in sorted(
+                           range(batches), key=times.__getitem__)[-3:]},
+                       "requests": storage.requests, "retries": storage.retries,
+                       "hedged": storage.hedged}
+            row["faults"] = dict(proxy.counts)
+            summary[name] = row
+            print(f"{name}: {failed}/{batches} batches failed {errors or ''}, {total:.1f} s "
+                  f"(batch p50 {row['batch_p50_s']} s, slowest {row['slowest_batches']}), "
+                  f"{storage.requests} requests, {storage.retries} retries, "
+                  f"{storage.hedged} hedged; faults {row['faults']}", flush=True)
+    shutil.rmtree(root, ignore_errors=True)
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    with open(out, "w") as f:
+        json.dump({"faults": FAULTS, "blackout_s": 2.0, "summary": summary}, f, indent=2)
+    print(f"wrote {out}")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--base", required=True, help="a checkout of ofindex (compiled module built "
-                   "in place) to compare with")
+    p.add_argument("--base", help="a checkout of ofindex (compiled module built in place) to "
+                   "compare with (required without --faults)")
+    p.add_argument("--faults", action="store_true", help="run the fault scenario instead")
     p.add_argument("--records", type=int, default=100_000)
     p.add_argument("--rounds", type=int, default=9)
     p.add_argument("--singles", type=int, default=20_000)
     p.add_argument("--batches", type=int, default=60)
     p.add_argument("--out", default="bench-results/hardening.json")
     args = p.parse_args()
+    if args.faults:
+        fault_run(args.batches, args.out.replace("hardening.json", "hardening-faults.json"))
+        return
+    if not args.base:
+        p.error("--base is required (or --faults)")
     base = load_base(args.base)
     root = tempfile.mkdtemp(prefix="ofindex-bench-hardening-")
     paths = make_data(root, args.records)

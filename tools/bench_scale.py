@@ -82,9 +82,9 @@ def _model(rounds, rtt: float, bandwidth: float, concurrency: int) -> float:
 
 
 def _clear(ds) -> None:
-    cache = ds._shards[0].cache
+    cache = ds._table.shards[0].cache
     cache.pages.clear()
-    for s in ds._shards:
+    for s in ds._table.shards:
         s.pager = None
         s.unload()
 
@@ -126,7 +126,7 @@ def _headers_known(ds, sim) -> None:
     from ofindex.formats.sidecar_header import decode_header, encode_header
     from ofindex.read.pages import pager_of
 
-    for k, shard in enumerate(ds._shards):
+    for k, shard in enumerate(ds._table.shards):
         pg = pager_of(shard)
         if pg is None:
             continue
@@ -161,7 +161,7 @@ def child(args) -> dict:
     open_s = time.perf_counter() - t
     open_requests = stats.snapshot()[0] + stats.snapshot()[2]
     rss_open = _rss_mb()
-    rounds = Rounds(ds._storage, stats)
+    rounds = Rounds(ds._table.storage, stats)
     sampler = GlobalShuffleSampler(len(ds), seed=0)
     order = iter(sampler)
     need = args.batches * 2
@@ -182,7 +182,7 @@ def child(args) -> dict:
         out["steady"] = _measure(ds, second, stats, rounds, args, clear=False)
         out["warm"] = _measure(ds, first, stats, rounds, args, clear=False)
     touched = [np.unique(np.searchsorted(ds.cumulative_counts, b, side="right")) for b in first]
-    sizes = np.array([s.size for s in ds._shards], dtype=np.int64)
+    sizes = np.array([s.size for s in ds._table.shards], dtype=np.int64)
     useful = out["cold"]["useful"]
     whole_shards = float(np.mean([sizes[t].sum() for t in touched]))
     out["whole_shards"] = {"requests": float(np.mean([len(t) for t in touched])),

@@ -114,13 +114,13 @@ def gather_contenders(ds: ofindex.Dataset, paths: dict[str, str],
         return sum(len(ds.__getitems__(b)) for b in batches)
 
     def ours_serial() -> int:
-        from ofindex.read import bigbatch
+        from ofindex.read import mapped_gather
 
-        limit, bigbatch.PARALLEL_BYTES = bigbatch.PARALLEL_BYTES, 1 << 62
+        limit, mapped_gather.PARALLEL_BYTES = mapped_gather.PARALLEL_BYTES, 1 << 62
         try:
             return sum(len(serial.__getitems__(b)) for b in batches)
         finally:
-            bigbatch.PARALLEL_BYTES = limit
+            mapped_gather.PARALLEL_BYTES = limit
 
     def hf_gather() -> int:
         return sum(len(hf[b]["data"].to_pylist()) for b in batches)

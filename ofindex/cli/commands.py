@@ -17,24 +17,35 @@ from ..formats.framing import RecordFormat
 from ..formats.location import resolve, sidecar_location
 from ..formats.sidecar import load_sidecar
 from ..formats.sidecar_header import Compression
-from ..formats.textindex import export_text, import_text
-from ..index.build_file import detect_file_layout
+from ..formats.strays import SkippedFilesWarning
+from ..formats.textindex import export_text
 from ..index.builder import build_index
+from ..index.textimport import sidecar_from_text
 from ..read.dataset import Dataset
 from ..read.open import PartialIndexWarning
 from ..read.open import open as open_dataset
-from ..storage import storage_for
+from ..storage import Storages
 from .exitcodes import EXIT_OK, EXIT_PARTIAL
 
 Options = dict[str, Any]
 
 
 def _open(args: argparse.Namespace, options: Options, *, verify: bool) -> Dataset:
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("ignore", PartialIndexWarning)  # each command reports it
-        return open_dataset(args.paths, format=args.format, index_dir=args.index_dir,
-                            storage_options=options, verify=verify,
-                            compression=args.compression)
+        ds = open_dataset(args.paths, format=args.format, index_dir=args.index_dir,
+                          storage_options=options, verify=verify, compression=args.compression)
+    _print_skipped(caught, others=True)
+    return ds
+
+
+def _print_skipped(caught: list[warnings.WarningMessage], *, others: bool) -> None:
+    """Print each :class:`SkippedFilesWarning` caught as one line (and show the ``others``)."""
+    for w in caught:
+        if issubclass(w.category, SkippedFilesWarning):
+            print(f"WARNING: {w.message}", file=sys.stderr)
+        elif others:
+            warnings.showwarning(w.message, w.category, w.filename, w.lineno)
 
 
 def _cluster_executor(args: argparse.Namespace) -> cf.Executor | None:
@@ -54,18 +65,19 @@ def cmd_build(args: argparse.Namespace, options: Options) -> int:
     """``ofindex build``: index files; exit 3 when an index covers only a valid prefix."""
     executor = _cluster_executor(args)
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # partial indexes are reported below
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
             results = build_index(
                 args.paths, format=args.format, index_dir=args.index_dir, verify=args.verify,
                 allow_partial=args.allow_partial, workers=args.workers,
                 storage_options=options, progress=not args.no_progress and sys.stderr.isatty(),
                 executor=executor, resume=args.resume, compression=args.compression,
-                seek_spacing=args.seek_spacing, checksums=args.checksums,
+                seek_spacing=args.seek_spacing, checksums=args.checksums, strict=args.strict,
             )
     finally:
         if executor is not None:
             executor.shutdown()
+    _print_skipped(caught, others=False)  # partial indexes are reported below
     records = sum(r.records for r in results)
     size = sum(r.size for r in results)
     partial = [r for r in results if r.partial]
@@ -183,10 +195,10 @@ def cmd_verify(args: argparse.Namespace, options: Options) -> int:
 
 def cmd_export_index(args: argparse.Namespace, options: Options) -> int:
     """``ofindex export-index``: write DALI / tfrecord2idx text indexes."""
-    location = resolve(args.paths, index_dir=args.index_dir, storage_options=options,
-                       manifest=False)
+    storages = Storages(options)
+    location = resolve(args.paths, index_dir=args.index_dir, storages=storages, manifest=False)
     storage, files = location.storage, location.files
-    out = storage_for(args.output, options) if args.output else None
+    out = storages.for_url(args.output) if args.output else None
     for f in files:
         ist, ipath = location.sidecar_of(f)
         try:
@@ -216,23 +228,17 @@ def cmd_export_index(args: argparse.Namespace, options: Options) -> int:
 
 
 def cmd_import_index(args: argparse.Namespace, options: Options) -> int:
-    """``ofindex import-index``: turn a text index into a sidecar (checked against the file)."""
-    storage, data = storage_for(args.data, options)
-    tstorage, tpath = storage_for(args.text_index, options)
-    stamp = storage.stamp(data)
+    """``ofindex import-index``: turn a text index into a sidecar, checked line by line against
+    the data file (its size and its record framing)."""
+    storages = Storages(options)
+    storage, data = storages.for_url(args.data)
+    tstorage, tpath = storages.for_url(args.text_index)
     given = None if args.format == "auto" else RecordFormat.parse(args.format)
-    compression, fmt = detect_file_layout(storage, data, stamp.size, fmt=given)
-    if compression is not Compression.NONE:
-        raise OfindexError(
-            f"{storage.url(data)}: the file is {compression.name.lower()}-compressed; a text "
-            "index describes an uncompressed file — run `ofindex build` on it instead"
-        )
-    fmt = fmt or RecordFormat.TFRECORD
-    header, body = import_text(tstorage.read_all(tpath), fmt, stamp, path=tstorage.url(tpath),
-                               data_url=storage.url(data))
-    ist, ipath = sidecar_location(storage, data, args.index_dir, options)
+    header, body, records = sidecar_from_text(storage, data, tstorage.read_all(tpath),
+                                              text_url=tstorage.url(tpath), fmt=given)
+    ist, ipath = sidecar_location(storage, data, args.index_dir, storages)
     ist.write_atomic(ipath, [header, body])
-    print(f"{ist.url(ipath)}: {len(body) // 8} records")
+    print(f"{ist.url(ipath)}: {records} records")
     return EXIT_OK
 
 

@@ -8,6 +8,7 @@ import traceback
 
 from ..errors import OfindexError
 from ..storage.failures import describe
+from ..storage.retry import retry_settings
 from . import commands
 from .exitcodes import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK
 from .parser import build_parser, check, storage_options
@@ -29,8 +30,10 @@ def main(argv: list[str] | None = None) -> int:
     debug = getattr(args, "debug", False) or os.environ.get("OFINDEX_DEBUG", "") not in ("", "0")
     options = storage_options(getattr(args, "storage_option", None), parser)
     handler = getattr(commands, "cmd_" + args.command.replace("-", "_"))
+    settings = retry_settings(getattr(args, "retries", None), getattr(args, "timeout", None))
     try:
-        code: int = handler(args, options)
+        with settings:  # for every storage the command makes
+            code: int = handler(args, options)
         sys.stdout.flush()
         return code
     except KeyboardInterrupt:

@@ -20,7 +20,7 @@ EXAMPLES = {
     "build": """\
   ofindex build data/                        # index every shard in a directory
   ofindex build 'data/part-*' --workers 8 --verify
-  ofindex build data-of/ --checksums          # OFRecord: a CRC32C per payload in the sidecar
+  ofindex build data-of/ --no-checksums       # OFRecord without per-payload CRC32Cs (faster)
   ofindex build s3://bucket/train --index-dir ./idx -s anon=false
   ofindex build s3://bucket/train --dask-scheduler tcp://scheduler:8786   # on a Dask cluster
   ofindex build data-gz/ --seek-spacing 256K  # GZIP/ZLIB files are detected""",
@@ -88,6 +88,28 @@ def byte_size(text: str) -> int:
     return value
 
 
+def retry_count(text: str) -> int:
+    """``--retries``: a whole number >= 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more: {text!r}")
+    return value
+
+
+def seconds(text: str) -> float:
+    """``--timeout``: a positive number of seconds."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be positive: {text!r}")
+    return value
+
+
 def _common(paths: str = "+") -> "_Parser":
     p = _Parser(add_help=False)
     if paths:
@@ -102,6 +124,13 @@ def _common(paths: str = "+") -> "_Parser":
                    help="where sidecars live (default: beside the data)")
     p.add_argument("-s", "--storage-option", action="append", metavar="KEY=VALUE",
                    help="fsspec storage option (repeatable; VALUE parsed as JSON when it can be)")
+    p.add_argument("--retries", type=retry_count, metavar="N",
+                   help="remote requests that fail transiently (refused or reset connections, "
+                   "timeouts, HTTP 5xx/429, S3 SlowDown) are sent again up to N times, with "
+                   "exponential backoff and jitter (default 10; 0: none)")
+    p.add_argument("--timeout", type=seconds, metavar="SECONDS",
+                   help="give a remote request up after this long, its retries included "
+                   "(default 60)")
     return p
 
 
@@ -130,11 +159,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add("build", "scan data files once and write their sidecar indexes", _common())
     p.add_argument("--verify", action="store_true", help="also check every record's data CRC")
-    p.add_argument("--checksums", action="store_true",
-                   help="store every payload's CRC32C in the sidecar, checked on read (OFRecord "
-                        "has no CRC of its own; reads the whole file)")
+    p.add_argument("--checksums", action=argparse.BooleanOptionalAction, default=None,
+                   help="store every payload's CRC32C in the sidecar, checked on read (default: "
+                        "for OFRecord files, which have no CRC of their own; reads the whole "
+                        "file); --checksums also rebuilds fresh sidecars without them")
     p.add_argument("--allow-partial", action="store_true",
                    help="index the valid prefix of a damaged file instead of failing (loudly)")
+    p.add_argument("--strict", action="store_true",
+                   help="refuse files of a directory or glob that are not record files (a "
+                        "README, *.labels.txt) instead of skipping them with a warning")
     p.add_argument("--workers", type=int, default=None, metavar="N",
                    help="files scanned at once (default: one per core; 8 for remote files)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")

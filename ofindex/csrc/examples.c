@@ -29,11 +29,14 @@ static int read_varint(const unsigned char **p, const unsigned char *end, uint64
 }
 
 /* A length-delimited field's body: the length varint at *p, checked to end by `end`.
- * Sets [*s, *e) and moves *p past the body; 0, or -1 when it does not fit. */
+ * Sets [*s, *e) and moves *p past the body; 0, or -1 when it does not fit or its length
+ * is one protobuf refuses (encoded in more than 5 bytes, or 2**31 - 1 and more). */
 static int read_body(const unsigned char **p, const unsigned char *end,
                      const unsigned char **s, const unsigned char **e) {
+    const unsigned char *start = *p;
     uint64_t n;
-    if (read_varint(p, end, &n) < 0 || n > (uint64_t)(end - *p))
+    if (read_varint(p, end, &n) < 0 || *p - start > 5 || n >= 0x7FFFFFFF
+        || n > (uint64_t)(end - *p))
         return -1;
     *s = *p;
     *e = *p + n;

@@ -8,6 +8,7 @@
  * blocks.c   recycled memory for big decoded arrays
  * walk.c     the index builder's header walk (GIL released)
  * inflate.c  zlib's inflate for seek points in gzip/zlib files (GIL released)
+ * sums.c     the CRC32C of many payloads (OFRecord checksums at build time)
  *
  * Pure functions over buffers the caller already holds (a memory map, a fetched range, a
  * list of records): no I/O, no error messages. Each returns its result, or the position of
@@ -37,6 +38,7 @@ static PyMethodDef methods[] = {
     {"fill", fill, METH_VARARGS, fill_doc},
     {"hw_crc", hw_crc, METH_VARARGS, hw_crc_doc},
     {"hw_crc32c", hw_crc32c_py, METH_O, hw_crc32c_doc},
+    {"crcs", crcs, METH_VARARGS, crcs_doc},
     {NULL, NULL, 0, NULL},
 };
 

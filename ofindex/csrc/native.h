@@ -44,6 +44,8 @@ int span_of(const Py_buffer *ov, int64_t iend, int64_t i, Py_ssize_t min, Py_ssi
             int64_t *start, int64_t *end);
 
 /* records.c: framed records cut out of buffers, with their checks */
+int snapshot3(PyObject *a, PyObject *b, PyObject *c, PyObject *out[3]);
+void release3(PyObject *held[3]);
 PyObject *cut(PyObject *self, PyObject *args);
 PyObject *gather(PyObject *self, PyObject *args);
 PyObject *record(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
@@ -87,6 +89,10 @@ Py_ssize_t check_all(const unsigned char *src, Py_ssize_t len, const int64_t *st
 extern PyTypeObject CheckerType;
 
 /* blocks.c: recycled memory for big decoded arrays */
+/* sums.c */
+PyObject *crcs(PyObject *self, PyObject *args);
+extern const char crcs_doc[];
+
 extern PyTypeObject BlockType;
 PyObject *pool_ctl(PyObject *self, PyObject *args);
 extern const char pool_doc[];

@@ -247,27 +247,54 @@ const char gather_doc[] =
 "record k that does not: problem 1 = span too short (corrupt offsets), 2 = record fails a\n"
 "check, 3 = span lies beyond the buffer (the file grew since it was mapped).";
 
+/* Tuples holding the items of three lists as they are now: reading an item can run Python
+ * code (an __index__, a buffer's owner), which must not be able to change or free the items
+ * still to be read. 0, or -1 with an exception set (nothing held). */
+int snapshot3(PyObject *a, PyObject *b, PyObject *c, PyObject *out[3]) {
+    out[0] = PyList_AsTuple(a);
+    out[1] = out[0] ? PyList_AsTuple(b) : NULL;
+    out[2] = out[1] ? PyList_AsTuple(c) : NULL;
+    if (out[2] == NULL) {
+        Py_XDECREF(out[0]);
+        Py_XDECREF(out[1]);
+        return -1;
+    }
+    return 0;
+}
+
+void release3(PyObject *held[3]) {
+    for (int i = 0; i < 3; i++)
+        Py_XDECREF(held[i]);
+}
+
 PyObject *gather(PyObject *self, PyObject *args) {
-    PyObject *bufs, *offs, *iends, *which_obj, *local_obj, *crc_fn, *memo;
+    PyObject *bufs_in, *offs_in, *iends_in, *which_obj, *local_obj, *crc_fn, *memo;
     Py_ssize_t header, footer;
     int verify;
-    if (!PyArg_ParseTuple(args, "O!O!O!OOnnpOO!:gather", &PyList_Type, &bufs, &PyList_Type,
-                          &offs, &PyList_Type, &iends, &which_obj, &local_obj, &header,
-                          &footer, &verify, &crc_fn, &PyDict_Type, &memo))
+    if (!PyArg_ParseTuple(args, "O!O!O!OOnnpOO!:gather", &PyList_Type, &bufs_in,
+                          &PyList_Type, &offs_in, &PyList_Type, &iends_in, &which_obj,
+                          &local_obj, &header, &footer, &verify, &crc_fn, &PyDict_Type, &memo))
         return NULL;
-    Py_ssize_t m = PyList_GET_SIZE(bufs);
-    if (PyList_GET_SIZE(offs) != m || PyList_GET_SIZE(iends) != m) {
+    if (bad_framing(header, footer, verify))
+        return NULL;
+    PyObject *held[3];
+    if (snapshot3(bufs_in, offs_in, iends_in, held) < 0)
+        return NULL;
+    PyObject *bufs = held[0], *offs = held[1], *iends = held[2];
+    Py_ssize_t m = PyTuple_GET_SIZE(bufs);
+    if (PyTuple_GET_SIZE(offs) != m || PyTuple_GET_SIZE(iends) != m) {
         PyErr_SetString(PyExc_ValueError, "bufs, offsets and indexed_ends differ in length");
-        return NULL;
-    }
-    if (bad_framing(header, footer, verify)) {
+        release3(held);
         return NULL;
     }
     Py_buffer wv, lv;
-    if (get_i64(which_obj, &wv, "which") < 0)
+    if (get_i64(which_obj, &wv, "which") < 0) {
+        release3(held);
         return NULL;
+    }
     if (get_i64(local_obj, &lv, "local") < 0) {
         PyBuffer_Release(&wv);
+        release3(held);
         return NULL;
     }
     PyObject *result = NULL, *list = NULL;
@@ -279,16 +306,16 @@ PyObject *gather(PyObject *self, PyObject *args) {
         goto done;
     }
     for (; got < m; got++) {
-        ends[got] = PyLong_AsLongLong(PyList_GET_ITEM(iends, got));
+        ends[got] = PyLong_AsLongLong(PyTuple_GET_ITEM(iends, got));
         if (ends[got] == -1 && PyErr_Occurred())
             goto done;
         if (ends[got] < 0) {
             PyErr_SetString(PyExc_ValueError, "indexed_ends must be >= 0");
             goto done;
         }
-        if (PyObject_GetBuffer(PyList_GET_ITEM(bufs, got), &views[2 * got], PyBUF_SIMPLE) < 0)
+        if (PyObject_GetBuffer(PyTuple_GET_ITEM(bufs, got), &views[2 * got], PyBUF_SIMPLE) < 0)
             goto done;
-        if (get_u64(PyList_GET_ITEM(offs, got), &views[2 * got + 1]) < 0) {
+        if (get_u64(PyTuple_GET_ITEM(offs, got), &views[2 * got + 1]) < 0) {
             PyBuffer_Release(&views[2 * got]);
             goto done;
         }
@@ -344,6 +371,7 @@ done:
     PyMem_Free(ends);
     PyBuffer_Release(&lv);
     PyBuffer_Release(&wv);
+    release3(held);
     return result;
 }
 

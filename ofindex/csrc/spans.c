@@ -14,16 +14,21 @@ const char spans_doc[] =
 "offsets) or past the bytes of bufs[j] (problem 3); starts and ends are then partly set.";
 
 PyObject *spans(PyObject *self, PyObject *args) {
-    PyObject *bufs, *offs, *iends, *which_obj, *local_obj, *starts_obj, *ends_obj;
+    PyObject *bufs_in, *offs_in, *iends_in, *which_obj, *local_obj, *starts_obj, *ends_obj;
     Py_ssize_t min_size;
-    if (!PyArg_ParseTuple(args, "O!O!O!OOnOO:spans", &PyList_Type, &bufs, &PyList_Type, &offs,
-                          &PyList_Type, &iends, &which_obj, &local_obj, &min_size, &starts_obj,
-                          &ends_obj))
+    if (!PyArg_ParseTuple(args, "O!O!O!OOnOO:spans", &PyList_Type, &bufs_in, &PyList_Type,
+                          &offs_in, &PyList_Type, &iends_in, &which_obj, &local_obj, &min_size,
+                          &starts_obj, &ends_obj))
         return NULL;
-    Py_ssize_t m = PyList_GET_SIZE(bufs);
-    if (PyList_GET_SIZE(offs) != m || PyList_GET_SIZE(iends) != m || min_size < 0) {
+    PyObject *held[3];  /* the lists' items as they are now (see snapshot3) */
+    if (snapshot3(bufs_in, offs_in, iends_in, held) < 0)
+        return NULL;
+    PyObject *bufs = held[0], *offs = held[1], *iends = held[2];
+    Py_ssize_t m = PyTuple_GET_SIZE(bufs);
+    if (PyTuple_GET_SIZE(offs) != m || PyTuple_GET_SIZE(iends) != m || min_size < 0) {
         PyErr_SetString(PyExc_ValueError, "spans: bufs, offsets and indexed_ends differ in "
                         "length, or min_size < 0");
+        release3(held);
         return NULL;
     }
     PyObject *result = NULL;
@@ -34,6 +39,7 @@ PyObject *spans(PyObject *self, PyObject *args) {
     if (views == NULL || ends == NULL) {
         PyMem_Free(views);
         PyMem_Free(ends);
+        release3(held);
         return PyErr_NoMemory();
     }
     if (get_i64(which_obj, &wv, "which") < 0)
@@ -51,7 +57,7 @@ PyObject *spans(PyObject *self, PyObject *args) {
         goto done;
     }
     for (; got < m; got++) {
-        int64_t iend = PyLong_AsLongLong(PyList_GET_ITEM(iends, got));
+        int64_t iend = PyLong_AsLongLong(PyTuple_GET_ITEM(iends, got));
         if (iend == -1 && PyErr_Occurred())
             goto done;
         if (iend < 0) {
@@ -59,12 +65,12 @@ PyObject *spans(PyObject *self, PyObject *args) {
             goto done;
         }
         Py_buffer data;
-        if (PyObject_GetBuffer(PyList_GET_ITEM(bufs, got), &data, PyBUF_SIMPLE) < 0)
+        if (PyObject_GetBuffer(PyTuple_GET_ITEM(bufs, got), &data, PyBUF_SIMPLE) < 0)
             goto done;
         ends[2 * got] = iend;
         ends[2 * got + 1] = data.len;
         PyBuffer_Release(&data);
-        if (get_u64(PyList_GET_ITEM(offs, got), &views[got]) < 0)
+        if (get_u64(PyTuple_GET_ITEM(offs, got), &views[got]) < 0)
             goto done;
     }
     const int64_t *which = (const int64_t *)wv.buf, *local = (const int64_t *)lv.buf;
@@ -99,5 +105,6 @@ no_local:
 no_which:
     PyMem_Free(views);
     PyMem_Free(ends);
+    release3(held);
     return result;
 }

@@ -71,7 +71,7 @@ def _plan(buf: bytes, located: Walked, spec: NormalizedSpec, kinds: dict[int, st
         if stored != vtype:
             return None
         try:
-            chunks = _chunks(buf, loc.regions, vtype)
+            chunks = _chunks(buf, loc.regions, vtype, loc.level)
         except WireError:
             return None
         if vtype in _LE:
@@ -87,7 +87,7 @@ def _plan(buf: bytes, located: Walked, spec: NormalizedSpec, kinds: dict[int, st
         if name in spec or stored is None:
             continue
         try:
-            chunks = _chunks(buf, loc.regions, stored)
+            chunks = _chunks(buf, loc.regions, stored, loc.level)
         except WireError:
             return None
         if stored != BYTES and any(wt != LEN for wt, _, _ in chunks):

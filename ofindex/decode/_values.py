@@ -88,12 +88,14 @@ def _small_varints(buf: bytes, s: int, e: int, vtype: str) -> list[int]:
     return [v - (1 << 32) if v >= 1 << 31 else v for v in out]
 
 
-def _chunks(buf: bytes, regions: list[tuple[int, int]], vtype: str) -> list[tuple[int, int, int]]:
-    """The value-carrying fields of the list message(s): (wire type, start, end)."""
+def _chunks(buf: bytes, regions: list[tuple[int, int]], vtype: str,
+            level: int) -> list[tuple[int, int, int]]:
+    """The value-carrying fields of the list message(s) (at nesting ``level`` in the
+    record): (wire type, start, end)."""
     want = _FIXED_WT.get(vtype, VARINT)
     out = []
     for rs, re_ in regions:
-        for field, wt, s, e in iter_fields(buf, rs, re_):
+        for field, wt, s, e in iter_fields(buf, rs, re_, level):
             if field != 1:
                 continue
             if vtype == BYTES:
@@ -104,9 +106,10 @@ def _chunks(buf: bytes, regions: list[tuple[int, int]], vtype: str) -> list[tupl
     return out
 
 
-def list_values(buf: bytes, regions: list[tuple[int, int]], vtype: str,
+def list_values(buf: bytes, regions: list[tuple[int, int]], vtype: str, level: int,
                 copy: bool = True) -> np.ndarray:
-    """Decode the values of a list message (given by its regions) as a 1-D array.
+    """Decode the values of a list message (given by its regions, at nesting ``level`` in
+    the record) as a 1-D array.
 
     With ``copy=False`` a packed float list may come back as a read-only view of ``buf``.
     """
@@ -132,7 +135,7 @@ def list_values(buf: bytes, regions: list[tuple[int, int]], vtype: str,
                         return arr.astype(NP_DTYPES[vtype], copy=copy)
                 elif n <= _SMALL_VARINT_BYTES:
                     return np.array(_small_varints(buf, p, re_, vtype), NP_DTYPES[vtype])
-    chunks = _chunks(buf, regions, vtype)
+    chunks = _chunks(buf, regions, vtype, level)
     if vtype == BYTES:
         return bytes_array([buf[s:e] for _, s, e in chunks])
     if vtype in _LE:

@@ -16,10 +16,13 @@ equals what ``ParseFromString`` would give:
   left out of the map (upb, the default Python protobuf backend, keeps it aside as an
   unknown field; TensorFlow's Python protos are upb-backed too);
 - proto3 string keys must be UTF-8 (proto2 OFRecord keys that are not stay ``bytes``);
-- truncated varints and lengths running past the end are errors.
+- malformed wire data is an error exactly where protobuf finds one (see :mod:`._wire`:
+  truncated varints, lengths running past the end, overlong tags and lengths, groups
+  left open or nested too deeply), including inside unknown fields and groups.
 
 A located feature is a :class:`Located`: the Feature's kind (its oneof field number, 0
-when none is set) and the list-message regions ``(start, end)`` that make it up.
+when none is set), the list-message regions ``(start, end)`` that make it up and their
+nesting level (which bounds the groups inside them: see :mod:`._wire`).
 """
 
 from __future__ import annotations
@@ -27,22 +30,25 @@ from __future__ import annotations
 from typing import Any
 
 from ofindex.decode._values import EXAMPLE_KINDS, OFRECORD_KINDS, list_values
-from ofindex.decode._wire import LEN, WireError, iter_fields, read_varint
+from ofindex.decode._wire import LEN, WireError, iter_fields, read_length
 
 
 class Located:
-    """A feature found in the bytes: its kind (oneof field number, 0 = none set) and the
-    regions of its list message(s)."""
+    """A feature found in the bytes: its kind (oneof field number, 0 = none set), the
+    regions of its list message(s) and their nesting level in the record."""
 
-    __slots__ = ("kind", "regions")
+    __slots__ = ("kind", "level", "regions")
 
-    def __init__(self, kind: int = 0, regions: list[tuple[int, int]] | None = None) -> None:
+    def __init__(self, level: int, kind: int = 0,
+                 regions: list[tuple[int, int]] | None = None) -> None:
+        self.level = level
         self.kind = kind
         self.regions = regions if regions is not None else []
 
     def merge_feature(self, buf: bytes, start: int, end: int, max_kind: int) -> None:
-        """Merge one serialized Feature message (a region of buf) into this one."""
-        for field, wt, s, e in iter_fields(buf, start, end):
+        """Merge one serialized Feature message (a region of buf, one level above the
+        lists) into this one."""
+        for field, wt, s, e in iter_fields(buf, start, end, self.level - 1):
             if wt != LEN or field > max_kind:
                 continue  # unknown field
             if field == self.kind:
@@ -53,7 +59,7 @@ class Located:
                 self.regions = [(s, e)]
 
     def __repr__(self) -> str:  # pragma: no cover - debugging aid
-        return f"Located(kind={self.kind}, regions={self.regions})"
+        return f"Located(level={self.level}, kind={self.kind}, regions={self.regions})"
 
 
 #: A walked record: feature name (``str``; ``bytes`` for an OFRecord name that is not UTF-8)
@@ -66,7 +72,7 @@ def discard(buf: bytes, located: Located, max_kind: int) -> None:
     map entry, entry with unknown fields): protobuf rejects the record if it is corrupt."""
     if located.kind and located.regions:
         kinds = EXAMPLE_KINDS if max_kind == 3 else OFRECORD_KINDS
-        list_values(buf, located.regions, kinds[located.kind])
+        list_values(buf, located.regions, kinds[located.kind], located.level)
 
 
 def _utf8(buf: bytes, start: int, end: int) -> None:
@@ -76,14 +82,15 @@ def _utf8(buf: bytes, start: int, end: int) -> None:
         raise WireError("feature name is not valid UTF-8") from None
 
 
-def _map_entry(buf: bytes, start: int, end: int, max_kind: int,
-               proto3: bool) -> tuple[str | bytes, Located] | None:
-    """Parse a map entry; None if it has unknown fields (upb then keeps the whole entry
-    as an unknown field of the container instead of putting it in the map)."""
+def _map_entry(buf: bytes, start: int, end: int, max_kind: int, proto3: bool,
+               level: int) -> tuple[str | bytes, Located] | None:
+    """Parse a map entry (at nesting ``level``); None if it has unknown fields (upb then
+    keeps the whole entry as an unknown field of the container instead of putting it in
+    the map)."""
     key_region = None
-    located = Located()
+    located = Located(level + 2)
     unknown = False
-    for field, wt, s, e in iter_fields(buf, start, end):  # walks all of it: validates
+    for field, wt, s, e in iter_fields(buf, start, end, level):  # walks all: validates
         if wt != LEN or field > 2:
             unknown = True
         elif field == 1:
@@ -122,11 +129,11 @@ def _len_at(buf: bytes, pos: int, end: int) -> tuple[int, int]:
         c = buf[pos + 1]
         if c < 0x80:
             return (b & 0x7F) | c << 7, pos + 2
-    return read_varint(buf, pos, end)
+    return read_length(buf, pos, end)
 
 
-def _canonical_entry(buf: bytes, pos: int, end: int,
-                     max_kind: int) -> tuple[bytes, Located] | None:
+def _canonical_entry(buf: bytes, pos: int, end: int, max_kind: int,
+                     level: int) -> tuple[bytes, Located] | None:
     """Fast path for the usual map entry layout ``key, value{one list}``.
 
     Returns (key bytes, Located) or None when the entry is laid out otherwise (the caller
@@ -143,7 +150,7 @@ def _canonical_entry(buf: bytes, pos: int, end: int,
     if vs + n != end:
         return None
     if vs == end:
-        return raw, Located()
+        return raw, Located(level + 2)
     tag = buf[vs]
     kind = tag >> 3
     if tag & 7 != LEN or kind == 0 or kind > max_kind or tag >= 0x80:
@@ -151,22 +158,23 @@ def _canonical_entry(buf: bytes, pos: int, end: int,
     n, q = _len_at(buf, vs + 1, end)
     if q + n != end:
         return None
-    return raw, Located(kind, [(q, end)])
+    return raw, Located(level + 2, kind, [(q, end)])
 
 
 def walk_feature_map(
-    buf: bytes, start: int, end: int, out: Walked, max_kind: int, proto3: bool
+    buf: bytes, start: int, end: int, out: Walked, max_kind: int, proto3: bool, level: int
 ) -> None:
-    """Walk a ``map<string, Feature>`` container message (Features or OFRecord).
+    """Walk a ``map<string, Feature>`` container message (Features or OFRecord) at nesting
+    ``level``.
 
     The map is field 1 of the container; entries are added to ``out`` (last key wins).
     """
     pos = start
     while pos < end:
         if buf[pos] != 0x0A:  # not a map entry: let the general parser handle the rest
-            for field, wt, s, e in iter_fields(buf, pos, end):
+            for field, wt, s, e in iter_fields(buf, pos, end, level):
                 if field == 1 and wt == LEN:
-                    entry = _map_entry(buf, s, e, max_kind, proto3)
+                    entry = _map_entry(buf, s, e, max_kind, proto3, level + 1)
                     if entry is not None:
                         if entry[0] in out:
                             discard(buf, out[entry[0]], max_kind)
@@ -176,9 +184,9 @@ def walk_feature_map(
         e = s + n
         if e > end:
             raise WireError("map entry runs past the end of its message")
-        fast = _canonical_entry(buf, s, e, max_kind)
+        fast = _canonical_entry(buf, s, e, max_kind, level + 1)
         if fast is None:
-            entry = _map_entry(buf, s, e, max_kind, proto3)
+            entry = _map_entry(buf, s, e, max_kind, proto3, level + 1)
             pos = e
             if entry is None:
                 continue
@@ -197,21 +205,23 @@ def walk_example(buf: bytes) -> Walked:
     out: Walked = {}
     for field, wt, s, e in iter_fields(buf, 0, len(buf)):
         if field == 1 and wt == LEN:
-            walk_feature_map(buf, s, e, out, 3, True)
+            walk_feature_map(buf, s, e, out, 3, True, 1)
     return out
 
 
 def walk_ofrecord(buf: bytes) -> Walked:
     """Map each feature name of a serialized OFRecord to its :class:`Located`."""
     out: Walked = {}
-    walk_feature_map(buf, 0, len(buf), out, 5, False)
+    walk_feature_map(buf, 0, len(buf), out, 5, False, 0)
     return out
 
 
-def _feature_list(buf: bytes, start: int, end: int, steps: list[Located]) -> list[Located]:
-    for field, wt, s, e in iter_fields(buf, start, end):
+def _feature_list(buf: bytes, start: int, end: int, steps: list[Located],
+                  level: int) -> list[Located]:
+    """Append the steps of a FeatureList message (at nesting ``level``) to ``steps``."""
+    for field, wt, s, e in iter_fields(buf, start, end, level):
         if field == 1 and wt == LEN:
-            located = Located()
+            located = Located(level + 2)
             located.merge_feature(buf, s, e, 3)
             steps.append(located)
     return steps
@@ -225,22 +235,22 @@ def walk_sequence_example(buf: bytes) -> tuple[Walked, dict[str, list[Located]]]
         if wt != LEN:
             continue
         if field == 1:
-            walk_feature_map(buf, s, e, context, 3, True)
+            walk_feature_map(buf, s, e, context, 3, True, 1)
         elif field == 2:
-            for f2, wt2, s2, e2 in iter_fields(buf, s, e):
+            for f2, wt2, s2, e2 in iter_fields(buf, s, e, 1):
                 if f2 != 1 or wt2 != LEN:
                     continue
                 key_region = None
                 steps: list[Located] = []
                 unknown = False
-                for f3, wt3, s3, e3 in iter_fields(buf, s2, e2):
+                for f3, wt3, s3, e3 in iter_fields(buf, s2, e2, 2):
                     if wt3 != LEN or f3 > 2:
                         unknown = True  # upb keeps such an entry out of the map
                     elif f3 == 1:
                         key_region = (s3, e3)
                         _utf8(buf, s3, e3)
                     else:
-                        _feature_list(buf, s3, e3, steps)  # a repeated value merges
+                        _feature_list(buf, s3, e3, steps, 3)  # a repeated value merges
                 if key_region is None:
                     key = ""
                 else:

@@ -84,7 +84,7 @@ def convert(buf: bytes, name: Any, loc: Located | None, fs: FeatureSpec, kinds: 
         vtype = fs.dtype
         check_kind(name, stored, vtype, what)
     try:
-        values = list_values(buf, loc.regions, vtype, copy) if stored else empty(vtype)
+        values = list_values(buf, loc.regions, vtype, loc.level, copy) if stored else empty(vtype)
     except WireError as exc:
         raise DecodeError(f"feature {name!r}: bad {what} bytes: {exc}") from None
     if isinstance(fs, FixedLen):

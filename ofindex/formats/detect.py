@@ -26,11 +26,27 @@ FORMAT_HINT = hint("format='tfrecord' or format='ofrecord'",
 HEAD_BYTES = 16 << 10
 
 
-def _tfrecord_header(head: bytes, file_size: int | None) -> bool:
+def _tfrecord_header(head: bytes) -> bool:
+    """A valid TFRecord header: its length CRC matches (chance 2**-32 otherwise), whether or
+    not the file holds the whole record (a file cut short is still TFRecord: the scan then
+    names where it ends)."""
     if len(head) < 12:
         return False
-    length, stored = _LEN_CRC.unpack_from(head)
-    return stored == masked_crc32c(head[:8]) and (file_size is None or 16 + length <= file_size)
+    _, stored = _LEN_CRC.unpack_from(head)
+    return bool(stored == masked_crc32c(head[:8]))
+
+
+def _framing_of(head: bytes, file_size: int | None) -> RecordFormat | None:
+    """The framing the first bytes of an uncompressed stream show: a valid TFRecord header,
+    else a plausible OFRecord length (at most the rest of the file); ``None`` for neither."""
+    if _tfrecord_header(head):
+        return RecordFormat.TFRECORD
+    if len(head) >= 8:
+        (length,) = _SIGNED_LEN.unpack_from(head)
+        limit = MAX_RECORD_BYTES if file_size is None else file_size - 8
+        if 0 <= length <= limit:
+            return RecordFormat.OFRECORD
+    return None
 
 
 def detect_format(head: bytes, file_size: int | None, *, path: str) -> RecordFormat | None:
@@ -52,13 +68,9 @@ def detect_format(head: bytes, file_size: int | None, *, path: str) -> RecordFor
     """
     if file_size == 0 or (file_size is None and not head):
         return None
-    if _tfrecord_header(head, file_size):
-        return RecordFormat.TFRECORD
-    if len(head) >= 8:
-        (length,) = _SIGNED_LEN.unpack_from(head)
-        limit = MAX_RECORD_BYTES if file_size is None else file_size - 8
-        if 0 <= length <= limit:
-            return RecordFormat.OFRECORD
+    found = _framing_of(head, file_size)
+    if found is not None:
+        return found
     size = "unknown" if file_size is None else file_size
     raise FormatDetectionError(
         f"{path}: cannot detect the record format: the first {min(len(head), 12)} bytes are "
@@ -95,7 +107,7 @@ def detect_layout(
         FormatDetectionError: The bytes fit no framing, or are not the compression given.
     """
     if compression is None:
-        if _tfrecord_header(head, file_size):
+        if _tfrecord_header(head):
             return Compression.NONE, fmt or RecordFormat.TFRECORD
         looks = [c for c in (Compression.GZIP, Compression.ZLIB) if starts_stream(head, c)]
         compression = next((c for c in looks if inflate_head(head, c) is not None), None)
@@ -129,3 +141,40 @@ def detect_layout(
             "TFRecord nor OFRecord records; pass format='tfrecord' or format='ofrecord' if it "
             "is a record file"
         ) from None
+
+
+def may_hold_records(head: bytes, file_size: int) -> bool:
+    """Tell whether a file could be a record file, from its first bytes (``HEAD_BYTES``, or
+    the whole file when shorter).
+
+    Args:
+        head: The first bytes.
+        file_size: The file's size.
+
+    Returns:
+        ``True`` for an empty file (zero records of either framing), a valid TFRecord header,
+        a plausible OFRecord length, or a gzip/zlib header; ``False`` for a file that is
+        plainly not TFRecord/OFRecord (text, JSON, an image …).
+    """
+    return (file_size == 0 or _framing_of(head, file_size) is not None
+            or any(starts_stream(head, c) for c in (Compression.GZIP, Compression.ZLIB)))
+
+
+def sniff_framing(head: bytes, file_size: int, compression: Compression) -> RecordFormat | None:
+    """The framing a file's first bytes show, knowing its compression.
+
+    Args:
+        head: The first bytes of the file.
+        file_size: Its size.
+        compression: How it is compressed.
+
+    Returns:
+        The framing its (decompressed) first bytes show, or ``None`` when they show none: an
+        empty stream, bytes that do not inflate, or bytes that fit neither framing.
+    """
+    if compression is Compression.NONE:
+        return _framing_of(head, file_size) if file_size else None
+    got = inflate_head(head, compression)
+    if got is None or not got[0]:
+        return None
+    return _framing_of(got[0], None)

@@ -12,7 +12,7 @@ from typing import NoReturn
 
 import crc32c as _crc32c
 
-from ..errors import CorruptRecordError, TruncatedRecordError, hint
+from ..errors import CorruptRecordError, IndexMismatchError, TruncatedRecordError, hint
 from .crc import MASK_DELTA, U32, length_crc, mask_crc, masked_crc32c
 
 _LEN = struct.Struct("<Q")
@@ -192,6 +192,8 @@ def unframe_tfrecord(raw: Buffer, verify: bool, path: str, offset: int,
                      record: int) -> Payload:
     """:func:`unframe` for TFRecord (positional arguments: this is the hot path)."""
     length = len(raw) - 16
+    if length < 0:  # a span shorter than the framing: the index is corrupt
+        _header_mismatch(raw, _TF, length, path=path, offset=offset, record=record)
     stored_len, len_crc = _LEN_CRC_UNPACK(raw)
     if stored_len != length:
         _header_mismatch(raw, _TF, length, path=path, offset=offset, record=record)
@@ -225,17 +227,37 @@ def unframe_ofrecord(raw: Buffer, verify: bool, path: str, offset: int,
                      record: int) -> Payload:
     """:func:`unframe` for OFRecord (there is no CRC to verify)."""
     length = len(raw) - 8
-    if _SIGNED_LEN.unpack_from(raw)[0] != length:
+    if length < 0 or _SIGNED_LEN.unpack_from(raw)[0] != length:
         _header_mismatch(raw, _OF, length, path=path, offset=offset, record=record)
     return raw[8:]
 
 
 def _header_mismatch(raw: Buffer, fmt: RecordFormat, expected: int, *, path: str, offset: int,
                      record: int) -> NoReturn:
-    (stored_len,) = (_LEN if fmt is RecordFormat.TFRECORD else _SIGNED_LEN).unpack_from(raw)
-    raise CorruptRecordError(
-        f"{path}: record {record} at byte offset {offset}: header says {stored_len} payload "
-        f"bytes (or its CRC is bad) but the index says {expected}; the data file changed after "
-        f"indexing or is corrupt — rebuild the index with `ofindex build {path}`",
+    """Raise the error for a record whose framing disagrees with its index: a
+    :class:`CorruptRecordError` when a TFRecord length CRC shows the data is damaged, else an
+    :class:`IndexMismatchError` (the record is whole but not the one the index describes)."""
+    what = f"{path}: record {record} at byte offset {offset}"
+    if expected < 0 or len(raw) < fmt.header_size:
+        raise IndexMismatchError(
+            f"{what}: the index gives it {len(raw)} bytes, too few for a "
+            f"{fmt.name.lower()} record; the sidecar is corrupt or of another file — rebuild "
+            f"it with `ofindex build {path}`", path=path, offset=offset, record=record)
+    if fmt is RecordFormat.TFRECORD:
+        stored_len, stored_crc = _LEN_CRC.unpack_from(raw)
+        computed = masked_crc32c(bytes(raw[:8]))
+        if stored_crc != computed:
+            raise CorruptRecordError(
+                f"{what}: length CRC mismatch (stored 0x{stored_crc:08x}, computed "
+                f"0x{computed:08x}); the data file is corrupt or changed after indexing — "
+                f"re-copy it, or rebuild the index with `ofindex build {path}`",
+                path=path, offset=offset, record=record, stored_crc=stored_crc,
+                computed_crc=computed)
+    else:
+        (stored_len,) = _SIGNED_LEN.unpack_from(raw)
+    raise IndexMismatchError(
+        f"{what}: its header says {stored_len} payload bytes but the index says {expected}; "
+        f"the index does not describe this file (a corrupt sidecar, or a data file that "
+        f"changed after indexing) — rebuild it with `ofindex build {path}`",
         path=path, offset=offset, record=record,
     )

@@ -1,8 +1,10 @@
 """Where a dataset is: its data files, where each sidecar lives, and its manifest.
 
 A path spec (a file, a directory, a glob, a URL, or a list of them) is resolved once into a
-:class:`DatasetLocation`, which the reader and the builder both take: one storage client for
-the data, one for the sidecars, and no helper that resolves the same URL again.
+:class:`DatasetLocation`, which the reader and the builder both take. Every storage involved
+(the manifest's, the data's, the sidecars') comes from the call's one
+:class:`~ofindex.storage.Storages`: one object per protocol, no helper that resolves the same
+URL again.
 
 Sidecars live beside their data file (``<file>.ofidx``) or, with ``index_dir`` (a local
 directory or another bucket, for read-only data), in ``<index_dir>/<file name>.ofidx``.
@@ -13,10 +15,9 @@ from __future__ import annotations
 import dataclasses
 import glob
 import os
-from typing import Any
 
 from ..errors import DataFileNotFoundError, SidecarError
-from ..storage import PathSpec, Storage, as_list, is_local_url, resolve_data_files, storage_for
+from ..storage import PathSpec, Storage, Storages, as_list, is_local_url, list_data_files
 from .manifest import Manifest, manifest_url_for, read_manifest
 from .sidecar import SUFFIX
 
@@ -43,23 +44,19 @@ class SidecarPlace:
         )
 
 
-def sidecar_place(
-    data_storage: Storage, index_dir: str | os.PathLike[str] | None,
-    storage_options: dict[str, Any] | None = None,
-) -> SidecarPlace:
+def sidecar_place(data_storage: Storage, index_dir: str | os.PathLike[str] | None,
+                  storages: Storages) -> SidecarPlace:
     """Resolve ``index_dir`` (or sidecars beside the data) once into a :class:`SidecarPlace`."""
     if index_dir is None:
         return SidecarPlace(data_storage, None)
-    storage, directory = storage_for(os.fspath(index_dir), storage_options)
+    storage, directory = storages.for_url(os.fspath(index_dir))
     return SidecarPlace(storage, directory)
 
 
-def sidecar_location(
-    storage: Storage, data_path: str, index_dir: str | None = None,
-    storage_options: dict[str, Any] | None = None,
-) -> tuple[Storage, str]:
+def sidecar_location(storage: Storage, data_path: str, index_dir: str | None,
+                     storages: Storages) -> tuple[Storage, str]:
     """Return ``(storage, path)`` of the sidecar of one data file (see :class:`SidecarPlace`)."""
-    return sidecar_place(storage, index_dir, storage_options).of(storage, data_path)
+    return sidecar_place(storage, index_dir, storages).of(storage, data_path)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,7 +70,9 @@ class DatasetLocation:
         manifest: The manifest the files came from, or ``None`` (files listed or named).
         directory: The one data directory the spec named, or ``None`` (files, globs, lists).
         index_dir: ``index_dir`` as the caller gave it (for messages and manifests).
-        storage_options: fsspec options used for every storage here.
+        storages: The call's storages (every storage here came from it).
+        named: Files the user named one by one (not found by a directory or glob): never
+            skipped as files that are not record files.
     """
 
     storage: Storage
@@ -82,7 +81,8 @@ class DatasetLocation:
     manifest: Manifest | None = None
     directory: str | None = None
     index_dir: str | None = None
-    storage_options: dict[str, Any] | None = None
+    storages: Storages = dataclasses.field(default_factory=Storages)
+    named: frozenset[str] = frozenset()
 
     def sidecar_of(self, data_path: str) -> tuple[Storage, str]:
         """Return ``(storage, path)`` of the sidecar of ``data_path``."""
@@ -101,7 +101,7 @@ def resolve(
     paths: PathSpec,
     *,
     index_dir: str | os.PathLike[str] | None = None,
-    storage_options: dict[str, Any] | None = None,
+    storages: Storages | None = None,
     manifest: bool | str = True,
 ) -> DatasetLocation:
     """Resolve a path spec into a :class:`DatasetLocation`.
@@ -109,7 +109,7 @@ def resolve(
     Args:
         paths: A file, directory, glob or URL, or a list of them.
         index_dir: Where sidecars live, when not beside the data.
-        storage_options: fsspec options for remote URLs.
+        storages: The call's storages (default: new ones without options).
         manifest: ``True`` uses a directory's ``ofindex-manifest.json`` when there is one (one
             request instead of a listing); ``False`` lists the files; a string names the
             manifest to use.
@@ -124,20 +124,21 @@ def resolve(
             ``index_dir``.
     """
     index_dir = None if index_dir is None else os.fspath(index_dir)
-    found = _find_manifest(paths, index_dir, storage_options, manifest)
+    storages = storages if storages is not None else Storages()
+    found = _find_manifest(paths, index_dir, storages, manifest)
     if found is not None:
-        storage, data_dir = storage_for(found.data_dir, storage_options)
+        storage, data_dir = storages.for_url(found.data_dir)
         prefix = storage.join(data_dir, "")  # names are relative (checked): one join for all
         files = [prefix + name for name in found.names]
         return DatasetLocation(
-            storage, files, sidecar_place(storage, found.index_dir, storage_options), found,
-            data_dir, index_dir, storage_options,
+            storage, files, sidecar_place(storage, found.index_dir, storages), found,
+            data_dir, index_dir, storages,
         )
-    storage, files = resolve_data_files(paths, storage_options)
+    storage, files, named = list_data_files(paths, storages)
     check_unique_names(storage, files, index_dir)
     return DatasetLocation(
-        storage, files, sidecar_place(storage, index_dir, storage_options), None,
-        _named_directory(paths, storage, files), index_dir, storage_options,
+        storage, files, sidecar_place(storage, index_dir, storages), None,
+        _named_directory(paths, storage, storages, files), index_dir, storages, named,
     )
 
 
@@ -146,13 +147,14 @@ def _single(paths: PathSpec) -> str | None:
     return items[0] if len(items) == 1 else None
 
 
-def _named_directory(paths: PathSpec, storage: Storage, files: list[str]) -> str | None:
+def _named_directory(paths: PathSpec, storage: Storage, storages: Storages,
+                     files: list[str]) -> str | None:
     """The directory a single, non-glob spec names, or ``None``."""
     spec = _single(paths)
     if spec is None or glob.has_magic(spec):
         return None
-    _, path = storage_for(spec)
-    if storage.cheap_seeks:
+    _, path = storages.for_url(spec)
+    if storage.is_local:
         is_directory = os.path.isdir(path)
     elif getattr(storage, "protocol", "") in ("http", "https"):
         is_directory = spec.endswith("/")
@@ -162,31 +164,30 @@ def _named_directory(paths: PathSpec, storage: Storage, files: list[str]) -> str
 
 
 def _find_manifest(
-    paths: PathSpec, index_dir: str | None, storage_options: dict[str, Any] | None,
-    manifest: bool | str,
+    paths: PathSpec, index_dir: str | None, storages: Storages, manifest: bool | str,
 ) -> Manifest | None:
     if manifest is False:
         return None
     if isinstance(manifest, str):
-        return _required_manifest(manifest, storage_options)
+        return _required_manifest(manifest, storages)
     spec = _single(paths)
     if spec is None:
         return None
-    storage_for(spec, storage_options)  # an unknown protocol is reported for the URL given
+    _, spec_path = storages.for_url(spec)  # an unknown protocol is reported for the URL given
     if spec.endswith(".json"):
-        return _required_manifest(spec, storage_options)
+        return _required_manifest(spec, storages)
     if glob.has_magic(spec):
         return None
-    if is_local_url(spec) and not os.path.isdir(storage_for(spec)[1]):
+    if is_local_url(spec) and not os.path.isdir(spec_path):
         return None
     where = index_dir if index_dir is not None else spec
-    m = read_manifest(manifest_url_for(where), storage_options)
+    m = read_manifest(manifest_url_for(where), storages)
     if m is None:
         return m
     # a manifest found (not named) must describe this directory and this index directory:
     # a tampered one must not send reads elsewhere
-    here = _place(spec, storage_options)
-    if _place(m.data_dir, storage_options) != here:
+    here = _canonical_url(spec, storages)
+    if _canonical_url(m.data_dir, storages) != here:
         if index_dir is not None:
             return None  # the index directory's manifest is of another data directory
         raise SidecarError(
@@ -194,8 +195,8 @@ def _find_manifest(
             f"{spec}; open it by name (manifest=...) if that is meant, or run "
             f"`ofindex build {spec}` again"
         )
-    sidecars = _place(m.index_dir, storage_options) if m.index_dir is not None else here
-    if sidecars != (_place(index_dir, storage_options) if index_dir is not None else here):
+    sidecars = _canonical_url(m.index_dir, storages) if m.index_dir is not None else here
+    if sidecars != (_canonical_url(index_dir, storages) if index_dir is not None else here):
         raise SidecarError(
             f"{manifest_url_for(where)}: this manifest puts the sidecars in {m.index_dir}, "
             f"not in {index_dir or spec}; open it by name (manifest=...) if that is meant, or "
@@ -204,17 +205,17 @@ def _find_manifest(
     return m
 
 
-def _place(url: str, storage_options: dict[str, Any] | None) -> str:
+def _canonical_url(url: str, storages: Storages) -> str:
     """A directory's URL in one spelling (local paths absolute), to compare two of them."""
     try:
-        storage, path = storage_for(url, storage_options)
+        storage, path = storages.for_url(url)
     except (ValueError, ImportError):  # an unknown protocol: no place of ours
         return url
-    return (os.path.abspath(path) if storage.cheap_seeks else storage.url(path)).rstrip("/")
+    return (os.path.abspath(path) if storage.is_local else storage.url(path)).rstrip("/")
 
 
-def _required_manifest(url: str, storage_options: dict[str, Any] | None) -> Manifest:
-    m = read_manifest(url, storage_options)
+def _required_manifest(url: str, storages: Storages) -> Manifest:
+    m = read_manifest(url, storages)
     if m is None:
         raise DataFileNotFoundError(f"{url}: manifest not found")
     return m

@@ -15,11 +15,23 @@ Where the builder writes it (``build_index(..., manifest=None)``, the default):
 
 Layout (columnar, so 10,000 shards stay a few hundred kB)::
 
-    {"ofindex_manifest": 1, "format": "tfrecord",
+    {"ofindex_manifest": 2, "format": "tfrecord",
      "data_dir": null | "<URL>",      # null: the manifest's own directory
      "index_dir": null | "<URL>",     # null: sidecars beside the data, <name>.ofidx
      "shards": {"name": [...], "records": [...], "size": [...], "fingerprint": [...],
-                "compression": [...]}}    # only when a shard is compressed: "gzip"/"zlib"/""
+                "body_crc": [...],        # each sidecar's body CRC (its header field at 40)
+                "compression": [...]},    # only when a shard is compressed: "gzip"/"zlib"/""
+     "partial": [...],                # only when some shards are indexed partially
+     "crc32c": 1234}                  # CRC32C of the manifest's text without this member
+
+The ``crc32c`` member closes the document: it is the CRC32C of the exact bytes of the JSON
+text without it (``json.dumps(doc, separators=(",", ":"))`` of the members before it, in
+their order), so a record count or name changed by a bad copy or by hand is refused when
+the manifest is read, before any global record number is mapped through it. ``body_crc``
+names the version of each sidecar the manifest was written with: a sidecar rebuilt since
+(even for a data file of the same size and mtime) disagrees with it, and cached pages of
+the old one are never used. Version 1 manifests (ofindex 0.2: no ``crc32c`` and no
+``body_crc``) are still read.
 """
 
 from __future__ import annotations
@@ -30,18 +42,29 @@ import os
 import re
 from typing import Any
 
+import crc32c as _crc32c
+
 from ..errors import SidecarError
-from ..storage import Storage, storage_for
+from ..storage import Storage, Storages
 from .framing import RecordFormat
 from .sidecar_header import Compression
 
 MANIFEST_NAME = "ofindex-manifest.json"
-VERSION = 1
+#: The version this ofindex writes.
+VERSION = 2
+#: The versions it reads (1: no checksum, no sidecar CRCs).
+VERSIONS = (1, 2)
+#: The member that closes the document with the CRC32C of the text before it.
+CRC_MEMBER = "crc32c"
 
 
 @dataclasses.dataclass(frozen=True)
 class Manifest:
-    """A parsed manifest; ``data_dir``/``index_dir`` are absolute URLs (or ``None``)."""
+    """A parsed manifest; ``data_dir``/``index_dir`` are absolute URLs (or ``None``).
+
+    ``body_crcs`` holds each shard's sidecar body CRC (``None`` for a version 1 manifest);
+    ``checksummed`` tells whether the manifest carried a checksum (version 2 always does).
+    """
 
     format: RecordFormat
     data_dir: str
@@ -52,6 +75,8 @@ class Manifest:
     fingerprints: list[str]
     partial: tuple[str, ...] = ()
     compressions: list[Compression] = dataclasses.field(default_factory=list)
+    body_crcs: list[int] | None = None
+    checksummed: bool = True
 
     @property
     def compressed(self) -> bool:
@@ -75,12 +100,16 @@ def encode_manifest(
     names: list[str], records: list[int], sizes: list[int], fingerprints: list[str],
     partial: tuple[str, ...] = (),
     compressions: list[Compression] | None = None,
+    body_crcs: list[int] | None = None,
 ) -> bytes:
     """The manifest's bytes; directories equal to the manifest's own are stored as ``null``;
-    ``partial`` names the shards whose index covers only a valid prefix."""
+    ``partial`` names the shards whose index covers only a valid prefix; ``body_crcs`` gives
+    each sidecar's body CRC. The text ends with its own checksum (see the module's notes)."""
     here = _dir_of(manifest_url)
     shards: dict[str, Any] = {"name": names, "records": records, "size": sizes,
                               "fingerprint": fingerprints}
+    if body_crcs is not None:
+        shards["body_crc"] = body_crcs
     if compressions and any(c is not Compression.NONE for c in compressions):
         shards["compression"] = ["" if c is Compression.NONE else c.name.lower()
                                  for c in compressions]
@@ -93,7 +122,21 @@ def encode_manifest(
     }
     if partial:
         doc["partial"] = sorted(partial)
-    return json.dumps(doc, separators=(",", ":")).encode("utf-8")
+    text = json.dumps(doc, separators=(",", ":")).encode("utf-8")
+    return text[:-1] + b',"%s":%d}' % (CRC_MEMBER.encode(), _crc32c.crc32c(text))
+
+
+def _check_sum(doc: dict[str, Any], manifest_url: str) -> None:
+    """Check the ``crc32c`` member of a version 2 manifest against the rest of its text."""
+    stored = doc.pop(CRC_MEMBER, None)
+    text = json.dumps(doc, separators=(",", ":")).encode("utf-8")
+    if type(stored) is not int or stored != _crc32c.crc32c(text):
+        why = "has no checksum" if stored is None else "fails its checksum"
+        raise SidecarError(
+            f"{manifest_url}: the manifest {why} (edited, or damaged by a bad copy): its shard "
+            "list and record counts cannot be trusted; rebuild it with "
+            "`ofindex build <dataset directory>`"
+        )
 
 
 #: Record counts and sizes at most this large (and the sum of the counts): larger ones are
@@ -126,6 +169,8 @@ def decode_manifest(raw: bytes, manifest_url: str) -> Manifest:
         if type(doc) is not dict or type(doc.get("shards")) is not dict:
             raise TypeError("not a JSON object with a 'shards' object")
         version = doc["ofindex_manifest"]
+        if version == 2:
+            _check_sum(doc, manifest_url)
         shards = doc["shards"]
         names = _column(shards, "name", str)
         records = _column(shards, "records", int)
@@ -133,6 +178,7 @@ def decode_manifest(raw: bytes, manifest_url: str) -> Manifest:
         fps = _column(shards, "fingerprint", str)
         comp_names = (_column(shards, "compression", str) if "compression" in shards
                       else [""] * len(names))
+        body_crcs = _column(shards, "body_crc", int) if "body_crc" in shards else None
         parsed = {c: Compression.parse(c) for c in set(comp_names)}  # a few distinct names
         comps = [parsed[c] for c in comp_names]
         if type(doc["format"]) is not str:
@@ -142,18 +188,24 @@ def decode_manifest(raw: bytes, manifest_url: str) -> Manifest:
             if doc.get(key) is not None and type(doc[key]) is not str:
                 raise TypeError(f"{key} must be a string or null")
         partial = tuple(_column(doc, "partial", str)) if "partial" in doc else ()
+    except SidecarError:
+        raise
     except (ValueError, KeyError, TypeError, RecursionError) as exc:
         raise SidecarError(
             f"{manifest_url}: not a valid ofindex manifest ({type(exc).__name__}: "
             f"{str(exc)[:200]}); rebuild it with `ofindex build <dataset directory>`"
         ) from None
-    if version != VERSION:
+    if version not in VERSIONS or type(version) is not int:
         raise SidecarError(
             f"{manifest_url}: manifest version {str(version)[:20]} is not supported (this "
-            f"ofindex reads version {VERSION}); rebuild with `ofindex build` or upgrade ofindex"
+            f"ofindex reads versions {', '.join(map(str, VERSIONS))}); rebuild with `ofindex "
+            "build` or upgrade ofindex"
         )
-    if not (len(names) == len(records) == len(sizes) == len(fps) == len(comps)):
+    if not (len(names) == len(records) == len(sizes) == len(fps) == len(comps)) or (
+            body_crcs is not None and len(body_crcs) != len(names)):
         raise SidecarError(f"{manifest_url}: manifest columns differ in length; rebuild it")
+    if body_crcs is not None and body_crcs and not 0 <= min(body_crcs) <= max(body_crcs) < 2**32:
+        raise SidecarError(f"{manifest_url}: impossible sidecar CRC; rebuild it")
     if len(set(names)) != len(names):
         raise SidecarError(f"{manifest_url}: manifest lists a shard twice; rebuild it")
     if not all(map(_GOOD_NAME.fullmatch, names)):
@@ -167,14 +219,16 @@ def decode_manifest(raw: bytes, manifest_url: str) -> Manifest:
     if not set(partial) <= set(names):
         raise SidecarError(f"{manifest_url}: manifest marks unknown shards partial; rebuild it")
     return Manifest(fmt, data_dir, doc.get("index_dir"), names, records, sizes, fps, partial,
-                    comps)
+                    comps, body_crcs, checksummed=version >= 2)
 
 
-def read_manifest(
-    url: str, storage_options: dict[str, Any] | None = None
-) -> Manifest | None:
-    """The manifest at ``url``, or ``None`` when there is none (one request)."""
-    storage, path = storage_for(url, storage_options)
+def read_manifest(url: str, storages: Storages) -> Manifest | None:
+    """The manifest at ``url``, or ``None`` when there is none (one request).
+
+    Raises:
+        SidecarError: It is not a valid manifest.
+    """
+    storage, path = storages.for_url(url)
     try:
         raw = storage.read_all(path)
     except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
@@ -185,14 +239,14 @@ def read_manifest(
 def write_manifest(
     url: str, fmt: RecordFormat, data_storage: Storage, data_files: list[str], data_dir: str,
     index_dir: str | None, records: list[int], sizes: list[int], fingerprints: list[str],
-    storage_options: dict[str, Any] | None = None, partial: list[bool] | None = None,
-    compressions: list[Compression] | None = None,
+    storages: Storages, partial: list[bool] | None = None,
+    compressions: list[Compression] | None = None, body_crcs: list[int] | None = None,
 ) -> str:
     """Write the manifest of ``data_files`` (all inside ``data_dir``) to ``url``; returns it."""
-    storage, path = storage_for(url, storage_options)
-    if storage.cheap_seeks:  # local paths are stored absolute
+    storage, path = storages.for_url(url)
+    if storage.is_local:  # local paths are stored absolute
         path = os.path.abspath(path)
-    if data_storage.cheap_seeks:
+    if data_storage.is_local:
         data_files = [os.path.abspath(f) for f in data_files]
         data_dir = os.path.abspath(data_dir)
     manifest_url = storage.url(path)
@@ -206,17 +260,17 @@ def write_manifest(
             )
         names.append(f[len(prefix):])
     data_url = data_storage.url(data_dir.rstrip("/"))
-    index_url = None if index_dir is None else _absolute(index_dir, storage_options)
+    index_url = None if index_dir is None else _absolute(index_dir, storages)
     marked = tuple(n for n, p in zip(names, partial or [False] * len(names), strict=True) if p)
     raw = encode_manifest(fmt, manifest_url, data_url, index_url, names, records, sizes,
-                          fingerprints, marked, compressions)
+                          fingerprints, marked, compressions, body_crcs)
     storage.write_atomic(path, [raw])
     return manifest_url
 
 
-def _absolute(url: str, storage_options: dict[str, Any] | None) -> str:
-    storage, path = storage_for(url, storage_options)
-    if storage.cheap_seeks:
+def _absolute(url: str, storages: Storages) -> str:
+    storage, path = storages.for_url(url)
+    if storage.is_local:
         return os.path.abspath(path)
     return storage.url(path).rstrip("/")
 

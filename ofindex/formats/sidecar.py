@@ -51,15 +51,19 @@ class Sidecar:
         windows: The windows blob of a compressed file.
         indexed_end: Byte just past the last indexed record.
         compressed: The data file is compressed (its offsets are in the uncompressed stream).
+        body_checked: The body was checked against its CRC (:meth:`check_offsets`); a fetched
+            sidecar is checked when parsed, a memory-mapped one when its shard is first read.
     """
 
-    __slots__ = ("_buf", "_mv", "_overhead", "_seeks", "checksums", "compressed", "header",
-                 "indexed_end", "offsets", "path", "seek_points", "sums", "windows")
+    __slots__ = ("_buf", "_mv", "_overhead", "_seeks", "body_checked", "checksums",
+                 "compressed", "header", "indexed_end", "offsets", "path", "seek_points", "sums",
+                 "windows")
 
     def __init__(self, path: str, header: SidecarHeader, body: mmap.mmap | bytes) -> None:
         self.path = path
         self.header = header
         self._buf = body
+        self.body_checked = False
         n = header.count
         lay = layout_of(header)
         if len(body) != lay.end:
@@ -166,13 +170,19 @@ class Sidecar:
         """How the data file is compressed."""
         return self.header.compression
 
-    def check_offsets(self) -> None:
-        """Check the whole body against its CRC (reads all of it).
+    def check_offsets(self, data_url: str | None = None) -> None:
+        """Check the whole body against its CRC (reads all of it: about 0.7 ms per million
+        records from the page cache), once.
+
+        Args:
+            data_url: The data file, for the message.
 
         Raises:
             SidecarError: The body is corrupt.
         """
-        _check_body(self.path, self.header, self._buf)
+        if not self.body_checked:
+            _check_body(self.path, self.header, self._buf, data_url)
+            self.body_checked = True
 
     def check_fresh(self, current: FileStamp, data_path: str) -> None:
         """Raise :class:`StaleIndexError` unless ``current`` is the file this index describes."""
@@ -184,12 +194,20 @@ class Sidecar:
             )
 
 
-def _check_body(path: str, header: SidecarHeader, buf: mmap.mmap | bytes) -> None:
+def _check_body(path: str, header: SidecarHeader, buf: mmap.mmap | bytes,
+                data_url: str | None = None) -> None:
     body = memoryview(buf)[header.header_size :]
-    if _crc32c.crc32c(body) != header.body_crc:
+    try:
+        crc = _crc32c.crc32c(body)
+    finally:
+        body.release()
+    if crc != header.body_crc:
         raise SidecarError(
-            f"{path}: offsets CRC mismatch; the sidecar is corrupt — rebuild it with "
-            "`ofindex build`"
+            f"{path}: the sidecar's body (record offsets{', checksums' if header.checksums else ''}"
+            f"{', seek points' if header.seek_points else ''}) fails its CRC (stored "
+            f"0x{header.body_crc:08x}, computed 0x{crc:08x}): it is corrupt, and no record is "
+            f"read through it — rebuild it with "
+            + (f"`ofindex build {data_url}`" if data_url else "`ofindex build` on its data file")
         )
 
 
@@ -255,7 +273,7 @@ def encode_sidecar(
     return header, body
 
 
-def parse_sidecar(buf: bytes, *, path: str) -> Sidecar:
+def parse_sidecar(buf: bytes, *, path: str, data_url: str | None = None) -> Sidecar:
     """Make a sidecar from its whole content held in memory (remote storage), its body checked
     against its CRC (cheap next to fetching it: a byte flipped in transit is not cached).
 
@@ -263,13 +281,18 @@ def parse_sidecar(buf: bytes, *, path: str) -> Sidecar:
         SidecarError: The content is not a valid sidecar.
     """
     header = decode_header(buf, path=path)
-    if len(buf) == layout_of(header).end:  # else the Sidecar says it is truncated
-        _check_body(path, header, buf)  # before the packed offsets are decoded
-    return Sidecar(path, header, buf)
+    checked = len(buf) == layout_of(header).end  # else the Sidecar says it is truncated
+    if checked:
+        _check_body(path, header, buf, data_url)  # before the packed offsets are decoded
+    sidecar = Sidecar(path, header, buf)
+    sidecar.body_checked = checked
+    return sidecar
 
 
 def open_local_sidecar(path: str) -> Sidecar:
-    """Memory-map a local sidecar; only the header is read now.
+    """Memory-map a local sidecar; only the header is read now (and the packed offsets of a
+    compressed file's sidecar, checked against the body CRC first). The offsets of other
+    sidecars are checked when first used (:meth:`Sidecar.check_offsets`).
 
     Raises:
         FileNotFoundError: There is no file at ``path``.
@@ -284,7 +307,13 @@ def open_local_sidecar(path: str) -> Sidecar:
     finally:
         os.close(fd)
     header = decode_header(mm[: min(size, 4096)], path=path)
-    return Sidecar(path, header, mm)
+    # packed offsets are decoded (read whole) at once: check them first, as when fetched
+    checked = header.packed and size == layout_of(header).end
+    if checked:
+        _check_body(path, header, mm)
+    sidecar = Sidecar(path, header, mm)
+    sidecar.body_checked = checked
+    return sidecar
 
 
 def load_sidecar(storage: Storage, path: str) -> Sidecar:
@@ -294,6 +323,6 @@ def load_sidecar(storage: Storage, path: str) -> Sidecar:
         FileNotFoundError: There is no sidecar at ``path``.
         SidecarError: The file is not a valid sidecar.
     """
-    if storage.cheap_seeks:
+    if storage.is_local:
         return open_local_sidecar(path)
     return parse_sidecar(storage.read_all(path), path=storage.url(path))

@@ -5,15 +5,16 @@ its records' offsets are in the uncompressed stream and its sidecar also holds s
 """
 
 
+import contextlib
 import dataclasses
 import warnings
 from collections.abc import Callable
 
-from ..errors import StaleIndexError
+from ..errors import OfindexError, StaleIndexError
 from ..formats.detect import HEAD_BYTES, detect_layout
 from ..formats.framing import RecordFormat
 from ..formats.seekpoints import DEFAULT_SPACING
-from ..formats.sidecar import encode_sidecar
+from ..formats.sidecar import decode_header, encode_sidecar
 from ..formats.sidecar_header import Compression
 from ..storage import FileStamp, Storage
 from ..storage.readahead import ReadAhead
@@ -32,8 +33,7 @@ class BuildResult:
     Attributes:
         data_url: The data file.
         index_url: The sidecar written.
-        format: The record framing, or ``None`` for an empty file whose format the caller
-            settles.
+        format: The record framing (an empty file takes its dataset's, else TFRecord).
         records: Records indexed.
         size: Data file size in bytes.
         partial: Only a valid prefix was indexed (``allow_partial=True``).
@@ -44,6 +44,8 @@ class BuildResult:
         uncompressed_size: Size of its decompressed stream (``size`` when not compressed).
         index_bytes: Size of the sidecar written.
         seek_points: Seek points in the sidecar (compressed files).
+        body_crc: The sidecar's body CRC (which version of the sidecar this is, for the
+            manifest), or ``None`` when no sidecar was written.
     """
 
     data_url: str
@@ -59,6 +61,7 @@ class BuildResult:
     uncompressed_size: int = -1
     index_bytes: int = 0
     seek_points: int = 0
+    body_crc: int | None = None
 
     @property
     def index_fraction(self) -> float:
@@ -88,7 +91,7 @@ def build_file(
     index_path: str, verify: bool, allow_partial: bool,
     progress: Callable[[int], None] | None = None, *,
     compression: Compression | None = None, spacing: int = DEFAULT_SPACING,
-    checksums: bool = False,
+    checksums: bool | None = None, expect: FileStamp | None = None,
 ) -> BuildResult:
     """Index one data file and write its sidecar.
 
@@ -104,61 +107,77 @@ def build_file(
             file), now and then.
         compression: Its compression, or ``None`` to detect it.
         spacing: Uncompressed bytes between seek points of a compressed file.
-        checksums: Also store the CRC32C of every payload in the sidecar, for OFRecord files
-            (which carry none) that are not compressed (a compressed file's inflate and its
-            gzip CRC32 / zlib Adler-32 guard it instead); reads the whole file (see
-            :mod:`ofindex.index.checksums`).
+        checksums: Also store the CRC32C of every payload in the sidecar (reads the whole
+            file; see :mod:`ofindex.index.checksums`). ``None`` (the default): for OFRecord
+            files, compressed or not, which carry no CRC of their own; TFRecord's own CRCs
+            cover its payloads.
+        expect: The file's stamp when its framing was detected (taken as its stamp: a file
+            changed since is refused), or ``None`` to stat it now.
 
     Returns:
         What was indexed.
 
     Raises:
         CorruptRecordError: Bad data (unless ``allow_partial``).
-        StaleIndexError: The file changed while it was scanned.
+        StaleIndexError: The file changed while it was scanned (or since ``expect``).
         FormatDetectionError: The compression or framing cannot be detected.
     """
-    stamp = storage.stamp(path)
+    stamp = expect if expect is not None else storage.stamp(path)  # checked again at the end
     url = storage.url(path)
     # remote files stream once, in large sequential chunks with one chunk in flight
-    source = storage if storage.cheap_seeks else ReadAhead(storage, path, stamp.size, STREAM_CHUNK)
+    source = storage if storage.is_local else ReadAhead(storage, path, stamp.size, STREAM_CHUNK)
     table, windows, usize = None, b"", stamp.size
     try:
         compression, fmt = detect_file_layout(source, path, stamp.size,
                                               compression=compression, fmt=fmt)
-        if fmt is None:  # empty, format settled by the caller
-            return BuildResult(url, index_storage.url(index_path), None, 0, stamp.size,
-                               fingerprint=stamp.fingerprint, compression=compression)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # reported by the caller from BuildResult.problem
+        if fmt is None:  # an empty stream: zero records of either framing
+            fmt = RecordFormat.TFRECORD
+        want_sums = fmt is RecordFormat.OFRECORD if checksums is None else checksums
+        # where the scan reads every byte anyway (a stream, a remote file) it sums them too
+        sums_in_scan = want_sums and not (compression is Compression.NONE
+                                          and storage.is_local)
+        # the scan warns of a partial index, which the caller reports from BuildResult.problem;
+        # catch_warnings is process-wide and not thread-safe (overlapping ones on the build's
+        # threads can leave "ignore" behind), so only a partial build enters it
+        with warnings.catch_warnings() if allow_partial else contextlib.nullcontext():
+            if allow_partial:
+                warnings.simplefilter("ignore")
             if compression is Compression.NONE:
                 result = scan_file(source, path, fmt, stamp.size, verify=verify,
-                                   allow_partial=allow_partial, progress=progress)
+                                   allow_partial=allow_partial, progress=progress,
+                                   checksums=sums_in_scan)
             else:
                 stream = InflatedStream(source, path, stamp.size, compression, spacing,
                                         progress)
                 result = scan_file(stream, path, fmt, 0, verify=verify,
-                                   allow_partial=allow_partial)
+                                   allow_partial=allow_partial, checksums=sums_in_scan)
                 table, windows = stream.seek_table()
                 table = table[table["out"] <= result.indexed_end]  # past a damaged end: none
                 usize = stream.end if stream.end is not None else result.indexed_end
-        sums = (payload_checksums(source, path, fmt, result.offsets, result.indexed_end)
-                if checksums and compression is Compression.NONE else None)
+        sums = result.checksums
+        if want_sums and not sums_in_scan:  # a local file: a second pass on threads
+            sums = payload_checksums(path, url, fmt, result.offsets, result.indexed_end)
+    except OfindexError:
+        if expect is not None:  # a file that changed since it was looked at: say so
+            _check_unchanged(storage, path, stamp, storage.stamp(path))
+        raise
     finally:
         if isinstance(source, ReadAhead):
             source.close()
-    _check_unchanged(storage, path, stamp)
+    _check_unchanged(storage, path, stamp, storage.stamp(path))
     header, body = encode_sidecar(
         fmt, result.offsets, stamp, result.indexed_end, result.partial,
         compression=compression, seek_points=table, windows=windows,
         spacing=spacing if table is not None else 0, uncompressed_size=usize, checksums=sums,
     )
     index_storage.write_atomic(index_path, [header, body])
-    return _result(url, index_storage.url(index_path), fmt, result, stamp, compression, usize,
-                   len(header) + len(body), 0 if table is None else len(table))
+    built = _result(url, index_storage.url(index_path), fmt, result, stamp, compression, usize,
+                    len(header) + len(body), 0 if table is None else len(table))
+    return dataclasses.replace(built, body_crc=decode_header(header, path=built.index_url).body_crc)
 
 
-def _check_unchanged(storage: Storage, path: str, stamp: FileStamp) -> None:
-    why = stamp.mismatch(storage.stamp(path))
+def _check_unchanged(storage: Storage, path: str, stamp: FileStamp, now: FileStamp) -> None:
+    why = stamp.mismatch(now)
     if why:
         raise StaleIndexError(
             f"{storage.url(path)}: the file changed while it was being indexed ({why}); "

@@ -6,22 +6,37 @@ import dataclasses
 import os
 import threading
 import warnings
-from typing import Any
+from typing import Any, NamedTuple
 
-from ..errors import FormatDetectionError
 from ..formats.compression import parse_compression
-from ..formats.detect import FORMAT_HINT
 from ..formats.framing import RecordFormat
 from ..formats.location import DatasetLocation, resolve
 from ..formats.manifest import manifest_url_for, write_manifest
 from ..formats.sidecar_header import Compression
-from ..storage import PathSpec, Storage
+from ..formats.strays import only_strays, strays_refused, warn_skipped
+from ..storage import PathSpec, Storages
+from ..storage.retry import current_policy, with_settings
 from .build_file import BuildResult
 from .cluster import FileProgress, run_on_executor
 from .job import FileJob
+from .survey import one_framing, survey_files
 
 #: Remote files indexed at once by default (threads; each holds about two chunks).
 REMOTE_WORKERS = 8
+#: Remote files looked at at once before a build (a stat and one small read each).
+REMOTE_SURVEYS = 32
+
+
+class BuildOutcome(NamedTuple):
+    """What a build did: one result per record file, and the files it skipped.
+
+    Attributes:
+        results: One :class:`BuildResult` per record file, in dataset order.
+        skipped: URLs of the files found by a directory or glob that are not record files.
+    """
+
+    results: list[BuildResult]
+    skipped: list[str]
 
 
 def build_index(
@@ -39,9 +54,17 @@ def build_index(
     resume: bool = True,
     compression: str | Compression | None = "auto",
     seek_spacing: int | None = None,
-    checksums: bool = False,
+    checksums: bool | None = None,
+    strict: bool = False,
+    retries: int | None = None,
+    timeout: float | None = None,
 ) -> list[BuildResult]:
     """Index data files: scan each once and write its sidecar (and the dataset's manifest).
+
+    Every file is looked at before anything is written: a directory or glob may hold files
+    that are plainly not record files (a README, TFDS's ``label.labels.txt``), which are
+    skipped with one :class:`SkippedFilesWarning`; TFRecord and OFRecord files are never mixed
+    in one dataset.
 
     Works the same in a script (no ``if __name__ == "__main__":`` guard needed), a notebook
     or a worker process: files are scanned on threads, and the scan's inner loops release
@@ -74,9 +97,13 @@ def build_index(
             complete, same format; ``BuildResult.skipped``), so a build interrupted at 90 %
             redoes the remaining 10 %. ``False`` (``ofindex build --force``) re-indexes every
             file; a ``verify=True`` build always reads every file.
-        checksums: Store the CRC32C of every payload in the sidecars (uncompressed files),
-            which reads with ``verify=True`` check for OFRecord, a format without CRCs of its
-            own (this reads every payload, like ``verify``).
+        checksums: Store the CRC32C of every payload in the sidecars, which reads with
+            ``verify=True`` check. ``None`` (the default) stores them for OFRecord files
+            (compressed or not), a format without CRCs of its own: 4 bytes per record in the
+            sidecar, and a build that reads every payload (locally a second pass over the
+            memory-mapped file on threads; a compressed or remote file is summed in the one
+            pass that reads it). ``False`` opts out; ``True`` also rebuilds fresh sidecars
+            that lack them.
         compression: ``"auto"`` detects GZIP and ZLIB files (TensorFlow's
             ``compression_type``); ``"gzip"``, ``"zlib"`` or ``None`` say what every file
             is. A compressed file is inflated once; its sidecar also holds seek points where
@@ -87,30 +114,51 @@ def build_index(
             (smaller: faster random reads, a larger index; each point may store up to a
             32 KiB window, compressed). ``BuildResult.index_fraction`` tells the index size
             as a fraction of the data.
+        strict: Refuse files found by a directory or glob that are not record files
+            (documents such as ``README.txt`` or ``*.labels.txt``, or files whose first bytes
+            fit no record file) instead of skipping them. A file named on its own is never
+            skipped.
+        retries: Remote requests that fail transiently (connection refused or reset,
+            timeouts, HTTP 5xx and 429, S3 ``SlowDown``) are sent again up to this many times,
+            with exponential backoff and jitter (default 10; ``0``: no retries).
+        timeout: Seconds after which a remote request is given up, its retries included
+            (default 60).
 
     Returns:
-        One :class:`BuildResult` per file, in dataset order.
+        One :class:`BuildResult` per record file, in dataset order.
 
     Raises:
         CorruptRecordError: A bad CRC or impossible length, naming file, offset and record
             (a ``ValueError``; :class:`TruncatedRecordError` for a file cut short).
-        FormatDetectionError: A file's framing cannot be detected (pass ``format``).
-        DataFileNotFoundError: ``paths`` matches no data file.
+        FormatDetectionError: A file's framing cannot be detected (pass ``format``); files
+            of both framings, or of the other framing than ``format``; with ``strict``,
+            files that are not record files. Nothing is written then.
+        DataFileNotFoundError: ``paths`` matches no data file, or no record file.
         StaleIndexError: A file changed while it was scanned.
-        StorageError: Storage cannot be reached, or refuses access.
+        StorageError: Storage cannot be reached (the cause named: a host name that does not
+            resolve, a refused connection, a failed TLS handshake, no answer within
+            ``timeout``), refuses access, or refuses to store the sidecars (a read-only
+            location: pass ``index_dir``).
         ValueError: Two files of one name would share ``index_dir``, or files of several
             directories for one manifest.
 
     Warns:
+        SkippedFilesWarning: Files found by a directory or glob were skipped (once, naming
+            them).
         UserWarning: A partial index was written (``allow_partial=True``).
     """
-    location = resolve(paths, index_dir=index_dir, storage_options=storage_options,
-                       manifest=False)
-    results = build_location(location, format=format, verify=verify,
-                             allow_partial=allow_partial, workers=workers, progress=progress,
-                             manifest=manifest, executor=executor, resume=resume,
-                             compression=compression, seek_spacing=seek_spacing,
-                             checksums=checksums)
+    storages = Storages(storage_options,
+                        retry=with_settings(current_policy(), retries, timeout))
+    location = resolve(paths, index_dir=index_dir, storages=storages, manifest=False)
+    results, skipped = build_location(
+        location, format=format, verify=verify, allow_partial=allow_partial,
+        workers=workers, progress=progress, manifest=manifest, executor=executor,
+        resume=resume, compression=compression, seek_spacing=seek_spacing,
+        checksums=checksums, strict=strict)
+    if not results:
+        raise only_strays(skipped)
+    if skipped:
+        warn_skipped(skipped, stacklevel=2)
     for r in results:
         if r.partial:
             warnings.warn(f"{r.data_url}: PARTIAL index of {r.records} records: {r.problem}",
@@ -131,53 +179,89 @@ def build_location(
     resume: bool = True,
     compression: str | Compression | None = "auto",
     seek_spacing: int | None = None,
-    checksums: bool = False,
-) -> list[BuildResult]:
-    """Index the files of a resolved location (see :func:`build_index` for the options)."""
+    checksums: bool | None = None,
+    strict: bool = False,
+) -> BuildOutcome:
+    """Index the files of a resolved location (see :func:`build_index` for the options).
+
+    Every file is surveyed first (:mod:`.survey`); strays are left out (``strict`` refuses
+    them) and a mix of framings is refused before any sidecar or manifest is written.
+
+    Returns:
+        The results (none when every file is a stray) and the strays skipped; the caller
+        warns about them.
+    """
     storage, files = location.storage, location.files
     fmt = None if format == "auto" else RecordFormat.parse(format)
     comp = parse_compression(compression)
     if seek_spacing is not None and seek_spacing < 1:
         raise ValueError(f"seek_spacing must be a positive number of bytes, not {seek_spacing}")
     targets = [location.sidecar_of(f) for f in files]
-    default = (os.cpu_count() or 1) if storage.cheap_seeks else REMOTE_WORKERS
+    default = (os.cpu_count() or 1) if storage.is_local else REMOTE_WORKERS
     n_workers = max(1, min(workers or default, len(files)))
     jobs = [FileJob(storage, f, fmt, ist, ipath, verify, allow_partial, comp, seek_spacing,
                     checksums)
             for f, (ist, ipath) in zip(files, targets, strict=True)]
-    if executor is not None:
-        files_bar = FileProgress(len(jobs), progress)
-        try:
-            results = run_on_executor(executor, jobs, resume, files_bar)
-        finally:
-            files_bar.close()
-    else:
-        bar = _Progress(storage, files, progress)
-        try:
-            results = _run(jobs, n_workers, bar, resume)
-        finally:
-            bar.close()
-    results = _settle_empty_files(results, jobs)
-    target = _manifest_target(location, manifest)
-    if target is not None and results:
+    surveys = survey_files(jobs, location.named, resume,
+                           n_workers if storage.is_local else REMOTE_SURVEYS)
+    skipped = [s.url for s in surveys if s.stray]
+    if skipped and strict:
+        raise strays_refused(skipped)
+    kept = [(job, s) for job, s in zip(jobs, surveys, strict=True) if not s.stray]
+    if not kept:
+        return BuildOutcome([], skipped)
+    framing = one_framing([s for _, s in kept], fmt)
+    todo = [dataclasses.replace(job, format=fmt or s.seen or (framing if s.looked else None),
+                                compression=s.compression, stamp=s.stamp)
+            for job, s in kept if s.fresh is None]
+    built = iter(_run_jobs(todo, n_workers, executor, progress))
+    results = [s.fresh if s.fresh is not None else next(built) for _, s in kept]
+    target = _manifest_target(location, [job.path for job, _ in kept], manifest)
+    if target is not None:
         url, data_dir = target
         write_manifest(
-            url, results[0].format or RecordFormat.TFRECORD, storage, files, data_dir,
+            url, framing, storage, [job.path for job, _ in kept], data_dir,
             location.index_dir, [r.records for r in results], [r.size for r in results],
-            [r.fingerprint for r in results], location.storage_options,
+            [r.fingerprint for r in results], location.storages,
             partial=[r.partial for r in results], compressions=[r.compression for r in results],
+            body_crcs=_body_crcs(results),
         )
-    return results
+    return BuildOutcome(results, skipped)
+
+
+def _run_jobs(todo: list[FileJob], n_workers: int, executor: cf.Executor | None,
+              progress: bool) -> list[BuildResult]:
+    """Index the files that need it, on ``executor`` or on local threads."""
+    if not todo:
+        return []
+    if executor is not None:
+        files_bar = FileProgress(len(todo), progress)
+        try:
+            return run_on_executor(executor, todo, False, files_bar)
+        finally:
+            files_bar.close()
+    bar = _Progress(todo, progress)
+    try:
+        return _run(todo, min(n_workers, len(todo)), bar)
+    finally:
+        bar.close()
+
+
+def _body_crcs(results: list[BuildResult]) -> list[int] | None:
+    """Each sidecar's body CRC for the manifest (``None`` if one is unknown)."""
+    crcs = [r.body_crc for r in results]
+    return None if None in crcs else [c for c in crcs if c is not None]
 
 
 def _manifest_target(
-    location: DatasetLocation, manifest: bool | str | None
+    location: DatasetLocation, files: list[str], manifest: bool | str | None
 ) -> tuple[str, str] | None:
-    """``(manifest URL, data directory)`` per the rule in :mod:`ofindex.formats.manifest`."""
+    """``(manifest URL, data directory)`` of the manifest of ``files`` (the record files of
+    ``location``), per the rule in :mod:`ofindex.formats.manifest`."""
     if manifest is False:
         return None
     storage = location.storage
-    data_dir = {storage.dirname(f) for f in location.files}
+    data_dir = {storage.dirname(f) for f in files}
     if isinstance(manifest, (str, os.PathLike)):
         if len(data_dir) != 1:
             raise ValueError("a manifest lists the files of one directory; these are in "
@@ -203,12 +287,12 @@ class _Progress:
     """Bytes scanned across all files (a tqdm bar when enabled), and the stop signal that
     lets worker threads end soon after a failure or Ctrl-C."""
 
-    def __init__(self, storage: Storage, files: list[str], enabled: bool) -> None:
+    def __init__(self, jobs: list[FileJob], enabled: bool) -> None:
         self.bar: Any = None
         if enabled:
             from tqdm.auto import tqdm
 
-            total = sum(storage.stamp(f).size for f in files)
+            total = sum((job.stamp or job.storage.stamp(job.path)).size for job in jobs)
             self.bar = tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024,
                             desc="indexing")
         self.stopped = threading.Event()
@@ -229,18 +313,18 @@ class _Progress:
 
 
 
-def _run(jobs: list[FileJob], n_workers: int, progress: _Progress,
-         resume: bool) -> list[BuildResult]:
-    """Run the jobs, ``n_workers`` files at a time on threads.
+def _run(jobs: list[FileJob], n_workers: int, progress: _Progress) -> list[BuildResult]:
+    """Run the jobs (files the survey found not fresh), ``n_workers`` files at a time on
+    threads.
 
     Threads, not processes: a build works the same in a script without a ``__main__`` guard,
     a notebook or a DataLoader worker, and the scan's inner loops release the GIL (the
     compiled header walk, CRC32C, numpy's bulk checks, file reads).
     """
     if n_workers == 1:
-        return [job.run(resume, progress.update) for job in jobs]
+        return [job.run(False, progress.update) for job in jobs]
     pool = cf.ThreadPoolExecutor(n_workers, thread_name_prefix="ofindex-build")
-    futures = {pool.submit(job.run, resume, progress.update): i for i, job in enumerate(jobs)}
+    futures = {pool.submit(job.run, False, progress.update): i for i, job in enumerate(jobs)}
     results: list[BuildResult | None] = [None] * len(jobs)
     try:
         for fut in cf.as_completed(futures):
@@ -251,21 +335,3 @@ def _run(jobs: list[FileJob], n_workers: int, progress: _Progress,
         raise
     pool.shutdown(wait=True)
     return [r for r in results if r is not None]
-
-
-def _settle_empty_files(results: list[BuildResult], jobs: list[FileJob]) -> list[BuildResult]:
-    """Give empty files (format unknown under ``auto``) the format of their siblings."""
-    if all(r.format is not None for r in results):
-        return results
-    seen = {r.format for r in results if r.format is not None}
-    if len(seen) != 1:
-        empties = [r.data_url for r in results if r.format is None]
-        raise FormatDetectionError(
-            f"{empties[0]}: empty file and its format cannot be taken from other files "
-            f"(formats seen: {sorted(f.name for f in seen) or 'none'}); pass {FORMAT_HINT}"
-        )
-    (only,) = seen
-    return [r if r.format is not None
-            else dataclasses.replace(job, format=only, verify=False, allow_partial=False).run(
-                resume=False)
-            for r, job in zip(results, jobs, strict=True)]

@@ -114,9 +114,15 @@ def _check_headers_bulk(buffer: Buffer, at: np.ndarray, walk_end: int, base: int
 def verify_streaming(
     storage: Storage | ReadAhead | InflatedStream, path: str, url: str, start: int, size: int,
     fmt: RecordFormat, record: int, buffer: bytearray, *, crc: bool = True,
-) -> int:
-    """Stream one record larger than a block through CRC32C (with ``crc``; else only check
-    that all of it is there); returns where it ends."""
+    checksum: bool = False,
+) -> tuple[int, int]:
+    """Stream one record larger than a block through CRC32C (with ``crc``, the TFRecord data
+    CRC is checked; with ``checksum``, the payload's CRC32C is computed for the sidecar; else
+    only check that all of it is there).
+
+    Returns:
+        Where the record ends, and its payload's CRC32C (0 unless computed).
+    """
     view = memoryview(buffer)
     head = storage.read(path, start, start + fmt.header_size)
     length = parse_header(head, fmt, path=url, offset=start, record=record, file_size=size)
@@ -128,7 +134,7 @@ def verify_streaming(
         n = storage.read_into(path, pos, view[: min(len(buffer), stop - pos)])
         if n <= 0:
             raise _ends_inside(url, start, record, pos)
-        if check:
+        if check or checksum:
             value = _crc32c.crc32c(view[:n], value)
         pos += n
     foot = storage.read(path, stop, stop + fmt.footer_size)
@@ -138,7 +144,7 @@ def verify_streaming(
         (stored,) = _CRC(foot)
         if mask_crc(value) != stored:
             raise data_crc_error(stored, mask_crc(value), path=url, offset=start, record=record)
-    return stop + fmt.footer_size
+    return stop + fmt.footer_size, value
 
 
 def _ends_inside(url: str, start: int, record: int, at: int) -> TruncatedRecordError:

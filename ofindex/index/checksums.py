@@ -1,10 +1,12 @@
-"""The CRC32C of every payload of an indexed file, for sidecars built with ``checksums=True``.
+"""The CRC32C of every payload of an indexed file: the sidecar checksums of OFRecord files.
 
-OFRecord has no CRC of its own; the sidecar can carry one per payload, which reads with
-``verify=True`` check (:mod:`ofindex.read.checksums`). The builder computes them in a pass
-over the records its scan found: a local file is memory-mapped and cut into blocks of whole
-records checksummed on threads (CRC32C releases the GIL); a remote file is streamed once more
-in blocks (through the scanner's read-ahead).
+OFRecord has no CRC of its own; the sidecar carries one per payload (by default for every
+OFRecord file, compressed or not; ``checksums=False`` opts out), which reads with
+``verify=True`` check (:mod:`ofindex.read.checksums`). Where the scan holds every byte anyway
+(a compressed file's inflated stream, a remote file's blocks) it computes them as it goes
+(:func:`span_crcs`); a local uncompressed file, whose scan reads only headers, is
+memory-mapped afterwards and cut into blocks of whole records checksummed on threads
+(:func:`payload_checksums`).
 """
 
 from __future__ import annotations
@@ -16,25 +18,54 @@ import os
 import crc32c as _crc32c
 import numpy as np
 
+from .. import _accel
 from ..errors import TruncatedRecordError
 from ..formats.framing import Buffer, RecordFormat
-from ..storage import Storage
 from ..storage.ranges import plan_blocks
-from ..storage.readahead import ReadAhead
 
 
-def payload_checksums(storage: Storage | ReadAhead, path: str, fmt: RecordFormat,
-                      offsets: np.ndarray, indexed_end: int, *, threads: int = 2,
-                      block_bytes: int = 32 << 20) -> np.ndarray:
-    """CRC32C of the payload of each record at ``offsets`` (the last ends at ``indexed_end``).
+def span_crcs(buf: Buffer, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """CRC32C of ``buf[starts[k]:ends[k]]`` for every k.
 
     Args:
-        storage: Where the file is (a local storage is memory-mapped).
-        path: The data file.
+        buf: The bytes.
+        starts: int64 span starts.
+        ends: int64 span ends.
+
+    Returns:
+        ``uint32`` CRCs, one per span (the compiled module: one call without the GIL).
+
+    Raises:
+        ValueError: A span lies outside ``buf``.
+    """
+    out = np.empty(len(starts), dtype=np.uint32)
+    starts = np.ascontiguousarray(starts, dtype=np.int64)
+    ends = np.ascontiguousarray(ends, dtype=np.int64)
+    native = _accel.native
+    if native is not None:
+        native.crcs(buf, starts, ends, out, _crc32c.crc32c)
+        return out
+    view, crc = memoryview(buf), _crc32c.crc32c
+    for k, (a, b) in enumerate(zip(starts.tolist(), ends.tolist(), strict=True)):
+        if not 0 <= a <= b <= len(view):
+            raise ValueError(f"span {k} [{a}, {b}) is outside the buffer")
+        out[k] = crc(view[a:b])
+    return out
+
+
+def payload_checksums(path: str, url: str, fmt: RecordFormat, offsets: np.ndarray,
+                      indexed_end: int, *, threads: int = 2,
+                      block_bytes: int = 32 << 20) -> np.ndarray:
+    """CRC32C of the payload of each record at ``offsets`` of a local file (the last ends at
+    ``indexed_end``), on ``threads`` threads over a memory map.
+
+    Args:
+        path: The local data file.
+        url: The file as messages name it.
         fmt: Its framing.
         offsets: Where each record starts, as the scan found them.
         indexed_end: Where the last record ends.
-        threads: Threads checksumming blocks of a local file.
+        threads: Threads checksumming blocks.
         block_bytes: About how many bytes each block holds.
 
     Returns:
@@ -43,45 +74,25 @@ def payload_checksums(storage: Storage | ReadAhead, path: str, fmt: RecordFormat
     Raises:
         TruncatedRecordError: The file shrank since it was scanned.
     """
-    out = np.empty(len(offsets), dtype=np.uint32)
     if len(offsets) == 0:
-        return out
+        return np.empty(0, dtype=np.uint32)
     starts = offsets.astype(np.int64)
     ends = np.append(starts[1:], indexed_end)
     first, last = starts + fmt.header_size, ends - fmt.footer_size  # payload byte ranges
-    local = isinstance(storage, Storage) and storage.cheap_seeks
-    # remote: blocks the size of the read-ahead's requests, so that they stream
-    blocks = plan_blocks(offsets, 0, len(offsets), block_bytes if local else 8 << 20)
-    url = storage.url(path)
-
-    def fill(buf: Buffer, a: int, b: int, base: int) -> None:
-        view, crc = memoryview(buf), _crc32c.crc32c
-        for k, (p, q) in enumerate(zip((first[a:b] - base).tolist(),
-                                       (last[a:b] - base).tolist(), strict=True)):
-            out[a + k] = crc(view[p:q])
-
-    if local:
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            if os.fstat(fd).st_size < indexed_end:
-                raise _shrank(url, indexed_end)
-            mm = mmap.mmap(fd, indexed_end, access=mmap.ACCESS_READ)
-        finally:
-            os.close(fd)
+    blocks = plan_blocks(offsets, 0, len(offsets), block_bytes)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        if os.fstat(fd).st_size < indexed_end:
+            raise TruncatedRecordError(
+                f"{url}: the file shrank while its checksums were computed; run `ofindex "
+                f"build {url}` again once writing has finished", path=url, offset=indexed_end)
+        mm = mmap.mmap(fd, indexed_end, access=mmap.ACCESS_READ)
+    finally:
+        os.close(fd)
+    try:
         with cf.ThreadPoolExecutor(max(1, min(threads, len(blocks)))) as pool:
-            list(pool.map(lambda block: fill(mm, block[0], block[1], 0), blocks))
-        return out
-    for a, b in blocks:
-        s, e = int(starts[a]), int(ends[b - 1])
-        data = storage.read(path, s, e)
-        if len(data) != e - s:
-            raise _shrank(url, e)
-        fill(data, a, b, s)
-    return out
-
-
-def _shrank(url: str, end: int) -> TruncatedRecordError:
-    return TruncatedRecordError(
-        f"{url}: the file shrank while its checksums were computed; run `ofindex build "
-        f"--checksums {url}` again once writing has finished", path=url, offset=end,
-    )
+            parts = list(pool.map(lambda block: span_crcs(mm, first[block[0]:block[1]],
+                                                          last[block[0]:block[1]]), blocks))
+    finally:
+        mm.close()
+    return np.concatenate(parts)

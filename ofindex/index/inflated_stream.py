@@ -77,7 +77,7 @@ class InflatedStream:
         end: Size of the uncompressed stream once it ended cleanly, else ``None``.
     """
 
-    cheap_seeks = False
+    is_local = False
 
     def __init__(self, source: Storage | ReadAhead, path: str, file_size: int,
                  compression: Compression, spacing: int,

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from ..formats.framing import RecordFormat
 from ..formats.seekpoints import DEFAULT_SPACING
 from ..formats.sidecar_header import Compression
-from ..storage import Storage
+from ..storage import FileStamp, Storage
 from .build_file import BuildResult, build_file
 from .resume import fresh_result
 
@@ -32,7 +32,9 @@ class FileJob:
         compression: How the file is compressed, or ``None`` to detect it.
         spacing: Uncompressed bytes between seek points of a compressed file (``None``: the
             default, and a fresh sidecar of any spacing is kept).
-        checksums: Store the CRC32C of every payload in the sidecar.
+        checksums: Store the CRC32C of every payload in the sidecar (``None``: for OFRecord).
+        stamp: The file's stamp when the build first looked at it (its framing was detected
+            then), or ``None``; a file changed since is refused.
     """
 
     storage: Storage
@@ -44,7 +46,18 @@ class FileJob:
     allow_partial: bool = False
     compression: Compression | None = None
     spacing: int | None = None
-    checksums: bool = False
+    checksums: bool | None = None
+    stamp: FileStamp | None = None
+
+    def fresh(self) -> BuildResult | None:
+        """What the file's existing sidecar says, when it is fresh (see :func:`.fresh_result`).
+
+        Returns:
+            The :class:`BuildResult` of the fresh sidecar (``skipped=True``), or ``None`` when
+            the file must be indexed.
+        """
+        return fresh_result(self.storage, self.path, self.format, self.index_storage,
+                            self.index_path, self.compression, self.checksums, self.spacing)
 
     def run(self, resume: bool = True,
             progress: Callable[[int], None] | None = None) -> BuildResult:
@@ -62,9 +75,7 @@ class FileJob:
                 :func:`~ofindex.index.build_file.build_file`.
         """
         if resume and not self.verify:
-            done = fresh_result(self.storage, self.path, self.format, self.index_storage,
-                                self.index_path, self.compression, self.checksums,
-                                self.spacing)
+            done = self.fresh()
             if done is not None:
                 if progress is not None:
                     progress(done.size)
@@ -73,4 +84,4 @@ class FileJob:
                           self.index_path, self.verify, self.allow_partial, progress=progress,
                           compression=self.compression,
                           spacing=self.spacing or DEFAULT_SPACING,
-                          checksums=self.checksums)
+                          checksums=self.checksums, expect=self.stamp)

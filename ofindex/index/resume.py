@@ -40,7 +40,7 @@ def read_header(index_storage: Storage, index_path: str) -> SidecarHeader | None
 
 def fresh_result(
     storage: Storage, path: str, fmt: RecordFormat | None, index_storage: Storage,
-    index_path: str, compression: Compression | None = None, checksums: bool = False,
+    index_path: str, compression: Compression | None = None, checksums: bool | None = None,
     spacing: int | None = None,
 ) -> BuildResult | None:
     """What a fresh existing sidecar says of ``path``, or ``None`` when it must be (re)built.
@@ -55,7 +55,8 @@ def fresh_result(
         index_storage: Storage of the sidecar.
         index_path: Where the sidecar is.
         compression: The compression asked for, or ``None`` (auto).
-        checksums: Payload checksums are asked for (a sidecar without them is rebuilt).
+        checksums: ``True``: payload checksums are asked for (a sidecar without them is
+            rebuilt); ``None`` (the default) keeps a fresh sidecar with or without them.
         spacing: The seek point spacing asked for (a compressed file indexed with another
             is rebuilt), or ``None`` (any).
 
@@ -67,7 +68,7 @@ def fresh_result(
         return None
     if compression is not None and header.compression is not compression:
         return None  # indexed as another compression than asked for: rebuild (and refuse)
-    if checksums and not header.checksums and header.compression is Compression.NONE:
+    if checksums and not header.checksums:
         return None  # checksums asked for and missing
     if (spacing is not None and header.compression is not Compression.NONE
             and header.spacing != spacing):
@@ -79,4 +80,5 @@ def fresh_result(
                        header.count, stamp.size, fingerprint=stamp.fingerprint, skipped=True,
                        compression=header.compression,
                        uncompressed_size=header.uncompressed_size,
-                       index_bytes=layout_of(header).end, seek_points=header.seek_points)
+                       index_bytes=layout_of(header).end, seek_points=header.seek_points,
+                       body_crc=header.body_crc)

@@ -26,6 +26,7 @@ from ..formats.framing import RecordFormat, parse_header
 from ..storage import Storage
 from ..storage.readahead import ReadAhead
 from .checks import check_headers, data_crc_problem, first_bad_data_crc, verify_streaming
+from .checksums import span_crcs
 from .inflate import InflateFailure, in_stream_error
 from .inflated_stream import InflatedStream
 from .verify import verify_crcs
@@ -43,6 +44,7 @@ class ScanResult:
     indexed_end: int         # byte just past the last indexed record
     partial: bool = False    # only a valid prefix was indexed
     problem: str | None = None
+    checksums: np.ndarray | None = None  # uint32 CRC32C of each payload, when asked for
 
 
 def scan_file(
@@ -56,8 +58,11 @@ def scan_file(
     block_size: int = 1 << 20,
     progress: Callable[[int], None] | None = None,
     threads: int = 2,
+    checksums: bool = False,
 ) -> ScanResult:
-    """Offsets of every record of ``path`` (``size`` bytes), checking the framing.
+    """Offsets of every record of ``path`` (``size`` bytes), checking the framing; with
+    ``checksums`` also the CRC32C of every payload, computed from the blocks read (so the
+    scan reads every byte: meant for streams and remote files, which it reads whole anyway).
 
     Raises :class:`CorruptRecordError` / :class:`TruncatedRecordError` naming the file, byte
     offset and record number; with ``allow_partial`` returns the valid prefix instead (and
@@ -67,9 +72,10 @@ def scan_file(
     """
     # Local TFRecord payloads are checked in a second pass over the records found, on
     # threads (see ofindex.index.verify); other storage checks them in the one pass it reads.
-    local = storage if isinstance(storage, Storage) and storage.cheap_seeks else None
+    local = storage if isinstance(storage, Storage) and storage.is_local else None
     crc_pass = verify and local is not None and fmt is RecordFormat.TFRECORD
-    scan = _Scan(storage, path, fmt, size, verify and not crc_pass, block_size, progress)
+    scan = _Scan(storage, path, fmt, size, verify and not crc_pass, block_size, progress,
+                 checksums)
     inflate_failed = scanned = False
     try:
         try:
@@ -101,8 +107,9 @@ def scan_file(
             f"{size} bytes because: {exc}",
             stacklevel=2,
         )
-        return ScanResult(offsets, end, partial=True, problem=str(exc))
-    return ScanResult(offsets, end)
+        return ScanResult(offsets, end, partial=True, problem=str(exc),
+                          checksums=scan.checksums(len(offsets)))
+    return ScanResult(offsets, end, checksums=scan.checksums(len(offsets)))
 
 
 def _prefix(scan: _Scan, exc: CorruptRecordError, offsets: np.ndarray | None = None, *,
@@ -126,7 +133,7 @@ class _Scan:
 
     def __init__(self, storage: Storage | ReadAhead | InflatedStream, path: str,
                  fmt: RecordFormat, size: int, verify: bool, block_size: int,
-                 progress: Callable[[int], None] | None) -> None:
+                 progress: Callable[[int], None] | None, checksums: bool = False) -> None:
         self.stream = isinstance(storage, InflatedStream)
         self.storage, self.path, self.fmt = storage, path, fmt
         self.size = UNKNOWN_SIZE if self.stream else size
@@ -144,6 +151,21 @@ class _Scan:
         # then two subscripts and no call (about a third faster than struct.unpack_from)
         self.words = _word_views(self.buffer) if sys.byteorder == "little" else None
         self.starts: np.ndarray | None = None  # the compiled walk's output, reused
+        # payload CRC32Cs of the records accepted so far (with checksums)
+        self.sums: list[np.ndarray] | None = [] if checksums else None
+
+    def checksums(self, count: int) -> np.ndarray | None:
+        """The payload CRC32Cs of the first ``count`` records accepted, or ``None``."""
+        if self.sums is None:
+            return None
+        sums = np.concatenate(self.sums) if self.sums else np.empty(0, dtype=np.uint32)
+        return sums[:count]
+
+    def _sum(self, at: np.ndarray, lengths: np.ndarray) -> None:
+        """Note the payload CRC32Cs of records at ``at`` (in the buffer) of ``lengths``."""
+        if self.sums is not None and len(at):
+            first = at.astype(np.int64) + self.fmt.header_size
+            self.sums.append(span_crcs(self.buffer, first, first + lengths.astype(np.int64)))
 
     def offsets(self) -> np.ndarray:
         self._flush_singles()
@@ -216,7 +238,8 @@ class _Scan:
     def run(self) -> None:
         fmt, size, hs, ov = self.fmt, self.size, self.fmt.header_size, self.fmt.overhead
         buffer = self.buffer
-        headers_only = self.storage.cheap_seeks and not self.verify
+        summing = self.sums is not None
+        headers_only = self.storage.is_local and not self.verify and not summing
         read_size = min(_HEADER_READ, self.block_size) if headers_only else self.block_size
         while self.pos < size:
             pos = self.pos
@@ -242,22 +265,27 @@ class _Scan:
             # block (with CRCs)
             lengths, problem = check_headers(buffer, at, p, pos, n, size, fmt, self.url, self.count)
             keep = len(lengths)
-            if (self.verify or self.stream) and problem is None:
+            if (self.verify or self.stream or summing) and problem is None:
                 keep = int(np.searchsorted(at[:keep] + ov + lengths, n, side="right"))
             if self.verify and keep and fmt is RecordFormat.TFRECORD:
                 bad = first_bad_data_crc(buffer, at[:keep], lengths[:keep], hs)
                 if bad is not None:
+                    self._sum(at[:bad], lengths[:bad])
                     self._accept(at[:bad], pos)
                     raise data_crc_problem(buffer, int(at[bad]), int(lengths[bad]), hs,
                                            url=self.url, base=pos, record=self.count)
+            self._sum(at[:keep], lengths[:keep])
             self._accept(at[:keep], pos)
             if problem is not None:
                 raise problem
             if keep:
                 nxt = pos + int(at[keep - 1]) + ov + int(lengths[keep - 1])
             else:  # verifying, and the first record runs past the block: stream it
-                nxt = verify_streaming(self.storage, self.path, self.url, pos + int(at[0]), size,
-                                       fmt, self.count, buffer, crc=self.verify)
+                nxt, value = verify_streaming(self.storage, self.path, self.url,
+                                              pos + int(at[0]), size, fmt, self.count, buffer,
+                                              crc=self.verify, checksum=summing)
+                if self.sums is not None:
+                    self.sums.append(np.array([value], dtype=np.uint32))
                 self._accept(at[:1], pos)
             if self.progress is not None:
                 self.progress(min(nxt, size) - pos)

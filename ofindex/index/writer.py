@@ -15,7 +15,7 @@ from ..formats.location import sidecar_location
 from ..formats.seekpoints import WRITER_SPACING
 from ..formats.sidecar import encode_sidecar
 from ..formats.sidecar_header import Compression
-from ..storage import FileStamp, LocalStorage, storage_for
+from ..storage import FileStamp, LocalStorage, Storages
 from .deflate_sink import DeflateSink
 
 
@@ -43,14 +43,14 @@ class Writer:
             (placed by full flushes, so the sidecar needs no windows).
         compression_level: zlib's level (-1: zlib's default, as TensorFlow).
         checksums: Store the CRC32C of every payload in the sidecar; reads with
-            ``verify=True`` check them. ``None`` (the default): on for uncompressed OFRecord,
-            which has no CRC of its own (a payload changed in place would otherwise read back
-            as data), off for TFRecord, whose framing carries CRCs. It costs one hardware
+            ``verify=True`` check them. ``None`` (the default): on for OFRecord, compressed
+            or not, which has no CRC of its own (a payload changed in place would otherwise
+            read back as data, and a compressed file's gzip CRC is only checked by a pass over
+            all of it), off for TFRecord, whose framing carries CRCs. It costs one hardware
             CRC32C per record and 4 bytes per record in the sidecar.
 
     Raises:
-        ValueError: An unknown ``format`` or ``compression``, or ``checksums=True`` for a
-            compressed file.
+        ValueError: An unknown ``format`` or ``compression``.
         StorageError: The storage cannot be reached or refuses the write.
 
     Local files are written under a temporary name (``<name>.<pid>.tmp``) and renamed into
@@ -84,16 +84,13 @@ class Writer:
         self.format = RecordFormat.parse(format)
         self.compression = Compression.parse(compression)
         if checksums is None:
-            checksums = (self.format is RecordFormat.OFRECORD
-                         and self.compression is Compression.NONE)
-        elif checksums and self.compression is not Compression.NONE:
-            raise ValueError("checksums=True is for uncompressed files: a compressed file is "
-                             "guarded by inflate and its gzip CRC32 / zlib Adler-32")
+            checksums = self.format is RecordFormat.OFRECORD
         self._crcs = array.array("I") if checksums and index else None
-        self._storage, self._path = storage_for(os.fspath(url), storage_options)
+        storages = Storages(storage_options)
+        self._storage, self._path = storages.for_url(os.fspath(url))
         self._index = index
         self._index_storage, self._index_path = sidecar_location(
-            self._storage, self._path, index_dir, storage_options
+            self._storage, self._path, index_dir, storages
         )
         self._tmp = (f"{self._path}.{os.getpid()}.tmp" if isinstance(self._storage, LocalStorage)
                      else None)

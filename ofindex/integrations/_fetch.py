@@ -12,6 +12,7 @@ import numpy as np
 
 from ..decode import BatchDecoder, FixedLen, Ragged
 from ..decode.batch import decode_records_packed
+from ..read.dataset import Dataset
 
 #: The numeric ``FixedLen`` outputs of a batch: ``{name: (shape, dtype)}``.
 Layout = dict[str, tuple[tuple[int, ...], np.dtype[Any]]]
@@ -93,11 +94,11 @@ class BatchFetch:
             made = allocate(layout)
         outs = {k: np.asarray(v) for k, v in made.items()}
         packs = self.pack_bytes and _decodes_records(self.decoder)
-        if packs:
-            in_maps = getattr(self.source, "_payload_spans", None)
-            spans = in_maps(indices) if in_maps is not None else None
+        if packs and isinstance(self.source, Dataset):
+            spans = self.source.mapped_spans(indices)
             if spans is not None:  # decoded straight out of the memory-mapped records
-                packed = self._decode_packed(spans[0], outs, allocate, made, spans[1])
+                packed = self._decode_packed(spans.maps, outs, allocate, made,
+                                             (spans.which, spans.starts, spans.ends))
                 if packed is not None:
                     return packed, made
         recs = self.records(indices)

@@ -51,6 +51,13 @@ def record_namer(url: str, starts: np.ndarray,
     return lambda k: (url, int(starts[k]), first + k)
 
 
+def record_naming(url: str, offsets: np.ndarray,
+                  records: np.ndarray) -> Callable[[int], tuple[str, int, int]]:
+    """Name payload ``k`` of records ``records`` (numbers inside one shard whose sidecar
+    offsets are ``offsets``), for errors: its file, byte offset and record number."""
+    return lambda k: (url, int(offsets[records[k]]), int(records[k]))
+
+
 def check_many(payloads: Sequence[bytes], stored: np.ndarray,
                where: Callable[[int], tuple[str, int, int]]) -> None:
     """Check payloads against their stored CRC32C (``uint32``, one each).

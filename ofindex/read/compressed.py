@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import itertools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -27,8 +27,11 @@ from ..formats.sidecar import Sidecar
 from ..index.inflate import InflateFailure, in_stream_error, inflate_span
 from ..storage import Storage
 from ..storage.ranges import DEFAULT_MAX_BYTES, coalesce
+from .checksums import check_many, check_one, sidecar_sums
+from .index_round import load_sidecars
 from .payloads import extract_payloads
-from .shards import Shard, prefetch_sidecars
+from .record_checks import RecordChecks
+from .table import ShardTable
 
 #: A piece inflates at most about this many bytes before the next one starts afresh.
 MAX_PIECE_BYTES = 64 << 20
@@ -66,6 +69,9 @@ def read_record(storage: Storage, path: str, sc: Sidecar, record: int, fmt: Reco
                                       fmt, verify, url, np.array([start]), rec)[0]
     except CorruptRecordError as exc:
         raise in_stream_error(exc, sc.compression, a) from None
+    sums = sidecar_sums(sc, verify)
+    if sums is not None:
+        check_one(got, int(sums[record]), path=url, offset=start, record=record)
     return got
 
 
@@ -101,16 +107,23 @@ def read_records(storage: Storage, path: str, sc: Sidecar, records: np.ndarray,
     full_ends = seeks.compressed_ends(reaches)
     spans = list(zip(first_in.tolist(), full_ends.tolist(), strict=True))
 
+    sums = sidecar_sums(sc, verify)
+
     def piece(j: int, src: Any) -> list[Any]:
         k, lo, hi = pieces[j]
         a = spans[j][0]
         buf, base = _inflate_piece(storage, path, url, sc, k, reach[j], src, a, spans[j][1],
                                    e[lo:hi], r[lo:hi])
         try:
-            return extract_payloads(buf, s[lo:hi] - base, e[lo:hi] - base, fmt, verify, url,
-                                    s[lo:hi], r[lo:hi])
+            got = extract_payloads(buf, s[lo:hi] - base, e[lo:hi] - base, fmt, verify, url,
+                                   s[lo:hi], r[lo:hi])
         except CorruptRecordError as exc:
             raise in_stream_error(exc, sc.compression, a) from None
+        if sums is not None:
+            starts_of = s[lo:hi]
+            check_many(got, sums[r[lo:hi]],
+                       lambda m: (url, int(starts_of[m]), int(r[lo + m])))
+        return got
 
     work = int((reaches - seeks.out[ks]).sum())
     pool = _executor() if len(pieces) > 1 and work >= PARALLEL_INFLATE_BYTES else None
@@ -169,7 +182,7 @@ def plan_pieces(starts: np.ndarray, ends: np.ndarray,
 def _mapped_views(storage: Storage, path: str,
                   spans: list[tuple[int, int]]) -> list[memoryview] | None:
     """Views of the memory map for each span, or ``None`` when the file is not mapped."""
-    if storage.maps_files:
+    if storage.can_mmap:
         mm = storage.mapped(path, max(b for _, b in spans))
         if mm is not None:
             view = memoryview(mm)
@@ -182,7 +195,7 @@ def _fetch_ends(storage: Storage, seeks: SeekTable, ks: np.ndarray,
     """Where to stop reading the spans from points ``ks`` to uncompressed ``reaches``: their
     ends on local files, an estimate of what is needed on remote ones (the rest is read only
     when it falls short: :func:`_inflate_piece`)."""
-    if storage.cheap_seeks:
+    if storage.is_local:
         return seeks.compressed_ends(reaches)
     return seeks.estimated_ends(ks, reaches)
 
@@ -195,7 +208,7 @@ def _fetch_and_inflate(storage: Storage, path: str, spans: list[tuple[int, int]]
     so that inflating overlaps the reads still in flight, or one by one after them."""
     starts = np.array([a for a, _ in spans], dtype=np.int64)
     ends = np.array([b for _, b in spans], dtype=np.int64)
-    plan = coalesce(starts, ends, storage.max_gap_for(path), DEFAULT_MAX_BYTES)
+    plan = coalesce(starts, ends, storage.preferred_gap(path), DEFAULT_MAX_BYTES)
     served: list[list[int]] = [[] for _ in range(len(plan.fetch_starts))]
     for j, f in enumerate(plan.item_fetch.tolist()):
         served[f].append(j)
@@ -245,38 +258,35 @@ def _inflate(url: str, sc: Sidecar, k: int, reach: int, src: Any, a: int, ends: 
     return buf, base
 
 
-def read_batch(storage: Storage, shards: Sequence[Shard], cum: np.ndarray, first: np.ndarray,
-               idx: np.ndarray, fmt: RecordFormat, verify: bool,
+def read_batch(table: ShardTable, checks: RecordChecks, indices: np.ndarray,
                plain: Callable[[np.ndarray], list[Any]]) -> list[Any]:
-    """Payloads of global records of a dataset with compressed shards.
+    """Payloads of records of a dataset with compressed shards (any mix).
 
     Args:
-        storage: Storage of the data files.
-        shards: The dataset's shards.
-        cum: Records up to and including each shard.
-        first: Global number of each shard's first record.
-        idx: Global record numbers (valid, non-negative).
-        fmt: The framing.
-        verify: Check TFRecord CRCs.
+        table: The shards.
+        checks: What to check.
+        indices: Global record numbers (valid, non-negative).
         plain: Reads the records of uncompressed shards (global numbers).
 
     Returns:
-        The payloads, in the order of ``idx``.
+        The payloads, in the order of ``indices``.
     """
-    shard_of = np.searchsorted(cum, idx, side="right")
+    shard_of = table.shard_numbers(indices)
     touched = np.unique(shard_of).tolist()
-    prefetch_sidecars([shards[s] for s in touched])
-    out = np.empty(len(idx), dtype=object)
-    is_plain = np.ones(len(idx), dtype=bool)
+    load_sidecars([table.shards[s] for s in touched])
+    out = np.empty(len(indices), dtype=object)
+    is_plain = np.ones(len(indices), dtype=bool)
     for s in touched:
-        sc = shards[s].sidecar
+        shard = table.shards[s]
+        sc = shard.sidecar
         if not sc.compressed:
             continue
         sel = np.flatnonzero(shard_of == s)
         is_plain[sel] = False
-        out[sel] = read_records(storage, shards[s].path, sc, idx[sel] - first[s], fmt, verify)
+        out[sel] = read_records(table.storage, shard.path, sc, indices[sel] - table.first[s],
+                                checks.format, checks.verify)
     if is_plain.any():
-        got = plain(idx[is_plain])
+        got = plain(indices[is_plain])
         holder = np.empty(len(got), dtype=object)
         holder[:] = got
         out[is_plain] = holder

@@ -2,8 +2,10 @@
 first record asked for, records cut out of the stream block by block.
 
 A pass over a whole shard starts at the file's start and goes on to the end of the file, so
-zlib checks every gzip member's CRC32 and length (zlib: Adler-32) on the way: the only check
-OFRecord payloads get. Remote files are read in large sequential requests with one in flight.
+zlib checks every gzip member's CRC32 and length (zlib: Adler-32) on the way, whatever
+``verify`` says (it costs nothing: the bytes are inflated anyway). OFRecord payloads are also
+checked against the sidecar's checksums when it has them (the default) and ``verify`` is on.
+Remote files are read in large sequential requests with one in flight.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from ..index.inflated_stream import InflatedStream, StartPoint
 from ..storage import Storage
 from ..storage.ranges import plan_blocks
 from ..storage.readahead import ReadAhead
+from .checksums import check_many, record_namer, sidecar_sums
 from .payloads import extract_payloads
 
 
@@ -44,9 +47,10 @@ def stream_compressed(
     size = sc.header.stamp.size
     start = StartPoint(int(seeks.kind[k]), int(seeks.in_[k]), int(seeks.bits[k]),
                        seeks.window(k), int(seeks.out[k]))
-    source = storage if storage.cheap_seeks else ReadAhead(storage, path, size, STREAM_CHUNK)
+    source = storage if storage.is_local else ReadAhead(storage, path, size, STREAM_CHUNK)
     stream = InflatedStream(source, path, size, sc.compression, 0, start=start)
     whole = k == 0 and lo == 0 and hi == len(sc) and not sc.header.partial
+    sums = sidecar_sums(sc, verify)
     buf = bytearray(0)
     try:
         for a, b in blocks:
@@ -61,15 +65,18 @@ def stream_compressed(
                     stream.raise_failure()
                     raise InflateFailure(size, s0 + got, "the stream ends early", True)
             except InflateFailure as failure:
-                cut = int(np.argmax(ends > failure.produced))
+                past = ends > failure.produced  # the first record it cut short, or (a
+                cut = int(np.argmax(past)) if past.any() else len(ends) - 1  # bad check value)
                 raise failure.error(url, a + cut, sc.compression) from None
             try:
                 payloads = extract_payloads(view, starts - s0, ends - s0, sc.format, verify,
                                             url, starts, np.arange(a, b))
             except CorruptRecordError as exc:
                 raise in_stream_error(exc, sc.compression, start.in_) from None
+            if sums is not None:
+                check_many(payloads, sums[a:b], record_namer(url, starts, a))
             yield from payloads
-        if whole and verify:
+        if whole:  # the gzip CRC32 / zlib Adler-32 of the whole stream, whatever ``verify``
             try:
                 stream.finish()
             except InflateFailure as failure:

@@ -1,9 +1,14 @@
-"""The dataset: a sequence of records over many shards, with O(1) random access."""
+"""The dataset: a sequence of records over many shards, with O(1) random access.
 
+One class over a :class:`~ofindex.read.table.ShardTable` (the shards and where each global
+record number lives) and :class:`~ofindex.read.record_checks.RecordChecks` (what each read
+checks). A single record is read inline (the hot path: a compiled call on a memory map, a
+checked ``pread`` or range read, or an inflate from a seek point); a batch is read by the
+strategy :func:`ofindex.read.batch_strategy.choose` picks; sequential reads go through
+:mod:`ofindex.read.iteration`.
+"""
 
-from bisect import bisect_right as _bisect_right
 from collections.abc import Callable, Iterator, Sequence
-from os import getpid as _getpid
 from types import TracebackType
 from typing import Any
 
@@ -11,25 +16,24 @@ import crc32c as _crc32c
 import numpy as np
 
 from .. import _accel
-from ..errors import SidecarError
 from ..formats.crc import LENGTH_CRCS
-from ..formats.framing import RecordFormat, unframe_ofrecord, unframe_tfrecord
-from ..formats.sidecar import Sidecar
+from ..formats.framing import RecordFormat
+from ..formats.sidecar_header import Compression
 from ..storage import Storage
 from ..storage.ranges import DEFAULT_MAX_BYTES
-from . import batches, bigbatch, compressed
+from . import batch_strategy, compressed, iteration
+from .batch_source import BatchSource
 from .checksums import check_one
-from .gather import BatchReads
-from .info import DatasetInfo, as_indices
-from .shards import Shard
+from .mapped_gather import MappedShards, MappedSpans, checked_spans, raise_mapped_problem
+from .record_checks import RecordChecks
+from .shards import Shard, ShardInfo
+from .table import ShardTable, as_indices
 
 #: A callable applied to each record's bytes (``ofindex.open(..., decode=...)``).
 Decode = Callable[[Any], Any]
-#: More records than this in one dataset can only come from corrupt indexes or manifests.
-_MAX_RECORDS = 1 << 62
 
 
-class Dataset(BatchReads, DatasetInfo):
+class Dataset:
     """Records of one or more TFRecord/OFRecord shards, addressable by a global record number.
 
     Made by :func:`ofindex.open`. Records are numbered shard by shard, in the order the shards
@@ -56,6 +60,9 @@ class Dataset(BatchReads, DatasetInfo):
         max_read_bytes: Largest merged read.
         compressed: Whether any shard may be gzip/zlib compressed (default: whether a loaded
             sidecar says so).
+
+    Raises:
+        SidecarError: The shards claim more records than any dataset can hold.
     """
 
     def __init__(
@@ -70,59 +77,38 @@ class Dataset(BatchReads, DatasetInfo):
         max_read_bytes: int = DEFAULT_MAX_BYTES,
         compressed: bool | None = None,
     ) -> None:
-        self._storage = storage
-        self._shards = list(shards)
+        self._table = ShardTable(storage, shards)
         if compressed is None:
-            compressed = any(s.loaded and s.sidecar.compressed for s in self._shards)
+            compressed = any(s.opened and s.header.compression is not Compression.NONE
+                             for s in self._table.shards)
         self._compressed = compressed
         self.format = fmt
-        self._unframe = unframe_tfrecord if fmt is RecordFormat.TFRECORD else unframe_ofrecord
-        self.verify = verify
         self.decode = decode
+        self.verify = verify  # sets the checks
         self._max_gap = max_gap
         self.max_read_bytes = max_read_bytes
-        total = sum(s.records for s in self._shards)
-        if total > _MAX_RECORDS:  # only corrupt indexes or manifests add up to this
-            raise SidecarError(
-                f"the indexes of these {len(self._shards)} shards claim {total} records in "
-                "all, more than any dataset can hold; an index or the manifest is corrupt — "
-                "rebuild it with `ofindex build`"
-            )
-        counts = np.array([s.records for s in self._shards], dtype=np.int64)
-        self._cum = np.cumsum(counts)                  # records up to and including shard k
-        self._first = self._cum - counts               # global number of each shard's record 0
-        self._first_list = self._first.tolist()
-        self._overhead = fmt.overhead
-        self._header, self._footer = fmt.header_size, fmt.footer_size
-        self._cum_list = self._cum.tolist()
-        self._len = int(self._cum[-1]) if len(counts) else 0
-        known = [s for s in self._shards if s.size >= 0 and s.records > 0]
-        # mean framed record size: which batches are big enough to spread over threads
-        self._mean_record = (sum(s.size for s in known) / sum(s.records for s in known)
-                             if known else 0.0)
 
     @property
     def verify(self) -> bool:
         """Whether records are checked on read (settable): TFRecord CRCs, and OFRecord payloads
         against the checksums of sidecars that have them."""
-        return self._verify
+        return self._checks.verify
 
     @verify.setter
     def verify(self, value: bool) -> None:
-        self._verify = bool(value)
-        self._tf_verify = self._verify and self.format is RecordFormat.TFRECORD
-        self._of_verify = self._verify and self.format is RecordFormat.OFRECORD  # checksums
+        self._checks = RecordChecks.of(self.format, bool(value))
 
     @property
     def max_gap(self) -> int:
         """Largest gap between two wanted byte ranges read through rather than split
         (settable; ``None`` goes back to the storage's, which it may lower once it knows the
-        server: see :meth:`ofindex.storage.Storage.max_gap_for`)."""
+        server: see :meth:`ofindex.storage.Storage.preferred_gap`)."""
         if self._max_gap is not None:
             return self._max_gap
-        if not self._shards:
-            return self._storage.default_max_gap
-        return self._storage.max_gap_for(self._shards[0].path)
+        table = self._table
+        if not table.shards:
+            return table.storage.default_max_gap
+        return table.storage.preferred_gap(table.shards[0].path)
 
     @max_gap.setter
     def max_gap(self, value: int | None) -> None:
@@ -131,10 +117,10 @@ class Dataset(BatchReads, DatasetInfo):
     # -- sequence protocol -------------------------------------------------------------------
     def __len__(self) -> int:
         """Return the number of records in all shards."""
-        return self._len
+        return self._table.size
 
     def __repr__(self) -> str:
-        return (f"Dataset({len(self._shards)} shards, {self._len} records, "
+        return (f"Dataset({len(self._table.shards)} shards, {self._table.size} records, "
                 f"{self.format.name.lower()}, verify={self.verify})")
 
     def __getitem__(self, key: int | np.integer | slice | Sequence[int] | np.ndarray) -> Any:
@@ -160,53 +146,62 @@ class Dataset(BatchReads, DatasetInfo):
             if isinstance(key, np.integer):
                 key = int(key)
             elif isinstance(key, slice):
-                return self._get_many(np.arange(*key.indices(self._len), dtype=np.int64))
+                return self._read_many(np.arange(*key.indices(len(self)), dtype=np.int64))
             else:
-                return self._get_many(as_indices(key, strict=True))
-        # one record: the hot path, kept flat
-        n = self._len
-        i = key + n if key < 0 else key
-        if not 0 <= i < n:
-            self._check_index(key)
-        s = _bisect_right(self._cum_list, i)
-        shard = self._shards[s]
-        local = i - self._first_list[s]
-        if shard.cache is not None and not shard.loaded:  # remote: pages, as for batches
-            return self._get_many(np.array([i], dtype=np.int64))[0]
-        sc = shard._sidecar
-        if sc is None or shard.cache is not None or shard._pid != _getpid():
-            sc = shard.sidecar  # first touch, a new process, or an LRU-managed sidecar
-        if sc.compressed:  # gzip/zlib: inflate from the seek point before the record
-            got = compressed.read_record(self._storage, shard.path, sc, local, self.format,
-                                         self.verify)
-            return got if self.decode is None else self.decode(got)
-        native = _accel.native
-        if native is not None and self._storage.maps_files:
-            buf = self._storage.mapped(shard.path, 0)
-            if buf is not None:  # span, cut and checks in one compiled call
-                got = native.record(buf, sc.offsets, sc.indexed_end, local, self._header,
-                                    self._footer, self._tf_verify, _crc32c.crc32c, LENGTH_CRCS)
-                if isinstance(got, bytes):
-                    if self._of_verify and sc.sums is not None and (
-                            _crc32c.crc32c(got) != sc.sums[local]):
-                        self._check_sum(got, shard, sc, local)  # raises the precise error
-                    return got if self.decode is None else self.decode(got)
-                self._raise_problem(got, shard, sc, buf, local)  # or past the map: read below
-        start, end = sc.span(local)
-        if end - start < self._overhead or end > sc.indexed_end:  # corrupt offsets
-            raise sc.bad_span(local, start, end)  # (checked by spans() in batches)
-        payload = self._unframe(self._storage.read(shard.path, start, end), self.verify,
-                                self._storage.url(shard.path), start, local)
-        if self._of_verify and sc.sums is not None and (
-                _crc32c.crc32c(payload) != sc.sums[local]):
-            self._check_sum(payload, shard, sc, local)
+                return self._read_many(as_indices(key, strict=True))
+        payload = self._read_one(self._table.check_index(key))
         return payload if self.decode is None else self.decode(payload)
 
-    def _check_sum(self, payload: Any, shard: Shard, sc: Sidecar, local: int) -> None:
-        """Check one OFRecord payload against its sidecar checksum."""
-        assert sc.checksums is not None
-        check_one(payload, int(sc.checksums[local]), path=self._storage.url(shard.path),
-                  offset=int(sc.offsets[local]), record=local)
+    def _read_one(self, index: int) -> Any:
+        """The payload of record ``index`` (valid, non-negative): the hot path, kept flat.
+
+        Which way, in order: a remote shard whose sidecar is not loaded in this process goes
+        through the batch path (its pages and data stamp come in one round); a compressed
+        shard inflates from the seek point before the record; a memory-mapped shard with the
+        compiled module is one compiled call (span, checks, copy); else a checked range read.
+        """
+        table = self._table
+        s, local = table.locate(index)
+        shard = table.shards[s]
+        if shard.cache is not None and not shard.loaded:
+            return self._read_many(np.array([index], dtype=np.int64), decode=False)[0]
+        sidecar = shard.sidecar
+        checks, storage = self._checks, table.storage
+        if sidecar.compressed:
+            return compressed.read_record(storage, shard.path, sidecar, local, self.format,
+                                          checks.verify)
+        native = _accel.native
+        if native is not None and storage.can_mmap:
+            mapped = storage.mapped(shard.path, sidecar.indexed_end)
+            if mapped is not None:  # span, cut and checks in one compiled call
+                got = native.record(mapped, sidecar.offsets, sidecar.indexed_end, local,
+                                    checks.header, checks.footer, checks.tfrecord_crcs,
+                                    _crc32c.crc32c, LENGTH_CRCS)
+                if not isinstance(got, bytes):
+                    maps = MappedShards([s], np.zeros(1, np.int64), np.array([local]),
+                                        [mapped], [sidecar.offsets], [sidecar.indexed_end])
+                    raise_mapped_problem(table, checks, maps, 0, got)
+                if checks.payload_sums and sidecar.sums is not None and (
+                        _crc32c.crc32c(got) != sidecar.sums[local]):
+                    self._check_sum(got, shard, local)  # raises the precise error
+                return got
+        start, end = sidecar.span(local)
+        if end - start < checks.overhead or end > sidecar.indexed_end:  # corrupt offsets
+            raise sidecar.bad_span(local, start, end)  # (checked by spans() in batches)
+        payload = checks.unframe(storage.read(shard.path, start, end), checks.verify,
+                                 storage.url(shard.path), start, local)
+        if checks.payload_sums and sidecar.sums is not None and (
+                _crc32c.crc32c(payload) != sidecar.sums[local]):
+            self._check_sum(payload, shard, local)
+        return payload
+
+    def _check_sum(self, payload: Any, shard: Shard, local: int) -> None:
+        """Check one OFRecord payload against its sidecar checksum (raises on a mismatch)."""
+        sidecar = shard.sidecar
+        assert sidecar.checksums is not None
+        check_one(payload, int(sidecar.checksums[local]),
+                  path=self._table.storage.url(shard.path),
+                  offset=int(sidecar.offsets[local]), record=local)
 
     def __getitems__(self, indices: Sequence[int] | np.ndarray) -> list[Any]:
         """Read a batch of records with coalesced reads (PyTorch's batched-fetch protocol).
@@ -221,7 +216,41 @@ class Dataset(BatchReads, DatasetInfo):
             RecordIndexError, CorruptRecordError, SidecarError, RangeReadError: As for
                 ``ds[i]``.
         """
-        return self._get_many(as_indices(indices))
+        return self._read_many(as_indices(indices))
+
+    def _read_many(self, indices: np.ndarray, *, decode: bool = True) -> list[Any]:
+        """Records ``indices`` (any sign), read by the batch strategy; decoded unless not."""
+        if len(indices) == 0:
+            return []
+        payloads = batch_strategy.read_batch(
+            self._table, self._checks, self._table.normalize(indices),
+            compressed_shards=self._compressed, max_gap=self.max_gap,
+            max_read_bytes=self.max_read_bytes)
+        if not decode or self.decode is None:
+            return payloads
+        return [self.decode(p) for p in payloads]
+
+    def mapped_spans(self, indices: Sequence[int] | np.ndarray) -> MappedSpans | None:
+        """Where the payloads of a batch lie in the memory maps of their shards, checked in
+        place as ``__getitems__`` checks them, for readers that copy only parts of them
+        (batched decoding straight out of the maps).
+
+        Args:
+            indices: Record numbers, in any order, duplicates allowed.
+
+        Returns:
+            The spans, or ``None`` when the batch must be read with ``__getitems__`` (a
+            ``decode``, compressed shards, shards not memory-mapped, no compiled module,
+            OFRecord checksums to check, CRCs to check without the CPU's CRC instruction).
+
+        Raises:
+            RecordIndexError, CorruptRecordError, SidecarError: As for ``__getitems__``.
+        """
+        if self._compressed or self.decode is not None or not self._table.storage.can_mmap:
+            return None
+        normalized = self._table.normalize(as_indices(indices))
+        maps = MappedShards.of(self._table, normalized)
+        return None if maps is None else checked_spans(self._table, self._checks, maps)
 
     def __iter__(self) -> Iterator[Any]:
         """Iterate over every record in order (see :meth:`iter_records`)."""
@@ -239,33 +268,13 @@ class Dataset(BatchReads, DatasetInfo):
 
         The dataset stays usable: a later read reopens what it needs.
         """
-        close = getattr(self._storage, "close", None)
-        if close is not None:
-            close()
-        for shard in self._shards:
+        self._table.storage.close()
+        for shard in self._table.shards:
             shard.unload()
 
-    # -- reading -----------------------------------------------------------------------------
-    def _get_many(self, idx: np.ndarray) -> list[Any]:
-        if len(idx) == 0:
-            return []
-        payloads = self._payloads(self._normalize(idx))
-        return payloads if self.decode is None else [self.decode(p) for p in payloads]
-
-    def _payload_spans(self, indices: Sequence[int] | np.ndarray
-                       ) -> tuple[list[Any], tuple[np.ndarray, np.ndarray, np.ndarray]] | None:
-        """Where the payloads of a batch lie in the maps of its shards, checked in place as
-        ``__getitems__`` checks them, for readers that copy only parts of them (batched
-        decoding): ``(maps, (which map, payload starts, payload ends))``, or ``None`` when the
-        batch must be read with ``__getitems__`` (see
-        :func:`ofindex.read.bigbatch.checked_spans`).
-
-        Raises:
-            RecordIndexError, CorruptRecordError, SidecarError: As for ``__getitems__``.
-        """
-        if self._compressed or self.decode is not None:
-            return None
-        return bigbatch.checked_spans(self, self._normalize(as_indices(indices)))
+    # -- sequential reading ------------------------------------------------------------------
+    def _source(self) -> BatchSource:
+        return BatchSource(self._table, self._checks, self.decode)
 
     def iter_records(self, start: int = 0, stop: int | None = None,
                      block_bytes: int = 8 << 20) -> Iterator[Any]:
@@ -283,7 +292,8 @@ class Dataset(BatchReads, DatasetInfo):
             RecordIndexError: ``[start, stop)`` is not a valid range.
             CorruptRecordError, SidecarError, RangeReadError: As for ``ds[i]``.
         """
-        for batch in batches.iter_batches(self, 1024, start, stop, False, block_bytes):
+        for batch in iteration.iter_batches(self._source(), 1024, start, stop, False,
+                                            block_bytes, compressed_shards=self._compressed):
             yield from batch
 
     def iter_batches(self, batch_size: int = 1024, start: int = 0, stop: int | None = None, *,
@@ -319,4 +329,80 @@ class Dataset(BatchReads, DatasetInfo):
             CorruptRecordError, SidecarError, RangeReadError: As for ``ds[i]``, when the batch
                 holding the record is read.
         """
-        return batches.iter_batches(self, batch_size, start, stop, as_buffer, block_bytes)
+        return iteration.iter_batches(self._source(), batch_size, start, stop, as_buffer,
+                                      block_bytes, compressed_shards=self._compressed)
+
+    # -- what the dataset knows without reading data -----------------------------------------
+    @property
+    def shards(self) -> list[ShardInfo]:
+        """Path, record count, size and sidecar of every shard."""
+        return self._table.infos()
+
+    @property
+    def compressions(self) -> list[Compression]:
+        """How each shard's data file is compressed (reads every sidecar's header)."""
+        return [s.header.compression for s in self._table.shards]
+
+    @property
+    def cumulative_counts(self) -> np.ndarray:
+        """``cumulative_counts[k]`` = records in shards ``0..k`` (for samplers)."""
+        counts: np.ndarray = self._table.cumulative.copy()
+        return counts
+
+    def shards_without_checksums(self) -> list[str]:
+        """List the shards whose sidecars hold no payload checksums (loads every sidecar).
+
+        OFRecord payloads are checked on read only against such checksums.
+
+        Returns:
+            The shards' URLs.
+        """
+        return [self._table.storage.url(s.path) for s in self._table.shards
+                if not s.header.checksums]
+
+    def check_indexes(self) -> None:
+        """Check every sidecar's body against its CRC (reads all sidecars).
+
+        Raises:
+            SidecarError: A sidecar's offsets are corrupt.
+        """
+        for shard in self._table.shards:
+            shard.sidecar.check_offsets(shard.data_url)
+
+    def locate(self, index: int) -> tuple[int, int]:
+        """Find where a record lives, without reading data.
+
+        Args:
+            index: A global record number (negative counts from the end).
+
+        Returns:
+            ``(shard number, record number inside the shard)``.
+
+        Raises:
+            RecordIndexError: ``index`` is out of range.
+        """
+        return self._table.locate(self._table.check_index(index))
+
+    def record_lengths(self, indices: Sequence[int] | np.ndarray) -> np.ndarray:
+        """Payload lengths of records, from the index alone (no data read).
+
+        Args:
+            indices: Record numbers.
+
+        Returns:
+            An int64 array of payload lengths in bytes.
+
+        Raises:
+            RecordIndexError: A record number is out of range.
+            SidecarError: The sidecar's offsets are corrupt.
+        """
+        table = self._table
+        normalized = table.normalize(as_indices(indices))
+        shard_of = table.shard_numbers(normalized)
+        out = np.empty(len(normalized), dtype=np.int64)
+        for s in np.unique(shard_of).tolist():
+            chosen = np.flatnonzero(shard_of == s)
+            sidecar = table.shards[s].sidecar
+            starts, ends = sidecar.spans(normalized[chosen] - table.first[s])
+            out[chosen] = ends - starts - sidecar.format.overhead
+        return out

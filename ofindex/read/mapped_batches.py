@@ -21,12 +21,10 @@ from .._threads import usable_cores
 from ..errors import OfindexError
 from ..formats.crc import LENGTH_CRCS
 from ..formats.sidecar import Sidecar
+from .batch_source import BatchSource
 from .checksums import check_many, record_namer, sidecar_sums
 from .payloads import raise_record_error
-from .record_batch import RecordBatch, finish_batch
-
-#: An ofindex ``Dataset`` (not imported here: it imports this module).
-Dataset = Any
+from .record_batch import RecordBatch
 
 
 class _SpanArrays:
@@ -91,22 +89,23 @@ def _run_spans(sc: Sidecar, lo: int, hi: int,
 _Part = tuple[int, int, int, np.ndarray, np.ndarray, Any]
 
 
-def _plan(ds: Dataset, a: int, b: int, arrays: _SpanArrays | None = None) -> list[_Part] | None:
+def _plan(src: BatchSource, a: int, b: int,
+          arrays: _SpanArrays | None = None) -> list[_Part] | None:
     """The shard runs of records ``a..b-1`` with their spans (in ``arrays`` when given) and
     maps (sidecars and maps are opened here, in the iterating thread); ``None`` when a shard
     is shorter than its index says (the batch is then read otherwise)."""
     parts: list[_Part] = []
-    s = int(np.searchsorted(ds._cum, a, side="right"))
+    s = int(np.searchsorted(src.table.cumulative, a, side="right"))
     pos = a
     while pos < b:  # the shards the run touches (usually one)
-        first = int(ds._first[s])
-        shard = ds._shards[s]
+        first = int(src.table.first[s])
+        shard = src.table.shards[s]
         lo, hi = pos - first, min(b - first, shard.records)
         if hi > lo:
             if shard.sidecar.compressed:  # offsets into the inflated stream: no map to cut
                 return None
             starts, ends = _run_spans(shard.sidecar, lo, hi, arrays)
-            buf = ds._storage.mapped(shard.path, int(ends[-1]))
+            buf = src.table.storage.mapped(shard.path, int(ends[-1]))
             if buf is None:
                 return None
             parts.append((s, lo, hi, starts, ends, buf))
@@ -115,7 +114,7 @@ def _plan(ds: Dataset, a: int, b: int, arrays: _SpanArrays | None = None) -> lis
     return parts
 
 
-def _cut(ds: Dataset, parts: list[_Part], a: int, as_buffer: bool, spare_core: bool,
+def _cut(src: BatchSource, parts: list[_Part], a: int, as_buffer: bool, spare_core: bool,
          checks: list[_Check] | None = None) -> Any:
     """The batch of records ``a..`` made from its planned parts by the compiled loops (the
     checks and copies run without the GIL; with ``spare_core``, a list's checks run on a
@@ -124,11 +123,11 @@ def _cut(ds: Dataset, parts: list[_Part], a: int, as_buffer: bool, spare_core: b
     native = _accel.native
     assert native is not None  # checked by the caller
     if checks is not None and len(parts) == 1:  # the common case, with the least overhead
-        return finish_batch(ds, _checked_ahead(ds, parts[0], checks[0]), a, False)
-    fmt, tf_verify = ds.format, ds._tf_verify
+        return src.finish(_checked_ahead(src, parts[0], checks[0]), a, False)
+    fmt, tf_verify = src.checks.format, src.checks.tfrecord_crcs
     hs, fs = fmt.header_size, fmt.footer_size
     compiled_checks = not tf_verify or native.hw_crc()  # checks without the GIL
-    sums = [sidecar_sums(ds._shards[s].sidecar, ds.verify) for s, *_ in parts]
+    sums = [sidecar_sums(src.table.shards[s].sidecar, src.checks.verify) for s, *_ in parts]
     use_pack = as_buffer and compiled_checks and all(x is None for x in sums)
     n = sum(hi - lo for _, lo, hi, _, _, _ in parts)
     if use_pack:
@@ -141,7 +140,7 @@ def _cut(ds: Dataset, parts: list[_Part], a: int, as_buffer: bool, spare_core: b
     for p, ((s, lo, hi, starts, ends, buf), part_sums) in enumerate(zip(parts, sums,
                                                                         strict=True)):
         if checks is not None:  # checked ahead (raises for a bad record)
-            got = _checked_ahead(ds, parts[p], checks[p])
+            got = _checked_ahead(src, parts[p], checks[p])
             bad = -1
         elif use_pack:
             bad = native.pack(buf, starts, ends, hs, fs, tf_verify, data,
@@ -153,13 +152,13 @@ def _cut(ds: Dataset, parts: list[_Part], a: int, as_buffer: bool, spare_core: b
             got = native.slices(buf, starts, ends, hs, fs, tf_verify, spare_core)
             bad = -1 if isinstance(got, list) else got
         if bad >= 0:
-            _raise_at(ds, parts[p], bad)
+            _raise_at(src, parts[p], bad)
         if use_pack:
             k0 += hi - lo
             used = int(offsets[k0])
         else:
             if part_sums is not None:  # OFRecord payloads against the sidecar's CRC32C
-                url = ds._storage.url(ds._shards[s].path)
+                url = src.table.url(s)
                 check_many(got, part_sums[lo:hi], record_namer(url, starts, lo))
             if len(parts) == 1:  # the batch is this list (no copy into another)
                 out = got
@@ -167,10 +166,10 @@ def _cut(ds: Dataset, parts: list[_Part], a: int, as_buffer: bool, spare_core: b
                 out += got
     if use_pack:
         return RecordBatch(data[:used], offsets, a)
-    return finish_batch(ds, out, a, as_buffer)
+    return src.finish(out, a, as_buffer)
 
 
-def _checked_ahead(ds: Dataset, part: _Part, check: _Check) -> list[bytes]:
+def _checked_ahead(src: BatchSource, part: _Part, check: _Check) -> list[bytes]:
     """The payloads of a part whose records its run's :class:`Checker` checks: waits for its
     checks (and lets the checker go on with the next batch), then makes the objects.
 
@@ -183,29 +182,29 @@ def _checked_ahead(ds: Dataset, part: _Part, check: _Check) -> list[bytes]:
     checker, x, y = check
     bad = checker.wait(y, 2 * y - x)
     if bad < 0:
-        got = native.slices(buf, starts, ends, ds.format.header_size, ds.format.footer_size,
+        got = native.slices(buf, starts, ends, src.checks.header, src.checks.footer,
                             False)  # the framing only: the CRCs passed
         if isinstance(got, list):
             return got
         bad = got + x  # the file changed since the check
-    _raise_at(ds, part, bad - x)
+    _raise_at(src, part, bad - x)
 
 
-def _raise_at(ds: Dataset, part: _Part, k: int) -> NoReturn:
+def _raise_at(src: BatchSource, part: _Part, k: int) -> NoReturn:
     """Raise the error of the ``k``-th record of a part (it failed a compiled check)."""
     s, lo, _, starts, ends, buf = part
     st, en = int(starts[k]), int(ends[k])
-    raise_record_error(buf[st:en], ds.format, ds.verify,
-                       path=ds._storage.url(ds._shards[s].path), offset=st, record=lo + k)
+    raise_record_error(buf[st:en], src.checks.format, src.checks.verify,
+                       path=src.table.url(s), offset=st, record=lo + k)
 
 
-def mapped(ds: Dataset, batch_size: int, start: int, stop: int, as_buffer: bool,
-           streamed: Callable[[Dataset, int, int], list[bytes]]) -> Iterator[Any]:
+def mapped(src: BatchSource, batch_size: int, start: int, stop: int, as_buffer: bool,
+           streamed: Callable[[BatchSource, int, int], list[bytes]]) -> Iterator[Any]:
     """The batches of records ``start..stop-1`` of memory-mapped shards, made in the calling
     thread.
 
     Args:
-        ds: The dataset (its shards are mapped; checked by the caller).
+        src: The dataset's records (its shards are mapped; checked by the caller).
         batch_size: Records per batch.
         start: First record.
         stop: One past the last record.
@@ -222,20 +221,20 @@ def mapped(ds: Dataset, batch_size: int, start: int, stop: int, as_buffer: bool,
     spare_core = usable_cores() > 1  # a list's CRCs are then checked on a second thread
     step = max(batch_size, _PLAN_RECORDS // batch_size * batch_size)
     most = min(step, stop - start)
-    arrays = _SpanArrays(most + min(len(ds._shards), most))  # room for a part per shard
+    arrays = _SpanArrays(most + min(len(src.table.shards), most))  # room for a part per shard
     runs = [(a, min(a + step, stop)) for a in range(start, stop, step)]
-    nxt = _Run(ds, *runs[0], arrays, as_buffer, spare_core) if runs else None
+    nxt = _Run(src, *runs[0], arrays, as_buffer, spare_core) if runs else None
     for r in range(len(runs)):
         run, nxt = nxt, None
         assert run is not None
         if r + 1 < len(runs):  # the next run is planned now, its checks started early
-            nxt = _Run(ds, *runs[r + 1], arrays, as_buffer, spare_core)
-        yield from _run_batches(ds, run, nxt, batch_size, as_buffer, spare_core, streamed)
+            nxt = _Run(src, *runs[r + 1], arrays, as_buffer, spare_core)
+        yield from _run_batches(src, run, nxt, batch_size, as_buffer, spare_core, streamed)
 
 
-def _run_batches(ds: Dataset, run: _Run, nxt: _Run | None, batch_size: int, as_buffer: bool,
+def _run_batches(src: BatchSource, run: _Run, nxt: _Run | None, batch_size: int, as_buffer: bool,
                  spare_core: bool,
-                 streamed: Callable[[Dataset, int, int], list[bytes]]) -> Iterator[Any]:
+                 streamed: Callable[[BatchSource, int, int], list[bytes]]) -> Iterator[Any]:
     """The batches of one run (see :func:`mapped`); at its last batch, the next run's checks
     start."""
     for a in range(run.start, run.stop, batch_size):
@@ -244,9 +243,9 @@ def _run_batches(ds: Dataset, run: _Run, nxt: _Run | None, batch_size: int, as_b
             nxt.allow(min(b + batch_size, nxt.stop))  # core while this batch is made
         parts, checks = run.within(a, b)
         if parts is None:  # a shard is shorter than its index says: read it otherwise
-            yield finish_batch(ds, streamed(ds, a, b), a, as_buffer)
+            yield src.finish(streamed(src, a, b), a, as_buffer)
         else:
-            yield _cut(ds, parts, a, as_buffer, spare_core, checks)
+            yield _cut(src, parts, a, as_buffer, spare_core, checks)
 
 
 class _Run:
@@ -256,7 +255,7 @@ class _Run:
     instead, so that the error comes at the batch that holds the record.
 
     Args:
-        ds: The dataset.
+        src: The dataset's records.
         start: The run's first record.
         stop: One past its last.
         arrays: The iteration's span buffers (the run takes the next one).
@@ -264,31 +263,31 @@ class _Run:
         spare_core: Whether a second core is free for the checks.
     """
 
-    def __init__(self, ds: Dataset, start: int, stop: int, arrays: _SpanArrays,
+    def __init__(self, src: BatchSource, start: int, stop: int, arrays: _SpanArrays,
                  as_buffer: bool, spare_core: bool) -> None:
-        self.ds, self.start, self.stop = ds, start, stop
+        self.src, self.start, self.stop = src, start, stop
         arrays.next_run()  # the run before the last is out of use: its buffer is reused
         try:
-            self.parts: list[_Part] | None = _plan(ds, start, stop, arrays)
+            self.parts: list[_Part] | None = _plan(src, start, stop, arrays)
         except (OfindexError, OSError):  # planned batch by batch: raised at its batch
             self.parts = None
-        self.checkers = _checkers(ds, self.parts, as_buffer, spare_core)
+        self.checkers = _checkers(src, self.parts, as_buffer, spare_core)
 
     def allow(self, stop: int) -> None:
         """Let the checks of records up to ``stop - 1`` start (without waiting for them)."""
         for (s, lo, *_), checker in zip(self.parts or [], self.checkers or [],
                                             strict=False):
-            first = int(self.ds._first[s]) + lo
+            first = int(self.src.table.first[s]) + lo
             checker.wait(0, stop - first)
 
     def within(self, a: int, b: int) -> tuple[list[_Part] | None, list[_Check] | None]:
         """The parts of records ``a..b-1`` and their checks (see :func:`_within`)."""
         if self.parts is None:
-            return _plan(self.ds, a, b), None
-        return _within(self.ds, self.parts, a, b, self.checkers)
+            return _plan(self.src, a, b), None
+        return _within(self.src, self.parts, a, b, self.checkers)
 
 
-def _checkers(ds: Dataset, run: list[_Part] | None, as_buffer: bool,
+def _checkers(src: BatchSource, run: list[_Part] | None, as_buffer: bool,
               spare_core: bool) -> list[Any] | None:
     """One compiled :class:`Checker` per part of a run, which checks the part's TFRecords on
     a second core ahead of the batches made from it (the records are then in the shared
@@ -296,10 +295,10 @@ def _checkers(ds: Dataset, run: list[_Part] | None, as_buffer: bool,
     :class:`RecordBatch` (checked as it is copied), no CRCs to check, no core to spare, no
     CRC instruction, or a run that could not be planned."""
     native = _accel.native
-    if (run is None or as_buffer or not spare_core or not ds._tf_verify or native is None
+    if (run is None or as_buffer or not spare_core or not src.checks.tfrecord_crcs or native is None
             or not native.hw_crc()):
         return None
-    fmt = ds.format
+    fmt = src.checks.format
     return [native.Checker(buf, starts, ends, fmt.header_size, fmt.footer_size)
             for _, _, _, starts, ends, buf in run]
 
@@ -313,14 +312,14 @@ _PLAN_RECORDS = 1 << 16
 _Check = tuple[Any, int, int]
 
 
-def _within(ds: Dataset, run: list[_Part], a: int, b: int,
+def _within(src: BatchSource, run: list[_Part], a: int, b: int,
             checkers: list[Any] | None = None) -> tuple[list[_Part], list[_Check] | None]:
     """The parts of a planned run that hold records ``a..b-1`` (views, no copies), and with
     the run's ``checkers``, each part's :data:`_Check`."""
     parts: list[_Part] = []
     checks: list[_Check] = []
     for p, (s, lo, hi, starts, ends, buf) in enumerate(run):
-        first = int(ds._first[s]) + lo  # the run part's first global record
+        first = int(src.table.first[s]) + lo  # the run part's first global record
         x, y = max(a - first, 0), min(b - first, hi - lo)
         if x < y:
             parts.append((s, lo + x, lo + y, starts[x:y], ends[x:y], buf))

@@ -10,72 +10,97 @@ process that dies mid-write leaves the database as it was before its transaction
 Entries are keyed by the sidecar's URL *and* the data file's stamp (size and fingerprint from
 the manifest), so an entry is found only while the stamps match; entries of older versions
 are never read again and age out. Whole sidecars kept as files beside it (version 1 and
-compressed-file sidecars, :class:`ofindex.read.shards.SidecarCache`) are registered here too,
-so one bound (``cache_dir_bytes``) covers both: past it, the least recently used entries are
-evicted (pages deleted, files unlinked; a process that has one mapped keeps its mapping).
+compressed-file sidecars, small ones) are registered here too, so one bound
+(``cache_dir_bytes``) covers both: past it, the least recently used entries are evicted
+(pages deleted, files unlinked; a process that has one mapped keeps its mapping).
 
-The cache is best effort: when the database is busy for longer than its timeout, or the disk
-is full, the page is simply fetched again.
+The database is data, never trusted for paths: the file an entry stands for is derived from
+its key (:mod:`ofindex.read.cachedir`), rows of the wrong shape (types, sizes, lengths) are
+misses and are dropped (:mod:`ofindex.read.cachedb`), and nothing in the directory is opened
+through a symbolic link.
+
+The cache is best effort. When ``cache_dir`` cannot be used (not a directory, not writable, a
+database that is a link, foreign, or from a newer ofindex …) the process reads without it and
+says why once, with a :class:`CacheDirWarning`; the verdict reached when the dataset is opened
+travels with it to workers. When the database is busy for longer than its timeout, or the
+disk is full, the page is simply fetched again.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+import warnings
+from collections.abc import Iterable, Sequence
 
+from ..formats.sidecar import Sidecar, decode_header
 from ..storage import FileStamp
+from . import cachedb, cachedir
+from .cachedb import DB_NAME, MAX_DATA, MAX_KEY
+
+__all__ = ["DB_NAME", "DEFAULT_NODE_BYTES", "CacheDirWarning", "NodeCache", "sidecar_key"]
 
 #: Default bound on the bytes a node cache holds.
 DEFAULT_NODE_BYTES = 16 << 30
-DB_NAME = "ofindex-pages.sqlite3"
 #: A hit refreshes an entry's last use only when it is older than this (seconds): most reads
 #: then take no write lock.
 TOUCH_AFTER = 60.0
 #: Bytes an entry costs besides its data (key, row and index overhead).
 ENTRY_OVERHEAD = 64
 
-_SCHEMA = (
-    "CREATE TABLE IF NOT EXISTS entries (key BLOB PRIMARY KEY, data BLOB, size INTEGER "
-    "NOT NULL, used REAL NOT NULL, file TEXT) WITHOUT ROWID",
-    "CREATE INDEX IF NOT EXISTS entries_used ON entries (used)",
-    "CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL)",
-    "INSERT OR IGNORE INTO meta VALUES ('bytes', 0)",
-)
+
+class CacheDirWarning(UserWarning):
+    """``cache_dir`` cannot be used: this process reads without the node cache."""
 
 
-def sidecar_key(index_url: str, stamp: FileStamp) -> bytes:
-    """The key of one version of one sidecar: its URL and its data file's stamp."""
-    text = f"{index_url}\0{stamp.size}\0{stamp.fingerprint}".encode()
+def sidecar_key(index_url: str, stamp: FileStamp, body_crc: int | None = None) -> bytes:
+    """The key of one version of one sidecar: its URL, its data file's stamp and, when the
+    manifest names it, its body CRC (a sidecar rebuilt for a file of the same size and mtime
+    is another version)."""
+    text = f"{index_url}\0{stamp.size}\0{stamp.fingerprint}\0{body_crc}".encode()
     return hashlib.sha256(text).digest()[:16]
+
+
+#: Connections a forked child inherited: never used nor closed there (closing one would drop
+#: SQLite's locks of the parent's inode state in the child), only kept from the collector.
+_INHERITED: list[sqlite3.Connection] = []
 
 
 class NodeCache:
     """The machine-wide cache in ``directory``, bounded by ``max_bytes``.
 
-    Picklable: each process (and fork) opens its own connection on first use.
+    The directory is checked (and created) now: when it cannot be used, one
+    :class:`CacheDirWarning` says why and the cache stays empty. Picklable with that verdict:
+    each process (and fork) opens its own connection on first use.
 
     Args:
-        directory: Where the database lives (created if needed).
+        directory: Where the database and whole sidecars live.
         max_bytes: Bound on the bytes of all entries.
     """
 
     def __init__(self, directory: str, max_bytes: int = DEFAULT_NODE_BYTES) -> None:
-        self.directory = os.path.abspath(os.path.expanduser(directory))
-        self.max_bytes = int(max_bytes)
+        self._restore(os.path.abspath(os.path.expanduser(directory)), int(max_bytes), None)
+        with self._lock:
+            self._connect()
+            self._close()  # no connection is carried across a fork of the opening process
+
+    def _restore(self, directory: str, max_bytes: int, problem: str | None) -> None:
+        self.directory = directory
+        self.max_bytes = max_bytes
+        #: Why the cache is not used (warned once), or ``None``.
+        self.problem = problem
         self._db: sqlite3.Connection | None = None
         self._pid = -1
         self._lock = threading.Lock()
 
-    def __getstate__(self) -> tuple[str, int]:
-        return (self.directory, self.max_bytes)
+    def __getstate__(self) -> tuple[str, int, str | None]:
+        return (self.directory, self.max_bytes, self.problem)
 
-    def __setstate__(self, state: tuple[str, int]) -> None:
-        NodeCache.__init__(self, *state)
+    def __setstate__(self, state: tuple[str, int, str | None]) -> None:
+        self._restore(*state)
 
     def __repr__(self) -> str:
         return f"NodeCache({self.directory!r}, max_bytes={self.max_bytes})"
@@ -85,126 +110,145 @@ class NodeCache:
         """The database file."""
         return os.path.join(self.directory, DB_NAME)
 
-    def _conn(self) -> sqlite3.Connection:
+    def _connect(self) -> sqlite3.Connection | None:
+        """This process's connection, or ``None`` when the cache is not used."""
+        if self.problem is not None:
+            return None
         if self._db is not None and self._pid == os.getpid():
             return self._db
-        os.makedirs(self.directory, exist_ok=True)
-        db = sqlite3.connect(self.path, timeout=30.0, isolation_level=None,
-                             check_same_thread=False)
-        db.execute("PRAGMA journal_mode=WAL")
-        db.execute("PRAGMA synchronous=NORMAL")
-        with _transaction(db):
-            for statement in _SCHEMA:
-                db.execute(statement)
+        if self._db is not None:
+            _INHERITED.append(self._db)
+            self._db = None
+        try:
+            db = cachedb.open_database(self.directory)
+        except cachedb.Unusable as e:
+            self.problem = str(e)
+            warnings.warn(CacheDirWarning(
+                f"cache_dir {self.directory!r} cannot be used: {e}; reading without the node "
+                "cache (pass another directory as cache_dir=, or fix this one)"), stacklevel=2)
+            return None
         self._db, self._pid = db, os.getpid()
         return db
+
+    def _close(self) -> None:
+        if self._db is not None and self._pid == os.getpid():
+            self._db.close()
+        elif self._db is not None:
+            _INHERITED.append(self._db)
+        self._db = None
 
     def close(self) -> None:
         """Close this process's connection (reopened on next use)."""
         with self._lock:
-            if self._db is not None and self._pid == os.getpid():
-                self._db.close()
-            self._db = None
+            self._close()
+
+    def usable(self) -> bool:
+        """Whether this process uses the cache (``False`` once it found it unusable)."""
+        with self._lock:
+            return self._connect() is not None
 
     # -- reads ----------------------------------------------------------------------------
     def get(self, keys: list[bytes]) -> dict[bytes, bytes]:
-        """The entries found among ``keys`` (missing ones are left out)."""
-        if not keys:
-            return {}
+        """The entries found among ``keys`` (missing and malformed ones are left out, and
+        malformed ones dropped)."""
         found: dict[bytes, bytes] = {}
-        stale: list[bytes] = []
-        now = time.time()
-        try:
-            with self._lock:
-                db = self._conn()
-                for k in range(0, len(keys), 500):  # SQLite's bound on host parameters
-                    chunk = keys[k : k + 500]
-                    marks = ",".join("?" * len(chunk))
-                    for key, data, used in db.execute(
-                        f"SELECT key, data, used FROM entries WHERE key IN ({marks}) "
-                        "AND data IS NOT NULL", chunk,
-                    ):
-                        found[key] = data
-                        if used < now - TOUCH_AFTER:
-                            stale.append(key)
-                if stale:
-                    with _transaction(db):
-                        db.executemany("UPDATE entries SET used = ? WHERE key = ?",
-                                       [(now, k) for k in stale])
-        except sqlite3.Error:
+        if not keys:
             return found
+        stale: list[bytes] = []
+        malformed: list[bytes] = []
+        now = time.time()
+        with self._lock:
+            db = self._connect()
+            if db is None:
+                return found
+            try:
+                for k in range(0, len(keys), 500):  # SQLite's bound on host parameters
+                    for key, data, fresh in cachedb.select(db, keys[k : k + 500],
+                                                           now - TOUCH_AFTER):
+                        if data is None:  # of no shape we write
+                            malformed.append(key)
+                            continue
+                        found[key] = data
+                        if not fresh:
+                            stale.append(key)
+                if stale or malformed:
+                    with cachedb.transaction(db):
+                        cachedb.touch(db, stale, now)
+                        cachedb.drop(db, malformed)
+            except sqlite3.Error:
+                return found
         return found
 
     # -- writes ---------------------------------------------------------------------------
     def put(self, items: Iterable[tuple[bytes, bytes]]) -> None:
-        """Store ``(key, data)`` entries (kept if already there), then evict if over budget."""
-        rows = [(key, data, len(data) + ENTRY_OVERHEAD) for key, data in items]
+        """Store ``(key, data)`` entries (replacing what is there), then evict if over
+        budget. Entries too large for the cache's rows are not stored."""
+        rows = [(key, data, len(data) + ENTRY_OVERHEAD, None) for key, data in items
+                if len(key) <= MAX_KEY and len(data) <= MAX_DATA]
         if rows:
-            self._insert(rows, None)
+            self._insert(rows)
 
-    def note_file(self, path: str, nbytes: int) -> None:
-        """Register a whole-sidecar file kept in the cache directory (evicted by unlinking)."""
-        key = b"file:" + os.path.basename(path).encode()
-        self._insert([(key, None, nbytes + ENTRY_OVERHEAD)], path)
+    def note_file(self, name: str, nbytes: int) -> None:
+        """Register the whole sidecar kept in the directory as ``name`` (an
+        :func:`~ofindex.read.cachedir.entry_name`; evicted by unlinking it)."""
+        key = cachedir.file_key(name)
+        if cachedir.name_of_key(key) != name:
+            raise ValueError(f"{name!r} is not a name the node cache gives a sidecar")
+        self._insert([(key, None, nbytes + ENTRY_OVERHEAD, os.path.join(self.directory, name))])
 
-    def _insert(self, rows: Sequence[tuple[bytes, bytes | None, int]],
-                file: str | None) -> None:
+    def _insert(self, rows: Sequence[tuple[bytes, bytes | None, int, str | None]]) -> None:
         now = time.time()
         victims: list[str] = []
-        try:
-            with self._lock:
-                db = self._conn()
-                with _transaction(db):
-                    added = 0
-                    for key, data, size in rows:
-                        cur = db.execute(
-                            "INSERT OR IGNORE INTO entries VALUES (?, ?, ?, ?, ?)",
-                            (key, data, size, now, file))
-                        added += size if cur.rowcount == 1 else 0
-                    total = db.execute("UPDATE meta SET value = value + ? WHERE name = 'bytes' "
-                                       "RETURNING value", (added,)).fetchone()[0]
+        with self._lock:
+            db = self._connect()
+            if db is None:
+                return
+            try:
+                with cachedb.transaction(db):
+                    total = cachedb.replace(db, rows, now)
                     if total > self.max_bytes:
-                        victims = self._evict(db, total - self.max_bytes * 9 // 10)
-        except sqlite3.Error:
-            return
-        for path in victims:
-            with contextlib.suppress(OSError):
-                os.remove(path)
-
-    @staticmethod
-    def _evict(db: sqlite3.Connection, need: int) -> list[str]:
-        """Delete the least recently used entries holding at least ``need`` bytes (inside
-        the caller's transaction); returns the files to unlink."""
-        freed, keys, files = 0, [], []
-        for key, size, file in db.execute(
-                "SELECT key, size, file FROM entries ORDER BY used"):
-            keys.append((key,))
-            freed += size
-            if file is not None:
-                files.append(file)
-            if freed >= need:
-                break
-        db.executemany("DELETE FROM entries WHERE key = ?", keys)
-        db.execute("UPDATE meta SET value = value - ? WHERE name = 'bytes'", (freed,))
-        return files
+                        victims = cachedb.evict(db, total - self.max_bytes * 9 // 10)
+            except sqlite3.Error:
+                return
+        for name in victims:
+            cachedir.remove_entry(self.directory, name)
 
     def held_bytes(self) -> int:
         """Bytes the cache holds now (all processes)."""
+        with self._lock:
+            db = self._connect()
+            if db is None:
+                return 0
+            try:
+                return cachedb.held(db)
+            except sqlite3.Error:
+                return 0
+
+    # -- whole sidecars -------------------------------------------------------------------
+    def open_sidecar(self, index_url: str, stamp: FileStamp, records: int,
+                     body_crc: int | None = None) -> Sidecar | None:
+        """The whole sidecar of ``index_url`` kept here, memory-mapped, if it is there and
+        has ``records`` records stamped ``stamp`` (and the body CRC ``body_crc`` when given);
+        else ``None``."""
+        if not self.usable():
+            return None
+        return cachedir.map_entry(self.directory, cachedir.entry_name(index_url), records,
+                                  stamp, body_crc)
+
+    def keep_sidecar(self, index_url: str, raw: bytes) -> Sidecar | None:
+        """Keep the fetched sidecar ``raw`` of ``index_url`` (a valid one) as a file here.
+
+        Returns:
+            It memory-mapped from there, or ``None`` when it could not be kept.
+        """
+        if not self.usable():
+            return None
+        name = cachedir.entry_name(index_url)
         try:
-            with self._lock:
-                row = self._conn().execute("SELECT value FROM meta WHERE name = 'bytes'")
-                return int(row.fetchone()[0])
-        except sqlite3.Error:
-            return 0
-
-
-@contextlib.contextmanager
-def _transaction(db: sqlite3.Connection) -> Iterator[None]:
-    """``BEGIN IMMEDIATE`` … ``COMMIT`` (``ROLLBACK`` on error): one writer at a time."""
-    db.execute("BEGIN IMMEDIATE")
-    try:
-        yield
-    except BaseException:
-        db.execute("ROLLBACK")
-        raise
-    db.execute("COMMIT")
+            header = decode_header(raw[:4096], path=index_url)
+        except ValueError:
+            return None
+        if not cachedir.write_entry(self.directory, name, raw):
+            return None
+        self.note_file(name, len(raw))
+        return cachedir.map_entry(self.directory, name, header.count, header.stamp)

@@ -103,9 +103,9 @@ def pager_of(shard: Shard) -> Pager | None:
     pg: Pager | None = shard.pager
     if pg is None or pg.pid != os.getpid():
         p = page_records_for(shard.records, shard.size)
-        expect = shard._expected()
+        expect = shard.expected_stamp()
         assert expect is not None
-        pg = Pager(p, sidecar_key(shard.index_url, expect),
+        pg = Pager(p, sidecar_key(shard.index_url, expect, shard.body_crc),
                    whole=shard.records <= WHOLE_BELOW_PAGES * p,
                    fresh=shard.data_storage is None)
         shard.pager = pg
@@ -120,11 +120,22 @@ def page_range(pg: Pager, records: int, first: int, last: int) -> tuple[int, int
 
 
 def split_pages(pg: Pager, count: int, first: int, last: int,
-                raw: bytes | memoryview) -> dict[int, np.ndarray]:
+                raw: bytes | memoryview, shard: Shard) -> dict[int, np.ndarray]:
     """Cut the bytes of :func:`page_range` into pages; the last page of the sidecar gets
-    the indexed end as its closing offset."""
+    the indexed end as its closing offset.
+
+    Pages are not covered by the sidecar's body CRC (only whole sidecars are), so each run
+    is checked as it arrives: its offsets must rise by at least one record's framing and end
+    within the indexed end, as every offsets block the builder writes does.
+
+    Raises:
+        SidecarError: The run breaks that rule (a corrupt sidecar, or a bad transfer).
+    """
     offsets = np.frombuffer(raw, dtype="<u8")
     n, p = count, pg.page_records
+    closed = first * p + len(offsets) >= n  # the run reaches the last record: the end closes it
+    check_bounds(shard, pg, first * p,
+                 np.append(offsets, np.uint64(pg.end)) if closed else offsets)
     out = {}
     for page in range(first, last + 1):
         lo = (page - first) * p
@@ -134,6 +145,28 @@ def split_pages(pg: Pager, count: int, first: int, last: int,
         else:
             out[page] = np.append(offsets[lo : lo + (n - a)], np.uint64(pg.end))
     return out
+
+
+def check_bounds(shard: Shard, pg: Pager, first: int, bounds: np.ndarray) -> None:
+    """Refuse a run of record bounds (the starts of records ``first``, ``first + 1`` … and
+    what closes the last) that no build writes: fetched pages, and pages found in the node
+    cache, are not covered by the sidecar's body CRC.
+
+    Raises:
+        SidecarError: Naming the first record whose range is impossible.
+    """
+    low = bounds[:-1]
+    # unsigned comparisons, no subtraction that can wrap: these come from the network
+    bad = (bounds[1:] < low) | (bounds[1:] - np.minimum(low, bounds[1:]) < pg.overhead)
+    bad |= bounds[1:] > np.uint64(pg.end)
+    if bad.any():
+        k = int(np.argmax(bad))
+        raise SidecarError(
+            f"{shard.index_url}: record {first + k}: the index gives the byte range "
+            f"[{int(bounds[k])}, {int(bounds[k + 1])}), which no record can have (the offsets "
+            "must rise by at least one record's framing, within the indexed end); the "
+            f"sidecar is corrupt — rebuild it with `ofindex build {shard.data_url}`"
+        )
 
 
 def pageable(header: SidecarHeader) -> bool:

@@ -10,7 +10,7 @@ import crc32c as _crc32c
 import numpy as np
 
 from .. import _accel
-from ..errors import CorruptRecordError
+from ..errors import IndexMismatchError
 from ..formats.crc import LENGTH_CRCS, length_crc, mask_crc, masked_length_crcs, unmask_crcs
 from ..formats.framing import Buffer, RecordFormat, data_crc_error, payload_matches, unframe
 from ..storage import Storage
@@ -100,8 +100,9 @@ def raise_record_error(raw: Buffer, fmt: RecordFormat, verify: bool, *, path: st
                        record: int) -> NoReturn:
     """Raise the precise error for a record (its framed bytes ``raw``) that failed a check."""
     unframe(raw, fmt, verify=verify, path=path, offset=offset, record=record)
-    raise CorruptRecordError(f"{path}: record {record} at byte offset {offset} does not match "
-                             "its index", path=path, offset=offset, record=record)
+    raise IndexMismatchError(f"{path}: record {record} at byte offset {offset} does not match "
+                             f"its index; rebuild the index with `ofindex build {path}`",
+                             path=path, offset=offset, record=record)
 
 
 #: Records at least this large (on average) are read one by one, each payload straight into

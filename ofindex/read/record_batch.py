@@ -5,12 +5,8 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator
-from typing import Any
 
 import numpy as np
-
-#: An ofindex ``Dataset`` (not imported here: it imports this module).
-Dataset = Any
 
 
 class RecordBatch:
@@ -92,23 +88,3 @@ class RecordBatch:
     def __repr__(self) -> str:
         return (f"RecordBatch(records {self.first}..{self.first + len(self) - 1}, "
                 f"{len(self.data)} bytes)")
-
-
-def finish_batch(ds: Dataset, payloads: list[bytes], first: int, as_buffer: bool) -> Any:
-    """A batch of payloads as the caller asked for it.
-
-    Args:
-        ds: The dataset (its ``decode`` is applied to lists).
-        payloads: The batch's payloads, in order.
-        first: The global number of its first record.
-        as_buffer: Make a :class:`RecordBatch` instead of a list.
-
-    Returns:
-        A list of payloads (decoded with a ``decode``), or a :class:`RecordBatch`.
-    """
-    if as_buffer:
-        offsets = np.zeros(len(payloads) + 1, dtype=np.int64)
-        np.cumsum([len(p) for p in payloads], out=offsets[1:])
-        return RecordBatch(np.frombuffer(b"".join(payloads), dtype=np.uint8).copy(), offsets,
-                           first)
-    return payloads if ds.decode is None else [ds.decode(p) for p in payloads]

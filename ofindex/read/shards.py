@@ -1,33 +1,23 @@
-"""One data file of a dataset together with its lazily opened sidecar, and the sidecar cache.
+"""One data file of a dataset together with its lazily opened sidecar.
 
-Local sidecars are memory-mapped (opening one reads its header only). Remote sidecars are
-fetched whole when their shard is first touched and kept in a per-process LRU bounded in
-bytes (:class:`SidecarCache`); with ``cache_dir`` they are also kept on local disk and
-memory-mapped from there, valid as long as their header stamp matches the manifest.
+Local sidecars are memory-mapped (opening one reads its header; its offsets are checked
+against their CRC when the shard is first read). Remote sidecars are fetched whole when
+their shard is first touched (or read by pages: :mod:`ofindex.read.pages`) and kept in the
+dataset's :class:`~ofindex.read.sidecar_cache.SidecarCache`.
 """
 
 from __future__ import annotations
 
-import concurrent.futures as cf
-import contextlib
 import dataclasses
-import hashlib
 import os
-import threading
-from collections import OrderedDict
-from collections.abc import Iterable
 from typing import Any
 
 from ..errors import IndexNotFoundError, SidecarError, StaleIndexError, hint
 from ..formats.framing import RecordFormat
-from ..formats.sidecar import Sidecar, load_sidecar, open_local_sidecar, parse_sidecar
+from ..formats.sidecar import Sidecar, load_sidecar, parse_sidecar
 from ..formats.sidecar_header import SidecarHeader
-from ..storage import FileStamp, Storage, write_local_atomic
-from .nodecache import DEFAULT_NODE_BYTES, NodeCache
-from .pagecache import PageCache
-
-#: Default bound on remote sidecar bytes held in memory per process (8 bytes per record).
-DEFAULT_CACHE_BYTES = 256 << 20
+from ..storage import FileStamp, Storage
+from .sidecar_cache import SidecarCache
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,97 +39,6 @@ class ShardInfo:
     partial: bool = False
 
 
-class SidecarCache:
-    """LRU of fetched remote sidecars and sidecar pages (:attr:`pages`), together bounded by
-    ``max_bytes``; with ``cache_dir``, copies shared by every process of the machine
-    (:attr:`node`, bounded by ``cache_dir_bytes``). Picklable: a new process starts with an
-    empty memory cache."""
-
-    def __init__(self, max_bytes: int = DEFAULT_CACHE_BYTES, cache_dir: str | None = None,
-                 cache_dir_bytes: int = DEFAULT_NODE_BYTES) -> None:
-        self.max_bytes = int(max_bytes)
-        self.cache_dir = (None if cache_dir is None
-                          else os.path.abspath(os.path.expanduser(cache_dir)))
-        self.cache_dir_bytes = int(cache_dir_bytes)
-        self._lru: OrderedDict[int, tuple[Shard, int]] = OrderedDict()
-        self._bytes = 0
-        self._lock = threading.Lock()
-        self._pid = os.getpid()
-        self.pages = PageCache(self.max_bytes, lambda: self._bytes)
-        self.node = (None if self.cache_dir is None
-                     else NodeCache(self.cache_dir, self.cache_dir_bytes))
-
-    def __getstate__(self) -> tuple[int, str | None, int]:
-        return (self.max_bytes, self.cache_dir, self.cache_dir_bytes)
-
-    def __setstate__(self, state: tuple[int, str | None, int]) -> None:
-        SidecarCache.__init__(self, *state)
-
-    def __repr__(self) -> str:
-        return f"SidecarCache({len(self._lru)} sidecars, {self._bytes} of {self.max_bytes} bytes)"
-
-    @property
-    def held_bytes(self) -> int:
-        """Bytes of sidecars held in memory."""
-        return self._bytes
-
-    def __len__(self) -> int:
-        return len(self._lru)
-
-    def touch(self, shard: Shard) -> None:
-        with contextlib.suppress(KeyError):
-            self._lru.move_to_end(id(shard))
-
-    def add(self, shard: Shard, nbytes: int) -> None:
-        """Account for ``shard``'s newly loaded sidecar; evict least recently used others."""
-        with self._lock:
-            if self._pid != os.getpid():
-                self._lru.clear()
-                self._bytes = 0
-                self._pid = os.getpid()
-            old = self._lru.pop(id(shard), None)
-            if old is not None:
-                self._bytes -= old[1]
-            self._lru[id(shard)] = (shard, nbytes)
-            self._bytes += nbytes
-            self.pages.shrink()  # pages go first
-            while self._bytes + self.pages.held_bytes > self.max_bytes and len(self._lru) > 1:
-                key, (victim, size) = self._lru.popitem(last=False)
-                if victim is shard:  # only the newest is left over budget: keep it
-                    self._lru[key] = (victim, size)
-                    break
-                self._bytes -= size
-                victim._sidecar = None
-
-    # -- on-disk copies ---------------------------------------------------------------------
-    def disk_path(self, index_url: str) -> str | None:
-        if self.cache_dir is None:
-            return None
-        key = hashlib.sha256(index_url.encode("utf-8")).hexdigest()[:32]
-        return os.path.join(self.cache_dir, key + ".ofidx")
-
-    def from_disk(self, index_url: str, expect: FileStamp, records: int) -> Sidecar | None:
-        path = self.disk_path(index_url)
-        if path is None or not os.path.exists(path):
-            return None
-        try:
-            sc = open_local_sidecar(path)
-        except (SidecarError, OSError, ValueError):
-            return None
-        if sc.header.count != records or sc.header.stamp != expect:
-            return None  # an older version: fetch again
-        return sc
-
-    def to_disk(self, index_url: str, raw: bytes) -> Sidecar | None:
-        path = self.disk_path(index_url)
-        if path is None:
-            return None
-        write_local_atomic(path, [raw])
-        if self.node is not None:
-            self.node.note_file(path, len(raw))
-        return open_local_sidecar(path)
-
-
 class Shard:
     """A data file and its sidecar; the sidecar is (re)opened lazily in each process.
 
@@ -151,6 +50,8 @@ class Shard:
     __slots__ = (
         "_pid",
         "_sidecar",
+        "_unchecked",
+        "body_crc",
         "cache",
         "data_storage",
         "data_url",
@@ -167,8 +68,10 @@ class Shard:
     def __init__(self, path: str, index_storage: Storage, index_path: str,
                  records: int = -1, size: int = -1, *, fingerprint: str | None = None,
                  data_storage: Storage | None = None, cache: SidecarCache | None = None,
-                 url: str | None = None, partial: bool = False) -> None:
+                 url: str | None = None, partial: bool = False,
+                 body_crc: int | None = None) -> None:
         self.path = path
+        self.body_crc = body_crc  # the sidecar version the manifest names (None: any)
         self.partial = partial
         self.data_url = path if url is None else url
         self.index_storage = index_storage
@@ -178,30 +81,41 @@ class Shard:
         self.fingerprint = fingerprint
         self.data_storage = data_storage
         # local sidecars are memory-mapped (page cache, not heap): only remote ones are counted
-        self.cache = None if index_storage.cheap_seeks else cache
+        self.cache = None if index_storage.is_local else cache
         self._sidecar: Sidecar | None = None
+        # opened for its header in this process (by open), its offsets not checked yet
+        self._unchecked: Sidecar | None = None
         self._pid = -1
         self.pager: Any = None  # paged reads' state in this process (ofindex.read.pages)
 
     def __getstate__(self) -> tuple[Any, ...]:
         return (self.path, self.index_storage, self.index_path, self.records, self.size,
-                self.fingerprint, self.data_storage, self.cache, self.data_url, self.partial)
+                self.fingerprint, self.data_storage, self.cache, self.data_url, self.partial,
+                self.body_crc)
 
     def __setstate__(self, state: tuple[Any, ...]) -> None:
-        path, ist, ipath, records, size, fingerprint, data_storage, cache, url, partial = state
+        (path, ist, ipath, records, size, fingerprint, data_storage, cache, url, partial,
+         body_crc) = state
         Shard.__init__(self, path, ist, ipath, records, size, fingerprint=fingerprint,
-                       data_storage=data_storage, cache=cache, url=url, partial=partial)
+                       data_storage=data_storage, cache=cache, url=url, partial=partial,
+                       body_crc=body_crc)
 
     def __repr__(self) -> str:
         return f"Shard({self.path!r}, {self.records} records)"
 
     def unload(self) -> None:
         """Drop this process's copy of the sidecar (it is reopened on the next read)."""
-        self._sidecar = None
+        self._sidecar = self._unchecked = None
 
     @property
     def loaded(self) -> bool:
+        """Whether this process holds the sidecar, its offsets checked, ready for reads."""
         return self._sidecar is not None and self._pid == os.getpid()
+
+    @property
+    def opened(self) -> bool:
+        """Whether this process holds the sidecar, checked or only its header."""
+        return (self._sidecar or self._unchecked) is not None and self._pid == os.getpid()
 
     @property
     def sidecar(self) -> Sidecar:
@@ -213,26 +127,47 @@ class Shard:
         return sc
 
     @property
+    def header(self) -> SidecarHeader:
+        """The sidecar's header, checked against what the dataset expects; opening it does not
+        check the offsets yet (the first read does)."""
+        if self._pid == os.getpid():
+            sc = self._sidecar or self._unchecked
+            if sc is not None:
+                return sc.header
+        return self.load(check_body=False).header
+
+    @property
     def index_url(self) -> str:
         return self.index_storage.url(self.index_path)
 
-    def _expected(self) -> FileStamp | None:
+    def expected_stamp(self) -> FileStamp | None:
+        """The data file's stamp the manifest gives (``None`` without a manifest)."""
         return FileStamp(self.size, self.fingerprint) if self.fingerprint is not None else None
 
-    def _from_disk(self) -> Sidecar | None:
-        """A valid on-disk copy of a remote sidecar (only with a manifest's stamps)."""
-        expect = self._expected()
-        if self.cache is None or expect is None or self.index_storage.cheap_seeks:
+    def disk_copy(self) -> Sidecar | None:
+        """A valid copy of this remote sidecar in the node cache (only with a manifest's
+        stamps), or ``None``."""
+        expect = self.expected_stamp()
+        if self.cache is None or expect is None or self.index_storage.is_local:
             return None
-        return self.cache.from_disk(self.index_url, expect, self.records)
+        return self.cache.from_disk(self.index_url, expect, self.records, self.body_crc)
 
-    def _not_found(self) -> IndexNotFoundError:
+    def not_found(self) -> IndexNotFoundError:
+        """The error for this shard's missing sidecar, with the command that builds it."""
         return missing_indexes([self], 1)
 
-    def _from_raw(self, raw: bytes) -> tuple[Sidecar, int]:
-        """Parse a fetched remote sidecar; keep a disk copy when there is a cache_dir."""
-        sc = parse_sidecar(raw, path=self.index_url)
-        cache, expect = self.cache, self._expected()
+    def from_fetched(self, raw: bytes) -> tuple[Sidecar, int]:
+        """Parse a fetched remote sidecar (its body checked against its CRC); keep a disk copy
+        when there is a cache_dir.
+
+        Returns:
+            The sidecar, and the bytes it holds in memory (0 when it is kept on disk).
+
+        Raises:
+            SidecarError: It is not a valid sidecar.
+        """
+        sc = parse_sidecar(raw, path=self.index_url, data_url=self.data_url)
+        cache, expect = self.cache, self.expected_stamp()
         if (cache is not None and expect is not None and cache.cache_dir is not None
                 and sc.header.count == self.records and sc.header.stamp == expect):
             disk = cache.to_disk(self.index_url, raw)
@@ -243,35 +178,92 @@ class Shard:
     def _fetch(self) -> tuple[Sidecar, int]:
         """The sidecar and the bytes it holds in memory (0 when memory-mapped)."""
         ist = self.index_storage
-        sc = self._from_disk()
+        sc = self.disk_copy()
         if sc is not None:
             return sc, 0
         try:
-            if ist.cheap_seeks:
+            if ist.is_local:
                 return load_sidecar(ist, self.index_path), 0
             raw = ist.read_all(self.index_path)
         except FileNotFoundError:
-            raise self._not_found() from None
-        return self._from_raw(raw)
+            raise self.not_found() from None
+        return self.from_fetched(raw)
 
-    def load(self) -> Sidecar:
-        """Open (or fetch) the sidecar and check it against what the dataset expects."""
+    def load(self, *, check_body: bool = True) -> Sidecar:
+        """Open (or fetch) the sidecar and check it against what the dataset expects (and,
+        with ``data_storage``, the data file against it); with ``check_body`` also its offsets
+        against their CRC, before any record is read through them.
+
+        Raises:
+            IndexNotFoundError: There is no sidecar.
+            StaleIndexError: It disagrees with the data file or the manifest.
+            SidecarError: It is corrupt.
+        """
+        pending = self._unchecked if self._pid == os.getpid() else None
+        if pending is not None:  # opened for its header in this process: only its offsets
+            return pending if not check_body else self._publish(pending, 0)  # are left
+        if self.data_storage is self.index_storage and not self.index_storage.is_local:
+            return self._fetch_with_stamp(check_body)  # sidecar and stat: one round
         sc, nbytes = self._fetch()
         current = None
         if self.data_storage is not None:
             current = self.data_storage.stamp(self.path)
-        return self._accept(sc, nbytes, current)
+        return self.accept(sc, nbytes, current, check_body=check_body)
 
-    def _accept(self, sc: Sidecar, nbytes: int, current: FileStamp | None) -> Sidecar:
+    def _fetch_with_stamp(self, check_body: bool) -> Sidecar:
+        """Fetch the remote sidecar and stat the data file in one round of requests."""
+        storage = self.index_storage
+        sc = self.disk_copy()
+        raws, stamps = storage.fetch_many([] if sc is not None else [self.index_path],
+                                          [self.path])
+        nbytes = 0
+        if sc is None:
+            raw = raws[0]
+            if isinstance(raw, FileNotFoundError):
+                raise self.not_found() from None
+            if isinstance(raw, BaseException):
+                raise raw
+            sc, nbytes = self.from_fetched(raw)
+        current = stamps[0]
+        if isinstance(current, BaseException):
+            raise current
+        return self.accept(sc, nbytes, current, check_body=check_body)
+
+    def accept(self, sc: Sidecar, nbytes: int, current: FileStamp | None, *,
+               check_body: bool = True) -> Sidecar:
+        """Take a sidecar fetched or opened for this shard in this process, after checking it
+        against what the dataset expects and the data file's stamp ``current`` against it.
+
+        Args:
+            sc: The sidecar.
+            nbytes: The bytes it holds in memory (for the cache's bound).
+            current: The data file's stamp now, or ``None`` (not checked).
+            check_body: Check its body against its CRC now (else on first read).
+
+        Returns:
+            The sidecar.
+
+        Raises:
+            StaleIndexError, SidecarError: It does not describe the file, or is corrupt.
+        """
         h = sc.header
         self.check_header(h)
         if current is not None and self.data_storage is not None:
             sc.check_fresh(current, self.data_storage.url(self.path))
+            self.data_storage.expect(self.path, current)
         self.records = h.count
         self.size = h.stamp.size
         self.partial = h.partial
-        self._sidecar = sc
         self._pid = os.getpid()
+        if not check_body and not sc.body_checked:
+            self._unchecked = sc
+            return sc
+        return self._publish(sc, nbytes)
+
+    def _publish(self, sc: Sidecar, nbytes: int) -> Sidecar:
+        """Check the offsets (once) and make the sidecar the one reads use in this process."""
+        sc.check_offsets(self.data_url)
+        self._sidecar, self._unchecked = sc, None
         nbytes += sc.decoded_bytes  # packed offsets, decoded in memory even when mapped
         if self.cache is not None and nbytes:
             self.cache.add(self, nbytes)
@@ -284,7 +276,14 @@ class Shard:
             StaleIndexError: It disagrees with the manifest.
             SidecarError: It changed since the dataset was opened.
         """
-        expect = self._expected()
+        expect = self.expected_stamp()
+        if self.body_crc is not None and h.body_crc != self.body_crc:
+            raise StaleIndexError(
+                f"{self.index_url}: this sidecar was rebuilt after the dataset manifest was "
+                f"written (its body CRC is 0x{h.body_crc:08x}, the manifest names "
+                f"0x{self.body_crc:08x}); the manifest is out of date — run `ofindex build "
+                "<dataset directory>` again"
+            )
         if expect is not None:
             if h.count != self.records or h.stamp != expect:
                 raise StaleIndexError(
@@ -300,62 +299,7 @@ class Shard:
 
     @property
     def format(self) -> RecordFormat:
-        return self.sidecar.format
-
-
-def prefetch_sidecars(shards: Iterable[Shard]) -> None:
-    """Load the sidecars of ``shards`` not loaded yet in this process. Remote ones are fetched
-    all at once, together with the data files' stamps for the staleness check (one round trip
-    instead of two per shard)."""
-    cold = [s for s in shards if not s.loaded]
-    if not cold:
-        return
-    ist = cold[0].index_storage
-    dst = cold[0].data_storage
-    batched = (  # local sidecars are memory-mapped one by one instead
-        len(cold) > 1 and not ist.cheap_seeks
-        and all(s.index_storage is ist and s.data_storage is dst for s in cold)
-    )
-    missing: list[Shard] = []
-    if not batched:
-        for s in cold:
-            try:
-                s.load()
-            except IndexNotFoundError:
-                missing.append(s)
-        if missing:
-            raise missing_indexes(missing, len(cold))
-        return
-    disk = [s._from_disk() for s in cold]
-    to_read = [s for s, d in zip(cold, disk, strict=True) if d is None]
-    read_paths = [s.index_path for s in to_read]
-    stat_paths = [s.path for s in cold] if dst is not None else []
-    if dst is None or dst is ist:
-        raws, stamps = ist.fetch_many(read_paths, stat_paths)
-    else:  # sidecars in another place than the data: both kinds of request at once
-        with cf.ThreadPoolExecutor(2) as pool:
-            f_raw = pool.submit(ist.fetch_many, read_paths, [])
-            f_stat = pool.submit(dst.fetch_many, [], stat_paths)
-            raws, stamps = f_raw.result()[0], f_stat.result()[1]
-    raw_of = dict(zip(map(id, to_read), raws, strict=True))
-    for k, s in enumerate(cold):
-        on_disk = disk[k]
-        if on_disk is not None:
-            sc, nbytes = on_disk, 0
-        else:
-            raw = raw_of[id(s)]
-            if isinstance(raw, FileNotFoundError):
-                missing.append(s)
-                continue
-            if isinstance(raw, BaseException):
-                raise raw
-            sc, nbytes = s._from_raw(raw)
-        current = stamps[k] if stat_paths else None
-        if isinstance(current, BaseException):
-            raise current
-        s._accept(sc, nbytes, current)
-    if missing:
-        raise missing_indexes(missing, len(cold))
+        return self.header.format
 
 
 def missing_indexes(missing: list[Shard], total: int) -> IndexNotFoundError:
@@ -369,7 +313,12 @@ def missing_indexes(missing: list[Shard], total: int) -> IndexNotFoundError:
     else:
         shown = ", ".join(urls[:5]) + (f" and {len(urls) - 5} more" if len(urls) > 5 else "")
         what = f"{len(missing)} of {total} shards have no index ({shown})"
+    web = all(u.startswith(("http://", "https://")) for u in urls)
+    elsewhere = hint(" and open with index_dir='DIR'", " and pass --index-dir DIR here too")
+    also = (f" (a web server usually takes no uploads: then `ofindex build {target} "
+            f"--index-dir DIR`{elsewhere})" if web
+            else hint(" (or open with build_missing=True)", ""))
     return IndexNotFoundError(
         f"{what}; build {'it' if len(missing) == 1 else 'them'} with `ofindex build {target}`"
-        f"{hint(' (or open with build_missing=True)', '')}"
+        f"{also}"
     )

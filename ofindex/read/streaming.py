@@ -39,7 +39,7 @@ def stream_blocks(
     def fetch(starts: np.ndarray, ends: np.ndarray) -> bytes:
         return storage.read(path, int(starts[0]), int(ends[-1]))
 
-    if storage.cheap_seeks:
+    if storage.is_local:
         # local: one reused buffer (fresh multi-MB allocations cost a page fault per 4 KiB)
         scratch = bytearray(0)
 
@@ -55,8 +55,8 @@ def stream_blocks(
                 check_length(url, s, e, got)
             return view
 
-    mapped = storage.mapped(path, sidecar.header.indexed_end) if storage.maps_files else None
-    pool = None if storage.cheap_seeks else cf.ThreadPoolExecutor(1)
+    mapped = storage.mapped(path, sidecar.header.indexed_end) if storage.can_mmap else None
+    pool = None if storage.is_local else cf.ThreadPoolExecutor(1)
     try:
         spans = _block_spans(sidecar, *blocks[0])
         pending = pool.submit(fetch, *spans) if pool is not None else None

@@ -6,21 +6,34 @@ from __future__ import annotations
 
 from .base import Storage, check_length
 from .local import LocalStorage, write_local_atomic
-from .paths import PathSpec, as_list, is_data_file_name, natural_key, resolve_data_files
-from .registry import is_local_url, storage_for
+from .paths import (
+    DataFiles,
+    PathSpec,
+    as_list,
+    is_data_file_name,
+    is_document_name,
+    list_data_files,
+    natural_key,
+    resolve_data_files,
+)
+from .registry import Storages, is_local_url, storage_for
 from .remote import FsspecStorage
 from .stamp import FileStamp
 
 __all__ = [
+    "DataFiles",
     "FileStamp",
     "FsspecStorage",
     "LocalStorage",
     "PathSpec",
     "Storage",
+    "Storages",
     "as_list",
     "check_length",
     "is_data_file_name",
+    "is_document_name",
     "is_local_url",
+    "list_data_files",
     "natural_key",
     "resolve_data_files",
     "storage_for",

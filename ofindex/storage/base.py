@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from typing import IO, Any, TypeVar
 
 from ..errors import RangeReadError
-from .stamp import FileStamp
+from .stamp import ExpectedFiles, FileStamp
 
 
 class Storage(abc.ABC):
@@ -18,18 +18,45 @@ class Storage(abc.ABC):
     clients are created lazily in the process that uses them.
     """
 
-    #: True when reading only record headers and seeking past payloads is cheap (local disk).
-    cheap_seeks: bool = False
+    #: The files are on this machine's file system: a read costs a system call, not a round
+    #: trip (reading only record headers and seeking past payloads is cheap).
+    is_local: bool = False
+    #: :meth:`mapped` hands out whole files as buffers (memory maps).
+    can_mmap: bool = False
     #: Gap (bytes) between two wanted ranges below which one read covers both: about
     #: bandwidth x latency. Remote object stores: 1 MiB.
     default_max_gap: int = 1 << 20
-    #: True when :meth:`mapped` can hand out whole files as buffers (memory maps).
-    maps_files: bool = False
 
-    def max_gap_for(self, path: str) -> int:
+    def close(self) -> None:  # noqa: B027 (most storages hold nothing to let go of)
+        """Let go of this process's handles, maps and clients (reopened on next use)."""
+
+    #: The stamps data files were checked against (see :meth:`expect`).
+    expected: ExpectedFiles
+
+    def expect(self, path: str, stamp: FileStamp) -> None:
+        """Remember that ``path`` must be the file ``stamp`` describes (its index was checked
+        against it): every later opening of the file in any process (first read, after
+        ``fork``, after :meth:`close`) checks that it still is.
+
+        Args:
+            path: A data file.
+            stamp: Its stamp as just read with :meth:`stamp` (with a file identity where the
+                storage has one).
+
+        Raises:
+            StaleIndexError: ``path`` is already expected to be another file.
+        """
+        self.expected.expect(path, stamp, self.url(path))
+
+    def preferred_gap(self, path: str) -> int:
         """The gap to read through between two wanted ranges of ``path`` for a batch, as it
         stands now (:attr:`default_max_gap` unless the storage learnt something cheaper)."""
         return self.default_max_gap
+
+    def multirange(self, path: str) -> bool:
+        """Whether many ranges of ``path`` go out in one request (an HTTP server known to
+        answer ``multipart/byteranges``; see :mod:`ofindex.storage.multirange`)."""
+        return False
 
     @abc.abstractmethod
     def stamp(self, path: str) -> FileStamp:

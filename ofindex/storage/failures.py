@@ -1,8 +1,17 @@
 """Failures of storage clients (botocore, aiohttp, gcsfs, the OS) as one-line ofindex errors
-that name the URL, the cause and the next step."""
+that name the URL, the cause and the next step.
+
+The real cause is kept: a host name that does not resolve, a refused connection, a TLS
+handshake that fails (``https://`` to a plain-HTTP server), a timeout, a write the server
+refuses (a read-only web server or bucket) are each said as such, never as a missing file:
+only a "not found" answer (404, ``NoSuchKey``) is a :class:`DataFileNotFoundError`.
+"""
 
 import errno
 import re
+import socket
+import ssl
+from urllib.parse import urlsplit
 
 from ..errors import (
     DataFileNotFoundError,
@@ -26,6 +35,18 @@ _NO_CREDENTIALS = {"NoCredentialsError", "PartialCredentialsError", "DefaultCred
 _DENIED_CODES = {"AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "403", "401",
                  "Forbidden", "Unauthorized", "ExpiredToken", "InvalidToken"}
 _NO_BUCKET_CODES = {"NoSuchBucket", "NoSuchKey", "404", "NotFound"}
+#: Exception class names meaning "the request timed out".
+_TIMEOUTS = {"ServerTimeoutError", "ConnectionTimeoutError", "SocketTimeoutError",
+             "ReadTimeoutError", "ConnectTimeoutError", "FSTimeoutError", "ConnectTimeout",
+             "ReadTimeout", "TimeoutError"}
+#: Error codes of throttling answers (back off longer), besides HTTP 429 and 503.
+_THROTTLE_CODES = {"SlowDown", "Throttling", "ThrottlingException", "ThrottledException",
+                   "RequestThrottledException", "TooManyRequestsException",
+                   "RequestLimitExceeded", "BandwidthLimitExceeded", "RequestThrottled",
+                   "EC2ThrottledException", "ServiceUnavailable"}
+#: HTTP statuses a server answers a write it will not take with (read-only, no PUT).
+_WRITE_REFUSED = {401, 403, 405, 501}
+_INDEX_DIR_HINT = hint("index_dir='DIR'", "--index-dir DIR")
 _OPTIONS_HINT = hint("storage_options={...}", "-s KEY=VALUE")
 _ANON_HINT = hint("storage_options={'anon': True}", "-s anon=true")
 _ENDPOINT_HINT = hint(
@@ -67,6 +88,189 @@ def _error_code(exc: BaseException) -> str:
     return m.group(1) if m else ""
 
 
+def status_of(exc: BaseException) -> int | None:
+    """The HTTP status an error carries (aiohttp, gcsfs, botocore), or ``None``.
+
+    Args:
+        exc: An exception of a storage client.
+
+    Returns:
+        The status code, or ``None``.
+    """
+    for attr in ("status", "code", "status_code"):
+        value = getattr(exc, attr, None)
+        if isinstance(value, int) and 100 <= value < 600:
+            return value
+    response = getattr(exc, "response", None)  # botocore ClientError
+    if isinstance(response, dict):
+        value = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        if isinstance(value, int):
+            return value
+    return None
+
+
+def _genuinely_missing(cause: BaseException) -> bool:
+    """Whether the cause of a ``FileNotFoundError`` says the file is missing (a 404, or a
+    library's own way of saying so, such as memory://'s ``KeyError``) rather than that the
+    request failed (another status, a connection or TLS error)."""
+    status = status_of(cause)
+    if isinstance(cause, FileNotFoundError) or status in (404, 410) \
+            or _error_code(cause) in _NO_BUCKET_CODES:
+        return True
+    return status is None and not isinstance(cause, OSError)
+
+
+def unwrap_not_found(exc: BaseException) -> BaseException:
+    """The real failure under a ``FileNotFoundError`` that is not one: fsspec's HTTP ``info``
+    reports every failure (a host that does not resolve, a 503 …) as ``FileNotFoundError``
+    raised from it. ``exc`` itself otherwise.
+
+    Args:
+        exc: A failure.
+
+    Returns:
+        The failure to report.
+    """
+    seen = 0
+    while (isinstance(exc, FileNotFoundError) and exc.__cause__ is not None
+           and not _genuinely_missing(exc.__cause__) and seen < 4):
+        exc = exc.__cause__
+        seen += 1
+    return exc
+
+
+def _endpoint(chain: list[BaseException]) -> str | None:
+    """``host:port`` the failed connection was to, where the error says."""
+    for e in chain:
+        host = getattr(e, "host", None)
+        if isinstance(host, str) and host:
+            port = getattr(e, "port", None)
+            return f"{host}:{port}" if isinstance(port, int) else host
+        kwargs = getattr(e, "kwargs", None)  # botocore: EndpointConnectionError, SSLError
+        url = kwargs.get("endpoint_url") if isinstance(kwargs, dict) else None
+        if isinstance(url, str) and url:
+            return urlsplit(url).netloc or url
+    return None
+
+
+def is_dns_failure(exc: BaseException) -> str | None:
+    """``"permanent"`` when ``exc`` comes from a host name that does not resolve,
+    ``"transient"`` when the DNS server said "try again", ``None`` for other failures.
+
+    Args:
+        exc: A failure.
+
+    Returns:
+        The kind, or ``None``.
+    """
+    for e in _chain(exc):
+        if isinstance(e, socket.gaierror):
+            return "transient" if e.errno == socket.EAI_AGAIN else "permanent"
+        if type(e).__name__ in ("NameResolutionError", "ClientConnectorDNSError"):
+            return "permanent"
+    return None
+
+
+def is_tls_failure(exc: BaseException) -> bool:
+    """Whether ``exc`` comes from a failed TLS handshake or certificate check (not from a
+    connection dropped halfway, which is worth retrying).
+
+    Args:
+        exc: A failure.
+
+    Returns:
+        True for a TLS failure.
+    """
+    for e in _chain(exc):
+        if isinstance(e, ssl.SSLError):
+            return not isinstance(e, (ssl.SSLEOFError, ssl.SSLZeroReturnError))
+        if type(e).__name__ in ("SSLError", "ClientConnectorCertificateError",
+                                "CertificateError"):
+            return True
+    return False
+
+
+def is_throttled(exc: BaseException) -> bool:
+    """Whether ``exc`` is a throttling answer (HTTP 429 or 503, S3 ``SlowDown`` …).
+
+    Args:
+        exc: A failure.
+
+    Returns:
+        True for a throttling answer.
+    """
+    for e in _chain(exc):
+        if status_of(e) in (429, 503) or _error_code(e) in _THROTTLE_CODES:
+            return True
+        if "reduce your request rate" in str(e):
+            return True
+    return False
+
+
+def network_cause(exc: BaseException) -> str | None:
+    """What went wrong on the way to the storage, in words (naming the host), or ``None``
+    when the failure is not a network one (the server answered).
+
+    Args:
+        exc: A failure.
+
+    Returns:
+        The cause in words, or ``None``.
+    """
+    chain = _chain(unwrap_not_found(exc))
+    where = _endpoint(chain)
+    at = f" {where}" if where else ""
+    dns = is_dns_failure(exc)
+    if dns == "permanent":
+        host = where.rsplit(":", 1)[0] if where else "the host"
+        return f"could not resolve host {host!r} (no such name in DNS: {first_line(chain[-1])})"
+    if dns == "transient":
+        return f"the DNS server did not answer for{at or ' the host'} (try again)"
+    if is_tls_failure(exc):
+        tls = next((e for e in chain if isinstance(e, ssl.SSLError)), chain[-1])
+        return (f"the TLS (https) handshake with{at or ' the server'} failed "
+                f"({first_line(tls)}); if the server speaks plain HTTP, use http:// "
+                "instead of https://")
+    names = {type(e).__name__ for e in chain}
+    if any(isinstance(e, ConnectionRefusedError) for e in chain):
+        return f"connection refused by{at or ' the server'} (is it running?)"
+    if names & _TIMEOUTS or any(isinstance(e, TimeoutError) for e in chain):
+        return f"timed out waiting for{at or ' the server'} ({first_line(exc)})"
+    if names & _UNREACHABLE or any(isinstance(e, ConnectionError) for e in chain):
+        return f"the connection to{at or ' the server'} failed ({first_line(exc)})"
+    return None
+
+
+def not_writable(what: str, exc: BaseException) -> OfindexError | None:
+    """The error for a write the storage refused because the location is read-only (HTTP
+    405/403/501 on PUT, S3 ``AccessDenied``, a read-only or unwritable local directory), or
+    ``None`` for other failures.
+
+    Args:
+        what: The file written (URL or path), for the message.
+        exc: The failure.
+
+    Returns:
+        The error to raise, or ``None``.
+    """
+    chain = _chain(exc)
+    statuses = {status_of(e) for e in chain}
+    codes = {_error_code(e) for e in chain}
+    refused = bool(statuses & _WRITE_REFUSED or codes & _DENIED_CODES
+                   or any(isinstance(e, PermissionError) or "Forbidden" in str(e)
+                          or getattr(e, "errno", None) in (errno.EROFS, errno.EACCES,
+                                                           errno.EPERM)
+                          for e in chain))
+    if not refused:
+        return None
+    culprit = next((e for e in reversed(chain) if status_of(e) or _error_code(e)), chain[-1])
+    return StorageError(
+        f"{what}: cannot write here, the location is read-only or not writable for you "
+        f"({first_line(culprit)}); keep the indexes elsewhere with {_INDEX_DIR_HINT} (a local "
+        "directory or a bucket you may write to), and open the data with the same"
+    )
+
+
 def missing_extra(protocol: str, exc: BaseException) -> MissingDependencyError:
     """The error for a protocol whose fsspec implementation cannot be imported."""
     extra = EXTRAS.get(protocol)
@@ -87,6 +291,7 @@ def translate(exc: BaseException, what: str) -> BaseException:
     """
     if isinstance(exc, OfindexError):
         return exc
+    exc = unwrap_not_found(exc)
     chain = _chain(exc)
     codes = {_error_code(e) for e in chain}
     if isinstance(exc, FileNotFoundError) or codes & _NO_BUCKET_CODES:
@@ -105,9 +310,11 @@ def translate(exc: BaseException, what: str) -> BaseException:
             f"AWS_* environment variables or a profile, for GCS a token) or pass them with "
             f"{_OPTIONS_HINT}"
         )
-    advice = unreachable_advice(exc)
-    if advice:
-        return StorageError(f"{what}: cannot reach the storage ({first_line(exc)}); {advice}")
+    cause = network_cause(exc)
+    if cause is not None:
+        advice = endpoint_advice(what, exc)
+        return StorageError(f"{what}: cannot reach the storage: {cause}"
+                            + (f"; {advice}" if advice else ""))
     if isinstance(exc, ImportError):
         return MissingDependencyError(f"{what}: {first_line(exc)}")
     return exc
@@ -124,12 +331,28 @@ def unreachable_advice(exc: BaseException) -> str | None:
     return None
 
 
+def endpoint_advice(what: str, exc: BaseException) -> str | None:
+    """:func:`unreachable_advice` for a bucket URL; for an ``http(s)://`` URL, whose host is
+    the endpoint (the failure names it), only a word on a host name that does not resolve.
+
+    Args:
+        what: The URL (and action) failed.
+        exc: The failure.
+
+    Returns:
+        The advice, or ``None``.
+    """
+    if what.startswith(("http://", "https://")):
+        return "check the host name in the URL" if is_dns_failure(exc) == "permanent" else None
+    return unreachable_advice(exc)
+
+
 _OS_ADVICE = {
     errno.EACCES: "check its permissions (ls -l), or run as a user who may read and write it",
     errno.EPERM: "check its permissions (ls -l), or run as a user who may read and write it",
-    errno.EROFS: "the file system is read-only: keep the sidecars elsewhere with --index-dir",
-    errno.ENOSPC: "the disk is full: free some space, or keep the sidecars elsewhere with "
-                  "--index-dir",
+    errno.EROFS: "the file system is read-only: keep the indexes elsewhere with --index-dir DIR",
+    errno.ENOSPC: "the disk is full: free some space, or keep the indexes elsewhere with "
+                  "--index-dir DIR",
     errno.EISDIR: "name a file, or the directory itself without a trailing glob",
 }
 

@@ -12,7 +12,8 @@ from typing import IO
 
 from ..errors import DataFileNotFoundError
 from .base import CHECKED_READ_BYTES, Storage, check_length, check_range
-from .stamp import FileStamp
+from .failures import not_writable
+from .stamp import ExpectedFiles, FileStamp
 
 _MAX_OPEN = 256
 
@@ -43,12 +44,13 @@ class _Handle:
 class LocalStorage(Storage):
     """Local disk. Reads use ``os.pread`` (no buffered file object, no readahead copies)."""
 
-    cheap_seeks = True
+    is_local = True
     default_max_gap = 4096  # a syscall costs about as much as copying a page
 
     def __init__(self) -> None:
         self._files: OrderedDict[str, _Handle] = OrderedDict()
         self._pid = os.getpid()
+        self.expected = ExpectedFiles()
 
     def _reset(self) -> None:
         """Forget this process's handles (after unpickling or in a forked child)."""
@@ -56,10 +58,23 @@ class LocalStorage(Storage):
         self._pid = os.getpid()
 
     def __getstate__(self) -> dict[str, object]:
-        return {}
+        return {"expected": self.expected}
 
     def __setstate__(self, state: dict[str, object]) -> None:
         self._reset()
+        expected = state.get("expected")
+        self.expected = expected if isinstance(expected, ExpectedFiles) else ExpectedFiles()
+
+    def check_opened(self, path: str, fd: int) -> None:
+        """Check a newly opened descriptor of ``path`` against the file the dataset expects
+        (same size, mtime and inode): a file replaced by rename since the dataset was opened
+        is refused, never read against the old index.
+
+        Raises:
+            StaleIndexError: It is another file.
+        """
+        if len(self.expected):
+            self.expected.check(path, stat_stamp(os.fstat(fd)), path)
 
     def __repr__(self) -> str:
         return "LocalStorage()"
@@ -75,6 +90,7 @@ class LocalStorage(Storage):
                 f = _Handle(path)
             except FileNotFoundError:
                 raise DataFileNotFoundError(f"{path}: data file not found") from None
+            self.check_opened(path, f.fd)
             self._files[path] = f
             if len(self._files) > _MAX_OPEN:
                 self._files.popitem(last=False)
@@ -89,7 +105,7 @@ class LocalStorage(Storage):
             st = os.stat(path)
         except FileNotFoundError:
             raise DataFileNotFoundError(f"{path}: data file not found") from None
-        return FileStamp(st.st_size, f"mtime_ns:{st.st_mtime_ns}")
+        return stat_stamp(st)
 
     def read(self, path: str, start: int, end: int) -> bytes:
         f = self._files.get(path) if self._pid == os.getpid() else None
@@ -132,7 +148,13 @@ class LocalStorage(Storage):
             return f.read()
 
     def write_atomic(self, path: str, parts: list[bytes | memoryview]) -> None:
-        write_local_atomic(path, parts)
+        try:
+            write_local_atomic(path, parts)
+        except OSError as exc:  # a read-only directory: say so, and where else to write
+            refused = not_writable(path, exc)
+            if refused is None:
+                raise
+            raise refused from exc
 
     def open_write(self, path: str) -> IO[bytes]:
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
@@ -167,6 +189,11 @@ class LocalStorage(Storage):
 
     def dirname(self, path: str) -> str:
         return os.path.dirname(path)
+
+
+def stat_stamp(st: os.stat_result) -> FileStamp:
+    """The stamp of a local file from its ``stat``: size, ``mtime_ns`` and device:inode."""
+    return FileStamp(st.st_size, f"mtime_ns:{st.st_mtime_ns}", f"{st.st_dev}:{st.st_ino}")
 
 
 def _umask() -> int:

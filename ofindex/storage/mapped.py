@@ -24,7 +24,7 @@ from .local import _MAX_OPEN, LocalStorage
 class MappedLocalStorage(LocalStorage):
     """:class:`LocalStorage` whose record reads copy out of per-process memory maps."""
 
-    maps_files = True
+    can_mmap = True
 
     def __init__(self) -> None:
         super().__init__()
@@ -47,6 +47,7 @@ class MappedLocalStorage(LocalStorage):
             except FileNotFoundError:
                 raise DataFileNotFoundError(f"{path}: data file not found") from None
             try:  # the map holds its own descriptor: ours is closed right away
+                self.check_opened(path, fd)
                 size = os.fstat(fd).st_size
                 mm = mmap.mmap(fd, size, access=mmap.ACCESS_READ) if size else None
             finally:

@@ -15,7 +15,6 @@ request. Every part is checked against the ranges asked for: never wrong bytes.
 
 from __future__ import annotations
 
-import asyncio
 import bisect
 import logging
 from collections.abc import Awaitable, Callable, Sequence
@@ -168,14 +167,12 @@ async def http_multi_range(fs: Any, url: str, spans: Sequence[tuple[int, int]],
 
 
 async def fetch_spans(fs: Any, url: str, spans: Sequence[tuple[int, int]],
-                      deliver: Callable[[int, memoryview], None],
-                      timeout: float | None) -> int | None:
-    """:func:`http_multi_range` within ``timeout`` seconds, a malformed answer counting as
-    one without parts (logged: the caller then asks for the spans not delivered one by one,
-    each answer checked)."""
-    coro = http_multi_range(fs, url, spans, deliver)
+                      deliver: Callable[[int, memoryview], None]) -> int | None:
+    """:func:`http_multi_range`, a malformed answer counting as one without parts (logged: the
+    caller then asks for the spans not delivered one by one, each answer checked; the caller's
+    retry policy bounds the time it takes)."""
     try:
-        return await (asyncio.wait_for(coro, timeout) if timeout else coro)
+        return await http_multi_range(fs, url, spans, deliver)
     except RangeReadError as exc:
         log.warning("%s", exc)
         return None

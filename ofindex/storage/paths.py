@@ -5,17 +5,24 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..errors import DataFileNotFoundError
 from .base import Storage
-from .registry import storage_for
+from .registry import Storages
 
 #: A file, directory, glob or URL, or a list of them.
 PathSpec = str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
 
 #: Names in a listing that are never data files.
 _SKIP_SUFFIXES = (".ofidx", ".idx", ".index", ".tmp", ".json", ".crc")
+
+#: Documents that datasets ship beside their record files (READMEs and licences, TFDS's
+#: ``<feature>.labels.txt``, TF-slim's ``labels.txt``, notes and tables): found by a listing,
+#: they are skipped with a warning, unlike the silent :data:`_SKIP_SUFFIXES`.
+_DOCUMENT_PREFIXES = ("readme", "license", "licence", "copying", "citation")
+_DOCUMENT_SUFFIXES = (".txt", ".md", ".rst", ".csv", ".tsv", ".yaml", ".yml", ".pbtxt",
+                      ".html", ".pdf", ".py", ".ipynb")
 
 
 def natural_key(name: str) -> tuple[int | str, ...]:
@@ -32,6 +39,28 @@ def is_data_file_name(name: str) -> bool:
     return not (name.startswith((".", "_")) or name.endswith(_SKIP_SUFFIXES))
 
 
+def is_document_name(name: str) -> bool:
+    """Tell whether a name found in a listing is a document, not a record file, by its name
+    alone (``README``, ``LICENSE``, ``*.txt``, ``*.md`` …: see :data:`_DOCUMENT_SUFFIXES`)."""
+    lower = name.lower()
+    return lower.startswith(_DOCUMENT_PREFIXES) or lower.endswith(_DOCUMENT_SUFFIXES)
+
+
+class DataFiles(NamedTuple):
+    """The data files a path spec names.
+
+    Attributes:
+        storage: One storage for all of them.
+        files: Their paths on ``storage``, in dataset order.
+        named: The paths the user named one by one, not found by expanding a directory or a
+            glob (such a file is never skipped as a stray).
+    """
+
+    storage: Storage
+    files: list[str]
+    named: frozenset[str]
+
+
 def as_list(spec: PathSpec) -> list[str]:
     """The entries of a path spec as strings (one entry for a single path)."""
     if isinstance(spec, (str, os.PathLike)):
@@ -43,6 +72,17 @@ def resolve_data_files(
     spec: PathSpec,
     storage_options: dict[str, Any] | None = None,
 ) -> tuple[Storage, list[str]]:
+    """List the data files named by a path, a directory, a glob, or a list of those (see
+    :func:`list_data_files`).
+
+    Returns:
+        ``(storage, paths)``: one storage for all entries and the data paths on it.
+    """
+    found = list_data_files(spec, Storages(storage_options))
+    return found.storage, found.files
+
+
+def list_data_files(spec: PathSpec, storages: Storages) -> DataFiles:
     """List the data files named by a path, a directory, a glob, or a list of those.
 
     Each directory or glob expands to its files in natural order (``part-2`` before
@@ -51,10 +91,11 @@ def resolve_data_files(
 
     Args:
         spec: What the user named.
-        storage_options: fsspec options for remote URLs.
+        storages: The call's storages.
 
     Returns:
-        ``(storage, paths)``: one storage for all entries and the data paths on it.
+        One storage for all entries, the data paths on it, and which of them were named one
+        by one.
 
     Raises:
         DataFileNotFoundError: An entry matches no data file, or ``spec`` is empty.
@@ -65,19 +106,19 @@ def resolve_data_files(
         raise DataFileNotFoundError("no data files given")
     storage: Storage | None = None
     files: list[str] = []
+    named: set[str] = set()
     for item in items:
-        st, path = storage_for(item, storage_options)
+        st, path = storages.for_url(item)
         if storage is None:
             storage = st
-        elif type(st) is not type(storage) or getattr(st, "protocol", None) != getattr(
-            storage, "protocol", None
-        ):
+        elif st is not storage:
             raise ValueError(
                 f"{item}: all data files must be on one storage (got {st!r} and {storage!r})"
             )
         found = storage.expand(path)
         if len(found) == 1 and found[0].rstrip("/") == path.rstrip("/"):
             files.extend(found)
+            named.update(found)
             continue
         found = [p for p in found if is_data_file_name(storage.basename(p))]
         if not found:
@@ -88,4 +129,4 @@ def resolve_data_files(
         base = storage
         files.extend(sorted(found, key=lambda p: natural_key(base.basename(p))))
     assert storage is not None  # items is not empty
-    return storage, files
+    return DataFiles(storage, files, frozenset(named))

@@ -18,7 +18,7 @@ from .stamp import FileStamp
 class ReadAhead:
     """Duck-types the :class:`Storage` methods ``scan_file`` uses, for one file."""
 
-    cheap_seeks = False
+    is_local = False
 
     def __init__(self, storage: Storage, path: str, size: int, chunk: int = 8 << 20) -> None:
         self.storage = storage

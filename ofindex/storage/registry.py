@@ -1,5 +1,12 @@
-"""Which backend serves a URL: local paths and ``file://`` go to :class:`LocalStorage`, every
-other protocol to :class:`FsspecStorage`."""
+"""Which backend serves a URL, made once per call that reads or writes.
+
+Local paths and ``file://`` go to :class:`LocalStorage` (:class:`MappedLocalStorage` when memory
+maps are asked for), every other protocol to :class:`FsspecStorage`. A :class:`Storages` is made
+by each ``ofindex.open`` or build with that call's settings (storage options, memory maps,
+concurrency, retry policy) and hands out one storage per protocol: the manifest reader, the
+directory listing, the sidecars' place, the builder and the dataset all use the same object,
+configured once when it is made.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +17,9 @@ from ..errors import InvalidURLError
 from .base import Storage
 from .failures import missing_extra
 from .local import LocalStorage
+from .mapped import MappedLocalStorage
 from .remote import FsspecStorage
+from .retry import RetryPolicy, current_policy
 
 _LOCAL_PROTOCOLS = {"", "file", "local"}
 
@@ -21,30 +30,78 @@ def is_local_url(url: str) -> bool:
     return not sep or protocol in _LOCAL_PROTOCOLS
 
 
-def storage_for(url: str, storage_options: dict[str, Any] | None = None) -> tuple[Storage, str]:
-    """Find the backend for ``url`` and the path that backend uses for it.
+class Storages:
+    """The storages of one call: one per protocol, made on first use with the call's settings.
 
     Args:
-        url: A local path or a URL of any fsspec protocol (``s3://``, ``gs://``, ``https://`` …).
-        storage_options: Options for the fsspec filesystem (ignored for local paths).
+        storage_options: Options for the fsspec filesystems (ignored for local paths).
+        mmap: Local files are read through memory maps.
+        max_concurrency: Remote requests in flight at once for one batch (default 64).
+        max_inflight_bytes: Bound on remote response bytes held before they are copied out
+            (default 128 MiB).
+        retry: How remote requests are retried (default: the policy in force, see
+            :func:`ofindex.storage.retry.retry_settings`).
+    """
 
-    Returns:
-        ``(storage, path)``.
+    def __init__(self, storage_options: dict[str, Any] | None = None, *, mmap: bool = False,
+                 max_concurrency: int | None = None, max_inflight_bytes: int | None = None,
+                 retry: RetryPolicy | None = None) -> None:
+        self.storage_options = dict(storage_options or {})
+        self.mmap = mmap
+        self.max_concurrency = 64 if max_concurrency is None else max(1, int(max_concurrency))
+        self.max_inflight_bytes = (128 << 20 if max_inflight_bytes is None
+                                   else max(1, int(max_inflight_bytes)))
+        self.retry = retry or current_policy()
+        self._made: dict[str, Storage] = {}
+
+    def __repr__(self) -> str:
+        return f"Storages({sorted(self._made)})"
+
+    def for_url(self, url: str) -> tuple[Storage, str]:
+        """The storage serving ``url`` and the path that storage uses for it.
+
+        Args:
+            url: A local path or a URL of any fsspec protocol (``s3://``, ``gs://``,
+                ``https://`` …).
+
+        Returns:
+            ``(storage, path)``; the same storage object for every URL of one protocol.
+
+        Raises:
+            InvalidURLError: The protocol is unknown to fsspec (a ``ValueError``).
+            MissingDependencyError: The protocol's library is not installed (an
+                ``ImportError`` naming the ``pip install 'ofindex[...]'`` to run).
+        """
+        protocol, sep, rest = url.partition("://")
+        if not sep or protocol in _LOCAL_PROTOCOLS:
+            path = os.path.expanduser(url) if not sep else rest
+            return self._local(), path
+        path = _filesystem_class(url, protocol)._strip_protocol(url)
+        storage = self._made.get(protocol)
+        if storage is None:
+            storage = self._made[protocol] = FsspecStorage(
+                protocol, self.storage_options, max_concurrency=self.max_concurrency,
+                max_inflight_bytes=self.max_inflight_bytes, retry=self.retry)
+        return storage, path
+
+    def _local(self) -> Storage:
+        storage = self._made.get("")
+        if storage is None:
+            storage = self._made[""] = MappedLocalStorage() if self.mmap else LocalStorage()
+        return storage
+
+
+def _filesystem_class(url: str, protocol: str) -> Any:
+    """fsspec's filesystem class of ``protocol`` (imported on first use).
 
     Raises:
-        InvalidURLError: The protocol is unknown to fsspec (a ``ValueError``).
-        MissingDependencyError: The protocol's library is not installed (an ``ImportError``
-            naming the ``pip install 'ofindex[...]'`` to run).
+        InvalidURLError: An unknown protocol.
+        MissingDependencyError: Its library is not installed.
     """
-    protocol, sep, rest = url.partition("://")
-    if not sep:
-        return LocalStorage(), os.path.expanduser(url)
-    if protocol in _LOCAL_PROTOCOLS:
-        return LocalStorage(), rest
     import fsspec
 
     try:
-        cls = fsspec.get_filesystem_class(protocol)
+        return fsspec.get_filesystem_class(protocol)
     except ImportError as exc:
         raise missing_extra(protocol, exc) from None
     except ValueError:
@@ -52,5 +109,21 @@ def storage_for(url: str, storage_options: dict[str, Any] | None = None) -> tupl
             f"{url}: unknown protocol {protocol!r}; use a local path or a URL such as "
             "s3://bucket/key, gs://bucket/key or https://host/path"
         ) from None
-    path = cls._strip_protocol(url)
-    return FsspecStorage(protocol, storage_options), path
+
+
+def storage_for(url: str, storage_options: dict[str, Any] | None = None) -> tuple[Storage, str]:
+    """Find the backend for one ``url`` on its own (see :meth:`Storages.for_url`; calls that
+    touch several files make one :class:`Storages` instead).
+
+    Args:
+        url: A local path or a URL of any fsspec protocol.
+        storage_options: Options for the fsspec filesystem (ignored for local paths).
+
+    Returns:
+        ``(storage, path)``.
+
+    Raises:
+        InvalidURLError: The protocol is unknown to fsspec (a ``ValueError``).
+        MissingDependencyError: The protocol's library is not installed.
+    """
+    return Storages(storage_options).for_url(url)

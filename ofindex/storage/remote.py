@@ -7,10 +7,12 @@ Every response is checked: exactly ``end - start`` bytes, and for HTTP a ``206``
 ``Content-Range`` is the range asked for (a server that ignores ``Range`` answers ``200`` with
 the whole file). Over HTTP the ranges of one file in a batch go out as a few multi-range
 requests where the server answers them (:mod:`.multirange`). Transient failures are retried
-with backoff (:mod:`.retry`).
+with backoff within a deadline (:mod:`.retry`), a request of a batch far slower than its peers
+is sent again (:mod:`.hedge`), and a write the server refuses says the location is read-only.
 
-The filesystem object is created lazily in each process (``skip_instance_cache``): fsspec's
-async filesystems hold an event loop and sessions that must not cross a ``fork``.
+The filesystem is this process's one client of the protocol and options
+(:func:`.clients.shared_filesystem`), taken on first use in each process: fsspec's async
+filesystems hold an event loop and sessions that must not cross a ``fork``.
 """
 
 from __future__ import annotations
@@ -26,26 +28,26 @@ from ..errors import DataFileNotFoundError, RangeReadError
 from . import multirange
 from .aio import HTTP_PROTOCOLS, http_range
 from .base import CHECKED_READ_BYTES, Storage, check_length, check_range
-from .failures import missing_extra
+from .clients import ORPHANS, shared_filesystem
+from .failures import not_writable
 from .gather import gather_ranges
+from .hedge import Hedger
 from .listing import list_files
-from .retry import RetryPolicy, retry_async, retry_sync
-from .stamp import FileStamp, fingerprint_from_info
-
-#: Filesystems of parent processes, kept alive after a fork so that their finalizers never
-#: run in the child (they would try to close sessions on the parent's dead event loop).
-_ORPHANS: list[Any] = []
+from .retry import RetryPolicy, current_policy, retry_async, retry_sync
+from .stamp import ExpectedFiles, FileStamp, fingerprint_from_info
 
 
 class FsspecStorage(Storage):
     """Byte access through an fsspec filesystem of one protocol.
 
     ``max_concurrency`` requests run at once; at most ``max_inflight_bytes`` of responses are
-    held before being copied out (a range larger than that runs alone). ``retry`` bounds the
-    attempts per request. ``requests`` / ``bytes_read`` count this process's data reads.
+    held before being copied out (a range larger than that runs alone). ``retry`` says how a
+    request is retried and hedged (default: the policy of :func:`.retry.retry_settings` in force
+    when the storage is made). ``requests`` / ``bytes_read`` count this process's data reads,
+    ``retries`` / ``hedged`` the requests sent again after a failure / for being slow.
     """
 
-    cheap_seeks = False
+    is_local = False
     #: Read through gaps up to this size: with many requests in flight at once the link's
     #: bandwidth x RTT is shared between them, so a gap worth one round trip is smaller than
     #: for a lone request (measured at +20 ms RTT: 256 KiB beat 1 MiB and 64 KiB).
@@ -59,29 +61,30 @@ class FsspecStorage(Storage):
         max_concurrency: int = 64,
         max_inflight_bytes: int = 128 << 20,
         retry: RetryPolicy | None = None,
-        request_timeout: float | None = 300.0,
     ) -> None:
         self.protocol = protocol
         self.storage_options = dict(storage_options or {})
         self.max_concurrency = max(1, int(max_concurrency))
         self.max_inflight_bytes = max(1, int(max_inflight_bytes))
-        self.retry = retry or RetryPolicy()
-        self.request_timeout = request_timeout
+        self.retry = retry or current_policy()
         self._fs = None
         self._pid = -1
         self._sizes: dict[str, int] = {}
         self._lock = threading.Lock()
-        self.requests = 0
-        self.bytes_read = 0
+        self.requests = self.bytes_read = self.retries = self.hedged = 0
+        self.expected = ExpectedFiles()
 
     def __getstate__(self) -> dict[str, Any]:
         return {"protocol": self.protocol, "storage_options": self.storage_options,
                 "max_concurrency": self.max_concurrency,
                 "max_inflight_bytes": self.max_inflight_bytes, "retry": self.retry,
-                "request_timeout": self.request_timeout}
+                "expected": self.expected}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
+        expected = state.pop("expected", None)
         FsspecStorage.__init__(self, state.pop("protocol"), state.pop("storage_options"), **state)
+        if isinstance(expected, ExpectedFiles):
+            self.expected = expected
 
     def __repr__(self) -> str:
         return f"FsspecStorage({self.protocol!r})"
@@ -89,52 +92,48 @@ class FsspecStorage(Storage):
     # -- the per-process filesystem ----------------------------------------------------------
     @property
     def fs(self) -> Any:
-        """This process's fsspec filesystem (created on first use in each process)."""
+        """This process's fsspec filesystem of the protocol and options (taken on first use in
+        each process; shared with the other storages of the same filesystem)."""
         fs = self._fs
         if fs is not None and self._pid == os.getpid():
             return fs
         with self._lock:
             if self._fs is not None and self._pid != os.getpid():
-                _ORPHANS.append(self._fs)  # the parent's: never finalize it here
+                ORPHANS.append(self._fs)  # the parent's: never finalize it here
                 self._fs = None
             if self._fs is None:
-                if self.protocol in ("gs", "gcs"):
-                    # gcsfs >= 2026 otherwise probes gRPC for 40-60 s per call (no effect once
-                    # gcsfs is imported; an explicit user setting wins)
-                    os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
-                import fsspec
-
-                options = dict(self.storage_options)
-                if self.protocol in ("s3", "s3a"):
-                    # botocore's pool holds 10 connections: let our requests run concurrently
-                    config = dict(options.get("config_kwargs") or {})
-                    config.setdefault("max_pool_connections", self.max_concurrency)
-                    options["config_kwargs"] = config
-                try:
-                    self._fs = fsspec.filesystem(self.protocol, skip_instance_cache=True,
-                                                 **options)
-                except ImportError as exc:
-                    raise missing_extra(self.protocol, exc) from None
+                self._fs = shared_filesystem(self.protocol, self.storage_options,
+                                             self.max_concurrency)
                 self._pid = os.getpid()
-                self.requests = self.bytes_read = 0
+                self.requests = self.bytes_read = self.retries = self.hedged = 0
             return self._fs
+
+    def count_retry(self) -> None:
+        """Count a request sent again after a transient failure."""
+        self.retries += 1
+
+    def count_hedge(self) -> None:
+        """Count a request sent again for being far slower than its batch's others."""
+        self.hedged += 1
 
     def url(self, path: str) -> str:
         if self.protocol in HTTP_PROTOCOLS or "://" in path:
             return path
         return f"{self.protocol}://{path}"
 
-    def max_gap_for(self, path: str) -> int:
+    def preferred_gap(self, path: str) -> int:
         # far-apart ranges share a multi-range request: read only through gaps worth a part
-        if self.protocol in HTTP_PROTOCOLS and multirange.SUPPORT.get(
-                multirange.host_of(self.url(path))):
-            return multirange.MULTI_RANGE_GAP
-        return self.default_max_gap
+        return multirange.MULTI_RANGE_GAP if self.multirange(path) else self.default_max_gap
+
+    def multirange(self, path: str) -> bool:
+        return self.protocol in HTTP_PROTOCOLS and bool(
+            multirange.SUPPORT.get(multirange.host_of(self.url(path))))
 
     # -- metadata ---------------------------------------------------------------------------
     def stamp(self, path: str) -> FileStamp:
         try:
-            info = retry_sync(lambda: self.fs.info(path), self.retry, f"{self.url(path)}: info")
+            info = retry_sync(lambda: self.fs.info(path), self.retry, f"{self.url(path)}: info",
+                              self.count_retry)
         except FileNotFoundError:
             raise DataFileNotFoundError(f"{self.url(path)}: data file not found") from None
         return self._stamp_from(path, info)
@@ -201,7 +200,7 @@ class FsspecStorage(Storage):
             data: bytes = self.fs.cat_file(path)
             return data
 
-        data = retry_sync(get, self.retry, f"{self.url(path)}: whole file")
+        data = retry_sync(get, self.retry, f"{self.url(path)}: whole file", self.count_retry)
         self.requests += 1
         self.bytes_read += len(data)
         return data
@@ -228,7 +227,7 @@ class FsspecStorage(Storage):
             def cat(p: str = p, s: int = s, e: int = e) -> bytes:
                 return self._cat_sync(fs, p, s, e)
 
-            sink(k, retry_sync(cat, self.retry, self._what(p, s, e)))
+            sink(k, retry_sync(cat, self.retry, self.describe_range(p, s, e), self.count_retry))
 
     def fetch_many(
         self, read_paths: Sequence[str], stat_paths: Sequence[str] = ()
@@ -264,18 +263,21 @@ class FsspecStorage(Storage):
     ) -> tuple[list[bytes | BaseException], list[bytes | BaseException],
                list[FileStamp | BaseException]]:
         sem = asyncio.Semaphore(self.max_concurrency)
+        hedger = Hedger(self.retry, len(ranges), self.count_hedge)
 
         async def part(path: str, s: int, e: int) -> bytes:
             if e <= s:
                 return b""
             async with sem:
-                return await retry_async(lambda: self._cat_async(fs, path, s, e), self.retry,
-                                         self._what(path, s, e))
+                return await retry_async(
+                    lambda: hedger.run(lambda: self.fetch_range(fs, path, s, e)), self.retry,
+                    self.describe_range(path, s, e), self.count_retry)
 
         async def whole(path: str) -> bytes:
             async with sem:
                 data: bytes = await retry_async(lambda: fs._cat_file(path), self.retry,
-                                                f"{self.url(path)}: whole file")
+                                                f"{self.url(path)}: whole file",
+                                                self.count_retry)
             self.requests += 1
             self.bytes_read += len(data)
             return data
@@ -283,7 +285,7 @@ class FsspecStorage(Storage):
         async def stat(path: str) -> FileStamp:
             async with sem:
                 info = await retry_async(lambda: fs._info(path), self.retry,
-                                         f"{self.url(path)}: info")
+                                         f"{self.url(path)}: info", self.count_retry)
             return self._stamp_from(path, info)
 
         parts = asyncio.gather(*(part(*r) for r in ranges), return_exceptions=True)
@@ -295,7 +297,8 @@ class FsspecStorage(Storage):
                 got_stamps[k] = DataFileNotFoundError(f"{self.url(p)}: data file not found")
         return list(got_parts), list(got_raws), list(got_stamps)
 
-    def _what(self, path: str, start: int, end: int) -> str:
+    def describe_range(self, path: str, start: int, end: int) -> str:
+        """A range as messages name it."""
         return f"{self.url(path)}: bytes [{start}, {end})"
 
     def _counted(self, path: str, start: int, end: int, data: bytes) -> bytes:
@@ -312,27 +315,28 @@ class FsspecStorage(Storage):
             raise DataFileNotFoundError(f"{self.url(path)}: data file not found") from None
         return self._counted(path, start, end, data)
 
-    async def _multi_async(self, fs: Any, path: str, spans: list[tuple[int, int]],
-                           deliver: Callable[[int, memoryview], None]) -> int | None:
+    async def fetch_file_ranges(self, fs: Any, path: str, spans: list[tuple[int, int]],
+                                deliver: Callable[[int, memoryview], None]) -> int | None:
+        """Ranges of one file in one multi-range request (HTTP), each handed to
+        ``deliver(j, data)`` as it arrives; returns the bytes moved (see
+        :func:`.multirange.fetch_spans`)."""
         try:
-            got = await multirange.fetch_spans(fs, path, spans, deliver, self.request_timeout)
+            got = await multirange.fetch_spans(fs, path, spans, deliver)
         except FileNotFoundError:
             raise DataFileNotFoundError(f"{self.url(path)}: data file not found") from None
         self.requests += 1
         self.bytes_read += got or 0
         return got
 
-    async def _cat_async(self, fs: Any, path: str, start: int, end: int) -> bytes:
+    async def fetch_range(self, fs: Any, path: str, start: int, end: int) -> bytes:
+        """Exactly the bytes ``[start, end)`` of ``path`` in one request (checked, counted)."""
         coro: Awaitable[bytes]
         if self.protocol in HTTP_PROTOCOLS:
             coro = http_range(fs, path, start, end)
         else:
             coro = fs._cat_file(path, start=start, end=end)
         try:
-            if self.request_timeout:
-                data = await asyncio.wait_for(coro, self.request_timeout)
-            else:
-                data = await coro
+            data = await coro
         except FileNotFoundError:
             raise DataFileNotFoundError(f"{self.url(path)}: data file not found") from None
         return self._counted(path, start, end, data)
@@ -341,7 +345,14 @@ class FsspecStorage(Storage):
     def write_atomic(self, path: str, parts: list[bytes | memoryview]) -> None:
         # One object PUT is atomic on object stores: readers see the old object or the new one.
         data = b"".join(bytes(p) for p in parts)
-        retry_sync(lambda: self.fs.pipe_file(path, data), self.retry, f"{self.url(path)}: write")
+        try:
+            retry_sync(lambda: self.fs.pipe_file(path, data), self.retry,
+                       f"{self.url(path)}: write", self.count_retry)
+        except Exception as exc:  # a read-only web server or bucket: say so, and what to do
+            refused = not_writable(self.url(path), exc)
+            if refused is None:
+                raise
+            raise refused from exc
 
     def open_write(self, path: str) -> IO[bytes]:
         f: IO[bytes] = self.fs.open(path, "wb")
@@ -355,15 +366,16 @@ class FsspecStorage(Storage):
                 return False
             return True
         return bool(retry_sync(lambda: self.fs.exists(path), self.retry,
-                               f"{self.url(path)}: exists"))
+                               f"{self.url(path)}: exists", self.count_retry))
 
     def is_dir(self, path: str) -> bool:
         return bool(retry_sync(lambda: self.fs.isdir(path), self.retry,
-                               f"{self.url(path)}: isdir"))
+                               f"{self.url(path)}: isdir", self.count_retry))
 
     def remove(self, path: str) -> None:
         with contextlib.suppress(FileNotFoundError):
-            retry_sync(lambda: self.fs.rm_file(path), self.retry, f"{self.url(path)}: delete")
+            retry_sync(lambda: self.fs.rm_file(path), self.retry, f"{self.url(path)}: delete",
+                       self.count_retry)
         self._sizes.pop(path, None)
 
     def expand(self, pattern: str) -> list[str]:
@@ -372,7 +384,7 @@ class FsspecStorage(Storage):
             # listing a web page downloads it: a URL without a trailing slash is a file
             return [pattern] if self.exists(pattern) else []
         return retry_sync(lambda: list_files(self.fs, pattern), self.retry,
-                          f"{self.url(pattern)}: listing")
+                          f"{self.url(pattern)}: listing", self.count_retry)
 
     def join(self, directory: str, name: str) -> str:
         return directory.rstrip("/") + "/" + name

@@ -6,6 +6,8 @@ import dataclasses
 import hashlib
 from typing import Any
 
+from ..errors import StaleIndexError
+
 
 @dataclasses.dataclass(frozen=True)
 class FileStamp:
@@ -15,10 +17,15 @@ class FileStamp:
         size: File size in bytes.
         fingerprint: ``"<kind>:<value>"`` (``mtime_ns``, ``etag``, ``generation`` …) as the
             storage reports it, or ``""`` when it reports none.
+        file_id: Which file this is on its filesystem (``"<device>:<inode>"`` for local
+            files), or ``""``. Not stored in sidecars (a copy of a file keeps its index) and
+            not part of equality; :meth:`mismatch` compares it when both stamps have one, so a
+            file replaced by rename after a dataset was opened is told from the one checked.
     """
 
     size: int
     fingerprint: str = ""
+    file_id: str = dataclasses.field(default="", compare=False, repr=False)
 
     def mismatch(self, current: FileStamp) -> str | None:
         """Say why ``current`` is not the file version this stamp describes.
@@ -39,7 +46,62 @@ class FileStamp:
         ckind, _, cvalue = current.fingerprint.partition(":")
         if kind and kind == ckind and value != cvalue:
             return f"its {kind} changed from {value} to {cvalue}"
+        if self.file_id and current.file_id and self.file_id != current.file_id:
+            return "it was replaced by another file (its inode changed)"
         return None
+
+
+class ExpectedFiles:
+    """The stamps a dataset checked its data files against, kept by the data's storage so
+    that every later opening of a file (first read, reopen after ``fork`` or ``close()``, a
+    handle evicted and reopened) is checked to be that same file.
+
+    Picklable (a process started by ``spawn`` checks against the parent's stamps).
+    """
+
+    def __init__(self) -> None:
+        self._stamps: dict[str, tuple[int, str, str]] = {}
+
+    def __getstate__(self) -> dict[str, tuple[int, str, str]]:
+        return self._stamps
+
+    def __setstate__(self, state: dict[str, tuple[int, str, str]]) -> None:
+        self._stamps = state
+
+    def __len__(self) -> int:
+        return len(self._stamps)
+
+    def expect(self, path: str, stamp: FileStamp, url: str) -> None:
+        """Remember ``stamp`` as what ``path`` must be from now on.
+
+        Args:
+            path: The file.
+            stamp: Its stamp, as just checked against its index.
+            url: The file as messages name it.
+
+        Raises:
+            StaleIndexError: ``path`` was expected to be another file already (it was replaced
+                since it was first checked, e.g. in the process that opened the dataset).
+        """
+        self.check(path, stamp, url)
+        self._stamps[path] = (stamp.size, stamp.fingerprint, stamp.file_id)
+
+    def check(self, path: str, current: FileStamp, url: str) -> None:
+        """Check that ``path`` (now ``current``) is the file expected, if one is.
+
+        Raises:
+            StaleIndexError: It is not (naming the file and what changed).
+        """
+        known = self._stamps.get(path)
+        if known is None:
+            return
+        why = FileStamp(*known).mismatch(current)
+        if why:
+            raise StaleIndexError(
+                f"{url}: {why} since the dataset was opened, so its index no longer describes "
+                "it; reopen the dataset (and rebuild the index if the data changed: "
+                f"`ofindex build {url}`)"
+            )
 
 
 #: Longer version identifiers are stored as their SHA-256 (sidecar headers have a fixed size).

@@ -1,0 +1,86 @@
+/* The CRC32C of many payloads of one buffer: the per-record checksums the index builder
+ * stores for OFRecord files (which carry none of their own), computed in the pass that
+ * already holds the bytes (a compressed file's inflated stream, a remote file's blocks).
+ * The CPU's CRC32C instruction runs without the GIL; without it, the crc32c package's
+ * function is called per payload (it releases the GIL itself for large ones). */
+#include "native.h"
+#include "hwcrc.h"
+
+const char crcs_doc[] =
+"crcs(buf, starts, ends, out, crc32c) -> None\n\n"
+"out[k] = CRC32C of buf[starts[k]:ends[k]] (int64 starts and ends, uint32 out). Every\n"
+"span is checked against buf first (ValueError), before anything is computed.";
+
+PyObject *crcs(PyObject *self, PyObject *args) {
+    PyObject *buf_obj, *starts_obj, *ends_obj, *out_obj, *crc_fn;
+    if (!PyArg_ParseTuple(args, "OOOOO:crcs", &buf_obj, &starts_obj, &ends_obj, &out_obj,
+                          &crc_fn))
+        return NULL;
+    Py_buffer buf, sv, ev, ov;
+    if (PyObject_GetBuffer(buf_obj, &buf, PyBUF_SIMPLE) < 0)
+        return NULL;
+    if (get_i64(starts_obj, &sv, "starts") < 0) {
+        PyBuffer_Release(&buf);
+        return NULL;
+    }
+    if (get_i64(ends_obj, &ev, "ends") < 0) {
+        PyBuffer_Release(&sv);
+        PyBuffer_Release(&buf);
+        return NULL;
+    }
+    if (PyObject_GetBuffer(out_obj, &ov, PyBUF_WRITABLE | PyBUF_ND) < 0) {
+        PyBuffer_Release(&ev);
+        PyBuffer_Release(&sv);
+        PyBuffer_Release(&buf);
+        return NULL;
+    }
+    PyObject *result = NULL;
+    Py_ssize_t n = sv.shape[0];
+    const int64_t *st = (const int64_t *)sv.buf, *en = (const int64_t *)ev.buf;
+    uint32_t *out = (uint32_t *)ov.buf;
+    if (ev.shape[0] != n || ov.itemsize != 4 || ov.ndim != 1 || ov.shape[0] != n) {
+        PyErr_SetString(PyExc_ValueError, "starts, ends and out (uint32) differ in length");
+        goto done;
+    }
+    for (Py_ssize_t k = 0; k < n; k++) {  /* no arithmetic that can wrap: spans come from data */
+        if (st[k] < 0 || en[k] < st[k] || en[k] > (int64_t)buf.len) {
+            PyErr_Format(PyExc_ValueError, "span %zd [%lld, %lld) is outside the buffer", k,
+                         (long long)st[k], (long long)en[k]);
+            goto done;
+        }
+    }
+    const unsigned char *base = (const unsigned char *)buf.buf;
+    if (hw_crc_on) {
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t k = 0; k < n; k++)
+            out[k] = hw_crc32c(base + st[k], (size_t)(en[k] - st[k]));
+        Py_END_ALLOW_THREADS
+    } else {
+        for (Py_ssize_t k = 0; k < n; k++) {
+            PyObject *view = PyMemoryView_FromMemory((char *)base + st[k], en[k] - st[k],
+                                                     PyBUF_READ);
+            if (view == NULL)
+                goto done;
+            PyObject *r = PyObject_CallOneArg(crc_fn, view);
+            Py_DECREF(view);
+            if (r == NULL)
+                goto done;
+            unsigned long long v = PyLong_Check(r) ? PyLong_AsUnsignedLongLong(r) : ~0ULL;
+            Py_DECREF(r);
+            if (v > 0xffffffffULL) {
+                PyErr_Clear();
+                PyErr_SetString(PyExc_ValueError, "crc32c did not return a 32-bit CRC");
+                goto done;
+            }
+            out[k] = (uint32_t)v;
+        }
+    }
+    result = Py_None;
+    Py_INCREF(result);
+done:
+    PyBuffer_Release(&ov);
+    PyBuffer_Release(&ev);
+    PyBuffer_Release(&sv);
+    PyBuffer_Release(&buf);
+    return result;
+}

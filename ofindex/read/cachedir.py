@@ -1,0 +1,143 @@
+"""The files of the node cache's directory (``cache_dir``), named and touched by the cache alone.
+
+Every file the cache opens, maps, writes or deletes in its directory has a name it derives
+itself: the database's fixed names, and for a whole sidecar a hex digest of its URL
+(:func:`entry_name`). No name or path is ever read from the database. Nothing is opened
+through a symbolic link or as anything but a regular file (``O_NOFOLLOW``, ``lstat``), writes
+go to a fresh temporary file renamed into place (a rename replaces a link, never its target),
+and an unlink removes a name of the directory, never what it may point to. A shared or
+tampered directory can therefore cost cache misses, but never make a reader open, write or
+delete a file elsewhere.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import mmap
+import os
+import re
+import stat
+from collections.abc import Iterable
+
+from ..errors import SidecarError
+from ..formats.sidecar import SUFFIX, Sidecar, decode_header
+from ..storage import FileStamp, write_local_atomic
+
+#: The key prefix of a whole-sidecar file's entry in the database.
+FILE_KEY_PREFIX = b"file:"
+_FILE_KEY = re.compile(rb"file:([0-9a-f]{32}" + re.escape(SUFFIX.encode()) + rb")")
+#: Bytes of a sidecar read to decode its header (as :func:`open_local_sidecar` does).
+_HEAD_BYTES = 4096
+_OPEN_FLAGS = (os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+               | getattr(os, "O_CLOEXEC", 0))
+
+
+def entry_name(index_url: str) -> str:
+    """The file name of the whole sidecar at ``index_url`` in the cache directory."""
+    return hashlib.sha256(index_url.encode("utf-8")).hexdigest()[:32] + SUFFIX
+
+
+def file_key(name: str) -> bytes:
+    """The database key of the whole-sidecar file ``name`` (an :func:`entry_name`)."""
+    return FILE_KEY_PREFIX + name.encode("ascii")
+
+
+def name_of_key(key: bytes) -> str | None:
+    """The whole-sidecar file a database key stands for, or ``None`` when it names none
+    (a page, a header, or a key that is not of the cache's own making)."""
+    match = _FILE_KEY.fullmatch(key)
+    return None if match is None else match.group(1).decode("ascii")
+
+
+def directory_problem(directory: str) -> str | None:
+    """Why ``directory`` cannot hold the cache, or ``None`` when it can (created if missing).
+
+    A symbolic link to a directory is used as that directory; a link to anything else, a
+    file, or a directory this process cannot write is refused.
+    """
+    try:
+        os.makedirs(directory, exist_ok=True)
+    except FileExistsError:
+        return "it exists and is not a directory"
+    except OSError as e:
+        return f"it cannot be created ({e.strerror or e})"
+    if not os.path.isdir(directory):
+        return "it is not a directory"
+    if not os.access(directory, os.W_OK | os.X_OK):
+        return "this process cannot write in it"
+    return None
+
+
+def file_problem(directory: str, names: Iterable[str]) -> str | None:
+    """Why one of ``names`` in ``directory`` must not be opened (a symbolic link, a
+    directory, a FIFO …), or ``None`` when each is a regular file or absent."""
+    for name in names:
+        path = os.path.join(directory, name)
+        try:
+            mode = os.lstat(path).st_mode
+        except FileNotFoundError:
+            continue
+        except OSError as e:
+            return f"{path} cannot be inspected ({e.strerror or e})"
+        if stat.S_ISLNK(mode):
+            return f"{path} is a symbolic link"
+        if not stat.S_ISREG(mode):
+            return f"{path} is not a regular file"
+    return None
+
+
+def map_entry(directory: str, name: str, records: int, stamp: FileStamp,
+              body_crc: int | None = None) -> Sidecar | None:
+    """Memory-map the whole sidecar ``name`` kept in ``directory``.
+
+    Returns:
+        The sidecar, or ``None`` when there is none, it is not a regular file (a link is not
+        followed), or it is not a valid sidecar of ``records`` records stamped ``stamp`` (and
+        of body CRC ``body_crc`` when given), its body checked against its CRC once its
+        header checks out: a damaged or tampered copy is a miss, fetched again.
+    """
+    path = os.path.join(directory, name)
+    try:
+        fd = os.open(path, _OPEN_FLAGS)
+    except OSError:  # missing, a symbolic link (ELOOP), unreadable
+        return None
+    try:
+        info = os.fstat(fd)
+        size = info.st_size
+        if not stat.S_ISREG(info.st_mode) or size == 0:
+            return None
+        mapped = mmap.mmap(fd, size, access=mmap.ACCESS_READ)
+    except (OSError, ValueError, OverflowError):
+        return None
+    finally:
+        os.close(fd)
+    try:
+        header = decode_header(mapped[: min(size, _HEAD_BYTES)], path=path)
+        if header.count != records or header.stamp != stamp or (
+                body_crc is not None and header.body_crc != body_crc):
+            return None  # an older version (or not ours): fetched again
+        sidecar = Sidecar(path, header, mapped)
+        sidecar.check_offsets()
+        return sidecar
+    except (SidecarError, ValueError, OverflowError):
+        return None
+
+
+def write_entry(directory: str, name: str, raw: bytes) -> bool:
+    """Keep ``raw`` as the whole sidecar ``name`` (a temporary file renamed into place).
+
+    Returns:
+        Whether it was written (``False``: the disk is full, the directory went away …).
+    """
+    try:
+        write_local_atomic(os.path.join(directory, name), [raw])
+    except OSError:
+        return False
+    return True
+
+
+def remove_entry(directory: str, name: str) -> None:
+    """Unlink the whole sidecar ``name`` (a link there is removed, not its target)."""
+    with contextlib.suppress(OSError):  # gone already, or a directory: nothing of ours
+        os.unlink(os.path.join(directory, name))

@@ -1,0 +1,409 @@
+"""Index rounds: every missing piece of index a read needs, fetched in one concurrent round.
+
+A round gathers, for the shards a batch (or ``open``) touches, the remote sidecar pages and
+headers it lacks (:mod:`ofindex.read.pages`), the whole sidecars of the shards not read by
+pages, and the data files' staleness ``stat``; it runs them at once, one call per storage
+(:meth:`~ofindex.storage.Storage.fetch_round`; a thread per storage when the sidecars live
+elsewhere than the data), then checks and keeps what came back. Two entry points use it:
+
+* :func:`load_sidecars`: the sidecars of some shards (``open``, compressed batches): local
+  ones are memory-mapped one by one, remote ones fetched in one round;
+* :func:`batch_spans`: the byte spans of a batch's records, from pages or whole sidecars.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import dataclasses
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+
+from ..errors import IndexNotFoundError, SidecarError, StaleIndexError
+from ..formats.sidecar import Sidecar
+from ..formats.sidecar_header import HEADER_SIZE
+from ..storage import FileStamp, Storage
+from .pages import (
+    Pager,
+    check_bounds,
+    header_fetch_bytes,
+    page_range,
+    pager_of,
+    parse_page_header,
+    spans_from_pages,
+    split_pages,
+)
+from .shards import Shard, missing_indexes
+
+#: Groups of one batch: ``(shard number, first item, one past the last item)``.
+Groups = list[tuple[int, int, int]]
+#: Where a request's result is: ``(id of its storage, its position in that storage's list)``.
+Slot = tuple[int, int]
+
+
+@dataclasses.dataclass
+class PageRequest:
+    """What one paged shard of a batch needs, and what the round brought back for it."""
+
+    shard: Shard
+    pager: Pager
+    local: np.ndarray
+    pages: dict[int, np.ndarray] = dataclasses.field(default_factory=dict)
+    missing: list[int] = dataclasses.field(default_factory=list)
+    header_slot: int = -1      # the range holding the header (maybe with the first run)
+    runs: list[tuple[int, int, int, int]] = dataclasses.field(default_factory=list)
+    stat_slot: int = -1
+    fallback: bool = False     # read through the whole sidecar after all
+
+
+@dataclasses.dataclass
+class WholeRequest:
+    """One shard whose sidecar the round fetches whole (or finds in the node cache)."""
+
+    shard: Shard
+    on_disk: Sidecar | None
+    whole_slot: Slot | None = None
+    stat_slot: Slot | None = None
+
+
+class _StorageCalls:
+    """The requests of one round on one storage; :meth:`run` fills the results."""
+
+    def __init__(self, storage: Storage) -> None:
+        self.storage = storage
+        self.ranges: list[tuple[str, int, int]] = []
+        self.wholes: list[str] = []
+        self.stats: list[str] = []
+        self.got: tuple[list[Any], list[Any], list[Any]] = ([], [], [])
+
+    def run(self) -> None:
+        self.got = self.storage.fetch_round(self.ranges, self.wholes, self.stats)
+
+
+class Round:
+    """The requests of one round, grouped by storage and run at once."""
+
+    RANGE, WHOLE, STAT = 0, 1, 2
+
+    def __init__(self) -> None:
+        self.calls: dict[int, _StorageCalls] = {}
+
+    def _on(self, storage: Storage) -> _StorageCalls:
+        calls = self.calls.get(id(storage))
+        if calls is None:
+            calls = self.calls[id(storage)] = _StorageCalls(storage)
+        return calls
+
+    def range(self, storage: Storage, path: str, start: int, end: int) -> Slot:
+        """Queue the bytes ``[start, end)`` of ``path``."""
+        calls = self._on(storage)
+        calls.ranges.append((path, start, end))
+        return id(storage), len(calls.ranges) - 1
+
+    def whole(self, storage: Storage, path: str) -> Slot:
+        """Queue the whole of ``path``."""
+        calls = self._on(storage)
+        calls.wholes.append(path)
+        return id(storage), len(calls.wholes) - 1
+
+    def stat(self, storage: Storage, path: str) -> Slot:
+        """Queue the stamp of ``path``."""
+        calls = self._on(storage)
+        calls.stats.append(path)
+        return id(storage), len(calls.stats) - 1
+
+    def run(self) -> None:
+        """Run every queued request (a thread per storage when there are several)."""
+        calls = [c for c in self.calls.values() if c.ranges or c.wholes or c.stats]
+        if len(calls) == 1:
+            calls[0].run()
+        elif calls:
+            with cf.ThreadPoolExecutor(len(calls)) as pool:
+                for future in [pool.submit(c.run) for c in calls]:
+                    future.result()
+
+    def result(self, kind: int, slot: Slot) -> Any:
+        """What came back for ``slot`` (the value, or the exception its request raised)."""
+        return self.calls[slot[0]].got[kind][slot[1]]
+
+
+# -- whole sidecars -------------------------------------------------------------------------
+
+def load_sidecars(shards: Iterable[Shard], *, check_body: bool = True) -> None:
+    """Load the sidecars of ``shards`` not loaded yet in this process: local ones memory-mapped
+    one by one, remote ones fetched in one round with their data files' stamps.
+    ``check_body=False`` leaves the offsets of memory-mapped sidecars to be checked against
+    their CRC when their shard is first read.
+
+    Raises:
+        IndexNotFoundError: Shards without a sidecar, all named at once.
+        StaleIndexError, SidecarError: A sidecar does not describe its data file, or is
+            corrupt.
+    """
+    cold: list[Shard] = []
+    for shard in shards:
+        if shard.loaded:
+            continue
+        if shard.opened:  # its header is checked in this process: nothing to fetch
+            shard.load(check_body=check_body)
+        else:
+            cold.append(shard)
+    missing: list[Shard] = []
+    remote = [s for s in cold if not s.index_storage.is_local]
+    for shard in cold:
+        if shard.index_storage.is_local:
+            try:
+                shard.load(check_body=check_body)
+            except IndexNotFoundError:
+                missing.append(shard)
+    if remote:
+        missing += run_round([], remote, check_body=check_body)
+    if missing:
+        raise missing_indexes(missing, len(cold))
+
+
+def _queue_whole(round_: Round, shard: Shard) -> WholeRequest:
+    """Queue the whole sidecar of ``shard`` (unless the node cache has it) and its data
+    file's stamp."""
+    request = WholeRequest(shard, shard.disk_copy())
+    if request.on_disk is None:
+        request.whole_slot = round_.whole(shard.index_storage, shard.index_path)
+    if shard.data_storage is not None:
+        request.stat_slot = round_.stat(shard.data_storage, shard.path)
+    return request
+
+
+def _take_whole(round_: Round, request: WholeRequest, check_body: bool) -> bool:
+    """Accept a whole sidecar the round fetched (or found on disk); ``False`` when there is
+    none (its shard has no index)."""
+    shard = request.shard
+    if request.on_disk is not None:
+        sidecar, nbytes = request.on_disk, 0
+    else:
+        assert request.whole_slot is not None
+        raw = round_.result(Round.WHOLE, request.whole_slot)
+        if isinstance(raw, FileNotFoundError):
+            return False
+        if isinstance(raw, BaseException):
+            raise raw
+        sidecar, nbytes = shard.from_fetched(raw)
+    current = None if request.stat_slot is None else round_.result(Round.STAT,
+                                                                    request.stat_slot)
+    if isinstance(current, BaseException):
+        raise current
+    shard.accept(sidecar, nbytes, current, check_body=check_body)
+    return True
+
+
+# -- pages ----------------------------------------------------------------------------------
+
+def batch_spans(shards: list[Shard], groups: Groups,
+                local: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Byte spans ``(starts, ends)`` of a batch's records, grouped by shard.
+
+    Args:
+        shards: The dataset's shards.
+        groups: ``(shard number, lo, hi)``: items ``lo..hi-1`` of ``local`` are in that shard.
+        local: Record numbers inside their shard.
+
+    Returns:
+        The framing's byte range of every item.
+
+    Raises:
+        IndexNotFoundError, StaleIndexError, SidecarError, RangeReadError: As reads do.
+    """
+    requests: list[PageRequest | None] = []
+    whole: list[Shard] = []
+    for s, lo, hi in groups:
+        shard = shards[s]
+        pager = pager_of(shard)
+        if pager is not None:
+            requests.append(PageRequest(shard, pager, local[lo:hi]))
+            continue
+        requests.append(None)
+        if shard.cache is not None and not shard.loaded:
+            whole.append(shard)
+    paged = [r for r in requests if r is not None]
+    if paged or whole:
+        missing = run_round(paged, whole)
+        if missing:
+            raise missing_indexes(missing, len(whole))
+    starts = np.empty(len(local), dtype=np.int64)
+    ends = np.empty(len(local), dtype=np.int64)
+    for (s, lo, hi), request in zip(groups, requests, strict=True):
+        if request is not None and not request.fallback:
+            starts[lo:hi], ends[lo:hi] = spans_from_pages(request.shard, request.pager,
+                                                          request.pages, request.local)
+        else:
+            starts[lo:hi], ends[lo:hi] = shards[s].sidecar.spans(local[lo:hi])
+    return starts, ends
+
+
+def run_round(paged: list[PageRequest], whole: list[Shard], *,
+              check_body: bool = True) -> list[Shard]:
+    """One round for the pages of ``paged`` and the whole sidecars of ``whole``: what this
+    process's page cache and the node cache hold is taken from there, the rest fetched at
+    once with the stamps still to check, then checked and kept.
+
+    Returns:
+        The shards of ``whole`` that have no sidecar.
+
+    Raises:
+        StaleIndexError, SidecarError, RangeReadError: As reads do.
+    """
+    cache = (paged[0].shard if paged else whole[0]).cache
+    for request in paged:  # this process's pages first
+        assert cache is not None
+        for page in np.unique(request.local // request.pager.page_records).tolist():
+            found = cache.pages.get((id(request.shard), page))
+            if found is None:
+                request.missing.append(page)
+            else:
+                request.pages[page] = found
+    node = cache.node if cache is not None else None
+    if node is not None and paged:
+        _from_node(paged, node.get(_node_keys(paged)))
+    round_ = Round()
+    for request in paged:
+        _queue_pages(round_, request)
+    wholes = [_queue_whole(round_, shard) for shard in whole]
+    round_.run()
+    to_node: list[tuple[bytes, bytes]] = []
+    for request in paged:
+        _take_pages(round_, request, to_node)
+    if node is not None and to_node:
+        node.put(to_node)
+    missing = [w.shard for w in wholes if not _take_whole(round_, w, check_body)]
+    fallback = [r.shard for r in paged if r.fallback]
+    if fallback:  # version 1 or compressed after all: their whole sidecars, one more round
+        missing += run_round([], fallback)
+    return missing
+
+
+def _node_keys(paged: list[PageRequest]) -> list[bytes]:
+    keys = []
+    for request in paged:
+        if not request.pager.checked:
+            keys.append(request.pager.header_key)
+        keys += [request.pager.page_key(p) for p in request.missing]
+    return keys
+
+
+def _from_node(paged: list[PageRequest], found: dict[bytes, bytes]) -> None:
+    """Take what the machine's cache holds (only pages whose header checked out get there)."""
+    if not found:
+        return
+    for request in paged:
+        pager = request.pager
+        raw = found.get(pager.header_key) if not pager.checked else None
+        if raw is not None:
+            try:
+                header = parse_page_header(request.shard, raw)
+            except SidecarError:  # a damaged or tampered entry: a miss, fetched again
+                header = None
+            if header is not None:
+                pager.accept(header)
+        if not pager.checked:
+            continue
+        still = []
+        for page in request.missing:
+            blob = found.get(pager.page_key(page))
+            count = min(pager.page_records, request.shard.records - page * pager.page_records)
+            page_bounds = _cached_page(request.shard, pager, page, blob, count + 1)
+            if page_bounds is not None:
+                request.pages[page] = page_bounds
+                cache = request.shard.cache
+                assert cache is not None
+                cache.pages.put((id(request.shard), page), page_bounds)
+            else:
+                still.append(page)
+        request.missing = still
+
+
+def _cached_page(shard: Shard, pager: Pager, page: int, blob: bytes | None,
+                 count: int) -> np.ndarray | None:
+    """A page found in the node cache, or ``None`` (a miss) when it is not there or does not
+    hold ``count`` bounds that any build could have written (a damaged or tampered entry)."""
+    if blob is None or len(blob) != 8 * count:
+        return None
+    page_bounds = np.frombuffer(blob, dtype="<u8")
+    try:
+        check_bounds(shard, pager, page * pager.page_records, page_bounds)
+    except SidecarError:
+        return None
+    return page_bounds
+
+
+def _queue_pages(round_: Round, request: PageRequest) -> None:
+    """Queue the header (if not checked yet), the missing pages (neighbours merged) and the
+    data file's stamp (once) of one shard."""
+    shard, pager = request.shard, request.pager
+    storage, path, n = shard.index_storage, shard.index_path, shard.records
+    runs: list[list[int]] = []
+    for page in sorted(request.missing):
+        if runs and page == runs[-1][1] + 1:
+            runs[-1][1] = page
+        else:
+            runs.append([page, page])
+    need_header = not pager.checked
+    for first, last in runs:
+        start, end = page_range(pager, n, first, last)
+        if need_header and start <= HEADER_SIZE + 8 * pager.page_records:  # the header
+            request.header_slot = round_.range(storage, path, 0, end)[1]  # rides along
+            request.runs.append((first, last, request.header_slot, start))
+            need_header = False
+        else:
+            request.runs.append((first, last, round_.range(storage, path, start, end)[1], 0))
+    if need_header:
+        request.header_slot = round_.range(storage, path, 0, header_fetch_bytes(shard))[1]
+    if not pager.fresh and shard.data_storage is not None:
+        request.stat_slot = round_.stat(shard.data_storage, shard.path)[1]
+
+
+def _take_pages(round_: Round, request: PageRequest,
+                to_node: list[tuple[bytes, bytes]]) -> None:
+    """Check the header, the data file's stamp and keep the pages of one shard."""
+    shard, pager = request.shard, request.pager
+    storage_id = id(shard.index_storage)
+    if request.header_slot >= 0:
+        got = round_.result(Round.RANGE, (storage_id, request.header_slot))
+        if isinstance(got, FileNotFoundError):
+            raise shard.not_found() from None
+        header = None if isinstance(got, BaseException) else parse_page_header(shard, got)
+        if header is None:  # version 1 (maybe shorter than 512 bytes), compressed, or worse
+            pager.whole = request.fallback = True
+            return
+        pager.accept(header)
+        head = bytes(got[:HEADER_SIZE])
+        to_node.append((pager.header_key, head + bytes(HEADER_SIZE - len(head))))
+    if request.stat_slot >= 0:
+        assert shard.data_storage is not None
+        current = round_.result(Round.STAT, (id(shard.data_storage), request.stat_slot))
+        if isinstance(current, BaseException):
+            raise current
+        indexed = shard.expected_stamp()  # the checked header's stamp
+        assert indexed is not None
+        _check_fresh(shard, indexed, current)
+        shard.data_storage.expect(shard.path, current)
+        pager.fresh = True
+    cache = shard.cache
+    assert cache is not None
+    for first, last, slot, skip in request.runs:
+        got = round_.result(Round.RANGE, (storage_id, slot))
+        if isinstance(got, BaseException):
+            raise got
+        for page, page_bounds in split_pages(pager, shard.records, first, last,
+                                             memoryview(got)[skip:], shard).items():
+            request.pages[page] = page_bounds
+            cache.pages.put((id(shard), page), page_bounds)
+            to_node.append((pager.page_key(page), page_bounds.tobytes()))
+
+
+def _check_fresh(shard: Shard, indexed: FileStamp, current: FileStamp) -> None:
+    why = indexed.mismatch(current)
+    if why:
+        assert shard.data_storage is not None
+        url = shard.data_storage.url(shard.path)
+        raise StaleIndexError(f"{shard.index_url}: index is stale for {url}: {why} since it "
+                              f"was indexed; rebuild it with `ofindex build {url}`")

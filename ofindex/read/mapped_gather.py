@@ -1,0 +1,317 @@
+"""Batches cut out of memory-mapped shards by the compiled module.
+
+Three ways, all over the same :class:`MappedShards` (the maps and sidecar offsets of the
+shards a batch touches):
+
+* :func:`compiled_gather`: one compiled pass in the order asked for (no sorting): each span
+  is looked up, checked (stored length against the index; TFRecord CRCs with ``verify``)
+  and copied into a ``bytes``;
+* :func:`threaded_copies`: big batches (several MB). 256 records of ~100 KB are 25 MB:
+  copying them into ``bytes`` and checking their CRCs on one core takes longer than a
+  columnar gather that checks nothing, so each thread checks and copies its share of the
+  records in one compiled call without the GIL (``fill``: copy and CRC in one pass over the
+  source, three records at a time, with the CPU's CRC32C instruction; without it, the copies
+  are checked through the ``crc32c`` package, which releases the GIL too). The calling
+  thread fills one share itself;
+* :func:`checked_spans`: the records checked in place on a few threads, not copied: where
+  their payloads lie, for readers that copy only parts of them (batched decoding).
+
+Whichever way, the first record of the batch (in the order asked for) that fails a check is
+reported, with the same error as every other read path.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import dataclasses
+from collections.abc import Callable, Iterable
+from typing import Any, NoReturn, TypeVar
+
+import crc32c as _crc32c
+import numpy as np
+
+from .. import _accel
+from .._threads import ProcessPool
+from ..formats.crc import LENGTH_CRCS, length_crc, unmask_crcs
+from ..formats.framing import Buffer
+from .checksums import check_many, record_naming
+from .payloads import raise_record_error
+from .record_checks import RecordChecks
+from .table import ShardTable
+
+#: Batches expected to hold at least this many bytes are spread over threads.
+PARALLEL_BYTES = 4 << 20
+_A4 = np.arange(4)
+_T = TypeVar("_T")
+
+#: Threads that copy and check big batches.
+_POOL = ProcessPool("ofindex-batch")
+
+
+def executor() -> cf.ThreadPoolExecutor | None:
+    """This process's pool: threads that copy and check big batches (``None`` on one core)."""
+    return _POOL.get()
+
+
+def map_ordered(fn: Callable[[_T], Any], items: Iterable[_T]) -> list[Any]:
+    """``[fn(x) for x in items]`` on the pool; the first failing item (in order) raises."""
+    pool = executor()
+    return [fn(x) for x in items] if pool is None else list(pool.map(fn, items))
+
+
+@dataclasses.dataclass(frozen=True)
+class MappedShards:
+    """The memory-mapped shards of a batch, each mapped at least up to its indexed end.
+
+    Attributes:
+        touched: The shard numbers.
+        which: Per record of the batch, its shard as an index into ``touched`` (int64).
+        local: Per record, its number inside its shard.
+        maps: Each touched shard's map.
+        offsets: Each touched shard's sidecar offsets.
+        indexed_ends: Each touched shard's indexed end.
+    """
+
+    touched: list[int]
+    which: np.ndarray
+    local: np.ndarray
+    maps: list[Buffer]
+    offsets: list[np.ndarray]
+    indexed_ends: list[int]
+
+    @classmethod
+    def of(cls, table: ShardTable, indices: np.ndarray) -> MappedShards | None:
+        """The maps of the shards records ``indices`` (valid, non-negative) are in, or
+        ``None`` when one cannot be served from its map (its file is shorter than its index
+        says: the planned reads then read it, and report what is wrong)."""
+        if len(table.shards) == 1:
+            touched, which, local = [0], np.zeros(len(indices), dtype=np.int64), indices
+        else:
+            shard_of = table.shard_numbers(indices)
+            found, which = np.unique(shard_of, return_inverse=True)
+            touched, local = found.tolist(), indices - table.first[shard_of]
+            which = which.astype(np.int64, copy=False)
+        maps: list[Buffer] = []
+        offsets: list[np.ndarray] = []
+        ends: list[int] = []
+        for s in touched:
+            shard = table.shards[s]
+            sidecar = shard.sidecar
+            mapped = table.storage.mapped(shard.path, sidecar.indexed_end)
+            if mapped is None:
+                return None
+            maps.append(mapped)
+            offsets.append(sidecar.offsets)
+            ends.append(sidecar.indexed_end)
+        return cls(touched, which, local, maps, offsets, ends)
+
+    def items_of(self, j: int) -> np.ndarray | None:
+        """The batch positions of touched shard ``j`` (``None``: all, the only shard)."""
+        return None if len(self.touched) == 1 else np.flatnonzero(self.which == j)
+
+
+def raise_mapped_problem(table: ShardTable, checks: RecordChecks, maps: MappedShards,
+                         k: int, problem: int) -> NoReturn:
+    """Raise the precise error for record ``k`` of a batch, which a compiled loop refused
+    with ``problem`` (see :mod:`ofindex._accel`)."""
+    j = int(maps.which[k])
+    shard = table.shards[maps.touched[j]]
+    sidecar, record = shard.sidecar, int(maps.local[k])
+    if problem == _accel.RECORD_FAILS_CHECK:  # a corrupt sidecar explains a bad record:
+        for jj, s in enumerate(maps.touched):  # report it first
+            table.shards[s].sidecar.spans(maps.local[maps.which == jj])
+    start, end = sidecar.span(record)
+    if problem == _accel.SPAN_TOO_SHORT:
+        raise sidecar.bad_span(record, start, end)
+    raise_record_error(maps.maps[j][start:end], checks.format, checks.verify,
+                       path=table.url(maps.touched[j]), offset=start, record=record)
+
+
+def check_mapped_sums(table: ShardTable, checks: RecordChecks, maps: MappedShards,
+                      payloads: list[Any]) -> None:
+    """Check OFRecord payloads (in batch order) against their sidecars' checksums."""
+    if not checks.payload_sums:
+        return
+    for j, s in enumerate(maps.touched):
+        sidecar = table.shards[s].sidecar
+        if sidecar.checksums is None:
+            continue
+        items = maps.items_of(j)
+        chosen = payloads if items is None else [payloads[k] for k in items.tolist()]
+        records = maps.local if items is None else maps.local[items]
+        check_many(chosen, sidecar.checksums[records],
+                   record_naming(table.url(s), sidecar.offsets, records))
+
+
+def compiled_gather(table: ShardTable, checks: RecordChecks,
+                    maps: MappedShards) -> list[Any]:
+    """The payloads of a batch in one compiled pass over the maps, in the order asked for.
+
+    Raises:
+        CorruptRecordError, SidecarError: The first record that fails a check.
+    """
+    native = _accel.native
+    assert native is not None  # chosen only with the compiled module
+    got = native.gather(maps.maps, maps.offsets, maps.indexed_ends, maps.which, maps.local,
+                        checks.header, checks.footer, checks.tfrecord_crcs, _crc32c.crc32c,
+                        LENGTH_CRCS)
+    if isinstance(got, list):
+        check_mapped_sums(table, checks, maps, got)
+        return got
+    problem, k = got  # never past a map: each covers its shard's indexed end
+    raise_mapped_problem(table, checks, maps, k, problem)
+
+
+def _spans(table: ShardTable, checks: RecordChecks,
+           maps: MappedShards) -> tuple[np.ndarray, np.ndarray]:
+    """Where each record's framing starts and its payload's size, from one compiled pass
+    over the sidecars' offsets.
+
+    Raises:
+        SidecarError: A record's span cannot hold a record (corrupt offsets).
+    """
+    native = _accel.native
+    assert native is not None
+    n = len(maps.which)
+    starts = np.empty(n, dtype=np.int64)
+    ends = np.empty(n, dtype=np.int64)
+    got = native.spans(maps.maps, maps.offsets, maps.indexed_ends, maps.which, maps.local,
+                       checks.overhead, starts, ends)
+    if got is not None:
+        problem, k = got
+        raise_mapped_problem(table, checks, maps, k, problem)
+    return starts, ends - starts - checks.overhead
+
+
+def _shares(sizes: np.ndarray, workers: int) -> list[tuple[int, int]]:
+    """Records ``0..n`` cut into ``workers`` runs of about equal bytes."""
+    n = len(sizes)
+    bounds = np.searchsorted(np.cumsum(sizes), np.linspace(0, int(sizes.sum()),
+                                                           workers + 1)[1:-1])
+    return [p for p in zip([0, *bounds.tolist()], [*bounds.tolist(), n], strict=True)
+            if p[0] < p[1]]
+
+
+def _first_failing(work: Callable[[tuple[int, int]], int], parts: list[tuple[int, int]],
+                   pool: cf.ThreadPoolExecutor | None, n: int) -> int:
+    """Run ``work`` on each share (the calling thread takes the first while the pool runs
+    the others); the first record that failed (``work`` returns -1 or that record), or
+    ``n`` when none did."""
+    later = [pool.submit(work, p) for p in parts[1:]] if pool is not None else []
+    results = [work(parts[0]), *(f.result() for f in later)] if parts else []
+    return min([b for b in results if b >= 0], default=n)
+
+
+def _crcs_wrong(maps: MappedShards, positions: np.ndarray, starts: np.ndarray,
+                sizes: np.ndarray, crcs: np.ndarray) -> np.ndarray:
+    """Which of the TFRecords at ``positions`` of the batch have a wrong stored length CRC or
+    data CRC (``crcs``: the CRCs computed from their payloads); for CPUs without the CRC32C
+    instruction, where the compiled copies check only the framing and stored lengths."""
+    wrong = np.zeros(len(positions), dtype=bool)
+    which = maps.which[positions]
+    for j, buf in enumerate(maps.maps):
+        sel = np.flatnonzero(which == j)
+        raw = np.frombuffer(buf, dtype=np.uint8)
+        st, size = starts[sel], sizes[sel]
+        len_crcs = raw[(st + 8)[:, None] + _A4].copy().view("<u4").ravel()
+        ends = st + 12 + size
+        data_crcs = unmask_crcs(raw[ends[:, None] + _A4].copy().view("<u4").ravel())
+        memo = LENGTH_CRCS.get
+        want = np.array([memo(m) or length_crc(m) for m in size.tolist()], dtype=np.uint32)
+        wrong[sel] = (len_crcs != want) | (data_crcs != crcs[sel])
+    return wrong
+
+
+def threaded_copies(table: ShardTable, checks: RecordChecks,
+                    maps: MappedShards) -> list[Any]:
+    """The payloads of a big batch, copied and checked on the process's threads, in the
+    order asked for (see the module's notes).
+
+    Raises:
+        CorruptRecordError, SidecarError: The first record that fails a check.
+    """
+    native = _accel.native
+    pool = executor()
+    assert native is not None and pool is not None  # chosen only with both
+    n = len(maps.which)
+    starts, sizes = _spans(table, checks, maps)
+    outs = native.blank(sizes)
+    check = checks.tfrecord_crcs
+    in_fill = check and native.hw_crc()  # the CRCs checked in the compiled copy pass
+    parts = _shares(sizes, pool._max_workers)
+    header, footer = checks.header, checks.footer
+    crcs = np.zeros(n if check and not in_fill else 0, dtype=np.uint32)
+
+    def work(part: tuple[int, int]) -> int:
+        if not check or in_fill:
+            return int(native.fill(maps.maps, maps.which, starts, outs, part[0], part[1],
+                                   header, footer, check))
+        crc = _crc32c.crc32c  # releases the GIL too
+        for k in range(*part):  # copy then check one record at a time: it is still in cache
+            bad = int(native.fill(maps.maps, maps.which, starts, outs, k, k + 1, header,
+                                  footer, False))
+            if bad >= 0:
+                return bad
+            crcs[k] = crc(outs[k])
+        return -1
+
+    k = _first_failing(work, parts, pool, n)  # the first record that fails framing
+    if check and not in_fill:  # and the CRCs of the records before it
+        before = np.arange(k)
+        wrong = np.flatnonzero(_crcs_wrong(maps, before, starts[:k], sizes[:k], crcs[:k]))
+        k = int(wrong[0]) if len(wrong) else k
+    if k < n:
+        raise_mapped_problem(table, checks, maps, k, _accel.RECORD_FAILS_CHECK)
+    payloads: list[Any] = outs
+    check_mapped_sums(table, checks, maps, payloads)
+    return payloads
+
+
+@dataclasses.dataclass(frozen=True)
+class MappedSpans:
+    """Where the checked payloads of a batch lie in the maps of their shards.
+
+    Attributes:
+        maps: The maps of the shards the batch touches.
+        which: Per record, its map (an index into ``maps``, int64).
+        starts: Per record, where its payload starts in its map.
+        ends: Per record, where its payload ends.
+    """
+
+    maps: list[Buffer]
+    which: np.ndarray
+    starts: np.ndarray
+    ends: np.ndarray
+
+
+def checked_spans(table: ShardTable, checks: RecordChecks,
+                  maps: MappedShards) -> MappedSpans | None:
+    """The records of a batch checked in place (framing, stored lengths; TFRecord CRCs with
+    ``verify``) on a few threads, without copying them: where their payloads lie.
+
+    Returns:
+        The spans, or ``None`` when the records must be read as ``bytes`` instead (no
+        compiled module, OFRecord checksums to check, CRCs to check without the CPU's CRC
+        instruction).
+
+    Raises:
+        CorruptRecordError, SidecarError: The first record (in the order asked for) that
+            fails a check, as ``__getitems__`` reports it.
+    """
+    native = _accel.native
+    if (native is None or not len(maps.which) or checks.payload_sums
+            or (checks.tfrecord_crcs and not native.hw_crc())):
+        return None
+    starts, sizes = _spans(table, checks, maps)
+    pool = executor() if int(sizes.sum()) >= PARALLEL_BYTES else None
+    parts = _shares(sizes, pool._max_workers if pool is not None else 1)
+    header, footer, check = checks.header, checks.footer, checks.tfrecord_crcs
+
+    def work(part: tuple[int, int]) -> int:
+        return int(native.fill(maps.maps, maps.which, starts, sizes, part[0], part[1],
+                               header, footer, check))
+
+    k = _first_failing(work, parts, pool, len(maps.which))
+    if k < len(maps.which):
+        raise_mapped_problem(table, checks, maps, k, _accel.RECORD_FAILS_CHECK)
+    return MappedSpans(maps.maps, maps.which, starts + header, starts + header + sizes)

@@ -1,0 +1,200 @@
+"""The shard table: a dataset's shards in order, and where each global record number lives.
+
+A dataset numbers its records shard by shard. The table holds the shards and the storage of
+their data files, the cumulative record counts, and answers the questions every read asks
+first: is this record number valid, which shard holds it, which records of a batch fall in
+which shard. It reads nothing: record counts come from the sidecars (or the manifest) when the
+dataset is opened.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from bisect import bisect_right
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ..errors import RecordIndexError, SidecarError
+from ..storage import Storage
+from .shards import Shard, ShardInfo
+
+#: More records than this in one dataset can only come from corrupt indexes or manifests.
+MAX_RECORDS = 1 << 62
+
+
+def as_indices(key: Any, strict: bool = False) -> np.ndarray:
+    """Record numbers as an int64 array; a number too large for int64 is out of range.
+
+    Args:
+        key: A sequence or array of record numbers.
+        strict: Accept only a 1-d sequence or array of integers (``ds[key]``), else
+            ``TypeError``; otherwise a list is converted as numpy converts it.
+
+    Returns:
+        A 1-d int64 array (not yet checked against the dataset's size).
+
+    Raises:
+        RecordIndexError: A number does not fit an int64.
+        TypeError: With ``strict``, ``key`` is not a 1-d sequence of integers.
+    """
+    if type(key) is np.ndarray or strict:
+        indices = np.asarray(key)
+    else:  # a list: converted as numpy converts it (floats truncated), only faster
+        try:
+            indices = np.asarray(key, dtype=np.int64)
+        except OverflowError:
+            indices = np.asarray(key)  # too large for int64: refused below
+    kind = indices.dtype.kind
+    if kind == "i" and indices.ndim == 1:  # the common case: kept cheap
+        return indices if indices.dtype.itemsize == 8 else indices.astype(np.int64)
+    if kind == "O" and indices.ndim == 1:  # integers beyond int64 make object arrays
+        huge = [v for v in indices.tolist() if isinstance(v, int) and not -(2**63) <= v < 2**63]
+        if huge:
+            raise RecordIndexError(f"record index {huge[0]} is out of range")
+    if strict and (kind not in "iu" or indices.ndim != 1) and indices.size:
+        raise TypeError(f"dataset indices must be integers, slices or 1-d integer arrays, "
+                        f"not {key!r:.60}")
+    if kind == "u" and indices.size and int(indices.max()) >= 2**63:
+        raise RecordIndexError(f"record index {int(indices.max())} is out of range")
+    return indices.astype(np.int64, copy=False).reshape(-1)
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardGroups:
+    """The records of a batch grouped by shard (stably: the order inside a shard is kept).
+
+    Attributes:
+        order: Positions in the batch, grouped by shard (``None``: one shard, as asked).
+        shard_of: Each grouped record's shard number.
+        local: Each grouped record's number inside its shard.
+        groups: ``(shard number, first, one past the last)`` positions of each group.
+    """
+
+    order: np.ndarray | None
+    shard_of: np.ndarray
+    local: np.ndarray
+    groups: list[tuple[int, int, int]]
+
+    def restore(self, payloads: list[Any]) -> list[Any]:
+        """``payloads`` (in grouped order) put back in the order of the batch."""
+        if self.order is None:
+            return payloads
+        out = np.empty(len(payloads), dtype=object)
+        out[self.order] = payloads
+        return list(out.tolist())
+
+
+class ShardTable:
+    """A dataset's shards, their data storage and the mapping of global record numbers.
+
+    Args:
+        storage: Storage of the data files.
+        shards: The shards, in dataset order.
+
+    Raises:
+        SidecarError: The shards claim more records than any dataset can hold (corrupt
+            indexes or manifest).
+    """
+
+    def __init__(self, storage: Storage, shards: Sequence[Shard]) -> None:
+        self.storage = storage
+        self.shards = list(shards)
+        counts = np.array([s.records for s in self.shards], dtype=np.int64)
+        total = int(counts.sum()) if len(counts) else 0
+        if total > MAX_RECORDS or (len(counts) and int(counts.min()) < 0):
+            raise SidecarError(
+                f"the indexes of these {len(self.shards)} shards claim {total} records in "
+                "all, more than any dataset can hold; an index or the manifest is corrupt — "
+                "rebuild it with `ofindex build`"
+            )
+        self.cumulative = np.cumsum(counts)       # records up to and including shard k
+        self.first = self.cumulative - counts     # global number of each shard's record 0
+        self._cumulative_list = self.cumulative.tolist()
+        self._first_list = self.first.tolist()
+        self.size = int(self.cumulative[-1]) if len(counts) else 0
+        known = [s for s in self.shards if s.size >= 0 and s.records > 0]
+        #: Mean framed record size (which batches are big enough to spread over threads).
+        self.mean_record_bytes = (sum(s.size for s in known) / sum(s.records for s in known)
+                                  if known else 0.0)
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __repr__(self) -> str:
+        return f"ShardTable({len(self.shards)} shards, {self.size} records)"
+
+    def check_index(self, index: int) -> int:
+        """A record number (negative counts from the end) made non-negative.
+
+        Raises:
+            RecordIndexError: It is out of range.
+        """
+        n = self.size
+        i = index + n if index < 0 else index
+        if not 0 <= i < n:
+            raise RecordIndexError(
+                f"record index {index} is out of range for a dataset of {n} records "
+                f"(valid: {-n} to {n - 1})" if n else f"record index {index}: the dataset is empty"
+            )
+        return i
+
+    def normalize(self, indices: np.ndarray) -> np.ndarray:
+        """Record numbers (negative count from the end) made non-negative.
+
+        Raises:
+            RecordIndexError: One is out of range (the first such is named).
+        """
+        n = self.size
+        fixed: np.ndarray = np.where(indices < 0, indices + n, indices)
+        bad = (fixed < 0) | (fixed >= n)
+        if bad.any():
+            self.check_index(int(indices[np.argmax(bad)]))
+        return fixed
+
+    def locate(self, index: int) -> tuple[int, int]:
+        """``(shard number, record number inside it)`` of a valid, non-negative record."""
+        s = bisect_right(self._cumulative_list, index)
+        return s, index - self._first_list[s]
+
+    def shard_numbers(self, indices: np.ndarray) -> np.ndarray:
+        """The shard number of each (valid, non-negative) record."""
+        if len(self.shards) == 1:
+            return np.zeros(len(indices), dtype=np.int64)
+        found: np.ndarray = np.searchsorted(self.cumulative, indices, side="right")
+        return found
+
+    def group(self, indices: np.ndarray) -> ShardGroups:
+        """Group (valid, non-negative) records by shard, keeping their order inside each."""
+        n = len(indices)
+        if len(self.shards) == 1:
+            return ShardGroups(None, np.zeros(n, dtype=np.int64), indices, [(0, 0, n)])
+        shard_of = np.searchsorted(self.cumulative, indices, side="right")
+        order = np.argsort(shard_of, kind="stable")
+        indices, shard_of = indices[order], shard_of[order]
+        bounds = [0, *(np.flatnonzero(np.diff(shard_of)) + 1).tolist(), n]
+        groups = [(int(shard_of[lo]), lo, hi) for lo, hi in itertools.pairwise(bounds)]
+        return ShardGroups(order, shard_of, indices - self.first[shard_of], groups)
+
+    def runs(self, start: int, stop: int) -> list[tuple[int, int, int]]:
+        """The shards records ``start..stop-1`` span, in order: ``(shard number, first
+        record inside it, one past the last)``."""
+        out = []
+        for s, shard in enumerate(self.shards):
+            lo = max(start - self._first_list[s], 0)
+            hi = min(stop - self._first_list[s], shard.records)
+            if lo < hi:
+                out.append((s, lo, hi))
+        return out
+
+    def url(self, s: int) -> str:
+        """The URL of shard ``s``'s data file, as messages name it."""
+        return self.storage.url(self.shards[s].path)
+
+    def infos(self) -> list[ShardInfo]:
+        """Path, record count, size and sidecar of every shard."""
+        return [ShardInfo(self.storage.url(s.path), s.records, s.size,
+                          s.index_storage.url(s.index_path), s.partial)
+                for s in self.shards]

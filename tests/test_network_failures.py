@@ -1,0 +1,257 @@
+"""Network failures on real loopback servers: each cause named as such (a host that does not
+resolve, TLS against a plain-HTTP server, a refused connection, a timeout, a read-only
+location), never as a missing file; and the retry policy: a 2-second blackout and S3
+``SlowDown`` answers survived with the default policy, slow requests of a batch hedged."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pickle
+import shutil
+import time
+import uuid
+
+import numpy as np
+import pytest
+import servers
+from faultproxy import FaultProxy
+
+import ofindex
+from ofindex.cli.synthetic import write_dataset
+from ofindex.errors import DataFileNotFoundError, IndexNotFoundError, StorageError
+from ofindex.storage import multirange, storage_for
+from ofindex.storage.failures import not_writable
+from ofindex.storage.remote import FsspecStorage
+from ofindex.storage.retry import RetryPolicy, is_throttled, is_transient, retry_settings
+
+RECORDS = 200
+#: Retries without waiting (tests of failures stay fast).
+QUICK = RetryPolicy(retries=3, base_delay=0.001, throttle_delay=0.001, timeout=10)
+#: The policy before issue #14: 4 attempts from 50 ms, about 0.2-0.35 s in all.
+FORMER = RetryPolicy(retries=3, base_delay=0.05, throttle_delay=0.05, max_delay=2.0,
+                     hedge_factor=0)
+NOWHERE = "no-such-host.invalid"  # RFC 2606: never resolves
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+    d = str(tmp_path_factory.mktemp("net-ds"))
+    write_dataset(d, RECORDS, 2, kind="random", record_size=300, index=False, seed=5)
+    ofindex.build_index(d)
+    ds = ofindex.open(d)
+    return d, [ds[i] for i in range(len(ds))]
+
+
+@pytest.fixture
+def served(nginx_server, dataset):
+    """The dataset (with sidecars and manifest) under nginx: ``(url, expected)``."""
+    d, expected = dataset
+    name = uuid.uuid4().hex[:8]
+    shutil.copytree(d, os.path.join(nginx_server.root, name))
+    return f"{nginx_server.url}/{name}", expected
+
+
+def _raises_storage_error(call, *needles, within: float = 5.0) -> StorageError:
+    t = time.monotonic()
+    with pytest.raises(StorageError) as err:
+        call()
+    assert not isinstance(err.value, FileNotFoundError), err.value
+    for needle in needles:
+        assert needle in str(err.value), (needle, str(err.value))
+    assert time.monotonic() - t < within, "a permanent failure was retried"
+    return err.value
+
+
+# -- #13: the cause, never "no data files found" ------------------------------------------------
+def test_unresolvable_host_is_named_in_every_path():
+    base = f"http://{NOWHERE}/data"
+    calls = [lambda: ofindex.open(base + "/"), lambda: ofindex.open(base + "/part-0"),
+             lambda: ofindex.open(base + "/part-0", manifest=False),
+             lambda: ofindex.open(base + "/part-*"), lambda: ofindex.build_index(base + "/"),
+             lambda: ofindex.build_index(base + "/part-0"),
+             lambda: storage_for(base + "/part-0")[0].read(base + "/part-0", 0, 10)]
+    for call in calls:  # the default policy: a name that does not resolve is not retried
+        _raises_storage_error(call, f"could not resolve host '{NOWHERE}'",
+                              "check the host name in the URL")
+
+
+def test_unresolvable_endpoint_of_a_bucket_is_named():
+    s3 = {"key": "k", "secret": "s", "client_kwargs": {"endpoint_url": f"http://{NOWHERE}:9000"}}
+    gcs = {"token": "anon", "endpoint_url": f"http://{NOWHERE}:9000"}
+    for url, options in (("s3://bucket/data/", s3), ("gs://bucket/data/", gcs)):
+        for call in (lambda: ofindex.open(url, storage_options=options),  # noqa: B023
+                     lambda: ofindex.build_index(url + "part-0", storage_options=options)):  # noqa: B023
+            _raises_storage_error(call, url.split("/data")[0], f"'{NOWHERE}'", "endpoint")
+
+
+def test_https_to_a_plain_http_server_says_tls(served):
+    url, _ = served
+    https = url.replace("http://", "https://")
+    for call in (lambda: ofindex.open(https), lambda: ofindex.open(https + "/part-00000"),
+                 lambda: ofindex.open(https + "/part-0*", manifest=False),
+                 lambda: ofindex.build_index(https + "/part-00000")):
+        _raises_storage_error(call, "TLS (https) handshake", "use http:// instead of https://")
+
+
+def test_refused_connection_is_retried_then_named():
+    port = servers.free_port()  # nothing listens
+    url = f"http://127.0.0.1:{port}/data/part-0"
+    err = _raises_storage_error(lambda: ofindex.open(url, retries=2), url,
+                                f"connection refused by 127.0.0.1:{port}", "3 attempts",
+                                "retries= / timeout=")
+    assert "--retries" not in str(err) and "--retries" in err.cli_message()
+    t = time.monotonic()
+    _raises_storage_error(lambda: ofindex.open(url, timeout=1.5), "connection refused")
+    assert time.monotonic() - t < 3.5  # the deadline, not the 10 retries
+
+
+def test_no_answer_within_the_timeout_is_named():
+    import http.server
+
+    class Stalling(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            time.sleep(3)
+            with contextlib.suppress(OSError):  # the client gave up long ago
+                self.send_error(500)
+
+        def log_message(self, *args):
+            pass
+
+    with servers.serve_http(Stalling) as (url, _srv):
+        storage = FsspecStorage("http", retry=RetryPolicy(timeout=0.5))
+        _raises_storage_error(lambda: storage.read(f"{url}/x", 0, 10), f"{url}/x",
+                              "bytes [0, 10)", "no answer within 0.5 s", within=2.5)
+
+
+def test_a_missing_file_is_still_not_found(served):
+    url, _ = served
+    for missing in (url + "/nothere/part-0", url + "/nothere/"):
+        with pytest.raises(DataFileNotFoundError):
+            ofindex.open(missing, retries=0)
+
+
+def test_read_only_web_server_names_index_dir(served, tmp_path):
+    """nginx answers 405 to a PUT: the error says read-only and names index_dir, which then
+    works."""
+    url, expected = served
+    for target in (url + "/", url + "/part-00001"):
+        exc = _raises_storage_error(lambda: ofindex.build_index(target, resume=False),  # noqa: B023
+                                    "read-only", "405", "index_dir='DIR'")
+        assert "--index-dir DIR" in exc.cli_message()
+    index_dir = str(tmp_path / "idx")
+    ofindex.build_index(url + "/", index_dir=index_dir)  # the step named: it works
+    assert list(ofindex.open(url, index_dir=index_dir)) == expected
+
+
+def test_missing_indexes_on_a_web_server_point_at_index_dir(nginx_server, dataset):
+    d, _ = dataset
+    name = uuid.uuid4().hex[:8]
+    root = os.path.join(nginx_server.root, name)
+    os.makedirs(root)
+    for f in ("part-00000", "part-00001"):
+        shutil.copy2(os.path.join(d, f), root)
+    url = f"{nginx_server.url}/{name}/"
+    with pytest.raises(IndexNotFoundError) as err:
+        ofindex.open(url)
+    assert "index_dir='DIR'" in str(err.value) and "build_missing" not in str(err.value)
+    assert "--index-dir DIR" in err.value.cli_message()
+    with pytest.raises(StorageError, match="read-only"):  # what build_missing would meet
+        ofindex.open(url, build_missing=True)
+
+
+def test_s3_access_denied_on_a_write_is_read_only():
+    from botocore.exceptions import ClientError
+
+    denied = ClientError({"Error": {"Code": "AccessDenied", "Message": "Access Denied"},
+                          "ResponseMetadata": {"HTTPStatusCode": 403}}, "PutObject")
+    err = not_writable("s3://bucket/part-0.ofidx", PermissionError("Access Denied"))
+    assert isinstance(err, StorageError) and "read-only" in str(err)
+    wrapped = OSError("Access Denied")
+    wrapped.__cause__ = denied
+    assert not_writable("s3://bucket/part-0.ofidx", wrapped) is not None
+    assert not_writable("s3://bucket/x", ConnectionResetError()) is None
+
+
+# -- #14: the retry policy -----------------------------------------------------------------------
+def test_policy_defaults_settings_and_classification():
+    policy = RetryPolicy()
+    assert (policy.retries, policy.timeout, policy.base_delay, policy.max_delay) == (
+        10, 60.0, 0.25, 20.0)
+    for k in range(1, 12):  # equal jitter: from the upper half of each doubling bound
+        bound = min(20.0, 0.25 * 2 ** (k - 1))
+        assert all(bound / 2 <= policy.delay(k) <= bound for _ in range(50))
+    assert 0.5 <= policy.delay(1, throttled=True) <= 1.0
+    with retry_settings(2, 5.0):
+        storage, _ = storage_for("http://127.0.0.1:1/x")
+    assert (storage.retry.retries, storage.retry.timeout) == (2, 5.0)
+    assert pickle.loads(pickle.dumps(storage)).retry == storage.retry  # DataLoader workers
+    assert storage_for("http://127.0.0.1:1/x")[0].retry == RetryPolicy()  # only inside
+    for bad in ({"retries": -1}, {"retries": 1.5}, {"timeout": 0}):
+        with pytest.raises(ValueError):
+            ofindex.open("http://127.0.0.1:1/x", **bad)
+    slow = OSError("Please reduce your request rate.")
+    assert is_throttled(slow) and not is_throttled(ConnectionResetError())
+    assert is_transient(ConnectionRefusedError()) and is_transient(TimeoutError())
+
+
+def test_two_second_blackout_does_not_kill_a_batch(served):
+    url, expected = served
+    name = url.rsplit("/", 1)[1]
+    idx = np.random.default_rng(3).permutation(RECORDS)[:64].tolist()
+    with FaultProxy(url.rsplit("/", 1)[0]) as proxy:
+        ds = ofindex.open(f"{proxy.url}/{name}/")  # the default policy
+        ds.max_gap = 0
+        proxy.blackout(2.0)
+        t = time.monotonic()
+        assert ds.__getitems__(idx) == [expected[i] for i in idx]
+        took = time.monotonic() - t
+        assert took >= 1.5 and ds._table.storage.retries > 0, (took, ds._table.storage.retries)
+        ds._table.storage.retry = FORMER  # the former policy gave up within about 0.3 s
+        proxy.blackout(2.0)
+        with pytest.raises(StorageError, match="connection refused"):
+            ds.__getitems__(idx)
+        time.sleep(2.1)
+    print(f"\nblackout of 2 s: batch of 64 in {took:.2f} s")
+
+
+def test_slowdown_answers_are_retried_then_succeed(moto_server, dataset):
+    import s3fs
+
+    d, expected = dataset
+    prefix = f"ofindex-test/slow-{uuid.uuid4().hex[:8]}"
+    fs = s3fs.S3FileSystem(skip_instance_cache=True, **servers.s3_options(moto_server.url))
+    for name in os.listdir(d):
+        fs.put_file(os.path.join(d, name), f"{prefix}/{name}")
+    with FaultProxy(moto_server.url, slowdown_first=2) as proxy:
+        options = servers.s3_options(proxy.url)
+        t = time.monotonic()
+        ds = ofindex.open(f"s3://{prefix}", storage_options=options)  # the default policy
+        assert ds[RECORDS - 1] == expected[RECORDS - 1]
+        took = time.monotonic() - t
+        assert proxy.counts["slowdown"] == 2  # the manifest's request, answered at last
+    with FaultProxy(moto_server.url, slowdown=0.3, seed=4) as proxy, \
+            retry_settings(policy=QUICK):
+        ds = ofindex.open(f"s3://{prefix}", storage_options=servers.s3_options(proxy.url))
+        idx = list(range(0, RECORDS, 3))
+        assert ds.__getitems__(idx) == [expected[i] for i in idx]
+        assert proxy.counts["slowdown"] > 0 and ds._table.storage.retries > 0
+    print(f"\n2 x SlowDown then served: {took:.2f} s")
+
+
+def test_a_stalled_request_of_a_batch_is_hedged(served):
+    url, expected = served
+    name = url.rsplit("/", 1)[1]
+    with FaultProxy(url.rsplit("/", 1)[0], stall_seconds=3.0) as proxy:
+        ds = ofindex.open(f"{proxy.url}/{name}/", check_stale=False)
+        ds.max_gap = 0
+        ds[0], ds[RECORDS - 1]  # sidecars loaded
+        multirange.SUPPORT[multirange.host_of(proxy.url)] = False  # one range per request
+        idx = list(range(1, RECORDS - 1, 5))
+        proxy.stall_next(2)
+        t = time.monotonic()
+        assert ds.__getitems__(idx) == [expected[i] for i in idx]
+        took = time.monotonic() - t
+        assert ds._table.storage.hedged == 2 and took < 2.5, (ds._table.storage.hedged, took)
+        assert proxy.counts["stall"] == 2
+    print(f"\n2 stalled requests of {len(idx)}: batch in {took:.2f} s, hedged 2")
