@@ -24,6 +24,7 @@ from __future__ import annotations
 import collections
 import json
 import os
+import sys
 import tracemalloc
 from collections.abc import Callable
 from typing import Any, ClassVar, TypeVar
@@ -104,7 +105,24 @@ def guarded(fn: Callable[[], Any], limit: int, tally: Tally | None = None,
             name: str = "") -> tuple[str, Any]:
     """Run ``fn()`` under the property: ``("ok", value)`` or ``(error class, error)`` for an
     :class:`OfindexError`; any other exception propagates (the test fails), and so does a
-    traced allocation peak above ``limit + SLACK`` bytes."""
+    traced allocation peak above ``limit + SLACK`` bytes. A call that imported a module
+    (numpy imports some submodules on first use) is measured again: what it allocated the
+    first time depends on which tests ran before it, not on its input."""
+    modules = len(sys.modules)
+    got, peak = _measured(fn)
+    if peak > limit + SLACK and len(sys.modules) > modules:
+        got, peak = _measured(fn)
+    if peak > limit + SLACK:
+        raise AllocationError(f"{name or fn!r} allocated {peak} bytes at its peak; the input "
+                              f"warrants at most {limit} (+{SLACK} slack)")
+    if tally is not None:
+        tally.add(f"{name}: {got[0]}" if name else got[0])
+        tally.peak = max(tally.peak, peak)
+    return got
+
+
+def _measured(fn: Callable[[], Any]) -> tuple[tuple[str, Any], int]:
+    """``fn()``'s outcome (see :func:`guarded`) and the peak of memory traced meanwhile."""
     started = not tracemalloc.is_tracing()
     if started:
         tracemalloc.start()
@@ -119,10 +137,4 @@ def guarded(fn: Callable[[], Any], limit: int, tally: Tally | None = None,
         peak = tracemalloc.get_traced_memory()[1] - before
         if started:
             tracemalloc.stop()
-    if peak > limit + SLACK:
-        raise AllocationError(f"{name or fn!r} allocated {peak} bytes at its peak; the input "
-                              f"warrants at most {limit} (+{SLACK} slack)")
-    if tally is not None:
-        tally.add(f"{name}: {got[0]}" if name else got[0])
-        tally.peak = max(tally.peak, peak)
-    return got
+    return got, peak

@@ -259,7 +259,20 @@ def check_local_read_paths(root: str, drawn: LocalInput) -> None:
                 read_everything(ds, case, limit, TALLY_LOCAL)
 
 
+#: Found by the fuzz tier (for the lead, in ofindex/read/): with check_stale=False, a header
+#: whose indexed end, data file size and stream size are forged alike (header CRC recomputed)
+#: sizes reads under 64 MiB (ds[i] allocates 1 MiB for a 16-byte file), and record_lengths
+#: reports lengths past the data file (1 GiB).
+FORGED_SIZES = "forged header sizes (check_stale=False) size reads and record lengths"
+SIZES = [("field", 32, "<Q", 1 << 20), ("field", 24, "<Q", 1 << 20), ("field", 80, "<Q", 1 << 20)]
+
+
 @budget(600)
+@example(LocalInput([[b""]], 0, SIZES, check_stale=False)
+         ).xfail(raises=AllocationError, reason=FORGED_SIZES)
+@example(LocalInput([[b""]], 0, [(*edit[:3], 1 << 30) for edit in SIZES], tf=False, mmap=False,
+                    impl="pure-python", check_stale=False)
+         ).xfail(raises=AssertionError, reason=FORGED_SIZES)
 # issue 26 item 7, found by the fuzz tier too: an offset of 2**64-1 whose body CRC is forged
 # made iteration raise struct.error (unframe given a 1-byte buffer)
 @example(LocalInput([[b""]], 0, [("offset", 0, 2**64 - 1), ("forge",)], tf=True, sums=False,
