@@ -4,7 +4,7 @@
 # fresh random inputs on every pass, ten times the default tier's budget (times
 # OFINDEX_FUZZ_SCALE), failures saved in .hypothesis/ and replayed first on the next pass.
 #
-#   bash tools/run-fuzz.sh                  # one pass (5-10 minutes on 2 cores)
+#   bash tools/run-fuzz.sh                  # one pass (about 4 minutes on 2 idle cores)
 #   bash tools/run-fuzz.sh 60               # passes for 60 minutes, up to the first failure
 #   bash tools/run-fuzz.sh -k sidecar       # further arguments go to pytest
 #
