@@ -3,6 +3,11 @@
 ``backend`` runs a test against local disk, ``memory://``, HTTP (Debian nginx), S3 (moto
 server) and GCS (fake-gcs-server); the servers start once per session, on free ports, and are
 stopped by PID. Nothing is mocked.
+
+Hypothesis runs under the "ci" profile unless ``--hypothesis-profile`` names another: inputs
+derived from each test's code (derandomized), no example database, so a run of the same code
+gives the same result. The "explore" profile draws fresh random inputs and keeps failures in
+``.hypothesis/``: the fuzz tier (``-m fuzz``, tools/run-fuzz.sh) uses it.
 """
 
 from __future__ import annotations
@@ -17,11 +22,28 @@ os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
 os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
 
 import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis.database import DirectoryBasedExampleDatabase
 
 sys.path.insert(0, os.path.dirname(__file__))
 import servers
 
 BUCKET = "ofindex-test"
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# No deadline and no too-slow health check in either: both time the machine, not the code.
+settings.register_profile("ci", derandomize=True, database=None, print_blob=True,
+                          deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile(
+    "explore", derandomize=False, print_blob=True, deadline=None, max_examples=1000,
+    database=DirectoryBasedExampleDatabase(os.path.join(ROOT, ".hypothesis", "examples")),
+    suppress_health_check=[HealthCheck.too_slow])
+
+
+def pytest_configure(config):
+    """Load the "ci" profile, or the one ``--hypothesis-profile`` names, before any test module
+    is imported (a test's ``@settings`` take what they leave unset from the loaded profile)."""
+    settings.load_profile(config.getoption("--hypothesis-profile") or "ci")
 
 
 @pytest.fixture(params=["compiled", "pure-python"])

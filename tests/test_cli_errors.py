@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -79,7 +80,7 @@ def test_unindexed_directory_names_every_shard_and_the_cli_step(data):
 
 
 def test_cli_hints_use_flags_not_keyword_arguments(tmp_path):
-    p = write_raw(str(tmp_path / "junk.bin"), os.urandom(64))
+    p = write_raw(str(tmp_path / "junk.bin"), random.Random(1).randbytes(64))
     r = run(["build", p])
     assert_one_line_error(r, "junk.bin", "cannot detect the record format",
                           "--format tfrecord or --format ofrecord")
@@ -274,14 +275,25 @@ def test_interrupt_exits_130():
     srv = socket.socket()
     srv.bind(("127.0.0.1", 0))
     srv.listen(8)
-    held = []
-    threading.Thread(target=lambda: held.extend(srv.accept() for _ in range(8)),
-                     daemon=True).start()
+    held: list = []
+    accepted = threading.Event()
+
+    def hold() -> None:
+        for _ in range(8):
+            held.append(srv.accept())
+            accepted.set()
+
+    threading.Thread(target=hold, daemon=True).start()
     port = srv.getsockname()[1]
+    # SIGINT as a terminal leaves it: a test run started in the background (`cmd &`, nohup)
+    # ignores SIGINT, and its children would inherit that
     proc = subprocess.Popen([EXE, "info", f"http://127.0.0.1:{port}/data/part-0"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
-        time.sleep(3)
+        # interrupted once its request is sent (a fixed sleep could end before a loaded
+        # machine has started the interpreter)
+        assert accepted.wait(120), "the CLI never connected"
         assert proc.poll() is None, proc.communicate()
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=30)
@@ -289,6 +301,7 @@ def test_interrupt_exits_130():
         assert "interrupted" in err and "Traceback" not in err
     finally:
         proc.kill()
+        proc.communicate()  # reaped and its pipes closed, even when the test failed
         for conn, _ in held:
             conn.close()
         srv.close()

@@ -22,8 +22,10 @@ FILES = 6
 @pytest.fixture(scope="module")
 def cluster():
     distributed = pytest.importorskip("dask.distributed")
+    # the scheduler's HTTP server on a free port: without a dashboard it still tries 8787,
+    # and when another cluster holds it, the socket it leaks fails the test
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                  dashboard_address=None, silence_logs=40) as lc, \
+                                  dashboard_address="127.0.0.1:0", silence_logs=40) as lc, \
             distributed.Client(lc) as client:
         yield lc, client
 

@@ -234,7 +234,7 @@ def test_corrupted_bytes_agree_with_protobuf(features, data):
     ex = example_pb2.Example()
     for name, (kind, values) in features.items():
         _fill(ex.features.feature[name], kind, values)
-    raw = bytearray(ex.SerializeToString())
+    raw = bytearray(ex.SerializeToString(deterministic=True))
     if not raw:
         return
     i = data.draw(st.integers(0, len(raw) - 1))
@@ -549,7 +549,7 @@ def test_corrupted_ofrecord_agrees_with_protobuf(features, data):
     rec = ofrecord_pb2.OFRecord()
     for name, (kind, values) in features.items():
         getattr(rec.feature[name], kind).value.extend(values)
-    raw = _flip_one_byte(rec.SerializeToString(), data)
+    raw = _flip_one_byte(rec.SerializeToString(deterministic=True), data)
     parsed = _parsed_or_refused(ofrecord_pb2.OFRecord, decode_ofrecord, raw)
     if parsed is None:
         return
@@ -574,7 +574,7 @@ def test_corrupted_sequence_example_agrees_with_protobuf(lists, data):
         fl = msg.feature_lists.feature_list[name]
         for kind, values in steps:
             _fill(fl.feature.add(), kind, values)
-    raw = _flip_one_byte(msg.SerializeToString(), data)
+    raw = _flip_one_byte(msg.SerializeToString(deterministic=True), data)
     parsed = _parsed_or_refused(example_pb2.SequenceExample, decode_sequence_example, raw)
     if parsed is None:
         return

@@ -110,8 +110,8 @@ def dask_scheduler(moto_server):
     saved = {k: os.environ.get(k) for k in worker_env}
     os.environ.update(worker_env)
     try:
-        cluster = LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
-                               dashboard_address=None, host="127.0.0.1")
+        cluster = LocalCluster(n_workers=1, threads_per_worker=1, processes=True,  # HTTP server:
+                               dashboard_address="127.0.0.1:0", host="127.0.0.1")  # a free port
     finally:
         for k, v in saved.items():
             if v is None:

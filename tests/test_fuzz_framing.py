@@ -11,6 +11,9 @@ the records the reference finds (a partial one, exactly the valid prefix), an er
 OfindexError for a file the reference refuses too, reads must give the reference's payloads
 (or CorruptRecordError for a TFRecord payload whose CRC is wrong), and nothing may allocate
 more than the file's size warrants.
+
+The target has a default-tier test (a fixed set of inputs, tests/fuzzkit.py) and a fuzz-tier
+twin (``test_explore_*``: fresh inputs, ``bash tools/run-fuzz.sh``).
 """
 
 from __future__ import annotations
@@ -21,19 +24,30 @@ import uuid
 
 import crc32c
 import pytest
-from fuzzkit import Tally, budget, guarded
+from fuzzkit import Tally, budget, explore, guarded
 from helpers import ref_masked_crc, ref_ofrecord, ref_tfrecord
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 import ofindex
 from ofindex import CorruptRecordError
 from ofindex.formats.sidecar import open_local_sidecar
+from ofindex.index.inflated_stream import INPUT_CHUNK, OUTPUT_STEP
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*PARTIAL index:UserWarning")
 TALLY_BUILD = Tally("data file mutations, builder")
 TALLY_READ = Tally("data file mutations, reads through the index built")
 EDGES = [0, 1, 7, 8, 2**31, 2**32, 2**40, 2**62, 2**63 - 1, 2**63, 2**64 - 1]
+#: Bytes that start like a GZIP or ZLIB stream are inflated (the compression is detected)
+#: through buffers of a fixed size, whatever the file's: 1 MiB of input, up to 3 MiB of output.
+INFLATING = INPUT_CHUNK + 3 * OUTPUT_STEP
+
+
+def looks_compressed(data: bytes) -> bool:
+    """A gzip member's magic (RFC 1952) or a zlib header (RFC 1950: deflate, a window of at
+    most 32 KiB, its check bits)."""
+    return data[:2] == b"\x1f\x8b" or (len(data) >= 2 and data[0] & 0x0F == 8 and
+                                       data[0] >> 4 <= 7 and (data[0] << 8 | data[1]) % 31 == 0)
 
 
 def reference(data: bytes, tf: bool, verify: bool) -> tuple[list[int], list[bytes], bool]:
@@ -111,18 +125,35 @@ def root(tmp_path_factory):
     return root
 
 
+CASES = (mutated(), st.sampled_from(["given", "given", "auto"]), st.booleans(), st.booleans(),
+         st.booleans(), st.booleans())
+
+
 @budget(700)
-@given(mutated(), st.sampled_from(["given", "given", "auto"]), st.booleans(), st.booleans(),
-       st.booleans(), st.booleans())
+# found by the fuzz tier: a zlib header (08 99) makes a 17-byte file an inflated one
+@example((False, b"\x08\x99" + bytes(15)), "auto", False, False, False, False)
+@given(*CASES)
 def test_builder_and_reads_over_mutated_data_files(root, case, how, verify, partial, sums,
                                                    mmap):
+    check_builder_and_reads(root, case, how, verify, partial, sums, mmap)
+
+
+@explore(7000)
+@given(*CASES)
+def test_explore_builder_and_reads_over_mutated_data_files(root, case, how, verify, partial,
+                                                           sums, mmap):
+    check_builder_and_reads(root, case, how, verify, partial, sums, mmap)
+
+
+def check_builder_and_reads(root: str, case: tuple[bool, bytes], how: str, verify: bool,
+                            partial: bool, sums: bool, mmap: bool) -> None:
     tf, data = case
     TALLY_BUILD.input()
     path = os.path.join(root, uuid.uuid4().hex[:12])
     with open(path, "wb") as f:
         f.write(data)
     fmt = ("tfrecord" if tf else "ofrecord") if how == "given" else "auto"
-    limit = 4 * len(data)
+    limit = 4 * len(data) + (INFLATING if looks_compressed(data) else 0)
     outcome, got = guarded(
         lambda: ofindex.build_index(path, format=fmt, verify=verify, allow_partial=partial,
                                     checksums=sums, manifest=False),

@@ -10,10 +10,16 @@ keys removed; the JSON itself truncated, corrupted, nested thousands deep — th
 directory and reads every record. An audit hook sees every file the library opens meanwhile:
 none may lie outside the dataset directory. A manifest of a million entries is refused in
 bounded time and memory.
+
+The tampering target has a default-tier test (a fixed set of inputs, tests/fuzzkit.py) and a
+fuzz-tier twin (``test_explore_*``: fresh inputs, ``bash tools/run-fuzz.sh``). An input is a
+list of edits, applied to the manifest when the test runs (indexes taken modulo the lengths
+they find), so that its repr is the ``@example`` that pins it.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import shutil
@@ -22,7 +28,7 @@ import sys
 import uuid
 
 import pytest
-from fuzzkit import Tally, budget, guarded
+from fuzzkit import Tally, budget, explore, guarded
 from helpers import reseal_manifest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -72,58 +78,93 @@ NAMES = ["../secret.tfrecord", "/etc/passwd", "secret.tfrecord", "part-0/../../s
 JUNK = [None, True, -1, 0, 1, 2**62, 2**63, 2**64, 10**30, 1.5, float("inf"), "3", [], {}]
 
 
+#: Stand-ins, in drawn edits, for paths known when the test runs: the decoy, a path into the
+#: directory of the datasets through ``..``, and that directory.
+SECRET, THROUGH_PARENT, OUTSIDE = "<decoy>", "<../root/x>", "<root>"
+INDEX = st.integers(0, 2**16)  # taken modulo the length it indexes
+
+
 @st.composite
-def tampered(draw, doc: dict, secret: str, outside: str) -> bytes:
-    doc = json.loads(json.dumps(doc))
-    shards = doc["shards"]
+def tamperings(draw) -> list[tuple]:
+    """1-3 edits of a manifest (see :func:`tamper`); a "raw" or "nest" edit ends the list,
+    else half the time a "reseal" edit: the manifest's checksum forged over the edits (else
+    left stale, as a bad copy leaves it)."""
+    edits: list[tuple] = []
     for _ in range(draw(st.integers(1, 3))):
         kind = draw(st.sampled_from(["name", "name", "column", "length", "field", "dirs",
                                      "drop", "raw", "nest"]))
-        key = draw(st.sampled_from(["records", "size", "fingerprint", "name"]))
-        column = shards.get(key)
-        if kind in ("name", "column", "length") and not (isinstance(column, list) and column):
-            continue
         if kind == "name":
-            k = draw(st.integers(0, len(shards["name"]) - 1)) if shards.get("name") else 0
-            if isinstance(shards.get("name"), list) and shards["name"]:
-                shards["name"][k] = draw(st.one_of(
-                    st.sampled_from([*NAMES, secret, "../" + os.path.basename(outside) + "/x"]),
-                    st.text(max_size=12)))
+            edits.append(("name", draw(INDEX), draw(st.one_of(
+                st.sampled_from([*NAMES, SECRET, THROUGH_PARENT]), st.text(max_size=12)))))
         elif kind == "column":
-            column[draw(st.integers(0, len(column) - 1))] = draw(st.sampled_from(JUNK))
+            key = draw(st.sampled_from(["records", "size", "fingerprint", "name"]))
+            edits.append(("column", key, draw(INDEX), draw(st.sampled_from(JUNK))))
         elif kind == "length":
-            if draw(st.booleans()):
+            key = draw(st.sampled_from(["records", "size", "fingerprint", "name"]))
+            edits.append(("length", key, draw(st.booleans())))
+        elif kind == "field":
+            edits.append(("field", draw(st.sampled_from(["ofindex_manifest", "format", "shards"])),
+                          draw(st.sampled_from([*JUNK, "ofrecord", "tfrecord", 2, "x"]))))
+        elif kind == "dirs":
+            edits.append(("field", draw(st.sampled_from(["data_dir", "index_dir"])),
+                          draw(st.sampled_from([OUTSIDE, "/", "..", ".", "http://127.0.0.1:1/d",
+                                                "memory://nowhere", 5, ""]))))
+        elif kind == "drop":
+            edits.append(("drop", draw(st.booleans()), draw(INDEX)))
+        elif kind == "raw":  # the JSON text truncated, or one of its bytes set
+            edits.append(("raw", draw(INDEX), draw(st.none() | st.integers(0, 255))))
+            return edits
+        else:
+            edits.append(("nest", draw(st.sampled_from([50, 5000, 200_000])), draw(st.booleans())))
+            return edits
+    if draw(st.booleans()):
+        edits.append(("reseal",))
+    return edits
+
+
+def tamper(doc: dict, edits: list[tuple], root: str) -> bytes:
+    """The manifest ``doc`` after ``edits``, as the bytes of a manifest file."""
+    doc, edits = json.loads(json.dumps(doc)), copy.deepcopy(edits)  # (JUNK's lists, dicts)
+    known = {SECRET: os.path.join(root, "secret.tfrecord"),
+             THROUGH_PARENT: "../" + os.path.basename(root) + "/x", OUTSIDE: root}
+    shards = doc["shards"]
+    for edit in edits:
+        kind = edit[0]
+        column = shards.get(edit[1]) if kind in ("column", "length") else shards.get("name")
+        if kind in ("name", "column", "length") and not (isinstance(column, list) and column):
+            pass
+        elif kind == "name":
+            column[edit[1] % len(column)] = known.get(edit[2], edit[2])
+        elif kind == "column":
+            column[edit[2] % len(column)] = edit[3]
+        elif kind == "length":
+            if edit[2]:
                 column.append(column[0])
             else:
                 column.pop()
         elif kind == "field":
-            key = draw(st.sampled_from(["ofindex_manifest", "format", "shards"]))
-            doc[key] = draw(st.sampled_from([*JUNK, "ofrecord", "tfrecord", 2, "x"]))
-        elif kind == "dirs":
-            key = draw(st.sampled_from(["data_dir", "index_dir"]))
-            doc[key] = draw(st.sampled_from([outside, "/", "..", ".", "http://127.0.0.1:1/d",
-                                             "memory://nowhere", 5, ""]))
+            doc[edit[1]] = known.get(edit[2], edit[2]) if isinstance(edit[2], str) else edit[2]
         elif kind == "drop":
-            where = doc if draw(st.booleans()) else shards
+            where = doc if edit[1] else shards
             if where:
-                where.pop(draw(st.sampled_from(sorted(where))))
+                where.pop(sorted(where)[edit[2] % len(where)])
+        elif kind == "reseal":  # a forged checksum: every other check must still hold
+            return reseal_manifest(doc)
         elif kind == "raw":
             raw = bytearray(json.dumps(doc).encode())
-            at = draw(st.integers(0, len(raw) - 1))
-            if draw(st.booleans()):
+            at = edit[1] % len(raw)
+            if edit[2] is None:
                 del raw[at:]
             else:
-                raw[at] = draw(st.integers(0, 255))
+                raw[at] = edit[2]
             return bytes(raw)
         else:
-            depth = draw(st.sampled_from([50, 5000, 200_000]))
-            return b"[" * depth + b"]" * depth if draw(st.booleans()) else (
+            depth = edit[1]
+            return b"[" * depth + b"]" * depth if edit[2] else (
                 b'{"ofindex_manifest": 1, "shards": ' + b"[" * depth + b"]" * depth + b"}")
         shards = doc.get("shards") if isinstance(doc.get("shards"), dict) else {
             "name": [""], "records": [0], "size": [0], "fingerprint": [""]}
-    if draw(st.booleans()):  # the checksum left stale (a bad copy): refused at once
-        return json.dumps(doc).encode()
-    return reseal_manifest(doc)  # a forged checksum: every other check must still hold
+    return json.dumps(doc).encode()  # the checksum left stale (a bad copy): refused at once
 
 
 def _read_all(path: str) -> list[bytes]:
@@ -134,14 +175,24 @@ def _read_all(path: str) -> list[bytes]:
 
 
 @budget(300)
-@given(st.data())
-def test_tampered_manifests_read_only_the_dataset(root, data):
+@given(tamperings())
+def test_tampered_manifests_read_only_the_dataset(root, edits):
+    check_tampered_manifest(root, edits)
+
+
+@explore(3000)
+@given(tamperings())
+def test_explore_tampered_manifests_read_only_the_dataset(root, edits):
+    check_tampered_manifest(root, edits)
+
+
+def check_tampered_manifest(root: str, edits: list[tuple]) -> None:
     TALLY.input()
     d = os.path.join(root, uuid.uuid4().hex[:12])
     shutil.copytree(os.path.join(root, "template"), d)
     with open(os.path.join(d, MANIFEST_NAME), "rb") as f:
         doc = json.load(f)
-    raw = data.draw(tampered(doc, os.path.join(root, "secret.tfrecord"), root))
+    raw = tamper(doc, edits, root)
     with open(os.path.join(d, MANIFEST_NAME), "wb") as f:
         f.write(raw)
     _WATCH["dataset"], _WATCH["seen"] = d, []

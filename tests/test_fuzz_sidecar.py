@@ -15,6 +15,11 @@ One exception is stated, not hidden: without a checksum (OFRecord without sideca
 or ``verify=False``) a corrupt offset that lands on bytes which happen to frame a record (a
 run of zeros frames an empty OFRecord) reads back those framed bytes — they are counted as
 "framed other bytes" and checked to be framed in the file, never bytes from outside it.
+
+Every target has a default-tier test (a fixed set of inputs, tests/fuzzkit.py) and a fuzz-tier
+twin (``test_explore_*``: fresh inputs, ``bash tools/run-fuzz.sh``). An input is one
+dataclass (``LocalInput`` …) whose repr is the ``@example`` that pins it: edits name places in
+the sidecar by numbers taken modulo its size when applied, so an input stands on its own.
 """
 
 from __future__ import annotations
@@ -24,14 +29,15 @@ import os
 import struct
 import uuid
 import zlib
+from dataclasses import dataclass, field
 
 import crc32c
 import fsspec
 import numpy as np
 import pytest
-from fuzzkit import Tally, budget, guarded
+from fuzzkit import AllocationError, Tally, budget, explore, guarded
 from helpers import implementation, read_bytes
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 import ofindex
@@ -42,6 +48,8 @@ EDGES = [0, 1, 8, 15, 16, 2**31, 2**32 - 1, 2**40, 2**62, 2**63 - 1, 2**63, 2**6
 #: (offset, struct format) of the header fields a mutation may set (CRC recomputed after).
 FIELDS = [(8, "<H"), (10, "<B"), (11, "<B"), (12, "<I"), (16, "<Q"), (24, "<Q"), (32, "<Q"),
           (48, "<B"), (50, "<H"), (56, "<Q"), (64, "<Q"), (72, "<Q"), (80, "<Q"), (88, "<Q")]
+#: (a forged header may say the index is partial: ofindex warns, as it should, on opening)
+pytestmark = pytest.mark.filterwarnings("ignore:.*PARTIAL index:UserWarning")
 TALLY_LOCAL = Tally("sidecar mutations, local read paths")
 TALLY_REMOTE = Tally("sidecar mutations, remote planned reads (memory://)")
 TALLY_PACKED = Tally("sidecar mutations, compressed files (packed offsets), local and remote")
@@ -52,16 +60,19 @@ records_st = st.lists(st.binary(max_size=40), min_size=1, max_size=8)
 KINDS = ["flip", "offset", "offset", "swap", "field", "truncate", "extend", "checksum"]
 
 
+#: A place in a sidecar: taken modulo the sidecar's size (in bits or bytes) when applied.
+PLACE = st.integers(0, 2**20)
+
+
 @st.composite
-def mutations(draw, size: int, count: int, kinds: list[str] = KINDS, forge: float = 0.5):
-    """1-3 edits of a sidecar of ``size`` bytes for ``count`` records, then with probability
-    ``forge`` both CRCs recomputed over them."""
+def mutations(draw, count: int, kinds: list[str] = KINDS, forge: float = 0.5):
+    """1-3 edits of a sidecar for ``count`` records, then with probability ``forge`` both
+    CRCs recomputed over them."""
     edits = []
     for _ in range(draw(st.integers(1, 3))):
         kind = draw(st.sampled_from(kinds))
         if kind == "flip":  # mostly in the body (the header's CRC catches the rest)
-            low = HEADER_SIZE * 8 if draw(st.integers(0, 2)) and size > HEADER_SIZE else 0
-            edits.append(("flip", draw(st.integers(low, size * 8 - 1))))
+            edits.append(("flip", "body" if draw(st.integers(0, 2)) else "any", draw(PLACE)))
         elif kind == "offset":
             value = draw(st.one_of(st.sampled_from(EDGES), st.integers(0, 2**64 - 1),
                                    st.integers(0, 2000)))
@@ -75,7 +86,7 @@ def mutations(draw, size: int, count: int, kinds: list[str] = KINDS, forge: floa
                                    st.integers(0, 2**bits - 1)))
             edits.append(("field", at, fmt, value))
         elif kind == "truncate":
-            edits.append(("truncate", draw(st.integers(0, size - 1))))
+            edits.append(("truncate", draw(PLACE)))
         elif kind == "extend":
             edits.append(("extend", draw(st.binary(min_size=1, max_size=16))))
         else:
@@ -90,8 +101,10 @@ def mutate(raw: bytes, edits: list, count: int, has_sums: bool) -> bytes:
     buf = bytearray(raw)
     for edit in edits:
         kind = edit[0]
-        if kind == "flip" and edit[1] < len(buf) * 8:
-            buf[edit[1] // 8] ^= 1 << (edit[1] % 8)
+        if kind == "flip" and buf:
+            low = HEADER_SIZE * 8 if edit[1] == "body" and len(buf) > HEADER_SIZE else 0
+            bit = low + edit[2] % (len(buf) * 8 - low)
+            buf[bit // 8] ^= 1 << (bit % 8)
         elif kind == "offset" and HEADER_SIZE + 8 * count <= len(buf):
             struct.pack_into("<Q", buf, HEADER_SIZE + 8 * edit[1], edit[2])
         elif kind == "swap" and HEADER_SIZE + 8 * count <= len(buf):
@@ -101,8 +114,8 @@ def mutate(raw: bytes, edits: list, count: int, has_sums: bool) -> bytes:
             struct.pack_into(edit[2], buf, edit[1], edit[3])
             struct.pack_into("<I", buf, 44, 0)
             struct.pack_into("<I", buf, 44, crc32c.crc32c(bytes(buf[:HEADER_SIZE])))
-        elif kind == "truncate":
-            del buf[edit[1] :]
+        elif kind == "truncate" and buf:
+            del buf[edit[1] % len(buf) :]
         elif kind == "extend":
             buf += edit[1]
         elif kind == "checksum" and has_sums and HEADER_SIZE + 12 * count <= len(buf):
@@ -199,60 +212,135 @@ def root(tmp_path_factory):
     return root
 
 
-@budget(600)
-@given(st.lists(records_st, min_size=1, max_size=2), st.booleans(), st.booleans(),
-       st.booleans(), st.booleans(), st.sampled_from(["compiled", "pure-python"]),
-       st.booleans(), st.data())
-def test_local_read_paths_over_mutated_sidecars(root, shards, tf, sums, verify, mmap, impl,
-                                                check_stale, data):
+@dataclass
+class LocalInput:
+    """A dataset written locally (``shards``), the edits of shard ``victim``'s sidecar and
+    how the dataset is opened."""
+
+    shards: list[list[bytes]]
+    victim: int
+    edits: list[tuple]
+    tf: bool = True
+    sums: bool = True
+    verify: bool = True
+    mmap: bool = True
+    impl: str = "compiled"
+    check_stale: bool = True
+
+
+@st.composite
+def local_inputs(draw) -> LocalInput:
+    shards = draw(st.lists(records_st, min_size=1, max_size=2))
+    victim = draw(st.integers(0, len(shards) - 1))
+    return LocalInput(shards, victim, draw(mutations(len(shards[victim]))), tf=draw(st.booleans()),
+                      sums=draw(st.booleans()), verify=draw(st.booleans()),
+                      mmap=draw(st.booleans()),
+                      impl=draw(st.sampled_from(["compiled", "pure-python"])),
+                      check_stale=draw(st.booleans()))
+
+
+def check_local_read_paths(root: str, drawn: LocalInput) -> None:
     TALLY_LOCAL.input()
     d = os.path.join(root, uuid.uuid4().hex[:12])
-    paths = write(d, shards, tf, sums)
-    victim = data.draw(st.integers(0, len(paths) - 1))
-    with open(paths[victim] + ".ofidx", "rb") as f:
-        raw = f.read()
-    count = len(shards[victim])
-    edits = data.draw(mutations(len(raw), count))
-    with open(paths[victim] + ".ofidx", "wb") as f:
-        f.write(mutate(raw, edits, count, sums))
+    paths = write(d, drawn.shards, drawn.tf, drawn.sums)
+    victim = paths[drawn.victim]
+    raw = read_bytes(victim + ".ofidx")
+    with open(victim + ".ofidx", "wb") as f:
+        f.write(mutate(raw, drawn.edits, len(drawn.shards[drawn.victim]), drawn.sums))
     files = [read_bytes(p) for p in paths]
     limit = 4 * sum(len(b) for b in files)
-    case = Case(shards, tf, sums, verify, files)
-    with implementation(impl):
-        outcome, ds = guarded(lambda: ofindex.open(paths, verify=verify, mmap=mmap,
-                                                   check_stale=check_stale, manifest=False),
+    case = Case(drawn.shards, drawn.tf, drawn.sums, drawn.verify, files)
+    with implementation(drawn.impl):
+        outcome, ds = guarded(lambda: ofindex.open(paths, verify=drawn.verify, mmap=drawn.mmap,
+                                                   check_stale=drawn.check_stale, manifest=False),
                               limit, TALLY_LOCAL, "open")
         if outcome == "ok":
             with ds:
                 read_everything(ds, case, limit, TALLY_LOCAL)
 
 
-@budget(200)
-@given(records_st, st.booleans(), st.booleans(), st.data())
-def test_remote_read_paths_over_mutated_sidecars(root, records, tf, sums, data):
+#: Found by the fuzz tier (for the lead, in ofindex/read/): with check_stale=False, a header
+#: whose indexed end, data file size and stream size are forged alike (header CRC recomputed)
+#: sizes reads under 64 MiB (ds[i] allocates 1 MiB for a 16-byte file), and record_lengths
+#: reports lengths past the data file (1 GiB).
+FORGED_SIZES = "forged header sizes (check_stale=False) size reads and record lengths"
+SIZES = [("field", 32, "<Q", 1 << 20), ("field", 24, "<Q", 1 << 20), ("field", 80, "<Q", 1 << 20)]
+
+
+@budget(600)
+@example(LocalInput([[b""]], 0, SIZES, check_stale=False)
+         ).xfail(raises=AllocationError, reason=FORGED_SIZES)
+@example(LocalInput([[b""]], 0, [(*edit[:3], 1 << 30) for edit in SIZES], tf=False, mmap=False,
+                    impl="pure-python", check_stale=False)
+         ).xfail(raises=AssertionError, reason=FORGED_SIZES)
+# issue 26 item 7, found by the fuzz tier too: an offset of 2**64-1 whose body CRC is forged
+# made iteration raise struct.error (unframe given a 1-byte buffer)
+@example(LocalInput([[b""]], 0, [("offset", 0, 2**64 - 1), ("forge",)], tf=True, sums=False,
+                    verify=False, check_stale=False))
+@example(LocalInput([[b""]], 0, [("offset", 0, 2**64 - 1), ("forge",)], tf=False, sums=False,
+                    verify=False, check_stale=False))
+@given(local_inputs())
+def test_local_read_paths_over_mutated_sidecars(root, drawn):
+    check_local_read_paths(root, drawn)
+
+
+@explore(6000)
+@given(local_inputs())
+def test_explore_local_read_paths_over_mutated_sidecars(root, drawn):
+    check_local_read_paths(root, drawn)
+
+
+@dataclass
+class RemoteInput:
+    """One shard in ``memory://``, the edits of its sidecar and how it is read."""
+
+    records: list[bytes]
+    edits: list[tuple]
+    tf: bool = True
+    sums: bool = True
+    check_stale: bool = True
+    max_gap: int = 0  # one range per record (0), or merged (1 MiB)
+
+
+@st.composite
+def remote_inputs(draw) -> RemoteInput:
+    records = draw(records_st)
+    # fetched sidecars are checked whole (body CRC): mostly forged edits of the body get past
+    edits = draw(mutations(len(records), ["flip", "offset", "swap", "checksum"], forge=0.8))
+    return RemoteInput(records, edits, tf=draw(st.booleans()), sums=draw(st.booleans()),
+                       check_stale=draw(st.booleans()),
+                       max_gap=draw(st.sampled_from([0, 1 << 20])))
+
+
+def check_remote_read_paths(root: str, drawn: RemoteInput) -> None:
     TALLY_REMOTE.input()
     d = os.path.join(root, uuid.uuid4().hex[:12])
-    (path,) = write(d, [records], tf, sums)
+    (path,) = write(d, [drawn.records], drawn.tf, drawn.sums)
     fs = fsspec.filesystem("memory")
     url = f"memory://fuzz/{uuid.uuid4().hex[:12]}/part-0"
-    with open(path, "rb") as f:
-        body = f.read()
-    with open(path + ".ofidx", "rb") as f:
-        raw = f.read()
+    body = read_bytes(path)
     fs.pipe_file(url, body)
-    # fetched sidecars are checked whole (body CRC): mostly forged edits of the body get past
-    edits = data.draw(mutations(len(raw), len(records), ["flip", "offset", "swap", "checksum"],
-                                forge=0.8))
-    fs.pipe_file(url + ".ofidx", mutate(raw, edits, len(records), sums))
+    fs.pipe_file(url + ".ofidx", mutate(read_bytes(path + ".ofidx"), drawn.edits,
+                                        len(drawn.records), drawn.sums))
     limit = 4 * len(body)
-    case = Case([records], tf, sums, True, [body])
-    check_stale = data.draw(st.booleans())
-    max_gap = data.draw(st.sampled_from([0, 1 << 20]))  # one range per record, or merged
-    outcome, ds = guarded(lambda: ofindex.open(url, check_stale=check_stale), limit,
+    case = Case([drawn.records], drawn.tf, drawn.sums, True, [body])
+    outcome, ds = guarded(lambda: ofindex.open(url, check_stale=drawn.check_stale), limit,
                           TALLY_REMOTE, "open")
     if outcome == "ok":
-        ds.max_gap = max_gap
+        ds.max_gap = drawn.max_gap
         read_everything(ds, case, limit, TALLY_REMOTE)
+
+
+@budget(200)
+@given(remote_inputs())
+def test_remote_read_paths_over_mutated_sidecars(root, drawn):
+    check_remote_read_paths(root, drawn)
+
+
+@explore(2000)
+@given(remote_inputs())
+def test_explore_remote_read_paths_over_mutated_sidecars(root, drawn):
+    check_remote_read_paths(root, drawn)
 
 
 # -- compressed files: version 3 sidecars, their offsets packed ---------------------------------
@@ -304,33 +392,61 @@ def packed_root(root):
     return root
 
 
-@budget(300)
-@given(records_st, st.booleans(), st.sampled_from(["gzip", "zlib"]),
-       st.sampled_from([1, 64, 1 << 18]), st.booleans(), st.sampled_from(["local", "remote"]),
-       st.sampled_from(["compiled", "pure-python"]), st.booleans(), st.data())
-def test_packed_sidecars_over_mutations(packed_root, records, tf, compression, spacing, verify,
-                                        where, impl, check_stale, data):
+@dataclass
+class PackedInput:
+    """A compressed shard, its sidecar re-packed with other offsets (``changes``: (record,
+    offset) pairs, CRCs forged; none: as written) and then edited (``edits``), and how it is
+    read."""
+
+    records: list[bytes]
+    changes: list[tuple[int, int]] = field(default_factory=list)
+    edits: list[tuple] = field(default_factory=list)
+    tf: bool = True
+    compression: str = "gzip"
+    spacing: int = 1
+    verify: bool = True
+    where: str = "local"
+    impl: str = "compiled"
+    check_stale: bool = True
+
+
+@st.composite
+def packed_inputs(draw) -> PackedInput:
+    records, tf = draw(records_st), draw(st.booleans())
+    count, framed = len(records), sum(len(r) + (16 if tf else 8) for r in records)
+    mode = draw(st.sampled_from(["repack", "repack+edits", "edits", "edits"]))
+    changes, edits = [], []
+    if mode.startswith("repack"):  # a valid stream of wrong offsets, CRCs forged
+        value = st.one_of(st.sampled_from(EDGES), st.integers(0, framed + 20))
+        changes = draw(st.lists(st.tuples(st.integers(0, count - 1), value), min_size=1,
+                                max_size=3))
+    if mode.endswith("edits"):
+        edits = draw(mutations(count, ["flip", "field", "truncate", "extend"]))
+    return PackedInput(records, changes, edits, tf=tf,
+                       compression=draw(st.sampled_from(["gzip", "zlib"])),
+                       spacing=draw(st.sampled_from([1, 64, 1 << 18])), verify=draw(st.booleans()),
+                       where=draw(st.sampled_from(["local", "remote"])),
+                       impl=draw(st.sampled_from(["compiled", "pure-python"])),
+                       check_stale=draw(st.booleans()))
+
+
+def check_packed_sidecar(root: str, drawn: PackedInput) -> None:
     TALLY_PACKED.input()
-    d = os.path.join(packed_root, uuid.uuid4().hex[:12])
-    path, stream = write_compressed(d, records, tf, compression, spacing)
+    d = os.path.join(root, uuid.uuid4().hex[:12])
+    path, stream = write_compressed(d, drawn.records, drawn.tf, drawn.compression, drawn.spacing)
     raw = read_bytes(path + ".ofidx")
     assert struct.unpack_from("<H", raw, 8)[0] == 3
-    count = len(records)
-    mode = data.draw(st.sampled_from(["repack", "repack+edits", "edits", "edits"]))
-    if mode.startswith("repack"):  # a valid stream of wrong offsets, CRCs forged
-        value = st.one_of(st.sampled_from(EDGES), st.integers(0, len(stream) + 20))
-        raw = repack(raw, count, data.draw(st.lists(st.tuples(st.integers(0, count - 1), value),
-                                                    min_size=1, max_size=3)))
-    bad = raw
-    if mode.endswith("edits"):
-        edits = data.draw(mutations(len(raw), count, ["flip", "field", "truncate", "extend"]))
-        bad = mutate(raw, edits, count, False)
+    count = len(drawn.records)
+    if drawn.changes:
+        raw = repack(raw, count, drawn.changes)
+    bad = mutate(raw, drawn.edits, count, False)
     # a pass over a compressed shard fills blocks of 8 MiB (stream_compressed's block_bytes)
     # from reads of STREAM_CHUNK: a fixed cost, whatever the sidecar says
     limit = 4 * (len(stream) + len(read_bytes(path))) + (8 << 20) + STREAM_CHUNK
-    case = Case([records], tf, False, verify, [stream])
-    with implementation(impl):
-        if where == "local":
+    case = Case([drawn.records], drawn.tf, False, drawn.verify, [stream])
+    verify, check_stale = drawn.verify, drawn.check_stale
+    with implementation(drawn.impl):
+        if drawn.where == "local":
             with open(path + ".ofidx", "wb") as f:
                 f.write(bad)
             opened = lambda: ofindex.open(path, verify=verify, check_stale=check_stale,  # noqa: E731
@@ -344,3 +460,29 @@ def test_packed_sidecars_over_mutations(packed_root, records, tf, compression, s
         outcome, ds = guarded(opened, limit, TALLY_PACKED, "open")
         if outcome == "ok":
             read_everything(ds, case, limit, TALLY_PACKED)
+
+
+#: Found by the fuzz tier (the lead is fixing it in ofindex/read/): a compressed file's sidecar
+#: whose indexed end (and uncompressed size) is forged, CRCs recomputed, sizes the buffer a
+#: read inflates into: ds[i] and batches allocate it (index/inflate.py inflate_span, called by
+#: read/compressed.py), and so does iteration (read/compressed_stream.py stream_compressed).
+FORGED_END = "a forged indexed end of a compressed file sizes the inflate buffer"
+
+
+@budget(300)
+@example(PackedInput([b""], edits=[("field", 32, "<Q", 64 << 20), ("field", 80, "<Q", 2**41),
+                                   ("forge",)], tf=False, verify=False, check_stale=False)
+         ).xfail(raises=AllocationError, reason=FORGED_END)
+@example(PackedInput([b"x" * 30, b""], edits=[("field", 32, "<Q", 64 << 20),
+                                              ("field", 80, "<Q", 2**41), ("forge",)],
+                     compression="zlib", where="remote", impl="pure-python")
+         ).xfail(raises=AllocationError, reason=FORGED_END)
+@given(packed_inputs())
+def test_packed_sidecars_over_mutations(packed_root, drawn):
+    check_packed_sidecar(packed_root, drawn)
+
+
+@explore(3000)
+@given(packed_inputs())
+def test_explore_packed_sidecars_over_mutations(packed_root, drawn):
+    check_packed_sidecar(packed_root, drawn)

@@ -241,7 +241,7 @@ print("ok")
 
 
 def test_hostile_arguments_fuzz():
-    seed = int.from_bytes(os.urandom(2), "little")
+    seed = 0  # the same inputs on every run; tests/test_fuzz_native.py tries fresh seeds
     done = _in_subprocess("import sys, fuzz_native; sys.exit(fuzz_native.main(sys.argv[1:]))",
                           "--examples", str(FUZZ_EXAMPLES), "--seed", str(seed), timeout=240)
     assert done.returncode == 0, f"exit {done.returncode}, seed {seed}:\n{done.stderr[-4000:]}"
