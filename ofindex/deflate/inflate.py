@@ -14,11 +14,11 @@ import zlib
 from typing import Any
 
 from .. import _accel
-from ..errors import CorruptRecordError, TruncatedRecordError
+from ..errors import CorruptRecordError, SidecarError, TruncatedRecordError
 from ..formats.compression import RAW_WBITS, TRAILER_BYTES, WBITS, starts_stream
 from ..formats.framing import Buffer
 from ..formats.seekpoints import SeekKind
-from ..formats.sidecar_header import Compression
+from ..formats.sidecar_header import MAX_EXPANSION, Compression
 from .fast_inflate import fast_inflate, lead_in_bytes, splice
 
 #: Bytes of history a deflate stream may refer back to.
@@ -136,6 +136,27 @@ def new_inflater(wbits: int, track: bool = False, every: int = 0) -> Any:
     if native is not None:
         return native.Inflater(wbits, track, every)
     return PyInflater(wbits, track)
+
+
+def check_inflatable(url: str, record: int, want: int, compressed_bytes: int) -> None:
+    """Refuse to inflate ``want`` bytes from ``compressed_bytes`` of compressed data when
+    deflate cannot produce that much (the index asking is forged or corrupt), before a buffer
+    of that size is allocated.
+
+    Args:
+        url: The data file (for the message).
+        record: The record whose end asks for the bytes.
+        want: Uncompressed bytes the index asks for.
+        compressed_bytes: Compressed bytes available to produce them.
+
+    Raises:
+        SidecarError: ``want`` is more than ``compressed_bytes`` can inflate to.
+    """
+    if want > MAX_EXPANSION * max(compressed_bytes, 0) + WINDOW:
+        raise SidecarError(
+            f"{url}: record {record}: the index asks to inflate {want} bytes from "
+            f"{compressed_bytes} compressed bytes, more than deflate can produce; the sidecar "
+            "is corrupt — rebuild it with `ofindex build`")
 
 
 def can_prime() -> bool:

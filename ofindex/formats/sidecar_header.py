@@ -317,6 +317,11 @@ def _decode_v2(buf: bytearray, path: str, version: int) -> SidecarHeader:
     ), path)
 
 
+#: Deflate's largest expansion: one compressed byte never inflates to more than 1032 bytes
+#: (a length-258 match costs at least two bits). Bounds what an index may ask to inflate.
+MAX_EXPANSION = 1032
+
+
 def _consistent(h: SidecarHeader, path: str) -> SidecarHeader:
     """Refuse a header whose numbers cannot describe a data file (a header CRC recomputed over
     corrupt fields, or a foreign writer): reads trust these to bound every span."""
@@ -326,6 +331,9 @@ def _consistent(h: SidecarHeader, path: str) -> SidecarHeader:
                         ("uncompressed size", stream)):
         if value > MAX_DATA_BYTES:
             raise _corrupt(path, f"{name} {value} is impossible")
+    if compressed and stream > MAX_EXPANSION * h.stamp.size:
+        raise _corrupt(path, f"uncompressed size {stream} is more than {h.stamp.size} "
+                             "compressed bytes can inflate to")
     if h.indexed_end > stream:
         raise _corrupt(path, f"indexed end {h.indexed_end} lies past the end of the data "
                              f"({stream} bytes)")

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from .._threads import ProcessPool
-from ..deflate.inflate import InflateFailure, in_stream_error, inflate_span
+from ..deflate.inflate import InflateFailure, check_inflatable, in_stream_error, inflate_span
 from ..errors import CorruptRecordError, TruncatedRecordError
 from ..formats.framing import Buffer, RecordFormat
 from ..formats.seekpoints import SeekTable
@@ -279,6 +279,8 @@ def _inflate(shard: CompressedShard, piece: Piece,
     offset of their start. Failures name the first record they cut short."""
     seeks, k, compression = shard.sidecar.seeks, piece.point, shard.sidecar.compression
     base = int(seeks.out[k])
+    check_inflatable(shard.url, int(piece.records[-1]), piece.reach - base,
+                     piece.compressed_end - piece.compressed_start)
     try:
         buf = inflate_span(src, piece.compressed_start, int(seeks.kind[k]), int(seeks.bits[k]),
                            seeks.window(k), compression, piece.reach - base)

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from ..deflate.inflate import InflateFailure, can_prime, in_stream_error
+from ..deflate.inflate import InflateFailure, can_prime, check_inflatable, in_stream_error
 from ..deflate.stream import InflatedStream, StartPoint
 from ..errors import CorruptRecordError
 from ..formats.sidecar import Sidecar
@@ -55,6 +55,7 @@ def stream_compressed(
         for a, b in blocks:
             starts, ends = sidecar.spans(np.arange(a, b, dtype=np.int64))
             s0, n = int(starts[0]), int(ends[-1] - starts[0])
+            check_inflatable(url, b - 1, int(ends[-1]) - start.out, size - start.in_)
             if len(buf) < n:
                 buf = bytearray(max(n, block_bytes))
             view = memoryview(buf)[:n]

@@ -26,10 +26,12 @@ class _Handle:
     so the descriptor is closed with the object itself, without a ResourceWarning.
     """
 
-    __slots__ = ("fd",)
+    __slots__ = ("fd", "size")
 
     def __init__(self, path: str) -> None:
         self.fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        #: The file's size when last looked at: a read past it looks again before allocating.
+        self.size = os.fstat(self.fd).st_size
 
     def fileno(self) -> int:
         return self.fd
@@ -111,8 +113,8 @@ class LocalStorage(Storage):
         f = self._files.get(path) if self._pid == os.getpid() else None
         if f is None:
             f = self._file(path)
-        if not 0 <= end - start <= CHECKED_READ_BYTES or start < 0:  # never allocate past
-            check_range(path, start, end, os.fstat(f.fileno()).st_size)  # the file's end
+        if end > f.size or not 0 <= end - start <= CHECKED_READ_BYTES or start < 0:
+            _check_extent(f, path, start, end)  # never allocate past the file's end
         data = os.pread(f.fileno(), end - start, start)
         if len(data) != end - start:
             check_length(path, start, end, len(data))
@@ -122,16 +124,17 @@ class LocalStorage(Storage):
         self, paths: Sequence[str], starts: Sequence[int], ends: Sequence[int]
     ) -> bytes:
         pread = os.pread
-        last_path, fd, f = None, -1, None
+        last_path: str | None = None
+        handle: _Handle | None = None
         blobs: list[bytes] = []
         append = blobs.append
         for path, s, e in zip(paths, starts, ends, strict=True):
-            if path is not last_path:
-                f = self._file(path)  # held while its descriptor is in use
-                fd, last_path = f.fileno(), path
-            if not 0 <= e - s <= CHECKED_READ_BYTES or s < 0:
-                check_range(path, s, e, os.fstat(fd).st_size)
-            data = pread(fd, e - s, s)
+            if handle is None or path is not last_path:
+                handle = self._file(path)  # held while its descriptor is in use
+                last_path = path
+            if e > handle.size or not 0 <= e - s <= CHECKED_READ_BYTES or s < 0:
+                _check_extent(handle, path, s, e)
+            data = pread(handle.fd, e - s, s)
             if len(data) != e - s:
                 check_length(path, s, e, len(data))
             append(data)
@@ -189,6 +192,17 @@ class LocalStorage(Storage):
 
     def dirname(self, path: str) -> str:
         return os.path.dirname(path)
+
+
+def _check_extent(handle: _Handle, path: str, start: int, end: int) -> None:
+    """Check ``[start, end)`` against the file's current size (a file may grow, so a read
+    past the size seen at open looks again) before anything is allocated for it.
+
+    Raises:
+        RangeReadError: The range is inverted or ends past the file.
+    """
+    handle.size = os.fstat(handle.fd).st_size
+    check_range(path, start, end, handle.size)
 
 
 def stat_stamp(st: os.stat_result) -> FileStamp:
