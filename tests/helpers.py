@@ -160,3 +160,30 @@ def reseal_manifest(doc: dict) -> bytes:
     body = {k: v for k, v in doc.items() if k != "crc32c"}
     text = json.dumps(body, separators=(",", ":")).encode()
     return text[:-1] + b',"crc32c":%d}' % crc32c.crc32c(text)
+
+
+def sidecar_of(data_path) -> str:
+    """Where the default build put ``data_path``'s sidecar, by the documented placement rule
+    (docs: "Where index files go"): ``<data dir>.ofindex/<name>.ofidx`` (a hidden
+    ``.ofindex/`` at a filesystem root), or the legacy ``<data path>.ofidx`` beside the data
+    when that is the one that exists. Tests use it rather than spelling a location."""
+    data_path = os.fspath(data_path)
+    directory, name = os.path.split(os.path.abspath(data_path))
+    sibling = os.path.join(index_dir_of(directory), name + ".ofidx")
+    legacy = data_path + ".ofidx"
+    return legacy if os.path.exists(legacy) and not os.path.exists(sibling) else sibling
+
+
+def index_dir_of(data_dir) -> str:
+    """The directory the default build writes a data directory's index files to (see
+    :func:`sidecar_of`)."""
+    data_dir = os.path.abspath(os.fspath(data_dir))
+    parent, base = os.path.split(data_dir)
+    return os.path.join(data_dir, ".ofindex") if not base else os.path.join(parent, base + ".ofindex")
+
+
+def manifest_of(data_dir) -> str:
+    """Where the default build put a data directory's manifest (see :func:`sidecar_of`)."""
+    sibling = os.path.join(index_dir_of(data_dir), "ofindex-manifest.json")
+    legacy = os.path.join(os.fspath(data_dir), "ofindex-manifest.json")
+    return legacy if os.path.exists(legacy) and not os.path.exists(sibling) else sibling
