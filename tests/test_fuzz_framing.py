@@ -32,7 +32,7 @@ from hypothesis import strategies as st
 import ofindex
 from ofindex import CorruptRecordError
 from ofindex.formats.sidecar import open_local_sidecar
-from ofindex.index.inflated_stream import INPUT_CHUNK, OUTPUT_STEP
+from ofindex.deflate.stream import INPUT_CHUNK, OUTPUT_STEP
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*PARTIAL index:UserWarning")
 TALLY_BUILD = Tally("data file mutations, builder")
