@@ -31,8 +31,8 @@ from hypothesis import strategies as st
 
 import ofindex
 from ofindex import CorruptRecordError
-from ofindex.formats.sidecar import open_local_sidecar
 from ofindex.deflate.stream import INPUT_CHUNK, OUTPUT_STEP
+from ofindex.formats.sidecar import open_local_sidecar
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*PARTIAL index:UserWarning")
 TALLY_BUILD = Tally("data file mutations, builder")
