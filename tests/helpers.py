@@ -179,7 +179,9 @@ def index_dir_of(data_dir) -> str:
     :func:`sidecar_of`)."""
     data_dir = os.path.abspath(os.fspath(data_dir))
     parent, base = os.path.split(data_dir)
-    return os.path.join(data_dir, ".ofindex") if not base else os.path.join(parent, base + ".ofindex")
+    if not base:  # a filesystem root: a hidden directory inside it
+        return os.path.join(data_dir, ".ofindex")
+    return os.path.join(parent, base + ".ofindex")
 
 
 def manifest_of(data_dir) -> str:
