@@ -22,6 +22,7 @@ from .formats.sidecar_header import Compression
 from .formats.strays import SkippedFilesWarning
 from .index.build_file import BuildResult
 from .index.builder import build_index
+from .index.migrate import LegacyLayoutWarning
 from .index.writer import Writer
 from .opening import open
 from .read.dataset import Dataset
@@ -42,6 +43,7 @@ __all__ = [
     "IndexMismatchError",
     "IndexNotFoundError",
     "InvalidURLError",
+    "LegacyLayoutWarning",
     "MissingDependencyError",
     "OfindexError",
     "PartialIndexWarning",

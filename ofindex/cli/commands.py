@@ -20,6 +20,7 @@ from ..formats.sidecar_header import Compression
 from ..formats.strays import SkippedFilesWarning
 from ..formats.textindex import export_text
 from ..index.builder import build_index
+from ..index.migrate import LegacyLayoutWarning
 from ..index.textimport import sidecar_from_text
 from ..opening import open as open_dataset
 from ..read.dataset import Dataset
@@ -42,7 +43,7 @@ def _open(args: argparse.Namespace, options: Options, *, verify: bool) -> Datase
 def _print_skipped(caught: list[warnings.WarningMessage], *, others: bool) -> None:
     """Print each :class:`SkippedFilesWarning` caught as one line (and show the ``others``)."""
     for w in caught:
-        if issubclass(w.category, SkippedFilesWarning):
+        if issubclass(w.category, (SkippedFilesWarning, LegacyLayoutWarning)):
             print(f"WARNING: {w.message}", file=sys.stderr)
         elif others:
             warnings.showwarning(w.message, w.category, w.filename, w.lineno)
@@ -73,6 +74,7 @@ def cmd_build(args: argparse.Namespace, options: Options) -> int:
                 storage_options=options, progress=not args.no_progress and sys.stderr.isatty(),
                 executor=executor, resume=args.resume, compression=args.compression,
                 seek_spacing=args.seek_spacing, checksums=args.checksums, strict=args.strict,
+                migrate=args.migrate,
             )
     finally:
         if executor is not None:

@@ -23,7 +23,8 @@ EXAMPLES = {
   ofindex build data-of/ --no-checksums       # OFRecord without per-payload CRC32Cs (faster)
   ofindex build s3://bucket/train --index-dir ./idx -s anon=false
   ofindex build s3://bucket/train --dask-scheduler tcp://scheduler:8786   # on a Dask cluster
-  ofindex build data-gz/ --seek-spacing 256K  # GZIP/ZLIB files are detected""",
+  ofindex build data-gz/ --seek-spacing 256K  # GZIP/ZLIB files are detected
+  ofindex build data/ --migrate              # sidecars from beside the data to data.ofindex/""",
     "info": """\
   ofindex info data/
   ofindex info data/ --json""",
@@ -121,7 +122,8 @@ def _common(paths: str = "+") -> "_Parser":
                    help="compression of the data files (TensorFlow's compression_type); "
                    "auto detects GZIP and ZLIB")
     p.add_argument("--index-dir", metavar="DIR",
-                   help="where sidecars live (default: beside the data)")
+                   help="where sidecars live (default: DIR.ofindex/ next to the data "
+                   "directory DIR, where no glob over DIR finds them)")
     p.add_argument("-s", "--storage-option", action="append", metavar="KEY=VALUE",
                    help="fsspec storage option (repeatable; VALUE parsed as JSON when it can be)")
     p.add_argument("--retries", type=retry_count, metavar="N",
@@ -168,6 +170,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--strict", action="store_true",
                    help="refuse files of a directory or glob that are not record files (a "
                         "README, *.labels.txt) instead of skipping them with a warning")
+    p.add_argument("--migrate", action="store_true",
+                   help="move sidecars that ofindex 0.2 wrote beside the data files (where "
+                        "globs such as part-* return them) to DIR.ofindex/")
     p.add_argument("--workers", type=int, default=None, metavar="N",
                    help="files scanned at once (default: one per core; 8 for remote files)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")

@@ -19,44 +19,35 @@ import os
 from ..errors import DataFileNotFoundError, SidecarError
 from ..storage import PathSpec, Storage, Storages, as_list, is_local_url, list_data_files
 from .manifest import Manifest, manifest_url_for, read_manifest
+from .placement import Layout, SidecarPlace, sibling_index_dir
 from .sidecar import SUFFIX
 
 
-@dataclasses.dataclass(frozen=True)
-class SidecarPlace:
-    """The rule that maps a data file to its sidecar.
-
-    Attributes:
-        storage: Storage of the sidecars (the data's own when ``directory`` is ``None``).
-        directory: Path of the index directory on ``storage``, or ``None`` for sidecars beside
-            the data.
-    """
-
-    storage: Storage
-    directory: str | None
-
-    def of(self, data_storage: Storage, data_path: str) -> tuple[Storage, str]:
-        """Return ``(storage, path)`` of the sidecar of ``data_path`` (on ``data_storage``)."""
-        if self.directory is None:
-            return data_storage, data_path + SUFFIX
-        return self.storage, self.storage.join(
-            self.directory, data_storage.basename(data_path) + SUFFIX
-        )
-
-
 def sidecar_place(data_storage: Storage, index_dir: str | os.PathLike[str] | None,
-                  storages: Storages) -> SidecarPlace:
-    """Resolve ``index_dir`` (or sidecars beside the data) once into a :class:`SidecarPlace`."""
+                  storages: Storages, layout: Layout = Layout.SIBLING) -> SidecarPlace:
+    """Resolve ``index_dir`` (or ``layout`` without one) once into a :class:`SidecarPlace`."""
     if index_dir is None:
-        return SidecarPlace(data_storage, None)
+        return SidecarPlace(Layout.BESIDE if layout is Layout.BESIDE else Layout.SIBLING)
     storage, directory = storages.for_url(os.fspath(index_dir))
-    return SidecarPlace(storage, directory)
+    return SidecarPlace(Layout.INDEX_DIR, storage, directory)
 
 
 def sidecar_location(storage: Storage, data_path: str, index_dir: str | None,
                      storages: Storages) -> tuple[Storage, str]:
-    """Return ``(storage, path)`` of the sidecar of one data file (see :class:`SidecarPlace`)."""
+    """Return ``(storage, path)`` of where a new sidecar of one data file goes (``index_dir``,
+    or the default layout: see :mod:`ofindex.formats.placement`)."""
     return sidecar_place(storage, index_dir, storages).of(storage, data_path)
+
+
+def existing_layout(storage: Storage, data_path: str) -> Layout | None:
+    """The layout the sidecar of ``data_path`` was written with, when it has one: the
+    default place is looked at first, then beside the data (ofindex 0.2 and earlier)."""
+    place_storage, path = SidecarPlace(Layout.SIBLING).of(storage, data_path)
+    if place_storage.exists(path):
+        return Layout.SIBLING
+    if storage.exists(data_path + SUFFIX):
+        return Layout.BESIDE
+    return None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,13 +94,17 @@ def resolve(
     index_dir: str | os.PathLike[str] | None = None,
     storages: Storages | None = None,
     manifest: bool | str = True,
+    layout: Layout | None = None,
 ) -> DatasetLocation:
     """Resolve a path spec into a :class:`DatasetLocation`.
 
     Args:
         paths: A file, directory, glob or URL, or a list of them.
-        index_dir: Where sidecars live, when not beside the data.
+        index_dir: Where sidecars live, when not in the default place.
         storages: The call's storages (default: new ones without options).
+        layout: Where the sidecars are (or go), without ``index_dir``: ``None`` takes the
+            layout of the existing ones (the default place first, then beside the data: see
+            :mod:`ofindex.formats.placement`), the default place when there are none.
         manifest: ``True`` uses a directory's ``ofindex-manifest.json`` when there is one (one
             request instead of a listing); ``False`` lists the files; a string names the
             manifest to use.
@@ -130,15 +125,16 @@ def resolve(
         storage, data_dir = storages.for_url(found.data_dir)
         prefix = storage.join(data_dir, "")  # names are relative (checked): one join for all
         files = [prefix + name for name in found.names]
-        return DatasetLocation(
-            storage, files, sidecar_place(storage, found.index_dir, storages), found,
-            data_dir, index_dir, storages,
-        )
+        # a manifest without an index directory is ofindex 0.2's: sidecars beside the data
+        place = sidecar_place(storage, found.index_dir, storages, Layout.BESIDE)
+        return DatasetLocation(storage, files, place, found, data_dir, index_dir, storages)
     storage, files, named = list_data_files(paths, storages)
     check_unique_names(storage, files, index_dir)
+    if index_dir is None and layout is None:
+        layout = existing_layout(storage, files[0]) or Layout.SIBLING
     return DatasetLocation(
-        storage, files, sidecar_place(storage, index_dir, storages), None,
-        _named_directory(paths, storage, storages, files), index_dir, storages, named,
+        storage, files, sidecar_place(storage, index_dir, storages, layout or Layout.SIBLING),
+        None, _named_directory(paths, storage, storages, files), index_dir, storages, named,
     )
 
 
@@ -180,10 +176,10 @@ def _find_manifest(
         return None
     if is_local_url(spec) and not os.path.isdir(spec_path):
         return None
-    where = index_dir if index_dir is not None else spec
-    m = read_manifest(manifest_url_for(where), storages)
-    if m is None:
-        return m
+    found = _directory_manifest(spec, index_dir, storages)
+    if found is None:
+        return None
+    where, m = found
     # a manifest found (not named) must describe this directory and this index directory:
     # a tampered one must not send reads elsewhere
     here = _canonical_url(spec, storages)
@@ -196,13 +192,33 @@ def _find_manifest(
             f"`ofindex build {spec}` again"
         )
     sidecars = _canonical_url(m.index_dir, storages) if m.index_dir is not None else here
-    if sidecars != (_canonical_url(index_dir, storages) if index_dir is not None else here):
+    expected = (_canonical_url(index_dir, storages) if index_dir is not None
+                else _canonical_url(where, storages) if where != spec else here)
+    if sidecars != expected:
         raise SidecarError(
             f"{manifest_url_for(where)}: this manifest puts the sidecars in {m.index_dir}, "
             f"not in {index_dir or spec}; open it by name (manifest=...) if that is meant, or "
             f"run `ofindex build` again"
         )
     return m
+
+
+def _directory_manifest(spec: str, index_dir: str | None,
+                        storages: Storages) -> tuple[str, Manifest] | None:
+    """The manifest of the data directory ``spec`` and the directory it was found in:
+    ``index_dir``'s, else the default index directory's, else (ofindex 0.2 and earlier) the
+    data directory's own; ``None`` when there is none."""
+    if index_dir is not None:
+        places = [index_dir]
+    else:
+        storage, path = storages.for_url(spec)
+        sibling = sibling_index_dir(storage, path.rstrip("/"))
+        places = [storage.url(sibling), spec]
+    for where in places:
+        m = read_manifest(manifest_url_for(where), storages)
+        if m is not None:
+            return where, m
+    return None
 
 
 def _canonical_url(url: str, storages: Storages) -> str:

@@ -12,6 +12,7 @@ from ..formats.compression import parse_compression
 from ..formats.framing import RecordFormat
 from ..formats.location import DatasetLocation, resolve
 from ..formats.manifest import manifest_url_for, write_manifest
+from ..formats.placement import Layout
 from ..formats.sidecar_header import Compression
 from ..formats.strays import only_strays, strays_refused, warn_skipped
 from ..storage import PathSpec, Storages
@@ -19,6 +20,7 @@ from ..storage.retry import current_policy, with_settings
 from .build_file import BuildResult
 from .cluster import FileProgress, run_on_executor
 from .job import FileJob
+from .migrate import drop_legacy_files, move_legacy_sidecars, warn_legacy_layout
 from .survey import one_framing, survey_files
 
 #: Remote files indexed at once by default (threads; each holds about two chunks).
@@ -58,6 +60,7 @@ def build_index(
     strict: bool = False,
     retries: int | None = None,
     timeout: float | None = None,
+    migrate: bool = False,
 ) -> list[BuildResult]:
     """Index data files: scan each once and write its sidecar (and the dataset's manifest).
 
@@ -73,8 +76,12 @@ def build_index(
     Args:
         paths: A data file, a directory, a glob, a URL, or a list of them.
         format: ``"tfrecord"``, ``"ofrecord"``, or ``"auto"`` to detect each file's framing.
-        index_dir: Where sidecars go when not beside the data (``<index_dir>/<name>.ofidx``;
-            a local directory or another bucket, for read-only data).
+        index_dir: Where sidecars go (``<index_dir>/<name>.ofidx``; a local directory or
+            another bucket, for read-only data). By default they go to a directory beside the
+            data directory, ``<data dir>.ofindex/``, so that no glob over the data directory
+            returns them (see :mod:`ofindex.formats.placement`); sidecars of ofindex 0.2 and
+            earlier, beside the data files, are kept there (and rebuilt there) unless
+            ``migrate=True``.
         verify: Also check every record's data CRC (the scan otherwise checks the framing
             and the length CRCs).
         allow_partial: Index the valid prefix of a damaged file instead of failing (with a
@@ -83,9 +90,10 @@ def build_index(
             ones, each streamed once in 8 MiB requests).
         storage_options: Options for the fsspec filesystem.
         progress: Show a progress bar (bytes scanned).
-        manifest: ``None`` writes ``ofindex-manifest.json`` for a directory (in
-            ``index_dir`` when given); ``True`` also for a glob or list of one directory's
-            files; a path or URL writes it there; ``False`` writes none.
+        manifest: ``None`` writes ``ofindex-manifest.json`` for a directory (in its index
+            directory: ``index_dir``, or ``<data dir>.ofindex/``); ``True`` also for a glob or
+            list of one directory's files; a path or URL writes it there; ``False`` writes
+            none.
         executor: Any ``concurrent.futures.Executor`` runs the per-file tasks instead of
             the local threads, e.g. a Dask cluster's
             (``dask.distributed.Client(address).get_executor()``) or
@@ -123,6 +131,9 @@ def build_index(
             with exponential backoff and jitter (default 10; ``0``: no retries).
         timeout: Seconds after which a remote request is given up, its retries included
             (default 60).
+        migrate: Move the sidecars (and manifest) of a dataset indexed by ofindex 0.2 and
+            earlier from beside the data files to the default place, ``<data dir>.ofindex/``
+            (fresh ones are moved, not rebuilt; ``ofindex build --migrate``).
 
     Returns:
         One :class:`BuildResult` per record file, in dataset order.
@@ -149,12 +160,17 @@ def build_index(
     """
     storages = Storages(storage_options,
                         retry=with_settings(current_policy(), retries, timeout))
-    location = resolve(paths, index_dir=index_dir, storages=storages, manifest=False)
+    location = resolve(paths, index_dir=index_dir, storages=storages, manifest=False,
+                       layout=Layout.SIBLING if migrate and index_dir is None else None)
+    moved = move_legacy_sidecars(location) if migrate and index_dir is None else []
+    if not migrate:
+        warn_legacy_layout(location)
     results, skipped = build_location(
         location, format=format, verify=verify, allow_partial=allow_partial,
         workers=workers, progress=progress, manifest=manifest, executor=executor,
         resume=resume, compression=compression, seek_spacing=seek_spacing,
         checksums=checksums, strict=strict)
+    drop_legacy_files(moved)
     if not results:
         raise only_strays(skipped)
     if skipped:
@@ -219,9 +235,11 @@ def build_location(
     target = _manifest_target(location, [job.path for job, _ in kept], manifest)
     if target is not None:
         url, data_dir = target
+        index_dir = location.sidecars.index_dir_of(storage, data_dir)
         write_manifest(
             url, framing, storage, [job.path for job, _ in kept], data_dir,
-            location.index_dir, [r.records for r in results], [r.size for r in results],
+            None if index_dir is None else index_dir[0].url(index_dir[1]),
+            [r.records for r in results], [r.size for r in results],
             [r.fingerprint for r in results], location.storages,
             partial=[r.partial for r in results], compressions=[r.compression for r in results],
             body_crcs=_body_crcs(results),
@@ -275,7 +293,9 @@ def _manifest_target(
                              f"{len(data_dir)} directories")
         return None
     directory = data_dir.pop()
-    where = location.index_dir if location.index_dir is not None else storage.url(directory)
+    index_dir = location.sidecars.index_dir_of(storage, directory)
+    where = (storage.url(directory) if index_dir is None
+             else index_dir[0].url(index_dir[1]))
     return manifest_url_for(where), directory
 
 

@@ -1,0 +1,97 @@
+"""Where a dataset's index files live: its sidecars and its manifest.
+
+The globs users write for their data (``DIR/*``, ``DIR/part-*``, ``DIR/*.tfrecord*``,
+``DIR/*-of-*``, ``DIR/**``) must return the same files before and after ``ofindex build``. We
+measured what each glob returns for index files placed inside the data directory
+(``tools/glob_placement.py`` repeats the measurement; the docs have the table): sidecars
+beside the data match ``DIR/*``, ``DIR/part-*`` and ``DIR/*-of-*`` everywhere; a hidden
+``DIR/.ofindex/`` or hidden files are skipped by Python's ``glob`` but returned by
+``tf.io.gfile.glob`` and fsspec's ``glob`` (local, S3, GCS) for ``DIR/*`` and ``DIR/**``; a
+``DIR/_ofindex/`` (Hadoop's hidden prefix) is returned by all of them. Only a place outside the
+data directory changes none of these globs, so the default (:attr:`Layout.SIBLING`) is a
+sibling directory::
+
+    data/train/part-00000-of-00008            the data, untouched
+    data/train.ofindex/part-00000-of-00008.ofidx
+    data/train.ofindex/ofindex-manifest.json
+
+(``s3://bucket/train/`` -> ``s3://bucket/train.ofindex/``). Files at the root of a filesystem
+or bucket have no sibling: their index directory is a hidden ``.ofindex/`` inside it.
+``index_dir=`` puts them anywhere else (:attr:`Layout.INDEX_DIR`). Datasets indexed by ofindex
+0.2 and earlier keep their sidecars beside the data (:attr:`Layout.BESIDE`) and still open;
+``ofindex build --migrate`` moves them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import os
+
+from ..storage import Storage
+from .sidecar import SUFFIX
+
+#: The name a data directory's sibling index directory ends with.
+INDEX_DIR_SUFFIX = ".ofindex"
+#: The index directory inside a root (a filesystem's or a bucket's), which has no sibling.
+ROOT_INDEX_DIR = ".ofindex"
+
+
+class Layout(enum.Enum):
+    """How a dataset's index files are placed (see the module's notes)."""
+
+    SIBLING = "sibling"
+    INDEX_DIR = "index-dir"
+    BESIDE = "beside"
+
+
+def _is_root(storage: Storage, directory: str) -> bool:
+    """Whether ``directory`` is the root of its filesystem or bucket (it has no parent)."""
+    if storage.is_local:
+        absolute = os.path.abspath(directory)
+        return os.path.dirname(absolute) == absolute
+    bare = directory.split("://", 1)[-1].strip("/")
+    return "/" not in bare
+
+
+def sibling_index_dir(storage: Storage, data_dir: str) -> str:
+    """The index directory of the files of ``data_dir`` under :attr:`Layout.SIBLING`."""
+    if _is_root(storage, data_dir):
+        return storage.join(data_dir, ROOT_INDEX_DIR)
+    return data_dir.rstrip("/") + INDEX_DIR_SUFFIX
+
+
+@dataclasses.dataclass(frozen=True)
+class SidecarPlace:
+    """The rule that maps a data file to its sidecar.
+
+    Attributes:
+        layout: Which rule.
+        storage: Storage of the sidecars with ``index_dir`` (else the data's own).
+        directory: The index directory with ``index_dir``, else ``None``.
+    """
+
+    layout: Layout
+    storage: Storage | None = None
+    directory: str | None = None
+
+    def of(self, data_storage: Storage, data_path: str) -> tuple[Storage, str]:
+        """Return ``(storage, path)`` of the sidecar of ``data_path`` (on ``data_storage``)."""
+        name = data_storage.basename(data_path) + SUFFIX
+        if self.layout is Layout.BESIDE:
+            return data_storage, data_path + SUFFIX
+        if self.layout is Layout.SIBLING:
+            directory = sibling_index_dir(data_storage, data_storage.dirname(data_path))
+            return data_storage, data_storage.join(directory, name)
+        assert self.storage is not None and self.directory is not None
+        return self.storage, self.storage.join(self.directory, name)
+
+    def index_dir_of(self, data_storage: Storage, data_dir: str) -> tuple[Storage, str] | None:
+        """Where the sidecars of ``data_dir``'s files go (and its manifest), or ``None`` for
+        sidecars beside the data (the manifest then lives in ``data_dir``)."""
+        if self.layout is Layout.BESIDE:
+            return None
+        if self.layout is Layout.SIBLING:
+            return data_storage, sibling_index_dir(data_storage, data_dir)
+        assert self.storage is not None and self.directory is not None
+        return self.storage, self.directory
