@@ -428,5 +428,5 @@ def test_a_stream_larger_than_deflate_can_make_of_the_file_is_refused(victim):
     at_most = _forge(raw, {32: ("<Q", 1032 * size), 80: ("<Q", 1032 * size)}, body=True)
     assert parse_sidecar(at_most, path="x").header.uncompressed_size == 1032 * size
     forged = _forge(raw, {32: ("<Q", 1032 * size + 1), 80: ("<Q", 1032 * size + 1)}, body=True)
-    with pytest.raises(SidecarError, match="more than .* compressed bytes can inflate to"):
+    with pytest.raises(SidecarError, match=r"more than \d+ compressed bytes can inflate to"):
         parse_sidecar(forged, path="x")
