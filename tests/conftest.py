@@ -128,15 +128,23 @@ class Backend:
         return os.path.join(self.root, rel)
 
     def upload(self, local_dir: str, url: str, *, sidecars: bool = True) -> None:
-        for name in sorted(os.listdir(local_dir)):
-            if not sidecars and (name.endswith((".ofidx", ".json"))):
-                continue
-            src = os.path.join(local_dir, name)
-            if self.root is not None:
-                shutil.copy2(src, os.path.join(self._local(url), name))
-            else:
-                with open(src, "rb") as f:
-                    self.fs.pipe_file(self.path(url) + "/" + name, f.read())
+        """Copy ``local_dir``'s files to ``url``, and with ``sidecars`` its index directory
+        (``<local_dir>.ofindex/``, the default place) to ``<url>.ofindex/``."""
+        places = [(local_dir, url)]
+        index_dir = local_dir.rstrip("/") + ".ofindex"
+        if sidecars and os.path.isdir(index_dir):
+            places.append((index_dir, url.rstrip("/") + ".ofindex"))
+        for source, target in places:
+            for name in sorted(os.listdir(source)):
+                if not sidecars and (name.endswith((".ofidx", ".json"))):
+                    continue
+                src = os.path.join(source, name)
+                if self.root is not None:
+                    os.makedirs(self._local(target), exist_ok=True)
+                    shutil.copy2(src, os.path.join(self._local(target), name))
+                else:
+                    with open(src, "rb") as f:
+                        self.fs.pipe_file(self.path(target) + "/" + name, f.read())
 
     def put_bytes(self, url: str, data: bytes) -> None:
         if self.root is not None:

@@ -189,3 +189,15 @@ def manifest_of(data_dir) -> str:
     sibling = os.path.join(index_dir_of(data_dir), "ofindex-manifest.json")
     legacy = os.path.join(os.fspath(data_dir), "ofindex-manifest.json")
     return legacy if os.path.exists(legacy) and not os.path.exists(sibling) else sibling
+
+
+def copy_dataset(source, target) -> str:
+    """Copy a data directory and its index directory (the default place, see
+    :func:`sidecar_of`) to ``target`` and ``target``'s own index directory; returns
+    ``target``."""
+    import shutil
+
+    shutil.copytree(source, target)
+    if os.path.isdir(index_dir_of(source)):
+        shutil.copytree(index_dir_of(source), index_dir_of(target))
+    return os.fspath(target)

@@ -5,7 +5,7 @@ import os
 
 import crc32c
 import pytest
-from helpers import read_bytes, ref_ofrecord, ref_tfrecord, write_raw
+from helpers import read_bytes, ref_ofrecord, ref_tfrecord, sidecar_of, write_raw
 
 import ofindex
 from ofindex import CorruptRecordError
@@ -39,16 +39,16 @@ def test_the_writer_stores_checksums_for_ofrecord_by_default(tmp_path):
         w.write_many(RECORDS)
     with ofindex.Writer(tf) as w:
         w.write_many(RECORDS)
-    sums = open_local_sidecar(of + ".ofidx").checksums
+    sums = open_local_sidecar(sidecar_of(of)).checksums
     assert sums is not None and sums.tolist() == [crc32c.crc32c(r) for r in RECORDS]
-    assert open_local_sidecar(tf + ".ofidx").checksums is None  # TFRecord has its CRCs
+    assert open_local_sidecar(sidecar_of(tf)).checksums is None  # TFRecord has its CRCs
     with ofindex.Writer(tf, checksums=True) as w:
         w.write_many(RECORDS)
-    assert open_local_sidecar(tf + ".ofidx").checksums.tolist() == [crc32c.crc32c(r)
+    assert open_local_sidecar(sidecar_of(tf)).checksums.tolist() == [crc32c.crc32c(r)
                                                                     for r in RECORDS]
     with ofindex.Writer(of, format="ofrecord", checksums=False) as w:
         w.write_many(RECORDS)
-    assert open_local_sidecar(of + ".ofidx").checksums is None
+    assert open_local_sidecar(sidecar_of(of)).checksums is None
 
 
 @pytest.mark.usefixtures("impl")  # compiled and pure-Python loops
@@ -76,19 +76,19 @@ def test_build_checksums_locally_and_remotely(tmp_path):
     p = write_raw(str(tmp_path / "d" / "part-0"), ref_ofrecord(RECORDS))
     write_raw(str(tmp_path / "d" / "part-1"), ref_ofrecord(BIG))
     ofindex.build_index(str(tmp_path / "d"), checksums=False)
-    assert open_local_sidecar(p + ".ofidx").checksums is None  # opted out
+    assert open_local_sidecar(sidecar_of(p)).checksums is None  # opted out
     ofindex.build_index(str(tmp_path / "d"))  # the default for OFRecord; fresh: kept as is
-    assert open_local_sidecar(p + ".ofidx").checksums is None
+    assert open_local_sidecar(sidecar_of(p)).checksums is None
     ofindex.build_index(str(tmp_path / "d"), checksums=True)  # asked for: rebuilt with them
     for name, recs in (("part-0", RECORDS), ("part-1", BIG)):
-        sums = open_local_sidecar(str(tmp_path / "d" / name) + ".ofidx").checksums
+        sums = open_local_sidecar(sidecar_of(str(tmp_path / "d" / name))).checksums
         assert sums.tolist() == [crc32c.crc32c(r) for r in recs]
     import fsspec
 
     fs = fsspec.filesystem("memory")
     fs.pipe_file("/ck/part-1", ref_ofrecord(BIG))
     ofindex.build_index("memory:///ck/part-1")  # remote: summed in the one pass that reads it
-    storage, path = storage_for("memory:///ck/part-1.ofidx")
+    storage, path = storage_for("memory:///ck.ofindex/part-1.ofidx")  # the default place
     assert load_sidecar(storage, path).checksums.tolist() == [crc32c.crc32c(r) for r in BIG]
     fs.pipe_file("/ck/part-1", ref_ofrecord([BIG[0], BIG[1][:-1] + b"!", *BIG[2:]]))
     ds = ofindex.open("memory:///ck/part-1", check_stale=False)
@@ -145,13 +145,13 @@ def test_ofrecord_builds_store_checksums_by_default(tmp_path, capsys):
     assert main(["build", d, "--no-progress"]) == EXIT_OK
     want = {"part-0": RECORDS, "part-1.gz": BIG}
     for name, recs in want.items():
-        sums = open_local_sidecar(os.path.join(d, name) + ".ofidx").checksums
+        sums = open_local_sidecar(sidecar_of(os.path.join(d, name))).checksums
         assert sums is not None and sums.tolist() == [crc32c.crc32c(r) for r in recs]
     fs = fsspec.filesystem("memory")
     fs.pipe_file("/dflt/part-1.gz", gzip.compress(ref_ofrecord(BIG), mtime=0))
     ofindex.build_index("memory:///dflt/part-1.gz")
-    storage, path = storage_for("memory:///dflt/part-1.gz.ofidx")
+    storage, path = storage_for("memory:///dflt.ofindex/part-1.gz.ofidx")
     assert load_sidecar(storage, path).checksums.tolist() == [crc32c.crc32c(r) for r in BIG]
     tf = write_raw(str(tmp_path / "t.tfrecord"), ref_tfrecord(RECORDS))
     ofindex.build_index(tf)  # TFRecord: its own CRCs cover its payloads
-    assert open_local_sidecar(tf + ".ofidx").checksums is None
+    assert open_local_sidecar(sidecar_of(tf)).checksums is None

@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 import pytest
-from helpers import ref_ofrecord, ref_tfrecord, write_raw
+from helpers import manifest_of, ref_ofrecord, ref_tfrecord, write_raw
 
 from ofindex.cli import EXIT_ERROR, EXIT_OK, EXIT_PARTIAL, main
 
@@ -121,7 +121,7 @@ def test_commands_on_a_listed_directory_say_what_they_skipped_in_one_line(data_d
     for command in (["info", data_dir], ["verify", data_dir]):  # the manifest: nothing to say
         assert main(command) == EXIT_OK
         assert capsys.readouterr().err == ""
-    os.remove(f"{data_dir}/ofindex-manifest.json")  # listed: NOTES.md has no index
+    os.remove(manifest_of(data_dir))  # listed: NOTES.md has no index
     assert main(["info", data_dir]) == EXIT_OK
     out, err = capsys.readouterr()
     assert "records: 30" in out

@@ -17,7 +17,7 @@ import time
 
 import pytest
 import servers
-from helpers import ref_tfrecord, write_raw
+from helpers import copy_dataset, ref_tfrecord, write_raw
 
 EXE = os.path.join(os.path.dirname(sys.executable), "ofindex")
 
@@ -144,18 +144,19 @@ def test_dns_and_tls_failures_are_named_not_missing_files(nginx_server):
     https = nginx_server.url.replace("http://", "https://")
     for url in (f"{https}/data/", f"{https}/data/part-0"):
         r = run(["info", url])
-        assert_one_line_error(r, url, "TLS (https) handshake", "use http:// instead of https://")
+        # the first request names the URL it made (data/ or its index directory, data.ofindex/)
+        assert_one_line_error(r, f"{https}/data", "TLS (https) handshake",
+                              "use http:// instead of https://")
         assert "attempts" not in r.stderr
 
 
 def test_read_only_web_server_names_index_dir(nginx_server, data, tmp_path):
     """nginx answers 405 to a PUT: `build` says the location is read-only and names
     --index-dir, which then works."""
-    import shutil
     import uuid
 
     name = uuid.uuid4().hex[:8]
-    shutil.copytree(data, os.path.join(nginx_server.root, name))
+    copy_dataset(data, os.path.join(nginx_server.root, name))
     url = f"{nginx_server.url}/{name}/"
     r = run(["info", url])  # no index: the step named must work on a web server
     assert_one_line_error(r, "no index", "--index-dir DIR")
@@ -220,14 +221,20 @@ def test_permission_denied(data, tmp_path):
 
 
 def test_read_only_local_directory_names_index_dir(data, tmp_path):
-    os.chmod(data, 0o555)
+    """Read-only data (the data directory and the one holding it, where the default index
+    directory would go): the error names --index-dir, which then works."""
+    parent = os.path.dirname(os.path.abspath(data))
     prefix = (["setpriv", "--bounding-set=-dac_override,-dac_read_search"]
               if os.geteuid() == 0 else [])
+    idx = str(tmp_path / "idx")
+    os.makedirs(idx, exist_ok=True)
+    os.chmod(data, 0o555)
+    os.chmod(parent, 0o555)
     try:
         r = run(["build", data], prefix=prefix)
-        idx = str(tmp_path / "idx")
         ok = run(["build", data, "--index-dir", idx], prefix=prefix)
     finally:
+        os.chmod(parent, 0o755)
         os.chmod(data, 0o755)
     assert_one_line_error(r, data, "read-only or not writable", "--index-dir DIR")
     assert "index_dir=" not in r.stderr

@@ -9,7 +9,7 @@ import os
 import pytest
 import servers
 from conftest import BUCKET
-from helpers import read_bytes
+from helpers import index_dir_of, read_bytes
 
 import ofindex
 from ofindex.cli.main import main
@@ -38,7 +38,9 @@ def data_dir(tmp_path):
 
 
 def _index_files(d: str) -> dict[str, bytes]:
-    return {n: read_bytes(os.path.join(d, n)) for n in sorted(os.listdir(d))
+    """The index files of data directory ``d`` (in its index directory), by name."""
+    where = index_dir_of(d)
+    return {n: read_bytes(os.path.join(where, n)) for n in sorted(os.listdir(where))
             if n.endswith(".ofidx") or n == MANIFEST_NAME}
 
 
@@ -48,7 +50,7 @@ def test_dask_build_on_local_disk_equals_local_build(cluster, data_dir):
     expected = _index_files(data_dir)
     assert len(expected) == FILES + 1
     for name in expected:
-        os.remove(os.path.join(data_dir, name))
+        os.remove(os.path.join(index_dir_of(data_dir), name))
     results = ofindex.build_index(data_dir, executor=client.get_executor())
     assert _index_files(data_dir) == expected
     assert results == local
@@ -66,13 +68,14 @@ def test_dask_build_in_s3_equals_local_build(cluster, moto_server, data_dir):
     for n in os.listdir(data_dir):
         fs.pipe_file(f"{url}/{n}", read_bytes(os.path.join(data_dir, n)))
     local = ofindex.build_index(url, storage_options=opts)
-    expected = {n: fs.cat_file(f"{url}/{n}") for n in [f"part-{k:05d}.ofidx"
-                                                     for k in range(FILES)] + [MANIFEST_NAME]}
+    index = f"{url}.ofindex"  # the default place of its index files
+    expected = {n: fs.cat_file(f"{index}/{n}") for n in [f"part-{k:05d}.ofidx"
+                                                       for k in range(FILES)] + [MANIFEST_NAME]}
     for n in expected:
-        fs.rm_file(f"{url}/{n}")
+        fs.rm_file(f"{index}/{n}")
     results = ofindex.build_index(url, storage_options=opts, executor=client.get_executor())
     assert results == local
-    assert {n: fs.cat_file(f"{url}/{n}") for n in expected} == expected
+    assert {n: fs.cat_file(f"{index}/{n}") for n in expected} == expected
     ds = ofindex.open(url, storage_options=opts)
     assert len(ds) == 600 and ds[599] == ofindex.open(data_dir, build_missing=True)[599]
 
@@ -81,16 +84,17 @@ def test_interrupted_build_resumes(cluster, data_dir):
     _, client = cluster
     ofindex.build_index(data_dir)
     expected = _index_files(data_dir)
-    mtimes = {n: os.stat(os.path.join(data_dir, n)).st_mtime_ns for n in expected}
+    index = index_dir_of(data_dir)
+    mtimes = {n: os.stat(os.path.join(index, n)).st_mtime_ns for n in expected}
     # "died at 2/3": two sidecars and the manifest were never written
     for n in ("part-00004.ofidx", "part-00005.ofidx", MANIFEST_NAME):
-        os.remove(os.path.join(data_dir, n))
+        os.remove(os.path.join(index, n))
     results = ofindex.build_index(data_dir, executor=client.get_executor())
     assert [r.skipped for r in results] == [True] * 4 + [False] * 2
     assert _index_files(data_dir) == expected
     for k in range(4):  # the fresh ones were not rewritten
         n = f"part-{k:05d}.ofidx"
-        assert os.stat(os.path.join(data_dir, n)).st_mtime_ns == mtimes[n]
+        assert os.stat(os.path.join(index, n)).st_mtime_ns == mtimes[n]
     # a data file that changed is re-indexed; the rest stays
     with ofindex.Writer(os.path.join(data_dir, "part-00002"), index=False) as w:
         w.write(b"replaced")
@@ -144,7 +148,7 @@ def test_ray_local_mode_build_equals_local_build(data_dir):
     local = ofindex.build_index(data_dir, resume=False)
     expected = _index_files(data_dir)
     for name in expected:
-        os.remove(os.path.join(data_dir, name))
+        os.remove(os.path.join(index_dir_of(data_dir), name))
     run = subprocess.run([sys.executable, "-c", RAY_BUILD, data_dir], capture_output=True,
                          text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-3000:]

@@ -11,7 +11,7 @@ import sys
 
 import numpy as np
 import pytest
-from helpers import implementation, ref_ofrecord, ref_tfrecord, write_raw
+from helpers import implementation, ref_ofrecord, ref_tfrecord, sidecar_of, write_raw
 
 import ofindex
 from ofindex import SidecarError
@@ -78,7 +78,7 @@ def test_tf_files_read_by_index(tf_files, tmp_path, kind, impl, inflater):
     assert res.compression is Compression[kind] and res.records == len(RECORDS)
     assert res.uncompressed_size == sum(len(r) + 16 for r in RECORDS)
     assert 0 < res.index_fraction == res.index_bytes / os.path.getsize(path)
-    sc = open_local_sidecar(path + ".ofidx")
+    sc = open_local_sidecar(sidecar_of(path))
     if impl == "compiled":  # deflate block boundaries, with windows
         assert (sc.seek_points["kind"] == SeekKind.PRIMED).sum() >= 3
     ds = ofindex.open(path)
@@ -125,7 +125,7 @@ def test_tf_reads_what_our_writer_wrote(tmp_path, kind, impl):
     with ofindex.Writer(path, compression=kind.lower(), seek_spacing=SPACING) as w:
         w.write_many(RECORDS)
     assert tf_read(path, kind) == RECORDS
-    written = open_local_sidecar(path + ".ofidx")
+    written = open_local_sidecar(sidecar_of(path))
     points = written.seek_points
     assert len(points) > 5 and set(points["kind"][1:].tolist()) == {SeekKind.ALIGNED}
     assert written.header.windows_bytes == 0  # full flushes: no window needed
@@ -133,9 +133,9 @@ def test_tf_reads_what_our_writer_wrote(tmp_path, kind, impl):
     idx = np.random.default_rng(3).permutation(len(ds))
     assert ds[idx] == [RECORDS[i] for i in idx] and list(ds) == RECORDS
     offsets = np.array(written.offsets)
-    os.remove(path + ".ofidx")
+    os.remove(sidecar_of(path))
     ofindex.build_index(path, seek_spacing=SPACING)
-    assert np.array_equal(open_local_sidecar(path + ".ofidx").offsets, offsets)
+    assert np.array_equal(open_local_sidecar(sidecar_of(path)).offsets, offsets)
 
 
 def test_multi_member_gzip(tf_files, tmp_path, impl, inflater):
@@ -150,7 +150,7 @@ def test_multi_member_gzip(tf_files, tmp_path, impl, inflater):
     expected = tf_read(multi, "GZIP")
     assert expected == RECORDS[:700] + RECORDS + RECORDS[:700]
     ofindex.build_index(multi, seek_spacing=SPACING)
-    sc = open_local_sidecar(multi + ".ofidx")
+    sc = open_local_sidecar(sidecar_of(multi))
     assert (sc.seek_points["kind"] == SeekKind.GZIP_MEMBER).sum() >= 2
     ds = ofindex.open(multi)
     idx = np.random.default_rng(4).permutation(len(ds))
@@ -372,4 +372,4 @@ def test_readme_example(tmp_path, monkeypatch):
     code = section[section.index("```python") + len("```python") : section.index("```\n", 10)]
     monkeypatch.chdir(tmp_path)
     exec(compile(code, "README.md", "exec"), {})
-    assert os.path.exists("train.tfrecord.gz.ofidx")
+    assert os.path.exists(sidecar_of("train.tfrecord.gz"))

@@ -18,6 +18,7 @@ from helpers import (
     ref_ofrecord,
     ref_tfrecord,
     reseal_sidecar,
+    sidecar_of,
     write_raw,
 )
 from hypothesis import given, settings
@@ -124,7 +125,7 @@ def test_truncated_file(tmp_path, compression, keep, impl):
     with pytest.raises(TruncatedRecordError) as err:
         ofindex.build_index(path)
     _check_error(err.value, path)
-    assert not os.path.exists(path + ".ofidx")
+    assert not os.path.exists(sidecar_of(path))
     with pytest.warns(UserWarning, match="PARTIAL"):
         (res,) = ofindex.build_index(path, allow_partial=True, seek_spacing=16 << 10)
     assert res.partial and res.records == err.value.record
@@ -204,7 +205,7 @@ def _payload_byte_at(packed: bytes, raw: bytes) -> int:
 def test_corrupt_seek_points(tmp_path):
     path = write_raw(str(tmp_path / "s.gz"), PACKED["gzip"])
     ofindex.build_index(path, seek_spacing=16 << 10)
-    sidecar = path + ".ofidx"
+    sidecar = sidecar_of(path)
     lay = layout_of(open_local_sidecar(sidecar).header)
     blob = bytearray(read_bytes(sidecar))
     blob[lay.seek_points[0] + 17] = 9  # the first point's kind

@@ -15,6 +15,7 @@ from helpers import (
     implementation,
     ref_ofrecord,
     ref_tfrecord,
+    sidecar_of,
     write_raw,
     zlib_pack,
 )
@@ -50,14 +51,14 @@ def test_writer_and_builder_agree(records, spacing, compression, fmt, impl):
             packed = f.read()
         assert (gzip.decompress(packed) if compression == "gzip"
                 else zlib.decompress(packed)) == raw
-        written = open_local_sidecar(path + ".ofidx")
+        written = open_local_sidecar(sidecar_of(path))
         ds = ofindex.open(path)
         assert ds[:] == records and list(ds) == records
         order = np.random.default_rng(len(records)).permutation(len(records))
         assert ds[order] == [records[i] for i in order]
-        os.remove(path + ".ofidx")
+        os.remove(sidecar_of(path))
         (res,) = ofindex.build_index(path, format=fmt, seek_spacing=spacing)
-        built = open_local_sidecar(path + ".ofidx")
+        built = open_local_sidecar(sidecar_of(path))
         assert np.array_equal(built.offsets, written.offsets)
         assert built.header.indexed_end == written.header.indexed_end == len(raw)
         assert built.header.uncompressed_size == written.header.uncompressed_size == len(raw)
@@ -102,7 +103,7 @@ def test_any_seek_point_inflates_what_zlib_gives(data, compression, impl, level,
         path = write_raw(os.path.join(d, "f"), packed)
         with implementation("compiled"):
             ofindex.build_index(path, seek_spacing=4096)
-        sc = open_local_sidecar(path + ".ofidx")
+        sc = open_local_sidecar(sidecar_of(path))
         seeks = sc.seeks
         if kind == "mixed":  # stored blocks need no window
             assert min(len(seeks.window(k)) for k in range(1, len(seeks))) < 32768

@@ -18,6 +18,7 @@ import sys
 
 import pytest
 from concurrency_worker import RECORDS, SHARDS, expected
+from helpers import index_dir_of
 
 import ofindex
 
@@ -62,9 +63,10 @@ def workers():
 
 def _write_round(directory: str, round_: int) -> None:
     """Replace the dataset by round ``round_``'s (no index: that is the builders' job)."""
-    for name in os.listdir(directory):
+    index = index_dir_of(directory)  # the default place of its index files
+    for name in os.listdir(index) if os.path.isdir(index) else []:
         if name.endswith((".ofidx", ".json")):
-            os.unlink(os.path.join(directory, name))
+            os.unlink(os.path.join(index, name))
     records = expected(round_)
     for k in range(SHARDS):
         with ofindex.Writer(os.path.join(directory, f"part-{k}"), index=False) as w:

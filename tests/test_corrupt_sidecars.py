@@ -10,7 +10,7 @@ import struct
 import crc32c
 import numpy as np
 import pytest
-from helpers import read_bytes, reseal_sidecar, write_raw
+from helpers import read_bytes, reseal_sidecar, sidecar_of, write_raw
 
 import ofindex
 from ofindex import RecordIndexError, SidecarError, _accel
@@ -42,7 +42,7 @@ def data(tmp_path):
     p = str(tmp_path / "a.tfrecord")
     with ofindex.Writer(p) as w:
         w.write_many(RECORDS)
-    return p, read_bytes(p + ".ofidx")
+    return p, read_bytes(sidecar_of(p))
 
 
 def _offsets(raw: bytes) -> np.ndarray:
@@ -78,7 +78,7 @@ def test_corrupt_offsets_are_a_sidecar_error_naming_the_record(data, mmap, read,
     offsets = _offsets(raw)
     for k, v in values.items():
         offsets[k] = int(offsets[k]) | (1 << 62) if v == "flip62" else v
-    write_raw(p + ".ofidx", _with_offsets(raw, offsets))
+    write_raw(sidecar_of(p), _with_offsets(raw, offsets))
     ds = ofindex.open(p, mmap=mmap)
     with pytest.raises(SidecarError, match=r"a.tfrecord.ofidx: record [0-2]: .*offsets are corr"):
         READS[read](ds, 2)
@@ -97,7 +97,7 @@ def test_corrupt_offsets_are_a_sidecar_error_naming_the_record(data, mmap, read,
 ])
 def test_impossible_header_numbers_are_refused_at_open(data, field, at, fmt, value, why):
     p, raw = data
-    write_raw(p + ".ofidx", _with_header_field(raw, at, fmt, value))
+    write_raw(sidecar_of(p), _with_header_field(raw, at, fmt, value))
     with pytest.raises(SidecarError, match=f"corrupt.*{why}"):
         ofindex.open(p, check_stale=False)
 
@@ -111,7 +111,7 @@ def test_a_header_lying_about_the_file_never_sizes_a_read(data, mmap):
         raw = _with_header_field(raw, at, "<Q", 2**41)
     offsets = _offsets(raw)
     offsets[3] = 2**40
-    write_raw(p + ".ofidx", _with_offsets(raw, offsets))
+    write_raw(sidecar_of(p), _with_offsets(raw, offsets))
     with pytest.raises(ofindex.StaleIndexError, match="size changed"):
         ofindex.open(p, mmap=mmap)
     ds = ofindex.open(p, mmap=mmap, check_stale=False)
@@ -159,12 +159,12 @@ def _duplicated(raw: bytes) -> bytes:
 def test_duplicated_offsets_are_never_read(data, mmap, read, index):
     """Issue 26, item 2: no read path returns another record through a corrupt sidecar."""
     p, raw = data
-    write_raw(p + ".ofidx", _duplicated(raw))
+    write_raw(sidecar_of(p), _duplicated(raw))
     ds = ofindex.open(p, mmap=mmap)  # opening reads the header only
     assert len(ds) == len(RECORDS)
     with pytest.raises(SidecarError, match=r"a.tfrecord.ofidx: .*fails its CRC.*ofindex build"):
         RECORD_READS[read](ds, index)
-    write_raw(p + ".ofidx", raw)  # rebuilt: reads work again once reopened
+    write_raw(sidecar_of(p), raw)  # rebuilt: reads work again once reopened
     assert ofindex.open(p, mmap=mmap)[index] == RECORDS[index]
 
 
@@ -182,9 +182,9 @@ def test_duplicated_offsets_over_http(nginx_server, tmp_path, read):
     with ofindex.Writer(p) as w:
         w.write_many(records)
     ofindex.build_index(root)  # writes the manifest: pages are read through it
-    raw = read_bytes(p + ".ofidx")
+    raw = read_bytes(sidecar_of(p))
     offsets = np.frombuffer(raw, "<u8", len(records), HEADER_SIZE).copy()
-    write_raw(p + ".ofidx", _with_offsets(raw, np.repeat(offsets[:1000], 2), reseal=False))
+    write_raw(sidecar_of(p), _with_offsets(raw, np.repeat(offsets[:1000], 2), reseal=False))
     base = nginx_server.url + "/" + os.path.basename(root)
     ds = ofindex.open(base + "/")  # through the manifest: pages (runs of offsets checked as
     # they arrive), or whole sidecars for iteration (body CRC checked)

@@ -6,7 +6,7 @@ import warnings
 
 import numpy as np
 import pytest
-from helpers import read_bytes, ref_ofrecord, ref_tfrecord, reseal_sidecar, write_raw
+from helpers import read_bytes, ref_ofrecord, ref_tfrecord, reseal_sidecar, sidecar_of, write_raw
 
 import ofindex
 from ofindex import (
@@ -40,7 +40,7 @@ def test_truncated_last_record(tmp_path, tf_bytes):
     assert err.value.record == 19 and err.value.offset == _offset_of(19)
     assert "t.tfrecord" in str(err.value) and "allow_partial=True" in str(err.value)
     assert "`ofindex build --allow-partial`" in err.value.cli_message()  # the CLI's terms
-    assert not os.path.exists(p + ".ofidx")  # no short index was written
+    assert not os.path.exists(sidecar_of(p))  # no short index was written
 
 
 def test_truncated_inside_header(tmp_path, tf_bytes):
@@ -54,7 +54,7 @@ def test_allow_partial_indexes_valid_prefix_loudly(tmp_path, tf_bytes):
     with pytest.warns(UserWarning, match="PARTIAL"):
         (res,) = ofindex.build_index(p, allow_partial=True)
     assert res.partial and res.records == 19 and "truncated" in res.problem
-    assert open_local_sidecar(p + ".ofidx").header.partial
+    assert open_local_sidecar(sidecar_of(p)).header.partial
     with pytest.warns(ofindex.PartialIndexWarning, match=r"t\.tfrecord \(19 records indexed\)"):
         ds = ofindex.open(p)
     assert list(ds) == RECORDS[:19]
@@ -152,25 +152,25 @@ def test_missing_stale_foreign_and_truncated_sidecars(tmp_path):
     p = str(tmp_path / "s.tfrecord")
     with ofindex.Writer(p) as w:
         w.write_many(RECORDS)
-    os.rename(p + ".ofidx", p + ".bak")
+    os.rename(sidecar_of(p), p + ".bak")
     with pytest.raises(IndexNotFoundError, match="ofindex build") as err:
         ofindex.open(p)
     assert isinstance(err.value, FileNotFoundError)
     assert len(ofindex.open(p, build_missing=True)) == 20
-    good = read_bytes(p + ".ofidx")
+    good = read_bytes(sidecar_of(p))
 
-    write_raw(p + ".ofidx", b"not a sidecar at all, just text\n" * 4)
+    write_raw(sidecar_of(p), b"not a sidecar at all, just text\n" * 4)
     with pytest.raises(SidecarError, match="not an ofindex sidecar"):
         ofindex.open(p)
-    write_raw(p + ".ofidx", good[:-8])
+    write_raw(sidecar_of(p), good[:-8])
     with pytest.raises(SidecarError, match="truncated"):
         ofindex.open(p)
     bad = bytearray(good)
     bad[20] ^= 1  # inside the header: the header CRC catches it
-    write_raw(p + ".ofidx", bytes(bad))
+    write_raw(sidecar_of(p), bytes(bad))
     with pytest.raises(SidecarError, match="header CRC"):
         ofindex.open(p)
-    write_raw(p + ".ofidx", good)
+    write_raw(sidecar_of(p), good)
     with open(p, "ab") as f:
         f.write(ref_tfrecord([b"appended"]))
     with pytest.raises(StaleIndexError, match="ofindex build") as err:
@@ -235,17 +235,17 @@ def test_corrupt_offsets_in_a_sidecar_are_a_clear_error(tmp_path, mmap, size):
     p = str(tmp_path / "a.tfrecord")
     with ofindex.Writer(p) as w:
         w.write_many([bytes([i]) * size for i in range(10)])
-    raw = bytearray(read_bytes(p + ".ofidx"))
+    raw = bytearray(read_bytes(sidecar_of(p)))
     hs = len(raw) - 8 * 10
     offsets = np.frombuffer(raw, "<u8", 10, hs).copy()
     offsets[[3, 4]] = offsets[[4, 3]]  # record 3 now "ends" before it starts
     raw[hs:] = offsets.tobytes()
-    write_raw(p + ".ofidx", raw)  # the header (and its CRC) is intact, the body's is stale
+    write_raw(sidecar_of(p), raw)  # the header (and its CRC) is intact, the body's is stale
     ds = ofindex.open(p, mmap=mmap)
     for read in (lambda: ds[3], lambda: ds.__getitems__([0, 3]), lambda: ds[2:5], lambda: list(ds)):
         with pytest.raises(ofindex.SidecarError, match=r"a.tfrecord.ofidx: .* fails its CRC"):
             read()
-    write_raw(p + ".ofidx", reseal_sidecar(bytes(raw)))  # forged: CRCs over the swap
+    write_raw(sidecar_of(p), reseal_sidecar(bytes(raw)))  # forged: CRCs over the swap
     ds = ofindex.open(p, mmap=mmap)
     for read in (lambda: ds[3], lambda: ds.__getitems__([0, 3]), lambda: ds[2:5], lambda: list(ds)):
         with pytest.raises(ofindex.SidecarError, match=r"record 3: .*offsets are corrupt"):

@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 import servers
 from faultproxy import FaultProxyProcess
+from helpers import index_dir_of
 
 import ofindex
 from ofindex import CorruptRecordError, OfindexError, SidecarError
@@ -48,20 +49,25 @@ def _dataset(root: str, fmt: str, seed: int) -> list[bytes]:
 
 
 def _upload(backend: str, srv, local: str, prefix: str) -> None:
+    """Copy the data directory ``local`` and its index directory (``<local>.ofindex/``) to
+    ``prefix`` and ``<prefix>.ofindex/`` on the server."""
+    places = [(local, prefix), (index_dir_of(local), prefix + ".ofindex")]
     if backend == "nginx":
-        dest = os.path.join(srv.root, prefix)
-        os.makedirs(dest, exist_ok=True)
-        for name in os.listdir(local):
-            with open(os.path.join(local, name), "rb") as src, \
-                    open(os.path.join(dest, name), "wb") as out:
-                out.write(src.read())
+        for source, target in places:
+            dest = os.path.join(srv.root, target)
+            os.makedirs(dest, exist_ok=True)
+            for name in os.listdir(source):
+                with open(os.path.join(source, name), "rb") as src, \
+                        open(os.path.join(dest, name), "wb") as out:
+                    out.write(src.read())
         return
     import s3fs
 
     fs = s3fs.S3FileSystem(skip_instance_cache=True, **servers.s3_options(srv.url))
-    for name in os.listdir(local):
-        with open(os.path.join(local, name), "rb") as f:
-            fs.pipe_file(f"ofindex-test/{prefix}/{name}", f.read())
+    for source, target in places:
+        for name in os.listdir(source):
+            with open(os.path.join(source, name), "rb") as f:
+                fs.pipe_file(f"ofindex-test/{target}/{name}", f.read())
 
 
 def _open(url: str, options: dict | None, tally: collections.Counter) -> ofindex.Dataset:

@@ -9,7 +9,7 @@ import itertools
 
 import numpy as np
 import pytest
-from helpers import implementation, ref_tfrecord, write_raw, zlib_pack
+from helpers import implementation, ref_tfrecord, sidecar_of, write_raw, zlib_pack
 
 import ofindex
 from ofindex.deflate import fast_inflate
@@ -43,7 +43,7 @@ def test_every_record_end_is_within_the_estimate(tmp_path, compression, level, m
     path = write_raw(str(tmp_path / "data.tfrecord.gz"), packed)
     with implementation("compiled"):
         ofindex.build_index(path, seek_spacing=16 << 10)
-    sc = open_local_sidecar(path + ".ofidx")
+    sc = open_local_sidecar(sidecar_of(path))
     seeks = sc.seeks
     fetch = sc.seek_points["fetch"].astype(np.int64)
     assert len(seeks) > 20 and (fetch > 0).all()  # every point has its bound
@@ -97,7 +97,7 @@ def test_python_inflater_stores_no_bounds(tmp_path):
     path = write_raw(str(tmp_path / "d.tfrecord.gz"), zlib_pack(raw, "gzip", 6, 4))
     with implementation("pure-python"):
         ofindex.build_index(path, seek_spacing=16 << 10)
-    sc = open_local_sidecar(path + ".ofidx")
+    sc = open_local_sidecar(sidecar_of(path))
     assert len(sc.seeks) == 4 and not sc.seek_points["fetch"].any()
     ds = ofindex.open(path)
     assert ds[len(ds) - 1] == _records(1)[-1]

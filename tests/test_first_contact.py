@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from helpers import ref_ofrecord, ref_tfrecord, write_raw
+from helpers import manifest_of, ref_ofrecord, ref_tfrecord, sidecar_of, write_raw
 
 import ofindex
 
@@ -59,9 +59,9 @@ def test_files_we_create_honour_the_umask(shards, tmp_path, umask):
     finally:
         os.umask(old)
     want = 0o666 & ~umask
-    made = [os.path.join(shards, "part-0.ofidx"), os.path.join(shards, "ofindex-manifest.json"),
+    made = [sidecar_of(os.path.join(shards, "part-0")), manifest_of(shards),
             str(tmp_path / "p0.idx"), str(tmp_path / "w.tfrecord"),
-            str(tmp_path / "w.tfrecord.ofidx")]
+            sidecar_of(str(tmp_path / "w.tfrecord"))]
     for path in made:
         assert os.stat(path).st_mode & 0o777 == want, (path, oct(os.stat(path).st_mode))
 

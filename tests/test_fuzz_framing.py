@@ -25,7 +25,7 @@ import uuid
 import crc32c
 import pytest
 from fuzzkit import Tally, budget, explore, guarded
-from helpers import ref_masked_crc, ref_ofrecord, ref_tfrecord
+from helpers import ref_masked_crc, ref_ofrecord, ref_tfrecord, sidecar_of
 from hypothesis import example, given
 from hypothesis import strategies as st
 
@@ -171,7 +171,7 @@ def check_builder_and_reads(root: str, case: tuple[bool, bytes], how: str, verif
     assert result.partial == (not whole), (result, whole)
     if result.partial:  # exactly the valid prefix (the reference may stop at the same place)
         assert result.records == len(offsets)
-    indexed = open_local_sidecar(path + ".ofidx")
+    indexed = open_local_sidecar(sidecar_of(path))
     assert indexed.offsets.tolist() == offsets
     if sums:
         assert indexed.checksums.tolist() == [crc32c.crc32c(p) for p in payloads]

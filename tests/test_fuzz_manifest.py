@@ -22,14 +22,13 @@ from __future__ import annotations
 import copy
 import json
 import os
-import shutil
 import subprocess
 import sys
 import uuid
 
 import pytest
 from fuzzkit import Tally, budget, explore, guarded
-from helpers import reseal_manifest
+from helpers import copy_dataset, index_dir_of, manifest_of, reseal_manifest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -189,18 +188,19 @@ def test_explore_tampered_manifests_read_only_the_dataset(root, edits):
 def check_tampered_manifest(root: str, edits: list[tuple]) -> None:
     TALLY.input()
     d = os.path.join(root, uuid.uuid4().hex[:12])
-    shutil.copytree(os.path.join(root, "template"), d)
-    with open(os.path.join(d, MANIFEST_NAME), "rb") as f:
+    copy_dataset(os.path.join(root, "template"), d)
+    with open(manifest_of(d), "rb") as f:
         doc = json.load(f)
     raw = tamper(doc, edits, root)
-    with open(os.path.join(d, MANIFEST_NAME), "wb") as f:
+    with open(manifest_of(d), "wb") as f:
         f.write(raw)
     _WATCH["dataset"], _WATCH["seen"] = d, []
     try:
         outcome, got = guarded(lambda: _read_all(d), 4 * len(raw), TALLY)
     finally:
         _WATCH["dataset"] = None
-    outside = [p for p in _WATCH["seen"] if not p.startswith(d + os.sep) and p != d
+    ours = (d + os.sep, index_dir_of(d) + os.sep)  # the data and its index directory
+    outside = [p for p in _WATCH["seen"] if not p.startswith(ours) and p != d
                and not p.endswith((".py", ".pyc", ".so")) and not p.startswith(SYSTEM)]
     assert not outside, f"read outside the dataset: {outside}"
     if outcome == "ok":
@@ -220,7 +220,7 @@ def test_a_million_entries_are_refused_in_bounded_time_and_memory(tmp_path):
            "shards": {"name": [f"part-{k}" for k in range(n)], "records": [2] * n,
                       "size": [44] * n, "fingerprint": ["mtime_ns:1"] * n}}
     raw = json.dumps(doc).encode()
-    (d / MANIFEST_NAME).write_bytes(raw)
+    (d / MANIFEST_NAME).write_bytes(raw)  # a version 1 manifest, where ofindex 0.2 wrote it
     # the peak resident size of this process image (ru_maxrss would include the parent's:
     # Linux keeps it across exec)
     code = """
@@ -271,18 +271,18 @@ def test_a_manifest_cannot_name_a_file_outside_its_directory(tmp_path, where, na
         w.write_many(DECOY)
     ofindex.build_index(f"{base}/data")
     fs = fsspec.filesystem("file" if where == "local" else "memory")
-    doc = json.loads(fs.cat_file(f"{base}/data/{MANIFEST_NAME}"))
-    storage, path = storage_for(secret + ".ofidx")
+    manifest = f"{base}/data.ofindex/{MANIFEST_NAME}"  # the default places of index files
+    doc = json.loads(fs.cat_file(manifest))
+    storage, path = storage_for(f"{base}.ofindex/secret.tfrecord.ofidx")
     header = load_sidecar(storage, path).header
     shards = doc["shards"]
-    shards["name"][0] = {"<abs>": storage.url(path)[: -len(".ofidx")].split("://")[-1],
-                         "<url>": secret}.get(name, name)
+    shards["name"][0] = {"<abs>": secret.split("://")[-1], "<url>": secret}.get(name, name)
     shards["records"][0], shards["size"][0] = header.count, header.stamp.size
     shards["fingerprint"][0] = header.stamp.fingerprint
     shards["body_crc"][0] = header.body_crc
-    fs.pipe_file(f"{base}/data/{MANIFEST_NAME}", json.dumps(doc).encode())  # checksum stale
+    fs.pipe_file(manifest, json.dumps(doc).encode())  # checksum stale
     with pytest.raises(ofindex.SidecarError, match="fails its checksum"):
         _read_all(f"{base}/data/")
-    fs.pipe_file(f"{base}/data/{MANIFEST_NAME}", reseal_manifest(doc))  # checksum forged too
+    fs.pipe_file(manifest, reseal_manifest(doc))  # checksum forged too
     with pytest.raises(ofindex.SidecarError, match="not a file of the data directory"):
         _read_all(f"{base}/data/")

@@ -36,7 +36,7 @@ import fsspec
 import numpy as np
 import pytest
 from fuzzkit import Tally, budget, explore, guarded
-from helpers import implementation, read_bytes
+from helpers import implementation, read_bytes, sidecar_of
 from hypothesis import example, given
 from hypothesis import strategies as st
 
@@ -248,8 +248,8 @@ def check_local_read_paths(root: str, drawn: LocalInput) -> None:
     d = os.path.join(root, uuid.uuid4().hex[:12])
     paths = write(d, drawn.shards, drawn.tf, drawn.sums)
     victim = paths[drawn.victim]
-    raw = read_bytes(victim + ".ofidx")
-    with open(victim + ".ofidx", "wb") as f:
+    raw = read_bytes(sidecar_of(victim))
+    with open(sidecar_of(victim), "wb") as f:
         f.write(mutate(raw, drawn.edits, len(drawn.shards[drawn.victim]), drawn.sums))
     files = [read_bytes(p) for p in paths]
     limit = 4 * sum(len(b) for b in files)
@@ -321,7 +321,7 @@ def check_remote_read_paths(root: str, drawn: RemoteInput) -> None:
     url = f"memory://fuzz/{uuid.uuid4().hex[:12]}/part-0"
     body = read_bytes(path)
     fs.pipe_file(url, body)
-    fs.pipe_file(url + ".ofidx", mutate(read_bytes(path + ".ofidx"), drawn.edits,
+    fs.pipe_file(url + ".ofidx", mutate(read_bytes(sidecar_of(path)), drawn.edits,
                                         len(drawn.records), drawn.sums))
     limit = 4 * len(body)
     case = Case([drawn.records], drawn.tf, drawn.sums, True, [body])
@@ -435,7 +435,7 @@ def check_packed_sidecar(root: str, drawn: PackedInput) -> None:
     TALLY_PACKED.input()
     d = os.path.join(root, uuid.uuid4().hex[:12])
     path, stream = write_compressed(d, drawn.records, drawn.tf, drawn.compression, drawn.spacing)
-    raw = read_bytes(path + ".ofidx")
+    raw = read_bytes(sidecar_of(path))
     assert struct.unpack_from("<H", raw, 8)[0] == 3
     count = len(drawn.records)
     if drawn.changes:
@@ -448,7 +448,7 @@ def check_packed_sidecar(root: str, drawn: PackedInput) -> None:
     verify, check_stale = drawn.verify, drawn.check_stale
     with implementation(drawn.impl):
         if drawn.where == "local":
-            with open(path + ".ofidx", "wb") as f:
+            with open(sidecar_of(path), "wb") as f:
                 f.write(bad)
             opened = lambda: ofindex.open(path, verify=verify, check_stale=check_stale,  # noqa: E731
                                           manifest=False)

@@ -316,7 +316,9 @@ def test_compressed_batches_over_nginx_use_multi_range(nginx_server, fresh_suppo
     with gzip.open(os.path.join(nginx_server.root, name), "wb") as f:
         for r in records:
             f.write(encode_record(r, RecordFormat.TFRECORD))
-    ofindex.build_index(os.path.join(nginx_server.root, name), seek_spacing=16 << 10)
+    # a file at the web root: its index goes to the root's own index directory, .ofindex/
+    ofindex.build_index(os.path.join(nginx_server.root, name), seek_spacing=16 << 10,
+                        index_dir=os.path.join(nginx_server.root, ".ofindex"))
     ds = ofindex.open(f"{nginx_server.url}/{name}")
     for seed in range(2):
         idx = np.random.default_rng(seed).choice(len(records), 64, replace=False).tolist()

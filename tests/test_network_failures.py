@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import servers
 from faultproxy import FaultProxy
+from helpers import copy_dataset, index_dir_of
 
 import ofindex
 from ofindex.cli.synthetic import write_dataset
@@ -48,7 +49,7 @@ def served(nginx_server, dataset):
     """The dataset (with sidecars and manifest) under nginx: ``(url, expected)``."""
     d, expected = dataset
     name = uuid.uuid4().hex[:8]
-    shutil.copytree(d, os.path.join(nginx_server.root, name))
+    copy_dataset(d, os.path.join(nginx_server.root, name))
     return f"{nginx_server.url}/{name}", expected
 
 
@@ -223,6 +224,8 @@ def test_slowdown_answers_are_retried_then_succeed(moto_server, dataset):
     fs = s3fs.S3FileSystem(skip_instance_cache=True, **servers.s3_options(moto_server.url))
     for name in os.listdir(d):
         fs.put_file(os.path.join(d, name), f"{prefix}/{name}")
+    for name in os.listdir(index_dir_of(d)):  # and its index directory, the default place
+        fs.put_file(os.path.join(index_dir_of(d), name), f"{prefix}.ofindex/{name}")
     with FaultProxy(moto_server.url, slowdown_first=2) as proxy:
         options = servers.s3_options(proxy.url)
         t = time.monotonic()

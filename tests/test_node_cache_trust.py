@@ -22,6 +22,7 @@ import warnings
 
 import pytest
 from conftest import _make_backend
+from helpers import sidecar_of
 
 import ofindex
 from ofindex.cli.synthetic import write_dataset
@@ -295,7 +296,7 @@ def test_an_entry_file_is_never_read_or_written_through_a_link(whole, tmp_path):
     cache_dir.mkdir()
     ds = ofindex.open(whole.url, storage_options=whole.options, cache_dir=str(cache_dir))
     shard = ds._table.shards[0]
-    sidecar = os.path.join(whole.local, os.path.basename(shard.index_path))
+    sidecar = sidecar_of(os.path.join(whole.local, os.path.basename(shard.path)))
     outside = tmp_path / "outside.ofidx"  # a valid copy, which a reader following the link
     shutil.copyfile(sidecar, outside)  # would use as its own
     link = cache_dir / entry_name(shard.index_url)

@@ -15,7 +15,7 @@ import crc32c
 import fsspec
 import numpy as np
 import pytest
-from helpers import read_bytes, ref_offsets, ref_tfrecord, reseal_sidecar, write_raw
+from helpers import read_bytes, ref_offsets, ref_tfrecord, reseal_sidecar, sidecar_of, write_raw
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -116,7 +116,7 @@ def test_uncompressed_files_keep_version_2(tmp_path):
     p = str(tmp_path / "plain.tfrecord")
     with ofindex.Writer(p) as w:
         w.write_many([b"a", b"bb"])
-    raw = read_bytes(p + ".ofidx")
+    raw = read_bytes(sidecar_of(p))
     assert struct.unpack_from("<H", raw, 8)[0] == 2 and len(raw) == HEADER_SIZE + 16
     header, body = encode_sidecar(RecordFormat.TFRECORD, np.array([0, 17], np.uint64),
                                   FileStamp(34), 34, packed=True)  # no effect: not compressed
@@ -139,12 +139,12 @@ def built(tmp_path_factory):
                      gzip.compress(ref_tfrecord(records), compresslevel=6, mtime=0))
     (res,) = ofindex.build_index(path)
     assert res.compression is Compression.GZIP and res.records == N
-    return path, records, read_bytes(path + ".ofidx")
+    return path, records, read_bytes(sidecar_of(path))
 
 
 def test_build_writes_packed_offsets(built):
     path, records, raw = built
-    sc = open_local_sidecar(path + ".ofidx")
+    sc = open_local_sidecar(sidecar_of(path))
     lay = layout_of(sc.header)
     assert sc.header.version == 3 and lay.end == len(raw)
     assert np.array_equal(sc.offsets, ref_offsets(records, 16))
@@ -182,7 +182,7 @@ def test_writer_writes_packed_offsets(tmp_path):
     p = str(tmp_path / "w.tfrecord.zz")
     with ofindex.Writer(p, compression="zlib") as w:
         w.write_many(records)
-    sc = open_local_sidecar(p + ".ofidx")
+    sc = open_local_sidecar(sidecar_of(p))
     assert sc.header.version == 3 and sc.header.compression is Compression.ZLIB
     assert list(ofindex.open(p)) == records
 
@@ -190,7 +190,7 @@ def test_writer_writes_packed_offsets(tmp_path):
 def test_version_2_compressed_sidecars_still_open(built, tmp_path):
     """What earlier releases wrote for a compressed file: the same sections, offsets plain."""
     path, records, _ = built
-    sc = open_local_sidecar(path + ".ofidx")
+    sc = open_local_sidecar(sidecar_of(path))
     h = sc.header
     header, body = encode_sidecar(
         h.format, sc.offsets, h.stamp, h.indexed_end, h.partial, compression=h.compression,
@@ -200,8 +200,8 @@ def test_version_2_compressed_sidecars_still_open(built, tmp_path):
     assert old.offsets == (HEADER_SIZE, HEADER_SIZE + 8 * N)
     copy = write_raw(str(tmp_path / "data.tfrecord.gz"), read_bytes(path))
     os.utime(copy, ns=(os.stat(path).st_atime_ns, os.stat(path).st_mtime_ns))
-    write_raw(copy + ".ofidx", header + body)
-    v2 = open_local_sidecar(copy + ".ofidx")
+    write_raw(sidecar_of(copy), header + body)
+    v2 = open_local_sidecar(sidecar_of(copy))
     assert v2.header.version == 2 and v2.decoded_bytes == 0
     assert np.array_equal(v2.offsets, sc.offsets)
     new = layout_of(sc.header)  # only the offsets section differs
@@ -222,7 +222,7 @@ def small(tmp_path_factory):
     path = write_raw(str(tmp_path_factory.mktemp("small") / "s.gz"),
                      gzip.compress(ref_tfrecord(SMALL), mtime=0))
     ofindex.build_index(path)
-    raw = read_bytes(path + ".ofidx")
+    raw = read_bytes(sidecar_of(path))
     assert struct.unpack_from("<H", raw, 8)[0] == 3
     return path, raw
 
@@ -255,10 +255,10 @@ def _with_blob(raw: bytes, blob: bytes) -> bytes:
 def _refused(path: str, raw: bytes, match: str = "") -> None:
     """Opening ``raw`` as the sidecar at ``path`` — memory-mapped, fetched whole, and through
     a dataset — raises a SidecarError naming it and saying to rebuild."""
-    write_raw(path + ".ofidx", raw)
+    write_raw(sidecar_of(path), raw)
     name = os.path.basename(path) + ".ofidx"
-    for opener in (lambda: open_local_sidecar(path + ".ofidx"),
-                   lambda: parse_sidecar(raw, path=path + ".ofidx"),
+    for opener in (lambda: open_local_sidecar(sidecar_of(path)),
+                   lambda: parse_sidecar(raw, path=sidecar_of(path)),
                    lambda: ofindex.open(path, check_stale=False)[0]):
         with pytest.raises(SidecarError, match=f"{name}.*{match}.*rebuild") as info:
             opener()
@@ -280,21 +280,21 @@ def test_every_flipped_byte_of_the_blob_is_refused(victim):
     path, raw = victim
     q = _q(raw)
     want = ref_offsets(SMALL, 16)
-    write_raw(path + ".ofidx", raw)
-    assert open_local_sidecar(path + ".ofidx").offsets.tolist() == want
+    write_raw(sidecar_of(path), raw)
+    assert open_local_sidecar(sidecar_of(path)).offsets.tolist() == want
     unused, tried = [], 0
     for at in range(HEADER_SIZE, HEADER_SIZE + (q + 7) // 8 * 8):  # padding included
         for bit in (0x01, 0x10, 0x80):
             tried += 1
             bad = bytearray(raw)
             bad[at] ^= bit
-            write_raw(path + ".ofidx", bytes(bad))  # bit rot: the body CRC refuses it first
+            write_raw(sidecar_of(path), bytes(bad))  # bit rot: the body CRC refuses it first
             with pytest.raises(SidecarError, match="fails its CRC"):
-                open_local_sidecar(path + ".ofidx")
+                open_local_sidecar(sidecar_of(path))
             # the CRCs rewritten over the flip: the blob's own checks must still hold
-            write_raw(path + ".ofidx", reseal_sidecar(bytes(bad)))
+            write_raw(sidecar_of(path), reseal_sidecar(bytes(bad)))
             try:
-                sc = open_local_sidecar(path + ".ofidx")
+                sc = open_local_sidecar(sidecar_of(path))
             except SidecarError as exc:
                 assert "s.gz.ofidx" in str(exc) and "rebuild it with `ofindex build`" in str(exc)
             else:
@@ -322,7 +322,7 @@ def test_a_wrong_blob_length_in_the_header_is_refused(victim, delta, why):
     q = _q(raw)
     forged = _forge(raw, {88: ("<Q", q + delta)})
     if delta == 0:
-        assert open_local_sidecar(write_raw(path + ".ofidx", forged)).header.version == 3
+        assert open_local_sidecar(write_raw(sidecar_of(path), forged)).header.version == 3
         return
     if (q + delta + 7) // 8 != (q + 7) // 8:
         why = "promises .* truncated or corrupt"
@@ -364,7 +364,7 @@ def test_forged_blobs_are_refused(victim, make, why):
     path, raw = victim
     good = _shuffled(np.diff(ref_offsets(SMALL, 16), prepend=0).tolist())
     assert len(good) == 8 * 300
-    assert open_local_sidecar(write_raw(path + ".ofidx", _with_blob(raw, zlib.compress(good)))
+    assert open_local_sidecar(write_raw(sidecar_of(path), _with_blob(raw, zlib.compress(good)))
                               ).offsets.tolist() == ref_offsets(SMALL, 16)
     _refused(path, _with_blob(raw, make(good)), why)
 

@@ -6,17 +6,15 @@ version 1 sidecars fall back to whole fetches."""
 from __future__ import annotations
 
 import os
-import shutil
 
 import numpy as np
 import pytest
-from helpers import read_bytes
+from helpers import copy_dataset, manifest_of, read_bytes, sidecar_of
 from test_sidecar import _v1_sidecar
 
 import ofindex
 from ofindex.cli.synthetic import write_dataset
 from ofindex.formats.framing import RecordFormat
-from ofindex.formats.manifest import MANIFEST_NAME
 from ofindex.formats.sidecar import open_local_sidecar
 from ofindex.formats.sidecar_header import (
     HEADER_SIZE,
@@ -129,8 +127,8 @@ def test_page_cache_stays_within_its_bound(bucket_backend, dataset):
 def test_headers_are_checked_against_the_manifest(bucket_backend, dataset, tmp_path):
     d, _ = dataset
     changed = str(tmp_path / "changed")
-    shutil.copytree(d, changed)
-    manifest = os.path.join(changed, MANIFEST_NAME)
+    copy_dataset(d, changed)
+    manifest = manifest_of(changed)
     old_manifest = read_bytes(manifest)
     with open(os.path.join(changed, "part-00001"), "ab") as f:  # data grows, sidecar rebuilt
         f.write(read_bytes(os.path.join(d, "part-00001"))[:10_000])
@@ -162,15 +160,15 @@ def test_data_changed_under_manifest_and_sidecar_is_stale(bucket_backend, datase
 def test_version_1_sidecars_fall_back_to_whole_fetches(bucket_backend, dataset, tmp_path):
     d, expected = dataset
     old = str(tmp_path / "v1")
-    shutil.copytree(d, old)
+    copy_dataset(d, old)
     for k in range(SHARDS):
         p = os.path.join(old, f"part-{k:05d}")
-        sc = open_local_sidecar(p + ".ofidx")
+        sc = open_local_sidecar(sidecar_of(p))
         h = sc.header
         raw = _v1_sidecar(1, sc.offsets.tolist(), h.stamp.size, h.indexed_end,
                           h.stamp.fingerprint)
         del sc
-        with open(p + ".ofidx", "wb") as f:
+        with open(sidecar_of(p), "wb") as f:
             f.write(raw)
     url = bucket_backend.prefix()
     bucket_backend.upload(old, url)

@@ -215,3 +215,41 @@ def test_index_dir_still_chooses_the_place(tmp_path):
         [*(n + ".ofidx" for n in NAMES), "ofindex-manifest.json"])
     with ofindex.open(data, index_dir=index) as ds:
         assert [bytes(r) for r in ds] == everything
+
+
+def test_the_docs_example_runs(tmp_path):
+    """docs/placement.md's example, run as written."""
+    with open(os.path.join(os.path.dirname(__file__), "..", "docs", "placement.md"),
+              encoding="utf-8") as f:
+        page = f.read()
+    blocks = [b.split("\n", 1)[1] for b in page.split("```")[1::2] if b.startswith("python")]
+    assert len(blocks) == 1
+    out = subprocess.run([sys.executable, "-c", blocks[0]], capture_output=True, text=True,
+                         cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["['train', 'train.ofindex']", "['part-00000-of-00001']",
+                                       "3 b'def'"]
+
+
+def test_the_measurement_behind_the_docs_table(tmp_path):
+    """tools/glob_placement.py, whose output docs/placement.md tabulates: beside the data the
+    sidecars match DIR/*, DIR/part-* and DIR/*-of-* on every store; the hidden places are
+    returned by tf.io.gfile and fsspec; the sibling directory by no glob at all."""
+    import json
+
+    out = tmp_path / "globs.json"
+    tool = os.path.join(os.path.dirname(__file__), "..", "tools", "glob_placement.py")
+    run = subprocess.run([sys.executable, tool, "--json", str(out)], capture_output=True,
+                         text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-2000:]
+    got = json.loads(out.read_text())
+    tools = ["python glob", "tf.io.gfile", "fsspec local", "fsspec s3 (moto)",
+             "fsspec gcs (fake-gcs)"]
+    sidecar = "train/part-00000-of-00002.ofidx"
+    for pattern in ["*", "part-*", "*-of-*"]:
+        assert all(sidecar in got["beside"][pattern][t] for t in tools), pattern
+    assert got["hidden directory"]["*"]["python glob"] == []
+    assert all(got["hidden directory"]["*"][t] == ["train/.ofindex"] for t in tools[1:])
+    assert all(got["_ofindex directory"]["*"][t] == ["train/_ofindex"] for t in tools)
+    sibling = got["sibling directory (default)"]
+    assert all(sibling[p][t] == [] for p in sibling for t in tools), sibling

@@ -7,11 +7,12 @@ import os
 
 import numpy as np
 import pytest
+from helpers import manifest_of
 
 import ofindex
 from ofindex.cli.synthetic import write_dataset
 from ofindex.formats.framing import RecordFormat
-from ofindex.formats.manifest import MANIFEST_NAME, decode_manifest, encode_manifest, read_manifest
+from ofindex.formats.manifest import decode_manifest, encode_manifest, read_manifest
 from ofindex.storage import Storages, storage_for
 from ofindex.storage.readahead import ReadAhead
 
@@ -46,12 +47,12 @@ def test_manifest_rules_for_directories_globs_and_lists(tmp_path):
     d = str(tmp_path / "ds")
     write_dataset(d, 30, 3, kind="random", record_size=50, index=False)
     ofindex.build_index(os.path.join(d, "part-*"))
-    assert not os.path.exists(os.path.join(d, MANIFEST_NAME))  # a glob: none by default
+    assert not os.path.exists(manifest_of(d))  # a glob: none by default
     ofindex.build_index(os.path.join(d, "part-*"), manifest=True)
-    assert os.path.exists(os.path.join(d, MANIFEST_NAME))
-    os.remove(os.path.join(d, MANIFEST_NAME))
+    assert os.path.exists(manifest_of(d))
+    os.remove(manifest_of(d))
     ofindex.build_index([d])  # the CLI's one-element list of a directory
-    m = read_manifest(os.path.join(d, MANIFEST_NAME), Storages())
+    m = read_manifest(manifest_of(d), Storages())
     assert m.names == ["part-00000", "part-00001", "part-00002"] and sum(m.records) == 30
     elsewhere = str(tmp_path / "m.json")
     ofindex.build_index(d, manifest=elsewhere, index_dir=str(tmp_path / "idx"))

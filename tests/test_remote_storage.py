@@ -8,7 +8,7 @@ import os
 import numpy as np
 import pytest
 import servers
-from helpers import read_bytes
+from helpers import copy_dataset, index_dir_of, manifest_of, read_bytes, sidecar_of
 
 import ofindex
 from ofindex.cli.synthetic import write_dataset
@@ -37,12 +37,11 @@ def dataset(tmp_path_factory):
 @pytest.fixture
 def served(nginx_server, dataset):
     """The dataset under nginx: ``(url, expected records, access log path)``."""
-    import shutil
     import uuid
 
     d, expected = dataset
     name = uuid.uuid4().hex[:8]
-    shutil.copytree(d, os.path.join(nginx_server.root, name))
+    copy_dataset(d, os.path.join(nginx_server.root, name))
     return f"{nginx_server.url}/{name}", expected, nginx_server.log
 
 
@@ -65,7 +64,9 @@ def log_lines(path):
 # -- every response is checked ------------------------------------------------------------------
 def test_server_ignoring_range_is_an_error(dataset):
     d, _ = dataset
-    with servers.python_http_server(d) as (url, _srv):
+    # the parent is served: the index is in the data directory's sibling, <d>.ofindex/
+    with servers.python_http_server(os.path.dirname(d)) as (root_url, _srv):
+        url = f"{root_url}/{os.path.basename(d)}"
         storage, path = storage_for(f"{url}/part-00000")
         size = os.path.getsize(os.path.join(d, "part-00000"))
         with pytest.raises(RangeReadError, match="ignores Range"):
@@ -98,8 +99,9 @@ def test_short_and_long_reads_are_errors(served):
 # -- retries --------------------------------------------------------------------------------------
 def test_transient_errors_are_retried_then_named(dataset):
     d, expected = dataset
-    with servers.python_http_server(d, honour_range=True, fail_first=2) as (url, srv), \
-            retry_settings(policy=QUICK):
+    with servers.python_http_server(os.path.dirname(d), honour_range=True, fail_first=2) as (
+            root_url, srv), retry_settings(policy=QUICK):
+        url = f"{root_url}/{os.path.basename(d)}"
         storage, path = storage_for(f"{url}/part-00000")
         local = read_bytes(os.path.join(d, "part-00000"))
         assert storage.read(path, 100, 250) == local[100:250]  # 2 x 503, then served
@@ -232,7 +234,7 @@ def test_stale_manifest_points_at_build(served, nginx_server, dataset):
     data = read_bytes(os.path.join(d, "part-00001"))
     with open(os.path.join(root, "part-00001"), "ab") as f:
         f.write(data[:600])
-    os.remove(os.path.join(root, "part-00001.ofidx"))
+    os.remove(sidecar_of(os.path.join(root, "part-00001")))
     with pytest.warns(UserWarning, match="PARTIAL"):
         ofindex.build_index(os.path.join(root, "part-00001"), allow_partial=True,
                             manifest=False)
@@ -324,12 +326,12 @@ def test_ten_thousand_shards_open_with_one_request(nginx_server, tmp_path):
     for k in range(1, n):
         dst = os.path.join(root, f"shard-{k:05d}")
         shutil.copy2(src, dst)  # same mtime: the copied sidecar stays valid
-        shutil.copy2(src + ".ofidx", dst + ".ofidx")
+        shutil.copy2(sidecar_of(src), sidecar_of(dst))
         files.append(dst)
-    h = open_local_sidecar(src + ".ofidx").header
-    write_manifest(os.path.join(root, "ofindex-manifest.json"), RecordFormat.TFRECORD,
-                   LocalStorage(), files, root, None, [h.count] * n, [h.stamp.size] * n,
-                   [h.stamp.fingerprint] * n, Storages())
+    h = open_local_sidecar(sidecar_of(src)).header
+    write_manifest(manifest_of(root), RecordFormat.TFRECORD,
+                   LocalStorage(), files, root, index_dir_of(root), [h.count] * n,
+                   [h.stamp.size] * n, [h.stamp.fingerprint] * n, Storages())
     before = len(log_lines(nginx_server.log))
     ds = ofindex.open(f"{nginx_server.url}/{name}")
     assert len(log_lines(nginx_server.log)) - before == 1

@@ -10,6 +10,7 @@ from helpers import (
     ref_offsets,
     ref_ofrecord,
     ref_tfrecord,
+    sidecar_of,
     split,
     write_raw,
 )
@@ -35,12 +36,12 @@ def test_writer_and_builder_agree(records, fmt, verify):
         # the writer's bytes are exactly the reference framing
         with open(written, "rb") as f:
             assert f.read() == ref(records)
-        by_writer = open_local_sidecar(written + ".ofidx").offsets.tolist()
+        by_writer = open_local_sidecar(sidecar_of(written)).offsets.tolist()
         scanned = write_raw(os.path.join(d, "b", "data"), ref(records))
         (result,) = ofindex.build_index(scanned, format=fmt if not records else "auto",
                                         verify=verify)
         assert result.records == len(records)
-        by_builder = open_local_sidecar(scanned + ".ofidx").offsets.tolist()
+        by_builder = open_local_sidecar(sidecar_of(scanned)).offsets.tolist()
         assert by_writer == by_builder == ref_offsets(records, overhead)
         for path in (written, scanned):
             ds = ofindex.open(path, verify=True)

@@ -5,7 +5,7 @@ import resource
 
 import numpy as np
 import pytest
-from helpers import read_bytes, ref_offsets, ref_tfrecord, write_raw
+from helpers import read_bytes, ref_offsets, ref_tfrecord, sidecar_of, write_raw
 
 import ofindex
 from ofindex.formats.framing import RecordFormat
@@ -71,12 +71,13 @@ def test_writer_that_dies_leaves_the_previous_file_and_sidecar(tmp_path):
     p = str(tmp_path / "w.tfrecord")
     with ofindex.Writer(p) as w:
         w.write(b"first version")
-    assert os.path.exists(p + ".ofidx")
+    assert os.path.exists(sidecar_of(p))
     with pytest.raises(RuntimeError), ofindex.Writer(p) as w:
         w.write(b"a")
         assert os.path.exists(f"{p}.{os.getpid()}.tmp")  # written under a temporary name
         raise RuntimeError("crash while writing")
-    assert sorted(os.listdir(tmp_path)) == ["w.tfrecord", "w.tfrecord.ofidx"]  # no temporary
+    assert sorted(os.listdir(tmp_path)) == ["w.tfrecord"]  # no temporary
+    assert os.listdir(os.path.dirname(sidecar_of(p))) == ["w.tfrecord.ofidx"]
     assert list(ofindex.open(p)) == [b"first version"]
 
 
@@ -110,13 +111,13 @@ def test_check_offsets_detects_corruption(tmp_path):
     p = str(tmp_path / "c.tfrecord")
     with ofindex.Writer(p) as w:
         w.write_many([b"a", b"bb", b"ccc"])
-    sc = open_local_sidecar(p + ".ofidx")
+    sc = open_local_sidecar(sidecar_of(p))
     sc.check_offsets()
-    raw = bytearray(read_bytes(p + ".ofidx"))
+    raw = bytearray(read_bytes(sidecar_of(p)))
     raw[-1] ^= 1
-    write_raw(p + ".ofidx", raw)
+    write_raw(sidecar_of(p), raw)
     with pytest.raises(ofindex.SidecarError, match="fails its CRC"):
-        open_local_sidecar(p + ".ofidx").check_offsets()
+        open_local_sidecar(sidecar_of(p)).check_offsets()
 
 
 def _v1_sidecar(fmt_code: int, offsets: list[int], size: int, end: int, fp: str) -> bytes:
@@ -140,9 +141,9 @@ def test_version_1_sidecars_still_open(tmp_path):
     p = write_raw(str(tmp_path / "old.tfrecord"), ref_tfrecord(records))
     st = os.stat(p)
     offsets = ref_offsets(records, 16)
-    write_raw(p + ".ofidx", _v1_sidecar(1, offsets, st.st_size, st.st_size,
+    write_raw(sidecar_of(p), _v1_sidecar(1, offsets, st.st_size, st.st_size,
                                          f"mtime_ns:{st.st_mtime_ns}"))
-    sc = open_local_sidecar(p + ".ofidx")
+    sc = open_local_sidecar(sidecar_of(p))
     assert sc.header.version == 1 and list(sc.offsets) == offsets
     sc.check_offsets()
     with ofindex.open(p) as ds:

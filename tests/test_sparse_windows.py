@@ -9,7 +9,7 @@ import zlib
 
 import numpy as np
 import pytest
-from helpers import implementation
+from helpers import implementation, sidecar_of
 
 import ofindex
 from ofindex.deflate import fast_inflate, windows
@@ -95,7 +95,7 @@ def test_built_index_windows_are_sparse(tmp_path, inflater, monkeypatch):
                for _ in range(6000)]
     path = _tf_gzip(tmp_path, records)
     ofindex.build_index(path, seek_spacing=64 << 10)
-    sparse = open_local_sidecar(path + ".ofidx").header.windows_bytes
+    sparse = open_local_sidecar(sidecar_of(path)).header.windows_bytes
     ds = ofindex.open(path)
     order = np.random.default_rng(4).permutation(len(records))
     assert ds[order] == [records[i] for i in order]
@@ -103,7 +103,7 @@ def test_built_index_windows_are_sparse(tmp_path, inflater, monkeypatch):
     monkeypatch.setattr(PendingWindow, "copies_nothing", lambda self: not self.window)
     monkeypatch.setattr(PendingWindow, "sparse", lambda self: self.window)
     ofindex.build_index(path, seek_spacing=64 << 10, resume=False)
-    whole = open_local_sidecar(path + ".ofidx").header.windows_bytes
+    whole = open_local_sidecar(sidecar_of(path)).header.windows_bytes
     assert 0 < sparse < whole / 2
 
 
@@ -119,7 +119,7 @@ def test_points_need_no_window_where_data_is_incompressible(tmp_path, inflater):
     path = _tf_gzip(tmp_path, records)
     spacing = 256 << 10
     ofindex.build_index(path, seek_spacing=spacing)
-    sc = open_local_sidecar(path + ".ofidx")
+    sc = open_local_sidecar(sidecar_of(path))
     points = sc.seek_points
     noisy_end = sum(len(r) + 16 for r in noisy)
     in_noise = points[points["out"] < noisy_end - spacing]
@@ -170,7 +170,7 @@ def test_stored_blocks_after_primed_points(tmp_path, inflater, reader):
         rng.integers(0, 500)) for i in range(1500)]
     path = _tf_gzip(tmp_path, records)
     ofindex.build_index(path, seek_spacing=4 << 10)
-    sc = open_local_sidecar(path + ".ofidx")
+    sc = open_local_sidecar(sidecar_of(path))
     assert len(set(sc.seek_points["bits"].tolist()) - {0}) >= 5
     with implementation(reader):
         ds = ofindex.open(path)
@@ -188,7 +188,7 @@ def test_isal_and_zlib_read_the_same(tmp_path):
     records = [rng.bytes(int(rng.integers(0, 50))) * 3 for _ in range(5000)]
     path = _tf_gzip(tmp_path, records)
     ofindex.build_index(path, seek_spacing=16 << 10)
-    sc = open_local_sidecar(path + ".ofidx")
+    sc = open_local_sidecar(sidecar_of(path))
     seeks = sc.seeks
     with open(path, "rb") as f:
         raw = f.read()

@@ -11,6 +11,7 @@ import os
 
 import numpy as np
 import pytest
+from helpers import manifest_of
 
 import ofindex
 from ofindex.cli.synthetic import write_dataset
@@ -25,7 +26,7 @@ def local_dataset(tmp_path_factory):
     d = str(tmp_path_factory.mktemp("dataset"))
     write_dataset(d, RECORDS, SHARDS, kind="random", record_size=300, index=False, seed=7)
     ofindex.build_index(d)
-    assert os.path.exists(os.path.join(d, "ofindex-manifest.json"))
+    assert os.path.exists(manifest_of(d))
     ds = ofindex.open(d)
     return d, [ds[i] for i in range(len(ds))]
 

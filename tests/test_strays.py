@@ -13,7 +13,7 @@ import os
 import warnings
 
 import pytest
-from helpers import ref_ofrecord, ref_tfrecord, write_raw
+from helpers import index_dir_of, ref_ofrecord, ref_tfrecord, sidecar_of, write_raw
 
 import ofindex
 from ofindex.index.job import FileJob
@@ -46,7 +46,9 @@ def _skipped(record) -> list[str]:
 
 
 def _index_files(directory) -> list[str]:
-    return sorted(n for n in os.listdir(directory)
+    """The index files of a data directory, in its index directory (the default place)."""
+    where = index_dir_of(directory)
+    return sorted(n for n in (os.listdir(where) if os.path.isdir(where) else [])
                   if n.endswith(".ofidx") or n == "ofindex-manifest.json")
 
 
@@ -237,11 +239,11 @@ def test_a_file_changed_after_the_survey_is_refused(tmp_path):
     storage = LocalStorage()
     looked_at = storage.stamp(p)
     write_raw(p, ref_tfrecord(TF[:3]))  # rewritten between the first look and the scan
-    job = FileJob(storage, p, ofindex.RecordFormat.TFRECORD, storage, p + ".ofidx",
+    job = FileJob(storage, p, ofindex.RecordFormat.TFRECORD, storage, sidecar_of(p),
                   stamp=looked_at)
     with pytest.raises(ofindex.StaleIndexError, match="changed"):
         job.run(resume=False)
-    assert not os.path.exists(p + ".ofidx")
+    assert not os.path.exists(sidecar_of(p))
 
 
 def _listing(backend, url, index_dir):

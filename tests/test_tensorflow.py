@@ -5,6 +5,7 @@ import os
 
 import numpy as np
 import pytest
+from helpers import sidecar_of
 
 import ofindex
 
@@ -54,4 +55,4 @@ def test_examples_from_tensorflow_and_our_proto_coexist(tmp_path):
     ofindex.build_index(p)
     ours = example_pb2.Example.FromString(ofindex.open(p)[0])
     assert list(ours.features.feature["image"].float_list.value) == [0.5, 1.5]
-    assert os.path.exists(p + ".ofidx")
+    assert os.path.exists(sidecar_of(p))

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 from fuzzkit import Tally, guarded
-from helpers import ref_ofrecord, ref_tfrecord, write_raw
+from helpers import ref_ofrecord, ref_tfrecord, sidecar_of, write_raw
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -57,7 +57,7 @@ def test_export_matches_tfrecord2idx_and_imports_back(tmp_path, capsys):
     assert (tmp_path / "ours.idx").read_text() == (tmp_path / "theirs.idx").read_text()
     assert (tmp_path / "ours.idx").read_bytes() == _text(SPANS)
 
-    (tmp_path / "a.tfrecord.ofidx").unlink()
+    os.unlink(sidecar_of(data))
     assert main(["import-index", data, theirs]) == 0
     assert ofindex.open(data)[:] == RECORDS
 
@@ -154,7 +154,7 @@ def test_import_names_the_bad_line_on_the_command_line(case, tfrecord, tmp_path,
     assert err.startswith("ofindex: error: "), err
     _check_message(err.removeprefix("ofindex: error: "), index, line, words)
     assert f"`ofindex build {tfrecord}`" in err and "build_index(" not in err, err
-    assert not os.path.exists(tfrecord + ".ofidx")  # nothing written
+    assert not os.path.exists(sidecar_of(tfrecord))  # nothing written
 
 
 @pytest.mark.parametrize("case", sorted(BAD))

@@ -15,7 +15,7 @@ import pickle
 import shutil
 
 import pytest
-from helpers import reseal_manifest
+from helpers import manifest_of, reseal_manifest, sidecar_of
 
 import ofindex
 from ofindex import SidecarError, StaleIndexError
@@ -46,7 +46,7 @@ def _replace(path: str, tag: bytes, *, same_mtime: bool) -> None:
     st = os.stat(path)
     tmp = os.path.join(os.path.dirname(path), "incoming.tmp")
     _write(tmp, tag)
-    os.remove(tmp + ".ofidx")
+    os.remove(sidecar_of(tmp))
     if same_mtime:  # cp -p, rsync -t: only the inode tells the files apart
         os.utime(tmp, ns=(st.st_atime_ns, st.st_mtime_ns))
     os.replace(tmp, path)
@@ -138,7 +138,7 @@ def test_a_manifest_with_a_wrong_count_is_refused(tmp_path, read):
     record 10 under the wrong number; the manifest's checksum refuses it before any read."""
     root = str(tmp_path / "d")
     _dataset(root)
-    manifest = os.path.join(root, "ofindex-manifest.json")
+    manifest = manifest_of(root)
     with open(manifest, "rb") as f:
         doc = json.loads(f.read())
     doc["shards"]["records"][0] = 30
@@ -154,7 +154,7 @@ def test_a_forged_manifest_is_refused_when_the_shard_is_read(tmp_path):
     against the shard's sidecar header whenever that header is loaded."""
     root = str(tmp_path / "d")
     _dataset(root)
-    manifest = os.path.join(root, "ofindex-manifest.json")
+    manifest = manifest_of(root)
     with open(manifest, "rb") as f:
         doc = json.loads(f.read())
     doc["shards"]["records"][0] = 30
@@ -170,7 +170,7 @@ def test_old_manifests_without_a_checksum_still_open(tmp_path):
     """Version 1 manifests (ofindex 0.2) open as before."""
     root = str(tmp_path / "d")
     records = _dataset(root)
-    manifest = os.path.join(root, "ofindex-manifest.json")
+    manifest = manifest_of(root)
     with open(manifest, "rb") as f:
         doc = json.loads(f.read())
     del doc["crc32c"], doc["shards"]["body_crc"]
@@ -206,7 +206,7 @@ def test_node_cache_after_a_same_stamp_rebuild(nginx_server, tmp_path):
     tmp = os.path.join(root, "incoming.tmp")
     with ofindex.Writer(tmp) as w:
         w.write_many(new)
-    os.remove(tmp + ".ofidx")
+    os.remove(sidecar_of(tmp))
     os.utime(tmp, ns=(st.st_atime_ns, st.st_mtime_ns))
     os.replace(tmp, p)
     assert os.stat(p).st_size == st.st_size
@@ -336,7 +336,7 @@ def test_ofrecord_over_http_with_a_flipping_proxy(nginx_server):
     records = [bytes([i % 251]) * 300 for i in range(400)]
     with ofindex.Writer(os.path.join(root, "part-0"), format="ofrecord", checksums=False) as w:
         w.write_many(records)
-    os.remove(os.path.join(root, "part-0.ofidx"))
+    os.remove(sidecar_of(os.path.join(root, "part-0")))
     ofindex.build_index(root)  # a build with the defaults
     wrong, refused = 0, 0
     with FaultProxy(nginx_server.url, flip=0.5, seed=7) as proxy:

@@ -37,7 +37,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [os.path.dirname(HERE), os.path.join(os.path.dirname(HERE), "tests"), HERE]
 
 import numpy as np  # noqa: E402
-from benchlib import parse_args  # noqa: E402
+from benchlib import parse_args, sidecar_path  # noqa: E402
 
 import ofindex  # noqa: E402
 from ofindex.deflate import fast_inflate  # noqa: E402
@@ -170,9 +170,9 @@ def index_size(path: str) -> dict:
     """The sidecar's size and its sections', as fractions of the (compressed) data file: the
     offsets section as stored (packed in a version 3 sidecar, padding included), the seek
     points and their windows, and the payload checksums if any."""
-    sc = open_local_sidecar(path + ".ofidx")
+    sc = open_local_sidecar(sidecar_path(path))
     size = os.path.getsize(path)
-    total = os.path.getsize(path + ".ofidx")
+    total = os.path.getsize(sidecar_path(path))
     lay = layout_of(sc.header)
     assert lay.end == total, (lay.end, total)
     offsets = lay.offsets[1] - lay.offsets[0]
@@ -218,7 +218,7 @@ def writer_case(path: str, work: str, budget: float) -> dict:
             w.write_many(ds.iter_records())
         out[f"writer_{name}_bytes"] = os.path.getsize(target)
         out[f"writer_{name}_over_tf"] = os.path.getsize(target) / out["tf_bytes"]
-        out[f"writer_{name}_index_fraction"] = (os.path.getsize(target + ".ofidx")
+        out[f"writer_{name}_index_fraction"] = (os.path.getsize(sidecar_path(target))
                                                 / os.path.getsize(target))
         if name != "no_points":
             w = ofindex.open(target)

@@ -43,7 +43,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [os.path.dirname(HERE), HERE]
 
 from bench_shuffle import _mixing  # noqa: E402
-from benchlib import parse_args, read_all, write_json  # noqa: E402
+from benchlib import parse_args, read_all, sidecar_path, write_json  # noqa: E402
 from pipelines import _torchvision_standin  # noqa: E402
 
 import ofindex  # noqa: E402
@@ -127,7 +127,7 @@ def make_dataset(root: str, kind: str, records: int, shards: int) -> str:
                         mds.write(sample)
                     rid += 1
             with open(path + ".idx", "wb") as idx:
-                idx.write(export_text(open_local_sidecar(path + ".ofidx")))
+                idx.write(export_text(open_local_sidecar(sidecar_path(path))))
     open(os.path.join(d, "_COMPLETE"), "w").close()
     return d
 

@@ -58,7 +58,7 @@ class AccessLog:
             self.pos = f.tell()
         n = sent = meta = 0
         for m in _LOG.finditer(chunk):
-            if not m.group(1).startswith("/data/"):
+            if not m.group(1).startswith(("/data/", "/data.ofindex/")):
                 continue  # e.g. nginx's readiness probe, logged late
             n += 1
             sent += int(m.group(3))

@@ -77,3 +77,12 @@ def write_json(obj: object, out: str | None) -> None:
     with open(out, "w") as f:
         json.dump(obj, f, indent=2)
     print(f"wrote {out}")
+
+
+def sidecar_path(data_path: str) -> str:
+    """Where ofindex keeps the sidecar of an indexed data file (by default in the data
+    directory's sibling index directory, ``<dir>.ofindex/``)."""
+    import ofindex
+
+    with ofindex.open(data_path, manifest=False) as ds:
+        return str(ds.shards[0].index_url)

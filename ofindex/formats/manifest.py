@@ -7,17 +7,18 @@ fetched only when the shard is first read (see :mod:`ofindex.read.shards`).
 
 Where the builder writes it (``build_index(..., manifest=None)``, the default):
 
-* the paths name one directory: ``<directory>/ofindex-manifest.json``, or
-  ``<index_dir>/ofindex-manifest.json`` when sidecars go to a separate ``index_dir`` (a
-  read-only data bucket);
+* the paths name one directory: ``<directory>.ofindex/ofindex-manifest.json`` beside its
+  sidecars (see :mod:`ofindex.formats.placement`), or ``<index_dir>/ofindex-manifest.json``
+  when sidecars go to a separate ``index_dir`` (a read-only data bucket);
 * a glob or a list: no manifest, unless ``manifest=True`` (same place, the files' common
   directory) or ``manifest="<path or URL>"``. ``manifest=False`` never writes one.
 
 Layout (columnar, so 10,000 shards stay a few hundred kB)::
 
-    {"ofindex_manifest": 2, "format": "tfrecord",
+    {"ofindex_manifest": 3, "format": "tfrecord",
      "data_dir": null | "<URL>",      # null: the manifest's own directory
      "index_dir": null | "<URL>",     # null: sidecars beside the data, <name>.ofidx
+     "layout": "sibling",             # only in the default place (see below)
      "shards": {"name": [...], "records": [...], "size": [...], "fingerprint": [...],
                 "body_crc": [...],        # each sidecar's body CRC (its header field at 40)
                 "compression": [...]},    # only when a shard is compressed: "gzip"/"zlib"/""
@@ -32,6 +33,12 @@ names the version of each sidecar the manifest was written with: a sidecar rebui
 (even for a data file of the same size and mtime) disagrees with it, and cached pages of
 the old one are never used. Version 1 manifests (ofindex 0.2: no ``crc32c`` and no
 ``body_crc``) are still read.
+
+A manifest in the default place (version 3), ``train.ofindex/ofindex-manifest.json``, says
+``"layout": "sibling"`` instead of naming its directories: the sidecars are beside it and the
+data directory is its own directory's name without ``.ofindex`` (a root's ``.ofindex``: the
+root), so the two directories can be copied, renamed or uploaded together (to another disk,
+a bucket) and still open. Version 2 manifests (no ``layout``) are still read.
 """
 
 from __future__ import annotations
@@ -47,13 +54,14 @@ import crc32c as _crc32c
 from ..errors import SidecarError
 from ..storage import Storage, Storages
 from .framing import RecordFormat
+from .placement import INDEX_DIR_SUFFIX, ROOT_INDEX_DIR
 from .sidecar_header import Compression
 
 MANIFEST_NAME = "ofindex-manifest.json"
 #: The version this ofindex writes.
-VERSION = 2
-#: The versions it reads (1: no checksum, no sidecar CRCs).
-VERSIONS = (1, 2)
+VERSION = 3
+#: The versions it reads (1: no checksum, no sidecar CRCs; 2: no relative directories).
+VERSIONS = (1, 2, 3)
 #: The member that closes the document with the CRC32C of the text before it.
 CRC_MEMBER = "crc32c"
 
@@ -95,6 +103,18 @@ def _same_place(a: str, b: str) -> bool:
     return a.rstrip("/") == b.rstrip("/")
 
 
+def _sibling_data_dir(here: str) -> str | None:
+    """The data directory whose default index directory is ``here`` (``train.ofindex`` ->
+    ``train``; a root's ``.ofindex`` -> the root), or ``None`` when ``here`` is not one."""
+    here = here.rstrip("/")
+    name = here.rsplit("/", 1)[-1]
+    if name == ROOT_INDEX_DIR:
+        return _dir_of(here) or "/"
+    if name.endswith(INDEX_DIR_SUFFIX) and len(name) > len(INDEX_DIR_SUFFIX):
+        return here[: -len(INDEX_DIR_SUFFIX)]
+    return None
+
+
 def encode_manifest(
     fmt: RecordFormat, manifest_url: str, data_dir: str, index_dir: str | None,
     names: list[str], records: list[int], sizes: list[int], fingerprints: list[str],
@@ -113,13 +133,17 @@ def encode_manifest(
     if compressions and any(c is not Compression.NONE for c in compressions):
         shards["compression"] = ["" if c is Compression.NONE else c.name.lower()
                                  for c in compressions]
+    sibling = (index_dir is not None and _same_place(index_dir, here)
+               and _same_place(data_dir, _sibling_data_dir(here) or ""))
     doc: dict[str, Any] = {
         "ofindex_manifest": VERSION,
         "format": fmt.name.lower(),
-        "data_dir": None if _same_place(data_dir, here) else data_dir,
-        "index_dir": None if index_dir is None else index_dir,
-        "shards": shards,
+        "data_dir": None if sibling or _same_place(data_dir, here) else data_dir,
+        "index_dir": None if index_dir is None or sibling else index_dir,
     }
+    if sibling:
+        doc["layout"] = "sibling"
+    doc["shards"] = shards
     if partial:
         doc["partial"] = sorted(partial)
     text = json.dumps(doc, separators=(",", ":")).encode("utf-8")
@@ -156,6 +180,25 @@ def _column(shards: dict[str, Any], key: str, kind: type) -> list[Any]:
 _GOOD_NAME = re.compile(r"(?!\.\.?(?:/|$))[^/\\\x00]+(?:/(?!\.\.?(?:/|$))[^/\\\x00]+)*")
 
 
+def _directories(doc: dict[str, Any], here: str) -> tuple[str, str | None]:
+    """The data directory and index directory a manifest in ``here`` names (see the
+    module's notes).
+
+    Raises:
+        TypeError: A directory that is not a string or null.
+        ValueError: An unknown ``layout``.
+    """
+    for key in ("data_dir", "index_dir"):
+        if doc.get(key) is not None and type(doc[key]) is not str:
+            raise TypeError(f"{key} must be a string or null")
+    layout = doc.get("layout")
+    if layout is None:
+        return doc.get("data_dir") or here, doc.get("index_dir")
+    if layout != "sibling":
+        raise ValueError('layout must be "sibling" when given')
+    return _sibling_data_dir(here) or here, here
+
+
 def decode_manifest(raw: bytes, manifest_url: str) -> Manifest:
     """Parse and check a manifest read from ``manifest_url``.
 
@@ -169,7 +212,7 @@ def decode_manifest(raw: bytes, manifest_url: str) -> Manifest:
         if type(doc) is not dict or type(doc.get("shards")) is not dict:
             raise TypeError("not a JSON object with a 'shards' object")
         version = doc["ofindex_manifest"]
-        if version == 2:
+        if type(version) is int and version >= 2:  # checksummed since version 2
             _check_sum(doc, manifest_url)
         shards = doc["shards"]
         names = _column(shards, "name", str)
@@ -184,9 +227,7 @@ def decode_manifest(raw: bytes, manifest_url: str) -> Manifest:
         if type(doc["format"]) is not str:
             raise TypeError("format must be a string")
         fmt = RecordFormat.parse(doc["format"])
-        for key in ("data_dir", "index_dir"):
-            if doc.get(key) is not None and type(doc[key]) is not str:
-                raise TypeError(f"{key} must be a string or null")
+        data_dir, index_dir = _directories(doc, _dir_of(manifest_url))
         partial = tuple(_column(doc, "partial", str)) if "partial" in doc else ()
     except SidecarError:
         raise
@@ -215,10 +256,9 @@ def decode_manifest(raw: bytes, manifest_url: str) -> Manifest:
     if records and (min(records) < 0 or min(sizes) < 0 or max(sizes) > _MAX_COUNT
                     or sum(records) > _MAX_COUNT):
         raise SidecarError(f"{manifest_url}: impossible record count or size; rebuild it")
-    data_dir = doc.get("data_dir") or _dir_of(manifest_url)
     if not set(partial) <= set(names):
         raise SidecarError(f"{manifest_url}: manifest marks unknown shards partial; rebuild it")
-    return Manifest(fmt, data_dir, doc.get("index_dir"), names, records, sizes, fps, partial,
+    return Manifest(fmt, data_dir, index_dir, names, records, sizes, fps, partial,
                     comps, body_crcs, checksummed=version >= 2)
 
 

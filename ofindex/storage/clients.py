@@ -100,6 +100,11 @@ def make_filesystem(protocol: str, options: dict[str, Any], max_concurrency: int
 
     if protocol in S3_PROTOCOLS:
         options = s3_options(options, max_concurrency)
+    if protocol in (*S3_PROTOCOLS, *GCS_PROTOCOLS, "http", "https"):
+        # no listings cache: the client is shared by every open in this process, and a
+        # listing cached by one (a build's) would give a later open the ETag a file had
+        # then, hiding a rewrite from the staleness check (an explicit setting wins)
+        options = {"use_listings_cache": False, **options}
     try:
         fs = fsspec.filesystem(protocol, skip_instance_cache=True, **options)
     except ImportError as exc:
