@@ -88,7 +88,7 @@ def test_build_checksums_locally_and_remotely(tmp_path):
     fs = fsspec.filesystem("memory")
     fs.pipe_file("/ck/part-1", ref_ofrecord(BIG))
     ofindex.build_index("memory:///ck/part-1")  # remote: summed in the one pass that reads it
-    storage, path = storage_for("memory:///ck.ofindex/part-1.ofidx")  # the default place
+    storage, path = storage_for("memory:///ck/.ofindex/part-1.ofidx")  # a top-level directory: a root
     assert load_sidecar(storage, path).checksums.tolist() == [crc32c.crc32c(r) for r in BIG]
     fs.pipe_file("/ck/part-1", ref_ofrecord([BIG[0], BIG[1][:-1] + b"!", *BIG[2:]]))
     ds = ofindex.open("memory:///ck/part-1", check_stale=False)
@@ -150,7 +150,7 @@ def test_ofrecord_builds_store_checksums_by_default(tmp_path, capsys):
     fs = fsspec.filesystem("memory")
     fs.pipe_file("/dflt/part-1.gz", gzip.compress(ref_ofrecord(BIG), mtime=0))
     ofindex.build_index("memory:///dflt/part-1.gz")
-    storage, path = storage_for("memory:///dflt.ofindex/part-1.gz.ofidx")
+    storage, path = storage_for("memory:///dflt/.ofindex/part-1.gz.ofidx")
     assert load_sidecar(storage, path).checksums.tolist() == [crc32c.crc32c(r) for r in BIG]
     tf = write_raw(str(tmp_path / "t.tfrecord"), ref_tfrecord(RECORDS))
     ofindex.build_index(tf)  # TFRecord: its own CRCs cover its payloads

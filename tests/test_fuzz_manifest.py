@@ -276,7 +276,9 @@ def test_a_manifest_cannot_name_a_file_outside_its_directory(tmp_path, where, na
     storage, path = storage_for(f"{base}.ofindex/secret.tfrecord.ofidx")
     header = load_sidecar(storage, path).header
     shards = doc["shards"]
-    shards["name"][0] = {"<abs>": secret.split("://")[-1], "<url>": secret}.get(name, name)
+    secret_storage, secret_path = storage_for(secret)
+    shards["name"][0] = {"<abs>": secret_storage.url(secret_path).split("://")[-1],
+                         "<url>": secret}.get(name, name)
     shards["records"][0], shards["size"][0] = header.count, header.stamp.size
     shards["fingerprint"][0] = header.stamp.fingerprint
     shards["body_crc"][0] = header.body_crc

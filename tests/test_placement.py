@@ -253,3 +253,17 @@ def test_the_measurement_behind_the_docs_table(tmp_path):
     assert all(got["_ofindex directory"]["*"][t] == ["train/_ofindex"] for t in tools)
     sibling = got["sibling directory (default)"]
     assert all(sibling[p][t] == [] for p in sibling for t in tools), sibling
+
+
+def test_a_file_named_without_a_directory(tmp_path, monkeypatch):
+    """``Writer("part-0")`` in the working directory: its index goes next to that directory,
+    not into a hidden directory inside it."""
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    with ofindex.Writer("part-0") as w:
+        w.write(b"x")
+    ofindex.build_index("part-0", resume=False)
+    assert os.listdir(work) == ["part-0"]
+    assert os.listdir(tmp_path / "work.ofindex") == ["part-0.ofidx"]
+    assert ofindex.open("part-0")[0] == b"x"

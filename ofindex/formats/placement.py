@@ -56,6 +56,8 @@ def _is_root(storage: Storage, directory: str) -> bool:
 
 def sibling_index_dir(storage: Storage, data_dir: str) -> str:
     """The index directory of the files of ``data_dir`` under :attr:`Layout.SIBLING`."""
+    if storage.is_local:  # "" (files named without a directory) is the working directory
+        data_dir = os.path.abspath(data_dir)
     if _is_root(storage, data_dir):
         return storage.join(data_dir, ROOT_INDEX_DIR)
     return data_dir.rstrip("/") + INDEX_DIR_SUFFIX
