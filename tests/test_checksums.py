@@ -88,7 +88,7 @@ def test_build_checksums_locally_and_remotely(tmp_path):
     fs = fsspec.filesystem("memory")
     fs.pipe_file("/ck/part-1", ref_ofrecord(BIG))
     ofindex.build_index("memory:///ck/part-1")  # remote: summed in the one pass that reads it
-    storage, path = storage_for("memory:///ck/.ofindex/part-1.ofidx")  # a top-level directory: a root
+    storage, path = storage_for("memory:///ck/.ofindex/part-1.ofidx")  # a top-level dir: a root
     assert load_sidecar(storage, path).checksums.tolist() == [crc32c.crc32c(r) for r in BIG]
     fs.pipe_file("/ck/part-1", ref_ofrecord([BIG[0], BIG[1][:-1] + b"!", *BIG[2:]]))
     ds = ofindex.open("memory:///ck/part-1", check_stale=False)
