@@ -22,6 +22,7 @@ ALLOWED = {
     "index": {"errors", "_accel", "_threads", "storage", "formats", "deflate"},
     "read": {"errors", "_accel", "_threads", "storage", "formats", "deflate"},
     "decode": {"errors", "_accel", "_threads", "proto"},
+    "encode": {"errors", "decode"},
     "shuffle": set(),
     "integrations": {"errors", "storage", "formats", "index", "read", "decode", "shuffle"},
     "cli": {"", "errors", "_accel", "storage", "formats", "index", "read", "decode", "shuffle",
