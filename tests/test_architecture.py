@@ -23,6 +23,7 @@ ALLOWED = {
     "read": {"errors", "_accel", "_threads", "storage", "formats", "deflate"},
     "decode": {"errors", "_accel", "_threads", "proto"},
     "encode": {"errors", "decode"},
+    "write": {"errors", "storage", "formats", "index", "decode", "encode"},
     "shuffle": set(),
     "integrations": {"errors", "storage", "formats", "index", "read", "decode", "shuffle"},
     "cli": {"", "errors", "_accel", "storage", "formats", "index", "read", "decode", "shuffle",
