@@ -337,7 +337,7 @@ class ShardedWriter:
             move_sidecar(self.storage, item.final, old, new)
         build_index([self.storage.url(f) for f in finals], index_dir=self.index_dir,
                     storage_options=self.storage_options, manifest=True, progress=False,
-                    format=self.format)
+                    format=self.format.name.lower())
         return finals
 
     def abort(self) -> None:
