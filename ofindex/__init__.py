@@ -1,8 +1,10 @@
 """ofindex: random access to TFRecord and OneFlow OFRecord datasets, locally and in buckets."""
 
+from .convert import convert
 from .errors import (
     CorruptRecordError,
     DataFileNotFoundError,
+    DatasetExistsError,
     DecodeError,
     EncodeError,
     FormatDetectionError,
@@ -28,6 +30,8 @@ from .opening import open
 from .read.dataset import Dataset
 from .read.nodecache import CacheDirWarning
 from .read.open import PartialIndexWarning
+from .schema import infer_spec, spec_from_tf
+from .write import ShardedWriter, WriteSummary
 
 __version__ = "0.2.0"
 
@@ -38,6 +42,7 @@ __all__ = [
     "CorruptRecordError",
     "DataFileNotFoundError",
     "Dataset",
+    "DatasetExistsError",
     "DecodeError",
     "EncodeError",
     "FormatDetectionError",
@@ -50,12 +55,17 @@ __all__ = [
     "RangeReadError",
     "RecordFormat",
     "RecordIndexError",
+    "ShardedWriter",
     "SidecarError",
     "SkippedFilesWarning",
     "StaleIndexError",
     "StorageError",
     "TruncatedRecordError",
+    "WriteSummary",
     "Writer",
     "build_index",
+    "convert",
+    "infer_spec",
     "open",
+    "spec_from_tf",
 ]

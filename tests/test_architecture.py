@@ -24,6 +24,8 @@ ALLOWED = {
     "decode": {"errors", "_accel", "_threads", "proto"},
     "encode": {"errors", "decode"},
     "schema": {"errors", "decode", "proto", "read"},
+    "convert": {"errors", "storage", "formats", "index", "read", "decode", "encode", "write",
+                "opening"},
     "write": {"errors", "storage", "formats", "index", "decode", "encode"},
     "shuffle": set(),
     "integrations": {"errors", "storage", "formats", "index", "read", "decode", "shuffle"},
