@@ -13,10 +13,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import platform
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -24,9 +24,9 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchlib import parse_args, write_json  # noqa: E402
+from benchlib import parse_args, write_json
 
-import ofindex  # noqa: E402
+import ofindex
 
 SHARDS = 8
 BATCH = 4096
