@@ -2,8 +2,6 @@
 atomically (the dataset appears whole at the end, or not at all), with a progress bar and a
 summary."""
 
-from __future__ import annotations
-
 import os
 import sys
 from collections.abc import Iterable
@@ -38,7 +36,7 @@ def _bar(enabled: bool, total: int | None, description: str) -> Any:
                 file=sys.stderr)
 
 
-def convert(src: Any, dst: str | os.PathLike[str], *, format: str = "tfrecord",
+def convert(src: object, dst: str | os.PathLike[str], *, format: str = "tfrecord",
             shard_bytes: int | None = None, shard_records: int | None = None,
             compression: str | None = None, spec: Spec = None, batch_size: int = 1024,
             recode: bool = True, progress: bool = False,

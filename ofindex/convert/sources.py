@@ -63,15 +63,15 @@ def parquet_source(paths: list[str], batch_size: int) -> Source:
                   batches)
 
 
-def hf_source(dataset: Any, batch_size: int) -> Source:
+def hf_source(hf_data: Any, batch_size: int) -> Source:
     """A Hugging Face ``datasets.Dataset`` (its Arrow table, batch by batch)."""
-    table = dataset.data.table if hasattr(dataset.data, "table") else dataset.data
+    table = hf_data.data.table if hasattr(hf_data.data, "table") else hf_data.data
     _check_schema(table.schema)
 
     def batches() -> Iterator[Any]:
         yield from table.to_batches(max_chunksize=batch_size)
 
-    return Source("a Hugging Face dataset", len(dataset), batches)
+    return Source("a Hugging Face dataset", len(hf_data), batches)
 
 
 def numpy_source(path: str, batch_size: int) -> Source:
@@ -149,7 +149,7 @@ def _is_image_folder(src: str) -> bool:
         for f in os.listdir(os.path.join(src, d)))
 
 
-def open_source(src: Any, batch_size: int,
+def open_source(src: object, batch_size: int,
                 storage_options: dict[str, Any] | None = None) -> Source:
     """Find what ``src`` is and open it as a :class:`Source`.
 

@@ -11,20 +11,16 @@ and in how many sampled records it occurs. A feature whose count never varies an
 sampled record holds becomes ``FixedLen`` (one value: a scalar), any other ``VarLen``.
 """
 
-from __future__ import annotations
-
 import dataclasses
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 from google.protobuf.message import DecodeError as ProtobufDecodeError
 
 from ofindex.decode.spec import FeatureSpec, FixedLen, VarLen
 from ofindex.proto import example_pb2, ofrecord_pb2
-
-if TYPE_CHECKING:
-    from ofindex.read.dataset import Dataset
+from ofindex.read.dataset import Dataset
 
 #: Default number of records :func:`infer_spec` samples.
 SAMPLE = 256

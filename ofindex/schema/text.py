@@ -2,8 +2,6 @@
 ``feature_description``), and a TensorFlow ``feature_description`` read back into our spec
 (:func:`spec_from_tf`)."""
 
-from __future__ import annotations
-
 from collections.abc import Mapping
 from typing import Any
 

@@ -12,8 +12,6 @@ leaves hidden files, which nothing opens. The destination must hold no data file
 is never written over another.
 """
 
-from __future__ import annotations
-
 import dataclasses
 import os
 import secrets
@@ -86,7 +84,7 @@ class ShardStream:
     :meth:`ShardedWriter.stream`): write to several streams from several threads to write a
     dataset in parallel. Its methods are those of the writer."""
 
-    def __init__(self, owner: ShardedWriter, number: int) -> None:
+    def __init__(self, owner: "ShardedWriter", number: int) -> None:
         self._owner = owner
         self._number = number
         self._writer: Writer | None = None
@@ -106,12 +104,15 @@ class ShardStream:
                       checksums=owner.checksums, compression_level=owner.compression_level)
 
     def _finish_shard(self) -> None:
-        writer, self._writer = self._writer, None
+        writer = self._writer
         if writer is None:
             return
+        staged = _Staged(self._writer_path, 0, 0)
+        self.staged.append(staged)  # tracked before close publishes it: abort removes it
         writer.close()
-        size = self._owner.storage.stamp(self._writer_path).size
-        self.staged.append(_Staged(self._writer_path, len(writer), size))
+        self._writer = None
+        staged.records = len(writer)
+        staged.bytes = self._owner.storage.stamp(self._writer_path).size
 
     def write(self, record: bytes | bytearray | memoryview | Mapping[str, Any] | Any) -> None:
         """Write one record.
@@ -180,7 +181,7 @@ class ShardStream:
         for staged in self.staged:
             if not staged.final:  # published files are the dataset's now
                 owner.storage.remove(staged.path)
-                owner.remove_sidecar(staged.path)
+                owner._remove_sidecar(staged.path)
         self.staged = []
 
 
@@ -257,7 +258,7 @@ class ShardedWriter:
                 f"{self.url} already holds data files ({self.storage.basename(found[0])} …): "
                 "write the dataset to a new directory, or remove the old one first")
 
-    def remove_sidecar(self, data_path: str) -> None:
+    def _remove_sidecar(self, data_path: str) -> None:
         """Remove the sidecar of one of this writer's data files (if there is one)."""
         storage, path = sidecar_location(self.storage, data_path, self.index_dir, self._storages)
         storage.remove(path)
@@ -279,15 +280,42 @@ class ShardedWriter:
         return sum(s.records for s in self._streams)
 
     def write(self, record: Any) -> None:
-        """Write one record (see :meth:`ShardStream.write`)."""
+        """Write one record (see :meth:`ShardStream.write`).
+
+        Args:
+            record: Payload bytes, a protobuf message, or ``{name: value}`` features.
+
+        Raises:
+            EncodeError: Features that cannot be encoded.
+        """
         self._streams[0].write(record)
 
     def write_many(self, records: Iterable[Any]) -> int:
-        """Write many records (see :meth:`ShardStream.write_many`); returns how many."""
+        """Write many records (see :meth:`ShardStream.write_many`).
+
+        Args:
+            records: Payloads, messages or feature mappings.
+
+        Returns:
+            How many records were written.
+
+        Raises:
+            EncodeError: Features that cannot be encoded.
+        """
         return self._streams[0].write_many(records)
 
     def write_columns(self, columns: Mapping[str, Any] | Any) -> int:
-        """Encode and write a batch of columns (see :meth:`ShardStream.write_columns`)."""
+        """Encode and write a batch of columns (see :func:`ofindex.encode.encode_columns`).
+
+        Args:
+            columns: ``{name: column}`` (one entry per record) or an Arrow table.
+
+        Returns:
+            How many records were written.
+
+        Raises:
+            EncodeError: A column or value that cannot be encoded.
+        """
         return self._streams[0].write_columns(columns)
 
     def close(self) -> WriteSummary:
@@ -345,7 +373,7 @@ class ShardedWriter:
         for stream in self._streams:
             stream.abort()
 
-    def __enter__(self) -> ShardedWriter:
+    def __enter__(self) -> "ShardedWriter":
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
