@@ -231,6 +231,7 @@ def test_batch_encoder_equals_single_record_encoder(kind):
         "wide": rng.integers(-(2**63), 2**63 - 1, (n, 2), dtype=np.int64),  # sizes vary
         "i32": rng.integers(-5, 5, (n, 3)).astype(np.int32),
         "txt": [f"t{i}" * (i % 4) for i in range(n)],
+        "raw": [bytes(range(i % 7)) for i in range(n)],
         "maybe": [None if i % 3 else [i, i + 1] for i in range(n)],
         "empty": np.zeros((n, 0), np.float32),
     }

@@ -42,8 +42,9 @@ from ofindex.encode.varints import tag, varint, varints
 from ofindex.errors import EncodeError
 
 #: One column's map entries: ``(rows, None)`` a ``(batch, width)`` uint8 array (every
-#: record's entry the same size), or ``(None, entries)`` one ``bytes`` per record.
-Entries = tuple[np.ndarray | None, list[bytes] | None]
+#: record's entry the same size), or ``(None, entries)`` one entry per record (``bytes``, or
+#: ``(header, value)`` for a single bytes value, joined without an extra copy).
+Entries = tuple[np.ndarray | None, list[bytes | tuple[bytes, bytes]] | None]
 
 _KINDS = {"example": (EXAMPLE_TYPES, EXAMPLE_FIELDS, "Example"),
           "ofrecord": (OFRECORD_TYPES, OFRECORD_FIELDS, "OFRecord")}
@@ -92,7 +93,8 @@ def _numeric_entries(key: bytes, vtype: str, values: np.ndarray, batch: int,
                                  encoded.reshape(batch, -1)), None
     ends = np.cumsum(row_sizes).tolist()
     data = encoded.tobytes()
-    entries, start = [], 0
+    entries: list[bytes | tuple[bytes, bytes]] = []
+    start = 0
     for end in ends:
         entries.append(_prefix(key, field, end - start) + data[start:end])
         start = end
@@ -102,7 +104,7 @@ def _numeric_entries(key: bytes, vtype: str, values: np.ndarray, batch: int,
 def _record_entries(name: str, key: bytes, column: Any, rules: FeatureRules,
                     fields: dict[str, int], first: int) -> Entries:
     """Map entries one record at a time (bytes, lists, ragged rows, missing values)."""
-    entries = []
+    entries: list[bytes | tuple[bytes, bytes]] = []
     for k in range(len(column)):
         value = column[k]
         if value is None:
@@ -110,9 +112,37 @@ def _record_entries(name: str, key: bytes, column: Any, rules: FeatureRules,
                 rules.check_missing({}, first + k)
             entries.append(b"")
             continue
+        if isinstance(value, (bytes, bytearray)) and _bytes_allowed(rules, name):
+            entries.append(_single_bytes_entry(key, bytes(value), fields[BYTES]))
+            continue
         vtype, values = rules.values(name, value, first + k)
         entries.append(map_entry(key, feature_message(vtype, values, fields)))
     return None, entries
+
+
+def _bytes_allowed(rules: FeatureRules, name: str) -> bool:
+    if rules.spec is None:
+        return True
+    if name not in rules.spec:
+        return False
+    fs = rules.spec[name]
+    return fs is None or (fs.dtype == BYTES and (not isinstance(fs, FixedLen) or fs.size == 1))
+
+
+def _single_bytes_entry(key: bytes, value: bytes, field: int) -> tuple[bytes, bytes]:
+    """The map entry of one bytes value as ``(header, value)``: the value is not copied
+    until the record is joined (big encoded images are copied once)."""
+    return _prefix_bytes(key, field, len(value)), value
+
+
+def _prefix_bytes(key: bytes, field: int, size: int) -> bytes:
+    """A map entry's bytes up to a single bytes value of ``size`` bytes."""
+    value_head = tag(1) + varint(size)
+    list_size = len(value_head) + size
+    feature = tag(field) + varint(list_size) + value_head
+    feature_size = len(feature) + size
+    entry = tag(1) + varint(len(key)) + key + tag(2) + varint(feature_size) + feature
+    return tag(1) + varint(len(entry) + size) + entry
 
 
 def _required(rules: FeatureRules, name: str) -> bool:
@@ -167,15 +197,19 @@ def _assemble(parts: list[Entries], batch: int, wrap: bool) -> list[bytes]:
         for rows in rows2d:
             out[:, at:at + rows.shape[1]] = rows
             at += rows.shape[1]
-        flat = out.tobytes()
+        whole = out.tobytes()
         step = out.shape[1]
-        return [flat[k * step:(k + 1) * step] for k in range(batch)]
-    columns = [list(map(bytes, rows)) if rows is not None else entries or []
-               for rows, entries in parts]
+        return [whole[k * step:(k + 1) * step] for k in range(batch)]
+    columns: list[list[bytes | tuple[bytes, bytes]]] = [
+        list(map(bytes, rows)) if rows is not None else entries or [] for rows, entries in parts]
     records = []
     for pieces in zip(*columns, strict=True) if columns else ([()] * batch):
-        body = b"".join(pieces)
-        records.append(tag(1) + varint(len(body)) + body if wrap else body)
+        flat: list[bytes] = []
+        for piece in pieces:
+            flat.extend(piece if isinstance(piece, tuple) else (piece,))
+        if wrap:
+            flat.insert(0, tag(1) + varint(sum(len(p) for p in flat)))
+        records.append(b"".join(flat))
     return records
 
 
