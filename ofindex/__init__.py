@@ -1,9 +1,12 @@
 """ofindex: random access to TFRecord and OneFlow OFRecord datasets, locally and in buckets."""
 
+from .convert import convert
 from .errors import (
     CorruptRecordError,
     DataFileNotFoundError,
+    DatasetExistsError,
     DecodeError,
+    EncodeError,
     FormatDetectionError,
     IndexMismatchError,
     IndexNotFoundError,
@@ -28,6 +31,8 @@ from .opening import open
 from .read.dataset import Dataset
 from .read.nodecache import CacheDirWarning
 from .read.open import PartialIndexWarning
+from .schema import infer_spec, spec_from_tf
+from .write import ShardedWriter, WriteSummary
 
 __version__ = "0.2.0"
 
@@ -38,7 +43,9 @@ __all__ = [
     "CorruptRecordError",
     "DataFileNotFoundError",
     "Dataset",
+    "DatasetExistsError",
     "DecodeError",
+    "EncodeError",
     "FormatDetectionError",
     "IndexMismatchError",
     "IndexNotFoundError",
@@ -50,12 +57,17 @@ __all__ = [
     "RangeReadError",
     "RecordFormat",
     "RecordIndexError",
+    "ShardedWriter",
     "SidecarError",
     "SkippedFilesWarning",
     "StaleIndexError",
     "StorageError",
     "TruncatedRecordError",
+    "WriteSummary",
     "Writer",
     "build_index",
+    "convert",
+    "infer_spec",
     "open",
+    "spec_from_tf",
 ]

@@ -129,3 +129,13 @@ class MissingDependencyError(OfindexError, ImportError):
 
 class DecodeError(OfindexError, ValueError):
     """A record could not be decoded as asked (missing feature, wrong kind, bad bytes)."""
+
+
+class EncodeError(OfindexError, ValueError):
+    """Values could not be encoded as asked (a type a record cannot hold, a value out of
+    range, a column of the wrong length); the message names the feature and the record."""
+
+
+class DatasetExistsError(OfindexError, FileExistsError):
+    """A writer's destination already holds data files (a dataset is never written over
+    another one)."""

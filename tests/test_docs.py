@@ -39,6 +39,16 @@ def readme_blocks() -> list[tuple[int, str, str, str]]:
 
 
 BLOCKS = readme_blocks()
+#: Pages of docs/ whose blocks run too, in order, in one working directory of their own.
+DOC_PAGES = ("writing.md",)
+
+
+def page_blocks(page: str) -> list[tuple[int, str, str, str]]:
+    """``(number, language, directive, body)`` of every fenced block of ``docs/<page>``."""
+    with open(os.path.join(ROOT, "docs", page), encoding="utf-8") as f:
+        text = f.read()
+    return [(k, m["lang"], m["directive"] or "", m["body"])
+            for k, m in enumerate(_BLOCK.finditer(text))]
 
 
 def _run(cmd, cwd, env, timeout=300, shell=False):
@@ -167,6 +177,31 @@ def test_readme_block_runs(number, lang, directive, body, world):
     else:
         pytest.fail(f"README block {number} has language {lang!r}: use python or bash so "
                     "that it is run, or mark it `<!-- docs-test: skip (reason) -->`")
+
+
+@pytest.mark.parametrize("page", DOC_PAGES)
+def test_doc_page_blocks_run(page, tmp_path):
+    """Each block of a docs page, in order, in one directory holding a generated ``data/``."""
+    from ofindex.cli.synthetic import write_dataset
+
+    write_dataset(str(tmp_path / "data"), 3000, 4, index=True)
+    env = dict(os.environ, PATH=BIN + os.pathsep + os.environ.get("PATH", ""),
+               PYTHONWARNINGS="error::ResourceWarning")
+    blocks = page_blocks(page)
+    assert blocks, f"docs/{page} has no code blocks"
+    for number, lang, directive, body in blocks:
+        if directive:
+            assert directive.startswith("skip (") and directive.endswith(")")
+            continue
+        if lang == "python":
+            script = tmp_path / f"block_{number}.py"
+            script.write_text(body, encoding="utf-8")
+            _run([sys.executable, str(script)], str(tmp_path), env)
+        elif lang == "bash":
+            for line in _shell_lines(body):
+                _run(line, str(tmp_path), env, shell=True)
+        else:
+            pytest.fail(f"docs/{page} block {number} has language {lang!r}")
 
 
 def test_readme_has_the_two_setup_commands():

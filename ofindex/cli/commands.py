@@ -253,3 +253,34 @@ def cmd_demo(args: argparse.Namespace, options: Options) -> int:
 
 __all__ = ["cmd_build", "cmd_demo", "cmd_export_index", "cmd_get", "cmd_import_index",
            "cmd_info", "cmd_verify"]
+
+
+def cmd_schema(args: argparse.Namespace, options: Options) -> int:
+    """``ofindex schema`` (see :mod:`.inspection`)."""
+    from . import inspection
+
+    with _open(args, options, verify=False) as ds:
+        return inspection.cmd_schema(args, options, ds)
+
+
+def cmd_head(args: argparse.Namespace, options: Options) -> int:
+    """``ofindex head`` (see :mod:`.inspection`)."""
+    from . import inspection
+
+    with _open(args, options, verify=True) as ds:
+        return inspection.cmd_head(args, options, ds)
+
+
+def cmd_stats(args: argparse.Namespace, options: Options) -> int:
+    """``ofindex stats`` (see :mod:`.inspection`)."""
+    from . import inspection
+
+    with _open(args, options, verify=False) as ds:
+        return inspection.cmd_stats(args, options, ds)
+
+
+def cmd_convert(args: argparse.Namespace, options: Options) -> int:
+    """``ofindex convert`` (see :mod:`.inspection`)."""
+    from . import inspection
+
+    return inspection.cmd_convert(args, options)

@@ -31,6 +31,16 @@ EXAMPLES = {
     "get": """\
   ofindex get data/ 0 -1 123 --decode        # print records by global number
   ofindex get data/ 5 --raw > record-5.bin   # the payload bytes""",
+    "schema": """\
+  ofindex schema data/                       # the features, as ofindex.decode and TF code
+  ofindex schema data/ --sample 1000 --json""",
+    "head": """\
+  ofindex head data/ -n 2                    # the first records, decoded""",
+    "stats": """\
+  ofindex stats data/                        # sizes from the index, feature presence""",
+    "convert": """\
+  ofindex convert data/ converted-of --to ofrecord --shard-records 1000
+  ofindex convert data/ data-small --shard-bytes 1M --to-compression gzip""",
     "verify": """\
   ofindex verify data/                       # re-check every record's CRC""",
     "export-index": """\
@@ -207,6 +217,42 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--as", dest="kind", choices=["example", "sequence", "ofrecord"],
                    help="with --decode: the message type (default: by record format)")
     p.add_argument("--no-verify", action="store_true", help="skip CRC checks")
+
+    p = add("schema", "infer the features of the records from a random sample", _common())
+    p.add_argument("--sample", type=int, default=256, metavar="N",
+                   help="records sampled across all shards (default 256)")
+    p.add_argument("--seed", type=int, default=0, help="the sample's seed")
+    p.add_argument("--style", choices=["python", "tf", "both"], default="both",
+                   help="print ofindex.decode code, a TensorFlow feature_description, or both")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
+    p = add("head", "print the first records, decoded and cut to a readable size", _common())
+    p.add_argument("-n", type=int, default=5, metavar="N", help="records (default 5)")
+
+    p = add("stats", "records, shards, bytes, record size percentiles, feature presence",
+            _common())
+    p.add_argument("--sample", type=int, default=256, metavar="N",
+                   help="records sampled for feature presence (sizes: 16x as many, from "
+                   "the index)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
+    p = add("convert", "convert Parquet, a HF dataset, an image folder, .npy/.npz or a "
+            "record dataset into sharded TFRecord/OFRecord files with indexes")
+    p.add_argument("src", help="Parquet file/dir/glob, HF save_to_disk dir, image folder "
+                   "(class/file.jpg), .npy/.npz, or a TFRecord/OFRecord dataset")
+    p.add_argument("dst", help="the new dataset's directory (must hold no data files)")
+    p.add_argument("--to", default="tfrecord", choices=["tfrecord", "ofrecord"],
+                   help="framing of the new files (Examples or OFRecords)")
+    p.add_argument("--shard-bytes", type=byte_size, metavar="BYTES",
+                   help="target shard size (default 256M when --shard-records is not given)")
+    p.add_argument("--shard-records", type=int, metavar="N", help="records per shard")
+    p.add_argument("--to-compression", default="none", choices=["none", "gzip", "zlib"],
+                   help="compression of the new files")
+    p.add_argument("--batch-size", type=int, default=1024, metavar="N",
+                   help="records encoded at once")
+    p.add_argument("-s", "--storage-option", action="append", metavar="KEY=VALUE",
+                   help="fsspec storage option (repeatable; VALUE parsed as JSON when it can be)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     add("verify", "check indexes and every record's CRC", _common())
 

@@ -1,0 +1,94 @@
+"""``ofindex.convert``: any source of :mod:`ofindex.convert.sources` into a sharded dataset,
+atomically (the dataset appears whole at the end, or not at all), with a progress bar and a
+summary."""
+
+import os
+import sys
+from collections.abc import Iterable
+from typing import Any
+
+from ofindex.convert.sources import open_source
+from ofindex.decode import decode_example, decode_ofrecord
+from ofindex.decode.spec import Spec
+from ofindex.encode import encode_example, encode_ofrecord
+from ofindex.formats.framing import RecordFormat
+from ofindex.write.sharded import ShardedWriter, WriteSummary
+
+
+def _recoded(records: Iterable[bytes], source: str, target: str,
+             first: int) -> Iterable[bytes]:
+    """Examples as OFRecords or the other way (the same features and lists: an OFRecord's
+    float64 and int32 lists become float32 and int64 lists, as an Example holds them)."""
+    if source == target:
+        return records
+    if target == "ofrecord":
+        return [encode_ofrecord(decode_example(r), record=first + k)
+                for k, r in enumerate(records)]
+    return [encode_example(decode_ofrecord(r), record=first + k) for k, r in enumerate(records)]
+
+
+def _bar(enabled: bool, total: int | None, description: str) -> Any:
+    if not enabled:
+        return None
+    from tqdm import tqdm
+
+    return tqdm(total=total, unit=" records", desc=f"converting {description}", leave=False,
+                file=sys.stderr)
+
+
+def convert(src: object, dst: str | os.PathLike[str], *, format: str = "tfrecord",
+            shard_bytes: int | None = None, shard_records: int | None = None,
+            compression: str | None = None, spec: Spec = None, batch_size: int = 1024,
+            recode: bool = True, progress: bool = False,
+            storage_options: dict[str, Any] | None = None) -> WriteSummary:
+    """Convert a dataset of another kind into a sharded TFRecord / OFRecord dataset.
+
+    >>> ofindex.convert("train.parquet", "train/", shard_records=100_000)  # doctest: +SKIP
+
+    Args:
+        src: Parquet file(s) (a file, directory or glob), a Hugging Face ``datasets``
+            dataset (the object or a ``save_to_disk`` directory), an image folder
+            (``class/file.jpg``: features ``image``, ``label``, ``class``, ``filename``), an
+            ``.npy`` / ``.npz`` file, or a TFRecord / OFRecord dataset (to reshard, change
+            compression, or change framing).
+        dst: The new dataset's directory (must hold no data files).
+        format: ``"tfrecord"`` (Examples) or ``"ofrecord"``.
+        shard_bytes: Target shard size (default 256 MiB when ``shard_records`` is not given).
+        shard_records: Records per shard.
+        compression: ``"gzip"``, ``"zlib"`` or ``None``.
+        spec: The decoding spec records must fit (its dtypes choose the lists), or ``None``.
+        batch_size: Records encoded at once.
+        recode: When a record dataset changes framing, re-encode Examples as OFRecords (or
+            back); ``False`` copies payloads as they are.
+        progress: Show a progress bar on stderr.
+        storage_options: fsspec options for ``dst`` (and a record dataset ``src``).
+
+    Returns:
+        The :class:`~ofindex.write.sharded.WriteSummary` (records, shards, bytes, time).
+
+    Raises:
+        EncodeError: A column that cannot be represented (before anything is written), or a
+            value that cannot be encoded (nothing is left behind).
+        DatasetExistsError: ``dst`` already holds data files.
+    """
+    target = RecordFormat.parse(format).name.lower()
+    source = open_source(src, batch_size, storage_options)
+    bar = _bar(progress, source.records, source.description)
+    try:
+        with ShardedWriter(dst, target, shard_bytes=shard_bytes, shard_records=shard_records,
+                           compression=compression, spec=spec,
+                           storage_options=storage_options) as writer:
+            for batch in source.batches():
+                if source.raw:
+                    records = batch if not recode else _recoded(
+                        batch, source.record_format, target, len(writer))
+                    written = writer.write_many(records)
+                else:
+                    written = writer.write_columns(batch)
+                if bar is not None:
+                    bar.update(written)
+    finally:
+        if bar is not None:
+            bar.close()
+    assert writer.summary is not None
+    return writer.summary

@@ -1,0 +1,178 @@
+"""What ``ofindex convert`` reads: each source as batches of columns (or of records), its
+record count when known, and its columns checked before anything is written.
+
+Sources: Parquet files (a file, a directory or a glob of ``*.parquet``), a Hugging Face
+``datasets`` dataset (the object, or a ``save_to_disk`` directory), an image folder in the
+``class/file.jpg`` layout, ``.npy`` / ``.npz`` files, and TFRecord / OFRecord datasets.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import os
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+
+from ofindex.encode.arrow import check_arrow_type
+from ofindex.errors import EncodeError
+
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".gif", ".bmp", ".webp", ".tif", ".tiff")
+
+
+@dataclasses.dataclass
+class Source:
+    """A source to convert.
+
+    Attributes:
+        description: What it is, for the progress bar and messages.
+        records: Its number of records, when known.
+        batches: Makes the iterator of batches: ``{name: column}`` / Arrow tables (encoded),
+            or lists of payload bytes (``raw`` sources).
+        raw: The batches are payloads, written as they are.
+        record_format: For ``raw`` sources: the framing they come from.
+    """
+
+    description: str
+    records: int | None
+    batches: Callable[[], Iterator[Any]]
+    raw: bool = False
+    record_format: str = ""
+
+
+def _check_schema(schema: Any) -> None:
+    for field in schema:
+        check_arrow_type(field.name, field.type)
+
+
+def parquet_source(paths: list[str], batch_size: int) -> Source:
+    """Parquet files, read batch by batch with pyarrow (columns checked first)."""
+    import pyarrow.parquet as pq  # type: ignore[import-untyped]
+
+    files = [pq.ParquetFile(p) for p in paths]
+    for f in files:
+        _check_schema(f.schema_arrow)
+
+    def batches() -> Iterator[Any]:
+        for f in files:
+            yield from f.iter_batches(batch_size=batch_size)
+
+    return Source(f"{len(paths)} Parquet file(s)", sum(f.metadata.num_rows for f in files),
+                  batches)
+
+
+def hf_source(hf_data: Any, batch_size: int) -> Source:
+    """A Hugging Face ``datasets.Dataset`` (its Arrow table, batch by batch)."""
+    table = hf_data.data.table if hasattr(hf_data.data, "table") else hf_data.data
+    _check_schema(table.schema)
+
+    def batches() -> Iterator[Any]:
+        yield from table.to_batches(max_chunksize=batch_size)
+
+    return Source("a Hugging Face dataset", len(hf_data), batches)
+
+
+def numpy_source(path: str, batch_size: int) -> Source:
+    """A ``.npz`` (one column per array) or ``.npy`` file (one column named after the file);
+    every array holds one entry per record along its first axis."""
+    if path.endswith(".npz"):
+        with np.load(path, allow_pickle=False) as archive:
+            columns = {name: archive[name] for name in archive.files}
+    else:
+        columns = {os.path.splitext(os.path.basename(path))[0]: np.load(path,
+                                                                       allow_pickle=False)}
+    lengths = {name: (len(a) if a.ndim else -1) for name, a in columns.items()}
+    if len(set(lengths.values())) != 1 or -1 in lengths.values():
+        raise EncodeError(f"{path}: arrays of different lengths or scalars ({lengths}); each "
+                          "array holds one entry per record along its first axis")
+    total = next(iter(lengths.values()), 0)
+
+    def batches() -> Iterator[Any]:
+        for start in range(0, total, batch_size):
+            yield {name: a[start:start + batch_size] for name, a in columns.items()}
+
+    return Source(path, total, batches)
+
+
+def image_folder_source(root: str, batch_size: int) -> Source:
+    """An image folder ``root/<class>/<file>``: features ``image`` (the file's bytes),
+    ``label`` (the class's index in sorted order), ``class`` and ``filename``."""
+    classes = sorted(d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d))
+                     and not d.startswith("."))
+    items = [(label, name, file) for label, name in enumerate(classes)
+             for file in sorted(os.listdir(os.path.join(root, name)))
+             if file.lower().endswith(IMAGE_SUFFIXES)]
+
+    def batches() -> Iterator[Any]:
+        for start in range(0, len(items), batch_size):
+            chunk = items[start:start + batch_size]
+            images = []
+            for _, name, file in chunk:
+                with open(os.path.join(root, name, file), "rb") as fh:
+                    images.append(fh.read())
+            yield {"image": images, "label": np.array([c[0] for c in chunk], np.int64),
+                   "class": [c[1] for c in chunk], "filename": [c[2] for c in chunk]}
+
+    return Source(f"image folder {root} ({len(classes)} classes)", len(items), batches)
+
+
+def records_source(src: str, batch_size: int, storage_options: dict[str, Any] | None) -> Source:
+    """A TFRecord or OFRecord dataset (any path ``ofindex.open`` takes), record payloads."""
+    from ofindex.opening import open as open_dataset
+
+    ds = open_dataset(src, storage_options=storage_options, build_missing=True)
+
+    def batches() -> Iterator[Any]:
+        with ds:
+            yield from ds.iter_batches(batch_size)
+
+    return Source(f"{ds.format.name.lower()} dataset {src}", len(ds), batches, raw=True,
+                  record_format=ds.format.name.lower())
+
+
+def _parquet_files(src: str) -> list[str]:
+    if os.path.isdir(src):
+        return sorted(glob.glob(os.path.join(src, "**", "*.parquet"), recursive=True))
+    if glob.has_magic(src):
+        return sorted(glob.glob(src))
+    return [src] if src.endswith(".parquet") else []
+
+
+def _is_image_folder(src: str) -> bool:
+    if not os.path.isdir(src):
+        return False
+    subdirs = [d for d in os.listdir(src) if os.path.isdir(os.path.join(src, d))]
+    return bool(subdirs) and any(
+        f.lower().endswith(IMAGE_SUFFIXES) for d in subdirs
+        for f in os.listdir(os.path.join(src, d)))
+
+
+def open_source(src: object, batch_size: int,
+                storage_options: dict[str, Any] | None = None) -> Source:
+    """Find what ``src`` is and open it as a :class:`Source`.
+
+    Raises:
+        EncodeError: A column that cannot be represented (named), before anything is read.
+        OfindexError: ``src`` is none of the sources, and not a record dataset either.
+    """
+    if not isinstance(src, (str, os.PathLike)):
+        if hasattr(src, "data") and hasattr(src, "features"):
+            return hf_source(src, batch_size)
+        raise TypeError(f"convert takes a path or a Hugging Face dataset, not "
+                        f"{type(src).__name__}")
+    src = os.fspath(src)
+    if src.endswith((".npz", ".npy")):
+        return numpy_source(src, batch_size)
+    if os.path.isdir(src) and os.path.exists(os.path.join(src, "dataset_info.json")) and \
+            os.path.exists(os.path.join(src, "state.json")):
+        import datasets  # type: ignore[import-untyped]
+
+        return hf_source(datasets.load_from_disk(src), batch_size)
+    parquet = _parquet_files(src) if "://" not in src else []
+    if parquet:
+        return parquet_source(parquet, batch_size)
+    if _is_image_folder(src):
+        return image_folder_source(src, batch_size)
+    return records_source(src, batch_size, storage_options)

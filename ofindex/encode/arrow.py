@@ -1,0 +1,94 @@
+"""Arrow tables and record batches as the columns :func:`~ofindex.encode.encode_columns`
+takes, checked before anything is encoded.
+
+Numbers without nulls become numpy arrays (fixed-size lists: ``(batch, size)``), lists of
+numbers become :class:`~ofindex.decode.Ragged`-like rows, binary and string columns lists of
+values; a null leaves the feature out of that record. A column no record can hold (structs,
+maps, lists of lists, dates …) is an :class:`EncodeError` naming it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ofindex.errors import EncodeError
+
+
+def _pyarrow() -> Any:
+    import pyarrow  # type: ignore[import-untyped]
+
+    return pyarrow
+
+
+def _numeric(arrow_type: Any) -> bool:
+    pa = _pyarrow()
+    return bool(pa.types.is_integer(arrow_type) or pa.types.is_floating(arrow_type)
+                or pa.types.is_boolean(arrow_type))
+
+
+def _texts(arrow_type: Any) -> bool:
+    pa = _pyarrow()
+    return bool(pa.types.is_binary(arrow_type) or pa.types.is_large_binary(arrow_type)
+                or pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type)
+                or pa.types.is_fixed_size_binary(arrow_type))
+
+
+def _list_like(arrow_type: Any) -> bool:
+    pa = _pyarrow()
+    return bool(pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type)
+                or pa.types.is_fixed_size_list(arrow_type))
+
+
+def check_arrow_type(name: str, arrow_type: Any) -> None:
+    """Refuse a column type no record can hold.
+
+    Raises:
+        EncodeError: Naming the column and its type.
+    """
+    if _numeric(arrow_type) or _texts(arrow_type):
+        return
+    if _list_like(arrow_type) and (_numeric(arrow_type.value_type)
+                                   or _texts(arrow_type.value_type)):
+        return
+    raise EncodeError(f"column {name!r} of Arrow type {arrow_type} cannot be represented: a "
+                      "feature holds one list of bytes, floats or integers (flatten structs "
+                      "and nested lists into columns of their own, or cast dates to int64)")
+
+
+def _column(name: str, chunked: Any) -> Any:
+    pa = _pyarrow()
+    column = chunked.combine_chunks() if isinstance(chunked, pa.ChunkedArray) else chunked
+    arrow_type = column.type
+    if column.null_count == 0 and _numeric(arrow_type):
+        return column.to_numpy(zero_copy_only=False)
+    if (column.null_count == 0 and pa.types.is_fixed_size_list(arrow_type)
+            and _numeric(arrow_type.value_type) and column.values.null_count == 0):
+        flat = column.flatten().to_numpy(zero_copy_only=False)
+        return flat.reshape(len(column), arrow_type.list_size)
+    if _list_like(arrow_type) and _numeric(arrow_type.value_type):
+        return [None if row is None else np.asarray(row, dtype=_numpy_of(arrow_type.value_type))
+                for row in column.to_pylist()]
+    return column.to_pylist()
+
+
+def _numpy_of(arrow_type: Any) -> Any:
+    return arrow_type.to_pandas_dtype()
+
+
+def arrow_columns(arrow_data: Any) -> dict[str, Any]:
+    """``{name: column}`` of an Arrow ``Table`` or ``RecordBatch``.
+
+    Raises:
+        EncodeError: ``table`` is not a mapping or an Arrow table, or one of its columns
+            cannot be represented (checked for every column first).
+    """
+    names = getattr(arrow_data, "column_names", None)
+    schema = getattr(arrow_data, "schema", None)
+    if names is None or schema is None:
+        raise EncodeError(f"columns are a mapping {{name: column}} or an Arrow table, not "
+                          f"{type(arrow_data).__name__}")
+    for field in schema:
+        check_arrow_type(field.name, field.type)
+    return {name: _column(name, arrow_data.column(name)) for name in names}

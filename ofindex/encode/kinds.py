@@ -1,0 +1,206 @@
+"""Which value list a Python or numpy value becomes, and its values in that list's type.
+
+The mapping follows TensorFlow's tutorial (``bool``/``int`` -> ``int64_list``, ``float`` ->
+``float_list``, ``bytes``/``str`` -> ``bytes_list``) and OneFlow's five lists for OFRecord
+(``float64`` arrays -> ``double_list``, ``int32`` and smaller integers -> ``int32_list``).
+A value is converted only when no information is lost, except float64 -> float32 for an
+Example (TensorFlow's own rule: an Example holds no doubles), and then only while every value
+stays finite: an int into a float list must be exact, a float never goes into an int list,
+an integer out of the list's range is refused. Anything else is an :class:`EncodeError`
+naming the feature and the record.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from ofindex.decode.spec import normalize_dtype
+from ofindex.errors import EncodeError
+
+BYTES, FLOAT32, FLOAT64, INT32, INT64 = "bytes", "float32", "float64", "int32", "int64"
+#: The value types each record family holds.
+EXAMPLE_TYPES = (BYTES, FLOAT32, INT64)
+OFRECORD_TYPES = (BYTES, FLOAT32, FLOAT64, INT32, INT64)
+NUMPY_TYPES: dict[str, np.dtype[Any]] = {
+    FLOAT32: np.dtype("<f4"), FLOAT64: np.dtype("<f8"), INT32: np.dtype("<i4"),
+    INT64: np.dtype("<i8"),
+}
+_INT_RANGE = {INT32: (-(1 << 31), (1 << 31) - 1), INT64: (-(1 << 63), (1 << 63) - 1)}
+
+#: One feature's values: a 1-D numpy array of a numeric value type, or a list of bytes.
+Values = np.ndarray | list[bytes]
+
+
+def where(name: object, record: int | None) -> str:
+    """``feature 'x' of record 7`` (or without the record when it is not known)."""
+    return f"feature {name!r}" + ("" if record is None else f" of record {record}")
+
+
+def value_type(dtype: Any, allowed: tuple[str, ...], name: object,
+               record: int | None) -> str:
+    """A spec's or a caller's dtype as one of the value types ``allowed``.
+
+    Raises:
+        EncodeError: The dtype is unknown or not one the record family holds.
+    """
+    try:
+        vtype = normalize_dtype(dtype)
+    except ValueError as exc:
+        raise EncodeError(f"{where(name, record)}: {exc}") from None
+    if vtype not in allowed:
+        raise EncodeError(f"{where(name, record)}: a record of this kind holds "
+                          f"{', '.join(allowed)}, not {vtype}")
+    return vtype
+
+
+def _as_bytes(item: object, name: object, record: int | None) -> bytes:
+    if isinstance(item, (bytes, bytearray, memoryview)):
+        return bytes(item)
+    if isinstance(item, str):
+        return item.encode("utf-8")
+    raise EncodeError(f"{where(name, record)}: a bytes list cannot hold a "
+                      f"{type(item).__name__} value ({item!r:.40})")
+
+
+def _default_numeric(dtype: np.dtype[Any], allowed: tuple[str, ...]) -> str:
+    """The list a numeric dtype goes to when nothing says otherwise."""
+    ofrecord = FLOAT64 in allowed
+    if dtype.kind == "f":
+        return FLOAT64 if ofrecord and dtype.itemsize == 8 else FLOAT32
+    small = dtype.itemsize <= 2 or (dtype.kind == "i" and dtype.itemsize == 4)
+    return INT32 if ofrecord and small else INT64
+
+
+def _to_ints(array: np.ndarray, vtype: str, name: object, record: int | None) -> np.ndarray:
+    if array.dtype.kind == "f":
+        nan = " (it holds NaN)" if bool(np.isnan(array).any()) else ""
+        raise EncodeError(f"{where(name, record)}: {array.dtype} values{nan} cannot go into "
+                          f"an {vtype} list; convert them yourself (e.g. with np.rint and "
+                          "astype) or use a float feature")
+    if array.dtype.kind not in "biu":
+        raise EncodeError(f"{where(name, record)}: {array.dtype} values cannot go into an "
+                          f"{vtype} list")
+    low, high = _INT_RANGE[vtype]
+    if array.size and array.dtype.kind != "b":
+        lo, hi = int(array.min()), int(array.max())
+        if lo < low or hi > high:
+            raise EncodeError(f"{where(name, record)}: value {hi if hi > high else lo} is out "
+                              f"of the {vtype} range")
+    return array.astype(NUMPY_TYPES[vtype], copy=False)
+
+
+def _to_floats(array: np.ndarray, vtype: str, name: object, record: int | None) -> np.ndarray:
+    if array.dtype.kind not in "biuf":
+        raise EncodeError(f"{where(name, record)}: {array.dtype} values cannot go into a "
+                          f"{vtype} list")
+    with np.errstate(over="ignore"):  # overflow is found below, and refused
+        out = array.astype(NUMPY_TYPES[vtype], copy=False)
+    if array.dtype.kind != "f":
+        if array.size and not np.array_equal(out.astype(array.dtype), array):
+            raise EncodeError(f"{where(name, record)}: integers that {vtype} cannot hold "
+                              "exactly; use an int64 feature")
+    elif (out.dtype.itemsize < array.dtype.itemsize and array.size
+          and bool((np.isinf(out) & np.isfinite(array)).any())):
+        raise EncodeError(f"{where(name, record)}: values beyond the float32 range; "
+                              "an Example holds float32 only")
+    return out
+
+
+def numeric_values(array: np.ndarray, vtype: str | None, allowed: tuple[str, ...],
+                   name: object, record: int | None) -> tuple[str, np.ndarray]:
+    """A numeric numpy array (any shape, flattened) in the list type ``vtype`` (``None``:
+    the one its dtype maps to)."""
+    if array.dtype.kind not in "biuf":
+        raise EncodeError(f"{where(name, record)}: {array.dtype} values cannot be stored in "
+                          "a record (bytes, floats and integers only)")
+    vtype = vtype or _default_numeric(array.dtype, allowed)
+    flat = array.reshape(-1)
+    if vtype == BYTES:
+        raise EncodeError(f"{where(name, record)}: {array.dtype} values cannot go into a "
+                          "bytes list")
+    if vtype in (INT32, INT64):
+        return vtype, _to_ints(flat, vtype, name, record)
+    return vtype, _to_floats(flat, vtype, name, record)
+
+
+def _bytes_values(items: Any, vtype: str | None, name: object,
+                  record: int | None) -> tuple[str, list[bytes]]:
+    if vtype not in (None, BYTES):
+        raise EncodeError(f"{where(name, record)}: bytes or str values cannot go into a "
+                          f"{vtype} list")
+    return BYTES, [_as_bytes(item, name, record) for item in items]
+
+
+def _array_values(array: np.ndarray, vtype: str | None, allowed: tuple[str, ...],
+                  name: object, record: int | None) -> tuple[str, Values]:
+    if array.dtype.kind in "SU":
+        return _bytes_values(array.reshape(-1).tolist(), vtype, name, record)
+    if array.dtype.kind == "O":
+        items = array.reshape(-1).tolist()
+        if all(isinstance(i, (bytes, bytearray, memoryview, str)) for i in items):
+            return _bytes_values(items, vtype, name, record)
+        odd = next(i for i in items if not isinstance(i, (bytes, bytearray, memoryview, str)))
+        if isinstance(odd, int):
+            raise EncodeError(f"{where(name, record)}: integer {odd} is out of the int64 "
+                              "range")
+        raise EncodeError(f"{where(name, record)}: an object array holding a "
+                          f"{type(odd).__name__} ({odd!r:.40}); a record holds bytes, str, "
+                          "floats and integers")
+    return numeric_values(array, vtype, allowed, name, record)
+
+
+def feature_values(value: object, vtype: str | None, allowed: tuple[str, ...], name: object,
+                   record: int | None) -> tuple[str, Values]:
+    """Classify one feature's value and convert it to its list type.
+
+    Args:
+        value: A scalar (``bool``, ``int``, ``float``, ``bytes``, ``str``, a numpy scalar),
+            a list or tuple of scalars, or a numpy array of any shape (flattened).
+        vtype: The value type to store (from a spec), or ``None`` to take it from the value.
+        allowed: The value types of the record family.
+        name: The feature's name, for messages.
+        record: The record's number, for messages (``None``: unknown).
+
+    Returns:
+        ``(value type, values)``: a 1-D numpy array of the type's dtype, or a list of bytes.
+
+    Raises:
+        EncodeError: The value cannot be stored as asked without losing information (a
+            nested dict, an object array, a float into an int list, an integer out of
+            range, an empty list whose type nothing gives ...).
+    """
+    if isinstance(value, (bytes, bytearray, memoryview, str)):
+        return _bytes_values([value], vtype, name, record)
+    if isinstance(value, Mapping):
+        raise EncodeError(f"{where(name, record)}: a nested mapping cannot be stored; a "
+                          "feature holds one list of bytes, floats or integers (flatten it "
+                          "into features of their own)")
+    if isinstance(value, np.ndarray):
+        return _array_values(value, vtype, allowed, name, record)
+    if isinstance(value, (list, tuple)):
+        if not value:
+            if vtype is None:
+                raise EncodeError(f"{where(name, record)}: an empty list has no type; give "
+                                  "one in the spec (VarLen('int64') …) or pass a typed numpy "
+                                  "array")
+            return vtype, [] if vtype == BYTES else np.empty(0, NUMPY_TYPES[vtype])
+        texts = [isinstance(i, (bytes, bytearray, memoryview, str)) for i in value]
+        if all(texts):
+            return _bytes_values(value, vtype, name, record)
+        if any(texts):
+            raise EncodeError(f"{where(name, record)}: a list mixing bytes or str with other "
+                              "values; a feature holds one type")
+    if isinstance(value, (bool, int, float, np.generic, list, tuple)):
+        try:
+            array = np.asarray(value)
+        except (ValueError, OverflowError) as exc:
+            raise EncodeError(f"{where(name, record)}: {exc}") from None
+        if vtype is None and array.dtype.kind == "f" and not isinstance(value, np.generic):
+            vtype = FLOAT32  # Python floats: float_list, as TensorFlow's and OneFlow's guides
+        return _array_values(array, vtype, allowed, name, record)
+    raise EncodeError(f"{where(name, record)}: a {type(value).__name__} value cannot be "
+                      "stored; a record holds bytes, str, floats and integers (scalars, "
+                      "lists or numpy arrays)")

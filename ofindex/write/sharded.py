@@ -1,0 +1,396 @@
+"""A dataset writer: records (bytes, messages, feature mappings or whole columns) into shards of
+a target size, named ``part-00000-of-00012``, with sidecars and a manifest.
+
+Each shard is written by :class:`ofindex.Writer` under a hidden name in the destination
+(``.<token>-<stream>-<n>.writing``), its sidecar made from the offsets as it writes; the
+``-of-N`` count is known only at the end, so :meth:`ShardedWriter.close` renames the shards
+(see :mod:`ofindex.write.publish`) and then writes the manifest. Until the renames, nothing a
+reader lists is there (hidden names are skipped); while they happen, ``ofindex.open`` of the
+directory finds shards without sidecars and raises ``IndexNotFoundError``; a writer that fails
+or is interrupted (an exception, Ctrl-C) removes what it wrote. A process killed outright
+leaves hidden files, which nothing opens. The destination must hold no data files: a dataset
+is never written over another.
+"""
+
+import dataclasses
+import os
+import secrets
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from types import TracebackType
+from typing import Any
+
+from ofindex.decode.spec import Spec
+from ofindex.encode.columns import encode_columns
+from ofindex.encode.encoder import Encoder
+from ofindex.errors import DatasetExistsError, OfindexError
+from ofindex.formats.framing import RecordFormat
+from ofindex.formats.location import sidecar_location
+from ofindex.index.builder import build_index
+from ofindex.index.writer import Writer
+from ofindex.storage import Storage, Storages
+from ofindex.storage.paths import is_data_file_name
+from ofindex.write.publish import move_sidecar, rename_data
+
+#: The default name of shard ``shard`` of ``count`` (``str.format`` fields).
+PATTERN = "part-{shard:05d}-of-{count:05d}"
+#: The default target shard size when neither ``shard_bytes`` nor ``shard_records`` is given.
+SHARD_BYTES = 256 << 20
+_FRAMING = {RecordFormat.TFRECORD: 16, RecordFormat.OFRECORD: 8}
+
+
+@dataclasses.dataclass(frozen=True)
+class WriteSummary:
+    """What a :class:`ShardedWriter` wrote.
+
+    Attributes:
+        directory: The dataset's directory (URL or path).
+        files: The shards' URLs, in order.
+        records: Records written.
+        bytes: Bytes of the data files (compressed size for compressed shards).
+        seconds: Time from the writer's creation to the end of :meth:`ShardedWriter.close`.
+    """
+
+    directory: str
+    files: list[str]
+    records: int
+    bytes: int
+    seconds: float
+
+    @property
+    def shards(self) -> int:
+        """The number of shards."""
+        return len(self.files)
+
+    def __str__(self) -> str:
+        rate = self.records / self.seconds if self.seconds > 0 else 0.0
+        return (f"{self.records:,} records in {self.shards} shards, {self.bytes / 1e6:,.1f} MB, "
+                f"{self.seconds:.2f} s ({rate:,.0f} records/s) -> {self.directory}")
+
+
+@dataclasses.dataclass
+class _Staged:
+    """A finished shard under its hidden name (``path``), and its final name once renamed."""
+
+    path: str
+    records: int
+    bytes: int
+    final: str = ""
+
+
+class ShardStream:
+    """One sequence of shards of a :class:`ShardedWriter` (made by
+    :meth:`ShardedWriter.stream`): write to several streams from several threads to write a
+    dataset in parallel. Its methods are those of the writer."""
+
+    def __init__(self, owner: "ShardedWriter", number: int) -> None:
+        self._owner = owner
+        self._number = number
+        self._writer: Writer | None = None
+        self._writer_path = ""
+        self._bytes = 0
+        self.staged: list[_Staged] = []
+        self.records = 0
+        self.closed = False
+
+    def _next_shard(self) -> Writer:
+        owner = self._owner
+        name = f".{owner.token}-{self._number}-{len(self.staged):05d}.writing"
+        path = self._writer_path = owner.storage.join(owner.path, name)
+        self._bytes = 0
+        return Writer(owner.storage.url(path), owner.format, index_dir=owner.index_dir,
+                      storage_options=owner.storage_options, compression=owner.compression,
+                      checksums=owner.checksums, compression_level=owner.compression_level)
+
+    def _finish_shard(self) -> None:
+        writer = self._writer
+        if writer is None:
+            return
+        staged = _Staged(self._writer_path, 0, 0)
+        self.staged.append(staged)  # tracked before close publishes it: abort removes it
+        writer.close()
+        self._writer = None
+        staged.records = len(writer)
+        staged.bytes = self._owner.storage.stamp(self._writer_path).size
+
+    def write(self, record: bytes | bytearray | memoryview | Mapping[str, Any] | Any) -> None:
+        """Write one record.
+
+        Args:
+            record: Payload bytes, a protobuf message, or ``{name: value}`` features
+                (encoded with the writer's ``spec`` as an Example, or an OFRecord for
+                ``format="ofrecord"``; see :mod:`ofindex.encode`).
+
+        Raises:
+            EncodeError: Features that cannot be encoded (naming the feature and record).
+            OfindexError: The writer is closed.
+        """
+        owner = self._owner
+        if self.closed:
+            raise OfindexError(f"{owner.url}: write() on a closed writer")
+        if isinstance(record, Mapping):
+            record = owner.encoder(record, record=self.records)
+        size = len(record) if isinstance(record, (bytes, bytearray, memoryview)) else 0
+        framed = size + _FRAMING[owner.format]
+        writer = self._writer
+        if writer is not None and len(writer) and (
+                (owner.shard_records is not None and len(writer) >= owner.shard_records)
+                or (owner.shard_bytes is not None and self._bytes + framed > owner.shard_bytes)):
+            self._finish_shard()
+            writer = None
+        if writer is None:
+            writer = self._writer = self._next_shard()
+        writer.write(record)
+        self._bytes += framed
+        self.records += 1
+
+    def write_many(self, records: Iterable[Any]) -> int:
+        """Write many records (as :meth:`write`); returns how many."""
+        n = 0
+        for record in records:
+            self.write(record)
+            n += 1
+        return n
+
+    def write_columns(self, columns: Mapping[str, Any] | Any) -> int:
+        """Encode a batch of columns at once (see :func:`ofindex.encode.encode_columns`) and
+        write its records; returns how many.
+
+        Raises:
+            EncodeError: A column or value that cannot be encoded.
+        """
+        owner = self._owner
+        records = encode_columns(columns, owner.spec, owner.kind, first_record=self.records)
+        return self.write_many(records)
+
+    def close(self) -> None:
+        """Finish this stream's last shard (the dataset is published by the writer's
+        :meth:`ShardedWriter.close`)."""
+        if not self.closed:
+            self.closed = True
+            self._finish_shard()
+
+    def abort(self) -> None:
+        """Drop what this stream wrote."""
+        self.closed = True
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            writer.abort()
+        owner = self._owner
+        for staged in self.staged:
+            if not staged.final:  # published files are the dataset's now
+                owner.storage.remove(staged.path)
+                owner._remove_sidecar(staged.path)
+        self.staged = []
+
+
+class ShardedWriter:
+    """Write a dataset: records into shards of a target size, with sidecars and a manifest.
+
+    >>> with ShardedWriter("out/", shard_records=1000) as w:   # doctest: +SKIP
+    ...     w.write_columns({"image": images, "label": labels})
+    >>> w.summary.shards                                        # doctest: +SKIP
+
+    Args:
+        directory: The dataset's directory, local or a bucket URL; it must hold no data files.
+        format: ``"tfrecord"`` or ``"ofrecord"``.
+        shard_bytes: Start a new shard before one would pass this many bytes (records and
+            their framing, before compression). Default 256 MiB when ``shard_records`` is not
+            given either.
+        shard_records: Start a new shard after this many records.
+        pattern: The shards' names, a ``str.format`` string with the fields ``shard`` and
+            ``count`` (known at :meth:`close`): ``part-{shard:05d}-of-{count:05d}``.
+        compression: ``"gzip"``, ``"zlib"`` or ``None`` (see :class:`ofindex.Writer`).
+        spec: The decoding spec feature mappings and columns must fit (see
+            :mod:`ofindex.encode`), or ``None``.
+        index_dir: Where sidecars go, as for :class:`ofindex.Writer`.
+        storage_options: Options for the fsspec filesystem.
+        checksums: Per-payload CRC32Cs in the sidecars (default: for OFRecord).
+        compression_level: zlib's level for compressed shards.
+
+    Raises:
+        DatasetExistsError: ``directory`` already holds data files.
+        ValueError: A bad ``format``, ``compression``, size or ``pattern``.
+
+    Use it as a context manager, or call :meth:`close` (publish) or :meth:`abort` (drop).
+    :meth:`stream` gives more shard sequences of the same dataset, one per thread.
+    """
+
+    def __init__(self, directory: str | os.PathLike[str], format: str | RecordFormat = "tfrecord",
+                 *, shard_bytes: int | None = None, shard_records: int | None = None,
+                 pattern: str = PATTERN, compression: str | None = None, spec: Spec = None,
+                 index_dir: str | None = None, storage_options: dict[str, Any] | None = None,
+                 checksums: bool | None = None, compression_level: int = -1) -> None:
+        self._started = time.perf_counter()
+        self.format = RecordFormat.parse(format)
+        if shard_bytes is None and shard_records is None:
+            shard_bytes = SHARD_BYTES
+        for label, value in (("shard_bytes", shard_bytes), ("shard_records", shard_records)):
+            if value is not None and value < 1:
+                raise ValueError(f"{label} must be at least 1, not {value}")
+        self.shard_bytes, self.shard_records = shard_bytes, shard_records
+        _check_pattern(pattern)
+        self.pattern = pattern
+        self.compression, self.compression_level = compression, compression_level
+        self.spec = spec
+        self.kind = "ofrecord" if self.format is RecordFormat.OFRECORD else "example"
+        self.encoder = Encoder(spec, self.kind)
+        self.index_dir, self.storage_options, self.checksums = (index_dir, storage_options,
+                                                                checksums)
+        self._storages = Storages(storage_options)
+        self.storage: Storage
+        self.storage, self.path = self._storages.for_url(os.fspath(directory))
+        self.url = self.storage.url(self.path)
+        self._refuse_existing()
+        self.token = secrets.token_hex(4)
+        self._lock = threading.Lock()
+        self._streams: list[ShardStream] = [ShardStream(self, 0)]
+        self.summary: WriteSummary | None = None
+
+    def _refuse_existing(self) -> None:
+        if not self.storage.is_dir(self.path):
+            return
+        found = [f for f in self.storage.expand(self.path)
+                 if is_data_file_name(self.storage.basename(f))]
+        if found:
+            raise DatasetExistsError(
+                f"{self.url} already holds data files ({self.storage.basename(found[0])} …): "
+                "write the dataset to a new directory, or remove the old one first")
+
+    def _remove_sidecar(self, data_path: str) -> None:
+        """Remove the sidecar of one of this writer's data files (if there is one)."""
+        storage, path = sidecar_location(self.storage, data_path, self.index_dir, self._storages)
+        storage.remove(path)
+
+    def stream(self) -> ShardStream:
+        """Another sequence of shards of this dataset, e.g. one per thread; its shards follow
+        those of the streams made before it. Close it (or let :meth:`close` do it).
+
+        Returns:
+            A :class:`ShardStream`.
+        """
+        with self._lock:
+            stream = ShardStream(self, len(self._streams))
+            self._streams.append(stream)
+            return stream
+
+    def __len__(self) -> int:
+        """Records written so far (all streams)."""
+        return sum(s.records for s in self._streams)
+
+    def write(self, record: Any) -> None:
+        """Write one record (see :meth:`ShardStream.write`).
+
+        Args:
+            record: Payload bytes, a protobuf message, or ``{name: value}`` features.
+
+        Raises:
+            EncodeError: Features that cannot be encoded.
+        """
+        self._streams[0].write(record)
+
+    def write_many(self, records: Iterable[Any]) -> int:
+        """Write many records (see :meth:`ShardStream.write_many`).
+
+        Args:
+            records: Payloads, messages or feature mappings.
+
+        Returns:
+            How many records were written.
+
+        Raises:
+            EncodeError: Features that cannot be encoded.
+        """
+        return self._streams[0].write_many(records)
+
+    def write_columns(self, columns: Mapping[str, Any] | Any) -> int:
+        """Encode and write a batch of columns (see :func:`ofindex.encode.encode_columns`).
+
+        Args:
+            columns: ``{name: column}`` (one entry per record) or an Arrow table.
+
+        Returns:
+            How many records were written.
+
+        Raises:
+            EncodeError: A column or value that cannot be encoded.
+        """
+        return self._streams[0].write_columns(columns)
+
+    def close(self) -> WriteSummary:
+        """Finish every stream, rename the shards to their final names, move their sidecars
+        and write the manifest.
+
+        Returns:
+            A :class:`WriteSummary` (also kept as :attr:`summary`).
+
+        Raises:
+            DatasetExistsError: Data files appeared in the directory meanwhile (nothing of
+                this writer's is published then; its files are removed).
+        """
+        if self.summary is not None:
+            return self.summary
+        try:
+            for stream in self._streams:
+                stream.close()
+            staged = [s for stream in self._streams for s in stream.staged]
+            if not staged:  # an empty dataset is one empty shard
+                stream = self._streams[0]
+                stream.closed = False
+                stream._writer = stream._next_shard()
+                stream.close()
+                staged = stream.staged
+            self._refuse_existing()
+            files = self._publish(staged)
+        except BaseException:
+            self.abort()
+            raise
+        self.summary = WriteSummary(self.url, [self.storage.url(f) for f in files],
+                                    sum(s.records for s in staged),
+                                    sum(s.bytes for s in staged),
+                                    time.perf_counter() - self._started)
+        return self.summary
+
+    def _publish(self, staged: list[_Staged]) -> list[str]:
+        count = len(staged)
+        finals = [self.storage.join(self.path, self.pattern.format(shard=k, count=count))
+                  for k in range(count)]
+        for item, final in zip(staged, finals, strict=True):
+            rename_data(self.storage, item.path, final)
+            item.final = final
+        for item in staged:
+            old = sidecar_location(self.storage, item.path, self.index_dir, self._storages)
+            new = sidecar_location(self.storage, item.final, self.index_dir, self._storages)
+            move_sidecar(self.storage, item.final, old, new)
+        build_index([self.storage.url(f) for f in finals], index_dir=self.index_dir,
+                    storage_options=self.storage_options, manifest=True, progress=False,
+                    format=self.format.name.lower())
+        return finals
+
+    def abort(self) -> None:
+        """Drop everything this writer wrote (files not yet published)."""
+        for stream in self._streams:
+            stream.abort()
+
+    def __enter__(self) -> "ShardedWriter":
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+
+
+def _check_pattern(pattern: str) -> None:
+    try:
+        first = pattern.format(shard=0, count=2)
+        second = pattern.format(shard=1, count=2)
+    except (KeyError, IndexError, ValueError) as exc:
+        raise ValueError(f"pattern {pattern!r}: a str.format string with the fields "
+                         f"{{shard}} and {{count}} ({exc})") from None
+    if first == second or "/" in first or not is_data_file_name(first):
+        raise ValueError(f"pattern {pattern!r} must name each shard differently (use "
+                         "{shard}), inside the directory, as a data file name")

@@ -1,0 +1,144 @@
+"""ofindex.convert and the inspection commands: Parquet, HF datasets, image folders (JPEGs made
+with Pillow), npz/npy and record datasets become sharded datasets whose records decode to the
+source's values; a column that cannot be stored is refused before anything is written."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+
+import numpy as np
+import pytest
+
+import ofindex
+from ofindex.cli.main import main
+from ofindex.decode import BatchDecoder, FixedLen, VarLen, decode_example, decode_ofrecord
+from ofindex.errors import EncodeError
+
+
+def _all(directory, spec, kind="example"):
+    with ofindex.open(str(directory)) as ds:
+        return BatchDecoder(spec, kind)(ds[:])
+
+
+def test_parquet(tmp_path):
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    n = 500
+    table = pa.table({"x": np.arange(n, dtype=np.float32), "id": np.arange(n),
+                      "name": [f"r{i}" for i in range(n)],
+                      "v": pa.array([[1.0] * (i % 3) for i in range(n)],
+                                    pa.list_(pa.float32()))})
+    pq.write_table(table, tmp_path / "t.parquet", row_group_size=128)
+    summary = ofindex.convert(str(tmp_path / "t.parquet"), tmp_path / "out", shard_records=200,
+                              batch_size=100)
+    assert summary.records == n and summary.shards == 3
+    got = _all(tmp_path / "out", {"x": FixedLen(), "id": FixedLen((), "int64"),
+                                  "name": FixedLen((), "bytes"), "v": VarLen()})
+    np.testing.assert_array_equal(got["x"], np.arange(n, dtype=np.float32))
+    assert got["id"].tolist() == list(range(n)) and got["name"][7] == b"r7"
+    assert got["v"].row_lengths.tolist() == [i % 3 for i in range(n)]
+
+
+def test_a_column_that_cannot_be_stored_is_refused_before_writing(tmp_path):
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    pq.write_table(pa.table({"ok": [1], "nested": [[[1]]]}), tmp_path / "bad.parquet")
+    with pytest.raises(EncodeError, match="column 'nested' of Arrow type list<"):
+        ofindex.convert(str(tmp_path / "bad.parquet"), tmp_path / "never")
+    assert not (tmp_path / "never").exists()
+
+
+def test_hf_dataset_object_and_saved_directory(tmp_path):
+    datasets = pytest.importorskip("datasets")
+    hf = datasets.Dataset.from_dict({"text": ["a", "bb", "ccc"], "label": [0, 1, 0],
+                                     "emb": [[0.5, 1.5]] * 3})
+    ofindex.convert(hf, tmp_path / "obj")
+    hf.save_to_disk(str(tmp_path / "saved"))
+    ofindex.convert(str(tmp_path / "saved"), tmp_path / "disk")
+    spec = {"text": FixedLen((), "bytes"), "label": FixedLen((), "int64"),
+            "emb": FixedLen(2)}
+    for out in ("obj", "disk"):
+        got = _all(tmp_path / out, spec)
+        assert got["text"].tolist() == [b"a", b"bb", b"ccc"]
+        assert got["label"].tolist() == [0, 1, 0] and got["emb"].tolist() == [[0.5, 1.5]] * 3
+
+
+def test_image_folder_with_jpegs(tmp_path):
+    image = pytest.importorskip("PIL.Image")
+    root = tmp_path / "images"
+    made = {}
+    for cls in ("dog", "cat"):
+        (root / cls).mkdir(parents=True)
+        for k in range(3):
+            buf = io.BytesIO()
+            image.new("RGB", (8 + k, 8), (k * 40, 0, 0)).save(buf, format="JPEG")
+            (root / cls / f"{k}.jpg").write_bytes(buf.getvalue())
+            made[(cls, f"{k}.jpg")] = buf.getvalue()
+    (root / "cat" / "notes.txt").write_text("not an image")
+    summary = ofindex.convert(str(root), tmp_path / "out", format="ofrecord")
+    assert summary.records == 6
+    with ofindex.open(str(tmp_path / "out")) as ds:
+        rows = [decode_ofrecord(r) for r in ds[:]]
+    got = {(r["class"][0].decode(), r["filename"][0].decode()): (r["image"][0], r["label"][0])
+           for r in rows}
+    assert {k: v[0] for k, v in got.items()} == made
+    assert got[("cat", "0.jpg")][1] == 0 and got[("dog", "2.jpg")][1] == 1  # sorted classes
+    decoded = image.open(io.BytesIO(got[("dog", "2.jpg")][0]))
+    assert decoded.size == (10, 8)
+
+
+def test_npz_and_npy(tmp_path):
+    np.savez(tmp_path / "a.npz", x=np.arange(30, dtype=np.float32).reshape(10, 3),
+             y=np.arange(10))
+    ofindex.convert(str(tmp_path / "a.npz"), tmp_path / "z", batch_size=4)
+    got = _all(tmp_path / "z", {"x": FixedLen(3), "y": FixedLen((), "int64")})
+    assert got["x"].tolist() == np.arange(30).reshape(10, 3).tolist()
+    np.save(tmp_path / "feat.npy", np.ones((5, 2), np.int64))
+    ofindex.convert(str(tmp_path / "feat.npy"), tmp_path / "n")
+    assert _all(tmp_path / "n", {"feat": FixedLen(2, "int64")})["feat"].sum() == 10
+    np.savez(tmp_path / "bad.npz", x=np.zeros(3), y=np.zeros(4))
+    with pytest.raises(EncodeError, match="arrays of different lengths"):
+        ofindex.convert(str(tmp_path / "bad.npz"), tmp_path / "never")
+
+
+def test_record_datasets_reshard_recompress_and_change_framing(tmp_path):
+    with ofindex.ShardedWriter(tmp_path / "src", shard_records=7) as w:
+        for k in range(30):
+            w.write({"k": k, "f": np.float32(k) / 2})
+    ofindex.convert(str(tmp_path / "src"), tmp_path / "of", format="ofrecord",
+                    shard_records=10, compression="gzip")
+    with ofindex.open(str(tmp_path / "of")) as ds:
+        assert len(ds.shards) == 3 and ds.format is ofindex.RecordFormat.OFRECORD
+        assert [decode_ofrecord(r)["k"][0] for r in ds[:]] == list(range(30))
+    ofindex.convert(str(tmp_path / "of"), tmp_path / "back")
+    with ofindex.open(str(tmp_path / "back")) as ds:
+        assert [decode_example(r)["f"][0] for r in ds[:]] == [k / 2 for k in range(30)]
+
+
+def test_cli_schema_head_stats_convert(tmp_path, capsys):
+    with ofindex.ShardedWriter(tmp_path / "d", shard_records=40) as w:
+        for k in range(100):
+            w.write({"x": np.full(3, k, np.float32), "label": k})
+    d = str(tmp_path / "d")
+    assert main(["schema", d, "--style", "python"]) == 0
+    code = capsys.readouterr().out
+    space: dict = {}
+    exec(code, space)
+    assert space["spec"] == {"x": FixedLen(3), "label": FixedLen((), "int64")}
+    assert main(["schema", d, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["kind"] == "example"
+    assert main(["head", d, "-n", "2"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("--- record") == 2 and "label" in out
+    assert main(["stats", d, "--json"]) == 0
+    stats = json.loads(capsys.readouterr().out)
+    assert stats["records"] == 100 and stats["shards"] == 3
+    assert stats["features"]["label"]["present"] == 1.0
+    assert main(["convert", d, str(tmp_path / "c"), "--shard-records", "50",
+                 "--no-progress"]) == 0
+    assert "100 records in 2 shards" in capsys.readouterr().out
+    assert main(["convert", d, str(tmp_path / "c")]) == 1   # never over a dataset
+    assert "already holds data files" in capsys.readouterr().err
+    assert os.path.exists(tmp_path / "c")

@@ -1,0 +1,360 @@
+"""Encoding values to Example / SequenceExample / OFRecord bytes: TensorFlow and protobuf parse
+what we write and give the input back, our decoders give it back, the batch encoder equals the
+single-record one byte for byte, and bad input is an EncodeError naming feature and record."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+from ofindex import EncodeError
+from ofindex.decode import (
+    BatchDecoder,
+    FixedLen,
+    Ragged,
+    VarLen,
+    decode_example,
+    decode_ofrecord,
+)
+from ofindex.encode import (
+    BatchEncoder,
+    Encoder,
+    encode_columns,
+    encode_example,
+    encode_ofrecord,
+    encode_sequence_example,
+)
+from ofindex.proto import example_pb2, ofrecord_pb2
+
+I64_EDGES = [-(2**63), 2**63 - 1, -1, 0, 1, 127, 128, 2**31, -(2**31) - 1]
+F32_EDGES = np.array([np.inf, -np.inf, -0.0, 1e-45, 3.4028235e38, 0.1], np.float32)
+
+
+def _values(message_feature):
+    kind = message_feature.WhichOneof("kind")
+    return None if kind is None else (kind, list(getattr(message_feature, kind).value))
+
+
+# --- protobuf's own parser (written from the .proto, not from our encoder) -----------------
+
+def test_protobuf_reads_every_type_of_example():
+    data = encode_example({
+        "int": 7, "bool": True, "ints": I64_EDGES, "float": 0.5, "floats": F32_EDGES,
+        "bytes": b"\x00\xff", "str": "grüße", "strs": ["a", "", "ü"], "empty_i": np.array(
+            [], np.int64), "empty_f": np.array([], np.float32), "empty_b": np.array([], "S1"),
+        "u8": np.arange(250, 256, dtype=np.uint8), "f64": np.array([1.5, -2.25]),
+        "img": np.arange(12, dtype=np.float32).reshape(3, 4),
+    })
+    ex = example_pb2.Example.FromString(data)
+    got = {k: _values(v) for k, v in ex.features.feature.items()}
+    assert got["int"] == ("int64_list", [7])
+    assert got["bool"] == ("int64_list", [1])
+    assert got["ints"] == ("int64_list", I64_EDGES)
+    assert got["float"] == ("float_list", [0.5])
+    np.testing.assert_array_equal(np.float32(got["floats"][1]), F32_EDGES)
+    assert got["bytes"] == ("bytes_list", [b"\x00\xff"])
+    assert got["str"] == ("bytes_list", ["grüße".encode()])
+    assert got["strs"] == ("bytes_list", [b"a", b"", "ü".encode()])
+    assert got["empty_i"] == ("int64_list", []) and got["empty_f"] == ("float_list", [])
+    assert got["empty_b"] == ("bytes_list", [])
+    assert got["u8"] == ("int64_list", [250, 251, 252, 253, 254, 255])
+    assert got["f64"] == ("float_list", [1.5, -2.25])
+    assert got["img"] == ("float_list", [float(i) for i in range(12)])
+
+
+def test_protobuf_reads_ofrecord_five_lists():
+    data = encode_ofrecord({
+        "b": [b"x", b"yz"], "f": np.array([0.5], np.float32), "d": np.array([0.1, 1e300]),
+        "i32": np.array([-(2**31), 2**31 - 1], np.int32), "i64": np.array(I64_EDGES),
+        "u8": np.array([0, 255], np.uint8), "py_float": 0.25, "py_int": 3,
+    })
+    rec = ofrecord_pb2.OFRecord.FromString(data)
+    got = {k: _values(v) for k, v in rec.feature.items()}
+    assert got == {
+        "b": ("bytes_list", [b"x", b"yz"]), "f": ("float_list", [0.5]),
+        "d": ("double_list", [0.1, 1e300]), "i32": ("int32_list", [-(2**31), 2**31 - 1]),
+        "i64": ("int64_list", I64_EDGES), "u8": ("int32_list", [0, 255]),
+        "py_float": ("float_list", [0.25]), "py_int": ("int64_list", [3]),
+    }
+
+
+def test_protobuf_reads_sequence_example():
+    data = encode_sequence_example(
+        {"id": b"s1", "len": 3},
+        {"tokens": [[1, 2], [3], []], "frames": np.ones((3, 2), np.float32),
+         "words": [["a"], ["b", "c"], []]},
+        sequence_spec={"tokens": VarLen("int64"), "frames": FixedLen(2, "float32"),
+                       "words": VarLen("bytes")})
+    se = example_pb2.SequenceExample.FromString(data)
+    assert _values(se.context.feature["id"]) == ("bytes_list", [b"s1"])
+    assert _values(se.context.feature["len"]) == ("int64_list", [3])
+    steps = se.feature_lists.feature_list["tokens"].feature
+    assert [_values(f) for f in steps] == [("int64_list", [1, 2]), ("int64_list", [3]),
+                                           ("int64_list", [])]
+    words = se.feature_lists.feature_list["words"].feature
+    assert [_values(f) for f in words] == [("bytes_list", [b"a"]),
+                                          ("bytes_list", [b"b", b"c"]), ("bytes_list", [])]
+
+
+def test_bytes_equal_protobufs_serialization_for_one_feature():
+    """With a single feature (no map-order question), our bytes are protobuf's."""
+    for value, fill in [(7, lambda f: f.int64_list.value.append(7)),
+                        ([-1, 300], lambda f: f.int64_list.value.extend([-1, 300])),
+                        (np.array([0.5, 2], np.float32),
+                         lambda f: f.float_list.value.extend([0.5, 2])),
+                        ([b"ab", b""], lambda f: f.bytes_list.value.extend([b"ab", b""]))]:
+        ex = example_pb2.Example()
+        fill(ex.features.feature["x"])
+        assert encode_example({"x": value}) == ex.SerializeToString()
+
+
+# --- TensorFlow ------------------------------------------------------------------------------
+
+def _tf():
+    return pytest.importorskip("tensorflow")
+
+
+def test_tensorflow_parses_every_type():
+    tf = _tf()
+    rng = np.random.default_rng(3)
+    rows = [{
+        "image": rng.standard_normal((4, 3)).astype(np.float32),
+        "label": int(rng.integers(-(2**40), 2**40)),
+        "ids": np.array(I64_EDGES[: i + 1]),
+        "name": f"record-{i}-ñ",
+        "blob": rng.bytes(int(rng.integers(0, 50))),
+        "weights": rng.standard_normal(i).astype(np.float32),
+        "edges": F32_EDGES,
+        "flag": bool(i % 2),
+    } for i in range(6)]
+    records = [encode_example(r) for r in rows]
+    description = {
+        "image": tf.io.FixedLenFeature([4, 3], tf.float32),
+        "label": tf.io.FixedLenFeature([], tf.int64),
+        "ids": tf.io.VarLenFeature(tf.int64),
+        "name": tf.io.FixedLenFeature([], tf.string),
+        "blob": tf.io.FixedLenFeature([], tf.string),
+        "weights": tf.io.RaggedFeature(tf.float32),
+        "edges": tf.io.FixedLenFeature([6], tf.float32),
+        "flag": tf.io.FixedLenFeature([], tf.int64),
+    }
+    parsed = tf.io.parse_example(tf.constant(records), description)
+    np.testing.assert_array_equal(parsed["image"].numpy(), np.stack([r["image"] for r in rows]))
+    assert parsed["label"].numpy().tolist() == [r["label"] for r in rows]
+    ids = tf.sparse.to_dense(parsed["ids"]).numpy()
+    for k, r in enumerate(rows):
+        assert ids[k, : len(r["ids"])].tolist() == r["ids"].tolist()
+        assert parsed["name"].numpy()[k] == r["name"].encode()
+        assert parsed["blob"].numpy()[k] == r["blob"]
+        np.testing.assert_array_equal(parsed["weights"][k].numpy(), r["weights"])
+        np.testing.assert_array_equal(parsed["edges"][k].numpy(), F32_EDGES)
+    assert parsed["flag"].numpy().tolist() == [0, 1, 0, 1, 0, 1]
+
+
+def test_tensorflow_parses_big_arrays_and_empty_lists():
+    tf = _tf()
+    big = np.arange(300_000, dtype=np.float32)
+    data = encode_example({"big": big, "none": np.array([], np.int64), "e": []},
+                          spec={"big": FixedLen(300_000), "none": VarLen("int64"),
+                                "e": VarLen("bytes")})
+    parsed = tf.io.parse_single_example(data, {
+        "big": tf.io.FixedLenFeature([300_000], tf.float32),
+        "none": tf.io.VarLenFeature(tf.int64), "e": tf.io.VarLenFeature(tf.string)})
+    np.testing.assert_array_equal(parsed["big"].numpy(), big)
+    assert parsed["none"].values.numpy().size == 0 and parsed["e"].values.numpy().size == 0
+
+
+def test_tensorflow_parses_sequence_examples():
+    tf = _tf()
+    data = encode_sequence_example({"id": "a"}, {"x": np.arange(6).reshape(3, 2),
+                                                 "w": [[0.5], [1.5, 2.5], []]})
+    ctx, seq = tf.io.parse_single_sequence_example(
+        data, context_features={"id": tf.io.FixedLenFeature([], tf.string)},
+        sequence_features={"x": tf.io.FixedLenSequenceFeature([2], tf.int64),
+                           "w": tf.io.RaggedFeature(tf.float32)})
+    assert ctx["id"].numpy() == b"a"
+    assert seq["x"].numpy().tolist() == [[0, 1], [2, 3], [4, 5]]
+    assert seq["w"].to_list() == [[0.5], [1.5, 2.5], []]
+
+
+# --- our decoders, and the batch encoder against the single one -----------------------------
+
+def test_batch_decoder_gives_the_columns_back():
+    rng = np.random.default_rng(0)
+    n = 50
+    columns = {
+        "image": rng.standard_normal((n, 28, 28)).astype(np.float32),
+        "label": rng.integers(0, 10, n),
+        "big": rng.integers(-(2**62), 2**62, (n, 3)),
+        "name": np.array([f"n{i}".encode() for i in range(n)], dtype=object),
+        "tags": Ragged(rng.integers(0, 100, 58), [2, 0, 1] * 16 + [10, 0]),
+    }
+    spec = {"image": FixedLen((28, 28), "float32"), "label": FixedLen((), "int64"),
+            "big": FixedLen(3, "int64"), "name": FixedLen((), "bytes"),
+            "tags": VarLen("int64")}
+    records = BatchEncoder(spec)(columns)
+    assert len(records) == n
+    back = BatchDecoder(spec)(records)
+    for name in ("image", "label", "big"):
+        np.testing.assert_array_equal(back[name], columns[name])
+    assert back["name"].tolist() == columns["name"].tolist()
+    assert back["tags"] == columns["tags"]
+
+
+def _one_by_one(columns, kind):
+    encode = encode_example if kind == "example" else encode_ofrecord
+    n = len(next(iter(columns.values())))
+    out = []
+    for k in range(n):
+        features = {}
+        for name, col in columns.items():
+            features[name] = col[k]
+        out.append(encode(features))
+    return out
+
+
+@pytest.mark.parametrize("kind", ["example", "ofrecord"])
+def test_batch_encoder_equals_single_record_encoder(kind):
+    rng = np.random.default_rng(1)
+    n = 40
+    columns = {
+        "f": rng.standard_normal((n, 5)).astype(np.float32),
+        "d": rng.standard_normal((n, 2)),
+        "small": rng.integers(0, 100, n),           # every varint one byte: the 2-D path
+        "wide": rng.integers(-(2**63), 2**63 - 1, (n, 2), dtype=np.int64),  # sizes vary
+        "i32": rng.integers(-5, 5, (n, 3)).astype(np.int32),
+        "txt": [f"t{i}" * (i % 4) for i in range(n)],
+        "raw": [bytes(range(i % 7)) for i in range(n)],
+        "maybe": [None if i % 3 else [i, i + 1] for i in range(n)],
+        "empty": np.zeros((n, 0), np.float32),
+    }
+    assert encode_columns(columns, kind=kind) == _one_by_one(columns, kind)
+
+
+def test_batch_encoder_takes_arrow_tables():
+    pa = pytest.importorskip("pyarrow")
+    table = pa.table({"x": pa.array([1.5, 2.5, 3.5], pa.float32()), "n": [1, None, 3],
+                      "s": ["a", None, "c"], "l": [[1, 2], [], None],
+                      "fixed": pa.array([[1, 2], [3, 4], [5, 6]], pa.list_(pa.int64(), 2))})
+    records = encode_columns(table)
+    decoded = [decode_example(r) for r in records]
+    assert decoded[0]["x"].tolist() == [1.5] and "n" not in decoded[1] and "s" not in decoded[1]
+    assert decoded[2]["s"].tolist() == [b"c"] and "l" not in decoded[2]
+    assert decoded[1]["l"].tolist() == [] and decoded[2]["fixed"].tolist() == [5, 6]
+
+
+def test_arrow_column_that_cannot_be_stored_is_named_before_encoding():
+    pa = pytest.importorskip("pyarrow")
+    table = pa.table({"ok": [1, 2], "nested": [{"a": 1}, {"a": 2}]})
+    with pytest.raises(EncodeError, match="column 'nested' of Arrow type struct"):
+        encode_columns(table)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(-(2**63), 2**63 - 1), max_size=8),
+       hnp.arrays(np.float32, st.integers(0, 6),
+                  elements=st.floats(width=32, allow_nan=False)),
+       st.lists(st.binary(max_size=12), max_size=4), st.text(max_size=8))
+def test_encode_then_decode_gives_the_values_back(ints, floats, blobs, text):
+    spec = {"i": VarLen("int64"), "f": VarLen("float32"), "b": VarLen("bytes"),
+            "t": FixedLen((), "bytes")}
+    data = encode_example({"i": ints, "f": floats, "b": blobs, "t": text}, spec)
+    got = decode_example(data, spec)
+    assert got["i"].tolist() == ints and got["b"].tolist() == blobs
+    np.testing.assert_array_equal(got["f"], floats)
+    assert got["t"].item() == text.encode()
+    of = encode_ofrecord({"i": ints, "f": floats, "b": blobs}, {
+        "i": VarLen("int64"), "f": VarLen("float32"), "b": VarLen("bytes")})
+    back = decode_ofrecord(of)
+    assert back.get("i", np.array([], np.int64)).tolist() == ints
+
+
+@settings(max_examples=40, deadline=None)
+@given(hnp.arrays(np.int64, hnp.array_shapes(min_dims=1, max_dims=2, max_side=6),
+                  elements=st.integers(-(2**63), 2**63 - 1)))
+def test_batch_equals_single_for_any_int_column(column):
+    columns = {"x": column}
+    assert encode_columns(columns) == _one_by_one(columns, "example")
+
+
+# --- bad input --------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("value,match", [
+    ({"a": 1}, "feature 'x' of record 3: a nested mapping"),
+    (np.array([object(), 1], dtype=object), "feature 'x' of record 3: an object array"),
+    ([1, "a"], "mixing bytes or str"),
+    (2**64, "out of the int64 range"),
+    (1 + 2j, "a complex value cannot be stored"),
+    (np.array([1 + 2j]), "complex128 values cannot be stored"),
+    ([[1, 2], [3]], "feature 'x' of record 3"),
+    ([], "an empty list has no type"),
+    (object(), "a object value cannot be stored"),
+    (np.array([1e39]), "beyond the float32 range"),
+])
+def test_bad_values_name_the_feature_and_record(value, match):
+    with pytest.raises(EncodeError, match=match):
+        encode_example({"ok": 1, "x": value}, record=3)
+
+
+def test_no_silent_casts_into_int_features():
+    spec = {"x": VarLen("int64")}
+    with pytest.raises(EncodeError, match="float64 values cannot go into an int64 list"):
+        encode_example({"x": np.array([1.0, 2.0])}, spec, record=0)
+    with pytest.raises(EncodeError, match=r"\(it holds NaN\)"):
+        encode_example({"x": [1.0, float("nan")]}, spec, record=0)
+    with pytest.raises(EncodeError, match="out of the int32 range"):
+        encode_ofrecord({"x": np.array([2**31])}, {"x": VarLen("int32")}, record=0)
+    with pytest.raises(EncodeError, match="cannot hold exactly"):
+        encode_example({"x": [2**25 + 1]}, {"x": VarLen("float32")}, record=0)
+    with pytest.raises(EncodeError, match="bytes or str values cannot go into a int64"):
+        encode_example({"x": "7"}, spec, record=0)
+    assert decode_example(encode_example({"x": [2**24]}, {"x": VarLen("float32")}))[
+        "x"].tolist() == [2**24]
+
+
+def test_spec_is_enforced():
+    spec = {"image": FixedLen((2, 2)), "label": FixedLen((), "int64")}
+    with pytest.raises(EncodeError, match=r"feature 'image' of record 5: FixedLen\(2, 2\) "
+                                          "holds 4 values, got 3"):
+        encode_example({"image": [1.0, 2.0, 3.0], "label": 1}, spec, record=5)
+    with pytest.raises(EncodeError, match="feature 'label' of record 5 is missing"):
+        encode_example({"image": np.zeros(4)}, spec, record=5)
+    with pytest.raises(EncodeError, match="feature 'other' of record 5 is not in the spec"):
+        encode_example({"image": np.zeros(4), "label": 1, "other": 1}, spec, record=5)
+    with pytest.raises(EncodeError, match="hold bytes, float32, int64; dtype float64"):
+        Encoder({"x": VarLen("float64")})({"x": [1.0]})
+
+
+def test_batch_errors_name_the_record_of_the_batch():
+    column = np.array([1, 2, 2**40, 4])
+    with pytest.raises(EncodeError, match="feature 'x' of record 102: value 1099511627776 is "
+                                          "out of the int32 range"):
+        encode_columns({"x": column}, {"x": FixedLen((), "int32")}, "ofrecord",
+                       first_record=100)
+    with pytest.raises(EncodeError, match="feature 'x' of record 100: float64 values"):
+        encode_columns({"x": column * 1.0}, {"x": FixedLen((), "int64")}, first_record=100)
+    with pytest.raises(EncodeError, match="columns of different lengths"):
+        encode_columns({"a": np.zeros(3), "b": np.zeros(4)})
+    with pytest.raises(EncodeError, match="feature 'b' of record 11: a nested mapping"):
+        encode_columns({"b": [1, {"x": 1}]}, first_record=10)
+    with pytest.raises(EncodeError, match="feature 'label' has no column"):
+        encode_columns({"a": np.zeros(3)}, {"a": VarLen(), "label": FixedLen((), "int64")})
+
+
+def test_encoder_objects_are_picklable_and_reprs_say_what_they_do():
+    import pickle
+
+    enc = Encoder({"x": VarLen("int64")}, kind="ofrecord")
+    assert pickle.loads(pickle.dumps(enc)) == enc
+    assert enc({"x": [1]}) == encode_ofrecord({"x": [1]})
+    batch = pickle.loads(pickle.dumps(BatchEncoder(None, "ofrecord")))
+    assert "ofrecord" in repr(batch)
+    seq = Encoder(kind="sequence_example")
+    assert seq(({"a": 1}, {"b": [[1]]})) == encode_sequence_example({"a": 1}, {"b": [[1]]})

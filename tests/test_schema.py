@@ -1,0 +1,154 @@
+"""infer_spec / spec_from_tf: the kind, types, lengths and presence of features from a
+bounded sample; the inferred spec decodes every sampled record, and TensorFlow parsing with the
+printed feature_description gives what we decode. Checked on files we write and, when present,
+on the real-world files of ../shared/real-world/."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+import ofindex
+from ofindex.decode import FixedLen, VarLen, decode_batch
+from ofindex.encode import encode_sequence_example
+from ofindex.schema import infer_spec, spec_from_tf, to_python, to_tf
+from ofindex.write import ShardedWriter
+
+REAL = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
+    __file__)))), "shared", "real-world")
+
+
+def _written(tmp_path, n=200):
+    with ShardedWriter(tmp_path / "d", shard_records=37) as w:
+        for k in range(n):
+            features = {"image": np.full(6, k, np.float32), "label": k, "name": f"n{k}",
+                        "tags": np.array([b"t"] * (k % 4), dtype="S1")}
+            if k % 5:
+                features["sometimes"] = [1.5, 2.5]
+            w.write(features)
+    return ofindex.open(str(tmp_path / "d"))
+
+
+def test_infers_types_lengths_and_presence(tmp_path):
+    ds = _written(tmp_path)
+    schema = infer_spec(ds, sample=100)
+    assert schema.kind == "example" and schema.sampled == 100 and schema.records == 200
+    assert schema.spec == {"image": FixedLen((6,), "float32"), "label": FixedLen((), "int64"),
+                           "name": FixedLen((), "bytes"), "tags": VarLen("bytes"),
+                           "sometimes": VarLen("float32")}
+    assert 0 < schema.features["sometimes"].present < 100
+    decoded = decode_batch(ds.__getitems__(list(range(200))), schema.spec)
+    assert decoded["label"].tolist() == list(range(200))
+    assert schema.decoder()(ds[7])["name"].item() == b"n7"
+
+
+def test_sample_is_bounded_and_spread_over_shards(tmp_path):
+    ds = _written(tmp_path)
+    seen = []
+    real = ds.__getitems__
+
+    def counting(indices):
+        seen.append(list(indices))
+        return real(indices)
+
+    ds.__getitems__ = counting
+    infer_spec(ds, sample=20, seed=3)
+    (indices,) = seen
+    assert len(indices) == 20 == len(set(indices))
+    assert len({ds.locate(i)[0] for i in indices}) >= 3   # several of the 6 shards
+
+
+def test_printed_python_runs_and_tf_description_parses_like_we_decode(tmp_path):
+    tf = pytest.importorskip("tensorflow")
+    ds = _written(tmp_path)
+    schema = infer_spec(ds, sample=200)
+    space: dict = {}
+    exec(to_python(schema), space)
+    assert space["spec"] == schema.spec
+    exec(to_tf(schema), space)
+    description = space["feature_description"]
+    assert spec_from_tf(description) == schema.spec
+    records = ds[:]
+    parsed = tf.io.parse_example(tf.constant(records), description)
+    ours = decode_batch(records, schema.spec)
+    np.testing.assert_array_equal(parsed["image"].numpy(), ours["image"])
+    assert parsed["label"].numpy().tolist() == ours["label"].tolist()
+    assert tf.sparse.to_dense(parsed["tags"]).numpy().shape[0] == 200
+
+
+def test_sequence_examples_and_ofrecords(tmp_path):
+    with ofindex.Writer(tmp_path / "s.tfrecord") as w:
+        for k in range(5):
+            w.write(encode_sequence_example({"id": k}, {"x": np.ones((k + 1, 3)),
+                                                        "w": [[1]] * k if k else None}))
+    schema = infer_spec(ofindex.open(str(tmp_path / "s.tfrecord")))
+    assert schema.kind == "sequence_example"
+    assert schema.spec == {"id": FixedLen((), "int64")}
+    assert schema.sequence_spec == {"x": FixedLen((3,), "float32"),
+                                    "w": FixedLen((), "int64", allow_missing=True)}
+    with ShardedWriter(tmp_path / "of", "ofrecord") as w:
+        w.write({"d": np.array([0.5]), "i": np.array([1, 2], np.int32)})
+    schema = infer_spec(ofindex.open(str(tmp_path / "of")))
+    assert schema.kind == "ofrecord"
+    assert schema.spec == {"d": FixedLen((), "float64"), "i": FixedLen((2,), "int32")}
+    assert "no parser" in to_tf(schema)
+
+
+def test_raw_records(tmp_path):
+    with ofindex.Writer(tmp_path / "raw.tfrecord") as w:
+        w.write(b"\xff\xff not a message")
+    schema = infer_spec(ofindex.open(str(tmp_path / "raw.tfrecord")))
+    assert schema.kind == "raw" and "not an Example" in schema.failure
+    with pytest.raises(ValueError, match="nothing to decode"):
+        schema.decoder()
+
+
+def test_spec_from_tf():
+    tf = pytest.importorskip("tensorflow")
+    spec = spec_from_tf({
+        "a": tf.io.FixedLenFeature([2, 2], tf.float32, default_value=[0.0] * 4),
+        "b": tf.io.VarLenFeature(tf.string), "c": tf.io.RaggedFeature(tf.int64),
+        "d": tf.io.FixedLenSequenceFeature([3], tf.int64, allow_missing=True)})
+    assert spec == {"a": FixedLen((2, 2), "float32", default=0.0), "b": VarLen("bytes"),
+                    "c": VarLen("int64"), "d": FixedLen((3,), "int64", allow_missing=True)}
+    with pytest.raises(ValueError, match="SparseFeature has no ofindex spec"):
+        spec_from_tf({"s": tf.io.SparseFeature("i", "v", tf.float32, 3)})
+
+
+def _real_files(kinds):
+    path = os.path.join(REAL, "manifest.json")
+    if not os.path.exists(path):
+        return []
+    with open(path, encoding="utf-8") as f:
+        files = json.load(f)["files"]
+    return [f for f in files if f["kind"] in kinds]
+
+
+@pytest.mark.skipif(not _real_files({"example"}), reason="../shared/real-world/ not present")
+@pytest.mark.parametrize("entry", _real_files({"example", "sequence_example", "ofrecord",
+                                               "raw"}), ids=lambda e: e["file"])
+def test_real_world_files(entry, tmp_path):
+    """The kind is the one recorded for the file, and for Examples TensorFlow's parse with the
+    inferred description equals our decode with the inferred spec, record for record."""
+    tf = pytest.importorskip("tensorflow")
+    with ofindex.open(os.path.join(REAL, entry["file"]), index_dir=str(tmp_path),
+                      build_missing=True, format=entry["format"]) as ds:
+        schema = infer_spec(ds, sample=64)
+        records = ds.__getitems__(list(range(min(len(ds), 64))))
+    assert schema.kind == entry["kind"]
+    if schema.kind != "example":
+        return
+    space: dict = {}
+    exec(to_tf(schema), space)
+    description = space["feature_description"]
+    parsed = tf.io.parse_example(tf.constant(records), description)
+    ours = decode_batch(records, schema.spec)
+    for name, fs in schema.spec.items():
+        theirs = parsed[name]
+        if isinstance(fs, VarLen):
+            assert theirs.values.numpy().tolist() == np.asarray(ours[name].values).tolist()
+        else:
+            assert theirs.numpy().tolist() == ours[name].tolist(), name

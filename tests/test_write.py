@@ -1,0 +1,223 @@
+"""ShardedWriter: shards of a target size, final names at close, sidecars made while writing
+(no scan), the manifest, tf.data / protobuf reading what it writes, parallel streams, buckets,
+and no half dataset after an error, Ctrl-C or a killed process."""
+
+from __future__ import annotations
+
+import os
+import signal
+import struct
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+from helpers import manifest_of, sidecar_of
+
+import ofindex
+from ofindex.decode import BatchDecoder, FixedLen, decode_example
+from ofindex.errors import DatasetExistsError, EncodeError, OfindexError
+from ofindex.proto import ofrecord_pb2
+from ofindex.write import ShardedWriter
+
+SPEC = {"image": FixedLen((4, 4), "float32"), "label": FixedLen((), "int64")}
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _columns(n, start=0):
+    rng = np.random.default_rng(start)
+    return {"image": rng.standard_normal((n, 4, 4)).astype(np.float32),
+            "label": np.arange(start, start + n)}
+
+
+def _visible(directory):
+    return sorted(f for f in os.listdir(directory) if not f.startswith("."))
+
+
+def test_shards_by_records_named_of_n_with_sidecars_and_manifest(tmp_path):
+    out = tmp_path / "out"
+    with ShardedWriter(out, shard_records=30, spec=SPEC) as w:
+        w.write_columns(_columns(100))
+    names = [f"part-{k:05d}-of-00004" for k in range(4)]
+    assert w.summary.records == 100 and w.summary.shards == 4
+    assert [os.path.basename(f) for f in w.summary.files] == names
+    assert [n for n in _visible(out) if n.startswith("part-") and "." not in n] == names
+    for name in names:
+        assert os.path.exists(sidecar_of(out / name))
+    assert os.path.exists(manifest_of(out))
+    ds = ofindex.open(str(out))
+    assert [s.records for s in ds.shards] == [30, 30, 30, 10]
+    back = BatchDecoder(SPEC)(ds[:])
+    np.testing.assert_array_equal(back["image"], _columns(100)["image"])
+    assert back["label"].tolist() == list(range(100))
+    assert "100 records in 4 shards" in str(w.summary)
+
+
+def test_shards_by_bytes(tmp_path):
+    records = [bytes([k % 256]) * 100 for k in range(50)]
+    with ShardedWriter(tmp_path / "b", shard_bytes=1000) as w:   # 116 bytes framed each
+        w.write_many(records)
+    ds = ofindex.open(str(tmp_path / "b"))
+    assert [s.records for s in ds.shards] == [8] * 6 + [2]
+    assert all(s.bytes <= 1000 for s in ds.shards)
+    assert ds[:] == records
+
+
+def test_close_scans_nothing(tmp_path, monkeypatch):
+    """The sidecars come from the writers' offsets: close reads no data file."""
+    from ofindex.index import build_file
+
+    def no_scan(*args, **kwargs):
+        raise AssertionError("a data file was scanned")
+
+    monkeypatch.setattr(build_file, "scan_file", no_scan)
+    with ShardedWriter(tmp_path / "n", shard_records=10) as w:
+        w.write_many(b"r%d" % i for i in range(35))
+    assert len(ofindex.open(str(tmp_path / "n"))) == 35
+
+
+@pytest.mark.parametrize("compression", [None, "gzip", "zlib"])
+def test_tf_data_reads_every_shard(tmp_path, compression):
+    tf = pytest.importorskip("tensorflow")
+    with ShardedWriter(tmp_path / "t", shard_records=25, compression=compression) as w:
+        for k in range(60):
+            w.write({"label": k, "name": f"n{k}"})
+    files = w.summary.files
+    assert len(files) == 3
+    data = tf.data.TFRecordDataset(files, compression_type={None: "", "gzip": "GZIP",
+                                                            "zlib": "ZLIB"}[compression])
+    parsed = [tf.io.parse_single_example(r, {"label": tf.io.FixedLenFeature([], tf.int64),
+                                             "name": tf.io.FixedLenFeature([], tf.string)})
+              for r in data]
+    assert [int(p["label"]) for p in parsed] == list(range(60))
+    assert parsed[7]["name"].numpy() == b"n7"
+    ds = ofindex.open(str(tmp_path / "t"))
+    assert [decode_example(r)["label"].item() for r in ds[:]] == list(range(60))
+
+
+def test_ofrecord_shards_are_oneflow_framed_and_parse_with_protobuf(tmp_path):
+    with ShardedWriter(tmp_path / "of", "ofrecord", shard_records=4) as w:
+        for k in range(10):
+            w.write({"label": np.array([k], np.int32), "x": np.array([0.5, k], np.float64)})
+    got = []
+    for f in w.summary.files:
+        with open(f, "rb") as fh:
+            data = fh.read()
+        pos = 0
+        while pos < len(data):  # OneFlow's framing: int64 length, payload
+            (n,) = struct.unpack_from("<q", data, pos)
+            rec = ofrecord_pb2.OFRecord.FromString(data[pos + 8 : pos + 8 + n])
+            got.append((list(rec.feature["label"].int32_list.value),
+                        list(rec.feature["x"].double_list.value)))
+            pos += 8 + n
+    assert got == [([k], [0.5, float(k)]) for k in range(10)]
+
+
+def test_parallel_streams_one_dataset(tmp_path):
+    with ShardedWriter(tmp_path / "p", shard_records=7) as w:
+        streams = [w.stream() for _ in range(4)]
+
+        def work(k):
+            streams[k].write_many(b"%d-%d" % (k, i) for i in range(20))
+            streams[k].close()
+
+        threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    ds = ofindex.open(str(tmp_path / "p"))
+    # stream 0 (the writer's own) wrote nothing; the others' shards follow in stream order
+    assert ds[:] == [b"%d-%d" % (k, i) for k in range(4) for i in range(20)]
+    assert len(ds.shards) == 4 * 3
+
+
+def test_empty_dataset_is_one_empty_shard(tmp_path):
+    with ShardedWriter(tmp_path / "e"):
+        pass
+    ds = ofindex.open(str(tmp_path / "e"))
+    assert len(ds) == 0 and len(ds.shards) == 1
+
+
+def test_existing_dataset_is_never_written_over(tmp_path):
+    with ShardedWriter(tmp_path / "x") as w:
+        w.write(b"old")
+    with pytest.raises(DatasetExistsError, match="already holds data files"):
+        ShardedWriter(tmp_path / "x")
+    assert ofindex.open(str(tmp_path / "x"))[:] == [b"old"]
+
+
+def test_an_error_while_writing_leaves_nothing(tmp_path):
+    out = tmp_path / "err"
+    with (pytest.raises(EncodeError, match="feature 'label' of record 3"),
+          ShardedWriter(out, shard_records=2, spec=SPEC) as w):
+        w.write_columns(_columns(3))
+        w.write({"image": np.zeros(16), "label": 1.5})
+    assert os.listdir(out) == []
+    with pytest.raises(OfindexError):
+        ofindex.open(str(out))
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="must name each shard differently"):
+        ShardedWriter("/tmp/never-made", pattern="data")
+    with pytest.raises(ValueError, match="shard_records must be at least 1"):
+        ShardedWriter("/tmp/never-made", shard_records=0)
+
+
+def test_bucket(moto_server):
+    import servers
+
+    options = servers.s3_options(moto_server.url)
+    url = "s3://ofindex-test/sharded-write"
+    with ShardedWriter(url, shard_records=5, storage_options=options) as w:
+        w.write_many(b"rec %d" % i for i in range(12))
+    assert w.summary.files == [f"{url}/part-{k:05d}-of-00003" for k in range(3)]
+    ds = ofindex.open(url, storage_options=options)
+    assert ds[:] == [b"rec %d" % i for i in range(12)]
+    assert ds[[11, 0]] == [b"rec 11", b"rec 0"]
+
+
+def _outcome(directory, records):
+    """What a reader finds: ``None`` (nothing opens) or the full dataset's record count."""
+    try:
+        ds = ofindex.open(directory)
+    except (OfindexError, FileNotFoundError):
+        return None
+    with ds:
+        got = ds[:]
+    assert [decode_example(r)["i"].item() for r in got] == list(range(records)), (
+        "a dataset that opens is the whole dataset")
+    return len(got)
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.3, 0.6, 0.9, 1.2, 1.5, 2.0, 3.0])
+def test_killed_writer_leaves_no_half_dataset(tmp_path, delay):
+    """SIGKILL at points spread over a writer's life (seeded delays, writing and publishing
+    2000 records in 200 shards): the directory opens as the whole dataset or not at all."""
+    out = str(tmp_path / "k")
+    with subprocess.Popen([sys.executable, os.path.join(HERE, "write_worker.py"), out, "2000",
+                           "10"], stdout=subprocess.PIPE, text=True,
+                          env={**os.environ, "PYTHONPATH": os.path.dirname(HERE)}) as proc:
+        assert proc.stdout.readline().strip() == "started"
+        time.sleep(delay)
+        proc.kill()
+        proc.wait()
+    assert _outcome(out, 2000) in (None, 2000)
+
+
+def test_ctrl_c_removes_what_was_written(tmp_path):
+    out = str(tmp_path / "c")
+    with subprocess.Popen([sys.executable, os.path.join(HERE, "write_worker.py"), out,
+                           "200000", "1000"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True, env={**os.environ, "PYTHONPATH": os.path.dirname(HERE)}
+                          ) as proc:
+        assert proc.stdout.readline().strip() == "started"
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    assert "KeyboardInterrupt" in err
+    assert os.listdir(out) == []
+    assert _outcome(out, 0) is None
