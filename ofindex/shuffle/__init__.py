@@ -22,6 +22,7 @@ prefetching DataLoader, for any number of workers and ranks on resume) and :mod:
 (weighted mixtures of several datasets).
 """
 
+from .mixing import MixtureSampler
 from .orders import BlockShuffleOrder, GlobalShuffleOrder, SequentialOrder
 from .partition import Partition, resolve_distributed
 from .permutation import DEFAULT_ROUNDS, FeistelPermutation
@@ -36,6 +37,7 @@ __all__ = [
     "FeistelPermutation",
     "GlobalShuffleOrder",
     "GlobalShuffleSampler",
+    "MixtureSampler",
     "Partition",
     "RecordBatches",
     "ResumableLoader",

@@ -45,7 +45,8 @@ def _loader_iter_type() -> type | None:
 
 
 def _callers(depth: int) -> list[FrameType]:
-    frames, frame = [], sys._getframe(2)
+    frames: list[FrameType] = []
+    frame: FrameType | None = sys._getframe(2)
     while frame is not None and len(frames) < depth:
         frames.append(frame)
         frame = frame.f_back
