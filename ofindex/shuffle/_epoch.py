@@ -185,7 +185,6 @@ class _EpochSampler:
             "epoch": int(epoch),
             "position": int(position),
             "num_replicas": self.num_replicas,
-            "rank": self.rank,
             "consumed": int(consumed),
         }
 
