@@ -233,7 +233,6 @@ def test_stateful_dataloader_with_other_workers_on_resume(sources):
 
 
 def test_balanced_ranks_have_exact_lengths(sources):
-    ds, _ = sources
     for world in (2, 3, 4):
         for drop in (False, True):
             lengths, real = set(), set()
@@ -299,3 +298,13 @@ class _Plain:
 
     def __iter__(self):
         return iter(self.sampler)
+
+
+def test_loaders_that_cannot_be_resumed_exactly_are_refused(sources):
+    ds, _ = sources
+    data = TorchDataset(ds)
+    with pytest.raises(TypeError, match="not driven by an ofindex sampler"):
+        ResumableLoader(DataLoader(data, batch_size=4))
+    with pytest.raises(TypeError, match="in_order=False"):
+        ResumableLoader(DataLoader(data, sampler=GlobalShuffleSampler(data), batch_size=4,
+                                   num_workers=1, in_order=False))

@@ -166,7 +166,9 @@ class ShuffledIterableDataset(_tud.IterableDataset[Any]):
     The epoch order of ``sampler`` (its epoch, seed, rank and resume position) is split over
     the ``num_workers`` workers of this rank (see :meth:`Partition.split`): disjoint, complete,
     equal-sized shares.  Call ``sampler.set_epoch(e)`` before each epoch (and use
-    ``persistent_workers=False`` so workers see it).
+    ``persistent_workers=False`` so workers see it).  It has no checkpoint of what the loop
+    consumed: for exact resume use a map-style dataset with a sampler (or
+    :class:`TensorBatches` with a :class:`BatchSampler`) and :class:`ResumableLoader`.
 
     Args:
         source: The records: an ofindex ``Dataset`` or anything with ``__len__`` and

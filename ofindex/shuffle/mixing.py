@@ -243,9 +243,18 @@ class MixtureSampler:
         """
         epoch, part = mark
         taken = len(part) if finished else min(len(part), int(batches))
-        return self._state(epoch, part.global_position(taken))
+        return self.state_at(epoch, part.global_position(taken))
 
-    def _state(self, epoch: int, position: int) -> dict[str, Any]:
+    def state_at(self, epoch: int, position: int) -> dict[str, Any]:
+        """The state at a given batch position of an epoch.
+
+        Args:
+            epoch: The mixture epoch.
+            position: The batch position reached, in ``[0, len]``.
+
+        Returns:
+            A JSON-serialisable dict for :meth:`load_state_dict`.
+        """
         g = epoch * self.num_batches + position
         return {
             "version": _STATE_VERSION,
@@ -283,7 +292,7 @@ class MixtureSampler:
                 "loader's state instead: loader = ofindex.shuffle.ResumableLoader("
                 "DataLoader(...)) and loader.state_dict()")
         epoch, part = self._pass
-        return self._state(epoch, part.global_position(self._consumed))
+        return self.state_at(epoch, part.global_position(self._consumed))
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume at a saved state, with this sampler's weights from there on.

@@ -119,8 +119,13 @@ def tracker_of(loader: object) -> Tracker:
         Its batch sampler, or its record sampler seen in batches of its ``batch_size``.
 
     Raises:
-        TypeError: The loader's sampler is not one of ofindex's.
+        TypeError: The loader's sampler is not one of ofindex's, or the loader hands
+            batches out of order (``in_order=False``).
     """
+    if getattr(loader, "in_order", True) is False:
+        raise TypeError("ResumableLoader: this DataLoader hands batches to the loop out of "
+                        "order (in_order=False), so the batches received are not the first "
+                        "ones of the pass and no position describes them; use in_order=True")
     for name in ("batch_sampler", "sampler"):
         found = getattr(loader, name, None)
         if isinstance(found, Tracker):
