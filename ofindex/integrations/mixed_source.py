@@ -71,13 +71,25 @@ class MixedSource:
         Raises:
             IndexError: An index is outside ``[0, len(self))``.
         """
+        return self._groups(indices)[0]
+
+    def _groups(self, indices: Sequence[int] | np.ndarray) -> tuple[
+            list[tuple[int, np.ndarray, np.ndarray]], bool]:
+        """:meth:`split`, and whether the indices are in source order (as a mixture's
+        batches are: source 0's records first), so the groups are consecutive runs."""
         got = np.asarray(indices, dtype=np.int64).reshape(-1)
         which = self.source_of(got)
         out = []
+        if bool((which[1:] >= which[:-1]).all()):
+            cuts = np.searchsorted(which, np.arange(len(self.sources) + 1)).tolist()
+            out.extend((s, got[cuts[s]:cuts[s + 1]] - self.offsets[s],
+                        np.arange(cuts[s], cuts[s + 1]))
+                       for s in range(len(self.sources)) if cuts[s] < cuts[s + 1])
+            return out, True
         for s in np.unique(which).tolist():
             places = np.flatnonzero(which == s)
             out.append((int(s), got[places] - self.offsets[s], places))
-        return out
+        return out, False
 
     def __getitem__(self, index: int) -> Any:
         """One record.
@@ -106,12 +118,17 @@ class MixedSource:
         Raises:
             IndexError: An index is outside ``[0, len(self))``.
         """
-        out: list[Any] = [None] * len(indices)
-        for s, local, places in self.split(indices):
+        groups, ordered = self._groups(indices)
+        parts = []
+        for s, local, _ in groups:
             source = self.sources[s]
             fetch = getattr(source, "__getitems__", None)
             wanted = local.tolist()
-            recs = fetch(wanted) if fetch is not None else [source[i] for i in wanted]
+            parts.append(fetch(wanted) if fetch is not None else [source[i] for i in wanted])
+        if ordered:  # consecutive runs: the records as read, one source after the other
+            return [rec for part in parts for rec in part]
+        out: list[Any] = [None] * len(indices)
+        for (_, _, places), recs in zip(groups, parts, strict=True):
             for place, rec in zip(places.tolist(), recs, strict=True):
                 out[place] = rec
         return out

@@ -40,6 +40,7 @@ from .permutation import DEFAULT_ROUNDS
 __all__ = ["MixtureSampler"]
 
 _STATE_VERSION = 1
+_CHUNK = 64  # batches made together (one permutation call per source for all of them)
 #: A mark of a pass: (epoch, the partition of its batches).
 Mark = tuple[int, Partition]
 
@@ -214,11 +215,13 @@ class MixtureSampler:
         self._pass, self._consumed, self._resume = (self.epoch, part), 0, 0
         self._driver = driving_loader()
         offsets, first = self._offsets(), self.epoch * self.num_batches
-        for p in part.positions().tolist():
-            g = first + p
-            _, indices = self.plan.batch(g, offsets.at(g))
-            self._consumed += 1
-            yield indices.tolist()
+        for j in range(0, len(part), _CHUNK):
+            batches = part.positions(j, j + _CHUNK) + first
+            starts = np.stack([offsets.at(int(g)) for g in batches])
+            _, indices = self.plan.batches(batches, starts)
+            for row in indices.tolist():
+                self._consumed += 1
+                yield row
 
     # -- checkpoints ----------------------------------------------------------------------
     def pass_mark(self) -> Mark:

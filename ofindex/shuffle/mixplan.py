@@ -212,13 +212,39 @@ class MixturePlan:
             ``(sources, indices)``: the source of each record and its global index
             (``offset_s + record``), int64 arrays of ``batch_size``, source 0's first.
         """
-        counts = self.batch_counts(batch)
-        sources = np.repeat(np.arange(len(self.sizes), dtype=np.int64), counts)
-        indices = np.empty(self.batch_size, dtype=np.int64)
-        at = 0
-        for s, c in enumerate(counts.tolist()):
-            if c:
-                items = np.arange(int(starts[s]), int(starts[s]) + c, dtype=np.int64)
-                indices[at:at + c] = self.stream(s, items) + self.offsets[s]
-                at += c
+        sources, indices = self.batches(np.array([batch]), np.asarray(starts).reshape(1, -1))
+        return sources[0], indices[0]
+
+    def batches(self, batches: np.ndarray, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The records of several batches at once (one permutation call per source and
+        source epoch for all of them).
+
+        Args:
+            batches: Mixture batch numbers, shape ``(m,)``.
+            starts: ``K_s(g)`` of each batch, shape ``(m, S)``.
+
+        Returns:
+            ``(sources, indices)``, int64 arrays of shape ``(m, batch_size)``: each row as in
+            :meth:`batch`.
+        """
+        rows = len(batches)
+        counts = (np.broadcast_to(np.asarray(self.counts, dtype=np.int64),
+                                  (rows, len(self.sizes))) if not self.sampled
+                  else np.stack([self.batch_counts(int(g)) for g in batches]))
+        columns = np.cumsum(counts, axis=1) - counts  # where each source's run starts in a row
+        sources = np.empty((rows, self.batch_size), dtype=np.int64)
+        indices = np.empty((rows, self.batch_size), dtype=np.int64)
+        row_of = np.arange(rows, dtype=np.int64)
+        for s in range(len(self.sizes)):
+            per_row = counts[:, s]
+            total = int(per_row.sum())
+            if not total:
+                continue
+            first = np.repeat(np.cumsum(per_row) - per_row, per_row)
+            within = np.arange(total, dtype=np.int64) - first
+            row = np.repeat(row_of, per_row)
+            column = np.repeat(columns[:, s], per_row) + within
+            items = np.repeat(np.asarray(starts, dtype=np.int64)[:, s], per_row) + within
+            sources[row, column] = s
+            indices[row, column] = self.stream(s, items) + self.offsets[s]
         return sources, indices
