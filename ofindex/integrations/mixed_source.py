@@ -79,7 +79,7 @@ class MixedSource:
         batches are: source 0's records first), so the groups are consecutive runs."""
         got = np.asarray(indices, dtype=np.int64).reshape(-1)
         which = self.source_of(got)
-        out = []
+        out: list[tuple[int, np.ndarray, np.ndarray]] = []
         if bool((which[1:] >= which[:-1]).all()):
             cuts = np.searchsorted(which, np.arange(len(self.sources) + 1)).tolist()
             out.extend((s, got[cuts[s]:cuts[s + 1]] - self.offsets[s],
