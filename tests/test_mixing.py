@@ -191,3 +191,26 @@ def test_mixture_batches_say_the_source(tmp_path):
     assert loader.state_dict()["position"] == len(sampler) == 8
     with pytest.raises(ValueError, match="one decoder per source"):
         MixtureBatches(sources, [None])
+
+
+def test_mixture_batches_decode_with_a_common_or_per_source_decoders(tmp_path):
+    from ofindex.cli.synthetic import write_dataset
+    from ofindex.decode import BatchDecoder, FixedLen
+    from ofindex.integrations.torch import MixtureBatches
+
+    write_dataset(str(tmp_path / "a"), 40, 2, seed=1)
+    write_dataset(str(tmp_path / "b"), 30, 1, seed=2)
+    sources = [ofindex.open(str(tmp_path / "a")), ofindex.open(str(tmp_path / "b"))]
+    spec = {"image": FixedLen((784,), "float32"), "label": FixedLen((), "int64")}
+    sampler = MixtureSampler(sources, [0.7, 0.3], 10, seed=3)
+    indices = next(iter(sampler))
+    common = MixtureBatches(sources, BatchDecoder(spec))[indices]
+    assert common["image"].shape == (10, 784) and common["source"].tolist() == [0] * 7 + [1] * 3
+    expected = BatchDecoder(spec)([sources[s][i] for s, i in pairs_of(sampler, indices)])
+    assert (common["image"].numpy() == expected["image"]).all()
+    assert (common["label"].numpy() == expected["label"]).all()
+    parts = MixtureBatches(sources, [BatchDecoder(spec),
+                                     BatchDecoder({"label": FixedLen((), "int64")})])[indices]
+    assert parts["parts"][0]["image"].shape == (7, 784)
+    assert set(parts["parts"][1]) == {"label"}
+    assert (parts["parts"][1]["label"].numpy() == expected["label"][7:]).all()

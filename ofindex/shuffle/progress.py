@@ -34,20 +34,40 @@ class Tracker(Protocol):
     """What :class:`ResumableLoader` needs of the sampler (or dataset) behind a loader."""
 
     def pass_mark(self) -> Any:
-        """Where the next pass starts (called just before the loader is iterated)."""
+        """Where the next pass starts (called just before the loader is iterated).
+
+        Returns:
+            A mark for :meth:`state_after`.
+        """
         ...
 
     def state_after(self, mark: Any, batches: int, finished: bool) -> dict[str, Any]:
-        """The state once ``batches`` batches of the pass started at ``mark`` are consumed
-        (``finished``: the loader ended the pass)."""
+        """The state once ``batches`` batches of the pass started at ``mark`` are consumed.
+
+        Args:
+            mark: From :meth:`pass_mark` at the start of the pass.
+            batches: Batches the loop received.
+            finished: The loader ended the pass.
+
+        Returns:
+            A JSON-serialisable state for :meth:`load_state_dict`.
+        """
         ...
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Resume at a saved state."""
+        """Resume at a saved state.
+
+        Args:
+            state: A dict from :meth:`state_after`.
+        """
         ...
 
     def set_epoch(self, epoch: int) -> None:
-        """Select the epoch of the next pass."""
+        """Select the epoch of the next pass.
+
+        Args:
+            epoch: The epoch number.
+        """
         ...
 
 
