@@ -37,7 +37,9 @@ from ofindex.formats.sidecar_header import (
 )
 from ofindex.storage import FileStamp
 
-STAMP = FileStamp(100, "etag:x")
+#: A compressed file large enough that deflate could inflate it to MAX_DATA_BYTES (a header
+#: claiming more than 1032x its file is refused as corrupt).
+STAMP = FileStamp(MAX_DATA_BYTES // 1032 + 1, "etag:x")
 TABLE = make_table([0], [0], [0], [1], [0], [0])  # one seek point: the start of the stream
 REBUILD = r"rebuild it with `ofindex build`"
 
@@ -385,7 +387,8 @@ def test_a_huge_count_never_sizes_an_allocation(victim):
     and a small blob inflating to far more than a record's 8 bytes: the output is bounded by
     what the blob holds and by the count, never allocated from the count."""
     _, raw = victim
-    forged = _forge(raw, {16: ("<Q", 2**50), 32: ("<Q", 2**62), 80: ("<Q", 2**62)}, body=True)
+    forged = _forge(raw, {16: ("<Q", 2**50), 24: ("<Q", 2**62 // 1032 + 1), 32: ("<Q", 2**62),
+                          80: ("<Q", 2**62)}, body=True)
     bomb = zlib.compress(bytes(64 << 20), 9)  # 64 MiB of zeros in ~64 KiB
     tracemalloc.start()
     try:
@@ -414,3 +417,16 @@ def test_unsupported_versions_name_the_supported_ones(victim):
     _, raw = victim
     with pytest.raises(SidecarError, match=r"version 4 is not supported.*versions 1, 2 and 3"):
         decode_header(_forge(raw, {8: ("<H", 4)}), path="x")
+
+
+def test_a_stream_larger_than_deflate_can_make_of_the_file_is_refused(victim):
+    """Issue 26, found by the fuzz tier: a forged uncompressed size and indexed end (CRCs
+    recomputed) sized the buffer a read inflates into. One compressed byte inflates to at most
+    1032 bytes, so a header claiming more than that of its file is refused when decoded."""
+    _, raw = victim
+    size = struct.unpack_from("<Q", raw, 24)[0]
+    at_most = _forge(raw, {32: ("<Q", 1032 * size), 80: ("<Q", 1032 * size)}, body=True)
+    assert parse_sidecar(at_most, path="x").header.uncompressed_size == 1032 * size
+    forged = _forge(raw, {32: ("<Q", 1032 * size + 1), 80: ("<Q", 1032 * size + 1)}, body=True)
+    with pytest.raises(SidecarError, match=r"more than \d+ compressed bytes can inflate to"):
+        parse_sidecar(forged, path="x")
