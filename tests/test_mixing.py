@@ -214,3 +214,12 @@ def test_mixture_batches_decode_with_a_common_or_per_source_decoders(tmp_path):
     assert parts["parts"][0]["image"].shape == (7, 784)
     assert set(parts["parts"][1]) == {"label"}
     assert (parts["parts"][1]["label"].numpy() == expected["label"][7:]).all()
+
+
+def test_state_follows_set_epoch_before_the_pass():
+    sampler = MixtureSampler([10, 20], [1, 1], 4, seed=1)
+    list(sampler)
+    assert (sampler.state_dict()["epoch"], sampler.state_dict()["position"]) == (0, 7)
+    sampler.set_epoch(1)
+    assert (sampler.state_dict()["epoch"], sampler.state_dict()["position"]) == (1, 0)
+    assert sampler.state_dict()["offsets"] == [14, 14]

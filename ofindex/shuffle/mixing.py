@@ -149,6 +149,7 @@ class MixtureSampler:
         if epoch != self.epoch:
             self._resume = 0
         self.epoch = epoch
+        self._pass, self._consumed = (epoch, self.partition()), 0
 
     def partition(self, start: int | None = None) -> Partition:
         """This rank's share of the epoch's batch positions.
