@@ -93,6 +93,7 @@ MIXING = {
                       "tfdata": {"median": 100.0, "min": 90.0, "max": 110.0}},
     "mix_vs_one_source": {"median": 0.955, "min": 0.9, "max": 0.99},
     "mix_vs_faster_peer": {"median": 4.3, "min": 4.0, "max": 4.6},
+    "best": {"mix_vs_one_source": 0.97, "mix_vs_faster_peer": 4.5},
 }
 
 
@@ -125,7 +126,8 @@ def test_report_from_fixtures(tmp_path):
             "after 8 batches) | 9.5 / 4.2 RTT |" in md)
     assert "Not measured yet: run `python tools/bench_read.py" in md  # read.json is missing
     assert "| ofindex-mix | 860 (800–900) |" in md
-    assert "Mixture / one source: 0.955 (0.9–0.99); mixture / the faster peer: 4.3 (4–4.6)×." in md
+    assert ("Mixture / one source: 0.955 (0.9–0.99); mixture / the faster peer: 4.3 (4–4.6)×; "
+            "best runs: 0.97 and 4.5×.") in md
     assert "| build 1 M x ~200 B | 2,500,000 | 6.25 |" in md
     assert "| ofindex | 719,101 (787,692) |" in md
     assert "| vahidk | skipped (tfrecord not installed) |" in md

@@ -243,7 +243,9 @@ class Report:
                        for name, r in rates.items()]),
                 "",
                 f"Mixture / one source: {span(one['median'], one['min'], one['max'])}; "
-                f"mixture / the faster peer: {span(peer['median'], peer['min'], peer['max'])}×."]
+                f"mixture / the faster peer: {span(peer['median'], peer['min'], peer['max'])}×"
+                + (f"; best runs: {fmt(data['best']['mix_vs_one_source'])} and "
+                   f"{fmt(data['best']['mix_vs_faster_peer'])}×." if "best" in data else ".")]
         self.summary.append(
             f"Weighted mixing of {len(c['weights'])} sources: {fmt(one['median'])} of one "
             f"source's batches/s, {fmt(peer['median'])}× the faster of tf.data "
