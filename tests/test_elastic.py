@@ -308,3 +308,35 @@ def test_loaders_that_cannot_be_resumed_exactly_are_refused(sources):
     with pytest.raises(TypeError, match="in_order=False"):
         ResumableLoader(DataLoader(data, sampler=GlobalShuffleSampler(data), batch_size=4,
                                    num_workers=1, in_order=False))
+
+
+def test_persistent_workers_across_epochs_then_resume(sources):
+    ds, _ = sources
+    data = TorchDataset(ds)
+
+    def make(workers):
+        sampler = BatchSampler(GlobalShuffleSampler(data, seed=4), 8)
+        extra = ({"multiprocessing_context": "fork", "persistent_workers": True,
+                  "prefetch_factor": 4} if workers else {})
+        return ResumableLoader(DataLoader(data, batch_sampler=sampler, num_workers=workers,
+                                          collate_fn=list, **extra))
+
+    loader = make(2)
+    epochs = {0: [], 1: []}
+    for epoch in (0, 1):
+        loader.set_epoch(epoch)
+        for step, batch in enumerate(loader):
+            epochs[epoch] += batch
+            if epoch == 1 and step == 6:
+                break
+    state = loader.state_dict()
+    assert (state["epoch"], state["position"]) == (1, 56)
+    resumed = make(3)
+    resumed.load_state_dict(state)
+    for epoch in range(state["epoch"], 2):
+        resumed.set_epoch(epoch)
+        for batch in resumed:
+            epochs[epoch] += batch
+    every = sorted(ds[i] for i in range(len(ds)))
+    assert sorted(epochs[0]) == every and sorted(epochs[1]) == every
+    assert epochs[0] != epochs[1]
