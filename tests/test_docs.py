@@ -1,4 +1,5 @@
-"""Every documented example runs as written: each code block of README.md (Python blocks as
+"""Every documented example runs as written: each code block of README.md and of the docs
+pages listed in ``PAGES`` (Python blocks as
 plain scripts in a fresh interpreter, shell blocks line by line through the real `ofindex`
 entry point) and each example line of every `ofindex … --help` text.
 
@@ -30,9 +31,10 @@ _BLOCK = re.compile(r"(?:<!-- docs-test: (?P<directive>[^>]*?) -->\n)?```(?P<lan
                     r"(?P<body>.*?)```", re.S)
 
 
-def readme_blocks() -> list[tuple[int, str, str, str]]:
-    """``(number, language, directive, body)`` of every fenced block of README.md."""
-    with open(README, encoding="utf-8") as f:
+def readme_blocks(path: str = README) -> list[tuple[int, str, str, str]]:
+    """``(number, language, directive, body)`` of every fenced block of README.md (or of
+    another page)."""
+    with open(path, encoding="utf-8") as f:
         text = f.read()
     return [(k, m["lang"], m["directive"] or "", m["body"])
             for k, m in enumerate(_BLOCK.finditer(text))]
@@ -49,6 +51,12 @@ def page_blocks(page: str) -> list[tuple[int, str, str, str]]:
         text = f.read()
     return [(k, m["lang"], m["directive"] or "", m["body"])
             for k, m in enumerate(_BLOCK.finditer(text))]
+
+
+#: Pages of docs/ whose blocks run too, after README's, in the same working directory.
+PAGES = ["training.md"]
+PAGE_BLOCKS = [(page, *block) for page in PAGES
+               for block in readme_blocks(os.path.join(ROOT, "docs", page))]
 
 
 def _run(cmd, cwd, env, timeout=300, shell=False):
@@ -202,6 +210,12 @@ def test_doc_page_blocks_run(page, tmp_path):
                 _run(line, str(tmp_path), env, shell=True)
         else:
             pytest.fail(f"docs/{page} block {number} has language {lang!r}")
+
+
+@pytest.mark.parametrize("page,number,lang,directive,body", PAGE_BLOCKS, ids=[
+    f"{b[0][:-3]}-block{b[1]}-{b[2] or 'text'}" for b in PAGE_BLOCKS])
+def test_docs_page_block_runs(page, number, lang, directive, body, world):
+    test_readme_block_runs(f"{page[:-3]}_{number}", lang, directive, body, world)
 
 
 def test_readme_has_the_two_setup_commands():

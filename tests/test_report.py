@@ -85,12 +85,25 @@ def write(results, name, data):
         json.dump(data, f)
 
 
+MIXING = {
+    "config": {"records": 120000, "weights": [0.5, 0.3, 0.2], "batch_size": 256,
+               "batches_per_run": 600, "rounds": 5, "workers": 0, "cpus": 2},
+    "batches_per_s": {"ofindex-one": {"median": 900.0, "min": 850.0, "max": 950.0},
+                      "ofindex-mix": {"median": 860.0, "min": 800.0, "max": 900.0},
+                      "tfdata": {"median": 100.0, "min": 90.0, "max": 110.0}},
+    "mix_vs_one_source": {"median": 0.955, "min": 0.9, "max": 0.99},
+    "mix_vs_faster_peer": {"median": 4.3, "min": 4.0, "max": 4.6},
+    "best": {"mix_vs_one_source": 0.97, "mix_vs_faster_peer": 4.5},
+}
+
+
 def test_report_from_fixtures(tmp_path):
     results, docs = tmp_path / "bench-results", tmp_path / "docs"
     results.mkdir()
     for name, data in (("pipeline", PIPELINE), ("sequential", SEQUENTIAL),
                        ("shuffle", SHUFFLE), ("remote", REMOTE), ("compressed", COMPRESSED),
-                       ("build", BUILD), ("decode", DECODE), ("scale", SCALE)):
+                       ("build", BUILD), ("decode", DECODE), ("scale", SCALE),
+                       ("mixing", MIXING)):
         write(results, name, data)
     readme = tmp_path / "README.md"
     readme.write_text("# x\n\n## Benchmarks\n\nintro\n\n<!-- bench:begin -->\nold figures\n"
@@ -112,6 +125,9 @@ def test_report_from_fixtures(tmp_path):
     assert ("| 256 random records at +20 ms RTT, spacing 64 KiB (cold: first batch / warm: "
             "after 8 batches) | 9.5 / 4.2 RTT |" in md)
     assert "Not measured yet: run `python tools/bench_read.py" in md  # read.json is missing
+    assert "| ofindex-mix | 860 (800–900) |" in md
+    assert ("Mixture / one source: 0.955 (0.9–0.99); mixture / the faster peer: 4.3 (4–4.6)×; "
+            "best runs: 0.97 and 4.5×.") in md
     assert "| build 1 M x ~200 B | 2,500,000 | 6.25 |" in md
     assert "| ofindex | 719,101 (787,692) |" in md
     assert "| vahidk | skipped (tfrecord not installed) |" in md
@@ -132,6 +148,8 @@ def test_report_from_fixtures(tmp_path):
     assert "ofindex iter_batches 15,200,000 records/s, 1.09× the best peer." in text
     assert "a batch of 256 in 3.2 RTTs, 91.2× faster than one request per record" in text
     assert "[docs/benchmarks.md](docs/benchmarks.md)" in text
+    assert ("- Weighted mixing of 3 sources: 0.955 of one source's batches/s, 4.3× the faster "
+            "of tf.data sample_from_datasets and Grain's MapDataset.mix.") in text
     assert ("- Scale (1e+10 records, 100,000 shards, simulated store): open 0.64 s, peak RSS "
             "155 MB, 2 request rounds per cold batch of 256, 3.1× the useful bytes moved.") in text
 

@@ -9,7 +9,8 @@ Reads, when present: pipeline.json (tools/bench_pipeline.py), sequential.json
 (tools/bench_sequential.py), shuffle.json (tools/bench_shuffle.py), remote.json
 (tools/bench_remote.py), compressed.json (tools/bench_compressed.py), read.json
 (tools/bench_read.py), build.json (tools/bench_build.py), decode.json
-(tools/bench_decode.py), scale.json (tools/bench_scale.py). A missing file gives a line
+(tools/bench_decode.py), scale.json (tools/bench_scale.py), mixing.json
+(tools/bench_mixing.py). A missing file gives a line
 saying how to make it, or with ``--keep-missing`` the section and README lines already
 written from it earlier (so that one benchmark can be re-run and its figures refreshed
 alone). README.md's text between ``<!-- bench:begin -->`` and ``<!-- bench:end -->`` is
@@ -39,7 +40,7 @@ TOOLS = {"pipeline": ("bench_pipeline.py", []), "sequential": ("bench_sequential
          "shuffle": ("bench_shuffle.py", []), "remote": ("bench_remote.py", []),
          "compressed": ("bench_compressed.py", []), "read": ("bench_read.py", []),
          "build": ("bench_build.py", []), "decode": ("bench_decode.py", []),
-         "scale": ("bench_scale.py", [])}
+         "scale": ("bench_scale.py", []), "mixing": ("bench_mixing.py", [])}
 
 
 def fmt(x: float | None, digits: int = 3) -> str:
@@ -223,6 +224,34 @@ class Report:
                                     "shuffled positions/s in O(1) memory.")
         self.sections.append("\n".join(text) + "\n")
 
+    def mixing(self) -> None:
+        data = self.load("mixing")
+        title = "Weighted mixing (tools/bench_mixing.py)"
+        if data is None:
+            self.missing(title, "bench_mixing.py")
+            return
+        c, rates = data["config"], data["batches_per_s"]
+        one, peer = data["mix_vs_one_source"], data["mix_vs_faster_peer"]
+        weights = " / ".join(fmt(w, 2) for w in c["weights"])
+        text = [f"## {title}\n",
+                f"{len(c['weights'])} MNIST-like sources (weights {weights}), batches of "
+                f"{c['batch_size']} decoded to arrays, {c['workers']} workers, "
+                f"{c['rounds']} rounds of {c['batches_per_run']} batches (a fresh process "
+                "per run). batches/s: median (range).\n",
+                table(["pipeline", "batches/s"],
+                      [[name, span(r["median"], r["min"], r["max"])]
+                       for name, r in rates.items()]),
+                "",
+                f"Mixture / one source: {span(one['median'], one['min'], one['max'])}; "
+                f"mixture / the faster peer: {span(peer['median'], peer['min'], peer['max'])}×"
+                + (f"; best runs: {fmt(data['best']['mix_vs_one_source'])} and "
+                   f"{fmt(data['best']['mix_vs_faster_peer'])}×." if "best" in data else ".")]
+        self.summary.append(
+            f"Weighted mixing of {len(c['weights'])} sources: {fmt(one['median'])} of one "
+            f"source's batches/s, {fmt(peer['median'])}× the faster of tf.data "
+            "sample_from_datasets and Grain's MapDataset.mix.")
+        self.sections.append("\n".join(text) + "\n")
+
     def remote(self) -> None:
         r = self.load("remote")
         title = "Remote storage at a fixed RTT (tools/bench_remote.py)"
@@ -378,7 +407,7 @@ class Report:
     def write(self, readme: str | None) -> str:
         """Write docs/benchmarks.md (and README's marked block); returns the markdown."""
         for section in (self.pipeline, self.sequential, self.read, self.build, self.decode,
-                        self.compressed, self.shuffle, self.remote, self.scale):
+                        self.compressed, self.shuffle, self.mixing, self.remote, self.scale):
             before = len(self.summary)
             section()
             self.lines_of[self.sections[-1].split("\n", 1)[0]] = self.summary[before:]

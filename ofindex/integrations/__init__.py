@@ -4,9 +4,12 @@
   ``__getitems__`` and one ``BatchDecoder`` call each, tensors without copies; the
   recommended way to train), a map-style ``Dataset`` wrapper (``__getitems__`` batched
   fetch), torch-typed samplers and batch sampler (DataLoader with workers, fork and spawn,
-  torchdata ``StatefulDataLoader`` checkpointing) and a worker-splitting ``IterableDataset``.
+  torchdata ``StatefulDataLoader`` checkpointing), ``ResumableLoader`` (checkpoints of what
+  the training loop consumed, for any workers and ranks on resume), ``MixtureSampler`` and
+  ``MixtureBatches`` (weighted mixing) and a worker-splitting ``IterableDataset``.
 * :mod:`ofindex.integrations.grain`: ``GrainBatches``, a Grain ``MapDataset`` of decoded
-  batches of a global shuffle. An ofindex dataset also satisfies Grain's
+  batches of a global shuffle, and :mod:`ofindex.integrations.grain_mixing`'s
+  ``GrainMixture`` (batches of a weighted mixture). An ofindex dataset also satisfies Grain's
   ``RandomAccessDataSource`` protocol as is (``__len__``, ``__getitem__``, picklable, cheap
   ``__repr__``): ``grain.python.DataLoader(data_source=ds, sampler=...)`` reads it.
 """

@@ -13,6 +13,13 @@ position), so Grain's checkpoints, which record the position, resume exactly::
     loader = batches.repeat(epochs).to_iter_dataset().mp_prefetch(
         grain.MultiprocessingOptions(num_workers=2))
     for batch in loader: ...
+
+Checkpoints that survive a change of the number of hosts or workers: wrap the iterator,
+``loader = ResumableLoader(batches.until_epoch(2).to_iter_dataset().mp_prefetch(...),
+tracker=batches)``, save ``loader.state_dict()`` (the global epoch and position of the batches
+the loop received), and on resume ``batches.load_state_dict(state)`` before building the
+pipeline: element 0 is then the next batch (``until_epoch`` counts from there).
+:class:`~ofindex.integrations.grain_mixing.GrainMixture` does the same for a weighted mixture.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ import grain
 import numpy as np
 
 from ..shuffle import GlobalShuffleSampler, SequentialSampler
+from ..shuffle.elements import ElementIndex
 from ._fetch import BatchFetch, RecordSource
 
 __all__ = ["GrainBatches"]
@@ -68,8 +76,8 @@ class GrainBatches(grain.MapDataset):  # type: ignore[misc]
         self._sampler = sampler_type(len(source), num_replicas=num_replicas, rank=rank,
                                      drop_last=drop_remainder, seed=seed)
         self._drop = bool(drop_remainder)
-        share = len(self._sampler)
-        self._len = share // self._batch_size if self._drop else -(-share // self._batch_size)
+        self._elements = ElementIndex(self._sampler.partition, self._batch_size, self._drop)
+        self._len = self._elements.per_epoch
         self._epoch = -1
         self._order: Any = None
 
@@ -81,7 +89,8 @@ class GrainBatches(grain.MapDataset):  # type: ignore[misc]
         """The global record numbers of element ``index``.
 
         Args:
-            index: The element: batch ``index % len(self)`` of epoch ``index // len(self)``.
+            index: The element: batch ``index % len(self)`` of epoch ``index // len(self)``
+                (counted from the resume point after :meth:`load_state_dict`).
 
         Returns:
             An int64 array of record numbers.
@@ -89,17 +98,72 @@ class GrainBatches(grain.MapDataset):  # type: ignore[misc]
         Raises:
             IndexError: ``index`` is negative.
         """
-        if index < 0:
-            raise IndexError(f"batch index {index} is negative")
-        epoch, k = divmod(int(index), self._len)
-        if epoch != self._epoch:
-            self._sampler.set_epoch(epoch)
-            self._order, self._epoch = self._sampler.order(), epoch
-        part = self._sampler.partition()
-        lo = k * self._batch_size
-        picked: np.ndarray = self._order(part.positions(lo, min(lo + self._batch_size,
-                                                                len(part))))
+        where = self._elements.locate(int(index))
+        if where.epoch != self._epoch:
+            self._sampler.set_epoch(where.epoch)
+            self._order, self._epoch = self._sampler.order(), where.epoch
+        picked: np.ndarray = self._order(where.partition.positions(where.begin, where.end))
         return picked
+
+    def until_epoch(self, epoch: int) -> grain.MapDataset:
+        """The elements from the start (or resume point) to the end of epoch ``epoch - 1``.
+
+        Args:
+            epoch: The first epoch not to read (``2``: epochs 0 and 1 of a fresh run).
+
+        Returns:
+            A ``MapDataset`` of those batches, each epoch in its own order.
+        """
+        return self.repeat()[: self._elements.until(int(epoch))]
+
+    # -- checkpoints (a tracker for ofindex.shuffle.ResumableLoader) ---------------------------
+    def pass_mark(self) -> ElementIndex:
+        """Where element 0 lies (the start or the loaded resume point).
+
+        Returns:
+            The element index of this run.
+        """
+        return self._elements
+
+    def state_after(self, mark: ElementIndex, batches: int, finished: bool) -> dict[str, Any]:
+        """The global state once every rank consumed ``batches`` elements from element 0.
+
+        Args:
+            mark: From :meth:`pass_mark`.
+            batches: Elements the loop received.
+            finished: Ignored (an element count says where an epoch ends).
+
+        Returns:
+            A ``GlobalShuffleSampler``-compatible state dict (epoch and global position).
+        """
+        epoch, position = mark.state(int(batches))
+        return self._sampler.state_at(epoch, position)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Start element 0 at a saved state (saved with any number of ranks or workers).
+
+        Args:
+            state: A dict from :meth:`state_after` (or a ``GlobalShuffleSampler``'s state
+                for the same records and seed).
+
+        Raises:
+            ValueError: The state was saved for other records, seed or order.
+        """
+        self._sampler.load_state_dict(state)
+        self._restart(self._sampler.epoch, int(state["position"]))
+
+    def set_epoch(self, epoch: int) -> None:
+        """Start element 0 at the beginning of epoch ``epoch``.
+
+        Args:
+            epoch: The epoch.
+        """
+        self._restart(int(epoch), 0)
+
+    def _restart(self, epoch: int, position: int) -> None:
+        self._elements = ElementIndex(self._sampler.partition, self._batch_size, self._drop,
+                                      epoch, position)
+        self._epoch = -1
 
     def __getitem__(self, index: Any) -> Any:
         """One decoded batch (a slice gives a sliced dataset, as Grain expects).

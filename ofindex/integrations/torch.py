@@ -21,8 +21,14 @@ dataset from ``ofindex.open(...)``::
   one ``__getitems__`` call each (one coalesced read plan per batch instead of 256 reads).
 * With ``multiprocessing_context="spawn"`` the dataset, transform and collate function must be
   picklable module-level objects (ofindex datasets and these classes are).
-* ``torchdata.stateful_dataloader.StatefulDataLoader`` checkpoints the samplers through their
-  ``state_dict``/``load_state_dict`` (O(1), no replay).  Checkpoint every rank at the same step.
+* Checkpoints: wrap the loader, ``loader = ResumableLoader(DataLoader(...))``, and save
+  ``loader.state_dict()``: it counts the batches the training loop received, so it is exact
+  whatever the workers prefetch, and resumes with any ``num_workers`` or number of ranks.
+  ``torchdata.stateful_dataloader.StatefulDataLoader`` checkpoints the samplers through their
+  ``state_dict``/``load_state_dict`` too (same ``num_workers`` only).  A sampler's own
+  ``state_dict()`` raises while a DataLoader with workers holds batches the loop has not
+  received.  Checkpoint every rank at the same step.
+* :class:`MixtureSampler` and :class:`MixtureBatches` mix several datasets with weights.
 
 The fastest way to train: :class:`TensorBatches`, whose items are whole decoded batches.  The
 sampler yields batches of indices; each worker reads a batch with one ``__getitems__`` and
@@ -42,14 +48,20 @@ import torch
 import torch.utils.data as _tud
 
 from ..decode import Ragged
+from ..shuffle import mixing as _m
 from ..shuffle import samplers as _s
+from ..shuffle.progress import ResumableLoader
 from ._fetch import BatchFetch, Layout, RecordSource, shard_counts
 from ._shared_blocks import BLOCKS, lend
+from .mixed_source import MixedSource
 
 __all__ = [
     "BatchSampler",
     "BlockShuffleSampler",
     "GlobalShuffleSampler",
+    "MixtureBatches",
+    "MixtureSampler",
+    "ResumableLoader",
     "SequentialSampler",
     "ShuffledIterableDataset",
     "TensorBatches",
@@ -144,13 +156,19 @@ class BatchSampler(_s.BatchSampler, _tud.Sampler[list[int]]):
     __doc__ = _s.BatchSampler.__doc__
 
 
+class MixtureSampler(_m.MixtureSampler, _tud.Sampler[list[int]]):
+    __doc__ = _m.MixtureSampler.__doc__
+
+
 class ShuffledIterableDataset(_tud.IterableDataset[Any]):
     """Iterable-style alternative: each DataLoader worker reads its own strided share.
 
     The epoch order of ``sampler`` (its epoch, seed, rank and resume position) is split over
     the ``num_workers`` workers of this rank (see :meth:`Partition.split`): disjoint, complete,
     equal-sized shares.  Call ``sampler.set_epoch(e)`` before each epoch (and use
-    ``persistent_workers=False`` so workers see it).
+    ``persistent_workers=False`` so workers see it).  It has no checkpoint of what the loop
+    consumed: for exact resume use a map-style dataset with a sampler (or
+    :class:`TensorBatches` with a :class:`BatchSampler`) and :class:`ResumableLoader`.
 
     Args:
         source: The records: an ofindex ``Dataset`` or anything with ``__len__`` and
@@ -334,3 +352,78 @@ class TensorBatches(_tud.Dataset[Any]):
 
     def __repr__(self) -> str:
         return f"TensorBatches({self.source!r}, decoder={self.decoder!r})"
+
+
+class MixtureBatches(TensorBatches):
+    """Decoded batches of a weighted mixture, with the source of each record.
+
+    The dataset of a :class:`MixtureSampler` over the same sources (its indices are the
+    sources' records one after the other, :class:`~ofindex.integrations.mixed_source.
+    MixedSource`)::
+
+        data = MixtureBatches([a, b, c], BatchDecoder(spec))
+        sampler = MixtureSampler([a, b, c], [0.5, 0.3, 0.2], 256, seed=0)
+        loader = ResumableLoader(DataLoader(data, sampler=sampler, batch_size=None))
+
+    Args:
+        sources: The datasets mixed (any record sources; local, remote, compressed).
+        decoder: One decoder for all sources (a common spec), called once per batch, or a
+            list of one decoder per source (specs that differ), each called with its
+            source's records of the batch; ``None``: records as they are.
+        pin_memory: As for :class:`TensorBatches`.
+        pack_bytes: As for :class:`TensorBatches`.
+
+    Raises:
+        ValueError: No source is given, or a list of decoders does not have one per source.
+    """
+
+    def __init__(self, sources: Sequence[RecordSource],
+                 decoder: Callable[..., Any] | Sequence[Callable[..., Any]] | None = None, *,
+                 pin_memory: bool = False, pack_bytes: bool = False) -> None:
+        mixed = MixedSource(sources)
+        self.parts: list[TensorBatches] | None = None
+        common: Callable[..., Any] | None = None
+        if isinstance(decoder, Sequence):
+            if len(decoder) != len(mixed.sources):
+                raise ValueError(f"{len(decoder)} decoders for {len(mixed.sources)} sources: "
+                                 "give one decoder per source, or one for all")
+            self.parts = [TensorBatches(src, dec, pin_memory=pin_memory, pack_bytes=pack_bytes)
+                          for src, dec in zip(mixed.sources, decoder, strict=True)]
+        else:
+            common = decoder
+        super().__init__(mixed, common, pin_memory=pin_memory, pack_bytes=pack_bytes)
+        self.mixed = mixed
+
+    def __getitem__(self, indices: Sequence[int] | np.ndarray | int) -> Any:
+        """One decoded batch and the source of each of its records.
+
+        Args:
+            indices: Global indices (``offset_s + record``), e.g. a batch of a
+                :class:`MixtureSampler`.
+
+        Returns:
+            With one decoder, its batch (``{name: tensor}``) plus ``"source"``: an int64
+            tensor of each record's source; with one decoder per source,
+            ``{"source": ..., "parts": [batch of source 0's records, ...]}`` (a part is
+            ``None`` for a source absent from the batch; the records of each part are in
+            the order of ``indices``); without a decoder,
+            ``{"records": [...], "source": ...}``.
+
+        Raises:
+            IndexError: An index is outside the sources' records, or whatever the sources or
+                decoders raise.
+        """
+        picked = [int(indices)] if isinstance(indices, (int, np.integer)) else indices
+        source = torch.from_numpy(self.mixed.source_of(picked))
+        if self.parts is not None:
+            parts: list[Any] = [None] * len(self.parts)
+            for s, local, _ in self.mixed.split(picked):
+                parts[s] = self.parts[s][local]
+            return {"source": source, "parts": parts}
+        batch = super().__getitem__(picked)
+        if isinstance(batch, dict):
+            return {**batch, "source": source}
+        return {"records": batch, "source": source}
+
+    def __repr__(self) -> str:
+        return f"MixtureBatches({self.mixed!r}, decoder={self.decoder!r})"

@@ -16,12 +16,17 @@ directly, ``BlockShuffleSampler(shard_sizes=[1000, 1000, 500])``.
 
 See :mod:`ofindex.shuffle.permutation` (the Feistel permutation), :mod:`.orders` (sequential,
 global and locality-aware block orders), :mod:`.partition` (rank/worker splits, drop_last and
-padding) and :mod:`.samplers` (set_epoch, state_dict/load_state_dict).
+padding), :mod:`.samplers` (set_epoch, state_dict/load_state_dict), :mod:`.progress`
+(:class:`ResumableLoader`: checkpoints of what the training loop consumed, exact under a
+prefetching DataLoader, for any number of workers and ranks on resume) and :mod:`.mixing`
+(weighted mixtures of several datasets).
 """
 
+from .mixing import MixtureSampler
 from .orders import BlockShuffleOrder, GlobalShuffleOrder, SequentialOrder
 from .partition import Partition, resolve_distributed
 from .permutation import DEFAULT_ROUNDS, FeistelPermutation
+from .progress import RecordBatches, ResumableLoader, Tracker
 from .samplers import BatchSampler, BlockShuffleSampler, GlobalShuffleSampler, SequentialSampler
 
 __all__ = [
@@ -32,8 +37,12 @@ __all__ = [
     "FeistelPermutation",
     "GlobalShuffleOrder",
     "GlobalShuffleSampler",
+    "MixtureSampler",
     "Partition",
+    "RecordBatches",
+    "ResumableLoader",
     "SequentialOrder",
     "SequentialSampler",
+    "Tracker",
     "resolve_distributed",
 ]

@@ -6,6 +6,7 @@ from typing import Any
 import numpy as np
 
 from ._data import Data, record_count
+from .lookahead import Driver, batches_ahead, called_by, driving_loader
 from .orders import EpochOrder
 from .partition import Partition, resolve_distributed
 
@@ -49,6 +50,7 @@ class _EpochSampler:
         self._pass_start = 0  # global epoch position where the current pass started
         self._consumed = 0  # items yielded by the current pass on this rank
         self._order_cache: tuple[int, EpochOrder] | None = None
+        self._driver: Driver | None = None  # the DataLoader pulling the current pass, if any
 
     # -- order ------------------------------------------------------------------------------
     def _make_order(self) -> EpochOrder:
@@ -70,6 +72,7 @@ class _EpochSampler:
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_order_cache"] = None
+        state["_driver"] = None
         return state
 
     # -- epochs and partition ---------------------------------------------------------------
@@ -110,6 +113,7 @@ class _EpochSampler:
         part = self.partition()
         part.warn_if_padding()
         self._pass_start, self._consumed, self._resume = part.start, 0, 0
+        self._driver = driving_loader()
         order = self.order()
         for j in range(0, len(part), chunk):
             yield order(part.positions(j, j + chunk))
@@ -131,21 +135,57 @@ class _EpochSampler:
     def state_dict(self) -> dict[str, Any]:
         """Where to resume: the epoch and the global epoch position reached.
 
+        Exact when the sampler is iterated by the training loop itself, by a ``DataLoader``
+        without workers, or saved by torchdata's ``StatefulDataLoader``.  A ``DataLoader``
+        with workers takes batches ahead of the loop: save
+        :class:`~ofindex.shuffle.progress.ResumableLoader`'s state instead.
+
+        Returns:
+            A JSON-serialisable dict of O(1) size for :meth:`load_state_dict`.
+
+        Raises:
+            RuntimeError: A DataLoader with workers has taken indices from this sampler that
+                the training loop has not received yet (its position is ahead of training).
+        """
+        ahead = batches_ahead(self._driver)
+        if ahead and not (self._driver is not None and called_by(self._driver)):
+            raise RuntimeError(self._ahead_message(ahead))
+        part = self.partition(self._pass_start)
+        return self.state_at(self.epoch, part.global_position(self._consumed), self._consumed)
+
+    def _ahead_message(self, ahead: int) -> str:
+        workers = self._driver.num_workers if self._driver is not None else 0
+        held = "some batches" if ahead < 0 else f"{ahead} batch(es)"
+        position = self.partition(self._pass_start).global_position(self._consumed)
+        return (f"{type(self).__name__}.state_dict(): a DataLoader with {workers} worker(s) "
+                f"has taken {held} of indices from this sampler that the training loop has "
+                f"not received yet, so the sampler's position ({position} of {self.n}) is "
+                "ahead of training and resuming from it would skip those records; save the "
+                "loader's state instead: loader = ofindex.shuffle.ResumableLoader("
+                "DataLoader(...)) and loader.state_dict() (or torchdata's StatefulDataLoader "
+                "and its state_dict())")
+
+    def state_at(self, epoch: int, position: int, consumed: int = 0) -> dict[str, Any]:
+        """The state of this sampler at a given place of an epoch.
+
+        Args:
+            epoch: The epoch.
+            position: The global epoch position reached, in ``[0, n]``.
+            consumed: Items this rank took in the pass (informational).
+
         Returns:
             A JSON-serialisable dict of O(1) size for :meth:`load_state_dict`.
         """
-        part = self.partition(self._pass_start)
         return {
             "version": _STATE_VERSION,
             "sampler": type(self).__name__,
             "n": self.n,
             "seed": self.seed,
             "params": self._params(),
-            "epoch": self.epoch,
-            "position": part.global_position(self._consumed),
+            "epoch": int(epoch),
+            "position": int(position),
             "num_replicas": self.num_replicas,
-            "rank": self.rank,
-            "consumed": self._consumed,
+            "consumed": int(consumed),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:

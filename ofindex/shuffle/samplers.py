@@ -30,7 +30,9 @@ from typing import Any, TypeVar
 from ._data import Data, ShardSizes, shard_sizes_of
 from ._epoch import _EpochSampler
 from .orders import BlockShuffleOrder, EpochOrder, GlobalShuffleOrder, SequentialOrder
+from .partition import Partition
 from .permutation import DEFAULT_ROUNDS
+from .progress import RecordBatches
 
 __all__ = ["BatchSampler", "BlockShuffleSampler", "GlobalShuffleSampler", "SequentialSampler"]
 
@@ -211,6 +213,30 @@ class BatchSampler:
         elif buf:
             s._consumed = total  # the dropped tail counts as consumed for this epoch
 
+    def pass_mark(self) -> tuple[int, Partition]:
+        """The epoch and this rank's share of the next pass (for
+        :class:`~ofindex.shuffle.progress.ResumableLoader`).
+
+        Returns:
+            ``(epoch, partition)``.
+        """
+        return self.sampler.epoch, self.sampler.partition()
+
+    def state_after(self, mark: tuple[int, Partition], batches: int,
+                    finished: bool) -> dict[str, Any]:
+        """The wrapped sampler's state once every rank consumed ``batches`` batches of a pass.
+
+        Args:
+            mark: From :meth:`pass_mark` at the start of the pass.
+            batches: Batches the loop received.
+            finished: The pass ended (a dropped short batch counts as consumed).
+
+        Returns:
+            The state dict, for :meth:`load_state_dict`.
+        """
+        return RecordBatches(self.sampler, self.batch_size, self.drop_last).state_after(
+            mark, batches, finished)
+
     def set_epoch(self, epoch: int) -> None:
         """Select epoch ``epoch``'s order of the wrapped sampler.
 
@@ -224,6 +250,11 @@ class BatchSampler:
 
         Returns:
             A JSON-serialisable dict for :meth:`load_state_dict`.
+
+        Raises:
+            RuntimeError: A DataLoader with workers has taken batches the training loop has
+                not received yet (save :class:`~ofindex.shuffle.progress.ResumableLoader`'s
+                state instead).
         """
         return self.sampler.state_dict()
 
