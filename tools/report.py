@@ -245,6 +245,23 @@ class Report:
             ax.set_xlabel(f"wall time in RTTs (RTT = {c['rtt_ms']} ms)")
 
         text.append("\n" + self.plot("remote-rtts", draw, (7, 3)) + "\n")
+        one = r.get("single_file")
+        if one:
+            text.append(
+                f"One file of {fmt(one['records'])} records opened without a manifest, "
+                f"{one['read']} random records read (open included; medians of "
+                f"{one['repeats']} alternated runs, range in brackets):\n")
+            text.append(table(
+                ["sidecar", "requests", "index bytes", "bytes moved", "wall (ms)"],
+                [[mode, fmt(one[mode]["requests"]), fmt(one[mode]["index_bytes"]),
+                  f"{fmt(one[mode]['bytes'])} [{fmt(one[mode]['bytes_min'])}–"
+                  f"{fmt(one[mode]['bytes_max'])}]",
+                  f"{fmt(one[mode]['wall_s'] * 1e3)} [{fmt(one[mode]['wall_s_min'] * 1e3)}–"
+                  f"{fmt(one[mode]['wall_s_max'] * 1e3)}]"] for mode in ("paged", "whole")]))
+            self.summary.append(
+                f"One remote file of {fmt(one['records'])} records without a manifest: "
+                f"{one['read']} random records move {fmt(one['paged']['bytes'] / 1e3)} kB "
+                f"(paged sidecar) instead of {fmt(one['whole']['bytes'] / 1e3)} kB.")
         s = r.get("summary")
         if s:
             self.summary.append(f"Remote, {c['rtt_ms']} ms RTT: a batch of {c['batch']} in "
