@@ -39,7 +39,7 @@ TOOLS = {"pipeline": ("bench_pipeline.py", []), "sequential": ("bench_sequential
          "shuffle": ("bench_shuffle.py", []), "remote": ("bench_remote.py", []),
          "compressed": ("bench_compressed.py", []), "read": ("bench_read.py", []),
          "build": ("bench_build.py", []), "decode": ("bench_decode.py", []),
-         "scale": ("bench_scale.py", [])}
+         "scale": ("bench_scale.py", []), "ray": ("bench_ray.py", [])}
 
 
 def fmt(x: float | None, digits: int = 3) -> str:
@@ -392,10 +392,34 @@ class Report:
             text.append(table(["decoder", "records/s"], rows) + "\n")
         self.sections.append("\n".join(text) + "\n")
 
+    def ray(self) -> None:
+        data = self.load("ray")
+        title = "Ray Data: read_ofindex against read_tfrecords (tools/bench_ray.py)"
+        if data is None:
+            self.missing(title, "bench_ray.py")
+            return
+        c = data["config"]
+        text = [f"## {title}\n", f"Ray {c['ray']}, {c['cpus']} CPUs; every record through "
+                f"`iter_batches`; rows/s: median of {c['repeats']} alternated rounds "
+                "[min–max].\n"]
+        rows = []
+        for case in data["cases"]:
+            for reader, r in case["readers"].items():
+                rows.append([f"{fmt(case['records'])} × {fmt(case['payload_bytes'])} B",
+                             reader, f"{fmt(r['rows_per_s'])} [{fmt(r['min'])}–"
+                             f"{fmt(r['max'])}]", f"{fmt(r['vs_read_tfrecords'])}×"])
+            raw = case["readers"].get("read_ofindex_raw")
+            if raw:
+                self.summary.append(
+                    f"Ray Data, {fmt(case['records'])} records of {fmt(case['payload_bytes'])} "
+                    f"B: read_ofindex {fmt(raw['vs_read_tfrecords'])}× read_tfrecords' rows/s.")
+        text.append(table(["data", "reader", "rows/s", "vs read_tfrecords"], rows))
+        self.sections.append("\n".join(text) + "\n")
+
     def write(self, readme: str | None) -> str:
         """Write docs/benchmarks.md (and README's marked block); returns the markdown."""
         for section in (self.pipeline, self.sequential, self.read, self.build, self.decode,
-                        self.compressed, self.shuffle, self.remote, self.scale):
+                        self.compressed, self.shuffle, self.remote, self.scale, self.ray):
             before = len(self.summary)
             section()
             self.lines_of[self.sections[-1].split("\n", 1)[0]] = self.summary[before:]
