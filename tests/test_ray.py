@@ -85,6 +85,7 @@ def cluster():
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)  # the session this test started
             proc.wait(10)
+        proc.stdout.close()
 
 
 @pytest.fixture(scope="module")
@@ -201,6 +202,7 @@ def test_docs_example_runs(tmp_path):
     blocks = [p[len("python"):] for p in parts[1::2] if p.startswith("python")]
     assert blocks
     script = "\n".join(textwrap.dedent(b) for b in blocks)
+    # a Ray of its own, as on a laptop: never the test's cluster (nor another on this host)
     run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                         timeout=600, cwd=str(tmp_path), env=RAY_ENV)
+                         timeout=600, cwd=str(tmp_path), env={**RAY_ENV, "RAY_ADDRESS": "local"})
     assert run.returncode == 0, run.stderr[-4000:]
