@@ -8,7 +8,11 @@ Serves a 16-shard dataset from Debian nginx behind a delaying TCP proxy on loopb
   shards' sidecars fetched on first touch) and warm, at the default ``max_gap`` and at 64 KiB;
 * the naive peer: the same 256 records, one request per record in a loop;
 * contiguous slices ``ds[a:a+256]``;
-* sequential iteration over the whole dataset (large streamed reads).
+* sequential iteration over the whole dataset (large streamed reads);
+* one file of ``--single-records`` records opened without a manifest (its sidecar read by
+  pages after a 512-byte header at open) and 16 random records read from it, against the
+  same with the whole sidecar fetched (ofindex before issue 30): bytes and requests by file
+  kind, wall time.
 
 Wall time is reported in RTTs, plus requests per batch and bytes transferred vs bytes used
 (from nginx's access log). ``--out`` writes the figures as JSON.
@@ -52,11 +56,15 @@ class AccessLog:
 
     def take(self) -> tuple[int, int, int]:
         """(requests, data bytes sent, sidecar/manifest requests) since the last call."""
+        return self.take_split()[:3]
+
+    def take_split(self) -> tuple[int, int, int, int]:
+        """(requests, bytes sent, index requests, index bytes sent) since the last call."""
         with open(self.path, "rb") as f:
             f.seek(self.pos)
             chunk = f.read().decode("utf-8", "replace")
             self.pos = f.tell()
-        n = sent = meta = 0
+        n = sent = meta = meta_sent = 0
         for m in _LOG.finditer(chunk):
             if not m.group(1).startswith(("/data/", "/data.ofindex/")):
                 continue  # e.g. nginx's readiness probe, logged late
@@ -64,7 +72,8 @@ class AccessLog:
             sent += int(m.group(3))
             if m.group(1).endswith((".ofidx", ".json")):
                 meta += 1
-        return n, sent, meta
+                meta_sent += int(m.group(3))
+        return n, sent, meta, meta_sent
 
 
 @contextlib.contextmanager
@@ -175,6 +184,7 @@ def run(args) -> dict:
                 "wall_s": wall, "records": n_iter, "requests": n, "bytes_transferred": sent,
                 "MB_per_s": sent / wall / 1e6, "requests_per_shard": n / args.shards,
             }
+            results["single_file"] = single_file(args, work, proxy_port, log)
     shutil.rmtree(work, ignore_errors=True)
     b, naive = results["batch_warm"], results["naive_one_request_per_record"]
     results["summary"] = {
@@ -186,6 +196,49 @@ def run(args) -> dict:
         "slice_requests": results["slice"]["requests"],
     }
     return results
+
+
+def single_file(args, work: str, proxy_port: int, log: AccessLog) -> dict:
+    """16 random records of one big remote file opened without a manifest: paged sidecar
+    (the default) against the whole sidecar, alternated, ``--repeats`` times each."""
+    from ofindex.read import pages
+
+    d = os.path.join(work, "data", "single")
+    write_dataset(d, args.single_records, 1, kind="random", record_size=args.single_record_size,
+                  index=True, seed=2)
+    path = os.path.join(d, "part-00000")
+    url = f"http://127.0.0.1:{proxy_port}/data/single/part-00000"
+    rng = np.random.default_rng(args.seed + 1)
+    runs: dict[str, list[dict]] = {"paged": [], "whole": []}
+    default = pages.WHOLE_BELOW_PAGES
+    with ofindex.open(path) as local:
+        sidecar_bytes = os.path.getsize(local.shards[0].index_url)
+        for _ in range(args.repeats):
+            idx = rng.choice(args.single_records, 16, replace=False)
+            for mode in ("paged", "whole"):
+                pages.WHOLE_BELOW_PAGES = default if mode == "paged" else 1 << 62
+                try:
+                    log.take()
+                    t = time.perf_counter()
+                    ds = ofindex.open(url)
+                    got = ds[idx]
+                    wall = time.perf_counter() - t
+                    n, sent, meta, meta_sent = log.take_split()
+                finally:
+                    pages.WHOLE_BELOW_PAGES = default
+                assert got == local[idx], mode
+                runs[mode].append({"wall_s": wall, "requests": n, "bytes": sent,
+                                   "index_requests": meta, "index_bytes": meta_sent})
+    out: dict = {"records": args.single_records, "record_size": args.single_record_size,
+                 "sidecar_bytes": sidecar_bytes,
+                 "read": 16, "repeats": args.repeats}
+    for mode, rows in runs.items():
+        out[mode] = {k: statistics.median(r[k] for r in rows) for k in rows[0]}
+        out[mode]["bytes_min"] = min(r["bytes"] for r in rows)
+        out[mode]["bytes_max"] = max(r["bytes"] for r in rows)
+        out[mode]["wall_s_min"] = min(r["wall_s"] for r in rows)
+        out[mode]["wall_s_max"] = max(r["wall_s"] for r in rows)
+    return out
 
 
 def report(r: dict) -> None:
@@ -205,6 +258,14 @@ def report(r: dict) -> None:
     it = r["iterate_all"]
     print(f"{'iterate all':34s} {it['wall_s'] * 1e3:8.1f} ms {'':10s} {it['requests']:6d} req  "
           f"{it['MB_per_s']:.0f} MB/s, {it['requests_per_shard']:.1f} req/shard")
+    one = r.get("single_file")
+    if one:
+        for mode in ("paged", "whole"):
+            x = one[mode]
+            print(f"{'1 file, ' + mode + ' sidecar, open+16':34s} {x['wall_s'] * 1e3:8.1f} ms "
+                  f"{'':10s} {x['requests']:6.0f} req  {x['bytes'] / 1e3:9.1f} kB sent "
+                  f"(index {x['index_bytes'] / 1e3:.1f} kB; {x['bytes_min'] / 1e3:.1f}-"
+                  f"{x['bytes_max'] / 1e3:.1f} kB over {one['repeats']} runs)")
     s = r["summary"]
     print(f"batch of 256 warm: {s['batch_rtts']:.1f} RTT (goal <= {s['batch_goal_rtts']}), "
           f"{s['speedup_vs_naive']:.1f}x faster than one request per record "
@@ -220,9 +281,13 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--batch", type=int, default=256)
     p.add_argument("--repeats", type=int, default=15)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--single-records", type=int, default=1_000_000,
+                   help="records of the one file opened without a manifest")
+    p.add_argument("--single-record-size", type=int, default=16)
     p.add_argument("--out", help="write the results as JSON here")
     p.add_argument("--plot", help="write a PNG bar chart of wall times (RTTs) here")
-    args = parse_args(p, argv, shards=4, records_per_shard=200, repeats=2, rtt_ms=5.0)
+    args = parse_args(p, argv, shards=4, records_per_shard=200, repeats=2, rtt_ms=5.0,
+                      single_records=5000)
     r = run(args)
     report(r)
     if args.out:

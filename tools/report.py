@@ -40,7 +40,8 @@ TOOLS = {"pipeline": ("bench_pipeline.py", []), "sequential": ("bench_sequential
          "shuffle": ("bench_shuffle.py", []), "remote": ("bench_remote.py", []),
          "compressed": ("bench_compressed.py", []), "read": ("bench_read.py", []),
          "build": ("bench_build.py", []), "decode": ("bench_decode.py", []),
-         "scale": ("bench_scale.py", []), "mixing": ("bench_mixing.py", [])}
+         "scale": ("bench_scale.py", []), "mixing": ("bench_mixing.py", []),
+         "ray": ("bench_ray.py", [])}
 
 
 def fmt(x: float | None, digits: int = 3) -> str:
@@ -274,6 +275,23 @@ class Report:
             ax.set_xlabel(f"wall time in RTTs (RTT = {c['rtt_ms']} ms)")
 
         text.append("\n" + self.plot("remote-rtts", draw, (7, 3)) + "\n")
+        one = r.get("single_file")
+        if one:
+            text.append(
+                f"One file of {fmt(one['records'])} records opened without a manifest, "
+                f"{one['read']} random records read (open included; medians of "
+                f"{one['repeats']} alternated runs, range in brackets):\n")
+            text.append(table(
+                ["sidecar", "requests", "index bytes", "bytes moved", "wall (ms)"],
+                [[mode, fmt(one[mode]["requests"]), fmt(one[mode]["index_bytes"]),
+                  f"{fmt(one[mode]['bytes'])} [{fmt(one[mode]['bytes_min'])}–"
+                  f"{fmt(one[mode]['bytes_max'])}]",
+                  f"{fmt(one[mode]['wall_s'] * 1e3)} [{fmt(one[mode]['wall_s_min'] * 1e3)}–"
+                  f"{fmt(one[mode]['wall_s_max'] * 1e3)}]"] for mode in ("paged", "whole")]))
+            self.summary.append(
+                f"One remote file of {fmt(one['records'])} records without a manifest: "
+                f"{one['read']} random records move {fmt(one['paged']['bytes'] / 1e3)} kB "
+                f"(paged sidecar) instead of {fmt(one['whole']['bytes'] / 1e3)} kB.")
         s = r.get("summary")
         if s:
             self.summary.append(f"Remote, {c['rtt_ms']} ms RTT: a batch of {c['batch']} in "
@@ -404,10 +422,35 @@ class Report:
             text.append(table(["decoder", "records/s"], rows) + "\n")
         self.sections.append("\n".join(text) + "\n")
 
+    def ray(self) -> None:
+        data = self.load("ray")
+        title = "Ray Data: read_ofindex against read_tfrecords (tools/bench_ray.py)"
+        if data is None:
+            self.missing(title, "bench_ray.py")
+            return
+        c = data["config"]
+        text = [f"## {title}\n", f"Ray {c['ray']}, {c['cpus']} CPUs; every record through "
+                f"`iter_batches`; rows/s: median of {c['repeats']} alternated rounds "
+                "[min–max].\n"]
+        rows = []
+        for case in data["cases"]:
+            for reader, r in case["readers"].items():
+                rows.append([f"{fmt(case['records'])} × {fmt(case['payload_bytes'])} B",
+                             reader, f"{fmt(r['rows_per_s'])} [{fmt(r['min'])}–"
+                             f"{fmt(r['max'])}]", f"{fmt(r['vs_read_tfrecords'])}×"])
+            raw = case["readers"].get("read_ofindex_raw")
+            if raw:
+                self.summary.append(
+                    f"Ray Data, {fmt(case['records'])} records of {fmt(case['payload_bytes'])} "
+                    f"B: read_ofindex {fmt(raw['vs_read_tfrecords'])}× read_tfrecords' rows/s.")
+        text.append(table(["data", "reader", "rows/s", "vs read_tfrecords"], rows))
+        self.sections.append("\n".join(text) + "\n")
+
     def write(self, readme: str | None) -> str:
         """Write docs/benchmarks.md (and README's marked block); returns the markdown."""
         for section in (self.pipeline, self.sequential, self.read, self.build, self.decode,
-                        self.compressed, self.shuffle, self.mixing, self.remote, self.scale):
+                        self.compressed, self.shuffle, self.mixing, self.remote, self.scale,
+                        self.ray):
             before = len(self.summary)
             section()
             self.lines_of[self.sections[-1].split("\n", 1)[0]] = self.summary[before:]

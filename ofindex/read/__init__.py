@@ -8,6 +8,8 @@ it to read the manifest (one request) or list the files, and to place the sideca
 :func:`~ofindex.read.open.open_location` makes a :class:`~ofindex.read.shards.Shard` per file
 (the same storage objects), checks their headers (or the manifest's stamps) and returns a
 :class:`~ofindex.read.dataset.Dataset` over a :class:`~ofindex.read.table.ShardTable`.
+Without a manifest, remote sidecars are opened by their 512-byte headers, with the data
+files' stats, in one round (:mod:`ofindex.read.header_round`), not fetched whole.
 
 **Local files.** ``ds[i]``: the table maps ``i`` to a shard and a record inside it
 (:meth:`ShardTable.locate`); the shard's sidecar is memory-mapped (its offsets checked against

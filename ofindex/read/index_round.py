@@ -6,8 +6,8 @@ pages, and the data files' staleness ``stat``; it runs them at once, one call pe
 (:meth:`~ofindex.storage.Storage.fetch_round`; a thread per storage when the sidecars live
 elsewhere than the data), then checks and keeps what came back. Two entry points use it:
 
-* :func:`load_sidecars`: the sidecars of some shards (``open``, compressed batches): local
-  ones are memory-mapped one by one, remote ones fetched in one round;
+* :func:`load_sidecars`: the whole sidecars of some shards (compressed batches): local ones
+  are memory-mapped one by one, remote ones fetched in one round;
 * :func:`batch_spans`: the byte spans of a batch's records, from pages or whole sidecars.
 """
 
@@ -384,7 +384,7 @@ def _take_pages(round_: Round, request: PageRequest,
             raise current
         indexed = shard.expected_stamp()  # the checked header's stamp
         assert indexed is not None
-        _check_fresh(shard, indexed, current)
+        check_fresh(shard, indexed, current)
         shard.data_storage.expect(shard.path, current)
         pager.fresh = True
     cache = shard.cache
@@ -400,7 +400,12 @@ def _take_pages(round_: Round, request: PageRequest,
             to_node.append((pager.page_key(page), page_bounds.tobytes()))
 
 
-def _check_fresh(shard: Shard, indexed: FileStamp, current: FileStamp) -> None:
+def check_fresh(shard: Shard, indexed: FileStamp, current: FileStamp) -> None:
+    """Refuse a data file whose stamp now is not the one its index gives.
+
+    Raises:
+        StaleIndexError: Naming the change and the command that rebuilds the index.
+    """
     why = indexed.mismatch(current)
     if why:
         assert shard.data_storage is not None

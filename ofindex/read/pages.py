@@ -2,12 +2,13 @@
 
 A version 2 sidecar has a fixed 512-byte header, so the offsets of records ``[a, b)`` lie at
 bytes ``[512 + 8a, 512 + 8b)`` whatever the file. When a dataset is opened through its
-manifest (which gives each shard's record count and stamp), a remote shard's sidecar is not
-fetched whole: a batch asks, for every shard it touches, for the *pages* (runs of
-``page_records`` consecutive offsets, plus the next offset) holding its records, and for the
-header of each sidecar not validated yet in this process, all in one concurrent round with
-the other shards' pages and the data files' staleness ``stat``; the data ranges follow in a
-second round. With every page cached, a batch costs one round.
+manifest (which gives each shard's record count and stamp), or without one (each remote
+sidecar's header is then fetched and pinned at open: :mod:`ofindex.read.header_round`), a
+remote shard's sidecar is not fetched whole: a batch asks, for every shard it touches, for the
+*pages* (runs of ``page_records`` consecutive offsets, plus the next offset) holding its
+records, and for the header of each sidecar not validated yet in this process, all in one
+concurrent round with the other shards' pages and the data files' staleness ``stat``; the
+data ranges follow in a second round. With every page cached, a batch costs one round.
 
 The page size follows the shard's mean record size: a page holds about as many bytes of
 offsets as one record holds data (a power of two between 16 and 8192 records), so a random
@@ -15,10 +16,11 @@ record moves about twice its size (``tools/bench_scale.py`` measures the trade-o
 
 Pages are kept in this process's :class:`~ofindex.read.pagecache.PageCache` (bounded by
 ``cache_bytes``) and, with ``cache_dir``, in the machine's
-:class:`~ofindex.read.nodecache.NodeCache`. A header is checked against the manifest when
-it arrives (record count and stamp: :meth:`Shard.check_header`), before any of its pages is
-used or cached. Version 1 sidecars (variable header), compressed-file sidecars (seek points)
-and small sidecars (a few pages) are fetched whole instead, as before.
+:class:`~ofindex.read.nodecache.NodeCache`. A header is checked when it arrives (record count
+and stamp, and the body CRC when known, against the manifest or the pinned header:
+:meth:`Shard.check_header`), before any of its pages is used or cached. Version 1 sidecars
+(variable header), compressed-file sidecars (seek points) and small sidecars (a few pages)
+are fetched whole instead, as before.
 """
 
 from __future__ import annotations
@@ -102,14 +104,18 @@ def pager_of(shard: Shard) -> Pager | None:
         return None
     pager: Pager | None = shard.pager
     if pager is None or pager.pid != os.getpid():
-        p = page_records_for(shard.records, shard.size)
-        expect = shard.expected_stamp()
-        assert expect is not None
-        pager = Pager(p, sidecar_key(shard.index_url, expect, shard.body_crc),
-                   whole=shard.records <= WHOLE_BELOW_PAGES * p,
-                   fresh=shard.data_storage is None)
-        shard.pager = pager
+        pager = shard.pager = new_pager(shard)
     return None if pager.whole else pager
+
+
+def new_pager(shard: Shard) -> Pager:
+    """A fresh pager for a shard whose record count, size and stamp are known (from a
+    manifest, or from the header pinned when it was opened); its header not checked yet."""
+    p = page_records_for(shard.records, shard.size)
+    expect = shard.expected_stamp()
+    assert expect is not None
+    return Pager(p, sidecar_key(shard.index_url, expect, shard.body_crc),
+                 whole=shard.records <= WHOLE_BELOW_PAGES * p, fresh=shard.data_storage is None)
 
 
 def page_range(pager: Pager, records: int, first: int, last: int) -> tuple[int, int]:

@@ -1,9 +1,10 @@
 """One data file of a dataset together with its lazily opened sidecar.
 
 Local sidecars are memory-mapped (opening one reads its header; its offsets are checked
-against their CRC when the shard is first read). Remote sidecars are fetched whole when
-their shard is first touched (or read by pages: :mod:`ofindex.read.pages`) and kept in the
-dataset's :class:`~ofindex.read.sidecar_cache.SidecarCache`.
+against their CRC when the shard is first read). Remote sidecars are read by pages
+(:mod:`ofindex.read.pages`), or fetched whole when their shard is first touched (iteration,
+version 1, compressed or small ones) and kept in the dataset's
+:class:`~ofindex.read.sidecar_cache.SidecarCache`.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ class Shard:
 
     __slots__ = (
         "_pid",
+        "_pinned",
         "_sidecar",
         "_unchecked",
         "body_crc",
@@ -91,18 +93,44 @@ class Shard:
         self.local_sidecar: tuple[int, Sidecar] | None = None
         self._pid = -1
         self.pager: Any = None  # paged reads' state in this process (ofindex.read.pages)
+        #: The header this shard's count, stamp and body CRC were pinned from when the dataset
+        #: was opened without a manifest (:meth:`pin`), or ``None``.
+        self._pinned: SidecarHeader | None = None
 
     def __getstate__(self) -> tuple[Any, ...]:
         return (self.path, self.index_storage, self.index_path, self.records, self.size,
                 self.fingerprint, self.data_storage, self.cache, self.data_url, self.partial,
-                self.body_crc)
+                self.body_crc, self._pinned)
 
     def __setstate__(self, state: tuple[Any, ...]) -> None:
         (path, index_storage, ipath, records, size, fingerprint, data_storage, cache, url, partial,
-         body_crc) = state
+         body_crc, pinned) = state
         Shard.__init__(self, path, index_storage, ipath, records, size, fingerprint=fingerprint,
                        data_storage=data_storage, cache=cache, url=url, partial=partial,
                        body_crc=body_crc)
+        self._pinned = pinned
+
+    def pin(self, header: SidecarHeader) -> None:
+        """Take the count, stamp and body CRC a checked header gives as what this shard is
+        (a remote sidecar opened by its header, without a manifest): every later fetch of its
+        header, pages or whole sidecar, in any process, is checked against them as against a
+        manifest's.
+
+        Args:
+            header: The sidecar's header, its CRC checked.
+        """
+        self.records = header.count
+        self.size = header.stamp.size
+        self.fingerprint = header.stamp.fingerprint
+        self.body_crc = header.body_crc
+        self.partial = header.partial
+        self._pinned = header
+
+    @property
+    def found(self) -> bool:
+        """Whether this shard's sidecar was found: opened in this process, or its header
+        pinned when the dataset was opened."""
+        return self.opened or self._pinned is not None
 
     def __repr__(self) -> str:
         return f"Shard({self.path!r}, {self.records} records)"
@@ -138,6 +166,8 @@ class Shard:
             sidecar = self._sidecar or self._unchecked
             if sidecar is not None:
                 return sidecar.header
+        if self._pinned is not None:
+            return self._pinned
         return self.load(check_body=False).header
 
     @property
@@ -145,7 +175,8 @@ class Shard:
         return self.index_storage.url(self.index_path)
 
     def expected_stamp(self) -> FileStamp | None:
-        """The data file's stamp the manifest gives (``None`` without a manifest)."""
+        """The data file's stamp the manifest (or the header pinned at open) gives, else
+        ``None``."""
         return FileStamp(self.size, self.fingerprint) if self.fingerprint is not None else None
 
     def disk_copy(self) -> Sidecar | None:
@@ -275,13 +306,23 @@ class Shard:
         return sidecar
 
     def check_header(self, h: SidecarHeader) -> None:
-        """Check a sidecar header against what the dataset expects of this shard.
+        """Check a sidecar header against what the dataset expects of this shard (the
+        manifest's, or the header pinned when it was opened).
 
         Raises:
-            StaleIndexError: It disagrees with the manifest.
+            StaleIndexError: It disagrees with the manifest, or with the pinned header.
             SidecarError: It changed since the dataset was opened.
         """
         expect = self.expected_stamp()
+        if self._pinned is not None:
+            if h.count != self.records or h.stamp != expect or h.body_crc != self.body_crc:
+                raise StaleIndexError(
+                    f"{self.index_url}: the index changed since the dataset was opened "
+                    f"({self.records} records, {expect}, body CRC 0x{self.body_crc or 0:08x}; "
+                    f"now {h.count} records, {h.stamp}, body CRC 0x{h.body_crc:08x}); reopen "
+                    "the dataset"
+                )
+            return
         if self.body_crc is not None and h.body_crc != self.body_crc:
             raise StaleIndexError(
                 f"{self.index_url}: this sidecar was rebuilt after the dataset manifest was "

@@ -7,13 +7,13 @@ from __future__ import annotations
 from ..errors import IndexNotFoundError
 from ..formats.location import DatasetLocation
 from ..formats.strays import is_stray, name_pattern, only_strays, warn_skipped
-from .index_round import load_sidecars as load_all
+from .header_round import open_sidecars
 from .shards import Shard, missing_indexes
 
 
 def load_sidecars(location: DatasetLocation, shards: list[Shard],
                   stacklevel: int = 2) -> list[Shard]:
-    """Load the sidecars of ``shards`` (:func:`~.index_round.load_sidecars`), leaving out the
+    """Open the sidecars of ``shards`` (:func:`~.header_round.open_sidecars`), leaving out the
     files found by a directory or glob that have no sidecar and are plainly not record files.
 
     Only files without a sidecar are looked at (by name, else by their first bytes): a
@@ -26,7 +26,7 @@ def load_sidecars(location: DatasetLocation, shards: list[Shard],
         stacklevel: Where the warning points, counted from the caller of this function.
 
     Returns:
-        The shards of the record files, their sidecars loaded.
+        The shards of the record files, their sidecars opened.
 
     Raises:
         IndexNotFoundError: Record files without a sidecar (strays are not named).
@@ -36,12 +36,12 @@ def load_sidecars(location: DatasetLocation, shards: list[Shard],
         SkippedFilesWarning: Once, naming the files left out.
     """
     try:
-        load_all(shards, check_body=False)  # offsets checked on first read
+        open_sidecars(shards)
         return shards
     except IndexNotFoundError:
         storage = location.storage
-        missing = [s for s in shards if not s.opened]
-        patterns = {name_pattern(storage.basename(s.path)) for s in shards if s.opened}
+        missing = [s for s in shards if not s.found]
+        patterns = {name_pattern(storage.basename(s.path)) for s in shards if s.found}
         strays = {id(s) for s in missing
                   if s.path not in location.named and is_stray(storage, s.path, patterns)}
         if not strays:

@@ -131,8 +131,10 @@ class FsspecStorage(Storage):
 
     # -- metadata ---------------------------------------------------------------------------
     def stamp(self, path: str) -> FileStamp:
+        fs = self.fs
+        fs.invalidate_cache(path)  # the file now, not an earlier listing (see _round_async)
         try:
-            info = retry_sync(lambda: self.fs.info(path), self.retry, f"{self.url(path)}: info",
+            info = retry_sync(lambda: fs.info(path), self.retry, f"{self.url(path)}: info",
                               self.count_retry)
         except FileNotFoundError:
             raise DataFileNotFoundError(f"{self.url(path)}: data file not found") from None
@@ -283,6 +285,9 @@ class FsspecStorage(Storage):
             return data
 
         async def stat(path: str) -> FileStamp:
+            # a stamp checks that the file is still the one indexed: never from the listings
+            # s3fs and gcsfs cache (a glob of an earlier open, in this shared filesystem)
+            fs.invalidate_cache(path)
             async with sem:
                 info = await retry_async(lambda: fs._info(path), self.retry,
                                          f"{self.url(path)}: info", self.count_retry)

@@ -1,0 +1,129 @@
+"""Opening shards without a manifest: remote sidecars by their headers, not whole.
+
+A version 2 or 3 sidecar starts with a fixed 512-byte header that gives its record count,
+its data file's stamp (size and fingerprint) and the CRC of its body. So opening a remote
+file, a list or a glob without a manifest fetches no whole sidecar: one concurrent round
+(:class:`~ofindex.read.index_round.Round`) fetches the first 512 bytes of every sidecar and,
+with ``check_stale``, the stamp of every data file. Each header is checked (its own CRC, its
+stamp against the data file's) and *pinned* on its shard (:meth:`Shard.pin`): from then on
+the shard reads as one opened through a manifest does, by pages of its offsets
+(:mod:`ofindex.read.pages`), each page checked against the pinned header's indexed end, and
+every header, page or whole sidecar fetched later, in any process, checked against the pinned
+count, stamp and body CRC.
+
+A version 1 sidecar (a variable header, maybe shorter than 512 bytes) is fetched whole in a
+second round, as before; compressed-file sidecars (version 3) and small ones are pinned too,
+and fetched whole when their shard is first read. Local sidecars are memory-mapped.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from ..errors import IndexNotFoundError, RangeReadError
+from ..formats.sidecar_header import HEADER_SIZE, VERSION, VERSION_PACKED, SidecarHeader
+from ..formats.sidecar_header import decode_header as _decode_header
+from ..storage import FileStamp
+from .index_round import Round, Slot, check_fresh, run_round
+from .pages import new_pager, pageable
+from .shards import Shard, missing_indexes
+
+
+def open_sidecars(shards: list[Shard]) -> None:
+    """Open the sidecars of ``shards`` for :func:`ofindex.open` without a manifest: local ones
+    memory-mapped (their offsets checked against their CRC on first read), remote ones by
+    their headers in one round (with their data files' stamps).
+
+    Raises:
+        IndexNotFoundError: Shards without a sidecar, all named at once (the others are
+            opened: :attr:`Shard.found`).
+        StaleIndexError: A data file is not the one its sidecar describes.
+        SidecarError: A sidecar is corrupt.
+    """
+    missing: list[Shard] = []
+    remote: list[Shard] = []
+    for shard in shards:
+        if shard.found:
+            continue
+        if not shard.index_storage.is_local:
+            remote.append(shard)
+            continue
+        try:
+            shard.load(check_body=False)
+        except IndexNotFoundError:
+            missing.append(shard)
+    if remote:
+        missing += _open_remote(remote)
+    if missing:
+        raise missing_indexes(missing, len(shards))
+
+
+def _open_remote(shards: list[Shard]) -> list[Shard]:
+    """Open remote sidecars by their headers (version 1 ones whole, in a second round).
+
+    Returns:
+        The shards that have no sidecar.
+    """
+    round_ = Round()
+    slots: list[tuple[Slot, Slot | None]] = []
+    for shard in shards:
+        head = round_.range(shard.index_storage, shard.index_path, 0, HEADER_SIZE)
+        stat = (None if shard.data_storage is None
+                else round_.stat(shard.data_storage, shard.path))
+        slots.append((head, stat))
+    round_.run()
+    missing: list[Shard] = []
+    whole: list[Shard] = []
+    for shard, (head, stat) in zip(shards, slots, strict=True):
+        got = round_.result(Round.RANGE, head)
+        if isinstance(got, FileNotFoundError):
+            missing.append(shard)
+            continue
+        header = _fixed_header(shard, got)
+        if header is None:
+            whole.append(shard)
+            continue
+        current = None if stat is None else round_.result(Round.STAT, stat)
+        if isinstance(current, BaseException):
+            raise current
+        _pin(shard, header, current)
+    if whole:  # version 1: the whole sidecar, checked as before
+        missing += run_round([], whole, check_body=False)
+    return missing
+
+
+def _fixed_header(shard: Shard, got: bytes | BaseException) -> SidecarHeader | None:
+    """The checked fixed header in the first 512 bytes of a sidecar, or ``None`` when it has
+    none (version 1, or a file shorter than a header: the whole fetch then reads or refuses
+    it).
+
+    Raises:
+        SidecarError: A corrupt header (bad magic, CRC or fields).
+        StorageError, RangeReadError: The fetch failed for another reason than a short file.
+    """
+    if isinstance(got, RangeReadError):
+        return None  # shorter than 512 bytes
+    if isinstance(got, BaseException):
+        raise got
+    if len(got) >= 10 and struct.unpack_from("<H", got, 8)[0] not in (VERSION, VERSION_PACKED):
+        return None  # version 1 (or an unknown version: the whole fetch names it)
+    return _decode_header(got, path=shard.index_url)
+
+
+def _pin(shard: Shard, header: SidecarHeader, current: FileStamp | None) -> None:
+    """Check the data file's stamp against a fetched header and pin the header on its shard,
+    with a pager that needs neither header nor stamp fetched again in this process.
+
+    Raises:
+        StaleIndexError: The data file changed since it was indexed.
+    """
+    if current is not None:
+        check_fresh(shard, header.stamp, current)
+        assert shard.data_storage is not None
+        shard.data_storage.expect(shard.path, current)
+    shard.pin(header)
+    pager = new_pager(shard)
+    pager.accept(header)
+    pager.fresh = True
+    pager.whole = pager.whole or not pageable(header)
+    shard.pager = pager

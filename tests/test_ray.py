@@ -1,0 +1,208 @@
+"""Ray Data reads ofindex datasets (issue 30, item 3) on a real local Ray cluster: a head and
+two worker nodes (their own raylets and worker processes, on 127.0.0.1) started by the test.
+
+Each read runs in a driver process of its own that connects to the cluster and writes what it
+read to a file; the test compares it with the dataset read directly: every record exactly
+once and equal to ``ds[i]``, local files and moto S3; a shuffled read is a permutation; decoded
+columns equal the decoder's; ``limit`` reads only what it needs; read tasks are balanced by
+records and bytes. The docs page's example runs too.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import servers
+from conftest import BUCKET
+
+import ofindex
+from ofindex.cli.synthetic import write_dataset
+
+pytest.importorskip("ray")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+#: Ray's processes on the loopback interface only (Ray otherwise picks the host's address).
+RAY_ENV = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+           "PYTHONPATH": os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")])}
+
+CLUSTER = """
+import sys
+from ray.cluster_utils import Cluster
+cluster = Cluster(initialize_head=True, head_node_args={
+    "num_cpus": 0, "object_store_memory": 100 << 20, "include_dashboard": False})
+for _ in range(2):
+    cluster.add_node(num_cpus=1, object_store_memory=100 << 20)
+cluster.wait_for_nodes()
+print(cluster.address, flush=True)
+sys.stdin.read()  # until the test closes it
+cluster.shutdown()
+"""
+
+DRIVER = """
+import json, pickle, sys
+import ray
+import ofindex
+from ofindex.integrations.ray import read_ofindex
+
+address, out, args = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+ray.init(address=address, log_to_driver=False)
+ray.data.DataContext.get_current().execution_options.preserve_order = True
+spec = args.pop("spec", None)
+if spec is not None:
+    from ofindex.decode import FixedLen, VarLen
+    spec = {k: eval(v) for k, v in spec.items()}
+take = args.pop("take", None)
+ds = read_ofindex(args.pop("paths"), spec, with_index=True, override_num_blocks=6, **args)
+rows = ds.take(take) if take else ds.take_all()
+nodes = {n["NodeID"] for n in ray.nodes() if n["Alive"]}
+with open(out, "wb") as f:
+    pickle.dump({"rows": rows, "nodes": len(nodes)}, f)
+ray.shutdown()
+"""
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    proc = subprocess.Popen([sys.executable, "-c", CLUSTER], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, env=RAY_ENV, text=True,
+                            start_new_session=True)
+    try:
+        address = proc.stdout.readline().strip()
+        assert address.startswith("127.0.0.1:"), address
+        yield address
+    finally:
+        proc.stdin.close()
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)  # the session this test started
+            proc.wait(10)
+        proc.stdout.close()
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    d = str(tmp_path_factory.mktemp("ray-ds"))
+    write_dataset(d, 2400, 4, kind="mnist", seed=5)
+    return d
+
+
+def _read(cluster, tmp_path, **args):
+    out = str(tmp_path / "rows.pkl")
+    run = subprocess.run([sys.executable, "-c", DRIVER, cluster, out, json.dumps(args)],
+                         capture_output=True, text=True, timeout=600, env=RAY_ENV)
+    assert run.returncode == 0, run.stderr[-4000:]
+    with open(out, "rb") as f:
+        got = pickle.load(f)
+    assert got["nodes"] == 3
+    return got["rows"]
+
+
+def test_every_record_exactly_once(cluster, data, tmp_path):
+    rows = _read(cluster, tmp_path, paths=data)
+    with ofindex.open(data) as ds:
+        assert [r["index"] for r in rows] == list(range(len(ds)))  # in order, each once
+        assert all(r["bytes"] == ds[r["index"]] for r in rows)
+
+
+def test_shuffled_read_is_a_permutation(cluster, data, tmp_path):
+    from ofindex.shuffle.orders import GlobalShuffleOrder
+
+    rows = _read(cluster, tmp_path, paths=data, shuffle=True, seed=7, epoch=2)
+    with ofindex.open(data) as ds:
+        order = [r["index"] for r in rows]
+        assert sorted(order) == list(range(len(ds))) and order != sorted(order)
+        # the permutation of the samplers, for (seed, epoch), read in slices
+        assert order == GlobalShuffleOrder(len(ds), 7, 2)(np.arange(len(ds))).tolist()
+        assert all(r["bytes"] == ds[r["index"]] for r in rows)
+
+
+def test_decoded_columns(cluster, data, tmp_path):
+    from ofindex.decode import decode_example
+
+    rows = _read(cluster, tmp_path, paths=data + "/part-0000[13]",
+                 spec={"label": "FixedLen((), 'int64')", "image": "VarLen('float32')"})
+    with ofindex.open(data + "/part-0000[13]") as ds:
+        assert [r["index"] for r in rows] == list(range(len(ds)))
+        for r in rows[::97]:
+            want = decode_example(ds[r["index"]])
+            assert r["label"] == want["label"][0]
+            np.testing.assert_array_equal(r["image"], want["image"])
+
+
+def test_bucket_paths(cluster, data, tmp_path, moto_server):
+    import s3fs
+
+    opts = servers.s3_options(moto_server.url)
+    fs = s3fs.S3FileSystem(skip_instance_cache=True, **opts)
+    url = f"s3://{BUCKET}/ray-{os.path.basename(str(tmp_path))}"
+    for name in sorted(os.listdir(data)):
+        with open(os.path.join(data, name), "rb") as f:
+            fs.pipe_file(f"{url}/{name}", f.read())
+    rows = _read(cluster, tmp_path, paths=f"{url}/part-*", storage_options=opts)
+    with ofindex.open(data) as ds:
+        assert [r["index"] for r in rows] == list(range(len(ds)))
+        assert all(r["bytes"] == ds[r["index"]] for r in rows)
+
+
+def test_take_reads_the_first_records(cluster, data, tmp_path):
+    rows = _read(cluster, tmp_path, paths=data, take=5)
+    with ofindex.open(data) as ds:
+        assert [r["bytes"] for r in rows] == ds[0:5]
+
+
+def test_a_limited_task_reads_only_its_rows(nginx_server):
+    """Ray pushes ``limit(n)`` into the read tasks: each reads n rows, not its range."""
+    from ofindex.integrations.ray import OfindexDatasource
+
+    root = os.path.join(nginx_server.root, "ray-limit")
+    write_dataset(root, 4000, 2, kind="random", record_size=1000, seed=2)
+    ds = ofindex.open(f"{nginx_server.url}/ray-limit/part-*")
+    storage = ds._table.storage
+    source = OfindexDatasource(ds, rows_per_block=8)
+    full = source.get_read_tasks(2)
+    limited = source.get_read_tasks(2, per_task_row_limit=10)
+    assert sum(t.metadata.num_rows for t in full) == 4000 and len(full) == 2
+    assert [t.metadata.num_rows for t in limited] == [10, 10]
+    before = storage.bytes_read
+    rows = sum(len(block) for block in limited[1].read_fn())  # Ray slices the blocks too
+    moved = storage.bytes_read - before
+    assert rows == 10 and moved < 64 << 10  # not the task's 2 MB
+
+
+def test_tasks_balance_records_and_bytes(tmp_path):
+    from ofindex.integrations.ray import balanced_cuts
+
+    d = str(tmp_path / "mixed")
+    os.makedirs(d)
+    with ofindex.Writer(os.path.join(d, "part-0")) as w:  # 200 big records
+        w.write_many([bytes(20_000)] * 200)
+    with ofindex.Writer(os.path.join(d, "part-1")) as w:  # 20,000 small ones
+        w.write_many([bytes(10)] * 20_000)
+    ds = ofindex.open(d)
+    cuts = balanced_cuts(ds, 4).tolist()
+    assert cuts[0] == 0 and cuts[-1] == len(ds) and cuts == sorted(cuts)
+    sizes = np.array([20_000] * 200 + [10] * 20_000) + 16 + 64  # framing, per-record cost
+    costs = [sizes[a:b].sum() for a, b in itertools.pairwise(cuts)]
+    assert max(costs) < 1.1 * min(costs)  # equal work; equal counts would be 50x apart
+    assert cuts[1] < 200 and cuts[2] < 200  # the big shard is split across tasks
+
+
+def test_docs_example_runs(tmp_path):
+    with open(os.path.join(ROOT, "docs", "ray.md")) as f:
+        parts = f.read().split("```")
+    blocks = [p[len("python"):] for p in parts[1::2] if p.startswith("python")]
+    assert blocks
+    script = "\n".join(textwrap.dedent(b) for b in blocks)
+    # a Ray of its own, as on a laptop: never the test's cluster (nor another on this host)
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=600, cwd=str(tmp_path), env={**RAY_ENV, "RAY_ADDRESS": "local"})
+    assert run.returncode == 0, run.stderr[-4000:]
