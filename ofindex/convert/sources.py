@@ -49,7 +49,7 @@ def _check_schema(schema: Any) -> None:
 
 def parquet_source(paths: list[str], batch_size: int) -> Source:
     """Parquet files, read batch by batch with pyarrow (columns checked first)."""
-    import pyarrow.parquet as pq  # type: ignore[import-untyped]
+    import pyarrow.parquet as pq
 
     files = [pq.ParquetFile(p) for p in paths]
     for f in files:

@@ -17,7 +17,7 @@ from ofindex.errors import EncodeError
 
 
 def _pyarrow() -> Any:
-    import pyarrow  # type: ignore[import-untyped]
+    import pyarrow
 
     return pyarrow
 
