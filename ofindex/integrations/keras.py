@@ -12,7 +12,8 @@
 
 Item ``k`` is batch ``k`` of the current epoch, read with one ``__getitems__`` call and
 decoded with one ``BatchDecoder`` call; every epoch is a new full shuffle of all records
-(``on_epoch_end``, which Keras calls after each epoch, moves to the next). The order is that
+(each epoch Keras runs moves to the next: Keras ≥ 3.5 calls ``on_epoch_begin`` and
+``on_epoch_end``; outside Keras, call them around each epoch). The order is that
 of :class:`ofindex.shuffle.GlobalShuffleSampler`, so ``num_replicas``/``rank`` split every
 epoch into disjoint shares. Keras shuffles the order of the batches of an epoch too
 (``fit(shuffle=True)``, its default): each record is still seen once per epoch.
@@ -91,7 +92,9 @@ class KerasBatches(keras.utils.PyDataset):  # type: ignore[misc]
             if names is not None and name not in names:
                 raise ValueError(f"{name!r} is not a feature of the decoder's spec {names}")
         self._inputs, self._targets, self._transform = inputs, targets, transform
+        #: The epoch the items belong to (Keras's epochs move it on).
         self.epoch = int(epoch)
+        self._in_epoch = False
 
     def __len__(self) -> int:
         """Batches per epoch (of this rank's share)."""
@@ -148,9 +151,16 @@ class KerasBatches(keras.utils.PyDataset):  # type: ignore[misc]
                              "arrays; give KerasBatches a transform= that pads them")
         return batch[which] if isinstance(which, str) else {n: batch[n] for n in chosen}
 
+    def on_epoch_begin(self) -> None:
+        """Keras starts an epoch: the next :meth:`on_epoch_end` ends it."""
+        self._in_epoch = True
+
     def on_epoch_end(self) -> None:
-        """Move to the next epoch's shuffle (Keras calls it after every epoch)."""
-        self.epoch += 1
+        """Move to the next epoch's shuffle after an epoch Keras began (Keras also calls it
+        when it resets its iterator, before the first epoch: that call is ignored)."""
+        if self._in_epoch:
+            self.epoch += 1
+        self._in_epoch = False
 
 
 def _names(which: str | Sequence[str] | None) -> list[str]:

@@ -31,7 +31,7 @@ in a ``tf.numpy_function`` per *batch* (never a Python call per record) run by a
   epoch.
 
 :func:`file_infos` exports the record counts of an opened dataset (from its manifest or
-sidecars) in the form ``tf.data.experimental.index_shuffle`` expects.
+sidecars) in the form TensorFlow's ``index_shuffle`` (``tf.data`` experimental) expects.
 """
 
 from __future__ import annotations
@@ -254,8 +254,11 @@ def _arranger(names: list[str], inputs: str | Sequence[str] | None,
 
 
 def file_infos(dataset: Dataset) -> list[dict[str, Any]]:
-    """The ``file_infos`` of ``tf.data.experimental.index_shuffle``: every shard's path and
-    record count, from the dataset's manifest or sidecars (no data file is read).
+    """The ``file_infos`` of TensorFlow's ``index_shuffle``: every shard's path and record
+    count, from the dataset's manifest or sidecars (no data file is read).
+
+    TensorFlow (2.21) has not exported ``index_shuffle`` under ``tf.data.experimental`` yet:
+    it is ``tensorflow.python.data.experimental.ops.shuffle_ops.index_shuffle``.
 
     ``index_shuffle(file_infos(ds), reader_factory, seed=...)`` shuffles globally with
     TensorFlow's own permutation, given a ``reader_factory`` whose datasets support random
