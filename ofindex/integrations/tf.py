@@ -59,7 +59,7 @@ __all__ = ["TFBatches", "feature_specs", "file_infos"]
 _TF_DTYPES = {"bytes": tf.string, "float32": tf.float32, "float64": tf.float64,
               "int32": tf.int32, "int64": tf.int64}
 #: Elements: ``{name: tensor}``, or ``(inputs, targets)`` of tensors or dicts of them.
-Element = Any
+Element = dict[str, Any] | tuple[Any, ...]
 
 
 class TFBatches(tf.Module):  # type: ignore[misc]
@@ -169,9 +169,10 @@ class TFBatches(tf.Module):  # type: ignore[misc]
                 start = self.step.read_value()
             return tf.data.Dataset.range(start, (start // per_epoch + 1) * per_epoch)
 
-        def taken(*element: Element) -> Element:  # a tuple element comes as arguments
+        def taken(*parts: Any) -> Element:  # a tuple element comes as its parts
             self.step.assign_add(1)  # runs when the consumer takes the batch
-            return element[0] if len(element) == 1 else element
+            whole: Element = parts[0] if len(parts) == 1 else parts
+            return whole
 
         steps = tf.data.Dataset.range(1).flat_map(rest_of_epoch)
         batches = steps.map(self._read, num_parallel_calls=self._parallel, deterministic=True)
