@@ -75,10 +75,11 @@ def _column(value: np.ndarray | Ragged, feature: FixedLen | VarLen) -> pa.Array:
     if isinstance(value, Ragged):
         offsets = np.zeros(len(value.row_lengths) + 1, dtype=np.int64)
         np.cumsum(value.row_lengths, out=offsets[1:])
-        return pa.LargeListArray.from_arrays(offsets, _flat(np.asarray(value.values),
-                                                            feature.dtype)).cast(
-            pa.list_(pa.from_numpy_dtype(np.dtype(feature.dtype)) if feature.dtype != "bytes"
-                     else pa.binary()))
+        rows = pa.LargeListArray.from_arrays(offsets, _flat(np.asarray(value.values),
+                                                            feature.dtype))
+        values = pa.binary() if feature.dtype == "bytes" else pa.from_numpy_dtype(
+            np.dtype(feature.dtype))
+        return rows.cast(pa.list_(values))  # datasets' List: 32-bit offsets
     column = _flat(value.reshape(-1), feature.dtype)
     for size in reversed(feature.shape if isinstance(feature, FixedLen) else ()):
         column = pa.FixedSizeListArray.from_arrays(column, size)
