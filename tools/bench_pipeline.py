@@ -19,7 +19,10 @@ decoding takes.
 Every run is a fresh process (cold start: imports done, then pipeline construction to the
 first batch is the first-batch latency); rounds interleave the contenders. Reported:
 batches/s (median and range over rounds), first-batch latency, mixing, and ofindex's ratio
-to the best other contender per round. Goal: ofindex >= 1.5x the best contender.
+to the best other contender per round (and to tf.data's, for the TensorFlow path). Goal:
+ofindex >= 1.5x the best contender. With ``--fit`` (the default), a Keras ``model.fit`` of a
+small MLP on the MNIST-like data from our PyDataset, our tf.data path and the tf.data pipeline
+they replace: steps/s of its second epoch (interleaved rounds) and the first epoch's time.
 
     python tools/bench_pipeline.py [--rounds 3] [--out bench-results/pipeline.json]
 """
@@ -51,8 +54,11 @@ from ofindex.formats.sidecar import open_local_sidecar  # noqa: E402
 from ofindex.formats.textindex import export_text  # noqa: E402
 from ofindex.proto import example_pb2  # noqa: E402
 
-ALL = ["ofindex-torch", "ofindex-torch-main", "ofindex-grain", "tfdata", "vahidk", "streaming",
-       "dali"]
+ALL = ["ofindex-torch", "ofindex-torch-main", "ofindex-grain", "ofindex-tf", "tfdata", "vahidk",
+       "streaming", "dali"]
+#: The inputs of the Keras ``model.fit`` rows (MNIST-like data): our PyDataset, our tf.data
+#: path, and the tf.data pipeline they replace.
+FIT = ["ofindex-keras", "ofindex-tf", "tfdata"]
 IMAGE = "jpeg"
 #: Added to every record's id so that all ids take the same varint width: records of one
 #: data set then share one byte layout, as MNIST's do (labels 0-9).
@@ -196,6 +202,48 @@ def bench_case(case: str, cfg: dict[str, Any], contenders: list[str], rounds: in
                       for i in range(len(rates))]
             row.update(ratio_vs_best_peer=statistics.median(ratios),
                        ratio_vs_best_peer_min=min(ratios), ratio_vs_best_peer_max=max(ratios))
+        if name.startswith("ofindex") and "tfdata" in ok:  # the pipeline TensorFlow users run
+            tf_ratios = [rates[i] / ok["tfdata"][i]["batches_per_s"]
+                         for i in range(min(len(rates), len(ok["tfdata"])))]
+            row.update(ratio_vs_tfdata=statistics.median(tf_ratios),
+                       ratio_vs_tfdata_min=min(tf_ratios), ratio_vs_tfdata_max=max(tf_ratios))
+        rows.append(row)
+    return rows, failed
+
+
+def bench_fit(cfg: dict[str, Any], rounds: int, timeout: float) -> tuple[list[dict],
+                                                                          dict[str, str]]:
+    """Keras ``model.fit`` of a small MLP on MNIST-like data from each input of FIT,
+    interleaved rounds: steps/s of the second epoch, and the first (cold) epoch's seconds."""
+    runs: dict[str, list[dict]] = {name: [] for name in FIT}
+    failed: dict[str, str] = {}
+    for r in range(rounds):
+        for name in FIT:
+            if name in failed:
+                continue
+            res = run_one(f"fit:{name}", cfg, timeout)
+            if "error" in res:
+                failed[name] = res["error"]
+                print(f"  keras fit: {name} unavailable: {res['error']}", flush=True)
+                continue
+            runs[name].append(res)
+            print(f"  keras fit round {r}: {name:14s} {res['steps_per_s']:8.2f} steps/s, "
+                  f"first epoch {res['first_epoch_s']:.2f} s", flush=True)
+    rows = []
+    for name, rs in runs.items():
+        if not rs:
+            continue
+        rates = [x["steps_per_s"] for x in rs]
+        first = [x["first_epoch_s"] for x in rs]
+        row = {"case": "mnist keras fit", "contender": name, "steps": rs[0]["steps"],
+               "steps_per_s": statistics.median(rates), "steps_per_s_min": min(rates),
+               "steps_per_s_max": max(rates), "runs": rates,
+               "first_epoch_s": statistics.median(first), "first_epoch_s_min": min(first),
+               "first_epoch_s_max": max(first)}
+        if name != "tfdata" and runs["tfdata"]:
+            ratios = [a / b["steps_per_s"] for a, b in zip(rates, runs["tfdata"], strict=False)]
+            row.update(ratio_vs_tfdata=statistics.median(ratios),
+                       ratio_vs_tfdata_min=min(ratios), ratio_vs_tfdata_max=max(ratios))
         rows.append(row)
     return rows, failed
 
@@ -217,8 +265,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--contenders", default=",".join(ALL))
     p.add_argument("--cases", default="mnist,imagenet,imagenet+jpeg")
     p.add_argument("--timeout", type=float, default=900)
+    p.add_argument("--fit", action=argparse.BooleanOptionalAction, default=True,
+                   help="also time a Keras model.fit on MNIST-like data from each input")
     p.add_argument("--out", default="bench-results/pipeline.json")
-    a = parse_args(p, argv, mnist_records=2_000, shards=2, rounds=1, buffer=500, cases="mnist")
+    a = parse_args(p, argv, mnist_records=2_000, shards=2, rounds=1, buffer=500, cases="mnist",
+                   fit=False)  # the suite runs --smoke: the model.fit rows are tested elsewhere
     contenders = [c for c in a.contenders.split(",") if c]
     result: dict[str, Any] = {"config": {k: v for k, v in vars(a).items() if k != "root"},
                               "rows": [], "unavailable": {}}
@@ -236,6 +287,11 @@ def main(argv: list[str] | None = None) -> int:
         rows, failed = bench_case(case, cfg, contenders, a.rounds, n, a.timeout)
         result["rows"] += rows
         result["unavailable"].update({f"{case}: {k}": v for k, v in failed.items()})
+        if kind == "mnist" and a.fit and "fit" not in result:
+            print(f"keras fit: {n // a.batch_size} steps per epoch", flush=True)
+            result["fit"], failed = bench_fit(dict(cfg, batches=n // a.batch_size), a.rounds,
+                                              a.timeout)
+            result["unavailable"].update({f"keras fit: {k}": v for k, v in failed.items()})
     print(f"\n{'case':16s} {'contender':14s} {'batches/s':>22s} {'first batch s':>14s} "
           f"{'mixing':>7s} {'vs best peer':>18s}")
     for r in result["rows"]:
@@ -245,6 +301,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{r['case']:16s} {r['contender']:14s} {r['batches_per_s']:8.2f} "
               f"({r['batches_per_s_min']:.2f}-{r['batches_per_s_max']:.2f}) "
               f"{r['first_batch_s']:14.2f} {mix:>7s} {ratio:>18s}")
+    if result.get("fit"):
+        print(f"\n{'keras model.fit':16s} {'input':14s} {'steps/s':>22s} {'first epoch s':>14s} "
+              f"{'vs tf.data':>18s}")
+    for r in result.get("fit", []):
+        ratio = (f"{r['ratio_vs_tfdata']:.2f}x ({r['ratio_vs_tfdata_min']:.2f}-"
+                 f"{r['ratio_vs_tfdata_max']:.2f})" if "ratio_vs_tfdata" in r else "")
+        print(f"{'':16s} {r['contender']:14s} {r['steps_per_s']:8.2f} "
+              f"({r['steps_per_s_min']:.2f}-{r['steps_per_s_max']:.2f}) "
+              f"{r['first_epoch_s']:14.2f} {ratio:>18s}")
     write_json(result, a.out)
     return 0
 

