@@ -167,7 +167,7 @@ def open_source(src: object, batch_size: int,
         return numpy_source(src, batch_size)
     if os.path.isdir(src) and os.path.exists(os.path.join(src, "dataset_info.json")) and \
             os.path.exists(os.path.join(src, "state.json")):
-        import datasets  # type: ignore[import-untyped]
+        import datasets
 
         return hf_source(datasets.load_from_disk(src), batch_size)
     parquet = _parquet_files(src) if "://" not in src else []
