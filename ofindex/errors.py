@@ -129,3 +129,20 @@ class MissingDependencyError(OfindexError, ImportError):
 
 class DecodeError(OfindexError, ValueError):
     """A record could not be decoded as asked (missing feature, wrong kind, bad bytes)."""
+
+
+def missing_extra(what: str, extra: str, cause: BaseException) -> MissingDependencyError:
+    """The error for a feature whose optional dependency cannot be imported.
+
+    Args:
+        what: What needs it, e.g. ``"ofindex.integrations.torch"``.
+        extra: The extra that installs it, e.g. ``"torch"``.
+        cause: The ``ImportError`` raised by the import.
+
+    Returns:
+        A :class:`MissingDependencyError` naming ``pip install 'ofindex[<extra>]'`` (raise it
+        ``from cause``).
+    """
+    return MissingDependencyError(
+        f"{what} needs an optional dependency that is not installed ({cause}); "
+        f"run: pip install 'ofindex[{extra}]'")
