@@ -229,3 +229,28 @@ sys.exit(pytest.main(["-q", "-p", "no:cacheprovider", "-rs", "-k", "s3 or gcs or
     assert "pip install 'ofindex[s3]'" in run.stdout
     assert "pip install 'ofindex[gcs]'" in run.stdout
     assert time.monotonic() - start < 120
+
+
+def test_the_version_is_written_in_one_place(capsys):
+    """``ofindex.__version__`` is the only place: the package metadata reads it
+    (pyproject.toml's dynamic version), and so does ``ofindex --version``."""
+    import tomllib
+
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
+        project = tomllib.load(f)
+    assert "version" not in project["project"] and "version" in project["project"]["dynamic"]
+    assert project["tool"]["setuptools"]["dynamic"]["version"] == {
+        "attr": "ofindex.__version__"}
+    written = []
+    for folder, _, files in os.walk(os.path.join(ROOT, "ofindex")):
+        for name in files:
+            if name.endswith(".py"):
+                with open(os.path.join(folder, name), encoding="utf-8") as f:
+                    if ofindex.__version__ in f.read():
+                        written.append(name)
+    assert written == ["__init__.py"]
+    with pytest.raises(SystemExit):
+        main(["--version"])
+    assert capsys.readouterr().out.strip() == f"ofindex {ofindex.__version__}"
+    with open(os.path.join(ROOT, "CHANGELOG.md"), encoding="utf-8") as f:
+        assert f"## {ofindex.__version__} - " in f.read()
