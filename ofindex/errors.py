@@ -139,3 +139,20 @@ class EncodeError(OfindexError, ValueError):
 class DatasetExistsError(OfindexError, FileExistsError):
     """A writer's destination already holds data files (a dataset is never written over
     another one)."""
+
+
+def missing_extra(what: str, extra: str, cause: BaseException) -> MissingDependencyError:
+    """The error for a feature whose optional dependency cannot be imported.
+
+    Args:
+        what: What needs it, e.g. ``"ofindex.integrations.torch"``.
+        extra: The extra that installs it, e.g. ``"torch"``.
+        cause: The ``ImportError`` raised by the import.
+
+    Returns:
+        A :class:`MissingDependencyError` naming ``pip install 'ofindex[<extra>]'`` (raise it
+        ``from cause``).
+    """
+    return MissingDependencyError(
+        f"{what} needs an optional dependency that is not installed ({cause}); "
+        f"run: pip install 'ofindex[{extra}]'")

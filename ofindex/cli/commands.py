@@ -19,6 +19,7 @@ from ..formats.sidecar import load_sidecar
 from ..formats.sidecar_header import Compression
 from ..formats.strays import SkippedFilesWarning
 from ..formats.textindex import export_text
+from ..index.build_file import BuildResult
 from ..index.builder import build_index
 from ..index.migrate import LegacyLayoutWarning
 from ..index.textimport import sidecar_from_text
@@ -80,23 +81,33 @@ def cmd_build(args: argparse.Namespace, options: Options) -> int:
         if executor is not None:
             executor.shutdown()
     _print_skipped(caught, others=False)  # partial indexes are reported below
-    records = sum(r.records for r in results)
     size = sum(r.size for r in results)
     partial = [r for r in results if r.partial]
     for r in partial:
         print(f"WARNING: {r.data_url}: only {r.records} records indexed (PARTIAL): {r.problem}",
               file=sys.stderr)
-    skipped = sum(r.skipped for r in results)
-    packed = [r for r in results if r.compression is not Compression.NONE]
-    unpacked = (f" ({len(packed)} compressed: {sum(r.size for r in packed)} bytes, "
-                f"{sum(r.uncompressed_size for r in packed)} uncompressed)" if packed else "")
+    print(_build_summary(results, verified=args.verify))
     index = sum(r.index_bytes for r in results)
-    print(f"indexed {len(results)} files, {records} records, {size} bytes{unpacked}"
-          + (" (verified)" if args.verify else "")
-          + (f"; {skipped} already fresh, skipped" if skipped else ""))
     if index:
         print(f"index: {index} bytes, {100 * index / size if size else 0:.2f}% of the data")
     return EXIT_PARTIAL if partial else EXIT_OK
+
+
+def _build_summary(results: list[BuildResult], *, verified: bool) -> str:
+    """One line for a build: what was indexed now, and what was already fresh (skipped)."""
+    built = [r for r in results if not r.skipped]
+    packed = [r for r in built if r.compression is not Compression.NONE]
+    unpacked = (f" ({len(packed)} compressed: {sum(r.size for r in packed)} bytes, "
+                f"{sum(r.uncompressed_size for r in packed)} uncompressed)" if packed else "")
+    line = (f"indexed {len(built)} files" if not built and len(results) > len(built) else
+            f"indexed {len(built)} files, {sum(r.records for r in built)} records, "
+            f"{sum(r.size for r in built)} bytes{unpacked}")
+    line += " (verified)" if verified and built else ""
+    skipped = len(results) - len(built)
+    if skipped:
+        line += (f"; {skipped} already fresh, skipped ({sum(r.records for r in results)} "
+                 f"records, {sum(r.size for r in results)} bytes in all)")
+    return line
 
 
 def cmd_info(args: argparse.Namespace, options: Options) -> int:
@@ -142,19 +153,19 @@ def cmd_get(args: argparse.Namespace, options: Options) -> int:
             sys.stdout.buffer.write(payload)
             continue
         shard, local = ds.locate(index)
+        text = (_decoded_text(payload, args.kind, ds.format, index) if args.decode
+                else _preview(payload))
         print(f"# record {index} (shard {shard}, record {local}, {len(payload)} bytes)")
-        if args.decode:
-            print(_decoded_text(payload, args.kind, ds.format))
-        else:
-            print(_preview(payload))
+        print(text)
     return EXIT_OK
 
 
-def _decoded_text(payload: bytes, kind: str | None, fmt: RecordFormat) -> str:
+def _decoded_text(payload: bytes, kind: str | None, fmt: RecordFormat, index: int) -> str:
     from .. import decode
 
     if kind is None:
         kind = "ofrecord" if fmt is RecordFormat.OFRECORD else "example"
+    _check_message_type(payload, kind, index)
     if kind == "example":
         return decode.format_decoded(decode.decode_example(payload))
     if kind == "sequence":
@@ -164,13 +175,59 @@ def _decoded_text(payload: bytes, kind: str | None, fmt: RecordFormat) -> str:
     return decode.format_decoded(decode.decode_ofrecord(payload))
 
 
+def _check_message_type(payload: bytes, kind: str, index: int) -> None:
+    """Refuse a record that is not a message of ``kind``: protobuf's wire format lets the
+    bytes of one message type parse as another (a ``tf.train.Example`` read as an ``OFRecord``
+    gives features named by binary junk), so a parse alone proves nothing; feature names
+    that are not printable text, or a parse that fails, mean another message type."""
+    from google.protobuf.message import DecodeError as ProtobufDecodeError
+
+    from ..errors import DecodeError
+    from ..proto import example_pb2, ofrecord_pb2
+
+    try:
+        if kind == "ofrecord":
+            names = list(ofrecord_pb2.OFRecord.FromString(payload).feature)
+        elif kind == "sequence":
+            message = example_pb2.SequenceExample.FromString(payload)
+            names = [*message.context.feature, *message.feature_lists.feature_list]
+        else:
+            names = list(example_pb2.Example.FromString(payload).features.feature)
+    except (ProtobufDecodeError, UnicodeDecodeError) as exc:
+        why = f"it does not parse as one ({exc})"
+    else:  # proto2 (OFRecord) hands names that are not UTF-8 over as bytes
+        odd = next((name for name in names
+                    if not isinstance(name, str) or not name.isprintable()), None)
+        if odd is None:
+            return
+        why = f"it parses only as junk, a feature named {odd[:40]!r}"
+    other = "ofrecord" if kind != "ofrecord" else "example"
+    raise DecodeError(
+        f"record {index} is not a {_MESSAGE_NAMES[kind]}: {why}; decode it as the message "
+        f"type it holds (e.g. --as {other}), or print its bytes with --raw")
+
+
+_MESSAGE_NAMES = {"example": "tf.train.Example", "sequence": "tf.train.SequenceExample",
+                  "ofrecord": "OneFlow OFRecord"}
+
+
 def _preview(payload: bytes, limit: int = 64) -> str:
     text = payload[:limit].hex(" ")
     return text + (f" … (+{len(payload) - limit} bytes)" if len(payload) > limit else "")
 
 
 def cmd_verify(args: argparse.Namespace, options: Options) -> int:
-    """``ofindex verify``: check every sidecar and record CRC; exit 3 for a partial index."""
+    """``ofindex verify``: check every sidecar and record CRC; exit 3 for a partial index.
+
+    Each PATH is verified as a dataset of its own (``verify a/ b/`` checks two datasets, and
+    says so), the exit code is the worst of them."""
+    codes = [_verify_one(argparse.Namespace(**{**vars(args), "paths": path}), options,
+                         name=path if len(args.paths) > 1 else None)
+             for path in args.paths]
+    return max(codes)
+
+
+def _verify_one(args: argparse.Namespace, options: Options, name: str | None) -> int:
     from tqdm.auto import tqdm
 
     ds = _open(args, options, verify=True)
@@ -185,7 +242,8 @@ def cmd_verify(args: argparse.Namespace, options: Options) -> int:
     for s in partial:
         print(f"PARTIAL: {s.url}: only its first {s.records} records are indexed; the rest of "
               "the file is damaged (re-copy it and run `ofindex build` again)", file=sys.stderr)
-    print(f"{'partial' if partial else 'ok'}: {len(ds.shards)} files, {n} records verified")
+    print(f"{'partial' if partial else 'ok'}: {f'{name}: ' if name else ''}{len(ds.shards)} "
+          f"files, {n} records verified")
     if ds.format is RecordFormat.OFRECORD:
         bare = ds.shards_without_checksums()
         if bare:

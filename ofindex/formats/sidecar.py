@@ -16,7 +16,7 @@ import os
 import crc32c as _crc32c
 import numpy as np
 
-from ..errors import SidecarError, StaleIndexError
+from ..errors import SidecarError, StaleIndexError, hint
 from ..storage import FileStamp, Storage
 from .framing import RecordFormat
 from .packed_offsets import pack_offsets, unpack_offsets
@@ -192,7 +192,9 @@ class Sidecar:
         if why:
             raise StaleIndexError(
                 f"{self.path}: index is stale for {data_path}: {why} since it was indexed; "
-                f"rebuild it with `ofindex build {data_path}`"
+                "rebuild it with " + hint(f"ofindex.build_index({data_path!r}) (or open the "
+                                          "dataset with rebuild_stale=True)",
+                                          f"`ofindex build {data_path}`")
             )
 
 

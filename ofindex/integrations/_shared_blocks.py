@@ -22,7 +22,13 @@ import weakref
 from typing import Any
 
 import numpy as np
-import torch
+
+from ..errors import missing_extra
+
+try:
+    import torch
+except ImportError as _exc:  # without the extra: say which one to install
+    raise missing_extra("ofindex.integrations.torch", "torch", _exc) from _exc
 
 #: Blocks each worker keeps (a batch takes one for its numbers and one per bytes feature;
 #: a few batches are in flight: the DataLoader's prefetch, the one being used).

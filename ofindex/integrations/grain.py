@@ -27,8 +27,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import grain
 import numpy as np
+
+from ..errors import missing_extra
+
+try:
+    import grain
+except ImportError as _exc:  # without the extra: say which one to install
+    raise missing_extra("ofindex.integrations.grain", "grain", _exc) from _exc
 
 from ..shuffle import GlobalShuffleSampler, SequentialSampler
 from ..shuffle.elements import ElementIndex

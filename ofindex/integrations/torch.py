@@ -41,11 +41,17 @@ decodes it with one ``BatchDecoder`` call into tensors (no per-record collate)::
 
 import warnings
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
-import torch
-import torch.utils.data as _tud
+
+from ..errors import missing_extra
+
+try:
+    import torch
+    import torch.utils.data as _tud
+except ImportError as _exc:  # without the extra: say which one to install
+    raise missing_extra("ofindex.integrations.torch", "torch", _exc) from _exc
 
 from ..decode import Ragged
 from ..shuffle import mixing as _m
@@ -61,6 +67,7 @@ __all__ = [
     "GlobalShuffleSampler",
     "MixtureBatches",
     "MixtureSampler",
+    "RaggedTensors",
     "ResumableLoader",
     "SequentialSampler",
     "ShuffledIterableDataset",
@@ -210,15 +217,32 @@ class ShuffledIterableDataset(_tud.IterableDataset[Any]):
             yield from self.data.__getitems__(idx)
 
 
+class RaggedTensors(NamedTuple):
+    """A ragged feature of a batch (``VarLen``, or a ``bytes`` feature with ``pack_bytes``):
+    every record's values back to back, and how many belong to each record.
+
+    A named tuple, so that it arrives as the same type from a DataLoader worker as from
+    ``data[indices]`` in the main process (DataLoader turns plain tuples into lists).
+
+    Attributes:
+        values: The values of all records, one after another (a ``uint8`` tensor of the
+            bytes for ``pack_bytes``; a numpy array of ``bytes`` objects otherwise).
+        row_lengths: ``int64`` tensor: the number of values (bytes) of each record.
+    """
+
+    values: Any
+    row_lengths: Any
+
+
 def _tensors(value: Any) -> Any:
     """Decoded numpy arrays as tensors sharing their memory (``torch.from_numpy``); ragged
-    features as ``(values, row_lengths)``; ``bytes`` arrays (object dtype) stay numpy."""
+    features as :class:`RaggedTensors`; ``bytes`` arrays (object dtype) stay numpy."""
     if isinstance(value, np.ndarray):
         if value.dtype == object:
             return value
         return torch.from_numpy(value if value.flags.writeable else value.copy())
     if isinstance(value, Ragged):
-        return (_tensors(value.values), torch.from_numpy(value.row_lengths))
+        return RaggedTensors(_tensors(value.values), torch.from_numpy(value.row_lengths))
     if isinstance(value, dict):
         return {k: _tensors(v) for k, v in value.items()}
     if isinstance(value, tuple):
@@ -287,10 +311,11 @@ class TensorBatches(_tud.Dataset[Any]):
             (needs CUDA in the process that decodes: ``num_workers=0``, or workers started
             with ``spawn``); without CUDA this warns and is ignored. ``DataLoader``'s own
             ``pin_memory=True`` also works (it copies each batch once, in the main process).
-        pack_bytes: Give ``bytes`` features (e.g. encoded images) as ``(values, lengths)``:
-            one ``uint8`` tensor with the values back to back (in shared memory in a worker)
-            and their lengths, instead of a numpy array of ``bytes`` objects, which a worker
-            must pickle to the main process. Record ``k``'s value is
+        pack_bytes: Give ``bytes`` features (e.g. encoded images) as
+            :class:`RaggedTensors` ``(values, row_lengths)``: one ``uint8`` tensor with the
+            values back to back (in shared memory in a worker) and their lengths, instead
+            of a numpy array of ``bytes`` objects, which a worker must pickle to the main
+            process. Record ``k``'s value is
             ``values[offsets[k]:offsets[k + 1]]`` with ``offsets`` the cumulative lengths.
     """
 
@@ -313,7 +338,7 @@ class TensorBatches(_tud.Dataset[Any]):
 
         Returns:
             The decoder's batch with arrays as tensors (``{name: tensor}``; ragged features
-            as ``(values, row_lengths)``; ``bytes`` features stay numpy object arrays), or
+            as :class:`RaggedTensors`; ``bytes`` features stay numpy object arrays), or
             the list of records without a decoder.
 
         Raises:
@@ -338,7 +363,8 @@ class TensorBatches(_tud.Dataset[Any]):
         if made and isinstance(out, dict):  # the allocated tensors themselves (shared memory)
             for k, v in made.items():
                 if k in out:
-                    out[k] = (v, out[k][1]) if isinstance(out[k], tuple) else v
+                    out[k] = out[k]._replace(values=v) if isinstance(
+                        out[k], RaggedTensors) else v
         return out
 
     @property
