@@ -15,13 +15,18 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import grain
 import numpy as np
 
+from ..errors import missing_extra
 from ..shuffle.elements import ElementIndex
 from ..shuffle.mixing import MixtureSampler
 from ._fetch import BatchFetch, RecordSource
-from .mixed_source import MixedSource
+from ._mixed_source import MixedSource
+
+try:
+    import grain
+except ImportError as _exc:  # without the extra: say which one to install
+    raise missing_extra("ofindex.integrations.grain_mixing", "grain", _exc) from _exc
 
 __all__ = ["GrainMixture"]
 

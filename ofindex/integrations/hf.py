@@ -26,8 +26,8 @@ from typing import Any
 import numpy as np
 
 from ..decode import BatchDecoder, FixedLen, Ragged, VarLen
+from ..errors import missing_extra
 from ._batch_plan import BatchPlan
-from ._extras import missing_framework
 from ._fetch import BatchFetch, RecordSource
 from ._typed_spec import feature_specs
 
@@ -36,7 +36,7 @@ try:
     import pyarrow as pa
     from datasets.table import InMemoryTable
 except ImportError as _exc:  # pragma: no cover - exercised without datasets only
-    raise missing_framework("hf", "Hugging Face datasets", "hf", _exc) from _exc
+    raise missing_extra("ofindex.integrations.hf", "hf", _exc) from _exc
 
 __all__ = ["hf_features", "to_hf_dataset", "to_hf_iterable"]
 

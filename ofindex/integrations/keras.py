@@ -27,14 +27,14 @@ from typing import Any
 import numpy as np
 
 from ..decode import BatchDecoder, Ragged
+from ..errors import missing_extra
 from ._batch_plan import BatchPlan
-from ._extras import missing_framework
 from ._fetch import BatchFetch, RecordSource
 
 try:
     import keras
 except ImportError as _exc:  # pragma: no cover - exercised without Keras only
-    raise missing_framework("keras", "Keras 3", "keras", _exc) from _exc
+    raise missing_extra("ofindex.integrations.keras", "keras", _exc) from _exc
 
 __all__ = ["KerasBatches"]
 

@@ -33,10 +33,16 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
-import ray.data
-from ray.data.block import BlockAccessor, BlockMetadata
-from ray.data.datasource import Datasource, ReadTask
+
+from ..errors import missing_extra
+
+try:
+    import pyarrow as pa
+    import ray.data
+    from ray.data.block import BlockAccessor, BlockMetadata
+    from ray.data.datasource import Datasource, ReadTask
+except ImportError as _exc:  # without the extra: say which one to install
+    raise missing_extra("ofindex.integrations.ray", "ray", _exc) from _exc
 
 from ..decode import BatchDecoder, Ragged
 from ..decode.spec import Spec

@@ -42,16 +42,16 @@ from typing import Any
 import numpy as np
 
 from ..decode import BatchDecoder, Ragged, VarLen
+from ..errors import missing_extra
 from ..read.dataset import Dataset
 from ._batch_plan import BatchPlan
-from ._extras import missing_framework
 from ._fetch import BatchFetch, RecordSource
 from ._typed_spec import feature_specs
 
 try:
     import tensorflow as tf
 except ImportError as _exc:  # pragma: no cover - exercised without TensorFlow only
-    raise missing_framework("tf", "TensorFlow", "tf", _exc) from _exc
+    raise missing_extra("ofindex.integrations.tf", "tf", _exc) from _exc
 
 __all__ = ["TFBatches", "feature_specs", "file_infos"]
 

@@ -58,8 +58,8 @@ from ..shuffle import mixing as _m
 from ..shuffle import samplers as _s
 from ..shuffle.progress import ResumableLoader
 from ._fetch import BatchFetch, Layout, RecordSource, shard_counts
+from ._mixed_source import MixedSource
 from ._shared_blocks import BLOCKS, lend
-from .mixed_source import MixedSource
 
 __all__ = [
     "BatchSampler",
@@ -384,7 +384,7 @@ class MixtureBatches(TensorBatches):
     """Decoded batches of a weighted mixture, with the source of each record.
 
     The dataset of a :class:`MixtureSampler` over the same sources (its indices are the
-    sources' records one after the other, :class:`~ofindex.integrations.mixed_source.
+    sources' records one after the other, :class:`~ofindex.integrations._mixed_source.
     MixedSource`)::
 
         data = MixtureBatches([a, b, c], BatchDecoder(spec))
