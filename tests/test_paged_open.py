@@ -13,12 +13,11 @@ from __future__ import annotations
 import os
 import pickle
 import re
-import shutil
 import struct
 
 import numpy as np
 import pytest
-from helpers import read_bytes, sidecar_of
+from helpers import copy_dataset, read_bytes, sidecar_of
 from test_paged_reads import Rounds
 from test_sidecar import _v1_sidecar
 
@@ -215,7 +214,7 @@ def test_sidecar_replaced_after_open_is_refused(bucket_backend, dataset, tmp_pat
 def test_version_1_sidecar_without_manifest_is_read_whole(remote_backend, dataset, tmp_path):
     d, expected = dataset
     old = str(tmp_path / "v1")
-    shutil.copytree(d, old)
+    copy_dataset(d, old)  # the data and its index directory
     p = os.path.join(old, "part-00002")
     sc = open_local_sidecar(sidecar_of(p))
     h = sc.header

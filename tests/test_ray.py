@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 import servers
 from conftest import BUCKET
+from helpers import index_dir_of
 
 import ofindex
 from ofindex.cli.synthetic import write_dataset
@@ -144,9 +145,10 @@ def test_bucket_paths(cluster, data, tmp_path, moto_server):
     opts = servers.s3_options(moto_server.url)
     fs = s3fs.S3FileSystem(skip_instance_cache=True, **opts)
     url = f"s3://{BUCKET}/ray-{os.path.basename(str(tmp_path))}"
-    for name in sorted(os.listdir(data)):
-        with open(os.path.join(data, name), "rb") as f:
-            fs.pipe_file(f"{url}/{name}", f.read())
+    for source, target in ((data, url), (index_dir_of(data), url + ".ofindex")):
+        for name in sorted(os.listdir(source)):  # the data and its index directory
+            with open(os.path.join(source, name), "rb") as f:
+                fs.pipe_file(f"{target}/{name}", f.read())
     rows = _read(cluster, tmp_path, paths=f"{url}/part-*", storage_options=opts)
     with ofindex.open(data) as ds:
         assert [r["index"] for r in rows] == list(range(len(ds)))
