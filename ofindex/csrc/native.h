@@ -35,6 +35,10 @@ static inline int mul_size(Py_ssize_t a, Py_ssize_t b, Py_ssize_t *out) {
 int get_i64(PyObject *obj, Py_buffer *view, const char *what);
 /* The same, writable (batches.c). */
 int get_i64_out(PyObject *obj, Py_buffer *view, const char *what);
+/* Acquire buf (any bytes-like) and its spans, int64 starts and ends of equal length
+ * (ValueError otherwise); on failure nothing stays acquired and -1 is returned. */
+int get_spans(PyObject *buf_obj, PyObject *starts_obj, PyObject *ends_obj, Py_buffer *buf,
+              Py_buffer *sv, Py_buffer *ev);
 /* A u64 vector (a sidecar's offsets block; records.c). */
 int get_u64(PyObject *obj, Py_buffer *view);
 /* The span [*start, *end) of record i from a sidecar's offsets ov whose last record ends at

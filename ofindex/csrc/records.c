@@ -25,6 +25,25 @@ int get_i64(PyObject *obj, Py_buffer *view, const char *what) {
     }
     return 0;
 }
+
+int get_spans(PyObject *buf_obj, PyObject *starts_obj, PyObject *ends_obj, Py_buffer *buf,
+              Py_buffer *sv, Py_buffer *ev) {
+    if (PyObject_GetBuffer(buf_obj, buf, PyBUF_SIMPLE) < 0)
+        return -1;
+    if (get_i64(starts_obj, sv, "starts") < 0)
+        goto no_starts;
+    if (get_i64(ends_obj, ev, "ends") < 0)
+        goto no_ends;
+    if (ev->shape[0] == sv->shape[0])
+        return 0;
+    PyErr_SetString(PyExc_ValueError, "starts and ends differ in length");
+    PyBuffer_Release(ev);
+no_ends:
+    PyBuffer_Release(sv);
+no_starts:
+    PyBuffer_Release(buf);
+    return -1;
+}
 /* Whether the framing sizes are not those of a TFRecord (12, 4) or OFRecord (8, 0) record;
  * sets ValueError. */
 static int bad_framing(Py_ssize_t header, Py_ssize_t footer, int verify) {
@@ -149,23 +168,10 @@ PyObject *cut(PyObject *self, PyObject *args) {
                           &header, &footer, &verify, &crc_fn, &PyDict_Type, &memo))
         return NULL;
     Py_buffer buf, sv, ev;
-    if (PyObject_GetBuffer(buf_obj, &buf, PyBUF_SIMPLE) < 0)
+    if (get_spans(buf_obj, starts_obj, ends_obj, &buf, &sv, &ev) < 0)
         return NULL;
-    if (get_i64(starts_obj, &sv, "starts") < 0) {
-        PyBuffer_Release(&buf);
-        return NULL;
-    }
-    if (get_i64(ends_obj, &ev, "ends") < 0) {
-        PyBuffer_Release(&sv);
-        PyBuffer_Release(&buf);
-        return NULL;
-    }
     PyObject *result = NULL;
     Py_ssize_t n = sv.shape[0];
-    if (ev.shape[0] != n) {
-        PyErr_SetString(PyExc_ValueError, "starts and ends differ in length");
-        goto done;
-    }
     if (bad_framing(header, footer, verify)) {
         goto done;
     }

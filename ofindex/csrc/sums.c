@@ -17,17 +17,8 @@ PyObject *crcs(PyObject *self, PyObject *args) {
                           &crc_fn))
         return NULL;
     Py_buffer buf, sv, ev, ov;
-    if (PyObject_GetBuffer(buf_obj, &buf, PyBUF_SIMPLE) < 0)
+    if (get_spans(buf_obj, starts_obj, ends_obj, &buf, &sv, &ev) < 0)
         return NULL;
-    if (get_i64(starts_obj, &sv, "starts") < 0) {
-        PyBuffer_Release(&buf);
-        return NULL;
-    }
-    if (get_i64(ends_obj, &ev, "ends") < 0) {
-        PyBuffer_Release(&sv);
-        PyBuffer_Release(&buf);
-        return NULL;
-    }
     if (PyObject_GetBuffer(out_obj, &ov, PyBUF_WRITABLE | PyBUF_ND) < 0) {
         PyBuffer_Release(&ev);
         PyBuffer_Release(&sv);
@@ -38,8 +29,8 @@ PyObject *crcs(PyObject *self, PyObject *args) {
     Py_ssize_t n = sv.shape[0];
     const int64_t *st = (const int64_t *)sv.buf, *en = (const int64_t *)ev.buf;
     uint32_t *out = (uint32_t *)ov.buf;
-    if (ev.shape[0] != n || ov.itemsize != 4 || ov.ndim != 1 || ov.shape[0] != n) {
-        PyErr_SetString(PyExc_ValueError, "starts, ends and out (uint32) differ in length");
+    if (ov.itemsize != 4 || ov.ndim != 1 || ov.shape[0] != n) {
+        PyErr_SetString(PyExc_ValueError, "out (uint32) and the spans differ in length");
         goto done;
     }
     for (Py_ssize_t k = 0; k < n; k++) {  /* no arithmetic that can wrap: spans come from data */
