@@ -54,7 +54,7 @@ import crc32c as _crc32c
 from ..errors import SidecarError
 from ..storage import Storage, Storages
 from .framing import RecordFormat
-from .placement import INDEX_DIR_SUFFIX, ROOT_INDEX_DIR
+from .placement import sibling_data_dir
 from .sidecar_header import Compression
 
 MANIFEST_NAME = "ofindex-manifest.json"
@@ -103,18 +103,6 @@ def _same_place(a: str, b: str) -> bool:
     return a.rstrip("/") == b.rstrip("/")
 
 
-def _sibling_data_dir(here: str) -> str | None:
-    """The data directory whose default index directory is ``here`` (``train.ofindex`` ->
-    ``train``; a root's ``.ofindex`` -> the root), or ``None`` when ``here`` is not one."""
-    here = here.rstrip("/")
-    name = here.rsplit("/", 1)[-1]
-    if name == ROOT_INDEX_DIR:
-        return _dir_of(here) or "/"
-    if name.endswith(INDEX_DIR_SUFFIX) and len(name) > len(INDEX_DIR_SUFFIX):
-        return here[: -len(INDEX_DIR_SUFFIX)]
-    return None
-
-
 def encode_manifest(
     fmt: RecordFormat, manifest_url: str, data_dir: str, index_dir: str | None,
     names: list[str], records: list[int], sizes: list[int], fingerprints: list[str],
@@ -134,7 +122,7 @@ def encode_manifest(
         shards["compression"] = ["" if c is Compression.NONE else c.name.lower()
                                  for c in compressions]
     sibling = (index_dir is not None and _same_place(index_dir, here)
-               and _same_place(data_dir, _sibling_data_dir(here) or ""))
+               and _same_place(data_dir, sibling_data_dir(here) or ""))
     doc: dict[str, Any] = {
         "ofindex_manifest": VERSION,
         "format": fmt.name.lower(),
@@ -196,7 +184,7 @@ def _directories(doc: dict[str, Any], here: str) -> tuple[str, str | None]:
         return doc.get("data_dir") or here, doc.get("index_dir")
     if layout != "sibling":
         raise ValueError('layout must be "sibling" when given')
-    return _sibling_data_dir(here) or here, here
+    return sibling_data_dir(here) or here, here
 
 
 def decode_manifest(raw: bytes, manifest_url: str) -> Manifest:

@@ -63,6 +63,21 @@ def sibling_index_dir(storage: Storage, data_dir: str) -> str:
     return data_dir.rstrip("/") + INDEX_DIR_SUFFIX
 
 
+def sibling_data_dir(index_dir: str) -> str | None:
+    """The inverse of :func:`sibling_index_dir`, on a URL or path: the data directory whose
+    index directory is ``index_dir`` (``train.ofindex`` -> ``train``; a root's ``.ofindex`` ->
+    the root), or ``None`` when ``index_dir`` is not one."""
+    index_dir = index_dir.rstrip("/")
+    parent, slash, name = index_dir.rpartition("/")
+    if name == ROOT_INDEX_DIR:
+        if not slash:
+            return "."
+        return parent or "/"
+    if name.endswith(INDEX_DIR_SUFFIX) and len(name) > len(INDEX_DIR_SUFFIX):
+        return index_dir[: -len(INDEX_DIR_SUFFIX)]
+    return None
+
+
 @dataclasses.dataclass(frozen=True)
 class SidecarPlace:
     """The rule that maps a data file to its sidecar.
