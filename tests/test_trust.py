@@ -19,6 +19,9 @@ from helpers import manifest_of, reseal_manifest, sidecar_of
 
 import ofindex
 from ofindex import SidecarError, StaleIndexError
+from ofindex.formats.location import resolve
+from ofindex.formats.placement import Layout
+from ofindex.index.builder import build_location
 
 pytestmark = pytest.mark.usefixtures("impl")  # compiled and pure-Python loops
 
@@ -123,13 +126,26 @@ def test_unchanged_files_read_on(tmp_path):
 
 # -- manifests --------------------------------------------------------------------------------
 
-def _dataset(root: str, shards: int = 3, n: int = 20) -> list[bytes]:
+def _dataset(root: str, shards: int = 3, n: int = 20,
+             layout: Layout = Layout.SIBLING) -> list[bytes]:
+    """``shards`` files of ``n`` records in ``root``, indexed with ``layout`` (the default
+    place, or beside the data as ofindex 0.2 did), manifest included."""
     os.makedirs(root, exist_ok=True)
     out = []
     for k in range(shards):
         out += _write(os.path.join(root, f"part-{k}"), b"%d-" % k, n)
-    ofindex.build_index(root)
+    if layout is Layout.SIBLING:
+        ofindex.build_index(root)
+    else:  # the real build, only the layout chosen
+        build_location(resolve(root, manifest=False, layout=layout))
     return out
+
+
+def _manifest_doc(root: str) -> tuple[str, dict]:
+    """The path of ``root``'s manifest and its parsed JSON."""
+    manifest = manifest_of(root)
+    with open(manifest, "rb") as f:
+        return manifest, json.loads(f.read())
 
 
 @pytest.mark.parametrize("read", sorted(READS))
@@ -138,9 +154,7 @@ def test_a_manifest_with_a_wrong_count_is_refused(tmp_path, read):
     record 10 under the wrong number; the manifest's checksum refuses it before any read."""
     root = str(tmp_path / "d")
     _dataset(root)
-    manifest = manifest_of(root)
-    with open(manifest, "rb") as f:
-        doc = json.loads(f.read())
+    manifest, doc = _manifest_doc(root)
     doc["shards"]["records"][0] = 30
     with open(manifest, "w") as f:
         json.dump(doc, f)
@@ -154,9 +168,7 @@ def test_a_forged_manifest_is_refused_when_the_shard_is_read(tmp_path):
     against the shard's sidecar header whenever that header is loaded."""
     root = str(tmp_path / "d")
     _dataset(root)
-    manifest = manifest_of(root)
-    with open(manifest, "rb") as f:
-        doc = json.loads(f.read())
+    manifest, doc = _manifest_doc(root)
     doc["shards"]["records"][0] = 30
     with open(manifest, "wb") as f:
         f.write(reseal_manifest(doc))
@@ -167,12 +179,12 @@ def test_a_forged_manifest_is_refused_when_the_shard_is_read(tmp_path):
 
 
 def test_old_manifests_without_a_checksum_still_open(tmp_path):
-    """Version 1 manifests (ofindex 0.2) open as before."""
+    """Version 1 manifests (ofindex 0.2: in the data directory, sidecars beside the data, no
+    checksum) open as before."""
     root = str(tmp_path / "d")
-    records = _dataset(root)
-    manifest = manifest_of(root)
-    with open(manifest, "rb") as f:
-        doc = json.loads(f.read())
+    records = _dataset(root, layout=Layout.BESIDE)
+    manifest, doc = _manifest_doc(root)
+    assert manifest == os.path.join(root, "ofindex-manifest.json") and "layout" not in doc
     del doc["crc32c"], doc["shards"]["body_crc"]
     doc["ofindex_manifest"] = 1
     with open(manifest, "w") as f:
