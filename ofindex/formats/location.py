@@ -6,8 +6,10 @@ A path spec (a file, a directory, a glob, a URL, or a list of them) is resolved 
 :class:`~ofindex.storage.Storages`: one object per protocol, no helper that resolves the same
 URL again.
 
-Sidecars live beside their data file (``<file>.ofidx``) or, with ``index_dir`` (a local
-directory or another bucket, for read-only data), in ``<index_dir>/<file name>.ofidx``.
+Sidecars live in the data directory's index directory, ``<data dir>.ofindex/<file
+name>.ofidx`` (see :mod:`.placement`), with ``index_dir`` (a local directory or another
+bucket, for read-only data) in ``<index_dir>/<file name>.ofidx``, and for datasets indexed by
+ofindex 0.2 beside their data file (``<file>.ofidx``).
 """
 
 from __future__ import annotations
