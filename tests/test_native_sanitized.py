@@ -14,19 +14,16 @@ Needs gcc and its sanitizer runtimes (Debian: the ``gcc`` package pulls in ``lib
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
-import sysconfig
 
+import cbuild
 import pytest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-CSRC = os.path.join(ROOT, "ofindex", "csrc")
+HERE = cbuild.HERE
+ROOT = cbuild.ROOT
 FLAGS = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer",
-         "-g", "-O1", "-Wall", "-Wextra", "-Wno-unused-parameter",
-         "-Wno-missing-field-initializers", "-Werror", "-fPIC", "-shared"]
+         "-g", "-O1", *cbuild.STRICT, "-fPIC", "-shared"]
 ENV = {
     "ASAN_OPTIONS": "detect_leaks=0:halt_on_error=1:abort_on_error=0:exitcode=86",
     "UBSAN_OPTIONS": "halt_on_error=1:print_stacktrace=1:exitcode=87",
@@ -49,26 +46,12 @@ sys.exit(int(pytest.main(["-q", "-p", "no:cacheprovider", sys.argv[1]])))
 """
 
 
-def _compiler() -> str:
-    cc = (sysconfig.get_config_var("CC") or "gcc").split()[0]
-    found = shutil.which(cc) or shutil.which("gcc")
-    assert found, "no C compiler: the sanitizer job needs gcc (tools/run-tests.sh installs it)"
-    return found
-
-
 def _runtime(cc: str, name: str) -> str:
     path = subprocess.run([cc, f"-print-file-name={name}"], capture_output=True, text=True,
                           check=True).stdout.strip()
     assert os.path.isabs(path) and os.path.exists(path), (
         f"{cc} has no {name}: install gcc's sanitizer runtimes (Debian: libasan8, libubsan1)")
     return os.path.realpath(path)
-
-
-def _build(cc: str, sources: list[str], out: str, flags: list[str] = FLAGS) -> None:
-    includes = {sysconfig.get_paths()["include"], sysconfig.get_paths()["platinclude"]}
-    cmd = [cc, *flags, *(f"-I{d}" for d in sorted(includes)), *sources, "-o", out, "-lz"]
-    done = subprocess.run(cmd, capture_output=True, text=True)
-    assert done.returncode == 0, f"{' '.join(cmd)}\n{done.stderr}"
 
 
 def _run(args: list[str], libasan: str, timeout: float,
@@ -81,15 +64,14 @@ def _run(args: list[str], libasan: str, timeout: float,
 
 @pytest.fixture(scope="module")
 def toolchain():
-    cc = _compiler()
+    cc = cbuild.compiler()
     return cc, _runtime(cc, "libasan.so"), _runtime(cc, "libubsan.so")
 
 
 def test_native_tests_and_fuzzer_pass_under_asan_and_ubsan(toolchain, tmp_path):
     cc, libasan, _ = toolchain
-    lib = str(tmp_path / ("_native" + sysconfig.get_config_var("EXT_SUFFIX")))
-    sources = sorted(os.path.join(CSRC, f) for f in os.listdir(CSRC) if f.endswith(".c"))
-    _build(cc, sources, lib)
+    lib = cbuild.module_path(str(tmp_path))
+    cbuild.build(cc, cbuild.sources(), lib, FLAGS)
     done = _run(["-c", BOOT, os.path.join(HERE, "test_native.py")], libasan, timeout=240,
                 OFINDEX_TEST_NATIVE_BUILD=lib, OFINDEX_FUZZ_EXAMPLES=str(FUZZ_EXAMPLES))
     report = done.stdout[-6000:] + done.stderr[-6000:]
@@ -107,7 +89,8 @@ def test_the_sanitizers_do_catch_errors_here(toolchain, tmp_path):
         "int signed_overflow(int i) { return INT_MAX - 1 + i; }\n")
     loose = [f for f in FLAGS if not f.startswith(("-Werror", "-fsanitize="))]
     for kind in ("address", "undefined"):  # one build per sanitizer: each must catch its own
-        _build(cc, [str(src)], str(tmp_path / f"{kind}.so"), [f"-fsanitize={kind}", *loose])
+        cbuild.build(cc, [str(src)], str(tmp_path / f"{kind}.so"),
+                     [f"-fsanitize={kind}", *loose])
     load = "import ctypes; lib = ctypes.CDLL({!r}); "
     done = _run(["-c", load.format(str(tmp_path / "address.so")) + "lib.heap_overflow(0)"],
                 libasan, timeout=60)

@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 VENV=${OFINDEX_VENV:-.venv}
 PY=${PYTHON:-python3}
 
-# Debian packages: nginx for the HTTP tests; gcc (with its libasan8 / libubsan1 runtimes) builds
+# Debian packages: nginx for the HTTP tests; mingw-w64 for the Windows compile check; gcc (with its libasan8 / libubsan1 runtimes) builds
 # ofindex._native and runs its tests under AddressSanitizer/UBSan (tests/test_native_sanitized.py);
 # zlib's headers, which the compiled module links (random access into GZIP/ZLIB files).
 NEED=""
@@ -19,6 +19,8 @@ case "$(gcc -print-file-name=libasan.so 2>/dev/null)" in /*) ;; *) NEED="$NEED g
 case "$(gcc -print-file-name=libubsan.so 2>/dev/null)" in /*) ;; *) NEED="$NEED gcc" ;; esac
 [ -e /usr/include/zlib.h ] || NEED="$NEED zlib1g-dev"
 command -v setpriv >/dev/null 2>&1 || NEED="$NEED util-linux"
+# mingw-w64: tests/test_native_portable.py compiles csrc/threads.h's Windows branch
+command -v x86_64-w64-mingw32-gcc >/dev/null 2>&1 || NEED="$NEED gcc-mingw-w64-x86-64-win32"
 # chromium: tests/test_docs_site.py loads the built documentation site in headless Chromium
 [ -x /usr/bin/chromium ] || NEED="$NEED chromium"
 if [ -n "$NEED" ]; then

@@ -11,7 +11,7 @@
 #include "native.h"
 #include "hwcrc.h"
 
-#include <pthread.h>
+#include "threads.h"
 
 int hw_crc_on = 0;
 
@@ -253,10 +253,9 @@ static Py_ssize_t check_run(const Run *r) {
                      &total);
 }
 
-static void *check_job(void *arg) {
+static void check_job(void *arg) {
     CheckJob *job = (CheckJob *)arg;
     job->bad = check_run(job->r);
-    return NULL;
 }
 
 /* The list of payload bytes objects of the whole records, or NULL on an error (set). A
@@ -301,13 +300,13 @@ static PyObject *list_or_bad(PyObject *result, Py_ssize_t made, Py_ssize_t n,
  * NULL without an exception when no thread could be started. */
 static PyObject *slices_parallel(Run *r) {
     CheckJob job = {r, -1};
-    pthread_t thread;
-    if (pthread_create(&thread, NULL, check_job, &job) != 0)
+    thread_t thread;
+    if (thread_start(&thread, check_job, &job) != 0)
         return NULL;
     Py_ssize_t made;
     PyObject *result = make_items(r, &made);
     Py_BEGIN_ALLOW_THREADS
-    pthread_join(thread, NULL);
+    thread_join(&thread);
     Py_END_ALLOW_THREADS
     return list_or_bad(result, made, r->n, job.bad);
 }

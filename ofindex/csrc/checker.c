@@ -13,8 +13,7 @@
 #include "native.h"
 #include "hwcrc.h"
 
-#include <pthread.h>
-#include <unistd.h>
+#include "threads.h"
 
 /* Records in a chunk: what one thread claims and checks at a time (a bound on how long a
  * cancel waits, too). */
@@ -29,11 +28,11 @@ typedef struct {
     PyObject_HEAD
     Py_buffer buf, sv, ev;
     Py_ssize_t header, footer, n, chunks;
-    pthread_t thread;
+    thread_t thread;
     int running;  /* the thread was started (and is joined at dealloc) */
-    pid_t pid;    /* the process that started it: a forked child checks inline instead */
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
+    long pid;     /* the process that started it: a forked child checks inline instead */
+    mutex_t mu;
+    cond_t cv;
     /* under mu: */
     Py_ssize_t *result;     /* per chunk: CHUNK_PENDING, CHUNK_OK or its first bad record */
     Py_ssize_t next;        /* the first chunk nobody has claimed (claimed in order) */
@@ -63,34 +62,33 @@ static int claimable(const CheckerObject *c) {
 static void check_next(CheckerObject *c) {
     Py_ssize_t k = c->next++;
     Py_ssize_t lo = k * CHECK_CHUNK, hi = lo + CHECK_CHUNK < c->n ? lo + CHECK_CHUNK : c->n;
-    pthread_mutex_unlock(&c->mu);
+    mutex_unlock(&c->mu);
     Py_ssize_t bad = check_range(c, lo, hi);
-    pthread_mutex_lock(&c->mu);
+    mutex_lock(&c->mu);
     c->result[k] = bad;
     if (bad >= 0 && (c->bad_chunk < 0 || k < c->bad_chunk))
         c->bad_chunk = k;
     while (c->done < c->chunks && c->result[c->done] == CHUNK_OK)
         c->done++;
     if (c->waiters)  /* readers may wait for this chunk (on the thread, or another reader) */
-        pthread_cond_broadcast(&c->cv);
+        cond_broadcast(&c->cv);
 }
 
-static void *check_loop(void *arg) {
+static void check_loop(void *arg) {
     CheckerObject *c = (CheckerObject *)arg;
-    pthread_mutex_lock(&c->mu);
+    mutex_lock(&c->mu);
     while (!c->cancel && claimable(c)) {
         if (c->next * CHECK_CHUNK >= c->allowed) {
             c->idle = 1;
-            pthread_cond_wait(&c->cv, &c->mu);
+            cond_wait(&c->cv, &c->mu);
             c->idle = 0;
             continue;
         }
         check_next(c);
     }
     c->finished = 1;
-    pthread_cond_broadcast(&c->cv);
-    pthread_mutex_unlock(&c->mu);
-    return NULL;
+    cond_broadcast(&c->cv);
+    mutex_unlock(&c->mu);
 }
 
 static int checker_init(CheckerObject *self, PyObject *args, PyObject *kwds) {
@@ -132,8 +130,8 @@ static int checker_init(CheckerObject *self, PyObject *args, PyObject *kwds) {
     }
     for (Py_ssize_t k = 0; k < self->chunks; k++)
         self->result[k] = CHUNK_PENDING;
-    self->pid = getpid();
-    self->running = pthread_create(&self->thread, NULL, check_loop, self) == 0;
+    self->pid = process_id();
+    self->running = thread_start(&self->thread, check_loop, self) == 0;
     return 0;  /* without a thread, wait() checks inline */
 bad_shape:
     PyBuffer_Release(&self->ev);
@@ -150,19 +148,19 @@ static PyObject *checker_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         return NULL;
     self->n = -1;  /* not initialized: nothing to release */
     self->bad_chunk = -1;
-    pthread_mutex_init(&self->mu, NULL);
-    pthread_cond_init(&self->cv, NULL);
+    mutex_init(&self->mu);
+    cond_init(&self->cv);
     return (PyObject *)self;
 }
 
 static void checker_dealloc(CheckerObject *self) {
-    if (self->running && self->pid == getpid()) {
-        pthread_mutex_lock(&self->mu);
+    if (self->running && self->pid == process_id()) {
+        mutex_lock(&self->mu);
         self->cancel = 1;
-        pthread_cond_broadcast(&self->cv);
-        pthread_mutex_unlock(&self->mu);
+        cond_broadcast(&self->cv);
+        mutex_unlock(&self->mu);
         Py_BEGIN_ALLOW_THREADS
-        pthread_join(self->thread, NULL);
+        thread_join(&self->thread);
         Py_END_ALLOW_THREADS
     }
     if (self->n >= 0) {
@@ -171,9 +169,9 @@ static void checker_dealloc(CheckerObject *self) {
         PyBuffer_Release(&self->sv);
         PyBuffer_Release(&self->buf);
     }
-    if (self->pid == getpid() || !self->running) {  /* a fork's copy may be held locked */
-        pthread_cond_destroy(&self->cv);
-        pthread_mutex_destroy(&self->mu);
+    if (self->pid == process_id() || !self->running) {  /* a fork's copy may be held locked */
+        cond_destroy(&self->cv);
+        mutex_destroy(&self->mu);
     }
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
@@ -197,7 +195,7 @@ static PyObject *checker_wait(CheckerObject *self, PyObject *args) {
     upto = upto < 0 ? 0 : upto > self->n ? self->n : upto;
     ahead = ahead < upto ? upto : ahead > self->n ? self->n : ahead;
     Py_ssize_t bad;
-    if (!self->running || self->pid != getpid()) {  /* no thread here: check inline */
+    if (!self->running || self->pid != process_id()) {  /* no thread here: check inline */
         Py_ssize_t from = self->inline_done < upto ? self->inline_done : upto;
         Py_BEGIN_ALLOW_THREADS
         bad = check_range(self, from, upto);
@@ -207,11 +205,11 @@ static PyObject *checker_wait(CheckerObject *self, PyObject *args) {
         return PyLong_FromSsize_t(bad);
     }
     Py_BEGIN_ALLOW_THREADS
-    pthread_mutex_lock(&self->mu);
+    mutex_lock(&self->mu);
     if (ahead > self->allowed) {
         self->allowed = ahead;
         if (self->idle)
-            pthread_cond_broadcast(&self->cv);
+            cond_broadcast(&self->cv);
     }
     for (;;) {
         if (self->done * CHECK_CHUNK >= upto) {  /* every record before upto is whole */
@@ -227,11 +225,11 @@ static PyObject *checker_wait(CheckerObject *self, PyObject *args) {
             check_next(self);  /* the thread is behind: this one checks the next chunk */
         } else {  /* the chunk asked for is being checked on the thread */
             self->waiters++;
-            pthread_cond_wait(&self->cv, &self->mu);
+            cond_wait(&self->cv, &self->mu);
             self->waiters--;
         }
     }
-    pthread_mutex_unlock(&self->mu);
+    mutex_unlock(&self->mu);
     Py_END_ALLOW_THREADS
     return PyLong_FromSsize_t(bad);
 }

@@ -9,6 +9,7 @@
  * walk.c     the index builder's header walk (GIL released)
  * inflate.c  zlib's inflate for seek points in gzip/zlib files (GIL released)
  * sums.c     the CRC32C of many payloads (OFRecord checksums at build time)
+ * threads.h  its two helper threads on POSIX, Windows, or none (the inline paths)
  *
  * Pure functions over buffers the caller already holds (a memory map, a fetched range, a
  * list of records): no I/O, no error messages. Each returns its result, or the position of
@@ -19,6 +20,7 @@
  * below 4 KiB, checked with the CPU's CRC32C instruction where it exists (see hwcrc.h).
  */
 #include "native.h"
+#include "threads.h"
 #include "hwcrc.h"
 
 static PyMethodDef methods[] = {
@@ -70,6 +72,11 @@ PyMODINIT_FUNC PyInit__native(void) {
     Py_INCREF(&CheckerType);
     if (PyModule_AddObject(m, "Checker", (PyObject *)&CheckerType) < 0) {
         Py_DECREF(&CheckerType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    /* which thread primitives it was built with (threads.h): "pthreads", "win32" or "none" */
+    if (PyModule_AddStringConstant(m, "threads", OFINDEX_THREADS) < 0) {
         Py_DECREF(m);
         return NULL;
     }
