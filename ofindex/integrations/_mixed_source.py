@@ -3,7 +3,10 @@
 Global index ``offset_s + i`` is record ``i`` of source ``s`` (``offset_s``: the records of
 the sources before ``s``), the indices :class:`ofindex.shuffle.mixing.MixtureSampler`
 yields.  The sources can be anything the integrations read (ofindex datasets on any storage,
-compressed or not, with their own storage options; lists of records).
+compressed or not, with their own storage options; lists of records). When they are
+ofindex datasets that read alike, a batch is read through their concatenation
+(:func:`ofindex.read.concat.concatenated`): one batch read, as for one dataset, instead of
+one per source.
 """
 
 from collections.abc import Sequence
@@ -11,13 +14,16 @@ from typing import Any
 
 import numpy as np
 
+from ..read.concat import concatenated
+from ..read.dataset import Dataset
 from ._fetch import RecordSource
 
 __all__ = ["MixedSource"]
 
 
 class MixedSource:
-    """Record sources one after the other, read with one ``__getitems__`` per source.
+    """Record sources one after the other: a batch is one read of their concatenation when
+    they are ofindex datasets that read alike, else one ``__getitems__`` per source.
 
     Args:
         sources: The record sources (each with ``__len__`` and ``__getitem__``, and
@@ -33,6 +39,10 @@ class MixedSource:
         self.sources = list(sources)
         sizes = [len(s) for s in self.sources]
         self.offsets = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
+        datasets = [s for s in self.sources if isinstance(s, Dataset)]
+        #: The sources as one dataset (same numbering), or ``None``: read source by source.
+        self.joined: Dataset | None = (
+            concatenated(datasets) if len(datasets) == len(self.sources) else None)
 
     def __len__(self) -> int:
         """Records of all sources."""
@@ -104,6 +114,8 @@ class MixedSource:
             IndexError: ``index`` is outside ``[0, len(self))``.
         """
         s = int(self.source_of([index])[0])
+        if self.joined is not None:
+            return self.joined[int(index)]
         return self.sources[s][int(index) - int(self.offsets[s])]
 
     def __getitems__(self, indices: Sequence[int] | np.ndarray) -> list[Any]:
@@ -118,6 +130,9 @@ class MixedSource:
         Raises:
             IndexError: An index is outside ``[0, len(self))``.
         """
+        if self.joined is not None:
+            self.source_of(indices)  # an index outside the mixture: the same IndexError
+            return self.joined.__getitems__(indices)
         groups, ordered = self._groups(indices)
         parts = []
         for s, local, _ in groups:

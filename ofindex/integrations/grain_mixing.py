@@ -2,7 +2,8 @@
 
 Element ``k`` of :class:`GrainMixture` is this rank's batch ``k`` of a
 :class:`~ofindex.shuffle.mixing.MixtureSampler` (over its epochs, from the start or a loaded
-resume point), read from the sources with one ``__getitems__`` per source and decoded with one
+resume point), read from the sources (one batch read of their concatenation when they are
+ofindex datasets that read alike, else one ``__getitems__`` per source) and decoded with one
 decoder call, with ``"source"``: the source of each record::
 
     mixture = MixtureSampler([a, b], [0.7, 0.3], 256, seed=0)

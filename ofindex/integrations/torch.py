@@ -417,7 +417,10 @@ class MixtureBatches(TensorBatches):
                           for src, dec in zip(mixed.sources, decoder, strict=True)]
         else:
             common = decoder
-        super().__init__(mixed, common, pin_memory=pin_memory, pack_bytes=pack_bytes)
+        # one batch read of the sources' concatenation when they read alike (the indices
+        # are checked against the mixture first, by source_of)
+        reader: RecordSource = mixed.joined if mixed.joined is not None else mixed
+        super().__init__(reader, common, pin_memory=pin_memory, pack_bytes=pack_bytes)
         self.mixed = mixed
 
     def __getitem__(self, indices: Sequence[int] | np.ndarray | int) -> Any:

@@ -120,3 +120,44 @@ def fingerprint_from_info(info: dict[str, Any]) -> str:
                 text = "sha256=" + hashlib.sha256(text.encode("utf-8")).hexdigest()
             return f"{kind}:{text}"
     return ""
+
+
+class ExpectedUnion(ExpectedFiles):
+    """The expected files of several storages seen as one (:func:`.union.joined_storage`):
+    a file is checked against the stamp whichever part holds, and the parts stay the
+    sources' own objects, so a stamp a source learns later (a shard loaded lazily) is checked
+    here too. Picklable with its parts (pickled together with their storages, they stay
+    shared in the new process).
+
+    Args:
+        parts: The expected files of each storage joined.
+    """
+
+    def __init__(self, parts: list[ExpectedFiles]) -> None:
+        super().__init__()
+        self.parts = list(parts)
+
+    def __reduce__(self) -> tuple[type[ExpectedUnion], tuple[list[ExpectedFiles]]]:
+        return ExpectedUnion, (self.parts,)
+
+    def __len__(self) -> int:
+        return sum(len(part) for part in self.parts)
+
+    def expect(self, path: str, stamp: FileStamp, url: str) -> None:
+        """Check ``stamp`` against every part, then remember it in the first (see
+        :meth:`ExpectedFiles.expect`).
+
+        Raises:
+            StaleIndexError: A part expects ``path`` to be another file.
+        """
+        self.check(path, stamp, url)
+        self.parts[0].expect(path, stamp, url)
+
+    def check(self, path: str, current: FileStamp, url: str) -> None:
+        """Check ``path`` against the stamp of every part that has one.
+
+        Raises:
+            StaleIndexError: It is not the file a part expects.
+        """
+        for part in self.parts:
+            part.check(path, current, url)
