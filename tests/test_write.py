@@ -208,6 +208,87 @@ def test_killed_writer_leaves_no_half_dataset(tmp_path, delay):
     assert _outcome(out, 2000) in (None, 2000)
 
 
+def _interrupted_write(directory: str) -> None:
+    with pytest.raises(KeyboardInterrupt), ShardedWriter(directory, shard_records=10) as writer:
+        for i in range(35):
+            writer.write(f"record {i}".encode())
+
+
+def _left_behind(directory: str) -> list[str]:
+    index_dir = directory.rstrip("/") + ".ofindex"
+    found = os.listdir(directory)
+    if os.path.isdir(index_dir):
+        found += [f"index: {name}" for name in os.listdir(index_dir)]
+    return found
+
+
+def test_ctrl_c_while_a_shard_file_is_being_created_leaves_nothing(tmp_path, monkeypatch):
+    # the interrupt lands after a shard's temporary file exists and before its stream holds
+    # the shard's writer (the window test_ctrl_c_removes_what_was_written hit 1 run in 6)
+    from ofindex.storage.local import LocalStorage
+
+    opened = []
+    real_open = LocalStorage.open_write
+
+    def open_then_interrupt(self, path):
+        handle = real_open(self, path)
+        opened.append(path)
+        if len(opened) == 3:
+            handle.close()
+            raise KeyboardInterrupt
+        return handle
+
+    monkeypatch.setattr(LocalStorage, "open_write", open_then_interrupt)
+    out = str(tmp_path / "c")
+    _interrupted_write(out)
+    assert os.path.exists(opened[-1]) is False and _left_behind(out) == []
+
+
+def test_ctrl_c_while_a_shard_is_renamed_into_place_leaves_nothing(tmp_path, monkeypatch):
+    # the interrupt lands inside Writer.close, before its temporary file is renamed
+    real_replace = os.replace
+    calls = []
+
+    def interrupted_replace(src, dst, *args, **kwargs):
+        if str(dst).endswith(".writing"):  # a shard's data file, not a sidecar
+            calls.append(dst)
+            if len(calls) == 2:
+                raise KeyboardInterrupt
+        return real_replace(src, dst, *args, **kwargs)
+
+    monkeypatch.setattr(os, "replace", interrupted_replace)
+    out = str(tmp_path / "c")
+    _interrupted_write(out)
+    assert _left_behind(out) == []
+
+
+def test_ctrl_c_inside_a_writers_close_leaves_no_temporary_file(tmp_path, monkeypatch):
+    real_replace = os.replace
+
+    def interrupted_replace(src, dst, *args, **kwargs):
+        if str(dst).endswith("part-0.tfrecord"):
+            raise KeyboardInterrupt
+        return real_replace(src, dst, *args, **kwargs)
+
+    monkeypatch.setattr(os, "replace", interrupted_replace)
+    (tmp_path / "d").mkdir()
+    path = str(tmp_path / "d" / "part-0.tfrecord")
+    with pytest.raises(KeyboardInterrupt), ofindex.Writer(path) as writer:
+        writer.write(b"one")
+    assert os.listdir(tmp_path / "d") == []
+
+
+def test_an_aborted_writer_removes_only_its_own_files(tmp_path):
+    out = tmp_path / "c"
+    out.mkdir()
+    (out / ".notes").write_text("someone else's")
+    (out / ".ffffffff-0-00000.writing").write_text("another writer's token")
+    with pytest.raises(KeyboardInterrupt), ShardedWriter(str(out), shard_records=10) as writer:
+        writer.write(b"one")
+        raise KeyboardInterrupt
+    assert sorted(os.listdir(out)) == [".ffffffff-0-00000.writing", ".notes"]
+
+
 def test_ctrl_c_removes_what_was_written(tmp_path):
     out = str(tmp_path / "c")
     with subprocess.Popen([sys.executable, os.path.join(HERE, "write_worker.py"), out,

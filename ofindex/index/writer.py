@@ -94,6 +94,7 @@ class Writer:
         )
         self._tmp = (f"{self._path}.{os.getpid()}.tmp" if isinstance(self._storage, LocalStorage)
                      else None)
+        self._placed = False  # the temporary file was renamed into place
         if index and self._tmp is None:
             self._index_storage.remove(self._index_path)
         self._file = self._storage.open_write(self._tmp or self._path)
@@ -190,6 +191,7 @@ class Writer:
             if self._index:
                 self._index_storage.remove(self._index_path)  # never pair old index, new data
             os.replace(self._tmp, self._path)
+            self._placed = True
         if not self._index:
             return
         stamp: FileStamp = self._storage.stamp(self._path)
@@ -215,20 +217,24 @@ class Writer:
         self._index_storage.write_atomic(self._index_path, [header, body])
 
     def abort(self) -> None:
-        """Close the data file without writing a sidecar (a local temporary file is removed)."""
-        if not self._closed:
-            self._closed = True
-            self._file.close()
-            if self._tmp is not None:
-                self._storage.remove(self._tmp)
+        """Close the data file without writing a sidecar (a local temporary file is removed,
+        also when an interrupted :meth:`close` did not rename it into place)."""
+        self._closed = True
+        self._file.close()
+        if self._tmp is not None and not self._placed:
+            self._storage.remove(self._tmp)
 
     def __enter__(self) -> "Writer":
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
-        if exc_type is None:
-            self.close()
-        else:
+        if exc_type is not None:
             self.abort()
+            return
+        try:
+            self.close()
+        except BaseException:  # an interrupted close leaves no temporary file behind
+            self.abort()
+            raise
 

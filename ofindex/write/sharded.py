@@ -369,9 +369,24 @@ class ShardedWriter:
         return finals
 
     def abort(self) -> None:
-        """Drop everything this writer wrote (files not yet published)."""
+        """Drop everything this writer wrote (files not yet published).
+
+        Each stream removes the files it knows; then every file of the directory and of its
+        index directory whose name carries this writer's token (``.<token>-…``, made by no
+        one else) goes too: what an interrupt (Ctrl-C) left between a file's creation and
+        its stream knowing it, such as a shard's temporary file.
+        """
         for stream in self._streams:
             stream.abort()
+        prefix = f".{self.token}-"
+        probe = self.storage.join(self.path, prefix)
+        index_storage, index_probe = sidecar_location(self.storage, probe, self.index_dir,
+                                                      self._storages)
+        for storage, directory in ((self.storage, self.path),
+                                   (index_storage, index_storage.dirname(index_probe))):
+            for path in storage.expand(storage.join(directory, prefix + "*")):
+                if storage.basename(path).startswith(prefix):  # ours: named with our token
+                    storage.remove(path)
 
     def __enter__(self) -> "ShardedWriter":
         return self
