@@ -5,9 +5,11 @@ shuffle and the mixture, with drop_last both ways. Ranks are separate DataLoader
 its own worker processes) run one after the other, as synchronous data-parallel ranks would
 consume the same number of batches.
 
-The default tier runs a fixed, representative set of resizes (spawned and forked workers);
-the full grid W in 1..4 x K in 0..3, each resumed on a drawn W' x K' at a drawn batch, is the
-``fuzz`` tier. A property test checks any sequence of save / resize / resume in-process."""
+The default tier runs every cell of the grid W in 1..4 x K in 0..3 (forked workers) for
+each order and drop_last both ways, resumed on another W' x K' at a batch that differs by
+cell, and a few resizes with spawned workers; the same grid resumed on drawn W' x K' at
+drawn batches is the ``fuzz`` tier. A property test checks any sequence of save / resize /
+resume in-process."""
 
 from __future__ import annotations
 
@@ -162,6 +164,20 @@ SCENARIOS = [  # (kind, drop_last, (W, K), (W', K'), stop, context)
 @pytest.mark.parametrize(("kind", "drop", "first", "second", "stop", "ctx"), SCENARIOS)
 def test_resume_on_other_ranks_and_workers(sources, kind, drop, first, second, stop, ctx):
     seen = run(sources, kind, drop, first, second, stop, ctx)
+    check_once(sources, kind, drop, seen, max(first[0], second[0]))
+
+
+#: The whole grid W in 1..4 x K in 0..3 of the runs saved, for each order and drop_last both
+#: ways, each resumed on another W' x K' (a fixed rotation) at a batch that differs by cell.
+GRID = [(kind, drop, (world, workers), (world % 4 + 1, (workers + 2) % 4),
+         1 + (3 * world + 5 * workers + 7 * drop) % 12)
+        for kind in ("global", "block", "mixture") for drop in (False, True)
+        for world in range(1, 5) for workers in range(4)]
+
+
+@pytest.mark.parametrize(("kind", "drop", "first", "second", "stop"), GRID)
+def test_resume_every_ranks_by_workers_cell(sources, kind, drop, first, second, stop):
+    seen = run(sources, kind, drop, first, second, stop, "fork")
     check_once(sources, kind, drop, seen, max(first[0], second[0]))
 
 
