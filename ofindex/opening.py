@@ -63,7 +63,8 @@ def open(
         storage_options: Options for the fsspec filesystem (credentials, endpoint …).
         verify: Check TFRecord CRCs on every read.
         decode: A callable applied to each record's bytes, e.g.
-            ``ofindex.decode.Decoder(spec)``.
+            ``ofindex.decode.Decoder(spec)`` (a decoder made without ``kind`` decodes what
+            the files' framing holds: OFRecords in OFRecord files, else Examples).
         build_missing: Build the sidecars that are missing instead of failing. A sidecar
             that exists but no longer matches its data file is *not* rebuilt: the data
             changed since it was indexed (a bad copy, a file still being written), which
@@ -141,7 +142,11 @@ def open(
         build_missing_sidecars(location, format, compression)
     options = OpenOptions(format, verify, decode, check_stale,
                           SidecarCache(cache_bytes, cache_dir, cache_dir_bytes), compression)
-    return open_location(location, options)
+    dataset = open_location(location, options)
+    for_framing = getattr(decode, "for_framing", None)
+    if for_framing is not None:  # a Decoder made without kind decodes what the files hold
+        dataset.decode = for_framing(dataset.format.name)
+    return dataset
 
 
 def build_missing_sidecars(location: DatasetLocation, format: str,

@@ -12,8 +12,11 @@ Batches (dense ``(batch, *shape)`` for :class:`FixedLen`, :class:`Ragged` otherw
 
 Picklable callables for ``ofindex.open(..., decode=...)`` and PyTorch ``collate_fn``::
 
-    Decoder(spec, kind="example")(data)          # one record
-    BatchDecoder(spec, kind="example")(records)  # a list of records
+    Decoder(spec)(data)           # one record (kind: "example" unless given or bound)
+    BatchDecoder(spec)(records)   # a list of records
+
+Without ``kind``, a decoder given to ``ofindex.open(..., decode=...)`` or to an integration
+decodes the records as what the dataset's framing holds: OFRecord files as OFRecords.
 
 Packed numeric lists go to numpy without a Python object per value, and the result always
 equals what protobuf's own parser gives. Big outputs reuse memory that earlier outputs
@@ -22,7 +25,7 @@ naming the feature.
 """
 
 from collections.abc import Sequence
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import numpy as np
 
@@ -98,7 +101,9 @@ def decode_batch(
             feature as stored. For ``kind="sequence_example"``, a
             ``(context_spec, sequence_spec)`` pair instead of the keyword arguments.
         kind: ``"example"``, ``"sequence_example"`` or ``"ofrecord"`` (aliases such as
-            ``"tfrecord"`` and ``"oneflow"`` are accepted, in any case).
+            ``"tfrecord"`` and ``"oneflow"`` are accepted, in any case). Left out: the
+            kind of the dataset the decoder is given to (``ofindex.open(..., decode=...)``,
+            the integrations: ``"ofrecord"`` for OFRecord files), else ``"example"``.
         context_spec: For ``kind="sequence_example"``: the spec of the context features.
         sequence_spec: For ``kind="sequence_example"``: the spec of the feature lists.
         out: ``{name: array}`` to decode ``FixedLen`` features into arrays you own (exactly
@@ -132,13 +137,18 @@ def decode_batch(
     return decode_records(records, cast(Spec, spec), k, out)
 
 
+_D = TypeVar("_D", bound="_SpecDecoder")
+
+
 class _SpecDecoder:
     """What :class:`Decoder` and :class:`BatchDecoder` share: the kind, the checked specs,
     :meth:`batch`, equality and repr."""
 
-    def __init__(self, spec: Spec | tuple[Spec, Spec] = None, kind: str = "example", *,
+    def __init__(self, spec: Spec | tuple[Spec, Spec] = None, kind: str | None = None, *,
                  context_spec: Spec = None, sequence_spec: Spec = None) -> None:
-        self.kind = _kind(kind)
+        self.kind = _kind("example" if kind is None else kind)
+        #: The kind was left to the dataset (see :meth:`for_framing`).
+        self.kind_from_dataset = kind is None
         if self.kind == "sequence_example" and spec is not None:
             context_spec, sequence_spec = _pair(spec)
             spec = None
@@ -181,6 +191,25 @@ class _SpecDecoder:
             return decode_sequence_batch(records, self.context_spec, self.sequence_spec)
         return decode_records(records, self.spec, self.kind, out)
 
+    def for_framing(self: "_D", framing: str) -> "_D":
+        """This decoder for the records of a dataset of ``framing``.
+
+        A decoder made without ``kind`` takes it from the dataset it is given to
+        (``ofindex.open(..., decode=...)`` and every integration call this): OFRecord files
+        hold OFRecord messages, TFRecord files Examples. A decoder made with a ``kind``
+        keeps it.
+
+        Args:
+            framing: The dataset's record framing, ``"tfrecord"`` or ``"ofrecord"`` (any
+                case; ``ds.format.name``).
+
+        Returns:
+            ``self``, or a decoder of the same spec with ``kind="ofrecord"``.
+        """
+        if self.kind_from_dataset and str(framing).lower() == "ofrecord":
+            return type(self)(self.spec, "ofrecord")
+        return self
+
     def __eq__(self, other: object) -> bool:
         return type(other) is type(self) and vars(self) == vars(other)
 
@@ -204,7 +233,9 @@ class Decoder(_SpecDecoder):
             ``kind="sequence_example"``, a ``(context_spec, sequence_spec)`` pair may be
             given here instead of the keyword arguments.
         kind: ``"example"``, ``"sequence_example"`` or ``"ofrecord"`` (aliases such as
-            ``"tfrecord"`` and ``"oneflow"`` are accepted, in any case).
+            ``"tfrecord"`` and ``"oneflow"`` are accepted, in any case). Left out: the
+            kind of the dataset the decoder is given to (``ofindex.open(..., decode=...)``,
+            the integrations: ``"ofrecord"`` for OFRecord files), else ``"example"``.
         context_spec: For ``kind="sequence_example"``: the spec of the context features.
         sequence_spec: For ``kind="sequence_example"``: the spec of the feature lists.
 
@@ -244,7 +275,8 @@ class BatchDecoder(_SpecDecoder):
 
     Args:
         spec: The features to decode, as for :class:`Decoder`.
-        kind: ``"example"``, ``"sequence_example"`` or ``"ofrecord"`` (or an alias).
+        kind: ``"example"``, ``"sequence_example"`` or ``"ofrecord"`` (or an alias); left
+            out: taken from the dataset, as for :class:`Decoder`.
         context_spec: For ``kind="sequence_example"``: the spec of the context features.
         sequence_spec: For ``kind="sequence_example"``: the spec of the feature lists.
 

@@ -33,6 +33,7 @@ from ofindex.decode.example import (
     RecordBytes,
     check_kind,
     convert,
+    kind_hint,
     walk,
 )
 from ofindex.decode.spec import FixedLen, NormalizedSpec, Ragged, Spec, normalize_spec
@@ -94,7 +95,8 @@ def _per_record(bufs: list[bytes], idx: list[int], walked: list[Walked], spec: N
                     arr[j, ...] = convert(buf, name, located.get(name), fs, kinds, what,
                                           copy=False)
                 except DecodeError as exc:
-                    raise DecodeError(f"record {idx[j]}: {exc}") from None
+                    raise DecodeError(
+                        f"record {idx[j]}: {kind_hint(exc, located, what, names)}") from None
             out[name] = ("fixed", arr)
             continue
         vtype = fs.dtype if fs is not None else natural[name]
@@ -109,7 +111,8 @@ def _per_record(bufs: list[bytes], idx: list[int], walked: list[Walked], spec: N
                     check_kind(name, kinds.get(loc.kind) if loc else None, vtype, what)
                 rows.append(convert(buf, name, loc, fs, kinds, what, copy=False))
             except DecodeError as exc:
-                raise DecodeError(f"record {idx[j]}: {exc}") from None
+                hinted = kind_hint(exc, located, what, names)
+                raise DecodeError(f"record {idx[j]}: {hinted}") from None
         lengths = np.fromiter((len(r) for r in rows), np.int64, len(rows))
         out[name] = ("ragged", _concat(rows, vtype), lengths)
     return out

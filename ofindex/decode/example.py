@@ -1,6 +1,6 @@
 """Decode one serialized ``tf.train.Example`` or OneFlow ``OFRecord`` to numpy arrays."""
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 import numpy as np
@@ -97,11 +97,40 @@ def convert(buf: bytes, name: Any, loc: Located | None, fs: FeatureSpec, kinds: 
     return values
 
 
+#: The next step when records do not decode as ``what``: they may be of another kind.
+OTHER_KINDS = {
+    "Example": "if they are OFRecords or SequenceExamples, decode with kind='ofrecord' or "
+               "kind='sequence_example'",
+    "OFRecord": "if they are tf.train.Examples or SequenceExamples, decode with "
+                "kind='example' or kind='sequence_example'",
+}
+
+
+def _short(text: str, limit: int = 40) -> str:
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+def kind_hint(error: DecodeError, located: Walked, what: str,
+              wanted: Iterable[Any]) -> DecodeError:
+    """``error``, with the next step when its record holds none of the ``wanted`` features:
+    most likely a record of another kind read as ``what`` (an Example's bytes parse as an
+    OFRecord whose only feature has a garbled name, and the other way round)."""
+    hint = OTHER_KINDS.get(what)
+    if hint is None or any(name in located for name in wanted):
+        return error
+    held = ", ".join(_short(repr(name)) for name in list(located)[:3])
+    holds = f"only {len(located)} other(s): {held}" if located else "no features at all"
+    return DecodeError(f"{error}; the record holds none of the spec's features ({holds}) — "
+                       f"{hint}, or check the spec")
+
+
 def walk(buf: bytes, walker: Callable[[bytes], _W], what: str) -> _W:
     try:
         return walker(buf)
     except (WireError, IndexError) as exc:
-        raise DecodeError(f"bytes are not a valid serialized {what}: {exc}") from None
+        raise DecodeError(f"bytes are not a valid serialized {what}: {exc} — "
+                          f"{OTHER_KINDS.get(what, 'check the kind the decoder was given')}"
+                          ) from None
 
 
 def decode_features(buf: bytes, located: Walked, spec: NormalizedSpec | None,
@@ -109,8 +138,11 @@ def decode_features(buf: bytes, located: Walked, spec: NormalizedSpec | None,
     if spec is None:
         return {name: convert(buf, name, loc, None, kinds, what)
                 for name, loc in located.items()}
-    return {name: convert(buf, name, located.get(name), fs, kinds, what)
-            for name, fs in spec.items()}
+    try:
+        return {name: convert(buf, name, located.get(name), fs, kinds, what)
+                for name, fs in spec.items()}
+    except DecodeError as exc:
+        raise kind_hint(exc, located, what, spec) from None
 
 
 def decode_example(data: RecordBytes, spec: Spec = None) -> Decoded:

@@ -12,6 +12,7 @@ import numpy as np
 
 from ..decode import BatchDecoder, FixedLen, Ragged
 from ..decode.batch import decode_records_packed
+from ..formats.framing import RecordFormat
 from ..read.dataset import Dataset
 
 #: The numeric ``FixedLen`` outputs of a batch: ``{name: (shape, dtype)}``.
@@ -69,6 +70,29 @@ def _decodes_records(decoder: object) -> TypeGuard[BatchDecoder]:
             and isinstance(decoder.spec, Mapping))
 
 
+def bound_decoder(decoder: Callable[..., Any] | None,
+                  source: RecordSource) -> Callable[..., Any] | None:
+    """``decoder`` with the record kind of ``source`` when it was made without one.
+
+    A :class:`~ofindex.decode.Decoder` or :class:`~ofindex.decode.BatchDecoder` made without
+    ``kind`` decodes what the source's framing holds: OFRecords for an OFRecord dataset (a
+    mixture: when all its sources are), Examples otherwise (see ``for_framing``).
+
+    Args:
+        decoder: Any callable, or ``None``.
+        source: The records it will decode: an ofindex ``Dataset``, a mixture, anything.
+
+    Returns:
+        The decoder to use (``decoder`` itself unless it is bound to another kind).
+    """
+    framing = getattr(source, "format", None)  # a Dataset's (or a mixture's) RecordFormat
+    for_framing = getattr(decoder, "for_framing", None)
+    if not isinstance(framing, RecordFormat) or for_framing is None:
+        return decoder
+    bound: Callable[..., Any] = for_framing(framing.name)
+    return bound
+
+
 class BatchFetch:
     """Read and decode one batch of records: ``fetch(indices) -> decoder(records)``.
 
@@ -76,7 +100,8 @@ class BatchFetch:
         source: The records: an ofindex ``Dataset`` or anything with ``__getitems__`` (or
             ``__getitem__``).
         decoder: Called once with the batch's list of records, e.g. a
-            :class:`~ofindex.decode.BatchDecoder`; ``None``: the list itself.
+            :class:`~ofindex.decode.BatchDecoder` (one made without ``kind`` takes the
+            source's, see :func:`bound_decoder`); ``None``: the list itself.
         pack_bytes: Give ``bytes`` features of the decoded batch as one ``uint8`` buffer
             with the values back to back and their lengths (:class:`~ofindex.decode.Ragged`)
             instead of a numpy array of ``bytes`` objects.
@@ -85,7 +110,7 @@ class BatchFetch:
     def __init__(self, source: RecordSource, decoder: Callable[..., Any] | None = None,
                  pack_bytes: bool = False) -> None:
         self.source = source
-        self.decoder = decoder
+        self.decoder = bound_decoder(decoder, source)
         self.pack_bytes = pack_bytes
 
     def records(self, indices: Sequence[int] | np.ndarray | int) -> list[Any]:

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from ..formats.framing import RecordFormat
 from ..read.concat import concatenated
 from ..read.dataset import Dataset
 from ._fetch import RecordSource
@@ -43,6 +44,12 @@ class MixedSource:
         #: The sources as one dataset (same numbering), or ``None``: read source by source.
         self.joined: Dataset | None = (
             concatenated(datasets) if len(datasets) == len(self.sources) else None)
+        formats = {ds.format for ds in datasets}
+        #: The sources' record framing when they are all ofindex datasets of one framing
+        #: (what a decoder made without ``kind`` decodes), else ``None``.
+        self.format: RecordFormat | None = (
+            formats.pop() if len(datasets) == len(self.sources) and len(formats) == 1
+            else None)
 
     def __len__(self) -> int:
         """Records of all sources."""

@@ -60,7 +60,7 @@ _RECORD_COST = 64
 
 
 def read_ofindex(paths: str | Sequence[str], spec: Spec | None = None, *,
-                 kind: str = "example", shuffle: bool = False, seed: int = 0, epoch: int = 0,
+                 kind: str | None = None, shuffle: bool = False, seed: int = 0, epoch: int = 0,
                  with_index: bool = False, rows_per_block: int | None = None,
                  override_num_blocks: int | None = None,
                  ray_remote_args: Mapping[str, Any] | None = None,
@@ -72,7 +72,8 @@ def read_ofindex(paths: str | Sequence[str], spec: Spec | None = None, *,
         spec: Decode each record's features with this spec (``{name: FixedLen | VarLen}``,
             see :class:`~ofindex.decode.BatchDecoder`); ``None``: one ``bytes`` column of
             raw payloads.
-        kind: What the records are, for ``spec``: ``"example"`` or ``"ofrecord"``.
+        kind: What the records are, for ``spec``: ``"example"`` or ``"ofrecord"``
+            (default: what the files' framing holds, OFRecords in OFRecord files).
         shuffle: Read the records in the order of a global shuffle (each read task reads a
             slice of one permutation) instead of dataset order.
         seed: Selects the shuffle, with ``epoch``.
@@ -106,7 +107,7 @@ class OfindexDatasource(Datasource):  # type: ignore[misc]
     Args:
         dataset: The records.
         spec: Decode with this spec (``None``: raw payloads in column ``bytes``).
-        kind: ``"example"`` or ``"ofrecord"``, for ``spec``.
+        kind: ``"example"`` or ``"ofrecord"``, for ``spec`` (default: the files' framing's).
         shuffle: Read in the order of a global shuffle of ``(seed, epoch)``.
         seed: Selects the shuffle.
         epoch: Selects the shuffle.
@@ -118,16 +119,17 @@ class OfindexDatasource(Datasource):  # type: ignore[misc]
             ``"ofrecord"``.
     """
 
-    def __init__(self, dataset: Dataset, spec: Spec | None = None, *, kind: str = "example",
+    def __init__(self, dataset: Dataset, spec: Spec | None = None, *, kind: str | None = None,
                  shuffle: bool = False, seed: int = 0, epoch: int = 0,
                  with_index: bool = False, rows_per_block: int | None = None) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
-        if kind not in ("example", "ofrecord"):
+        if kind not in (None, "example", "ofrecord"):
             raise ValueError(f"kind must be 'example' or 'ofrecord', not {kind!r}")
         if rows_per_block is not None and int(rows_per_block) < 1:
             raise ValueError(f"rows_per_block must be >= 1, got {rows_per_block}")
         self._dataset = dataset
-        self._decoder = None if spec is None else BatchDecoder(spec, kind=kind)
+        self._decoder = None if spec is None else BatchDecoder(spec, kind=kind).for_framing(
+            dataset.format.name)
         self._shuffle = bool(shuffle)
         self._seed, self._epoch = int(seed), int(epoch)
         self._with_index = bool(with_index)

@@ -322,9 +322,9 @@ class TensorBatches(_tud.Dataset[Any]):
     def __init__(self, source: RecordSource, decoder: Callable[..., Any] | None = None, *,
                  pin_memory: bool = False, pack_bytes: bool = False) -> None:
         self.source = source
-        self.decoder = decoder
         self.pin_memory = bool(pin_memory)
         self._fetch = BatchFetch(source, decoder, bool(pack_bytes))
+        self.decoder = self._fetch.decoder  # with the source's record kind (bound_decoder)
 
     def __len__(self) -> int:
         """The number of records of the source (the sampler makes the batches)."""
