@@ -129,6 +129,17 @@ def test_cli_schema_head_stats_convert(tmp_path, capsys):
     assert space["spec"] == {"x": FixedLen(3), "label": FixedLen((), "int64")}
     assert main(["schema", d, "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["kind"] == "example"
+    assert main(["info", d, "--json", "--schema", "64"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["records"] == 100 and info["schema"]["kind"] == "example"
+    assert info["schema"]["sampled"] == 64
+    assert sorted(info["schema"]["features"]) == ["label", "x"]
+    assert main(["info", d, "--json"]) == 0
+    assert "schema" not in json.loads(capsys.readouterr().out)
+    assert main(["info", d, "--schema"]) == 0
+    text = capsys.readouterr().out
+    assert "records: 100" in text and "schema (100 records sampled):" in text
+    assert "'label': FixedLen((), 'int64')" in text and "'x': FixedLen((3,), 'float32')" in text
     assert main(["head", d, "-n", "2"]) == 0
     out = capsys.readouterr().out
     assert out.count("--- record") == 2 and "label" in out

@@ -26,6 +26,7 @@ from ..index.textimport import sidecar_from_text
 from ..opening import open as open_dataset
 from ..read.dataset import Dataset
 from ..read.open import PartialIndexWarning
+from ..schema import infer_spec, to_python
 from ..storage import Storages
 from .exitcodes import EXIT_OK, EXIT_PARTIAL
 
@@ -116,6 +117,7 @@ def cmd_info(args: argparse.Namespace, options: Options) -> int:
     shards = ds.shards
     partial = [s for s in shards if s.partial]
     comps = [c.name.lower() for c in ds.compressions]  # loads every sidecar
+    schema = None if args.schema is None else infer_spec(ds, sample=args.schema)
     if args.json:
         print(json.dumps({
             "format": ds.format.name.lower(), "records": len(ds),
@@ -125,6 +127,7 @@ def cmd_info(args: argparse.Namespace, options: Options) -> int:
             "shards": [{"url": s.url, "records": s.records, "bytes": s.bytes,
                         "index": s.index_url, "partial": s.partial, "compression": c}
                        for s, c in zip(shards, comps, strict=True)],
+            **({} if schema is None else {"schema": schema.to_dict()}),
         }, indent=2))
         return EXIT_OK
     print(f"format:  {ds.format.name.lower()}")
@@ -141,6 +144,9 @@ def cmd_info(args: argparse.Namespace, options: Options) -> int:
         print(f"  {s.records:>{width}}  {s.bytes:>12}  {s.url}{mark}")
     if len(shards) > 50:
         print(f"  … and {len(shards) - 50} more shards")
+    if schema is not None:
+        print(f"schema ({schema.sampled} records sampled):")
+        print(to_python(schema))
     return EXIT_OK
 
 

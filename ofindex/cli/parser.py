@@ -27,7 +27,8 @@ EXAMPLES = {
   ofindex build data/ --migrate              # sidecars from beside the data to data.ofindex/""",
     "info": """\
   ofindex info data/
-  ofindex info data/ --json""",
+  ofindex info data/ --json
+  ofindex info data/ --json --schema""",
     "get": """\
   ofindex get data/ 0 -1 123 --decode        # print records by global number
   ofindex get data/ 5 --raw > record-5.bin   # the payload bytes""",
@@ -205,6 +206,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add("info", "shards, record counts, sizes and index state", _common())
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--schema", nargs="?", type=int, const=256, default=None, metavar="N",
+                   help="also infer the records' features from N records sampled across "
+                        "all shards (default 256), as `ofindex schema` does")
 
     p = add("get", "print records by global record number", _common(paths=""))
     p.add_argument("paths", metavar="PATH", help="data file, directory, glob or URL")
