@@ -166,3 +166,23 @@ def test_remote_datasets_of_one_store_are_joined(sources, remote_backend):
     # other retry settings: another storage, read source by source
     other = ofindex.open(urls[1], storage_options=options, retries=1)
     assert MixedSource([datasets[0], other]).joined is None
+
+
+def test_closing_a_source_closes_the_handles_read_through_the_mixture(sources):
+    dirs, expected = sources
+    datasets = [ofindex.open(d) for d in dirs]
+    mixed = MixedSource(datasets)
+    joined = mixed.joined._table.storage
+    assert mixed.__getitems__([0, int(mixed.offsets[2])]) == [expected[0][0], expected[2][0]]
+    assert len(joined._maps) == 2  # the joined storage mapped two files
+    datasets[1].close()
+    assert len(joined._maps) == 0
+    assert mixed[int(mixed.offsets[2])] == expected[2][0]  # reopened on the next read
+    with datasets[0]:
+        pass
+    assert len(joined._maps) == 0
+    # pickled, each storage is on its own: closing a source closes nothing else
+    copy = pickle.loads(pickle.dumps(mixed))
+    copy[0]
+    copy.sources[2].close()
+    assert len(copy.joined._table.storage._maps) == 1

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import abc
 import mmap
+import weakref
 from collections.abc import Callable, Sequence
 from typing import IO, Any, TypeVar
 
@@ -27,8 +28,24 @@ class Storage(abc.ABC):
     #: bandwidth x latency. Remote object stores: 1 MiB.
     default_max_gap: int = 1 << 20
 
-    def close(self) -> None:  # noqa: B027 (most storages hold nothing to let go of)
-        """Let go of this process's handles, maps and clients (reopened on next use)."""
+    def close(self) -> None:
+        """Let go of this process's handles, maps and clients (reopened on next use), and
+        those of every storage joined over this one's files (:meth:`close_together`)."""
+        for follower in list(self.__dict__.get("_followers", ())):
+            follower.close()
+
+    def close_together(self, other: Storage) -> None:
+        """Close ``other`` whenever this storage is closed.
+
+        A storage joined over several storages' files (:mod:`.union`, what a mixture of
+        datasets reads through) lets go of its handles when any of its sources' datasets
+        is closed. Held weakly, and not pickled: in another process each is on its own.
+
+        Args:
+            other: The storage to close with this one.
+        """
+        followers = self.__dict__.setdefault("_followers", weakref.WeakSet())
+        followers.add(other)
 
     #: The stamps data files were checked against (see :meth:`expect`).
     expected: ExpectedFiles

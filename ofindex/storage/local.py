@@ -101,6 +101,7 @@ class LocalStorage(Storage):
     def close(self) -> None:
         """Let go of this process's cached handles (each closes once no read uses it)."""
         self._files = OrderedDict()
+        super().close()
 
     def stamp(self, path: str) -> FileStamp:
         try:

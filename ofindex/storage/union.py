@@ -3,7 +3,8 @@
 Two storages can be joined when they are the same kind with the same settings (a local disk
 with memory maps; the same fsspec protocol, options, concurrency and retry policy): the
 joined storage reads any of their files and checks each file it opens against the stamps
-of whichever storage expects it (:class:`~.stamp.ExpectedUnion`).
+of whichever storage expects it (:class:`~.stamp.ExpectedUnion`), and closes whenever one
+of them does.
 """
 
 from __future__ import annotations
@@ -51,4 +52,6 @@ def joined_storage(storages: Sequence[Storage]) -> Storage | None:
     if restore is None:
         return None
     restore({**settings[0], "expected": ExpectedUnion([s.expected for s in storages])})
+    for storage in storages:  # a source's dataset closed: the joined handles go too
+        storage.close_together(joined)
     return joined
