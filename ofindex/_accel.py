@@ -8,6 +8,10 @@ was built at install time, else the pure-Python loops (same results, same errors
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the compiled types, for annotations in the layers that use them
+    from ._native import Reader as Reader
 
 try:
     from . import _native

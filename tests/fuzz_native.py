@@ -24,9 +24,11 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import os
 import random
 import struct
 import sys
+import tempfile
 import zlib
 
 import crc32c
@@ -674,10 +676,136 @@ def fuzz_crcs(rng: random.Random) -> None:
         assert got is None and out.tolist() == want, (out.tolist(), want, starts, ends)
 
 
+class RefReader:
+    """The reference of csrc/reader.c's Reader: which shards are bound, and what get() gives
+    (a payload that passed every check, else None)."""
+
+    def __init__(self, cumulative, header, footer, tf_crcs, payload_sums, memo, max_bound):
+        if not ((header, footer) == (12, 4) or ((header, footer) == (8, 0) and not tf_crcs)):
+            raise ValueError("framing")
+        if max_bound < 1 or any(b < a for a, b in zip([0, *cumulative], cumulative,
+                                                      strict=False)):
+            raise ValueError("counts")
+        self.cumulative, self.header, self.footer = cumulative, header, footer
+        self.tf_crcs, self.payload_sums, self.memo = tf_crcs, payload_sums, memo
+        self.max_bound, self.slots = max_bound, {}
+
+    def bind(self, j, data, is_file, offsets, iend, sums):
+        if not 0 <= j < len(self.cumulative):
+            raise IndexError(j)
+        if iend < 0 or (sums is not None and not self.payload_sums):
+            raise ValueError("bind")
+        entry = (data, is_file, offsets, iend, sums)
+        held = self.slots.get(j)
+        if held is not None and all(a is b if not isinstance(a, (int, bool)) else a == b
+                                    for a, b in zip(held, entry, strict=True)):
+            return
+        self.slots.pop(j, None)
+        if len(self.slots) >= self.max_bound:
+            self.slots.clear()
+        self.slots[j] = entry
+
+    def get(self, key):
+        if type(key) is not int or not self.cumulative:
+            return None
+        n = self.cumulative[-1]
+        i = key + n if key < 0 else key
+        if not 0 <= i < n:
+            return None
+        j = next(j for j, c in enumerate(self.cumulative) if c > i)
+        if j not in self.slots:
+            return None
+        data, is_file, offsets, iend, sums = self.slots[j]
+        local = i - (self.cumulative[j - 1] if j else 0)
+        try:
+            problem, s, e = ref_span(offsets, iend, local, self.header + self.footer,
+                                     2**63 - 1 if is_file else len(data))
+        except IndexError:
+            return None
+        if problem or (sums is not None and local >= len(sums)):
+            return None
+        if is_file and e > len(data):  # a short read
+            return None
+        got = Cutter(data, self.header, self.footer, self.tf_crcs, self.memo).cut(s, e)
+        if got is not None and sums is not None and crc32c.crc32c(got) != int(sums[local]):
+            return None
+        return got
+
+
+def fuzz_reader(rng: random.Random, tmpdir: str) -> None:
+    """``Reader``: shards bound from maps (buffers) and files (descriptors) with offsets,
+    indexed ends and sums near the truth and at the edges, hostile counts and framing, too few
+    slots, record numbers at and past the ends and of other types: get() gives what the
+    reference gives, binding evicts as the reference does."""
+    cases = [framed(rng) for _ in range(rng.randint(1, 3))]
+    tf = cases[0][1]
+    header, footer = framing(rng, tf)
+    verify = tf and rng.random() < 0.5
+    payload_sums = not tf and rng.random() < 0.5
+    memo = memo_of(rng)
+    counts = [max(0, len(c[3]) + rng.choice([0, 0, 0, 1, -1])) for c in cases]
+    cumulative = np.cumsum(counts).tolist()
+    if rng.random() < 0.1:
+        cumulative = [rng.choice(EDGES) for _ in cases]
+    max_bound = rng.choice([1, 2, 3, 256, 256, 256, 0])
+    args = (cumulative, header, footer, verify, payload_sums, memo, max_bound)
+    reader = call(native.Reader, np.array(cumulative, np.int64), header, footer, verify,
+                  payload_sums, crc32c.crc32c, dict(memo), max_bound)
+    ref = call(RefReader, cumulative, header, footer, verify, payload_sums, dict(memo),
+               max_bound)
+    STATS["reader"]["made" if not isinstance(reader, BaseException) else "refused"] += 1
+    if isinstance(reader, BaseException) or isinstance(ref, BaseException):
+        assert same_outcome(reader, ref), (reader, ref, args)
+        return
+    files = []
+    for _ in range(rng.randint(0, 6)):
+        j = rng.randint(-1, len(cases)) if rng.random() < 0.1 else rng.randrange(len(cases))
+        buf, _, records, true = cases[min(max(j, 0), len(cases) - 1)]
+        offsets = np.array(near(rng, true, len(buf), U64_EDGES, low=0), np.uint64)
+        iend = rng.choice([len(buf), len(buf), len(buf) + 1, 0, 2**40, -1])
+        sums = None
+        if payload_sums and rng.random() < 0.8:
+            sums = np.array([crc32c.crc32c(r) for r in records], np.uint32)
+            if len(sums) and rng.random() < 0.3:
+                sums[rng.randrange(len(sums))] ^= 1
+            if rng.random() < 0.1:
+                sums = sums[: len(sums) // 2]
+        elif rng.random() < 0.05:
+            sums = np.zeros(2, np.uint32)  # sums for a reader that checks none
+        if native.reads_files and rng.random() < 0.3:  # a file read with preadv
+            path = os.path.join(tmpdir, f"shard-{len(files)}")
+            with open(path, "wb") as f:
+                f.write(buf)
+            handle = open(path, "rb")  # noqa: SIM115 (closed below)
+            files.append(handle)
+            got = call(reader.bind_file, j, handle, handle.fileno(), offsets, iend, sums)
+            want = call(ref.bind, j, buf, True, offsets, iend, sums)
+        else:
+            got = call(reader.bind_map, j, buf, offsets, iend, sums)
+            want = call(ref.bind, j, buf, False, offsets, iend, sums)
+        assert same_outcome(got, want), (got, want, args)
+        if rng.random() < 0.1:
+            reader.close()
+            ref.slots.clear()
+        assert reader.bound == len(ref.slots), (reader.bound, ref.slots, args)
+    n = cumulative[-1] if cumulative else 0
+    keys = [rng.randint(-n - 2, n + 2) for _ in range(rng.randint(0, 8))]
+    keys += [rng.choice([2**63, -(2**63) - 1, 2**70, True, 1.0, "1", None, np.int64(0)])
+             for _ in range(rng.choice([0, 0, 1]))]
+    for key in keys:
+        got = call(reader.get, key)
+        want = call(ref.get, key)
+        STATS["reader"]["payloads" if isinstance(got, bytes) else
+                        "deferred" if got is None else type(got).__name__] += 1
+        assert same_outcome(got, want), (key, got, want, args)
+    for handle in files:
+        handle.close()
+
+
 TARGETS = {"cut": fuzz_cut, "gather": fuzz_gather_and_record, "types": fuzz_wrong_types,
            "layout": fuzz_layout, "walk": fuzz_walk, "blocks": fuzz_blocks,
            "slices": fuzz_slices_and_fill, "locate": fuzz_locate, "inflater": fuzz_inflater_marks,
-           "crcs": fuzz_crcs}
+           "crcs": fuzz_crcs, "reader": fuzz_reader}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -691,6 +819,8 @@ def main(argv: list[str] | None = None) -> int:
     global HW_PASS
     tried: dict[str, int] = {}
     hw_was = native.hw_crc()
+    scratch = tempfile.TemporaryDirectory(prefix="fuzz-native-")
+    tmpdir = scratch.name
     try:
         for hw in ([False, True] if native.hw_crc32c(b"") is not None else [False]):
             native.hw_crc(hw)
@@ -703,7 +833,10 @@ def main(argv: list[str] | None = None) -> int:
                 for k in range(args.start, args.start + examples):
                     rng = random.Random(f"{args.seed}:{name}:{k}")  # each replays on its own
                     try:
-                        target(rng)
+                        if name == "reader":
+                            target(rng, tmpdir)
+                        else:
+                            target(rng)
                     except BaseException:
                         print(f"FAILED: target {name}, seed {args.seed}, example {k}, CRC "
                               f"instruction {'on' if hw else 'off'}; replay with --seed "
@@ -713,6 +846,7 @@ def main(argv: list[str] | None = None) -> int:
                 tried[name] = tried.get(name, 0) + examples
     finally:
         native.hw_crc(hw_was)
+        scratch.cleanup()
     print(json.dumps({"module": native.__file__, "seed": args.seed, "inputs": tried,
                       "outcomes": {k: dict(v) for k, v in STATS.items()}}))
     return 0

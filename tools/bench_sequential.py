@@ -32,7 +32,7 @@ from collections.abc import Callable
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchlib import dataset, parse_args, read_all, write_json
+from benchlib import dataset, hf_copy, machine_load, parse_args, read_all, write_json
 
 import ofindex
 
@@ -44,16 +44,12 @@ def peer_files(ds: ofindex.Dataset, root: str) -> dict[str, str]:
     import pyarrow.parquet as pq
 
     tag = f"{len(ds)}-{sum(s.bytes for s in ds.shards)}"
-    paths = {"hf": os.path.join(root, f"hf-{tag}"),
+    paths = {"hf": hf_copy(lambda: iter(ds), root, tag),
              "parquet": os.path.join(root, f"pq-{tag}.parquet"),
              "lance": os.path.join(root, f"lance-{tag}")}
     if all(os.path.exists(p + ".done") for p in paths.values()):
         return paths
     table = pa.table({"data": pa.array(list(ds), type=pa.binary())})
-    if not os.path.exists(paths["hf"] + ".done"):
-        import datasets
-
-        datasets.Dataset(table).save_to_disk(paths["hf"])
     if not os.path.exists(paths["parquet"] + ".done"):
         pq.write_table(table, paths["parquet"])
     if not os.path.exists(paths["lance"] + ".done"):
@@ -217,7 +213,9 @@ def main(argv: list[str] | None = None) -> int:
                  if "ratio_vs_best_peer" in r else "")
         print(f"{r['name']:<96s} {r['records_per_s'] / 1e6:7.2f} M rec/s "
               f"({r['records_per_s_min'] / 1e6:.2f}-{r['records_per_s_max'] / 1e6:.2f}){ratio}")
-    write_json(rows, a.out)
+    load = machine_load()
+    print(f"machine load: {load}")
+    write_json({"machine": load, "rows": rows}, a.out)
     return 0
 
 

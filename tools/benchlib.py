@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
+import statistics
 import time
 from collections.abc import Callable
 from typing import Any
@@ -86,3 +88,88 @@ def sidecar_path(data_path: str) -> str:
 
     with ofindex.open(data_path, manifest=False) as ds:
         return str(ds.shards[0].index_url)
+
+
+# -- interleaved rounds ------------------------------------------------------------------------
+@dataclasses.dataclass
+class Contender:
+    """One way of reading, timed in turn with the others in every round.
+
+    Attributes:
+        name: What is measured, as the report names it.
+        run: Does ``units`` units of work and returns the records read (or, for a contender
+            that times itself in another process, ``(records, seconds)``).
+        units: Units per round (set by :func:`calibrate` when 0).
+    """
+
+    name: str
+    run: Callable[[int], int | tuple[int, float]]
+    units: int = 0
+
+
+def _timed(c: Contender, units: int) -> tuple[int, float]:
+    t = time.perf_counter()
+    got = c.run(units)
+    if isinstance(got, tuple):
+        return got
+    return got, time.perf_counter() - t
+
+
+def calibrate(c: Contender, seconds: float) -> None:
+    """Set ``c.units`` so that one round of it takes about ``seconds`` (warms it up too)."""
+    if c.units:
+        _timed(c, c.units)  # warm-up
+        return
+    units = 1
+    while True:
+        _, took = _timed(c, units)
+        if took >= seconds / 8 or units >= 1 << 24:
+            break
+        units *= 2
+    c.units = max(1, round(units * seconds / max(took, 1e-9)))
+
+
+def interleaved(contenders: list[Contender], n_rounds: int,
+                seconds: float) -> dict[str, list[float]]:
+    """Records/s of each contender in each of ``n_rounds`` rounds; each round times every
+    contender once, in turn (so that the machine's drift falls on all of them alike)."""
+    for c in contenders:
+        calibrate(c, seconds)
+    rates: dict[str, list[float]] = {c.name: [] for c in contenders}
+    for _ in range(n_rounds):
+        for c in contenders:
+            count, took = _timed(c, c.units)
+            rates[c.name].append(count / took)
+    return rates
+
+
+def spread(values: list[float], digits: int = 2) -> dict[str, float]:
+    """Median, min and max of ``values``."""
+    return {"median": round(statistics.median(values), digits),
+            "min": round(min(values), digits), "max": round(max(values), digits)}
+
+
+def ratios(rates: dict[str, list[float]], ours: str, peer: str) -> dict[str, float]:
+    """``ours`` against ``peer``, round by round (median, min, max)."""
+    return spread([a / b for a, b in zip(rates[ours], rates[peer], strict=True)])
+
+
+def machine_load() -> dict[str, Any]:
+    """The load on the machine now (it is shared: the figures' conditions)."""
+    one, five, fifteen = os.getloadavg()
+    return {"load_average": [round(one, 2), round(five, 2), round(fifteen, 2)],
+            "cores": os.cpu_count()}
+
+
+def hf_copy(records: Callable[[], Any], root: str, tag: str) -> str:
+    """The records (``records()`` iterates them) saved once as a Hugging Face dataset of one
+    binary column ``data`` under ``root`` (reused by every benchmark that compares with it)."""
+    path = os.path.join(root, f"hf-{tag}")
+    if not os.path.exists(path + ".done"):
+        import datasets
+        import pyarrow as pa
+
+        table = pa.table({"data": pa.array(list(records()), type=pa.binary())})
+        datasets.Dataset(table).save_to_disk(path)
+        open(path + ".done", "w").close()
+    return path

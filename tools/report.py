@@ -177,13 +177,14 @@ class Report:
              for r in rows]) + "\n")
 
     def sequential(self) -> None:
-        rows = self.load("sequential")
+        data = self.load("sequential")
         title = "Batched reading against columnar formats (tools/bench_sequential.py)"
-        if rows is None:
+        if data is None:
             self.missing(title, "bench_sequential.py")
             return
+        rows = data["rows"] if isinstance(data, dict) else data
         text = [f"## {title}\n", "Records/s (median and range over interleaved rounds); "
-                "ofindex checks every CRC, the peers check nothing.\n"]
+                "ofindex checks every CRC, the peers check nothing." + _load_note(data) + "\n"]
         for case in dict.fromkeys(r["case"] for r in rows):
             mine = [r for r in rows if r["case"] == case]
             text.append(f"### {case}\n")
@@ -410,8 +411,32 @@ class Report:
                               for r in rows]) + "\n")
 
     def read(self) -> None:
-        self.rows_table("read", "Random access and iteration (tools/bench_read.py)",
-                        "bench_read.py")
+        data = self.load("read")
+        title = "Random access and iteration (tools/bench_read.py)"
+        if data is None:
+            self.missing(title, "bench_read.py")
+            return
+        if isinstance(data, list):  # written before the rounds were interleaved
+            self.rows_table("read", title, "bench_read.py")
+            return
+        text = [f"## {title}\n", "Records/s (median and range over "
+                f"{data['config']['rounds']} interleaved rounds, every contender in one "
+                "process); each ratio is taken round by round. ofindex checks every CRC and "
+                "each record's length against its index; the peers check nothing."
+                + _load_note(data["config"]) + "\n"]
+        rows = data["rows"]
+        for case in dict.fromkeys(r["case"] for r in rows):
+            mine = [r for r in rows if r["case"] == case]
+            text.append(f"### {case}\n")
+            text.append(table(
+                ["contender", "records/s", "GB/s", "against"],
+                [[r["contender"], span(r["records_per_s"], r["records_per_s_min"],
+                                       r["records_per_s_max"]), fmt(r["GB_per_s"]),
+                  "; ".join(f"{span(v['median'], v['min'], v['max'])}× {peer}"
+                            for peer, v in r.get("vs", {}).items())]
+                 for r in mine]))
+            text.append("")
+        self.sections.append("\n".join(text) + "\n")
 
     def build(self) -> None:
         self.rows_table("build", "Building indexes (tools/bench_build.py)", "bench_build.py")
@@ -500,6 +525,19 @@ class Report:
                 self.sections[k] = blocks.get(head, head + "\n\nNot measured yet.\n").rstrip(
                     "\n") + "\n"
         self.summary = [*(line for line in kept if not _same_topic(line, fresh)), *fresh]
+
+
+def _load_note(data: Any) -> str:
+    """The machine's load when a benchmark ran (a sentence), from its ``machine`` entry."""
+    machine = data.get("machine") if isinstance(data, dict) else None
+    if not machine:
+        return ""
+    seen = (machine.get("before"), machine.get("after"), machine)
+    loads = [m["load_average"][0] for m in seen if isinstance(m, dict) and m.get("load_average")]
+    cores = next((m.get("cores") for m in (machine, machine.get("before"))
+                  if isinstance(m, dict) and m.get("cores")), None)
+    return (f" Load average {', then '.join(fmt(x) for x in loads)} on {cores} cores "
+            "(a machine shared with other work)." if loads else "")
 
 
 def _readme_lines(readme: str | None) -> list[str]:

@@ -5,6 +5,7 @@
  * layout.c   layout check and payload gather (batched decoding)
  * batches.c  batches without an object per record; big batches filled on threads
  * checker.c  a run's CRCs checked on a compiled thread ahead of the batches made from it
+ * reader.c   one record by its global number in one call (the fast path of ds[i])
  * blocks.c   recycled memory for big decoded arrays
  * walk.c     the index builder's header walk (GIL released)
  * inflate.c  zlib's inflate for seek points in gzip/zlib files (GIL released)
@@ -51,7 +52,7 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__native(void) {
     if (PyType_Ready(&BlockType) < 0 || PyType_Ready(&InflaterType) < 0 ||
-        PyType_Ready(&CheckerType) < 0)
+        PyType_Ready(&CheckerType) < 0 || PyType_Ready(&ReaderType) < 0)
         return NULL;
     hw_crc_on = HAVE_HW_CRC && hw_crc_supported();
     PyObject *m = PyModule_Create(&module);
@@ -72,6 +73,10 @@ PyMODINIT_FUNC PyInit__native(void) {
     Py_INCREF(&CheckerType);
     if (PyModule_AddObject(m, "Checker", (PyObject *)&CheckerType) < 0) {
         Py_DECREF(&CheckerType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    if (reader_module_init(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

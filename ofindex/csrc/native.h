@@ -48,6 +48,14 @@ int span_of(const Py_buffer *ov, int64_t iend, int64_t i, Py_ssize_t min, Py_ssi
             int64_t *start, int64_t *end);
 
 /* records.c: framed records cut out of buffers, with their checks */
+/* The CRC32C of `data` through the crc32c package's function `crc_fn`, plain or masked as
+ * TFRecord stores it; -1 with an exception set. */
+int64_t crc_of(PyObject *crc_fn, PyObject *data);
+int64_t masked_crc_of(PyObject *crc_fn, PyObject *data);
+/* The masked CRC of the 8 length bytes at p (a TFRecord header of a `length`-byte payload),
+ * memoised in `memo` ({length: crc}, shared with the Python side); -1 with an exception set. */
+int64_t masked_length_crc(PyObject *crc_fn, PyObject *memo, const unsigned char *p,
+                          int64_t length);
 int snapshot3(PyObject *a, PyObject *b, PyObject *c, PyObject *out[3]);
 void release3(PyObject *held[3]);
 PyObject *cut(PyObject *self, PyObject *args);
@@ -91,6 +99,10 @@ Py_ssize_t check_all(const unsigned char *src, Py_ssize_t len, const int64_t *st
 
 /* checker.c: a run's TFRecords checked on a compiled thread, ahead of its reader */
 extern PyTypeObject CheckerType;
+
+/* reader.c: one record by its global number in one call (the fast path of ds[i]) */
+extern PyTypeObject ReaderType;
+int reader_module_init(PyObject *module);
 
 /* blocks.c: recycled memory for big decoded arrays */
 /* sums.c */

@@ -53,8 +53,7 @@ static int bad_framing(Py_ssize_t header, Py_ssize_t footer, int verify) {
     return 1;
 }
 
-/* Masked CRC32C of `data` through the crc32c package's function; -1 with an exception set. */
-static int64_t masked_crc_of(PyObject *crc_fn, PyObject *data) {
+int64_t crc_of(PyObject *crc_fn, PyObject *data) {
     PyObject *r = PyObject_CallOneArg(crc_fn, data);
     if (r == NULL)
         return -1;
@@ -65,13 +64,20 @@ static int64_t masked_crc_of(PyObject *crc_fn, PyObject *data) {
         PyErr_SetString(PyExc_ValueError, "crc32c did not return a 32-bit CRC");
         return -1;
     }
-    return mask_crc((uint32_t)v);
+    return (int64_t)v;
+}
+
+int64_t masked_crc_of(PyObject *crc_fn, PyObject *data) {
+    int64_t v = crc_of(crc_fn, data);
+    if (v < 0)
+        return -1;
+    return (int64_t)mask_crc((uint32_t)v);
 }
 
 /* Expected masked CRC of the 8 length bytes at `p`, memoised in `memo` ({length: crc},
  * shared with the Python side, at most MEMO_MAX entries). */
 #define MEMO_MAX 65536
-static int64_t masked_length_crc(PyObject *crc_fn, PyObject *memo, const unsigned char *p,
+int64_t masked_length_crc(PyObject *crc_fn, PyObject *memo, const unsigned char *p,
                                  int64_t length) {
     PyObject *key = PyLong_FromLongLong(length);
     if (key == NULL)

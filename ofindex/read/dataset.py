@@ -12,7 +12,7 @@ from bisect import bisect_right as _bisect_right
 from collections.abc import Callable, Iterator, Sequence
 from os import getpid as _getpid
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import crc32c as _crc32c
 import numpy as np
@@ -24,13 +24,16 @@ from ..formats.sidecar import Sidecar
 from ..formats.sidecar_header import Compression
 from ..storage import Storage
 from ..storage.ranges import DEFAULT_MAX_BYTES
-from . import batch_strategy, compressed, iteration
+from . import batch_strategy, compressed, iteration, record_reader
 from .batch_source import BatchSource
 from .mapped_gather import MappedShards, MappedSpans, checked_spans, raise_mapped_problem
 from .record_checks import RecordChecks
 from .shards import Shard, ShardInfo
 from .sum_checks import check_one
 from .table import ShardTable, as_indices
+
+if TYPE_CHECKING:
+    from .._accel import Reader
 
 #: A callable applied to each record's bytes (``ofindex.open(..., decode=...)``).
 Decode = Callable[[Any], Any]
@@ -90,6 +93,7 @@ class Dataset:
         self._compressed = compressed
         self.format = fmt
         self.decode = decode
+        self._reader: Reader | None = None  # the compiled ds[i] (record_reader), made lazily
         self.verify = verify  # sets the checks
         self._max_gap = max_gap
         self.max_read_bytes = max_read_bytes
@@ -103,6 +107,17 @@ class Dataset:
     @verify.setter
     def verify(self, value: bool) -> None:
         self._checks = RecordChecks.of(self.format, bool(value))
+        self._drop_reader()  # it checks what the old checks said
+
+    def _drop_reader(self) -> None:
+        reader, self._reader = self._reader, None
+        if reader is not None:
+            reader.close()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_reader"] = None  # holds this process's maps and descriptors
+        return state
 
     @property
     def max_gap(self) -> int:
@@ -148,6 +163,15 @@ class Dataset:
             SidecarError: The sidecar's offsets are corrupt.
             RangeReadError: Remote storage returned other bytes than asked for, or kept failing.
         """
+        reader = self._reader
+        if reader is not None and _accel.native is not None:  # one compiled call, or None
+            payload = reader.get(key)  # (see record_reader): then read the ordinary way
+            if payload is not None:
+                return payload if self.decode is None else self.decode(payload)
+        return self._get(key)
+
+    def _get(self, key: int | np.integer | slice | Sequence[int] | np.ndarray) -> Any:
+        """``self[key]`` read the ordinary way (the compiled reader could not serve it)."""
         if type(key) is not int:
             if isinstance(key, np.integer):
                 key = int(key)
@@ -203,6 +227,7 @@ class Dataset:
                 if checks.payload_sums and sidecar.sums is not None and (
                         _crc32c.crc32c(got) != sidecar.sums[local]):
                     self._check_sum(got, shard, local)  # raises the precise error
+                self._bind(shard_no, sidecar)
                 return got
         start, end = sidecar.span(local)
         if end - start < checks.overhead or end > sidecar.indexed_end:  # corrupt offsets
@@ -212,7 +237,17 @@ class Dataset:
         if checks.payload_sums and sidecar.sums is not None and (
                 _crc32c.crc32c(payload) != sidecar.sums[local]):
             self._check_sum(payload, shard, local)
+        if native is not None and storage.is_local:
+            self._bind(shard_no, sidecar)
         return payload
+
+    def _bind(self, shard_no: int, sidecar: Sidecar) -> None:
+        """Let the compiled reader serve the shard a record was just read from (made on
+        first use; see :mod:`ofindex.read.record_reader`)."""
+        if self._reader is None:
+            self._reader = record_reader.new_reader(self._table, self._checks)
+        if self._reader is not None:
+            record_reader.bind(self._reader, self._table, self._checks, shard_no, sidecar)
 
     def _check_sum(self, payload: Any, shard: Shard, local: int) -> None:
         """Check one OFRecord payload against its sidecar checksum (raises on a mismatch)."""
@@ -287,7 +322,7 @@ class Dataset:
 
         The dataset stays usable: a later read reopens what it needs.
         """
-        self._table.storage.close()
+        self._table.storage.close()  # and the reader (closed with it)
         for shard in self._table.shards:
             shard.unload()
 

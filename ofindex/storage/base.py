@@ -6,10 +6,22 @@ import abc
 import mmap
 import weakref
 from collections.abc import Callable, Sequence
-from typing import IO, Any, TypeVar
+from typing import IO, Any, Protocol, TypeVar
 
 from ..errors import RangeReadError
 from .stamp import ExpectedFiles, FileStamp
+
+
+class Closable(Protocol):
+    """What :meth:`Storage.close_together` closes with a storage."""
+
+    def close(self) -> None: ...
+
+
+class FileHandle(Protocol):
+    """An open, read-only descriptor of a local file (open while the handle lives)."""
+
+    fd: int
 
 
 class Storage(abc.ABC):
@@ -34,15 +46,16 @@ class Storage(abc.ABC):
         for follower in list(self.__dict__.get("_followers", ())):
             follower.close()
 
-    def close_together(self, other: Storage) -> None:
+    def close_together(self, other: Closable) -> None:
         """Close ``other`` whenever this storage is closed.
 
         A storage joined over several storages' files (:mod:`.union`, what a mixture of
         datasets reads through) lets go of its handles when any of its sources' datasets
-        is closed. Held weakly, and not pickled: in another process each is on its own.
+        is closed; so does what holds this storage's maps or handles (a dataset's compiled
+        reader). Held weakly, and not pickled: in another process each is on its own.
 
         Args:
-            other: The storage to close with this one.
+            other: The storage (or anything with a ``close()``) to close with this one.
         """
         followers = self.__dict__.setdefault("_followers", weakref.WeakSet())
         followers.add(other)
@@ -135,6 +148,17 @@ class Storage(abc.ABC):
     def mapped(self, path: str, end: int) -> mmap.mmap | None:
         """A buffer of the whole file when bytes ``[0, end)`` can be served from a memory
         map, else ``None``."""
+        return None
+
+    def open_limit(self) -> int:
+        """How many data files this storage keeps open at most (handles or maps; the least
+        recently used is closed beyond it): what holds them for it keeps no more."""
+        return 256
+
+    def handle(self, path: str) -> FileHandle | None:
+        """An open descriptor of ``path`` for compiled reads (``pread``), checked to be the
+        file the dataset expects when it was opened; ``None`` when this storage does not
+        read local files through descriptors."""
         return None
 
     def read_block(self, path: str, start: int, size: int) -> bytes:

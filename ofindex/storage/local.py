@@ -98,6 +98,12 @@ class LocalStorage(Storage):
                 self._files.popitem(last=False)
         return f
 
+    def handle(self, path: str) -> _Handle:
+        return self._file(path)
+
+    def open_limit(self) -> int:
+        return _MAX_OPEN
+
     def close(self) -> None:
         """Let go of this process's cached handles (each closes once no read uses it)."""
         self._files = OrderedDict()
