@@ -443,7 +443,11 @@ def fuzz_slices_and_fill(rng: random.Random) -> None:
         note("slices", got)
         assert same_outcome(got, want), (got, want, parallel)
     if verify:  # a Checker on its thread, waited for in random steps: the same first bad
-        checker = call(native.Checker, buf, st, en, header, footer)
+        chunk = rng.choice([1, 2, 3, 256, 256, 0, 257])  # records per chunk (0, 257: refused)
+        checker = call(native.Checker, buf, st, en, header, footer, chunk)
+        if not 1 <= chunk <= 256:
+            assert isinstance(checker, ValueError), checker
+            checker = call(native.Checker, buf, st, en, header, footer)
         note("checker", checker)
         if isinstance(checker, BaseException) or isinstance(want, BaseException):
             assert same_outcome(checker, want), (checker, want)

@@ -49,12 +49,14 @@ def test_checker_passes_good_records_and_clamps_its_bounds(framed):
     assert c.wait(-5, -5) == -1
 
 
+@pytest.mark.parametrize("chunk", [256, 10, 1])  # records per chunk (fewer for big ones)
 @pytest.mark.parametrize("where", ["payload", "length crc", "length", "data crc"])
 @pytest.mark.parametrize("k", [0, 1, 2, 255, 256, 257, 700, N - 1])
-def test_checker_reports_the_first_bad_record_only_once_it_is_asked_for(framed, where, k):
+def test_checker_reports_the_first_bad_record_only_once_it_is_asked_for(framed, where, k,
+                                                                         chunk):
     _, data, starts, ends = framed
     bad = corrupted(data, starts, k, where)
-    c = native.Checker(bad, starts, ends, 12, 4)
+    c = native.Checker(bad, starts, ends, 12, 4, chunk)
     assert c.wait(k, k) == -1  # the records before it pass
     assert c.wait(k + 1, N) == k
     assert c.wait(N, N) == k
@@ -77,6 +79,9 @@ def test_checker_refuses_what_it_cannot_check(framed):
         native.Checker(data, starts, ends, 8, 0)
     with pytest.raises(ValueError, match="differ in length"):
         native.Checker(data, starts, ends[:-1], 12, 4)
+    for chunk in (0, -1, 257):
+        with pytest.raises(ValueError, match="chunk"):
+            native.Checker(data, starts, ends, 12, 4, chunk)
     with pytest.raises(TypeError):
         native.Checker(data, starts.astype(np.int32), ends, 12, 4)
     was = native.hw_crc()

@@ -258,6 +258,8 @@ static void check_job(void *arg) {
     job->bad = check_run(job->r);
 }
 
+static void keep_batch_memory(Py_ssize_t total);
+
 /* The list of payload bytes objects of the whole records, or NULL on an error (set). A
  * record that is not whole ends the list early: *made tells how many were made, and the
  * items after them stay NULL (list_dealloc skips them). Checking the contents is the
@@ -267,6 +269,10 @@ static PyObject *make_items(Run *r, Py_ssize_t *made) {
     const int64_t *st = (const int64_t *)r->sv.buf, *en = (const int64_t *)r->ev.buf;
     const unsigned char *src = (const unsigned char *)r->buf.buf;
     Py_ssize_t frame = r->header + r->footer;
+    /* a run in file order: about its payload bytes (spans are compared before they are
+     * subtracted: they come from corrupt files too) */
+    if (r->n > 0 && st[0] >= 0 && en[r->n - 1] > st[0] && en[r->n - 1] <= (int64_t)r->buf.len)
+        keep_batch_memory((Py_ssize_t)(en[r->n - 1] - st[0]));
     PyObject *result = PyList_New(r->n);
     for (*made = 0; result != NULL && *made < r->n; ++*made) {
         Py_ssize_t k = *made;

@@ -15,8 +15,9 @@
 
 #include "threads.h"
 
-/* Records in a chunk: what one thread claims and checks at a time (a bound on how long a
- * cancel waits, too). */
+/* Records in a chunk unless told: what one thread claims and checks at a time (a bound on
+ * how long a cancel waits, too). Runs of big records take fewer (the caller's `chunk`), so
+ * that the thread stays just ahead of the reader, its records still in the shared cache. */
 #define CHECK_CHUNK 256
 
 /* A chunk's result: not checked yet (unclaimed, or being checked), or all whole. Otherwise
@@ -27,7 +28,7 @@
 typedef struct {
     PyObject_HEAD
     Py_buffer buf, sv, ev;
-    Py_ssize_t header, footer, n, chunks;
+    Py_ssize_t header, footer, n, chunks, chunk;  /* chunk: records per chunk */
     thread_t thread;
     int running;  /* the thread was started (and is joined at dealloc) */
     long pid;     /* the process that started it: a forked child checks inline instead */
@@ -61,7 +62,7 @@ static int claimable(const CheckerObject *c) {
  * that wait. Called with mu held; returns with it held. */
 static void check_next(CheckerObject *c) {
     Py_ssize_t k = c->next++;
-    Py_ssize_t lo = k * CHECK_CHUNK, hi = lo + CHECK_CHUNK < c->n ? lo + CHECK_CHUNK : c->n;
+    Py_ssize_t lo = k * c->chunk, hi = c->n - lo > c->chunk ? lo + c->chunk : c->n;
     mutex_unlock(&c->mu);
     Py_ssize_t bad = check_range(c, lo, hi);
     mutex_lock(&c->mu);
@@ -78,7 +79,7 @@ static void check_loop(void *arg) {
     CheckerObject *c = (CheckerObject *)arg;
     mutex_lock(&c->mu);
     while (!c->cancel && claimable(c)) {
-        if (c->next * CHECK_CHUNK >= c->allowed) {
+        if (c->next * c->chunk >= c->allowed) {
             c->idle = 1;
             cond_wait(&c->cv, &c->mu);
             c->idle = 0;
@@ -97,9 +98,14 @@ static int checker_init(CheckerObject *self, PyObject *args, PyObject *kwds) {
         PyErr_SetString(PyExc_RuntimeError, "Checker is already initialized");
         return -1;
     }
-    if (!PyArg_ParseTuple(args, "OOOnn:Checker", &buf_obj, &starts_obj, &ends_obj,
-                          &self->header, &self->footer))
+    self->chunk = CHECK_CHUNK;
+    if (!PyArg_ParseTuple(args, "OOOnn|n:Checker", &buf_obj, &starts_obj, &ends_obj,
+                          &self->header, &self->footer, &self->chunk))
         return -1;
+    if (self->chunk < 1 || self->chunk > CHECK_CHUNK) {
+        PyErr_SetString(PyExc_ValueError, "chunk must be in [1, 256]");
+        return -1;
+    }
     if (self->header != 12 || self->footer != 4) {
         PyErr_SetString(PyExc_ValueError, "Checker checks TFRecords only (header 12, "
                         "footer 4)");
@@ -121,7 +127,7 @@ static int checker_init(CheckerObject *self, PyObject *args, PyObject *kwds) {
         goto bad_shape;
     }
     self->n = self->sv.shape[0];
-    self->chunks = (self->n + CHECK_CHUNK - 1) / CHECK_CHUNK;
+    self->chunks = (self->n + self->chunk - 1) / self->chunk;
     self->result = PyMem_RawMalloc(sizeof(Py_ssize_t) * (size_t)(self->chunks + 1));
     if (self->result == NULL) {
         self->n = -1;
@@ -178,8 +184,8 @@ static void checker_dealloc(CheckerObject *self) {
 
 static const char wait_doc[] =
 "wait(upto, ahead) -> int\n\n"
-"Let the thread check up to record ahead (it goes no further, but for the rest of a chunk of\n"
-"256, until told), until records [0, upto) are checked (chunks the thread has not reached\n"
+"Let the thread check up to record ahead (it goes no further, but for the rest of its\n"
+"chunk, until told), until records [0, upto) are checked (chunks the thread has not reached\n"
 "are checked in this thread meanwhile), and return -1 when they all pass, or the first\n"
 "failing one. The records are numbered as in starts and ends; upto and ahead are clamped\n"
 "to [0, n].";
@@ -212,7 +218,7 @@ static PyObject *checker_wait(CheckerObject *self, PyObject *args) {
             cond_broadcast(&self->cv);
     }
     for (;;) {
-        if (self->done * CHECK_CHUNK >= upto) {  /* every record before upto is whole */
+        if (self->done * self->chunk >= upto) {  /* every record before upto is whole */
             bad = -1;
             break;
         }
@@ -221,7 +227,7 @@ static PyObject *checker_wait(CheckerObject *self, PyObject *args) {
             bad = first < upto ? first : -1;
             break;
         }
-        if (claimable(self) && self->next * CHECK_CHUNK < upto) {
+        if (claimable(self) && self->next * self->chunk < upto) {
             check_next(self);  /* the thread is behind: this one checks the next chunk */
         } else {  /* the chunk asked for is being checked on the thread */
             self->waiters++;
@@ -244,10 +250,10 @@ PyTypeObject CheckerType = {
     .tp_name = "ofindex._native.Checker",
     .tp_basicsize = sizeof(CheckerObject),
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Checker(buf, starts, ends, header_size, footer_size)\n\n"
+    .tp_doc = "Checker(buf, starts, ends, header_size, footer_size, chunk=256)\n\n"
               "The TFRecords at buf[starts[k]:ends[k]] (int64 arrays) checked in order on a "
               "compiled thread (framing, stored length, length and data CRCs with the CRC32C "
-              "instruction), as far as wait() allows.",
+              "instruction), `chunk` records at a time (1 to 256), as far as wait() allows.",
     .tp_new = checker_new,
     .tp_init = (initproc)checker_init,
     .tp_dealloc = (destructor)checker_dealloc,

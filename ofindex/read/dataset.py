@@ -8,6 +8,7 @@ strategy :func:`ofindex.read.batch_strategy.choose` picks; sequential reads go t
 :mod:`ofindex.read.iteration`.
 """
 
+import itertools
 from bisect import bisect_right as _bisect_right
 from collections.abc import Callable, Iterator, Sequence
 from os import getpid as _getpid
@@ -334,21 +335,26 @@ class Dataset:
                      block_bytes: int = 8 << 20) -> Iterator[Any]:
         """Stream records ``start..stop-1`` in order, with large sequential reads per shard.
 
+        The records come from the lists :meth:`iter_batches` makes (a few MB at a time), one
+        by one without a Python frame per record.
+
         Args:
             start: First record.
             stop: One past the last record (default: the end).
             block_bytes: Size of each read.
 
-        Yields:
-            Each record (or ``decode(record)``).
+        Returns:
+            An iterator over the records (or ``decode(record)``), which reads as it goes.
 
         Raises:
-            RecordIndexError: ``[start, stop)`` is not a valid range.
-            CorruptRecordError, SidecarError, RangeReadError: As for ``ds[i]``.
+            RecordIndexError: ``[start, stop)`` is not a valid range (on the first ``next``).
+            CorruptRecordError, SidecarError, RangeReadError: As for ``ds[i]``, when the list
+                holding the record is read.
         """
-        for batch in iteration.iter_batches(self._source(), 1024, start, stop, False,
-                                            block_bytes, compressed_shards=self._compressed):
-            yield from batch
+        batch_size = iteration.records_per_list(self._table.mean_record_bytes)
+        return itertools.chain.from_iterable(iteration.iter_batches(  # no Python frame
+            self._source(), batch_size, start, stop, False, block_bytes,  # per record
+            compressed_shards=self._compressed))
 
     def iter_batches(self, batch_size: int = 1024, start: int = 0, stop: int | None = None, *,
                      as_buffer: bool = False, block_bytes: int = 8 << 20) -> Iterator[Any]:

@@ -299,8 +299,21 @@ def _checkers(src: BatchSource, run: list[_Part] | None, as_buffer: bool,
             or not native.hw_crc()):
         return None
     fmt = src.checks.format
-    return [native.Checker(buf, starts, ends, fmt.header_size, fmt.footer_size)
+    return [native.Checker(buf, starts, ends, fmt.header_size, fmt.footer_size,
+                           _check_chunk(starts, ends))
             for _, _, _, starts, ends, buf in run]
+
+
+#: Bytes a :class:`Checker` checks at a time, at most (and at most 256 records): big records
+#: are checked just ahead of their copies, while they are still in the shared cache.
+_CHECK_BYTES = 1 << 20
+
+
+def _check_chunk(starts: np.ndarray, ends: np.ndarray) -> int:
+    """Records per chunk of a part's checker: about :data:`_CHECK_BYTES` of them."""
+    span = int(ends[-1]) - int(starts[0]) if len(starts) else 0
+    mean = span / len(starts) if len(starts) and span > 0 else 1.0
+    return max(1, min(256, int(_CHECK_BYTES // mean)))
 
 
 #: Records whose spans ``mapped`` plans at once (a few numpy calls for many batches).
