@@ -694,12 +694,14 @@ class RefReader:
         self.tf_crcs, self.payload_sums, self.memo = tf_crcs, payload_sums, memo
         self.max_bound, self.slots = max_bound, {}
 
-    def bind(self, j, data, is_file, offsets, iend, sums):
+    def bind(self, j, data, file_size, offsets, iend, sums):
+        """``file_size``: None for a map, else the size the file was bound with."""
         if not 0 <= j < len(self.cumulative):
             raise IndexError(j)
-        if iend < 0 or (sums is not None and not self.payload_sums):
+        if (iend < 0 or (sums is not None and not self.payload_sums)
+                or (file_size is not None and file_size < 0)):
             raise ValueError("bind")
-        entry = (data, is_file, offsets, iend, sums)
+        entry = (data, file_size, offsets, iend, sums)
         held = self.slots.get(j)
         if held is not None and all(a is b if not isinstance(a, (int, bool)) else a == b
                                     for a, b in zip(held, entry, strict=True)):
@@ -719,11 +721,12 @@ class RefReader:
         j = next(j for j, c in enumerate(self.cumulative) if c > i)
         if j not in self.slots:
             return None
-        data, is_file, offsets, iend, sums = self.slots[j]
+        data, file_size, offsets, iend, sums = self.slots[j]
+        is_file = file_size is not None
         local = i - (self.cumulative[j - 1] if j else 0)
         try:
             problem, s, e = ref_span(offsets, iend, local, self.header + self.footer,
-                                     2**63 - 1 if is_file else len(data))
+                                     file_size if is_file else len(data))
         except IndexError:
             return None
         if problem or (sums is not None and local >= len(sums)):
@@ -782,11 +785,12 @@ def fuzz_reader(rng: random.Random, tmpdir: str) -> None:
                 f.write(buf)
             handle = open(path, "rb")  # noqa: SIM115 (closed below)
             files.append(handle)
-            got = call(reader.bind_file, j, handle, handle.fileno(), offsets, iend, sums)
-            want = call(ref.bind, j, buf, True, offsets, iend, sums)
+            size = rng.choice([len(buf), len(buf), max(0, len(buf) - 3), 2**40, -1])
+            got = call(reader.bind_file, j, handle, handle.fileno(), size, offsets, iend, sums)
+            want = call(ref.bind, j, buf, size, offsets, iend, sums)
         else:
             got = call(reader.bind_map, j, buf, offsets, iend, sums)
-            want = call(ref.bind, j, buf, False, offsets, iend, sums)
+            want = call(ref.bind, j, buf, None, offsets, iend, sums)
         assert same_outcome(got, want), (got, want, args)
         if rng.random() < 0.1:
             reader.close()
@@ -806,10 +810,94 @@ def fuzz_reader(rng: random.Random, tmpdir: str) -> None:
         handle.close()
 
 
+def ref_preads(files, which, starts, sizes, order, lo, hi, header, footer, verify, max_gap):
+    """The reference of csrc/preads.c: (smallest failing k or -1, the payloads read)."""
+    if not ((header, footer) == (12, 4) or ((header, footer) == (8, 0) and not verify)):
+        raise ValueError("framing")
+    if not 0 <= max_gap <= 65536 or not len(which) == len(starts) == len(sizes):
+        raise ValueError("arguments")
+    if not 0 <= lo <= hi <= len(order):
+        raise ValueError("bounds")
+    frame = header + footer
+    for k in order[lo:hi]:
+        if not 0 <= k < len(sizes) or not 0 <= which[k] < len(files) or starts[k] < 0 or (
+                starts[k] + frame + sizes[k] >= 2**63):
+            raise ValueError("item")
+    bad, got = -1, {}
+    for k in order[lo:hi]:
+        data, s, size = files[which[k]], starts[k], sizes[k]
+        ok = s + frame + size <= len(data) and struct.unpack_from("<Q", data, s)[0] == size
+        payload = data[s + header : s + header + size]
+        if ok and verify:
+            ok = (struct.unpack_from("<I", data, s + 8)[0] == masked(data[s : s + 8]) and
+                  struct.unpack_from("<I", data, s + header + size)[0] == masked(payload))
+        if ok:
+            got[k] = payload
+        elif bad < 0 or k < bad:
+            bad = k
+    return bad, got
+
+
+def fuzz_preads(rng: random.Random, tmpdir: str) -> None:
+    """``preads``: records of one to three files read by spans near their true ones (sizes
+    off by a few bytes, starts past the end, duplicates, neighbours with and without gaps),
+    in file order or not, with hostile framing, gaps and bounds: the same first failing
+    record as the reference, and the same payloads when none fails."""
+    cases = [framed(rng) for _ in range(rng.randint(1, 3))]
+    tf = cases[0][1]
+    header, footer = framing(rng, tf)
+    verify = tf and HW_PASS and rng.random() < 0.7
+    handles, files = [], []
+    for j, (buf, *_rest) in enumerate(cases):
+        path = os.path.join(tmpdir, f"preads-{j}")
+        with open(path, "wb") as f:
+            f.write(buf)
+        handles.append(open(path, "rb"))  # noqa: SIM115 (closed below)
+        files.append(buf)
+    n = rng.randint(0, 8)
+    which, starts, sizes = [], [], []
+    for _ in range(n):
+        j = rng.randrange(len(cases))
+        buf, _, records, true = cases[j]
+        if true and rng.random() < 0.9:
+            t = rng.randrange(len(true))
+            s, size = true[t], len(records[t]) + rng.choice([0, 0, 0, 0, 1, -1, 5])
+        else:
+            s, size = rng.choice([0, len(buf), len(buf) + 3, 2**40, -1]), rng.randint(0, 9)
+        which.append(j if rng.random() < 0.98 else rng.choice([-1, len(cases)]))
+        starts.append(s)
+        sizes.append(max(size, 0))
+    order = sorted(range(n), key=lambda k: (which[k], starts[k]))
+    if rng.random() < 0.2:
+        rng.shuffle(order)  # not in file order: correct, only slower
+    if rng.random() < 0.05 and n:
+        order[rng.randrange(n)] = rng.choice([-1, n])
+    lo = rng.choice([0, 0, 0, rng.randint(0, n + 1)])
+    hi = rng.choice([n, n, n, rng.randint(0, n + 1)])
+    max_gap = rng.choice([0, 16, 4096, 4096, 65536, 0, 16, 65536, 65537, -1])
+    outs = native.blank(np.array(sizes, np.int64))
+    args = (which, starts, sizes, order, lo, hi, header, footer, verify, max_gap)
+    got = call(native.preads, [h.fileno() for h in handles], np.array(which, np.int64),
+               np.array(starts, np.int64), outs, np.array(order, np.int64), lo, hi, header,
+               footer, verify, max_gap)
+    want = call(ref_preads, files, which, starts, sizes, order, lo, hi, header, footer, verify,
+                max_gap)
+    for h in handles:
+        h.close()
+    STATS["preads"]["read" if got == -1 else "refused" if isinstance(got, BaseException)
+                    else "failed"] += 1
+    if isinstance(want, BaseException) or isinstance(got, BaseException):
+        assert same_outcome(got, want), (got, want, args)
+        return
+    assert got == want[0], (got, want, args)
+    if got == -1:
+        assert all(outs[k] == payload for k, payload in want[1].items()), args
+
+
 TARGETS = {"cut": fuzz_cut, "gather": fuzz_gather_and_record, "types": fuzz_wrong_types,
            "layout": fuzz_layout, "walk": fuzz_walk, "blocks": fuzz_blocks,
            "slices": fuzz_slices_and_fill, "locate": fuzz_locate, "inflater": fuzz_inflater_marks,
-           "crcs": fuzz_crcs, "reader": fuzz_reader}
+           "crcs": fuzz_crcs, "reader": fuzz_reader, "preads": fuzz_preads}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -837,7 +925,7 @@ def main(argv: list[str] | None = None) -> int:
                 for k in range(args.start, args.start + examples):
                     rng = random.Random(f"{args.seed}:{name}:{k}")  # each replays on its own
                     try:
-                        if name == "reader":
+                        if name in ("reader", "preads"):
                             target(rng, tmpdir)
                         else:
                             target(rng)

@@ -112,14 +112,14 @@ def test_big_batches_on_threads_equal_the_serial_path(tmp_path, monkeypatch, crc
             w.write_many(records[s * 75:(s + 1) * 75])
     ds = ofindex.open(str(tmp_path / "p*.tfrecord"))
     idx = rng.integers(0, 150, 200)
-    strategy, _ = batch_strategy.choose(ds._table, idx, compressed_shards=False)
+    strategy, _ = batch_strategy.choose(ds._table, ds._checks, idx, compressed_shards=False)
     got = ds.__getitems__(idx)
     assert got == [records[i] for i in idx]
     if _accel.native is not None and mapped_gather.executor() is not None:
         # 200 x ~40 KB: the threaded path served it
         assert strategy is batch_strategy.BatchStrategy.THREADED_COPIES
     monkeypatch.setattr(mapped_gather, "PARALLEL_BYTES", 1 << 62)
-    assert batch_strategy.choose(ds._table, idx, compressed_shards=False)[0] is not (
+    assert batch_strategy.choose(ds._table, ds._checks, idx, compressed_shards=False)[0] is not (
         batch_strategy.BatchStrategy.THREADED_COPIES)
     assert ds.__getitems__(idx) == got
 

@@ -253,11 +253,12 @@ def test_hostile_arguments_fuzz():
         tally.outcomes.update({f"{name}: {k}": v for k, v in outcomes.items()})
     assert stats["module"] == os.environ.get("OFINDEX_TEST_NATIVE_BUILD", stats["module"])
     assert all(stats["inputs"][t] >= min(FUZZ_EXAMPLES, 50) for t in
-               ("cut", "gather", "types", "layout", "walk", "blocks", "reader")), stats
+               ("cut", "gather", "types", "layout", "walk", "blocks", "reader", "preads")), stats
     # the generator must reach every outcome, not only the argument checks
     assert stats["outcomes"]["cut"]["payloads"] and stats["outcomes"]["cut"]["refused"]
     assert stats["outcomes"]["gather"]["payloads"] and stats["outcomes"]["walk"]["ok"]
     assert stats["outcomes"]["reader"]["payloads"] and stats["outcomes"]["reader"]["deferred"]
+    assert stats["outcomes"]["preads"]["read"] and stats["outcomes"]["preads"]["failed"]
 
 
 _MUTATING_INDEX = r"""

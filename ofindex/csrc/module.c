@@ -6,6 +6,7 @@
  * batches.c  batches without an object per record; big batches filled on threads
  * checker.c  a run's CRCs checked on a compiled thread ahead of the batches made from it
  * reader.c   one record by its global number in one call (the fast path of ds[i])
+ * preads.c   a batch read from files with preadv, without the GIL (mmap=False)
  * blocks.c   recycled memory for big decoded arrays
  * walk.c     the index builder's header walk (GIL released)
  * inflate.c  zlib's inflate for seek points in gzip/zlib files (GIL released)
@@ -42,6 +43,7 @@ static PyMethodDef methods[] = {
     {"hw_crc", hw_crc, METH_VARARGS, hw_crc_doc},
     {"hw_crc32c", hw_crc32c_py, METH_O, hw_crc32c_doc},
     {"crcs", crcs, METH_VARARGS, crcs_doc},
+    {"preads", preads, METH_VARARGS, preads_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -100,6 +100,10 @@ Py_ssize_t check_all(const unsigned char *src, Py_ssize_t len, const int64_t *st
 /* checker.c: a run's TFRecords checked on a compiled thread, ahead of its reader */
 extern PyTypeObject CheckerType;
 
+/* preads.c: a batch of records read from files with preadv, without the GIL */
+PyObject *preads(PyObject *self, PyObject *args);
+extern const char preads_doc[];
+
 /* reader.c: one record by its global number in one call (the fast path of ds[i]) */
 extern PyTypeObject ReaderType;
 int reader_module_init(PyObject *module);

@@ -43,6 +43,7 @@ typedef struct {
     PyObject *owner;  /* the map, or the file's handle object; NULL while unbound */
     Py_buffer data;   /* mapped shards: the map's bytes (data.obj NULL for files) */
     int fd;           /* files: the descriptor, read with preadv (-1 for maps) */
+    int64_t file_size;  /* files: the size seen when bound (a span past it: not served) */
     Py_buffer offsets;  /* the sidecar's record offsets (u64) */
     Py_buffer sums;     /* its payload CRC32Cs (u32), or sums.obj NULL */
     int64_t indexed_end;
@@ -280,7 +281,7 @@ static PyObject *reader_get(ReaderObject *self, PyObject *key) {
         Py_RETURN_NONE;
     int64_t local = i - (lo ? self->cumulative[lo - 1] : 0);
     int64_t start, end;
-    Py_ssize_t len = s->data.obj != NULL ? s->data.len : PY_SSIZE_T_MAX;
+    Py_ssize_t len = s->data.obj != NULL ? s->data.len : (Py_ssize_t)s->file_size;
     if (span_of(&s->offsets, s->indexed_end, local, self->header + self->footer, len, &start,
                 &end) != 0) {
         PyErr_Clear();  /* an index past the offsets: the ordinary path says what is wrong */
@@ -304,7 +305,8 @@ static PyObject *reader_get(ReaderObject *self, PyObject *key) {
 /* Bind shard j: its data (a map to hold as a buffer, or a file handle and its descriptor),
  * offsets, indexed end and sums. */
 static PyObject *bind(ReaderObject *self, Py_ssize_t j, PyObject *owner, int fd,
-                      PyObject *offsets, int64_t indexed_end, PyObject *sums) {
+                      int64_t file_size, PyObject *offsets, int64_t indexed_end,
+                      PyObject *sums) {
     if (self->slots == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "Reader is not initialized");
         return NULL;
@@ -328,10 +330,11 @@ static PyObject *bind(ReaderObject *self, Py_ssize_t j, PyObject *owner, int fd,
     const Slot *held = &self->slots[j];
     PyObject *held_sums = held->sums.obj != NULL ? held->sums.obj : Py_None;
     if (held->owner == owner && held->offsets.obj == offsets && held->fd == fd &&
-        held->indexed_end == indexed_end && held_sums == sums)
+        held->file_size == file_size && held->indexed_end == indexed_end && held_sums == sums)
         Py_RETURN_NONE;  /* bound already */
     Slot fresh = {0};
     fresh.fd = fd;
+    fresh.file_size = file_size;
     if (fd < 0 && PyObject_GetBuffer(owner, &fresh.data, PyBUF_SIMPLE) < 0)
         return NULL;
     if (get_u64(offsets, &fresh.offsets) < 0)
@@ -374,32 +377,33 @@ static PyObject *reader_bind_map(ReaderObject *self, PyObject *args) {
     long long indexed_end;
     if (!PyArg_ParseTuple(args, "nOOLO:bind_map", &j, &buf, &offsets, &indexed_end, &sums))
         return NULL;
-    return bind(self, j, buf, -1, offsets, indexed_end, sums);
+    return bind(self, j, buf, -1, 0, offsets, indexed_end, sums);
 }
 
 static const char bind_file_doc[] =
-"bind_file(shard, handle, fd, offsets, indexed_end, sums)\n\n"
+"bind_file(shard, handle, fd, size, offsets, indexed_end, sums)\n\n"
 "Serve shard `shard` by reading descriptor fd (held open by `handle`, which is kept until\n"
-"close()) with preadv; the rest as bind_map(). Raises OSError where preadv does not exist\n"
-"(see reads_files).";
+"close()) with preadv, up to `size` bytes (the file's size: a record past it is left to the\n"
+"ordinary path); the rest as bind_map(). Raises OSError where preadv does not exist (see\n"
+"reads_files).";
 
 static PyObject *reader_bind_file(ReaderObject *self, PyObject *args) {
     Py_ssize_t j;
     PyObject *handle, *offsets, *sums;
     int fd;
-    long long indexed_end;
-    if (!PyArg_ParseTuple(args, "nOiOLO:bind_file", &j, &handle, &fd, &offsets, &indexed_end,
-                          &sums))
+    long long size, indexed_end;
+    if (!PyArg_ParseTuple(args, "nOiLOLO:bind_file", &j, &handle, &fd, &size, &offsets,
+                          &indexed_end, &sums))
         return NULL;
     if (!READER_PREADV) {
         PyErr_SetString(PyExc_OSError, "no preadv on this platform");
         return NULL;
     }
-    if (fd < 0) {
-        PyErr_SetString(PyExc_ValueError, "fd must be >= 0");
+    if (fd < 0 || size < 0) {
+        PyErr_SetString(PyExc_ValueError, "fd and size must be >= 0");
         return NULL;
     }
-    return bind(self, j, handle, fd, offsets, indexed_end, sums);
+    return bind(self, j, handle, fd, size, offsets, indexed_end, sums);
 }
 
 static const char close_doc[] = "close()\n\nLet go of every bound shard's map and handle.";

@@ -183,7 +183,7 @@ def _spans(table: ShardTable, checks: RecordChecks,
     return starts, ends - starts - checks.overhead
 
 
-def _shares(sizes: np.ndarray, workers: int) -> list[tuple[int, int]]:
+def shares(sizes: np.ndarray, workers: int) -> list[tuple[int, int]]:
     """Records ``0..n`` cut into ``workers`` runs of about equal bytes."""
     n = len(sizes)
     bounds = np.searchsorted(np.cumsum(sizes), np.linspace(0, int(sizes.sum()),
@@ -192,7 +192,7 @@ def _shares(sizes: np.ndarray, workers: int) -> list[tuple[int, int]]:
             if p[0] < p[1]]
 
 
-def _first_failing(work: Callable[[tuple[int, int]], int], parts: list[tuple[int, int]],
+def first_failing(work: Callable[[tuple[int, int]], int], parts: list[tuple[int, int]],
                    pool: cf.ThreadPoolExecutor | None, n: int) -> int:
     """Run ``work`` on each share (the calling thread takes the first while the pool runs
     the others); the first record that failed (``work`` returns -1 or that record), or
@@ -238,7 +238,7 @@ def threaded_copies(table: ShardTable, checks: RecordChecks,
     outs = native.blank(sizes)
     check = checks.tfrecord_crcs
     in_fill = check and native.hw_crc()  # the CRCs checked in the compiled copy pass
-    parts = _shares(sizes, pool._max_workers)
+    parts = shares(sizes, pool._max_workers)
     header, footer = checks.header, checks.footer
     crcs = np.zeros(n if check and not in_fill else 0, dtype=np.uint32)
 
@@ -255,7 +255,7 @@ def threaded_copies(table: ShardTable, checks: RecordChecks,
             crcs[k] = crc(outs[k])
         return -1
 
-    k = _first_failing(work, parts, pool, n)  # the first record that fails framing
+    k = first_failing(work, parts, pool, n)  # the first record that fails framing
     if check and not in_fill:  # and the CRCs of the records before it
         before = np.arange(k)
         wrong = np.flatnonzero(_crcs_wrong(maps, before, starts[:k], sizes[:k], crcs[:k]))
@@ -304,14 +304,14 @@ def checked_spans(table: ShardTable, checks: RecordChecks,
         return None
     starts, sizes = _spans(table, checks, maps)
     pool = executor() if int(sizes.sum()) >= PARALLEL_BYTES else None
-    parts = _shares(sizes, pool._max_workers if pool is not None else 1)
+    parts = shares(sizes, pool._max_workers if pool is not None else 1)
     header, footer, check = checks.header, checks.footer, checks.tfrecord_crcs
 
     def work(part: tuple[int, int]) -> int:
         return int(native.fill(maps.maps, maps.which, starts, sizes, part[0], part[1],
                                header, footer, check))
 
-    k = _first_failing(work, parts, pool, len(maps.which))
+    k = first_failing(work, parts, pool, len(maps.which))
     if k < len(maps.which):
         raise_mapped_problem(table, checks, maps, k, _accel.RECORD_FAILS_CHECK)
     return MappedSpans(maps.maps, maps.which, starts + header, starts + header + sizes)

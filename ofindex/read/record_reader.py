@@ -80,6 +80,6 @@ def bind(reader: Reader, table: ShardTable, checks: RecordChecks, shard_no: int,
             reader.bind_map(shard_no, mapped, sidecar.offsets, sidecar.indexed_end, sums)
         return  # a file that grew past its map: read the ordinary way
     handle = storage.handle(path) if native.reads_files else None
-    if handle is not None:
-        reader.bind_file(shard_no, handle, handle.fd, sidecar.offsets, sidecar.indexed_end,
-                         sums)
+    if handle is not None and handle.covers(sidecar.indexed_end):  # (else: truncated)
+        reader.bind_file(shard_no, handle, handle.fd, sidecar.indexed_end, sidecar.offsets,
+                         sidecar.indexed_end, sums)

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import _accel
 from ..storage.ranges import coalesce
 from . import mapped_gather
 from .index_round import batch_spans
@@ -93,6 +94,58 @@ def direct_reads(table: ShardTable, checks: RecordChecks, grouped: ShardGroups,
     if int((ends - starts).sum()) >= mapped_gather.PARALLEL_BYTES:
         return mapped_gather.map_ordered(direct, items)
     return [direct(item) for item in items]
+
+
+def compiled_preads(table: ShardTable, checks: RecordChecks, grouped: ShardGroups,
+                    starts: np.ndarray, ends: np.ndarray, *, max_gap: int,
+                    otherwise: GroupReader) -> list[Any]:
+    """Each payload read straight into its own ``bytes`` by compiled ``preadv`` calls without
+    the GIL, neighbours in a file (gaps up to ``max_gap``) in one call, on the process's
+    threads when the batch is big; a batch in which a record fails (or a file is shorter than
+    its index says) is read again by ``otherwise`` (the way it is read without the compiled
+    module), which raises the precise error.
+
+    Args:
+        table: The shards (on local storage, read through descriptors).
+        checks: What to check (TFRecord CRCs need the CPU's CRC32C instruction here).
+        grouped: The records, grouped by shard.
+        starts: Their spans' starts (grouped order).
+        ends: Their spans' ends.
+        max_gap: Largest gap between two records read through rather than split.
+        otherwise: Reads a batch the compiled reads could not serve whole.
+    """
+    native = _accel.native
+    assert native is not None  # chosen only with the compiled module
+    storage, shards = table.storage, table.shards
+    handles = []  # held until the reads are done: their descriptors stay open
+    for shard_no, lo, hi in grouped.groups:
+        handle = storage.handle(shards[shard_no].path)
+        if handle is None or not handle.covers(int(ends[lo:hi].max())):  # shorter than
+            return otherwise(table, checks, grouped, starts, ends)  # its index says
+        handles.append(handle)
+    fds = [handle.fd for handle in handles]
+    which = np.repeat(np.arange(len(handles), dtype=np.int64),
+                      [hi - lo for _, lo, hi in grouped.groups])
+    outs: list[Any] = native.blank(ends - starts - checks.overhead)
+    order = np.lexsort((starts, which))  # file order: neighbours read together
+    header, footer, verify = checks.header, checks.footer, checks.tfrecord_crcs
+    gap = min(max_gap, PREADS_MAX_GAP)
+
+    def work(part: tuple[int, int]) -> int:
+        return int(native.preads(fds, which, starts, outs, order, part[0], part[1], header,
+                                 footer, verify, gap))
+
+    nbytes = int((ends - starts).sum())
+    pool = mapped_gather.executor() if nbytes >= mapped_gather.PARALLEL_BYTES else None
+    sizes = (ends - starts)[order]
+    parts = mapped_gather.shares(sizes, pool._max_workers if pool is not None else 1)
+    if mapped_gather.first_failing(work, parts, pool, len(outs)) < len(outs):
+        return otherwise(table, checks, grouped, starts, ends)
+    return outs
+
+
+#: Largest gap compiled_preads reads through (csrc/preads.c's scratch buffer).
+PREADS_MAX_GAP = 1 << 16
 
 
 def planned_ranges(table: ShardTable, checks: RecordChecks, grouped: ShardGroups,

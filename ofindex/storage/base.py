@@ -23,6 +23,11 @@ class FileHandle(Protocol):
 
     fd: int
 
+    def covers(self, end: int) -> bool:
+        """Whether the file holds bytes up to ``end`` (its size looked at again when the
+        last look says it does not)."""
+        ...
+
 
 class Storage(abc.ABC):
     """Byte access to the files of one filesystem (local disk, a bucket, a web server).

@@ -36,6 +36,11 @@ class _Handle:
     def fileno(self) -> int:
         return self.fd
 
+    def covers(self, end: int) -> bool:
+        if end > self.size:  # it may have grown since
+            self.size = os.fstat(self.fd).st_size
+        return end <= self.size
+
     def __del__(self) -> None:
         fd = getattr(self, "fd", -1)  # unset when os.open failed
         self.fd = -1
