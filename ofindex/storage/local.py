@@ -7,7 +7,7 @@ import glob as _glob
 import os
 import tempfile
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import IO
 
 from ..errors import DataFileNotFoundError
@@ -41,11 +41,14 @@ class _Handle:
             self.size = os.fstat(self.fd).st_size
         return end <= self.size
 
-    def __del__(self) -> None:
+    # os.close bound now: at interpreter exit, a handle still cached may outlive the module
+    # globals it would look up (with some libraries loaded, "'NoneType' object is not
+    # callable" was printed at exit)
+    def __del__(self, _close: Callable[[int], None] = os.close) -> None:
         fd = getattr(self, "fd", -1)  # unset when os.open failed
         self.fd = -1
         if fd >= 0:
-            os.close(fd)
+            _close(fd)
 
 
 class LocalStorage(Storage):
