@@ -191,3 +191,38 @@ def test_keep_missing_refreshes_one_section(tmp_path):
     text = readme.read_text()
     assert scale_line in text and "random ds[i] 2,500/s" in text and "2,300/s" not in text
     assert text.count("- Compressed TFRecords") == 1
+
+
+READ = {
+    "config": {"rounds": 7, "round_seconds": 0.5,
+               "machine": {"before": {"load_average": [1.5, 1.2, 1.0], "cores": 2},
+                           "after": {"load_average": [2.25, 1.5, 1.1], "cores": 2}}},
+    "rows": [
+        {"name": "small: ofindex ds[i] random", "case": "small: 1000000 x ~200 B",
+         "contender": "ofindex ds[i] random", "records_per_s": 1_500_000,
+         "records_per_s_min": 1_200_000, "records_per_s_max": 1_600_000, "GB_per_s": 0.32,
+         "vs": {"bare Python loop of memory-map slices": {"median": 1.1, "min": 0.9,
+                                                          "max": 1.3}}},
+        {"name": "small: bare", "case": "small: 1000000 x ~200 B",
+         "contender": "bare Python loop of memory-map slices", "records_per_s": 1_400_000,
+         "records_per_s_min": 1_300_000, "records_per_s_max": 1_500_000, "GB_per_s": 0.3},
+    ],
+}
+
+
+def test_read_section_shows_ratios_per_round_and_the_load(tmp_path):
+    results, docs = tmp_path / "bench-results", tmp_path / "docs"
+    results.mkdir()
+    write(results, "read", READ)
+    write(results, "sequential", {"machine": {"load_average": [3.0, 2.0, 1.0], "cores": 2},
+                                  "rows": SEQUENTIAL})
+    rep = report.Report(str(results), str(docs))
+    rep.read()
+    rep.sequential()
+    read_md, sequential_md = rep.sections
+    assert "### small: 1000000 x ~200 B" in read_md
+    assert ("| ofindex ds[i] random | 1,500,000 (1,200,000–1,600,000) | 0.32 | 1.1 (0.9–1.3)× "
+            "bare Python loop of memory-map slices |") in read_md
+    assert "Load average 1.5, then 2.25 on 2 cores" in read_md
+    assert "Load average 3 on 2 cores" in sequential_md
+    assert "| ofindex iter_batches | 15,200,000 (14,100,000–16,000,000) | 3.3 |" in sequential_md

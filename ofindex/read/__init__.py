@@ -11,16 +11,23 @@ it to read the manifest (one request) or list the files, and to place the sideca
 Without a manifest, remote sidecars are opened by their 512-byte headers, with the data
 files' stats, in one round (:mod:`ofindex.read.header_round`), not fetched whole.
 
-**Local files.** ``ds[i]``: the table maps ``i`` to a shard and a record inside it
-(:meth:`ShardTable.locate`); the shard's sidecar is memory-mapped (its offsets checked against
-their CRC on this first read); one compiled call (``_native.record``) cuts the record out of
-the data file's memory map and checks its length and CRCs. ``ds.__getitems__(indices)``:
-:func:`ofindex.read.batch_strategy.choose` names the way (``COMPILED_GATHER``: one compiled pass
-over the maps in the order asked for; ``THREADED_COPIES`` for batches of several MB;
-``MAPPED_CUT`` without the compiled module; ``DIRECT_READS`` / ``PLANNED_RANGES`` with
-``mmap=False``) and :mod:`ofindex.read.mapped_gather` or :mod:`ofindex.read.shard_reads` runs
-it. Iteration (:mod:`ofindex.read.iteration`) cuts batches out of the maps with the CRCs
-checked a batch ahead on a second core (:mod:`ofindex.read.mapped_batches`).
+**Local files.** ``ds[i]``: once a record of its shard has been read in this process, one
+compiled call (:mod:`ofindex.read.record_reader`) locates the record through the cumulative
+counts, reads it from the data file's memory map (or with one ``preadv`` when
+``mmap=False``) and checks it; anything it cannot serve whole goes the ordinary way, which
+raises the precise error: the table maps ``i`` to a shard and a record inside it
+(:meth:`ShardTable.locate`), the shard's sidecar is memory-mapped (its offsets checked against
+their CRC on this first read), one compiled call (``_native.record``) cuts the record out of
+the map and checks its length and CRCs, and the shard is bound to the compiled reader.
+``ds.__getitems__(indices)``: :func:`ofindex.read.batch_strategy.choose` names the way
+(``COMPILED_GATHER``: one compiled pass over the maps in the order asked for;
+``THREADED_COPIES`` for batches of several MB; ``MAPPED_CUT`` without the compiled module;
+``COMPILED_PREADS`` with ``mmap=False``: compiled ``preadv`` calls without the GIL;
+``DIRECT_READS`` / ``PLANNED_RANGES`` without them) and :mod:`ofindex.read.mapped_gather` or
+:mod:`ofindex.read.shard_reads` runs it. Iteration (:mod:`ofindex.read.iteration`) cuts
+batches out of the maps with the CRCs checked a batch ahead on a second core
+(:mod:`ofindex.read.mapped_batches`); ``for record in ds`` hands out the records of such
+lists, a few MB at a time.
 
 **Remote files.** A batch's records are grouped by shard (:meth:`ShardTable.group`); one
 index round (:mod:`ofindex.read.index_round`) fetches, for every shard touched, the sidecar
