@@ -27,6 +27,7 @@ import argparse
 import bisect
 import mmap
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -85,6 +86,7 @@ import sys, time
 from tfrecord.reader import tfrecord_iterator
 paths, budget = sys.argv[1:-1], float(sys.argv[-1])
 n = 0
+cpu = time.process_time()
 t = time.perf_counter()
 while time.perf_counter() - t < budget:
     for p in paths:
@@ -95,7 +97,7 @@ while time.perf_counter() - t < budget:
         else:
             continue
         break
-print(n, time.perf_counter() - t)
+print(n, time.perf_counter() - t, time.process_time() - cpu)
 """
 
 
@@ -103,10 +105,10 @@ def vahidk_contender(paths: list[str], seconds: float) -> Contender:
     """vahidk's ``tfrecord_iterator`` over the files for about ``units / 10`` x ``seconds``
     (in its own process: its package registers protobuf names TensorFlow registers too)."""
 
-    def run(units: int) -> tuple[int, float]:
+    def run(units: int) -> tuple[int, float, float]:
         out = subprocess.run([sys.executable, "-c", _VAHIDK, *paths, str(seconds)], check=True,
                              capture_output=True, text=True).stdout.split()
-        return int(out[0]), float(out[1])
+        return int(out[0]), float(out[1]), float(out[2])
 
     return Contender("vahidk tfrecord_iterator (no checks)", run, units=1)
 
@@ -141,19 +143,15 @@ def bare_loop(ds: ofindex.Dataset, picks: Picks) -> Contender:
     cumulative = ds.cumulative_counts.tolist()
     firsts = [0, *cumulative[:-1]]
 
-    def run(units: int) -> int:
+    def timed(units: int) -> tuple[int, float, float]:
         chosen = picks.take(units)
         where = [(bisect.bisect_right(cumulative, i), i) for i in chosen]
         located = [(maps[j], bounds[j], i - firsts[j]) for j, i in where]
+        cpu = time.process_time()
         t = time.perf_counter()
         for mm, b, k in located:
             mm[b[k] + 12:b[k + 1] - 4]
-        run.took = time.perf_counter() - t  # type: ignore[attr-defined]
-        return len(chosen)
-
-    def timed(units: int) -> tuple[int, float]:
-        count = run(units)
-        return count, run.took  # type: ignore[attr-defined]
+        return len(chosen), time.perf_counter() - t, time.process_time() - cpu
 
     return Contender("bare Python loop of memory-map slices", timed)
 
@@ -224,16 +222,20 @@ def contenders(ds: ofindex.Dataset, paths: list[str], root: str,
     ]
 
 
-def case_rows(case: str, rates: dict[str, list[float]], record_bytes: float) -> list[dict]:
-    """Rows: median and range per contender, and ours against the peers named in COMPARED."""
+def case_rows(case: str, rates: dict[str, list[float]], cpu_rates: dict[str, list[float]],
+              record_bytes: float) -> list[dict]:
+    """Rows: median and range per contender (by the wall clock, and the median per CPU
+    second), and ours against the peers named in COMPARED."""
     rows = []
     for name, r in rates.items():
         s = spread(r, 0)
+        cpu = [x for x in cpu_rates[name] if x == x]  # not NaN
         row: dict[str, Any] = {
             "name": f"{case}: {name}", "case": case, "contender": name,
             "records_per_s": s["median"], "records_per_s_min": s["min"],
             "records_per_s_max": s["max"],
             "GB_per_s": round(s["median"] * record_bytes / 1e9, 3),
+            "records_per_cpu_s": round(statistics.median(cpu)) if cpu else None,
             "runs": [round(x) for x in r]}
         vs = {peer: ratios(rates, name, peer) for peer in COMPARED.get(name, []) if peer in rates}
         if vs:
@@ -265,9 +267,9 @@ def main(argv: list[str] | None = None) -> int:
         read_all(paths)
         ds = ofindex.open(paths)
         case = f"{name}: {n} x ~{size} B"
-        rates = interleaved(contenders(ds, paths, a.root, a.round_seconds), a.rounds,
-                            a.round_seconds)
-        rows += case_rows(case, rates, sum(s.bytes for s in ds.shards) / len(ds))
+        rates, cpu_rates = interleaved(contenders(ds, paths, a.root, a.round_seconds),
+                                       a.rounds, a.round_seconds)
+        rows += case_rows(case, rates, cpu_rates, sum(s.bytes for s in ds.shards) / len(ds))
     load["after"] = machine_load()
     for r in rows:
         vs = "  ".join(f"{v['median']:.2f}x {peer} ({v['min']:.2f}-{v['max']:.2f})"

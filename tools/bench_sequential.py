@@ -26,13 +26,21 @@ import os
 import statistics
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchlib import dataset, hf_copy, machine_load, parse_args, read_all, write_json
+from benchlib import (
+    Contender,
+    dataset,
+    hf_copy,
+    interleaved,
+    machine_load,
+    parse_args,
+    read_all,
+    write_json,
+)
 
 import ofindex
 
@@ -126,29 +134,29 @@ def gather_contenders(ds: ofindex.Dataset, paths: dict[str, str],
             "Hugging Face Arrow gather -> bytes (no checks)": hf_gather}
 
 
-def rounds(contenders: dict[str, Callable[[], int]], n_rounds: int) -> dict[str, list[float]]:
-    """Records/s of every contender in each round (one warm-up call each first)."""
-    for fn in contenders.values():
-        fn()
-    rates: dict[str, list[float]] = {k: [] for k in contenders}
-    for _ in range(n_rounds):
-        for name, fn in contenders.items():
-            t = time.perf_counter()
-            count = fn()
-            rates[name].append(count / (time.perf_counter() - t))
-    return rates
+def rounds(contenders: dict[str, Callable[[], int]],
+           n_rounds: int) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """Records/s of every contender in each round, by the wall clock and per CPU second (one
+    warm-up call each first; each contender's call is one unit of work)."""
+    def passes(fn: Callable[[], int]) -> Callable[[int], int]:
+        return lambda units: sum(fn() for _ in range(units))
+
+    return interleaved([Contender(name, passes(fn), units=1)
+                        for name, fn in contenders.items()], n_rounds, 0.0)
 
 
-def summarize(case: str, rates: dict[str, list[float]], ours: list[str], peers: list[str],
-              nbytes_per_record: float) -> list[dict]:
+def summarize(case: str, measured: tuple[dict[str, list[float]], dict[str, list[float]]],
+              ours: list[str], peers: list[str], nbytes_per_record: float) -> list[dict]:
     """Rows: median and range per contender, and each of ours against the best peer per round."""
     rows = []
+    rates, cpu_rates = measured
     best_peer = [max(rates[p][i] for p in peers) for i in range(len(rates[peers[0]]))]
     for name, r in rates.items():
         row = {"name": f"{case}: {name}", "case": case, "contender": name,
                "records_per_s": round(statistics.median(r)),
                "records_per_s_min": round(min(r)), "records_per_s_max": round(max(r)),
                "GB_per_s": round(statistics.median(r) * nbytes_per_record / 1e9, 3),
+               "records_per_cpu_s": round(statistics.median(cpu_rates[name])),
                "runs": [round(x) for x in r]}
         if name in ours:
             ratios = [x / b for x, b in zip(r, best_peer, strict=True)]
@@ -172,9 +180,9 @@ def sequential_case(a: argparse.Namespace) -> list[dict]:
     ds = ofindex.open(paths)
     peer = peer_files(ds, a.root)
     case = f"sequential, {a.records} x ~200 B, batches of {a.batch_size}"
-    rates = rounds(sequential_contenders(ds, peer, a.batch_size), a.rounds)
+    measured = rounds(sequential_contenders(ds, peer, a.batch_size), a.rounds)
     per = sum(s.bytes for s in ds.shards) / len(ds)
-    return summarize(case, rates, *_split(rates), per)
+    return summarize(case, measured, *_split(measured[0]), per)
 
 
 def gather_case(a: argparse.Namespace) -> list[dict]:
@@ -186,9 +194,9 @@ def gather_case(a: argparse.Namespace) -> list[dict]:
     rng = np.random.default_rng(0)
     batches = [rng.integers(0, len(ds), 256).tolist() for _ in range(a.gather_batches)]
     case = f"random batches of 256, {a.large_records} x ~100 KB"
-    rates = rounds(gather_contenders(ds, peer, batches), a.rounds)
+    measured = rounds(gather_contenders(ds, peer, batches), a.rounds)
     per = sum(s.bytes for s in ds.shards) / len(ds)
-    return summarize(case, rates, *_split(rates), per)
+    return summarize(case, measured, *_split(measured[0]), per)
 
 
 def main(argv: list[str] | None = None) -> int:

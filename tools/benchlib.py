@@ -107,12 +107,15 @@ class Contender:
     units: int = 0
 
 
-def _timed(c: Contender, units: int) -> tuple[int, float]:
+def _timed(c: Contender, units: int) -> tuple[int, float, float]:
+    """Records read, wall seconds and CPU seconds (every thread of the process, or of the
+    contender's own process) of one run."""
+    cpu = time.process_time()
     t = time.perf_counter()
     got = c.run(units)
     if isinstance(got, tuple):
-        return got
-    return got, time.perf_counter() - t
+        return got[0], got[1], got[2] if len(got) > 2 else float("nan")
+    return got, time.perf_counter() - t, time.process_time() - cpu
 
 
 def calibrate(c: Contender, seconds: float) -> None:
@@ -122,7 +125,7 @@ def calibrate(c: Contender, seconds: float) -> None:
         return
     units = 1
     while True:
-        _, took = _timed(c, units)
+        _, took, _ = _timed(c, units)
         if took >= seconds / 8 or units >= 1 << 24:
             break
         units *= 2
@@ -130,17 +133,21 @@ def calibrate(c: Contender, seconds: float) -> None:
 
 
 def interleaved(contenders: list[Contender], n_rounds: int,
-                seconds: float) -> dict[str, list[float]]:
-    """Records/s of each contender in each of ``n_rounds`` rounds; each round times every
-    contender once, in turn (so that the machine's drift falls on all of them alike)."""
+                seconds: float) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """Records/s of each contender in each of ``n_rounds`` rounds, by the wall clock and per
+    CPU second (all its threads: what it costs a machine that is busy with other work);
+    each round times every contender once, in turn (so that the machine's drift falls on all
+    of them alike)."""
     for c in contenders:
         calibrate(c, seconds)
     rates: dict[str, list[float]] = {c.name: [] for c in contenders}
+    cpu_rates: dict[str, list[float]] = {c.name: [] for c in contenders}
     for _ in range(n_rounds):
         for c in contenders:
-            count, took = _timed(c, c.units)
+            count, took, cpu = _timed(c, c.units)
             rates[c.name].append(count / took)
-    return rates
+            cpu_rates[c.name].append(count / cpu if cpu > 0 else float("nan"))
+    return rates, cpu_rates
 
 
 def spread(values: list[float], digits: int = 2) -> dict[str, float]:
