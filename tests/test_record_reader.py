@@ -20,7 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import ofindex
-from ofindex import RecordIndexError
+from ofindex import RecordIndexError, _accel
 from ofindex.formats.sidecar_header import HEADER_SIZE
 
 
@@ -223,3 +223,36 @@ def test_record_numbers_of_other_types_go_the_ordinary_way(dataset):
     assert ds._reader.get(20) is None
     with pytest.raises(RecordIndexError, match="record index 20 is out of range"):
         ds[20]
+
+
+@pytest.mark.parametrize("hw", [True, False])
+@pytest.mark.parametrize("mmap", [True, False])
+def test_big_records_are_checked_as_the_ordinary_path_checks_them(tmp_path, hw, mmap):
+    """Payloads of 4 KiB and more go through the crc32c package (smaller ones through the
+    CPU's instruction, or the package without it): the same results."""
+    native = _accel.native
+    assert native is not None
+    records = [bytes([i]) * n for i, n in enumerate([4095, 4096, 70_000, 5, 200_000])]
+    was = native.hw_crc()
+    native.hw_crc(hw)
+    try:
+        outcomes = {}
+        for impl in ("compiled", "pure-python"):
+            p = str(tmp_path / impl / "a.tfrecord")
+            os.makedirs(os.path.dirname(p))
+            with ofindex.Writer(p) as w:
+                w.write_many(records)
+            raw = bytearray(read_bytes(p))
+            raw[12 + 4095 + 16 + 12 + 100] ^= 2  # record 1's payload
+            with implementation(impl):
+                ds = ofindex.open(p, mmap=mmap)
+                first = [_outcome(lambda i=i, ds=ds: ds[i]) for i in range(5)]
+                _rewrite_in_place(p, bytes(raw))
+                later = [_outcome(lambda i=i, ds=ds: ds[i]) for i in range(5)]
+                outcomes[impl] = [(kind, v.replace(impl, "X") if isinstance(v, str) else v)
+                                  for kind, v in first + later]
+        assert outcomes["compiled"] == outcomes["pure-python"]
+        assert outcomes["compiled"][:5] == [("ok", r) for r in records]
+        assert outcomes["compiled"][6][0] == "CorruptRecordError"
+    finally:
+        native.hw_crc(was)

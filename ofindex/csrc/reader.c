@@ -168,7 +168,8 @@ static int payload_ok(ReaderObject *self, const unsigned char *head, PyObject *p
         return 0;
     if (!self->tf_crcs && sum < 0)
         return 1;
-    if (hw_crc_on) {
+    if (hw_crc_on && size < HW_CRC_MAX) {  /* small: the instruction, no Python call (the
+                                             * package's interleaved loop wins above) */
         uint32_t crc = hw_crc32c(data, (size_t)size);
         if (sum >= 0)
             return crc == (uint32_t)sum;
