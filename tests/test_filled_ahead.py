@@ -1,0 +1,116 @@
+"""Lists of records filled on the pool's threads one list ahead of the one handed out
+(ofindex/read/mapped_batches.py, with a core to spare) give what the lists made in the
+iterating thread give: the same records, the same error at the same batch, the batches before
+it handed out first (and the pure-Python loops the same records and error); a forked child
+goes on with an iteration its parent started.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import re
+
+import pytest
+from helpers import implementation
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_record_reader import _corrupt, _write
+
+import ofindex
+from ofindex.read import mapped_batches
+
+
+def _batches(ds, size, as_list):
+    """The batches of an iteration up to its error: [("ok", batch) ..., (error, message)]."""
+    out = []
+    it = ds.iter_batches(size) if as_list else (
+        [r] for r in ds.iter_records())  # one record at a time
+    try:
+        out.extend(("ok", batch) for batch in it)
+    except Exception as exc:
+        out.append((type(exc).__name__, str(exc)))
+    return out
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    shards=st.lists(st.lists(st.binary(max_size=300), max_size=8), min_size=1, max_size=3),
+    fmt=st.sampled_from(["tfrecord", "ofrecord"]),
+    verify=st.booleans(),
+    how=st.sampled_from(["none", "data byte", "shifted offset", "checksum"]),
+    where=st.integers(0, 10_000),
+    size=st.sampled_from([1, 2, 3, 5, 64]),
+    as_list=st.booleans(),
+    split=st.booleans(),
+)
+def test_lists_filled_ahead_are_the_lists_made_inline(tmp_path_factory, shards, fmt, verify,
+                                                      how, where, size, as_list, split):
+    def run(impl, ahead):
+        paths = _write(str(tmp_path_factory.mktemp("ahead")), shards, fmt, True)
+        _corrupt(paths, shards, how, where)
+        with implementation(impl):
+            was = mapped_batches._fills_ahead
+            if not ahead:
+                mapped_batches._fills_ahead = lambda src, as_buffer: False
+            try:
+                ds = ofindex.open(paths, verify=verify)
+                got = _batches(ds, size, as_list)
+            finally:
+                mapped_batches._fills_ahead = was
+        here = os.path.dirname(paths[0])
+        return [(k, re.sub(r"\d{7,}", "N", v.replace(here, "D")) if isinstance(v, str) else v)
+                for k, v in got]
+
+    limit = mapped_batches._SPLIT_BYTES
+    mapped_batches._SPLIT_BYTES = 1 if split else limit  # every list on two threads
+    try:
+        ahead = run("compiled", True)
+        inline = run("compiled", False)
+        pure = run("pure-python", False)
+    finally:
+        mapped_batches._SPLIT_BYTES = limit
+    assert ahead == inline
+    # the pure-Python loops stream each shard by blocks: a bad record may end the iteration
+    # at an earlier batch; the same error, and no record they give that the others do not
+    ends = [got[-1] if got else ("ok", []) for got in (ahead, pure)]
+    assert ends[0][0] == ends[1][0] == "ok" or ends[0] == ends[1]
+    handed = [r for kind, batch in ahead if kind == "ok" for r in batch]
+    assert [r for kind, batch in pure if kind == "ok" for r in batch] == handed[
+        :sum(len(b) for kind, b in pure if kind == "ok")]
+
+
+def _go_on(it, queue):
+    queue.put([len(b) for b in it])
+
+
+def test_a_forked_child_goes_on_with_an_iteration_started_before(tmp_path):
+    records = [os.urandom(n % 700) for n in range(3000)]
+    p = str(tmp_path / "a.tfrecord")
+    with ofindex.Writer(p) as w:
+        w.write_many(records)
+    ds = ofindex.open(p)
+    it = ds.iter_batches(100)
+    assert next(it) == records[:100]  # the next list's fill is under way on the pool
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.Queue()
+    child = ctx.Process(target=_go_on, args=(it, queue))
+    child.start()
+    sizes = queue.get(timeout=60)
+    child.join(60)
+    assert sizes == [100] * 29
+    assert [r for b in it for r in b] == records[100:]  # and the parent too
+
+
+@pytest.mark.parametrize("as_list", [True, False])
+def test_an_iteration_dropped_half_way_leaves_nothing_behind(tmp_path, as_list):
+    records = [os.urandom(500) for _ in range(5000)]
+    p = str(tmp_path / "a.tfrecord")
+    with ofindex.Writer(p) as w:
+        w.write_many(records)
+    ds = ofindex.open(p)
+    for _ in range(20):
+        it = ds.iter_batches(64) if as_list else iter(ds)
+        next(it)
+        del it  # a fill still under way finishes on its own
+    assert list(ds) == records
