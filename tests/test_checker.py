@@ -1,6 +1,6 @@
-"""The compiled Checker (a run's TFRecord CRCs checked on a second thread ahead of its
-batches) and iter_batches through it: the same records, the same first bad record, at the
-same batch, as the serial checks, across runs planned ahead."""
+"""The compiled Checker (a run's TFRecord CRCs checked on a second thread ahead of a
+reader), and iter_batches with lists filled ahead on the pool's threads and without: the same
+records, the same first bad record, at the same batch, across runs planned ahead."""
 
 import multiprocessing
 import os
@@ -152,7 +152,9 @@ def flip_byte(path, offset):
 
 @pytest.fixture(params=[True, False], ids=["spare core", "one core"])
 def cores(request, monkeypatch):
-    monkeypatch.setattr(mapped_batches, "usable_cores", lambda: 2 if request.param else 1)
+    """Iterate with lists filled ahead on the pool's threads (a spare core), and without."""
+    if not request.param:
+        monkeypatch.setattr(mapped_batches, "executor", lambda: None)
     return request.param
 
 
