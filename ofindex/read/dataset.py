@@ -367,7 +367,8 @@ class Dataset:
         with their offsets (Arrow's binary layout), no Python object per record, several
         times faster when the records are small (e.g. to verify, hash or copy data, or to
         hand it to Arrow or numpy). TFRecord CRCs are checked unless ``verify=False`` (for
-        lists, on a second core when there is one, a batch ahead of the one being made).
+        lists with a core to spare, as the records are copied on the pool's threads, a list
+        ahead of the one handed out).
 
         Args:
             batch_size: Records per batch (the last batch may be shorter). Batches run across

@@ -4,9 +4,10 @@ per batch, or one buffer of payloads back to back (:class:`RecordBatch`).
 How a run of records is read is chosen in one place, :func:`iter_batches`:
 
 * **memory-mapped shards with the compiled module** (no compressed shard): each batch is one
-  compiled call per shard it touches, over spans planned for many batches at once, the CRCs
-  checked on a second core ahead of the batch being made (:mod:`.mapped_batches`; 13.6 M
-  records/s of ~200 B as buffers);
+  compiled call per shard it touches, over spans planned for many batches at once; with a
+  core to spare, a list's records are copied and checked on the pool's threads one list
+  ahead of the one handed out (:mod:`.mapped_batches`; 13.6 M records/s of ~200 B as
+  buffers);
 * **everything else** (remote storage, ``mmap=False``, compressed shards, pure Python): each
   shard is streamed with large sequential reads (a compressed shard is inflated once from
   the start, its gzip CRC32 / zlib Adler-32 checked at the end of a whole pass) and the
@@ -31,8 +32,8 @@ _INFLATED_BLOCK = 4096
 ITERATION_RECORDS = 4096
 #: ... and about this many bytes, but not fewer than 16 records: big records are made and
 #: freed a few MB at a time, so that a list's memory is the next one's (no page faults) and
-#: its records' CRCs are checked on the spare core just ahead of the copies (still in the
-#: shared cache). Lists of 1024 records of ~100 KB (100 MB each) ran at 0.3x vahidk's reader.
+#: the next list is filled while this one is handed out. Lists of 1024 records of ~100 KB
+#: (100 MB each) ran at 0.3x vahidk's reader.
 ITERATION_BYTES = 4 << 20
 ITERATION_RECORDS_MIN = 16
 
