@@ -100,11 +100,14 @@ class Contender:
         run: Does ``units`` units of work and returns the records read (or, for a contender
             that times itself in another process, ``(records, seconds)``).
         units: Units per round (set by :func:`calibrate` when 0).
+        warm_up: Run it once before the rounds (not for one that starts a process of its own
+            each time).
     """
 
     name: str
-    run: Callable[[int], int | tuple[int, float]]
+    run: Callable[[int], int | tuple[int, float] | tuple[int, float, float]]
     units: int = 0
+    warm_up: bool = True
 
 
 def _timed(c: Contender, units: int) -> tuple[int, float, float]:
@@ -121,7 +124,8 @@ def _timed(c: Contender, units: int) -> tuple[int, float, float]:
 def calibrate(c: Contender, seconds: float) -> None:
     """Set ``c.units`` so that one round of it takes about ``seconds`` (warms it up too)."""
     if c.units:
-        _timed(c, c.units)  # warm-up
+        if c.warm_up:
+            _timed(c, c.units)
         return
     units = 1
     while True:
