@@ -1,0 +1,363 @@
+"""Later epochs from local disk: one cache of remote data per machine (``data_cache_bytes``).
+
+With ``ofindex.open(url, cache_dir=DIR, data_cache_bytes=N)``, the bytes of remote data files
+are kept in ``DIR`` in *blocks*: block ``k`` of a file is its bytes ``[k*B, (k+1)*B)``
+(``B`` = :data:`DEFAULT_BLOCK_BYTES`; a file's last block is shorter, a file smaller than
+``B`` is one block). A batch asks for the blocks its records lie in: those on disk are
+memory-mapped from there, the others fetched in one round (the batch's data round, each
+block one range) and kept. Every process of the machine shares the blocks: DataLoader
+workers, ranks, the next run.
+
+Why blocks, and why 1 MiB (``tools/bench_scale.py --data-cache``, in ``docs/benchmarks.md``):
+a globally shuffled epoch reads every record once in random order, so an epoch over a
+dataset that fits reads every block anyway: fetching whole blocks on first touch moves the
+dataset once, in requests of ``B`` bytes instead of one small range per record, and the
+first epoch is already several times faster than without the cache; the blocks of one batch
+are fetched at once, so ``B`` bounds what one batch moves (256 records touch up to 256
+blocks). Whole shards (MosaicML Streaming's unit) make the first batch wait for every shard
+it touches, which for a global shuffle is the whole dataset; caching the records' own ranges
+would hit only the records this node read before, which in a distributed run is another
+share each epoch. Compressed shards are read without the cache.
+
+What makes it safe:
+
+* **Keyed by the remote object's identity.** A block's key is the file's URL, the size and
+  ETag / generation the dataset checked it to have (:meth:`Storage.expected`), the block
+  size and number (:func:`~ofindex.read.blockfile.block_key`): a file replaced by another
+  version has other keys, so a block of the old one is never served. Files the dataset did
+  not check (``check_stale=False``, a server that reports no version) are read without it.
+* **A torn block is never served.** Blocks are written under a temporary name and renamed;
+  one is used only when its length, its header and its key check out
+  (:mod:`ofindex.read.blockfile`). Its records are then checked as any remote read checks
+  them (TFRecord CRCs with ``verify``); where they carry no CRC of their own (OFRecord,
+  ``verify=False``) the block's CRC32C is checked when it is first mapped in a process. A
+  record whose check fails in cached bytes makes the batch's cached blocks be dropped and
+  the batch read again from the remote store.
+* **Bounded, least recently used first, never the only copy.** Blocks are registered in
+  ``DIR/ofindex-data.sqlite3`` (the layout of the page cache's database, :mod:`.cachedb`, with
+  its own bound ``data_cache_bytes``): past the bound the least recently used are deleted.
+  Only copies of remote data are kept; nothing else is ever deleted (the file of an entry is
+  named by its key, never read from the database). A dataset larger than the bound is read
+  without the cache (one warning): its blocks would be evicted before their other records
+  are read.
+* **Best effort.** A directory that cannot be used costs one warning (the page cache's, which
+  shares the verdict); a block that cannot be written (a full disk) is served from memory
+  and fetched again next time, with one warning per process.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import math
+import threading
+import time
+import warnings
+from collections.abc import Sequence
+
+from ..storage import FileStamp, Storage
+from . import blockfile
+from .cachedb import DATA_DB_NAME
+from .cachedir import BLOCK_SUFFIX, block_name
+from .nodecache import ENTRY_OVERHEAD, TOUCH_AFTER, CacheDirWarning, NodeCache
+
+__all__ = ["DEFAULT_BLOCK_BYTES", "CachedRead", "DataCache", "DataCacheWarning", "same_cache"]
+
+#: Bytes per block (see the module's measurement).
+DEFAULT_BLOCK_BYTES = 1 << 20
+#: Blocks a process keeps memory-mapped (below the kernel's default bound of 65,530 maps).
+MAX_MAPPED_BLOCKS = 4096
+
+
+class DataCacheWarning(UserWarning):
+    """A dataset is read without the data cache: its data files do not fit its bound."""
+
+
+@dataclasses.dataclass
+class CachedRead:
+    """Ranges read through the cache.
+
+    Attributes:
+        buffer: The ranges, concatenated in order.
+        cached: The blocks that were served from the cache (not fetched), by file name.
+    """
+
+    buffer: bytearray
+    cached: list[str]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Block:
+    """A block a read needs: where it is in its remote file, and its key."""
+
+    key: bytes
+    path: str
+    start: int
+    end: int
+
+
+class DataCache:
+    """Blocks of remote data files kept in ``directory``, bounded by ``max_bytes``.
+
+    Picklable: each process keeps its own memory maps (a new process starts with none).
+
+    Args:
+        directory: The cache directory (``cache_dir``).
+        max_bytes: Bound on the bytes of the blocks kept (``data_cache_bytes``).
+        block_bytes: Bytes per block.
+        problem: Why the directory cannot be used, when the caller found out already (no
+            second warning), or ``None`` to check it now.
+
+    Raises:
+        ValueError: ``max_bytes`` or ``block_bytes`` is not a positive number.
+    """
+
+    def __init__(self, directory: str, max_bytes: int, *,
+                 block_bytes: int = DEFAULT_BLOCK_BYTES, problem: str | None = None) -> None:
+        if isinstance(max_bytes, bool) or int(max_bytes) <= 0:
+            raise ValueError(f"data_cache_bytes must be a positive number of bytes, got "
+                             f"{max_bytes!r}")
+        if isinstance(block_bytes, bool) or int(block_bytes) <= 0:
+            raise ValueError(f"block_bytes must be a positive number of bytes, got "
+                             f"{block_bytes!r}")
+        self.block_bytes = int(block_bytes)
+        self.index = NodeCache(directory, int(max_bytes), database=DATA_DB_NAME,
+                               files=BLOCK_SUFFIX, problem=problem)
+        self._process_state()
+        if self.index.problem is None:
+            blockfile.sweep_temporaries(self.index.directory, time.time())
+
+    def _process_state(self) -> None:
+        #: key -> (payload view, last use registered, payload CRC checked)
+        self._mapped: collections.OrderedDict[bytes, tuple[memoryview, float, bool]] = (
+            collections.OrderedDict())
+        self._lock = threading.Lock()
+        self._warned = False
+        #: Blocks served from the cache / fetched, in this process.
+        self.hits = self.misses = 0
+
+    def __getstate__(self) -> tuple[NodeCache, int]:
+        return (self.index, self.block_bytes)
+
+    def __setstate__(self, state: tuple[NodeCache, int]) -> None:
+        self.index, self.block_bytes = state
+        self._process_state()
+
+    def __repr__(self) -> str:
+        return (f"DataCache({self.directory!r}, max_bytes={self.max_bytes}, "
+                f"block_bytes={self.block_bytes})")
+
+    @property
+    def directory(self) -> str:
+        """The cache directory."""
+        return self.index.directory
+
+    @property
+    def max_bytes(self) -> int:
+        """The bound on the bytes kept."""
+        return self.index.max_bytes
+
+    def usable(self) -> bool:
+        """Whether this process uses the cache (``False`` once the directory was found
+        unusable)."""
+        return self.index.usable()
+
+    def fits(self, sizes: Sequence[int]) -> bool:
+        """Whether files of ``sizes`` bytes fit the bound whole, with their blocks' overhead
+        (a size not known, below 0, does not)."""
+        if any(size < 0 for size in sizes):
+            return False
+        blocks = sum(math.ceil(size / self.block_bytes) for size in sizes)
+        return sum(sizes) + blocks * (blockfile.HEADER_SIZE + ENTRY_OVERHEAD) <= self.max_bytes
+
+    # -- reads ------------------------------------------------------------------------------
+    def read(self, storage: Storage, paths: Sequence[str], starts: Sequence[int],
+             ends: Sequence[int], *, check_blocks: bool = True) -> CachedRead:
+        """The ranges ``[starts[k], ends[k])`` of ``paths[k]`` of ``storage``, concatenated:
+        from the blocks kept here, the others fetched in one round (and kept).
+
+        Args:
+            storage: The remote storage of the files (its checked stamps key the blocks).
+            paths: The file of each range.
+            starts: First byte of each.
+            ends: One past the last byte of each.
+            check_blocks: Check a block's payload CRC when it is first mapped in this
+                process (for records that carry no CRC of their own).
+
+        Returns:
+            The bytes, and the blocks served from the cache.
+
+        Raises:
+            RangeReadError, DataFileNotFoundError, StorageError: As the storage's reads.
+        """
+        identities: dict[str, tuple[str, FileStamp] | None] = {}
+        wanted: dict[bytes, _Block] = {}
+        pieces: list[list[_Block] | None] = []  # per range: its blocks, or None: fetched
+        for path, start, end in zip(paths, starts, ends, strict=True):
+            if path not in identities:
+                identities[path] = self._identity(storage, path)
+            pieces.append(self._blocks(identities[path], path, int(start), int(end), wanted))
+        found, cached = self._find(wanted, check_blocks)
+        missing = [block for key, block in wanted.items() if key not in found]
+        direct = [k for k, blocks in enumerate(pieces) if blocks is None]
+        fetched = storage.read_ranges(
+            [b.path for b in missing] + [paths[k] for k in direct],
+            [b.start for b in missing] + [int(starts[k]) for k in direct],
+            [b.end for b in missing] + [int(ends[k]) for k in direct])
+        for block, data in zip(missing, fetched, strict=False):
+            found[block.key] = memoryview(data)
+        self._keep([(block.key, data) for block, data in zip(missing, fetched, strict=False)])
+        with self._lock:
+            self.hits += len(cached)
+            self.misses += len(missing)
+        fetched_direct = dict(zip(direct, fetched[len(missing):], strict=True))
+        return CachedRead(self._assemble(pieces, starts, ends, found, fetched_direct), cached)
+
+    def _identity(self, storage: Storage, path: str) -> tuple[str, FileStamp] | None:
+        """The URL and checked stamp of ``path``, or ``None`` when its version is unknown."""
+        stamp = storage.expected.stamp_of(path)
+        if stamp is None or not stamp.fingerprint or stamp.size <= 0:
+            return None
+        return storage.url(path), stamp
+
+    def _blocks(self, identity: tuple[str, FileStamp] | None, path: str, start: int, end: int,
+                wanted: dict[bytes, _Block]) -> list[_Block] | None:
+        """The blocks of one range (added to ``wanted``), or ``None`` when it is fetched as
+        it is (a file of unknown version, a range the file does not hold: the storage says
+        what is wrong)."""
+        if identity is None or not 0 <= start < end <= identity[1].size:
+            return None
+        url, stamp = identity
+        size, step = stamp.size, self.block_bytes
+        out = []
+        for number in range(start // step, (end - 1) // step + 1):
+            key = blockfile.block_key(url, stamp, step, number)
+            block = wanted.get(key)
+            if block is None:
+                block = wanted[key] = _Block(key, path, number * step,
+                                             min((number + 1) * step, size))
+            out.append(block)
+        return out
+
+    def _find(self, wanted: dict[bytes, _Block],
+              check_blocks: bool) -> tuple[dict[bytes, memoryview], list[str]]:
+        """The blocks of ``wanted`` this process has mapped or the directory holds (their
+        last use registered), and their file names."""
+        found: dict[bytes, memoryview] = {}
+        touched: list[tuple[str, int]] = []
+        if not wanted or not self.usable():
+            return found, []
+        now = time.time()
+        with self._lock:
+            for key, block in wanted.items():
+                view = self._mapped_view(key, block, check_blocks, now, touched)
+                if view is not None:
+                    found[key] = view
+        if touched:
+            self.index.note_files(touched)  # a file found without its row is adopted
+        return found, [block_name(key) for key in found]
+
+    def _mapped_view(self, key: bytes, block: _Block, check_blocks: bool, now: float,
+                     touched: list[tuple[str, int]]) -> memoryview | None:
+        """One block from this process's maps or the directory (under the lock)."""
+        length = block.end - block.start
+        entry = self._mapped.get(key)
+        if entry is not None and check_blocks and not entry[2]:
+            entry = None  # mapped unchecked for reads that check their records: map again
+        if entry is None:
+            view = blockfile.map_block(self.directory, block_name(key), key, length,
+                                       check_blocks)
+            if view is None:
+                return None
+            entry = self._mapped[key] = (view, 0.0, check_blocks)
+            while len(self._mapped) > MAX_MAPPED_BLOCKS:
+                self._mapped.popitem(last=False)  # unmapped when no read holds it any more
+        self._mapped.move_to_end(key)
+        if entry[1] < now - TOUCH_AFTER:
+            touched.append((block_name(key), blockfile.HEADER_SIZE + length))
+            self._mapped[key] = (entry[0], now, entry[2])
+        return entry[0]
+
+    @staticmethod
+    def _assemble(pieces: list[list[_Block] | None], starts: Sequence[int],
+                  ends: Sequence[int], found: dict[bytes, memoryview],
+                  direct: dict[int, bytes]) -> bytearray:
+        """The ranges copied out of their blocks (or as fetched), back to back."""
+        total = sum(int(e) - int(s) for s, e in zip(starts, ends, strict=True))
+        out = bytearray(total)
+        pos = 0
+        for k, blocks in enumerate(pieces):
+            start, end = int(starts[k]), int(ends[k])
+            if blocks is None:
+                data = direct[k]
+                out[pos : pos + len(data)] = data
+                pos += end - start
+                continue
+            for block in blocks:
+                lo, hi = max(start, block.start), min(end, block.end)
+                out[pos : pos + hi - lo] = found[block.key][lo - block.start : hi - block.start]
+                pos += hi - lo
+        return out
+
+    # -- writes -----------------------------------------------------------------------------
+    def _keep(self, fetched: list[tuple[bytes, bytes]]) -> None:
+        """Keep fetched blocks (those the bound can hold), registered before they are
+        written so that the bound counts every block on disk."""
+        entries = {block_name(key): (key, data) for key, data in fetched
+                   if blockfile.HEADER_SIZE + len(data) + ENTRY_OVERHEAD <= self.max_bytes}
+        if not entries or not self.usable():
+            return
+        evicted = self.index.note_files(
+            [(name, blockfile.HEADER_SIZE + len(data)) for name, (_, data) in entries.items()])
+        failed: list[str] = []
+        for name, (key, data) in entries.items():
+            if name in evicted:  # the bound cannot hold it after all
+                continue
+            error = blockfile.write_block(self.directory, name, key, data)
+            if error is not None:
+                failed.append(name)
+                self._warn_write(error)
+        if failed:
+            self.index.forget(failed)
+
+    def _warn_write(self, error: OSError) -> None:
+        if self._warned:
+            return
+        self._warned = True
+        warnings.warn(CacheDirWarning(
+            f"cache_dir {self.directory!r} cannot keep a block of data ({error.strerror or error});"
+            " reading on, fetching again what was not kept (free some space, or pass a smaller "
+            "data_cache_bytes=)"), stacklevel=5)
+
+    def forget(self, names: Sequence[str]) -> None:
+        """Drop the blocks ``names`` (damaged copies): unmapped here, deleted from the
+        directory, fetched again when next asked for."""
+        drop = set(names)
+        with self._lock:
+            for key in [key for key in self._mapped if block_name(key) in drop]:
+                del self._mapped[key]
+        self.index.forget(list(drop))
+
+    def held_bytes(self) -> int:
+        """Bytes of blocks the cache holds now (all processes)."""
+        return self.index.held_bytes()
+
+    def close(self) -> None:
+        """Let go of this process's maps and database connection (reopened on next use)."""
+        with self._lock:
+            self._mapped.clear()
+        self.index.close()
+
+
+def same_cache(caches: Sequence[DataCache | None]) -> DataCache | None:
+    """The data cache all of ``caches`` are (the same directory, bound and block size), or
+    ``None``."""
+    first = caches[0] if caches else None
+    if first is None:
+        return None
+    for other in caches[1:]:
+        if other is None or (other.directory, other.max_bytes, other.block_bytes) != (
+                first.directory, first.max_bytes, first.block_bytes):
+            return None
+    return first
+
