@@ -55,8 +55,11 @@ import time
 import warnings
 from collections.abc import Sequence
 
+import numpy as np
+
 from ..storage import FileStamp, Storage
-from . import blockfile
+from . import block_ranges, blockfile
+from .block_ranges import Block, FileBlocks
 from .cachedb import DATA_DB_NAME
 from .cachedir import BLOCK_SUFFIX, block_name
 from .nodecache import ENTRY_OVERHEAD, TOUCH_AFTER, CacheDirWarning, NodeCache
@@ -86,14 +89,8 @@ class CachedRead:
     cached: list[str]
 
 
-@dataclasses.dataclass(frozen=True)
-class _Block:
-    """A block a read needs: where it is in its remote file, and its key."""
-
-    key: bytes
-    path: str
-    start: int
-    end: int
+#: Files whose block keys a process remembers (their keys are cheap to work out again).
+_MAX_FILES = 4096
 
 
 class DataCache:
@@ -132,6 +129,7 @@ class DataCache:
         self._mapped: collections.OrderedDict[bytes, tuple[memoryview, float, bool]] = (
             collections.OrderedDict())
         self._lock = threading.Lock()
+        self._files: dict[tuple[str, FileStamp], FileBlocks] = {}
         self._warned = False
         #: Blocks served from the cache / fetched, in this process.
         self.hits = self.misses = 0
@@ -171,15 +169,17 @@ class DataCache:
         return sum(sizes) + blocks * (blockfile.HEADER_SIZE + ENTRY_OVERHEAD) <= self.max_bytes
 
     # -- reads ------------------------------------------------------------------------------
-    def read(self, storage: Storage, paths: Sequence[str], starts: Sequence[int],
-             ends: Sequence[int], *, check_blocks: bool = True) -> CachedRead:
-        """The ranges ``[starts[k], ends[k])`` of ``paths[k]`` of ``storage``, concatenated:
-        from the blocks kept here, the others fetched in one round (and kept).
+    def read(self, storage: Storage, names: Sequence[str], files: Sequence[int] | np.ndarray,
+             starts: Sequence[int] | np.ndarray, ends: Sequence[int] | np.ndarray, *,
+             check_blocks: bool = True) -> CachedRead:
+        """The ranges ``[starts[k], ends[k])`` of files ``names[files[k]]`` of ``storage``,
+        concatenated: from the blocks kept here, the others fetched in one round (and kept).
 
         Args:
             storage: The remote storage of the files (its checked stamps key the blocks).
-            paths: The file of each range.
-            starts: First byte of each.
+            names: The files.
+            files: Each range's file (an index into ``names``).
+            starts: First byte of each range.
             ends: One past the last byte of each.
             check_blocks: Check a block's payload CRC when it is first mapped in this
                 process (for records that carry no CRC of their own).
@@ -190,56 +190,47 @@ class DataCache:
         Raises:
             RangeReadError, DataFileNotFoundError, StorageError: As the storage's reads.
         """
-        identities: dict[str, tuple[str, FileStamp] | None] = {}
-        wanted: dict[bytes, _Block] = {}
-        pieces: list[list[_Block] | None] = []  # per range: its blocks, or None: fetched
-        for path, start, end in zip(paths, starts, ends, strict=True):
-            if path not in identities:
-                identities[path] = self._identity(storage, path)
-            pieces.append(self._blocks(identities[path], path, int(start), int(end), wanted))
-        found, cached = self._find(wanted, check_blocks)
-        missing = [block for key, block in wanted.items() if key not in found]
-        direct = [k for k, blocks in enumerate(pieces) if blocks is None]
+        begin = np.asarray(starts, dtype=np.int64).reshape(-1)
+        end = np.asarray(ends, dtype=np.int64).reshape(-1)
+        which = np.asarray(files, dtype=np.int64).reshape(-1)
+        plan = block_ranges.plan(names, which, begin, end,
+                                 lambda path: self._file_blocks(storage, path))
+        found, cached = self._find(plan.blocks, check_blocks)
+        missing = [block for block in plan.blocks if block.key not in found]
+        direct = plan.direct
         fetched = storage.read_ranges(
-            [b.path for b in missing] + [paths[k] for k in direct],
-            [b.start for b in missing] + [int(starts[k]) for k in direct],
-            [b.end for b in missing] + [int(ends[k]) for k in direct])
+            [b.path for b in missing] + [names[int(which[k])] for k in direct],
+            [b.start for b in missing] + [int(begin[k]) for k in direct],
+            [b.end for b in missing] + [int(end[k]) for k in direct],
+        ) if missing or direct else []
         for block, data in zip(missing, fetched, strict=False):
             found[block.key] = memoryview(data)
         self._keep([(block.key, data) for block, data in zip(missing, fetched, strict=False)])
         with self._lock:
             self.hits += len(cached)
             self.misses += len(missing)
-        fetched_direct = dict(zip(direct, fetched[len(missing):], strict=True))
-        return CachedRead(self._assemble(pieces, starts, ends, found, fetched_direct), cached)
+        views = [found[block.key] for block in plan.blocks]
+        buffer = plan.assemble(begin, views, dict(zip(direct, fetched[len(missing):],
+                                                      strict=True)))
+        return CachedRead(buffer, cached)
 
-    def _identity(self, storage: Storage, path: str) -> tuple[str, FileStamp] | None:
-        """The URL and checked stamp of ``path``, or ``None`` when its version is unknown."""
+    def _file_blocks(self, storage: Storage, path: str) -> FileBlocks | None:
+        """The blocks of ``path`` as the dataset checked it, or ``None`` when its version is
+        unknown (read without the cache)."""
         stamp = storage.expected.stamp_of(path)
         if stamp is None or not stamp.fingerprint or stamp.size <= 0:
             return None
-        return storage.url(path), stamp
+        url = storage.url(path)
+        with self._lock:
+            blocks = self._files.get((url, stamp))
+            if blocks is None:
+                if len(self._files) >= _MAX_FILES:
+                    self._files.clear()
+                blocks = self._files[(url, stamp)] = FileBlocks(url, path, stamp,
+                                                                self.block_bytes)
+        return blocks
 
-    def _blocks(self, identity: tuple[str, FileStamp] | None, path: str, start: int, end: int,
-                wanted: dict[bytes, _Block]) -> list[_Block] | None:
-        """The blocks of one range (added to ``wanted``), or ``None`` when it is fetched as
-        it is (a file of unknown version, a range the file does not hold: the storage says
-        what is wrong)."""
-        if identity is None or not 0 <= start < end <= identity[1].size:
-            return None
-        url, stamp = identity
-        size, step = stamp.size, self.block_bytes
-        out = []
-        for number in range(start // step, (end - 1) // step + 1):
-            key = blockfile.block_key(url, stamp, step, number)
-            block = wanted.get(key)
-            if block is None:
-                block = wanted[key] = _Block(key, path, number * step,
-                                             min((number + 1) * step, size))
-            out.append(block)
-        return out
-
-    def _find(self, wanted: dict[bytes, _Block],
+    def _find(self, wanted: list[Block],
               check_blocks: bool) -> tuple[dict[bytes, memoryview], list[str]]:
         """The blocks of ``wanted`` this process has mapped or the directory holds (their
         last use registered), and their file names."""
@@ -249,18 +240,18 @@ class DataCache:
             return found, []
         now = time.time()
         with self._lock:
-            for key, block in wanted.items():
-                view = self._mapped_view(key, block, check_blocks, now, touched)
+            for block in wanted:
+                view = self._mapped_view(block, check_blocks, now, touched)
                 if view is not None:
-                    found[key] = view
+                    found[block.key] = view
         if touched:
             self.index.note_files(touched)  # a file found without its row is adopted
         return found, [block_name(key) for key in found]
 
-    def _mapped_view(self, key: bytes, block: _Block, check_blocks: bool, now: float,
+    def _mapped_view(self, block: Block, check_blocks: bool, now: float,
                      touched: list[tuple[str, int]]) -> memoryview | None:
         """One block from this process's maps or the directory (under the lock)."""
-        length = block.end - block.start
+        key, length = block.key, block.end - block.start
         entry = self._mapped.get(key)
         if entry is not None and check_blocks and not entry[2]:
             entry = None  # mapped unchecked for reads that check their records: map again
@@ -277,27 +268,6 @@ class DataCache:
             touched.append((block_name(key), blockfile.HEADER_SIZE + length))
             self._mapped[key] = (entry[0], now, entry[2])
         return entry[0]
-
-    @staticmethod
-    def _assemble(pieces: list[list[_Block] | None], starts: Sequence[int],
-                  ends: Sequence[int], found: dict[bytes, memoryview],
-                  direct: dict[int, bytes]) -> bytearray:
-        """The ranges copied out of their blocks (or as fetched), back to back."""
-        total = sum(int(e) - int(s) for s, e in zip(starts, ends, strict=True))
-        out = bytearray(total)
-        pos = 0
-        for k, blocks in enumerate(pieces):
-            start, end = int(starts[k]), int(ends[k])
-            if blocks is None:
-                data = direct[k]
-                out[pos : pos + len(data)] = data
-                pos += end - start
-                continue
-            for block in blocks:
-                lo, hi = max(start, block.start), min(end, block.end)
-                out[pos : pos + hi - lo] = found[block.key][lo - block.start : hi - block.start]
-                pos += hi - lo
-        return out
 
     # -- writes -----------------------------------------------------------------------------
     def _keep(self, fetched: list[tuple[bytes, bytes]]) -> None:

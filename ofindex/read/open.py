@@ -84,7 +84,7 @@ def open_location(location: DatasetLocation, options: OpenOptions) -> Dataset:
                    decode=options.decode,
                    compressed=any(s.header.compression is not Compression.NONE
                                   for s in shards),
-                   data_cache=data_cache_for(storage, shards, options.data_cache))
+                   data_cache=data_cache_for(storage, shards, options))
 
 
 def _check_compression(where: str, got: Compression, want: Compression | None) -> None:
@@ -132,15 +132,17 @@ def _open_manifest(location: DatasetLocation, options: OpenOptions) -> Dataset:
     warn_partial(shards)
     return Dataset(storage, shards, m.format, verify=options.verify, decode=options.decode,
                    compressed=m.compressed,
-                   data_cache=data_cache_for(storage, shards, options.data_cache))
+                   data_cache=data_cache_for(storage, shards, options))
 
 
 def data_cache_for(storage: Storage, shards: list[Shard],
-                   data_cache: DataCache | None) -> DataCache | None:
+                   options: OpenOptions) -> DataCache | None:
     """The data cache a dataset reads through: none for local files or when the directory
     cannot be used (warned about already), and none, with one warning, for a dataset whose
     data files do not fit its bound (their blocks would be evicted before their other
-    records are read, each fetched again and again)."""
+    records are read, each fetched again and again). With it, the dataset's remote sidecars
+    are read whole (a small part of the data kept)."""
+    data_cache = options.data_cache
     if data_cache is None or storage.is_local or not data_cache.usable():
         return None
     if not data_cache.fits([s.size for s in shards]):
@@ -151,6 +153,7 @@ def data_cache_for(storage: Storage, shards: list[Shard],
             "reading without the data cache (pass a larger data_cache_bytes=, or open the "
             "part of the dataset this machine reads)"), stacklevel=4)
         return None
+    options.cache.whole = True
     return data_cache
 
 

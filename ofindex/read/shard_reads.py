@@ -143,9 +143,10 @@ def cached_blocks(table: ShardTable, checks: RecordChecks, grouped: ShardGroups,
         max_read_bytes: Largest merged read, should the batch be read again remotely.
     """
     plan = coalesce(starts, ends, 0, max_read_bytes, files=grouped.shard_of)
-    paths = [table.shards[f].path for f in plan.fetch_files.tolist()]
-    read = data_cache.read(table.storage, paths, plan.fetch_starts.tolist(),
-                           plan.fetch_ends.tolist(), check_blocks=not checks.tfrecord_crcs)
+    shard_numbers, files = np.unique(plan.fetch_files, return_inverse=True)
+    read = data_cache.read(table.storage, [table.shards[f].path for f in shard_numbers.tolist()],
+                           files, plan.fetch_starts, plan.fetch_ends,
+                           check_blocks=not checks.tfrecord_crcs)
     try:
         return _cut(table, checks, grouped, starts, ends, plan, read.buffer)
     except CorruptRecordError:
