@@ -12,9 +12,11 @@ import pytest
 import ofindex
 import ofindex.decode
 import ofindex.integrations.torch
+import ofindex.read.datacache
 import ofindex.shuffle
 
-MODULES = [ofindex, ofindex.decode, ofindex.shuffle, ofindex.integrations.torch]
+MODULES = [ofindex, ofindex.decode, ofindex.shuffle, ofindex.integrations.torch,
+           ofindex.read.datacache]
 #: Methods documented even though they start with an underscore.
 DUNDERS = {"__getitem__", "__getitems__", "__iter__", "__len__", "__call__"}
 

@@ -111,6 +111,12 @@ class BlockPlan:
         return out
 
 
+def _block(per_file: list[FileBlocks | None], file: int, number: int) -> Block:
+    blocks = per_file[file]
+    assert blocks is not None  # only ranges of known files are planned over blocks
+    return blocks.block(number)
+
+
 def plan(names: Sequence[str], files: np.ndarray, begin: np.ndarray, end: np.ndarray,
          file_blocks: Callable[[str], FileBlocks | None]) -> BlockPlan:
     """Plan the ranges ``[begin[k], end[k])`` of files ``names[files[k]]``.
@@ -140,24 +146,33 @@ def plan(names: Sequence[str], files: np.ndarray, begin: np.ndarray, end: np.nda
             result.blocks.append(block)
         return found
 
-    order = np.argsort(files, kind="stable")
-    bounds = np.flatnonzero(np.diff(files[order])) + 1
-    for index in np.split(order, bounds) if n else []:
-        blocks = file_blocks(names[int(files[index[0]])])
-        if blocks is None:
-            continue
-        starts, ends, step = begin[index], end[index], blocks.step
-        held = (starts >= 0) & (starts < ends) & (ends <= blocks.stamp.size)
-        first, last = starts // step, (ends - 1) // step
-        inside = held & (first == last)
-        numbers, which = np.unique(first[inside], return_inverse=True)
-        slots = np.array([slot(blocks.block(b)) for b in numbers.tolist()], dtype=np.int64)
-        result.slot[index[inside]] = slots[which] if len(slots) else slots
-        result.offset[index[inside]] = starts[inside] - numbers[which] * step
-        for j in np.flatnonzero(held & (first != last)).tolist():
-            k = int(index[j])
-            result.slot[k] = SPANNING
-            result.spanning[k] = [slot(blocks.block(b))
-                                  for b in range(int(first[j]), int(last[j]) + 1)]
+    per_file = [file_blocks(name) for name in names]
+    if not n or not any(blocks is not None for blocks in per_file):
+        result.direct = list(range(n))
+        return result
+    step = next(blocks.step for blocks in per_file if blocks is not None)
+    sizes = np.array([-1 if blocks is None else blocks.stamp.size for blocks in per_file],
+                     dtype=np.int64)
+    limit = sizes[files]
+    held = (limit >= 0) & (begin >= 0) & (begin < end) & (end <= limit)
+    first, last = begin // step, (end - 1) // step
+    inside = np.flatnonzero(held & (first == last))
+    span = int(first[inside].max()) + 1 if len(inside) else 1
+    if len(names) * span < 1 << 62:  # one number per (file, block): a cheap unique
+        pairs = files[inside] * span + first[inside]
+        uniques, which = np.unique(pairs, return_inverse=True)
+        found = [divmod(pair, span) for pair in uniques.tolist()]
+    else:
+        columns, which = np.unique(np.stack([files[inside], first[inside]]), axis=1,
+                                   return_inverse=True)
+        found = list(zip(columns[0].tolist(), columns[1].tolist(), strict=True))
+    slots = np.array([slot(_block(per_file, file, number)) for file, number in found],
+                     dtype=np.int64)
+    result.slot[inside] = slots[which] if len(slots) else slots
+    result.offset[inside] = begin[inside] - first[inside] * step
+    for k in np.flatnonzero(held & (first != last)).tolist():
+        result.slot[k] = SPANNING
+        result.spanning[k] = [slot(_block(per_file, int(files[k]), b))
+                              for b in range(int(first[k]), int(last[k]) + 1)]
     result.direct = np.flatnonzero(result.slot == DIRECT).tolist()
     return result

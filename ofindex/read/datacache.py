@@ -45,8 +45,6 @@ What makes it safe:
   and fetched again next time, with one warning per process.
 """
 
-from __future__ import annotations
-
 import collections
 import dataclasses
 import math
@@ -156,13 +154,22 @@ class DataCache:
         return self.index.max_bytes
 
     def usable(self) -> bool:
-        """Whether this process uses the cache (``False`` once the directory was found
-        unusable)."""
+        """Whether this process uses the cache.
+
+        Returns:
+            ``False`` once the directory was found unusable (warned about once).
+        """
         return self.index.usable()
 
     def fits(self, sizes: Sequence[int]) -> bool:
-        """Whether files of ``sizes`` bytes fit the bound whole, with their blocks' overhead
-        (a size not known, below 0, does not)."""
+        """Whether files of ``sizes`` bytes fit the bound whole, with their blocks' overhead.
+
+        Args:
+            sizes: The files' sizes (a size not known, below 0, does not fit).
+
+        Returns:
+            Whether every block of them can be kept at once.
+        """
         if any(size < 0 for size in sizes):
             return False
         blocks = sum(math.ceil(size / self.block_bytes) for size in sizes)
@@ -300,8 +307,12 @@ class DataCache:
             "data_cache_bytes=)"), stacklevel=5)
 
     def forget(self, names: Sequence[str]) -> None:
-        """Drop the blocks ``names`` (damaged copies): unmapped here, deleted from the
-        directory, fetched again when next asked for."""
+        """Drop blocks (damaged copies): unmapped here, deleted from the directory, fetched
+        again when next asked for.
+
+        Args:
+            names: The blocks' file names (as :attr:`CachedRead.cached` gives them).
+        """
         drop = set(names)
         with self._lock:
             for key in [key for key in self._mapped if block_name(key) in drop]:
@@ -309,7 +320,11 @@ class DataCache:
         self.index.forget(list(drop))
 
     def held_bytes(self) -> int:
-        """Bytes of blocks the cache holds now (all processes)."""
+        """Bytes of blocks the cache holds now.
+
+        Returns:
+            The bytes counted for every process's blocks (with their overhead).
+        """
         return self.index.held_bytes()
 
     def close(self) -> None:
@@ -320,8 +335,15 @@ class DataCache:
 
 
 def same_cache(caches: Sequence[DataCache | None]) -> DataCache | None:
-    """The data cache all of ``caches`` are (the same directory, bound and block size), or
-    ``None``."""
+    """The data cache several datasets share, for a dataset over all their shards.
+
+    Args:
+        caches: Each dataset's data cache, or ``None``.
+
+    Returns:
+        The first, when all are caches of the same directory, bound and block size; else
+        ``None``.
+    """
     first = caches[0] if caches else None
     if first is None:
         return None

@@ -127,7 +127,7 @@ def cached_blocks(table: ShardTable, checks: RecordChecks, grouped: ShardGroups,
     """Payloads cut out of blocks of the data files kept on local disk, the missing blocks
     fetched in one round and kept (:mod:`ofindex.read.datacache`).
 
-    The records' own spans are copied (no gap read through: a gap costs a copy, not a
+    The records' own spans are copied (no plan: a gap between records costs a copy, not a
     request). When a record's check fails in bytes the cache served, those blocks are
     dropped and the batch is read again from the remote store (a damaged copy costs a
     fetch, never an error nor a wrong record); the error stands when the remote bytes fail
@@ -142,13 +142,17 @@ def cached_blocks(table: ShardTable, checks: RecordChecks, grouped: ShardGroups,
         data_cache: The machine's cache of data blocks.
         max_read_bytes: Largest merged read, should the batch be read again remotely.
     """
-    plan = coalesce(starts, ends, 0, max_read_bytes, files=grouped.shard_of)
-    shard_numbers, files = np.unique(plan.fetch_files, return_inverse=True)
-    read = data_cache.read(table.storage, [table.shards[f].path for f in shard_numbers.tolist()],
-                           files, plan.fetch_starts, plan.fetch_ends,
-                           check_blocks=not checks.tfrecord_crcs)
+    shard_numbers, files = np.unique(grouped.shard_of, return_inverse=True)
+    storage, shards = table.storage, table.shards
+    read = data_cache.read(storage, [shards[f].path for f in shard_numbers.tolist()], files,
+                           starts, ends, check_blocks=not checks.tfrecord_crcs)
+    at = np.zeros(len(starts) + 1, dtype=np.int64)
+    np.cumsum(ends - starts, out=at[1:])
     try:
-        return _cut(table, checks, grouped, starts, ends, plan, read.buffer)
+        return extract_payloads(
+            read.buffer, at[:-1], at[1:], checks.format, checks.verify,
+            lambda k: storage.url(shards[int(grouped.shard_of[k])].path), starts,
+            grouped.local)
     except CorruptRecordError:
         if not read.cached:
             raise
