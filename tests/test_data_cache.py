@@ -243,6 +243,9 @@ def test_a_writer_killed_mid_write_leaves_nothing_served(served, tmp_path):
     old = time.time() - 2 * blockfile.STALE_TEMPORARY
     os.utime(cache_dir / temporary[0], (old, old))
     DataCache(str(cache_dir), BUDGET)
+    assert (cache_dir / temporary[0]).exists()  # swept less than an hour ago: not again yet
+    os.utime(cache_dir / blockfile.SWEPT_MARKER, (old, old))
+    DataCache(str(cache_dir), BUDGET)
     assert not (cache_dir / temporary[0]).exists()
 
 
@@ -417,3 +420,37 @@ def test_the_dataset_pickles_with_its_cache(served, tmp_path):
     clone = pickle.loads(pickle.dumps(ds))
     assert clone.data_cache is not None and clone.data_cache.hits == 0
     assert clone[np.arange(RECORDS)] == expected and clone.data_cache.misses == 0
+
+
+def _forked_read(ds, indices, queue) -> None:
+    queue.put(ds[indices])
+
+
+def test_a_forked_worker_reads_through_the_parent_s_cache(served, tmp_path):
+    url, _, expected = served
+    ds = ofindex.open(url, cache_dir=str(tmp_path), data_cache_bytes=BUDGET)
+    assert ds[np.arange(RECORDS)] == expected  # the parent maps every block
+    context = mp.get_context("fork")
+    queue = context.Queue()
+    with ds.data_cache._lock:  # held at the fork, as by another thread of the parent
+        child = context.Process(target=_forked_read, args=(ds, list(range(0, RECORDS, 5)),
+                                                           queue))
+        child.start()
+    try:
+        assert queue.get(timeout=120) == expected[::5]
+    finally:
+        child.join(60)
+    assert child.exitcode == 0
+
+
+def test_a_mixture_of_datasets_on_one_cache_reads_through_it(served, tmp_path):
+    from ofindex.read.concat import concatenated
+
+    url, _, expected = served
+    one = ofindex.open(url, cache_dir=str(tmp_path), data_cache_bytes=BUDGET)
+    two = ofindex.open(url, cache_dir=str(tmp_path), data_cache_bytes=BUDGET)
+    both = concatenated([one, two])
+    assert both is not None and both.data_cache is one.data_cache
+    assert both[[0, RECORDS, 2 * RECORDS - 1]] == [expected[0], expected[0], expected[-1]]
+    alone = concatenated([one, ofindex.open(url)])
+    assert alone is not None and alone.data_cache is None

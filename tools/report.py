@@ -435,7 +435,8 @@ class Report:
             f"\nWith the default block ({c['default_block']}): epoch 2 of the shuffled pass "
             f"{fmt(s['epoch1_over_epoch2'])}× [{fmt(s['epoch1_over_epoch2_min'])}–"
             f"{fmt(s['epoch1_over_epoch2_max'])}] faster than epoch 1 with the cache, "
-            f"{fmt(s['uncached_over_epoch2'])}× faster than an epoch without it (goal "
+            f"{fmt(s['uncached_over_epoch2'])}× [{fmt(s['uncached_over_epoch2_min'])}–"
+            f"{fmt(s['uncached_over_epoch2_max'])}] faster than an epoch without it (goal "
             f"{s['goal']}×), {fmt(s['epoch2_data_requests'])} data requests in epoch 2 and "
             f"{fmt(s['epoch3_new_open_data_requests'])} in epoch 3.\n")
         self.sections.append("\n".join(text) + "\n")

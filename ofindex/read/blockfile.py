@@ -113,13 +113,28 @@ _TEMPORARY = re.compile(r"[0-9a-f]{32}\.ofblock\.[A-Za-z0-9_]+\.tmp")
 STALE_TEMPORARY = 3600.0
 
 
+#: The file whose modification time says when the directory was last swept.
+SWEPT_MARKER = "ofindex-data.swept"
+
+
 def sweep_temporaries(directory: str, now: float) -> int:
     """Remove the temporary block files writers killed mid-write left in ``directory`` (names
-    of the cache's own pattern, regular files, older than :data:`STALE_TEMPORARY`).
+    of the cache's own pattern, regular files, older than :data:`STALE_TEMPORARY`), at most
+    once per :data:`STALE_TEMPORARY` (a directory of a million blocks takes a second to
+    list): :data:`SWEPT_MARKER`'s time says when it was last done.
 
     Returns:
         How many were removed.
     """
+    marker = os.path.join(directory, SWEPT_MARKER)
+    try:
+        info = os.lstat(marker)
+        if stat.S_ISREG(info.st_mode) and now - info.st_mtime < STALE_TEMPORARY:
+            return 0
+    except FileNotFoundError:
+        pass
+    except OSError:
+        return 0
     removed = 0
     try:
         entries = os.scandir(directory)
@@ -136,4 +151,15 @@ def sweep_temporaries(directory: str, now: float) -> int:
                     removed += 1
             except OSError:
                 continue
+    try:  # a link there is not followed (ELOOP): the directory is swept again next time
+        fd = os.open(marker, os.O_WRONLY | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
+                     | getattr(os, "O_CLOEXEC", 0), 0o666)
+    except OSError:
+        return removed
+    try:
+        os.utime(fd, (now, now))
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
     return removed

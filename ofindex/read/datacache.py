@@ -22,7 +22,7 @@ share each epoch. Compressed shards are read without the cache.
 What makes it safe:
 
 * **Keyed by the remote object's identity.** A block's key is the file's URL, the size and
-  ETag / generation the dataset checked it to have (:meth:`Storage.expected`), the block
+  ETag / generation the dataset checked it to have (:attr:`Storage.expected`), the block
   size and number (:func:`~ofindex.read.blockfile.block_key`): a file replaced by another
   version has other keys, so a block of the old one is never served. Files the dataset did
   not check (``check_stale=False``, a server that reports no version) are read without it.
@@ -48,6 +48,7 @@ What makes it safe:
 import collections
 import dataclasses
 import math
+import os
 import threading
 import time
 import warnings
@@ -123,6 +124,7 @@ class DataCache:
             blockfile.sweep_temporaries(self.index.directory, time.time())
 
     def _process_state(self) -> None:
+        self._pid = os.getpid()
         #: key -> (payload view, last use registered, payload CRC checked)
         self._mapped: collections.OrderedDict[bytes, tuple[memoryview, float, bool]] = (
             collections.OrderedDict())
@@ -197,6 +199,8 @@ class DataCache:
         Raises:
             RangeReadError, DataFileNotFoundError, StorageError: As the storage's reads.
         """
+        if self._pid != os.getpid():  # a fork: the parent's lock may be held, and stays there
+            self._process_state()
         begin = np.asarray(starts, dtype=np.int64).reshape(-1)
         end = np.asarray(ends, dtype=np.int64).reshape(-1)
         which = np.asarray(files, dtype=np.int64).reshape(-1)
