@@ -22,6 +22,7 @@ import warnings
 
 import numpy as np
 import pytest
+from helpers import IMPLEMENTATIONS, implementation
 
 import ofindex
 from ofindex.cli.synthetic import write_dataset
@@ -101,20 +102,25 @@ def test_epoch_two_makes_no_data_request(served, nginx_server, tmp_path):
     assert again.data_cache.misses == 0 and again.data_cache.hits > 0
 
 
-def test_reads_equal_uncached_reads_in_every_path(served, tmp_path):
+@pytest.mark.parametrize("impl", IMPLEMENTATIONS)
+@pytest.mark.parametrize("block", [1 << 20, 1000])  # records inside blocks, and across them
+def test_reads_equal_uncached_reads_in_every_path(served, tmp_path, impl, block):
     url, _, expected = served
     plain = ofindex.open(url)
     cached = ofindex.open(url, cache_dir=str(tmp_path), data_cache_bytes=BUDGET)
+    cached.data_cache = DataCache(str(tmp_path), BUDGET, block_bytes=block)
     rng = np.random.default_rng(3)
-    for _ in range(2):  # cold, then from the cache
-        idx = rng.integers(0, RECORDS, 500)
-        assert cached[idx] == plain[idx] == [expected[i] for i in idx]
-        assert cached[100:160] == expected[100:160]
-        assert cached.__getitems__([5, 5, RECORDS - 1]) == [expected[5], expected[5],
-                                                            expected[-1]]
-        assert cached[-1] == expected[-1]
-        batches = list(cached.iter_batches(700, start=250, as_buffer=True))
-        assert [bytes(r) for b in batches for r in b] == expected[250:]
+    with implementation(impl):
+        for _ in range(2):  # cold, then from the cache
+            idx = rng.integers(0, RECORDS, 500)
+            assert cached[idx] == plain[idx] == [expected[i] for i in idx]
+            assert cached[100:160] == expected[100:160]
+            assert cached.__getitems__([5, 5, RECORDS - 1]) == [expected[5], expected[5],
+                                                                expected[-1]]
+            assert cached[-1] == expected[-1]
+            batches = list(cached.iter_batches(700, start=250, as_buffer=True))
+            assert [bytes(r) for b in batches for r in b] == expected[250:]
+    assert cached.data_cache.misses and cached.data_cache.hits
 
 
 def test_a_file_replaced_by_another_version_is_never_served_from_the_old_blocks(
@@ -254,7 +260,13 @@ def _root() -> str:
     return os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])
 
 
-def test_a_torn_or_damaged_block_is_never_served(served, tmp_path):
+@pytest.mark.parametrize("impl", IMPLEMENTATIONS)
+def test_a_torn_or_damaged_block_is_never_served(served, tmp_path, impl):
+    with implementation(impl):
+        _torn_or_damaged(served, tmp_path)
+
+
+def _torn_or_damaged(served, tmp_path):
     url, _, expected = served
     cache_dir = tmp_path / "cache"
     ds = ofindex.open(url, cache_dir=str(cache_dir), data_cache_bytes=BUDGET)

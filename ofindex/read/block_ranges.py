@@ -99,15 +99,31 @@ class BlockPlan:
                                             self.offset[inside].tolist(),
                                             lengths[inside].tolist(), strict=True):
             out[at : at + length] = views[slot][offset : offset + length]
-        for k, slots in self.spanning.items():
-            at, start, end = int(positions[k]), int(begin[k]), int(begin[k] + lengths[k])
-            for slot in slots:
-                block = self.blocks[slot]
-                lo, hi = max(start, block.start), min(end, block.end)
-                out[at : at + hi - lo] = views[slot][lo - block.start : hi - block.start]
-                at += hi - lo
+        for k in self.spanning:
+            out[int(positions[k]) : int(positions[k + 1])] = self.range_bytes(k, begin, views,
+                                                                               fetched)
         for k, data in fetched.items():
             out[int(positions[k]) : int(positions[k]) + len(data)] = data
+        return out
+
+    def range_bytes(self, k: int, begin: np.ndarray, views: Sequence[Buffer],
+                    fetched: dict[int, Buffer]) -> Buffer:
+        """The bytes of range ``k`` alone (one across blocks joined)."""
+        if k in fetched:
+            return fetched[k]
+        start = int(begin[k])
+        end = start + int(self.positions[k + 1] - self.positions[k])
+        slots = self.spanning.get(k)
+        if slots is None:
+            block = self.blocks[int(self.slot[k])]
+            return views[int(self.slot[k])][start - block.start : end - block.start]
+        out = bytearray(end - start)
+        at = 0
+        for slot in slots:
+            block = self.blocks[slot]
+            lo, hi = max(start, block.start), min(end, block.end)
+            out[at : at + hi - lo] = views[slot][lo - block.start : hi - block.start]
+            at += hi - lo
         return out
 
 

@@ -56,6 +56,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from ..formats.framing import Buffer
 from ..storage import FileStamp, Storage
 from . import block_ranges, blockfile
 from .block_ranges import Block, FileBlocks
@@ -77,15 +78,25 @@ class DataCacheWarning(UserWarning):
 
 @dataclasses.dataclass
 class CachedRead:
-    """Ranges read through the cache.
+    """Ranges read through the cache: the blocks they lie in, at hand.
 
     Attributes:
-        buffer: The ranges, concatenated in order.
+        plan: Where each range is (:class:`~ofindex.read.block_ranges.BlockPlan`).
+        views: The bytes of each block of the plan, by slot.
+        begin: First byte of each range in its file.
+        fetched: The bytes of the ranges fetched as they are, by range.
         cached: The blocks that were served from the cache (not fetched), by file name.
     """
 
-    buffer: bytearray
+    plan: block_ranges.BlockPlan
+    views: list[Buffer]
+    begin: np.ndarray
+    fetched: dict[int, Buffer]
     cached: list[str]
+
+    def buffer(self) -> bytearray:
+        """The ranges, concatenated in order."""
+        return self.plan.assemble(self.begin, self.views, self.fetched)
 
 
 #: Files whose block keys a process remembers (their keys are cheap to work out again).
@@ -181,8 +192,8 @@ class DataCache:
     def read(self, storage: Storage, names: Sequence[str], files: Sequence[int] | np.ndarray,
              starts: Sequence[int] | np.ndarray, ends: Sequence[int] | np.ndarray, *,
              check_blocks: bool = True) -> CachedRead:
-        """The ranges ``[starts[k], ends[k])`` of files ``names[files[k]]`` of ``storage``,
-        concatenated: from the blocks kept here, the others fetched in one round (and kept).
+        """The ranges ``[starts[k], ends[k])`` of files ``names[files[k]]`` of ``storage``:
+        from the blocks kept here, the others fetched in one round (and kept).
 
         Args:
             storage: The remote storage of the files (its checked stamps key the blocks).
@@ -194,7 +205,8 @@ class DataCache:
                 process (for records that carry no CRC of their own).
 
         Returns:
-            The bytes, and the blocks served from the cache.
+            The blocks the ranges lie in (:meth:`CachedRead.buffer` concatenates the
+            ranges), and which were served from the cache.
 
         Raises:
             RangeReadError, DataFileNotFoundError, StorageError: As the storage's reads.
@@ -220,10 +232,9 @@ class DataCache:
         with self._lock:
             self.hits += len(cached)
             self.misses += len(missing)
-        views = [found[block.key] for block in plan.blocks]
-        buffer = plan.assemble(begin, views, dict(zip(direct, fetched[len(missing):],
-                                                      strict=True)))
-        return CachedRead(buffer, cached)
+        views: list[Buffer] = [found[block.key] for block in plan.blocks]
+        return CachedRead(plan, views, begin,
+                          dict(zip(direct, fetched[len(missing):], strict=True)), cached)
 
     def _file_blocks(self, storage: Storage, path: str) -> FileBlocks | None:
         """The blocks of ``path`` as the dataset checked it, or ``None`` when its version is

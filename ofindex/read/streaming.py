@@ -75,7 +75,7 @@ def _prefetched_blocks(storage: Storage, path: str, sidecar: Sidecar,
     def fetch(starts: np.ndarray, ends: np.ndarray) -> Buffer:
         start, end = int(starts[0]), int(ends[-1])
         if data_cache is not None:
-            return data_cache.read(storage, [path], [0], [start], [end]).buffer
+            return data_cache.read(storage, [path], [0], [start], [end]).buffer()
         return storage.read(path, start, end)
 
     try:
