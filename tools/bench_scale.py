@@ -247,8 +247,8 @@ class DataLog:
             self.pos = f.tell()
         out = {"data_requests": 0, "data_bytes": 0, "index_requests": 0, "head_requests": 0}
         for method, path, _, sent in self.LINE.findall(chunk):
-            if not path.startswith("/data/"):
-                continue
+            if not path.startswith(("/data/", "/data.ofindex/")):
+                continue  # e.g. nginx's readiness probe
             if method == "HEAD":
                 out["head_requests"] += 1
             elif path.endswith((".ofidx", ".json")):
