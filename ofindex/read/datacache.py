@@ -13,18 +13,19 @@ Why blocks, and why 1 MiB: measured by ``tools/bench_scale.py --data-cache`` (8 
 2-core machine; medians, see ``docs/benchmarks.md``):
 
 * *the records' own ranges* would make the first epoch cost what an uncached epoch costs
-  (2,048 requests moving 106 MB for 67 MB of data, 15.5 s), and a later epoch would find
+  (2,048 requests moving 106 MB for 67 MB of data, 13.3 s), and a later epoch would find
   only the records this machine read before, which in a distributed run is another share of
   the dataset every epoch;
 * *blocks* move the dataset once, in the first batches that touch them (67 MB in 16
-  requests with 1 MiB blocks: epoch 1 in 1.04 s, 15x faster than uncached), and a later
-  epoch makes no data request (0.42 s, 38x faster than uncached);
-* *the block size* measured alike from 256 KiB to whole shards here (epoch 1 1.0-1.7 s,
-  epoch 2 0.4-0.6 s; the first batch, which fetches what it touches: 0.61 s at 1 MiB, 0.86 s
-  with whole shards), so it is set by what grows with the dataset: one batch fetches up to
-  one block per record (256 MiB for 256 records at 1 MiB, where whole shards are the whole
-  dataset for a global shuffle's first batch), eviction frees space a block at a time, and
-  a block is a request where there are no multi-range requests (S3: 1,024 per GiB).
+  requests with 1 MiB blocks: epoch 1 in 1.6 s, 8x faster than uncached), and a later epoch
+  makes no data request (0.56 s, 23x faster than uncached);
+* *the block size*, from 256 KiB to whole shards, measured alike within the machine's noise
+  (epoch 1 1.2-2.0 s, epoch 2 0.4-0.8 s, the first batch 0.75-1.0 s: at this size the first
+  batch touches nearly every block whatever its size), so it is set by what grows with the
+  dataset: one batch fetches up to one block per record (256 MiB for 256 records at 1 MiB,
+  where whole shards are the whole dataset for a global shuffle's first batch), eviction
+  frees space a block at a time, and a block is a request where there are no multi-range
+  requests (S3: 1,024 per GiB).
 
 Sequential passes (iteration) read through the same blocks; compressed shards are read
 without the cache.
