@@ -466,3 +466,18 @@ def test_a_mixture_of_datasets_on_one_cache_reads_through_it(served, tmp_path):
     assert both[[0, RECORDS, 2 * RECORDS - 1]] == [expected[0], expected[0], expected[-1]]
     alone = concatenated([one, ofindex.open(url)])
     assert alone is not None and alone.data_cache is None
+
+
+def test_eviction_takes_the_least_recently_used_blocks(tmp_path):
+    cache = DataCache(str(tmp_path), 4 * (1000 + 64))
+    names = [f"{k:032x}{BLOCK_SUFFIX}" for k in range(5)]
+    for name in names[:4]:
+        (tmp_path / name).write_bytes(b"x" * 1000)
+        cache.index.note_files([(name, 1000)])
+        time.sleep(0.01)  # distinct last uses
+    cache.index.note_files([(names[0], 1000)])  # the oldest used again
+    (tmp_path / names[4]).write_bytes(b"x" * 1000)
+    evicted = cache.index.note_files([(names[4], 1000)])
+    assert names[1] in evicted and names[0] not in evicted and names[4] not in evicted
+    assert not (tmp_path / names[1]).exists() and (tmp_path / names[0]).exists()
+    assert cache.held_bytes() <= 4 * (1000 + 64)

@@ -106,7 +106,11 @@ class CachedRead:
     cached: list[str]
 
     def buffer(self) -> bytearray:
-        """The ranges, concatenated in order."""
+        """The ranges concatenated.
+
+        Returns:
+            Their bytes, back to back in the order asked for.
+        """
         return self.plan.assemble(self.begin, self.views, self.fetched)
 
 
