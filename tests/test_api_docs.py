@@ -12,12 +12,14 @@ from helpers import need
 
 import ofindex
 import ofindex.decode
+import ofindex.read.datacache
 import ofindex.shuffle
 
 need("torch", "torch")
 import ofindex.integrations.torch  # noqa: E402
 
-MODULES = [ofindex, ofindex.decode, ofindex.shuffle, ofindex.integrations.torch]
+MODULES = [ofindex, ofindex.decode, ofindex.shuffle, ofindex.integrations.torch,
+           ofindex.read.datacache]
 #: Methods documented even though they start with an underscore.
 DUNDERS = {"__getitem__", "__getitems__", "__iter__", "__len__", "__call__"}
 

@@ -191,3 +191,48 @@ def test_keep_missing_refreshes_one_section(tmp_path):
     text = readme.read_text()
     assert scale_line in text and "random ds[i] 2,500/s" in text and "2,300/s" not in text
     assert text.count("- Compressed TFRecords") == 1
+
+
+def _epochs(*walls):
+    return [{"wall_s": w, "wall_s_min": w * 0.9, "wall_s_max": w * 1.1, "first_batch_s": 0.5,
+             "data_requests": 16 if k == 0 else 0, "data_bytes": 66_500_000 if k == 0 else 0}
+            for k, w in enumerate(walls)]
+
+
+DATA_CACHE = {
+    "config": {"rtt_ms": 20.0, "shards": 8, "records": 65536, "record_size": 1000,
+               "dataset_bytes": 66_500_000, "batch": 256, "rounds": 3,
+               "default_block": "1 MiB"},
+    "configs": {"none": {"shuffled": _epochs(11.0, 11.5, 11.2),
+                         "sequential": _epochs(1.2, 0.9, 0.5)},
+                "1 MiB": {"shuffled": _epochs(2.2, 0.84, 1.4),
+                          "sequential": _epochs(1.9, 0.46, 0.69)}},
+    "summary": {"uncached_epoch_s": 11.0, "epoch1_s": 2.2, "epoch2_s": 0.84,
+                "epoch2_data_requests": 0, "epoch3_new_open_data_requests": 0,
+                "epoch1_over_epoch2": 2.6, "epoch1_over_epoch2_min": 1.4,
+                "epoch1_over_epoch2_max": 3.0, "uncached_over_epoch2": 13.1,
+                "uncached_over_epoch2_min": 9.5, "uncached_over_epoch2_max": 20.0, "goal": 10},
+}
+
+
+def test_data_cache_section(tmp_path):
+    results, docs = tmp_path / "bench-results", tmp_path / "docs"
+    results.mkdir()
+    readme = tmp_path / "README.md"
+    readme.write_text("# x\n\n<!-- bench:begin -->\n<!-- bench:end -->\n")
+    assert report.main(["--results", str(results), "--docs", str(docs),
+                        "--readme", str(readme)]) == 0
+    assert "Not measured yet: run `python tools/bench_scale.py --data-cache`" in (
+        docs / "benchmarks.md").read_text()
+    write(results, "data_cache", DATA_CACHE)
+    assert report.main(["--results", str(results), "--docs", str(docs),
+                        "--readme", str(readme)]) == 0
+    md = (docs / "benchmarks.md").read_text()
+    assert "| 1 MiB | shuffled | 2 | 0.84 [0.756–0.924] | 500 | 0 | 0 |" in md
+    assert "| none | shuffled | 1 | 11 [9.9–12.1] | 500 | 16 | 66.5 |" in md
+    assert ("epoch 2 of the shuffled pass 2.6× [1.4–3] faster than epoch 1 with the cache, "
+            "13.1× [9.5–20] faster than an epoch without it (goal 10×), 0 data requests in "
+            "epoch 2 and 0 in epoch 3.") in md
+    assert ("- Data cache (`data_cache_bytes=`), +20 ms RTT: a second globally shuffled epoch "
+            "makes 0 data requests and runs 13.1× faster than an uncached epoch (2.6× the "
+            "first epoch, which the cache makes 5× faster too).") in readme.read_text()

@@ -28,6 +28,7 @@ import argparse
 import json
 import math
 import os
+import re
 import resource
 import subprocess
 import sys
@@ -219,6 +220,171 @@ def _line(r: dict) -> str:
     return text
 
 
+# -- later epochs from local disk (the data cache) ------------------------------------------
+# A real HTTP server (nginx) behind the +20 ms latency proxy of tools/bench_remote.py: two
+# globally shuffled epochs (batches of 256) and two sequential passes over one dataset,
+# without the data cache and with it at several block sizes (whole shards the largest),
+# each configuration with a fresh cache_dir, in interleaved rounds. Requests and bytes are
+# nginx's (its access log), data and index apart.
+
+DATA_CACHE_BLOCKS = {"256 KiB": 256 << 10, "1 MiB": 1 << 20, "4 MiB": 4 << 20,
+                     "whole shard": 1 << 40}
+
+
+class DataLog:
+    """nginx's requests since the last ``take()``: data GETs (and their bytes), index GETs
+    (sidecars, manifest) and HEADs (the staleness checks of data files)."""
+
+    LINE = re.compile(r'"(GET|HEAD) (\S+) [^"]*" (\d{3}) (\d+)')
+
+    def __init__(self, path: str) -> None:
+        self.path, self.pos = path, 0
+
+    def take(self) -> dict:
+        with open(self.path, "rb") as f:
+            f.seek(self.pos)
+            chunk = f.read().decode("utf-8", "replace")
+            self.pos = f.tell()
+        out = {"data_requests": 0, "data_bytes": 0, "index_requests": 0, "head_requests": 0}
+        for method, path, _, sent in self.LINE.findall(chunk):
+            if not path.startswith(("/data/", "/data.ofindex/")):
+                continue  # e.g. nginx's readiness probe
+            if method == "HEAD":
+                out["head_requests"] += 1
+            elif path.endswith((".ofidx", ".json")):
+                out["index_requests"] += 1
+            else:
+                out["data_requests"] += 1
+                out["data_bytes"] += int(sent)
+        return out
+
+
+def _data_cache_run(url: str, cache_dir: str, block: int | None, local, log, epochs,
+                    budget: int, sequential: bool) -> list[dict]:
+    """The epochs of one configuration; each row: wall, first batch, data/index requests."""
+    import numpy as np
+
+    import ofindex
+    from ofindex.read.datacache import DataCache
+
+    ds = ofindex.open(url, cache_dir=cache_dir, data_cache_bytes=budget if block else 0)
+    if block:
+        ds.data_cache = DataCache(cache_dir, budget, block_bytes=block)
+    rows = []
+    for epoch, order in enumerate(epochs):
+        if epoch == len(epochs) - 1 and block:  # the last epoch: a new open, as a new run
+            ds = ofindex.open(url, cache_dir=cache_dir, data_cache_bytes=budget)
+            ds.data_cache = DataCache(cache_dir, budget, block_bytes=block)
+        log.take()
+        got = []  # checked after the clock stops: the figures are the reads alone
+        t = time.perf_counter()
+        first = None
+        if sequential:
+            for batch in ds.iter_batches(BATCH):
+                got.append(batch)
+                first = first or time.perf_counter() - t
+        else:
+            for k in range(0, len(order), BATCH):
+                got.append(ds[order[k : k + BATCH]])
+                first = first or time.perf_counter() - t
+        wall = time.perf_counter() - t
+        want = local[np.arange(len(local))] if sequential else local[order]
+        if [r for batch in got for r in batch] != want:
+            raise AssertionError(f"epoch {epoch}: records differ from the local files'")
+        rows.append({"wall_s": wall, "first_batch_s": first, **log.take()})
+    return rows
+
+
+def data_cache_bench(args) -> dict:
+    """Epoch 1 vs epoch 2 with the data cache through the +20 ms proxy (see above)."""
+    import shutil
+    import statistics
+    import tempfile
+
+    import numpy as np
+
+    sys.path[:0] = [os.path.join(os.path.dirname(HERE), "tests")]
+    import servers
+    from bench_remote import _proxy_process
+
+    import ofindex
+    from ofindex.cli.synthetic import write_dataset
+    from ofindex.shuffle import GlobalShuffleSampler
+
+    work = tempfile.mkdtemp(prefix="bench-datacache-")
+    data = os.path.join(work, "data")
+    total = args.dc_shards * args.dc_records
+    write_dataset(data, total, args.dc_shards, kind="random", record_size=args.dc_record_size,
+                  index=False, seed=1)
+    ofindex.build_index(data)
+    local = ofindex.open(data)
+    size = sum(s.bytes for s in local.shards)
+    budget = 2 * size
+    sampler = GlobalShuffleSampler(total, seed=0)
+    epochs = []
+    for epoch in range(3):
+        sampler.set_epoch(epoch)
+        epochs.append(np.fromiter(iter(sampler), dtype=np.int64, count=total))
+    configs = ["none", *DATA_CACHE_BLOCKS]
+    runs: dict[str, dict[str, list[list[dict]]]] = {
+        c: {"shuffled": [], "sequential": []} for c in configs}
+    with servers.start_nginx(work) as nginx:
+        port = int(nginx.url.rsplit(":", 1)[1])
+        with _proxy_process(port, args.rtt * 1000) as proxy_port:
+            url = f"http://127.0.0.1:{proxy_port}/data"
+            log = DataLog(nginx.log)
+            ofindex.open(url)  # imports and the first connection, outside the timings
+            for r in range(args.dc_rounds):
+                for c in configs[r % len(configs):] + configs[: r % len(configs)]:
+                    for pattern in ("shuffled", "sequential"):
+                        cache_dir = tempfile.mkdtemp(dir=work)
+                        block = DATA_CACHE_BLOCKS.get(c)
+                        rows = _data_cache_run(url, cache_dir, block, local, log, epochs,
+                                               budget, pattern == "sequential")
+                        runs[c][pattern].append(rows)
+                        shutil.rmtree(cache_dir)
+                        print(f"round {r} {c:>11} {pattern:>10}: " + ", ".join(
+                            f"{x['wall_s']:.2f} s {x['data_requests']} req"
+                            for x in rows), flush=True)
+    shutil.rmtree(work, ignore_errors=True)
+
+    def summary(rows: list[list[dict]], epoch: int) -> dict:
+        out = {}
+        for key in rows[0][epoch]:
+            values = [r[epoch][key] for r in rows]
+            out[key] = statistics.median(values)
+            out[key + "_min"], out[key + "_max"] = min(values), max(values)
+        return out
+
+    results: dict = {"config": {"rtt_ms": args.rtt * 1000, "shards": args.dc_shards,
+                                "records": total, "record_size": args.dc_record_size,
+                                "dataset_bytes": size, "data_cache_bytes": budget,
+                                "batch": BATCH, "rounds": args.dc_rounds,
+                                "epochs": "1 and 2 in one open; 3 in a new open",
+                                "default_block": "1 MiB"},
+                     "configs": {}}
+    for c in configs:
+        results["configs"][c] = {
+            pattern: [summary(runs[c][pattern], e) for e in range(len(epochs))]
+            for pattern in ("shuffled", "sequential")}
+    base = results["configs"]["none"]["shuffled"][0]["wall_s"]
+    default = results["configs"]["1 MiB"]["shuffled"]
+    # ratios within each round (the configurations of a round ran one after the other)
+    ratios = [r[0]["wall_s"] / r[1]["wall_s"] for r in runs["1 MiB"]["shuffled"]]
+    against = [u[0]["wall_s"] / r[1]["wall_s"]
+               for u, r in zip(runs["none"]["shuffled"], runs["1 MiB"]["shuffled"], strict=True)]
+    results["summary"] = {
+        "uncached_epoch_s": base, "epoch1_s": default[0]["wall_s"],
+        "epoch2_s": default[1]["wall_s"], "epoch2_data_requests": default[1]["data_requests"],
+        "epoch3_new_open_data_requests": default[2]["data_requests"],
+        "epoch1_over_epoch2": statistics.median(ratios),
+        "epoch1_over_epoch2_min": min(ratios), "epoch1_over_epoch2_max": max(ratios),
+        "uncached_over_epoch2": statistics.median(against),
+        "uncached_over_epoch2_min": min(against), "uncached_over_epoch2_max": max(against),
+        "goal": 10}
+    return results
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--scales", default="1e7,1e8,1e9,1e10")
@@ -231,10 +397,29 @@ def main() -> None:
     p.add_argument("--sweep-scale", default="1e9", help="scale of the page-size sweep ('' skips)")
     p.add_argument("--sweep", default="16,32,64,256,1024,8192")
     p.add_argument("--out", default="bench-results/scale.json")
+    p.add_argument("--data-cache", action="store_true",
+                   help="instead: epoch 1 vs 2 with the data cache through the +20 ms proxy")
+    p.add_argument("--dc-shards", type=int, default=8)
+    p.add_argument("--dc-records", type=int, default=8192, help="records per shard")
+    p.add_argument("--dc-record-size", type=int, default=1000)
+    p.add_argument("--dc-rounds", type=int, default=3)
+    p.add_argument("--dc-out", default="bench-results/data_cache.json",
+                   help="where --data-cache writes (an --out given wins)")
     p.add_argument("--child", help=argparse.SUPPRESS)
     p.add_argument("--mode", default="paged", help=argparse.SUPPRESS)
     p.add_argument("--page-records", type=int, default=0, help=argparse.SUPPRESS)
-    args = parse_args(p, None, scales="1e7", batches=2, whole_scales="1e7", sweep_scale="")
+    args = parse_args(p, None, scales="1e7", batches=2, whole_scales="1e7", sweep_scale="",
+                      dc_shards=2, dc_records=600, dc_rounds=1, dc_out=None)
+    if args.data_cache:
+        results = data_cache_bench(args)
+        print(json.dumps(results["summary"]))
+        out = args.dc_out if args.out == p.get_default("out") else args.out
+        if out:
+            os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+            with open(out, "w") as f:
+                json.dump(results, f, indent=2)
+            print(f"wrote {out}")
+        return
     if args.child:
         print(json.dumps(child(args)))
         return

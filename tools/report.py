@@ -41,6 +41,7 @@ TOOLS = {"pipeline": ("bench_pipeline.py", []), "sequential": ("bench_sequential
          "compressed": ("bench_compressed.py", []), "read": ("bench_read.py", []),
          "build": ("bench_build.py", []), "decode": ("bench_decode.py", []),
          "scale": ("bench_scale.py", []), "mixing": ("bench_mixing.py", []),
+         "data_cache": ("bench_scale.py", ["--data-cache"]),
          "ray": ("bench_ray.py", [])}
 
 
@@ -397,6 +398,55 @@ class Report:
                 f"{top['cold']['max_rounds']} request rounds per cold batch of 256, "
                 f"{fmt(top['cold']['moved_per_useful'])}× the useful bytes moved.")
 
+    def data_cache(self) -> None:
+        data = self.load("data_cache")
+        title = "Later epochs from local disk: the data cache (tools/bench_scale.py --data-cache)"
+        if data is None:
+            if self.keep_missing:
+                self.sections.append(f"{MISSING}{title}\n")
+            else:
+                self.sections.append(f"## {title}\n\nNot measured yet: run `python tools/"
+                                     "bench_scale.py --data-cache` (or `python tools/report.py "
+                                     "--run data_cache`).\n")
+            return
+        c = data["config"]
+        text = [f"## {title}\n",
+                f"{c['shards']} shards, {fmt(c['records'])} records of ~{c['record_size']} B "
+                f"({fmt(c['dataset_bytes'] / 1e6)} MB) served by nginx behind a "
+                f"{fmt(c['rtt_ms'])} ms RTT proxy; `data_cache_bytes` twice the dataset. "
+                f"*Shuffled*: globally shuffled epochs in batches of {c['batch']}; "
+                "*sequential*: `iter_batches`. Epochs 1 and 2 run in one dataset, epoch 3 in "
+                "a new `open` on the same `cache_dir` (a next run, another process). Data "
+                "requests and bytes from nginx's log (sidecars and staleness checks apart); "
+                f"medians of {c['rounds']} interleaved rounds, [min–max] of wall time.\n"]
+        rows = []
+        for name, config in data["configs"].items():
+            for pattern in ("shuffled", "sequential"):
+                for epoch, e in enumerate(config[pattern], 1):
+                    rows.append([name, pattern, str(epoch),
+                                 f"{fmt(e['wall_s'])} [{fmt(e['wall_s_min'])}–"
+                                 f"{fmt(e['wall_s_max'])}]",
+                                 fmt(e["first_batch_s"] * 1e3), fmt(e["data_requests"]),
+                                 fmt(e["data_bytes"] / 1e6)])
+        text.append(table(["block", "pattern", "epoch", "wall s", "first batch ms",
+                           "data requests", "data MB"], rows))
+        s = data["summary"]
+        text.append(
+            f"\nWith the default block ({c['default_block']}): epoch 2 of the shuffled pass "
+            f"{fmt(s['epoch1_over_epoch2'])}× [{fmt(s['epoch1_over_epoch2_min'])}–"
+            f"{fmt(s['epoch1_over_epoch2_max'])}] faster than epoch 1 with the cache, "
+            f"{fmt(s['uncached_over_epoch2'])}× [{fmt(s['uncached_over_epoch2_min'])}–"
+            f"{fmt(s['uncached_over_epoch2_max'])}] faster than an epoch without it (goal "
+            f"{s['goal']}×), {fmt(s['epoch2_data_requests'])} data requests in epoch 2 and "
+            f"{fmt(s['epoch3_new_open_data_requests'])} in epoch 3.\n")
+        self.sections.append("\n".join(text) + "\n")
+        self.summary.append(
+            f"Data cache (`data_cache_bytes=`), +{fmt(c['rtt_ms'])} ms RTT: a second globally "
+            f"shuffled epoch makes {fmt(s['epoch2_data_requests'])} data requests and runs "
+            f"{fmt(s['uncached_over_epoch2'])}× faster than an uncached epoch "
+            f"({fmt(s['epoch1_over_epoch2'])}× the first epoch, which the cache makes "
+            f"{fmt(s['uncached_epoch_s'] / s['epoch1_s'])}× faster too).")
+
     def rows_table(self, name: str, title: str, tool: str) -> None:
         """A benchmark that writes a list of rows named by ``"name"`` (tools/benchlib.py)."""
         rows = self.load(name)
@@ -466,7 +516,7 @@ class Report:
         """Write docs/benchmarks.md (and README's marked block); returns the markdown."""
         for section in (self.pipeline, self.sequential, self.read, self.build, self.decode,
                         self.compressed, self.shuffle, self.mixing, self.remote, self.scale,
-                        self.ray):
+                        self.data_cache, self.ray):
             before = len(self.summary)
             section()
             self.lines_of[self.sections[-1].split("\n", 1)[0]] = self.summary[before:]

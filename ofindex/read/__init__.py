@@ -29,7 +29,11 @@ stamps, at once; ``PLANNED_RANGES`` then merges neighbouring records into ranges
 (:func:`ofindex.storage.ranges.coalesce`) and the storage fetches them in one concurrent round
 (:meth:`Storage.read_ranges_concat`: over HTTP as multi-range requests), the records cut out
 and checked as locally. Two rounds cold, one once the pages are cached (in this process, and
-with ``cache_dir`` for the whole machine: :mod:`ofindex.read.nodecache`).
+with ``cache_dir`` for the whole machine: :mod:`ofindex.read.nodecache`). With
+``data_cache_bytes`` too, the data is kept on the machine's disk in blocks of each file
+(``CACHED_BLOCKS``: :mod:`ofindex.read.datacache`, planned by :mod:`ofindex.read.block_ranges`):
+a batch copies its records out of the blocks kept there and fetches the others in its one
+round, so that a later epoch makes no data request.
 
 **Compressed files.** The ``COMPRESSED`` strategy (:mod:`ofindex.read.compressed`): each record
 is inflated from the seek point before it (:mod:`ofindex.deflate`); a batch is cut into pieces

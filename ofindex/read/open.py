@@ -22,6 +22,7 @@ from ..formats.manifest import MANIFEST_NAME
 from ..formats.sidecar_header import Compression
 from ..formats.strays import is_stray, name_pattern
 from ..storage import FileStamp, Storage, is_data_file_name
+from .datacache import DataCache, DataCacheWarning
 from .dataset import Dataset, Decode
 from .shards import Shard
 from .sidecar_cache import SidecarCache
@@ -41,6 +42,7 @@ class OpenOptions:
     check_stale: bool = True
     cache: SidecarCache = dataclasses.field(default_factory=SidecarCache)
     compression: str | Compression | None = "auto"
+    data_cache: DataCache | None = None
 
 
 def open_location(location: DatasetLocation, options: OpenOptions) -> Dataset:
@@ -81,7 +83,8 @@ def open_location(location: DatasetLocation, options: OpenOptions) -> Dataset:
     return Dataset(storage, shards, fmt or RecordFormat.TFRECORD, verify=options.verify,
                    decode=options.decode,
                    compressed=any(s.header.compression is not Compression.NONE
-                                  for s in shards))
+                                  for s in shards),
+                   data_cache=data_cache_for(storage, shards, options))
 
 
 def _check_compression(where: str, got: Compression, want: Compression | None) -> None:
@@ -128,7 +131,31 @@ def _open_manifest(location: DatasetLocation, options: OpenOptions) -> Dataset:
         _check_compression(f"{m.data_dir}/{name}", got, want)
     warn_partial(shards)
     return Dataset(storage, shards, m.format, verify=options.verify, decode=options.decode,
-                   compressed=m.compressed)
+                   compressed=m.compressed,
+                   data_cache=data_cache_for(storage, shards, options))
+
+
+def data_cache_for(storage: Storage, shards: list[Shard],
+                   options: OpenOptions) -> DataCache | None:
+    """The data cache a dataset reads through: none for local files or when the directory
+    cannot be used (warned about already), and none, with one warning, for a dataset whose
+    data files do not fit its bound (their blocks would be evicted before their other
+    records are read, each fetched again and again). With it, the dataset's remote sidecars
+    are read whole (a small part of the data kept)."""
+    data_cache = options.data_cache
+    if data_cache is None or storage.is_local or not data_cache.usable():
+        return None
+    if not data_cache.fits([s.size for s in shards]):
+        total = sum(s.size for s in shards)
+        warnings.warn(DataCacheWarning(
+            f"the {len(shards)} data files of this dataset hold {total} bytes, more than "
+            f"data_cache_bytes={data_cache.max_bytes} can keep with their blocks' overhead; "
+            "reading without the data cache (pass a larger data_cache_bytes=, or open the "
+            "part of the dataset this machine reads)"), stacklevel=4)
+        return None
+    options.cache.whole = True
+    return data_cache
+
 
 
 class PartialIndexWarning(UserWarning):

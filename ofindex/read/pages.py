@@ -99,8 +99,11 @@ class Pager:
 
 def pager_of(shard: Shard) -> Pager | None:
     """The shard's pager, or ``None`` when its sidecar is read whole (local sidecars, no
-    manifest, a loaded sidecar, a small, version 1 or compressed one)."""
-    if shard.cache is None or shard.fingerprint is None or shard.records <= 0 or shard.loaded:
+    manifest, a loaded sidecar, a small, version 1 or compressed one, a dataset whose data
+    is cached on the machine)."""
+    cache = shard.cache
+    if (cache is None or cache.whole or shard.fingerprint is None or shard.records <= 0
+            or shard.loaded):
         return None
     pager: Pager | None = shard.pager
     if pager is None or pager.pid != os.getpid():
@@ -231,12 +234,15 @@ def spans_from_pages(shard: Shard, pager: Pager, pages: dict[int, np.ndarray],
         r = local - page_of[0] * p
         starts[:] = arr[r]
         ends[:] = arr[r + 1]
-    else:
-        for page, arr in pages.items():
-            sel = page_of == page
-            r = local[sel] - page * p
-            starts[sel] = arr[r]
-            ends[sel] = arr[r + 1]
+    else:  # one gather over the pages laid side by side (a loop of masks costs pages x n)
+        numbers, which = np.unique(page_of, return_inverse=True)
+        side = np.zeros((len(numbers), p + 1), dtype=np.uint64)
+        for row, page in enumerate(numbers.tolist()):
+            arr = pages[page]
+            side[row, : len(arr)] = arr
+        r = local - page_of * p
+        starts[:] = side[which, r]
+        ends[:] = side[which, r + 1]
     short = ends - starts < pager.overhead
     if short.any():
         k = int(np.argmax(short))
