@@ -3,7 +3,8 @@
 An fsspec filesystem whose files are computed, not stored: a dataset of any size (1e10
 records in 1e5 shards) exists as a formula. ``simstore://ds-<records>-<shards>-<mean>/``
 holds ``part-00000`` … (TFRecord shards), their sidecars ``part-00000.ofidx`` (version 2,
-exactly what ``ofindex build`` writes for them) and ``ofindex-manifest.json``. Any byte range
+exactly what ``ofindex build`` writes for them), ``ofindex-manifest.json`` and the compact
+``ofindex-manifest.bin`` (which ``ofindex.open`` reads first). Any byte range
 of any file is generated on demand in time proportional to the range (a sidecar page in
 O(page), never the whole sidecar).
 
@@ -21,6 +22,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
+import mmap
+import os
 import re
 from typing import Any
 
@@ -29,6 +32,7 @@ import fsspec
 import numpy as np
 from fsspec.asyn import AsyncFileSystem
 
+from ofindex.formats.compact_manifest import COMPACT_NAME
 from ofindex.formats.crc import mask_crc
 from ofindex.formats.framing import RecordFormat
 from ofindex.formats.manifest import MANIFEST_NAME, encode_manifest
@@ -174,6 +178,74 @@ class SimDataset:
             np.diff(framed).tolist(), [f"etag:sim-{self.name}-{k}" for k in range(self.shards)])
 
 
+# -- the compact manifest (ofindex-manifest.bin) and a disk copy of each manifest ---------------
+#: A directory holding each dataset's manifests once generated (``<name>.json`` /
+#: ``<name>.bin``), served from a memory map: a benchmark generates them in another process,
+#: so that the opening process's peak RSS counts what ofindex holds, not the generator's
+#: lists. Unset: generated in this process when first asked for.
+CACHE_ENV = "OFINDEX_SIM_MANIFESTS"
+
+
+def compact_manifest(sim: SimDataset) -> bytes:
+    """The compact manifest of a synthetic dataset, as ``ofindex build`` writes it for a
+    dataset of that many shards."""
+    from ofindex.formats import manifest_binary as binary
+
+    firsts = np.arange(sim.shards + 1, dtype=np.int64) * sim.records // sim.shards
+    framed = np.asarray(sim.framed_before(firsts), dtype=np.int64)
+    writer = binary.CompactWriter(RecordFormat.TFRECORD, sim.shards, None, None, False)
+    counts, sizes = np.diff(firsts).tolist(), np.diff(framed).tolist()
+    step = 1 << 16
+    for lo in range(0, sim.shards, step):
+        writer.add(binary.Row(f"part-{k:05d}", counts[k], sizes[k], f"etag:sim-{sim.name}-{k}",
+                              None) for k in range(lo, min(lo + step, sim.shards)))
+    return b"".join(writer.finish())
+
+
+def manifest_bytes(sim: SimDataset, kind: str) -> bytes | memoryview:
+    """A manifest's bytes (``kind``: ``json`` or ``bin``): from the disk copy when
+    :data:`CACHE_ENV` names a directory (written there first if missing), else generated."""
+    directory = os.environ.get(CACHE_ENV)
+    if not directory:
+        return sim.manifest if kind == "json" else sim.compact
+    path = os.path.join(directory, f"{sim.name}.{kind}")
+    if not os.path.exists(path):
+        os.makedirs(directory, exist_ok=True)
+        data = sim.manifest if kind == "json" else sim.compact
+        with open(path + ".tmp", "wb") as f:
+            f.write(data)
+        os.replace(path + ".tmp", path)
+    with open(path, "rb") as f:
+        return memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
+
+
+#: Which manifest the store holds: ``bin`` (the compact one, what ``ofindex build`` writes for
+#: this many shards; the default) or ``json`` (what earlier releases wrote).
+KIND_ENV = "OFINDEX_SIM_MANIFEST"
+
+
+def manifest_kind(name: str) -> str:
+    """``manifest`` or ``compact`` for a manifest file the store holds (the kind
+    :data:`KIND_ENV` names); the other kind is not there."""
+    held = os.environ.get(KIND_ENV, "bin")
+    if name == (MANIFEST_NAME if held == "json" else COMPACT_NAME):
+        return "manifest" if held == "json" else "compact"
+    raise FileNotFoundError(name)
+
+
+SimDataset.compact = functools.cached_property(compact_manifest)  # type: ignore[attr-defined]
+SimDataset.compact.__set_name__(SimDataset, "compact")  # type: ignore[attr-defined]
+_SERVED: dict[tuple[str, str], bytes | memoryview] = {}
+
+
+def served_manifest(sim: SimDataset, kind: str) -> bytes | memoryview:
+    """The manifest bytes this process serves (read or generated once)."""
+    key = (sim.name, kind)
+    if key not in _SERVED:
+        _SERVED[key] = manifest_bytes(sim, kind)
+    return _SERVED[key]
+
+
 @functools.lru_cache(maxsize=16)
 def dataset_named(name: str) -> SimDataset:
     m = _NAME.fullmatch(name)
@@ -210,16 +282,16 @@ class SimStore(AsyncFileSystem):
         ds = dataset_named(name)
         if rest == "":
             return ds, "dir", -1
-        if rest == MANIFEST_NAME:
-            return ds, "manifest", -1
+        if rest in (MANIFEST_NAME, COMPACT_NAME):
+            return ds, manifest_kind(rest), -1
         m = _SHARD.fullmatch(rest)
         if m is None or int(m.group(1)) >= ds.shards:
             raise FileNotFoundError(path)
         return ds, ("sidecar" if m.group(2) else "data"), int(m.group(1))
 
     def _size(self, ds: SimDataset, kind: str, shard: int) -> int:
-        if kind == "manifest":
-            return len(ds.manifest)
+        if kind in ("manifest", "compact"):
+            return len(served_manifest(ds, "json" if kind == "manifest" else "bin"))
         if kind == "sidecar":
             return ds.sidecar_size(shard)
         return ds.shard_size(shard)
@@ -258,8 +330,8 @@ class SimStore(AsyncFileSystem):
         b = size if end is None else min(end + size if end < 0 else end, size)
         if self.latency:
             await asyncio.sleep(self.latency)
-        if kind == "manifest":
-            data = ds.manifest[a:b]
+        if kind in ("manifest", "compact"):
+            data = bytes(served_manifest(ds, "json" if kind == "manifest" else "bin")[a:b])
         elif kind == "sidecar":
             data = ds.sidecar(shard, a, b)
         else:

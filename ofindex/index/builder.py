@@ -8,6 +8,7 @@ import threading
 import warnings
 from typing import Any, NamedTuple
 
+from ..formats.compact_manifest import COMPACT_NAME, CompactManifestFile, writes_compact
 from ..formats.compression import parse_compression
 from ..formats.framing import RecordFormat
 from ..formats.location import DatasetLocation, resolve
@@ -234,17 +235,39 @@ def build_location(
     results = [s.fresh if s.fresh is not None else next(built) for _, s in kept]
     target = _manifest_target(location, [job.path for job, _ in kept], manifest)
     if target is not None:
-        url, data_dir = target
-        index_dir = location.sidecars.index_dir_of(storage, data_dir)
+        _write_manifest(location, target, framing, [job.path for job, _ in kept], results)
+    return BuildOutcome(results, skipped)
+
+
+def _write_manifest(location: DatasetLocation, target: tuple[str, str, bool],
+                    framing: RecordFormat, paths: list[str],
+                    results: list[BuildResult]) -> None:
+    """Write the manifest of the built files: compact or JSON as
+    :func:`~ofindex.formats.compact_manifest.writes_compact` decides; in the default place,
+    the other kind's file there is removed, so that no reader finds an older one."""
+    url, data_dir, named = target
+    storage, storages = location.storage, location.storages
+    index_dir = location.sidecars.index_dir_of(storage, data_dir)
+    index_url = None if index_dir is None else index_dir[0].url(index_dir[1])
+    compact = writes_compact(url, len(results), named)
+    manifest_storage, json_path = storages.for_url(url)
+    compact_path = manifest_storage.join(manifest_storage.dirname(json_path), COMPACT_NAME)
+    if compact:
+        out = CompactManifestFile(manifest_storage.url(compact_path) if not named else url,
+                                  framing, storage, data_dir, index_url, storages, len(results))
+        for path, r in zip(paths, results, strict=True):
+            out.add(path, r.records, r.size, r.fingerprint, r.body_crc, r.compression, r.partial)
+        out.close()
+    else:
         write_manifest(
-            url, framing, storage, [job.path for job, _ in kept], data_dir,
-            None if index_dir is None else index_dir[0].url(index_dir[1]),
+            url, framing, storage, paths, data_dir, index_url,
             [r.records for r in results], [r.size for r in results],
-            [r.fingerprint for r in results], location.storages,
+            [r.fingerprint for r in results], storages,
             partial=[r.partial for r in results], compressions=[r.compression for r in results],
             body_crcs=_body_crcs(results),
         )
-    return BuildOutcome(results, skipped)
+    if not named:
+        manifest_storage.remove(json_path if compact else compact_path)
 
 
 def _run_jobs(todo: list[FileJob], n_workers: int, executor: cf.Executor | None,
@@ -273,9 +296,10 @@ def _body_crcs(results: list[BuildResult]) -> list[int] | None:
 
 def _manifest_target(
     location: DatasetLocation, files: list[str], manifest: bool | str | None
-) -> tuple[str, str] | None:
-    """``(manifest URL, data directory)`` of the manifest of ``files`` (the record files of
-    ``location``), per the rule in :mod:`ofindex.formats.manifest`."""
+) -> tuple[str, str, bool] | None:
+    """``(manifest URL, data directory, named)`` of the manifest of ``files`` (the record
+    files of ``location``), per the rule in :mod:`ofindex.formats.manifest`; ``named``: the
+    caller named it (else the URL is the JSON manifest's default place)."""
     if manifest is False:
         return None
     storage = location.storage
@@ -284,7 +308,7 @@ def _manifest_target(
         if len(data_dir) != 1:
             raise ValueError("a manifest lists the files of one directory; these are in "
                              f"{len(data_dir)} directories")
-        return os.fspath(manifest), data_dir.pop()
+        return os.fspath(manifest), data_dir.pop(), True
     if not (location.directory is not None or manifest is True):
         return None
     if len(data_dir) != 1:
@@ -296,7 +320,7 @@ def _manifest_target(
     index_dir = location.sidecars.index_dir_of(storage, directory)
     where = (storage.url(directory) if index_dir is None
              else index_dir[0].url(index_dir[1]))
-    return manifest_url_for(where), directory
+    return manifest_url_for(where), directory, False
 
 
 class _Cancelled(Exception):

@@ -86,7 +86,7 @@ class Dataset:
         self._cumulative, self._first = table.cumulative_list, table.first_list
         if compressed is None:
             compressed = any(s.opened and s.header.compression is not Compression.NONE
-                             for s in self._table.shards)
+                             for s in self._table.held())
         self._compressed = compressed
         self.format = fmt
         self.decode = decode
@@ -288,7 +288,7 @@ class Dataset:
         The dataset stays usable: a later read reopens what it needs.
         """
         self._table.storage.close()
-        for shard in self._table.shards:
+        for shard in self._table.held():
             shard.unload()
 
     # -- sequential reading ------------------------------------------------------------------

@@ -24,10 +24,12 @@ from ..errors import IndexNotFoundError, SidecarError, StaleIndexError
 from ..formats.sidecar import Sidecar
 from ..formats.sidecar_header import HEADER_SIZE
 from ..storage import FileStamp, Storage
+from .manifest_shards import queue_stamps, resolve_stamps, take_stamps
 from .pages import (
     Pager,
     check_bounds,
     header_fetch_bytes,
+    key_pager,
     page_range,
     pager_of,
     parse_page_header,
@@ -253,6 +255,10 @@ def run_round(paged: list[PageRequest], whole: list[Shard], *,
         StaleIndexError, SidecarError, RangeReadError: As reads do.
     """
     cache = (paged[0].shard if paged else whole[0]).cache
+    resolve_stamps(whole)  # a whole sidecar's node-cache copy is found by its stamp
+    for request in paged:
+        if not request.pager.keyed and not request.shard.stamp_pending:
+            key_pager(request.shard, request.pager)
     for request in paged:  # this process's pages first
         assert cache is not None
         for page in np.unique(request.local // request.pager.page_records).tolist():
@@ -265,12 +271,16 @@ def run_round(paged: list[PageRequest], whole: list[Shard], *,
     if node is not None and paged:
         _from_node(paged, node.get(_node_keys(paged)))
     round_ = Round()
+    stamps = queue_stamps([r.shard for r in paged], round_.range)
     for request in paged:
         _queue_pages(round_, request)
     wholes = [_queue_whole(round_, shard) for shard in whole]
     round_.run()
+    take_stamps(stamps, lambda slot: round_.result(Round.RANGE, slot), [r.shard for r in paged])
     to_node: list[tuple[bytes, bytes]] = []
     for request in paged:
+        if not request.pager.keyed:
+            key_pager(request.shard, request.pager)
         _take_pages(round_, request, to_node)
     if node is not None and to_node:
         node.put(to_node)
@@ -284,6 +294,8 @@ def run_round(paged: list[PageRequest], whole: list[Shard], *,
 def _node_keys(paged: list[PageRequest]) -> list[bytes]:
     keys = []
     for request in paged:
+        if not request.pager.keyed:  # its stamp comes in this round: fetched, not cached
+            continue
         if not request.pager.checked:
             keys.append(request.pager.header_key)
         keys += [request.pager.page_key(p) for p in request.missing]
@@ -296,6 +308,8 @@ def _from_node(paged: list[PageRequest], found: dict[bytes, bytes]) -> None:
         return
     for request in paged:
         pager = request.pager
+        if not pager.keyed:
+            continue
         raw = found.get(pager.header_key) if not pager.checked else None
         if raw is not None:
             try:
