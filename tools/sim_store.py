@@ -194,11 +194,14 @@ def compact_manifest(sim: SimDataset) -> bytes:
     firsts = np.arange(sim.shards + 1, dtype=np.int64) * sim.records // sim.shards
     framed = np.asarray(sim.framed_before(firsts), dtype=np.int64)
     writer = binary.CompactWriter(RecordFormat.TFRECORD, sim.shards, None, None, False)
-    counts, sizes = np.diff(firsts).tolist(), np.diff(framed).tolist()
-    step = 1 << 16
+    counts, sizes = np.diff(firsts), np.diff(framed)
+    step, etag = 1 << 16, f"etag:sim-{sim.name}-"
     for lo in range(0, sim.shards, step):
-        writer.add(binary.Row(f"part-{k:05d}", counts[k], sizes[k], f"etag:sim-{sim.name}-{k}",
-                              None) for k in range(lo, min(lo + step, sim.shards)))
+        hi = min(lo + step, sim.shards)
+        writer.add_rows(binary.Rows(
+            [f"part-{k:05d}" for k in range(lo, hi)], counts[lo:hi], sizes[lo:hi],
+            [etag + str(k) for k in range(lo, hi)], np.full(hi - lo, -1),
+            np.zeros(hi - lo, dtype=np.uint8)))
     return b"".join(writer.finish())
 
 
