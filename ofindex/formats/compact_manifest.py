@@ -11,7 +11,9 @@ on its own otherwise.
 
 from __future__ import annotations
 
+import hashlib
 import os
+import struct
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -152,6 +154,18 @@ class CompactManifest:
         entry = self.head.columns[binary.STAMPS].pages[page]
         return int(entry["offset"]), int(entry["offset"]) + int(entry["length"])
 
+    def node_key(self, page: int) -> bytes:
+        """The key of a stamps page in the node cache: this manifest's URL and head CRC (its
+        version), and the page number."""
+        text = f"{self.url}\0compact manifest\0{self.head.crc}".encode()
+        return hashlib.sha256(text).digest()[:16] + struct.pack("<iq", -1, page)
+
+    def cut_short(self, exc: RangeReadError) -> ManifestError:
+        """The error for a page past the end of the file."""
+        return ManifestError(f"{self.url}: the compact manifest is truncated (a page lies past "
+                             f"its end: {str(exc)[:160]}); rebuild it with `ofindex build "
+                             "<dataset directory>`")
+
     def take_stamp_page(self, page: int, stored: bytes | memoryview) -> None:
         """Check and keep a fetched stamps page.
 
@@ -173,8 +187,11 @@ class CompactManifest:
         if not pages:
             return
         spans = [self.stamp_range(p) for p in pages]
-        got = self.storage.read_ranges([self.path] * len(pages), [s for s, _ in spans],
-                                       [e for _, e in spans])
+        try:
+            got = self.storage.read_ranges([self.path] * len(pages), [s for s, _ in spans],
+                                           [e for _, e in spans])
+        except RangeReadError as exc:
+            raise self.cut_short(exc) from None
         for page, stored in zip(pages, got, strict=True):
             self.take_stamp_page(page, stored)
 

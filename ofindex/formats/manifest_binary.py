@@ -108,6 +108,7 @@ class Head:
     columns: dict[int, Column]
     data_dir: str | None
     index_dir: str | None
+    crc: int = 0
 
 
 def _bad(url: str, why: str) -> ManifestError:
@@ -188,7 +189,7 @@ def decode_head(raw: bytes, url: str, file_size: int | None = None) -> Head:
     data_dir, at = _directory(raw, at, url)
     index_dir, at = _directory(raw, at, url)
     return Head(record_format, layout == 1, size, shards, total_records, total_bytes, columns,
-                data_dir, index_dir)
+                data_dir, index_dir, crc)
 
 
 def _columns(raw: bytes, url: str, ncols: int, shards: int) -> tuple[dict[int, Column], int]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -24,7 +24,7 @@ from ..errors import IndexNotFoundError, SidecarError, StaleIndexError
 from ..formats.sidecar import Sidecar
 from ..formats.sidecar_header import HEADER_SIZE
 from ..storage import FileStamp, Storage
-from .manifest_shards import queue_stamps, resolve_stamps, take_stamps
+from .manifest_shards import queue_stamps, resolve_stamps, stamps_from_node, take_stamps
 from .pages import (
     Pager,
     check_bounds,
@@ -200,7 +200,7 @@ def _take_whole(round_: Round, request: WholeRequest, check_body: bool) -> bool:
 
 # -- pages ----------------------------------------------------------------------------------
 
-def batch_spans(shards: list[Shard], groups: Groups,
+def batch_spans(shards: Sequence[Shard], groups: Groups,
                 local: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Byte spans ``(starts, ends)`` of a batch's records, grouped by shard.
 
@@ -255,6 +255,9 @@ def run_round(paged: list[PageRequest], whole: list[Shard], *,
         StaleIndexError, SidecarError, RangeReadError: As reads do.
     """
     cache = (paged[0].shard if paged else whole[0]).cache
+    node = cache.node if cache is not None else None
+    if node is not None:  # compact manifests' stamps pages this machine holds
+        stamps_from_node([r.shard for r in paged] + whole, node)
     resolve_stamps(whole)  # a whole sidecar's node-cache copy is found by its stamp
     for request in paged:
         if not request.pager.keyed and not request.shard.stamp_pending:
@@ -267,7 +270,6 @@ def run_round(paged: list[PageRequest], whole: list[Shard], *,
                 request.missing.append(page)
             else:
                 request.pages[page] = found
-    node = cache.node if cache is not None else None
     if node is not None and paged:
         _from_node(paged, node.get(_node_keys(paged)))
     round_ = Round()
@@ -276,8 +278,9 @@ def run_round(paged: list[PageRequest], whole: list[Shard], *,
         _queue_pages(round_, request)
     wholes = [_queue_whole(round_, shard) for shard in whole]
     round_.run()
-    take_stamps(stamps, lambda slot: round_.result(Round.RANGE, slot), [r.shard for r in paged])
     to_node: list[tuple[bytes, bytes]] = []
+    take_stamps(stamps, lambda slot: round_.result(Round.RANGE, slot), [r.shard for r in paged],
+                to_node)
     for request in paged:
         if not request.pager.keyed:
             key_pager(request.shard, request.pager)

@@ -17,6 +17,7 @@ from typing import Any, overload
 
 import numpy as np
 
+from ..errors import ManifestError, RangeReadError
 from ..formats.compact_manifest import CompactManifest
 from ..formats.placement import SidecarPlace
 from ..storage import Storage
@@ -111,6 +112,50 @@ class ManifestShards(Sequence[Shard]):
         return self.manifest.head.total_bytes
 
 
+def _source(shard: Shard) -> tuple[CompactManifest, int] | None:
+    """The compact manifest and row a pending shard's stamp is to be read from."""
+    source = shard.stamp_source()
+    if source is None or not isinstance(source[0], CompactManifest):
+        return None
+    return source[0], source[1]
+
+
+def _pending_pages(shards: Sequence[Shard]) -> dict[tuple[int, int], CompactManifest]:
+    """The stamps pages the pending ``shards`` need, by ``(id of manifest, page)``."""
+    wanted: dict[tuple[int, int], CompactManifest] = {}
+    for shard in shards:
+        source = _source(shard)
+        if source is not None:
+            manifest, row = source
+            wanted[(id(manifest), manifest.stamp_page_of(row))] = manifest
+    return wanted
+
+
+def stamps_from_node(shards: Sequence[Shard], node: Any) -> None:
+    """Take the stamps pages the pending ``shards`` need from the machine's node cache (each
+    checked against the manifest's page table as a fetched one; a bad entry is a miss), so
+    that their sidecar pages can be looked for there too.
+
+    Args:
+        shards: Shards some of which may have their stamp pending.
+        node: The node cache (:class:`~ofindex.read.nodecache.NodeCache`).
+    """
+    wanted = _pending_pages(shards)
+    if not wanted:
+        return
+    keys = {manifest.node_key(page): (manifest, page) for (_, page), manifest in wanted.items()}
+    for key, blob in node.get(list(keys)).items():
+        manifest, page = keys[key]
+        try:
+            manifest.take_stamp_page(page, blob)
+        except ManifestError:
+            continue  # a damaged or tampered entry: fetched again
+    for shard in shards:
+        source = _source(shard)
+        if source is not None and source[0].has_stamp(source[1]):
+            shard.take_stamp()
+
+
 def queue_stamps(shards: Sequence[Shard], add_range: Any) -> list[QueuedStamp]:
     """Queue, in a round, the compact-manifest stamps pages the pending ``shards`` need.
 
@@ -122,21 +167,17 @@ def queue_stamps(shards: Sequence[Shard], add_range: Any) -> list[QueuedStamp]:
     Returns:
         What :func:`take_stamps` takes once the round ran.
     """
-    wanted: dict[tuple[int, int], CompactManifest] = {}
-    for shard in shards:
-        source = shard.stamp_source()
-        if source is not None and isinstance(source[0], CompactManifest):
-            manifest, row = source
-            wanted[(id(manifest), manifest.stamp_page_of(row))] = manifest
     queued = []
-    for (_, page), manifest in sorted(wanted.items(), key=lambda kv: kv[0][1]):
+    for (_, page), manifest in sorted(_pending_pages(shards).items(), key=lambda kv: kv[0][1]):
         start, end = manifest.stamp_range(page)
         queued.append((manifest, page, add_range(manifest.storage, manifest.path, start, end)))
     return queued
 
 
-def take_stamps(queued: list[QueuedStamp], result: Any, shards: Sequence[Shard]) -> None:
-    """Check and keep the stamps pages a round fetched, then give ``shards`` their stamps.
+def take_stamps(queued: list[QueuedStamp], result: Any, shards: Sequence[Shard],
+                to_node: list[tuple[bytes, bytes]]) -> None:
+    """Check and keep the stamps pages a round fetched (and add them to ``to_node``, for the
+    node cache), then give ``shards`` their stamps.
 
     Raises:
         ManifestError: A page fails its checks.
@@ -144,9 +185,12 @@ def take_stamps(queued: list[QueuedStamp], result: Any, shards: Sequence[Shard])
     """
     for manifest, page, slot in queued:
         got = result(slot)
+        if isinstance(got, RangeReadError):
+            raise manifest.cut_short(got) from None
         if isinstance(got, BaseException):
             raise got
         manifest.take_stamp_page(page, got)
+        to_node.append((manifest.node_key(page), bytes(got)))
     for shard in shards:
         if shard.stamp_pending:
             shard.take_stamp()
@@ -161,8 +205,8 @@ def resolve_stamps(shards: Sequence[Shard]) -> None:
     """
     rows: dict[int, tuple[CompactManifest, list[int]]] = {}
     for shard in shards:
-        source = shard.stamp_source()
-        if source is not None and isinstance(source[0], CompactManifest):
+        source = _source(shard)
+        if source is not None:
             rows.setdefault(id(source[0]), (source[0], []))[1].append(source[1])
     for manifest, wanted in rows.values():
         manifest.fetch_stamps(wanted)

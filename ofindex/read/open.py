@@ -15,9 +15,9 @@ import os
 import warnings
 
 from ..errors import SidecarError, StaleIndexError, hint
+from ..formats.compact_manifest import CompactManifest
 from ..formats.compression import parse_compression
 from ..formats.framing import RecordFormat
-from ..formats.compact_manifest import CompactManifest
 from ..formats.location import AnyManifest, DatasetLocation
 from ..formats.manifest import MANIFEST_NAME
 from ..formats.sidecar_header import Compression
