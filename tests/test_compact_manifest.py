@@ -21,6 +21,9 @@ from ofindex.formats import compact_manifest, manifest_binary
 from ofindex.formats.compact_manifest import COMPACT_NAME, open_compact
 from ofindex.formats.framing import RecordFormat
 from ofindex.formats.manifest import MANIFEST_NAME
+from ofindex.formats.sidecar_header import Compression
+from ofindex.index.build_file import BuildResult
+from ofindex.index.build_results import BuildResults
 from ofindex.shuffle import GlobalShuffleSampler
 from ofindex.storage import Storages
 
@@ -182,7 +185,9 @@ def test_a_million_shards_in_the_simulated_store():
     size = len(sim_store.served_manifest(sim, "bin"))
     sim_store.STATS.reset()
     ds = ofindex.open(url)
-    assert len(ds) == records and sim_store.STATS.requests == {"compact": 3}
+    # the default index directory has none (two misses), then the data directory: the compact
+    # manifest's header (its JSON: a miss), head and the columns read whole
+    assert len(ds) == records and sim_store.STATS.requests == {"compact": 3, "missing": 3}
     assert sim_store.STATS.bytes["compact"] < size // 2  # the stamps stay in the bucket
     assert len(ds._table.held()) == 0
     counts = ds.cumulative_counts
@@ -199,3 +204,57 @@ def test_a_million_shards_in_the_simulated_store():
     assert [struct.unpack_from("<Q", g)[0] for g in got] == batch.tolist()
     assert len(rounds.log) == 2 and sim_store.STATS.requests["compact"] <= 256
     assert ds[int(batch[0])] == got[0] and ds[-1][:8] == struct.pack("<Q", records - 1)
+
+
+def test_stamps_pages_are_shared_through_the_node_cache(tmp_path):
+    """A second process of the machine (here a second open) finds the stamps pages, headers
+    and sidecar pages the first one fetched in ``cache_dir``: only data is fetched."""
+    url = sim_store.dataset_url(10**8, 10**4, 200)
+    batch = np.random.default_rng(3).integers(0, 10**8, 64)
+    first = ofindex.open(url, cache_dir=str(tmp_path))
+    sim_store.STATS.reset()
+    expected = first[batch]
+    assert sim_store.STATS.requests["compact"] > 0
+    second = ofindex.open(url, cache_dir=str(tmp_path))
+    sim_store.STATS.reset()
+    assert second[batch] == expected
+    assert set(sim_store.STATS.requests) == {"data"}
+
+
+def test_build_results_keep_every_field():
+    results = [
+        BuildResult("s3://b/d/part-0", "s3://b/d.ofindex/part-0.ofidx", RecordFormat.OFRECORD,
+                    12, 3400, fingerprint="etag:\"ab\"", body_crc=0, index_bytes=620),
+        BuildResult("/d/p-1", "/d.ofindex/p-1.ofidx", None, 0, 0, skipped=True),
+        BuildResult("/d/p-2.gz", "/d.ofindex/p-2.gz.ofidx", RecordFormat.TFRECORD, 7, 99,
+                    partial=True, problem="bad CRC at 880", fingerprint="mtime_ns:1",
+                    compression=Compression.GZIP, uncompressed_size=400, seek_points=3,
+                    body_crc=2**32 - 1),
+    ]
+    table = BuildResults()
+    for r in results:
+        table.append(r)
+    assert list(table) == results and table == results and table[-1] == results[-1]
+    assert table[1:] == results[1:] and len(table) == 3
+
+
+def test_the_writer_holds_at_most_a_page_of_rows():
+    """Rows streamed in (a million-file build's results) are encoded a page at a time."""
+    n, eager, stamp = 5000, 1024, 16
+    writer = manifest_binary.CompactWriter(RecordFormat.TFRECORD, n, None, None, False,
+                                           eager_rows=eager, stamp_rows=stamp)
+    for lo in range(0, n, 300):
+        writer.add(manifest_binary.Row(f"f{k}", k, 10 * k, f"fp{k}", k) for k in
+                   range(lo, min(lo + 300, n)))
+        held = {size: sum(len(p) for p in pending) for size, pending in writer.pending.items()}
+        assert held[eager] < eager and held[stamp] < stamp
+    fs = fsspec.filesystem("memory")
+    fs.pipe("/compact-writer/ofindex-manifest.bin", b"".join(writer.finish()))
+    try:
+        storage, path = Storages().for_url("memory://compact-writer/ofindex-manifest.bin")
+        m = open_compact(storage, path)
+        assert m.records.tolist() == list(range(n)) and m.sizes[4999] == 49990
+        assert [m.name(k) for k in (0, 1023, 1024, 4999)] == ["f0", "f1023", "f1024", "f4999"]
+        assert m.stamp(4097) == ("fp4097", 4097) and m.data_dir == m.url.rsplit("/", 1)[0]
+    finally:
+        fs.rm("/compact-writer", recursive=True)

@@ -212,6 +212,9 @@ def manifest_bytes(sim: SimDataset, kind: str) -> bytes | memoryview:
     if not directory:
         return sim.manifest if kind == "json" else sim.compact
     path = os.path.join(directory, f"{sim.name}.{kind}")
+    if kind not in ("json", "bin"):  # written by the benchmark
+        with open(path, "rb") as f:
+            return memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
     if not os.path.exists(path):
         os.makedirs(directory, exist_ok=True)
         data = sim.manifest if kind == "json" else sim.compact
@@ -227,12 +230,31 @@ def manifest_bytes(sim: SimDataset, kind: str) -> bytes | memoryview:
 KIND_ENV = "OFINDEX_SIM_MANIFEST"
 
 
-def manifest_kind(name: str) -> str:
-    """``manifest`` or ``compact`` for a manifest file the store holds (the kind
-    :data:`KIND_ENV` names); the other kind is not there."""
+#: The manifest files the store may hold: file name -> kind (as :data:`STATS` counts it) and
+#: the suffix of its disk copy. Parquet copies (written by tools/bench_scale.py) are served
+#: when the disk copy exists.
+MANIFEST_FILES = {MANIFEST_NAME: ("manifest", "json"), COMPACT_NAME: ("compact", "bin"),
+                  "ofindex-manifest.parquet-64k": ("parquet-64k", "parquet-64k"),
+                  "ofindex-manifest.parquet-128": ("parquet-128", "parquet-128")}
+SUFFIX_OF = dict(MANIFEST_FILES.values())
+
+
+def manifest_kind(ds: SimDataset, name: str) -> str | None:
+    """The kind of a manifest file the store holds (the JSON or compact one as
+    :data:`KIND_ENV` says, a Parquet one when its disk copy exists); ``None`` for a name that
+    is not a manifest's.
+
+    Raises:
+        FileNotFoundError: A manifest the store does not hold.
+    """
+    if name not in MANIFEST_FILES:
+        return None
+    kind, suffix = MANIFEST_FILES[name]
     held = os.environ.get(KIND_ENV, "bin")
-    if name == (MANIFEST_NAME if held == "json" else COMPACT_NAME):
-        return "manifest" if held == "json" else "compact"
+    directory = os.environ.get(CACHE_ENV, "")
+    if suffix == held or (suffix.startswith("parquet") and directory and os.path.exists(
+            os.path.join(directory, f"{ds.name}.{suffix}"))):
+        return kind
     raise FileNotFoundError(name)
 
 
@@ -279,22 +301,31 @@ class SimStore(AsyncFileSystem):
         return path.rstrip("/")
 
     def _resolve(self, path: str) -> tuple[SimDataset, str, int]:
-        """``(dataset, kind, shard)`` of a path; kind is data, sidecar, manifest or dir."""
+        """``(dataset, kind, shard)`` of a path; kind is data, sidecar, a manifest's or dir.
+        A path that is not there is a request too (a 404 a store answers and bills)."""
+        try:
+            return self._resolve_found(path)
+        except FileNotFoundError:
+            STATS.count("missing", 0)
+            raise
+
+    def _resolve_found(self, path: str) -> tuple[SimDataset, str, int]:
         path = self._strip_protocol(path)
         name, _, rest = path.partition("/")
         ds = dataset_named(name)
         if rest == "":
             return ds, "dir", -1
-        if rest in (MANIFEST_NAME, COMPACT_NAME):
-            return ds, manifest_kind(rest), -1
+        kind = manifest_kind(ds, rest)
+        if kind is not None:
+            return ds, kind, -1
         m = _SHARD.fullmatch(rest)
         if m is None or int(m.group(1)) >= ds.shards:
             raise FileNotFoundError(path)
         return ds, ("sidecar" if m.group(2) else "data"), int(m.group(1))
 
     def _size(self, ds: SimDataset, kind: str, shard: int) -> int:
-        if kind in ("manifest", "compact"):
-            return len(served_manifest(ds, "json" if kind == "manifest" else "bin"))
+        if kind in SUFFIX_OF:
+            return len(served_manifest(ds, SUFFIX_OF[kind]))
         if kind == "sidecar":
             return ds.sidecar_size(shard)
         return ds.shard_size(shard)
@@ -333,8 +364,8 @@ class SimStore(AsyncFileSystem):
         b = size if end is None else min(end + size if end < 0 else end, size)
         if self.latency:
             await asyncio.sleep(self.latency)
-        if kind in ("manifest", "compact"):
-            data = bytes(served_manifest(ds, "json" if kind == "manifest" else "bin")[a:b])
+        if kind in SUFFIX_OF:
+            data = bytes(served_manifest(ds, SUFFIX_OF[kind])[a:b])
         elif kind == "sidecar":
             data = ds.sidecar(shard, a, b)
         else:
