@@ -259,7 +259,7 @@ class _InOrder:
         self.fresh, self.results, self.sink = fresh, results, sink
         self.position = 0
 
-    def _take(self, result: BuildResult) -> None:
+    def _keep(self, result: BuildResult) -> None:
         self.results.append(result)
         if self.sink is not None:
             self.sink.add(result)
@@ -270,12 +270,12 @@ class _InOrder:
             fresh = self.fresh[self.position]
             if fresh is None:
                 return
-            self._take(fresh)
+            self._keep(fresh)
 
     def built(self, result: BuildResult) -> None:
         """The next built file's result."""
         self._fresh_ones()
-        self._take(result)
+        self._keep(result)
 
     def close(self) -> None:
         """Take the fresh files after the last built one."""
