@@ -322,7 +322,10 @@ def _parquet_child(url: str, kind: str, shards: int, records: int) -> dict:
     rss0 = _rss_mb()
     stats.reset()
     t = time.perf_counter()
-    handle = fsspec.filesystem("simstore").open(f"{url}/ofindex-manifest.{kind}", "rb")
+    # no fsspec read-ahead: the bytes pyarrow asks for (its default 5 MB blocks would cache
+    # a small manifest whole at open)
+    handle = fsspec.filesystem("simstore").open(f"{url}/ofindex-manifest.{kind}", "rb",
+                                                cache_type="none")
     pf = pq.ParquetFile(handle)
     eager = pf.read(columns=["records", "sizes", "flags", "names"])
     cumulative = np.cumsum(eager.column("records").to_numpy())
@@ -436,11 +439,13 @@ def main() -> None:
         return
     if args.manifests:
         found = run_manifests(args)
-        if args.manifest_out:
-            os.makedirs(os.path.dirname(os.path.abspath(args.manifest_out)), exist_ok=True)
-            with open(args.manifest_out, "w") as f:
+        # tools/report.py --run names the file with --out
+        out = args.out if args.out != p.get_default("out") else args.manifest_out
+        if out:
+            os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+            with open(out, "w") as f:
                 json.dump(found, f, indent=2)
-            print(f"wrote {args.manifest_out}")
+            print(f"wrote {out}")
         return
     if args.child:
         print(json.dumps(child(args)))
