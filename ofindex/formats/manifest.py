@@ -1,5 +1,9 @@
 """The dataset manifest: one small JSON file listing every shard of a dataset.
 
+From 10,000 shards the builder writes the same columns as the compact, paged
+``ofindex-manifest.bin`` instead (:mod:`.manifest_binary`, read by :mod:`.compact_manifest`);
+this module is the JSON one, which every release reads.
+
 ``ofindex-manifest.json`` holds, per shard: its name (relative to the data directory), record
 count, size and fingerprint (ETag / generation / mtime as recorded in its sidecar). Opening a
 dataset through it costs one request however many shards there are; each shard's sidecar is
