@@ -18,11 +18,11 @@ import dataclasses
 import glob
 import os
 from collections.abc import Sequence
-from typing import overload
 
 from ..errors import DataFileNotFoundError, ManifestError, RangeReadError, SidecarError
 from ..storage import PathSpec, Storage, Storages, as_list, is_local_url, list_data_files
 from .compact_manifest import COMPACT_NAME, CompactManifest, open_compact
+from .lazy_rows import LazyRows
 from .manifest import Manifest, decode_manifest, manifest_url_for, read_manifest
 from .manifest_binary import HEADER_SIZE
 from .placement import Layout, SidecarPlace, sibling_index_dir
@@ -60,7 +60,7 @@ def existing_layout(storage: Storage, data_path: str) -> Layout | None:
 AnyManifest = Manifest | CompactManifest
 
 
-class ManifestFiles(Sequence[str]):
+class ManifestFiles(LazyRows[str]):
     """The data files a compact manifest lists, each path made when asked for."""
 
     def __init__(self, prefix: str, manifest: CompactManifest) -> None:
@@ -69,18 +69,9 @@ class ManifestFiles(Sequence[str]):
     def __len__(self) -> int:
         return len(self.manifest)
 
-    @overload
-    def __getitem__(self, k: int) -> str: ...
-
-    @overload
-    def __getitem__(self, k: slice) -> list[str]: ...
-
-    def __getitem__(self, k: int | slice) -> str | list[str]:
-        if isinstance(k, slice):
-            return [self[j] for j in range(*k.indices(len(self)))]
-        if not -len(self) <= k < len(self):
-            raise IndexError(f"file {k} of {len(self)}")
-        return self.prefix + self.manifest.name(k % len(self))
+    def make(self, k: int) -> str:
+        """The path of file ``k``."""
+        return self.prefix + self.manifest.name(k)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -11,10 +11,10 @@ delivers them so).
 from __future__ import annotations
 
 from array import array
-from collections.abc import Iterator, Sequence
-from typing import overload
+from collections.abc import Sequence
 
 from ..formats.framing import RecordFormat
+from ..formats.lazy_rows import LazyRows
 from ..formats.sidecar_header import Compression
 from .build_file import BuildResult
 
@@ -39,7 +39,7 @@ class _Strings:
         return self.blob[start : self.ends[k]].decode("utf-8")
 
 
-class BuildResults(Sequence[BuildResult]):
+class BuildResults(LazyRows[BuildResult]):
     """Build results in dataset order, kept compactly (see the module's notes)."""
 
     def __init__(self) -> None:
@@ -68,19 +68,8 @@ class BuildResults(Sequence[BuildResult]):
     def __repr__(self) -> str:
         return f"BuildResults({len(self)} files)"
 
-    @overload
-    def __getitem__(self, k: int) -> BuildResult: ...
-
-    @overload
-    def __getitem__(self, k: slice) -> list[BuildResult]: ...
-
-    def __getitem__(self, k: int | slice) -> BuildResult | list[BuildResult]:
-        if isinstance(k, slice):
-            return [self[j] for j in range(*k.indices(len(self)))]
-        n = len(self)
-        if not -n <= k < n:
-            raise IndexError(f"result {k} of {n}")
-        k %= n
+    def make(self, k: int) -> BuildResult:
+        """Result ``k``, made from its row."""
         fmt, compression, partial, skipped = self._codes[4 * k : 4 * k + 4]
         crc = self._body_crcs[k]
         return BuildResult(
@@ -90,9 +79,6 @@ class BuildResults(Sequence[BuildResult]):
             Compression(compression), self._numbers["uncompressed_size"][k],
             self._numbers["index_bytes"][k], self._numbers["seek_points"][k],
             None if crc < 0 else crc)
-
-    def __iter__(self) -> Iterator[BuildResult]:
-        return (self[k] for k in range(len(self)))
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Sequence):

@@ -12,13 +12,14 @@ is kept, so that this process's page cache and checked headers stay with it.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from typing import Any, overload
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
 from ..errors import ManifestError, RangeReadError
 from ..formats.compact_manifest import CompactManifest
+from ..formats.lazy_rows import LazyRows
 from ..formats.placement import SidecarPlace
 from ..storage import Storage
 from .shards import Shard
@@ -28,7 +29,7 @@ from .sidecar_cache import SidecarCache
 QueuedStamp = tuple[CompactManifest, int, Any]
 
 
-class ManifestShards(Sequence[Shard]):
+class ManifestShards(LazyRows[Shard]):
     """The shards of a compact manifest, as a sequence that makes each on first access.
 
     Args:
@@ -59,26 +60,15 @@ class ManifestShards(Sequence[Shard]):
     def __repr__(self) -> str:
         return f"ManifestShards({len(self)} shards, {len(self._made)} made)"
 
-    @overload
-    def __getitem__(self, k: int) -> Shard: ...
+    def __getitem__(self, k: Any) -> Any:
+        shard = self._made.get(k) if type(k) is int else None  # the hot path: made already
+        return shard if shard is not None else super().__getitem__(k)
 
-    @overload
-    def __getitem__(self, k: slice) -> list[Shard]: ...
-
-    def __getitem__(self, k: int | slice) -> Shard | list[Shard]:
-        if isinstance(k, slice):
-            return [self[j] for j in range(*k.indices(len(self)))]
+    def make(self, k: int) -> Shard:
+        """Shard ``k``: the one made before, or made now from the manifest's row."""
         shard = self._made.get(k)
-        if shard is None:
-            if not -len(self) <= k < len(self):
-                raise IndexError(f"shard {k} of {len(self)}")
-            shard = self._make(k % len(self))
-        return shard
-
-    def __iter__(self) -> Iterator[Shard]:
-        return (self[k] for k in range(len(self)))
-
-    def _make(self, k: int) -> Shard:
+        if shard is not None:
+            return shard
         m = self.manifest
         path = self.prefix + m.name(k)
         index_storage, index_path = self.place.of(self.storage, path)
