@@ -78,8 +78,9 @@ class ManifestShards(LazyRows[Shard]):
                       stamps=m, row=k)
         if m.has_stamp(k):
             shard.take_stamp()
-        self._made[k] = shard
-        return shard
+        # one shard per number even when threads make it at once: the page cache keys pages
+        # by the shard object, so a second one must never be used
+        return self._made.setdefault(k, shard)
 
     def _partial(self) -> set[int]:
         rows = self.__dict__.get("_partial_rows")
