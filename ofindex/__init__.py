@@ -25,6 +25,7 @@ from .formats.framing import RecordFormat
 from .formats.sidecar_header import Compression
 from .formats.strays import SkippedFilesWarning
 from .index.build_file import BuildResult
+from .index.build_results import BuildResults
 from .index.builder import build_index
 from .index.migrate import LegacyLayoutWarning
 from .index.writer import Writer
@@ -39,6 +40,7 @@ __version__ = "0.2.0"
 
 __all__ = [
     "BuildResult",
+    "BuildResults",
     "CacheDirWarning",
     "Compression",
     "CorruptRecordError",
