@@ -86,7 +86,7 @@ def _model(rounds, rtt: float, bandwidth: float, concurrency: int) -> float:
 def _clear(ds) -> None:
     cache = ds._table.shards[0].cache
     cache.pages.clear()
-    for s in ds._table.shards:
+    for s in ds._table.held():  # a compact manifest's shards not made yet hold nothing
         s.pager = None
         s.unload()
 
@@ -128,6 +128,9 @@ def _headers_known(ds, sim) -> None:
     from ofindex.formats.sidecar_header import SidecarHeader, decode_header, encode_header
     from ofindex.read.pages import pager_of
 
+    manifest = getattr(ds._table.shards, "manifest", None)
+    if manifest is not None:  # a compact manifest's stamps, as after a long epoch
+        manifest.fetch_stamps(range(len(manifest)))
     for k, shard in enumerate(ds._table.shards):
         pg = pager_of(shard)
         if pg is None:

@@ -6,8 +6,8 @@ this module is the JSON one, which every release reads.
 
 ``ofindex-manifest.json`` holds, per shard: its name (relative to the data directory), record
 count, size and fingerprint (ETag / generation / mtime as recorded in its sidecar). Opening a
-dataset through it costs one request however many shards there are; each shard's sidecar is
-fetched only when the shard is first read (see :mod:`ofindex.read.shards`).
+dataset through it costs one round of requests however many shards there are; each shard's
+sidecar is fetched only when the shard is first read (see :mod:`ofindex.read.shards`).
 
 Where the builder writes it (``build_index(..., manifest=None)``, the default):
 

@@ -4,7 +4,7 @@ How a read travels, for a reader of this code. ``ofindex.open(paths, storage_opt
 (:mod:`ofindex.opening`) makes one :class:`~ofindex.storage.Storages` with the call's
 settings: ``storage_options``, memory maps, concurrency and retries go into the storage
 objects when they are made, one per protocol. :func:`ofindex.formats.location.resolve` uses
-it to read the manifest (one request; a compact one, three) or list the files, and to place
+it to read the manifest (one round; a compact one, three) or list the files, and to place
 the sidecars; :func:`~ofindex.read.open.open_location` makes a
 :class:`~ofindex.read.shards.Shard` per file (the same storage objects), checks their headers
 (or the manifest's stamps) and returns a :class:`~ofindex.read.dataset.Dataset` over a

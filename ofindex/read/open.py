@@ -2,7 +2,7 @@
 check the shards' sidecars, return a Dataset.
 
 A dataset directory with a manifest (``ofindex-manifest.json``, written by ``ofindex build``
-on a directory) opens with one request whatever its number of shards: shard names, record
+on a directory) opens with one round of requests whatever its number of shards: shard names, record
 counts, sizes and fingerprints come from the manifest and each sidecar is fetched when its shard
 is first read (through a compact manifest, no shard is even made at open, and none is listed
 or stat-ed: :func:`_open_compact`). Without a manifest every sidecar is opened (and every
