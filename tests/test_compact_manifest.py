@@ -258,3 +258,15 @@ def test_the_writer_holds_at_most_a_page_of_rows():
         assert m.stamp(4097) == ("fp4097", 4097) and m.data_dir == m.url.rsplit("/", 1)[0]
     finally:
         fs.rm("/compact-writer", recursive=True)
+
+
+def test_small_shards_read_whole_in_two_rounds_too():
+    """Shards of a few pages have their sidecars fetched whole: their stamps come in the same
+    round (no round of its own), and the records are right."""
+    url = sim_store.dataset_url(4000, 200, 200)  # 20 records a shard: sidecars read whole
+    ds = ofindex.open(url)
+    rounds = Rounds(ds._table.storage, sim_store.STATS)
+    batch = np.random.default_rng(5).permutation(4000)[:64]
+    got = ds[batch]
+    assert [struct.unpack_from("<Q", g)[0] for g in got] == batch.tolist()
+    assert len(rounds.log) == 2

@@ -239,6 +239,11 @@ MANIFEST_FILES = {MANIFEST_NAME: ("manifest", "json"), COMPACT_NAME: ("compact",
 SUFFIX_OF = dict(MANIFEST_FILES.values())
 
 
+def held_suffix() -> str:
+    """``json`` or ``bin``: the manifest the store holds (see :data:`KIND_ENV`)."""
+    return os.environ.get(KIND_ENV, "bin")
+
+
 def manifest_kind(ds: SimDataset, name: str) -> str | None:
     """The kind of a manifest file the store holds (the JSON or compact one as
     :data:`KIND_ENV` says, a Parquet one when its disk copy exists); ``None`` for a name that
@@ -250,7 +255,7 @@ def manifest_kind(ds: SimDataset, name: str) -> str | None:
     if name not in MANIFEST_FILES:
         return None
     kind, suffix = MANIFEST_FILES[name]
-    held = os.environ.get(KIND_ENV, "bin")
+    held = held_suffix()
     directory = os.environ.get(CACHE_ENV, "")
     if suffix == held or (suffix.startswith("parquet") and directory and os.path.exists(
             os.path.join(directory, f"{ds.name}.{suffix}"))):

@@ -258,7 +258,7 @@ def run_round(paged: list[PageRequest], whole: list[Shard], *,
     node = cache.node if cache is not None else None
     if node is not None:  # compact manifests' stamps pages this machine holds
         stamps_from_node([r.shard for r in paged] + whole, node)
-    resolve_stamps(whole)  # a whole sidecar's node-cache copy is found by its stamp
+        resolve_stamps(whole)  # a whole sidecar's node-cache copy is found by its stamp
     for request in paged:
         if not request.pager.keyed and not request.shard.stamp_pending:
             key_pager(request.shard, request.pager)
@@ -273,14 +273,14 @@ def run_round(paged: list[PageRequest], whole: list[Shard], *,
     if node is not None and paged:
         _from_node(paged, node.get(_node_keys(paged)))
     round_ = Round()
-    stamps = queue_stamps([r.shard for r in paged], round_.range)
+    pending = [r.shard for r in paged] + whole
+    stamps = queue_stamps(pending, round_.range)
     for request in paged:
         _queue_pages(round_, request)
     wholes = [_queue_whole(round_, shard) for shard in whole]
     round_.run()
     to_node: list[tuple[bytes, bytes]] = []
-    take_stamps(stamps, lambda slot: round_.result(Round.RANGE, slot), [r.shard for r in paged],
-                to_node)
+    take_stamps(stamps, lambda slot: round_.result(Round.RANGE, slot), pending, to_node)
     for request in paged:
         if not request.pager.keyed:
             key_pager(request.shard, request.pager)

@@ -234,8 +234,10 @@ class Shard:
     def disk_copy(self) -> Sidecar | None:
         """A valid copy of this remote sidecar in the node cache (only with a manifest's
         stamps), or ``None``."""
+        if self.cache is None or self.cache.node is None or self.index_storage.is_local:
+            return None  # (a compact manifest's stamp is not read for nothing)
         expect = self.expected_stamp()
-        if self.cache is None or expect is None or self.index_storage.is_local:
+        if expect is None:
             return None
         return self.cache.from_disk(self.index_url, expect, self.records, self.body_crc)
 
