@@ -80,6 +80,19 @@ SCALE = {"settings": {"batches": 8, "rtt": 0.02, "bandwidth": 1e9, "concurrency"
                      "whole_shards": {"moved_per_useful": 108175.0}}]}
 
 
+SCALE_MANIFEST = {"settings": {"rounds": 3, "per_shard": 100000, "concurrency": 256,
+                              "batch": 256, "load": 7.6},
+                  "rows": [{"records": 1e11, "shards": 1000000, "kind": kind,
+                            "manifest_bytes": mb, "open_s": s, "open_s_min": s * 0.9,
+                            "open_s_max": s * 1.1, "peak_rss_mb": rss, "peak_rss_mb_min": rss,
+                            "peak_rss_mb_max": rss, "open_requests": 6, "open_rounds": 4,
+                            "open_bytes": 4040000,
+                            "first_batch": {"rounds": 2, "requests": 1274,
+                                            "bytes": {"data": 60000, "compact": 170000}}}
+                           for kind, mb, s, rss in (("json", 75790000, 17.3, 997.0),
+                                                    ("bin", 9360000, 0.25, 138.0))]}
+
+
 def write(results, name, data):
     with open(os.path.join(results, f"{name}.json"), "w") as f:
         json.dump(data, f)
@@ -103,7 +116,7 @@ def test_report_from_fixtures(tmp_path):
     for name, data in (("pipeline", PIPELINE), ("sequential", SEQUENTIAL),
                        ("shuffle", SHUFFLE), ("remote", REMOTE), ("compressed", COMPRESSED),
                        ("build", BUILD), ("decode", DECODE), ("scale", SCALE),
-                       ("mixing", MIXING)):
+                       ("scale_manifest", SCALE_MANIFEST), ("mixing", MIXING)):
         write(results, name, data)
     readme = tmp_path / "README.md"
     readme.write_text("# x\n\n## Benchmarks\n\nintro\n\n<!-- bench:begin -->\nold figures\n"
@@ -152,6 +165,11 @@ def test_report_from_fixtures(tmp_path):
             "of tf.data sample_from_datasets and Grain's MapDataset.mix.") in text
     assert ("- Scale (1e+10 records, 100,000 shards, simulated store): open 0.64 s, peak RSS "
             "155 MB, 2 request rounds per cold batch of 256, 3.1× the useful bytes moved.") in text
+    assert ("| 1,000,000 | bin | 9.36 | 0.25 (0.225–0.275) | 138 (138–138) | 6 / 4 | 4.04 | "
+            "2 / 1274 | 0.23 | 0.17 |") in md
+    assert ("- Manifest of 1,000,000 shards (simulated store): the compact one opens in 0.25 s "
+            "with a peak RSS of 138 MB (JSON: 17.3 s, 997 MB, 69.2× slower); first batch of "
+            "256 in 2 request rounds.") in text
 
 
 def test_report_refuses_a_readme_without_markers(tmp_path):

@@ -4,10 +4,13 @@ How a read travels, for a reader of this code. ``ofindex.open(paths, storage_opt
 (:mod:`ofindex.opening`) makes one :class:`~ofindex.storage.Storages` with the call's
 settings: ``storage_options``, memory maps, concurrency and retries go into the storage
 objects when they are made, one per protocol. :func:`ofindex.formats.location.resolve` uses
-it to read the manifest (one request) or list the files, and to place the sidecars;
-:func:`~ofindex.read.open.open_location` makes a :class:`~ofindex.read.shards.Shard` per file
-(the same storage objects), checks their headers (or the manifest's stamps) and returns a
-:class:`~ofindex.read.dataset.Dataset` over a :class:`~ofindex.read.table.ShardTable`.
+it to read the manifest (one round; a compact one, three) or list the files, and to place
+the sidecars; :func:`~ofindex.read.open.open_location` makes a
+:class:`~ofindex.read.shards.Shard` per file (the same storage objects), checks their headers
+(or the manifest's stamps) and returns a :class:`~ofindex.read.dataset.Dataset` over a
+:class:`~ofindex.read.table.ShardTable`. Through a compact manifest no shard is made at open:
+:class:`~ofindex.read.manifest_shards.ManifestShards` makes each when first read, and its
+stamp comes from the manifest's page in the index round that fetches its sidecar's pages.
 Without a manifest, remote sidecars are opened by their 512-byte headers, with the data
 files' stats, in one round (:mod:`ofindex.read.header_round`), not fetched whole.
 

@@ -93,7 +93,7 @@ class Dataset:
         self._cumulative, self._first = table.cumulative_list, table.first_list
         if compressed is None:
             compressed = any(s.opened and s.header.compression is not Compression.NONE
-                             for s in self._table.shards)
+                             for s in self._table.held())
         self._compressed = compressed
         self.format = fmt
         self.decode = decode
@@ -298,7 +298,7 @@ class Dataset:
         The dataset stays usable: a later read reopens what it needs.
         """
         self._table.storage.close()
-        for shard in self._table.shards:
+        for shard in self._table.held():
             shard.unload()
         if self.data_cache is not None:
             self.data_cache.close()
