@@ -481,3 +481,27 @@ def test_eviction_takes_the_least_recently_used_blocks(tmp_path):
     assert names[1] in evicted and names[0] not in evicted and names[4] not in evicted
     assert not (tmp_path / names[1]).exists() and (tmp_path / names[0]).exists()
     assert cache.held_bytes() <= 4 * (1000 + 64)
+
+
+def test_a_dataset_behind_a_compact_manifest_is_cached_too(nginx_server, tmp_path):
+    """The two #32 parts together: a compact manifest (stamps read lazily, by pages) and the
+    data cache (sidecars read whole): epoch 2 is served from the cache, records equal."""
+    from ofindex.formats.compact_manifest import COMPACT_NAME
+
+    name = f"dc-compact-{os.getpid()}"
+    local = os.path.join(nginx_server.root, name)
+    write_dataset(local, 1200, 4, kind="random", record_size=200, index=False, seed=9)
+    ofindex.build_index(local, manifest=f"{local}.ofindex/{COMPACT_NAME}")
+    assert os.path.exists(os.path.join(f"{local}.ofindex", COMPACT_NAME))
+    with ofindex.open(local) as ds:
+        expected = [ds[i] for i in range(len(ds))]
+    url = f"{nginx_server.url}/{name}"
+    cache_dir = str(tmp_path / "cache")
+    ds = ofindex.open(url, cache_dir=cache_dir, data_cache_bytes=BUDGET)
+    _read_epoch(ds, _epoch(len(ds), 0), expected)
+    mark = os.path.getsize(nginx_server.log)
+    again = ofindex.open(url, cache_dir=cache_dir, data_cache_bytes=BUDGET)
+    _read_epoch(again, _epoch(len(ds), 1), expected)
+    time.sleep(0.2)
+    assert _data_gets(nginx_server.log, mark, name) == []
+    assert again.data_cache.misses == 0 and again.data_cache.hits > 0

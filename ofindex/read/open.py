@@ -15,6 +15,9 @@ import dataclasses
 import heapq
 import os
 import warnings
+from collections.abc import Sequence
+
+import numpy as np
 
 from ..errors import SidecarError, StaleIndexError, hint
 from ..formats.compact_manifest import CompactManifest
@@ -88,7 +91,7 @@ def open_location(location: DatasetLocation, options: OpenOptions) -> Dataset:
                    decode=options.decode,
                    compressed=any(s.header.compression is not Compression.NONE
                                   for s in shards),
-                   data_cache=data_cache_for(storage, shards, options))
+                   data_cache=data_cache_for(storage, [s.size for s in shards], options))
 
 
 def _check_compression(where: str, got: Compression, want: Compression | None) -> None:
@@ -133,7 +136,8 @@ def _open_compact(location: DatasetLocation, m: CompactManifest,
     warn_partial([shards[int(k)] for k in partial[:3]], 5, total=len(shards),
                  count=len(partial))
     return Dataset(location.storage, shards, m.format, verify=options.verify,
-                   decode=options.decode, compressed=m.compressed)
+                   decode=options.decode, compressed=m.compressed,
+                   data_cache=data_cache_for(location.storage, m.sizes, options))
 
 
 def _open_manifest(location: DatasetLocation, options: OpenOptions) -> Dataset:
@@ -168,10 +172,10 @@ def _open_manifest(location: DatasetLocation, options: OpenOptions) -> Dataset:
     warn_partial(shards)
     return Dataset(storage, shards, m.format, verify=options.verify, decode=options.decode,
                    compressed=m.compressed,
-                   data_cache=data_cache_for(storage, shards, options))
+                   data_cache=data_cache_for(storage, m.sizes, options))
 
 
-def data_cache_for(storage: Storage, shards: list[Shard],
+def data_cache_for(storage: Storage, sizes: Sequence[int] | np.ndarray,
                    options: OpenOptions) -> DataCache | None:
     """The data cache a dataset reads through: none for local files or when the directory
     cannot be used (warned about already), and none, with one warning, for a dataset whose
@@ -181,10 +185,10 @@ def data_cache_for(storage: Storage, shards: list[Shard],
     data_cache = options.data_cache
     if data_cache is None or storage.is_local or not data_cache.usable():
         return None
-    if not data_cache.fits([s.size for s in shards]):
-        total = sum(s.size for s in shards)
+    sizes = [int(size) for size in sizes]  # (a compact manifest's column: only with a cache)
+    if not data_cache.fits(sizes):
         warnings.warn(DataCacheWarning(
-            f"the {len(shards)} data files of this dataset hold {total} bytes, more than "
+            f"the {len(sizes)} data files of this dataset hold {sum(sizes)} bytes, more than "
             f"data_cache_bytes={data_cache.max_bytes} can keep with their blocks' overhead; "
             "reading without the data cache (pass a larger data_cache_bytes=, or open the "
             "part of the dataset this machine reads)"), stacklevel=4)
