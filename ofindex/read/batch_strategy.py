@@ -25,13 +25,19 @@ strategy                  condition, and the measurement behind it
                           module with ``preadv`` (and the CRC32C instruction when TFRecord
                           CRCs are checked): each payload read into its own ``bytes`` with
                           the GIL released, neighbours in one call, big batches on threads
-                          (256 x 100 KB: 0.78x ArrayRecord's ``__getitems__`` through
-                          Python-level ``pread`` calls, three per record). A batch it
-                          cannot serve whole is read again as below, which raises the
-                          precise error.
+                          (256 x 100 KB: 25 k records per CPU second, 10-11 k through
+                          Python-level ``pread`` calls, three per record; 1.6x
+                          ArrayRecord's ``__getitems__``). A batch it cannot serve whole is
+                          read again as below, which raises the precise error.
 ``DIRECT_READS``          local files read with ``pread`` (``mmap=False``), records of
                           64 KiB or more on average: each payload read into its own
                           ``bytes``, no staging copy.
+``CACHED_BLOCKS``         remote data files and a data cache (``cache_dir=`` with
+                          ``data_cache_bytes=``, a dataset that fits it): records copied
+                          from blocks of the files kept on local disk, the blocks missing
+                          fetched in one round and kept (:mod:`ofindex.read.datacache`;
+                          at +20 ms RTT a second globally shuffled epoch makes no data
+                          request: see ``docs/benchmarks.md``).
 ``PLANNED_RANGES``        everything else (remote storage; small records with ``pread``):
                           neighbours merged into ranges, fetched at once (concurrently, as
                           multi-range requests over HTTP), records cut out of one buffer.
@@ -55,10 +61,18 @@ import numpy as np
 
 from .. import _accel
 from . import compressed, mapped_gather
+from .datacache import DataCache
 from .mapped_gather import MappedShards, compiled_gather, executor, threaded_copies
 from .payloads import DIRECT_RECORD_BYTES
 from .record_checks import RecordChecks
-from .shard_reads import compiled_preads, direct_reads, mapped_cut, planned_ranges, read_grouped
+from .shard_reads import (
+    cached_blocks,
+    compiled_preads,
+    direct_reads,
+    mapped_cut,
+    planned_ranges,
+    read_grouped,
+)
 from .table import ShardTable
 
 
@@ -71,11 +85,13 @@ class BatchStrategy(enum.Enum):
     MAPPED_CUT = "mapped-cut"
     COMPILED_PREADS = "compiled-preads"
     DIRECT_READS = "direct-reads"
+    CACHED_BLOCKS = "cached-blocks"
     PLANNED_RANGES = "planned-ranges"
 
 
 def choose(table: ShardTable, checks: RecordChecks, indices: np.ndarray, *,
-           compressed_shards: bool) -> tuple[BatchStrategy, MappedShards | None]:
+           compressed_shards: bool,
+           data_cache: DataCache | None = None) -> tuple[BatchStrategy, MappedShards | None]:
     """The strategy for records ``indices`` (valid, non-negative) of ``table``.
 
     Args:
@@ -83,6 +99,7 @@ def choose(table: ShardTable, checks: RecordChecks, indices: np.ndarray, *,
         checks: What each read checks.
         indices: The batch's records.
         compressed_shards: Whether any shard of the dataset is compressed.
+        data_cache: The machine's cache of remote data blocks, when the dataset uses one.
 
     Returns:
         The strategy, and for the mapped ones the maps of the shards the batch touches.
@@ -106,18 +123,22 @@ def choose(table: ShardTable, checks: RecordChecks, indices: np.ndarray, *,
     if (storage.is_local and native is not None and native.reads_files
             and (not checks.tfrecord_crcs or native.hw_crc())):
         return BatchStrategy.COMPILED_PREADS, None
-    return _uncompiled(table), None
+    return _uncompiled(table, data_cache), None
 
 
-def _uncompiled(table: ShardTable) -> BatchStrategy:
+def _uncompiled(table: ShardTable, data_cache: DataCache | None) -> BatchStrategy:
     """How a batch that is not memory-mapped is read without compiled reads."""
-    if table.storage.is_local and table.mean_record_bytes >= DIRECT_RECORD_BYTES:
+    storage = table.storage
+    if storage.is_local and table.mean_record_bytes >= DIRECT_RECORD_BYTES:
         return BatchStrategy.DIRECT_READS
+    if data_cache is not None and not storage.is_local:
+        return BatchStrategy.CACHED_BLOCKS
     return BatchStrategy.PLANNED_RANGES
 
 
 def read_batch(table: ShardTable, checks: RecordChecks, indices: np.ndarray, *,
-               compressed_shards: bool, max_gap: int, max_read_bytes: int) -> list[Any]:
+               compressed_shards: bool, max_gap: int, max_read_bytes: int,
+               data_cache: DataCache | None = None) -> list[Any]:
     """The payloads of records ``indices`` (valid, non-negative), in that order.
 
     Args:
@@ -127,15 +148,17 @@ def read_batch(table: ShardTable, checks: RecordChecks, indices: np.ndarray, *,
         compressed_shards: Whether any shard of the dataset is compressed.
         max_gap: Planned reads: largest gap read through rather than split.
         max_read_bytes: Planned reads: largest merged read.
+        data_cache: The machine's cache of remote data blocks, when the dataset uses one.
 
     Raises:
         CorruptRecordError, SidecarError, StaleIndexError, RangeReadError: As every read.
     """
-    strategy, maps = choose(table, checks, indices, compressed_shards=compressed_shards)
+    strategy, maps = choose(table, checks, indices, compressed_shards=compressed_shards,
+                            data_cache=data_cache)
     if strategy is BatchStrategy.COMPRESSED:
         return compressed.read_batch(table, checks, indices, functools.partial(
             read_batch, table, checks, compressed_shards=False, max_gap=max_gap,
-            max_read_bytes=max_read_bytes))
+            max_read_bytes=max_read_bytes, data_cache=data_cache))
     if strategy is BatchStrategy.THREADED_COPIES:
         assert maps is not None
         return threaded_copies(table, checks, maps)
@@ -144,10 +167,14 @@ def read_batch(table: ShardTable, checks: RecordChecks, indices: np.ndarray, *,
         return compiled_gather(table, checks, maps)
     if strategy is BatchStrategy.MAPPED_CUT:
         return read_grouped(table, checks, indices, mapped_cut)
-    uncompiled = (direct_reads if _uncompiled(table) is BatchStrategy.DIRECT_READS else
+    if strategy is BatchStrategy.CACHED_BLOCKS:
+        assert data_cache is not None
+        return read_grouped(table, checks, indices, functools.partial(
+            cached_blocks, data_cache=data_cache, max_read_bytes=max_read_bytes))
+    uncompiled = (direct_reads if _uncompiled(table, None) is BatchStrategy.DIRECT_READS else
                   functools.partial(planned_ranges, max_gap=max_gap,
                                     max_read_bytes=max_read_bytes))
-    if strategy is BatchStrategy.COMPILED_PREADS:
+    if strategy is BatchStrategy.COMPILED_PREADS:  # (local: no data cache)
         return read_grouped(table, checks, indices, functools.partial(
             compiled_preads, max_gap=max_gap, otherwise=uncompiled))
     return read_grouped(table, checks, indices, uncompiled)
