@@ -304,3 +304,21 @@ def test_lists_changed_by_python_code_during_a_call_are_not_read(tmp_path):
                           timeout=120)
     assert done.returncode == 0 and done.stdout.strip() == "ok", (done.returncode,
                                                                    done.stderr[-2000:])
+
+
+def test_pooled_bytes_reuse_released_memory_of_a_similar_size():
+    size = _accel.POOLED_BYTES + (3 << 20)
+    first = _accel.pooled_bytes(size)
+    first[:] = 7
+    assert len(first) == size and first.flags.writeable
+    address = first.ctypes.data
+    del first  # nothing refers to it: its memory waits in the pool ...
+    again = _accel.pooled_bytes(size + 1000)  # ... for a buffer of the same size class
+    assert again.ctypes.data == address and len(again) == size + 1000
+    other = _accel.pooled_bytes(size)  # while `again` lives, its memory is not handed out
+    assert not np.shares_memory(again, other)
+    view = other[10:20]
+    del other
+    assert not np.shares_memory(_accel.pooled_bytes(size), view)  # a view keeps it too
+    small = _accel.pooled_bytes(1000)  # small buffers: plain numpy memory
+    assert len(small) == 1000 and small.base is None
