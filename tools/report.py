@@ -454,7 +454,8 @@ class Report:
                 + (f"; load average {fmt(load['before'])} before, {fmt(load['after'])} after "
                    f"({fmt(c.get('machine_cores', 0))} cores)" if load else "") + ". "
                 "`in_memory_blocks` is the bound Ray sets: blocks of the same rows and bytes "
-                "already in memory.\n"]
+                "already in memory. `read_tfrecords` checks no CRC; `read_ofindex` checks "
+                "every record's unless `verify=False` (`read_ofindex_raw_unchecked`).\n"]
         rows = []
         for case in data["cases"]:
             what = f"{fmt(case['records'])} × {fmt(case['payload_bytes'])} B"
