@@ -27,6 +27,7 @@ from helpers import index_dir_of
 
 import ofindex
 from ofindex.cli.synthetic import write_dataset
+from ofindex.decode import FixedLen, decode_batch
 
 pytest.importorskip("ray")
 from ofindex.integrations.ray import OfindexDatasource
@@ -254,6 +255,13 @@ def test_bucket_paths(cluster, data, tmp_path, moto_server):
     with ofindex.open(data) as ds:
         assert [r["index"] for r in rows] == list(range(len(ds)))
         assert all(r["bytes"] == ds[r["index"]] for r in rows)
+    # decoded: the records of each block read with one batched read (no memory maps here)
+    rows = _read(cluster, tmp_path, paths=f"{url}/part-*", storage_options=opts,
+                 spec={"label": "FixedLen((), 'int64')"})
+    with ofindex.open(data) as ds:
+        assert [r["index"] for r in rows] == list(range(len(ds)))
+        labels = decode_batch(ds[0:len(ds)], {"label": FixedLen((), "int64")})
+        assert [r["label"] for r in rows] == labels["label"].tolist()
 
 
 def test_take_reads_the_first_records(cluster, data, tmp_path):

@@ -27,8 +27,7 @@ reading its slice of that permutation with batched random reads (``__getitems__`
 Rows are the raw record payloads (column ``bytes``) or, with a ``spec``, the decoded features
 (one :class:`~ofindex.decode.BatchDecoder` call per block, straight out of the memory maps of
 local files: dense numeric features as columns or tensors, ``VarLen`` features as lists, bytes
-as binary); ``with_index=True`` adds the
-global record number (column ``index``)::
+as binary); ``with_index=True`` adds the global record number (column ``index``)::
 
     from ofindex.decode import FixedLen
     from ofindex.integrations.ray import read_ofindex
@@ -70,7 +69,8 @@ __all__ = ["BLOCK_MARGIN", "OfindexDatasource", "read_ofindex", "read_task_count
 #: A block read by a task holds this many times Ray's ``target_max_block_size`` of data (by
 #: the records' mean size): over the target, so that Ray passes it on alone (one Arrow chunk
 #: per column, sliced into batches without a copy), and well under the 1.5 times at which Ray
-#: slices it, so that records of varying sizes stay within the two.
+#: slices it, so that records of varying sizes stay within the two. (Ray's own Parquet reader
+#: reads batches of the target's size, which Ray joins in pairs when one falls short.)
 BLOCK_MARGIN = 1.25
 #: The block size aimed at when Ray's context sets none (Ray's own default).
 _TARGET_BLOCK_BYTES = 128 << 20
@@ -101,8 +101,8 @@ def read_ofindex(paths: str | Sequence[str], spec: Spec | None = None, *,
         with_index: Add the column ``index``: each row's global record number.
         rows_per_block: Records per block (default: :data:`BLOCK_MARGIN` times Ray's
             ``target_max_block_size`` of data, by the records' mean size).
-        override_num_blocks: At most this many read tasks (default: Ray's choice; see
-            :func:`read_task_count`).
+        override_num_blocks: At most this many read tasks (default: no bound but
+            :func:`read_task_count`'s).
         ray_remote_args: Passed to Ray for the read tasks (e.g. ``{"num_cpus": 0.5}``).
         **open_kwargs: Passed to :func:`ofindex.open` (``storage_options``, ``index_dir``,
             ``verify``, ``cache_dir`` …), on the driver and in every read task.
@@ -124,7 +124,7 @@ def read_ofindex(paths: str | Sequence[str], spec: Spec | None = None, *,
     # Ray told how many tasks there are: it would otherwise split each block into slices to
     # reach its own count (at least 200), which costs its driver and object store more than
     # the read (1 GB of 100 KB records on 2 CPUs: 2.2 CPU-seconds instead of 0.9)
-    tasks = source.task_count(override_num_blocks)
+    tasks = max(1, source.task_count(override_num_blocks))  # none for no record
     return ray.data.read_datasource(source, override_num_blocks=tasks,
                                     ray_remote_args=dict(ray_remote_args or {}))
 
