@@ -315,3 +315,27 @@ def test_big_batches_keep_their_memory_between_batches(tmp_path):
                          text=True, check=True, timeout=120)
     faults_per_batch = float(out.stdout)
     assert faults_per_batch < 200, faults_per_batch
+
+
+@pytest.mark.skipif(_accel.native is None, reason="the pool is the compiled module's")
+def test_big_buffer_batches_reuse_the_memory_of_released_ones(tmp_path):
+    # a batch of payloads over 32 MiB is fresh memory from the kernel each time in glibc
+    # (page faults and zeroing cost more than the copy); it comes from the pool instead
+    rng = np.random.default_rng(4)
+    records = [rng.bytes(100_000 + k) for k in range(1000)]
+    path = str(tmp_path / "big.tfrecord")
+    with ofindex.Writer(path) as w:
+        w.write_many(records)
+    with ofindex.open(path) as ds:
+        batches = ds.iter_batches(400, as_buffer=True)  # 40 MB each
+        first = next(batches)
+        assert first.data.nbytes > _accel.POOLED_BYTES
+        assert first.to_list() == records[:400]
+        address, pooled = first.data.ctypes.data, _accel.native.pool()[0]
+        del first
+        assert _accel.native.pool()[0] > pooled  # waits in the pool for the next batch
+        second = next(batches)
+        assert second.data.ctypes.data == address
+        third = next(batches)  # the second is still held: the third has its own memory
+        assert not np.shares_memory(second.data, third.data)
+        assert second.to_list() == records[400:800] and third.to_list() == records[800:]

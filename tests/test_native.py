@@ -1,5 +1,6 @@
 """The compiled loops (ofindex._native) agree with the pure-Python ones, on good and bad bytes."""
 
+import itertools
 import json
 import os
 import subprocess
@@ -306,3 +307,59 @@ def test_lists_changed_by_python_code_during_a_call_are_not_read(tmp_path):
                           timeout=120)
     assert done.returncode == 0 and done.stdout.strip() == "ok", (done.returncode,
                                                                    done.stderr[-2000:])
+
+
+def test_pooled_bytes_reuse_released_memory_of_a_similar_size():
+    size = _accel.POOLED_BYTES + (3 << 20)
+    first = _accel.pooled_bytes(size)
+    first[:] = 7
+    assert len(first) == size and first.flags.writeable
+    address = first.ctypes.data
+    del first  # nothing refers to it: its memory waits in the pool ...
+    again = _accel.pooled_bytes(size + 1000)  # ... for a buffer of the same size class
+    assert again.ctypes.data == address and len(again) == size + 1000
+    other = _accel.pooled_bytes(size)  # while `again` lives, its memory is not handed out
+    assert not np.shares_memory(again, other)
+    view = other[10:20]
+    del other
+    assert not np.shares_memory(_accel.pooled_bytes(size), view)  # a view keeps it too
+    small = _accel.pooled_bytes(1000)  # small buffers: plain numpy memory
+    assert len(small) == 1000 and small.base is None
+
+
+@pytest.mark.skipif(_accel.native is None or not _accel.native.hw_crc(),
+                    reason="pack checks CRCs with the CPU's instruction")
+@pytest.mark.parametrize("fmt", sorted(FORMATS, key=int))
+def test_pack_copies_the_payloads_and_names_the_first_bad_record(fmt):
+    # three records at a time and one by one: every position of a corrupt byte, of a wrong
+    # length, and an output that is too small
+    native = _accel.native
+    ref, overhead = FORMATS[fmt]
+    header, footer = (12, 4) if fmt is RecordFormat.TFRECORD else (8, 0)
+    verify = fmt is RecordFormat.TFRECORD
+    rng = np.random.default_rng(8)
+    records = [rng.bytes(int(n)) for n in rng.integers(0, 300, 11)]
+    buf = ref(records)
+    starts = np.array(ref_offsets(records, overhead), np.int64)
+    ends = np.append(starts[1:], len(buf)).astype(np.int64)
+
+    def pack(data, room=None, base=0):
+        room = len(buf) if room is None else room
+        out, offsets = np.zeros(base + room, np.uint8), np.zeros(len(records) + 1, np.int64)
+        return native.pack(data, starts, ends, header, footer, verify, out, offsets, base), \
+            out, offsets
+
+    for base in (0, 5):
+        bad, out, offsets = pack(buf, base=base)
+        assert bad == -1 and offsets[-1] == base + sum(map(len, records))
+        assert [out[a:b].tobytes() for a, b in itertools.pairwise(offsets)] == records
+    for k in range(len(records)):
+        if verify and records[k]:  # a payload byte: its CRC fails
+            broken = bytearray(buf)
+            broken[starts[k] + header] ^= 1
+            assert pack(bytes(broken))[0] == k
+        broken = bytearray(buf)  # a stored length: the framing fails
+        broken[starts[k]] ^= 1
+        assert pack(bytes(broken))[0] == k
+    with pytest.raises(ValueError, match="too small"):
+        pack(buf, room=sum(map(len, records)) - 1)

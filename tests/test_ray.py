@@ -27,8 +27,11 @@ from helpers import index_dir_of
 
 import ofindex
 from ofindex.cli.synthetic import write_dataset
+from ofindex.decode import FixedLen, decode_batch
 
 pytest.importorskip("ray")
+from ofindex.integrations.ray import OfindexDatasource
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 #: Ray's processes on the loopback interface only (Ray otherwise picks the host's address).
 RAY_ENV = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
@@ -66,6 +69,27 @@ rows = ds.take(take) if take else ds.take_all()
 nodes = {n["NodeID"] for n in ray.nodes() if n["Alive"]}
 with open(out, "wb") as f:
     pickle.dump({"rows": rows, "nodes": len(nodes)}, f)
+ray.shutdown()
+"""
+
+
+BLOCKS = """
+import json, sys
+import ray
+from ofindex.integrations.ray import read_ofindex
+
+address, out, path = sys.argv[1], sys.argv[2], sys.argv[3]
+ray.init(address=address, log_to_driver=False)
+context = ray.data.DataContext.get_current()
+context.target_max_block_size = 1 << 20
+context.execution_options.preserve_order = True
+shapes = {}
+for name, rows_per_block in (("default", None), ("small pieces", 100)):
+    ds = read_ofindex(path, override_num_blocks=1, rows_per_block=rows_per_block)
+    tables = ray.get(ds.to_arrow_refs())
+    shapes[name] = [[t.num_rows, t.column("bytes").num_chunks] for t in tables]
+with open(out, "w") as f:
+    json.dump(shapes, f)
 ray.shutdown()
 """
 
@@ -139,6 +163,84 @@ def test_decoded_columns(cluster, data, tmp_path):
             np.testing.assert_array_equal(r["image"], want["image"])
 
 
+@pytest.fixture(scope="module")
+def examples(tmp_path_factory):
+    """Examples with a ``bytes`` feature of varying sizes, a label and a VarLen of bytes."""
+    from ofindex.proto import example_pb2
+
+    d = str(tmp_path_factory.mktemp("ray-examples"))
+    rng = np.random.default_rng(3)
+    for k in range(3):
+        with ofindex.Writer(os.path.join(d, f"part-{k}")) as w:
+            for i in range(150):
+                ex = example_pb2.Example()
+                ex.features.feature["label"].int64_list.value.append(int(rng.integers(10)))
+                ex.features.feature["data"].bytes_list.value.append(
+                    rng.bytes(int(rng.integers(0, 3000))))
+                ex.features.feature["tags"].bytes_list.value.extend([b"t%d" % i] * (i % 3))
+                w.write(ex.SerializeToString())
+    return d
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_decoded_bytes_features(cluster, examples, tmp_path, shuffle):
+    # a bytes feature of one value per record is decoded into one buffer per block, which
+    # becomes the binary column as it is; with a VarLen of bytes the blocks are lists
+    from ofindex.decode import decode_example
+
+    fixed = {"label": "FixedLen((), 'int64')", "data": "FixedLen((), 'bytes')"}
+    for spec in (fixed, {**fixed, "tags": "VarLen('bytes')"}):
+        rows = _read(cluster, tmp_path, paths=examples, spec=spec, shuffle=shuffle)
+        with ofindex.open(examples) as ds:
+            assert sorted(r["index"] for r in rows) == list(range(len(ds)))
+            for r in rows:
+                want = decode_example(ds[r["index"]])
+                assert r["label"] == want["label"][0]
+                assert isinstance(r["data"], bytes) and r["data"] == want["data"][0]
+                if "tags" in spec:
+                    assert list(r["tags"]) == list(want.get("tags", []))
+
+
+def test_blocks_pass_through_ray_as_one_chunk(cluster, data, tmp_path):
+    # a block a little over Ray's target_max_block_size passes through Ray alone, one chunk
+    # per column (iter_batches slices it without a copy); smaller pieces are joined by Ray
+    # as several chunks, which iter_batches copies into one
+    out = str(tmp_path / "blocks.json")
+    run = subprocess.run([sys.executable, "-c", BLOCKS, cluster, out, data],
+                         capture_output=True, text=True, timeout=600, env=RAY_ENV)
+    assert run.returncode == 0, run.stderr[-4000:]
+    with open(out) as f:
+        shapes = json.load(f)
+    with ofindex.open(data) as ds:
+        n = len(ds)
+        want_rows = OfindexDatasource(ds).rows_per_block(1 << 20)
+    assert sum(rows for rows, _ in shapes["default"]) == n
+    assert len(shapes["default"]) == -(-n // want_rows) > 1
+    assert all(chunks == 1 for _, chunks in shapes["default"])
+    assert max(rows for rows, _ in shapes["default"]) == want_rows
+    assert sum(rows for rows, _ in shapes["small pieces"]) == n
+    assert max(chunks for _, chunks in shapes["small pieces"]) > 1
+
+
+def test_block_rows_and_task_counts(data):
+    from ofindex.integrations.ray import BLOCK_MARGIN, read_task_count
+
+    with ofindex.open(data) as ds:
+        source = OfindexDatasource(ds)
+        payload = sum(s.bytes for s in ds.shards) / len(ds) - 16  # TFRecord framing
+        assert source.rows_per_block(1 << 20) == int(BLOCK_MARGIN * (1 << 20) / payload)
+        assert source.rows_per_block(None) == int(BLOCK_MARGIN * (128 << 20) / payload)
+        assert OfindexDatasource(ds, rows_per_block=7).rows_per_block(1 << 20) == 7
+        assert source.task_count() == 1  # 2,400 records of 3 KB: one block; no cluster
+        tasks = OfindexDatasource(ds, rows_per_block=100).get_read_tasks(200)
+        assert len(tasks) == 24 and sum(t.metadata.num_rows for t in tasks) == len(ds)
+    assert read_task_count(10_000, 1_667, 200, 2) == 6  # a task per block's worth
+    assert read_task_count(10_000, 1_667, 4, 2) == 4  # at most what Ray asks for
+    assert read_task_count(1_000, 5_000, 200, 16) == 16  # at least one per CPU
+    assert read_task_count(3, 5_000, 200, 16) == 3  # at most one per record
+    assert read_task_count(1, 1, 1, 1) == 1
+
+
 def test_bucket_paths(cluster, data, tmp_path, moto_server):
     import s3fs
 
@@ -153,6 +255,13 @@ def test_bucket_paths(cluster, data, tmp_path, moto_server):
     with ofindex.open(data) as ds:
         assert [r["index"] for r in rows] == list(range(len(ds)))
         assert all(r["bytes"] == ds[r["index"]] for r in rows)
+    # decoded: the records of each block read with one batched read (no memory maps here)
+    rows = _read(cluster, tmp_path, paths=f"{url}/part-*", storage_options=opts,
+                 spec={"label": "FixedLen((), 'int64')"})
+    with ofindex.open(data) as ds:
+        assert [r["index"] for r in rows] == list(range(len(ds)))
+        labels = decode_batch(ds[0:len(ds)], {"label": FixedLen((), "int64")})
+        assert [r["label"] for r in rows] == labels["label"].tolist()
 
 
 def test_take_reads_the_first_records(cluster, data, tmp_path):

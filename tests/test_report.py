@@ -109,6 +109,21 @@ MIXING = {
     "best": {"mix_vs_one_source": 0.97, "mix_vs_faster_peer": 4.5},
 }
 
+RAY = {
+    "config": {"cpus": 2, "repeats": 3, "batch_size": 1024, "ray": "2.60.0",
+               "machine_cores": 2, "load_average": {"before": 7.5, "after": 9.25}},
+    "cases": [{"name": "big", "records": 10000, "shards": 8, "payload_bytes": 100000,
+               "object_store_put_get_mb_per_s": 2500.0, "object_store_rows_per_s": 25000.0,
+               "readers": {
+                   "read_tfrecords": {"rows_per_s": 2000.0, "min": 1800.0, "max": 2100.0,
+                                      "vs_read_tfrecords": 1.0, "rows_per_cpu_s": 2150.0},
+                   "read_ofindex_raw": {"rows_per_s": 9000.0, "min": 8000.0, "max": 9500.0,
+                                        "vs_read_tfrecords": 4.5, "rows_per_cpu_s": 12500.0},
+                   "in_memory_blocks": {"rows_per_s": 11000.0, "min": 10000.0,
+                                        "max": 12000.0, "vs_read_tfrecords": 5.5,
+                                        "rows_per_cpu_s": 16000.0}}}],
+}
+
 
 def test_report_from_fixtures(tmp_path):
     results, docs = tmp_path / "bench-results", tmp_path / "docs"
@@ -116,7 +131,7 @@ def test_report_from_fixtures(tmp_path):
     for name, data in (("pipeline", PIPELINE), ("sequential", SEQUENTIAL),
                        ("shuffle", SHUFFLE), ("remote", REMOTE), ("compressed", COMPRESSED),
                        ("build", BUILD), ("decode", DECODE), ("scale", SCALE),
-                       ("scale_manifest", SCALE_MANIFEST), ("mixing", MIXING)):
+                       ("scale_manifest", SCALE_MANIFEST), ("mixing", MIXING), ("ray", RAY)):
         write(results, name, data)
     readme = tmp_path / "README.md"
     readme.write_text("# x\n\n## Benchmarks\n\nintro\n\n<!-- bench:begin -->\nold figures\n"
@@ -142,6 +157,10 @@ def test_report_from_fixtures(tmp_path):
     assert ("Mixture / one source: 0.955 (0.9–0.99); mixture / the faster peer: 4.3 (4–4.6)×; "
             "best runs: 0.97 and 4.5×.") in md
     assert "| build 1 M x ~200 B | 2,500,000 | 6.25 |" in md
+    assert "| 10,000 × 100,000 B | read_ofindex_raw | 9,000 [8,000–9,500] | 4.5× | 12,500 |" in md
+    assert ("| 10,000 × 100,000 B | object store: ray.put + ray.get | 25,000 (2,500 MB/s) "
+            "|  |  |") in md
+    assert "load average 7.5 before, 9.25 after (2 cores)" in md
     assert "| ofindex | 719,101 (787,692) |" in md
     assert "| vahidk | skipped (tfrecord not installed) |" in md
     assert ("| 1e+10 | 100,000 | paged | 7.19 | 0.64 | 155 | 2 | 3.1 | 45.2 | 1 | 21.3 "

@@ -572,21 +572,35 @@ class Report:
             self.missing(title, "bench_ray.py")
             return
         c = data["config"]
+        load = c.get("load_average")
         text = [f"## {title}\n", f"Ray {c['ray']}, {c['cpus']} CPUs; every record through "
-                f"`iter_batches`; rows/s: median of {c['repeats']} alternated rounds "
-                "[min–max].\n"]
+                f"`iter_batches` (pyarrow batches of {fmt(c['batch_size'])} rows); rows/s: "
+                f"median of {c['repeats']} alternated rounds [min–max], after a warm-up pass "
+                "of each reader; rows per CPU-second of all of Ray's processes (less "
+                "disturbed by the machine's other load than wall time)"
+                + (f"; load average {fmt(load['before'])} before, {fmt(load['after'])} after "
+                   f"({fmt(c.get('machine_cores', 0))} cores)" if load else "") + ". "
+                "`in_memory_blocks` is the bound Ray sets: blocks of the same rows and bytes "
+                "already in memory. `read_tfrecords` checks no CRC; `read_ofindex` checks "
+                "every record's unless `verify=False` (`read_ofindex_raw_unchecked`).\n"]
         rows = []
         for case in data["cases"]:
+            what = f"{fmt(case['records'])} × {fmt(case['payload_bytes'])} B"
             for reader, r in case["readers"].items():
-                rows.append([f"{fmt(case['records'])} × {fmt(case['payload_bytes'])} B",
-                             reader, f"{fmt(r['rows_per_s'])} [{fmt(r['min'])}–"
-                             f"{fmt(r['max'])}]", f"{fmt(r['vs_read_tfrecords'])}×"])
+                rows.append([what, reader, f"{fmt(r['rows_per_s'])} [{fmt(r['min'])}–"
+                             f"{fmt(r['max'])}]", f"{fmt(r['vs_read_tfrecords'])}×",
+                             fmt(r["rows_per_cpu_s"]) if "rows_per_cpu_s" in r else ""])
+            if "object_store_put_get_mb_per_s" in case:
+                rows.append([what, "object store: ray.put + ray.get",
+                             f"{fmt(case['object_store_rows_per_s'])} "
+                             f"({fmt(case['object_store_put_get_mb_per_s'])} MB/s)", "", ""])
             raw = case["readers"].get("read_ofindex_raw")
             if raw:
                 self.summary.append(
                     f"Ray Data, {fmt(case['records'])} records of {fmt(case['payload_bytes'])} "
                     f"B: read_ofindex {fmt(raw['vs_read_tfrecords'])}× read_tfrecords' rows/s.")
-        text.append(table(["data", "reader", "rows/s", "vs read_tfrecords"], rows))
+        text.append(table(["data", "reader", "rows/s", "vs read_tfrecords", "rows/CPU-s"],
+                          rows))
         self.sections.append("\n".join(text) + "\n")
 
     def write(self, readme: str | None) -> str:

@@ -158,6 +158,10 @@ const char pack_doc[] =
 "fails a check or lies outside buf (out then holds some of the payloads: discard it). The\n"
 "GIL is released throughout.";
 
+static Py_ssize_t first_bad(const unsigned char *const p[3], const size_t sz[3],
+                            const uint32_t c[3], int g, Py_ssize_t header, int verify,
+                            Py_ssize_t k);
+
 PyObject *pack(PyObject *self, PyObject *args) {
     PyObject *buf_obj, *starts_obj, *ends_obj, *out_obj, *offs_obj;
     Py_ssize_t base;
@@ -178,36 +182,64 @@ PyObject *pack(PyObject *self, PyObject *args) {
                         "base must lie within out");
         goto done;
     }
-    /* one pass, record by record: framing, copy, then the CRCs of the copied bytes while
-     * they are still in the cache (a batch can be bigger than L2) */
+    /* first every record's framing and place (cheap: its header only), then the copies with
+     * their CRCs three records at a time, each source read once (hw_copy_crc32c_x3: three
+     * CRC streams run about three times as fast as one, which took a third of a copy's time
+     * for 100 KB payloads) */
     const int64_t *st = (const int64_t *)r.sv.buf, *en = (const int64_t *)r.ev.buf;
     const unsigned char *src = (const unsigned char *)r.buf.buf;
-    unsigned char *dst = (unsigned char *)out.buf + base;
+    unsigned char *dst = (unsigned char *)out.buf;
     int64_t *offs = (int64_t *)ov.buf, pos = base, room = out.len - base;
-    Py_ssize_t bad = -1, frame = r.header + r.footer;
-    int full = 0;
+    Py_ssize_t bad = -1, frame = r.header + r.footer, end = r.n;
+    int full = 0, framing_bad = 0;
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t k = 0; k < r.n; k++) {
         int64_t size;
         if (!framed_ok(src, r.buf.len, st[k], en[k], frame, &size)) {
-            bad = k;
+            end = k;
+            framing_bad = 1;
             break;
         }
         if (size > room - (pos - base)) {
-            full = 1;
+            end = k;
             break;
         }
-        const unsigned char *p = src + st[k];
-        memcpy(dst, p + r.header, (size_t)size);
-        if (r.verify && ((uint32_t)load_le(p + 8, 4) != hw_mask(hw_crc32c(p, 8)) ||
-                         (uint32_t)load_le(p + r.header + size, 4) !=
-                             hw_mask(hw_crc32c(dst, (size_t)size)))) {
-            bad = k;
-            break;
-        }
-        dst += size;
         offs[k] = pos;
         pos += size;
+    }
+    Py_ssize_t k = 0;
+    uint32_t c[3] = {0, 0, 0};
+    for (; bad < 0 && k + 3 <= end; k += 3) {
+        const unsigned char *p[3], *q[3];
+        unsigned char *d[3];
+        size_t sz[3];
+        for (int j = 0; j < 3; j++) {
+            p[j] = src + st[k + j];
+            q[j] = p[j] + r.header;
+            d[j] = dst + offs[k + j];
+            sz[j] = (size_t)(en[k + j] - st[k + j] - frame);
+        }
+        if (r.verify)
+            hw_copy_crc32c_x3(d, q, sz, c);
+        else
+            for (int j = 0; j < 3; j++)
+                memcpy(d[j], q[j], sz[j]);
+        bad = first_bad(p, sz, c, 3, r.header, r.verify, k);
+    }
+    for (; bad < 0 && k < end; k++) {
+        const unsigned char *p[3] = {src + st[k], NULL, NULL};
+        size_t sz[3] = {(size_t)(en[k] - st[k] - frame), 0, 0};
+        if (r.verify)
+            c[0] = hw_copy_crc32c(dst + offs[k], p[0] + r.header, sz[0]);
+        else
+            memcpy(dst + offs[k], p[0] + r.header, sz[0]);
+        bad = first_bad(p, sz, c, 1, r.header, r.verify, k);
+    }
+    if (bad < 0 && end < r.n) {
+        if (framing_bad)
+            bad = end;
+        else
+            full = 1;
     }
     if (bad < 0 && !full)
         offs[r.n] = pos;

@@ -16,6 +16,9 @@ from typing import Any
 import numpy as np
 
 from ofindex import _accel
+from ofindex._accel import pooled_bytes
+
+__all__ = ["POOLED_BYTES", "empty", "memory_pool", "pooled_bytes"]
 
 #: Outputs at least this big come from the pool.
 POOLED_BYTES = 4 << 20

@@ -11,6 +11,7 @@ from typing import Any, Protocol, TypeGuard, runtime_checkable
 import numpy as np
 
 from ..decode import BatchDecoder, FixedLen, Ragged
+from ..decode._memory import pooled_bytes
 from ..decode.batch import decode_records_packed
 from ..formats.framing import RecordFormat
 from ..read.dataset import Dataset
@@ -179,7 +180,7 @@ class BatchFetch:
 
         def buffer(name: str, size: int) -> np.ndarray:
             if allocate is None:
-                return np.empty(size, dtype=np.uint8)
+                return pooled_bytes(size)
             made[name] = allocate({name: ((size,), np.dtype(np.uint8))})[name]
             return np.asarray(made[name])
 
@@ -197,7 +198,7 @@ class BatchFetch:
             made[name] = allocate({name: ((total,), np.dtype(np.uint8))})[name]
             buf = np.asarray(made[name])
         else:
-            buf = np.empty(total, dtype=np.uint8)
+            buf = pooled_bytes(total)
         at = 0
         for item, n in zip(flat, lengths.tolist(), strict=True):
             buf[at:at + n] = np.frombuffer(item, dtype=np.uint8)

@@ -8,14 +8,26 @@ more tasks than one of small records; a task may span shards), not one task per 
 task carries only the shards it reads and streams its range in blocks of ``rows_per_block``
 records, so Ray's ``limit`` / ``take`` stop a task after the rows they need.
 
+**Blocks of one Arrow chunk, a little over Ray's block size.** Ray Data joins what a read task
+yields into blocks of its ``DataContext.target_max_block_size`` (128 MiB by default), smaller
+pieces as several chunks of one column, and ``iter_batches`` copies a block whose column has
+several chunks into one. A piece a little over the target (:data:`BLOCK_MARGIN`) is passed on
+as it is: one chunk per column, which ``iter_batches`` slices into batches without a copy. Its
+payloads are packed straight from the files into one buffer (raw: the Arrow binary column's
+data; decoded: each ``bytes`` feature's values), made on memory that an earlier block
+released (:func:`ofindex._accel.pooled_bytes`), and there are only as many read tasks as
+blocks (at least one per CPU of the cluster): a task costs Ray tens of milliseconds. On 10,000
+records of 100 KB (1 GB, 2 CPUs) this took ``iter_batches`` from about 2,600 rows/s with
+8 MiB pieces to about 9,000 (``tools/bench_ray.py``).
+
 With ``shuffle=True`` the dataset is a **global shuffle**: the records in the order of
 :class:`ofindex.shuffle.GlobalShuffleSampler`'s permutation for ``(seed, epoch)``, each task
 reading its slice of that permutation with batched random reads (``__getitems__``).
 
 Rows are the raw record payloads (column ``bytes``) or, with a ``spec``, the decoded features
-(one :class:`~ofindex.decode.BatchDecoder` call per block: dense numeric features as columns
-or tensors, ``VarLen`` features as lists, bytes as binary); ``with_index=True`` adds the
-global record number (column ``index``)::
+(one :class:`~ofindex.decode.BatchDecoder` call per block, straight out of the memory maps of
+local files: dense numeric features as columns or tensors, ``VarLen`` features as lists, bytes
+as binary); ``with_index=True`` adds the global record number (column ``index``)::
 
     from ofindex.decode import FixedLen
     from ofindex.integrations.ray import read_ofindex
@@ -44,16 +56,24 @@ try:
 except ImportError as _exc:  # without the extra: say which one to install
     raise missing_extra("ofindex.integrations.ray", "ray", _exc) from _exc
 
-from ..decode import BatchDecoder, Ragged
+from ..decode import BatchDecoder, FixedLen, Ragged
 from ..decode.spec import Spec
 from ..opening import open as open_dataset
 from ..read.dataset import Dataset
+from ..read.record_batch import RecordBatch
 from ..shuffle.orders import GlobalShuffleOrder
+from ._fetch import BatchFetch
 
-__all__ = ["OfindexDatasource", "read_ofindex"]
+__all__ = ["BLOCK_MARGIN", "OfindexDatasource", "read_ofindex", "read_task_count"]
 
-#: Records per block when not given: about 8 MiB of payload, between 64 and 65,536 records.
-_BLOCK_BYTES = 8 << 20
+#: A block read by a task holds this many times Ray's ``target_max_block_size`` of data (by
+#: the records' mean size): over the target, so that Ray passes it on alone (one Arrow chunk
+#: per column, sliced into batches without a copy), and well under the 1.5 times at which Ray
+#: slices it, so that records of varying sizes stay within the two. (Ray's own Parquet reader
+#: reads batches of the target's size, which Ray joins in pairs when one falls short.)
+BLOCK_MARGIN = 1.25
+#: The block size aimed at when Ray's context sets none (Ray's own default).
+_TARGET_BLOCK_BYTES = 128 << 20
 #: What one record costs beyond its bytes, in bytes (framing, checks, a Python or Arrow
 #: object), when read tasks are balanced by records and bytes.
 _RECORD_COST = 64
@@ -79,8 +99,10 @@ def read_ofindex(paths: str | Sequence[str], spec: Spec | None = None, *,
         seed: Selects the shuffle, with ``epoch``.
         epoch: Selects the shuffle, with ``seed`` (a new order per epoch).
         with_index: Add the column ``index``: each row's global record number.
-        rows_per_block: Records per block (default: about 8 MiB of payload).
-        override_num_blocks: The number of read tasks (default: Ray's choice).
+        rows_per_block: Records per block (default: :data:`BLOCK_MARGIN` times Ray's
+            ``target_max_block_size`` of data, by the records' mean size).
+        override_num_blocks: At most this many read tasks (default: no bound but
+            :func:`read_task_count`'s).
         ray_remote_args: Passed to Ray for the read tasks (e.g. ``{"num_cpus": 0.5}``).
         **open_kwargs: Passed to :func:`ofindex.open` (``storage_options``, ``index_dir``,
             ``verify``, ``cache_dir`` …), on the driver and in every read task.
@@ -97,7 +119,13 @@ def read_ofindex(paths: str | Sequence[str], spec: Spec | None = None, *,
     dataset = open_dataset(paths, **open_kwargs)
     source = OfindexDatasource(dataset, spec, kind=kind, shuffle=shuffle, seed=seed,
                                epoch=epoch, with_index=with_index, rows_per_block=rows_per_block)
-    return ray.data.read_datasource(source, override_num_blocks=override_num_blocks,
+    if not ray.is_initialized():  # as any Ray Data call would: the tasks depend on the CPUs
+        ray.init()
+    # Ray told how many tasks there are: it would otherwise split each block into slices to
+    # reach its own count (at least 200), which costs its driver and object store more than
+    # the read (1 GB of 100 KB records on 2 CPUs: 2.2 CPU-seconds instead of 0.9)
+    tasks = max(1, source.task_count(override_num_blocks))  # none for no record
+    return ray.data.read_datasource(source, override_num_blocks=tasks,
                                     ray_remote_args=dict(ray_remote_args or {}))
 
 
@@ -112,7 +140,8 @@ class OfindexDatasource(Datasource):  # type: ignore[misc]
         seed: Selects the shuffle.
         epoch: Selects the shuffle.
         with_index: Add the column ``index``.
-        rows_per_block: Records per block (default: about 8 MiB of payload).
+        rows_per_block: Records per block (default: :data:`BLOCK_MARGIN` times Ray's
+            ``target_max_block_size`` of data).
 
     Raises:
         ValueError: ``rows_per_block < 1``, or ``kind`` is neither ``"example"`` nor
@@ -133,11 +162,8 @@ class OfindexDatasource(Datasource):  # type: ignore[misc]
         self._shuffle = bool(shuffle)
         self._seed, self._epoch = int(seed), int(epoch)
         self._with_index = bool(with_index)
-        shards = dataset.shards
-        self._bytes = sum(s.bytes for s in shards)
-        mean = self._bytes / max(1, len(dataset))
-        self._rows_per_block = (int(rows_per_block) if rows_per_block is not None
-                                else int(min(max(_BLOCK_BYTES // max(mean, 1.0), 64), 65536)))
+        self._bytes = sum(s.bytes for s in dataset.shards)
+        self._rows_per_block = None if rows_per_block is None else int(rows_per_block)
 
     def get_name(self) -> str:
         """The name of the read operator Ray shows."""
@@ -147,24 +173,61 @@ class OfindexDatasource(Datasource):  # type: ignore[misc]
         """The bytes of the data files (payloads and framing)."""
         return self._bytes
 
-    def get_read_tasks(self, parallelism: int, per_task_row_limit: int | None = None,
-                       data_context: Any = None) -> list[ReadTask]:
-        """Read tasks over record ranges (or slices of the shuffle's permutation), about
-        equal in records and bytes.
+    def rows_per_block(self, target_block_bytes: int | None = None) -> int:
+        """Records per block: as given, or :data:`BLOCK_MARGIN` times ``target_block_bytes``
+        (Ray's ``target_max_block_size``; 128 MiB when ``None``) of payloads of the records'
+        mean size.
 
         Args:
-            parallelism: The number of tasks Ray asks for.
-            per_task_row_limit: Read at most this many rows in each task (a ``limit``).
-            data_context: Ray's context (unused).
+            target_block_bytes: The block size Ray aims at.
 
         Returns:
-            At most ``parallelism`` tasks (fewer for a small dataset: each reads at least a
-            block's records, or every record).
+            At least 1.
+        """
+        if self._rows_per_block is not None:
+            return self._rows_per_block
+        n = len(self._dataset)
+        payload = self._bytes / max(1, n) - self._dataset.format.overhead
+        target = target_block_bytes or _TARGET_BLOCK_BYTES
+        return max(1, int(BLOCK_MARGIN * target / max(1.0, payload)))
+
+    def task_count(self, parallelism: int | None = None, data_context: Any = None) -> int:
+        """How many read tasks :meth:`get_read_tasks` makes (see :func:`read_task_count`).
+
+        Args:
+            parallelism: At most this many (default: no bound but the records).
+            data_context: Ray's context (its ``target_max_block_size``; default: the
+                current one).
+
+        Returns:
+            0 for an empty dataset, else at least 1.
         """
         n = len(self._dataset)
         if n == 0:
+            return 0
+        rows = self.rows_per_block(_target_block_bytes(data_context))
+        most = n if parallelism is None or parallelism < 1 else int(parallelism)
+        return read_task_count(n, rows, most, _cluster_cpus())
+
+    def get_read_tasks(self, parallelism: int, per_task_row_limit: int | None = None,
+                       data_context: Any = None) -> list[ReadTask]:
+        """Read tasks over record ranges (or slices of the shuffle's permutation), about
+        equal in records and bytes, as many as :meth:`task_count` says.
+
+        Args:
+            parallelism: The number of tasks Ray asks for (at most).
+            per_task_row_limit: Read at most this many rows in each task (a ``limit``).
+            data_context: Ray's context (its ``target_max_block_size``; default: the
+                current one).
+
+        Returns:
+            The tasks (none for an empty dataset).
+        """
+        n = len(self._dataset)
+        count = self.task_count(parallelism, data_context)
+        if count == 0:
             return []
-        count = max(1, min(int(parallelism), -(-n // min(self._rows_per_block, n))))
+        rows = self.rows_per_block(_target_block_bytes(data_context))
         if self._shuffle:
             cuts = np.linspace(0, n, count + 1).astype(np.int64)
         else:
@@ -176,20 +239,54 @@ class OfindexDatasource(Datasource):  # type: ignore[misc]
                 hi = min(hi, lo + int(per_task_row_limit))
             if hi <= lo:
                 continue
-            read = self._task(lo, hi)
+            read = self._task(lo, hi, rows)
             meta = BlockMetadata(num_rows=hi - lo, size_bytes=int(mean * (hi - lo)),
                                  input_files=None, exec_stats=None)
             tasks.append(_read_task(read, meta, per_task_row_limit))
         return tasks
 
-    def _task(self, lo: int, hi: int) -> _Read:
+    def _task(self, lo: int, hi: int, rows_per_block: int) -> _Read:
         """The read of records ``[lo, hi)`` (of the dataset, or of the permutation)."""
-        layout = _Layout(self._decoder, self._with_index, self._rows_per_block)
+        blocks = _Blocks(self._decoder, self._with_index)
         if self._shuffle:
             order = GlobalShuffleOrder(len(self._dataset), self._seed, self._epoch)
-            return _Read(self._dataset, lo, hi, layout, order)
+            return _Read(self._dataset, lo, hi, rows_per_block, blocks, order)
         subset, first = shards_of(self._dataset, lo, hi)
-        return _Read(subset, lo - first, hi - first, layout, None, first)
+        return _Read(subset, lo - first, hi - first, rows_per_block, blocks, None, first)
+
+
+def read_task_count(records: int, rows_per_block: int, parallelism: int, cpus: int) -> int:
+    """How many read tasks read ``records`` records: one per block's worth of records (a task
+    costs Ray tens of milliseconds to start, and the records of a block are read by one task),
+    but at least one per CPU of the cluster, at most ``parallelism`` (what Ray asks for, or
+    ``override_num_blocks``) and at most one per record.
+
+    Args:
+        records: The records to read (> 0).
+        rows_per_block: Records per block.
+        parallelism: The most tasks.
+        cpus: The cluster's CPUs.
+
+    Returns:
+        At least 1.
+    """
+    blocks = -(-records // max(1, rows_per_block))
+    return max(1, min(parallelism, records, max(blocks, cpus)))
+
+
+def _target_block_bytes(data_context: Any) -> int | None:
+    """Ray's ``target_max_block_size`` in ``data_context`` (default: the current context)."""
+    context = data_context if data_context is not None else ray.data.DataContext.get_current()
+    target = getattr(context, "target_max_block_size", None)
+    return None if target is None else int(target)
+
+
+def _cluster_cpus() -> int:
+    """The CPUs of the Ray cluster this driver is connected to (1 when it is not)."""
+    if not ray.is_initialized():
+        return 1
+    resources = ray.cluster_resources()  # type: ignore[no-untyped-call]
+    return max(1, int(resources.get("CPU", 1)))
 
 
 def balanced_cuts(dataset: Dataset, count: int) -> np.ndarray:
@@ -234,67 +331,103 @@ def _read_task(read: Callable[[], Iterator[Any]], meta: BlockMetadata,
     return ReadTask(read, meta)
 
 
-class _Layout:
-    """How a block is made of records: decoded or raw, with or without the index column."""
+class _Blocks:
+    """How records become an Arrow block: raw payloads (column ``bytes``) or decoded
+    features, with or without the column ``index``.
 
-    def __init__(self, decoder: BatchDecoder | None, with_index: bool,
-                 rows_per_block: int) -> None:
+    Args:
+        decoder: Decodes the records (``None``: raw payloads).
+        with_index: Add each row's global record number.
+    """
+
+    def __init__(self, decoder: BatchDecoder | None, with_index: bool) -> None:
         self.decoder = decoder
         self.with_index = with_index
-        self.rows_per_block = rows_per_block
+        spec = decoder.spec if decoder is not None and isinstance(decoder.spec, Mapping) else {}
+        bytes_features = {name: fs for name, fs in spec.items()
+                          if getattr(fs, "dtype", None) == "bytes"}
+        #: ``bytes`` features that are one value per record: decoded into one buffer each
+        #: (``BatchFetch``'s ``pack_bytes``), which becomes the binary column without a copy.
+        self.packed = {name for name, fs in bytes_features.items()
+                       if isinstance(fs, FixedLen) and fs.shape == ()}
+        #: Whether every ``bytes`` feature is packed (other shapes keep their list columns).
+        self.packs = len(self.packed) == len(bytes_features)
 
-    def block(self, records: list[bytes] | None, raw: pa.Array | None,
-              index: np.ndarray) -> Any:
-        """A block of records (as ``bytes``, or already an Arrow binary array) and their
-        global numbers."""
-        if self.decoder is None:
-            column = raw if raw is not None else pa.array(records, type=pa.large_binary())
-            columns: dict[str, Any] = {"bytes": column}
-            if self.with_index:
-                columns["index"] = pa.array(index)
-            return pa.table(columns)
-        assert records is not None
-        decoded = self.decoder(records)
-        assert isinstance(decoded, dict)  # examples and OFRecords decode to {name: column}
-        batch = {name: _column(value) for name, value in decoded.items()}
+    def raw(self, batch: RecordBatch, first: int) -> pa.Table:
+        """The block of a :class:`RecordBatch` (its buffer is the column's data: no copy);
+        ``first``: the global number of its first record."""
+        columns = {"bytes": _binary(batch.data, batch.offsets)}
         if self.with_index:
-            batch["index"] = index
-        return BlockAccessor.batch_to_block(batch)
+            columns["index"] = pa.array(np.arange(first, first + len(batch), dtype=np.int64))
+        return pa.table(columns)
+
+    def records(self, records: list[bytes], index: np.ndarray) -> pa.Table:
+        """The block of raw payloads given as ``bytes`` and their global numbers."""
+        columns = {"bytes": pa.array(records, type=pa.large_binary())}
+        if self.with_index:
+            columns["index"] = pa.array(index)
+        return pa.table(columns)
+
+    def decoded(self, batch: Mapping[str, Any], index: np.ndarray) -> Any:
+        """The block of a decoded batch (``{name: column}``) and its global numbers."""
+        columns: dict[str, Any] = {}
+        for name, value in batch.items():
+            if name in self.packed and isinstance(value, Ragged):
+                columns[name] = _binary(value.values, value.row_splits)
+            else:
+                columns[name] = _column(value)
+        if self.with_index:
+            columns["index"] = index
+        return BlockAccessor.batch_to_block(columns)
 
 
 class _Read:
-    """One read task: records ``[lo, hi)`` of ``dataset`` in blocks (or, with ``order``,
-    the records at positions ``[lo, hi)`` of that permutation)."""
+    """One read task: records ``[lo, hi)`` of ``dataset`` in blocks of ``rows_per_block``
+    (or, with ``order``, the records at positions ``[lo, hi)`` of that permutation);
+    ``first``: the global number of ``dataset``'s first record."""
 
-    def __init__(self, dataset: Dataset, lo: int, hi: int, layout: _Layout,
-                 order: GlobalShuffleOrder | None, first: int = 0) -> None:
+    def __init__(self, dataset: Dataset, lo: int, hi: int, rows_per_block: int,
+                 blocks: _Blocks, order: GlobalShuffleOrder | None, first: int = 0) -> None:
         self.dataset = dataset
         self.lo, self.hi = lo, hi
-        self.layout = layout
+        self.rows_per_block = rows_per_block
+        self.blocks = blocks
         self.order = order
         self.first = first
 
     def __call__(self) -> Iterator[Any]:
-        step = self.layout.rows_per_block
-        if self.order is not None:
-            for at in range(self.lo, self.hi, step):
-                index = self.order(np.arange(at, min(at + step, self.hi), dtype=np.int64))
-                yield self.layout.block(self.dataset.__getitems__(index), None, index)
-            return
-        if self.layout.decoder is not None:  # lists of records, for the decoder
-            at = self.lo
-            for records in self.dataset.iter_batches(step, self.lo, self.hi):
-                index = np.arange(at, at + len(records), dtype=np.int64) + self.first
-                at += len(records)
-                yield self.layout.block(records, None, index)
-            return
-        for batch in self.dataset.iter_batches(step, self.lo, self.hi, as_buffer=True):
-            index = np.arange(batch.first, batch.first + len(batch), dtype=np.int64)
-            raw = pa.LargeBinaryArray.from_buffers(  # the payloads as they are: no copy
-                pa.large_binary(), len(batch),
-                [None, pa.py_buffer(np.ascontiguousarray(batch.offsets, dtype=np.int64)),
-                 pa.py_buffer(batch.data)])
-            yield self.layout.block(None, raw, index + self.first)
+        if self.blocks.decoder is not None:
+            yield from self._decoded()
+        elif self.order is not None:  # raw, shuffled: batched random reads
+            for index in self._indices():
+                yield self.blocks.records(self.dataset.__getitems__(index), index)
+        else:  # raw, in order: payloads packed into one buffer per block
+            for batch in self.dataset.iter_batches(self.rows_per_block, self.lo, self.hi,
+                                                   as_buffer=True):
+                yield self.blocks.raw(batch, self.first + batch.first)
+
+    def _indices(self) -> Iterator[np.ndarray]:
+        """The record numbers of each block (of ``dataset``; global when shuffled)."""
+        for at in range(self.lo, self.hi, self.rows_per_block):
+            positions = np.arange(at, min(at + self.rows_per_block, self.hi), dtype=np.int64)
+            yield self.order(positions) if self.order is not None else positions
+
+    def _decoded(self) -> Iterator[Any]:
+        """Decoded blocks: one read and one decoder call per block (straight out of the maps
+        of local files, ``bytes`` features packed where they are one value per record)."""
+        fetch = BatchFetch(self.dataset, self.blocks.decoder, pack_bytes=self.blocks.packs)
+        for index in self._indices():
+            batch, _ = fetch(index)
+            assert isinstance(batch, dict)  # examples and OFRecords decode to {name: column}
+            yield self.blocks.decoded(batch, index + self.first)
+
+
+def _binary(data: np.ndarray, offsets: np.ndarray) -> pa.Array:
+    """A ``large_binary`` Arrow array over ``data`` (bytes) cut at ``offsets`` (``len + 1``
+    positions), without a copy."""
+    offsets = np.ascontiguousarray(offsets, dtype=np.int64)
+    return pa.LargeBinaryArray.from_buffers(
+        pa.large_binary(), len(offsets) - 1, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
 
 
 def _column(value: Any) -> Any:

@@ -5,7 +5,8 @@ A list costs one ``bytes`` object per record. With a core to spare, the iteratin
 only makes the objects of the next list (not filled yet) and the pool's threads copy and
 check its records into them without the GIL, one list ahead of the one handed out
 (:func:`_fills_ahead`). A :class:`RecordBatch` makes no object per record: its records are
-checked as they are copied, without the GIL.
+checked as they are copied, without the GIL, into a buffer that a big batch takes from the
+memory earlier big batches released (:func:`ofindex._accel.pooled_bytes`).
 """
 
 from __future__ import annotations
@@ -131,9 +132,9 @@ def _cut(src: BatchSource, parts: list[_Part], a: int, as_buffer: bool) -> Any:
     use_pack = as_buffer and compiled_checks and all(x is None for x in sums)
     n = sum(hi - lo for _, lo, hi, _, _, _ in parts)
     if use_pack:
-        # room for the payloads (an upper bound: their framed size), on plain numpy memory
-        # (the decode pool's few slots are kept for big decoded outputs)
-        data = np.empty(sum(int(e[-1] - st[0]) for _, _, _, st, e, _ in parts), np.uint8)
+        # room for the payloads (an upper bound: their framed size); a big batch on memory
+        # that an earlier one released (pooled_bytes)
+        data = _accel.pooled_bytes(sum(int(e[-1] - st[0]) for _, _, _, st, e, _ in parts))
         offsets = np.empty(n + 1, dtype=np.int64)
     out: list[Any] = []
     k0 = used = 0
