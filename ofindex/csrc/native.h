@@ -96,6 +96,9 @@ extern PyTypeObject CheckerType;
 /* sums.c */
 PyObject *crcs(PyObject *self, PyObject *args);
 extern const char crcs_doc[];
+/* encode.c: records encoded from columns and framed (the writers' batch encoder) */
+PyObject *encode(PyObject *self, PyObject *args);
+extern const char encode_doc[];
 
 extern PyTypeObject BlockType;
 PyObject *pool_ctl(PyObject *self, PyObject *args);

@@ -21,9 +21,12 @@ from collections.abc import Iterable, Mapping
 from types import TracebackType
 from typing import Any
 
+import numpy as np
+
 from ofindex.decode.spec import Spec
-from ofindex.encode.columns import encode_columns
+from ofindex.encode.columns import plan_columns
 from ofindex.encode.encoder import Encoder
+from ofindex.encode.framed import OFRECORD_FRAMING, TFRECORD_FRAMING, encode_block
 from ofindex.errors import DatasetExistsError, OfindexError
 from ofindex.formats.framing import RecordFormat
 from ofindex.formats.location import sidecar_location
@@ -38,6 +41,10 @@ PATTERN = "part-{shard:05d}-of-{count:05d}"
 #: The default target shard size when neither ``shard_bytes`` nor ``shard_records`` is given.
 SHARD_BYTES = 256 << 20
 _FRAMING = {RecordFormat.TFRECORD: 16, RecordFormat.OFRECORD: 8}
+_BLOCKS = {RecordFormat.TFRECORD: TFRECORD_FRAMING, RecordFormat.OFRECORD: OFRECORD_FRAMING}
+#: Bytes of records encoded and written at once by ``write_columns`` (one buffer per stream,
+#: reused: a few MiB make each write call large while the buffer stays in cache).
+BLOCK_BYTES = 4 << 20
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,6 +100,7 @@ class ShardStream:
         self.staged: list[_Staged] = []
         self.records = 0
         self.closed = False
+        self._block = bytearray(BLOCK_BYTES)
 
     def _next_shard(self) -> Writer:
         owner = self._owner
@@ -157,12 +165,58 @@ class ShardStream:
         """Encode a batch of columns at once (see :func:`ofindex.encode.encode_columns`) and
         write its records; returns how many.
 
+        The records are encoded straight into their framing, a block at a time
+        (:func:`ofindex.encode.framed.encode_block`), and each block is written in one call:
+        no object per record.
+
         Raises:
             EncodeError: A column or value that cannot be encoded.
         """
         owner = self._owner
-        records = encode_columns(columns, owner.spec, owner.kind, first_record=self.records)
-        return self.write_many(records)
+        plan = plan_columns(columns, owner.spec, owner.kind, first_record=self.records)
+        block = self._block
+        sizes = np.empty(plan.rows, np.int64)
+        crcs = np.empty(plan.rows, np.uint32)
+        start = 0
+        while start < plan.rows:
+            writer = self._writer
+            if writer is not None and len(writer) and self._shard_full():
+                self._finish_shard()
+                writer = None
+            if writer is None:
+                writer = self._writer = self._next_shard()
+            stop, room = self._room(plan.rows, start)
+            rows, used = encode_block(plan, start, stop, _BLOCKS[owner.format],
+                                      min(room, len(block)), block, sizes[start:], crcs[start:])
+            if rows == 0 and used > room and len(writer):
+                self._finish_shard()  # the next record starts a shard of its own
+                continue
+            if rows == 0:  # one record bigger than the block: a block of its own
+                block = bytearray(used)
+                rows, used = encode_block(plan, start, start + 1, _BLOCKS[owner.format], used,
+                                          block, sizes[start:], crcs[start:])
+            writer.write_framed(memoryview(block)[:used], sizes[start:start + rows],
+                                crcs[start:start + rows])
+            self._bytes += used
+            self.records += rows
+            start += rows
+        return plan.rows
+
+    def _shard_full(self) -> bool:
+        writer = self._writer
+        owner = self._owner
+        return writer is not None and (
+            (owner.shard_records is not None and len(writer) >= owner.shard_records)
+            or (owner.shard_bytes is not None and self._bytes >= owner.shard_bytes))
+
+    def _room(self, rows: int, start: int) -> tuple[int, int]:
+        """The rows from ``start`` the current shard may still take, and its bytes left."""
+        owner = self._owner
+        written = len(self._writer) if self._writer is not None else 0
+        stop = rows if owner.shard_records is None else min(
+            rows, start + owner.shard_records - written)
+        room = (1 << 62) if owner.shard_bytes is None else owner.shard_bytes - self._bytes
+        return stop, room
 
     def close(self) -> None:
         """Finish this stream's last shard (the dataset is published by the writer's
