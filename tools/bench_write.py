@@ -118,7 +118,7 @@ def mds_writer() -> Any:
         spec = importlib.util.find_spec("streaming")
         if spec is None or not spec.submodule_search_locations:
             raise ImportError("No module named 'streaming'")
-        root = list(spec.submodule_search_locations)[0]
+        root = next(iter(spec.submodule_search_locations))
         for name, path in (("streaming", root), ("streaming.base", os.path.join(root, "base"))):
             module = types.ModuleType(name)
             module.__path__ = [path]
