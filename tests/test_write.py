@@ -324,6 +324,30 @@ def test_ctrl_c_while_a_shard_is_renamed_into_place_leaves_nothing(tmp_path, mon
     assert _left_behind(out) == []
 
 
+@pytest.mark.parametrize("step", ["rename_data", "move_sidecar", "build_index"])
+def test_ctrl_c_while_the_dataset_is_published_leaves_nothing(tmp_path, monkeypatch, step):
+    """An interrupt after some shards got their final names (or their sidecars moved, or
+    before the manifest) removes the renamed ones too: published whole or not at all."""
+    from ofindex.write import sharded
+
+    real = getattr(sharded, step)
+    calls = []
+
+    def interrupted(*args, **kwargs):
+        calls.append(args)
+        if len(calls) == 2 or step == "build_index":
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(sharded, step, interrupted)
+    out = str(tmp_path / "c")
+    with pytest.raises(KeyboardInterrupt):
+        with ShardedWriter(out, shard_records=10) as writer:
+            writer.write_many(f"record {i}".encode() for i in range(35))
+    assert _left_behind(out) == []
+    assert _outcome(out, 0) is None
+
+
 def test_ctrl_c_inside_a_writers_close_leaves_no_temporary_file(tmp_path, monkeypatch):
     real_replace = os.replace
 

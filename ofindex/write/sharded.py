@@ -7,7 +7,8 @@ Each shard is written by :class:`ofindex.Writer` under a hidden name in the dest
 (see :mod:`ofindex.write.publish`) and then writes the manifest. Until the renames, nothing a
 reader lists is there (hidden names are skipped); while they happen, ``ofindex.open`` of the
 directory finds shards without sidecars and raises ``IndexNotFoundError``; a writer that fails
-or is interrupted (an exception, Ctrl-C) removes what it wrote. A process killed outright
+or is interrupted (an exception, Ctrl-C) before the manifest is written removes what it wrote,
+renamed shards included. A process killed outright
 leaves hidden files, which nothing opens. The destination must hold no data files: a dataset
 is never written over another.
 """
@@ -232,10 +233,10 @@ class ShardStream:
         if writer is not None:
             writer.abort()
         owner = self._owner
-        for staged in self.staged:
-            if not staged.final:  # published files are the dataset's now
-                owner.storage.remove(staged.path)
-                owner._remove_sidecar(staged.path)
+        for staged in self.staged:  # renamed ones too: the dataset was not published whole
+            for path in (staged.path, staged.final) if staged.final else (staged.path,):
+                owner.storage.remove(path)
+                owner._remove_sidecar(path)
         self.staged = []
 
 
@@ -301,6 +302,8 @@ class ShardedWriter:
         self._lock = threading.Lock()
         self._streams: list[ShardStream] = [ShardStream(self, 0)]
         self.summary: WriteSummary | None = None
+        #: The dataset is whole in place (every shard renamed, sidecars, manifest).
+        self.published = False
 
     def _refuse_existing(self) -> None:
         if not self.storage.is_dir(self.path):
@@ -420,16 +423,20 @@ class ShardedWriter:
         build_index([self.storage.url(f) for f in finals], index_dir=self.index_dir,
                     storage_options=self.storage_options, manifest=True, progress=False,
                     format=self.format.name.lower())
+        self.published = True  # whole, with its manifest: abort() leaves it alone from now
         return finals
 
     def abort(self) -> None:
-        """Drop everything this writer wrote (files not yet published).
+        """Drop everything this writer wrote, unless the dataset is published whole.
 
-        Each stream removes the files it knows; then every file of the directory and of its
+        Each stream removes the files it knows (also those already renamed by an interrupted
+        :meth:`close`: a dataset is published whole or not at all); then every file of the directory and of its
         index directory whose name carries this writer's token (``.<token>-…``, made by no
         one else) goes too: what an interrupt (Ctrl-C) left between a file's creation and
         its stream knowing it, such as a shard's temporary file.
         """
+        if self.published:
+            return
         for stream in self._streams:
             stream.abort()
         prefix = f".{self.token}-"
