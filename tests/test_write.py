@@ -341,9 +341,8 @@ def test_ctrl_c_while_the_dataset_is_published_leaves_nothing(tmp_path, monkeypa
 
     monkeypatch.setattr(sharded, step, interrupted)
     out = str(tmp_path / "c")
-    with pytest.raises(KeyboardInterrupt):
-        with ShardedWriter(out, shard_records=10) as writer:
-            writer.write_many(f"record {i}".encode() for i in range(35))
+    with pytest.raises(KeyboardInterrupt), ShardedWriter(out, shard_records=10) as writer:
+        writer.write_many(f"record {i}".encode() for i in range(35))
     assert _left_behind(out) == []
     assert _outcome(out, 0) is None
 
