@@ -185,9 +185,9 @@ def _what_opens(directory, n):
                                               (6, "SIGINT")])
 def test_an_interrupted_conversion_leaves_nothing_that_opens(tmp_path, seed, signal_name):
     """``ofindex convert`` killed (SIGKILL) or interrupted (Ctrl-C) at a seeded random point
-    after its first file appeared (writing 120 shards, publishing them): the destination opens as the
-    whole dataset or not at all, and a conversion run again into it after a Ctrl-C, or a
-    kill before publishing, gives the whole dataset."""
+    after its first file appeared (writing 120 shards, publishing them): the destination
+    opens as the whole dataset or not at all, and a conversion run again into it after a
+    Ctrl-C, or a kill before publishing, gives the whole dataset."""
     import random
     import signal
     import subprocess

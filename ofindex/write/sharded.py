@@ -430,10 +430,11 @@ class ShardedWriter:
         """Drop everything this writer wrote, unless the dataset is published whole.
 
         Each stream removes the files it knows (also those already renamed by an interrupted
-        :meth:`close`: a dataset is published whole or not at all); then every file of the directory and of its
-        index directory whose name carries this writer's token (``.<token>-…``, made by no
-        one else) goes too: what an interrupt (Ctrl-C) left between a file's creation and
-        its stream knowing it, such as a shard's temporary file.
+        :meth:`close`: a dataset is published whole or not at all); then every file of the
+        directory and of its index directory whose name carries this writer's token
+        (``.<token>-…``, made by no one else) goes too: what an interrupt (Ctrl-C) left
+        between a file's creation and its stream knowing it, such as a shard's temporary
+        file.
         """
         if self.published:
             return
