@@ -14,6 +14,10 @@ written: the median over rounds with the min-max spread.
 
 A peer that is not installed is skipped with a line saying how to install it.
 
+Then ``ofindex schema`` on the scale simulation store's 1e10-record, 1e5-shard remote dataset
+(``simstore://``, tools/sim_store.py), once per round in a fresh process: seconds, and the
+requests it made (by kind of file) -- a bounded number, whatever the dataset's size.
+
     python tools/bench_write.py --out bench-results/write.json
     python tools/bench_write.py --smoke          # tiny sizes: checks that it runs
 """
@@ -277,6 +281,54 @@ def parquet_rounds(cols: dict[str, np.ndarray], n: int, root: str,
             "ratio_of_bound": spread([b / o for b, o in zip(bound, ours, strict=True)])}
 
 
+#: The scale simulation store's dataset ``ofindex schema`` is timed on (tools/sim_store.py).
+SCHEMA_RECORDS, SCHEMA_SHARDS = 10**10, 10**5
+
+
+def schema_child(records: int, shards: int) -> dict[str, Any]:
+    """``ofindex schema`` on a synthetic remote dataset, in this (fresh) process: seconds
+    from the command's start to its end (opening the manifest, sampling), and the requests
+    the store served."""
+    import contextlib
+    import io
+
+    import sim_store
+
+    from ofindex.cli.main import main as cli
+
+    url = sim_store.dataset_url(records, shards)
+    sim = sim_store.dataset_named(url.split("://", 1)[1])
+    manifest = len(sim.manifest)  # generated before the clock starts
+    sim_store.STATS.reset()
+    start = time.perf_counter()
+    with contextlib.redirect_stdout(io.StringIO()) as text:
+        code = cli(["schema", url])
+    seconds = time.perf_counter() - start
+    stats = sim_store.STATS
+    return {"seconds": seconds, "exit": code, "manifest_bytes": manifest,
+            "requests": dict(stats.requests), "infos": stats.infos,
+            "bytes": dict(stats.bytes), "first_line": text.getvalue().splitlines()[0]}
+
+
+def schema_rounds(rounds: int, records: int, shards: int) -> dict[str, Any]:
+    """:func:`schema_child` in ``rounds`` fresh processes."""
+    runs = []
+    for _ in range(rounds):
+        done = subprocess.run([sys.executable, os.path.abspath(__file__), "--schema-child",
+                               f"{records},{shards}"], capture_output=True, text=True)
+        lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+        if done.returncode or not lines:
+            return {"unavailable": (done.stderr.strip().splitlines() or ["no output"])[-1]}
+        runs.append(json.loads(lines[-1]))
+        r = runs[-1]
+        print(f"schema    {records:.0e} records, {shards:,} shards: {r['seconds']:.2f} s, "
+              f"{sum(r['requests'].values()) + r['infos']} requests {r['requests']} + "
+              f"{r['infos']} stats", flush=True)
+    return {"records": records, "shards": shards, "runs": runs,
+            "seconds": spread([r["seconds"] for r in runs]),
+            "requests": max(sum(r["requests"].values()) + r["infos"] for r in runs)}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="ofindex write benchmark")
     ap.add_argument("--out", default="bench-results/write.json")
@@ -286,10 +338,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", choices=["mnist", "imagenet"], help="one workload")
     ap.add_argument("--no-parquet", action="store_true", help="skip the Parquet conversions")
     ap.add_argument("--dir", help="where to write (default: a temporary directory)")
+    ap.add_argument("--no-schema", action="store_true",
+                    help="skip `ofindex schema` on the 1e5-shard simulated store")
+    ap.add_argument("--schema-child", help=argparse.SUPPRESS)
     ap.add_argument("--contender", help=argparse.SUPPRESS)
     ap.add_argument("--kind", help=argparse.SUPPRESS)
     ap.add_argument("--n", type=int, help=argparse.SUPPRESS)
     ns = parse_args(ap, argv, mnist_records=2000, imagenet_records=40, rounds=1)
+    if ns.schema_child:
+        records, shards = (int(v) for v in ns.schema_child.split(","))
+        print(json.dumps(schema_child(records, shards)))
+        return 0
     if ns.contender:
         cols = columns(ns.kind, ns.n)
         if ns.contender == "mds":  # imports happen before the clock starts
@@ -321,6 +380,9 @@ def main(argv: list[str] | None = None) -> int:
                       f"({p['ratio_of_bound']['min']:.2f}-{p['ratio_of_bound']['max']:.2f})",
                       flush=True)
             results["workloads"][kind] = entry
+        if not ns.no_schema:
+            scale = (SCHEMA_RECORDS, SCHEMA_SHARDS) if not ns.smoke else (10**6, 100)
+            results["schema"] = schema_rounds(ns.rounds, *scale)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     results["config"]["load_after"] = os.getloadavg()[0]
