@@ -680,7 +680,7 @@ ENCODE_JUNK = [None, 1.5, "ab", b"xy", [], (), {}, np.zeros(3), np.zeros((2, 2),
 
 def _encode_column(rng: random.Random, rows: int) -> tuple:
     """A (key, field, mode, data) column: good, or with one part hostile."""
-    mode = rng.randrange(4)
+    mode = rng.randrange(5)
     key = rng.randbytes(rng.choice([0, 1, 5, 130]))
     field = rng.randint(1, 15)
     if mode == 0:
@@ -688,6 +688,14 @@ def _encode_column(rng: random.Random, rows: int) -> tuple:
     elif mode == 1:
         data = np.array([rng.choice([0, 1, 127, 128, -1, 2**63 - 1, -(2**63)])
                          for _ in range(rows * 2)], np.int64).reshape(rows, 2)
+    elif mode == 4:  # spans of one buffer: bounds maybe hostile (backwards, outside, huge)
+        values = [rng.randbytes(rng.choice([0, 1, 200])) for _ in range(rows)]
+        bounds = [0]
+        for v in values:
+            bounds.append(bounds[-1] + len(v))
+        if rng.random() < 0.1 and bounds:
+            bounds[rng.randrange(len(bounds))] = rng.choice(EDGES)
+        data = (np.array(bounds, np.int64), b"".join(values))
     else:
         data = [rng.randbytes(rng.choice([0, 1, 200])) for _ in range(rows)]
     column = [key, field, mode, data]
@@ -712,8 +720,18 @@ def _encode_valid(columns, framing_, start, stop, limit, out, sizes, crcs) -> bo
             return False
         key, field, mode, data = column
         if not (isinstance(key, bytes) and type(field) is int and 1 <= field <= 15 and
-                type(mode) is int and 0 <= mode <= 3):
+                type(mode) is int and 0 <= mode <= 4):
             return False
+        if mode == 4:
+            if not (isinstance(data, tuple) and len(data) == 2 and isinstance(data[0], np.ndarray)
+                    and data[0].dtype == np.int64 and data[0].ndim == 1 and len(data[0])
+                    and isinstance(data[1], bytes)):
+                return False
+            b = data[0].tolist()
+            if any(x < 0 or x > len(data[1]) for x in b) or b != sorted(b):
+                return False
+            rows.add(len(b) - 1)
+            continue
         if mode in (2, 3):  # items that are not bytes: an error at the first row encoded
             if not isinstance(data, list):
                 return False
@@ -758,7 +776,8 @@ def fuzz_encode(rng: random.Random) -> None:
     if not valid:
         assert isinstance(got, CLEAN), (got, columns, framing_, start, stop, limit)
         return
-    plan = BatchPlan(tuple(PlannedColumn(*c) for c in columns), len(columns[0][3]), wrap)
+    first = PlannedColumn(*columns[0])
+    plan = BatchPlan(tuple(PlannedColumn(*c) for c in columns), first.rows, wrap)
     out2 = bytearray(len(out))
     sizes2 = np.zeros(len(sizes), np.int64)
     crcs2 = None if crcs is None else np.zeros(len(crcs), np.uint32)

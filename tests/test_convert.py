@@ -218,3 +218,34 @@ def test_an_interrupted_conversion_leaves_nothing_that_opens(tmp_path, seed, sig
     if not visible:  # nothing was published: converting again works
         ofindex.convert(str(src), dst, shard_records=100)
         assert _what_opens(dst, n) == n
+
+
+def test_prefetched_batches_keep_order_raise_errors_and_stop():
+    import threading
+
+    from ofindex.convert.prefetch import Prefetched
+
+    closed = threading.Event()
+
+    def source(n, fail_at=None):
+        try:
+            for k in range(n):
+                if k == fail_at:
+                    raise OSError(f"batch {k} unreadable")
+                yield k
+        finally:
+            closed.set()
+
+    with Prefetched(source(50)) as batches:
+        assert list(batches) == list(range(50))
+        assert next(batches, "end") == "end"
+    assert closed.wait(5)
+    closed.clear()
+    with pytest.raises(OSError, match="batch 3 unreadable"), Prefetched(source(9, 3)) as b:
+        list(b)
+    assert closed.wait(5)
+    closed.clear()
+    before = threading.active_count()
+    with Prefetched(source(10**9)) as batches:  # left early: the helper stops and closes
+        assert next(batches) == 0
+    assert closed.wait(5) and threading.active_count() == before

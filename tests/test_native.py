@@ -310,9 +310,9 @@ def test_lists_changed_by_python_code_during_a_call_are_not_read(tmp_path):
 # --- the batch encoder (csrc/encode.c) against its pure-Python twin ---------------------------
 
 def _planned_column(draw, rows: int):
-    from ofindex.encode.framed import ENTRIES, ONE_BYTES, PACKED, VARINT, PlannedColumn
+    from ofindex.encode.framed import ENTRIES, ONE_BYTES, PACKED, SPANS, VARINT, PlannedColumn
 
-    mode = draw(st.sampled_from([PACKED, VARINT, ONE_BYTES, ENTRIES]))
+    mode = draw(st.sampled_from([PACKED, VARINT, ONE_BYTES, ENTRIES, SPANS]))
     key = draw(st.binary(min_size=0, max_size=200))  # long names: two-byte length varints
     field = draw(st.integers(1, 15))
     if mode == PACKED:
@@ -324,6 +324,11 @@ def _planned_column(draw, rows: int):
         values = draw(st.lists(st.integers(-(2**63), 2**63 - 1), min_size=rows * count,
                                max_size=rows * count))
         data = np.array(values, np.int64).reshape(rows, count)
+    elif mode == SPANS:  # an Arrow binary column's offsets and data, after some leading bytes
+        values = draw(st.lists(st.binary(max_size=300), min_size=rows, max_size=rows))
+        lead = draw(st.integers(0, 5))
+        bounds = np.cumsum([lead, *map(len, values)]).astype(np.int64)
+        data = (bounds, b"x" * lead + b"".join(values) + b"tail")
     else:
         data = draw(st.lists(st.binary(max_size=300), min_size=rows, max_size=rows))
     return PlannedColumn(key, field, mode, data)

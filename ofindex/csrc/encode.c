@@ -17,7 +17,8 @@ enum {
     MODE_PACKED = 0,  /* a packed list of fixed-size numbers: each row's bytes as they are */
     MODE_VARINT = 1,  /* a packed list of varints: int64 values (negative: ten bytes) */
     MODE_BYTES = 2,   /* a bytes list holding one value: each row's bytes object */
-    MODE_ENTRIES = 3  /* the whole map entry made in Python (b"": the feature is absent) */
+    MODE_ENTRIES = 3, /* the whole map entry made in Python (b"": the feature is absent) */
+    MODE_SPANS = 4    /* a bytes list of one value: spans of one buffer (Arrow binary) */
 };
 
 typedef struct {
@@ -27,6 +28,8 @@ typedef struct {
     Py_buffer view;             /* PACKED: uint8 (rows, width); VARINT: int64 (rows, count) */
     int held;                   /* view acquired */
     Py_ssize_t per_row;         /* PACKED: bytes per row; VARINT: values per row */
+    Py_buffer values;           /* SPANS: the bytes the spans cut (view: their int64 bounds) */
+    int held_values;
     PyObject *items;            /* BYTES, ENTRIES: a new reference to the list of bytes */
     PyObject *slice;            /* ... the rows written, held while the GIL is released */
     const unsigned char **ptrs; /* ... and their bytes and sizes */
@@ -80,6 +83,10 @@ static Py_ssize_t value_size(const Column *c, Py_ssize_t r, Py_ssize_t k, int sl
             n += varint_size((uint64_t)load_i64(row + 8 * j));
         return n;
     }
+    if (c->mode == MODE_SPANS) {
+        const int64_t *at = (const int64_t *)c->view.buf;
+        return (Py_ssize_t)(at[r + 1] - at[r]);  /* checked by check_spans */
+    }
     if (sliced)
         return c->lens[k];
     return PyBytes_GET_SIZE(PyList_GET_ITEM(c->items, r));
@@ -90,7 +97,8 @@ static Py_ssize_t value_size(const Column *c, Py_ssize_t r, Py_ssize_t k, int sl
 static Py_ssize_t entry_size(const Column *c, Py_ssize_t v) {
     if (c->mode == MODE_ENTRIES)
         return v;
-    Py_ssize_t list = (v || c->mode == MODE_BYTES) ? 1 + varint_size((uint64_t)v) + v : 0;
+    int one = c->mode == MODE_BYTES || c->mode == MODE_SPANS;
+    Py_ssize_t list = (v || one) ? 1 + varint_size((uint64_t)v) + v : 0;
     Py_ssize_t feature = 1 + varint_size((uint64_t)list) + list;
     Py_ssize_t klen = PyBytes_GET_SIZE(c->key);
     Py_ssize_t entry = 1 + varint_size((uint64_t)klen) + klen + 1 +
@@ -116,7 +124,8 @@ static unsigned char *put_entry(unsigned char *p, const Column *c, Py_ssize_t r,
         memcpy(p, c->ptrs[k], (size_t)v);
         return p + v;
     }
-    Py_ssize_t list = (v || c->mode == MODE_BYTES) ? 1 + varint_size((uint64_t)v) + v : 0;
+    int one = c->mode == MODE_BYTES || c->mode == MODE_SPANS;
+    Py_ssize_t list = (v || one) ? 1 + varint_size((uint64_t)v) + v : 0;
     Py_ssize_t feature = 1 + varint_size((uint64_t)list) + list;
     Py_ssize_t klen = PyBytes_GET_SIZE(c->key);
     Py_ssize_t entry = 1 + varint_size((uint64_t)klen) + klen + 1 +
@@ -141,6 +150,11 @@ static unsigned char *put_entry(unsigned char *p, const Column *c, Py_ssize_t r,
     }
     if (c->mode == MODE_BYTES) {
         memcpy(p, c->ptrs[k], (size_t)v);
+        return p + v;
+    }
+    if (c->mode == MODE_SPANS) {
+        const int64_t *at = (const int64_t *)c->view.buf;
+        memcpy(p, (const unsigned char *)c->values.buf + at[r], (size_t)v);
         return p + v;
     }
     const unsigned char *row = (const unsigned char *)c->view.buf + r * c->per_row * 8;
@@ -169,6 +183,8 @@ static void release_plan(Plan *pl) {
         Column *c = &pl->cols[j];
         if (c->held)
             PyBuffer_Release(&c->view);
+        if (c->held_values)
+            PyBuffer_Release(&c->values);
         Py_XDECREF(c->key);
         Py_XDECREF(c->items);
         Py_XDECREF(c->slice);
@@ -176,6 +192,39 @@ static void release_plan(Plan *pl) {
         PyMem_Free(c->lens);
     }
     PyMem_Free(pl->cols);
+}
+
+/* A SPANS column's data: (bounds, values), rows + 1 int64 bounds, each row's value
+ * values[bounds[r]:bounds[r + 1]]; every span checked inside values here. */
+static int get_spans_column(PyObject *data, Column *c, Py_ssize_t j, Py_ssize_t *rows) {
+    PyObject *bounds, *values;
+    if (!PyTuple_Check(data) || PyTuple_GET_SIZE(data) != 2) {
+        PyErr_Format(PyExc_TypeError, "column %zd: its data is (bounds, values)", j);
+        return -1;
+    }
+    bounds = PyTuple_GET_ITEM(data, 0);
+    values = PyTuple_GET_ITEM(data, 1);
+    if (get_i64(bounds, &c->view, "bounds") < 0)
+        return -1;
+    c->held = 1;
+    if (PyObject_GetBuffer(values, &c->values, PyBUF_SIMPLE) < 0)
+        return -1;
+    c->held_values = 1;
+    const int64_t *at = (const int64_t *)c->view.buf;
+    Py_ssize_t n = c->view.shape[0];
+    if (n < 1) {
+        PyErr_Format(PyExc_ValueError, "column %zd: no bounds (rows + 1 of them)", j);
+        return -1;
+    }
+    for (Py_ssize_t r = 0; r < n; r++) {
+        if (at[r] < 0 || at[r] > (int64_t)c->values.len || (r && at[r] < at[r - 1])) {
+            PyErr_Format(PyExc_ValueError, "column %zd: bound %zd (%lld) outside the values "
+                         "or before the previous one", j, r, (long long)at[r]);
+            return -1;
+        }
+    }
+    *rows = n - 1;
+    return 0;
 }
 
 /* Column j of the plan from its (key, field, mode, data) tuple; its rows into *rows. */
@@ -191,7 +240,7 @@ static int get_column(PyObject *spec, Column *c, Py_ssize_t j, Py_ssize_t *rows)
         }
         return -1;
     }
-    if (field < 1 || field > 15 || mode < MODE_PACKED || mode > MODE_ENTRIES) {
+    if (field < 1 || field > 15 || mode < MODE_PACKED || mode > MODE_SPANS) {
         PyErr_Format(PyExc_ValueError, "column %zd: field %d or mode %d out of range", j,
                      field, mode);
         return -1;
@@ -210,6 +259,8 @@ static int get_column(PyObject *spec, Column *c, Py_ssize_t j, Py_ssize_t *rows)
         *rows = PyList_GET_SIZE(data);
         return 0;
     }
+    if (mode == MODE_SPANS)
+        return get_spans_column(data, c, j, rows);
     if (PyObject_GetBuffer(data, &c->view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
         return -1;
     c->held = 1;

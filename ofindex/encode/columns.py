@@ -21,12 +21,13 @@ from typing import Any
 import numpy as np
 
 from ofindex.decode.spec import FixedLen, Ragged, Spec
-from ofindex.encode.arrow import arrow_columns
+from ofindex.encode.arrow import BinaryColumn, arrow_columns
 from ofindex.encode.framed import (
     ENTRIES,
     NO_FRAMING,
     ONE_BYTES,
     PACKED,
+    SPANS,
     VARINT,
     BatchPlan,
     PlannedColumn,
@@ -132,6 +133,8 @@ def _first_bad_record(name: str, column: np.ndarray, rules: FeatureRules, first:
 def _plan_column(name: str, column: Any, rules: FeatureRules, fields: dict[str, int],
                  batch: int, first: int) -> PlannedColumn:
     key = name_bytes(name, None)
+    if isinstance(column, BinaryColumn) and _bytes_allowed(rules, name):
+        return PlannedColumn(key, fields[BYTES], SPANS, (column.bounds, column.values))
     if isinstance(column, Ragged):
         column = [column[k] for k in range(len(column))]
     if isinstance(column, (list, tuple)) and column and all(

@@ -28,9 +28,10 @@ from ofindex.formats.crc import masked_crc32c
 
 #: How a column's values become each record's map entry (csrc/encode.c has the same modes):
 #: a packed list of fixed-size numbers (each row's bytes as they are), a packed list of
-#: varints (int64 values), a bytes list of one value (each row's bytes object), or the
-#: whole map entry made beforehand (``b""``: the feature is absent from that record).
-PACKED, VARINT, ONE_BYTES, ENTRIES = 0, 1, 2, 3
+#: varints (int64 values), a bytes list of one value (each row's bytes object), the whole
+#: map entry made beforehand (``b""``: the feature is absent from that record), or a bytes
+#: list of one value cut from one buffer (an Arrow binary or string column, not copied).
+PACKED, VARINT, ONE_BYTES, ENTRIES, SPANS = 0, 1, 2, 3, 4
 #: ``(header, footer)`` bytes around each payload: TFRecord, OFRecord, none.
 TFRECORD_FRAMING, OFRECORD_FRAMING, NO_FRAMING = (12, 4), (8, 0), (0, 0)
 
@@ -44,13 +45,22 @@ class PlannedColumn:
         field: The field of its value list in a ``Feature`` (which list it is).
         mode: :data:`PACKED`, :data:`VARINT`, :data:`ONE_BYTES` or :data:`ENTRIES`.
         data: ``PACKED``: a C-contiguous ``(rows, width)`` uint8 array; ``VARINT``: a
-            C-contiguous ``(rows, count)`` int64 array; otherwise a list of ``bytes``.
+            C-contiguous ``(rows, count)`` int64 array; ``SPANS``: ``(bounds, values)``,
+            ``rows + 1`` int64 bounds and a buffer, row ``r`` being
+            ``values[bounds[r]:bounds[r + 1]]``; otherwise a list of ``bytes``.
     """
 
     key: bytes
     field: int
     mode: int
-    data: np.ndarray | list[bytes]
+    data: np.ndarray | list[bytes] | tuple[np.ndarray, Any]
+
+    @property
+    def rows(self) -> int:
+        """Rows of the column."""
+        if self.mode == SPANS:
+            return len(self.data[0]) - 1
+        return len(self.data)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,7 +77,7 @@ class BatchPlan:
     rows: int
     wrap: bool
 
-    def as_tuples(self) -> tuple[tuple[bytes, int, int, np.ndarray | list[bytes]], ...]:
+    def as_tuples(self) -> tuple[tuple[bytes, int, int, Any], ...]:
         """The columns as the compiled encoder takes them."""
         return tuple((c.key, c.field, c.mode, c.data) for c in self.columns)
 
@@ -83,6 +93,10 @@ def entry_prefix(key: bytes, field: int, size: int, one_value: bool) -> bytes:
 
 def _row_entry(column: PlannedColumn, row: int) -> bytes:
     data: Any = column.data
+    if column.mode == SPANS:
+        bounds, values = data
+        value = bytes(memoryview(values)[int(bounds[row]):int(bounds[row + 1])])
+        return entry_prefix(column.key, column.field, len(value), True) + value
     if column.mode == ENTRIES or column.mode == ONE_BYTES:
         value = data[row]
         if not isinstance(value, bytes):
@@ -113,7 +127,14 @@ def _check_block_args(plan: BatchPlan, start: int, stop: int, framing: tuple[int
     """The compiled ``encode``'s checks of its arguments, in its order."""
     if framing not in (TFRECORD_FRAMING, OFRECORD_FRAMING, NO_FRAMING):
         raise ValueError("framing is (12, 4), (8, 0) or (0, 0)")
-    counts = {len(c.data) for c in plan.columns}
+    for column in plan.columns:
+        if column.mode == SPANS:
+            bounds = np.asarray(column.data[0])
+            size = memoryview(column.data[1]).nbytes
+            if len(bounds) < 1 or bool((bounds < 0).any() | (bounds > size).any()
+                                       | (np.diff(bounds) < 0).any()):
+                raise ValueError("a column's bounds lie outside its values or go backwards")
+    counts = {c.rows for c in plan.columns}
     if len(counts) > 1:
         raise ValueError("columns of different row counts")
     if not counts:
