@@ -97,6 +97,44 @@ def test_tf_data_reads_every_shard(tmp_path, compression):
     assert [decode_example(r)["label"].item() for r in ds[:]] == list(range(60))
 
 
+@pytest.mark.parametrize("compression", [None, "gzip", "zlib"])
+def test_tf_data_parses_columns_with_the_inferred_spec(tmp_path, compression):
+    """Columns of every type written by the compiled batch encoder: tf.data reads every
+    shard, and tf.io.parse_example with the feature_description inferred by ofindex.schema
+    gives the columns back."""
+    tf = pytest.importorskip("tensorflow")
+    from ofindex.schema import infer_spec, to_tf
+
+    rng = np.random.default_rng(11)
+    n = 90
+    edges = np.array([0, 1, -1, 127, 128, 2**31, -(2**31) - 1, 2**63 - 1, -(2**63)], np.int64)
+    columns = {"image": rng.standard_normal((n, 3, 2)).astype(np.float32),
+               "double": rng.standard_normal((n, 2)),          # float64: float_list
+               "ids": np.tile(edges, (n, 1)), "small": rng.integers(0, 9, (n, 3)).astype(
+                   np.uint8), "flag": rng.integers(0, 2, n).astype(bool),
+               "jpeg": [rng.bytes(int(k)) for k in rng.integers(0, 300, n)],
+               "name": [f"ñame-{k}" for k in range(n)], "empty": np.zeros((n, 0), np.float32)}
+    with ShardedWriter(tmp_path / "t", shard_records=40, compression=compression) as w:
+        w.write_columns(columns)
+    assert len(w.summary.files) == 3
+    schema = infer_spec(ofindex.open(str(tmp_path / "t")), sample=n)
+    space: dict = {}
+    exec(to_tf(schema), space)
+    data = tf.data.TFRecordDataset(w.summary.files, compression_type={
+        None: "", "gzip": "GZIP", "zlib": "ZLIB"}[compression])
+    parsed = tf.io.parse_example(tf.stack(list(data)), space["feature_description"])
+    # a record holds values, not shapes: the inferred spec has 6 values where we wrote (3, 2)
+    np.testing.assert_array_equal(parsed["image"].numpy(), columns["image"].reshape(n, 6))
+    np.testing.assert_array_equal(parsed["double"].numpy(),
+                                  columns["double"].astype(np.float32))
+    assert parsed["ids"].numpy().tolist() == columns["ids"].tolist()
+    assert parsed["small"].numpy().tolist() == columns["small"].tolist()
+    assert parsed["flag"].numpy().tolist() == columns["flag"].astype(int).tolist()
+    assert parsed["jpeg"].numpy().tolist() == columns["jpeg"]
+    assert [v.decode() for v in parsed["name"].numpy().tolist()] == columns["name"]
+    assert "empty" not in space["feature_description"] or parsed["empty"].shape[-1] == 0
+
+
 def test_ofrecord_shards_are_oneflow_framed_and_parse_with_protobuf(tmp_path):
     with ShardedWriter(tmp_path / "of", "ofrecord", shard_records=4) as w:
         for k in range(10):
