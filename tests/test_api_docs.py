@@ -11,10 +11,14 @@ import pytest
 
 import ofindex
 import ofindex.decode
+import ofindex.encode
 import ofindex.integrations.torch
+import ofindex.schema
 import ofindex.shuffle
+import ofindex.write
 
-MODULES = [ofindex, ofindex.decode, ofindex.shuffle, ofindex.integrations.torch]
+MODULES = [ofindex, ofindex.decode, ofindex.encode, ofindex.write, ofindex.schema,
+           ofindex.shuffle, ofindex.integrations.torch]
 #: Methods documented even though they start with an underscore.
 DUNDERS = {"__getitem__", "__getitems__", "__iter__", "__len__", "__call__"}
 

@@ -12,8 +12,6 @@ records themselves are then written by :func:`ofindex.encode.framed.encode_block
 for each row on its own.
 """
 
-from __future__ import annotations
-
 import math
 from collections.abc import Mapping
 from typing import Any

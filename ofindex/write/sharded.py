@@ -90,9 +90,14 @@ class _Staged:
 class ShardStream:
     """One sequence of shards of a :class:`ShardedWriter` (made by
     :meth:`ShardedWriter.stream`): write to several streams from several threads to write a
-    dataset in parallel. Its methods are those of the writer."""
+    dataset in parallel. Its methods are those of the writer.
 
-    def __init__(self, owner: "ShardedWriter", number: int) -> None:
+    Args:
+        owner: The writer whose dataset the shards belong to.
+        number: The stream's place: its shards follow those of the streams before it.
+    """
+
+    def __init__(self, owner: "ShardedWriter", number: int) -> None:  # (see the module's end)
         self._owner = owner
         self._number = number
         self._writer: Writer | None = None
@@ -155,7 +160,17 @@ class ShardStream:
         self.records += 1
 
     def write_many(self, records: Iterable[Any]) -> int:
-        """Write many records (as :meth:`write`); returns how many."""
+        """Write many records (as :meth:`write`).
+
+        Args:
+            records: Payloads, messages or feature mappings.
+
+        Returns:
+            How many records were written.
+
+        Raises:
+            EncodeError: Features that cannot be encoded.
+        """
         n = 0
         for record in records:
             self.write(record)
@@ -164,11 +179,17 @@ class ShardStream:
 
     def write_columns(self, columns: Mapping[str, Any] | Any) -> int:
         """Encode a batch of columns at once (see :func:`ofindex.encode.encode_columns`) and
-        write its records; returns how many.
+        write its records.
 
         The records are encoded straight into their framing, a block at a time
         (:func:`ofindex.encode.framed.encode_block`), and each block is written in one call:
         no object per record.
+
+        Args:
+            columns: ``{name: column}`` (one entry per record) or an Arrow table.
+
+        Returns:
+            How many records were written.
 
         Raises:
             EncodeError: A column or value that cannot be encoded.
@@ -471,3 +492,8 @@ def _check_pattern(pattern: str) -> None:
     if first == second or "/" in first or not is_data_file_name(first):
         raise ValueError(f"pattern {pattern!r} must name each shard differently (use "
                          "{shard}), inside the directory, as a data file name")
+
+
+# the two classes name each other: the stream's annotation is resolved once both exist (so
+# help() and the API reference show the class, not a string)
+ShardStream.__init__.__annotations__["owner"] = ShardedWriter
