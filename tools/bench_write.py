@@ -253,12 +253,12 @@ def _read_alone(path: str) -> None:
         pass
 
 
-def parquet_rounds(cols: dict[str, np.ndarray], n: int, root: str,
-                   rounds: int) -> dict[str, Any]:
-    """``ofindex.convert`` of a Parquet file into 8 shards against pyarrow reading it alone,
-    alternated; the ratio (bound time / conversion time) within each round."""
+def parquet_rounds(kind: str, n: int, root: str, rounds: int) -> dict[str, Any]:
+    """``ofindex.convert`` of a Parquet file of the workload's columns into 8 shards against
+    pyarrow reading it alone, alternated; the ratio (bound time / conversion time) within
+    each round."""
     path = os.path.join(root, "src.parquet")
-    size = _parquet_file(cols, path)
+    size = _parquet_file(columns(kind, n), path)  # the columns are freed once it is written
     _read_alone(path)  # both sides start with the file in the page cache
     bound, ours = [], []
     for r in range(rounds):
@@ -372,7 +372,7 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             entry = write_rounds(kind, n, root, ns.rounds)
             if not ns.no_parquet:
-                entry["parquet"] = p = parquet_rounds(columns(kind, n), n, root, ns.rounds)
+                entry["parquet"] = p = parquet_rounds(kind, n, root, ns.rounds)
                 print(f"{kind:9} parquet convert {p['convert_records_per_s']['median']:,.0f} "
                       f"records/s, {p['convert_mb_per_s']['median']:,.0f} MB/s; pyarrow alone "
                       f"{p['pyarrow_mb_per_s']['median']:,.0f} MB/s; "
