@@ -92,18 +92,30 @@ static Py_ssize_t value_size(const Column *c, Py_ssize_t r, Py_ssize_t k, int sl
     return PyBytes_GET_SIZE(PyList_GET_ITEM(c->items, r));
 }
 
-/* Bytes of the map entry holding v bytes of values (sizes are bounded by the buffers they
- * come from, far below PY_SSIZE_T_MAX / 2: no sum here can wrap). */
+/* The nested sizes of a map entry holding v bytes of values: its value list (0: no list,
+ * an empty packed list), the Feature, and the entry's own content. Sizes are bounded by the
+ * buffers they come from, far below PY_SSIZE_T_MAX / 2: no sum here can wrap. */
+typedef struct {
+    Py_ssize_t list, feature, entry;
+} EntrySizes;
+
+static EntrySizes entry_sizes(const Column *c, Py_ssize_t v) {
+    EntrySizes e;
+    int one = c->mode == MODE_BYTES || c->mode == MODE_SPANS;
+    Py_ssize_t klen = PyBytes_GET_SIZE(c->key);
+    e.list = (v || one) ? 1 + varint_size((uint64_t)v) + v : 0;
+    e.feature = 1 + varint_size((uint64_t)e.list) + e.list;
+    e.entry = 1 + varint_size((uint64_t)klen) + klen + 1 + varint_size((uint64_t)e.feature) +
+              e.feature;
+    return e;
+}
+
+/* Bytes of the map entry holding v bytes of values. */
 static Py_ssize_t entry_size(const Column *c, Py_ssize_t v) {
     if (c->mode == MODE_ENTRIES)
         return v;
-    int one = c->mode == MODE_BYTES || c->mode == MODE_SPANS;
-    Py_ssize_t list = (v || one) ? 1 + varint_size((uint64_t)v) + v : 0;
-    Py_ssize_t feature = 1 + varint_size((uint64_t)list) + list;
-    Py_ssize_t klen = PyBytes_GET_SIZE(c->key);
-    Py_ssize_t entry = 1 + varint_size((uint64_t)klen) + klen + 1 +
-                       varint_size((uint64_t)feature) + feature;
-    return 1 + varint_size((uint64_t)entry) + entry;
+    EntrySizes e = entry_sizes(c, v);
+    return 1 + varint_size((uint64_t)e.entry) + e.entry;
 }
 
 /* The map entries' bytes of row r (without Features around them). */
@@ -124,23 +136,19 @@ static unsigned char *put_entry(unsigned char *p, const Column *c, Py_ssize_t r,
         memcpy(p, c->ptrs[k], (size_t)v);
         return p + v;
     }
-    int one = c->mode == MODE_BYTES || c->mode == MODE_SPANS;
-    Py_ssize_t list = (v || one) ? 1 + varint_size((uint64_t)v) + v : 0;
-    Py_ssize_t feature = 1 + varint_size((uint64_t)list) + list;
+    EntrySizes e = entry_sizes(c, v);
     Py_ssize_t klen = PyBytes_GET_SIZE(c->key);
-    Py_ssize_t entry = 1 + varint_size((uint64_t)klen) + klen + 1 +
-                       varint_size((uint64_t)feature) + feature;
     *p++ = 0x0a;
-    p = put_varint(p, (uint64_t)entry);
+    p = put_varint(p, (uint64_t)e.entry);
     *p++ = 0x0a;
     p = put_varint(p, (uint64_t)klen);
     memcpy(p, PyBytes_AS_STRING(c->key), (size_t)klen);
     p += klen;
     *p++ = 0x12;
-    p = put_varint(p, (uint64_t)feature);
+    p = put_varint(p, (uint64_t)e.feature);
     *p++ = c->tag;
-    p = put_varint(p, (uint64_t)list);
-    if (list) {
+    p = put_varint(p, (uint64_t)e.list);
+    if (e.list) {
         *p++ = 0x0a;
         p = put_varint(p, (uint64_t)v);
     }
@@ -389,26 +397,6 @@ static void hw_payload_crcs(const unsigned char *base, const int64_t *at, const 
         crc[k] = hw_crc32c(base + at[k] + header, (size_t)(sz[k] - header - footer));
 }
 
-/* crc32c(buf[0:n]) through the package's function (no CRC instruction); -1 on error. */
-static int call_crc(PyObject *fn, const unsigned char *p, Py_ssize_t n, uint32_t *out) {
-    PyObject *view = PyMemoryView_FromMemory((char *)p, n, PyBUF_READ);
-    if (view == NULL)
-        return -1;
-    PyObject *r = PyObject_CallOneArg(fn, view);
-    Py_DECREF(view);
-    if (r == NULL)
-        return -1;
-    unsigned long long v = PyLong_Check(r) ? PyLong_AsUnsignedLongLong(r) : ~0ULL;
-    Py_DECREF(r);
-    if (v > 0xffffffffULL) {
-        PyErr_Clear();
-        PyErr_SetString(PyExc_ValueError, "crc32c did not return a 32-bit CRC");
-        return -1;
-    }
-    *out = (uint32_t)v;
-    return 0;
-}
-
 /* The CRCs the framing holds, and the payloads' CRC32Cs into crc (when not NULL). */
 static int put_crcs(const Plan *pl, unsigned char *base, const int64_t *at, const int64_t *sz,
                     Py_ssize_t n, uint32_t *crc, PyObject *crc_fn) {
@@ -431,10 +419,10 @@ static int put_crcs(const Plan *pl, unsigned char *base, const int64_t *at, cons
     for (Py_ssize_t k = 0; k < n; k++) {
         unsigned char *p = base + at[k];
         uint32_t length_crc;
-        if (call_crc(crc_fn, p + pl->header, sz[k] - pl->header - pl->footer, &crc[k]) < 0)
+        if (package_crc_of(crc_fn, p + pl->header, sz[k] - pl->header - pl->footer, &crc[k]) < 0)
             return -1;
         if (tf) {
-            if (call_crc(crc_fn, p, 8, &length_crc) < 0)
+            if (package_crc_of(crc_fn, p, 8, &length_crc) < 0)
                 return -1;
             put_le(p + 8, hw_mask(length_crc), 4);
             put_le(p + sz[k] - 4, hw_mask(crc[k]), 4);

@@ -39,6 +39,11 @@ int get_i64_out(PyObject *obj, Py_buffer *view, const char *what);
  * (ValueError otherwise); on failure nothing stays acquired and -1 is returned. */
 int get_spans(PyObject *buf_obj, PyObject *starts_obj, PyObject *ends_obj, Py_buffer *buf,
               Py_buffer *sv, Py_buffer *ev);
+/* The CRC32C of `data` (any bytes-like) by the crc32c package's function `crc_fn`, into *out;
+ * -1 with an exception set, also when it does not return a 32-bit int (records.c). */
+int package_crc(PyObject *crc_fn, PyObject *data, uint32_t *out);
+/* The same of the n bytes at p (through a read-only memoryview of them). */
+int package_crc_of(PyObject *crc_fn, const unsigned char *p, Py_ssize_t n, uint32_t *out);
 /* A u64 vector (a sidecar's offsets block; records.c). */
 int get_u64(PyObject *obj, Py_buffer *view);
 /* The span [*start, *end) of record i from a sidecar's offsets ov whose last record ends at
