@@ -153,6 +153,9 @@ def run_mds(cols: dict[str, np.ndarray], n: int, out: str) -> None:
 CONTENDERS = {"ofindex": run_ofindex, "tf_tutorial": run_tf_tutorial, "vahidk": run_vahidk,
               "mds": run_mds}
 PEERS = ("tf_tutorial", "vahidk", "mds")
+#: The peers that build each record in Python: their time per record does not depend on how
+#: many they write, so ``--peer-records`` may cap them on a busy machine.
+SLOW_PEERS = ("tf_tutorial", "vahidk")
 _IMPORTS = {"ofindex": "ofindex", "tf_tutorial": "tensorflow", "vahidk": "tfrecord",
             "mds": None}
 
@@ -171,13 +174,14 @@ def available(name: str) -> str | None:
     return None
 
 
-def one_run(name: str, kind: str, n: int, root: str) -> float | str:
-    """Seconds of one write by contender ``name`` in a fresh process (the columns are made
-    there, untimed), or why it failed."""
+def one_run(name: str, kind: str, n: int, root: str, records: int) -> float | str:
+    """Seconds of one write of the first ``records`` of the workload's ``n`` records by
+    contender ``name`` in a fresh process (the columns are made there, untimed), or why it
+    failed."""
     out = os.path.join(root, f"{kind}-{name}")
     done = subprocess.run([sys.executable, os.path.abspath(__file__), "--contender", name,
-                           "--kind", kind, "--n", str(n), "--dir", out],
-                          capture_output=True, text=True)
+                           "--kind", kind, "--n", str(n), "--records", str(records), "--dir",
+                           out], capture_output=True, text=True)
     shutil.rmtree(out, ignore_errors=True)
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     if done.returncode or not lines:
@@ -191,9 +195,14 @@ def spread(values: list[float]) -> dict[str, float]:
     return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
 
-def write_rounds(kind: str, n: int, root: str, rounds: int) -> dict[str, Any]:
-    """Every contender ``rounds`` times, interleaved; ratios taken within each round."""
+def write_rounds(kind: str, n: int, root: str, rounds: int,
+                 peer_records: int | None = None) -> dict[str, Any]:
+    """Every contender ``rounds`` times, interleaved; ratios (of the time per record) taken
+    within each round. ``peer_records``: the peers that write record by record in Python
+    (TensorFlow's tutorial path, vahidk) write only the first that many records."""
     names = [c for c in CONTENDERS if available(c) is None]
+    counts = {c: min(n, peer_records) if peer_records and c in SLOW_PEERS else n
+              for c in CONTENDERS}
     entry: dict[str, Any] = {"records": n, "contenders": {}, "ratios": {}}
     for name in CONTENDERS:
         why = available(name)
@@ -204,7 +213,7 @@ def write_rounds(kind: str, n: int, root: str, rounds: int) -> dict[str, Any]:
     for r in range(rounds):
         order = names[r % len(names):] + names[:r % len(names)]
         for name in order:
-            got = one_run(name, kind, n, root)
+            got = one_run(name, kind, n, root, counts[name])
             if isinstance(got, str):
                 entry["contenders"][name] = {"unavailable": got}
                 print(f"{kind:9} {name:12} {got}", flush=True)
@@ -213,14 +222,16 @@ def write_rounds(kind: str, n: int, root: str, rounds: int) -> dict[str, Any]:
                 continue
             seconds[name].append(got)
             print(f"{kind:9} round {r + 1}/{rounds} {name:12} {got:8.2f} s "
-                  f"({n / got:,.0f} records/s)", flush=True)
+                  f"({counts[name] / got:,.0f} records/s, {counts[name]:,} records)",
+                  flush=True)
     for name, times in seconds.items():
-        entry["contenders"][name] = {"seconds": times,
-                                     "records_per_s": spread([n / t for t in times])}
+        entry["contenders"][name] = {"seconds": times, "records": counts[name],
+                                     "records_per_s": spread([counts[name] / t
+                                                              for t in times])}
     ours = seconds.get("ofindex")
     for peer in PEERS:
         if ours and peer in seconds and len(seconds[peer]) == len(ours):
-            entry["ratios"][peer] = spread([p / o for p, o in
+            entry["ratios"][peer] = spread([(p / counts[peer]) / (o / n) for p, o in
                                             zip(seconds[peer], ours, strict=True)])
             s = entry["ratios"][peer]
             print(f"{kind:9} ofindex vs {peer}: {s['median']:.2f}x "
@@ -338,25 +349,30 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", choices=["mnist", "imagenet"], help="one workload")
     ap.add_argument("--no-parquet", action="store_true", help="skip the Parquet conversions")
     ap.add_argument("--dir", help="where to write (default: a temporary directory)")
+    ap.add_argument("--peer-records", type=int,
+                    help="TensorFlow's tutorial path and vahidk write only the first N records "
+                         "of each workload (compared per record; default: all)")
     ap.add_argument("--no-schema", action="store_true",
                     help="skip `ofindex schema` on the 1e5-shard simulated store")
     ap.add_argument("--schema-child", help=argparse.SUPPRESS)
     ap.add_argument("--contender", help=argparse.SUPPRESS)
     ap.add_argument("--kind", help=argparse.SUPPRESS)
     ap.add_argument("--n", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--records", type=int, help=argparse.SUPPRESS)
     ns = parse_args(ap, argv, mnist_records=2000, imagenet_records=40, rounds=1)
     if ns.schema_child:
         records, shards = (int(v) for v in ns.schema_child.split(","))
         print(json.dumps(schema_child(records, shards)))
         return 0
     if ns.contender:
-        cols = columns(ns.kind, ns.n)
+        records = ns.records or ns.n
+        cols = {k: v[:records] for k, v in columns(ns.kind, ns.n).items()}
         if ns.contender == "mds":  # imports happen before the clock starts
             mds_writer()
         elif _IMPORTS[ns.contender]:
             importlib.import_module(str(_IMPORTS[ns.contender]))
         start = time.perf_counter()
-        CONTENDERS[ns.contender](cols, ns.n, ns.dir)
+        CONTENDERS[ns.contender](cols, records, ns.dir)
         print(json.dumps({"seconds": time.perf_counter() - start}))
         return 0
     root = tempfile.mkdtemp(prefix="bench-write-", dir=ns.dir)
@@ -364,13 +380,14 @@ def main(argv: list[str] | None = None) -> int:
         "config": {"python": platform.python_version(), "cpus": os.cpu_count(),
                    "shards": SHARDS, "batch": BATCH, "rounds": ns.rounds,
                    "load_before": os.getloadavg()[0], "directory": root,
+                   "peer_records": ns.peer_records,
                    "compiled": ofindex._accel.implementation()},
         "workloads": {}}
     try:
         for kind, n in (("mnist", ns.mnist_records), ("imagenet", ns.imagenet_records)):
             if ns.only and kind != ns.only:
                 continue
-            entry = write_rounds(kind, n, root, ns.rounds)
+            entry = write_rounds(kind, n, root, ns.rounds, ns.peer_records)
             if not ns.no_parquet:
                 entry["parquet"] = p = parquet_rounds(kind, n, root, ns.rounds)
                 print(f"{kind:9} parquet convert {p['convert_records_per_s']['median']:,.0f} "

@@ -290,8 +290,10 @@ class Report:
                     rows.append([name, r["unavailable"], ""])
                     continue
                 ratio = w["ratios"].get(name)
-                rows.append([name, span(*(r["records_per_s"][k] for k in ("median", "min",
-                                                                          "max"))),
+                part = (f" (first {r['records']:,})" if r.get("records", w["records"])
+                        != w["records"] else "")
+                rows.append([name + part, span(*(r["records_per_s"][k] for k in (
+                    "median", "min", "max"))),
                              span(ratio["median"], ratio["min"], ratio["max"]) + "×"
                              if ratio else ""])
             text.append(table(["writer", "records/s", "ofindex is … faster"], rows))
