@@ -234,6 +234,43 @@ def test_parallel_streams_one_dataset(tmp_path):
     assert len(ds.shards) == 4 * 3
 
 
+def test_a_stream_that_failed_midway_publishes_nothing(tmp_path, monkeypatch):
+    """A storage error in one stream's write (its thread's error swallowed by the caller)
+    leaves that stream's records incomplete: close() refuses to publish and removes every
+    stream's files."""
+    from ofindex.index.writer import Writer
+
+    real = Writer.write_framed
+    calls = []
+
+    def failing(self, *args):
+        calls.append(threading.current_thread().name)
+        if threading.current_thread().name == "second" and len(calls) > 2:
+            raise OSError(28, "No space left on device")
+        return real(self, *args)
+
+    monkeypatch.setattr(Writer, "write_framed", failing)
+    out = tmp_path / "f"
+    with pytest.raises(OfindexError, match=r"stream 2 failed while writing.*No space left"), \
+            ShardedWriter(out, shard_records=5, spec=SPEC) as w:
+        streams = [w.stream(), w.stream()]
+
+        def work(k):
+            try:
+                for part in range(4):
+                    streams[k].write_columns(_columns(10, start=100 * k + 10 * part))
+            except OSError:
+                pass  # swallowed: the writer must still notice
+
+        threads = [threading.Thread(target=work, args=(k,), name=name)
+                   for k, name in enumerate(("first", "second"))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert _left_behind(str(out)) == []
+
+
 def test_empty_dataset_is_one_empty_shard(tmp_path):
     with ShardedWriter(tmp_path / "e"):
         pass

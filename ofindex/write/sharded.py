@@ -13,12 +13,13 @@ leaves hidden files, which nothing opens. The destination must hold no data file
 is never written over another.
 """
 
+import contextlib
 import dataclasses
 import os
 import secrets
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from types import TracebackType
 from typing import Any
 
@@ -27,7 +28,7 @@ import numpy as np
 from ofindex.decode.spec import Spec
 from ofindex.encode.columns import plan_columns
 from ofindex.encode.encoder import Encoder
-from ofindex.encode.framed import OFRECORD_FRAMING, TFRECORD_FRAMING, encode_block
+from ofindex.encode.framed import OFRECORD_FRAMING, TFRECORD_FRAMING, BatchPlan, encode_block
 from ofindex.errors import DatasetExistsError, OfindexError
 from ofindex.formats.framing import RecordFormat
 from ofindex.formats.location import sidecar_location
@@ -106,6 +107,9 @@ class ShardStream:
         self.staged: list[_Staged] = []
         self.records = 0
         self.closed = False
+        #: What interrupted a write of this stream after it began writing (its shards are
+        #: incomplete then, and the writer publishes nothing).
+        self.failure: BaseException | None = None
         self._block = bytearray(BLOCK_BYTES)
 
     def _next_shard(self) -> Writer:
@@ -147,17 +151,28 @@ class ShardStream:
             record = owner.encoder(record, record=self.records)
         size = len(record) if isinstance(record, (bytes, bytearray, memoryview)) else 0
         framed = size + _FRAMING[owner.format]
-        writer = self._writer
-        if writer is not None and len(writer) and (
-                (owner.shard_records is not None and len(writer) >= owner.shard_records)
-                or (owner.shard_bytes is not None and self._bytes + framed > owner.shard_bytes)):
-            self._finish_shard()
-            writer = None
-        if writer is None:
-            writer = self._writer = self._next_shard()
-        writer.write(record)
-        self._bytes += framed
-        self.records += 1
+        with self._failure_noted():
+            writer = self._writer
+            if writer is not None and len(writer) and (
+                    (owner.shard_records is not None and len(writer) >= owner.shard_records)
+                    or (owner.shard_bytes is not None
+                        and self._bytes + framed > owner.shard_bytes)):
+                self._finish_shard()
+                writer = None
+            if writer is None:
+                writer = self._writer = self._next_shard()
+            writer.write(record)
+            self._bytes += framed
+            self.records += 1
+
+    @contextlib.contextmanager
+    def _failure_noted(self) -> Iterator[None]:
+        """Note what interrupts writing (records of this stream may then be missing)."""
+        try:
+            yield
+        except BaseException as exc:
+            self.failure = exc
+            raise
 
     def write_many(self, records: Iterable[Any]) -> int:
         """Write many records (as :meth:`write`).
@@ -196,6 +211,12 @@ class ShardStream:
         """
         owner = self._owner
         plan = plan_columns(columns, owner.spec, owner.kind, first_record=self.records)
+        with self._failure_noted():
+            self._write_plan(plan)
+        return plan.rows
+
+    def _write_plan(self, plan: BatchPlan) -> None:
+        owner = self._owner
         block = self._block
         sizes = np.empty(plan.rows, np.int64)
         crcs = np.empty(plan.rows, np.uint32)
@@ -222,7 +243,6 @@ class ShardStream:
             self._bytes += used
             self.records += rows
             start += rows
-        return plan.rows
 
     def _shard_full(self) -> bool:
         writer = self._writer
@@ -406,12 +426,20 @@ class ShardedWriter:
         Raises:
             DatasetExistsError: Data files appeared in the directory meanwhile (nothing of
                 this writer's is published then; its files are removed).
+            OfindexError: A stream failed while writing (an error of the storage, an
+                interrupt): its records are incomplete, and its files are removed.
         """
         if self.summary is not None:
             return self.summary
         try:
             for stream in self._streams:
                 stream.close()
+            failed = [(k, s.failure) for k, s in enumerate(self._streams) if s.failure]
+            if failed:
+                k, failure = failed[0]
+                raise OfindexError(f"{self.url}: stream {k} failed while writing ({failure!r}): "
+                                   "some of its records are missing, so nothing is published; "
+                                   "write the dataset again")
             staged = [s for stream in self._streams for s in stream.staged]
             if not staged:  # an empty dataset is one empty shard
                 stream = self._streams[0]
