@@ -315,6 +315,12 @@ def test_bucket(moto_server):
     ds = ofindex.open(url, storage_options=options)
     assert ds[:] == [b"rec %d" % i for i in range(12)]
     assert ds[[11, 0]] == [b"rec 11", b"rec 0"]
+    # columns: blocks encoded into one reused buffer, each handed to the bucket's file
+    blobs = [bytes([k]) * (3 << 20) for k in range(4)]   # one 3 MiB record per block
+    with ShardedWriter(url + "-columns", shard_records=3, storage_options=options) as w:
+        w.write_columns({"blob": blobs, "k": np.arange(4)})
+    got = ofindex.open(url + "-columns", storage_options=options)[:]
+    assert [decode_example(r)["blob"][0] for r in got] == blobs
 
 
 def _outcome(directory, records):
