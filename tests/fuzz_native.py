@@ -894,10 +894,130 @@ def fuzz_preads(rng: random.Random, tmpdir: str) -> None:
         assert all(outs[k] == payload for k, payload in want[1].items()), args
 
 
+ENCODE_JUNK = [None, 1.5, "ab", b"xy", [], (), {}, np.zeros(3), np.zeros((2, 2), np.float64),
+               np.zeros((2, 3), np.int32), np.zeros((3, 2), np.uint8)[:, ::2]]
+
+
+def _encode_column(rng: random.Random, rows: int) -> tuple:
+    """A (key, field, mode, data) column: good, or with one part hostile."""
+    mode = rng.randrange(5)
+    key = rng.randbytes(rng.choice([0, 1, 5, 130]))
+    field = rng.randint(1, 15)
+    if mode == 0:
+        data = np.frombuffer(rng.randbytes(rows * 3), np.uint8).reshape(rows, 3).copy()
+    elif mode == 1:
+        data = np.array([rng.choice([0, 1, 127, 128, -1, 2**63 - 1, -(2**63)])
+                         for _ in range(rows * 2)], np.int64).reshape(rows, 2)
+    elif mode == 4:  # spans of one buffer: bounds maybe hostile (backwards, outside, huge)
+        values = [rng.randbytes(rng.choice([0, 1, 200])) for _ in range(rows)]
+        bounds = [0]
+        for v in values:
+            bounds.append(bounds[-1] + len(v))
+        if rng.random() < 0.1 and bounds:
+            bounds[rng.randrange(len(bounds))] = rng.choice(EDGES)
+        data = (np.array(bounds, np.int64), b"".join(values))
+    else:
+        data = [rng.randbytes(rng.choice([0, 1, 200])) for _ in range(rows)]
+    column = [key, field, mode, data]
+    if rng.random() < 0.05:
+        part = rng.randrange(4)
+        column[part] = (rng.choice(ENCODE_JUNK) if part in (0, 3) else
+                        rng.choice([-(2**70), -1, 0, 16, 99, 2**63, 2**70, "x"]))
+    elif rng.random() < 0.03 and isinstance(data, list) and data:
+        data[rng.randrange(len(data))] = rng.choice([None, "s", 3, bytearray(b"ab")])
+    elif rng.random() < 0.02:
+        column[3] = data[: max(0, rows - 1)]  # a column one row short
+    return tuple(column) if rng.random() < 0.97 else column
+
+
+def _encode_valid(columns, framing_, start, stop, limit, out, sizes, crcs) -> bool:
+    """Whether the compiled ``encode`` must accept these arguments (the twin's domain)."""
+    if not isinstance(columns, tuple) or not columns or framing_ not in ((12, 4), (8, 0), (0, 0)):
+        return False
+    rows = set()
+    for column in columns:
+        if not isinstance(column, tuple) or len(column) != 4:
+            return False
+        key, field, mode, data = column
+        if not (isinstance(key, bytes) and type(field) is int and 1 <= field <= 15 and
+                type(mode) is int and 0 <= mode <= 4):
+            return False
+        if mode == 4:
+            if not (isinstance(data, tuple) and len(data) == 2 and isinstance(data[0], np.ndarray)
+                    and data[0].dtype == np.int64 and data[0].ndim == 1 and len(data[0])
+                    and isinstance(data[1], bytes)):
+                return False
+            b = data[0].tolist()
+            if any(x < 0 or x > len(data[1]) for x in b) or b != sorted(b):
+                return False
+            rows.add(len(b) - 1)
+            continue
+        if mode in (2, 3):  # items that are not bytes: an error at the first row encoded
+            if not isinstance(data, list):
+                return False
+        elif not (isinstance(data, np.ndarray) and data.ndim == 2 and
+                  data.flags.c_contiguous and data.dtype == (np.uint8 if mode == 0 else
+                                                              np.int64)):
+            return False
+        rows.add(len(data))
+    return (len(rows) == 1 and 0 <= start <= stop <= rows.pop() and 0 <= limit < 2**63 and
+            len(sizes) >= stop - start and (crcs is None or len(crcs) >= stop - start))
+
+
+def fuzz_encode(rng: random.Random) -> None:
+    """``encode``: the batch encoder, with columns of every mode (some hostile: wrong types,
+    modes, fields, non-bytes items, short columns), rows and limits at the edges of int64,
+    outputs too small; what it accepts must equal its pure-Python twin's output."""
+    from ofindex.encode.framed import BatchPlan, PlannedColumn, encode_block_py
+
+    rows = rng.randint(0, 5)
+    columns: object = tuple(_encode_column(rng, rows)
+                            for _ in range(rng.choice([0, 1, 1, 2, 2, 3, 3, 1, 2, 3])))
+    if rng.random() < 0.03:
+        columns = list(columns)  # type: ignore[arg-type]
+    framing_ = rng.choice([(12, 4), (8, 0), (0, 0)]) if rng.random() < 0.9 else (
+        rng.choice(EDGES), rng.choice(EDGES))
+    start = rng.randint(0, rows) if rng.random() < 0.9 else rng.choice(EDGES)
+    stop = rng.randint(start, rows) if 0 <= start <= rows and rng.random() < 0.9 else \
+        rng.choice(EDGES)
+    limit = rng.choice([0, 10, 300, 5000, 2**40, 2**63 - 1]) if rng.random() < 0.95 else -1
+    out = bytearray(rng.choice([0, 50, 400, 5000, 5000]))
+    count = max(0, stop - start) if rng.random() < 0.9 else rng.randint(0, 3)
+    sizes = np.zeros(min(count, 64), np.int64)
+    crcs = None if rng.random() < 0.3 else np.zeros(min(count, 64), np.uint32)
+    if rng.random() < 0.03:
+        sizes = sizes.astype(np.int32)  # type: ignore[assignment]
+    wrap = rng.random() < 0.5
+    got = call(native.encode, columns, wrap, framing_[0], framing_[1], start, stop, limit,
+               out, sizes, crcs, crc32c.crc32c)
+    valid = (_encode_valid(columns, framing_, start, stop, limit, out, sizes, crcs)
+             and sizes.dtype == np.int64)
+    STATS["encode"]["refused" if isinstance(got, BaseException) else "ok"] += 1
+    if not valid:
+        assert isinstance(got, CLEAN), (got, columns, framing_, start, stop, limit)
+        return
+    first = PlannedColumn(*columns[0])
+    plan = BatchPlan(tuple(PlannedColumn(*c) for c in columns), first.rows, wrap)
+    out2 = bytearray(len(out))
+    sizes2 = np.zeros(len(sizes), np.int64)
+    crcs2 = None if crcs is None else np.zeros(len(crcs), np.uint32)
+    want = call(encode_block_py, plan, start, stop, framing_, limit, out2, sizes2, crcs2)
+    if isinstance(want, BaseException) or isinstance(got, BaseException):
+        assert type(got) is type(want), (got, want, columns)
+        return
+    n, used = got
+    assert got == want, (got, want)
+    if n:
+        assert out[:used] == out2[:used] and sizes[:n].tolist() == sizes2[:n].tolist()
+        assert crcs is None or crcs2 is None or crcs[:n].tolist() == crcs2[:n].tolist()
+        STATS["encode"]["records"] += 1
+
+
 TARGETS = {"cut": fuzz_cut, "gather": fuzz_gather_and_record, "types": fuzz_wrong_types,
            "layout": fuzz_layout, "walk": fuzz_walk, "blocks": fuzz_blocks,
            "slices": fuzz_slices_and_fill, "locate": fuzz_locate, "inflater": fuzz_inflater_marks,
-           "crcs": fuzz_crcs, "reader": fuzz_reader, "preads": fuzz_preads}
+           "crcs": fuzz_crcs, "reader": fuzz_reader, "preads": fuzz_preads,
+           "encode": fuzz_encode}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -12,14 +12,17 @@ from helpers import need
 
 import ofindex
 import ofindex.decode
+import ofindex.encode
 import ofindex.read.datacache
+import ofindex.schema
 import ofindex.shuffle
+import ofindex.write
 
 need("torch", "torch")
 import ofindex.integrations.torch  # noqa: E402
 
-MODULES = [ofindex, ofindex.decode, ofindex.shuffle, ofindex.integrations.torch,
-           ofindex.read.datacache]
+MODULES = [ofindex, ofindex.decode, ofindex.encode, ofindex.write, ofindex.schema,
+           ofindex.shuffle, ofindex.integrations.torch, ofindex.read.datacache]
 #: Methods documented even though they start with an underscore.
 DUNDERS = {"__getitem__", "__getitems__", "__iter__", "__len__", "__call__"}
 

@@ -22,7 +22,7 @@ ALLOWED = {
     "index": {"errors", "_accel", "_threads", "storage", "formats", "deflate"},
     "read": {"errors", "_accel", "_threads", "storage", "formats", "deflate"},
     "decode": {"errors", "_accel", "_threads", "proto"},
-    "encode": {"errors", "decode"},
+    "encode": {"errors", "_accel", "formats", "decode"},  # framed blocks: formats.crc
     "schema": {"errors", "decode", "proto", "read"},
     "convert": {"errors", "storage", "formats", "index", "read", "decode", "encode", "write",
                 "opening"},

@@ -133,7 +133,7 @@ RAY_BUILD = """
 import json, sys, ray
 import ofindex
 from ofindex.index.cluster import RayExecutor
-ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
 executor = RayExecutor()
 try:
     results = ofindex.build_index(sys.argv[1], executor=executor)

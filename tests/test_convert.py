@@ -153,3 +153,99 @@ def test_cli_schema_head_stats_convert(tmp_path, capsys):
     assert main(["convert", d, str(tmp_path / "c")]) == 1   # never over a dataset
     assert "already holds data files" in capsys.readouterr().err
     assert os.path.exists(tmp_path / "c")
+
+
+# --- an interrupted conversion leaves nothing that opens --------------------------------------
+
+def _parquet_ids(path, n):
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    table = pa.table({"i": np.arange(n), "pad": pa.FixedSizeListArray.from_arrays(
+        pa.array(np.zeros(n * 32, np.float32)), 32)})
+    pq.write_table(table, path, row_group_size=500)
+
+
+def _what_opens(directory, n):
+    """``None`` when nothing opens, else the record count of the whole dataset (a dataset
+    that opens must hold every record, in order)."""
+    from ofindex.errors import OfindexError
+
+    try:
+        ds = ofindex.open(str(directory))
+    except (OfindexError, FileNotFoundError):
+        return None
+    with ds:
+        ids = BatchDecoder({"i": FixedLen((), "int64")})(ds[:])["i"].tolist()
+    assert ids == list(range(n)), "a dataset that opens is the whole conversion"
+    return len(ids)
+
+
+@pytest.mark.parametrize("seed,signal_name", [(0, "SIGKILL"), (1, "SIGKILL"), (2, "SIGKILL"),
+                                              (3, "SIGKILL"), (4, "SIGKILL"), (5, "SIGINT"),
+                                              (6, "SIGINT")])
+def test_an_interrupted_conversion_leaves_nothing_that_opens(tmp_path, seed, signal_name):
+    """``ofindex convert`` killed (SIGKILL) or interrupted (Ctrl-C) at a seeded random point
+    after its first file appeared (writing 120 shards, publishing them): the destination
+    opens as the whole dataset or not at all, and a conversion run again into it after a
+    Ctrl-C, or a kill before publishing, gives the whole dataset."""
+    import random
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    n = 12000
+    src, dst = tmp_path / "src.parquet", tmp_path / "dst"
+    _parquet_ids(src, n)
+    delay = random.Random(seed).uniform(0.0, 1.5)
+    env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(__file__))}
+    with subprocess.Popen([sys.executable, "-m", "ofindex", "convert", str(src), str(dst),
+                           "--shard-records", "100", "--batch-size", "200", "--no-progress"],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env) as proc:
+        while proc.poll() is None and not (dst.exists() and os.listdir(dst)):
+            time.sleep(0.005)  # the delay counts from the first file written
+        time.sleep(delay)
+        proc.send_signal(getattr(signal, signal_name))
+        _, err = proc.communicate(timeout=120)
+    got = _what_opens(dst, n)
+    assert got in (None, n)
+    if got == n:  # finished before the signal (or was exiting when it came)
+        return
+    visible = [f for f in os.listdir(dst) if not f.startswith(".")] if dst.exists() else []
+    if signal_name == "SIGINT":
+        assert b"KeyboardInterrupt" in err or proc.returncode != 0
+        assert visible == [], visible  # Ctrl-C removes what was written
+    if not visible:  # nothing was published: converting again works
+        ofindex.convert(str(src), dst, shard_records=100)
+        assert _what_opens(dst, n) == n
+
+
+def test_prefetched_batches_keep_order_raise_errors_and_stop():
+    import threading
+
+    from ofindex.convert.prefetch import Prefetched
+
+    closed = threading.Event()
+
+    def source(n, fail_at=None):
+        try:
+            for k in range(n):
+                if k == fail_at:
+                    raise OSError(f"batch {k} unreadable")
+                yield k
+        finally:
+            closed.set()
+
+    with Prefetched(source(50)) as batches:
+        assert list(batches) == list(range(50))
+        assert next(batches, "end") == "end"
+    assert closed.wait(5)
+    closed.clear()
+    with pytest.raises(OSError, match="batch 3 unreadable"), Prefetched(source(9, 3)) as b:
+        list(b)
+    assert closed.wait(5)
+    closed.clear()
+    before = threading.active_count()
+    with Prefetched(source(10**9)) as batches:  # left early: the helper stops and closes
+        assert next(batches) == 0
+    assert closed.wait(5) and threading.active_count() == before

@@ -250,6 +250,22 @@ def test_batch_encoder_takes_arrow_tables():
     assert decoded[1]["l"].tolist() == [] and decoded[2]["fixed"].tolist() == [5, 6]
 
 
+def test_arrow_binary_and_string_columns_are_encoded_from_their_buffers():
+    """Binary and string columns (large ones too, sliced tables whose arrays start at an
+    offset, empty values) give the records their values give one by one."""
+    pa = pytest.importorskip("pyarrow")
+    n = 40
+    texts = [f"é{k}" * (k % 4) for k in range(n)]
+    blobs = [bytes(range(k % 9)) for k in range(n)]
+    table = pa.table({"t": pa.array(texts, pa.string()), "lt": pa.array(texts, pa.large_string()),
+                      "b": pa.array(blobs, pa.binary()), "lb": pa.array(blobs, pa.large_binary()),
+                      "i": pa.array(range(n), pa.int64())})
+    for part in (table, table.slice(7, 20), table.slice(39)):
+        rows = part.to_pylist()
+        assert encode_columns(part) == [encode_example(r) for r in rows]
+        assert encode_columns(part, kind="ofrecord") == [encode_ofrecord(r) for r in rows]
+
+
 def test_arrow_column_that_cannot_be_stored_is_named_before_encoding():
     pa = pytest.importorskip("pyarrow")
     table = pa.table({"ok": [1, 2], "nested": [{"a": 1}, {"a": 2}]})

@@ -254,12 +254,14 @@ def test_hostile_arguments_fuzz():
         tally.outcomes.update({f"{name}: {k}": v for k, v in outcomes.items()})
     assert stats["module"] == os.environ.get("OFINDEX_TEST_NATIVE_BUILD", stats["module"])
     assert all(stats["inputs"][t] >= min(FUZZ_EXAMPLES, 50) for t in
-               ("cut", "gather", "types", "layout", "walk", "blocks", "reader", "preads")), stats
+               ("cut", "gather", "types", "layout", "walk", "blocks", "reader", "preads",
+                "encode")), stats
     # the generator must reach every outcome, not only the argument checks
     assert stats["outcomes"]["cut"]["payloads"] and stats["outcomes"]["cut"]["refused"]
     assert stats["outcomes"]["gather"]["payloads"] and stats["outcomes"]["walk"]["ok"]
     assert stats["outcomes"]["reader"]["payloads"] and stats["outcomes"]["reader"]["deferred"]
     assert stats["outcomes"]["preads"]["read"] and stats["outcomes"]["preads"]["failed"]
+    assert stats["outcomes"]["encode"]["records"] and stats["outcomes"]["encode"]["refused"]
 
 
 _MUTATING_INDEX = r"""
@@ -363,3 +365,116 @@ def test_pack_copies_the_payloads_and_names_the_first_bad_record(fmt):
         assert pack(bytes(broken))[0] == k
     with pytest.raises(ValueError, match="too small"):
         pack(buf, room=sum(map(len, records)) - 1)
+
+
+# --- the batch encoder (csrc/encode.c) against its pure-Python twin ---------------------------
+
+def _planned_column(draw, rows: int):
+    from ofindex.encode.framed import ENTRIES, ONE_BYTES, PACKED, SPANS, VARINT, PlannedColumn
+
+    mode = draw(st.sampled_from([PACKED, VARINT, ONE_BYTES, ENTRIES, SPANS]))
+    key = draw(st.binary(min_size=0, max_size=200))  # long names: two-byte length varints
+    field = draw(st.integers(1, 15))
+    if mode == PACKED:
+        width = draw(st.sampled_from([0, 1, 4, 8, 130, 3136]))
+        data = np.frombuffer(draw(st.binary(min_size=rows * width, max_size=rows * width)),
+                             np.uint8).reshape(rows, width).copy()
+    elif mode == VARINT:
+        count = draw(st.integers(0, 5))
+        values = draw(st.lists(st.integers(-(2**63), 2**63 - 1), min_size=rows * count,
+                               max_size=rows * count))
+        data = np.array(values, np.int64).reshape(rows, count)
+    elif mode == SPANS:  # an Arrow binary column's offsets and data, after some leading bytes
+        values = draw(st.lists(st.binary(max_size=300), min_size=rows, max_size=rows))
+        lead = draw(st.integers(0, 5))
+        bounds = np.cumsum([lead, *map(len, values)]).astype(np.int64)
+        data = (bounds, b"x" * lead + b"".join(values) + b"tail")
+    else:
+        data = draw(st.lists(st.binary(max_size=300), min_size=rows, max_size=rows))
+    return PlannedColumn(key, field, mode, data)
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.data())
+def test_batch_encoder_equals_its_pure_python_twin(data):
+    """``_native.encode`` writes the bytes, sizes and CRCs ``encode_block_py`` writes, for
+    every column mode, framing and room, with the CPU's CRC instruction and without."""
+    from ofindex.encode.framed import (
+        NO_FRAMING,
+        OFRECORD_FRAMING,
+        TFRECORD_FRAMING,
+        BatchPlan,
+        encode_block_py,
+    )
+
+    native = _accel.native
+    assert native is not None
+    rows = data.draw(st.integers(0, 6))
+    columns = tuple(_planned_column(data.draw, rows) for _ in range(data.draw(st.integers(1, 4))))
+    plan = BatchPlan(columns, rows, wrap=data.draw(st.booleans()))
+    framing = data.draw(st.sampled_from([TFRECORD_FRAMING, OFRECORD_FRAMING, NO_FRAMING]))
+    start = data.draw(st.integers(0, rows))
+    stop = data.draw(st.integers(start, rows))
+    room = data.draw(st.sampled_from([0, 16, 100, 1000, 1 << 16]))
+    limit = data.draw(st.sampled_from([room, room // 2, 1 << 40]))
+    want_crcs = data.draw(st.booleans())
+    outs = []
+    was = native.hw_crc()  # the state now (hw_crc(x) returns the state it sets)
+    for hw in (True, False):
+        native.hw_crc(hw)
+        try:
+            for encode in (encode_block_py, None):
+                out = bytearray(room)
+                sizes = np.full(rows, -1, np.int64)
+                crcs = np.zeros(rows, np.uint32) if want_crcs else None
+                if encode is None:
+                    got = native.encode(plan.as_tuples(), plan.wrap, *framing, start, stop,
+                                        limit, out, sizes, crcs, crc32c.crc32c)
+                else:
+                    got = encode(plan, start, stop, framing, limit, out, sizes, crcs)
+                n, used = got
+                outs.append((got, bytes(out[:used]) if n else b"", sizes[:n].tolist(),
+                             None if crcs is None else crcs[:n].tolist()))
+        finally:
+            native.hw_crc(was)
+    assert all(o == outs[0] for o in outs), outs
+
+
+def test_encoded_examples_parse_with_protobuf():
+    """What the compiled encoder frames as TFRecords unframes, and protobuf parses each
+    payload into the columns' values."""
+    from ofindex.encode.columns import plan_columns
+    from ofindex.encode.framed import TFRECORD_FRAMING, encode_block
+    from ofindex.proto import example_pb2
+
+    rng = np.random.default_rng(3)
+    columns = {"image": rng.random((9, 5), dtype=np.float32), "label": rng.integers(-3, 3, 9),
+               "jpeg": [bytes(rng.integers(0, 255, k * 40, dtype=np.uint8)) for k in range(9)],
+               "text": [f"é{k}" if k % 2 else None for k in range(9)]}
+    plan = plan_columns(columns)
+    out, sizes, crcs = bytearray(1 << 16), np.empty(9, np.int64), np.empty(9, np.uint32)
+    n, used = encode_block(plan, 0, 9, TFRECORD_FRAMING, len(out), out, sizes, crcs)
+    assert n == 9 and used == int(sizes.sum())
+    block, at, payloads = bytes(out[:used]), 0, []
+
+    def masked(crc):
+        return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+    for size in sizes.tolist():  # the framing as TFRecord's description gives it
+        length = int.from_bytes(block[at:at + 8], "little")
+        assert length == size - 16
+        assert int.from_bytes(block[at + 8:at + 12], "little") == masked(
+            crc32c.crc32c(block[at:at + 8]))
+        payload = block[at + 12:at + 12 + length]
+        assert int.from_bytes(block[at + 12 + length:at + size], "little") == masked(
+            crc32c.crc32c(payload))
+        payloads.append(payload)
+        at += size
+    for k, payload in enumerate(payloads):
+        assert crc32c.crc32c(payload) == int(crcs[k])
+        example = example_pb2.Example.FromString(bytes(payload))
+        feature = example.features.feature
+        assert list(feature["image"].float_list.value) == columns["image"][k].tolist()
+        assert list(feature["label"].int64_list.value) == [columns["label"][k]]
+        assert feature["jpeg"].bytes_list.value == [columns["jpeg"][k]]
+        assert ("text" in feature) == bool(k % 2)

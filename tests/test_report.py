@@ -91,6 +91,23 @@ SCALE_MANIFEST = {"settings": {"rounds": 3, "per_shard": 100000, "concurrency": 
                                             "bytes": {"data": 60000, "compact": 170000}}}
                            for kind, mb, s, rss in (("json", 75790000, 17.3, 997.0),
                                                     ("bin", 9360000, 0.25, 138.0))]}
+WRITE = {"config": {"shards": 8, "rounds": 3, "directory": "/dev/shm/x", "load_before": 2.0,
+                    "load_after": 3.0},
+         "workloads": {"mnist": {
+             "records": 1_000_000,
+             "contenders": {"ofindex": {"records_per_s": {"median": 1e5, "min": 9e4,
+                                                          "max": 1.1e5}},
+                            "tf_tutorial": {"records_per_s": {"median": 2e3, "min": 1.9e3,
+                                                              "max": 2.1e3}},
+                            "mds": {"unavailable": "not installed (no module 'streaming')"}},
+             "ratios": {"tf_tutorial": {"median": 50.0, "min": 45.0, "max": 55.0}},
+             "parquet": {"parquet_bytes": 3.2e9,
+                         "convert_records_per_s": {"median": 4e4, "min": 3e4, "max": 5e4},
+                         "convert_mb_per_s": {"median": 128.0, "min": 100.0, "max": 150.0},
+                         "pyarrow_mb_per_s": {"median": 200.0, "min": 180.0, "max": 220.0},
+                         "ratio_of_bound": {"median": 0.64, "min": 0.6, "max": 0.7}}}},
+         "schema": {"records": 1e10, "shards": 100_000, "requests": 1023,
+                    "seconds": {"median": 1.5, "min": 1.2, "max": 2.5}}}
 
 
 def write(results, name, data):
@@ -131,7 +148,8 @@ def test_report_from_fixtures(tmp_path):
     for name, data in (("pipeline", PIPELINE), ("sequential", SEQUENTIAL),
                        ("shuffle", SHUFFLE), ("remote", REMOTE), ("compressed", COMPRESSED),
                        ("build", BUILD), ("decode", DECODE), ("scale", SCALE),
-                       ("scale_manifest", SCALE_MANIFEST), ("mixing", MIXING), ("ray", RAY)):
+                       ("scale_manifest", SCALE_MANIFEST), ("mixing", MIXING), ("ray", RAY),
+                       ("write", WRITE)):
         write(results, name, data)
     readme = tmp_path / "README.md"
     readme.write_text("# x\n\n## Benchmarks\n\nintro\n\n<!-- bench:begin -->\nold figures\n"
@@ -156,6 +174,10 @@ def test_report_from_fixtures(tmp_path):
     assert "| ofindex-mix | 860 (800–900) |" in md
     assert ("Mixture / one source: 0.955 (0.9–0.99); mixture / the faster peer: 4.3 (4–4.6)×; "
             "best runs: 0.97 and 4.5×.") in md
+    assert "| tf_tutorial | 2,000 (1,900–2,100) | 50 (45–55)× |" in md
+    assert "| mds | not installed (no module 'streaming') |  |" in md
+    assert "conversion / bound: 0.64 (0.6–0.7)." in md
+    assert "1e+10 records in 100,000 shards: 1.5 (1.2–2.5) s, at most 1,023 requests" in md
     assert "| build 1 M x ~200 B | 2,500,000 | 6.25 |" in md
     assert "| 10,000 × 100,000 B | read_ofindex_raw | 9,000 [8,000–9,500] | 4.5× | 12,500 |" in md
     assert ("| 10,000 × 100,000 B | object store: ray.put + ray.get | 25,000 (2,500 MB/s) "

@@ -61,6 +61,33 @@ def test_sample_is_bounded_and_spread_over_shards(tmp_path):
     assert len({ds.locate(i)[0] for i in indices}) >= 3   # several of the 6 shards
 
 
+@pytest.mark.parametrize("manifest", ["json", "bin"])
+def test_schema_of_a_huge_remote_dataset_reads_only_the_sampled_pages(manifest, monkeypatch):
+    """On the scale simulation store (1e9 records in 1e4 remote shards), sampling 64 records
+    reads the manifest (the JSON one whole; the compact one by the pages of the sampled
+    shards' rows), the sampled shards' sidecar headers and one page each, their records and
+    their data files' stamps: requests bounded by the sample, not the dataset."""
+    import sys
+
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "tools"))
+    import sim_store
+
+    monkeypatch.setenv(sim_store.KIND_ENV, manifest)
+    url = sim_store.dataset_url(10**9, 10**4, 200)
+    sim_store.STATS.reset()
+    schema = infer_spec(ofindex.open(url), sample=64, seed=1)
+    stats = sim_store.STATS
+    assert schema.kind == "raw" and schema.sampled == 64 and schema.records == 10**9
+    if manifest == "json":
+        assert stats.requests["manifest"] == 1 and "compact" not in stats.requests
+    else:  # its header and footer, then at most a page per sampled shard
+        assert "manifest" not in stats.requests and 1 <= stats.requests["compact"] <= 64 + 2
+        assert stats.bytes["compact"] < 64 * 4096
+    assert stats.requests["sidecar"] <= 2 * 64 and stats.requests["data"] <= 64
+    assert stats.infos <= 64
+    assert stats.bytes["sidecar"] < 64 * 4096  # headers and pages, not whole sidecars
+
+
 def test_printed_python_runs_and_tf_description_parses_like_we_decode(tmp_path):
     tf = pytest.importorskip("tensorflow")
     ds = _written(tmp_path)

@@ -97,6 +97,44 @@ def test_tf_data_reads_every_shard(tmp_path, compression):
     assert [decode_example(r)["label"].item() for r in ds[:]] == list(range(60))
 
 
+@pytest.mark.parametrize("compression", [None, "gzip", "zlib"])
+def test_tf_data_parses_columns_with_the_inferred_spec(tmp_path, compression):
+    """Columns of every type written by the compiled batch encoder: tf.data reads every
+    shard, and tf.io.parse_example with the feature_description inferred by ofindex.schema
+    gives the columns back."""
+    tf = pytest.importorskip("tensorflow")
+    from ofindex.schema import infer_spec, to_tf
+
+    rng = np.random.default_rng(11)
+    n = 90
+    edges = np.array([0, 1, -1, 127, 128, 2**31, -(2**31) - 1, 2**63 - 1, -(2**63)], np.int64)
+    columns = {"image": rng.standard_normal((n, 3, 2)).astype(np.float32),
+               "double": rng.standard_normal((n, 2)),          # float64: float_list
+               "ids": np.tile(edges, (n, 1)), "small": rng.integers(0, 9, (n, 3)).astype(
+                   np.uint8), "flag": rng.integers(0, 2, n).astype(bool),
+               "jpeg": [rng.bytes(int(k)) for k in rng.integers(0, 300, n)],
+               "name": [f"ñame-{k}" for k in range(n)], "empty": np.zeros((n, 0), np.float32)}
+    with ShardedWriter(tmp_path / "t", shard_records=40, compression=compression) as w:
+        w.write_columns(columns)
+    assert len(w.summary.files) == 3
+    schema = infer_spec(ofindex.open(str(tmp_path / "t")), sample=n)
+    space: dict = {}
+    exec(to_tf(schema), space)
+    data = tf.data.TFRecordDataset(w.summary.files, compression_type={
+        None: "", "gzip": "GZIP", "zlib": "ZLIB"}[compression])
+    parsed = tf.io.parse_example(tf.stack(list(data)), space["feature_description"])
+    # a record holds values, not shapes: the inferred spec has 6 values where we wrote (3, 2)
+    np.testing.assert_array_equal(parsed["image"].numpy(), columns["image"].reshape(n, 6))
+    np.testing.assert_array_equal(parsed["double"].numpy(),
+                                  columns["double"].astype(np.float32))
+    assert parsed["ids"].numpy().tolist() == columns["ids"].tolist()
+    assert parsed["small"].numpy().tolist() == columns["small"].tolist()
+    assert parsed["flag"].numpy().tolist() == columns["flag"].astype(int).tolist()
+    assert parsed["jpeg"].numpy().tolist() == columns["jpeg"]
+    assert [v.decode() for v in parsed["name"].numpy().tolist()] == columns["name"]
+    assert "empty" not in space["feature_description"] or parsed["empty"].shape[-1] == 0
+
+
 def test_ofrecord_shards_are_oneflow_framed_and_parse_with_protobuf(tmp_path):
     with ShardedWriter(tmp_path / "of", "ofrecord", shard_records=4) as w:
         for k in range(10):
@@ -113,6 +151,68 @@ def test_ofrecord_shards_are_oneflow_framed_and_parse_with_protobuf(tmp_path):
                         list(rec.feature["x"].double_list.value)))
             pos += 8 + n
     assert got == [([k], [0.5, float(k)]) for k in range(10)]
+
+
+def _files_of(directory):
+    """``{name: (data bytes, sidecar bytes after its header)}`` of a dataset's shards (the
+    header holds the file's stamp: its time)."""
+    from ofindex.formats.sidecar_header import HEADER_SIZE
+
+    out = {}
+    for name in sorted(os.listdir(directory)):
+        if name.startswith("part-"):
+            with open(os.path.join(directory, name), "rb") as f, \
+                    open(sidecar_of(os.path.join(directory, name)), "rb") as g:
+                out[name] = (f.read(), g.read()[HEADER_SIZE:])
+    return out
+
+
+@pytest.mark.parametrize("fmt,compression,sizes", [
+    ("tfrecord", None, {"shard_bytes": 3000}), ("tfrecord", "gzip", {"shard_records": 70}),
+    ("ofrecord", None, {"shard_records": 70, "shard_bytes": 2500}),
+    ("ofrecord", "zlib", {"shard_bytes": 40_000})])
+def test_columns_write_the_files_records_one_by_one_write(tmp_path, fmt, compression, sizes):
+    """write_columns (records encoded and framed a block at a time, compiled) writes the
+    same shards, sidecars (offsets, seek points, checksums) and manifest bytes as writing
+    each row's features with write()."""
+    rng = np.random.default_rng(5)
+    n = 300
+    columns = {"image": rng.random((n, 6), dtype=np.float32),
+               "label": rng.integers(-2, 1000, n),
+               "jpeg": [rng.bytes(int(k)) for k in rng.integers(0, 600, n)],
+               "name": [f"r{k}" if k % 3 else None for k in range(n)]}
+    kw = {"format": fmt, "compression": compression, **sizes}
+    with ShardedWriter(tmp_path / "by-columns", **kw) as w:
+        for start in range(0, n, 128):
+            w.write_columns({k: v[start:start + 128] for k, v in columns.items()})
+    with ShardedWriter(tmp_path / "one-by-one", **kw) as w:
+        for k in range(n):
+            w.write({name: column[k] for name, column in columns.items()})
+    ours, theirs = _files_of(tmp_path / "by-columns"), _files_of(tmp_path / "one-by-one")
+    assert len(ours) > 2 and ours == theirs
+    a, b = ofindex.open(str(tmp_path / "by-columns")), ofindex.open(str(tmp_path / "one-by-one"))
+    assert [s.records for s in a.shards] == [s.records for s in b.shards]
+    assert a[:] == b[:]
+
+
+def test_column_streams_on_threads_write_one_dataset(tmp_path):
+    """Streams encoding columns on threads (the compiled encoder releases the GIL) make one
+    dataset; every record is there once, in stream order."""
+    with ShardedWriter(tmp_path / "p", shard_records=50, spec=SPEC) as w:
+        streams = [w.stream() for _ in range(3)]
+
+        def work(k):
+            for part in range(4):
+                streams[k].write_columns(_columns(40, start=1000 * k + 40 * part))
+            streams[k].close()
+
+        threads = [threading.Thread(target=work, args=(k,)) for k in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    labels = BatchDecoder(SPEC)(ofindex.open(str(tmp_path / "p"))[:])["label"].tolist()
+    assert labels == [1000 * k + i for k in range(3) for i in range(160)]
 
 
 def test_parallel_streams_one_dataset(tmp_path):
@@ -132,6 +232,43 @@ def test_parallel_streams_one_dataset(tmp_path):
     # stream 0 (the writer's own) wrote nothing; the others' shards follow in stream order
     assert ds[:] == [b"%d-%d" % (k, i) for k in range(4) for i in range(20)]
     assert len(ds.shards) == 4 * 3
+
+
+def test_a_stream_that_failed_midway_publishes_nothing(tmp_path, monkeypatch):
+    """A storage error in one stream's write (its thread's error swallowed by the caller)
+    leaves that stream's records incomplete: close() refuses to publish and removes every
+    stream's files."""
+    from ofindex.index.writer import Writer
+
+    real = Writer.write_framed
+    calls = []
+
+    def failing(self, *args):
+        calls.append(threading.current_thread().name)
+        if threading.current_thread().name == "second" and len(calls) > 2:
+            raise OSError(28, "No space left on device")
+        return real(self, *args)
+
+    monkeypatch.setattr(Writer, "write_framed", failing)
+    out = tmp_path / "f"
+    with pytest.raises(OfindexError, match=r"stream 2 failed while writing.*No space left"), \
+            ShardedWriter(out, shard_records=5, spec=SPEC) as w:
+        streams = [w.stream(), w.stream()]
+
+        def work(k):
+            try:
+                for part in range(4):
+                    streams[k].write_columns(_columns(10, start=100 * k + 10 * part))
+            except OSError:
+                pass  # swallowed: the writer must still notice
+
+        threads = [threading.Thread(target=work, args=(k,), name=name)
+                   for k, name in enumerate(("first", "second"))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert _left_behind(str(out)) == []
 
 
 def test_empty_dataset_is_one_empty_shard(tmp_path):
@@ -178,6 +315,12 @@ def test_bucket(moto_server):
     ds = ofindex.open(url, storage_options=options)
     assert ds[:] == [b"rec %d" % i for i in range(12)]
     assert ds[[11, 0]] == [b"rec 11", b"rec 0"]
+    # columns: blocks encoded into one reused buffer, each handed to the bucket's file
+    blobs = [bytes([k]) * (3 << 20) for k in range(4)]   # one 3 MiB record per block
+    with ShardedWriter(url + "-columns", shard_records=3, storage_options=options) as w:
+        w.write_columns({"blob": blobs, "k": np.arange(4)})
+    got = ofindex.open(url + "-columns", storage_options=options)[:]
+    assert [decode_example(r)["blob"][0] for r in got] == blobs
 
 
 def _outcome(directory, records):
@@ -260,6 +403,29 @@ def test_ctrl_c_while_a_shard_is_renamed_into_place_leaves_nothing(tmp_path, mon
     out = str(tmp_path / "c")
     _interrupted_write(out)
     assert _left_behind(out) == []
+
+
+@pytest.mark.parametrize("step", ["rename_data", "move_sidecar", "build_index"])
+def test_ctrl_c_while_the_dataset_is_published_leaves_nothing(tmp_path, monkeypatch, step):
+    """An interrupt after some shards got their final names (or their sidecars moved, or
+    before the manifest) removes the renamed ones too: published whole or not at all."""
+    from ofindex.write import sharded
+
+    real = getattr(sharded, step)
+    calls = []
+
+    def interrupted(*args, **kwargs):
+        calls.append(args)
+        if len(calls) == 2 or step == "build_index":
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(sharded, step, interrupted)
+    out = str(tmp_path / "c")
+    with pytest.raises(KeyboardInterrupt), ShardedWriter(out, shard_records=10) as writer:
+        writer.write_many(f"record {i}".encode() for i in range(35))
+    assert _left_behind(out) == []
+    assert _outcome(out, 0) is None
 
 
 def test_ctrl_c_inside_a_writers_close_leaves_no_temporary_file(tmp_path, monkeypatch):

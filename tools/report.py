@@ -10,7 +10,7 @@ Reads, when present: pipeline.json (tools/bench_pipeline.py), sequential.json
 (tools/bench_remote.py), compressed.json (tools/bench_compressed.py), read.json
 (tools/bench_read.py), build.json (tools/bench_build.py), decode.json
 (tools/bench_decode.py), scale.json and scale_manifest.json (tools/bench_scale.py), mixing.json
-(tools/bench_mixing.py). A missing file gives a line
+(tools/bench_mixing.py), write.json (tools/bench_write.py). A missing file gives a line
 saying how to make it, or with ``--keep-missing`` the section and README lines already
 written from it earlier (so that one benchmark can be re-run and its figures refreshed
 alone). README.md's text between ``<!-- bench:begin -->`` and ``<!-- bench:end -->`` is
@@ -42,7 +42,7 @@ TOOLS = {"pipeline": ("bench_pipeline.py", []), "sequential": ("bench_sequential
          "build": ("bench_build.py", []), "decode": ("bench_decode.py", []),
          "scale": ("bench_scale.py", []), "scale_manifest": ("bench_scale.py", ["--manifests"]),
          "mixing": ("bench_mixing.py", []), "data_cache": ("bench_scale.py", ["--data-cache"]),
-         "ray": ("bench_ray.py", [])}
+         "ray": ("bench_ray.py", []), "write": ("bench_write.py", [])}
 
 
 def fmt(x: float | None, digits: int = 3) -> str:
@@ -270,6 +270,63 @@ class Report:
             f"Weighted mixing of {len(c['weights'])} sources: {fmt(one['median'])} of one "
             f"source's batches/s, {fmt(peer['median'])}× the faster of tf.data "
             "sample_from_datasets and Grain's MapDataset.mix.")
+        self.sections.append("\n".join(text) + "\n")
+
+    def writing(self) -> None:
+        data = self.load("write")
+        title = "Writing and converting (tools/bench_write.py)"
+        if data is None:
+            self.missing(title, "bench_write.py")
+            return
+        c = data["config"]
+        text = [f"## {title}\n",
+                f"From numpy columns into {c['shards']} shards (ofindex: sidecars and a manifest "
+                f"too), each contender in a process of its own, {c['rounds']} interleaved rounds; "
+                f"records/s and ratios (taken within each round): median (range). Written to "
+                f"`{c.get('directory', '?')}`; machine load {fmt(c.get('load_before'), 2)} "
+                f"before, {fmt(c.get('load_after'), 2)} after.\n"]
+        for kind, w in data["workloads"].items():
+            text.append(f"### {kind}-like, {w['records']:,} records\n")
+            rows = []
+            for name, r in w["contenders"].items():
+                if "unavailable" in r:
+                    rows.append([name, r["unavailable"], ""])
+                    continue
+                ratio = w["ratios"].get(name)
+                part = (f" (first {r['records']:,})" if r.get("records", w["records"])
+                        != w["records"] else "")
+                rows.append([name + part, span(*(r["records_per_s"][k] for k in (
+                    "median", "min", "max"))),
+                             span(ratio["median"], ratio["min"], ratio["max"]) + "×"
+                             if ratio else ""])
+            text.append(table(["writer", "records/s", "ofindex is … faster"], rows))
+            p = w.get("parquet")
+            if p:
+                ratio = p["ratio_of_bound"]
+                text.append(
+                    f"\nParquet conversion ({fmt(p['parquet_bytes'] / 1e6)} MB file): "
+                    f"{fmt(p['convert_records_per_s']['median'])} records/s, "
+                    f"{fmt(p['convert_mb_per_s']['median'])} MB/s; pyarrow reading it alone "
+                    f"{fmt(p['pyarrow_mb_per_s']['median'])} MB/s; conversion / bound: "
+                    f"{span(ratio['median'], ratio['min'], ratio['max'])}.")
+                self.summary.append(
+                    f"Parquet conversion, {kind}-like: {fmt(ratio['median'])}× the speed of "
+                    "pyarrow reading the file alone.")
+            text.append("")
+            peers = ", ".join(f"{fmt(w['ratios'][n]['median'])}× {n}"
+                              for n in ("tf_tutorial", "vahidk", "mds") if n in w["ratios"])
+            if peers:
+                self.summary.append(f"Writing {w['records']:,} {kind}-like records from numpy "
+                                    f"columns (ShardedWriter): {peers}.")
+        schema = data.get("schema")
+        if schema and "seconds" in schema:
+            sec = schema["seconds"]
+            text.append(f"`ofindex schema` on a simulated remote dataset of "
+                        f"{schema['records']:.0e} records in {schema['shards']:,} shards: "
+                        f"{span(sec['median'], sec['min'], sec['max'])} s, at most "
+                        f"{schema['requests']:,} requests.\n")
+            self.summary.append(f"`ofindex schema` on {schema['shards']:,} remote shards: "
+                                f"{fmt(sec['median'])} s, {schema['requests']:,} requests.")
         self.sections.append("\n".join(text) + "\n")
 
     def remote(self) -> None:
@@ -607,7 +664,7 @@ class Report:
         """Write docs/benchmarks.md (and README's marked block); returns the markdown."""
         for section in (self.pipeline, self.sequential, self.read, self.build, self.decode,
                         self.compressed, self.shuffle, self.mixing, self.remote, self.scale,
-                        self.data_cache, self.manifests, self.ray):
+                        self.data_cache, self.manifests, self.ray, self.writing):
             before = len(self.summary)
             section()
             self.lines_of[self.sections[-1].split("\n", 1)[0]] = self.summary[before:]

@@ -1,12 +1,14 @@
 """``ofindex.convert``: any source of :mod:`ofindex.convert.sources` into a sharded dataset,
 atomically (the dataset appears whole at the end, or not at all), with a progress bar and a
-summary."""
+summary; the source's next batch is read while the current one is written
+(:mod:`ofindex.convert.prefetch`)."""
 
 import os
 import sys
 from collections.abc import Iterable
 from typing import Any
 
+from ofindex.convert.prefetch import Prefetched
 from ofindex.convert.sources import open_source
 from ofindex.decode import decode_example, decode_ofrecord
 from ofindex.decode.spec import Spec
@@ -77,8 +79,9 @@ def convert(src: object, dst: str | os.PathLike[str], *, format: str = "tfrecord
     try:
         with ShardedWriter(dst, target, shard_bytes=shard_bytes, shard_records=shard_records,
                            compression=compression, spec=spec,
-                           storage_options=storage_options) as writer:
-            for batch in source.batches():
+                           storage_options=storage_options) as writer, \
+                Prefetched(source.batches()) as batches:
+            for batch in batches:
                 if source.raw:
                     records = batch if not recode else _recoded(
                         batch, source.record_format, target, len(writer))

@@ -11,6 +11,7 @@
  * walk.c     the index builder's header walk (GIL released)
  * inflate.c  zlib's inflate for seek points in gzip/zlib files (GIL released)
  * sums.c     the CRC32C of many payloads (OFRecord checksums at build time)
+ * encode.c   records encoded from columns and framed, for writers (GIL released)
  * threads.h  its two helper threads on POSIX, Windows, or none (the inline paths)
  *
  * Pure functions over buffers the caller already holds (a memory map, a fetched range, a
@@ -44,6 +45,7 @@ static PyMethodDef methods[] = {
     {"hw_crc32c", hw_crc32c_py, METH_O, hw_crc32c_doc},
     {"crcs", crcs, METH_VARARGS, crcs_doc},
     {"preads", preads, METH_VARARGS, preads_doc},
+    {"encode", encode, METH_VARARGS, encode_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -39,6 +39,11 @@ int get_i64_out(PyObject *obj, Py_buffer *view, const char *what);
  * (ValueError otherwise); on failure nothing stays acquired and -1 is returned. */
 int get_spans(PyObject *buf_obj, PyObject *starts_obj, PyObject *ends_obj, Py_buffer *buf,
               Py_buffer *sv, Py_buffer *ev);
+/* The CRC32C of `data` (any bytes-like) by the crc32c package's function `crc_fn`, into *out;
+ * -1 with an exception set, also when it does not return a 32-bit int (records.c). */
+int package_crc(PyObject *crc_fn, PyObject *data, uint32_t *out);
+/* The same of the n bytes at p (through a read-only memoryview of them). */
+int package_crc_of(PyObject *crc_fn, const unsigned char *p, Py_ssize_t n, uint32_t *out);
 /* A u64 vector (a sidecar's offsets block; records.c). */
 int get_u64(PyObject *obj, Py_buffer *view);
 /* The span [*start, *end) of record i from a sidecar's offsets ov whose last record ends at
@@ -48,9 +53,8 @@ int span_of(const Py_buffer *ov, int64_t iend, int64_t i, Py_ssize_t min, Py_ssi
             int64_t *start, int64_t *end);
 
 /* records.c: framed records cut out of buffers, with their checks */
-/* The CRC32C of `data` through the crc32c package's function `crc_fn`, plain or masked as
- * TFRecord stores it; -1 with an exception set. */
-int64_t crc_of(PyObject *crc_fn, PyObject *data);
+/* The masked CRC32C of `data` (any bytes-like) through the crc32c package's function
+ * `crc_fn`, as TFRecord stores it; -1 with an exception set. */
 int64_t masked_crc_of(PyObject *crc_fn, PyObject *data);
 /* The masked CRC of the 8 length bytes at p (a TFRecord header of a `length`-byte payload),
  * memoised in `memo` ({length: crc}, shared with the Python side); -1 with an exception set. */
@@ -112,6 +116,9 @@ int reader_module_init(PyObject *module);
 /* sums.c */
 PyObject *crcs(PyObject *self, PyObject *args);
 extern const char crcs_doc[];
+/* encode.c: records encoded from columns and framed (the writers' batch encoder) */
+PyObject *encode(PyObject *self, PyObject *args);
+extern const char encode_doc[];
 
 extern PyTypeObject BlockType;
 PyObject *pool_ctl(PyObject *self, PyObject *args);

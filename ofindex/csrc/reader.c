@@ -177,8 +177,10 @@ static int payload_ok(ReaderObject *self, const unsigned char *head, PyObject *p
                (uint32_t)load_le(foot, 4) == hw_mask(crc);
     }
     if (sum >= 0) {  /* without the instruction: the crc32c package's function */
-        int64_t crc = crc_of(self->crc_fn, payload);
-        return crc < 0 ? -1 : crc == sum;
+        uint32_t crc;
+        if (package_crc(self->crc_fn, payload, &crc) < 0)
+            return -1;
+        return crc == (uint32_t)sum;
     }
     int64_t length_crc = masked_length_crc(self->crc_fn, self->memo, head, size);
     if (length_crc < 0)

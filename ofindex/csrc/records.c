@@ -53,7 +53,7 @@ static int bad_framing(Py_ssize_t header, Py_ssize_t footer, int verify) {
     return 1;
 }
 
-int64_t crc_of(PyObject *crc_fn, PyObject *data) {
+int package_crc(PyObject *crc_fn, PyObject *data, uint32_t *out) {
     PyObject *r = PyObject_CallOneArg(crc_fn, data);
     if (r == NULL)
         return -1;
@@ -64,14 +64,24 @@ int64_t crc_of(PyObject *crc_fn, PyObject *data) {
         PyErr_SetString(PyExc_ValueError, "crc32c did not return a 32-bit CRC");
         return -1;
     }
-    return (int64_t)v;
+    *out = (uint32_t)v;
+    return 0;
+}
+
+int package_crc_of(PyObject *crc_fn, const unsigned char *p, Py_ssize_t n, uint32_t *out) {
+    PyObject *view = PyMemoryView_FromMemory((char *)p, n, PyBUF_READ);
+    if (view == NULL)
+        return -1;
+    int failed = package_crc(crc_fn, view, out);
+    Py_DECREF(view);
+    return failed;
 }
 
 int64_t masked_crc_of(PyObject *crc_fn, PyObject *data) {
-    int64_t v = crc_of(crc_fn, data);
-    if (v < 0)
+    uint32_t crc;
+    if (package_crc(crc_fn, data, &crc) < 0)
         return -1;
-    return (int64_t)mask_crc((uint32_t)v);
+    return mask_crc(crc);
 }
 
 /* Expected masked CRC of the 8 length bytes at `p`, memoised in `memo` ({length: crc},

@@ -47,24 +47,9 @@ PyObject *crcs(PyObject *self, PyObject *args) {
             out[k] = hw_crc32c(base + st[k], (size_t)(en[k] - st[k]));
         Py_END_ALLOW_THREADS
     } else {
-        for (Py_ssize_t k = 0; k < n; k++) {
-            PyObject *view = PyMemoryView_FromMemory((char *)base + st[k], en[k] - st[k],
-                                                     PyBUF_READ);
-            if (view == NULL)
+        for (Py_ssize_t k = 0; k < n; k++)
+            if (package_crc_of(crc_fn, base + st[k], en[k] - st[k], &out[k]) < 0)
                 goto done;
-            PyObject *r = PyObject_CallOneArg(crc_fn, view);
-            Py_DECREF(view);
-            if (r == NULL)
-                goto done;
-            unsigned long long v = PyLong_Check(r) ? PyLong_AsUnsignedLongLong(r) : ~0ULL;
-            Py_DECREF(r);
-            if (v > 0xffffffffULL) {
-                PyErr_Clear();
-                PyErr_SetString(PyExc_ValueError, "crc32c did not return a 32-bit CRC");
-                goto done;
-            }
-            out[k] = (uint32_t)v;
-        }
     }
     result = Py_None;
     Py_INCREF(result);

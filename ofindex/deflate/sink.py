@@ -55,6 +55,11 @@ class DeflateSink:
             self._put(self._c.flush(zlib.Z_FULL_FLUSH))
             self._points.append((out, self.written, int(SeekKind.ALIGNED)))
 
+    @property
+    def next_point(self) -> int:
+        """The uncompressed offset from which a record start gets the next seek point."""
+        return self._points[-1][0] + self.spacing
+
     def finish(self) -> None:
         """End the stream (gzip trailer / Adler-32); the file is not closed."""
         self._put(self._c.flush(zlib.Z_FINISH))

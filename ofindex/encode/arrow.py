@@ -1,14 +1,16 @@
 """Arrow tables and record batches as the columns :func:`~ofindex.encode.encode_columns`
 takes, checked before anything is encoded.
 
-Numbers without nulls become numpy arrays (fixed-size lists: ``(batch, size)``), lists of
-numbers become :class:`~ofindex.decode.Ragged`-like rows, binary and string columns lists of
-values; a null leaves the feature out of that record. A column no record can hold (structs,
-maps, lists of lists, dates …) is an :class:`EncodeError` naming it.
+Numbers without nulls become numpy arrays (fixed-size lists: ``(batch, size)``), binary and
+string columns without nulls :class:`BinaryColumn` views of their Arrow buffers (the batch
+encoder copies each value once, into its record), lists of numbers rows of numpy arrays,
+other columns lists of values; a null leaves the feature out of that record. A column no
+record can hold (structs, maps, lists of lists, dates …) is an :class:`EncodeError` naming it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
@@ -57,10 +59,42 @@ def check_arrow_type(name: str, arrow_type: Any) -> None:
                       "and nested lists into columns of their own, or cast dates to int64)")
 
 
+@dataclasses.dataclass(frozen=True)
+class BinaryColumn:
+    """An Arrow binary or string column without nulls, not copied: row ``r`` holds
+    ``values[bounds[r]:bounds[r + 1]]`` (a string's UTF-8 bytes).
+
+    Attributes:
+        bounds: ``rows + 1`` int64 offsets into ``values``.
+        values: The column's data buffer.
+    """
+
+    bounds: np.ndarray
+    values: Any
+
+    def __len__(self) -> int:
+        return len(self.bounds) - 1
+
+    def __getitem__(self, row: int) -> bytes:
+        return bytes(memoryview(self.values)[int(self.bounds[row]):int(self.bounds[row + 1])])
+
+
+def _binary_column(column: Any) -> BinaryColumn:
+    pa = _pyarrow()
+    large = pa.types.is_large_binary(column.type) or pa.types.is_large_string(column.type)
+    _, offsets, data = column.buffers()
+    bounds = np.frombuffer(offsets, dtype=np.int64 if large else np.int32)[
+        column.offset:column.offset + len(column) + 1].astype(np.int64)
+    return BinaryColumn(bounds, data if data is not None else b"")
+
+
 def _column(name: str, chunked: Any) -> Any:
     pa = _pyarrow()
     column = chunked.combine_chunks() if isinstance(chunked, pa.ChunkedArray) else chunked
     arrow_type = column.type
+    if column.null_count == 0 and _texts(arrow_type) and not pa.types.is_fixed_size_binary(
+            arrow_type):
+        return _binary_column(column)
     if column.null_count == 0 and _numeric(arrow_type):
         return column.to_numpy(zero_copy_only=False)
     if (column.null_count == 0 and pa.types.is_fixed_size_list(arrow_type)

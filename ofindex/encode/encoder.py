@@ -1,7 +1,5 @@
 """A picklable per-record encoder, the mirror of :class:`ofindex.decode.Decoder`."""
 
-from __future__ import annotations
-
 from collections.abc import Mapping
 from typing import Any
 

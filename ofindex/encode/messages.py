@@ -6,8 +6,6 @@ in the order given, and packed lists for numbers, as protobuf itself writes them
 values back.
 """
 
-from __future__ import annotations
-
 from collections.abc import Mapping
 from typing import Any
 

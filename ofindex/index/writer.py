@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from types import TracebackType
 from typing import Any, Protocol
 
+import numpy as np
 from crc32c import crc32c as _crc32c
 
 from ..deflate.sink import DeflateSink
@@ -155,6 +156,59 @@ class Writer:
         self._pos += len(head) + len(data) + len(foot)
         return len(self._offsets) - 1
 
+    def write_framed(self, block: bytes | bytearray | memoryview, sizes: np.ndarray,
+                     crcs: np.ndarray) -> int:
+        """Append records already framed for this writer's format, back to back in ``block``
+        (what :func:`ofindex.encode.framed.encode_block` writes), in one write.
+
+        Args:
+            block: The framed records.
+            sizes: Each record's framed size (int64); they add up to ``len(block)``.
+            crcs: Each payload's CRC32C (uint32), kept when the sidecar holds checksums.
+
+        Returns:
+            How many records were written.
+
+        Raises:
+            OfindexError: The writer is closed.
+            ValueError: ``sizes`` do not add up to the block, or ``crcs`` differ in count.
+        """
+        if self._closed:
+            raise OfindexError(f"{self._storage.url(self._path)}: write() on a closed Writer")
+        n = len(sizes)
+        ends = np.cumsum(sizes, dtype=np.int64)
+        total = int(ends[-1]) if n else 0
+        if total != len(block) or len(crcs) != n or (n and int(sizes.min()) <
+                                                      self.format.overhead):
+            raise ValueError(f"{n} framed records of {total} bytes in a block of {len(block)} "
+                             f"with {len(crcs)} CRCs")
+        starts = ends - sizes + self._pos
+        if self._sink is None:
+            self._file.write(block)
+        else:
+            self._compress_framed(memoryview(block), starts)
+        self._offsets.frombytes(starts.astype(np.uint64).tobytes())
+        if self._crcs is not None:
+            self._crcs.frombytes(crcs.astype(np.uint32).tobytes())
+        self._pos += total
+        return n
+
+    def _compress_framed(self, block: memoryview, starts: np.ndarray) -> None:
+        """A block through the compressor, cut at the records where a seek point is due
+        (where :meth:`write`, record by record, places them)."""
+        sink = self._sink
+        assert sink is not None
+        base, at = int(starts[0]), 0
+        while True:
+            k = int(np.searchsorted(starts, sink.next_point))
+            if k >= len(starts):
+                break
+            cut = int(starts[k]) - base
+            sink.write(block[at:cut])
+            sink.boundary(int(starts[k]))
+            at = cut
+        sink.write(block[at:])
+
     def write_many(self, records: Iterable[bytes | _Message]) -> int:
         """Append many records.
 
@@ -202,8 +256,6 @@ class Writer:
                 f"has {stamp.size}; another process wrote to it — no index written, rebuild it "
                 "with `ofindex build`"
             )
-        import numpy as np
-
         offsets = (np.frombuffer(self._offsets, dtype=np.uint64) if self._offsets
                    else np.empty(0, np.uint64))
         sink = self._sink

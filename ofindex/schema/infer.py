@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 from google.protobuf.message import DecodeError as ProtobufDecodeError
 
+from ofindex.decode import Decoder
 from ofindex.decode.spec import FeatureSpec, FixedLen, VarLen
 from ofindex.proto import example_pb2, ofrecord_pb2
 from ofindex.read.dataset import Dataset
@@ -52,7 +53,12 @@ class FeatureStats:
     max_steps: int = 0
 
     def add(self, dtype: str | None, count: int) -> None:
-        """Count one value list (of one record, or one step)."""
+        """Count one value list (of one record, or one step).
+
+        Args:
+            dtype: Its value type (``None``: an empty feature without a list).
+            count: Its number of values.
+        """
         if dtype is not None:
             if self.dtype is None:
                 self.dtype = dtype
@@ -62,12 +68,25 @@ class FeatureStats:
         self.max_count = max(self.max_count, count)
 
     def add_steps(self, steps: int) -> None:
-        """Count the steps of one record's feature list."""
+        """Count the steps of one record's feature list.
+
+        Args:
+            steps: Its number of steps.
+        """
         self.min_steps = steps if self.min_steps < 0 else min(self.min_steps, steps)
         self.max_steps = max(self.max_steps, steps)
 
     def spec(self, sampled: int, *, feature_list: bool = False) -> FeatureSpec:
-        """The spec this feature decodes with (``None``: no single type was seen)."""
+        """The spec this feature decodes with.
+
+        Args:
+            sampled: Records sampled (a feature some of them lack is ``VarLen``).
+            feature_list: The feature is a SequenceExample's feature list (its counts are
+                per step).
+
+        Returns:
+            ``FixedLen``, ``VarLen``, or ``None`` when no single type was seen.
+        """
         if self.dtype is None or self.other_dtypes:
             return None
         fixed = self.min_count == self.max_count
@@ -80,7 +99,14 @@ class FeatureStats:
         return VarLen(self.dtype)
 
     def note(self, sampled: int) -> str:
-        """A short description: counts and presence."""
+        """A short description: counts and presence.
+
+        Args:
+            sampled: Records sampled.
+
+        Returns:
+            E.g. ``"784 values, in 100% of records"``.
+        """
         counts = (str(self.min_count) if self.min_count == self.max_count
                   else f"{self.min_count}-{self.max_count}")
         text = f"{counts} value{'s' if counts != '1' else ''}"
@@ -130,14 +156,15 @@ class Schema:
                for name, st in sorted(self.feature_lists.items())}
         return {name: fs for name, fs in out.items() if fs is not None}
 
-    def decoder(self) -> Any:
-        """A :class:`ofindex.decode.Decoder` for this schema's kind and specs.
+    def decoder(self) -> Decoder:
+        """A decoder for this schema's kind and specs.
+
+        Returns:
+            A :class:`ofindex.decode.Decoder`.
 
         Raises:
             ValueError: The records are ``"raw"`` (no message to decode).
         """
-        from ofindex.decode import Decoder
-
         if self.kind == "raw":
             raise ValueError("the records are not Examples or OFRecords: nothing to decode")
         if self.kind == "sequence_example":
@@ -146,7 +173,12 @@ class Schema:
         return Decoder(self.spec, kind=self.kind)
 
     def to_dict(self) -> dict[str, Any]:
-        """The schema as JSON-ready data."""
+        """The schema as JSON-ready data.
+
+        Returns:
+            ``{"kind", "records", "sampled", "features", "feature_lists"}`` (and
+            ``"failure"`` for raw records), per feature its :class:`FeatureStats` fields.
+        """
         return {"kind": self.kind, "records": self.records, "sampled": self.sampled,
                 "features": {n: dataclasses.asdict(s) for n, s in self.features.items()},
                 "feature_lists": {n: dataclasses.asdict(s)

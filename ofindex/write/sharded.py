@@ -7,23 +7,28 @@ Each shard is written by :class:`ofindex.Writer` under a hidden name in the dest
 (see :mod:`ofindex.write.publish`) and then writes the manifest. Until the renames, nothing a
 reader lists is there (hidden names are skipped); while they happen, ``ofindex.open`` of the
 directory finds shards without sidecars and raises ``IndexNotFoundError``; a writer that fails
-or is interrupted (an exception, Ctrl-C) removes what it wrote. A process killed outright
+or is interrupted (an exception, Ctrl-C) before the manifest is written removes what it wrote,
+renamed shards included. A process killed outright
 leaves hidden files, which nothing opens. The destination must hold no data files: a dataset
 is never written over another.
 """
 
+import contextlib
 import dataclasses
 import os
 import secrets
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from types import TracebackType
 from typing import Any
 
+import numpy as np
+
 from ofindex.decode.spec import Spec
-from ofindex.encode.columns import encode_columns
+from ofindex.encode.columns import plan_columns
 from ofindex.encode.encoder import Encoder
+from ofindex.encode.framed import OFRECORD_FRAMING, TFRECORD_FRAMING, BatchPlan, encode_block
 from ofindex.errors import DatasetExistsError, OfindexError
 from ofindex.formats.framing import RecordFormat
 from ofindex.formats.location import sidecar_location
@@ -38,6 +43,10 @@ PATTERN = "part-{shard:05d}-of-{count:05d}"
 #: The default target shard size when neither ``shard_bytes`` nor ``shard_records`` is given.
 SHARD_BYTES = 256 << 20
 _FRAMING = {RecordFormat.TFRECORD: 16, RecordFormat.OFRECORD: 8}
+_BLOCKS = {RecordFormat.TFRECORD: TFRECORD_FRAMING, RecordFormat.OFRECORD: OFRECORD_FRAMING}
+#: Bytes of records encoded and written at once by ``write_columns`` (one buffer per stream,
+#: reused: a few MiB make each write call large while the buffer stays in cache).
+BLOCK_BYTES = 4 << 20
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,9 +91,14 @@ class _Staged:
 class ShardStream:
     """One sequence of shards of a :class:`ShardedWriter` (made by
     :meth:`ShardedWriter.stream`): write to several streams from several threads to write a
-    dataset in parallel. Its methods are those of the writer."""
+    dataset in parallel. Its methods are those of the writer.
 
-    def __init__(self, owner: "ShardedWriter", number: int) -> None:
+    Args:
+        owner: The writer whose dataset the shards belong to.
+        number: The stream's place: its shards follow those of the streams before it.
+    """
+
+    def __init__(self, owner: "ShardedWriter", number: int) -> None:  # (see the module's end)
         self._owner = owner
         self._number = number
         self._writer: Writer | None = None
@@ -93,6 +107,10 @@ class ShardStream:
         self.staged: list[_Staged] = []
         self.records = 0
         self.closed = False
+        #: What interrupted a write of this stream after it began writing (its shards are
+        #: incomplete then, and the writer publishes nothing).
+        self.failure: BaseException | None = None
+        self._block = bytearray(BLOCK_BYTES)
 
     def _next_shard(self) -> Writer:
         owner = self._owner
@@ -133,20 +151,41 @@ class ShardStream:
             record = owner.encoder(record, record=self.records)
         size = len(record) if isinstance(record, (bytes, bytearray, memoryview)) else 0
         framed = size + _FRAMING[owner.format]
-        writer = self._writer
-        if writer is not None and len(writer) and (
-                (owner.shard_records is not None and len(writer) >= owner.shard_records)
-                or (owner.shard_bytes is not None and self._bytes + framed > owner.shard_bytes)):
-            self._finish_shard()
-            writer = None
-        if writer is None:
-            writer = self._writer = self._next_shard()
-        writer.write(record)
-        self._bytes += framed
-        self.records += 1
+        with self._failure_noted():
+            writer = self._writer
+            if writer is not None and len(writer) and (
+                    (owner.shard_records is not None and len(writer) >= owner.shard_records)
+                    or (owner.shard_bytes is not None
+                        and self._bytes + framed > owner.shard_bytes)):
+                self._finish_shard()
+                writer = None
+            if writer is None:
+                writer = self._writer = self._next_shard()
+            writer.write(record)
+            self._bytes += framed
+            self.records += 1
+
+    @contextlib.contextmanager
+    def _failure_noted(self) -> Iterator[None]:
+        """Note what interrupts writing (records of this stream may then be missing)."""
+        try:
+            yield
+        except BaseException as exc:
+            self.failure = exc
+            raise
 
     def write_many(self, records: Iterable[Any]) -> int:
-        """Write many records (as :meth:`write`); returns how many."""
+        """Write many records (as :meth:`write`).
+
+        Args:
+            records: Payloads, messages or feature mappings.
+
+        Returns:
+            How many records were written.
+
+        Raises:
+            EncodeError: Features that cannot be encoded.
+        """
         n = 0
         for record in records:
             self.write(record)
@@ -155,14 +194,71 @@ class ShardStream:
 
     def write_columns(self, columns: Mapping[str, Any] | Any) -> int:
         """Encode a batch of columns at once (see :func:`ofindex.encode.encode_columns`) and
-        write its records; returns how many.
+        write its records.
+
+        The records are encoded straight into their framing, a block at a time
+        (:func:`ofindex.encode.framed.encode_block`), and each block is written in one call:
+        no object per record.
+
+        Args:
+            columns: ``{name: column}`` (one entry per record) or an Arrow table.
+
+        Returns:
+            How many records were written.
 
         Raises:
             EncodeError: A column or value that cannot be encoded.
         """
         owner = self._owner
-        records = encode_columns(columns, owner.spec, owner.kind, first_record=self.records)
-        return self.write_many(records)
+        plan = plan_columns(columns, owner.spec, owner.kind, first_record=self.records)
+        with self._failure_noted():
+            self._write_plan(plan)
+        return plan.rows
+
+    def _write_plan(self, plan: BatchPlan) -> None:
+        owner = self._owner
+        block = self._block
+        sizes = np.empty(plan.rows, np.int64)
+        crcs = np.empty(plan.rows, np.uint32)
+        start = 0
+        while start < plan.rows:
+            writer = self._writer
+            if writer is not None and len(writer) and self._shard_full():
+                self._finish_shard()
+                writer = None
+            if writer is None:
+                writer = self._writer = self._next_shard()
+            stop, room = self._room(plan.rows, start)
+            rows, used = encode_block(plan, start, stop, _BLOCKS[owner.format],
+                                      min(room, len(block)), block, sizes[start:], crcs[start:])
+            if rows == 0 and used > room and len(writer):
+                self._finish_shard()  # the next record starts a shard of its own
+                continue
+            if rows == 0:  # one record bigger than the block: a block of its own
+                block = bytearray(used)
+                rows, used = encode_block(plan, start, start + 1, _BLOCKS[owner.format], used,
+                                          block, sizes[start:], crcs[start:])
+            writer.write_framed(memoryview(block)[:used], sizes[start:start + rows],
+                                crcs[start:start + rows])
+            self._bytes += used
+            self.records += rows
+            start += rows
+
+    def _shard_full(self) -> bool:
+        writer = self._writer
+        owner = self._owner
+        return writer is not None and (
+            (owner.shard_records is not None and len(writer) >= owner.shard_records)
+            or (owner.shard_bytes is not None and self._bytes >= owner.shard_bytes))
+
+    def _room(self, rows: int, start: int) -> tuple[int, int]:
+        """The rows from ``start`` the current shard may still take, and its bytes left."""
+        owner = self._owner
+        written = len(self._writer) if self._writer is not None else 0
+        stop = rows if owner.shard_records is None else min(
+            rows, start + owner.shard_records - written)
+        room = (1 << 62) if owner.shard_bytes is None else owner.shard_bytes - self._bytes
+        return stop, room
 
     def close(self) -> None:
         """Finish this stream's last shard (the dataset is published by the writer's
@@ -178,10 +274,10 @@ class ShardStream:
         if writer is not None:
             writer.abort()
         owner = self._owner
-        for staged in self.staged:
-            if not staged.final:  # published files are the dataset's now
-                owner.storage.remove(staged.path)
-                owner._remove_sidecar(staged.path)
+        for staged in self.staged:  # renamed ones too: the dataset was not published whole
+            for path in (staged.path, staged.final) if staged.final else (staged.path,):
+                owner.storage.remove(path)
+                owner._remove_sidecar(path)
         self.staged = []
 
 
@@ -247,6 +343,8 @@ class ShardedWriter:
         self._lock = threading.Lock()
         self._streams: list[ShardStream] = [ShardStream(self, 0)]
         self.summary: WriteSummary | None = None
+        #: The dataset is whole in place (every shard renamed, sidecars, manifest).
+        self.published = False
 
     def _refuse_existing(self) -> None:
         if not self.storage.is_dir(self.path):
@@ -328,12 +426,20 @@ class ShardedWriter:
         Raises:
             DatasetExistsError: Data files appeared in the directory meanwhile (nothing of
                 this writer's is published then; its files are removed).
+            OfindexError: A stream failed while writing (an error of the storage, an
+                interrupt): its records are incomplete, and its files are removed.
         """
         if self.summary is not None:
             return self.summary
         try:
             for stream in self._streams:
                 stream.close()
+            failed = [(k, s.failure) for k, s in enumerate(self._streams) if s.failure]
+            if failed:
+                k, failure = failed[0]
+                raise OfindexError(f"{self.url}: stream {k} failed while writing ({failure!r}): "
+                                   "some of its records are missing, so nothing is published; "
+                                   "write the dataset again")
             staged = [s for stream in self._streams for s in stream.staged]
             if not staged:  # an empty dataset is one empty shard
                 stream = self._streams[0]
@@ -366,16 +472,21 @@ class ShardedWriter:
         build_index([self.storage.url(f) for f in finals], index_dir=self.index_dir,
                     storage_options=self.storage_options, manifest=True, progress=False,
                     format=self.format.name.lower())
+        self.published = True  # whole, with its manifest: abort() leaves it alone from now
         return finals
 
     def abort(self) -> None:
-        """Drop everything this writer wrote (files not yet published).
+        """Drop everything this writer wrote, unless the dataset is published whole.
 
-        Each stream removes the files it knows; then every file of the directory and of its
-        index directory whose name carries this writer's token (``.<token>-…``, made by no
-        one else) goes too: what an interrupt (Ctrl-C) left between a file's creation and
-        its stream knowing it, such as a shard's temporary file.
+        Each stream removes the files it knows (also those already renamed by an interrupted
+        :meth:`close`: a dataset is published whole or not at all); then every file of the
+        directory and of its index directory whose name carries this writer's token
+        (``.<token>-…``, made by no one else) goes too: what an interrupt (Ctrl-C) left
+        between a file's creation and its stream knowing it, such as a shard's temporary
+        file.
         """
+        if self.published:
+            return
         for stream in self._streams:
             stream.abort()
         prefix = f".{self.token}-"
@@ -409,3 +520,8 @@ def _check_pattern(pattern: str) -> None:
     if first == second or "/" in first or not is_data_file_name(first):
         raise ValueError(f"pattern {pattern!r} must name each shard differently (use "
                          "{shard}), inside the directory, as a data file name")
+
+
+# the two classes name each other: the stream's annotation is resolved once both exist (so
+# help() and the API reference show the class, not a string)
+ShardStream.__init__.__annotations__["owner"] = ShardedWriter

@@ -1,0 +1,522 @@
+/* encode.c: a batch of records encoded from columns and framed in one pass, the write side's
+ * mirror of batches.c.
+ *
+ * ofindex.encode.framed lays the columns out first (numbers checked and converted by numpy,
+ * values that need Python encoded there as whole map entries); this writes, record by record,
+ * each column's map entry of an Example's Features (or an OFRecord), the framing (TFRecord's
+ * length, its CRC and the payload's CRC; OFRecord's length; or none) and the payload CRC32Cs,
+ * into the caller's buffer: no object per record, the GIL released while bytes are copied.
+ * The bytes equal what the pure-Python twin (ofindex.encode.framed.encode_block_py) writes,
+ * which equals what protobuf serializes for the same values.
+ */
+#include "native.h"
+#include "hwcrc.h"
+
+/* How a column's values become a record's map entry (ofindex.encode.framed names the same). */
+enum {
+    MODE_PACKED = 0,  /* a packed list of fixed-size numbers: each row's bytes as they are */
+    MODE_VARINT = 1,  /* a packed list of varints: int64 values (negative: ten bytes) */
+    MODE_BYTES = 2,   /* a bytes list holding one value: each row's bytes object */
+    MODE_ENTRIES = 3, /* the whole map entry made in Python (b"": the feature is absent) */
+    MODE_SPANS = 4    /* a bytes list of one value: spans of one buffer (Arrow binary) */
+};
+
+typedef struct {
+    int mode;
+    unsigned char tag;          /* the Feature's field as a key byte: (field << 3) | 2 */
+    PyObject *key;              /* a new reference to the feature name (bytes) */
+    Py_buffer view;             /* PACKED: uint8 (rows, width); VARINT: int64 (rows, count) */
+    int held;                   /* view acquired */
+    Py_ssize_t per_row;         /* PACKED: bytes per row; VARINT: values per row */
+    Py_buffer values;           /* SPANS: the bytes the spans cut (view: their int64 bounds) */
+    int held_values;
+    PyObject *items;            /* BYTES, ENTRIES: a new reference to the list of bytes */
+    PyObject *slice;            /* ... the rows written, held while the GIL is released */
+    const unsigned char **ptrs; /* ... and their bytes and sizes */
+    Py_ssize_t *lens;
+} Column;
+
+typedef struct {
+    Column *cols;
+    Py_ssize_t ncols;
+    int wrap;                   /* an Example: the entries inside Features (field 1) */
+    Py_ssize_t header, footer;  /* framing: 12 + 4 (TFRecord), 8 + 0 (OFRecord), 0 + 0 */
+} Plan;
+
+static inline Py_ssize_t varint_size(uint64_t v) {
+    Py_ssize_t n = 1;
+    while (v >= 0x80) {
+        v >>= 7;
+        n++;
+    }
+    return n;
+}
+
+static inline unsigned char *put_varint(unsigned char *p, uint64_t v) {
+    while (v >= 0x80) {
+        *p++ = (unsigned char)(v | 0x80);
+        v >>= 7;
+    }
+    *p++ = (unsigned char)v;
+    return p;
+}
+
+static inline void put_le(unsigned char *p, uint64_t v, int n) {
+    for (int i = 0; i < n; i++, v >>= 8)
+        p[i] = (unsigned char)v;
+}
+
+static inline int64_t load_i64(const unsigned char *p) {
+    int64_t v;
+    memcpy(&v, p, 8);
+    return v;
+}
+
+/* Bytes of the value list's content of column c at row r (k: the row's place in the slice). */
+static Py_ssize_t value_size(const Column *c, Py_ssize_t r, Py_ssize_t k, int sliced) {
+    if (c->mode == MODE_PACKED)
+        return c->per_row;
+    if (c->mode == MODE_VARINT) {
+        const unsigned char *row = (const unsigned char *)c->view.buf + r * c->per_row * 8;
+        Py_ssize_t n = 0;
+        for (Py_ssize_t j = 0; j < c->per_row; j++)
+            n += varint_size((uint64_t)load_i64(row + 8 * j));
+        return n;
+    }
+    if (c->mode == MODE_SPANS) {
+        const int64_t *at = (const int64_t *)c->view.buf;
+        return (Py_ssize_t)(at[r + 1] - at[r]);  /* checked by check_spans */
+    }
+    if (sliced)
+        return c->lens[k];
+    return PyBytes_GET_SIZE(PyList_GET_ITEM(c->items, r));
+}
+
+/* The nested sizes of a map entry holding v bytes of values: its value list (0: no list,
+ * an empty packed list), the Feature, and the entry's own content. Sizes are bounded by the
+ * buffers they come from, far below PY_SSIZE_T_MAX / 2: no sum here can wrap. */
+typedef struct {
+    Py_ssize_t list, feature, entry;
+} EntrySizes;
+
+static EntrySizes entry_sizes(const Column *c, Py_ssize_t v) {
+    EntrySizes e;
+    int one = c->mode == MODE_BYTES || c->mode == MODE_SPANS;
+    Py_ssize_t klen = PyBytes_GET_SIZE(c->key);
+    e.list = (v || one) ? 1 + varint_size((uint64_t)v) + v : 0;
+    e.feature = 1 + varint_size((uint64_t)e.list) + e.list;
+    e.entry = 1 + varint_size((uint64_t)klen) + klen + 1 + varint_size((uint64_t)e.feature) +
+              e.feature;
+    return e;
+}
+
+/* Bytes of the map entry holding v bytes of values. */
+static Py_ssize_t entry_size(const Column *c, Py_ssize_t v) {
+    if (c->mode == MODE_ENTRIES)
+        return v;
+    EntrySizes e = entry_sizes(c, v);
+    return 1 + varint_size((uint64_t)e.entry) + e.entry;
+}
+
+/* The map entries' bytes of row r (without Features around them). */
+static Py_ssize_t entries_size(const Plan *pl, Py_ssize_t r, Py_ssize_t k, int sliced) {
+    Py_ssize_t n = 0;
+    for (Py_ssize_t j = 0; j < pl->ncols; j++)
+        n += entry_size(&pl->cols[j], value_size(&pl->cols[j], r, k, sliced));
+    return n;
+}
+
+static Py_ssize_t payload_size(const Plan *pl, Py_ssize_t entries) {
+    return pl->wrap ? 1 + varint_size((uint64_t)entries) + entries : entries;
+}
+
+static unsigned char *put_entry(unsigned char *p, const Column *c, Py_ssize_t r, Py_ssize_t k) {
+    Py_ssize_t v = value_size(c, r, k, 1);
+    if (c->mode == MODE_ENTRIES) {
+        memcpy(p, c->ptrs[k], (size_t)v);
+        return p + v;
+    }
+    EntrySizes e = entry_sizes(c, v);
+    Py_ssize_t klen = PyBytes_GET_SIZE(c->key);
+    *p++ = 0x0a;
+    p = put_varint(p, (uint64_t)e.entry);
+    *p++ = 0x0a;
+    p = put_varint(p, (uint64_t)klen);
+    memcpy(p, PyBytes_AS_STRING(c->key), (size_t)klen);
+    p += klen;
+    *p++ = 0x12;
+    p = put_varint(p, (uint64_t)e.feature);
+    *p++ = c->tag;
+    p = put_varint(p, (uint64_t)e.list);
+    if (e.list) {
+        *p++ = 0x0a;
+        p = put_varint(p, (uint64_t)v);
+    }
+    if (c->mode == MODE_PACKED) {
+        memcpy(p, (const unsigned char *)c->view.buf + r * c->per_row, (size_t)v);
+        return p + v;
+    }
+    if (c->mode == MODE_BYTES) {
+        memcpy(p, c->ptrs[k], (size_t)v);
+        return p + v;
+    }
+    if (c->mode == MODE_SPANS) {
+        const int64_t *at = (const int64_t *)c->view.buf;
+        memcpy(p, (const unsigned char *)c->values.buf + at[r], (size_t)v);
+        return p + v;
+    }
+    const unsigned char *row = (const unsigned char *)c->view.buf + r * c->per_row * 8;
+    for (Py_ssize_t j = 0; j < c->per_row; j++)
+        p = put_varint(p, (uint64_t)load_i64(row + 8 * j));
+    return p;
+}
+
+/* Row r framed at p (its payload's CRCs are filled in later). */
+static void put_record(const Plan *pl, unsigned char *p, Py_ssize_t r, Py_ssize_t k) {
+    Py_ssize_t entries = entries_size(pl, r, k, 1);
+    Py_ssize_t payload = payload_size(pl, entries);
+    if (pl->header)
+        put_le(p, (uint64_t)payload, 8);
+    p += pl->header;
+    if (pl->wrap) {
+        *p++ = 0x0a;
+        p = put_varint(p, (uint64_t)entries);
+    }
+    for (Py_ssize_t j = 0; j < pl->ncols; j++)
+        p = put_entry(p, &pl->cols[j], r, k);
+}
+
+static void release_plan(Plan *pl) {
+    for (Py_ssize_t j = 0; j < pl->ncols; j++) {
+        Column *c = &pl->cols[j];
+        if (c->held)
+            PyBuffer_Release(&c->view);
+        if (c->held_values)
+            PyBuffer_Release(&c->values);
+        Py_XDECREF(c->key);
+        Py_XDECREF(c->items);
+        Py_XDECREF(c->slice);
+        PyMem_Free(c->ptrs);
+        PyMem_Free(c->lens);
+    }
+    PyMem_Free(pl->cols);
+}
+
+/* A SPANS column's data: (bounds, values), rows + 1 int64 bounds, each row's value
+ * values[bounds[r]:bounds[r + 1]]; every span checked inside values here. */
+static int get_spans_column(PyObject *data, Column *c, Py_ssize_t j, Py_ssize_t *rows) {
+    PyObject *bounds, *values;
+    if (!PyTuple_Check(data) || PyTuple_GET_SIZE(data) != 2) {
+        PyErr_Format(PyExc_TypeError, "column %zd: its data is (bounds, values)", j);
+        return -1;
+    }
+    bounds = PyTuple_GET_ITEM(data, 0);
+    values = PyTuple_GET_ITEM(data, 1);
+    if (get_i64(bounds, &c->view, "bounds") < 0)
+        return -1;
+    c->held = 1;
+    if (PyObject_GetBuffer(values, &c->values, PyBUF_SIMPLE) < 0)
+        return -1;
+    c->held_values = 1;
+    const int64_t *at = (const int64_t *)c->view.buf;
+    Py_ssize_t n = c->view.shape[0];
+    if (n < 1) {
+        PyErr_Format(PyExc_ValueError, "column %zd: no bounds (rows + 1 of them)", j);
+        return -1;
+    }
+    for (Py_ssize_t r = 0; r < n; r++) {
+        if (at[r] < 0 || at[r] > (int64_t)c->values.len || (r && at[r] < at[r - 1])) {
+            PyErr_Format(PyExc_ValueError, "column %zd: bound %zd (%lld) outside the values "
+                         "or before the previous one", j, r, (long long)at[r]);
+            return -1;
+        }
+    }
+    *rows = n - 1;
+    return 0;
+}
+
+/* Column j of the plan from its (key, field, mode, data) tuple; its rows into *rows. */
+static int get_column(PyObject *spec, Column *c, Py_ssize_t j, Py_ssize_t *rows) {
+    PyObject *key, *data;
+    int field, mode;
+    if (!PyTuple_Check(spec) ||
+        !PyArg_ParseTuple(spec, "SiiO:column", &key, &field, &mode, &data)) {
+        if (!PyErr_Occurred() || PyErr_ExceptionMatches(PyExc_TypeError)) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_TypeError, "column %zd is not a (bytes key, int field, int "
+                         "mode, data) tuple", j);
+        }
+        return -1;
+    }
+    if (field < 1 || field > 15 || mode < MODE_PACKED || mode > MODE_SPANS) {
+        PyErr_Format(PyExc_ValueError, "column %zd: field %d or mode %d out of range", j,
+                     field, mode);
+        return -1;
+    }
+    c->mode = mode;
+    c->tag = (unsigned char)((field << 3) | 2);
+    Py_INCREF(key);
+    c->key = key;
+    if (mode == MODE_BYTES || mode == MODE_ENTRIES) {
+        if (!PyList_Check(data)) {
+            PyErr_Format(PyExc_TypeError, "column %zd: its values are a list of bytes", j);
+            return -1;
+        }
+        Py_INCREF(data);
+        c->items = data;
+        *rows = PyList_GET_SIZE(data);
+        return 0;
+    }
+    if (mode == MODE_SPANS)
+        return get_spans_column(data, c, j, rows);
+    if (PyObject_GetBuffer(data, &c->view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
+        return -1;
+    c->held = 1;
+    Py_ssize_t want = mode == MODE_PACKED ? 1 : 8;
+    const char *f = c->view.format ? c->view.format : "B";
+    int int64 = !strcmp(f, "q") || !strcmp(f, "l") || !strcmp(f, "<q") || !strcmp(f, "=q") ||
+                !strcmp(f, "<l") || !strcmp(f, "=l");
+    if (c->view.ndim != 2 || c->view.itemsize != want || (mode == MODE_VARINT && !int64)) {
+        PyErr_Format(PyExc_TypeError, "column %zd: a 2-d C-contiguous array of %s", j,
+                     mode == MODE_PACKED ? "uint8" : "int64");
+        return -1;
+    }
+    *rows = c->view.shape[0];
+    c->per_row = c->view.shape[1];
+    return 0;
+}
+
+static int get_plan(PyObject *columns, int wrap, Py_ssize_t header, Py_ssize_t footer,
+                    Plan *pl, Py_ssize_t *rows) {
+    memset(pl, 0, sizeof(*pl));
+    if (!((header == 12 && footer == 4) || (header == 8 && footer == 0) ||
+          (header == 0 && footer == 0))) {
+        PyErr_SetString(PyExc_ValueError, "framing is (12, 4), (8, 0) or (0, 0)");
+        return -1;
+    }
+    pl->wrap = wrap;
+    pl->header = header;
+    pl->footer = footer;
+    if (!PyTuple_Check(columns)) {
+        PyErr_SetString(PyExc_TypeError, "columns is a tuple of column tuples");
+        return -1;
+    }
+    Py_ssize_t n = PyTuple_GET_SIZE(columns);
+    pl->cols = PyMem_Calloc(n ? (size_t)n : 1, sizeof(Column));
+    if (pl->cols == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    *rows = -1;
+    for (Py_ssize_t j = 0; j < n; j++) {
+        Py_ssize_t r;
+        pl->ncols = j + 1;
+        if (get_column(PyTuple_GET_ITEM(columns, j), &pl->cols[j], j, &r) < 0)
+            return -1;
+        if (*rows >= 0 && r != *rows) {
+            PyErr_Format(PyExc_ValueError, "column %zd has %zd rows, column 0 %zd", j, r,
+                         *rows);
+            return -1;
+        }
+        *rows = r;
+    }
+    return 0;
+}
+
+/* Rows [start, stop) that fit in room bytes, sized with the GIL held (the lists' items are
+ * checked to be bytes here); their framed sizes into sz. Returns the rows, *used their bytes;
+ * 0 rows with *used the first row's size when it does not fit; -1 on a bad item. */
+static Py_ssize_t size_rows(const Plan *pl, Py_ssize_t start, Py_ssize_t stop, Py_ssize_t room,
+                            int64_t *sz, Py_ssize_t *used) {
+    Py_ssize_t total = 0, k = 0;
+    for (Py_ssize_t r = start; r < stop; r++, k++) {
+        for (Py_ssize_t j = 0; j < pl->ncols; j++) {
+            const Column *c = &pl->cols[j];
+            if (c->items == NULL)
+                continue;
+            if (r >= PyList_GET_SIZE(c->items)) {  /* changed by a buffer export's code */
+                PyErr_Format(PyExc_ValueError, "column %zd changed during the call", j);
+                return -1;
+            }
+            if (!PyBytes_Check(PyList_GET_ITEM(c->items, r))) {
+                PyErr_Format(PyExc_TypeError, "column %zd, row %zd: not bytes", j, r);
+                return -1;
+            }
+        }
+        Py_ssize_t size = pl->header + payload_size(pl, entries_size(pl, r, 0, 0)) + pl->footer;
+        if (size > room - total) {
+            if (k == 0)
+                total = size;
+            break;
+        }
+        sz[k] = size;
+        total += size;
+    }
+    *used = total;
+    return k;
+}
+
+/* The bytes and sizes of the rows written, from new lists that hold them while the GIL is
+ * released (the caller's lists may change meanwhile). */
+static int hold_rows(Plan *pl, Py_ssize_t start, Py_ssize_t n) {
+    for (Py_ssize_t j = 0; j < pl->ncols; j++) {
+        Column *c = &pl->cols[j];
+        if (c->items == NULL)
+            continue;
+        c->slice = PyList_GetSlice(c->items, start, start + n);
+        c->ptrs = PyMem_Malloc((size_t)(n ? n : 1) * sizeof(*c->ptrs));
+        c->lens = PyMem_Malloc((size_t)(n ? n : 1) * sizeof(*c->lens));
+        if (c->slice == NULL || c->ptrs == NULL || c->lens == NULL) {
+            if (!PyErr_Occurred())
+                PyErr_NoMemory();
+            return -1;
+        }
+        for (Py_ssize_t k = 0; k < n; k++) {
+            PyObject *item = PyList_GET_ITEM(c->slice, k);
+            c->ptrs[k] = (const unsigned char *)PyBytes_AS_STRING(item);
+            c->lens[k] = PyBytes_GET_SIZE(item);
+        }
+    }
+    return 0;
+}
+
+/* The payload CRC32Cs of rows by the CPU's instruction, three at a time. */
+static void hw_payload_crcs(const unsigned char *base, const int64_t *at, const int64_t *sz,
+                            Py_ssize_t n, Py_ssize_t header, Py_ssize_t footer, uint32_t *crc) {
+    Py_ssize_t k = 0;
+    for (; k + 3 <= n; k += 3) {
+        const unsigned char *p[3];
+        size_t len[3];
+        for (int i = 0; i < 3; i++) {
+            p[i] = base + at[k + i] + header;
+            len[i] = (size_t)(sz[k + i] - header - footer);
+        }
+        hw_crc32c_x3(p, len, crc + k);
+    }
+    for (; k < n; k++)
+        crc[k] = hw_crc32c(base + at[k] + header, (size_t)(sz[k] - header - footer));
+}
+
+/* The CRCs the framing holds, and the payloads' CRC32Cs into crc (when not NULL). */
+static int put_crcs(const Plan *pl, unsigned char *base, const int64_t *at, const int64_t *sz,
+                    Py_ssize_t n, uint32_t *crc, PyObject *crc_fn) {
+    int tf = pl->footer == 4;
+    if (crc == NULL && !tf)
+        return 0;
+    if (hw_crc_on) {
+        Py_BEGIN_ALLOW_THREADS
+        hw_payload_crcs(base, at, sz, n, pl->header, pl->footer, crc);
+        if (tf) {
+            for (Py_ssize_t k = 0; k < n; k++) {
+                unsigned char *p = base + at[k];
+                put_le(p + 8, hw_mask(hw_crc32c(p, 8)), 4);
+                put_le(p + sz[k] - 4, hw_mask(crc[k]), 4);
+            }
+        }
+        Py_END_ALLOW_THREADS
+        return 0;
+    }
+    for (Py_ssize_t k = 0; k < n; k++) {
+        unsigned char *p = base + at[k];
+        uint32_t length_crc;
+        if (package_crc_of(crc_fn, p + pl->header, sz[k] - pl->header - pl->footer, &crc[k]) < 0)
+            return -1;
+        if (tf) {
+            if (package_crc_of(crc_fn, p, 8, &length_crc) < 0)
+                return -1;
+            put_le(p + 8, hw_mask(length_crc), 4);
+            put_le(p + sz[k] - 4, hw_mask(crc[k]), 4);
+        }
+    }
+    return 0;
+}
+
+const char encode_doc[] =
+"encode(columns, wrap, header, footer, start, stop, limit, out, sizes, crcs, crc32c)\n"
+"    -> (rows, used)\n\n"
+"Rows [start, stop) of columns (a tuple of (key, field, mode, data): see encode.c) as\n"
+"records, each framed (header, footer: (12, 4) TFRecord, (8, 0) OFRecord, (0, 0) none; wrap:\n"
+"the entries inside an Example's Features), back to back into out, as many as fit in\n"
+"min(limit, len(out)) bytes. sizes (int64) gets each record's framed size, crcs (uint32, or\n"
+"None) its payload's CRC32C. Returns the rows written and the bytes used; (0, n) when the\n"
+"first record, of n bytes, does not fit.";
+
+PyObject *encode(PyObject *self, PyObject *args) {
+    PyObject *columns, *out_obj, *sizes_obj, *crcs_obj, *crc_fn;
+    int wrap;
+    Py_ssize_t header, footer, start, stop, limit;
+    if (!PyArg_ParseTuple(args, "OpnnnnnOOOO:encode", &columns, &wrap, &header, &footer, &start,
+                          &stop, &limit, &out_obj, &sizes_obj, &crcs_obj, &crc_fn))
+        return NULL;
+    Plan pl;
+    Py_ssize_t rows;
+    Py_buffer out = {0}, sv = {0}, cv = {0};
+    PyObject *result = NULL;
+    if (get_plan(columns, wrap, header, footer, &pl, &rows) < 0)
+        goto done;
+    if (rows < 0) {
+        PyErr_SetString(PyExc_ValueError, "no columns");
+        goto done;
+    }
+    if (start < 0 || stop < start || stop > rows || limit < 0) {
+        PyErr_Format(PyExc_ValueError, "rows [%zd, %zd) or limit %zd out of range (%zd rows)",
+                     start, stop, limit, rows);
+        goto done;
+    }
+    if (PyObject_GetBuffer(out_obj, &out, PyBUF_WRITABLE) < 0)
+        goto done;
+    if (get_i64_out(sizes_obj, &sv, "sizes") < 0)
+        goto done;
+    if (sv.shape[0] < stop - start) {
+        PyErr_SetString(PyExc_ValueError, "sizes is shorter than the rows");
+        goto done;
+    }
+    if (crcs_obj != Py_None) {
+        if (PyObject_GetBuffer(crcs_obj, &cv, PyBUF_WRITABLE | PyBUF_ND) < 0)
+            goto done;
+        if (cv.itemsize != 4 || cv.ndim != 1 || cv.shape[0] < stop - start) {
+            PyErr_SetString(PyExc_ValueError, "crcs is a uint32 array as long as the rows");
+            goto done;
+        }
+    }
+    Py_ssize_t room = limit < out.len ? limit : out.len, used;
+    int64_t *sz = (int64_t *)sv.buf;
+    Py_ssize_t n = size_rows(&pl, start, stop, room, sz, &used);
+    if (n < 0 || hold_rows(&pl, start, n) < 0)
+        goto done;
+    int64_t *at = PyMem_Malloc((size_t)(n ? n : 1) * sizeof(int64_t));
+    int own_crc = crcs_obj == Py_None && pl.footer;  /* TFRecord's CRCs, not returned */
+    uint32_t *crc = crcs_obj != Py_None ? (uint32_t *)cv.buf : own_crc ? PyMem_Malloc(
+        (size_t)(n ? n : 1) * sizeof(uint32_t)) : NULL;
+    if (at == NULL || (own_crc && crc == NULL)) {
+        PyMem_Free(at);
+        if (own_crc)
+            PyMem_Free(crc);
+        PyErr_NoMemory();
+        goto done;
+    }
+    unsigned char *base = (unsigned char *)out.buf;
+    Py_BEGIN_ALLOW_THREADS
+    int64_t pos = 0;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        at[k] = pos;
+        put_record(&pl, base + pos, start + k, k);
+        pos += sz[k];
+    }
+    Py_END_ALLOW_THREADS
+    int failed = put_crcs(&pl, base, at, sz, n, crc, crc_fn);
+    PyMem_Free(at);
+    if (own_crc)
+        PyMem_Free(crc);
+    if (failed == 0)
+        result = Py_BuildValue("nn", n, used);
+done:
+    if (cv.obj)
+        PyBuffer_Release(&cv);
+    if (sv.obj)
+        PyBuffer_Release(&sv);
+    if (out.obj)
+        PyBuffer_Release(&out);
+    release_plan(&pl);
+    return result;
+}

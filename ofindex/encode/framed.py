@@ -1,0 +1,203 @@
+"""Records encoded from laid-out columns straight into framed bytes: the batch encoder's loop.
+
+:mod:`ofindex.encode.columns` checks a batch of columns and lays each out as a
+:class:`PlannedColumn` (numbers converted by numpy, values that need Python made into whole
+map entries); :func:`encode_block` then writes rows of the batch as records, back to back
+into a caller's buffer, each framed as a TFRecord (length, its CRC, payload, the payload's
+CRC), an OFRecord (length, payload) or not at all, and gives each record's framed size and
+payload CRC32C (what a writer's sidecar keeps). It fills as many rows as fit, so a writer
+reuses one buffer and cuts shards at record boundaries.
+
+Two implementations give the same bytes: the compiled ``ofindex._native.encode`` (one pass
+per record, no object per record, the GIL released while bytes are copied) and
+:func:`encode_block_py`, its pure-Python twin (used without the compiled module; tests hold
+them equal).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import crc32c
+import numpy as np
+
+from ofindex import _accel
+from ofindex.encode.varints import tag, varint, varints
+from ofindex.formats.crc import masked_crc32c
+
+#: How a column's values become each record's map entry (csrc/encode.c has the same modes):
+#: a packed list of fixed-size numbers (each row's bytes as they are), a packed list of
+#: varints (int64 values), a bytes list of one value (each row's bytes object), the whole
+#: map entry made beforehand (``b""``: the feature is absent from that record), or a bytes
+#: list of one value cut from one buffer (an Arrow binary or string column, not copied).
+PACKED, VARINT, ONE_BYTES, ENTRIES, SPANS = 0, 1, 2, 3, 4
+#: ``(header, footer)`` bytes around each payload: TFRecord, OFRecord, none.
+TFRECORD_FRAMING, OFRECORD_FRAMING, NO_FRAMING = (12, 4), (8, 0), (0, 0)
+
+
+@dataclasses.dataclass(frozen=True)
+class PlannedColumn:
+    """One column of a batch, laid out for :func:`encode_block`.
+
+    Attributes:
+        key: The feature's name (UTF-8).
+        field: The field of its value list in a ``Feature`` (which list it is).
+        mode: :data:`PACKED`, :data:`VARINT`, :data:`ONE_BYTES` or :data:`ENTRIES`.
+        data: ``PACKED``: a C-contiguous ``(rows, width)`` uint8 array; ``VARINT``: a
+            C-contiguous ``(rows, count)`` int64 array; ``SPANS``: ``(bounds, values)``,
+            ``rows + 1`` int64 bounds and a buffer, row ``r`` being
+            ``values[bounds[r]:bounds[r + 1]]``; otherwise a list of ``bytes``.
+    """
+
+    key: bytes
+    field: int
+    mode: int
+    data: np.ndarray | list[bytes] | tuple[np.ndarray, Any]
+
+    @property
+    def rows(self) -> int:
+        """Rows of the column."""
+        if self.mode == SPANS:
+            return len(self.data[0]) - 1
+        return len(self.data)
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchPlan:
+    """A batch of columns laid out for :func:`encode_block`.
+
+    Attributes:
+        columns: The columns, in the order their entries go into each record.
+        rows: Records in the batch.
+        wrap: The entries go inside an Example's ``Features`` (``False``: an OFRecord).
+    """
+
+    columns: tuple[PlannedColumn, ...]
+    rows: int
+    wrap: bool
+
+    def as_tuples(self) -> tuple[tuple[bytes, int, int, Any], ...]:
+        """The columns as the compiled encoder takes them."""
+        return tuple((c.key, c.field, c.mode, c.data) for c in self.columns)
+
+
+def entry_prefix(key: bytes, field: int, size: int, one_value: bool) -> bytes:
+    """A map entry's bytes up to its values (``size`` bytes of them): a packed list's
+    payload (no list at all when empty), or one bytes value (``one_value``)."""
+    inner = (tag(1) + varint(size)) if size or one_value else b""
+    feature = tag(field) + varint(len(inner) + size) + inner
+    entry = tag(1) + varint(len(key)) + key + tag(2) + varint(len(feature) + size) + feature
+    return tag(1) + varint(len(entry) + size) + entry
+
+
+def _row_entry(column: PlannedColumn, row: int) -> bytes:
+    data: Any = column.data
+    if column.mode == SPANS:
+        bounds, values = data
+        value = bytes(memoryview(values)[int(bounds[row]):int(bounds[row + 1])])
+        return entry_prefix(column.key, column.field, len(value), True) + value
+    if column.mode == ENTRIES or column.mode == ONE_BYTES:
+        value = data[row]
+        if not isinstance(value, bytes):
+            raise TypeError(f"row {row}: not bytes")
+        if column.mode == ENTRIES:
+            return value
+        return entry_prefix(column.key, column.field, len(value), True) + value
+    assert isinstance(data, np.ndarray)
+    if column.mode == PACKED:
+        raw = bytes(data[row].tobytes())
+    else:
+        raw = bytes(varints(data[row].view(np.uint64))[0].tobytes())
+    return entry_prefix(column.key, column.field, len(raw), False) + raw
+
+
+def _frame(payload: bytes, framing: tuple[int, int]) -> bytes:
+    if framing == TFRECORD_FRAMING:
+        head = len(payload).to_bytes(8, "little")
+        return b"".join((head, masked_crc32c(head).to_bytes(4, "little"), payload,
+                         masked_crc32c(payload).to_bytes(4, "little")))
+    if framing == OFRECORD_FRAMING:
+        return len(payload).to_bytes(8, "little") + payload
+    return payload
+
+
+def _check_block_args(plan: BatchPlan, start: int, stop: int, framing: tuple[int, int],
+                      limit: int, sizes: np.ndarray, crcs: np.ndarray | None) -> None:
+    """The compiled ``encode``'s checks of its arguments, in its order."""
+    if framing not in (TFRECORD_FRAMING, OFRECORD_FRAMING, NO_FRAMING):
+        raise ValueError("framing is (12, 4), (8, 0) or (0, 0)")
+    for column in plan.columns:
+        if column.mode == SPANS:
+            bounds = np.asarray(column.data[0])
+            size = memoryview(column.data[1]).nbytes
+            if len(bounds) < 1 or bool((bounds < 0).any() | (bounds > size).any()
+                                       | (np.diff(bounds) < 0).any()):
+                raise ValueError("a column's bounds lie outside its values or go backwards")
+    counts = {c.rows for c in plan.columns}
+    if len(counts) > 1:
+        raise ValueError("columns of different row counts")
+    if not counts:
+        raise ValueError("no columns")
+    rows = counts.pop()
+    if start < 0 or stop < start or stop > rows or limit < 0:
+        raise ValueError(f"rows [{start}, {stop}) or limit {limit} out of range ({rows} rows)")
+    if len(sizes) < stop - start or (crcs is not None and len(crcs) < stop - start):
+        raise ValueError("sizes or crcs is shorter than the rows")
+
+
+def encode_block_py(plan: BatchPlan, start: int, stop: int, framing: tuple[int, int],
+                    limit: int, out: bytearray | np.ndarray, sizes: np.ndarray,
+                    crcs: np.ndarray | None) -> tuple[int, int]:
+    """The pure-Python twin of the compiled ``encode`` (see :func:`encode_block`)."""
+    _check_block_args(plan, start, stop, framing, limit, sizes, crcs)
+    room = min(limit, len(out))
+    view = memoryview(out).cast("B")  # type: ignore[arg-type]
+    used = 0
+    for k, row in enumerate(range(start, stop)):
+        entries = b"".join(_row_entry(column, row) for column in plan.columns)
+        payload = (tag(1) + varint(len(entries)) + entries) if plan.wrap else entries
+        record = _frame(payload, framing)
+        if len(record) > room - used:
+            return (0, len(record)) if k == 0 else (k, used)
+        view[used:used + len(record)] = record
+        sizes[k] = len(record)
+        if crcs is not None:
+            crcs[k] = crc32c.crc32c(payload)
+        used += len(record)
+    return stop - start, used
+
+
+def encode_block(plan: BatchPlan, start: int, stop: int, framing: tuple[int, int],
+                 limit: int, out: bytearray | np.ndarray, sizes: np.ndarray,
+                 crcs: np.ndarray | None = None) -> tuple[int, int]:
+    """Encode rows ``[start, stop)`` of a batch as framed records into ``out``.
+
+    Records go back to back from ``out[0]``, as many whole ones as fit in
+    ``min(limit, len(out))`` bytes.
+
+    Args:
+        plan: The batch's columns (see :mod:`ofindex.encode.columns`).
+        start: The first row.
+        stop: The row after the last.
+        framing: :data:`TFRECORD_FRAMING`, :data:`OFRECORD_FRAMING` or :data:`NO_FRAMING`.
+        limit: Bytes the records may take (a shard's remaining room).
+        out: A writable buffer.
+        sizes: An int64 array with room for ``stop - start``: each record's framed size.
+        crcs: A uint32 array with room for ``stop - start``: each payload's CRC32C (what an
+            OFRecord sidecar keeps), or ``None``.
+
+    Returns:
+        ``(rows, used)``: the rows written and their bytes; ``(0, size)`` when the first
+        record (``size`` bytes) does not fit.
+
+    Raises:
+        TypeError: A value of a bytes column that is not ``bytes``.
+    """
+    native = _accel.native
+    if native is None:
+        return encode_block_py(plan, start, stop, framing, limit, out, sizes, crcs)
+    header, footer = framing
+    rows, used = native.encode(plan.as_tuples(), plan.wrap, header, footer, start, stop, limit,
+                               out, sizes, crcs, crc32c.crc32c)
+    return rows, used
