@@ -26,7 +26,12 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchlib import best_of, parse_args
 
-from ofindex.shuffle import BlockShuffleOrder, FeistelPermutation
+from ofindex.shuffle import (
+    BlockShuffleOrder,
+    FeistelPermutation,
+    GlobalShuffleOrder,
+    neighbour_mixing,
+)
 
 
 def throughput(count: int, repeat: int) -> dict:
@@ -69,12 +74,6 @@ def memory(mem_count: int) -> dict:
     return out
 
 
-def _mixing(rank: np.ndarray, n: int) -> float:
-    """Mean epoch distance of records i and i+1, over its value for a uniform shuffle (n/3):
-    1.0 = neighbours in the files are as far apart as in a full shuffle, ~0 = kept together."""
-    return float(np.abs(np.diff(rank)).mean() / (n / 3))
-
-
 _GAP = 64  # records read through rather than split (the planner's max_gap, in records)
 
 
@@ -96,18 +95,16 @@ def locality(n: int, batch: int, block_sizes: list[int], windows: list[int]) -> 
     rows = []
     for block_size in block_sizes:
         for w in windows:
-            order = BlockShuffleOrder(shards, block_size, w, seed=0)(pos)
-            runs, nshards = _batch_stats(order, n, batch, n // 8)
-            rank = np.empty(n)
-            rank[order] = pos
+            block_order = BlockShuffleOrder(shards, block_size, w, seed=0)
+            runs, nshards = _batch_stats(block_order(pos), n, batch, n // 8)
             rows.append({"block_size": block_size, "window": w, "batch": batch,
                          "ranges_per_batch": runs, "shards_per_batch": nshards,
-                         "mixing": _mixing(rank, n)})
+                         "mixing": neighbour_mixing(block_order).value})
     full = FeistelPermutation(n, seed=0).range()
     runs, nshards = _batch_stats(full, n, batch, n // 8)
     rows.append({"block_size": "-", "window": "full shuffle", "batch": batch,
                  "ranges_per_batch": runs, "shards_per_batch": nshards,
-                 "mixing": _mixing(np.argsort(full), n)})
+                 "mixing": neighbour_mixing(GlobalShuffleOrder(n, seed=0)).value})
     return rows
 
 
