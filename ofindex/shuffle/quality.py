@@ -8,8 +8,6 @@ itself (its inverse, ``positions_of``) over every record, or over a uniform samp
 for orders too large to walk (the sampled mean's standard error is given with it).
 """
 
-from __future__ import annotations
-
 import dataclasses
 from typing import Protocol
 
