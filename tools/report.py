@@ -10,7 +10,7 @@ Reads, when present: pipeline.json (tools/bench_pipeline.py), sequential.json
 (tools/bench_remote.py), compressed.json (tools/bench_compressed.py), read.json
 (tools/bench_read.py), build.json (tools/bench_build.py), decode.json
 (tools/bench_decode.py), scale.json (tools/bench_scale.py), mixing.json
-(tools/bench_mixing.py). A missing file gives a line
+(tools/bench_mixing.py), ratelimit.json (tools/bench_ratelimit.py). A missing file gives a line
 saying how to make it, or with ``--keep-missing`` the section and README lines already
 written from it earlier (so that one benchmark can be re-run and its figures refreshed
 alone). README.md's text between ``<!-- bench:begin -->`` and ``<!-- bench:end -->`` is
@@ -41,7 +41,7 @@ TOOLS = {"pipeline": ("bench_pipeline.py", []), "sequential": ("bench_sequential
          "compressed": ("bench_compressed.py", []), "read": ("bench_read.py", []),
          "build": ("bench_build.py", []), "decode": ("bench_decode.py", []),
          "scale": ("bench_scale.py", []), "mixing": ("bench_mixing.py", []),
-         "ray": ("bench_ray.py", [])}
+         "ray": ("bench_ray.py", []), "ratelimit": ("bench_ratelimit.py", [])}
 
 
 def fmt(x: float | None, digits: int = 3) -> str:
@@ -397,6 +397,56 @@ class Report:
                 f"{top['cold']['max_rounds']} request rounds per cold batch of 256, "
                 f"{fmt(top['cold']['moved_per_useful'])}× the useful bytes moved.")
 
+    def rate_limits(self) -> None:
+        """1, 64 and 1,024 readers against S3's request-rate limit (tools/bench_ratelimit.py)."""
+        data = self.load("ratelimit")
+        title = ("Request-rate limits: 1 to 1,024 readers of one S3 prefix "
+                 "(tools/bench_ratelimit.py)")
+        if data is None:
+            self.missing(title, "bench_ratelimit.py")
+            return
+        store, st = data["store"], data["settings"]
+        text = [f"## {title}\n",
+                f"{data['records']:.0e} records of ~{data['mean_record_bytes']} B in "
+                f"{data['shards']:,} shards, batches of {data['batch']} (block shuffles: window "
+                f"{data['window']}). *Measured* on the real reader (simulated store, rank 0 of "
+                f"N, {st['batches']} batches after {st['warm']}): requests per batch (min–max; "
+                "*plan*: what `ofindex plan` predicts) and bytes moved per useful byte. "
+                f"*Modelled*: N readers against {store['reads_per_second']:,.0f} GET/s per "
+                f"prefix in a discrete-event simulation ({st['sim_seconds']:g} s of virtual "
+                f"time, the first {st['sim_warmup']:g} s left out; {data['rtt'] * 1e3:g} ms "
+                f"RTT, {st['concurrency']} requests in flight per reader), with the pacers "
+                "(`ofindex.storage.pacing`) and without (backoff only): records/s, requests/s "
+                "answered, share of answers throttled. Cost: "
+                f"${store['dollars_per_1000']:g} per 1,000 GETs.\n"]
+        rows = []
+        for r in data["rows"]:
+            m, paced, unpaced = r["measured"], r["paced"], r["unpaced"]
+            rows.append([f"{r['readers']:,}", r["order"],
+                         f"{fmt(m['requests_per_batch'])} ({fmt(m['requests_min'])}–"
+                         f"{fmt(m['requests_max'])})", fmt(r["predicted_requests_per_batch"]),
+                         fmt(m["moved_per_useful"]), fmt(paced["records_per_s"]),
+                         fmt(paced["requests_per_s"]), fmt(paced["throttled_fraction"], 2),
+                         fmt(unpaced["records_per_s"]), fmt(unpaced["throttled_fraction"], 2),
+                         fmt(r["dollars_per_million_records"])])
+        text.append(table(["readers", "order", "requests / batch", "plan", "moved / useful",
+                           "records/s", "requests/s", "throttled", "records/s (no pacing)",
+                           "throttled (no pacing)", "$ / M records"], rows))
+        self.sections.append("\n".join(text) + "\n")
+        top = max(r["readers"] for r in data["rows"])
+        glob = next((r for r in data["rows"] if r["readers"] == top and r["block_size"] is None),
+                    None)
+        if glob is not None:
+            best = max((r for r in data["rows"] if r["readers"] == top),
+                       key=lambda r: r["paced"]["records_per_s"])
+            self.summary.append(
+                f"Request-rate limits ({top:,} readers, one S3 prefix, modelled): the global "
+                f"shuffle reads {fmt(glob['paced']['records_per_s'])} records/s at "
+                f"{fmt(glob['paced']['requests_per_s'])} requests/s "
+                f"({fmt(glob['paced']['throttled_fraction'], 2)} throttled; "
+                f"{fmt(glob['unpaced']['throttled_fraction'], 2)} without pacing), "
+                f"{best['order']} {fmt(best['paced']['records_per_s'])} records/s.")
+
     def rows_table(self, name: str, title: str, tool: str) -> None:
         """A benchmark that writes a list of rows named by ``"name"`` (tools/benchlib.py)."""
         rows = self.load(name)
@@ -466,7 +516,7 @@ class Report:
         """Write docs/benchmarks.md (and README's marked block); returns the markdown."""
         for section in (self.pipeline, self.sequential, self.read, self.build, self.decode,
                         self.compressed, self.shuffle, self.mixing, self.remote, self.scale,
-                        self.ray):
+                        self.rate_limits, self.ray):
             before = len(self.summary)
             section()
             self.lines_of[self.sections[-1].split("\n", 1)[0]] = self.summary[before:]
