@@ -69,6 +69,9 @@ def test_a_sequential_batch_is_one_range_and_a_global_one_a_range_per_record():
     cost = batch_requests(huge, glob, s3)
     miss = 1 - (256 << 20) / (8 * 32 + 160) / (1e10 / 32)
     assert cost.index_requests == pytest.approx(256 * miss, rel=0.02)  # every page a miss
+    seq = reader_batches(SequentialOrder(huge.records), huge.records, 1, 256, 4)
+    cost = batch_requests(huge, seq, s3)  # 8 new consecutive pages a batch: one request
+    assert cost.index_requests == pytest.approx(miss) and cost.data_requests == 1
 
 
 def test_the_strided_split_gives_each_reader_every_readers_th_position():

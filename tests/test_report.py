@@ -199,7 +199,7 @@ def _rate_row(readers, block, requests, paced, unpaced):
             "block_size": block,
             "measured": {"requests_per_batch": requests, "requests_min": requests - 2,
                          "requests_max": requests + 3, "moved_per_useful": 2.4},
-            "predicted_requests_per_batch": requests * 0.9,
+            "model_requests_per_batch": {"same_batches": requests * 0.9, "plan": requests / 2},
             "paced": {"records_per_s": paced, "requests_per_s": 5480.0,
                       "throttled_fraction": 0.05},
             "unpaced": {"records_per_s": unpaced, "requests_per_s": 5200.0,
@@ -229,8 +229,8 @@ def test_the_rate_limit_table(tmp_path):
                         "--readme", str(readme)]) == 0
     md = (docs / "benchmarks.md").read_text()
     assert "## Request-rate limits: 1 to 1,024 readers of one S3 prefix" in md
-    assert ("| 1,024 | global | 512 (510–515) | 461 | 2.4 | 2,740 | 5,480 | 0.05 | 2,600 | 0.47 "
-            "| 0.8 |") in md
+    assert ("| 1,024 | global | 512 (510–515) | 461 | 256 | 2.4 | 2,740 | 5,480 | 0.05 | 2,600 "
+            "| 0.47 | 0.8 |") in md
     assert ("Request-rate limits (1,024 readers, one S3 prefix, modelled): the global shuffle "
             "reads 2,740 records/s at 5,480 requests/s (0.05 throttled; 0.47 without pacing), "
             "block 4096 4,600 records/s.") in readme.read_text()

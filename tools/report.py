@@ -411,7 +411,9 @@ class Report:
                 f"{data['shards']:,} shards, batches of {data['batch']} (block shuffles: window "
                 f"{data['window']}). *Measured* on the real reader (simulated store, rank 0 of "
                 f"N, {st['batches']} batches after {st['warm']}): requests per batch (min–max; "
-                "*plan*: what `ofindex plan` predicts) and bytes moved per useful byte. "
+                "*model*: `ofindex.planning`'s model of the same batches; *plan*: what "
+                "`ofindex plan` predicts, averaged over two windows of a block shuffle) and "
+                "bytes moved per useful byte. "
                 f"*Modelled*: N readers against {store['reads_per_second']:,.0f} GET/s per "
                 f"prefix in a discrete-event simulation ({st['sim_seconds']:g} s of virtual "
                 f"time, the first {st['sim_warmup']:g} s left out; {data['rtt'] * 1e3:g} ms "
@@ -424,12 +426,15 @@ class Report:
             m, paced, unpaced = r["measured"], r["paced"], r["unpaced"]
             rows.append([f"{r['readers']:,}", r["order"],
                          f"{fmt(m['requests_per_batch'])} ({fmt(m['requests_min'])}–"
-                         f"{fmt(m['requests_max'])})", fmt(r["predicted_requests_per_batch"]),
+                         f"{fmt(m['requests_max'])})",
+                         fmt(r["model_requests_per_batch"]["same_batches"]),
+                         fmt(r["model_requests_per_batch"]["plan"]),
                          fmt(m["moved_per_useful"]), fmt(paced["records_per_s"]),
                          fmt(paced["requests_per_s"]), fmt(paced["throttled_fraction"], 2),
                          fmt(unpaced["records_per_s"]), fmt(unpaced["throttled_fraction"], 2),
                          fmt(r["dollars_per_million_records"])])
-        text.append(table(["readers", "order", "requests / batch", "plan", "moved / useful",
+        text.append(table(["readers", "order", "requests / batch", "model", "plan",
+                           "moved / useful",
                            "records/s", "requests/s", "throttled", "records/s (no pacing)",
                            "throttled (no pacing)", "$ / M records"], rows))
         self.sections.append("\n".join(text) + "\n")

@@ -7,7 +7,8 @@ partition give a reader, with each record's offset modelled from its shard's mea
 Modelled, not measured: a record of shard ``s`` starts at ``k * bytes[s] / records[s]``;
 sidecar pages missed by the process's page cache are those a batch touches that an LRU of the
 cache's size, run over the reader's consecutive batches, does not hold, times the share of the
-dataset's pages the cache cannot hold (a page not seen in the sample: uniform access);
+dataset's pages the cache cannot hold (a page not seen in the sample: uniform access), one
+request per run of consecutive pages of a shard (as the index round merges them);
 first-touch stats and headers are left out (steady state). ``tools/bench_ratelimit.py``
 checks the model against the real reader on the simulated store.
 """
@@ -114,7 +115,7 @@ def reader_batches(order_at: object, n: int, readers: int, batch: int, count: in
 
 
 def batch_requests(shape: DatasetShape, batches: list[np.ndarray], store: StoreLimits,
-                   cache_bytes: int = DEFAULT_CACHE_BYTES) -> BatchRequests:
+                   cache_bytes: int = DEFAULT_CACHE_BYTES, warm: int = 0) -> BatchRequests:
     """Requests and bytes of each batch, averaged (see the module for the model).
 
     Args:
@@ -122,6 +123,7 @@ def batch_requests(shape: DatasetShape, batches: list[np.ndarray], store: StoreL
         batches: Consecutive batches of one reader (record indices).
         store: The store (its ``max_gap``).
         cache_bytes: The process's page cache.
+        warm: The first ``warm`` batches only fill the page cache (not averaged).
 
     Returns:
         The mean cost of a batch.
@@ -146,17 +148,25 @@ def batch_requests(shape: DatasetShape, batches: list[np.ndarray], store: StoreL
         paged = ~whole[shard]
         touched = set(zip(shard[paged].tolist(), (local[paged] // pages[shard[paged]]).tolist(),
                           strict=True))
-        fresh = 0
+        fresh = []
         for key in touched:  # the page cache: pages of the batches just before are held
             if key in lru:
                 lru.move_to_end(key)
             else:
-                fresh += 1
+                fresh.append(key)
                 lru[key] = None
         while len(lru) > held:
             lru.popitem(last=False)
         page_bytes = 8.0 * float(np.mean(pages[shard[paged]])) if paged.any() else 0.0
-        rows.append((len(plan.fetch_starts), fresh * miss, plan.bytes_fetched,
-                     fresh * miss * page_bytes, float(np.sum(ends - starts))))
-    mean_row = np.mean(np.array(rows, dtype=np.float64), axis=0)
+        rows.append((len(plan.fetch_starts), _runs(fresh) * miss, plan.bytes_fetched,
+                     len(fresh) * miss * page_bytes, float(np.sum(ends - starts))))
+    mean_row = np.mean(np.array(rows[warm:] or rows, dtype=np.float64), axis=0)
     return BatchRequests(*(float(v) for v in mean_row))
+
+
+def _runs(pages: list[tuple[int, int]]) -> int:
+    """Requests for missing pages: one per run of consecutive pages of a shard, as the index
+    round merges them."""
+    ordered = sorted(pages)
+    return sum(1 for k, (shard, page) in enumerate(ordered)
+               if k == 0 or ordered[k - 1] != (shard, page - 1))
