@@ -126,6 +126,19 @@ def seconds(text: str) -> float:
     return value
 
 
+def _positive(kind: type[int] | type[float]) -> Any:
+    def parse(text: str) -> int | float:
+        try:
+            value = kind(float(text)) if kind is int and "e" in text.lower() else kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        if not value > 0:
+            raise argparse.ArgumentTypeError(f"must be positive: {text!r}")
+        return value
+
+    return parse
+
+
 def _int_list(text: str) -> list[int]:
     try:
         values = [int(v) for v in text.split(",") if v.strip()]
@@ -154,8 +167,9 @@ def _common(paths: str = "+") -> "_Parser":
                    help="fsspec storage option (repeatable; VALUE parsed as JSON when it can be)")
     p.add_argument("--retries", type=retry_count, metavar="N",
                    help="remote requests that fail transiently (refused or reset connections, "
-                   "timeouts, HTTP 5xx/429, S3 SlowDown) are sent again up to N times, with "
-                   "exponential backoff and jitter (default 10; 0: none)")
+                   "timeouts, HTTP 5xx) are sent again up to N times, with exponential backoff "
+                   "and jitter (default 10; 0: none); answers that the request rate is too "
+                   "high (429, S3 SlowDown) slow the reader down without counting")
     p.add_argument("--timeout", type=seconds, metavar="SECONDS",
                    help="give a remote request up after this long, its retries included "
                    "(default 60)")
@@ -288,13 +302,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add("plan", "which shuffle block size reaches a throughput under a store's request-"
             "rate limit, and its cost in mixing and requests", _common())
-    p.add_argument("--readers", type=int, required=True, metavar="N",
+    p.add_argument("--readers", type=_positive(int), required=True, metavar="N",
                    help="reader processes reading at once (ranks x DataLoader workers)")
-    p.add_argument("--target", type=float, required=True, metavar="RECORDS_PER_S",
+    p.add_argument("--target", type=_positive(float), required=True, metavar="RECORDS_PER_S",
                    help="records per second wanted, all readers together")
     p.add_argument("--store", choices=["s3", "gcs", "http", "local"],
                    help="the store's limits and prices (default: from the URL)")
-    p.add_argument("--reads-per-second", type=float, metavar="R",
+    p.add_argument("--reads-per-second", type=_positive(float), metavar="R",
                    help="the store's read limit per prefix (S3, default 5500) or bucket (GCS, "
                    "default 5000, its starting capacity)")
     p.add_argument("--price", type=float, metavar="DOLLARS",
@@ -303,11 +317,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a request's round trip (default 0.02)")
     p.add_argument("--bandwidth", type=float, metavar="BYTES_PER_S",
                    help="bytes per second one reader receives (default 1e9)")
-    p.add_argument("--batch-size", type=int, default=256, metavar="N",
+    p.add_argument("--batch-size", type=_positive(int), default=256, metavar="N",
                    help="records each reader asks for at once (default 256)")
-    p.add_argument("--concurrency", type=int, default=64, metavar="N",
+    p.add_argument("--concurrency", type=_positive(int), default=64, metavar="N",
                    help="requests a reader has in flight (default 64, as ofindex.open)")
-    p.add_argument("--window", type=int, default=16, metavar="BLOCKS",
+    p.add_argument("--window", type=_positive(int), default=16, metavar="BLOCKS",
                    help="blocks per shuffling window of the block shuffles (default 16)")
     p.add_argument("--block-sizes", type=_int_list, default=[16, 64, 256, 1024, 4096, 16384],
                    metavar="N,N,...", help="block sizes tried (default 16,...,16384)")
