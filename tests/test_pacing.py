@@ -158,6 +158,13 @@ def test_the_exceptions_of_the_clients_are_recognised_as_rate_limits():
     outage = OSError("service unavailable")
     outage.status = 503
     assert is_throttled(outage) and not is_rate_limited(outage)
+    from botocore.exceptions import ClientError
+    from s3fs.errors import translate_boto_error
+
+    head = translate_boto_error(ClientError(  # S3 over the rate to a HEAD: no body, no code
+        {"Error": {"Code": "503", "Message": "Service Unavailable"},
+         "ResponseMetadata": {"HTTPStatusCode": 503}}, "HeadObject"))
+    assert is_rate_limited(head)
 
 
 class Flaky:
@@ -244,3 +251,38 @@ def test_reads_under_a_low_limit_slow_down_and_never_fail(throttled_store, store
     served = sim_store.STATS.snapshot()
     assert throttle.answered() == served[0] + served[2]  # the throttled ones served nothing
     assert pacer.rate < 2 * 40  # slowed to about the limit (at most twice what it sends)
+
+
+# -- S3 (moto) behind a proxy that answers "503 SlowDown" ------------------------------------
+def test_slowdown_answers_from_s3_never_fail_a_read(tmp_path, moto_server):
+    """s3fs's own exceptions for S3's answers over the rate (``SlowDown`` to a GET, a bare 503
+    to a HEAD) slow the reader down: with ``retries=0`` nothing fails."""
+    import uuid
+
+    import s3fs
+    import servers
+    from faultproxy import FaultProxy
+    from helpers import index_dir_of
+
+    from ofindex.cli.synthetic import write_dataset
+
+    d = str(tmp_path / "data")
+    write_dataset(d, 600, 3)
+    expected = [ofindex.open(d)[i] for i in range(600)]
+    prefix = f"ofindex-test/paced-{uuid.uuid4().hex[:8]}"
+    fs = s3fs.S3FileSystem(skip_instance_cache=True, **servers.s3_options(moto_server.url))
+    for name in os.listdir(d):
+        fs.put_file(os.path.join(d, name), f"{prefix}/{name}")
+    for name in os.listdir(index_dir_of(d)):
+        fs.put_file(os.path.join(index_dir_of(d), name), f"{prefix}.ofindex/{name}")
+    forget_pacers()
+    policy = RetryPolicy(retries=0, base_delay=0.001, throttle_delay=0.005, max_delay=0.02)
+    with FaultProxy(moto_server.url, slowdown_first=3) as proxy, retry_settings(policy=policy):
+        ds = ofindex.open(f"s3://{prefix}", storage_options=servers.s3_options(proxy.url))
+        idx = list(range(0, 600, 20))
+        assert ds.__getitems__(idx) == [expected[i] for i in idx]
+        assert [ds[i] for i in (0, 599)] == [expected[0], expected[599]]
+    pacer = pacer_for("s3", f"s3://{prefix}")
+    assert proxy.counts["slowdown"] == 3 and pacer.throttles == 3
+    assert pacer.enabled and pacer.drops >= 1
+    forget_pacers()
