@@ -8,11 +8,14 @@ import enum
 import inspect
 
 import pytest
+from helpers import need
 
 import ofindex
 import ofindex.decode
-import ofindex.integrations.torch
 import ofindex.shuffle
+
+need("torch", "torch")
+import ofindex.integrations.torch  # noqa: E402
 
 MODULES = [ofindex, ofindex.decode, ofindex.shuffle, ofindex.integrations.torch]
 #: Methods documented even though they start with an underscore.
