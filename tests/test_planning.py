@@ -81,16 +81,19 @@ def test_the_strided_split_gives_each_reader_every_readers_th_position():
     assert np.array_equal(got[1], (np.arange(16, 32)) * 8 + 3)
 
 
+BLOCKS = [64, 1024, 16384]
+
+
 def test_the_plan_picks_the_best_mixed_order_that_reaches_the_target():
     s3 = store_limits("s3")
-    one = plan_shuffle(SHAPE, s3, 1, 1000)
+    one = plan_shuffle(SHAPE, s3, 1, 1000, block_sizes=BLOCKS)
     glob = one.candidates[0]
     assert glob.order == "global" and glob.mixing.value == pytest.approx(1.0, abs=0.02)
     assert not glob.throttled
     seconds = glob.batch_seconds
     assert glob.records_per_s == pytest.approx(256 / seconds)
     assert one.chosen is glob  # one reader is under the limit: the full shuffle
-    many = plan_shuffle(SHAPE, s3, 256, 4000)
+    many = plan_shuffle(SHAPE, s3, 256, 4000, block_sizes=BLOCKS)
     glob = many.candidates[0]
     assert glob.throttled and glob.requests_per_s == 5500
     assert glob.records_per_s == pytest.approx(5500 * 256 / glob.per_batch.requests)
@@ -101,10 +104,10 @@ def test_the_plan_picks_the_best_mixed_order_that_reaches_the_target():
     better = [c for c in many.candidates if c.records_per_s >= 4000]
     assert chosen.mixing.value == max(c.mixing.value for c in better)
     assert "BlockShuffleSampler" in many.advice() or "GlobalShuffleSampler" in many.advice()
-    hopeless = plan_shuffle(SHAPE, s3, 256, 1e9)
+    hopeless = plan_shuffle(SHAPE, s3, 256, 1e9, block_sizes=BLOCKS)
     assert hopeless.chosen is None and "no order reaches" in hopeless.advice()
     two_prefixes = DatasetShape.of(SHAPE.shard_records, SHAPE.shard_bytes, scopes=2)
-    assert plan_shuffle(two_prefixes, s3, 256, 1).candidates[0].limit == 11000
+    assert plan_shuffle(two_prefixes, s3, 256, 1, block_sizes=[]).candidates[0].limit == 11000
     with pytest.raises(ValueError, match="readers"):
         plan_shuffle(SHAPE, s3, 0, 1)
     with pytest.raises(ValueError, match="target"):

@@ -11,6 +11,7 @@ from ofindex.shuffle import (
     BlockShuffleOrder,
     GlobalShuffleOrder,
     SequentialOrder,
+    mixing_of_epoch,
     neighbour_mixing,
 )
 
@@ -53,6 +54,7 @@ def test_the_measure_equals_the_forward_computation_and_a_sample_estimates_it(or
     exact = neighbour_mixing(order)
     assert exact.stderr == 0.0 and exact.pairs == order.n - 1
     assert exact.value == pytest.approx(_forward_mixing(order), rel=1e-12)
+    assert mixing_of_epoch(order(np.arange(order.n))) == pytest.approx(exact.value, rel=1e-12)
     sampled = neighbour_mixing(order, sample=20_000, seed=5)
     assert abs(sampled.value - exact.value) <= 5 * sampled.stderr + 1e-12
     assert sampled == neighbour_mixing(order, sample=20_000, seed=5)  # seeded: the same

@@ -26,12 +26,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchlib import best_of, parse_args
 
-from ofindex.shuffle import (
-    BlockShuffleOrder,
-    FeistelPermutation,
-    GlobalShuffleOrder,
-    neighbour_mixing,
-)
+from ofindex.shuffle import BlockShuffleOrder, FeistelPermutation, mixing_of_epoch
 
 
 def throughput(count: int, repeat: int) -> dict:
@@ -95,16 +90,16 @@ def locality(n: int, batch: int, block_sizes: list[int], windows: list[int]) -> 
     rows = []
     for block_size in block_sizes:
         for w in windows:
-            block_order = BlockShuffleOrder(shards, block_size, w, seed=0)
-            runs, nshards = _batch_stats(block_order(pos), n, batch, n // 8)
+            order = BlockShuffleOrder(shards, block_size, w, seed=0)(pos)
+            runs, nshards = _batch_stats(order, n, batch, n // 8)
             rows.append({"block_size": block_size, "window": w, "batch": batch,
                          "ranges_per_batch": runs, "shards_per_batch": nshards,
-                         "mixing": neighbour_mixing(block_order).value})
+                         "mixing": mixing_of_epoch(order)})
     full = FeistelPermutation(n, seed=0).range()
     runs, nshards = _batch_stats(full, n, batch, n // 8)
     rows.append({"block_size": "-", "window": "full shuffle", "batch": batch,
                  "ranges_per_batch": runs, "shards_per_batch": nshards,
-                 "mixing": neighbour_mixing(GlobalShuffleOrder(n, seed=0)).value})
+                 "mixing": mixing_of_epoch(full)})
     return rows
 
 

@@ -28,7 +28,7 @@ from .orders import BlockShuffleOrder, GlobalShuffleOrder, SequentialOrder
 from .partition import Partition, resolve_distributed
 from .permutation import DEFAULT_ROUNDS, FeistelPermutation
 from .progress import RecordBatches, ResumableLoader, Tracker
-from .quality import Mixing, neighbour_mixing
+from .quality import Mixing, mixing_of_epoch, neighbour_mixing
 from .samplers import BatchSampler, BlockShuffleSampler, GlobalShuffleSampler, SequentialSampler
 
 __all__ = [
@@ -47,6 +47,7 @@ __all__ = [
     "SequentialOrder",
     "SequentialSampler",
     "Tracker",
+    "mixing_of_epoch",
     "neighbour_mixing",
     "resolve_distributed",
 ]

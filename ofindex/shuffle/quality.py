@@ -13,7 +13,7 @@ from typing import Protocol
 
 import numpy as np
 
-__all__ = ["Mixing", "neighbour_mixing"]
+__all__ = ["Mixing", "mixing_of_epoch", "neighbour_mixing"]
 
 #: Records walked at once when every record is measured.
 _CHUNK = 1 << 20
@@ -77,3 +77,21 @@ def neighbour_mixing(order: InvertibleOrder, sample: int | None = None, seed: in
     gaps = np.abs(pos[sample:] - pos[:sample]).astype(np.float64) / scale
     stderr = float(gaps.std(ddof=1) / np.sqrt(sample)) if sample > 1 else float("inf")
     return Mixing(float(gaps.mean()), stderr, sample)
+
+
+def mixing_of_epoch(records: np.ndarray) -> float:
+    """:func:`neighbour_mixing` of an epoch already laid out: ``records[p]`` is the record at
+    position ``p`` (every record once). No inverse is needed: one pass over the array.
+
+    Args:
+        records: A permutation of ``range(n)``.
+
+    Returns:
+        The mixing (1.0 = as a full shuffle).
+    """
+    n = len(records)
+    if n < 2:
+        return 1.0
+    rank = np.empty(n, dtype=np.int64)
+    rank[np.asarray(records, dtype=np.int64)] = np.arange(n, dtype=np.int64)
+    return float(np.abs(np.diff(rank)).mean() / (n / 3.0))
