@@ -28,11 +28,13 @@ ALLOWED = {
                 "opening"},
     "write": {"errors", "storage", "formats", "index", "decode", "encode"},
     "shuffle": set(),
+    # "planning": a plan opens the dataset for its shape, and models reads and orders
+    "planning": {"errors", "storage", "formats", "read", "shuffle", "opening"},
     # "opening": an integration that takes paths (Ray's read_ofindex) opens them as the CLI does
     "integrations": {"errors", "storage", "formats", "index", "read", "decode", "shuffle",
                      "opening"},
     "cli": {"", "errors", "_accel", "storage", "formats", "index", "read", "decode", "shuffle",
-            "proto", "opening", "encode", "write", "schema", "convert"},
+            "proto", "opening", "encode", "write", "schema", "convert", "planning"},
     "errors": set(),
     "_accel": {"_native"},
     "_threads": set(),

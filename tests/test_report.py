@@ -329,3 +329,46 @@ def test_data_cache_section(tmp_path):
     assert ("- Data cache (`data_cache_bytes=`), +20 ms RTT: a second globally shuffled epoch "
             "makes 0 data requests and runs 13.1× faster than an uncached epoch (2.6× the "
             "first epoch, which the cache makes 5× faster too).") in readme.read_text()
+
+
+# -- request-rate limits (tools/bench_ratelimit.py) ------------------------------------------
+def _rate_row(readers, block, requests, paced, unpaced):
+    return {"readers": readers, "order": "global" if block is None else f"block {block}",
+            "block_size": block,
+            "measured": {"requests_per_batch": requests, "requests_min": requests - 2,
+                         "requests_max": requests + 3, "moved_per_useful": 2.4},
+            "model_requests_per_batch": {"same_batches": requests * 0.9, "plan": requests / 2},
+            "paced": {"records_per_s": paced, "requests_per_s": 5480.0,
+                      "throttled_fraction": 0.05},
+            "unpaced": {"records_per_s": unpaced, "requests_per_s": 5200.0,
+                        "throttled_fraction": 0.47},
+            "dollars_per_million_records": requests / 256 * 0.4}
+
+
+RATELIMIT = {
+    "records": 1e9, "shards": 10000, "mean_record_bytes": 200, "batch": 256, "window": 16,
+    "store": {"name": "s3", "reads_per_second": 5500.0, "dollars_per_1000": 0.0004},
+    "settings": {"batches": 6, "warm": 4, "concurrency": 64, "sim_seconds": 60.0,
+                 "sim_warmup": 20.0},
+    "rtt": 0.02, "bandwidth": 1e9,
+    "rows": [_rate_row(1, None, 512.0, 1598.0, 1598.0), _rate_row(1024, None, 512.0, 2740.0,
+                                                                  2600.0),
+             _rate_row(1024, 4096, 300.0, 4600.0, 4300.0)],
+}
+
+
+def test_the_rate_limit_table(tmp_path):
+    results, docs = tmp_path / "bench-results", tmp_path / "docs"
+    results.mkdir()
+    write(results, "ratelimit", RATELIMIT)
+    readme = tmp_path / "README.md"
+    readme.write_text("# x\n\n<!-- bench:begin -->\nold\n<!-- bench:end -->\n")
+    assert report.main(["--results", str(results), "--docs", str(docs),
+                        "--readme", str(readme)]) == 0
+    md = (docs / "benchmarks.md").read_text()
+    assert "## Request-rate limits: 1 to 1,024 readers of one S3 prefix" in md
+    assert ("| 1,024 | global | 512 (510–515) | 461 | 256 | 2.4 | 2,740 | 5,480 | 0.05 | 2,600 "
+            "| 0.47 | 0.8 |") in md
+    assert ("Request-rate limits (1,024 readers, one S3 prefix, modelled): the global shuffle "
+            "reads 2,740 records/s at 5,480 requests/s (0.05 throttled; 0.47 without pacing), "
+            "block 4096 4,600 records/s.") in readme.read_text()

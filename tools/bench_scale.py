@@ -19,7 +19,9 @@ A page-size sweep at one scale measures bytes and modelled time per page size (t
 page size follows the mean record size: ``ofindex.read.pages.page_records_for``).
 
 Usage: ``python tools/bench_scale.py [--scales 1e7,1e8,1e9,1e10] [--batches 8]``; JSON goes
-to ``bench-results/scale.json``. Nothing is stored: the store generates bytes on demand.
+to ``bench-results/scale.json``. ``--rate-limits`` runs the request-rate table instead (1, 64
+and 1,024 readers against S3's limit: ``tools/bench_ratelimit.py``). Nothing is stored: the
+store generates bytes on demand.
 """
 
 from __future__ import annotations
@@ -591,6 +593,9 @@ def main() -> None:
     p.add_argument("--dc-rounds", type=int, default=3)
     p.add_argument("--dc-out", default="bench-results/data_cache.json",
                    help="where --data-cache writes (an --out given wins)")
+    p.add_argument("--rate-limits", action="store_true",
+                   help="instead: the request-rate table of 1, 64 and 1,024 readers "
+                   "(tools/bench_ratelimit.py, to bench-results/ratelimit.json)")
     p.add_argument("--child", help=argparse.SUPPRESS)
     p.add_argument("--mode", default="paged", help=argparse.SUPPRESS)
     p.add_argument("--page-records", type=int, default=0, help=argparse.SUPPRESS)
@@ -640,6 +645,9 @@ def main() -> None:
     if args.child:
         print(json.dumps(child(args)))
         return
+    if args.rate_limits:
+        rate_limit_table(args.smoke)
+        return
     results: dict = {"settings": {k: getattr(args, k) for k in
                                   ("batches", "rtt", "bandwidth", "concurrency")},
                      "per_shard": PER_SHARD, "mean_record_bytes": MEAN, "scales": [],
@@ -665,6 +673,14 @@ def main() -> None:
     with open(args.out, "w") as f:
         json.dump(results, f, indent=2)
     print(f"wrote {args.out}")
+
+
+# -- request-rate limits: 1, 64 and 1,024 readers (tools/bench_ratelimit.py) ------------------
+def rate_limit_table(smoke: bool) -> None:
+    """The request-rate table, measured and modelled by ``tools/bench_ratelimit.py``."""
+    import bench_ratelimit
+
+    bench_ratelimit.main(["--smoke"] if smoke else [])
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchlib import best_of, parse_args
 
-from ofindex.shuffle import BlockShuffleOrder, FeistelPermutation
+from ofindex.shuffle import BlockShuffleOrder, FeistelPermutation, mixing_of_epoch
 
 
 def throughput(count: int, repeat: int) -> dict:
@@ -69,12 +69,6 @@ def memory(mem_count: int) -> dict:
     return out
 
 
-def _mixing(rank: np.ndarray, n: int) -> float:
-    """Mean epoch distance of records i and i+1, over its value for a uniform shuffle (n/3):
-    1.0 = neighbours in the files are as far apart as in a full shuffle, ~0 = kept together."""
-    return float(np.abs(np.diff(rank)).mean() / (n / 3))
-
-
 _GAP = 64  # records read through rather than split (the planner's max_gap, in records)
 
 
@@ -98,16 +92,14 @@ def locality(n: int, batch: int, block_sizes: list[int], windows: list[int]) -> 
         for w in windows:
             order = BlockShuffleOrder(shards, block_size, w, seed=0)(pos)
             runs, nshards = _batch_stats(order, n, batch, n // 8)
-            rank = np.empty(n)
-            rank[order] = pos
             rows.append({"block_size": block_size, "window": w, "batch": batch,
                          "ranges_per_batch": runs, "shards_per_batch": nshards,
-                         "mixing": _mixing(rank, n)})
+                         "mixing": mixing_of_epoch(order)})
     full = FeistelPermutation(n, seed=0).range()
     runs, nshards = _batch_stats(full, n, batch, n // 8)
     rows.append({"block_size": "-", "window": "full shuffle", "batch": batch,
                  "ranges_per_batch": runs, "shards_per_batch": nshards,
-                 "mixing": _mixing(np.argsort(full), n)})
+                 "mixing": mixing_of_epoch(full)})
     return rows
 
 

@@ -10,7 +10,8 @@ Reads, when present: pipeline.json (tools/bench_pipeline.py), sequential.json
 (tools/bench_remote.py), compressed.json (tools/bench_compressed.py), read.json
 (tools/bench_read.py), build.json (tools/bench_build.py), decode.json
 (tools/bench_decode.py), scale.json and scale_manifest.json (tools/bench_scale.py), mixing.json
-(tools/bench_mixing.py), write.json (tools/bench_write.py). A missing file gives a line
+(tools/bench_mixing.py), write.json (tools/bench_write.py), ratelimit.json
+(tools/bench_ratelimit.py). A missing file gives a line
 saying how to make it, or with ``--keep-missing`` the section and README lines already
 written from it earlier (so that one benchmark can be re-run and its figures refreshed
 alone). README.md's text between ``<!-- bench:begin -->`` and ``<!-- bench:end -->`` is
@@ -42,7 +43,8 @@ TOOLS = {"pipeline": ("bench_pipeline.py", []), "sequential": ("bench_sequential
          "build": ("bench_build.py", []), "decode": ("bench_decode.py", []),
          "scale": ("bench_scale.py", []), "scale_manifest": ("bench_scale.py", ["--manifests"]),
          "mixing": ("bench_mixing.py", []), "data_cache": ("bench_scale.py", ["--data-cache"]),
-         "ray": ("bench_ray.py", []), "write": ("bench_write.py", [])}
+         "ray": ("bench_ray.py", []), "write": ("bench_write.py", []),
+         "ratelimit": ("bench_ratelimit.py", [])}
 
 
 def fmt(x: float | None, digits: int = 3) -> str:
@@ -505,6 +507,7 @@ class Report:
             f"{fmt(s['uncached_over_epoch2'])}× faster than an uncached epoch "
             f"({fmt(s['epoch1_over_epoch2'])}× the first epoch, which the cache makes "
             f"{fmt(s['uncached_epoch_s'] / s['epoch1_s'])}× faster too).")
+
     def manifests(self) -> None:
         """Opening 1e5 and 1e6 shards through each kind of manifest (issue 32)."""
         data = self.load("scale_manifest")
@@ -554,6 +557,61 @@ class Report:
                 f"(JSON: {fmt(json_['open_s'])} s, {fmt(json_['peak_rss_mb'])} MB, "
                 f"{fmt(json_['open_s'] / compact['open_s'])}× slower); first batch of 256 in "
                 f"{compact['first_batch']['rounds']} request rounds.")
+
+    def rate_limits(self) -> None:
+        """1, 64 and 1,024 readers against S3's request-rate limit (tools/bench_ratelimit.py)."""
+        data = self.load("ratelimit")
+        title = ("Request-rate limits: 1 to 1,024 readers of one S3 prefix "
+                 "(tools/bench_ratelimit.py)")
+        if data is None:
+            self.missing(title, "bench_ratelimit.py")
+            return
+        store, st = data["store"], data["settings"]
+        text = [f"## {title}\n",
+                f"{data['records']:.0e} records of ~{data['mean_record_bytes']} B in "
+                f"{data['shards']:,} shards, batches of {data['batch']} (block shuffles: window "
+                f"{data['window']}). *Measured* on the real reader (simulated store, rank 0 of "
+                f"N, {st['batches']} batches after {st['warm']}): requests per batch (min–max; "
+                "*model*: `ofindex.planning`'s model of the same batches; *plan*: what "
+                "`ofindex plan` predicts, averaged over two windows of a block shuffle) and "
+                "bytes moved per useful byte. "
+                f"*Modelled*: N readers against {store['reads_per_second']:,.0f} GET/s per "
+                f"prefix in a discrete-event simulation ({st['sim_seconds']:g} s of virtual "
+                f"time, the first {st['sim_warmup']:g} s left out; {data['rtt'] * 1e3:g} ms "
+                f"RTT, {st['concurrency']} requests in flight per reader), with the pacers "
+                "(`ofindex.storage.pacing`) and without (backoff only): records/s, requests/s "
+                "answered, share of answers throttled. Cost: "
+                f"${store['dollars_per_1000']:g} per 1,000 GETs.\n"]
+        rows = []
+        for r in data["rows"]:
+            m, paced, unpaced = r["measured"], r["paced"], r["unpaced"]
+            rows.append([f"{r['readers']:,}", r["order"],
+                         f"{fmt(m['requests_per_batch'])} ({fmt(m['requests_min'])}–"
+                         f"{fmt(m['requests_max'])})",
+                         fmt(r["model_requests_per_batch"]["same_batches"]),
+                         fmt(r["model_requests_per_batch"]["plan"]),
+                         fmt(m["moved_per_useful"]), fmt(paced["records_per_s"]),
+                         fmt(paced["requests_per_s"]), fmt(paced["throttled_fraction"], 2),
+                         fmt(unpaced["records_per_s"]), fmt(unpaced["throttled_fraction"], 2),
+                         fmt(r["dollars_per_million_records"])])
+        text.append(table(["readers", "order", "requests / batch", "model", "plan",
+                           "moved / useful",
+                           "records/s", "requests/s", "throttled", "records/s (no pacing)",
+                           "throttled (no pacing)", "$ / M records"], rows))
+        self.sections.append("\n".join(text) + "\n")
+        top = max(r["readers"] for r in data["rows"])
+        glob = next((r for r in data["rows"] if r["readers"] == top and r["block_size"] is None),
+                    None)
+        if glob is not None:
+            best = max((r for r in data["rows"] if r["readers"] == top),
+                       key=lambda r: r["paced"]["records_per_s"])
+            self.summary.append(
+                f"Request-rate limits ({top:,} readers, one S3 prefix, modelled): the global "
+                f"shuffle reads {fmt(glob['paced']['records_per_s'])} records/s at "
+                f"{fmt(glob['paced']['requests_per_s'])} requests/s "
+                f"({fmt(glob['paced']['throttled_fraction'], 2)} throttled; "
+                f"{fmt(glob['unpaced']['throttled_fraction'], 2)} without pacing), "
+                f"{best['order']} {fmt(best['paced']['records_per_s'])} records/s.")
 
     def rows_table(self, name: str, title: str, tool: str) -> None:
         """A benchmark that writes a list of rows named by ``"name"`` (tools/benchlib.py)."""
@@ -664,7 +722,8 @@ class Report:
         """Write docs/benchmarks.md (and README's marked block); returns the markdown."""
         for section in (self.pipeline, self.sequential, self.read, self.build, self.decode,
                         self.compressed, self.shuffle, self.mixing, self.remote, self.scale,
-                        self.data_cache, self.manifests, self.ray, self.writing):
+                        self.data_cache, self.manifests, self.rate_limits, self.ray,
+                        self.writing):
             before = len(self.summary)
             section()
             self.lines_of[self.sections[-1].split("\n", 1)[0]] = self.summary[before:]

@@ -14,6 +14,9 @@ offset, are closed-form. Its payload bytes repeat ``i`` as a little-endian uint6
 
 Every request is counted (:data:`STATS`: requests, bytes, by kind of file); an optional
 ``latency`` (seconds, a real ``asyncio.sleep`` per request) lets a run feel the round trips.
+An optional ``throttle`` (``SimStore.throttle = StoreThrottle.named("s3")``, from
+``tools/sim_limits.py``) gives the store S3's or GCS's request-rate limit: a request over it
+is answered ``503 SlowDown`` / ``429`` as the real client library raises them.
 The store is read-only.
 """
 
@@ -31,6 +34,7 @@ import crc32c
 import fsspec
 import numpy as np
 from fsspec.asyn import AsyncFileSystem
+from sim_limits import StoreThrottle  # tools/ is on sys.path wherever this module is imported
 
 from ofindex.formats.compact_manifest import COMPACT_NAME
 from ofindex.formats.crc import mask_crc
@@ -295,6 +299,7 @@ class SimStore(AsyncFileSystem):
 
     protocol = PROTOCOL
     latency = 0.0  # seconds slept per request (class-wide)
+    throttle: StoreThrottle | None = None  # a store's request-rate limit (class-wide)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.pop("latency", None)
@@ -337,9 +342,10 @@ class SimStore(AsyncFileSystem):
 
     async def _info(self, path: str, **kwargs: Any) -> dict[str, Any]:
         ds, kind, shard = self._resolve(path)
-        STATS.infos += 1
         if self.latency:
             await asyncio.sleep(self.latency)
+        _over_limit(self, path)
+        STATS.infos += 1
         if kind == "dir":
             return {"name": ds.name, "size": 0, "type": "directory"}
         info = {"name": self._strip_protocol(path), "size": self._size(ds, kind, shard),
@@ -369,6 +375,7 @@ class SimStore(AsyncFileSystem):
         b = size if end is None else min(end + size if end < 0 else end, size)
         if self.latency:
             await asyncio.sleep(self.latency)
+        _over_limit(self, path)
         if kind in SUFFIX_OF:
             data = bytes(served_manifest(ds, SUFFIX_OF[kind])[a:b])
         elif kind == "sidecar":
@@ -377,6 +384,13 @@ class SimStore(AsyncFileSystem):
             data = ds.data(shard, a, b)
         STATS.count(kind, len(data))
         return data
+
+
+# -- request-rate limits (tools/sim_limits.py) -------------------------------------------------
+def _over_limit(store: SimStore, path: str) -> None:
+    """Raise the store's throttling answer when ``path``'s prefix is over its rate limit."""
+    if store.throttle is not None:
+        store.throttle.check(store._strip_protocol(path))
 
 
 fsspec.register_implementation(PROTOCOL, SimStore, clobber=True)

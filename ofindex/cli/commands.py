@@ -30,6 +30,7 @@ from ..read.open import PartialIndexWarning
 from ..schema import infer_spec, to_python
 from ..storage import Storages
 from .exitcodes import EXIT_OK, EXIT_PARTIAL
+from .plan_command import cmd_plan
 
 Options = dict[str, Any]
 
@@ -317,7 +318,7 @@ def cmd_demo(args: argparse.Namespace, options: Options) -> int:
 
 
 __all__ = ["cmd_build", "cmd_demo", "cmd_export_index", "cmd_get", "cmd_import_index",
-           "cmd_info", "cmd_verify"]
+           "cmd_info", "cmd_plan", "cmd_verify"]
 
 
 def cmd_schema(args: argparse.Namespace, options: Options) -> int:

@@ -50,6 +50,10 @@ EXAMPLES = {
   ofindex import-index data/part-00000 part-0.idx      # and back""",
     "demo": """\
   ofindex demo --records 20000               # generate, index and read a small dataset""",
+    "plan": """\
+  ofindex plan data/ --store s3 --readers 64 --target 5000   # block size for 64 readers on S3
+  ofindex plan data/ --store gcs --readers 1024 --target 2000 --json
+  ofindex plan data/ --store s3 --readers 8 --target 1e4 --reads-per-second 11000 --rtt 0.03""",
 }
 
 
@@ -122,6 +126,30 @@ def seconds(text: str) -> float:
     return value
 
 
+def _positive(kind: type[int] | type[float]) -> Any:
+    def parse(text: str) -> int | float:
+        try:
+            value = kind(float(text)) if kind is int and "e" in text.lower() else kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        if not value > 0:
+            raise argparse.ArgumentTypeError(f"must be positive: {text!r}")
+        return value
+
+    return parse
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected numbers separated by commas: {text!r}") \
+            from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"expected positive numbers: {text!r}")
+    return values
+
+
 def _common(paths: str = "+") -> "_Parser":
     p = _Parser(add_help=False)
     if paths:
@@ -139,8 +167,9 @@ def _common(paths: str = "+") -> "_Parser":
                    help="fsspec storage option (repeatable; VALUE parsed as JSON when it can be)")
     p.add_argument("--retries", type=retry_count, metavar="N",
                    help="remote requests that fail transiently (refused or reset connections, "
-                   "timeouts, HTTP 5xx/429, S3 SlowDown) are sent again up to N times, with "
-                   "exponential backoff and jitter (default 10; 0: none)")
+                   "timeouts, HTTP 5xx) are sent again up to N times, with exponential backoff "
+                   "and jitter (default 10; 0: none); answers that the request rate is too "
+                   "high (429, S3 SlowDown) slow the reader down without counting")
     p.add_argument("--timeout", type=seconds, metavar="SECONDS",
                    help="give a remote request up after this long, its retries included "
                    "(default 60)")
@@ -270,6 +299,33 @@ def build_parser() -> argparse.ArgumentParser:
             _common(paths=""))
     p.add_argument("data", help="the data file")
     p.add_argument("text_index", help="the text index file")
+
+    p = add("plan", "which shuffle block size reaches a throughput under a store's request-"
+            "rate limit, and its cost in mixing and requests", _common())
+    p.add_argument("--readers", type=_positive(int), required=True, metavar="N",
+                   help="reader processes reading at once (ranks x DataLoader workers)")
+    p.add_argument("--target", type=_positive(float), required=True, metavar="RECORDS_PER_S",
+                   help="records per second wanted, all readers together")
+    p.add_argument("--store", choices=["s3", "gcs", "http", "local"],
+                   help="the store's limits and prices (default: from the URL)")
+    p.add_argument("--reads-per-second", type=_positive(float), metavar="R",
+                   help="the store's read limit per prefix (S3, default 5500) or bucket (GCS, "
+                   "default 5000, its starting capacity)")
+    p.add_argument("--price", type=float, metavar="DOLLARS",
+                   help="price of 1,000 read requests (default 0.0004 for S3 and GCS)")
+    p.add_argument("--rtt", type=float, metavar="SECONDS",
+                   help="a request's round trip (default 0.02)")
+    p.add_argument("--bandwidth", type=float, metavar="BYTES_PER_S",
+                   help="bytes per second one reader receives (default 1e9)")
+    p.add_argument("--batch-size", type=_positive(int), default=256, metavar="N",
+                   help="records each reader asks for at once (default 256)")
+    p.add_argument("--concurrency", type=_positive(int), default=64, metavar="N",
+                   help="requests a reader has in flight (default 64, as ofindex.open)")
+    p.add_argument("--window", type=_positive(int), default=16, metavar="BLOCKS",
+                   help="blocks per shuffling window of the block shuffles (default 16)")
+    p.add_argument("--block-sizes", type=_int_list, default=[16, 64, 256, 1024, 4096, 16384],
+                   metavar="N,N,...", help="block sizes tried (default 16,...,16384)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
 
     p = add("demo", "generate a small dataset, index it and read random records")
     p.add_argument("--dir", help="where to write the dataset (default: a temporary directory)")

@@ -19,7 +19,8 @@ global and locality-aware block orders), :mod:`.partition` (rank/worker splits, 
 padding), :mod:`.samplers` (set_epoch, state_dict/load_state_dict), :mod:`.progress`
 (:class:`ResumableLoader`: checkpoints of what the training loop consumed, exact under a
 prefetching DataLoader, for any number of workers and ranks on resume) and :mod:`.mixing`
-(weighted mixtures of several datasets).
+(weighted mixtures of several datasets) and :mod:`.quality` (how well an order mixes:
+``neighbour_mixing``).
 """
 
 from .mixing import MixtureSampler
@@ -27,6 +28,7 @@ from .orders import BlockShuffleOrder, GlobalShuffleOrder, SequentialOrder
 from .partition import Partition, resolve_distributed
 from .permutation import DEFAULT_ROUNDS, FeistelPermutation
 from .progress import RecordBatches, ResumableLoader, Tracker
+from .quality import Mixing, mixing_of_epoch, neighbour_mixing
 from .samplers import BatchSampler, BlockShuffleSampler, GlobalShuffleSampler, SequentialSampler
 
 __all__ = [
@@ -37,6 +39,7 @@ __all__ = [
     "FeistelPermutation",
     "GlobalShuffleOrder",
     "GlobalShuffleSampler",
+    "Mixing",
     "MixtureSampler",
     "Partition",
     "RecordBatches",
@@ -44,5 +47,7 @@ __all__ = [
     "SequentialOrder",
     "SequentialSampler",
     "Tracker",
+    "mixing_of_epoch",
+    "neighbour_mixing",
     "resolve_distributed",
 ]

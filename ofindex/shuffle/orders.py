@@ -88,6 +88,20 @@ class SequentialOrder:
         """
         return _checked(positions, self.n)
 
+    def positions_of(self, records: np.ndarray | Sequence[int]) -> np.ndarray:
+        """The epoch position of each record (the inverse of the order): itself.
+
+        Args:
+            records: Record indices in ``[0, n)``.
+
+        Returns:
+            Their positions, int64, the shape of ``records``.
+
+        Raises:
+            IndexError: A record lies outside ``[0, n)``.
+        """
+        return _checked(records, self.n)
+
 
 class GlobalShuffleOrder:
     """A seeded uniform-looking shuffle of all ``n`` records, different per epoch.
@@ -121,6 +135,20 @@ class GlobalShuffleOrder:
             IndexError: A position lies outside ``[0, n)``.
         """
         return self.perm(np.asarray(positions, dtype=np.int64))
+
+    def positions_of(self, records: np.ndarray | Sequence[int]) -> np.ndarray:
+        """The epoch position of each record (the inverse of the order).
+
+        Args:
+            records: Record indices in ``[0, n)``.
+
+        Returns:
+            Their positions, int64, the shape of ``records``.
+
+        Raises:
+            IndexError: A record lies outside ``[0, n)``.
+        """
+        return self.perm.inverse(_checked(records, self.n))
 
 
 class BlockShuffleOrder:
@@ -205,12 +233,62 @@ class BlockShuffleOrder:
             )
         return out
 
-    def _window_perm(self, u: np.ndarray, k: np.ndarray, length: int) -> np.ndarray:
-        """Per-window Feistel permutation of local offsets ``u`` in windows ``k`` of ``length``."""
+    def _window_perm(self, u: np.ndarray, k: np.ndarray, length: int,
+                     inverse: bool = False) -> np.ndarray:
+        """Per-window Feistel permutation of local offsets ``u`` in windows ``k`` of ``length``
+        (or its inverse)."""
         ku = k.astype(np.uint64) * _GOLDEN
         keys = [splitmix64_np(ku ^ key) for key in self._wkeys]
         ra, rb = domain_shape(length)
-        return _walk(u.astype(np.uint64), length, keys, ra, rb, False).view(np.int64)
+        return _walk(u.astype(np.uint64), length, keys, ra, rb, inverse).view(np.int64)
+
+    def _windows(self, q: np.ndarray, u: np.ndarray, inverse: bool) -> np.ndarray:
+        """Offsets ``u`` of slot positions ``q`` moved by the permutation of their window."""
+        w = self.window
+        k = self._slot_of(q) // w
+        first = k * w
+        start = self._slot_start(first)
+        length = self._slot_start(np.minimum(first + w, self.num_blocks)) - start
+        v = np.empty_like(u)
+        regular = length == w * self.block_size
+        if regular.any():
+            v[regular] = self._window_perm(u[regular], k[regular], w * self.block_size,
+                                           inverse)
+        if not regular.all():
+            for kk in np.unique(k[~regular]):
+                sel = k == kk
+                v[sel] = self._window_perm(u[sel], k[sel], int(length[sel][0]), inverse)
+        moved: np.ndarray = start + v
+        return moved
+
+    def _block_of(self, r: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The block of each record and its offset in it (the inverse of ``_record_of``)."""
+        bs = self.block_size
+        s = np.searchsorted(self._rec_start, r, side="right") - 1
+        j = r - self._rec_start[s]
+        full = j < self._full[s] * bs
+        t = self._tail_cum[s] + (j - self._full[s] * bs)  # place among the pooled tails
+        block = np.where(full, self._full_cum[s] + j // bs, self._nfull + t // bs)
+        return block, np.where(full, j % bs, t % bs)
+
+    def positions_of(self, records: np.ndarray | Sequence[int]) -> np.ndarray:
+        """The epoch position of each record (the inverse of the order).
+
+        Args:
+            records: Record indices in ``[0, n)``.
+
+        Returns:
+            Their positions, int64, the shape of ``records``.
+
+        Raises:
+            IndexError: A record lies outside ``[0, n)``.
+        """
+        r = _checked(records, self.n).reshape(-1)
+        block, off = self._block_of(r)
+        slot = np.asarray(self._blocks.inverse(block), dtype=np.int64)
+        q2 = self._slot_start(slot) + off
+        start = self._slot_start((self._slot_of(q2) // self.window) * self.window)
+        return self._windows(q2, q2 - start, inverse=True).reshape(np.shape(records))
 
     def __call__(self, positions: np.ndarray | Sequence[int]) -> np.ndarray:
         """The record index at each epoch position.
@@ -225,21 +303,8 @@ class BlockShuffleOrder:
             IndexError: A position lies outside ``[0, n)``.
         """
         q = _checked(positions, self.n).reshape(-1)
-        w = self.window
-        k = self._slot_of(q) // w
-        first = k * w
-        start = self._slot_start(first)
-        length = self._slot_start(np.minimum(first + w, self.num_blocks)) - start
-        u = q - start
-        v = np.empty_like(u)
-        regular = length == w * self.block_size
-        if regular.any():
-            v[regular] = self._window_perm(u[regular], k[regular], w * self.block_size)
-        if not regular.all():
-            for kk in np.unique(k[~regular]):
-                sel = k == kk
-                v[sel] = self._window_perm(u[sel], k[sel], int(length[sel][0]))
-        q2 = start + v
+        start = self._slot_start((self._slot_of(q) // self.window) * self.window)
+        q2 = self._windows(q, q - start, inverse=False)
         slot = self._slot_of(q2)
         off = q2 - self._slot_start(slot)
         return self._record_of(self._blocks(slot), off).reshape(np.shape(positions))

@@ -207,6 +207,38 @@ def is_throttled(exc: BaseException) -> bool:
     return False
 
 
+#: Error codes meaning "over the request rate" (a bare 503 is an outage, not a rate limit).
+_RATE_LIMIT_CODES = _THROTTLE_CODES - {"ServiceUnavailable"}
+
+
+def is_rate_limited(exc: BaseException) -> bool:
+    """Whether ``exc`` is the store saying the request rate is too high: HTTP 429 (GCS and
+    web servers), S3's ``SlowDown`` (a 503 with that code; to a HEAD, which has no body, a 503
+    without a code) and AWS's other throttling codes, or a message asking to "reduce your
+    request rate". A web server's bare 503 is not: the service is unavailable, whatever the
+    rate.
+
+    Args:
+        exc: A failure.
+
+    Returns:
+        True for a rate-limiting answer.
+    """
+    for e in _chain(exc):
+        if status_of(e) == 429 or _error_code(e) in _RATE_LIMIT_CODES:
+            return True
+        if "reduce your request rate" in str(e) or _s3_head_503(e):
+            return True
+    return False
+
+
+def _s3_head_503(exc: BaseException) -> bool:
+    """S3's answer over the rate to a HEAD: a 503 with no body, so botocore has no error code
+    but the status (``"503"``) to give."""
+    response = getattr(exc, "response", None)
+    return isinstance(response, dict) and response.get("Error", {}).get("Code") == "503"
+
+
 def network_cause(exc: BaseException) -> str | None:
     """What went wrong on the way to the storage, in words (naming the host), or ``None``
     when the failure is not a network one (the server answered).

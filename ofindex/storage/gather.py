@@ -6,7 +6,8 @@ answers them (:mod:`.multirange`), at the same time as the ranges that go alone;
 multi-range answer did not hold are then fetched one per request. Elsewhere every range is
 one request.
 
-Every request is retried by the storage's policy (:mod:`.retry`), and each attempt is hedged
+Every request is retried by the storage's policy (:mod:`.retry`), waits for its turn at the
+process's request rate to the store (:mod:`.pacing`), and each attempt is hedged
 (:mod:`.hedge`): one far slower than the batch's others is sent again, the first answer wins.
 """
 
@@ -19,6 +20,7 @@ from typing import Any, Protocol
 from . import multirange
 from .aio import HTTP_PROTOCOLS, Limits, fetch_each
 from .hedge import Hedger
+from .pacing import AdaptiveRate
 from .retry import RetryPolicy, retry_async
 
 #: Where the bytes of each range go: ``sink(k, bytes of range k)``, as each arrives.
@@ -42,6 +44,8 @@ class RangeSource(Protocol):
     def count_retry(self) -> None: ...
 
     def count_hedge(self) -> None: ...
+
+    def pacer(self, path: str) -> AdaptiveRate: ...
 
     async def fetch_range(self, fs: Any, path: str, start: int, end: int) -> bytes: ...
 
@@ -77,14 +81,14 @@ async def gather_ranges(storage: RangeSource, fs: Any, paths: list[str], starts:
         return retry_async(
             lambda: hedger.run(lambda: storage.fetch_range(fs, paths[k], starts[k], ends[k])),
             storage.retry, storage.describe_range(paths[k], starts[k], ends[k]),
-            storage.count_retry)
+            storage.count_retry, storage.pacer(paths[k]))
 
     def multi(p: str, spans: list[tuple[int, int]],
               deliver: Callable[[int, memoryview], None]) -> Awaitable[Any]:
         return retry_async(lambda: hedger.run(
                                lambda: storage.fetch_file_ranges(fs, p, spans, deliver)),
                            storage.retry, f"{storage.url(p)}: {len(spans)} ranges in one request",
-                           storage.count_retry)
+                           storage.count_retry, storage.pacer(p))
 
     def each(todo: list[int]) -> Awaitable[None]:
         return fetch_each(todo, lambda k: ends[k] - starts[k], fetch, sink, limits,

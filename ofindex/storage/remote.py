@@ -33,6 +33,7 @@ from .failures import not_writable
 from .gather import gather_ranges
 from .hedge import Hedger
 from .listing import list_files
+from .pacing import AdaptiveRate, pacer_for
 from .retry import RetryPolicy, current_policy, retry_async, retry_sync
 from .stamp import ExpectedFiles, FileStamp, fingerprint_from_info
 
@@ -116,6 +117,11 @@ class FsspecStorage(Storage):
         """Count a request sent again for being far slower than its batch's others."""
         self.hedged += 1
 
+    def pacer(self, path: str) -> AdaptiveRate:
+        """This process's request rate to the bucket or host of ``path`` (:mod:`.pacing`):
+        shared by every storage of the process, lowered when the store answers "slow down"."""
+        return pacer_for(self.protocol, self.url(path))
+
     def url(self, path: str) -> str:
         if self.protocol in HTTP_PROTOCOLS or "://" in path:
             return path
@@ -135,7 +141,7 @@ class FsspecStorage(Storage):
         fs.invalidate_cache(path)  # the file now, not an earlier listing (see _round_async)
         try:
             info = retry_sync(lambda: fs.info(path), self.retry, f"{self.url(path)}: info",
-                              self.count_retry)
+                              self.count_retry, self.pacer(path))
         except FileNotFoundError:
             raise DataFileNotFoundError(f"{self.url(path)}: data file not found") from None
         return self._stamp_from(path, info)
@@ -202,7 +208,8 @@ class FsspecStorage(Storage):
             data: bytes = self.fs.cat_file(path)
             return data
 
-        data = retry_sync(get, self.retry, f"{self.url(path)}: whole file", self.count_retry)
+        data = retry_sync(get, self.retry, f"{self.url(path)}: whole file", self.count_retry,
+                          self.pacer(path))
         self.requests += 1
         self.bytes_read += len(data)
         return data
@@ -229,7 +236,8 @@ class FsspecStorage(Storage):
             def cat(p: str = p, s: int = s, e: int = e) -> bytes:
                 return self._cat_sync(fs, p, s, e)
 
-            sink(k, retry_sync(cat, self.retry, self.describe_range(p, s, e), self.count_retry))
+            sink(k, retry_sync(cat, self.retry, self.describe_range(p, s, e), self.count_retry,
+                               self.pacer(p)))
 
     def fetch_many(
         self, read_paths: Sequence[str], stat_paths: Sequence[str] = ()
@@ -273,13 +281,13 @@ class FsspecStorage(Storage):
             async with sem:
                 return await retry_async(
                     lambda: hedger.run(lambda: self.fetch_range(fs, path, s, e)), self.retry,
-                    self.describe_range(path, s, e), self.count_retry)
+                    self.describe_range(path, s, e), self.count_retry, self.pacer(path))
 
         async def whole(path: str) -> bytes:
             async with sem:
                 data: bytes = await retry_async(lambda: fs._cat_file(path), self.retry,
                                                 f"{self.url(path)}: whole file",
-                                                self.count_retry)
+                                                self.count_retry, self.pacer(path))
             self.requests += 1
             self.bytes_read += len(data)
             return data
@@ -290,7 +298,8 @@ class FsspecStorage(Storage):
             fs.invalidate_cache(path)
             async with sem:
                 info = await retry_async(lambda: fs._info(path), self.retry,
-                                         f"{self.url(path)}: info", self.count_retry)
+                                         f"{self.url(path)}: info", self.count_retry,
+                                         self.pacer(path))
             return self._stamp_from(path, info)
 
         parts = asyncio.gather(*(part(*r) for r in ranges), return_exceptions=True)

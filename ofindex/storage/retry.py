@@ -15,6 +15,12 @@ fails, bad arguments, and :class:`RangeReadError` for wrong bytes (retrying a se
 ignores ``Range`` only repeats the mistake). Throttling answers (429, 503, ``SlowDown``) back
 off from a longer base, as botocore's standard mode does.
 
+An answer that the request *rate* is too high (429, S3's ``SlowDown``:
+:func:`~.failures.is_rate_limited`) is not a failure of the store: the process slows down
+(:mod:`.pacing`: every request to that store waits for its turn at a rate that adapts) and the
+request is sent again, without counting against ``retries`` or ``timeout``; it is given up
+only after ``throttle_patience`` seconds of nothing but such answers.
+
 The policy of the storages created by a call is set with :func:`retry_settings` (what
 ``ofindex.open(retries=, timeout=)``, ``build_index`` and the command line's ``--retries`` /
 ``--timeout`` use); a storage keeps the policy it was created with, also when pickled.
@@ -38,6 +44,7 @@ from .failures import (
     endpoint_advice,
     first_line,
     is_dns_failure,
+    is_rate_limited,
     is_throttled,
     is_tls_failure,
     network_cause,
@@ -45,6 +52,7 @@ from .failures import (
     translate,
     unwrap_not_found,
 )
+from .pacing import AdaptiveRate
 
 T = TypeVar("T")
 
@@ -96,6 +104,9 @@ class RetryPolicy:
             batch's median answer time (and at least ``hedge_floor`` seconds) is sent once
             more, and the first answer wins.
         hedge_floor: See ``hedge_factor``.
+        throttle_patience: Seconds a request keeps being sent again while the store answers
+            only that the request rate is too high (429, ``SlowDown``); those answers count
+            neither against ``retries`` nor against ``timeout``. ``None`` or ``inf``: no limit.
     """
 
     retries: int = 10
@@ -105,6 +116,7 @@ class RetryPolicy:
     max_delay: float = 20.0
     hedge_factor: float = 4.0
     hedge_floor: float = 1.0
+    throttle_patience: float | None = 600.0
 
     @property
     def attempts(self) -> int:
@@ -117,11 +129,21 @@ class RetryPolicy:
         t = self.timeout
         return None if t is None or math.isinf(t) else float(t)
 
-    def delay(self, failed: int, throttled: bool = False) -> float:
-        """The wait after ``failed`` failed attempts (1 for the first retry)."""
+    def delay(self, failed: int, throttled: bool = False,
+              rng: random.Random | None = None) -> float:
+        """The wait after ``failed`` failed attempts (1 for the first retry).
+
+        Args:
+            failed: Failed attempts so far.
+            throttled: The last was a throttling answer (a longer base).
+            rng: Draws the jitter (default: the ``random`` module's).
+
+        Returns:
+            Seconds to wait.
+        """
         base = self.throttle_delay if throttled else self.base_delay
         bound = min(self.max_delay, base * 2.0 ** max(0, failed - 1))
-        return random.uniform(bound / 2, bound)
+        return (rng or random).uniform(bound / 2, bound)
 
 
 #: The policy of storages created now (``None``: the default :class:`RetryPolicy`).
@@ -288,16 +310,23 @@ def permanent(what: str, exc: Exception) -> Exception:
 class _Clock:
     """The time left to a request under its policy's deadline, and its failures so far of
     each kind (throttling answers and the others back off each from their own count: a
-    ``SlowDown`` after a few refused connections waits as a first ``SlowDown`` does)."""
+    ``SlowDown`` after a few refused connections waits as a first ``SlowDown`` does).
+
+    Time spent waiting for the pacer and after rate-limiting answers is not the store's
+    failing to answer: it is kept apart (``slowed``), outside the deadline, and bounded by
+    the policy's ``throttle_patience``."""
 
     def __init__(self, policy: RetryPolicy) -> None:
         self.policy = policy
         self.start = time.monotonic()
         self.failed = {True: 0, False: 0}
+        self.store_failures = 0  # failures that count against ``retries``
+        self.slowed = 0.0  # seconds waited for the pacer or after rate-limiting answers
+        self.rate_limited = 0.0  # of which after rate-limiting answers
 
     @property
     def elapsed(self) -> float:
-        return time.monotonic() - self.start
+        return time.monotonic() - self.start - self.slowed
 
     def left(self) -> float | None:
         deadline = self.policy.deadline
@@ -313,6 +342,18 @@ class _Clock:
             f"{'s' if attempts != 1 else ''}); the storage is slow or unreachable: check the "
             f"network, or wait longer with {_MORE_TIME}")
 
+    def patient(self, pause: float) -> bool:
+        """Whether a request answered only "slow down" so far may wait ``pause`` more."""
+        patience = self.policy.throttle_patience
+        return patience is None or self.rate_limited + pause <= patience
+
+    def out_of_patience(self, what: str, attempts: int) -> RangeReadError:
+        return RangeReadError(
+            f"{what}: the store answered that the request rate is too high for "
+            f"{self.rate_limited:.0f} s ({attempts} attempts); fewer readers or larger "
+            "shuffle blocks send fewer requests (see `ofindex plan`), or wait longer with "
+            "RetryPolicy(throttle_patience=...)")
+
 
 def _final(exc: Exception, what: str, attempts: int, clock: _Clock) -> Exception:
     """What to raise when ``exc`` is not retried (again): an ofindex error naming ``what``."""
@@ -325,10 +366,24 @@ def _final(exc: Exception, what: str, attempts: int, clock: _Clock) -> Exception
     return translated
 
 
+def _slow_down(exc: Exception, attempt: int, clock: _Clock, what: str) -> float:
+    """The wait after a rate-limiting answer (its own backoff; neither ``retries`` nor the
+    deadline are spent), or the error once ``throttle_patience`` is used up."""
+    clock.failed[True] += 1
+    pause = clock.policy.delay(clock.failed[True], True)
+    if not clock.patient(pause):
+        raise clock.out_of_patience(what, attempt + 1) from exc
+    clock.rate_limited += pause
+    clock.slowed += pause
+    return pause
+
+
 def _pause(exc: Exception, attempt: int, clock: _Clock, what: str) -> float:
     """The wait before the next attempt after ``exc``; raises the error to report instead when
     ``exc`` ends the retries (not transient, the last attempt, or past the deadline)."""
     policy = clock.policy
+    if is_rate_limited(exc):
+        return _slow_down(exc, attempt, clock, what)
     if clock.expired():
         raise clock.timed_out(what, attempt + 1) from exc
     transient = is_transient(exc)
@@ -336,7 +391,9 @@ def _pause(exc: Exception, attempt: int, clock: _Clock, what: str) -> float:
     clock.failed[throttled] += 1
     pause = policy.delay(clock.failed[throttled], throttled) if transient else 0.0
     left = clock.left()
-    if not transient or attempt + 1 >= policy.attempts or (left is not None and pause >= left):
+    clock.store_failures += 1
+    if (not transient or clock.store_failures >= policy.attempts
+            or (left is not None and pause >= left)):
         final = _final(exc, what, attempt + 1, clock)
         if final is exc:
             raise exc
@@ -345,7 +402,8 @@ def _pause(exc: Exception, attempt: int, clock: _Clock, what: str) -> float:
 
 
 async def retry_async(fn: Callable[[], Awaitable[T]], policy: RetryPolicy, what: str,
-                      on_retry: Callable[[], None] | None = None) -> T:
+                      on_retry: Callable[[], None] | None = None,
+                      pacer: AdaptiveRate | None = None) -> T:
     """Await ``fn()`` (each attempt within what is left of ``policy.timeout``); retry
     transient failures; then raise an ofindex error naming ``what`` (the URL and byte range).
 
@@ -354,6 +412,8 @@ async def retry_async(fn: Callable[[], Awaitable[T]], policy: RetryPolicy, what:
         policy: The retries, waits and deadline.
         what: The request, for messages.
         on_retry: Called before each retry (to count them).
+        pacer: The store's shared request rate (:mod:`.pacing`): each attempt waits for its
+            turn, and tells it of a rate-limiting answer or a success.
 
     Returns:
         What ``fn()`` returned.
@@ -361,35 +421,71 @@ async def retry_async(fn: Callable[[], Awaitable[T]], policy: RetryPolicy, what:
     Raises:
         StorageError: The storage could not be reached, or gave no answer within the
             deadline.
-        RangeReadError: It kept answering with errors, or wrong bytes.
+        RangeReadError: It kept answering with errors, or wrong bytes, or only that the
+            request rate is too high for ``throttle_patience`` seconds.
         DataFileNotFoundError: It said the file does not exist.
     """
     clock = _Clock(policy)
-    for k in range(policy.attempts):
+    attempt = 0
+    while True:
+        ticket_at = 0.0
+        while pacer is not None:  # wait for this request's turn at the store's rate
+            wait, ticket = pacer.reserve()
+            if wait > 0:
+                clock.slowed += wait
+                await asyncio.sleep(wait)
+            if ticket is not None:
+                ticket_at = ticket
+                break
         left = clock.left()
         try:
-            if left is None:
-                return await fn()
-            return await asyncio.wait_for(fn(), max(left, 0.001))
+            got = await (fn() if left is None else asyncio.wait_for(fn(), max(left, 0.001)))
         except Exception as exc:
-            pause = _pause(exc, k, clock, what)
+            _tell(pacer, exc, ticket_at)
+            pause = _pause(exc, attempt, clock, what)
             if on_retry is not None:
                 on_retry()
             await asyncio.sleep(pause)
-    raise AssertionError("unreachable")  # pragma: no cover
+            attempt += 1
+            continue
+        if pacer is not None:
+            pacer.succeeded()
+        return got
 
 
 def retry_sync(fn: Callable[[], T], policy: RetryPolicy, what: str,
-               on_retry: Callable[[], None] | None = None) -> T:
+               on_retry: Callable[[], None] | None = None,
+               pacer: AdaptiveRate | None = None) -> T:
     """Synchronous :func:`retry_async` (an attempt is not cut at the deadline: the client's
     own timeouts bound it; no retry starts past the deadline)."""
     clock = _Clock(policy)
-    for k in range(policy.attempts):
+    attempt = 0
+    while True:
+        ticket_at = 0.0
+        while pacer is not None:  # wait for this request's turn at the store's rate
+            wait, ticket = pacer.reserve()
+            if wait > 0:
+                clock.slowed += wait
+                time.sleep(wait)
+            if ticket is not None:
+                ticket_at = ticket
+                break
         try:
-            return fn()
+            got = fn()
         except Exception as exc:
-            pause = _pause(exc, k, clock, what)
+            _tell(pacer, exc, ticket_at)
+            pause = _pause(exc, attempt, clock, what)
             if on_retry is not None:
                 on_retry()
             time.sleep(pause)
-    raise AssertionError("unreachable")  # pragma: no cover
+            attempt += 1
+            continue
+        if pacer is not None:
+            pacer.succeeded()
+        return got
+
+
+def _tell(pacer: AdaptiveRate | None, exc: Exception, ticket_at: float) -> None:
+    """Tell the pacer of a rate-limiting answer (it lowers the rate)."""
+    if pacer is not None and is_rate_limited(exc):
+        pacer.throttled(ticket_at)
