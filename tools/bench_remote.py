@@ -4,8 +4,15 @@ Serves a 16-shard dataset from Debian nginx behind a delaying TCP proxy on loopb
 (``tools/latency_proxy.py``) and measures, in one run:
 
 * open through the manifest (requests, wall time);
-* 256 random records with ``ds.__getitems__`` (one coalesced, concurrent batch), cold (the
-  shards' sidecars fetched on first touch) and warm, at the default ``max_gap`` and at 64 KiB;
+* the first batch of 256 random records after opening, in a fresh process each time (as a
+  training job starts: no connection open but the manifest's, the server not known, every
+  page of index to fetch), ``--repeats`` times, interleaved with
+* a warm batch of 256 random records (every page of index cached: one round of data reads),
+  and two floors measured alongside: one bare 1 KB range GET, and one round of bare 1 KB range
+  GETs, one per shard, all at once (what any client pays for one round of that many requests
+  on this machine now);
+* random batches right after the first (pages of index cached as they come), at the default
+  ``max_gap`` and at 64 KiB;
 * the naive peer: the same 256 records, one request per record in a loop;
 * contiguous slices ``ds[a:a+256]``;
 * sequential iteration over the whole dataset (large streamed reads);
@@ -14,8 +21,11 @@ Serves a 16-shard dataset from Debian nginx behind a delaying TCP proxy on loopb
   same with the whole sidecar fetched (ofindex before issue 30): bytes and requests by file
   kind, wall time.
 
-Wall time is reported in RTTs, plus requests per batch and bytes transferred vs bytes used
-(from nginx's access log). ``--out`` writes the figures as JSON.
+Wall time is reported in RTTs (median and range over rounds), plus requests per batch, bytes
+transferred vs bytes used, and request *rounds* as nginx saw them (from its log: a request
+that arrived at least half an RTT after another one was answered is taken to have waited for
+it; rounds are the longest chain of such waits — less sensitive to the machine's load than
+wall time). ``--out`` writes the figures as JSON.
 
     python tools/bench_remote.py --out bench_remote.json
 """
@@ -45,6 +55,20 @@ import ofindex  # noqa: E402
 from ofindex.cli.synthetic import write_dataset  # noqa: E402
 
 _LOG = re.compile(r'"(?:GET|HEAD) (\S+) [^"]*" (\d{3}) (\d+)')
+_TIMED = re.compile(r'"(GET|HEAD) (\S+) [^"]*" (\d{3}) (\d+) .* ([\d.]+) ([\d.]+)$')
+
+
+def request_rounds(requests: list[tuple[float, float]], rtt: float) -> int:
+    """Rounds of requests as the server saw them: ``requests`` are ``(arrived, answered)``
+    times; one that arrived at least ``rtt / 2`` after another was answered is taken to have
+    waited for it (the answer travels half an RTT, the next request another half). Returns
+    the longest chain of such waits (0 for no requests)."""
+    order = sorted(requests)
+    depth: list[int] = []
+    for k, (arrived, _) in enumerate(order):
+        before = [depth[j] for j in range(k) if order[j][1] + rtt / 2 <= arrived]
+        depth.append(1 + max(before, default=0))
+    return max(depth, default=0)
 
 
 class AccessLog:
@@ -75,6 +99,22 @@ class AccessLog:
                 meta_sent += int(m.group(3))
         return n, sent, meta, meta_sent
 
+    def take_timed(self) -> list[tuple[str, str, int, int, float, float]]:
+        """``(method, path, status, bytes sent, arrived, answered)`` of every request since the
+        last call (nginx started with ``timed=True``)."""
+        with open(self.path, "rb") as f:
+            f.seek(self.pos)
+            chunk = f.read().decode("utf-8", "replace")
+            self.pos = f.tell()
+        out = []
+        for line in chunk.splitlines():
+            m = _TIMED.search(line)
+            if m and m.group(2).startswith(("/data/", "/data.ofindex/")):
+                end, took = float(m.group(5)), float(m.group(6))
+                out.append((m.group(1), m.group(2), int(m.group(3)), int(m.group(4)),
+                            end - took, end))
+        return out
+
 
 @contextlib.contextmanager
 def _proxy_process(upstream_port: int, rtt_ms: float):
@@ -102,6 +142,100 @@ def timed(fn):
     return time.perf_counter() - t, out
 
 
+def spread(values: list[float]) -> dict:
+    """Median, min and max of one figure over the rounds."""
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def cold_child(url: str, data: str, seed: int, batch: int) -> dict:
+    """In a fresh process: open ``url``, read its first batch, check it against ``data``."""
+    import fsspec.implementations.http  # noqa: F401  imports are not the batch's cost
+
+    t = time.perf_counter()
+    ds = ofindex.open(url)
+    opened = time.perf_counter()
+    idx = np.random.default_rng(seed).choice(len(ds), size=batch, replace=False).tolist()
+    t_batch = time.perf_counter()
+    got = ds.__getitems__(idx)
+    done = time.perf_counter()
+    with ofindex.open(data) as local:
+        ok = got == local.__getitems__(idx)
+    return {"open_s": opened - t, "batch_s": done - t_batch, "ok": ok}
+
+
+def run_floor(fs, urls: list[str], size: int = 1000) -> None:
+    """One range GET of ``size`` bytes per URL, all at once, through ``fs``'s HTTP session:
+    the floor of one round of that many requests (no planning, no checks)."""
+    import asyncio
+
+    from fsspec.asyn import sync
+
+    async def go() -> None:
+        session = await fs.set_session()
+
+        async def one(u: str) -> None:
+            async with session.get(u, headers={"Range": f"bytes=0-{size - 1}"}) as r:
+                await r.read()
+
+        await asyncio.gather(*(one(u) for u in urls))
+
+    sync(fs.loop, go)
+
+
+def interleaved(args, url: str, data: str, log: AccessLog, rtt: float) -> dict:
+    """The first batch after open (a fresh process each), a warm batch (every page of index
+    cached) and the two floors, one of each per round, ``args.repeats`` rounds."""
+    total = args.shards * args.records_per_shard
+    ds = ofindex.open(url)
+    ds[list(range(0, total, 16))]  # every page of index (pages hold at least 16 records)
+    with ofindex.open(data) as local:
+        expected = [local[i] for i in range(total)]
+    fs = ds._table.storage.fs
+    files = [s.url for s in ds.shards]
+    rng = np.random.default_rng(args.seed + 7)
+    rows: dict[str, list[dict]] = {"cold": [], "warm": [], "floor_round": [],
+                                   "floor_request": []}
+
+    def timed_rounds(fn) -> dict:
+        log.take_timed()
+        t = time.perf_counter()
+        fn()
+        wall = time.perf_counter() - t
+        reqs = log.take_timed()
+        return {"wall_s": wall, "requests": len(reqs),
+                "rounds": request_rounds([(q[4], q[5]) for q in reqs], rtt)}
+
+    for k in range(args.repeats):
+        log.take_timed()
+        out = subprocess.run([sys.executable, os.path.abspath(__file__), "--cold-child", url,
+                              data, str(args.seed + 100 + k), str(args.batch)],
+                             capture_output=True, text=True, check=True)
+        child = json.loads(out.stdout.strip().splitlines()[-1])
+        assert child["ok"], "first batch differs from the local copy"
+        reqs = [q for q in log.take_timed() if not q[1].endswith(".json")]
+        rows["cold"].append({
+            "wall_s": child["batch_s"], "open_s": child["open_s"], "requests": len(reqs),
+            "heads": sum(q[0] == "HEAD" for q in reqs),
+            "index_requests": sum(q[1].endswith(".ofidx") for q in reqs),
+            "rounds": request_rounds([(q[4], q[5]) for q in reqs], rtt)})
+        idx = rng.choice(total, size=args.batch, replace=False).tolist()
+        got: list = []
+        rows["warm"].append(timed_rounds(lambda idx=idx, got=got: got.extend(ds.__getitems__(idx))))
+        assert got == [expected[i] for i in idx], "warm batch"
+        rows["floor_round"].append(timed_rounds(lambda: run_floor(fs, files)))
+        rows["floor_request"].append(timed_rounds(lambda: run_floor(fs, files[:1])))
+    out_rows: dict = {"repeats": args.repeats}
+    for name, got_rows in rows.items():
+        row = {key: spread([r[key] for r in got_rows]) for key in got_rows[0]}
+        row["rtts"] = {key: v / rtt for key, v in row["wall_s"].items()}
+        out_rows[name] = row
+    ratios = [w["wall_s"] / f["wall_s"] for w, f in zip(rows["warm"], rows["floor_round"],
+                                                         strict=True)]
+    out_rows["warm_over_floor_round"] = spread(ratios)
+    ds.close()
+    return out_rows
+
+
 def run(args) -> dict:
     rtt = args.rtt_ms / 1000
     work = tempfile.mkdtemp(prefix="bench-remote-")
@@ -115,9 +249,10 @@ def run(args) -> dict:
     results: dict = {
         "config": {"rtt_ms": args.rtt_ms, "shards": args.shards, "records": total,
                    "record_size": args.record_size, "batch": args.batch,
-                   "dataset_bytes": sum(s.bytes for s in local.shards)},
+                   "dataset_bytes": sum(s.bytes for s in local.shards),
+                   "load_average": os.getloadavg(), "cpus": os.cpu_count()},
     }
-    with servers.start_nginx(work) as nginx:
+    with servers.start_nginx(work, timed=True) as nginx:
         port = int(nginx.url.rsplit(":", 1)[1])
         with _proxy_process(port, args.rtt_ms) as proxy_port:
             url = f"http://127.0.0.1:{proxy_port}/data"
@@ -131,6 +266,7 @@ def run(args) -> dict:
             wall, ds = timed(lambda: ofindex.open(url))
             n, sent, _ = log.take()
             results["open_manifest"] = {"wall_s": wall, "rtts": wall / rtt, "requests": n}
+            results["rounds"] = interleaved(args, url, data, log, rtt)
 
             def batch_case(name, make_idx, fetch, repeats, check=True):
                 walls, reqs, sents, useds = [], [], [], []
@@ -148,6 +284,7 @@ def run(args) -> dict:
                 w = statistics.median(walls)
                 results[name] = {
                     "wall_s": w, "rtts": w / rtt, "requests": statistics.median(reqs),
+                    "rtts_min": min(walls) / rtt, "rtts_max": max(walls) / rtt,
                     "bytes_transferred": int(statistics.median(sents)),
                     "bytes_used": int(statistics.median(useds)),
                     "transfer_over_used":
@@ -160,9 +297,11 @@ def run(args) -> dict:
                 return rng.choice(total, size=args.batch, replace=False)
 
             getitems = ds.__getitems__
-            batch_case("batch_cold", rand_idx, lambda idx: getitems(idx.tolist()), 1)
+            # in this process (connections open, the server known): pages fetched as they come
+            batch_case("batch_first_in_process", rand_idx, lambda idx: getitems(idx.tolist()), 1)
             default_gap = ds.max_gap
-            batch_case("batch_warm", rand_idx, lambda idx: getitems(idx.tolist()), args.repeats)
+            batch_case("batch_fresh_pages", rand_idx, lambda idx: getitems(idx.tolist()),
+                       args.repeats)
             ds.max_gap = 64 << 10
             batch_case("batch_warm_gap64k", rand_idx, lambda idx: getitems(idx.tolist()),
                        args.repeats)
@@ -186,13 +325,26 @@ def run(args) -> dict:
             }
             results["single_file"] = single_file(args, work, proxy_port, log)
     shutil.rmtree(work, ignore_errors=True)
-    b, naive = results["batch_warm"], results["naive_one_request_per_record"]
+    rounds, naive = results["rounds"], results["naive_one_request_per_record"]
+    results["batch_cold"] = {"wall_s": rounds["cold"]["wall_s"]["median"],
+                             "rtts": rounds["cold"]["rtts"]["median"],
+                             "requests": rounds["cold"]["requests"]["median"]}
+    results["batch_warm"] = {"wall_s": rounds["warm"]["wall_s"]["median"],
+                             "rtts": rounds["warm"]["rtts"]["median"],
+                             "requests": rounds["warm"]["requests"]["median"]}
     results["summary"] = {
-        "batch_rtts": b["rtts"],
-        "batch_goal_rtts": 5,
-        "speedup_vs_naive": naive["wall_s"] / b["wall_s"],
+        "batch_rtts": rounds["warm"]["rtts"]["median"],
+        "batch_goal_rtts": 1.2,
+        "cold_rtts": rounds["cold"]["rtts"]["median"],
+        "cold_goal_rtts": 3,
+        "cold_requests": rounds["cold"]["requests"]["median"],
+        "cold_rounds": rounds["cold"]["rounds"]["median"],
+        "warm_rounds": rounds["warm"]["rounds"]["median"],
+        "floor_round_rtts": rounds["floor_round"]["rtts"]["median"],
+        "warm_over_floor_round": rounds["warm_over_floor_round"]["median"],
+        "speedup_vs_naive": naive["wall_s"] / rounds["warm"]["wall_s"]["median"],
         "speedup_goal": 20,
-        "batch_requests": b["requests"],
+        "batch_requests": rounds["warm"]["requests"]["median"],
         "slice_requests": results["slice"]["requests"],
     }
     return results
@@ -249,8 +401,23 @@ def report(r: dict) -> None:
         o = r[name]
         print(f"{name:34s} {o['wall_s'] * 1e3:8.1f} ms {o['rtts']:6.1f} RTT "
               f"{o['requests']:6d} req")
-    for name in ("batch_cold", "batch_warm", "batch_warm_gap64k", "naive_one_request_per_record",
-                 "slice"):
+    rounds = r["rounds"]
+    print(f"interleaved rounds ({rounds['repeats']}; load average {c['load_average'][0]:.1f} "
+          f"on {c['cpus']} CPUs): median [min-max]")
+    for name, what in (("cold", "first batch after open (new process)"),
+                       ("warm", "warm batch (index cached)"),
+                       ("floor_round", f"floor: {c['shards']} bare GETs at once"),
+                       ("floor_request", "floor: 1 bare GET")):
+        x = rounds[name]
+        print(f"{what:40s} {x['rtts']['median']:5.2f} RTT [{x['rtts']['min']:.2f}-"
+              f"{x['rtts']['max']:.2f}] {x['requests']['median']:5.0f} req "
+              f"{x['rounds']['median']:3.0f} rounds [{x['rounds']['min']:.0f}-"
+              f"{x['rounds']['max']:.0f}]")
+    ratio = rounds["warm_over_floor_round"]
+    print(f"warm batch / one bare round: {ratio['median']:.2f} [{ratio['min']:.2f}-"
+          f"{ratio['max']:.2f}]")
+    for name in ("batch_first_in_process", "batch_fresh_pages", "batch_warm_gap64k",
+                 "naive_one_request_per_record", "slice"):
         x = r[name]
         print(f"{name:34s} {x['wall_s'] * 1e3:8.1f} ms {x['rtts']:6.1f} RTT "
               f"{x['requests']:6.0f} req  {x['bytes_transferred'] / 1e3:9.1f} kB sent / "
@@ -267,12 +434,19 @@ def report(r: dict) -> None:
                   f"(index {x['index_bytes'] / 1e3:.1f} kB; {x['bytes_min'] / 1e3:.1f}-"
                   f"{x['bytes_max'] / 1e3:.1f} kB over {one['repeats']} runs)")
     s = r["summary"]
-    print(f"batch of 256 warm: {s['batch_rtts']:.1f} RTT (goal <= {s['batch_goal_rtts']}), "
+    print(f"first batch after open: {s['cold_rtts']:.2f} RTT (goal <= {s['cold_goal_rtts']}), "
+          f"{s['cold_requests']:.0f} requests in {s['cold_rounds']:.0f} rounds")
+    print(f"batch of 256 warm: {s['batch_rtts']:.2f} RTT (goal <= {s['batch_goal_rtts']}), "
           f"{s['speedup_vs_naive']:.1f}x faster than one request per record "
           f"(goal >= {s['speedup_goal']}x)")
 
 
 def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--cold-child"]:  # one first batch, in a process of its own
+        url, data, seed, batch = argv[1:5]
+        print(json.dumps(cold_child(url, data, int(seed), int(batch))))
+        return
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--rtt-ms", type=float, default=20.0)
     p.add_argument("--shards", type=int, default=16)
@@ -303,7 +477,7 @@ def plot(r: dict, path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    names = ["open_manifest", "batch_cold", "batch_warm", "batch_warm_gap64k", "slice",
+    names = ["open_manifest", "batch_cold", "batch_warm", "slice",
              "naive_one_request_per_record"]
     rtts = [r[n]["rtts"] for n in names]
     fig, ax = plt.subplots(figsize=(8, 3.5))

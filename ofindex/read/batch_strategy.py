@@ -98,7 +98,7 @@ def choose(table: ShardTable, indices: np.ndarray, *,
 
 
 def read_batch(table: ShardTable, checks: RecordChecks, indices: np.ndarray, *,
-               compressed_shards: bool, max_gap: int, max_read_bytes: int) -> list[Any]:
+               compressed_shards: bool, max_gap: int | None, max_read_bytes: int) -> list[Any]:
     """The payloads of records ``indices`` (valid, non-negative), in that order.
 
     Args:
@@ -106,7 +106,8 @@ def read_batch(table: ShardTable, checks: RecordChecks, indices: np.ndarray, *,
         checks: What to check in each record.
         indices: The records.
         compressed_shards: Whether any shard of the dataset is compressed.
-        max_gap: Planned reads: largest gap read through rather than split.
+        max_gap: Planned reads: largest gap read through rather than split (``None``: the
+            storage's preferred gap when the ranges are planned).
         max_read_bytes: Planned reads: largest merged read.
 
     Raises:

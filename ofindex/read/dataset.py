@@ -243,7 +243,7 @@ class Dataset:
             return []
         payloads = batch_strategy.read_batch(
             self._table, self._checks, self._table.normalize(indices),
-            compressed_shards=self._compressed, max_gap=self.max_gap,
+            compressed_shards=self._compressed, max_gap=self._max_gap,
             max_read_bytes=self.max_read_bytes)
         if not decode or self.decode is None:
             return payloads

@@ -3,8 +3,13 @@
 A round gathers, for the shards a batch (or ``open``) touches, the remote sidecar pages and
 headers it lacks (:mod:`ofindex.read.pages`), the whole sidecars of the shards not read by
 pages, and the data files' staleness ``stat``; it runs them at once, one call per storage
-(:meth:`~ofindex.storage.Storage.fetch_round`; a thread per storage when the sidecars live
-elsewhere than the data), then checks and keeps what came back. Two entry points use it:
+(:meth:`~ofindex.storage.Storage.fetch_round`, over HTTP the pages of one sidecar in one
+multi-range request; a thread per storage when the sidecars live elsewhere than the data),
+then checks and keeps what came back. Where the data's storage checks the stamp every read
+reports (:attr:`~ofindex.storage.Storage.checks_stamp_on_read`: HTTP, each response's
+``ETag`` and size), no ``stat`` is sent: the data file owes its storage the check against
+its index (:meth:`~ofindex.storage.Storage.expect_indexed`), made by its first response
+before any byte of it is handed out. Two entry points use it:
 
 * :func:`load_sidecars`: the whole sidecars of some shards (compressed batches): local ones
   are memory-mapped one by one, remote ones fetched in one round;
@@ -20,10 +25,11 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import IndexNotFoundError, SidecarError, StaleIndexError
+from ..errors import IndexNotFoundError, SidecarError
 from ..formats.sidecar import Sidecar
 from ..formats.sidecar_header import HEADER_SIZE
 from ..storage import FileStamp, Storage
+from ..storage.stamp import stale_index
 from .pages import (
     Pager,
     check_bounds,
@@ -54,6 +60,7 @@ class PageRequest:
     header_slot: int = -1      # the range holding the header (maybe with the first run)
     runs: list[tuple[int, int, int, int]] = dataclasses.field(default_factory=list)
     stat_slot: int = -1
+    stamp_on_read: bool = False  # the data file's first read checks its stamp (no stat)
     fallback: bool = False     # read through the whole sidecar after all
 
 
@@ -169,7 +176,7 @@ def _queue_whole(round_: Round, shard: Shard) -> WholeRequest:
     request = WholeRequest(shard, shard.disk_copy())
     if request.on_disk is None:
         request.whole_slot = round_.whole(shard.index_storage, shard.index_path)
-    if shard.data_storage is not None:
+    if shard.data_storage is not None and not shard.data_storage.checks_stamp_on_read:
         request.stat_slot = round_.stat(shard.data_storage, shard.path)
     return request
 
@@ -193,6 +200,8 @@ def _take_whole(round_: Round, request: WholeRequest, check_body: bool) -> bool:
     if isinstance(current, BaseException):
         raise current
     shard.accept(sidecar, nbytes, current, check_body=check_body)
+    if request.stat_slot is None and shard.data_storage is not None:  # checked on first read
+        shard.data_storage.expect_indexed(shard.path, sidecar.header.stamp, shard.index_url)
     return True
 
 
@@ -358,7 +367,10 @@ def _queue_pages(round_: Round, request: PageRequest) -> None:
     if need_header:
         request.header_slot = round_.range(storage, path, 0, header_fetch_bytes(shard))[1]
     if not pager.fresh and shard.data_storage is not None:
-        request.stat_slot = round_.stat(shard.data_storage, shard.path)[1]
+        if shard.data_storage.checks_stamp_on_read:
+            request.stamp_on_read = True  # the data's first response is checked instead
+        else:
+            request.stat_slot = round_.stat(shard.data_storage, shard.path)[1]
 
 
 def _take_pages(round_: Round, request: PageRequest,
@@ -387,6 +399,12 @@ def _take_pages(round_: Round, request: PageRequest,
         check_fresh(shard, indexed, current)
         shard.data_storage.expect(shard.path, current)
         pager.fresh = True
+    elif request.stamp_on_read:
+        assert shard.data_storage is not None
+        indexed = shard.expected_stamp()
+        assert indexed is not None
+        shard.data_storage.expect_indexed(shard.path, indexed, shard.index_url)
+        pager.fresh = True
     cache = shard.cache
     assert cache is not None
     for first, last, slot, skip in request.runs:
@@ -409,6 +427,4 @@ def check_fresh(shard: Shard, indexed: FileStamp, current: FileStamp) -> None:
     why = indexed.mismatch(current)
     if why:
         assert shard.data_storage is not None
-        url = shard.data_storage.url(shard.path)
-        raise StaleIndexError(f"{shard.index_url}: index is stale for {url}: {why} since it "
-                              f"was indexed; rebuild it with `ofindex build {url}`")
+        raise stale_index(shard.index_url, shard.data_storage.url(shard.path), why)

@@ -61,7 +61,8 @@ class Pager:
         checked: The sidecar header was fetched and checked against the manifest.
         end: The indexed end it gives (closes the last page); -1 until checked.
         overhead: Framing bytes of one record.
-        fresh: The data file's stamp was checked against the header (or needs no check).
+        fresh: The data file's stamp was checked against the header, or is checked by its
+            storage on its first read (:meth:`Storage.expect_indexed`), or needs no check.
         whole: The shard is read through its whole sidecar instead (small, version 1 or
             compressed).
         key: The shard's key in the node cache (sidecar URL and stamp).

@@ -96,7 +96,7 @@ def direct_reads(table: ShardTable, checks: RecordChecks, grouped: ShardGroups,
 
 
 def planned_ranges(table: ShardTable, checks: RecordChecks, grouped: ShardGroups,
-                   starts: np.ndarray, ends: np.ndarray, *, max_gap: int,
+                   starts: np.ndarray, ends: np.ndarray, *, max_gap: int | None,
                    max_read_bytes: int) -> list[Any]:
     """Payloads fetched by a read plan into one buffer and cut out of it (see the module).
 
@@ -106,10 +106,14 @@ def planned_ranges(table: ShardTable, checks: RecordChecks, grouped: ShardGroups
         grouped: The records, grouped by shard.
         starts: Their spans' starts (grouped order).
         ends: Their spans' ends.
-        max_gap: Largest gap between two spans read through rather than split.
+        max_gap: Largest gap between two spans read through rather than split (``None``: the
+            storage's preferred gap, asked now: the index round of this batch may just have
+            learnt that the server answers multi-range requests).
         max_read_bytes: Largest merged read.
     """
     storage, shards, shard_of = table.storage, table.shards, grouped.shard_of
+    if max_gap is None:
+        max_gap = storage.preferred_gap(shards[0].path)
     plan = coalesce(starts, ends, max_gap, max_read_bytes, files=shard_of)
     sizes = plan.fetch_ends - plan.fetch_starts
     fetch_base = np.cumsum(sizes) - sizes

@@ -26,11 +26,13 @@ _MAX_HEAD = 16 << 10
 
 @dataclass(frozen=True, slots=True)
 class Part:
-    """One part of a response: the bytes ``[start, end)`` of the file."""
+    """One part of a response: the bytes ``[start, end)`` of the file (whose size its
+    ``Content-Range`` gives, or ``None``)."""
 
     start: int
     end: int
     data: memoryview
+    size: int | None = None
 
 
 def malformed(url: str, why: str) -> RangeReadError:
@@ -110,7 +112,7 @@ class ByteRangesParser:
             if avail - p > _MAX_HEAD or avail == len(body):
                 raise malformed(self.url, f"the headers of the part at byte {p} do not end")
             return None
-        a, b = self._content_range(p, head_end)
+        a, b, size = self._content_range(p, head_end)
         start = head_end + 4
         stop = start + (b - a + 1)
         cut = (f"the part at byte {p} (bytes {a}-{b}) is cut short or longer than its "
@@ -124,14 +126,16 @@ class ByteRangesParser:
         if body[stop + 2 : stop + 2 + len(d)] != d:
             raise malformed(self.url, f"no boundary after the part at byte {p}")
         self._at = stop + 2
-        return Part(a, b + 1, self.view[start:stop])
+        return Part(a, b + 1, self.view[start:stop], size)
 
-    def _content_range(self, p: int, head_end: int) -> tuple[int, int]:
-        """The first and last byte of the part whose headers are ``[p, head_end)``."""
+    def _content_range(self, p: int, head_end: int) -> tuple[int, int, int | None]:
+        """The first and last byte of the part whose headers are ``[p, head_end)``, and the
+        file's size (``None`` when not given)."""
         found = _CONTENT_RANGE.search(self.body, p, head_end + 2)
         if found is None:
             raise malformed(self.url, f"the part at byte {p} has no Content-Range")
-        return int(found.group(1)), int(found.group(2))
+        size = None if found.group(3) == b"*" else int(found.group(3))
+        return int(found.group(1)), int(found.group(2)), size
 
     def finish(self) -> None:
         """Check that the whole body was parsed.
