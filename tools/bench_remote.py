@@ -23,9 +23,9 @@ Serves a 16-shard dataset from Debian nginx behind a delaying TCP proxy on loopb
 
 Wall time is reported in RTTs (median and range over rounds), plus requests per batch, bytes
 transferred vs bytes used, and request *rounds* as nginx saw them (from its log: a request
-that arrived at least half an RTT after another one was answered is taken to have waited for
-it; rounds are the longest chain of such waits — less sensitive to the machine's load than
-wall time). ``--out`` writes the figures as JSON.
+that arrived at least 0.9 RTT after another one was answered is taken to have waited for it;
+rounds are the longest chain of such waits — less sensitive to the machine's load than wall
+time). ``--out`` writes the figures as JSON.
 
     python tools/bench_remote.py --out bench_remote.json
 """
@@ -60,13 +60,14 @@ _TIMED = re.compile(r'"(GET|HEAD) (\S+) [^"]*" (\d{3}) (\d+) .* ([\d.]+) ([\d.]+
 
 def request_rounds(requests: list[tuple[float, float]], rtt: float) -> int:
     """Rounds of requests as the server saw them: ``requests`` are ``(arrived, answered)``
-    times; one that arrived at least ``rtt / 2`` after another was answered is taken to have
-    waited for it (the answer travels half an RTT, the next request another half). Returns
-    the longest chain of such waits (0 for no requests)."""
+    times; one that arrived at least 0.9 RTT after another was answered is taken to have
+    waited for it (the answer travels half an RTT to the client, the next request another
+    half: requests of one round sent apart by less than that are not mistaken for two).
+    Returns the longest chain of such waits (0 for no requests)."""
     order = sorted(requests)
     depth: list[int] = []
     for k, (arrived, _) in enumerate(order):
-        before = [depth[j] for j in range(k) if order[j][1] + rtt / 2 <= arrived]
+        before = [depth[j] for j in range(k) if order[j][1] + 0.9 * rtt <= arrived]
         depth.append(1 + max(before, default=0))
     return max(depth, default=0)
 

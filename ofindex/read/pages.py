@@ -225,19 +225,16 @@ def spans_from_pages(shard: Shard, pager: Pager, pages: dict[int, np.ndarray],
     """
     p = pager.page_records
     page_of = local // p
-    starts = np.empty(len(local), dtype=np.int64)
-    ends = np.empty(len(local), dtype=np.int64)
     if len(pages) == 1:
-        (arr,) = pages.values()
-        r = local - page_of[0] * p
-        starts[:] = arr[r]
-        ends[:] = arr[r + 1]
-    else:
-        for page, arr in pages.items():
-            sel = page_of == page
-            r = local[sel] - page * p
-            starts[sel] = arr[r]
-            ends[sel] = arr[r + 1]
+        (bounds,) = pages.values()
+        at = local - page_of[0] * p
+    else:  # the pages end to end, each record looked up in one gather (not a mask a page)
+        numbers = sorted(pages)
+        bounds = np.concatenate([pages[page] for page in numbers])
+        first = np.cumsum([0] + [len(pages[page]) for page in numbers[:-1]])
+        at = first[np.searchsorted(numbers, page_of)] + (local - page_of * p)
+    starts = bounds[at].astype(np.int64)
+    ends = bounds[at + 1].astype(np.int64)
     short = ends - starts < pager.overhead
     if short.any():
         k = int(np.argmax(short))
