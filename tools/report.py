@@ -331,8 +331,10 @@ class Report:
                 ("floor_round", f"floor: {c['shards']} bare 1 KB GETs at once", ""),
                 ("floor_request", "floor: one bare 1 KB GET", "")):
             x = rounds[name]
+            sent = x.get("client_rounds")
             rows.append([what, span(x["rtts"]["median"], x["rtts"]["min"], x["rtts"]["max"]),
                          fmt(x["requests"]["median"]),
+                         fmt(sent["max"]) if sent else "–",
                          span(x["rounds"]["median"], x["rounds"]["min"], x["rounds"]["max"]),
                          goal])
         ratio = rounds["warm_over_floor_round"]
@@ -346,8 +348,12 @@ class Report:
         return "\n".join([
             f"Batches of {c['batch']} random records, {rounds['repeats']} interleaved rounds"
             + (f" (load average {fmt(load[0], 2)} on {c.get('cpus')} CPUs)" if load else "")
-            + ": wall time in RTTs, median (range); rounds of requests as nginx saw them.\n",
-            table(["batch", "RTTs", "requests", "rounds", "goal (RTTs)"], rows), "",
+            + ": wall time in RTTs, median (range); rounds of requests the client sent (at "
+            "most), and as nginx saw them (a request that arrived 0.9 RTT or more after "
+            "another was answered taken to have waited for it: on a busy machine the requests "
+            "of one round can go out that far apart).\n",
+            table(["batch", "RTTs", "requests", "rounds sent", "rounds seen", "goal (RTTs)"],
+                  rows), "",
             f"Warm batch / one round of bare requests: "
             f"{span(ratio['median'], ratio['min'], ratio['max'])}×.\n"])
 

@@ -25,11 +25,13 @@ checked a batch ahead on a second core (:mod:`ofindex.read.mapped_batches`).
 **Remote files.** A batch's records are grouped by shard (:meth:`ShardTable.group`); one
 index round (:mod:`ofindex.read.index_round`) fetches, for every shard touched, the sidecar
 pages and headers it lacks (:mod:`ofindex.read.pages`; or whole sidecars) and the data files'
-stamps, at once; ``PLANNED_RANGES`` then merges neighbouring records into ranges
-(:func:`ofindex.storage.ranges.coalesce`) and the storage fetches them in one concurrent round
-(:meth:`Storage.read_ranges_concat`: over HTTP as multi-range requests), the records cut out
-and checked as locally. Two rounds cold, one once the pages are cached (in this process, and
-with ``cache_dir`` for the whole machine: :mod:`ofindex.read.nodecache`).
+stamps, at once (over HTTP one multi-range request per sidecar, and no stamp request: the
+data's first response is checked instead, :meth:`Storage.expect_indexed`); ``PLANNED_RANGES``
+then merges neighbouring records into ranges (:func:`ofindex.storage.ranges.coalesce`) and the
+storage fetches them in one concurrent round (:meth:`Storage.read_ranges_concat`: over HTTP as
+multi-range requests, one per shard), the records cut out and checked as locally. Two rounds
+cold, one once the pages are cached (in this process, and with ``cache_dir`` for the whole
+machine: :mod:`ofindex.read.nodecache`).
 
 **Compressed files.** The ``COMPRESSED`` strategy (:mod:`ofindex.read.compressed`): each record
 is inflated from the seek point before it (:mod:`ofindex.deflate`); a batch is cut into pieces
