@@ -280,7 +280,7 @@ def run_round(paged: list[PageRequest], whole: list[Shard], *,
         _queue_pages(round_, request)
     wholes = [_queue_whole(round_, shard) for shard in whole]
     round_.run()
-    to_node: list[tuple[bytes, bytes]] = []
+    to_node: list[tuple[bytes, bytes]] | None = [] if node is not None else None
     for request in paged:
         _take_pages(round_, request, to_node)
     if node is not None and to_node:
@@ -376,8 +376,9 @@ def _queue_pages(round_: Round, request: PageRequest) -> None:
 
 
 def _take_pages(round_: Round, request: PageRequest,
-                to_node: list[tuple[bytes, bytes]]) -> None:
-    """Check the header, the data file's stamp and keep the pages of one shard."""
+                to_node: list[tuple[bytes, bytes]] | None) -> None:
+    """Check the header, the data file's stamp and keep the pages of one shard (and queue
+    them for the node cache in ``to_node``, when there is one)."""
     shard, pager = request.shard, request.pager
     storage_id = id(shard.index_storage)
     if request.header_slot >= 0:
@@ -390,7 +391,8 @@ def _take_pages(round_: Round, request: PageRequest,
             return
         pager.accept(header)
         head = bytes(got[:HEADER_SIZE])
-        to_node.append((pager.header_key, head + bytes(HEADER_SIZE - len(head))))
+        if to_node is not None:
+            to_node.append((pager.header_key, head + bytes(HEADER_SIZE - len(head))))
     if request.stat_slot >= 0:
         assert shard.data_storage is not None
         current = round_.result(Round.STAT, (id(shard.data_storage), request.stat_slot))
@@ -417,7 +419,8 @@ def _take_pages(round_: Round, request: PageRequest,
                                              memoryview(got)[skip:], shard).items():
             request.pages[page] = page_bounds
             cache.pages.put((id(shard), page), page_bounds)
-            to_node.append((pager.page_key(page), page_bounds.tobytes()))
+            if to_node is not None:
+                to_node.append((pager.page_key(page), page_bounds.tobytes()))
 
 
 def check_fresh(shard: Shard, indexed: FileStamp, current: FileStamp) -> None:
