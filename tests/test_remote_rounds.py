@@ -19,12 +19,11 @@ import numpy as np
 import pytest
 import servers
 from helpers import copy_dataset, sidecar_of
+from test_paged_reads import rewrite_as_version_1
 from test_remote_storage import log_lines
-from test_sidecar import _v1_sidecar
 
 import ofindex
 from ofindex.cli.synthetic import write_dataset
-from ofindex.formats.sidecar import open_local_sidecar
 from ofindex.read import pages
 from ofindex.storage import FileStamp, multirange
 from ofindex.storage.remote import FsspecStorage
@@ -263,15 +262,7 @@ def test_a_server_without_multi_range_reads_through_wide_gaps_again(dataset, tmp
 
 def test_version_1_sidecars_over_http_fall_back_to_whole_fetches(served):
     url, root, expected, access = served
-    for k in range(SHARDS):
-        p = os.path.join(root, f"part-{k:05d}")
-        sidecar = open_local_sidecar(sidecar_of(p))
-        h = sidecar.header
-        raw = _v1_sidecar(1, sidecar.offsets.tolist(), h.stamp.size, h.indexed_end,
-                          h.stamp.fingerprint)
-        del sidecar
-        with open(sidecar_of(p), "wb") as f:
-            f.write(raw)
+    rewrite_as_version_1(root, SHARDS)
     ds = ofindex.open(url)
     idx = np.random.default_rng(3).integers(0, len(expected), 100)
     log = Log(access)
