@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import servers
 from helpers import copy_dataset, sidecar_of
-from test_paged_reads import rewrite_as_version_1
+from test_paged_reads import Rounds, rewrite_as_version_1
 from test_remote_storage import log_lines
 
 import ofindex
@@ -62,34 +62,6 @@ def served(nginx_server, dataset):
     multirange.SUPPORT.update(saved)
 
 
-class Calls:
-    """The outermost calls into a storage: each is one round of concurrent requests."""
-
-    NAMES = ("fetch_round", "fetch_many", "read_ranges", "read_ranges_concat", "read_all",
-             "read", "stamp", "read_block")
-
-    def __init__(self, storage) -> None:
-        self.calls: list[str] = []
-        self.depth = 0
-        for name in self.NAMES:
-            setattr(storage, name, self._wrap(name, getattr(storage, name)))
-
-    def _wrap(self, name, fn):
-        def wrapped(*args, **kwargs):
-            if self.depth == 0:
-                self.calls.append(name)
-            self.depth += 1
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                self.depth -= 1
-        return wrapped
-
-    def take(self) -> list[str]:
-        calls, self.calls = self.calls, []
-        return calls
-
-
 class Log:
     """nginx's requests since the last :meth:`take`: ``(method, path, status, bytes sent)``."""
 
@@ -109,10 +81,10 @@ def test_first_batch_after_open_is_two_rounds_and_no_head(served):
     url, _, expected, access = served
     with retry_settings(policy=NO_HEDGE):
         ds = ofindex.open(url)
-    calls, log = Calls(ds._table.storage), Log(access)
+    rounds, log = Rounds(ds._table.storage), Log(access)
     idx = np.random.default_rng(1).choice(len(expected), 128, replace=False)
     assert ds[idx] == [expected[i] for i in idx]
-    assert calls.take() == ["fetch_round", "read_ranges_concat"]  # index pages, then data
+    assert rounds.calls == ["fetch_round", "read_ranges_concat"]  # index pages, then data
     sent = log.take()
     index = [r for r in sent if r[1].endswith(".ofidx")]
     data = [r for r in sent if not r[1].endswith(".ofidx")]
@@ -124,8 +96,9 @@ def test_first_batch_after_open_is_two_rounds_and_no_head(served):
     used = sum(len(expected[i]) for i in idx)
     assert sum(n for *_, n in data) < 2 * used
     # warm: the same records again, every page cached: one round, one request per shard
+    rounds.clear()
     assert ds[idx[::-1]] == [expected[i] for i in idx[::-1]]
-    assert calls.take() == ["read_ranges_concat"]
+    assert rounds.calls == ["read_ranges_concat"]
     assert [r[0] for r in log.take()] == ["GET"] * SHARDS
 
 
