@@ -107,8 +107,9 @@ class Dataset:
     @property
     def max_gap(self) -> int:
         """Largest gap between two wanted byte ranges read through rather than split
-        (settable; ``None`` goes back to the storage's, which it may lower once it knows the
-        server: see :meth:`ofindex.storage.Storage.preferred_gap`)."""
+        (settable; ``None`` goes back to the storage's, asked for each batch after its index
+        round: a web server's depends on whether it answers multi-range requests, see
+        :meth:`ofindex.storage.Storage.preferred_gap`)."""
         if self._max_gap is not None:
             return self._max_gap
         table = self._table

@@ -90,7 +90,8 @@ class Storage(abc.ABC):
 
     def preferred_gap(self, path: str) -> int:
         """The gap to read through between two wanted ranges of ``path`` for a batch, as it
-        stands now (:attr:`default_max_gap` unless the storage learnt something cheaper)."""
+        stands now (:attr:`default_max_gap` unless the storage reads far-apart ranges more
+        cheaply: a web server answering multi-range requests, or not known yet)."""
         return self.default_max_gap
 
     def multirange(self, path: str) -> bool:
