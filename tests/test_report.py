@@ -65,7 +65,9 @@ REMOTE["rounds"] = {"repeats": 7, "cold": _row((2.6, 2.2, 3.4), 32, (2, 2, 3)),
                     "warm": _row((1.3, 1.1, 1.9), 16, (1, 1, 1)),
                     "floor_round": _row((1.2, 1.05, 1.5), 16, (1, 1, 1)),
                     "floor_request": _row((1.05, 1.02, 1.2), 1, (1, 1, 1)),
-                    "warm_over_floor_round": {"median": 1.1, "min": 0.95, "max": 1.3}}
+                    "cold_floor": _row((2.3, 2.1, 2.9), 32, (2, 2, 2)),
+                    "warm_over_floor_round": {"median": 1.1, "min": 0.95, "max": 1.3},
+                    "cold_over_floor": {"median": 1.15, "min": 1.0, "max": 1.4}}
 COMPRESSED = {"datasets": {"small": {"spacings": [
     {"spacing": 65536, "index_fraction": 0.031, "ds_i_per_s": 5400.0,
      "getitems256_per_s": 61000.0},
@@ -137,7 +139,10 @@ def test_report_from_fixtures(tmp_path):
     assert ("| first batch after open (a new process) | 2.6 (2.2–3.4) | 32 | 2 | 2 (2–3) | ≤ 3 |"
             in md)
     assert "| warm batch (index cached) | 1.3 (1.1–1.9) | 16 | 1 | 1 (1–1) | ≤ 1.2 |" in md
-    assert "Warm batch / one round of bare requests: 1.1 (0.95–1.3)×." in md
+    assert ("Warm batch / one round of bare requests: 1.1 (0.95–1.3)×; first batch / its "
+            "floor: 1.15 (1–1.4)×.") in md
+    assert ("| floor: 2 rounds of 16 bare 1 KB GETs (a new process) | 2.3 (2.1–2.9) | 32 | 2 "
+            "| 2 (2–2) |  |") in md
     assert "| 64 | 3.1 | 5,400 | 61,000 |" in md
     assert "At the default spacing (256 KiB):" in md
     assert "| index build vs tf.data reading all (uncompressed MB/s) | 80 vs 64: 1.25x |" in md

@@ -6,7 +6,9 @@ Serves a 16-shard dataset from Debian nginx behind a delaying TCP proxy on loopb
 * open through the manifest (requests, wall time);
 * the first batch of 256 random records after opening, in a fresh process each time (as a
   training job starts: no connection open but the manifest's, the server not known, every
-  page of index to fetch), ``--repeats`` times, interleaved with
+  page of index to fetch), ``--repeats`` times, interleaved with its floor (in a fresh
+  process too, after the same open: two rounds, one after the other, of one bare 1 KB GET
+  per shard) and with
 * a warm batch of 256 random records (every page of index cached: one round of data reads),
   and two floors measured alongside: one bare 1 KB range GET, and one round of bare 1 KB range
   GETs, one per shard, all at once (what any client pays for one round of that many requests
@@ -197,6 +199,20 @@ def cold_child(url: str, data: str, seed: int, batch: int) -> dict:
             "client_rounds": calls.take()}
 
 
+def cold_floor_child(url: str) -> dict:
+    """In a fresh process, the floor of a first batch: open ``url`` (its manifest), then two
+    rounds, one after the other, of one bare 1 KB GET per shard (new connections in the
+    first, as a first batch's index round has)."""
+    import fsspec.implementations.http  # noqa: F401
+
+    ds = ofindex.open(url)
+    fs, files = ds._table.storage.fs, [s.url for s in ds.shards]
+    t = time.perf_counter()
+    run_floor(fs, files)
+    run_floor(fs, files)
+    return {"batch_s": time.perf_counter() - t}
+
+
 def run_floor(fs, urls: list[str], size: int = 1000) -> None:
     """One range GET of ``size`` bytes per URL, all at once, through ``fs``'s HTTP session:
     the floor of one round of that many requests (no planning, no checks)."""
@@ -228,8 +244,8 @@ def interleaved(args, url: str, data: str, log: AccessLog, rtt: float) -> dict:
     calls = StorageCalls(ds._table.storage)
     files = [s.url for s in ds.shards]
     rng = np.random.default_rng(args.seed + 7)
-    rows: dict[str, list[dict]] = {"cold": [], "warm": [], "floor_round": [],
-                                   "floor_request": []}
+    rows: dict[str, list[dict]] = {"cold": [], "cold_floor": [], "warm": [],
+                                   "floor_round": [], "floor_request": []}
 
     def timed_rounds(fn) -> dict:
         log.take_timed()
@@ -256,6 +272,14 @@ def interleaved(args, url: str, data: str, log: AccessLog, rtt: float) -> dict:
             "index_requests": sum(q[1].endswith(".ofidx") for q in reqs),
             "rounds": request_rounds([(q[4], q[5]) for q in reqs], rtt),
             "client_rounds": child["client_rounds"]})
+        log.take_timed()
+        out = subprocess.run([sys.executable, os.path.abspath(__file__), "--cold-floor-child",
+                              url], capture_output=True, text=True, check=True)
+        floor = json.loads(out.stdout.strip().splitlines()[-1])
+        reqs = [q for q in log.take_timed() if not q[1].endswith(".json")]
+        rows["cold_floor"].append({
+            "wall_s": floor["batch_s"], "requests": len(reqs), "client_rounds": 2,
+            "rounds": request_rounds([(q[4], q[5]) for q in reqs], rtt)})
         idx = rng.choice(total, size=args.batch, replace=False).tolist()
         got: list = []
         rows["warm"].append(timed_rounds(lambda idx=idx, got=got: got.extend(ds.__getitems__(idx))))
@@ -270,6 +294,9 @@ def interleaved(args, url: str, data: str, log: AccessLog, rtt: float) -> dict:
     ratios = [w["wall_s"] / f["wall_s"] for w, f in zip(rows["warm"], rows["floor_round"],
                                                          strict=True)]
     out_rows["warm_over_floor_round"] = spread(ratios)
+    ratios = [c["wall_s"] / f["wall_s"] for c, f in zip(rows["cold"], rows["cold_floor"],
+                                                         strict=True)]
+    out_rows["cold_over_floor"] = spread(ratios)
     ds.close()
     return out_rows
 
@@ -381,6 +408,8 @@ def run(args) -> dict:
         "warm_rounds": rounds["warm"]["rounds"]["median"],
         "warm_rounds_sent": rounds["warm"]["client_rounds"]["max"],
         "floor_round_rtts": rounds["floor_round"]["rtts"]["median"],
+        "cold_floor_rtts": rounds["cold_floor"]["rtts"]["median"],
+        "cold_over_floor": rounds["cold_over_floor"]["median"],
         "warm_over_floor_round": rounds["warm_over_floor_round"]["median"],
         "speedup_vs_naive": naive["wall_s"] / rounds["warm"]["wall_s"]["median"],
         "speedup_goal": 20,
@@ -445,6 +474,7 @@ def report(r: dict) -> None:
     print(f"interleaved rounds ({rounds['repeats']}; load average {c['load_average'][0]:.1f} "
           f"on {c['cpus']} CPUs): median [min-max]")
     for name, what in (("cold", "first batch after open (new process)"),
+                       ("cold_floor", "floor: 2 rounds of bare GETs (new proc.)"),
                        ("warm", "warm batch (index cached)"),
                        ("floor_round", f"floor: {c['shards']} bare GETs at once"),
                        ("floor_request", "floor: 1 bare GET")):
@@ -457,6 +487,9 @@ def report(r: dict) -> None:
     ratio = rounds["warm_over_floor_round"]
     print(f"warm batch / one bare round: {ratio['median']:.2f} [{ratio['min']:.2f}-"
           f"{ratio['max']:.2f}]")
+    ratio = rounds["cold_over_floor"]
+    print(f"first batch / two bare rounds in a new process: {ratio['median']:.2f} "
+          f"[{ratio['min']:.2f}-{ratio['max']:.2f}]")
     for name in ("batch_first_in_process", "batch_fresh_pages", "batch_warm_gap64k",
                  "naive_one_request_per_record", "slice"):
         x = r[name]
@@ -487,6 +520,9 @@ def main(argv: list[str] | None = None) -> None:
     if argv[:1] == ["--cold-child"]:  # one first batch, in a process of its own
         url, data, seed, batch = argv[1:5]
         print(json.dumps(cold_child(url, data, int(seed), int(batch))))
+        return
+    if argv[:1] == ["--cold-floor-child"]:
+        print(json.dumps(cold_floor_child(argv[1])))
         return
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--rtt-ms", type=float, default=20.0)

@@ -327,10 +327,14 @@ class Report:
         rows = []
         for name, what, goal in (
                 ("cold", "first batch after open (a new process)", "≤ 3"),
+                ("cold_floor", f"floor: 2 rounds of {c['shards']} bare 1 KB GETs (a new "
+                 "process)", ""),
                 ("warm", "warm batch (index cached)", "≤ 1.2"),
                 ("floor_round", f"floor: {c['shards']} bare 1 KB GETs at once", ""),
                 ("floor_request", "floor: one bare 1 KB GET", "")):
-            x = rounds[name]
+            x = rounds.get(name)
+            if x is None:
+                continue
             sent = x.get("client_rounds")
             rows.append([what, span(x["rtts"]["median"], x["rtts"]["min"], x["rtts"]["max"]),
                          fmt(x["requests"]["median"]),
@@ -338,6 +342,7 @@ class Report:
                          span(x["rounds"]["median"], x["rounds"]["min"], x["rounds"]["max"]),
                          goal])
         ratio = rounds["warm_over_floor_round"]
+        cold = rounds.get("cold_over_floor")
         self.summary.append(
             f"Remote, {c['rtt_ms']} ms RTT: the first batch of {c['batch']} after open in "
             f"{fmt(rounds['cold']['rtts']['median'])} RTTs "
@@ -355,7 +360,9 @@ class Report:
             table(["batch", "RTTs", "requests", "rounds sent", "rounds seen", "goal (RTTs)"],
                   rows), "",
             f"Warm batch / one round of bare requests: "
-            f"{span(ratio['median'], ratio['min'], ratio['max'])}×.\n"])
+            f"{span(ratio['median'], ratio['min'], ratio['max'])}×"
+            + (f"; first batch / its floor: {span(cold['median'], cold['min'], cold['max'])}×"
+               if cold else "") + ".\n"])
 
     def compressed(self) -> None:
         data = self.load("compressed")
