@@ -537,7 +537,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--single-record-size", type=int, default=16)
     p.add_argument("--out", help="write the results as JSON here")
     p.add_argument("--plot", help="write a PNG bar chart of wall times (RTTs) here")
-    args = parse_args(p, argv, shards=4, records_per_shard=200, repeats=2, rtt_ms=5.0,
+    args = parse_args(p, argv, shards=4, records_per_shard=200, repeats=1, rtt_ms=5.0,
                       single_records=5000)
     r = run(args)
     report(r)
