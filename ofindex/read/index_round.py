@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -30,10 +30,12 @@ from ..formats.sidecar import Sidecar
 from ..formats.sidecar_header import HEADER_SIZE
 from ..storage import FileStamp, Storage
 from ..storage.stamp import stale_index
+from .manifest_shards import queue_stamps, resolve_stamps, stamps_from_node, take_stamps
 from .pages import (
     Pager,
     check_bounds,
     header_fetch_bytes,
+    key_pager,
     page_range,
     pager_of,
     parse_page_header,
@@ -170,13 +172,22 @@ def load_sidecars(shards: Iterable[Shard], *, check_body: bool = True) -> None:
         raise missing_indexes(missing, len(cold))
 
 
-def _queue_whole(round_: Round, shard: Shard) -> WholeRequest:
+def stamp_rides(shard: Shard, stamps_first: bool) -> bool:
+    """Whether the check of ``shard``'s data file against its index rides on the file's
+    first read (its storage checks the stamp every read reports: HTTP) rather than a ``stat``
+    in the index round: not when ``stamps_first`` (a data cache keys its blocks by the
+    checked stamp before any byte is read)."""
+    storage = shard.data_storage
+    return storage is not None and storage.checks_stamp_on_read and not stamps_first
+
+
+def _queue_whole(round_: Round, shard: Shard, stamps_first: bool = False) -> WholeRequest:
     """Queue the whole sidecar of ``shard`` (unless the node cache has it) and its data
-    file's stamp."""
+    file's stamp (unless it rides on the first read: :func:`stamp_rides`)."""
     request = WholeRequest(shard, shard.disk_copy())
     if request.on_disk is None:
         request.whole_slot = round_.whole(shard.index_storage, shard.index_path)
-    if shard.data_storage is not None and not shard.data_storage.checks_stamp_on_read:
+    if shard.data_storage is not None and not stamp_rides(shard, stamps_first):
         request.stat_slot = round_.stat(shard.data_storage, shard.path)
     return request
 
@@ -207,14 +218,16 @@ def _take_whole(round_: Round, request: WholeRequest, check_body: bool) -> bool:
 
 # -- pages ----------------------------------------------------------------------------------
 
-def batch_spans(shards: list[Shard], groups: Groups,
-                local: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def batch_spans(shards: Sequence[Shard], groups: Groups, local: np.ndarray, *,
+                stamps_first: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """Byte spans ``(starts, ends)`` of a batch's records, grouped by shard.
 
     Args:
         shards: The dataset's shards.
         groups: ``(shard number, lo, hi)``: items ``lo..hi-1`` of ``local`` are in that shard.
         local: Record numbers inside their shard.
+        stamps_first: Check the data files' stamps in this round even where the first read
+            could (the data is read through a cache that keys blocks by them).
 
     Returns:
         The framing's byte range of every item.
@@ -235,7 +248,7 @@ def batch_spans(shards: list[Shard], groups: Groups,
             whole.append(shard)
     paged = [r for r in requests if r is not None]
     if paged or whole:
-        missing = run_round(paged, whole)
+        missing = run_round(paged, whole, stamps_first=stamps_first)
         if missing:
             raise missing_indexes(missing, len(whole))
     starts = np.empty(len(local), dtype=np.int64)
@@ -250,7 +263,7 @@ def batch_spans(shards: list[Shard], groups: Groups,
 
 
 def run_round(paged: list[PageRequest], whole: list[Shard], *,
-              check_body: bool = True) -> list[Shard]:
+              check_body: bool = True, stamps_first: bool = False) -> list[Shard]:
     """One round for the pages of ``paged`` and the whole sidecars of ``whole``: what this
     process's page cache and the node cache hold is taken from there, the rest fetched at
     once with the stamps still to check, then checked and kept.
@@ -262,6 +275,13 @@ def run_round(paged: list[PageRequest], whole: list[Shard], *,
         StaleIndexError, SidecarError, RangeReadError: As reads do.
     """
     cache = (paged[0].shard if paged else whole[0]).cache
+    node = cache.node if cache is not None else None
+    if node is not None:  # compact manifests' stamps pages this machine holds
+        stamps_from_node([r.shard for r in paged] + whole, node)
+        resolve_stamps(whole)  # a whole sidecar's node-cache copy is found by its stamp
+    for request in paged:
+        if not request.pager.keyed and not request.shard.stamp_pending:
+            key_pager(request.shard, request.pager)
     for request in paged:  # this process's pages first
         assert cache is not None
         # (a set, not np.unique: numpy's first unique() imports numpy.ma, ~50 ms in a new
@@ -272,29 +292,35 @@ def run_round(paged: list[PageRequest], whole: list[Shard], *,
                 request.missing.append(page)
             else:
                 request.pages[page] = found
-    node = cache.node if cache is not None else None
     if node is not None and paged:
         _from_node(paged, node.get(_node_keys(paged)))
     round_ = Round()
+    pending = [r.shard for r in paged] + whole
+    stamps = queue_stamps(pending, round_.range)
     for request in paged:
-        _queue_pages(round_, request)
-    wholes = [_queue_whole(round_, shard) for shard in whole]
+        _queue_pages(round_, request, stamps_first)
+    wholes = [_queue_whole(round_, shard, stamps_first) for shard in whole]
     round_.run()
-    to_node: list[tuple[bytes, bytes]] | None = [] if node is not None else None
+    to_node: list[tuple[bytes, bytes]] = []
+    take_stamps(stamps, lambda slot: round_.result(Round.RANGE, slot), pending, to_node)
     for request in paged:
+        if not request.pager.keyed:
+            key_pager(request.shard, request.pager)
         _take_pages(round_, request, to_node)
     if node is not None and to_node:
         node.put(to_node)
     missing = [w.shard for w in wholes if not _take_whole(round_, w, check_body)]
     fallback = [r.shard for r in paged if r.fallback]
     if fallback:  # version 1 or compressed after all: their whole sidecars, one more round
-        missing += run_round([], fallback)
+        missing += run_round([], fallback, stamps_first=stamps_first)
     return missing
 
 
 def _node_keys(paged: list[PageRequest]) -> list[bytes]:
     keys = []
     for request in paged:
+        if not request.pager.keyed:  # its stamp comes in this round: fetched, not cached
+            continue
         if not request.pager.checked:
             keys.append(request.pager.header_key)
         keys += [request.pager.page_key(p) for p in request.missing]
@@ -307,6 +333,8 @@ def _from_node(paged: list[PageRequest], found: dict[bytes, bytes]) -> None:
         return
     for request in paged:
         pager = request.pager
+        if not pager.keyed:
+            continue
         raw = found.get(pager.header_key) if not pager.checked else None
         if raw is not None:
             try:
@@ -346,9 +374,10 @@ def _cached_page(shard: Shard, pager: Pager, page: int, blob: bytes | None,
     return page_bounds
 
 
-def _queue_pages(round_: Round, request: PageRequest) -> None:
+def _queue_pages(round_: Round, request: PageRequest, stamps_first: bool) -> None:
     """Queue the header (if not checked yet), the missing pages (neighbours merged) and the
-    data file's stamp (once) of one shard."""
+    data file's stamp (once, unless it rides on the first read: :func:`stamp_rides`) of one
+    shard."""
     shard, pager = request.shard, request.pager
     storage, path, n = shard.index_storage, shard.index_path, shard.records
     runs: list[list[int]] = []
@@ -369,16 +398,15 @@ def _queue_pages(round_: Round, request: PageRequest) -> None:
     if need_header:
         request.header_slot = round_.range(storage, path, 0, header_fetch_bytes(shard))[1]
     if not pager.fresh and shard.data_storage is not None:
-        if shard.data_storage.checks_stamp_on_read:
+        if stamp_rides(shard, stamps_first):
             request.stamp_on_read = True  # the data's first response is checked instead
         else:
             request.stat_slot = round_.stat(shard.data_storage, shard.path)[1]
 
 
 def _take_pages(round_: Round, request: PageRequest,
-                to_node: list[tuple[bytes, bytes]] | None) -> None:
-    """Check the header, the data file's stamp and keep the pages of one shard (and queue
-    them for the node cache in ``to_node``, when there is one)."""
+                to_node: list[tuple[bytes, bytes]]) -> None:
+    """Check the header, the data file's stamp and keep the pages of one shard."""
     shard, pager = request.shard, request.pager
     storage_id = id(shard.index_storage)
     if request.header_slot >= 0:
@@ -391,8 +419,7 @@ def _take_pages(round_: Round, request: PageRequest,
             return
         pager.accept(header)
         head = bytes(got[:HEADER_SIZE])
-        if to_node is not None:
-            to_node.append((pager.header_key, head + bytes(HEADER_SIZE - len(head))))
+        to_node.append((pager.header_key, head + bytes(HEADER_SIZE - len(head))))
     if request.stat_slot >= 0:
         assert shard.data_storage is not None
         current = round_.result(Round.STAT, (id(shard.data_storage), request.stat_slot))
@@ -419,8 +446,7 @@ def _take_pages(round_: Round, request: PageRequest,
                                              memoryview(got)[skip:], shard).items():
             request.pages[page] = page_bounds
             cache.pages.put((id(shard), page), page_bounds)
-            if to_node is not None:
-                to_node.append((pager.page_key(page), page_bounds.tobytes()))
+            to_node.append((pager.page_key(page), page_bounds.tobytes()))
 
 
 def check_fresh(shard: Shard, indexed: FileStamp, current: FileStamp) -> None:
