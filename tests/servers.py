@@ -144,7 +144,9 @@ pid {scratch}/nginx.pid;
 error_log {scratch}/error.log warn;
 events {{ worker_connections 1024; }}
 http {{
-    access_log {scratch}/access.log;
+    log_format timed '$remote_addr - - [$time_local] "$request" $status $body_bytes_sent '
+                     '"$http_referer" "$http_user_agent" $msec $request_time';
+    access_log {scratch}/access.log {log_format};
     client_body_temp_path {scratch}/body;
     proxy_temp_path {scratch}/proxy;
     fastcgi_temp_path {scratch}/fastcgi;
@@ -168,13 +170,16 @@ def nginx_binary() -> str:
     raise RuntimeError("nginx not installed: apt-get install -y nginx")
 
 
-def start_nginx(root: str) -> Server:
-    """nginx serving ``root`` (Range, ETag, autoindex); ``server.log`` is the access log."""
+def start_nginx(root: str, *, timed: bool = False) -> Server:
+    """nginx serving ``root`` (Range, ETag, autoindex); ``server.log`` is the access log (in
+    nginx's ``combined`` format; ``timed`` adds each request's end, ``$msec``, and duration,
+    ``$request_time``, in seconds)."""
     port = free_port()
     scratch = tempfile.mkdtemp(prefix="nginx-")
     conf = os.path.join(scratch, "nginx.conf")
     with open(conf, "w") as f:
-        f.write(NGINX_CONF.format(scratch=scratch, port=port, root=os.path.abspath(root)))
+        f.write(NGINX_CONF.format(scratch=scratch, port=port, root=os.path.abspath(root),
+                                  log_format="timed" if timed else "combined"))
     proc = subprocess.Popen([nginx_binary(), "-c", conf, "-e", os.path.join(scratch, "error.log")],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"

@@ -157,12 +157,10 @@ def test_data_changed_under_manifest_and_sidecar_is_stale(bucket_backend, datase
     assert ds[3] == dataset[1][3]  # other shards still read
 
 
-def test_version_1_sidecars_fall_back_to_whole_fetches(bucket_backend, dataset, tmp_path):
-    d, expected = dataset
-    old = str(tmp_path / "v1")
-    copy_dataset(d, old)
-    for k in range(SHARDS):
-        p = os.path.join(old, f"part-{k:05d}")
+def rewrite_as_version_1(root: str, shards: int) -> None:
+    """Replace the sidecars of ``part-00000`` … under ``root`` by version 1 ones."""
+    for k in range(shards):
+        p = os.path.join(root, f"part-{k:05d}")
         sc = open_local_sidecar(sidecar_of(p))
         h = sc.header
         raw = _v1_sidecar(1, sc.offsets.tolist(), h.stamp.size, h.indexed_end,
@@ -170,6 +168,13 @@ def test_version_1_sidecars_fall_back_to_whole_fetches(bucket_backend, dataset, 
         del sc
         with open(sidecar_of(p), "wb") as f:
             f.write(raw)
+
+
+def test_version_1_sidecars_fall_back_to_whole_fetches(bucket_backend, dataset, tmp_path):
+    d, expected = dataset
+    old = str(tmp_path / "v1")
+    copy_dataset(d, old)
+    rewrite_as_version_1(old, SHARDS)
     url = bucket_backend.prefix()
     bucket_backend.upload(old, url)
     ds = ofindex.open(url, storage_options=bucket_backend.storage_options)

@@ -51,6 +51,23 @@ REMOTE = {
     "naive_one_request_per_record": {"wall_s": 5.84, "rtts": 292.0, "requests": 256},
     "summary": {"batch_rtts": 3.2, "speedup_vs_naive": 91.25, "batch_goal_rtts": 5},
 }
+REMOTE["config"].update(load_average=[6.5, 6.0, 5.5], cpus=2)
+
+
+def _row(rtts, requests, rounds):
+    return {"rtts": {"median": rtts[0], "min": rtts[1], "max": rtts[2]},
+            "requests": {"median": requests, "min": requests, "max": requests},
+            "rounds": {"median": rounds[0], "min": rounds[1], "max": rounds[2]},
+            "client_rounds": {"median": rounds[1], "min": rounds[1], "max": rounds[1]}}
+
+
+REMOTE["rounds"] = {"repeats": 7, "cold": _row((2.6, 2.2, 3.4), 32, (2, 2, 3)),
+                    "warm": _row((1.3, 1.1, 1.9), 16, (1, 1, 1)),
+                    "floor_round": _row((1.2, 1.05, 1.5), 16, (1, 1, 1)),
+                    "floor_request": _row((1.05, 1.02, 1.2), 1, (1, 1, 1)),
+                    "cold_floor": _row((2.3, 2.1, 2.9), 32, (2, 2, 2)),
+                    "warm_over_floor_round": {"median": 1.1, "min": 0.95, "max": 1.3},
+                    "cold_over_floor": {"median": 1.15, "min": 1.0, "max": 1.4}}
 COMPRESSED = {"datasets": {"small": {"spacings": [
     {"spacing": 65536, "index_fraction": 0.031, "ds_i_per_s": 5400.0,
      "getitems256_per_s": 61000.0},
@@ -164,6 +181,14 @@ def test_report_from_fixtures(tmp_path):
     assert "| block 64, window 16 | 16 | 7 | 0.017 |" in md
     assert "| full shuffle | 252 | 8 | 1 |" in md
     assert "| naive_one_request_per_record | 5,840 | 292 | 256 |" in md
+    assert "7 interleaved rounds (load average 6.5 on 2 CPUs)" in md
+    assert ("| first batch after open (a new process) | 2.6 (2.2–3.4) | 32 | 2 | 2 (2–3) | ≤ 3 |"
+            in md)
+    assert "| warm batch (index cached) | 1.3 (1.1–1.9) | 16 | 1 | 1 (1–1) | ≤ 1.2 |" in md
+    assert ("Warm batch / one round of bare requests: 1.1 (0.95–1.3)×; first batch / its "
+            "floor: 1.15 (1–1.4)×.") in md
+    assert ("| floor: 2 rounds of 16 bare 1 KB GETs (a new process) | 2.3 (2.1–2.9) | 32 | 2 "
+            "| 2 (2–2) |  |") in md
     assert "| 64 | 3.1 | 5,400 | 61,000 |" in md
     assert "At the default spacing (256 KiB):" in md
     assert "| index build vs tf.data reading all (uncompressed MB/s) | 80 vs 64: 1.25x |" in md
@@ -200,7 +225,9 @@ def test_report_from_fixtures(tmp_path):
     assert ("- Training pipeline, mnist: ofindex-torch 412 batches/s, 1.75× the best other "
             "contender (tfdata, 236 batches/s).") in text
     assert "ofindex iter_batches 15,200,000 records/s, 1.09× the best peer." in text
-    assert "a batch of 256 in 3.2 RTTs, 91.2× faster than one request per record" in text
+    assert ("the first batch of 256 after open in 2.6 RTTs (32 requests), a warm one in 1.3 "
+            "(1.1× one round of bare requests), 91.2× faster than one request per record"
+            in text)
     assert "[docs/benchmarks.md](docs/benchmarks.md)" in text
     assert ("- Weighted mixing of 3 sources: 0.955 of one source's batches/s, 4.3× the faster "
             "of tf.data sample_from_datasets and Grain's MapDataset.mix.") in text

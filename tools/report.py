@@ -353,6 +353,10 @@ class Report:
             ax.set_xlabel(f"wall time in RTTs (RTT = {c['rtt_ms']} ms)")
 
         text.append("\n" + self.plot("remote-rtts", draw, (7, 3)) + "\n")
+        rounds = r.get("rounds")
+        if rounds:
+            text.append(self._remote_rounds(c, rounds, r.get("summary", {}).get(
+                "speedup_vs_naive")))
         one = r.get("single_file")
         if one:
             text.append(
@@ -371,11 +375,56 @@ class Report:
                 f"{one['read']} random records move {fmt(one['paged']['bytes'] / 1e3)} kB "
                 f"(paged sidecar) instead of {fmt(one['whole']['bytes'] / 1e3)} kB.")
         s = r.get("summary")
-        if s:
+        if s and not rounds:
             self.summary.append(f"Remote, {c['rtt_ms']} ms RTT: a batch of {c['batch']} in "
                                 f"{fmt(s['batch_rtts'])} RTTs, {fmt(s['speedup_vs_naive'])}× "
                                 "faster than one request per record.")
         self.sections.append("\n".join(text) + "\n")
+
+    def _remote_rounds(self, c: dict[str, Any], rounds: dict[str, Any],
+                       speedup: float | None) -> str:
+        """The interleaved rounds of bench_remote: first batch after open, warm batch, and
+        the floors of one request and one round of requests measured alongside."""
+        load = c.get("load_average")
+        rows = []
+        for name, what, goal in (
+                ("cold", "first batch after open (a new process)", "≤ 3"),
+                ("cold_floor", f"floor: 2 rounds of {c['shards']} bare 1 KB GETs (a new "
+                 "process)", ""),
+                ("warm", "warm batch (index cached)", "≤ 1.2"),
+                ("floor_round", f"floor: {c['shards']} bare 1 KB GETs at once", ""),
+                ("floor_request", "floor: one bare 1 KB GET", "")):
+            x = rounds.get(name)
+            if x is None:
+                continue
+            sent = x.get("client_rounds")
+            rows.append([what, span(x["rtts"]["median"], x["rtts"]["min"], x["rtts"]["max"]),
+                         fmt(x["requests"]["median"]),
+                         fmt(sent["max"]) if sent else "–",
+                         span(x["rounds"]["median"], x["rounds"]["min"], x["rounds"]["max"]),
+                         goal])
+        ratio = rounds["warm_over_floor_round"]
+        cold = rounds.get("cold_over_floor")
+        self.summary.append(
+            f"Remote, {c['rtt_ms']} ms RTT: the first batch of {c['batch']} after open in "
+            f"{fmt(rounds['cold']['rtts']['median'])} RTTs "
+            f"({fmt(rounds['cold']['requests']['median'])} requests), a warm one in "
+            f"{fmt(rounds['warm']['rtts']['median'])} "
+            f"({fmt(ratio['median'])}× one round of bare requests)"
+            + (f", {fmt(speedup)}× faster than one request per record." if speedup else "."))
+        return "\n".join([
+            f"Batches of {c['batch']} random records, {rounds['repeats']} interleaved rounds"
+            + (f" (load average {fmt(load[0], 2)} on {c.get('cpus')} CPUs)" if load else "")
+            + ": wall time in RTTs, median (range); rounds of requests the client sent (at "
+            "most), and as nginx saw them (a request that arrived 0.9 RTT or more after "
+            "another was answered taken to have waited for it: on a busy machine the requests "
+            "of one round can go out that far apart).\n",
+            table(["batch", "RTTs", "requests", "rounds sent", "rounds seen", "goal (RTTs)"],
+                  rows), "",
+            f"Warm batch / one round of bare requests: "
+            f"{span(ratio['median'], ratio['min'], ratio['max'])}×"
+            + (f"; first batch / its floor: {span(cold['median'], cold['min'], cold['max'])}×"
+               if cold else "") + ".\n"])
 
     def compressed(self) -> None:
         data = self.load("compressed")

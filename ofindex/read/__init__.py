@@ -35,15 +35,18 @@ records are copied and checked on the pool's threads one list ahead of the one h
 **Remote files.** A batch's records are grouped by shard (:meth:`ShardTable.group`); one
 index round (:mod:`ofindex.read.index_round`) fetches, for every shard touched, the sidecar
 pages and headers it lacks (:mod:`ofindex.read.pages`; or whole sidecars) and the data files'
-stamps, at once; ``PLANNED_RANGES`` then merges neighbouring records into ranges
-(:func:`ofindex.storage.ranges.coalesce`) and the storage fetches them in one concurrent round
-(:meth:`Storage.read_ranges_concat`: over HTTP as multi-range requests), the records cut out
-and checked as locally. Two rounds cold, one once the pages are cached (in this process, and
-with ``cache_dir`` for the whole machine: :mod:`ofindex.read.nodecache`). With
-``data_cache_bytes`` too, the data is kept on the machine's disk in blocks of each file
-(``CACHED_BLOCKS``: :mod:`ofindex.read.datacache`, planned by :mod:`ofindex.read.block_ranges`):
-a batch copies its records out of the blocks kept there and fetches the others in its one
-round, so that a later epoch makes no data request.
+stamps, at once (over HTTP one multi-range request per sidecar, and no stamp request: the
+data's first response is checked instead, :meth:`Storage.expect_indexed`); ``PLANNED_RANGES``
+then merges neighbouring records into ranges (:func:`ofindex.storage.ranges.coalesce`) and the
+storage fetches them in one concurrent round (:meth:`Storage.read_ranges_concat`: over HTTP as
+multi-range requests, one per shard), the records cut out and checked as locally. Two rounds
+cold, one once the pages are cached (in this process, and with ``cache_dir`` for the whole
+machine: :mod:`ofindex.read.nodecache`). With ``data_cache_bytes`` too, the data is kept on
+the machine's disk in blocks of each file (``CACHED_BLOCKS``: :mod:`ofindex.read.datacache`,
+planned by :mod:`ofindex.read.block_ranges`; the data files' stamps, which key the blocks, are
+then asked for in the index round over HTTP too): a batch copies its records out of the
+blocks kept there and fetches the others in its one round, so that a later epoch makes no
+data request.
 
 **Compressed files.** The ``COMPRESSED`` strategy (:mod:`ofindex.read.compressed`): each record
 is inflated from the seek point before it (:mod:`ofindex.deflate`); a batch is cut into pieces

@@ -137,7 +137,7 @@ def _uncompiled(table: ShardTable, data_cache: DataCache | None) -> BatchStrateg
 
 
 def read_batch(table: ShardTable, checks: RecordChecks, indices: np.ndarray, *,
-               compressed_shards: bool, max_gap: int, max_read_bytes: int,
+               compressed_shards: bool, max_gap: int | None, max_read_bytes: int,
                data_cache: DataCache | None = None) -> list[Any]:
     """The payloads of records ``indices`` (valid, non-negative), in that order.
 
@@ -146,7 +146,8 @@ def read_batch(table: ShardTable, checks: RecordChecks, indices: np.ndarray, *,
         checks: What to check in each record.
         indices: The records.
         compressed_shards: Whether any shard of the dataset is compressed.
-        max_gap: Planned reads: largest gap read through rather than split.
+        max_gap: Planned reads: largest gap read through rather than split (``None``: the
+            storage's preferred gap when the ranges are planned).
         max_read_bytes: Planned reads: largest merged read.
         data_cache: The machine's cache of remote data blocks, when the dataset uses one.
 
@@ -169,12 +170,14 @@ def read_batch(table: ShardTable, checks: RecordChecks, indices: np.ndarray, *,
         return read_grouped(table, checks, indices, mapped_cut)
     if strategy is BatchStrategy.CACHED_BLOCKS:
         assert data_cache is not None
-        return read_grouped(table, checks, indices, functools.partial(
-            cached_blocks, data_cache=data_cache, max_read_bytes=max_read_bytes))
+        return read_grouped(table, checks, indices, functools.partial(  # blocks are keyed by
+            cached_blocks, data_cache=data_cache, max_read_bytes=max_read_bytes),  # stamps
+            stamps_first=True)
     uncompiled = (direct_reads if _uncompiled(table, None) is BatchStrategy.DIRECT_READS else
                   functools.partial(planned_ranges, max_gap=max_gap,
                                     max_read_bytes=max_read_bytes))
     if strategy is BatchStrategy.COMPILED_PREADS:  # (local: no data cache)
+        gap = table.storage.preferred_gap(table.shards[0].path) if max_gap is None else max_gap
         return read_grouped(table, checks, indices, functools.partial(
-            compiled_preads, max_gap=max_gap, otherwise=uncompiled))
+            compiled_preads, max_gap=gap, otherwise=uncompiled))
     return read_grouped(table, checks, indices, uncompiled)

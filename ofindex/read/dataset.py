@@ -130,8 +130,9 @@ class Dataset:
     @property
     def max_gap(self) -> int:
         """Largest gap between two wanted byte ranges read through rather than split
-        (settable; ``None`` goes back to the storage's, which it may lower once it knows the
-        server: see :meth:`ofindex.storage.Storage.preferred_gap`)."""
+        (settable; ``None`` goes back to the storage's, asked for each batch after its index
+        round: a web server's depends on whether it answers multi-range requests, see
+        :meth:`ofindex.storage.Storage.preferred_gap`)."""
         if self._max_gap is not None:
             return self._max_gap
         table = self._table
@@ -289,7 +290,7 @@ class Dataset:
             return []
         payloads = batch_strategy.read_batch(
             self._table, self._checks, self._table.normalize(indices),
-            compressed_shards=self._compressed, max_gap=self.max_gap,
+            compressed_shards=self._compressed, max_gap=self._max_gap,
             max_read_bytes=self.max_read_bytes, data_cache=self.data_cache)
         if not decode or self.decode is None:
             return payloads

@@ -3,8 +3,13 @@
 A round gathers, for the shards a batch (or ``open``) touches, the remote sidecar pages and
 headers it lacks (:mod:`ofindex.read.pages`), the whole sidecars of the shards not read by
 pages, and the data files' staleness ``stat``; it runs them at once, one call per storage
-(:meth:`~ofindex.storage.Storage.fetch_round`; a thread per storage when the sidecars live
-elsewhere than the data), then checks and keeps what came back. Two entry points use it:
+(:meth:`~ofindex.storage.Storage.fetch_round`, over HTTP the pages of one sidecar in one
+multi-range request; a thread per storage when the sidecars live elsewhere than the data),
+then checks and keeps what came back. Where the data's storage checks the stamp every read
+reports (:attr:`~ofindex.storage.Storage.checks_stamp_on_read`: HTTP, each response's
+``ETag`` and size), no ``stat`` is sent: the data file owes its storage the check against
+its index (:meth:`~ofindex.storage.Storage.expect_indexed`), made by its first response
+before any byte of it is handed out. Two entry points use it:
 
 * :func:`load_sidecars`: the whole sidecars of some shards (compressed batches): local ones
   are memory-mapped one by one, remote ones fetched in one round;
@@ -20,10 +25,11 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import IndexNotFoundError, SidecarError, StaleIndexError
+from ..errors import IndexNotFoundError, SidecarError
 from ..formats.sidecar import Sidecar
 from ..formats.sidecar_header import HEADER_SIZE
 from ..storage import FileStamp, Storage
+from ..storage.stamp import stale_index
 from .manifest_shards import queue_stamps, resolve_stamps, stamps_from_node, take_stamps
 from .pages import (
     Pager,
@@ -56,6 +62,7 @@ class PageRequest:
     header_slot: int = -1      # the range holding the header (maybe with the first run)
     runs: list[tuple[int, int, int, int]] = dataclasses.field(default_factory=list)
     stat_slot: int = -1
+    stamp_on_read: bool = False  # the data file's first read checks its stamp (no stat)
     fallback: bool = False     # read through the whole sidecar after all
 
 
@@ -165,13 +172,22 @@ def load_sidecars(shards: Iterable[Shard], *, check_body: bool = True) -> None:
         raise missing_indexes(missing, len(cold))
 
 
-def _queue_whole(round_: Round, shard: Shard) -> WholeRequest:
+def stamp_rides(shard: Shard, stamps_first: bool) -> bool:
+    """Whether the check of ``shard``'s data file against its index rides on the file's
+    first read (its storage checks the stamp every read reports: HTTP) rather than a ``stat``
+    in the index round: not when ``stamps_first`` (a data cache keys its blocks by the
+    checked stamp before any byte is read)."""
+    storage = shard.data_storage
+    return storage is not None and storage.checks_stamp_on_read and not stamps_first
+
+
+def _queue_whole(round_: Round, shard: Shard, stamps_first: bool = False) -> WholeRequest:
     """Queue the whole sidecar of ``shard`` (unless the node cache has it) and its data
-    file's stamp."""
+    file's stamp (unless it rides on the first read: :func:`stamp_rides`)."""
     request = WholeRequest(shard, shard.disk_copy())
     if request.on_disk is None:
         request.whole_slot = round_.whole(shard.index_storage, shard.index_path)
-    if shard.data_storage is not None:
+    if shard.data_storage is not None and not stamp_rides(shard, stamps_first):
         request.stat_slot = round_.stat(shard.data_storage, shard.path)
     return request
 
@@ -195,19 +211,23 @@ def _take_whole(round_: Round, request: WholeRequest, check_body: bool) -> bool:
     if isinstance(current, BaseException):
         raise current
     shard.accept(sidecar, nbytes, current, check_body=check_body)
+    if request.stat_slot is None and shard.data_storage is not None:  # checked on first read
+        shard.data_storage.expect_indexed(shard.path, sidecar.header.stamp, shard.index_url)
     return True
 
 
 # -- pages ----------------------------------------------------------------------------------
 
-def batch_spans(shards: Sequence[Shard], groups: Groups,
-                local: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def batch_spans(shards: Sequence[Shard], groups: Groups, local: np.ndarray, *,
+                stamps_first: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """Byte spans ``(starts, ends)`` of a batch's records, grouped by shard.
 
     Args:
         shards: The dataset's shards.
         groups: ``(shard number, lo, hi)``: items ``lo..hi-1`` of ``local`` are in that shard.
         local: Record numbers inside their shard.
+        stamps_first: Check the data files' stamps in this round even where the first read
+            could (the data is read through a cache that keys blocks by them).
 
     Returns:
         The framing's byte range of every item.
@@ -228,7 +248,7 @@ def batch_spans(shards: Sequence[Shard], groups: Groups,
             whole.append(shard)
     paged = [r for r in requests if r is not None]
     if paged or whole:
-        missing = run_round(paged, whole)
+        missing = run_round(paged, whole, stamps_first=stamps_first)
         if missing:
             raise missing_indexes(missing, len(whole))
     starts = np.empty(len(local), dtype=np.int64)
@@ -243,7 +263,7 @@ def batch_spans(shards: Sequence[Shard], groups: Groups,
 
 
 def run_round(paged: list[PageRequest], whole: list[Shard], *,
-              check_body: bool = True) -> list[Shard]:
+              check_body: bool = True, stamps_first: bool = False) -> list[Shard]:
     """One round for the pages of ``paged`` and the whole sidecars of ``whole``: what this
     process's page cache and the node cache hold is taken from there, the rest fetched at
     once with the stamps still to check, then checked and kept.
@@ -264,7 +284,9 @@ def run_round(paged: list[PageRequest], whole: list[Shard], *,
             key_pager(request.shard, request.pager)
     for request in paged:  # this process's pages first
         assert cache is not None
-        for page in np.unique(request.local // request.pager.page_records).tolist():
+        # (a set, not np.unique: numpy's first unique() imports numpy.ma, ~50 ms in a new
+        # process, and a shard's records of one batch are few)
+        for page in sorted(set((request.local // request.pager.page_records).tolist())):
             found = cache.pages.get((id(request.shard), page))
             if found is None:
                 request.missing.append(page)
@@ -276,8 +298,8 @@ def run_round(paged: list[PageRequest], whole: list[Shard], *,
     pending = [r.shard for r in paged] + whole
     stamps = queue_stamps(pending, round_.range)
     for request in paged:
-        _queue_pages(round_, request)
-    wholes = [_queue_whole(round_, shard) for shard in whole]
+        _queue_pages(round_, request, stamps_first)
+    wholes = [_queue_whole(round_, shard, stamps_first) for shard in whole]
     round_.run()
     to_node: list[tuple[bytes, bytes]] = []
     take_stamps(stamps, lambda slot: round_.result(Round.RANGE, slot), pending, to_node)
@@ -290,7 +312,7 @@ def run_round(paged: list[PageRequest], whole: list[Shard], *,
     missing = [w.shard for w in wholes if not _take_whole(round_, w, check_body)]
     fallback = [r.shard for r in paged if r.fallback]
     if fallback:  # version 1 or compressed after all: their whole sidecars, one more round
-        missing += run_round([], fallback)
+        missing += run_round([], fallback, stamps_first=stamps_first)
     return missing
 
 
@@ -352,9 +374,10 @@ def _cached_page(shard: Shard, pager: Pager, page: int, blob: bytes | None,
     return page_bounds
 
 
-def _queue_pages(round_: Round, request: PageRequest) -> None:
+def _queue_pages(round_: Round, request: PageRequest, stamps_first: bool) -> None:
     """Queue the header (if not checked yet), the missing pages (neighbours merged) and the
-    data file's stamp (once) of one shard."""
+    data file's stamp (once, unless it rides on the first read: :func:`stamp_rides`) of one
+    shard."""
     shard, pager = request.shard, request.pager
     storage, path, n = shard.index_storage, shard.index_path, shard.records
     runs: list[list[int]] = []
@@ -375,7 +398,10 @@ def _queue_pages(round_: Round, request: PageRequest) -> None:
     if need_header:
         request.header_slot = round_.range(storage, path, 0, header_fetch_bytes(shard))[1]
     if not pager.fresh and shard.data_storage is not None:
-        request.stat_slot = round_.stat(shard.data_storage, shard.path)[1]
+        if stamp_rides(shard, stamps_first):
+            request.stamp_on_read = True  # the data's first response is checked instead
+        else:
+            request.stat_slot = round_.stat(shard.data_storage, shard.path)[1]
 
 
 def _take_pages(round_: Round, request: PageRequest,
@@ -404,6 +430,12 @@ def _take_pages(round_: Round, request: PageRequest,
         check_fresh(shard, indexed, current)
         shard.data_storage.expect(shard.path, current)
         pager.fresh = True
+    elif request.stamp_on_read:
+        assert shard.data_storage is not None
+        indexed = shard.expected_stamp()
+        assert indexed is not None
+        shard.data_storage.expect_indexed(shard.path, indexed, shard.index_url)
+        pager.fresh = True
     cache = shard.cache
     assert cache is not None
     for first, last, slot, skip in request.runs:
@@ -426,6 +458,4 @@ def check_fresh(shard: Shard, indexed: FileStamp, current: FileStamp) -> None:
     why = indexed.mismatch(current)
     if why:
         assert shard.data_storage is not None
-        url = shard.data_storage.url(shard.path)
-        raise StaleIndexError(f"{shard.index_url}: index is stale for {url}: {why} since it "
-                              f"was indexed; rebuild it with `ofindex build {url}`")
+        raise stale_index(shard.index_url, shard.data_storage.url(shard.path), why)

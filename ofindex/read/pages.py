@@ -61,7 +61,8 @@ class Pager:
         checked: The sidecar header was fetched and checked against the manifest.
         end: The indexed end it gives (closes the last page); -1 until checked.
         overhead: Framing bytes of one record.
-        fresh: The data file's stamp was checked against the header (or needs no check).
+        fresh: The data file's stamp was checked against the header, or is checked by its
+            storage on its first read (:meth:`Storage.expect_indexed`), or needs no check.
         whole: The shard is read through its whole sidecar instead (small, version 1 or
             compressed).
         key: The shard's key in the node cache (sidecar URL and stamp).
@@ -244,22 +245,16 @@ def spans_from_pages(shard: Shard, pager: Pager, pages: dict[int, np.ndarray],
     """
     p = pager.page_records
     page_of = local // p
-    starts = np.empty(len(local), dtype=np.int64)
-    ends = np.empty(len(local), dtype=np.int64)
     if len(pages) == 1:
-        (arr,) = pages.values()
-        r = local - page_of[0] * p
-        starts[:] = arr[r]
-        ends[:] = arr[r + 1]
-    else:  # one gather over the pages laid side by side (a loop of masks costs pages x n)
-        numbers, which = np.unique(page_of, return_inverse=True)
-        side = np.zeros((len(numbers), p + 1), dtype=np.uint64)
-        for row, page in enumerate(numbers.tolist()):
-            arr = pages[page]
-            side[row, : len(arr)] = arr
-        r = local - page_of * p
-        starts[:] = side[which, r]
-        ends[:] = side[which, r + 1]
+        (bounds,) = pages.values()
+        at = local - page_of[0] * p
+    else:  # the pages end to end, each record looked up in one gather (not a mask a page)
+        numbers = sorted(pages)
+        bounds = np.concatenate([pages[page] for page in numbers])
+        first = np.cumsum([0] + [len(pages[page]) for page in numbers[:-1]])
+        at = first[np.searchsorted(numbers, page_of)] + (local - page_of * p)
+    starts = bounds[at].astype(np.int64)
+    ends = bounds[at + 1].astype(np.int64)
     short = ends - starts < pager.overhead
     if short.any():
         k = int(np.argmax(short))

@@ -41,16 +41,18 @@ GroupReader = Callable[[ShardTable, RecordChecks, ShardGroups, np.ndarray, np.nd
 
 
 def read_grouped(table: ShardTable, checks: RecordChecks, indices: np.ndarray,
-                 reader: GroupReader) -> list[Any]:
+                 reader: GroupReader, *, stamps_first: bool = False) -> list[Any]:
     """The payloads of records ``indices`` (valid, non-negative), read shard by shard with
-    ``reader``, in the order asked for.
+    ``reader``, in the order asked for (``stamps_first``: see
+    :func:`~ofindex.read.index_round.batch_spans`).
 
     Raises:
         IndexNotFoundError, StaleIndexError, SidecarError, CorruptRecordError,
         RangeReadError: As every read.
     """
     grouped = table.group(indices)
-    starts, ends = batch_spans(table.shards, grouped.groups, grouped.local)
+    starts, ends = batch_spans(table.shards, grouped.groups, grouped.local,
+                               stamps_first=stamps_first)
     payloads = reader(table, checks, grouped, starts, ends)
     _check_sums(table, checks, grouped, payloads)
     return grouped.restore(payloads)
@@ -154,7 +156,7 @@ PREADS_MAX_GAP = 1 << 16
 
 
 def planned_ranges(table: ShardTable, checks: RecordChecks, grouped: ShardGroups,
-                   starts: np.ndarray, ends: np.ndarray, *, max_gap: int,
+                   starts: np.ndarray, ends: np.ndarray, *, max_gap: int | None,
                    max_read_bytes: int) -> list[Any]:
     """Payloads fetched by a read plan into one buffer and cut out of it (see the module).
 
@@ -164,9 +166,13 @@ def planned_ranges(table: ShardTable, checks: RecordChecks, grouped: ShardGroups
         grouped: The records, grouped by shard.
         starts: Their spans' starts (grouped order).
         ends: Their spans' ends.
-        max_gap: Largest gap between two spans read through rather than split.
+        max_gap: Largest gap between two spans read through rather than split (``None``: the
+            storage's preferred gap, asked now: the index round of this batch may just have
+            learnt that the server answers multi-range requests).
         max_read_bytes: Largest merged read.
     """
+    if max_gap is None:
+        max_gap = table.storage.preferred_gap(table.shards[0].path)
     plan = coalesce(starts, ends, max_gap, max_read_bytes, files=grouped.shard_of)
     paths = [table.shards[f].path for f in plan.fetch_files.tolist()]
     buf = table.storage.read_ranges_concat(paths, plan.fetch_starts.tolist(),

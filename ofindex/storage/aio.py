@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from ..errors import RangeReadError
@@ -16,10 +16,22 @@ _CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
 HTTP_PROTOCOLS = frozenset({"http", "https"})
 
 
+#: What a read tells of the file it read, for its stamp check: ``await check(response
+#: headers, the file's size from Content-Range or None)`` (see
+#: :meth:`ofindex.storage.remote.FsspecStorage.fetch_range`).
+StampCheck = Callable[[Mapping[str, str], "int | None"], Awaitable[None]]
+
+
 def content_range(value: str) -> tuple[int, int] | None:
     """The first and last byte of a ``Content-Range: bytes a-b/size`` value, or ``None``."""
     got = _CONTENT_RANGE.fullmatch(value.strip())
     return None if got is None else (int(got.group(1)), int(got.group(2)))
+
+
+def content_size(value: str) -> int | None:
+    """The file size a ``Content-Range: bytes a-b/size`` value gives (``None``: not given)."""
+    got = _CONTENT_RANGE.fullmatch(value.strip())
+    return None if got is None or got.group(3) == "*" else int(got.group(3))
 
 
 class ByteBudget:
@@ -111,6 +123,9 @@ async def ranged_get(fs: Any, url: str, spec: str) -> AsyncIterator[Any]:
     kw = dict(getattr(fs, "kwargs", {}) or {})
     headers = dict(kw.pop("headers", None) or {})
     headers["Range"] = spec
+    # the bytes of the file as stored (as fsspec's HEAD asks): a compressed answer would be
+    # other bytes, and its ETag another version's
+    headers["Accept-Encoding"] = "identity"
     session = await fs.set_session()
     async with session.get(fs.encode_url(url), headers=headers, **kw) as r:
         if r.status == 404:
@@ -120,8 +135,10 @@ async def ranged_get(fs: Any, url: str, spec: str) -> AsyncIterator[Any]:
         yield r
 
 
-async def http_range(fs: Any, url: str, start: int, end: int) -> bytes:
-    """GET ``Range: bytes=start-(end-1)`` and insist on ``206`` with that exact range."""
+async def http_range(fs: Any, url: str, start: int, end: int,
+                     check: StampCheck | None = None) -> bytes:
+    """GET ``Range: bytes=start-(end-1)`` and insist on ``206`` with that exact range;
+    ``check`` is awaited with the response's headers before its body is read."""
     async with ranged_get(fs, url, f"bytes={start}-{end - 1}") as r:
         if r.status != 206:
             r.release()
@@ -136,5 +153,7 @@ async def http_range(fs: Any, url: str, start: int, end: int) -> bytes:
                 f"{url}: asked for bytes [{start}, {end}) but the server sent Content-Range "
                 f"{r.headers.get('Content-Range')!r} — refusing to return wrong data"
             )
+        if check is not None:
+            await check(r.headers, content_size(r.headers.get("Content-Range", "")))
         data: bytes = await r.read()
         return data

@@ -44,6 +44,10 @@ class Storage(abc.ABC):
     #: Gap (bytes) between two wanted ranges below which one read covers both: about
     #: bandwidth x latency. Remote object stores: 1 MiB.
     default_max_gap: int = 1 << 20
+    #: Every read reports the file's stamp (over HTTP: each response's ``ETag`` and size) and
+    #: is checked against the stamp expected: a data file's check against its index can then
+    #: ride on its first read (:meth:`expect_indexed`) instead of costing a request first.
+    checks_stamp_on_read: bool = False
 
     def close(self) -> None:
         """Let go of this process's handles, maps and clients (reopened on next use), and
@@ -83,9 +87,29 @@ class Storage(abc.ABC):
         """
         self.expected.expect(path, stamp, self.url(path))
 
+    def expect_indexed(self, path: str, indexed: FileStamp, index_url: str) -> None:
+        """Check ``path`` against the stamp its index gives on its first read (only where
+        :attr:`checks_stamp_on_read`): that read, or :meth:`stamp`, reports the file's stamp
+        and raises :class:`StaleIndexError` before any byte of another file is handed out;
+        from then on it is expected as after :meth:`expect`.
+
+        Args:
+            path: A data file not read yet.
+            indexed: The stamp its index (checked against the manifest) gives.
+            index_url: The index, as messages name it.
+
+        Raises:
+            TypeError: This storage's reads do not report stamps (stat the file instead).
+        """
+        if not self.checks_stamp_on_read:
+            raise TypeError(f"{type(self).__name__} reads report no stamp: check "
+                            f"{self.url(path)} with stamp() instead")
+        self.expected.expect_indexed(path, indexed, index_url)
+
     def preferred_gap(self, path: str) -> int:
         """The gap to read through between two wanted ranges of ``path`` for a batch, as it
-        stands now (:attr:`default_max_gap` unless the storage learnt something cheaper)."""
+        stands now (:attr:`default_max_gap` unless the storage reads far-apart ranges more
+        cheaply: a web server answering multi-range requests, or not known yet)."""
         return self.default_max_gap
 
     def multirange(self, path: str) -> bool:

@@ -13,7 +13,7 @@ import bisect
 import itertools
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from ..errors import RangeReadError
 
@@ -24,13 +24,14 @@ _CONTENT_RANGE = re.compile(rb"content-range:[ \t]*bytes[ \t]+(\d+)-(\d+)/(\d+|\
 _MAX_HEAD = 16 << 10
 
 
-@dataclass(frozen=True, slots=True)
-class Part:
-    """One part of a response: the bytes ``[start, end)`` of the file."""
+class Part(NamedTuple):
+    """One part of a response: the bytes ``[start, end)`` of the file (whose size its
+    ``Content-Range`` gives, or ``None``). A tuple: a batch's answer holds hundreds."""
 
     start: int
     end: int
     data: memoryview
+    size: int | None = None
 
 
 def malformed(url: str, why: str) -> RangeReadError:
@@ -93,45 +94,51 @@ class ByteRangesParser:
         """The part whose boundary ends at ``p``, once all of it is within ``avail`` bytes
         (then the next boundary is noted); ``None`` when it is not complete yet, or the
         closing boundary was reached (:attr:`done`)."""
-        body, d = self.body, self.delimiter
+        body, d = self.body, self.delimiter  # (startswith: no slice copied, ~250 parts a batch)
         if avail < p + 2:
             return None
-        if body[p : p + 2] == b"--":
+        if body.startswith(b"--", p):
             self.done = True
             return None
         while p < avail and body[p] in (32, 9):  # transport padding (RFC 2046)
             p += 1
         if avail < p + 2:
             return None
-        if body[p : p + 2] != b"\r\n":
+        if not body.startswith(b"\r\n", p):
             raise malformed(self.url, f"no line break after the boundary at byte {p}")
         head_end = body.find(b"\r\n\r\n", p, avail)
         if head_end < 0:
             if avail - p > _MAX_HEAD or avail == len(body):
                 raise malformed(self.url, f"the headers of the part at byte {p} do not end")
             return None
-        a, b = self._content_range(p, head_end)
+        a, b, size = self._content_range(p, head_end)
         start = head_end + 4
         stop = start + (b - a + 1)
-        cut = (f"the part at byte {p} (bytes {a}-{b}) is cut short or longer than its "
-               "Content-Range")
-        if b < a or stop + 2 + len(d) > len(body):
-            raise malformed(self.url, cut)
-        if avail < stop + 2 + len(d):
+        after = stop + 2 + len(d)
+        if b < a or after > len(body):
+            raise malformed(self.url, self._cut(p, a, b))
+        if avail < after:
             return None
-        if body[stop : stop + 2] != b"\r\n":
-            raise malformed(self.url, cut)
-        if body[stop + 2 : stop + 2 + len(d)] != d:
+        if not body.startswith(b"\r\n", stop):
+            raise malformed(self.url, self._cut(p, a, b))
+        if not body.startswith(d, stop + 2):
             raise malformed(self.url, f"no boundary after the part at byte {p}")
         self._at = stop + 2
-        return Part(a, b + 1, self.view[start:stop])
+        return Part(a, b + 1, self.view[start:stop], size)
 
-    def _content_range(self, p: int, head_end: int) -> tuple[int, int]:
-        """The first and last byte of the part whose headers are ``[p, head_end)``."""
+    @staticmethod
+    def _cut(p: int, a: int, b: int) -> str:
+        return (f"the part at byte {p} (bytes {a}-{b}) is cut short or longer than its "
+                "Content-Range")
+
+    def _content_range(self, p: int, head_end: int) -> tuple[int, int, int | None]:
+        """The first and last byte of the part whose headers are ``[p, head_end)``, and the
+        file's size (``None`` when not given)."""
         found = _CONTENT_RANGE.search(self.body, p, head_end + 2)
         if found is None:
             raise malformed(self.url, f"the part at byte {p} has no Content-Range")
-        return int(found.group(1)), int(found.group(2))
+        size = None if found.group(3) == b"*" else int(found.group(3))
+        return int(found.group(1)), int(found.group(2)), size
 
     def finish(self) -> None:
         """Check that the whole body was parsed.

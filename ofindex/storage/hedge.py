@@ -60,31 +60,37 @@ class Hedger:
         Raises:
             Exception: What the attempt raised (both, when hedged).
         """
+        if not self.enabled:
+            return await attempt()
         loop = asyncio.get_running_loop()
         start = loop.time()
         first: asyncio.Future[T] = asyncio.ensure_future(attempt())
         tasks: set[asyncio.Future[T]] = {first}
         try:
-            while self.enabled:
+            while True:
                 limit = self.threshold()
                 waited = loop.time() - start
                 wait = max(0.01, (limit if limit is not None else self.floor) - waited)
                 if limit is None and waited >= self.floor:
                     wait = max(0.01, self.floor / 4)  # not enough answers yet: look again
                 done, _ = await asyncio.wait(tasks, timeout=wait)
+                if done and not first.cancelled() and first.exception() is None:  # usual: one wait
+                    self.times.append(loop.time() - start)
+                    return first.result()
                 if done:
-                    break
+                    return await self._first_answer(tasks, start)
                 limit = self.threshold()
                 if limit is not None and loop.time() - start >= limit:
                     if self.on_hedge is not None:
                         self.on_hedge()
                     tasks.add(asyncio.ensure_future(attempt()))
                     return await self._first_answer(tasks, start)
-            return await self._first_answer(tasks, start)
         finally:
-            for task in tasks:
+            pending = [task for task in tasks if not task.done()]
+            for task in pending:
                 task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            if pending:
+                await asyncio.gather(*pending, return_exceptions=True)
 
     async def _first_answer(self, tasks: set[asyncio.Future[T]], start: float) -> T:
         failure: BaseException | None = None

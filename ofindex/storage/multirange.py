@@ -10,7 +10,11 @@ Object stores do not (S3's GetObject serves one range per request): a host that 
 multi-range GET with the whole file (its body is not read), with fewer ranges than asked, or
 with a body that cannot be parsed (logged) is remembered as a single-range host for the rest
 of the process (:data:`SUPPORT`), and the ranges it did not serve are fetched one per
-request. Every part is checked against the ranges asked for: never wrong bytes.
+request (a batch's data ranges merged again through the gaps a single-range request is
+worth: :func:`ofindex.storage.gather.gather_ranges`). A host not tried yet is taken to answer
+multi-range requests, as most web servers do: the first batch after open asks for the pages
+of each sidecar it touches in one request, which tells the data round that follows how to
+plan. Every part is checked against the ranges asked for: never wrong bytes.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ..errors import RangeReadError
-from .aio import content_range, ranged_get, run_all
+from .aio import StampCheck, content_range, content_size, ranged_get, run_all
 from .byteranges import ByteRangesParser, Part, malformed
 
 log = logging.getLogger(__name__)
@@ -102,7 +106,8 @@ def range_header(spans: Sequence[tuple[int, int]]) -> str:
 
 
 async def http_multi_range(fs: Any, url: str, spans: Sequence[tuple[int, int]],
-                           deliver: Callable[[int, memoryview], None]) -> int | None:
+                           deliver: Callable[[int, memoryview], None],
+                           check: StampCheck | None = None) -> int | None:
     """GET the ``[start, end)`` spans of ``url`` in one request, handing each span out as soon
     as the part that holds it has arrived.
 
@@ -112,6 +117,8 @@ async def http_multi_range(fs: Any, url: str, spans: Sequence[tuple[int, int]],
         spans: The ranges.
         deliver: Called as ``deliver(j, bytes of span j)`` (from the event loop), once per
             span the answer holds.
+        check: Awaited with the response's headers and the file's size before the first
+            span is handed out (the storage's stamp check).
 
     Returns:
         The bytes of the body read, or ``None`` when the server answered with the whole file
@@ -144,6 +151,7 @@ async def http_multi_range(fs: Any, url: str, spans: Sequence[tuple[int, int]],
         content_type = r.headers.get("Content-Type", "")
         parser = (ByteRangesParser(body, content_type, url)
                   if content_type.lower().startswith("multipart/") else None)
+        headers = r.headers
         got = 0
         async for chunk in r.content.iter_any():
             if got + len(chunk) > len(body):
@@ -151,6 +159,9 @@ async def http_multi_range(fs: Any, url: str, spans: Sequence[tuple[int, int]],
             view[got : got + len(chunk)] = chunk
             got += len(chunk)
             for part in parser.feed(got) if parser is not None else ():
+                if check is not None:  # before any byte of the file is handed out
+                    await check(headers, part.size)
+                    check = None
                 hand_out(part)
         if got != len(body):
             raise malformed(url, f"the body ends after {got} of {length} bytes")
@@ -158,28 +169,32 @@ async def http_multi_range(fs: Any, url: str, spans: Sequence[tuple[int, int]],
         parser.finish()
         return got
     # one range for all (a server may coalesce ranges, or answer the first only)
-    single = content_range(r.headers.get("Content-Range", ""))
+    single = content_range(headers.get("Content-Range", ""))
     if single is None or single[1] - single[0] + 1 != len(body):
-        raise malformed(url, f"Content-Range {r.headers.get('Content-Range')!r} for a body "
+        raise malformed(url, f"Content-Range {headers.get('Content-Range')!r} for a body "
                         f"of {len(body)} bytes")
+    if check is not None:
+        await check(headers, content_size(headers.get("Content-Range", "")))
     hand_out(Part(single[0], single[1] + 1, view))
     return got
 
 
 async def fetch_spans(fs: Any, url: str, spans: Sequence[tuple[int, int]],
-                      deliver: Callable[[int, memoryview], None]) -> int | None:
+                      deliver: Callable[[int, memoryview], None],
+                      check: StampCheck | None = None) -> int | None:
     """:func:`http_multi_range`, a malformed answer counting as one without parts (logged: the
     caller then asks for the spans not delivered one by one, each answer checked; the caller's
     retry policy bounds the time it takes)."""
     try:
-        return await http_multi_range(fs, url, spans, deliver)
+        return await http_multi_range(fs, url, spans, deliver, check)
     except RangeReadError as exc:
         log.warning("%s", exc)
         return None
 
 
 def split_requests(paths: Sequence[str], starts: Sequence[int], ends: Sequence[int],
-                   url_of: Callable[[str], str]) -> tuple[list[list[int]], list[int]]:
+                   url_of: Callable[[str], str], *,
+                   min_groups: int = MIN_GROUPS) -> tuple[list[list[int]], list[int]]:
     """Which ranges go out together in multi-range requests (a pure planner, no I/O).
 
     Args:
@@ -187,10 +202,12 @@ def split_requests(paths: Sequence[str], starts: Sequence[int], ends: Sequence[i
         starts: First byte of each range.
         ends: One past the last byte of each.
         url_of: A path's URL (whose host is looked up in :data:`SUPPORT`).
+        min_groups: Fewest requests in all for the groups (:data:`MIN_GROUPS`; 1 for small
+            ranges that gain nothing from arriving in several answers).
 
     Returns:
         The groups (ranges of one file, per request: :func:`plan_groups`, with at least
-        :data:`MIN_GROUPS` requests in all), and the ranges to fetch one per request: those
+        ``min_groups`` requests in all), and the ranges to fetch one per request: those
         of hosts known not to answer multi-range requests, empty ones, and those a group
         would hold alone.
     """
@@ -202,7 +219,7 @@ def split_requests(paths: Sequence[str], starts: Sequence[int], ends: Sequence[i
         else:
             singles.append(k)
     groups: list[list[int]] = []
-    per_file = -(-MIN_GROUPS // max(1, len(by_path)))  # many files: few requests per file
+    per_file = -(-min_groups // max(1, len(by_path)))  # many files: few requests per file
     for ks in by_path.values():
         for g in plan_groups([starts[k] for k in ks], [ends[k] for k in ks],
                              min_groups=per_file):
@@ -220,6 +237,7 @@ async def fetch_groups(
     request: Callable[[str, list[tuple[int, int]], Callable[[int, memoryview], None]],
                       Awaitable[int | None]],
     limit: Callable[[int], Any],
+    failures: dict[int, BaseException] | None = None,
 ) -> list[int]:
     """Fetch each group of ranges (of one file) in one multi-range request.
 
@@ -234,6 +252,9 @@ async def fetch_groups(
             ``deliver(j, data)`` for each span it got (retried: see :func:`fetch_spans`).
         limit: ``limit(n)`` is an async context manager held while a request of ``n`` bytes
             runs (the caller's bounds on requests and bytes in flight).
+        failures: Where a failed request's exception is kept for each of its ranges not
+            delivered, the other requests going on (default: the first failure cancels the
+            others and is raised).
 
     Returns:
         The ranges the answers did not hold, to fetch one per request.
@@ -250,8 +271,14 @@ async def fetch_groups(
                 done[j] = True
                 sink(members[j], data)
 
-        async with limit(sum(b - a for a, b in spans)):
-            got = await request(path, spans, deliver)
+        try:
+            async with limit(sum(b - a for a, b in spans)):
+                got = await request(path, spans, deliver)
+        except Exception as exc:
+            if failures is None:
+                raise
+            failures.update((k, exc) for j, k in enumerate(members) if not done[j])
+            return
         host = host_of(url_of(path))
         SUPPORT[host] = got is not None and all(done)
         if not SUPPORT[host]:

@@ -21,21 +21,23 @@ import asyncio
 import contextlib
 import os
 import threading
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import IO, Any
 
 from ..errors import DataFileNotFoundError, RangeReadError
 from . import multirange
-from .aio import HTTP_PROTOCOLS, http_range
+from .aio import HTTP_PROTOCOLS, StampCheck, http_range
 from .base import CHECKED_READ_BYTES, Storage, check_length, check_range
 from .clients import ORPHANS, shared_filesystem
 from .failures import not_writable
-from .gather import gather_ranges
-from .hedge import Hedger
+from .gather import gather_ranges, gather_results
 from .listing import list_files
 from .pacing import AdaptiveRate, pacer_for
 from .retry import RetryPolicy, current_policy, retry_async, retry_sync
 from .stamp import ExpectedFiles, FileStamp, fingerprint_from_info
+
+#: The response headers that identify a file's version, as a stat reports them.
+STAMP_HEADERS = ("ETag", "Last-Modified")
 
 
 class FsspecStorage(Storage):
@@ -74,6 +76,8 @@ class FsspecStorage(Storage):
         self._lock = threading.Lock()
         self.requests = self.bytes_read = self.retries = self.hedged = 0
         self.expected = ExpectedFiles()
+        #: HTTP responses carry the file's ETag and size: each read checks them
+        self.checks_stamp_on_read = protocol in HTTP_PROTOCOLS
 
     def __getstate__(self) -> dict[str, Any]:
         return {"protocol": self.protocol, "storage_options": self.storage_options,
@@ -128,8 +132,14 @@ class FsspecStorage(Storage):
         return f"{self.protocol}://{path}"
 
     def preferred_gap(self, path: str) -> int:
-        # far-apart ranges share a multi-range request: read only through gaps worth a part
-        return multirange.MULTI_RANGE_GAP if self.multirange(path) else self.default_max_gap
+        # far-apart ranges share a multi-range request: read only through gaps worth a part.
+        # A web server not tried yet is taken to answer them, as most do (nginx, Apache,
+        # Caddy...): one that does not has the ranges it did not serve read again through
+        # default_max_gap gaps (gather.gather_ranges), so a first batch costs what it did
+        if self.protocol in HTTP_PROTOCOLS and multirange.SUPPORT.get(
+                multirange.host_of(self.url(path))) is not False:
+            return multirange.MULTI_RANGE_GAP
+        return self.default_max_gap
 
     def multirange(self, path: str) -> bool:
         return self.protocol in HTTP_PROTOCOLS and bool(
@@ -147,11 +157,47 @@ class FsspecStorage(Storage):
         return self._stamp_from(path, info)
 
     def _stamp_from(self, path: str, info: dict[str, Any]) -> FileStamp:
+        """The stamp of a stat's answer; settles the check ``path`` owes its index."""
+        stamp = self._stamp_of(path, info)
+        if self.expected.owes(path):
+            self.expected.observe(path, stamp, self.url(path))
+        return stamp
+
+    def _stamp_of(self, path: str, info: dict[str, Any]) -> FileStamp:
         size = int(info["size"]) if info.get("size") is not None else -1
         if size < 0:
             raise RangeReadError(f"{self.url(path)}: the server does not report the file size")
         self._sizes[path] = size
         return FileStamp(size, fingerprint_from_info(info))
+
+    async def _stat_async(self, fs: Any, path: str) -> FileStamp:
+        """The file's stamp now (one ``HEAD`` over HTTP), retried."""
+        # a stamp checks that the file is still the one indexed: never from the listings
+        # s3fs and gcsfs cache (a glob of an earlier open, in this shared filesystem)
+        fs.invalidate_cache(path)
+        info = await retry_async(lambda: fs._info(path), self.retry, f"{self.url(path)}: info",
+                                 self.count_retry, self.pacer(path))
+        return self._stamp_from(path, info)
+
+    def _read_check(self, fs: Any, path: str) -> StampCheck | None:
+        """What checks the stamp a response reports for ``path`` (its ``ETag`` and the size
+        its ``Content-Range`` gives, as a stat reports them), or ``None`` when there is
+        nothing to check it against."""
+        if not self.checks_stamp_on_read or not self.expected.watches(path):
+            return None
+
+        async def check(headers: Mapping[str, str], size: int | None) -> None:
+            if size is None:  # the answer does not say: ask (a HEAD)
+                stamp = await self._stat_async(fs, path)
+            else:
+                info: dict[str, Any] = {"size": size}
+                for key in STAMP_HEADERS:
+                    if headers.get(key):
+                        info[key] = headers[key]
+                stamp = self._stamp_of(path, info)
+            self.expected.observe(path, stamp, self.url(path))
+
+        return check
 
     def _size(self, path: str) -> int:
         size = self._sizes.get(path)
@@ -204,6 +250,9 @@ class FsspecStorage(Storage):
         return self.read(path, start, end) if end > start else b""
 
     def read_all(self, path: str) -> bytes:
+        if self.expected.owes(path):  # a whole-file GET is not checked: stat it first
+            self.stamp(path)
+
         def get() -> bytes:
             data: bytes = self.fs.cat_file(path)
             return data
@@ -273,15 +322,6 @@ class FsspecStorage(Storage):
     ) -> tuple[list[bytes | BaseException], list[bytes | BaseException],
                list[FileStamp | BaseException]]:
         sem = asyncio.Semaphore(self.max_concurrency)
-        hedger = Hedger(self.retry, len(ranges), self.count_hedge)
-
-        async def part(path: str, s: int, e: int) -> bytes:
-            if e <= s:
-                return b""
-            async with sem:
-                return await retry_async(
-                    lambda: hedger.run(lambda: self.fetch_range(fs, path, s, e)), self.retry,
-                    self.describe_range(path, s, e), self.count_retry, self.pacer(path))
 
         async def whole(path: str) -> bytes:
             async with sem:
@@ -293,16 +333,10 @@ class FsspecStorage(Storage):
             return data
 
         async def stat(path: str) -> FileStamp:
-            # a stamp checks that the file is still the one indexed: never from the listings
-            # s3fs and gcsfs cache (a glob of an earlier open, in this shared filesystem)
-            fs.invalidate_cache(path)
             async with sem:
-                info = await retry_async(lambda: fs._info(path), self.retry,
-                                         f"{self.url(path)}: info", self.count_retry,
-                                         self.pacer(path))
-            return self._stamp_from(path, info)
+                return await self._stat_async(fs, path)
 
-        parts = asyncio.gather(*(part(*r) for r in ranges), return_exceptions=True)
+        parts = gather_results(self, fs, ranges)
         raws = asyncio.gather(*(whole(p) for p in read_paths), return_exceptions=True)
         stamps = asyncio.gather(*(stat(p) for p in stat_paths), return_exceptions=True)
         got_parts, got_raws, got_stamps = await asyncio.gather(parts, raws, stamps)
@@ -335,7 +369,8 @@ class FsspecStorage(Storage):
         ``deliver(j, data)`` as it arrives; returns the bytes moved (see
         :func:`.multirange.fetch_spans`)."""
         try:
-            got = await multirange.fetch_spans(fs, path, spans, deliver)
+            got = await multirange.fetch_spans(fs, path, spans, deliver,
+                                               self._read_check(fs, path))
         except FileNotFoundError:
             raise DataFileNotFoundError(f"{self.url(path)}: data file not found") from None
         self.requests += 1
@@ -346,7 +381,7 @@ class FsspecStorage(Storage):
         """Exactly the bytes ``[start, end)`` of ``path`` in one request (checked, counted)."""
         coro: Awaitable[bytes]
         if self.protocol in HTTP_PROTOCOLS:
-            coro = http_range(fs, path, start, end)
+            coro = http_range(fs, path, start, end, self._read_check(fs, path))
         else:
             coro = fs._cat_file(path, start=start, end=end)
         try:

@@ -51,22 +51,43 @@ class FileStamp:
         return None
 
 
+def stale_index(index_url: str, url: str, why: str) -> StaleIndexError:
+    """The error for a data file that is not the one its index describes.
+
+    Args:
+        index_url: The sidecar.
+        url: The data file.
+        why: What changed (:meth:`FileStamp.mismatch`).
+    """
+    return StaleIndexError(f"{index_url}: index is stale for {url}: {why} since it was "
+                           f"indexed; rebuild it with `ofindex build {url}`")
+
+
 class ExpectedFiles:
     """The stamps a dataset checked its data files against, kept by the data's storage so
     that every later opening of a file (first read, reopen after ``fork`` or ``close()``, a
     handle evicted and reopened) is checked to be that same file.
 
-    Picklable (a process started by ``spawn`` checks against the parent's stamps).
+    A storage whose reads report the file's stamp (HTTP: each response's ``ETag`` and size)
+    is also given the stamp a file's *index* names before the file was checked
+    (:meth:`expect_indexed`): the first response then checks it (:meth:`observe`), so the
+    check costs no request of its own.
+
+    Picklable (a process started by ``spawn`` checks against the parent's stamps; a check
+    still owed to an index is made again by the new process's first batch).
     """
 
     def __init__(self) -> None:
         self._stamps: dict[str, tuple[int, str, str]] = {}
+        #: path -> (the stamp its index gives, the index's URL): checked on the next stamp seen
+        self._indexed: dict[str, tuple[FileStamp, str]] = {}
 
     def __getstate__(self) -> dict[str, tuple[int, str, str]]:
         return self._stamps
 
     def __setstate__(self, state: dict[str, tuple[int, str, str]]) -> None:
         self._stamps = state
+        self._indexed = {}
 
     def __len__(self) -> int:
         return len(self._stamps)
@@ -109,6 +130,48 @@ class ExpectedFiles:
                 f"`ofindex build {url}`)"
             )
 
+    def expect_indexed(self, path: str, indexed: FileStamp, index_url: str) -> None:
+        """Owe ``path`` a check against the stamp its index gives, made by :meth:`observe`
+        when a read first reports the file's stamp (only for storages whose reads do).
+
+        Args:
+            path: The data file.
+            indexed: The stamp its (checked) index gives.
+            index_url: The index, as messages name it.
+        """
+        self._indexed[path] = (indexed, index_url)
+
+    def watches(self, path: str) -> bool:
+        """Whether a stamp seen for ``path`` has anything to be checked against."""
+        return path in self._stamps or path in self._indexed
+
+    def owes(self, path: str) -> bool:
+        """Whether ``path`` still owes the check against its index (:meth:`expect_indexed`)."""
+        return path in self._indexed
+
+    def observe(self, path: str, current: FileStamp, url: str) -> None:
+        """Check a stamp a read reported for ``path``: against its index the first time (then
+        remembered as with :meth:`expect`), and against the stamp expected.
+
+        Args:
+            path: The data file.
+            current: Its stamp as the read reported it.
+            url: The file as messages name it.
+
+        Raises:
+            StaleIndexError: It is not the file its index describes, or not the one expected.
+        """
+        owed = self._indexed.get(path)
+        if owed is None:
+            self.check(path, current, url)
+            return
+        indexed, index_url = owed
+        why = indexed.mismatch(current)
+        if why:
+            raise stale_index(index_url, url, why)
+        self.expect(path, current, url)
+        self._indexed.pop(path, None)
+
 
 #: Longer version identifiers are stored as their SHA-256 (sidecar headers have a fixed size).
 MAX_FINGERPRINT_VALUE = 256
@@ -148,6 +211,27 @@ class ExpectedUnion(ExpectedFiles):
 
     def __len__(self) -> int:
         return sum(len(part) for part in self.parts)
+
+    def expect_indexed(self, path: str, indexed: FileStamp, index_url: str) -> None:
+        """Owe the check in the first part (see :meth:`ExpectedFiles.expect_indexed`)."""
+        self.parts[0].expect_indexed(path, indexed, index_url)
+
+    def watches(self, path: str) -> bool:
+        """Whether a part has anything to check ``path`` against."""
+        return any(part.watches(path) for part in self.parts)
+
+    def owes(self, path: str) -> bool:
+        """Whether a part still owes ``path`` the check against its index."""
+        return any(part.owes(path) for part in self.parts)
+
+    def observe(self, path: str, current: FileStamp, url: str) -> None:
+        """Let every part check a stamp a read reported (see :meth:`ExpectedFiles.observe`).
+
+        Raises:
+            StaleIndexError: A part's index or expected stamp does not describe the file.
+        """
+        for part in self.parts:
+            part.observe(path, current, url)
 
     def expect(self, path: str, stamp: FileStamp, url: str) -> None:
         """Check ``stamp`` against every part, then remember it in the first (see
