@@ -146,7 +146,7 @@ class BatchFetch:
         layout = fixed_outputs(self.decoder, len(indices)) if allocate is not None else {}
         if layout and allocate is not None:
             made = allocate(layout)
-        outs = {k: np.asarray(v) for k, v in made.items()}
+        outs = {k: np.asanyarray(v) for k, v in made.items()}
         packs = self.pack_bytes and _decodes_records(self.decoder)
         if packs and isinstance(self.source, Dataset):
             spans = self.source.mapped_spans(indices)
@@ -181,7 +181,7 @@ class BatchFetch:
             if allocate is None:
                 return np.empty(size, dtype=np.uint8)
             made[name] = allocate({name: ((size,), np.dtype(np.uint8))})[name]
-            return np.asarray(made[name])
+            return np.asanyarray(made[name])
 
         return decode_records_packed(recs, decoder.spec, decoder.kind, outs, buffer, spans)
 
@@ -195,7 +195,7 @@ class BatchFetch:
         total = int(lengths.sum())
         if allocate is not None:
             made[name] = allocate({name: ((total,), np.dtype(np.uint8))})[name]
-            buf = np.asarray(made[name])
+            buf = np.asanyarray(made[name])
         else:
             buf = np.empty(total, dtype=np.uint8)
         at = 0

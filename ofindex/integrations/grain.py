@@ -39,11 +39,12 @@ except ImportError as _exc:  # without the extra: say which one to install
 from ..shuffle import GlobalShuffleSampler, SequentialSampler
 from ..shuffle.elements import ElementIndex
 from ._fetch import BatchFetch, RecordSource
+from ._grain_elements import BatchElements, batch_allocator, batch_read_options
 
-__all__ = ["GrainBatches"]
+__all__ = ["GrainBatches", "batch_read_options"]
 
 
-class GrainBatches(grain.MapDataset):  # type: ignore[misc]
+class GrainBatches(BatchElements):
     """Decoded batches of a globally shuffled epoch, as a Grain ``MapDataset``.
 
     Args:
@@ -186,7 +187,7 @@ class GrainBatches(grain.MapDataset):  # type: ignore[misc]
         """
         if isinstance(index, slice):
             return self.slice(index)
-        return self._fetch(self.indices(index))[0]
+        return self._fetch(self.indices(index), batch_allocator())[0]
 
     def __str__(self) -> str:
         return (f"GrainBatches(batch_size={self._batch_size}, batches={self._len}, "
