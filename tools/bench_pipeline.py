@@ -12,9 +12,14 @@ Two data sets, written once under --root: MNIST-like (784 float32 + label) and I
 (a ~110 KB JPEG + label + height + width); every record also has an ``id`` feature (its
 record number + 2**35: a constant varint width) so that the order each pipeline delivers can
 be scored with tools/bench_shuffle.py's "mixing" (1.0 = as mixed as a full shuffle).
-Pipelines stop at the decoded features (JPEG bytes); one more ImageNet-like case decodes
-every JPEG with Pillow in the consuming process, the same for all, to show the share JPEG
-decoding takes.
+Pipelines stop at the decoded features (JPEG bytes). The ImageNet-like ``+jpeg`` case also
+decodes every JPEG to RGB and resizes it to --image-size pixels square with an antialiased
+bilinear (triangle) filter, the same output for all: ofindex with its image stage
+(``images=`` of TensorBatches/GrainBatches: libjpeg-turbo via simplejpeg, DCT-domain
+downscaling where the target is at most half the image, torch's antialiased resize), DALI
+with its CPU decoder and ``fn.resize(antialias=True)``, tf.data with ``decode_jpeg`` and
+``tf.image.resize(antialias=True)`` in its parallel map; the others give bytes that the
+consuming process decodes and resizes with Pillow.
 
 Every run is a fresh process (cold start: imports done, then pipeline construction to the
 first batch is the first-batch latency); rounds interleave the contenders. Reported:
@@ -262,6 +267,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--imagenet-batches", type=int, default=40,
                    help="batches timed per ImageNet-like run (MNIST-like: one epoch)")
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--image-size", type=int, default=224,
+                   help="the +jpeg case resizes every image to this many pixels square")
     p.add_argument("--contenders", default=",".join(ALL))
     p.add_argument("--cases", default="mnist,imagenet,imagenet+jpeg")
     p.add_argument("--timeout", type=float, default=900)
@@ -281,7 +288,8 @@ def main(argv: list[str] | None = None) -> int:
         batches = n // a.batch_size - 1 if kind == "mnist" else a.imagenet_batches
         cfg = {"kind": kind, "files": os.path.join(d, "part-?????"), "mds": os.path.join(d, "mds"),
                "batch_size": a.batch_size, "workers": a.workers, "buffer": a.buffer,
-               "batches": max(1, batches), "image": IMAGE, "jpeg": case.endswith("+jpeg")}
+               "batches": max(1, batches), "image": IMAGE, "jpeg": case.endswith("+jpeg"),
+               "image_size": [a.image_size, a.image_size]}
         print(f"{case}: {n} records in {a.shards} shards, {cfg['batches']} batches per run",
               flush=True)
         rows, failed = bench_case(case, cfg, contenders, a.rounds, n, a.timeout)

@@ -24,7 +24,7 @@ pipeline: element 0 is then the next batch (``until_epoch`` counts from there).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -63,22 +63,28 @@ class GrainBatches(BatchElements):
             ``Ragged(values, row_lengths)``: one ``uint8`` array with the values back to back,
             which Grain's worker processes pass on in shared memory, instead of an array of
             ``bytes`` objects, which they must pickle.
+        images: ``{feature: (height, width)}``: ``bytes`` features holding JPEGs, decoded to
+            RGB and resized on every core without the GIL into a ``uint8`` array
+            ``(batch, height, width, 3)`` (:func:`ofindex.decode.images.decode_images`;
+            ``None`` instead of a size: no resize). Needs ``pip install 'ofindex[images]'``.
 
     Raises:
-        ValueError: ``batch_size < 1``, the source is empty, or ``num_replicas``/``rank`` are
-            invalid.
+        ValueError: ``batch_size < 1``, the source is empty, ``num_replicas``/``rank`` are
+            invalid, or ``images`` names a feature the decoder does not give as
+            ``FixedLen((), "bytes")``.
     """
 
     def __init__(self, source: RecordSource, batch_size: int,
                  decoder: Callable[..., Any] | None = None,
                  *, seed: int = 0, shuffle: bool = True, drop_remainder: bool = False,
-                 num_replicas: int = 1, rank: int = 0, pack_bytes: bool = False) -> None:
+                 num_replicas: int = 1, rank: int = 0, pack_bytes: bool = False,
+                 images: Mapping[str, tuple[int, int] | None] | None = None) -> None:
         super().__init__()
         if int(batch_size) < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         self._source = source
         self._batch_size = int(batch_size)
-        self._fetch = BatchFetch(source, decoder, bool(pack_bytes))
+        self._fetch = BatchFetch(source, decoder, bool(pack_bytes), images)
         sampler_type = GlobalShuffleSampler if shuffle else SequentialSampler
         self._sampler = sampler_type(len(source), num_replicas=num_replicas, rank=rank,
                                      drop_last=drop_remainder, seed=seed)

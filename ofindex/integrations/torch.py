@@ -40,7 +40,7 @@ decodes it with one ``BatchDecoder`` call into tensors (no per-record collate)::
 """
 
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -306,13 +306,24 @@ class TensorBatches(_tud.Dataset[Any]):
             of a numpy array of ``bytes`` objects, which a worker must pickle to the main
             process. Record ``k``'s value is
             ``values[offsets[k]:offsets[k + 1]]`` with ``offsets`` the cumulative lengths.
+        images: ``{feature: (height, width)}``: ``bytes`` features holding JPEGs, decoded to
+            RGB and resized (antialiased bilinear) on every core without the GIL, straight
+            into the batch's memory (shared memory in a worker, page-locked with
+            ``pin_memory``): a ``uint8`` tensor ``(batch, height, width, 3)``
+            (:func:`ofindex.decode.images.decode_images`; ``None`` instead of a size: no
+            resize, the images must share one size). Needs ``pip install 'ofindex[images]'``.
+
+    Raises:
+        ValueError: ``images`` names a feature the decoder does not give as
+            ``FixedLen((), "bytes")``.
     """
 
     def __init__(self, source: RecordSource, decoder: Callable[..., Any] | None = None, *,
-                 pin_memory: bool = False, pack_bytes: bool = False) -> None:
+                 pin_memory: bool = False, pack_bytes: bool = False,
+                 images: Mapping[str, tuple[int, int] | None] | None = None) -> None:
         self.source = source
         self.pin_memory = bool(pin_memory)
-        self._fetch = BatchFetch(source, decoder, bool(pack_bytes))
+        self._fetch = BatchFetch(source, decoder, bool(pack_bytes), images)
         self.decoder = self._fetch.decoder  # with the source's record kind (bound_decoder)
 
     def __len__(self) -> int:
