@@ -81,7 +81,7 @@ def test_grain_workers_deliver_what_the_main_process_decodes(images):
         grain_api.MultiprocessingOptions(num_workers=2)))
     assert len(got) == len(want) == 2 * len(batches)
     # the packed bytes arrived as views of the workers' blocks, mapped here (not pickled)
-    assert all(isinstance(a["jpeg"].values.base.base, mmap.mmap) for a in got)
+    assert all(isinstance(a["jpeg"].values.base.base.obj, mmap.mmap) for a in got)
     for a, b in zip(got, want, strict=True):  # all kept until now: none was overwritten
         assert a["jpeg"] == b["jpeg"]
         assert np.array_equal(a["label"], b["label"]) and np.array_equal(a["x"], b["x"])
