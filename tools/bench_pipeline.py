@@ -207,6 +207,10 @@ def bench_case(case: str, cfg: dict[str, Any], contenders: list[str], rounds: in
                       for i in range(len(rates))]
             row.update(ratio_vs_best_peer=statistics.median(ratios),
                        ratio_vs_best_peer_min=min(ratios), ratio_vs_best_peer_max=max(ratios))
+        for peer in ("dali", "ofindex-torch"):  # the issue's peer; Grain against our torch path
+            if name.startswith("ofindex") and peer in ok and peer != name:
+                row.update(_ratios(f"ratio_vs_{peer.replace('-', '_')}", rates,
+                                   [x["batches_per_s"] for x in ok[peer]]))
         if name.startswith("ofindex") and "tfdata" in ok:  # the pipeline TensorFlow users run
             tf_ratios = [rates[i] / ok["tfdata"][i]["batches_per_s"]
                          for i in range(min(len(rates), len(ok["tfdata"])))]
@@ -214,6 +218,13 @@ def bench_case(case: str, cfg: dict[str, Any], contenders: list[str], rounds: in
                        ratio_vs_tfdata_min=min(tf_ratios), ratio_vs_tfdata_max=max(tf_ratios))
         rows.append(row)
     return rows, failed
+
+
+def _ratios(key: str, mine: list[float], theirs: list[float]) -> dict[str, float]:
+    """Median, min and max over the rounds of ``mine[i] / theirs[i]`` (same round)."""
+    ratios = [a / b for a, b in zip(mine, theirs, strict=False)]
+    return {key: statistics.median(ratios), f"{key}_min": min(ratios),
+            f"{key}_max": max(ratios)}
 
 
 def bench_fit(cfg: dict[str, Any], rounds: int, timeout: float) -> tuple[list[dict],
@@ -253,6 +264,12 @@ def bench_fit(cfg: dict[str, Any], rounds: int, timeout: float) -> tuple[list[di
     return rows, failed
 
 
+def _ratio_text(row: dict[str, Any], key: str) -> str:
+    if key not in row:
+        return ""
+    return f"{row[key]:.2f}x ({row[key + '_min']:.2f}-{row[key + '_max']:.2f})"
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--root", default=os.path.join(tempfile.gettempdir(), "ofindex-bench"))
@@ -279,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
                    fit=False)  # the suite runs --smoke: the model.fit rows are tested elsewhere
     contenders = [c for c in a.contenders.split(",") if c]
     result: dict[str, Any] = {"config": {k: v for k, v in vars(a).items() if k != "root"},
-                              "rows": [], "unavailable": {}}
+                              "rows": [], "unavailable": {}, "load": os.getloadavg()}
     for case in a.cases.split(","):
         kind = case.split("+")[0]
         n = a.mnist_records if kind == "mnist" else a.imagenet_records
@@ -300,15 +317,15 @@ def main(argv: list[str] | None = None) -> int:
             result["fit"], failed = bench_fit(dict(cfg, batches=n // a.batch_size), a.rounds,
                                               a.timeout)
             result["unavailable"].update({f"keras fit: {k}": v for k, v in failed.items()})
-    print(f"\n{'case':16s} {'contender':14s} {'batches/s':>22s} {'first batch s':>14s} "
-          f"{'mixing':>7s} {'vs best peer':>18s}")
+    print(f"\n{'case':16s} {'contender':18s} {'batches/s':>22s} {'first batch s':>14s} "
+          f"{'mixing':>7s} {'vs best peer':>18s} {'vs dali':>18s} {'vs ofindex-torch':>18s}")
     for r in result["rows"]:
-        ratio = (f"{r['ratio_vs_best_peer']:.2f}x ({r['ratio_vs_best_peer_min']:.2f}-"
-                 f"{r['ratio_vs_best_peer_max']:.2f})" if "ratio_vs_best_peer" in r else "")
+        ratios = [_ratio_text(r, key) for key in ("ratio_vs_best_peer", "ratio_vs_dali",
+                                                  "ratio_vs_ofindex_torch")]
         mix = f"{r['mixing']:.3f}" if r["mixing"] is not None else "-"
-        print(f"{r['case']:16s} {r['contender']:14s} {r['batches_per_s']:8.2f} "
+        print(f"{r['case']:16s} {r['contender']:18s} {r['batches_per_s']:8.2f} "
               f"({r['batches_per_s_min']:.2f}-{r['batches_per_s_max']:.2f}) "
-              f"{r['first_batch_s']:14.2f} {mix:>7s} {ratio:>18s}")
+              f"{r['first_batch_s']:14.2f} {mix:>7s} " + " ".join(f"{x:>18s}" for x in ratios))
     if result.get("fit"):
         print(f"\n{'keras model.fit':16s} {'input':14s} {'steps/s':>22s} {'first epoch s':>14s} "
               f"{'vs tf.data':>18s}")
