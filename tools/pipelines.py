@@ -12,7 +12,8 @@ by the contenders of :data:`DECODES_IMAGES` (ofindex's ``images=`` stage, DALI's
 parallel map), by the consuming process with Pillow for the others.
 
 * ``ofindex-torch``: ``TensorBatches(pack_bytes=True)`` + ``BatchSampler(GlobalShuffleSampler)``
-  + torch ``DataLoader(batch_size=None, num_workers=workers)``.
+  + torch ``DataLoader(batch_size=None, num_workers=workers)`` in a ``ResumableLoader`` (the
+  README's training loop).
 * ``ofindex-torch-main``: the same with ``num_workers=0`` (batches made in the loop's process).
 * ``ofindex-grain``: ``GrainBatches(...).to_iter_dataset().mp_prefetch(workers)``.
 * ``ofindex-tf``: ``TFBatches(...).dataset()`` (a ``tf.data`` pipeline: one
@@ -107,13 +108,20 @@ def ofindex_torch(c: Config) -> Iterator[Any]:
 
     import ofindex
     from ofindex.decode import BatchDecoder
-    from ofindex.integrations.torch import BatchSampler, GlobalShuffleSampler, TensorBatches
+    from ofindex.integrations.torch import (
+        BatchSampler,
+        GlobalShuffleSampler,
+        ResumableLoader,
+        TensorBatches,
+    )
 
     data = TensorBatches(ofindex.open(c["files"]), BatchDecoder(_spec(c)), pack_bytes=True,
                          images=_image_stage(c))
     sampler = BatchSampler(GlobalShuffleSampler(data, seed=0), c["batch_size"], drop_last=True)
     workers = c.get("ofindex_workers", c["workers"])
-    return iter(tud.DataLoader(data, sampler=sampler, batch_size=None, num_workers=workers))
+    # the README's loop: exact resume through ResumableLoader
+    return iter(ResumableLoader(tud.DataLoader(data, sampler=sampler, batch_size=None,
+                                               num_workers=workers)))
 
 
 def ofindex_torch_main(c: Config) -> Iterator[Any]:
