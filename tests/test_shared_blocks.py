@@ -63,10 +63,20 @@ def test_lent_tensors_pickle_their_data_elsewhere_and_operations_are_plain():
     assert type(lent * 2) is torch.Tensor
 
 
-def test_shared_bytes_and_lend_give_tensors_of_the_layout():
+@pytest.mark.parametrize("ring", [True, False])
+def test_shared_bytes_and_lend_give_tensors_of_the_layout(monkeypatch, ring):
+    if not ring:  # no memfd_create (not Linux): fresh shared memory that torch shares
+        from ofindex.integrations import _shared_blocks
+
+        monkeypatch.setattr(_shared_blocks, "AVAILABLE", False)
+    elif not AVAILABLE:
+        pytest.skip("needs memfd_create (Linux)")
     mem = shared_bytes(64)
     t = lend(mem, np.dtype(np.float32), (4, 4))
+    t.copy_(torch.arange(16, dtype=torch.float32).view(4, 4))
     assert t.shape == (4, 4) and t.dtype == torch.float32
+    assert type(t) is (LentTensor if ring else torch.Tensor)
+    assert sent(t).tolist() == torch.arange(16, dtype=torch.float32).view(4, 4).tolist()
 
 
 SPEC = {"x": FixedLen((64,), "float32"), "label": FixedLen((), "int64"),
