@@ -29,7 +29,10 @@ A batch that is kept (or any view of it) is therefore never overwritten: its blo
 of the ring's reach and the worker takes another block, or a fresh one. A block leaves the
 ring for good (a bigger one replaces it, or the worker exits) by being *retired* in its
 header: the main process unmaps it once its arrays are given back, and the worker releases
-its memory at once if none is lent out. Where ``memfd_create`` does not exist (not Linux),
+its memory at once if none is lent out. (A worker killed outright retires nothing: the main
+process then keeps that worker's blocks mapped, at most :data:`SLOTS` of them, until it
+exits.) The memory has no name, so nothing is left behind in ``/dev/shm``: it is freed when
+the last process maps it no more. Where ``memfd_create`` does not exist (not Linux),
 :data:`AVAILABLE` is False and callers allocate ordinary arrays.
 """
 
