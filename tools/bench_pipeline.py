@@ -283,6 +283,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="shuffle buffer of tf.data, vahidk's queue and DALI's initial_fill")
     p.add_argument("--imagenet-batches", type=int, default=40,
                    help="batches timed per ImageNet-like run (MNIST-like: one epoch)")
+    p.add_argument("--jpeg-batches", type=int, default=12,
+                   help="batches timed per run of the +jpeg case (each decodes 256 JPEGs)")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--image-size", type=int, default=224,
                    help="the +jpeg case resizes every image to this many pixels square")
@@ -302,7 +304,8 @@ def main(argv: list[str] | None = None) -> int:
         n = a.mnist_records if kind == "mnist" else a.imagenet_records
         d = make_dataset(a.root, kind, n, a.shards)
         read_all([os.path.join(d, f) for f in sorted(os.listdir(d)) if f.startswith("part-")])
-        batches = n // a.batch_size - 1 if kind == "mnist" else a.imagenet_batches
+        batches = (n // a.batch_size - 1 if kind == "mnist" else
+                   a.jpeg_batches if case.endswith("+jpeg") else a.imagenet_batches)
         cfg = {"kind": kind, "files": os.path.join(d, "part-?????"), "mds": os.path.join(d, "mds"),
                "batch_size": a.batch_size, "workers": a.workers, "buffer": a.buffer,
                "batches": max(1, batches), "image": IMAGE, "jpeg": case.endswith("+jpeg"),
