@@ -187,8 +187,10 @@ def bench_case(case: str, cfg: dict[str, Any], contenders: list[str], rounds: in
                 print(f"  {case}: {name} unavailable: {res['error']}", flush=True)
                 continue
             runs[name].append(res)
+            cpu = res.get("cpu_ms_per_batch")
             print(f"  {case} round {r}: {name:14s} {res['batches_per_s']:8.2f} batches/s, "
-                  f"first batch {res['first_batch_s']:.2f} s", flush=True)
+                  f"first batch {res['first_batch_s']:.2f} s"
+                  + (f", {cpu:.2f} CPU ms/batch" if cpu is not None else ""), flush=True)
     rows = []
     ok = {k: v for k, v in runs.items() if v}
     peers = [k for k in ok if not k.startswith("ofindex")]
@@ -200,6 +202,8 @@ def bench_case(case: str, cfg: dict[str, Any], contenders: list[str], rounds: in
                "first_batch_s": statistics.median(first), "first_batch_s_min": min(first),
                "first_batch_s_max": max(first), "runs": rates,
                "records_per_batch": rs[0]["records_per_batch"],
+               "cpu_ms_per_batch": _median_of(rs, "cpu_ms_per_batch"),
+               "load": [x.get("load") for x in rs],
                "mixing": mixing_of(rs[0]["ids"], n) if rs[0].get("ids") else None}
         if name.startswith("ofindex") and peers:
             ratios = [rates[i] / max(ok[p][i]["batches_per_s"] for p in peers
@@ -218,6 +222,11 @@ def bench_case(case: str, cfg: dict[str, Any], contenders: list[str], rounds: in
                        ratio_vs_tfdata_min=min(tf_ratios), ratio_vs_tfdata_max=max(tf_ratios))
         rows.append(row)
     return rows, failed
+
+
+def _median_of(runs: list[dict], key: str) -> float | None:
+    values = [x[key] for x in runs if x.get(key) is not None]
+    return statistics.median(values) if values else None
 
 
 def _ratios(key: str, mine: list[float], theirs: list[float]) -> dict[str, float]:

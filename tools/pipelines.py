@@ -306,6 +306,28 @@ IMPORTS = {
 }
 
 
+def _tree_cpu() -> float | None:
+    """CPU seconds used so far by this process and its living descendants (worker
+    processes), from /proc (``None`` elsewhere): on a shared machine, CPU time per batch
+    shows a pipeline's cost better than its rate does."""
+    if not os.path.exists("/proc/self/stat"):
+        return None
+    tick = os.sysconf("SC_CLK_TCK")
+    total, todo = 0.0, [os.getpid()]
+    while todo:
+        pid = todo.pop()
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+            for task in os.listdir(f"/proc/{pid}/task"):
+                with open(f"/proc/{pid}/task/{task}/children") as f:
+                    todo += [int(x) for x in f.read().split()]
+        except (FileNotFoundError, ProcessLookupError, ValueError):
+            continue  # a process that just ended
+    return total
+
+
 def run(name: str, c: Config) -> dict[str, Any]:
     """Time one pipeline from construction to its first batch, then ``c["batches"]`` more."""
     if name == "streaming":
@@ -324,7 +346,7 @@ def run(name: str, c: Config) -> dict[str, Any]:
         _jpeg_decode(_images(first, c), c["image_size"])
     elif c["jpeg"]:
         _check_images(first, c)
-    t_start = time.perf_counter()
+    t_start, cpu_start = time.perf_counter(), _tree_cpu()
     count = 0
     for batch in it:
         ids += _ids(batch)
@@ -333,8 +355,11 @@ def run(name: str, c: Config) -> dict[str, Any]:
         count += 1
         if count >= c["batches"]:
             break
-    seconds = time.perf_counter() - t_start
+    seconds, cpu_end = time.perf_counter() - t_start, _tree_cpu()
+    cpu = cpu_end - cpu_start if cpu_end is not None and cpu_start is not None else None
     return {"contender": name, "first_batch_s": t1 - t0, "batches": count, "seconds": seconds,
+            "cpu_ms_per_batch": 1e3 * cpu / count if cpu is not None and count else None,
+            "load": os.getloadavg()[0],
             "batches_per_s": count / seconds if seconds > 0 else None,
             "records_per_batch": len(ids) // (count + 1), "ids": ids if c["ids"] else None}
 

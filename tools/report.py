@@ -121,18 +121,19 @@ class Report:
         text = [f"## {title}\n",
                 f"Batches of {c['batch_size']}, {c['workers']} workers, shuffle buffers of "
                 f"{c['buffer']:,} records (tf.data, vahidk, DALI's `initial_fill`), "
-                f"{c['rounds']} cold runs per contender (median and range). *mixing*: how far "
+                f"{c['rounds']} cold runs per contender (median and range). *CPU ms/batch*: "
+                "CPU time of the pipeline's processes per batch (median). *mixing*: how far "
                 "apart records that are neighbours in the files end up (1.0 = a full shuffle; "
                 "see tools/bench_shuffle.py).\n"]
         for case in dict.fromkeys(r["case"] for r in data["rows"]):
             rows = [r for r in data["rows"] if r["case"] == case]
             text.append(f"### {case}\n")
             text.append(table(
-                ["contender", "batches/s", "first batch (s)", "mixing", "vs best other",
-                 "vs DALI CPU", "vs ofindex-torch"],
+                ["contender", "batches/s", "CPU ms/batch", "first batch (s)", "mixing",
+                 "vs best other", "vs DALI CPU", "vs ofindex-torch"],
                 [[r["contender"], span(r["batches_per_s"], r["batches_per_s_min"],
                                        r["batches_per_s_max"]),
-                  fmt(r["first_batch_s"]), fmt(r.get("mixing")),
+                  fmt(r.get("cpu_ms_per_batch")), fmt(r["first_batch_s"]), fmt(r.get("mixing")),
                   *(_ratio_cell(r, key) for key in ("ratio_vs_best_peer", "ratio_vs_dali",
                                                     "ratio_vs_ofindex_torch"))]
                  for r in rows]))
