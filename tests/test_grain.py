@@ -96,3 +96,25 @@ def test_grain_batches_read_whole_batches_with_few_threads(images):
         options = derived.to_iter_dataset()._read_options
         assert options == batch_read_options()
         assert options.num_threads == 1 and options.prefetch_buffer_size == 2
+
+
+def test_grain_mixture_workers_deliver_what_the_main_process_decodes(images):
+    """GrainMixture batches made in an mp_prefetch worker (numeric outputs on its ring) equal
+    those made in the main process."""
+    import grain as grain_api
+    import numpy as np
+
+    from ofindex.decode import BatchDecoder, FixedLen
+    from ofindex.integrations.grain_mixing import GrainMixture
+    from ofindex.shuffle import MixtureSampler
+
+    spec = {"label": FixedLen((), "int64"), "x": FixedLen((3,), "float32")}
+    sources = [images, images]
+    batches = GrainMixture(sources, MixtureSampler(sources, [0.5, 0.5], 6, seed=1),
+                           BatchDecoder(spec))
+    want = list(batches.until_epoch(1).to_iter_dataset())
+    got = list(batches.until_epoch(1).to_iter_dataset().mp_prefetch(
+        grain_api.MultiprocessingOptions(num_workers=1)))
+    assert len(got) == len(want) > 2
+    for a, b in zip(got, want, strict=True):
+        assert all(np.array_equal(a[k], b[k]) for k in ("label", "x", "source"))
