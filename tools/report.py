@@ -124,7 +124,9 @@ class Report:
                 f"{c['rounds']} cold runs per contender (median and range). *CPU ms/batch*: "
                 "CPU time of the pipeline's processes per batch (median). *mixing*: how far "
                 "apart records that are neighbours in the files end up (1.0 = a full shuffle; "
-                "see tools/bench_shuffle.py).\n"]
+                "see tools/bench_shuffle.py)."
+                + (f" The machine was shared (load {fmt(data['load'][0])} at the start)."
+                   if data.get("load") else "") + "\n"]
         for case in dict.fromkeys(r["case"] for r in data["rows"]):
             rows = [r for r in data["rows"] if r["case"] == case]
             text.append(f"### {case}\n")
