@@ -11,6 +11,7 @@ from .errors import (
     IndexMismatchError,
     IndexNotFoundError,
     InvalidURLError,
+    ManifestError,
     MissingDependencyError,
     OfindexError,
     RangeReadError,
@@ -24,6 +25,7 @@ from .formats.framing import RecordFormat
 from .formats.sidecar_header import Compression
 from .formats.strays import SkippedFilesWarning
 from .index.build_file import BuildResult
+from .index.build_results import BuildResults
 from .index.builder import build_index
 from .index.migrate import LegacyLayoutWarning
 from .index.writer import Writer
@@ -38,6 +40,7 @@ __version__ = "0.2.0"
 
 __all__ = [
     "BuildResult",
+    "BuildResults",
     "CacheDirWarning",
     "Compression",
     "CorruptRecordError",
@@ -51,6 +54,7 @@ __all__ = [
     "IndexNotFoundError",
     "InvalidURLError",
     "LegacyLayoutWarning",
+    "ManifestError",
     "MissingDependencyError",
     "OfindexError",
     "PartialIndexWarning",

@@ -93,6 +93,11 @@ class SidecarError(OfindexError, ValueError):
     """A sidecar file is corrupt, truncated, foreign, or of an unsupported version."""
 
 
+class ManifestError(SidecarError):
+    """A dataset manifest is corrupt, truncated, foreign, or of an unsupported version (a
+    :class:`SidecarError`, as the index files it lists)."""
+
+
 class StaleIndexError(SidecarError):
     """A sidecar no longer matches its data file (size or fingerprint changed, or the file was
     replaced since the dataset was opened)."""

@@ -12,6 +12,7 @@ from .formats.compression import parse_compression
 from .formats.location import DatasetLocation, resolve
 from .formats.sidecar_header import Compression
 from .index.builder import build_location
+from .read.datacache import DataCache
 from .read.dataset import Dataset, Decode
 from .read.nodecache import DEFAULT_NODE_BYTES
 from .read.open import OpenOptions, open_location
@@ -35,6 +36,7 @@ def open(
     cache_bytes: int = DEFAULT_CACHE_BYTES,
     cache_dir: str | None = None,
     cache_dir_bytes: int = DEFAULT_NODE_BYTES,
+    data_cache_bytes: int = 0,
     max_concurrency: int | None = None,
     max_inflight_bytes: int | None = None,
     mmap: bool = True,
@@ -89,6 +91,13 @@ def open(
             inside the directory, never following symbolic links there.
         cache_dir_bytes: Bound on the bytes kept in ``cache_dir`` (least recently used
             evicted first).
+        data_cache_bytes: Also keep the remote *data* read in ``cache_dir``, up to this many
+            bytes (default 0: not kept), so that later epochs read it from local disk: blocks
+            of the data files fetched once serve every process of the machine, keyed by each
+            file's size and ETag / generation (a file replaced is never served from an older
+            copy), least recently used evicted first, records checked as every remote read
+            checks them (see :mod:`ofindex.read.datacache`). A dataset whose data files do
+            not fit is read without it (one ``DataCacheWarning``). Needs ``cache_dir``.
         max_concurrency: Remote requests in flight at once for one batch (default 64).
         max_inflight_bytes: Bound on response bytes held before they are copied out
             (default 128 MiB).
@@ -122,14 +131,20 @@ def open(
         MissingDependencyError: The URL's protocol needs an extra, e.g. ``pip install
             'ofindex[s3]'`` (an ``ImportError``).
         InvalidURLError: An unknown URL protocol (a ``ValueError``).
+        ValueError: ``data_cache_bytes`` without ``cache_dir``, or not a positive number.
 
     Warns:
         PartialIndexWarning: Some shards are indexed only up to damaged data (once per
             dataset, naming them).
         SkippedFilesWarning: Files a directory or glob lists have no sidecar and are plainly
             not record files (a README): left out, once, naming them.
+        DataCacheWarning: ``data_cache_bytes`` cannot hold the dataset's data files: read
+            without the data cache.
     """
     parse_compression(compression)  # refuse a bad name before any work
+    if data_cache_bytes and cache_dir is None:
+        raise ValueError("data_cache_bytes= keeps remote data in a local directory: pass "
+                         "cache_dir= too")
     # every storage of this open is made once, with these settings, and shared
     storages = Storages(storage_options, mmap=mmap, max_concurrency=max_concurrency,
                         max_inflight_bytes=max_inflight_bytes,
@@ -140,13 +155,23 @@ def open(
     location = resolve(paths, index_dir=index_dir, storages=storages, manifest=manifest)
     if build_missing and not rebuild_stale and location.manifest is None:
         build_missing_sidecars(location, format, compression)
-    options = OpenOptions(format, verify, decode, check_stale,
-                          SidecarCache(cache_bytes, cache_dir, cache_dir_bytes), compression)
+    sidecar_cache = SidecarCache(cache_bytes, cache_dir, cache_dir_bytes)
+    options = OpenOptions(format, verify, decode, check_stale, sidecar_cache, compression,
+                          _data_cache(sidecar_cache, data_cache_bytes))
     dataset = open_location(location, options)
     for_framing = getattr(decode, "for_framing", None)
     if for_framing is not None:  # a Decoder made without kind decodes what the files hold
         dataset.decode = for_framing(dataset.format.name)
     return dataset
+
+
+def _data_cache(sidecar_cache: SidecarCache, data_cache_bytes: int) -> DataCache | None:
+    """The data cache ``data_cache_bytes`` asks for, in the sidecar cache's directory (whose
+    verdict on it it shares: one warning when it cannot be used)."""
+    node = sidecar_cache.node
+    if not data_cache_bytes or node is None:
+        return None
+    return DataCache(node.directory, data_cache_bytes, problem=node.problem)
 
 
 def build_missing_sidecars(location: DatasetLocation, format: str,

@@ -13,6 +13,7 @@ gives the same result. The "explore" profile draws fresh random inputs and keeps
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import sys
 import uuid
@@ -71,6 +72,9 @@ def inflater(request, monkeypatch):
 
 @pytest.fixture(scope="session")
 def nginx_server(tmp_path_factory):
+    from helpers import need
+
+    need("aiohttp", "http")  # every test that serves files over HTTP reads them with fsspec's
     try:
         servers.nginx_binary()
     except RuntimeError as exc:
@@ -209,6 +213,86 @@ def remote_backend(request, tmp_path_factory) -> Backend:
 @pytest.fixture(params=["s3", "gcs"])
 def bucket_backend(request, tmp_path_factory) -> Backend:
     return _make_backend(request.param, request, tmp_path_factory)
+
+
+#: The optional dependencies a test may find missing when the suite is run by hand, with
+#: what installs each (an ofindex extra, or a pip requirement).
+OPTIONAL_MODULES = {
+    "aiohttp": "http", "s3fs": "s3", "botocore": "s3", "gcsfs": "gcs", "torch": "torch",
+    "torchdata": "torchdata", "grain": "grain", "tensorflow": "tf", "keras": "keras",
+    "datasets": "hf", "pyarrow": "hf", "ray": "ray", "dask": "dask", "distributed": "dask",
+    "moto": "moto[server]", "mkdocs": "docs", "playwright": "docs", "build": "dist",
+    "auditwheel": "dist", "ruff": "dev", "mypy": "dev", "PIL": "bench", "matplotlib": "bench",
+    "tfrecord": "test", "array_record": "bench", "lance": "bench", "isal": "isal",
+}
+
+
+def _missing_optional(excinfo) -> str | None:
+    """The optional module whose absence raised ``excinfo``'s exception, or None."""
+    from ofindex.errors import MissingDependencyError
+
+    exc = excinfo.value
+    if isinstance(exc, MissingDependencyError):
+        cause = exc.__cause__
+        exc = cause if isinstance(cause, ModuleNotFoundError) else exc
+        if not isinstance(exc, ModuleNotFoundError):
+            return str(exc)
+    if isinstance(exc, ModuleNotFoundError) and exc.name is not None:
+        top = exc.name.split(".")[0]
+        if top in OPTIONAL_MODULES:
+            return top
+    return None
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """When the suite is run by hand without an optional extra, a test that fails because
+    that extra is missing is reported as skipped, naming the pip command (tests that run the
+    CLI in a subprocess ask for their extras with ``helpers.need``). In CI every extra is
+    installed, and a skip fails the run (``pytest_sessionfinish``)."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.skipped:
+        _name_the_pip_command(report)
+        return
+    if call.excinfo is None or report.passed:
+        return
+    missing = _missing_optional(call.excinfo)
+    if missing is None:
+        return
+    reason = (_reason(missing) if missing in OPTIONAL_MODULES
+              else f"an optional dependency is missing: {missing}")
+    report.outcome = "skipped"
+    report.longrepr = (str(item.path), item.location[1] or 0, f"Skipped: {reason}")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector):
+    """A module skipped at import by ``pytest.importorskip`` names the pip command too."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.skipped:
+        _name_the_pip_command(report)
+
+
+def _name_the_pip_command(report) -> None:
+    """Give a skip by ``pytest.importorskip`` of an optional module the reason ``_reason``
+    writes (pytest's own says only "could not import")."""
+    if not isinstance(report.longrepr, tuple):
+        return
+    path, line, text = report.longrepr
+    found = re.search(r"could not import '([\w.]+)'", text)
+    top = found.group(1).split(".")[0] if found else ""
+    if top in OPTIONAL_MODULES:
+        report.longrepr = (path, line, f"Skipped: {_reason(top)}")
+
+
+def _reason(module: str) -> str:
+    """Why a test that needs optional ``module`` was skipped, and what installs it."""
+    install = OPTIONAL_MODULES[module]
+    how = (f"pip install 'ofindex[{install}]'" if install.isidentifier()
+           else f"pip install '{install}'")
+    return f"{module} is not installed: {how} (bash tools/run-tests.sh installs it)"
 
 
 def pytest_sessionfinish(session, exitstatus):

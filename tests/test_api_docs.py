@@ -8,13 +8,18 @@ import enum
 import inspect
 
 import pytest
+from helpers import need
 
 import ofindex
 import ofindex.decode
-import ofindex.integrations.torch
+import ofindex.read.datacache
 import ofindex.shuffle
 
-MODULES = [ofindex, ofindex.decode, ofindex.shuffle, ofindex.integrations.torch]
+need("torch", "torch")
+import ofindex.integrations.torch  # noqa: E402
+
+MODULES = [ofindex, ofindex.decode, ofindex.shuffle, ofindex.integrations.torch,
+           ofindex.read.datacache]
 #: Methods documented even though they start with an underscore.
 DUNDERS = {"__getitem__", "__getitems__", "__iter__", "__len__", "__call__"}
 

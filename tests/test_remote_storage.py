@@ -210,12 +210,14 @@ def test_batch_is_few_requests(served):
 
 
 # -- the manifest ------------------------------------------------------------------------------
-def test_open_through_manifest_is_one_request(served):
+def test_open_through_manifest_is_one_round(served):
+    """One round: the JSON manifest, and the compact one's name asked for at once (a 404)."""
     url, expected, log = served
     before = len(log_lines(log))
     ds = ofindex.open(url)
     new = log_lines(log)[before:]
-    assert len(new) == 1 and "ofindex-manifest.json" in new[0]
+    assert len(new) == 2 and sum("ofindex-manifest.json HTTP/1.1\" 200" in x for x in new) == 1
+    assert sum("ofindex-manifest.bin HTTP/1.1\" 404" in x for x in new) == 1
     assert len(ds) == RECORDS and [s.records for s in ds.shards] == [100] * SHARDS
     before = len(log_lines(log))
     assert ds[250] == expected[250]  # first touch of shard 2: its sidecar, a stat, the record
@@ -303,12 +305,15 @@ def test_read_only_web_data_with_index_in_another_store(served):
     assert list(ds) == expected
 
 
-def test_ten_thousand_shards_open_with_one_request(nginx_server, tmp_path):
-    """A 10,000-shard dataset opens through its manifest with one request, and a read touches
-    only its own shard's sidecar."""
+@pytest.mark.parametrize("compact", [False, True], ids=["json", "compact"])
+def test_ten_thousand_shards_open_with_one_round(nginx_server, tmp_path, compact):
+    """A 10,000-shard dataset opens through its manifest with one round of requests (a
+    compact one: three, reading a part of it), and a read touches only its own shard's
+    sidecar (and, compact, one stamps page of the manifest)."""
     import shutil
     import uuid
 
+    from ofindex.formats.compact_manifest import COMPACT_NAME, CompactManifestFile
     from ofindex.formats.framing import RecordFormat
     from ofindex.formats.manifest import write_manifest
     from ofindex.formats.sidecar import open_local_sidecar
@@ -329,15 +334,27 @@ def test_ten_thousand_shards_open_with_one_request(nginx_server, tmp_path):
         shutil.copy2(sidecar_of(src), sidecar_of(dst))
         files.append(dst)
     h = open_local_sidecar(sidecar_of(src)).header
-    write_manifest(manifest_of(root), RecordFormat.TFRECORD,
-                   LocalStorage(), files, root, index_dir_of(root), [h.count] * n,
-                   [h.stamp.size] * n, [h.stamp.fingerprint] * n, Storages())
+    if compact:
+        out = CompactManifestFile(os.path.join(index_dir_of(root), COMPACT_NAME),
+                                  RecordFormat.TFRECORD, LocalStorage(), root,
+                                  index_dir_of(root), Storages(), n)
+        for f in files:
+            out.add(f, h.count, h.stamp.size, h.stamp.fingerprint, h.body_crc)
+        out.close()
+    else:
+        write_manifest(manifest_of(root), RecordFormat.TFRECORD,
+                       LocalStorage(), files, root, index_dir_of(root), [h.count] * n,
+                       [h.stamp.size] * n, [h.stamp.fingerprint] * n, Storages())
     before = len(log_lines(nginx_server.log))
     ds = ofindex.open(f"{nginx_server.url}/{name}")
-    assert len(log_lines(nginx_server.log)) - before == 1
+    opened = log_lines(nginx_server.log)[before:]
+    assert len(opened) == (4 if compact else 2)  # the other kind's name: a 404
+    assert sum(" 404 " in line for line in opened) == 1
     assert len(ds) == 3 * n
     before = len(log_lines(nginx_server.log))
     assert ds[3 * 7777 + 2] == b"record 2"
     new = log_lines(nginx_server.log)[before:]
-    assert len(new) == 3 and sum("shard-07777.ofidx" in line for line in new) == 1
-    assert sum(s.loaded for s in ds._table.shards) == 1
+    assert len(new) == (4 if compact else 3)
+    assert sum("shard-07777.ofidx" in line for line in new) == 1
+    assert sum(COMPACT_NAME in line for line in new) == int(compact)
+    assert sum(s.loaded for s in ds._table.held()) == 1

@@ -96,6 +96,19 @@ SCALE = {"settings": {"batches": 8, "rtt": 0.02, "bandwidth": 1e9, "concurrency"
                      "whole_shards": {"moved_per_useful": 108175.0}}]}
 
 
+SCALE_MANIFEST = {"settings": {"rounds": 3, "per_shard": 100000, "concurrency": 256,
+                              "batch": 256, "load": 7.6},
+                  "rows": [{"records": 1e11, "shards": 1000000, "kind": kind,
+                            "manifest_bytes": mb, "open_s": s, "open_s_min": s * 0.9,
+                            "open_s_max": s * 1.1, "peak_rss_mb": rss, "peak_rss_mb_min": rss,
+                            "peak_rss_mb_max": rss, "open_requests": 6, "open_rounds": 4,
+                            "open_bytes": 4040000,
+                            "first_batch": {"rounds": 2, "requests": 1274,
+                                            "bytes": {"data": 60000, "compact": 170000}}}
+                           for kind, mb, s, rss in (("json", 75790000, 17.3, 997.0),
+                                                    ("bin", 9360000, 0.25, 138.0))]}
+
+
 def write(results, name, data):
     with open(os.path.join(results, f"{name}.json"), "w") as f:
         json.dump(data, f)
@@ -119,7 +132,7 @@ def test_report_from_fixtures(tmp_path):
     for name, data in (("pipeline", PIPELINE), ("images", IMAGES), ("sequential", SEQUENTIAL),
                        ("shuffle", SHUFFLE), ("remote", REMOTE), ("compressed", COMPRESSED),
                        ("build", BUILD), ("decode", DECODE), ("scale", SCALE),
-                       ("mixing", MIXING)):
+                       ("scale_manifest", SCALE_MANIFEST), ("mixing", MIXING)):
         write(results, name, data)
     readme = tmp_path / "README.md"
     readme.write_text("# x\n\n## Benchmarks\n\nintro\n\n<!-- bench:begin -->\nold figures\n"
@@ -174,6 +187,11 @@ def test_report_from_fixtures(tmp_path):
             "of tf.data sample_from_datasets and Grain's MapDataset.mix.") in text
     assert ("- Scale (1e+10 records, 100,000 shards, simulated store): open 0.64 s, peak RSS "
             "155 MB, 2 request rounds per cold batch of 256, 3.1× the useful bytes moved.") in text
+    assert ("| 1,000,000 | bin | 9.36 | 0.25 (0.225–0.275) | 138 (138–138) | 6 / 4 | 4.04 | "
+            "2 / 1274 | 0.23 | 0.17 |") in md
+    assert ("- Manifest of 1,000,000 shards (simulated store): the compact one opens in 0.25 s "
+            "with a peak RSS of 138 MB (JSON: 17.3 s, 997 MB, 69.2× slower); first batch of "
+            "256 in 2 request rounds.") in text
 
 
 def test_report_refuses_a_readme_without_markers(tmp_path):
@@ -213,3 +231,48 @@ def test_keep_missing_refreshes_one_section(tmp_path):
     text = readme.read_text()
     assert scale_line in text and "random ds[i] 2,500/s" in text and "2,300/s" not in text
     assert text.count("- Compressed TFRecords") == 1
+
+
+def _epochs(*walls):
+    return [{"wall_s": w, "wall_s_min": w * 0.9, "wall_s_max": w * 1.1, "first_batch_s": 0.5,
+             "data_requests": 16 if k == 0 else 0, "data_bytes": 66_500_000 if k == 0 else 0}
+            for k, w in enumerate(walls)]
+
+
+DATA_CACHE = {
+    "config": {"rtt_ms": 20.0, "shards": 8, "records": 65536, "record_size": 1000,
+               "dataset_bytes": 66_500_000, "batch": 256, "rounds": 3,
+               "default_block": "1 MiB"},
+    "configs": {"none": {"shuffled": _epochs(11.0, 11.5, 11.2),
+                         "sequential": _epochs(1.2, 0.9, 0.5)},
+                "1 MiB": {"shuffled": _epochs(2.2, 0.84, 1.4),
+                          "sequential": _epochs(1.9, 0.46, 0.69)}},
+    "summary": {"uncached_epoch_s": 11.0, "epoch1_s": 2.2, "epoch2_s": 0.84,
+                "epoch2_data_requests": 0, "epoch3_new_open_data_requests": 0,
+                "epoch1_over_epoch2": 2.6, "epoch1_over_epoch2_min": 1.4,
+                "epoch1_over_epoch2_max": 3.0, "uncached_over_epoch2": 13.1,
+                "uncached_over_epoch2_min": 9.5, "uncached_over_epoch2_max": 20.0, "goal": 10},
+}
+
+
+def test_data_cache_section(tmp_path):
+    results, docs = tmp_path / "bench-results", tmp_path / "docs"
+    results.mkdir()
+    readme = tmp_path / "README.md"
+    readme.write_text("# x\n\n<!-- bench:begin -->\n<!-- bench:end -->\n")
+    assert report.main(["--results", str(results), "--docs", str(docs),
+                        "--readme", str(readme)]) == 0
+    assert "Not measured yet: run `python tools/bench_scale.py --data-cache`" in (
+        docs / "benchmarks.md").read_text()
+    write(results, "data_cache", DATA_CACHE)
+    assert report.main(["--results", str(results), "--docs", str(docs),
+                        "--readme", str(readme)]) == 0
+    md = (docs / "benchmarks.md").read_text()
+    assert "| 1 MiB | shuffled | 2 | 0.84 [0.756–0.924] | 500 | 0 | 0 |" in md
+    assert "| none | shuffled | 1 | 11 [9.9–12.1] | 500 | 16 | 66.5 |" in md
+    assert ("epoch 2 of the shuffled pass 2.6× [1.4–3] faster than epoch 1 with the cache, "
+            "13.1× [9.5–20] faster than an epoch without it (goal 10×), 0 data requests in "
+            "epoch 2 and 0 in epoch 3.") in md
+    assert ("- Data cache (`data_cache_bytes=`), +20 ms RTT: a second globally shuffled epoch "
+            "makes 0 data requests and runs 13.1× faster than an uncached epoch (2.6× the "
+            "first epoch, which the cache makes 5× faster too).") in readme.read_text()

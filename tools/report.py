@@ -10,7 +10,7 @@ Reads, when present: pipeline.json (tools/bench_pipeline.py), images.json
 (tools/bench_sequential.py), shuffle.json (tools/bench_shuffle.py), remote.json
 (tools/bench_remote.py), compressed.json (tools/bench_compressed.py), read.json
 (tools/bench_read.py), build.json (tools/bench_build.py), decode.json
-(tools/bench_decode.py), scale.json (tools/bench_scale.py), mixing.json
+(tools/bench_decode.py), scale.json and scale_manifest.json (tools/bench_scale.py), mixing.json
 (tools/bench_mixing.py). A missing file gives a line
 saying how to make it, or with ``--keep-missing`` the section and README lines already
 written from it earlier (so that one benchmark can be re-run and its figures refreshed
@@ -42,7 +42,8 @@ TOOLS = {"pipeline": ("bench_pipeline.py", []), "images": ("bench_images.py", []
          "shuffle": ("bench_shuffle.py", []), "remote": ("bench_remote.py", []),
          "compressed": ("bench_compressed.py", []), "read": ("bench_read.py", []),
          "build": ("bench_build.py", []), "decode": ("bench_decode.py", []),
-         "scale": ("bench_scale.py", []), "mixing": ("bench_mixing.py", []),
+         "scale": ("bench_scale.py", []), "scale_manifest": ("bench_scale.py", ["--manifests"]),
+         "mixing": ("bench_mixing.py", []), "data_cache": ("bench_scale.py", ["--data-cache"]),
          "ray": ("bench_ray.py", [])}
 
 
@@ -436,6 +437,104 @@ class Report:
                 f"{top['cold']['max_rounds']} request rounds per cold batch of 256, "
                 f"{fmt(top['cold']['moved_per_useful'])}× the useful bytes moved.")
 
+    def data_cache(self) -> None:
+        data = self.load("data_cache")
+        title = "Later epochs from local disk: the data cache (tools/bench_scale.py --data-cache)"
+        if data is None:
+            if self.keep_missing:
+                self.sections.append(f"{MISSING}{title}\n")
+            else:
+                self.sections.append(f"## {title}\n\nNot measured yet: run `python tools/"
+                                     "bench_scale.py --data-cache` (or `python tools/report.py "
+                                     "--run data_cache`).\n")
+            return
+        c = data["config"]
+        text = [f"## {title}\n",
+                f"{c['shards']} shards, {fmt(c['records'])} records of ~{c['record_size']} B "
+                f"({fmt(c['dataset_bytes'] / 1e6)} MB) served by nginx behind a "
+                f"{fmt(c['rtt_ms'])} ms RTT proxy; `data_cache_bytes` twice the dataset. "
+                f"*Shuffled*: globally shuffled epochs in batches of {c['batch']}; "
+                "*sequential*: `iter_batches`. Epochs 1 and 2 run in one dataset, epoch 3 in "
+                "a new `open` on the same `cache_dir` (a next run, another process). Data "
+                "requests and bytes from nginx's log (sidecars and staleness checks apart); "
+                f"medians of {c['rounds']} interleaved rounds, [min–max] of wall time.\n"]
+        rows = []
+        for name, config in data["configs"].items():
+            for pattern in ("shuffled", "sequential"):
+                for epoch, e in enumerate(config[pattern], 1):
+                    rows.append([name, pattern, str(epoch),
+                                 f"{fmt(e['wall_s'])} [{fmt(e['wall_s_min'])}–"
+                                 f"{fmt(e['wall_s_max'])}]",
+                                 fmt(e["first_batch_s"] * 1e3), fmt(e["data_requests"]),
+                                 fmt(e["data_bytes"] / 1e6)])
+        text.append(table(["block", "pattern", "epoch", "wall s", "first batch ms",
+                           "data requests", "data MB"], rows))
+        s = data["summary"]
+        text.append(
+            f"\nWith the default block ({c['default_block']}): epoch 2 of the shuffled pass "
+            f"{fmt(s['epoch1_over_epoch2'])}× [{fmt(s['epoch1_over_epoch2_min'])}–"
+            f"{fmt(s['epoch1_over_epoch2_max'])}] faster than epoch 1 with the cache, "
+            f"{fmt(s['uncached_over_epoch2'])}× [{fmt(s['uncached_over_epoch2_min'])}–"
+            f"{fmt(s['uncached_over_epoch2_max'])}] faster than an epoch without it (goal "
+            f"{s['goal']}×), {fmt(s['epoch2_data_requests'])} data requests in epoch 2 and "
+            f"{fmt(s['epoch3_new_open_data_requests'])} in epoch 3.\n")
+        self.sections.append("\n".join(text) + "\n")
+        self.summary.append(
+            f"Data cache (`data_cache_bytes=`), +{fmt(c['rtt_ms'])} ms RTT: a second globally "
+            f"shuffled epoch makes {fmt(s['epoch2_data_requests'])} data requests and runs "
+            f"{fmt(s['uncached_over_epoch2'])}× faster than an uncached epoch "
+            f"({fmt(s['epoch1_over_epoch2'])}× the first epoch, which the cache makes "
+            f"{fmt(s['uncached_epoch_s'] / s['epoch1_s'])}× faster too).")
+    def manifests(self) -> None:
+        """Opening 1e5 and 1e6 shards through each kind of manifest (issue 32)."""
+        data = self.load("scale_manifest")
+        title = ("Scale: manifests of 1e5 and 1e6 shards, JSON, compact and Parquet "
+                 "(tools/bench_scale.py --manifests)")
+        if data is None:
+            if self.keep_missing:
+                self.sections.append(f"{MISSING}{title}\n")
+                return
+            self.sections.append(f"## {title}\n\nNot measured yet: run `python "
+                                 "tools/bench_scale.py --manifests`.\n")
+            return
+        st = data["settings"]
+        text = [f"## {title}\n",
+                f"A fresh process per run opens a simulated dataset of {st['per_shard']:,} "
+                f"records per shard and reads one batch of {st['batch']} globally shuffled "
+                f"records; {st['rounds']} interleaved runs per row (median, min–max; load "
+                f"average {st['load']:.1f} on 2 cores). *json*: ofindex-manifest.json; *bin*: "
+                "the compact ofindex-manifest.bin; *parquet-64k* / *parquet-128*: the same "
+                "columns in Parquet (pyarrow, zstd) with row groups of 65,536 / 128 rows, read "
+                "through fsspec without read-ahead (first batch: the stamps of its shards "
+                "only). Requests include misses (404s); RSS is the opening process's.\n"]
+        rows = []
+        for r in data["rows"]:
+            b = r["first_batch"]
+            manifest_mb = sum(v for k, v in b["bytes"].items() if k not in ("data", "sidecar"))
+            rows.append([f"{r['shards']:,}", r["kind"], fmt(r["manifest_bytes"] / 1e6),
+                         span(r["open_s"], r["open_s_min"], r["open_s_max"]),
+                         span(r["peak_rss_mb"], r["peak_rss_mb_min"], r["peak_rss_mb_max"]),
+                         f"{r['open_requests']} / {r['open_rounds']}",
+                         fmt(r["open_bytes"] / 1e6),
+                         f"{b['rounds']} / {b['requests']}" + (" (stamps only)"
+                                                               if b.get("stamps_only") else ""),
+                         fmt(sum(b["bytes"].values()) / 1e6), fmt(manifest_mb / 1e6)])
+        text.append(table(["shards", "manifest", "manifest MB", "open s", "peak RSS MB",
+                           "open requests / rounds", "MB read at open",
+                           "first batch rounds / requests", "first batch MB",
+                           "of it manifest MB"], rows))
+        self.sections.append("\n".join(text) + "\n")
+        by = {(r["shards"], r["kind"]): r for r in data["rows"]}
+        top = max(r["shards"] for r in data["rows"])
+        compact, json_ = by.get((top, "bin")), by.get((top, "json"))
+        if compact and json_:
+            self.summary.append(
+                f"Manifest of {top:,} shards (simulated store): the compact one opens in "
+                f"{fmt(compact['open_s'])} s with a peak RSS of {fmt(compact['peak_rss_mb'])} MB "
+                f"(JSON: {fmt(json_['open_s'])} s, {fmt(json_['peak_rss_mb'])} MB, "
+                f"{fmt(json_['open_s'] / compact['open_s'])}× slower); first batch of 256 in "
+                f"{compact['first_batch']['rounds']} request rounds.")
+
     def rows_table(self, name: str, title: str, tool: str) -> None:
         """A benchmark that writes a list of rows named by ``"name"`` (tools/benchlib.py)."""
         rows = self.load(name)
@@ -506,7 +605,7 @@ class Report:
         for section in (self.pipeline, self.images, self.sequential, self.read, self.build,
                         self.decode,
                         self.compressed, self.shuffle, self.mixing, self.remote, self.scale,
-                        self.ray):
+                        self.data_cache, self.manifests, self.ray):
             before = len(self.summary)
             section()
             self.lines_of[self.sections[-1].split("\n", 1)[0]] = self.summary[before:]

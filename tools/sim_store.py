@@ -3,7 +3,8 @@
 An fsspec filesystem whose files are computed, not stored: a dataset of any size (1e10
 records in 1e5 shards) exists as a formula. ``simstore://ds-<records>-<shards>-<mean>/``
 holds ``part-00000`` … (TFRecord shards), their sidecars ``part-00000.ofidx`` (version 2,
-exactly what ``ofindex build`` writes for them) and ``ofindex-manifest.json``. Any byte range
+exactly what ``ofindex build`` writes for them), ``ofindex-manifest.json`` and the compact
+``ofindex-manifest.bin`` (which ``ofindex.open`` reads first). Any byte range
 of any file is generated on demand in time proportional to the range (a sidecar page in
 O(page), never the whole sidecar).
 
@@ -21,6 +22,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
+import mmap
+import os
 import re
 from typing import Any
 
@@ -29,6 +32,7 @@ import fsspec
 import numpy as np
 from fsspec.asyn import AsyncFileSystem
 
+from ofindex.formats.compact_manifest import COMPACT_NAME
 from ofindex.formats.crc import mask_crc
 from ofindex.formats.framing import RecordFormat
 from ofindex.formats.manifest import MANIFEST_NAME, encode_manifest
@@ -174,6 +178,104 @@ class SimDataset:
             np.diff(framed).tolist(), [f"etag:sim-{self.name}-{k}" for k in range(self.shards)])
 
 
+# -- the compact manifest (ofindex-manifest.bin) and a disk copy of each manifest ---------------
+#: A directory holding each dataset's manifests once generated (``<name>.json`` /
+#: ``<name>.bin``), served from a memory map: a benchmark generates them in another process,
+#: so that the opening process's peak RSS counts what ofindex holds, not the generator's
+#: lists. Unset: generated in this process when first asked for.
+CACHE_ENV = "OFINDEX_SIM_MANIFESTS"
+
+
+def compact_manifest(sim: SimDataset) -> bytes:
+    """The compact manifest of a synthetic dataset, as ``ofindex build`` writes it for a
+    dataset of that many shards."""
+    from ofindex.formats import manifest_binary as binary
+
+    firsts = np.arange(sim.shards + 1, dtype=np.int64) * sim.records // sim.shards
+    framed = np.asarray(sim.framed_before(firsts), dtype=np.int64)
+    writer = binary.CompactWriter(RecordFormat.TFRECORD, sim.shards, None, None, False)
+    counts, sizes = np.diff(firsts), np.diff(framed)
+    step, etag = 1 << 16, f"etag:sim-{sim.name}-"
+    for lo in range(0, sim.shards, step):
+        hi = min(lo + step, sim.shards)
+        writer.add_rows(binary.Rows(
+            [f"part-{k:05d}" for k in range(lo, hi)], counts[lo:hi], sizes[lo:hi],
+            [etag + str(k) for k in range(lo, hi)], np.full(hi - lo, -1),
+            np.zeros(hi - lo, dtype=np.uint8)))
+    return b"".join(writer.finish())
+
+
+def manifest_bytes(sim: SimDataset, kind: str) -> bytes | memoryview:
+    """A manifest's bytes (``kind``: ``json`` or ``bin``): from the disk copy when
+    :data:`CACHE_ENV` names a directory (written there first if missing), else generated."""
+    directory = os.environ.get(CACHE_ENV)
+    if not directory:
+        return sim.manifest if kind == "json" else sim.compact
+    path = os.path.join(directory, f"{sim.name}.{kind}")
+    if kind not in ("json", "bin"):  # written by the benchmark
+        with open(path, "rb") as f:
+            return memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
+    if not os.path.exists(path):
+        os.makedirs(directory, exist_ok=True)
+        data = sim.manifest if kind == "json" else sim.compact
+        with open(path + ".tmp", "wb") as f:
+            f.write(data)
+        os.replace(path + ".tmp", path)
+    with open(path, "rb") as f:
+        return memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
+
+
+#: Which manifest the store holds: ``bin`` (the compact one, what ``ofindex build`` writes for
+#: this many shards; the default) or ``json`` (what earlier releases wrote).
+KIND_ENV = "OFINDEX_SIM_MANIFEST"
+
+
+#: The manifest files the store may hold: file name -> kind (as :data:`STATS` counts it) and
+#: the suffix of its disk copy. Parquet copies (written by tools/bench_scale.py) are served
+#: when the disk copy exists.
+MANIFEST_FILES = {MANIFEST_NAME: ("manifest", "json"), COMPACT_NAME: ("compact", "bin"),
+                  "ofindex-manifest.parquet-64k": ("parquet-64k", "parquet-64k"),
+                  "ofindex-manifest.parquet-128": ("parquet-128", "parquet-128")}
+SUFFIX_OF = dict(MANIFEST_FILES.values())
+
+
+def held_suffix() -> str:
+    """``json`` or ``bin``: the manifest the store holds (see :data:`KIND_ENV`)."""
+    return os.environ.get(KIND_ENV, "bin")
+
+
+def manifest_kind(ds: SimDataset, name: str) -> str | None:
+    """The kind of a manifest file the store holds (the JSON or compact one as
+    :data:`KIND_ENV` says, a Parquet one when its disk copy exists); ``None`` for a name that
+    is not a manifest's.
+
+    Raises:
+        FileNotFoundError: A manifest the store does not hold.
+    """
+    if name not in MANIFEST_FILES:
+        return None
+    kind, suffix = MANIFEST_FILES[name]
+    held = held_suffix()
+    directory = os.environ.get(CACHE_ENV, "")
+    if suffix == held or (suffix.startswith("parquet") and directory and os.path.exists(
+            os.path.join(directory, f"{ds.name}.{suffix}"))):
+        return kind
+    raise FileNotFoundError(name)
+
+
+SimDataset.compact = functools.cached_property(compact_manifest)  # type: ignore[attr-defined]
+SimDataset.compact.__set_name__(SimDataset, "compact")  # type: ignore[attr-defined]
+_SERVED: dict[tuple[str, str], bytes | memoryview] = {}
+
+
+def served_manifest(sim: SimDataset, kind: str) -> bytes | memoryview:
+    """The manifest bytes this process serves (read or generated once)."""
+    key = (sim.name, kind)
+    if key not in _SERVED:
+        _SERVED[key] = manifest_bytes(sim, kind)
+    return _SERVED[key]
+
+
 @functools.lru_cache(maxsize=16)
 def dataset_named(name: str) -> SimDataset:
     m = _NAME.fullmatch(name)
@@ -204,22 +306,31 @@ class SimStore(AsyncFileSystem):
         return path.rstrip("/")
 
     def _resolve(self, path: str) -> tuple[SimDataset, str, int]:
-        """``(dataset, kind, shard)`` of a path; kind is data, sidecar, manifest or dir."""
+        """``(dataset, kind, shard)`` of a path; kind is data, sidecar, a manifest's or dir.
+        A path that is not there is a request too (a 404 a store answers and bills)."""
+        try:
+            return self._resolve_found(path)
+        except FileNotFoundError:
+            STATS.count("missing", 0)
+            raise
+
+    def _resolve_found(self, path: str) -> tuple[SimDataset, str, int]:
         path = self._strip_protocol(path)
         name, _, rest = path.partition("/")
         ds = dataset_named(name)
         if rest == "":
             return ds, "dir", -1
-        if rest == MANIFEST_NAME:
-            return ds, "manifest", -1
+        kind = manifest_kind(ds, rest)
+        if kind is not None:
+            return ds, kind, -1
         m = _SHARD.fullmatch(rest)
         if m is None or int(m.group(1)) >= ds.shards:
             raise FileNotFoundError(path)
         return ds, ("sidecar" if m.group(2) else "data"), int(m.group(1))
 
     def _size(self, ds: SimDataset, kind: str, shard: int) -> int:
-        if kind == "manifest":
-            return len(ds.manifest)
+        if kind in SUFFIX_OF:
+            return len(served_manifest(ds, SUFFIX_OF[kind]))
         if kind == "sidecar":
             return ds.sidecar_size(shard)
         return ds.shard_size(shard)
@@ -258,8 +369,8 @@ class SimStore(AsyncFileSystem):
         b = size if end is None else min(end + size if end < 0 else end, size)
         if self.latency:
             await asyncio.sleep(self.latency)
-        if kind == "manifest":
-            data = ds.manifest[a:b]
+        if kind in SUFFIX_OF:
+            data = bytes(served_manifest(ds, SUFFIX_OF[kind])[a:b])
         elif kind == "sidecar":
             data = ds.sidecar(shard, a, b)
         else:

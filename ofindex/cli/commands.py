@@ -9,6 +9,7 @@ import concurrent.futures as cf
 import json
 import sys
 import warnings
+from collections.abc import Sequence
 from typing import Any
 
 from .._accel import implementation
@@ -94,7 +95,7 @@ def cmd_build(args: argparse.Namespace, options: Options) -> int:
     return EXIT_PARTIAL if partial else EXIT_OK
 
 
-def _build_summary(results: list[BuildResult], *, verified: bool) -> str:
+def _build_summary(results: Sequence[BuildResult], *, verified: bool) -> str:
     """One line for a build: what was indexed now, and what was already fresh (skipped)."""
     built = [r for r in results if not r.skipped]
     packed = [r for r in built if r.compression is not Compression.NONE]

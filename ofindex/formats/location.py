@@ -17,10 +17,14 @@ from __future__ import annotations
 import dataclasses
 import glob
 import os
+from collections.abc import Sequence
 
-from ..errors import DataFileNotFoundError, SidecarError
+from ..errors import DataFileNotFoundError, ManifestError, RangeReadError, SidecarError
 from ..storage import PathSpec, Storage, Storages, as_list, is_local_url, list_data_files
-from .manifest import Manifest, manifest_url_for, read_manifest
+from .compact_manifest import COMPACT_NAME, CompactManifest, open_compact
+from .lazy_rows import LazyRows
+from .manifest import Manifest, decode_manifest, manifest_url_for, read_manifest
+from .manifest_binary import HEADER_SIZE
 from .placement import Layout, SidecarPlace, sibling_index_dir
 from .sidecar import SUFFIX
 
@@ -52,6 +56,24 @@ def existing_layout(storage: Storage, data_path: str) -> Layout | None:
     return None
 
 
+#: A manifest of either kind: JSON (read whole), or compact (read by pages).
+AnyManifest = Manifest | CompactManifest
+
+
+class ManifestFiles(LazyRows[str]):
+    """The data files a compact manifest lists, each path made when asked for."""
+
+    def __init__(self, prefix: str, manifest: CompactManifest) -> None:
+        self.prefix, self.manifest = prefix, manifest
+
+    def __len__(self) -> int:
+        return len(self.manifest)
+
+    def make(self, k: int) -> str:
+        """The path of file ``k``."""
+        return self.prefix + self.manifest.name(k)
+
+
 @dataclasses.dataclass(frozen=True)
 class DatasetLocation:
     """A path spec resolved once: what both the reader and the builder work from.
@@ -69,9 +91,9 @@ class DatasetLocation:
     """
 
     storage: Storage
-    files: list[str]
+    files: Sequence[str]
     sidecars: SidecarPlace
-    manifest: Manifest | None = None
+    manifest: AnyManifest | None = None
     directory: str | None = None
     index_dir: str | None = None
     storages: Storages = dataclasses.field(default_factory=Storages)
@@ -85,7 +107,7 @@ class DatasetLocation:
         """Return the URL of a data file, as messages show it."""
         return self.storage.url(data_path)
 
-    def subset(self, files: list[str]) -> DatasetLocation:
+    def subset(self, files: Sequence[str]) -> DatasetLocation:
         """The same location restricted to ``files`` (no manifest, no directory)."""
         return dataclasses.replace(self, files=list(files), manifest=None, directory=None)
 
@@ -126,7 +148,9 @@ def resolve(
     if found is not None:
         storage, data_dir = storages.for_url(found.data_dir)
         prefix = storage.join(data_dir, "")  # names are relative (checked): one join for all
-        files = [prefix + name for name in found.names]
+        files: Sequence[str] = (ManifestFiles(prefix, found)
+                                if isinstance(found, CompactManifest)
+                                else [prefix + name for name in found.names])
         # a manifest without an index directory is ofindex 0.2's: sidecars beside the data
         place = sidecar_place(storage, found.index_dir, storages, Layout.BESIDE)
         return DatasetLocation(storage, files, place, found, data_dir, index_dir, storages)
@@ -163,7 +187,7 @@ def _named_directory(paths: PathSpec, storage: Storage, storages: Storages,
 
 def _find_manifest(
     paths: PathSpec, index_dir: str | None, storages: Storages, manifest: bool | str,
-) -> Manifest | None:
+) -> AnyManifest | None:
     if manifest is False:
         return None
     if isinstance(manifest, str):
@@ -172,7 +196,7 @@ def _find_manifest(
     if spec is None:
         return None
     _, spec_path = storages.for_url(spec)  # an unknown protocol is reported for the URL given
-    if spec.endswith(".json"):
+    if spec.endswith(".json") or spec.rstrip("/").rsplit("/", 1)[-1] == COMPACT_NAME:
         return _required_manifest(spec, storages)
     if glob.has_magic(spec):
         return None
@@ -206,10 +230,11 @@ def _find_manifest(
 
 
 def _directory_manifest(spec: str, index_dir: str | None,
-                        storages: Storages) -> tuple[str, Manifest] | None:
+                        storages: Storages) -> tuple[str, AnyManifest] | None:
     """The manifest of the data directory ``spec`` and the directory it was found in:
     ``index_dir``'s, else the default index directory's, else (ofindex 0.2 and earlier) the
-    data directory's own; ``None`` when there is none."""
+    data directory's own; ``None`` when there is none. In each, the compact manifest is
+    looked for first (see :func:`manifest_in`)."""
     if index_dir is not None:
         places = [index_dir]
     else:
@@ -217,10 +242,37 @@ def _directory_manifest(spec: str, index_dir: str | None,
         sibling = sibling_index_dir(storage, path.rstrip("/"))
         places = [storage.url(sibling), spec]
     for where in places:
-        m = read_manifest(manifest_url_for(where), storages)
+        m = manifest_in(where, storages)
         if m is not None:
             return where, m
     return None
+
+
+def manifest_in(directory: str, storages: Storages) -> AnyManifest | None:
+    """The manifest of a directory, in one round of two requests: the compact manifest's
+    header and the JSON manifest. The compact one wins when both exist (the builder removes
+    the other kind when it writes one).
+
+    Raises:
+        ManifestError: The manifest found is invalid (a compact one cut short: truncated).
+    """
+    storage, json_path = storages.for_url(manifest_url_for(directory))
+    compact_path = storage.join(storage.dirname(json_path), COMPACT_NAME)
+    absent = (FileNotFoundError, IsADirectoryError, NotADirectoryError)
+    (header,), (raw,), _ = storage.fetch_round([(compact_path, 0, HEADER_SIZE)], [json_path])
+    if isinstance(header, RangeReadError):  # shorter than a header
+        raise ManifestError(f"{storage.url(compact_path)}: the compact manifest is truncated "
+                            "(shorter than its header); rebuild it with `ofindex build "
+                            "<dataset directory>`")
+    if not isinstance(header, absent):
+        if isinstance(header, BaseException):
+            raise header
+        return open_compact(storage, compact_path, header)
+    if isinstance(raw, absent):
+        return None
+    if isinstance(raw, BaseException):
+        raise raw
+    return decode_manifest(raw, storage.url(json_path))
 
 
 def _canonical_url(url: str, storages: Storages) -> str:
@@ -232,8 +284,17 @@ def _canonical_url(url: str, storages: Storages) -> str:
     return (os.path.abspath(path) if storage.is_local else storage.url(path)).rstrip("/")
 
 
-def _required_manifest(url: str, storages: Storages) -> Manifest:
-    m = read_manifest(url, storages)
+def _required_manifest(url: str, storages: Storages) -> AnyManifest:
+    """The manifest named by ``url``: compact when its name or first bytes say so."""
+    m: AnyManifest | None
+    if url.rstrip("/").rsplit("/", 1)[-1] == COMPACT_NAME:
+        storage, path = storages.for_url(url)
+        try:
+            m = open_compact(storage, path)
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+            m = None
+    else:
+        m = read_manifest(url, storages)
     if m is None:
         raise DataFileNotFoundError(f"{url}: manifest not found")
     return m

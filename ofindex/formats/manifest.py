@@ -1,9 +1,13 @@
 """The dataset manifest: one small JSON file listing every shard of a dataset.
 
+From 10,000 shards the builder writes the same columns as the compact, paged
+``ofindex-manifest.bin`` instead (:mod:`.manifest_binary`, read by :mod:`.compact_manifest`);
+this module is the JSON one, which every release reads.
+
 ``ofindex-manifest.json`` holds, per shard: its name (relative to the data directory), record
 count, size and fingerprint (ETag / generation / mtime as recorded in its sidecar). Opening a
-dataset through it costs one request however many shards there are; each shard's sidecar is
-fetched only when the shard is first read (see :mod:`ofindex.read.shards`).
+dataset through it costs one round of requests however many shards there are; each shard's
+sidecar is fetched only when the shard is first read (see :mod:`ofindex.read.shards`).
 
 Where the builder writes it (``build_index(..., manifest=None)``, the default):
 
@@ -47,11 +51,12 @@ import dataclasses
 import json
 import os
 import re
+from collections.abc import Sequence
 from typing import Any
 
 import crc32c as _crc32c
 
-from ..errors import SidecarError
+from ..errors import ManifestError
 from ..storage import Storage, Storages
 from .framing import RecordFormat
 from .placement import sibling_data_dir
@@ -103,6 +108,28 @@ def _same_place(a: str, b: str) -> bool:
     return a.rstrip("/") == b.rstrip("/")
 
 
+def stored_directories(manifest_url: str, data_dir: str,
+                       index_dir: str | None) -> tuple[str | None, str | None, bool]:
+    """How a manifest at ``manifest_url`` names its directories: ``(data_dir, index_dir,
+    sibling)``, a directory equal to the manifest's own stored as ``None``, and both as
+    ``None`` with ``sibling`` in the default place (see the module's notes)."""
+    here = _dir_of(manifest_url)
+    sibling = (index_dir is not None and _same_place(index_dir, here)
+               and _same_place(data_dir, sibling_data_dir(here) or ""))
+    return (None if sibling or _same_place(data_dir, here) else data_dir,
+            None if index_dir is None or sibling else index_dir, sibling)
+
+
+def resolved_directories(data_dir: str | None, index_dir: str | None, sibling: bool,
+                         manifest_url: str) -> tuple[str, str | None]:
+    """The data directory and index directory a manifest at ``manifest_url`` names, from
+    what it stores (the inverse of :func:`stored_directories`)."""
+    here = _dir_of(manifest_url)
+    if sibling:
+        return sibling_data_dir(here) or here, here
+    return data_dir or here, index_dir
+
+
 def encode_manifest(
     fmt: RecordFormat, manifest_url: str, data_dir: str, index_dir: str | None,
     names: list[str], records: list[int], sizes: list[int], fingerprints: list[str],
@@ -113,7 +140,6 @@ def encode_manifest(
     """The manifest's bytes; directories equal to the manifest's own are stored as ``null``;
     ``partial`` names the shards whose index covers only a valid prefix; ``body_crcs`` gives
     each sidecar's body CRC. The text ends with its own checksum (see the module's notes)."""
-    here = _dir_of(manifest_url)
     shards: dict[str, Any] = {"name": names, "records": records, "size": sizes,
                               "fingerprint": fingerprints}
     if body_crcs is not None:
@@ -121,13 +147,12 @@ def encode_manifest(
     if compressions and any(c is not Compression.NONE for c in compressions):
         shards["compression"] = ["" if c is Compression.NONE else c.name.lower()
                                  for c in compressions]
-    sibling = (index_dir is not None and _same_place(index_dir, here)
-               and _same_place(data_dir, sibling_data_dir(here) or ""))
+    stored_data, stored_index, sibling = stored_directories(manifest_url, data_dir, index_dir)
     doc: dict[str, Any] = {
         "ofindex_manifest": VERSION,
         "format": fmt.name.lower(),
-        "data_dir": None if sibling or _same_place(data_dir, here) else data_dir,
-        "index_dir": None if index_dir is None or sibling else index_dir,
+        "data_dir": stored_data,
+        "index_dir": stored_index,
     }
     if sibling:
         doc["layout"] = "sibling"
@@ -144,7 +169,7 @@ def _check_sum(doc: dict[str, Any], manifest_url: str) -> None:
     text = json.dumps(doc, separators=(",", ":")).encode("utf-8")
     if type(stored) is not int or stored != _crc32c.crc32c(text):
         why = "has no checksum" if stored is None else "fails its checksum"
-        raise SidecarError(
+        raise ManifestError(
             f"{manifest_url}: the manifest {why} (edited, or damaged by a bad copy): its shard "
             "list and record counts cannot be trusted; rebuild it with "
             "`ofindex build <dataset directory>`"
@@ -168,8 +193,13 @@ def _column(shards: dict[str, Any], key: str, kind: type) -> list[Any]:
 _GOOD_NAME = re.compile(r"(?!\.\.?(?:/|$))[^/\\\x00]+(?:/(?!\.\.?(?:/|$))[^/\\\x00]+)*")
 
 
-def _directories(doc: dict[str, Any], here: str) -> tuple[str, str | None]:
-    """The data directory and index directory a manifest in ``here`` names (see the
+def good_name(name: str) -> bool:
+    """Whether a manifest's shard name is a file of its data directory (see above)."""
+    return _GOOD_NAME.fullmatch(name) is not None
+
+
+def _directories(doc: dict[str, Any], manifest_url: str) -> tuple[str, str | None]:
+    """The data directory and index directory a manifest at ``manifest_url`` names (see the
     module's notes).
 
     Raises:
@@ -180,18 +210,17 @@ def _directories(doc: dict[str, Any], here: str) -> tuple[str, str | None]:
         if doc.get(key) is not None and type(doc[key]) is not str:
             raise TypeError(f"{key} must be a string or null")
     layout = doc.get("layout")
-    if layout is None:
-        return doc.get("data_dir") or here, doc.get("index_dir")
-    if layout != "sibling":
+    if layout is not None and layout != "sibling":
         raise ValueError('layout must be "sibling" when given')
-    return sibling_data_dir(here) or here, here
+    return resolved_directories(doc.get("data_dir"), doc.get("index_dir"), layout is not None,
+                                manifest_url)
 
 
 def decode_manifest(raw: bytes, manifest_url: str) -> Manifest:
     """Parse and check a manifest read from ``manifest_url``.
 
     Raises:
-        SidecarError: Not a manifest, another version, or contents that cannot describe a
+        ManifestError: Not a manifest, another version, or contents that cannot describe a
             dataset: columns of other types or lengths, a shard listed twice, counts or sizes
             out of range, or a shard name that would lead outside the data directory.
     """
@@ -215,37 +244,37 @@ def decode_manifest(raw: bytes, manifest_url: str) -> Manifest:
         if type(doc["format"]) is not str:
             raise TypeError("format must be a string")
         fmt = RecordFormat.parse(doc["format"])
-        data_dir, index_dir = _directories(doc, _dir_of(manifest_url))
+        data_dir, index_dir = _directories(doc, manifest_url)
         partial = tuple(_column(doc, "partial", str)) if "partial" in doc else ()
-    except SidecarError:
+    except ManifestError:
         raise
     except (ValueError, KeyError, TypeError, RecursionError) as exc:
-        raise SidecarError(
+        raise ManifestError(
             f"{manifest_url}: not a valid ofindex manifest ({type(exc).__name__}: "
             f"{str(exc)[:200]}); rebuild it with `ofindex build <dataset directory>`"
         ) from None
     if version not in VERSIONS or type(version) is not int:
-        raise SidecarError(
+        raise ManifestError(
             f"{manifest_url}: manifest version {str(version)[:20]} is not supported (this "
             f"ofindex reads versions {', '.join(map(str, VERSIONS))}); rebuild with `ofindex "
             "build` or upgrade ofindex"
         )
     if not (len(names) == len(records) == len(sizes) == len(fps) == len(comps)) or (
             body_crcs is not None and len(body_crcs) != len(names)):
-        raise SidecarError(f"{manifest_url}: manifest columns differ in length; rebuild it")
+        raise ManifestError(f"{manifest_url}: manifest columns differ in length; rebuild it")
     if body_crcs is not None and body_crcs and not 0 <= min(body_crcs) <= max(body_crcs) < 2**32:
-        raise SidecarError(f"{manifest_url}: impossible sidecar CRC; rebuild it")
+        raise ManifestError(f"{manifest_url}: impossible sidecar CRC; rebuild it")
     if len(set(names)) != len(names):
-        raise SidecarError(f"{manifest_url}: manifest lists a shard twice; rebuild it")
-    if not all(map(_GOOD_NAME.fullmatch, names)):
+        raise ManifestError(f"{manifest_url}: manifest lists a shard twice; rebuild it")
+    if not all(map(good_name, names)):
         bad = next(n for n in names if not _GOOD_NAME.fullmatch(n))
-        raise SidecarError(f"{manifest_url}: shard name {bad[:80]!r} is not a file of the data "
+        raise ManifestError(f"{manifest_url}: shard name {bad[:80]!r} is not a file of the data "
                            "directory (absolute, '..', a URL or empty); rebuild the manifest")
     if records and (min(records) < 0 or min(sizes) < 0 or max(sizes) > _MAX_COUNT
                     or sum(records) > _MAX_COUNT):
-        raise SidecarError(f"{manifest_url}: impossible record count or size; rebuild it")
+        raise ManifestError(f"{manifest_url}: impossible record count or size; rebuild it")
     if not set(partial) <= set(names):
-        raise SidecarError(f"{manifest_url}: manifest marks unknown shards partial; rebuild it")
+        raise ManifestError(f"{manifest_url}: manifest marks unknown shards partial; rebuild it")
     return Manifest(fmt, data_dir, index_dir, names, records, sizes, fps, partial,
                     comps, body_crcs, checksummed=version >= 2)
 
@@ -254,7 +283,7 @@ def read_manifest(url: str, storages: Storages) -> Manifest | None:
     """The manifest at ``url``, or ``None`` when there is none (one request).
 
     Raises:
-        SidecarError: It is not a valid manifest.
+        ManifestError: It is not a valid manifest.
     """
     storage, path = storages.for_url(url)
     try:
@@ -274,26 +303,43 @@ def write_manifest(
     storage, path = storages.for_url(url)
     if storage.is_local:  # local paths are stored absolute
         path = os.path.abspath(path)
-    if data_storage.is_local:
-        data_files = [os.path.abspath(f) for f in data_files]
-        data_dir = os.path.abspath(data_dir)
     manifest_url = storage.url(path)
-    prefix = data_dir.rstrip("/") + "/"
+    names = relative_names(data_storage, data_files, data_dir)
+    data_url, index_url = absolute_directories(data_storage, data_dir, index_dir, storages)
+    marked = tuple(n for n, p in zip(names, partial or [False] * len(names), strict=True) if p)
+    raw = encode_manifest(fmt, manifest_url, data_url, index_url, names, records, sizes,
+                          fingerprints, marked, compressions, body_crcs)
+    storage.write_atomic(path, [raw])
+    return manifest_url
+
+
+def relative_names(data_storage: Storage, data_files: Sequence[str], data_dir: str) -> list[str]:
+    """The names a manifest stores for ``data_files``: relative to ``data_dir``.
+
+    Raises:
+        ValueError: A file is not inside ``data_dir``.
+    """
+    local = data_storage.is_local
+    prefix = (os.path.abspath(data_dir) if local else data_dir).rstrip("/") + "/"
     names = []
     for f in data_files:
+        f = os.path.abspath(f) if local else f
         if not f.startswith(prefix):
             raise ValueError(
                 f"{data_storage.url(f)} is not inside {data_storage.url(data_dir)}: a manifest "
                 "lists the files of one directory"
             )
         names.append(f[len(prefix):])
-    data_url = data_storage.url(data_dir.rstrip("/"))
-    index_url = None if index_dir is None else _absolute(index_dir, storages)
-    marked = tuple(n for n, p in zip(names, partial or [False] * len(names), strict=True) if p)
-    raw = encode_manifest(fmt, manifest_url, data_url, index_url, names, records, sizes,
-                          fingerprints, marked, compressions, body_crcs)
-    storage.write_atomic(path, [raw])
-    return manifest_url
+    return names
+
+
+def absolute_directories(data_storage: Storage, data_dir: str, index_dir: str | None,
+                         storages: Storages) -> tuple[str, str | None]:
+    """The data and index directories as a manifest names them (absolute URLs or paths)."""
+    if data_storage.is_local:
+        data_dir = os.path.abspath(data_dir)
+    return (data_storage.url(data_dir.rstrip("/")),
+            None if index_dir is None else _absolute(index_dir, storages))
 
 
 def _absolute(url: str, storages: Storages) -> str:

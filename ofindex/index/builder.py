@@ -6,20 +6,23 @@ import dataclasses
 import os
 import threading
 import warnings
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from ..formats.compression import parse_compression
 from ..formats.framing import RecordFormat
 from ..formats.location import DatasetLocation, resolve
-from ..formats.manifest import manifest_url_for, write_manifest
+from ..formats.manifest import manifest_url_for
 from ..formats.placement import Layout
 from ..formats.sidecar_header import Compression
 from ..formats.strays import only_strays, strays_refused, warn_skipped
 from ..storage import PathSpec, Storages
 from ..storage.retry import current_policy, with_settings
 from .build_file import BuildResult
+from .build_results import BuildResults
 from .cluster import FileProgress, run_on_executor
 from .job import FileJob
+from .manifest_sink import ManifestSink
 from .migrate import drop_legacy_files, move_legacy_sidecars, warn_legacy_layout
 from .survey import one_framing, survey_files
 
@@ -37,7 +40,7 @@ class BuildOutcome(NamedTuple):
         skipped: URLs of the files found by a directory or glob that are not record files.
     """
 
-    results: list[BuildResult]
+    results: list[BuildResult] | BuildResults
     skipped: list[str]
 
 
@@ -61,7 +64,7 @@ def build_index(
     retries: int | None = None,
     timeout: float | None = None,
     migrate: bool = False,
-) -> list[BuildResult]:
+) -> list[BuildResult] | BuildResults:
     """Index data files: scan each once and write its sidecar (and the dataset's manifest).
 
     Every file is looked at before anything is written: a directory or glob may hold files
@@ -136,7 +139,10 @@ def build_index(
             (fresh ones are moved, not rebuilt; ``ofindex build --migrate``).
 
     Returns:
-        One :class:`BuildResult` per record file, in dataset order.
+        One :class:`BuildResult` per record file, in dataset order: a list, or with an
+        ``executor`` a :class:`~ofindex.index.build_results.BuildResults` (a sequence that
+        keeps a million results in about 200 bytes each and makes each ``BuildResult`` when
+        asked for).
 
     Raises:
         CorruptRecordError: A bad CRC or impossible length, naming file, offset and record
@@ -230,52 +236,80 @@ def build_location(
     todo = [dataclasses.replace(job, format=fmt or s.seen or (framing if s.looked else None),
                                 compression=s.compression, stamp=s.stamp)
             for job, s in kept if s.fresh is None]
-    built = iter(_run_jobs(todo, n_workers, executor, progress))
-    results = [s.fresh if s.fresh is not None else next(built) for _, s in kept]
-    target = _manifest_target(location, [job.path for job, _ in kept], manifest)
-    if target is not None:
-        url, data_dir = target
-        index_dir = location.sidecars.index_dir_of(storage, data_dir)
-        write_manifest(
-            url, framing, storage, [job.path for job, _ in kept], data_dir,
-            None if index_dir is None else index_dir[0].url(index_dir[1]),
-            [r.records for r in results], [r.size for r in results],
-            [r.fingerprint for r in results], location.storages,
-            partial=[r.partial for r in results], compressions=[r.compression for r in results],
-            body_crcs=_body_crcs(results),
-        )
+    paths = [job.path for job, _ in kept]
+    target = _manifest_target(location, paths, manifest)
+    sink = None if target is None else ManifestSink(location, target, framing, paths)
+    # a cluster build's results are kept compactly and streamed into the manifest as they
+    # arrive (in order); a local build's are a list
+    results: list[BuildResult] | BuildResults = BuildResults() if executor is not None else []
+    merged = _InOrder([s.fresh for _, s in kept], results, sink)
+    _run_jobs(todo, n_workers, executor, progress, merged.built)
+    merged.close()
+    if sink is not None:
+        sink.close()
     return BuildOutcome(results, skipped)
 
 
+class _InOrder:
+    """Results of a build in dataset order: fresh files' (known from the survey) between the
+    built ones (delivered in order), each kept and handed to the manifest."""
+
+    def __init__(self, fresh: list[BuildResult | None],
+                 results: list[BuildResult] | BuildResults, sink: ManifestSink | None) -> None:
+        self.fresh, self.results, self.sink = fresh, results, sink
+        self.position = 0
+
+    def _keep(self, result: BuildResult) -> None:
+        self.results.append(result)
+        if self.sink is not None:
+            self.sink.add(result)
+        self.position += 1
+
+    def _fresh_ones(self) -> None:
+        while self.position < len(self.fresh):
+            fresh = self.fresh[self.position]
+            if fresh is None:
+                return
+            self._keep(fresh)
+
+    def built(self, result: BuildResult) -> None:
+        """The next built file's result."""
+        self._fresh_ones()
+        self._keep(result)
+
+    def close(self) -> None:
+        """Take the fresh files after the last built one."""
+        self._fresh_ones()
+
+
 def _run_jobs(todo: list[FileJob], n_workers: int, executor: cf.Executor | None,
-              progress: bool) -> list[BuildResult]:
-    """Index the files that need it, on ``executor`` or on local threads."""
+              progress: bool, deliver: Callable[[BuildResult], None]) -> None:
+    """Index the files that need it, on ``executor`` or on local threads; ``deliver`` gets
+    each result in order."""
     if not todo:
-        return []
+        return
     if executor is not None:
         files_bar = FileProgress(len(todo), progress)
         try:
-            return run_on_executor(executor, todo, False, files_bar)
+            run_on_executor(executor, todo, False, files_bar, deliver)
         finally:
             files_bar.close()
+        return
     bar = _Progress(todo, progress)
     try:
-        return _run_threads(todo, min(n_workers, len(todo)), bar)
+        results = _run_threads(todo, min(n_workers, len(todo)), bar)
     finally:
         bar.close()
-
-
-def _body_crcs(results: list[BuildResult]) -> list[int] | None:
-    """Each sidecar's body CRC for the manifest (``None`` if one is unknown)."""
-    crcs = [r.body_crc for r in results]
-    return None if None in crcs else [c for c in crcs if c is not None]
+    for result in results:
+        deliver(result)
 
 
 def _manifest_target(
     location: DatasetLocation, files: list[str], manifest: bool | str | None
-) -> tuple[str, str] | None:
-    """``(manifest URL, data directory)`` of the manifest of ``files`` (the record files of
-    ``location``), per the rule in :mod:`ofindex.formats.manifest`."""
+) -> tuple[str, str, bool] | None:
+    """``(manifest URL, data directory, named)`` of the manifest of ``files`` (the record
+    files of ``location``), per the rule in :mod:`ofindex.formats.manifest`; ``named``: the
+    caller named it (else the URL is the JSON manifest's default place)."""
     if manifest is False:
         return None
     storage = location.storage
@@ -284,7 +318,7 @@ def _manifest_target(
         if len(data_dir) != 1:
             raise ValueError("a manifest lists the files of one directory; these are in "
                              f"{len(data_dir)} directories")
-        return os.fspath(manifest), data_dir.pop()
+        return os.fspath(manifest), data_dir.pop(), True
     if not (location.directory is not None or manifest is True):
         return None
     if len(data_dir) != 1:
@@ -296,7 +330,7 @@ def _manifest_target(
     index_dir = location.sidecars.index_dir_of(storage, directory)
     where = (storage.url(directory) if index_dir is None
              else index_dir[0].url(index_dir[1]))
-    return manifest_url_for(where), directory
+    return manifest_url_for(where), directory, False
 
 
 class _Cancelled(Exception):

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import dataclasses
+import functools
 import pickle
+import queue
 from collections.abc import Callable
 from typing import Any
 
@@ -73,9 +75,22 @@ def run_job(job: FileJob, resume: bool) -> BuildResult:
     return job.run(resume)
 
 
+#: Tasks submitted ahead of the first whose result is not delivered yet: the driver holds at
+#: most this many futures and out-of-order results, whatever the number of files (a million
+#: futures at once take GBs of the driver's and the scheduler's memory).
+IN_FLIGHT = 4096
+
+
+def _arrived(arrived: queue.SimpleQueue[tuple[int, cf.Future[BuildResult]]], k: int,
+             future: cf.Future[BuildResult]) -> None:
+    arrived.put((k, future))
+
+
 def run_on_executor(executor: cf.Executor, jobs: list[FileJob], resume: bool,
-                    progress: FileProgress) -> list[BuildResult]:
-    """Run one :func:`run_job` task per job on ``executor``; results in job order.
+                    progress: FileProgress,
+                    deliver: Callable[[BuildResult], None] | None = None) -> list[BuildResult]:
+    """Run one :func:`run_job` task per job on ``executor``, at most :data:`IN_FLIGHT` at
+    once, and hand each result on in job order as soon as it and those before it are in.
 
     On the first failure (or Ctrl-C) the tasks not started yet are cancelled and the error
     is raised; the executor itself belongs to the caller and is left running.
@@ -85,22 +100,37 @@ def run_on_executor(executor: cf.Executor, jobs: list[FileJob], resume: bool,
         jobs: The build jobs.
         resume: Skip files whose sidecar is fresh.
         progress: Counts finished files and bytes.
+        deliver: Called with each result in job order (a manifest writer, a compact table);
+            ``None`` collects them.
 
     Returns:
-        One :class:`BuildResult` per job.
+        One :class:`BuildResult` per job, or ``[]`` with ``deliver``.
     """
-    futures = {executor.submit(run_job, job, resume): k for k, job in enumerate(jobs)}
-    results: list[BuildResult | None] = [None] * len(jobs)
+    collected: list[BuildResult] = []
+    take = collected.append if deliver is None else deliver
+    arrived: queue.SimpleQueue[tuple[int, cf.Future[BuildResult]]] = queue.SimpleQueue()
+    waiting: dict[int, cf.Future[BuildResult]] = {}
+    finished: dict[int, BuildResult] = {}
+    submitted = delivered = 0
     try:
-        for fut in cf.as_completed(futures):
-            result = fut.result()
-            results[futures[fut]] = result
-            progress.done(result)
+        while delivered < len(jobs):
+            while submitted < min(len(jobs), delivered + IN_FLIGHT):
+                future = executor.submit(run_job, jobs[submitted], resume)
+                waiting[submitted] = future
+                future.add_done_callback(functools.partial(_arrived, arrived, submitted))
+                submitted += 1
+            k, future = arrived.get()
+            del waiting[k]
+            finished[k] = future.result()
+            progress.done(finished[k])
+            while delivered in finished:
+                take(finished.pop(delivered))
+                delivered += 1
     except BaseException:
-        for fut in futures:
-            fut.cancel()
+        for future in waiting.values():
+            future.cancel()
         raise
-    return [r for r in results if r is not None]
+    return collected
 
 
 class DaskExecutor(cf.Executor):

@@ -4,10 +4,13 @@ How a read travels, for a reader of this code. ``ofindex.open(paths, storage_opt
 (:mod:`ofindex.opening`) makes one :class:`~ofindex.storage.Storages` with the call's
 settings: ``storage_options``, memory maps, concurrency and retries go into the storage
 objects when they are made, one per protocol. :func:`ofindex.formats.location.resolve` uses
-it to read the manifest (one request) or list the files, and to place the sidecars;
-:func:`~ofindex.read.open.open_location` makes a :class:`~ofindex.read.shards.Shard` per file
-(the same storage objects), checks their headers (or the manifest's stamps) and returns a
-:class:`~ofindex.read.dataset.Dataset` over a :class:`~ofindex.read.table.ShardTable`.
+it to read the manifest (one round; a compact one, three) or list the files, and to place
+the sidecars; :func:`~ofindex.read.open.open_location` makes a
+:class:`~ofindex.read.shards.Shard` per file (the same storage objects), checks their headers
+(or the manifest's stamps) and returns a :class:`~ofindex.read.dataset.Dataset` over a
+:class:`~ofindex.read.table.ShardTable`. Through a compact manifest no shard is made at open:
+:class:`~ofindex.read.manifest_shards.ManifestShards` makes each when first read, and its
+stamp comes from the manifest's page in the index round that fetches its sidecar's pages.
 Without a manifest, remote sidecars are opened by their 512-byte headers, with the data
 files' stats, in one round (:mod:`ofindex.read.header_round`), not fetched whole.
 
@@ -29,7 +32,11 @@ stamps, at once; ``PLANNED_RANGES`` then merges neighbouring records into ranges
 (:func:`ofindex.storage.ranges.coalesce`) and the storage fetches them in one concurrent round
 (:meth:`Storage.read_ranges_concat`: over HTTP as multi-range requests), the records cut out
 and checked as locally. Two rounds cold, one once the pages are cached (in this process, and
-with ``cache_dir`` for the whole machine: :mod:`ofindex.read.nodecache`).
+with ``cache_dir`` for the whole machine: :mod:`ofindex.read.nodecache`). With
+``data_cache_bytes`` too, the data is kept on the machine's disk in blocks of each file
+(``CACHED_BLOCKS``: :mod:`ofindex.read.datacache`, planned by :mod:`ofindex.read.block_ranges`):
+a batch copies its records out of the blocks kept there and fetches the others in its one
+round, so that a later epoch makes no data request.
 
 **Compressed files.** The ``COMPRESSED`` strategy (:mod:`ofindex.read.compressed`): each record
 is inflated from the seek point before it (:mod:`ofindex.deflate`); a batch is cut into pieces

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from .datacache import DataCache
 from .record_batch import RecordBatch
 from .record_checks import RecordChecks
 from .table import ShardTable
@@ -26,11 +27,13 @@ class BatchSource:
         table: The shards and the mapping of record numbers.
         checks: What each read checks.
         decode: Applied to each record of a list, or ``None``.
+        data_cache: The machine's cache of remote data blocks reads go through, or ``None``.
     """
 
     table: ShardTable
     checks: RecordChecks
     decode: Decode | None = None
+    data_cache: DataCache | None = None
 
     def finish(self, payloads: list[Any], first: int, as_buffer: bool) -> Any:
         """A batch of payloads as the caller asked for it.

@@ -24,6 +24,12 @@ strategy                  condition, and the measurement behind it
 ``DIRECT_READS``          local files read with ``pread`` (``mmap=False``), records of
                           64 KiB or more on average: each payload read into its own
                           ``bytes``, no staging copy.
+``CACHED_BLOCKS``         remote data files and a data cache (``cache_dir=`` with
+                          ``data_cache_bytes=``, a dataset that fits it): records copied
+                          from blocks of the files kept on local disk, the blocks missing
+                          fetched in one round and kept (:mod:`ofindex.read.datacache`;
+                          at +20 ms RTT a second globally shuffled epoch makes no data
+                          request: see ``docs/benchmarks.md``).
 ``PLANNED_RANGES``        everything else (remote storage; small records with ``pread``):
                           neighbours merged into ranges, fetched at once (concurrently, as
                           multi-range requests over HTTP), records cut out of one buffer.
@@ -47,10 +53,11 @@ import numpy as np
 
 from .. import _accel
 from . import compressed, mapped_gather
+from .datacache import DataCache
 from .mapped_gather import MappedShards, compiled_gather, executor, threaded_copies
 from .payloads import DIRECT_RECORD_BYTES
 from .record_checks import RecordChecks
-from .shard_reads import direct_reads, mapped_cut, planned_ranges, read_grouped
+from .shard_reads import cached_blocks, direct_reads, mapped_cut, planned_ranges, read_grouped
 from .table import ShardTable
 
 
@@ -62,17 +69,19 @@ class BatchStrategy(enum.Enum):
     COMPILED_GATHER = "compiled-gather"
     MAPPED_CUT = "mapped-cut"
     DIRECT_READS = "direct-reads"
+    CACHED_BLOCKS = "cached-blocks"
     PLANNED_RANGES = "planned-ranges"
 
 
-def choose(table: ShardTable, indices: np.ndarray, *,
-           compressed_shards: bool) -> tuple[BatchStrategy, MappedShards | None]:
+def choose(table: ShardTable, indices: np.ndarray, *, compressed_shards: bool,
+           data_cache: DataCache | None = None) -> tuple[BatchStrategy, MappedShards | None]:
     """The strategy for records ``indices`` (valid, non-negative) of ``table``.
 
     Args:
         table: The dataset's shards.
         indices: The batch's records.
         compressed_shards: Whether any shard of the dataset is compressed.
+        data_cache: The machine's cache of remote data blocks, when the dataset uses one.
 
     Returns:
         The strategy, and for the mapped ones the maps of the shards the batch touches.
@@ -94,11 +103,14 @@ def choose(table: ShardTable, indices: np.ndarray, *,
             return BatchStrategy.COMPILED_GATHER, maps
     if storage.is_local and table.mean_record_bytes >= DIRECT_RECORD_BYTES:
         return BatchStrategy.DIRECT_READS, None
+    if data_cache is not None and not storage.is_local:
+        return BatchStrategy.CACHED_BLOCKS, None
     return BatchStrategy.PLANNED_RANGES, None
 
 
 def read_batch(table: ShardTable, checks: RecordChecks, indices: np.ndarray, *,
-               compressed_shards: bool, max_gap: int, max_read_bytes: int) -> list[Any]:
+               compressed_shards: bool, max_gap: int, max_read_bytes: int,
+               data_cache: DataCache | None = None) -> list[Any]:
     """The payloads of records ``indices`` (valid, non-negative), in that order.
 
     Args:
@@ -108,15 +120,17 @@ def read_batch(table: ShardTable, checks: RecordChecks, indices: np.ndarray, *,
         compressed_shards: Whether any shard of the dataset is compressed.
         max_gap: Planned reads: largest gap read through rather than split.
         max_read_bytes: Planned reads: largest merged read.
+        data_cache: The machine's cache of remote data blocks, when the dataset uses one.
 
     Raises:
         CorruptRecordError, SidecarError, StaleIndexError, RangeReadError: As every read.
     """
-    strategy, maps = choose(table, indices, compressed_shards=compressed_shards)
+    strategy, maps = choose(table, indices, compressed_shards=compressed_shards,
+                            data_cache=data_cache)
     if strategy is BatchStrategy.COMPRESSED:
         return compressed.read_batch(table, checks, indices, functools.partial(
             read_batch, table, checks, compressed_shards=False, max_gap=max_gap,
-            max_read_bytes=max_read_bytes))
+            max_read_bytes=max_read_bytes, data_cache=data_cache))
     if strategy is BatchStrategy.THREADED_COPIES:
         assert maps is not None
         return threaded_copies(table, checks, maps)
@@ -127,5 +141,9 @@ def read_batch(table: ShardTable, checks: RecordChecks, indices: np.ndarray, *,
         return read_grouped(table, checks, indices, mapped_cut)
     if strategy is BatchStrategy.DIRECT_READS:
         return read_grouped(table, checks, indices, direct_reads)
+    if strategy is BatchStrategy.CACHED_BLOCKS:
+        assert data_cache is not None
+        return read_grouped(table, checks, indices, functools.partial(
+            cached_blocks, data_cache=data_cache, max_read_bytes=max_read_bytes))
     return read_grouped(table, checks, indices, functools.partial(
         planned_ranges, max_gap=max_gap, max_read_bytes=max_read_bytes))

@@ -1,4 +1,5 @@
-"""The node cache's SQLite database (``cache_dir/ofindex-pages.sqlite3``), trusted for nothing.
+"""The node cache's SQLite databases (``cache_dir/ofindex-pages.sqlite3``, and
+``ofindex-data.sqlite3`` for the data cache), trusted for nothing.
 
 Its layout: ``entries(key, data, size, used, file)`` (one row per page, header or whole
 sidecar file, ``used`` its last use) and ``meta('bytes', value)``, the bytes held. Opening it
@@ -17,11 +18,21 @@ import os
 import sqlite3
 from collections.abc import Iterator, Sequence
 
+from ..formats.sidecar import SUFFIX
 from . import cachedir
 
 DB_NAME = "ofindex-pages.sqlite3"
-#: The database and the files SQLite keeps beside it.
-DB_FILES = (DB_NAME, DB_NAME + "-wal", DB_NAME + "-shm", DB_NAME + "-journal")
+#: The data cache's database (:mod:`ofindex.read.datacache`): the same layout, its own bound.
+DATA_DB_NAME = "ofindex-data.sqlite3"
+
+
+def database_files(name: str) -> tuple[str, ...]:
+    """The database ``name`` and the files SQLite keeps beside it."""
+    return (name, name + "-wal", name + "-shm", name + "-journal")
+
+
+#: The page database and the files SQLite keeps beside it.
+DB_FILES = database_files(DB_NAME)
 #: ``PRAGMA user_version`` of this layout (0: written before the version was set, the same).
 SCHEMA_VERSION = 1
 #: Bounds of a well-formed row: longer keys or data, or other sizes, are not of our making.
@@ -56,17 +67,18 @@ class Unusable(Exception):
     """Why the cache directory or its database cannot be used."""
 
 
-def open_database(directory: str) -> sqlite3.Connection:
-    """Connect to the cache database of ``directory``, creating or checking its layout.
+def open_database(directory: str, name: str = DB_NAME) -> sqlite3.Connection:
+    """Connect to the cache database ``name`` of ``directory``, creating or checking its
+    layout.
 
     Raises:
         Unusable: The directory, the database or a file beside it cannot be used.
     """
-    problem = cachedir.directory_problem(directory) or cachedir.file_problem(directory,
-                                                                             DB_FILES)
+    files = database_files(name)
+    problem = cachedir.directory_problem(directory) or cachedir.file_problem(directory, files)
     if problem is not None:
         raise Unusable(problem)
-    path = os.path.join(directory, DB_NAME)
+    path = os.path.join(directory, name)
     try:
         database = sqlite3.connect(path, timeout=30.0, isolation_level=None,
                                    check_same_thread=False)
@@ -75,7 +87,7 @@ def open_database(directory: str) -> sqlite3.Connection:
     try:
         # again now that it is open, before anything is written: SQLite follows a link to the
         # database (it opens the log and the shared memory without following links itself)
-        problem = cachedir.file_problem(directory, DB_FILES)
+        problem = cachedir.file_problem(directory, files)
         if problem is not None:
             raise Unusable(problem)
         database.execute("PRAGMA trusted_schema = OFF")  # nothing in the file runs as our code
@@ -196,9 +208,10 @@ def _count(database: sqlite3.Connection, change: int) -> int:
     return total
 
 
-def evict(database: sqlite3.Connection, need: int) -> list[str]:
+def evict(database: sqlite3.Connection, need: int, suffix: str = SUFFIX) -> list[str]:
     """Delete the least recently used entries holding at least ``need`` bytes (inside the
-    caller's transaction); returns the whole-sidecar files to unlink, named by their keys."""
+    caller's transaction); returns the files of kind ``suffix`` to unlink (whole sidecars,
+    or blocks of data), named by their keys."""
     # a last use that is no time sorts after every real one: such rows go first (by the index)
     dropped = [row for test in ("IS NULL", ">= ''") for row in database.execute(
         f"DELETE FROM entries WHERE used {test} RETURNING {_KEY}, {_SIZE}").fetchall()]
@@ -224,4 +237,5 @@ def evict(database: sqlite3.Connection, need: int) -> list[str]:
     else:
         _count(database, -freed - sum(size for _, size in dropped))
     victims = [key for key, _ in doomed + dropped if key is not None]
-    return [name for name in map(cachedir.name_of_key, victims) if name is not None]
+    names = (cachedir.name_of_key(key, suffix) for key in victims)
+    return [name for name in names if name is not None]

@@ -24,9 +24,12 @@ from ..errors import SidecarError
 from ..formats.sidecar import SUFFIX, Sidecar, decode_header
 from ..storage import FileStamp, write_local_atomic
 
-#: The key prefix of a whole-sidecar file's entry in the database.
+#: The key prefix of a file's entry in the database (a whole sidecar, a block of data).
 FILE_KEY_PREFIX = b"file:"
-_FILE_KEY = re.compile(rb"file:([0-9a-f]{32}" + re.escape(SUFFIX.encode()) + rb")")
+#: The suffix of a block of data kept by the data cache (:mod:`ofindex.read.datacache`).
+BLOCK_SUFFIX = ".ofblock"
+_FILE_KEYS = {suffix: re.compile(rb"file:([0-9a-f]{32}" + re.escape(suffix.encode()) + rb")")
+              for suffix in (SUFFIX, BLOCK_SUFFIX)}
 #: Bytes of a sidecar read to decode its header (as :func:`open_local_sidecar` does).
 _HEAD_BYTES = 4096
 _OPEN_FLAGS = (os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
@@ -43,10 +46,21 @@ def file_key(name: str) -> bytes:
     return FILE_KEY_PREFIX + name.encode("ascii")
 
 
-def name_of_key(key: bytes) -> str | None:
-    """The whole-sidecar file a database key stands for, or ``None`` when it names none
-    (a page, a header, or a key that is not of the cache's own making)."""
-    match = _FILE_KEY.fullmatch(key)
+def block_name(digest: bytes) -> str:
+    """The file name of the block of data whose key digest is ``digest`` (16 bytes)."""
+    return digest.hex() + BLOCK_SUFFIX
+
+
+def name_of_key(key: bytes, suffix: str = SUFFIX) -> str | None:
+    """The file a database key stands for, or ``None`` when it names none (a page, a
+    header, or a key that is not of the cache's own making).
+
+    Args:
+        key: A key of the database.
+        suffix: The kind of file the database holds: whole sidecars (``.ofidx``) or blocks
+            of data (:data:`BLOCK_SUFFIX`); a key naming another kind names none.
+    """
+    match = _FILE_KEYS[suffix].fullmatch(key)
     return None if match is None else match.group(1).decode("ascii")
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..storage.union import joined_storage
+from .datacache import same_cache
 from .dataset import Dataset
 
 __all__ = ["concatenated"]
@@ -51,4 +52,5 @@ def concatenated(datasets: Sequence[Dataset]) -> Dataset | None:
     return Dataset(storage, [shard for ds in datasets for shard in ds._table.shards],
                    first.format, verify=first.verify, decode=first.decode,
                    max_gap=first._max_gap, max_read_bytes=first.max_read_bytes,
-                   compressed=any(ds._compressed for ds in datasets))
+                   compressed=any(ds._compressed for ds in datasets),
+                   data_cache=same_cache([ds.data_cache for ds in datasets]))

@@ -26,6 +26,7 @@ from ..storage import Storage
 from ..storage.ranges import DEFAULT_MAX_BYTES
 from . import batch_strategy, compressed, iteration
 from .batch_source import BatchSource
+from .datacache import DataCache
 from .mapped_gather import MappedShards, MappedSpans, checked_spans, raise_mapped_problem
 from .record_checks import RecordChecks
 from .shards import Shard, ShardInfo
@@ -63,6 +64,9 @@ class Dataset:
         max_read_bytes: Largest merged read.
         compressed: Whether any shard may be gzip/zlib compressed (default: whether a loaded
             sidecar says so).
+        data_cache: The machine's cache of remote data blocks to read through
+            (``ofindex.open(..., data_cache_bytes=)``, :mod:`ofindex.read.datacache`), or
+            ``None``.
 
     Raises:
         SidecarError: The shards claim more records than any dataset can hold.
@@ -79,14 +83,17 @@ class Dataset:
         max_gap: int | None = None,
         max_read_bytes: int = DEFAULT_MAX_BYTES,
         compressed: bool | None = None,
+        data_cache: DataCache | None = None,
     ) -> None:
         self._table = table = ShardTable(storage, shards)
+        #: The machine's cache of remote data blocks reads go through, or ``None``.
+        self.data_cache = None if storage.is_local else data_cache
         # the single-record hot path reads these without a call
         self._size, self._shards, self._storage = table.size, table.shards, table.storage
         self._cumulative, self._first = table.cumulative_list, table.first_list
         if compressed is None:
             compressed = any(s.opened and s.header.compression is not Compression.NONE
-                             for s in self._table.shards)
+                             for s in self._table.held())
         self._compressed = compressed
         self.format = fmt
         self.decode = decode
@@ -204,6 +211,9 @@ class Dataset:
                         _crc32c.crc32c(got) != sidecar.sums[local]):
                     self._check_sum(got, shard, local)  # raises the precise error
                 return got
+        if self.data_cache is not None:  # through the machine's data cache, as batches read
+            index = self._table.first_list[shard_no] + local
+            return self._read_many(np.array([index], dtype=np.int64), decode=False)[0]
         start, end = sidecar.span(local)
         if end - start < checks.overhead or end > sidecar.indexed_end:  # corrupt offsets
             raise sidecar.bad_span(local, start, end)  # (checked by spans() in batches)
@@ -244,7 +254,7 @@ class Dataset:
         payloads = batch_strategy.read_batch(
             self._table, self._checks, self._table.normalize(indices),
             compressed_shards=self._compressed, max_gap=self.max_gap,
-            max_read_bytes=self.max_read_bytes)
+            max_read_bytes=self.max_read_bytes, data_cache=self.data_cache)
         if not decode or self.decode is None:
             return payloads
         return [self.decode(p) for p in payloads]
@@ -288,12 +298,14 @@ class Dataset:
         The dataset stays usable: a later read reopens what it needs.
         """
         self._table.storage.close()
-        for shard in self._table.shards:
+        for shard in self._table.held():
             shard.unload()
+        if self.data_cache is not None:
+            self.data_cache.close()
 
     # -- sequential reading ------------------------------------------------------------------
     def _source(self) -> BatchSource:
-        return BatchSource(self._table, self._checks, self.decode)
+        return BatchSource(self._table, self._checks, self.decode, self.data_cache)
 
     def iter_records(self, start: int = 0, stop: int | None = None,
                      block_bytes: int = 8 << 20) -> Iterator[Any]:

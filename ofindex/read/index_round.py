@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -24,10 +24,12 @@ from ..errors import IndexNotFoundError, SidecarError, StaleIndexError
 from ..formats.sidecar import Sidecar
 from ..formats.sidecar_header import HEADER_SIZE
 from ..storage import FileStamp, Storage
+from .manifest_shards import queue_stamps, resolve_stamps, stamps_from_node, take_stamps
 from .pages import (
     Pager,
     check_bounds,
     header_fetch_bytes,
+    key_pager,
     page_range,
     pager_of,
     parse_page_header,
@@ -198,7 +200,7 @@ def _take_whole(round_: Round, request: WholeRequest, check_body: bool) -> bool:
 
 # -- pages ----------------------------------------------------------------------------------
 
-def batch_spans(shards: list[Shard], groups: Groups,
+def batch_spans(shards: Sequence[Shard], groups: Groups,
                 local: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Byte spans ``(starts, ends)`` of a batch's records, grouped by shard.
 
@@ -253,6 +255,13 @@ def run_round(paged: list[PageRequest], whole: list[Shard], *,
         StaleIndexError, SidecarError, RangeReadError: As reads do.
     """
     cache = (paged[0].shard if paged else whole[0]).cache
+    node = cache.node if cache is not None else None
+    if node is not None:  # compact manifests' stamps pages this machine holds
+        stamps_from_node([r.shard for r in paged] + whole, node)
+        resolve_stamps(whole)  # a whole sidecar's node-cache copy is found by its stamp
+    for request in paged:
+        if not request.pager.keyed and not request.shard.stamp_pending:
+            key_pager(request.shard, request.pager)
     for request in paged:  # this process's pages first
         assert cache is not None
         for page in np.unique(request.local // request.pager.page_records).tolist():
@@ -261,16 +270,20 @@ def run_round(paged: list[PageRequest], whole: list[Shard], *,
                 request.missing.append(page)
             else:
                 request.pages[page] = found
-    node = cache.node if cache is not None else None
     if node is not None and paged:
         _from_node(paged, node.get(_node_keys(paged)))
     round_ = Round()
+    pending = [r.shard for r in paged] + whole
+    stamps = queue_stamps(pending, round_.range)
     for request in paged:
         _queue_pages(round_, request)
     wholes = [_queue_whole(round_, shard) for shard in whole]
     round_.run()
     to_node: list[tuple[bytes, bytes]] = []
+    take_stamps(stamps, lambda slot: round_.result(Round.RANGE, slot), pending, to_node)
     for request in paged:
+        if not request.pager.keyed:
+            key_pager(request.shard, request.pager)
         _take_pages(round_, request, to_node)
     if node is not None and to_node:
         node.put(to_node)
@@ -284,6 +297,8 @@ def run_round(paged: list[PageRequest], whole: list[Shard], *,
 def _node_keys(paged: list[PageRequest]) -> list[bytes]:
     keys = []
     for request in paged:
+        if not request.pager.keyed:  # its stamp comes in this round: fetched, not cached
+            continue
         if not request.pager.checked:
             keys.append(request.pager.header_key)
         keys += [request.pager.page_key(p) for p in request.missing]
@@ -296,6 +311,8 @@ def _from_node(paged: list[PageRequest], found: dict[bytes, bytes]) -> None:
         return
     for request in paged:
         pager = request.pager
+        if not pager.keyed:
+            continue
         raw = found.get(pager.header_key) if not pager.checked else None
         if raw is not None:
             try:

@@ -73,7 +73,7 @@ def shard_blocks(src: BatchSource, shard_no: int, lo: int, hi: int,
     storage, verify = src.table.storage, src.checks.verify
     if not sidecar.compressed:
         yield from streaming.stream_blocks(storage, shard.path, sidecar, lo, hi, verify,
-                                           block_bytes)
+                                           block_bytes, src.data_cache)
         return
     records = compressed_stream.stream_compressed(storage, shard.path, sidecar, lo, hi,
                                                   verify, block_bytes)

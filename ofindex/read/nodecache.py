@@ -36,7 +36,7 @@ import time
 import warnings
 from collections.abc import Iterable, Sequence
 
-from ..formats.sidecar import Sidecar, decode_header
+from ..formats.sidecar import SUFFIX, Sidecar, decode_header
 from ..storage import FileStamp
 from . import cachedb, cachedir
 from .cachedb import DB_NAME, MAX_DATA, MAX_KEY
@@ -81,25 +81,31 @@ class NodeCache:
         max_bytes: Bound on the bytes of all entries.
     """
 
-    def __init__(self, directory: str, max_bytes: int = DEFAULT_NODE_BYTES) -> None:
-        self._restore(os.path.abspath(os.path.expanduser(directory)), int(max_bytes), None)
+    def __init__(self, directory: str, max_bytes: int = DEFAULT_NODE_BYTES, *,
+                 database: str = DB_NAME, files: str = SUFFIX,
+                 problem: str | None = None) -> None:
+        self._restore(os.path.abspath(os.path.expanduser(directory)), int(max_bytes),
+                      problem, database, files)
         with self._lock:
             self._connect()
             self._close()  # no connection is carried across a fork of the opening process
 
-    def _restore(self, directory: str, max_bytes: int, problem: str | None) -> None:
+    def _restore(self, directory: str, max_bytes: int, problem: str | None,
+                 database: str = DB_NAME, files: str = SUFFIX) -> None:
         self.directory = directory
         self.max_bytes = max_bytes
         #: Why the cache is not used (warned once), or ``None``.
         self.problem = problem
+        #: The database's file name, and the suffix of the files its rows stand for.
+        self.database_name, self.files = database, files
         self._db: sqlite3.Connection | None = None
         self._pid = -1
         self._lock = threading.Lock()
 
-    def __getstate__(self) -> tuple[str, int, str | None]:
-        return (self.directory, self.max_bytes, self.problem)
+    def __getstate__(self) -> tuple[str, int, str | None, str, str]:
+        return (self.directory, self.max_bytes, self.problem, self.database_name, self.files)
 
-    def __setstate__(self, state: tuple[str, int, str | None]) -> None:
+    def __setstate__(self, state: tuple[str, int, str | None, str, str]) -> None:
         self._restore(*state)
 
     def __repr__(self) -> str:
@@ -108,7 +114,7 @@ class NodeCache:
     @property
     def path(self) -> str:
         """The database file."""
-        return os.path.join(self.directory, DB_NAME)
+        return os.path.join(self.directory, self.database_name)
 
     def _connect(self) -> sqlite3.Connection | None:
         """This process's connection, or ``None`` when the cache is not used."""
@@ -120,7 +126,7 @@ class NodeCache:
             _INHERITED.append(self._db)
             self._db = None
         try:
-            database = cachedb.open_database(self.directory)
+            database = cachedb.open_database(self.directory, self.database_name)
         except cachedb.Unusable as e:
             self.problem = str(e)
             warnings.warn(CacheDirWarning(
@@ -191,27 +197,62 @@ class NodeCache:
     def note_file(self, name: str, nbytes: int) -> None:
         """Register the whole sidecar kept in the directory as ``name`` (an
         :func:`~ofindex.read.cachedir.entry_name`; evicted by unlinking it)."""
-        key = cachedir.file_key(name)
-        if cachedir.name_of_key(key) != name:
-            raise ValueError(f"{name!r} is not a name the node cache gives a sidecar")
-        self._insert([(key, None, nbytes + ENTRY_OVERHEAD, os.path.join(self.directory, name))])
+        self.note_files([(name, nbytes)])
 
-    def _insert(self, rows: Sequence[tuple[bytes, bytes | None, int, str | None]]) -> None:
-        now = time.time()
-        victims: list[str] = []
+    def note_files(self, items: Sequence[tuple[str, int]]) -> set[str]:
+        """Register (or mark used now) the files ``(name, bytes)`` kept in the directory, of
+        the kind this cache holds (evicted by unlinking them).
+
+        Returns:
+            The names evicted to stay within the bound (the caller's own among them when
+            the bound cannot hold them: they are not to be written).
+
+        Raises:
+            ValueError: A name is not one the cache gives a file of its kind.
+        """
+        rows: list[tuple[bytes, bytes | None, int, str | None]] = []
+        for name, nbytes in items:
+            key = cachedir.file_key(name)
+            if cachedir.name_of_key(key, self.files) != name:
+                raise ValueError(f"{name!r} is not a name the node cache gives a "
+                                 f"{self.files} file")
+            rows.append((key, None, nbytes + ENTRY_OVERHEAD, os.path.join(self.directory, name)))
+        return self._insert(rows) if rows else set()
+
+    def forget(self, names: Sequence[str]) -> None:
+        """Drop the files ``names`` (of this cache's kind) and their rows: a damaged copy."""
         with self._lock:
             database = self._connect()
             if database is None:
                 return
             try:
                 with cachedb.transaction(database):
+                    cachedb.drop(database, [cachedir.file_key(name) for name in names])
+            except sqlite3.Error:
+                pass
+        for name in names:
+            if cachedir.name_of_key(cachedir.file_key(name), self.files) == name:
+                cachedir.remove_entry(self.directory, name)
+
+    def _insert(self, rows: Sequence[tuple[bytes, bytes | None, int, str | None]]) -> set[str]:
+        now = time.time()
+        victims: list[str] = []
+        with self._lock:
+            database = self._connect()
+            if database is None:
+                return set()
+            try:
+                with cachedb.transaction(database):
                     total = cachedb.replace(database, rows, now)
                     if total > self.max_bytes:
-                        victims = cachedb.evict(database, total - self.max_bytes * 9 // 10)
+                        victims = cachedb.evict(database, total - self.max_bytes * 9 // 10,
+                                                self.files)
             except sqlite3.Error:
-                return
+                return {name for row in rows
+                        if (name := cachedir.name_of_key(row[0], self.files)) is not None}
         for name in victims:
             cachedir.remove_entry(self.directory, name)
+        return set(victims)
 
     def held_bytes(self) -> int:
         """Bytes the cache holds now (all processes)."""

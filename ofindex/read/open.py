@@ -2,27 +2,35 @@
 check the shards' sidecars, return a Dataset.
 
 A dataset directory with a manifest (``ofindex-manifest.json``, written by ``ofindex build``
-on a directory) opens with one request whatever its number of shards: shard names, record
+on a directory) opens with one round of requests whatever its number of shards: shard names, record
 counts, sizes and fingerprints come from the manifest and each sidecar is fetched when its shard
-is first read. Without a manifest every sidecar is opened (and every data file stat-ed) now:
-local ones memory-mapped, remote ones by their headers only, in one round
-(:mod:`ofindex.read.header_round`); either way the shards then read pages of their offsets.
+is first read (through a compact manifest, no shard is even made at open, and none is listed
+or stat-ed: :func:`_open_compact`). Without a manifest every sidecar is opened (and every
+data file stat-ed) now: local ones memory-mapped, remote ones by their headers only, in one
+round (:mod:`ofindex.read.header_round`); either way the shards then read pages of their
+offsets.
 """
 
 import dataclasses
 import heapq
 import os
 import warnings
+from collections.abc import Sequence
+
+import numpy as np
 
 from ..errors import SidecarError, StaleIndexError, hint
+from ..formats.compact_manifest import CompactManifest
 from ..formats.compression import parse_compression
 from ..formats.framing import RecordFormat
-from ..formats.location import DatasetLocation
+from ..formats.location import AnyManifest, DatasetLocation
 from ..formats.manifest import MANIFEST_NAME
 from ..formats.sidecar_header import Compression
 from ..formats.strays import is_stray, name_pattern
 from ..storage import FileStamp, Storage, is_data_file_name
+from .datacache import DataCache, DataCacheWarning
 from .dataset import Dataset, Decode
+from .manifest_shards import ManifestShards
 from .shards import Shard
 from .sidecar_cache import SidecarCache
 from .stray_shards import load_sidecars
@@ -41,6 +49,7 @@ class OpenOptions:
     check_stale: bool = True
     cache: SidecarCache = dataclasses.field(default_factory=SidecarCache)
     compression: str | Compression | None = "auto"
+    data_cache: DataCache | None = None
 
 
 def open_location(location: DatasetLocation, options: OpenOptions) -> Dataset:
@@ -81,7 +90,8 @@ def open_location(location: DatasetLocation, options: OpenOptions) -> Dataset:
     return Dataset(storage, shards, fmt or RecordFormat.TFRECORD, verify=options.verify,
                    decode=options.decode,
                    compressed=any(s.header.compression is not Compression.NONE
-                                  for s in shards))
+                                  for s in shards),
+                   data_cache=data_cache_for(storage, [s.size for s in shards], options))
 
 
 def _check_compression(where: str, got: Compression, want: Compression | None) -> None:
@@ -94,15 +104,48 @@ def _check_compression(where: str, got: Compression, want: Compression | None) -
         )
 
 
-def _open_manifest(location: DatasetLocation, options: OpenOptions) -> Dataset:
-    m = location.manifest
-    assert m is not None
+def _check_format(m: AnyManifest, options: OpenOptions) -> None:
     if options.format != "auto" and RecordFormat.parse(options.format) is not m.format:
         raise SidecarError(
             f"{m.data_dir}: the manifest says the dataset is {m.format.name.lower()}, not "
             f"{options.format}; open with {_AUTO_HINT} or rebuild "
             "with the right `--format`"
         )
+
+
+def _open_compact(location: DatasetLocation, m: CompactManifest,
+                  options: OpenOptions) -> Dataset:
+    """Open through a compact manifest: no shard is made, no file listed or stat-ed now.
+
+    Each shard is made when a read first touches it, and checked then as through a JSON
+    manifest from a bucket: its sidecar header against the manifest's count, stamp and body
+    CRC, and (``check_stale``) its data file's stamp against the header, before any of its
+    global record numbers is mapped to a byte. A million stamps are not read at open.
+    """
+    _check_format(m, options)
+    want = parse_compression(options.compression)
+    if want is not None:
+        comps = m.compressions
+        bad = next((k for k, c in enumerate(comps) if c is not want), None)
+        if bad is not None:
+            _check_compression(f"{m.data_dir}/{m.name(bad)}", comps[bad], want)
+    assert location.directory is not None
+    shards = ManifestShards(m, location.storage, location.directory, location.sidecars,
+                            options.cache, options.check_stale)
+    partial = m.partial_rows()
+    warn_partial([shards[int(k)] for k in partial[:3]], 5, total=len(shards),
+                 count=len(partial))
+    return Dataset(location.storage, shards, m.format, verify=options.verify,
+                   decode=options.decode, compressed=m.compressed,
+                   data_cache=data_cache_for(location.storage, m.sizes, options))
+
+
+def _open_manifest(location: DatasetLocation, options: OpenOptions) -> Dataset:
+    m = location.manifest
+    assert m is not None
+    if isinstance(m, CompactManifest):
+        return _open_compact(location, m, options)
+    _check_format(m, options)
     storage = location.storage
     local = storage.is_local
     if local:  # listing a local directory is cheap: refuse a manifest of other files first
@@ -128,24 +171,57 @@ def _open_manifest(location: DatasetLocation, options: OpenOptions) -> Dataset:
         _check_compression(f"{m.data_dir}/{name}", got, want)
     warn_partial(shards)
     return Dataset(storage, shards, m.format, verify=options.verify, decode=options.decode,
-                   compressed=m.compressed)
+                   compressed=m.compressed,
+                   data_cache=data_cache_for(storage, m.sizes, options))
+
+
+def data_cache_for(storage: Storage, sizes: Sequence[int] | np.ndarray,
+                   options: OpenOptions) -> DataCache | None:
+    """The data cache a dataset reads through: none for local files or when the directory
+    cannot be used (warned about already), and none, with one warning, for a dataset whose
+    data files do not fit its bound (their blocks would be evicted before their other
+    records are read, each fetched again and again). With it, the dataset's remote sidecars
+    are read whole (a small part of the data kept)."""
+    data_cache = options.data_cache
+    if data_cache is None or storage.is_local or not data_cache.usable():
+        return None
+    sizes = [int(size) for size in sizes]  # (a compact manifest's column: only with a cache)
+    if not data_cache.fits(sizes):
+        warnings.warn(DataCacheWarning(
+            f"the {len(sizes)} data files of this dataset hold {sum(sizes)} bytes, more than "
+            f"data_cache_bytes={data_cache.max_bytes} can keep with their blocks' overhead; "
+            "reading without the data cache (pass a larger data_cache_bytes=, or open the "
+            "part of the dataset this machine reads)"), stacklevel=4)
+        return None
+    options.cache.whole = True
+    return data_cache
+
 
 
 class PartialIndexWarning(UserWarning):
     """A dataset has shards whose index covers only a valid prefix (``allow_partial``)."""
 
 
-def warn_partial(shards: list[Shard], stacklevel: int = 4) -> None:
-    """Warn once for a dataset with partial indexes, naming the shards and their records."""
+def warn_partial(shards: list[Shard], stacklevel: int = 4, *, total: int | None = None,
+                 count: int | None = None) -> None:
+    """Warn once for a dataset with partial indexes, naming the shards and their records.
+
+    Args:
+        shards: The dataset's shards (or, with ``total``, some of its partial ones).
+        stacklevel: Where the warning points.
+        total: The dataset's shard count, when ``shards`` are not all of them.
+        count: How many shards are partial, when ``shards`` are not all of them.
+    """
     partial = [s for s in shards if s.partial]  # not ds.shards: 1e5 URLs made for nothing
     if not partial:
         return
+    count = len(partial) if count is None else count
     shown = ", ".join(f"{s.data_url} ({s.records} records indexed)" for s in partial[:3])
-    more = f" and {len(partial) - 3} more" if len(partial) > 3 else ""
+    more = f" and {count - 3} more" if count > 3 else ""
     warnings.warn(PartialIndexWarning(
-        f"{len(partial)} of {len(shards)} shards have a PARTIAL index: {shown}{more}; the "
-        "rest of each such file is damaged and not readable — re-copy it and run "
-        "`ofindex build` again"), stacklevel=stacklevel)
+        f"{count} of {len(shards) if total is None else total} shards have a PARTIAL index: "
+        f"{shown}{more}; the rest of each such file is damaged and not readable — re-copy it "
+        "and run `ofindex build` again"), stacklevel=stacklevel)
 
 
 def _check_listing(storage: Storage, data_dir: str, names: list[str]) -> None:

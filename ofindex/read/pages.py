@@ -82,6 +82,12 @@ class Pager:
     def checked(self) -> bool:
         return self.end >= 0
 
+    @property
+    def keyed(self) -> bool:
+        """Whether the node-cache key is known (not before the shard's stamp is: a compact
+        manifest's stamps page comes in the round that fetches the first pages)."""
+        return bool(self.key)
+
     def accept(self, header: SidecarHeader) -> None:
         """Keep what reads need of a checked header (a few integers per shard)."""
         self.end = header.indexed_end
@@ -99,8 +105,11 @@ class Pager:
 
 def pager_of(shard: Shard) -> Pager | None:
     """The shard's pager, or ``None`` when its sidecar is read whole (local sidecars, no
-    manifest, a loaded sidecar, a small, version 1 or compressed one)."""
-    if shard.cache is None or shard.fingerprint is None or shard.records <= 0 or shard.loaded:
+    manifest, a loaded sidecar, a small, version 1 or compressed one, a dataset whose data
+    is cached on the machine)."""
+    cache = shard.cache
+    if cache is None or cache.whole or shard.records <= 0 or shard.loaded or (
+            not shard.stamp_pending and shard.fingerprint is None):
         return None
     pager: Pager | None = shard.pager
     if pager is None or pager.pid != os.getpid():
@@ -112,10 +121,18 @@ def new_pager(shard: Shard) -> Pager:
     """A fresh pager for a shard whose record count, size and stamp are known (from a
     manifest, or from the header pinned when it was opened); its header not checked yet."""
     p = page_records_for(shard.records, shard.size)
+    pager = Pager(p, b"", whole=shard.records <= WHOLE_BELOW_PAGES * p,
+                  fresh=shard.data_storage is None)
+    if not shard.stamp_pending:
+        key_pager(shard, pager)
+    return pager
+
+
+def key_pager(shard: Shard, pager: Pager) -> None:
+    """Give a pager its node-cache key, once the shard's stamp is known."""
     expect = shard.expected_stamp()
     assert expect is not None
-    return Pager(p, sidecar_key(shard.index_url, expect, shard.body_crc),
-                 whole=shard.records <= WHOLE_BELOW_PAGES * p, fresh=shard.data_storage is None)
+    pager.key = sidecar_key(shard.index_url, expect, shard.body_crc)
 
 
 def page_range(pager: Pager, records: int, first: int, last: int) -> tuple[int, int]:
@@ -184,7 +201,10 @@ def pageable(header: SidecarHeader) -> bool:
 
 def header_fetch_bytes(shard: Shard) -> int:
     """Bytes of the header to fetch: the fields and the fingerprint the manifest expects; the
-    rest of the 512 bytes is zero padding, which the header CRC then vouches for."""
+    rest of the 512 bytes is zero padding, which the header CRC then vouches for (all 512 when
+    the fingerprint is still in a compact manifest's page, fetched in the same round)."""
+    if shard.stamp_pending:
+        return HEADER_SIZE
     fingerprint = (shard.fingerprint or "").encode("utf-8")
     return min(HEADER_SIZE, (_FINGERPRINT_AT + len(fingerprint) + 7) // 8 * 8)
 
@@ -231,12 +251,15 @@ def spans_from_pages(shard: Shard, pager: Pager, pages: dict[int, np.ndarray],
         r = local - page_of[0] * p
         starts[:] = arr[r]
         ends[:] = arr[r + 1]
-    else:
-        for page, arr in pages.items():
-            sel = page_of == page
-            r = local[sel] - page * p
-            starts[sel] = arr[r]
-            ends[sel] = arr[r + 1]
+    else:  # one gather over the pages laid side by side (a loop of masks costs pages x n)
+        numbers, which = np.unique(page_of, return_inverse=True)
+        side = np.zeros((len(numbers), p + 1), dtype=np.uint64)
+        for row, page in enumerate(numbers.tolist()):
+            arr = pages[page]
+            side[row, : len(arr)] = arr
+        r = local - page_of * p
+        starts[:] = side[which, r]
+        ends[:] = side[which, r + 1]
     short = ends - starts < pager.overhead
     if short.any():
         k = int(np.argmax(short))

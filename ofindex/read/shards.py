@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Any
+from typing import Any, Protocol
 
 from ..errors import IndexNotFoundError, SidecarError, StaleIndexError, hint
 from ..formats.framing import RecordFormat
@@ -40,6 +40,12 @@ class ShardInfo:
     partial: bool = False
 
 
+class StampSource(Protocol):
+    """Where a shard's stamp is read on first use (a compact manifest)."""
+
+    def stamp(self, row: int) -> tuple[str, int | None]: ...
+
+
 class Shard:
     """A data file and its sidecar; the sidecar is (re)opened lazily in each process.
 
@@ -49,15 +55,17 @@ class Shard:
     """
 
     __slots__ = (
+        "_body_crc",
+        "_fingerprint",
         "_pid",
         "_pinned",
+        "_row",
+        "_rows",
         "_sidecar",
         "_unchecked",
-        "body_crc",
         "cache",
         "data_storage",
         "data_url",
-        "fingerprint",
         "index_path",
         "index_storage",
         "local_sidecar",
@@ -72,16 +80,20 @@ class Shard:
                  records: int = -1, size: int = -1, *, fingerprint: str | None = None,
                  data_storage: Storage | None = None, cache: SidecarCache | None = None,
                  url: str | None = None, partial: bool = False,
-                 body_crc: int | None = None) -> None:
+                 body_crc: int | None = None, stamps: StampSource | None = None,
+                 row: int = -1) -> None:
         self.path = path
-        self.body_crc = body_crc  # the sidecar version the manifest names (None: any)
+        self._body_crc = body_crc  # the sidecar version the manifest names (None: any)
+        self._fingerprint = fingerprint
+        #: A compact manifest whose stamps page gives this shard's fingerprint and body CRC
+        #: when first asked (row ``_row``), or ``None`` once known.
+        self._rows, self._row = stamps, row
         self.partial = partial
         self.data_url = path if url is None else url
         self.index_storage = index_storage
         self.index_path = index_path
         self.records = records
         self.size = size
-        self.fingerprint = fingerprint
         self.data_storage = data_storage
         # local sidecars are memory-mapped (page cache, not heap): only remote ones are counted
         self.cache = None if index_storage.is_local else cache
@@ -99,16 +111,55 @@ class Shard:
 
     def __getstate__(self) -> tuple[Any, ...]:
         return (self.path, self.index_storage, self.index_path, self.records, self.size,
-                self.fingerprint, self.data_storage, self.cache, self.data_url, self.partial,
-                self.body_crc, self._pinned)
+                self._fingerprint, self.data_storage, self.cache, self.data_url, self.partial,
+                self._body_crc, self._pinned, self._rows, self._row)
 
     def __setstate__(self, state: tuple[Any, ...]) -> None:
         (path, index_storage, ipath, records, size, fingerprint, data_storage, cache, url, partial,
-         body_crc, pinned) = state
+         body_crc, pinned, rows, row) = state
         Shard.__init__(self, path, index_storage, ipath, records, size, fingerprint=fingerprint,
                        data_storage=data_storage, cache=cache, url=url, partial=partial,
-                       body_crc=body_crc)
+                       body_crc=body_crc, stamps=rows, row=row)
         self._pinned = pinned
+
+    # -- the stamp a manifest gives: known, or read from a compact manifest on first use -----
+    @property
+    def stamp_pending(self) -> bool:
+        """Whether this shard's fingerprint and body CRC are still in a compact manifest's
+        stamps page not read yet (:meth:`take_stamp` or first use reads them)."""
+        return self._rows is not None
+
+    def take_stamp(self) -> None:
+        """Take the fingerprint and body CRC from the compact manifest (its page fetched now
+        when it was not read in a round).
+
+        Raises:
+            ManifestError: The page fails its checks.
+        """
+        rows = self._rows
+        if rows is not None:
+            self._fingerprint, self._body_crc = rows.stamp(self._row)
+            self._rows = None
+
+    def stamp_source(self) -> tuple[StampSource, int] | None:
+        """``(compact manifest, row)`` this shard's stamp is still to be read from, or
+        ``None``."""
+        return None if self._rows is None else (self._rows, self._row)
+
+    @property
+    def fingerprint(self) -> str | None:
+        """The data file's fingerprint the manifest (or the pinned header) gives, or
+        ``None``."""
+        if self._rows is not None:
+            self.take_stamp()
+        return self._fingerprint
+
+    @property
+    def body_crc(self) -> int | None:
+        """The sidecar body CRC the manifest (or the pinned header) names, or ``None``."""
+        if self._rows is not None:
+            self.take_stamp()
+        return self._body_crc
 
     def pin(self, header: SidecarHeader) -> None:
         """Take the count, stamp and body CRC a checked header gives as what this shard is
@@ -121,8 +172,9 @@ class Shard:
         """
         self.records = header.count
         self.size = header.stamp.size
-        self.fingerprint = header.stamp.fingerprint
-        self.body_crc = header.body_crc
+        self._fingerprint = header.stamp.fingerprint
+        self._body_crc = header.body_crc
+        self._rows = None
         self.partial = header.partial
         self._pinned = header
 
@@ -182,8 +234,10 @@ class Shard:
     def disk_copy(self) -> Sidecar | None:
         """A valid copy of this remote sidecar in the node cache (only with a manifest's
         stamps), or ``None``."""
+        if self.cache is None or self.cache.node is None or self.index_storage.is_local:
+            return None  # (a compact manifest's stamp is not read for nothing)
         expect = self.expected_stamp()
-        if self.cache is None or expect is None or self.index_storage.is_local:
+        if expect is None:
             return None
         return self.cache.from_disk(self.index_url, expect, self.records, self.body_crc)
 

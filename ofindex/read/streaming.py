@@ -11,6 +11,7 @@ from ..formats.framing import Buffer
 from ..formats.sidecar import Sidecar
 from ..storage import Storage, check_length
 from ..storage.ranges import plan_blocks
+from .datacache import DataCache
 from .payloads import DIRECT_RECORD_BYTES, extract_payloads, read_record_direct
 from .sum_checks import check_many, record_namer, sidecar_sums
 
@@ -26,15 +27,16 @@ def stream_shard(
 
 def stream_blocks(
     storage: Storage, path: str, sidecar: Sidecar, lo: int, hi: int, verify: bool,
-    block_bytes: int = 8 << 20,
+    block_bytes: int = 8 << 20, data_cache: DataCache | None = None,
 ) -> Iterator[list[bytes]]:
     """Payloads of records ``lo..hi-1`` of one shard, in order, a list per read block.
 
     Each block of records is read one of four ways: remotely, with the next block's request
-    in flight while this one is cut; from the memory map; record by record, each payload
-    straight into its own ``bytes`` (local records of 64 KiB or more, or a block far larger
-    than ``block_bytes``); or into one reused buffer (fresh multi-MB buffers cost a page fault
-    per 4 KiB).
+    in flight while this one is cut (through ``data_cache`` when given: from the blocks of
+    the file kept on local disk, each checked against its CRC when first mapped); from the
+    memory map; record by record, each payload straight into its own ``bytes`` (local
+    records of 64 KiB or more, or a block far larger than ``block_bytes``); or into one
+    reused buffer (fresh multi-MB buffers cost a page fault per 4 KiB).
     """
     blocks = plan_blocks(sidecar.offsets, lo, hi, block_bytes)
     if not blocks:
@@ -44,7 +46,7 @@ def stream_blocks(
     if storage.is_local:
         source = _local_blocks(storage, path, sidecar, blocks, block_bytes)
     else:
-        source = _prefetched_blocks(storage, path, sidecar, blocks)
+        source = _prefetched_blocks(storage, path, sidecar, blocks, data_cache)
     for (a, b), (starts, ends, buf, base) in zip(blocks, source, strict=True):
         if buf is None:  # records read one by one, no staging buffer sized from the index
             block = [read_record_direct(storage, path, s, e, fmt, verify, a + j)
@@ -64,12 +66,17 @@ _Block = tuple[np.ndarray, np.ndarray, Buffer | None, int]
 
 
 def _prefetched_blocks(storage: Storage, path: str, sidecar: Sidecar,
-                       blocks: list[tuple[int, int]]) -> Iterator[_Block]:
-    """Remote blocks, each a range request, the next one in flight on a thread."""
+                       blocks: list[tuple[int, int]],
+                       data_cache: DataCache | None) -> Iterator[_Block]:
+    """Remote blocks, each a range request (or read through the data cache), the next one
+    in flight on a thread."""
     pool = cf.ThreadPoolExecutor(1)
 
-    def fetch(starts: np.ndarray, ends: np.ndarray) -> bytes:
-        return storage.read(path, int(starts[0]), int(ends[-1]))
+    def fetch(starts: np.ndarray, ends: np.ndarray) -> Buffer:
+        start, end = int(starts[0]), int(ends[-1])
+        if data_cache is not None:
+            return data_cache.read(storage, [path], [0], [start], [end]).buffer()
+        return storage.read(path, start, end)
 
     try:
         spans = _block_spans(sidecar, *blocks[0])

@@ -225,7 +225,8 @@ def _umask() -> int:
     return mask
 
 
-def write_local_atomic(path: str, parts: list[bytes | memoryview]) -> None:
+def write_local_atomic(path: str, parts: list[bytes | memoryview], *,
+                       durable: bool = True) -> None:
     """Write ``parts`` to ``path`` through a temporary file in the same directory and a rename.
 
     Readers see the old file or the new one, never a partial one. The file gets the mode
@@ -234,6 +235,9 @@ def write_local_atomic(path: str, parts: list[bytes | memoryview]) -> None:
     Args:
         path: Destination file; its directory is created when missing.
         parts: Byte strings written one after another.
+        durable: Flush the file to the disk before the rename (``fsync``), so that it
+            survives a power loss whole. A cache whose entries carry their own checks skips
+            it: a process killed at any point still leaves the old file or the new one.
 
     Raises:
         OSError: The directory is not writable, the disk is full, …; the temporary file is
@@ -248,7 +252,8 @@ def write_local_atomic(path: str, parts: list[bytes | memoryview]) -> None:
             for part in parts:
                 f.write(part)
             f.flush()
-            os.fsync(f.fileno())
+            if durable:
+                os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):

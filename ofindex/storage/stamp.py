@@ -71,6 +71,12 @@ class ExpectedFiles:
     def __len__(self) -> int:
         return len(self._stamps)
 
+    def stamp_of(self, path: str) -> FileStamp | None:
+        """The stamp ``path`` was checked to have (the identity of the version read), or
+        ``None`` when it was not checked in this dataset."""
+        known = self._stamps.get(path)
+        return None if known is None else FileStamp(*known)
+
     def expect(self, path: str, stamp: FileStamp, url: str) -> None:
         """Remember ``stamp`` as what ``path`` must be from now on.
 
@@ -152,6 +158,14 @@ class ExpectedUnion(ExpectedFiles):
         """
         self.check(path, stamp, url)
         self.parts[0].expect(path, stamp, url)
+
+    def stamp_of(self, path: str) -> FileStamp | None:
+        """The stamp a part checked ``path`` to have, or ``None``."""
+        for part in self.parts:
+            stamp = part.stamp_of(path)
+            if stamp is not None:
+                return stamp
+        return None
 
     def check(self, path: str, current: FileStamp, url: str) -> None:
         """Check ``path`` against the stamp of every part that has one.

@@ -1,0 +1,272 @@
+"""The compact manifest (``ofindex-manifest.bin``, issue 32): written and read back on local
+disk and ``memory://``, refused when tampered with or truncated, a million shards opened in
+the simulated store with global record numbers mapped right and the first batch in two
+request rounds, and JSON manifests still opened."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import struct
+import sys
+
+import fsspec
+import numpy as np
+import pytest
+from helpers import index_dir_of
+
+import ofindex
+from ofindex import ManifestError, StaleIndexError
+from ofindex.formats import compact_manifest, manifest_binary
+from ofindex.formats.compact_manifest import COMPACT_NAME, open_compact
+from ofindex.formats.framing import RecordFormat
+from ofindex.formats.manifest import MANIFEST_NAME
+from ofindex.formats.sidecar_header import Compression
+from ofindex.index.build_file import BuildResult
+from ofindex.index.build_results import BuildResults
+from ofindex.shuffle import GlobalShuffleSampler
+from ofindex.storage import Storages
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "tools"))
+import sim_store
+from bench_scale import Rounds
+
+
+def _dataset(root: str, shards: int = 12) -> list[bytes]:
+    """``shards`` small TFRecord files (1..7 records each) in ``root``; returns the records."""
+    os.makedirs(root)
+    records = []
+    for k in range(shards):
+        with ofindex.Writer(os.path.join(root, f"part-{k:05d}.tfrecord")) as w:
+            for i in range(k % 7 + 1):
+                w.write(b"shard %d record %d" % (k, i))
+                records.append(b"shard %d record %d" % (k, i))
+    return records
+
+
+@pytest.fixture
+def built(tmp_path, monkeypatch):
+    """A 12-shard dataset with a compact manifest in the default place."""
+    monkeypatch.setattr(compact_manifest, "COMPACT_FROM_SHARDS", 10)
+    root = str(tmp_path / "data")
+    records = _dataset(root)
+    ofindex.build_index(root)
+    return root, records, os.path.join(index_dir_of(root), COMPACT_NAME)
+
+
+def test_written_and_read_back_on_local_disk(built):
+    root, records, manifest = built
+    assert os.path.exists(manifest)
+    assert not os.path.exists(os.path.join(index_dir_of(root), MANIFEST_NAME))
+    with ofindex.open(root) as ds:
+        assert type(ds._table.shards).__name__ == "ManifestShards"
+        assert len(ds) == len(records) and ds[:] == records and list(ds) == records
+        assert ds[[7, 3, -1, 0]] == [records[i] for i in (7, 3, -1, 0)]
+        infos = ds.shards
+    with ofindex.open(root, manifest=False) as listed:  # the same shards, listed and stat-ed
+        assert infos == listed.shards
+    again = pickle.loads(pickle.dumps(ofindex.open(root)))
+    assert again[len(records) - 1] == records[-1]
+    assert ofindex.open(manifest)[:] == records  # named
+
+
+def test_round_trip_through_memory_fs():
+    fs = fsspec.filesystem("memory")
+    root = "memory://compact-rt/data"
+    records = []
+    for k in range(40):
+        payloads = [b"%d:%d" % (k, i) * 40 for i in range(k % 5 + 70)]  # paged sidecars
+        with ofindex.Writer(f"{root}/part-{k:05d}.tfrecord") as w:
+            for p in payloads:
+                w.write(p)
+        records += payloads
+    try:
+        ofindex.build_index(root, manifest=f"{root}.ofindex/{COMPACT_NAME}")
+        assert fs.exists(f"/compact-rt/data.ofindex/{COMPACT_NAME}")
+        ds = ofindex.open(root)
+        assert isinstance(ds._table.shards, ofindex.read.manifest_shards.ManifestShards)
+        order = np.random.default_rng(1).permutation(len(records))
+        assert ds[order] == [records[i] for i in order.tolist()]
+        assert [ds[i] for i in range(0, len(records), 37)] == records[::37]
+    finally:
+        fs.rm("/compact-rt", recursive=True)
+
+
+def test_the_default_kind_follows_the_shard_count(tmp_path, monkeypatch):
+    root = str(tmp_path / "data")
+    records = _dataset(root)
+    json_path = os.path.join(index_dir_of(root), MANIFEST_NAME)
+    bin_path = os.path.join(index_dir_of(root), COMPACT_NAME)
+    ofindex.build_index(root)  # 12 shards: JSON, as earlier releases read
+    assert os.path.exists(json_path) and not os.path.exists(bin_path)
+    monkeypatch.setattr(compact_manifest, "COMPACT_FROM_SHARDS", 12)
+    ofindex.build_index(root)
+    assert os.path.exists(bin_path) and not os.path.exists(json_path)  # the JSON one removed
+    monkeypatch.setattr(compact_manifest, "COMPACT_FROM_SHARDS", 13)
+    ofindex.build_index(root)
+    assert os.path.exists(json_path) and not os.path.exists(bin_path)
+    assert ofindex.open(root)[:] == records
+
+
+def test_json_manifests_still_open(tmp_path):
+    root = str(tmp_path / "data")
+    records = _dataset(root)
+    ofindex.build_index(root)
+    ds = ofindex.open(root)
+    assert isinstance(ds._table.shards, list) and ds[:] == records
+
+
+def _flips(size: int) -> list[int]:
+    """Byte positions to damage: every field of the header, then spread over the file."""
+    return sorted({*range(0, 64, 3), *np.linspace(64, size - 1, 40).astype(int).tolist()})
+
+
+def _read_all(root: str) -> None:
+    ds = ofindex.open(root)
+    ds[:]
+
+
+def test_every_damaged_byte_is_refused(built):
+    """Every byte is under a CRC (the head's or a page's): a flipped bit anywhere is a
+    ManifestError naming the manifest, at open or when the page is first read."""
+    root, _, manifest = built
+    with open(manifest, "rb") as f:
+        good = f.read()
+    for at in _flips(len(good)):
+        bad = bytearray(good)
+        bad[at] ^= 0x10
+        with open(manifest, "wb") as f:
+            f.write(bad)
+        with pytest.raises(ManifestError, match=r"ofindex-manifest\.bin.*rebuild"):
+            _read_all(root)
+
+
+def test_a_truncated_manifest_is_refused(built):
+    root, _, manifest = built
+    with open(manifest, "rb") as f:
+        good = f.read()
+    head = struct.unpack_from("<I", good, 12)[0]
+    for cut in sorted({0, 1, 63, 64, 100, head - 1, head, head + 10, len(good) - 1}):
+        with open(manifest, "wb") as f:
+            f.write(good[:cut])
+        with pytest.raises(ManifestError, match=r"ofindex-manifest\.bin.*(truncated|bad magic)"):
+            _read_all(root)
+    assert issubclass(ManifestError, ofindex.OfindexError) and issubclass(ManifestError,
+                                                                          ValueError)
+
+
+def test_a_forged_count_is_refused_when_its_shard_is_read(built):
+    """A manifest rewritten whole with shard 2's count raised (every CRC valid): the count is
+    checked against the shard's sidecar header before a record is read through it."""
+    root, records, manifest = built
+    storage, path = Storages().for_url(manifest)
+    m = open_compact(storage, path)
+    stamps = [m.stamp(k) for k in range(len(m))]
+    writer = manifest_binary.CompactWriter(RecordFormat.TFRECORD, len(m), None, None, True)
+    writer.add(manifest_binary.Row(m.name(k), int(m.records[k]) + (k == 2), int(m.sizes[k]),
+                                   stamps[k][0], stamps[k][1]) for k in range(len(m)))
+    with open(manifest, "wb") as f:
+        f.write(b"".join(writer.finish()))
+    ds = ofindex.open(root)
+    assert len(ds) == len(records) + 1
+    assert ds[0] == records[0]  # shard 0 is what the manifest says
+    with pytest.raises(StaleIndexError, match=r"part-00002\.tfrecord\.ofidx: the sidecar does "
+                                              r"not match the dataset manifest"):
+        ds[4]
+
+
+def test_a_million_shards_in_the_simulated_store():
+    """1e11 records in 1e6 shards: opened by three requests that read a fraction of the
+    manifest, global numbers mapped as the store's own counts say, the first batch of 256
+    globally shuffled records in two rounds (the stamps pages ride with the sidecar pages)."""
+    records, shards = 10**11, 10**6
+    url = sim_store.dataset_url(records, shards, 200)
+    sim = sim_store.dataset_named(url.split("://", 1)[1])
+    size = len(sim_store.served_manifest(sim, "bin"))
+    sim_store.STATS.reset()
+    ds = ofindex.open(url)
+    # the default index directory has none (two misses), then the data directory: the compact
+    # manifest's header (its JSON: a miss), head and the columns read whole
+    assert len(ds) == records and sim_store.STATS.requests == {"compact": 3, "missing": 3}
+    assert sim_store.STATS.bytes["compact"] < size // 2  # the stamps stay in the bucket
+    assert len(ds._table.held()) == 0
+    counts = ds.cumulative_counts
+    rng = np.random.default_rng(32)
+    for k in [0, 1, shards // 2, shards - 1, *rng.integers(0, shards, 60).tolist()]:
+        assert counts[k] == sim.first(k + 1)
+        inside = int(rng.integers(0, sim.count(k)))
+        assert ds.locate(sim.first(k) + inside) == (k, inside)
+    rounds = Rounds(ds._table.storage, sim_store.STATS)
+    batch = np.fromiter(iter(GlobalShuffleSampler(len(ds), seed=0)),
+                        dtype=np.int64, count=256)
+    sim_store.STATS.reset()
+    got = ds[batch]
+    assert [struct.unpack_from("<Q", g)[0] for g in got] == batch.tolist()
+    assert len(rounds.log) == 2 and sim_store.STATS.requests["compact"] <= 256
+    assert ds[int(batch[0])] == got[0] and ds[-1][:8] == struct.pack("<Q", records - 1)
+
+
+def test_stamps_pages_are_shared_through_the_node_cache(tmp_path):
+    """A second process of the machine (here a second open) finds the stamps pages, headers
+    and sidecar pages the first one fetched in ``cache_dir``: only data is fetched."""
+    url = sim_store.dataset_url(10**8, 10**4, 200)
+    batch = np.random.default_rng(3).integers(0, 10**8, 64)
+    first = ofindex.open(url, cache_dir=str(tmp_path))
+    sim_store.STATS.reset()
+    expected = first[batch]
+    assert sim_store.STATS.requests["compact"] > 0
+    second = ofindex.open(url, cache_dir=str(tmp_path))
+    sim_store.STATS.reset()
+    assert second[batch] == expected
+    assert set(sim_store.STATS.requests) == {"data"}
+
+
+def test_build_results_keep_every_field():
+    results = [
+        BuildResult("s3://b/d/part-0", "s3://b/d.ofindex/part-0.ofidx", RecordFormat.OFRECORD,
+                    12, 3400, fingerprint="etag:\"ab\"", body_crc=0, index_bytes=620),
+        BuildResult("/d/p-1", "/d.ofindex/p-1.ofidx", None, 0, 0, skipped=True),
+        BuildResult("/d/p-2.gz", "/d.ofindex/p-2.gz.ofidx", RecordFormat.TFRECORD, 7, 99,
+                    partial=True, problem="bad CRC at 880", fingerprint="mtime_ns:1",
+                    compression=Compression.GZIP, uncompressed_size=400, seek_points=3,
+                    body_crc=2**32 - 1),
+    ]
+    table = BuildResults()
+    for r in results:
+        table.append(r)
+    assert list(table) == results and table == results and table[-1] == results[-1]
+    assert table[1:] == results[1:] and len(table) == 3
+
+
+def test_the_writer_holds_at_most_a_page_of_rows():
+    """Rows streamed in (a million-file build's results) are encoded a page at a time."""
+    n, eager, stamp = 5000, 1024, 16
+    writer = manifest_binary.CompactWriter(RecordFormat.TFRECORD, n, None, None, False,
+                                           eager_rows=eager, stamp_rows=stamp)
+    for lo in range(0, n, 300):
+        writer.add(manifest_binary.Row(f"f{k}", k, 10 * k, f"fp{k}", k) for k in
+                   range(lo, min(lo + 300, n)))
+        held = {size: sum(len(p) for p in pending) for size, pending in writer.pending.items()}
+        assert held[eager] < eager and held[stamp] < stamp
+    fs = fsspec.filesystem("memory")
+    fs.pipe("/compact-writer/ofindex-manifest.bin", b"".join(writer.finish()))
+    try:
+        storage, path = Storages().for_url("memory://compact-writer/ofindex-manifest.bin")
+        m = open_compact(storage, path)
+        assert m.records.tolist() == list(range(n)) and m.sizes[4999] == 49990
+        assert [m.name(k) for k in (0, 1023, 1024, 4999)] == ["f0", "f1023", "f1024", "f4999"]
+        assert m.stamp(4097) == ("fp4097", 4097) and m.data_dir == m.url.rsplit("/", 1)[0]
+    finally:
+        fs.rm("/compact-writer", recursive=True)
+
+
+def test_small_shards_read_whole_in_two_rounds_too():
+    """Shards of a few pages have their sidecars fetched whole: their stamps come in the same
+    round (no round of its own), and the records are right."""
+    url = sim_store.dataset_url(4000, 200, 200)  # 20 records a shard: sidecars read whole
+    ds = ofindex.open(url)
+    rounds = Rounds(ds._table.storage, sim_store.STATS)
+    batch = np.random.default_rng(5).permutation(4000)[:64]
+    got = ds[batch]
+    assert [struct.unpack_from("<Q", g)[0] for g in got] == batch.tolist()
+    assert len(rounds.log) == 2
