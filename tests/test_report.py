@@ -18,12 +18,28 @@ PIPELINE = {
         {"case": "mnist", "contender": "ofindex-torch", "batches_per_s": 412.5,
          "batches_per_s_min": 400.25, "batches_per_s_max": 430.0, "first_batch_s": 0.75,
          "mixing": 1.002, "ratio_vs_best_peer": 1.75, "ratio_vs_best_peer_min": 1.61,
-         "ratio_vs_best_peer_max": 1.83},
+         "ratio_vs_best_peer_max": 1.83, "ratio_vs_dali": 2.1, "ratio_vs_dali_min": 1.9,
+         "cpu_ms_per_batch": 1.25,
+         "ratio_vs_dali_max": 2.4},
         {"case": "mnist", "contender": "tfdata", "batches_per_s": 235.7,
          "batches_per_s_min": 220.0, "batches_per_s_max": 250.0, "first_batch_s": 8.5,
          "mixing": 0.0123},
     ],
     "unavailable": {"mnist: dali": "No module named 'nvidia'"},
+}
+IMAGES = {
+    "config": {"images": 256, "rounds": 5, "cores": 2, "load": 3.5, "jpeg_bytes": 79500.0},
+    "rows": [
+        {"case": "224", "contender": "ofindex", "psnr_db": 55.8, "per_core": 690.0,
+         "per_core_min": 650.0, "per_core_max": 720.0, "all_cores": 1200.0,
+         "all_cores_min": 1100.0, "all_cores_max": 1300.0, "per_core_vs_dali": 2.2,
+         "per_core_vs_dali_min": 2.0, "per_core_vs_dali_max": 2.5, "per_core_vs_pillow": 1.6,
+         "per_core_vs_pillow_min": 1.5, "per_core_vs_pillow_max": 1.7},
+        {"case": "224", "contender": "dali", "psnr_db": 67.5, "per_core": 310.0,
+         "per_core_min": 300.0, "per_core_max": 320.0},
+        {"case": "decode", "contender": "pillow", "psnr_db": None, "per_core": 750.0,
+         "per_core_min": 740.0, "per_core_max": 760.0},
+    ],
 }
 SEQUENTIAL = [
     {"case": "sequential, 1000000 x ~200 B", "contender": "ofindex iter_batches",
@@ -162,7 +178,7 @@ RAY = {
 def test_report_from_fixtures(tmp_path):
     results, docs = tmp_path / "bench-results", tmp_path / "docs"
     results.mkdir()
-    for name, data in (("pipeline", PIPELINE), ("sequential", SEQUENTIAL),
+    for name, data in (("pipeline", PIPELINE), ("images", IMAGES), ("sequential", SEQUENTIAL),
                        ("shuffle", SHUFFLE), ("remote", REMOTE), ("compressed", COMPRESSED),
                        ("build", BUILD), ("decode", DECODE), ("scale", SCALE),
                        ("scale_manifest", SCALE_MANIFEST), ("mixing", MIXING), ("ray", RAY),
@@ -174,8 +190,12 @@ def test_report_from_fixtures(tmp_path):
     assert report.main(["--results", str(results), "--docs", str(docs),
                         "--readme", str(readme)]) == 0
     md = (docs / "benchmarks.md").read_text()
-    assert "| ofindex-torch | 412 (400–430) | 0.75 | 1 | 1.75 (1.61–1.83)× |" in md
-    assert "| tfdata | 236 (220–250) | 8.5 | 0.0123 |  |" in md
+    assert ("| ofindex-torch | 412 (400–430) | 1.25 | 0.75 | 1 | 1.75 (1.61–1.83)× | "
+            "2.1 (1.9–2.4)× |  |") in md
+    assert "| tfdata | 236 (220–250) | – | 8.5 | 0.0123 |  |  |  |" in md
+    assert ("| 224 | ofindex | 690 (650–720) | 2.2 (2–2.5)× | 1.6 (1.5–1.7)× | "
+            "1,200 (1,100–1,300) | 55.8 |") in md
+    assert "| decode | pillow | 750 (740–760) |  |  |  | exact |" in md
     assert "not measured: mnist: dali: No module named 'nvidia'" in md
     assert "| ofindex iter_batches | 15,200,000 (14,100,000–16,000,000) | 3.3 |" in md
     assert "| block 64, window 16 | 16 | 7 | 0.017 |" in md
@@ -228,6 +248,8 @@ def test_report_from_fixtures(tmp_path):
     assert ("the first batch of 256 after open in 2.6 RTTs (32 requests), a warm one in 1.3 "
             "(1.1× one round of bare requests), 91.2× faster than one request per record"
             in text)
+    assert ("- JPEG decode + resize to 224×224: 690 images/s per core, 2.2× DALI's CPU decoder "
+            "and resize, 1.6× Pillow.") in text
     assert "[docs/benchmarks.md](docs/benchmarks.md)" in text
     assert ("- Weighted mixing of 3 sources: 0.955 of one source's batches/s, 4.3× the faster "
             "of tf.data sample_from_datasets and Grain's MapDataset.mix.") in text

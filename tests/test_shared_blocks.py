@@ -1,7 +1,7 @@
-"""DataLoader workers reuse their shared-memory blocks (``ofindex.integrations._shared_blocks``)
-only once nothing refers to them: not in the worker, not in the main process (where a tensor
-lent out counts itself back when its storage dies). Batches that are kept are never
-overwritten."""
+"""DataLoader workers decode batches into their ring of shared-memory blocks
+(``ofindex.integrations._shared_ring``) and hand tensors on it to the main process as
+references (``_shared_blocks``): a block is reused only once nothing refers to it, in the
+worker or in the main process. Batches that are kept are never overwritten."""
 
 from __future__ import annotations
 
@@ -14,66 +14,69 @@ import pytest
 
 torch = pytest.importorskip("torch")
 from helpers import write_shards  # noqa: E402
-from torch.multiprocessing.reductions import shared_cache  # noqa: E402
 from torch.utils.data import DataLoader  # noqa: E402
 
 import ofindex  # noqa: E402
 from ofindex.decode import BatchDecoder, FixedLen  # noqa: E402
-from ofindex.integrations._shared_blocks import BLOCKS, SharedBlocks, lend  # noqa: E402
+from ofindex.integrations._shared_blocks import RING, LentTensor, lend, shared_bytes  # noqa: E402
+from ofindex.integrations._shared_ring import AVAILABLE, SharedRing  # noqa: E402
 from ofindex.integrations.torch import BatchSampler, GlobalShuffleSampler, TensorBatches  # noqa: E402
 from ofindex.proto import example_pb2  # noqa: E402
 
 
 def sent(tensor):
-    """``tensor`` pickled as a DataLoader worker sends it, and unpickled as the main process
-    receives it (mapping the shared memory anew, as another process does: torch's cache of
-    this process's own shared storages is cleared first)."""
-    raw = bytes(ForkingPickler.dumps(tensor))
-    shared_cache.clear()
-    return pickle.loads(raw)
+    """``tensor`` pickled as a DataLoader worker sends it and read back."""
+    return pickle.loads(bytes(ForkingPickler.dumps(tensor)))
 
 
-def test_a_block_is_reused_only_once_no_tensor_of_the_worker_refers_to_it():
-    ring = SharedBlocks(slots=2)
-    mem, counter = ring.take(1000)
-    first = mem.data_ptr()
-    kept = lend(mem[:10], counter)
-    del mem
-    other, _ = ring.take(1000)
-    assert other.data_ptr() != first  # a view of the first block is still alive
-    del kept, other
-    again, _ = ring.take(500)  # both free and as big: the first
-    assert again.data_ptr() == first and ring.fresh == 0
-
-
-def test_a_block_lent_to_the_main_process_comes_back_when_its_last_view_dies():
-    ring = SharedBlocks(slots=1)
-    mem, counter = ring.take(64)
-    mem.copy_(torch.arange(64, dtype=torch.uint8))
-    lent = lend(mem[:16].view(torch.int64), counter)
+@pytest.mark.skipif(not AVAILABLE, reason="needs memfd_create (Linux)")
+def test_a_lent_tensor_travels_as_a_reference_and_comes_back_when_its_storage_dies():
+    ring = SharedRing(slots=1)
+    mem = ring.take(128)
+    header = mem._block.header
+    lent = lend(mem, np.dtype(np.int64), (16,))
+    assert type(lent) is LentTensor
+    lent.copy_(torch.arange(16))
     got = sent(lent)
-    assert counter.item() == 1 and got.is_shared()
-    assert got.tolist() == mem[:16].view(torch.int64).tolist()
+    assert type(got) is torch.Tensor and got.tolist() == list(range(16))
+    assert header[0] == 1 and header[1] == 0
     del mem, lent
-    view = got[1:]
+    view = got[3:]
     del got
     gc.collect()
-    busy, none = ring.take(64)
-    assert none is None and ring.fresh == 1  # lent out: a fresh block, not this one
-    del busy
+    assert header[1] == 0  # a view keeps the storage alive
     del view
     gc.collect()
-    assert counter.item() == 0
-    again, c2 = ring.take(64)
-    assert c2 is not None and again.tolist() == list(range(64))  # the same block, reused
+    assert header[1] == 1
+    again = ring.take(128)
+    assert again.view(np.int64).tolist() == list(range(16))  # the same block, reused
+    ring.retire_all()
 
 
-def test_tensors_not_from_the_ring_pickle_as_plain_tensors():
-    t = lend(torch.arange(5), None)
-    assert type(t) is torch.Tensor and sent(t).tolist() == [0, 1, 2, 3, 4]
-    mem, counter = SharedBlocks(slots=1).take(40)
-    derived = lend(mem[:40].view(torch.int64), counter) * 2  # an operation: a plain tensor
-    assert type(derived) is torch.Tensor and counter.item() == 0
+@pytest.mark.skipif(not AVAILABLE, reason="needs memfd_create (Linux)")
+def test_lent_tensors_pickle_their_data_elsewhere_and_operations_are_plain():
+    mem = SharedRing(slots=1).take(40)
+    lent = lend(mem, np.dtype(np.int64), (5,))
+    lent.copy_(torch.arange(5))
+    assert pickle.loads(pickle.dumps(lent)).tolist() == [0, 1, 2, 3, 4]  # e.g. torch.save
+    assert mem._block.header[0] == 0
+    assert type(lent * 2) is torch.Tensor
+
+
+@pytest.mark.parametrize("ring", [True, False])
+def test_shared_bytes_and_lend_give_tensors_of_the_layout(monkeypatch, ring):
+    if not ring:  # no memfd_create (not Linux): fresh shared memory that torch shares
+        from ofindex.integrations import _shared_blocks
+
+        monkeypatch.setattr(_shared_blocks, "AVAILABLE", False)
+    elif not AVAILABLE:
+        pytest.skip("needs memfd_create (Linux)")
+    mem = shared_bytes(64)
+    t = lend(mem, np.dtype(np.float32), (4, 4))
+    t.copy_(torch.arange(16, dtype=torch.float32).view(4, 4))
+    assert t.shape == (4, 4) and t.dtype == torch.float32
+    assert type(t) is (LentTensor if ring else torch.Tensor)
+    assert sent(t).tolist() == torch.arange(16, dtype=torch.float32).view(4, 4).tolist()
 
 
 SPEC = {"x": FixedLen((64,), "float32"), "label": FixedLen((), "int64"),
@@ -95,20 +98,20 @@ class RingWatcher(BatchDecoder):
 
     def __call__(self, records, out=None):
         got = super().__call__(records, out)
-        got["blocks"][:] = [len(BLOCKS._blocks), BLOCKS.fresh]
+        got["blocks"][:] = [RING.blocks, RING.fresh]
         return got
 
 
-@pytest.mark.parametrize("keep", [True, False])
-def test_workers_reuse_blocks_and_kept_batches_stay_intact(tmp_path, keep):
+@pytest.mark.parametrize(("keep", "context"), [(True, "fork"), (False, "fork"),
+                                              (False, "spawn")])
+def test_workers_reuse_blocks_and_kept_batches_stay_intact(tmp_path, keep, context):
     ds = ofindex.open(write_shards(tmp_path, [300, 200], example))
     data = TensorBatches(ds, RingWatcher(SPEC))
     sampler = BatchSampler(GlobalShuffleSampler(data, seed=1), 10)
     loader = DataLoader(data, sampler=sampler, batch_size=None, num_workers=2,
-                        multiprocessing_context="fork")
+                        multiprocessing_context=context)
     kept, stats = [], []
     for batch, idx in zip(loader, list(sampler), strict=True):
-        assert batch["label"].is_shared()
         want = [(i // 300) * 1000 + i % 300 if i < 300 else 1000 + i - 300 for i in idx]
         assert batch["label"].tolist() == want
         stats.append(batch["blocks"][0].tolist())

@@ -12,9 +12,14 @@ Two data sets, written once under --root: MNIST-like (784 float32 + label) and I
 (a ~110 KB JPEG + label + height + width); every record also has an ``id`` feature (its
 record number + 2**35: a constant varint width) so that the order each pipeline delivers can
 be scored with tools/bench_shuffle.py's "mixing" (1.0 = as mixed as a full shuffle).
-Pipelines stop at the decoded features (JPEG bytes); one more ImageNet-like case decodes
-every JPEG with Pillow in the consuming process, the same for all, to show the share JPEG
-decoding takes.
+Pipelines stop at the decoded features (JPEG bytes). The ImageNet-like ``+jpeg`` case also
+decodes every JPEG to RGB and resizes it to --image-size pixels square with an antialiased
+bilinear (triangle) filter, the same output for all: ofindex with its image stage
+(``images=`` of TensorBatches/GrainBatches: libjpeg-turbo via simplejpeg, DCT-domain
+downscaling where the target is at most half the image, torch's antialiased resize), DALI
+with its CPU decoder and ``fn.resize(antialias=True)``, tf.data with ``decode_jpeg`` and
+``tf.image.resize(antialias=True)`` in its parallel map; the others give bytes that the
+consuming process decodes and resizes with Pillow.
 
 Every run is a fresh process (cold start: imports done, then pipeline construction to the
 first batch is the first-batch latency); rounds interleave the contenders. Reported:
@@ -182,8 +187,10 @@ def bench_case(case: str, cfg: dict[str, Any], contenders: list[str], rounds: in
                 print(f"  {case}: {name} unavailable: {res['error']}", flush=True)
                 continue
             runs[name].append(res)
+            cpu = res.get("cpu_ms_per_batch")
             print(f"  {case} round {r}: {name:14s} {res['batches_per_s']:8.2f} batches/s, "
-                  f"first batch {res['first_batch_s']:.2f} s", flush=True)
+                  f"first batch {res['first_batch_s']:.2f} s"
+                  + (f", {cpu:.2f} CPU ms/batch" if cpu is not None else ""), flush=True)
     rows = []
     ok = {k: v for k, v in runs.items() if v}
     peers = [k for k in ok if not k.startswith("ofindex")]
@@ -195,6 +202,8 @@ def bench_case(case: str, cfg: dict[str, Any], contenders: list[str], rounds: in
                "first_batch_s": statistics.median(first), "first_batch_s_min": min(first),
                "first_batch_s_max": max(first), "runs": rates,
                "records_per_batch": rs[0]["records_per_batch"],
+               "cpu_ms_per_batch": _median_of(rs, "cpu_ms_per_batch"),
+               "load": [x.get("load") for x in rs],
                "mixing": mixing_of(rs[0]["ids"], n) if rs[0].get("ids") else None}
         if name.startswith("ofindex") and peers:
             ratios = [rates[i] / max(ok[p][i]["batches_per_s"] for p in peers
@@ -202,6 +211,10 @@ def bench_case(case: str, cfg: dict[str, Any], contenders: list[str], rounds: in
                       for i in range(len(rates))]
             row.update(ratio_vs_best_peer=statistics.median(ratios),
                        ratio_vs_best_peer_min=min(ratios), ratio_vs_best_peer_max=max(ratios))
+        for peer in ("dali", "ofindex-torch"):  # the issue's peer; Grain against our torch path
+            if name.startswith("ofindex") and peer in ok and peer != name:
+                row.update(_ratios(f"ratio_vs_{peer.replace('-', '_')}", rates,
+                                   [x["batches_per_s"] for x in ok[peer]]))
         if name.startswith("ofindex") and "tfdata" in ok:  # the pipeline TensorFlow users run
             tf_ratios = [rates[i] / ok["tfdata"][i]["batches_per_s"]
                          for i in range(min(len(rates), len(ok["tfdata"])))]
@@ -209,6 +222,18 @@ def bench_case(case: str, cfg: dict[str, Any], contenders: list[str], rounds: in
                        ratio_vs_tfdata_min=min(tf_ratios), ratio_vs_tfdata_max=max(tf_ratios))
         rows.append(row)
     return rows, failed
+
+
+def _median_of(runs: list[dict], key: str) -> float | None:
+    values = [x[key] for x in runs if x.get(key) is not None]
+    return statistics.median(values) if values else None
+
+
+def _ratios(key: str, mine: list[float], theirs: list[float]) -> dict[str, float]:
+    """Median, min and max over the rounds of ``mine[i] / theirs[i]`` (same round)."""
+    ratios = [a / b for a, b in zip(mine, theirs, strict=False)]
+    return {key: statistics.median(ratios), f"{key}_min": min(ratios),
+            f"{key}_max": max(ratios)}
 
 
 def bench_fit(cfg: dict[str, Any], rounds: int, timeout: float) -> tuple[list[dict],
@@ -248,6 +273,12 @@ def bench_fit(cfg: dict[str, Any], rounds: int, timeout: float) -> tuple[list[di
     return rows, failed
 
 
+def _ratio_text(row: dict[str, Any], key: str) -> str:
+    if key not in row:
+        return ""
+    return f"{row[key]:.2f}x ({row[key + '_min']:.2f}-{row[key + '_max']:.2f})"
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--root", default=os.path.join(tempfile.gettempdir(), "ofindex-bench"))
@@ -261,7 +292,11 @@ def main(argv: list[str] | None = None) -> int:
                    help="shuffle buffer of tf.data, vahidk's queue and DALI's initial_fill")
     p.add_argument("--imagenet-batches", type=int, default=40,
                    help="batches timed per ImageNet-like run (MNIST-like: one epoch)")
+    p.add_argument("--jpeg-batches", type=int, default=12,
+                   help="batches timed per run of the +jpeg case (each decodes 256 JPEGs)")
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--image-size", type=int, default=224,
+                   help="the +jpeg case resizes every image to this many pixels square")
     p.add_argument("--contenders", default=",".join(ALL))
     p.add_argument("--cases", default="mnist,imagenet,imagenet+jpeg")
     p.add_argument("--timeout", type=float, default=900)
@@ -272,16 +307,18 @@ def main(argv: list[str] | None = None) -> int:
                    fit=False)  # the suite runs --smoke: the model.fit rows are tested elsewhere
     contenders = [c for c in a.contenders.split(",") if c]
     result: dict[str, Any] = {"config": {k: v for k, v in vars(a).items() if k != "root"},
-                              "rows": [], "unavailable": {}}
+                              "rows": [], "unavailable": {}, "load": os.getloadavg()}
     for case in a.cases.split(","):
         kind = case.split("+")[0]
         n = a.mnist_records if kind == "mnist" else a.imagenet_records
         d = make_dataset(a.root, kind, n, a.shards)
         read_all([os.path.join(d, f) for f in sorted(os.listdir(d)) if f.startswith("part-")])
-        batches = n // a.batch_size - 1 if kind == "mnist" else a.imagenet_batches
+        batches = (n // a.batch_size - 1 if kind == "mnist" else
+                   a.jpeg_batches if case.endswith("+jpeg") else a.imagenet_batches)
         cfg = {"kind": kind, "files": os.path.join(d, "part-?????"), "mds": os.path.join(d, "mds"),
                "batch_size": a.batch_size, "workers": a.workers, "buffer": a.buffer,
-               "batches": max(1, batches), "image": IMAGE, "jpeg": case.endswith("+jpeg")}
+               "batches": max(1, batches), "image": IMAGE, "jpeg": case.endswith("+jpeg"),
+               "image_size": [a.image_size, a.image_size]}
         print(f"{case}: {n} records in {a.shards} shards, {cfg['batches']} batches per run",
               flush=True)
         rows, failed = bench_case(case, cfg, contenders, a.rounds, n, a.timeout)
@@ -292,15 +329,15 @@ def main(argv: list[str] | None = None) -> int:
             result["fit"], failed = bench_fit(dict(cfg, batches=n // a.batch_size), a.rounds,
                                               a.timeout)
             result["unavailable"].update({f"keras fit: {k}": v for k, v in failed.items()})
-    print(f"\n{'case':16s} {'contender':14s} {'batches/s':>22s} {'first batch s':>14s} "
-          f"{'mixing':>7s} {'vs best peer':>18s}")
+    print(f"\n{'case':16s} {'contender':18s} {'batches/s':>22s} {'first batch s':>14s} "
+          f"{'mixing':>7s} {'vs best peer':>18s} {'vs dali':>18s} {'vs ofindex-torch':>18s}")
     for r in result["rows"]:
-        ratio = (f"{r['ratio_vs_best_peer']:.2f}x ({r['ratio_vs_best_peer_min']:.2f}-"
-                 f"{r['ratio_vs_best_peer_max']:.2f})" if "ratio_vs_best_peer" in r else "")
+        ratios = [_ratio_text(r, key) for key in ("ratio_vs_best_peer", "ratio_vs_dali",
+                                                  "ratio_vs_ofindex_torch")]
         mix = f"{r['mixing']:.3f}" if r["mixing"] is not None else "-"
-        print(f"{r['case']:16s} {r['contender']:14s} {r['batches_per_s']:8.2f} "
+        print(f"{r['case']:16s} {r['contender']:18s} {r['batches_per_s']:8.2f} "
               f"({r['batches_per_s_min']:.2f}-{r['batches_per_s_max']:.2f}) "
-              f"{r['first_batch_s']:14.2f} {mix:>7s} {ratio:>18s}")
+              f"{r['first_batch_s']:14.2f} {mix:>7s} " + " ".join(f"{x:>18s}" for x in ratios))
     if result.get("fit"):
         print(f"\n{'keras model.fit':16s} {'input':14s} {'steps/s':>22s} {'first epoch s':>14s} "
               f"{'vs tf.data':>18s}")

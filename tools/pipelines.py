@@ -5,11 +5,15 @@ line: time to the first batch, batches read and their wall time, the record ids 
 delivered (to measure the shuffle) and the records/batch.
 
 Each pipeline is configured as its documentation recommends, reads batches of
-``batch_size`` and stops at the decoded features (``bytes`` for JPEGs); with ``jpeg`` the
-consuming process decodes every image of every batch with Pillow, the same code for all.
+``batch_size`` and stops at the decoded features (``bytes`` for JPEGs). With ``jpeg`` every
+image is decoded to RGB and resized to ``image_size`` (antialiased bilinear): in the pipeline
+by the contenders of :data:`DECODES_IMAGES` (ofindex's ``images=`` stage, DALI's
+``fn.decoders.image`` + ``fn.resize``, tf.data's ``decode_jpeg`` + ``tf.image.resize`` in its
+parallel map), by the consuming process with Pillow for the others.
 
 * ``ofindex-torch``: ``TensorBatches(pack_bytes=True)`` + ``BatchSampler(GlobalShuffleSampler)``
-  + torch ``DataLoader(batch_size=None, num_workers=workers)``.
+  + torch ``DataLoader(batch_size=None, num_workers=workers)`` in a ``ResumableLoader`` (the
+  README's training loop).
 * ``ofindex-torch-main``: the same with ``num_workers=0`` (batches made in the loop's process).
 * ``ofindex-grain``: ``GrainBatches(...).to_iter_dataset().mp_prefetch(workers)``.
 * ``ofindex-tf``: ``TFBatches(...).dataset()`` (a ``tf.data`` pipeline: one
@@ -68,15 +72,34 @@ def _images(batch: Any, c: Config) -> list[bytes]:
             .reshape(-1)]
 
 
-def _jpeg_decode(images: list[bytes]) -> None:
-    """Decode every JPEG with Pillow (the same library for every contender)."""
+def _jpeg_decode(images: list[bytes], size: list[int]) -> None:
+    """Decode every JPEG with Pillow and resize it to ``size`` (antialiased bilinear), in the
+    consuming process: for the contenders without an image stage of their own."""
     import io
 
     from PIL import Image
 
     for b in images:
         with Image.open(io.BytesIO(b)) as im:
-            np.asarray(im.convert("RGB"))
+            np.asarray(im.convert("RGB").resize((size[1], size[0]), Image.BILINEAR))
+
+
+#: The contenders that decode and resize the JPEGs in their own pipeline (the others get
+#: the bytes and the consuming process decodes them with Pillow).
+DECODES_IMAGES = {"ofindex-torch", "ofindex-torch-main", "ofindex-grain", "dali", "tfdata"}
+
+
+def _image_stage(c: Config) -> dict[str, Any] | None:
+    """ofindex's image stage for the JPEG case: decode and resize to ``image_size``."""
+    return {c["image"]: tuple(c["image_size"])} if c["jpeg"] else None
+
+
+def _check_images(batch: Any, c: Config) -> None:
+    """A pipeline that decodes gives ``(batch, height, width, 3)`` uint8 images."""
+    images = np.asarray(batch[c["image"]])
+    want = (c["batch_size"], *c["image_size"], 3)
+    if images.shape != want or images.dtype != np.uint8:
+        raise SystemExit(f"images of {images.dtype} {images.shape}, not uint8 {want}")
 
 
 # -- the pipelines: each returns an iterator of batches with "id" (and the image) ----------
@@ -85,12 +108,20 @@ def ofindex_torch(c: Config) -> Iterator[Any]:
 
     import ofindex
     from ofindex.decode import BatchDecoder
-    from ofindex.integrations.torch import BatchSampler, GlobalShuffleSampler, TensorBatches
+    from ofindex.integrations.torch import (
+        BatchSampler,
+        GlobalShuffleSampler,
+        ResumableLoader,
+        TensorBatches,
+    )
 
-    data = TensorBatches(ofindex.open(c["files"]), BatchDecoder(_spec(c)), pack_bytes=True)
+    data = TensorBatches(ofindex.open(c["files"]), BatchDecoder(_spec(c)), pack_bytes=True,
+                         images=_image_stage(c))
     sampler = BatchSampler(GlobalShuffleSampler(data, seed=0), c["batch_size"], drop_last=True)
     workers = c.get("ofindex_workers", c["workers"])
-    return iter(tud.DataLoader(data, sampler=sampler, batch_size=None, num_workers=workers))
+    # the README's loop: exact resume through ResumableLoader
+    return iter(ResumableLoader(tud.DataLoader(data, sampler=sampler, batch_size=None,
+                                               num_workers=workers)))
 
 
 def ofindex_torch_main(c: Config) -> Iterator[Any]:
@@ -107,7 +138,8 @@ def ofindex_grain(c: Config) -> Iterator[Any]:
     from ofindex.integrations.grain import GrainBatches
 
     batches = GrainBatches(ofindex.open(c["files"]), c["batch_size"], BatchDecoder(_spec(c)),
-                           seed=0, drop_remainder=True, pack_bytes=True)
+                           seed=0, drop_remainder=True, pack_bytes=True,
+                           images=_image_stage(c))
     return iter(batches.to_iter_dataset().mp_prefetch(
         grain.MultiprocessingOptions(num_workers=c["workers"])))
 
@@ -150,9 +182,16 @@ def tfdata(c: Config) -> Iterator[Any]:
                            deterministic=False)
           .shuffle(c["buffer"], seed=0)
           .batch(c["batch_size"], drop_remainder=True)
-          .map(lambda x: tf.io.parse_example(x, feats), num_parallel_calls=auto)
-          .prefetch(auto))
-    return iter(ds.as_numpy_iterator())
+          .map(lambda x: tf.io.parse_example(x, feats), num_parallel_calls=auto))
+    if c["jpeg"]:  # decode and resize (antialiased bilinear) in the pipeline
+        def decode(jpeg: Any) -> Any:
+            image = tf.io.decode_jpeg(jpeg, channels=3)
+            return tf.cast(tf.round(tf.image.resize(image, c["image_size"], antialias=True)),
+                           tf.uint8)
+
+        ds = ds.map(lambda b: {**b, c["image"]: tf.map_fn(
+            decode, b[c["image"]], fn_output_signature=tf.uint8)}, num_parallel_calls=auto)
+    return iter(ds.prefetch(auto).as_numpy_iterator())
 
 
 def vahidk(c: Config) -> Iterator[Any]:
@@ -202,6 +241,7 @@ def streaming(c: Config) -> Iterator[Any]:
 def dali(c: Config) -> Iterator[Any]:
     import nvidia.dali.fn as fn
     import nvidia.dali.tfrecord as tfrec
+    import nvidia.dali.types as types
     from nvidia.dali import pipeline_def
 
     paths = sorted(glob.glob(c["files"]))
@@ -221,6 +261,11 @@ def dali(c: Config) -> Iterator[Any]:
         out = fn.readers.tfrecord(path=paths, index_path=[p + ".idx" for p in paths],
                                   features=feats, random_shuffle=True,
                                   initial_fill=c["buffer"], seed=0, name="reader")
+        if c["jpeg"]:  # DALI's CPU decoder, then its resize (antialiased linear)
+            image = fn.decoders.image(out[c["image"]], device="cpu", output_type=types.RGB)
+            out[c["image"]] = fn.resize(image, resize_y=c["image_size"][0],
+                                        resize_x=c["image_size"][1], antialias=True,
+                                        interp_type=types.INTERP_LINEAR)
         return tuple(out[k] for k in names)
 
     p = pipe()
@@ -231,7 +276,9 @@ def dali(c: Config) -> Iterator[Any]:
             outs = p.run()
             batch = {}
             for k, t in zip(names, outs, strict=True):
-                batch[k] = (t.as_array() if t.is_dense_tensor() and k != c.get("image")
+                decoded = c["jpeg"] and k == c["image"]
+                batch[k] = (t.as_array() if t.is_dense_tensor() and (decoded or
+                                                                     k != c["image"])
                             else [np.array(t[i]).tobytes() for i in range(len(t))])
             yield batch
 
@@ -259,6 +306,28 @@ IMPORTS = {
 }
 
 
+def _tree_cpu() -> float | None:
+    """CPU seconds used so far by this process and its living descendants (worker
+    processes), from /proc (``None`` elsewhere): on a shared machine, CPU time per batch
+    shows a pipeline's cost better than its rate does."""
+    if not os.path.exists("/proc/self/stat"):
+        return None
+    tick = os.sysconf("SC_CLK_TCK")
+    total, todo = 0.0, [os.getpid()]
+    while todo:
+        pid = todo.pop()
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+            for task in os.listdir(f"/proc/{pid}/task"):
+                with open(f"/proc/{pid}/task/{task}/children") as f:
+                    todo += [int(x) for x in f.read().split()]
+        except (FileNotFoundError, ProcessLookupError, ValueError):
+            continue  # a process that just ended
+    return total
+
+
 def run(name: str, c: Config) -> dict[str, Any]:
     """Time one pipeline from construction to its first batch, then ``c["batches"]`` more."""
     if name == "streaming":
@@ -272,19 +341,25 @@ def run(name: str, c: Config) -> dict[str, Any]:
     first = next(it)
     t1 = time.perf_counter()
     ids = _ids(first)
-    if c["jpeg"]:
-        _jpeg_decode(_images(first, c))
-    t_start = time.perf_counter()
+    consumer_decodes = c["jpeg"] and name not in DECODES_IMAGES
+    if consumer_decodes:
+        _jpeg_decode(_images(first, c), c["image_size"])
+    elif c["jpeg"]:
+        _check_images(first, c)
+    t_start, cpu_start = time.perf_counter(), _tree_cpu()
     count = 0
     for batch in it:
         ids += _ids(batch)
-        if c["jpeg"]:
-            _jpeg_decode(_images(batch, c))
+        if consumer_decodes:
+            _jpeg_decode(_images(batch, c), c["image_size"])
         count += 1
         if count >= c["batches"]:
             break
-    seconds = time.perf_counter() - t_start
+    seconds, cpu_end = time.perf_counter() - t_start, _tree_cpu()
+    cpu = cpu_end - cpu_start if cpu_end is not None and cpu_start is not None else None
     return {"contender": name, "first_batch_s": t1 - t0, "batches": count, "seconds": seconds,
+            "cpu_ms_per_batch": 1e3 * cpu / count if cpu is not None and count else None,
+            "load": os.getloadavg()[0],
             "batches_per_s": count / seconds if seconds > 0 else None,
             "records_per_batch": len(ids) // (count + 1), "ids": ids if c["ids"] else None}
 

@@ -5,7 +5,8 @@ benchmarks' JSON in bench-results/, so that no figure is edited by hand.
     python tools/report.py                 # report what bench-results/ holds
     python tools/report.py --run pipeline,sequential,shuffle,remote   # run those first
 
-Reads, when present: pipeline.json (tools/bench_pipeline.py), sequential.json
+Reads, when present: pipeline.json (tools/bench_pipeline.py), images.json
+(tools/bench_images.py), sequential.json
 (tools/bench_sequential.py), shuffle.json (tools/bench_shuffle.py), remote.json
 (tools/bench_remote.py), compressed.json (tools/bench_compressed.py), read.json
 (tools/bench_read.py), build.json (tools/bench_build.py), decode.json
@@ -37,7 +38,8 @@ BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
 #: Marks a section to carry over from the current benchmarks.md (``--keep-missing``).
 MISSING = "\0missing:"
 #: The benchmarks ``--run`` can start: tool, and its arguments besides ``--out``.
-TOOLS = {"pipeline": ("bench_pipeline.py", []), "sequential": ("bench_sequential.py", []),
+TOOLS = {"pipeline": ("bench_pipeline.py", []), "images": ("bench_images.py", []),
+         "sequential": ("bench_sequential.py", []),
          "shuffle": ("bench_shuffle.py", []), "remote": ("bench_remote.py", []),
          "compressed": ("bench_compressed.py", []), "read": ("bench_read.py", []),
          "build": ("bench_build.py", []), "decode": ("bench_decode.py", []),
@@ -122,19 +124,23 @@ class Report:
         text = [f"## {title}\n",
                 f"Batches of {c['batch_size']}, {c['workers']} workers, shuffle buffers of "
                 f"{c['buffer']:,} records (tf.data, vahidk, DALI's `initial_fill`), "
-                f"{c['rounds']} cold runs per contender (median and range). *mixing*: how far "
+                f"{c['rounds']} cold runs per contender (median and range). *CPU ms/batch*: "
+                "CPU time of the pipeline's processes per batch (median). *mixing*: how far "
                 "apart records that are neighbours in the files end up (1.0 = a full shuffle; "
-                "see tools/bench_shuffle.py).\n"]
+                "see tools/bench_shuffle.py)."
+                + (f" The machine was shared (load {fmt(data['load'][0])} at the start)."
+                   if data.get("load") else "") + "\n"]
         for case in dict.fromkeys(r["case"] for r in data["rows"]):
             rows = [r for r in data["rows"] if r["case"] == case]
             text.append(f"### {case}\n")
             text.append(table(
-                ["contender", "batches/s", "first batch (s)", "mixing", "vs best other"],
+                ["contender", "batches/s", "CPU ms/batch", "first batch (s)", "mixing",
+                 "vs best other", "vs DALI CPU", "vs ofindex-torch"],
                 [[r["contender"], span(r["batches_per_s"], r["batches_per_s_min"],
                                        r["batches_per_s_max"]),
-                  fmt(r["first_batch_s"]), fmt(r.get("mixing")),
-                  span(r["ratio_vs_best_peer"], r["ratio_vs_best_peer_min"],
-                       r["ratio_vs_best_peer_max"]) + "×" if "ratio_vs_best_peer" in r else ""]
+                  fmt(r.get("cpu_ms_per_batch")), fmt(r["first_batch_s"]), fmt(r.get("mixing")),
+                  *(_ratio_cell(r, key) for key in ("ratio_vs_best_peer", "ratio_vs_dali",
+                                                    "ratio_vs_ofindex_torch"))]
                  for r in rows]))
 
             def draw(ax: Any, rows: list[dict] = rows, case: str = case) -> None:
@@ -162,6 +168,39 @@ class Report:
         self._keras_fit(data.get("fit", []), text)
         for name, why in data.get("unavailable", {}).items():
             text.append(f"- not measured: {name}: {why[:200]}")
+        self.sections.append("\n".join(text) + "\n")
+
+    def images(self) -> None:
+        data = self.load("images")
+        title = "JPEG decoding and resizing (tools/bench_images.py)"
+        if data is None:
+            self.missing(title, "bench_images.py")
+            return
+        c = data["config"]
+        text = [f"## {title}\n",
+                f"A batch of {c['images']} ImageNet-like JPEGs ({fmt(c['jpeg_bytes'] / 1000)} KB "
+                f"on average) decoded to RGB (and resized with an antialiased bilinear filter), "
+                f"{c['rounds']} interleaved rounds (median and range). *per core*: images per "
+                "CPU-second with one thread; *all cores*: images per second on "
+                f"{c['cores']} cores (the machine was shared: load {fmt(c['load'])}). *PSNR*: "
+                "against a floating-point resize of the fully decoded image.\n"]
+        rows = [[r["case"], r["contender"],
+                 span(r["per_core"], r["per_core_min"], r["per_core_max"])
+                 if "per_core" in r else "",
+                 _ratio_cell(r, "per_core_vs_dali"), _ratio_cell(r, "per_core_vs_pillow"),
+                 span(r["all_cores"], r["all_cores_min"], r["all_cores_max"])
+                 if "all_cores" in r else "",
+                 fmt(r["psnr_db"]) if r["psnr_db"] is not None else "exact"]
+                for r in data["rows"]]
+        text.append(table(["case", "contender", "per core (images/CPU-s)", "vs DALI",
+                           "vs Pillow", "all cores (images/s)", "PSNR (dB)"], rows))
+        mine = {r["case"]: r for r in data["rows"] if r["contender"] == "ofindex"}
+        if "224" in mine and "per_core_vs_dali" in mine["224"]:
+            r = mine["224"]
+            self.summary.append(
+                f"JPEG decode + resize to 224×224: {fmt(r['per_core'])} images/s per core, "
+                f"{fmt(r['per_core_vs_dali'])}× DALI's CPU decoder and resize, "
+                f"{fmt(r.get('per_core_vs_pillow'))}× Pillow.")
         self.sections.append("\n".join(text) + "\n")
 
     def _keras_fit(self, rows: list[dict], text: list[str]) -> None:
@@ -769,7 +808,8 @@ class Report:
 
     def write(self, readme: str | None) -> str:
         """Write docs/benchmarks.md (and README's marked block); returns the markdown."""
-        for section in (self.pipeline, self.sequential, self.read, self.build, self.decode,
+        for section in (self.pipeline, self.images, self.sequential, self.read, self.build,
+                        self.decode,
                         self.compressed, self.shuffle, self.mixing, self.remote, self.scale,
                         self.data_cache, self.manifests, self.rate_limits, self.ray,
                         self.writing):
@@ -819,6 +859,13 @@ def _load_note(data: Any) -> str:
                   if isinstance(m, dict) and m.get("cores")), None)
     return (f" Load average {', then '.join(fmt(x) for x in loads)} on {cores} cores "
             "(a machine shared with other work)." if loads else "")
+
+
+def _ratio_cell(row: dict[str, Any], key: str) -> str:
+    """``median (min–max)×`` of a ratio over the rounds, or nothing."""
+    if key not in row:
+        return ""
+    return span(row[key], row[key + "_min"], row[key + "_max"]) + "×"
 
 
 def _readme_lines(readme: str | None) -> list[str]:

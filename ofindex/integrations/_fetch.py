@@ -71,6 +71,25 @@ def _decodes_records(decoder: object) -> TypeGuard[BatchDecoder]:
             and isinstance(decoder.spec, Mapping))
 
 
+def _image_features(decoder: object, images: Mapping[str, tuple[int, int] | None] | None
+                    ) -> dict[str, tuple[int, int] | None]:
+    """``images`` checked against the decoder's spec (each a ``FixedLen((), "bytes")``
+    feature), with sizes as tuples."""
+    if not images:
+        return {}
+    spec = decoder.spec if _decodes_records(decoder) else None
+    checked: dict[str, tuple[int, int] | None] = {}
+    for name, size in images.items():
+        feature = spec.get(name) if isinstance(spec, Mapping) else None
+        if not (isinstance(feature, FixedLen) and feature.dtype == "bytes" and
+                tuple(feature.shape) == ()):
+            raise ValueError(f"images={{{name!r}: ...}}: the decoder must give {name!r} as "
+                             f"FixedLen((), 'bytes') (one JPEG per record), got {feature!r}; "
+                             "use a BatchDecoder whose spec has it so")
+        checked[name] = None if size is None else (int(size[0]), int(size[1]))
+    return checked
+
+
 def bound_decoder(decoder: Callable[..., Any] | None,
                   source: RecordSource) -> Callable[..., Any] | None:
     """``decoder`` with the record kind of ``source`` when it was made without one.
@@ -106,13 +125,22 @@ class BatchFetch:
         pack_bytes: Give ``bytes`` features of the decoded batch as one ``uint8`` buffer
             with the values back to back and their lengths (:class:`~ofindex.decode.Ragged`)
             instead of a numpy array of ``bytes`` objects.
+        images: ``{feature: (height, width) or None}``: ``bytes`` features holding JPEGs,
+            decoded (and resized) by :func:`ofindex.decode.images.decode_images` into a
+            ``uint8`` array ``(batch, height, width, 3)`` made by ``allocate``.
+
+    Raises:
+        ValueError: ``images`` names a feature that the decoder's spec does not give as
+            ``FixedLen((), "bytes")``.
     """
 
     def __init__(self, source: RecordSource, decoder: Callable[..., Any] | None = None,
-                 pack_bytes: bool = False) -> None:
+                 pack_bytes: bool = False,
+                 images: Mapping[str, tuple[int, int] | None] | None = None) -> None:
         self.source = source
         self.decoder = bound_decoder(decoder, source)
         self.pack_bytes = pack_bytes
+        self.images = _image_features(self.decoder, images)
 
     def records(self, indices: Sequence[int] | np.ndarray | int) -> list[Any]:
         """The records of ``indices`` (one number: a batch of one), read with one
@@ -144,29 +172,54 @@ class BatchFetch:
         if self.decoder is None:
             return self.records(indices), {}
         made: dict[str, Any] = {}
-        layout = fixed_outputs(self.decoder, len(indices)) if allocate is not None else {}
+        batch = self._decoded(indices, allocate, made)
+        if self.images and isinstance(batch, dict):
+            self._decode_images(batch, allocate, made)
+        return batch, made
+
+    def _decoded(self, indices: Sequence[int] | np.ndarray, allocate: Allocate | None,
+                 made: dict[str, Any]) -> Any:
+        """The decoded batch (its outputs made by ``allocate``, recorded in ``made``)."""
+        decoder = self.decoder
+        assert decoder is not None  # checked by the caller
+        layout = fixed_outputs(decoder, len(indices)) if allocate is not None else {}
         if layout and allocate is not None:
-            made = allocate(layout)
-        outs = {k: np.asarray(v) for k, v in made.items()}
-        packs = self.pack_bytes and _decodes_records(self.decoder)
+            made.update(allocate(layout))
+        outs = {k: np.asanyarray(v) for k, v in made.items()}
+        packs = self.pack_bytes and _decodes_records(decoder)
         if packs and isinstance(self.source, Dataset):
             spans = self.source.mapped_spans(indices)
             if spans is not None:  # decoded straight out of the memory-mapped records
                 packed = self._decode_packed(spans.maps, outs, allocate, made,
                                              (spans.which, spans.starts, spans.ends))
                 if packed is not None:
-                    return packed, made
+                    return packed
         recs = self.records(indices)
         if packs:
             packed = self._decode_packed(recs, outs, allocate, made)
             if packed is not None:
-                return packed, made
-        batch = self.decoder(recs, out=outs) if made else self.decoder(recs)
+                return packed
+        batch = decoder(recs, out=outs) if made else decoder(recs)
         if self.pack_bytes and isinstance(batch, dict):
             for name, value in batch.items():
                 if isinstance(value, np.ndarray) and value.dtype == object:
                     batch[name] = self._packed(name, value, allocate, made)
-        return batch, made
+        return batch
+
+    def _decode_images(self, batch: dict[str, Any], allocate: Allocate | None,
+                       made: dict[str, Any]) -> None:
+        """Replace each of :attr:`images` in ``batch`` by its decoded images (made by
+        ``allocate`` when given, recorded in ``made``)."""
+        from ..decode.images import decode_images
+
+        for name, size in self.images.items():
+            def make(shape: tuple[int, ...], name: str = name) -> np.ndarray:
+                if allocate is None:
+                    return np.empty(shape, dtype=np.uint8)
+                made[name] = allocate({name: (shape, np.dtype(np.uint8))})[name]
+                return np.asanyarray(made[name])
+
+            batch[name] = decode_images(batch[name], size, out=make)
 
     def _decode_packed(self, recs: list[Any], outs: dict[str, np.ndarray],
                        allocate: Allocate | None, made: dict[str, Any],
@@ -182,7 +235,7 @@ class BatchFetch:
             if allocate is None:
                 return pooled_bytes(size)
             made[name] = allocate({name: ((size,), np.dtype(np.uint8))})[name]
-            return np.asarray(made[name])
+            return np.asanyarray(made[name])
 
         return decode_records_packed(recs, decoder.spec, decoder.kind, outs, buffer, spans)
 
@@ -196,7 +249,7 @@ class BatchFetch:
         total = int(lengths.sum())
         if allocate is not None:
             made[name] = allocate({name: ((total,), np.dtype(np.uint8))})[name]
-            buf = np.asarray(made[name])
+            buf = np.asanyarray(made[name])
         else:
             buf = pooled_bytes(total)
         at = 0

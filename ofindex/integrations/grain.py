@@ -24,7 +24,7 @@ pipeline: element 0 is then the next batch (``until_epoch`` counts from there).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -39,11 +39,12 @@ except ImportError as _exc:  # without the extra: say which one to install
 from ..shuffle import GlobalShuffleSampler, SequentialSampler
 from ..shuffle.elements import ElementIndex
 from ._fetch import BatchFetch, RecordSource
+from ._grain_elements import BatchElements, batch_allocator, batch_read_options
 
-__all__ = ["GrainBatches"]
+__all__ = ["GrainBatches", "batch_read_options"]
 
 
-class GrainBatches(grain.MapDataset):  # type: ignore[misc]
+class GrainBatches(BatchElements):
     """Decoded batches of a globally shuffled epoch, as a Grain ``MapDataset``.
 
     Args:
@@ -62,22 +63,28 @@ class GrainBatches(grain.MapDataset):  # type: ignore[misc]
             ``Ragged(values, row_lengths)``: one ``uint8`` array with the values back to back,
             which Grain's worker processes pass on in shared memory, instead of an array of
             ``bytes`` objects, which they must pickle.
+        images: ``{feature: (height, width)}``: ``bytes`` features holding JPEGs, decoded to
+            RGB and resized on every core without the GIL into a ``uint8`` array
+            ``(batch, height, width, 3)`` (:func:`ofindex.decode.images.decode_images`;
+            ``None`` instead of a size: no resize). Needs ``pip install 'ofindex[images]'``.
 
     Raises:
-        ValueError: ``batch_size < 1``, the source is empty, or ``num_replicas``/``rank`` are
-            invalid.
+        ValueError: ``batch_size < 1``, the source is empty, ``num_replicas``/``rank`` are
+            invalid, or ``images`` names a feature the decoder does not give as
+            ``FixedLen((), "bytes")``.
     """
 
     def __init__(self, source: RecordSource, batch_size: int,
                  decoder: Callable[..., Any] | None = None,
                  *, seed: int = 0, shuffle: bool = True, drop_remainder: bool = False,
-                 num_replicas: int = 1, rank: int = 0, pack_bytes: bool = False) -> None:
+                 num_replicas: int = 1, rank: int = 0, pack_bytes: bool = False,
+                 images: Mapping[str, tuple[int, int] | None] | None = None) -> None:
         super().__init__()
         if int(batch_size) < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         self._source = source
         self._batch_size = int(batch_size)
-        self._fetch = BatchFetch(source, decoder, bool(pack_bytes))
+        self._fetch = BatchFetch(source, decoder, bool(pack_bytes), images)
         sampler_type = GlobalShuffleSampler if shuffle else SequentialSampler
         self._sampler = sampler_type(len(source), num_replicas=num_replicas, rank=rank,
                                      drop_last=drop_remainder, seed=seed)
@@ -186,7 +193,7 @@ class GrainBatches(grain.MapDataset):  # type: ignore[misc]
         """
         if isinstance(index, slice):
             return self.slice(index)
-        return self._fetch(self.indices(index))[0]
+        return self._fetch(self.indices(index), batch_allocator())[0]
 
     def __str__(self) -> str:
         return (f"GrainBatches(batch_size={self._batch_size}, batches={self._len}, "

@@ -22,6 +22,7 @@ from ..errors import missing_extra
 from ..shuffle.elements import ElementIndex
 from ..shuffle.mixing import MixtureSampler
 from ._fetch import BatchFetch, RecordSource
+from ._grain_elements import BatchElements, batch_allocator
 from ._mixed_source import MixedSource
 
 try:
@@ -32,7 +33,7 @@ except ImportError as _exc:  # without the extra: say which one to install
 __all__ = ["GrainMixture"]
 
 
-class GrainMixture(grain.MapDataset):  # type: ignore[misc]
+class GrainMixture(BatchElements):
     """Decoded batches of a weighted mixture, as a Grain ``MapDataset``.
 
     Args:
@@ -84,7 +85,7 @@ class GrainMixture(grain.MapDataset):  # type: ignore[misc]
         where = self._elements.locate(int(index))
         position = int(where.partition.positions(where.begin, where.end)[0])
         sources, indices = self._sampler.batch_at(where.epoch, position)
-        batch = self._fetch(indices)[0]
+        batch = self._fetch(indices, batch_allocator())[0]
         if isinstance(batch, dict):
             return {**batch, "source": sources}
         return {"records": batch, "source": sources}

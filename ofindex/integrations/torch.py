@@ -40,7 +40,7 @@ decodes it with one ``BatchDecoder`` call into tensors (no per-record collate)::
 """
 
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -59,7 +59,8 @@ from ..shuffle import samplers as _s
 from ..shuffle.progress import ResumableLoader
 from ._fetch import BatchFetch, Layout, RecordSource, shard_counts
 from ._mixed_source import MixedSource
-from ._shared_blocks import BLOCKS, lend
+from ._shared_blocks import lend, shared_bytes
+from ._shared_ring import carve
 
 __all__ = [
     "BatchSampler",
@@ -250,29 +251,17 @@ def _tensors(value: Any) -> Any:
     return value
 
 
-def _torch_dtype(dtype: np.dtype[Any]) -> torch.dtype:
-    return torch.from_numpy(np.empty(0, dtype)).dtype
-
-
 def _arena(layout: Layout, pinned: bool) -> dict[str, torch.Tensor]:
-    """Uninitialised tensors for a batch's outputs, all views of one block of memory: shared
-    memory (a DataLoader worker then hands the whole batch to the main process as one block,
-    without a copy, as torch's ``default_collate`` does for its outputs; blocks are reused
-    once nothing refers to them: :mod:`._shared_blocks`) or page-locked memory (fast,
-    asynchronous copies to the GPU)."""
-    sizes = {k: int(np.prod(shape)) * dtype.itemsize for k, (shape, dtype) in layout.items()}
-    total = sum(-(-n // 64) * 64 for n in sizes.values())  # every view 64-byte aligned
-    counter = None
-    if pinned:
-        block = torch.empty(total, dtype=torch.uint8, pin_memory=True)
-    else:
-        block, counter = BLOCKS.take(total)
-    out, at = {}, 0
-    for name, (shape, dtype) in layout.items():
-        view = block[at:at + sizes[name]].view(_torch_dtype(dtype)).view(shape)
-        out[name] = lend(view, counter)
-        at += -(-sizes[name] // 64) * 64
-    return out
+    """Uninitialised tensors for a batch's outputs, all views of one block of memory: a block
+    of the worker's shared-memory ring (a DataLoader worker then hands the whole batch to the
+    main process as a reference to the block, without a copy; blocks are reused once nothing
+    refers to them: :mod:`._shared_blocks`) or page-locked memory (fast, asynchronous copies
+    to the GPU)."""
+    total, ranges = carve(layout)
+    block = (torch.empty(total, dtype=torch.uint8, pin_memory=True) if pinned
+             else shared_bytes(total))
+    return {name: lend(block[ranges[name]], dtype, shape)
+            for name, (shape, dtype) in layout.items()}
 
 
 def _shared(layout: Layout) -> dict[str, torch.Tensor]:
@@ -317,13 +306,24 @@ class TensorBatches(_tud.Dataset[Any]):
             of a numpy array of ``bytes`` objects, which a worker must pickle to the main
             process. Record ``k``'s value is
             ``values[offsets[k]:offsets[k + 1]]`` with ``offsets`` the cumulative lengths.
+        images: ``{feature: (height, width)}``: ``bytes`` features holding JPEGs, decoded to
+            RGB and resized (antialiased bilinear) on every core without the GIL, straight
+            into the batch's memory (shared memory in a worker, page-locked with
+            ``pin_memory``): a ``uint8`` tensor ``(batch, height, width, 3)``
+            (:func:`ofindex.decode.images.decode_images`; ``None`` instead of a size: no
+            resize, the images must share one size). Needs ``pip install 'ofindex[images]'``.
+
+    Raises:
+        ValueError: ``images`` names a feature the decoder does not give as
+            ``FixedLen((), "bytes")``.
     """
 
     def __init__(self, source: RecordSource, decoder: Callable[..., Any] | None = None, *,
-                 pin_memory: bool = False, pack_bytes: bool = False) -> None:
+                 pin_memory: bool = False, pack_bytes: bool = False,
+                 images: Mapping[str, tuple[int, int] | None] | None = None) -> None:
         self.source = source
         self.pin_memory = bool(pin_memory)
-        self._fetch = BatchFetch(source, decoder, bool(pack_bytes))
+        self._fetch = BatchFetch(source, decoder, bool(pack_bytes), images)
         self.decoder = self._fetch.decoder  # with the source's record kind (bound_decoder)
 
     def __len__(self) -> int:
