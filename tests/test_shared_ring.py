@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import gc
 import multiprocessing
-import os
 import pickle
 from multiprocessing.reduction import ForkingPickler
 
