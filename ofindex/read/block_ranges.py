@@ -49,11 +49,23 @@ class FileBlocks:
         step: Bytes per block.
     """
 
-    __slots__ = ("_blocks", "path", "stamp", "step", "url")
+    __slots__ = ("_blocks", "path", "seen", "stamp", "step", "url")
 
     def __init__(self, url: str, path: str, stamp: FileStamp, step: int) -> None:
         self.url, self.path, self.stamp, self.step = url, path, stamp, step
         self._blocks: dict[int, Block] = {}
+        #: The blocks this process found kept or fetched (by number): when it holds every
+        #: one, the file can be mapped whole (:meth:`DataCache.resident`).
+        self.seen: set[int] = set()
+
+    @property
+    def count(self) -> int:
+        """How many blocks the file has."""
+        return -(-self.stamp.size // self.step)
+
+    def number(self, block: Block) -> int:
+        """The number of ``block`` (a block of this file) in the file."""
+        return block.start // self.step
 
     def block(self, number: int) -> Block:
         """Block ``number`` of the file."""
