@@ -36,7 +36,9 @@ with ``cache_dir`` for the whole machine: :mod:`ofindex.read.nodecache`). With
 ``data_cache_bytes`` too, the data is kept on the machine's disk in blocks of each file
 (``CACHED_BLOCKS``: :mod:`ofindex.read.datacache`, planned by :mod:`ofindex.read.block_ranges`):
 a batch copies its records out of the blocks kept there and fetches the others in its one
-round, so that a later epoch makes no data request.
+round, so that a later epoch makes no data request; once every block of a file is kept, the
+file is mapped whole and batches are cut out of it as out of a local file
+(``RESIDENT_BLOCKS``: :mod:`ofindex.read.resident_gather`).
 
 **Compressed files.** The ``COMPRESSED`` strategy (:mod:`ofindex.read.compressed`): each record
 is inflated from the seek point before it (:mod:`ofindex.deflate`); a batch is cut into pieces

@@ -27,6 +27,14 @@ Why blocks, and why 1 MiB: measured by ``tools/bench_scale.py --data-cache`` (8 
   frees space a block at a time, and a block is a request where there are no multi-range
   requests (S3: 1,024 per GiB).
 
+Once this process has seen every block of a file kept (fetched here, or found on disk), the
+file is *resident*: all its blocks are mapped once (:meth:`DataCache.resident`) and a batch
+whose files are all resident is cut out of them by one compiled pass
+(:mod:`ofindex.read.resident_gather`), with no planning, no look-up per block, no lock and
+no database: a later epoch then costs about what an epoch over local files costs. The
+blocks' use is registered for the eviction once a minute per file
+(:data:`~ofindex.read.nodecache.TOUCH_AFTER`).
+
 Sequential passes (iteration) read through the same blocks; compressed shards are read
 without the cache.
 
