@@ -629,3 +629,30 @@ def test_a_forgotten_block_lets_go_of_its_file(served, tmp_path):
     assert not (tmp_path / held.names[0]).exists()
     _epochs_through(ds, expected, (1,))  # fetched again by the planned reads, then held
     assert cache.resident(storage, shard.path, False) is not None
+
+
+def test_neighbouring_blocks_are_fetched_in_runs():
+    from ofindex.read.block_ranges import Block, runs
+
+    def block(path: str, start: int, end: int) -> Block:
+        return Block(f"{path}{start}".encode(), path, start, end)
+
+    a0, a1, a2, a4 = (block("a", 0, 10), block("a", 10, 20), block("a", 20, 30),
+                      block("a", 40, 50))
+    b0, b1 = block("b", 0, 10), block("b", 10, 15)
+    assert runs([a2, b1, a0, a4, a1, b0], 30) == [[a0, a1, a2], [a4], [b0, b1]]
+    assert runs([a2, a0, a1], 20) == [[a0, a1], [a2]]  # at most max_bytes a run
+    assert runs([a0], 5) == [[a0]] and runs([], 5) == []  # a block larger: a run of its own
+
+
+def test_a_first_batch_fetches_each_file_s_blocks_in_one_request(served, nginx_server,
+                                                                  tmp_path):
+    url, _, expected = served
+    name = url.rsplit("/", 1)[1]
+    ds = ofindex.open(url, cache_dir=str(tmp_path), data_cache_bytes=BUDGET)
+    ds.data_cache = DataCache(str(tmp_path), BUDGET, block_bytes=1000)  # ~320 blocks a file
+    mark = os.path.getsize(nginx_server.log)
+    assert ds[np.arange(RECORDS)] == expected
+    time.sleep(0.2)  # nginx writes its log line after the response
+    assert len(_data_gets(nginx_server.log, mark, name)) == SHARDS
+    assert ds.data_cache.misses == len(_blocks(tmp_path)) > 3 * SHARDS

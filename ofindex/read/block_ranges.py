@@ -139,6 +139,35 @@ class BlockPlan:
         return out
 
 
+def runs(blocks: Sequence[Block], max_bytes: int) -> list[list[Block]]:
+    """``blocks`` gathered into runs of neighbours (blocks of one file, each starting where
+    the one before ends) of at most ``max_bytes`` each (a block larger than that is a run of
+    its own), so that a run is one request: a globally shuffled first batch wants nearly
+    every block of every file, which would otherwise be a request (or a part of a
+    multi-range response) per block.
+
+    Args:
+        blocks: The blocks, each once, in any order.
+        max_bytes: The most bytes a run of several blocks may hold.
+
+    Returns:
+        The runs, each in file order.
+    """
+    out: list[list[Block]] = []
+    size = 0
+    for block in sorted(blocks, key=lambda b: (b.path, b.start)):
+        last = out[-1][-1] if out else None
+        length = block.end - block.start
+        if (last is not None and last.path == block.path and last.end == block.start
+                and size + length <= max_bytes):
+            out[-1].append(block)
+            size += length
+        else:
+            out.append([block])
+            size = length
+    return out
+
+
 def _block(per_file: list[FileBlocks | None], file: int, number: int) -> Block:
     blocks = per_file[file]
     assert blocks is not None  # only ranges of known files are planned over blocks

@@ -90,6 +90,9 @@ __all__ = ["DEFAULT_BLOCK_BYTES", "CachedRead", "DataCache", "DataCacheWarning",
 DEFAULT_BLOCK_BYTES = 1 << 20
 #: Blocks a process keeps memory-mapped (below the kernel's default bound of 65,530 maps).
 MAX_MAPPED_BLOCKS = 4096
+#: Most bytes of neighbouring blocks fetched in one request (ranged GETs of 8-16 MB are what
+#: S3's guidance gives for throughput; fewer, longer requests would use fewer connections).
+MAX_RUN_BYTES = 16 << 20
 
 
 class DataCacheWarning(UserWarning):
@@ -282,16 +285,20 @@ class DataCache:
         plan = block_ranges.plan(names, which, begin, end, file_blocks)
         found, cached = self._find(plan.blocks, check_blocks)
         missing = [block for block in plan.blocks if block.key not in found]
+        runs = block_ranges.runs(missing, MAX_RUN_BYTES)
         direct = plan.direct
         fetched = storage.read_ranges(
-            [b.path for b in missing] + [names[int(which[k])] for k in direct],
-            [b.start for b in missing] + [int(begin[k]) for k in direct],
-            [b.end for b in missing] + [int(end[k]) for k in direct],
+            [run[0].path for run in runs] + [names[int(which[k])] for k in direct],
+            [run[0].start for run in runs] + [int(begin[k]) for k in direct],
+            [run[-1].end for run in runs] + [int(end[k]) for k in direct],
         ) if missing or direct else []
-        for block, data in zip(missing, fetched, strict=False):
-            found[block.key] = memoryview(data)
-        kept = self._keep([(block.key, data) for block, data in zip(missing, fetched,
-                                                                    strict=False)])
+        got: list[tuple[bytes, memoryview]] = []
+        for run, data in zip(runs, fetched, strict=False):  # each block a view of its run
+            whole = memoryview(data)
+            got += [(block.key, whole[block.start - run[0].start : block.end - run[0].start])
+                    for block in run]
+        found.update(got)
+        kept = self._keep(got)
         for block in plan.blocks:  # what a whole file's map (resident) can be made of
             if block.key in found and (block.key in kept or block_name(block.key) in cached):
                 owner = owners[block.path]
@@ -302,7 +309,7 @@ class DataCache:
             self.misses += len(missing)
         views: list[Buffer] = [found[block.key] for block in plan.blocks]
         return CachedRead(plan, views, begin,
-                          dict(zip(direct, fetched[len(missing):], strict=True)), cached)
+                          dict(zip(direct, fetched[len(runs):], strict=True)), cached)
 
     def _file_blocks(self, storage: Storage, path: str) -> FileBlocks | None:
         """The blocks of ``path`` as the dataset checked it, or ``None`` when its version is
@@ -459,7 +466,7 @@ class DataCache:
                     blocks.seen.clear()
 
     # -- writes -----------------------------------------------------------------------------
-    def _keep(self, fetched: list[tuple[bytes, bytes]]) -> set[bytes]:
+    def _keep(self, fetched: list[tuple[bytes, memoryview]]) -> set[bytes]:
         """Keep fetched blocks (those the bound can hold), registered before they are
         written so that the bound counts every block on disk; the keys of those written."""
         entries = {block_name(key): (key, data) for key, data in fetched
