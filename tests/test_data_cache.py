@@ -656,3 +656,23 @@ def test_a_first_batch_fetches_each_file_s_blocks_in_one_request(served, nginx_s
     time.sleep(0.2)  # nginx writes its log line after the response
     assert len(_data_gets(nginx_server.log, mark, name)) == SHARDS
     assert ds.data_cache.misses == len(_blocks(tmp_path)) > 3 * SHARDS
+
+
+def test_files_beyond_the_bound_of_maps_are_read_by_the_planned_reads(served, tmp_path,
+                                                                       monkeypatch):
+    from ofindex.read import datacache
+
+    url, _, expected = served
+    ds = ofindex.open(url, cache_dir=str(tmp_path), data_cache_bytes=BUDGET)
+    monkeypatch.setattr(datacache, "MAX_RESIDENT_BLOCKS", 2)  # one block a file: two of three
+    _epochs_through(ds, expected, (0, 1))
+    cache, storage, shards = ds.data_cache, ds._table.storage, ds._table.shards
+    held = [cache.resident(storage, shard.path, False) for shard in shards]
+    assert [h is not None for h in held] == [True, True, False]  # admitted while they fit
+    hits, batches = cache.hits, cache.resident_batches
+    _epochs_through(ds, expected, (2,))  # every batch touches the third: planned reads
+    assert cache.resident_batches == batches and cache.hits > hits
+    assert [cache.resident(storage, shard.path, False) for shard in shards] == held  # kept
+    first = int(ds.cumulative_counts[0])
+    assert ds[np.arange(first)] == expected[:first]  # a batch of held files alone: by maps
+    assert cache.resident_batches == batches + 1

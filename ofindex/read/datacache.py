@@ -90,6 +90,12 @@ __all__ = ["DEFAULT_BLOCK_BYTES", "CachedRead", "DataCache", "DataCacheWarning",
 DEFAULT_BLOCK_BYTES = 1 << 20
 #: Blocks a process keeps memory-mapped (below the kernel's default bound of 65,530 maps).
 MAX_MAPPED_BLOCKS = 4096
+#: Blocks a process keeps mapped in files held whole (16 GiB of 1 MiB blocks; with the maps
+#: above, a fifth of the kernel's default bound). Files are admitted while they fit and are
+#: never evicted for others: a dataset larger than this is held in part, and batches that
+#: touch its other files take the planned reads (mapping files in and out for each batch
+#: would cost more than those).
+MAX_RESIDENT_BLOCKS = 16384
 #: Most bytes of neighbouring blocks fetched in one request (ranged GETs of 8-16 MB are what
 #: S3's guidance gives for throughput; fewer, longer requests would use fewer connections).
 MAX_RUN_BYTES = 16 << 20
@@ -190,9 +196,8 @@ class DataCache:
             collections.OrderedDict())
         self._lock = threading.Lock()
         self._files: dict[tuple[str, FileStamp], FileBlocks] = {}
-        #: Files mapped whole (:meth:`resident`), least recently used first.
-        self._resident: collections.OrderedDict[tuple[str, FileStamp], ResidentFile] = (
-            collections.OrderedDict())
+        #: Files mapped whole (:meth:`resident`).
+        self._resident: dict[tuple[str, FileStamp], ResidentFile] = {}
         self._resident_blocks = 0
         self._warned = False
         #: Blocks served from the cache / fetched by planned reads, in this process.
@@ -374,7 +379,8 @@ class DataCache:
         Mapped once, when the planned reads have found or fetched every block of the file
         (:attr:`FileBlocks.seen`); then a batch costs a dictionary look-up per file, no
         lock, no database (:meth:`note_used` registers the blocks' use once per
-        :data:`~ofindex.read.nodecache.TOUCH_AFTER` seconds).
+        :data:`~ofindex.read.nodecache.TOUCH_AFTER` seconds). Files are admitted while the
+        process holds fewer than :data:`MAX_RESIDENT_BLOCKS` blocks so mapped.
 
         Args:
             storage: The remote storage of the file.
@@ -394,7 +400,6 @@ class DataCache:
         key = (storage.url(path), stamp)
         found = self._resident.get(key)
         if found is not None and (found.checked or not check_blocks):
-            self._resident.move_to_end(key)
             return found
         blocks = self._files.get(key)
         if blocks is None or len(blocks.seen) < blocks.count or not self.usable():
@@ -407,7 +412,9 @@ class DataCache:
         """Map every block of a file (under the lock), or ``None`` at the first one that is
         not valid on disk (forgotten as seen: the planned reads fetch it again)."""
         count = blocks.count
-        if count > MAX_MAPPED_BLOCKS:
+        old = self._resident.get(key)
+        held = self._resident_blocks - (0 if old is None else len(old.views))
+        if held + count > MAX_RESIDENT_BLOCKS:
             return None
         views: list[memoryview] = []
         names: list[str] = []
@@ -423,14 +430,9 @@ class DataCache:
                 return None
             views.append(view)
             names.append(name)
-        old = self._resident.pop(key, None)
-        self._resident_blocks -= 0 if old is None else len(old.views)
         resident = self._resident[key] = ResidentFile(views, names, blocks.step,
-                                                              blocks.stamp.size, check_blocks)
-        self._resident_blocks += count
-        while self._resident_blocks > MAX_MAPPED_BLOCKS:
-            _, dropped = self._resident.popitem(last=False)
-            self._resident_blocks -= len(dropped.views)
+                                                      blocks.stamp.size, check_blocks)
+        self._resident_blocks = held + count
         return resident
 
     def note_used(self, files: Sequence[ResidentFile]) -> None:
