@@ -457,7 +457,9 @@ class Report:
                                  f"{fmt(e['wall_s'])} [{fmt(e['wall_s_min'])}–"
                                  f"{fmt(e['wall_s_max'])}]",
                                  fmt(e["first_batch_s"] * 1e3),
-                                 fmt(e.get("median_batch_ms")), fmt(e["data_requests"]),
+                                 # iteration yields batches made ahead: no batch time
+                                 fmt(e.get("median_batch_ms") if pattern == "shuffled"
+                                     else None), fmt(e["data_requests"]),
                                  fmt(e["data_bytes"] / 1e6)])
         text = [f"\n{link}:\n",
                 table(["block", "pattern", "epoch", "wall s", "first batch ms",
