@@ -505,3 +505,174 @@ def test_a_dataset_behind_a_compact_manifest_is_cached_too(nginx_server, tmp_pat
     time.sleep(0.2)
     assert _data_gets(nginx_server.log, mark, name) == []
     assert again.data_cache.misses == 0 and again.data_cache.hits > 0
+
+
+# -- files held whole: later batches cut by one compiled pass (RESIDENT_BLOCKS) -------------
+def _epochs_through(ds, expected, epochs=(0,)) -> None:
+    for epoch in epochs:
+        _read_epoch(ds, _epoch(len(ds), epoch), expected)
+
+
+@pytest.mark.parametrize("impl", IMPLEMENTATIONS)
+@pytest.mark.parametrize("block", [1 << 20, 1000])  # records inside blocks, and across them
+def test_later_epochs_read_the_files_mapped_whole(served, tmp_path, impl, block):
+    from ofindex.read.batch_strategy import BatchStrategy, choose
+
+    url, _, expected = served
+    ds = ofindex.open(url, cache_dir=str(tmp_path), data_cache_bytes=BUDGET)
+    ds.data_cache = DataCache(str(tmp_path), BUDGET, block_bytes=block)
+    with implementation(impl):
+        _epochs_through(ds, expected)  # the planned reads fetch and see every block
+        idx = _epoch(RECORDS, 1)[:256]
+        strategy, _ = choose(ds._table, ds._checks, idx, compressed_shards=False,
+                             data_cache=ds.data_cache)
+        compiled = impl == "compiled"
+        assert strategy is (BatchStrategy.RESIDENT_BLOCKS if compiled
+                            else BatchStrategy.CACHED_BLOCKS)
+        hits, before = ds.data_cache.hits, ds.data_cache.resident_batches
+        _epochs_through(ds, expected, (1,))
+        assert ds[100:160] == expected[100:160]
+        assert ds.__getitems__([5, 5, RECORDS - 1]) == [expected[5], expected[5], expected[-1]]
+        assert ds[np.arange(1000, 1200)] == expected[1000:1200]  # one shard
+        batches = -(-RECORDS // 256) + 3
+        if compiled:  # every batch by the one compiled pass, none planned block by block
+            assert ds.data_cache.resident_batches - before == batches
+            assert ds.data_cache.hits == hits
+        else:
+            assert ds.data_cache.resident_batches == before == 0
+
+
+def _damage_in_place(path, at: int) -> bytes:
+    """Flip a bit of a block file in place (its maps see it); the bytes before."""
+    whole = path.read_bytes()
+    with open(path, "r+b") as f:
+        f.seek(at)
+        f.write(bytes([whole[at] ^ 0x40]))
+    return whole
+
+
+def test_a_record_damaged_in_a_file_held_whole_is_read_again_from_the_store(served, tmp_path):
+    url, _, expected = served
+    cache_dir = tmp_path / "cache"
+    ds = ofindex.open(url, cache_dir=str(cache_dir), data_cache_bytes=BUDGET)
+    _epochs_through(ds, expected)
+    before = ds.data_cache.resident_batches
+    assert ds[np.arange(RECORDS)] == expected
+    assert ds.data_cache.resident_batches == before + 1
+    first = cache_dir / _blocks(cache_dir)[0]
+    whole = _damage_in_place(first, blockfile.HEADER_SIZE + 100)  # after its checks
+    assert ds[np.arange(RECORDS)] == expected  # the CRC fails: no error, no wrong record
+    assert ds.data_cache.resident_batches == before + 1
+    assert not first.exists() or first.read_bytes() == whole  # the damaged copy dropped
+    _epochs_through(ds, expected, (1,))  # fetched again, then held whole again
+    assert first.read_bytes() == whole
+    assert ds.data_cache.resident_batches > before + 1
+
+
+def test_without_record_crcs_a_file_is_held_whole_only_from_checked_blocks(served, tmp_path):
+    url, _, expected = served
+    cache_dir = tmp_path / "cache"
+    ds = ofindex.open(url, cache_dir=str(cache_dir), data_cache_bytes=BUDGET)
+    _epochs_through(ds, expected)
+    first = cache_dir / _blocks(cache_dir)[0]
+    whole = _damage_in_place(first, blockfile.HEADER_SIZE + 100)
+    # a reader that checks no record CRC (verify=False) maps blocks with their CRC checked
+    unverified = ofindex.open(url, cache_dir=str(cache_dir), data_cache_bytes=BUDGET,
+                              verify=False)
+    _epochs_through(unverified, expected, (1, 2))
+    assert first.read_bytes() == whole  # refused, fetched again, kept whole
+    assert unverified.data_cache.resident_batches > 0
+
+
+def test_files_held_whole_register_their_use_once_a_minute(served, tmp_path, monkeypatch):
+    from ofindex.read import datacache
+    from ofindex.read.nodecache import TOUCH_AFTER
+
+    url, _, expected = served
+    ds = ofindex.open(url, cache_dir=str(tmp_path), data_cache_bytes=BUDGET)
+    _epochs_through(ds, expected)
+    cache = ds.data_cache
+    calls: list[list[tuple[str, int]]] = []
+    note_files = cache.index.note_files
+
+    def counted(items):
+        calls.append(list(items))
+        return note_files(items)
+
+    monkeypatch.setattr(cache.index, "note_files", counted)
+    _epochs_through(ds, expected, (1,))
+    assert cache.resident_batches >= 2
+    names = set(_blocks(tmp_path))
+    assert len(calls) <= 1  # each file's blocks registered at most once in the minute
+    assert {name for call in calls for name, _ in call} <= names
+    now = time.time()
+    monkeypatch.setattr(datacache.time, "time", lambda: now + TOUCH_AFTER + 1)
+    calls.clear()
+    _epochs_through(ds, expected, (2,))
+    assert len(calls) == 1 and {name for name, _ in calls[0]} == names  # a minute on: again
+    database = sqlite3.connect(str(tmp_path / DATA_DB_NAME))
+    used = [row[0] for row in database.execute("SELECT used FROM entries")]
+    database.close()
+    assert used and min(used) >= now + TOUCH_AFTER
+
+
+def test_a_forgotten_block_lets_go_of_its_file(served, tmp_path):
+    url, _, expected = served
+    ds = ofindex.open(url, cache_dir=str(tmp_path), data_cache_bytes=BUDGET)
+    _epochs_through(ds, expected)
+    shard = ds._table.shards[0]
+    cache, storage = ds.data_cache, ds._table.storage
+    held = cache.resident(storage, shard.path, False)
+    assert held is not None and cache.resident(storage, shard.path, False) is held
+    cache.forget(held.names[:1])
+    assert cache.resident(storage, shard.path, False) is None
+    assert not (tmp_path / held.names[0]).exists()
+    _epochs_through(ds, expected, (1,))  # fetched again by the planned reads, then held
+    assert cache.resident(storage, shard.path, False) is not None
+
+
+def test_neighbouring_blocks_are_fetched_in_runs():
+    from ofindex.read.block_ranges import Block, runs
+
+    def block(path: str, start: int, end: int) -> Block:
+        return Block(f"{path}{start}".encode(), path, start, end)
+
+    a0, a1, a2, a4 = (block("a", 0, 10), block("a", 10, 20), block("a", 20, 30),
+                      block("a", 40, 50))
+    b0, b1 = block("b", 0, 10), block("b", 10, 15)
+    assert runs([a2, b1, a0, a4, a1, b0], 30) == [[a0, a1, a2], [a4], [b0, b1]]
+    assert runs([a2, a0, a1], 20) == [[a0, a1], [a2]]  # at most max_bytes a run
+    assert runs([a0], 5) == [[a0]] and runs([], 5) == []  # a block larger: a run of its own
+
+
+def test_a_first_batch_fetches_each_file_s_blocks_in_one_request(served, nginx_server,
+                                                                  tmp_path):
+    url, _, expected = served
+    name = url.rsplit("/", 1)[1]
+    ds = ofindex.open(url, cache_dir=str(tmp_path), data_cache_bytes=BUDGET)
+    ds.data_cache = DataCache(str(tmp_path), BUDGET, block_bytes=1000)  # ~320 blocks a file
+    mark = os.path.getsize(nginx_server.log)
+    assert ds[np.arange(RECORDS)] == expected
+    time.sleep(0.2)  # nginx writes its log line after the response
+    assert len(_data_gets(nginx_server.log, mark, name)) == SHARDS
+    assert ds.data_cache.misses == len(_blocks(tmp_path)) > 3 * SHARDS
+
+
+def test_files_beyond_the_bound_of_maps_are_read_by_the_planned_reads(served, tmp_path,
+                                                                       monkeypatch):
+    from ofindex.read import datacache
+
+    url, _, expected = served
+    ds = ofindex.open(url, cache_dir=str(tmp_path), data_cache_bytes=BUDGET)
+    monkeypatch.setattr(datacache, "MAX_RESIDENT_BLOCKS", 2)  # one block a file: two of three
+    _epochs_through(ds, expected, (0, 1))
+    cache, storage, shards = ds.data_cache, ds._table.storage, ds._table.shards
+    held = [cache.resident(storage, shard.path, False) for shard in shards]
+    assert [h is not None for h in held] == [True, True, False]  # admitted while they fit
+    hits, batches = cache.hits, cache.resident_batches
+    _epochs_through(ds, expected, (2,))  # every batch touches the third: planned reads
+    assert cache.resident_batches == batches and cache.hits > hits
+    assert [cache.resident(storage, shard.path, False) for shard in shards] == held  # kept
+    first = int(ds.cumulative_counts[0])
+    assert ds[np.arange(first)] == expected[:first]  # a batch of held files alone: by maps
+    assert cache.resident_batches == batches + 1

@@ -144,6 +144,27 @@ def test_connection_resets_are_retried(served):
             storage.read(path, 10, 400)
 
 
+@pytest.mark.parametrize("cap", [{"rate": 20e6}, {"rate_per_connection": 20e6}])
+def test_a_bandwidth_capped_proxy_forwards_every_byte(served, cap):
+    import sys
+
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "tools"))
+    from latency_proxy import LatencyProxy
+
+    url, _, _ = served
+    host, port = url.split("//")[1].split("/")[0].split(":")
+    rel = url.split("/", 3)[3]
+    direct = storage_for(f"{url}/part-00000")[0]
+    want = direct.read_all(f"{url}/part-00000")
+    size = len(want)
+    with LatencyProxy(host, int(port), rtt=0.002, **cap) as proxy:
+        path = f"http://127.0.0.1:{proxy.port}/{rel}/part-00000"
+        storage = FsspecStorage("http")
+        got = storage.read_ranges([path] * 3, [0, 7, size // 2], [size, 300, size])
+        assert got == [want, want[7:300], want[size // 2 :]]
+        assert proxy.bytes_down >= size
+
+
 def test_transient_classification():
     assert is_transient(ConnectionResetError())
     assert is_transient(TimeoutError())

@@ -357,6 +357,30 @@ DATA_CACHE = {
 }
 
 
+def _capped():
+    """The same benchmark through a capped link, with the peers of the same rounds."""
+    capped = json.loads(json.dumps(DATA_CACHE))
+    capped["config"]["rate"] = 100e6
+    capped["configs"]["local"] = {"shuffled": _epochs(0.2, 0.2, 0.2),
+                                  "sequential": _epochs(0.1, 0.1, 0.1)}
+    capped["configs"]["download"] = {"shuffled": _epochs(0.7)}
+    capped["summary"].update({"epoch1_over_epoch2": 4.4, "local_epoch_s": 0.2,
+                              "epoch2_over_local": 1.2, "epoch2_over_local_min": 1.1,
+                              "epoch2_over_local_max": 1.3, "download_s": 0.7,
+                              "epoch1_beyond_download_s": 0.3,
+                              "epoch1_beyond_download_s_min": 0.2,
+                              "epoch1_beyond_download_s_max": 0.4,
+                              "epoch2_median_batch_ms": 0.5, "local_median_batch_ms": 0.4,
+                              "median_batch_over_local": 1.25,
+                              "median_batch_over_local_min": 1.1,
+                              "median_batch_over_local_max": 1.4})
+    for epochs in capped["configs"]["1 MiB"].values():
+        for epoch in epochs:
+            epoch["median_batch_ms"] = 2.5
+    capped["configs"]["download"]["shuffled"][0]["median_batch_ms"] = 2.5
+    return capped
+
+
 def test_data_cache_section(tmp_path):
     results, docs = tmp_path / "bench-results", tmp_path / "docs"
     results.mkdir()
@@ -370,14 +394,27 @@ def test_data_cache_section(tmp_path):
     assert report.main(["--results", str(results), "--docs", str(docs),
                         "--readme", str(readme)]) == 0
     md = (docs / "benchmarks.md").read_text()
-    assert "| 1 MiB | shuffled | 2 | 0.84 [0.756–0.924] | 500 | 0 | 0 |" in md
-    assert "| none | shuffled | 1 | 11 [9.9–12.1] | 500 | 16 | 66.5 |" in md
+    assert "| 1 MiB | shuffled | 2 | 0.84 [0.756–0.924] | 500 | – | 0 | 0 |" in md
+    assert "| none | shuffled | 1 | 11 [9.9–12.1] | 500 | – | 16 | 66.5 |" in md
     assert ("epoch 2 of the shuffled pass 2.6× [1.4–3] faster than epoch 1 with the cache, "
             "13.1× [9.5–20] faster than an epoch without it (goal 10×), 0 data requests in "
             "epoch 2 and 0 in epoch 3.") in md
     assert ("- Data cache (`data_cache_bytes=`), +20 ms RTT: a second globally shuffled epoch "
             "makes 0 data requests and runs 13.1× faster than an uncached epoch (2.6× the "
             "first epoch, which the cache makes 5× faster too).") in readme.read_text()
+    assert "Over loopback (no bandwidth cap" in md and "Through a link" not in md
+    write(results, "data_cache_capped", _capped())  # the capped link's run joins the section
+    assert report.main(["--results", str(results), "--docs", str(docs),
+                        "--readme", str(readme)]) == 0
+    md = (docs / "benchmarks.md").read_text()
+    assert "Through a link of 100 MB/s (the proxy's responses" in md
+    assert "| download | shuffled | 1 | 0.7 [0.63–0.77] | 500 | 2.5 | 16 | 66.5 |" in md
+    assert ("Epoch 2 takes 1.2× [1.1–1.3] the time of the same epoch over local files "
+            "(0.2 s); epoch 1 takes 0.3 s [0.2–0.4] more than the download of the data files "
+            "alone (0.7 s). Its median batch takes 1.25× [1.1–1.4] the local one (0.5 ms "
+            "against 0.4 ms") in md
+    assert ("(2.6× the first epoch, which the cache makes 5× faster too; 4.4× the first "
+            "epoch through a 100 MB/s link).") in readme.read_text()
 
 
 # -- request-rate limits (tools/bench_ratelimit.py) ------------------------------------------

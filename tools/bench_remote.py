@@ -122,13 +122,15 @@ class AccessLog:
 
 
 @contextlib.contextmanager
-def _proxy_process(upstream_port: int, rtt_ms: float):
+def _proxy_process(upstream_port: int, rtt_ms: float, rate: float = 0.0):
     """The latency proxy in a process of its own (as a network would be: its work must not
-    compete with the client for this interpreter's GIL); yields its port, stops it by PID."""
+    compete with the client for this interpreter's GIL); yields its port, stops it by PID.
+    ``rate``: bytes per second of the responses, all connections together (0: no cap)."""
     proc = subprocess.Popen(
         [sys.executable,
          os.path.join(os.path.dirname(os.path.abspath(__file__)), "latency_proxy.py"),
-         "--upstream", f"127.0.0.1:{upstream_port}", "--rtt-ms", str(rtt_ms), "--duration", "600"],
+         "--upstream", f"127.0.0.1:{upstream_port}", "--rtt-ms", str(rtt_ms), "--duration", "3600",
+         "--rate", str(rate)],
         stdout=subprocess.PIPE, text=True,
     )
     try:

@@ -236,7 +236,13 @@ def _line(r: dict) -> str:
 # globally shuffled epochs (batches of 256) and two sequential passes over one dataset,
 # without the data cache and with it at several block sizes (whole shards the largest),
 # each configuration with a fresh cache_dir, in interleaved rounds. Requests and bytes are
-# nginx's (its access log), data and index apart.
+# nginx's (its access log), data and index apart. Peers in the same rounds: the same epochs
+# over the local files ("local": what a later epoch from local disk can hope for), and the
+# data files fetched whole in one concurrent round through the same proxy ("download": the
+# floor of a first epoch that must move every byte). ``--dc-rate`` caps the proxy's
+# responses at that many bytes per second, all connections together (the throughput of one
+# S3/GCS connection stream is ~100 MB/s); without it the link is loopback, whose speed is
+# what the machine's cores can push through nginx, the proxy and the client.
 
 DATA_CACHE_BLOCKS = {"256 KiB": 256 << 10, "1 MiB": 1 << 20, "4 MiB": 4 << 20,
                      "whole shard": 1 << 40}
@@ -279,6 +285,8 @@ def _data_cache_run(url: str, cache_dir: str, block: int | None, local, log, epo
     from ofindex.read.datacache import DataCache
 
     ds = ofindex.open(url, cache_dir=cache_dir, data_cache_bytes=budget if block else 0)
+    if block == DOWNLOAD:
+        return [_download(ds, log)]
     if block:
         ds.data_cache = DataCache(cache_dir, budget, block_bytes=block)
     rows = []
@@ -288,22 +296,54 @@ def _data_cache_run(url: str, cache_dir: str, block: int | None, local, log, epo
             ds.data_cache = DataCache(cache_dir, budget, block_bytes=block)
         log.take()
         got = []  # checked after the clock stops: the figures are the reads alone
-        t = time.perf_counter()
-        first = None
+        cpu = time.process_time()
+        t = last = time.perf_counter()
+        batches = []  # each batch's wall time
         if sequential:
             for batch in ds.iter_batches(BATCH):
                 got.append(batch)
-                first = first or time.perf_counter() - t
+                now = time.perf_counter()
+                batches.append(now - last)
+                last = now
         else:
             for k in range(0, len(order), BATCH):
                 got.append(ds[order[k : k + BATCH]])
-                first = first or time.perf_counter() - t
+                now = time.perf_counter()
+                batches.append(now - last)
+                last = now
         wall = time.perf_counter() - t
+        cpu = time.process_time() - cpu
+        first = batches[0]
         want = local[np.arange(len(local))] if sequential else local[order]
         if [r for batch in got for r in batch] != want:
             raise AssertionError(f"epoch {epoch}: records differ from the local files'")
-        rows.append({"wall_s": wall, "first_batch_s": first, **log.take()})
+        # the median batch: what a batch costs when this process is not descheduled (on
+        # a loaded machine a few batches of each epoch wait tens of ms for a core)
+        rows.append({"wall_s": wall, "first_batch_s": first, "cpu_s": cpu,
+                     "median_batch_ms": float(np.median(batches[1:] or batches)) * 1e3,
+                     **log.take()})
     return rows
+
+
+#: The configuration that fetches the data files whole, once (no epochs).
+DOWNLOAD = -1
+
+
+def _download(ds, log) -> dict:
+    """The dataset's data files fetched whole in one concurrent round of its storage."""
+    storage = ds._table.storage
+    paths = [shard.path for shard in ds._table.shards]
+    sizes = [shard.bytes for shard in ds.shards]
+    log.take()
+    cpu = time.process_time()
+    t = time.perf_counter()
+    got = storage.read_ranges(paths, [0] * len(paths), sizes)
+    wall = time.perf_counter() - t
+    cpu = time.process_time() - cpu
+    if [len(g) for g in got] != sizes:
+        raise AssertionError("the download is short")
+    return {"wall_s": wall, "first_batch_s": wall, "cpu_s": cpu, "median_batch_ms": wall * 1e3,
+            **log.take()}
 
 
 def data_cache_bench(args) -> dict:
@@ -336,22 +376,25 @@ def data_cache_bench(args) -> dict:
     for epoch in range(3):
         sampler.set_epoch(epoch)
         epochs.append(np.fromiter(iter(sampler), dtype=np.int64, count=total))
-    configs = ["none", *DATA_CACHE_BLOCKS]
+    blocks = {name: DATA_CACHE_BLOCKS[name] for name in args.dc_blocks.split(",") if name}
+    configs = ["none", *blocks, "local", "download"]
     runs: dict[str, dict[str, list[list[dict]]]] = {
         c: {"shuffled": [], "sequential": []} for c in configs}
     with servers.start_nginx(work) as nginx:
         port = int(nginx.url.rsplit(":", 1)[1])
-        with _proxy_process(port, args.rtt * 1000) as proxy_port:
+        with _proxy_process(port, args.rtt * 1000, args.dc_rate) as proxy_port:
             url = f"http://127.0.0.1:{proxy_port}/data"
             log = DataLog(nginx.log)
             ofindex.open(url)  # imports and the first connection, outside the timings
             for r in range(args.dc_rounds):
                 for c in configs[r % len(configs):] + configs[: r % len(configs)]:
-                    for pattern in ("shuffled", "sequential"):
+                    for pattern in ("shuffled",) if c == "download" else ("shuffled",
+                                                                            "sequential"):
                         cache_dir = tempfile.mkdtemp(dir=work)
-                        block = DATA_CACHE_BLOCKS.get(c)
-                        rows = _data_cache_run(url, cache_dir, block, local, log, epochs,
-                                               budget, pattern == "sequential")
+                        block = DOWNLOAD if c == "download" else blocks.get(c)
+                        rows = _data_cache_run(data if c == "local" else url, cache_dir,
+                                               block, local, log, epochs, budget,
+                                               pattern == "sequential")
                         runs[c][pattern].append(rows)
                         shutil.rmtree(cache_dir)
                         print(f"round {r} {c:>11} {pattern:>10}: " + ", ".join(
@@ -367,7 +410,8 @@ def data_cache_bench(args) -> dict:
             out[key + "_min"], out[key + "_max"] = min(values), max(values)
         return out
 
-    results: dict = {"config": {"rtt_ms": args.rtt * 1000, "shards": args.dc_shards,
+    results: dict = {"config": {"rtt_ms": args.rtt * 1000, "rate": args.dc_rate,
+                                "shards": args.dc_shards,
                                 "records": total, "record_size": args.dc_record_size,
                                 "dataset_bytes": size, "data_cache_bytes": budget,
                                 "batch": BATCH, "rounds": args.dc_rounds,
@@ -376,8 +420,8 @@ def data_cache_bench(args) -> dict:
                      "configs": {}}
     for c in configs:
         results["configs"][c] = {
-            pattern: [summary(runs[c][pattern], e) for e in range(len(epochs))]
-            for pattern in ("shuffled", "sequential")}
+            pattern: [summary(runs[c][pattern], e) for e in range(len(runs[c][pattern][0]))]
+            for pattern in ("shuffled", "sequential") if runs[c][pattern]}
     base = results["configs"]["none"]["shuffled"][0]["wall_s"]
     default = results["configs"]["1 MiB"]["shuffled"]
     # ratios within each round (the configurations of a round ran one after the other)
@@ -393,6 +437,29 @@ def data_cache_bench(args) -> dict:
         "uncached_over_epoch2": statistics.median(against),
         "uncached_over_epoch2_min": min(against), "uncached_over_epoch2_max": max(against),
         "goal": 10}
+    # the peers, within each round: a local epoch, and the whole download
+    over_local = [r[1]["wall_s"] / lo[1]["wall_s"]
+                  for r, lo in zip(runs["1 MiB"]["shuffled"], runs["local"]["shuffled"],
+                                   strict=True)]
+    beyond = [r[0]["wall_s"] - d[0]["wall_s"]
+              for r, d in zip(runs["1 MiB"]["shuffled"], runs["download"]["shuffled"],
+                              strict=True)]
+    batch_over_local = [r[1]["median_batch_ms"] / lo[1]["median_batch_ms"]
+                        for r, lo in zip(runs["1 MiB"]["shuffled"], runs["local"]["shuffled"],
+                                         strict=True)]
+    results["summary"].update({
+        "epoch2_median_batch_ms": default[1]["median_batch_ms"],
+        "local_median_batch_ms": results["configs"]["local"]["shuffled"][1]["median_batch_ms"],
+        "median_batch_over_local": statistics.median(batch_over_local),
+        "median_batch_over_local_min": min(batch_over_local),
+        "median_batch_over_local_max": max(batch_over_local),
+        "local_epoch_s": results["configs"]["local"]["shuffled"][1]["wall_s"],
+        "epoch2_over_local": statistics.median(over_local),
+        "epoch2_over_local_min": min(over_local), "epoch2_over_local_max": max(over_local),
+        "download_s": results["configs"]["download"]["shuffled"][0]["wall_s"],
+        "epoch1_beyond_download_s": statistics.median(beyond),
+        "epoch1_beyond_download_s_min": min(beyond),
+        "epoch1_beyond_download_s_max": max(beyond)})
     return results
 # -- manifests at 1e5 and 1e6 shards: JSON, compact, Parquet (issue 32) -----------------------
 #: Manifest kinds compared: the JSON manifest, the compact one, and the same columns as
@@ -591,6 +658,10 @@ def main() -> None:
     p.add_argument("--dc-records", type=int, default=8192, help="records per shard")
     p.add_argument("--dc-record-size", type=int, default=1000)
     p.add_argument("--dc-rounds", type=int, default=3)
+    p.add_argument("--dc-rate", type=float, default=0.0,
+                   help="cap the proxy's responses at this many bytes/s (all connections)")
+    p.add_argument("--dc-blocks", default=",".join(DATA_CACHE_BLOCKS),
+                   help="the block sizes measured (the default block, 1 MiB, is needed)")
     p.add_argument("--dc-out", default="bench-results/data_cache.json",
                    help="where --data-cache writes (an --out given wins)")
     p.add_argument("--rate-limits", action="store_true",

@@ -4,6 +4,12 @@ Every chunk is forwarded RTT/2 after it arrived, in each direction, in order —
 and its response cost one RTT, while pipelined and concurrent connections still overlap (the
 delay is latency, not a bandwidth cap). ``tc netem`` is not available on these machines.
 
+With ``--rate`` (bytes per second) the responses also pass a link of that bandwidth, shared by
+every connection (a chunk leaves when the link has carried it, then takes RTT/2): the
+throughput one client gets from the store, e.g. ~100 MB/s for one S3 or GCS connection
+stream (AWS: 85-90 MB/s per connection). ``--rate-per-connection`` caps each connection
+on its own instead (a client that opens more connections gets more).
+
     python tools/latency_proxy.py --upstream 127.0.0.1:8080 --rtt-ms 20 --duration 120
 
 or in-process::
@@ -27,9 +33,14 @@ class LatencyProxy:
     """Runs in a background thread with its own event loop; ``port`` is where it listens."""
 
     def __init__(self, upstream_host: str, upstream_port: int, rtt: float = 0.020,
-                 port: int = 0, reset_first: int = 0) -> None:
+                 port: int = 0, reset_first: int = 0, rate: float = 0.0,
+                 rate_per_connection: float = 0.0) -> None:
         self.upstream = (upstream_host, upstream_port)
         self.rtt = rtt
+        #: bytes per second of the responses, over all connections / per connection (0: none)
+        self.rate = rate
+        self.rate_per_connection = rate_per_connection
+        self._link_free = 0.0  # when the shared link has carried what it was given
         self.port = port
         #: the first ``reset_first`` connections are reset (RST) once the client has sent a
         #: request: a transient failure for retry tests
@@ -127,16 +138,24 @@ class LatencyProxy:
                     writer.write_eof()
 
         sender = asyncio.ensure_future(send())
+        own_free = 0.0  # when this connection's own link has carried what it was given
         try:
             while True:
                 chunk = await reader.read(1 << 20)
                 if not chunk:
                     break
+                now = time.monotonic()
                 if up:
                     self.bytes_up += len(chunk)
                 else:
                     self.bytes_down += len(chunk)
-                queue.put_nowait((time.monotonic() + half, chunk))
+                    if self.rate_per_connection:
+                        own_free = max(now, own_free) + len(chunk) / self.rate_per_connection
+                        now = own_free
+                    if self.rate:
+                        self._link_free = max(now, self._link_free) + len(chunk) / self.rate
+                        now = self._link_free
+                queue.put_nowait((now + half, chunk))
         except (ConnectionError, OSError):
             pass
         finally:
@@ -151,9 +170,14 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--rtt-ms", type=float, default=20.0)
     p.add_argument("--port", type=int, default=0)
     p.add_argument("--duration", type=float, default=300.0, help="stop after this many seconds")
+    p.add_argument("--rate", type=float, default=0.0,
+                   help="bytes per second of the responses, all connections together (0: none)")
+    p.add_argument("--rate-per-connection", type=float, default=0.0,
+                   help="bytes per second of each connection's responses (0: none)")
     args = p.parse_args(argv)
     host, _, port = args.upstream.rpartition(":")
-    with LatencyProxy(host, int(port), args.rtt_ms / 1000, args.port) as proxy:
+    with LatencyProxy(host, int(port), args.rtt_ms / 1000, args.port, rate=args.rate,
+                      rate_per_connection=args.rate_per_connection) as proxy:
         print(f"listening on 127.0.0.1:{proxy.port} -> {args.upstream}, RTT {args.rtt_ms} ms",
               flush=True)
         with contextlib.suppress(KeyboardInterrupt):

@@ -45,6 +45,7 @@ TOOLS = {"pipeline": ("bench_pipeline.py", []), "images": ("bench_images.py", []
          "build": ("bench_build.py", []), "decode": ("bench_decode.py", []),
          "scale": ("bench_scale.py", []), "scale_manifest": ("bench_scale.py", ["--manifests"]),
          "mixing": ("bench_mixing.py", []), "data_cache": ("bench_scale.py", ["--data-cache"]),
+         "data_cache_capped": ("bench_scale.py", ["--data-cache", "--dc-rate", "100e6"]),
          "ray": ("bench_ray.py", []), "write": ("bench_write.py", []),
          "ratelimit": ("bench_ratelimit.py", [])}
 
@@ -565,36 +566,76 @@ class Report:
                 f"{fmt(c['rtt_ms'])} ms RTT proxy; `data_cache_bytes` twice the dataset. "
                 f"*Shuffled*: globally shuffled epochs in batches of {c['batch']}; "
                 "*sequential*: `iter_batches`. Epochs 1 and 2 run in one dataset, epoch 3 in "
-                "a new `open` on the same `cache_dir` (a next run, another process). Data "
+                "a new `open` on the same `cache_dir` (a next run, another process). Peers in "
+                "the same rounds: *local*, the same epochs over the local files, and "
+                "*download*, the data files fetched whole in one concurrent round through the "
+                "same proxy (the floor of an epoch that moves every byte). Data "
                 "requests and bytes from nginx's log (sidecars and staleness checks apart); "
                 f"medians of {c['rounds']} interleaved rounds, [min–max] of wall time.\n"]
+        capped = self.load("data_cache_capped")
+        for run in [data] + ([capped] if capped is not None else []):
+            text += self._data_cache_run(run)
+        self.sections.append("\n".join(text) + "\n")
+        s = data["summary"]
+        line = (f"Data cache (`data_cache_bytes=`), +{fmt(c['rtt_ms'])} ms RTT: a second "
+                f"globally shuffled epoch makes {fmt(s['epoch2_data_requests'])} data requests "
+                f"and runs {fmt(s['uncached_over_epoch2'])}× faster than an uncached epoch "
+                f"({fmt(s['epoch1_over_epoch2'])}× the first epoch, which the cache makes "
+                f"{fmt(s['uncached_epoch_s'] / s['epoch1_s'])}× faster too")
+        if "epoch2_over_local" in s:
+            line += f"; {fmt(s['epoch2_over_local'])}× the time of an epoch over local files"
+        if capped is not None:
+            line += (f"; {fmt(capped['summary']['epoch1_over_epoch2'])}× the first epoch "
+                     f"through a {fmt(capped['config']['rate'] / 1e6)} MB/s link")
+        self.summary.append(line + ").")
+
+    @staticmethod
+    def _data_cache_run(data: dict) -> list[str]:
+        """The table and summary of one run of the data cache benchmark (one link)."""
+        c, s = data["config"], data["summary"]
+        rate = c.get("rate") or 0
+        link = (f"Through a link of {fmt(rate / 1e6)} MB/s (the proxy's responses, all "
+                "connections together: about one S3/GCS connection stream)" if rate else
+                "Over loopback (no bandwidth cap: the download runs as fast as the machine's "
+                "cores push it through nginx, the proxy and the client)")
         rows = []
         for name, config in data["configs"].items():
             for pattern in ("shuffled", "sequential"):
-                for epoch, e in enumerate(config[pattern], 1):
+                for epoch, e in enumerate(config.get(pattern, []), 1):
                     rows.append([name, pattern, str(epoch),
                                  f"{fmt(e['wall_s'])} [{fmt(e['wall_s_min'])}–"
                                  f"{fmt(e['wall_s_max'])}]",
-                                 fmt(e["first_batch_s"] * 1e3), fmt(e["data_requests"]),
+                                 fmt(e["first_batch_s"] * 1e3),
+                                 # iteration yields batches made ahead: no batch time
+                                 fmt(e.get("median_batch_ms") if pattern == "shuffled"
+                                     else None), fmt(e["data_requests"]),
                                  fmt(e["data_bytes"] / 1e6)])
-        text.append(table(["block", "pattern", "epoch", "wall s", "first batch ms",
-                           "data requests", "data MB"], rows))
-        s = data["summary"]
-        text.append(
+        text = [f"\n{link}:\n",
+                table(["block", "pattern", "epoch", "wall s", "first batch ms",
+                       "median batch ms", "data requests", "data MB"], rows)]
+        summary = (
             f"\nWith the default block ({c['default_block']}): epoch 2 of the shuffled pass "
             f"{fmt(s['epoch1_over_epoch2'])}× [{fmt(s['epoch1_over_epoch2_min'])}–"
             f"{fmt(s['epoch1_over_epoch2_max'])}] faster than epoch 1 with the cache, "
             f"{fmt(s['uncached_over_epoch2'])}× [{fmt(s['uncached_over_epoch2_min'])}–"
             f"{fmt(s['uncached_over_epoch2_max'])}] faster than an epoch without it (goal "
             f"{s['goal']}×), {fmt(s['epoch2_data_requests'])} data requests in epoch 2 and "
-            f"{fmt(s['epoch3_new_open_data_requests'])} in epoch 3.\n")
-        self.sections.append("\n".join(text) + "\n")
-        self.summary.append(
-            f"Data cache (`data_cache_bytes=`), +{fmt(c['rtt_ms'])} ms RTT: a second globally "
-            f"shuffled epoch makes {fmt(s['epoch2_data_requests'])} data requests and runs "
-            f"{fmt(s['uncached_over_epoch2'])}× faster than an uncached epoch "
-            f"({fmt(s['epoch1_over_epoch2'])}× the first epoch, which the cache makes "
-            f"{fmt(s['uncached_epoch_s'] / s['epoch1_s'])}× faster too).")
+            f"{fmt(s['epoch3_new_open_data_requests'])} in epoch 3.")
+        if "epoch2_over_local" in s:
+            summary += (
+                f" Epoch 2 takes {fmt(s['epoch2_over_local'])}× [{fmt(s['epoch2_over_local_min'])}"
+                f"–{fmt(s['epoch2_over_local_max'])}] the time of the same epoch over local "
+                f"files ({fmt(s['local_epoch_s'])} s); epoch 1 takes "
+                f"{fmt(s['epoch1_beyond_download_s'])} s [{fmt(s['epoch1_beyond_download_s_min'])}"
+                f"–{fmt(s['epoch1_beyond_download_s_max'])}] more than the download of the data "
+                f"files alone ({fmt(s['download_s'])} s). Its median batch takes "
+                f"{fmt(s['median_batch_over_local'])}× [{fmt(s['median_batch_over_local_min'])}"
+                f"–{fmt(s['median_batch_over_local_max'])}] the local one "
+                f"({fmt(s['epoch2_median_batch_ms'])} ms against "
+                f"{fmt(s['local_median_batch_ms'])} ms: the difference between the two wall "
+                "times is mostly batches that waited for a core on the shared machine).")
+        text.append(summary + "\n")
+        return text
 
     def manifests(self) -> None:
         """Opening 1e5 and 1e6 shards through each kind of manifest (issue 32)."""

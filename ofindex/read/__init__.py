@@ -46,7 +46,8 @@ the machine's disk in blocks of each file (``CACHED_BLOCKS``: :mod:`ofindex.read
 planned by :mod:`ofindex.read.block_ranges`; the data files' stamps, which key the blocks, are
 then asked for in the index round over HTTP too): a batch copies its records out of the
 blocks kept there and fetches the others in its one round, so that a later epoch makes no
-data request.
+data request; once every block of a file is kept, the file is mapped whole and batches are
+cut out of it as out of a local file (``RESIDENT_BLOCKS``: :mod:`ofindex.read.resident_gather`).
 
 **Compressed files.** The ``COMPRESSED`` strategy (:mod:`ofindex.read.compressed`): each record
 is inflated from the seek point before it (:mod:`ofindex.deflate`); a batch is cut into pieces

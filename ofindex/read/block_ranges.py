@@ -49,11 +49,23 @@ class FileBlocks:
         step: Bytes per block.
     """
 
-    __slots__ = ("_blocks", "path", "stamp", "step", "url")
+    __slots__ = ("_blocks", "path", "seen", "stamp", "step", "url")
 
     def __init__(self, url: str, path: str, stamp: FileStamp, step: int) -> None:
         self.url, self.path, self.stamp, self.step = url, path, stamp, step
         self._blocks: dict[int, Block] = {}
+        #: The blocks this process found kept or fetched (by number): when it holds every
+        #: one, the file can be mapped whole (:meth:`DataCache.resident`).
+        self.seen: set[int] = set()
+
+    @property
+    def count(self) -> int:
+        """How many blocks the file has."""
+        return -(-self.stamp.size // self.step)
+
+    def number(self, block: Block) -> int:
+        """The number of ``block`` (a block of this file) in the file."""
+        return block.start // self.step
 
     def block(self, number: int) -> Block:
         """Block ``number`` of the file."""
@@ -125,6 +137,35 @@ class BlockPlan:
             out[at : at + hi - lo] = views[slot][lo - block.start : hi - block.start]
             at += hi - lo
         return out
+
+
+def runs(blocks: Sequence[Block], max_bytes: int) -> list[list[Block]]:
+    """``blocks`` gathered into runs of neighbours (blocks of one file, each starting where
+    the one before ends) of at most ``max_bytes`` each (a block larger than that is a run of
+    its own), so that a run is one request: a globally shuffled first batch wants nearly
+    every block of every file, which would otherwise be a request (or a part of a
+    multi-range response) per block.
+
+    Args:
+        blocks: The blocks, each once, in any order.
+        max_bytes: The most bytes a run of several blocks may hold.
+
+    Returns:
+        The runs, each in file order.
+    """
+    out: list[list[Block]] = []
+    size = 0
+    for block in sorted(blocks, key=lambda b: (b.path, b.start)):
+        last = out[-1][-1] if out else None
+        length = block.end - block.start
+        if (last is not None and last.path == block.path and last.end == block.start
+                and size + length <= max_bytes):
+            out[-1].append(block)
+            size += length
+        else:
+            out.append([block])
+            size = length
+    return out
 
 
 def _block(per_file: list[FileBlocks | None], file: int, number: int) -> Block:

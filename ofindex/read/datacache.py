@@ -27,6 +27,14 @@ Why blocks, and why 1 MiB: measured by ``tools/bench_scale.py --data-cache`` (8 
   frees space a block at a time, and a block is a request where there are no multi-range
   requests (S3: 1,024 per GiB).
 
+Once this process has seen every block of a file kept (fetched here, or found on disk), the
+file is *resident*: all its blocks are mapped once (:meth:`DataCache.resident`) and a batch
+whose files are all resident is cut out of them by one compiled pass
+(:mod:`ofindex.read.resident_gather`), with no planning, no look-up per block, no lock and
+no database: a later epoch then costs about what an epoch over local files costs. The
+blocks' use is registered for the eviction once a minute per file
+(:data:`~ofindex.read.nodecache.TOUCH_AFTER`).
+
 Sequential passes (iteration) read through the same blocks; compressed shards are read
 without the cache.
 
@@ -75,12 +83,22 @@ from .cachedb import DATA_DB_NAME
 from .cachedir import BLOCK_SUFFIX, block_name
 from .nodecache import ENTRY_OVERHEAD, TOUCH_AFTER, CacheDirWarning, NodeCache
 
-__all__ = ["DEFAULT_BLOCK_BYTES", "CachedRead", "DataCache", "DataCacheWarning", "same_cache"]
+__all__ = ["DEFAULT_BLOCK_BYTES", "CachedRead", "DataCache", "DataCacheWarning", "ResidentFile",
+           "same_cache"]
 
 #: Bytes per block (see the module's measurement).
 DEFAULT_BLOCK_BYTES = 1 << 20
 #: Blocks a process keeps memory-mapped (below the kernel's default bound of 65,530 maps).
 MAX_MAPPED_BLOCKS = 4096
+#: Blocks a process keeps mapped in files held whole (16 GiB of 1 MiB blocks; with the maps
+#: above, a fifth of the kernel's default bound). Files are admitted while they fit and are
+#: never evicted for others: a dataset larger than this is held in part, and batches that
+#: touch its other files take the planned reads (mapping files in and out for each batch
+#: would cost more than those).
+MAX_RESIDENT_BLOCKS = 16384
+#: Most bytes of neighbouring blocks fetched in one request (ranged GETs of 8-16 MB are what
+#: S3's guidance gives for throughput; fewer, longer requests would use fewer connections).
+MAX_RUN_BYTES = 16 << 20
 
 
 class DataCacheWarning(UserWarning):
@@ -112,6 +130,28 @@ class CachedRead:
             Their bytes, back to back in the order asked for.
         """
         return self.plan.assemble(self.begin, self.views, self.fetched)
+
+
+@dataclasses.dataclass
+class ResidentFile:
+    """Every block of one version of a remote file, mapped in this process: the whole file
+    at hand, block ``k`` holding its bytes ``[k*step, (k+1)*step)``.
+
+    Attributes:
+        views: Each block's payload, in order (checked as :func:`blockfile.map_block` checks).
+        names: Each block's file name in the cache directory.
+        step: Bytes per block.
+        size: The file's bytes.
+        checked: Whether the blocks' payload CRCs were checked when they were mapped.
+        used_at: When the blocks' last use was last registered in the database.
+    """
+
+    views: list[memoryview]
+    names: list[str]
+    step: int
+    size: int
+    checked: bool
+    used_at: float = 0.0
 
 
 #: Files whose block keys a process remembers (their keys are cheap to work out again).
@@ -156,9 +196,14 @@ class DataCache:
             collections.OrderedDict())
         self._lock = threading.Lock()
         self._files: dict[tuple[str, FileStamp], FileBlocks] = {}
+        #: Files mapped whole (:meth:`resident`).
+        self._resident: dict[tuple[str, FileStamp], ResidentFile] = {}
+        self._resident_blocks = 0
         self._warned = False
-        #: Blocks served from the cache / fetched, in this process.
+        #: Blocks served from the cache / fetched by planned reads, in this process.
         self.hits = self.misses = 0
+        #: Batches served from files mapped whole, in this process.
+        self.resident_batches = 0
 
     def _own_process(self) -> None:
         """Start this process's state afresh after a fork (the parent's lock may have been
@@ -236,25 +281,40 @@ class DataCache:
         begin = np.asarray(starts, dtype=np.int64).reshape(-1)
         end = np.asarray(ends, dtype=np.int64).reshape(-1)
         which = np.asarray(files, dtype=np.int64).reshape(-1)
-        plan = block_ranges.plan(names, which, begin, end,
-                                 lambda path: self._file_blocks(storage, path))
+        owners: dict[str, FileBlocks | None] = {}
+
+        def file_blocks(path: str) -> FileBlocks | None:
+            blocks = owners[path] = self._file_blocks(storage, path)
+            return blocks
+
+        plan = block_ranges.plan(names, which, begin, end, file_blocks)
         found, cached = self._find(plan.blocks, check_blocks)
         missing = [block for block in plan.blocks if block.key not in found]
+        runs = block_ranges.runs(missing, MAX_RUN_BYTES)
         direct = plan.direct
         fetched = storage.read_ranges(
-            [b.path for b in missing] + [names[int(which[k])] for k in direct],
-            [b.start for b in missing] + [int(begin[k]) for k in direct],
-            [b.end for b in missing] + [int(end[k]) for k in direct],
+            [run[0].path for run in runs] + [names[int(which[k])] for k in direct],
+            [run[0].start for run in runs] + [int(begin[k]) for k in direct],
+            [run[-1].end for run in runs] + [int(end[k]) for k in direct],
         ) if missing or direct else []
-        for block, data in zip(missing, fetched, strict=False):
-            found[block.key] = memoryview(data)
-        self._keep([(block.key, data) for block, data in zip(missing, fetched, strict=False)])
+        got: list[tuple[bytes, memoryview]] = []
+        for run, data in zip(runs, fetched, strict=False):  # each block a view of its run
+            whole = memoryview(data)
+            got += [(block.key, whole[block.start - run[0].start : block.end - run[0].start])
+                    for block in run]
+        found.update(got)
+        kept = self._keep(got)
+        for block in plan.blocks:  # what a whole file's map (resident) can be made of
+            if block.key in found and (block.key in kept or block_name(block.key) in cached):
+                owner = owners[block.path]
+                assert owner is not None  # only blocks of known files are planned
+                owner.seen.add(owner.number(block))
         with self._lock:
             self.hits += len(cached)
             self.misses += len(missing)
         views: list[Buffer] = [found[block.key] for block in plan.blocks]
         return CachedRead(plan, views, begin,
-                          dict(zip(direct, fetched[len(missing):], strict=True)), cached)
+                          dict(zip(direct, fetched[len(runs):], strict=True)), cached)
 
     def _file_blocks(self, storage: Storage, path: str) -> FileBlocks | None:
         """The blocks of ``path`` as the dataset checked it, or ``None`` when its version is
@@ -311,17 +371,114 @@ class DataCache:
             self._mapped[key] = (entry[0], now, entry[2])
         return entry[0]
 
+    # -- whole files --------------------------------------------------------------------------
+    def resident(self, storage: Storage, path: str, check_blocks: bool) -> ResidentFile | None:
+        """Every block of ``path`` (the version the dataset checked) mapped in this process,
+        when this process has seen each of them kept: the file read as a local one is.
+
+        Mapped once, when the planned reads have found or fetched every block of the file
+        (:attr:`FileBlocks.seen`); then a batch costs a dictionary look-up per file, no
+        lock, no database (:meth:`note_used` registers the blocks' use once per
+        :data:`~ofindex.read.nodecache.TOUCH_AFTER` seconds). Files are admitted while the
+        process holds fewer than :data:`MAX_RESIDENT_BLOCKS` blocks so mapped.
+
+        Args:
+            storage: The remote storage of the file.
+            path: The file.
+            check_blocks: The blocks' payload CRCs must have been checked (reads whose
+                records carry no CRC of their own).
+
+        Returns:
+            The file's blocks, or ``None`` (a block not seen yet, or no longer valid on
+            disk, or a file whose version is unknown).
+        """
+        if self._pid != os.getpid():
+            self._process_state()
+        stamp = storage.expected.stamp_of(path)
+        if stamp is None:
+            return None
+        key = (storage.url(path), stamp)
+        found = self._resident.get(key)
+        if found is not None and (found.checked or not check_blocks):
+            return found
+        blocks = self._files.get(key)
+        if blocks is None or len(blocks.seen) < blocks.count or not self.usable():
+            return None
+        with self._lock:
+            return self._map_whole(key, blocks, check_blocks)
+
+    def _map_whole(self, key: tuple[str, FileStamp], blocks: FileBlocks,
+                   check_blocks: bool) -> ResidentFile | None:
+        """Map every block of a file (under the lock), or ``None`` at the first one that is
+        not valid on disk (forgotten as seen: the planned reads fetch it again)."""
+        count = blocks.count
+        old = self._resident.get(key)
+        held = self._resident_blocks - (0 if old is None else len(old.views))
+        if held + count > MAX_RESIDENT_BLOCKS:
+            return None
+        views: list[memoryview] = []
+        names: list[str] = []
+        for number in range(count):
+            block = blocks.block(number)
+            name = block_name(block.key)
+            entry = self._mapped.get(block.key)
+            view = entry[0] if entry is not None and (entry[2] or not check_blocks) else (
+                blockfile.map_block(self.directory, name, block.key, block.end - block.start,
+                                    check_blocks))
+            if view is None:
+                blocks.seen.discard(number)
+                return None
+            views.append(view)
+            names.append(name)
+        resident = self._resident[key] = ResidentFile(views, names, blocks.step,
+                                                      blocks.stamp.size, check_blocks)
+        self._resident_blocks = held + count
+        return resident
+
+    def note_used(self, files: Sequence[ResidentFile]) -> None:
+        """Register the use of whole files' blocks (for the least-recently-used eviction),
+        at most once per :data:`~ofindex.read.nodecache.TOUCH_AFTER` seconds per file.
+
+        Args:
+            files: The files a batch read.
+        """
+        self.resident_batches += 1
+        now = time.time()
+        due = [f for f in files if f.used_at < now - TOUCH_AFTER]
+        if not due:
+            return
+        for resident in due:
+            resident.used_at = now
+        self.index.note_files([(name, blockfile.HEADER_SIZE + len(view)) for f in due
+                               for name, view in zip(f.names, f.views, strict=True)])
+
+    def drop_resident(self, files: Sequence[ResidentFile]) -> None:
+        """Let go of whole files' maps (a record failed its check in them: the planned reads
+        check their blocks again, and fetch what is damaged).
+
+        Args:
+            files: The files.
+        """
+        drop = {id(f) for f in files}
+        with self._lock:
+            for key in [k for k, f in self._resident.items() if id(f) in drop]:
+                self._resident_blocks -= len(self._resident.pop(key).views)
+                blocks = self._files.get(key)
+                if blocks is not None:
+                    blocks.seen.clear()
+
     # -- writes -----------------------------------------------------------------------------
-    def _keep(self, fetched: list[tuple[bytes, bytes]]) -> None:
+    def _keep(self, fetched: list[tuple[bytes, memoryview]]) -> set[bytes]:
         """Keep fetched blocks (those the bound can hold), registered before they are
-        written so that the bound counts every block on disk."""
+        written so that the bound counts every block on disk; the keys of those written."""
         entries = {block_name(key): (key, data) for key, data in fetched
                    if blockfile.HEADER_SIZE + len(data) + ENTRY_OVERHEAD <= self.max_bytes}
         if not entries or not self.usable():
-            return
+            return set()
         evicted = self.index.note_files(
             [(name, blockfile.HEADER_SIZE + len(data)) for name, (_, data) in entries.items()])
         failed: list[str] = []
+        kept: set[bytes] = set()
         for name, (key, data) in entries.items():
             if name in evicted:  # the bound cannot hold it after all
                 continue
@@ -329,8 +486,11 @@ class DataCache:
             if error is not None:
                 failed.append(name)
                 self._warn_write(error)
+            else:
+                kept.add(key)
         if failed:
             self.index.forget(failed)
+        return kept
 
     def _warn_write(self, error: OSError) -> None:
         if self._warned:
@@ -353,6 +513,7 @@ class DataCache:
         with self._lock:
             for key in [key for key in self._mapped if block_name(key) in drop]:
                 del self._mapped[key]
+        self.drop_resident([f for f in self._resident.values() if drop.intersection(f.names)])
         self.index.forget(list(drop))
 
     def held_bytes(self) -> int:
@@ -368,6 +529,8 @@ class DataCache:
         self._own_process()
         with self._lock:
             self._mapped.clear()
+            self._resident.clear()
+            self._resident_blocks = 0
         self.index.close()
 
 

@@ -1,0 +1,188 @@
+"""Batches cut out of remote files the data cache holds whole in this process, as local
+batches are cut out of memory maps: no planning, no look-up per block, no lock, no database.
+
+When every file a batch touches is *resident* (each of its blocks kept on local disk and
+mapped here, :meth:`DataCache.resident`) and every touched shard's sidecar is loaded, a
+batch is: the shard of each record (one ``searchsorted``), its span from its sidecar (one
+vectorised look-up per shard), its block and offset in the block (integer arithmetic on the
+whole batch), then one compiled pass (``fill``) that checks each record's framing (and
+TFRecord CRCs with ``verify``) and copies its payload, in the order asked for. A record that
+crosses a block boundary is joined into a buffer of its own first (records of 1 KB in blocks
+of 1 MiB: one in a thousand).
+
+Nothing is reported from here: a record that fails a check in cached bytes makes the batch
+be read again by the planned reads (``CACHED_BLOCKS``), which drop the damaged blocks, fetch
+them again and report a record that is bad in the remote file too, as every read does.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from typing import Any
+
+import numpy as np
+
+from .. import _accel
+from ..errors import CorruptRecordError
+from ..formats.sidecar import Sidecar
+from .datacache import DataCache, ResidentFile
+from .record_checks import RecordChecks
+from .sum_checks import check_many, record_naming
+from .table import ShardTable
+
+__all__ = ["ResidentShards", "resident_gather"]
+
+
+@dataclasses.dataclass(frozen=True)
+class ResidentShards:
+    """The shards of a batch whose files are resident, with their loaded sidecars.
+
+    Attributes:
+        touched: The shard numbers.
+        which: Per record of the batch, its shard as an index into ``touched`` (int64).
+        local: Per record, its number inside its shard.
+        sidecars: Each touched shard's sidecar.
+        files: Each touched shard's data file, mapped whole.
+    """
+
+    touched: list[int]
+    which: np.ndarray
+    local: np.ndarray
+    sidecars: list[Sidecar]
+    files: list[ResidentFile]
+
+    @classmethod
+    def of(cls, table: ShardTable, indices: np.ndarray, data_cache: DataCache,
+           checks: RecordChecks) -> ResidentShards | None:
+        """The resident shards of records ``indices`` (valid, non-negative), or ``None`` when
+        one is not (its sidecar not loaded yet, a block of its file not seen kept), or the
+        compiled pass cannot check these records (no compiled module; TFRecord CRCs without
+        the CPU's CRC instruction)."""
+        native = _accel.native
+        if native is None or (checks.tfrecord_crcs and not native.hw_crc()) or not len(indices):
+            return None
+        if len(table.shards) == 1:
+            touched, which, local = [0], np.zeros(len(indices), dtype=np.int64), indices
+        else:
+            shard_of = table.shard_numbers(indices)
+            found, which = np.unique(shard_of, return_inverse=True)
+            touched, local = found.tolist(), indices - table.first[shard_of]
+            which = which.astype(np.int64, copy=False)
+        storage, check_blocks = table.storage, not checks.tfrecord_crcs
+        sidecars: list[Sidecar] = []
+        files: list[ResidentFile] = []
+        for shard_no in touched:
+            shard = table.shards[shard_no]
+            if not shard.loaded:
+                return None
+            resident = data_cache.resident(storage, shard.path, check_blocks)
+            if resident is None:
+                return None
+            sidecars.append(shard.sidecar)
+            files.append(resident)
+        return cls(touched, which, local, sidecars, files)
+
+
+def _spans(shards: ResidentShards, overhead: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each record's framing ``[start, end)`` in its file, from its sidecar's offsets: two
+    look-ups per shard, checked once for the batch.
+
+    Raises:
+        SidecarError: A span that cannot hold a record (corrupt offsets), named by its
+            sidecar as every read names it.
+    """
+    n = len(shards.which)
+    starts = np.empty(n, dtype=np.uint64)
+    ends = np.empty(n, dtype=np.uint64)
+    indexed_ends = np.empty(len(shards.sidecars), dtype=np.uint64)
+    one = len(shards.sidecars) == 1
+    order = None if one else np.argsort(shards.which, kind="stable")
+    bounds = [0, n] if order is None else np.searchsorted(
+        shards.which[order], np.arange(len(shards.sidecars) + 1)).tolist()
+    for j, sidecar in enumerate(shards.sidecars):
+        chosen = order[bounds[j] : bounds[j + 1]] if order is not None else slice(None)
+        local, offsets = shards.local[chosen], sidecar.offsets
+        after = local + 1
+        starts[chosen] = offsets[local]
+        ends[chosen] = np.where(after < len(offsets),
+                                offsets[np.minimum(after, len(offsets) - 1)],
+                                sidecar.indexed_end)
+        indexed_ends[j] = sidecar.indexed_end
+    # unsigned comparisons, no arithmetic that can wrap: offsets come from a file
+    bad = ((ends > indexed_ends[shards.which]) | (starts > ends)
+           | (ends - starts < overhead))
+    if bool(bad.any()):  # the sidecar's own check names the record
+        j = int(shards.which[int(np.argmax(bad))])
+        shards.sidecars[j].spans(shards.local[shards.which == j])
+    return starts.astype(np.int64), ends.astype(np.int64)
+
+
+def resident_gather(table: ShardTable, checks: RecordChecks, shards: ResidentShards,
+                    data_cache: DataCache) -> list[Any] | None:
+    """The payloads of a batch of resident shards, in the order asked for (see the module).
+
+    Args:
+        table: The dataset's shards.
+        checks: What to check in each record.
+        shards: The batch's resident shards (:meth:`ResidentShards.of`).
+        data_cache: The cache the files are resident in.
+
+    Returns:
+        The payloads, or ``None`` when a record failed a check in the cached bytes (the
+        files are then let go of: read the batch with the planned reads).
+
+    Raises:
+        SidecarError: A touched sidecar's offsets are corrupt (as every read reports it).
+    """
+    native = _accel.native
+    assert native is not None  # chosen only with the compiled module
+    starts, ends = _spans(shards, checks.overhead)
+    files = shards.files
+    sizes = np.array([f.size for f in files], dtype=np.int64)
+    if bool((ends > sizes[shards.which]).any()):
+        return None  # past the end of the file's version: the planned reads report it
+    step = files[0].step
+    first = starts // step
+    base = np.array([0, *itertools.accumulate(len(f.views) for f in files[:-1])],
+                    dtype=np.int64)
+    bufs: list[Any] = list(itertools.chain.from_iterable(f.views for f in files))
+    slots = base[shards.which] + first
+    offsets = starts - first * step
+    for k in np.flatnonzero((ends - 1) // step != first).tolist():  # across blocks: joined
+        views = files[int(shards.which[k])].views
+        start, end = int(starts[k]), int(ends[k])
+        bufs.append(b"".join(views[b][max(start, b * step) - b * step : end - b * step]
+                             for b in range(start // step, (end - 1) // step + 1)))
+        slots[k], offsets[k] = len(bufs) - 1, 0
+    lengths = ends - starts - checks.overhead
+    payloads: list[Any] = native.blank(lengths)
+    bad = int(native.fill(bufs, slots, offsets, payloads, 0, len(lengths), checks.header,
+                          checks.footer, checks.tfrecord_crcs))
+    try:
+        if bad < 0:
+            _check_sums(table, checks, shards, payloads)
+            data_cache.note_used(files)
+            return payloads
+    except CorruptRecordError:
+        pass
+    data_cache.drop_resident(files)
+    return None
+
+
+def _check_sums(table: ShardTable, checks: RecordChecks, shards: ResidentShards,
+                payloads: list[Any]) -> None:
+    """Check OFRecord payloads (in batch order) against their sidecars' checksums.
+
+    Raises:
+        CorruptRecordError: The first that differs.
+    """
+    if not checks.payload_sums:
+        return
+    for j, sidecar in enumerate(shards.sidecars):
+        if sidecar.checksums is None:
+            continue
+        chosen = np.flatnonzero(shards.which == j)
+        records = shards.local[chosen]
+        check_many([payloads[k] for k in chosen.tolist()], sidecar.checksums[records],
+                   record_naming(table.url(shards.touched[j]), sidecar.offsets, records))
