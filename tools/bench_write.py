@@ -346,7 +346,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mnist-records", type=int, default=1_000_000)
     ap.add_argument("--imagenet-records", type=int, default=20_000)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--only", choices=["mnist", "imagenet"], help="one workload")
+    ap.add_argument("--only", choices=["mnist", "imagenet", "schema"],
+                    help="one part; its entry replaces that part's in an existing --out file "
+                         "(the other parts' figures are kept)")
     ap.add_argument("--no-parquet", action="store_true", help="skip the Parquet conversions")
     ap.add_argument("--dir", help="where to write (default: a temporary directory)")
     ap.add_argument("--peer-records", type=int,
@@ -397,14 +399,30 @@ def main(argv: list[str] | None = None) -> int:
                       f"({p['ratio_of_bound']['min']:.2f}-{p['ratio_of_bound']['max']:.2f})",
                       flush=True)
             results["workloads"][kind] = entry
-        if not ns.no_schema:
+        if not ns.no_schema and ns.only in (None, "schema"):
             scale = (SCHEMA_RECORDS, SCHEMA_SHARDS) if not ns.smoke else (10**6, 100)
             results["schema"] = schema_rounds(ns.rounds, *scale)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     results["config"]["load_after"] = os.getloadavg()[0]
+    if ns.only and ns.out and os.path.exists(ns.out):
+        results = _merged_into(ns.out, results, ns.only)
     write_json(results, ns.out)
     return 0
+
+
+def _merged_into(path: str, results: dict[str, Any], part: str) -> dict[str, Any]:
+    """The results in ``path`` with ``part`` (a workload or ``schema``) replaced by this run's,
+    and this run's settings listed under ``config.reruns``."""
+    with open(path) as f:
+        kept: dict[str, Any] = json.load(f)
+    if part == "schema":
+        kept["schema"] = results["schema"]
+    else:
+        kept.setdefault("workloads", {})[part] = results["workloads"][part]
+    kept.setdefault("config", {}).setdefault("reruns", []).append(
+        {"part": part, **results["config"]})
+    return kept
 
 
 if __name__ == "__main__":

@@ -1,0 +1,36 @@
+"""tools/bench_write.py --only: one part measured again replaces that part's entry in an
+existing result file and keeps the others' figures."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+TOOL = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools",
+                    "bench_write.py")
+
+
+def test_only_schema_replaces_the_schema_entry_and_keeps_the_workloads(tmp_path):
+    out = tmp_path / "write.json"
+    kept = {"config": {"rounds": 3}, "workloads": {"mnist": {"records": 1_000_000}},
+            "schema": {"seconds": {"median": 99.0}}}
+    out.write_text(json.dumps(kept))
+    done = subprocess.run([sys.executable, TOOL, "--only", "schema", "--smoke", "--out",
+                           str(out)], capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-2000:]
+    got = json.loads(out.read_text())
+    assert got["workloads"] == kept["workloads"]  # not measured in this run: kept as they were
+    assert got["schema"]["shards"] == 100 and got["schema"]["seconds"]["median"] != 99.0
+    assert [r["part"] for r in got["config"]["reruns"]] == ["schema"]
+    assert got["config"]["rounds"] == 3
+
+
+def test_without_an_existing_file_only_writes_its_own_part(tmp_path):
+    out = tmp_path / "write.json"
+    done = subprocess.run([sys.executable, TOOL, "--only", "schema", "--smoke", "--out",
+                           str(out)], capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-2000:]
+    got = json.loads(out.read_text())
+    assert got["workloads"] == {} and got["schema"]["shards"] == 100
