@@ -50,7 +50,6 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [os.path.dirname(HERE), HERE]
 
-from bench_shuffle import _mixing  # noqa: E402
 from benchlib import parse_args, read_all, sidecar_path, write_json  # noqa: E402
 from pipelines import _torchvision_standin  # noqa: E402
 
@@ -58,6 +57,7 @@ import ofindex  # noqa: E402
 from ofindex.formats.sidecar import open_local_sidecar  # noqa: E402
 from ofindex.formats.textindex import export_text  # noqa: E402
 from ofindex.proto import example_pb2  # noqa: E402
+from ofindex.shuffle import mixing_of_epoch  # noqa: E402
 
 ALL = ["ofindex-torch", "ofindex-torch-main", "ofindex-grain", "ofindex-tf", "tfdata", "vahidk",
        "streaming", "dali"]
@@ -165,11 +165,10 @@ def mixing_of(ids: list[int], n: int) -> float | None:
     """tools/bench_shuffle.py's mixing of the delivered order, over the records delivered."""
     if len(ids) < 3:
         return None
-    got = np.asarray(ids)
-    rank = np.full(n, -1, dtype=np.int64)
-    rank[got] = np.arange(len(got))
-    kept = rank[rank >= 0]  # delivered records, in file order
-    return _mixing(kept, len(kept))
+    got = np.asarray(ids, dtype=np.int64)
+    dense = np.empty(len(got), dtype=np.int64)  # the delivered records numbered 0..m-1
+    dense[np.argsort(got, kind="stable")] = np.arange(len(got))  # in file order
+    return mixing_of_epoch(dense)
 
 
 def bench_case(case: str, cfg: dict[str, Any], contenders: list[str], rounds: int,
