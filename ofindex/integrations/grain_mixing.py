@@ -19,16 +19,17 @@ from typing import Any
 import numpy as np
 
 from ..errors import missing_extra
+
+try:  # first: the private modules below would name ofindex.integrations.grain instead
+    import grain
+except ImportError as _exc:  # without the extra: say which one to install
+    raise missing_extra("ofindex.integrations.grain_mixing", "grain", _exc) from _exc
+
 from ..shuffle.elements import ElementIndex
 from ..shuffle.mixing import MixtureSampler
 from ._fetch import BatchFetch, RecordSource
 from ._grain_elements import BatchElements, batch_allocator
 from ._mixed_source import MixedSource
-
-try:
-    import grain
-except ImportError as _exc:  # without the extra: say which one to install
-    raise missing_extra("ofindex.integrations.grain_mixing", "grain", _exc) from _exc
 
 __all__ = ["GrainMixture"]
 
