@@ -218,3 +218,13 @@ def need(module: str, install: str):
            else f"pip install '{install}'")
     return pytest.importorskip(module, reason=f"{module} is not installed: {how} "
                                               "(bash tools/run-tests.sh installs it)")
+
+
+def sigint_as_a_terminal() -> None:
+    """A ``preexec_fn``: the child gets SIGINT as a terminal leaves it (its default action,
+    so that Python turns it into KeyboardInterrupt). A test run started in the background
+    (``cmd &``, nohup, some CI runners) ignores SIGINT, and its children inherit that: an
+    interrupt the test sends would then be ignored."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

@@ -17,7 +17,7 @@ import time
 
 import pytest
 import servers
-from helpers import copy_dataset, need, ref_tfrecord, write_raw
+from helpers import copy_dataset, need, ref_tfrecord, sigint_as_a_terminal, write_raw
 
 EXE = os.path.join(os.path.dirname(sys.executable), "ofindex")
 
@@ -297,11 +297,9 @@ def test_interrupt_exits_130():
 
     threading.Thread(target=hold, daemon=True).start()
     port = srv.getsockname()[1]
-    # SIGINT as a terminal leaves it: a test run started in the background (`cmd &`, nohup)
-    # ignores SIGINT, and its children would inherit that
     proc = subprocess.Popen([EXE, "info", f"http://127.0.0.1:{port}/data/part-0"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                            preexec_fn=sigint_as_a_terminal)
     try:
         # interrupted once its request is sent (a fixed sleep could end before a loaded
         # machine has started the interpreter)

@@ -10,6 +10,7 @@ import os
 
 import numpy as np
 import pytest
+from helpers import sigint_as_a_terminal
 
 import ofindex
 from ofindex.cli.main import main
@@ -201,7 +202,8 @@ def test_an_interrupted_conversion_leaves_nothing_that_opens(tmp_path, seed, sig
     env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(__file__))}
     with subprocess.Popen([sys.executable, "-m", "ofindex", "convert", str(src), str(dst),
                            "--shard-records", "100", "--batch-size", "200", "--no-progress"],
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env) as proc:
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+                          preexec_fn=sigint_as_a_terminal) as proc:
         while proc.poll() is None and not (dst.exists() and os.listdir(dst)):
             time.sleep(0.005)  # the delay counts from the first file written
         time.sleep(delay)

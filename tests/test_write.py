@@ -14,7 +14,7 @@ import time
 
 import numpy as np
 import pytest
-from helpers import manifest_of, sidecar_of
+from helpers import manifest_of, sidecar_of, sigint_as_a_terminal
 
 import ofindex
 from ofindex.decode import BatchDecoder, FixedLen, decode_example
@@ -461,13 +461,17 @@ def test_ctrl_c_removes_what_was_written(tmp_path):
     # 200,000 within the half second (exit 0, nothing interrupted) in one fresh-clone run
     with subprocess.Popen([sys.executable, os.path.join(HERE, "write_worker.py"), out,
                            "1000000000", "1000"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          text=True, env={**os.environ, "PYTHONPATH": os.path.dirname(HERE)}
-                          ) as proc:
-        assert proc.stdout.readline().strip() == "started"
-        time.sleep(0.5)
-        assert proc.poll() is None, "the writer must still be writing when interrupted"
-        proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=60)
+                          text=True, env={**os.environ, "PYTHONPATH": os.path.dirname(HERE)},
+                          preexec_fn=sigint_as_a_terminal) as proc:
+        try:
+            assert proc.stdout.readline().strip() == "started"
+            time.sleep(0.5)
+            assert proc.poll() is None, "the writer must still be writing when interrupted"
+            proc.send_signal(signal.SIGINT)
+            _, err = proc.communicate(timeout=60)
+        finally:  # never leave a writer of a billion records behind
+            if proc.poll() is None:
+                proc.kill()
     assert proc.returncode != 0 and "KeyboardInterrupt" in err, err[-2000:]
     assert os.listdir(out) == []
     assert _outcome(out, 0) is None
