@@ -458,3 +458,22 @@ def test_the_rate_limit_table(tmp_path):
     assert ("Request-rate limits (1,024 readers, one S3 prefix, modelled): the global shuffle "
             "reads 2,740 records/s at 5,480 requests/s (0.05 throttled; 0.47 without pacing), "
             "block 4096 4,600 records/s.") in readme.read_text()
+
+
+def test_parts_measured_again_on_their_own_are_said(tmp_path):
+    # a benchmark's --only keeps the other parts' figures: the report says which part ran
+    # again, with the machine's load then
+    results, docs = tmp_path / "bench-results", tmp_path / "docs"
+    results.mkdir()
+    ray = json.loads(json.dumps(RAY))
+    ray["config"]["reruns"] = [{"case": "big", "repeats": 5, "cpus": 2,
+                                "load_average": {"before": 0.8, "after": 1.25}}]
+    write(results, "ray", ray)
+    rep = report.Report(str(results), str(docs))
+    rep.ray()
+    assert ("The big part was measured again on its own (5 rounds; load 0.8 before, "
+            "1.2 after).") in rep.sections[0]
+    rep = report.Report(str(results), str(docs))
+    write(results, "ray", RAY)
+    rep.ray()
+    assert "measured again" not in rep.sections[0]

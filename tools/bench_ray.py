@@ -201,8 +201,10 @@ def run(args) -> dict:
     from ofindex.decode import FixedLen
 
     work = args.dir or tempfile.mkdtemp(prefix="bench-ray-")
-    cases = [("small", args.small_records, args.small_shards, args.small_bytes),
-             ("big", args.big_records, args.big_shards, args.big_bytes)]
+    cases = [(name, records, shards, payload) for name, records, shards, payload in (
+        ("small", args.small_records, args.small_shards, args.small_bytes),
+        ("big", args.big_records, args.big_shards, args.big_bytes)
+    ) if args.only in (None, name)]
     spec = {"label": FixedLen((), "int64"), "data": FixedLen((), "bytes")}
     load_before = os.getloadavg()
     # a Ray of its own (never a cluster another program started on this host)
@@ -234,6 +236,20 @@ def run(args) -> dict:
     return out
 
 
+def _merged_into(path: str, result: dict, case: str) -> dict:
+    """The results in ``path`` with case ``case`` replaced by this run's (its settings listed
+    under ``config.reruns``)."""
+    with open(path) as f:
+        kept = json.load(f)
+    fresh = next(c for c in result["cases"] if c["name"] == case)
+    kept["cases"] = [fresh if c["name"] == case else c for c in kept.get("cases", [])]
+    if all(c["name"] != case for c in kept["cases"]):
+        kept["cases"].append(fresh)
+    kept.setdefault("config", {}).setdefault("reruns", []).append(
+        {"case": case, **result["config"]})
+    return kept
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--small-records", type=int, default=1_000_000)
@@ -247,8 +263,13 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--batch-size", type=int, default=1024)
     p.add_argument("--dir", help="where the data sets are written (reused when complete)")
     p.add_argument("--out", help="write the results as JSON here")
+    p.add_argument("--only", choices=["small", "big"],
+                   help="one case; its entry replaces that case's in an existing --out file "
+                        "(the other case's figures are kept)")
     args = parse_args(p, argv, small_records=2000, big_records=40, big_bytes=10_000, repeats=1)
     result = run(args)
+    if args.only and args.out and os.path.exists(args.out):
+        result = _merged_into(args.out, result, args.only)
     if args.out:
         os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
         with open(args.out, "w") as f:

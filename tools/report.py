@@ -326,7 +326,7 @@ class Report:
                 f"too), each contender in a process of its own, {c['rounds']} interleaved rounds; "
                 f"records/s and ratios (taken within each round): median (range). Written to "
                 f"`{c.get('directory', '?')}`; machine load {fmt(c.get('load_before'), 2)} "
-                f"before, {fmt(c.get('load_after'), 2)} after.\n"]
+                f"before, {fmt(c.get('load_after'), 2)} after." + _reruns_note(c) + "\n"]
         for kind, w in data["workloads"].items():
             text.append(f"### {kind}-like, {w['records']:,} records\n")
             rows = []
@@ -826,7 +826,8 @@ class Report:
                    f"({fmt(c.get('machine_cores', 0))} cores)" if load else "") + ". "
                 "`in_memory_blocks` is the bound Ray sets: blocks of the same rows and bytes "
                 "already in memory. `read_tfrecords` checks no CRC; `read_ofindex` checks "
-                "every record's unless `verify=False` (`read_ofindex_raw_unchecked`).\n"]
+                "every record's unless `verify=False` (`read_ofindex_raw_unchecked`)."
+                + _reruns_note(c) + "\n"]
         rows = []
         for case in data["cases"]:
             what = f"{fmt(case['records'])} × {fmt(case['payload_bytes'])} B"
@@ -887,6 +888,21 @@ class Report:
                 self.sections[k] = blocks.get(head, head + "\n\nNot measured yet.\n").rstrip(
                     "\n") + "\n"
         self.summary = [*(line for line in kept if not _same_topic(line, fresh)), *fresh]
+
+
+def _reruns_note(config: dict[str, Any]) -> str:
+    """A sentence per part measured again on its own (a benchmark's ``--only``), with the
+    machine's load then; empty when there is none."""
+    notes = []
+    for rerun in config.get("reruns", []):
+        part = rerun.get("part") or rerun.get("case")
+        load = rerun.get("load_average")
+        before, after = ((load["before"], load["after"]) if isinstance(load, dict) else
+                         (rerun.get("load_before"), rerun.get("load_after")))
+        rounds = rerun.get("repeats", rerun.get("rounds"))
+        notes.append(f" The {part} part was measured again on its own ({fmt(rounds)} rounds; "
+                     f"load {fmt(before, 2)} before, {fmt(after, 2)} after).")
+    return "".join(notes)
 
 
 def _load_note(data: Any) -> str:
