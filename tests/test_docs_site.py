@@ -8,6 +8,7 @@ preview.
 
 from __future__ import annotations
 
+import functools
 import html.parser
 import os
 import signal
@@ -86,7 +87,10 @@ class _Ids(html.parser.HTMLParser):
         self.ids.update(value for key, value in attrs if key in ("id", "name") and value)
 
 
+@functools.lru_cache(maxsize=None)
 def _ids_of(site: str, page: str) -> set[str]:
+    """The ids and names of a built page's elements (parsed once per page: the API
+    reference's table of contents links to hundreds of its own anchors)."""
     parser = _Ids()
     with open(os.path.join(site, page, "index.html"), encoding="utf-8") as f:
         parser.feed(f.read())

@@ -17,7 +17,6 @@ import pickle
 import signal
 import subprocess
 import sys
-import textwrap
 
 import numpy as np
 import pytest
@@ -305,15 +304,3 @@ def test_tasks_balance_records_and_bytes(tmp_path):
     costs = [sizes[a:b].sum() for a, b in itertools.pairwise(cuts)]
     assert max(costs) < 1.1 * min(costs)  # equal work; equal counts would be 50x apart
     assert cuts[1] < 200 and cuts[2] < 200  # the big shard is split across tasks
-
-
-def test_docs_example_runs(tmp_path):
-    with open(os.path.join(ROOT, "docs", "ray.md")) as f:
-        parts = f.read().split("```")
-    blocks = [p[len("python"):] for p in parts[1::2] if p.startswith("python")]
-    assert blocks
-    script = "\n".join(textwrap.dedent(b) for b in blocks)
-    # a Ray of its own, as on a laptop: never the test's cluster (nor another on this host)
-    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                         timeout=600, cwd=str(tmp_path), env={**RAY_ENV, "RAY_ADDRESS": "local"})
-    assert run.returncode == 0, run.stderr[-4000:]

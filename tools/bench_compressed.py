@@ -343,7 +343,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--no-remote", action="store_true")
     p.add_argument("--root", default=os.path.join(tempfile.gettempdir(), "ofindex-bench"))
     p.add_argument("--out", default="bench-results/compressed.json")
-    a = parse_args(p, argv, small_records=20_000, large_records=200, spacings="256", budget=0.3,
+    a = parse_args(p, argv, small_records=5_000, large_records=200, spacings="256", budget=0.1,
                    rounds=1, tf_samples=2, rtt_ms=5.0)
     os.makedirs(a.root, exist_ok=True)
     spacings = [int(s) * KIB for s in a.spacings.split(",")]

@@ -45,7 +45,7 @@ DEV_VENV=${OFINDEX_DEV_VENV:-.venv-dev}
 "$DEV_VENV/bin/mypy"
 
 set +e
-"$VENV/bin/python" -m pytest "$@"
+"$VENV/bin/python" -m pytest --durations=25 "$@"  # the slowest tests, to keep the suite short
 rc=$?
 set -e
 if [ "$rc" = 5 ]; then
