@@ -87,7 +87,7 @@ class _Ids(html.parser.HTMLParser):
         self.ids.update(value for key, value in attrs if key in ("id", "name") and value)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _ids_of(site: str, page: str) -> set[str]:
     """The ids and names of a built page's elements (parsed once per page: the API
     reference's table of contents links to hundreds of its own anchors)."""
