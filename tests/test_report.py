@@ -388,7 +388,8 @@ def test_data_cache_section(tmp_path):
     readme.write_text("# x\n\n<!-- bench:begin -->\n<!-- bench:end -->\n")
     assert report.main(["--results", str(results), "--docs", str(docs),
                         "--readme", str(readme)]) == 0
-    assert "Not measured yet: run `python tools/bench_scale.py --data-cache`" in (
+    assert ("Not measured yet: run `python tools/bench_scale.py --data-cache --out "
+            "bench-results/data_cache.json`") in (
         docs / "benchmarks.md").read_text()
     write(results, "data_cache", DATA_CACHE)
     assert report.main(["--results", str(results), "--docs", str(docs),

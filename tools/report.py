@@ -105,12 +105,22 @@ class Report:
         plt.close(fig)
         return f"![{name}](img/{name}.png)"
 
-    def missing(self, title: str, tool: str) -> None:
+    def missing(self, title: str, tool: str, name: str | None = None, flags: str = "") -> None:
+        """The section of a result file not there: kept from the current page
+        (``--keep-missing``), or a line saying how to make it.
+
+        Args:
+            title: The section's title.
+            tool: The benchmark that writes the file (``bench_read.py``).
+            name: The file's name without ``.json`` (default: the tool's, without ``bench_``).
+            flags: What the tool is run with for this file (``--data-cache``).
+        """
         if self.keep_missing:
             self.sections.append(f"{MISSING}{title}\n")  # replaced in write()
             return
-        name = tool.removeprefix("bench_").removesuffix(".py")
-        self.sections.append(f"## {title}\n\nNot measured yet: run `python tools/{tool} "
+        name = name or tool.removeprefix("bench_").removesuffix(".py")
+        command = " ".join(part for part in (f"python tools/{tool}", flags) if part)
+        self.sections.append(f"## {title}\n\nNot measured yet: run `{command} "
                              f"--out bench-results/{name}.json` (or `python tools/report.py "
                              f"--run {name}`).\n")
 
@@ -552,12 +562,7 @@ class Report:
         data = self.load("data_cache")
         title = "Later epochs from local disk: the data cache (tools/bench_scale.py --data-cache)"
         if data is None:
-            if self.keep_missing:
-                self.sections.append(f"{MISSING}{title}\n")
-            else:
-                self.sections.append(f"## {title}\n\nNot measured yet: run `python tools/"
-                                     "bench_scale.py --data-cache` (or `python tools/report.py "
-                                     "--run data_cache`).\n")
+            self.missing(title, "bench_scale.py", "data_cache", "--data-cache")
             return
         c = data["config"]
         text = [f"## {title}\n",
@@ -643,11 +648,7 @@ class Report:
         title = ("Scale: manifests of 1e5 and 1e6 shards, JSON, compact and Parquet "
                  "(tools/bench_scale.py --manifests)")
         if data is None:
-            if self.keep_missing:
-                self.sections.append(f"{MISSING}{title}\n")
-                return
-            self.sections.append(f"## {title}\n\nNot measured yet: run `python "
-                                 "tools/bench_scale.py --manifests`.\n")
+            self.missing(title, "bench_scale.py", "scale_manifest", "--manifests")
             return
         st = data["settings"]
         text = [f"## {title}\n",
