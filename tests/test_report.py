@@ -416,6 +416,19 @@ def test_data_cache_section(tmp_path):
             "against 0.4 ms") in md
     assert ("(2.6× the first epoch, which the cache makes 5× faster too; 4.4× the first "
             "epoch through a 100 MB/s link).") in readme.read_text()
+    large = json.loads(json.dumps(DATA_CACHE))  # a run over records of ~100 KB joins it too
+    large["config"].update(records=2048, record_size=100_000, dataset_bytes=205_000_000)
+    large["summary"]["epoch1_over_epoch2"] = 26.8
+    write(results, "data_cache_large", large)
+    assert report.main(["--results", str(results), "--docs", str(docs),
+                        "--readme", str(readme)]) == 0
+    md = (docs / "benchmarks.md").read_text()
+    assert ("Over loopback (no bandwidth cap: the download runs as fast as the machine's cores "
+            "push it through nginx, the proxy and the client), 8 shards of 256 records of "
+            "~100 KB (205 MB), medians of 3 rounds:") in md
+    assert md.count("Over loopback") == 2  # the first run names no shape: the section's
+    assert ("4.4× the first epoch through a 100 MB/s link; with records of ~100 KB, 26.8× the "
+            "first epoch).") in readme.read_text()
 
 
 # -- request-rate limits (tools/bench_ratelimit.py) ------------------------------------------

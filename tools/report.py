@@ -46,6 +46,8 @@ TOOLS = {"pipeline": ("bench_pipeline.py", []), "images": ("bench_images.py", []
          "scale": ("bench_scale.py", []), "scale_manifest": ("bench_scale.py", ["--manifests"]),
          "mixing": ("bench_mixing.py", []), "data_cache": ("bench_scale.py", ["--data-cache"]),
          "data_cache_capped": ("bench_scale.py", ["--data-cache", "--dc-rate", "100e6"]),
+         "data_cache_large": ("bench_scale.py", ["--data-cache", "--dc-records", "256",
+                                                 "--dc-record-size", "100000"]),
          "ray": ("bench_ray.py", []), "write": ("bench_write.py", []),
          "ratelimit": ("bench_ratelimit.py", [])}
 
@@ -578,8 +580,9 @@ class Report:
                 "requests and bytes from nginx's log (sidecars and staleness checks apart); "
                 f"medians of {c['rounds']} interleaved rounds, [min–max] of wall time.\n"]
         capped = self.load("data_cache_capped")
-        for run in [data] + ([capped] if capped is not None else []):
-            text += self._data_cache_run(run)
+        large = self.load("data_cache_large")
+        for run in [data] + [r for r in (capped, large) if r is not None]:
+            text += self._data_cache_run(run, c)
         self.sections.append("\n".join(text) + "\n")
         s = data["summary"]
         line = (f"Data cache (`data_cache_bytes=`), +{fmt(c['rtt_ms'])} ms RTT: a second "
@@ -592,17 +595,25 @@ class Report:
         if capped is not None:
             line += (f"; {fmt(capped['summary']['epoch1_over_epoch2'])}× the first epoch "
                      f"through a {fmt(capped['config']['rate'] / 1e6)} MB/s link")
+        if large is not None:
+            line += (f"; with records of ~{fmt(large['config']['record_size'] / 1e3)} KB, "
+                     f"{fmt(large['summary']['epoch1_over_epoch2'])}× the first epoch")
         self.summary.append(line + ").")
 
     @staticmethod
-    def _data_cache_run(data: dict) -> list[str]:
-        """The table and summary of one run of the data cache benchmark (one link)."""
+    def _data_cache_run(data: dict, first: dict) -> list[str]:
+        """The table and summary of one run of the data cache benchmark (one link, one shape
+        of dataset); ``first``: the configuration of the section's first run."""
         c, s = data["config"], data["summary"]
         rate = c.get("rate") or 0
         link = (f"Through a link of {fmt(rate / 1e6)} MB/s (the proxy's responses, all "
                 "connections together: about one S3/GCS connection stream)" if rate else
                 "Over loopback (no bandwidth cap: the download runs as fast as the machine's "
                 "cores push it through nginx, the proxy and the client)")
+        if (c["records"], c["record_size"]) != (first["records"], first["record_size"]):
+            link += (f", {c['shards']} shards of {fmt(c['records'] / c['shards'])} records of "
+                     f"~{fmt(c['record_size'] / 1e3)} KB ({fmt(c['dataset_bytes'] / 1e6)} MB), "
+                     f"medians of {c['rounds']} rounds")
         rows = []
         for name, config in data["configs"].items():
             for pattern in ("shuffled", "sequential"):
