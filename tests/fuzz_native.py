@@ -154,13 +154,17 @@ def ref_gather(bufs, offs, iends, which, local, header, footer, verify, memo):
 
 
 def ref_spans(bufs, offs, iends, which, local, minimum):
+    """bufs[j]: a buffer, or its length as an int."""
     if any(e < 0 for e in iends) or not 0 <= minimum < 2**63:
         raise ValueError("ends")
+    if any(isinstance(b, int) and not 0 <= b < 2**63 for b in bufs):
+        raise ValueError("lengths")
+    lengths = [b if isinstance(b, int) else len(b) for b in bufs]
     out = []
     for k, (j, i) in enumerate(zip(which.tolist(), local.tolist(), strict=True)):
         if not 0 <= j < len(bufs):
             raise IndexError(j)
-        problem, s, e = ref_span(offs[j], iends[j], i, minimum, len(bufs[j]))
+        problem, s, e = ref_span(offs[j], iends[j], i, minimum, lengths[j])
         if problem:
             return problem, k
         out.append((s, e))
@@ -302,6 +306,18 @@ def fuzz_gather_and_record(rng: random.Random) -> None:
         assert [(int(a), int(b)) for a, b in zip(starts, ends, strict=True)] == want, args
     else:
         assert same_outcome(got, want), (got, want, args)
+    # the same with some shards given by their length alone (files held as blocks)
+    lengths = [rng.choice([len(b), len(b), len(b) - 1, len(b) + 1, -1, 2**63 - 1, 2**63])
+               if rng.random() < 0.6 else b for b in bufs]
+    starts, ends = np.full(n, -7, np.int64), np.full(n, -7, np.int64)
+    got = call(native.spans, lengths, offs, iends, which, local, header + footer, starts, ends)
+    want = call(ref_spans, lengths, offs, iends, which, local, header + footer)
+    note("spans of lengths", got)
+    if isinstance(want, list):
+        assert got is None, (got, want, args, lengths)
+        assert [(int(a), int(b)) for a, b in zip(starts, ends, strict=True)] == want, args
+    else:
+        assert same_outcome(got, want), (got, want, args, lengths)
     if n and 0 <= which[0] < len(bufs):  # the one-record entry point on the first pick
         j, i = int(which[0]), int(local[0])
         got = call(native.record, bufs[j], offs[j], iends[j], i, header, footer, verify,

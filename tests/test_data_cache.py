@@ -542,6 +542,49 @@ def test_later_epochs_read_the_files_mapped_whole(served, tmp_path, impl, block)
             assert ds.data_cache.resident_batches == before == 0
 
 
+def _resident_batch(served, tmp_path):
+    """A dataset whose files are held whole, a batch over every shard and its spans."""
+    from ofindex.read.resident_gather import ResidentShards
+
+    url, _, expected = served
+    ds = ofindex.open(url, cache_dir=str(tmp_path), data_cache_bytes=BUDGET)
+    _epochs_through(ds, expected)
+    idx = _epoch(RECORDS, 1)[:256]
+    shards = ResidentShards.of(ds._table, idx, ds.data_cache, ds._checks)
+    assert shards is not None and len(shards.touched) == SHARDS
+    return ds, idx, shards, expected
+
+
+def test_corrupt_offsets_of_a_file_held_whole_are_named_as_every_read_names_them(
+        served, tmp_path):
+    from ofindex.errors import SidecarError
+    from ofindex.read.resident_gather import resident_gather
+
+    ds, idx, shards, _ = _resident_batch(served, tmp_path)
+    j = 1
+    sidecar = shards.sidecars[j]
+    record = int(shards.local[np.flatnonzero(shards.which == j)[0]])
+    bad = sidecar.offsets.copy()
+    bad[record + 1] = bad[record] + 3  # a span too short for any record's framing
+    sidecar.offsets = bad
+    with pytest.raises(SidecarError, match=f"record {record}"):
+        resident_gather(ds._table, ds._checks, shards, ds.data_cache)
+
+
+def test_a_span_past_the_end_of_a_file_held_whole_goes_to_the_planned_reads(
+        served, tmp_path, monkeypatch):
+    import dataclasses
+
+    from ofindex.read import resident_gather as module
+
+    ds, idx, shards, expected = _resident_batch(served, tmp_path)
+    short = dataclasses.replace(shards.files[2], size=shards.files[2].size // 2)
+    shards = dataclasses.replace(shards, files=[*shards.files[:2], short])
+    assert module.resident_gather(ds._table, ds._checks, shards, ds.data_cache) is None
+    monkeypatch.setattr(module.ResidentShards, "of", lambda *args: shards)
+    assert ds[idx] == [expected[i] for i in idx.tolist()]  # read by the planned reads
+
+
 def _damage_in_place(path, at: int) -> bytes:
     """Flip a bit of a block file in place (its maps see it); the bytes before."""
     whole = path.read_bytes()

@@ -8,10 +8,11 @@ const char spans_doc[] =
 "spans(bufs, offsets, indexed_ends, which, local, min_size, starts, ends) -> None | tuple\n\n"
 "The spans of records local[k] of shards which[k] (int64 arrays), written to starts[k] and\n"
 "ends[k] (writable int64 arrays of the same length). Shard j's data is bufs[j] (only its\n"
-"length is used), its sidecar offsets offsets[j] (uint64 array) and the end of its last\n"
-"indexed record indexed_ends[j]. Returns None, or (problem, k) for the first record k whose\n"
-"span is too short for min_size framing bytes or past its indexed end (problem 1: corrupt\n"
-"offsets) or past the bytes of bufs[j] (problem 3); starts and ends are then partly set.";
+"length is used: a buffer, or an int that is the length), its sidecar offsets offsets[j]\n"
+"(uint64 array) and the end of its last indexed record indexed_ends[j]. Returns None, or\n"
+"(problem, k) for the first record k whose span is too short for min_size framing bytes or\n"
+"past its indexed end (problem 1: corrupt offsets) or past the bytes of bufs[j] (problem\n"
+"3); starts and ends are then partly set.";
 
 PyObject *spans(PyObject *self, PyObject *args) {
     PyObject *bufs_in, *offs_in, *iends_in, *which_obj, *local_obj, *starts_obj, *ends_obj;
@@ -64,12 +65,25 @@ PyObject *spans(PyObject *self, PyObject *args) {
             PyErr_SetString(PyExc_ValueError, "indexed_ends must be >= 0");
             goto done;
         }
-        Py_buffer data;
-        if (PyObject_GetBuffer(PyTuple_GET_ITEM(bufs, got), &data, PyBUF_SIMPLE) < 0)
-            goto done;
+        PyObject *buf = PyTuple_GET_ITEM(bufs, got);
+        Py_ssize_t length;
+        if (PyLong_Check(buf)) {  /* the data's length itself (files held as blocks) */
+            length = PyLong_AsSsize_t(buf);
+            if (length == -1 && PyErr_Occurred())
+                goto done;
+            if (length < 0) {
+                PyErr_SetString(PyExc_ValueError, "a length in bufs must be >= 0");
+                goto done;
+            }
+        } else {
+            Py_buffer data;
+            if (PyObject_GetBuffer(buf, &data, PyBUF_SIMPLE) < 0)
+                goto done;
+            length = data.len;
+            PyBuffer_Release(&data);
+        }
         ends[2 * got] = iend;
-        ends[2 * got + 1] = data.len;
-        PyBuffer_Release(&data);
+        ends[2 * got + 1] = length;
         if (get_u64(PyTuple_GET_ITEM(offs, got), &views[got]) < 0)
             goto done;
     }

@@ -94,13 +94,7 @@ class MappedShards:
         """The maps of the shards records ``indices`` (valid, non-negative) are in, or
         ``None`` when one cannot be served from its map (its file is shorter than its index
         says: the planned reads then read it, and report what is wrong)."""
-        if len(table.shards) == 1:
-            touched, which, local = [0], np.zeros(len(indices), dtype=np.int64), indices
-        else:
-            shard_of = table.shard_numbers(indices)
-            found, which = np.unique(shard_of, return_inverse=True)
-            touched, local = found.tolist(), indices - table.first[shard_of]
-            which = which.astype(np.int64, copy=False)
+        touched, which, local = table.touched(indices)
         maps: list[Buffer] = []
         offsets: list[np.ndarray] = []
         ends: list[int] = []

@@ -62,13 +62,7 @@ class ResidentShards:
         native = _accel.native
         if native is None or (checks.tfrecord_crcs and not native.hw_crc()) or not len(indices):
             return None
-        if len(table.shards) == 1:
-            touched, which, local = [0], np.zeros(len(indices), dtype=np.int64), indices
-        else:
-            shard_of = table.shard_numbers(indices)
-            found, which = np.unique(shard_of, return_inverse=True)
-            touched, local = found.tolist(), indices - table.first[shard_of]
-            which = which.astype(np.int64, copy=False)
+        touched, which, local = table.touched(indices)
         storage, check_blocks = table.storage, not checks.tfrecord_crcs
         sidecars: list[Sidecar] = []
         files: list[ResidentFile] = []
@@ -84,38 +78,34 @@ class ResidentShards:
         return cls(touched, which, local, sidecars, files)
 
 
-def _spans(shards: ResidentShards, overhead: int) -> tuple[np.ndarray, np.ndarray]:
-    """Each record's framing ``[start, end)`` in its file, from its sidecar's offsets: two
-    look-ups per shard, checked once for the batch.
+def _spans(shards: ResidentShards, overhead: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """Each record's framing ``[start, end)`` in its file, from its sidecar's offsets, in
+    one compiled pass (as :func:`~ofindex.read.mapped_gather` looks spans up in maps).
+
+    Returns:
+        The spans, or ``None`` when one lies past the end of its file's cached version (the
+        planned reads then read it, and report what is wrong).
 
     Raises:
         SidecarError: A span that cannot hold a record (corrupt offsets), named by its
             sidecar as every read names it.
     """
+    native = _accel.native
+    assert native is not None  # chosen only with the compiled module
     n = len(shards.which)
-    starts = np.empty(n, dtype=np.uint64)
-    ends = np.empty(n, dtype=np.uint64)
-    indexed_ends = np.empty(len(shards.sidecars), dtype=np.uint64)
-    one = len(shards.sidecars) == 1
-    order = None if one else np.argsort(shards.which, kind="stable")
-    bounds = [0, n] if order is None else np.searchsorted(
-        shards.which[order], np.arange(len(shards.sidecars) + 1)).tolist()
-    for j, sidecar in enumerate(shards.sidecars):
-        chosen = order[bounds[j] : bounds[j + 1]] if order is not None else slice(None)
-        local, offsets = shards.local[chosen], sidecar.offsets
-        after = local + 1
-        starts[chosen] = offsets[local]
-        ends[chosen] = np.where(after < len(offsets),
-                                offsets[np.minimum(after, len(offsets) - 1)],
-                                sidecar.indexed_end)
-        indexed_ends[j] = sidecar.indexed_end
-    # unsigned comparisons, no arithmetic that can wrap: offsets come from a file
-    bad = ((ends > indexed_ends[shards.which]) | (starts > ends)
-           | (ends - starts < overhead))
-    if bool(bad.any()):  # the sidecar's own check names the record
-        j = int(shards.which[int(np.argmax(bad))])
-        shards.sidecars[j].spans(shards.local[shards.which == j])
-    return starts.astype(np.int64), ends.astype(np.int64)
+    starts = np.empty(n, dtype=np.int64)
+    ends = np.empty(n, dtype=np.int64)
+    sidecars = shards.sidecars
+    got = native.spans([f.size for f in shards.files], [s.offsets for s in sidecars],
+                       [s.indexed_end for s in sidecars], shards.which, shards.local,
+                       overhead, starts, ends)
+    if got is None:
+        return starts, ends
+    problem, k = got
+    if problem == _accel.SPAN_TOO_SHORT:  # the sidecar's own check names the record
+        j = int(shards.which[k])
+        sidecars[j].spans(shards.local[shards.which == j])
+    return None
 
 
 def resident_gather(table: ShardTable, checks: RecordChecks, shards: ResidentShards,
@@ -137,11 +127,11 @@ def resident_gather(table: ShardTable, checks: RecordChecks, shards: ResidentSha
     """
     native = _accel.native
     assert native is not None  # chosen only with the compiled module
-    starts, ends = _spans(shards, checks.overhead)
-    files = shards.files
-    sizes = np.array([f.size for f in files], dtype=np.int64)
-    if bool((ends > sizes[shards.which]).any()):
+    spans = _spans(shards, checks.overhead)
+    if spans is None:
         return None  # past the end of the file's version: the planned reads report it
+    starts, ends = spans
+    files = shards.files
     step = files[0].step
     first = starts // step
     base = np.array([0, *itertools.accumulate(len(f.views) for f in files[:-1])],

@@ -8,7 +8,6 @@ and memory-mapped from there, valid as long as their header stamp matches the ma
 
 from __future__ import annotations
 
-import contextlib
 import os
 import threading
 from collections import OrderedDict
@@ -78,8 +77,15 @@ class SidecarCache:
         return len(self._lru)
 
     def touch(self, shard: Evictable) -> None:
-        with contextlib.suppress(KeyError):
+        """Mark ``shard``'s sidecar as just used (it is evicted last).
+
+        Args:
+            shard: A shard whose sidecar this cache accounts for (others are ignored).
+        """
+        try:  # (once per shard of every batch: no context manager)
             self._lru.move_to_end(id(shard))
+        except KeyError:  # not accounted for here, or evicted meanwhile by another thread
+            return
 
     def add(self, shard: Evictable, nbytes: int) -> None:
         """Account for ``shard``'s newly loaded sidecar; evict least recently used others."""

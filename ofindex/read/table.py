@@ -197,6 +197,30 @@ class ShardTable:
         found: np.ndarray = np.searchsorted(self.cumulative, indices, side="right")
         return found
 
+    def touched(self, indices: np.ndarray) -> tuple[list[int], np.ndarray, np.ndarray]:
+        """The shards (valid, non-negative) records ``indices`` are in.
+
+        Args:
+            indices: The records (int64).
+
+        Returns:
+            ``(touched, which, local)``: the shard numbers in increasing order; per record,
+            its shard as an index into ``touched`` (int64); per record, its number inside
+            its shard.
+        """
+        if len(self.shards) == 1:
+            return [0], np.zeros(len(indices), dtype=np.int64), indices
+        shard_of = np.searchsorted(self.cumulative, indices, side="right")
+        # np.unique(return_inverse=True) costs twice this for the few hundred records of a
+        # batch (it sorts twice); a batch's few shards are looked up in the sorted ones
+        ordered = np.sort(shard_of)
+        starts = np.empty(len(ordered), dtype=bool)
+        starts[:1] = True
+        np.not_equal(ordered[1:], ordered[:-1], out=starts[1:])
+        found = ordered[starts]
+        which = np.searchsorted(found, shard_of).astype(np.int64, copy=False)
+        return found.tolist(), which, indices - self.first[shard_of]
+
     def group(self, indices: np.ndarray) -> ShardGroups:
         """Group (valid, non-negative) records by shard, keeping their order inside each."""
         n = len(indices)
