@@ -560,7 +560,7 @@ def test_corrupt_offsets_of_a_file_held_whole_are_named_as_every_read_names_them
     from ofindex.errors import SidecarError
     from ofindex.read.resident_gather import resident_gather
 
-    ds, idx, shards, _ = _resident_batch(served, tmp_path)
+    ds, _, shards, _ = _resident_batch(served, tmp_path)
     j = 1
     sidecar = shards.sidecars[j]
     record = int(shards.local[np.flatnonzero(shards.which == j)[0]])

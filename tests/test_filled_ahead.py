@@ -1,8 +1,8 @@
-"""Lists of records filled on the pool's threads one list ahead of the one handed out
-(ofindex/read/mapped_batches.py, with a core to spare) give what the lists made in the
-iterating thread give: the same records, the same error at the same batch, the batches before
-it handed out first (and the pure-Python loops the same records and error); a forked child
-goes on with an iteration its parent started.
+"""Lists of records made ahead of the one handed out (ofindex/read/mapped_batches.py, with a
+core to spare: filled on the pool's threads, or their CRCs checked by a compiled Checker)
+give what the lists made in the iterating thread give: the same records, the same error at
+the same batch, the batches before it handed out first (and the pure-Python loops the same
+records and error); a forked child goes on with an iteration its parent started.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from test_record_reader import _corrupt, _write
 
 import ofindex
 from ofindex.read import mapped_batches
+from ofindex.read.mapped_batches import Filling
 
 
 def _batches(ds, size, as_list):
@@ -46,18 +47,19 @@ def _batches(ds, size, as_list):
 )
 def test_lists_filled_ahead_are_the_lists_made_inline(tmp_path_factory, shards, fmt, verify,
                                                       how, where, size, as_list, split):
-    def run(impl, ahead):
+    def run(impl, filling):
         paths = _write(str(tmp_path_factory.mktemp("ahead")), shards, fmt, True)
         _corrupt(paths, shards, how, where)
         with implementation(impl):
-            was = mapped_batches._fills_ahead
-            if not ahead:
-                mapped_batches._fills_ahead = lambda src, as_buffer: False
+            was = mapped_batches._filling
+            if filling is not None:
+                mapped_batches._filling = lambda src, size, as_buffer: (
+                    Filling.INLINE if as_buffer else filling)
             try:
                 ds = ofindex.open(paths, verify=verify)
                 got = _batches(ds, size, as_list)
             finally:
-                mapped_batches._fills_ahead = was
+                mapped_batches._filling = was
         here = os.path.dirname(paths[0])
         return [(k, re.sub(r"\d{7,}", "N", v.replace(here, "D")) if isinstance(v, str) else v)
                 for k, v in got]
@@ -65,9 +67,11 @@ def test_lists_filled_ahead_are_the_lists_made_inline(tmp_path_factory, shards, 
     limit = mapped_batches._SPLIT_BYTES
     mapped_batches._SPLIT_BYTES = 1 if split else limit  # every list on two threads
     try:
-        ahead = run("compiled", True)
-        inline = run("compiled", False)
-        pure = run("pure-python", False)
+        ahead = run("compiled", Filling.FILLED_AHEAD)
+        inline = run("compiled", Filling.INLINE)
+        pure = run("pure-python", None)
+        if fmt == "tfrecord" and verify:  # (the only lists a Checker is for)
+            assert run("compiled", Filling.CHECKED_AHEAD) == inline
     finally:
         mapped_batches._SPLIT_BYTES = limit
     assert ahead == inline
@@ -84,14 +88,17 @@ def _go_on(it, queue):
     queue.put([len(b) for b in it])
 
 
-def test_a_forked_child_goes_on_with_an_iteration_started_before(tmp_path):
+@pytest.mark.parametrize("filling", [Filling.FILLED_AHEAD, Filling.CHECKED_AHEAD])
+def test_a_forked_child_goes_on_with_an_iteration_started_before(tmp_path, monkeypatch,
+                                                                 filling):
+    monkeypatch.setattr(mapped_batches, "_filling", lambda src, size, as_buffer: filling)
     records = [os.urandom(n % 700) for n in range(3000)]
     p = str(tmp_path / "a.tfrecord")
     with ofindex.Writer(p) as w:
         w.write_many(records)
     ds = ofindex.open(p)
     it = ds.iter_batches(100)
-    assert next(it) == records[:100]  # the next list's fill is under way on the pool
+    assert next(it) == records[:100]  # the next list's fill (or checks) under way
     ctx = multiprocessing.get_context("fork")
     queue = ctx.Queue()
     child = ctx.Process(target=_go_on, args=(it, queue))
@@ -102,8 +109,11 @@ def test_a_forked_child_goes_on_with_an_iteration_started_before(tmp_path):
     assert [r for b in it for r in b] == records[100:]  # and the parent too
 
 
+@pytest.mark.parametrize("filling", [Filling.FILLED_AHEAD, Filling.CHECKED_AHEAD])
 @pytest.mark.parametrize("as_list", [True, False])
-def test_an_iteration_dropped_half_way_leaves_nothing_behind(tmp_path, as_list):
+def test_an_iteration_dropped_half_way_leaves_nothing_behind(tmp_path, monkeypatch, as_list,
+                                                             filling):
+    monkeypatch.setattr(mapped_batches, "_filling", lambda src, size, as_buffer: filling)
     records = [os.urandom(500) for _ in range(5000)]
     p = str(tmp_path / "a.tfrecord")
     with ofindex.Writer(p) as w:
@@ -114,3 +124,22 @@ def test_an_iteration_dropped_half_way_leaves_nothing_behind(tmp_path, as_list):
         next(it)
         del it  # a fill still under way finishes on its own
     assert list(ds) == records
+
+
+@pytest.mark.parametrize("fmt", ["tfrecord", "ofrecord"])
+def test_how_lists_are_made_is_chosen_by_their_bytes_the_format_and_a_spare_core(
+        tmp_path, monkeypatch, fmt):
+    shards = [[os.urandom(1000) for _ in range(50)]]
+    ds = ofindex.open(_write(str(tmp_path), shards, fmt, True))
+    src = ds._source()
+    small = Filling.CHECKED_AHEAD if fmt == "tfrecord" else Filling.INLINE
+    assert mapped_batches._filling(src, 64, False) is small
+    big = mapped_batches.FILL_AHEAD_BYTES // 1000 + 50  # (the framing counts a few bytes)
+    assert mapped_batches._filling(src, big, False) is Filling.FILLED_AHEAD
+    assert mapped_batches._filling(src, big, True) is Filling.INLINE  # a RecordBatch
+    os.mkdir(tmp_path / "u")
+    unverified = ofindex.open(_write(str(tmp_path / "u"), shards, fmt, True), verify=False)
+    assert mapped_batches._filling(unverified._source(), 64, False) is Filling.INLINE
+    monkeypatch.setattr(mapped_batches, "executor", lambda: None)  # one core
+    assert mapped_batches._filling(src, big, False) is Filling.INLINE
+    assert mapped_batches._filling(src, 64, False) is Filling.INLINE
