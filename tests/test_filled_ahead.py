@@ -22,11 +22,13 @@ from ofindex.read import mapped_batches
 from ofindex.read.mapped_batches import Filling
 
 
-def _batches(ds, size, as_list):
-    """The batches of an iteration up to its error: [("ok", batch) ..., (error, message)]."""
+def _batches(ds, size, how):
+    """The batches of an iteration up to its error: [("ok", batch) ..., (error, message)];
+    ``how``: lists, RecordBatch buffers (as lists) or records one at a time."""
     out = []
-    it = ds.iter_batches(size) if as_list else (
-        [r] for r in ds.iter_records())  # one record at a time
+    it = (ds.iter_batches(size) if how == "lists" else
+          (b.to_list() for b in ds.iter_batches(size, as_buffer=True)) if how == "buffers" else
+          ([r] for r in ds.iter_records()))  # one record at a time
     try:
         out.extend(("ok", batch) for batch in it)
     except Exception as exc:
@@ -42,11 +44,11 @@ def _batches(ds, size, as_list):
     how=st.sampled_from(["none", "data byte", "shifted offset", "checksum"]),
     where=st.integers(0, 10_000),
     size=st.sampled_from([1, 2, 3, 5, 64]),
-    as_list=st.booleans(),
+    kind=st.sampled_from(["lists", "buffers", "records"]),
     split=st.booleans(),
 )
 def test_lists_filled_ahead_are_the_lists_made_inline(tmp_path_factory, shards, fmt, verify,
-                                                      how, where, size, as_list, split):
+                                                      how, where, size, kind, split):
     def run(impl, filling):
         paths = _write(str(tmp_path_factory.mktemp("ahead")), shards, fmt, True)
         _corrupt(paths, shards, how, where)
@@ -54,10 +56,11 @@ def test_lists_filled_ahead_are_the_lists_made_inline(tmp_path_factory, shards, 
             was = mapped_batches._filling
             if filling is not None:
                 mapped_batches._filling = lambda src, size, as_buffer: (
-                    Filling.INLINE if as_buffer else filling)
+                    Filling.INLINE if as_buffer and filling is Filling.FILLED_AHEAD
+                    else filling)
             try:
                 ds = ofindex.open(paths, verify=verify)
-                got = _batches(ds, size, as_list)
+                got = _batches(ds, size, kind)
             finally:
                 mapped_batches._filling = was
         here = os.path.dirname(paths[0])
@@ -136,7 +139,7 @@ def test_how_lists_are_made_is_chosen_by_their_bytes_the_format_and_a_spare_core
     assert mapped_batches._filling(src, 64, False) is small
     big = mapped_batches.FILL_AHEAD_BYTES // 1000 + 50  # (the framing counts a few bytes)
     assert mapped_batches._filling(src, big, False) is Filling.FILLED_AHEAD
-    assert mapped_batches._filling(src, big, True) is Filling.INLINE  # a RecordBatch
+    assert mapped_batches._filling(src, big, True) is small  # a RecordBatch: never filled
     os.mkdir(tmp_path / "u")
     unverified = ofindex.open(_write(str(tmp_path / "u"), shards, fmt, True), verify=False)
     assert mapped_batches._filling(unverified._source(), 64, False) is Filling.INLINE

@@ -28,9 +28,10 @@ the map and checks its length and CRCs, and the shard is bound to the compiled r
 ``COMPILED_PREADS`` with ``mmap=False``: compiled ``preadv`` calls without the GIL;
 ``DIRECT_READS`` / ``PLANNED_RANGES`` without them) and :mod:`ofindex.read.mapped_gather` or
 :mod:`ofindex.read.shard_reads` runs it. Iteration (:mod:`ofindex.read.iteration`) cuts
-batches out of the maps (:mod:`ofindex.read.mapped_batches`): with a core to spare, a list's
-records are copied and checked on the pool's threads one list ahead of the one handed out;
-``for record in ds`` hands out the records of such lists, a few MB at a time.
+batches out of the maps (:mod:`ofindex.read.mapped_batches`): with a core to spare, the CRCs
+of small records are checked by a compiled thread ahead of the list being made, and lists of
+a MB or more are copied and checked on the pool's threads one list ahead of the one handed
+out; ``for record in ds`` hands out the records of such lists, a few MB at a time.
 
 **Remote files.** A batch's records are grouped by shard (:meth:`ShardTable.group`); one
 index round (:mod:`ofindex.read.index_round`) fetches, for every shard touched, the sidecar

@@ -380,8 +380,8 @@ class Dataset:
         with their offsets (Arrow's binary layout), no Python object per record, several
         times faster when the records are small (e.g. to verify, hash or copy data, or to
         hand it to Arrow or numpy). TFRecord CRCs are checked unless ``verify=False`` (for
-        lists with a core to spare, as the records are copied on the pool's threads, a list
-        ahead of the one handed out).
+        lists with a core to spare, ahead of the list handed out: on a compiled thread for
+        small records, on the pool's threads as they are copied for lists of a MB or more).
 
         Args:
             batch_size: Records per batch (the last batch may be shorter). Batches run across

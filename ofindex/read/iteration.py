@@ -5,9 +5,10 @@ How a run of records is read is chosen in one place, :func:`iter_batches`:
 
 * **memory-mapped shards with the compiled module** (no compressed shard): each batch is one
   compiled call per shard it touches, over spans planned for many batches at once; with a
-  core to spare, a list's records are copied and checked on the pool's threads one list
-  ahead of the one handed out (:mod:`.mapped_batches`; 13.6 M records/s of ~200 B as
-  buffers);
+  core to spare, a compiled thread checks the CRCs of small records ahead of the list being
+  made, and lists of a MB or more are copied and checked on the pool's threads one list
+  ahead of the one handed out (:mod:`.mapped_batches`: lists of 1,024 x ~200 B at 13-14 M
+  records/s);
 * **everything else** (remote storage, ``mmap=False``, compressed shards, pure Python): each
   shard is streamed with large sequential reads (a compressed shard is inflated once from
   the start, its gzip CRC32 / zlib Adler-32 checked at the end of a whole pass) and the

@@ -4,16 +4,17 @@ is one compiled call per shard it touches, over spans planned for a run of batch
 A list costs one ``bytes`` object per record. With a core to spare, how a list is made is
 chosen in one place, :func:`_filling`:
 
-* lists of small records: a compiled thread (:class:`Checker`) checks each run's TFRecord
-  CRCs ahead of the list being made, without the GIL at any point, and the iterating thread
-  only makes the objects (:data:`Filling.CHECKED_AHEAD`);
+* lists of small records, and :class:`RecordBatch` buffers: a compiled thread
+  (:class:`Checker`) checks each run's TFRecord CRCs ahead of the batch being made, without
+  the GIL at any point, and the iterating thread only makes the objects, or copies the
+  payloads (:data:`Filling.CHECKED_AHEAD`);
 * lists of at least :data:`FILL_AHEAD_BYTES`: the iterating thread makes the objects (not
   filled yet) and the pool's threads copy and check the records into them without the GIL,
   one list ahead of the one handed out (:data:`Filling.FILLED_AHEAD`).
 
-A :class:`RecordBatch` makes no object per record: its records are checked as they are
-copied, without the GIL, into a buffer that a big batch takes from the memory earlier big
-batches released (:func:`ofindex._accel.pooled_bytes`).
+A :class:`RecordBatch` makes no object per record: its payloads are copied, without the GIL,
+into a buffer that a big batch takes from the memory earlier big batches released
+(:func:`ofindex._accel.pooled_bytes`), and checked as they are when no core is spare.
 """
 
 from __future__ import annotations
@@ -128,12 +129,16 @@ def _plan_parts(src: BatchSource, a: int, b: int,
     return parts
 
 
-def _cut(src: BatchSource, parts: list[_Part], a: int, as_buffer: bool) -> Any:
+def _cut(src: BatchSource, parts: list[_Part], a: int, as_buffer: bool,
+         checks: list[_Check] | None = None) -> Any:
     """The batch of records ``a..`` made from its planned parts by the compiled loops in this
-    thread (the checks and copies run without the GIL)."""
+    thread (the checks and copies run without the GIL); with ``checks`` (one per part), the
+    parts' CRCs were checked ahead by their run's :class:`Checker`: each part's are waited
+    for before it is cut, and only its framing is checked as it is."""
     native = _accel.native
     assert native is not None  # checked by the caller
-    fmt, tf_verify = src.checks.format, src.checks.tfrecord_crcs
+    fmt = src.checks.format
+    tf_verify = src.checks.tfrecord_crcs and checks is None
     hs, fs = fmt.header_size, fmt.footer_size
     compiled_checks = not tf_verify or native.hw_crc()  # checks without the GIL
     sums = [sidecar_sums(src.table.shards[s].sidecar, src.checks.verify) for s, *_ in parts]
@@ -148,6 +153,8 @@ def _cut(src: BatchSource, parts: list[_Part], a: int, as_buffer: bool) -> Any:
     k0 = used = 0
     for p, ((shard_no, lo, hi, starts, ends, buf), part_sums) in enumerate(zip(parts, sums,
                                                                         strict=True)):
+        if checks is not None:  # its CRCs, checked ahead: the first bad record is raised
+            _wait_checks(src, parts[p], checks[p])
         if use_pack:
             bad = native.pack(buf, starts, ends, hs, fs, tf_verify, data,
                               offsets[k0:k0 + hi - lo + 1], used)
@@ -226,9 +233,11 @@ class Filling(enum.Enum):
 
     #: In the iterating thread: copied and checked by one compiled call per part.
     INLINE = "inline"
-    #: CRCs checked ahead by a compiled thread per run part; the objects made here.
+    #: CRCs checked ahead by a compiled thread per run part; the objects (or the buffer)
+    #: made here.
     CHECKED_AHEAD = "checked ahead"
-    #: Copied and checked on the pool's threads, one list ahead of the one handed out.
+    #: Copied and checked on the pool's threads, one list ahead of the one handed out (lists
+    #: only).
     FILLED_AHEAD = "filled ahead"
 
 
@@ -242,15 +251,16 @@ FILL_AHEAD_BYTES = 1 << 20
 
 
 def _filling(src: BatchSource, batch_size: int, as_buffer: bool) -> Filling:
-    """How lists of ``batch_size`` records are made: ahead of the one handed out when a core
-    is spare (the pool exists) and the checks can run without the GIL (no TFRecord CRCs, or
-    the CPU's CRC32C instruction); by the pool's threads for big lists, by a
-    :class:`Checker` for small lists of TFRecords (nothing to check ahead otherwise)."""
+    """How batches of ``batch_size`` records are made: ahead of the one handed out when a
+    core is spare (the pool exists) and the checks can run without the GIL (no TFRecord
+    CRCs, or the CPU's CRC32C instruction); by the pool's threads for big lists, by a
+    :class:`Checker` for small lists and :class:`RecordBatch` buffers of TFRecords (nothing
+    to check ahead otherwise)."""
     native = _accel.native
-    if (as_buffer or native is None or executor() is None
+    if (native is None or executor() is None
             or (src.checks.tfrecord_crcs and not native.hw_crc())):
         return Filling.INLINE
-    if batch_size * src.table.mean_record_bytes >= FILL_AHEAD_BYTES:
+    if not as_buffer and batch_size * src.table.mean_record_bytes >= FILL_AHEAD_BYTES:
         return Filling.FILLED_AHEAD
     return Filling.CHECKED_AHEAD if src.checks.tfrecord_crcs else Filling.INLINE
 
@@ -287,7 +297,8 @@ def mapped(src: BatchSource, batch_size: int, start: int, stop: int, as_buffer: 
     most = min(step, stop - start)
     arrays = _SpanArrays(most + min(len(src.table.shards), most))  # room for a part per shard
     if filling is Filling.CHECKED_AHEAD:
-        yield from _checked_ahead(src, start, stop, step, batch_size, arrays, streamed)
+        yield from _checked_ahead(src, start, stop, step, batch_size, as_buffer, arrays,
+                                  streamed)
         return
     batches = _planned(src, start, stop, step, batch_size, arrays)
     if filling is Filling.FILLED_AHEAD:
@@ -426,11 +437,12 @@ def _check_chunk(starts: np.ndarray, ends: np.ndarray) -> int:
 
 
 def _checked_ahead(src: BatchSource, start: int, stop: int, step: int, batch_size: int,
-                   arrays: _SpanArrays,
+                   as_buffer: bool, arrays: _SpanArrays,
                    streamed: Callable[[BatchSource, int, int], list[bytes]]) -> Iterator[Any]:
-    """The lists of records ``start..stop-1``, each run's CRCs checked by its checkers a
-    list ahead; the next run is planned (its checks started) while the last list of the
-    run before it is made. A list is handed out, or its first bad record raised, in order."""
+    """The batches of records ``start..stop-1``, each run's CRCs checked by its checkers a
+    batch ahead; the next run is planned (its checks started) while the last batch of the
+    run before it is made. A batch is handed out, or its first bad record raised, in
+    order."""
     bounds = [(a, min(a + step, stop)) for a in range(start, stop, step)]
     nxt = _Run(src, *bounds[0], arrays, checked=True) if bounds else None
     for r in range(len(bounds)):
@@ -444,36 +456,22 @@ def _checked_ahead(src: BatchSource, start: int, stop: int, step: int, batch_siz
                 nxt.allow(min(b + batch_size, nxt.stop))  # spare core while this list is made
             parts, checks = run.checks_within(a, b)
             if parts is None:  # a shard is shorter than its index says: read it otherwise
-                yield src.finish(streamed(src, a, b), a, False)
-            elif checks is None:  # the run could not be planned: this list planned alone
-                yield _cut(src, parts, a, False)
-            else:
-                out: list[Any] = []
-                for part, check in zip(parts, checks, strict=True):
-                    got = _checked_part(src, part, check)
-                    out = got if len(parts) == 1 else out + got
-                yield src.finish(out, a, False)
+                yield src.finish(streamed(src, a, b), a, as_buffer)
+            else:  # (checks is None: the run could not be planned, this batch was alone)
+                yield _cut(src, parts, a, as_buffer, checks)
 
 
-def _checked_part(src: BatchSource, part: _Part, check: _Check) -> list[bytes]:
-    """The payloads of a part whose records its run's :class:`Checker` checks: waits for its
-    checks (and lets the checker go on with the next list), then makes the objects.
+def _wait_checks(src: BatchSource, part: _Part, check: _Check) -> None:
+    """Wait for the checks of a part's records (and let its :class:`Checker` go on with the
+    next batch's).
 
     Raises:
         CorruptRecordError: A record of the part is bad (the first one).
     """
-    native = _accel.native
-    assert native is not None  # a Checker exists
-    _, _, _, starts, ends, buf = part
     checker, x, y = check
     bad = checker.wait(y, 2 * y - x)
-    if bad < 0:
-        got = native.slices(buf, starts, ends, src.checks.header, src.checks.footer,
-                            False)  # the framing only: the CRCs passed
-        if isinstance(got, list):
-            return got
-        bad = got + x  # the file changed since the check
-    _raise_at(src, part, bad - x)
+    if bad >= 0:
+        _raise_at(src, part, bad - x)
 
 
 #: Records whose spans ``mapped`` plans at once (a few numpy calls for many batches).
