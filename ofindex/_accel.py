@@ -43,7 +43,7 @@ def implementation() -> str:
 POOLED_BYTES = 32 << 20
 
 
-def pooled_bytes(size: int) -> np.ndarray:
+def pooled_bytes(size: int, least: int = POOLED_BYTES) -> np.ndarray:
     """A writable ``uint8`` array of ``size`` bytes (not initialised).
 
     A big one is made on memory that an earlier big buffer released once nothing referred to
@@ -55,11 +55,13 @@ def pooled_bytes(size: int) -> np.ndarray:
 
     Args:
         size: Bytes.
+        least: The smallest size taken from the pool (a loop of buffers of a few hundred KB
+            that glibc maps afresh each time may ask for less than :data:`POOLED_BYTES`).
 
     Returns:
         The array (plain ``numpy.empty`` when small or without the compiled module).
     """
-    if native is None or size < POOLED_BYTES:
+    if native is None or size < least:
         return np.empty(size, np.uint8)
     grain = 1 << (int(size).bit_length() - 5)  # 1/32 to 1/16 of the size
     block = native.Block(-(-size // grain) * grain)

@@ -11,6 +11,7 @@ import multiprocessing
 import os
 import re
 
+import numpy as np
 import pytest
 from helpers import implementation
 from hypothesis import given, settings
@@ -146,3 +147,31 @@ def test_how_lists_are_made_is_chosen_by_their_bytes_the_format_and_a_spare_core
     monkeypatch.setattr(mapped_batches, "executor", lambda: None)  # one core
     assert mapped_batches._filling(src, big, False) is Filling.INLINE
     assert mapped_batches._filling(src, 64, False) is Filling.INLINE
+
+
+def _owner(array):
+    """What holds an array's memory (past the numpy views on it)."""
+    while isinstance(array, np.ndarray) and array.base is not None:
+        array = array.base
+    return array
+
+
+def test_buffers_of_a_few_hundred_kb_reuse_released_memory_and_kept_ones_stay_whole(tmp_path):
+    from ofindex import _accel
+
+    native = _accel.native
+    Block = native.Block
+    records = [os.urandom(200 + n % 50) for n in range(20_000)]
+    p = str(tmp_path / "a.tfrecord")
+    with ofindex.Writer(p) as w:
+        w.write_many(records)
+    ds = ofindex.open(p)
+    size = 2048  # ~460 KB a buffer: above BUFFER_POOLED_BYTES, far below POOLED_BYTES
+    assert mapped_batches.BUFFER_POOLED_BYTES < size * 200 < _accel.POOLED_BYTES
+    kept = list(ds.iter_batches(size, as_buffer=True))  # every one held: none reused
+    assert all(isinstance(_owner(b.data), Block) for b in kept)  # on the pool's memory
+    assert [r for b in kept for r in b.to_list()] == records
+    del kept
+    for b in ds.iter_batches(size, as_buffer=True):  # each dropped before the next: reused
+        assert b.to_list() == records[b.first : b.first + len(b)]
+    assert native.pool()[0] > 0  # released buffers wait in the pool for the next batch
