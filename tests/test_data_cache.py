@@ -513,9 +513,20 @@ def _epochs_through(ds, expected, epochs=(0,)) -> None:
         _read_epoch(ds, _epoch(len(ds), epoch), expected)
 
 
+@pytest.fixture(params=[False, True], ids=["one pass", "on threads"])
+def threaded(request, monkeypatch):
+    """Batches of files held whole copied in one pass, or in shares on the pool's threads
+    (as batches of several MB are)."""
+    if request.param:
+        from ofindex.read import resident_gather
+
+        monkeypatch.setattr(resident_gather, "PARALLEL_BYTES", 1)
+    return request.param
+
+
 @pytest.mark.parametrize("impl", IMPLEMENTATIONS)
 @pytest.mark.parametrize("block", [1 << 20, 1000])  # records inside blocks, and across them
-def test_later_epochs_read_the_files_mapped_whole(served, tmp_path, impl, block):
+def test_later_epochs_read_the_files_mapped_whole(served, tmp_path, impl, block, threaded):
     from ofindex.read.batch_strategy import BatchStrategy, choose
 
     url, _, expected = served
@@ -594,7 +605,8 @@ def _damage_in_place(path, at: int) -> bytes:
     return whole
 
 
-def test_a_record_damaged_in_a_file_held_whole_is_read_again_from_the_store(served, tmp_path):
+def test_a_record_damaged_in_a_file_held_whole_is_read_again_from_the_store(served, tmp_path,
+                                                                           threaded):
     url, _, expected = served
     cache_dir = tmp_path / "cache"
     ds = ofindex.open(url, cache_dir=str(cache_dir), data_cache_bytes=BUDGET)

@@ -4,9 +4,10 @@ batches are cut out of memory maps: no planning, no look-up per block, no lock, 
 When every file a batch touches is *resident* (each of its blocks kept on local disk and
 mapped here, :meth:`DataCache.resident`) and every touched shard's sidecar is loaded, a
 batch is: the shard of each record (one ``searchsorted``), its span from its sidecar (one
-vectorised look-up per shard), its block and offset in the block (integer arithmetic on the
-whole batch), then one compiled pass (``fill``) that checks each record's framing (and
-TFRecord CRCs with ``verify``) and copies its payload, in the order asked for. A record that
+compiled look-up for the batch), its block and offset in the block (integer arithmetic on
+the whole batch), then one compiled pass (``fill``) that checks each record's framing (and
+TFRecord CRCs with ``verify``) and copies its payload, in the order asked for (a batch of
+several MB in shares on the pool's threads too, as a local one). A record that
 crosses a block boundary is joined into a buffer of its own first (records of 1 KB in blocks
 of 1 MiB: one in a thousand).
 
@@ -18,7 +19,9 @@ them again and report a record that is bad in the remote file too, as every read
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -27,6 +30,7 @@ from .. import _accel
 from ..errors import CorruptRecordError
 from ..formats.sidecar import Sidecar
 from .datacache import DataCache, ResidentFile
+from .mapped_gather import PARALLEL_BYTES, executor, first_failing, shares
 from .record_checks import RecordChecks
 from .sum_checks import check_many, record_naming
 from .table import ShardTable
@@ -147,8 +151,8 @@ def resident_gather(table: ShardTable, checks: RecordChecks, shards: ResidentSha
         slots[k], offsets[k] = len(bufs) - 1, 0
     lengths = ends - starts - checks.overhead
     payloads: list[Any] = native.blank(lengths)
-    bad = int(native.fill(bufs, slots, offsets, payloads, 0, len(lengths), checks.header,
-                          checks.footer, checks.tfrecord_crcs))
+    fill = functools.partial(native.fill, bufs, slots, offsets, payloads)
+    bad = _filled(fill, lengths, checks)
     try:
         if bad < 0:
             _check_sums(table, checks, shards, payloads)
@@ -158,6 +162,23 @@ def resident_gather(table: ShardTable, checks: RecordChecks, shards: ResidentSha
         pass
     data_cache.drop_resident(files)
     return None
+
+
+def _filled(fill: Callable[..., int], lengths: np.ndarray, checks: RecordChecks) -> int:
+    """Copy and check the records of a batch with ``fill(lo, hi, header, footer, crcs)``: a
+    batch of at least :data:`~ofindex.read.mapped_gather.PARALLEL_BYTES` on the pool's
+    threads too, as local batches are (:func:`~ofindex.read.mapped_gather.threaded_copies`);
+    returns -1, or the first record that failed."""
+    n = len(lengths)
+    pool = executor()
+    if pool is None or int(lengths.sum()) < PARALLEL_BYTES:
+        return int(fill(0, n, checks.header, checks.footer, checks.tfrecord_crcs))
+
+    def work(part: tuple[int, int]) -> int:
+        return int(fill(part[0], part[1], checks.header, checks.footer, checks.tfrecord_crcs))
+
+    first = first_failing(work, shares(lengths, pool._max_workers), pool, n)
+    return -1 if first == n else first
 
 
 def _check_sums(table: ShardTable, checks: RecordChecks, shards: ResidentShards,
