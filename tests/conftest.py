@@ -309,3 +309,13 @@ def pytest_sessionfinish(session, exitstatus):
     if skipped:
         reporter.write_line(f"CI: {len(skipped)} test(s) skipped; failing the run", red=True)
         session.exitstatus = 1
+
+
+@pytest.fixture
+def empty_pool():
+    """The compiled module's pool of released Block memory, emptied for the test (other
+    tests' released buffers may wait there); yields the compiled module."""
+    from helpers import empty_block_pool
+
+    with empty_block_pool() as native:
+        yield native

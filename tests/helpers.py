@@ -228,3 +228,20 @@ def sigint_as_a_terminal() -> None:
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+@contextlib.contextmanager
+def empty_block_pool():
+    """The compiled module's pool of released Block memory emptied (other tests' buffers may
+    wait there), its bound kept, and restored afterwards."""
+    from ofindex import _accel
+
+    native = _accel.native
+    assert native is not None
+    _, limit = native.pool()
+    native.pool(0)  # empties it
+    native.pool(limit)
+    try:
+        yield native
+    finally:
+        native.pool(limit)

@@ -7,7 +7,7 @@ import platform
 import crc32c
 import numpy as np
 import pytest
-from helpers import ref_tfrecord
+from helpers import empty_block_pool, ref_tfrecord
 
 import ofindex
 from ofindex import _accel
@@ -326,7 +326,7 @@ def test_big_buffer_batches_reuse_the_memory_of_released_ones(tmp_path):
     path = str(tmp_path / "big.tfrecord")
     with ofindex.Writer(path) as w:
         w.write_many(records)
-    with ofindex.open(path) as ds:
+    with ofindex.open(path) as ds, empty_block_pool():
         batches = ds.iter_batches(400, as_buffer=True)  # 40 MB each
         first = next(batches)
         assert first.data.nbytes > _accel.POOLED_BYTES

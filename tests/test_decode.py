@@ -663,7 +663,7 @@ def test_parallel_row_copy_matches_a_plain_copy():
     assert np.array_equal(out, np.stack(rows))
 
 
-def test_big_outputs_reuse_only_memory_nothing_holds():
+def test_big_outputs_reuse_only_memory_nothing_holds(empty_pool):
     from ofindex.decode._memory import POOLED_BYTES, empty
 
     floats = POOLED_BYTES // 4 // 3 + 1

@@ -13,7 +13,7 @@ import re
 
 import numpy as np
 import pytest
-from helpers import implementation
+from helpers import empty_block_pool, implementation
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_record_reader import _corrupt, _write
@@ -159,8 +159,6 @@ def _owner(array):
 def test_buffers_of_a_few_hundred_kb_reuse_released_memory_and_kept_ones_stay_whole(tmp_path):
     from ofindex import _accel
 
-    native = _accel.native
-    Block = native.Block
     records = [os.urandom(200 + n % 50) for n in range(20_000)]
     p = str(tmp_path / "a.tfrecord")
     with ofindex.Writer(p) as w:
@@ -168,10 +166,11 @@ def test_buffers_of_a_few_hundred_kb_reuse_released_memory_and_kept_ones_stay_wh
     ds = ofindex.open(p)
     size = 2048  # ~460 KB a buffer: above BUFFER_POOLED_BYTES, far below POOLED_BYTES
     assert mapped_batches.BUFFER_POOLED_BYTES < size * 200 < _accel.POOLED_BYTES
-    kept = list(ds.iter_batches(size, as_buffer=True))  # every one held: none reused
-    assert all(isinstance(_owner(b.data), Block) for b in kept)  # on the pool's memory
-    assert [r for b in kept for r in b.to_list()] == records
-    del kept
-    for b in ds.iter_batches(size, as_buffer=True):  # each dropped before the next: reused
-        assert b.to_list() == records[b.first : b.first + len(b)]
-    assert native.pool()[0] > 0  # released buffers wait in the pool for the next batch
+    with empty_block_pool() as native:
+        kept = list(ds.iter_batches(size, as_buffer=True))  # every one held: none reused
+        assert all(isinstance(_owner(b.data), native.Block) for b in kept)  # pooled memory
+        assert [r for b in kept for r in b.to_list()] == records
+        del kept
+        for b in ds.iter_batches(size, as_buffer=True):  # each dropped before the next
+            assert b.to_list() == records[b.first : b.first + len(b)]
+        assert native.pool()[0] > 0  # released buffers wait in the pool for the next one

@@ -10,7 +10,14 @@ import crc32c
 import numpy as np
 import pytest
 from fuzzkit import SCALE, Tally
-from helpers import IMPLEMENTATIONS, implementation, ref_offsets, ref_ofrecord, ref_tfrecord
+from helpers import (
+    IMPLEMENTATIONS,
+    empty_block_pool,
+    implementation,
+    ref_offsets,
+    ref_ofrecord,
+    ref_tfrecord,
+)
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -164,10 +171,7 @@ def test_gather_bytes_and_same_bytes_refuse_bad_arguments():
 
 
 def test_blocks_are_writable_memory_and_the_pool_is_bounded():
-    native = _accel.native
-    assert native is not None
-    _, limit = native.pool()
-    try:
+    with empty_block_pool() as native:
         a = np.frombuffer(native.Block(1 << 20), np.uint8)
         a[:] = 5
         assert a.flags.writeable and int(a.sum()) == 5 << 20
@@ -178,8 +182,24 @@ def test_blocks_are_writable_memory_and_the_pool_is_bounded():
             native.Block(-1)
         with pytest.raises(ValueError):
             native.pool(-1)
-    finally:
-        native.pool(limit)
+
+
+def test_a_full_pool_keeps_the_newest_block_in_place_of_the_oldest():
+    with empty_block_pool() as native:
+        sizes = [(300 + k) << 10 for k in range(8)]  # fills the pool's 8 slots
+        for size in sizes:
+            native.Block(size)  # released at once: into the pool
+        assert native.pool()[0] == sum(sizes)
+        native.Block(1 << 20)  # a ninth: kept, the first one (waited longest) dropped
+        assert native.pool()[0] == sum(sizes) - sizes[0] + (1 << 20)
+        block = native.Block(1 << 20)  # taken out of the pool
+        assert native.pool()[0] == sum(sizes) - sizes[0]
+        native.pool(sum(sizes[2:]))  # a lower bound drops the oldest first
+        assert native.pool()[0] == sum(sizes[2:])
+        del block
+        native.pool(0)  # empties the pool and turns it off
+        native.Block(1 << 10)
+        assert native.pool()[0] == 0
 
 
 @pytest.mark.parametrize("start, end", [(3, 70_003), (0, 65_536), (17, 131_090)])

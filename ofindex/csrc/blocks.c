@@ -12,8 +12,10 @@
  * next Block of the same size takes it, already mapped. Only dead blocks are reused. */
 
 #define POOL_SLOTS 8
-static struct { char *data; Py_ssize_t size; } pool[POOL_SLOTS];
+/* stamp: when the block came (pool_clock), so that the one that waited longest goes first */
+static struct { char *data; Py_ssize_t size; unsigned long long stamp; } pool[POOL_SLOTS];
 static Py_ssize_t pool_bytes = 0, pool_limit = (Py_ssize_t)1 << 30;
+static unsigned long long pool_clock = 0;
 
 typedef struct {
     PyObject_HEAD
@@ -58,29 +60,40 @@ static void pool_drop(int slot) {
     pool[slot].size = 0;
 }
 
+/* The slot of the block that has waited longest in the pool, or -1 when it is empty. */
+static int oldest_slot(void) {
+    int oldest = -1;
+    for (int i = 0; i < POOL_SLOTS; i++)
+        if (pool[i].data != NULL && (oldest < 0 || pool[i].stamp < pool[oldest].stamp))
+            oldest = i;
+    return oldest;
+}
+
+/* A dead block's memory waits in the pool for the next Block of its size: in a free slot, or
+ * in place of the block that has waited longest (the newest is the likeliest to be asked for
+ * again, by a loop's next step; a slot is never held by a stale size for good), the oldest
+ * others dropped first while the pool would pass its bound. Called with the GIL held. */
 static void block_dealloc(Block *self) {
     if (self->data != NULL) {
-        int kept = 0;
-        if (self->size <= pool_limit) {
-            for (int i = 0; i < POOL_SLOTS && !kept; i++)
-                if (pool[i].data == NULL) {
-                    while (pool_bytes > pool_limit - self->size) {  /* evict others first */
-                        int victim = -1;
-                        for (int j = 0; j < POOL_SLOTS; j++)
-                            if (pool[j].data != NULL)
-                                victim = j;
-                        if (victim < 0)
-                            break;
-                        pool_drop(victim);
-                    }
-                    pool[i].data = self->data;
-                    pool[i].size = self->size;
-                    pool_bytes += self->size;
-                    kept = 1;
-                }
-        }
-        if (!kept)
+        if (pool_limit > 0 && self->size <= pool_limit) {
+            int slot;
+            while (pool_bytes > pool_limit - self->size && (slot = oldest_slot()) >= 0)
+                pool_drop(slot);
+            slot = -1;
+            for (int i = 0; i < POOL_SLOTS && slot < 0; i++)
+                if (pool[i].data == NULL)
+                    slot = i;
+            if (slot < 0) {
+                slot = oldest_slot();
+                pool_drop(slot);
+            }
+            pool[slot].data = self->data;
+            pool[slot].size = self->size;
+            pool[slot].stamp = ++pool_clock;
+            pool_bytes += self->size;
+        } else {
             block_free(self->data, self->size);
+        }
     }
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
@@ -138,8 +151,8 @@ PyTypeObject BlockType = {
 
 const char pool_doc[] =
 "pool(limit=None) -> (bytes held, limit)\n\n"
-"The memory pool of dead Blocks: with limit, set its bound in bytes first (0 empties it and\n"
-"turns it off).";
+"The memory pool of dead Blocks (8 at most; when it is full, the one that waited longest\n"
+"makes room): with limit, set its bound in bytes first (0 empties it and turns it off).";
 
 PyObject *pool_ctl(PyObject *self, PyObject *args) {
     PyObject *limit = Py_None;
@@ -154,9 +167,10 @@ PyObject *pool_ctl(PyObject *self, PyObject *args) {
             return NULL;
         }
         pool_limit = v;
-        for (int i = 0; i < POOL_SLOTS; i++)
-            if (pool[i].data != NULL && pool_bytes > pool_limit)
-                pool_drop(i);
+        int slot;
+        while ((pool_bytes > pool_limit || pool_limit == 0)
+               && (slot = oldest_slot()) >= 0)
+            pool_drop(slot);
     }
     return Py_BuildValue("(nn)", pool_bytes, pool_limit);
 }

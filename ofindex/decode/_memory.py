@@ -4,8 +4,9 @@ A fresh 154 MB batch (256 images of 150,528 floats) costs the kernel tens of tho
 page faults and zeroing the first time it is written: on a 2-core VM about as long as
 decoding it. Big outputs (at least :data:`POOLED_BYTES`) are therefore made on
 ``ofindex._native.Block`` memory: when the last array or view on a block is gone, its memory
-waits in a small pool (8 blocks, :func:`memory_pool` bytes at most) and the next batch of the
-same size takes it, already mapped. Only memory nothing refers to is reused, so arrays a
+waits in a small pool (8 blocks, :func:`memory_pool` bytes at most; when it is full, the
+block that waited longest makes room) and the next batch of the same size takes it, already
+mapped. Only memory nothing refers to is reused, so arrays a
 program keeps (or hands to ``torch.from_numpy``) are never overwritten. Without the compiled
 module, outputs are plain ``numpy.empty`` arrays.
 """
