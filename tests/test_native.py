@@ -333,7 +333,7 @@ def test_lists_changed_by_python_code_during_a_call_are_not_read(tmp_path):
                                                                    done.stderr[-2000:])
 
 
-def test_pooled_bytes_reuse_released_memory_of_a_similar_size():
+def test_pooled_bytes_reuse_released_memory_of_a_similar_size(empty_pool):
     size = _accel.POOLED_BYTES + (3 << 20)
     first = _accel.pooled_bytes(size)
     first[:] = 7
