@@ -394,15 +394,9 @@ class _Run:
         """The parts of records ``a..b-1`` and, when the run has checkers, their checks."""
         if self.parts is None or self.checkers is None:
             return self.within(a, b), None
-        parts: list[_Part] = []
-        checks: list[_Check] = []
-        for p, (shard_no, lo, hi, starts, ends, buf) in enumerate(self.parts):
-            first = int(self.src.table.first[shard_no]) + lo  # the part's first global record
-            x, y = max(a - first, 0), min(b - first, hi - lo)
-            if x < y:
-                parts.append((shard_no, lo + x, lo + y, starts[x:y], ends[x:y], buf))
-                checks.append((self.checkers[p], x, y))
-        return parts, checks
+        positions = _positions(self.src, self.parts, a, b)
+        return ([_part_slice(self.parts[p], x, y) for p, x, y in positions],
+                [(self.checkers[p], x, y) for p, x, y in positions])
 
     def allow(self, stop: int) -> None:
         """Let the checks of records up to ``stop - 1`` start (without waiting for them)."""
@@ -486,10 +480,23 @@ _PLAN_RECORDS = 1 << 16
 
 def _within(src: BatchSource, run: list[_Part], a: int, b: int) -> list[_Part]:
     """The parts of a planned run that hold records ``a..b-1`` (views, no copies)."""
-    parts: list[_Part] = []
-    for shard_no, lo, hi, starts, ends, buf in run:
+    return [_part_slice(run[p], x, y) for p, x, y in _positions(src, run, a, b)]
+
+
+def _positions(src: BatchSource, run: list[_Part], a: int,
+               b: int) -> list[tuple[int, int, int]]:
+    """For each part of a planned run that holds records of ``a..b-1``: its number in the
+    run, and the first and end position of those records in it."""
+    out = []
+    for p, (shard_no, lo, hi, *_) in enumerate(run):
         first = int(src.table.first[shard_no]) + lo  # the run part's first global record
         x, y = max(a - first, 0), min(b - first, hi - lo)
         if x < y:
-            parts.append((shard_no, lo + x, lo + y, starts[x:y], ends[x:y], buf))
-    return parts
+            out.append((p, x, y))
+    return out
+
+
+def _part_slice(part: _Part, x: int, y: int) -> _Part:
+    """Positions ``x..y-1`` of a part (views, no copies)."""
+    shard_no, lo, _, starts, ends, buf = part
+    return (shard_no, lo + x, lo + y, starts[x:y], ends[x:y], buf)
