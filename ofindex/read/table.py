@@ -210,7 +210,7 @@ class ShardTable:
         """
         if len(self.shards) == 1:
             return [0], np.zeros(len(indices), dtype=np.int64), indices
-        shard_of = np.searchsorted(self.cumulative, indices, side="right")
+        shard_of = self.shard_numbers(indices)
         # np.unique(return_inverse=True) costs twice this for the few hundred records of a
         # batch (it sorts twice); a batch's few shards are looked up in the sorted ones
         ordered = np.sort(shard_of)
