@@ -18,6 +18,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
@@ -142,7 +143,13 @@ def world(tmp_path_factory, moto_server, gcs_server, nginx_server, dask_schedule
                            nginx_server)
     env["OFINDEX_DOCS_HTTP"] = nginx_server.url
     env["OFINDEX_DOCS_DASK"] = dask_scheduler
-    return cwd, env
+    # Ray's directory of its own (short: Ray's socket paths must stay under 108 bytes): an
+    # example's ray.init() starts a cluster, where it would otherwise join the last cluster
+    # started on this machine (another test's, run in parallel, or one the user left running)
+    ray_dir = tempfile.mkdtemp(prefix="ofx-ray-")
+    env["RAY_TMPDIR"] = ray_dir
+    yield cwd, env
+    shutil.rmtree(ray_dir, ignore_errors=True)
 
 
 def _placeholders(text: str, env: dict[str, str]) -> str:
