@@ -8,6 +8,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 TESTS = os.path.dirname(os.path.abspath(__file__))
 
 SUITE = '''
@@ -31,7 +33,8 @@ def test_passes():
 '''
 
 
-def _run(tmp_path, ci: bool, suite: str = SUITE) -> subprocess.CompletedProcess[str]:
+def _run(tmp_path, ci: bool, suite: str = SUITE,
+         workers: int = 0) -> subprocess.CompletedProcess[str]:
     (tmp_path / "test_small.py").write_text(suite)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([TESTS, os.environ.get("PYTHONPATH", "")]))
     env.pop("CI", None)
@@ -39,6 +42,7 @@ def _run(tmp_path, ci: bool, suite: str = SUITE) -> subprocess.CompletedProcess[
         env["CI"] = "true"
     return subprocess.run([sys.executable, "-m", "pytest", "-p", "conftest", "-q", "-rfs",
                            "-p", "no:cacheprovider", "--rootdir", str(tmp_path),
+                           "-n", str(workers),
                            str(tmp_path / "test_small.py")],
                           capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
 
@@ -52,10 +56,11 @@ def test_missing_extras_skip_with_the_pip_command_by_hand(tmp_path):
     assert "FAILED" in out and "test_a_typo_is_a_failure" in out, out
 
 
-def test_in_ci_a_skip_fails_the_run(tmp_path):
+@pytest.mark.parametrize("workers", [0, 2])  # 2: as tools/run-tests.sh runs the suite
+def test_in_ci_a_skip_fails_the_run(tmp_path, workers):
     without_the_typo = SUITE.split("def test_a_typo_is_a_failure")[0]
-    run = _run(tmp_path, ci=False, suite=without_the_typo)
+    run = _run(tmp_path, ci=False, suite=without_the_typo, workers=workers)
     assert run.returncode == 0, run.stdout
-    run = _run(tmp_path, ci=True, suite=without_the_typo)
+    run = _run(tmp_path, ci=True, suite=without_the_typo, workers=workers)
     assert run.returncode == 1, run.stdout
     assert "test(s) skipped; failing the run" in run.stdout, run.stdout
