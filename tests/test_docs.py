@@ -168,7 +168,15 @@ def test_benchmark_smoke(line, world):
     tiny sizes) by the test's interpreter."""
     _, env = world
     command = line.replace(".venv/bin/python", sys.executable)
-    _run(command + " --smoke", ROOT, env, timeout=290, shell=True)
+    # a temporary directory of its own: the tools keep what they generate under
+    # $TMPDIR/ofindex-bench, shared by tools (Hugging Face copies of the same records), and
+    # the other pytest process may run another tool at the same time; short, since Unix
+    # socket paths under it (multiprocessing's) must stay under 108 bytes
+    tmp = tempfile.mkdtemp(prefix="ofx-smoke-")
+    try:
+        _run(command + " --smoke", ROOT, {**env, "TMPDIR": tmp}, timeout=290, shell=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 @pytest.mark.parametrize("page,number,lang,directive,body", ALL_BLOCKS, ids=[
