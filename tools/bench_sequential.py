@@ -89,7 +89,7 @@ def sequential_contenders(ds: ofindex.Dataset, paths: dict[str, str],
 
     def ours_records() -> int:
         # the loop as users write it, and as tools/bench_read.py times it (``sum(1 for _ in
-        # ds)`` would add a generator's frame per record, ~20 ns, to the loop being timed)
+        # ds)`` would add a generator's frame per record, 10-15 ns here, to the loop timed)
         for _record in ds:
             pass
         return len(ds)
