@@ -82,6 +82,8 @@ REMOTE["rounds"] = {"repeats": 7, "cold": _row((2.6, 2.2, 3.4), 32, (2, 2, 3)),
                     "floor_round": _row((1.2, 1.05, 1.5), 16, (1, 1, 1)),
                     "floor_request": _row((1.05, 1.02, 1.2), 1, (1, 1, 1)),
                     "cold_floor": _row((2.3, 2.1, 2.9), 32, (2, 2, 2)),
+                    "raw_cold_floor": _row((2.25, 2.2, 2.5), 32, (2, 2, 2)),
+                    "raw_floor_round": _row((1.12, 1.1, 1.2), 16, (1, 1, 1)),
                     "warm_over_floor_round": {"median": 1.1, "min": 0.95, "max": 1.3},
                     "cold_over_floor": {"median": 1.15, "min": 1.0, "max": 1.4}}
 COMPRESSED = {"datasets": {"small": {"spacings": [
@@ -207,6 +209,12 @@ def test_report_from_fixtures(tmp_path):
     assert "| warm batch (index cached) | 1.3 (1.1–1.9) | 16 | 1 | 1 (1–1) | ≤ 1.2 |" in md
     assert ("Warm batch / one round of bare requests: 1.1 (0.95–1.3)×; first batch / its "
             "floor: 1.15 (1–1.4)×.") in md
+    assert ("| floor: the same on raw sockets, no HTTP client | 1.12 (1.1–1.2) | 16 | 1 | "
+            "1 (1–1) |  |") in md
+    assert ("| floor: the same on raw sockets, no HTTP client (new connections) | "
+            "2.25 (2.2–2.5) | 32 | 2 | 2 (2–2) |  |") in md
+    assert ("above the raw-socket floors: warm batch 1.2 − 1.12 = 0.08 RTT; first batch "
+            "3 − 2.25 = 0.75 RTT.") in md
     assert ("| floor: 2 rounds of 16 bare 1 KB GETs (a new process) | 2.3 (2.1–2.9) | 32 | 2 "
             "| 2 (2–2) |  |") in md
     assert "| 64 | 3.1 | 5,400 | 61,000 |" in md

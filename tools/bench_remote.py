@@ -12,7 +12,9 @@ Serves a 16-shard dataset from Debian nginx behind a delaying TCP proxy on loopb
 * a warm batch of 256 random records (every page of index cached: one round of data reads),
   and two floors measured alongside: one bare 1 KB range GET, and one round of bare 1 KB range
   GETs, one per shard, all at once (what any client pays for one round of that many requests
-  on this machine now);
+  on this machine now), both through fsspec's HTTP session and written on raw sockets (no
+  HTTP client library: what the proxy and the server alone cost; likewise two rounds, the
+  first on new connections, for the first batch);
 * random batches right after the first (pages of index cached as they come), at the default
   ``max_gap`` and at 64 KiB;
 * the naive peer: the same 256 records, one request per record in a loop;
@@ -236,6 +238,52 @@ def run_floor(fs, urls: list[str], size: int = 1000) -> None:
     sync(fs.loop, go)
 
 
+class RawFloor:
+    """Rounds of bare 1 KB range GETs written on raw sockets (asyncio streams, HTTP/1.1
+    keep-alive, no HTTP client library, nothing checked but the status and length): what the
+    proxy and the server of this machine cost a round of requests before any client's own
+    work. Runs an event loop of its own in the calling thread."""
+
+    def __init__(self, port: int, paths: list[str], size: int = 1000) -> None:
+        import asyncio
+
+        self.loop = asyncio.new_event_loop()
+        self.port, self.paths, self.size = port, paths, size
+        self.conns: list = []
+
+    def round(self, fresh: bool = False) -> None:
+        """One GET per path, all at once; ``fresh``: on new connections (a first round)."""
+        self.loop.run_until_complete(self._round(fresh))
+
+    async def _round(self, fresh: bool) -> None:
+        import asyncio
+
+        if fresh or not self.conns:
+            self._close()
+            self.conns = [await asyncio.open_connection("127.0.0.1", self.port)
+                          for _ in self.paths]
+        await asyncio.gather(*(self._get(c, p) for c, p in zip(self.conns, self.paths,
+                                                                strict=True)))
+
+    async def _get(self, conn, path: str) -> None:
+        reader, writer = conn
+        writer.write(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                     f"Range: bytes=0-{self.size - 1}\r\n\r\n".encode())
+        head = (await reader.readuntil(b"\r\n\r\n")).lower()
+        assert head.startswith(b"http/1.1 206"), head[:40]
+        length = int(head.split(b"content-length:")[1].split(b"\r\n")[0])
+        assert len(await reader.readexactly(length)) == self.size
+
+    def _close(self) -> None:
+        for _, writer in self.conns:
+            writer.close()
+        self.conns = []
+
+    def close(self) -> None:
+        self._close()
+        self.loop.close()
+
+
 def interleaved(args, url: str, data: str, log: AccessLog, rtt: float) -> dict:
     """The first batch after open (a fresh process each), a warm batch (every page of index
     cached) and the two floors, one of each per round, ``args.repeats`` rounds."""
@@ -248,8 +296,11 @@ def interleaved(args, url: str, data: str, log: AccessLog, rtt: float) -> dict:
     calls = StorageCalls(ds._table.storage)
     files = [s.url for s in ds.shards]
     rng = np.random.default_rng(args.seed + 7)
-    rows: dict[str, list[dict]] = {"cold": [], "cold_floor": [], "warm": [],
-                                   "floor_round": [], "floor_request": []}
+    rows: dict[str, list[dict]] = {"cold": [], "cold_floor": [], "raw_cold_floor": [],
+                                   "warm": [], "floor_round": [], "raw_floor_round": [],
+                                   "floor_request": []}
+    proxy_port = int(url.split(":")[2].split("/")[0])
+    raw = RawFloor(proxy_port, ["/" + u.split("/", 3)[3] for u in files])
 
     def timed_rounds(fn) -> dict:
         log.take_timed()
@@ -288,7 +339,11 @@ def interleaved(args, url: str, data: str, log: AccessLog, rtt: float) -> dict:
         got: list = []
         rows["warm"].append(timed_rounds(lambda idx=idx, got=got: got.extend(ds.__getitems__(idx))))
         assert got == [expected[i] for i in idx], "warm batch"
+        rows["raw_cold_floor"].append(timed_rounds(lambda: (raw.round(fresh=True),
+                                                            raw.round())))
+        rows["raw_cold_floor"][-1]["client_rounds"] = 2
         rows["floor_round"].append(timed_rounds(lambda: run_floor(fs, files)))
+        rows["raw_floor_round"].append(timed_rounds(raw.round))
         rows["floor_request"].append(timed_rounds(lambda: run_floor(fs, files[:1])))
     out_rows: dict = {"repeats": args.repeats}
     for name, got_rows in rows.items():
@@ -301,6 +356,7 @@ def interleaved(args, url: str, data: str, log: AccessLog, rtt: float) -> dict:
     ratios = [c["wall_s"] / f["wall_s"] for c, f in zip(rows["cold"], rows["cold_floor"],
                                                          strict=True)]
     out_rows["cold_over_floor"] = spread(ratios)
+    raw.close()
     ds.close()
     return out_rows
 
@@ -412,6 +468,8 @@ def run(args) -> dict:
         "warm_rounds": rounds["warm"]["rounds"]["median"],
         "warm_rounds_sent": rounds["warm"]["client_rounds"]["max"],
         "floor_round_rtts": rounds["floor_round"]["rtts"]["median"],
+        "raw_floor_round_rtts": rounds["raw_floor_round"]["rtts"]["median"],
+        "raw_cold_floor_rtts": rounds["raw_cold_floor"]["rtts"]["median"],
         "cold_floor_rtts": rounds["cold_floor"]["rtts"]["median"],
         "cold_over_floor": rounds["cold_over_floor"]["median"],
         "warm_over_floor_round": rounds["warm_over_floor_round"]["median"],
@@ -479,8 +537,10 @@ def report(r: dict) -> None:
           f"on {c['cpus']} CPUs): median [min-max]")
     for name, what in (("cold", "first batch after open (new process)"),
                        ("cold_floor", "floor: 2 rounds of bare GETs (new proc.)"),
+                       ("raw_cold_floor", "floor: the same on raw sockets"),
                        ("warm", "warm batch (index cached)"),
                        ("floor_round", f"floor: {c['shards']} bare GETs at once"),
+                       ("raw_floor_round", "floor: the same on raw sockets"),
                        ("floor_request", "floor: 1 bare GET")):
         x = rounds[name]
         print(f"{what:40s} {x['rtts']['median']:5.2f} RTT [{x['rtts']['min']:.2f}-"

@@ -443,8 +443,11 @@ class Report:
                 ("cold", "first batch after open (a new process)", "≤ 3"),
                 ("cold_floor", f"floor: 2 rounds of {c['shards']} bare 1 KB GETs (a new "
                  "process)", ""),
+                ("raw_cold_floor", "floor: the same on raw sockets, no HTTP client (new "
+                 "connections)", ""),
                 ("warm", "warm batch (index cached)", "≤ 1.2"),
                 ("floor_round", f"floor: {c['shards']} bare 1 KB GETs at once", ""),
+                ("raw_floor_round", "floor: the same on raw sockets, no HTTP client", ""),
                 ("floor_request", "floor: one bare 1 KB GET", "")):
             x = rounds.get(name)
             if x is None:
@@ -476,7 +479,20 @@ class Report:
             f"Warm batch / one round of bare requests: "
             f"{span(ratio['median'], ratio['min'], ratio['max'])}×"
             + (f"; first batch / its floor: {span(cold['median'], cold['min'], cold['max'])}×"
-               if cold else "") + ".\n"])
+               if cold else "") + ".\n" + self._remote_room(rounds)])
+
+    @staticmethod
+    def _remote_room(rounds: dict[str, Any]) -> str:
+        """What the goals leave for a client's own work above the raw-socket floors (the
+        proxy and the server alone), in RTTs at the median."""
+        raw_warm, raw_cold = rounds.get("raw_floor_round"), rounds.get("raw_cold_floor")
+        if raw_warm is None or raw_cold is None:
+            return ""
+        warm, cold = raw_warm["rtts"]["median"], raw_cold["rtts"]["median"]
+        return (f"\nWhat the goals leave for all of a client's work (its HTTP library "
+                f"included) above the raw-socket floors: warm batch 1.2 − {fmt(warm)} = "
+                f"{fmt(1.2 - warm, 2)} RTT; first batch 3 − {fmt(cold)} = "
+                f"{fmt(3 - cold, 2)} RTT.\n")
 
     def compressed(self) -> None:
         data = self.load("compressed")
