@@ -61,6 +61,21 @@ def fmt(x: float | None, digits: int = 3) -> str:
     return f"{x:.{digits}g}"
 
 
+def _epoch_goal(summary: dict[str, Any]) -> str:
+    """Issue 32's goal for epoch 1 / epoch 2 of the data cache, met or not; when not, the
+    most any epoch 2 could show on the link measured: one as fast as the same epoch over
+    local files (epoch 1 / the local epoch, medians)."""
+    goal = summary["goal"]
+    if summary["epoch1_over_epoch2"] >= goal:
+        return f"goal ≥ {goal}×: met"
+    local = summary.get("local_epoch_s")
+    if not local:
+        return f"goal ≥ {goal}×: not met"
+    return (f"goal ≥ {goal}×: not met; an epoch 2 as fast as the same epoch over local "
+            f"files would show epoch 1 / the local epoch = "
+            f"{fmt(summary['epoch1_s'] / local, 2)}×")
+
+
 def span(median: float, lo: float, hi: float, digits: int = 3) -> str:
     """``median (lo–hi)``."""
     return f"{fmt(median, digits)} ({fmt(lo, digits)}–{fmt(hi, digits)})"
@@ -648,10 +663,11 @@ class Report:
         summary = (
             f"\nWith the default block ({c['default_block']}): epoch 2 of the shuffled pass "
             f"{fmt(s['epoch1_over_epoch2'])}× [{fmt(s['epoch1_over_epoch2_min'])}–"
-            f"{fmt(s['epoch1_over_epoch2_max'])}] faster than epoch 1 with the cache, "
+            f"{fmt(s['epoch1_over_epoch2_max'])}] faster than epoch 1 with the cache "
+            f"({_epoch_goal(s)}), "
             f"{fmt(s['uncached_over_epoch2'])}× [{fmt(s['uncached_over_epoch2_min'])}–"
-            f"{fmt(s['uncached_over_epoch2_max'])}] faster than an epoch without it (goal "
-            f"{s['goal']}×), {fmt(s['epoch2_data_requests'])} data requests in epoch 2 and "
+            f"{fmt(s['uncached_over_epoch2_max'])}] faster than an epoch without it, "
+            f"{fmt(s['epoch2_data_requests'])} data requests in epoch 2 and "
             f"{fmt(s['epoch3_new_open_data_requests'])} in epoch 3.")
         if "epoch2_over_local" in s:
             summary += (
