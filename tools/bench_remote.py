@@ -251,17 +251,21 @@ class RawFloor:
         self.port, self.paths, self.size = port, paths, size
         self.conns: list = []
 
-    def round(self, fresh: bool = False) -> None:
-        """One GET per path, all at once; ``fresh``: on new connections (a first round)."""
-        self.loop.run_until_complete(self._round(fresh))
+    def round(self) -> None:
+        """One GET per path, all at once (the first after :meth:`reset` on new
+        connections)."""
+        self.loop.run_until_complete(self._round())
 
-    async def _round(self, fresh: bool) -> None:
+    def reset(self) -> None:
+        """Close the connections: the next round opens new ones."""
+        self.loop.run_until_complete(self._close())
+
+    async def _round(self) -> None:
         import asyncio
 
-        if fresh or not self.conns:
-            self._close()
-            self.conns = [await asyncio.open_connection("127.0.0.1", self.port)
-                          for _ in self.paths]
+        if not self.conns:
+            self.conns = list(await asyncio.gather(
+                *(asyncio.open_connection("127.0.0.1", self.port) for _ in self.paths)))
         await asyncio.gather(*(self._get(c, p) for c, p in zip(self.conns, self.paths,
                                                                 strict=True)))
 
@@ -274,13 +278,16 @@ class RawFloor:
         length = int(head.split(b"content-length:")[1].split(b"\r\n")[0])
         assert len(await reader.readexactly(length)) == self.size
 
-    def _close(self) -> None:
+    async def _close(self) -> None:
         for _, writer in self.conns:
             writer.close()
+        for _, writer in self.conns:
+            await writer.wait_closed()
         self.conns = []
 
     def close(self) -> None:
-        self._close()
+        """Close the connections (the proxy sees them end) and the event loop."""
+        self.loop.run_until_complete(self._close())
         self.loop.close()
 
 
@@ -339,8 +346,8 @@ def interleaved(args, url: str, data: str, log: AccessLog, rtt: float) -> dict:
         got: list = []
         rows["warm"].append(timed_rounds(lambda idx=idx, got=got: got.extend(ds.__getitems__(idx))))
         assert got == [expected[i] for i in idx], "warm batch"
-        rows["raw_cold_floor"].append(timed_rounds(lambda: (raw.round(fresh=True),
-                                                            raw.round())))
+        raw.reset()
+        rows["raw_cold_floor"].append(timed_rounds(lambda: (raw.round(), raw.round())))
         rows["raw_cold_floor"][-1]["client_rounds"] = 2
         rows["floor_round"].append(timed_rounds(lambda: run_floor(fs, files)))
         rows["raw_floor_round"].append(timed_rounds(raw.round))
