@@ -3,6 +3,7 @@ model of a reader's batches, and the choice of a shuffle under a store's limit."
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import subprocess
@@ -19,9 +20,9 @@ from ofindex.planning import (
     store_for_url,
     store_limits,
 )
-from ofindex.planning.advice import scopes_of
+from ofindex.planning.advice import choose, mixing_spread, scopes_of
 from ofindex.planning.requests import batch_requests, reader_batches
-from ofindex.shuffle import GlobalShuffleOrder, SequentialOrder
+from ofindex.shuffle import GlobalShuffleOrder, Mixing, SequentialOrder
 
 
 def test_the_stores_limits_prices_and_overrides():
@@ -102,7 +103,12 @@ def test_the_plan_picks_the_best_mixed_order_that_reaches_the_target():
     chosen = many.chosen
     assert chosen is not None and chosen.records_per_s >= 4000
     better = [c for c in many.candidates if c.records_per_s >= 4000]
-    assert chosen.mixing.value == max(c.mixing.value for c in better)
+    best = max(better, key=lambda c: c.mixing.value)
+    assert best.mixing.value - chosen.mixing.value <= 3 * max(
+        mixing_spread(best.mixing), mixing_spread(chosen.mixing))
+    assert chosen.records_per_s == max(c.records_per_s for c in better if best.mixing.value -
+                                       c.mixing.value <= 3 * max(mixing_spread(best.mixing),
+                                                                 mixing_spread(c.mixing)))
     assert "BlockShuffleSampler" in many.advice() or "GlobalShuffleSampler" in many.advice()
     hopeless = plan_shuffle(SHAPE, s3, 256, 1e9, block_sizes=BLOCKS)
     assert hopeless.chosen is None and "no order reaches" in hopeless.advice()
@@ -112,6 +118,34 @@ def test_the_plan_picks_the_best_mixed_order_that_reaches_the_target():
         plan_shuffle(SHAPE, s3, 0, 1)
     with pytest.raises(ValueError, match="target"):
         plan_shuffle(SHAPE, s3, 1, 0)
+
+
+def test_a_mixing_higher_by_noise_does_not_win_over_a_faster_order():
+    """Found on TFX's files (31,496 records): a block shuffle whose window held the whole
+    dataset measured 1.0031 against the full shuffle's 1.0000, and was advised although it
+    read 117,333 records/s against 128,000. The measure's spread there: 0.4 %."""
+    plan = plan_shuffle(SHAPE, store_limits("s3"), 1, 1, block_sizes=BLOCKS)
+    glob, block = plan.candidates[0], plan.candidates[-1]
+    pairs = 31_495
+
+    def as_(c, value, records_per_s, dollars=0.02):
+        return dataclasses.replace(c, mixing=Mixing(value, 0.0, pairs),
+                                   records_per_s=records_per_s, dollars_per_million=dollars)
+
+    assert mixing_spread(Mixing(1.0, 0.0, pairs)) == pytest.approx(0.00398, rel=1e-2)
+    full, noisy = as_(glob, 1.0, 128_000), as_(block, 1.0031, 117_333)
+    assert choose([full, noisy]) is full and choose([noisy, full]) is full
+    better = as_(block, 1.05, 117_333)  # 12 spreads above: really better mixed
+    assert choose([full, better]) is better
+    worse_but_faster = as_(block, 0.9, 500_000)
+    assert choose([full, worse_but_faster]) is full
+    same_speed = as_(block, 1.001, 128_000, dollars=0.02)
+    assert choose([same_speed, full]) is full  # a tie all through: the simplest order
+    cheaper = as_(block, 1.001, 128_000, dollars=0.01)
+    assert choose([full, cheaper]) is cheaper
+    assert choose([]) is None
+    sampled = Mixing(1.0, 0.01, 100)  # a sampled measure adds its standard error
+    assert mixing_spread(sampled) == pytest.approx(math.sqrt(0.005) + 0.01)
 
 
 @pytest.fixture(scope="module")
