@@ -40,8 +40,10 @@ def test_build_info_get_verify(data_dir, capsys):
 
 
 def test_exit_codes_for_errors(tmp_path, data_dir, capsys):
-    assert main(["info", data_dir]) == EXIT_ERROR  # not indexed yet
+    assert main(["get", data_dir, "0"]) == EXIT_ERROR  # not indexed yet
     assert "ofindex build" in capsys.readouterr().err
+    assert main(["info", data_dir]) == EXIT_OK  # says so, and what indexes them
+    assert f"`ofindex build {data_dir}`" in capsys.readouterr().out
     assert main(["build", str(tmp_path / "missing")]) == EXIT_ERROR
     assert main(["build", data_dir, "--no-progress"]) == EXIT_OK
     assert main(["get", data_dir, "30"]) == EXIT_ERROR

@@ -73,7 +73,7 @@ def test_python_dash_m_is_the_same_command(data):
 
 
 def test_unindexed_directory_names_every_shard_and_the_cli_step(data):
-    r = run(["info", data])
+    r = run(["get", data, "0"])  # (info, head and schema read the files' start instead)
     assert_one_line_error(r, "2 of 2 shards have no index", "part-0", "part-1",
                           f"`ofindex build {data}`")
     assert "build_missing" not in r.stderr  # a Python keyword means nothing here
@@ -99,9 +99,9 @@ def test_cli_hints_use_flags_not_keyword_arguments(tmp_path):
 
 
 def test_debug_shows_the_traceback(data):
-    r = run(["info", data, "--debug"])
+    r = run(["get", data, "0", "--debug"])
     assert r.returncode == 1 and "Traceback" in r.stderr and "IndexNotFoundError" in r.stderr
-    r = run(["info", data], env={"OFINDEX_DEBUG": "1"})
+    r = run(["get", data, "0"], env={"OFINDEX_DEBUG": "1"})
     assert r.returncode == 1 and "Traceback" in r.stderr
 
 
@@ -160,8 +160,10 @@ def test_read_only_web_server_names_index_dir(nginx_server, data, tmp_path):
     name = uuid.uuid4().hex[:8]
     copy_dataset(data, os.path.join(nginx_server.root, name))
     url = f"{nginx_server.url}/{name}/"
-    r = run(["info", url])  # no index: the step named must work on a web server
+    r = run(["get", url, "0"])  # no index: the step named must work on a web server
     assert_one_line_error(r, "no index", "--index-dir DIR")
+    r = run(["info", url])  # info says the same, and what the files are
+    assert r.returncode == 0 and "--index-dir DIR" in r.stdout and "shards:  2" in r.stdout
     r = run(["build", url])
     assert_one_line_error(r, "read-only", "405", "--index-dir DIR")
     assert "index_dir=" not in r.stderr

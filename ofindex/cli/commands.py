@@ -114,8 +114,14 @@ def _build_summary(results: Sequence[BuildResult], *, verified: bool) -> str:
 
 
 def cmd_info(args: argparse.Namespace, options: Options) -> int:
-    """``ofindex info``: shards, counts, sizes and index state (partial indexes shown)."""
-    ds = _open(args, options, verify=False)
+    """``ofindex info``: shards, counts, sizes and index state (partial indexes shown; files
+    without an index: see :mod:`.unindexed`)."""
+    try:
+        ds = _open(args, options, verify=False)
+    except IndexNotFoundError as missing:
+        from . import unindexed
+
+        return unindexed.cmd_info(args, options, missing)
     shards = ds.shards
     partial = [s for s in shards if s.partial]
     comps = [c.name.lower() for c in ds.compressions]  # loads every sidecar
@@ -323,17 +329,25 @@ __all__ = ["cmd_build", "cmd_demo", "cmd_export_index", "cmd_get", "cmd_import_i
 
 def cmd_schema(args: argparse.Namespace, options: Options) -> int:
     """``ofindex schema`` (see :mod:`.inspection`)."""
-    from . import inspection
+    from . import inspection, unindexed
 
-    with _open(args, options, verify=False) as ds:
+    try:
+        ds = _open(args, options, verify=False)
+    except IndexNotFoundError as missing:
+        return unindexed.cmd_schema(args, options, missing)
+    with ds:
         return inspection.cmd_schema(args, options, ds)
 
 
 def cmd_head(args: argparse.Namespace, options: Options) -> int:
     """``ofindex head`` (see :mod:`.inspection`)."""
-    from . import inspection
+    from . import inspection, unindexed
 
-    with _open(args, options, verify=True) as ds:
+    try:
+        ds = _open(args, options, verify=True)
+    except IndexNotFoundError as missing:
+        return unindexed.cmd_head(args, options, missing)
+    with ds:
         return inspection.cmd_head(args, options, ds)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -48,11 +49,21 @@ def _decoded(payload: bytes, kind: str) -> str:
 def cmd_head(args: argparse.Namespace, options: Options, ds: Dataset) -> int:
     """``ofindex head``: the first records, decoded and cut to a readable size."""
     n = min(args.n, len(ds))
-    kind = infer_spec(ds, sample=16).kind
-    for index, payload in enumerate(ds[:n]):
+    print_records(ds[:n], infer_spec(ds, sample=16).kind)
+    return EXIT_OK
+
+
+def print_records(records: Sequence[bytes], kind: str) -> None:
+    """Print records numbered from 0, decoded as ``kind`` and cut to a readable size.
+
+    Args:
+        records: The payloads.
+        kind: ``"example"``, ``"sequence_example"``, ``"ofrecord"`` or ``"raw"`` (shown as
+            the bytes' start).
+    """
+    for index, payload in enumerate(records):
         print(f"--- record {index} ({len(payload)} bytes)")
         print(_decoded(payload, kind) if kind != "raw" else repr(payload[:80]))
-    return EXIT_OK
 
 
 def cmd_stats(args: argparse.Namespace, options: Options, ds: Dataset) -> int:

@@ -233,7 +233,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="compressed files: uncompressed bytes between seek points (default "
                         "256K; smaller: faster random reads, larger index)")
 
-    p = add("info", "shards, record counts, sizes and index state", _common())
+    p = add("info", "shards, record counts, sizes and index state (files without an index: "
+            "their sizes, framing and the command that indexes them)", _common())
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--schema", nargs="?", type=int, const=256, default=None, metavar="N",
                    help="also infer the records' features from N records sampled across "
@@ -251,15 +252,18 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --decode: the message type (default: by record format)")
     p.add_argument("--no-verify", action="store_true", help="skip CRC checks")
 
-    p = add("schema", "infer the features of the records from a random sample", _common())
+    p = add("schema", "infer the features of the records from a random sample (files not "
+            "indexed yet: from the start of up to 16 of them)", _common())
     p.add_argument("--sample", type=int, default=256, metavar="N",
-                   help="records sampled across all shards (default 256)")
+                   help="records sampled across all shards (default 256); files without an "
+                        "index are sampled from their start, no index written")
     p.add_argument("--seed", type=int, default=0, help="the sample's seed")
     p.add_argument("--style", choices=["python", "tf", "both"], default="both",
                    help="print ofindex.decode code, a TensorFlow feature_description, or both")
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
-    p = add("head", "print the first records, decoded and cut to a readable size", _common())
+    p = add("head", "print the first records, decoded and cut to a readable size (no index "
+            "needed)", _common())
     p.add_argument("-n", type=int, default=5, metavar="N", help="records (default 5)")
 
     p = add("stats", "records, shards, bytes, record size percentiles, feature presence",

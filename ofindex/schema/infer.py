@@ -128,19 +128,22 @@ class Schema:
 
     Attributes:
         kind: ``"example"``, ``"sequence_example"``, ``"ofrecord"`` or ``"raw"``.
-        records: Records in the dataset.
+        records: Records in the dataset (``None``: not known, the files have no index).
         sampled: Records sampled.
         features: Per feature (the context for a SequenceExample): :class:`FeatureStats`.
         feature_lists: Per feature list of a SequenceExample.
         failure: For ``"raw"``: why a sampled record is not of the format's message.
+        sampled_from: Where the sample was taken when not uniformly across the dataset
+            (e.g. ``"from the start of 16 of 1,000 files"``), else ``""``.
     """
 
     kind: str
-    records: int
+    records: int | None
     sampled: int
     features: dict[str, FeatureStats] = dataclasses.field(default_factory=dict)
     feature_lists: dict[str, FeatureStats] = dataclasses.field(default_factory=dict)
     failure: str = ""
+    sampled_from: str = ""
 
     @property
     def spec(self) -> dict[str, FixedLen | VarLen]:
@@ -177,13 +180,15 @@ class Schema:
 
         Returns:
             ``{"kind", "records", "sampled", "features", "feature_lists"}`` (and
-            ``"failure"`` for raw records), per feature its :class:`FeatureStats` fields.
+            ``"failure"`` for raw records, ``"sampled_from"`` for a sample not taken across
+            the dataset), per feature its :class:`FeatureStats` fields.
         """
         return {"kind": self.kind, "records": self.records, "sampled": self.sampled,
                 "features": {n: dataclasses.asdict(s) for n, s in self.features.items()},
                 "feature_lists": {n: dataclasses.asdict(s)
                                   for n, s in self.feature_lists.items()},
-                **({"failure": self.failure} if self.failure else {})}
+                **({"failure": self.failure} if self.failure else {}),
+                **({"sampled_from": self.sampled_from} if self.sampled_from else {})}
 
 
 def _stats_of(features: Any, table: dict[str, FeatureStats]) -> None:
@@ -206,13 +211,15 @@ def _lists_of(feature_lists: Any, table: dict[str, FeatureStats]) -> None:
                       len(getattr(feature, kind).value) if kind else 0)
 
 
-def schema_of_records(records: Iterable[bytes], fmt: str, total: int) -> Schema:
+def schema_of_records(records: Iterable[bytes], fmt: str, total: int | None,
+                      sampled_from: str = "") -> Schema:
     """Infer the schema of some records of a dataset.
 
     Args:
         records: Sampled payloads.
         fmt: ``"tfrecord"`` or ``"ofrecord"`` (the dataset's framing).
-        total: Records in the dataset.
+        total: Records in the dataset (``None`` when not known).
+        sampled_from: Where the sample was taken, when not uniformly across the dataset.
 
     Returns:
         A :class:`Schema`.
@@ -227,18 +234,20 @@ def schema_of_records(records: Iterable[bytes], fmt: str, total: int) -> Schema:
             parsed = message.FromString(bytes(data))
         except (ProtobufDecodeError, RuntimeError) as exc:
             return Schema("raw", total, len(records),
-                          failure=f"sampled record {k} is not {what} ({exc})")
+                          failure=f"sampled record {k} is not {what} ({exc})",
+                          sampled_from=sampled_from)
         parsed.DiscardUnknownFields()
         if parsed.ByteSize() != len(data):  # it held fields the message does not have
             return Schema("raw", total, len(records),
-                          failure=f"sampled record {k} is not {what} (it holds other fields)")
+                          failure=f"sampled record {k} is not {what} (it holds other fields)",
+                          sampled_from=sampled_from)
         if isinstance(parsed, ofrecord_pb2.OFRecord):
             _stats_of(parsed.feature, features)
         else:
             _stats_of(parsed.context.feature, features)
             _lists_of(parsed.feature_lists.feature_list, lists)
     kind = "ofrecord" if fmt == "ofrecord" else ("sequence_example" if lists else "example")
-    return Schema(kind, total, len(records), features, lists)
+    return Schema(kind, total, len(records), features, lists, sampled_from=sampled_from)
 
 
 def sample_indices(total: int, sample: int, seed: int) -> np.ndarray:

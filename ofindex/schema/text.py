@@ -33,6 +33,9 @@ def _lines(specs: dict[str, FixedLen | VarLen], stats: dict[str, FeatureStats],
 
 
 def _header(schema: Schema) -> str:
+    if schema.records is None or schema.sampled_from:
+        return (f"# {schema.kind}: {schema.sampled:,} records sampled by ofindex "
+                f"{schema.sampled_from}".rstrip())
     return (f"# {schema.kind}: {schema.sampled:,} of {schema.records:,} records sampled "
             "by ofindex.infer_spec")
 
