@@ -109,6 +109,7 @@ def given(tmp_path):
                                    "label": 10 * shard + k}) for k in range(10)]
         expected += records
         (root / f"part-{shard}.gz").write_bytes(gzip.compress(tfrecords(records)))
+    (root / "notes").write_bytes(b"how these files were made\n")  # a stray, as a build sees it
     os.chmod(root, 0o555)
     yield str(root), expected
     os.chmod(root, 0o755)
@@ -126,6 +127,8 @@ def test_schema_head_and_info_of_files_never_indexed(given, capsys):
     assert image["min_count"] == image["max_count"] == 3 and image["dtype"] == "float32"
     assert image["present"] == 40
     assert f"4 of 4 shards have no index ({root}/part-0.gz" in err
+    assert err.count("WARNING: skipped 1 file that is not TFRecord/OFRecord: ") == 1
+    assert f"{root}/notes" in err
     assert f"build them with `ofindex build {root}`. Sampled the first records" in err
     assert main(["schema", root, "--style", "tf", "--sample", "8"]) == 0
     out, _ = capsys.readouterr()
@@ -139,6 +142,7 @@ def test_schema_head_and_info_of_files_never_indexed(given, capsys):
     assert main(["info", root]) == 0
     out, _ = capsys.readouterr()
     assert "records: unknown: not indexed" in out and "4 of 4 shards have no index" in out
+    assert "shards:  4\n" in out and "notes" not in out
     assert "compression: gzip (first file)" in out and "format:  tfrecord (first file)" in out
     assert main(["info", root, "--json", "--schema", "4"]) == 0
     info = json.loads(capsys.readouterr().out)

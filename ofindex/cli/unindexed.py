@@ -6,8 +6,10 @@ dataset, and works where you may not write (someone else's bucket)."""
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import sys
+import warnings
 from typing import Any
 
 import numpy as np
@@ -17,6 +19,7 @@ from ..errors import FormatDetectionError, IndexNotFoundError
 from ..formats.compression import parse_compression
 from ..formats.framing import RecordFormat
 from ..formats.location import resolve
+from ..formats.strays import is_stray, name_pattern, warn_skipped
 from ..read.peek import PeekedFile, peek_file
 from ..schema import Schema, to_python, to_tf
 from ..schema.infer import schema_of_records
@@ -43,11 +46,53 @@ class Files:
         location = resolve(args.paths, index_dir=args.index_dir, storages=Storages(options))
         self.storage: Storage = location.storage
         self.files = list(location.files)
+        self.named = location.named
         self.fmt = None if args.format == "auto" else RecordFormat[args.format.upper()]
         self.compression = parse_compression(args.compression)
         self._seen: tuple[str, RecordFormat] | None = None
+        # names shared by several files are shards' (part-00000, part-00001 …): such a file
+        # whose bytes fit no framing is a damaged shard, not a stray
+        names = collections.Counter(name_pattern(self.storage.basename(f)) for f in self.files)
+        self.patterns = {pattern for pattern, count in names.items() if count > 1}
+        #: Listed files left out as plainly not record files (a README beside the shards).
+        self.skipped: list[str] = []
+        self.reported = 0
+        self._strays: dict[str, bool] = {}
 
-    def peek(self, path: str, count: int, *, verify: bool) -> PeekedFile:
+    def stray(self, path: str) -> bool:
+        """Tell whether ``path``, found by a directory or glob, is plainly not a record file
+        (:func:`~ofindex.formats.strays.is_stray`), and note it in :attr:`skipped` if so.
+
+        Args:
+            path: One of :attr:`files`.
+
+        Returns:
+            ``True`` for a stray, which a build would skip too.
+        """
+        known = self._strays.get(path)
+        if known is None:
+            known = path not in self.named and is_stray(self.storage, path, self.patterns)
+            self._strays[path] = known
+            if known:
+                self.skipped.append(self.storage.url(path))
+        return known
+
+    def report_skipped(self) -> None:
+        """Print one warning line naming the files left out since the last report, if any."""
+        if self.skipped:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                warn_skipped(self.skipped)
+            print(f"WARNING: {caught[0].message}", file=sys.stderr)
+            self.reported += len(self.skipped)
+            self.skipped = []
+
+    @property
+    def count(self) -> int:
+        """The listed files, less those found to be strays."""
+        return len(self.files) - self.reported - len(self.skipped)
+
+    def peek(self, path: str, count: int, *, verify: bool) -> PeekedFile | None:
         """The first ``count`` records of ``path``.
 
         Args:
@@ -56,12 +101,14 @@ class Files:
             verify: Check TFRecord payload CRCs.
 
         Returns:
-            What the start of the file holds.
+            What the start of the file holds; ``None`` for a stray (:meth:`stray`).
 
         Raises:
             FormatDetectionError: Its framing is not that of the files read before it.
             OfindexError: As :func:`~ofindex.read.peek.peek_file` raises.
         """
+        if self.stray(path):
+            return None
         got = peek_file(self.storage, path, count, fmt=self.fmt, compression=self.compression,
                         verify=verify)
         if got.format is not None:
@@ -117,11 +164,14 @@ def sample_schema(files: Files, sample: int) -> Schema:
     chosen = spread(len(files.files), SCHEMA_FILES)
     each = max(1, -(-max(0, sample) // max(1, len(chosen))))
     records: list[bytes] = []
+    read = 0
     for k in chosen:
-        records.extend(files.peek(files.files[k], each, verify=False).records)
-    where = (f"from the start of {len(chosen):,} of {len(files.files):,} files"
-             if len(chosen) < len(files.files) else
-             f"from the start of each of the {len(files.files):,} files")
+        got = files.peek(files.files[k], each, verify=False)
+        records.extend(got.records if got is not None else ())
+        read += got is not None
+    files.report_skipped()
+    where = (f"from the start of {read:,} of {files.count:,} files" if read < files.count
+             else f"from the start of each of the {read:,} files")
     return schema_of_records(records, files.format.name.lower(), None, sampled_from=where)
 
 
@@ -171,7 +221,9 @@ def cmd_head(args: argparse.Namespace, options: Options, missing: IndexNotFoundE
     for path in files.files:
         if len(records) >= args.n:
             break
-        records.extend(files.peek(path, args.n - len(records), verify=True).records)
+        got = files.peek(path, args.n - len(records), verify=True)
+        records.extend(got.records if got is not None else ())
+    files.report_skipped()
     _note(f"{missing.cli_message()}. Read the records from the start of the files instead")
     kind = schema_of_records(records[:16], files.format.name.lower(), None).kind
     print_records(records, kind)
@@ -191,28 +243,30 @@ def cmd_info(args: argparse.Namespace, options: Options, missing: IndexNotFoundE
         The exit code.
     """
     files = Files(args, options)
-    first = next((files.peek(p, 0, verify=False) for p in files.files[:1]), None)
-    sizes = [files.storage.stamp(p).size for p in files.files[:50]]
+    shown = [p for p in files.files[:50] if not files.stray(p)]
+    first = files.peek(shown[0], 0, verify=False) if shown else None
+    sizes = [files.storage.stamp(p).size for p in shown]
     state = missing.cli_message()
     schema = None if args.schema is None else sample_schema(files, args.schema)
     fmt = first.format.name.lower() if first is not None and first.format else "unknown"
     comp = first.compression.name.lower() if first is not None else "unknown"
+    files.report_skipped()
     if args.json:
         print(json.dumps({
             "format": fmt, "compression_of_first_file": comp, "records": None,
             "index": state, "loops": implementation(),
             "shards": [{"url": files.storage.url(p), "bytes": n}
-                       for p, n in zip(files.files, sizes, strict=False)],
+                       for p, n in zip(shown, sizes, strict=True)],
             **({} if schema is None else {"schema": schema.to_dict()}),
         }, indent=2))
         return EXIT_OK
     print(f"format:  {fmt} (first file)")
     print(f"compression: {comp} (first file)")
-    print(f"shards:  {len(files.files)}")
+    print(f"shards:  {files.count}")
     print("records: unknown: not indexed")
     print(f"index:   {state}")
     print(f"loops:   {implementation()}")
-    for path, size in zip(files.files, sizes, strict=False):
+    for path, size in zip(shown, sizes, strict=True):
         print(f"  {size:>12}  {files.storage.url(path)}")
     if len(files.files) > 50:
         print(f"  … and {len(files.files) - 50} more shards")
