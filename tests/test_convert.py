@@ -118,6 +118,33 @@ def test_record_datasets_reshard_recompress_and_change_framing(tmp_path):
         assert [decode_example(r)["f"][0] for r in ds[:]] == [k / 2 for k in range(30)]
 
 
+def test_sequence_examples_with_feature_lists_are_not_cut_down_to_ofrecords(tmp_path, capsys):
+    """An OFRecord has no feature lists: converting SequenceExamples that have some would drop
+    them without a word (an Example's parser skips field 2), so it is refused, naming the
+    record, and nothing is written; one with only a context converts whole."""
+    from ofindex.encode import encode_sequence_example
+
+    with ofindex.ShardedWriter(tmp_path / "seq", shard_records=4) as w:
+        for k in range(6):
+            lists = {"steps": [[k, k + 1]] * (k % 3 + 1)} if k >= 4 else {}
+            w.write(encode_sequence_example({"id": k}, lists))
+    with pytest.raises(EncodeError, match=r"record 4 of the source is a tf\.train\."
+                       "SequenceExample with feature lists") as caught:
+        ofindex.convert(str(tmp_path / "seq"), tmp_path / "of", format="ofrecord")
+    assert "format='tfrecord'" in str(caught.value)
+    assert not os.path.exists(tmp_path / "of")
+    assert main(["convert", str(tmp_path / "seq"), str(tmp_path / "of"), "--to",
+                 "ofrecord"]) == 1
+    assert "keep TFRecord (--to tfrecord)" in capsys.readouterr().err
+    assert not os.path.exists(tmp_path / "of")
+    with ofindex.ShardedWriter(tmp_path / "ctx", shard_records=4) as w:
+        for k in range(3):
+            w.write(encode_sequence_example({"id": k}, {}))
+    ofindex.convert(str(tmp_path / "ctx"), tmp_path / "ctx-of", format="ofrecord")
+    with ofindex.open(str(tmp_path / "ctx-of")) as ds:
+        assert [decode_ofrecord(r)["id"].tolist() for r in ds[:]] == [[0], [1], [2]]
+
+
 def test_cli_schema_head_stats_convert(tmp_path, capsys):
     with ofindex.ShardedWriter(tmp_path / "d", shard_records=40) as w:
         for k in range(100):

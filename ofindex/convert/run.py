@@ -11,8 +11,10 @@ from typing import Any
 from ofindex.convert.prefetch import Prefetched
 from ofindex.convert.sources import open_source
 from ofindex.decode import decode_example, decode_ofrecord
+from ofindex.decode.example import top_fields
 from ofindex.decode.spec import Spec
 from ofindex.encode import encode_example, encode_ofrecord
+from ofindex.errors import EncodeError, hint
 from ofindex.formats.framing import RecordFormat
 from ofindex.write.sharded import ShardedWriter, WriteSummary
 
@@ -24,9 +26,26 @@ def _recoded(records: Iterable[bytes], source: str, target: str,
     if source == target:
         return records
     if target == "ofrecord":
-        return [encode_ofrecord(decode_example(r), record=first + k)
-                for k, r in enumerate(records)]
+        return [_as_ofrecord(r, first + k) for k, r in enumerate(records)]
     return [encode_example(decode_ofrecord(r), record=first + k) for k, r in enumerate(records)]
+
+
+def _as_ofrecord(record: bytes, number: int) -> bytes:
+    """An Example as an OFRecord; a record holding more than an Example's features (a
+    SequenceExample's feature lists) is refused rather than cut down to them.
+
+    Raises:
+        EncodeError: The record holds other top-level fields than an Example's features.
+    """
+    beyond = top_fields(record) - {1}
+    if beyond:
+        what = ("a tf.train.SequenceExample with feature lists" if beyond == {2}
+                else f"not a tf.train.Example (it holds fields {sorted(beyond)})")
+        keep = hint("format='tfrecord'", "--to tfrecord")
+        raise EncodeError(
+            f"record {number} of the source is {what}: an OFRecord holds features only, so "
+            f"converting would drop them; keep TFRecord ({keep})")
+    return encode_ofrecord(decode_example(record), record=number)
 
 
 def _bar(enabled: bool, total: int | None, description: str) -> Any:

@@ -20,7 +20,7 @@ from ofindex.decode._values import (
     list_values,
 )
 from ofindex.decode._walk import Located, Walked, walk_example, walk_ofrecord
-from ofindex.decode._wire import WireError, as_bytes
+from ofindex.decode._wire import LEN, WireError, as_bytes, iter_fields
 from ofindex.decode.spec import (
     FeatureSpec,
     FixedLen,
@@ -176,6 +176,30 @@ def decode_example_normalized(data: RecordBytes, nspec: NormalizedSpec | None) -
     buf = data if type(data) is bytes else as_bytes(data)
     return decode_features(buf, walk(buf, walk_example, "Example"), nspec,
                            EXAMPLE_KINDS, "Example")
+
+
+def top_fields(data: RecordBytes) -> set[int]:
+    """The field numbers at the top level of a serialized message that hold something: an
+    Example holds only 1 (its features); a SequenceExample holds 1 (its context) and 2 (its
+    feature lists), which an Example's parser skips without a word. A length-delimited field
+    of no bytes (an empty message) holds nothing.
+
+    Args:
+        data: The serialized record.
+
+    Returns:
+        The field numbers present with content.
+
+    Raises:
+        DecodeError: ``data`` is not a valid protobuf message.
+    """
+    buf = data if type(data) is bytes else as_bytes(data)
+
+    def fields(b: bytes) -> set[int]:
+        return {field for field, wire, start, stop in iter_fields(b, 0, len(b))
+                if wire != LEN or stop > start}
+
+    return walk(buf, fields, "Example")
 
 
 def decode_ofrecord(data: RecordBytes, spec: Spec = None) -> Decoded:
