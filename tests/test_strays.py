@@ -200,6 +200,19 @@ def test_open_without_manifest_names_only_real_shards_missing_an_index(tmp_path)
     assert not os.path.exists(os.path.join(d, "README.txt.ofidx"))
 
 
+def test_an_empty_shard_beside_a_stray_opens_through_an_index_dir(tmp_path):
+    """An empty shard's sidecar (no records: ``len()`` 0, so falsy) counted as not found when
+    a stray made the opening look again at which shards had a sidecar: the dataset failed to
+    open, naming the empty shard as missing its index (found converting such files)."""
+    d = _tf_dir(tmp_path / "d")
+    write_raw(os.path.join(d, "part-2.tfrecord"), gzip.compress(b""))
+    with pytest.warns(ofindex.SkippedFilesWarning):
+        ds = ofindex.open(d, index_dir=str(tmp_path / "idx"), build_missing=True)
+    assert list(ds) == TF and [s.records for s in ds.shards] == [7, 5, 0]
+    with pytest.warns(ofindex.SkippedFilesWarning):
+        assert list(ofindex.open(d, index_dir=str(tmp_path / "idx"))) == TF
+
+
 def test_a_damaged_shard_is_reported_not_skipped(tmp_path):
     """A file whose first bytes fit no record file is a damaged shard, not a stray, when it is
     named like the record files beside it or names the format."""

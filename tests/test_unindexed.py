@@ -18,7 +18,7 @@ import pytest
 from ofindex.cli.main import main
 from ofindex.cli.unindexed import spread
 from ofindex.encode import encode_example
-from ofindex.errors import CorruptRecordError, TruncatedRecordError
+from ofindex.errors import CorruptRecordError, FormatDetectionError, TruncatedRecordError
 from ofindex.formats.framing import RecordFormat
 from ofindex.formats.sidecar_header import Compression
 from ofindex.read.peek import PIECE, peek_file
@@ -160,3 +160,58 @@ def test_a_damaged_file_without_an_index_is_one_line_and_exit_1(tmp_path, capsys
     err = capsys.readouterr().err
     assert "f.tfrecord: record 0 at byte offset 0: length CRC mismatch" in err
     assert "Traceback" not in err
+
+
+# -- converting files that have no index -------------------------------------------------------
+def _source(root, records_per_file=(5, 0, 7)):
+    """Plain and gzip TFRecord files never indexed, and a stray beside them."""
+    root.mkdir()
+    expected = []
+    for k, n in enumerate(records_per_file):
+        records = [f"file {k} record {j}".encode() * (j + 1) for j in range(n)]
+        expected += records
+        data = tfrecords(records)
+        (root / f"part-{k}").write_bytes(gzip.compress(data) if k % 2 else data)
+    (root / "README.md").write_text("how these files were made\n")
+    return expected
+
+
+def test_converting_local_files_without_an_index_writes_nothing_beside_them(
+        tmp_path, monkeypatch):
+    import tempfile
+
+    import ofindex
+
+    expected = _source(tmp_path / "src")
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    with pytest.warns(ofindex.SkippedFilesWarning, match="README.md"):
+        ofindex.convert(str(tmp_path / "src"), tmp_path / "out", shard_records=5)
+    with ofindex.open(str(tmp_path / "out")) as ds:
+        assert ds[:] == expected and len(ds.shards) == 3
+    assert sorted(os.listdir(tmp_path)) == ["out", "out.ofindex", "src", "tmp"]
+    assert os.listdir(scratch) == []  # the source's scratch index is gone
+
+
+def test_converting_remote_files_without_an_index_reads_them_once(nginx_server, tmp_path):
+    import uuid
+
+    import ofindex
+
+    name = uuid.uuid4().hex[:8]
+    from pathlib import Path
+
+    expected = _source(Path(nginx_server.root) / name)
+    url = f"{nginx_server.url}/{name}/"
+    with pytest.warns(ofindex.SkippedFilesWarning, match="README.md"):
+        summary = ofindex.convert(url, tmp_path / "out", shard_records=4)
+    assert summary.records == len(expected)
+    with ofindex.open(str(tmp_path / "out")) as ds:
+        assert ds[:] == expected and ds.format is RecordFormat.TFRECORD
+    assert sorted(os.listdir(nginx_server.root + "/" + name)) == [
+        "README.md", "part-0", "part-1", "part-2"]
+    assert not os.path.exists(nginx_server.root + f"/{name}.ofindex")
+    (Path(nginx_server.root) / name / "part-3").write_bytes(ofrecords([b"x"]))
+    with pytest.raises(FormatDetectionError, match="part-3 holds OFRECORD records but "):
+        ofindex.convert(url, tmp_path / "out2")

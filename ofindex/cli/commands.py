@@ -363,4 +363,8 @@ def cmd_convert(args: argparse.Namespace, options: Options) -> int:
     """``ofindex convert`` (see :mod:`.inspection`)."""
     from . import inspection
 
-    return inspection.cmd_convert(args, options)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", SkippedFilesWarning)
+        code = inspection.cmd_convert(args, options)
+    _print_skipped(caught, others=True)
+    return code

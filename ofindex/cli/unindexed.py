@@ -6,7 +6,6 @@ dataset, and works where you may not write (someone else's bucket)."""
 from __future__ import annotations
 
 import argparse
-import collections
 import json
 import sys
 import warnings
@@ -19,7 +18,7 @@ from ..errors import FormatDetectionError, IndexNotFoundError
 from ..formats.compression import parse_compression
 from ..formats.framing import RecordFormat
 from ..formats.location import resolve
-from ..formats.strays import is_stray, name_pattern, warn_skipped
+from ..formats.strays import ListedStrays, warn_skipped
 from ..read.peek import PeekedFile, peek_file
 from ..schema import Schema, to_python, to_tf
 from ..schema.infer import schema_of_records
@@ -46,51 +45,27 @@ class Files:
         location = resolve(args.paths, index_dir=args.index_dir, storages=Storages(options))
         self.storage: Storage = location.storage
         self.files = list(location.files)
-        self.named = location.named
         self.fmt = None if args.format == "auto" else RecordFormat[args.format.upper()]
         self.compression = parse_compression(args.compression)
         self._seen: tuple[str, RecordFormat] | None = None
-        # names shared by several files are shards' (part-00000, part-00001 …): such a file
-        # whose bytes fit no framing is a damaged shard, not a stray
-        names = collections.Counter(name_pattern(self.storage.basename(f)) for f in self.files)
-        self.patterns = {pattern for pattern, count in names.items() if count > 1}
-        #: Listed files left out as plainly not record files (a README beside the shards).
-        self.skipped: list[str] = []
-        self.reported = 0
-        self._strays: dict[str, bool] = {}
-
-    def stray(self, path: str) -> bool:
-        """Tell whether ``path``, found by a directory or glob, is plainly not a record file
-        (:func:`~ofindex.formats.strays.is_stray`), and note it in :attr:`skipped` if so.
-
-        Args:
-            path: One of :attr:`files`.
-
-        Returns:
-            ``True`` for a stray, which a build would skip too.
-        """
-        known = self._strays.get(path)
-        if known is None:
-            known = path not in self.named and is_stray(self.storage, path, self.patterns)
-            self._strays[path] = known
-            if known:
-                self.skipped.append(self.storage.url(path))
-        return known
+        #: Which listed files are plainly not record files (a README beside the shards).
+        self.stray = ListedStrays(self.storage, self.files, location.named)
+        self._reported = 0
 
     def report_skipped(self) -> None:
         """Print one warning line naming the files left out since the last report, if any."""
-        if self.skipped:
+        new = self.stray.skipped[self._reported:]
+        if new:
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
-                warn_skipped(self.skipped)
+                warn_skipped(new)
             print(f"WARNING: {caught[0].message}", file=sys.stderr)
-            self.reported += len(self.skipped)
-            self.skipped = []
+            self._reported += len(new)
 
     @property
     def count(self) -> int:
         """The listed files, less those found to be strays."""
-        return len(self.files) - self.reported - len(self.skipped)
+        return len(self.files) - len(self.stray.skipped)
 
     def peek(self, path: str, count: int, *, verify: bool) -> PeekedFile | None:
         """The first ``count`` records of ``path``.

@@ -11,13 +11,20 @@ from __future__ import annotations
 import dataclasses
 import glob
 import os
+import shutil
+import tempfile
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 
 from ofindex.encode.arrow import check_arrow_type
-from ofindex.errors import EncodeError
+from ofindex.errors import EncodeError, FormatDetectionError, IndexNotFoundError
+from ofindex.formats.framing import RecordFormat
+from ofindex.formats.location import resolve
+from ofindex.formats.strays import ListedStrays, only_strays, warn_skipped
+from ofindex.read.peek import RecordStream
+from ofindex.storage.registry import Storages
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".gif", ".bmp", ".webp", ".tif", ".tiff")
 
@@ -119,17 +126,84 @@ def image_folder_source(root: str, batch_size: int) -> Source:
 
 
 def records_source(src: str, batch_size: int, storage_options: dict[str, Any] | None) -> Source:
-    """A TFRecord or OFRecord dataset (any path ``ofindex.open`` takes), record payloads."""
+    """A TFRecord or OFRecord dataset (any path ``ofindex.open`` takes), record payloads,
+    through its index. Files without one are not indexed where they are (the source is not
+    ours to write to): local files are indexed into a temporary directory, removed after the
+    conversion (one fast scan); remote ones are read front to back once
+    (:func:`unindexed_records_source`)."""
     from ofindex.opening import open as open_dataset
 
-    ds = open_dataset(src, storage_options=storage_options, build_missing=True)
+    scratch = None
+    try:
+        ds = open_dataset(src, storage_options=storage_options)
+    except IndexNotFoundError:
+        location = resolve(src, storages=Storages(storage_options or {}))
+        if not location.storage.is_local:
+            return unindexed_records_source(src, batch_size, storage_options)
+        scratch = tempfile.mkdtemp(prefix="ofindex-convert-")
+        try:
+            ds = open_dataset(src, storage_options=storage_options, index_dir=scratch,
+                              build_missing=True)
+        except BaseException:
+            shutil.rmtree(scratch, ignore_errors=True)
+            raise
 
     def batches() -> Iterator[Any]:
-        with ds:
-            yield from ds.iter_batches(batch_size)
+        try:
+            with ds:
+                yield from ds.iter_batches(batch_size)
+        finally:
+            if scratch is not None:
+                shutil.rmtree(scratch, ignore_errors=True)
 
     return Source(f"{ds.format.name.lower()} dataset {src}", len(ds), batches, raw=True,
                   record_format=ds.format.name.lower())
+
+
+def unindexed_records_source(src: str, batch_size: int,
+                             storage_options: dict[str, Any] | None) -> Source:
+    """Record files without an index, read front to back (their framing and CRCs checked);
+    listed files that are plainly not record files are skipped with one warning, as a build
+    skips them.
+
+    Raises:
+        FormatDetectionError: A file fits no framing, or files of both framings are listed.
+    """
+    location = resolve(src, storages=Storages(storage_options or {}))
+    storage, files = location.storage, list(location.files)
+    stray = ListedStrays(storage, files, location.named)
+    first = next((RecordStream(storage, f) for f in files if not stray(f)), None)
+    if first is None:
+        raise only_strays(stray.skipped)
+    fmt = first.format or RecordFormat.TFRECORD  # (an empty first file: either framing)
+
+    def streams() -> Iterator[RecordStream]:
+        yield first
+        for path in files[files.index(first.path) + 1:]:
+            if stray(path):
+                continue
+            stream = RecordStream(storage, path)
+            if stream.format not in (None, fmt):
+                raise FormatDetectionError(
+                    f"{stream.url} holds {stream.format.name} records but {first.url} holds "
+                    f"{fmt.name}: convert each kind of file on its own")
+            yield stream
+
+    def batches() -> Iterator[Any]:
+        batch: list[bytes] = []
+        for stream in streams():
+            for payload in stream.records():
+                batch.append(payload)
+                if len(batch) >= batch_size:
+                    yield batch
+                    batch = []
+        if batch:
+            yield batch
+        if stray.skipped:
+            warn_skipped(stray.skipped)
+
+    return Source(f"{fmt.name.lower()} files {src} (no index: read front to back)", None,
+                  batches, raw=True, record_format=fmt.name.lower())
 
 
 def _parquet_files(src: str) -> list[str]:

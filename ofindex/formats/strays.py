@@ -14,9 +14,10 @@ whose first bytes fit no record file: that is a damaged shard, which the build r
 
 from __future__ import annotations
 
+import collections
 import re
 import warnings
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 
 from ..errors import DataFileNotFoundError, FormatDetectionError, hint
 from ..storage import Storage, is_document_name
@@ -80,6 +81,53 @@ def is_stray(storage: Storage, path: str, patterns: Collection[str] = ()) -> boo
     size = storage.stamp(path).size
     head = storage.read(path, 0, min(size, SNIFF_BYTES)) if size else b""
     return not may_hold_records(head, size)
+
+
+class ListedStrays:
+    """Which files of a listing are strays, asked file by file (each looked at once, and only
+    when asked: a listing of a million files costs nothing until its files are read).
+
+    Names that several listed files share (``part-00000``, ``part-00001`` …) are shards'
+    (:func:`looks_like_shard`): such a file whose bytes fit no framing is a damaged shard, not
+    a stray. A file the user named on its own is never a stray.
+
+    Args:
+        storage: Storage of the files.
+        files: The files listed.
+        named: Those the user named one by one.
+
+    Attributes:
+        skipped: The URLs of the strays found, in the order asked.
+    """
+
+    def __init__(self, storage: Storage, files: Sequence[str],
+                 named: Collection[str] = ()) -> None:
+        self.storage, self.named = storage, named
+        names = collections.Counter(name_pattern(storage.basename(f)) for f in files)
+        self.patterns = {pattern for pattern, count in names.items() if count > 1}
+        self.skipped: list[str] = []
+        self._known: dict[str, bool] = {}
+
+    def __call__(self, path: str) -> bool:
+        """Tell whether ``path`` is a stray (noted in :attr:`skipped` the first time).
+
+        Args:
+            path: One of the files listed.
+
+        Returns:
+            ``True`` for a stray, which a build skips too.
+
+        Raises:
+            DataFileNotFoundError: The file is gone.
+            StorageError: Storage cannot be reached, or refuses access.
+        """
+        known = self._known.get(path)
+        if known is None:
+            known = path not in self.named and is_stray(self.storage, path, self.patterns)
+            self._known[path] = known
+            if known:
+                self.skipped.append(self.storage.url(path))
+        return known
 
 
 def shown(urls: list[str]) -> str:

@@ -199,7 +199,9 @@ class Shard:
     @property
     def opened(self) -> bool:
         """Whether this process holds the sidecar, checked or only its header."""
-        return (self._sidecar or self._unchecked) is not None and self._pid == os.getpid()
+        # (not ``self._sidecar or …``: a sidecar of no records is falsy, as its len() is 0)
+        return ((self._sidecar is not None or self._unchecked is not None)
+                and self._pid == os.getpid())
 
     @property
     def sidecar(self) -> Sidecar:
@@ -215,7 +217,7 @@ class Shard:
         """The sidecar's header, checked against what the dataset expects; opening it does not
         check the offsets yet (the first read does)."""
         if self._pid == os.getpid():
-            sidecar = self._sidecar or self._unchecked
+            sidecar = self._sidecar if self._sidecar is not None else self._unchecked
             if sidecar is not None:
                 return sidecar.header
         if self._pinned is not None:
