@@ -5,6 +5,7 @@ from the format description, so the expected records do not come from the code u
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import os
@@ -21,7 +22,7 @@ from ofindex.encode import encode_example
 from ofindex.errors import CorruptRecordError, FormatDetectionError, TruncatedRecordError
 from ofindex.formats.framing import RecordFormat
 from ofindex.formats.sidecar_header import Compression
-from ofindex.read.peek import PIECE, peek_file
+from ofindex.read.peek import PIECE, RecordStream, peek_file
 from ofindex.storage.registry import Storages
 
 MASK = 0xA282EAD8
@@ -215,3 +216,39 @@ def test_converting_remote_files_without_an_index_reads_them_once(nginx_server, 
     (Path(nginx_server.root) / name / "part-3").write_bytes(ofrecords([b"x"]))
     with pytest.raises(FormatDetectionError, match="part-3 holds OFRECORD records but "):
         ofindex.convert(url, tmp_path / "out2")
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_damaged_bytes_give_the_records_before_them_or_an_error(tmp_path, seed):
+    """Bytes changed, cut or added anywhere (plain and gzip): every record read is the one
+    written at its place (TFRecord's CRCs), or an OfindexError says where it breaks; nothing
+    hangs or allocates from a forged length."""
+    import random
+
+    from ofindex.errors import OfindexError
+
+    rng = random.Random(seed)
+    records = [rng.randbytes(rng.choice([0, 1, 7, 100, 3000])) for _ in range(30)]
+    good = tfrecords(records)
+    for case in range(60):
+        data = bytearray(good)
+        for _ in range(rng.randint(1, 4)):
+            at = rng.randrange(len(data))
+            how = rng.random()
+            if how < 0.6:
+                data[at] = rng.randrange(256)
+            elif how < 0.8:
+                del data[at:at + rng.randint(1, 40)]
+            else:
+                data[at:at] = rng.randbytes(rng.randint(1, 40))
+        blob = gzip.compress(bytes(data)) if case % 2 else bytes(data)
+        if case % 4 == 3:  # damage the compressed bytes themselves
+            blob = bytearray(blob)
+            blob[rng.randrange(10, len(blob))] ^= 1 << rng.randrange(8)
+        path = tmp_path / f"c{case}"
+        path.write_bytes(bytes(blob))
+        got: list[bytes] = []
+        with contextlib.suppress(OfindexError):  # the records before the error are kept
+            got.extend(RecordStream(_storage(tmp_path), str(path),
+                                    fmt=RecordFormat.TFRECORD).records())
+        assert got == records[: len(got)], (seed, case)
