@@ -121,3 +121,24 @@ def test_a_wrong_spec_names_the_features_the_record_has(tmp_path):
     with pytest.raises(DecodeError) as caught:
         Decoder({"a": FixedLen((), "int64"), "nope": FixedLen((), "int64")})(record)
     assert "kind=" not in str(caught.value)
+
+
+@pytest.mark.parametrize("make", [BatchDecoder, Decoder])
+def test_a_sequence_example_spec_must_be_a_pair(make):
+    """A mapping of two features given as the spec of kind='sequence_example' was unpacked
+    into its two *names*, taken as the context and sequence specs: the shapes and dtypes asked
+    for were silently ignored (found decoding pytorch-data's SequenceExamples)."""
+    from ofindex.encode import encode_sequence_example
+
+    record = encode_sequence_example({"x": np.arange(3)}, {"s": [[1.5, 2.5]] * 2})
+    two = {"x": FixedLen((3,), "int64"), "s": FixedLen((2,), "float32")}
+    with pytest.raises(ValueError, match=r"a \(context_spec, sequence_spec\) pair.* not a "
+                                         "mapping of 2 features"):
+        make(two, "sequence_example")
+    with pytest.raises(ValueError, match="pair"):
+        make(["x", "s"], "sequence_example")
+    pair = make(({"x": FixedLen((3,), "int64")}, {"s": FixedLen((2,), "float32")}),
+                "sequence_example")
+    context, lists = (pair([record]) if make is BatchDecoder else pair(record))
+    assert np.asarray(context["x"]).tolist() in ([0, 1, 2], [[0, 1, 2]])
+    assert np.asarray(lists["s"]).reshape(-1, 2).tolist() == [[1.5, 2.5], [1.5, 2.5]]

@@ -75,9 +75,21 @@ def _kind(kind: str) -> str:
 
 
 def _pair(spec: Any) -> tuple[Spec, Spec]:
-    """``spec`` given as a ``(context_spec, sequence_spec)`` pair."""
-    context_spec, sequence_spec = spec
-    return context_spec, sequence_spec
+    """``spec`` given as a ``(context_spec, sequence_spec)`` pair.
+
+    Raises:
+        ValueError: ``spec`` is not such a pair (a mapping of features, whose names would
+            otherwise be taken for the two specs).
+    """
+    if isinstance(spec, (tuple, list)) and len(spec) == 2 and not any(
+            isinstance(part, (str, bytes)) for part in spec):
+        return spec[0], spec[1]
+    what = (f"a mapping of {len(spec)} features" if hasattr(spec, "items")
+            else f"{type(spec).__name__} {spec!r:.60}")
+    raise ValueError(
+        f"for kind='sequence_example' give spec as a (context_spec, sequence_spec) pair, or "
+        f"context_spec= and sequence_spec=, not {what} (ofindex.infer_spec's schema.decoder() "
+        "builds the decoder for you)")
 
 
 def decode_batch(
