@@ -252,3 +252,19 @@ def test_damaged_bytes_give_the_records_before_them_or_an_error(tmp_path, seed):
             got.extend(RecordStream(_storage(tmp_path), str(path),
                                     fmt=RecordFormat.TFRECORD).records())
         assert got == records[: len(got)], (seed, case)
+
+
+def test_an_empty_first_file_does_not_decide_the_framing(nginx_server, tmp_path):
+    import uuid
+    from pathlib import Path
+
+    import ofindex
+
+    root = Path(nginx_server.root) / uuid.uuid4().hex[:8]
+    root.mkdir()
+    (root / "part-0").write_bytes(b"")
+    (root / "part-1").write_bytes(ofrecords([b"a", b"bb"]))
+    (root / "part-2").write_bytes(gzip.compress(ofrecords([b"ccc"])))
+    ofindex.convert(f"{nginx_server.url}/{root.name}/", tmp_path / "out", format="ofrecord")
+    with ofindex.open(str(tmp_path / "out")) as ds:
+        assert ds[:] == [b"a", b"bb", b"ccc"] and ds.format is RecordFormat.OFRECORD

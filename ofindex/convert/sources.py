@@ -172,13 +172,19 @@ def unindexed_records_source(src: str, batch_size: int,
     location = resolve(src, storages=Storages(storage_options or {}))
     storage, files = location.storage, list(location.files)
     stray = ListedStrays(storage, files, location.named)
-    first = next((RecordStream(storage, f) for f in files if not stray(f)), None)
-    if first is None:
+    opened: list[RecordStream] = []  # up to the first file that holds a record (its framing)
+    for path in files:
+        if not stray(path):
+            opened.append(RecordStream(storage, path))
+            if opened[-1].format is not None:
+                break
+    if not opened:
         raise only_strays(stray.skipped)
-    fmt = first.format or RecordFormat.TFRECORD  # (an empty first file: either framing)
+    first = opened[-1]
+    fmt = first.format or RecordFormat.TFRECORD  # (every file empty: either framing)
 
     def streams() -> Iterator[RecordStream]:
-        yield first
+        yield from opened
         for path in files[files.index(first.path) + 1:]:
             if stray(path):
                 continue
