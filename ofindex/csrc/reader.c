@@ -61,24 +61,33 @@ typedef struct {
     PyObject *weakrefs;
 } ReaderObject;
 
-/* Let go of a slot's map or handle; 1 when it was bound. */
+/* Release what a slot held (a copy taken out of the Reader: releasing a buffer or the
+ * owner can run arbitrary code, e.g. a finalizer, and another thread can take the GIL
+ * meanwhile; it must never see a slot half released). */
+static void release_slot(Slot *held) {
+    if (held->data.obj != NULL)
+        PyBuffer_Release(&held->data);
+    PyBuffer_Release(&held->offsets);
+    if (held->sums.obj != NULL)
+        PyBuffer_Release(&held->sums);
+    Py_XDECREF(held->owner);
+}
+
+/* Let go of a slot's map or handle; 1 when it was bound. The slot is empty before anything
+ * it held is released. */
 static int unbind(Slot *s) {
     if (s->owner == NULL)
         return 0;
-    if (s->data.obj != NULL)
-        PyBuffer_Release(&s->data);
-    PyBuffer_Release(&s->offsets);
-    if (s->sums.obj != NULL)
-        PyBuffer_Release(&s->sums);
-    Py_CLEAR(s->owner);
+    Slot held = *s;
+    memset(s, 0, sizeof *s);
     s->fd = -1;
+    release_slot(&held);
     return 1;
 }
 
 static void unbind_all(ReaderObject *self) {
     for (Py_ssize_t j = 0; self->slots != NULL && j < self->shards; j++)
-        unbind(&self->slots[j]);
-    self->bound = 0;
+        self->bound -= unbind(&self->slots[j]);  /* (another thread may bind meanwhile) */
 }
 
 static PyObject *reader_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
@@ -351,14 +360,17 @@ static PyObject *bind(ReaderObject *self, Py_ssize_t j, PyObject *owner, int fd,
             goto fail_offsets;
         }
     }
-    self->bound -= unbind(&self->slots[j]);
-    if (self->bound >= self->max_bound)
-        unbind_all(self);
+    if (self->slots[j].owner == NULL && self->bound >= self->max_bound)
+        unbind_all(self);  /* (may run code: done before the slot is filled) */
     Py_INCREF(owner);
     fresh.owner = owner;
     fresh.indexed_end = indexed_end;
+    Slot old = self->slots[j];  /* swapped in whole, then the old one released */
     self->slots[j] = fresh;
-    self->bound++;
+    if (old.owner != NULL)
+        release_slot(&old);
+    else
+        self->bound++;
     Py_RETURN_NONE;
 fail_offsets:
     PyBuffer_Release(&fresh.offsets);
