@@ -12,9 +12,10 @@ import os
 import struct
 import zlib
 
-import crc32c
 import numpy as np
 import pytest
+from helpers import ref_ofrecord as ofrecords
+from helpers import ref_tfrecord as tfrecords
 
 from ofindex.cli.main import main
 from ofindex.cli.unindexed import spread
@@ -24,25 +25,6 @@ from ofindex.formats.framing import RecordFormat
 from ofindex.formats.sidecar_header import Compression
 from ofindex.read.peek import PIECE, RecordStream, peek_file
 from ofindex.storage.registry import Storages
-
-MASK = 0xA282EAD8
-
-
-def masked(data: bytes) -> int:
-    c = crc32c.crc32c(data)
-    return (((c >> 15) | (c << 17)) + MASK) & 0xFFFFFFFF
-
-
-def tfrecords(records: list[bytes]) -> bytes:
-    out = bytearray()
-    for r in records:
-        n = struct.pack("<Q", len(r))
-        out += n + struct.pack("<I", masked(n)) + r + struct.pack("<I", masked(r))
-    return bytes(out)
-
-
-def ofrecords(records: list[bytes]) -> bytes:
-    return b"".join(struct.pack("<q", len(r)) + r for r in records)
 
 
 def _storage(tmp_path):

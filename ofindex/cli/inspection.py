@@ -14,7 +14,7 @@ import numpy as np
 from ..convert import convert
 from ..decode import decode_example, decode_ofrecord, decode_sequence_example, format_decoded
 from ..read.dataset import Dataset
-from ..schema import infer_spec, to_python, to_tf
+from ..schema import Schema, infer_spec, to_python, to_tf
 from .exitcodes import EXIT_OK
 
 Options = dict[str, Any]
@@ -22,17 +22,27 @@ Options = dict[str, Any]
 
 def cmd_schema(args: argparse.Namespace, options: Options, ds: Dataset) -> int:
     """``ofindex schema``: the inferred spec as Python, as TensorFlow code, or as JSON."""
-    schema = infer_spec(ds, sample=args.sample, seed=args.seed)
+    print_schema(args, infer_spec(ds, sample=args.sample, seed=args.seed))
+    return EXIT_OK
+
+
+def print_schema(args: argparse.Namespace, schema: Schema) -> None:
+    """Print a schema as ``ofindex schema`` does: JSON (``--json``), or Python and/or
+    TensorFlow code (``--style``).
+
+    Args:
+        args: The parsed command line (``json``, ``style``).
+        schema: The inferred schema.
+    """
     if args.json:
         print(json.dumps(schema.to_dict(), indent=2))
-        return EXIT_OK
+        return
     if args.style in ("python", "both"):
         print(to_python(schema))
     if args.style == "both":
         print()
     if args.style in ("tf", "both"):
         print(to_tf(schema))
-    return EXIT_OK
 
 
 def _decoded(payload: bytes, kind: str) -> str:

@@ -20,7 +20,7 @@ from ..formats.framing import RecordFormat
 from ..formats.location import resolve
 from ..formats.strays import ListedStrays, warn_skipped
 from ..read.peek import PeekedFile, peek_file
-from ..schema import Schema, to_python, to_tf
+from ..schema import Schema, to_python
 from ..schema.infer import schema_of_records
 from ..storage import Storage
 from ..storage.registry import Storages
@@ -165,15 +165,9 @@ def cmd_schema(args: argparse.Namespace, options: Options, missing: IndexNotFoun
     schema = sample_schema(files, args.sample)
     _note(f"{missing.cli_message()}. Sampled the first records {schema.sampled_from} "
           "instead; with the index the sample is taken across every record")
-    if args.json:
-        print(json.dumps(schema.to_dict(), indent=2))
-        return EXIT_OK
-    if args.style in ("python", "both"):
-        print(to_python(schema))
-    if args.style == "both":
-        print()
-    if args.style in ("tf", "both"):
-        print(to_tf(schema))
+    from .inspection import print_schema
+
+    print_schema(args, schema)
     return EXIT_OK
 
 
