@@ -245,3 +245,29 @@ def empty_block_pool():
         yield native
     finally:
         native.pool(limit)
+
+
+def stamp_as_served(data_dir, url: str) -> None:
+    """Re-stamp a local dataset's sidecars and manifest with the stamps a web server serving
+    ``data_dir`` at ``url`` reports (its ETags), as if it had been indexed through that
+    server: reads of it then take the fingerprint's fast path (no content regions read)."""
+    import dataclasses
+    import json
+
+    from ofindex.formats.sidecar import restamped
+    from ofindex.formats.sidecar_header import decode_header
+    from ofindex.storage.remote import FsspecStorage
+
+    http = FsspecStorage("http")
+    manifest = manifest_of(data_dir)
+    with open(manifest, "rb") as f:
+        doc = json.load(f)
+    for k, name in enumerate(doc["shards"]["name"]):
+        served = http.stamp(f"{url}/{name}")
+        path = sidecar_of(os.path.join(data_dir, name))
+        raw = read_bytes(path)
+        header = decode_header(raw[:512], path=path)
+        stamp = dataclasses.replace(served, content=header.stamp.content)
+        write_raw(path, restamped(raw, stamp, path=path))
+        doc["shards"]["fingerprint"][k] = stamp.fingerprint
+    write_raw(manifest, reseal_manifest(doc))

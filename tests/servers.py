@@ -225,6 +225,8 @@ class _RangeHandler(_Quiet):
         self.send_response(206)
         self.send_header("Content-Range", f"bytes {a}-{b}/{len(data)}")
         self.send_header("Content-Length", str(len(body)))
+        # what its 200 answers give too (the file's stamp, as static servers send it)
+        self.send_header("Last-Modified", self.date_time_string(int(os.stat(path).st_mtime)))
         self.end_headers()
         self.wfile.write(body)
 

@@ -178,13 +178,19 @@ def test_missing_stale_foreign_and_truncated_sidecars(tmp_path):
     assert "size changed" in str(err.value)
 
 
-def test_same_size_rewrite_is_stale_by_mtime(tmp_path):
+def test_same_size_rewrite_is_stale_by_content(tmp_path):
+    """A new mtime alone (``touch``) leaves the file what it was: its content decides. A
+    same-size rewrite with other bytes is stale."""
     p = str(tmp_path / "m.tfrecord")
     with ofindex.Writer(p) as w:
         w.write_many(RECORDS)
     st = os.stat(p)
     os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
-    with pytest.raises(StaleIndexError, match="mtime_ns changed"):
+    with ofindex.open(p) as ds:
+        assert ds[19] == RECORDS[19]
+    write_raw(p, ref_tfrecord([bytes([255 - i]) * (10 + i) for i in range(20)]))
+    os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns + 2 * 10**9))
+    with pytest.raises(StaleIndexError, match="content differs"):
         ofindex.open(p)
     assert len(ofindex.open(p, check_stale=False)) == 20
 

@@ -22,7 +22,7 @@ import warnings
 
 import numpy as np
 import pytest
-from helpers import IMPLEMENTATIONS, implementation
+from helpers import IMPLEMENTATIONS, implementation, stamp_as_served
 
 import ofindex
 from ofindex.cli.synthetic import write_dataset
@@ -47,6 +47,9 @@ def served(nginx_server, tmp_path_factory):
     ofindex.build_index(local)
     with ofindex.open(local) as ds:
         expected = [ds[i] for i in range(len(ds))]
+    # as if indexed through nginx: the files are checked by their ETags alone (a copy's
+    # content check, and what it costs, is tested in test_identity)
+    stamp_as_served(local, f"{nginx_server.url}/{name}")
     return f"{nginx_server.url}/{name}", local, expected
 
 

@@ -5,7 +5,11 @@ one request per shard), with no ``HEAD``: each data file's stamp is checked on i
 response (its ``ETag`` and the size its ``Content-Range`` gives); a warm batch is one round.
 Then the checks that ride on reads: a data file changed since it was indexed, or since it was
 first read, is refused before any of its bytes is handed out, through single and multi-range
-answers, and a server that does not give the size in its answers is asked with a ``HEAD``."""
+answers, and a server that does not give the size in its answers is asked with a ``HEAD``.
+
+The datasets served here are stamped as indexed through the server (its ETags: the fast path
+of a data file's identity); one indexed locally and served as it was copied is checked by its
+content instead, in the same index round (:mod:`ofindex.storage.identity`)."""
 
 from __future__ import annotations
 
@@ -18,7 +22,7 @@ import uuid
 import numpy as np
 import pytest
 import servers
-from helpers import copy_dataset, sidecar_of
+from helpers import copy_dataset, sidecar_of, stamp_as_served
 from test_paged_reads import Rounds, rewrite_as_version_1
 from test_remote_storage import log_lines
 
@@ -55,6 +59,7 @@ def served(nginx_server, dataset):
     name = uuid.uuid4().hex[:8]
     root = os.path.join(nginx_server.root, name)
     copy_dataset(d, root)
+    stamp_as_served(root, f"{nginx_server.url}/{name}")
     saved = dict(multirange.SUPPORT)
     multirange.SUPPORT.pop(multirange.host_of(nginx_server.url), None)
     yield f"{nginx_server.url}/{name}", root, expected, nginx_server.log
@@ -102,6 +107,37 @@ def test_first_batch_after_open_is_two_rounds_and_no_head(served):
     assert [r[0] for r in log.take()] == ["GET"] * SHARDS
 
 
+def test_a_copied_dataset_is_checked_by_content_in_the_index_round(nginx_server, dataset):
+    """Indexed on local disk and served as copied (its sidecars name the files' mtimes, the
+    server gives ETags): still two rounds and no HEAD; each data file's content regions come
+    in one multi-range request per shard in the index round, 12 KiB each, and their answers
+    give its stamp."""
+    d, expected = dataset
+    name = uuid.uuid4().hex[:8]
+    copy_dataset(d, os.path.join(nginx_server.root, name))
+    saved = dict(multirange.SUPPORT)
+    multirange.SUPPORT.clear()
+    try:
+        with retry_settings(policy=NO_HEDGE):
+            ds = ofindex.open(f"{nginx_server.url}/{name}")
+        rounds, log = Rounds(ds._table.storage), Log(nginx_server.log)
+        idx = np.random.default_rng(1).choice(len(expected), 128, replace=False)
+        assert ds[idx] == [expected[i] for i in idx]
+        assert rounds.calls == ["fetch_round", "read_ranges_concat"]
+        sent = log.take()
+        data = [r for r in sent if not r[1].endswith(".ofidx")]
+        assert not [r for r in sent if r[0] == "HEAD"]
+        assert len(data) == 2 * SHARDS  # the content check and the data, per shard
+        assert sum(1 for r in data if 3 * 4096 <= r[3] < 3 * 4096 + 1024) >= SHARDS
+        rounds.clear()
+        assert ds[idx[::-1]] == [expected[i] for i in idx[::-1]]  # checked once: one round
+        assert rounds.calls == ["read_ranges_concat"]
+        assert len(log.take()) == SHARDS
+    finally:
+        multirange.SUPPORT.clear()
+        multirange.SUPPORT.update(saved)
+
+
 def test_a_data_file_changed_since_indexing_is_refused_on_its_first_read(served):
     url, root, expected, access = served
     ds = ofindex.open(url)
@@ -111,7 +147,7 @@ def test_a_data_file_changed_since_indexing_is_refused_on_its_first_read(served)
     log = Log(access)
     first = 2 * PER_SHARD
     with pytest.raises(ofindex.StaleIndexError, match=r"index is stale for .*part-00002: its "
-                       r"size changed.*ofindex build"):
+                       r"size changed.*ofindex.build_index"):
         ds[[first + 3, first + 900, 7]]  # a multi-range answer
     with pytest.raises(ofindex.StaleIndexError, match="index is stale"):
         ds[first + 10]  # a single range
@@ -215,6 +251,7 @@ def test_a_server_without_multi_range_reads_through_wide_gaps_again(dataset, tmp
     root = str(tmp_path / "www")
     copy_dataset(d, os.path.join(root, "ds"))
     with servers.python_http_server(root, honour_range=True) as (url, srv):
+        stamp_as_served(os.path.join(root, "ds"), f"{url}/ds")
         saved = dict(multirange.SUPPORT)
         try:
             ds = ofindex.open(f"{url}/ds")

@@ -8,7 +8,7 @@ import os
 import numpy as np
 import pytest
 import servers
-from helpers import copy_dataset, index_dir_of, manifest_of, read_bytes, sidecar_of
+from helpers import copy_dataset, index_dir_of, manifest_of, read_bytes, sidecar_of, stamp_as_served
 
 import ofindex
 from ofindex.cli.synthetic import write_dataset
@@ -42,6 +42,8 @@ def served(nginx_server, dataset):
     d, expected = dataset
     name = uuid.uuid4().hex[:8]
     copy_dataset(d, os.path.join(nginx_server.root, name))
+    # as if indexed through nginx (its ETags): a copy's content check is test_identity's
+    stamp_as_served(os.path.join(nginx_server.root, name), f"{nginx_server.url}/{name}")
     return f"{nginx_server.url}/{name}", expected, nginx_server.log
 
 
@@ -377,9 +379,11 @@ def test_ten_thousand_shards_open_with_one_round(nginx_server, tmp_path, compact
     before = len(log_lines(nginx_server.log))
     assert ds[3 * 7777 + 2] == b"record 2"
     new = log_lines(nginx_server.log)[before:]
-    # its sidecar (and its stamps page), then the record (its response's ETag and size are
-    # the data file's check: no HEAD)
-    assert len(new) == (3 if compact else 2)
+    # its sidecar (and its stamps page) and, its index a local one served as copied, its
+    # data file's content check (one GET: the file is smaller than three regions) in the same
+    # round, then the record; no HEAD
+    assert len(new) == (4 if compact else 3)
+    assert not any('"HEAD ' in line for line in new)
     assert sum("shard-07777.ofidx" in line for line in new) == 1
     assert sum(COMPACT_NAME in line for line in new) == int(compact)
     assert sum(s.loaded for s in ds._table.held()) == 1

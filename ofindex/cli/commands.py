@@ -29,6 +29,7 @@ from ..read.dataset import Dataset
 from ..read.open import PartialIndexWarning
 from ..schema import infer_spec, to_python
 from ..storage import Storages
+from ..storage.identity import check_identity
 from .exitcodes import EXIT_OK, EXIT_PARTIAL
 from .plan_command import cmd_plan
 
@@ -129,7 +130,8 @@ def cmd_info(args: argparse.Namespace, options: Options) -> int:
     if args.json:
         print(json.dumps({
             "format": ds.format.name.lower(), "records": len(ds),
-            "bytes": sum(s.bytes for s in shards), "loops": implementation(),
+            "bytes": sum(s.bytes for s in shards), "identity": ds.identity,
+            "loops": implementation(),
             "partial_shards": len(partial),
             "compression": sorted(set(comps)),
             "shards": [{"url": s.url, "records": s.records, "bytes": s.bytes,
@@ -143,6 +145,7 @@ def cmd_info(args: argparse.Namespace, options: Options) -> int:
     print(f"shards:  {len(shards)}")
     print(f"records: {len(ds)}")
     print(f"bytes:   {sum(s.bytes for s in shards)}")
+    print(f"identity: {ds.identity}")  # what resume states are checked against
     print(f"loops:   {implementation()}")
     if partial:
         print(f"PARTIAL: {len(partial)} shard(s) indexed only up to damaged data (marked below)")
@@ -281,7 +284,7 @@ def cmd_export_index(args: argparse.Namespace, options: Options) -> int:
             raise IndexNotFoundError(
                 f"{ist.url(ipath)}: no index; run `ofindex build {storage.url(f)}` first"
             ) from None
-        sc.check_fresh(storage.stamp(f), storage.url(f))
+        check_identity(storage, f, sc.header.stamp, storage.stamp(f), ist.url(ipath))
         if sc.compressed or args.compression in ("gzip", "zlib"):
             raise OfindexError(
                 f"{storage.url(f)}: the file is {sc.compression.name.lower()}-compressed; a "

@@ -49,6 +49,8 @@ class CompactManifest:
         records: Each shard's record count (uint64).
         sizes: Each shard's data size (uint64).
         flags: Each shard's flags (see :mod:`.manifest_binary`).
+        identity: The dataset's identity (:mod:`.dataset_identity`), or ``None`` (written
+            by ofindex 0.2).
     """
 
     def __init__(self, storage: Storage, path: str, head: binary.Head, eager: bytes,
@@ -56,6 +58,7 @@ class CompactManifest:
         self.storage, self.path, self.head = storage, path, head
         self.url = storage.url(path)
         self.format = head.format
+        self.identity = head.identity
         self.data_dir, self.index_dir = resolved_directories(head.data_dir, head.index_dir,
                                                              head.sibling, self.url)
         self.records = self._numbers(binary.RECORDS, eager, eager_at)
@@ -291,7 +294,7 @@ class CompactManifestFile:
 
     def add(self, data_file: str, records: int, size: int, fingerprint: str,
             body_crc: int | None, compression: Compression = Compression.NONE,
-            partial: bool = False) -> None:
+            partial: bool = False, content: int | None = None) -> None:
         """Add the next shard.
 
         Raises:
@@ -300,7 +303,7 @@ class CompactManifestFile:
         """
         (name,) = relative_names(self.data_storage, [data_file], self.data_dir)
         self.writer.add([binary.Row(name, records, size, fingerprint, body_crc,
-                                    int(compression), partial)])
+                                    int(compression), partial, content)])
 
     def close(self) -> str:
         """Write the file (temporary name, then rename); returns its URL.

@@ -259,7 +259,8 @@ def manifest_in(directory: str, storages: Storages) -> AnyManifest | None:
     storage, json_path = storages.for_url(manifest_url_for(directory))
     compact_path = storage.join(storage.dirname(json_path), COMPACT_NAME)
     absent = (FileNotFoundError, IsADirectoryError, NotADirectoryError)
-    (header,), (raw,), _ = storage.fetch_round([(compact_path, 0, HEADER_SIZE)], [json_path])
+    (header,), (raw,), _, _ = storage.fetch_round([(compact_path, 0, HEADER_SIZE)],
+                                                  [json_path])
     if isinstance(header, RangeReadError):  # shorter than a header
         raise ManifestError(f"{storage.url(compact_path)}: the compact manifest is truncated "
                             "(shorter than its header); rebuild it with `ofindex build "

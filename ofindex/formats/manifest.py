@@ -27,6 +27,7 @@ Layout (columnar, so 10,000 shards stay a few hundred kB)::
                 "body_crc": [...],        # each sidecar's body CRC (its header field at 40)
                 "compression": [...]},    # only when a shard is compressed: "gzip"/"zlib"/""
      "partial": [...],                # only when some shards are indexed partially
+     "identity": "0123456789abcdef",  # the dataset's identity (.dataset_identity)
      "crc32c": 1234}                  # CRC32C of the manifest's text without this member
 
 The ``crc32c`` member closes the document: it is the CRC32C of the exact bytes of the JSON
@@ -58,6 +59,7 @@ import crc32c as _crc32c
 
 from ..errors import ManifestError
 from ..storage import Storage, Storages
+from .dataset_identity import is_identity
 from .framing import RecordFormat
 from .placement import sibling_data_dir
 from .sidecar_header import Compression
@@ -76,7 +78,9 @@ class Manifest:
     """A parsed manifest; ``data_dir``/``index_dir`` are absolute URLs (or ``None``).
 
     ``body_crcs`` holds each shard's sidecar body CRC (``None`` for a version 1 manifest);
-    ``checksummed`` tells whether the manifest carried a checksum (version 2 always does).
+    ``checksummed`` tells whether the manifest carried a checksum (version 2 always does);
+    ``identity`` is the dataset's identity (:mod:`.dataset_identity`), ``None`` in manifests
+    written by ofindex 0.2.
     """
 
     format: RecordFormat
@@ -90,6 +94,7 @@ class Manifest:
     compressions: list[Compression] = dataclasses.field(default_factory=list)
     body_crcs: list[int] | None = None
     checksummed: bool = True
+    identity: str | None = None
 
     @property
     def compressed(self) -> bool:
@@ -136,6 +141,7 @@ def encode_manifest(
     partial: tuple[str, ...] = (),
     compressions: list[Compression] | None = None,
     body_crcs: list[int] | None = None,
+    identity: str | None = None,
 ) -> bytes:
     """The manifest's bytes; directories equal to the manifest's own are stored as ``null``;
     ``partial`` names the shards whose index covers only a valid prefix; ``body_crcs`` gives
@@ -159,6 +165,8 @@ def encode_manifest(
     doc["shards"] = shards
     if partial:
         doc["partial"] = sorted(partial)
+    if identity is not None:
+        doc["identity"] = identity
     text = json.dumps(doc, separators=(",", ":")).encode("utf-8")
     return text[:-1] + b',"%s":%d}' % (CRC_MEMBER.encode(), _crc32c.crc32c(text))
 
@@ -246,6 +254,9 @@ def decode_manifest(raw: bytes, manifest_url: str) -> Manifest:
         fmt = RecordFormat.parse(doc["format"])
         data_dir, index_dir = _directories(doc, manifest_url)
         partial = tuple(_column(doc, "partial", str)) if "partial" in doc else ()
+        identity = doc.get("identity")
+        if identity is not None and not is_identity(identity):
+            raise ValueError("identity must be 16 hexadecimal digits")
     except ManifestError:
         raise
     except (ValueError, KeyError, TypeError, RecursionError) as exc:
@@ -276,7 +287,7 @@ def decode_manifest(raw: bytes, manifest_url: str) -> Manifest:
     if not set(partial) <= set(names):
         raise ManifestError(f"{manifest_url}: manifest marks unknown shards partial; rebuild it")
     return Manifest(fmt, data_dir, index_dir, names, records, sizes, fps, partial,
-                    comps, body_crcs, checksummed=version >= 2)
+                    comps, body_crcs, checksummed=version >= 2, identity=identity)
 
 
 def read_manifest(url: str, storages: Storages) -> Manifest | None:
@@ -298,6 +309,7 @@ def write_manifest(
     index_dir: str | None, records: list[int], sizes: list[int], fingerprints: list[str],
     storages: Storages, partial: list[bool] | None = None,
     compressions: list[Compression] | None = None, body_crcs: list[int] | None = None,
+    identity: str | None = None,
 ) -> str:
     """Write the manifest of ``data_files`` (all inside ``data_dir``) to ``url``; returns it."""
     storage, path = storages.for_url(url)
@@ -308,7 +320,7 @@ def write_manifest(
     data_url, index_url = absolute_directories(data_storage, data_dir, index_dir, storages)
     marked = tuple(n for n, p in zip(names, partial or [False] * len(names), strict=True) if p)
     raw = encode_manifest(fmt, manifest_url, data_url, index_url, names, records, sizes,
-                          fingerprints, marked, compressions, body_crcs)
+                          fingerprints, marked, compressions, body_crcs, identity)
     storage.write_atomic(path, [raw])
     return manifest_url
 

@@ -19,7 +19,9 @@ touches, in the same round as those shards' sidecar pages. Layout (all little-en
       32  Q   total bytes (the sum of the sizes column)
       40  I   column count C
       44  I   CRC32C of the H head bytes with this field zeroed
-      48  16  reserved (0)
+      48  8s  the dataset's identity (.dataset_identity: its 16 hex digits as 8 bytes)
+      56  B   1 when the identity is given (0: none, as ofindex 0.2 wrote)
+      57  7   reserved (0)
     column table at 64: C entries of 16 bytes:
       0 B column id, 1 B codec (0 stored, 1 zlib), 2 H reserved (0),
       4 I rows per page R, 8 I index of its first entry in the page table,
@@ -48,12 +50,13 @@ import crc32c as _crc32c
 import numpy as np
 
 from ..errors import ManifestError
+from .dataset_identity import IdentityHasher
 from .framing import RecordFormat
 
 MAGIC = b"OFMANIF\0"
 VERSION = 1
 HEADER_SIZE = 64
-_HEADER = struct.Struct("<8sHBBIQQQII16x")
+_HEADER = struct.Struct("<8sHBBIQQQII8sB7x")
 _COLUMN = struct.Struct("<BBHIII")
 _PAGE = np.dtype([("offset", "<u8"), ("length", "<u4"), ("crc", "<u4")])
 _HEAD_CRC_AT = 44
@@ -109,6 +112,7 @@ class Head:
     data_dir: str | None
     index_dir: str | None
     crc: int = 0
+    identity: str | None = None
 
 
 def _bad(url: str, why: str) -> ManifestError:
@@ -170,7 +174,7 @@ def decode_head(raw: bytes, url: str, file_size: int | None = None) -> Head:
     if len(raw) != size:
         raise _bad(url, f"truncated (head of {len(raw)} bytes, {size} expected)")
     (_, _, fmt, layout, _, shards, total_records, total_bytes, ncols,
-     crc) = _HEADER.unpack_from(raw, 0)
+     crc, identity, has_identity) = _HEADER.unpack_from(raw, 0)
     zeroed = raw[:_HEAD_CRC_AT] + b"\0\0\0\0" + raw[_HEAD_CRC_AT + 4 :]
     if _crc32c.crc32c(zeroed) != crc:
         raise _bad(url, "corrupt (head CRC mismatch: edited, or damaged by a bad copy)")
@@ -189,7 +193,7 @@ def decode_head(raw: bytes, url: str, file_size: int | None = None) -> Head:
     data_dir, at = _directory(raw, at, url)
     index_dir, at = _directory(raw, at, url)
     return Head(record_format, layout == 1, size, shards, total_records, total_bytes, columns,
-                data_dir, index_dir, crc)
+                data_dir, index_dir, crc, identity.hex() if has_identity == 1 else None)
 
 
 def _columns(raw: bytes, url: str, ncols: int, shards: int) -> tuple[dict[int, Column], int]:
@@ -341,6 +345,8 @@ class Row:
         body_crc: Its sidecar's body CRC (``None``: unknown).
         compression: 0 none, 1 gzip, 2 zlib.
         partial: Only a valid prefix is indexed.
+        content: The data file's content digest (``None``: unknown); not stored in a column,
+            it makes the dataset's identity.
     """
 
     name: str
@@ -350,6 +356,7 @@ class Row:
     body_crc: int | None
     compression: int = 0
     partial: bool = False
+    content: int | None = None
 
 
 @dataclasses.dataclass
@@ -363,6 +370,7 @@ class Rows:
         fingerprints: Data fingerprints.
         body_crcs: Sidecar body CRCs, -1 where unknown.
         flags: Compression (0-2) plus :data:`PARTIAL` and :data:`HAS_BODY_CRC` bits.
+        contents: Content digests of the data files, -1 where unknown (``None``: all).
     """
 
     names: list[str]
@@ -371,6 +379,7 @@ class Rows:
     fingerprints: list[str]
     body_crcs: np.ndarray
     flags: np.ndarray
+    contents: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.names)
@@ -378,7 +387,8 @@ class Rows:
     def cut(self, lo: int, hi: int) -> Rows:
         """Rows ``lo..hi-1`` of these."""
         return Rows(self.names[lo:hi], self.records[lo:hi], self.sizes[lo:hi],
-                    self.fingerprints[lo:hi], self.body_crcs[lo:hi], self.flags[lo:hi])
+                    self.fingerprints[lo:hi], self.body_crcs[lo:hi], self.flags[lo:hi],
+                    None if self.contents is None else self.contents[lo:hi])
 
     @staticmethod
     def join(parts: list[Rows]) -> Rows:
@@ -390,7 +400,13 @@ class Rows:
                     np.concatenate([p.sizes for p in parts]),
                     [f for p in parts for f in p.fingerprints],
                     np.concatenate([p.body_crcs for p in parts]),
-                    np.concatenate([p.flags for p in parts]))
+                    np.concatenate([p.flags for p in parts]),
+                    np.concatenate([p.content_column() for p in parts]))
+
+    def content_column(self) -> np.ndarray:
+        """The content digests, -1 where unknown."""
+        return (np.full(len(self), -1, dtype=np.int64) if self.contents is None
+                else self.contents)
 
     @staticmethod
     def of(rows: Iterable[Row]) -> Rows:
@@ -403,7 +419,9 @@ class Rows:
                     [r.fingerprint for r in listed], np.array(crcs, dtype=np.int64),
                     np.array([r.compression | (PARTIAL if r.partial else 0)
                               | (0 if r.body_crc is None else HAS_BODY_CRC) for r in listed],
-                             dtype=np.uint8))
+                             dtype=np.uint8),
+                    np.array([-1 if r.content is None else r.content for r in listed],
+                             dtype=np.int64))
 
 
 class CompactWriter:
@@ -433,6 +451,7 @@ class CompactWriter:
         self.added = 0
         self.total_records = 0
         self.total_bytes = 0
+        self.identity = IdentityHasher()
 
     def add(self, rows: Iterable[Row]) -> None:
         """Add the next rows (in dataset order); see :meth:`add_rows`."""
@@ -456,6 +475,8 @@ class CompactWriter:
         self.added += n
         self.total_records += int(rows.records.sum())
         self.total_bytes += int(rows.sizes.sum())
+        self.identity.add(rows.records, rows.sizes, rows.content_column(),
+                          np.where(rows.flags & HAS_BODY_CRC, rows.body_crcs, -1))
         for page_rows_, pending in self.pending.items():
             pending.append(rows)
             held = sum(len(p) for p in pending)
@@ -515,7 +536,8 @@ class CompactWriter:
                 k += 1
         head = bytearray(_HEADER.pack(MAGIC, VERSION, int(self.format), int(self.sibling), size,
                                       self.shards, self.total_records, self.total_bytes,
-                                      len(order), 0))
+                                      len(order), 0, bytes.fromhex(self.identity.hexdigest()),
+                                      1))
         head += b"".join(columns) + table.tobytes() + dirs
         head += bytes(size - len(head))
         struct.pack_into("<I", head, _HEAD_CRC_AT, _crc32c.crc32c(head))

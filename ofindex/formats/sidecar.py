@@ -10,13 +10,14 @@ Sidecars are written once, to a temporary name and renamed, so readers never see
 
 from __future__ import annotations
 
+import dataclasses
 import mmap
 import os
 
 import crc32c as _crc32c
 import numpy as np
 
-from ..errors import SidecarError, StaleIndexError, hint
+from ..errors import SidecarError
 from ..storage import FileStamp, Storage
 from .framing import RecordFormat
 from .packed_offsets import pack_offsets, unpack_offsets
@@ -36,7 +37,7 @@ from .sidecar_header import (
 SUFFIX = ".ofidx"
 
 __all__ = ["SUFFIX", "Sidecar", "SidecarHeader", "decode_header", "encode_header",
-           "encode_sidecar", "load_sidecar", "open_local_sidecar", "parse_sidecar"]
+           "encode_sidecar", "load_sidecar", "open_local_sidecar", "parse_sidecar", "restamped"]
 
 
 class Sidecar:
@@ -186,17 +187,6 @@ class Sidecar:
             _check_body(self.path, self.header, self._buf, data_url)
             self.body_checked = True
 
-    def check_fresh(self, current: FileStamp, data_path: str) -> None:
-        """Raise :class:`StaleIndexError` unless ``current`` is the file this index describes."""
-        why = self.header.stamp.mismatch(current)
-        if why:
-            raise StaleIndexError(
-                f"{self.path}: index is stale for {data_path}: {why} since it was indexed; "
-                "rebuild it with " + hint(f"ofindex.build_index({data_path!r}) (or open the "
-                                          "dataset with rebuild_stale=True)",
-                                          f"`ofindex build {data_path}`")
-            )
-
 
 def _check_body(path: str, header: SidecarHeader, buf: mmap.mmap | bytes,
                 data_url: str | None = None) -> None:
@@ -277,6 +267,29 @@ def encode_sidecar(
         packed_bytes=packed_bytes or 0,
     ))
     return header, body
+
+
+def restamped(raw: bytes, stamp: FileStamp, *, path: str) -> bytes:
+    """A whole sidecar with its data file's stamp replaced (the body, and so its CRC, kept):
+    the same records, found in a copy of the file with another fingerprint, or a digest added
+    to an index that had none.
+
+    Args:
+        raw: The sidecar's bytes.
+        stamp: The data file's stamp now, with its content digest.
+        path: Where the sidecar was read from (for messages).
+
+    Returns:
+        The sidecar's new bytes.
+
+    Raises:
+        SidecarError: ``raw`` is not a sidecar of version 2 or 3.
+    """
+    header = decode_header(raw[:HEADER_SIZE], path=path)
+    if header.header_size != HEADER_SIZE:
+        raise SidecarError(f"{path}: a version 1 sidecar cannot be re-stamped; rebuild it "
+                           "with `ofindex build`")
+    return encode_header(dataclasses.replace(header, stamp=stamp)) + raw[HEADER_SIZE:]
 
 
 def parse_sidecar(buf: bytes, *, path: str, data_url: str | None = None) -> Sidecar:

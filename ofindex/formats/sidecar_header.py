@@ -18,9 +18,10 @@ the packed offsets in the 8 bytes at 88 that version 2 reserves::
     40   I   CRC32C of the body (everything after the header)
     44   I   CRC32C of the header with this field zeroed
     48   B   compression (0 none, 1 gzip, 2 zlib)
-    49   B   reserved (0)
+    49   B   content digest scheme: 0 none (written by ofindex 0.2), 1 the
+             CRC32C of sampled regions (:mod:`ofindex.storage.identity`)
     50   H   fingerprint length (at most 416)
-    52   I   reserved (0)
+    52   I   content digest of the data file (0 when the scheme is 0)
     56   Q   seek point count m
     64   Q   bytes of the windows blob
     72   Q   seek point spacing the index was built with (uncompressed bytes; 0 if none)
@@ -51,6 +52,7 @@ import crc32c as _crc32c
 
 from ..errors import SidecarError
 from ..storage import FileStamp
+from ..storage.content import SCHEME
 from .framing import RecordFormat
 
 MAGIC = b"OFINDEX\0"
@@ -113,7 +115,7 @@ class SidecarHeader:
     Attributes:
         format: The record framing.
         count: Records indexed.
-        stamp: The data file's size and fingerprint when it was indexed.
+        stamp: The data file's size, fingerprint and content digest when it was indexed.
         indexed_end: Byte just past the last indexed record (uncompressed stream).
         partial: Only a valid prefix of the file is indexed.
         header_size: Bytes before the body.
@@ -224,10 +226,11 @@ def encode_header(header: SidecarHeader) -> bytes:
              | (FLAG_CHECKSUMS if header.checksums else 0)
              | (FLAG_COMPRESSED if header.compression is not Compression.NONE else 0))
     size = stamp.size if header.uncompressed_size < 0 else header.uncompressed_size
+    scheme, digest = (0, 0) if stamp.content is None else (SCHEME, stamp.content)
     fixed = _V2.pack(
         MAGIC, header.version, int(header.format), flags, HEADER_SIZE, header.count, stamp.size,
-        header.indexed_end, header.body_crc, 0, int(header.compression), 0, len(fingerprint),
-        0, header.seek_points, header.windows_bytes, header.spacing, size,
+        header.indexed_end, header.body_crc, 0, int(header.compression), scheme,
+        len(fingerprint), digest, header.seek_points, header.windows_bytes, header.spacing, size,
         header.packed_bytes if header.packed else 0,
     )
     buf = bytearray(fixed + fingerprint + bytes(HEADER_SIZE - len(fixed) - len(fingerprint)))
@@ -295,8 +298,8 @@ def _decode_v2(buf: bytearray, path: str, version: int) -> SidecarHeader:
     """Versions 2 and 3 (one header layout)."""
     if len(buf) != HEADER_SIZE:
         raise _corrupt(path, f"header size {len(buf)}, not {HEADER_SIZE}")
-    (_, _, fmt, flags, _, count, size, end, bcrc, _, comp, _, fplen, _, seeks, wbytes,
-     spacing, usize, packed) = _V2.unpack_from(buf)
+    (_, _, fmt, flags, _, count, size, end, bcrc, _, comp, scheme, fplen, digest, seeks,
+     wbytes, spacing, usize, packed) = _V2.unpack_from(buf)
     if flags & ~_KNOWN_FLAGS:
         raise _corrupt(path, f"unknown flags 0x{flags:02x}")
     if fplen > MAX_FINGERPRINT:
@@ -308,8 +311,10 @@ def _decode_v2(buf: bytearray, path: str, version: int) -> SidecarHeader:
     if bool(flags & FLAG_COMPRESSED) != (compression is not Compression.NONE):
         raise _corrupt(path, "compression flag and code disagree")
     fingerprint = bytes(buf[96 : 96 + fplen]).decode("utf-8", "replace")
+    # a scheme this reader does not know is as none: the fingerprint alone is checked
+    stamp = FileStamp(size, fingerprint, content=digest if scheme == SCHEME else None)
     return _consistent(SidecarHeader(
-        _record_format(fmt, path), count, FileStamp(size, fingerprint), end,
+        _record_format(fmt, path), count, stamp, end,
         bool(flags & FLAG_PARTIAL), HEADER_SIZE, bcrc, version=version,
         checksums=bool(flags & FLAG_CHECKSUMS), compression=compression, seek_points=seeks,
         windows_bytes=wbytes, spacing=spacing, uncompressed_size=usize,

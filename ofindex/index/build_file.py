@@ -18,6 +18,7 @@ from ..formats.seekpoints import DEFAULT_SPACING
 from ..formats.sidecar import decode_header, encode_sidecar
 from ..formats.sidecar_header import Compression
 from ..storage import FileStamp, Storage
+from ..storage.identity import with_content
 from ..storage.readahead import STREAM_CHUNK, ReadAhead
 from .checksums import payload_checksums
 from .scan import ScanResult, scan_file
@@ -43,6 +44,8 @@ class BuildResult:
         seek_points: Seek points in the sidecar (compressed files).
         body_crc: The sidecar's body CRC (which version of the sidecar this is, for the
             manifest), or ``None`` when no sidecar was written.
+        content: The data file's content digest the sidecar stores (its identity: see
+            :mod:`ofindex.storage.identity`), or ``None``.
     """
 
     data_url: str
@@ -59,6 +62,7 @@ class BuildResult:
     index_bytes: int = 0
     seek_points: int = 0
     body_crc: int | None = None
+    content: int | None = None
 
     @property
     def index_fraction(self) -> float:
@@ -124,6 +128,7 @@ def build_file(
     # remote files stream once, in large sequential chunks with one chunk in flight
     source = storage if storage.is_local else ReadAhead(storage, path, stamp.size, STREAM_CHUNK)
     table, windows, usize = None, b"", stamp.size
+    streamed: int | None = None  # the content digest, from a remote file's streamed regions
     try:
         compression, fmt = detect_file_layout(source, path, stamp.size,
                                               compression=compression, fmt=fmt)
@@ -160,7 +165,11 @@ def build_file(
         raise
     finally:
         if isinstance(source, ReadAhead):
+            streamed = source.content_digest()
             source.close()
+    # the content digest travels with every copy of the file (its identity): taken before the
+    # last look at its stamp, so that a file changed meanwhile is refused, not misdescribed
+    stamp = with_content(storage, path, stamp, streamed)
     _check_unchanged(storage, path, stamp, storage.stamp(path))
     header, body = encode_sidecar(
         fmt, result.offsets, stamp, result.indexed_end, result.partial,
@@ -187,4 +196,5 @@ def _result(url: str, index_url: str, fmt: RecordFormat, scan: ScanResult, stamp
             points: int) -> BuildResult:
     return BuildResult(url, index_url, fmt, len(scan.offsets), stamp.size, scan.partial,
                        scan.problem, stamp.fingerprint, compression=compression,
-                       uncompressed_size=usize, index_bytes=index_bytes, seek_points=points)
+                       uncompressed_size=usize, index_bytes=index_bytes, seek_points=points,
+                       content=stamp.content)

@@ -47,6 +47,7 @@ class BuildResults(LazyRows[BuildResult]):
         self._numbers = {name: array("q") for name in _NUMBERS}
         self._codes = array("b")  # format, compression, partial, skipped: one byte each
         self._body_crcs = array("q")  # -1: none
+        self._contents = array("q")  # -1: none
         self._strings = {name: _Strings() for name in ("data_url", "index_url", "fingerprint")}
         self._problems: dict[int, str] = {}  # only partial files have one
 
@@ -62,6 +63,7 @@ class BuildResults(LazyRows[BuildResult]):
         self._codes.extend([_FORMATS.index(result.format), int(result.compression),
                             int(result.partial), int(result.skipped)])
         self._body_crcs.append(-1 if result.body_crc is None else result.body_crc)
+        self._contents.append(-1 if result.content is None else result.content)
         for name, strings in self._strings.items():
             strings.append(getattr(result, name))
         if result.problem is not None:
@@ -84,14 +86,14 @@ class BuildResults(LazyRows[BuildResult]):
             A :class:`BuildResult` equal to the one appended.
         """
         fmt, compression, partial, skipped = self._codes[4 * k : 4 * k + 4]
-        crc = self._body_crcs[k]
+        crc, content = self._body_crcs[k], self._contents[k]
         return BuildResult(
             self._strings["data_url"][k], self._strings["index_url"][k], _FORMATS[fmt],
             self._numbers["records"][k], self._numbers["size"][k], bool(partial),
             self._problems.get(k), self._strings["fingerprint"][k], bool(skipped),
             Compression(compression), self._numbers["uncompressed_size"][k],
             self._numbers["index_bytes"][k], self._numbers["seek_points"][k],
-            None if crc < 0 else crc)
+            None if crc < 0 else crc, None if content < 0 else content)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Sequence):

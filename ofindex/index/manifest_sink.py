@@ -11,6 +11,7 @@ finds an older manifest.
 from __future__ import annotations
 
 from ..formats.compact_manifest import COMPACT_NAME, CompactManifestFile, writes_compact
+from ..formats.dataset_identity import dataset_identity
 from ..formats.framing import RecordFormat
 from ..formats.location import DatasetLocation
 from ..formats.manifest import write_manifest
@@ -54,7 +55,7 @@ class ManifestSink:
             self.rows.append(result)
             return
         self.compact.add(path, result.records, result.size, result.fingerprint,
-                         result.body_crc, result.compression, result.partial)
+                         result.body_crc, result.compression, result.partial, result.content)
 
     def close(self) -> None:
         """Write the manifest (and remove the other kind's file in the default place)."""
@@ -63,12 +64,15 @@ class ManifestSink:
         else:
             rows = self.rows
             crcs = [r.body_crc for r in rows]
+            identity = dataset_identity([r.records for r in rows], [r.size for r in rows],
+                                        [r.content for r in rows], crcs)
             write_manifest(
                 self.url, self.framing, self.location.storage, self.paths, self.data_dir,
                 self.index_url, [r.records for r in rows], [r.size for r in rows],
                 [r.fingerprint for r in rows], self.location.storages,
                 partial=[r.partial for r in rows], compressions=[r.compression for r in rows],
-                body_crcs=None if None in crcs else [c for c in crcs if c is not None])
+                body_crcs=None if None in crcs else [c for c in crcs if c is not None],
+                identity=identity)
         if not self.named:
             self.storage.remove(self.json_path if self.compact is not None
                                 else self.compact_path)

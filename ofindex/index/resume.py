@@ -1,14 +1,16 @@
 """Resumable builds: is a data file's existing sidecar still fresh?
 
 With ``resume`` (the default) a build skips a file whose sidecar exists and describes exactly
-the file as it is now (same size and fingerprint, complete, of the format asked for): a build
-that was interrupted at 90 % redoes the remaining 10 % (see :class:`.job.FileJob`).
+the file as it is now (same size and fingerprint, or same content; complete, of the format
+asked for): a build that was interrupted at 90 % redoes the remaining 10 % (see
+:class:`.job.FileJob`), and a dataset copied without its times is re-stamped, not rescanned.
 """
 
 from __future__ import annotations
 
 from ..errors import SidecarError
 from ..formats.framing import RecordFormat
+from ..formats.sidecar import restamped
 from ..formats.sidecar_header import (
     HEADER_SIZE,
     Compression,
@@ -16,7 +18,9 @@ from ..formats.sidecar_header import (
     decode_header,
     layout_of,
 )
-from ..storage import Storage
+from ..storage import FileStamp, Storage
+from ..storage.identity import with_content
+from ..storage.stamp import Verdict
 from .build_file import BuildResult
 
 
@@ -45,8 +49,9 @@ def fresh_result(
 ) -> BuildResult | None:
     """What a fresh existing sidecar says of ``path``, or ``None`` when it must be (re)built.
 
-    A sidecar is fresh when its stamp equals the data file's current stamp exactly, it
-    indexes the whole file (not partial), and its format is ``fmt`` (any, for ``None``).
+    A sidecar is fresh when it describes the data file as it is now (the same stamp, or the
+    same content: :func:`current_identity`), it indexes the whole file (not partial), and its
+    format is ``fmt`` (any, for ``None``).
 
     Args:
         storage: Storage of the data file.
@@ -73,12 +78,56 @@ def fresh_result(
     if (spacing is not None and header.compression is not Compression.NONE
             and header.spacing != spacing):
         return None  # another seek point spacing asked for
-    stamp = storage.stamp(path)
-    if header.stamp != stamp:
+    stamp = current_identity(storage, path, header.stamp, index_storage, index_path)
+    if stamp is None:
         return None
     return BuildResult(storage.url(path), index_storage.url(index_path), header.format,
                        header.count, stamp.size, fingerprint=stamp.fingerprint, skipped=True,
                        compression=header.compression,
                        uncompressed_size=header.uncompressed_size,
                        index_bytes=layout_of(header).end, seek_points=header.seek_points,
-                       body_crc=header.body_crc)
+                       body_crc=header.body_crc, content=stamp.content)
+
+
+def current_identity(storage: Storage, path: str, indexed: FileStamp, index_storage: Storage,
+                     index_path: str) -> FileStamp | None:
+    """The data file's identity when its sidecar (stamped ``indexed``) still describes it, the
+    sidecar re-stamped first where the stamp it stores is not the file's own any more; else
+    ``None`` (the file must be indexed again).
+
+    * The same fingerprint with a content digest: fresh as it is.
+    * Another fingerprint (a copy without its times, an upload) but the same content: fresh,
+      and the sidecar re-stamped with the file's fingerprint, so that later opens take the
+      fast path (only its header changes).
+    * The same fingerprint, no digest (ofindex 0.2's sidecars): the digest is added.
+    * Anything else (another size or content; an old sidecar of another fingerprint, whose
+      content cannot be told): ``None``.
+
+    Args:
+        storage: Storage of the data file.
+        path: The data file.
+        indexed: The stamp its sidecar stores.
+        index_storage: Storage of the sidecar.
+        index_path: Where the sidecar is.
+
+    Returns:
+        The stamp (with its content digest) the sidecar now stores, or ``None``.
+    """
+    current = storage.stamp(path)
+    verdict, _ = indexed.judge(current)
+    if verdict is Verdict.CHANGED:
+        return None
+    if verdict is Verdict.SAME and indexed.content is not None:
+        return indexed
+    if verdict is Verdict.SAME and indexed.fingerprint != current.fingerprint:
+        return None  # an old sidecar of another fingerprint: no content to compare with
+    stamp = with_content(storage, path, current)
+    if indexed.content is not None and indexed.content_differs(stamp.content or 0):
+        return None
+    index_url = index_storage.url(index_path)
+    try:
+        raw = restamped(index_storage.read_all(index_path), stamp, path=index_url)
+    except (OSError, SidecarError):
+        return None  # unreadable after all: indexed again
+    index_storage.write_atomic(index_path, [raw])
+    return stamp

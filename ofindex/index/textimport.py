@@ -18,6 +18,7 @@ from ..formats.sidecar import encode_sidecar
 from ..formats.sidecar_header import Compression
 from ..formats.textindex import check_framing, check_spans, parse_text
 from ..storage import Storage
+from ..storage.identity import with_content
 from ..storage.readahead import STREAM_CHUNK, ReadAhead
 from .build_file import detect_file_layout
 from .scan import scan_file
@@ -70,6 +71,7 @@ def sidecar_from_text(storage: Storage, path: str, text: bytes, *, text_url: str
         if isinstance(source, ReadAhead):
             source.close()
     check_framing(offsets, lengths, framed, end, problem, path=text_url, data_url=url)
+    stamp = with_content(storage, path, stamp)  # its identity, before the last look
     changed = stamp.mismatch(storage.stamp(path))
     if changed:
         raise StaleIndexError(f"{url}: the file changed while its text index was checked "

@@ -18,6 +18,7 @@ from ..formats.seekpoints import WRITER_SPACING
 from ..formats.sidecar import encode_sidecar
 from ..formats.sidecar_header import Compression
 from ..storage import FileStamp, LocalStorage, Storages
+from ..storage.identity import with_content
 
 
 class _Message(Protocol):
@@ -248,7 +249,7 @@ class Writer:
             self._placed = True
         if not self._index:
             return
-        stamp: FileStamp = self._storage.stamp(self._path)
+        stamp: FileStamp = with_content(self._storage, self._path)  # size, mtime, content
         written = self._pos if self._sink is None else self._sink.written
         if stamp.size != written:
             raise OfindexError(

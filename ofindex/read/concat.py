@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from ..formats.dataset_identity import joined_identity
 from ..storage.union import joined_storage
 from .datacache import same_cache
 from .dataset import Dataset
@@ -53,4 +54,5 @@ def concatenated(datasets: Sequence[Dataset]) -> Dataset | None:
                    first.format, verify=first.verify, decode=first.decode,
                    max_gap=first._max_gap, max_read_bytes=first.max_read_bytes,
                    compressed=any(ds._compressed for ds in datasets),
-                   data_cache=same_cache([ds.data_cache for ds in datasets]))
+                   data_cache=same_cache([ds.data_cache for ds in datasets]),
+                   identity=joined_identity([ds.identity for ds in datasets]))

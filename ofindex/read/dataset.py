@@ -20,6 +20,7 @@ import numpy as np
 
 from .. import _accel
 from ..formats.crc import LENGTH_CRCS
+from ..formats.dataset_identity import dataset_identity
 from ..formats.framing import RecordFormat
 from ..formats.sidecar import Sidecar
 from ..formats.sidecar_header import Compression
@@ -71,6 +72,8 @@ class Dataset:
         data_cache: The machine's cache of remote data blocks to read through
             (``ofindex.open(..., data_cache_bytes=)``, :mod:`ofindex.read.datacache`), or
             ``None``.
+        identity: The dataset's identity (see :attr:`identity`), when its manifest gives
+            it; ``None``: computed from the shards' headers when first asked for.
 
     Raises:
         SidecarError: The shards claim more records than any dataset can hold.
@@ -88,8 +91,10 @@ class Dataset:
         max_read_bytes: int = DEFAULT_MAX_BYTES,
         compressed: bool | None = None,
         data_cache: DataCache | None = None,
+        identity: str | None = None,
     ) -> None:
         self._table = table = ShardTable(storage, shards)
+        self._identity = identity
         #: The machine's cache of remote data blocks reads go through, or ``None``.
         self.data_cache = None if storage.is_local else data_cache
         # the single-record hot path reads these without a call
@@ -105,6 +110,25 @@ class Dataset:
         self.verify = verify  # sets the checks
         self._max_gap = max_gap
         self.max_read_bytes = max_read_bytes
+
+    @property
+    def identity(self) -> str:
+        """What this dataset is: 16 hexadecimal digits, a digest of its shards' record counts,
+        sizes and content digests in order (:mod:`ofindex.formats.dataset_identity`). A copy
+        of the dataset (moved, uploaded, copied without its times) has the same identity;
+        another dataset of the same length has another one. Resume and mixture states carry
+        it, and refuse to load on another dataset.
+
+        Raises:
+            SidecarError: A shard's header cannot be read (a dataset opened without a
+                manifest has read them all at open already).
+        """
+        if self._identity is None:
+            headers = [shard.header for shard in self._table.shards]
+            self._identity = dataset_identity(
+                [h.count for h in headers], [h.stamp.size for h in headers],
+                [h.stamp.content for h in headers], [h.body_crc for h in headers])
+        return self._identity
 
     @property
     def verify(self) -> bool:

@@ -3,7 +3,7 @@
 A version 2 or 3 sidecar starts with a fixed 512-byte header that gives its record count,
 its data file's stamp (size and fingerprint) and the CRC of its body. So opening a remote
 file, a list or a glob without a manifest fetches no whole sidecar: one concurrent round
-(:class:`~ofindex.read.index_round.Round`) fetches the first 512 bytes of every sidecar and,
+(:class:`~ofindex.read.request_round.Round`) fetches the first 512 bytes of every sidecar and,
 with ``check_stale``, the stamp of every data file. Each header is checked (its own CRC, its
 stamp against the data file's) and *pinned* on its shard (:meth:`Shard.pin`): from then on
 the shard reads as one opened through a manifest does, by pages of its offsets
@@ -23,9 +23,10 @@ import struct
 from ..errors import IndexNotFoundError, RangeReadError
 from ..formats.sidecar_header import HEADER_SIZE, VERSION, VERSION_PACKED, SidecarHeader
 from ..formats.sidecar_header import decode_header as _decode_header
-from ..storage import FileStamp
-from .index_round import Round, Slot, check_fresh, run_round
+from .identity_round import IdentityChecks
+from .index_round import run_round
 from .pages import new_pager, pageable
+from .request_round import Round, Slot
 from .shards import Shard, missing_indexes
 
 
@@ -65,16 +66,16 @@ def _open_remote(shards: list[Shard]) -> list[Shard]:
         The shards that have no sidecar.
     """
     round_ = Round()
-    slots: list[tuple[Slot, Slot | None]] = []
+    identities = IdentityChecks()
+    heads: list[Slot] = []
     for shard in shards:
-        head = round_.range(shard.index_storage, shard.index_path, 0, HEADER_SIZE)
-        stat = (None if shard.data_storage is None
-                else round_.stat(shard.data_storage, shard.path))
-        slots.append((head, stat))
+        heads.append(round_.range(shard.index_storage, shard.index_path, 0, HEADER_SIZE))
+        if shard.data_storage is not None:
+            identities.queue(round_, shard)
     round_.run()
     missing: list[Shard] = []
     whole: list[Shard] = []
-    for shard, (head, stat) in zip(shards, slots, strict=True):
+    for shard, head in zip(shards, heads, strict=True):
         got = round_.result(Round.RANGE, head)
         if isinstance(got, FileNotFoundError):
             missing.append(shard)
@@ -83,10 +84,10 @@ def _open_remote(shards: list[Shard]) -> list[Shard]:
         if header is None:
             whole.append(shard)
             continue
-        current = None if stat is None else round_.result(Round.STAT, stat)
-        if isinstance(current, BaseException):
-            raise current
-        _pin(shard, header, current)
+        _pin(shard, header)
+        if shard.data_storage is not None:
+            identities.add(shard, header.stamp, identities.current(round_, shard))
+    identities.settle()
     if whole:  # version 1: the whole sidecar, checked as before
         missing += run_round([], whole, check_body=False)
     return missing
@@ -110,17 +111,10 @@ def _fixed_header(shard: Shard, got: bytes | BaseException) -> SidecarHeader | N
     return _decode_header(got, path=shard.index_url)
 
 
-def _pin(shard: Shard, header: SidecarHeader, current: FileStamp | None) -> None:
-    """Check the data file's stamp against a fetched header and pin the header on its shard,
-    with a pager that needs neither header nor stamp fetched again in this process.
-
-    Raises:
-        StaleIndexError: The data file changed since it was indexed.
-    """
-    if current is not None:
-        check_fresh(shard, header.stamp, current)
-        assert shard.data_storage is not None
-        shard.data_storage.expect(shard.path, current)
+def _pin(shard: Shard, header: SidecarHeader) -> None:
+    """Pin a fetched header on its shard, with a pager that needs neither header nor stamp
+    fetched again in this process (its data file is checked against the header in the same
+    round: :class:`~.identity_round.IdentityChecks`)."""
     shard.pin(header)
     pager = new_pager(shard)
     pager.accept(header)

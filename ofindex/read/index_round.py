@@ -18,18 +18,15 @@ before any byte of it is handed out. Two entry points use it:
 
 from __future__ import annotations
 
-import concurrent.futures as cf
 import dataclasses
 from collections.abc import Iterable, Sequence
-from typing import Any
 
 import numpy as np
 
 from ..errors import IndexNotFoundError, SidecarError
 from ..formats.sidecar import Sidecar
 from ..formats.sidecar_header import HEADER_SIZE
-from ..storage import FileStamp, Storage
-from ..storage.stamp import stale_index
+from .identity_round import IdentityChecks, content_expected
 from .manifest_shards import queue_stamps, resolve_stamps, stamps_from_node, take_stamps
 from .pages import (
     Pager,
@@ -42,12 +39,11 @@ from .pages import (
     spans_from_pages,
     split_pages,
 )
+from .request_round import Round, Slot
 from .shards import Shard, missing_indexes
 
 #: Groups of one batch: ``(shard number, first item, one past the last item)``.
 Groups = list[tuple[int, int, int]]
-#: Where a request's result is: ``(id of its storage, its position in that storage's list)``.
-Slot = tuple[int, int]
 
 
 @dataclasses.dataclass
@@ -61,7 +57,7 @@ class PageRequest:
     missing: list[int] = dataclasses.field(default_factory=list)
     header_slot: int = -1      # the range holding the header (maybe with the first run)
     runs: list[tuple[int, int, int, int]] = dataclasses.field(default_factory=list)
-    stat_slot: int = -1
+    stat_queued: bool = False  # the data file's stamp comes in this round
     stamp_on_read: bool = False  # the data file's first read checks its stamp (no stat)
     fallback: bool = False     # read through the whole sidecar after all
 
@@ -73,68 +69,7 @@ class WholeRequest:
     shard: Shard
     on_disk: Sidecar | None
     whole_slot: Slot | None = None
-    stat_slot: Slot | None = None
-
-
-class _StorageCalls:
-    """The requests of one round on one storage; :meth:`run` fills the results."""
-
-    def __init__(self, storage: Storage) -> None:
-        self.storage = storage
-        self.ranges: list[tuple[str, int, int]] = []
-        self.wholes: list[str] = []
-        self.stats: list[str] = []
-        self.got: tuple[list[Any], list[Any], list[Any]] = ([], [], [])
-
-    def run(self) -> None:
-        self.got = self.storage.fetch_round(self.ranges, self.wholes, self.stats)
-
-
-class Round:
-    """The requests of one round, grouped by storage and run at once."""
-
-    RANGE, WHOLE, STAT = 0, 1, 2
-
-    def __init__(self) -> None:
-        self.calls: dict[int, _StorageCalls] = {}
-
-    def _on(self, storage: Storage) -> _StorageCalls:
-        calls = self.calls.get(id(storage))
-        if calls is None:
-            calls = self.calls[id(storage)] = _StorageCalls(storage)
-        return calls
-
-    def range(self, storage: Storage, path: str, start: int, end: int) -> Slot:
-        """Queue the bytes ``[start, end)`` of ``path``."""
-        calls = self._on(storage)
-        calls.ranges.append((path, start, end))
-        return id(storage), len(calls.ranges) - 1
-
-    def whole(self, storage: Storage, path: str) -> Slot:
-        """Queue the whole of ``path``."""
-        calls = self._on(storage)
-        calls.wholes.append(path)
-        return id(storage), len(calls.wholes) - 1
-
-    def stat(self, storage: Storage, path: str) -> Slot:
-        """Queue the stamp of ``path``."""
-        calls = self._on(storage)
-        calls.stats.append(path)
-        return id(storage), len(calls.stats) - 1
-
-    def run(self) -> None:
-        """Run every queued request (a thread per storage when there are several)."""
-        calls = [c for c in self.calls.values() if c.ranges or c.wholes or c.stats]
-        if len(calls) == 1:
-            calls[0].run()
-        elif calls:
-            with cf.ThreadPoolExecutor(len(calls)) as pool:
-                for future in [pool.submit(c.run) for c in calls]:
-                    future.result()
-
-    def result(self, kind: int, slot: Slot) -> Any:
-        """What came back for ``slot`` (the value, or the exception its request raised)."""
-        return self.calls[slot[0]].got[kind][slot[1]]
+    stat_queued: bool = False
 
 
 # -- whole sidecars -------------------------------------------------------------------------
@@ -176,23 +111,28 @@ def stamp_rides(shard: Shard, stamps_first: bool) -> bool:
     """Whether the check of ``shard``'s data file against its index rides on the file's
     first read (its storage checks the stamp every read reports: HTTP) rather than a ``stat``
     in the index round: not when ``stamps_first`` (a data cache keys its blocks by the
-    checked stamp before any byte is read)."""
+    checked stamp before any byte is read), nor when the check will need the file's content
+    (:func:`~.identity_round.content_expected`: it is fetched in the round instead)."""
     storage = shard.data_storage
-    return storage is not None and storage.checks_stamp_on_read and not stamps_first
+    return (storage is not None and storage.checks_stamp_on_read and not stamps_first
+            and not content_expected(shard))
 
 
-def _queue_whole(round_: Round, shard: Shard, stamps_first: bool = False) -> WholeRequest:
+def _queue_whole(round_: Round, shard: Shard, identities: IdentityChecks,
+                 stamps_first: bool = False) -> WholeRequest:
     """Queue the whole sidecar of ``shard`` (unless the node cache has it) and its data
     file's stamp (unless it rides on the first read: :func:`stamp_rides`)."""
     request = WholeRequest(shard, shard.disk_copy())
     if request.on_disk is None:
         request.whole_slot = round_.whole(shard.index_storage, shard.index_path)
     if shard.data_storage is not None and not stamp_rides(shard, stamps_first):
-        request.stat_slot = round_.stat(shard.data_storage, shard.path)
+        identities.queue(round_, shard)
+        request.stat_queued = True
     return request
 
 
-def _take_whole(round_: Round, request: WholeRequest, check_body: bool) -> bool:
+def _take_whole(round_: Round, request: WholeRequest, check_body: bool,
+                identities: IdentityChecks) -> bool:
     """Accept a whole sidecar the round fetched (or found on disk); ``False`` when there is
     none (its shard has no index)."""
     shard = request.shard
@@ -206,12 +146,11 @@ def _take_whole(round_: Round, request: WholeRequest, check_body: bool) -> bool:
         if isinstance(raw, BaseException):
             raise raw
         sidecar, nbytes = shard.from_fetched(raw)
-    current = None if request.stat_slot is None else round_.result(Round.STAT,
-                                                                    request.stat_slot)
-    if isinstance(current, BaseException):
-        raise current
-    shard.accept(sidecar, nbytes, current, check_body=check_body)
-    if request.stat_slot is None and shard.data_storage is not None:  # checked on first read
+    current = identities.current(round_, shard) if request.stat_queued else None
+    shard.accept(sidecar, nbytes, None, check_body=check_body)  # the data file: checked below
+    if current is not None:
+        identities.add(shard, sidecar.header.stamp, current)
+    elif shard.data_storage is not None:  # checked on first read
         shard.data_storage.expect_indexed(shard.path, sidecar.header.stamp, shard.index_url)
     return True
 
@@ -295,21 +234,26 @@ def run_round(paged: list[PageRequest], whole: list[Shard], *,
     if node is not None and paged:
         _from_node(paged, node.get(_node_keys(paged)))
     round_ = Round()
+    identities = IdentityChecks()
     pending = [r.shard for r in paged] + whole
     stamps = queue_stamps(pending, round_.range)
     for request in paged:
-        _queue_pages(round_, request, stamps_first)
-    wholes = [_queue_whole(round_, shard, stamps_first) for shard in whole]
+        _queue_pages(round_, request, identities, stamps_first)
+    wholes = [_queue_whole(round_, shard, identities, stamps_first) for shard in whole]
     round_.run()
     to_node: list[tuple[bytes, bytes]] = []
     take_stamps(stamps, lambda slot: round_.result(Round.RANGE, slot), pending, to_node)
     for request in paged:
         if not request.pager.keyed:
             key_pager(request.shard, request.pager)
-        _take_pages(round_, request, to_node)
+        _take_pages(round_, request, to_node, identities)
     if node is not None and to_node:
         node.put(to_node)
-    missing = [w.shard for w in wholes if not _take_whole(round_, w, check_body)]
+    missing = [w.shard for w in wholes if not _take_whole(round_, w, check_body, identities)]
+    identities.settle()  # before any byte of a data file is read through its index
+    for request in paged:
+        if request.stat_queued and not request.fallback:
+            request.pager.fresh = True
     fallback = [r.shard for r in paged if r.fallback]
     if fallback:  # version 1 or compressed after all: their whole sidecars, one more round
         missing += run_round([], fallback, stamps_first=stamps_first)
@@ -374,7 +318,8 @@ def _cached_page(shard: Shard, pager: Pager, page: int, blob: bytes | None,
     return page_bounds
 
 
-def _queue_pages(round_: Round, request: PageRequest, stamps_first: bool) -> None:
+def _queue_pages(round_: Round, request: PageRequest, identities: IdentityChecks,
+                 stamps_first: bool) -> None:
     """Queue the header (if not checked yet), the missing pages (neighbours merged) and the
     data file's stamp (once, unless it rides on the first read: :func:`stamp_rides`) of one
     shard."""
@@ -401,11 +346,12 @@ def _queue_pages(round_: Round, request: PageRequest, stamps_first: bool) -> Non
         if stamp_rides(shard, stamps_first):
             request.stamp_on_read = True  # the data's first response is checked instead
         else:
-            request.stat_slot = round_.stat(shard.data_storage, shard.path)[1]
+            identities.queue(round_, shard)
+            request.stat_queued = True
 
 
-def _take_pages(round_: Round, request: PageRequest,
-                to_node: list[tuple[bytes, bytes]]) -> None:
+def _take_pages(round_: Round, request: PageRequest, to_node: list[tuple[bytes, bytes]],
+                identities: IdentityChecks) -> None:
     """Check the header, the data file's stamp and keep the pages of one shard."""
     shard, pager = request.shard, request.pager
     storage_id = id(shard.index_storage)
@@ -420,16 +366,12 @@ def _take_pages(round_: Round, request: PageRequest,
         pager.accept(header)
         head = bytes(got[:HEADER_SIZE])
         to_node.append((pager.header_key, head + bytes(HEADER_SIZE - len(head))))
-    if request.stat_slot >= 0:
+    if request.stat_queued:
         assert shard.data_storage is not None
-        current = round_.result(Round.STAT, (id(shard.data_storage), request.stat_slot))
-        if isinstance(current, BaseException):
-            raise current
+        current = identities.current(round_, shard)
         indexed = shard.expected_stamp()  # the checked header's stamp
         assert indexed is not None
-        check_fresh(shard, indexed, current)
-        shard.data_storage.expect(shard.path, current)
-        pager.fresh = True
+        identities.add(shard, indexed, current)  # settled after the round (pager.fresh then)
     elif request.stamp_on_read:
         assert shard.data_storage is not None
         indexed = shard.expected_stamp()
@@ -447,15 +389,3 @@ def _take_pages(round_: Round, request: PageRequest,
             request.pages[page] = page_bounds
             cache.pages.put((id(shard), page), page_bounds)
             to_node.append((pager.page_key(page), page_bounds.tobytes()))
-
-
-def check_fresh(shard: Shard, indexed: FileStamp, current: FileStamp) -> None:
-    """Refuse a data file whose stamp now is not the one its index gives.
-
-    Raises:
-        StaleIndexError: Naming the change and the command that rebuilds the index.
-    """
-    why = indexed.mismatch(current)
-    if why:
-        assert shard.data_storage is not None
-        raise stale_index(shard.index_url, shard.data_storage.url(shard.path), why)

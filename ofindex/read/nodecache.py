@@ -64,6 +64,19 @@ def sidecar_key(index_url: str, stamp: FileStamp, body_crc: int | None = None) -
     return hashlib.sha256(text).digest()[:16]
 
 
+def identity_key(url: str, stamp: FileStamp, digest: int) -> bytes:
+    """The key of a remembered identity check: the data file at ``url``, as ``stamp`` (its
+    size and fingerprint) describes it, was found to have the content digest ``digest``."""
+    text = f"identity\0{url}\0{stamp.size}\0{stamp.fingerprint}\0{digest}".encode()
+    return hashlib.sha256(text).digest()[:16] + b"identity"
+
+
+def identity_entry(key: bytes) -> bytes:
+    """What a remembered identity check holds: a digest of its key (a row holding anything
+    else is damaged or tampered with, and is not taken)."""
+    return hashlib.sha256(b"identity checked\0" + key).digest()[:16]
+
+
 #: Connections a forked child inherited: never used nor closed there (closing one would drop
 #: SQLite's locks of the parent's inode state in the child), only kept from the collector.
 _INHERITED: list[sqlite3.Connection] = []

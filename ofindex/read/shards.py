@@ -18,6 +18,7 @@ from ..formats.framing import RecordFormat
 from ..formats.sidecar import Sidecar, load_sidecar, parse_sidecar
 from ..formats.sidecar_header import SidecarHeader
 from ..storage import FileStamp, Storage
+from ..storage.identity import check_identity
 from .sidecar_cache import SidecarCache
 
 
@@ -56,6 +57,7 @@ class Shard:
 
     __slots__ = (
         "_body_crc",
+        "_content",
         "_fingerprint",
         "_pid",
         "_pinned",
@@ -85,6 +87,9 @@ class Shard:
         self.path = path
         self._body_crc = body_crc  # the sidecar version the manifest names (None: any)
         self._fingerprint = fingerprint
+        #: The data file's content digest its checked sidecar header gives (None: not known
+        #: yet in this process, or the index has none)
+        self._content: int | None = None
         #: A compact manifest whose stamps page gives this shard's fingerprint and body CRC
         #: when first asked (row ``_row``), or ``None`` once known.
         self._rows, self._row = stamps, row
@@ -112,15 +117,15 @@ class Shard:
     def __getstate__(self) -> tuple[Any, ...]:
         return (self.path, self.index_storage, self.index_path, self.records, self.size,
                 self._fingerprint, self.data_storage, self.cache, self.data_url, self.partial,
-                self._body_crc, self._pinned, self._rows, self._row)
+                self._body_crc, self._pinned, self._rows, self._row, self._content)
 
     def __setstate__(self, state: tuple[Any, ...]) -> None:
         (path, index_storage, ipath, records, size, fingerprint, data_storage, cache, url, partial,
-         body_crc, pinned, rows, row) = state
+         body_crc, pinned, rows, row, content) = state
         Shard.__init__(self, path, index_storage, ipath, records, size, fingerprint=fingerprint,
                        data_storage=data_storage, cache=cache, url=url, partial=partial,
                        body_crc=body_crc, stamps=rows, row=row)
-        self._pinned = pinned
+        self._pinned, self._content = pinned, content
 
     # -- the stamp a manifest gives: known, or read from a compact manifest on first use -----
     @property
@@ -174,6 +179,7 @@ class Shard:
         self.size = header.stamp.size
         self._fingerprint = header.stamp.fingerprint
         self._body_crc = header.body_crc
+        self._content = header.stamp.content
         self._rows = None
         self.partial = header.partial
         self._pinned = header
@@ -229,9 +235,13 @@ class Shard:
         return self.index_storage.url(self.index_path)
 
     def expected_stamp(self) -> FileStamp | None:
-        """The data file's stamp the manifest (or the header pinned at open) gives, else
+        """The data file's stamp the manifest (or the header pinned at open) gives, with the
+        content digest of the sidecar header once one was checked in this process; else
         ``None``."""
-        return FileStamp(self.size, self.fingerprint) if self.fingerprint is not None else None
+        fingerprint = self.fingerprint
+        if fingerprint is None:
+            return None
+        return FileStamp(self.size, fingerprint, content=self._content)
 
     def disk_copy(self) -> Sidecar | None:
         """A valid copy of this remote sidecar in the node cache (only with a manifest's
@@ -326,7 +336,7 @@ class Shard:
         against what the dataset expects and the data file's stamp ``current`` against it.
 
         Args:
-            sc: The sidecar.
+            sidecar: The sidecar.
             nbytes: The bytes it holds in memory (for the cache's bound).
             current: The data file's stamp now, or ``None`` (not checked).
             check_body: Check its body against its CRC now (else on first read).
@@ -340,8 +350,7 @@ class Shard:
         h = sidecar.header
         self.check_header(h)
         if current is not None and self.data_storage is not None:
-            sidecar.check_fresh(current, self.data_storage.url(self.path))
-            self.data_storage.expect(self.path, current)
+            check_identity(self.data_storage, self.path, h.stamp, current, self.index_url)
         self.records = h.count
         self.size = h.stamp.size
         self.partial = h.partial
@@ -371,7 +380,8 @@ class Shard:
         """
         expect = self.expected_stamp()
         if self._pinned is not None:
-            if h.count != self.records or h.stamp != expect or h.body_crc != self.body_crc:
+            if (h.count != self.records or h.stamp != expect or h.body_crc != self.body_crc
+                    or h.stamp.content != self._content):
                 raise StaleIndexError(
                     f"{self.index_url}: the index changed since the dataset was opened "
                     f"({self.records} records, {expect}, body CRC 0x{self.body_crc or 0:08x}; "
@@ -398,6 +408,7 @@ class Shard:
                 f"{self.index_url}: the index changed since the dataset was opened "
                 f"({self.records} -> {h.count} records); reopen the dataset"
             )
+        self._content = h.stamp.content
 
     @property
     def format(self) -> RecordFormat:

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import abc
+import dataclasses
 import mmap
 import weakref
 from collections.abc import Callable, Sequence
 from typing import IO, Any, Protocol, TypeVar
 
 from ..errors import RangeReadError
+from .content import read_digest
 from .stamp import ExpectedFiles, FileStamp
 
 
@@ -164,15 +166,34 @@ class Storage(abc.ABC):
 
     def fetch_round(
         self, ranges: Sequence[tuple[str, int, int]], read_paths: Sequence[str] = (),
-        stat_paths: Sequence[str] = (),
+        stat_paths: Sequence[str] = (), identify: Sequence[tuple[str, int]] = (),
     ) -> tuple[list[bytes | BaseException], list[bytes | BaseException],
-               list[FileStamp | BaseException]]:
+               list[FileStamp | BaseException], list[FileStamp | BaseException]]:
         """One round of independent requests: byte ranges ``(path, start, end)``, whole
-        files and stamps (remote storages run them all at once). Each result is the value or
+        files, stamps, and stamps with content digests (``(path, size expected)``: see
+        :meth:`identify`); remote storages run them all at once. Each result is the value or
         the exception raised for it (a short or long range is a :class:`RangeReadError`)."""
         got = [capture(self.read, p, s, e) for p, s, e in ranges]
         raws, stamps = self.fetch_many(read_paths, stat_paths)
-        return got, raws, stamps
+        return got, raws, stamps, [capture(self.identify, p, size) for p, size in identify]
+
+    def identify(self, path: str, size: int) -> FileStamp:
+        """The stamp of ``path`` with its content digest (:mod:`.identity`), read as if the
+        file had ``size`` bytes (the size its index gives: a file of another size is another
+        file, whatever its content).
+
+        Args:
+            path: The file.
+            size: The size expected.
+
+        Returns:
+            Its stamp; its ``content`` is the digest when the file has ``size`` bytes, else
+            ``None``.
+        """
+        stamp = self.stamp(path)
+        if stamp.size != size:
+            return stamp
+        return dataclasses.replace(stamp, content=read_digest(self.read_ranges, path, size))
 
     def mapped(self, path: str, end: int) -> mmap.mmap | None:
         """A buffer of the whole file when bytes ``[0, end)`` can be served from a memory

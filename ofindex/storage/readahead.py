@@ -4,6 +4,8 @@ The scanner asks for ~1 MiB blocks at increasing offsets (each starting where th
 record ended). Over a bucket, each ask would be one round trip. This view serves them from
 large chunks (``chunk`` bytes, several MB) fetched in order with one chunk always in flight,
 so a file is streamed once with big sequential requests while the previous chunk is scanned.
+The bytes of the file's content regions (:mod:`.content`) are kept as they stream past, so
+that its content digest costs no request of its own (:meth:`ReadAhead.content_digest`).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import concurrent.futures as cf
 import contextlib
 
 from .base import Storage
+from .content import content_digest, content_regions
 from .stamp import FileStamp
 
 #: Request size when a remote file is streamed (indexed, or read from its start): big enough
@@ -36,6 +39,25 @@ class ReadAhead:
         self._pending: cf.Future[bytes] | None = None
         self._pend_start = 0
         self._pool = cf.ThreadPoolExecutor(1, thread_name_prefix="ofindex-readahead")
+        self._regions = content_regions(size)
+        self._parts = [bytearray(end - start) for start, end in self._regions]
+        self._covered = [0] * len(self._regions)
+
+    def content_digest(self) -> int | None:
+        """The file's content digest from the bytes that streamed past, or ``None`` when a
+        region was not read whole through this view (a scan that stopped early)."""
+        if any(got != len(part) for got, part in zip(self._covered, self._parts, strict=True)):
+            return None
+        return content_digest(self.size, self._parts)
+
+    def _keep_regions(self, start: int, data: bytes) -> None:
+        """Copy what a chunk fetched at ``start`` holds of the content regions."""
+        end = start + len(data)
+        for k, (first, last) in enumerate(self._regions):
+            lo, hi = max(start, first), min(end, last)
+            if lo < hi:
+                self._parts[k][lo - first : hi - first] = data[lo - start : hi - start]
+                self._covered[k] += hi - lo
 
     # -- Storage surface used by the scanner --------------------------------------------------
     def url(self, path: str) -> str:
@@ -76,7 +98,9 @@ class ReadAhead:
 
     # -- the window ---------------------------------------------------------------------------
     def _fetch(self, a: int, e: int) -> bytes:
-        return self.storage.read(self.path, a, e)
+        data = self.storage.read(self.path, a, e)
+        self._keep_regions(a, data)  # (one fetch at a time: the pool has one thread)
+        return data
 
     def _schedule(self) -> None:
         if self._pending is None and self._next < self.size:

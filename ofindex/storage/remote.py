@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import threading
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -29,6 +30,7 @@ from . import multirange
 from .aio import HTTP_PROTOCOLS, StampCheck, http_range
 from .base import CHECKED_READ_BYTES, Storage, check_length, check_range
 from .clients import ORPHANS, shared_filesystem
+from .content import content_digest, content_regions
 from .failures import not_writable
 from .gather import gather_ranges, gather_results
 from .listing import list_files
@@ -154,14 +156,44 @@ class FsspecStorage(Storage):
                               self.count_retry, self.pacer(path))
         except FileNotFoundError:
             raise DataFileNotFoundError(f"{self.url(path)}: data file not found") from None
-        return self._stamp_from(path, info)
-
-    def _stamp_from(self, path: str, info: dict[str, Any]) -> FileStamp:
-        """The stamp of a stat's answer; settles the check ``path`` owes its index."""
         stamp = self._stamp_of(path, info)
         if self.expected.owes(path):
-            self.expected.observe(path, stamp, self.url(path))
+            from fsspec.asyn import sync
+
+            sync(fs.loop, self._observe, fs, path, stamp)
         return stamp
+
+    async def _observe(self, fs: Any, path: str, stamp: FileStamp) -> None:
+        """Check the stamp a stat or a response reported for ``path`` (see
+        :meth:`ExpectedFiles.observe`): against its index the first time, reading its content
+        regions when the stamps cannot tell.
+
+        Raises:
+            StaleIndexError: It is not the file its index (or the dataset) expects.
+        """
+        owed = self.expected.observe(path, stamp, self.url(path))
+        if owed is not None:
+            digest = await self._content_digest(fs, path, stamp.size)
+            self.expected.observe_content(path, stamp, self.url(path), digest)
+
+    async def _content_digest(self, fs: Any, path: str, size: int,
+                              note: StampCheck | None = None) -> int:
+        """The content digest of ``path`` (:mod:`.identity`): its regions in one gather,
+        retried, their stamps not checked against the index (this is the check; ``note``, over
+        HTTP, is given each response's headers)."""
+        async def region(start: int, end: int) -> bytes:
+            async def get() -> bytes:
+                data: bytes = await (http_range(fs, path, start, end, note)
+                                     if self.protocol in HTTP_PROTOCOLS
+                                     else fs._cat_file(path, start=start, end=end))
+                return self._counted(path, start, end, data)
+
+            return await retry_async(get, self.retry, self.describe_range(path, start, end),
+                                     self.count_retry, self.pacer(path))
+
+        parts = await asyncio.gather(*(region(start, end)
+                                       for start, end in content_regions(size)))
+        return content_digest(size, parts)
 
     def _stamp_of(self, path: str, info: dict[str, Any]) -> FileStamp:
         size = int(info["size"]) if info.get("size") is not None else -1
@@ -177,7 +209,10 @@ class FsspecStorage(Storage):
         fs.invalidate_cache(path)
         info = await retry_async(lambda: fs._info(path), self.retry, f"{self.url(path)}: info",
                                  self.count_retry, self.pacer(path))
-        return self._stamp_from(path, info)
+        stamp = self._stamp_of(path, info)
+        if self.expected.owes(path):
+            await self._observe(fs, path, stamp)
+        return stamp
 
     def _read_check(self, fs: Any, path: str) -> StampCheck | None:
         """What checks the stamp a response reports for ``path`` (its ``ETag`` and the size
@@ -195,7 +230,7 @@ class FsspecStorage(Storage):
                     if headers.get(key):
                         info[key] = headers[key]
                 stamp = self._stamp_of(path, info)
-            self.expected.observe(path, stamp, self.url(path))
+            await self._observe(fs, path, stamp)
 
         return check
 
@@ -296,31 +331,102 @@ class FsspecStorage(Storage):
         exception raised for that path."""
         if not getattr(self.fs, "async_impl", False):
             return super().fetch_many(read_paths, stat_paths)
-        _, raws, stamps = self.fetch_round((), read_paths, stat_paths)
+        _, raws, stamps, _ = self.fetch_round((), read_paths, stat_paths)
         return raws, stamps
 
     def fetch_round(
         self, ranges: Sequence[tuple[str, int, int]], read_paths: Sequence[str] = (),
-        stat_paths: Sequence[str] = (),
+        stat_paths: Sequence[str] = (), identify: Sequence[tuple[str, int]] = (),
     ) -> tuple[list[bytes | BaseException], list[bytes | BaseException],
-               list[FileStamp | BaseException]]:
-        """Ranges, whole files and stamps in one concurrent round (see
-        :meth:`Storage.fetch_round`)."""
+               list[FileStamp | BaseException], list[FileStamp | BaseException]]:
+        """Ranges, whole files, stamps and stamps with content digests in one concurrent
+        round (see :meth:`Storage.fetch_round`)."""
         fs = self.fs
         if not getattr(fs, "async_impl", False):
-            return super().fetch_round(ranges, read_paths, stat_paths)
+            return super().fetch_round(ranges, read_paths, stat_paths, identify)
         from fsspec.asyn import sync
 
         got: tuple[list[bytes | BaseException], list[bytes | BaseException],
-                   list[FileStamp | BaseException]] = sync(
-            fs.loop, self._round_async, fs, list(ranges), list(read_paths), list(stat_paths))
+                   list[FileStamp | BaseException], list[FileStamp | BaseException]] = sync(
+            fs.loop, self._round_async, fs, list(ranges), list(read_paths), list(stat_paths),
+            list(identify))
         return got
+
+    def identify(self, path: str, size: int) -> FileStamp:
+        """The stamp of ``path`` with its content digest (see :meth:`Storage.identify`): over
+        HTTP from the responses of the regions' GETs alone (no HEAD)."""
+        fs = self.fs
+        if not getattr(fs, "async_impl", False):
+            return super().identify(path, size)
+        from fsspec.asyn import sync
+
+        stamp: FileStamp = sync(fs.loop, self._identify_async, fs, path, size)
+        return stamp
+
+    async def _identify_async(self, fs: Any, path: str, size: int) -> FileStamp:
+        """:meth:`identify` on the event loop: the stamp and the content regions at once."""
+        if self.protocol not in HTTP_PROTOCOLS:
+            stat, regions = await asyncio.gather(self._stat_async(fs, path),
+                                                 self._content_digest(fs, path, size),
+                                                 return_exceptions=True)
+            if isinstance(stat, BaseException):
+                raise stat
+            if stat.size != size:  # another file: its regions (maybe past its end) say nothing
+                return stat
+            if isinstance(regions, BaseException):
+                raise regions
+            return dataclasses.replace(stat, content=regions)
+        seen: list[FileStamp] = []
+
+        async def note(headers: Mapping[str, str], reported: int | None) -> None:
+            info: dict[str, Any] = {"size": reported}
+            info.update({key: headers[key] for key in STAMP_HEADERS if headers.get(key)})
+            seen.append(self._stamp_of(path, info) if reported is not None
+                        else FileStamp(-1))
+
+        digest: int | None
+        try:
+            digest = await self._content_digest_http(fs, path, size, note, seen)
+        except (RangeReadError, FileNotFoundError):
+            digest = None  # shorter than the index says (416), or gone: the stat says which
+        if not seen or len(set(seen)) != 1 or seen[0].size < 0:
+            return await self._stat_async(fs, path)  # answers that disagree: look again
+        if seen[0].size != size or digest is None:
+            return seen[0]  # another size: another file, whatever its content
+        return dataclasses.replace(seen[0], content=digest)
+
+    async def _content_digest_http(self, fs: Any, path: str, size: int, note: StampCheck,
+                                   seen: list[FileStamp]) -> int:
+        """The content digest of ``path`` over HTTP: its regions in one multi-range request
+        where the server answers them (one request per file), else one GET each; ``note`` is
+        given the headers of every response."""
+        regions = content_regions(size)
+        if len(regions) > 1 and multirange.SUPPORT.get(multirange.host_of(self.url(path))) \
+                is not False:
+            parts: list[bytes] = [b""] * len(regions)
+            delivered: set[int] = set()
+
+            def keep(j: int, data: memoryview) -> None:
+                parts[j] = bytes(data)
+                delivered.add(j)
+
+            got = await retry_async(lambda: multirange.fetch_spans(fs, path, regions, keep, note),
+                                    self.retry, f"{self.url(path)}: content regions",
+                                    self.count_retry, self.pacer(path))
+            answered = got is not None and len(delivered) == len(regions)
+            multirange.SUPPORT[multirange.host_of(self.url(path))] = answered
+            if answered:
+                self.requests += 1
+                self.bytes_read += got or 0
+                return content_digest(size, parts)
+            seen.clear()  # fewer parts than asked: one GET each, their answers noted afresh
+        return await self._content_digest(fs, path, size, note)
 
     async def _round_async(
         self, fs: Any, ranges: list[tuple[str, int, int]], read_paths: list[str],
-        stat_paths: list[str],
+        stat_paths: list[str], identify: list[tuple[str, int]],
     ) -> tuple[list[bytes | BaseException], list[bytes | BaseException],
-               list[FileStamp | BaseException]]:
+               list[FileStamp | BaseException], list[FileStamp | BaseException]]:
         sem = asyncio.Semaphore(self.max_concurrency)
 
         async def whole(path: str) -> bytes:
@@ -336,14 +442,22 @@ class FsspecStorage(Storage):
             async with sem:
                 return await self._stat_async(fs, path)
 
+        async def ident(path: str, size: int) -> FileStamp:
+            async with sem:
+                return await self._identify_async(fs, path, size)
+
         parts = gather_results(self, fs, ranges)
         raws = asyncio.gather(*(whole(p) for p in read_paths), return_exceptions=True)
         stamps = asyncio.gather(*(stat(p) for p in stat_paths), return_exceptions=True)
-        got_parts, got_raws, got_stamps = await asyncio.gather(parts, raws, stamps)
-        for k, p in enumerate(stat_paths):
-            if isinstance(got_stamps[k], FileNotFoundError):
-                got_stamps[k] = DataFileNotFoundError(f"{self.url(p)}: data file not found")
-        return list(got_parts), list(got_raws), list(got_stamps)
+        idents = asyncio.gather(*(ident(p, size) for p, size in identify),
+                                return_exceptions=True)
+        got_parts, got_raws, got_stamps, got_idents = await asyncio.gather(parts, raws, stamps,
+                                                                           idents)
+        for got, paths in ((got_stamps, stat_paths), (got_idents, [p for p, _ in identify])):
+            for k, p in enumerate(paths):
+                if isinstance(got[k], FileNotFoundError):
+                    got[k] = DataFileNotFoundError(f"{self.url(p)}: data file not found")
+        return list(got_parts), list(got_raws), list(got_stamps), list(got_idents)
 
     def describe_range(self, path: str, start: int, end: int) -> str:
         """A range as messages name it."""

@@ -1,12 +1,14 @@
-"""What identifies one version of a file: its size and a cheap fingerprint."""
+"""What identifies one version of a file: its size, a cheap fingerprint, and a digest of its
+content that every copy of the file shares (:mod:`.identity`)."""
 
 from __future__ import annotations
 
 import dataclasses
+import enum
 import hashlib
 from typing import Any
 
-from ..errors import StaleIndexError
+from ..errors import StaleIndexError, hint
 
 
 @dataclasses.dataclass(frozen=True)
@@ -21,11 +23,67 @@ class FileStamp:
             files), or ``""``. Not stored in sidecars (a copy of a file keeps its index) and
             not part of equality; :meth:`mismatch` compares it when both stamps have one, so a
             file replaced by rename after a dataset was opened is told from the one checked.
+        content: The CRC32C digest of sampled regions of the file's content
+            (:func:`.content.content_digest`), which sidecars store (not those of ofindex
+            0.2), or ``None``: an index that predates it, or a stamp as storage reports it (a
+            stat reads no content). Not part of equality (a stat's stamp has none to
+            compare).
     """
 
     size: int
     fingerprint: str = ""
     file_id: str = dataclasses.field(default="", compare=False, repr=False)
+    content: int | None = dataclasses.field(default=None, compare=False)
+
+    @property
+    def kind(self) -> str:
+        """The fingerprint's kind (``"mtime_ns"``, ``"etag"``, ``"generation"`` …), or ``""``."""
+        return self.fingerprint.partition(":")[0]
+
+    def judge(self, current: FileStamp) -> tuple[Verdict, str]:
+        """Say whether ``current`` is the file version this (indexed) stamp describes, as far
+        as the stamps alone tell: the decision every check of a data file against its index
+        starts from (:func:`.identity.check_identity` reads the content when it must).
+
+        * another size: :attr:`Verdict.CHANGED`;
+        * the same fingerprint (kind and value): :attr:`Verdict.SAME` (the fast path);
+        * otherwise, with a content digest: :attr:`Verdict.CONTENT` (a copy, an upload, a
+          ``touch``, or a same-size replacement: only the content tells them apart);
+        * without one (an index built by ofindex 0.2): a fingerprint of the same
+          kind that differs is :attr:`Verdict.CHANGED`, one of another kind (a local index of
+          a file since uploaded) :attr:`Verdict.SAME` by size alone, as those releases
+          judged.
+
+        Args:
+            current: The stamp the file has now (as its storage reports it).
+
+        Returns:
+            The verdict, and for :attr:`Verdict.CHANGED` what changed (a phrase).
+        """
+        if self.size != current.size:
+            return Verdict.CHANGED, f"its size changed from {self.size} to {current.size} bytes"
+        if self.fingerprint and self.fingerprint == current.fingerprint:
+            return Verdict.SAME, ""
+        if self.content is not None:
+            return Verdict.CONTENT, ""
+        kind, _, value = self.fingerprint.partition(":")
+        ckind, _, cvalue = current.fingerprint.partition(":")
+        if kind and kind == ckind and value != cvalue:
+            return Verdict.CHANGED, f"its {kind} changed from {value} to {cvalue}"
+        return Verdict.SAME, ""
+
+    def content_differs(self, digest: int) -> str | None:
+        """Say why a file whose content digest is ``digest`` is not the one this (indexed)
+        stamp describes, or ``None`` when the digests agree.
+
+        Args:
+            digest: The file's content digest now (:func:`.identity.read_content_digest`).
+        """
+        if self.content is None or digest == self.content:
+            return None
+        return (f"its content differs from what was indexed (the same {self.size} bytes, "
+                f"content digest 0x{digest:08x}, indexed 0x{self.content:08x}: another file of "
+                "the same size)")
 
     def mismatch(self, current: FileStamp) -> str | None:
         """Say why ``current`` is not the file version this stamp describes.
@@ -51,6 +109,17 @@ class FileStamp:
         return None
 
 
+class Verdict(enum.Enum):
+    """What the stamps of a data file say of it against its index (:meth:`FileStamp.judge`)."""
+
+    #: The same version: the fingerprints agree (or, for an old index, the sizes do).
+    SAME = "same"
+    #: Another version: the size differs (or, for an old index, a fingerprint of one kind).
+    CHANGED = "changed"
+    #: Same size, and the fingerprints cannot tell: compare the content digest.
+    CONTENT = "content"
+
+
 def stale_index(index_url: str, url: str, why: str) -> StaleIndexError:
     """The error for a data file that is not the one its index describes.
 
@@ -59,8 +128,10 @@ def stale_index(index_url: str, url: str, why: str) -> StaleIndexError:
         url: The data file.
         why: What changed (:meth:`FileStamp.mismatch`).
     """
-    return StaleIndexError(f"{index_url}: index is stale for {url}: {why} since it was "
-                           f"indexed; rebuild it with `ofindex build {url}`")
+    return StaleIndexError(
+        f"{index_url}: index is stale for {url}: {why} since it was indexed; rebuild it with "
+        + hint(f"ofindex.build_index({url!r}) (or open the dataset with rebuild_stale=True)",
+               f"`ofindex build {url}`"))
 
 
 class ExpectedFiles:
@@ -91,6 +162,14 @@ class ExpectedFiles:
 
     def __len__(self) -> int:
         return len(self._stamps)
+
+    def verified(self, path: str, current: FileStamp) -> bool:
+        """Whether ``path`` was checked against its index in this dataset (in this process or
+        the one it was pickled from) as the very version ``current`` stamps: same size and
+        fingerprint, so its content need not be read again."""
+        known = self._stamps.get(path)
+        return (known is not None and bool(current.fingerprint)
+                and (known[0], known[1]) == (current.size, current.fingerprint))
 
     def stamp_of(self, path: str) -> FileStamp | None:
         """The stamp ``path`` was checked to have (the identity of the version read), or
@@ -149,7 +228,7 @@ class ExpectedFiles:
         """Whether ``path`` still owes the check against its index (:meth:`expect_indexed`)."""
         return path in self._indexed
 
-    def observe(self, path: str, current: FileStamp, url: str) -> None:
+    def observe(self, path: str, current: FileStamp, url: str) -> int | None:
         """Check a stamp a read reported for ``path``: against its index the first time (then
         remembered as with :meth:`expect`), and against the stamp expected.
 
@@ -158,17 +237,44 @@ class ExpectedFiles:
             current: Its stamp as the read reported it.
             url: The file as messages name it.
 
+        Returns:
+            ``None`` when settled; else the content digest its index gives, when the stamps
+            cannot tell (:attr:`Verdict.CONTENT`): the caller reads the file's digest and
+            calls :meth:`observe_content` before handing out any of its bytes.
+
         Raises:
             StaleIndexError: It is not the file its index describes, or not the one expected.
         """
         owed = self._indexed.get(path)
         if owed is None:
             self.check(path, current, url)
+            return None
+        indexed, index_url = owed
+        verdict, why = indexed.judge(current)
+        if verdict is Verdict.CHANGED:
+            raise stale_index(index_url, url, why)
+        if verdict is Verdict.CONTENT and not self.verified(path, current):
+            return indexed.content
+        self._settle(path, current, url)
+        return None
+
+    def observe_content(self, path: str, current: FileStamp, url: str, digest: int) -> None:
+        """Finish the check :meth:`observe` left to the content: ``digest`` is the file's.
+
+        Raises:
+            StaleIndexError: Its content is not what its index describes.
+        """
+        owed = self._indexed.get(path)
+        if owed is None:
+            self.check(path, current, url)
             return
         indexed, index_url = owed
-        why = indexed.mismatch(current)
+        why = indexed.content_differs(digest)
         if why:
             raise stale_index(index_url, url, why)
+        self._settle(path, current, url)
+
+    def _settle(self, path: str, current: FileStamp, url: str) -> None:
         self.expect(path, current, url)
         self._indexed.pop(path, None)
 
@@ -224,14 +330,35 @@ class ExpectedUnion(ExpectedFiles):
         """Whether a part still owes ``path`` the check against its index."""
         return any(part.owes(path) for part in self.parts)
 
-    def observe(self, path: str, current: FileStamp, url: str) -> None:
+    def observe(self, path: str, current: FileStamp, url: str) -> int | None:
         """Let every part check a stamp a read reported (see :meth:`ExpectedFiles.observe`).
+
+        Returns:
+            The content digest a part's index gives when the stamps cannot tell, else
+            ``None``.
 
         Raises:
             StaleIndexError: A part's index or expected stamp does not describe the file.
         """
+        owed = None
         for part in self.parts:
-            part.observe(path, current, url)
+            digest = part.observe(path, current, url)
+            owed = digest if digest is not None else owed
+        return owed
+
+    def observe_content(self, path: str, current: FileStamp, url: str, digest: int) -> None:
+        """Let every part finish the check by content (see
+        :meth:`ExpectedFiles.observe_content`).
+
+        Raises:
+            StaleIndexError: A part's index does not describe the file's content.
+        """
+        for part in self.parts:
+            part.observe_content(path, current, url, digest)
+
+    def verified(self, path: str, current: FileStamp) -> bool:
+        """Whether a part checked ``path`` as the version ``current`` stamps."""
+        return any(part.verified(path, current) for part in self.parts)
 
     def expect(self, path: str, stamp: FileStamp, url: str) -> None:
         """Check ``stamp`` against every part, then remember it in the first (see

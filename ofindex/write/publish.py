@@ -13,7 +13,8 @@ from __future__ import annotations
 import dataclasses
 import os
 
-from ofindex.formats.sidecar_header import HEADER_SIZE, decode_header, encode_header
+from ofindex.formats.sidecar import restamped
+from ofindex.formats.sidecar_header import HEADER_SIZE, decode_header
 from ofindex.storage import LocalStorage, Storage
 
 
@@ -39,7 +40,8 @@ def move_sidecar(data_storage: Storage, data_path: str, old: tuple[Storage, str]
     raw = old_storage.read_all(old_path)
     header = decode_header(raw[:HEADER_SIZE], path=old_storage.url(old_path))
     stamp = data_storage.stamp(data_path)
-    if stamp != header.stamp:
-        raw = encode_header(dataclasses.replace(header, stamp=stamp)) + raw[HEADER_SIZE:]
+    if stamp != header.stamp:  # the same bytes: the same content digest
+        stamp = dataclasses.replace(stamp, content=header.stamp.content)
+        raw = restamped(raw, stamp, path=old_storage.url(old_path))
     new_storage.write_atomic(new_path, [raw])
     old_storage.remove(old_path)

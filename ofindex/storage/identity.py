@@ -1,0 +1,133 @@
+"""A data file's identity: its size and a digest of its content, which every copy shares.
+
+A stamp's fingerprint (``mtime_ns`` locally, an ETag or generation in a bucket) is cheap to
+read but belongs to one copy of a file: ``cp`` without ``-p`` gives a new modification time,
+an upload a new ETag, and a file replaced by another of the same size may keep neither apart
+from the original. So a sidecar also stores the file's *content digest*: the CRC32C of the
+file's size followed by three small regions of its bytes (:func:`.content.content_regions`:
+the first and last 4 KiB and the 4 KiB in the middle; the whole file up to 12 KiB). The
+fingerprint stays the fast path: where it agrees with the index, nothing is read; where it does
+not (a
+copy, an upload, a ``touch``, a replacement), the regions are read and the digest decides
+(:func:`check_identity`). A copy stays valid wherever it is; a replacement is refused
+wherever the index was built.
+
+What it costs, per data file, on first contact with a copy whose fingerprint differs from the
+index's: three ranged reads of 4 KiB (12 KiB at most); over HTTP they ride in the round that
+fetches the index (:mod:`ofindex.read.index_round`), so no round trip is added. Nothing is
+read when the fingerprint agrees, nor again in the same dataset (any process: the check is
+remembered with the storage's :class:`~.stamp.ExpectedFiles`).
+"""
+
+from __future__ import annotations
+
+import warnings
+
+from .base import Storage
+from .content import read_digest
+from .stamp import FileStamp, Verdict, stale_index
+
+
+def read_content_digest(storage: Storage, path: str, size: int) -> int:
+    """Read the regions of ``path`` (``size`` bytes) and return its content digest.
+
+    Args:
+        storage: Where the file is.
+        path: The file.
+        size: Its size now (from its stamp).
+
+    Returns:
+        The digest.
+
+    Raises:
+        RangeReadError: The file is shorter than ``size`` (it changed while read).
+        DataFileNotFoundError: It is gone.
+    """
+    return read_digest(storage.read_ranges, path, size)
+
+
+def with_content(storage: Storage, path: str, stamp: FileStamp | None = None,
+                 digest: int | None = None) -> FileStamp:
+    """The stamp of ``path`` with its content digest: what a sidecar stores of its data file.
+
+    Args:
+        storage: Where the file is.
+        path: The file.
+        stamp: Its stamp as already read (``None``: read it now).
+        digest: Its content digest when already known (a scan that streamed it), else read.
+
+    Returns:
+        The stamp, its :attr:`~.stamp.FileStamp.content` filled in.
+    """
+    stamp = storage.stamp(path) if stamp is None else stamp
+    if digest is None:
+        digest = read_content_digest(storage, path, stamp.size)
+    return FileStamp(stamp.size, stamp.fingerprint, stamp.file_id, digest)
+
+
+def content_needed(indexed: FileStamp, storage: Storage) -> bool:
+    """Whether checking a file on ``storage`` against ``indexed`` will read its content,
+    known before its stamp is: the index has a digest and a fingerprint of a kind that storage
+    never reports (a local index of an uploaded file), so the regions can be fetched in the
+    same round as the stamp.
+
+    Args:
+        indexed: The stamp the index gives.
+        storage: Where the file is now.
+
+    Returns:
+        ``True`` when the fast path cannot hold.
+    """
+    return indexed.content is not None and (indexed.kind == "mtime_ns") != storage.is_local
+
+
+class UnverifiedIndexWarning(UserWarning):
+    """A data file was taken as the one its index describes by its size alone: the index
+    (ofindex 0.2's) has no content digest, and its fingerprint is of another kind than the
+    storage's (indexed on local disk and uploaded, or the other way round), so a replacement
+    of the same size could not be told."""
+
+
+def warn_unverified(url: str, index_url: str) -> None:
+    """Warn (once per place in the code, as Python does) that ``url`` was checked by size
+    only against ``index_url``."""
+    warnings.warn(UnverifiedIndexWarning(
+        f"{url}: checked against {index_url} by its size only: that index was written by "
+        "ofindex 0.2 and has no content digest, so a file replaced by another of the same "
+        "size would not be noticed; run `ofindex build` on the dataset where it was indexed "
+        "(it adds the digest without reading the records again) and copy the index again"),
+        stacklevel=3)
+
+
+def check_identity(storage: Storage, path: str, indexed: FileStamp, current: FileStamp,
+                   index_url: str, digest: int | None = None) -> None:
+    """Refuse a data file that is not the one its index describes; the one decision every
+    read path makes (the stamps first: :meth:`FileStamp.judge`, then the content when they
+    cannot tell), then remember the file as checked (:meth:`Storage.expect`).
+
+    Args:
+        storage: Where the file is.
+        path: The file.
+        indexed: The stamp its index gives (with the content digest when it stores one).
+        current: The stamp the file has now.
+        index_url: The index, as messages name it.
+        digest: The file's content digest when it was read already (fetched in the same round
+            as its stamp), else ``None``: read now if needed.
+
+    Raises:
+        StaleIndexError: Another size, another content, or (an index without a digest) another
+            fingerprint of the same kind; naming the file, the index and the command that
+            rebuilds it.
+    """
+    verdict, why = indexed.judge(current)
+    if verdict is Verdict.SAME and indexed.content is None and indexed.kind != current.kind:
+        warn_unverified(storage.url(path), index_url)
+    if verdict is Verdict.CONTENT and not storage.expected.verified(path, current):
+        if digest is None:
+            digest = read_content_digest(storage, path, current.size)
+        changed = indexed.content_differs(digest)
+        if changed:
+            verdict, why = Verdict.CHANGED, changed
+    if verdict is Verdict.CHANGED:
+        raise stale_index(index_url, storage.url(path), why)
+    storage.expect(path, current)
