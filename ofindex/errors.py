@@ -146,6 +146,13 @@ class DatasetExistsError(OfindexError, FileExistsError):
     another one)."""
 
 
+class StateError(OfindexError, ValueError):
+    """A saved sampler or loader state cannot be loaded: a field is missing, unknown, of
+    the wrong type or out of range, or the state was saved for another sampler (dataset
+    size, seed, order parameters; for a mixture the sources, batch size or mode). The
+    message names the field, the value and what to do."""
+
+
 def missing_extra(what: str, extra: str, cause: BaseException) -> MissingDependencyError:
     """The error for a feature whose optional dependency cannot be imported.
 

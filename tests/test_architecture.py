@@ -14,7 +14,8 @@ ROOT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
 #: layers above them; ``deflate`` (inflating and deflating for random access) uses both;
 #: ``index`` (making indexes) and ``read`` (using them) use those three and not each other
 #: (``ofindex.open``, in the top-level ``opening`` module, joins them for ``build_missing``);
-#: ``cli`` and ``integrations`` use everything; ``decode`` and ``shuffle`` stand alone.
+#: ``cli`` and ``integrations`` use everything; ``decode`` and ``shuffle`` stand alone (but for
+#: the errors they raise).
 ALLOWED = {
     "storage": {"errors"},
     "formats": {"errors", "storage"},
@@ -27,7 +28,7 @@ ALLOWED = {
     "convert": {"errors", "storage", "formats", "index", "read", "decode", "encode", "write",
                 "opening"},
     "write": {"errors", "storage", "formats", "index", "decode", "encode"},
-    "shuffle": set(),
+    "shuffle": {"errors"},  # StateError for saved states it refuses
     # "planning": a plan opens the dataset for its shape, and models reads and orders
     "planning": {"errors", "storage", "formats", "read", "shuffle", "opening"},
     # "opening": an integration that takes paths (Ray's read_ofindex) opens them as the CLI does

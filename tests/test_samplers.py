@@ -16,6 +16,8 @@ from hypothesis import strategies as st
 import ofindex
 import ofindex.decode
 import ofindex.shuffle
+import ofindex.shuffle.cursor
+import ofindex.shuffle.state
 from ofindex.shuffle import (
     BatchSampler,
     BlockShuffleOrder,
@@ -321,7 +323,8 @@ def _public_callables(module):
                     yield f"{name}.{attr}", member
 
 
-@pytest.mark.parametrize("module", [ofindex.decode, ofindex.shuffle])
+@pytest.mark.parametrize("module", [ofindex.decode, ofindex.shuffle, ofindex.shuffle.state,
+                                    ofindex.shuffle.cursor])
 def test_public_api_has_docstrings_and_runtime_annotations(module):
     for name, obj in _public_callables(module):
         assert inspect.getdoc(obj), name

@@ -60,8 +60,7 @@ class BatchPlan:
     def _order(self, epoch: int) -> EpochOrder:
         with self._lock:  # batches are read from several threads at once
             if self._cached is None or self._cached[0] != epoch:
-                self.sampler.set_epoch(epoch)
-                self._cached = (epoch, self.sampler.order())
+                self._cached = (epoch, self.sampler.order_of(epoch))
             return self._cached[1]
 
     def indices(self, step: int) -> np.ndarray:

@@ -91,8 +91,6 @@ class GrainBatches(BatchElements):
         self._drop = bool(drop_remainder)
         self._elements = ElementIndex(self._sampler.partition, self._batch_size, self._drop)
         self._len = self._elements.per_epoch
-        self._epoch = -1
-        self._order: Any = None
 
     def __len__(self) -> int:
         """Batches per epoch (of this rank's share)."""
@@ -112,10 +110,8 @@ class GrainBatches(BatchElements):
             IndexError: ``index`` is negative.
         """
         where = self._elements.locate(int(index))
-        if where.epoch != self._epoch:
-            self._sampler.set_epoch(where.epoch)
-            self._order, self._epoch = self._sampler.order(), where.epoch
-        picked: np.ndarray = self._order(where.partition.positions(where.begin, where.end))
+        order = self._sampler.order_of(where.epoch)
+        picked: np.ndarray = order(where.partition.positions(where.begin, where.end))
         return picked
 
     def until_epoch(self, epoch: int) -> grain.MapDataset:
@@ -160,23 +156,35 @@ class GrainBatches(BatchElements):
                 for the same records and seed).
 
         Raises:
-            ValueError: The state was saved for other records, seed or order.
+            StateError: The state was saved for other records, seed or order, or a field is
+                missing, unknown, of the wrong type or out of range.
         """
         self._sampler.load_state_dict(state)
-        self._restart(self._sampler.epoch, int(state["position"]))
+        self._restart()
 
     def set_epoch(self, epoch: int) -> None:
         """Start element 0 at the beginning of epoch ``epoch``.
 
-        Args:
-            epoch: The epoch.
-        """
-        self._restart(int(epoch), 0)
+        After :meth:`load_state_dict` of a state saved in epoch ``E``: for an epoch before
+        ``E`` (finished before the checkpoint) and for ``E`` itself, element 0 stays the
+        next batch of the state, so ``until_epoch(epoch + 1)`` gives nothing for an earlier
+        epoch and the rest of ``E`` for ``E``; a later epoch starts at its beginning, and
+        from then on the state is used up (a Grain pipeline has no pass of its own to use
+        it up earlier).
 
-    def _restart(self, epoch: int, position: int) -> None:
+        Args:
+            epoch: The epoch, a whole number ``>= 0``.
+
+        Raises:
+            StateError: ``epoch`` is not a whole number ``>= 0``.
+        """
+        self._sampler.set_epoch(epoch)
+        self._restart()
+
+    def _restart(self) -> None:
+        mark = self._sampler.next_pass()
         self._elements = ElementIndex(self._sampler.partition, self._batch_size, self._drop,
-                                      epoch, position)
-        self._epoch = -1
+                                      mark.epoch, mark.partition.start)
 
     def __getitem__(self, index: Any) -> Any:
         """One decoded batch (a slice gives a sliced dataset, as Grain expects).

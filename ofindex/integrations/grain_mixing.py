@@ -59,10 +59,14 @@ class GrainMixture(BatchElements):
         self._sampler = sampler
         self._fetch = BatchFetch(self._mixed, decoder)
         self._decoder = decoder
-        self._elements = self._index(sampler.epoch, sampler.partition().start)
+        self._elements = self._index()
 
-    def _index(self, epoch: int, position: int) -> ElementIndex:
-        return ElementIndex(self._sampler.partition, 1, False, epoch, position)
+    def _index(self) -> ElementIndex:
+        """Element 0 at the sampler's next pass (a loaded state's next batch while it
+        stands)."""
+        mark = self._sampler.next_pass()
+        return ElementIndex(self._sampler.partition, 1, False, mark.epoch,
+                            mark.partition.start)
 
     def __len__(self) -> int:
         """Batches per mixture epoch on this rank."""
@@ -133,19 +137,28 @@ class GrainMixture(BatchElements):
             state: A dict from :meth:`state_after` or the sampler's ``state_dict()``.
 
         Raises:
-            ValueError: The state does not fit the sampler.
+            StateError: The state does not fit the sampler, or a field is missing, unknown,
+                of the wrong type or out of range.
         """
         self._sampler.load_state_dict(state)
-        self._elements = self._index(int(state["epoch"]), int(state["position"]))
+        self._elements = self._index()
 
     def set_epoch(self, epoch: int) -> None:
         """Start element 0 at the beginning of mixture epoch ``epoch``.
 
+        After :meth:`load_state_dict` of a state saved in epoch ``E``: for an epoch before
+        ``E`` and for ``E`` itself element 0 stays the state's next batch (so
+        ``until_epoch(epoch + 1)`` gives nothing before ``E``, the rest of ``E`` for ``E``);
+        a later epoch starts at its beginning, and from then on the state is used up.
+
         Args:
-            epoch: The mixture epoch.
+            epoch: The mixture epoch, a whole number ``>= 0``.
+
+        Raises:
+            StateError: ``epoch`` is not a whole number ``>= 0``.
         """
-        self._sampler.set_epoch(int(epoch))
-        self._elements = self._index(int(epoch), 0)
+        self._sampler.set_epoch(epoch)
+        self._elements = self._index()
 
     def source_of(self, indices: Sequence[int] | np.ndarray) -> np.ndarray:
         """The source of each global index (``offset_s + record``).

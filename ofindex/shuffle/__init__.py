@@ -16,7 +16,9 @@ directly, ``BlockShuffleSampler(shard_sizes=[1000, 1000, 500])``.
 
 See :mod:`ofindex.shuffle.permutation` (the Feistel permutation), :mod:`.orders` (sequential,
 global and locality-aware block orders), :mod:`.partition` (rank/worker splits, drop_last and
-padding), :mod:`.samplers` (set_epoch, state_dict/load_state_dict), :mod:`.progress`
+padding), :mod:`.samplers` (set_epoch, state_dict/load_state_dict), :mod:`.cursor` (what a
+loaded state means for the epochs after it), :mod:`.state` (states checked field by field,
+and whether one belongs to a sampler), :mod:`.progress`
 (:class:`ResumableLoader`: checkpoints of what the training loop consumed, exact under a
 prefetching DataLoader, for any number of workers and ranks on resume) and :mod:`.mixing`
 (weighted mixtures of several datasets) and :mod:`.quality` (how well an order mixes:

@@ -6,11 +6,12 @@ from typing import Any
 import numpy as np
 
 from ._data import Data, record_count
+from .cursor import EpochCursor, PassMark, Start
 from .lookahead import Driver, batches_ahead, called_by, driving_loader
 from .orders import EpochOrder
 from .partition import Partition, resolve_distributed
+from .state import STATE_VERSION, epoch_number, read_sampler_state
 
-_STATE_VERSION = 1
 _CHUNK = 1 << 14
 
 
@@ -45,19 +46,36 @@ class _EpochSampler:
         self.num_replicas, self.rank = resolve_distributed(num_replicas, rank)
         self.drop_last = bool(drop_last)
         self.seed = int(seed)
-        self.epoch = 0
-        self._resume = 0  # global epoch position where the next __iter__ starts
-        self._pass_start = 0  # global epoch position where the current pass started
+        self._cursor = EpochCursor()  # the epoch selected, and a loaded state until used up
+        self._pass = self._mark(self._cursor.peek())  # the current (or next) pass
         self._consumed = 0  # items yielded by the current pass on this rank
         self._order_cache: tuple[int, EpochOrder] | None = None
         self._driver: Driver | None = None  # the DataLoader pulling the current pass, if any
 
     # -- order ------------------------------------------------------------------------------
-    def _make_order(self) -> EpochOrder:
+    def _make_order(self, epoch: int) -> EpochOrder:
         raise NotImplementedError
 
     def _params(self) -> dict[str, Any]:
         return {}
+
+    @property
+    def epoch(self) -> int:
+        """The epoch selected by :meth:`set_epoch` (or by :meth:`load_state_dict`)."""
+        return self._cursor.epoch
+
+    def order_of(self, epoch: int) -> EpochOrder:
+        """The order of an epoch (the sampler's epoch and resume point stay as they are).
+
+        Args:
+            epoch: The epoch.
+
+        Returns:
+            A callable mapping epoch positions (int64 array) to record indices, with ``n``.
+        """
+        if self._order_cache is None or self._order_cache[0] != epoch:
+            self._order_cache = (epoch, self._make_order(epoch))
+        return self._order_cache[1]
 
     def order(self) -> EpochOrder:
         """The order of the current epoch.
@@ -65,9 +83,7 @@ class _EpochSampler:
         Returns:
             A callable mapping epoch positions (int64 array) to record indices, with ``n``.
         """
-        if self._order_cache is None or self._order_cache[0] != self.epoch:
-            self._order_cache = (self.epoch, self._make_order())
-        return self._order_cache[1]
+        return self.order_of(self.epoch)
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -79,22 +95,27 @@ class _EpochSampler:
     def set_epoch(self, epoch: int) -> None:
         """Select the order of epoch ``epoch`` for the next ``__iter__``.
 
-        A resume point loaded by :meth:`load_state_dict` for another epoch is dropped.
+        After :meth:`load_state_dict` of a state saved in epoch ``E`` at position ``P``, an
+        epoch before ``E`` gives an empty pass (it was finished before the checkpoint),
+        ``E`` resumes at ``P``, and a later epoch starts at its beginning (see
+        :mod:`ofindex.shuffle.cursor`).
 
         Args:
-            epoch: The epoch number.
+            epoch: The epoch number, a whole number ``>= 0``.
+
+        Raises:
+            StateError: ``epoch`` is not a whole number ``>= 0``.
         """
-        epoch = int(epoch)
-        if epoch != self.epoch:
-            self._resume = 0
-        self.epoch = epoch
+        self._cursor.select(epoch_number(epoch, f"{type(self).__name__}.set_epoch"))
+        self._pass, self._consumed = self._mark(self._cursor.peek()), 0
 
     def partition(self, start: int | None = None) -> Partition:
         """This rank's share of the epoch positions.
 
         Args:
-            start: The first epoch position to share out (``None``: the resume point,
-                0 unless a state was loaded).
+            start: The first epoch position to share out (``None``: where the next pass
+                starts: 0, a loaded resume point, or ``n`` (nothing) for an epoch finished
+                before a loaded state).
 
         Returns:
             The :class:`~ofindex.shuffle.partition.Partition` of ``[start, n)`` for this rank.
@@ -102,19 +123,43 @@ class _EpochSampler:
         Raises:
             ValueError: ``start`` is outside ``[0, n]``.
         """
-        start = self._resume if start is None else start
+        if start is None:
+            upcoming = self._cursor.peek()
+            start = self.n if upcoming.held else upcoming.position
         return Partition(self.n, self.num_replicas, self.rank, self.drop_last, start)
+
+    def _mark(self, start: Start) -> PassMark:
+        return PassMark(start.epoch, self.partition(start.position), start.held)
+
+    def next_pass(self) -> PassMark:
+        """Where the next pass starts, without starting it (for trackers).
+
+        Returns:
+            The :class:`~ofindex.shuffle.cursor.PassMark` of the next ``__iter__``.
+        """
+        return self._mark(self._cursor.peek())
+
+    def begin_pass(self) -> PassMark:
+        """Start the next pass: a pass that resumes a loaded state uses it up.
+
+        Returns:
+            The pass's :class:`~ofindex.shuffle.cursor.PassMark`.
+        """
+        self._pass, self._consumed = self._mark(self._cursor.begin()), 0
+        return self._pass
 
     def __len__(self) -> int:
         """Items the next ``__iter__`` yields on this rank (the rest of the epoch if resumed)."""
-        return len(self.partition())
+        return len(self.next_pass())
 
     def _iter_chunks(self, chunk: int = _CHUNK) -> Iterator[np.ndarray]:
-        part = self.partition()
-        part.warn_if_padding()
-        self._pass_start, self._consumed, self._resume = part.start, 0, 0
+        mark = self.begin_pass()
         self._driver = driving_loader()
-        order = self.order()
+        if mark.held:
+            return
+        part = mark.partition
+        part.warn_if_padding()
+        order = self.order_of(mark.epoch)
         for j in range(0, len(part), chunk):
             yield order(part.positions(j, j + chunk))
 
@@ -150,13 +195,13 @@ class _EpochSampler:
         ahead = batches_ahead(self._driver)
         if ahead and not (self._driver is not None and called_by(self._driver)):
             raise RuntimeError(self._ahead_message(ahead))
-        part = self.partition(self._pass_start)
-        return self.state_at(self.epoch, part.global_position(self._consumed), self._consumed)
+        position = self._pass.position(self._consumed, finished=False)
+        return self.state_at(self._pass.epoch, position, self._consumed)
 
     def _ahead_message(self, ahead: int) -> str:
         workers = self._driver.num_workers if self._driver is not None else 0
         held = "some batches" if ahead < 0 else f"{ahead} batch(es)"
-        position = self.partition(self._pass_start).global_position(self._consumed)
+        position = self._pass.position(self._consumed, finished=False)
         return (f"{type(self).__name__}.state_dict(): a DataLoader with {workers} worker(s) "
                 f"has taken {held} of indices from this sampler that the training loop has "
                 f"not received yet, so the sampler's position ({position} of {self.n}) is "
@@ -164,6 +209,17 @@ class _EpochSampler:
                 "loader's state instead: loader = ofindex.shuffle.ResumableLoader("
                 "DataLoader(...)) and loader.state_dict() (or torchdata's StatefulDataLoader "
                 "and its state_dict())")
+
+    def compatibility(self) -> dict[str, Any]:
+        """What a state must share with this sampler to be loaded: its kind, dataset size,
+        seed and order parameters (written into every state, compared by
+        :func:`ofindex.shuffle.state.check_compatible`).
+
+        Returns:
+            The fields and their values.
+        """
+        return {"sampler": type(self).__name__, "n": self.n, "seed": self.seed,
+                "params": self._params()}
 
     def state_at(self, epoch: int, position: int, consumed: int = 0) -> dict[str, Any]:
         """The state of this sampler at a given place of an epoch.
@@ -177,11 +233,8 @@ class _EpochSampler:
             A JSON-serialisable dict of O(1) size for :meth:`load_state_dict`.
         """
         return {
-            "version": _STATE_VERSION,
-            "sampler": type(self).__name__,
-            "n": self.n,
-            "seed": self.seed,
-            "params": self._params(),
+            "version": STATE_VERSION,
+            **self.compatibility(),
             "epoch": int(epoch),
             "position": int(position),
             "num_replicas": self.num_replicas,
@@ -189,32 +242,20 @@ class _EpochSampler:
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Resume: the next ``__iter__`` continues at the saved global position.
+        """Resume: the next pass of the saved epoch continues at the saved global position.
 
-        The saved state may come from a run with another number of ranks.
+        The saved state may come from a run with another number of ranks.  Epochs before
+        the saved one give empty passes until it is reached (see :meth:`set_epoch`).
 
         Args:
             state: A dict from :meth:`state_dict` (possibly through JSON).
 
         Raises:
-            ValueError: The state has another version, or was saved by another kind of
-                sampler, or for another dataset size, seed or order parameters, or its
-                position is outside ``[0, n]``.
-            KeyError: The state lacks ``"position"`` or ``"epoch"``.
+            StateError: The state has another version, was saved by another kind of sampler
+                or for another dataset size, seed or order parameters, or a field is
+                missing, unknown, not a whole number or out of range (position outside
+                ``[0, n]``, a negative epoch).
         """
-        if state.get("version") != _STATE_VERSION:
-            raise ValueError(f"unsupported sampler state version {state.get('version')!r}")
-        mine = {"sampler": type(self).__name__, "n": self.n, "seed": self.seed,
-                "params": self._params()}  # fmt: skip
-        theirs = {k: state.get(k) for k in mine}
-        if theirs != mine:
-            raise ValueError(
-                f"sampler state does not match this sampler: saved {theirs}, current {mine}; "
-                "resume with the same dataset, seed and order parameters"
-            )
-        position = int(state["position"])
-        if not 0 <= position <= self.n:
-            raise ValueError(f"saved position {position} outside [0, {self.n}]")
-        self.epoch = int(state["epoch"])
-        self._resume = self._pass_start = position
-        self._consumed = 0
+        resume = read_sampler_state(state, type(self).__name__, self.compatibility(), self.n)
+        self._cursor.load(resume.epoch, resume.position)
+        self._pass, self._consumed = self._mark(self._cursor.peek()), 0

@@ -19,7 +19,9 @@ sources), whatever the sizes.
   every source's stream offset.  Resume with any number of ranks or DataLoader workers
   (through :class:`~ofindex.shuffle.progress.ResumableLoader`, which counts the batches the
   training loop received), and with new weights: they apply from the saved position on,
-  the streams continue where they were.
+  the streams continue where they were.  After ``load_state_dict`` the run's own loop over
+  epochs resumes it (:mod:`ofindex.shuffle.cursor`); a state is checked field by field
+  (:mod:`ofindex.shuffle.state`).
 * Batches are lists of global indices ``offset_s + record`` (``offset_s`` the records of the
   sources before ``s``), the indices of
   :class:`ofindex.integrations.torch.MixtureBatches` and of the sources read one after the
@@ -32,17 +34,16 @@ from typing import Any
 import numpy as np
 
 from ._data import Data, record_count
+from .cursor import EpochCursor, PassMark, Start
 from .lookahead import Driver, batches_ahead, called_by, driving_loader
 from .mixplan import MixturePlan
 from .partition import Partition, resolve_distributed
 from .permutation import DEFAULT_ROUNDS
+from .state import STATE_VERSION, check_mixture_epoch, epoch_number, read_mixture_state
 
 __all__ = ["MixtureSampler"]
 
-_STATE_VERSION = 1
 _CHUNK = 64  # batches made together (one permutation call per source for all of them)
-#: A mark of a pass: (epoch, the partition of its batches).
-Mark = tuple[int, Partition]
 
 
 class _Offsets:
@@ -99,10 +100,9 @@ class MixtureSampler:
         self.num_batches = self._epoch_batches(epoch_size)
         self.num_replicas, self.rank = resolve_distributed(num_replicas, rank)
         self.drop_last = bool(drop_last)
-        self.epoch = 0
-        self._resume = 0  # batch position where the next pass starts
+        self._cursor = EpochCursor()  # the epoch selected, and a loaded state until used up
         self._base = (0, np.zeros(len(sizes), dtype=np.int64))  # (batch g0, K(g0))
-        self._pass: Mark = (0, self.partition())
+        self._pass = self._mark(self._cursor.peek())  # the current (or next) pass
         self._consumed = 0  # batches yielded by the current pass
         self._driver: Driver | None = None
         self._walker: _Offsets | None = None
@@ -138,34 +138,71 @@ class MixtureSampler:
         return state
 
     # -- epochs, ranks --------------------------------------------------------------------
+    @property
+    def epoch(self) -> int:
+        """The mixture epoch selected by :meth:`set_epoch` (or by :meth:`load_state_dict`)."""
+        return self._cursor.epoch
+
     def set_epoch(self, epoch: int) -> None:
-        """Select mixture epoch ``epoch`` for the next pass (a loaded resume point of another
-        epoch is dropped).
+        """Select mixture epoch ``epoch`` for the next pass.
+
+        After :meth:`load_state_dict` of a state saved in epoch ``E`` at batch ``P``, an
+        epoch before ``E`` gives an empty pass (finished before the checkpoint), ``E``
+        resumes at ``P``, a later epoch starts at its beginning
+        (:mod:`ofindex.shuffle.cursor`).
 
         Args:
-            epoch: The mixture epoch.
+            epoch: The mixture epoch, a whole number ``>= 0``.
+
+        Raises:
+            StateError: ``epoch`` is not a whole number ``>= 0``, or so large that the
+                sources' streams would pass ``2**62`` records.
         """
-        epoch = int(epoch)
-        if epoch != self.epoch:
-            self._resume = 0
-        self.epoch = epoch
-        self._pass, self._consumed = (epoch, self.partition()), 0
+        who = "MixtureSampler.set_epoch"
+        epoch = epoch_number(epoch, who)
+        check_mixture_epoch(epoch, self.num_batches, self.plan.batch_size, who)
+        self._cursor.select(epoch)
+        self._pass, self._consumed = self._mark(self._cursor.peek()), 0
 
     def partition(self, start: int | None = None) -> Partition:
         """This rank's share of the epoch's batch positions.
 
         Args:
-            start: The first batch position to share out (``None``: the resume point).
+            start: The first batch position to share out (``None``: where the next pass
+                starts: 0, a loaded resume point, or the end (nothing) for an epoch
+                finished before a loaded state).
 
         Returns:
             The :class:`~ofindex.shuffle.partition.Partition` of ``[start, len)``.
         """
-        start = self._resume if start is None else start
+        if start is None:
+            upcoming = self._cursor.peek()
+            start = self.num_batches if upcoming.held else upcoming.position
         return Partition(self.num_batches, self.num_replicas, self.rank, self.drop_last, start)
+
+    def _mark(self, start: Start) -> PassMark:
+        return PassMark(start.epoch, self.partition(start.position), start.held)
+
+    def next_pass(self) -> PassMark:
+        """Where the next pass starts, without starting it.
+
+        Returns:
+            The :class:`~ofindex.shuffle.cursor.PassMark` of the next ``__iter__``.
+        """
+        return self._mark(self._cursor.peek())
+
+    def begin_pass(self) -> PassMark:
+        """Start the next pass: a pass that resumes a loaded state uses it up.
+
+        Returns:
+            The pass's :class:`~ofindex.shuffle.cursor.PassMark`.
+        """
+        self._pass, self._consumed = self._mark(self._cursor.begin()), 0
+        return self._pass
 
     def __len__(self) -> int:
         """Batches the next pass yields on this rank (the rest of the epoch if resumed)."""
-        return len(self.partition())
+        return len(self.next_pass())
 
     def source_of(self, indices: Sequence[int] | np.ndarray) -> np.ndarray:
         """The source of each global index.
@@ -211,11 +248,13 @@ class MixtureSampler:
         Yields:
             Lists of ``batch_size`` global indices, ``len(self)`` of them.
         """
-        part = self.partition()
-        part.warn_if_padding()
-        self._pass, self._consumed, self._resume = (self.epoch, part), 0, 0
+        mark = self.begin_pass()
         self._driver = driving_loader()
-        offsets, first = self._offsets(), self.epoch * self.num_batches
+        if mark.held:
+            return
+        part = mark.partition
+        part.warn_if_padding()
+        offsets, first = self._offsets(), mark.epoch * self.num_batches
         for j in range(0, len(part), _CHUNK):
             batches = part.positions(j, j + _CHUNK) + first
             starts = np.stack([offsets.at(int(g)) for g in batches])
@@ -225,16 +264,15 @@ class MixtureSampler:
                 yield row
 
     # -- checkpoints ----------------------------------------------------------------------
-    def pass_mark(self) -> Mark:
-        """The epoch and batch partition of the next pass (for
-        :class:`~ofindex.shuffle.progress.ResumableLoader`).
+    def pass_mark(self) -> PassMark:
+        """Where the next pass starts (for :class:`~ofindex.shuffle.progress.ResumableLoader`).
 
         Returns:
-            ``(epoch, partition)``.
+            :meth:`next_pass`.
         """
-        return self.epoch, self.partition()
+        return self.next_pass()
 
-    def state_after(self, mark: Mark, batches: int, finished: bool) -> dict[str, Any]:
+    def state_after(self, mark: PassMark, batches: int, finished: bool) -> dict[str, Any]:
         """The state once every rank consumed ``batches`` batches of a pass.
 
         Args:
@@ -245,9 +283,7 @@ class MixtureSampler:
         Returns:
             A JSON-serialisable dict for :meth:`load_state_dict`.
         """
-        epoch, part = mark
-        taken = len(part) if finished else min(len(part), int(batches))
-        return self.state_at(epoch, part.global_position(taken))
+        return self.state_at(mark.epoch, mark.position(int(batches), finished))
 
     def state_at(self, epoch: int, position: int) -> dict[str, Any]:
         """The state at a given batch position of an epoch.
@@ -261,18 +297,25 @@ class MixtureSampler:
         """
         g = epoch * self.num_batches + position
         return {
-            "version": _STATE_VERSION,
-            "sampler": type(self).__name__,
-            "sizes": list(self.plan.sizes),
-            "seed": self.plan.seed,
-            "batch_size": self.plan.batch_size,
-            "sampled": self.plan.sampled,
-            "rounds": self.plan.rounds,
+            "version": STATE_VERSION,
+            **self.compatibility(),
             "weights": list(self.plan.weights),
             "epoch": int(epoch),
             "position": int(position),
             "offsets": [int(k) for k in self._offsets_at(g)],
         }
+
+    def compatibility(self) -> dict[str, Any]:
+        """What a state must share with this sampler to be loaded: its kind, the sources'
+        sizes, seed, batch size and mode (written into every state, compared by
+        :func:`ofindex.shuffle.state.check_compatible`; the weights may differ).
+
+        Returns:
+            The fields and their values.
+        """
+        plan = self.plan
+        return {"sampler": type(self).__name__, "sizes": list(plan.sizes), "seed": plan.seed,
+                "batch_size": plan.batch_size, "sampled": plan.sampled, "rounds": plan.rounds}
 
     def state_dict(self) -> dict[str, Any]:
         """Where to resume: the epoch, batch position and source stream offsets reached.
@@ -295,44 +338,29 @@ class MixtureSampler:
                 "loop has not received yet, so its position is ahead of training; save the "
                 "loader's state instead: loader = ofindex.shuffle.ResumableLoader("
                 "DataLoader(...)) and loader.state_dict()")
-        epoch, part = self._pass
-        return self.state_at(epoch, part.global_position(self._consumed))
+        mark = self._pass
+        return self.state_at(mark.epoch, mark.position(self._consumed, finished=False))
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume at a saved state, with this sampler's weights from there on.
 
         The state may come from a run with other weights (re-weighting: the sources' streams
-        continue at their saved offsets) or another number of ranks.
+        continue at their saved offsets) or another number of ranks.  Epochs before the
+        saved one give empty passes until it is reached (see :meth:`set_epoch`).
 
         Args:
             state: A dict from :meth:`state_dict` or :meth:`state_after` (possibly through
                 JSON).
 
         Raises:
-            ValueError: The state has another version, or was saved for other sources,
-                seed, batch size or mode, or its position lies outside the epoch.
-            KeyError: The state lacks a field.
+            StateError: The state has another version, or was saved for other sources,
+                seed, batch size or mode, or a field is missing, unknown, of the wrong type
+                or out of range (a batch position outside the epoch, a negative offset).
         """
-        if state.get("version") != _STATE_VERSION:
-            raise ValueError(f"unsupported mixture state version {state.get('version')!r}")
-        plan = self.plan
-        mine = {"sampler": type(self).__name__, "sizes": plan.sizes, "seed": plan.seed,
-                "batch_size": plan.batch_size, "sampled": plan.sampled, "rounds": plan.rounds}
-        theirs = {k: state.get(k) for k in mine}
-        if theirs != mine:
-            raise ValueError(f"mixture state does not match this sampler: saved {theirs}, "
-                             f"current {mine}; resume with the same sources (sizes), seed, "
-                             "batch size and mode (weights may change)")
-        position = int(state["position"])
-        if not 0 <= position <= self.num_batches:
-            raise ValueError(f"saved batch position {position} outside the epoch's "
-                             f"[0, {self.num_batches}] batches")
-        offsets = np.asarray(state["offsets"], dtype=np.int64)
-        if offsets.shape != (len(plan.sizes),):
-            raise ValueError(f"saved offsets {state['offsets']!r} do not fit "
-                             f"{len(plan.sizes)} sources")
-        self.epoch = int(state["epoch"])
-        self._resume = position
-        self._base = (self.epoch * self.num_batches + position, offsets)
+        resume = read_mixture_state(state, self.compatibility(), len(self.plan.sizes),
+                                    self.num_batches, self.plan.batch_size)
+        self._cursor.load(resume.epoch, resume.position)
+        self._base = (resume.epoch * self.num_batches + resume.position,
+                      np.asarray(resume.offsets, dtype=np.int64))
         self._walker = None
-        self._pass, self._consumed = (self.epoch, self.partition()), 0
+        self._pass, self._consumed = self._mark(self._cursor.peek()), 0

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any, Protocol, runtime_checkable
 
 from ._epoch import _EpochSampler
-from .partition import Partition
+from .cursor import PassMark
 
 __all__ = ["RecordBatches", "ResumableLoader", "Tracker"]
 
@@ -88,16 +88,15 @@ class RecordBatches:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         self.sampler, self.batch_size, self.drop_last = sampler, int(batch_size), drop_last
 
-    def pass_mark(self) -> tuple[int, Partition]:
-        """The epoch and this rank's share of the next pass.
+    def pass_mark(self) -> PassMark:
+        """Where the next pass starts: the sampler's :meth:`next_pass`.
 
         Returns:
-            ``(epoch, partition)``.
+            The :class:`~ofindex.shuffle.cursor.PassMark`.
         """
-        return self.sampler.epoch, self.sampler.partition()
+        return self.sampler.next_pass()
 
-    def state_after(self, mark: tuple[int, Partition], batches: int,
-                    finished: bool) -> dict[str, Any]:
+    def state_after(self, mark: PassMark, batches: int, finished: bool) -> dict[str, Any]:
         """The sampler's state once every rank consumed ``batches`` batches of the pass.
 
         Args:
@@ -108,23 +107,28 @@ class RecordBatches:
         Returns:
             The sampler's state dict.
         """
-        epoch, part = mark
-        items = len(part) if finished else min(len(part), batches * self.batch_size)
-        return self.sampler.state_at(epoch, part.global_position(items), items)
+        items = len(mark) if finished else min(len(mark), int(batches) * self.batch_size)
+        return self.sampler.state_at(mark.epoch, mark.position(items, finished), items)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume the sampler (see its ``load_state_dict``).
 
         Args:
             state: A dict from :meth:`state_after` or the sampler's ``state_dict()``.
+
+        Raises:
+            StateError: The state does not fit the sampler, or a field is invalid.
         """
         self.sampler.load_state_dict(state)
 
     def set_epoch(self, epoch: int) -> None:
-        """Select the sampler's epoch.
+        """Select the sampler's epoch (after a loaded state, see its ``set_epoch``).
 
         Args:
             epoch: The epoch number.
+
+        Raises:
+            StateError: ``epoch`` is not a whole number ``>= 0``.
         """
         self.sampler.set_epoch(epoch)
 
@@ -215,8 +219,16 @@ class ResumableLoader:
     def set_epoch(self, epoch: int) -> None:
         """Select the epoch of the next pass (the sampler's ``set_epoch``).
 
+        After :meth:`load_state_dict` of a state saved in epoch ``E``, the run's own loop
+        resumes it: ``set_epoch(e)`` for ``e < E`` gives an empty pass (that epoch was
+        finished before the checkpoint), ``set_epoch(E)`` continues right after the last
+        batch saved, and a later epoch starts at its beginning.
+
         Args:
             epoch: The epoch number.
+
+        Raises:
+            StateError: ``epoch`` is not a whole number ``>= 0``.
         """
         self.tracker.set_epoch(epoch)
         self._mark, self._batches, self._finished = None, 0, False
@@ -238,7 +250,8 @@ class ResumableLoader:
             state: A dict from :meth:`state_dict` (possibly through JSON).
 
         Raises:
-            ValueError: The state does not fit the sampler (another dataset, seed or order).
+            StateError: The state does not fit the sampler (another dataset, seed or order),
+                or a field is missing, unknown, of the wrong type or out of range.
         """
         self.tracker.load_state_dict(state)
         self._mark, self._batches, self._finished = None, 0, False

@@ -11,7 +11,9 @@ It combines an epoch *order* (:mod:`ofindex.shuffle.orders`) with a strided
   ``len()`` (or an int) is one shard; sizes can be given as ``shard_sizes=[...]``, and a
   list/tuple/array of numbers passed as ``data`` is read as shard sizes too (the older form).
 * ``set_epoch(e)``: a new order per epoch (call it before each epoch, as with torch's
-  ``DistributedSampler``).
+  ``DistributedSampler``).  After ``load_state_dict`` of a state saved in epoch ``E``, the
+  same loop resumes it: epochs before ``E`` give empty passes, ``E`` continues at the saved
+  position (:mod:`ofindex.shuffle.cursor`).
 * ``state_dict()`` / ``load_state_dict()``: the state is the *global epoch position* reached
   (every rank takes the same number of items per step, so after ``j`` items per rank the ranks
   together have consumed the epoch prefix ``[0, j * world_size)``).  Resuming costs O(1): the
@@ -19,7 +21,8 @@ It combines an epoch *order* (:mod:`ofindex.shuffle.orders`) with a strided
   state is global, resuming with a **different world size** is supported: the remaining
   positions are re-split over the new ranks.  This assumes all ranks saved after the same
   number of items (synchronous data parallel training).  Loading a state of another dataset
-  size, seed or order parameters raises ``ValueError``.
+  size, seed or order parameters, or with a field missing, mistyped or out of range, raises
+  :class:`~ofindex.errors.StateError` (a ``ValueError``; :mod:`ofindex.shuffle.state`).
 * The sampler is picklable (DataLoader ``spawn`` workers) and implements torchdata's
   ``Stateful`` protocol, so ``StatefulDataLoader`` checkpoints it directly.
 """
@@ -29,8 +32,8 @@ from typing import Any, TypeVar
 
 from ._data import Data, ShardSizes, shard_sizes_of
 from ._epoch import _EpochSampler
+from .cursor import PassMark
 from .orders import BlockShuffleOrder, EpochOrder, GlobalShuffleOrder, SequentialOrder
-from .partition import Partition
 from .permutation import DEFAULT_ROUNDS
 from .progress import RecordBatches
 
@@ -57,7 +60,7 @@ class SequentialSampler(_EpochSampler):
         ValueError: ``data`` has no records, or ``num_replicas``/``rank`` are invalid.
     """
 
-    def _make_order(self) -> EpochOrder:
+    def _make_order(self, epoch: int) -> EpochOrder:
         return SequentialOrder(self.n)
 
 
@@ -89,8 +92,8 @@ class GlobalShuffleSampler(_EpochSampler):
     def _params(self) -> dict[str, Any]:
         return {"rounds": self.rounds}
 
-    def _make_order(self) -> EpochOrder:
-        return GlobalShuffleOrder(self.n, self.seed, self.epoch, self.rounds)
+    def _make_order(self, epoch: int) -> EpochOrder:
+        return GlobalShuffleOrder(self.n, self.seed, epoch, self.rounds)
 
 
 class BlockShuffleSampler(_EpochSampler):
@@ -133,7 +136,7 @@ class BlockShuffleSampler(_EpochSampler):
         self.block_size, self.window, self.rounds = int(block_size), int(window), int(rounds)
         super().__init__(sum(self.shard_sizes), num_replicas=num_replicas, rank=rank,
                          drop_last=drop_last, seed=seed)  # fmt: skip
-        self._make_order()  # validate parameters now
+        self._make_order(0)  # validate parameters now
 
     @classmethod
     def for_dataset(cls: type[_B], dataset: Data, **kwargs: Any) -> _B:
@@ -157,9 +160,9 @@ class BlockShuffleSampler(_EpochSampler):
                 "num_shards": len(self.shard_sizes),
                 "shards_hash": hash(tuple(self.shard_sizes))}  # fmt: skip
 
-    def _make_order(self) -> EpochOrder:
+    def _make_order(self, epoch: int) -> EpochOrder:
         return BlockShuffleOrder(self.shard_sizes, self.block_size, self.window, self.seed,
-                                 self.epoch, self.rounds)  # fmt: skip
+                                 epoch, self.rounds)  # fmt: skip
 
 
 class BatchSampler:
@@ -213,17 +216,15 @@ class BatchSampler:
         elif buf:
             s._consumed = total  # the dropped tail counts as consumed for this epoch
 
-    def pass_mark(self) -> tuple[int, Partition]:
-        """The epoch and this rank's share of the next pass (for
-        :class:`~ofindex.shuffle.progress.ResumableLoader`).
+    def pass_mark(self) -> PassMark:
+        """Where the next pass starts (for :class:`~ofindex.shuffle.progress.ResumableLoader`).
 
         Returns:
-            ``(epoch, partition)``.
+            The wrapped sampler's :meth:`next_pass`.
         """
-        return self.sampler.epoch, self.sampler.partition()
+        return self.sampler.next_pass()
 
-    def state_after(self, mark: tuple[int, Partition], batches: int,
-                    finished: bool) -> dict[str, Any]:
+    def state_after(self, mark: PassMark, batches: int, finished: bool) -> dict[str, Any]:
         """The wrapped sampler's state once every rank consumed ``batches`` batches of a pass.
 
         Args:
@@ -238,10 +239,14 @@ class BatchSampler:
             mark, batches, finished)
 
     def set_epoch(self, epoch: int) -> None:
-        """Select epoch ``epoch``'s order of the wrapped sampler.
+        """Select epoch ``epoch``'s order of the wrapped sampler (after a loaded state, see
+        its ``set_epoch``).
 
         Args:
             epoch: The epoch number.
+
+        Raises:
+            StateError: ``epoch`` is not a whole number ``>= 0``.
         """
         self.sampler.set_epoch(epoch)
 
@@ -265,8 +270,7 @@ class BatchSampler:
             state: A dict from :meth:`state_dict`.
 
         Raises:
-            ValueError: The state does not match the wrapped sampler (see its
-                ``load_state_dict``).
-            KeyError: The state lacks ``"position"`` or ``"epoch"``.
+            StateError: The state does not match the wrapped sampler, or a field is missing
+                or invalid (see its ``load_state_dict``).
         """
         self.sampler.load_state_dict(state)
