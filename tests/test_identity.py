@@ -490,3 +490,40 @@ def test_info_prints_the_identity(built):
     run = subprocess.run([sys.executable, "-m", "ofindex", "info", d, "--json"],
                          capture_output=True, text=True, check=True)
     assert json.loads(run.stdout)["identity"] == identity
+
+
+# -- states carry the dataset's identity ----------------------------------------------------
+
+def test_a_state_saved_on_another_dataset_of_the_same_length_is_refused(built, tmp_path):
+    from ofindex.errors import StateError
+    from ofindex.shuffle import BatchSampler, GlobalShuffleSampler, MixtureSampler
+
+    d, _ = built
+    other = str(tmp_path / "other" / "ds")
+    write_data(other, variant=1)  # the same length, sizes and offsets: other records
+    ofindex.build_index(other)
+    copy = str(tmp_path / "copy" / "ds")
+    os.makedirs(os.path.dirname(copy))
+    copy_without_times(d, copy)
+    with ofindex.open(d) as ds, ofindex.open(other) as ds2, ofindex.open(copy) as ds3:
+        sampler = GlobalShuffleSampler(ds, seed=3)
+        state = json.loads(json.dumps(BatchSampler(sampler, 8).state_after(
+            BatchSampler(sampler, 8).pass_mark(), 5, False)))
+        assert state["dataset"] == ds.identity
+        with pytest.raises(StateError, match="another dataset"):
+            BatchSampler(GlobalShuffleSampler(ds2, seed=3), 8).load_state_dict(state)
+        BatchSampler(GlobalShuffleSampler(ds3, seed=3), 8).load_state_dict(state)  # a copy
+        # a bare record count names no dataset: nothing to compare
+        BatchSampler(GlobalShuffleSampler(len(ds), seed=3), 8).load_state_dict(state)
+        old = {k: v for k, v in state.items() if k != "dataset"}  # saved by ofindex 0.2
+        BatchSampler(GlobalShuffleSampler(ds2, seed=3), 8).load_state_dict(old)
+        bad = {**state, "dataset": 12}
+        with pytest.raises(StateError, match="'dataset' is 12"):
+            BatchSampler(GlobalShuffleSampler(ds, seed=3), 8).load_state_dict(bad)
+
+        mix = MixtureSampler([ds, ds2], [1, 1], 8, seed=1)
+        saved = json.loads(json.dumps(mix.state_dict()))
+        assert saved["datasets"] == [ds.identity, ds2.identity]
+        with pytest.raises(StateError, match="another dataset"):
+            MixtureSampler([ds2, ds], [1, 1], 8, seed=1).load_state_dict(saved)
+        MixtureSampler([ds3, ds2], [2, 1], 8, seed=1).load_state_dict(saved)

@@ -73,3 +73,17 @@ def shard_sizes_of(data: object, shard_sizes: object) -> list[int]:
         return [int(c) for c in np.diff(cum, prepend=0)]
     sizes = _counts(data, "shard sizes")  # the older positional form: BlockShuffleSampler([..])
     return sizes if sizes is not None else [record_count(data, who, _SHARD_FORMS)]
+
+
+def identity_of(data: object) -> str | None:
+    """The identity of the ofindex dataset ``data`` is or wraps (its ``identity``; a wrapper's
+    ``source`` or ``dataset``: ``TensorBatches``, ``TorchDataset`` …), or ``None`` (a record
+    count, or another kind of data)."""
+    for _ in range(4):  # a wrapper of a wrapper of a dataset, at most
+        if data is None or isinstance(data, (int, np.integer)):
+            return None
+        identity = getattr(data, "identity", None)
+        if isinstance(identity, str):
+            return identity
+        data = getattr(data, "source", None) or getattr(data, "dataset", None)
+    return None

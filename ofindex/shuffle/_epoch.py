@@ -5,7 +5,7 @@ from typing import Any
 
 import numpy as np
 
-from ._data import Data, record_count
+from ._data import Data, identity_of, record_count
 from .cursor import EpochCursor, PassMark, Start
 from .lookahead import Driver, batches_ahead, called_by, driving_loader
 from .orders import EpochOrder
@@ -43,6 +43,8 @@ class _EpochSampler:
         seed: int = 0,
     ) -> None:
         self.n = record_count(data, type(self).__name__)
+        #: The identity of the dataset sampled (states carry it), or ``None``.
+        self.dataset = identity_of(data)
         self.num_replicas, self.rank = resolve_distributed(num_replicas, rank)
         self.drop_last = bool(drop_last)
         self.seed = int(seed)
@@ -212,14 +214,15 @@ class _EpochSampler:
 
     def compatibility(self) -> dict[str, Any]:
         """What a state must share with this sampler to be loaded: its kind, dataset size,
-        seed and order parameters (written into every state, compared by
+        seed, order parameters and the dataset's identity (written into every state, compared
+        by
         :func:`ofindex.shuffle.state.check_compatible`).
 
         Returns:
             The fields and their values.
         """
         return {"sampler": type(self).__name__, "n": self.n, "seed": self.seed,
-                "params": self._params()}
+                "params": self._params(), "dataset": self.dataset}
 
     def state_at(self, epoch: int, position: int, consumed: int = 0) -> dict[str, Any]:
         """The state of this sampler at a given place of an epoch.

@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from ._data import Data, record_count
+from ._data import Data, identity_of, record_count
 from .cursor import EpochCursor, PassMark, Start
 from .lookahead import Driver, batches_ahead, called_by, driving_loader
 from .mixplan import MixturePlan
@@ -95,6 +95,8 @@ class MixtureSampler:
                  num_replicas: int | None = None, rank: int | None = None,
                  drop_last: bool = False, rounds: int = DEFAULT_ROUNDS) -> None:
         sizes = [record_count(s, "MixtureSampler") for s in sources]
+        #: The identities of the datasets mixed (states carry them; ``None`` for a count).
+        self.datasets = [identity_of(s) for s in sources]
         self.plan = MixturePlan(sizes, weights, batch_size, seed, sampled, rounds)
         self.epoch_size = epoch_size
         self.num_batches = self._epoch_batches(epoch_size)
@@ -315,7 +317,8 @@ class MixtureSampler:
         """
         plan = self.plan
         return {"sampler": type(self).__name__, "sizes": list(plan.sizes), "seed": plan.seed,
-                "batch_size": plan.batch_size, "sampled": plan.sampled, "rounds": plan.rounds}
+                "batch_size": plan.batch_size, "sampled": plan.sampled, "rounds": plan.rounds,
+                "datasets": list(self.datasets)}
 
     def state_dict(self) -> dict[str, Any]:
         """Where to resume: the epoch, batch position and source stream offsets reached.

@@ -27,6 +27,7 @@ __all__ = [
     "Resume",
     "StateFields",
     "check_compatible",
+    "check_data",
     "check_mixture_epoch",
     "epoch_number",
     "read_mixture_state",
@@ -104,9 +105,22 @@ class StateFields:
         self.state, self.what = state, what
         self.taken: set[object] = set()
 
-    def _refuse(self, name: str, value: object, wanted: str) -> StateError:
+    def refuse(self, name: str, value: object, wanted: str) -> StateError:
+        """The error for a field whose value is not what it must be.
+
+        Args:
+            name: The field.
+            value: Its value.
+            wanted: What it must be, for the message.
+        """
         return StateError(f"{self.what}: field {name!r} is {_shown(value)}; it must be "
                           f"{wanted}; {_RESAVE}")
+
+    def optional(self, name: str) -> object:
+        """The raw value of a field that states of earlier versions lack (marked as read), or
+        ``None`` when absent."""
+        self.taken.add(name)
+        return self.state.get(name)
 
     def take(self, name: str) -> object:
         """The raw value of a field (marked as read).
@@ -147,9 +161,9 @@ class StateFields:
         span = f"in [{low}, {high}]" if high is not None else f">= {low}"
         number = _whole(value)
         if number is None:
-            raise self._refuse(name, value, f"a whole number (int) {span}")
+            raise self.refuse(name, value, f"a whole number (int) {span}")
         if number < low or (high is not None and number > high):
-            raise self._refuse(name, value, f"a whole number {span}")
+            raise self.refuse(name, value, f"a whole number {span}")
         return number
 
     def integers(self, name: str, count: int, low: int, high: int) -> list[int]:
@@ -169,7 +183,7 @@ class StateFields:
         """
         value = self.take(name)
         if not isinstance(value, (list, tuple)) or len(value) != count:
-            raise self._refuse(name, value, f"a list of {count} whole numbers")
+            raise self.refuse(name, value, f"a list of {count} whole numbers")
         return [self._integer(f"{name}[{k}]", v, low, high) for k, v in enumerate(value)]
 
     def weights(self, name: str, count: int) -> list[float]:
@@ -187,12 +201,12 @@ class StateFields:
         """
         value = self.take(name)
         if not isinstance(value, (list, tuple)) or len(value) != count:
-            raise self._refuse(name, value, f"a list of {count} positive numbers")
+            raise self.refuse(name, value, f"a list of {count} positive numbers")
         for k, weight in enumerate(value):
             if not (isinstance(weight, (int, float, np.integer, np.floating))
                     and not isinstance(weight, (bool, np.bool_))
                     and math.isfinite(weight) and weight > 0):
-                raise self._refuse(f"{name}[{k}]", weight, "a positive finite number")
+                raise self.refuse(f"{name}[{k}]", weight, "a positive finite number")
         return [float(w) for w in value]
 
     def finish(self) -> None:
@@ -222,6 +236,60 @@ def _same(saved: object, current: object) -> bool:
     return type(saved) is type(current) and saved == current
 
 
+#: The fields that name the data a state was saved on (:attr:`ofindex.Dataset.identity`, one
+#: per source for a mixture): compared where both the state and the sampler name one (a state
+#: of ofindex 0.2, or a sampler given a bare record count, names none).
+DATA_FIELDS = ("dataset", "datasets")
+
+
+def _identity_or_none(fields: StateFields, name: str, value: object, many: bool) -> object:
+    """``value`` checked to be what a data field holds (an identity or ``None``; with
+    ``many``, a list of them), else a :class:`StateError`."""
+    def one(item: object) -> bool:
+        return item is None or (isinstance(item, str) and len(item) == 16
+                                and all(c in "0123456789abcdef" for c in item))
+
+    listed = value is None or (isinstance(value, (list, tuple)) and all(map(one, value)))
+    if listed if many else one(value):
+        return value
+    raise fields.refuse(name, value, "a list of dataset identities (16 hexadecimal digits) or "
+                                     "nulls" if many else
+                        "a dataset identity (16 hexadecimal digits) or null")
+
+
+def _other_data(saved: object, mine: object) -> bool:
+    """Whether a state's data field names other data than the sampler's (``None`` on either
+    side, or in a list, names nothing to compare)."""
+    if saved is None or mine is None:
+        return False
+    if isinstance(mine, (list, tuple)):
+        return (not isinstance(saved, (list, tuple)) or len(saved) != len(mine)
+                or any(_other_data(s, m) for s, m in zip(saved, mine, strict=True)))
+    return saved != mine
+
+
+def check_data(fields: StateFields, current: Mapping[str, object]) -> None:
+    """Refuse a state saved on other data than the sampler's, as its identity tells (the
+    ``dataset``/``datasets`` fields; another dataset of the same length and seed would
+    otherwise resume as if it were the same).
+
+    Raises:
+        StateError: The identities differ, or the field holds something else.
+    """
+    for name in DATA_FIELDS:
+        if name not in current:
+            continue
+        mine = current[name]
+        saved = _identity_or_none(fields, name, fields.optional(name),
+                                  many=isinstance(mine, (list, tuple)))
+        if _other_data(saved, mine):
+            raise StateError(
+                f"{fields.what} was saved on another dataset than this one ({name} "
+                f"{saved!r}; this sampler's data is {mine!r}), though of the same length and "
+                "seed: resume on the dataset that saved it (a copy of it, moved, uploaded or "
+                "downloaded, has the same identity), or start this run afresh")
+
+
 def check_compatible(fields: StateFields, current: Mapping[str, object], advice: str) -> None:
     """Decide whether a loaded state belongs to the sampler loading it.
 
@@ -229,8 +297,8 @@ def check_compatible(fields: StateFields, current: Mapping[str, object], advice:
     agree in its ``compatibility()`` (record sampler: its kind, ``n``, ``seed`` and order
     ``params``; mixture: its kind, the sources' ``sizes``, ``seed``, ``batch_size``,
     ``sampled`` and ``rounds``), writes them into every state, and every one is compared
-    here, in value and type.  A new field that a state must share (the dataset's identity,
-    say) is added to those ``compatibility()`` methods and is then written and compared.
+    here, in value and type; the data fields (:data:`DATA_FIELDS`: the dataset's identity)
+    by :func:`check_data`.
 
     Args:
         fields: The state being loaded.
@@ -240,8 +308,11 @@ def check_compatible(fields: StateFields, current: Mapping[str, object], advice:
     Raises:
         StateError: A field is missing or differs.
     """
+    check_data(fields, current)
     differ = {}
     for name, mine in current.items():
+        if name in DATA_FIELDS:
+            continue
         saved = fields.take(name)
         if not _same(saved, mine):
             differ[name] = (saved, mine)
