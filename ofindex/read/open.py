@@ -234,15 +234,19 @@ def warn_partial(shards: list[Shard], stacklevel: int = 4, *, total: int | None 
 def _check_listing(storage: Storage, data_dir: str, names: list[str]) -> None:
     """Refuse a manifest that does not list the record files of ``data_dir``: a listed file
     it does not name is new, unless it is plainly not a record file (a README the build
-    skipped, see :mod:`ofindex.formats.strays`; only such unnamed files are read)."""
+    skipped, see :mod:`ofindex.formats.strays`; only such unnamed files are read), and a file
+    it names must exist. The listing holds the directory's own files: a name with a
+    subdirectory (``sub/part-0``) is looked for on its own."""
     listed = {storage.basename(p): p for p in storage.expand(data_dir)
               if is_data_file_name(storage.basename(p))}
-    named = {n.rsplit("/", 1)[-1] for n in names}
-    patterns = {name_pattern(n) for n in named}
+    named = {n for n in names if "/" not in n}
+    patterns = {name_pattern(n.rsplit("/", 1)[-1]) for n in names}
     new = {n for n in listed.keys() - named if not _stray(storage, listed[n], patterns)}
-    if new or not named <= listed.keys():
+    missing = (named - listed.keys()) | {n for n in names if "/" in n
+                                         and not storage.exists(storage.join(data_dir, n))}
+    if new or missing:
         extra = heapq.nsmallest(3, new)
-        gone = heapq.nsmallest(3, named - listed.keys())
+        gone = heapq.nsmallest(3, missing)
         raise StaleIndexError(
             f"{os.path.join(data_dir, MANIFEST_NAME)}: the manifest does not list the data "
             f"files of {data_dir} (not in the manifest: {extra or 'none'}; missing: "
