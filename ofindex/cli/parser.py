@@ -165,6 +165,9 @@ def _common(paths: str = "+") -> "_Parser":
                    "directory DIR, where no glob over DIR finds them)")
     p.add_argument("-s", "--storage-option", action="append", metavar="KEY=VALUE",
                    help="fsspec storage option (repeatable; VALUE parsed as JSON when it can be)")
+    p.add_argument("--allow-missing-shards", action="store_true",
+                   help="take a directory or glob whose shards are not all there (names "
+                   "saying -of-N with fewer than N, or a writer that did not finish) as it is")
     p.add_argument("--retries", type=retry_count, metavar="N",
                    help="remote requests that fail transiently (refused or reset connections, "
                    "timeouts, HTTP 5xx) are sent again up to N times, with exponential backoff "

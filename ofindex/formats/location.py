@@ -20,12 +20,21 @@ import os
 from collections.abc import Sequence
 
 from ..errors import DataFileNotFoundError, ManifestError, RangeReadError, SidecarError
-from ..storage import PathSpec, Storage, Storages, as_list, is_local_url, list_data_files
+from ..storage import (
+    DataFiles,
+    PathSpec,
+    Storage,
+    Storages,
+    as_list,
+    is_local_url,
+    list_data_files,
+)
 from .compact_manifest import COMPACT_NAME, CompactManifest, open_compact
 from .lazy_rows import LazyRows
 from .manifest import Manifest, decode_manifest, manifest_url_for, read_manifest
 from .manifest_binary import HEADER_SIZE
 from .placement import Layout, SidecarPlace, sibling_index_dir
+from .shard_set import check_shard_set
 from .sidecar import SUFFIX
 
 
@@ -88,6 +97,8 @@ class DatasetLocation:
         storages: The call's storages (every storage here came from it).
         named: Files the user named one by one (not found by a directory or glob): never
             skipped as files that are not record files.
+        whole: No shard is missing (``False``: some are, and ``allow_missing_shards=True``
+            accepted it; no manifest is written for such a set).
     """
 
     storage: Storage
@@ -98,6 +109,7 @@ class DatasetLocation:
     index_dir: str | None = None
     storages: Storages = dataclasses.field(default_factory=Storages)
     named: frozenset[str] = frozenset()
+    whole: bool = True
 
     def sidecar_of(self, data_path: str) -> tuple[Storage, str]:
         """Return ``(storage, path)`` of the sidecar of ``data_path``."""
@@ -119,6 +131,7 @@ def resolve(
     storages: Storages | None = None,
     manifest: bool | str = True,
     layout: Layout | None = None,
+    allow_missing_shards: bool = False,
 ) -> DatasetLocation:
     """Resolve a path spec into a :class:`DatasetLocation`.
 
@@ -132,12 +145,16 @@ def resolve(
         manifest: ``True`` uses a directory's ``ofindex-manifest.json`` when there is one (one
             request instead of a listing); ``False`` lists the files; a string names the
             manifest to use.
+        allow_missing_shards: Accept a set of shards that is not whole (see
+            :mod:`ofindex.formats.shard_set`), with a ``MissingShardsWarning``.
 
     Returns:
         The resolved location.
 
     Raises:
         DataFileNotFoundError: Nothing matches, or a named manifest does not exist.
+        IncompleteDatasetError: Names that say ``-of-N`` lack some of the N, or a writer's
+            publication in the directory did not finish (unless ``allow_missing_shards``).
         SidecarError: A manifest is invalid.
         ValueError: Files on different storages, or two files of one name sharing
             ``index_dir``.
@@ -153,15 +170,51 @@ def resolve(
                                 else [prefix + name for name in found.names])
         # a manifest without an index directory is ofindex 0.2's: sidecars beside the data
         place = sidecar_place(storage, found.index_dir, storages, Layout.BESIDE)
-        return DatasetLocation(storage, files, place, found, data_dir, index_dir, storages)
-    storage, files, named = list_data_files(paths, storages)
+        whole = check_shard_set(storage, _manifest_names(found), [],
+                                allow=allow_missing_shards, what=_spec_text(paths))
+        return DatasetLocation(storage, files, place, found, data_dir, index_dir, storages,
+                               whole=whole)
+    storage, files, named = _list(paths, storages, allow_missing_shards)
+    listed = [f for f in files if f not in named]  # a file named on its own is not checked
+    whole = check_shard_set(storage, (storage.basename(f) for f in listed),
+                            sorted({storage.dirname(f) for f in listed}),
+                            allow=allow_missing_shards, what=_spec_text(paths))
     check_unique_names(storage, files, index_dir)
     if index_dir is None and layout is None:
         layout = existing_layout(storage, files[0]) or Layout.SIBLING
     return DatasetLocation(
         storage, files, sidecar_place(storage, index_dir, storages, layout or Layout.SIBLING),
         None, _named_directory(paths, storage, storages, files), index_dir, storages, named,
+        whole,
     )
+
+
+def _list(paths: PathSpec, storages: Storages, allow_missing_shards: bool) -> DataFiles:
+    """The data files ``paths`` names; a directory without any whose writer's publication did
+    not finish says so (:class:`IncompleteDatasetError`) rather than "no data files"."""
+    try:
+        return list_data_files(paths, storages)
+    except DataFileNotFoundError:
+        spec = _single(paths)
+        if spec is None or glob.has_magic(spec) or allow_missing_shards:
+            raise
+        storage, path = storages.for_url(spec)
+        # a directory holding only a writer's hidden files and its claim: say so
+        check_shard_set(storage, [], [path.rstrip("/")], allow=False, what=spec)
+        raise
+
+
+def _manifest_names(found: AnyManifest) -> list[str]:
+    """The file names a manifest lists."""
+    if isinstance(found, CompactManifest):
+        return [found.name(k) for k in range(len(found))]
+    return list(found.names)
+
+
+def _spec_text(paths: PathSpec) -> str:
+    """A path spec as messages show it."""
+    items = as_list(paths)
+    return items[0] if len(items) == 1 else f"{items[0]} … ({len(items)} paths)"
 
 
 def _single(paths: PathSpec) -> str | None:
