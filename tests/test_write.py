@@ -685,3 +685,37 @@ def test_a_claimed_bucket_directory_is_refused_and_left_as_it_was(moto_server):
         ofindex.open(url + "/", storage_options=options)
     release(storage, held)
 
+
+_KILLED_WRITER = """
+import sys
+import ofindex
+with ofindex.Writer(sys.argv[1]) as writer:
+    writer.write(b"x" * 1000)
+    print("started", flush=True)
+    while True:
+        writer.write(b"x" * 1000)
+"""
+
+
+def test_a_killed_writer_leaves_no_file_a_data_glob_lists(tmp_path):
+    """A Writer killed outright leaves its temporary file, hidden and free of the data file's
+    name: no glob for data files lists it (fsspec's and tf.io.gfile's globs match hidden
+    names too), nor does ofindex's listing."""
+    import fsspec
+
+    data = tmp_path / "data"
+    data.mkdir()
+    target = data / "train-00000-of-00001.tfrecord"
+    with subprocess.Popen([sys.executable, "-c", _KILLED_WRITER, str(target)],
+                          stdout=subprocess.PIPE, text=True,
+                          env={**os.environ, "PYTHONPATH": os.path.dirname(HERE)}) as proc:
+        assert proc.stdout.readline().strip() == "started"
+        proc.kill()
+        proc.wait()
+    (left,) = os.listdir(data)  # what the killed writer left
+    assert left.startswith(".") and "train" not in left and left.endswith(".tmp")
+    local = fsspec.filesystem("file")
+    for pattern in ("*.tfrecord*", "train*", "*-of-*", "*.tfrecord", "*00000*"):
+        assert local.glob(str(data / pattern)) == [], pattern
+    with pytest.raises(ofindex.DataFileNotFoundError):
+        ofindex.open(str(data))
