@@ -1,8 +1,9 @@
 """Whether the files found for a dataset are all of it.
 
 Two signs say that shards are missing, and :func:`check_shard_set` looks for both wherever a
-dataset is opened or built from a directory, a glob or a manifest
-(:func:`ofindex.formats.location.resolve`):
+dataset is opened or built from a directory or a glob, and for the first in a JSON manifest's
+names (:func:`ofindex.formats.location.resolve`; ofindex writes no manifest for a set that
+lacks shards, so a compact manifest, which no earlier version wrote, is not checked):
 
 - names that say how many shards there are (``part-00003-of-00010``,
   ``train.tfrecord-3-of-10``): every number of such a family must be there (0 to N-1, or 1 to
@@ -68,8 +69,49 @@ class Gap:
                 f"{self.example} declare are missing ({shown})")
 
 
+@dataclasses.dataclass
+class _Family:
+    """The ``-of-N`` names of one head and count seen so far."""
+
+    example: str
+    head: str
+    count: str
+    tail: str
+    width: int
+    numbers: set[int] = dataclasses.field(default_factory=set)
+
+    def take(self, name: str) -> bool:
+        """Add ``name`` if it is ``<head><width digits>-of-<count>`` and more, without a
+        regular expression (a million names of one family take a fraction of a second)."""
+        start, stop = len(self.head), len(self.head) + self.width
+        rest = stop + 4 + len(self.count)
+        if not (name.startswith(self.head) and name.startswith(self.count, stop + 4)
+                and name[stop:stop + 4] == "-of-" and name[start:stop].isdigit()
+                and not name[rest:rest + 1].isdigit()):
+            return False
+        self.numbers.add(int(name[start:stop]))
+        return True
+
+    def gap(self) -> Gap | None:
+        """What the family lacks, or ``None`` when it is whole."""
+        count, numbers = int(self.count), self.numbers
+        first = 1 if 0 not in numbers and count in numbers else 0  # numbered 1..N
+        present = sum(1 for k in numbers if first <= k < first + count)
+        if count == 0 or present == count:
+            return None
+        missing: list[str] = []
+        k = first
+        while len(missing) < _SHOWN and k < first + count:  # ends after _SHOWN gaps
+            if k not in numbers:
+                missing.append(f"{self.head}{k:0{self.width}d}-of-{self.count}{self.tail}")
+            k += 1
+        return Gap(self.example, count, present, tuple(missing))
+
+
 def shard_gaps(names: Iterable[str]) -> list[Gap]:
     """The families of ``-of-N`` names among ``names`` (base names) that lack members.
+
+    A family is a head and a count: the tails may differ (``.gz`` on some shards).
 
     Args:
         names: File names (no directory).
@@ -77,32 +119,21 @@ def shard_gaps(names: Iterable[str]) -> list[Gap]:
     Returns:
         One :class:`Gap` per incomplete family, in the order their first name came.
     """
-    # a family is a head and a count: tails may differ (``.gz`` on some shards)
-    families: dict[tuple[str, str], tuple[str, str, int, set[int]]] = {}
+    families: dict[tuple[str, str], _Family] = {}
+    last: _Family | None = None
     for name in names:
+        if "-of-" not in name or (last is not None and last.take(name)):
+            continue
         match = _OF_N.fullmatch(name)
         if match is None:
             continue
-        family = families.setdefault((match["head"], match["count"]),
-                                     (name, match["tail"], len(match["shard"]), set()))
-        family[3].add(int(match["shard"]))
-    gaps = []
-    for (head, count_text), (example, tail, width, numbers) in families.items():
-        count = int(count_text)
-        if count == 0:
-            continue
-        first = 1 if 0 not in numbers and count in numbers else 0  # numbered 1..N
-        present = sum(1 for k in numbers if first <= k < first + count)
-        if present == count:
-            continue
-        missing: list[str] = []
-        k = first
-        while len(missing) < _SHOWN and k < first + count:  # stops after _SHOWN gaps
-            if k not in numbers:
-                missing.append(f"{head}{k:0{width}d}-of-{count_text}{tail}")
-            k += 1
-        gaps.append(Gap(example, count, present, tuple(missing)))
-    return gaps
+        key = (match["head"], match["count"])
+        last = families.get(key)
+        if last is None:
+            last = families[key] = _Family(name, match["head"], match["count"], match["tail"],
+                                           len(match["shard"]))
+        last.numbers.add(int(match["shard"]))
+    return [gap for gap in (f.gap() for f in families.values()) if gap is not None]
 
 
 def unfinished(storage: Storage, directories: Sequence[str]) -> list[tuple[str, str]]:
