@@ -160,7 +160,7 @@ def open(
                         retry=with_settings(current_policy(), retries, timeout))
     if rebuild_stale:
         build_location(resolve(paths, index_dir=index_dir, storages=storages, manifest=False,
-                               allow_missing_shards=allow_missing_shards),
+                               allow_missing_shards=allow_missing_shards, building=True),
                        format=format, compression=compression)
     location = resolve(paths, index_dir=index_dir, storages=storages, manifest=manifest,
                        allow_missing_shards=allow_missing_shards)

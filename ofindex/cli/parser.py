@@ -162,7 +162,8 @@ def _common(paths: str = "+") -> "_Parser":
                    "auto detects GZIP and ZLIB")
     p.add_argument("--index-dir", metavar="DIR",
                    help="where sidecars live (default: DIR.ofindex/ next to the data "
-                   "directory DIR, where no glob over DIR finds them)")
+                   "directory DIR, where no glob over DIR finds them; for files named one by "
+                   "one without it, or where it cannot be written: ~/.cache/ofindex/indexes/)")
     p.add_argument("-s", "--storage-option", action="append", metavar="KEY=VALUE",
                    help="fsspec storage option (repeatable; VALUE parsed as JSON when it can be)")
     p.add_argument("--allow-missing-shards", action="store_true",

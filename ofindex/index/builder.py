@@ -83,7 +83,10 @@ def build_index(
         index_dir: Where sidecars go (``<index_dir>/<name>.ofidx``; a local directory or
             another bucket, for read-only data). By default they go to a directory beside the
             data directory, ``<data dir>.ofindex/``, so that no glob over the data directory
-            returns them (see :mod:`ofindex.formats.placement`); sidecars of ofindex 0.2 and
+            returns them (see :mod:`ofindex.formats.placement`); local files named one by one
+            whose directory has no such directory, and local data whose index directory cannot
+            be written, go to the per-user index cache instead
+            (:func:`ofindex.formats.placement.new_index_layout`); sidecars of ofindex 0.2 and
             earlier, beside the data files, are kept there (and rebuilt there) unless
             ``migrate=True``.
         verify: Also check every record's data CRC (the scan otherwise checks the framing
@@ -176,7 +179,7 @@ def build_index(
                         retry=with_settings(current_policy(), retries, timeout))
     location = resolve(paths, index_dir=index_dir, storages=storages, manifest=False,
                        layout=Layout.SIBLING if migrate and index_dir is None else None,
-                       allow_missing_shards=allow_missing_shards)
+                       allow_missing_shards=allow_missing_shards, building=True)
     moved = move_legacy_sidecars(location) if migrate and index_dir is None else []
     if not migrate:
         warn_legacy_layout(location)

@@ -58,7 +58,10 @@ class Writer:
         url: The data file to write: a local path or a URL (``s3://…`` through fsspec).
         format: ``"tfrecord"`` or ``"ofrecord"``.
         index: Write the sidecar when the file is closed.
-        index_dir: Where the sidecar goes when not beside the data.
+        index_dir: Where the sidecar goes. By default: where the file's sidecar already is,
+            else its directory's index directory ``<dir>.ofindex/`` when that exists, else
+            (a local file) the per-user index cache, so that no directory is created next to
+            one the caller did not name (see :func:`ofindex.formats.placement.new_index_layout`).
         storage_options: Options for the fsspec filesystem.
         compression: ``"gzip"`` or ``"zlib"`` writes what ``tf.io.TFRecordWriter`` with
             ``TFRecordOptions(compression_type="GZIP" | "ZLIB")`` writes (TensorFlow reads

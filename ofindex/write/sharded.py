@@ -34,7 +34,8 @@ from ofindex.encode.encoder import Encoder
 from ofindex.encode.framed import OFRECORD_FRAMING, TFRECORD_FRAMING, BatchPlan, encode_block
 from ofindex.errors import DatasetExistsError, OfindexError
 from ofindex.formats.framing import RecordFormat
-from ofindex.formats.location import sidecar_location
+from ofindex.formats.location import sidecar_place
+from ofindex.formats.placement import new_index_dir
 from ofindex.formats.shard_set import PUBLISHING
 from ofindex.index.builder import build_index
 from ofindex.index.writer import Writer
@@ -121,7 +122,7 @@ class ShardStream:
         name = f".{owner.token}-{self._number}-{len(self.staged):05d}.writing"
         path = self._writer_path = owner.storage.join(owner.path, name)
         self._bytes = 0
-        return Writer(owner.storage.url(path), owner.format, index_dir=owner.index_dir,
+        return Writer(owner.storage.url(path), owner.format, index_dir=owner.index_url,
                       storage_options=owner.storage_options, compression=owner.compression,
                       checksums=owner.checksums, compression_level=owner.compression_level)
 
@@ -342,6 +343,11 @@ class ShardedWriter:
         self.storage: Storage
         self.storage, self.path = self._storages.for_url(os.fspath(directory))
         self.url = self.storage.url(self.path)
+        #: Where the sidecars go: ``index_dir``, else the placement rule's index directory
+        #: of a directory named as a whole (see :mod:`ofindex.formats.placement`).
+        self.index_url = (os.fspath(index_dir) if index_dir is not None
+                          else self.storage.url(new_index_dir(self.storage, self.path)))
+        self._sidecars = sidecar_place(self.storage, self.index_url, self._storages)
         #: The directory's claim while this writer publishes (see :meth:`close`).
         self._claim: str | None = None
         self._refuse_existing()
@@ -367,7 +373,7 @@ class ShardedWriter:
 
     def _remove_sidecar(self, data_path: str) -> None:
         """Remove the sidecar of one of this writer's data files (if there is one)."""
-        storage, path = sidecar_location(self.storage, data_path, self.index_dir, self._storages)
+        storage, path = self._sidecars.of(self.storage, data_path)
         storage.remove(path)
 
     def stream(self) -> ShardStream:
@@ -496,8 +502,8 @@ class ShardedWriter:
             rename_data(self.storage, item.path, final)
             item.final = final
         for item in staged:
-            old = sidecar_location(self.storage, item.path, self.index_dir, self._storages)
-            new = sidecar_location(self.storage, item.final, self.index_dir, self._storages)
+            old = self._sidecars.of(self.storage, item.path)
+            new = self._sidecars.of(self.storage, item.final)
             move_sidecar(self.storage, item.final, old, new)
         # every shard and sidecar is in place: the directory holds the whole dataset from
         # here, so a writer killed before the manifest leaves one that opens whole
@@ -530,8 +536,7 @@ class ShardedWriter:
         self._release_claim()
         prefix = f".{self.token}-"
         probe = self.storage.join(self.path, prefix)
-        index_storage, index_probe = sidecar_location(self.storage, probe, self.index_dir,
-                                                      self._storages)
+        index_storage, index_probe = self._sidecars.of(self.storage, probe)
         for storage, directory in ((self.storage, self.path),
                                    (index_storage, index_storage.dirname(index_probe))):
             for path in storage.expand(storage.join(directory, prefix + "*")):
