@@ -8,6 +8,7 @@ from .errors import (
     DecodeError,
     EncodeError,
     FormatDetectionError,
+    IncompleteDatasetError,
     IndexMismatchError,
     IndexNotFoundError,
     InvalidURLError,
@@ -22,6 +23,7 @@ from .errors import (
     TruncatedRecordError,
 )
 from .formats.framing import RecordFormat
+from .formats.shard_set import MissingShardsWarning
 from .formats.sidecar_header import Compression
 from .formats.strays import SkippedFilesWarning
 from .index.build_file import BuildResult
@@ -50,12 +52,14 @@ __all__ = [
     "DecodeError",
     "EncodeError",
     "FormatDetectionError",
+    "IncompleteDatasetError",
     "IndexMismatchError",
     "IndexNotFoundError",
     "InvalidURLError",
     "LegacyLayoutWarning",
     "ManifestError",
     "MissingDependencyError",
+    "MissingShardsWarning",
     "OfindexError",
     "PartialIndexWarning",
     "RangeReadError",

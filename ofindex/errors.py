@@ -142,8 +142,14 @@ class EncodeError(OfindexError, ValueError):
 
 
 class DatasetExistsError(OfindexError, FileExistsError):
-    """A writer's destination already holds data files (a dataset is never written over
-    another one)."""
+    """A writer's destination already holds data files, or another writer claimed it (a
+    dataset is never written over another one)."""
+
+
+class IncompleteDatasetError(OfindexError, FileNotFoundError):
+    """Shards of a dataset are missing: names that say ``-of-N`` with fewer than ``N`` of
+    them, or a writer's publication that did not finish. Such a set never opens or builds as
+    a dataset unless ``allow_missing_shards=True`` (``--allow-missing-shards``) accepts it."""
 
 
 class StateError(OfindexError, ValueError):

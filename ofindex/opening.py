@@ -43,6 +43,7 @@ def open(
     compression: str | Compression | None = "auto",
     retries: int | None = None,
     timeout: float | None = None,
+    allow_missing_shards: bool = False,
 ) -> Dataset:
     """Open TFRecord/OFRecord shards as one randomly accessible :class:`Dataset`.
 
@@ -116,6 +117,11 @@ def open(
             retries). A request of a batch far slower than its peers is also sent once more.
         timeout: Seconds after which a remote request is given up, its retries included
             (default 60).
+        allow_missing_shards: Open a directory, glob or manifest whose shards are not all
+            there (names that say ``-of-N`` with fewer than N of them, or a writer's
+            publication that did not finish: see :mod:`ofindex.formats.shard_set`), with a
+            ``MissingShardsWarning``. Without it such a set is refused, also with
+            ``build_missing`` or ``rebuild_stale``.
 
     Returns:
         The dataset: ``len(ds)``, ``ds[i]``, slices, ``ds.__getitems__(indices)``, iteration.
@@ -123,6 +129,8 @@ def open(
     Raises:
         DataFileNotFoundError: ``paths`` matches no data file (a ``FileNotFoundError``).
         IndexNotFoundError: Shards without a sidecar, all named (a ``FileNotFoundError``).
+        IncompleteDatasetError: Shards of the set are missing (a ``FileNotFoundError``),
+            unless ``allow_missing_shards``.
         StaleIndexError: A data file changed since it was indexed (a ``ValueError``).
         SidecarError: A sidecar or manifest is corrupt, or shards disagree on the format.
         StorageError: Storage cannot be reached (a host name that does not resolve, a refused
@@ -140,6 +148,7 @@ def open(
             not record files (a README): left out, once, naming them.
         DataCacheWarning: ``data_cache_bytes`` cannot hold the dataset's data files: read
             without the data cache.
+        MissingShardsWarning: ``allow_missing_shards=True`` accepted a set lacking shards.
     """
     parse_compression(compression)  # refuse a bad name before any work
     if data_cache_bytes and cache_dir is None:
@@ -150,9 +159,11 @@ def open(
                         max_inflight_bytes=max_inflight_bytes,
                         retry=with_settings(current_policy(), retries, timeout))
     if rebuild_stale:
-        build_location(resolve(paths, index_dir=index_dir, storages=storages, manifest=False),
+        build_location(resolve(paths, index_dir=index_dir, storages=storages, manifest=False,
+                               allow_missing_shards=allow_missing_shards, building=True),
                        format=format, compression=compression)
-    location = resolve(paths, index_dir=index_dir, storages=storages, manifest=manifest)
+    location = resolve(paths, index_dir=index_dir, storages=storages, manifest=manifest,
+                       allow_missing_shards=allow_missing_shards)
     if build_missing and not rebuild_stale and location.manifest is None:
         build_missing_sidecars(location, format, compression)
     sidecar_cache = SidecarCache(cache_bytes, cache_dir, cache_dir_bytes)

@@ -226,22 +226,38 @@ def test_permission_denied(data, tmp_path):
     assert_one_line_error(r, "Permission denied", os.path.join(data, "part-0"))
 
 
-def test_read_only_local_directory_names_index_dir(data, tmp_path):
+def test_read_only_local_directory_indexes_into_the_users_cache(data, tmp_path):
     """Read-only data (the data directory and the one holding it, where the default index
-    directory would go): the error names --index-dir, which then works."""
+    directory would go): the index goes to the per-user index cache, and opens from there;
+    when the cache cannot be written either, the error names --index-dir, which then works."""
     parent = os.path.dirname(os.path.abspath(data))
     prefix = (["setpriv", "--bounding-set=-dac_override,-dac_read_search"]
               if os.geteuid() == 0 else [])
     idx = str(tmp_path / "idx")
     os.makedirs(idx, exist_ok=True)
+    cache = tmp_path / "cache"
+    cache.mkdir()  # (in the parent, which is read-only next)
+    blocked = tmp_path / "blocked"
+    blocked.mkdir(mode=0o555)
     os.chmod(data, 0o555)
     os.chmod(parent, 0o555)
     try:
-        r = run(["build", data], prefix=prefix)
+        built = run(["build", data], prefix=prefix, env={"OFINDEX_INDEX_CACHE": str(cache)})
+        opened = run(["get", data, "3", "--raw"], prefix=prefix,
+                     env={"OFINDEX_INDEX_CACHE": str(cache)})
+        r = run(["build", data], prefix=prefix,
+                env={"OFINDEX_INDEX_CACHE": str(blocked / "cache")})
         ok = run(["build", data, "--index-dir", idx], prefix=prefix)
     finally:
         os.chmod(parent, 0o755)
         os.chmod(data, 0o755)
+    assert built.returncode == 0, built.stderr
+    assert opened.returncode == 0 and opened.stdout == "dddd", opened.stderr
+    assert sorted(os.listdir(parent)) == ["blocked", "cache", "data", "idx"]
+    entry = os.path.realpath(data).replace("/", "%2F")  # the directory's path, encoded
+    assert sorted(os.listdir(cache)) == sorted([".pruned", entry])
+    assert sorted(os.listdir(cache / entry)) == ["ofindex-manifest.json", "part-0.ofidx",
+                                                 "part-1.ofidx"]
     assert_one_line_error(r, data, "read-only or not writable", "--index-dir DIR")
     assert "index_dir=" not in r.stderr
     assert ok.returncode == 0, ok.stderr  # the step named works

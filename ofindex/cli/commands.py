@@ -16,6 +16,7 @@ from .._accel import implementation
 from ..errors import IndexNotFoundError, OfindexError
 from ..formats.framing import RecordFormat
 from ..formats.location import resolve, sidecar_location
+from ..formats.shard_set import MissingShardsWarning
 from ..formats.sidecar import load_sidecar
 from ..formats.sidecar_header import Compression
 from ..formats.strays import SkippedFilesWarning
@@ -40,7 +41,8 @@ def _open(args: argparse.Namespace, options: Options, *, verify: bool) -> Datase
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("ignore", PartialIndexWarning)  # each command reports it
         ds = open_dataset(args.paths, format=args.format, index_dir=args.index_dir,
-                          storage_options=options, verify=verify, compression=args.compression)
+                          storage_options=options, verify=verify, compression=args.compression,
+                          allow_missing_shards=args.allow_missing_shards)
     _print_skipped(caught, others=True)
     return ds
 
@@ -48,7 +50,8 @@ def _open(args: argparse.Namespace, options: Options, *, verify: bool) -> Datase
 def _print_skipped(caught: list[warnings.WarningMessage], *, others: bool) -> None:
     """Print each :class:`SkippedFilesWarning` caught as one line (and show the ``others``)."""
     for w in caught:
-        if issubclass(w.category, (SkippedFilesWarning, LegacyLayoutWarning)):
+        if issubclass(w.category, (SkippedFilesWarning, LegacyLayoutWarning,
+                                   MissingShardsWarning)):
             print(f"WARNING: {w.message}", file=sys.stderr)
         elif others:
             warnings.showwarning(w.message, w.category, w.filename, w.lineno)
@@ -79,7 +82,7 @@ def cmd_build(args: argparse.Namespace, options: Options) -> int:
                 storage_options=options, progress=not args.no_progress and sys.stderr.isatty(),
                 executor=executor, resume=args.resume, compression=args.compression,
                 seek_spacing=args.seek_spacing, checksums=args.checksums, strict=args.strict,
-                migrate=args.migrate,
+                migrate=args.migrate, allow_missing_shards=args.allow_missing_shards,
             )
     finally:
         if executor is not None:
@@ -273,7 +276,8 @@ def _verify_one(args: argparse.Namespace, options: Options, name: str | None) ->
 def cmd_export_index(args: argparse.Namespace, options: Options) -> int:
     """``ofindex export-index``: write DALI / tfrecord2idx text indexes."""
     storages = Storages(options)
-    location = resolve(args.paths, index_dir=args.index_dir, storages=storages, manifest=False)
+    location = resolve(args.paths, index_dir=args.index_dir, storages=storages, manifest=False,
+                       allow_missing_shards=args.allow_missing_shards)
     storage, files = location.storage, location.files
     out = storages.for_url(args.output) if args.output else None
     for f in files:

@@ -162,9 +162,13 @@ def _common(paths: str = "+") -> "_Parser":
                    "auto detects GZIP and ZLIB")
     p.add_argument("--index-dir", metavar="DIR",
                    help="where sidecars live (default: DIR.ofindex/ next to the data "
-                   "directory DIR, where no glob over DIR finds them)")
+                   "directory DIR, where no glob over DIR finds them; for files named one by "
+                   "one without it, or where it cannot be written: ~/.cache/ofindex/indexes/)")
     p.add_argument("-s", "--storage-option", action="append", metavar="KEY=VALUE",
                    help="fsspec storage option (repeatable; VALUE parsed as JSON when it can be)")
+    p.add_argument("--allow-missing-shards", action="store_true",
+                   help="take a directory or glob whose shards are not all there (names "
+                   "saying -of-N with fewer than N, or a writer that did not finish) as it is")
     p.add_argument("--retries", type=retry_count, metavar="N",
                    help="remote requests that fail transiently (refused or reset connections, "
                    "timeouts, HTTP 5xx) are sent again up to N times, with exponential backoff "

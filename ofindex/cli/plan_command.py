@@ -38,7 +38,8 @@ def cmd_plan(args: argparse.Namespace, options: dict[str, Any]) -> int:
     plan = plan_for(args.paths, args.readers, args.target, store=args.store,
                     storage_options=options, index_dir=args.index_dir, limits=limits,
                     batch_size=args.batch_size, concurrency=args.concurrency,
-                    window=args.window, block_sizes=args.block_sizes)
+                    window=args.window, block_sizes=args.block_sizes,
+                    allow_missing_shards=args.allow_missing_shards)
     if args.json:
         chosen = plan.chosen
         print(json.dumps({

@@ -262,7 +262,7 @@ def scopes_of(urls: Sequence[str], store: StoreLimits) -> int:
 def plan_for(paths: str | Sequence[str], readers: int, target: float, *,
              store: str | None = None, storage_options: dict[str, object] | None = None,
              index_dir: str | None = None, limits: dict[str, float | None] | None = None,
-             **settings: object) -> ShufflePlan:
+             allow_missing_shards: bool = False, **settings: object) -> ShufflePlan:
     """:func:`plan_shuffle` for a dataset on disk or in a bucket: its shards' record counts and
     sizes come from its manifest or sidecars (nothing else is read).
 
@@ -275,6 +275,7 @@ def plan_for(paths: str | Sequence[str], readers: int, target: float, *,
         index_dir: Where its sidecars are, when not in the default place.
         limits: Figures of the store to override (:func:`~.stores.store_limits`:
             ``reads_per_second``, ``dollars_per_1000``, ``rtt``, ``bandwidth``, ``max_gap``).
+        allow_missing_shards: Plan for a set lacking shards, as :func:`ofindex.open` takes it.
         **settings: Further keyword arguments of :func:`plan_shuffle` (``batch_size``,
             ``concurrency``, ``window``, ``block_sizes``, ``cache_bytes``, ``seed``).
 
@@ -288,7 +289,8 @@ def plan_for(paths: str | Sequence[str], readers: int, target: float, *,
     from ..opening import open as open_dataset
     from .stores import store_for_url, store_limits
 
-    ds = open_dataset(paths, storage_options=storage_options, index_dir=index_dir)
+    ds = open_dataset(paths, storage_options=storage_options, index_dir=index_dir,
+                      allow_missing_shards=allow_missing_shards)
     try:
         shards = ds.shards
     finally:

@@ -8,6 +8,7 @@ only a "not found" answer (404, ``NoSuchKey``) is a :class:`DataFileNotFoundErro
 """
 
 import errno
+import os
 import re
 import socket
 import ssl
@@ -301,6 +302,31 @@ def not_writable(what: str, exc: BaseException) -> OfindexError | None:
         f"({first_line(culprit)}); keep the indexes elsewhere with {_INDEX_DIR_HINT} (a local "
         "directory or a bucket you may write to), and open the data with the same"
     )
+
+
+#: A write refused for want of space: a full disk, or the user's quota.
+_NO_SPACE = {errno.ENOSPC, errno.EDQUOT}
+
+
+def no_space(what: str, exc: BaseException, then: str) -> OfindexError | None:
+    """The error for a write refused for want of space (``ENOSPC``, ``EDQUOT``), or ``None``
+    for other failures. It is an ``OSError`` whose ``errno`` is the cause's.
+
+    Args:
+        what: The file written (URL or path), for the message.
+        exc: The failure.
+        then: What was kept and what to do next, for the message.
+
+    Returns:
+        The error to raise (``from exc``), or ``None``.
+    """
+    codes = [getattr(e, "errno", None) for e in _chain(exc)]
+    code = next((c for c in codes if c in _NO_SPACE), None)
+    if code is None:
+        return None
+    error = StorageError(f"{what}: no space left on its disk ({os.strerror(code)}); {then}")
+    error.errno = code  # (a filename would make str() OSError's "[Errno 28] None: 'path'")
+    return error
 
 
 def missing_extra(protocol: str, exc: BaseException) -> MissingDependencyError:

@@ -10,9 +10,9 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import IO
 
-from ..errors import DataFileNotFoundError
+from ..errors import DataFileNotFoundError, hint
 from .base import CHECKED_READ_BYTES, Storage, check_length, check_range
-from .failures import not_writable
+from .failures import no_space, not_writable
 from .stamp import ExpectedFiles, FileStamp
 
 _MAX_OPEN = 256
@@ -168,8 +168,10 @@ class LocalStorage(Storage):
     def write_atomic(self, path: str, parts: list[bytes | memoryview]) -> None:
         try:
             write_local_atomic(path, parts)
-        except OSError as exc:  # a read-only directory: say so, and where else to write
-            refused = not_writable(path, exc)
+        except OSError as exc:  # a read-only directory or a full disk: say so, and what next
+            refused = not_writable(path, exc) or no_space(
+                path, exc, "nothing was changed: free some space, or keep the indexes "
+                f"elsewhere with {hint('index_dir=', '--index-dir')}")
             if refused is None:
                 raise
             raise refused from exc
