@@ -270,3 +270,44 @@ def test_small_shards_read_whole_in_two_rounds_too():
     got = ds[batch]
     assert [struct.unpack_from("<Q", g)[0] for g in got] == batch.tolist()
     assert len(rounds.log) == 2
+
+
+@pytest.mark.parametrize("column", ["records", "sizes"])
+def test_totals_past_2_64_are_refused_not_wrapped(built, column):
+    """Counts (or sizes) of 2^62 in four shards add up past 2^64, which wraps to a few in
+    64 bits: a header claiming the wrapped total is refused at open, as a ManifestError naming
+    the manifest (a plain ValueError came from ``ds[i]`` once it passed)."""
+    root, _, manifest = built
+    storage, path = Storages().for_url(manifest)
+    m = open_compact(storage, path)
+    stamps = [m.stamp(k) for k in range(len(m))]
+    big = 1 << 62
+    rows = [manifest_binary.Row(m.name(k), big if column == "records" and k < 4 else
+                                int(m.records[k]), big if column == "sizes" and k < 4 else
+                                int(m.sizes[k]), stamps[k][0], stamps[k][1])
+            for k in range(len(m))]
+    writer = manifest_binary.CompactWriter(RecordFormat.TFRECORD, len(m), None, None, True)
+    writer.add(rows)
+    true_records = sum(r.records for r in rows)
+    true_bytes = sum(r.size for r in rows)
+    assert writer.total_records == true_records and writer.total_bytes == true_bytes
+    assert max(true_records, true_bytes) > 1 << 64
+    writer.total_records, writer.total_bytes = true_records % (1 << 64), true_bytes % (1 << 64)
+    with open(manifest, "wb") as f:  # the header's totals wrapped, every CRC valid
+        f.write(b"".join(writer.finish()))
+    with pytest.raises(ManifestError, match=r"ofindex-manifest\.bin: its columns do not add up"):
+        ofindex.open(root)
+
+
+def test_a_dataset_whose_counts_add_up_past_2_64_is_refused():
+    """Record counts that add up past what a dataset can hold are refused whatever their
+    sum wraps to in 64 bits (here to 0)."""
+    from ofindex.read.shards import Shard
+    from ofindex.read.table import ShardTable
+    from ofindex.storage.local import LocalStorage
+
+    storage = LocalStorage()
+    shards = [Shard(f"/nowhere/{k}", storage, f"/nowhere/{k}.ofidx", 1 << 61, 10)
+              for k in range(8)]
+    with pytest.raises(ofindex.SidecarError, match="claim 18446744073709551616 records"):
+        ShardTable(storage, shards)

@@ -32,6 +32,7 @@ from .manifest import (
     stored_directories,
 )
 from .sidecar_header import Compression
+from .totals import exact_sum
 
 #: The compact manifest's file name, beside (and instead of) ``ofindex-manifest.json``.
 COMPACT_NAME = "ofindex-manifest.bin"
@@ -105,8 +106,7 @@ class CompactManifest:
                   or int((self.flags & binary.COMPRESSION_BITS).max()) == binary.COMPRESSION_BITS):
             raise ManifestError(f"{self.url}: impossible record count, size or compression; "
                                 "rebuild it with `ofindex build <dataset directory>`")
-        total = int(records.sum(dtype=np.uint64)) if n else 0
-        size = int(self.sizes.sum(dtype=np.uint64)) if n else 0
+        total, size = exact_sum(records), exact_sum(self.sizes)  # (numpy's sums wrap)
         if total != self.head.total_records or size != self.head.total_bytes:
             raise ManifestError(f"{self.url}: its columns do not add up to its header's totals; "
                                 "rebuild it with `ofindex build <dataset directory>`")

@@ -49,6 +49,7 @@ import numpy as np
 
 from ..errors import ManifestError
 from .framing import RecordFormat
+from .totals import exact_sum
 
 MAGIC = b"OFMANIF\0"
 VERSION = 1
@@ -454,8 +455,8 @@ class CompactWriter:
         if self.added + n > self.shards:
             raise ValueError(f"{self.added + n} rows added to a manifest of {self.shards}")
         self.added += n
-        self.total_records += int(rows.records.sum())
-        self.total_bytes += int(rows.sizes.sum())
+        self.total_records += exact_sum(rows.records)
+        self.total_bytes += exact_sum(rows.sizes)
         for page_rows_, pending in self.pending.items():
             pending.append(rows)
             held = sum(len(p) for p in pending)

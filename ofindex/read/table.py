@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import RecordIndexError, SidecarError
+from ..formats.totals import exact_sum
 from ..storage import Storage
 from .manifest_shards import ManifestShards
 from .shards import Shard, ShardInfo
@@ -124,7 +125,7 @@ class ShardTable:
             shards)
         counts = (shards.counts if isinstance(shards, ManifestShards)
                   else np.array([s.records for s in self.shards], dtype=np.int64))
-        total = int(counts.sum()) if len(counts) else 0
+        total = exact_sum(counts)  # (numpy's sum wraps)
         if total > MAX_RECORDS or (len(counts) and int(counts.min()) < 0):
             raise SidecarError(
                 f"the indexes of these {len(self.shards)} shards claim {total} records in "
