@@ -231,6 +231,7 @@ def open_compact(storage: Storage, path: str, header: bytes | None = None) -> Co
         raw = header + storage.read(path, binary.HEADER_SIZE, size) if size > len(header) \
             else bytes(header[:size])
         head = binary.decode_head(raw, url)
+        binary.check_expansion(head, url)  # before the columns are read and inflated
         spans = [head.columns[c].span() for c in binary.EAGER]
         start = min(s for s, e in spans if e > s) if any(e > s for s, e in spans) else size
         end = max((e for _, e in spans), default=size)
