@@ -156,10 +156,12 @@ class LocalStorage(Storage):
         return b"".join(blobs)
 
     def read_block(self, path: str, start: int, size: int) -> bytes:
-        return os.pread(self._file(path).fileno(), size, start)
+        handle = self._file(path)  # held while its descriptor is in use (a close() meanwhile
+        return os.pread(handle.fd, size, start)  # would close it, and another file reuse it)
 
     def read_into(self, path: str, start: int, buffer: memoryview) -> int:
-        return os.preadv(self._file(path).fileno(), [buffer], start)
+        handle = self._file(path)  # held while its descriptor is in use
+        return os.preadv(handle.fd, [buffer], start)
 
     def read_all(self, path: str) -> bytes:
         with open(path, "rb") as f:
