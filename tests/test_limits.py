@@ -103,3 +103,138 @@ def test_close_while_other_threads_read(shards, impl, mapped, tmp_path):
         sys.setswitchinterval(old)
         ds.close()
     assert problems == []
+
+
+# -- open files: any number of shards under a small limit -------------------------------------
+
+def _tiny_shards(directory, count: int, gzipped=lambda k: False) -> str:
+    """``count`` shards of one record each (``b"%05d" % k``, shard ``k`` gzipped when
+    ``gzipped(k)``), indexed (their sidecars written without ``fsync``: 20,000 of them take
+    minutes to flush, and the files are thrown away)."""
+    import gzip
+    from unittest import mock
+
+    from helpers import ref_tfrecord
+
+    os.makedirs(directory)
+    for k in range(count):
+        raw = ref_tfrecord([b"%05d" % k])
+        with open(os.path.join(directory, f"part-{k:05d}"), "wb") as f:
+            f.write(gzip.compress(raw, mtime=0) if gzipped(k) else raw)
+    with mock.patch.object(os, "fsync", lambda fd: None):
+        ofindex.build_index(str(directory))
+    return str(directory)
+
+
+@pytest.fixture(scope="module")
+def many_shards(tmp_path_factory):
+    """20,000 shards of one record (a compact manifest) and 1,500 of which every third is
+    gzipped (a JSON manifest); in memory where the machine has ``/dev/shm`` (creating 20,000
+    files in one directory took 10 s of a 14 s build on the test machine's disk)."""
+    import shutil
+    import tempfile
+
+    shm = "/dev/shm"
+    root = (tempfile.mkdtemp(prefix="ofindex-many-", dir=shm)
+            if os.path.isdir(shm) and os.access(shm, os.W_OK)
+            else str(tmp_path_factory.mktemp("many")))
+    try:
+        yield (_tiny_shards(os.path.join(root, "plain"), 20_000),
+               _tiny_shards(os.path.join(root, "mixed"), 1_500, lambda k: k % 3 == 0))
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+#: Reads every way under a soft limit of 256 open files, in a process of its own.
+_UNDER_A_LIMIT = r"""
+import os, resource, sys
+import numpy as np
+resource.setrlimit(resource.RLIMIT_NOFILE, (256, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+import ofindex
+from ofindex import _accel
+
+root, impl, mapped, manifest = sys.argv[1], sys.argv[2], sys.argv[3] == "mmap", sys.argv[4]
+if impl == "pure-python":
+    _accel.native = None
+ds = ofindex.open(root, mmap=mapped, manifest=manifest == "manifest")
+n = len(ds)
+want = [b"%05d" % k for k in range(n)]
+most = 0
+
+def check(got, expect, what):
+    global most
+    most = max(most, len(os.listdir("/proc/self/fd")))
+    assert got == expect, what
+
+check([ds[i] for i in range(0, n, 7)], want[::7], "ds[i]")
+check([ds[np.int64(i)] for i in range(3, n, 101)], want[3::101], "ds[np.int64]")
+a = n // 3
+check(ds[a : a + 1200], want[a : a + 1200], "slice")
+picks = np.random.default_rng(43).permutation(n)[:1500]
+check(ds[picks], [want[k] for k in picks.tolist()], "array")
+check(ds.__getitems__(picks[:700].tolist()), [want[k] for k in picks[:700].tolist()],
+      "__getitems__")
+check(list(ds.iter_records(a, a + 1200)), want[a : a + 1200], "iter_records")
+check([r for b in ds.iter_batches(256, a, a + 1200) for r in b], want[a : a + 1200],
+      "iter_batches")
+batches = list(ds.iter_batches(500, 0, 1200, as_buffer=True))
+check([r for b in batches for r in b.to_list()], want[:1200], "as_buffer")
+ds.close()
+print(n, most)
+"""
+
+
+@pytest.mark.parametrize("mapped", ["mmap", "pread"])
+@pytest.mark.parametrize("which", ["plain", "mixed"])
+def test_any_number_of_shards_reads_under_a_limit_of_256_files(many_shards, impl, mapped,
+                                                               which):
+    """20,000 shards (and 1,500 of which a third are gzipped) read through every path under a
+    soft limit of 256 open files: each touched shard kept its sidecar mapped (a descriptor
+    each, without a bound) beside 256 cached data files, and reading failed with "Too many
+    open files" after about 120 shards."""
+    import subprocess
+
+    root = many_shards[0 if which == "plain" else 1]
+    done = subprocess.run([sys.executable, "-c", _UNDER_A_LIMIT, root, impl, mapped,
+                           "manifest"], capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "PYTHONPATH": os.getcwd()})
+    assert done.returncode == 0, done.stderr[-3000:]
+    shards, most = map(int, done.stdout.split())
+    assert shards == (20_000 if which == "plain" else 1_500) and most < 256
+
+
+def test_opening_20000_shards_without_a_manifest_under_a_limit_of_256_files(many_shards):
+    """Without a manifest every sidecar is opened at open (for its header): they are let go
+    of as others are opened, and their headers kept."""
+    import subprocess
+
+    done = subprocess.run([sys.executable, "-c", _UNDER_A_LIMIT, many_shards[0], "compiled",
+                           "mmap", "listed"], capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "PYTHONPATH": os.getcwd()})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split()[0] == "20000"
+
+
+@pytest.mark.parametrize("mapped", [True, False], ids=["mmap", "pread"])
+def test_a_batch_read_in_parts_reports_its_first_bad_record(tmp_path, impl, mapped,
+                                                           monkeypatch):
+    """A batch over more shards than a read may hold is read in parts, in the order asked
+    for: the record reported bad is still the first bad one in that order, and the records
+    come back in that order."""
+    from ofindex.storage import openfiles
+
+    root = _tiny_shards(tmp_path / "data", 12)
+    monkeypatch.setattr(openfiles, "limits", lambda: openfiles.FileLimits(256, 4, 2))
+    ds = ofindex.open(root, mmap=mapped)
+    order = [11, 3, 7, 0, 5, 9, 1, 10]
+    assert ds[order] == [b"%05d" % k for k in order]
+    for k in (7, 1):  # a data byte of shards 7 and 1 changed in place (same size and mtime)
+        path = os.path.join(root, f"part-{k:05d}")
+        st = os.stat(path)
+        with open(path, "r+b") as f:
+            f.seek(12)
+            f.write(b"X")
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    ds.close()
+    with pytest.raises(ofindex.CorruptRecordError, match="part-00007"):
+        ds[order]

@@ -69,6 +69,7 @@ from typing import Any
 import numpy as np
 
 from .. import _accel
+from ..storage import openfiles
 from . import compressed, mapped_gather
 from .datacache import DataCache
 from .mapped_gather import MappedShards, compiled_gather, executor, threaded_copies
@@ -155,6 +156,10 @@ def read_batch(table: ShardTable, checks: RecordChecks, indices: np.ndarray, *,
                data_cache: DataCache | None = None) -> list[Any]:
     """The payloads of records ``indices`` (valid, non-negative), in that order.
 
+    A batch over more shards than a read may hold at once (:func:`ofindex.storage.openfiles.
+    limits`) is read in consecutive parts, each by the strategy it calls for: the first bad
+    record in the order asked for is still the one reported.
+
     Args:
         table: The dataset's shards.
         checks: What to check in each record.
@@ -168,6 +173,19 @@ def read_batch(table: ShardTable, checks: RecordChecks, indices: np.ndarray, *,
     Raises:
         CorruptRecordError, SidecarError, StaleIndexError, RangeReadError: As every read.
     """
+    read = functools.partial(_read_batch, table, checks, compressed_shards=compressed_shards,
+                             max_gap=max_gap, max_read_bytes=max_read_bytes,
+                             data_cache=data_cache)
+    pieces = table.pieces(indices, openfiles.limits().per_read) if len(indices) > 2 else None
+    if pieces is None:
+        return read(indices)
+    return [payload for lo, hi in pieces for payload in read(indices[lo:hi])]
+
+
+def _read_batch(table: ShardTable, checks: RecordChecks, indices: np.ndarray, *,
+                compressed_shards: bool, max_gap: int | None, max_read_bytes: int,
+                data_cache: DataCache | None = None) -> list[Any]:
+    """:func:`read_batch` of a batch over at most the shards a read may hold at once."""
     strategy, maps = choose(table, checks, indices, compressed_shards=compressed_shards,
                             data_cache=data_cache)
     if strategy is BatchStrategy.COMPRESSED:

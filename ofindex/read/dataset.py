@@ -24,6 +24,7 @@ from ..formats.framing import RecordFormat
 from ..formats.sidecar import Sidecar
 from ..formats.sidecar_header import Compression
 from ..storage import Storage
+from ..storage.openfiles import OPEN_FILES
 from ..storage.ranges import DEFAULT_MAX_BYTES
 from . import batch_strategy, compressed, iteration, record_reader
 from .batch_source import BatchSource
@@ -121,6 +122,7 @@ class Dataset:
         reader, self._reader = self._reader, None
         if reader is not None:
             reader.close()
+            OPEN_FILES.drop_all(reader)
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -335,6 +337,8 @@ class Dataset:
         The dataset stays usable: a later read reopens what it needs.
         """
         self._table.storage.close()  # and the reader (closed with it)
+        if self._reader is not None:
+            OPEN_FILES.drop_all(self._reader)
         for shard in self._table.held():
             shard.unload()
         if self.data_cache is not None:

@@ -198,6 +198,32 @@ class ShardTable:
         found: np.ndarray = np.searchsorted(self.cumulative, indices, side="right")
         return found
 
+    def pieces(self, indices: np.ndarray, most: int) -> list[tuple[int, int]] | None:
+        """Consecutive parts of a batch of (valid, non-negative) records, each in at most
+        ``most`` shards, or ``None`` when the whole batch is.
+
+        Args:
+            indices: The records, in the order asked for.
+            most: Shards a part may touch.
+
+        Returns:
+            ``(start, end)`` positions of each part in ``indices``, in order, or ``None``.
+        """
+        if len(indices) <= most or len(self.shards) <= most:
+            return None
+        shard_of = self.shard_numbers(indices)
+        if len(np.unique(shard_of)) <= most:
+            return None
+        parts: list[tuple[int, int]] = []
+        start, seen = 0, set[int]()
+        for k, shard_no in enumerate(shard_of.tolist()):
+            if shard_no not in seen and len(seen) == most:
+                parts.append((start, k))
+                start, seen = k, set()
+            seen.add(shard_no)
+        parts.append((start, len(indices)))
+        return parts
+
     def touched(self, indices: np.ndarray) -> tuple[list[int], np.ndarray, np.ndarray]:
         """The shards (valid, non-negative) records ``indices`` are in.
 

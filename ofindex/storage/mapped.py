@@ -14,11 +14,12 @@ from __future__ import annotations
 import mmap
 import os
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 
 from ..errors import DataFileNotFoundError
 from .base import check_length
-from .local import _MAX_OPEN, LocalStorage
+from .local import LocalStorage
+from .openfiles import OPEN_FILES
 
 
 class MappedLocalStorage(LocalStorage):
@@ -54,13 +55,21 @@ class MappedLocalStorage(LocalStorage):
                 os.close(fd)
             entry = (mm, size)
             self._maps[path] = entry
-            if len(self._maps) > _MAX_OPEN:
-                self._maps.popitem(last=False)
+            if mm is not None:  # a map holds a descriptor of its own
+                OPEN_FILES.hold(self, ("map", path))  # (may let go of the oldest files)
         return entry
 
+    def release_held(self, key: Hashable) -> None:
+        """Let go of a cached map (``("map", path)``) or handle the process's count of open
+        files asks for (it is unmapped once no read uses it)."""
+        if isinstance(key, tuple) and key[0] == "map":
+            self._maps.pop(key[1], None)
+        else:
+            super().release_held(key)
+
     def close(self) -> None:
-        super().close()
         self._maps = OrderedDict()
+        super().close()
 
     def mapped(self, path: str, end: int) -> mmap.mmap | None:
         entry = self._maps.get(path) if self._pid == os.getpid() else None
