@@ -238,3 +238,88 @@ def test_a_batch_read_in_parts_reports_its_first_bad_record(tmp_path, impl, mapp
     ds.close()
     with pytest.raises(ofindex.CorruptRecordError, match="part-00007"):
         ds[order]
+
+
+# -- a data file truncated or rewritten in place under its memory map -------------------------
+
+#: Reads one way in a thread, again and again, while the main thread truncates the data file
+#: in place; the thread's error is raised in the main thread (the process's last words).
+_UNDER_A_SHRINKING_MAP = r"""
+import os, sys, threading, time
+import numpy as np
+import ofindex
+from ofindex import _accel
+
+path, way, impl = sys.argv[1], sys.argv[2], sys.argv[3]
+if impl == "pure-python":
+    _accel.native = None
+ds = ofindex.open(path)  # memory-mapped (the default)
+n = len(ds)
+rng = np.random.default_rng(0)
+read_once = {
+    "ds[i]": lambda: [ds[int(i)] for i in rng.integers(0, n, 64)],
+    "ds[np.int64]": lambda: [ds[i] for i in rng.integers(0, n, 64)],
+    "slice": lambda: ds[0 : n // 2],
+    "__getitems__": lambda: ds.__getitems__(rng.integers(0, n, 256).tolist()),
+    # ~6 MB: copied and checked on threads
+    "big batch": lambda: ds.__getitems__(rng.integers(0, n, 6000).tolist()),
+    # checked in place for decoders that read the maps (as the integrations do, the records
+    # read as bytes where there are no maps to read)
+    "mapped_spans": lambda: (ds.mapped_spans(rng.integers(0, n, 256))
+                             or ds.__getitems__(rng.integers(0, n, 256).tolist())),
+    "iter_records": lambda: list(ds.iter_records()),
+    "iter_batches": lambda: list(ds.iter_batches(32)),
+    "as_buffer": lambda: list(ds.iter_batches(32, as_buffer=True)),
+}[way]
+read_once()  # the maps made, the shard bound to the compiled reader
+shrunk = threading.Event()
+failure = []
+
+def reader():
+    passes = 0
+    while passes < 50:
+        try:
+            read_once()
+        except BaseException as exc:
+            failure.append(exc)
+            return
+        passes += shrunk.is_set()
+
+thread = threading.Thread(target=reader)
+thread.start()
+time.sleep(0.05)
+with open(path, "r+b") as f:  # in place: the same inode, its pages past 100 bytes gone
+    f.truncate(100)
+shrunk.set()
+thread.join()
+if not failure:
+    print("read 50 times after the file shrank, without an error")
+    sys.exit(3)
+raise failure[0]
+"""
+
+
+@pytest.mark.parametrize("way", ["ds[i]", "ds[np.int64]", "slice", "__getitems__",
+                                 "big batch", "mapped_spans", "iter_records", "iter_batches",
+                                 "as_buffer"])
+def test_a_file_truncated_under_its_map_raises_an_error_naming_it(tmp_path, impl, way):
+    """A data file truncated in place while another thread reads it through its memory map
+    (the default): the process ends with an OfindexError naming the file, raised in Python
+    (StaleIndexError from the compiled reads, which copy out of maps in guarded calls; the
+    pure-Python reads use pread, which a shrunk file answers short), never killed by SIGBUS
+    without a word, as every read through a map was."""
+    import subprocess
+
+    path = str(tmp_path / "shrinking.tfrecord")
+    with ofindex.Writer(path) as w:  # 2,000 records of 100-2,100 bytes: a few MB, many pages
+        for i in range(2000):
+            w.write(_record(i % 7, i)[:100 + (i * 53) % 2000] * 2)
+    done = subprocess.run([sys.executable, "-c", _UNDER_A_SHRINKING_MAP, path, way, impl],
+                          capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": os.getcwd()})
+    last = done.stderr.strip().splitlines()[-1] if done.stderr.strip() else ""
+    assert done.returncode == 1, (done.returncode, done.stdout, done.stderr[-3000:])
+    assert last.startswith("ofindex.errors.") and path in last, done.stderr[-3000:]
+    if impl == "compiled":
+        assert last.startswith("ofindex.errors.StaleIndexError: ") and (
+            "changed while it was read" in last)

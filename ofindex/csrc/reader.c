@@ -202,15 +202,27 @@ static int payload_ok(ReaderObject *self, const unsigned char *head, PyObject *p
            (uint32_t)load_le(foot, 4) == (uint32_t)data_crc;
 }
 
-/* The payload of the record at [start, end) of a mapped shard (inside its map), or None. */
+/* The payload of the record at [start, end) of a mapped shard (inside its map), or None;
+ * copied out of the map in one guarded call (StaleIndexError when its pages are gone: the
+ * file shrank), then checked in the copies. */
 static PyObject *from_map(ReaderObject *self, const Slot *s, int64_t start, int64_t end,
                           int64_t sum) {
     const unsigned char *p = (const unsigned char *)s->data.buf + start;
-    PyObject *payload = PyBytes_FromStringAndSize((const char *)p + self->header,
-                                                  end - start - self->header - self->footer);
+    int64_t size = end - start - self->header - self->footer;
+    PyObject *owner = s->owner;  /* keeps the map alive should the slot be let go of */
+    Py_INCREF(owner);
+    PyObject *payload = PyBytes_FromStringAndSize(NULL, size);
+    unsigned char head[12], foot[4];
+    if (payload != NULL &&
+        guard_copy3(head, (unsigned char *)PyBytes_AS_STRING(payload), foot, p,
+                    (size_t)self->header, (size_t)size, (size_t)self->footer) < 0) {
+        Py_CLEAR(payload);
+        map_fault(owner);
+    }
+    Py_DECREF(owner);
     if (payload == NULL)
         return NULL;
-    int ok = payload_ok(self, p, payload, p + (end - start - self->footer), sum);
+    int ok = payload_ok(self, head, payload, foot, sum);
     if (ok > 0)
         return payload;
     Py_DECREF(payload);
@@ -340,6 +352,8 @@ static PyObject *bind(ReaderObject *self, Py_ssize_t j, PyObject *owner, int fd,
         unbind_all(self);
         self->forks = forks;
     }
+    if (fd < 0 && guard_ensure() != 0)  /* maps are read in guarded calls (guard.c) */
+        return PyErr_SetFromErrno(PyExc_OSError);
     const Slot *held = &self->slots[j];
     PyObject *held_sums = held->sums.obj != NULL ? held->sums.obj : Py_None;
     if (held->owner == owner && held->offsets.obj == offsets && held->fd == fd &&

@@ -314,7 +314,8 @@ class Dataset:
         Raises:
             RecordIndexError, CorruptRecordError, SidecarError: As for ``__getitems__``.
         """
-        if self._compressed or self.decode is not None or not self._table.storage.can_mmap:
+        if (self._compressed or self.decode is not None or not self._table.storage.can_mmap
+                or _accel.native is None):
             return None
         normalized = self._table.normalize(as_indices(indices))
         maps = MappedShards.of(self._table, normalized)

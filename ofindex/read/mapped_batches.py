@@ -281,7 +281,9 @@ def _raise_at(src: BatchSource, part: _Part, k: int) -> NoReturn:
     """Raise the error of the ``k``-th record of a part (it failed a compiled check)."""
     shard_no, lo, _, starts, ends, buf = part
     st, en = int(starts[k]), int(ends[k])
-    raise_record_error(buf[st:en], src.checks.format, src.checks.verify,
+    native = _accel.native
+    assert native is not None  # maps are read only with it (in guarded calls)
+    raise_record_error(native.copy_out(buf, st, en), src.checks.format, src.checks.verify,
                        path=src.table.url(shard_no), offset=st, record=lo + k)
 
 
