@@ -288,8 +288,8 @@ def reader():
 thread = threading.Thread(target=reader)
 thread.start()
 time.sleep(0.05)
-with open(path, "r+b") as f:  # in place: the same inode, its pages past 100 bytes gone
-    f.truncate(100)
+with open(path, "r+b") as f:  # in place: the same inode, every page of its map gone
+    f.truncate(0)
 shrunk.set()
 thread.join()
 if not failure:
@@ -323,3 +323,85 @@ def test_a_file_truncated_under_its_map_raises_an_error_naming_it(tmp_path, impl
     if impl == "compiled":
         assert last.startswith("ofindex.errors.StaleIndexError: ") and (
             "changed while it was read" in last)
+
+
+#: Every compiled function that reads a memory map, called on the map of a file truncated
+#: since (a fault in any of them killed the process): each must raise StaleIndexError naming
+#: the file. (In a process of its own: a failing guard kills it, not the test run.)
+_EVERY_COMPILED_READ = r"""
+import mmap, os, sys
+import crc32c
+import numpy as np
+from ofindex import StaleIndexError, _accel
+from ofindex.formats.crc import LENGTH_CRCS
+from ofindex.storage.mapped import DataMap
+
+native = _accel.native
+path, n = sys.argv[1], int(sys.argv[2])
+fd = os.open(path, os.O_RDONLY)
+buf = DataMap(fd, 0, access=mmap.ACCESS_READ)
+os.close(fd)
+buf.path = path
+size = len(buf) // n  # n records of the same size, back to back
+starts = np.arange(n, dtype=np.int64) * size
+ends = starts + size
+offsets = starts.astype(np.uint64)
+which, local = np.zeros(n, np.int64), np.arange(n, dtype=np.int64)
+payloads = np.full(n, size - 16, np.int64)
+assert native.hw_crc(), "these checks use the CRC instruction"
+reader = native.Reader(np.array([n], np.int64), 12, 4, True, False, crc32c.crc32c, {}, 8)
+reader.bind_map(0, buf, offsets, len(buf), None)
+crc = crc32c.crc32c
+calls = {
+    "copy_out": lambda: native.copy_out(buf, 0, len(buf)),
+    "record": lambda: native.record(buf, offsets, len(buf), n - 1, 12, 4, True, crc, LENGTH_CRCS),
+    "Reader.get": lambda: reader.get(n - 1),
+    "gather": lambda: native.gather([buf], [offsets], [len(buf)], which, local, 12, 4, True,
+                                    crc, LENGTH_CRCS),
+    "cut": lambda: native.cut(buf, starts, ends, 12, 4, True, crc, LENGTH_CRCS),
+    "slices": lambda: native.slices(buf, starts, ends, 12, 4, False),
+    "slices, CRCs": lambda: native.slices(buf, starts, ends, 12, 4, True),
+    "slices, parallel": lambda: native.slices(buf, starts, ends, 12, 4, True, True),
+    "pack": lambda: native.pack(buf, starts, ends, 12, 4, True, np.empty(len(buf), np.uint8),
+                                np.empty(n + 1, np.int64), 0),
+    "fill": lambda: native.fill([buf], which, starts, native.blank(payloads), 0, n, 12, 4,
+                                True),
+    "fill in place": lambda: native.fill([buf], which, starts, payloads, 0, n, 12, 4, True),
+    "Checker": lambda: native.Checker(buf, starts, ends, 12, 4).wait(n, n),
+    "locate": lambda: native.locate([buf], (b"x",), b".b4v", True,
+                                    np.empty(n * 5, np.int64), (which, starts + 12, ends - 4)),
+    "gather_spans": lambda: native.gather_spans([buf], np.zeros(n, np.int64), payloads,
+                                                np.empty(int(payloads.sum()), np.uint8),
+                                                (which, starts + 12, ends - 4)),
+}
+for name, call in calls.items():  # all read fine first
+    call()
+os.truncate(path, 0)
+for name, call in calls.items():
+    try:
+        call()
+    except StaleIndexError as exc:
+        assert str(exc).startswith(path + ": the data file changed while it was read"), exc
+        continue
+    print(f"{name}: no error")
+    sys.exit(3)
+print("all raised")
+"""
+
+
+def test_every_compiled_read_of_a_shrunk_map_raises_an_error_naming_the_file(tmp_path):
+    """Each compiled function that reads a memory map (one guarded copy per record, or one
+    guarded loop per call, on this thread or a helper thread), on the map of a file
+    truncated since it was mapped: StaleIndexError naming the file, never SIGBUS."""
+    import subprocess
+
+    path = str(tmp_path / "shrinking.tfrecord")
+    n = 600  # 600 records of 5,000 bytes: 3 MB, every page of it gone
+    with ofindex.Writer(path) as w:
+        for i in range(n):
+            w.write(bytes([i % 251]) * (5000 - 16))
+    done = subprocess.run([sys.executable, "-c", _EVERY_COMPILED_READ, path, str(n)],
+                          capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": os.getcwd()})
+    assert done.returncode == 0 and done.stdout.strip() == "all raised", (
+        done.returncode, done.stdout, done.stderr[-3000:])

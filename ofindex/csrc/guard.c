@@ -20,6 +20,7 @@
 #if defined(__unix__) || defined(__APPLE__)
 #include <setjmp.h>
 #include <signal.h>
+#include <stdatomic.h>
 #define GUARD_SIGBUS 1
 #else
 #define GUARD_SIGBUS 0
@@ -31,9 +32,30 @@ typedef struct GuardFrame {
     struct GuardFrame *prev;
 } GuardFrame;
 
-/* This thread's innermost guarded call, or NULL; and the address its last fault touched. */
-static _Thread_local GuardFrame *guard_top = NULL;
-static _Thread_local const void *last_fault = NULL;
+/* This thread's innermost guarded call, or NULL; and the address its last fault touched.
+ * Initial-exec: one load from the thread pointer, not a __tls_get_addr call per access (a
+ * guarded copy per record: 5-10 ns of a record's 40-180 ns otherwise); two pointers fit the
+ * static TLS room glibc keeps for modules loaded later. */
+#if defined(__GNUC__)
+#define GUARD_TLS _Thread_local __attribute__((tls_model("initial-exec")))
+#else
+#define GUARD_TLS _Thread_local
+#endif
+static GUARD_TLS GuardFrame *volatile guard_top = NULL;
+static GUARD_TLS const void *volatile last_fault = NULL;
+
+/* Make this thread's innermost guarded call `frame`: the store is volatile (the handler reads
+ * it, not the code around it: a compiler otherwise drops it) and fenced, so that it is done
+ * before the guarded reads start, and undone only after they end. */
+static inline void guard_enter(GuardFrame *frame) {
+    guard_top = frame;
+    atomic_signal_fence(memory_order_seq_cst);
+}
+
+static inline void guard_leave(GuardFrame *frame) {
+    atomic_signal_fence(memory_order_seq_cst);
+    guard_top = frame->prev;
+}
 /* What handled SIGBUS before this module: called for a fault outside a guarded call. */
 static struct sigaction previous;
 
@@ -86,9 +108,9 @@ int guard_copy(void *dst, const void *src, size_t n) {
         guard_top = frame.prev;
         return -1;
     }
-    guard_top = &frame;
+    guard_enter(&frame);
     memcpy(dst, src, n);
-    guard_top = frame.prev;
+    guard_leave(&frame);
     return 0;
 }
 
@@ -101,9 +123,9 @@ Py_ssize_t guard_run(Py_ssize_t (*fn)(void *), void *arg) {
         guard_top = frame.prev;
         return GUARD_FAULT;
     }
-    guard_top = &frame;
+    guard_enter(&frame);
     Py_ssize_t result = fn(arg);
-    guard_top = frame.prev;
+    guard_leave(&frame);
     return result;
 }
 #else
@@ -119,28 +141,33 @@ int guard_copy(void *dst, const void *src, size_t n) {
 Py_ssize_t guard_run(Py_ssize_t (*fn)(void *), void *arg) { return fn(arg); }
 #endif
 
-/* The three pieces of a framed record to copy (guard_copy3). */
-typedef struct {
-    unsigned char *dst[3];
-    const unsigned char *src[3];
-    size_t n[3];
-} Pieces;
-
-static Py_ssize_t copy_pieces(void *arg) {
-    const Pieces *p = (const Pieces *)arg;
-    for (int i = 0; i < 3; i++)
-        if (p->n[i])
-            memcpy(p->dst[i], p->src[i], p->n[i]);
-    return 0;
-}
-
+#if GUARD_SIGBUS
 int guard_copy3(unsigned char *head, unsigned char *payload, unsigned char *foot,
                 const unsigned char *src, size_t header, size_t size, size_t footer) {
-    /* one guarded call for the three pieces (a sigsetjmp each otherwise) */
-    Pieces pieces = {{head, payload, foot}, {src, src + header, src + header + size},
-                     {header, size, footer}};
-    return guard_run(copy_pieces, &pieces) == GUARD_FAULT ? -1 : 0;
+    GuardFrame frame;  /* one guarded call for the three pieces (a sigsetjmp each otherwise) */
+    frame.prev = guard_top;
+    if (sigsetjmp(frame.env, 0) != 0) {
+        guard_top = frame.prev;
+        return -1;
+    }
+    guard_enter(&frame);
+    memcpy(head, src, header);
+    memcpy(payload, src + header, size);
+    if (footer)
+        memcpy(foot, src + header + size, footer);
+    guard_leave(&frame);
+    return 0;
 }
+#else
+int guard_copy3(unsigned char *head, unsigned char *payload, unsigned char *foot,
+                const unsigned char *src, size_t header, size_t size, size_t footer) {
+    memcpy(head, src, header);
+    memcpy(payload, src + header, size);
+    if (footer)
+        memcpy(foot, src + header + size, footer);
+    return 0;
+}
+#endif
 
 /* The file a buffer maps, as its owner names it (ofindex's maps carry their path), or NULL
  * (no exception set). */
