@@ -405,3 +405,57 @@ def test_every_compiled_read_of_a_shrunk_map_raises_an_error_naming_the_file(tmp
                           env={**os.environ, "PYTHONPATH": os.getcwd()})
     assert done.returncode == 0 and done.stdout.strip() == "all raised", (
         done.returncode, done.stdout, done.stderr[-3000:])
+
+
+_IN_A_DATALOADER_WORKER = r"""
+import os, sys
+import torch.utils.data
+import ofindex
+from ofindex import _accel
+
+path, impl = sys.argv[1], sys.argv[2]
+if impl == "pure-python":
+    _accel.native = None
+ds = ofindex.open(path)
+
+
+class Records(torch.utils.data.Dataset):
+    def __len__(self):
+        return 1 << 30
+
+    def __getitem__(self, k):
+        if k == 20:  # the worker's own reads are under way: the file shrinks in place
+            os.truncate(path, 0)
+        return len(ds[k % len(ds)])
+
+
+loader = torch.utils.data.DataLoader(Records(), batch_size=10, num_workers=1,
+                                     multiprocessing_context="fork")
+for k, batch in enumerate(loader):
+    if k > 100:
+        print("no error")
+        sys.exit(3)
+"""
+
+
+def test_a_file_truncated_under_a_dataloader_worker_raises_in_the_main_process(tmp_path, impl):
+    """PyTorch's DataLoader workers install their own SIGBUS handler when they start (which
+    reports "killed by signal: Bus error" and dies): ofindex installs its own again before
+    its reads, so a file truncated under a worker's maps is a StaleIndexError naming it,
+    raised in the main process, not a dead worker."""
+    import subprocess
+
+    from helpers import need
+
+    need("torch", "torch")
+    path = str(tmp_path / "shrinking.tfrecord")
+    with ofindex.Writer(path) as w:
+        for i in range(2000):
+            w.write(_record(i % 7, i))
+    done = subprocess.run([sys.executable, "-c", _IN_A_DATALOADER_WORKER, path, impl],
+                          capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": os.getcwd()})
+    assert done.returncode == 1, (done.returncode, done.stdout, done.stderr[-3000:])
+    assert "Bus error" not in done.stderr and path in done.stderr, done.stderr[-3000:]
+    want = "StaleIndexError" if impl == "compiled" else "RangeReadError"
+    assert f"ofindex.errors.{want}: {path}" in done.stderr, done.stderr[-3000:]

@@ -228,6 +228,9 @@ class Dataset:
         if native is not None and storage.can_mmap:
             mapped = storage.mapped(shard.path, sidecar.indexed_end)
             if mapped is not None:  # span, cut and checks in one compiled call
+                reader = self._reader  # a first read in this process (or since a fork):
+                if reader is None or not reader.bound:  # the handler that guards it may
+                    native.guard_sigbus()  # have been replaced (a DataLoader worker's)
                 got = native.record(mapped, sidecar.offsets, sidecar.indexed_end, local,
                                     checks.header, checks.footer, checks.tfrecord_crcs,
                                     _crc32c.crc32c, LENGTH_CRCS)
