@@ -459,3 +459,40 @@ def test_a_file_truncated_under_a_dataloader_worker_raises_in_the_main_process(t
     assert "Bus error" not in done.stderr and path in done.stderr, done.stderr[-3000:]
     want = "StaleIndexError" if impl == "compiled" else "RangeReadError"
     assert f"ofindex.errors.{want}: {path}" in done.stderr, done.stderr[-3000:]
+
+
+def test_the_count_of_open_files_lets_go_of_the_oldest(monkeypatch):
+    """The process-wide count: beyond the bound the oldest holdings are let go of, in order,
+    a holding held again is the newest, one let go of by its holder stops counting, and a
+    holder garbage collected (its files closed with it) is skipped."""
+    import gc
+
+    from ofindex.storage import openfiles
+
+    monkeypatch.setattr(openfiles, "limits", lambda: openfiles.FileLimits(256, 4, 2))
+    count = openfiles.OpenFiles()
+    released: list[tuple[str, object]] = []
+
+    class Holder:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def release_held(self, key: object) -> None:
+            released.append((self.name, key))
+
+    a, b, gone = Holder("a"), Holder("b"), Holder("gone")
+    count.hold(gone, "x")
+    for key in ("1", "2"):
+        count.hold(a, key)
+    del gone
+    gc.collect()
+    count.hold(b, "pair", 2)  # 5 > 4: the oldest goes (a collected holder's: nothing to do)
+    assert released == [] and len(count) == 4
+    count.hold(a, "1")  # again: now the newest
+    count.hold(b, "3")
+    assert released == [("a", "2")] and len(count) == 4
+    count.drop(b, "pair")
+    count.hold(a, "4")
+    assert released == [("a", "2")] and len(count) == 3
+    count.drop_all(a)
+    assert len(count) == 1

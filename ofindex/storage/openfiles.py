@@ -94,25 +94,23 @@ class OpenFiles:
     """Files held open between reads in this process, counted: the oldest are let go of
     (:meth:`Holder.release_held`) once there are more than :func:`limits` allows.
 
-    Holders are referred to weakly: one that is garbage collected stops counting. After a
-    fork the child starts with none (each holder drops its parent's files by itself).
+    Holders are referred to weakly: the holdings of one that was garbage collected (its files
+    closed with it) are dropped when they come up for release. A forked child starts with
+    none (each holder drops its parent's files by itself).
     """
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
         self._reset()
+        if hasattr(os, "register_at_fork"):  # a forked child starts afresh, with a lock of
+            os.register_at_fork(after_in_child=self._reset)  # its own (the parent's may be
+            # held by another of its threads at the fork)
 
     def _reset(self) -> None:
-        self._pid = os.getpid()
-        #: (holder's id, key) -> (the holder, weakly; what the holding counts)
+        self._lock = threading.Lock()
+        #: (holder's id, key) -> (the holder, weakly; the descriptors the holding counts)
         self._held: OrderedDict[tuple[int, Hashable], tuple[weakref.ref[Holder], int]] = (
             OrderedDict())
         self._count = 0
-        #: holder's id -> its keys held
-        self._keys: dict[int, set[Hashable]] = {}
-        #: Ids of holders collected since, whose holdings are forgotten under the lock (a
-        #: collection runs finalizers in whatever thread allocates, maybe one holding it).
-        self._collected: list[int] = []
 
     def __len__(self) -> int:
         """Files counted now (a holding may count several)."""
@@ -129,24 +127,16 @@ class OpenFiles:
         """
         victims = []
         with self._lock:
-            self._tidy()
             entry = (id(holder), key)
             old = self._held.pop(entry, None)
             if old is not None:
                 self._count -= old[1]
-            else:
-                known = self._keys.get(id(holder))
-                if known is None:  # its holdings stop counting when it is collected
-                    known = self._keys[id(holder)] = set()
-                    weakref.finalize(holder, self._collected.append, id(holder)).atexit = False
-                known.add(key)
             self._held[entry] = (weakref.ref(holder), files)
             self._count += files
             bound = limits().held
             while self._count > bound and len(self._held) > 1:
-                (owner, oldest), (ref, n) = self._held.popitem(last=False)
+                (_, oldest), (ref, n) = self._held.popitem(last=False)
                 self._count -= n
-                self._keys.get(owner, set()).discard(oldest)
                 victims.append((ref, oldest))
         for ref, oldest in victims:  # (outside the lock: letting go may close files)
             victim = ref()
@@ -156,34 +146,16 @@ class OpenFiles:
     def drop(self, holder: Holder, key: Hashable) -> None:
         """Stop counting what ``holder`` let go of by itself."""
         with self._lock:
-            self._tidy()
             old = self._held.pop((id(holder), key), None)
             if old is not None:
                 self._count -= old[1]
-                self._keys.get(id(holder), set()).discard(key)
 
     def drop_all(self, holder: Holder) -> None:
         """Stop counting everything ``holder`` held (it let go of all of it)."""
+        owner = id(holder)
         with self._lock:
-            self._tidy()
-            self._forget(id(holder), self._keys.get(id(holder), set()))
-
-    def _tidy(self) -> None:
-        """Start afresh in a forked child; forget the holdings of holders collected since
-        (under the lock)."""
-        if self._pid != os.getpid():
-            self._reset()
-        while self._collected:
-            owner = self._collected.pop()
-            self._forget(owner, self._keys.pop(owner, set()))
-
-    def _forget(self, owner: int, keys: set[Hashable]) -> None:
-        """Stop counting ``keys`` of holder ``owner`` (under the lock)."""
-        for key in keys:
-            old = self._held.pop((owner, key), None)
-            if old is not None:
-                self._count -= old[1]
-        keys.clear()
+            for entry in [e for e in self._held if e[0] == owner]:  # (at most the bound)
+                self._count -= self._held.pop(entry)[1]
 
 
 #: The process's count of files ofindex holds open.
