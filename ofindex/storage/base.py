@@ -201,8 +201,9 @@ class Storage(abc.ABC):
         return None
 
     def open_limit(self) -> int:
-        """How many data files this storage keeps open at most (handles or maps; the least
-        recently used is closed beyond it): what holds them for it keeps no more."""
+        """How many data files this storage keeps open at most (handles or maps; the oldest
+        is let go of beyond it; local storages: the process-wide bound of
+        :mod:`ofindex.storage.openfiles`): what holds them for it keeps no more."""
         return 256
 
     def handle(self, path: str) -> FileHandle | None:

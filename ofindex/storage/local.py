@@ -7,15 +7,15 @@ import glob as _glob
 import os
 import tempfile
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import IO
 
 from ..errors import DataFileNotFoundError, hint
+from . import openfiles
 from .base import CHECKED_READ_BYTES, Storage, check_length, check_range
 from .failures import no_space, not_writable
+from .openfiles import OPEN_FILES
 from .stamp import ExpectedFiles, FileStamp
-
-_MAX_OPEN = 256
 
 
 class _Handle:
@@ -90,8 +90,9 @@ class LocalStorage(Storage):
         return "LocalStorage()"
 
     def _file(self, path: str) -> _Handle:
-        """An unbuffered handle of ``path`` (cached; callers hold it while they use its fd,
-        so an evicted handle is closed only once no read is using it)."""
+        """An unbuffered handle of ``path`` (cached, and counted among the process's open
+        files, :mod:`.openfiles`; callers hold it while they use its fd, so an evicted handle
+        is closed only once no read is using it)."""
         if self._pid != os.getpid():  # after fork: the parent's descriptors are not ours
             self._reset()
         f = self._files.get(path)
@@ -102,19 +103,25 @@ class LocalStorage(Storage):
                 raise DataFileNotFoundError(f"{path}: data file not found") from None
             self.check_opened(path, f.fd)
             self._files[path] = f
-            if len(self._files) > _MAX_OPEN:
-                self._files.popitem(last=False)
+            OPEN_FILES.hold(self, ("file", path))  # (may let go of the oldest files)
         return f
+
+    def release_held(self, key: Hashable) -> None:
+        """Let go of a cached handle (``("file", path)``) the process's count of open files
+        asks for (it closes once no read uses it)."""
+        if isinstance(key, tuple) and key[0] == "file":
+            self._files.pop(key[1], None)
 
     def handle(self, path: str) -> _Handle:
         return self._file(path)
 
     def open_limit(self) -> int:
-        return _MAX_OPEN
+        return openfiles.limits().held
 
     def close(self) -> None:
         """Let go of this process's cached handles (each closes once no read uses it)."""
         self._files = OrderedDict()
+        OPEN_FILES.drop_all(self)
         super().close()
 
     def stamp(self, path: str) -> FileStamp:
@@ -156,10 +163,12 @@ class LocalStorage(Storage):
         return b"".join(blobs)
 
     def read_block(self, path: str, start: int, size: int) -> bytes:
-        return os.pread(self._file(path).fileno(), size, start)
+        handle = self._file(path)  # held while its descriptor is in use (a close() meanwhile
+        return os.pread(handle.fd, size, start)  # would close it, and another file reuse it)
 
     def read_into(self, path: str, start: int, buffer: memoryview) -> int:
-        return os.preadv(self._file(path).fileno(), [buffer], start)
+        handle = self._file(path)  # held while its descriptor is in use
+        return os.preadv(handle.fd, [buffer], start)
 
     def read_all(self, path: str) -> bytes:
         with open(path, "rb") as f:
