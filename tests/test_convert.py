@@ -278,3 +278,44 @@ def test_prefetched_batches_keep_order_raise_errors_and_stop():
     with Prefetched(source(10**9)) as batches:  # left early: the helper stops and closes
         assert next(batches) == 0
     assert closed.wait(5) and threading.active_count() == before
+
+
+# --- a Hugging Face dataset converts to the rows it yields, not its whole table --------------
+
+def _hf_views():
+    """A dataset and what ``.filter``, ``.select``, ``.shuffle`` and ``train_test_split``
+    make of it: each keeps the table and maps rows through indices."""
+    datasets = pytest.importorskip("datasets")
+    base = datasets.Dataset.from_dict({"id": list(range(50)),
+                                       "text": [f"t{k}" for k in range(50)],
+                                       "emb": [[k, -k] for k in range(50)]})
+    split = base.train_test_split(test_size=0.2, seed=3)
+    return {"filter": base.filter(lambda row: row["id"] % 7 == 2),
+            "select": base.select([41, 3, 3, 17, 0]),
+            "shuffle": base.shuffle(seed=5),
+            "split-test": split["test"], "split-train": split["train"]}
+
+
+@pytest.mark.parametrize("view", ["filter", "select", "shuffle", "split-test", "split-train"])
+def test_hf_dataset_converts_its_own_rows_after_filter_select_shuffle_split(tmp_path, view):
+    hf = _hf_views()[view]
+    expected = [hf[k] for k in range(len(hf))]   # the rows the dataset itself yields
+    assert [row["id"] for row in expected] != list(range(len(expected)))  # a real mapping
+    spec = {"id": FixedLen((), "int64"), "text": FixedLen((), "bytes"), "emb": FixedLen(2, "int64")}
+    for out, batch_size in (("a", 1024), ("b", 3)):   # one batch, and batches across rows
+        summary = ofindex.convert(hf, tmp_path / out, batch_size=batch_size)
+        assert summary.records == len(expected)
+        got = _all(tmp_path / out, spec)
+        assert got["id"].tolist() == [row["id"] for row in expected]
+        assert got["text"].tolist() == [row["text"].encode() for row in expected]
+        assert got["emb"].tolist() == [row["emb"] for row in expected]
+    from ofindex.encode import encode_columns, encode_example
+
+    assert encode_columns(hf) == [encode_example(row) for row in expected]
+    with ofindex.ShardedWriter(tmp_path / "w") as writer:
+        writer.write_columns(hf)
+    assert _all(tmp_path / "w", spec)["id"].tolist() == [row["id"] for row in expected]
+    hf.save_to_disk(str(tmp_path / "saved"))   # and the saved copy, through the command line
+    assert main(["convert", str(tmp_path / "saved"), str(tmp_path / "cli"),
+                 "--no-progress"]) == 0
+    assert _all(tmp_path / "cli", spec)["id"].tolist() == [row["id"] for row in expected]

@@ -71,12 +71,15 @@ def parquet_source(paths: list[str], batch_size: int) -> Source:
 
 
 def hf_source(hf_data: Any, batch_size: int) -> Source:
-    """A Hugging Face ``datasets.Dataset`` (its Arrow table, batch by batch)."""
+    """A Hugging Face ``datasets.Dataset``: the rows it yields, batch by batch, as Arrow
+    tables. A dataset made by ``.filter``, ``.select``, ``.shuffle`` or ``train_test_split``
+    keeps its parent's whole table and maps its rows through indices: the dataset's own
+    iterator applies them (its table's batches would be every row of the parent)."""
     table = hf_data.data.table if hasattr(hf_data.data, "table") else hf_data.data
     _check_schema(table.schema)
 
     def batches() -> Iterator[Any]:
-        yield from table.to_batches(max_chunksize=batch_size)
+        yield from hf_data.with_format("arrow").iter(batch_size=batch_size)
 
     return Source("a Hugging Face dataset", len(hf_data), batches)
 

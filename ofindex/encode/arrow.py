@@ -112,12 +112,17 @@ def _numpy_of(arrow_type: Any) -> Any:
 
 
 def arrow_columns(arrow_data: Any) -> dict[str, Any]:
-    """``{name: column}`` of an Arrow ``Table`` or ``RecordBatch``.
+    """``{name: column}`` of an Arrow ``Table`` or ``RecordBatch``, or of the rows a Hugging
+    Face ``datasets.Dataset`` yields.
 
     Raises:
         EncodeError: ``table`` is not a mapping or an Arrow table, or one of its columns
             cannot be represented (checked for every column first).
     """
+    if hasattr(arrow_data, "features") and hasattr(arrow_data, "with_format"):
+        # a Hugging Face dataset: the rows it yields (through its indices mapping, which
+        # .filter, .select, .shuffle and train_test_split make), not its parent's whole table
+        arrow_data = arrow_data.with_format("arrow")[:]
     names = getattr(arrow_data, "column_names", None)
     schema = getattr(arrow_data, "schema", None)
     if names is None or schema is None:
