@@ -327,7 +327,8 @@ def test_no_silent_casts_into_int_features():
         encode_example({"x": [1.0, float("nan")]}, spec, record=0)
     with pytest.raises(EncodeError, match="out of the int32 range"):
         encode_ofrecord({"x": np.array([2**31])}, {"x": VarLen("int32")}, record=0)
-    with pytest.raises(EncodeError, match="cannot hold exactly"):
+    with pytest.raises(EncodeError, match="integer 33554433: a float32 list cannot hold it "
+                       "exactly"):
         encode_example({"x": [2**25 + 1]}, {"x": VarLen("float32")}, record=0)
     with pytest.raises(EncodeError, match="bytes or str values cannot go into a int64"):
         encode_example({"x": "7"}, spec, record=0)
@@ -374,3 +375,196 @@ def test_encoder_objects_are_picklable_and_reprs_say_what_they_do():
     assert "ofrecord" in repr(batch)
     seq = Encoder(kind="sequence_example")
     assert seq(({"a": 1}, {"b": [[1]]})) == encode_sequence_example({"a": 1}, {"b": [[1]]})
+
+
+# --- every encoder against protobuf: protobuf's bytes, or a refusal of the same values -------
+#
+# protobuf stores what it is given in the list it is told (an int into a FloatList is rounded
+# to float32, 16777217 -> 16777216.0); we must write its bytes when every value comes back
+# exactly (a Python float becomes float32: TensorFlow's rule) and refuse the values otherwise.
+
+def _number(rnd):
+    """A Python number, often one a float32 or an int64 cannot hold."""
+    kind = rnd.randrange(10)
+    sign = rnd.choice([1, -1])
+    if kind == 0:
+        return rnd.randint(-1000, 1000)
+    if kind == 1:
+        return sign * (2**24 + rnd.randint(-2, 2))
+    if kind == 2:
+        return sign * (2**53 + rnd.randint(-2, 2))
+    if kind == 3:
+        return rnd.choice([2**63 - 1, -(2**63), 2**63, -(2**63) - 1, 2**64 - 1, 2**64])
+    if kind == 4:
+        return sign * rnd.choice([2**70, rnd.randint(2**64, 2**80), 10**400])
+    if kind == 5:
+        return sign * rnd.random() * 10 ** rnd.randint(-3, 8)
+    if kind == 6:
+        return rnd.choice([0.5, -0.0, 1e39, -1e39, 3.4028234e38, float("inf"), float("nan")])
+    if kind == 7:
+        return rnd.choice([True, False])
+    if kind == 8:
+        return float(rnd.randint(-(2**30), 2**30))
+    return rnd.randint(-(2**40), 2**40)
+
+
+def _number_lists(seed, count):
+    rnd = __import__("random").Random(seed)
+    lists = []
+    for _ in range(count):
+        mode = rnd.random()
+        values = [_number(rnd) for _ in range(rnd.randint(1, 4))]
+        if mode < 0.35:      # integers (and bools) only
+            values = [v if not isinstance(v, float) else rnd.randint(-9, 9) for v in values]
+        elif mode < 0.55:    # floats only
+            values = [v if isinstance(v, float) else rnd.random() for v in values]
+        lists.append(values)
+    return lists
+
+
+def _protobuf_feature(values, list_kind, pb):
+    """protobuf's Feature of ``values`` in ``list_kind``, or None when protobuf refuses them
+    or stores any of them other than it was given."""
+    feature = pb.Feature()
+    try:
+        if list_kind == "float_list":
+            feature.float_list.value.extend(values)
+        else:   # TensorFlow's rule stores a bool as 0 / 1 (upb's Int64List refuses bools)
+            getattr(feature, list_kind).value.extend(
+                [int(v) if isinstance(v, bool) else v for v in values])
+    except (TypeError, ValueError, OverflowError):
+        return None
+    for value, stored in zip(values, getattr(feature, list_kind).value, strict=True):
+        if isinstance(value, float):
+            if np.isfinite(value) and not np.isfinite(stored):
+                return None    # beyond float32: refused rather than stored as inf
+        elif stored != value:
+            return None
+    return feature
+
+
+def _list_kind(values, spec_dtype, ofrecord):
+    if spec_dtype is not None:
+        return {"float32": "float_list", "int64": "int64_list"}[spec_dtype]
+    if any(isinstance(v, float) for v in values):
+        return "float_list"
+    if ofrecord and all(isinstance(v, bool) for v in values):
+        return "int32_list"   # OFRecord: bool (one byte) is among the small integers
+    return "int64_list"
+
+
+def _expected(values, spec_dtype, what):
+    """protobuf's serialized record holding ``values`` as feature 'v' (a SequenceExample: as
+    its context and as both steps of feature list 's'), or None: to be refused."""
+    pb = ofrecord_pb2 if what == "ofrecord" else example_pb2
+    feature = _protobuf_feature(values, _list_kind(values, spec_dtype, what == "ofrecord"), pb)
+    if feature is None:
+        return None
+    if what == "ofrecord":
+        record = ofrecord_pb2.OFRecord()
+        record.feature["v"].CopyFrom(feature)
+    elif what == "sequence_example":
+        record = example_pb2.SequenceExample()
+        record.context.feature["v"].CopyFrom(feature)
+        for _ in range(2):
+            record.feature_lists.feature_list["s"].feature.add().CopyFrom(feature)
+    else:
+        record = example_pb2.Example()
+        record.features.feature["v"].CopyFrom(feature)
+    return record.SerializeToString()
+
+
+def _agrees(encode, values, expected, record):
+    if expected is None:
+        with pytest.raises(EncodeError, match=f"feature '[vs]' of record {record}"):
+            encode(values, record)
+    else:
+        assert encode(values, record) == expected
+
+
+@pytest.mark.parametrize("spec_dtype", [None, "float32", "int64"])
+def test_single_record_encoders_agree_with_protobuf_or_refuse(spec_dtype):
+    """2,000 seeded lists of numbers per spec (ints and floats mixed, ints a float32 or an int64
+    cannot hold, floats beyond float32), through encode_example, encode_ofrecord,
+    encode_sequence_example and Encoder."""
+    spec = None if spec_dtype is None else {"v": VarLen(spec_dtype)}
+    seq_spec = None if spec_dtype is None else {"s": VarLen(spec_dtype)}
+    examples = (lambda values, k: encode_example({"v": values}, spec, record=k),
+                lambda values, k: Encoder(spec)({"v": values}, record=k),
+                lambda values, k: encode_example({"v": tuple(values)}, spec, record=k))
+    ofrecords = (lambda values, k: encode_ofrecord({"v": values}, spec, record=k),
+                 lambda values, k: Encoder(spec, "ofrecord")({"v": values}, record=k))
+
+    def sequence(values, k):
+        return encode_sequence_example({"v": values}, {"s": [values, values]}, record=k,
+                                       context_spec=spec, sequence_spec=seq_spec)
+
+    refused = 0
+    for k, values in enumerate(_number_lists(7, 2000)):
+        example = _expected(values, spec_dtype, "example")
+        refused += example is None
+        for encode in examples:
+            _agrees(encode, values, example, k)
+        for encode in ofrecords:
+            _agrees(encode, values, _expected(values, spec_dtype, "ofrecord"), k)
+        _agrees(sequence, values, _expected(values, spec_dtype, "sequence_example"), k)
+        if len(values) == 1:   # a scalar, as a list of one
+            _agrees(lambda values, k: encode_example({"v": values[0]}, spec, record=k),
+                    values, example, k)
+    assert 200 < refused < 1800   # both outcomes are exercised
+
+
+def _batches(rows, spec_dtype, what, size=40):
+    """Batches of rows every one of which protobuf stores exactly, with their expected records,
+    and batches holding one refused row (its place in the batch)."""
+    good, bad = [], []
+    for start in range(0, len(rows), size):
+        part = rows[start:start + size]
+        expected = [_expected(row if isinstance(row, list) else [row], spec_dtype, what)
+                    for row in part]
+        ok = [(row, e) for row, e in zip(part, expected, strict=True) if e is not None]
+        rows_ok = [row for row, _ in ok]
+        good.append((rows_ok, [e for _, e in ok]))
+        for k in [k for k, e in enumerate(expected) if e is None][:3]:
+            place = k % (len(ok) + 1)
+            bad.append(([*rows_ok[:place], part[k], *rows_ok[place:]], place))
+    return good, bad
+
+
+@pytest.mark.parametrize("spec_dtype", [None, "float32", "int64"])
+@pytest.mark.parametrize("what", ["example", "ofrecord"])
+def test_batch_encoders_agree_with_protobuf_or_refuse(impl, spec_dtype, what):
+    """encode_columns and BatchEncoder (compiled and pure-Python block encoders) on columns of
+    seeded lists and of seeded scalars (one number per record: a column numpy would promote to
+    one dtype), and on Arrow int64 / float64 columns: protobuf's bytes for every record, or a
+    refusal naming the first record protobuf cannot store exactly."""
+    pa = pytest.importorskip("pyarrow")
+    spec = None if spec_dtype is None else {"v": VarLen(spec_dtype)}
+    lists = _number_lists(11, 1200)
+    scalars = [values[0] for values in lists]
+    same_type = [v for v in scalars if isinstance(v, float)] + [
+        v for v in scalars if isinstance(v, int) and not isinstance(v, bool)]
+    for rows in (lists, scalars, same_type):
+        good, bad = _batches(rows, spec_dtype, what)
+        for batch, expected in good:
+            if batch:
+                assert encode_columns({"v": batch}, spec, what) == expected
+                assert BatchEncoder(spec, what)({"v": batch}) == expected
+        for batch, place in bad:
+            with pytest.raises(EncodeError, match=f"feature 'v' of record {place + 5}"):
+                encode_columns({"v": batch}, spec, what, first_record=5)
+    for arrow_type, python_type in ((pa.int64(), int), (pa.float64(), float)):
+        if python_type is float and what == "ofrecord" and spec is None:
+            continue   # typed float64 values: an OFRecord's double_list (no Python float)
+        typed = [v for v in scalars if type(v) is python_type and (
+            python_type is float or -(2**63) <= v < 2**63)]
+        good, bad = _batches(typed, spec_dtype, what)
+        for batch, expected in good + [(b, None) for b, _ in bad]:
+            table = pa.table({"v": pa.array(batch, arrow_type)})
+            nested = pa.table({"v": pa.array([[v] for v in batch], pa.list_(arrow_type))})
+            for columns in (table, nested):
+                if expected is None:
+                    with pytest.raises(EncodeError, match="feature 'v' of record"):
+                        encode_columns(columns, spec, what)
+                elif batch:
+                    assert encode_columns(columns, spec, what) == expected

@@ -122,10 +122,31 @@ def _required(rules: FeatureRules, name: str) -> bool:
     return isinstance(fs, FixedLen) and fs.default is None
 
 
-def _first_bad_record(name: str, column: np.ndarray, rules: FeatureRules, first: int) -> None:
-    """Raise the error of the first record of ``column`` that cannot be encoded."""
+def _first_bad_record(name: str, column: Any, rules: FeatureRules, first: int) -> None:
+    """Raise the error of the first record of ``column`` (as the caller gave it: a Python
+    float's row is float32, a numpy float64's is not) that cannot be encoded."""
     for k in range(len(column)):
         rules.values(name, column[k], first + k)
+
+
+def _scalar_column(column: list[Any] | tuple[Any, ...]) -> tuple[Any, str | None]:
+    """A list of one scalar per record as a numpy array, and the list type its values take
+    when the spec says none, where that array encodes each record as the record on its own
+    is encoded: every value of one type (Python floats: float32, as one float is), and numpy
+    holding each exactly. Anything else (ints and floats mixed, ints beyond int64, numpy
+    scalars of different dtypes) stays a list, encoded record by record: numpy would promote
+    the whole column to one dtype (``[16777217, 0.5]`` to float64, then float32: 16777216.0)
+    where each record keeps its own."""
+    kinds = {type(value) for value in column}
+    if len(kinds) != 1:
+        return column, None
+    kind = kinds.pop()
+    if kind not in (bool, int, float) and not issubclass(kind, (np.bool_, np.number)):
+        return column, None
+    array = np.asarray(column)
+    if kind is int and array.dtype.kind != "i":  # beyond int64: each record refuses its own
+        return column, None
+    return array, FLOAT32 if kind is float else None
 
 
 def _plan_column(name: str, column: Any, rules: FeatureRules, fields: dict[str, int],
@@ -135,9 +156,9 @@ def _plan_column(name: str, column: Any, rules: FeatureRules, fields: dict[str, 
         return PlannedColumn(key, fields[BYTES], SPANS, (column.bounds, column.values))
     if isinstance(column, Ragged):
         column = [column[k] for k in range(len(column))]
-    if isinstance(column, (list, tuple)) and column and all(
-            isinstance(v, (bool, int, float, np.number)) for v in column):
-        column = np.asarray(column)
+    default, given = None, column
+    if isinstance(column, (list, tuple)) and column:
+        column, default = _scalar_column(column)
     if not (isinstance(column, np.ndarray) and column.dtype.kind in "biuf"):
         planned = (_one_bytes_column(key, column, fields[BYTES])
                    if _bytes_allowed(rules, name) else None)
@@ -151,10 +172,10 @@ def _plan_column(name: str, column: Any, rules: FeatureRules, fields: dict[str, 
         raise EncodeError(f"{where(name, first)}: FixedLen{fs.shape} holds {fs.size} values, "
                           f"the column has {size} per record (shape {column.shape[1:]})")
     try:
-        vtype, values = numeric_values(column, fs.dtype if fs else None, rules.allowed, name,
-                                       None)
+        vtype, values = numeric_values(column, fs.dtype if fs else default, rules.allowed,
+                                       name, None)
     except EncodeError:
-        _first_bad_record(name, column, rules, first)
+        _first_bad_record(name, given, rules, first)
         raise
     if vtype == BYTES:  # pragma: no cover - numeric_values refuses it
         raise EncodeError(f"{where(name, None)}: numbers cannot go into a bytes list")
