@@ -319,3 +319,96 @@ def test_hf_dataset_converts_its_own_rows_after_filter_select_shuffle_split(tmp_
     assert main(["convert", str(tmp_path / "saved"), str(tmp_path / "cli"),
                  "--no-progress"]) == 0
     assert _all(tmp_path / "cli", spec)["id"].tolist() == [row["id"] for row in expected]
+
+
+# --- nulls: one policy, the same for Parquet, Hugging Face and the command line ---------------
+
+def _table_with_nulls(pa, n=60):
+    """Null elements inside lists at rows 37 (floats), 41 (bools), 44 (ints), 50 (strings);
+    null cells (a row's whole value) everywhere else in between."""
+    def column(row, value, arrow_type):
+        cells = [None if k % 9 == 4 else [value, value] for k in range(n)]
+        cells[row] = [value, None, value]
+        return pa.array(cells, pa.list_(arrow_type))
+
+    return pa.table({"id": pa.array([None if k % 7 == 3 else k for k in range(n)], pa.int64()),
+                     "f": column(37, 1.5, pa.float32()), "b": column(41, True, pa.bool_()),
+                     "i": column(44, 7, pa.int64()), "s": column(50, "x", pa.string())})
+
+
+def _expected_rows(table, nulls):
+    """Each row as a record holds it: null cells left out, null elements as the policy says."""
+    rows = []
+    for row in table.to_pylist():
+        record = {}
+        for name, value in row.items():
+            if value is None:
+                continue
+            if isinstance(value, list):
+                if nulls == "drop":
+                    value = [v for v in value if v is not None]
+                else:
+                    value = [nulls[1][name] if v is None else v for v in value]
+            record[name] = value
+        rows.append(record)
+    return rows
+
+
+def _decoded_rows(directory):
+    with ofindex.open(str(directory)) as ds:
+        return [{name: v.tolist() for name, v in decode_example(r).items()} for r in ds[:]]
+
+
+def _as_stored(record):
+    """A row's values as decoding gives them back (bools as ints, str as bytes)."""
+    return {name: [int(v) if isinstance(v, bool) else v.encode() if isinstance(v, str) else v
+                   for v in (value if isinstance(value, list) else [value])]
+            for name, value in record.items()}
+
+
+@pytest.mark.parametrize("source", ["parquet", "hf"])
+def test_null_elements_are_refused_dropped_or_filled_never_nan_or_false(tmp_path, source, capsys):
+    """A null inside a list became NaN (floats), False (bools) or numpy's TypeError (ints);
+    by default it is now refused naming the column and the row (counted across batches),
+    nothing written; nulls='drop' / ('fill', v) and --nulls drop / fill:v write exactly
+    those rows; a null cell leaves the feature out of its record under every policy."""
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    table = _table_with_nulls(pa)
+    if source == "parquet":
+        pq.write_table(table, tmp_path / "t.parquet", row_group_size=16)
+        src = str(tmp_path / "t.parquet")
+    else:
+        datasets = pytest.importorskip("datasets")
+        src = datasets.Dataset(table)
+    with pytest.raises(EncodeError, match="feature 'f' of record 37: element 1 of its list is "
+                       "null") as refused:
+        ofindex.convert(src, tmp_path / "never", batch_size=10)
+    assert "nulls='drop'" in str(refused.value)
+    assert not (tmp_path / "never").exists() or os.listdir(tmp_path / "never") == []
+    fills = {"f": -1, "b": False, "i": 0, "s": ""}
+    for out, nulls in (("drop", "drop"), ("fill", ("fill", fills))):
+        ofindex.convert(src, tmp_path / out, batch_size=10, nulls=nulls)
+        expected = [_as_stored(r) for r in _expected_rows(table, nulls)]
+        assert _decoded_rows(tmp_path / out) == expected
+    for fill, match in ((0.5, "the fill value 0.5 does not fit its bool values"),
+                        (0, "feature 's' of record 50: the fill value 0 does not fit its Arrow "
+                         "type string"),
+                        ({"f": 0}, "feature 'b' of record 41: a null element and no fill "
+                         "value for this feature")):
+        with pytest.raises(EncodeError, match=match):
+            ofindex.convert(src, tmp_path / "never-filled", batch_size=10, nulls=("fill", fill))
+    if source == "hf":
+        return
+    assert main(["convert", src, str(tmp_path / "cli-never"), "--no-progress",
+                 "--batch-size", "10"]) == 1
+    err = capsys.readouterr().err
+    assert "feature 'f' of record 37" in err and "(--nulls drop)" in err
+    assert len(err.strip().splitlines()) == 1 and "Error" not in err.split(":", 2)[1]
+    for flag, nulls in (("drop", "drop"), ("fill:" + json.dumps(fills), ("fill", fills))):
+        out = tmp_path / f"cli-{flag.replace(':', '')}"
+        assert main(["convert", src, str(out), "--no-progress", "--nulls", flag]) == 0
+        assert _decoded_rows(out) == [_as_stored(r) for r in _expected_rows(table, nulls)]
+    with pytest.raises(SystemExit) as bad:
+        main(["convert", src, str(tmp_path / "x"), "--nulls", "zero"])
+    assert bad.value.code == 2 and "use refuse, drop or fill:VALUE" in capsys.readouterr().err

@@ -5,12 +5,15 @@ single-record one byte for byte, and bad input is an EncodeError naming feature 
 from __future__ import annotations
 
 import os
+from functools import partial
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
+
+import ofindex
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
@@ -568,3 +571,113 @@ def test_batch_encoders_agree_with_protobuf_or_refuse(impl, spec_dtype, what):
                         encode_columns(columns, spec, what)
                 elif batch:
                     assert encode_columns(columns, spec, what) == expected
+
+
+# --- nulls: one policy in every encoder ----------------------------------------------------
+
+_NULL_CASES = [([1.5, None, 2.5], [1.5, 2.5], [1.5, -1, 2.5]),
+               ([True, None], [True], [True, False]),
+               ([7, None, None, 8], [7, 8], [7, 0, 0, 8]),
+               (["a", None], ["a"], ["a", ""]),
+               ([None, 3], [3], [0, 3])]
+
+
+def _null_records(encode, policy, k):
+    """What ``encode(features, record, nulls)`` makes of the null cases, and the records the
+    cleaned values make (None: refused)."""
+    fills = {"v0": -1, "v1": False, "v2": 0, "v3": "", "v4": 0}
+    nulls = {"drop": "drop", "fill": ("fill", fills)}.get(policy, "refuse")
+    given = {f"v{n}": case[0] for n, case in enumerate(_NULL_CASES)}
+    given["cell"] = None   # a null cell: the feature is left out under every policy
+    if policy == "refuse":
+        return lambda: encode(given, k, nulls), None
+    clean = {f"v{n}": case[1 if policy == "drop" else 2]
+             for n, case in enumerate(_NULL_CASES)}
+    return lambda: encode(given, k, nulls), encode(clean, k, "refuse")
+
+
+@pytest.mark.parametrize("policy", ["refuse", "drop", "fill"])
+def test_null_elements_follow_one_policy_in_every_single_record_encoder(policy):
+    """None inside a list (and a masked element of an array): refused naming feature, record
+    and element (it was an 'object array holding a NoneType', or numpy's TypeError), left out,
+    or filled: encode_example, encode_ofrecord, Encoder, encode_sequence_example."""
+    encoders = {
+        "example": lambda f, k, nulls: encode_example(f, record=k, nulls=nulls),
+        "ofrecord": lambda f, k, nulls: encode_ofrecord(f, record=k, nulls=nulls),
+        "Encoder": lambda f, k, nulls: Encoder(None, nulls=nulls)(f, record=k),
+        "Encoder-of": lambda f, k, nulls: Encoder(None, "ofrecord", nulls=nulls)(f, record=k),
+        "sequence": lambda f, k, nulls: encode_sequence_example(
+            f, {name: [v] for name, v in f.items() if v is not None}, record=k, nulls=nulls),
+    }
+    for what, encode in encoders.items():
+        call, expected = _null_records(encode, policy, 9)
+        if expected is None:
+            with pytest.raises(EncodeError, match=r"feature 'v0' of record 9: element 1 of its "
+                               r"list is null.*nulls='drop'"):
+                call()
+        else:
+            assert call() == expected, what
+    masked = np.ma.array([1.5, 9.0, 2.5], mask=[0, 1, 0])
+    want = {"refuse": None, "drop": [1.5, 2.5], "fill": [1.5, -1, 2.5]}[policy]
+    nulls = {"drop": "drop", "fill": ("fill", -1)}.get(policy, "refuse")
+    if want is None:
+        with pytest.raises(EncodeError, match="feature 'm' of record 2: element 1 of its list"):
+            encode_example({"m": masked}, record=2, nulls=nulls)
+    else:   # the masked 9.0 is never written
+        assert encode_example({"m": masked}, nulls=nulls) == encode_example(
+            {"m": np.array(want)})
+    with pytest.raises(EncodeError, match=r"the fill value 0\.5 does not fit its int64 values"):
+        encode_example({"m": np.ma.array([1, 2], mask=[0, 1])}, nulls=("fill", 0.5))
+    with pytest.raises(EncodeError, match="feature 'e' of record 1: an empty list has no type"):
+        encode_example({"e": [None]}, record=1, nulls="drop")   # nothing left says its type
+
+
+@pytest.mark.parametrize("policy", ["refuse", "drop", "fill"])
+@pytest.mark.parametrize("kind", ["example", "ofrecord"])
+def test_null_elements_and_cells_in_columns_equal_each_row_on_its_own(impl, tmp_path, policy,
+                                                                       kind):
+    """encode_columns, BatchEncoder and ShardedWriter.write_columns on dict columns (lists
+    holding None, None cells, masked arrays: 1-D masked entries are null cells, 2-D masked
+    elements null elements) and on Arrow tables (null cells and null elements of every value
+    type): each record is what the single-record encoder makes of its row, under each policy;
+    'refuse' names the column and the row."""
+    pa = pytest.importorskip("pyarrow")
+    n = 30
+    nulls = {"drop": "drop", "fill": ("fill", {"f": -1, "i": 0, "b": False, "s": "",
+                                               "m2": 0})}.get(policy, "refuse")
+    f = [[k + 0.5, None][: 1 + (k % 3 == 2)] if k % 5 else None for k in range(n)]
+    i = [[k, None, k] if k == 17 else [k] * (k % 3 + 1) for k in range(n)]
+    b = [None if k % 4 == 1 else [k % 2 == 0] for k in range(n)]
+    s = [["x", None] if k == 20 else [f"t{k}"] for k in range(n)]
+    m1 = np.ma.array(np.arange(n, dtype=np.float64), mask=[k % 6 == 0 for k in range(n)])
+    m2 = np.ma.array(np.arange(2 * n).reshape(n, 2), mask=[[k == 11, False] for k in range(n)])
+    scalars = [None if k % 7 == 0 else k for k in range(n)]
+    columns = {"f": f, "i": i, "b": b, "s": s, "m1": m1, "m2": m2, "n": scalars}
+    table = pa.table({"f": pa.array(f, pa.list_(pa.float32())), "i": i, "b": b, "s": s,
+                      "m1": pa.array(m1.data.astype(np.float32), mask=m1.mask), "n": scalars})
+    first = 100
+    for source in (columns, table):
+        rows = [{name: (column[k] if not isinstance(column, pa.ChunkedArray) else
+                        column[k].as_py()) for name, column in (
+                            source.items() if isinstance(source, dict) else
+                            zip(source.column_names, source.columns, strict=True))}
+                for k in range(n)]
+        one = Encoder(None, "ofrecord" if kind == "ofrecord" else "example", nulls=nulls)
+        if policy == "refuse":   # the first null element: column f, row 2
+            for encode in (partial(encode_columns, source, kind=kind, first_record=first),
+                           partial(BatchEncoder(None, kind), source, first_record=first),
+                           partial(one, rows[2], record=first + 2)):
+                with pytest.raises(EncodeError, match="feature 'f' of record 102: element 1 "
+                                   "of its list is null"):
+                    encode()
+            continue
+        expected = [one(row, record=first + k) for k, row in enumerate(rows)]
+        assert encode_columns(source, kind=kind, first_record=first, nulls=nulls) == expected
+        assert BatchEncoder(None, kind, nulls=nulls)(source, first_record=first) == expected
+        out = tmp_path / f"{policy}-{kind}-{isinstance(source, dict)}"
+        with ofindex.ShardedWriter(out, kind.replace("example", "tfrecord"),
+                                   nulls=nulls) as writer:
+            writer.write_columns(source)
+            writer.write(rows[3])
+        with ofindex.open(str(out)) as ds:
+            assert ds[:] == [*expected, expected[3]]

@@ -111,7 +111,7 @@ def cmd_convert(args: argparse.Namespace, options: Options) -> int:
     summary = convert(args.src, args.dst, format=args.to, shard_bytes=args.shard_bytes,
                       shard_records=args.shard_records,
                       compression=None if args.to_compression == "none" else args.to_compression,
-                      batch_size=args.batch_size, storage_options=options,
+                      batch_size=args.batch_size, storage_options=options, nulls=args.nulls,
                       progress=not args.no_progress and sys.stderr.isatty())
     print(summary)
     return EXIT_OK

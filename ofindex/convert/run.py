@@ -14,6 +14,7 @@ from ofindex.decode import decode_example, decode_ofrecord
 from ofindex.decode.example import top_fields
 from ofindex.decode.spec import Spec
 from ofindex.encode import encode_example, encode_ofrecord
+from ofindex.encode.nulls import REFUSE, Nulls, null_policy
 from ofindex.errors import EncodeError, hint
 from ofindex.formats.framing import RecordFormat
 from ofindex.write.sharded import ShardedWriter, WriteSummary
@@ -61,7 +62,8 @@ def convert(src: object, dst: str | os.PathLike[str], *, format: str = "tfrecord
             shard_bytes: int | None = None, shard_records: int | None = None,
             compression: str | None = None, spec: Spec = None, batch_size: int = 1024,
             recode: bool = True, progress: bool = False,
-            storage_options: dict[str, Any] | None = None) -> WriteSummary:
+            storage_options: dict[str, Any] | None = None,
+            nulls: Nulls = REFUSE) -> WriteSummary:
     """Convert a dataset of another kind into a sharded TFRecord / OFRecord dataset.
 
     >>> ofindex.convert("train.parquet", "train/", shard_records=100_000)  # doctest: +SKIP
@@ -83,6 +85,10 @@ def convert(src: object, dst: str | os.PathLike[str], *, format: str = "tfrecord
             back); ``False`` copies payloads as they are.
         progress: Show a progress bar on stderr.
         storage_options: fsspec options for ``dst`` (and a record dataset ``src``).
+        nulls: What a null element inside a list (Parquet, Hugging Face) becomes:
+            ``"refuse"`` (an EncodeError naming the column and the row), ``"drop"`` (left
+            out of its list) or ``("fill", value)``. A null cell always leaves the feature
+            out of that record (see :mod:`ofindex.encode.nulls`).
 
     Returns:
         The :class:`~ofindex.write.sharded.WriteSummary` (records, shards, bytes, time).
@@ -91,13 +97,15 @@ def convert(src: object, dst: str | os.PathLike[str], *, format: str = "tfrecord
         EncodeError: A column that cannot be represented (before anything is written), or a
             value that cannot be encoded (nothing is left behind).
         DatasetExistsError: ``dst`` already holds data files.
+        ValueError: A bad ``format`` or ``nulls``.
     """
     target = RecordFormat.parse(format).name.lower()
+    nulls = null_policy(nulls)
     source = open_source(src, batch_size, storage_options)
     bar = _bar(progress, source.records, source.description)
     try:
         with ShardedWriter(dst, target, shard_bytes=shard_bytes, shard_records=shard_records,
-                           compression=compression, spec=spec,
+                           compression=compression, spec=spec, nulls=nulls,
                            storage_options=storage_options) as writer, \
                 Prefetched(source.batches()) as batches:
             for batch in batches:
