@@ -412,3 +412,21 @@ def test_null_elements_are_refused_dropped_or_filled_never_nan_or_false(tmp_path
     with pytest.raises(SystemExit) as bad:
         main(["convert", src, str(tmp_path / "x"), "--nulls", "zero"])
     assert bad.value.code == 2 and "use refuse, drop or fill:VALUE" in capsys.readouterr().err
+
+
+def test_sources_of_no_rows_convert_to_no_records(tmp_path):
+    """An empty Parquet file (a fixed-size list column among its columns), an npz of 0-row
+    arrays and an empty Hugging Face dataset raised numpy's reshape ValueError; each is now
+    a dataset of 0 records."""
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    datasets = pytest.importorskip("datasets")
+    pq.write_table(pa.table({"x": pa.array([], pa.float64()),
+                             "v": pa.array([], pa.list_(pa.float32(), 3))}), tmp_path / "e.parquet")
+    np.savez(tmp_path / "e.npz", x=np.zeros((0, 3)), y=np.zeros(0, np.int64))
+    sources = [str(tmp_path / "e.parquet"), str(tmp_path / "e.npz"),
+               datasets.Dataset.from_dict({"x": [[1.0, 2.0]]}).filter(lambda row: False)]
+    for k, src in enumerate(sources):
+        assert ofindex.convert(src, tmp_path / f"out{k}").records == 0
+        with ofindex.open(str(tmp_path / f"out{k}")) as ds:
+            assert len(ds) == 0

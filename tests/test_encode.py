@@ -681,3 +681,73 @@ def test_null_elements_and_cells_in_columns_equal_each_row_on_its_own(impl, tmp_
             writer.write(rows[3])
         with ofindex.open(str(out)) as ds:
             assert ds[:] == [*expected, expected[3]]
+
+
+# --- lone surrogates and empty batches: an EncodeError or records, never a raw exception ----
+
+def test_a_file_name_that_is_not_utf8_is_stored_as_its_bytes_in_every_encoder(tmp_path):
+    """os.fsdecode(b'caf\\xe9') is 'caf\\udce9': every encoder raised UnicodeEncodeError. A
+    value holding U+DC80..U+DCFF is stored as the bytes it stands for (os.fsencode gives the
+    same bytes); another lone surrogate, or one in a feature's name (a protobuf string), is an
+    EncodeError naming the feature and the record."""
+    pa = pytest.importorskip("pyarrow")
+    name = os.fsdecode(b"caf\xe9.jpg")
+    stored = encode_example({"f": b"caf\xe9.jpg"})
+    ofrecord = encode_ofrecord({"f": b"caf\xe9.jpg"})
+    sequence = encode_sequence_example({"f": b"caf\xe9.jpg"}, {"s": [[b"caf\xe9.jpg"]]})
+    values = (name, [name], (name,), np.array([name]), np.array([name], dtype=object))
+    for value in values:
+        assert encode_example({"f": value}, record=3) == stored
+        assert Encoder()({"f": value}) == stored
+        assert encode_ofrecord({"f": value}) == ofrecord
+        assert encode_sequence_example({"f": value}, {"s": [[name]]}) == sequence
+    for column in ([name, name], np.array([name, name]), [[name], [name]]):
+        assert encode_columns({"f": column}) == [stored, stored]
+        assert BatchEncoder(None, "ofrecord")({"f": column}) == [ofrecord, ofrecord]
+    with ofindex.ShardedWriter(tmp_path / "w") as writer:
+        writer.write({"f": name})
+        writer.write_columns({"f": [name]})
+    with ofindex.open(str(tmp_path / "w")) as ds:
+        assert ds[:] == [stored, stored]
+        assert os.fsdecode(decode_example(ds[0])["f"][0]) == name
+    bad = "x\ud800y"
+    for encode in (lambda: encode_example({"f": bad}, record=4),
+                   lambda: encode_example({"f": [b"ok", bad]}, record=4),
+                   lambda: encode_ofrecord({"f": np.array([bad])}, record=4),
+                   lambda: encode_sequence_example({}, {"f": [[bad]]}, record=4),
+                   lambda: encode_columns({"f": ["ok"] * 4 + [bad]}),
+                   lambda: encode_columns({"f": [["ok"]] * 4 + [[bad]]})):
+        with pytest.raises(EncodeError, match=r"feature 'f' of record 4: 'x\\ud800y' holds a "
+                           r"lone surrogate \(U\+D800 at 1\)"):
+            encode()
+    for encode in (lambda: encode_example({name: 1}, record=5),
+                   lambda: encode_sequence_example({}, {name: [[1]]}, record=5),
+                   lambda: encode_columns({name: np.zeros(6)}, first_record=5),
+                   lambda: encode_columns({name: [b"a"] * 6}, first_record=5)):
+        with pytest.raises(EncodeError, match=r"feature 'caf\\udce9.jpg'( of record 5)?: the "
+                           "name holds a lone surrogate"):
+            encode()
+    assert pa.array([name.encode("utf-8", "surrogateescape")]).to_pylist() == [b"caf\xe9.jpg"]
+
+
+def test_a_batch_of_no_rows_is_no_records(impl, tmp_path):
+    """A 0-row numeric column raised numpy's 'cannot reshape array of size 0' in the batch
+    encoder (numpy arrays, Arrow tables, empty Parquet files, empty npz arrays, a Hugging
+    Face dataset selected down to nothing); it is now 0 records, and a writer goes on."""
+    pa = pytest.importorskip("pyarrow")
+    datasets = pytest.importorskip("datasets")
+    empties = [{"x": np.zeros((0, 3), np.float32)}, {"x": np.zeros(0)},
+               {"x": np.zeros((0, 2), np.int64), "y": []},
+               pa.table({"x": pa.array([], pa.int64()),
+                         "v": pa.array([], pa.list_(pa.float32(), 3)),
+                         "s": pa.array([], pa.string())}),
+               datasets.Dataset.from_dict({"x": [[1.0, 2.0]]}).select([])]
+    for columns in empties:
+        for kind in ("example", "ofrecord"):
+            assert encode_columns(columns, kind=kind) == []
+            assert BatchEncoder(None, kind)(columns) == []
+    with ofindex.ShardedWriter(tmp_path / "w", shard_records=2) as writer:
+        for columns in empties:
+            assert writer.write_columns(columns) == 0
+        writer.write_columns({"x": np.ones((3, 3), np.float32)})
+    assert writer.summary.records == 3

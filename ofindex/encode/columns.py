@@ -71,12 +71,14 @@ def _batch_size(columns: Mapping[str, Any]) -> int:
 def _numeric_column(key: bytes, vtype: str, values: np.ndarray, batch: int, field: int,
                     present: np.ndarray | None) -> PlannedColumn:
     """A numeric column laid out: ``values`` flat, ``batch`` rows of equal count (a row
-    that is not ``present`` is left out)."""
+    that is not ``present`` is left out). No rows: ``(0, 0)`` (numpy cannot tell a row's
+    width from no values)."""
+    rows = (batch, -1) if batch else (0, 0)
     if vtype in (FLOAT32, FLOAT64):
         payload = values.astype("<f4" if vtype == FLOAT32 else "<f8", copy=False)
-        raw = np.ascontiguousarray(payload).view(np.uint8).reshape(batch, -1)
+        raw = np.ascontiguousarray(payload).view(np.uint8).reshape(rows)
         return PlannedColumn(key, field, PACKED, raw, present)
-    ints = np.ascontiguousarray(values.astype(np.int64, copy=False)).reshape(batch, -1)
+    ints = np.ascontiguousarray(values.astype(np.int64, copy=False)).reshape(rows)
     return PlannedColumn(key, field, VARINT, ints, present)
 
 

@@ -56,11 +56,31 @@ def value_type(dtype: Any, allowed: tuple[str, ...], name: object,
     return vtype
 
 
+def text_bytes(text: str, name: object, record: int | None) -> bytes:
+    """A ``str`` value as its UTF-8 bytes, where U+DC80..U+DCFF (what ``os.fsdecode`` and
+    ``errors="surrogateescape"`` make of bytes that are not UTF-8, e.g. in a file name) are
+    stored as the bytes they stand for: a bytes list holds any bytes, and a name read from
+    the disk is stored as the disk has it (``os.fsdecode`` of the value gives the str back).
+
+    Raises:
+        EncodeError: Another lone surrogate (U+D800..U+DC7F, U+DD00..U+DFFF), which stands
+            for no byte.
+    """
+    try:
+        return text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError as exc:
+        char = text[exc.start]
+        raise EncodeError(f"{where(name, record)}: {text!r:.60} holds a lone surrogate "
+                          f"(U+{ord(char):04X} at {exc.start}) that stands for no byte; "
+                          "only U+DC80..U+DCFF (a byte os.fsdecode could not decode) can be "
+                          "stored: pass the value as bytes") from None
+
+
 def _as_bytes(item: object, name: object, record: int | None) -> bytes:
     if isinstance(item, (bytes, bytearray, memoryview)):
         return bytes(item)
     if isinstance(item, str):
-        return item.encode("utf-8")
+        return text_bytes(item, name, record)
     raise EncodeError(f"{where(name, record)}: a bytes list cannot hold a "
                       f"{type(item).__name__} value ({item!r:.40})")
 

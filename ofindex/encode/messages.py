@@ -65,11 +65,19 @@ def map_entry(key: bytes, value: bytes) -> bytes:
 
 
 def name_bytes(name: object, record: int | None) -> bytes:
-    """A feature name as the map key's bytes (UTF-8)."""
+    """A feature name as the map key's bytes (UTF-8: the key is a protobuf ``string``, which
+    parsers refuse unless it is UTF-8, so a name holding a lone surrogate is refused)."""
     if isinstance(name, bytes):
         return name
     if isinstance(name, str):
-        return name.encode("utf-8")
+        try:
+            return name.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise EncodeError(
+                f"{where(name, record)}: the name holds a lone surrogate "
+                f"(U+{ord(name[exc.start]):04X}, what os.fsdecode makes of a byte that is not "
+                "UTF-8); a feature's name is a protobuf string, which readers refuse unless "
+                "it is UTF-8: rename the feature") from None
     raise EncodeError(f"{where(name, record)}: feature names are str, not "
                       f"{type(name).__name__}")
 
