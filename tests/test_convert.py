@@ -430,3 +430,90 @@ def test_sources_of_no_rows_convert_to_no_records(tmp_path):
         assert ofindex.convert(src, tmp_path / f"out{k}").records == 0
         with ofindex.open(str(tmp_path / f"out{k}")) as ds:
             assert len(ds) == 0
+
+
+# --- image folders: only regular files are read, and errors name the entry -------------------
+
+def _image_folder_with_special_entries(root):
+    import socket
+
+    image = pytest.importorskip("PIL.Image")
+    made = {}
+    for cls in ("cat", "dog"):
+        (root / cls).mkdir(parents=True)
+        for k in range(2):
+            buf = io.BytesIO()
+            image.new("RGB", (4 + k, 4)).save(buf, format="PNG")
+            (root / cls / f"{k}.png").write_bytes(buf.getvalue())
+            made[(cls, f"{k}.png")] = buf.getvalue()
+    os.mkfifo(root / "cat" / "pipe.jpg")                  # opening it would wait for a writer
+    (root / "dog" / "folder.jpg").mkdir()                  # IsADirectoryError
+    os.symlink(root / "nowhere.png", root / "dog" / "dangling.png")   # FileNotFoundError
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(str(root / "dog" / "sock.png"))
+    listener.close()
+    return made
+
+
+def test_image_folder_reads_regular_files_only_and_never_hangs_on_a_fifo(tmp_path):
+    """An image folder holding a FIFO named like an image made `ofindex convert` hang (it
+    opened the FIFO for reading), and a directory or dangling link named like one raised a
+    raw IsADirectoryError / FileNotFoundError: they are skipped with one warning naming
+    them, the regular files convert."""
+    import subprocess
+    import sys
+
+    root = tmp_path / "images"
+    made = _image_folder_with_special_entries(root)
+    env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(__file__))}
+    done = subprocess.run([sys.executable, "-m", "ofindex", "convert", str(root),
+                           str(tmp_path / "out"), "--no-progress"], capture_output=True,
+                          text=True, env=env, timeout=60)
+    assert done.returncode == 0, done.stderr
+    warning = [line for line in done.stderr.splitlines() if line.startswith("WARNING")]
+    assert len(warning) == 1 and "skipped 4 image-named entries that are not regular " \
+        "files" in warning[0], done.stderr
+    assert "cat/pipe.jpg, dog/dangling.png, dog/folder.jpg and 1 more" in warning[0]
+    with ofindex.open(str(tmp_path / "out")) as ds:
+        rows = [decode_example(r) for r in ds[:]]
+    assert {(r["class"][0].decode(), r["filename"][0].decode()): r["image"][0]
+            for r in rows} == made
+    with pytest.warns(Warning, match="skipped 4 image-named entries"):
+        assert ofindex.convert(str(root), tmp_path / "again").records == 4
+
+
+def test_image_folder_entries_that_change_after_the_listing_are_named(tmp_path):
+    """An entry removed, or replaced by a FIFO or a directory, between the listing and its
+    read: an OfindexError naming it (never a hang, never a raw OSError)."""
+    from ofindex.convert.sources import image_folder_source
+    from ofindex.errors import OfindexError
+
+    root = tmp_path / "images"
+    for cls in ("a", "b"):
+        (root / cls).mkdir(parents=True)
+        (root / cls / "x.jpg").write_bytes(b"\xff\xd8 not really a jpeg")
+    for change, match in ((lambda p: p.unlink(), "image folder .*: b/x.jpg is gone"),
+                          (lambda p: (p.unlink(), os.mkfifo(p)), "b/x.jpg is no regular file"),
+                          (lambda p: (p.unlink(), p.mkdir()), "b/x.jpg is no regular file")):
+        source = image_folder_source(str(root), batch_size=8)
+        change(root / "b" / "x.jpg")
+        with pytest.raises(OfindexError, match=match) as caught:
+            list(source.batches())
+        assert isinstance(caught.value, OSError)
+        target = root / "b" / "x.jpg"
+        if target.is_dir():
+            target.rmdir()
+        elif target.exists():
+            target.unlink()
+        target.write_bytes(b"\xff\xd8 not really a jpeg")
+
+
+def test_parquet_named_entries_that_are_not_regular_files_are_skipped(tmp_path):
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    (tmp_path / "d").mkdir()
+    pq.write_table(pa.table({"x": [1, 2]}), tmp_path / "d" / "a.parquet")
+    os.mkfifo(tmp_path / "d" / "b.parquet")
+    with pytest.warns(Warning, match="skipped 1 Parquet-named entry that is not a regular "
+                      "file: .*b.parquet"):
+        assert ofindex.convert(str(tmp_path / "d"), tmp_path / "out").records == 2

@@ -13,20 +13,31 @@ import glob
 import os
 import shutil
 import tempfile
+import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 
+from ofindex.convert.imagefolder import (
+    image_folder_batches,
+    image_items,
+    is_image_folder,
+    not_regular,
+)
 from ofindex.encode.arrow import check_arrow_type
 from ofindex.errors import EncodeError, FormatDetectionError, IndexNotFoundError
 from ofindex.formats.framing import RecordFormat
 from ofindex.formats.location import resolve
-from ofindex.formats.strays import ListedStrays, only_strays, warn_skipped
+from ofindex.formats.strays import (
+    ListedStrays,
+    SkippedFilesWarning,
+    only_strays,
+    shown,
+    warn_skipped,
+)
 from ofindex.read.peek import RecordStream
 from ofindex.storage.registry import Storages
-
-IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".gif", ".bmp", ".webp", ".tif", ".tiff")
 
 
 @dataclasses.dataclass
@@ -108,24 +119,11 @@ def numpy_source(path: str, batch_size: int) -> Source:
 
 def image_folder_source(root: str, batch_size: int) -> Source:
     """An image folder ``root/<class>/<file>``: features ``image`` (the file's bytes),
-    ``label`` (the class's index in sorted order), ``class`` and ``filename``."""
-    classes = sorted(d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d))
-                     and not d.startswith("."))
-    items = [(label, name, file) for label, name in enumerate(classes)
-             for file in sorted(os.listdir(os.path.join(root, name)))
-             if file.lower().endswith(IMAGE_SUFFIXES)]
-
-    def batches() -> Iterator[Any]:
-        for start in range(0, len(items), batch_size):
-            chunk = items[start:start + batch_size]
-            images = []
-            for _, name, file in chunk:
-                with open(os.path.join(root, name, file), "rb") as fh:
-                    images.append(fh.read())
-            yield {"image": images, "label": np.array([c[0] for c in chunk], np.int64),
-                   "class": [c[1] for c in chunk], "filename": [c[2] for c in chunk]}
-
-    return Source(f"image folder {root} ({len(classes)} classes)", len(items), batches)
+    ``label`` (the class's index in sorted order), ``class`` and ``filename``; only regular
+    files are read (see :mod:`ofindex.convert.imagefolder`)."""
+    classes, items = image_items(root)
+    return Source(f"image folder {root} ({len(classes)} classes)", len(items),
+                  lambda: image_folder_batches(root, items, batch_size))
 
 
 def records_source(src: str, batch_size: int, storage_options: dict[str, Any] | None) -> Source:
@@ -216,20 +214,21 @@ def unindexed_records_source(src: str, batch_size: int,
 
 
 def _parquet_files(src: str) -> list[str]:
+    """The Parquet files a path names; of a directory or glob, the regular files only (a
+    FIFO named ``x.parquet`` would be waited on), the others skipped with one warning."""
     if os.path.isdir(src):
-        return sorted(glob.glob(os.path.join(src, "**", "*.parquet"), recursive=True))
-    if glob.has_magic(src):
-        return sorted(glob.glob(src))
-    return [src] if src.endswith(".parquet") else []
-
-
-def _is_image_folder(src: str) -> bool:
-    if not os.path.isdir(src):
-        return False
-    subdirs = [d for d in os.listdir(src) if os.path.isdir(os.path.join(src, d))]
-    return bool(subdirs) and any(
-        f.lower().endswith(IMAGE_SUFFIXES) for d in subdirs
-        for f in os.listdir(os.path.join(src, d)))
+        found = sorted(glob.glob(os.path.join(src, "**", "*.parquet"), recursive=True))
+    elif glob.has_magic(src):
+        found = sorted(glob.glob(src))
+    else:
+        return [src] if src.endswith(".parquet") else []
+    regular = [path for path in found if os.path.isfile(path)]
+    if len(regular) < len(found):
+        others = [path for path in found if path not in set(regular)]
+        warnings.warn(SkippedFilesWarning(
+            f"skipped {not_regular(len(others), 'Parquet-named')}: {shown(others)}; only "
+            "regular files are read"), stacklevel=3)
+    return regular
 
 
 def open_source(src: object, batch_size: int,
@@ -256,6 +255,6 @@ def open_source(src: object, batch_size: int,
     parquet = _parquet_files(src) if "://" not in src else []
     if parquet:
         return parquet_source(parquet, batch_size)
-    if _is_image_folder(src):
+    if is_image_folder(src):
         return image_folder_source(src, batch_size)
     return records_source(src, batch_size, storage_options)
