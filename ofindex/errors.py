@@ -146,6 +146,12 @@ class DatasetExistsError(OfindexError, FileExistsError):
     another one)."""
 
 
+class NestedPathsError(OfindexError, ValueError):
+    """A conversion's output lies inside its source, or its source inside its output (the
+    output would be read as source data, now or by a rerun); both are named. The command
+    line exits 2, as for any bad argument."""
+
+
 class StateError(OfindexError, ValueError):
     """A saved sampler or loader state cannot be loaded: a field is missing, unknown, of
     the wrong type or out of range, or the state was saved for another sampler (dataset

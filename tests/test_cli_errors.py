@@ -317,3 +317,28 @@ def test_interrupt_exits_130():
         for conn, _ in held:
             conn.close()
         srv.close()
+
+
+def test_convert_into_its_own_source_exits_2_naming_both(data, tmp_path):
+    """`ofindex convert DS DS/sub` succeeded (and a rerun read its output as data): an output
+    inside the source, the source itself, or a source inside the output is a bad command
+    line (exit 2, one line naming both), through a glob and a symbolic link too; nothing is
+    written."""
+    os.symlink(data, tmp_path / "link")
+    pq_dir = tmp_path / "tables"
+    pq_dir.mkdir()
+    pa, pq = need("pyarrow", "pyarrow"), need("pyarrow.parquet", "pyarrow")
+    pq.write_table(pa.table({"x": [1, 2]}), pq_dir / "a.parquet")
+    cases = [(data, os.path.join(data, "sub"), "is inside the source"),
+             (data, data, "is inside the source"),
+             (str(tmp_path / "link"), os.path.join(data, "sub", "deeper"), "is inside the source"),
+             (str(pq_dir / "*.parquet"), str(pq_dir / "out"), "is inside the source"),
+             (str(pq_dir / "a.parquet"), str(pq_dir), "is inside the output"),
+             (str(pq_dir / "a.parquet"), str(tmp_path), "is inside the output")]
+    for src, dst, what in cases:
+        before = sorted(os.walk(tmp_path))
+        r = run(["convert", src, dst, "--no-progress"])
+        assert_one_line_error(r, what, src, dst, code=2)
+        assert sorted(os.walk(tmp_path)) == before, (src, dst)
+    r = run(["convert", data, data + "-converted", "--no-progress"])   # a sibling is fine
+    assert r.returncode == 0, r.stderr

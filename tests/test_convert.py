@@ -517,3 +517,18 @@ def test_parquet_named_entries_that_are_not_regular_files_are_skipped(tmp_path):
     with pytest.warns(Warning, match="skipped 1 Parquet-named entry that is not a regular "
                       "file: .*b.parquet"):
         assert ofindex.convert(str(tmp_path / "d"), tmp_path / "out").records == 2
+
+
+def test_convert_refuses_an_output_inside_its_source_and_the_other_way(tmp_path):
+    from ofindex.errors import NestedPathsError, OfindexError
+
+    with ofindex.ShardedWriter(tmp_path / "ds", shard_records=4) as w:
+        for k in range(6):
+            w.write({"k": k})
+    for src, dst in ((tmp_path / "ds", tmp_path / "ds" / "sub"), (tmp_path / "ds", tmp_path),
+                     (tmp_path / "ds", tmp_path / "ds")):
+        with pytest.raises(NestedPathsError, match=f"{src}.*{dst}|{dst}.*{src}") as caught:
+            ofindex.convert(str(src), dst)
+        assert isinstance(caught.value, (OfindexError, ValueError))
+    assert sorted(os.listdir(tmp_path / "ds")) == [f"part-0000{k}-of-00002" for k in range(2)]
+    assert ofindex.convert(str(tmp_path / "ds"), tmp_path / "ds2").records == 6

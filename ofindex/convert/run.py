@@ -3,6 +3,7 @@ atomically (the dataset appears whole at the end, or not at all), with a progres
 summary; the source's next batch is read while the current one is written
 (:mod:`ofindex.convert.prefetch`)."""
 
+import glob
 import os
 import sys
 from collections.abc import Iterable
@@ -15,7 +16,7 @@ from ofindex.decode.example import top_fields
 from ofindex.decode.spec import Spec
 from ofindex.encode import encode_example, encode_ofrecord
 from ofindex.encode.nulls import REFUSE, Nulls, null_policy
-from ofindex.errors import EncodeError, hint
+from ofindex.errors import EncodeError, NestedPathsError, hint
 from ofindex.formats.framing import RecordFormat
 from ofindex.write.sharded import ShardedWriter, WriteSummary
 
@@ -47,6 +48,41 @@ def _as_ofrecord(record: bytes, number: int) -> bytes:
             f"record {number} of the source is {what}: an OFRecord holds features only, so "
             f"converting would drop them; keep TFRecord ({keep})")
     return encode_ofrecord(decode_example(record), record=number)
+
+
+def _source_root(src: str) -> str:
+    """The local path a path source reads under (a glob: its directory before any pattern)."""
+    if glob.has_magic(src):
+        parts = []
+        for part in src.split(os.sep):
+            if glob.has_magic(part):
+                break
+            parts.append(part)
+        src = os.sep.join(parts) or os.curdir
+    return os.path.realpath(src)
+
+
+def refuse_nested(src: object, dst: str) -> None:
+    """Refuse an output inside the source, or a source inside the output (local paths).
+
+    Raises:
+        NestedPathsError: Naming both.
+    """
+    if not isinstance(src, (str, os.PathLike)):
+        return
+    source = os.fspath(src)
+    if "://" in source or "://" in dst:
+        return
+    root, out = _source_root(source), os.path.realpath(dst)
+    if out == root or out.startswith(root.rstrip(os.sep) + os.sep):
+        raise NestedPathsError(
+            f"the output {dst} is inside the source {source}: the conversion would read what "
+            "it writes, or a rerun would take it as source data; write the dataset to a "
+            "directory outside the source")
+    if root.startswith(out.rstrip(os.sep) + os.sep):
+        raise NestedPathsError(
+            f"the source {source} is inside the output {dst}: the dataset's directory would "
+            "hold its source; write it to a directory of its own")
 
 
 def _bar(enabled: bool, total: int | None, description: str) -> Any:
@@ -97,10 +133,12 @@ def convert(src: object, dst: str | os.PathLike[str], *, format: str = "tfrecord
         EncodeError: A column that cannot be represented (before anything is written), or a
             value that cannot be encoded (nothing is left behind).
         DatasetExistsError: ``dst`` already holds data files.
+        NestedPathsError: ``dst`` is inside the source, or the source inside ``dst``.
         ValueError: A bad ``format`` or ``nulls``.
     """
     target = RecordFormat.parse(format).name.lower()
     nulls = null_policy(nulls)
+    refuse_nested(src, os.fspath(dst))
     source = open_source(src, batch_size, storage_options)
     bar = _bar(progress, source.records, source.description)
     try:
