@@ -244,8 +244,16 @@ def test_an_interrupted_conversion_leaves_nothing_that_opens(tmp_path, seed, sig
     if signal_name == "SIGINT":
         assert b"KeyboardInterrupt" in err or proc.returncode != 0
         assert visible == [], visible  # Ctrl-C removes what was written
-    if not visible:  # nothing was published: converting again works
-        ofindex.convert(str(src), dst, shard_records=100)
+    if not visible:  # nothing was published: converting again works (and names leftovers)
+        import warnings
+
+        from ofindex.write.leftovers import LeftoverFilesWarning
+
+        hidden = dst.exists() and any(f.startswith(".") for f in os.listdir(dst))
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            ofindex.convert(str(src), dst, shard_records=100)
+        assert any(issubclass(w.category, LeftoverFilesWarning) for w in caught) == hidden
         assert _what_opens(dst, n) == n
 
 
@@ -532,3 +540,52 @@ def test_convert_refuses_an_output_inside_its_source_and_the_other_way(tmp_path)
         assert isinstance(caught.value, (OfindexError, ValueError))
     assert sorted(os.listdir(tmp_path / "ds")) == [f"part-0000{k}-of-00002" for k in range(2)]
     assert ofindex.convert(str(tmp_path / "ds"), tmp_path / "ds2").records == 6
+
+
+def test_what_a_killed_conversion_left_is_named_by_info_and_by_a_rerun(tmp_path, capsys):
+    """`ofindex convert` killed with SIGKILL leaves its hidden shards and sidecars (tens of MB)
+    and nothing mentioned them: `ofindex info` on the output and a rerun of the conversion now
+    say how many files, how big, and the command that removes them, which removes those files
+    and nothing else; nothing is deleted by ofindex itself."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from ofindex.write.leftovers import LeftoverFilesWarning
+
+    n = 60_000
+    src, dst = tmp_path / "src.parquet", tmp_path / "dst"
+    _parquet_ids(src, n)
+    env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(__file__))}
+    with subprocess.Popen([sys.executable, "-m", "ofindex", "convert", str(src), str(dst),
+                           "--shard-records", "5000", "--batch-size", "500", "--no-progress"],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env) as proc:
+        while proc.poll() is None and not (dst.exists() and os.listdir(dst)):
+            time.sleep(0.002)
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate(timeout=60)
+    assert proc.returncode == -signal.SIGKILL
+    left = sorted(os.listdir(dst))
+    assert left and all(name.startswith(".") and ".writing" in name for name in left)
+    mine = {dst / ".keep", tmp_path / "dst.ofindex" / "notes.txt"}   # not a writer's
+    for path in mine:
+        path.parent.mkdir(exist_ok=True)
+        path.write_text("mine")
+    assert main(["info", str(dst)]) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith(f"WARNING: {dst} holds ") and "left by a writer that did not " \
+        "finish" in err[0] and "nothing reads them" in err[0], err
+    assert err[1].startswith("ofindex: error:") and len(err) == 2
+    with pytest.warns(LeftoverFilesWarning, match=r"hidden file\(s\), .* MB, left by a writer"):
+        assert ofindex.convert(str(src), dst, shard_records=30_000).records == n
+    assert _what_opens(dst, n) == n
+    assert main(["info", str(dst)]) == 0
+    warning = capsys.readouterr().err.strip()
+    assert warning.startswith("WARNING:") and "rm -f " in warning
+    subprocess.run(warning.split("remove them: ", 1)[1], shell=True, check=True, cwd=tmp_path)
+    assert all(path.read_text() == "mine" for path in mine)   # only the writer's files went
+    assert [f for f in os.listdir(dst) if f.startswith(".")] == [".keep"]
+    assert not [f for f in os.listdir(tmp_path / "dst.ofindex") if ".writing" in f]
+    assert main(["info", str(dst)]) == 0 and "WARNING" not in capsys.readouterr().err
+    assert _what_opens(dst, n) == n

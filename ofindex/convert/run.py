@@ -6,6 +6,7 @@ summary; the source's next batch is read while the current one is written
 import glob
 import os
 import sys
+import warnings
 from collections.abc import Iterable
 from typing import Any
 
@@ -18,6 +19,7 @@ from ofindex.encode import encode_example, encode_ofrecord
 from ofindex.encode.nulls import REFUSE, Nulls, null_policy
 from ofindex.errors import EncodeError, NestedPathsError, hint
 from ofindex.formats.framing import RecordFormat
+from ofindex.write.leftovers import LeftoverFilesWarning, find_leftovers
 from ofindex.write.sharded import ShardedWriter, WriteSummary
 
 
@@ -140,6 +142,10 @@ def convert(src: object, dst: str | os.PathLike[str], *, format: str = "tfrecord
     nulls = null_policy(nulls)
     refuse_nested(src, os.fspath(dst))
     source = open_source(src, batch_size, storage_options)
+    left = find_leftovers(os.fspath(dst)) if storage_options is None or "://" not in str(
+        dst) else None
+    if left is not None:  # a writer killed earlier: say so, delete nothing
+        warnings.warn(LeftoverFilesWarning(left.describe()), stacklevel=2)
     bar = _bar(progress, source.records, source.description)
     try:
         with ShardedWriter(dst, target, shard_bytes=shard_bytes, shard_records=shard_records,

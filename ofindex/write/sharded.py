@@ -37,6 +37,7 @@ from ofindex.index.builder import build_index
 from ofindex.index.writer import Writer
 from ofindex.storage import Storage, Storages
 from ofindex.storage.paths import is_data_file_name
+from ofindex.write.leftovers import hidden_name
 from ofindex.write.publish import move_sidecar, rename_data
 
 #: The default name of shard ``shard`` of ``count`` (``str.format`` fields).
@@ -115,7 +116,7 @@ class ShardStream:
 
     def _next_shard(self) -> Writer:
         owner = self._owner
-        name = f".{owner.token}-{self._number}-{len(self.staged):05d}.writing"
+        name = hidden_name(owner.token, self._number, len(self.staged))
         path = self._writer_path = owner.storage.join(owner.path, name)
         self._bytes = 0
         return Writer(owner.storage.url(path), owner.format, index_dir=owner.index_dir,
