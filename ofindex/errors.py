@@ -146,6 +146,12 @@ class DatasetExistsError(OfindexError, FileExistsError):
     another one)."""
 
 
+class SourceError(OfindexError, ValueError):
+    """A conversion's source cannot be read as what it was taken for (a damaged or truncated
+    Parquet or numpy file, a broken Hugging Face ``save_to_disk`` directory); the message
+    names the file and what to do."""
+
+
 class NestedPathsError(OfindexError, ValueError):
     """A conversion's output lies inside its source, or its source inside its output (the
     output would be read as source data, now or by a rerun); both are named. The command

@@ -14,6 +14,7 @@ import os
 import shutil
 import tempfile
 import warnings
+import zipfile
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -26,7 +27,7 @@ from ofindex.convert.imagefolder import (
     not_regular,
 )
 from ofindex.encode.arrow import check_arrow_type
-from ofindex.errors import EncodeError, FormatDetectionError, IndexNotFoundError
+from ofindex.errors import EncodeError, FormatDetectionError, IndexNotFoundError, SourceError
 from ofindex.formats.framing import RecordFormat
 from ofindex.formats.location import resolve
 from ofindex.formats.strays import (
@@ -60,6 +61,23 @@ class Source:
     record_format: str = ""
 
 
+def _reason(exc: BaseException) -> str:
+    """What a library said about a file it could not read, on one line."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= 200 else text[:199] + "…"
+
+
+def _unreadable(path: str, what: str, exc: BaseException, step: str) -> SourceError:
+    return SourceError(f"{path}: {what} ({_reason(exc)}); {step}")
+
+
+#: What pyarrow raises for a file it cannot read (ArrowInvalid is a ValueError, ArrowIOError
+#: an OSError).
+_PARQUET_FAILURES = (ValueError, OSError, EOFError)
+_PARQUET_STEP = ("check that the file is whole (a copy or download may have been cut short), "
+                 "or move it out of the source")
+
+
 def _check_schema(schema: Any) -> None:
     for field in schema:
         check_arrow_type(field.name, field.type)
@@ -69,16 +87,33 @@ def parquet_source(paths: list[str], batch_size: int) -> Source:
     """Parquet files, read batch by batch with pyarrow (columns checked first)."""
     import pyarrow.parquet as pq
 
-    files = [pq.ParquetFile(p) for p in paths]
+    files = []
+    for path in paths:
+        try:
+            files.append(pq.ParquetFile(path))
+        except _PARQUET_FAILURES as exc:
+            raise _unreadable(path, "not a readable Parquet file", exc, _PARQUET_STEP) from exc
     for f in files:
         _check_schema(f.schema_arrow)
 
     def batches() -> Iterator[Any]:
-        for f in files:
-            yield from f.iter_batches(batch_size=batch_size)
+        for path, f in zip(paths, files, strict=True):
+            rows = 0
+            try:
+                for batch in f.iter_batches(batch_size=batch_size):
+                    rows += batch.num_rows
+                    yield batch
+            except _PARQUET_FAILURES as exc:
+                raise _unreadable(path, f"damaged: reading failed after {rows:,} of its "
+                                  f"{f.metadata.num_rows:,} rows", exc, _PARQUET_STEP) from exc
 
     return Source(f"{len(paths)} Parquet file(s)", sum(f.metadata.num_rows for f in files),
                   batches)
+
+
+def _cache_files(hf_data: Any) -> str:
+    files = [entry.get("filename", "?") for entry in getattr(hf_data, "cache_files", [])]
+    return ", ".join(files[:2]) + (" …" if len(files) > 2 else "") if files else "in memory"
 
 
 def hf_source(hf_data: Any, batch_size: int) -> Source:
@@ -90,7 +125,15 @@ def hf_source(hf_data: Any, batch_size: int) -> Source:
     _check_schema(table.schema)
 
     def batches() -> Iterator[Any]:
-        yield from hf_data.with_format("arrow").iter(batch_size=batch_size)
+        rows = 0
+        try:
+            for batch in hf_data.with_format("arrow").iter(batch_size=batch_size):
+                rows += batch.num_rows
+                yield batch
+        except _PARQUET_FAILURES as exc:  # its Arrow cache files are read as it goes
+            raise _unreadable("the Hugging Face dataset", f"reading failed after {rows:,} of "
+                              f"its {len(hf_data):,} rows", exc, "check its cache files "
+                              f"({_cache_files(hf_data)}), or load it again") from exc
 
     return Source("a Hugging Face dataset", len(hf_data), batches)
 
@@ -98,12 +141,21 @@ def hf_source(hf_data: Any, batch_size: int) -> Source:
 def numpy_source(path: str, batch_size: int) -> Source:
     """A ``.npz`` (one column per array) or ``.npy`` file (one column named after the file);
     every array holds one entry per record along its first axis."""
-    if path.endswith(".npz"):
-        with np.load(path, allow_pickle=False) as archive:
-            columns = {name: archive[name] for name in archive.files}
-    else:
-        columns = {os.path.splitext(os.path.basename(path))[0]: np.load(path,
-                                                                       allow_pickle=False)}
+    try:
+        if path.endswith(".npz"):
+            with np.load(path, allow_pickle=False) as archive:
+                columns = {name: archive[name] for name in archive.files}
+        else:
+            columns = {os.path.splitext(os.path.basename(path))[0]: np.load(
+                path, allow_pickle=False)}
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile, KeyError) as exc:
+        if "allow_pickle" in str(exc):
+            raise SourceError(f"{path}: holds arrays of Python objects, which convert does not "
+                              "load (unpickling runs code from the file); save numeric or "
+                              "string arrays") from exc
+        raise _unreadable(path, "not a readable .npy / .npz file", exc,
+                          "check that the file is whole, or save the arrays again with "
+                          "numpy.save / numpy.savez") from exc
     lengths = {name: (len(a) if a.ndim else -1) for name, a in columns.items()}
     if len(set(lengths.values())) != 1 or -1 in lengths.values():
         raise EncodeError(f"{path}: arrays of different lengths or scalars ({lengths}); each "
@@ -251,7 +303,13 @@ def open_source(src: object, batch_size: int,
             os.path.exists(os.path.join(src, "state.json")):
         import datasets
 
-        return hf_source(datasets.load_from_disk(src), batch_size)
+        try:
+            saved = datasets.load_from_disk(src)
+        except Exception as exc:  # whatever datasets raises for a broken save
+            raise _unreadable(src, "not a readable Hugging Face save_to_disk directory", exc,
+                              "save the dataset again with dataset.save_to_disk, or pass the "
+                              "dataset object to ofindex.convert") from exc
+        return hf_source(saved, batch_size)
     parquet = _parquet_files(src) if "://" not in src else []
     if parquet:
         return parquet_source(parquet, batch_size)
