@@ -152,6 +152,18 @@ class IncompleteDatasetError(OfindexError, FileNotFoundError):
     a dataset unless ``allow_missing_shards=True`` (``--allow-missing-shards``) accepts it."""
 
 
+class SourceError(OfindexError, ValueError):
+    """A conversion's source cannot be read as what it was taken for (a damaged or truncated
+    Parquet or numpy file, a broken Hugging Face ``save_to_disk`` directory); the message
+    names the file and what to do."""
+
+
+class NestedPathsError(OfindexError, ValueError):
+    """A conversion's output lies inside its source, or its source inside its output (the
+    output would be read as source data, now or by a rerun); both are named. The command
+    line exits 2, as for any bad argument."""
+
+
 class StateError(OfindexError, ValueError):
     """A saved sampler or loader state cannot be loaded: a field is missing, unknown, of
     the wrong type or out of range, or the state was saved for another sampler (dataset

@@ -333,3 +333,66 @@ def test_interrupt_exits_130():
         for conn, _ in held:
             conn.close()
         srv.close()
+
+
+def test_convert_into_its_own_source_exits_2_naming_both(data, tmp_path):
+    """`ofindex convert DS DS/sub` succeeded (and a rerun read its output as data): an output
+    inside the source, the source itself, or a source inside the output is a bad command
+    line (exit 2, one line naming both), through a glob and a symbolic link too; nothing is
+    written."""
+    os.symlink(data, tmp_path / "link")
+    pq_dir = tmp_path / "tables"
+    pq_dir.mkdir()
+    pa, pq = need("pyarrow", "pyarrow"), need("pyarrow.parquet", "pyarrow")
+    pq.write_table(pa.table({"x": [1, 2]}), pq_dir / "a.parquet")
+    cases = [(data, os.path.join(data, "sub"), "is inside the source"),
+             (data, data, "is inside the source"),
+             (str(tmp_path / "link"), os.path.join(data, "sub", "deeper"), "is inside the source"),
+             (str(pq_dir / "*.parquet"), str(pq_dir / "out"), "is inside the source"),
+             (str(pq_dir / "a.parquet"), str(pq_dir), "is inside the output"),
+             (str(pq_dir / "a.parquet"), str(tmp_path), "is inside the output")]
+    for src, dst, what in cases:
+        before = sorted(os.walk(tmp_path))
+        r = run(["convert", src, dst, "--no-progress"])
+        assert_one_line_error(r, what, src, dst, code=2)
+        assert sorted(os.walk(tmp_path)) == before, (src, dst)
+    r = run(["convert", data, data + "-converted", "--no-progress"])   # a sibling is fine
+    assert r.returncode == 0, r.stderr
+
+
+def test_convert_of_a_damaged_source_is_one_line_naming_the_file(tmp_path):
+    """A damaged Parquet file, a truncated one, numpy files that are not, an npy of pickled
+    objects and a broken Hugging Face save printed pyarrow's / numpy's / json's exception
+    names ('ArrowInvalid: Parquet magic bytes…', 'OSError: Corrupt snappy compressed data',
+    'BadZipFile: …', 'JSONDecodeError: …') and 'run again with --debug': one line now, naming
+    the file and what to do, exit 1, and nothing written."""
+    np = need("numpy", "numpy")
+    pa, pq = need("pyarrow", "pyarrow"), need("pyarrow.parquet", "pyarrow")
+    pq.write_table(pa.table({"x": np.arange(100_000)}), tmp_path / "good.parquet",
+                   row_group_size=10_000)
+    whole = (tmp_path / "good.parquet").read_bytes()
+    damaged = bytearray(whole)
+    damaged[2000:60000] = bytes(58000)
+    files = {"not.parquet": b"hello, not parquet", "cut.parquet": whole[: len(whole) // 2],
+             "damaged.parquet": bytes(damaged), "bad.npz": b"PK\x03\x04garbage",
+             "bad.npy": b"\x93NUMPY garbage"}
+    for name, content in files.items():
+        (tmp_path / name).write_bytes(content)
+    np.save(tmp_path / "objects.npy", np.array([{"a": 1}], dtype=object), allow_pickle=True)
+    (tmp_path / "hf").mkdir()
+    (tmp_path / "hf" / "dataset_info.json").write_text("{")
+    (tmp_path / "hf" / "state.json").write_text("{}")
+    expected = {"not.parquet": "not a readable Parquet file (Parquet magic bytes",
+                "cut.parquet": "not a readable Parquet file",
+                "damaged.parquet": "damaged: reading failed after 0 of its 100,000 rows",
+                "bad.npz": "not a readable .npy / .npz file (File is not a zip file)",
+                "bad.npy": "not a readable .npy / .npz file",
+                "objects.npy": "holds arrays of Python objects",
+                "hf": "not a readable Hugging Face save_to_disk directory"}
+    for name, what in expected.items():
+        r = run(["convert", str(tmp_path / name), str(tmp_path / f"out-{name}"), "--no-progress"])
+        assert_one_line_error(r, f"{tmp_path / name}: {what}", code=1)
+        for raw in ("ArrowInvalid", "OSError:", "ValueError:", "BadZipFile", "JSONDecodeError",
+                    "--debug"):
+            assert raw not in r.stderr, r.stderr
+        assert not os.path.exists(tmp_path / f"out-{name}")

@@ -31,6 +31,7 @@ from ..read.open import PartialIndexWarning
 from ..schema import infer_spec, to_python
 from ..storage import Storages
 from ..storage.identity import check_identity
+from ..write.leftovers import LeftoverFilesWarning, find_leftovers
 from .exitcodes import EXIT_OK, EXIT_PARTIAL
 from .plan_command import cmd_plan
 
@@ -51,7 +52,7 @@ def _print_skipped(caught: list[warnings.WarningMessage], *, others: bool) -> No
     """Print each :class:`SkippedFilesWarning` caught as one line (and show the ``others``)."""
     for w in caught:
         if issubclass(w.category, (SkippedFilesWarning, LegacyLayoutWarning,
-                                   MissingShardsWarning)):
+                                   MissingShardsWarning, LeftoverFilesWarning)):
             print(f"WARNING: {w.message}", file=sys.stderr)
         elif others:
             warnings.showwarning(w.message, w.category, w.filename, w.lineno)
@@ -119,7 +120,12 @@ def _build_summary(results: Sequence[BuildResult], *, verified: bool) -> str:
 
 def cmd_info(args: argparse.Namespace, options: Options) -> int:
     """``ofindex info``: shards, counts, sizes and index state (partial indexes shown; files
-    without an index: see :mod:`.unindexed`)."""
+    without an index: see :mod:`.unindexed`; hidden files a killed writer left: a warning
+    first)."""
+    for path in args.paths:
+        left = find_leftovers(path, args.index_dir)
+        if left is not None:
+            print(f"WARNING: {left.describe()}", file=sys.stderr)
     try:
         ds = _open(args, options, verify=False)
     except IndexNotFoundError as missing:
@@ -372,6 +378,7 @@ def cmd_convert(args: argparse.Namespace, options: Options) -> int:
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", SkippedFilesWarning)
+        warnings.simplefilter("always", LeftoverFilesWarning)
         code = inspection.cmd_convert(args, options)
     _print_skipped(caught, others=True)
     return code

@@ -139,6 +139,17 @@ def _positive(kind: type[int] | type[float]) -> Any:
     return parse
 
 
+def null_policy(text: str) -> Any:
+    """``convert --nulls``: ``refuse``, ``drop`` or ``fill:VALUE`` (see
+    :func:`ofindex.encode.nulls.parse_cli`)."""
+    from ..encode.nulls import parse_cli
+
+    try:
+        return parse_cli(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _int_list(text: str) -> list[int]:
     try:
         values = [int(v) for v in text.split(",") if v.strip()]
@@ -291,6 +302,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="compression of the new files")
     p.add_argument("--batch-size", type=int, default=1024, metavar="N",
                    help="records encoded at once")
+    p.add_argument("--nulls", type=null_policy, default="refuse", metavar="POLICY",
+                   help="a null element inside a list: refuse (default: an error naming the "
+                   "column and row), drop (left out of its list) or fill:VALUE (VALUE parsed "
+                   "as JSON when it can be); a null cell always leaves the feature out")
     p.add_argument("-s", "--storage-option", action="append", metavar="KEY=VALUE",
                    help="fsspec storage option (repeatable; VALUE parsed as JSON when it can be)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
