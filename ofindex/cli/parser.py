@@ -166,13 +166,13 @@ def _common(paths: str = "+") -> "_Parser":
     p.add_argument("-s", "--storage-option", action="append", metavar="KEY=VALUE",
                    help="fsspec storage option (repeatable; VALUE parsed as JSON when it can be)")
     p.add_argument("--retries", type=retry_count, metavar="N",
-                   help="remote requests that fail transiently (refused or reset connections, "
-                   "timeouts, HTTP 5xx) are sent again up to N times, with exponential backoff "
-                   "and jitter (default 10; 0: none); answers that the request rate is too "
-                   "high (429, S3 SlowDown) slow the reader down without counting")
+                   help="remote requests that fail transiently (reset connections, timeouts, "
+                   "HTTP 5xx, 429 and S3 SlowDown, which also slow the reader down) are sent "
+                   "again up to N times, with exponential backoff and jitter (default 10; 0: "
+                   "none); a connection refused where nothing ever answered is not retried")
     p.add_argument("--timeout", type=seconds, metavar="SECONDS",
-                   help="give a remote request up after this long, its retries included "
-                   "(default 60)")
+                   help="give a remote request up after this long, its retries, backoff and "
+                   "waits for a throttled store included (default 60)")
     return p
 
 

@@ -1,9 +1,16 @@
-"""What a path, directory or glob names on an fsspec filesystem: its files (not directories)."""
+"""What a path, directory or glob names on an fsspec filesystem: its files (not directories).
+
+One coroutine serves both kinds of filesystem (:func:`.aio.awaitable`): an asynchronous one's
+listing runs on its loop, where the retry policy's deadline cuts a request that hangs; a
+synchronous one's runs at once (:func:`.aio.run_now`).
+"""
 
 from typing import Any
 
+from .aio import awaitable
 
-def list_files(fs: Any, pattern: str) -> list[str]:
+
+async def list_files(fs: Any, pattern: str) -> list[str]:
     """List the files ``pattern`` names on ``fs``.
 
     Args:
@@ -14,15 +21,16 @@ def list_files(fs: Any, pattern: str) -> list[str]:
         Paths on ``fs`` (unsorted); ``[]`` when nothing matches.
     """
     if any(c in pattern for c in "*?["):
-        found = fs.glob(pattern, detail=True)
+        found = await awaitable(fs, "glob")(pattern, detail=True)
         return [p for p, info in found.items() if info.get("type") != "directory"]
     try:
-        entries = fs.ls(pattern, detail=True)
+        entries = await awaitable(fs, "ls")(pattern, detail=True)
     except (FileNotFoundError, NotADirectoryError):
         return []
     files = [e for e in entries if e.get("type") != "directory"]
     if len(files) == 1 and files[0]["name"].rstrip("/") == pattern.rstrip("/"):
         return [pattern]  # ls of a file lists the file itself
-    if not entries and fs.exists(pattern) and not fs.isdir(pattern):
+    if not entries and await awaitable(fs, "exists")(pattern) \
+            and not await awaitable(fs, "isdir")(pattern):
         return [pattern]
     return [str(e["name"]) for e in files]
