@@ -24,6 +24,7 @@ from ofindex.formats.framing import RecordFormat
 from ofindex.formats.location import resolve
 from ofindex.formats.strays import ListedStrays, only_strays, warn_skipped
 from ofindex.read.peek import RecordStream
+from ofindex.storage import LocalStorage, is_glob
 from ofindex.storage.registry import Storages
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".gif", ".bmp", ".webp", ".tif", ".tiff")
@@ -213,10 +214,12 @@ def unindexed_records_source(src: str, batch_size: int,
 
 
 def _parquet_files(src: str) -> list[str]:
-    if os.path.isdir(src):
-        return sorted(glob.glob(os.path.join(src, "**", "*.parquet"), recursive=True))
-    if glob.has_magic(src):
-        return sorted(glob.glob(src))
+    if os.path.isdir(src):  # (its name taken as written, whatever its characters)
+        return sorted(glob.glob(os.path.join(glob.escape(src), "**", "*.parquet"),
+                                recursive=True))
+    local = LocalStorage()
+    if is_glob(local, src):  # only a path that does not exist may be a glob
+        return sorted(local.expand(src))
     return [src] if src.endswith(".parquet") else []
 
 

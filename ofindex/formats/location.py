@@ -15,12 +15,19 @@ ofindex 0.2 beside their data file (``<file>.ofidx``).
 from __future__ import annotations
 
 import dataclasses
-import glob
 import os
 from collections.abc import Sequence
 
 from ..errors import DataFileNotFoundError, ManifestError, RangeReadError, SidecarError
-from ..storage import PathSpec, Storage, Storages, as_list, is_local_url, list_data_files
+from ..storage import (
+    PathSpec,
+    Storage,
+    Storages,
+    as_list,
+    is_glob,
+    is_local_url,
+    list_data_files,
+)
 from .compact_manifest import COMPACT_NAME, CompactManifest, open_compact
 from .lazy_rows import LazyRows
 from .manifest import Manifest, decode_manifest, manifest_url_for, read_manifest
@@ -173,9 +180,11 @@ def _named_directory(paths: PathSpec, storage: Storage, storages: Storages,
                      files: list[str]) -> str | None:
     """The directory a single, non-glob spec names, or ``None``."""
     spec = _single(paths)
-    if spec is None or glob.has_magic(spec):
+    if spec is None:
         return None
     _, path = storages.for_url(spec)
+    if is_glob(storage, path):
+        return None
     if storage.is_local:
         is_directory = os.path.isdir(path)
     elif getattr(storage, "protocol", "") in ("http", "https"):
@@ -195,10 +204,10 @@ def _find_manifest(
     spec = _single(paths)
     if spec is None:
         return None
-    _, spec_path = storages.for_url(spec)  # an unknown protocol is reported for the URL given
+    spec_storage, spec_path = storages.for_url(spec)  # an unknown protocol: for the URL given
     if spec.endswith(".json") or spec.rstrip("/").rsplit("/", 1)[-1] == COMPACT_NAME:
         return _required_manifest(spec, storages)
-    if glob.has_magic(spec):
+    if is_glob(spec_storage, spec_path):
         return None
     if is_local_url(spec) and not os.path.isdir(spec_path):
         return None

@@ -13,6 +13,7 @@ from typing import IO
 from ..errors import DataFileNotFoundError
 from .base import CHECKED_READ_BYTES, Storage, check_length, check_range
 from .failures import not_writable
+from .patterns import has_magic, literal_heads, with_literal_head
 from .stamp import ExpectedFiles, FileStamp
 
 _MAX_OPEN = 256
@@ -195,9 +196,11 @@ class LocalStorage(Storage):
                 for name in os.listdir(pattern)
                 if os.path.isfile(os.path.join(pattern, name))
             ]
-        if _glob.has_magic(pattern):
-            return [p for p in _glob.glob(pattern) if os.path.isfile(p)]
-        return [pattern] if os.path.isfile(pattern) else []
+        if os.path.lexists(pattern) or not has_magic(pattern):  # a path that exists is a path
+            return [pattern] if os.path.isfile(pattern) else []
+        head = next((h for h in literal_heads(pattern, os.sep) if os.path.isdir(h)), None)
+        found = _glob.glob(pattern if head is None else with_literal_head(pattern, head))
+        return [p for p in found if os.path.isfile(p)]
 
     def join(self, directory: str, name: str) -> str:
         return os.path.join(directory, name)

@@ -33,8 +33,9 @@ from .clients import ORPHANS, shared_filesystem
 from .content import content_digest, content_regions
 from .failures import not_writable
 from .gather import gather_ranges, gather_results
-from .listing import list_files
+from .listing import list_files, list_matches
 from .pacing import AdaptiveRate, pacer_for
+from .patterns import has_magic
 from .retry import RetryPolicy, current_policy, retry_async, retry_sync
 from .stamp import ExpectedFiles, FileStamp, fingerprint_from_info
 
@@ -555,11 +556,15 @@ class FsspecStorage(Storage):
         self._sizes.pop(path, None)
 
     def expand(self, pattern: str) -> list[str]:
-        if self.protocol in HTTP_PROTOCOLS and not any(c in pattern for c in "*?[") \
-                and not pattern.endswith("/"):
-            # listing a web page downloads it: a URL without a trailing slash is a file
-            return [pattern] if self.exists(pattern) else []
         fs = self.fs
+        if self.protocol in HTTP_PROTOCOLS and not pattern.endswith("/"):
+            # listing a web page downloads it: a URL without a trailing slash is a file, if it
+            # exists (whatever its characters); a glob only if it does not
+            if self.exists(pattern):
+                return [pattern]
+            if not has_magic(pattern):
+                return []
+            return self._call(pattern, "listing", lambda: list_matches(fs, pattern))
         return self._call(pattern, "listing", lambda: list_files(fs, pattern))
 
     def join(self, directory: str, name: str) -> str:
