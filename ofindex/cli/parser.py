@@ -296,8 +296,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("export-index", "write the text 'offset length' index (DALI, tfrecord2idx)",
             _common())
     p.add_argument("-o", "--output", metavar="PATH",
-                   help="output file (one data file) or directory (default: <data file>.idx "
-                   "beside the data)")
+                   help="output file (one data file; '-' for stdout; a FIFO or a device is "
+                   "written in place) or directory (default: <data file>.idx beside the data)")
 
     p = add("import-index", "turn a text 'offset length' index into a sidecar",
             _common(paths=""))

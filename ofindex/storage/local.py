@@ -14,6 +14,7 @@ from ..errors import DataFileNotFoundError
 from .base import CHECKED_READ_BYTES, Storage, check_length, check_range
 from .failures import not_writable
 from .patterns import has_magic, literal_heads, with_literal_head
+from .special import is_special, write_in_place
 from .stamp import ExpectedFiles, FileStamp
 
 _MAX_OPEN = 256
@@ -247,7 +248,9 @@ def write_local_atomic(path: str, parts: list[bytes | memoryview], *,
     """Write ``parts`` to ``path`` through a temporary file in the same directory and a rename.
 
     Readers see the old file or the new one, never a partial one. The file gets the mode
-    ``open(path, "w")`` would give it (0666 minus the umask), not ``mkstemp``'s 0600.
+    ``open(path, "w")`` would give it (0666 minus the umask), not ``mkstemp``'s 0600. A
+    destination that is not a file to replace (a device, a FIFO, ``/dev/stdout`` or a link to
+    one: :mod:`.special`) is written in place instead, never renamed over.
 
     Args:
         path: Destination file; its directory is created when missing.
@@ -259,7 +262,11 @@ def write_local_atomic(path: str, parts: list[bytes | memoryview], *,
     Raises:
         OSError: The directory is not writable, the disk is full, …; the temporary file is
             removed and ``path`` is untouched.
+        StorageError: A special destination refused the bytes (``/dev/full``).
     """
+    if is_special(path):
+        write_in_place(path, parts)
+        return
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=os.path.basename(path) + ".", suffix=".tmp", dir=directory)
