@@ -14,7 +14,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from .._accel import implementation
-from ..errors import DataFileNotFoundError, IndexNotFoundError, OfindexError
+from ..errors import (
+    DataFileNotFoundError,
+    IndexNotFoundError,
+    OfindexError,
+    RecordIndexError,
+)
 from ..formats.framing import RecordFormat
 from ..formats.location import DatasetLocation, resolve, sidecar_location
 from ..formats.sidecar import load_sidecar
@@ -166,7 +171,10 @@ def cmd_info(args: argparse.Namespace, options: Options) -> int:
 def cmd_get(args: argparse.Namespace, options: Options) -> int:
     """``ofindex get``: print records (hex preview, decoded, or raw bytes)."""
     ds = _open(args, options, verify=not args.no_verify)
-    records = ds.__getitems__(args.indices)
+    try:
+        records = ds.__getitems__(args.indices)
+    except RecordIndexError as exc:  # a record number the dataset has not: a bad argument
+        raise UsageError(str(exc)) from None
     for index, payload in zip(args.indices, records, strict=True):
         if args.raw:
             sys.stdout.buffer.write(payload)
