@@ -124,6 +124,10 @@ class StorageError(OfindexError, OSError):
     """Storage could not be reached or refused access (endpoint, credentials, bucket)."""
 
 
+class ClusterError(OfindexError, ConnectionError):
+    """A compute cluster to build on (a Dask scheduler, a Ray cluster) cannot be reached."""
+
+
 class InvalidURLError(OfindexError, ValueError):
     """A path or URL that no storage understands (an unknown protocol)."""
 

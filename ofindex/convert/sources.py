@@ -38,6 +38,7 @@ from ofindex.formats.strays import (
     warn_skipped,
 )
 from ofindex.read.peek import RecordStream
+from ofindex.storage import LocalStorage, is_glob
 from ofindex.storage.registry import Storages
 
 
@@ -267,13 +268,17 @@ def unindexed_records_source(src: str, batch_size: int,
 
 def _parquet_files(src: str) -> list[str]:
     """The Parquet files a path names; of a directory or glob, the regular files only (a
-    FIFO named ``x.parquet`` would be waited on), the others skipped with one warning."""
+    FIFO named ``x.parquet`` would be waited on), the others skipped with one warning. A
+    path that exists is taken as written, whatever its characters; only one that does not
+    may be a glob."""
     if os.path.isdir(src):
-        found = sorted(glob.glob(os.path.join(src, "**", "*.parquet"), recursive=True))
-    elif glob.has_magic(src):
-        found = sorted(glob.glob(src))
+        found = sorted(glob.glob(os.path.join(glob.escape(src), "**", "*.parquet"),
+                                 recursive=True))
     else:
-        return [src] if src.endswith(".parquet") else []
+        local = LocalStorage()
+        if not is_glob(local, src):
+            return [src] if src.endswith(".parquet") else []
+        found = sorted(local.expand(src))
     regular = [path for path in found if os.path.isfile(path)]
     if len(regular) < len(found):
         others = [path for path in found if path not in set(regular)]

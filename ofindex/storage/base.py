@@ -247,7 +247,10 @@ class Storage(abc.ABC):
 
     @abc.abstractmethod
     def expand(self, pattern: str) -> list[str]:
-        """The data files a path, directory or glob names (unsorted, sidecars excluded later)."""
+        """The data files a path, directory or glob names (unsorted, sidecars excluded later).
+
+        A path that exists is that path, whatever its characters; only one that does not may
+        be a glob (:mod:`.patterns`)."""
 
     @abc.abstractmethod
     def join(self, directory: str, name: str) -> str: ...

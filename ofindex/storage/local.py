@@ -15,6 +15,8 @@ from . import openfiles
 from .base import CHECKED_READ_BYTES, Storage, check_length, check_range
 from .failures import no_space, not_writable
 from .openfiles import OPEN_FILES
+from .patterns import has_magic, literal_heads, with_literal_head
+from .special import is_special, write_in_place
 from .stamp import ExpectedFiles, FileStamp
 
 
@@ -206,9 +208,11 @@ class LocalStorage(Storage):
                 for name in os.listdir(pattern)
                 if os.path.isfile(os.path.join(pattern, name))
             ]
-        if _glob.has_magic(pattern):
-            return [p for p in _glob.glob(pattern) if os.path.isfile(p)]
-        return [pattern] if os.path.isfile(pattern) else []
+        if os.path.lexists(pattern) or not has_magic(pattern):  # a path that exists is a path
+            return [pattern] if os.path.isfile(pattern) else []
+        head = next((h for h in literal_heads(pattern, os.sep) if os.path.isdir(h)), None)
+        found = _glob.glob(pattern if head is None else with_literal_head(pattern, head))
+        return [p for p in found if os.path.isfile(p)]
 
     def join(self, directory: str, name: str) -> str:
         return os.path.join(directory, name)
@@ -255,7 +259,9 @@ def write_local_atomic(path: str, parts: list[bytes | memoryview], *,
     """Write ``parts`` to ``path`` through a temporary file in the same directory and a rename.
 
     Readers see the old file or the new one, never a partial one. The file gets the mode
-    ``open(path, "w")`` would give it (0666 minus the umask), not ``mkstemp``'s 0600.
+    ``open(path, "w")`` would give it (0666 minus the umask), not ``mkstemp``'s 0600. A
+    destination that is not a file to replace (a device, a FIFO, ``/dev/stdout`` or a link to
+    one: :mod:`.special`) is written in place instead, never renamed over.
 
     Args:
         path: Destination file; its directory is created when missing.
@@ -267,7 +273,11 @@ def write_local_atomic(path: str, parts: list[bytes | memoryview], *,
     Raises:
         OSError: The directory is not writable, the disk is full, …; the temporary file is
             removed and ``path`` is untouched.
+        StorageError: A special destination refused the bytes (``/dev/full``).
     """
+    if is_special(path):
+        write_in_place(path, parts)
+        return
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=os.path.basename(path) + ".", suffix=".tmp", dir=directory)
