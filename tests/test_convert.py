@@ -247,7 +247,7 @@ def test_an_interrupted_conversion_leaves_nothing_that_opens(tmp_path, seed, sig
     if not visible:  # nothing was published: converting again works (and names leftovers)
         import warnings
 
-        from ofindex.write.leftovers import LeftoverFilesWarning
+        from ofindex.errors import LeftoverFilesWarning
 
         hidden = dst.exists() and any(f.startswith(".") for f in os.listdir(dst))
         with warnings.catch_warnings(record=True) as caught:
@@ -552,7 +552,7 @@ def test_what_a_killed_conversion_left_is_named_by_info_and_by_a_rerun(tmp_path,
     import sys
     import time
 
-    from ofindex.write.leftovers import LeftoverFilesWarning
+    from ofindex.errors import LeftoverFilesWarning
 
     n = 60_000
     src, dst = tmp_path / "src.parquet", tmp_path / "dst"

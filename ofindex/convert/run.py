@@ -17,9 +17,9 @@ from ofindex.decode.example import top_fields
 from ofindex.decode.spec import Spec
 from ofindex.encode import encode_example, encode_ofrecord
 from ofindex.encode.nulls import REFUSE, Nulls, null_policy
-from ofindex.errors import EncodeError, NestedPathsError, hint
+from ofindex.errors import EncodeError, LeftoverFilesWarning, NestedPathsError, hint
 from ofindex.formats.framing import RecordFormat
-from ofindex.write.leftovers import LeftoverFilesWarning, find_leftovers
+from ofindex.write.leftovers import find_leftovers
 from ofindex.write.sharded import ShardedWriter, WriteSummary
 
 

@@ -27,16 +27,16 @@ from ofindex.convert.imagefolder import (
     not_regular,
 )
 from ofindex.encode.arrow import check_arrow_type
-from ofindex.errors import EncodeError, FormatDetectionError, IndexNotFoundError, SourceError
+from ofindex.errors import (
+    EncodeError,
+    FormatDetectionError,
+    IndexNotFoundError,
+    SkippedFilesWarning,
+    SourceError,
+)
 from ofindex.formats.framing import RecordFormat
 from ofindex.formats.location import resolve
-from ofindex.formats.strays import (
-    ListedStrays,
-    SkippedFilesWarning,
-    only_strays,
-    shown,
-    warn_skipped,
-)
+from ofindex.formats.strays import ListedStrays, only_strays, shown, warn_skipped
 from ofindex.read.peek import RecordStream
 from ofindex.storage import LocalStorage, is_glob
 from ofindex.storage.registry import Storages
