@@ -43,6 +43,7 @@ def open(
     compression: str | Compression | None = "auto",
     retries: int | None = None,
     timeout: float | None = None,
+    allow_missing_shards: bool = False,
 ) -> Dataset:
     """Open TFRecord/OFRecord shards as one randomly accessible :class:`Dataset`.
 
@@ -110,12 +111,19 @@ def open(
             ``"zlib"`` or ``None`` insists on one (a shard indexed otherwise raises
             :class:`SidecarError`, and ``build_missing`` indexes with it). A random record
             costs inflating from the seek point before it; iteration inflates each shard once.
-        retries: Remote requests that fail transiently (connection refused or reset,
-            timeouts, HTTP 5xx and 429, S3 ``SlowDown``) are sent again up to this many times,
-            after waits drawn with exponential backoff and jitter (default 10; ``0``: no
-            retries). A request of a batch far slower than its peers is also sent once more.
-        timeout: Seconds after which a remote request is given up, its retries included
-            (default 60).
+        retries: Remote requests that fail transiently (connections reset, or refused by a
+            store that answered before; timeouts, HTTP 5xx and 429, S3 ``SlowDown``) are sent
+            again up to this many times, after waits drawn with exponential backoff and jitter
+            (default 10; ``0``: each request is sent once). A connection refused where nothing
+            ever answered is not retried. A request of a batch far slower than its peers is
+            also sent once more.
+        timeout: Seconds after which a remote request is given up: its attempts, backoff
+            waits and waits for its turn at a throttled store's rate included (default 60).
+        allow_missing_shards: Open a directory, glob or manifest whose shards are not all
+            there (names that say ``-of-N`` with fewer than N of them, or a writer's
+            publication that did not finish: see :mod:`ofindex.formats.shard_set`), with a
+            ``MissingShardsWarning``. Without it such a set is refused, also with
+            ``build_missing`` or ``rebuild_stale``.
 
     Returns:
         The dataset: ``len(ds)``, ``ds[i]``, slices, ``ds.__getitems__(indices)``, iteration.
@@ -123,11 +131,14 @@ def open(
     Raises:
         DataFileNotFoundError: ``paths`` matches no data file (a ``FileNotFoundError``).
         IndexNotFoundError: Shards without a sidecar, all named (a ``FileNotFoundError``).
+        IncompleteDatasetError: Shards of the set are missing (a ``FileNotFoundError``),
+            unless ``allow_missing_shards``.
         StaleIndexError: A data file changed since it was indexed (a ``ValueError``).
         SidecarError: A sidecar or manifest is corrupt, or shards disagree on the format.
-        StorageError: Storage cannot be reached (a host name that does not resolve, a refused
-            connection, a failed TLS handshake, no answer within ``timeout``), or refuses
-            access (an ``OSError``).
+        StorageError: Storage cannot be reached (a host name that does not resolve, nothing
+            listening at the address, a failed TLS handshake, no answer within ``timeout``),
+            refuses access, or keeps answering that the request rate is too high (an
+            ``OSError``).
         MissingDependencyError: The URL's protocol needs an extra, e.g. ``pip install
             'ofindex[s3]'`` (an ``ImportError``).
         InvalidURLError: An unknown URL protocol (a ``ValueError``).
@@ -140,6 +151,7 @@ def open(
             not record files (a README): left out, once, naming them.
         DataCacheWarning: ``data_cache_bytes`` cannot hold the dataset's data files: read
             without the data cache.
+        MissingShardsWarning: ``allow_missing_shards=True`` accepted a set lacking shards.
     """
     parse_compression(compression)  # refuse a bad name before any work
     if data_cache_bytes and cache_dir is None:
@@ -150,9 +162,11 @@ def open(
                         max_inflight_bytes=max_inflight_bytes,
                         retry=with_settings(current_policy(), retries, timeout))
     if rebuild_stale:
-        build_location(resolve(paths, index_dir=index_dir, storages=storages, manifest=False),
+        build_location(resolve(paths, index_dir=index_dir, storages=storages, manifest=False,
+                               allow_missing_shards=allow_missing_shards, building=True),
                        format=format, compression=compression)
-    location = resolve(paths, index_dir=index_dir, storages=storages, manifest=manifest)
+    location = resolve(paths, index_dir=index_dir, storages=storages, manifest=manifest,
+                       allow_missing_shards=allow_missing_shards)
     if build_missing and not rebuild_stale and location.manifest is None:
         build_missing_sidecars(location, format, compression)
     sidecar_cache = SidecarCache(cache_bytes, cache_dir, cache_dir_bytes)

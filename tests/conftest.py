@@ -12,10 +12,12 @@ gives the same result. The "explore" profile draws fresh random inputs and keeps
 
 from __future__ import annotations
 
+import atexit
 import os
 import re
 import shutil
 import sys
+import tempfile
 import uuid
 
 os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
@@ -28,6 +30,16 @@ from hypothesis.database import DirectoryBasedExampleDatabase
 
 sys.path.insert(0, os.path.dirname(__file__))
 import servers
+
+# the indexes of files named on their own go to the per-user index cache
+# (ofindex.formats.index_cache): the test session's own, never the user's; made by the first
+# process (pytest, or xdist's controller), inherited by its workers and subprocesses (also
+# those that import this module again), and removed by the process that made it
+_INDEX_CACHE_PREFIX = "ofindex-test-index-cache-"
+if not os.path.basename(os.environ.get("OFINDEX_INDEX_CACHE", "")).startswith(
+        _INDEX_CACHE_PREFIX):
+    os.environ["OFINDEX_INDEX_CACHE"] = tempfile.mkdtemp(prefix=_INDEX_CACHE_PREFIX)
+    atexit.register(shutil.rmtree, os.environ["OFINDEX_INDEX_CACHE"], True)
 
 BUCKET = "ofindex-test"
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -163,15 +163,18 @@ def reseal_manifest(doc: dict) -> bytes:
 
 
 def sidecar_of(data_path) -> str:
-    """Where the default build put ``data_path``'s sidecar, by the documented placement rule
-    (docs: "Where index files go"): ``<data dir>.ofindex/<name>.ofidx`` (a hidden
-    ``.ofindex/`` at a filesystem root), or the legacy ``<data path>.ofidx`` beside the data
-    when that is the one that exists. Tests use it rather than spelling a location."""
+    """Where ``data_path``'s sidecar is, by the documented placement rule (docs: "Where
+    index files go"): ``<data dir>.ofindex/<name>.ofidx`` (a hidden ``.ofindex/`` at a
+    filesystem root), else the per-user index cache's (:func:`cached_index_dir_of`: a file
+    named on its own, whose directory has no index directory), else the legacy
+    ``<data path>.ofidx`` beside the data; the first place when none holds one. Tests use it
+    rather than spelling a location."""
     data_path = os.fspath(data_path)
     directory, name = os.path.split(os.path.abspath(data_path))
     sibling = os.path.join(index_dir_of(directory), name + ".ofidx")
+    cached = os.path.join(cached_index_dir_of(directory), name + ".ofidx")
     legacy = data_path + ".ofidx"
-    return legacy if os.path.exists(legacy) and not os.path.exists(sibling) else sibling
+    return next((p for p in (sibling, cached, legacy) if os.path.exists(p)), sibling)
 
 
 def index_dir_of(data_dir) -> str:
@@ -184,11 +187,24 @@ def index_dir_of(data_dir) -> str:
     return os.path.join(parent, base + ".ofindex")
 
 
+def cached_index_dir_of(data_dir) -> str:
+    """The per-user index cache's directory for the files of ``data_dir``, as docs/placement.md
+    spells it: ``$OFINDEX_INDEX_CACHE`` (this test session's, see conftest.py), then the
+    data directory's canonical path, percent-encoded."""
+    from urllib.parse import quote_from_bytes
+
+    canonical = os.fsencode(os.path.realpath(os.fspath(data_dir)))
+    return os.path.join(os.environ["OFINDEX_INDEX_CACHE"], quote_from_bytes(canonical, safe=""))
+
+
 def manifest_of(data_dir) -> str:
-    """Where the default build put a data directory's manifest (see :func:`sidecar_of`)."""
-    sibling = os.path.join(index_dir_of(data_dir), "ofindex-manifest.json")
-    legacy = os.path.join(os.fspath(data_dir), "ofindex-manifest.json")
-    return legacy if os.path.exists(legacy) and not os.path.exists(sibling) else sibling
+    """Where the default build put a data directory's manifest (see :func:`sidecar_of`): its
+    index directory's, else the per-user index cache's, else (legacy) its own; the first
+    place when none holds one."""
+    places = [os.path.join(where, "ofindex-manifest.json")
+              for where in (index_dir_of(data_dir), cached_index_dir_of(data_dir),
+                            os.fspath(data_dir))]
+    return next((p for p in places if os.path.exists(p)), places[0])
 
 
 def copy_dataset(source, target) -> str:

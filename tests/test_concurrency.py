@@ -119,7 +119,8 @@ def test_a_writer_killed_midway_leaves_nothing_read_as_complete(tmp_path, existe
         writer.proc.wait(10)
     finally:
         writer.stop()
-    assert os.path.exists(f"{p}.{writer.proc.pid}.tmp")  # the half-written file, left aside
+    # the half-written file, left aside under a hidden name
+    assert [n for n in os.listdir(d) if n.startswith(f".ofindex-{writer.proc.pid}-")]
     if existed:  # the old file and its index, intact, whatever way it is opened
         assert list(ofindex.open(p)) == old and list(ofindex.open(str(d))) == old
         ofindex.build_index(str(d))  # rebuilding ignores the temporary file too

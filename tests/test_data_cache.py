@@ -26,11 +26,11 @@ from helpers import IMPLEMENTATIONS, implementation, stamp_as_served
 
 import ofindex
 from ofindex.cli.synthetic import write_dataset
+from ofindex.errors import CacheDirWarning, DataCacheWarning
 from ofindex.read import blockfile
 from ofindex.read.cachedb import DATA_DB_NAME
 from ofindex.read.cachedir import BLOCK_SUFFIX, file_key
-from ofindex.read.datacache import DataCache, DataCacheWarning
-from ofindex.read.nodecache import CacheDirWarning
+from ofindex.read.datacache import DataCache
 from ofindex.shuffle import GlobalShuffleSampler
 
 RECORDS, SHARDS, SIZE = 3000, 3, 300

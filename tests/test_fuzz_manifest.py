@@ -267,7 +267,7 @@ def test_a_manifest_cannot_name_a_file_outside_its_directory(tmp_path, where, na
     for k, recs in enumerate(RECORDS):
         with ofindex.Writer(f"{base}/data/part-{k}") as w:
             w.write_many(recs)
-    with ofindex.Writer(secret) as w:
+    with ofindex.Writer(secret, index_dir=f"{base}.ofindex") as w:  # its directory's index
         w.write_many(DECOY)
     ofindex.build_index(f"{base}/data")
     fs = fsspec.filesystem("file" if where == "local" else "memory")

@@ -270,7 +270,7 @@ def test_an_old_index_read_from_another_storage_warns_that_it_checks_sizes_only(
         built, nginx_server):
     import uuid
 
-    from ofindex.storage.identity import UnverifiedIndexWarning
+    from ofindex.errors import UnverifiedIndexWarning
 
     d, expected = built
     _strip_digests(d)

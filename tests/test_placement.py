@@ -218,17 +218,20 @@ def test_index_dir_still_chooses_the_place(tmp_path):
 
 
 def test_the_docs_example_runs(tmp_path):
-    """docs/placement.md's example, run as written."""
+    """docs/placement.md's examples, run as written: a directory's index beside it, and a
+    file named on its own, whose index creates nothing beside its directory."""
     with open(os.path.join(os.path.dirname(__file__), "..", "docs", "placement.md"),
               encoding="utf-8") as f:
         page = f.read()
     blocks = [b.split("\n", 1)[1] for b in page.split("```")[1::2] if b.startswith("python")]
-    assert len(blocks) == 1
-    out = subprocess.run([sys.executable, "-c", blocks[0]], capture_output=True, text=True,
-                         cwd=tmp_path)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.splitlines() == ["['train', 'train.ofindex']", "['part-00000-of-00001']",
-                                       "3 b'def'"]
+    outputs = [["['train', 'train.ofindex']", "['part-00000-of-00001']", "3 b'def'"],
+               ["['work']", "[b'a', b'b']"]]
+    assert len(blocks) == len(outputs)
+    for block, expected in zip(blocks, outputs, strict=True):
+        out = subprocess.run([sys.executable, "-c", block], capture_output=True, text=True,
+                             cwd=tmp_path)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.splitlines() == expected
 
 
 def test_the_measurement_behind_the_docs_table(tmp_path):
@@ -257,17 +260,3 @@ def test_the_measurement_behind_the_docs_table(tmp_path):
     assert all(got["_ofindex directory"]["*"][t] == ["train/_ofindex"] for t in tools)
     sibling = got["sibling directory (default)"]
     assert all(sibling[p][t] == [] for p in sibling for t in tools), sibling
-
-
-def test_a_file_named_without_a_directory(tmp_path, monkeypatch):
-    """``Writer("part-0")`` in the working directory: its index goes next to that directory,
-    not into a hidden directory inside it."""
-    work = tmp_path / "work"
-    work.mkdir()
-    monkeypatch.chdir(work)
-    with ofindex.Writer("part-0") as w:
-        w.write(b"x")
-    ofindex.build_index("part-0", resume=False)
-    assert os.listdir(work) == ["part-0"]
-    assert os.listdir(tmp_path / "work.ofindex") == ["part-0.ofidx"]
-    assert ofindex.open("part-0")[0] == b"x"

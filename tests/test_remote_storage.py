@@ -348,7 +348,7 @@ def test_ten_thousand_shards_open_with_one_round(nginx_server, tmp_path, compact
     root = os.path.join(nginx_server.root, name)
     os.makedirs(root)
     src = os.path.join(root, "shard-00000")
-    with ofindex.Writer(src) as w:
+    with ofindex.Writer(src, index_dir=index_dir_of(root)) as w:  # the dataset's index dir
         for i in range(3):
             w.write(b"record %d" % i)
     n = 10_000

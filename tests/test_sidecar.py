@@ -74,7 +74,8 @@ def test_writer_that_dies_leaves_the_previous_file_and_sidecar(tmp_path):
     assert os.path.exists(sidecar_of(p))
     with pytest.raises(RuntimeError), ofindex.Writer(p) as w:
         w.write(b"a")
-        assert os.path.exists(f"{p}.{os.getpid()}.tmp")  # written under a temporary name
+        # written under a hidden temporary name
+        assert [n for n in os.listdir(tmp_path) if n.startswith(f".ofindex-{os.getpid()}-")]
         raise RuntimeError("crash while writing")
     assert sorted(os.listdir(tmp_path)) == ["w.tfrecord"]  # no temporary
     assert os.listdir(os.path.dirname(sidecar_of(p))) == ["w.tfrecord.ofidx"]

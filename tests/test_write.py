@@ -18,7 +18,7 @@ from helpers import manifest_of, sidecar_of, sigint_as_a_terminal
 
 import ofindex
 from ofindex.decode import BatchDecoder, FixedLen, decode_example
-from ofindex.errors import DatasetExistsError, EncodeError, OfindexError
+from ofindex.errors import DatasetExistsError, EncodeError, IncompleteDatasetError, OfindexError
 from ofindex.proto import ofrecord_pb2
 from ofindex.write import ShardedWriter
 
@@ -475,3 +475,247 @@ def test_ctrl_c_removes_what_was_written(tmp_path):
     assert proc.returncode != 0 and "KeyboardInterrupt" in err, err[-2000:]
     assert os.listdir(out) == []
     assert _outcome(out, 0) is None
+
+
+# -- a publication that did not finish never opens as a dataset --------------------------------
+
+def _run_writer(out, *extra, records=1000, per_shard=100):
+    """Run write_worker.py to the end (or to the SIGKILL its STEP:N asks for); its exit code."""
+    done = subprocess.run([sys.executable, os.path.join(HERE, "write_worker.py"), out,
+                           str(records), str(per_shard), *extra], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": os.path.dirname(HERE)}, timeout=300)
+    return done.returncode
+
+
+def _cli(capsys, *argv):
+    from ofindex.cli.main import main
+
+    code = main(list(argv))
+    return code, capsys.readouterr().err
+
+
+def _tree(*directories):
+    return {d: sorted(os.listdir(d)) if os.path.isdir(d) else None for d in directories}
+
+
+def _refused_everywhere(out, capsys):
+    """Every way to open or build ``out`` refuses it, names the way out, and writes nothing."""
+    index_dir = out + ".ofindex"
+    before = _tree(out, index_dir)
+    for call in (lambda: ofindex.open(out), lambda: ofindex.open(out, build_missing=True),
+                 lambda: ofindex.open(out, rebuild_stale=True), lambda: ofindex.build_index(out),
+                 lambda: ofindex.open(out, manifest=False, build_missing=True)):
+        with pytest.raises(IncompleteDatasetError) as refused:
+            call()
+        message = str(refused.value)
+        assert "did not finish" in message and "run the writer again" in message, message
+        assert "allow_missing_shards=True" in message, message
+    for command in ("build", "info", "head", "verify"):
+        code, err = _cli(capsys, command, out)
+        assert code == 1 and "did not finish" in err and "--allow-missing-shards" in err, err
+        assert "Traceback" not in err
+    assert _tree(out, index_dir) == before, "a refused open or build wrote nothing"
+
+
+def _shard_of(record):
+    return decode_example(record)["i"].item() // 100
+
+
+@pytest.mark.parametrize("pattern", [None, "shard-{shard:03d}.tfrecord"])
+@pytest.mark.parametrize("kill_at", ["rename_data:2", "rename_data:5", "rename_data:10",
+                                     "move_sidecar:1", "move_sidecar:6", "release:1"])
+def test_a_writer_killed_while_publishing_never_opens_as_a_dataset(tmp_path, capsys, kill_at,
+                                                                   pattern):
+    """SIGKILL at points of the publication (1,000 records in 10 shards): the directory is
+    refused by open (with or without build_missing / rebuild_stale), build_index and the CLI,
+    whatever the shards' names; allow_missing_shards reads what is there with a warning; a
+    rerun of the writer is refused until the partial output is removed."""
+    out = str(tmp_path / "k")
+    assert _run_writer(out, kill_at, *([pattern] if pattern else [])) == -signal.SIGKILL
+    _refused_everywhere(out, capsys)
+    # accepted explicitly: what is there reads right, and says what is missing
+    with pytest.warns(ofindex.MissingShardsWarning, match="did not finish"):
+        ds = ofindex.open(out, build_missing=True, allow_missing_shards=True)
+    with ds:
+        assert all(_shard_of(r) == k for k, shard in enumerate(ds.shards)
+                   for r in ds[sum(s.records for s in ds.shards[:k]):][:shard.records])
+    assert not os.path.exists(manifest_of(out)), "a set lacking shards gets no manifest"
+    # the writer's rerun is refused, and says what to remove
+    with pytest.raises(DatasetExistsError, match="no longer running, remove"):
+        ShardedWriter(out)
+    import shutil
+
+    shutil.rmtree(out)
+    shutil.rmtree(out + ".ofindex", ignore_errors=True)
+    assert _run_writer(out) == 0
+    assert _outcome(out, 1000) == 1000
+
+
+def test_a_writer_killed_after_its_last_rename_leaves_the_whole_dataset(tmp_path):
+    # killed before the manifest, once every shard and sidecar is in place (the claim
+    # dropped): the directory holds the whole dataset, which opens without its manifest
+    out = str(tmp_path / "k")
+    assert _run_writer(out, "build_index:1") == -signal.SIGKILL
+    assert not os.path.exists(manifest_of(out))
+    assert _outcome(out, 1000) == 1000
+
+
+def test_a_writer_killed_before_renaming_leaves_a_directory_that_says_so(tmp_path, capsys):
+    # the claim is taken, nothing renamed: only hidden files and the claim
+    out = str(tmp_path / "k")
+    assert _run_writer(out, "rename_data:1") == -signal.SIGKILL
+    for call in (lambda: ofindex.open(out), lambda: ofindex.build_index(out)):
+        with pytest.raises(IncompleteDatasetError, match="did not finish"):
+            call()
+    code, err = _cli(capsys, "build", out)
+    assert code == 1 and "did not finish" in err
+
+
+def _names_of_n(directory, present, count=10):
+    os.makedirs(directory, exist_ok=True)
+    for k in present:
+        with ofindex.Writer(os.path.join(directory, f"part-{k:05d}-of-{count:05d}")) as w:
+            w.write(b"shard %d" % k)
+
+
+def test_names_that_say_of_n_with_shards_missing_are_refused(tmp_path, capsys):
+    out = str(tmp_path / "copy")
+    _names_of_n(out, [0, 1, 2, 5])
+    for call in (lambda: ofindex.open(out), lambda: ofindex.open(out, build_missing=True),
+                 lambda: ofindex.build_index(out), lambda: ofindex.open(out + "/part-*")):
+        with pytest.raises(IncompleteDatasetError,
+                           match=r"6 of the 10 shards .* are missing \(part-00003-of-00010, "
+                                 r"part-00004-of-00010, part-00006-of-00010, "
+                                 r"part-00007-of-00010, part-00008-of-00010 and 1 more\)"):
+            call()
+    code, err = _cli(capsys, "info", out)
+    assert code == 1 and "--allow-missing-shards" in err
+    # accepted explicitly: built (no manifest) and opened, with a warning each time
+    with pytest.warns(ofindex.MissingShardsWarning, match="6 of the 10"):
+        ofindex.build_index(out, allow_missing_shards=True)
+    assert not os.path.exists(manifest_of(out))
+    with pytest.warns(ofindex.MissingShardsWarning):
+        assert ofindex.open(out, allow_missing_shards=True)[:] == [b"shard 0", b"shard 1",
+                                                                    b"shard 2", b"shard 5"]
+    code, err = _cli(capsys, "info", out, "--allow-missing-shards")
+    assert code == 0 and "6 of the 10" in err
+    # a file named on its own is the caller's choice
+    assert ofindex.open(out + "/part-00005-of-00010")[:] == [b"shard 5"]
+
+
+def test_a_manifest_of_a_set_lacking_shards_is_refused(tmp_path):
+    # such a manifest (ofindex 0.2 built them over half-published directories) still lists
+    # only what was there: its names are checked as a listing's are
+    out = str(tmp_path / "old")
+    _names_of_n(out, [0, 1, 3], count=4)
+    ofindex.build_index([os.path.join(out, f"part-{k:05d}-of-00004") for k in (0, 1, 3)],
+                        manifest=True)
+    assert os.path.exists(manifest_of(out))
+    with pytest.raises(IncompleteDatasetError, match="1 of the 4 shards"):
+        ofindex.open(out)
+    with pytest.warns(ofindex.MissingShardsWarning):
+        assert len(ofindex.open(out, allow_missing_shards=True)) == 3
+
+
+def test_whole_sets_of_n_open(tmp_path):
+    _names_of_n(str(tmp_path / "zero"), range(3), count=3)
+    one = tmp_path / "one"
+    one.mkdir()
+    for k in (1, 2):  # numbered from 1
+        with ofindex.Writer(str(one / f"x-{k}-of-2.tfrecord")) as w:
+            w.write(b"%d" % k)
+    for directory in (tmp_path / "zero", one):
+        ofindex.build_index(str(directory))
+        assert len(ofindex.open(str(directory))) in (2, 3)
+
+
+# -- every shard name is checked before anything is published ---------------------------------
+
+def test_a_pattern_that_repeats_a_name_later_publishes_nothing(tmp_path):
+    out = str(tmp_path / "p")
+    # shards 0 and 1 differ; shard 10's name is shard 1's ("1" is "10" cut to one character)
+    with (pytest.raises(ValueError, match=r"names shards 1 and 10 of 12 alike \('part-1'\)"),
+          ShardedWriter(out, shard_records=1, pattern="part-{shard!s:.1}") as w):
+        w.write_many(b"%d" % i for i in range(12))
+    assert _left_behind(out) == []
+
+
+# -- two writers publishing into one directory: exactly one wins ------------------------------
+
+def test_two_writers_racing_into_one_directory_one_wins_whole(tmp_path):
+    rounds = 30
+    root = str(tmp_path)
+    workers = [subprocess.Popen([sys.executable, os.path.join(HERE, "race_worker.py"), root,
+                                 str(rounds), who, other], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True,
+                                env={**os.environ, "PYTHONPATH": os.path.dirname(HERE)})
+               for who, other in (("a", "b"), ("b", "a"))]
+    outcomes = {}
+    for who, proc in zip("ab", workers, strict=True):
+        out, err = proc.communicate(timeout=600)
+        assert proc.returncode == 0, err[-3000:]
+        outcomes[who] = dict(line.split() for line in out.splitlines())
+    for r in range(rounds):
+        winners = [who for who in "ab" if outcomes[who][str(r)] == "won"]
+        assert len(winners) == 1, f"round {r}: {outcomes['a'][str(r)]}, {outcomes['b'][str(r)]}"
+        directory = os.path.join(root, f"d{r}")
+        assert ofindex.open(directory)[:] == [f"{winners[0]}-{i}".encode() for i in range(20)]
+        assert sorted(os.listdir(directory)) == [f"part-{k:05d}-of-00004" for k in range(4)]
+        assert sorted(os.listdir(directory + ".ofindex")) == sorted(
+            [f"part-{k:05d}-of-00004.ofidx" for k in range(4)] + ["ofindex-manifest.json"])
+
+
+def test_a_claimed_bucket_directory_is_refused_and_left_as_it_was(moto_server):
+    # on S3 the claim is a PUT with If-None-Match: *, read back
+    import servers
+
+    from ofindex.storage import Storages
+    from ofindex.write.publish import claim, release
+
+    options = servers.s3_options(moto_server.url)
+    url = "s3://ofindex-test/claimed"
+    storage, path = Storages(options).for_url(url)
+    first = ShardedWriter(url, shard_records=5, storage_options=options)
+    first.write_many(b"first %d" % i for i in range(12))
+    held = claim(storage, path, "feedbeef")  # another writer is publishing meanwhile
+    with pytest.raises(DatasetExistsError, match="another writer"):
+        first.close()
+    assert storage.expand(path + "/*") == [path + "/.ofindex-publishing"]
+    with pytest.raises(IncompleteDatasetError, match="did not finish"):
+        ofindex.open(url + "/", storage_options=options)
+    release(storage, held)
+
+
+_KILLED_WRITER = """
+import sys
+import ofindex
+with ofindex.Writer(sys.argv[1]) as writer:
+    writer.write(b"x" * 1000)
+    print("started", flush=True)
+    while True:
+        writer.write(b"x" * 1000)
+"""
+
+
+def test_a_killed_writer_leaves_no_file_a_data_glob_lists(tmp_path):
+    """A Writer killed outright leaves its temporary file, hidden and free of the data file's
+    name: no glob for data files lists it (fsspec's and tf.io.gfile's globs match hidden
+    names too), nor does ofindex's listing."""
+    import fsspec
+
+    data = tmp_path / "data"
+    data.mkdir()
+    target = data / "train-00000-of-00001.tfrecord"
+    with subprocess.Popen([sys.executable, "-c", _KILLED_WRITER, str(target)],
+                          stdout=subprocess.PIPE, text=True,
+                          env={**os.environ, "PYTHONPATH": os.path.dirname(HERE)}) as proc:
+        assert proc.stdout.readline().strip() == "started"
+        proc.kill()
+        proc.wait()
+    (left,) = os.listdir(data)  # what the killed writer left
+    assert left.startswith(".") and "train" not in left and left.endswith(".tmp")
+    local = fsspec.filesystem("file")
+    for pattern in ("*.tfrecord*", "train*", "*-of-*", "*.tfrecord", "*00000*"):
+        assert local.glob(str(data / pattern)) == [], pattern
+    with pytest.raises(ofindex.DataFileNotFoundError):
+        ofindex.open(str(data))

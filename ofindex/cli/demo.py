@@ -16,9 +16,9 @@ from .synthetic import write_dataset
 
 def run_demo(directory: str | None, records: int = 100_000, shards: int = 8) -> int:
     tmp = None
-    if directory is None:
+    if directory is None:  # the dataset and its index directory beside it, removed together
         tmp = tempfile.TemporaryDirectory(prefix="ofindex-demo-")
-        directory = tmp.name
+        directory = os.path.join(tmp.name, "mnist")
     try:
         t = time.perf_counter()
         write_dataset(directory, records, shards, kind="mnist", index=False)

@@ -13,8 +13,10 @@ from collections.abc import Callable, Iterator
 import numpy as np
 
 from ..formats.framing import RecordFormat
+from ..formats.placement import new_index_dir
 from ..index.writer import Writer
 from ..proto import example_pb2, ofrecord_pb2
+from ..storage import LocalStorage
 
 
 def mnist_like_example(rng: np.random.Generator, pixels: int = 784) -> example_pb2.Example:
@@ -80,12 +82,14 @@ def write_dataset(
     written (for the builder to make).
     """
     os.makedirs(directory, exist_ok=True)
+    # a dataset directory: its index where one built as a whole goes, not each file's own
+    index_dir = new_index_dir(LocalStorage(), directory) if index else None
     rng = np.random.default_rng(seed)
     per = [records // shards + (1 if k < records % shards else 0) for k in range(shards)]
     paths = []
     for k, n in enumerate(per):
         path = os.path.join(directory, f"part-{k:05d}")
-        with Writer(path, format=format, index=index) as w:
+        with Writer(path, format=format, index=index, index_dir=index_dir) as w:
             if kind == "mnist":
                 w.write_many(_mnist_records(rng, n, w.format))
             elif kind == "random":

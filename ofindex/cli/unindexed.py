@@ -42,7 +42,8 @@ class Files:
     """
 
     def __init__(self, args: argparse.Namespace, options: Options) -> None:
-        location = resolve(args.paths, index_dir=args.index_dir, storages=Storages(options))
+        location = resolve(args.paths, index_dir=args.index_dir, storages=Storages(options),
+                           allow_missing_shards=args.allow_missing_shards)
         self.storage: Storage = location.storage
         self.files = list(location.files)
         self.fmt = None if args.format == "auto" else RecordFormat[args.format.upper()]

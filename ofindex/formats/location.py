@@ -15,17 +15,27 @@ ofindex 0.2 beside their data file (``<file>.ofidx``).
 from __future__ import annotations
 
 import dataclasses
-import glob
 import os
 from collections.abc import Sequence
 
 from ..errors import DataFileNotFoundError, ManifestError, RangeReadError, SidecarError
-from ..storage import PathSpec, Storage, Storages, as_list, is_local_url, list_data_files
+from ..storage import (
+    DataFiles,
+    PathSpec,
+    Storage,
+    Storages,
+    as_list,
+    is_glob,
+    is_local_url,
+    list_data_files,
+)
 from .compact_manifest import COMPACT_NAME, CompactManifest, open_compact
+from .index_cache import cached_index_dir
 from .lazy_rows import LazyRows
 from .manifest import Manifest, decode_manifest, manifest_url_for, read_manifest
 from .manifest_binary import HEADER_SIZE
-from .placement import Layout, SidecarPlace, sibling_index_dir
+from .placement import Layout, SidecarPlace, new_index_layout, sibling_index_dir
+from .shard_set import check_shard_set
 from .sidecar import SUFFIX
 
 
@@ -33,27 +43,49 @@ def sidecar_place(data_storage: Storage, index_dir: str | os.PathLike[str] | Non
                   storages: Storages, layout: Layout = Layout.SIBLING) -> SidecarPlace:
     """Resolve ``index_dir`` (or ``layout`` without one) once into a :class:`SidecarPlace`."""
     if index_dir is None:
-        return SidecarPlace(Layout.BESIDE if layout is Layout.BESIDE else Layout.SIBLING)
+        return SidecarPlace(Layout.SIBLING if layout is Layout.INDEX_DIR else layout)
     storage, directory = storages.for_url(os.fspath(index_dir))
     return SidecarPlace(Layout.INDEX_DIR, storage, directory)
 
 
 def sidecar_location(storage: Storage, data_path: str, index_dir: str | None,
                      storages: Storages) -> tuple[Storage, str]:
-    """Return ``(storage, path)`` of where a new sidecar of one data file goes (``index_dir``,
-    or the default layout: see :mod:`ofindex.formats.placement`)."""
-    return sidecar_place(storage, index_dir, storages).of(storage, data_path)
+    """Return ``(storage, path)`` of where a new sidecar of one data file, named on its own,
+    goes: ``index_dir``; else where its sidecar is now; else where
+    :func:`~ofindex.formats.placement.new_index_layout` puts a single file's index."""
+    layout = Layout.INDEX_DIR if index_dir is not None else (
+        existing_layout(storage, data_path)
+        or new_index_layout(storage, storage.dirname(data_path), whole_directory=False))
+    return sidecar_place(storage, index_dir, storages, layout).of(storage, data_path)
 
 
 def existing_layout(storage: Storage, data_path: str) -> Layout | None:
     """The layout the sidecar of ``data_path`` was written with, when it has one: the
-    default place is looked at first, then beside the data (ofindex 0.2 and earlier)."""
-    place_storage, path = SidecarPlace(Layout.SIBLING).of(storage, data_path)
-    if place_storage.exists(path):
-        return Layout.SIBLING
+    default place is looked at first, then the per-user index cache (local files), then
+    beside the data (ofindex 0.2 and earlier)."""
+    for layout in (Layout.SIBLING, Layout.USER_CACHE):
+        if layout is Layout.USER_CACHE and not storage.is_local:
+            continue
+        place_storage, path = SidecarPlace(layout).of(storage, data_path)
+        if place_storage.exists(path):
+            return layout
     if storage.exists(data_path + SUFFIX):
         return Layout.BESIDE
     return None
+
+
+def _layout(storage: Storage, files: Sequence[str], named: frozenset[str],
+            building: bool) -> Layout:
+    """The layout of a location's sidecars without ``index_dir``: where the first file's
+    sidecar is, else where :func:`~ofindex.formats.placement.new_index_layout` puts new ones
+    (also, when ``building``, instead of the per-user cache when the rule puts them
+    elsewhere: a directory built as a whole gets its index in its documented place)."""
+    whole = any(f not in named for f in files)
+    found = existing_layout(storage, files[0])
+    if found is not None and not (building and found is Layout.USER_CACHE):
+        return found
+    rule = new_index_layout(storage, storage.dirname(files[0]), whole_directory=whole)
+    return found if found is not None and rule is Layout.USER_CACHE else rule
 
 
 #: A manifest of either kind: JSON (read whole), or compact (read by pages).
@@ -88,6 +120,8 @@ class DatasetLocation:
         storages: The call's storages (every storage here came from it).
         named: Files the user named one by one (not found by a directory or glob): never
             skipped as files that are not record files.
+        whole: No shard is missing (``False``: some are, and ``allow_missing_shards=True``
+            accepted it; no manifest is written for such a set).
     """
 
     storage: Storage
@@ -98,6 +132,7 @@ class DatasetLocation:
     index_dir: str | None = None
     storages: Storages = dataclasses.field(default_factory=Storages)
     named: frozenset[str] = frozenset()
+    whole: bool = True
 
     def sidecar_of(self, data_path: str) -> tuple[Storage, str]:
         """Return ``(storage, path)`` of the sidecar of ``data_path``."""
@@ -119,6 +154,8 @@ def resolve(
     storages: Storages | None = None,
     manifest: bool | str = True,
     layout: Layout | None = None,
+    allow_missing_shards: bool = False,
+    building: bool = False,
 ) -> DatasetLocation:
     """Resolve a path spec into a :class:`DatasetLocation`.
 
@@ -132,12 +169,19 @@ def resolve(
         manifest: ``True`` uses a directory's ``ofindex-manifest.json`` when there is one (one
             request instead of a listing); ``False`` lists the files; a string names the
             manifest to use.
+        allow_missing_shards: Accept a set of shards that is not whole (see
+            :mod:`ofindex.formats.shard_set`), with a ``MissingShardsWarning``.
+        building: The location is resolved to write its index (``build_index``): sidecars
+            found only in the per-user index cache do not keep a directory's index there
+            when the placement rule puts it in its sibling.
 
     Returns:
         The resolved location.
 
     Raises:
         DataFileNotFoundError: Nothing matches, or a named manifest does not exist.
+        IncompleteDatasetError: Names that say ``-of-N`` lack some of the N, or a writer's
+            publication in the directory did not finish (unless ``allow_missing_shards``).
         SidecarError: A manifest is invalid.
         ValueError: Files on different storages, or two files of one name sharing
             ``index_dir``.
@@ -153,15 +197,54 @@ def resolve(
                                 else [prefix + name for name in found.names])
         # a manifest without an index directory is ofindex 0.2's: sidecars beside the data
         place = sidecar_place(storage, found.index_dir, storages, Layout.BESIDE)
-        return DatasetLocation(storage, files, place, found, data_dir, index_dir, storages)
-    storage, files, named = list_data_files(paths, storages)
+        whole = check_shard_set(storage, _manifest_names(found), [],
+                                allow=allow_missing_shards, what=_spec_text(paths))
+        return DatasetLocation(storage, files, place, found, data_dir, index_dir, storages,
+                               whole=whole)
+    storage, files, named = _list(paths, storages, allow_missing_shards)
+    listed = [f for f in files if f not in named]  # a file named on its own is not checked
+    whole = check_shard_set(storage, (storage.basename(f) for f in listed),
+                            sorted({storage.dirname(f) for f in listed}),
+                            allow=allow_missing_shards, what=_spec_text(paths))
     check_unique_names(storage, files, index_dir)
     if index_dir is None and layout is None:
-        layout = existing_layout(storage, files[0]) or Layout.SIBLING
+        layout = _layout(storage, files, named, building)
     return DatasetLocation(
         storage, files, sidecar_place(storage, index_dir, storages, layout or Layout.SIBLING),
         None, _named_directory(paths, storage, storages, files), index_dir, storages, named,
+        whole,
     )
+
+
+def _list(paths: PathSpec, storages: Storages, allow_missing_shards: bool) -> DataFiles:
+    """The data files ``paths`` names; a directory without any whose writer's publication did
+    not finish says so (:class:`IncompleteDatasetError`) rather than "no data files"."""
+    try:
+        return list_data_files(paths, storages)
+    except DataFileNotFoundError:
+        spec = _single(paths)
+        if spec is None or allow_missing_shards:
+            raise
+        storage, path = storages.for_url(spec)
+        if is_glob(storage, path):
+            raise
+        # a directory holding only a writer's hidden files and its claim: say so
+        check_shard_set(storage, [], [path.rstrip("/")], allow=False, what=spec)
+        raise
+
+
+def _manifest_names(found: AnyManifest) -> list[str]:
+    """The file names of a manifest whose set of shards is to be checked: a JSON manifest's
+    (ofindex 0.2 wrote them over half-published directories; under 10,000 names, a few
+    milliseconds). A compact manifest's are not: no released ofindex wrote one, ofindex writes
+    none for a set that lacks shards, and the check costs about 1 s per million names."""
+    return [] if isinstance(found, CompactManifest) else list(found.names)
+
+
+def _spec_text(paths: PathSpec) -> str:
+    """A path spec as messages show it."""
+    items = as_list(paths)
+    return items[0] if len(items) == 1 else f"{items[0]} … ({len(items)} paths)"
 
 
 def _single(paths: PathSpec) -> str | None:
@@ -173,9 +256,11 @@ def _named_directory(paths: PathSpec, storage: Storage, storages: Storages,
                      files: list[str]) -> str | None:
     """The directory a single, non-glob spec names, or ``None``."""
     spec = _single(paths)
-    if spec is None or glob.has_magic(spec):
+    if spec is None:
         return None
     _, path = storages.for_url(spec)
+    if is_glob(storage, path):
+        return None
     if storage.is_local:
         is_directory = os.path.isdir(path)
     elif getattr(storage, "protocol", "") in ("http", "https"):
@@ -195,10 +280,10 @@ def _find_manifest(
     spec = _single(paths)
     if spec is None:
         return None
-    _, spec_path = storages.for_url(spec)  # an unknown protocol is reported for the URL given
+    spec_storage, spec_path = storages.for_url(spec)  # an unknown protocol: for the URL given
     if spec.endswith(".json") or spec.rstrip("/").rsplit("/", 1)[-1] == COMPACT_NAME:
         return _required_manifest(spec, storages)
-    if glob.has_magic(spec):
+    if is_glob(spec_storage, spec_path):
         return None
     if is_local_url(spec) and not os.path.isdir(spec_path):
         return None
@@ -232,15 +317,17 @@ def _find_manifest(
 def _directory_manifest(spec: str, index_dir: str | None,
                         storages: Storages) -> tuple[str, AnyManifest] | None:
     """The manifest of the data directory ``spec`` and the directory it was found in:
-    ``index_dir``'s, else the default index directory's, else (ofindex 0.2 and earlier) the
-    data directory's own; ``None`` when there is none. In each, the compact manifest is
+    ``index_dir``'s, else the default index directory's, else the per-user index cache's
+    (local data), else (ofindex 0.2 and earlier) the data directory's own; ``None`` when
+    there is none. In each, the compact manifest is
     looked for first (see :func:`manifest_in`)."""
     if index_dir is not None:
         places = [index_dir]
     else:
         storage, path = storages.for_url(spec)
         sibling = sibling_index_dir(storage, path.rstrip("/"))
-        places = [storage.url(sibling), spec]
+        cached = [cached_index_dir(path)] if storage.is_local else []
+        places = [storage.url(sibling), *cached, spec]
     for where in places:
         m = manifest_in(where, storages)
         if m is not None:
@@ -277,12 +364,13 @@ def manifest_in(directory: str, storages: Storages) -> AnyManifest | None:
 
 
 def _canonical_url(url: str, storages: Storages) -> str:
-    """A directory's URL in one spelling (local paths absolute), to compare two of them."""
+    """A directory's URL in one spelling (local paths absolute, links resolved), to compare
+    two of them."""
     try:
         storage, path = storages.for_url(url)
     except (ValueError, ImportError):  # an unknown protocol: no place of ours
         return url
-    return (os.path.abspath(path) if storage.is_local else storage.url(path)).rstrip("/")
+    return (os.path.realpath(path) if storage.is_local else storage.url(path)).rstrip("/")
 
 
 def _required_manifest(url: str, storages: Storages) -> AnyManifest:

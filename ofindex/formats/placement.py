@@ -20,6 +20,13 @@ or bucket have no sibling: their index directory is a hidden ``.ofindex/`` insid
 ``index_dir=`` puts them anywhere else (:attr:`Layout.INDEX_DIR`). Datasets indexed by ofindex
 0.2 and earlier keep their sidecars beside the data (:attr:`Layout.BESIDE`) and still open;
 ``ofindex build --migrate`` moves them.
+
+The sibling is created in the data directory's parent, which the user named only when they
+named the directory: a file named on its own (``ofindex.Writer("train.tfrecord")``,
+``build_index("train.tfrecord")``) indexes into the sibling only when that directory already
+exists, and a local place that cannot be written is not used. Those indexes go to the
+per-user index cache instead (:attr:`Layout.USER_CACHE`, :mod:`.index_cache`):
+:func:`new_index_layout` is that rule. Readers look in every place, the default first.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ import enum
 import os
 
 from ..storage import Storage
+from .index_cache import cached_index_dir, may_create, prune, usable
 from .sidecar import SUFFIX
 
 #: The name a data directory's sibling index directory ends with.
@@ -43,6 +51,7 @@ class Layout(enum.Enum):
     SIBLING = "sibling"
     INDEX_DIR = "index-dir"
     BESIDE = "beside"
+    USER_CACHE = "user-cache"
 
 
 def _is_root(storage: Storage, directory: str) -> bool:
@@ -61,6 +70,57 @@ def sibling_index_dir(storage: Storage, data_dir: str) -> str:
     if _is_root(storage, data_dir):
         return storage.join(data_dir, ROOT_INDEX_DIR)
     return data_dir.rstrip("/") + INDEX_DIR_SUFFIX
+
+
+def new_index_layout(storage: Storage, data_dir: str, *, whole_directory: bool) -> Layout:
+    """Where a new index of files of ``data_dir`` goes when nothing says (no ``index_dir``,
+    no index of them yet): the one rule for single files and unwritable places.
+
+    - Remote files: the sibling (``s3://b/train.ofindex/``; a bucket has no per-user place).
+    - The sibling, when it exists and this process may write into it.
+    - The sibling, when ``whole_directory`` (the user named the directory, or a glob in it:
+      its sibling is part of the dataset's documented layout) and it may be created.
+    - Otherwise the per-user index cache (:mod:`.index_cache`), when it may be written: a
+      file named on its own never creates a directory in a place the user did not name
+      (``../<cwd>.ofindex/``, a temporary directory's parent), and a place the user may not
+      write (``/home`` for ``~/train.tfrecord``) is never tried.
+    - The sibling otherwise (writing there then fails, saying where else to write).
+
+    Args:
+        storage: Storage of the data.
+        data_dir: The data files' directory.
+        whole_directory: The files were found by naming their directory (or a glob), not
+            one by one.
+
+    Returns:
+        :attr:`Layout.SIBLING` or :attr:`Layout.USER_CACHE`.
+    """
+    if not storage.is_local:
+        return Layout.SIBLING
+    sibling = sibling_index_dir(storage, data_dir)
+    exists = os.path.isdir(sibling)
+    if (exists or whole_directory) and may_create(sibling):
+        return Layout.SIBLING
+    if usable():
+        prune()  # entries of directories that are gone (at most hourly)
+        return Layout.USER_CACHE
+    return Layout.SIBLING
+
+
+def new_index_dir(storage: Storage, data_dir: str) -> str:
+    """The index directory :func:`new_index_layout` gives a directory named as a whole (a
+    dataset written or built there): its sibling, or its entry in the per-user cache.
+
+    Args:
+        storage: Storage of the data.
+        data_dir: The data directory.
+
+    Returns:
+        The index directory's path on ``storage``.
+    """
+    if new_index_layout(storage, data_dir, whole_directory=True) is Layout.USER_CACHE:
+        return cached_index_dir(data_dir)
+    return sibling_index_dir(storage, data_dir)
 
 
 def sibling_data_dir(index_dir: str) -> str | None:
@@ -100,6 +160,9 @@ class SidecarPlace:
         if self.layout is Layout.SIBLING:
             directory = sibling_index_dir(data_storage, data_storage.dirname(data_path))
             return data_storage, data_storage.join(directory, name)
+        if self.layout is Layout.USER_CACHE:
+            return data_storage, os.path.join(cached_index_dir(os.path.dirname(data_path)),
+                                              name)
         assert self.storage is not None and self.directory is not None
         return self.storage, self.storage.join(self.directory, name)
 
@@ -110,5 +173,7 @@ class SidecarPlace:
             return None
         if self.layout is Layout.SIBLING:
             return data_storage, sibling_index_dir(data_storage, data_dir)
+        if self.layout is Layout.USER_CACHE:
+            return data_storage, cached_index_dir(data_dir)
         assert self.storage is not None and self.directory is not None
         return self.storage, self.directory

@@ -64,6 +64,7 @@ def build_index(
     retries: int | None = None,
     timeout: float | None = None,
     migrate: bool = False,
+    allow_missing_shards: bool = False,
 ) -> list[BuildResult] | BuildResults:
     """Index data files: scan each once and write its sidecar (and the dataset's manifest).
 
@@ -82,7 +83,10 @@ def build_index(
         index_dir: Where sidecars go (``<index_dir>/<name>.ofidx``; a local directory or
             another bucket, for read-only data). By default they go to a directory beside the
             data directory, ``<data dir>.ofindex/``, so that no glob over the data directory
-            returns them (see :mod:`ofindex.formats.placement`); sidecars of ofindex 0.2 and
+            returns them (see :mod:`ofindex.formats.placement`); local files named one by one
+            whose directory has no such directory, and local data whose index directory cannot
+            be written, go to the per-user index cache instead
+            (:func:`ofindex.formats.placement.new_index_layout`); sidecars of ofindex 0.2 and
             earlier, beside the data files, are kept there (and rebuilt there) unless
             ``migrate=True``.
         verify: Also check every record's data CRC (the scan otherwise checks the framing
@@ -129,14 +133,21 @@ def build_index(
             (documents such as ``README.txt`` or ``*.labels.txt``, or files whose first bytes
             fit no record file) instead of skipping them. A file named on its own is never
             skipped.
-        retries: Remote requests that fail transiently (connection refused or reset,
-            timeouts, HTTP 5xx and 429, S3 ``SlowDown``) are sent again up to this many times,
-            with exponential backoff and jitter (default 10; ``0``: no retries).
-        timeout: Seconds after which a remote request is given up, its retries included
+        retries: Remote requests that fail transiently (connections reset, or refused by a
+            store that answered before; timeouts, HTTP 5xx and 429, S3 ``SlowDown``) are sent
+            again up to this many times, with exponential backoff and jitter (default 10;
+            ``0``: each request is sent once).
+        timeout: Seconds after which a remote request is given up, its retries, backoff and
+            waits for a throttled store included
             (default 60).
         migrate: Move the sidecars (and manifest) of a dataset indexed by ofindex 0.2 and
             earlier from beside the data files to the default place, ``<data dir>.ofindex/``
             (fresh ones are moved, not rebuilt; ``ofindex build --migrate``).
+        allow_missing_shards: Index a directory or glob whose shards are not all there
+            (names that say ``-of-N`` with fewer than N of them, or a writer's publication
+            that did not finish: see :mod:`ofindex.formats.shard_set`), with a
+            ``MissingShardsWarning``; no manifest is written for it, so each later ``open``
+            checks again.
 
     Returns:
         One :class:`BuildResult` per record file, in dataset order: a list, or with an
@@ -151,6 +162,8 @@ def build_index(
             of both framings, or of the other framing than ``format``; with ``strict``,
             files that are not record files. Nothing is written then.
         DataFileNotFoundError: ``paths`` matches no data file, or no record file.
+        IncompleteDatasetError: Shards of the directory or glob are missing (unless
+            ``allow_missing_shards``); nothing is written then.
         StaleIndexError: A file changed while it was scanned.
         StorageError: Storage cannot be reached (the cause named: a host name that does not
             resolve, a refused connection, a failed TLS handshake, no answer within
@@ -167,7 +180,8 @@ def build_index(
     storages = Storages(storage_options,
                         retry=with_settings(current_policy(), retries, timeout))
     location = resolve(paths, index_dir=index_dir, storages=storages, manifest=False,
-                       layout=Layout.SIBLING if migrate and index_dir is None else None)
+                       layout=Layout.SIBLING if migrate and index_dir is None else None,
+                       allow_missing_shards=allow_missing_shards, building=True)
     moved = move_legacy_sidecars(location) if migrate and index_dir is None else []
     if not migrate:
         warn_legacy_layout(location)
@@ -310,7 +324,7 @@ def _manifest_target(
     """``(manifest URL, data directory, named)`` of the manifest of ``files`` (the record
     files of ``location``), per the rule in :mod:`ofindex.formats.manifest`; ``named``: the
     caller named it (else the URL is the JSON manifest's default place)."""
-    if manifest is False:
+    if manifest is False or not location.whole:  # a set lacking shards gets no manifest
         return None
     storage = location.storage
     data_dir = {storage.dirname(f) for f in files}

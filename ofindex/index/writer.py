@@ -2,7 +2,9 @@
 
 
 import array
+import contextlib
 import os
+import secrets
 from collections.abc import Iterable
 from types import TracebackType
 from typing import Any, Protocol
@@ -11,14 +13,35 @@ import numpy as np
 from crc32c import crc32c as _crc32c
 
 from ..deflate.sink import DeflateSink
-from ..errors import OfindexError
+from ..errors import OfindexError, hint
 from ..formats.framing import RecordFormat, frame_parts
 from ..formats.location import sidecar_location
 from ..formats.seekpoints import WRITER_SPACING
 from ..formats.sidecar import encode_sidecar
 from ..formats.sidecar_header import Compression
 from ..storage import FileStamp, LocalStorage, Storages
+from ..storage.failures import no_space
 from ..storage.identity import with_content
+
+
+def temporary_name(path: str) -> str:
+    """The name a local file is written under before it is renamed into place: hidden, and
+    free of the file's own name, so that no glob for data files (``*.tfrecord*``,
+    ``part-*``, ``*-of-*``: ``tf.io.gfile`` and fsspec match hidden names too) lists it,
+    even when a killed writer leaves it behind. A name that is hidden already (a
+    :class:`~ofindex.write.ShardedWriter`'s shard, which carries the writer's token) keeps
+    it, with the process id added.
+
+    Args:
+        path: The file's final path.
+
+    Returns:
+        The temporary path, in the same directory.
+    """
+    directory, name = os.path.split(path)
+    if name.startswith("."):
+        return f"{path}.{os.getpid()}.tmp"
+    return os.path.join(directory, f".ofindex-{os.getpid()}-{secrets.token_hex(4)}.tmp")
 
 
 class _Message(Protocol):
@@ -36,7 +59,10 @@ class Writer:
         url: The data file to write: a local path or a URL (``s3://…`` through fsspec).
         format: ``"tfrecord"`` or ``"ofrecord"``.
         index: Write the sidecar when the file is closed.
-        index_dir: Where the sidecar goes when not beside the data.
+        index_dir: Where the sidecar goes. By default: where the file's sidecar already is,
+            else its directory's index directory ``<dir>.ofindex/`` when that exists, else
+            (a local file) the per-user index cache, so that no directory is created next to
+            one the caller did not name (see :func:`ofindex.formats.placement.new_index_layout`).
         storage_options: Options for the fsspec filesystem.
         compression: ``"gzip"`` or ``"zlib"`` writes what ``tf.io.TFRecordWriter`` with
             ``TFRecordOptions(compression_type="GZIP" | "ZLIB")`` writes (TensorFlow reads
@@ -53,12 +79,16 @@ class Writer:
 
     Raises:
         ValueError: An unknown ``format`` or ``compression``.
-        StorageError: The storage cannot be reached or refuses the write.
+        StorageError: The storage cannot be reached or refuses the write, or the disk is full
+            (then with ``errno`` ``ENOSPC``, here and from every method: the unfinished
+            file is removed, and a previous file of that name and its index are as they
+            were).
 
-    Local files are written under a temporary name (``<name>.<pid>.tmp``) and renamed into
-    place by a clean :meth:`close`, then the sidecar is written (atomically): a writer that dies
-    midway leaves any previous file and its sidecar untouched, and readers that have the old
-    file open (or memory-mapped) keep reading it. On object stores the upload is published by
+    Local files are written under a hidden temporary name (:func:`temporary_name`) that no
+    data glob lists; a clean :meth:`close` writes the sidecar under a temporary name too,
+    then renames the file into place and its sidecar after it: a writer that fails or dies
+    midway leaves any previous file untouched, and readers that have the old file open (or
+    memory-mapped) keep reading it. On object stores the upload is published by
     :meth:`close` anyway; there an existing sidecar of the target is removed first, so a writer
     that dies midway leaves no sidecar claiming records the data file lacks. Offsets are kept
     in memory (8 bytes per record).
@@ -94,19 +124,30 @@ class Writer:
         self._index_storage, self._index_path = sidecar_location(
             self._storage, self._path, index_dir, storages
         )
-        self._tmp = (f"{self._path}.{os.getpid()}.tmp" if isinstance(self._storage, LocalStorage)
+        self._url = self._storage.url(self._path)
+        self._tmp = (temporary_name(self._path) if isinstance(self._storage, LocalStorage)
                      else None)
         self._placed = False  # the temporary file was renamed into place
+        self._staged: str | None = None  # the sidecar, written ahead under a temporary name
+        self._closed = False
         if index and self._tmp is None:
             self._index_storage.remove(self._index_path)
-        self._file = self._storage.open_write(self._tmp or self._path)
+        try:
+            self._file = self._storage.open_write(self._tmp or self._path)
+        except BaseException as exc:  # an interrupt may land after the file was created
+            if self._tmp is not None:
+                self._storage.remove(self._tmp)
+            full = no_space(self._url, exc, "nothing was written: free some space (or write "
+                            "to another disk) and write it again")
+            if full is not None:
+                raise full from exc
+            raise
         self._sink: DeflateSink | None = None
         if self.compression is not Compression.NONE:
             self._sink = DeflateSink(self._file, self.compression, seek_spacing,
                                      compression_level)
         self._offsets = array.array("Q")
         self._pos = 0
-        self._closed = False
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
@@ -144,13 +185,17 @@ class Writer:
             data = serialize()
         head, foot = frame_parts(data, self.format)
         f: Any = self._file
-        if self._sink is not None:
-            self._sink.boundary(self._pos)
-            f = self._sink
-        f.write(head)
-        f.write(data)
-        if foot:
-            f.write(foot)
+        try:
+            if self._sink is not None:
+                self._sink.boundary(self._pos)
+                f = self._sink
+            f.write(head)
+            f.write(data)
+            if foot:
+                f.write(foot)
+        except OSError as exc:
+            self._out_of_space(exc)
+            raise
         if self._crcs is not None:
             self._crcs.append(_crc32c(data))
         self._offsets.append(self._pos)
@@ -184,10 +229,14 @@ class Writer:
             raise ValueError(f"{n} framed records of {total} bytes in a block of {len(block)} "
                              f"with {len(crcs)} CRCs")
         starts = ends - sizes + self._pos
-        if self._sink is None:
-            self._file.write(block)
-        else:
-            self._compress_framed(memoryview(block), starts)
+        try:
+            if self._sink is None:
+                self._file.write(block)
+            else:
+                self._compress_framed(memoryview(block), starts)
+        except OSError as exc:
+            self._out_of_space(exc)
+            raise
         self._offsets.frombytes(starts.astype(np.uint64).tobytes())
         if self._crcs is not None:
             self._crcs.frombytes(crcs.astype(np.uint32).tobytes())
@@ -230,32 +279,61 @@ class Writer:
         return n
 
     def close(self) -> None:
-        """Finish the data file (renamed into place when local), then write its sidecar.
+        """Finish the data file and its sidecar; a local file and its sidecar are written
+        under temporary names, then renamed into place.
 
         Raises:
             OfindexError: The file on storage is not what was written (another process wrote
                 to it); no sidecar is written then.
+            StorageError: The disk is full (``errno`` ``ENOSPC``): nothing is kept.
         """
         if self._closed:
             return
         self._closed = True
+        try:
+            self._finish()
+        except OSError as exc:
+            self._out_of_space(exc)
+            raise
+
+    def _finish(self) -> None:
         if self._sink is not None:
             self._sink.finish()
         self._file.close()
-        if self._tmp is not None:
+        if self._tmp is None:  # an object store: the upload is published by the close
             if self._index:
-                self._index_storage.remove(self._index_path)  # never pair old index, new data
+                self._index_storage.write_atomic(self._index_path, self._sidecar(self._path))
+            return
+        if not self._index:
             os.replace(self._tmp, self._path)
             self._placed = True
-        if not self._index:
             return
-        stamp: FileStamp = with_content(self._storage, self._path)  # size, mtime, content
+        parts = self._sidecar(self._tmp)
+        if isinstance(self._index_storage, LocalStorage):  # written whole before any rename
+            self._staged = temporary_name(self._index_path)
+            self._index_storage.write_atomic(self._staged, parts)
+        self._index_storage.remove(self._index_path)  # never pair old index, new data
+        os.replace(self._tmp, self._path)
+        self._placed = True
+        if self._staged is not None:
+            os.replace(self._staged, self._index_path)
+            self._staged = None
+        else:
+            self._index_storage.write_atomic(self._index_path, parts)
+
+    def _sidecar(self, path: str) -> list[bytes | memoryview]:
+        """The sidecar of the finished file at ``path`` (its temporary name, locally).
+
+        Raises:
+            OfindexError: The file is not what was written (another process wrote to it).
+        """
+        stamp: FileStamp = with_content(self._storage, path)  # size, mtime, content
         written = self._pos if self._sink is None else self._sink.written
         if stamp.size != written:
             raise OfindexError(
-                f"{self._storage.url(self._path)}: {written} bytes were written but the file "
-                f"has {stamp.size}; another process wrote to it — no index written, rebuild it "
-                "with `ofindex build`"
+                f"{self._url}: {written} bytes were written but the file has {stamp.size}; "
+                "another process wrote to it — no index written, rebuild it with "
+                "`ofindex build`"
             )
         offsets = (np.frombuffer(self._offsets, dtype=np.uint64) if self._offsets
                    else np.empty(0, np.uint64))
@@ -267,15 +345,36 @@ class Writer:
             spacing=0 if sink is None else sink.spacing, uncompressed_size=self._pos,
             checksums=crcs,
         )
-        self._index_storage.write_atomic(self._index_path, [header, body])
+        return [header, body]
+
+    def _out_of_space(self, exc: OSError) -> None:
+        """When ``exc`` says the disk is full: drop what was written and raise the error
+        that says so (else return, for the caller to re-raise ``exc``)."""
+        if self._tmp is None and self._closed:  # the object store has published the data
+            then = ("the data file is written, but not its index: free some space and run "
+                    f"`ofindex build {self._url}`")
+        else:
+            then = ("the unfinished file is removed, and a previous file of that name and its "
+                    "index are as they were: free some space (or write to another disk, "
+                    f"{hint('index_dir=', '--index-dir')} for the index) and write it again")
+        error = no_space(self._url, exc, then)
+        if error is None:
+            return
+        self.abort()
+        raise error from exc
 
     def abort(self) -> None:
         """Close the data file without writing a sidecar (a local temporary file is removed,
-        also when an interrupted :meth:`close` did not rename it into place)."""
+        also when an interrupted :meth:`close` did not rename it into place, and so is a
+        sidecar written ahead)."""
         self._closed = True
-        self._file.close()
+        with contextlib.suppress(OSError):  # a full disk fails the last flush: dropped anyway
+            self._file.close()
         if self._tmp is not None and not self._placed:
             self._storage.remove(self._tmp)
+        if self._staged is not None:
+            self._index_storage.remove(self._staged)
+            self._staged = None
 
     def __enter__(self) -> "Writer":
         return self

@@ -182,11 +182,15 @@ def plan_shuffle(shape: DatasetShape, store: StoreLimits, readers: int, target: 
         The plan: every candidate, and the best-mixed one reaching the target.
 
     Raises:
-        ValueError: ``readers``, ``batch_size``, ``concurrency`` or ``window`` below 1, or a
-            target that is not positive.
+        ValueError: ``readers``, ``batch_size``, ``concurrency`` or ``window`` below 1, more
+            readers than records, or a target that is not positive.
     """
     if min(readers, batch_size, concurrency, window) < 1:
         raise ValueError("readers, batch_size, concurrency and window must be at least 1")
+    if readers > shape.records:  # each reader's share of an epoch would be empty
+        raise ValueError(f"{readers:,} readers for a dataset of {shape.records:,} records: "
+                         "some would read nothing; plan for at most as many readers as "
+                         "records")
     if not target > 0 or math.isnan(target):
         raise ValueError(f"target must be a positive number of records per second, not {target}")
     sizes: list[int | None] = [None, *sorted({int(b) for b in block_sizes if b >= 1})]
@@ -262,7 +266,7 @@ def scopes_of(urls: Sequence[str], store: StoreLimits) -> int:
 def plan_for(paths: str | Sequence[str], readers: int, target: float, *,
              store: str | None = None, storage_options: dict[str, object] | None = None,
              index_dir: str | None = None, limits: dict[str, float | None] | None = None,
-             **settings: object) -> ShufflePlan:
+             allow_missing_shards: bool = False, **settings: object) -> ShufflePlan:
     """:func:`plan_shuffle` for a dataset on disk or in a bucket: its shards' record counts and
     sizes come from its manifest or sidecars (nothing else is read).
 
@@ -275,6 +279,7 @@ def plan_for(paths: str | Sequence[str], readers: int, target: float, *,
         index_dir: Where its sidecars are, when not in the default place.
         limits: Figures of the store to override (:func:`~.stores.store_limits`:
             ``reads_per_second``, ``dollars_per_1000``, ``rtt``, ``bandwidth``, ``max_gap``).
+        allow_missing_shards: Plan for a set lacking shards, as :func:`ofindex.open` takes it.
         **settings: Further keyword arguments of :func:`plan_shuffle` (``batch_size``,
             ``concurrency``, ``window``, ``block_sizes``, ``cache_bytes``, ``seed``).
 
@@ -288,7 +293,8 @@ def plan_for(paths: str | Sequence[str], readers: int, target: float, *,
     from ..opening import open as open_dataset
     from .stores import store_for_url, store_limits
 
-    ds = open_dataset(paths, storage_options=storage_options, index_dir=index_dir)
+    ds = open_dataset(paths, storage_options=storage_options, index_dir=index_dir,
+                      allow_missing_shards=allow_missing_shards)
     try:
         shards = ds.shards
     finally:

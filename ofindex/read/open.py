@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..errors import SidecarError, StaleIndexError, hint
+from ..errors import DataCacheWarning, PartialIndexWarning, SidecarError, StaleIndexError, hint
 from ..formats.compact_manifest import CompactManifest
 from ..formats.compression import parse_compression
 from ..formats.dataset_identity import dataset_identity
@@ -29,7 +29,7 @@ from ..formats.manifest import MANIFEST_NAME
 from ..formats.sidecar_header import Compression
 from ..formats.strays import is_stray, name_pattern
 from ..storage import Storage, is_data_file_name
-from .datacache import DataCache, DataCacheWarning
+from .datacache import DataCache
 from .dataset import Dataset, Decode
 from .manifest_shards import ManifestShards
 from .shards import Shard
@@ -202,11 +202,6 @@ def data_cache_for(storage: Storage, sizes: Sequence[int] | np.ndarray,
         return None
     options.cache.whole = True
     return data_cache
-
-
-
-class PartialIndexWarning(UserWarning):
-    """A dataset has shards whose index covers only a valid prefix (``allow_partial``)."""
 
 
 def warn_partial(shards: list[Shard], stacklevel: int = 4, *, total: int | None = None,

@@ -8,6 +8,7 @@ only a "not found" answer (404, ``NoSuchKey``) is a :class:`DataFileNotFoundErro
 """
 
 import errno
+import os
 import re
 import socket
 import ssl
@@ -171,6 +172,42 @@ def is_dns_failure(exc: BaseException) -> str | None:
     return None
 
 
+def is_refused(exc: BaseException) -> bool:
+    """Whether ``exc`` comes from a refused connection: nothing listens at the address (or a
+    server is restarting there, when it answered before).
+
+    Args:
+        exc: A failure.
+
+    Returns:
+        True for a refused connection.
+    """
+    return any(isinstance(e, ConnectionRefusedError)
+               or (isinstance(e, OSError) and e.errno == errno.ECONNREFUSED)
+               for e in _chain(unwrap_not_found(exc)))
+
+
+def nothing_listens(what: str, exc: BaseException) -> StorageError:
+    """The error for a connection refused by an address that never answered this process (a
+    mistyped port or endpoint, a server not started): said at once, never retried.
+
+    Args:
+        what: The request (URL and action), for the message.
+        exc: The failure.
+
+    Returns:
+        The error to raise.
+    """
+    where = _endpoint(_chain(unwrap_not_found(exc)))
+    at = f" at {where}" if where else " at the address"
+    if what.startswith(("http://", "https://")):
+        advice = "check the host and port in the URL, and that the server is running"
+    else:
+        advice = (f"check the endpoint ({_ENDPOINT_HINT}, or AWS_ENDPOINT_URL for S3) and "
+                  "that the server is running")
+    return StorageError(f"{what}: nothing listens{at} (connection refused); {advice}")
+
+
 def is_tls_failure(exc: BaseException) -> bool:
     """Whether ``exc`` comes from a failed TLS handshake or certificate check (not from a
     connection dropped halfway, which is worth retrying).
@@ -301,6 +338,31 @@ def not_writable(what: str, exc: BaseException) -> OfindexError | None:
         f"({first_line(culprit)}); keep the indexes elsewhere with {_INDEX_DIR_HINT} (a local "
         "directory or a bucket you may write to), and open the data with the same"
     )
+
+
+#: A write refused for want of space: a full disk, or the user's quota.
+_NO_SPACE = {errno.ENOSPC, errno.EDQUOT}
+
+
+def no_space(what: str, exc: BaseException, then: str) -> OfindexError | None:
+    """The error for a write refused for want of space (``ENOSPC``, ``EDQUOT``), or ``None``
+    for other failures. It is an ``OSError`` whose ``errno`` is the cause's.
+
+    Args:
+        what: The file written (URL or path), for the message.
+        exc: The failure.
+        then: What was kept and what to do next, for the message.
+
+    Returns:
+        The error to raise (``from exc``), or ``None``.
+    """
+    codes = [getattr(e, "errno", None) for e in _chain(exc)]
+    code = next((c for c in codes if c in _NO_SPACE), None)
+    if code is None:
+        return None
+    error = StorageError(f"{what}: no space left on its disk ({os.strerror(code)}); {then}")
+    error.errno = code  # (a filename would make str() OSError's "[Errno 28] None: 'path'")
+    return error
 
 
 def missing_extra(protocol: str, exc: BaseException) -> MissingDependencyError:

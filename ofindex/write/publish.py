@@ -1,21 +1,92 @@
-"""Publishing a dataset written under hidden names: rename each data file to its final name
-and move its sidecar along (re-stamped when the storage gave the renamed file a new
-fingerprint, as object stores do), without reading the data again.
+"""Publishing a dataset written under hidden names: claim the directory, rename each data
+file to its final name and move its sidecar along (re-stamped when the storage gave the
+renamed file a new fingerprint, as object stores do), without reading the data again.
 
-The order makes every interrupted state one that does not open as a dataset: all data files
-are renamed first, while their sidecars still carry the hidden names (``ofindex.open`` of the
-directory then raises ``IndexNotFoundError``); then the sidecars are moved; the manifest is
-written last (see :mod:`ofindex.write.sharded`).
+The writer first creates the directory's claim (:data:`~ofindex.formats.shard_set.PUBLISHING`)
+exclusively: of two writers publishing into one directory, exactly one gets it, and the other
+publishes nothing. The claim stays until the manifest is written, last; so every interrupted
+state is one that does not open as a dataset: while the claim is there, ``ofindex.open`` and
+``ofindex build`` refuse the directory (:class:`~ofindex.errors.IncompleteDatasetError`),
+whatever the shards' names (see :mod:`ofindex.write.sharded`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import datetime
+import json
 import os
+import socket
 
+from ofindex.errors import DatasetExistsError
+from ofindex.formats.shard_set import PUBLISHING, holder_of
 from ofindex.formats.sidecar import restamped
 from ofindex.formats.sidecar_header import HEADER_SIZE, decode_header
 from ofindex.storage import LocalStorage, Storage
+
+
+def claim(storage: Storage, directory: str, token: str) -> str:
+    """Claim ``directory`` for one writer's publication by creating its claim file
+    exclusively (``O_EXCL`` locally; a PUT with ``If-None-Match: *`` on S3 and
+    ``ifGenerationMatch=0`` on GCS, read back to check).
+
+    Args:
+        storage: The directory's storage.
+        directory: The dataset's directory.
+        token: The writer's token, written into the claim.
+
+    Returns:
+        The claim's path (remove it with :func:`release` once the manifest is written).
+
+    Raises:
+        DatasetExistsError: Another writer holds the claim (publishing now, or killed while
+            publishing).
+    """
+    path = storage.join(directory, PUBLISHING)
+    body = json.dumps({"token": token, "pid": os.getpid(), "host": socket.gethostname(),
+                       "time": datetime.datetime.now().isoformat(timespec="seconds")}).encode()
+    try:
+        if isinstance(storage, LocalStorage):
+            os.makedirs(directory, exist_ok=True)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+            try:
+                os.write(fd, body)
+            finally:
+                os.close(fd)
+        else:
+            _create_remote(storage, path, body)
+    except FileExistsError:
+        raise claimed_error(storage, path) from None
+    return path
+
+
+def _create_remote(storage: Storage, path: str, body: bytes) -> None:
+    """Create an object only if it does not exist (raising ``FileExistsError``)."""
+    fs = getattr(storage, "fs", None)
+    if fs is None:  # pragma: no cover - every remote storage has a filesystem
+        raise OSError(f"{storage.url(path)}: this storage cannot create files")
+    fs.pipe_file(path, body, mode="create")
+    if storage.read_all(path) != body:  # a store that ignored the precondition
+        raise FileExistsError(path)
+
+
+def claimed_error(storage: Storage, path: str) -> DatasetExistsError:
+    """The error for a directory whose claim at ``path`` another writer holds."""
+    try:
+        holder = holder_of(storage, path, storage.stamp(path).size)
+    except FileNotFoundError:  # released meanwhile
+        holder = "a writer that has finished since"
+    directory = storage.url(storage.dirname(path))
+    return DatasetExistsError(
+        f"{storage.url(path)}: another writer ({holder}) is publishing a dataset into "
+        f"{directory}, or was killed while doing so; nothing of this writer's is published. "
+        f"Write to a new directory; if that writer is no longer running, remove {directory} "
+        "(and its index directory) first")
+
+
+def release(storage: Storage, path: str) -> None:
+    """Remove a claim made by :func:`claim`."""
+    storage.remove(path)
 
 
 def rename_data(storage: Storage, src: str, dst: str) -> None:

@@ -3,14 +3,17 @@ a target size, named ``part-00000-of-00012``, with sidecars and a manifest.
 
 Each shard is written by :class:`ofindex.Writer` under a hidden name in the destination
 (``.<token>-<stream>-<n>.writing``), its sidecar made from the offsets as it writes; the
-``-of-N`` count is known only at the end, so :meth:`ShardedWriter.close` renames the shards
-(see :mod:`ofindex.write.publish`) and then writes the manifest. Until the renames, nothing a
-reader lists is there (hidden names are skipped); while they happen, ``ofindex.open`` of the
-directory finds shards without sidecars and raises ``IndexNotFoundError``; a writer that fails
-or is interrupted (an exception, Ctrl-C) before the manifest is written removes what it wrote,
-renamed shards included. A process killed outright
-leaves hidden files, which nothing opens. The destination must hold no data files: a dataset
-is never written over another.
+``-of-N`` count is known only at the end, so :meth:`ShardedWriter.close` checks every final
+name, claims the directory, renames the shards (see :mod:`ofindex.write.publish`), writes the
+manifest and then drops the claim. Until the renames, nothing a reader lists is there (hidden
+names are skipped); from the claim until the manifest, ``ofindex.open`` and ``ofindex build``
+refuse the directory as a publication that did not finish
+(:class:`~ofindex.errors.IncompleteDatasetError`), with or without ``build_missing``. A
+writer that fails or is interrupted (an exception, Ctrl-C) before the manifest is written
+removes what it wrote, renamed shards and its claim included. A process killed outright
+leaves hidden files, which nothing opens, and, if it was publishing, its claim, which keeps
+the directory refused. The destination must hold no data files and no other writer's claim:
+a dataset is never written over another, nor mixed with one.
 """
 
 import contextlib
@@ -29,14 +32,18 @@ from ofindex.decode.spec import Spec
 from ofindex.encode.columns import plan_columns
 from ofindex.encode.encoder import Encoder
 from ofindex.encode.framed import OFRECORD_FRAMING, TFRECORD_FRAMING, BatchPlan, encode_block
+from ofindex.encode.nulls import REFUSE, Nulls
 from ofindex.errors import DatasetExistsError, OfindexError
 from ofindex.formats.framing import RecordFormat
-from ofindex.formats.location import sidecar_location
+from ofindex.formats.location import sidecar_place
+from ofindex.formats.placement import new_index_dir
+from ofindex.formats.shard_set import PUBLISHING
 from ofindex.index.builder import build_index
 from ofindex.index.writer import Writer
 from ofindex.storage import Storage, Storages
 from ofindex.storage.paths import is_data_file_name
-from ofindex.write.publish import move_sidecar, rename_data
+from ofindex.write.leftovers import hidden_name
+from ofindex.write.publish import claim, claimed_error, move_sidecar, release, rename_data
 
 #: The default name of shard ``shard`` of ``count`` (``str.format`` fields).
 PATTERN = "part-{shard:05d}-of-{count:05d}"
@@ -114,10 +121,10 @@ class ShardStream:
 
     def _next_shard(self) -> Writer:
         owner = self._owner
-        name = f".{owner.token}-{self._number}-{len(self.staged):05d}.writing"
+        name = hidden_name(owner.token, self._number, len(self.staged))
         path = self._writer_path = owner.storage.join(owner.path, name)
         self._bytes = 0
-        return Writer(owner.storage.url(path), owner.format, index_dir=owner.index_dir,
+        return Writer(owner.storage.url(path), owner.format, index_dir=owner.index_url,
                       storage_options=owner.storage_options, compression=owner.compression,
                       checksums=owner.checksums, compression_level=owner.compression_level)
 
@@ -210,7 +217,8 @@ class ShardStream:
             EncodeError: A column or value that cannot be encoded.
         """
         owner = self._owner
-        plan = plan_columns(columns, owner.spec, owner.kind, first_record=self.records)
+        plan = plan_columns(columns, owner.spec, owner.kind, first_record=self.records,
+                            nulls=owner.encoder.nulls)
         with self._failure_noted():
             self._write_plan(plan)
         return plan.rows
@@ -304,10 +312,13 @@ class ShardedWriter:
         storage_options: Options for the fsspec filesystem.
         checksums: Per-payload CRC32Cs in the sidecars (default: for OFRecord).
         compression_level: zlib's level for compressed shards.
+        nulls: What a null element inside a list of a feature mapping or a column becomes:
+            ``"refuse"``, ``"drop"`` or ``("fill", value)`` (see
+            :mod:`ofindex.encode.nulls`).
 
     Raises:
         DatasetExistsError: ``directory`` already holds data files.
-        ValueError: A bad ``format``, ``compression``, size or ``pattern``.
+        ValueError: A bad ``format``, ``compression``, size, ``pattern`` or ``nulls``.
 
     Use it as a context manager, or call :meth:`close` (publish) or :meth:`abort` (drop).
     :meth:`stream` gives more shard sequences of the same dataset, one per thread.
@@ -317,7 +328,8 @@ class ShardedWriter:
                  *, shard_bytes: int | None = None, shard_records: int | None = None,
                  pattern: str = PATTERN, compression: str | None = None, spec: Spec = None,
                  index_dir: str | None = None, storage_options: dict[str, Any] | None = None,
-                 checksums: bool | None = None, compression_level: int = -1) -> None:
+                 checksums: bool | None = None, compression_level: int = -1,
+                 nulls: Nulls = REFUSE) -> None:
         self._started = time.perf_counter()
         self.format = RecordFormat.parse(format)
         if shard_bytes is None and shard_records is None:
@@ -331,13 +343,20 @@ class ShardedWriter:
         self.compression, self.compression_level = compression, compression_level
         self.spec = spec
         self.kind = "ofrecord" if self.format is RecordFormat.OFRECORD else "example"
-        self.encoder = Encoder(spec, self.kind)
+        self.encoder = Encoder(spec, self.kind, nulls=nulls)
         self.index_dir, self.storage_options, self.checksums = (index_dir, storage_options,
                                                                 checksums)
         self._storages = Storages(storage_options)
         self.storage: Storage
         self.storage, self.path = self._storages.for_url(os.fspath(directory))
         self.url = self.storage.url(self.path)
+        #: Where the sidecars go: ``index_dir``, else the placement rule's index directory
+        #: of a directory named as a whole (see :mod:`ofindex.formats.placement`).
+        self.index_url = (os.fspath(index_dir) if index_dir is not None
+                          else self.storage.url(new_index_dir(self.storage, self.path)))
+        self._sidecars = sidecar_place(self.storage, self.index_url, self._storages)
+        #: The directory's claim while this writer publishes (see :meth:`close`).
+        self._claim: str | None = None
         self._refuse_existing()
         self.token = secrets.token_hex(4)
         self._lock = threading.Lock()
@@ -349,16 +368,19 @@ class ShardedWriter:
     def _refuse_existing(self) -> None:
         if not self.storage.is_dir(self.path):
             return
-        found = [f for f in self.storage.expand(self.path)
-                 if is_data_file_name(self.storage.basename(f))]
+        listed = self.storage.expand(self.path)
+        names = {self.storage.basename(f) for f in listed}
+        if PUBLISHING in names and self._claim is None:  # another writer's (checked early)
+            raise claimed_error(self.storage, self.storage.join(self.path, PUBLISHING))
+        found = sorted(n for n in names if is_data_file_name(n))
         if found:
             raise DatasetExistsError(
-                f"{self.url} already holds data files ({self.storage.basename(found[0])} …): "
+                f"{self.url} already holds data files ({found[0]} …): "
                 "write the dataset to a new directory, or remove the old one first")
 
     def _remove_sidecar(self, data_path: str) -> None:
         """Remove the sidecar of one of this writer's data files (if there is one)."""
-        storage, path = sidecar_location(self.storage, data_path, self.index_dir, self._storages)
+        storage, path = self._sidecars.of(self.storage, data_path)
         storage.remove(path)
 
     def stream(self) -> ShardStream:
@@ -417,15 +439,17 @@ class ShardedWriter:
         return self._streams[0].write_columns(columns)
 
     def close(self) -> WriteSummary:
-        """Finish every stream, rename the shards to their final names, move their sidecars
-        and write the manifest.
+        """Finish every stream, check every final name, claim the directory, rename the shards
+        to their final names, move their sidecars, drop the claim and write the manifest.
 
         Returns:
             A :class:`WriteSummary` (also kept as :attr:`summary`).
 
         Raises:
-            DatasetExistsError: Data files appeared in the directory meanwhile (nothing of
-                this writer's is published then; its files are removed).
+            DatasetExistsError: Data files appeared in the directory meanwhile, or another
+                writer claimed it to publish (nothing of this writer's is published then; its
+                files are removed).
+            ValueError: ``pattern`` names two of the shards alike (nothing is published).
             OfindexError: A stream failed while writing (an error of the storage, an
                 interrupt): its records are incomplete, and its files are removed.
         """
@@ -447,8 +471,10 @@ class ShardedWriter:
                 stream._writer = stream._next_shard()
                 stream.close()
                 staged = stream.staged
-            self._refuse_existing()
-            files = self._publish(staged)
+            finals = self._final_names(len(staged))
+            self._claim = claim(self.storage, self.path, self.token)
+            self._refuse_existing()  # under the claim: no other writer renames meanwhile
+            files = self._publish(staged, finals)
         except BaseException:
             self.abort()
             raise
@@ -458,17 +484,37 @@ class ShardedWriter:
                                     time.perf_counter() - self._started)
         return self.summary
 
-    def _publish(self, staged: list[_Staged]) -> list[str]:
-        count = len(staged)
-        finals = [self.storage.join(self.path, self.pattern.format(shard=k, count=count))
-                  for k in range(count)]
+    def _final_names(self, count: int) -> list[str]:
+        """The final paths of ``count`` shards, every name checked before any is used.
+
+        Raises:
+            ValueError: The pattern gives two shards one name (a later shard would replace
+                an earlier one), or a name that is no data file name of the directory.
+        """
+        seen: dict[str, int] = {}
+        for k in range(count):
+            name = self.pattern.format(shard=k, count=count)
+            if name in seen:
+                raise ValueError(
+                    f"{self.url}: pattern {self.pattern!r} names shards {seen[name]} and {k} "
+                    f"of {count} alike ({name!r}); nothing is published: use a pattern whose "
+                    "{shard} field gives each shard its own name, e.g. "
+                    f"{PATTERN!r}")
+            seen[name] = k
+            _check_name(self.pattern, name)
+        return [self.storage.join(self.path, name) for name in seen]
+
+    def _publish(self, staged: list[_Staged], finals: list[str]) -> list[str]:
         for item, final in zip(staged, finals, strict=True):
             rename_data(self.storage, item.path, final)
             item.final = final
         for item in staged:
-            old = sidecar_location(self.storage, item.path, self.index_dir, self._storages)
-            new = sidecar_location(self.storage, item.final, self.index_dir, self._storages)
+            old = self._sidecars.of(self.storage, item.path)
+            new = self._sidecars.of(self.storage, item.final)
             move_sidecar(self.storage, item.final, old, new)
+        # every shard and sidecar is in place: the directory holds the whole dataset from
+        # here, so a writer killed before the manifest leaves one that opens whole
+        self._release_claim()
         build_index([self.storage.url(f) for f in finals], index_dir=self.index_dir,
                     storage_options=self.storage_options, manifest=True, progress=False,
                     format=self.format.name.lower())
@@ -487,17 +533,27 @@ class ShardedWriter:
         """
         if self.published:
             return
+        if self._claim is None and any(s.final for t in self._streams for s in t.staged):
+            # shards have their final names: hold the claim while they go, so that a process
+            # killed midway leaves a directory that is refused, not a smaller dataset
+            with contextlib.suppress(OSError):  # another writer's claim, or a storage error
+                self._claim = claim(self.storage, self.path, self.token)
         for stream in self._streams:
             stream.abort()
+        self._release_claim()
         prefix = f".{self.token}-"
         probe = self.storage.join(self.path, prefix)
-        index_storage, index_probe = sidecar_location(self.storage, probe, self.index_dir,
-                                                      self._storages)
+        index_storage, index_probe = self._sidecars.of(self.storage, probe)
         for storage, directory in ((self.storage, self.path),
                                    (index_storage, index_storage.dirname(index_probe))):
             for path in storage.expand(storage.join(directory, prefix + "*")):
                 if storage.basename(path).startswith(prefix):  # ours: named with our token
                     storage.remove(path)
+
+    def _release_claim(self) -> None:
+        if self._claim is not None:
+            release(self.storage, self._claim)
+            self._claim = None
 
     def __enter__(self) -> "ShardedWriter":
         return self
@@ -511,15 +567,26 @@ class ShardedWriter:
 
 
 def _check_pattern(pattern: str) -> None:
+    """Refuse a pattern that cannot work, before anything is written (every name is checked
+    again at :meth:`ShardedWriter.close`, when the count is known)."""
     try:
         first = pattern.format(shard=0, count=2)
         second = pattern.format(shard=1, count=2)
     except (KeyError, IndexError, ValueError) as exc:
         raise ValueError(f"pattern {pattern!r}: a str.format string with the fields "
                          f"{{shard}} and {{count}} ({exc})") from None
-    if first == second or "/" in first or not is_data_file_name(first):
+    if first == second:
         raise ValueError(f"pattern {pattern!r} must name each shard differently (use "
                          "{shard}), inside the directory, as a data file name")
+    _check_name(pattern, first)
+
+
+def _check_name(pattern: str, name: str) -> None:
+    """Refuse a shard name outside the directory, or one a listing would skip."""
+    if "/" in name or not is_data_file_name(name):
+        raise ValueError(f"pattern {pattern!r} gives the shard name {name!r}: each shard must "
+                         "be named differently (use {shard}), inside the directory, as a data "
+                         "file name")
 
 
 # the two classes name each other: the stream's annotation is resolved once both exist (so
