@@ -15,9 +15,11 @@ import ast
 import json
 import os
 import shutil
+import struct
 import sys
 import warnings
 from typing import Any
+from urllib.parse import quote_from_bytes
 
 import crc32c
 import fsspec
@@ -27,13 +29,14 @@ from conformance import spec_reader
 import ofindex
 from ofindex import (
     CorruptRecordError,
+    IncompleteDatasetError,
     ManifestError,
     OfindexError,
     PartialIndexWarning,
     SidecarError,
     StaleIndexError,
+    UnverifiedIndexWarning,
 )
-from ofindex.storage.identity import UnverifiedIndexWarning
 
 CORPUS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "conformance")
 with open(os.path.join(CORPUS, "expected.json"), encoding="utf-8") as _f:
@@ -53,6 +56,8 @@ def categories(exc: BaseException) -> set[str]:
         found.add("sidecar")
     if isinstance(exc, CorruptRecordError):
         found.add("record")
+    if isinstance(exc, IncompleteDatasetError):
+        found.add("incomplete")
     return found
 
 
@@ -193,6 +198,24 @@ def test_the_reader_written_from_the_page_reads_the_case_as_expected(case, times
             assert spec_reader.open_dataset(path, manifest).identity() == identity
 
 
+def test_a_sidecar_in_the_per_user_index_cache_is_found(tmp_path, monkeypatch):
+    """`single` with its sidecar moved to the directory's entry of the per-user index cache,
+    named as the page says: both readers find it there."""
+    monkeypatch.setenv("OFINDEX_INDEX_CACHE", str(tmp_path / "index-cache"))
+    case = next(c for c in CASES if c["name"] == "single")
+    root = copied(case, tmp_path, "checkout")
+    data_dir = os.path.join(root, "data")
+    entry = tmp_path / "index-cache" / quote_from_bytes(os.fsencode(os.path.realpath(data_dir)),
+                                                        safe="")
+    os.makedirs(entry)
+    shutil.move(os.path.join(root, "data.ofindex", "records.tfrecord.ofidx"), entry)
+    os.rmdir(os.path.join(root, "data.ofindex"))
+    path = os.path.join(root, case["open"])
+    for read in (read_with_ofindex, read_with_spec_reader):
+        opened, got = read(path, False)
+        judge(case, opened, got)
+
+
 def test_the_reader_written_from_the_page_uses_no_ofindex():
     """spec_reader.py imports the standard library, numpy, zlib and crc32c only."""
     with open(spec_reader.__file__, encoding="utf-8") as f:
@@ -213,10 +236,13 @@ def ofindex_cache_entry(v: dict[str, Any]) -> dict[str, Any]:
     from types import SimpleNamespace
 
     from ofindex.formats.compact_manifest import CompactManifest
+    from ofindex.formats.index_cache import cached_index_dir
     from ofindex.read import blockfile, cachedir, nodecache, pages
     from ofindex.storage import FileStamp
 
     kind = v["entry"]
+    if kind == "index cache":
+        return {"name": os.path.basename(cached_index_dir(v["directory"]))}
     if kind in ("header", "page"):
         pager = pages.Pager(v.get("records_per_page", 16), nodecache.sidecar_key(
             v["index_url"], FileStamp(v["size"], v["fingerprint"]), v["body_crc"]), False, True)
@@ -261,3 +287,42 @@ def test_cache_blocks(block, reader, tmp_path):
         payload = spec_reader.read_block(path, key, block["length"], block["check_data"])
     want = block["payload_crc32c"]
     assert (None if payload is None else crc32c.crc32c(payload)) == want
+
+
+TEXTS = EXPECTED["text_indexes"]
+
+
+def ofindex_text_spans(data: str, text: str) -> list[list[int]] | set[str]:
+    """The spans ofindex's import takes from a text index, or the categories of its refusal."""
+    from ofindex.index.textimport import read_text_index, sidecar_from_text
+    from ofindex.storage import LocalStorage
+
+    storage = LocalStorage()
+    try:
+        raw = read_text_index(storage, text, os.path.getsize(data), data_url=data)
+        header, body, count = sidecar_from_text(storage, data, raw, text_url=text)
+    except OfindexError as exc:
+        return categories(exc)
+    offsets = struct.unpack_from(f"<{count}Q", body)
+    end = struct.unpack_from("<Q", header, 32)[0]
+    ends = [*offsets[1:], end][:count]
+    return [[a, b - a] for a, b in zip(offsets, ends, strict=True)]
+
+
+def page_text_spans(data: str, text: str) -> list[list[int]] | set[str]:
+    """The same by the reader written from the page."""
+    try:
+        return [list(span) for span in spec_reader.read_text_index(data, text)]
+    except spec_reader.Refused as exc:
+        return {exc.category}
+
+
+@pytest.mark.parametrize("reader", ["ofindex", "page"])
+@pytest.mark.parametrize("vector", TEXTS, ids=[t["name"] for t in TEXTS])
+def test_text_indexes(vector, reader):
+    data, text = (os.path.join(CORPUS, "cases", vector[k]) for k in ("data", "text"))
+    got = (ofindex_text_spans if reader == "ofindex" else page_text_spans)(data, text)
+    if "spans" in vector:
+        assert got == vector["spans"]
+    else:
+        assert isinstance(got, set) and vector["refused"] in got, got

@@ -328,6 +328,8 @@ class Corpus:
 
 
 def build(path: str, **kwargs: Any) -> None:
+    """Index ``path`` with ofindex (a file named on its own with ``index_dir``: where the
+    placement rule would put it, the per-user index cache, is no part of a case)."""
     ofindex.build_index(path, workers=1, **kwargs)
 
 
@@ -363,7 +365,8 @@ def plain_cases(c: Corpus) -> None:
     single = payloads(5, 5, 1)
     data = b"".join(tfrecord(p) for p in single)
     c.write("single", "data/records.tfrecord", data)
-    build(c.path("single", "data", "records.tfrecord"), checksums=True)
+    build(c.path("single", "data", "records.tfrecord"), checksums=True,
+          index_dir=c.path("single", "data.ofindex"))
     c.add("single", "one TFRecord file named on its own (no manifest), a version 2 sidecar "
           "with checksums", "data/records.tfrecord", manifest=False, shards=[single],
           identity=identity_of([(5, data)]))
@@ -421,7 +424,8 @@ def gzip_cases(c: Corpus) -> None:
     recs = payloads(15, 40, 5, 30)
     path = c.path("gzip-writer", "data", "part-0.tfrecord.gz")
     os.makedirs(os.path.dirname(path))
-    with ofindex.Writer(path, compression="gzip", seek_spacing=512) as w:
+    with ofindex.Writer(path, compression="gzip", seek_spacing=512,
+                        index_dir=c.path("gzip-writer", "data.ofindex")) as w:
         for p in recs:
             w.write(p)
     os.utime(path, ns=(T_NS, T_NS))
@@ -438,7 +442,8 @@ def gzip_cases(c: Corpus) -> None:
     recs = payloads(16, 30, 5, 30)
     data = deflated(b"".join(tfrecord(p) for p in recs), 31, 16)
     c.write("gzip-v2", "data/part-0.tfrecord.gz", data)
-    build(c.path("gzip-v2", "data", "part-0.tfrecord.gz"), seek_spacing=1024)
+    build(c.path("gzip-v2", "data", "part-0.tfrecord.gz"), seek_spacing=1024,
+          index_dir=c.path("gzip-v2", "data.ofindex"))
     side = c.path("gzip-v2", "data.ofindex", "part-0.tfrecord.gz.ofidx")
     old = open_local_sidecar(side)  # rewritten with its offsets plain, as ofindex 0.2 did
     h = old.header
@@ -558,7 +563,7 @@ def manifest_cases(c: Corpus) -> None:
     datas = [b"".join(tfrecord(p) for p in s) for s in recs]
     c.write("subdir", "data/top.tfrecord", datas[0])
     c.write("subdir", "data/sub/deep.tfrecord", datas[1])
-    build(c.path("subdir", "data", "top.tfrecord"))
+    build(c.path("subdir", "data", "top.tfrecord"), index_dir=c.path("subdir", "data.ofindex"))
     build(c.path("subdir", "data", "sub", "deep.tfrecord"), index_dir=c.path("subdir",
                                                                                "data.ofindex"))
     names = ["top.tfrecord", "sub/deep.tfrecord"]
@@ -572,6 +577,51 @@ def manifest_cases(c: Corpus) -> None:
     c.add("subdir", "a JSON manifest naming a shard in a subdirectory (sub/deep.tfrecord): its "
           "sidecar is data.ofindex/deep.tfrecord.ofidx", "data",
           shards=recs, identity=ident)
+
+
+def set_cases(c: Corpus) -> None:
+    """Sets of shards whose names count them, whole and not, and a writer's claim."""
+    recs = [payloads(61 + k, 2, 1) for k in range(2)]
+    datas = [b"".join(tfrecord(p) for p in s) for s in recs]
+    names = ["part-1-of-2.tfrecord", "part-2-of-2.tfrecord"]
+    for name, data in zip(names, datas, strict=True):
+        c.write("of-n-from-one", f"data/{name}", data)
+    build(c.path("of-n-from-one", "data"))
+    c.add("of-n-from-one", "two shards named -1-of-2 and -2-of-2 (a family numbered from 1): "
+          "whole", "data", shards=recs, listing=True,
+          identity=identity_of([(len(s), d) for s, d in zip(recs, datas, strict=True)]))
+
+    names = ["part-00000-of-00003.tfrecord", "part-00002-of-00003.tfrecord"]
+    for name, data in zip(names, datas, strict=True):
+        c.write("of-n-missing", f"data/{name}", data)
+    build(c.path("of-n-missing", "data"), allow_missing_shards=True)  # sidecars, no manifest
+    c.add("of-n-missing", "shards named -00000-of-00003 and -00002-of-00003, sidecars and no "
+          "manifest: the set lacks part-00001-of-00003 and is refused", "data", records=None,
+          manifest=False, refuse=["incomplete"])
+
+    names = ["part-00000-of-00003.tfrecord", "part-00001-of-00003.tfrecord"]
+    for name, data in zip(names, datas, strict=True):
+        c.write("json-of-n-missing", f"data/{name}", data)
+    build(c.path("json-of-n-missing", "data"), allow_missing_shards=True)
+    crcs = [field(c.read("json-of-n-missing", f"data.ofindex/{n}.ofidx"), "body_crc")
+            for n in names]
+    columns = {"name": names, "records": [2, 2], "size": [len(d) for d in datas],
+               "fingerprint": [FINGERPRINT] * 2, "body_crc": crcs}
+    c.write("json-of-n-missing", "data.ofindex/ofindex-manifest.json",
+            json_manifest(3, "tfrecord", columns, layout=True,
+                          identity=identity_of([(2, d) for d in datas])), data_file=False)
+    c.add("json-of-n-missing", "a JSON manifest (CRC right) listing the only two shards of its "
+          "directory, named -00000-of-00003 and -00001-of-00003: refused", "data",
+          records=None, listing=True, refuse=["incomplete"])
+
+    c.copy("tfrecord", "publishing")
+    os.unlink(c.path("publishing", "data.ofindex", "ofindex-manifest.json"))
+    c.write("publishing", "data/.ofindex-publishing",
+            b'{"token": "conformance", "pid": 1, "host": "writer", '
+            b'"time": "2020-09-13T12:26:40"}\n', data_file=False)
+    c.add("publishing", "`tfrecord` without its manifest, its data directory holding a "
+          "writer's claim (.ofindex-publishing): refused", "data", records=None,
+          manifest=False, refuse=["incomplete"])
 
 
 def compact_rows_manifest(c: Corpus, case: str, names: list[str], shards: list[list[bytes]],
@@ -614,6 +664,10 @@ def sidecar_damage(c: Corpus) -> None:
     raw = c.read("single", side)
     end = field(raw, "end")
     offsets = offsets_of(raw)
+    c.damaged("v1", "v1-header-crc", "data/part-0.tfrecord.ofidx", flip(16))
+    c.add("v1-header-crc", "the version 1 sidecar of `v1` with its record count changed, its "
+          "header CRC not: refused", "data/part-0.tfrecord", manifest=False, records=None,
+          refuse=["sidecar"])
     whole: list[tuple[str, str, Callable[[bytes], bytes]]] = [
         ("sidecar-magic", "the magic's first byte flipped", flip(0)),
         ("sidecar-header-crc", "the record count changed, the header CRC not", flip(16)),
@@ -963,6 +1017,14 @@ def cache_keys() -> list[dict[str, Any]]:
         out.append({"entry": "block", "url": url, "size": size, "fingerprint": fp,
                     "block_bytes": 1 << 20, "block": k, "key": key.hex(),
                     "file": key.hex() + ".ofblock"})
+    for directory in ("/ofx-conformance/data/train", "/ofx-conformance/données d'été",
+                      "/ofx-conformance/a~b_c.d-e/%41", "/ofx-conformance/" + "x" * 200):
+        raw = directory.encode("utf-8")
+        name = "".join(chr(b) if chr(b).isascii() and (chr(b).isalnum() or chr(b) in "_.-~")
+                       else f"%{b:02X}" for b in raw)
+        if len(name) > 200:
+            name = "long-" + hashlib.sha256(raw).hexdigest()
+        out.append({"entry": "index cache", "directory": directory, "name": name})
     for records, size in [(2000, 56000), (10, 10**9), (1, 16), (1000, 1_000_000), (0, 0)]:
         out.append({"entry": "records per page", "records": records, "size": size,
                     "records_per_page": records_per_page(records, size)})
@@ -1000,6 +1062,51 @@ def block_cases(c: Corpus) -> list[dict[str, Any]]:
     return out
 
 
+def text_cases(c: Corpus) -> list[dict[str, Any]]:
+    """Text indexes (``offset length`` lines) of two data files, and what a reader importing
+    them gets: the spans, or the category of the refusal."""
+    tf = [b"a", b"bcd", b""]
+    tf_data = b"".join(tfrecord(p) for p in tf)  # spans of 17, 19 and 16 bytes
+    of = [b"xy", b"", b"z"]
+    of_data = b"".join(ofrecord(p) for p in of)  # spans of 10, 8 and 9 bytes
+    bad = bytearray(tf_data)
+    bad[17 + 8] ^= 1  # record 1's length CRC
+    c.write("", "text/records.tfrecord", tf_data, data_file=False)
+    c.write("", "text/records.ofrecord", of_data, data_file=False)
+    c.write("", "text/damaged.tfrecord", bytes(bad), data_file=False)
+    spans = [[0, 17], [17, 19], [36, 16]]
+    vectors: list[tuple[str, str, bytes, list[list[int]] | str]] = [
+        ("valid", "records.tfrecord", b"0 17\n17 19\n36 16\n", spans),
+        ("valid-no-last-newline", "records.tfrecord", b"0 17\n17 19\n36 16", spans),
+        ("valid-whitespace", "records.tfrecord",
+         b"  0\t17\r\n017  19\r\n36 0016 \r\n\n\n", spans),
+        ("valid-ofrecord", "records.ofrecord", b"0 10\n10 8\n18 9\n",
+         [[0, 10], [10, 8], [18, 9]]),
+        ("empty-data", "empty.tfrecord", b"", []),
+        ("gap", "records.tfrecord", b"0 17\n18 18\n36 16\n", "stale"),
+        ("overlap", "records.tfrecord", b"0 17\n16 20\n36 16\n", "stale"),
+        ("not-at-zero", "records.tfrecord", b"1 16\n17 19\n36 16\n", "stale"),
+        ("past-the-end", "records.tfrecord", b"0 17\n17 19\n36 17\n", "stale"),
+        ("a-line-missing", "records.tfrecord", b"0 17\n17 19\n", "stale"),
+        ("other-framing", "records.tfrecord", b"0 19\n19 17\n36 16\n", "stale"),
+        ("shorter-than-framing", "records.ofrecord", b"0 7\n7 11\n18 9\n", "sidecar"),
+        ("not-a-number", "records.tfrecord", b"0 17\n17 x9\n36 16\n", "sidecar"),
+        ("negative", "records.tfrecord", b"0 17\n17 19\n36 -16\n", "sidecar"),
+        ("too-large", "records.tfrecord", b"0 17\n17 19\n36 %d\n" % 2**63, "sidecar"),
+        ("three-fields", "records.tfrecord", b"0 17\n17 19 1\n36 16\n", "sidecar"),
+        ("blank-line", "records.tfrecord", b"0 17\n\n17 19\n36 16\n", "sidecar"),
+        ("oversized", "records.tfrecord", b"0 17\n17 19\n36 16\n" + b"\n" * 4500, "sidecar"),
+        ("damaged-record", "damaged.tfrecord", b"0 17\n17 19\n36 16\n", "record"),
+    ]
+    c.write("", "text/empty.tfrecord", b"", data_file=False)
+    out = []
+    for name, data, text, want in vectors:
+        c.write("", f"text/{name}.idx", text, data_file=False)
+        out.append({"name": name, "data": f"text/{data}", "text": f"text/{name}.idx",
+                    **({"spans": want} if isinstance(want, list) else {"refused": want})})
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default=os.path.join(ROOT, "tests", "conformance"),
@@ -1008,12 +1115,13 @@ def main() -> None:
     work = tempfile.mkdtemp(prefix="ofx-conformance-")
     try:
         corpus = Corpus(work)
-        for make in (plain_cases, gzip_cases, old_cases, manifest_cases):
+        for make in (plain_cases, gzip_cases, old_cases, manifest_cases, set_cases):
             make(corpus)
         for make in (sidecar_damage, compressed_damage, data_damage, manifest_damage,
                      compact_damage):
             make(corpus)
         blocks = block_cases(corpus)
+        texts = text_cases(corpus)
         for name in ("cases", "expected.json"):
             target = os.path.join(args.out, name)
             if os.path.isdir(target):
@@ -1024,7 +1132,8 @@ def main() -> None:
                         copy_function=shutil.copy2)
         with open(os.path.join(args.out, "expected.json"), "w", encoding="utf-8") as f:
             json.dump({"data_mtime_ns": T_NS, "zlib": zlib.ZLIB_RUNTIME_VERSION,
-                       "cases": corpus.cases, "cache_keys": cache_keys(), "blocks": blocks},
+                       "cases": corpus.cases, "cache_keys": cache_keys(), "blocks": blocks,
+                       "text_indexes": texts},
                       f, indent=1, ensure_ascii=False)
             f.write("\n")
     finally:

@@ -9,7 +9,9 @@ versions 1 to 3 and compact manifests, the placement of index files, the order o
 identity of data files and of datasets.
 
 A refusal is a :class:`Refused` of one of the conformance suite's categories: ``sidecar``,
-``stale``, ``manifest``, ``record`` (and ``missing`` for a shard without a sidecar).
+``stale``, ``manifest``, ``record``, ``incomplete`` (a set of shards that lacks some), and
+``missing`` for a shard without a sidecar. It also imports text indexes
+(:func:`read_text_index`) and names the per-user index cache's entries.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import struct
 import zlib
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import quote_from_bytes
 
 import crc32c
 import numpy as np
@@ -38,6 +41,8 @@ DOCUMENT_SUFFIXES = (".txt", ".md", ".rst", ".csv", ".tsv", ".yaml", ".yml", ".p
                      ".pdf", ".py", ".ipynb")
 JSON_NAME, COMPACT_NAME = "ofindex-manifest.json", "ofindex-manifest.bin"
 LIMIT = 1 << 62
+CLAIM = ".ofindex-publishing"
+OF_N = re.compile(r"(.*?)(\d+)-of-(\d+)(.*)", re.DOTALL)
 
 
 class Refused(Exception):
@@ -268,7 +273,7 @@ def lead_in(bits: int, byte: int) -> bytes:
 
 def starts_stream(head: bytes, compression: int) -> bool:
     if compression == 1:
-        return len(head) >= 4 and head[:3] == b"\x1f\x8b\x08" and not head[3] & 0xE0
+        return len(head) >= 10 and head[:3] == b"\x1f\x8b\x08" and not head[3] & 0xE0
     if len(head) < 2:
         return False
     cmf, flg = head[0], head[1]
@@ -301,7 +306,7 @@ def inflate(data: bytes, s: Sidecar, k: int, want: int) -> bytes:
         if raw:  # entered raw: the trailer is skipped, unchecked
             rest = rest[8 if s.compression == 1 else 4 :]
             raw = False
-        if not starts_stream(rest[:4], s.compression):
+        if not starts_stream(rest[:10], s.compression):
             break
         d, src = zlib.decompressobj(wbits), rest
     return bytes(got)
@@ -522,7 +527,10 @@ def _compact_pages(raw: bytes, hsize: int, n: int, ncols: int) -> tuple[dict[int
     return columns, table_at + 16 * npages
 
 
-def _page(raw: bytes, column: Any, p: int, bound: int) -> bytes:
+EXPANSION, SLACK = 256, 65536  # the page's bounds on what a compact manifest inflates to
+
+
+def _page(raw: bytes, column: Any, p: int, bound: int, strings: bool = False) -> bytes:
     codec, _, pages = column
     off, length, crc = pages[p]
     stored = raw[off : off + length]
@@ -530,6 +538,8 @@ def _page(raw: bytes, column: Any, p: int, bound: int) -> bytes:
         raise Refused("manifest", "a page's CRC")
     if codec == 0:
         return stored
+    if strings:
+        bound = min(bound, EXPANSION * length + SLACK)
     d = zlib.decompressobj()
     try:
         got = d.decompress(stored, bound + 1)
@@ -552,9 +562,9 @@ def _column_values(raw: bytes, columns: dict[int, Any], cid: int, n: int) -> lis
                 raise Refused("manifest", "a page of other length")
             values += list(got) if cid == 3 else list(struct.unpack(f"<{r}Q", got))
         elif cid == 4:
-            values += _strings(_page(raw, columns[cid], p, 4 * (r + 1) + 4096 * r), r)
+            values += _strings(_page(raw, columns[cid], p, 4 * (r + 1) + 4096 * r, True), r)
         else:
-            got = _page(raw, columns[cid], p, 4 * r + 4 * (r + 1) + 4096 * r)
+            got = _page(raw, columns[cid], p, 4 * r + 4 * (r + 1) + 4096 * r, True)
             if len(got) < 4 * r:
                 raise Refused("manifest", "stamps page cut short")
             values += list(zip(struct.unpack_from(f"<{r}I", got), _strings(got[4 * r :], r),
@@ -567,6 +577,9 @@ def read_compact_manifest(path: str) -> Manifest:
         raw = f.read()
     fmt, layout, hsize, n, total, total_bytes, ncols, identity = _compact_head(raw)
     columns, at = _compact_pages(raw, hsize, n, ncols)
+    eager = hsize + sum(length for c in (1, 2, 3, 4) for _, length, _ in columns[c][2])
+    if 21 * n > EXPANSION * eager + SLACK:
+        raise Refused("manifest", "more shards than its bytes can hold")
     data_dir, at = _directory(raw, at, hsize)
     index_dir, at = _directory(raw, at, hsize)
     records, sizes, flags, names, stamps = (_column_values(raw, columns, c, n)
@@ -602,6 +615,39 @@ def index_dir_of(directory: str) -> str:
     return directory.rstrip("/") + ".ofindex"
 
 
+def user_cache_entry(directory: str) -> str:
+    """The per-user index cache's entry of a local directory."""
+    root = os.environ.get("OFINDEX_INDEX_CACHE", "")
+    if not os.path.isabs(root):
+        base = os.environ.get("XDG_CACHE_HOME", "")
+        if not os.path.isabs(base):
+            base = os.path.join(os.path.expanduser("~"), ".cache")
+        root = os.path.join(base, "ofindex", "indexes")
+    path = os.fsencode(os.path.realpath(directory))
+    name = quote_from_bytes(path, safe="")
+    if len(name) > 200:
+        name = "long-" + hashlib.sha256(path).hexdigest()
+    return os.path.join(root, name)
+
+
+def check_whole(names: list[str], directories: list[str]) -> None:
+    """Refuse a set of shards whose names count them and lack some, or whose directories hold
+    a writer's claim."""
+    for directory in directories:
+        if os.path.lexists(os.path.join(directory, CLAIM)):
+            raise Refused("incomplete", f"{directory} holds a writer's claim")
+    families: dict[tuple[str, str], set[int]] = {}
+    for name in names:
+        match = OF_N.fullmatch(name)
+        if match is not None:
+            families.setdefault((match[1], match[3]), set()).add(int(match[2]))
+    for (head, count), numbers in families.items():
+        n = int(count)
+        first = 1 if 0 not in numbers and n in numbers else 0
+        if sum(1 for k in numbers if first <= k < first + n) != n:
+            raise Refused("incomplete", f"the {head}…-of-{count} family lacks shards")
+
+
 def natural_key(name: str) -> list[Any]:
     return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
 
@@ -613,7 +659,7 @@ def may_hold_records(head: bytes, size: int) -> bool:
         return True
     if len(head) >= 8 and 0 <= struct.unpack_from("<q", head)[0] <= size - 8:
         return True
-    return starts_stream(head[:4], 1) or starts_stream(head[:2], 2)
+    return starts_stream(head, 1) or starts_stream(head, 2)
 
 
 def plainly_not_records(path: str, patterns: set[str]) -> bool:
@@ -713,7 +759,8 @@ class Dataset:
 
 
 def _found_manifest(directory: str) -> tuple[str, Manifest] | None:
-    for place in (index_dir_of(directory), os.path.abspath(directory)):
+    for place in (index_dir_of(directory), user_cache_entry(directory),
+                  os.path.abspath(directory)):
         for name, read in ((COMPACT_NAME, read_compact_manifest),
                            (JSON_NAME, read_json_manifest)):
             path = os.path.join(place, name)
@@ -744,21 +791,26 @@ def open_dataset(path: str, use_manifest: bool = True) -> Dataset:
             if os.path.abspath(m.data_dir) != here or m.index_dir != expected_index:
                 raise Refused("sidecar", "a manifest of other directories")
             if m.kind == "json":
+                check_whole([r.name for r in m.rows], [])
                 _check_listing(here, m.rows)
             shards = [Shard(os.path.join(here, r.name),
                             os.path.join(m.index_dir, r.name.rsplit("/")[-1] + ".ofidx")
                             if m.index_dir else os.path.join(here, r.name + ".ofidx"), r)
                       for r in m.rows]
             return Dataset(shards, m)
-    files = listed(path) if os.path.isdir(path) else [path]
+    if os.path.isdir(path):
+        files = listed(path)
+        check_whole([os.path.basename(f) for f in files], [path])
+    else:
+        files = [path]
     first = files[0]
-    in_index = os.path.join(index_dir_of(os.path.dirname(first)), os.path.basename(first))
-    beside = not os.path.isfile(in_index + ".ofidx") and os.path.isfile(first + ".ofidx")
+    places = [lambda f: os.path.join(index_dir_of(os.path.dirname(f)), os.path.basename(f)),
+              lambda f: os.path.join(user_cache_entry(os.path.dirname(f)), os.path.basename(f)),
+              lambda f: f]
+    place = next((p for p in places if os.path.isfile(p(first) + ".ofidx")), places[0])
 
     def sidecar_of(f: str) -> str:
-        if beside:
-            return f + ".ofidx"
-        return os.path.join(index_dir_of(os.path.dirname(f)), os.path.basename(f) + ".ofidx")
+        return place(f) + ".ofidx"
 
     patterns = shared_patterns(files)
     shards = [Shard(f, sidecar_of(f)) for f in files
@@ -798,6 +850,8 @@ def cache_entry(v: dict[str, Any]) -> dict[str, Any]:
     if kind == "compact stamps":
         key = _key16(f"{v['manifest_url']}\0compact manifest\0{v['head_crc']}")
         return {"key": (key + struct.pack("<iq", -1, v["page"])).hex()}
+    if kind == "index cache":
+        return {"name": os.path.basename(user_cache_entry(v["directory"]))}
     if kind == "block":
         key = _key16(f"{v['url']}\0{v['size']}\0{v['fingerprint']}\0{v['block_bytes']}\0"
                      f"{v['block']}")
@@ -821,3 +875,70 @@ def read_block(path: str, key: bytes, length: int, check_data: bool) -> bytes | 
     if check_data and crc32c.crc32c(payload) != data_crc:
         return None
     return payload
+
+
+# -- text indexes ----------------------------------------------------------------------------
+
+def detect_framing(data: bytes) -> int:
+    """The framing of an uncompressed file, from its first bytes (the page's detection)."""
+    if len(data) >= 12 and struct.unpack_from("<I", data, 8)[0] == masked_crc(data[:8]):
+        return TFRECORD
+    if starts_stream(data, 1) or starts_stream(data, 2):
+        raise Refused("other", "a compressed file")
+    if len(data) >= 8 and 0 <= struct.unpack_from("<q", data)[0] <= len(data) - 8:
+        return OFRECORD
+    if not data:
+        return TFRECORD
+    raise Refused("other", "neither framing")
+
+
+def _text_lines(text: bytes, size: int) -> list[tuple[int, int]]:
+    if len(text) > 64 * (size // 8) + 4096:
+        raise Refused("sidecar", "larger than a text index of the data file")
+    lines = text.split(b"\n")
+    if any(len(line) > 65536 for line in lines):
+        raise Refused("sidecar", "a line longer than 64 KiB")
+    while lines and not lines[-1].strip():
+        lines.pop()
+    spans = []
+    for line in lines:
+        fields = line.split()  # ASCII whitespace
+        if len(fields) != 2 or not all(f and all(48 <= c <= 57 for c in f) for f in fields):
+            raise Refused("sidecar", f"not two whole numbers: {line!r}")
+        offset, length = int(fields[0]), int(fields[1])
+        if max(offset, length) > 2**63 - 1:
+            raise Refused("sidecar", "a number above 2**63 - 1")
+        spans.append((offset, length))
+    return spans
+
+
+def read_text_index(data_path: str, text_path: str) -> list[tuple[int, int]]:
+    """The spans a text index gives for a data file, checked as the page says."""
+    with open(data_path, "rb") as f:
+        data = f.read()
+    with open(text_path, "rb") as f:
+        text = f.read()
+    spans = _text_lines(text, len(data))
+    fmt = detect_framing(data)
+    at = 0
+    for offset, length in spans:
+        if offset == at and offset + length <= len(data) and length < OVERHEAD[fmt]:
+            raise Refused("sidecar", "a span shorter than the framing")
+        if offset != at or offset + length > len(data):
+            raise Refused("stale", "spans that do not tile the data file")
+        at = offset + length
+    if at != len(data):
+        raise Refused("stale", "the spans end before the data file")
+    for offset, length in spans:  # the framing, record by record
+        head = data[offset : offset + 12]
+        if fmt == TFRECORD:
+            if len(head) < 12 or struct.unpack_from("<I", head, 8)[0] != masked_crc(head[:8]):
+                raise Refused("record", f"a damaged record at byte {offset}")
+            framed = struct.unpack_from("<Q", head)[0] + 16
+        else:
+            framed = struct.unpack_from("<q", head)[0] + 8
+        if framed < OVERHEAD[fmt] or offset + framed > len(data):
+            raise Refused("record", f"a damaged record at byte {offset}")
+        if framed != length:
+            raise Refused("stale", f"the record at byte {offset} frames {framed} bytes")
+    return spans
