@@ -3,7 +3,6 @@ atomically (the dataset appears whole at the end, or not at all), with a progres
 summary; the source's next batch is read while the current one is written
 (:mod:`ofindex.convert.prefetch`)."""
 
-import glob
 import os
 import sys
 import warnings
@@ -19,6 +18,7 @@ from ofindex.encode import encode_example, encode_ofrecord
 from ofindex.encode.nulls import REFUSE, Nulls, null_policy
 from ofindex.errors import EncodeError, LeftoverFilesWarning, NestedPathsError, hint
 from ofindex.formats.framing import RecordFormat
+from ofindex.storage.patterns import has_magic, literal_heads
 from ofindex.write.leftovers import find_leftovers
 from ofindex.write.sharded import ShardedWriter, WriteSummary
 
@@ -53,14 +53,20 @@ def _as_ofrecord(record: bytes, number: int) -> bytes:
 
 
 def _source_root(src: str) -> str:
-    """The local path a path source reads under (a glob: its directory before any pattern)."""
-    if glob.has_magic(src):
-        parts = []
-        for part in src.split(os.sep):
-            if glob.has_magic(part):
-                break
-            parts.append(part)
-        src = os.sep.join(parts) or os.curdir
+    """The local path a path source reads under: the path itself when it exists (whatever its
+    characters, as :mod:`ofindex.storage.patterns` decides), else a glob's longest leading
+    directory that exists as written, else its directory before any pattern."""
+    if has_magic(src) and not os.path.lexists(src):
+        heads = [head for head in literal_heads(src, os.sep) if os.path.isdir(head)]
+        if heads:
+            src = heads[0]
+        else:
+            parts = []
+            for part in src.split(os.sep):
+                if has_magic(part):
+                    break
+                parts.append(part)
+            src = os.sep.join(parts) or os.curdir
     return os.path.realpath(src)
 
 
