@@ -7,7 +7,8 @@ benchmarks' JSON in bench-results/, so that no figure is edited by hand.
 
 Reads, when present: pipeline.json (tools/bench_pipeline.py), images.json
 (tools/bench_images.py), sequential.json
-(tools/bench_sequential.py), shuffle.json (tools/bench_shuffle.py), remote.json
+(tools/bench_sequential.py), shuffle.json (tools/bench_shuffle.py), shuffle_quality.json
+(tools/bench_shuffle_quality.py), remote.json
 (tools/bench_remote.py), compressed.json (tools/bench_compressed.py), read.json
 (tools/bench_read.py), build.json (tools/bench_build.py), decode.json
 (tools/bench_decode.py), scale.json and scale_manifest.json (tools/bench_scale.py), mixing.json
@@ -41,6 +42,7 @@ MISSING = "\0missing:"
 TOOLS = {"pipeline": ("bench_pipeline.py", []), "images": ("bench_images.py", []),
          "sequential": ("bench_sequential.py", []),
          "shuffle": ("bench_shuffle.py", []), "remote": ("bench_remote.py", []),
+         "shuffle_quality": ("bench_shuffle_quality.py", []),
          "compressed": ("bench_compressed.py", []), "read": ("bench_read.py", []),
          "build": ("bench_build.py", []), "decode": ("bench_decode.py", []),
          "scale": ("bench_scale.py", []), "scale_manifest": ("bench_scale.py", ["--manifests"]),
@@ -311,6 +313,58 @@ class Report:
             if t.get("ofindex_feistel"):
                 self.summary.append(f"Global shuffle: {fmt(t['ofindex_feistel'] / 1e6)} M "
                                     "shuffled positions/s in O(1) memory.")
+        self.sections.append("\n".join(text) + "\n")
+
+    def shuffle_quality(self) -> None:
+        data = self.load("shuffle_quality")
+        title = "Shuffle quality beside speed (tools/bench_shuffle_quality.py)"
+        if data is None:
+            self.missing(title, "bench_shuffle_quality.py")
+            return
+        c, rows = data["config"], data["rows"]
+        text = [f"## {title}\n", f"{c['records']:,} MNIST-like records stored class by class "
+                f"({c['classes']} classes, sorted by label), batches of {c['batch_size']}, "
+                f"shuffle buffers (tf.data, vahidk) and DALI's `initial_fill` of {c['buffer']}, "
+                f"block shuffle of blocks of {c['block_size']} in windows of {c['window']}. "
+                "Classes per batch (mean; in the first batch), the share of a batch its two "
+                "largest classes take, how far records moved from their place in the files "
+                "and how far file neighbours end up apart (1.0 = a uniform shuffle), and one "
+                "epoch's batches/s in a fresh process (median and range over interleaved "
+                f"rounds; load average {data['load']['load_average']} on "
+                f"{data['load']['cores']} cores: a shared machine).\n",
+                table(["pipeline", "classes / batch", "first batch", "top-2 share", "moved",
+                       "mixing", "batches/s"],
+                      [[r["contender"], fmt(r["classes_per_batch"]),
+                        str(r["first_batch_classes"]), fmt(r["top2_share"], 2),
+                        fmt(r["moved"], 2), fmt(r["mixing"], 2),
+                        f"{fmt(r['batches_per_s'])} ({fmt(r['batches_per_s_min'])}–"
+                        f"{fmt(r['batches_per_s_max'])})"] for r in rows])]
+        if data.get("unavailable"):
+            text.append("\nNot measured: " + "; ".join(
+                f"{k} ({v[:80]})" for k, v in data["unavailable"].items()) + "\n")
+
+        def draw(ax: Any) -> None:
+            for r in rows:
+                ours = r["contender"].startswith("ofindex")
+                ax.scatter(r["batches_per_s"], r["classes_per_batch"],
+                           color="C0" if ours else "C7")
+                ax.annotate(r["contender"], (r["batches_per_s"], r["classes_per_batch"]),
+                            fontsize=7)
+            ax.axhline(c["classes"], color="C2", linestyle=":", linewidth=1)
+            ax.set_xscale("log")
+            ax.set_ylim(0, c["classes"] * 1.1)
+            ax.set_xlabel("batches/s (one epoch)")
+            ax.set_ylabel(f"classes per batch (of {c['classes']})")
+            ax.set_title("shuffle quality and speed, data sorted by label")
+
+        text.append("\n" + self.plot("shuffle-quality", draw, (6, 4)) + "\n")
+        best = {r["contender"]: r for r in rows}
+        if "ofindex-torch-main" in best and "dali" in best:
+            ours, dali = best["ofindex-torch-main"], best["dali"]
+            self.summary.append(
+                f"On data sorted by label ({c['classes']} classes): a batch of the global "
+                f"shuffle holds {fmt(ours['classes_per_batch'])} classes, DALI's buffered "
+                f"reader's {fmt(dali['classes_per_batch'])}.")
         self.sections.append("\n".join(text) + "\n")
 
     def mixing(self) -> None:
@@ -896,7 +950,8 @@ class Report:
         """Write docs/benchmarks.md (and README's marked block); returns the markdown."""
         for section in (self.pipeline, self.images, self.sequential, self.read, self.build,
                         self.decode,
-                        self.compressed, self.shuffle, self.mixing, self.remote, self.scale,
+                        self.compressed, self.shuffle, self.shuffle_quality, self.mixing,
+                        self.remote, self.scale,
                         self.data_cache, self.manifests, self.rate_limits, self.ray,
                         self.writing):
             before = len(self.summary)
