@@ -45,8 +45,9 @@ def test_parquet(tmp_path):
 def test_a_column_that_cannot_be_stored_is_refused_before_writing(tmp_path):
     pa = pytest.importorskip("pyarrow")
     pq = pytest.importorskip("pyarrow.parquet")
-    pq.write_table(pa.table({"ok": [1], "nested": [[[1]]]}), tmp_path / "bad.parquet")
-    with pytest.raises(EncodeError, match="column 'nested' of Arrow type list<"):
+    nested = pa.array([[("a", 1)]], pa.map_(pa.string(), pa.int64()))  # structs and nested
+    pq.write_table(pa.table({"ok": [1], "nested": nested}), tmp_path / "bad.parquet")  # lists
+    with pytest.raises(EncodeError, match="column 'nested' of Arrow type map<"):  # are mapped
         ofindex.convert(str(tmp_path / "bad.parquet"), tmp_path / "never")
     assert not (tmp_path / "never").exists()
 
@@ -58,12 +59,13 @@ def test_hf_dataset_object_and_saved_directory(tmp_path):
     ofindex.convert(hf, tmp_path / "obj")
     hf.save_to_disk(str(tmp_path / "saved"))
     ofindex.convert(str(tmp_path / "saved"), tmp_path / "disk")
+    # float64 values in an Example: each row's doubles, exact, in one bytes value
     spec = {"text": FixedLen((), "bytes"), "label": FixedLen((), "int64"),
-            "emb": FixedLen(2)}
+            "emb": FixedLen((), "bytes")}
     for out in ("obj", "disk"):
         got = _all(tmp_path / out, spec)
-        assert got["text"].tolist() == [b"a", b"bb", b"ccc"]
-        assert got["label"].tolist() == [0, 1, 0] and got["emb"].tolist() == [[0.5, 1.5]] * 3
+        assert got["text"].tolist() == [b"a", b"bb", b"ccc"] and got["label"].tolist() == [0, 1, 0]
+        assert [np.frombuffer(v, "<f8").tolist() for v in got["emb"]] == [[0.5, 1.5]] * 3
 
 
 def test_image_folder_with_jpegs(tmp_path):
@@ -345,12 +347,15 @@ def _table_with_nulls(pa, n=60):
 
 
 def _expected_rows(table, nulls):
-    """Each row as a record holds it: null cells left out, null elements as the policy says."""
+    """Each row as a record holds it: null cells left out (a list's marked by
+    ``<column>/null``), null elements as the policy says."""
     rows = []
     for row in table.to_pylist():
         record = {}
         for name, value in row.items():
             if value is None:
+                if name != "id":
+                    record[f"{name}/null"] = 1
                 continue
             if isinstance(value, list):
                 if nulls == "drop":

@@ -18,8 +18,17 @@ enum {
     MODE_VARINT = 1,  /* a packed list of varints: int64 values (negative: ten bytes) */
     MODE_BYTES = 2,   /* a bytes list holding one value: each row's bytes object */
     MODE_ENTRIES = 3, /* the whole map entry made in Python (b"": the feature is absent) */
-    MODE_SPANS = 4    /* a bytes list of one value: spans of one buffer (Arrow binary) */
+    MODE_SPANS = 4,   /* a bytes list of one value: spans of one buffer (Arrow binary) */
+    MODE_PACKED_SPANS = 5, /* a packed list whose bytes are spans of one buffer (rows of any
+                            * length: floats as they are, integers as varints) */
+    MODE_LIST_SPANS = 6    /* the value list's whole content cut from one buffer (a bytes
+                            * list of any number of values, each with its key and length) */
 };
+
+/* The modes whose data is (bounds, values): spans of one buffer. */
+static inline int spans_mode(int mode) {
+    return mode == MODE_SPANS || mode == MODE_PACKED_SPANS || mode == MODE_LIST_SPANS;
+}
 
 typedef struct {
     int mode;
@@ -91,9 +100,9 @@ static Py_ssize_t value_size(const Column *c, Py_ssize_t r, Py_ssize_t k, int sl
             n += varint_size((uint64_t)load_i64(row + 8 * j));
         return n;
     }
-    if (c->mode == MODE_SPANS) {
+    if (spans_mode(c->mode)) {
         const int64_t *at = (const int64_t *)c->view.buf;
-        return (Py_ssize_t)(at[r + 1] - at[r]);  /* checked by check_spans */
+        return (Py_ssize_t)(at[r + 1] - at[r]);  /* checked by get_spans_column */
     }
     if (sliced)
         return c->lens[k];
@@ -111,7 +120,10 @@ static EntrySizes entry_sizes(const Column *c, Py_ssize_t v) {
     EntrySizes e;
     int one = c->mode == MODE_BYTES || c->mode == MODE_SPANS;
     Py_ssize_t klen = PyBytes_GET_SIZE(c->key);
-    e.list = (v || one) ? 1 + varint_size((uint64_t)v) + v : 0;
+    if (c->mode == MODE_LIST_SPANS)
+        e.list = v;  /* the span is the list's content */
+    else
+        e.list = (v || one) ? 1 + varint_size((uint64_t)v) + v : 0;
     e.feature = 1 + varint_size((uint64_t)e.list) + e.list;
     e.entry = 1 + varint_size((uint64_t)klen) + klen + 1 + varint_size((uint64_t)e.feature) +
               e.feature;
@@ -157,7 +169,7 @@ static unsigned char *put_entry(unsigned char *p, const Column *c, Py_ssize_t r,
     p = put_varint(p, (uint64_t)e.feature);
     *p++ = c->tag;
     p = put_varint(p, (uint64_t)e.list);
-    if (e.list) {
+    if (e.list && c->mode != MODE_LIST_SPANS) {
         *p++ = 0x0a;
         p = put_varint(p, (uint64_t)v);
     }
@@ -169,7 +181,7 @@ static unsigned char *put_entry(unsigned char *p, const Column *c, Py_ssize_t r,
         memcpy(p, c->ptrs[k], (size_t)v);
         return p + v;
     }
-    if (c->mode == MODE_SPANS) {
+    if (spans_mode(c->mode)) {
         const int64_t *at = (const int64_t *)c->view.buf;
         memcpy(p, (const unsigned char *)c->values.buf + at[r], (size_t)v);
         return p + v;
@@ -214,7 +226,7 @@ static void release_plan(Plan *pl) {
     PyMem_Free(pl->cols);
 }
 
-/* A SPANS column's data: (bounds, values), rows + 1 int64 bounds, each row's value
+/* A SPANS, PACKED_SPANS or LIST_SPANS column's data: (bounds, values), rows + 1 int64 bounds, each row's value
  * values[bounds[r]:bounds[r + 1]]; every span checked inside values here. */
 static int get_spans_column(PyObject *data, Column *c, Py_ssize_t j, Py_ssize_t *rows) {
     PyObject *bounds, *values;
@@ -280,7 +292,7 @@ static int get_column(PyObject *spec, Column *c, Py_ssize_t j, Py_ssize_t *rows)
         }
         return -1;
     }
-    if (field < 1 || field > 15 || mode < MODE_PACKED || mode > MODE_SPANS) {
+    if (field < 1 || field > 15 || mode < MODE_PACKED || mode > MODE_LIST_SPANS) {
         PyErr_Format(PyExc_ValueError, "column %zd: field %d or mode %d out of range", j,
                      field, mode);
         return -1;
@@ -307,7 +319,7 @@ static int get_data(PyObject *data, Column *c, Py_ssize_t j, Py_ssize_t *rows) {
         *rows = PyList_GET_SIZE(data);
         return 0;
     }
-    if (mode == MODE_SPANS)
+    if (spans_mode(mode))
         return get_spans_column(data, c, j, rows);
     if (PyObject_GetBuffer(data, &c->view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
         return -1;

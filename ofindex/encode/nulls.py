@@ -48,7 +48,8 @@ class NullPolicy:
     action: str = REFUSE
     fill: object = None
 
-    def _refused(self, name: object, record: int | None, element: int) -> EncodeError:
+    def refused(self, name: object, record: int | None, element: int) -> EncodeError:
+        """The error for null element ``element`` of the list of ``name`` in ``record``."""
         drop = hint("nulls='drop'", "--nulls drop")
         fill = hint("nulls=('fill', 0)", "--nulls fill:0")
         return EncodeError(f"{where(name, record)}: element {element} of its list is null, "
@@ -80,7 +81,7 @@ class NullPolicy:
             return items
         nulls = [k for k, item in enumerate(items) if item is None or item is np.ma.masked]
         if self.action == REFUSE:
-            raise self._refused(name, record, nulls[0])
+            raise self.refused(name, record, nulls[0])
         if self.action == DROP:
             return [item for item in items if item is not None and item is not np.ma.masked]
         fill = self.fill_for(name, record)
@@ -100,7 +101,7 @@ class NullPolicy:
         if not mask.any():
             return data
         if self.action == REFUSE:
-            raise self._refused(name, record, int(np.argmax(mask.reshape(-1))))
+            raise self.refused(name, record, int(np.argmax(mask.reshape(-1))))
         if self.action == DROP:
             return data[~mask]
         return np.where(mask, self.typed_fill(data.dtype, name, record), data)
@@ -119,7 +120,7 @@ class NullPolicy:
         if self.action == REFUSE:
             rows = mask.reshape(len(column), -1)
             row = int(np.argmax(rows.any(axis=1)))
-            raise self._refused(name, first + row, int(np.argmax(rows[row])))
+            raise self.refused(name, first + row, int(np.argmax(rows[row])))
         if self.action == DROP:
             return None
         data = np.ma.getdata(column)
@@ -144,8 +145,21 @@ class NullPolicy:
                               f"fit its {dtype} values; give one it holds exactly")
         return value
 
-    def _arrow_fill(self, arrow_type: Any, name: object, record: int) -> Any:
-        """The fill value as an Arrow scalar of ``arrow_type`` (numbers: held exactly)."""
+    def nested(self, name: object, record: int | None, element: int, what: str) -> EncodeError:
+        """The error for a null list or struct (``what``) inside a list: refused, or asked to
+        be filled (only values are filled: such an element is dropped or refused)."""
+        drop = hint("nulls='drop'", "--nulls drop")
+        filled = " (a fill value replaces null values only)" if self.action == FILL else ""
+        return EncodeError(f"{where(name, record)}: element {element} of its list is a null "
+                           f"{what}, which a record cannot hold{filled}; leave such elements "
+                           f"out ({drop})")
+
+    def arrow_fill(self, arrow_type: Any, name: object, record: int) -> Any:
+        """The fill value as an Arrow scalar of ``arrow_type`` (numbers: held exactly).
+
+        Raises:
+            EncodeError: ``arrow_type`` cannot hold it exactly.
+        """
         import pyarrow as pa
 
         if pa.types.is_integer(arrow_type) or pa.types.is_floating(arrow_type) or \
@@ -186,11 +200,11 @@ class NullPolicy:
         at = int(np.argmax(~valid))
         row = int(parents[at])
         if self.action == REFUSE:
-            raise self._refused(name, first + row, at - int(np.searchsorted(parents, row)))
+            raise self.refused(name, first + row, at - int(np.searchsorted(parents, row)))
         if self.action == DROP:
             flat, parents = flat.filter(pa.array(valid)), parents[valid]
         else:
-            flat = pc.fill_null(flat, self._arrow_fill(flat.type, name, first + row))
+            flat = pc.fill_null(flat, self.arrow_fill(flat.type, name, first + row))
         lengths = np.bincount(parents, minlength=len(column))
         offsets = np.zeros(len(column) + 1, np.int64)
         np.cumsum(lengths, out=offsets[1:])
