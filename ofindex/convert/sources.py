@@ -149,16 +149,30 @@ def _image_heads(columns: list[str]) -> Callable[[Any], list[Any]]:
     def heads(batch: Any) -> list[Any]:
         out: list[Any] = []
         for name in columns:
-            images = batch.column(name).combine_chunks().field("bytes")
+            files = batch.column(name).combine_chunks()
+            images = files.flatten()[files.type.get_field_index("bytes")]  # null rows: null
             out.extend(pc.binary_slice(images, 0, 16).to_pylist())
         return out
 
     return heads
 
 
-def _hf_image_columns(features: Any) -> list[str]:
-    return [name for name, feature in features.items()
-            if type(feature).__name__ == "Image"]
+def _hf_image_columns(features: Any, kinds: tuple[str, ...] = ("Image",)) -> list[str]:
+    return [name for name, feature in features.items() if type(feature).__name__ in kinds]
+
+
+def _by_path_only(batch: Any, columns: list[str]) -> bool:
+    """Whether an image or audio of the batch is named by its path alone (bytes null)."""
+    import pyarrow.compute as pc
+
+    for name in columns:
+        files = batch.column(name).combine_chunks()
+        if files.null_count == len(files):
+            continue
+        lone = pc.and_(files.field("bytes").is_null(), files.field("path").is_valid())
+        if pc.any(lone).as_py():
+            return True
+    return False
 
 
 def hf_source(hf_data: Any, batch_size: int) -> Source:
@@ -167,13 +181,13 @@ def hf_source(hf_data: Any, batch_size: int) -> Source:
     keeps its parent's whole table and maps its rows through indices: the dataset's own
     iterator applies them (its table's batches would be every row of the parent). An image
     or audio file that the dataset names by its path only is read into the record, as
-    ``save_to_disk`` embeds it."""
-    from datasets.features.features import require_storage_embed
+    ``save_to_disk`` embeds it (the batch's paths then become base names, as there); images
+    that hold their bytes are written as they are."""
     from datasets.table import embed_table_storage
 
     table = hf_data.data.table if hasattr(hf_data.data, "table") else hf_data.data
     _check_schema(table.schema)
-    embed = require_storage_embed(hf_data.features)
+    files = _hf_image_columns(hf_data.features, ("Image", "Audio"))
     images = _hf_image_columns(hf_data.features)
 
     def batches() -> Iterator[Any]:
@@ -181,7 +195,9 @@ def hf_source(hf_data: Any, batch_size: int) -> Source:
         try:
             for batch in hf_data.with_format("arrow").iter(batch_size=batch_size):
                 rows += batch.num_rows
-                yield embed_table_storage(batch) if embed else batch
+                # HF's own embedding (save_to_disk's), only where a file is named by its path
+                # alone: it also cuts every path of the batch to its base name
+                yield embed_table_storage(batch) if _by_path_only(batch, files) else batch
         except _PARQUET_FAILURES as exc:  # its Arrow cache files are read as it goes
             raise _unreadable("the Hugging Face dataset", f"reading failed after {rows:,} of "
                               f"its {len(hf_data):,} rows", exc, "check its cache files "

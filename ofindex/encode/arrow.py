@@ -226,30 +226,49 @@ class _ColumnWriter:
             self.out[node.place] = _cell_values(node.leaf, array)
 
     def elements(self, node: Node, array: Any, rows_at: np.ndarray,
-                 present: np.ndarray | None, *, cell: bool = False,
-                 droppable: bool = True) -> None:
-        """The elements of every row's lists at ``node``: row ``r``'s are
-        ``array[rows_at[r]:rows_at[r + 1]]``."""
+                 present: np.ndarray | None, *, cell: bool = False) -> None:
+        """The elements of every row's lists at ``node`` (their null elements resolved):
+        row ``r``'s are ``array[rows_at[r]:rows_at[r + 1]]``."""
         array = _plain(array)
-        if not cell and array.null_count:
-            array, rows_at = self.null_elements(node, array, rows_at, droppable)
         if node.kind == "list":
             lengths = _lengths(array, node.size)
-            if node.lengths is not None:
-                self.out[node.lengths] = RaggedColumn(rows_at, lengths, present)
             ends = np.zeros(len(lengths) + 1, np.int64)
             np.cumsum(lengths, out=ends[1:])
-            self.elements(node.items[0], array.flatten(), ends[rows_at], present)
+            items = _plain(array.flatten())
+            if items.null_count:  # before the lengths are written: a drop shortens them
+                items, kept = self.null_elements(node.items[0], items, ends[rows_at], True)
+                if kept is not None:
+                    ends = kept[ends]
+                    lengths = np.diff(ends)
+                    if node.size is not None:
+                        raise self.shortened(node, lengths, ends, rows_at)
+            if node.lengths is not None:
+                self.out[node.lengths] = RaggedColumn(rows_at, lengths, present)
+            self.elements(node.items[0], items, ends[rows_at], present)
         elif node.kind == "struct":
-            for item, child in zip(node.items, array.flatten(), strict=True):
-                self.elements(item, child, rows_at, present, droppable=False)
+            for item, field in zip(node.items, array.flatten(), strict=True):
+                field = _plain(field)
+                if field.null_count:
+                    field, _ = self.null_elements(item, field, rows_at, False)
+                self.elements(item, field, rows_at, present)
         elif node.leaf is not None:
             self.out[node.place] = _ragged_values(node.leaf, array, rows_at, present)
 
+    def shortened(self, node: Node, lengths: np.ndarray, ends: np.ndarray,
+                  rows_at: np.ndarray) -> EncodeError:
+        """The error for a drop that would shorten a fixed-size list."""
+        element = int(np.argmax(lengths != node.size))
+        row = int(np.searchsorted(rows_at, element, side="right")) - 1
+        return EncodeError(
+            f"column {self.column!r} of record {self.first + row}: a null element of a list "
+            f"of fixed size {node.size} ({node.arrow_type}); leaving it out would change the "
+            "size its type gives: fill it (nulls=('fill', value)) instead")
+
     def null_elements(self, node: Node, array: Any, rows_at: np.ndarray,
-                      droppable: bool) -> tuple[Any, np.ndarray]:
-        """Null elements inside lists resolved by the policy: filled (values), dropped (the
-        lists shorter), or refused naming the record and the element."""
+                      droppable: bool) -> tuple[Any, np.ndarray | None]:
+        """Null elements inside lists resolved by the policy: filled (values), dropped (with
+        ``kept[k]``, the elements kept before position ``k``), or refused naming the record
+        and the element (``rows_at``: each row's first position in ``array``)."""
         pa = _pyarrow()
         valid = _valid(array).astype(bool)
         at = int(np.argmin(valid))
@@ -258,11 +277,11 @@ class _ColumnWriter:
         action = self.policy.action
         if node.kind == "value" and action == FILL:
             fill = self.policy.arrow_fill(array.type, self.column, record)
-            return array.fill_null(fill), rows_at
+            return array.fill_null(fill), None
         if action == DROP and droppable:
             kept = np.zeros(len(valid) + 1, np.int64)
             np.cumsum(valid, out=kept[1:])
-            return array.filter(pa.array(valid)), kept[rows_at]
+            return array.filter(pa.array(valid)), kept
         if action == DROP:
             raise EncodeError(
                 f"column {self.column!r} of record {record}: {node.place!r} of element "
