@@ -90,6 +90,23 @@ def test_image_folder_with_jpegs(tmp_path):
     assert got[("cat", "0.jpg")][1] == 0 and got[("dog", "2.jpg")][1] == 1  # sorted classes
     decoded = image.open(io.BytesIO(got[("dog", "2.jpg")][0]))
     assert decoded.size == (10, 8)
+    assert summary.image_formats == {"JPEG": 6}
+
+
+def test_an_image_folder_of_pngs_and_jpegs_says_which_formats_it_wrote(tmp_path, capsys):
+    """convert accepted PNGs into an image folder dataset and said nothing of them (the image
+    stage then refused them as 'not a JPEG'): the summary counts each format written."""
+    image = pytest.importorskip("PIL.Image")
+    root = tmp_path / "images"
+    for cls, fmt, count in (("a", "PNG", 2), ("b", "JPEG", 3), ("c", "GIF", 1)):
+        (root / cls).mkdir(parents=True)
+        for k in range(count):
+            image.new("RGB", (4, 4)).save(root / cls / f"{k}.{fmt.lower()}", format=fmt)
+    summary = ofindex.convert(str(root), tmp_path / "out")
+    assert summary.image_formats == {"PNG": 2, "JPEG": 3, "GIF": 1}
+    assert str(summary).endswith("; images: 3 JPEG, 2 PNG, 1 GIF")
+    assert main(["convert", str(root), str(tmp_path / "cli"), "--no-progress"]) == 0
+    assert "images: 3 JPEG, 2 PNG, 1 GIF" in capsys.readouterr().out
 
 
 def test_npz_and_npy(tmp_path):
