@@ -376,3 +376,50 @@ def test_a_path_only_image_is_read_into_the_record(tmp_path):
     with ofindex.open(str(tmp_path / "out")) as ds:
         assert decode_example(ds[0])["image/bytes"][0] == data
         assert to_hf_dataset(ds)[0]["image"].size == (7, 14)
+
+
+def test_the_list_modes_of_the_compiled_encoder_equal_its_twin_and_protobuf():
+    """Lists of numbers, of strings and of varints are encoded from one buffer a column
+    (csrc/encode.c's PACKED_SPANS, LIST_SPANS, VARINT_SPANS): the compiled encoder and its
+    pure-Python twin give the same bytes, which protobuf parses to the values; bounds that
+    leave the buffer are refused by both."""
+    from helpers import implementation
+
+    from ofindex.encode.framed import (
+        LIST_SPANS,
+        NO_FRAMING,
+        VARINT_SPANS,
+        BatchPlan,
+        PlannedColumn,
+        encode_block,
+    )
+    from ofindex.proto import example_pb2
+
+    rng = np.random.default_rng(3)
+    rows = 300
+    table = pa.table({
+        "ints": pa.array([rng.integers(-(2**63), 2**63 - 1, k % 7).tolist() if k % 11 else
+                          None for k in range(rows)], pa.list_(pa.int64())),
+        "floats": pa.array([rng.random(k % 5).astype(np.float32).tolist() for k in
+                            range(rows)], pa.list_(pa.float32())),
+        "words": pa.array([["x" * (k % 200)] * (k % 3) for k in range(rows)],
+                          pa.list_(pa.string())),
+    })
+    got = {}
+    for which in ("compiled", "pure-python"):
+        with implementation(which):
+            got[which] = encode_columns(table)
+    assert got["compiled"] == got["pure-python"]
+    for row, record in zip(table.to_pylist(), got["compiled"], strict=True):
+        message = example_pb2.Example.FromString(record).features.feature
+        if row["ints"] is not None:
+            assert list(message["ints"].int64_list.value) == row["ints"]
+        assert list(message["floats"].float_list.value) == pytest.approx(row["floats"])
+        assert [v.decode() for v in message["words"].bytes_list.value] == row["words"]
+    for mode, data in ((VARINT_SPANS, (np.array([0, 3], np.int64), np.zeros(2, np.int64))),
+                       (LIST_SPANS, (np.array([0, 9], np.int64), b"\n\x01a"))):
+        plan = BatchPlan((PlannedColumn(b"k", 3, mode, data),), 1, wrap=True)
+        for which in ("compiled", "pure-python"):
+            with implementation(which), pytest.raises(ValueError, match=r"outside|bound"):
+                encode_block(plan, 0, 1, NO_FRAMING, 1 << 20, bytearray(1 << 20),
+                             np.zeros(1, np.int64))

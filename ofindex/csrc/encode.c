@@ -21,13 +21,16 @@ enum {
     MODE_SPANS = 4,   /* a bytes list of one value: spans of one buffer (Arrow binary) */
     MODE_PACKED_SPANS = 5, /* a packed list whose bytes are spans of one buffer (rows of any
                             * length: floats as they are, integers as varints) */
-    MODE_LIST_SPANS = 6    /* the value list's whole content cut from one buffer (a bytes
+    MODE_LIST_SPANS = 6,   /* the value list's whole content cut from one buffer (a bytes
                             * list of any number of values, each with its key and length) */
+    MODE_VARINT_SPANS = 7  /* a packed list of varints of any length: int64 values, row r's
+                            * values[bounds[r]:bounds[r + 1]] */
 };
 
 /* The modes whose data is (bounds, values): spans of one buffer. */
 static inline int spans_mode(int mode) {
-    return mode == MODE_SPANS || mode == MODE_PACKED_SPANS || mode == MODE_LIST_SPANS;
+    return mode == MODE_SPANS || mode == MODE_PACKED_SPANS || mode == MODE_LIST_SPANS ||
+           mode == MODE_VARINT_SPANS;
 }
 
 typedef struct {
@@ -98,6 +101,14 @@ static Py_ssize_t value_size(const Column *c, Py_ssize_t r, Py_ssize_t k, int sl
         Py_ssize_t n = 0;
         for (Py_ssize_t j = 0; j < c->per_row; j++)
             n += varint_size((uint64_t)load_i64(row + 8 * j));
+        return n;
+    }
+    if (c->mode == MODE_VARINT_SPANS) {
+        const int64_t *at = (const int64_t *)c->view.buf;
+        const unsigned char *values = (const unsigned char *)c->values.buf;
+        Py_ssize_t n = 0;
+        for (int64_t j = at[r]; j < at[r + 1]; j++)
+            n += varint_size((uint64_t)load_i64(values + 8 * j));
         return n;
     }
     if (spans_mode(c->mode)) {
@@ -181,6 +192,13 @@ static unsigned char *put_entry(unsigned char *p, const Column *c, Py_ssize_t r,
         memcpy(p, c->ptrs[k], (size_t)v);
         return p + v;
     }
+    if (c->mode == MODE_VARINT_SPANS) {
+        const int64_t *at = (const int64_t *)c->view.buf;
+        const unsigned char *values = (const unsigned char *)c->values.buf;
+        for (int64_t j = at[r]; j < at[r + 1]; j++)
+            p = put_varint(p, (uint64_t)load_i64(values + 8 * j));
+        return p;
+    }
     if (spans_mode(c->mode)) {
         const int64_t *at = (const int64_t *)c->view.buf;
         memcpy(p, (const unsigned char *)c->values.buf + at[r], (size_t)v);
@@ -244,12 +262,14 @@ static int get_spans_column(PyObject *data, Column *c, Py_ssize_t j, Py_ssize_t 
     c->held_values = 1;
     const int64_t *at = (const int64_t *)c->view.buf;
     Py_ssize_t n = c->view.shape[0];
+    /* VARINT_SPANS bounds count int64 values, the others bytes */
+    Py_ssize_t limit = c->mode == MODE_VARINT_SPANS ? c->values.len / 8 : c->values.len;
     if (n < 1) {
         PyErr_Format(PyExc_ValueError, "column %zd: no bounds (rows + 1 of them)", j);
         return -1;
     }
     for (Py_ssize_t r = 0; r < n; r++) {
-        if (at[r] < 0 || at[r] > (int64_t)c->values.len || (r && at[r] < at[r - 1])) {
+        if (at[r] < 0 || at[r] > (int64_t)limit || (r && at[r] < at[r - 1])) {
             PyErr_Format(PyExc_ValueError, "column %zd: bound %zd (%lld) outside the values "
                          "or before the previous one", j, r, (long long)at[r]);
             return -1;
@@ -292,7 +312,7 @@ static int get_column(PyObject *spec, Column *c, Py_ssize_t j, Py_ssize_t *rows)
         }
         return -1;
     }
-    if (field < 1 || field > 15 || mode < MODE_PACKED || mode > MODE_LIST_SPANS) {
+    if (field < 1 || field > 15 || mode < MODE_PACKED || mode > MODE_VARINT_SPANS) {
         PyErr_Format(PyExc_ValueError, "column %zd: field %d or mode %d out of range", j,
                      field, mode);
         return -1;

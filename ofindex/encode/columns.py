@@ -30,6 +30,7 @@ from ofindex.encode.framed import (
     PACKED_SPANS,
     SPANS,
     VARINT,
+    VARINT_SPANS,
     BatchPlan,
     PlannedColumn,
     encode_block,
@@ -250,11 +251,8 @@ def _ragged_column(name: str, key: bytes, column: RaggedColumn, rules: FeatureRu
         raw = np.ascontiguousarray(values).view(np.uint8)
         return PlannedColumn(key, fields[vtype], PACKED_SPANS, (offsets * width, raw),
                              column.present)
-    encoded, sizes = varints(values.astype(np.int64, copy=False).view(np.uint64))
-    ends = np.zeros(len(sizes) + 1, np.int64)
-    np.cumsum(sizes, out=ends[1:])
-    return PlannedColumn(key, fields[vtype], PACKED_SPANS, (ends[offsets], encoded),
-                         column.present)
+    ints = np.ascontiguousarray(values, dtype=np.int64)  # varints made as they are written
+    return PlannedColumn(key, fields[vtype], VARINT_SPANS, (offsets, ints), column.present)
 
 
 def _bytes_lists(offsets: np.ndarray, items: BinaryColumn) -> tuple[np.ndarray, np.ndarray]:

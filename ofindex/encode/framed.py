@@ -33,11 +33,12 @@ from ofindex.formats.crc import masked_crc32c
 #: list of one value cut from one buffer (an Arrow binary or string column, not copied), a
 #: packed list of any length cut from one buffer (a ragged column: floats as they are,
 #: integers already made varints), or a value list's whole content cut from one buffer (a
-#: bytes list of any number of values, each with its key and length).
+#: bytes list of any number of values, each with its key and length), or a packed list of
+#: varints of any length (int64 values; its bounds count values, the others' bytes).
 #: Any of them may leave the feature out of some rows (``present``: null cells).
-PACKED, VARINT, ONE_BYTES, ENTRIES, SPANS, PACKED_SPANS, LIST_SPANS = 0, 1, 2, 3, 4, 5, 6
+PACKED, VARINT, ONE_BYTES, ENTRIES, SPANS, PACKED_SPANS, LIST_SPANS, VARINT_SPANS = range(8)
 #: The modes whose data is ``(bounds, values)``.
-SPAN_MODES = (SPANS, PACKED_SPANS, LIST_SPANS)
+SPAN_MODES = (SPANS, PACKED_SPANS, LIST_SPANS, VARINT_SPANS)
 #: ``(header, footer)`` bytes around each payload: TFRecord, OFRecord, none.
 TFRECORD_FRAMING, OFRECORD_FRAMING, NO_FRAMING = (12, 4), (8, 0), (0, 0)
 
@@ -50,7 +51,7 @@ class PlannedColumn:
         key: The feature's name (UTF-8).
         field: The field of its value list in a ``Feature`` (which list it is).
         mode: :data:`PACKED`, :data:`VARINT`, :data:`ONE_BYTES`, :data:`ENTRIES`,
-            :data:`SPANS`, :data:`PACKED_SPANS` or :data:`LIST_SPANS`.
+            :data:`SPANS`, :data:`PACKED_SPANS`, :data:`LIST_SPANS` or :data:`VARINT_SPANS`.
         data: ``PACKED``: a C-contiguous ``(rows, width)`` uint8 array; ``VARINT``: a
             C-contiguous ``(rows, count)`` int64 array; the span modes: ``(bounds,
             values)``, ``rows + 1`` int64 bounds and a buffer, row ``r`` being
@@ -112,6 +113,11 @@ def _row_entry(column: PlannedColumn, row: int) -> bytes:
     if column.present is not None and not column.present[row]:
         return b""
     data: Any = column.data
+    if column.mode == VARINT_SPANS:
+        bounds, values = data
+        ints = np.frombuffer(values, np.int64)[int(bounds[row]):int(bounds[row + 1])]
+        raw = bytes(varints(ints.view(np.uint64))[0].tobytes())
+        return entry_prefix(column.key, column.field, len(raw), False) + raw
     if column.mode in SPAN_MODES:
         bounds, values = data
         value = bytes(memoryview(values)[int(bounds[row]):int(bounds[row + 1])])
@@ -152,7 +158,8 @@ def _check_block_args(plan: BatchPlan, start: int, stop: int, framing: tuple[int
     for column in plan.columns:
         if column.mode in SPAN_MODES:
             bounds = np.asarray(column.data[0])
-            size = memoryview(column.data[1]).nbytes
+            size = memoryview(column.data[1]).nbytes // (8 if column.mode == VARINT_SPANS
+                                                          else 1)
             if len(bounds) < 1 or bool((bounds < 0).any() | (bounds > size).any()
                                        | (np.diff(bounds) < 0).any()):
                 raise ValueError("a column's bounds lie outside its values or go backwards")
