@@ -42,6 +42,7 @@ typedef struct {
     Py_ssize_t per_row;         /* PACKED: bytes per row; VARINT: values per row */
     Py_buffer values;           /* SPANS: the bytes the spans cut (view: their int64 bounds) */
     int held_values;
+    int64_t *row_bytes;         /* VARINT_SPANS: each row's varint bytes, sized once */
     PyObject *items;            /* BYTES, ENTRIES: a new reference to the list of bytes */
     PyObject *slice;            /* ... the rows written, held while the GIL is released */
     const unsigned char **ptrs; /* ... and their bytes and sizes */
@@ -103,14 +104,8 @@ static Py_ssize_t value_size(const Column *c, Py_ssize_t r, Py_ssize_t k, int sl
             n += varint_size((uint64_t)load_i64(row + 8 * j));
         return n;
     }
-    if (c->mode == MODE_VARINT_SPANS) {
-        const int64_t *at = (const int64_t *)c->view.buf;
-        const unsigned char *values = (const unsigned char *)c->values.buf;
-        Py_ssize_t n = 0;
-        for (int64_t j = at[r]; j < at[r + 1]; j++)
-            n += varint_size((uint64_t)load_i64(values + 8 * j));
-        return n;
-    }
+    if (c->mode == MODE_VARINT_SPANS)
+        return (Py_ssize_t)c->row_bytes[r];  /* made by get_spans_column */
     if (spans_mode(c->mode)) {
         const int64_t *at = (const int64_t *)c->view.buf;
         return (Py_ssize_t)(at[r + 1] - at[r]);  /* checked by get_spans_column */
@@ -240,6 +235,7 @@ static void release_plan(Plan *pl) {
         Py_XDECREF(c->slice);
         PyMem_Free(c->ptrs);
         PyMem_Free(c->lens);
+        PyMem_Free(c->row_bytes);
     }
     PyMem_Free(pl->cols);
 }
@@ -276,6 +272,20 @@ static int get_spans_column(PyObject *data, Column *c, Py_ssize_t j, Py_ssize_t 
         }
     }
     *rows = n - 1;
+    if (c->mode == MODE_VARINT_SPANS) {  /* a row's size is asked for three times a record */
+        const unsigned char *ints = (const unsigned char *)c->values.buf;
+        c->row_bytes = PyMem_Malloc((size_t)(n > 1 ? n - 1 : 1) * sizeof(int64_t));
+        if (c->row_bytes == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        for (Py_ssize_t r = 0; r + 1 < n; r++) {
+            int64_t bytes = 0;
+            for (int64_t k = at[r]; k < at[r + 1]; k++)
+                bytes += varint_size((uint64_t)load_i64(ints + 8 * k));
+            c->row_bytes[r] = bytes;
+        }
+    }
     return 0;
 }
 
