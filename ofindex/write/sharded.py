@@ -408,7 +408,11 @@ class ShardedWriter:
 
     def note_schema(self, arrow_data: Any) -> None:
         """Keep the Arrow schema of a batch written (the column map describes it); batches
-        of different columns get no column map (no one schema reads them back)."""
+        of different columns get no column map (no one schema reads them back).
+
+        Args:
+            arrow_data: An Arrow table or record batch, or a Hugging Face dataset.
+        """
         schema = arrow_schema(arrow_data)
         with self._lock:
             if self.schema is None and not self._mixed:
