@@ -29,6 +29,7 @@ names, ``Image``, ``Audio``, ``Array2D`` …), Arrow types, column order, values
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -92,8 +93,14 @@ def _column(value: np.ndarray | Ragged, feature: FixedLen | VarLen) -> pa.Array:
             np.dtype(feature.dtype))
         return rows.cast(pa.list_(values))  # datasets' List: 32-bit offsets
     column = _flat(value.reshape(-1), feature.dtype)
-    for size in reversed(feature.shape if isinstance(feature, FixedLen) else ()):
-        column = pa.FixedSizeListArray.from_arrays(column, size)
+    shape = feature.shape if isinstance(feature, FixedLen) else ()
+    for level in range(len(shape) - 1, -1, -1):
+        if shape[level]:
+            column = pa.FixedSizeListArray.from_arrays(column, shape[level])
+        else:  # lists of no values: how many cannot come from the values (from_arrays fails)
+            count = len(value) * math.prod(shape[:level])
+            column = pa.Array.from_buffers(pa.list_(column.type, 0), count, [None],
+                                           children=[column])
     return column
 
 
