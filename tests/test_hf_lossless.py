@@ -332,6 +332,17 @@ def test_float64_as_float32_is_tensorflows_float_list_when_asked(tmp_path):
     with pytest.raises(EncodeError, match="beyond the float32 range"):
         ofindex.convert(datasets.Dataset.from_dict({"x": [1e300]}), tmp_path / "never",
                         float64="float32")
+    from ofindex.cli.main import main
+
+    pq.write_table(pa.table({"x": [0.1, 2.5]}), tmp_path / "t.parquet")
+    for flag, dtype in (("float32", np.float32), ("exact", object)):
+        out = tmp_path / f"cli-{flag}"
+        assert main(["convert", str(tmp_path / "t.parquet"), str(out), "--no-progress",
+                     "--float64", flag]) == 0
+        with ofindex.open(str(out)) as ds:
+            assert decode_example(ds[0])["x"].dtype == dtype
+            assert to_hf_dataset(ds)["x"] == ([float(np.float32(0.1)), 2.5]
+                                              if flag == "float32" else [0.1, 2.5])
 
 
 def test_the_column_map_is_checked_and_never_describes_another_dataset(tmp_path):
