@@ -246,7 +246,7 @@ def test_the_records_follow_the_documented_table(tmp_path, every_type):
 
 
 def _parquet_table() -> pa.Table:
-    """What Parquet files hold: categorical (dictionary) columns, nested lists, structs,
+    """What Parquet files hold: categorical (dictionary) columns, nested lists, structs, maps,
     timestamps, dates, decimals, fixed-size binary, with nulls and empty lists."""
     n = 50
     cats = pa.array([["red", "green", None, "blue"][k % 4] for k in range(n)]).dictionary_encode()
@@ -265,32 +265,39 @@ def _parquet_table() -> pa.Table:
         "price": pa.array([decimal.Decimal(k) / 4 for k in range(n)], pa.decimal128(9, 2)),
         "digest": pa.array([bytes([k]) * 4 for k in range(n)], pa.binary(4)),
         "counts": pa.array([[k] * (k % 3) for k in range(n)], pa.large_list(pa.uint64())),
+        "attributes": pa.array([None if k % 17 == 3 else [(f"k{j}", j * k) for j in range(k % 3)]
+                                for k in range(n)], pa.map_(pa.string(), pa.int64())),
     })
 
 
 @pytest.mark.parametrize("format", ["tfrecord", "ofrecord"])
 def test_parquet_types_come_back_equal(tmp_path, format):
     """A categorical column was refused ('dictionary<values=string…> cannot be represented'),
-    a list of lists too: both convert now, and come back as Parquet holds them."""
+    a list of lists and a map too: they convert now, and come back as Parquet holds them."""
     table = _parquet_table()
+    kind = "ofrecord" if format == "ofrecord" else "example"
     pq.write_table(table, tmp_path / "t.parquet", row_group_size=16)
     ofindex.convert(str(tmp_path / "t.parquet"), tmp_path / "out", format=format,
                     batch_size=7)
     read = pq.read_table(tmp_path / "t.parquet")
     with ofindex.open(str(tmp_path / "out")) as ds:
-        back = to_hf_dataset(ds)
-        doc = ds.column_map()
-        schema = schema_of(doc["arrow_schema"])
-        nodes = plan_schema(schema, "ofrecord" if format == "ofrecord" else "example")
-        decoded = BatchDecoder(decode_spec(nodes), "ofrecord" if format == "ofrecord"
-                               else "example")(ds[:])
-    # the Arrow columns exactly as Parquet holds them (dictionary, field names, types) …
+        schema = schema_of(ds.column_map()["arrow_schema"])
+        nodes = plan_schema(schema, kind)
+        decoded = BatchDecoder(decode_spec(nodes), kind)(ds[:])
+        with pytest.raises(ValueError, match="column 'attributes' is a map, which a Hugging "
+                           "Face dataset cannot hold"):
+            to_hf_dataset(ds)
+    # the Arrow columns exactly as Parquet holds them (dictionary, map, field names, types)
     assert pa.Table.from_batches([arrow_table(schema, nodes, decoded, len(table))]).equals(read)
     assert schema.equals(read.schema)
-    # … and the Dataset Hugging Face makes of the file (no dictionary type there: strings)
-    assert back.data.table.equals(datasets.Dataset(read).data.table)
-    assert back.features == datasets.Dataset(read).features
-    assert back.column_names == table.column_names
+    # the Dataset Hugging Face makes of the file (no dictionary type there: strings; no map)
+    pq.write_table(table.drop_columns(["attributes"]), tmp_path / "hf.parquet")
+    ofindex.convert(str(tmp_path / "hf.parquet"), tmp_path / "hf", format=format)
+    want = datasets.Dataset(pq.read_table(tmp_path / "hf.parquet"))
+    with ofindex.open(str(tmp_path / "hf")) as ds:
+        back = to_hf_dataset(ds)
+    assert back.data.table.equals(want.data.table) and back.features == want.features
+    assert back.column_names == want.column_names
 
 
 def test_null_elements_inside_nested_lists_follow_the_policy(tmp_path):

@@ -126,8 +126,23 @@ def _plain(array: Any) -> Any:
             array = array.storage
         elif isinstance(array, pa.DictionaryArray):
             array = array.dictionary_decode()
+        elif isinstance(array, pa.MapArray):
+            array = _map_entries(array)
         else:
             return array
+
+
+def _map_entries(array: Any) -> Any:
+    """A map array as the list of its ``struct<key, value>`` entries (offsets from 0: Arrow
+    takes no null mask with offsets that do not start there)."""
+    pa = _pyarrow()
+    offsets = array.offsets.to_numpy()
+    start, stop = int(offsets[0]), int(offsets[-1])
+    entries = pa.StructArray.from_arrays(
+        [array.keys.slice(start, stop - start), array.items.slice(start, stop - start)],
+        fields=[array.type.key_field, array.type.item_field])
+    return pa.ListArray.from_arrays(pa.array(offsets - start, pa.int32()), entries,
+                                    mask=array.is_null() if array.null_count else None)
 
 
 def _numbers(leaf: Leaf, array: Any) -> np.ndarray:

@@ -96,6 +96,11 @@ def _finish(array: Any, arrow_type: Any) -> Any:
                                                                   arrow_type.storage_type))
     if array.type.equals(arrow_type):
         return array
+    if pa.types.is_map(arrow_type):  # rebuilt from its list of struct<key, value> entries
+        entries = _finish(array, storage_type(arrow_type))
+        nulls = entries.is_null() if entries.null_count else None
+        return pa.MapArray.from_arrays(entries.offsets, entries.values.field(0),
+                                       entries.values.field(1), type=arrow_type, mask=nulls)
     if pa.types.is_fixed_size_binary(arrow_type):
         data = b"".join(v or bytes(arrow_type.byte_width) for v in array.to_pylist())
         return pa.FixedSizeBinaryArray.from_buffers(

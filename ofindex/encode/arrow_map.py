@@ -17,7 +17,8 @@ arrow_back` reads); the table of docs/writing.md ("How Arrow types are stored") 
 - a **struct** is one place per field, ``<place>/<field>`` (a struct inside a list: each
   field's values in a list of their own, as Hugging Face's ``Sequence`` of a dict);
 - a **dictionary** (categorical) column is stored as its values (decoded); an **extension**
-  type (Hugging Face's ``Array2D`` …) as its storage type.
+  type (Hugging Face's ``Array2D`` …) as its storage type; a **map** as the list of its
+  ``struct<key, value>`` entries (``<place>/key``, ``<place>/value``).
 
 Nulls follow :mod:`ofindex.encode.nulls`: a null cell — a row's value, or a field of a row's
 struct — leaves its features out of the record, and one whose features can all be left out
@@ -93,13 +94,15 @@ class Leaf:
 
 def storage_type(arrow_type: Any) -> Any:
     """The type a value of ``arrow_type`` is stored as: an extension type's storage type, a
-    dictionary's value type (recursively)."""
+    dictionary's value type, a map's list of ``struct<key, value>`` entries (recursively)."""
     pa = _pa()
     while True:
         if isinstance(arrow_type, pa.ExtensionType):
             arrow_type = arrow_type.storage_type
         elif pa.types.is_dictionary(arrow_type):
             arrow_type = arrow_type.value_type
+        elif pa.types.is_map(arrow_type):
+            return pa.list_(pa.struct([arrow_type.key_field, arrow_type.item_field]))
         else:
             return arrow_type
 
@@ -268,8 +271,8 @@ class _Planner:
                         marker=None if in_list else f"{place}/null")
         leaf = leaf_of(stored, self.kind, self.float64)
         if leaf is None:
-            raise self.refused(place, arrow_type, "a map or union has no mapping to features "
-                               "(make it a struct or a list of structs)")
+            raise self.refused(place, arrow_type, "a union or interval has no mapping to "
+                               "features (make it a struct, or cast it)")
         if leaf.encoding == NOTHING and in_list:
             raise self.refused(place, arrow_type, "a list of the null type holds only nulls")
         return Node("value", place, arrow_type, leaf=leaf)

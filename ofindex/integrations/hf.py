@@ -135,11 +135,27 @@ def _column_map(source: RecordSource) -> dict[str, Any]:
     return doc
 
 
+def _has_map(arrow_type: pa.DataType) -> bool:
+    if pa.types.is_map(arrow_type):
+        return True
+    return any(_has_map(arrow_type.field(k).type) for k in range(arrow_type.num_fields))
+
+
 def _from_column_map(source: RecordSource, order: np.ndarray,
                      batch_size: int) -> datasets.Dataset:
-    """The records as the Arrow columns they were written from (their column map)."""
+    """The records as the Arrow columns they were written from (their column map).
+
+    Raises:
+        ValueError: A column holds a map (``datasets`` has no such type).
+    """
     doc = _column_map(source)
     schema = schema_of(doc["arrow_schema"])
+    for field in schema:
+        if _has_map(field.type):
+            raise ValueError(f"column {field.name!r} is a map, which a Hugging Face dataset "
+                             "cannot hold (datasets has no map type); cast it to a list of "
+                             "struct<key, value> before converting, or decode its features "
+                             f"({field.name}/key, {field.name}/value) with a decoder=")
     kind = "ofrecord" if doc["format"] == "ofrecord" else "example"
     nodes = plan_schema(schema, kind, doc["float64"])
     fetch = BatchFetch(source, BatchDecoder(decode_spec(nodes), kind))
