@@ -174,45 +174,6 @@ class NullPolicy:
                               f"fit its Arrow type {arrow_type}; give one it holds "
                               "exactly") from None
 
-    def arrow_list(self, column: Any, name: object, first: int) -> Any:
-        """An Arrow list array's null elements resolved (its null rows stay null: cells).
-
-        Args:
-            column: A ``list``, ``large_list`` or ``fixed_size_list`` array.
-            name: The column's name, for messages.
-            first: The number of the array's first row, for messages.
-
-        Returns:
-            The array, or a list array without null elements.
-
-        Raises:
-            EncodeError: A null element under ``"refuse"``, or a fill value the column's type
-                cannot hold.
-        """
-        import pyarrow as pa
-        import pyarrow.compute as pc
-
-        flat = pc.list_flatten(column)
-        if flat.null_count == 0:
-            return column
-        parents = pc.list_parent_indices(column).to_numpy()
-        valid = pc.is_valid(flat).to_numpy(zero_copy_only=False)
-        at = int(np.argmax(~valid))
-        row = int(parents[at])
-        if self.action == REFUSE:
-            raise self.refused(name, first + row, at - int(np.searchsorted(parents, row)))
-        if self.action == DROP:
-            flat, parents = flat.filter(pa.array(valid)), parents[valid]
-        else:
-            flat = pc.fill_null(flat, self.arrow_fill(flat.type, name, first + row))
-        lengths = np.bincount(parents, minlength=len(column))
-        offsets = np.zeros(len(column) + 1, np.int64)
-        np.cumsum(lengths, out=offsets[1:])
-        large = pa.types.is_large_list(column.type)
-        make = pa.LargeListArray if large else pa.ListArray
-        return make.from_arrays(pa.array(offsets, pa.int64() if large else pa.int32()), flat,
-                                mask=column.is_null())
-
 
 #: What ``nulls=`` takes.
 Nulls = str | tuple[str, object] | NullPolicy
