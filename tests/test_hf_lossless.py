@@ -441,3 +441,19 @@ def test_the_list_modes_of_the_compiled_encoder_equal_its_twin_and_protobuf():
             with implementation(which), pytest.raises(ValueError, match=r"outside|bound"):
                 encode_block(plan, 0, 1, NO_FRAMING, 1 << 20, bytearray(1 << 20),
                              np.zeros(1, np.int64))
+
+
+def test_the_column_map_goes_with_a_dataset_in_a_bucket(moto_server, every_type):
+    """convert into S3 writes the column map beside the manifest there, and to_hf_dataset of
+    the bucket's dataset gives the columns back."""
+    import servers
+
+    options = servers.s3_options(moto_server.url)
+    url = "s3://ofindex-test/lossless"
+    part = every_type.select_columns(["label", "image", "nested", "float64", "decimal"])
+    ofindex.convert(part, url, storage_options=options, shard_records=3)
+    with ofindex.open(url, storage_options=options) as ds:
+        assert ds.column_map()["columns"][0]["name"] == "label"
+        back = to_hf_dataset(ds)
+    assert back.features == part.features
+    _assert_equal_tables(back.data.table, part.flatten_indices().data.table)
