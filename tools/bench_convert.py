@@ -1,7 +1,8 @@
 """``ofindex convert`` from the data people have: a Hugging Face vision dataset (``Image()`` of
 ~100 KB JPEGs and a ``ClassLabel``) and Parquet files with dictionary (categorical) and list
 columns, against the dataset's own ``save_to_disk`` and against pyarrow reading the same file
-alone (the bound of any conversion from it).
+alone (the bound of any conversion from it; the dataset's own Arrow files are memory-mapped,
+so reading them alone touches no byte and bounds nothing: its Parquet export is the file).
 
 Each workload times its contenders in turn within each of ``--rounds`` interleaved rounds
 (the machine's drift falls on all alike); records/s as median (min–max), and each ratio taken
@@ -33,7 +34,8 @@ BATCH = 1024
 
 
 def _jpegs(count: int, seed: int = 0) -> list[bytes]:
-    """Photo-like JPEGs of ~100 KB (blocks of colour plus noise, 4:2:0, quality 90)."""
+    """Photo-like JPEGs of ~100 KB (384 x 384: blocks of colour plus noise, 4:2:0, quality
+    94)."""
     from PIL import Image
 
     rng = np.random.default_rng(seed)
@@ -43,7 +45,7 @@ def _jpegs(count: int, seed: int = 0) -> list[bytes]:
         pixels = np.kron(base, np.ones((8, 8, 1), np.uint8))
         pixels = np.clip(pixels + rng.normal(0, 18, pixels.shape), 0, 255).astype(np.uint8)
         buffer = io.BytesIO()
-        Image.fromarray(pixels).save(buffer, format="JPEG", quality=90)
+        Image.fromarray(pixels).save(buffer, format="JPEG", quality=94)
         out.append(buffer.getvalue())
     return out
 
@@ -102,11 +104,6 @@ def _read_parquet(path: str) -> None:
         pass
 
 
-def _read_hf(hf: Any) -> None:
-    for _ in hf.with_format("arrow").iter(batch_size=BATCH):
-        pass
-
-
 def rounds(contenders: dict[str, Callable[[], object]], n_rounds: int,
            records: int) -> dict[str, Any]:
     """Seconds of each contender in each round, in turn (the order turned each round), and
@@ -162,7 +159,6 @@ def vision(records: int, n_rounds: int, root: str) -> dict[str, Any]:
     contenders = {
         "convert_hf": _converter(hf, root, "v-hf", 4, records),
         "hf_save_to_disk": _saver(hf, root, "v-save"),
-        "hf_arrow_read": lambda: _read_hf(hf),
         "convert_parquet": _converter(parquet, root, "v-pq", 4, records),
         "pyarrow_read_parquet": lambda: _read_parquet(parquet),
     }
@@ -174,7 +170,6 @@ def vision(records: int, n_rounds: int, root: str) -> dict[str, Any]:
         sum(len(b) for b in hf.data.table["image"].combine_chunks().field("bytes")
             .to_pylist()[:64]) / min(records, 64)),
         ratios={"convert_hf_vs_save_to_disk": _ratio(result, "convert_hf", "hf_save_to_disk"),
-                "convert_hf_vs_hf_arrow_read": _ratio(result, "convert_hf", "hf_arrow_read"),
                 "convert_parquet_vs_pyarrow_read": _ratio(result, "convert_parquet",
                                                           "pyarrow_read_parquet")})
     return result
