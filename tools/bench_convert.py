@@ -30,6 +30,7 @@ from benchlib import machine_load, parse_args, spread, write_json
 
 import ofindex
 
+#: Records a batch (of convert and of pyarrow's reads alike); --batch sets it.
 BATCH = 1024
 
 
@@ -199,28 +200,41 @@ def tabular(records: int, n_rounds: int, root: str) -> dict[str, Any]:
     return result
 
 
+def _use_batch(records: int) -> None:
+    global BATCH
+    BATCH = records
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--images", type=int, default=2000, help="records of the vision dataset")
     ap.add_argument("--rows", type=int, default=500_000, help="rows of the Parquet file")
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--batch", type=int, default=BATCH,
+                    help="records a batch, of convert (batch_size=) and of pyarrow's reads")
+    ap.add_argument("--only", choices=["vision", "tabular"], help="one workload")
     ap.add_argument("--dir", default=None, help="scratch directory (default: a temporary one)")
     ap.add_argument("--out", default=None, help="JSON results (e.g. bench-results/convert.json)")
     args = parse_args(ap, argv, images=16, rows=2000, rounds=2)
+    _use_batch(args.batch)
     root = args.dir or tempfile.mkdtemp(prefix="ofindex-bench-convert-")
     os.makedirs(root, exist_ok=True)
     load_before = machine_load()
-    results: dict[str, Any] = {"config": {"rounds": args.rounds, "batch": BATCH,
+    results: dict[str, Any] = {"config": {"rounds": args.rounds, "batch": args.batch,
                                           "directory": root, "load_before": load_before}}
     try:
-        results["vision"] = vision(args.images, args.rounds, root)
-        results["tabular"] = tabular(args.rows, args.rounds, root)
+        if args.only in (None, "vision"):
+            results["vision"] = vision(args.images, args.rounds, root)
+        if args.only in (None, "tabular"):
+            results["tabular"] = tabular(args.rows, args.rounds, root)
     finally:
         if args.dir is None:
             shutil.rmtree(root, ignore_errors=True)
     results["config"]["load_after"] = machine_load()
     for name in ("vision", "tabular"):
-        part = results[name]
+        part = results.get(name)
+        if part is None:
+            continue
         for who, rate in part["records_per_s"].items():
             print(f"{name:8} {who:22} {rate['median']:>12,.0f} records/s "
                   f"({rate['min']:,.0f}-{rate['max']:,.0f})")
