@@ -51,6 +51,7 @@ TOOLS = {"pipeline": ("bench_pipeline.py", []), "images": ("bench_images.py", []
          "data_cache_large": ("bench_scale.py", ["--data-cache", "--dc-records", "256",
                                                  "--dc-record-size", "100000"]),
          "ray": ("bench_ray.py", []), "write": ("bench_write.py", []),
+         "convert": ("bench_convert.py", []),
          "ratelimit": ("bench_ratelimit.py", [])}
 
 
@@ -450,6 +451,42 @@ class Report:
                         f"{schema['requests']:,} requests.\n")
             self.summary.append(f"`ofindex schema` on {schema['shards']:,} remote shards: "
                                 f"{fmt(sec['median'])} s, {schema['requests']:,} requests.")
+        self.sections.append("\n".join(text) + "\n")
+
+    def converting(self) -> None:
+        data = self.load("convert")
+        title = "Converting HF vision datasets and Parquet lists (tools/bench_convert.py)"
+        if data is None:
+            self.missing(title, "bench_convert.py")
+            return
+        c = data["config"]
+        text = [f"## {title}\n",
+                f"`ofindex convert` against the dataset's own `save_to_disk` and pyarrow reading "
+                f"the same data alone, {c['rounds']} interleaved rounds, batches of "
+                f"{c['batch']}; records/s and ratios (taken within each round): median "
+                f"(range). Machine load {fmt(c['load_before']['load_average'][0], 2)} before, "
+                f"{fmt(c['load_after']['load_average'][0], 2)} after.\n"]
+        for name, what in (("vision", "HF vision dataset: Image() of ~{kb} KB JPEGs and a "
+                                      "ClassLabel"),
+                           ("tabular", "Parquet: a categorical string, list<int64> token ids, "
+                                       "list<string> tags, int64, float64")):
+            part = data.get(name)
+            if part is None:
+                continue
+            kb = round(part.get("mean_image_bytes", 0) / 1000)
+            text.append(f"### {what.format(kb=kb)}, {part['records']:,} records\n")
+            text.append(table(["contender", "records/s"], [
+                [who, span(r["median"], r["min"], r["max"])]
+                for who, r in part["records_per_s"].items()]))
+            text.append("")
+            text.append(table(["ratio", "×"], [
+                [what_, span(r["median"], r["min"], r["max"])]
+                for what_, r in part["ratios"].items()]))
+            text.append("")
+            bound = part["ratios"].get("convert_parquet_vs_pyarrow_read")
+            if bound:
+                self.summary.append(f"convert from Parquet ({name}): {fmt(bound['median'])}× "
+                                    "the speed of pyarrow reading the file alone.")
         self.sections.append("\n".join(text) + "\n")
 
     def remote(self) -> None:
@@ -953,7 +990,7 @@ class Report:
                         self.compressed, self.shuffle, self.shuffle_quality, self.mixing,
                         self.remote, self.scale,
                         self.data_cache, self.manifests, self.rate_limits, self.ray,
-                        self.writing):
+                        self.writing, self.converting):
             before = len(self.summary)
             section()
             self.lines_of[self.sections[-1].split("\n", 1)[0]] = self.summary[before:]

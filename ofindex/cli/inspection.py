@@ -120,6 +120,7 @@ def cmd_convert(args: argparse.Namespace, options: Options) -> int:
                       shard_records=args.shard_records,
                       compression=None if args.to_compression == "none" else args.to_compression,
                       batch_size=args.batch_size, storage_options=options, nulls=args.nulls,
+                      float64=args.float64,
                       progress=not args.no_progress and sys.stderr.isatty())
     print(summary)
     return EXIT_OK
