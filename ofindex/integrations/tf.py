@@ -35,8 +35,6 @@ in a ``tf.numpy_function`` per *batch* (never a Python call per record) run by a
 sidecars) in the form TensorFlow's ``index_shuffle`` (``tf.data`` experimental) expects.
 """
 
-from __future__ import annotations
-
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
