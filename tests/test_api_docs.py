@@ -19,10 +19,15 @@ import ofindex.shuffle
 import ofindex.write
 
 need("torch", "torch")
+need("tensorflow", "tf")
+need("keras", "keras")
+import ofindex.integrations.keras  # noqa: E402
+import ofindex.integrations.tf  # noqa: E402
 import ofindex.integrations.torch  # noqa: E402
 
 MODULES = [ofindex, ofindex.decode, ofindex.encode, ofindex.write, ofindex.schema,
-           ofindex.shuffle, ofindex.integrations.torch, ofindex.read.datacache]
+           ofindex.shuffle, ofindex.integrations.torch, ofindex.integrations.tf,
+           ofindex.integrations.keras, ofindex.read.datacache]
 #: Methods documented even though they start with an underscore.
 DUNDERS = {"__getitem__", "__getitems__", "__iter__", "__len__", "__call__"}
 

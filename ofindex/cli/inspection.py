@@ -44,7 +44,7 @@ def print_schema(args: argparse.Namespace, schema: Schema) -> None:
     if args.style == "both":
         print()
     if args.style in ("tf", "both"):
-        print(to_tf(schema))
+        print(to_tf(schema, as_code=True))
 
 
 def _decoded(payload: bytes, kind: str) -> str:

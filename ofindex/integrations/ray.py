@@ -111,8 +111,8 @@ def read_ofindex(paths: str | Sequence[str], spec: Spec | None = None, *,
         The Ray dataset (lazy: nothing but the indexes is read until it is consumed).
 
     Raises:
-        As :func:`ofindex.open` (on the driver); read errors as ``ds[i]`` raises them, from
-        the task that meets them.
+        OfindexError: What :func:`ofindex.open` raises (on the driver); read errors as
+            ``ds[i]`` raises them, from the task that meets them.
         ValueError: ``rows_per_block < 1``, or ``kind`` is neither ``"example"`` nor
             ``"ofrecord"``.
     """
