@@ -16,13 +16,14 @@ import ofindex.encode
 import ofindex.read.datacache
 import ofindex.schema
 import ofindex.shuffle
+import ofindex.tfds
 import ofindex.write
 
 need("torch", "torch")
 import ofindex.integrations.torch  # noqa: E402
 
 MODULES = [ofindex, ofindex.decode, ofindex.encode, ofindex.write, ofindex.schema,
-           ofindex.shuffle, ofindex.integrations.torch, ofindex.read.datacache]
+           ofindex.shuffle, ofindex.integrations.torch, ofindex.read.datacache, ofindex.tfds]
 #: Methods documented even though they start with an underscore.
 DUNDERS = {"__getitem__", "__getitems__", "__iter__", "__len__", "__call__"}
 

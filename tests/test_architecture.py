@@ -28,6 +28,8 @@ ALLOWED = {
     "convert": {"errors", "storage", "formats", "index", "read", "decode", "encode", "write",
                 "opening"},
     "write": {"errors", "storage", "formats", "index", "decode", "encode"},
+    # "tfds": a TFDS builder directory opened through ofindex.open, decoded by ofindex.decode
+    "tfds": {"errors", "_threads", "decode", "read", "opening"},
     "shuffle": {"errors"},  # StateError for saved states it refuses
     # "planning": a plan opens the dataset for its shape, and models reads and orders
     "planning": {"errors", "storage", "formats", "read", "shuffle", "opening"},
