@@ -323,6 +323,19 @@ def pytest_sessionfinish(session, exitstatus):
         session.exitstatus = 1
 
 
+@pytest.fixture(scope="session")
+def tfds_dirs(tmp_path_factory):
+    """Datasets written by tensorflow_datasets itself, one builder per feature family and an
+    RLDS one (tests/tfds_builders.py), once per session: ``{name: builder directory}``."""
+    from helpers import need
+
+    need("tensorflow_datasets", "tensorflow-datasets")
+    import tfds_builders
+
+    data_dir = str(tmp_path_factory.mktemp("tfds"))
+    return {name: tfds_builders.prepare(name, data_dir) for name in tfds_builders.BUILDERS}
+
+
 @pytest.fixture
 def empty_pool():
     """The compiled module's pool of released Block memory, emptied for the test (other

@@ -13,12 +13,14 @@ Modules: :mod:`.layout` (the builder directory's metadata), :mod:`.features` (th
 tree of ``features.json``), :mod:`.splits` (split strings and TFDS's read order),
 :mod:`.plan` (stored features -> decoded examples), :mod:`.media` (images),
 :mod:`.episodes` (RLDS step counts and steps), :mod:`.access` (:func:`open_tfds`, the
-examples and steps of a split).
+examples and steps of a split), :mod:`.blend` (several datasets read as one, for a weighted
+mixture).
 """
 
 from .access import StepsView, TfdsDataset, open_tfds
+from .blend import Blend
 from .features import Feature
 from .layout import BuilderInfo, SplitInfo, read_builder
 
-__all__ = ["BuilderInfo", "Feature", "SplitInfo", "StepsView", "TfdsDataset", "open_tfds",
+__all__ = ["Blend", "BuilderInfo", "Feature", "SplitInfo", "StepsView", "TfdsDataset", "open_tfds",
            "read_builder"]
