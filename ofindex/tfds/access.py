@@ -7,6 +7,7 @@ the order ``tfds.as_numpy(builder.as_dataset(split, shuffle_files=False))`` yiel
 """
 
 import hashlib
+import os
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -347,11 +348,14 @@ def open_tfds(path: str, split: str = "train", *, index_dir: str | None = None,
         split: A TFDS split string: ``"train"``, ``"train[:10%]"``, ``"train[100:200]"``,
             ``"train+test"``, ``"all"``.
         index_dir: Where the index (sidecars and step counts) goes and is looked for, for
-            data in a place that cannot be written (a read-only bucket).
+            data in a place that cannot be written (a read-only bucket). Left out for a
+            URL, with ``cache_dir``: a directory of the node cache named by the URL; without
+            either, beside the data as :func:`ofindex.open` places it.
         storage_options: Options for the fsspec filesystem (credentials, endpoint ...).
         build_missing: Index the files that have no index yet (the first open of a TFDS
             directory indexes it, and counts the steps of an RLDS dataset).
-        cache_dir: A local directory caching remote index pages for every process.
+        cache_dir: A local directory caching remote index pages for every process (and,
+            for a URL without ``index_dir``, holding its index).
         **open_options: Other options of :func:`ofindex.open` (``verify``, ``mmap``,
             ``max_concurrency``, ``retries``, ``timeout`` ...).
 
@@ -374,6 +378,8 @@ def open_tfds(path: str, split: str = "train", *, index_dir: str | None = None,
         raise ValueError(f"split {split!r} of {info.path} selects no example; name a split "
                          f"with examples ({hint('split=' + repr('train'), '--split train')})")
     files = list(dict.fromkeys((r.split, r.shard) for r in ranges))
+    if index_dir is None and cache_dir is not None and "://" in info.path:
+        index_dir = node_index_dir(cache_dir, info.path)
     records = open_records([info.shard_path(s, k) for s, k in files], index_dir=index_dir,
                            storage_options=dict(storage_options or {}),
                            build_missing=build_missing, cache_dir=cache_dir,
@@ -386,6 +392,13 @@ def open_tfds(path: str, split: str = "train", *, index_dir: str | None = None,
         records.close()
         raise
     return TfdsDataset(info, split, records, order, counts)
+
+
+def node_index_dir(cache_dir: str, url: str) -> str:
+    """Where a remote builder directory is indexed when only ``cache_dir`` is given: a
+    directory of the node cache named by the URL (read-only buckets stay untouched)."""
+    name = hashlib.sha256(url.rstrip("/").encode()).hexdigest()[:16]
+    return os.path.join(os.path.expanduser(cache_dir), "tfds-index", name)
 
 
 def _step_counts(info: BuilderInfo, records: Dataset, storage_options: Mapping[str, Any] | None,
