@@ -88,5 +88,5 @@ def test_http_without_an_index_place_says_where_to_put_it(tfds_dirs, nginx_serve
 
     backend = _make_backend("http", request, tmp_path_factory)
     url = _upload(backend, tfds_dirs["rlds_family"])
-    with pytest.raises(ofindex.OfindexError, match="cannot write here.*index_dir="):
+    with pytest.raises(ofindex.OfindexError, match=r"cannot write here.*index_dir="):
         ofindex.open_tfds(url, split="val")
