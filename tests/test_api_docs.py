@@ -20,10 +20,12 @@ import ofindex.tfds
 import ofindex.write
 
 need("torch", "torch")
+import ofindex.integrations.tfds_torch  # noqa: E402
 import ofindex.integrations.torch  # noqa: E402
 
 MODULES = [ofindex, ofindex.decode, ofindex.encode, ofindex.write, ofindex.schema,
-           ofindex.shuffle, ofindex.integrations.torch, ofindex.read.datacache, ofindex.tfds]
+           ofindex.shuffle, ofindex.integrations.torch, ofindex.read.datacache, ofindex.tfds,
+           ofindex.integrations.tfds_torch]
 #: Methods documented even though they start with an underscore.
 DUNDERS = {"__getitem__", "__getitems__", "__iter__", "__len__", "__call__"}
 

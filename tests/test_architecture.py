@@ -35,9 +35,9 @@ ALLOWED = {
     "planning": {"errors", "storage", "formats", "read", "shuffle", "opening"},
     # "opening": an integration that takes paths (Ray's read_ofindex) opens them as the CLI does
     "integrations": {"errors", "storage", "formats", "index", "read", "decode", "shuffle",
-                     "opening"},
+                     "opening", "tfds"},
     "cli": {"", "errors", "_accel", "storage", "formats", "index", "read", "decode", "shuffle",
-            "proto", "opening", "encode", "write", "schema", "convert", "planning"},
+            "proto", "opening", "encode", "write", "schema", "convert", "planning", "tfds"},
     "errors": set(),
     "_accel": {"_native"},
     "_threads": set(),

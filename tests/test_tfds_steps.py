@@ -177,3 +177,24 @@ def test_weighted_mixture_of_two_rlds_datasets(rlds):
         again = MixtureSampler(views, [1, 3], batch_size=8, seed=3)
         again.load_state_dict(state)
         assert [list(b) for _, b in zip(range(3), again, strict=False)] == batches[5:8]
+
+
+def test_history_repeats_the_first_step_before_an_episode_starts(rlds):
+    with ofindex.open_tfds(rlds, split="val") as ds:
+        steps = ds.steps
+        first = int(np.flatnonzero(ds.step_counts > 3)[0])
+        start = int(ds.step_counts[:first].sum())  # the episode's first step
+        out = steps.history([start + 3, start + 1, start], 3)
+        assert out["mask"].tolist() == [[True, True, True], [False, True, True],
+                                        [False, False, True]]
+        want = [[start + 1, start + 2, start + 3], [start, start, start + 1],
+                [start, start, start]]
+        for row, positions in enumerate(want):
+            np.testing.assert_array_equal(out["action"][row], steps.batch(positions)["action"])
+            np.testing.assert_array_equal(out["observation"]["image"][row],
+                                          steps.batch(positions)["observation"]["image"])
+            assert [c.tolist() for c in out["contacts"][row]] == [
+                c.tolist() for c in steps.batch(positions)["contacts"]]
+        assert out["observation"]["image"].shape == (3, 3, 16, 16, 3)
+        with pytest.raises(ValueError, match="at least one step"):
+            steps.history([0], 0)

@@ -284,6 +284,35 @@ class StepsView:
                                                           (len(picks),))
         return batch
 
+    def history(self, positions: Sequence[int] | np.ndarray, length: int) -> dict[str, Any]:
+        """For each step, the ``length`` steps of its episode ending with it, stacked: the
+        history a policy conditions on. Before an episode's first step there is nothing:
+        those places repeat the first step and ``mask`` marks them ``False``.
+
+        Args:
+            positions: Global step numbers (a batch).
+            length: Steps per history (1: the steps themselves).
+
+        Returns:
+            ``{name: array (len(positions), length, ...)}`` and ``mask``, a bool array
+            ``(len(positions), length)``: ``True`` where the step is really there.
+
+        Raises:
+            ValueError: ``length`` is not positive.
+            RecordIndexError: A position is out of range.
+        """
+        if length < 1:
+            raise ValueError(f"a history has at least one step, not {length}")
+        wanted, _ = _positions(np.asarray(positions, dtype=np.int64), len(self), "step")
+        _, step = self.locate(wanted)
+        back = np.arange(length - 1, -1, -1, dtype=np.int64)  # oldest first
+        offsets = np.minimum(back[None, :], step[:, None])  # stay in the episode
+        grid = wanted[:, None] - offsets
+        flat = self.batch(grid.reshape(-1))
+        out: dict[str, Any] = _reshape(flat, (len(wanted), length))
+        out["mask"] = back[None, :] <= step[:, None]
+        return out
+
     def window(self, position: int, history: int) -> dict[str, Any]:
         """Steps ``position - history + 1 .. position`` of ``position``'s episode, stacked
         (fewer at the start of an episode): the history a policy sees at that step.
@@ -302,6 +331,15 @@ class StepsView:
         _, step = self.locate(positions)
         first = int(positions[0] - min(int(step[0]), history - 1))
         return self.batch(np.arange(first, int(positions[0]) + 1))
+
+
+def _reshape(tree: Any, lead: tuple[int, int]) -> Any:
+    """Every stacked array (or list) of a decoded tree with its first axis cut to ``lead``."""
+    if isinstance(tree, dict):
+        return {name: _reshape(value, lead) for name, value in tree.items()}
+    if isinstance(tree, list):
+        return [tree[k * lead[1]:(k + 1) * lead[1]] for k in range(lead[0])]
+    return tree.reshape(*lead, *tree.shape[1:])
 
 
 def _index(tree: Any, k: int) -> Any:
