@@ -198,3 +198,53 @@ def test_history_repeats_the_first_step_before_an_episode_starts(rlds):
         assert out["observation"]["image"].shape == (3, 3, 16, 16, 3)
         with pytest.raises(ValueError, match="at least one step"):
             steps.history([0], 0)
+
+
+def test_steps_read_through_the_layout_out_of_the_mapped_records(tfds_dirs, tmp_path,
+                                                                  monkeypatch):
+    """Steps of flat lists only: read out of the mapped records at the positions the first
+    open found (the episodes are never parsed whole), equal to TFDS's steps."""
+    path = tfds_dirs["rlds_plain"]
+    expected = tfds_steps(path, "train")
+    with ofindex.open_tfds(path, split="train", index_dir=str(tmp_path)) as ds:
+        assert ds.step_layout is not None
+        assert {k for k, _, _ in ds.step_layout.keys} == set(ds.plan.spec)
+
+        def whole_records(*args, **kwargs):
+            raise AssertionError("an episode was read whole")
+
+        monkeypatch.setattr(ds.records, "__getitems__", whole_records)
+        steps = ds.steps
+        picks = np.random.default_rng(0).permutation(len(steps))
+        batch = steps.batch(picks)
+        for k, j in enumerate(picks.tolist()):
+            assert_same({name: _at(value, k) for name, value in batch.items()},
+                        expected[j], f"step {j}")
+    # a damaged layout file is not used: the steps are read from whole records
+    stored = glob.glob(os.path.join(str(tmp_path), "**", "ofindex-tfds-layout-*.npz"),
+                       recursive=True)
+    assert len(stored) == 1
+    with open(stored[0], "r+b") as f:
+        f.truncate(100)
+    with ofindex.open_tfds(path, split="train", index_dir=str(tmp_path)) as ds:
+        assert ds.step_layout is None
+        assert_same(ds.steps[len(ds.steps) - 1], expected[-1])
+
+
+def _at(value, k):
+    if isinstance(value, dict):
+        return {name: _at(v, k) for name, v in value.items()}
+    return value[k]
+
+
+def test_varints_decode_as_protobuf_encodes_them():
+    from ofindex.proto import example_pb2
+    from ofindex.tfds.step_layout import decode_varints
+
+    values = [0, 1, 127, 128, 300, 2**31, 2**63 - 1, -1, -2**63, -300]
+    feature = example_pb2.Feature()
+    feature.int64_list.value.extend(values)
+    data = feature.int64_list.SerializeToString()
+    assert data[0] == 0x0A  # packed: one length-delimited run
+    packed = np.frombuffer(data[2:], dtype=np.uint8)
+    assert decode_varints(packed).tolist() == values

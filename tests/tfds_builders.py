@@ -17,7 +17,7 @@ F = tfds.features
 #: The number of files each builder's splits are written as (order_family: 20 files of 35
 #: examples, more than the 16 files of 16 examples TFDS's interleave reads at once).
 SHARDS = {"tensor_family": 3, "sequence_family": 2, "media_family": 2, "rlds_family": 3,
-          "order_family": 20}
+          "order_family": 20, "rlds_plain": 2}
 
 
 def _rng(split: str, family: str) -> np.random.Generator:
@@ -230,6 +230,41 @@ class RldsFamily(_Base):
             }
 
 
+class RldsPlain(_Base):
+    """An RLDS dataset whose steps hold only flat lists (no sequence, nothing optional): the
+    steps are read through the step layout, out of the mapped records. ``counter`` takes
+    int64 values of every varint length (negative ones take 10 bytes)."""
+
+    SIZES: ClassVar[dict[str, int]] = {"train": 30}
+
+    def _info(self):
+        return tfds.core.DatasetInfo(builder=self, features=F.FeaturesDict({
+            "steps": F.Dataset({
+                "observation": {"image": F.Image(shape=(8, 8, 3), encoding_format="jpeg"),
+                                "state": F.Tensor(shape=(3,), dtype=np.float32)},
+                "action": F.Tensor(shape=(2,), dtype=np.float64),
+                "counter": F.Tensor(shape=(2,), dtype=np.int64),
+                "flags": F.Tensor(shape=(2,), dtype=np.uint8),
+                "is_first": np.bool_, "reward": F.Scalar(dtype=np.float32),
+                "instruction": F.Text(),
+            }),
+        }))
+
+    def _generate_examples(self, split, n):
+        rng = _rng(split, "plain")
+        for i in range(n):
+            length = int(rng.integers(1, 9))
+            yield f"{split}-{i}", {"steps": [{
+                "observation": {"image": rng.integers(0, 256, (8, 8, 3), dtype=np.uint8),
+                                "state": rng.normal(size=3).astype(np.float32)},
+                "action": rng.normal(size=2),
+                "counter": np.array([int(rng.integers(-2**62, 2**62)),
+                                     int(rng.integers(0, 2**(7 * (t % 9) + 1)))], np.int64),
+                "flags": rng.integers(0, 256, 2, dtype=np.uint8),
+                "is_first": t == 0, "reward": float(t), "instruction": f"step {t} of {i}",
+            } for t in range(length)]}
+
+
 class OrderFamily(_Base):
     """Many small files: the order TFDS reads them in."""
 
@@ -244,7 +279,8 @@ class OrderFamily(_Base):
 
 
 BUILDERS = {"tensor_family": TensorFamily, "sequence_family": SequenceFamily,
-            "media_family": MediaFamily, "rlds_family": RldsFamily, "order_family": OrderFamily}
+            "media_family": MediaFamily, "rlds_family": RldsFamily, "order_family": OrderFamily,
+            "rlds_plain": RldsPlain}
 
 
 def prepare(name: str, data_dir: str) -> str:

@@ -19,7 +19,9 @@ from ..read.dataset import Dataset
 from .episodes import (
     StepSlicer,
     build_step_counts,
+    load_layout,
     load_step_counts,
+    save_layout,
     save_step_counts,
     steps_feature,
     steps_path,
@@ -28,6 +30,7 @@ from .features import Feature
 from .layout import BuilderInfo, read_builder
 from .plan import DecodePlan
 from .splits import CYCLE_LENGTH, file_ranges, interleave_order
+from .step_layout import LAYOUT_FILE, StepLayout
 
 #: Examples read per batch when iterating.
 ITER_BATCH = 64
@@ -70,6 +73,8 @@ class TfdsDataset:
         records: The opened files of the split (an :class:`ofindex.Dataset`).
         order: Split position -> record number in ``records``.
         step_counts: Each record's number of steps (RLDS), or ``None``.
+        step_layout: Where each step's values lie in its record (read without parsing the
+            episode), or ``None``.
 
     Attributes:
         info: The builder's metadata (splits, counts, :attr:`features`).
@@ -78,7 +83,8 @@ class TfdsDataset:
     """
 
     def __init__(self, info: BuilderInfo, split: str, records: Dataset,
-                 order: np.ndarray, step_counts: np.ndarray | None) -> None:
+                 order: np.ndarray, step_counts: np.ndarray | None,
+                 step_layout: StepLayout | None = None) -> None:
         self.info = info
         self.split = split
         self.records = records
@@ -86,6 +92,7 @@ class TfdsDataset:
         #: Position ``i`` of the split -> record number in :attr:`records`.
         self.order = order
         self._step_counts = step_counts
+        self.step_layout = step_layout
 
     @property
     def features(self) -> Feature:
@@ -274,15 +281,33 @@ class StepsView:
         """
         episode, step = self.locate(positions)
         unique, inverse = np.unique(episode, return_inverse=True)
+        picks = list(zip(inverse.tolist(), step.tolist(), strict=True))
+        assert self.feature.item is not None
+        raw = self._from_layout(unique, picks)
+        if raw is not None:
+            batch: dict[str, Any] = self.episodes.plan.decode(raw, self.feature.item,
+                                                              (len(picks),))
+            return batch
         records = self.episodes.records.__getitems__(self.episodes.order[unique])
         raws = self.episodes.plan.raw_batch(records)
         counts = self.counts[unique]
-        picks = list(zip(inverse.tolist(), step.tolist(), strict=True))
         raw = self._slicer.take(raws, counts.tolist(), picks)
-        assert self.feature.item is not None
-        batch: dict[str, Any] = self.episodes.plan.decode(raw, self.feature.item,
-                                                          (len(picks),))
+        batch = self.episodes.plan.decode(raw, self.feature.item, (len(picks),))
         return batch
+
+    def _from_layout(self, unique: np.ndarray,
+                     picks: list[tuple[int, int]]) -> dict[str, np.ndarray] | None:
+        """The steps' raw values read out of the mapped records through the step layout,
+        or ``None`` when they must be decoded from whole records (no layout, a feature of
+        the steps it does not cover, records not memory-mapped)."""
+        layout = self.episodes.step_layout
+        if layout is None or len(layout.keys) != len(self._slicer.keys):
+            return None
+        records = self.episodes.order[unique]
+        spans = self.episodes.records.mapped_spans(records)
+        if spans is None:
+            return None
+        return layout.take(spans, records, picks)
 
     def history(self, positions: Sequence[int] | np.ndarray, length: int) -> dict[str, Any]:
         """For each step, the ``length`` steps of its episode ending with it, stacked: the
@@ -425,11 +450,11 @@ def open_tfds(path: str, split: str = "train", *, index_dir: str | None = None,
     try:
         _check_counts(info, records, files)
         order = _record_order(info, split, records, files)
-        counts = _step_counts(info, records, storage_options, build_missing)
+        counts, layout = _step_counts(info, records, storage_options, build_missing)
     except BaseException:
         records.close()
         raise
-    return TfdsDataset(info, split, records, order, counts)
+    return TfdsDataset(info, split, records, order, counts, layout)
 
 
 def node_index_dir(cache_dir: str, url: str) -> str:
@@ -440,17 +465,22 @@ def node_index_dir(cache_dir: str, url: str) -> str:
 
 
 def _step_counts(info: BuilderInfo, records: Dataset, storage_options: Mapping[str, Any] | None,
-                 build_missing: bool) -> np.ndarray | None:
-    """The step counts of an RLDS dataset's records: stored, or counted now and stored."""
+                 build_missing: bool) -> tuple[np.ndarray | None, StepLayout | None]:
+    """The step counts (and step layout) of an RLDS dataset's records: stored, or counted
+    now and stored."""
     steps = steps_feature(info.features)
     if steps is None:
-        return None
+        return None, None
     where = steps_path(records.shards[0].index_url, records.identity)
+    layout_path = steps_path(records.shards[0].index_url, records.identity, LAYOUT_FILE)
     counts = load_step_counts(where, len(records), storage_options)
-    if counts is None:
-        if not build_missing:
-            raise SidecarError(f"{where} not found: the steps of the episodes are not counted "
-                               f"yet; open with {hint('build_missing=True', '--build')}")
-        counts = build_step_counts(records, steps)
-        save_step_counts(where, counts, storage_options)
-    return counts
+    if counts is not None:
+        return counts, load_layout(layout_path, storage_options, counts)
+    if not build_missing:
+        raise SidecarError(f"{where} not found: the steps of the episodes are not counted "
+                           f"yet; open with {hint('build_missing=True', '--build')}")
+    counts, layout = build_step_counts(records, steps)
+    if layout is not None:
+        save_layout(layout_path, layout, storage_options)
+    save_step_counts(where, counts, storage_options)
+    return counts, layout

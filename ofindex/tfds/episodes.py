@@ -16,6 +16,7 @@ import io
 import os
 import posixpath
 import uuid
+import zipfile
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -25,6 +26,7 @@ from ..decode import VarLen, decode_batch
 from ..errors import DecodeError, SidecarError
 from .features import Feature, fixed_size
 from .plan import Raw, example_spec, stored_type
+from .step_layout import StepLayout
 
 #: The step-count file's name (``{identity}``: the records' dataset identity).
 STEPS_FILE = "ofindex-tfds-steps-{identity}.npy"
@@ -94,29 +96,75 @@ def count_steps(records: Sequence[Any], key: tuple[str, str, int]) -> np.ndarray
     return (lengths // size).astype(np.int64)
 
 
-def build_step_counts(records: Any, steps: Feature) -> np.ndarray:
-    """Count the steps of every record of an opened record dataset (``ofindex.open``).
+def build_step_counts(records: Any, steps: Feature) -> tuple[np.ndarray, StepLayout | None]:
+    """Count the steps of every record of an opened record dataset (``ofindex.open``), and
+    find where each step's values lie in its record (:mod:`.step_layout`).
 
     Args:
         records: The dataset of serialized episodes.
         steps: Its ``steps`` feature.
 
     Returns:
-        One int64 count per record, in the dataset's order.
+        One int64 count per record, in the dataset's order, and the layout (``None`` when
+        no feature of a step can be laid out, or a record is not laid out as TFDS writes).
     """
     key = counting_key(steps)
+    keys = StepLayout.plan(steps, example_spec(steps))
     counts = np.empty(len(records), dtype=np.int64)
+    starts: dict[str, list[int]] = {k: [] for k, _, _ in keys}
+    offsets: dict[str, tuple[list[int], list[int]]] = {k: ([], []) for k, _, _ in keys}
     done = 0
     for batch in records.iter_batches(COUNT_BATCH):
-        counts[done:done + len(batch)] = count_steps(batch, key)
+        counts[done:done + len(batch)] = batch_counts = count_steps(batch, key)
+        if keys:
+            try:
+                more_starts, more_steps = StepLayout.walk(keys, batch, batch_counts)
+            except DecodeError:  # not laid out as TFDS writes: steps read from records
+                keys = []
+            for name, _, _ in keys:
+                starts[name] += more_starts[name]
+                offsets[name][0].extend(more_steps[name][0])
+                offsets[name][1].extend(more_steps[name][1])
         done += len(batch)
-    return counts
+    if not keys:
+        return counts, None
+    per_step = {name: (np.asarray(offsets[name][0], np.int64),
+                       np.asarray(offsets[name][1], np.int64))
+                for name, kind, _ in keys if kind != "float32"}
+    return counts, StepLayout(keys, counts, {k: np.asarray(v, np.int64) for k, v in
+                                             starts.items()}, per_step)
 
 
-def steps_path(index_url: str, identity: str) -> str:
-    """Where the step counts of records of ``identity`` are kept: beside the first
-    shard's sidecar (``index_url``)."""
-    name = STEPS_FILE.format(identity=identity)
+def load_layout(path: str, storage_options: Mapping[str, Any] | None,
+                counts: np.ndarray) -> StepLayout | None:
+    """The stored step layout, or ``None`` (none stored, or not of these records)."""
+    import fsspec
+    fs = fsspec.core.url_to_fs(path, **dict(storage_options or {}))[0]
+    try:
+        with fs.open(path, "rb") as f:
+            data: bytes = f.read()
+    except FileNotFoundError:
+        return None
+    try:
+        with np.load(io.BytesIO(data), allow_pickle=False) as arrays:
+            layout = StepLayout.load(arrays)
+    except (ValueError, OSError, EOFError, KeyError, zipfile.BadZipFile):
+        return None  # damaged: the steps are read from whole records
+    return layout if np.array_equal(layout.counts, counts) else None
+
+
+def save_layout(path: str, layout: StepLayout, storage_options: Mapping[str, Any] | None) -> None:
+    """Store a step layout as :func:`save_step_counts` stores the counts."""
+    buffer = io.BytesIO()
+    arrays: dict[str, Any] = layout.save()
+    np.savez(buffer, **arrays)
+    _store(path, buffer.getvalue(), storage_options)
+
+
+def steps_path(index_url: str, identity: str, template: str = STEPS_FILE) -> str:
+    """Where the step counts (or, with ``template=LAYOUT_FILE``, the step layout) of records
+    of ``identity`` are kept: beside the first shard's sidecar (``index_url``)."""
+    name = template.format(identity=identity)
     if "://" in index_url:
         return posixpath.join(posixpath.dirname(index_url), name)
     return os.path.join(os.path.dirname(index_url), name)
@@ -152,12 +200,16 @@ def save_step_counts(path: str, counts: np.ndarray,
     """Store step counts (a local file under a temporary name first, then renamed)."""
     buffer = io.BytesIO()
     np.save(buffer, counts.astype(np.int64), allow_pickle=False)
+    _store(path, buffer.getvalue(), storage_options)
+
+
+def _store(path: str, data: bytes, storage_options: Mapping[str, Any] | None) -> None:
     if "://" not in path:
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
         temp = f"{path}.{uuid.uuid4().hex}.writing"
         try:
             with open(temp, "wb") as f:
-                f.write(buffer.getvalue())
+                f.write(data)
             os.replace(temp, path)
         finally:
             if os.path.exists(temp):
@@ -165,7 +217,7 @@ def save_step_counts(path: str, counts: np.ndarray,
         return
     import fsspec
     fs = fsspec.core.url_to_fs(path, **dict(storage_options or {}))[0]
-    fs.pipe_file(path, buffer.getvalue())  # an object store replaces an object whole
+    fs.pipe_file(path, data)  # an object store replaces an object whole
 
 
 class StepSlicer:

@@ -53,15 +53,20 @@ def decode_frames(blobs: Sequence[Any], feature: Feature) -> np.ndarray:
     if not blobs:
         height, width = (d or 0 for d in feature.shape[:2])
         return np.empty((0, height, width, channels), dtype=feature.dtype)
+    fixed = feature.shape[0] is not None and feature.shape[1] is not None
+    out = np.empty((len(blobs), *(d or 0 for d in feature.shape)),
+                   dtype=feature.dtype) if fixed else None
     pool = _POOL.get() if len(blobs) >= PARALLEL_IMAGES else None
     if pool is None:
-        frames = [_one(blob, feature, channels, k) for k, blob in enumerate(blobs)]
+        frames = _some(blobs, feature, channels, 0, len(blobs), out)
     else:
         parts = min(len(blobs), pool._max_workers * 2)
         bounds = np.linspace(0, len(blobs), parts + 1).astype(int).tolist()
-        futures = [pool.submit(_some, blobs, feature, channels, lo, hi)
+        futures = [pool.submit(_some, blobs, feature, channels, lo, hi, out)
                    for lo, hi in itertools.pairwise(bounds)]
         frames = [frame for future in futures for frame in future.result()]
+    if out is not None:  # decoded in place (a fixed shape: TFDS checked every image has it)
+        return out
     if any(frame.shape != frames[0].shape for frame in frames):
         raise DecodeError(f"image feature {feature.path!r}: the images of one example differ "
                           f"in size ({frames[0].shape[:2]} and others), they cannot be "
@@ -69,18 +74,31 @@ def decode_frames(blobs: Sequence[Any], feature: Feature) -> np.ndarray:
     return np.stack(frames)
 
 
-def _some(blobs: Sequence[Any], feature: Feature, channels: int, lo: int,
-          hi: int) -> list[np.ndarray]:
-    return [_one(blobs[k], feature, channels, k) for k in range(lo, hi)]
+def _some(blobs: Sequence[Any], feature: Feature, channels: int, lo: int, hi: int,
+          out: np.ndarray | None = None) -> list[np.ndarray]:
+    """Images ``lo..hi-1`` decoded (into ``out[k]`` when given)."""
+    frames = []
+    for k in range(lo, hi):
+        into = None if out is None else out[k]
+        frame = _one(blobs[k], feature, channels, k, into)
+        if into is not None and frame is not into:
+            if frame.shape != into.shape:
+                raise DecodeError(f"image feature {feature.path!r}: image {k} of the example "
+                                  f"is {frame.shape}, the feature says {into.shape}")
+            into[...] = frame
+        frames.append(frame)
+    return frames
 
 
-def _one(blob: Any, feature: Feature, channels: int, number: int) -> np.ndarray:
+def _one(blob: Any, feature: Feature, channels: int, number: int,
+         into: np.ndarray | None = None) -> np.ndarray:
     if bytes(blob[:2]) == _JPEG_MAGIC and feature.dtype == np.dtype(np.uint8):
-        return _jpeg(blob, feature, channels, number)
+        return _jpeg(blob, feature, channels, number, into)
     return _pillow(blob, feature, channels, number)
 
 
-def _jpeg(blob: Any, feature: Feature, channels: int, number: int) -> np.ndarray:
+def _jpeg(blob: Any, feature: Feature, channels: int, number: int,
+          into: np.ndarray | None = None) -> np.ndarray:
     """One JPEG as TensorFlow's ``decode_jpeg`` gives it (fast DCT, fancy upsampling)."""
     try:
         import simplejpeg
@@ -90,9 +108,16 @@ def _jpeg(blob: Any, feature: Feature, channels: int, number: int) -> np.ndarray
     if channels not in (1, 3):
         raise DecodeError(f"image feature {feature.path!r} has {channels} channels: a JPEG "
                           "decodes to 1 or 3")
+    colorspace = "GRAY" if channels == 1 else "RGB"
     try:
-        image = simplejpeg.decode_jpeg(bytes(blob), colorspace="GRAY" if channels == 1
-                                       else "RGB", fastdct=True, fastupsample=False)
+        if into is not None and channels == 3:
+            height, width, _, _ = simplejpeg.decode_jpeg_header(blob)
+            if (height, width) == into.shape[:2]:  # straight into the batch's memory
+                decoded: np.ndarray = simplejpeg.decode_jpeg(
+                    blob, colorspace=colorspace, fastdct=True, fastupsample=False, buffer=into)
+                return decoded
+        image = simplejpeg.decode_jpeg(bytes(blob), colorspace=colorspace, fastdct=True,
+                                       fastupsample=False)
     except ValueError as exc:
         raise DecodeError(f"image feature {feature.path!r}: image {number} of the example "
                           f"could not be decoded ({exc})") from exc
