@@ -248,3 +248,15 @@ def test_varints_decode_as_protobuf_encodes_them():
     assert data[0] == 0x0A  # packed: one length-delimited run
     packed = np.frombuffer(data[2:], dtype=np.uint8)
     assert decode_varints(packed).tolist() == values
+
+
+def test_samplers_over_episodes_split_them_over_ranks(rlds):
+    with ofindex.open_tfds(rlds, split="train") as ds:
+        seen = []
+        for rank in range(3):
+            sampler = GlobalShuffleSampler(ds, num_replicas=3, rank=rank, seed=1,
+                                           drop_last=True)
+            seen += [int(e["episode_metadata"]["episode_id"])
+                     for e in ds.__getitems__(list(sampler))]
+        assert len(seen) == len(set(seen)) == len(ds) - len(ds) % 3
+        assert sampler.dataset == ds.identity  # states name the split they were saved on
