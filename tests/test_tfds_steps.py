@@ -213,13 +213,14 @@ def test_steps_read_through_the_layout_out_of_the_mapped_records(tfds_dirs, tmp_
         def whole_records(*args, **kwargs):
             raise AssertionError("an episode was read whole")
 
-        monkeypatch.setattr(ds.records, "__getitems__", whole_records)
+        monkeypatch.setattr(ofindex.Dataset, "__getitems__", whole_records)
         steps = ds.steps
         picks = np.random.default_rng(0).permutation(len(steps))
         batch = steps.batch(picks)
         for k, j in enumerate(picks.tolist()):
             assert_same({name: _at(value, k) for name, value in batch.items()},
                         expected[j], f"step {j}")
+        monkeypatch.undo()
     # a damaged layout file is not used: the steps are read from whole records
     stored = glob.glob(os.path.join(str(tmp_path), "**", "ofindex-tfds-layout-*.npz"),
                        recursive=True)
@@ -260,3 +261,42 @@ def test_samplers_over_episodes_split_them_over_ranks(rlds):
                      for e in ds.__getitems__(list(sampler))]
         assert len(seen) == len(set(seen)) == len(ds) - len(ds) % 3
         assert sampler.dataset == ds.identity  # states name the split they were saved on
+
+
+def test_a_damaged_step_is_caught_by_its_own_sum(tfds_dirs, tmp_path):
+    """Steps read through the layout are checked by the CRC-32C of their own bytes (not the
+    episode's record CRC, which would read the whole episode): a flipped byte in one image
+    is a CorruptRecordError naming the record, the step and the feature."""
+    import shutil
+
+    copy = tmp_path / "rlds_plain" / "1.0.0"
+    shutil.copytree(tfds_dirs["rlds_plain"], copy)
+    index_dir = str(tmp_path / "index")
+    with ofindex.open_tfds(str(copy), split="train", index_dir=index_dir) as ds:
+        layout = ds.step_layout
+        key = "steps/observation/image"
+        record = int(ds.order[0])
+        offset = int(layout.steps[key][0][layout.first_step[record]])
+        where = ds.records.shards[0]
+        shard, local = ds.records.locate(record)
+        assert shard == 0
+    # the image's bytes inside the first shard's file: find the record's payload
+    with open(where.url, "rb") as f:
+        data = f.read()
+    with ofindex.open(where.url, index_dir=index_dir) as plain:
+        payload = plain[local]
+    start = data.index(payload) + offset + 100
+    damaged = bytearray(data)
+    damaged[start] ^= 0xFF
+    with open(where.url, "r+b") as f:
+        f.write(bytes(damaged))  # same size: the index is not stale by size
+    with ofindex.open_tfds(str(copy), split="train", index_dir=index_dir,
+                           check_stale=False) as ds:
+        with pytest.raises(ofindex.CorruptRecordError, match=r"step 0: the bytes of "
+                           r"'steps/observation/image' differ"):
+            ds.steps.batch([0])
+        first_of_next = int(ds.step_counts[0])
+        ds.steps.batch([first_of_next])  # another episode reads fine
+    with ofindex.open_tfds(str(copy), split="train", index_dir=index_dir,
+                           check_stale=False, verify=False) as ds:
+        ds.steps.batch([0])  # verify=False: not checked

@@ -8,6 +8,7 @@ the order ``tfds.as_numpy(builder.as_dataset(split, shuffle_files=False))`` yiel
 
 import hashlib
 import os
+import pickle
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -93,6 +94,7 @@ class TfdsDataset:
         self.order = order
         self._step_counts = step_counts
         self.step_layout = step_layout
+        self._unchecked: Dataset | None = None
 
     @property
     def features(self) -> Feature:
@@ -165,6 +167,21 @@ class TfdsDataset:
     def close(self) -> None:
         """Release the files and maps of the records."""
         self.records.close()
+        if self._unchecked is not None:
+            self._unchecked.close()
+
+    def unchecked_records(self) -> Dataset:
+        """The records again, without their whole-record checks: the steps read through the
+        step layout are checked by their own sums (a copy made once, by pickling).
+
+        Returns:
+            A :class:`ofindex.Dataset` of the same files with ``verify=False``.
+        """
+        if self._unchecked is None:
+            copy: Dataset = pickle.loads(pickle.dumps(self.records))
+            copy.verify = False
+            self._unchecked = copy
+        return self._unchecked
 
     @property
     def step_counts(self) -> np.ndarray:
@@ -304,10 +321,10 @@ class StepsView:
         if layout is None or len(layout.keys) != len(self._slicer.keys):
             return None
         records = self.episodes.order[unique]
-        spans = self.episodes.records.mapped_spans(records)
+        spans = self.episodes.unchecked_records().mapped_spans(records)
         if spans is None:
             return None
-        return layout.take(spans, records, picks)
+        return layout.take(spans, records, picks, check=self.episodes.records.verify)
 
     def history(self, positions: Sequence[int] | np.ndarray, length: int) -> dict[str, Any]:
         """For each step, the ``length`` steps of its episode ending with it, stacked: the

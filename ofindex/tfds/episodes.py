@@ -113,16 +113,18 @@ def build_step_counts(records: Any, steps: Feature) -> tuple[np.ndarray, StepLay
     counts = np.empty(len(records), dtype=np.int64)
     starts: dict[str, list[int]] = {k: [] for k, _, _ in keys}
     offsets: dict[str, tuple[list[int], list[int]]] = {k: ([], []) for k, _, _ in keys}
+    sums: dict[str, list[int]] = {k: [] for k, _, _ in keys}
     done = 0
     for batch in records.iter_batches(COUNT_BATCH):
         counts[done:done + len(batch)] = batch_counts = count_steps(batch, key)
         if keys:
             try:
-                more_starts, more_steps = StepLayout.walk(keys, batch, batch_counts)
+                more_starts, more_steps, more_sums = StepLayout.walk(keys, batch, batch_counts)
             except DecodeError:  # not laid out as TFDS writes: steps read from records
                 keys = []
             for name, _, _ in keys:
                 starts[name] += more_starts[name]
+                sums[name] += more_sums[name]
                 offsets[name][0].extend(more_steps[name][0])
                 offsets[name][1].extend(more_steps[name][1])
         done += len(batch)
@@ -132,7 +134,8 @@ def build_step_counts(records: Any, steps: Feature) -> tuple[np.ndarray, StepLay
                        np.asarray(offsets[name][1], np.int64))
                 for name, kind, _ in keys if kind != "float32"}
     return counts, StepLayout(keys, counts, {k: np.asarray(v, np.int64) for k, v in
-                                             starts.items()}, per_step)
+                                             starts.items()}, per_step,
+                              {k: np.asarray(v, np.uint32) for k, v in sums.items()})
 
 
 def load_layout(path: str, storage_options: Mapping[str, Any] | None,
