@@ -8,7 +8,6 @@ import os
 import sys
 from typing import Any
 
-from ..errors import DataFileNotFoundError
 from ..tfds import BuilderInfo, Feature, read_builder
 
 Options = dict[str, Any]
@@ -28,8 +27,8 @@ def builder_of(args: argparse.Namespace, options: Options) -> BuilderInfo | None
         return None
     try:
         return read_builder(path, options)
-    except DataFileNotFoundError:
-        return None
+    except (ImportError, OSError):  # not a builder directory, or a store the normal path
+        return None                 # reports in its own words (a missing extra, no access)
 
 
 def _tree(feature: Feature) -> dict[str, Any]:
