@@ -8,6 +8,7 @@ import os
 import sys
 from typing import Any
 
+from ..errors import DataFileNotFoundError, OfindexError
 from ..tfds import BuilderInfo, Feature, read_builder
 
 Options = dict[str, Any]
@@ -27,8 +28,12 @@ def builder_of(args: argparse.Namespace, options: Options) -> BuilderInfo | None
         return None
     try:
         return read_builder(path, options)
-    except (ImportError, OSError):  # not a builder directory, or a store the normal path
-        return None                 # reports in its own words (a missing extra, no access)
+    except DataFileNotFoundError:  # no dataset_info.json there: record files
+        return None
+    except OfindexError:  # a builder directory whose metadata is wrong: say so
+        raise
+    except (ImportError, OSError, ValueError):  # a store the normal path reports in its own
+        return None  # words: a missing extra, an unknown protocol, no access
 
 
 def _tree(feature: Feature) -> dict[str, Any]:
