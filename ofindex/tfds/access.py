@@ -9,6 +9,7 @@ the order ``tfds.as_numpy(builder.as_dataset(split, shuffle_files=False))`` yiel
 import hashlib
 import os
 import pickle
+import threading
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -33,6 +34,8 @@ from .plan import DecodePlan
 from .splits import CYCLE_LENGTH, file_ranges, interleave_order
 from .step_layout import LAYOUT_FILE, StepLayout
 
+#: Guards the lazy copy of a split's records read without record checks.
+_UNCHECKED_LOCK = threading.Lock()
 #: Examples read per batch when iterating.
 ITER_BATCH = 64
 Key = int | np.integer | slice | Sequence[int] | np.ndarray
@@ -177,11 +180,12 @@ class TfdsDataset:
         Returns:
             A :class:`ofindex.Dataset` of the same files with ``verify=False``.
         """
-        if self._unchecked is None:
-            copy: Dataset = pickle.loads(pickle.dumps(self.records))
-            copy.verify = False
-            self._unchecked = copy
-        return self._unchecked
+        with _UNCHECKED_LOCK:  # threads of one process (Grain's) make one copy, not several
+            if self._unchecked is None:
+                copy: Dataset = pickle.loads(pickle.dumps(self.records))
+                copy.verify = False
+                self._unchecked = copy
+            return self._unchecked
 
     @property
     def step_counts(self) -> np.ndarray:
