@@ -124,3 +124,12 @@ def test_errors_name_the_path_and_feature(tmp_path, tfds_dirs):
         ofindex.open_tfds(str(broken))
     with ofindex.open_tfds(src, split="test") as ds, pytest.raises(RecordIndexError):
         ds[len(ds)]
+
+
+def test_a_path_under_home_and_with_a_trailing_slash(tfds_dirs, monkeypatch):
+    path = tfds_dirs["order_family"]
+    home, rest = os.path.split(os.path.dirname(os.path.dirname(path)))
+    monkeypatch.setenv("HOME", home)
+    with ofindex.open_tfds(os.path.join("~", rest, "order_family", "1.0.0") + "/",
+                           split="val[:3]") as ds:
+        assert len(ds) == 3

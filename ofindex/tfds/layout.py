@@ -14,6 +14,7 @@ The small files are read through fsspec (local paths and ``gs://``, ``s3://``,
 
 import dataclasses
 import json
+import os
 import posixpath
 from collections.abc import Mapping
 from typing import Any
@@ -97,7 +98,6 @@ def join(directory: str, name: str) -> str:
     """``name`` inside ``directory`` (a local path or a URL)."""
     if "://" in directory:
         return posixpath.join(directory, name)
-    import os
     return os.path.join(directory, name)
 
 
