@@ -28,15 +28,17 @@ ALLOWED = {
     "convert": {"errors", "storage", "formats", "index", "read", "decode", "encode", "write",
                 "opening"},
     "write": {"errors", "storage", "formats", "index", "decode", "encode"},
+    # "tfds": a TFDS builder directory opened through ofindex.open, decoded by ofindex.decode
+    "tfds": {"errors", "_threads", "decode", "read", "opening"},
     "shuffle": {"errors"},  # StateError for saved states it refuses
     # "planning": a plan opens the dataset for its shape, and models reads and orders
     "planning": {"errors", "storage", "formats", "read", "shuffle", "opening"},
     # "opening": an integration that takes paths (Ray's read_ofindex) opens them as the CLI does
     # "encode": the column map's way back (records to the Arrow columns they were written from)
     "integrations": {"errors", "storage", "formats", "index", "read", "decode", "encode",
-                     "shuffle", "opening"},
+                     "shuffle", "opening", "tfds"},
     "cli": {"", "errors", "_accel", "storage", "formats", "index", "read", "decode", "shuffle",
-            "proto", "opening", "encode", "write", "schema", "convert", "planning"},
+            "proto", "opening", "encode", "write", "schema", "convert", "planning", "tfds"},
     "errors": set(),
     "_accel": {"_native"},
     "_threads": set(),

