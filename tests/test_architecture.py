@@ -32,8 +32,10 @@ ALLOWED = {
     # "planning": a plan opens the dataset for its shape, and models reads and orders
     "planning": {"errors", "storage", "formats", "read", "shuffle", "opening"},
     # "opening": an integration that takes paths (Ray's read_ofindex) opens them as the CLI does
+    # "planning": the engines' read tasks are the split planner's partitions; "write": their
+    # write transforms stage shards from many tasks and publish them at the end
     "integrations": {"errors", "storage", "formats", "index", "read", "decode", "shuffle",
-                     "opening"},
+                     "opening", "planning", "write", "schema"},
     "cli": {"", "errors", "_accel", "storage", "formats", "index", "read", "decode", "shuffle",
             "proto", "opening", "encode", "write", "schema", "convert", "planning"},
     "errors": set(),
