@@ -23,7 +23,8 @@ SPEC = {"label": FixedLen((), "int64"), "score": FixedLen((2,), "float32"),
 @pytest.fixture(scope="module")
 def client():
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                  dashboard_address="127.0.0.1:0", silence_logs=40) as lc, \
+                                  host="127.0.0.1", dashboard_address="127.0.0.1:0",
+                                  silence_logs=40) as lc, \
             distributed.Client(lc) as dask_client:
         yield dask_client
 

@@ -58,6 +58,19 @@ def test_abort_leaves_nothing_and_a_dataset_is_not_written_over(tmp_path):
         WriteJob(d)
 
 
+def test_ofrecord_features_from_columns(tmp_path):
+    d = str(tmp_path / "of")
+    spec = {"x": FixedLen((), "int64")}
+    job = WriteJob(d, "ofrecord", spec=spec, shard_records=2)
+    task = job.task(0)
+    task.write_columns({"x": [5, 6, 7]})
+    assert job.commit([task.close()]).shards == 2
+    with ofindex.open(d) as ds:
+        assert ds.format.name == "OFRECORD"
+        assert ofindex.decode.decode_batch(list(ds), spec, kind="ofrecord")["x"].tolist() == [
+            5, 6, 7]
+
+
 def test_a_report_counted_twice_is_refused(tmp_path):
     d = str(tmp_path / "out")
     job = WriteJob(d)
