@@ -34,9 +34,11 @@ ALLOWED = {
     # "planning": a plan opens the dataset for its shape, and models reads and orders
     "planning": {"errors", "storage", "formats", "read", "shuffle", "opening"},
     # "opening": an integration that takes paths (Ray's read_ofindex) opens them as the CLI does
-    # "encode": the column map's way back (records to the Arrow columns they were written from)
+    # "encode": the column map's way back (records to the Arrow columns they were written from);
+    # "planning": the engines' read tasks are the split planner's partitions; "write": their
+    # write transforms stage shards from many tasks and publish them at the end
     "integrations": {"errors", "storage", "formats", "index", "read", "decode", "encode",
-                     "shuffle", "opening", "tfds"},
+                     "shuffle", "opening", "tfds", "planning", "write", "schema"},
     "cli": {"", "errors", "_accel", "storage", "formats", "index", "read", "decode", "shuffle",
             "proto", "opening", "encode", "write", "schema", "convert", "planning", "tfds"},
     "errors": set(),

@@ -52,7 +52,7 @@ TOOLS = {"pipeline": ("bench_pipeline.py", []), "images": ("bench_images.py", []
                                                  "--dc-record-size", "100000"]),
          "ray": ("bench_ray.py", []), "write": ("bench_write.py", []),
          "convert": ("bench_convert.py", []),
-         "ratelimit": ("bench_ratelimit.py", [])}
+         "ratelimit": ("bench_ratelimit.py", []), "engines": ("bench_engines.py", [])}
 
 
 def fmt(x: float | None, digits: int = 3) -> str:
@@ -983,6 +983,41 @@ class Report:
                           rows))
         self.sections.append("\n".join(text) + "\n")
 
+    def engines(self) -> None:
+        data = self.load("engines")
+        title = "Spark, Beam and Dask: split reads and indexed writes (tools/bench_engines.py)"
+        if data is None:
+            self.missing(title, "bench_engines.py")
+            return
+        c = data["config"]
+        before, after = data.get("load_before", {}), data.get("load_after", {})
+        text = [f"## {title}\n",
+                f"One file of {fmt(c['records'])} Examples with a {fmt(c['payload'])}-byte "
+                f"payload ({c['size'] / 1e9:.2f} GB of TFRecord), the same rows in one Parquet "
+                "file and in one GZIP TFRecord file; every engine on 2 cores; rows/s: best of "
+                f"{c['repeats']} alternated runs after a warm-up run of each; load average "
+                f"{fmt(before.get('load_average', [0])[0])} before, "
+                f"{fmt(after.get('load_average', [0])[0])} after (2 cores). Goals (issue 50): "
+                "Spark split read ≥ 0.5× Parquet and ≥ 1.8× one partition; Beam split read "
+                "≥ 1.8× `ReadFromTFRecord`; Beam indexed write ≥ 1.0× `WriteToTFRecord` "
+                "alone." + (f" {c['note'][0].upper()}{c['note'][1:]}." if c.get("note") else "")
+                + "\n"]
+        rows = []
+        for engine, keys in (("spark", ("read_rows_per_s", "write_rows_per_s")),
+                             ("beam", ("read_rows_per_s", "write_rows_per_s")),
+                             ("dask", ("rows_per_s",))):
+            part = data.get(engine)
+            if not part:
+                continue
+            for key in keys:
+                for name, rate in part[key].items():
+                    rows.append([engine, name, fmt(rate)])
+            ratios = ", ".join(f"{name} {fmt(value)}×" for name, value in part["ratios"].items())
+            rows.append([engine, "ratios", ratios])
+            self.summary.append(f"{engine.capitalize()} on ofindex: {ratios}.")
+        text.append(table(["engine", "contender", "rows/s"], rows))
+        self.sections.append("\n".join(text) + "\n")
+
     def write(self, readme: str | None) -> str:
         """Write docs/benchmarks.md (and README's marked block); returns the markdown."""
         for section in (self.pipeline, self.images, self.sequential, self.read, self.build,
@@ -990,7 +1025,7 @@ class Report:
                         self.compressed, self.shuffle, self.shuffle_quality, self.mixing,
                         self.remote, self.scale,
                         self.data_cache, self.manifests, self.rate_limits, self.ray,
-                        self.writing, self.converting):
+                        self.engines, self.writing, self.converting):
             before = len(self.summary)
             section()
             self.lines_of[self.sections[-1].split("\n", 1)[0]] = self.summary[before:]

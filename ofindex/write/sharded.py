@@ -603,6 +603,13 @@ class ShardedWriter:
             storage, path = self._column_map
             storage.remove(path)
         self._release_claim()
+        self.remove_hidden()
+
+    def remove_hidden(self) -> None:
+        """Remove every file of the directory and of its index directory whose name carries
+        this writer's token (``.<token>-…``, made by no one else): hidden shards and sidecars
+        nothing publishes (an interrupted write's, or a failed task's of a
+        :class:`~ofindex.write.jobs.WriteJob`)."""
         prefix = f".{self.token}-"
         probe = self.storage.join(self.path, prefix)
         index_storage, index_probe = self._sidecars.of(self.storage, probe)
