@@ -11,9 +11,10 @@ import pytest
 from helpers import need
 
 import ofindex
+import ofindex.cache.chain
+import ofindex.cache.data
 import ofindex.decode
 import ofindex.encode
-import ofindex.read.datacache
 import ofindex.schema
 import ofindex.shuffle
 import ofindex.write
@@ -22,7 +23,7 @@ need("torch", "torch")
 import ofindex.integrations.torch  # noqa: E402
 
 MODULES = [ofindex, ofindex.decode, ofindex.encode, ofindex.write, ofindex.schema,
-           ofindex.shuffle, ofindex.integrations.torch, ofindex.read.datacache]
+           ofindex.shuffle, ofindex.integrations.torch, ofindex.cache.chain, ofindex.cache.data]
 #: Methods documented even though they start with an underscore.
 DUNDERS = {"__getitem__", "__getitems__", "__iter__", "__len__", "__call__"}
 

@@ -11,9 +11,10 @@ import pytest
 from conftest import _make_backend
 
 import ofindex
+from ofindex.cache.dir_files import entry_name
+from ofindex.cache.keys import sidecar_key
+from ofindex.cache.machine import NodeCache
 from ofindex.cli.synthetic import write_dataset
-from ofindex.read.cachedir import entry_name
-from ofindex.read.nodecache import NodeCache, sidecar_key
 from ofindex.storage import FileStamp
 
 RECORDS = 8000

@@ -25,11 +25,11 @@ from conftest import _make_backend
 from helpers import sidecar_of
 
 import ofindex
+from ofindex.cache.dir_files import entry_name, file_key
+from ofindex.cache.entries_db import DB_NAME, MAX_DATA
+from ofindex.cache.machine import NodeCache
 from ofindex.cli.synthetic import write_dataset
 from ofindex.errors import CacheDirWarning
-from ofindex.read.cachedb import DB_NAME, MAX_DATA
-from ofindex.read.cachedir import entry_name, file_key
-from ofindex.read.nodecache import NodeCache
 
 
 @dataclasses.dataclass
@@ -276,7 +276,7 @@ def test_database_files_are_never_opened_through_a_link(paged, tmp_path, suffix)
     if suffix:  # a cache in use: SQLite would write the log and the shared memory it opens
         ds = ofindex.open(paged.url, storage_options=paged.options, cache_dir=str(cache_dir))
         assert ds[batches[0]] == [paged.expected[i] for i in batches[0]]
-        ds._table.shards[0].cache.node.close()  # the last connection: SQLite removes both files
+        ds._table.shards[0].cache.machine.close()  # the last connection: SQLite removes both files
         assert not os.path.lexists(cache_dir / (DB_NAME + suffix))
     else:
         cache_dir.mkdir()

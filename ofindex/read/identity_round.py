@@ -14,12 +14,14 @@ one more round for all of them (:meth:`IdentityChecks.settle`), never one after 
 from __future__ import annotations
 
 import dataclasses
+import functools
 
+from ..cache.chain import Chain, Kept, Want
+from ..cache.keys import identity_entry, identity_key
 from ..storage import FileStamp
 from ..storage.content import content_digest, content_regions
 from ..storage.identity import check_identity
 from ..storage.stamp import Verdict
-from .nodecache import NodeCache, identity_entry, identity_key
 from .request_round import Round, Slot
 from .shards import Shard
 
@@ -61,7 +63,7 @@ class IdentityChecks:
         the check (a node cache: the stamp first), else a plain stat."""
         storage = shard.data_storage
         assert storage is not None
-        if content_expected(shard) and _node(shard) is None:
+        if content_expected(shard) and _machine(shard) is None:
             slot = (Round.IDENTIFY, round_.identify(storage, shard.path, shard.size))
         else:
             slot = (Round.STAT, round_.stat(storage, shard.path))
@@ -122,10 +124,11 @@ class IdentityChecks:
                 and not storage.expected.verified(check.shard.path, check.current))
 
 
-def _node(shard: Shard) -> NodeCache | None:
-    """The machine's cache a shard's identity check may be remembered in, or ``None``."""
-    cache = shard.cache
-    return None if cache is None else cache.node
+def _machine(shard: Shard) -> Chain | None:
+    """The cache chain a shard's identity check may be remembered in (one with a machine
+    tier), or ``None``."""
+    chain = shard.cache
+    return None if chain is None or chain.machine is None else chain
 
 
 def _identity_key(check: _Check) -> bytes:
@@ -138,26 +141,32 @@ def _identity_key(check: _Check) -> bytes:
 def _remembered(checks: list[_Check]) -> set[int]:
     """The checks (by ``id``) the machine's cache remembers as passed."""
     found: set[int] = set()
-    by_node: dict[int, tuple[NodeCache, list[_Check]]] = {}
+    by_chain: dict[int, tuple[Chain, list[tuple[_Check, Want]]]] = {}
     for check in checks:
-        node = _node(check.shard)
-        if node is not None:
-            by_node.setdefault(id(node), (node, []))[1].append(check)
-    for node, members in by_node.values():
-        keys = [_identity_key(check) for check in members]
-        held = node.get(keys)
-        found.update(id(check) for check, key in zip(members, keys, strict=True)
-                     if held.get(key) == identity_entry(key))
+        chain = _machine(check.shard)
+        if chain is not None:
+            key = _identity_key(check)
+            want = Want(None, key, functools.partial(_passed, key))
+            by_chain.setdefault(id(chain), (chain, []))[1].append((check, want))
+    for chain, members in by_chain.values():
+        chain.recall([want for _, want in members])
+        found.update(id(check) for check, want in members if want.value)
     return found
+
+
+def _passed(key: bytes, entry: bytes) -> bool | None:
+    """Whether a remembered entry is the one a passed check of ``key`` holds (anything else
+    is damaged or tampered with: a miss)."""
+    return True if entry == identity_entry(key) else None
 
 
 def _remember(passed: list[_Check]) -> None:
     """Keep the checks that passed by their content in the machine's cache."""
     for check in passed:
-        node = _node(check.shard)
-        if node is not None:
+        chain = _machine(check.shard)
+        if chain is not None:
             key = _identity_key(check)
-            node.put([(key, identity_entry(key))])
+            chain.keep([Kept(None, key, True, identity_entry(key))])
 
 
 def _queue_regions(round_: Round, shard: Shard, size: int) -> list[Slot]:

@@ -8,7 +8,7 @@ sidecars by pages, with every missing piece of index fetched in one round: see
   the ranges fetched at once (concurrently on remote storage) into one buffer, the records cut
   out of it;
 * :func:`cached_blocks`: the same plan served from blocks of the remote files kept on local
-  disk (:mod:`ofindex.read.datacache`), the missing blocks fetched at once and kept.
+  disk (:mod:`ofindex.cache.data`), the missing blocks fetched at once and kept.
 
 Each returns the payloads in the order asked for, every record checked as everywhere else.
 """
@@ -21,11 +21,11 @@ from typing import Any
 import numpy as np
 
 from .. import _accel
+from ..cache.data import CachedRead, DataCache
 from ..errors import CorruptRecordError
 from ..formats.framing import Buffer
 from ..storage.ranges import ReadPlan, coalesce
 from . import mapped_gather
-from .datacache import CachedRead, DataCache
 from .index_round import batch_spans
 from .payloads import extract_payloads, read_record_direct
 from .record_checks import RecordChecks
@@ -169,7 +169,7 @@ def cached_blocks(table: ShardTable, checks: RecordChecks, grouped: ShardGroups,
                   starts: np.ndarray, ends: np.ndarray, *, data_cache: DataCache,
                   max_read_bytes: int) -> list[Any]:
     """Payloads cut out of blocks of the data files kept on local disk, the missing blocks
-    fetched in one round and kept (:mod:`ofindex.read.datacache`).
+    fetched in one round and kept (:mod:`ofindex.cache.data`).
 
     The records' own spans are copied (no plan: a gap between records costs a copy, not a
     request). When a record's check fails in bytes the cache served, those blocks are

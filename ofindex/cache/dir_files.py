@@ -26,7 +26,7 @@ from ..storage import FileStamp, write_local_atomic
 
 #: The key prefix of a file's entry in the database (a whole sidecar, a block of data).
 FILE_KEY_PREFIX = b"file:"
-#: The suffix of a block of data kept by the data cache (:mod:`ofindex.read.datacache`).
+#: The suffix of a block of data kept by the data cache (:mod:`ofindex.cache.data`).
 BLOCK_SUFFIX = ".ofblock"
 _FILE_KEYS = {suffix: re.compile(rb"file:([0-9a-f]{32}" + re.escape(suffix.encode()) + rb")")
               for suffix in (SUFFIX, BLOCK_SUFFIX)}

@@ -18,7 +18,6 @@ records carry no CRC of their own). Anything else is a miss, fetched again.
 
 from __future__ import annotations
 
-import hashlib
 import mmap
 import os
 import re
@@ -27,7 +26,7 @@ import struct
 
 import crc32c
 
-from ..storage import FileStamp, write_local_atomic
+from ..storage import write_local_atomic
 
 MAGIC = b"OFIXBLK1"
 _HEAD = struct.Struct("<8s16sQI")
@@ -35,14 +34,6 @@ _HEAD = struct.Struct("<8s16sQI")
 HEADER_SIZE = _HEAD.size + 4
 _OPEN_FLAGS = (os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
                | getattr(os, "O_CLOEXEC", 0))
-
-
-def block_key(url: str, stamp: FileStamp, block_bytes: int, number: int) -> bytes:
-    """The 16-byte key of block ``number`` (blocks of ``block_bytes``) of the version
-    ``stamp`` (size and ETag, generation or mtime) of the remote file ``url``: another
-    version of the file has other keys, so a copy of an older version is never found."""
-    text = f"{url}\0{stamp.size}\0{stamp.fingerprint}\0{block_bytes}\0{number}"
-    return hashlib.sha256(text.encode("utf-8")).digest()[:16]
 
 
 def header(key: bytes, data: bytes | memoryview) -> bytes:
