@@ -18,7 +18,6 @@ records carry no CRC of their own). Anything else is a miss, fetched again.
 
 from __future__ import annotations
 
-import mmap
 import os
 import re
 import stat
@@ -27,13 +26,12 @@ import struct
 import crc32c
 
 from ..storage import write_local_atomic
+from .dir_files import map_regular
 
 MAGIC = b"OFIXBLK1"
 _HEAD = struct.Struct("<8s16sQI")
 #: Bytes before the payload.
 HEADER_SIZE = _HEAD.size + 4
-_OPEN_FLAGS = (os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
-               | getattr(os, "O_CLOEXEC", 0))
 
 
 def header(key: bytes, data: bytes | memoryview) -> bytes:
@@ -58,20 +56,10 @@ def map_block(directory: str, name: str, key: bytes, length: int,
         missing file, a link, another kind of file, a short or long one, a damaged header or
         payload, another key).
     """
-    path = os.path.join(directory, name)
-    try:
-        fd = os.open(path, _OPEN_FLAGS)
-    except OSError:  # missing, a symbolic link (ELOOP), unreadable
+    mapped = None if length == 0 else map_regular(os.path.join(directory, name),
+                                                  HEADER_SIZE + length)
+    if mapped is None:
         return None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or info.st_size != HEADER_SIZE + length or length == 0:
-            return None
-        mapped = mmap.mmap(fd, info.st_size, access=mmap.ACCESS_READ)
-    except (OSError, ValueError, OverflowError):
-        return None
-    finally:
-        os.close(fd)
     head = mapped[:HEADER_SIZE]
     magic, stored_key, stored_length, data_crc = _HEAD.unpack_from(head)
     (head_crc,) = struct.unpack_from("<I", head, _HEAD.size)

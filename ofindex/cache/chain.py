@@ -21,8 +21,6 @@ import dataclasses
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any
 
-from ..formats.sidecar import Sidecar
-from ..storage import FileStamp
 from .data import DataCache
 from .machine import DEFAULT_NODE_BYTES, NodeCache
 from .memory import DEFAULT_CACHE_BYTES, PAGE_OVERHEAD, MemoryTier
@@ -190,32 +188,3 @@ class Chain:
             release: Lets go of the sidecar when it is evicted.
         """
         self.memory.put(key, release, nbytes, release)
-
-    def from_disk(self, index_url: str, expect: FileStamp, records: int,
-                  body_crc: int | None = None) -> Sidecar | None:
-        """The copy of a whole sidecar the machine keeps, memory-mapped.
-
-        Args:
-            index_url: The sidecar.
-            expect: Its data file's stamp, as the dataset expects it.
-            records: Its record count.
-            body_crc: Its body CRC when the manifest names it, else ``None``.
-
-        Returns:
-            The sidecar, or ``None`` when there is no valid copy of this version.
-        """
-        return (None if self.machine is None
-                else self.machine.open_sidecar(index_url, expect, records, body_crc))
-
-    def to_disk(self, index_url: str, raw: bytes) -> Sidecar | None:
-        """Keep a fetched whole sidecar on the machine.
-
-        Args:
-            index_url: The sidecar.
-            raw: Its bytes (a valid sidecar).
-
-        Returns:
-            It memory-mapped from the machine, or ``None`` (no usable ``cache_dir``, a full
-            disk …: the caller keeps ``raw``).
-        """
-        return None if self.machine is None else self.machine.keep_sidecar(index_url, raw)

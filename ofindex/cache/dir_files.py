@@ -112,20 +112,10 @@ def map_entry(directory: str, name: str, records: int, stamp: FileStamp,
         header checks out: a damaged or tampered copy is a miss, fetched again.
     """
     path = os.path.join(directory, name)
-    try:
-        fd = os.open(path, _OPEN_FLAGS)
-    except OSError:  # missing, a symbolic link (ELOOP), unreadable
+    mapped = map_regular(path)
+    if mapped is None:
         return None
-    try:
-        info = os.fstat(fd)
-        size = info.st_size
-        if not stat.S_ISREG(info.st_mode) or size == 0:
-            return None
-        mapped = mmap.mmap(fd, size, access=mmap.ACCESS_READ)
-    except (OSError, ValueError, OverflowError):
-        return None
-    finally:
-        os.close(fd)
+    size = len(mapped)
     try:
         header = decode_header(mapped[: min(size, _HEAD_BYTES)], path=path)
         if header.count != records or header.stamp != stamp or (
@@ -136,6 +126,24 @@ def map_entry(directory: str, name: str, records: int, stamp: FileStamp,
         return sidecar
     except (SidecarError, ValueError, OverflowError):
         return None
+
+
+def map_regular(path: str, size: int = 0) -> mmap.mmap | None:
+    """Memory-map ``path`` read-only, if it is a regular file (a link is not followed, a FIFO
+    not waited on) of ``size`` bytes (any size but 0 when ``size`` is 0), else ``None``."""
+    try:
+        fd = os.open(path, _OPEN_FLAGS)
+    except OSError:  # missing, a symbolic link (ELOOP), unreadable
+        return None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_size == 0 or size not in (0, info.st_size):
+            return None
+        return mmap.mmap(fd, info.st_size, access=mmap.ACCESS_READ)
+    except (OSError, ValueError, OverflowError):
+        return None
+    finally:
+        os.close(fd)
 
 
 def write_entry(directory: str, name: str, raw: bytes) -> bool:

@@ -265,12 +265,13 @@ class Shard:
     def disk_copy(self) -> Sidecar | None:
         """A valid copy of this remote sidecar in the node cache (only with a manifest's
         stamps), or ``None``."""
-        if self.cache is None or self.cache.machine is None or self.index_storage.is_local:
+        machine = None if self.cache is None else self.cache.machine
+        if machine is None or self.index_storage.is_local:
             return None  # (a compact manifest's stamp is not read for nothing)
         expect = self.expected_stamp()
         if expect is None:
             return None
-        return self.cache.from_disk(self.index_url, expect, self.records, self.body_crc)
+        return machine.open_sidecar(self.index_url, expect, self.records, self.body_crc)
 
     def not_found(self) -> IndexNotFoundError:
         """The error for this shard's missing sidecar, with the command that builds it."""
@@ -287,10 +288,10 @@ class Shard:
             SidecarError: It is not a valid sidecar.
         """
         sidecar = parse_sidecar(raw, path=self.index_url, data_url=self.data_url)
-        cache, expect = self.cache, self.expected_stamp()
-        if (cache is not None and expect is not None and cache.machine is not None
+        machine, expect = None if self.cache is None else self.cache.machine, self.expected_stamp()
+        if (machine is not None and expect is not None
                 and sidecar.header.count == self.records and sidecar.header.stamp == expect):
-            disk = cache.to_disk(self.index_url, raw)
+            disk = machine.keep_sidecar(self.index_url, raw)
             if disk is not None:
                 return disk, 0
         return sidecar, len(raw)
