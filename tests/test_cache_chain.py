@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from ofindex.cache.chain import Chain, Kept, Want
-from ofindex.cache.memory import PAGE_OVERHEAD, MemoryTier
+from ofindex.cache.chain import PAGE_OVERHEAD, Chain, Kept, MemoryTier, Want
 
 
 def _want(name: str, memory: bool = True, checked: list[str] | None = None) -> Want:

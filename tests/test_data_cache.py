@@ -212,9 +212,9 @@ def test_processes_share_the_blocks_and_write_them_concurrently(served, tmp_path
 _KILLED_WRITER = """
 import os, sys, time
 import ofindex
-from ofindex.cache import block_file
+from ofindex.cache import data
 url, cache_dir = sys.argv[1:3]
-real = block_file.write_local_atomic
+real = data.write_local_atomic
 
 def slow(path, parts, durable=True, owned=False):
     # the temporary file half written, then stopped: the parent kills this process here
@@ -225,7 +225,7 @@ def slow(path, parts, durable=True, owned=False):
     print("writing", flush=True)
     time.sleep(600)
 
-block_file.write_local_atomic = slow
+data.write_local_atomic = slow
 ds = ofindex.open(url, cache_dir=cache_dir, data_cache_bytes=64 << 20)
 ds[[0, 1, 2]]
 """
@@ -337,7 +337,9 @@ def test_a_full_disk_costs_one_warning_and_reads_on(served, tmp_path, monkeypatc
     def full(path, parts, durable=True, owned=False):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(block_file, "write_local_atomic", full)
+    from ofindex.cache import data
+
+    monkeypatch.setattr(data, "write_local_atomic", full)
     cache_dir = tmp_path / "cache"
     ds = ofindex.open(url, cache_dir=str(cache_dir), data_cache_bytes=BUDGET)
     with warnings.catch_warnings(record=True) as caught:

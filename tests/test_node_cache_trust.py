@@ -121,7 +121,7 @@ def test_a_link_at_an_entry_name_is_unlinked_not_its_target(tmp_path):
     cache = NodeCache(str(directory), max_bytes=20_000)
     name = entry_name("s3://bucket/shard.tfrecord.ofidx")
     os.symlink(target, directory / name)
-    cache.note_file(name, 3000)
+    cache.note_files([(name, 3000)])
     for k in range(100):
         cache.put([(b"page-%03d" % k, bytes(500))])
     assert not os.path.lexists(directory / name)
@@ -132,7 +132,7 @@ def test_only_names_of_the_cache_s_making_are_registered(tmp_path):
     cache = NodeCache(str(tmp_path / "node"))
     for name in ("../x.ofidx", "whole.ofidx", entry_name("u") + "/", "/etc/passwd"):
         with pytest.raises(ValueError, match="not a name the node cache gives"):
-            cache.note_file(name, 10)
+            cache.note_files([(name, 10)])
 
 
 # -- malformed rows ---------------------------------------------------------------------------

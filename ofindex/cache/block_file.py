@@ -25,7 +25,6 @@ import struct
 
 import crc32c
 
-from ..storage import write_local_atomic
 from .dir_files import map_regular
 
 MAGIC = b"OFIXBLK1"
@@ -70,21 +69,6 @@ def map_block(directory: str, name: str, key: bytes, length: int,
     if check_data and crc32c.crc32c(view) != data_crc:
         return None
     return view
-
-
-def write_block(directory: str, name: str, key: bytes, data: bytes | memoryview) -> OSError | None:
-    """Keep ``data`` as the block file ``name`` (a temporary file renamed into place, not
-    flushed to the disk: each block carries its own checks).
-
-    Returns:
-        ``None``, or the error that kept it from being written (a full disk …).
-    """
-    try:
-        write_local_atomic(os.path.join(directory, name), [header(key, data), data],
-                           durable=False, owned=True)
-    except OSError as e:
-        return e
-    return None
 
 
 _TEMPORARY = re.compile(r"[0-9a-f]{32}\.ofblock\.[A-Za-z0-9_]+\.tmp")

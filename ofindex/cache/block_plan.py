@@ -27,7 +27,7 @@ class Block:
     """One block of one version of a remote file.
 
     Attributes:
-        key: Its key (:func:`~ofindex.read.block_file.block_key`).
+        key: Its key (:func:`~ofindex.cache.keys.block_key`).
         path: The file.
         start: Its first byte in the file.
         end: One past its last byte.

@@ -1,8 +1,10 @@
 """The read-through chain of caches a remote dataset reads through: this process's memory,
 then the machine's ``cache_dir``, then the remote store, and the data's blocks on the machine.
 
-* **memory** (:class:`~.memory.MemoryTier`, ``cache_bytes``): sidecar pages and whole
-  sidecars of this process;
+* **memory** (:class:`MemoryTier`, ``cache_bytes``): sidecar pages and whole sidecars of
+  this process, one LRU bounded in bytes (whole sidecars are held by their shards, which let
+  go of them when they are evicted; the newest entry is kept even when it alone is over
+  budget: a read needs it);
 * **machine** (:class:`~.machine.NodeCache`, ``cache_dir`` and ``cache_dir_bytes``): pages,
   headers, compact manifests' stamps pages, identity checks and whole sidecars, shared by
   every process of the machine;
@@ -18,14 +20,122 @@ verdict on ``cache_dir``.
 """
 
 import dataclasses
+import os
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any
 
 from .data import DataCache
 from .machine import DEFAULT_NODE_BYTES, NodeCache
-from .memory import DEFAULT_CACHE_BYTES, PAGE_OVERHEAD, MemoryTier
 
-__all__ = ["DEFAULT_CACHE_BYTES", "DEFAULT_NODE_BYTES", "Chain", "Kept", "Want"]
+__all__ = ["DEFAULT_CACHE_BYTES", "DEFAULT_NODE_BYTES", "Chain", "Kept", "MemoryTier", "Want"]
+
+#: Bytes a cached page costs besides its offsets (dict entry, key, array object).
+PAGE_OVERHEAD = 160
+
+#: Default bound on remote sidecar bytes held in memory per process (8 bytes per record).
+DEFAULT_CACHE_BYTES = 256 << 20
+
+#: What an entry holds: ``(value, bytes it costs, what lets go of it on eviction)``.
+_Entry = tuple[Any, int, Callable[[], None] | None]
+
+
+class MemoryTier:
+    """LRU of pages and whole sidecars of this process, bounded by ``max_bytes``.
+
+    Args:
+        max_bytes: Bound on the bytes of every entry.
+    """
+
+    def __init__(self, max_bytes: int = DEFAULT_CACHE_BYTES) -> None:
+        self.max_bytes = int(max_bytes)
+        self._lru: OrderedDict[Hashable, _Entry] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+        self._pid = os.getpid()
+
+    def __len__(self) -> int:
+        """How many entries are held."""
+        return len(self._lru)
+
+    def __repr__(self) -> str:
+        return f"MemoryTier({len(self._lru)} entries, {self._bytes} of {self.max_bytes} bytes)"
+
+    @property
+    def held_bytes(self) -> int:
+        """Bytes of the entries held."""
+        return self._bytes
+
+    def _check_pid(self) -> None:
+        if self._pid != os.getpid():  # a forked child starts empty
+            self._lru.clear()
+            self._bytes = 0
+            self._pid = os.getpid()
+
+    def get(self, key: Hashable) -> Any:
+        """The value held under a key, now the most recently used.
+
+        Args:
+            key: Its key.
+
+        Returns:
+            The value, or ``None`` when none is held.
+        """
+        with self._lock:
+            self._check_pid()
+            entry = self._lru.get(key)
+            if entry is None:
+                return None
+            self._lru.move_to_end(key)
+            return entry[0]
+
+    def touch(self, key: Hashable) -> None:
+        """Mark an entry as just used (evicted last).
+
+        Args:
+            key: Its key (one not held is ignored).
+        """
+        try:  # (once per shard of every batch: no lock; a miss is harmless)
+            self._lru.move_to_end(key)
+        except KeyError:  # not held here, or evicted meanwhile by another thread
+            return
+
+    def put(self, key: Hashable, value: Any, nbytes: int,
+            on_evict: Callable[[], None] | None = None) -> None:
+        """Hold a value; evict the least recently used entries while over budget, never
+        this one.
+
+        Args:
+            key: Its key.
+            value: What to hold (not ``None``).
+            nbytes: The bytes it costs.
+            on_evict: Lets go of it when it is evicted, or ``None``.
+        """
+        victims: list[Callable[[], None]] = []
+        with self._lock:
+            self._check_pid()
+            old = self._lru.pop(key, None)
+            if old is not None:
+                self._bytes -= old[1]
+            self._lru[key] = (value, nbytes, on_evict)
+            self._bytes += nbytes
+            while self._bytes > self.max_bytes and len(self._lru) > 1:
+                victim, (_, size, release) = next(iter(self._lru.items()))
+                if victim == key:
+                    break
+                del self._lru[victim]
+                self._bytes -= size
+                if release is not None:
+                    victims.append(release)
+        for release in victims:  # outside the lock: a shard's unload takes its own locks
+            release()
+
+    def clear(self) -> None:
+        """Drop every entry (without calling their ``on_evict``)."""
+        with self._lock:
+            self._lru.clear()
+            self._bytes = 0
 
 
 @dataclasses.dataclass(eq=False)

@@ -8,24 +8,8 @@ memory-mapped from there, the others fetched in one round (the batch's data roun
 block one range) and kept. Every process of the machine shares the blocks: DataLoader
 workers, ranks, the next run.
 
-Why blocks, and why 1 MiB: measured by ``tools/bench_scale.py --data-cache`` (8 shards of
-8 MB, records of 1 KB, nginx behind a +20 ms RTT proxy, 5 interleaved rounds on a shared
-2-core machine; medians, see ``docs/benchmarks.md``):
-
-* *the records' own ranges* would make the first epoch cost what an uncached epoch costs
-  (2,048 requests moving 106 MB for 67 MB of data, 13.3 s), and a later epoch would find
-  only the records this machine read before, which in a distributed run is another share of
-  the dataset every epoch;
-* *blocks* move the dataset once, in the first batches that touch them (67 MB in 16
-  requests with 1 MiB blocks: epoch 1 in 1.6 s, 8x faster than uncached), and a later epoch
-  makes no data request (0.56 s, 23x faster than uncached);
-* *the block size*, from 256 KiB to whole shards, measured alike within the machine's noise
-  (epoch 1 1.2-2.0 s, epoch 2 0.4-0.8 s, the first batch 0.75-1.0 s: at this size the first
-  batch touches nearly every block whatever its size), so it is set by what grows with the
-  dataset: one batch fetches up to one block per record (256 MiB for 256 records at 1 MiB,
-  where whole shards are the whole dataset for a global shuffle's first batch), eviction
-  frees space a block at a time, and a block is a request where there are no multi-range
-  requests (S3: 1,024 per GiB).
+Why blocks, why 1 MiB, and why this store rather than diskcache's or fsspec's block cache:
+the measurements are in ``docs/design.md`` ("Why our own caches on the machine").
 
 Once this process has seen every block of a file kept (fetched here, or found on disk), the
 file is *resident*: all its blocks are mapped once (:meth:`DataCache.resident`) and a batch
@@ -42,7 +26,7 @@ What makes it safe:
 
 * **Keyed by the remote object's identity.** A block's key is the file's URL, the size and
   ETag / generation the dataset checked it to have (:attr:`Storage.expected`), the block
-  size and number (:func:`~ofindex.read.block_file.block_key`): a file replaced by another
+  size and number (:func:`~ofindex.cache.keys.block_key`): a file replaced by another
   version has other keys, so a block of the old one is never served. Files the dataset did
   not check (``check_stale=False``, a server that reports no version) are read without it.
 * **A torn block is never served.** Blocks are written under a temporary name and renamed;
@@ -53,12 +37,12 @@ What makes it safe:
   record whose check fails in cached bytes makes the batch's cached blocks be dropped and
   the batch read again from the remote store.
 * **Bounded, least recently used first, never the only copy.** Blocks are registered in
-  ``DIR/ofindex-data.sqlite3`` (the layout of the page cache's database, :mod:`.entries_db`, with
-  its own bound ``data_cache_bytes``): past the bound the least recently used are deleted.
-  Only copies of remote data are kept; nothing else is ever deleted (the file of an entry is
-  named by its key, never read from the database). A dataset larger than the bound is read
-  without the cache (one warning): its blocks would be evicted before their other records
-  are read.
+  ``DIR/ofindex-data.sqlite3`` (the layout of the page cache's database, :mod:`.entries_db`,
+  with its own bound ``data_cache_bytes``): past the bound the least recently used are
+  deleted. Only copies of remote data are kept; nothing else is ever deleted (the file of an
+  entry is named by its key, never read from the database). A dataset larger than the bound
+  is read without the cache (one warning): its blocks would be evicted before their other
+  records are read.
 * **Best effort.** A directory that cannot be used costs one warning (the page cache's, which
   shares the verdict); a block that cannot be written (a full disk) is served from memory
   and fetched again next time, with one warning per process.
@@ -77,7 +61,7 @@ import numpy as np
 
 from ..errors import CacheDirWarning, DataCacheWarning
 from ..formats.framing import Buffer
-from ..storage import FileStamp, Storage
+from ..storage import FileStamp, Storage, write_local_atomic
 from . import block_file, block_plan
 from .block_plan import Block, FileBlocks
 from .dir_files import BLOCK_SUFFIX, block_name
@@ -479,8 +463,11 @@ class DataCache:
         for name, (key, data) in entries.items():
             if name in evicted:  # the bound cannot hold it after all
                 continue
-            error = block_file.write_block(self.directory, name, key, data)
-            if error is not None:
+            try:  # renamed into place, not flushed: each block carries its own checks
+                write_local_atomic(os.path.join(self.directory, name),
+                                   [block_file.header(key, data), data], durable=False,
+                                   owned=True)
+            except OSError as error:
                 failed.append(name)
                 self._warn_write(error)
             else:

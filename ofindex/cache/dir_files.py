@@ -22,7 +22,7 @@ from collections.abc import Iterable
 
 from ..errors import SidecarError
 from ..formats.sidecar import SUFFIX, Sidecar, decode_header
-from ..storage import FileStamp, write_local_atomic
+from ..storage import FileStamp
 
 #: The key prefix of a file's entry in the database (a whole sidecar, a block of data).
 FILE_KEY_PREFIX = b"file:"
@@ -144,19 +144,6 @@ def map_regular(path: str, size: int = 0) -> mmap.mmap | None:
         return None
     finally:
         os.close(fd)
-
-
-def write_entry(directory: str, name: str, raw: bytes) -> bool:
-    """Keep ``raw`` as the whole sidecar ``name`` (a temporary file renamed into place).
-
-    Returns:
-        Whether it was written (``False``: the disk is full, the directory went away …).
-    """
-    try:
-        write_local_atomic(os.path.join(directory, name), [raw], owned=True)
-    except OSError:
-        return False
-    return True
 
 
 def remove_entry(directory: str, name: str) -> None:

@@ -30,9 +30,6 @@ def database_files(name: str) -> tuple[str, ...]:
     """The database ``name`` and the files SQLite keeps beside it."""
     return (name, name + "-wal", name + "-shm", name + "-journal")
 
-
-#: The page database and the files SQLite keeps beside it.
-DB_FILES = database_files(DB_NAME)
 #: ``PRAGMA user_version`` of this layout (0: written before the version was set, the same).
 SCHEMA_VERSION = 1
 #: Bounds of a well-formed row: longer keys or data, or other sizes, are not of our making.

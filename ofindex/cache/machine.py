@@ -37,7 +37,7 @@ from collections.abc import Iterable, Sequence
 
 from ..errors import CacheDirWarning
 from ..formats.sidecar import SUFFIX, Sidecar, decode_header
-from ..storage import FileStamp
+from ..storage import FileStamp, write_local_atomic
 from . import dir_files, entries_db
 from .entries_db import DB_NAME, MAX_DATA, MAX_KEY
 
@@ -182,11 +182,6 @@ class NodeCache:
         if rows:
             self._insert(rows)
 
-    def note_file(self, name: str, nbytes: int) -> None:
-        """Register the whole sidecar kept in the directory as ``name`` (an
-        :func:`~ofindex.read.dir_files.entry_name`; evicted by unlinking it)."""
-        self.note_files([(name, nbytes)])
-
     def note_files(self, items: Sequence[tuple[str, int]]) -> set[str]:
         """Register (or mark used now) the files ``(name, bytes)`` kept in the directory, of
         the kind this cache holds (evicted by unlinking them).
@@ -277,7 +272,9 @@ class NodeCache:
             header = decode_header(raw[:4096], path=index_url)
         except ValueError:
             return None
-        if not dir_files.write_entry(self.directory, name, raw):
+        try:  # a temporary file renamed into place
+            write_local_atomic(os.path.join(self.directory, name), [raw], owned=True)
+        except OSError:  # the disk is full, the directory went away …
             return None
-        self.note_file(name, len(raw))
+        self.note_files([(name, len(raw))])
         return dir_files.map_entry(self.directory, name, header.count, header.stamp)

@@ -22,8 +22,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..cache.chain import DEFAULT_CACHE_BYTES
-from ..cache.memory import PAGE_OVERHEAD
+from ..cache.chain import DEFAULT_CACHE_BYTES, PAGE_OVERHEAD
 from ..read.pages import WHOLE_BELOW_PAGES, page_records_for
 from ..storage.ranges import DEFAULT_MAX_BYTES, coalesce
 from .stores import StoreLimits

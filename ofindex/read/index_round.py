@@ -28,7 +28,6 @@ from ..cache.chain import Kept, Want
 from ..errors import IndexNotFoundError, SidecarError
 from ..formats.sidecar import Sidecar
 from ..formats.sidecar_header import HEADER_SIZE, SidecarHeader
-from .identity_round import IdentityChecks, content_expected
 from .manifest_shards import queue_stamps, resolve_stamps, stamps_from_machine, take_stamps
 from .pages import (
     Pager,
@@ -41,7 +40,7 @@ from .pages import (
     spans_from_pages,
     split_pages,
 )
-from .request_round import Round, Slot
+from .rounds import IdentityChecks, Round, Slot, content_expected
 from .shards import Shard, missing_indexes
 
 #: Groups of one batch: ``(shard number, first item, one past the last item)``.
@@ -115,7 +114,7 @@ def stamp_rides(shard: Shard, stamps_first: bool) -> bool:
     first read (its storage checks the stamp every read reports: HTTP) rather than a ``stat``
     in the index round: not when ``stamps_first`` (a data cache keys its blocks by the
     checked stamp before any byte is read), nor when the check will need the file's content
-    (:func:`~.identity_round.content_expected`: it is fetched in the round instead)."""
+    (:func:`~.rounds.content_expected`: it is fetched in the round instead)."""
     storage = shard.data_storage
     return (storage is not None and storage.checks_stamp_on_read and not stamps_first
             and not content_expected(shard))
@@ -254,7 +253,8 @@ class _Fetch:
     def __call__(self, missing: list[Want], kept: list[Kept]) -> None:
         round_, identities = self.round, self.identities
         pending = [r.shard for r in self.paged] + self.whole
-        stamps = queue_stamps(pending, round_.range) if _stamps_pending(pending) else []
+        pending_stamps = any(shard.stamp_pending for shard in pending)
+        stamps = queue_stamps(pending, round_.range) if pending_stamps else []
         for request in self.paged:
             request.missing = [page for page, want in request.wants if want.value is None]
             request.pages = {page: want.value for page, want in request.wants
@@ -263,16 +263,12 @@ class _Fetch:
         self.wholes = [_queue_whole(round_, shard, identities, self.stamps_first)
                        for shard in self.whole]
         round_.run()
-        if stamps:
+        if pending_stamps:
             take_stamps(stamps, lambda slot: round_.result(Round.RANGE, slot), pending, kept)
         for request in self.paged:
             if not request.pager.keyed:
                 key_pager(request.shard, request.pager)
             _take_pages(round_, request, kept, identities)
-
-
-def _stamps_pending(shards: list[Shard]) -> bool:
-    return any(shard.stamp_pending for shard in shards)
 
 
 def _wants(request: PageRequest) -> list[Want]:
