@@ -5,22 +5,25 @@ headers it lacks (:mod:`ofindex.read.pages`), the whole sidecars of the shards n
 pages, and the data files' staleness ``stat``; it runs them at once, one call per storage
 (:meth:`~ofindex.storage.Storage.fetch_round`, over HTTP the pages of one sidecar in one
 multi-range request; a thread per storage when the sidecars live elsewhere than the data),
-then checks and keeps what came back. Where the data's storage checks the stamp every read
-reports (:attr:`~ofindex.storage.Storage.checks_stamp_on_read`: HTTP, each response's
-``ETag`` and size), no ``stat`` is sent: the data file owes its storage the check against
-its index (:meth:`~ofindex.storage.Storage.expect_indexed`), made by its first response
-before any byte of it is handed out. Two entry points use it:
+then checks and keeps what came back: the keys of the pages and headers are worked out and
+the cache chain is called once (:class:`~ofindex.cache.chain.Chain`), which takes what this
+process and the machine hold and has the rest fetched by the round. Where the data's storage
+checks the stamp every read reports (:attr:`~ofindex.storage.Storage.checks_stamp_on_read`:
+HTTP, each response's ``ETag`` and size), no ``stat`` is sent: the data file owes its
+storage the check against its index (:meth:`~ofindex.storage.Storage.expect_indexed`), made
+by its first response before any byte of it is handed out. Two entry points use it:
 
 * :func:`load_sidecars`: the whole sidecars of some shards (compressed batches): local ones
   are memory-mapped one by one, remote ones fetched in one round;
-* :func:`batch_spans`: the byte spans of a batch's records, from pages or whole sidecars.
+* :func:`run_round`: the pages and whole sidecars a batch's records need
+  (:func:`~ofindex.read.shard_reads.batch_spans` gives their byte spans).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 
 import numpy as np
 
@@ -35,16 +38,11 @@ from .pages import (
     header_fetch_bytes,
     key_pager,
     page_range,
-    pager_of,
     parse_page_header,
-    spans_from_pages,
     split_pages,
 )
 from .rounds import IdentityChecks, Round, Slot, content_expected
 from .shards import Shard, missing_indexes
-
-#: Groups of one batch: ``(shard number, first item, one past the last item)``.
-Groups = list[tuple[int, int, int]]
 
 
 @dataclasses.dataclass
@@ -158,50 +156,6 @@ def _take_whole(round_: Round, request: WholeRequest, check_body: bool,
 
 
 # -- pages ----------------------------------------------------------------------------------
-
-def batch_spans(shards: Sequence[Shard], groups: Groups, local: np.ndarray, *,
-                stamps_first: bool = False) -> tuple[np.ndarray, np.ndarray]:
-    """Byte spans ``(starts, ends)`` of a batch's records, grouped by shard.
-
-    Args:
-        shards: The dataset's shards.
-        groups: ``(shard number, lo, hi)``: items ``lo..hi-1`` of ``local`` are in that shard.
-        local: Record numbers inside their shard.
-        stamps_first: Check the data files' stamps in this round even where the first read
-            could (the data is read through a cache that keys blocks by them).
-
-    Returns:
-        The framing's byte range of every item.
-
-    Raises:
-        IndexNotFoundError, StaleIndexError, SidecarError, RangeReadError: As reads do.
-    """
-    requests: list[PageRequest | None] = []
-    whole: list[Shard] = []
-    for shard_no, lo, hi in groups:
-        shard = shards[shard_no]
-        pager = pager_of(shard)
-        if pager is not None:
-            requests.append(PageRequest(shard, pager, local[lo:hi]))
-            continue
-        requests.append(None)
-        if shard.cache is not None and not shard.loaded:
-            whole.append(shard)
-    paged = [r for r in requests if r is not None]
-    if paged or whole:
-        missing = run_round(paged, whole, stamps_first=stamps_first)
-        if missing:
-            raise missing_indexes(missing, len(whole))
-    starts = np.empty(len(local), dtype=np.int64)
-    ends = np.empty(len(local), dtype=np.int64)
-    for (shard_no, lo, hi), request in zip(groups, requests, strict=True):
-        if request is not None and not request.fallback:
-            starts[lo:hi], ends[lo:hi] = spans_from_pages(request.shard, request.pager,
-                                                          request.pages, request.local)
-        else:
-            starts[lo:hi], ends[lo:hi] = shards[shard_no].sidecar.spans(local[lo:hi])
-    return starts, ends
-
 
 def run_round(paged: list[PageRequest], whole: list[Shard], *,
               check_body: bool = True, stamps_first: bool = False) -> list[Shard]:
