@@ -11,9 +11,10 @@ import pytest
 from helpers import need
 
 import ofindex
+import ofindex.cache.chain
+import ofindex.cache.data
 import ofindex.decode
 import ofindex.encode
-import ofindex.read.datacache
 import ofindex.schema
 import ofindex.shuffle
 import ofindex.tfds
@@ -29,7 +30,7 @@ import ofindex.integrations.torch  # noqa: E402
 
 MODULES = [ofindex, ofindex.decode, ofindex.encode, ofindex.write, ofindex.schema,
            ofindex.shuffle, ofindex.integrations.torch, ofindex.integrations.tf,
-           ofindex.integrations.keras, ofindex.read.datacache, ofindex.tfds,
+           ofindex.integrations.keras, ofindex.cache.chain, ofindex.cache.data, ofindex.tfds,
            ofindex.integrations.tfds_torch]
 #: Methods documented even though they start with an underscore.
 DUNDERS = {"__getitem__", "__getitems__", "__iter__", "__len__", "__call__"}

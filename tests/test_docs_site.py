@@ -83,7 +83,9 @@ def test_cli_reference_is_the_parser_s_own_help(site):
 #: not starting with an underscore is one too (found by listing the package).
 PUBLIC_MODULES = ["ofindex", "ofindex.decode", "ofindex.decode.images", "ofindex.encode",
                   "ofindex.write", "ofindex.convert", "ofindex.schema", "ofindex.shuffle",
-                  "ofindex.planning", "ofindex.read.datacache", "ofindex.read.nodecache"]
+                  "ofindex.planning", "ofindex.planning.splits", "ofindex.tfds",
+                  "ofindex.write.jobs", "ofindex.cache.chain", "ofindex.cache.data",
+                  "ofindex.cache.machine"]
 #: Sections of the API reference in the order a user needs them: an id of each, in order.
 API_ORDER = ["ofindex.open", "ofindex.build_index", "ofindex.Dataset", "ofindex.Writer",
              "ofindex.ShardedWriter", "ofindex.decode.decode_example",

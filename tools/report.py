@@ -13,7 +13,7 @@ Reads, when present: pipeline.json (tools/bench_pipeline.py), images.json
 (tools/bench_read.py), build.json (tools/bench_build.py), decode.json
 (tools/bench_decode.py), scale.json and scale_manifest.json (tools/bench_scale.py), mixing.json
 (tools/bench_mixing.py), write.json (tools/bench_write.py), ratelimit.json
-(tools/bench_ratelimit.py). A missing file gives a line
+(tools/bench_ratelimit.py), cache.json (tools/bench_cache.py). A missing file gives a line
 saying how to make it, or with ``--keep-missing`` the section and README lines already
 written from it earlier (so that one benchmark can be re-run and its figures refreshed
 alone). README.md's text between ``<!-- bench:begin -->`` and ``<!-- bench:end -->`` is
@@ -52,7 +52,8 @@ TOOLS = {"pipeline": ("bench_pipeline.py", []), "images": ("bench_images.py", []
                                                  "--dc-record-size", "100000"]),
          "ray": ("bench_ray.py", []), "write": ("bench_write.py", []),
          "convert": ("bench_convert.py", []),
-         "ratelimit": ("bench_ratelimit.py", []), "engines": ("bench_engines.py", [])}
+         "ratelimit": ("bench_ratelimit.py", []), "engines": ("bench_engines.py", []),
+         "cache": ("bench_cache.py", [])}
 
 
 def fmt(x: float | None, digits: int = 3) -> str:
@@ -877,6 +878,48 @@ class Report:
                 f"{fmt(glob['unpaced']['throttled_fraction'], 2)} without pacing), "
                 f"{best['order']} {fmt(best['paced']['records_per_s'])} records/s.")
 
+    def cache_stores(self) -> None:
+        """The data cache's store against diskcache and fsspec's block cache
+        (tools/bench_cache.py)."""
+        data = self.load("cache")
+        title = "Machine cache stores: ours, diskcache, fsspec's block cache (tools/bench_cache.py)"
+        if data is None:
+            self.missing(title, "bench_cache.py")
+            return
+        c = data["config"]
+        text = [f"## {title}\n",
+                f"{c['shards']} shards of {c['records'] // c['shards']:,} records of "
+                f"~{c['record_size']:,} B ({c['dataset_bytes'] / 1e6:.0f} MB) served by nginx "
+                f"behind a +{c['rtt_ms']:g} ms proxy, globally shuffled batches of "
+                f"{c['batch']}, blocks of {c['block_bytes'] >> 20} MiB, medians of "
+                f"{c['rounds']} interleaved rounds [min–max]. *single*: epochs 1 and 2 in one "
+                "process, 3 in a new one; *shared*: two processes at once, each half of every "
+                "batch. Requests and MB: data GETs nginx answered (epoch 1 counts those of "
+                "epoch 2 too).\n"]
+        rows = []
+        for name, workloads in data["contenders"].items():
+            for workload, epochs in workloads.items():
+                for number, e in enumerate(epochs, 1):
+                    rows.append([name, workload, str(number),
+                                 span(e["wall_s"], e["wall_s_min"], e["wall_s_max"]),
+                                 fmt(e["median_batch_ms"]), fmt(e["data_requests"]),
+                                 fmt(e["data_bytes"] / 1e6)])
+        text.append(table(["store", "workload", "epoch", "wall s", "median batch ms",
+                           "requests", "MB"], rows))
+        pages = data.get("pages")
+        if pages is not None:
+            text.append(f"\nThe machine's page store (`cache_dir`'s pages): per batch, one "
+                        f"look-up of {pages['batch']} page keys and the missing pages stored, "
+                        f"over a shuffled epoch of {pages['pages']:,} pages of "
+                        f"{pages['page_bytes']:,} B (epoch 1: all missing; 2: all held).\n")
+            text.append(table(["store", "workload", "epoch", "wall s", "median batch ms"], [
+                [name, workload, str(number),
+                 span(e["wall_s"], e["wall_s_min"], e["wall_s_max"]), fmt(e["median_batch_ms"])]
+                for name, workloads in pages["contenders"].items()
+                for workload, epochs in workloads.items()
+                for number, e in enumerate(epochs, 1)]))
+        self.sections.append("\n".join(text) + "\n")
+
     def rows_table(self, name: str, title: str, tool: str) -> None:
         """A benchmark that writes a list of rows named by ``"name"`` (tools/benchlib.py)."""
         rows = self.load(name)
@@ -1024,7 +1067,8 @@ class Report:
                         self.decode,
                         self.compressed, self.shuffle, self.shuffle_quality, self.mixing,
                         self.remote, self.scale,
-                        self.data_cache, self.manifests, self.rate_limits, self.ray,
+                        self.data_cache, self.cache_stores, self.manifests, self.rate_limits,
+                        self.ray,
                         self.engines, self.writing, self.converting):
             before = len(self.summary)
             section()

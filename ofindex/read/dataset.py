@@ -19,6 +19,7 @@ import crc32c as _crc32c
 import numpy as np
 
 from .. import _accel
+from ..cache.data import DataCache
 from ..errors import ManifestError
 from ..formats.column_map import COLUMN_MAP_NAME, load_column_map
 from ..formats.crc import LENGTH_CRCS
@@ -31,7 +32,6 @@ from ..storage.openfiles import OPEN_FILES
 from ..storage.ranges import DEFAULT_MAX_BYTES
 from . import batch_strategy, compressed, iteration, record_reader
 from .batch_source import BatchSource
-from .datacache import DataCache
 from .mapped_gather import MappedShards, MappedSpans, checked_spans, raise_mapped_problem
 from .record_checks import RecordChecks
 from .shards import Shard, ShardInfo
@@ -73,7 +73,7 @@ class Dataset:
         compressed: Whether any shard may be gzip/zlib compressed (default: whether a loaded
             sidecar says so).
         data_cache: The machine's cache of remote data blocks to read through
-            (``ofindex.open(..., data_cache_bytes=)``, :mod:`ofindex.read.datacache`), or
+            (``ofindex.open(..., data_cache_bytes=)``, :mod:`ofindex.cache.data`), or
             ``None``.
         identity: The dataset's identity (see :attr:`identity`), when its manifest gives
             it; ``None``: computed from the shards' headers when first asked for.
