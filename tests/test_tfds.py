@@ -14,7 +14,7 @@ from helpers import need
 
 import ofindex
 from ofindex.errors import DecodeError, RecordIndexError
-from ofindex.tfds.splits import file_ranges, interleave_order
+from ofindex.tfds.split_strings import file_ranges, interleave_order
 
 tfds = need("tensorflow_datasets", "tensorflow-datasets")
 from tfds_compare import assert_same, read_json, tfds_examples  # noqa: E402

@@ -31,7 +31,7 @@ from .episodes import (
 from .features import Feature
 from .layout import BuilderInfo, read_builder
 from .plan import DecodePlan
-from .splits import CYCLE_LENGTH, file_ranges, interleave_order
+from .split_strings import CYCLE_LENGTH, file_ranges, interleave_order
 from .step_layout import LAYOUT_FILE, StepLayout
 
 #: Guards the lazy copy of a split's records read without record checks.
