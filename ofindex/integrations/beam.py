@@ -27,12 +27,21 @@ pipeline that fails publishes nothing::
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from ..errors import missing_extra
 
+
+def _drop_bigquery_notice(record: logging.LogRecord) -> bool:
+    """Beam's import logs to the root logger that its BigQuery clients are missing (installed
+    only by ``apache-beam[gcp]``), which a reader of TFRecords never uses."""
+    return not record.getMessage().startswith("apitools not found")
+
+
+logging.getLogger().addFilter(_drop_bigquery_notice)
 try:
     import apache_beam as beam
     import pyarrow  # noqa: F401  (decoded records are cut from Arrow tables)
@@ -44,6 +53,8 @@ try:
     from apache_beam.utils.windowed_value import WindowedValue
 except ImportError as _exc:  # without the extra: say which one to install
     raise missing_extra("ofindex.integrations.beam", "beam", _exc) from _exc
+finally:
+    logging.getLogger().removeFilter(_drop_bigquery_notice)
 
 from ..decode import FixedLen, VarLen
 from ..opening import open as open_dataset

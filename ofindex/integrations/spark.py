@@ -182,11 +182,10 @@ def _path(options: Mapping[str, str]) -> str:
 class OfindexDataSource(DataSource):  # type: ignore[misc]
     """The ``ofindex`` Python Data Source (see the module's docstring).
 
-    Args:
-        options: Spark's options: ``path``, and for reading ``partitions``, ``balance``
-            (``bytes`` or ``records``), ``raw``, ``kind``, ``index_dir``, ``verify``,
-            ``storage_options`` (JSON); for writing ``format``, ``compression``,
-            ``shardRecords``, ``shardBytes``, ``storage_options``.
+    Spark makes it with the options of the read or write (``self.options``): ``path``, and
+    for reading ``partitions``, ``balance`` (``bytes`` or ``records``), ``raw``, ``kind``,
+    ``index_dir``, ``verify``, ``storage_options`` (JSON); for writing ``format``,
+    ``compression``, ``shardRecords``, ``shardBytes``, ``storage_options``.
     """
 
     @classmethod
