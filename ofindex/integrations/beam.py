@@ -32,7 +32,11 @@ import os
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
+from ..decode import FixedLen, VarLen
 from ..errors import missing_extra
+from ..opening import open as open_dataset
+from ..planning.splits import Balance, plan_dataset
+from ..write.jobs import StagedShard, TaskWriter, WriteJob
 
 
 def _drop_bigquery_notice(record: logging.LogRecord) -> bool:
@@ -56,11 +60,7 @@ except ImportError as _exc:  # without the extra: say which one to install
 finally:
     logging.getLogger().removeFilter(_drop_bigquery_notice)
 
-from ..decode import FixedLen, VarLen
-from ..opening import open as open_dataset
-from ..planning.splits import Balance, plan_dataset
-from ..write.jobs import StagedShard, TaskWriter, WriteJob
-from ._arrow_tables import PartitionRead
+from ._arrow_tables import PartitionRead  # noqa: E402  (needs pyarrow, checked above)
 
 __all__ = ["ReadFromOfindex", "WriteToOfindex"]
 
