@@ -200,6 +200,43 @@ def tabular(records: int, n_rounds: int, root: str) -> dict[str, Any]:
     return result
 
 
+def scalar_table(records: int, null_share: float, seed: int = 0) -> Any:
+    """The issue's case: int64, float64, float32 and string columns, each with ``null_share``
+    of its cells null (independently per column)."""
+    import pyarrow as pa
+
+    rng = np.random.default_rng(seed)
+    words = np.array([f"word{k}" for k in range(1000)], object)
+
+    def mask() -> Any:
+        return rng.random(records) < null_share if null_share else None
+
+    return pa.table({
+        "id": pa.array(rng.integers(0, 1 << 40, records), mask=mask()),
+        "score": pa.array(rng.random(records), mask=mask()),
+        "weight": pa.array(rng.random(records).astype(np.float32), mask=mask()),
+        "word": pa.array(words[rng.integers(0, len(words), records)].tolist(), pa.string(),
+                         mask=mask())})
+
+
+def nulls(records: int, n_rounds: int, root: str) -> dict[str, Any]:
+    """Converting the same Parquet columns with 5 % nulls and with none."""
+    import pyarrow.parquet as pq
+
+    files = {}
+    for tag, share in (("no_nulls", 0.0), ("nulls_5pct", 0.05)):
+        files[tag] = os.path.join(root, f"scalars-{tag}.parquet")
+        pq.write_table(scalar_table(records, share), files[tag], row_group_size=64 * BATCH)
+    contenders = {f"convert_{tag}": _converter(path, root, f"n-{tag}", 4, records)
+                  for tag, path in files.items()}
+    for run in contenders.values():
+        run()
+    result = rounds(contenders, n_rounds, records)
+    result.update(records=records, ratios={"convert_nulls_vs_no_nulls": _ratio(
+        result, "convert_nulls_5pct", "convert_no_nulls")})
+    return result
+
+
 def _use_batch(records: int) -> None:
     global BATCH
     BATCH = records
@@ -212,10 +249,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--batch", type=int, default=BATCH,
                     help="records a batch, of convert (batch_size=) and of pyarrow's reads")
-    ap.add_argument("--only", choices=["vision", "tabular"], help="one workload")
+    ap.add_argument("--null-rows", type=int, default=200_000,
+                    help="rows of the Parquet files converted with and without nulls")
+    ap.add_argument("--only", choices=["vision", "tabular", "nulls"], help="one workload")
     ap.add_argument("--dir", default=None, help="scratch directory (default: a temporary one)")
     ap.add_argument("--out", default=None, help="JSON results (e.g. bench-results/convert.json)")
-    args = parse_args(ap, argv, images=16, rows=2000, rounds=2)
+    args = parse_args(ap, argv, images=16, rows=2000, null_rows=2000, rounds=2)
     _use_batch(args.batch)
     root = args.dir or tempfile.mkdtemp(prefix="ofindex-bench-convert-")
     os.makedirs(root, exist_ok=True)
@@ -227,11 +266,13 @@ def main(argv: list[str] | None = None) -> int:
             results["vision"] = vision(args.images, args.rounds, root)
         if args.only in (None, "tabular"):
             results["tabular"] = tabular(args.rows, args.rounds, root)
+        if args.only in (None, "nulls"):
+            results["nulls"] = nulls(args.null_rows, args.rounds, root)
     finally:
         if args.dir is None:
             shutil.rmtree(root, ignore_errors=True)
     results["config"]["load_after"] = machine_load()
-    for name in ("vision", "tabular"):
+    for name in ("vision", "tabular", "nulls"):
         part = results.get(name)
         if part is None:
             continue
