@@ -16,14 +16,15 @@ Each returns the payloads in the order asked for, every record checked as everyw
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from types import ModuleType
 from typing import Any
 
 import numpy as np
 
-from .. import _accel
 from ..cache.data import CachedRead, DataCache
 from ..errors import CorruptRecordError
 from ..formats.framing import Buffer
+from ..storage import Storage
 from ..storage.ranges import ReadPlan, coalesce
 from . import mapped_gather
 from .index_round import PageRequest, run_round
@@ -119,11 +120,12 @@ def direct_reads(table: ShardTable, checks: RecordChecks, grouped: ShardGroups,
                  starts: np.ndarray, ends: np.ndarray) -> list[Any]:
     """Each payload read into its own ``bytes`` (header, payload and footer as three reads),
     on the process's threads when the batch is big (the reads and CRCs release the GIL)."""
-    storage, shards = table.storage, table.shards
+    shards = table.shards
 
     def direct(item: tuple[int, int, int, int]) -> bytes:
         shard_no, a, b, r = item
-        return read_record_direct(storage, shards[shard_no].path, a, b, checks.format,
+        shard = shards[shard_no]
+        return read_record_direct(shard.storage, shard.path, a, b, checks.format,
                                   checks.verify, r)
 
     items = list(zip(grouped.shard_of.tolist(), starts.tolist(), ends.tolist(),
@@ -135,12 +137,12 @@ def direct_reads(table: ShardTable, checks: RecordChecks, grouped: ShardGroups,
 
 def compiled_preads(table: ShardTable, checks: RecordChecks, grouped: ShardGroups,
                     starts: np.ndarray, ends: np.ndarray, *, max_gap: int,
-                    otherwise: GroupReader) -> list[Any]:
-    """Each payload read straight into its own ``bytes`` by compiled ``preadv`` calls without
-    the GIL, neighbours in a file (gaps up to ``max_gap``) in one call, on the process's
-    threads when the batch is big; a batch in which a record fails (or a file is shorter than
-    its index says) is read again by ``otherwise`` (the way it is read without the compiled
-    module), which raises the precise error.
+                    otherwise: GroupReader, native: ModuleType) -> list[Any]:
+    """Each payload read straight into its own ``bytes`` by ``preadv`` calls of the compiled
+    module ``native`` without the GIL, neighbours in a file (gaps up to ``max_gap``) in one
+    call, on the process's threads when the batch is big; a batch in which a record fails (or
+    a file is shorter than its index says) is read again by ``otherwise`` (the way it is read
+    without the compiled module), which raises the precise error.
 
     Args:
         table: The shards (on local storage, read through descriptors).
@@ -150,13 +152,13 @@ def compiled_preads(table: ShardTable, checks: RecordChecks, grouped: ShardGroup
         ends: Their spans' ends.
         max_gap: Largest gap between two records read through rather than split.
         otherwise: Reads a batch the compiled reads could not serve whole.
+        native: The compiled module.
     """
-    native = _accel.native
-    assert native is not None  # chosen only with the compiled module
-    storage, shards = table.storage, table.shards
+    shards = table.shards
     handles = []  # held until the reads are done: their descriptors stay open
     for shard_no, lo, hi in grouped.groups:
-        handle = storage.handle(shards[shard_no].path)
+        shard = shards[shard_no]
+        handle = shard.storage.handle(shard.path)
         if handle is None or not handle.covers(int(ends[lo:hi].max())):  # shorter than
             return otherwise(table, checks, grouped, starts, ends)  # its index says
         handles.append(handle)
@@ -175,7 +177,7 @@ def compiled_preads(table: ShardTable, checks: RecordChecks, grouped: ShardGroup
     nbytes = int((ends - starts).sum())
     pool = mapped_gather.executor() if nbytes >= mapped_gather.PARALLEL_BYTES else None
     sizes = (ends - starts)[order]
-    parts = mapped_gather.shares(sizes, pool._max_workers if pool is not None else 1)
+    parts = mapped_gather.shares(sizes, mapped_gather.pool_shares() if pool is not None else 1)
     if mapped_gather.first_failing(work, parts, pool, len(outs)) < len(outs):
         return otherwise(table, checks, grouped, starts, ends)
     return outs
@@ -187,8 +189,9 @@ PREADS_MAX_GAP = 1 << 16
 
 def planned_ranges(table: ShardTable, checks: RecordChecks, grouped: ShardGroups,
                    starts: np.ndarray, ends: np.ndarray, *, max_gap: int | None,
-                   max_read_bytes: int) -> list[Any]:
-    """Payloads fetched by a read plan into one buffer and cut out of it (see the module).
+                   max_read_bytes: int, native: ModuleType | None) -> list[Any]:
+    """Payloads fetched by a read plan into one buffer and cut out of it (see the module);
+    shards of several storages (a joined dataset's) are read storage by storage, at once.
 
     Args:
         table: The shards.
@@ -200,19 +203,67 @@ def planned_ranges(table: ShardTable, checks: RecordChecks, grouped: ShardGroups
             storage's preferred gap, asked now: the index round of this batch may just have
             learnt that the server answers multi-range requests).
         max_read_bytes: Largest merged read.
+        native: The compiled module that cuts the records out, or ``None``.
     """
-    if max_gap is None:
-        max_gap = table.storage.preferred_gap(table.shards[0].path)
-    plan = coalesce(starts, ends, max_gap, max_read_bytes, files=grouped.shard_of)
-    paths = [table.shards[f].path for f in plan.fetch_files.tolist()]
-    buf = table.storage.read_ranges_concat(paths, plan.fetch_starts.tolist(),
-                                           plan.fetch_ends.tolist())
-    return _cut(table, checks, grouped, starts, ends, plan, buf)
+    def planned(storage: Storage, part: ShardGroups, part_starts: np.ndarray,
+                part_ends: np.ndarray) -> list[Any]:
+        shards = table.shards
+        gap = storage.preferred_gap(shards[part.groups[0][0]].path) if max_gap is None \
+            else max_gap
+        plan = coalesce(part_starts, part_ends, gap, max_read_bytes, files=part.shard_of)
+        paths = [shards[f].path for f in plan.fetch_files.tolist()]
+        buf = storage.read_ranges_concat(paths, plan.fetch_starts.tolist(),
+                                         plan.fetch_ends.tolist())
+        return _cut(table, checks, part, part_starts, part_ends, plan, buf, native)
+
+    return by_storage(table, grouped, starts, ends, planned)
+
+
+#: Reads the records of one storage: (its storage, its records grouped by shard, their
+#: spans' starts and ends) -> payloads in grouped order.
+StorageReader = Callable[[Storage, ShardGroups, np.ndarray, np.ndarray], list[Any]]
+
+
+def by_storage(table: ShardTable, grouped: ShardGroups, starts: np.ndarray, ends: np.ndarray,
+               read: StorageReader) -> list[Any]:
+    """``read`` the records of each storage the batch's shards are on (one, but for a joined
+    dataset's batch over several sources), the storages at once on the process's threads.
+
+    Returns:
+        The payloads, in grouped order.
+    """
+    shards = table.shards
+    storages = [shards[shard_no].storage for shard_no, _, _ in grouped.groups]
+    first = storages[0]
+    if all(storage is first for storage in storages):
+        return read(first, grouped, starts, ends)
+    parts: dict[int, list[int]] = {}
+    for g, storage in enumerate(storages):
+        parts.setdefault(id(storage), []).append(g)
+    jobs = []
+    for members in parts.values():
+        picked = np.concatenate([np.arange(grouped.groups[g][1], grouped.groups[g][2])
+                                 for g in members])
+        groups, at = [], 0
+        for g in members:
+            shard_no, lo, hi = grouped.groups[g]
+            groups.append((shard_no, at, at + hi - lo))
+            at += hi - lo
+        part = ShardGroups(None, grouped.shard_of[picked], grouped.local[picked], groups)
+        jobs.append((storages[members[0]], part, picked))
+    got = mapped_gather.map_ordered(
+        lambda job: read(job[0], job[1], starts[job[2]], ends[job[2]]), jobs)
+    out = np.empty(len(starts), dtype=object)
+    for (_, _, picked), payloads in zip(jobs, got, strict=True):
+        holder = np.empty(len(payloads), dtype=object)
+        holder[:] = payloads
+        out[picked] = holder
+    return list(out.tolist())
 
 
 def cached_blocks(table: ShardTable, checks: RecordChecks, grouped: ShardGroups,
                   starts: np.ndarray, ends: np.ndarray, *, data_cache: DataCache,
-                  max_read_bytes: int) -> list[Any]:
+                  max_read_bytes: int, native: ModuleType | None) -> list[Any]:
     """Payloads cut out of blocks of the data files kept on local disk, the missing blocks
     fetched in one round and kept (:mod:`ofindex.cache.data`).
 
@@ -230,47 +281,70 @@ def cached_blocks(table: ShardTable, checks: RecordChecks, grouped: ShardGroups,
         ends: Their spans' ends.
         data_cache: The machine's cache of data blocks.
         max_read_bytes: Largest merged read, should the batch be read again remotely.
+        native: The compiled module that copies and checks the records, or ``None``.
     """
+    def cached(storage: Storage, part: ShardGroups, part_starts: np.ndarray,
+               part_ends: np.ndarray) -> list[Any]:
+        return _cached(table, checks, part, part_starts, part_ends, storage, data_cache,
+                       native)
+
+    try:
+        return by_storage(table, grouped, starts, ends, cached)
+    except _DamagedCopy as damaged:
+        data_cache.forget(damaged.cached)
+    return planned_ranges(table, checks, grouped, starts, ends, max_gap=0,
+                          max_read_bytes=max_read_bytes, native=native)
+
+
+class _DamagedCopy(Exception):
+    """A record failed its check in bytes the data cache served (its blocks: ``cached``): a
+    signal caught by :func:`cached_blocks`, never raised to a user."""
+
+    def __init__(self, cached: list[Any]) -> None:
+        super().__init__("a record failed its check in cached bytes")
+        self.cached = cached
+
+
+def _cached(table: ShardTable, checks: RecordChecks, grouped: ShardGroups,
+            starts: np.ndarray, ends: np.ndarray, storage: Storage, data_cache: DataCache,
+            native: ModuleType | None) -> list[Any]:
+    """:func:`cached_blocks` of the records of one storage; raises :class:`_DamagedCopy`
+    when a record fails its check in cached bytes."""
     shard_numbers, files = np.unique(grouped.shard_of, return_inverse=True)
-    storage, shards = table.storage, table.shards
+    shards = table.shards
     read = data_cache.read(storage, [shards[f].path for f in shard_numbers.tolist()], files,
                            starts, ends, check_blocks=not checks.tfrecord_crcs)
     try:
         sizes = ends - starts - checks.overhead
-        if _fillable(checks, read, sizes):
-            payloads, bad = _fill(checks, read, sizes)
+        if _fillable(checks, sizes, native):
+            assert native is not None
+            payloads, bad = _fill(checks, read, sizes, native)
             if bad < 0:
                 return payloads
         at = np.zeros(len(starts) + 1, dtype=np.int64)  # cut out of the ranges, which also
         np.cumsum(ends - starts, out=at[1:])            # names the record that fails
         return extract_payloads(
             read.buffer(), at[:-1], at[1:], checks.format, checks.verify,
-            lambda k: storage.url(shards[int(grouped.shard_of[k])].path), starts,
-            grouped.local)
+            lambda k: table.url(int(grouped.shard_of[k])), starts, grouped.local, native)
     except CorruptRecordError:
         if not read.cached:
             raise
-    data_cache.forget(read.cached)
-    return planned_ranges(table, checks, grouped, starts, ends, max_gap=0,
-                          max_read_bytes=max_read_bytes)
+    raise _DamagedCopy(read.cached)
 
 
-def _fillable(checks: RecordChecks, read: CachedRead, sizes: np.ndarray) -> bool:
+def _fillable(checks: RecordChecks, sizes: np.ndarray, native: ModuleType | None) -> bool:
     """Whether one compiled pass can copy and check the records straight out of their
     blocks (about twice as fast as cutting them out of the ranges' concatenation): the
     compiled module, and the CRC instruction for CRCs."""
-    native = _accel.native
     return (native is not None and len(sizes) > 0 and not bool((sizes < 0).any())
             and not (checks.tfrecord_crcs and not native.hw_crc()))
 
 
-def _fill(checks: RecordChecks, read: CachedRead,
-          sizes: np.ndarray) -> tuple[list[Any], int]:
+def _fill(checks: RecordChecks, read: CachedRead, sizes: np.ndarray,
+          native: ModuleType) -> tuple[list[Any], int]:
     """The payloads copied and checked by the compiled pass, and the first record that
     failed a check (-1: none; the payloads are then not to be used). A record across
     blocks (or fetched as it is) is joined into a buffer of its own first."""
-    native = _accel.native
-    assert native is not None
     plan, views = read.plan, list(read.views)
     slots, offsets = plan.slot, plan.offset
     apart = np.flatnonzero(slots < 0)
@@ -286,14 +360,14 @@ def _fill(checks: RecordChecks, read: CachedRead,
 
 
 def _cut(table: ShardTable, checks: RecordChecks, grouped: ShardGroups, starts: np.ndarray,
-         ends: np.ndarray, plan: ReadPlan, buf: Buffer) -> list[Any]:
+         ends: np.ndarray, plan: ReadPlan, buf: Buffer, native: ModuleType | None) -> list[Any]:
     """The payloads of a batch cut out of the buffer its plan's reads were fetched into,
     each checked."""
-    storage, shards, shard_of = table.storage, table.shards, grouped.shard_of
+    shard_of = grouped.shard_of
     sizes = plan.fetch_ends - plan.fetch_starts
     fetch_base = np.cumsum(sizes) - sizes
     item_start = fetch_base[plan.item_fetch] + plan.item_offset
     return extract_payloads(
         buf, item_start, item_start + (ends - starts), checks.format, checks.verify,
-        lambda k: storage.url(shards[int(shard_of[k])].path), starts, grouped.local,
+        lambda k: table.url(int(shard_of[k])), starts, grouped.local, native,
     )
