@@ -33,7 +33,7 @@ order asked for (copies on threads for batches of several MB,
 :mod:`ofindex.read.mapped_gather`); with ``mmap=False`` (or without the compiled module,
 which alone reads maps: in guarded calls, see ofindex/csrc/guard.c) the descriptor access
 reads with compiled ``preadv`` calls without the GIL, or Python-level reads
-(:mod:`ofindex.read.shard_reads`). Iteration (:mod:`ofindex.read.iteration`) cuts batches out
+(:mod:`ofindex.read.access.descriptors`). Iteration (:mod:`ofindex.read.iteration`) cuts batches out
 of the maps (:mod:`ofindex.read.mapped_batches`): with a core to spare, the CRCs of small
 records are checked by a compiled thread ahead of the list being made, and lists of a MB or
 more are copied and checked on the pool's threads one list ahead of the one handed out;

@@ -12,7 +12,7 @@ crosses a block boundary is joined into a buffer of its own first (records of 1 
 of 1 MiB: one in a thousand).
 
 Nothing is reported from here: a record that fails a check in cached bytes makes the batch
-be read again by the block reads (:func:`~ofindex.read.shard_reads.cached_blocks`), which
+be read again by the block reads (:func:`~ofindex.read.access.cached.cached_blocks`), which
 drop the damaged blocks, fetch them again and report a record that is bad in the remote file
 too, as every read does.
 """

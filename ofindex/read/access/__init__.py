@@ -149,9 +149,15 @@ class ShardAccesses:
                 self.uniform = first
         elif not self.compressed:
             shards = self._shards
-            storages = ([shards.storage] if isinstance(shards, ManifestShards)
-                        else list({id(s.storage): s.storage for s in shards}.values()))
-            kinds = {self._choose(storage, False) for storage in storages}
+            storages: dict[int, Storage] = {}
+            if isinstance(shards, ManifestShards):
+                storages[id(shards.storage)] = shards.storage
+            else:
+                for shard in shards:
+                    storages.setdefault(id(shard.storage), shard.storage)
+            kinds = set()
+            for storage in storages.values():
+                kinds.add(self._choose(storage, False))
             self.uniform = kinds.pop() if len(kinds) == 1 else None
 
     @classmethod
