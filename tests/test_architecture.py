@@ -322,9 +322,10 @@ def _private_reads(source: str) -> list[str]:
 #: Where no module reads another's private names (the read path, and the modules its access
 #: layer touched: the split planner, the thread pools).
 PRIVATE_READS_NONE_IN = ("ofindex.read", "ofindex.planning", "ofindex._threads")
-#: Such reads left in the whole library (all of a dependency's: fsspec's async methods,
-#: ThreadPoolExecutor's worker count, protobuf's and torch's internals): may only fall.
-PRIVATE_READS_LEFT = 14
+#: Such reads left in the whole library: may only fall (dependencies' internals: fsspec's
+#: async methods and ``_strip_protocol``, protobuf's, torch's and ``sys._getframe``; and the
+#: batch sampler's read of ``_EpochSampler._iter_chunks``).
+PRIVATE_READS_LEFT = 11
 
 
 def test_no_module_reads_another_module_s_private_names():
@@ -344,3 +345,44 @@ def test_the_private_read_detector_finds_one():
         "line 2: ds._table"]
     assert _private_reads("class A:\n    def f(self, o):\n        self._x = o._x\n") == []
     assert _private_reads("import sys\nsys._getframe(1)\n") == ["line 2: sys._getframe"]
+
+
+#: The modules that hold the choice between the compiled module (``ofindex._native``) and the
+#: pure-Python loops: the read path's accesses, and the entry points of decoding, encoding,
+#: inflating and index scanning (``ofindex._accel`` itself holds the module).
+NATIVE_HOLDERS = {"ofindex.read.access", "ofindex.decode.batch", "ofindex.encode.framed",
+                  "ofindex.deflate.inflate", "ofindex.index.scan"}
+
+
+def _refers_to_native(source: str) -> bool:
+    """Whether a module refers to the compiled module: ``_accel.native``, ``from … _accel
+    import native`` or an import of ``_native``."""
+    for node in ast.walk(ast.parse(source)):
+        if (isinstance(node, ast.Attribute) and node.attr == "native"
+                and isinstance(node.value, ast.Name) and node.value.id == "_accel"):
+            return True
+        if isinstance(node, ast.ImportFrom) and (
+                ((node.module or "").endswith("_accel")
+                 and any(alias.name == "native" for alias in node.names))
+                or (node.module or "").endswith("_native")
+                or any(alias.name == "_native" for alias in node.names)):
+            return True
+        if isinstance(node, ast.Import) and any(a.name.endswith("_native") for a in node.names):
+            return True
+    return False
+
+
+def test_the_compiled_module_is_chosen_in_a_few_named_modules():
+    users = set()
+    for module, path in _modules().items():
+        with open(path, encoding="utf-8") as f:
+            if module != "ofindex._accel" and _refers_to_native(f.read()):
+                users.add(module)
+    assert users <= NATIVE_HOLDERS and len(NATIVE_HOLDERS) <= 5, sorted(users - NATIVE_HOLDERS)
+
+
+def test_the_compiled_module_detector_finds_each_way():
+    assert _refers_to_native("from .. import _accel\nx = _accel.native\n")
+    assert _refers_to_native("from .._accel import native\n")
+    assert _refers_to_native("from . import _native\n")
+    assert not _refers_to_native("from .. import _accel\nx = _accel.pooled_bytes(4)\n")

@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
+from types import ModuleType
 from typing import Any
 
 import numpy as np
 
-from ofindex import _accel
 from ofindex.decode._values import (
     BYTES,
     FLOAT32,
@@ -70,17 +70,16 @@ Spans = tuple[np.ndarray, np.ndarray, np.ndarray]
 
 
 def _locate(bufs: list[Any], plan: list[tuple[Any, FixedLen, int]], family: str,
-            spans: Spans | None = None) -> tuple[np.ndarray, np.ndarray] | None:
+            native: ModuleType, spans: Spans | None = None
+            ) -> tuple[np.ndarray, np.ndarray] | None:
     """``(picked, rows)``: the positions of the records whose asked-for features all have
     the spec's value type and count, and their rows of ``locate``'s output; ``None`` when
     no record qualifies."""
-    native = _accel.native
     table, wrapped, _ = _FAMILIES[family]
     names = tuple(name.encode("ascii") for name, _, _ in plan)
     n = len(bufs) if spans is None else len(spans[0])
     rows = np.empty((n, len(plan), 5), dtype=np.int64)
-    if native is None or not native.locate(bufs, names, table, wrapped, rows.reshape(-1),
-                                           spans):
+    if not native.locate(bufs, names, table, wrapped, rows.reshape(-1), spans):
         return None
     ok = np.ones(n, dtype=bool)
     for j, (_, fs, kind) in enumerate(plan):
@@ -90,7 +89,8 @@ def _locate(bufs: list[Any], plan: list[tuple[Any, FixedLen, int]], family: str,
 
 
 def _numeric(sub: list[Any], rows: np.ndarray, j: int, fs: FixedLen,
-             into: np.ndarray | None, spans: Spans | None = None) -> np.ndarray:
+             into: np.ndarray | None, native: ModuleType,
+             spans: Spans | None = None) -> np.ndarray:
     """Feature ``j``'s values of the located records (into ``into`` when given)."""
     g = len(rows)
     if fs.dtype in _VARINT:
@@ -100,21 +100,20 @@ def _numeric(sub: list[Any], rows: np.ndarray, j: int, fs: FixedLen,
         np.copyto(into, values)
         return into
     arr = into if into is not None else np.empty((g, *fs.shape), NP_DTYPES[fs.dtype])
-    native = _accel.native
-    assert native is not None
     native.gather_spans(sub, rows[:, j, _START].copy(), rows[:, j, _END].copy(),
                         arr.reshape(-1).view(np.uint8), spans)
     return arr
 
 
-def decode_located(bufs: list[bytes], spec: NormalizedSpec | None, family: str
-                   ) -> tuple[list[int], dict[Any, Column]] | None:
+def decode_located(bufs: list[bytes], spec: NormalizedSpec | None, family: str,
+                   native: ModuleType | None) -> tuple[list[int], dict[Any, Column]] | None:
     """Decode the records of ``bufs`` that are laid out as writers lay them out.
 
     Args:
         bufs: The serialized records.
         spec: The normalized spec.
         family: ``"example"`` or ``"ofrecord"``.
+        native: The compiled module that locates them (``None``: none is decoded here).
 
     Returns:
         ``(positions in bufs, {name: ("fixed", array)})`` for the records decoded here (the
@@ -122,8 +121,9 @@ def decode_located(bufs: list[bytes], spec: NormalizedSpec | None, family: str
         is not built, the spec is not eligible, or no record qualifies).
     """
     plan = _eligible_fields(spec, family)
-    found = _locate(bufs, plan, family) if plan is not None and bufs else None
-    if plan is None or found is None:
+    found = (_locate(bufs, plan, family, native) if plan is not None and bufs
+             and native is not None else None)
+    if plan is None or found is None or native is None:
         return None
     picked, rows = found
     sub = bufs if len(picked) == len(bufs) else [bufs[i] for i in picked.tolist()]
@@ -134,13 +134,14 @@ def decode_located(bufs: list[bytes], spec: NormalizedSpec | None, family: str
                 sub, rows[:, j, _START].tolist(), rows[:, j, _END].tolist(), strict=True)])
             out[name] = ("fixed", values.reshape(len(sub), *fs.shape))
         else:
-            out[name] = ("fixed", _numeric(sub, rows, j, fs, None))
+            out[name] = ("fixed", _numeric(sub, rows, j, fs, None, native))
     return picked.tolist(), out
 
 
 def decode_packed(bufs: list[Any], spec: NormalizedSpec | None, family: str,
                   out: dict[str, np.ndarray], buffer: Callable[[str, int], np.ndarray],
-                  spans: Spans | None = None) -> dict[str, Any] | None:
+                  native: ModuleType | None, spans: Spans | None = None
+                  ) -> dict[str, Any] | None:
     """Decode a whole batch with its ``bytes`` features packed: each one's values copied
     once, straight from the records, back to back into one ``uint8`` buffer.
 
@@ -151,6 +152,8 @@ def decode_packed(bufs: list[Any], spec: NormalizedSpec | None, family: str,
         out: Arrays to decode numeric features into, by name (checked by the caller).
         buffer: ``buffer(name, size)`` gives the writable ``uint8`` array of ``size`` bytes
             that feature ``name``'s values go into.
+        native: The compiled module that locates and copies them (``None``: none is
+            decoded here).
         spans: ``(which, starts, ends)``: ``bufs`` are then buffers (e.g. memory maps) and
             record ``i`` is ``bufs[which[i]][starts[i]:ends[i]]``.
 
@@ -160,16 +163,15 @@ def decode_packed(bufs: list[Any], spec: NormalizedSpec | None, family: str,
     """
     plan = _eligible_fields(spec, family)
     n = len(bufs) if spans is None else len(spans[0])
-    found = _locate(bufs, plan, family, spans) if plan is not None and n else None
-    if plan is None or found is None or len(found[0]) != n:
+    found = (_locate(bufs, plan, family, native, spans) if plan is not None and n
+             and native is not None else None)
+    if plan is None or found is None or native is None or len(found[0]) != n:
         return None
     _, rows = found
-    native = _accel.native
-    assert native is not None
     result: dict[str, Any] = {}
     for j, (name, fs, _) in enumerate(plan):
         if fs.dtype != BYTES:
-            result[name] = _numeric(bufs, rows, j, fs, out.get(name), spans)
+            result[name] = _numeric(bufs, rows, j, fs, out.get(name), native, spans)
             continue
         starts, ends = rows[:, j, _START].copy(), rows[:, j, _END].copy()
         lengths = ends - starts

@@ -20,6 +20,7 @@ from typing import Any, cast
 
 import numpy as np
 
+from ofindex import _accel
 from ofindex.decode._located import decode_located, decode_packed
 from ofindex.decode._protobuf import decode_parsed, eligible
 from ofindex.decode._template import Column, decode_group
@@ -198,11 +199,15 @@ def decode_stages(spec_given: bool, spec: NormalizedSpec) -> list[DecodeStage]:
 
 
 class _Batch:
-    """One batch being decoded: its records, spec and family, and its parts decoded so far."""
+    """One batch being decoded: its records, spec and family, the compiled module its loops
+    run on (``native``, chosen here for the batch: ``None`` runs the pure-Python loops, the
+    fallback when the module is not built and the compiled loops' test oracle), and its parts
+    decoded so far."""
 
     def __init__(self, bufs: list[bytes], spec: NormalizedSpec, family: str,
                  out: dict[str, np.ndarray] | None, walked: list[Walked] | None) -> None:
         self.bufs, self.spec, self.family, self.out = bufs, spec, family, out
+        self.native = _accel.native
         self.walker, self.kinds, _, self.what = _FAMILIES[family]
         self.walked = walked  # every record walked already (decoding without a spec)
         self.parts: list[tuple[list[int], dict[Any, Column]]] = []
@@ -234,7 +239,8 @@ def _by_template(batch: _Batch, rest: list[int]) -> list[int]:
         except WireError:
             continue  # malformed: the per-record walk reports it properly
         targets = batch.out if len(group) == len(batch.bufs) else None  # fill the caller's
-        columns = decode_group(records, first, batch.spec, batch.kinds, targets)  # arrays
+        columns = decode_group(records, first, batch.spec, batch.kinds, targets,  # arrays
+                               batch.native)
         if columns is not None:
             rest = batch.take(rest, group, columns)
     return rest
@@ -255,7 +261,7 @@ def _layout_groups(bufs: list[bytes]) -> list[list[int]]:
 
 def _by_location(batch: _Batch, rest: list[int]) -> list[int]:
     """:attr:`DecodeStage.LOCATED` (see there)."""
-    fast = decode_located(batch.some(rest), batch.spec, batch.family)
+    fast = decode_located(batch.some(rest), batch.spec, batch.family, batch.native)
     if fast is None:
         return rest
     picked, columns = fast
@@ -364,7 +370,7 @@ def decode_records_packed(records: Sequence[RecordBytes], spec: Spec, family: st
         return None
     if out:
         _check_out(out, nspec, len(bufs) if spans is None else len(spans[0]))
-    return decode_packed(bufs, nspec, family, out, buffer, spans)
+    return decode_packed(bufs, nspec, family, out, buffer, _accel.native, spans)
 
 
 def _check_out(out: dict[str, np.ndarray], spec: NormalizedSpec | None, n: int) -> None:
