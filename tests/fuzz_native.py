@@ -40,6 +40,8 @@ native = _accel.native
 STATS: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
 CLEAN = (TypeError, ValueError, IndexError, OverflowError, BufferError)
 MASK = 0xA282EAD8
+#: Slots of a row of ``locate``'s output (kind, count, start, end, value, list start, end).
+SLOTS = 7
 
 # -- reference framing, written from the format description ----------------------------------
 
@@ -544,15 +546,15 @@ def fuzz_locate(rng: random.Random) -> None:
 
     records = [_mutated(rng, _example(rng)) for _ in range(rng.randint(0, 6))]
     names = tuple(rng.sample([b"a", b"b", b"img", b"", b"n0", b"n1", b"xx"], rng.randint(1, 3)))
-    rows = np.zeros(max(0, len(records) * len(names) * 5 + rng.choice([0, 0, 0, 1, -1])),
+    rows = np.zeros(max(0, len(records) * len(names) * SLOTS + rng.choice([0, 0, 0, 1, -1])),
                     np.int64)
     got = call(native.locate, records, names, b".b4v", True, rows)
     if isinstance(got, BaseException):
         note("locate", got)
-    if len(rows) != len(records) * len(names) * 5:
+    if len(rows) != len(records) * len(names) * SLOTS:
         assert isinstance(got, ValueError), got
         return
-    table = rows.reshape(len(records), len(names), 5)
+    table = rows.reshape(len(records), len(names), SLOTS)
     assert got == int((table[:, 0, 0] != -1).sum()), got
     # the same records as spans of one buffer (as in a memory map): the same answer
     big = bytearray(b"".join(records))
@@ -581,12 +583,14 @@ def fuzz_locate(rng: random.Random) -> None:
             assert (row[:, 0] == -1).all()
             continue
         walked = walk_example(buf)  # must walk
-        for name, (kind, count, start, end, value) in zip(names, row.tolist(), strict=True):
+        for name, (kind, count, start, end, value, list_start, list_end) in zip(
+                names, row.tolist(), strict=True):
             found = walked.get(name.decode())
             if kind == 0:
                 assert found is None, (buf, name)
                 continue
             assert found is not None and found.kind == kind, (buf, name)
+            assert found.regions == [(list_start, list_end)], (buf, name)
             values = list_values(buf, found.regions, vtypes[kind], found.level)
             assert len(values) == count, (buf, name)
             if kind == 1 and count:

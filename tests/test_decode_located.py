@@ -131,10 +131,10 @@ def test_records_laid_out_otherwise_are_decoded_on_the_careful_path(monkeypatch)
     good = [example(k) for k in range(6)]
     odd = odd_layouts()
     records = [good[0], odd[0], good[1], odd[1], good[2], odd[2], odd[3], *good[3:], odd[4]]
-    rows = np.zeros(len(records) * 4 * 5, np.int64)
+    rows = np.zeros(len(records) * 4 * _located.SLOTS, np.int64)
     names = tuple(n.encode() for n in SPEC)
     handled = _accel.native.locate(records, names, b".b4v", True, rows)
-    left = np.flatnonzero(rows.reshape(len(records), 4, 5)[:, 0, 0] == -1).tolist()
+    left = np.flatnonzero(rows.reshape(len(records), 4, _located.SLOTS)[:, 0, 0] == -1).tolist()
     assert handled == 6 and left == [1, 3, 5, 6, 10]
     got = decode_batch(records, SPEC)
     want = from_protobuf(records)

@@ -30,6 +30,7 @@ from typing import Any, TypeVar, cast
 import numpy as np
 
 from ofindex.decode._memory import memory_pool
+from ofindex.decode._plans import OneRecord, careful_only, record_plan
 from ofindex.decode.batch import decode_records
 from ofindex.decode.example import (
     EXAMPLE_DTYPES,
@@ -37,9 +38,8 @@ from ofindex.decode.example import (
     Decoded,
     RecordBytes,
     decode_example,
-    decode_example_normalized,
     decode_ofrecord,
-    decode_ofrecord_normalized,
+    decode_one,
     from_message,
 )
 from ofindex.decode.pretty import format_decoded
@@ -223,7 +223,11 @@ class _SpecDecoder:
         return self
 
     def __eq__(self, other: object) -> bool:
-        return type(other) is type(self) and vars(self) == vars(other)
+        return type(other) is type(self) and self.__getstate__() == other.__getstate__()
+
+    def __getstate__(self) -> dict[str, Any]:
+        """What the decoder is made of: its kind and specs (not its compiled plan)."""
+        return {name: value for name, value in vars(self).items() if name != "_plan"}
 
     def __repr__(self) -> str:
         if self.kind == "sequence_example":
@@ -257,6 +261,23 @@ class Decoder(_SpecDecoder):
         TypeError: A spec entry is not ``FixedLen(...)``, ``VarLen(...)`` or ``None``.
     """
 
+    def __init__(self, spec: Spec | tuple[Spec, Spec] = None, kind: str | None = None, *,
+                 context_spec: Spec = None, sequence_spec: Spec = None) -> None:
+        super().__init__(spec, kind, context_spec=context_spec, sequence_spec=sequence_spec)
+        self._plan = self._compiled()
+
+    def _compiled(self) -> OneRecord:
+        """The compiled one-record decoder of the spec (see :mod:`ofindex.decode._plans`), or
+        one that leaves every record to the careful path. It is chosen when the decoder is
+        made (or unpickled, e.g. in a DataLoader worker): without the compiled module
+        (``OFINDEX_PURE_PYTHON=1``) every record goes the careful way."""
+        plan = None if self.kind == "sequence_example" else record_plan(self._nspec, self.kind)
+        return plan if plan is not None else careful_only
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        vars(self).update(state)
+        self._plan = self._compiled()
+
     def __call__(self, data: RecordBytes) -> DecodeResult:
         """Decode one serialized record.
 
@@ -272,11 +293,12 @@ class Decoder(_SpecDecoder):
             DecodeError: ``data`` is not a valid record of the kind, or a feature does not
                 match its spec; the message names the feature.
         """
-        if self.kind == "example":
-            return decode_example_normalized(data, self._nspec)
-        if self.kind == "ofrecord":
-            return decode_ofrecord_normalized(data, self._nspec)
-        return decode_sequence_example(data, self.context_spec, self.sequence_spec)
+        got = self._plan(data)  # the compiled path first (None: the careful path's turn)
+        if got is not None:
+            return got
+        if self.kind == "sequence_example":
+            return decode_sequence_example(data, self.context_spec, self.sequence_spec)
+        return decode_one(data, self._nspec, self.kind, self._plan)
 
 
 class BatchDecoder(_SpecDecoder):
