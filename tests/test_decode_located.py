@@ -1,9 +1,9 @@
-"""Batches of records whose byte layouts differ (a JPEG of another size per record), with a
-spec of ``FixedLen`` features only: located in compiled code (``ofindex.decode._located``),
-each value cut straight out of its record. Expected values come from protobuf's own parser;
-records laid out otherwise, or not matching the spec, go to the careful path, which decodes
-them or reports them as before; ``pack_bytes`` batches copy each value once into their
-buffer."""
+"""Batches of records whose byte layouts differ (a JPEG of another size per record, token lists
+of other lengths): located in compiled code (``ofindex.decode._located``), each feature's
+values read straight out of the records, ``FixedLen`` and ``VarLen`` alike. Expected values
+come from protobuf's own parser; records laid out otherwise, or not matching the spec, go to
+the careful path, which decodes them or reports them as before; ``pack_bytes`` batches copy
+each value once into their buffer."""
 
 from __future__ import annotations
 
@@ -11,11 +11,20 @@ import os
 
 import numpy as np
 import pytest
-from helpers import same, varint
+from fuzzkit import guarded
+from helpers import implementation, same, varint
 
 import ofindex
 from ofindex import _accel
-from ofindex.decode import BatchDecoder, FixedLen, Ragged, _located, batch, decode_batch
+from ofindex.decode import (
+    BatchDecoder,
+    FixedLen,
+    Ragged,
+    VarLen,
+    _located,
+    batch,
+    decode_batch,
+)
 from ofindex.errors import CorruptRecordError, DecodeError
 from ofindex.integrations._fetch import BatchFetch
 from ofindex.proto import example_pb2, ofrecord_pb2
@@ -163,7 +172,7 @@ def test_a_record_that_does_not_fit_the_spec_is_reported_as_before(monkeypatch, 
     assert str(fast.value) == str(careful.value)
 
 
-def test_a_missing_feature_with_a_default_is_filled_on_the_careful_path():
+def test_a_missing_feature_with_a_default_is_filled():
     spec = {"jpeg": FixedLen((), "bytes"), "gone": FixedLen((), "int64", default=-7)}
     records = [example(k) for k in range(5)]
     got = decode_batch(records, spec)
@@ -287,3 +296,105 @@ def test_a_corrupt_record_in_the_maps_is_reported_as_getitems_reports_it(tmp_pat
     got, _ = BatchFetch(unchecked, BatchDecoder(SPEC), pack_bytes=True)(idx)
     want = from_protobuf(unchecked.__getitems__(idx))
     assert [bytes(got["jpeg"][i]) for i in range(5)] == want["jpeg"]
+
+
+# ---- VarLen features (token lists, optional floats): located too --------------------------
+
+VARLEN_SPEC = {"tokens": VarLen("int64"), "extra": VarLen("float32"), "tags": VarLen("bytes"),
+               "label": FixedLen((), "int64"), "mask": FixedLen((2, 2), "int64"),
+               "lang": FixedLen((), "bytes"), "weight": FixedLen((), "float32", default=0.5)}
+
+
+def tokens_example(k: int) -> bytes:
+    """Token ids of 1-3 byte varints and negative ones of 10; features present or not."""
+    rng = np.random.default_rng(1000 + k)
+    ex = example_pb2.Example()
+    f = ex.features.feature
+    f["tokens"].int64_list.value.extend(
+        rng.integers(-(2**63), 50_000, int(rng.integers(0, 40))).clip(-5, None).tolist())
+    if k % 3:
+        f["extra"].float_list.value.extend(rng.standard_normal(int(rng.integers(0, 4)))
+                                           .astype(np.float32).tolist())
+    if k % 4 == 1:
+        f["tags"].bytes_list.value.extend(rng.bytes(int(j)) for j in range(k % 5))
+    f["label"].int64_list.value.append(int(rng.integers(-(2**63), 2**63 - 1)))
+    f["mask"].int64_list.value.extend(rng.integers(0, 300, 4).tolist())
+    f["lang"].bytes_list.value.append(b"en" if k % 2 else b"")
+    if k % 5 != 2:
+        f["weight"].float_list.value.append(float(k))
+    f["other"].int64_list.value.extend([1, 2, 3])  # not asked for
+    return ex.SerializeToString()
+
+
+def careful(records: list[bytes], spec: dict) -> dict:
+    """The batch decoded without the compiled module (the careful walk)."""
+    with implementation("pure-python"):
+        return decode_batch(records, spec)
+
+
+def test_varlen_batches_are_located_and_equal_protobuf_and_the_careful_path(monkeypatch):
+    records = [tokens_example(k) for k in range(50)]
+    want = careful(records, VARLEN_SPEC)
+    no_other_path(monkeypatch)  # the earlier code walked every record in Python
+    got = decode_batch(records, VARLEN_SPEC)
+    for name in VARLEN_SPEC:
+        assert same(got[name], want[name]), name
+    feats = [example_pb2.Example.FromString(r).features.feature for r in records]
+    tokens = [list(f["tokens"].int64_list.value) for f in feats]
+    assert got["tokens"].row_lengths.tolist() == [len(t) for t in tokens]
+    assert got["tokens"].values.tolist() == [t for row in tokens for t in row]
+    assert list(got["tags"].values) == [t for f in feats for t in f["tags"].bytes_list.value]
+    assert got["weight"].tolist() == [0.5 if k % 5 == 2 else k for k in range(50)]
+    assert got["mask"].shape == (50, 2, 2) and list(got["lang"]) == [
+        b"en" if k % 2 else b"" for k in range(50)]
+
+
+def test_big_varlen_batches_on_threads_equal_the_careful_path(monkeypatch):
+    records = [tokens_example(k) for k in range(300)]
+    monkeypatch.setattr(_located, "PARALLEL_RECORDS", 2)  # every batch on the threads
+    monkeypatch.setattr(_located, "PARALLEL_VALUE_BYTES", 1)
+    got = decode_batch(records, VARLEN_SPEC)
+    want = careful(records, VARLEN_SPEC)
+    for name in VARLEN_SPEC:
+        assert same(got[name], want[name]), name
+
+
+def test_varlen_batches_mixing_every_stage_equal_the_careful_path():
+    # 70 records of one length take their template, odd layouts the careful walk, the
+    # others are located: the parts are put back in the records' order
+    uniform = example_pb2.Example()
+    uniform.features.feature["tokens"].int64_list.value.extend([7, 8, 9])
+    uniform.features.feature["label"].int64_list.value.append(1)
+    uniform.features.feature["mask"].int64_list.value.extend([1, 2, 3, 4])
+    uniform.features.feature["lang"].bytes_list.value.append(b"xx")
+    same_length = uniform.SerializeToString()
+    odd = tokens_example(3) + b"\x10\x01"  # an unknown field: the careful walk
+    records = [tokens_example(k) for k in range(30)] + [same_length] * 70 + [odd]
+    records = [records[i] for i in np.random.default_rng(5).permutation(len(records))]
+    got = decode_batch(records, VARLEN_SPEC)
+    want = careful(records, VARLEN_SPEC)
+    for name in VARLEN_SPEC:
+        assert same(got[name], want[name]), name
+
+
+def _token_record(packed: bytes) -> bytes:
+    """An Example whose feature "tokens" is the int64 list message ``packed``."""
+    return field(1, entry(b"tokens", field(3, packed)))
+
+
+@pytest.mark.usefixtures("impl")  # compiled and pure-Python loops
+@pytest.mark.parametrize("flawed, match", [
+    # a varint cut short at the end of its list
+    (_token_record(field(1, b"\x01\x02\xac\xff")), "record 4: feature 'tokens': bad Example "
+                                                    "bytes: truncated varint"),
+    # a list claiming 2**31 - 2 bytes in a record of a few: checked before anything is made
+    (_token_record(b"\x0a" + varint(2**31 - 2) + b"\x01\x02"),
+     "record 4: feature 'tokens': bad Example bytes: length-delimited field runs past the end"),
+])
+def test_malformed_token_lists_are_reported_naming_record_and_feature(flawed, match):
+    records = [tokens_example(k) for k in range(8)]
+    records[4] = flawed
+    limit = 16 * sum(map(len, records)) + (1 << 16)
+    outcome, got = guarded(lambda: decode_batch(records, VARLEN_SPEC), limit)
+    assert outcome == "DecodeError", got
+    assert str(got).startswith(match), got
