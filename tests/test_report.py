@@ -103,9 +103,24 @@ COMPRESSED = {"datasets": {"small": {"spacings": [
 COMPRESSED["datasets"]["small"]["records"] = 1_000_000
 
 BUILD = [{"name": "build 1 M x ~200 B", "records_per_s": 2_500_000, "ratio": 6.25}]
-DECODE = {"batch": 256, "workloads": {"mnist": {
-    "floats_per_record": 784, "ofindex": {"median_s": 0.000356, "best_s": 0.000325},
-    "vahidk": "skipped (tfrecord not installed)"}}}
+DECODE = {"batch": 256, "machine_load": {"load_average": [2.5, 2.0, 1.0], "cores": 2},
+          "workloads": {
+              "mnist": {"floats_per_record": 784,
+                        "ofindex": {"median_s": 0.000356, "best_s": 0.000325},
+                        "vahidk": "skipped (tfrecord not installed)"},
+              "varlen": {"records": 10000, "batch": 10000, "bytes_per_record": 487.4,
+                         "ofindex": {"median_s": 0.0125, "best_s": 0.0118},
+                         "tf": {"median_s": 0.0171, "best_s": 0.0160},
+                         "tf_sparse": {"median_s": 0.0150, "best_s": 0.0140},
+                         "ofindex_vs_tf": {"median": 1.37, "min": 1.1, "max": 1.52},
+                         "ofindex_vs_tf_sparse": {"median": 1.2, "min": 0.98, "max": 1.3}}},
+          "single": {"records": 200000, "rounds": 7, "rows": [
+              {"contender": "Example.FromString(ds[i])", "records_per_s": 810000,
+               "records_per_s_min": 610000, "records_per_s_max": 867000},
+              {"contender": "Decoder(spec)(ds[i])", "records_per_s": 777000,
+               "records_per_s_min": 541000, "records_per_s_max": 869000,
+               "vs": {"Example.FromString(ds[i])": {"median": 0.95, "min": 0.79, "max": 1.07},
+                      "Hugging Face ds[i]": {"median": 16.2, "min": 10.7, "max": 27.5}}}]}}
 
 SCALE = {"settings": {"batches": 8, "rtt": 0.02, "bandwidth": 1e9, "concurrency": 256},
          "scales": [{"records": 1e10, "shards": 100000, "mode": "paged", "manifest_bytes": 7190000,
@@ -198,6 +213,10 @@ def test_report_from_fixtures(tmp_path):
     assert ("| 224 | ofindex | 690 (650–720) | 2.2 (2–2.5)× | 1.6 (1.5–1.7)× | "
             "1,200 (1,100–1,300) | 55.8 |") in md
     assert "| decode | pillow | 750 (740–760) |  |  |  | exact |" in md
+    assert ("| tf.io.parse_example, RaggedFeature | 584,795 (625,000) | 1.37 (1.1–1.52)× |"
+            in md)
+    assert ("| Decoder(spec)(ds[i]) | 777,000 (541,000–869,000) | 0.95 (0.79–1.07)× "
+            "Example.FromString(ds[i]); 16.2 (10.7–27.5)× Hugging Face ds[i] |") in md
     assert "not measured: mnist: dali: No module named 'nvidia'" in md
     assert "| ofindex iter_batches | 15,200,000 (14,100,000–16,000,000) | 3.3 |" in md
     assert "| block 64, window 16 | 16 | 7 | 0.017 |" in md

@@ -833,13 +833,20 @@ class Report:
 
     def decode(self) -> None:
         data = self.load("decode")
-        title = "Batched decoding (tools/bench_decode.py)"
+        title = "Decoding (tools/bench_decode.py)"
         if data is None:
             self.missing(title, "bench_decode.py")
             return
-        text = [f"## {title}\n", f"Batches of {data.get('batch')} records; records/s from the "
-                "median over interleaved rounds (best round in brackets).\n"]
+        load = data.get("machine_load")
+        text = [f"## {title}\n", f"Batches of {data.get('batch')} records unless said; records/s "
+                "from the median over interleaved rounds (best round in brackets); ratios are "
+                "those of the rounds (median, min–max): the machine drifts, the ratios less"
+                + (f"; load average {fmt(load['load_average'][0])} on {load['cores']} cores "
+                   "at the start" if load else "") + ".\n"]
         for name, entry in data.get("workloads", {}).items():
+            if "ofindex_vs_tf" in entry or entry.get("tf_sparse"):
+                text.append(self._decode_varlen(name, entry))
+                continue
             text.append(f"### {name} ({entry.get('floats_per_record')} floats per record)\n")
             rows = []
             for who in ("ofindex", "ofindex_out", "tf", "vahidk", "fresh_output_floor"):
@@ -851,7 +858,58 @@ class Report:
                 elif isinstance(t, str):
                     rows.append([who, t])
             text.append(table(["decoder", "records/s"], rows) + "\n")
+        if data.get("single"):
+            text.append(self._decode_single(data["single"]))
         self.sections.append("\n".join(text) + "\n")
+
+    def _decode_varlen(self, name: str, entry: dict[str, Any]) -> str:
+        """A VarLen workload of tools/bench_decode.py against tf.io.parse_example."""
+        what = {"varlen": "8 features, 2 of them VarLen (token ids, optional floats)",
+                "tokens": "1–512 token ids per record"}.get(name, name)
+        text = [f"### {name}: {fmt(entry['records'])} records of {what}, batches of "
+                f"{fmt(entry['batch'])} ({fmt(entry['bytes_per_record'])} B a record)\n"]
+        labels = {"ofindex": "ofindex BatchDecoder", "tf": "tf.io.parse_example, RaggedFeature",
+                  "tf_sparse": "tf.io.parse_example, VarLenFeature"}
+        rows = []
+        for who, label in labels.items():
+            t = entry.get(who)
+            vs = entry.get(f"ofindex_vs_{who}")
+            ratio = span(vs["median"], vs["min"], vs["max"]) + "×" if vs else ""
+            if isinstance(t, dict):
+                n = entry["records"]
+                rows.append([label, f"{fmt(n / t['median_s'])} ({fmt(n / t['best_s'])})", ratio])
+            elif isinstance(t, str):
+                rows.append([label, t, ""])
+        text.append(table(["decoder", "records/s", "ofindex against it"], rows) + "\n")
+        vs = entry.get("ofindex_vs_tf")
+        if vs:
+            self.summary.append(
+                f"Batched decoding with VarLen features ({name}: {what}): ofindex "
+                f"{fmt(vs['median'], 2)}× tf.io.parse_example's records/s "
+                f"({fmt(vs['min'], 2)}–{fmt(vs['max'], 2)}×).")
+        return "\n".join(text)
+
+    def _decode_single(self, single: dict[str, Any]) -> str:
+        """The one-record rows of tools/bench_decode.py."""
+        text = [f"### One record at a time: `ds[i]` decoded, {fmt(single['records'])} Examples "
+                "of 3 features (key bytes, label int64, ~200 B payload), random record numbers, "
+                f"{single['rounds']} interleaved rounds\n"]
+        rows = []
+        for row in single["rows"]:
+            against = "; ".join(f"{span(v['median'], v['min'], v['max'])}× {peer}"
+                                for peer, v in row.get("vs", {}).items())
+            rows.append([row["contender"], span(row["records_per_s"], row["records_per_s_min"],
+                                                row["records_per_s_max"]), against])
+        text.append(table(["contender", "records/s", "against"], rows) + "\n")
+        for row in single["rows"]:
+            fs = row.get("vs", {}).get("Example.FromString(ds[i])")
+            hf = row.get("vs", {}).get("Hugging Face ds[i]")
+            if row["contender"] == "Decoder(spec)(ds[i])" and fs and hf:
+                self.summary.append(
+                    f"One decoded record, `Decoder(spec)(ds[i])`: {fmt(fs['median'], 2)}× "
+                    f"protobuf's `Example.FromString(ds[i])` ({fmt(fs['min'], 2)}–"
+                    f"{fmt(fs['max'], 2)}×), {fmt(hf['median'], 2)}× Hugging Face `ds[i]`.")
+        return "\n".join(text)
 
     def ray(self) -> None:
         data = self.load("ray")
