@@ -124,6 +124,10 @@ class StorageError(OfindexError, OSError):
     """Storage could not be reached or refused access (endpoint, credentials, bucket)."""
 
 
+class ClusterError(OfindexError, ConnectionError):
+    """A compute cluster to build on (a Dask scheduler, a Ray cluster) cannot be reached."""
+
+
 class InvalidURLError(OfindexError, ValueError):
     """A path or URL that no storage understands (an unknown protocol)."""
 
@@ -152,6 +156,18 @@ class IncompleteDatasetError(OfindexError, FileNotFoundError):
     a dataset unless ``allow_missing_shards=True`` (``--allow-missing-shards``) accepts it."""
 
 
+class SourceError(OfindexError, ValueError):
+    """A conversion's source cannot be read as what it was taken for (a damaged or truncated
+    Parquet or numpy file, a broken Hugging Face ``save_to_disk`` directory); the message
+    names the file and what to do."""
+
+
+class NestedPathsError(OfindexError, ValueError):
+    """A conversion's output lies inside its source, or its source inside its output (the
+    output would be read as source data, now or by a rerun); both are named. The command
+    line exits 2, as for any bad argument."""
+
+
 class StateError(OfindexError, ValueError):
     """A saved sampler or loader state cannot be loaded: a field is missing, unknown, of
     the wrong type or out of range, or the state was saved for another sampler (dataset
@@ -174,3 +190,47 @@ def missing_extra(what: str, extra: str, cause: BaseException) -> MissingDepende
     return MissingDependencyError(
         f"{what} needs an optional dependency that is not installed ({cause}); "
         f"run: pip install 'ofindex[{extra}]'")
+
+
+class OfindexWarning(UserWarning):
+    """Base class of every warning ofindex gives (``warnings.simplefilter("error",
+    OfindexWarning)`` makes them all errors)."""
+
+
+class LeftoverFilesWarning(OfindexWarning):
+    """A directory holds the hidden files of a writer that did not finish (see
+    :mod:`ofindex.write.leftovers`)."""
+
+
+class SkippedFilesWarning(OfindexWarning):
+    """Files found by a directory or glob were skipped: they are not TFRecord/OFRecord files
+    (see :mod:`ofindex.formats.strays`)."""
+
+
+class MissingShardsWarning(OfindexWarning):
+    """A dataset opened or built with ``allow_missing_shards=True`` lacks shards (the message
+    says which)."""
+
+
+class UnverifiedIndexWarning(OfindexWarning):
+    """A data file was taken as the one its index describes by its size alone: the index
+    (ofindex 0.2's) has no content digest, and its fingerprint is of another kind than the
+    storage's (indexed on local disk and uploaded, or the other way round), so a replacement
+    of the same size could not be told."""
+
+
+class DataCacheWarning(OfindexWarning):
+    """A dataset is read without the data cache: its data files do not fit its bound."""
+
+
+class PartialIndexWarning(OfindexWarning):
+    """A dataset has shards whose index covers only a valid prefix (``allow_partial``)."""
+
+
+class CacheDirWarning(OfindexWarning):
+    """``cache_dir`` cannot be used: this process reads without the node cache."""
+
+
+class LegacyLayoutWarning(OfindexWarning):
+    """A dataset's sidecars sit beside its data files (ofindex 0.2's layout), where globs over
+    the data directory (``part-*``, ``*``) return them too; ``migrate=True`` moves them."""

@@ -111,12 +111,14 @@ def open(
             ``"zlib"`` or ``None`` insists on one (a shard indexed otherwise raises
             :class:`SidecarError`, and ``build_missing`` indexes with it). A random record
             costs inflating from the seek point before it; iteration inflates each shard once.
-        retries: Remote requests that fail transiently (connection refused or reset,
-            timeouts, HTTP 5xx and 429, S3 ``SlowDown``) are sent again up to this many times,
-            after waits drawn with exponential backoff and jitter (default 10; ``0``: no
-            retries). A request of a batch far slower than its peers is also sent once more.
-        timeout: Seconds after which a remote request is given up, its retries included
-            (default 60).
+        retries: Remote requests that fail transiently (connections reset, or refused by a
+            store that answered before; timeouts, HTTP 5xx and 429, S3 ``SlowDown``) are sent
+            again up to this many times, after waits drawn with exponential backoff and jitter
+            (default 10; ``0``: each request is sent once). A connection refused where nothing
+            ever answered is not retried. A request of a batch far slower than its peers is
+            also sent once more.
+        timeout: Seconds after which a remote request is given up: its attempts, backoff
+            waits and waits for its turn at a throttled store's rate included (default 60).
         allow_missing_shards: Open a directory, glob or manifest whose shards are not all
             there (names that say ``-of-N`` with fewer than N of them, or a writer's
             publication that did not finish: see :mod:`ofindex.formats.shard_set`), with a
@@ -133,9 +135,10 @@ def open(
             unless ``allow_missing_shards``.
         StaleIndexError: A data file changed since it was indexed (a ``ValueError``).
         SidecarError: A sidecar or manifest is corrupt, or shards disagree on the format.
-        StorageError: Storage cannot be reached (a host name that does not resolve, a refused
-            connection, a failed TLS handshake, no answer within ``timeout``), or refuses
-            access (an ``OSError``).
+        StorageError: Storage cannot be reached (a host name that does not resolve, nothing
+            listening at the address, a failed TLS handshake, no answer within ``timeout``),
+            refuses access, or keeps answering that the request rate is too high (an
+            ``OSError``).
         MissingDependencyError: The URL's protocol needs an extra, e.g. ``pip install
             'ofindex[s3]'`` (an ``ImportError``).
         InvalidURLError: An unknown URL protocol (a ``ValueError``).

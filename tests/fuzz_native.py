@@ -839,11 +839,12 @@ class RefReader:
         held = self.slots.get(j)
         if held is not None and all(a is b if not isinstance(a, (int, bool)) else a == b
                                     for a, b in zip(held, entry, strict=True)):
-            return
+            return False
         self.slots.pop(j, None)
         if len(self.slots) >= self.max_bound:
             self.slots.clear()
         self.slots[j] = entry
+        return True
 
     def get(self, key):
         if type(key) is not int or not self.cumulative:
@@ -929,6 +930,11 @@ def fuzz_reader(rng: random.Random, tmpdir: str) -> None:
         if rng.random() < 0.1:
             reader.close()
             ref.slots.clear()
+        if rng.random() < 0.1:  # one let go of (anything else than a shard's number: ignored)
+            key = rng.choice([j, j, rng.randint(-2, len(cumulative) + 2), "1", None, 2**70])
+            reader.release_held(key)
+            if type(key) is int:
+                ref.slots.pop(key, None)
         assert reader.bound == len(ref.slots), (reader.bound, ref.slots, args)
     n = cumulative[-1] if cumulative else 0
     keys = [rng.randint(-n - 2, n + 2) for _ in range(rng.randint(0, 8))]

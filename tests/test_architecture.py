@@ -234,3 +234,35 @@ def test_public_api_names():
     assert callable(ofindex.decode.BatchDecoder)
     assert callable(ofindex.shuffle.GlobalShuffleSampler)
     assert callable(ofindex.integrations.torch.TorchDataset)
+
+
+def test_every_error_and_warning_is_in_errors_and_exported():
+    """Every exception or warning class the library defines lives in ``ofindex.errors`` (one
+    place a caller looks), derives from ``OfindexError`` or ``OfindexWarning`` (one ``except``
+    or one warnings filter catches them all), and is exported from ``ofindex`` (``StateError``,
+    ``ClusterError`` and four warnings were defined but not exported). Classes private to a
+    module (a leading underscore, or internal signals caught by their callers and never
+    raised to a user: the decoder's ``WireError``, inflating's ``InflateFailure``, the cache
+    database's ``Unusable``) and the CLI's own ``UsageError`` are the exceptions."""
+    import ofindex
+    from ofindex import errors
+
+    internal = {"WireError", "InflateFailure", "Unusable", "UsageError"}
+    misplaced = []
+    for module, path in _modules().items():
+        with open(path, encoding="utf-8") as source:
+            tree = ast.parse(source.read())
+        for node in tree.body:
+            if not isinstance(node, ast.ClassDef) or node.name.startswith("_"):
+                continue
+            bases = {ast.unparse(base) for base in node.bases}
+            if any(b.endswith(("Error", "Exception", "Warning")) for b in bases) and \
+                    module != "ofindex.errors" and node.name not in internal:
+                misplaced.append(f"{module}.{node.name}")
+    assert not misplaced, f"define these in ofindex/errors.py: {misplaced}"
+    for name, value in vars(errors).items():
+        if isinstance(value, type) and issubclass(value, BaseException) and \
+                value.__module__ == "ofindex.errors":
+            assert issubclass(value, (errors.OfindexError, errors.OfindexWarning)), name
+            assert getattr(ofindex, name, None) is value and name in ofindex.__all__, \
+                f"ofindex.{name} is not exported"

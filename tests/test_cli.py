@@ -8,7 +8,7 @@ import sys
 import pytest
 from helpers import manifest_of, ref_ofrecord, ref_tfrecord, write_raw
 
-from ofindex.cli import EXIT_ERROR, EXIT_OK, EXIT_PARTIAL, main
+from ofindex.cli import EXIT_ERROR, EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, main
 
 RECORDS = [f"r{i}".encode() for i in range(30)]
 
@@ -46,7 +46,7 @@ def test_exit_codes_for_errors(tmp_path, data_dir, capsys):
     assert f"`ofindex build {data_dir}`" in capsys.readouterr().out
     assert main(["build", str(tmp_path / "missing")]) == EXIT_ERROR
     assert main(["build", data_dir, "--no-progress"]) == EXIT_OK
-    assert main(["get", data_dir, "30"]) == EXIT_ERROR
+    assert main(["get", data_dir, "30"]) == EXIT_USAGE  # a record number it has not
     assert "out of range" in capsys.readouterr().err
     with pytest.raises(SystemExit) as err:
         main(["build"])

@@ -108,6 +108,42 @@ def test_the_default_kind_follows_the_shard_count(tmp_path, monkeypatch):
     assert ofindex.open(root)[:] == records
 
 
+@pytest.mark.parametrize("where", ["local", "memory"])
+def test_a_manifest_named_with_a_standard_name_replaces_the_other_kind(tmp_path, where):
+    """``build_index(manifest=...)`` naming ``ofindex-manifest.bin`` or
+    ``ofindex-manifest.json`` removes the other kind's file in that directory, as the switch
+    at COMPACT_FROM_SHARDS does (the JSON one stayed, and an older compact one beside a new
+    JSON manifest was read in its place: readers look for the compact one first)."""
+    local = str(tmp_path / "data")
+    records = _dataset(local)
+    root = local if where == "local" else "memory://named-kinds/data"
+    fs = fsspec.filesystem("memory")
+    if where == "memory":
+        for name in os.listdir(local):
+            with open(os.path.join(local, name), "rb") as f:
+                fs.pipe(f"/named-kinds/data/{name}", f.read())
+    index = f"{root}.ofindex"
+
+    def exists(name: str) -> bool:
+        return (os.path.exists(os.path.join(index, name)) if where == "local"
+                else fs.exists(f"/named-kinds/data.ofindex/{name}"))
+
+    try:
+        ofindex.build_index(root)  # the JSON manifest in the default place
+        assert exists(MANIFEST_NAME) and not exists(COMPACT_NAME)
+        ofindex.build_index(root, manifest=f"{index}/{COMPACT_NAME}")
+        assert exists(COMPACT_NAME) and not exists(MANIFEST_NAME)
+        ofindex.build_index(root, manifest=f"{index}/{MANIFEST_NAME}")
+        assert exists(MANIFEST_NAME) and not exists(COMPACT_NAME)
+        with ofindex.open(root) as ds:
+            assert ds[:] == records
+        ofindex.build_index(root, manifest=f"{index}/other-name.json")  # not a standard name
+        assert exists(MANIFEST_NAME) and exists("other-name.json")
+    finally:
+        if where == "memory":
+            fs.rm("/named-kinds", recursive=True)
+
+
 def test_json_manifests_still_open(tmp_path):
     root = str(tmp_path / "data")
     records = _dataset(root)
@@ -270,3 +306,139 @@ def test_small_shards_read_whole_in_two_rounds_too():
     got = ds[batch]
     assert [struct.unpack_from("<Q", g)[0] for g in got] == batch.tolist()
     assert len(rounds.log) == 2
+
+
+@pytest.mark.parametrize("column", ["records", "sizes"])
+def test_totals_past_2_64_are_refused_not_wrapped(built, column):
+    """Counts (or sizes) of 2^62 in four shards add up past 2^64, which wraps to a few in
+    64 bits: a header claiming the wrapped total is refused at open, as a ManifestError naming
+    the manifest (a plain ValueError came from ``ds[i]`` once it passed)."""
+    root, _, manifest = built
+    storage, path = Storages().for_url(manifest)
+    m = open_compact(storage, path)
+    stamps = [m.stamp(k) for k in range(len(m))]
+    big = 1 << 62
+    rows = [manifest_binary.Row(m.name(k), big if column == "records" and k < 4 else
+                                int(m.records[k]), big if column == "sizes" and k < 4 else
+                                int(m.sizes[k]), stamps[k][0], stamps[k][1])
+            for k in range(len(m))]
+    writer = manifest_binary.CompactWriter(RecordFormat.TFRECORD, len(m), None, None, True)
+    writer.add(rows)
+    true_records = sum(r.records for r in rows)
+    true_bytes = sum(r.size for r in rows)
+    assert writer.total_records == true_records and writer.total_bytes == true_bytes
+    assert max(true_records, true_bytes) > 1 << 64
+    writer.total_records, writer.total_bytes = true_records % (1 << 64), true_bytes % (1 << 64)
+    with open(manifest, "wb") as f:  # the header's totals wrapped, every CRC valid
+        f.write(b"".join(writer.finish()))
+    with pytest.raises(ManifestError, match=r"ofindex-manifest\.bin: its columns do not add up"):
+        ofindex.open(root)
+
+
+def test_a_dataset_whose_counts_add_up_past_2_64_is_refused():
+    """Record counts that add up past what a dataset can hold are refused whatever their
+    sum wraps to in 64 bits (here to 0)."""
+    from ofindex.read.shards import Shard
+    from ofindex.read.table import ShardTable
+    from ofindex.storage.local import LocalStorage
+
+    storage = LocalStorage()
+    shards = [Shard(f"/nowhere/{k}", storage, f"/nowhere/{k}.ofidx", 1 << 61, 10)
+              for k in range(8)]
+    with pytest.raises(ofindex.SidecarError, match="claim 18446744073709551616 records"):
+        ShardTable(storage, shards)
+
+
+def _forged_manifest(shards: int, rows: int = 1 << 16) -> bytes:
+    """A compact manifest claiming ``shards`` shards whose every page holds zeros (empty
+    names and fingerprints), deflated as far as zlib goes, every CRC valid: a few bytes per
+    thousand rows."""
+    import zlib
+
+    import crc32c
+
+    order = [*manifest_binary.EAGER, manifest_binary.STAMPS]
+    width = {manifest_binary.RECORDS: 8, manifest_binary.SIZES: 8, manifest_binary.FLAGS: 1,
+             manifest_binary.NAMES: 4, manifest_binary.STAMPS: 8}
+    pages = -(-shards // rows)
+    dirs = struct.pack("<II", 0xFFFFFFFF, 0xFFFFFFFF)
+    size = 64 + 16 * len(order) + 16 * pages * len(order) + len(dirs)
+    size += -size % 8
+    columns, table, body, at = b"", [], [], size
+    for k, column in enumerate(order):
+        columns += struct.pack("<BBHIII", column, 1, 0, rows, k * pages, pages)
+        for p in range(pages):
+            n = min(rows, shards - p * rows)
+            extra = 4 if column in (manifest_binary.NAMES, manifest_binary.STAMPS) else 0
+            stored = zlib.compress(bytes(width[column] * n + extra), 9)
+            table.append(struct.pack("<QII", at, len(stored), crc32c.crc32c(stored)))
+            body.append(stored)
+            at += len(stored)
+    head = bytearray(struct.pack("<8sHBBIQQQII16x", manifest_binary.MAGIC, 1, 1, 1, size,
+                                 shards, 0, 0, len(order), 0))
+    head += columns + b"".join(table) + dirs
+    head += bytes(size - len(head))
+    struct.pack_into("<I", head, 44, crc32c.crc32c(bytes(head)))
+    return bytes(head) + b"".join(body)
+
+
+_PEAK = """
+import sys, tracemalloc
+import ofindex
+tracemalloc.start()
+try:
+    ofindex.open(sys.argv[1])
+    outcome = "opened"
+except ofindex.ManifestError as e:
+    outcome = "refused" if "claims 67108864 shards" in str(e) else repr(e)
+print(outcome, tracemalloc.get_traced_memory()[1])
+"""
+
+
+def test_a_manifest_bomb_is_refused_before_it_is_inflated(tmp_path):
+    """A 1.9 MB manifest with valid CRCs claiming 2^26 shards (its pages deflated zeros)
+    inflated about 2 GiB at open before anything refused it: it is refused from its head,
+    and opening it allocates a few MB (run in a process of its own: the old code's 2 GiB
+    stay out of this one)."""
+    import subprocess
+
+    forged = _forged_manifest(1 << 26)
+    assert len(forged) < 2 << 20
+    path = tmp_path / COMPACT_NAME
+    path.write_bytes(forged)
+    done = subprocess.run([sys.executable, "-c", _PEAK, str(path)], capture_output=True,
+                          text=True, timeout=600, env={**os.environ, "PYTHONPATH": os.getcwd()})
+    assert done.returncode == 0, done.stderr[-3000:]
+    outcome, peak = done.stdout.split()
+    assert outcome == "refused" and int(peak) < 16 << 20, done.stdout
+
+
+def test_a_page_of_strings_inflates_no_further_than_its_size_allows():
+    """A names or stamps page is inflated at most MAX_EXPANSION times its stored bytes (and
+    a little): one page claiming 16384 names of 4 KB each (64 MB of zeros, deflated to 63 kB)
+    is refused once it passes that bound, never inflated whole."""
+    import tracemalloc
+    import zlib
+
+    import crc32c
+
+    rows = 1 << 14
+    deflater = zlib.compressobj(9)
+    parts = [deflater.compress(bytes(4 * (rows + 1)))]
+    parts += [deflater.compress(bytes(4096 << 10)) for _ in range(rows // 1024)]
+    stored = b"".join([*parts, deflater.flush()])
+    entry = np.zeros(1, dtype=manifest_binary._PAGE)
+    entry[0] = (0, len(stored), crc32c.crc32c(stored))
+    column = manifest_binary.Column(manifest_binary.ZLIB, rows, entry)
+    head = manifest_binary.Head(RecordFormat.TFRECORD, True, 64, rows, 0, 0,
+                                {manifest_binary.NAMES: column}, None, None)
+    tracemalloc.start()
+    try:
+        with pytest.raises(ManifestError, match="does not inflate to its rows"):
+            manifest_binary.check_page(head, manifest_binary.NAMES, 0, stored, "m.bin")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    bound = manifest_binary.MAX_EXPANSION * len(stored) + manifest_binary.PAGE_SLACK
+    # (zlib grows its output by doubling: the peak is up to twice the bound)
+    assert 4 * (rows + 1) + 4096 * rows > 3 * bound and peak < 2.5 * bound

@@ -244,8 +244,16 @@ def test_an_interrupted_conversion_leaves_nothing_that_opens(tmp_path, seed, sig
     if signal_name == "SIGINT":
         assert b"KeyboardInterrupt" in err or proc.returncode != 0
         assert visible == [], visible  # Ctrl-C removes what was written
-    if not visible:  # nothing was published: converting again works
-        ofindex.convert(str(src), dst, shard_records=100)
+    if not visible:  # nothing was published: converting again works (and names leftovers)
+        import warnings
+
+        from ofindex.errors import LeftoverFilesWarning
+
+        hidden = dst.exists() and any(f.startswith(".") for f in os.listdir(dst))
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            ofindex.convert(str(src), dst, shard_records=100)
+        assert any(issubclass(w.category, LeftoverFilesWarning) for w in caught) == hidden
         assert _what_opens(dst, n) == n
 
 
@@ -278,3 +286,306 @@ def test_prefetched_batches_keep_order_raise_errors_and_stop():
     with Prefetched(source(10**9)) as batches:  # left early: the helper stops and closes
         assert next(batches) == 0
     assert closed.wait(5) and threading.active_count() == before
+
+
+# --- a Hugging Face dataset converts to the rows it yields, not its whole table --------------
+
+def _hf_views():
+    """A dataset and what ``.filter``, ``.select``, ``.shuffle`` and ``train_test_split``
+    make of it: each keeps the table and maps rows through indices."""
+    datasets = pytest.importorskip("datasets")
+    base = datasets.Dataset.from_dict({"id": list(range(50)),
+                                       "text": [f"t{k}" for k in range(50)],
+                                       "emb": [[k, -k] for k in range(50)]})
+    split = base.train_test_split(test_size=0.2, seed=3)
+    return {"filter": base.filter(lambda row: row["id"] % 7 == 2),
+            "select": base.select([41, 3, 3, 17, 0]),
+            "shuffle": base.shuffle(seed=5),
+            "split-test": split["test"], "split-train": split["train"]}
+
+
+@pytest.mark.parametrize("view", ["filter", "select", "shuffle", "split-test", "split-train"])
+def test_hf_dataset_converts_its_own_rows_after_filter_select_shuffle_split(tmp_path, view):
+    hf = _hf_views()[view]
+    expected = [hf[k] for k in range(len(hf))]   # the rows the dataset itself yields
+    assert [row["id"] for row in expected] != list(range(len(expected)))  # a real mapping
+    spec = {"id": FixedLen((), "int64"), "text": FixedLen((), "bytes"), "emb": FixedLen(2, "int64")}
+    for out, batch_size in (("a", 1024), ("b", 3)):   # one batch, and batches across rows
+        summary = ofindex.convert(hf, tmp_path / out, batch_size=batch_size)
+        assert summary.records == len(expected)
+        got = _all(tmp_path / out, spec)
+        assert got["id"].tolist() == [row["id"] for row in expected]
+        assert got["text"].tolist() == [row["text"].encode() for row in expected]
+        assert got["emb"].tolist() == [row["emb"] for row in expected]
+    from ofindex.encode import encode_columns, encode_example
+
+    assert encode_columns(hf) == [encode_example(row) for row in expected]
+    with ofindex.ShardedWriter(tmp_path / "w") as writer:
+        writer.write_columns(hf)
+    assert _all(tmp_path / "w", spec)["id"].tolist() == [row["id"] for row in expected]
+    hf.save_to_disk(str(tmp_path / "saved"))   # and the saved copy, through the command line
+    assert main(["convert", str(tmp_path / "saved"), str(tmp_path / "cli"),
+                 "--no-progress"]) == 0
+    assert _all(tmp_path / "cli", spec)["id"].tolist() == [row["id"] for row in expected]
+
+
+# --- nulls: one policy, the same for Parquet, Hugging Face and the command line ---------------
+
+def _table_with_nulls(pa, n=60):
+    """Null elements inside lists at rows 37 (floats), 41 (bools), 44 (ints), 50 (strings);
+    null cells (a row's whole value) everywhere else in between."""
+    def column(row, value, arrow_type):
+        cells = [None if k % 9 == 4 else [value, value] for k in range(n)]
+        cells[row] = [value, None, value]
+        return pa.array(cells, pa.list_(arrow_type))
+
+    return pa.table({"id": pa.array([None if k % 7 == 3 else k for k in range(n)], pa.int64()),
+                     "f": column(37, 1.5, pa.float32()), "b": column(41, True, pa.bool_()),
+                     "i": column(44, 7, pa.int64()), "s": column(50, "x", pa.string())})
+
+
+def _expected_rows(table, nulls):
+    """Each row as a record holds it: null cells left out, null elements as the policy says."""
+    rows = []
+    for row in table.to_pylist():
+        record = {}
+        for name, value in row.items():
+            if value is None:
+                continue
+            if isinstance(value, list):
+                if nulls == "drop":
+                    value = [v for v in value if v is not None]
+                else:
+                    value = [nulls[1][name] if v is None else v for v in value]
+            record[name] = value
+        rows.append(record)
+    return rows
+
+
+def _decoded_rows(directory):
+    with ofindex.open(str(directory)) as ds:
+        return [{name: v.tolist() for name, v in decode_example(r).items()} for r in ds[:]]
+
+
+def _as_stored(record):
+    """A row's values as decoding gives them back (bools as ints, str as bytes)."""
+    return {name: [int(v) if isinstance(v, bool) else v.encode() if isinstance(v, str) else v
+                   for v in (value if isinstance(value, list) else [value])]
+            for name, value in record.items()}
+
+
+@pytest.mark.parametrize("source", ["parquet", "hf"])
+def test_null_elements_are_refused_dropped_or_filled_never_nan_or_false(tmp_path, source, capsys):
+    """A null inside a list became NaN (floats), False (bools) or numpy's TypeError (ints);
+    by default it is now refused naming the column and the row (counted across batches),
+    nothing written; nulls='drop' / ('fill', v) and --nulls drop / fill:v write exactly
+    those rows; a null cell leaves the feature out of its record under every policy."""
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    table = _table_with_nulls(pa)
+    if source == "parquet":
+        pq.write_table(table, tmp_path / "t.parquet", row_group_size=16)
+        src = str(tmp_path / "t.parquet")
+    else:
+        datasets = pytest.importorskip("datasets")
+        src = datasets.Dataset(table)
+    with pytest.raises(EncodeError, match="feature 'f' of record 37: element 1 of its list is "
+                       "null") as refused:
+        ofindex.convert(src, tmp_path / "never", batch_size=10)
+    assert "nulls='drop'" in str(refused.value)
+    assert not (tmp_path / "never").exists() or os.listdir(tmp_path / "never") == []
+    fills = {"f": -1, "b": False, "i": 0, "s": ""}
+    for out, nulls in (("drop", "drop"), ("fill", ("fill", fills))):
+        ofindex.convert(src, tmp_path / out, batch_size=10, nulls=nulls)
+        expected = [_as_stored(r) for r in _expected_rows(table, nulls)]
+        assert _decoded_rows(tmp_path / out) == expected
+    for fill, match in ((0.5, "the fill value 0.5 does not fit its bool values"),
+                        (0, "feature 's' of record 50: the fill value 0 does not fit its Arrow "
+                         "type string"),
+                        ({"f": 0}, "feature 'b' of record 41: a null element and no fill "
+                         "value for this feature")):
+        with pytest.raises(EncodeError, match=match):
+            ofindex.convert(src, tmp_path / "never-filled", batch_size=10, nulls=("fill", fill))
+    if source == "hf":
+        return
+    assert main(["convert", src, str(tmp_path / "cli-never"), "--no-progress",
+                 "--batch-size", "10"]) == 1
+    err = capsys.readouterr().err
+    assert "feature 'f' of record 37" in err and "(--nulls drop)" in err
+    assert len(err.strip().splitlines()) == 1 and "Error" not in err.split(":", 2)[1]
+    for flag, nulls in (("drop", "drop"), ("fill:" + json.dumps(fills), ("fill", fills))):
+        out = tmp_path / f"cli-{flag.replace(':', '')}"
+        assert main(["convert", src, str(out), "--no-progress", "--nulls", flag]) == 0
+        assert _decoded_rows(out) == [_as_stored(r) for r in _expected_rows(table, nulls)]
+    with pytest.raises(SystemExit) as bad:
+        main(["convert", src, str(tmp_path / "x"), "--nulls", "zero"])
+    assert bad.value.code == 2 and "use refuse, drop or fill:VALUE" in capsys.readouterr().err
+
+
+def test_sources_of_no_rows_convert_to_no_records(tmp_path):
+    """An empty Parquet file (a fixed-size list column among its columns), an npz of 0-row
+    arrays and an empty Hugging Face dataset raised numpy's reshape ValueError; each is now
+    a dataset of 0 records."""
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    datasets = pytest.importorskip("datasets")
+    pq.write_table(pa.table({"x": pa.array([], pa.float64()),
+                             "v": pa.array([], pa.list_(pa.float32(), 3))}), tmp_path / "e.parquet")
+    np.savez(tmp_path / "e.npz", x=np.zeros((0, 3)), y=np.zeros(0, np.int64))
+    sources = [str(tmp_path / "e.parquet"), str(tmp_path / "e.npz"),
+               datasets.Dataset.from_dict({"x": [[1.0, 2.0]]}).filter(lambda row: False)]
+    for k, src in enumerate(sources):
+        assert ofindex.convert(src, tmp_path / f"out{k}").records == 0
+        with ofindex.open(str(tmp_path / f"out{k}")) as ds:
+            assert len(ds) == 0
+
+
+# --- image folders: only regular files are read, and errors name the entry -------------------
+
+def _image_folder_with_special_entries(root):
+    import socket
+
+    image = pytest.importorskip("PIL.Image")
+    made = {}
+    for cls in ("cat", "dog"):
+        (root / cls).mkdir(parents=True)
+        for k in range(2):
+            buf = io.BytesIO()
+            image.new("RGB", (4 + k, 4)).save(buf, format="PNG")
+            (root / cls / f"{k}.png").write_bytes(buf.getvalue())
+            made[(cls, f"{k}.png")] = buf.getvalue()
+    os.mkfifo(root / "cat" / "pipe.jpg")                  # opening it would wait for a writer
+    (root / "dog" / "folder.jpg").mkdir()                  # IsADirectoryError
+    os.symlink(root / "nowhere.png", root / "dog" / "dangling.png")   # FileNotFoundError
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(str(root / "dog" / "sock.png"))
+    listener.close()
+    return made
+
+
+def test_image_folder_reads_regular_files_only_and_never_hangs_on_a_fifo(tmp_path):
+    """An image folder holding a FIFO named like an image made `ofindex convert` hang (it
+    opened the FIFO for reading), and a directory or dangling link named like one raised a
+    raw IsADirectoryError / FileNotFoundError: they are skipped with one warning naming
+    them, the regular files convert."""
+    import subprocess
+    import sys
+
+    root = tmp_path / "images"
+    made = _image_folder_with_special_entries(root)
+    env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(__file__))}
+    done = subprocess.run([sys.executable, "-m", "ofindex", "convert", str(root),
+                           str(tmp_path / "out"), "--no-progress"], capture_output=True,
+                          text=True, env=env, timeout=60)
+    assert done.returncode == 0, done.stderr
+    warning = [line for line in done.stderr.splitlines() if line.startswith("WARNING")]
+    assert len(warning) == 1 and "skipped 4 image-named entries that are not regular " \
+        "files" in warning[0], done.stderr
+    assert "cat/pipe.jpg, dog/dangling.png, dog/folder.jpg and 1 more" in warning[0]
+    with ofindex.open(str(tmp_path / "out")) as ds:
+        rows = [decode_example(r) for r in ds[:]]
+    assert {(r["class"][0].decode(), r["filename"][0].decode()): r["image"][0]
+            for r in rows} == made
+    with pytest.warns(Warning, match="skipped 4 image-named entries"):
+        assert ofindex.convert(str(root), tmp_path / "again").records == 4
+
+
+def test_image_folder_entries_that_change_after_the_listing_are_named(tmp_path):
+    """An entry removed, or replaced by a FIFO or a directory, between the listing and its
+    read: an OfindexError naming it (never a hang, never a raw OSError)."""
+    from ofindex.convert.sources import image_folder_source
+    from ofindex.errors import OfindexError
+
+    root = tmp_path / "images"
+    for cls in ("a", "b"):
+        (root / cls).mkdir(parents=True)
+        (root / cls / "x.jpg").write_bytes(b"\xff\xd8 not really a jpeg")
+    for change, match in ((lambda p: p.unlink(), "image folder .*: b/x.jpg is gone"),
+                          (lambda p: (p.unlink(), os.mkfifo(p)), "b/x.jpg is no regular file"),
+                          (lambda p: (p.unlink(), p.mkdir()), "b/x.jpg is no regular file")):
+        source = image_folder_source(str(root), batch_size=8)
+        change(root / "b" / "x.jpg")
+        with pytest.raises(OfindexError, match=match) as caught:
+            list(source.batches())
+        assert isinstance(caught.value, OSError)
+        target = root / "b" / "x.jpg"
+        if target.is_dir():
+            target.rmdir()
+        elif target.exists():
+            target.unlink()
+        target.write_bytes(b"\xff\xd8 not really a jpeg")
+
+
+def test_parquet_named_entries_that_are_not_regular_files_are_skipped(tmp_path):
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    (tmp_path / "d").mkdir()
+    pq.write_table(pa.table({"x": [1, 2]}), tmp_path / "d" / "a.parquet")
+    os.mkfifo(tmp_path / "d" / "b.parquet")
+    with pytest.warns(Warning, match="skipped 1 Parquet-named entry that is not a regular "
+                      "file: .*b.parquet"):
+        assert ofindex.convert(str(tmp_path / "d"), tmp_path / "out").records == 2
+
+
+def test_convert_refuses_an_output_inside_its_source_and_the_other_way(tmp_path):
+    from ofindex.errors import NestedPathsError, OfindexError
+
+    with ofindex.ShardedWriter(tmp_path / "ds", shard_records=4) as w:
+        for k in range(6):
+            w.write({"k": k})
+    for src, dst in ((tmp_path / "ds", tmp_path / "ds" / "sub"), (tmp_path / "ds", tmp_path),
+                     (tmp_path / "ds", tmp_path / "ds")):
+        with pytest.raises(NestedPathsError, match=f"{src}.*{dst}|{dst}.*{src}") as caught:
+            ofindex.convert(str(src), dst)
+        assert isinstance(caught.value, (OfindexError, ValueError))
+    assert sorted(os.listdir(tmp_path / "ds")) == [f"part-0000{k}-of-00002" for k in range(2)]
+    assert ofindex.convert(str(tmp_path / "ds"), tmp_path / "ds2").records == 6
+
+
+def test_what_a_killed_conversion_left_is_named_by_info_and_by_a_rerun(tmp_path, capsys):
+    """`ofindex convert` killed with SIGKILL leaves its hidden shards and sidecars (tens of MB)
+    and nothing mentioned them: `ofindex info` on the output and a rerun of the conversion now
+    say how many files, how big, and the command that removes them, which removes those files
+    and nothing else; nothing is deleted by ofindex itself."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from ofindex.errors import LeftoverFilesWarning
+
+    n = 60_000
+    src, dst = tmp_path / "src.parquet", tmp_path / "dst"
+    _parquet_ids(src, n)
+    env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(__file__))}
+    with subprocess.Popen([sys.executable, "-m", "ofindex", "convert", str(src), str(dst),
+                           "--shard-records", "5000", "--batch-size", "500", "--no-progress"],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env) as proc:
+        while proc.poll() is None and not (dst.exists() and os.listdir(dst)):
+            time.sleep(0.002)
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate(timeout=60)
+    assert proc.returncode == -signal.SIGKILL
+    left = sorted(os.listdir(dst))
+    assert left and all(name.startswith(".") and ".writing" in name for name in left)
+    mine = {dst / ".keep", tmp_path / "dst.ofindex" / "notes.txt"}   # not a writer's
+    for path in mine:
+        path.parent.mkdir(exist_ok=True)
+        path.write_text("mine")
+    assert main(["info", str(dst)]) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith(f"WARNING: {dst} holds ") and "left by a writer that did not " \
+        "finish" in err[0] and "nothing reads them" in err[0], err
+    assert err[1].startswith("ofindex: error:") and len(err) == 2
+    with pytest.warns(LeftoverFilesWarning, match=r"hidden file\(s\), .* MB, left by a writer"):
+        assert ofindex.convert(str(src), dst, shard_records=30_000).records == n
+    assert _what_opens(dst, n) == n
+    assert main(["info", str(dst)]) == 0
+    warning = capsys.readouterr().err.strip()
+    assert warning.startswith("WARNING:") and "rm -f " in warning
+    subprocess.run(warning.split("remove them: ", 1)[1], shell=True, check=True, cwd=tmp_path)
+    assert all(path.read_text() == "mine" for path in mine)   # only the writer's files went
+    assert [f for f in os.listdir(dst) if f.startswith(".")] == [".keep"]
+    assert not [f for f in os.listdir(tmp_path / "dst.ofindex") if ".writing" in f]
+    assert main(["info", str(dst)]) == 0 and "WARNING" not in capsys.readouterr().err
+    assert _what_opens(dst, n) == n

@@ -26,11 +26,11 @@ from helpers import IMPLEMENTATIONS, implementation, stamp_as_served
 
 import ofindex
 from ofindex.cli.synthetic import write_dataset
+from ofindex.errors import CacheDirWarning, DataCacheWarning
 from ofindex.read import blockfile
 from ofindex.read.cachedb import DATA_DB_NAME
 from ofindex.read.cachedir import BLOCK_SUFFIX, file_key
-from ofindex.read.datacache import DataCache, DataCacheWarning
-from ofindex.read.nodecache import CacheDirWarning
+from ofindex.read.datacache import DataCache
 from ofindex.shuffle import GlobalShuffleSampler
 
 RECORDS, SHARDS, SIZE = 3000, 3, 300
@@ -216,7 +216,7 @@ from ofindex.read import blockfile
 url, cache_dir = sys.argv[1:3]
 real = blockfile.write_local_atomic
 
-def slow(path, parts, durable=True):
+def slow(path, parts, durable=True, owned=False):
     # the temporary file half written, then stopped: the parent kills this process here
     import tempfile
     fd, tmp = tempfile.mkstemp(prefix=os.path.basename(path) + ".", suffix=".tmp",
@@ -334,7 +334,7 @@ def test_eviction_deletes_only_blocks_named_by_their_keys(tmp_path):
 def test_a_full_disk_costs_one_warning_and_reads_on(served, tmp_path, monkeypatch):
     url, _, expected = served
 
-    def full(path, parts, durable=True):
+    def full(path, parts, durable=True, owned=False):
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(blockfile, "write_local_atomic", full)

@@ -739,3 +739,43 @@ def test_left_out_features_are_not_looked_into_as_tensorflow_does():
     got = decode_batch(recs, {"image": FixedLen(2)})["image"]
     assert got.tolist() == [[1.0, 2.0]] * 4
     assert decode_example(recs[2], {"image": FixedLen(2)})["image"].tolist() == [1.0, 2.0]
+
+
+# --- a FixedLen no record can hold is refused before anything is allocated for it -------------
+
+def test_a_huge_fixedlen_is_refused_naming_the_feature_before_allocating(impl):
+    """FixedLen((2**40,)) made every batch decoder ask numpy for terabytes (MemoryError) and
+    FixedLen(shape, default=…) made its default before checking; FixedLen((2**28,)) took
+    1 GiB per record before finding that the records hold 3 values. Every decoder now refuses
+    such a spec with a DecodeError (an OfindexError) naming the feature, having allocated a
+    few KiB at most."""
+    import tracemalloc
+
+    from ofindex.decode import decode_sequence_example
+    from ofindex.encode import encode_example, encode_sequence_example
+
+    records = [encode_example({"x": np.zeros(3, np.float32), "n": [1, 2]})] * 4
+    seq = encode_sequence_example({"x": [1.5]}, {"s": [[1.5]]})
+    huge = {"x": FixedLen((2**40,))}
+    calls = [lambda: BatchDecoder(huge)(records), lambda: decode_example(records[0], huge),
+             lambda: Decoder(huge)(records[0]), lambda: decode_ofrecord(records[0], huge),
+             lambda: BatchDecoder({"n": FixedLen((2**20, 2**20), "int64")})(records),
+             lambda: decode_sequence_example(seq, huge, {"s": FixedLen(1)}),
+             lambda: decode_sequence_example(seq, {}, {"s": FixedLen((1 << 33,))})]
+    tracemalloc.start()
+    try:
+        for call in calls:
+            with pytest.raises(DecodeError, match=r"feature '[xns]': FixedLen\(.*\) asks for "
+                               r".* values per record.*more than any record holds"):
+                call()
+        with pytest.raises(DecodeError, match=r"record 0: feature 'x': FixedLen\(268435456,\) "
+                           "asks for 268,435,456 float32 values.*no record here is longer than"):
+            BatchDecoder({"x": FixedLen((2**28,))})(records)
+        with pytest.raises(DecodeError, match="a FixedLen with a default: FixedLen"):
+            FixedLen((2**40,), default=0.0)
+        assert tracemalloc.get_traced_memory()[1] < 1 << 20
+    finally:
+        tracemalloc.stop()
+    assert isinstance(DecodeError("x"), OfindexError)
+    ok = BatchDecoder({"x": FixedLen(3), "n": FixedLen(2, "int64", default=0)})(records)
+    assert ok["x"].shape == (4, 3) and ok["n"].tolist() == [[1, 2]] * 4

@@ -289,6 +289,7 @@ CASES = st.sampled_from(sorted(RECORDS)).flatmap(
 @example(case=("ofrecord", b"\n\x16\t" + bytes(8) + b"\n\x01a\n\x01a\x8a\x80\x80\x80\x80\x00\x00"))
 @example(case=("ofrecord", bytes.fromhex("0a160a02fffefbffffff0f2df62ffc67fcffffff8f001200")))
 @given(case=CASES)
+@pytest.mark.slow
 def test_decoders_match_protobuf(case):
     kind, raw = case
     TALLY_SINGLE.input()
@@ -388,6 +389,7 @@ BATCH_CASES = st.sampled_from(sorted(FAMILY_KINDS)).flatmap(
 @example(case=("example", ({"a": VarLen("bytes")}, [_FEATURE_A + b"K\xcc\x80\x80\x80\x80\x00"])))
 @example(case=("example", ({"a": VarLen("bytes")}, [_FEATURE_A + b"K\x00\x01L"])))
 @given(case=BATCH_CASES)
+@pytest.mark.slow
 def test_batches_match_protobuf(impl, case):
     TALLY_BATCH.input()
     kind, (spec, batch) = case

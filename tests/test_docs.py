@@ -163,6 +163,7 @@ def _shell_lines(body: str) -> list[str]:
 
 @pytest.mark.parametrize("line", SMOKE_LINES, ids=[
     line.replace(".venv/bin/python ", "") for line in SMOKE_LINES])
+@pytest.mark.slow
 def test_benchmark_smoke(line, world):
     """A benchmark command of the docs, run from the repository with ``--smoke`` (seconds at
     tiny sizes) by the test's interpreter."""
@@ -216,6 +217,7 @@ def test_readme_has_the_two_setup_commands():
         assert "bash tools/run-tests.sh" in f.read()
 
 
+@pytest.mark.slow
 def test_readme_install_command_works(tmp_path):
     """The README's first command, in a copy of the repository's files (a fresh venv)."""
     listed = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"],
@@ -252,6 +254,7 @@ def _help_examples() -> list[str]:
     return out
 
 
+@pytest.mark.slow
 def test_every_help_example_runs(tmp_path, moto_server, gcs_server, nginx_server,
                                  dask_scheduler):
     cwd, env = _make_world(str(tmp_path), moto_server, gcs_server, nginx_server)

@@ -124,6 +124,7 @@ def served(site):
         proc.wait(timeout=10)
 
 
+@pytest.mark.slow
 def test_every_page_loads_in_chromium_without_errors(site, served):
     need("playwright", "docs")
     if not os.path.exists(CHROMIUM):

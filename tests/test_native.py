@@ -263,6 +263,7 @@ print("ok")
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-3000:]
 
 
+@pytest.mark.slow
 def test_hostile_arguments_fuzz():
     seed = 0  # the same inputs on every run; tests/test_fuzz_native.py tries fresh seeds
     done = _in_subprocess("import sys, fuzz_native; sys.exit(fuzz_native.main(sys.argv[1:]))",
@@ -413,7 +414,10 @@ def _planned_column(draw, rows: int):
         data = (bounds, b"x" * lead + b"".join(values) + b"tail")
     else:
         data = draw(st.lists(st.binary(max_size=300), min_size=rows, max_size=rows))
-    return PlannedColumn(key, field, mode, data)
+    present = draw(st.one_of(st.none(), st.lists(st.sampled_from([0, 1, 2]), min_size=rows,
+                                                 max_size=rows)))  # null cells: 0
+    return PlannedColumn(key, field, mode, data,
+                         None if present is None else np.array(present, np.uint8))
 
 
 @settings(max_examples=200, deadline=None)

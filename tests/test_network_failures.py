@@ -95,16 +95,90 @@ def test_https_to_a_plain_http_server_says_tls(served):
         _raises_storage_error(call, "TLS (https) handshake", "use http:// instead of https://")
 
 
-def test_refused_connection_is_retried_then_named():
+def test_a_refused_connection_where_nothing_ever_answered_is_said_at_once():
+    """A mistyped port: nothing listens there. Said at once (it was retried for 55 s), in
+    every path that reaches the storage."""
     port = servers.free_port()  # nothing listens
     url = f"http://127.0.0.1:{port}/data/part-0"
+    calls = [lambda: ofindex.open(url), lambda: ofindex.open(url + "/"),
+             lambda: ofindex.open(url, manifest=False), lambda: ofindex.build_index(url),
+             lambda: storage_for(url)[0].read(url, 0, 10),
+             lambda: storage_for(url)[0].stamp(url), lambda: storage_for(url)[0].read_all(url)]
+    for call in calls:  # the default policy: 10 retries within 60 s
+        err = _raises_storage_error(call, f"http://127.0.0.1:{port}/data/part-0",
+                                    f"nothing listens at 127.0.0.1:{port} (connection refused)",
+                                    "check the host and port in the URL", within=3.0)
+        assert "attempts" not in str(err)
+
+
+def test_a_refused_connection_to_a_store_that_answered_is_retried_then_named():
+    """A server that answered this process and then refuses is restarting: retried."""
+    import http.server
+
+    class Missing(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_error(404)
+
+        do_HEAD = do_GET
+
+        def log_message(self, *args):
+            pass
+
+    with servers.serve_http(Missing) as (base, _srv):
+        url = f"{base}/data/part-0"
+        with pytest.raises(DataFileNotFoundError):  # it answered
+            ofindex.open(url, retries=2)
     err = _raises_storage_error(lambda: ofindex.open(url, retries=2), url,
-                                f"connection refused by 127.0.0.1:{port}", "3 attempts",
+                                f"connection refused by {base.split('//')[1]}", "3 attempts",
                                 "retries= / timeout=")
     assert "--retries" not in str(err) and "--retries" in err.cli_message()
     t = time.monotonic()
     _raises_storage_error(lambda: ofindex.open(url, timeout=1.5), "connection refused")
     assert time.monotonic() - t < 3.5  # the deadline, not the 10 retries
+
+
+@pytest.mark.slow
+def test_a_server_answering_only_429_is_given_up_within_the_bounds():
+    """HTTP 429 to every request: ``retries=0`` sends each request once, and ``timeout=``
+    bounds the backoff and the pacer's waits (``open(timeout=5, retries=0)`` waited 10
+    minutes)."""
+    import http.server
+
+    from ofindex.storage.pacing import forget_pacers
+
+    class Throttling(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            with self.server.lock:
+                self.server.requests += 1
+            self.send_response(429)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        do_HEAD = do_GET
+
+        def log_message(self, *args):
+            pass
+
+    forget_pacers()
+    with servers.serve_http(Throttling, requests=0) as (base, srv):
+        url = f"{base}/data/part-0"
+        err = _raises_storage_error(lambda: ofindex.open(url, timeout=5, retries=0), url,
+                                    "request rate is too high", "no retry is left (retries=0)",
+                                    within=3.0)
+        assert "--retries 0" in err.cli_message()
+        assert srv.requests == 2  # the manifest round (compact header, JSON), once each
+        for call in (lambda: ofindex.open(url, timeout=3),
+                     lambda: ofindex.build_index(url, timeout=3)):
+            t = time.monotonic()
+            _raises_storage_error(call, url, "request rate is too high", "timeout of 3 s",
+                                  within=8.0)
+            assert time.monotonic() - t >= 0.5  # backed off (the default: 10 retries)
+        storage = FsspecStorage("http", retry=RetryPolicy(timeout=2))
+        for call in (lambda: storage.read(url, 0, 10), lambda: storage.stamp(url),
+                     lambda: storage.read_all(url), lambda: storage.expand(base + "/data/")):
+            _raises_storage_error(call, "request rate is too high", "timeout of 2 s",
+                                  within=7.0)
+    forget_pacers()
 
 
 def test_no_answer_within_the_timeout_is_named():
@@ -116,6 +190,8 @@ def test_no_answer_within_the_timeout_is_named():
             with contextlib.suppress(OSError):  # the client gave up long ago
                 self.send_error(500)
 
+        do_HEAD = do_GET
+
         def log_message(self, *args):
             pass
 
@@ -123,6 +199,13 @@ def test_no_answer_within_the_timeout_is_named():
         storage = FsspecStorage("http", retry=RetryPolicy(timeout=0.5))
         _raises_storage_error(lambda: storage.read(f"{url}/x", 0, 10), f"{url}/x",
                               "bytes [0, 10)", "no answer within 0.5 s", within=2.5)
+        # the calls made from synchronous code are cut at the deadline too
+        for call, action in ((lambda: storage.stamp(f"{url}/x"), "info"),
+                             (lambda: storage.read_all(f"{url}/x"), "whole file"),
+                             (lambda: storage.expand(f"{url}/d/"), "listing"),
+                             (lambda: storage.is_dir(f"{url}/d/"), "isdir")):
+            _raises_storage_error(call, f"{url}/", action, "no answer within 0.5 s",
+                                  within=2.5)
 
 
 def test_a_missing_file_is_still_not_found(served):
@@ -216,6 +299,7 @@ def test_two_second_blackout_does_not_kill_a_batch(served):
     print(f"\nblackout of 2 s: batch of 64 in {took:.2f} s")
 
 
+@pytest.mark.slow
 def test_slowdown_answers_are_retried_then_succeed(moto_server, dataset):
     import s3fs
 

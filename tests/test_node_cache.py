@@ -52,6 +52,7 @@ def _count_rounds(storage):
     return calls
 
 
+@pytest.mark.slow
 def test_pages_fetched_by_one_process_serve_the_others(s3_dataset, tmp_path):
     url, options, expected = s3_dataset
     cache_dir = str(tmp_path / "node")

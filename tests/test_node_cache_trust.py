@@ -26,9 +26,10 @@ from helpers import sidecar_of
 
 import ofindex
 from ofindex.cli.synthetic import write_dataset
+from ofindex.errors import CacheDirWarning
 from ofindex.read.cachedb import DB_NAME, MAX_DATA
 from ofindex.read.cachedir import entry_name, file_key
-from ofindex.read.nodecache import CacheDirWarning, NodeCache
+from ofindex.read.nodecache import NodeCache
 
 
 @dataclasses.dataclass

@@ -5,6 +5,7 @@ limit, answered as S3 and GCS answer (the real client libraries' exceptions)."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 
@@ -12,7 +13,7 @@ import numpy as np
 import pytest
 
 import ofindex
-from ofindex.errors import RangeReadError
+from ofindex.errors import RangeReadError, StorageError
 from ofindex.planning.stores import store_limits
 from ofindex.storage import pacing
 from ofindex.storage.failures import is_rate_limited, is_throttled
@@ -196,26 +197,54 @@ class Told(AdaptiveRate):
         self.told.append("succeeded")
 
 
-def test_rate_limit_answers_do_not_spend_the_retries():
-    quick = RetryPolicy(retries=0, base_delay=0.0001, throttle_delay=0.0001, max_delay=0.001)
+def test_rate_limit_answers_are_retried_within_the_retries():
+    """A "slow down" answer is retried like any transient failure (as botocore's adaptive
+    mode does), within ``retries``: ``retries=0`` sends a request once."""
+    quick = RetryPolicy(retries=25, base_delay=0.0001, throttle_delay=0.0001, max_delay=0.001)
     slow_down = [sim_limits.throttled_error("s3", "b/k") for _ in range(25)]
     fn = Flaky(slow_down)
     pacer = Told()
     assert retry_sync(fn, quick, "s3://b/k: bytes [0, 2)", pacer=pacer) == b"ok"
     assert fn.calls == 26 and pacer.told == ["throttled"] * 25 + ["succeeded"]
+    once = dataclasses.replace(quick, retries=0)
+    fn = Flaky([sim_limits.throttled_error("gcs", "b/k")])
+    with pytest.raises(StorageError, match=r"s3://b/k: bytes \[0, 2\): .*request rate is too "
+                                           r"high.* 1 time .*no retry is left \(retries=0\)"):
+        retry_sync(fn, once, "s3://b/k: bytes [0, 2)", pacer=Told())
+    assert fn.calls == 1
     outage = OSError("unavailable")
     outage.status = 503
     with pytest.raises(RangeReadError, match="1 attempt"):
-        retry_sync(Flaky([outage]), quick, "s3://b/k: bytes [0, 2)")
+        retry_sync(Flaky([outage]), once, "s3://b/k: bytes [0, 2)")
 
 
 def test_a_store_that_only_says_slow_down_is_given_up_after_the_patience():
-    policy = RetryPolicy(retries=0, throttle_delay=0.001, throttle_patience=0.01)
+    policy = RetryPolicy(retries=10**6, throttle_delay=0.001, throttle_patience=0.01)
     fn = Flaky([sim_limits.throttled_error("gcs", "b/k") for _ in range(10**4)])
-    with pytest.raises(RangeReadError, match=r"s3://b/k: bytes \[0, 2\).*request rate is too "
-                                             r"high.*ofindex plan.*throttle_patience"):
+    with pytest.raises(StorageError, match=r"s3://b/k: bytes \[0, 2\).*request rate is too "
+                                           r"high.*throttle_patience.*ofindex plan"):
         retry_sync(fn, policy, "s3://b/k: bytes [0, 2)")
     assert 3 <= fn.calls < 100
+
+
+def test_the_timeout_bounds_the_waits_for_the_pacer_and_the_backoff():
+    """A request never waits past its deadline, for its turn at a paced rate or for a
+    backoff after "slow down" answers: it is given up as soon as the next wait would pass
+    it (``timeout=5`` against a store answering only 429 waited ``throttle_patience``, 10
+    minutes)."""
+    pacer = AdaptiveRate()
+    pacer.throttled(pacer.reserve()[1])  # 0.7 requests/s, no token: the next turn in 1.4 s
+    policy = RetryPolicy(timeout=0.5)
+    fn = Flaky([])
+    with pytest.raises(StorageError, match=r"request rate is too high.*waiting for a turn at "
+                                           r"the rate it allows would pass the timeout of 0.5"):
+        retry_sync(fn, policy, "s3://b/k: bytes [0, 2)", pacer=pacer)
+    assert fn.calls == 0
+    slow = RetryPolicy(timeout=0.5, throttle_delay=2.0)  # a first backoff of 1-2 s
+    fn = Flaky([sim_limits.throttled_error("s3", "b/k")])
+    with pytest.raises(StorageError, match=r"1 time .*the next try would pass the timeout"):
+        retry_sync(fn, slow, "s3://b/k: bytes [0, 2)")
+    assert fn.calls == 1
 
 
 # -- reads from the simulated store under a low limit ------------------------------------------
@@ -240,8 +269,8 @@ def test_reads_under_a_low_limit_slow_down_and_never_fail(throttled_store, store
     rng = np.random.default_rng(3)
     batches = [rng.choice(40_000, 64, replace=False) for _ in range(2)]
     sim_store.STATS.reset()
-    # retries=0: a read that counted "slow down" answers as failures would fail at the first
-    with retry_settings(policy=RetryPolicy(retries=0, base_delay=0.001, throttle_delay=0.05)):
+    # the default number of retries: the pacer keeps "slow down" answers rare enough
+    with retry_settings(policy=RetryPolicy(base_delay=0.001, throttle_delay=0.05)):
         ds = ofindex.open(url)
         for idx in batches:  # every record is the one asked for (its payload names it)
             got = ds.__getitems__(idx)
@@ -255,9 +284,10 @@ def test_reads_under_a_low_limit_slow_down_and_never_fail(throttled_store, store
 
 
 # -- S3 (moto) behind a proxy that answers "503 SlowDown" ------------------------------------
+@pytest.mark.slow
 def test_slowdown_answers_from_s3_never_fail_a_read(tmp_path, moto_server):
     """s3fs's own exceptions for S3's answers over the rate (``SlowDown`` to a GET, a bare 503
-    to a HEAD) slow the reader down: with ``retries=0`` nothing fails."""
+    to a HEAD) slow the reader down: nothing fails."""
     import uuid
 
     import s3fs
@@ -277,7 +307,7 @@ def test_slowdown_answers_from_s3_never_fail_a_read(tmp_path, moto_server):
     for name in os.listdir(index_dir_of(d)):
         fs.put_file(os.path.join(index_dir_of(d), name), f"{prefix}.ofindex/{name}")
     forget_pacers()
-    policy = RetryPolicy(retries=0, base_delay=0.001, throttle_delay=0.005, max_delay=0.02)
+    policy = RetryPolicy(base_delay=0.001, throttle_delay=0.005, max_delay=0.02)
     with FaultProxy(moto_server.url, slowdown_first=3) as proxy, retry_settings(policy=policy):
         ds = ofindex.open(f"s3://{prefix}", storage_options=servers.s3_options(proxy.url))
         idx = list(range(0, 600, 20))

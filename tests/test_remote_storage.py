@@ -331,6 +331,7 @@ def test_read_only_web_data_with_index_in_another_store(served):
 
 
 @pytest.mark.parametrize("compact", [False, True], ids=["json", "compact"])
+@pytest.mark.slow
 def test_ten_thousand_shards_open_with_one_round(nginx_server, tmp_path, compact):
     """A 10,000-shard dataset opens through its manifest with one round of requests (a
     compact one: three, reading a part of it), and a read touches only its own shard's

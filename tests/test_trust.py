@@ -102,9 +102,9 @@ def _read_in_child(ds: ofindex.Dataset) -> str:
 
 def test_handles_evicted_and_reopened_are_checked(tmp_path, monkeypatch):
     """More shards than cached handles: a handle dropped and reopened is checked again."""
-    from ofindex.storage import local
+    from ofindex.storage import openfiles
 
-    monkeypatch.setattr(local, "_MAX_OPEN", 2)
+    monkeypatch.setattr(openfiles, "limits", lambda: openfiles.FileLimits(256, 2, 2))
     paths = [str(tmp_path / f"part-{k}") for k in range(4)]
     for k, p in enumerate(paths):
         _write(p, b"s%d" % k)

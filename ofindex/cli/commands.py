@@ -7,31 +7,40 @@ Each ``cmd_<name>(args, storage_options)`` returns an exit code; errors propagat
 import argparse
 import concurrent.futures as cf
 import json
+import os
 import sys
 import warnings
 from collections.abc import Sequence
 from typing import Any
 
 from .._accel import implementation
-from ..errors import IndexNotFoundError, OfindexError
+from ..errors import (
+    DataFileNotFoundError,
+    IndexNotFoundError,
+    LeftoverFilesWarning,
+    LegacyLayoutWarning,
+    MissingShardsWarning,
+    OfindexError,
+    PartialIndexWarning,
+    RecordIndexError,
+    SkippedFilesWarning,
+)
 from ..formats.framing import RecordFormat
-from ..formats.location import resolve, sidecar_location
-from ..formats.shard_set import MissingShardsWarning
+from ..formats.location import DatasetLocation, resolve, sidecar_location
 from ..formats.sidecar import load_sidecar
 from ..formats.sidecar_header import Compression
-from ..formats.strays import SkippedFilesWarning
 from ..formats.textindex import export_text
 from ..index.build_file import BuildResult
 from ..index.builder import build_index
-from ..index.migrate import LegacyLayoutWarning
-from ..index.textimport import sidecar_from_text
+from ..index.textimport import read_text_index, sidecar_from_text
 from ..opening import open as open_dataset
 from ..read.dataset import Dataset
-from ..read.open import PartialIndexWarning
 from ..schema import infer_spec, to_python
-from ..storage import Storages
+from ..storage import Storage, Storages
 from ..storage.identity import check_identity
-from .exitcodes import EXIT_OK, EXIT_PARTIAL
+from ..storage.special import descriptor_of
+from ..write.leftovers import find_leftovers
+from .exitcodes import EXIT_OK, EXIT_PARTIAL, UsageError
 from .plan_command import cmd_plan
 
 Options = dict[str, Any]
@@ -51,7 +60,7 @@ def _print_skipped(caught: list[warnings.WarningMessage], *, others: bool) -> No
     """Print each :class:`SkippedFilesWarning` caught as one line (and show the ``others``)."""
     for w in caught:
         if issubclass(w.category, (SkippedFilesWarning, LegacyLayoutWarning,
-                                   MissingShardsWarning)):
+                                   MissingShardsWarning, LeftoverFilesWarning)):
             print(f"WARNING: {w.message}", file=sys.stderr)
         elif others:
             warnings.showwarning(w.message, w.category, w.filename, w.lineno)
@@ -119,7 +128,12 @@ def _build_summary(results: Sequence[BuildResult], *, verified: bool) -> str:
 
 def cmd_info(args: argparse.Namespace, options: Options) -> int:
     """``ofindex info``: shards, counts, sizes and index state (partial indexes shown; files
-    without an index: see :mod:`.unindexed`)."""
+    without an index: see :mod:`.unindexed`; hidden files a killed writer left: a warning
+    first)."""
+    for path in args.paths:
+        left = find_leftovers(path, args.index_dir)
+        if left is not None:
+            print(f"WARNING: {left.describe()}", file=sys.stderr)
     try:
         ds = _open(args, options, verify=False)
     except IndexNotFoundError as missing:
@@ -167,7 +181,10 @@ def cmd_info(args: argparse.Namespace, options: Options) -> int:
 def cmd_get(args: argparse.Namespace, options: Options) -> int:
     """``ofindex get``: print records (hex preview, decoded, or raw bytes)."""
     ds = _open(args, options, verify=not args.no_verify)
-    records = ds.__getitems__(args.indices)
+    try:
+        records = ds.__getitems__(args.indices)
+    except RecordIndexError as exc:  # a record number the dataset has not: a bad argument
+        raise UsageError(str(exc)) from None
     for index, payload in zip(args.indices, records, strict=True):
         if args.raw:
             sys.stdout.buffer.write(payload)
@@ -274,49 +291,81 @@ def _verify_one(args: argparse.Namespace, options: Options, name: str | None) ->
 
 
 def cmd_export_index(args: argparse.Namespace, options: Options) -> int:
-    """``ofindex export-index``: write DALI / tfrecord2idx text indexes."""
+    """``ofindex export-index``: write DALI / tfrecord2idx text indexes (``-o -``: to stdout;
+    a device, a FIFO or ``/dev/stdout`` is written in place, never replaced)."""
     storages = Storages(options)
     location = resolve(args.paths, index_dir=args.index_dir, storages=storages, manifest=False,
                        allow_missing_shards=args.allow_missing_shards)
     storage, files = location.storage, location.files
-    out = storages.for_url(args.output) if args.output else None
+    to_stdout = args.output == "-"
+    out = storages.for_url(args.output) if args.output and not to_stdout else None
+    into_directory = out is not None and out[0].is_dir(out[1])
+    if len(files) > 1 and (to_stdout or (out is not None and not into_directory)):
+        raise UsageError(f"-o {args.output} takes the text index of one data file, but "
+                         f"{len(files)} are named ({storage.url(files[0])} …): name one file, "
+                         "or a directory for -o")
     for f in files:
-        ist, ipath = location.sidecar_of(f)
-        try:
-            sc = load_sidecar(ist, ipath)
-        except FileNotFoundError:
-            raise IndexNotFoundError(
-                f"{ist.url(ipath)}: no index; run `ofindex build {storage.url(f)}` first"
-            ) from None
-        check_identity(storage, f, sc.header.stamp, storage.stamp(f), ist.url(ipath))
-        if sc.compressed or args.compression in ("gzip", "zlib"):
-            raise OfindexError(
-                f"{storage.url(f)}: the file is {sc.compression.name.lower()}-compressed; a "
-                "text index gives offsets into the file itself, which DALI and tfrecord2idx "
-                "read uncompressed — decompress it (gunzip / zlib) and index that copy"
-            )
-        text = export_text(sc)
+        text, records = _text_index(storage, location, f, args.compression)
+        if to_stdout:
+            sys.stdout.buffer.write(text)
+            sys.stdout.flush()
+            print(f"-: {records} records", file=sys.stderr)
+            continue
         if out is None:
             target_storage, target = storage, f + ".idx"
-        elif len(files) == 1 and not out[0].is_dir(out[1]):
-            target_storage, target = out
-        else:
+        elif into_directory:
             target_storage = out[0]
             target = out[0].join(out[1], storage.basename(f) + ".idx")
+        else:
+            target_storage, target = out
         target_storage.write_atomic(target, [text])
-        print(f"{target_storage.url(target)}: {len(sc)} records")
+        # a summary beside the index in the same stream would spoil it
+        said = sys.stderr if target_storage.is_local and descriptor_of(target) == 1 else None
+        print(f"{target_storage.url(target)}: {records} records", file=said)
     return EXIT_OK
+
+
+def _text_index(storage: Storage, location: DatasetLocation, path: str,
+                compression: str) -> tuple[bytes, int]:
+    """The text index of the data file ``path`` from its sidecar, and its number of records.
+
+    Raises:
+        IndexNotFoundError: The file has no sidecar.
+        StaleIndexError: The file changed since it was indexed.
+        OfindexError: The file is compressed (a text index gives offsets into the file).
+    """
+    ist, ipath = location.sidecar_of(path)
+    try:
+        sc = load_sidecar(ist, ipath)
+    except FileNotFoundError:
+        raise IndexNotFoundError(
+            f"{ist.url(ipath)}: no index; run `ofindex build {storage.url(path)}` first"
+        ) from None
+    check_identity(storage, path, sc.header.stamp, storage.stamp(path), ist.url(ipath))
+    if sc.compressed or compression in ("gzip", "zlib"):
+        raise OfindexError(
+            f"{storage.url(path)}: the file is {sc.compression.name.lower()}-compressed; a "
+            "text index gives offsets into the file itself, which DALI and tfrecord2idx "
+            "read uncompressed — decompress it (gunzip / zlib) and index that copy"
+        )
+    return export_text(sc), len(sc)
 
 
 def cmd_import_index(args: argparse.Namespace, options: Options) -> int:
     """``ofindex import-index``: turn a text index into a sidecar, checked line by line against
-    the data file (its size and its record framing)."""
+    the data file (its size and its record framing). The text index is read up to a bound
+    set by the data file's size (a FIFO or a device as a stream, never past it)."""
     storages = Storages(options)
     storage, data = storages.for_url(args.data)
+    if storage.is_local and not os.path.isfile(data):
+        raise DataFileNotFoundError(
+            f"{data}: not a data file (missing, a directory or a special file); name the "
+            "record file the text index describes")
     tstorage, tpath = storages.for_url(args.text_index)
     given = None if args.format == "auto" else RecordFormat.parse(args.format)
-    header, body, records = sidecar_from_text(storage, data, tstorage.read_all(tpath),
-                                              text_url=tstorage.url(tpath), fmt=given)
+    text = read_text_index(tstorage, tpath, storage.stamp(data).size, data_url=storage.url(data))
+    header, body, records = sidecar_from_text(storage, data, text, text_url=tstorage.url(tpath),
+                                              fmt=given)
     ist, ipath = sidecar_location(storage, data, args.index_dir, storages)
     ist.write_atomic(ipath, [header, body])
     print(f"{ist.url(ipath)}: {records} records")
@@ -372,6 +421,7 @@ def cmd_convert(args: argparse.Namespace, options: Options) -> int:
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", SkippedFilesWarning)
+        warnings.simplefilter("always", LeftoverFilesWarning)
         code = inspection.cmd_convert(args, options)
     _print_skipped(caught, others=True)
     return code

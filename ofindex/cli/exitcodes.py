@@ -1,5 +1,7 @@
 """The exit codes of the ``ofindex`` command, as the README documents them."""
 
+from ..errors import OfindexError
+
 #: Success.
 EXIT_OK = 0
 #: A data, index or storage error (corrupt record, stale or missing index, file not found …).
@@ -10,3 +12,8 @@ EXIT_USAGE = 2
 EXIT_PARTIAL = 3
 #: Interrupted (Ctrl-C).
 EXIT_INTERRUPTED = 130
+
+
+class UsageError(OfindexError, ValueError):
+    """A command line that parsing accepted but its command cannot run as asked (``-o -``
+    for several files): reported in one line with :data:`EXIT_USAGE`."""

@@ -12,10 +12,12 @@ from typing import Any
 import numpy as np
 
 from ..convert import convert
+from ..convert.run import refuse_nested
 from ..decode import decode_example, decode_ofrecord, decode_sequence_example, format_decoded
+from ..errors import NestedPathsError
 from ..read.dataset import Dataset
 from ..schema import Schema, infer_spec, to_python, to_tf
-from .exitcodes import EXIT_OK
+from .exitcodes import EXIT_OK, EXIT_USAGE
 
 Options = dict[str, Any]
 
@@ -107,11 +109,17 @@ def cmd_stats(args: argparse.Namespace, options: Options, ds: Dataset) -> int:
 
 
 def cmd_convert(args: argparse.Namespace, options: Options) -> int:
-    """``ofindex convert``: a source into a sharded dataset, with a progress bar and a summary."""
+    """``ofindex convert``: a source into a sharded dataset, with a progress bar and a summary
+    (exit 2 for an output inside the source, or the other way: a bad command line)."""
+    try:
+        refuse_nested(args.src, args.dst)
+    except NestedPathsError as exc:
+        print(f"ofindex: error: {exc.cli_message()}", file=sys.stderr)
+        return EXIT_USAGE
     summary = convert(args.src, args.dst, format=args.to, shard_bytes=args.shard_bytes,
                       shard_records=args.shard_records,
                       compression=None if args.to_compression == "none" else args.to_compression,
-                      batch_size=args.batch_size, storage_options=options,
+                      batch_size=args.batch_size, storage_options=options, nulls=args.nulls,
                       progress=not args.no_progress and sys.stderr.isatty())
     print(summary)
     return EXIT_OK

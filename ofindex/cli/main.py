@@ -10,7 +10,7 @@ from ..errors import OfindexError
 from ..storage.failures import describe
 from ..storage.retry import retry_settings
 from . import commands
-from .exitcodes import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK
+from .exitcodes import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, UsageError
 from .parser import build_parser, check, storage_options
 
 
@@ -44,6 +44,9 @@ def main(argv: list[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return EXIT_OK
+    except UsageError as exc:
+        print(f"ofindex {args.command}: error: {exc.cli_message()}", file=sys.stderr)
+        return EXIT_USAGE
     except OfindexError as exc:
         if debug:
             traceback.print_exc()

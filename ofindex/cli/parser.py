@@ -5,7 +5,10 @@ a generated dataset in ``data/``: keep them runnable as written.
 """
 
 import argparse
+import decimal
 import json
+import math
+from collections.abc import Callable
 from typing import Any
 
 from .. import __version__
@@ -90,6 +93,84 @@ def storage_options(pairs: list[str] | None, parser: argparse.ArgumentParser) ->
     return out
 
 
+#: Index files scanned at once: threads, each holding a file's buffers; past a thousand they
+#: only contend for the same disks and cores.
+MAX_WORKERS = 1024
+#: ``demo`` writes about 3.2 KB a record: a million is 3.2 GB, past "a small dataset".
+MAX_DEMO_RECORDS = 1_000_000
+MAX_DEMO_SHARDS = 1000
+#: ``plan``'s counts (readers, batch size, requests in flight, blocks, block sizes): a
+#: billion is past any cluster, and keeps the planner's products inside int64 and float
+#: precision.
+MAX_PLAN_COUNT = 10**9
+#: Records encoded at once by ``convert``: 16 M records of even a few bytes are gigabytes.
+MAX_BATCH = 1 << 24
+
+
+def _whole_number(text: str) -> int:
+    """``text`` as a whole number (``1e6`` notation too, when it is one exactly)."""
+    try:
+        if any(c in text.lower() for c in "e."):
+            exact = decimal.Decimal(text)
+            if exact != exact.to_integral_value():
+                raise ValueError(text)
+            return int(exact)
+        return int(text)
+    except (ValueError, ArithmeticError):
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+
+
+def whole(low: int, high: int | None = None) -> Callable[[str], int]:
+    """A ``type=`` for a whole number from ``low`` to ``high``: anything else makes argparse
+    print the usage and exit 2, naming the option and the bounds.
+
+    Args:
+        low: The smallest value accepted (``1``: a count; ``0``: a count that may be none).
+        high: The largest, or ``None``.
+
+    Returns:
+        The parsing function.
+    """
+    def parse(text: str) -> int:
+        value = _whole_number(text)
+        if value < low:
+            raise argparse.ArgumentTypeError(
+                f"must be {'positive' if low == 1 else f'{low} or more'}, not {text}")
+        if high is not None and value > high:
+            raise argparse.ArgumentTypeError(f"must be at most {high:,}, not {text}")
+        return value
+
+    return parse
+
+
+def number(low: float, *, above: bool, finite: bool = True) -> Callable[[str], float]:
+    """A ``type=`` for a number above ``low`` (``above``) or at least ``low``; ``nan`` and,
+    with ``finite``, ``inf`` are refused (argparse prints the usage and exits 2).
+
+    Args:
+        low: The bound.
+        above: ``low`` itself is refused.
+        finite: ``inf`` is refused.
+
+    Returns:
+        The parsing function.
+    """
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        if math.isnan(value) or (finite and math.isinf(value)):
+            raise argparse.ArgumentTypeError(f"must be a finite number, not {text}")
+        if value < low or (above and value == low):
+            raise argparse.ArgumentTypeError(
+                f"must be {'positive' if above and low == 0 else f'{low:g} or more'}, not "
+                f"{text}")
+        return value
+
+    return parse
+
+
 def byte_size(text: str) -> int:
     """A byte count such as ``1048576``, ``256K``, ``1M`` or ``1MiB``."""
     units = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
@@ -97,56 +178,54 @@ def byte_size(text: str) -> int:
     unit = t[-1:] if t[-1:] in units else ""
     try:
         value = int(float(t[: len(t) - len(unit)]) * units[unit])
-    except ValueError:
+    except (ValueError, OverflowError):
         raise argparse.ArgumentTypeError(f"not a byte size: {text!r} (e.g. 1M)") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be positive: {text!r}")
     return value
 
 
-def retry_count(text: str) -> int:
-    """``--retries``: a whole number >= 0."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more: {text!r}")
+#: Uncompressed bytes between seek points: past a TiB a random read of a compressed file
+#: inflates half a TiB (and sidecars hold the spacing as a 64-bit number).
+MAX_SEEK_SPACING = 1 << 40
+
+
+def seek_spacing(text: str) -> int:
+    """``--seek-spacing``: a byte size of at most :data:`MAX_SEEK_SPACING`."""
+    value = byte_size(text)
+    if value > MAX_SEEK_SPACING:
+        raise argparse.ArgumentTypeError(f"must be at most 1T ({MAX_SEEK_SPACING:,} bytes), "
+                                         f"not {text}")
     return value
 
 
-def seconds(text: str) -> float:
-    """``--timeout``: a positive number of seconds."""
+#: ``--retries``: a whole number >= 0.
+retry_count = whole(0)
+#: ``--timeout``: a positive number of seconds (``inf``: no limit).
+seconds = number(0, above=True, finite=False)
+
+
+def null_policy(text: str) -> Any:
+    """``convert --nulls``: ``refuse``, ``drop`` or ``fill:VALUE`` (see
+    :func:`ofindex.encode.nulls.parse_cli`)."""
+    from ..encode.nulls import parse_cli
+
     try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be positive: {text!r}")
-    return value
-
-
-def _positive(kind: type[int] | type[float]) -> Any:
-    def parse(text: str) -> int | float:
-        try:
-            value = kind(float(text)) if kind is int and "e" in text.lower() else kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-        if not value > 0:
-            raise argparse.ArgumentTypeError(f"must be positive: {text!r}")
-        return value
-
-    return parse
+        return parse_cli(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _int_list(text: str) -> list[int]:
+    """``--block-sizes``: positive whole numbers separated by commas."""
+    each = whole(1, MAX_PLAN_COUNT)
     try:
-        values = [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected numbers separated by commas: {text!r}") \
-            from None
-    if not values or min(values) < 1:
-        raise argparse.ArgumentTypeError(f"expected positive numbers: {text!r}")
+        values = [each(v.strip()) for v in text.split(",") if v.strip()]
+    except argparse.ArgumentTypeError:
+        values = []
+    if not values:
+        raise argparse.ArgumentTypeError(f"expected positive numbers of at most "
+                                         f"{MAX_PLAN_COUNT:,} separated by commas: {text!r}")
     return values
 
 
@@ -170,13 +249,13 @@ def _common(paths: str = "+") -> "_Parser":
                    help="take a directory or glob whose shards are not all there (names "
                    "saying -of-N with fewer than N, or a writer that did not finish) as it is")
     p.add_argument("--retries", type=retry_count, metavar="N",
-                   help="remote requests that fail transiently (refused or reset connections, "
-                   "timeouts, HTTP 5xx) are sent again up to N times, with exponential backoff "
-                   "and jitter (default 10; 0: none); answers that the request rate is too "
-                   "high (429, S3 SlowDown) slow the reader down without counting")
+                   help="remote requests that fail transiently (reset connections, timeouts, "
+                   "HTTP 5xx, 429 and S3 SlowDown, which also slow the reader down) are sent "
+                   "again up to N times, with exponential backoff and jitter (default 10; 0: "
+                   "none); a connection refused where nothing ever answered is not retried")
     p.add_argument("--timeout", type=seconds, metavar="SECONDS",
-                   help="give a remote request up after this long, its retries included "
-                   "(default 60)")
+                   help="give a remote request up after this long, its retries, backoff and "
+                   "waits for a throttled store included (default 60)")
     return p
 
 
@@ -217,7 +296,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--migrate", action="store_true",
                    help="move sidecars that ofindex 0.2 wrote beside the data files (where "
                         "globs such as part-* return them) to DIR.ofindex/")
-    p.add_argument("--workers", type=int, default=None, metavar="N",
+    p.add_argument("--workers", type=whole(1, MAX_WORKERS), default=None, metavar="N",
                    help="files scanned at once (default: one per core; 8 for remote files)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     again = p.add_mutually_exclusive_group()
@@ -233,20 +312,20 @@ def build_parser() -> argparse.ArgumentParser:
     where.add_argument("--ray", metavar="ADDRESS", nargs="?", const="auto",
                        help="index the files on a Ray cluster ('auto' for the running one, "
                        "ray://host:10001; needs ofindex[ray])")
-    p.add_argument("--seek-spacing", type=byte_size, default=None, metavar="BYTES",
+    p.add_argument("--seek-spacing", type=seek_spacing, default=None, metavar="BYTES",
                    help="compressed files: uncompressed bytes between seek points (default "
                         "256K; smaller: faster random reads, larger index)")
 
     p = add("info", "shards, record counts, sizes and index state (files without an index: "
             "their sizes, framing and the command that indexes them)", _common())
     p.add_argument("--json", action="store_true", help="machine-readable output")
-    p.add_argument("--schema", nargs="?", type=int, const=256, default=None, metavar="N",
+    p.add_argument("--schema", nargs="?", type=whole(1), const=256, default=None, metavar="N",
                    help="also infer the records' features from N records sampled across "
                         "all shards (default 256), as `ofindex schema` does")
 
     p = add("get", "print records by global record number", _common(paths=""))
     p.add_argument("paths", metavar="PATH", help="data file, directory, glob or URL")
-    p.add_argument("indices", nargs="+", type=int, metavar="INDEX",
+    p.add_argument("indices", nargs="+", type=whole(-(2**63), 2**63 - 1), metavar="INDEX",
                    help="record numbers (negative from the end)")
     out = p.add_mutually_exclusive_group()
     out.add_argument("--decode", action="store_true",
@@ -258,21 +337,21 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add("schema", "infer the features of the records from a random sample (files not "
             "indexed yet: from the start of up to 16 of them)", _common())
-    p.add_argument("--sample", type=int, default=256, metavar="N",
+    p.add_argument("--sample", type=whole(1), default=256, metavar="N",
                    help="records sampled across all shards (default 256); files without an "
                         "index are sampled from their start, no index written")
-    p.add_argument("--seed", type=int, default=0, help="the sample's seed")
+    p.add_argument("--seed", type=whole(0), default=0, help="the sample's seed (0 or more)")
     p.add_argument("--style", choices=["python", "tf", "both"], default="both",
                    help="print ofindex.decode code, a TensorFlow feature_description, or both")
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
     p = add("head", "print the first records, decoded and cut to a readable size (no index "
             "needed)", _common())
-    p.add_argument("-n", type=int, default=5, metavar="N", help="records (default 5)")
+    p.add_argument("-n", type=whole(0), default=5, metavar="N", help="records (default 5)")
 
     p = add("stats", "records, shards, bytes, record size percentiles, feature presence",
             _common())
-    p.add_argument("--sample", type=int, default=256, metavar="N",
+    p.add_argument("--sample", type=whole(1), default=256, metavar="N",
                    help="records sampled for feature presence (sizes: 16x as many, from "
                    "the index)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
@@ -286,11 +365,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="framing of the new files (Examples or OFRecords)")
     p.add_argument("--shard-bytes", type=byte_size, metavar="BYTES",
                    help="target shard size (default 256M when --shard-records is not given)")
-    p.add_argument("--shard-records", type=int, metavar="N", help="records per shard")
+    p.add_argument("--shard-records", type=whole(1), metavar="N", help="records per shard")
     p.add_argument("--to-compression", default="none", choices=["none", "gzip", "zlib"],
                    help="compression of the new files")
-    p.add_argument("--batch-size", type=int, default=1024, metavar="N",
+    p.add_argument("--batch-size", type=whole(1, MAX_BATCH), default=1024, metavar="N",
                    help="records encoded at once")
+    p.add_argument("--nulls", type=null_policy, default="refuse", metavar="POLICY",
+                   help="a null element inside a list: refuse (default: an error naming the "
+                   "column and row), drop (left out of its list) or fill:VALUE (VALUE parsed "
+                   "as JSON when it can be); a null cell always leaves the feature out")
     p.add_argument("-s", "--storage-option", action="append", metavar="KEY=VALUE",
                    help="fsspec storage option (repeatable; VALUE parsed as JSON when it can be)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -300,8 +383,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("export-index", "write the text 'offset length' index (DALI, tfrecord2idx)",
             _common())
     p.add_argument("-o", "--output", metavar="PATH",
-                   help="output file (one data file) or directory (default: <data file>.idx "
-                   "beside the data)")
+                   help="output file (one data file; '-' for stdout; a FIFO or a device is "
+                   "written in place) or directory (default: <data file>.idx beside the data)")
 
     p = add("import-index", "turn a text 'offset length' index into a sidecar",
             _common(paths=""))
@@ -310,26 +393,27 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add("plan", "which shuffle block size reaches a throughput under a store's request-"
             "rate limit, and its cost in mixing and requests", _common())
-    p.add_argument("--readers", type=_positive(int), required=True, metavar="N",
+    p.add_argument("--readers", type=whole(1, MAX_PLAN_COUNT), required=True, metavar="N",
                    help="reader processes reading at once (ranks x DataLoader workers)")
-    p.add_argument("--target", type=_positive(float), required=True, metavar="RECORDS_PER_S",
+    p.add_argument("--target", type=number(0, above=True), required=True,
+                   metavar="RECORDS_PER_S",
                    help="records per second wanted, all readers together")
     p.add_argument("--store", choices=["s3", "gcs", "http", "local"],
                    help="the store's limits and prices (default: from the URL)")
-    p.add_argument("--reads-per-second", type=_positive(float), metavar="R",
+    p.add_argument("--reads-per-second", type=number(0, above=True, finite=False), metavar="R",
                    help="the store's read limit per prefix (S3, default 5500) or bucket (GCS, "
                    "default 5000, its starting capacity)")
-    p.add_argument("--price", type=float, metavar="DOLLARS",
+    p.add_argument("--price", type=number(0, above=False), metavar="DOLLARS",
                    help="price of 1,000 read requests (default 0.0004 for S3 and GCS)")
-    p.add_argument("--rtt", type=float, metavar="SECONDS",
+    p.add_argument("--rtt", type=number(0, above=False), metavar="SECONDS",
                    help="a request's round trip (default 0.02)")
-    p.add_argument("--bandwidth", type=float, metavar="BYTES_PER_S",
+    p.add_argument("--bandwidth", type=number(0, above=True), metavar="BYTES_PER_S",
                    help="bytes per second one reader receives (default 1e9)")
-    p.add_argument("--batch-size", type=_positive(int), default=256, metavar="N",
+    p.add_argument("--batch-size", type=whole(1, MAX_PLAN_COUNT), default=256, metavar="N",
                    help="records each reader asks for at once (default 256)")
-    p.add_argument("--concurrency", type=_positive(int), default=64, metavar="N",
+    p.add_argument("--concurrency", type=whole(1, MAX_PLAN_COUNT), default=64, metavar="N",
                    help="requests a reader has in flight (default 64, as ofindex.open)")
-    p.add_argument("--window", type=_positive(int), default=16, metavar="BLOCKS",
+    p.add_argument("--window", type=whole(1, MAX_PLAN_COUNT), default=16, metavar="BLOCKS",
                    help="blocks per shuffling window of the block shuffles (default 16)")
     p.add_argument("--block-sizes", type=_int_list, default=[16, 64, 256, 1024, 4096, 16384],
                    metavar="N,N,...", help="block sizes tried (default 16,...,16384)")
@@ -337,6 +421,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add("demo", "generate a small dataset, index it and read random records")
     p.add_argument("--dir", help="where to write the dataset (default: a temporary directory)")
-    p.add_argument("--records", type=int, default=100_000)
-    p.add_argument("--shards", type=int, default=8)
+    p.add_argument("--records", type=whole(1, MAX_DEMO_RECORDS), default=100_000,
+                   metavar="N", help=f"records to write (default 100,000; at most "
+                   f"{MAX_DEMO_RECORDS:,})")
+    p.add_argument("--shards", type=whole(1, MAX_DEMO_SHARDS), default=8, metavar="N",
+                   help=f"files to write them to (default 8; at most {MAX_DEMO_SHARDS:,})")
     return parser

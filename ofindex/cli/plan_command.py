@@ -8,8 +8,9 @@ import json
 import math
 from typing import Any
 
+from ..errors import OfindexError
 from ..planning import ShufflePlan, plan_for
-from .exitcodes import EXIT_OK
+from .exitcodes import EXIT_OK, UsageError
 
 
 def _print(plan: ShufflePlan) -> None:
@@ -35,11 +36,16 @@ def cmd_plan(args: argparse.Namespace, options: dict[str, Any]) -> int:
     """``ofindex plan``: the candidates, the chosen one and why."""
     limits = {"reads_per_second": args.reads_per_second, "dollars_per_1000": args.price,
               "rtt": args.rtt, "bandwidth": args.bandwidth}
-    plan = plan_for(args.paths, args.readers, args.target, store=args.store,
-                    storage_options=options, index_dir=args.index_dir, limits=limits,
-                    batch_size=args.batch_size, concurrency=args.concurrency,
-                    window=args.window, block_sizes=args.block_sizes,
-                    allow_missing_shards=args.allow_missing_shards)
+    try:
+        plan = plan_for(args.paths, args.readers, args.target, store=args.store,
+                        storage_options=options, index_dir=args.index_dir, limits=limits,
+                        batch_size=args.batch_size, concurrency=args.concurrency,
+                        window=args.window, block_sizes=args.block_sizes,
+                        allow_missing_shards=args.allow_missing_shards)
+    except ValueError as exc:
+        if isinstance(exc, OfindexError):  # the dataset's (a stale index …): said as it is
+            raise
+        raise UsageError(str(exc)) from None  # a setting out of range for this dataset
     if args.json:
         chosen = plan.chosen
         print(json.dumps({

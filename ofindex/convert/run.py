@@ -5,6 +5,7 @@ summary; the source's next batch is read while the current one is written
 
 import os
 import sys
+import warnings
 from collections.abc import Iterable
 from typing import Any
 
@@ -14,8 +15,11 @@ from ofindex.decode import decode_example, decode_ofrecord
 from ofindex.decode.example import top_fields
 from ofindex.decode.spec import Spec
 from ofindex.encode import encode_example, encode_ofrecord
-from ofindex.errors import EncodeError, hint
+from ofindex.encode.nulls import REFUSE, Nulls, null_policy
+from ofindex.errors import EncodeError, LeftoverFilesWarning, NestedPathsError, hint
 from ofindex.formats.framing import RecordFormat
+from ofindex.storage.patterns import has_magic, literal_heads
+from ofindex.write.leftovers import find_leftovers
 from ofindex.write.sharded import ShardedWriter, WriteSummary
 
 
@@ -48,6 +52,47 @@ def _as_ofrecord(record: bytes, number: int) -> bytes:
     return encode_ofrecord(decode_example(record), record=number)
 
 
+def _source_root(src: str) -> str:
+    """The local path a path source reads under: the path itself when it exists (whatever its
+    characters, as :mod:`ofindex.storage.patterns` decides), else a glob's longest leading
+    directory that exists as written, else its directory before any pattern."""
+    if has_magic(src) and not os.path.lexists(src):
+        heads = [head for head in literal_heads(src, os.sep) if os.path.isdir(head)]
+        if heads:
+            src = heads[0]
+        else:
+            parts = []
+            for part in src.split(os.sep):
+                if has_magic(part):
+                    break
+                parts.append(part)
+            src = os.sep.join(parts) or os.curdir
+    return os.path.realpath(src)
+
+
+def refuse_nested(src: object, dst: str) -> None:
+    """Refuse an output inside the source, or a source inside the output (local paths).
+
+    Raises:
+        NestedPathsError: Naming both.
+    """
+    if not isinstance(src, (str, os.PathLike)):
+        return
+    source = os.fspath(src)
+    if "://" in source or "://" in dst:
+        return
+    root, out = _source_root(source), os.path.realpath(dst)
+    if out == root or out.startswith(root.rstrip(os.sep) + os.sep):
+        raise NestedPathsError(
+            f"the output {dst} is inside the source {source}: the conversion would read what "
+            "it writes, or a rerun would take it as source data; write the dataset to a "
+            "directory outside the source")
+    if root.startswith(out.rstrip(os.sep) + os.sep):
+        raise NestedPathsError(
+            f"the source {source} is inside the output {dst}: the dataset's directory would "
+            "hold its source; write it to a directory of its own")
+
+
 def _bar(enabled: bool, total: int | None, description: str) -> Any:
     if not enabled:
         return None
@@ -61,7 +106,8 @@ def convert(src: object, dst: str | os.PathLike[str], *, format: str = "tfrecord
             shard_bytes: int | None = None, shard_records: int | None = None,
             compression: str | None = None, spec: Spec = None, batch_size: int = 1024,
             recode: bool = True, progress: bool = False,
-            storage_options: dict[str, Any] | None = None) -> WriteSummary:
+            storage_options: dict[str, Any] | None = None,
+            nulls: Nulls = REFUSE) -> WriteSummary:
     """Convert a dataset of another kind into a sharded TFRecord / OFRecord dataset.
 
     >>> ofindex.convert("train.parquet", "train/", shard_records=100_000)  # doctest: +SKIP
@@ -83,6 +129,10 @@ def convert(src: object, dst: str | os.PathLike[str], *, format: str = "tfrecord
             back); ``False`` copies payloads as they are.
         progress: Show a progress bar on stderr.
         storage_options: fsspec options for ``dst`` (and a record dataset ``src``).
+        nulls: What a null element inside a list (Parquet, Hugging Face) becomes:
+            ``"refuse"`` (an EncodeError naming the column and the row), ``"drop"`` (left
+            out of its list) or ``("fill", value)``. A null cell always leaves the feature
+            out of that record (see :mod:`ofindex.encode.nulls`).
 
     Returns:
         The :class:`~ofindex.write.sharded.WriteSummary` (records, shards, bytes, time).
@@ -91,13 +141,21 @@ def convert(src: object, dst: str | os.PathLike[str], *, format: str = "tfrecord
         EncodeError: A column that cannot be represented (before anything is written), or a
             value that cannot be encoded (nothing is left behind).
         DatasetExistsError: ``dst`` already holds data files.
+        NestedPathsError: ``dst`` is inside the source, or the source inside ``dst``.
+        ValueError: A bad ``format`` or ``nulls``.
     """
     target = RecordFormat.parse(format).name.lower()
+    nulls = null_policy(nulls)
+    refuse_nested(src, os.fspath(dst))
     source = open_source(src, batch_size, storage_options)
+    left = find_leftovers(os.fspath(dst)) if storage_options is None or "://" not in str(
+        dst) else None
+    if left is not None:  # a writer killed earlier: say so, delete nothing
+        warnings.warn(LeftoverFilesWarning(left.describe()), stacklevel=2)
     bar = _bar(progress, source.records, source.description)
     try:
         with ShardedWriter(dst, target, shard_bytes=shard_bytes, shard_records=shard_records,
-                           compression=compression, spec=spec,
+                           compression=compression, spec=spec, nulls=nulls,
                            storage_options=storage_options) as writer, \
                 Prefetched(source.batches()) as batches:
             for batch in batches:

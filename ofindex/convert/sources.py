@@ -13,20 +13,33 @@ import glob
 import os
 import shutil
 import tempfile
+import warnings
+import zipfile
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 
+from ofindex.convert.imagefolder import (
+    image_folder_batches,
+    image_items,
+    is_image_folder,
+    not_regular,
+)
 from ofindex.encode.arrow import check_arrow_type
-from ofindex.errors import EncodeError, FormatDetectionError, IndexNotFoundError
+from ofindex.errors import (
+    EncodeError,
+    FormatDetectionError,
+    IndexNotFoundError,
+    SkippedFilesWarning,
+    SourceError,
+)
 from ofindex.formats.framing import RecordFormat
 from ofindex.formats.location import resolve
-from ofindex.formats.strays import ListedStrays, only_strays, warn_skipped
+from ofindex.formats.strays import ListedStrays, only_strays, shown, warn_skipped
 from ofindex.read.peek import RecordStream
+from ofindex.storage import LocalStorage, is_glob
 from ofindex.storage.registry import Storages
-
-IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".gif", ".bmp", ".webp", ".tif", ".tiff")
 
 
 @dataclasses.dataclass
@@ -49,6 +62,23 @@ class Source:
     record_format: str = ""
 
 
+def _reason(exc: BaseException) -> str:
+    """What a library said about a file it could not read, on one line."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= 200 else text[:199] + "…"
+
+
+def _unreadable(path: str, what: str, exc: BaseException, step: str) -> SourceError:
+    return SourceError(f"{path}: {what} ({_reason(exc)}); {step}")
+
+
+#: What pyarrow raises for a file it cannot read (ArrowInvalid is a ValueError, ArrowIOError
+#: an OSError).
+_PARQUET_FAILURES = (ValueError, OSError, EOFError)
+_PARQUET_STEP = ("check that the file is whole (a copy or download may have been cut short), "
+                 "or move it out of the source")
+
+
 def _check_schema(schema: Any) -> None:
     for field in schema:
         check_arrow_type(field.name, field.type)
@@ -58,25 +88,53 @@ def parquet_source(paths: list[str], batch_size: int) -> Source:
     """Parquet files, read batch by batch with pyarrow (columns checked first)."""
     import pyarrow.parquet as pq
 
-    files = [pq.ParquetFile(p) for p in paths]
+    files = []
+    for path in paths:
+        try:
+            files.append(pq.ParquetFile(path))
+        except _PARQUET_FAILURES as exc:
+            raise _unreadable(path, "not a readable Parquet file", exc, _PARQUET_STEP) from exc
     for f in files:
         _check_schema(f.schema_arrow)
 
     def batches() -> Iterator[Any]:
-        for f in files:
-            yield from f.iter_batches(batch_size=batch_size)
+        for path, f in zip(paths, files, strict=True):
+            rows = 0
+            try:
+                for batch in f.iter_batches(batch_size=batch_size):
+                    rows += batch.num_rows
+                    yield batch
+            except _PARQUET_FAILURES as exc:
+                raise _unreadable(path, f"damaged: reading failed after {rows:,} of its "
+                                  f"{f.metadata.num_rows:,} rows", exc, _PARQUET_STEP) from exc
 
     return Source(f"{len(paths)} Parquet file(s)", sum(f.metadata.num_rows for f in files),
                   batches)
 
 
+def _cache_files(hf_data: Any) -> str:
+    files = [entry.get("filename", "?") for entry in getattr(hf_data, "cache_files", [])]
+    return ", ".join(files[:2]) + (" …" if len(files) > 2 else "") if files else "in memory"
+
+
 def hf_source(hf_data: Any, batch_size: int) -> Source:
-    """A Hugging Face ``datasets.Dataset`` (its Arrow table, batch by batch)."""
+    """A Hugging Face ``datasets.Dataset``: the rows it yields, batch by batch, as Arrow
+    tables. A dataset made by ``.filter``, ``.select``, ``.shuffle`` or ``train_test_split``
+    keeps its parent's whole table and maps its rows through indices: the dataset's own
+    iterator applies them (its table's batches would be every row of the parent)."""
     table = hf_data.data.table if hasattr(hf_data.data, "table") else hf_data.data
     _check_schema(table.schema)
 
     def batches() -> Iterator[Any]:
-        yield from table.to_batches(max_chunksize=batch_size)
+        rows = 0
+        try:
+            for batch in hf_data.with_format("arrow").iter(batch_size=batch_size):
+                rows += batch.num_rows
+                yield batch
+        except _PARQUET_FAILURES as exc:  # its Arrow cache files are read as it goes
+            raise _unreadable("the Hugging Face dataset", f"reading failed after {rows:,} of "
+                              f"its {len(hf_data):,} rows", exc, "check its cache files "
+                              f"({_cache_files(hf_data)}), or load it again") from exc
 
     return Source("a Hugging Face dataset", len(hf_data), batches)
 
@@ -84,12 +142,21 @@ def hf_source(hf_data: Any, batch_size: int) -> Source:
 def numpy_source(path: str, batch_size: int) -> Source:
     """A ``.npz`` (one column per array) or ``.npy`` file (one column named after the file);
     every array holds one entry per record along its first axis."""
-    if path.endswith(".npz"):
-        with np.load(path, allow_pickle=False) as archive:
-            columns = {name: archive[name] for name in archive.files}
-    else:
-        columns = {os.path.splitext(os.path.basename(path))[0]: np.load(path,
-                                                                       allow_pickle=False)}
+    try:
+        if path.endswith(".npz"):
+            with np.load(path, allow_pickle=False) as archive:
+                columns = {name: archive[name] for name in archive.files}
+        else:
+            columns = {os.path.splitext(os.path.basename(path))[0]: np.load(
+                path, allow_pickle=False)}
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile, KeyError) as exc:
+        if "allow_pickle" in str(exc):
+            raise SourceError(f"{path}: holds arrays of Python objects, which convert does not "
+                              "load (unpickling runs code from the file); save numeric or "
+                              "string arrays") from exc
+        raise _unreadable(path, "not a readable .npy / .npz file", exc,
+                          "check that the file is whole, or save the arrays again with "
+                          "numpy.save / numpy.savez") from exc
     lengths = {name: (len(a) if a.ndim else -1) for name, a in columns.items()}
     if len(set(lengths.values())) != 1 or -1 in lengths.values():
         raise EncodeError(f"{path}: arrays of different lengths or scalars ({lengths}); each "
@@ -105,24 +172,11 @@ def numpy_source(path: str, batch_size: int) -> Source:
 
 def image_folder_source(root: str, batch_size: int) -> Source:
     """An image folder ``root/<class>/<file>``: features ``image`` (the file's bytes),
-    ``label`` (the class's index in sorted order), ``class`` and ``filename``."""
-    classes = sorted(d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d))
-                     and not d.startswith("."))
-    items = [(label, name, file) for label, name in enumerate(classes)
-             for file in sorted(os.listdir(os.path.join(root, name)))
-             if file.lower().endswith(IMAGE_SUFFIXES)]
-
-    def batches() -> Iterator[Any]:
-        for start in range(0, len(items), batch_size):
-            chunk = items[start:start + batch_size]
-            images = []
-            for _, name, file in chunk:
-                with open(os.path.join(root, name, file), "rb") as fh:
-                    images.append(fh.read())
-            yield {"image": images, "label": np.array([c[0] for c in chunk], np.int64),
-                   "class": [c[1] for c in chunk], "filename": [c[2] for c in chunk]}
-
-    return Source(f"image folder {root} ({len(classes)} classes)", len(items), batches)
+    ``label`` (the class's index in sorted order), ``class`` and ``filename``; only regular
+    files are read (see :mod:`ofindex.convert.imagefolder`)."""
+    classes, items = image_items(root)
+    return Source(f"image folder {root} ({len(classes)} classes)", len(items),
+                  lambda: image_folder_batches(root, items, batch_size))
 
 
 def records_source(src: str, batch_size: int, storage_options: dict[str, Any] | None) -> Source:
@@ -213,20 +267,25 @@ def unindexed_records_source(src: str, batch_size: int,
 
 
 def _parquet_files(src: str) -> list[str]:
+    """The Parquet files a path names; of a directory or glob, the regular files only (a
+    FIFO named ``x.parquet`` would be waited on), the others skipped with one warning. A
+    path that exists is taken as written, whatever its characters; only one that does not
+    may be a glob."""
     if os.path.isdir(src):
-        return sorted(glob.glob(os.path.join(src, "**", "*.parquet"), recursive=True))
-    if glob.has_magic(src):
-        return sorted(glob.glob(src))
-    return [src] if src.endswith(".parquet") else []
-
-
-def _is_image_folder(src: str) -> bool:
-    if not os.path.isdir(src):
-        return False
-    subdirs = [d for d in os.listdir(src) if os.path.isdir(os.path.join(src, d))]
-    return bool(subdirs) and any(
-        f.lower().endswith(IMAGE_SUFFIXES) for d in subdirs
-        for f in os.listdir(os.path.join(src, d)))
+        found = sorted(glob.glob(os.path.join(glob.escape(src), "**", "*.parquet"),
+                                 recursive=True))
+    else:
+        local = LocalStorage()
+        if not is_glob(local, src):
+            return [src] if src.endswith(".parquet") else []
+        found = sorted(local.expand(src))
+    regular = [path for path in found if os.path.isfile(path)]
+    if len(regular) < len(found):
+        others = [path for path in found if path not in set(regular)]
+        warnings.warn(SkippedFilesWarning(
+            f"skipped {not_regular(len(others), 'Parquet-named')}: {shown(others)}; only "
+            "regular files are read"), stacklevel=3)
+    return regular
 
 
 def open_source(src: object, batch_size: int,
@@ -249,10 +308,16 @@ def open_source(src: object, batch_size: int,
             os.path.exists(os.path.join(src, "state.json")):
         import datasets
 
-        return hf_source(datasets.load_from_disk(src), batch_size)
+        try:
+            saved = datasets.load_from_disk(src)
+        except Exception as exc:  # whatever datasets raises for a broken save
+            raise _unreadable(src, "not a readable Hugging Face save_to_disk directory", exc,
+                              "save the dataset again with dataset.save_to_disk, or pass the "
+                              "dataset object to ofindex.convert") from exc
+        return hf_source(saved, batch_size)
     parquet = _parquet_files(src) if "://" not in src else []
     if parquet:
         return parquet_source(parquet, batch_size)
-    if _is_image_folder(src):
+    if is_image_folder(src):
         return image_folder_source(src, batch_size)
     return records_source(src, batch_size, storage_options)

@@ -66,22 +66,33 @@ static int crcs_bad(const unsigned char *const p[3], const size_t sz[3], int g,
     return (int)crcs_wrong(p, sz, c, g, header, 0);
 }
 
-/* Check records [0, n) of src (framing, lengths, and with verify their CRCs, three records
- * at a time); the total payload bytes go to *total. Returns -1 or the first failing k. Needs
- * no GIL. */
-Py_ssize_t check_all(const unsigned char *src, Py_ssize_t len, const int64_t *st,
-                            const int64_t *en, Py_ssize_t n, Py_ssize_t header,
-                            Py_ssize_t footer, int verify, int64_t *total) {
+/* check_all()'s arguments, and its total. */
+typedef struct {
+    const unsigned char *src;
+    Py_ssize_t len;
+    const int64_t *st, *en;
+    Py_ssize_t n, header, footer;
+    int verify;
+    int64_t total;
+} CheckArgs;
+
+/* check_all() unguarded. */
+static Py_ssize_t check_body(void *arg) {
+    CheckArgs *a = (CheckArgs *)arg;
+    const unsigned char *src = a->src;
+    const int64_t *st = a->st, *en = a->en;
+    Py_ssize_t len = a->len, n = a->n, header = a->header, footer = a->footer;
+    int verify = a->verify;
     const unsigned char *p[3];
     size_t sz[3];
     Py_ssize_t at[3];
     int g = 0;
-    *total = 0;
+    a->total = 0;
     for (Py_ssize_t k = 0; k <= n; k++) {
         int64_t size = 0;
         int whole = k < n && framed_ok(src, len, st[k], en[k], header + footer, &size);
         if (whole) {
-            *total += size;
+            a->total += size;
             if (!verify)
                 continue;
             p[g] = src + st[k];
@@ -100,6 +111,18 @@ Py_ssize_t check_all(const unsigned char *src, Py_ssize_t len, const int64_t *st
             return k;
     }
     return -1;
+}
+
+/* Check records [0, n) of src (framing, lengths, and with verify their CRCs, three records
+ * at a time) in a guarded call; the total payload bytes go to *total. Returns -1, the first
+ * failing k, or GUARD_FAULT (src is a map whose pages are gone). Needs no GIL. */
+Py_ssize_t check_all(const unsigned char *src, Py_ssize_t len, const int64_t *st,
+                     const int64_t *en, Py_ssize_t n, Py_ssize_t header, Py_ssize_t footer,
+                     int verify, int64_t *total) {
+    CheckArgs args = {src, len, st, en, n, header, footer, verify, 0};
+    Py_ssize_t bad = guard_run(check_body, &args);
+    *total = args.total;
+    return bad;
 }
 
 /* The arguments pack() and slices() share; 0, or -1 with an exception set. */
@@ -162,6 +185,83 @@ static Py_ssize_t first_bad(const unsigned char *const p[3], const size_t sz[3],
                             const uint32_t c[3], int g, Py_ssize_t header, int verify,
                             Py_ssize_t k);
 
+/* pack()'s copies: its arguments and results. */
+typedef struct {
+    const Run *r;
+    unsigned char *dst;
+    int64_t *offs;
+    int64_t base, room;
+    int full;
+} PackJob;
+
+/* pack()'s passes over the records, without the GIL (in a guarded call): -1 or the first
+ * failing record. */
+static Py_ssize_t pack_body(void *arg) {
+    PackJob *job = (PackJob *)arg;
+    const Run *r = job->r;
+    /* first every record's framing and place (cheap: its header only), then the copies with
+     * their CRCs three records at a time, each source read once (hw_copy_crc32c_x3: three
+     * CRC streams run about three times as fast as one, which took a third of a copy's time
+     * for 100 KB payloads) */
+    const int64_t *st = (const int64_t *)r->sv.buf, *en = (const int64_t *)r->ev.buf;
+    const unsigned char *src = (const unsigned char *)r->buf.buf;
+    unsigned char *dst = job->dst;
+    int64_t *offs = job->offs, base = job->base, pos = base, room = job->room;
+    Py_ssize_t bad = -1, frame = r->header + r->footer, end = r->n;
+    int framing_bad = 0;
+    for (Py_ssize_t k = 0; k < r->n; k++) {
+        int64_t size;
+        if (!framed_ok(src, r->buf.len, st[k], en[k], frame, &size)) {
+            end = k;
+            framing_bad = 1;
+            break;
+        }
+        if (size > room - (pos - base)) {
+            end = k;
+            break;
+        }
+        offs[k] = pos;
+        pos += size;
+    }
+    Py_ssize_t k = 0;
+    uint32_t c[3] = {0, 0, 0};
+    for (; bad < 0 && k + 3 <= end; k += 3) {
+        const unsigned char *p[3], *q[3];
+        unsigned char *d[3];
+        size_t sz[3];
+        for (int j = 0; j < 3; j++) {
+            p[j] = src + st[k + j];
+            q[j] = p[j] + r->header;
+            d[j] = dst + offs[k + j];
+            sz[j] = (size_t)(en[k + j] - st[k + j] - frame);
+        }
+        if (r->verify)
+            hw_copy_crc32c_x3(d, q, sz, c);
+        else
+            for (int j = 0; j < 3; j++)
+                memcpy(d[j], q[j], sz[j]);
+        bad = first_bad(p, sz, c, 3, r->header, r->verify, k);
+    }
+    for (; bad < 0 && k < end; k++) {
+        const unsigned char *p[3] = {src + st[k], NULL, NULL};
+        size_t sz[3] = {(size_t)(en[k] - st[k] - frame), 0, 0};
+        if (r->verify)
+            c[0] = hw_copy_crc32c(dst + offs[k], p[0] + r->header, sz[0]);
+        else
+            memcpy(dst + offs[k], p[0] + r->header, sz[0]);
+        bad = first_bad(p, sz, c, 1, r->header, r->verify, k);
+    }
+    if (bad < 0 && end < r->n) {
+        if (framing_bad)
+            bad = end;
+        else
+            job->full = 1;
+    }
+    if (bad < 0 && !job->full)
+        offs[r->n] = pos;
+    return bad;
+}
+
 PyObject *pack(PyObject *self, PyObject *args) {
     PyObject *buf_obj, *starts_obj, *ends_obj, *out_obj, *offs_obj;
     Py_ssize_t base;
@@ -182,69 +282,20 @@ PyObject *pack(PyObject *self, PyObject *args) {
                         "base must lie within out");
         goto done;
     }
-    /* first every record's framing and place (cheap: its header only), then the copies with
-     * their CRCs three records at a time, each source read once (hw_copy_crc32c_x3: three
-     * CRC streams run about three times as fast as one, which took a third of a copy's time
-     * for 100 KB payloads) */
-    const int64_t *st = (const int64_t *)r.sv.buf, *en = (const int64_t *)r.ev.buf;
-    const unsigned char *src = (const unsigned char *)r.buf.buf;
-    unsigned char *dst = (unsigned char *)out.buf;
-    int64_t *offs = (int64_t *)ov.buf, pos = base, room = out.len - base;
-    Py_ssize_t bad = -1, frame = r.header + r.footer, end = r.n;
-    int full = 0, framing_bad = 0;
+    if (guard_ensure() != 0) {
+        PyErr_SetFromErrno(PyExc_OSError);
+        goto done;
+    }
+    PackJob job = {&r, (unsigned char *)out.buf, (int64_t *)ov.buf, base, out.len - base, 0};
+    Py_ssize_t bad;
     Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t k = 0; k < r.n; k++) {
-        int64_t size;
-        if (!framed_ok(src, r.buf.len, st[k], en[k], frame, &size)) {
-            end = k;
-            framing_bad = 1;
-            break;
-        }
-        if (size > room - (pos - base)) {
-            end = k;
-            break;
-        }
-        offs[k] = pos;
-        pos += size;
-    }
-    Py_ssize_t k = 0;
-    uint32_t c[3] = {0, 0, 0};
-    for (; bad < 0 && k + 3 <= end; k += 3) {
-        const unsigned char *p[3], *q[3];
-        unsigned char *d[3];
-        size_t sz[3];
-        for (int j = 0; j < 3; j++) {
-            p[j] = src + st[k + j];
-            q[j] = p[j] + r.header;
-            d[j] = dst + offs[k + j];
-            sz[j] = (size_t)(en[k + j] - st[k + j] - frame);
-        }
-        if (r.verify)
-            hw_copy_crc32c_x3(d, q, sz, c);
-        else
-            for (int j = 0; j < 3; j++)
-                memcpy(d[j], q[j], sz[j]);
-        bad = first_bad(p, sz, c, 3, r.header, r.verify, k);
-    }
-    for (; bad < 0 && k < end; k++) {
-        const unsigned char *p[3] = {src + st[k], NULL, NULL};
-        size_t sz[3] = {(size_t)(en[k] - st[k] - frame), 0, 0};
-        if (r.verify)
-            c[0] = hw_copy_crc32c(dst + offs[k], p[0] + r.header, sz[0]);
-        else
-            memcpy(dst + offs[k], p[0] + r.header, sz[0]);
-        bad = first_bad(p, sz, c, 1, r.header, r.verify, k);
-    }
-    if (bad < 0 && end < r.n) {
-        if (framing_bad)
-            bad = end;
-        else
-            full = 1;
-    }
-    if (bad < 0 && !full)
-        offs[r.n] = pos;
+    bad = guard_run(pack_body, &job);
     Py_END_ALLOW_THREADS
-    if (full) {
+    if (bad == GUARD_FAULT) {
+        map_fault(r.buf.obj);
+        goto done;
+    }
+    if (job.full) {
         PyErr_SetString(PyExc_ValueError, "pack: out is too small for the payloads");
         goto done;
     }
@@ -277,7 +328,8 @@ typedef struct {
     Py_ssize_t bad;
 } CheckJob;
 
-/* check_all() over a whole Run (no GIL needed): -1 or the first failing record. */
+/* check_all() over a whole Run (no GIL needed): -1, the first failing record, or
+ * GUARD_FAULT. */
 static Py_ssize_t check_run(const Run *r) {
     int64_t total;
     return check_all((const unsigned char *)r->buf.buf, r->buf.len, (const int64_t *)r->sv.buf,
@@ -292,38 +344,74 @@ static void check_job(void *arg) {
 
 static void keep_batch_memory(Py_ssize_t total);
 
-/* The list of payload bytes objects of the whole records, or NULL on an error (set). A
- * record that is not whole ends the list early: *made tells how many were made, and the
- * items after them stay NULL (list_dealloc skips them). Checking the contents is the
- * caller's; a record whole for its check may not be whole here if the mapped file changed
- * in between, hence *made. */
+/* make_items()'s copies: the records' spans, and the objects they go to. */
+typedef struct {
+    const unsigned char *src;
+    const int64_t *st;
+    Py_ssize_t header, n;
+    PyObject **items;
+} MakeJob;
+
+/* make_items()'s copies (in one guarded call; no Python call: the objects exist): -1, or the
+ * first record whose stored length is not its span's. */
+static Py_ssize_t make_body(void *arg) {
+    const MakeJob *job = (const MakeJob *)arg;
+    for (Py_ssize_t k = 0; k < job->n; k++) {
+        const unsigned char *p = job->src + job->st[k];
+        Py_ssize_t size = PyBytes_GET_SIZE(job->items[k]);
+        if (load_le(p, 8) != (uint64_t)size)
+            return k;
+        memcpy(PyBytes_AS_STRING(job->items[k]), p + job->header, (size_t)size);
+    }
+    return -1;
+}
+
+/* The list of payload bytes objects of the whole records, or NULL on an error (set; a map
+ * whose pages are gone: StaleIndexError). *made tells how many records were whole (from the
+ * first); the list is the caller's to use only when they all were (list_or_bad). Checking
+ * the contents is the caller's; a record whole for its check may not be whole here if the
+ * mapped file changed in between, hence *made. The objects are made first, then filled in
+ * one guarded call (a guarded call per record cost 5% of slices()). */
 static PyObject *make_items(Run *r, Py_ssize_t *made) {
     const int64_t *st = (const int64_t *)r->sv.buf, *en = (const int64_t *)r->ev.buf;
-    const unsigned char *src = (const unsigned char *)r->buf.buf;
-    Py_ssize_t frame = r->header + r->footer;
+    Py_ssize_t frame = r->header + r->footer, len = r->buf.len, inside = 0;
     /* a run in file order: about its payload bytes (spans are compared before they are
      * subtracted: they come from corrupt files too) */
-    if (r->n > 0 && st[0] >= 0 && en[r->n - 1] > st[0] && en[r->n - 1] <= (int64_t)r->buf.len)
+    if (r->n > 0 && st[0] >= 0 && en[r->n - 1] > st[0] && en[r->n - 1] <= (int64_t)len)
         keep_batch_memory((Py_ssize_t)(en[r->n - 1] - st[0]));
+    *made = 0;
     PyObject *result = PyList_New(r->n);
-    for (*made = 0; result != NULL && *made < r->n; ++*made) {
-        Py_ssize_t k = *made;
-        int64_t size;
-        if (!framed_ok(src, r->buf.len, st[k], en[k], frame, &size))
+    for (; result != NULL && inside < r->n; inside++) {  /* spans inside the buffer */
+        int64_t s = st[inside], e = en[inside];
+        if (s < 0 || e < s || e > (int64_t)len || e - s < frame)
             break;
-        PyObject *item = PyBytes_FromStringAndSize((const char *)src + st[k] + r->header,
-                                                   (Py_ssize_t)size);
+        PyObject *item = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(e - s - frame));
         if (item == NULL)
             Py_CLEAR(result);
         else
-            PyList_SET_ITEM(result, k, item);
+            PyList_SET_ITEM(result, inside, item);
     }
+    if (result == NULL)
+        return NULL;
+    MakeJob job = {(const unsigned char *)r->buf.buf, st, r->header, inside,
+                   ((PyListObject *)result)->ob_item};
+    Py_ssize_t bad = guard_run(make_body, &job);
+    if (bad == GUARD_FAULT) {
+        Py_DECREF(result);
+        return map_fault(r->buf.obj);
+    }
+    *made = bad < 0 ? inside : bad;
     return result;
 }
 
-/* The result of slices() from its objects and the first failing record (-1: none). */
-static PyObject *list_or_bad(PyObject *result, Py_ssize_t made, Py_ssize_t n,
+/* The result of slices() from its objects and the first failing record (-1: none;
+ * GUARD_FAULT: the map's pages are gone). */
+static PyObject *list_or_bad(Run *r, PyObject *result, Py_ssize_t made, Py_ssize_t n,
                              Py_ssize_t bad) {
+    if (bad == GUARD_FAULT) {
+        Py_XDECREF(result);
+        return PyErr_Occurred() ? NULL : map_fault(r->buf.obj);
+    }
     if (result == NULL)
         return NULL;
     if (bad < 0 && made < n)
@@ -346,7 +434,7 @@ static PyObject *slices_parallel(Run *r) {
     Py_BEGIN_ALLOW_THREADS
     thread_join(&thread);
     Py_END_ALLOW_THREADS
-    return list_or_bad(result, made, r->n, job.bad);
+    return list_or_bad(r, result, made, r->n, job.bad);
 }
 
 PyObject *slices(PyObject *self, PyObject *args) {
@@ -359,22 +447,28 @@ PyObject *slices(PyObject *self, PyObject *args) {
     if (run_open(&r, buf_obj, starts_obj, ends_obj) < 0)
         return NULL;
     PyObject *result = NULL;
+    if (guard_ensure() != 0) {
+        run_close(&r);
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
     if (parallel && r.verify && r.n >= SLICES_PARALLEL)
         result = slices_parallel(&r);
     if (!r.verify) {  /* the framing only: make_items checks it as it goes */
         Py_ssize_t made = 0;
         result = make_items(&r, &made);
-        result = list_or_bad(result, made, r.n, -1);
+        result = list_or_bad(&r, result, made, r.n, -1);
     } else if (result == NULL && !PyErr_Occurred()) {  /* serially: checked, then made */
         Py_ssize_t bad, made = 0;
         Py_BEGIN_ALLOW_THREADS
         bad = check_run(&r);
         Py_END_ALLOW_THREADS
-        if (bad >= 0) {
+        if (bad == GUARD_FAULT) {
+            result = list_or_bad(&r, NULL, 0, r.n, bad);
+        } else if (bad >= 0) {
             result = PyLong_FromSsize_t(bad);
         } else {
             result = make_items(&r, &made);  /* before reading made */
-            result = list_or_bad(result, made, r.n, -1);
+            result = list_or_bad(&r, result, made, r.n, -1);
         }
     }
     run_close(&r);
@@ -473,6 +567,55 @@ static Py_ssize_t first_bad(const unsigned char *const p[3], const size_t sz[3],
     return -1;
 }
 
+/* fill()'s pass over records [lo, end) and what it needs. */
+typedef struct {
+    unsigned char **dst;
+    const unsigned char **src;
+    const size_t *sizes;
+    Py_ssize_t lo, end, hi, header;
+    int verify, copy;
+} FillJob;
+
+/* fill()'s copies and checks, without the GIL (in a guarded call): -1 or the first failing
+ * record. */
+static Py_ssize_t fill_body(void *arg) {
+    const FillJob *job = (const FillJob *)arg;
+    unsigned char **dst = job->dst;
+    const unsigned char **src = job->src;
+    const size_t *sizes = job->sizes;
+    Py_ssize_t lo = job->lo, end = job->end, header = job->header, bad = -1;
+    int verify = job->verify, copy = job->copy;
+    Py_ssize_t k = lo;
+    uint32_t c[3] = {0, 0, 0};
+    for (; bad < 0 && k + 3 <= end; k += 3) {
+        unsigned char *d[3] = {dst[k - lo], dst[k - lo + 1], dst[k - lo + 2]};
+        const unsigned char *p[3] = {src[k - lo], src[k - lo + 1], src[k - lo + 2]};
+        const unsigned char *q[3] = {p[0] + header, p[1] + header, p[2] + header};
+        if (verify && copy)
+            hw_copy_crc32c_x3(d, q, sizes + (k - lo), c);
+        else if (verify)
+            hw_crc32c_x3(q, sizes + (k - lo), c);
+        else if (copy)
+            for (int j = 0; j < 3; j++)
+                memcpy(d[j], q[j], sizes[k - lo + j]);
+        bad = first_bad(p, sizes + (k - lo), c, 3, header, verify, k);
+    }
+    for (; bad < 0 && k < end; k++) {
+        const unsigned char *p[3] = {src[k - lo], NULL, NULL};
+        size_t size = sizes[k - lo];
+        if (verify && copy)
+            c[0] = hw_copy_crc32c(dst[k - lo], p[0] + header, size);
+        else if (verify)
+            c[0] = hw_crc32c(p[0] + header, size);
+        else if (copy)
+            memcpy(dst[k - lo], p[0] + header, size);
+        bad = first_bad(p, sizes + (k - lo), c, 1, header, verify, k);
+    }
+    if (bad < 0 && end < job->hi)
+        bad = end;
+    return bad;
+}
+
 PyObject *fill(PyObject *self, PyObject *args) {
     PyObject *bufs, *which_obj, *starts_obj, *outs;
     Py_ssize_t lo, hi, header, footer;
@@ -522,6 +665,10 @@ PyObject *fill(PyObject *self, PyObject *args) {
     for (; got < m; got++)
         if (PyObject_GetBuffer(PyList_GET_ITEM(bufs, got), &views[got], PyBUF_SIMPLE) < 0)
             goto done;
+    if (guard_ensure() != 0) {
+        PyErr_SetFromErrno(PyExc_OSError);
+        goto done;
+    }
     const int64_t *which = (const int64_t *)wv.buf, *st = (const int64_t *)sv.buf;
     Py_ssize_t count = hi - lo ? hi - lo : 1;
     dst = PyMem_Malloc(count * sizeof(*dst));
@@ -557,36 +704,20 @@ PyObject *fill(PyObject *self, PyObject *args) {
         src[k - lo] = (const unsigned char *)views[j].buf + s;
         sizes[k - lo] = (size_t)size;
     }
+    FillJob job = {dst, src, sizes, lo, end, hi, header, verify, copy};
     Py_BEGIN_ALLOW_THREADS
-    Py_ssize_t k = lo;
-    uint32_t c[3] = {0, 0, 0};
-    for (; bad < 0 && k + 3 <= end; k += 3) {
-        unsigned char *d[3] = {dst[k - lo], dst[k - lo + 1], dst[k - lo + 2]};
-        const unsigned char *p[3] = {src[k - lo], src[k - lo + 1], src[k - lo + 2]};
-        const unsigned char *q[3] = {p[0] + header, p[1] + header, p[2] + header};
-        if (verify && copy)
-            hw_copy_crc32c_x3(d, q, sizes + (k - lo), c);
-        else if (verify)
-            hw_crc32c_x3(q, sizes + (k - lo), c);
-        else if (copy)
-            for (int j = 0; j < 3; j++)
-                memcpy(d[j], q[j], sizes[k - lo + j]);
-        bad = first_bad(p, sizes + (k - lo), c, 3, header, verify, k);
-    }
-    for (; bad < 0 && k < end; k++) {
-        const unsigned char *p[3] = {src[k - lo], NULL, NULL};
-        size_t size = sizes[k - lo];
-        if (verify && copy)
-            c[0] = hw_copy_crc32c(dst[k - lo], p[0] + header, size);
-        else if (verify)
-            c[0] = hw_crc32c(p[0] + header, size);
-        else if (copy)
-            memcpy(dst[k - lo], p[0] + header, size);
-        bad = first_bad(p, sizes + (k - lo), c, 1, header, verify, k);
-    }
-    if (bad < 0 && end < hi)
-        bad = end;
+    bad = guard_run(fill_body, &job);
     Py_END_ALLOW_THREADS
+    if (bad == GUARD_FAULT) {  /* the buffer whose pages are gone names the file */
+        const unsigned char *at = (const unsigned char *)guard_last_fault();
+        PyObject *owner = NULL;
+        for (Py_ssize_t j = 0; j < m && owner == NULL; j++)
+            if (at >= (const unsigned char *)views[j].buf &&
+                at < (const unsigned char *)views[j].buf + views[j].len)
+                owner = views[j].obj;
+        map_fault(owner);
+        goto done;
+    }
     result = PyLong_FromSsize_t(bad);
 done:
     PyMem_Free(sizes);

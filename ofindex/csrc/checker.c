@@ -41,16 +41,18 @@ typedef struct {
     Py_ssize_t bad_chunk;   /* the first chunk found bad, or -1: none after it is claimed */
     Py_ssize_t allowed;     /* the thread claims chunks that start below this record */
     int idle, waiters, cancel, finished;  /* waiters: readers waiting for a claimed chunk */
+    int faulted;  /* a chunk touched pages of the map that are gone (the file shrank) */
     Py_ssize_t inline_done;  /* without a thread (under the GIL): records [0, it) passed */
 } CheckerObject;
 
-/* The records [lo, hi) of the run checked: -1 or the first failing one. No GIL needed. */
+/* The records [lo, hi) of the run checked: -1, the first failing one, or GUARD_FAULT (the
+ * map's pages are gone). No GIL needed. */
 static Py_ssize_t check_range(const CheckerObject *c, Py_ssize_t lo, Py_ssize_t hi) {
     int64_t total;
     Py_ssize_t k = check_all((const unsigned char *)c->buf.buf, c->buf.len,
                              (const int64_t *)c->sv.buf + lo, (const int64_t *)c->ev.buf + lo,
                              hi - lo, c->header, c->footer, 1, &total);
-    return k < 0 ? -1 : lo + k;
+    return k == GUARD_FAULT ? k : k < 0 ? -1 : lo + k;
 }
 
 /* Whether chunk `next` may be claimed: it exists, and no chunk before it was found bad. */
@@ -66,6 +68,10 @@ static void check_next(CheckerObject *c) {
     mutex_unlock(&c->mu);
     Py_ssize_t bad = check_range(c, lo, hi);
     mutex_lock(&c->mu);
+    if (bad == GUARD_FAULT) {  /* the chunk fails at its first record, and wait() raises */
+        c->faulted = 1;
+        bad = lo;
+    }
     c->result[k] = bad;
     if (bad >= 0 && (c->bad_chunk < 0 || k < c->bad_chunk))
         c->bad_chunk = k;
@@ -136,6 +142,12 @@ static int checker_init(CheckerObject *self, PyObject *args, PyObject *kwds) {
     }
     for (Py_ssize_t k = 0; k < self->chunks; k++)
         self->result[k] = CHUNK_PENDING;
+    if (guard_ensure() != 0) {  /* the records are read in guarded calls (guard.c) */
+        PyMem_RawFree(self->result);
+        self->n = -1;
+        PyErr_SetFromErrno(PyExc_OSError);
+        goto bad_shape;
+    }
     self->pid = process_id();
     self->running = thread_start(&self->thread, check_loop, self) == 0;
     return 0;  /* without a thread, wait() checks inline */
@@ -188,7 +200,7 @@ static const char wait_doc[] =
 "chunk, until told), until records [0, upto) are checked (chunks the thread has not reached\n"
 "are checked in this thread meanwhile), and return -1 when they all pass, or the first\n"
 "failing one. The records are numbered as in starts and ends; upto and ahead are clamped\n"
-"to [0, n].";
+"to [0, n]. Raises StaleIndexError when buf is a memory map whose file shrank.";
 
 static PyObject *checker_wait(CheckerObject *self, PyObject *args) {
     Py_ssize_t upto, ahead;
@@ -206,10 +218,13 @@ static PyObject *checker_wait(CheckerObject *self, PyObject *args) {
         Py_BEGIN_ALLOW_THREADS
         bad = check_range(self, from, upto);
         Py_END_ALLOW_THREADS
+        if (bad == GUARD_FAULT)
+            return map_fault(self->buf.obj);
         if (bad < 0)
             self->inline_done = upto > self->inline_done ? upto : self->inline_done;
         return PyLong_FromSsize_t(bad);
     }
+    int faulted = 0;
     Py_BEGIN_ALLOW_THREADS
     mutex_lock(&self->mu);
     if (ahead > self->allowed) {
@@ -235,8 +250,11 @@ static PyObject *checker_wait(CheckerObject *self, PyObject *args) {
             self->waiters--;
         }
     }
+    faulted = self->faulted;
     mutex_unlock(&self->mu);
     Py_END_ALLOW_THREADS
+    if (bad >= 0 && faulted)
+        return map_fault(self->buf.obj);
     return PyLong_FromSsize_t(bad);
 }
 

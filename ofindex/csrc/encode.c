@@ -34,7 +34,15 @@ typedef struct {
     PyObject *slice;            /* ... the rows written, held while the GIL is released */
     const unsigned char **ptrs; /* ... and their bytes and sizes */
     Py_ssize_t *lens;
+    Py_buffer present_view;     /* one byte per row, 0: the feature is absent from the row */
+    int held_present;
+    const unsigned char *present; /* its bytes, or NULL: present in every row */
 } Column;
+
+/* Column c holds no entry in row r (a null cell: the feature is absent). */
+static inline int absent(const Column *c, Py_ssize_t r) {
+    return c->present != NULL && !c->present[r];
+}
 
 typedef struct {
     Column *cols;
@@ -122,7 +130,8 @@ static Py_ssize_t entry_size(const Column *c, Py_ssize_t v) {
 static Py_ssize_t entries_size(const Plan *pl, Py_ssize_t r, Py_ssize_t k, int sliced) {
     Py_ssize_t n = 0;
     for (Py_ssize_t j = 0; j < pl->ncols; j++)
-        n += entry_size(&pl->cols[j], value_size(&pl->cols[j], r, k, sliced));
+        if (!absent(&pl->cols[j], r))
+            n += entry_size(&pl->cols[j], value_size(&pl->cols[j], r, k, sliced));
     return n;
 }
 
@@ -183,7 +192,8 @@ static void put_record(const Plan *pl, unsigned char *p, Py_ssize_t r, Py_ssize_
         p = put_varint(p, (uint64_t)entries);
     }
     for (Py_ssize_t j = 0; j < pl->ncols; j++)
-        p = put_entry(p, &pl->cols[j], r, k);
+        if (!absent(&pl->cols[j], r))
+            p = put_entry(p, &pl->cols[j], r, k);
 }
 
 static void release_plan(Plan *pl) {
@@ -193,6 +203,8 @@ static void release_plan(Plan *pl) {
             PyBuffer_Release(&c->view);
         if (c->held_values)
             PyBuffer_Release(&c->values);
+        if (c->held_present)
+            PyBuffer_Release(&c->present_view);
         Py_XDECREF(c->key);
         Py_XDECREF(c->items);
         Py_XDECREF(c->slice);
@@ -235,16 +247,36 @@ static int get_spans_column(PyObject *data, Column *c, Py_ssize_t j, Py_ssize_t 
     return 0;
 }
 
-/* Column j of the plan from its (key, field, mode, data) tuple; its rows into *rows. */
+/* A column's rows present (None: every one), as one byte per row. */
+static int get_present(PyObject *present, Column *c, Py_ssize_t j, Py_ssize_t rows) {
+    if (present == NULL || present == Py_None)
+        return 0;
+    if (PyObject_GetBuffer(present, &c->present_view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
+        return -1;
+    c->held_present = 1;
+    if (c->present_view.ndim != 1 || c->present_view.itemsize != 1 ||
+        c->present_view.shape[0] != rows) {
+        PyErr_Format(PyExc_ValueError, "column %zd: present is one byte per row (%zd rows)", j,
+                     rows);
+        return -1;
+    }
+    c->present = (const unsigned char *)c->present_view.buf;
+    return 0;
+}
+
+static int get_data(PyObject *data, Column *c, Py_ssize_t j, Py_ssize_t *rows);
+
+/* Column j of the plan from its (key, field, mode, data[, present]) tuple; its rows into
+ * *rows. */
 static int get_column(PyObject *spec, Column *c, Py_ssize_t j, Py_ssize_t *rows) {
-    PyObject *key, *data;
+    PyObject *key, *data, *present = NULL;
     int field, mode;
     if (!PyTuple_Check(spec) ||
-        !PyArg_ParseTuple(spec, "SiiO:column", &key, &field, &mode, &data)) {
+        !PyArg_ParseTuple(spec, "SiiO|O:column", &key, &field, &mode, &data, &present)) {
         if (!PyErr_Occurred() || PyErr_ExceptionMatches(PyExc_TypeError)) {
             PyErr_Clear();
             PyErr_Format(PyExc_TypeError, "column %zd is not a (bytes key, int field, int "
-                         "mode, data) tuple", j);
+                         "mode, data[, present]) tuple", j);
         }
         return -1;
     }
@@ -257,6 +289,14 @@ static int get_column(PyObject *spec, Column *c, Py_ssize_t j, Py_ssize_t *rows)
     c->tag = (unsigned char)((field << 3) | 2);
     Py_INCREF(key);
     c->key = key;
+    if (get_data(data, c, j, rows) < 0)
+        return -1;
+    return get_present(present, c, j, *rows);
+}
+
+/* A column's data, by its mode; its rows into *rows. */
+static int get_data(PyObject *data, Column *c, Py_ssize_t j, Py_ssize_t *rows) {
+    int mode = c->mode;
     if (mode == MODE_BYTES || mode == MODE_ENTRIES) {
         if (!PyList_Check(data)) {
             PyErr_Format(PyExc_TypeError, "column %zd: its values are a list of bytes", j);

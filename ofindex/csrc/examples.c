@@ -225,6 +225,49 @@ fail:
     return -1;
 }
 
+/* The owner of the buffer of `r` holding the address of this thread's last fault in a
+ * guarded call (NULL: none of them). */
+static PyObject *faulted_owner(const Records *r) {
+    const unsigned char *at = (const unsigned char *)guard_last_fault();
+    for (Py_ssize_t j = 0; j < r->held; j++)
+        if (at >= (const unsigned char *)r->views[j].buf &&
+            at < (const unsigned char *)r->views[j].buf + r->views[j].len)
+            return r->views[j].obj;
+    return NULL;
+}
+
+/* locate()'s walk over the records and what it needs. */
+typedef struct {
+    const Records *recs;
+    const Family *fam;
+    const Names *names;
+    int64_t *rows;
+    int wrapped;
+} LocateJob;
+
+/* locate()'s walk, without the GIL (in a guarded call: the records may lie in memory maps):
+ * how many records were handled. */
+static Py_ssize_t locate_body(void *arg) {
+    const LocateJob *job = (const LocateJob *)arg;
+    const Records *recs = job->recs;
+    Py_ssize_t k = job->names->k, handled = 0, guesses[GUESSES];
+    for (Py_ssize_t e = 0; e < GUESSES; e++)
+        guesses[e] = -1;
+    int64_t *rows = job->rows;
+    for (Py_ssize_t i = 0; i < recs->n; i++, rows += k * SLOTS) {
+        const unsigned char *base = recs->ptr[i];
+        const unsigned char *ms, *me;
+        int bad = feature_map(base, base + recs->len[i], job->wrapped, &ms, &me) < 0
+                  || read_map(base, ms, me, job->fam, job->names, rows, guesses) < 0;
+        if (bad)
+            for (Py_ssize_t j = 0; j < k; j++)
+                rows[j * SLOTS + KIND] = -1;
+        else
+            handled++;
+    }
+    return handled;
+}
+
 const char locate_doc[] =
     "locate(records, names, kinds, wrapped, out, spans=None) -> int\n\n"
     "Locate the features `names` (a tuple of bytes) in each record (a list of bytes; with\n"
@@ -274,29 +317,24 @@ PyObject *locate(PyObject *self, PyObject *args) {
         return NULL;
     }
     Family fam = {kinds, kinds_len - 1};
-    int64_t *rows = (int64_t *)out.buf;
-    Py_ssize_t handled = 0, guesses[GUESSES];
-    for (Py_ssize_t e = 0; e < GUESSES; e++)
-        guesses[e] = -1;
-    /* without the GIL: big batches are located on a few threads, a slice of records each */
-    Py_BEGIN_ALLOW_THREADS
-    memset(rows, 0, (size_t)out.len);
-    for (Py_ssize_t i = 0; i < n; i++, rows += k * SLOTS) {
-        const unsigned char *base = recs.ptr[i];
-        const unsigned char *ms, *me;
-        int bad = feature_map(base, base + recs.len[i], wrapped, &ms, &me) < 0
-                  || read_map(base, ms, me, &fam, &wanted, rows, guesses) < 0;
-        if (bad)
-            for (Py_ssize_t j = 0; j < k; j++)
-                rows[j * SLOTS + KIND] = -1;
-        else
-            handled++;
+    memset(out.buf, 0, (size_t)out.len);
+    LocateJob job = {&recs, &fam, &wanted, (int64_t *)out.buf, wrapped};
+    PyObject *result = NULL;
+    if (guard_ensure() != 0) {
+        PyErr_SetFromErrno(PyExc_OSError);
+    } else {
+        Py_ssize_t handled;
+        /* without the GIL: big batches are located on a few threads, a slice of records each */
+        Py_BEGIN_ALLOW_THREADS
+        handled = guard_run(locate_body, &job);
+        Py_END_ALLOW_THREADS
+        result = handled == GUARD_FAULT ? map_fault(faulted_owner(&recs))
+                                         : PyLong_FromSsize_t(handled);
     }
-    Py_END_ALLOW_THREADS
     PyBuffer_Release(&out);
     release_records(&recs);
     release_names(&wanted);
-    return PyLong_FromSsize_t(handled);
+    return result;
 }
 
 const char gather_spans_doc[] =
@@ -304,6 +342,25 @@ const char gather_spans_doc[] =
     "Copy bytes [starts[i], ends[i]) of record i (records and spans as for locate) for every\n"
     "i, back to back, into the writable buffer out, which must be exactly that long. The\n"
     "GIL is released for the copy.";
+
+/* gather_spans()'s copies and what they need. */
+typedef struct {
+    const Records *recs;
+    const int64_t *s, *e;
+    char *dst;
+} SpansJob;
+
+/* gather_spans()'s copies, without the GIL (in a guarded call). */
+static Py_ssize_t gather_spans_body(void *arg) {
+    const SpansJob *job = (const SpansJob *)arg;
+    char *dst = job->dst;
+    for (Py_ssize_t i = 0; i < job->recs->n; i++) {
+        size_t size = (size_t)(job->e[i] - job->s[i]);
+        memcpy(dst, job->recs->ptr[i] + job->s[i], size);
+        dst += size;
+    }
+    return 0;
+}
 
 PyObject *gather_spans(PyObject *self, PyObject *args) {
     PyObject *bufs, *s_obj, *e_obj, *out_obj, *spans = Py_None;
@@ -341,15 +398,16 @@ PyObject *gather_spans(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "gather_spans: out does not hold exactly the spans");
         goto done;
     }
-    char *dst = (char *)ov.buf;
-    Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t i = 0; i < n; i++) {
-        size_t size = (size_t)(e[i] - s[i]);
-        memcpy(dst, recs.ptr[i] + s[i], size);
-        dst += size;
+    if (guard_ensure() != 0) {
+        PyErr_SetFromErrno(PyExc_OSError);
+        goto done;
     }
+    SpansJob job = {&recs, s, e, (char *)ov.buf};
+    Py_ssize_t copied;
+    Py_BEGIN_ALLOW_THREADS
+    copied = guard_run(gather_spans_body, &job);  /* (the records may lie in memory maps) */
     Py_END_ALLOW_THREADS
-    result = Py_NewRef(Py_None);
+    result = copied == GUARD_FAULT ? map_fault(faulted_owner(&recs)) : Py_NewRef(Py_None);
 done:
     if (have >= 3)
         PyBuffer_Release(&ov);

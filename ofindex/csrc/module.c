@@ -15,12 +15,15 @@
  * inflate.c  zlib's inflate for seek points in gzip/zlib files (GIL released)
  * sums.c     the CRC32C of many payloads (OFRecord checksums at build time)
  * encode.c   records encoded from columns and framed, for writers (GIL released)
+ * guard.c    reads of memory maps whose file shrinks under them: an error, not SIGBUS
  * threads.h  its two helper threads on POSIX, Windows, or none (the inline paths)
  *
  * Pure functions over buffers the caller already holds (a memory map, a fetched range, a
  * list of records): no I/O, no error messages. Each returns its result, or the position of
  * the first record that fails a check, and the Python side (which has the same logic in
- * pure Python, used when this module is not built) builds the precise error.
+ * pure Python, used when this module is not built) builds the precise error. One error is
+ * raised here, because only this side sees it: a memory map read after its file shrank
+ * (StaleIndexError naming the file, see guard.c).
  *
  * CRC32C comes from the `crc32c` package (passed in as a callable), except for payloads
  * below 4 KiB, checked with the CPU's CRC32C instruction where it exists (see hwcrc.h).
@@ -50,6 +53,8 @@ static PyMethodDef methods[] = {
     {"crcs", crcs, METH_VARARGS, crcs_doc},
     {"preads", preads, METH_VARARGS, preads_doc},
     {"encode", encode, METH_VARARGS, encode_doc},
+    {"guard_sigbus", guard_sigbus, METH_NOARGS, guard_sigbus_doc},
+    {"copy_out", copy_out, METH_VARARGS, copy_out_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -66,6 +71,8 @@ PyMODINIT_FUNC PyInit__native(void) {
         PyType_Ready(&RecordPlanType) < 0)
         return NULL;
     hw_crc_on = HAVE_HW_CRC && hw_crc_supported();
+    if (guard_ensure() != 0)
+        return PyErr_SetFromErrno(PyExc_OSError);
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
         return NULL;

@@ -115,6 +115,28 @@ extern PyTypeObject CheckerType;
 PyObject *preads(PyObject *self, PyObject *args);
 extern const char preads_doc[];
 
+/* guard.c: reads of memory maps whose file may shrink under them (SIGBUS) */
+/* What guard_run returns when the call faulted. */
+#define GUARD_FAULT (-1000)
+/* Install the SIGBUS handler (again, when something replaced it); 0, or -1 (errno set). */
+int guard_ensure(void);
+/* memcpy in a guarded call: 0, or -1 when the source's pages are gone. */
+int guard_copy(void *dst, const void *src, size_t n);
+/* A framed record's header, payload and footer (back to back at src) copied to three places
+ * in one guarded call: 0, or -1 when the source's pages are gone. */
+int guard_copy3(unsigned char *head, unsigned char *payload, unsigned char *foot,
+                const unsigned char *src, size_t header, size_t size, size_t footer);
+/* fn(arg) in a guarded call: its result (never GUARD_FAULT), or GUARD_FAULT when it touched
+ * pages that are gone. fn takes no lock and makes no Python call. */
+Py_ssize_t guard_run(Py_ssize_t (*fn)(void *), void *arg);
+/* The address this thread's last fault in a guarded call touched (NULL: unknown). */
+const void *guard_last_fault(void);
+/* Set StaleIndexError naming the file the buffer owner maps; returns NULL. */
+PyObject *map_fault(PyObject *owner);
+PyObject *guard_sigbus(PyObject *self, PyObject *unused);
+PyObject *copy_out(PyObject *self, PyObject *args);
+extern const char guard_sigbus_doc[], copy_out_doc[];
+
 /* reader.c: one record by its global number in one call (the fast path of ds[i]) */
 extern PyTypeObject ReaderType;
 int reader_module_init(PyObject *module);

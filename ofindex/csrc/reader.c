@@ -16,7 +16,8 @@
  *
  * Bound shards hold their maps and file handles: close() lets go of them all (the storage
  * calls it when it is closed), as does a fork (a child opens and checks its own files), and
- * at most `max_bound` shards are held at once (each map holds a file descriptor). */
+ * at most `max_bound` shards are held at once (each map holds a file descriptor);
+ * release_held(j) lets go of one (the process's count of open files asks for it). */
 #include "native.h"
 #include "hwcrc.h"
 
@@ -201,15 +202,27 @@ static int payload_ok(ReaderObject *self, const unsigned char *head, PyObject *p
            (uint32_t)load_le(foot, 4) == (uint32_t)data_crc;
 }
 
-/* The payload of the record at [start, end) of a mapped shard (inside its map), or None. */
+/* The payload of the record at [start, end) of a mapped shard (inside its map), or None;
+ * copied out of the map in one guarded call (StaleIndexError when its pages are gone: the
+ * file shrank), then checked in the copies. */
 static PyObject *from_map(ReaderObject *self, const Slot *s, int64_t start, int64_t end,
                           int64_t sum) {
     const unsigned char *p = (const unsigned char *)s->data.buf + start;
-    PyObject *payload = PyBytes_FromStringAndSize((const char *)p + self->header,
-                                                  end - start - self->header - self->footer);
+    int64_t size = end - start - self->header - self->footer;
+    PyObject *owner = s->owner;  /* keeps the map alive should the slot be let go of */
+    Py_INCREF(owner);
+    PyObject *payload = PyBytes_FromStringAndSize(NULL, size);
+    unsigned char head[12], foot[4];
+    if (payload != NULL &&
+        guard_copy3(head, (unsigned char *)PyBytes_AS_STRING(payload), foot, p,
+                    (size_t)self->header, (size_t)size, (size_t)self->footer) < 0) {
+        Py_CLEAR(payload);
+        map_fault(owner);
+    }
+    Py_DECREF(owner);
     if (payload == NULL)
         return NULL;
-    int ok = payload_ok(self, p, payload, p + (end - start - self->footer), sum);
+    int ok = payload_ok(self, head, payload, foot, sum);
     if (ok > 0)
         return payload;
     Py_DECREF(payload);
@@ -315,7 +328,7 @@ static PyObject *reader_get(ReaderObject *self, PyObject *key) {
 }
 
 /* Bind shard j: its data (a map to hold as a buffer, or a file handle and its descriptor),
- * offsets, indexed end and sums. */
+ * offsets, indexed end and sums. True when it was not bound to these already. */
 static PyObject *bind(ReaderObject *self, Py_ssize_t j, PyObject *owner, int fd,
                       int64_t file_size, PyObject *offsets, int64_t indexed_end,
                       PyObject *sums) {
@@ -339,11 +352,13 @@ static PyObject *bind(ReaderObject *self, Py_ssize_t j, PyObject *owner, int fd,
         unbind_all(self);
         self->forks = forks;
     }
+    if (fd < 0 && guard_ensure() != 0)  /* maps are read in guarded calls (guard.c) */
+        return PyErr_SetFromErrno(PyExc_OSError);
     const Slot *held = &self->slots[j];
     PyObject *held_sums = held->sums.obj != NULL ? held->sums.obj : Py_None;
     if (held->owner == owner && held->offsets.obj == offsets && held->fd == fd &&
         held->file_size == file_size && held->indexed_end == indexed_end && held_sums == sums)
-        Py_RETURN_NONE;  /* bound already */
+        Py_RETURN_FALSE;  /* bound already */
     Slot fresh = {0};
     fresh.fd = fd;
     fresh.file_size = file_size;
@@ -371,7 +386,7 @@ static PyObject *bind(ReaderObject *self, Py_ssize_t j, PyObject *owner, int fd,
         release_slot(&old);
     else
         self->bound++;
-    Py_RETURN_NONE;
+    Py_RETURN_TRUE;
 fail_offsets:
     PyBuffer_Release(&fresh.offsets);
 fail_data:
@@ -381,10 +396,10 @@ fail_data:
 }
 
 static const char bind_map_doc[] =
-"bind_map(shard, buf, offsets, indexed_end, sums)\n\n"
+"bind_map(shard, buf, offsets, indexed_end, sums) -> bool\n\n"
 "Serve shard `shard` from buf (its data file's memory map, held until close()), its sidecar\n"
 "offsets (uint64 array) and indexed end, and sums (its payload CRC32Cs, a uint32 array, or\n"
-"None).";
+"None). True when the shard was not bound to these already.";
 
 static PyObject *reader_bind_map(ReaderObject *self, PyObject *args) {
     Py_ssize_t j;
@@ -396,7 +411,7 @@ static PyObject *reader_bind_map(ReaderObject *self, PyObject *args) {
 }
 
 static const char bind_file_doc[] =
-"bind_file(shard, handle, fd, size, offsets, indexed_end, sums)\n\n"
+"bind_file(shard, handle, fd, size, offsets, indexed_end, sums) -> bool\n\n"
 "Serve shard `shard` by reading descriptor fd (held open by `handle`, which is kept until\n"
 "close()) with preadv, up to `size` bytes (the file's size: a record past it is left to the\n"
 "ordinary path); the rest as bind_map(). Raises OSError where preadv does not exist (see\n"
@@ -428,6 +443,25 @@ static PyObject *reader_close(ReaderObject *self, PyObject *unused) {
     Py_RETURN_NONE;
 }
 
+static const char release_held_doc[] =
+"release_held(shard)\n\n"
+"Let go of shard `shard`'s map or handle and offsets (the process's count of open files asks\n"
+"for it: ofindex.storage.openfiles); it is bound again once read the ordinary way. Anything\n"
+"else than a bound shard's number is ignored.";
+
+static PyObject *reader_release_held(ReaderObject *self, PyObject *key) {
+    if (!PyLong_Check(key))
+        Py_RETURN_NONE;
+    Py_ssize_t j = PyLong_AsSsize_t(key);
+    if (j == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    if (self->slots != NULL && self->forks == forks && j >= 0 && j < self->shards)
+        self->bound -= unbind(&self->slots[j]);
+    Py_RETURN_NONE;
+}
+
 static PyObject *reader_bound(ReaderObject *self, void *closure) {
     return PyLong_FromSsize_t(self->forks == forks ? self->bound : 0);
 }
@@ -437,6 +471,7 @@ static PyMethodDef reader_methods[] = {
     {"bind_map", (PyCFunction)reader_bind_map, METH_VARARGS, bind_map_doc},
     {"bind_file", (PyCFunction)reader_bind_file, METH_VARARGS, bind_file_doc},
     {"close", (PyCFunction)reader_close, METH_NOARGS, close_doc},
+    {"release_held", (PyCFunction)reader_release_held, METH_O, release_held_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -124,31 +124,45 @@ int64_t masked_length_crc(PyObject *crc_fn, PyObject *memo, const unsigned char 
     return r;
 }
 
-/* One framed record at buf[start:end): its payload as bytes, Py_None when a check fails,
- * NULL with an exception set. `verify`: check the TFRecord CRCs (footer_size == 4). */
-static PyObject *cut_record(const unsigned char *base, Py_ssize_t len, int64_t start,
-                            int64_t end, Py_ssize_t header, Py_ssize_t footer, int verify,
-                            PyObject *crc_fn, PyObject *memo, int64_t *last_len, int64_t *last_len_crc) {
+/* One framed record at buf[start:end) of the buffer `owner` exports: its payload as bytes,
+ * Py_None when a check fails, NULL with an exception set (StaleIndexError when the buffer is
+ * a map whose pages are gone). `verify`: check the TFRecord CRCs (footer_size == 4). */
+static PyObject *cut_record(PyObject *owner, const unsigned char *base, Py_ssize_t len,
+                            int64_t start, int64_t end, Py_ssize_t header, Py_ssize_t footer,
+                            int verify, PyObject *crc_fn, PyObject *memo, int64_t *last_len,
+                            int64_t *last_len_crc) {
     /* compared without arithmetic that can wrap: start and end come from corrupt data too */
     if (start < 0 || end < start || end > (int64_t)len || end - start < header + footer)
         Py_RETURN_NONE;
     const unsigned char *p = base + start;
     int64_t size = end - start - header - footer;
-    if (load_le(p, 8) != (uint64_t)size)
+    /* the payload's object first (its size is the span's, inside the buffer): its bytes and
+     * the framing's then come out of the buffer in one guarded copy, and every check reads
+     * the copies */
+    PyObject *payload = PyBytes_FromStringAndSize(NULL, size);
+    if (payload == NULL)
+        return NULL;
+    unsigned char head[12], foot[4];
+    unsigned char *data = (unsigned char *)PyBytes_AS_STRING(payload);
+    if (guard_copy3(head, data, foot, p, (size_t)header, (size_t)size, (size_t)footer) < 0) {
+        Py_DECREF(payload);
+        return map_fault(owner);
+    }
+    if (load_le(head, 8) != (uint64_t)size) {
+        Py_DECREF(payload);
         Py_RETURN_NONE;
-    PyObject *payload = PyBytes_FromStringAndSize((const char *)p + header, size);
-    if (payload == NULL || !verify)
+    }
+    if (!verify)
         return payload;
     if (hw_crc_on && size < HW_CRC_MAX) {  /* small: the CPU's instruction, no Python call */
-        const unsigned char *data = (const unsigned char *)PyBytes_AS_STRING(payload);
-        if ((uint32_t)load_le(p + 8, 4) == hw_mask(hw_crc32c(p, 8)) &&
-            (uint32_t)load_le(p + header + size, 4) == hw_mask(hw_crc32c(data, (size_t)size)))
+        if ((uint32_t)load_le(head + 8, 4) == hw_mask(hw_crc32c(head, 8)) &&
+            (uint32_t)load_le(foot, 4) == hw_mask(hw_crc32c(data, (size_t)size)))
             return payload;
         Py_DECREF(payload);
         Py_RETURN_NONE;
     }
     if (size != *last_len) {  /* runs of equal lengths are common: one CRC per run */
-        int64_t c = masked_length_crc(crc_fn, memo, p, size);
+        int64_t c = masked_length_crc(crc_fn, memo, head, size);
         if (c < 0) {
             Py_DECREF(payload);
             return NULL;
@@ -161,8 +175,8 @@ static PyObject *cut_record(const unsigned char *base, Py_ssize_t len, int64_t s
         Py_DECREF(payload);
         return NULL;
     }
-    if ((uint32_t)load_le(p + 8, 4) != (uint32_t)*last_len_crc ||
-        (uint32_t)load_le(p + header + size, 4) != (uint32_t)data_crc) {
+    if ((uint32_t)load_le(head + 8, 4) != (uint32_t)*last_len_crc ||
+        (uint32_t)load_le(foot, 4) != (uint32_t)data_crc) {
         Py_DECREF(payload);
         Py_RETURN_NONE;
     }
@@ -191,14 +205,19 @@ PyObject *cut(PyObject *self, PyObject *args) {
     if (bad_framing(header, footer, verify)) {
         goto done;
     }
+    if (guard_ensure() != 0) {
+        PyErr_SetFromErrno(PyExc_OSError);
+        goto done;
+    }
     const int64_t *st = (const int64_t *)sv.buf, *en = (const int64_t *)ev.buf;
     PyObject *list = PyList_New(n);
     if (list == NULL)
         goto done;
     int64_t last_len = -1, last_len_crc = 0;
     for (Py_ssize_t k = 0; k < n; k++) {
-        PyObject *item = cut_record((const unsigned char *)buf.buf, buf.len, st[k], en[k],
-                                    header, footer, verify, crc_fn, memo, &last_len, &last_len_crc);
+        PyObject *item = cut_record(buf.obj, (const unsigned char *)buf.buf, buf.len, st[k],
+                                    en[k], header, footer, verify, crc_fn, memo, &last_len,
+                                    &last_len_crc);
         if (item == NULL) {
             Py_DECREF(list);
             goto done;
@@ -299,6 +318,8 @@ PyObject *gather(PyObject *self, PyObject *args) {
         return NULL;
     if (bad_framing(header, footer, verify))
         return NULL;
+    if (guard_ensure() != 0)
+        return PyErr_SetFromErrno(PyExc_OSError);
     PyObject *held[3];
     if (snapshot3(bufs_in, offs_in, iends_in, held) < 0)
         return NULL;
@@ -369,9 +390,9 @@ PyObject *gather(PyObject *self, PyObject *args) {
             result = Py_BuildValue("(in)", problem, k);
             goto done;
         }
-        PyObject *item = cut_record((const unsigned char *)data->buf, data->len, start, end,
-                                    header, footer, verify,
-                                    crc_fn, memo, &last_len, &last_len_crc);
+        PyObject *item = cut_record(data->obj, (const unsigned char *)data->buf, data->len,
+                                    start, end, header, footer, verify, crc_fn, memo,
+                                    &last_len, &last_len_crc);
         if (item == NULL)
             goto done;
         if (item == Py_None) {
@@ -444,7 +465,8 @@ PyObject *record(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
         goto done;
     }
     int64_t last_len = -1, last_len_crc = 0;
-    r = cut_record((const unsigned char *)buf.buf, buf.len, start, end, header, footer, verify, args[7], args[8], &last_len, &last_len_crc);
+    r = cut_record(buf.obj, (const unsigned char *)buf.buf, buf.len, start, end, header,
+                   footer, verify, args[7], args[8], &last_len, &last_len_crc);
     if (r == Py_None) {
         Py_DECREF(r);
         r = PyLong_FromLong(2);

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from ofindex.decode._values import BYTES, INT32, INT64, LIST_NAMES, NP_DTYPES
-from ofindex.decode.spec import FixedLen, NormalizedSpec
+from ofindex.decode.spec import FixedLen, NormalizedSpec, check_batch_room
 
 #: Integer FixedLen features of at most this many values go through protobuf.
 MAX_NUMERIC_VALUES = 64
@@ -94,6 +94,7 @@ def decode_parsed(bufs: list[bytes], spec: NormalizedSpec, family: str
     ragged: dict[Any, list[Any]] = {}
     for name, fs in items:
         if isinstance(fs, FixedLen):
+            check_batch_room(name, fs, bufs, None)
             fixed[name] = np.empty((n, *fs.shape), NP_DTYPES[fs.dtype])
             plan.append((name, LIST_NAMES[fs.dtype], fs.size, fixed[name].reshape(n, -1)))
         else:  # eligible(): a VarLen bytes feature

@@ -36,7 +36,14 @@ from ofindex.decode.example import (
     kind_hint,
     walk,
 )
-from ofindex.decode.spec import FixedLen, NormalizedSpec, Ragged, Spec, normalize_spec
+from ofindex.decode.spec import (
+    FixedLen,
+    NormalizedSpec,
+    Ragged,
+    Spec,
+    check_batch_room,
+    normalize_spec,
+)
 from ofindex.errors import DecodeError
 
 #: The fewest records of one byte length decoded as a group by their template when the
@@ -96,6 +103,7 @@ def _per_record(bufs: list[bytes], idx: list[int], walked: list[Walked], spec: N
     for name in names:
         fs = spec[name]
         if isinstance(fs, FixedLen):
+            check_batch_room(name, fs, bufs, idx[0] if idx else None)
             arr = np.empty((len(bufs), *fs.shape), NP_DTYPES[fs.dtype])
             for j, (buf, located) in enumerate(zip(bufs, walked, strict=True)):
                 try:

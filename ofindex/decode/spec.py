@@ -23,6 +23,29 @@ from typing import Any
 import numpy as np
 
 from ofindex.decode._values import BYTES, FLOAT32, FLOAT64, INT32, INT64, NP_DTYPES
+from ofindex.errors import DecodeError
+
+#: The most bytes a record holds: protobuf refuses messages of 2 GiB or more.
+MAX_RECORD_BYTES = (1 << 31) - 1
+#: The fewest bytes one value takes in a record: a packed varint 1, a packed float its width,
+#: a bytes value its tag and length.
+MIN_VALUE_BYTES = {BYTES: 2, FLOAT32: 4, FLOAT64: 8, INT32: 1, INT64: 1}
+#: A batch's FixedLen array at least this big is made only once the records could fill it
+#: (smaller ones are made at once, and each record's own check names the count it holds).
+CHECKED_ARRAY_BYTES = 1 << 20
+
+
+def check_batch_room(name: object, fs: "FixedLen", bufs: Sequence[Any],
+                     record: int | None) -> None:
+    """Refuse, before the ``(len(bufs), *fs.shape)`` array is made, a ``FixedLen`` without a
+    default that none of ``bufs`` can hold, when that array is big.
+
+    Raises:
+        DecodeError: Naming the feature and ``record``.
+    """
+    if fs.default is None and bufs and (
+            len(bufs) * fs.size * NP_DTYPES[fs.dtype].itemsize >= CHECKED_ARRAY_BYTES):
+        check_fixed_room(name, fs, max(len(buf) for buf in bufs), record)
 
 _ALIASES = {
     "bytes": BYTES, "string": BYTES, "str": BYTES, "byte": BYTES, "object": BYTES,
@@ -78,6 +101,33 @@ def normalize_dtype(dtype: Any) -> str:
         ) from None
 
 
+def check_fixed_room(name: object, fs: "FixedLen", longest: int,
+                     record: int | None = None) -> None:
+    """Refuse, before anything is allocated for it, a ``FixedLen`` no record of ``longest``
+    bytes can hold (``MAX_RECORD_BYTES``: no record at all).
+
+    Args:
+        name: The feature's name, for the message (``None``: a default being made).
+        fs: Its spec.
+        longest: The bytes of the longest record that could hold it.
+        record: The record named by the message (``None``: none).
+
+    Raises:
+        DecodeError: ``fs`` asks for more values than ``longest`` bytes can hold.
+    """
+    least = fs.size * MIN_VALUE_BYTES[fs.dtype]
+    if least <= longest:
+        return
+    where = "" if record is None else f"record {record}: "
+    what = "a FixedLen with a default" if name is None else f"feature {name!r}"
+    beyond = ("more than any record holds (protobuf's limit is 2 GiB)"
+              if longest >= MAX_RECORD_BYTES else f"and no record here is longer than "
+              f"{longest:,} bytes")
+    raise DecodeError(f"{where}{what}: FixedLen{fs.shape} asks for {fs.size:,} "
+                      f"{fs.dtype} values per record, at least {least:,} bytes, {beyond}; "
+                      "check the spec's shape (VarLen reads any count)")
+
+
 def _shape(shape: Any) -> tuple[int, ...]:
     if shape is None:
         return ()
@@ -110,6 +160,8 @@ class FixedLen:
     Raises:
         ValueError: ``dtype`` is not supported, ``shape`` has a negative dimension, or
             ``default`` has neither one value nor ``shape``'s number of values.
+        DecodeError: ``shape`` with a ``default`` asks for more values than a record holds
+            (a ``ValueError``; checked before the default is made).
     """
 
     shape: tuple[int, ...]
@@ -125,6 +177,7 @@ class FixedLen:
         object.__setattr__(self, "dtype", vtype)
         object.__setattr__(self, "allow_missing", bool(allow_missing))
         if default is not None:
+            check_fixed_room(None, self, MAX_RECORD_BYTES)  # before the default is made
             arr = np.asarray(default, dtype=NP_DTYPES[vtype])
             size = math.prod(shp)
             if arr.size == 1:
@@ -210,6 +263,8 @@ def normalize_spec(spec: Spec, allowed: tuple[str, ...], what: str) -> Normalize
     Raises:
         TypeError: A feature's spec is not ``FixedLen(...)``, ``VarLen(...)`` or ``None``.
         ValueError: A feature's dtype is not one of ``allowed``.
+        DecodeError: A ``FixedLen`` asks for more values than any record holds (a
+            ``ValueError``, naming the feature).
     """
     if spec is None:
         return None
@@ -228,6 +283,8 @@ def normalize_spec(spec: Spec, allowed: tuple[str, ...], what: str) -> Normalize
                 f"feature {name!r}: {what} features hold {', '.join(allowed)}; "
                 f"dtype {fs.dtype} cannot be stored"
             )
+        if isinstance(fs, FixedLen):
+            check_fixed_room(name, fs, MAX_RECORD_BYTES)
         out[name] = fs
     return out
 

@@ -45,9 +45,11 @@ from ofindex.encode.messages import (
     OFRECORD_FIELDS,
     FeatureRules,
     feature_message,
+    is_null,
     map_entry,
     name_bytes,
 )
+from ofindex.encode.nulls import REFUSE, Nulls
 from ofindex.errors import EncodeError
 
 _KINDS = {"example": (EXAMPLE_TYPES, EXAMPLE_FIELDS, "Example"),
@@ -66,15 +68,18 @@ def _batch_size(columns: Mapping[str, Any]) -> int:
     return next(iter(sizes.values()), 0)
 
 
-def _numeric_column(key: bytes, vtype: str, values: np.ndarray, batch: int,
-                    field: int) -> PlannedColumn:
-    """A numeric column laid out: ``values`` flat, ``batch`` rows of equal count."""
+def _numeric_column(key: bytes, vtype: str, values: np.ndarray, batch: int, field: int,
+                    present: np.ndarray | None) -> PlannedColumn:
+    """A numeric column laid out: ``values`` flat, ``batch`` rows of equal count (a row
+    that is not ``present`` is left out). No rows: ``(0, 0)`` (numpy cannot tell a row's
+    width from no values)."""
+    rows = (batch, -1) if batch else (0, 0)
     if vtype in (FLOAT32, FLOAT64):
         payload = values.astype("<f4" if vtype == FLOAT32 else "<f8", copy=False)
-        raw = np.ascontiguousarray(payload).view(np.uint8).reshape(batch, -1)
-        return PlannedColumn(key, field, PACKED, raw)
-    ints = np.ascontiguousarray(values.astype(np.int64, copy=False)).reshape(batch, -1)
-    return PlannedColumn(key, field, VARINT, ints)
+        raw = np.ascontiguousarray(payload).view(np.uint8).reshape(rows)
+        return PlannedColumn(key, field, PACKED, raw, present)
+    ints = np.ascontiguousarray(values.astype(np.int64, copy=False)).reshape(rows)
+    return PlannedColumn(key, field, VARINT, ints, present)
 
 
 def _record_entries(name: str, key: bytes, column: Any, rules: FeatureRules,
@@ -83,7 +88,7 @@ def _record_entries(name: str, key: bytes, column: Any, rules: FeatureRules,
     entries: list[bytes] = []
     for k in range(len(column)):
         value = column[k]
-        if value is None:
+        if is_null(value):
             if _required(rules, name):
                 rules.check_missing({}, first + k)
             entries.append(b"")
@@ -122,26 +127,96 @@ def _required(rules: FeatureRules, name: str) -> bool:
     return isinstance(fs, FixedLen) and fs.default is None
 
 
-def _first_bad_record(name: str, column: np.ndarray, rules: FeatureRules, first: int) -> None:
-    """Raise the error of the first record of ``column`` that cannot be encoded."""
+def _first_bad_record(name: str, column: Any, rules: FeatureRules, first: int) -> None:
+    """Raise the error of the first record of ``column`` (as the caller gave it: a Python
+    float's row is float32, a numpy float64's is not) that cannot be encoded."""
     for k in range(len(column)):
-        rules.values(name, column[k], first + k)
+        if not is_null(column[k]):
+            rules.values(name, column[k], first + k)
+
+
+def _check_present(name: str, present: np.ndarray | None, rules: FeatureRules,
+                   first: int) -> None:
+    """A feature the spec requires (``FixedLen`` without a default) is in every row."""
+    if present is not None and _required(rules, name) and not present.all():
+        rules.check_missing({}, first + int(np.argmin(present)))
+
+
+def _masked_column(name: str, column: np.ma.MaskedArray, rules: FeatureRules,
+                   first: int) -> tuple[Any, np.ndarray | None]:
+    """A masked array as a plain column and the rows present (``None``: all). A masked
+    entry of a 1-D column is a null cell (the feature left out of that row); a masked
+    element of a longer row is a null element, resolved by the null policy (dropped ones
+    leave rows of different lengths, encoded record by record)."""
+    mask = np.ma.getmaskarray(column)
+    data = np.ma.getdata(column)
+    if not mask.any():
+        return data, None
+    if column.ndim > 1:
+        rows = rules.nulls.masked_rows(column, name, first)
+        return (rows, None) if rows is not None else (list(column), None)
+    if data.dtype.kind not in "biuf":
+        return list(column), None  # masked entries are np.ma.masked: null cells
+    return np.where(mask, np.zeros((), data.dtype), data), (~mask).view(np.uint8)
+
+
+def _scalar_column(column: list[Any] | tuple[Any, ...]
+                   ) -> tuple[Any, str | None, np.ndarray | None]:
+    """A list of one scalar (or ``None``: a null cell) per record as a numpy array, the list
+    type its values take when the spec says none, and the rows present (``None``: all), where
+    that array encodes each record as the record on its own is encoded: every value of one
+    type (Python floats: float32, as one float is), and numpy holding each exactly. Anything
+    else (ints and floats mixed, ints beyond int64, numpy scalars of different dtypes) stays
+    a list, encoded record by record: numpy would promote the whole column to one dtype
+    (``[16777217, 0.5]`` to float64, then float32: 16777216.0) where each record keeps its
+    own."""
+    kinds = {type(value) for value in column} - {type(None)}
+    if len(kinds) != 1:
+        return column, None, None
+    kind = kinds.pop()
+    if kind not in (bool, int, float) and not issubclass(kind, (np.bool_, np.number)):
+        return column, None, None
+    present = np.array([value is not None for value in column], np.uint8)
+    values = column if present.all() else [value for value in column if value is not None]
+    array = np.asarray(values)
+    if kind is int and array.dtype.kind != "i":  # beyond int64: each record refuses its own
+        return column, None, None
+    if values is not column:
+        full = np.zeros(len(column), array.dtype)
+        full[present.view(bool)] = array
+        return full, FLOAT32 if kind is float else None, present
+    return array, FLOAT32 if kind is float else None, None
 
 
 def _plan_column(name: str, column: Any, rules: FeatureRules, fields: dict[str, int],
                  batch: int, first: int) -> PlannedColumn:
     key = name_bytes(name, None)
     if isinstance(column, BinaryColumn) and _bytes_allowed(rules, name):
-        return PlannedColumn(key, fields[BYTES], SPANS, (column.bounds, column.values))
+        _check_present(name, column.present, rules, first)
+        return PlannedColumn(key, fields[BYTES], SPANS, (column.bounds, column.values),
+                             column.present)
     if isinstance(column, Ragged):
         column = [column[k] for k in range(len(column))]
-    if isinstance(column, (list, tuple)) and column and all(
-            isinstance(v, (bool, int, float, np.number)) for v in column):
-        column = np.asarray(column)
+    default, given, present = None, column, None
+    if isinstance(column, np.ma.MaskedArray):
+        column, present = _masked_column(name, column, rules, first)
+        given = column if present is None else given
+    elif isinstance(column, (list, tuple)) and column:
+        column, default, present = _scalar_column(column)
     if not (isinstance(column, np.ndarray) and column.dtype.kind in "biuf"):
         planned = (_one_bytes_column(key, column, fields[BYTES])
                    if _bytes_allowed(rules, name) else None)
         return planned or _record_entries(name, key, column, rules, fields, first)
+    _check_present(name, present, rules, first)
+    return _planned_numbers(name, key, column, given, default, present, rules, fields, batch,
+                            first)
+
+
+def _planned_numbers(name: str, key: bytes, column: np.ndarray, given: Any,
+                     default: str | None, present: np.ndarray | None, rules: FeatureRules,
+                     fields: dict[str, int], batch: int, first: int) -> PlannedColumn:
+    """A numeric column checked against the spec and converted by numpy at once (``given``:
+    the column as the caller gave it, for naming the first record that fails)."""
     if name not in (rules.spec if rules.spec is not None else {name: None}):
         raise EncodeError(f"{where(name, None)} is not in the spec; add it (e.g. VarLen(...)) "
                           "or leave it out")
@@ -151,18 +226,18 @@ def _plan_column(name: str, column: Any, rules: FeatureRules, fields: dict[str, 
         raise EncodeError(f"{where(name, first)}: FixedLen{fs.shape} holds {fs.size} values, "
                           f"the column has {size} per record (shape {column.shape[1:]})")
     try:
-        vtype, values = numeric_values(column, fs.dtype if fs else None, rules.allowed, name,
-                                       None)
+        vtype, values = numeric_values(column, fs.dtype if fs else default, rules.allowed,
+                                       name, None)
     except EncodeError:
-        _first_bad_record(name, column, rules, first)
+        _first_bad_record(name, given, rules, first)
         raise
     if vtype == BYTES:  # pragma: no cover - numeric_values refuses it
         raise EncodeError(f"{where(name, None)}: numbers cannot go into a bytes list")
-    return _numeric_column(key, vtype, values, batch, fields[vtype])
+    return _numeric_column(key, vtype, values, batch, fields[vtype], present)
 
 
 def plan_columns(columns: Mapping[str, Any] | Any, spec: Spec = None, kind: str = "example",
-                 *, first_record: int = 0) -> BatchPlan:
+                 *, first_record: int = 0, nulls: Nulls = REFUSE) -> BatchPlan:
     """Check a batch of columns and lay it out for :func:`ofindex.encode.framed.encode_block`.
 
     Args:
@@ -170,6 +245,7 @@ def plan_columns(columns: Mapping[str, Any] | Any, spec: Spec = None, kind: str 
         spec: The decoding spec the records must fit, or ``None``.
         kind: ``"example"`` or ``"ofrecord"``.
         first_record: The number of the batch's first record, for error messages.
+        nulls: What a null element inside a list becomes (see :func:`encode_columns`).
 
     Returns:
         The :class:`~ofindex.encode.framed.BatchPlan`.
@@ -177,16 +253,16 @@ def plan_columns(columns: Mapping[str, Any] | Any, spec: Spec = None, kind: str 
     Raises:
         EncodeError: Columns of different lengths, a column that cannot be represented, or a
             value that cannot be stored; the message names the feature and the record.
-        ValueError: An unknown ``kind``.
+        ValueError: An unknown ``kind`` or a bad ``nulls``.
     """
     try:
         allowed, fields, what = _KINDS[kind]
     except KeyError:
         raise ValueError(f"unknown record kind {kind!r}: use 'example' or 'ofrecord' "
                          "(encode SequenceExamples one by one)") from None
+    rules = FeatureRules(spec, allowed, what, nulls)
     if not isinstance(columns, Mapping):
-        columns = arrow_columns(columns)
-    rules = FeatureRules(spec, allowed, what)
+        columns = arrow_columns(columns, rules.nulls, first_record)
     batch = _batch_size(columns)
     if rules.spec is not None:
         for name in rules.spec:
@@ -227,20 +303,27 @@ def encode_planned(plan: BatchPlan) -> list[bytes]:
 
 
 def encode_columns(columns: Mapping[str, Any] | Any, spec: Spec = None,
-                   kind: str = "example", *, first_record: int = 0) -> list[bytes]:
+                   kind: str = "example", *, first_record: int = 0,
+                   nulls: Nulls = REFUSE) -> list[bytes]:
     """Encode a batch of records from columns.
 
     Args:
         columns: ``{name: column}``, each column with one entry per record: a numpy array
             ``(batch, *shape)`` (numbers; a record's values are its row, flattened), a list
             (one value per record, as :func:`~ofindex.encode.encode_example` takes; ``None``
-            leaves the feature out of that record), a numpy array of bytes or str, or a
+            leaves the feature out of that record), a numpy array of bytes or str, a masked
+            array (``numpy.ma``: a masked entry of a 1-D column leaves the feature out, a
+            masked element of a row is a null element), or a
             :class:`~ofindex.decode.Ragged` (rows of any length). An Arrow ``Table`` or
-            ``RecordBatch`` works too (nulls leave the feature out).
+            ``RecordBatch``, or a Hugging Face dataset, works too (a null cell leaves the
+            feature out).
         spec: The decoding spec the records must fit (its dtypes choose the lists), or
             ``None``: the values' own types.
         kind: ``"example"`` or ``"ofrecord"``.
         first_record: The number of the batch's first record, for error messages.
+        nulls: What a null element inside a list becomes: ``"refuse"`` (an EncodeError
+            naming the column and the row), ``"drop"`` (left out) or ``("fill", value)``;
+            see :mod:`ofindex.encode.nulls`.
 
     Returns:
         One serialized record per row, equal to encoding each row on its own.
@@ -248,9 +331,10 @@ def encode_columns(columns: Mapping[str, Any] | Any, spec: Spec = None,
     Raises:
         EncodeError: Columns of different lengths, a column that cannot be represented, or a
             value that cannot be stored; the message names the feature and the record.
-        ValueError: An unknown ``kind``.
+        ValueError: An unknown ``kind`` or a bad ``nulls``.
     """
-    return encode_planned(plan_columns(columns, spec, kind, first_record=first_record))
+    return encode_planned(plan_columns(columns, spec, kind, first_record=first_record,
+                                       nulls=nulls))
 
 
 class BatchEncoder:
@@ -260,16 +344,18 @@ class BatchEncoder:
     Args:
         spec: The decoding spec the records must fit, or ``None``.
         kind: ``"example"`` or ``"ofrecord"``.
+        nulls: What a null element inside a list becomes (see :func:`encode_columns`).
 
     Raises:
-        ValueError: An unknown ``kind``.
+        ValueError: An unknown ``kind`` or a bad ``nulls``.
         EncodeError: A spec whose dtypes the kind cannot hold.
     """
 
-    def __init__(self, spec: Spec = None, kind: str = "example") -> None:
+    def __init__(self, spec: Spec = None, kind: str = "example", *,
+                 nulls: Nulls = REFUSE) -> None:
         if kind not in _KINDS:
             raise ValueError(f"unknown record kind {kind!r}: use 'example' or 'ofrecord'")
-        FeatureRules(spec, *_KINDS[kind][::2])
+        self.nulls = FeatureRules(spec, *_KINDS[kind][::2], nulls).nulls
         self.spec = spec
         self.kind = kind
 
@@ -287,7 +373,9 @@ class BatchEncoder:
         Raises:
             EncodeError: A column or value that cannot be stored.
         """
-        return encode_columns(columns, self.spec, self.kind, first_record=first_record)
+        return encode_columns(columns, self.spec, self.kind, first_record=first_record,
+                              nulls=self.nulls)
 
     def __repr__(self) -> str:
-        return f"BatchEncoder({self.spec!r}, kind={self.kind!r})"
+        nulls = "" if self.nulls.action == REFUSE else f", nulls={self.nulls!r}"
+        return f"BatchEncoder({self.spec!r}, kind={self.kind!r}{nulls})"

@@ -31,6 +31,7 @@ from ofindex.formats.crc import masked_crc32c
 #: varints (int64 values), a bytes list of one value (each row's bytes object), the whole
 #: map entry made beforehand (``b""``: the feature is absent from that record), or a bytes
 #: list of one value cut from one buffer (an Arrow binary or string column, not copied).
+#: Any of them may leave the feature out of some rows (``present``: null cells).
 PACKED, VARINT, ONE_BYTES, ENTRIES, SPANS = 0, 1, 2, 3, 4
 #: ``(header, footer)`` bytes around each payload: TFRecord, OFRecord, none.
 TFRECORD_FRAMING, OFRECORD_FRAMING, NO_FRAMING = (12, 4), (8, 0), (0, 0)
@@ -48,12 +49,15 @@ class PlannedColumn:
             C-contiguous ``(rows, count)`` int64 array; ``SPANS``: ``(bounds, values)``,
             ``rows + 1`` int64 bounds and a buffer, row ``r`` being
             ``values[bounds[r]:bounds[r + 1]]``; otherwise a list of ``bytes``.
+        present: One uint8 per row, 0 where the feature is absent from the row (a null
+            cell: that row's data is not written), or ``None``: present in every row.
     """
 
     key: bytes
     field: int
     mode: int
     data: np.ndarray | list[bytes] | tuple[np.ndarray, Any]
+    present: np.ndarray | None = None
 
     @property
     def rows(self) -> int:
@@ -77,9 +81,9 @@ class BatchPlan:
     rows: int
     wrap: bool
 
-    def as_tuples(self) -> tuple[tuple[bytes, int, int, Any], ...]:
+    def as_tuples(self) -> tuple[tuple[bytes, int, int, Any, np.ndarray | None], ...]:
         """The columns as the compiled encoder takes them."""
-        return tuple((c.key, c.field, c.mode, c.data) for c in self.columns)
+        return tuple((c.key, c.field, c.mode, c.data, c.present) for c in self.columns)
 
 
 def entry_prefix(key: bytes, field: int, size: int, one_value: bool) -> bytes:
@@ -92,6 +96,8 @@ def entry_prefix(key: bytes, field: int, size: int, one_value: bool) -> bytes:
 
 
 def _row_entry(column: PlannedColumn, row: int) -> bytes:
+    if column.present is not None and not column.present[row]:
+        return b""
     data: Any = column.data
     if column.mode == SPANS:
         bounds, values = data
@@ -134,6 +140,11 @@ def _check_block_args(plan: BatchPlan, start: int, stop: int, framing: tuple[int
             if len(bounds) < 1 or bool((bounds < 0).any() | (bounds > size).any()
                                        | (np.diff(bounds) < 0).any()):
                 raise ValueError("a column's bounds lie outside its values or go backwards")
+    for column in plan.columns:
+        present = column.present
+        if present is not None and (present.ndim != 1 or present.itemsize != 1
+                                    or len(present) != column.rows):
+            raise ValueError("a column's present is one byte per row")
     counts = {c.rows for c in plan.columns}
     if len(counts) > 1:
         raise ValueError("columns of different row counts")

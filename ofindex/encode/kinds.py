@@ -56,11 +56,31 @@ def value_type(dtype: Any, allowed: tuple[str, ...], name: object,
     return vtype
 
 
+def text_bytes(text: str, name: object, record: int | None) -> bytes:
+    """A ``str`` value as its UTF-8 bytes, where U+DC80..U+DCFF (what ``os.fsdecode`` and
+    ``errors="surrogateescape"`` make of bytes that are not UTF-8, e.g. in a file name) are
+    stored as the bytes they stand for: a bytes list holds any bytes, and a name read from
+    the disk is stored as the disk has it (``os.fsdecode`` of the value gives the str back).
+
+    Raises:
+        EncodeError: Another lone surrogate (U+D800..U+DC7F, U+DD00..U+DFFF), which stands
+            for no byte.
+    """
+    try:
+        return text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError as exc:
+        char = text[exc.start]
+        raise EncodeError(f"{where(name, record)}: {text!r:.60} holds a lone surrogate "
+                          f"(U+{ord(char):04X} at {exc.start}) that stands for no byte; "
+                          "only U+DC80..U+DCFF (a byte os.fsdecode could not decode) can be "
+                          "stored: pass the value as bytes") from None
+
+
 def _as_bytes(item: object, name: object, record: int | None) -> bytes:
     if isinstance(item, (bytes, bytearray, memoryview)):
         return bytes(item)
     if isinstance(item, str):
-        return item.encode("utf-8")
+        return text_bytes(item, name, record)
     raise EncodeError(f"{where(name, record)}: a bytes list cannot hold a "
                       f"{type(item).__name__} value ({item!r:.40})")
 
@@ -92,16 +112,35 @@ def _to_ints(array: np.ndarray, vtype: str, name: object, record: int | None) ->
     return array.astype(NUMPY_TYPES[vtype], copy=False)
 
 
+def _shown(value: int) -> str:
+    """An integer for a message (a huge one cut: 10**400 has 401 digits)."""
+    digits = str(value)
+    return digits if len(digits) <= 24 else f"{digits[:12]}…({len(digits.lstrip('-'))} digits)"
+
+
+def _inexact(name: object, record: int | None, vtype: str, value: int,
+             stored: float) -> EncodeError:
+    return EncodeError(f"{where(name, record)}: integer {_shown(value)}: a {vtype} list "
+                       f"cannot hold it exactly (it would be stored as {stored!r}); use an int64 "
+                       "feature for integers, or make the values floats yourself")
+
+
 def _to_floats(array: np.ndarray, vtype: str, name: object, record: int | None) -> np.ndarray:
     if array.dtype.kind not in "biuf":
         raise EncodeError(f"{where(name, record)}: {array.dtype} values cannot go into a "
                           f"{vtype} list")
     with np.errstate(over="ignore"):  # overflow is found below, and refused
         out = array.astype(NUMPY_TYPES[vtype], copy=False)
-    if array.dtype.kind != "f":
-        if array.size and not np.array_equal(out.astype(array.dtype), array):
-            raise EncodeError(f"{where(name, record)}: integers that {vtype} cannot hold "
-                              "exactly; use an int64 feature")
+    if array.dtype.kind in "iu" and array.size:
+        # exact when the value comes back: cast only what lies inside the integer type's range
+        # (a float32 of 2**63 - 1 is 2**63, which no int64 holds)
+        info = np.iinfo(array.dtype)
+        inside = (out >= info.min) & (out < float(info.max) + 1)
+        back = np.where(inside, out, 0).astype(array.dtype)
+        bad = ~inside | (back != array)
+        if bool(bad.any()):
+            k = int(np.argmax(bad))
+            raise _inexact(name, record, vtype, int(array[k]), float(out[k]))
     elif (out.dtype.itemsize < array.dtype.itemsize and array.size
           and bool((np.isinf(out) & np.isfinite(array)).any())):
         raise EncodeError(f"{where(name, record)}: values beyond the float32 range; "
@@ -152,6 +191,47 @@ def _array_values(array: np.ndarray, vtype: str | None, allowed: tuple[str, ...]
     return numeric_values(array, vtype, allowed, name, record)
 
 
+#: The scalars a list of numbers holds (numpy's scalars included).
+_NUMBERS = (bool, int, float, np.bool_, np.integer, np.floating)
+
+
+def _is_int(item: object) -> bool:
+    return isinstance(item, (int, np.integer)) and not isinstance(item, (bool, np.bool_))
+
+
+def _number_list(items: list[Any] | tuple[Any, ...], vtype: str | None,
+                 allowed: tuple[str, ...], name: object,
+                 record: int | None) -> tuple[str, Values]:
+    """A list of numbers in its list type, decided by what the items are, not by the type
+    numpy would promote them to: any float makes a float list (float32 unless the spec says
+    float64), in which every integer must be held exactly; integers alone make an integer
+    list, in which each must lie in range (numpy makes ``[1, 2**63]`` a float64 array and
+    ``[2**64, 0.5]`` an object array: neither is what the values are)."""
+    any_float = any(isinstance(i, (float, np.floating)) for i in items)
+    if not (vtype in (FLOAT32, FLOAT64) or (vtype is None and any_float)):
+        array = np.asarray(items)
+        if not any_float and array.dtype.kind not in "biu":  # ints beyond int64: numpy
+            # made them floats or objects
+            wide = next(int(i) for i in items if _is_int(i) and not
+                        -(1 << 63) <= int(i) < (1 << 63))
+            raise EncodeError(f"{where(name, record)}: integer {_shown(wide)} is out of the "
+                              "int64 range")
+        return _array_values(array, vtype, allowed, name, record)
+    vtype = vtype or FLOAT32  # Python floats: float_list, as TensorFlow's and OneFlow's guides
+    try:
+        array = np.asarray(items, dtype=np.float64)
+    except OverflowError:  # an int beyond any float
+        wide = next(int(i) for i in items if _is_int(i) and abs(int(i)) >= 1 << 1024)
+        raise _inexact(name, record, vtype, wide, float("inf")) from None
+    vtype, out = numeric_values(array, vtype, allowed, name, record)
+    for k, item in enumerate(items):
+        if _is_int(item):
+            stored = out[k]
+            if not (np.isfinite(stored) and int(stored) == int(item)):
+                raise _inexact(name, record, vtype, int(item), float(stored))
+    return vtype, out
+
+
 def feature_values(value: object, vtype: str | None, allowed: tuple[str, ...], name: object,
                    record: int | None) -> tuple[str, Values]:
     """Classify one feature's value and convert it to its list type.
@@ -193,7 +273,11 @@ def feature_values(value: object, vtype: str | None, allowed: tuple[str, ...], n
         if any(texts):
             raise EncodeError(f"{where(name, record)}: a list mixing bytes or str with other "
                               "values; a feature holds one type")
-    if isinstance(value, (bool, int, float, np.generic, list, tuple)):
+        if all(isinstance(i, _NUMBERS) for i in value):
+            return _number_list(value, vtype, allowed, name, record)
+    if isinstance(value, (bool, int, float)) and not isinstance(value, np.generic):
+        return _number_list([value], vtype, allowed, name, record)  # (np.float64 is a float)
+    if isinstance(value, (np.generic, list, tuple)):
         try:
             array = np.asarray(value)
         except (ValueError, OverflowError) as exc:

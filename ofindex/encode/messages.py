@@ -23,6 +23,7 @@ from ofindex.encode.kinds import (
     feature_values,
     where,
 )
+from ofindex.encode.nulls import REFUSE, Nulls, null_policy
 from ofindex.encode.varints import delimited, tag, varint, varints
 from ofindex.errors import EncodeError
 
@@ -64,13 +65,26 @@ def map_entry(key: bytes, value: bytes) -> bytes:
 
 
 def name_bytes(name: object, record: int | None) -> bytes:
-    """A feature name as the map key's bytes (UTF-8)."""
+    """A feature name as the map key's bytes (UTF-8: the key is a protobuf ``string``, which
+    parsers refuse unless it is UTF-8, so a name holding a lone surrogate is refused)."""
     if isinstance(name, bytes):
         return name
     if isinstance(name, str):
-        return name.encode("utf-8")
+        try:
+            return name.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise EncodeError(
+                f"{where(name, record)}: the name holds a lone surrogate "
+                f"(U+{ord(name[exc.start]):04X}, what os.fsdecode makes of a byte that is not "
+                "UTF-8); a feature's name is a protobuf string, which readers refuse unless "
+                "it is UTF-8: rename the feature") from None
     raise EncodeError(f"{where(name, record)}: feature names are str, not "
                       f"{type(name).__name__}")
+
+
+def is_null(value: object) -> bool:
+    """A null cell: the feature is absent from the record (``None``, ``numpy.ma.masked``)."""
+    return value is None or value is np.ma.masked
 
 
 class FeatureRules:
@@ -82,15 +96,22 @@ class FeatureRules:
             ``None``: every feature as its value says.
         allowed: The value types of the record family.
         what: The family's name, for messages.
+        nulls: What a null element inside a list becomes (see :mod:`ofindex.encode.nulls`).
+
+    Raises:
+        EncodeError: A spec the family cannot hold.
+        ValueError: A bad ``nulls``.
     """
 
-    def __init__(self, spec: Spec, allowed: tuple[str, ...], what: str) -> None:
+    def __init__(self, spec: Spec, allowed: tuple[str, ...], what: str,
+                 nulls: Nulls = REFUSE) -> None:
         try:
             self.spec = normalize_spec(spec, allowed, what)
         except ValueError as exc:
             raise EncodeError(str(exc)) from None
         self.allowed = allowed
         self.what = what
+        self.nulls = null_policy(nulls)
 
     def values(self, name: object, value: object, record: int | None) -> tuple[str, Values]:
         """One feature's value type and values, checked against the spec."""
@@ -98,6 +119,12 @@ class FeatureRules:
         if self.spec is not None and name not in self.spec:
             raise EncodeError(f"{where(name, record)} is not in the spec; add it (e.g. "
                               f"VarLen(...)) or leave it out")
+        if isinstance(value, np.ma.MaskedArray):
+            value = self.nulls.masked(value, name, record)
+        elif isinstance(value, (list, tuple)):
+            value = self.nulls.items(value, name, record)
+        elif isinstance(value, np.ndarray) and value.dtype.kind == "O":
+            value = self.nulls.items(value.reshape(-1).tolist(), name, record)
         vtype, values = feature_values(value, fs.dtype if fs else None, self.allowed, name,
                                        record)
         if isinstance(fs, FixedLen) and len(values) != fs.size:
@@ -110,7 +137,7 @@ class FeatureRules:
         if self.spec is None:
             return
         for name, fs in self.spec.items():
-            absent = given.get(name) is None
+            absent = is_null(given.get(name))
             if absent and isinstance(fs, FixedLen) and fs.default is None:
                 raise EncodeError(f"{where(name, record)} is missing; its spec is FixedLen "
                                   "without a default (give one, or VarLen)")
@@ -125,7 +152,7 @@ def features_payload(features: Mapping[Any, object], rules: FeatureRules,
     rules.check_missing(features, record)
     parts = []
     for name, value in features.items():
-        if value is None:
+        if is_null(value):
             continue
         vtype, values = rules.values(name, value, record)
         parts.append(map_entry(name_bytes(name, record),
@@ -134,7 +161,7 @@ def features_payload(features: Mapping[Any, object], rules: FeatureRules,
 
 
 def encode_example(features: Mapping[str, object], spec: Spec = None, *,
-                   record: int | None = None) -> bytes:
+                   record: int | None = None, nulls: Nulls = REFUSE) -> bytes:
     """Encode one ``tf.train.Example``.
 
     >>> encode_example({"label": 7, "image": np.zeros((2, 2), np.float32), "name": "cat"})
@@ -149,6 +176,9 @@ def encode_example(features: Mapping[str, object], spec: Spec = None, *,
             checked and features without a default must be there. ``None``: the values'
             own types.
         record: The record's number, named by errors.
+        nulls: What a null element inside a list (``None``, a masked element) becomes:
+            ``"refuse"`` (an error), ``"drop"`` or ``("fill", value)``; see
+            :mod:`ofindex.encode.nulls`. A ``None`` value leaves the feature out.
 
     Returns:
         The serialized Example.
@@ -156,13 +186,14 @@ def encode_example(features: Mapping[str, object], spec: Spec = None, *,
     Raises:
         EncodeError: A value that cannot be stored without losing information, or that does
             not fit the spec; the message names the feature and the record.
+        ValueError: A bad ``nulls``.
     """
-    rules = FeatureRules(spec, EXAMPLE_TYPES, "Example")
+    rules = FeatureRules(spec, EXAMPLE_TYPES, "Example", nulls)
     return delimited(1, features_payload(features, rules, EXAMPLE_FIELDS, record))
 
 
 def encode_ofrecord(features: Mapping[str, object], spec: Spec = None, *,
-                    record: int | None = None) -> bytes:
+                    record: int | None = None, nulls: Nulls = REFUSE) -> bytes:
     """Encode one OneFlow ``OFRecord`` (its five lists: bytes, float32, float64, int32,
     int64; numpy dtypes choose them, Python ``float`` is float32 and ``int`` int64).
 
@@ -170,14 +201,16 @@ def encode_ofrecord(features: Mapping[str, object], spec: Spec = None, *,
         features: ``{name: value}`` as for :func:`encode_example`.
         spec: The decoding spec the record must fit, or ``None``.
         record: The record's number, named by errors.
+        nulls: What a null element inside a list becomes (see :func:`encode_example`).
 
     Returns:
         The serialized OFRecord.
 
     Raises:
         EncodeError: A value that cannot be stored, or that does not fit the spec.
+        ValueError: A bad ``nulls``.
     """
-    rules = FeatureRules(spec, OFRECORD_TYPES, "OFRecord")
+    rules = FeatureRules(spec, OFRECORD_TYPES, "OFRecord", nulls)
     return features_payload(features, rules, OFRECORD_FIELDS, record)
 
 
@@ -216,7 +249,7 @@ def _steps(name: object, steps: object, rules: FeatureRules, record: int | None)
 def encode_sequence_example(context: Mapping[str, object],
                             feature_lists: Mapping[str, object], *,
                             context_spec: Spec = None, sequence_spec: Spec = None,
-                            record: int | None = None) -> bytes:
+                            record: int | None = None, nulls: Nulls = REFUSE) -> bytes:
     """Encode one ``tf.train.SequenceExample``.
 
     Args:
@@ -227,18 +260,20 @@ def encode_sequence_example(context: Mapping[str, object],
         sequence_spec: The spec each step of a feature list must fit (``FixedLen`` counts per
             step), or ``None``.
         record: The record's number, named by errors.
+        nulls: What a null element inside a list becomes (see :func:`encode_example`).
 
     Returns:
         The serialized SequenceExample.
 
     Raises:
         EncodeError: A value that cannot be stored, or that does not fit the spec.
+        ValueError: A bad ``nulls``.
     """
-    ctx_rules = FeatureRules(context_spec, EXAMPLE_TYPES, "SequenceExample")
-    seq_rules = FeatureRules(sequence_spec, EXAMPLE_TYPES, "SequenceExample")
+    ctx_rules = FeatureRules(context_spec, EXAMPLE_TYPES, "SequenceExample", nulls)
+    seq_rules = FeatureRules(sequence_spec, EXAMPLE_TYPES, "SequenceExample", nulls)
     lists = []
     for name, steps in feature_lists.items():
-        if steps is None:
+        if is_null(steps):
             continue
         lists.append(map_entry(name_bytes(name, record), _steps(name, steps, seq_rules, record)))
     return (delimited(1, features_payload(context, ctx_rules, EXAMPLE_FIELDS, record))

@@ -32,6 +32,7 @@ from .manifest import (
     stored_directories,
 )
 from .sidecar_header import Compression
+from .totals import exact_sum
 
 #: The compact manifest's file name, beside (and instead of) ``ofindex-manifest.json``.
 COMPACT_NAME = "ofindex-manifest.bin"
@@ -108,8 +109,7 @@ class CompactManifest:
                   or int((self.flags & binary.COMPRESSION_BITS).max()) == binary.COMPRESSION_BITS):
             raise ManifestError(f"{self.url}: impossible record count, size or compression; "
                                 "rebuild it with `ofindex build <dataset directory>`")
-        total = int(records.sum(dtype=np.uint64)) if n else 0
-        size = int(self.sizes.sum(dtype=np.uint64)) if n else 0
+        total, size = exact_sum(records), exact_sum(self.sizes)  # (numpy's sums wrap)
         if total != self.head.total_records or size != self.head.total_bytes:
             raise ManifestError(f"{self.url}: its columns do not add up to its header's totals; "
                                 "rebuild it with `ofindex build <dataset directory>`")
@@ -234,6 +234,7 @@ def open_compact(storage: Storage, path: str, header: bytes | None = None) -> Co
         raw = header + storage.read(path, binary.HEADER_SIZE, size) if size > len(header) \
             else bytes(header[:size])
         head = binary.decode_head(raw, url)
+        binary.check_expansion(head, url)  # before the columns are read and inflated
         spans = [head.columns[c].span() for c in binary.EAGER]
         start = min(s for s, e in spans if e > s) if any(e > s for s, e in spans) else size
         end = max((e for _, e in spans), default=size)

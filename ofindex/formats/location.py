@@ -15,7 +15,6 @@ ofindex 0.2 beside their data file (``<file>.ofidx``).
 from __future__ import annotations
 
 import dataclasses
-import glob
 import os
 from collections.abc import Sequence
 
@@ -26,6 +25,7 @@ from ..storage import (
     Storage,
     Storages,
     as_list,
+    is_glob,
     is_local_url,
     list_data_files,
 )
@@ -223,9 +223,11 @@ def _list(paths: PathSpec, storages: Storages, allow_missing_shards: bool) -> Da
         return list_data_files(paths, storages)
     except DataFileNotFoundError:
         spec = _single(paths)
-        if spec is None or glob.has_magic(spec) or allow_missing_shards:
+        if spec is None or allow_missing_shards:
             raise
         storage, path = storages.for_url(spec)
+        if is_glob(storage, path):
+            raise
         # a directory holding only a writer's hidden files and its claim: say so
         check_shard_set(storage, [], [path.rstrip("/")], allow=False, what=spec)
         raise
@@ -254,9 +256,11 @@ def _named_directory(paths: PathSpec, storage: Storage, storages: Storages,
                      files: list[str]) -> str | None:
     """The directory a single, non-glob spec names, or ``None``."""
     spec = _single(paths)
-    if spec is None or glob.has_magic(spec):
+    if spec is None:
         return None
     _, path = storages.for_url(spec)
+    if is_glob(storage, path):
+        return None
     if storage.is_local:
         is_directory = os.path.isdir(path)
     elif getattr(storage, "protocol", "") in ("http", "https"):
@@ -276,10 +280,10 @@ def _find_manifest(
     spec = _single(paths)
     if spec is None:
         return None
-    _, spec_path = storages.for_url(spec)  # an unknown protocol is reported for the URL given
+    spec_storage, spec_path = storages.for_url(spec)  # an unknown protocol: for the URL given
     if spec.endswith(".json") or spec.rstrip("/").rsplit("/", 1)[-1] == COMPACT_NAME:
         return _required_manifest(spec, storages)
-    if glob.has_magic(spec):
+    if is_glob(spec_storage, spec_path):
         return None
     if is_local_url(spec) and not os.path.isdir(spec_path):
         return None

@@ -52,6 +52,7 @@ import numpy as np
 from ..errors import ManifestError
 from .dataset_identity import IdentityHasher
 from .framing import RecordFormat
+from .totals import exact_sum
 
 MAGIC = b"OFMANIF\0"
 VERSION = 1
@@ -81,6 +82,18 @@ MAX_STRING = 4096
 MAX_HEAD = 1 << 30
 #: Record counts and sizes above this are not from a real dataset.
 MAX_COUNT = 1 << 62
+#: Most raw bytes a manifest may inflate to per byte it is read from: a 1.9 MB forgery with
+#: valid CRCs claiming 2^26 shards inflated 2 GiB at open (zlib alone allows 1032x). What the
+#: writer makes expands at most 10-15x (1e6 shards of equal counts and sizes, names of 1-20
+#: bytes), 42x with names of 250 bytes sharing a prefix, 73x with 500: 256 leaves room for
+#: longer names and other zlib levels, and bounds a forgery by its own size.
+MAX_EXPANSION = 256
+#: Raw bytes any page of strings may inflate to beyond :data:`MAX_EXPANSION` times its
+#: stored bytes (a page of a few rows compresses little, a page of strings no less than this).
+PAGE_SLACK = 64 << 10
+#: Raw bytes per row every manifest holds in the columns read at open: a record count and a
+#: size (8 bytes each), flags (1) and a name's end (4).
+_EAGER_ROW_BYTES = 21
 
 
 @dataclasses.dataclass(frozen=True)
@@ -258,6 +271,8 @@ def check_page(head: Head, column_id: int, page: int, stored: bytes | memoryview
     if column.codec == STORED:
         return bytes(stored)
     bound = _raw_bound(column_id, page_rows(head, column_id, page))
+    if column_id in (NAMES, STAMPS):  # fixed-width pages inflate to exactly their rows
+        bound = min(bound, MAX_EXPANSION * len(stored) + PAGE_SLACK)
     inflater = zlib.decompressobj()
     try:
         raw = inflater.decompress(stored, bound + 1)
@@ -267,6 +282,22 @@ def check_page(head: Head, column_id: int, page: int, stored: bytes | memoryview
         raise ManifestError(f"{where}: does not inflate to its rows; rebuild the manifest with "
                             "`ofindex build <dataset directory>`")
     return raw
+
+
+def check_expansion(head: Head, url: str) -> None:
+    """Refuse, before anything is inflated, a head whose shard count the columns read at open
+    cannot hold: what they must inflate to at least (:data:`_EAGER_ROW_BYTES` per row) is
+    more than :data:`MAX_EXPANSION` times their stored bytes and the head's.
+
+    Raises:
+        ManifestError: The shard count is out of proportion with the file.
+    """
+    stored = head.size + sum(int(head.columns[c].pages["length"].sum()) for c in EAGER)
+    least = _EAGER_ROW_BYTES * head.shards
+    if least > MAX_EXPANSION * stored + PAGE_SLACK:
+        raise _bad(url, f"corrupt (it claims {head.shards} shards, which take at least "
+                        f"{least} bytes in memory, from {stored} bytes of columns: more than "
+                        f"{MAX_EXPANSION} bytes per stored byte)")
 
 
 def numbers(head: Head, column_id: int, page: int, raw: bytes, url: str) -> np.ndarray:
@@ -448,6 +479,9 @@ class CompactWriter:
         self.pages: dict[int, list[tuple[bytes, int]]] = {c: [] for c in self.rows}
         #: Per page size, the rows not in a page yet (a page of eager rows at most).
         self.pending: dict[int, list[Rows]] = {eager_rows: [], stamp_rows: []}
+        #: Rows in each list of pending rows (not summed again at each add: a build of 20,000
+        #: shards adds them one by one, and summing took 150 s of its 170).
+        self._pending_rows = dict.fromkeys(self.pending, 0)
         self.added = 0
         self.total_records = 0
         self.total_bytes = 0
@@ -473,19 +507,20 @@ class CompactWriter:
         if self.added + n > self.shards:
             raise ValueError(f"{self.added + n} rows added to a manifest of {self.shards}")
         self.added += n
-        self.total_records += int(rows.records.sum())
-        self.total_bytes += int(rows.sizes.sum())
+        self.total_records += exact_sum(rows.records)
+        self.total_bytes += exact_sum(rows.sizes)
         self.identity.add(rows.records, rows.sizes, rows.content_column(),
                           np.where(rows.flags & HAS_BODY_CRC, rows.body_crcs, -1))
         for page_rows_, pending in self.pending.items():
             pending.append(rows)
-            held = sum(len(p) for p in pending)
+            held = self._pending_rows[page_rows_] = self._pending_rows[page_rows_] + n
             if held >= page_rows_:
                 joined = Rows.join(pending)
                 full = held - held % page_rows_
                 for lo in range(0, full, page_rows_):
                     self._encode(page_rows_, joined.cut(lo, lo + page_rows_))
                 pending[:] = [joined.cut(full, held)] if full < held else []
+                self._pending_rows[page_rows_] = held - full
 
     def _encode(self, page_rows_: int, rows: Rows) -> None:
         """Encode one page of every column whose pages hold ``page_rows_`` rows."""

@@ -133,10 +133,12 @@ def build_index(
             (documents such as ``README.txt`` or ``*.labels.txt``, or files whose first bytes
             fit no record file) instead of skipping them. A file named on its own is never
             skipped.
-        retries: Remote requests that fail transiently (connection refused or reset,
-            timeouts, HTTP 5xx and 429, S3 ``SlowDown``) are sent again up to this many times,
-            with exponential backoff and jitter (default 10; ``0``: no retries).
-        timeout: Seconds after which a remote request is given up, its retries included
+        retries: Remote requests that fail transiently (connections reset, or refused by a
+            store that answered before; timeouts, HTTP 5xx and 429, S3 ``SlowDown``) are sent
+            again up to this many times, with exponential backoff and jitter (default 10;
+            ``0``: each request is sent once).
+        timeout: Seconds after which a remote request is given up, its retries, backoff and
+            waits for a throttled store included
             (default 60).
         migrate: Move the sidecars (and manifest) of a dataset indexed by ofindex 0.2 and
             earlier from beside the data files to the default place, ``<data dir>.ofindex/``

@@ -16,10 +16,12 @@ import dataclasses
 import functools
 import pickle
 import queue
+import socket
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import urlsplit
 
-from ..errors import MissingDependencyError
+from ..errors import ClusterError, MissingDependencyError
 from ..storage import Storage
 from .build_file import BuildResult
 from .job import FileJob
@@ -133,6 +135,70 @@ def run_on_executor(executor: cf.Executor, jobs: list[FileJob], resume: bool,
     return collected
 
 
+#: Seconds a cluster's address has to accept a TCP connection before a build gives up (it
+#: takes milliseconds on a network; Ray's client waits for a dead address for minutes,
+#: Dask's for 30 s).
+CONNECT_SECONDS = 10.0
+#: The port each kind of address means when it names none.
+_DEFAULT_PORTS = {"tcp": 8786, "tls": 8786, "ray": 10001, "": 6379}
+
+
+def _endpoint(address: str) -> tuple[str, int] | None:
+    """``(host, port)`` of a cluster address (``tcp://h:8786``, ``ray://h:10001``, ``h:6379``),
+    or ``None`` for one that names no TCP endpoint (``auto``, ``local``, ``inproc://`` …)."""
+    scheme, sep, _ = address.partition("://")
+    scheme = scheme.lower() if sep else ""
+    if scheme not in _DEFAULT_PORTS or (not sep and address in ("auto", "local")):
+        return None
+    try:
+        parts = urlsplit(address if sep else f"//{address}")
+        port = parts.port
+    except ValueError:
+        return None
+    if not parts.hostname:
+        return None
+    return parts.hostname, port if port is not None else _DEFAULT_PORTS[scheme]
+
+
+def check_reachable(address: str, what: str) -> None:
+    """Fail at once when nothing listens at a cluster's address (its clients would wait
+    for minutes: ``build --ray`` to a dead address hung).
+
+    Args:
+        address: The address given (``tcp://host:8786``, ``ray://host:10001``, ``host:6379``).
+        what: The cluster's kind, for the message (``"Dask scheduler"``).
+
+    Raises:
+        ClusterError: The host name does not resolve, the connection is refused, or no
+            answer came within :data:`CONNECT_SECONDS`.
+    """
+    endpoint = _endpoint(address)
+    if endpoint is None:
+        return
+    host, port = endpoint
+    where = f"{what} {address}"
+    try:
+        with socket.create_connection((host, port), timeout=CONNECT_SECONDS):
+            return
+    except socket.gaierror as exc:
+        raise ClusterError(f"{where}: could not resolve host {host!r} ({exc.strerror}); check "
+                           "the address") from None
+    except ConnectionRefusedError:
+        raise ClusterError(f"{where}: nothing listens at {host}:{port} (connection refused); "
+                           "check the address and that the cluster is running") from None
+    except OSError as exc:
+        raise ClusterError(f"{where}: no connection to {host}:{port} within "
+                           f"{CONNECT_SECONDS:g} s ({_said(exc)}); check the address and the "
+                           "network") from None
+
+
+def _said(exc: BaseException) -> str:
+    """What a client library's error says, in a few words (its first sentence, without the
+    exception's class name)."""
+    text = str(exc).strip() or "no answer"
+    return text.splitlines()[0].split(". ")[0][:200]
+
+
 class DaskExecutor(cf.Executor):
     """The ``concurrent.futures`` executor of a Dask cluster; :meth:`shutdown` also closes
     the client it opened.
@@ -143,6 +209,7 @@ class DaskExecutor(cf.Executor):
     Raises:
         MissingDependencyError: ``dask.distributed`` is not installed (an ``ImportError``
             naming ``pip install 'ofindex[dask]'``).
+        ClusterError: Nothing answers at ``address`` (within :data:`CONNECT_SECONDS`).
     """
 
     def __init__(self, address: str) -> None:
@@ -151,7 +218,12 @@ class DaskExecutor(cf.Executor):
         except ImportError as exc:
             raise MissingDependencyError("building on a Dask cluster needs dask.distributed: "
                                          "pip install 'ofindex[dask]'") from exc
-        self.client = Client(address)  # type: ignore[no-untyped-call]
+        check_reachable(address, "Dask scheduler")
+        try:
+            self.client = Client(address, timeout=CONNECT_SECONDS)  # type: ignore[no-untyped-call]
+        except (OSError, TimeoutError) as exc:
+            raise ClusterError(f"Dask scheduler {address}: {_said(exc)}; check the address and "
+                               "that the scheduler is running") from exc
         self._executor: cf.Executor = self.client.get_executor()  # type: ignore[no-untyped-call]
 
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> cf.Future[Any]:
@@ -175,6 +247,8 @@ class RayExecutor(cf.Executor):
     Raises:
         MissingDependencyError: Ray is not installed (an ``ImportError`` naming
             ``pip install 'ofindex[ray]'``).
+        ClusterError: Nothing answers at ``address`` (within :data:`CONNECT_SECONDS`), or Ray
+            finds no cluster there.
     """
 
     def __init__(self, address: str | None = None, num_cpus: float = 1) -> None:
@@ -184,7 +258,15 @@ class RayExecutor(cf.Executor):
             raise MissingDependencyError("building on a Ray cluster needs ray: "
                                          "pip install 'ofindex[ray]'") from exc
         if not ray.is_initialized():
-            ray.init(address=address, ignore_reinit_error=True, log_to_driver=False)
+            if address is not None:
+                check_reachable(address, "Ray cluster")
+            try:
+                ray.init(address=address, ignore_reinit_error=True, log_to_driver=False)
+            except (ConnectionError, TimeoutError, OSError) as exc:
+                raise ClusterError(f"Ray cluster {address}: Ray found none there "
+                                   f"({_said(exc)}); "
+                                   "start one (`ray start --head`) or name its address "
+                                   "(ray://host:10001)") from exc
         self._ray = ray
         self._num_cpus = num_cpus
         self._remote: dict[Callable[..., Any], Any] = {}

@@ -8,11 +8,14 @@ the one a build would write (without CRC checks of the payloads).
 
 from __future__ import annotations
 
+import os
+import re
+import stat
 import warnings
 
 import numpy as np
 
-from ..errors import CorruptRecordError, OfindexError, StaleIndexError
+from ..errors import CorruptRecordError, OfindexError, SidecarError, StaleIndexError
 from ..formats.framing import RecordFormat
 from ..formats.sidecar import encode_sidecar
 from ..formats.sidecar_header import Compression
@@ -26,6 +29,91 @@ from .scan import scan_file
 #: Where the framing puts the records: offsets, where the last one ends, and what stopped the
 #: scan early (a message), or ``None``.
 Framing = tuple[np.ndarray, int, str | None]
+
+#: Bytes a text index may take per record of its data file: a line of two numbers of up to
+#: 19 digits, their separator and a line end is 41 bytes; 64 leave room for padding.
+LINE_BYTES = 64
+#: Bytes a text index may take beyond that (trailing blank lines, an empty file's index).
+SLACK_BYTES = 4096
+#: No line of a text index is longer: a thousand times a real line, so that a line's own
+#: check names what is wrong with it (a number of 5,000 digits); a stream without line ends,
+#: such as /dev/zero, is refused after this many bytes, whatever the data file's size.
+MAX_LINE = 64 << 10
+_LONG_LINE = re.compile(rb"[^\n]{%d}" % (MAX_LINE + 1))
+#: Bytes read at a time from a stream (a FIFO, a device).
+_CHUNK = 1 << 20
+
+
+def text_index_limit(data_size: int) -> int:
+    """The most bytes a text index of a data file of ``data_size`` bytes may hold: one line
+    of :data:`LINE_BYTES` per record of the smallest framing (an empty record), and
+    :data:`SLACK_BYTES`.
+
+    Args:
+        data_size: The data file's size.
+
+    Returns:
+        The bound, in bytes.
+    """
+    smallest = min(fmt.overhead for fmt in RecordFormat)
+    return LINE_BYTES * (data_size // smallest) + SLACK_BYTES
+
+
+def read_text_index(storage: Storage, path: str, data_size: int, *, data_url: str) -> bytes:
+    """The bytes of the text index at ``path``, read up to :func:`text_index_limit` of the
+    data file's size: a regular file larger than that is refused before it is read, and a
+    stream (a FIFO, ``<(…)``, a device such as ``/dev/zero``) is read a chunk at a time and
+    refused once past the bound or at a line longer than :data:`MAX_LINE` bytes.
+
+    Args:
+        storage: Storage of the text index.
+        path: The text index.
+        data_size: Size of the data file it describes.
+        data_url: The data file (for messages).
+
+    Returns:
+        The text index's bytes (each line is checked later, by :func:`sidecar_from_text`).
+
+    Raises:
+        SidecarError: The text index is larger than any of that data file, or has a line
+            longer than any text index has (naming the limit).
+    """
+    limit = text_index_limit(data_size)
+    url = storage.url(path)
+    if not storage.is_local:
+        if storage.stamp(path).size > limit:
+            raise _too_large(url, limit, data_url, data_size)
+        return storage.read_all(path)
+    chunks: list[bytes] = []
+    total = lines = tail = 0  # bytes, line ends, bytes of the last line so far
+    with open(path, "rb", buffering=0) as stream:
+        found = os.fstat(stream.fileno())
+        if stat.S_ISREG(found.st_mode) and found.st_size > limit:
+            raise _too_large(url, limit, data_url, data_size)
+        while chunk := stream.read(min(_CHUNK, limit + 1 - total)):
+            first = chunk.find(b"\n")
+            long = _LONG_LINE.search(chunk)
+            if tail + (len(chunk) if first < 0 else first) > MAX_LINE or long is not None:
+                line = lines + 1 + (chunk.count(b"\n", 0, long.start()) if long else 0)
+                raise SidecarError(
+                    f"{url}, line {line}: longer than {MAX_LINE} bytes, which no line of a "
+                    f"text index is: it is not a text index — name the 'offset length' file "
+                    f"written for {data_url}")
+            last = chunk.rfind(b"\n")
+            tail = tail + len(chunk) if last < 0 else len(chunk) - last - 1
+            lines += chunk.count(b"\n")
+            total += len(chunk)
+            if total > limit:
+                raise _too_large(url, limit, data_url, data_size)
+            chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _too_large(url: str, limit: int, data_url: str, data_size: int) -> SidecarError:
+    return SidecarError(
+        f"{url}: longer than the text index of {data_url} can be ({limit} bytes for a data "
+        f"file of {data_size} bytes: {LINE_BYTES} per record at most); it is not that file's "
+        "text index — name the 'offset length' file written for it")
 
 
 def sidecar_from_text(storage: Storage, path: str, text: bytes, *, text_url: str,

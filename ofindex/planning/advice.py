@@ -182,11 +182,15 @@ def plan_shuffle(shape: DatasetShape, store: StoreLimits, readers: int, target: 
         The plan: every candidate, and the best-mixed one reaching the target.
 
     Raises:
-        ValueError: ``readers``, ``batch_size``, ``concurrency`` or ``window`` below 1, or a
-            target that is not positive.
+        ValueError: ``readers``, ``batch_size``, ``concurrency`` or ``window`` below 1, more
+            readers than records, or a target that is not positive.
     """
     if min(readers, batch_size, concurrency, window) < 1:
         raise ValueError("readers, batch_size, concurrency and window must be at least 1")
+    if readers > shape.records:  # each reader's share of an epoch would be empty
+        raise ValueError(f"{readers:,} readers for a dataset of {shape.records:,} records: "
+                         "some would read nothing; plan for at most as many readers as "
+                         "records")
     if not target > 0 or math.isnan(target):
         raise ValueError(f"target must be a positive number of records per second, not {target}")
     sizes: list[int | None] = [None, *sorted({int(b) for b in block_sizes if b >= 1})]

@@ -24,14 +24,15 @@ their CRC on this first read), one compiled call (``_native.record``) cuts the r
 the map and checks its length and CRCs, and the shard is bound to the compiled reader.
 ``ds.__getitems__(indices)``: :func:`ofindex.read.batch_strategy.choose` names the way
 (``COMPILED_GATHER``: one compiled pass over the maps in the order asked for;
-``THREADED_COPIES`` for batches of several MB; ``MAPPED_CUT`` without the compiled module;
-``COMPILED_PREADS`` with ``mmap=False``: compiled ``preadv`` calls without the GIL;
-``DIRECT_READS`` / ``PLANNED_RANGES`` without them) and :mod:`ofindex.read.mapped_gather` or
-:mod:`ofindex.read.shard_reads` runs it. Iteration (:mod:`ofindex.read.iteration`) cuts
-batches out of the maps (:mod:`ofindex.read.mapped_batches`): with a core to spare, the CRCs
-of small records are checked by a compiled thread ahead of the list being made, and lists of
-a MB or more are copied and checked on the pool's threads one list ahead of the one handed
-out; ``for record in ds`` hands out the records of such lists, a few MB at a time.
+``THREADED_COPIES`` for batches of several MB; ``COMPILED_PREADS`` with ``mmap=False``:
+compiled ``preadv`` calls without the GIL; ``DIRECT_READS`` / ``PLANNED_RANGES`` without the
+compiled module, which alone reads maps: in guarded calls, see ofindex/csrc/guard.c) and
+:mod:`ofindex.read.mapped_gather` or :mod:`ofindex.read.shard_reads` runs it. Iteration
+(:mod:`ofindex.read.iteration`) cuts batches out of the maps
+(:mod:`ofindex.read.mapped_batches`): with a core to spare, the CRCs of small records are
+checked by a compiled thread ahead of the list being made, and lists of a MB or more are
+copied and checked on the pool's threads one list ahead of the one handed out; ``for record
+in ds`` hands out the records of such lists, a few MB at a time.
 
 **Remote files.** A batch's records are grouped by shard (:meth:`ShardTable.group`); one
 index round (:mod:`ofindex.read.index_round`) fetches, for every shard touched, the sidecar

@@ -12,15 +12,14 @@ strategy                  condition, and the measurement behind it
                           (:mod:`ofindex.read.compressed`); its uncompressed shards are
                           read by the strategies below.
 ``THREADED_COPIES``       compiled module, every shard of the batch memory-mapped, the batch
-                          expected to hold >= 4 MiB, and a second core: copies and CRCs on
+                          expected to hold >= 4 MiB, a second core, and the CPU's CRC32C
+                          instruction when TFRecord CRCs are checked: copies and CRCs on
                           threads without the GIL (256 random records of ~100 KB: a serial
                           copy-and-check pass is slower than a columnar gather that checks
                           nothing; on threads 1.6x Hugging Face's Arrow gather).
 ``COMPILED_GATHER``       compiled module, every shard of the batch memory-mapped: one
                           compiled pass in the order asked for, no sorting (about 1.5x the
                           random-access speed of ``pread``).
-``MAPPED_CUT``            memory-mapped shards without the compiled module: grouped by shard,
-                          cut out of the maps, checked in bulk with numpy.
 ``COMPILED_PREADS``       local files read through descriptors (``mmap=False``), compiled
                           module with ``preadv`` (and the CRC32C instruction when TFRecord
                           CRCs are checked): each payload read into its own ``bytes`` with
@@ -52,9 +51,12 @@ strategy                  condition, and the measurement behind it
                           multi-range requests over HTTP), records cut out of one buffer.
 ========================  ===============================================================
 
-"Memory-mapped" means the storage can map files (:attr:`Storage.can_mmap`) and each shard's
-file still covers its index (a file shorter than its index is read by the planned reads,
-which report what is wrong). Every strategy checks every record the same way (stored length
+"Memory-mapped" means the storage can map files (:attr:`Storage.can_mmap`), the compiled
+module reads the maps (in guarded calls: a file truncated or rewritten in place under its map
+raises :class:`~ofindex.errors.StaleIndexError` naming it; Python cannot guard its reads of a
+map, so without the compiled module files are read with ``pread``), and each shard's file
+still covers its index (a file shorter than its index is read by the planned reads, which
+report what is wrong). Every strategy checks every record the same way (stored length
 against the index; TFRecord CRCs and OFRecord sidecar checksums with ``verify``) and reports
 the first bad record of the batch in the order asked for; the tests hold each strategy to
 the others' results.
@@ -69,6 +71,7 @@ from typing import Any
 import numpy as np
 
 from .. import _accel
+from ..storage import openfiles
 from . import compressed, mapped_gather
 from .datacache import DataCache
 from .mapped_gather import MappedShards, compiled_gather, executor, threaded_copies
@@ -79,7 +82,6 @@ from .shard_reads import (
     cached_blocks,
     compiled_preads,
     direct_reads,
-    mapped_cut,
     planned_ranges,
     read_grouped,
 )
@@ -92,7 +94,6 @@ class BatchStrategy(enum.Enum):
     COMPRESSED = "compressed"
     THREADED_COPIES = "threaded-copies"
     COMPILED_GATHER = "compiled-gather"
-    MAPPED_CUT = "mapped-cut"
     COMPILED_PREADS = "compiled-preads"
     DIRECT_READS = "direct-reads"
     RESIDENT_BLOCKS = "resident-blocks"
@@ -121,17 +122,15 @@ def choose(table: ShardTable, checks: RecordChecks, indices: np.ndarray, *,
     """
     if compressed_shards:
         return BatchStrategy.COMPRESSED, None
-    storage = table.storage
-    if storage.can_mmap:
+    storage, native = table.storage, _accel.native
+    if storage.can_mmap and native is not None:
         maps = MappedShards.of(table, indices)
         if maps is not None:
-            if _accel.native is None:
-                return BatchStrategy.MAPPED_CUT, maps
             big = len(indices) * table.mean_record_bytes >= mapped_gather.PARALLEL_BYTES
-            if big and len(indices) > 1 and executor() is not None:
+            if (big and len(indices) > 1 and executor() is not None
+                    and (not checks.tfrecord_crcs or native.hw_crc())):
                 return BatchStrategy.THREADED_COPIES, maps
             return BatchStrategy.COMPILED_GATHER, maps
-    native = _accel.native
     if (storage.is_local and native is not None and native.reads_files
             and (not checks.tfrecord_crcs or native.hw_crc())):
         return BatchStrategy.COMPILED_PREADS, None
@@ -155,6 +154,10 @@ def read_batch(table: ShardTable, checks: RecordChecks, indices: np.ndarray, *,
                data_cache: DataCache | None = None) -> list[Any]:
     """The payloads of records ``indices`` (valid, non-negative), in that order.
 
+    A batch over more shards than a read may hold at once (:func:`ofindex.storage.openfiles.
+    limits`) is read in consecutive parts, each by the strategy it calls for: the first bad
+    record in the order asked for is still the one reported.
+
     Args:
         table: The dataset's shards.
         checks: What to check in each record.
@@ -168,6 +171,19 @@ def read_batch(table: ShardTable, checks: RecordChecks, indices: np.ndarray, *,
     Raises:
         CorruptRecordError, SidecarError, StaleIndexError, RangeReadError: As every read.
     """
+    read = functools.partial(_read_batch, table, checks, compressed_shards=compressed_shards,
+                             max_gap=max_gap, max_read_bytes=max_read_bytes,
+                             data_cache=data_cache)
+    pieces = table.pieces(indices, openfiles.limits().per_read) if len(indices) > 2 else None
+    if pieces is None:
+        return read(indices)
+    return [payload for lo, hi in pieces for payload in read(indices[lo:hi])]
+
+
+def _read_batch(table: ShardTable, checks: RecordChecks, indices: np.ndarray, *,
+                compressed_shards: bool, max_gap: int | None, max_read_bytes: int,
+                data_cache: DataCache | None = None) -> list[Any]:
+    """:func:`read_batch` of a batch over at most the shards a read may hold at once."""
     strategy, maps = choose(table, checks, indices, compressed_shards=compressed_shards,
                             data_cache=data_cache)
     if strategy is BatchStrategy.COMPRESSED:
@@ -186,8 +202,6 @@ def read_batch(table: ShardTable, checks: RecordChecks, indices: np.ndarray, *,
     if strategy is BatchStrategy.COMPILED_GATHER:
         assert isinstance(maps, MappedShards)
         return compiled_gather(table, checks, maps)
-    if strategy is BatchStrategy.MAPPED_CUT:
-        return read_grouped(table, checks, indices, mapped_cut)
     if strategy is BatchStrategy.CACHED_BLOCKS:
         assert data_cache is not None
         return read_grouped(table, checks, indices, functools.partial(  # blocks are keyed by

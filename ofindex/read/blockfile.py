@@ -102,7 +102,7 @@ def write_block(directory: str, name: str, key: bytes, data: bytes | memoryview)
     """
     try:
         write_local_atomic(os.path.join(directory, name), [header(key, data), data],
-                           durable=False)
+                           durable=False, owned=True)
     except OSError as e:
         return e
     return None

@@ -145,7 +145,7 @@ def write_entry(directory: str, name: str, raw: bytes) -> bool:
         Whether it was written (``False``: the disk is full, the directory went away …).
     """
     try:
-        write_local_atomic(os.path.join(directory, name), [raw])
+        write_local_atomic(os.path.join(directory, name), [raw], owned=True)
     except OSError:
         return False
     return True

@@ -1,7 +1,8 @@
 """Random reads from gzip/zlib shards: inflate from the seek point before a record.
 
 A record costs one read of the compressed bytes from its seek point to the next point past
-its end (one range request on remote storage; none on a memory-mapped local file), then
+its end (one range request on remote storage, a ``pread`` locally: zlib's inflate, which
+cannot be guarded against a map whose file shrank, never reads a memory map), then
 inflating from the point to the record's end (about ``spacing / 2`` bytes on average). A batch
 is sorted by offset and cut into *pieces*: runs of records served by one inflate pass from
 one seek point (a record joins the current piece when its own point lies before the end of
@@ -60,9 +61,8 @@ def read_record(storage: Storage, path: str, sidecar: Sidecar, record: int, fmt:
     rec = np.array([record], dtype=np.int64)
     url = storage.url(path)
     piece = Piece(k, end, a, seeks.compressed_end(end), np.array([end]), rec)
-    views = _mapped_views(storage, path, [(a, piece.compressed_end)])
-    src = views[0] if views is not None else storage.read(path, a, int(_fetch_ends(
-        storage, seeks, np.array([k]), np.array([end]))[0]))
+    src = storage.read(path, a, int(_fetch_ends(storage, seeks, np.array([k]),
+                                               np.array([end]))[0]))
     buf, base = _inflate_piece(CompressedShard(storage, path, url, sidecar), piece, src)
     try:
         got: bytes = extract_payloads(buf, np.array([start - base]), np.array([end - base]),
@@ -126,14 +126,9 @@ def read_records(storage: Storage, path: str, sidecar: Sidecar, records: np.ndar
 
     work = int((reaches - seeks.out[ks]).sum())
     pool = _executor() if len(pieces) > 1 and work >= PARALLEL_INFLATE_BYTES else None
-    views = _mapped_views(storage, path, spans)
-    if views is not None:
-        done = (list(pool.map(inflate_piece, range(len(pieces)), views)) if pool is not None
-                else [inflate_piece(j, views[j]) for j in range(len(pieces))])
-    else:
-        wanted = list(zip(first_in.tolist(), _fetch_ends(storage, seeks, ks, reaches).tolist(),
-                          strict=True))
-        done = _fetch_and_inflate(storage, path, wanted, inflate_piece, pool)
+    wanted = list(zip(first_in.tolist(), _fetch_ends(storage, seeks, ks, reaches).tolist(),
+                      strict=True))
+    done = _fetch_and_inflate(storage, path, wanted, inflate_piece, pool)
     out = np.empty(len(records), dtype=object)
     for (_, lo, hi), got in zip(pieces, done, strict=True):
         out[order[lo:hi]] = got
@@ -176,17 +171,6 @@ def plan_pieces(starts: np.ndarray, ends: np.ndarray,
     if bounds[0] != 0:
         bounds.insert(0, 0)
     return [(int(points[lo]), lo, hi) for lo, hi in itertools.pairwise(bounds)]
-
-
-def _mapped_views(storage: Storage, path: str,
-                  spans: list[tuple[int, int]]) -> list[memoryview] | None:
-    """Views of the memory map for each span, or ``None`` when the file is not mapped."""
-    if storage.can_mmap:
-        mm = storage.mapped(path, max(b for _, b in spans))
-        if mm is not None:
-            view = memoryview(mm)
-            return [view[a:b] for a, b in spans]
-    return None
 
 
 def _fetch_ends(storage: Storage, seeks: SeekTable, ks: np.ndarray,

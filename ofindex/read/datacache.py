@@ -75,13 +75,14 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from ..errors import CacheDirWarning, DataCacheWarning
 from ..formats.framing import Buffer
 from ..storage import FileStamp, Storage
 from . import block_ranges, blockfile
 from .block_ranges import Block, FileBlocks
 from .cachedb import DATA_DB_NAME
 from .cachedir import BLOCK_SUFFIX, block_name
-from .nodecache import ENTRY_OVERHEAD, TOUCH_AFTER, CacheDirWarning, NodeCache
+from .nodecache import ENTRY_OVERHEAD, TOUCH_AFTER, NodeCache
 
 __all__ = ["DEFAULT_BLOCK_BYTES", "CachedRead", "DataCache", "DataCacheWarning", "ResidentFile",
            "same_cache"]
@@ -99,10 +100,6 @@ MAX_RESIDENT_BLOCKS = 16384
 #: Most bytes of neighbouring blocks fetched in one request (ranged GETs of 8-16 MB are what
 #: S3's guidance gives for throughput; fewer, longer requests would use fewer connections).
 MAX_RUN_BYTES = 16 << 20
-
-
-class DataCacheWarning(UserWarning):
-    """A dataset is read without the data cache: its data files do not fit its bound."""
 
 
 @dataclasses.dataclass

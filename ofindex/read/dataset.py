@@ -25,6 +25,7 @@ from ..formats.framing import RecordFormat
 from ..formats.sidecar import Sidecar
 from ..formats.sidecar_header import Compression
 from ..storage import Storage
+from ..storage.openfiles import OPEN_FILES
 from ..storage.ranges import DEFAULT_MAX_BYTES
 from . import batch_strategy, compressed, iteration, record_reader
 from .batch_source import BatchSource
@@ -145,6 +146,7 @@ class Dataset:
         reader, self._reader = self._reader, None
         if reader is not None:
             reader.close()
+            OPEN_FILES.drop_all(reader)
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -250,6 +252,9 @@ class Dataset:
         if native is not None and storage.can_mmap:
             mapped = storage.mapped(shard.path, sidecar.indexed_end)
             if mapped is not None:  # span, cut and checks in one compiled call
+                reader = self._reader  # a first read in this process (or since a fork):
+                if reader is None or not reader.bound:  # the handler that guards it may
+                    native.guard_sigbus()  # have been replaced (a DataLoader worker's)
                 got = native.record(mapped, sidecar.offsets, sidecar.indexed_end, local,
                                     checks.header, checks.footer, checks.tfrecord_crcs,
                                     _crc32c.crc32c, LENGTH_CRCS)
@@ -336,7 +341,8 @@ class Dataset:
         Raises:
             RecordIndexError, CorruptRecordError, SidecarError: As for ``__getitems__``.
         """
-        if self._compressed or self.decode is not None or not self._table.storage.can_mmap:
+        if (self._compressed or self.decode is not None or not self._table.storage.can_mmap
+                or _accel.native is None):
             return None
         normalized = self._table.normalize(as_indices(indices))
         maps = MappedShards.of(self._table, normalized)
@@ -359,6 +365,8 @@ class Dataset:
         The dataset stays usable: a later read reopens what it needs.
         """
         self._table.storage.close()  # and the reader (closed with it)
+        if self._reader is not None:
+            OPEN_FILES.drop_all(self._reader)
         for shard in self._table.held():
             shard.unload()
         if self.data_cache is not None:

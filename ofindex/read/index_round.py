@@ -250,7 +250,7 @@ def run_round(paged: list[PageRequest], whole: list[Shard], *,
     if node is not None and to_node:
         node.put(to_node)
     missing = [w.shard for w in wholes if not _take_whole(round_, w, check_body, identities)]
-    identities.settle()  # before any byte of a data file is read through its index
+    _settle(identities, wholes)  # before any byte of a data file is read through its index
     for request in paged:
         if request.stat_queued and not request.fallback:
             request.pager.fresh = True
@@ -258,6 +258,23 @@ def run_round(paged: list[PageRequest], whole: list[Shard], *,
     if fallback:  # version 1 or compressed after all: their whole sidecars, one more round
         missing += run_round([], fallback, stamps_first=stamps_first)
     return missing
+
+
+def _settle(identities: IdentityChecks, wholes: list[WholeRequest]) -> None:
+    """Check the data files a round touched against their indexes. The round accepted its
+    whole sidecars before (their shards count as loaded): when a check fails, which stops
+    the checks of the files after it too, every one of them is dropped again, so that no
+    read goes through a sidecar whose data file was not found to be the one it indexes.
+
+    Raises:
+        StaleIndexError, RangeReadError, StorageError: As :meth:`IdentityChecks.settle`.
+    """
+    try:
+        identities.settle()
+    except BaseException:
+        for request in wholes:
+            request.shard.unload()
+        raise
 
 
 def _node_keys(paged: list[PageRequest]) -> list[bytes]:

@@ -32,6 +32,7 @@ from .. import _accel
 from ..errors import OfindexError
 from ..formats.crc import LENGTH_CRCS
 from ..formats.sidecar import Sidecar
+from ..storage import openfiles
 from .batch_source import BatchSource
 from .mapped_gather import executor, shares
 from .payloads import raise_record_error
@@ -108,11 +109,16 @@ def _plan_parts(src: BatchSource, a: int, b: int,
           arrays: _SpanArrays | None = None) -> list[_Part] | None:
     """The shard runs of records ``a..b-1`` with their spans (in ``arrays`` when given) and
     maps (sidecars and maps are opened here, in the iterating thread); ``None`` when a shard
-    is shorter than its index says (the batch is then read otherwise)."""
+    is shorter than its index says, or the records are in more shards than a read may hold
+    at once (:func:`~ofindex.storage.openfiles.limits`): they are then read otherwise, each
+    shard streamed in turn."""
     parts: list[_Part] = []
     shard_no = int(np.searchsorted(src.table.cumulative, a, side="right"))
     pos = a
+    most = openfiles.limits().per_read
     while pos < b:  # the shards the run touches (usually one)
+        if len(parts) == most:
+            return None
         first = int(src.table.first[shard_no])
         shard = src.table.shards[shard_no]
         lo, hi = pos - first, min(b - first, shard.records)
@@ -275,7 +281,9 @@ def _raise_at(src: BatchSource, part: _Part, k: int) -> NoReturn:
     """Raise the error of the ``k``-th record of a part (it failed a compiled check)."""
     shard_no, lo, _, starts, ends, buf = part
     st, en = int(starts[k]), int(ends[k])
-    raise_record_error(buf[st:en], src.checks.format, src.checks.verify,
+    native = _accel.native
+    assert native is not None  # maps are read only with it (in guarded calls)
+    raise_record_error(native.copy_out(buf, st, en), src.checks.format, src.checks.verify,
                        path=src.table.url(shard_no), offset=st, record=lo + k)
 
 

@@ -10,14 +10,15 @@ shards a batch touches):
   copying them into ``bytes`` and checking their CRCs on one core takes longer than a
   columnar gather that checks nothing, so each thread checks and copies its share of the
   records in one compiled call without the GIL (``fill``: copy and CRC in one pass over the
-  source, three records at a time, with the CPU's CRC32C instruction; without it, the copies
-  are checked through the ``crc32c`` package, which releases the GIL too). The calling
-  thread fills one share itself;
+  source, three records at a time, with the CPU's CRC32C instruction, which TFRecord CRCs
+  need here). The calling thread fills one share itself;
 * :func:`checked_spans`: the records checked in place on a few threads, not copied: where
   their payloads lie, for readers that copy only parts of them (batched decoding).
 
 Whichever way, the first record of the batch (in the order asked for) that fails a check is
-reported, with the same error as every other read path.
+reported, with the same error as every other read path. Every byte of a map is read by the
+compiled module, in guarded calls: a map whose file shrank (truncated or rewritten in place)
+raises :class:`~ofindex.errors.StaleIndexError` naming the file, never SIGBUS.
 
 What the speed of big batches depends on (256 random records of ~100 KB, measured): a fresh
 map faults its page tables in as records are first touched (7,100 minor faults for the first
@@ -42,7 +43,7 @@ import numpy as np
 
 from .. import _accel
 from .._threads import ProcessPool
-from ..formats.crc import LENGTH_CRCS, length_crc, unmask_crcs
+from ..formats.crc import LENGTH_CRCS
 from ..formats.framing import Buffer
 from .payloads import raise_record_error
 from .record_checks import RecordChecks
@@ -51,7 +52,6 @@ from .table import ShardTable
 
 #: Batches expected to hold at least this many bytes are spread over threads.
 PARALLEL_BYTES = 4 << 20
-_A4 = np.arange(4)
 _T = TypeVar("_T")
 
 #: Threads that copy and check big batches.
@@ -127,8 +127,11 @@ def raise_mapped_problem(table: ShardTable, checks: RecordChecks, maps: MappedSh
     start, end = sidecar.span(record)
     if problem == _accel.SPAN_TOO_SHORT:
         raise sidecar.bad_span(record, start, end)
-    raise_record_error(maps.maps[j][start:end], checks.format, checks.verify,
-                       path=table.url(maps.touched[j]), offset=start, record=record)
+    native = _accel.native
+    assert native is not None  # maps are read only with it
+    raise_record_error(native.copy_out(maps.maps[j], start, end), checks.format,
+                       checks.verify, path=table.url(maps.touched[j]), offset=start,
+                       record=record)
 
 
 def check_mapped_sums(table: ShardTable, checks: RecordChecks, maps: MappedShards,
@@ -206,26 +209,6 @@ def first_failing(work: Callable[[tuple[int, int]], int], parts: list[tuple[int,
     return min([b for b in results if b >= 0], default=n)
 
 
-def _crcs_wrong(maps: MappedShards, positions: np.ndarray, starts: np.ndarray,
-                sizes: np.ndarray, crcs: np.ndarray) -> np.ndarray:
-    """Which of the TFRecords at ``positions`` of the batch have a wrong stored length CRC or
-    data CRC (``crcs``: the CRCs computed from their payloads); for CPUs without the CRC32C
-    instruction, where the compiled copies check only the framing and stored lengths."""
-    wrong = np.zeros(len(positions), dtype=bool)
-    which = maps.which[positions]
-    for j, buf in enumerate(maps.maps):
-        sel = np.flatnonzero(which == j)
-        raw = np.frombuffer(buf, dtype=np.uint8)
-        st, size = starts[sel], sizes[sel]
-        len_crcs = raw[(st + 8)[:, None] + _A4].copy().view("<u4").ravel()
-        ends = st + 12 + size
-        data_crcs = unmask_crcs(raw[ends[:, None] + _A4].copy().view("<u4").ravel())
-        memo = LENGTH_CRCS.get
-        want = np.array([memo(m) or length_crc(m) for m in size.tolist()], dtype=np.uint32)
-        wrong[sel] = (len_crcs != want) | (data_crcs != crcs[sel])
-    return wrong
-
-
 def threaded_copies(table: ShardTable, checks: RecordChecks,
                     maps: MappedShards) -> list[Any]:
     """The payloads of a big batch, copied and checked on the process's threads, in the
@@ -237,33 +220,18 @@ def threaded_copies(table: ShardTable, checks: RecordChecks,
     native = _accel.native
     pool = executor()
     assert native is not None and pool is not None  # chosen only with both
+    assert not checks.tfrecord_crcs or native.hw_crc()  # (and with the CRC instruction)
     n = len(maps.which)
     starts, sizes = _spans(table, checks, maps)
     outs = native.blank(sizes)
-    check = checks.tfrecord_crcs
-    in_fill = check and native.hw_crc()  # the CRCs checked in the compiled copy pass
     parts = shares(sizes, pool._max_workers)
-    header, footer = checks.header, checks.footer
-    crcs = np.zeros(n if check and not in_fill else 0, dtype=np.uint32)
+    header, footer, check = checks.header, checks.footer, checks.tfrecord_crcs
 
     def work(part: tuple[int, int]) -> int:
-        if not check or in_fill:
-            return int(native.fill(maps.maps, maps.which, starts, outs, part[0], part[1],
-                                   header, footer, check))
-        crc = _crc32c.crc32c  # releases the GIL too
-        for k in range(*part):  # copy then check one record at a time: it is still in cache
-            bad = int(native.fill(maps.maps, maps.which, starts, outs, k, k + 1, header,
-                                  footer, False))
-            if bad >= 0:
-                return bad
-            crcs[k] = crc(outs[k])
-        return -1
+        return int(native.fill(maps.maps, maps.which, starts, outs, part[0], part[1],
+                               header, footer, check))
 
-    k = first_failing(work, parts, pool, n)  # the first record that fails framing
-    if check and not in_fill:  # and the CRCs of the records before it
-        before = np.arange(k)
-        wrong = np.flatnonzero(_crcs_wrong(maps, before, starts[:k], sizes[:k], crcs[:k]))
-        k = int(wrong[0]) if len(wrong) else k
+    k = first_failing(work, parts, pool, n)  # the first record that fails a check
     if k < n:
         raise_mapped_problem(table, checks, maps, k, _accel.RECORD_FAILS_CHECK)
     payloads: list[Any] = outs

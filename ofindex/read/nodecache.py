@@ -36,6 +36,7 @@ import time
 import warnings
 from collections.abc import Iterable, Sequence
 
+from ..errors import CacheDirWarning
 from ..formats.sidecar import SUFFIX, Sidecar, decode_header
 from ..storage import FileStamp
 from . import cachedb, cachedir
@@ -50,10 +51,6 @@ DEFAULT_NODE_BYTES = 16 << 30
 TOUCH_AFTER = 60.0
 #: Bytes an entry costs besides its data (key, row and index overhead).
 ENTRY_OVERHEAD = 64
-
-
-class CacheDirWarning(UserWarning):
-    """``cache_dir`` cannot be used: this process reads without the node cache."""
 
 
 def sidecar_key(index_url: str, stamp: FileStamp, body_crc: int | None = None) -> bytes:

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..errors import SidecarError, StaleIndexError, hint
+from ..errors import DataCacheWarning, PartialIndexWarning, SidecarError, StaleIndexError, hint
 from ..formats.compact_manifest import CompactManifest
 from ..formats.compression import parse_compression
 from ..formats.dataset_identity import dataset_identity
@@ -29,7 +29,7 @@ from ..formats.manifest import MANIFEST_NAME
 from ..formats.sidecar_header import Compression
 from ..formats.strays import is_stray, name_pattern
 from ..storage import Storage, is_data_file_name
-from .datacache import DataCache, DataCacheWarning
+from .datacache import DataCache
 from .dataset import Dataset, Decode
 from .manifest_shards import ManifestShards
 from .shards import Shard
@@ -204,11 +204,6 @@ def data_cache_for(storage: Storage, sizes: Sequence[int] | np.ndarray,
     return data_cache
 
 
-
-class PartialIndexWarning(UserWarning):
-    """A dataset has shards whose index covers only a valid prefix (``allow_partial``)."""
-
-
 def warn_partial(shards: list[Shard], stacklevel: int = 4, *, total: int | None = None,
                  count: int | None = None) -> None:
     """Warn once for a dataset with partial indexes, naming the shards and their records.
@@ -234,15 +229,19 @@ def warn_partial(shards: list[Shard], stacklevel: int = 4, *, total: int | None 
 def _check_listing(storage: Storage, data_dir: str, names: list[str]) -> None:
     """Refuse a manifest that does not list the record files of ``data_dir``: a listed file
     it does not name is new, unless it is plainly not a record file (a README the build
-    skipped, see :mod:`ofindex.formats.strays`; only such unnamed files are read)."""
+    skipped, see :mod:`ofindex.formats.strays`; only such unnamed files are read), and a file
+    it names must exist. The listing holds the directory's own files: a name with a
+    subdirectory (``sub/part-0``) is looked for on its own."""
     listed = {storage.basename(p): p for p in storage.expand(data_dir)
               if is_data_file_name(storage.basename(p))}
-    named = {n.rsplit("/", 1)[-1] for n in names}
-    patterns = {name_pattern(n) for n in named}
+    named = {n for n in names if "/" not in n}
+    patterns = {name_pattern(n.rsplit("/", 1)[-1]) for n in names}
     new = {n for n in listed.keys() - named if not _stray(storage, listed[n], patterns)}
-    if new or not named <= listed.keys():
+    missing = (named - listed.keys()) | {n for n in names if "/" in n
+                                         and not storage.exists(storage.join(data_dir, n))}
+    if new or missing:
         extra = heapq.nsmallest(3, new)
-        gone = heapq.nsmallest(3, named - listed.keys())
+        gone = heapq.nsmallest(3, missing)
         raise StaleIndexError(
             f"{os.path.join(data_dir, MANIFEST_NAME)}: the manifest does not list the data "
             f"files of {data_dir} (not in the manifest: {extra or 'none'}; missing: "

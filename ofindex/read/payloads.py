@@ -89,10 +89,13 @@ def extract_payloads(
 def _raise_bad(buf: Buffer, k: int, starts: np.ndarray, ends: np.ndarray, fmt: RecordFormat,
                verify: bool, url: str | Callable[[int], str], file_offsets: np.ndarray,
                records: np.ndarray) -> NoReturn:
-    """Raise the precise error for record ``k``, which failed a check."""
+    """Raise the precise error for record ``k``, which failed a check (its bytes copied in a
+    guarded call with the compiled module: ``buf`` may be a memory map)."""
     s, e = int(starts[k]), int(ends[k])
     path = url if isinstance(url, str) else url(k)
-    raise_record_error(bytes(buf[s:e]), fmt, verify, path=path, offset=int(file_offsets[k]),
+    native = _accel.native
+    raw = native.copy_out(buf, s, e) if native is not None else bytes(buf[s:e])
+    raise_record_error(raw, fmt, verify, path=path, offset=int(file_offsets[k]),
                        record=int(records[k]))
 
 

@@ -20,7 +20,8 @@ its data file opened and checked to be the file its index describes). The reader
 its maps and descriptors when the dataset's storage is closed, after ``fork`` (a child opens
 and checks its own files), and when it would hold more files than the storage keeps open
 (:meth:`~ofindex.storage.Storage.open_limit`: a file the storage closed is checked again
-when it is reopened).
+when it is reopened). Each bound shard counts among the process's open files
+(:mod:`ofindex.storage.openfiles`), which let go of the oldest ones beyond its bound.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import crc32c as _crc32c
 from .. import _accel
 from ..formats.crc import LENGTH_CRCS
 from ..formats.sidecar import Sidecar
+from ..storage.openfiles import OPEN_FILES
 from .record_checks import RecordChecks
 from .table import ShardTable
 
@@ -74,12 +76,16 @@ def bind(reader: Reader, table: ShardTable, checks: RecordChecks, shard_no: int,
         return
     storage, path = table.storage, table.shards[shard_no].path
     sums = sidecar.checksums if checks.payload_sums else None
+    bound = False
     if storage.can_mmap:
         mapped = storage.mapped(path, sidecar.indexed_end)
-        if mapped is not None:
-            reader.bind_map(shard_no, mapped, sidecar.offsets, sidecar.indexed_end, sums)
-        return  # a file that grew past its map: read the ordinary way
-    handle = storage.handle(path) if native.reads_files else None
-    if handle is not None and handle.covers(sidecar.indexed_end):  # (else: truncated)
-        reader.bind_file(shard_no, handle, handle.fd, sidecar.indexed_end, sidecar.offsets,
-                         sidecar.indexed_end, sums)
+        if mapped is not None:  # (else a file that grew past its map: read the ordinary way)
+            bound = reader.bind_map(shard_no, mapped, sidecar.offsets, sidecar.indexed_end,
+                                    sums)
+    else:
+        handle = storage.handle(path) if native.reads_files else None
+        if handle is not None and handle.covers(sidecar.indexed_end):  # (else: truncated)
+            bound = reader.bind_file(shard_no, handle, handle.fd, sidecar.indexed_end,
+                                     sidecar.offsets, sidecar.indexed_end, sums)
+    if bound:  # its data file and its sidecar's map (may let go of the oldest files)
+        OPEN_FILES.hold(reader, shard_no, 2)

@@ -1,9 +1,7 @@
 """Batches read shard by shard: the records grouped by shard, their spans looked up (remote
 sidecars by pages, with every missing piece of index fetched in one round: see
-:mod:`ofindex.read.index_round`), then read in one of four ways:
+:mod:`ofindex.read.index_round`), then read in one of three ways:
 
-* :func:`mapped_cut`: cut straight out of memory maps, checked in bulk with numpy (local files
-  without the compiled module);
 * :func:`direct_reads`: each payload read straight into its own ``bytes`` (local files read
   with ``pread``, records of 64 KiB or more: cheaper than copying out of a staging buffer);
 * :func:`planned_ranges`: neighbours merged into ranges (:func:`ofindex.storage.ranges.coalesce`),
@@ -70,19 +68,6 @@ def _check_sums(table: ShardTable, checks: RecordChecks, grouped: ShardGroups,
         records = grouped.local[lo:hi]
         check_many(payloads[lo:hi], sidecar.checksums[records],
                    record_naming(table.url(shard_no), sidecar.offsets, records))
-
-
-def mapped_cut(table: ShardTable, checks: RecordChecks, grouped: ShardGroups,
-               starts: np.ndarray, ends: np.ndarray) -> list[Any]:
-    """Payloads cut out of the shards' memory maps, no staging buffer (see the module)."""
-    out: list[Any] = []
-    for shard_no, lo, hi in grouped.groups:
-        shard = table.shards[shard_no]
-        buf = table.storage.mapped(shard.path, shard.sidecar.indexed_end)
-        assert buf is not None  # the decision found every shard mapped
-        out += extract_payloads(buf, starts[lo:hi], ends[lo:hi], checks.format, checks.verify,
-                                table.url(shard_no), starts[lo:hi], grouped.local[lo:hi])
-    return out
 
 
 def direct_reads(table: ShardTable, checks: RecordChecks, grouped: ShardGroups,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Hashable
 from typing import Any, Protocol
 
 from ..errors import IndexNotFoundError, SidecarError, StaleIndexError, hint
@@ -19,6 +20,7 @@ from ..formats.sidecar import Sidecar, load_sidecar, parse_sidecar
 from ..formats.sidecar_header import SidecarHeader
 from ..storage import FileStamp, Storage
 from ..storage.identity import check_identity
+from ..storage.openfiles import OPEN_FILES
 from .sidecar_cache import SidecarCache
 
 
@@ -56,9 +58,11 @@ class Shard:
     """
 
     __slots__ = (
+        "__weakref__",
         "_body_crc",
         "_content",
         "_fingerprint",
+        "_kept_header",
         "_pid",
         "_pinned",
         "_row",
@@ -113,6 +117,9 @@ class Shard:
         #: The header this shard's count, stamp and body CRC were pinned from when the dataset
         #: was opened without a manifest (:meth:`pin`), or ``None``.
         self._pinned: SidecarHeader | None = None
+        #: The checked header of the sidecar this process let go of to stay within its open
+        #: files (:meth:`release_held`): what :attr:`header` answers without reopening it.
+        self._kept_header: SidecarHeader | None = None
 
     def __getstate__(self) -> tuple[Any, ...]:
         return (self.path, self.index_storage, self.index_path, self.records, self.size,
@@ -187,8 +194,8 @@ class Shard:
     @property
     def found(self) -> bool:
         """Whether this shard's sidecar was found: opened in this process, or its header
-        pinned when the dataset was opened."""
-        return self.opened or self._pinned is not None
+        pinned when the dataset was opened (or kept when its map was let go of)."""
+        return self.opened or self._pinned is not None or self._kept_header is not None
 
     def __repr__(self) -> str:
         return f"Shard({self.path!r}, {self.records} records)"
@@ -196,6 +203,16 @@ class Shard:
     def unload(self) -> None:
         """Drop this process's copy of the sidecar (it is reopened on the next read)."""
         self._sidecar = self._unchecked = self.local_sidecar = None
+        OPEN_FILES.drop(self, "sidecar")
+
+    def release_held(self, key: Hashable) -> None:
+        """Let go of the memory-mapped sidecar (its map closes once no read uses it), as the
+        process's count of open files asks (:mod:`ofindex.storage.openfiles`); its header is
+        kept for :attr:`header`."""
+        held = self._sidecar if self._sidecar is not None else self._unchecked
+        if held is not None and self._pid == os.getpid():
+            self._kept_header = held.header
+        self.unload()
 
     @property
     def loaded(self) -> bool:
@@ -228,6 +245,8 @@ class Shard:
                 return sidecar.header
         if self._pinned is not None:
             return self._pinned
+        if self._kept_header is not None:
+            return self._kept_header
         return self.load(check_body=False).header
 
     @property
@@ -355,6 +374,8 @@ class Shard:
         self.size = h.stamp.size
         self.partial = h.partial
         self._pid = os.getpid()
+        if not nbytes:  # memory-mapped (a local sidecar, or a copy in cache_dir): a descriptor
+            OPEN_FILES.hold(self, "sidecar")  # (may let go of the oldest files)
         if not check_body and not sidecar.body_checked:
             self._unchecked = sidecar
             return sidecar

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from .. import _accel
 from ..formats.framing import Buffer
 from ..formats.sidecar import Sidecar
 from ..storage import Storage, check_length
@@ -94,9 +95,10 @@ def _prefetched_blocks(storage: Storage, path: str, sidecar: Sidecar,
 
 def _local_blocks(storage: Storage, path: str, sidecar: Sidecar, blocks: list[tuple[int, int]],
                   block_bytes: int) -> Iterator[_Block]:
-    """Local blocks: the memory map when there is one, else large records one by one, else
-    one reused buffer."""
-    mapped = storage.mapped(path, sidecar.header.indexed_end) if storage.can_mmap else None
+    """Local blocks: the memory map when there is one (cut by the compiled module, which
+    alone reads maps), else large records one by one, else one reused buffer."""
+    mapped = (storage.mapped(path, sidecar.header.indexed_end)
+              if storage.can_mmap and _accel.native is not None else None)
     scratch = bytearray(0)
     for a, b in blocks:
         starts, ends = _block_spans(sidecar, a, b)

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import RecordIndexError, SidecarError
+from ..formats.totals import exact_sum
 from ..storage import Storage
 from .manifest_shards import ManifestShards
 from .shards import Shard, ShardInfo
@@ -124,7 +125,7 @@ class ShardTable:
             shards)
         counts = (shards.counts if isinstance(shards, ManifestShards)
                   else np.array([s.records for s in self.shards], dtype=np.int64))
-        total = int(counts.sum()) if len(counts) else 0
+        total = exact_sum(counts)  # (numpy's sum wraps)
         if total > MAX_RECORDS or (len(counts) and int(counts.min()) < 0):
             raise SidecarError(
                 f"the indexes of these {len(self.shards)} shards claim {total} records in "
@@ -196,6 +197,32 @@ class ShardTable:
             return np.zeros(len(indices), dtype=np.int64)
         found: np.ndarray = np.searchsorted(self.cumulative, indices, side="right")
         return found
+
+    def pieces(self, indices: np.ndarray, most: int) -> list[tuple[int, int]] | None:
+        """Consecutive parts of a batch of (valid, non-negative) records, each in at most
+        ``most`` shards, or ``None`` when the whole batch is.
+
+        Args:
+            indices: The records, in the order asked for.
+            most: Shards a part may touch.
+
+        Returns:
+            ``(start, end)`` positions of each part in ``indices``, in order, or ``None``.
+        """
+        if len(indices) <= most or len(self.shards) <= most:
+            return None
+        shard_of = self.shard_numbers(indices)
+        if len(np.unique(shard_of)) <= most:
+            return None
+        parts: list[tuple[int, int]] = []
+        start, seen = 0, set[int]()
+        for k, shard_no in enumerate(shard_of.tolist()):
+            if shard_no not in seen and len(seen) == most:
+                parts.append((start, k))
+                start, seen = k, set()
+            seen.add(shard_no)
+        parts.append((start, len(indices)))
+        return parts
 
     def touched(self, indices: np.ndarray) -> tuple[list[int], np.ndarray, np.ndarray]:
         """The shards (valid, non-negative) records ``indices`` are in.

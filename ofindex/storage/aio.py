@@ -7,9 +7,11 @@ import asyncio
 import contextlib
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from ..errors import RangeReadError
+
+T = TypeVar("T")
 
 _CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
 #: The fsspec protocols served by HTTP servers (ranges through :func:`ranged_get`).
@@ -157,3 +159,45 @@ async def http_range(fs: Any, url: str, start: int, end: int,
             await check(r.headers, content_size(r.headers.get("Content-Range", "")))
         data: bytes = await r.read()
         return data
+
+
+def awaitable(fs: Any, method: str) -> Callable[..., Awaitable[Any]]:
+    """``fs.<method>`` as a coroutine function: an asynchronous filesystem's own
+    (``fs._<method>``, run on its loop, where a deadline can cut it), a synchronous one's
+    wrapped (it runs at once when awaited).
+
+    Args:
+        fs: An fsspec filesystem.
+        method: The name of a method both kinds have (``info``, ``ls``, ``cat_file`` …).
+
+    Returns:
+        The coroutine function.
+    """
+    if getattr(fs, "async_impl", False):
+        found: Callable[..., Awaitable[Any]] = getattr(fs, "_" + method)
+        return found
+    blocking = getattr(fs, method)
+
+    async def call(*args: Any, **kwargs: Any) -> Any:
+        return blocking(*args, **kwargs)
+
+    return call
+
+
+def run_now(coro: Awaitable[T]) -> T:
+    """The result of a coroutine that never suspends (one that awaits only
+    :func:`awaitable` methods of a synchronous filesystem), without an event loop.
+
+    Raises:
+        RuntimeError: It suspended (it awaited something that is not ready).
+    """
+    step = coro.__await__()
+    try:
+        next(step)
+    except StopIteration as done:
+        result: T = done.value
+        return result
+    close = getattr(coro, "close", None)
+    if close is not None:
+        close()
+    raise RuntimeError("a call of a synchronous filesystem waited for an event loop")

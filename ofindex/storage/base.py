@@ -201,8 +201,9 @@ class Storage(abc.ABC):
         return None
 
     def open_limit(self) -> int:
-        """How many data files this storage keeps open at most (handles or maps; the least
-        recently used is closed beyond it): what holds them for it keeps no more."""
+        """How many data files this storage keeps open at most (handles or maps; the oldest
+        is let go of beyond it; local storages: the process-wide bound of
+        :mod:`ofindex.storage.openfiles`): what holds them for it keeps no more."""
         return 256
 
     def handle(self, path: str) -> FileHandle | None:
@@ -246,7 +247,10 @@ class Storage(abc.ABC):
 
     @abc.abstractmethod
     def expand(self, pattern: str) -> list[str]:
-        """The data files a path, directory or glob names (unsorted, sidecars excluded later)."""
+        """The data files a path, directory or glob names (unsorted, sidecars excluded later).
+
+        A path that exists is that path, whatever its characters; only one that does not may
+        be a glob (:mod:`.patterns`)."""
 
     @abc.abstractmethod
     def join(self, directory: str, name: str) -> str: ...

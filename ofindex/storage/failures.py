@@ -172,6 +172,42 @@ def is_dns_failure(exc: BaseException) -> str | None:
     return None
 
 
+def is_refused(exc: BaseException) -> bool:
+    """Whether ``exc`` comes from a refused connection: nothing listens at the address (or a
+    server is restarting there, when it answered before).
+
+    Args:
+        exc: A failure.
+
+    Returns:
+        True for a refused connection.
+    """
+    return any(isinstance(e, ConnectionRefusedError)
+               or (isinstance(e, OSError) and e.errno == errno.ECONNREFUSED)
+               for e in _chain(unwrap_not_found(exc)))
+
+
+def nothing_listens(what: str, exc: BaseException) -> StorageError:
+    """The error for a connection refused by an address that never answered this process (a
+    mistyped port or endpoint, a server not started): said at once, never retried.
+
+    Args:
+        what: The request (URL and action), for the message.
+        exc: The failure.
+
+    Returns:
+        The error to raise.
+    """
+    where = _endpoint(_chain(unwrap_not_found(exc)))
+    at = f" at {where}" if where else " at the address"
+    if what.startswith(("http://", "https://")):
+        advice = "check the host and port in the URL, and that the server is running"
+    else:
+        advice = (f"check the endpoint ({_ENDPOINT_HINT}, or AWS_ENDPOINT_URL for S3) and "
+                  "that the server is running")
+    return StorageError(f"{what}: nothing listens{at} (connection refused); {advice}")
+
+
 def is_tls_failure(exc: BaseException) -> bool:
     """Whether ``exc`` comes from a failed TLS handshake or certificate check (not from a
     connection dropped halfway, which is worth retrying).

@@ -7,15 +7,17 @@ import glob as _glob
 import os
 import tempfile
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import IO
 
 from ..errors import DataFileNotFoundError, hint
+from . import openfiles
 from .base import CHECKED_READ_BYTES, Storage, check_length, check_range
 from .failures import no_space, not_writable
+from .openfiles import OPEN_FILES
+from .patterns import has_magic, literal_heads, with_literal_head
+from .special import is_special, write_in_place
 from .stamp import ExpectedFiles, FileStamp
-
-_MAX_OPEN = 256
 
 
 class _Handle:
@@ -90,8 +92,9 @@ class LocalStorage(Storage):
         return "LocalStorage()"
 
     def _file(self, path: str) -> _Handle:
-        """An unbuffered handle of ``path`` (cached; callers hold it while they use its fd,
-        so an evicted handle is closed only once no read is using it)."""
+        """An unbuffered handle of ``path`` (cached, and counted among the process's open
+        files, :mod:`.openfiles`; callers hold it while they use its fd, so an evicted handle
+        is closed only once no read is using it)."""
         if self._pid != os.getpid():  # after fork: the parent's descriptors are not ours
             self._reset()
         f = self._files.get(path)
@@ -102,19 +105,25 @@ class LocalStorage(Storage):
                 raise DataFileNotFoundError(f"{path}: data file not found") from None
             self.check_opened(path, f.fd)
             self._files[path] = f
-            if len(self._files) > _MAX_OPEN:
-                self._files.popitem(last=False)
+            OPEN_FILES.hold(self, ("file", path))  # (may let go of the oldest files)
         return f
+
+    def release_held(self, key: Hashable) -> None:
+        """Let go of a cached handle (``("file", path)``) the process's count of open files
+        asks for (it closes once no read uses it)."""
+        if isinstance(key, tuple) and key[0] == "file":
+            self._files.pop(key[1], None)
 
     def handle(self, path: str) -> _Handle:
         return self._file(path)
 
     def open_limit(self) -> int:
-        return _MAX_OPEN
+        return openfiles.limits().held
 
     def close(self) -> None:
         """Let go of this process's cached handles (each closes once no read uses it)."""
         self._files = OrderedDict()
+        OPEN_FILES.drop_all(self)
         super().close()
 
     def stamp(self, path: str) -> FileStamp:
@@ -156,10 +165,12 @@ class LocalStorage(Storage):
         return b"".join(blobs)
 
     def read_block(self, path: str, start: int, size: int) -> bytes:
-        return os.pread(self._file(path).fileno(), size, start)
+        handle = self._file(path)  # held while its descriptor is in use (a close() meanwhile
+        return os.pread(handle.fd, size, start)  # would close it, and another file reuse it)
 
     def read_into(self, path: str, start: int, buffer: memoryview) -> int:
-        return os.preadv(self._file(path).fileno(), [buffer], start)
+        handle = self._file(path)  # held while its descriptor is in use
+        return os.preadv(handle.fd, [buffer], start)
 
     def read_all(self, path: str) -> bytes:
         with open(path, "rb") as f:
@@ -197,9 +208,11 @@ class LocalStorage(Storage):
                 for name in os.listdir(pattern)
                 if os.path.isfile(os.path.join(pattern, name))
             ]
-        if _glob.has_magic(pattern):
-            return [p for p in _glob.glob(pattern) if os.path.isfile(p)]
-        return [pattern] if os.path.isfile(pattern) else []
+        if os.path.lexists(pattern) or not has_magic(pattern):  # a path that exists is a path
+            return [pattern] if os.path.isfile(pattern) else []
+        head = next((h for h in literal_heads(pattern, os.sep) if os.path.isdir(h)), None)
+        found = _glob.glob(pattern if head is None else with_literal_head(pattern, head))
+        return [p for p in found if os.path.isfile(p)]
 
     def join(self, directory: str, name: str) -> str:
         return os.path.join(directory, name)
@@ -242,11 +255,13 @@ def _umask() -> int:
 
 
 def write_local_atomic(path: str, parts: list[bytes | memoryview], *,
-                       durable: bool = True) -> None:
+                       durable: bool = True, owned: bool = False) -> None:
     """Write ``parts`` to ``path`` through a temporary file in the same directory and a rename.
 
     Readers see the old file or the new one, never a partial one. The file gets the mode
-    ``open(path, "w")`` would give it (0666 minus the umask), not ``mkstemp``'s 0600.
+    ``open(path, "w")`` would give it (0666 minus the umask), not ``mkstemp``'s 0600. A
+    destination that is not a file to replace (a device, a FIFO, ``/dev/stdout`` or a link to
+    one: :mod:`.special`) is written in place instead, never renamed over.
 
     Args:
         path: Destination file; its directory is created when missing.
@@ -254,11 +269,18 @@ def write_local_atomic(path: str, parts: list[bytes | memoryview], *,
         durable: Flush the file to the disk before the rename (``fsync``), so that it
             survives a power loss whole. A cache whose entries carry their own checks skips
             it: a process killed at any point still leaves the old file or the new one.
+        owned: ``path`` is ofindex's own (an entry of a cache directory): whatever is there
+            is replaced, a FIFO or device planted there included (written in place, a FIFO
+            would block the reader until someone reads it).
 
     Raises:
         OSError: The directory is not writable, the disk is full, …; the temporary file is
             removed and ``path`` is untouched.
+        StorageError: A special destination refused the bytes (``/dev/full``).
     """
+    if not owned and is_special(path):
+        write_in_place(path, parts)
+        return
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=os.path.basename(path) + ".", suffix=".tmp", dir=directory)

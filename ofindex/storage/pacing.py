@@ -22,6 +22,10 @@ So a sustained throttle holds the process near the store's share of it, and a st
 (S3 partitions a busy prefix, GCS doubles a bucket's capacity every 20 minutes) is followed.
 The clock is injectable (``clock=``): a simulation in virtual time and the tests are
 deterministic.
+
+A pacer also remembers whether its store ever answered this process (:attr:`AdaptiveRate.
+answered`): a refused connection to a store that answered before is a restart or an outage,
+worth retrying; to one that never did, nothing listens at the address (:mod:`.retry`).
 """
 
 from __future__ import annotations
@@ -55,10 +59,15 @@ class AdaptiveRate:
 
     Args:
         clock: Seconds, monotonic (default :func:`time.monotonic`).
+        answered: The store answered this process already (a forked child's pacer inherits
+            its parent's word).
     """
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic,
+                 answered: bool = False) -> None:
         self.clock = clock
+        #: The store answered a request of this process (successfully or not) at least once.
+        self.answered = answered
         self.enabled = False
         self.rate = 0.0  # requests per second allowed (once enabled)
         self.tokens = 0.0
@@ -136,8 +145,13 @@ class AdaptiveRate:
             self.enabled = True
             self.drops += 1
 
+    def heard(self) -> None:
+        """The store answered a request (whatever it said): something listens there."""
+        self.answered = True
+
     def succeeded(self) -> None:
         """The store answered a request: let the rate grow along the cubic curve."""
+        self.answered = True
         if not self.enabled:
             return
         with self.lock:
@@ -179,7 +193,8 @@ _PACERS_LOCK = threading.Lock()
 
 def pacer_for(protocol: str, path: str) -> AdaptiveRate:
     """This process's :class:`AdaptiveRate` for the scope of ``path`` (made on first use; a
-    forked child starts its own: the rate measured by its parent is not the child's).
+    forked child starts its own: the rate measured by its parent is not the child's, but a
+    store that answered the parent is known to listen).
 
     Args:
         protocol: The fsspec protocol.
@@ -191,7 +206,9 @@ def pacer_for(protocol: str, path: str) -> AdaptiveRate:
     key = scope_of(protocol, path)
     with _PACERS_LOCK:
         if _PACERS_PID[0] != os.getpid():
+            answered = [scope for scope, parents in _PACERS.items() if parents.answered]
             _PACERS.clear()
+            _PACERS.update((scope, AdaptiveRate(answered=True)) for scope in answered)
             _PACERS_PID[0] = os.getpid()
         pacer = _PACERS.get(key)
         if pacer is None:

@@ -9,6 +9,7 @@ from typing import Any, NamedTuple
 
 from ..errors import DataFileNotFoundError
 from .base import Storage
+from .patterns import has_magic
 from .registry import Storages
 
 #: A file, directory, glob or URL, or a list of them.
@@ -59,6 +60,20 @@ class DataFiles(NamedTuple):
     storage: Storage
     files: list[str]
     named: frozenset[str]
+
+
+def is_glob(storage: Storage, path: str) -> bool:
+    """Whether ``path`` is a glob: it holds glob characters and names no file or directory
+    (a path that exists is that path: :mod:`.patterns`).
+
+    Args:
+        storage: Its storage.
+        path: The path there.
+
+    Returns:
+        True for a pattern to match.
+    """
+    return has_magic(path) and not storage.exists(path)
 
 
 def as_list(spec: PathSpec) -> list[str]:

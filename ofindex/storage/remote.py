@@ -23,20 +23,23 @@ import dataclasses
 import os
 import threading
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 
 from ..errors import DataFileNotFoundError, RangeReadError
 from . import multirange
-from .aio import HTTP_PROTOCOLS, StampCheck, http_range
+from .aio import HTTP_PROTOCOLS, StampCheck, awaitable, http_range, run_now
 from .base import CHECKED_READ_BYTES, Storage, check_length, check_range
 from .clients import ORPHANS, shared_filesystem
 from .content import content_digest, content_regions
 from .failures import not_writable
 from .gather import gather_ranges, gather_results
-from .listing import list_files
+from .listing import list_files, list_matches
 from .pacing import AdaptiveRate, pacer_for
+from .patterns import has_magic
 from .retry import RetryPolicy, current_policy, retry_async, retry_sync
 from .stamp import ExpectedFiles, FileStamp, fingerprint_from_info
+
+T = TypeVar("T")
 
 #: The response headers that identify a file's version, as a stat reports them.
 STAMP_HEADERS = ("ETag", "Last-Modified")
@@ -147,13 +150,28 @@ class FsspecStorage(Storage):
         return self.protocol in HTTP_PROTOCOLS and bool(
             multirange.SUPPORT.get(multirange.host_of(self.url(path))))
 
+    def _call(self, path: str, action: str, attempt: Callable[[], Awaitable[T]]) -> T:
+        """``await attempt()`` retried under the policy (naming ``action`` on ``path``), from
+        synchronous code: on an asynchronous filesystem's loop, where the deadline cuts an
+        attempt that hangs (its client's own timeout is minutes); a synchronous filesystem's
+        attempt runs at once."""
+        fs = self.fs
+        what = f"{self.url(path)}: {action}"
+        if getattr(fs, "async_impl", False):
+            from fsspec.asyn import sync
+
+            got: T = sync(fs.loop, retry_async, attempt, self.retry, what, self.count_retry,
+                          self.pacer(path))
+            return got
+        return retry_sync(lambda: run_now(attempt()), self.retry, what, self.count_retry,
+                          self.pacer(path))
+
     # -- metadata ---------------------------------------------------------------------------
     def stamp(self, path: str) -> FileStamp:
         fs = self.fs
         fs.invalidate_cache(path)  # the file now, not an earlier listing (see _round_async)
         try:
-            info = retry_sync(lambda: fs.info(path), self.retry, f"{self.url(path)}: info",
-                              self.count_retry, self.pacer(path))
+            info = self._call(path, "info", lambda: awaitable(fs, "info")(path))
         except FileNotFoundError:
             raise DataFileNotFoundError(f"{self.url(path)}: data file not found") from None
         stamp = self._stamp_of(path, info)
@@ -288,12 +306,8 @@ class FsspecStorage(Storage):
         if self.expected.owes(path):  # a whole-file GET is not checked: stat it first
             self.stamp(path)
 
-        def get() -> bytes:
-            data: bytes = self.fs.cat_file(path)
-            return data
-
-        data = retry_sync(get, self.retry, f"{self.url(path)}: whole file", self.count_retry,
-                          self.pacer(path))
+        fs = self.fs
+        data: bytes = self._call(path, "whole file", lambda: awaitable(fs, "cat_file")(path))
         self.requests += 1
         self.bytes_read += len(data)
         return data
@@ -508,9 +522,9 @@ class FsspecStorage(Storage):
     def write_atomic(self, path: str, parts: list[bytes | memoryview]) -> None:
         # One object PUT is atomic on object stores: readers see the old object or the new one.
         data = b"".join(bytes(p) for p in parts)
+        fs = self.fs
         try:
-            retry_sync(lambda: self.fs.pipe_file(path, data), self.retry,
-                       f"{self.url(path)}: write", self.count_retry)
+            self._call(path, "write", lambda: awaitable(fs, "pipe_file")(path, data))
         except Exception as exc:  # a read-only web server or bucket: say so, and what to do
             refused = not_writable(self.url(path), exc)
             if refused is None:
@@ -528,26 +542,30 @@ class FsspecStorage(Storage):
             except FileNotFoundError:
                 return False
             return True
-        return bool(retry_sync(lambda: self.fs.exists(path), self.retry,
-                               f"{self.url(path)}: exists", self.count_retry))
+        fs = self.fs
+        return bool(self._call(path, "exists", lambda: awaitable(fs, "exists")(path)))
 
     def is_dir(self, path: str) -> bool:
-        return bool(retry_sync(lambda: self.fs.isdir(path), self.retry,
-                               f"{self.url(path)}: isdir", self.count_retry))
+        fs = self.fs
+        return bool(self._call(path, "isdir", lambda: awaitable(fs, "isdir")(path)))
 
     def remove(self, path: str) -> None:
+        fs = self.fs
         with contextlib.suppress(FileNotFoundError):
-            retry_sync(lambda: self.fs.rm_file(path), self.retry, f"{self.url(path)}: delete",
-                       self.count_retry)
+            self._call(path, "delete", lambda: awaitable(fs, "rm_file")(path))
         self._sizes.pop(path, None)
 
     def expand(self, pattern: str) -> list[str]:
-        if self.protocol in HTTP_PROTOCOLS and not any(c in pattern for c in "*?[") \
-                and not pattern.endswith("/"):
-            # listing a web page downloads it: a URL without a trailing slash is a file
-            return [pattern] if self.exists(pattern) else []
-        return retry_sync(lambda: list_files(self.fs, pattern), self.retry,
-                          f"{self.url(pattern)}: listing", self.count_retry)
+        fs = self.fs
+        if self.protocol in HTTP_PROTOCOLS and not pattern.endswith("/"):
+            # listing a web page downloads it: a URL without a trailing slash is a file, if it
+            # exists (whatever its characters); a glob only if it does not
+            if self.exists(pattern):
+                return [pattern]
+            if not has_magic(pattern):
+                return []
+            return self._call(pattern, "listing", lambda: list_matches(fs, pattern))
+        return self._call(pattern, "listing", lambda: list_files(fs, pattern))
 
     def join(self, directory: str, name: str) -> str:
         return directory.rstrip("/") + "/" + name

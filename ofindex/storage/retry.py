@@ -8,18 +8,23 @@ Simulated for 64 requests, 10 retries from 0.25 s: after a 2 s outage a batch re
 3.5 s (median; full jitter: 8.8 s), and outages of 10 and 30 s are survived (full jitter
 gives up on 0.7 % and 99.6 % of batches), for the same spread of the retries in time.
 
-Transient: dropped, reset or refused connections, timeouts, HTTP 5xx / 429 / 408, S3's
-``SlowDown`` and the other throttling codes, a DNS server that answered "try again". Never
-transient: missing files, permissions, a name that does not resolve, a TLS handshake that
-fails, bad arguments, and :class:`RangeReadError` for wrong bytes (retrying a server that
-ignores ``Range`` only repeats the mistake). Throttling answers (429, 503, ``SlowDown``) back
-off from a longer base, as botocore's standard mode does.
+Transient: dropped or reset connections, connections refused by a store that answered this
+process before (a restart), timeouts, HTTP 5xx / 429 / 408, S3's ``SlowDown`` and the other
+throttling codes, a DNS server that answered "try again". Never transient: missing files,
+permissions, a name that does not resolve, a connection refused where nothing ever answered
+(a mistyped port or endpoint: said at once, :func:`~.failures.nothing_listens`), a TLS
+handshake that fails, bad arguments, and :class:`RangeReadError` for wrong bytes (retrying a
+server that ignores ``Range`` only repeats the mistake). Throttling answers (429, 503,
+``SlowDown``) back off from a longer base, as botocore's standard mode does.
 
 An answer that the request *rate* is too high (429, S3's ``SlowDown``:
-:func:`~.failures.is_rate_limited`) is not a failure of the store: the process slows down
-(:mod:`.pacing`: every request to that store waits for its turn at a rate that adapts) and the
-request is sent again, without counting against ``retries`` or ``timeout``; it is given up
-only after ``throttle_patience`` seconds of nothing but such answers.
+:func:`~.failures.is_rate_limited`) also slows the whole process down (:mod:`.pacing`: every
+request to that store waits for its turn at a rate that adapts), so that few requests meet
+one. As in botocore's adaptive mode, such an answer is retried like any transient failure:
+``timeout`` bounds everything a request does (its attempts, its backoff waits, its waits for
+its turn at the paced rate) and ``retries`` every resend (``0``: none). Before a wait that
+would end past the deadline, the request is given up at once (a server answering only 429
+with ``timeout=5`` fails in under 5 s, not after ``throttle_patience``).
 
 The policy of the storages created by a call is set with :func:`retry_settings` (what
 ``ofindex.open(retries=, timeout=)``, ``build_index`` and the command line's ``--retries`` /
@@ -46,9 +51,11 @@ from .failures import (
     first_line,
     is_dns_failure,
     is_rate_limited,
+    is_refused,
     is_throttled,
     is_tls_failure,
     network_cause,
+    nothing_listens,
     status_of,
     translate,
     unwrap_not_found,
@@ -105,9 +112,9 @@ class RetryPolicy:
             batch's median answer time (and at least ``hedge_floor`` seconds) is sent once
             more, and the first answer wins.
         hedge_floor: See ``hedge_factor``.
-        throttle_patience: Seconds a request keeps being sent again while the store answers
-            only that the request rate is too high (429, ``SlowDown``); those answers count
-            neither against ``retries`` nor against ``timeout``. ``None`` or ``inf``: no limit.
+        throttle_patience: Seconds a request may spend backing off after answers that the
+            request rate is too high (429, ``SlowDown``), within ``timeout`` and ``retries``
+            (a bound for a policy without a timeout). ``None`` or ``inf``: no other limit.
     """
 
     retries: int = 10
@@ -309,25 +316,22 @@ def permanent(what: str, exc: Exception) -> Exception:
 
 
 class _Clock:
-    """The time left to a request under its policy's deadline, and its failures so far of
-    each kind (throttling answers and the others back off each from their own count: a
-    ``SlowDown`` after a few refused connections waits as a first ``SlowDown`` does).
-
-    Time spent waiting for the pacer and after rate-limiting answers is not the store's
-    failing to answer: it is kept apart (``slowed``), outside the deadline, and bounded by
-    the policy's ``throttle_patience``."""
+    """The time left to a request under its policy's deadline (everything it does counts:
+    attempts, backoff, waits for the pacer), and its failures so far of each kind (throttling
+    answers and the others back off each from their own count: a ``SlowDown`` after a few
+    dropped connections waits as a first ``SlowDown`` does)."""
 
     def __init__(self, policy: RetryPolicy) -> None:
         self.policy = policy
         self.start = time.monotonic()
         self.failed = {True: 0, False: 0}
-        self.store_failures = 0  # failures that count against ``retries``
-        self.slowed = 0.0  # seconds waited for the pacer or after rate-limiting answers
-        self.rate_limited = 0.0  # of which after rate-limiting answers
+        self.resent = 0  # attempts that failed and count against ``retries``
+        self.rate_limits = 0  # answers that the request rate is too high
+        self.rate_limited = 0.0  # seconds of backoff after them
 
     @property
     def elapsed(self) -> float:
-        return time.monotonic() - self.start - self.slowed
+        return time.monotonic() - self.start
 
     def left(self) -> float | None:
         deadline = self.policy.deadline
@@ -337,27 +341,44 @@ class _Clock:
         left = self.left()
         return left is not None and left <= 0.001
 
-    def timed_out(self, what: str, attempts: int) -> StorageError:
+    def fits(self, wait: float) -> bool:
+        """Whether a wait of ``wait`` seconds ends before the deadline."""
+        left = self.left()
+        return left is None or wait < left
+
+    def timed_out(self, what: str, attempts: int) -> OSError:
+        if self.rate_limits:
+            return self.throttled(what, attempts, f"the timeout of {self.policy.timeout:g} s "
+                                                  "is reached")
         return StorageError(
             f"{what}: no answer within {self.policy.timeout:g} s ({attempts} attempt"
             f"{'s' if attempts != 1 else ''}); the storage is slow or unreachable: check the "
             f"network, or wait longer with {_MORE_TIME}")
 
     def patient(self, pause: float) -> bool:
-        """Whether a request answered only "slow down" so far may wait ``pause`` more."""
+        """Whether a request answered "slow down" so far may back off ``pause`` more."""
         patience = self.policy.throttle_patience
         return patience is None or self.rate_limited + pause <= patience
 
-    def out_of_patience(self, what: str, attempts: int) -> RangeReadError:
-        return RangeReadError(
-            f"{what}: the store answered that the request rate is too high for "
-            f"{self.rate_limited:.0f} s ({attempts} attempts); fewer readers or larger "
-            "shuffle blocks send fewer requests (see `ofindex plan`), or wait longer with "
-            "RetryPolicy(throttle_patience=...)")
+    def throttled(self, what: str, attempts: int, why: str) -> StorageError:
+        """The error for a request given up while the store answered that the request rate is
+        too high (``why``: which bound ended it): the store refused to serve, a
+        :class:`StorageError` (never a :class:`RangeReadError`, which says the bytes are not
+        there)."""
+        times = f"{self.rate_limits} time{'s' if self.rate_limits != 1 else ''}"
+        return StorageError(
+            f"{what}: the store answered that the request rate is too high (HTTP 429 or "
+            f"SlowDown) {times} in {self.elapsed:.1f} s ({attempts} attempt"
+            f"{'s' if attempts != 1 else ''}) and {why}; fewer readers or larger shuffle "
+            f"blocks send fewer requests (see `ofindex plan`), or wait longer with "
+            f"{_MORE_TIME}")
 
 
-def _final(exc: Exception, what: str, attempts: int, clock: _Clock) -> Exception:
-    """What to raise when ``exc`` is not retried (again): an ofindex error naming ``what``."""
+def _final(exc: Exception, what: str, attempts: int, clock: _Clock, why: str) -> Exception:
+    """What to raise when ``exc`` is not retried (again, for ``why``): an ofindex error naming
+    ``what``."""
+    if is_rate_limited(exc):
+        return clock.throttled(what, attempts, why)
     if is_transient(exc):
         return give_up(what, attempts, clock.elapsed, exc)
     translated = translate(exc, what)
@@ -367,39 +388,52 @@ def _final(exc: Exception, what: str, attempts: int, clock: _Clock) -> Exception
     return translated
 
 
-def _slow_down(exc: Exception, attempt: int, clock: _Clock, what: str) -> float:
-    """The wait after a rate-limiting answer (its own backoff; neither ``retries`` nor the
-    deadline are spent), or the error once ``throttle_patience`` is used up."""
-    clock.failed[True] += 1
-    pause = clock.policy.delay(clock.failed[True], True)
-    if not clock.patient(pause):
-        raise clock.out_of_patience(what, attempt + 1) from exc
-    clock.rate_limited += pause
-    clock.slowed += pause
-    return pause
-
-
-def _pause(exc: Exception, attempt: int, clock: _Clock, what: str) -> float:
+def _pause(exc: Exception, attempt: int, clock: _Clock, what: str,
+           pacer: AdaptiveRate | None) -> float:
     """The wait before the next attempt after ``exc``; raises the error to report instead when
-    ``exc`` ends the retries (not transient, the last attempt, or past the deadline)."""
+    ``exc`` ends the retries (not transient, a refused connection where nothing ever answered,
+    the last attempt, past the deadline, or out of ``throttle_patience``)."""
     policy = clock.policy
-    if is_rate_limited(exc):
-        return _slow_down(exc, attempt, clock, what)
-    if clock.expired():
-        raise clock.timed_out(what, attempt + 1) from exc
+    rate_limited = is_rate_limited(exc)
+    if rate_limited:
+        clock.rate_limits += 1
+    elif is_refused(exc) and (pacer is None or not pacer.answered):
+        raise nothing_listens(what, exc) from exc
     transient = is_transient(exc)
+    if transient and clock.expired():
+        raise clock.timed_out(what, attempt + 1) from exc
     throttled = is_throttled(exc)
     clock.failed[throttled] += 1
     pause = policy.delay(clock.failed[throttled], throttled) if transient else 0.0
-    left = clock.left()
-    clock.store_failures += 1
-    if (not transient or clock.store_failures >= policy.attempts
-            or (left is not None and pause >= left)):
-        final = _final(exc, what, attempt + 1, clock)
+    clock.resent += 1
+    if not transient or clock.resent >= policy.attempts or not clock.fits(pause):
+        why = (hint(f"no retry is left (retries={policy.retries})",
+                    f"no retry is left (--retries {policy.retries})")
+               if clock.resent >= policy.attempts else
+               f"the next try would pass the timeout of {policy.timeout:g} s")
+        final = _final(exc, what, attempt + 1, clock, why)
         if final is exc:
             raise exc
         raise final from exc
+    if rate_limited:
+        if not clock.patient(pause):
+            raise clock.throttled(what, attempt + 1, "RetryPolicy(throttle_patience="
+                                  f"{policy.throttle_patience:g}) is used up") from exc
+        clock.rate_limited += pause
     return pause
+
+
+def _turn(pacer: AdaptiveRate, clock: _Clock, what: str,
+          attempt: int) -> tuple[float, float | None]:
+    """This request's turn at the store's paced rate: ``(wait, ticket)`` as
+    :meth:`AdaptiveRate.reserve`; raises the error to report when the wait would end past the
+    deadline."""
+    wait, ticket = pacer.reserve()
+    if wait > 0 and not clock.fits(wait):
+        raise clock.throttled(what, attempt + 1, f"waiting for a turn at the rate it allows "
+                                                 f"would pass the timeout of "
+                                                 f"{clock.policy.timeout:g} s")
+    return wait, ticket
 
 
 #: ``asyncio.timeout`` where there is one (Python 3.11+): ``wait_for`` makes a task of every
@@ -426,10 +460,10 @@ async def retry_async(fn: Callable[[], Awaitable[T]], policy: RetryPolicy, what:
         What ``fn()`` returned.
 
     Raises:
-        StorageError: The storage could not be reached, or gave no answer within the
-            deadline.
-        RangeReadError: It kept answering with errors, or wrong bytes, or only that the
-            request rate is too high for ``throttle_patience`` seconds.
+        StorageError: The storage could not be reached (nothing listens at the address: at
+            once), gave no answer within the deadline, or kept answering that the request
+            rate is too high until a bound (``retries``, ``timeout``, ``throttle_patience``).
+        RangeReadError: It kept answering with errors, or wrong bytes.
         DataFileNotFoundError: It said the file does not exist.
     """
     clock = _Clock(policy)
@@ -437,9 +471,8 @@ async def retry_async(fn: Callable[[], Awaitable[T]], policy: RetryPolicy, what:
     while True:
         ticket_at = 0.0
         while pacer is not None:  # wait for this request's turn at the store's rate
-            wait, ticket = pacer.reserve()
+            wait, ticket = _turn(pacer, clock, what, attempt)
             if wait > 0:
-                clock.slowed += wait
                 await asyncio.sleep(wait)
             if ticket is not None:
                 ticket_at = ticket
@@ -455,7 +488,7 @@ async def retry_async(fn: Callable[[], Awaitable[T]], policy: RetryPolicy, what:
                 got = await asyncio.wait_for(fn(), max(left, 0.001))
         except Exception as exc:
             _tell(pacer, exc, ticket_at)
-            pause = _pause(exc, attempt, clock, what)
+            pause = _pause(exc, attempt, clock, what, pacer)
             if on_retry is not None:
                 on_retry()
             await asyncio.sleep(pause)
@@ -469,16 +502,16 @@ async def retry_async(fn: Callable[[], Awaitable[T]], policy: RetryPolicy, what:
 def retry_sync(fn: Callable[[], T], policy: RetryPolicy, what: str,
                on_retry: Callable[[], None] | None = None,
                pacer: AdaptiveRate | None = None) -> T:
-    """Synchronous :func:`retry_async` (an attempt is not cut at the deadline: the client's
-    own timeouts bound it; no retry starts past the deadline)."""
+    """Synchronous :func:`retry_async` for synchronous filesystems (``memory://``): an attempt
+    is not cut at the deadline (no wait or retry starts past it); calls of an asynchronous
+    filesystem go through :func:`retry_async` on its loop, which cuts them."""
     clock = _Clock(policy)
     attempt = 0
     while True:
         ticket_at = 0.0
         while pacer is not None:  # wait for this request's turn at the store's rate
-            wait, ticket = pacer.reserve()
+            wait, ticket = _turn(pacer, clock, what, attempt)
             if wait > 0:
-                clock.slowed += wait
                 time.sleep(wait)
             if ticket is not None:
                 ticket_at = ticket
@@ -487,7 +520,7 @@ def retry_sync(fn: Callable[[], T], policy: RetryPolicy, what: str,
             got = fn()
         except Exception as exc:
             _tell(pacer, exc, ticket_at)
-            pause = _pause(exc, attempt, clock, what)
+            pause = _pause(exc, attempt, clock, what, pacer)
             if on_retry is not None:
                 on_retry()
             time.sleep(pause)
@@ -499,6 +532,11 @@ def retry_sync(fn: Callable[[], T], policy: RetryPolicy, what: str,
 
 
 def _tell(pacer: AdaptiveRate | None, exc: Exception, ticket_at: float) -> None:
-    """Tell the pacer of a rate-limiting answer (it lowers the rate)."""
-    if pacer is not None and is_rate_limited(exc):
+    """Tell the pacer of a rate-limiting answer (it lowers the rate), and that the store
+    answered when the failure is not the network's (something listens there)."""
+    if pacer is None:
+        return
+    if is_rate_limited(exc):
         pacer.throttled(ticket_at)
+    if network_cause(exc) is None:
+        pacer.heard()

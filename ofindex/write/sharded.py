@@ -32,6 +32,7 @@ from ofindex.decode.spec import Spec
 from ofindex.encode.columns import plan_columns
 from ofindex.encode.encoder import Encoder
 from ofindex.encode.framed import OFRECORD_FRAMING, TFRECORD_FRAMING, BatchPlan, encode_block
+from ofindex.encode.nulls import REFUSE, Nulls
 from ofindex.errors import DatasetExistsError, OfindexError
 from ofindex.formats.framing import RecordFormat
 from ofindex.formats.location import sidecar_place
@@ -41,6 +42,7 @@ from ofindex.index.builder import build_index
 from ofindex.index.writer import Writer
 from ofindex.storage import Storage, Storages
 from ofindex.storage.paths import is_data_file_name
+from ofindex.write.leftovers import hidden_name
 from ofindex.write.publish import claim, claimed_error, move_sidecar, release, rename_data
 
 #: The default name of shard ``shard`` of ``count`` (``str.format`` fields).
@@ -119,7 +121,7 @@ class ShardStream:
 
     def _next_shard(self) -> Writer:
         owner = self._owner
-        name = f".{owner.token}-{self._number}-{len(self.staged):05d}.writing"
+        name = hidden_name(owner.token, self._number, len(self.staged))
         path = self._writer_path = owner.storage.join(owner.path, name)
         self._bytes = 0
         return Writer(owner.storage.url(path), owner.format, index_dir=owner.index_url,
@@ -215,7 +217,8 @@ class ShardStream:
             EncodeError: A column or value that cannot be encoded.
         """
         owner = self._owner
-        plan = plan_columns(columns, owner.spec, owner.kind, first_record=self.records)
+        plan = plan_columns(columns, owner.spec, owner.kind, first_record=self.records,
+                            nulls=owner.encoder.nulls)
         with self._failure_noted():
             self._write_plan(plan)
         return plan.rows
@@ -309,10 +312,13 @@ class ShardedWriter:
         storage_options: Options for the fsspec filesystem.
         checksums: Per-payload CRC32Cs in the sidecars (default: for OFRecord).
         compression_level: zlib's level for compressed shards.
+        nulls: What a null element inside a list of a feature mapping or a column becomes:
+            ``"refuse"``, ``"drop"`` or ``("fill", value)`` (see
+            :mod:`ofindex.encode.nulls`).
 
     Raises:
         DatasetExistsError: ``directory`` already holds data files.
-        ValueError: A bad ``format``, ``compression``, size or ``pattern``.
+        ValueError: A bad ``format``, ``compression``, size, ``pattern`` or ``nulls``.
 
     Use it as a context manager, or call :meth:`close` (publish) or :meth:`abort` (drop).
     :meth:`stream` gives more shard sequences of the same dataset, one per thread.
@@ -322,7 +328,8 @@ class ShardedWriter:
                  *, shard_bytes: int | None = None, shard_records: int | None = None,
                  pattern: str = PATTERN, compression: str | None = None, spec: Spec = None,
                  index_dir: str | None = None, storage_options: dict[str, Any] | None = None,
-                 checksums: bool | None = None, compression_level: int = -1) -> None:
+                 checksums: bool | None = None, compression_level: int = -1,
+                 nulls: Nulls = REFUSE) -> None:
         self._started = time.perf_counter()
         self.format = RecordFormat.parse(format)
         if shard_bytes is None and shard_records is None:
@@ -336,7 +343,7 @@ class ShardedWriter:
         self.compression, self.compression_level = compression, compression_level
         self.spec = spec
         self.kind = "ofrecord" if self.format is RecordFormat.OFRECORD else "example"
-        self.encoder = Encoder(spec, self.kind)
+        self.encoder = Encoder(spec, self.kind, nulls=nulls)
         self.index_dir, self.storage_options, self.checksums = (index_dir, storage_options,
                                                                 checksums)
         self._storages = Storages(storage_options)
