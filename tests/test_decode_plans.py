@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import pickle
+import sys
 
 import numpy as np
 import pytest
@@ -187,7 +188,7 @@ def test_a_decoder_pickles_copies_and_compares_by_its_spec(monkeypatch):
 def test_a_decoder_made_without_the_compiled_module_walks_in_python():
     with implementation("pure-python"):
         decoder = Decoder(SPECS["scalars"])
-    assert decoder._plan(record(1)) is None  # every record goes the careful way
+    assert decoder._plan is None  # every record goes the careful way
 
 
 def test_a_dataset_decodes_its_records_in_one_compiled_call(tmp_path, monkeypatch):
@@ -202,3 +203,92 @@ def test_a_dataset_decodes_its_records_in_one_compiled_call(tmp_path, monkeypatc
             assert same_decoded(ds[i], want)
         assert all(same_decoded(got, want) for got, want in zip(ds[[4, 2]], [wants[4], wants[2]],
                                                                 strict=True))
+
+
+# ---- one record without a Python frame of ours -------------------------------------------
+
+def python_calls(fn, *args) -> list[str]:
+    """The Python functions that ``fn(*args)`` runs (their names, in order; ``fn`` itself
+    when it is one)."""
+    seen: list[str] = []
+
+    def profile(frame, event, arg):
+        if event == "call":
+            seen.append(frame.f_code.co_name)
+
+    sys.setprofile(profile)
+    try:
+        fn(*args)
+    finally:
+        sys.setprofile(None)
+    return seen
+
+
+def test_one_decoded_record_runs_no_python_frame_but_the_public_call(tmp_path):
+    # Decoder's Python __call__ (and decode_example's lookup of its plan) took a third of a
+    # record's decode, whose whole is as long as protobuf's Example.FromString
+    records = [record(k) for k in range(3)]
+    spec = SPECS["scalars"]
+    decoder = Decoder(spec)
+    assert python_calls(decoder, records[1]) == []
+    assert python_calls(decode_example, records[1]) == ["decode_example"]
+    rec = ofrecord_pb2.OFRecord()
+    rec.feature["label"].int64_list.value.append(3)
+    assert python_calls(decode_ofrecord, rec.SerializeToString()) == ["decode_ofrecord"]
+    with ofindex.Writer(str(tmp_path / "part-0")) as writer:
+        writer.write_many(records)
+    with ofindex.open(str(tmp_path), decode=Decoder(spec)) as ds:
+        ds[0]  # (the first read loads the shard's index)
+        assert python_calls(ds.__getitem__, 2) == ["__getitem__"]
+        assert same_decoded(ds[2], careful(Decoder(spec), records[2]))
+
+
+def test_a_decoder_pickles_with_every_protocol_and_decodes_compiled(monkeypatch):
+    decoder = Decoder(SPECS["varlen"])
+    raw = record(5)
+    want = careful(decoder, raw)
+    refuse_the_walk(monkeypatch)
+    for protocol in range(pickle.HIGHEST_PROTOCOL + 1):
+        other = pickle.loads(pickle.dumps(decoder, protocol=protocol))
+        assert type(other) is Decoder and other == decoder, protocol
+        assert same_decoded(other(raw), want), protocol
+        assert python_calls(other, raw) == [], protocol
+    for other in (copy.copy(decoder), copy.deepcopy(Decoder(SPECS["varlen"], "ofrecord"))):
+        assert other._plan is not None and other.spec == decoder.spec
+
+
+def test_records_of_other_names_and_orders_in_turn_decode_as_the_careful_walk(monkeypatch):
+    # the compiled plans remember each map entry's name (and the asked-for feature it
+    # matched) from the record before: records that differ must not be read as the one before
+    def example(pairs: list[tuple[str, int]]) -> bytes:
+        ex = example_pb2.Example()
+        for name, value in pairs:
+            ex.features.feature[name].int64_list.value.append(value)
+        return ex.SerializeToString()
+
+    records = [example([("ab", 1), ("cd", 2)]), example([("cd", 3), ("ab", 4)]),
+               example([("ab", 5), ("xy", 6)]), example([("xy", 7), ("ab", 12)]),
+               example([("ab", 8)]), example([("ba", 9), ("ab", 10), ("cd", 11)])] * 2
+    spec = {"ab": FixedLen((), "int64"), "cd": FixedLen((), "int64", default=-1)}
+    wants = [(careful(decode_example, raw), careful(Decoder(spec), raw)) for raw in records]
+    refuse_the_walk(monkeypatch)
+    decoder = Decoder(spec)
+    for raw, (want_all, want) in zip(records, wants, strict=True):
+        got_all, got = decode_example(raw), decoder(raw)
+        assert same_decoded(got_all, want_all), (got_all, want_all)
+        assert same_decoded(got, want), (got, want)
+
+
+def test_ofindex_get_decode_decodes_in_one_compiled_call(tmp_path, monkeypatch, capsys):
+    from ofindex.cli import EXIT_OK, main
+
+    records = [record(k) for k in range(4)]
+    with ofindex.Writer(str(tmp_path / "part-0")) as writer:
+        writer.write_many(records)
+    with implementation("pure-python"):
+        assert main(["get", str(tmp_path), "1", "3", "--decode"]) == EXIT_OK
+    want = capsys.readouterr().out
+    refuse_the_walk(monkeypatch)
+    assert main(["get", str(tmp_path), "1", "3", "--decode"]) == EXIT_OK
+    got = capsys.readouterr().out
+    assert got == want and "# record 3 " in got and "label" in got

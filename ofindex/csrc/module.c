@@ -100,7 +100,7 @@ PyMODINIT_FUNC PyInit__native(void) {
         Py_DECREF(m);
         return NULL;
     }
-    if (reader_module_init(m) < 0) {
+    if (reader_module_init(m) < 0 || onerecord_module_init(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -91,6 +91,9 @@ extern const char values_doc[];
  * API imported by onerecord_init (-1 with an exception set) */
 extern PyTypeObject RecordPlanType;
 int onerecord_init(void);
+/* Adds RecordCall, the base of one-record decoders called without a Python frame; -1 with an
+ * exception set. */
+int onerecord_module_init(PyObject *module);
 /* inflate.c: zlib's inflate with block boundaries, priming and windows (seek points) */
 extern PyTypeObject InflaterType;
 /* batches.c: batches without an object per record, big batches filled on threads */

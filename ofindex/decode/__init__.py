@@ -25,12 +25,12 @@ naming the feature.
 """
 
 from collections.abc import Sequence
-from typing import Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import numpy as np
 
 from ofindex.decode._memory import memory_pool
-from ofindex.decode._plans import OneRecord, careful_only, record_plan
+from ofindex.decode._plans import OneRecord, RecordCall, rebuilt, record_plan
 from ofindex.decode.batch import decode_records
 from ofindex.decode.example import (
     EXAMPLE_DTYPES,
@@ -236,12 +236,17 @@ class _SpecDecoder:
         return f"{type(self).__name__}({self.spec!r}, kind={self.kind!r})"
 
 
-class Decoder(_SpecDecoder):
+class Decoder(_SpecDecoder, RecordCall):
     """A picklable per-record decoder, e.g. for ``ofindex.open(..., decode=Decoder(spec))``.
 
-    ``Decoder(spec, kind)(data)`` decodes one serialized record; :meth:`batch` decodes a
-    list of records at once. The specs are checked when the decoder is made, not at the
-    first record. Two decoders are equal when their kind and specs are.
+    ``Decoder(spec, kind)(data)`` decodes one serialized record (``bytes``, ``bytearray``,
+    ``memoryview``...) to ``{name: array}`` (see :func:`decode_example` /
+    :func:`decode_ofrecord`), or ``(context, feature_lists)`` for
+    ``kind="sequence_example"`` (see :func:`decode_sequence_example`), and raises
+    :class:`~ofindex.errors.DecodeError` naming the feature when the record is not a valid
+    one of the kind or a feature does not match its spec; :meth:`batch` decodes a list of
+    records at once. The specs are checked when the decoder is made, not at the first
+    record. Two decoders are equal when their kind and specs are.
 
     Args:
         spec: The features to decode (a mapping ``{name: FixedLen | VarLen | None}``, a
@@ -266,36 +271,26 @@ class Decoder(_SpecDecoder):
         super().__init__(spec, kind, context_spec=context_spec, sequence_spec=sequence_spec)
         self._plan = self._compiled()
 
-    def _compiled(self) -> OneRecord:
+    def _compiled(self) -> OneRecord | None:
         """The compiled one-record decoder of the spec (see :mod:`ofindex.decode._plans`), or
-        one that leaves every record to the careful path. It is chosen when the decoder is
-        made (or unpickled, e.g. in a DataLoader worker): without the compiled module
-        (``OFINDEX_PURE_PYTHON=1``) every record goes the careful way."""
-        plan = None if self.kind == "sequence_example" else record_plan(self._nspec, self.kind)
-        return plan if plan is not None else careful_only
+        ``None``: every record goes the careful way. It is chosen when the decoder is made (or
+        unpickled, e.g. in a DataLoader worker): without the compiled module
+        (``OFINDEX_PURE_PYTHON=1``) there is none."""
+        return None if self.kind == "sequence_example" else record_plan(self._nspec, self.kind)
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         vars(self).update(state)
         self._plan = self._compiled()
 
-    def __call__(self, data: RecordBytes) -> DecodeResult:
-        """Decode one serialized record.
+    def __reduce__(self) -> tuple[Any, ...]:
+        # (pickle's older protocols would rebuild the decoder through its compiled base)
+        return rebuilt, (type(self),), self.__getstate__()
 
-        Args:
-            data: The serialized record (``bytes``, ``bytearray``, ``memoryview``...).
+    if TYPE_CHECKING:  # the call itself is RecordCall's (no Python frame): its types
+        def __call__(self, data: RecordBytes) -> DecodeResult: ...
 
-        Returns:
-            ``{name: array}`` (see :func:`decode_example` / :func:`decode_ofrecord`), or
-            ``(context, feature_lists)`` for ``kind="sequence_example"`` (see
-            :func:`decode_sequence_example`).
-
-        Raises:
-            DecodeError: ``data`` is not a valid record of the kind, or a feature does not
-                match its spec; the message names the feature.
-        """
-        got = self._plan(data)  # the compiled path first (None: the careful path's turn)
-        if got is not None:
-            return got
+    def _careful(self, data: RecordBytes) -> DecodeResult:
+        """``self(data)`` on the careful path (the compiled plan gave ``None``)."""
         if self.kind == "sequence_example":
             return decode_sequence_example(data, self.context_spec, self.sequence_spec)
         return decode_one(data, self._nspec, self.kind, self._plan)

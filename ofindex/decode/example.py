@@ -1,11 +1,12 @@
 """Decode one serialized ``tf.train.Example`` or OneFlow ``OFRecord`` to numpy arrays."""
 
 from collections.abc import Callable, Iterable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
-from ofindex.decode._plans import OneRecord, every_feature
+from ofindex import _accel
+from ofindex.decode._plans import OneRecord, RecordCall, record_plan
 from ofindex.decode._values import (
     BYTES,
     EXAMPLE_KINDS,
@@ -169,10 +170,8 @@ def decode_example(data: RecordBytes, spec: Spec = None) -> Decoded:
         ValueError: A spec dtype is not one an Example stores (bytes, float32, int64).
         TypeError: A spec entry is not ``FixedLen(...)``, ``VarLen(...)`` or ``None``.
     """
-    if spec is None:
-        plan = every_feature("example")
-        got = plan(data)  # compiled, or None: bytes-like data or the careful path's turn
-        return got if got is not None else decode_one(data, None, "example", plan)
+    if spec is None and _accel.native is not None:
+        return _EXAMPLE_AS_STORED(data)  # compiled first, then the careful path
     return decode_example_normalized(data, normalize_spec(spec, EXAMPLE_DTYPES, "Example"))
 
 
@@ -214,6 +213,25 @@ def decode_one(data: RecordBytes, nspec: NormalizedSpec | None, family: str,
             return got
     walker, kinds, what = _WALKERS[family]
     return decode_features(buf, walk(buf, walker, what), nspec, kinds, what)
+
+
+class _AsStored(RecordCall):
+    """Every feature of a record of ``family`` as stored (``decode_example(data)``,
+    ``decode_ofrecord(data)``): its compiled plan first, then the careful path."""
+
+    def __init__(self, family: str) -> None:
+        self.family = family
+        self._plan = record_plan(None, family)
+
+    if TYPE_CHECKING:  # the call itself is RecordCall's (no Python frame): its types
+        def __call__(self, data: RecordBytes) -> Decoded: ...
+
+    def _careful(self, data: RecordBytes) -> Decoded:
+        return decode_one(data, None, self.family, self._plan)
+
+
+_EXAMPLE_AS_STORED = _AsStored("example")
+_OFRECORD_AS_STORED = _AsStored("ofrecord")
 
 
 def top_fields(data: RecordBytes) -> set[int]:
@@ -260,10 +278,8 @@ def decode_ofrecord(data: RecordBytes, spec: Spec = None) -> Decoded:
         ValueError: A spec dtype is not one of the five an OFRecord stores.
         TypeError: A spec entry is not ``FixedLen(...)``, ``VarLen(...)`` or ``None``.
     """
-    if spec is None:
-        plan = every_feature("ofrecord")
-        got = plan(data)  # compiled, or None: bytes-like data or the careful path's turn
-        return got if got is not None else decode_one(data, None, "ofrecord", plan)
+    if spec is None and _accel.native is not None:
+        return _OFRECORD_AS_STORED(data)  # compiled first, then the careful path
     return decode_ofrecord_normalized(
         data, normalize_spec(spec, OFRECORD_DTYPES, "OFRecord"))
 
