@@ -398,3 +398,45 @@ def test_malformed_token_lists_are_reported_naming_record_and_feature(flawed, ma
     outcome, got = guarded(lambda: decode_batch(records, VARLEN_SPEC), limit)
     assert outcome == "DecodeError", got
     assert str(got).startswith(match), got
+
+
+#: Varints of every length protobuf reads (1 to 10 bytes, the 10th holding the 64th bit), and
+#: the ways a packed list of them is malformed.
+_VARINTS = [varint(2 ** (7 * n)) for n in range(9)] + [varint(2**63), b"\x80" * 9 + b"\x01",
+                                                          b"\x80\x00", b"\xff" * 7 + b"\x7f"]
+#: Lists of varints read another way than by the count (the careful path decides).
+_ODD_LISTS = {"11 bytes": b"\x80" * 10 + b"\x01\x05",
+              "10th byte over the 64th bit": b"\x80" * 9 + b"\x02\x05",
+              "cut short": b"\x05\x06\x85\x81"}
+
+
+def _outcome(records: list[bytes]) -> object:
+    try:
+        return decode_batch(records, {"tokens": VarLen("int64")})["tokens"].values.tolist()
+    except DecodeError as exc:
+        return str(exc)
+
+
+def test_token_lists_are_counted_at_every_alignment_as_protobuf_reads_them():
+    # the packed lists are counted 8 bytes at a time: every varint length, at every place in
+    # those 8 bytes, with runs of continuation bytes across them
+    rng = np.random.default_rng(8)
+    records, want = [], []
+    for shift in range(8):
+        for _ in range(6):
+            runs = [_VARINTS[i] for i in rng.integers(0, len(_VARINTS), int(rng.integers(1, 9)))]
+            packed = b"\x01" * shift + b"".join(runs)
+            records.append(_token_record(field(1, packed)))
+            want.append([1] * shift + [example_pb2.Feature.FromString(field(3, field(
+                1, run))).int64_list.value[0] for run in runs])
+    got = decode_batch(records, {"tokens": VarLen("int64")})["tokens"]
+    assert got.row_lengths.tolist() == [len(w) for w in want]
+    assert got.values.tolist() == [v for w in want for v in w]
+    for name, odd in _ODD_LISTS.items():
+        for shift in range(9):
+            records = [_token_record(field(1, b"\x07")),
+                       _token_record(field(1, b"\x01" * shift + odd))]
+            with implementation("pure-python"):
+                want = _outcome(records)
+            assert _outcome(records) == want, (name, shift)
+

