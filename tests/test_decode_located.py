@@ -98,7 +98,7 @@ def test_ofrecords_of_every_value_type_are_located():
         records.append(rec.SerializeToString())
     located = _located.decode_located(records, batch.normalize_spec(
         spec, batch._FAMILIES["ofrecord"][2], "OFRecord"), "ofrecord")
-    assert located is not None and located[0] == list(range(20))
+    assert located is not None and list(located[0]) == list(range(20))
     got = decode_batch(records, spec, kind="ofrecord")
     assert list(got["img"]) == [bytes([k]) * (k * 37) for k in range(20)]
     assert same(got["f"], np.array([[k, -k, 0.5] for k in range(20)], np.float32))

@@ -94,6 +94,9 @@ int onerecord_init(void);
 /* Adds RecordCall, the base of one-record decoders called without a Python frame; -1 with an
  * exception set. */
 int onerecord_module_init(PyObject *module);
+/* A new 1-d numpy array of n objects, all NULL until set, its slots in *slots (for code that
+ * does not use numpy's C API); NULL with an exception set. */
+PyObject *object_array(Py_ssize_t n, PyObject ***slots);
 /* inflate.c: zlib's inflate with block boundaries, priming and windows (seek points) */
 extern PyTypeObject InflaterType;
 /* batches.c: batches without an object per record, big batches filled on threads */

@@ -19,6 +19,14 @@ int onerecord_init(void) {
     return _import_array();
 }
 
+PyObject *object_array(Py_ssize_t n, PyObject ***slots) {
+    npy_intp dims[1] = {(npy_intp)n};
+    PyObject *arr = PyArray_SimpleNew(1, dims, NPY_OBJECT);
+    if (arr != NULL)
+        *slots = (PyObject **)PyArray_DATA((PyArrayObject *)arr);
+    return arr;
+}
+
 /* Dimensions a FixedLen shape may have here (numpy 1.x's limit; more: the careful path). */
 #define MAX_DIMS 32
 

@@ -26,21 +26,21 @@ static Py_ssize_t read_varints(const unsigned char *p, const unsigned char *e, c
     return count;
 }
 
-/* The bytes list [p, e) appended to list[*at...] (its size is the room); 0, or -1 when it
- * is malformed or holds more values than the room (no exception set), or when a bytes
- * object cannot be made (exception set, *made = 0). */
-static int read_bytes(const unsigned char *p, const unsigned char *e, PyObject *list,
-                      Py_ssize_t *at, int *made) {
+/* The bytes list [p, e) stored into slots[*at...] (`room` of them); 0, or -1 when it is
+ * malformed or holds more values than the room (no exception set), or when a bytes object
+ * cannot be made (exception set, *made = 0). */
+static int read_bytes(const unsigned char *p, const unsigned char *e, PyObject **slots,
+                      Py_ssize_t room, Py_ssize_t *at, int *made) {
     const unsigned char *vs, *ve;
     while (p < e) {
-        if (*at >= PyList_GET_SIZE(list) || *p++ != 0x0A || read_body(&p, e, &vs, &ve) < 0)
+        if (*at >= room || *p++ != 0x0A || read_body(&p, e, &vs, &ve) < 0)
             return -1;
         PyObject *value = PyBytes_FromStringAndSize((const char *)vs, ve - vs);
         if (value == NULL) {
             *made = 0;
             return -1;
         }
-        PyList_SET_ITEM(list, (*at)++, value);
+        slots[(*at)++] = value;
     }
     return 0;
 }
@@ -51,8 +51,8 @@ const char values_doc[] =
     "bytes). how 'v' / 'i': packed varints (a list's packed run, as `locate` gives it) into\n"
     "`out`, a writable buffer of exactly the values as int64 / int32 (the low 32 bits);\n"
     "returns None. how 'b': bytes list messages; `out` is their number of values in all;\n"
-    "returns them as a list of bytes. ValueError when a span lies outside its record, or the\n"
-    "lists are malformed or hold another number of values.";
+    "returns them as a 1-d numpy array of bytes objects. ValueError when a span lies outside\n"
+    "its record, or the lists are malformed or hold another number of values.";
 
 PyObject *values(PyObject *self, PyObject *args) {
     PyObject *bufs, *s_obj, *e_obj, *out_obj;
@@ -96,22 +96,24 @@ PyObject *values(PyObject *self, PyObject *args) {
             PyErr_SetString(PyExc_ValueError, "values: more values than the lists can hold");
             goto done;
         }
-        PyObject *list = PyList_New(count);
-        if (list == NULL)
+        /* straight into the array: through a list, each value was stored twice */
+        PyObject **slots;
+        PyObject *arr = object_array(count, &slots);
+        if (arr == NULL)
             goto done;
         Py_ssize_t at = 0;
         int made = 1;
         for (Py_ssize_t i = 0; i < n; i++)
-            if (read_bytes(recs.ptr[i] + s[i], recs.ptr[i] + e[i], list, &at, &made) < 0)
+            if (read_bytes(recs.ptr[i] + s[i], recs.ptr[i] + e[i], slots, count, &at, &made) < 0)
                 break;
         if (!made || at != count || PyErr_Occurred()) {
-            Py_DECREF(list);  /* the slots not filled are NULL: list_dealloc skips them */
+            Py_DECREF(arr);  /* the slots not filled are NULL: numpy skips them */
             if (made)
                 PyErr_SetString(PyExc_ValueError,
                                 "values: the lists hold another number of values");
             goto done;
         }
-        result = list;
+        result = arr;
         goto done;
     }
     if (PyObject_GetBuffer(out_obj, &ov, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0)

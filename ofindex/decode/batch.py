@@ -271,7 +271,8 @@ def _by_location(batch: _Batch, rest: list[int]) -> list[int]:
     if fast is None:
         return rest
     picked, columns = fast
-    return batch.take(rest, [rest[i] for i in picked], columns)
+    return batch.take(rest, rest if len(picked) == len(rest) else [rest[i] for i in picked],
+                      columns)
 
 
 def _by_protobuf(batch: _Batch, rest: list[int]) -> list[int]:
