@@ -440,3 +440,23 @@ def test_token_lists_are_counted_at_every_alignment_as_protobuf_reads_them():
                 want = _outcome(records)
             assert _outcome(records) == want, (name, shift)
 
+def test_layout_groups_are_the_records_of_each_length_in_order():
+    rng = np.random.default_rng(3)
+    for _ in range(300):
+        base = int(rng.choice([0, 0, 0, 65_530]))  # lengths around 2**16 too
+        bufs = [bytes(base + int(n)) for n in rng.integers(0, int(rng.choice([2, 4, 30])),
+                                                           int(rng.integers(0, 40)))]
+        most, smallest = int(rng.integers(1, 12)), int(rng.choice([1, 2, 3, 64]))
+        by_length: dict[int, list[int]] = {}
+        for i, b in enumerate(bufs):
+            by_length.setdefault(len(b), []).append(i)
+        if len(bufs) < 2:
+            want = []
+        elif len(by_length) == 1:
+            want = [list(range(len(bufs)))]
+        elif len(by_length) > most:
+            want = []
+        else:
+            want = [by_length[n] for n in sorted(by_length) if len(by_length[n]) >= smallest]
+        assert batch._layout_groups(bufs, most, smallest) == want, (bufs, most, smallest)
+

@@ -255,13 +255,19 @@ def _layout_groups(bufs: list[bytes], most: int, smallest: int = 2) -> list[list
     lengths = np.fromiter(map(len, bufs), np.int64, len(bufs))
     if lengths.min() == lengths.max():
         return [list(range(len(bufs)))]
-    found, which, counts = np.unique(lengths, return_inverse=True, return_counts=True)
-    if len(found) > most:
+    if len(bufs) < smallest:
         return []
-    order = np.argsort(which, kind="stable")  # the records of each length, in their order
-    bounds = np.cumsum(counts)
-    return [order[stop - count:stop].tolist() for stop, count in zip(
-        bounds.tolist(), counts.tolist(), strict=True) if count >= smallest]
+    # one stable sort gives the records of each length, in their order (np.unique with its
+    # inverse and counts took 17 % of a batch of 256 token lists of 256 lengths); lengths
+    # below 2**16 as uint16, which numpy sorts stably by radix (10,000 records: 0.05 ms,
+    # 0.46 ms its merge sort of int64)
+    order = np.argsort(lengths.astype(np.uint16) if lengths.max() < 1 << 16 else lengths,
+                       kind="stable")
+    bounds = np.flatnonzero(np.diff(lengths[order], prepend=-1, append=-1))
+    if len(bounds) - 1 > most:
+        return []
+    big = np.flatnonzero(np.diff(bounds) >= smallest).tolist()
+    return [order[bounds[g]:bounds[g + 1]].tolist() for g in big]
 
 
 def _by_location(batch: _Batch, rest: list[int]) -> list[int]:
