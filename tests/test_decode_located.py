@@ -7,6 +7,7 @@ each value once into their buffer."""
 
 from __future__ import annotations
 
+import gc
 import os
 
 import numpy as np
@@ -18,12 +19,14 @@ import ofindex
 from ofindex import _accel
 from ofindex.decode import (
     BatchDecoder,
+    Decoder,
     FixedLen,
     Ragged,
     VarLen,
     _located,
     batch,
     decode_batch,
+    decode_example,
 )
 from ofindex.errors import CorruptRecordError, DecodeError
 from ofindex.integrations._fetch import BatchFetch
@@ -440,6 +443,7 @@ def test_token_lists_are_counted_at_every_alignment_as_protobuf_reads_them():
                 want = _outcome(records)
             assert _outcome(records) == want, (name, shift)
 
+
 def test_layout_groups_are_the_records_of_each_length_in_order():
     rng = np.random.default_rng(3)
     for _ in range(300):
@@ -460,3 +464,78 @@ def test_layout_groups_are_the_records_of_each_length_in_order():
             want = [by_length[n] for n in sorted(by_length) if len(by_length[n]) >= smallest]
         assert batch._layout_groups(bufs, most, smallest) == want, (bufs, most, smallest)
 
+
+# ---- what is decoded owns its values: the records may go, or change, right after ---------
+
+def _decoded_and_dropped(n: int) -> dict:
+    """VARLEN_SPEC decoded from records that nothing refers to once this returns."""
+    records = [tokens_example(k) for k in range(n)]
+    return decode_batch(records, VARLEN_SPEC)
+
+
+def _reuse_freed_memory() -> list[bytes]:
+    """Objects of the records' sizes, made once they are collected, so that values still read
+    from the records' memory would read these bytes instead."""
+    gc.collect()
+    return [b"\xaa" * size for size in range(1, 2000, 3) for _ in range(8)]
+
+
+@pytest.mark.parametrize("threads", [False, True])
+def test_decoded_batches_outlive_their_records(monkeypatch, threads):
+    # the compiled calls hold the records by reference while they read them: what they return
+    # is values of its own (numpy arrays, bytes objects), whatever becomes of the records
+    if threads:
+        monkeypatch.setattr(_located, "PARALLEL_RECORDS", 2)
+        monkeypatch.setattr(_located, "PARALLEL_VALUE_BYTES", 1)
+    no_other_path(monkeypatch)
+    got = _decoded_and_dropped(300)
+    monkeypatch.undo()  # the careful walk makes the expected values
+    junk = _reuse_freed_memory()
+    records = [tokens_example(k) for k in range(300)]
+    want = careful(records, VARLEN_SPEC)
+    for name in VARLEN_SPEC:
+        assert same(got[name], want[name]), name
+    feats = [example_pb2.Example.FromString(r).features.feature for r in records]
+    assert got["tokens"].values.tolist() == [t for f in feats for t in f["tokens"].int64_list.value]
+    assert list(got["tags"].values) == [t for f in feats for t in f["tags"].bytes_list.value]
+    assert list(got["lang"]) == [f["lang"].bytes_list.value[0] for f in feats]
+    assert len(junk)
+
+
+def test_decoded_values_stay_when_the_record_buffers_are_overwritten(monkeypatch):
+    records = [tokens_example(k) for k in range(60)]
+    want = careful(records, VARLEN_SPEC)
+    buffers = [bytearray(r) for r in records]
+    got = decode_batch(buffers, VARLEN_SPEC)
+    one = [Decoder(VARLEN_SPEC)(buffers[k]) for k in range(60)]
+    every = [decode_example(memoryview(buffers[k])) for k in range(60)]
+    for buf in buffers:
+        buf[:] = b"\xaa" * len(buf)
+    for name in VARLEN_SPEC:
+        assert same(got[name], want[name]), name
+    for k, record in enumerate(records):
+        feats = example_pb2.Example.FromString(record).features.feature
+        assert one[k]["tokens"].tolist() == list(feats["tokens"].int64_list.value)
+        assert list(one[k]["tags"]) == list(feats["tags"].bytes_list.value)
+        assert same(one[k]["extra"], np.array(feats["extra"].float_list.value, np.float32))
+        assert same(every[k]["mask"], np.array(feats["mask"].int64_list.value, np.int64))
+        assert list(every[k]["lang"]) == list(feats["lang"].bytes_list.value)
+        assert every[k]["other"].tolist() == [1, 2, 3]
+
+
+def test_a_batch_decoded_in_the_maps_outlives_the_dataset_and_its_files(tmp_path, monkeypatch):
+    records = [example_sized(k, 3000) for k in range(90)]
+    ds = ofindex.open(write_shards_of(tmp_path, records, 3))
+    in_maps_only(monkeypatch)
+    idx = [int(i) for i in np.random.default_rng(4).integers(0, 90, 80)]
+    got, _ = BatchFetch(ds, BatchDecoder(SPEC), pack_bytes=True)(idx)
+    ds.close()  # the maps are let go of (a map a value still viewed would refuse to close)
+    del ds
+    for shard in tmp_path.glob("part-*"):
+        shard.unlink()
+    junk = _reuse_freed_memory()
+    want = from_protobuf([records[i] for i in idx])
+    assert [bytes(got["jpeg"][i]) for i in range(80)] == want["jpeg"]
+    for name in ("label", "box", "one"):
+        assert same(got[name], want[name]), name
+    assert len(junk)

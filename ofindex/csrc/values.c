@@ -54,6 +54,81 @@ const char values_doc[] =
     "returns them as a 1-d numpy array of bytes objects. ValueError when a span lies outside\n"
     "its record, or the lists are malformed or hold another number of values.";
 
+/* The spans [s[i], e[i]) of the n records of `recs`, checked to lie in their records; their
+ * bytes in all, or -1 with an exception set. */
+static Py_ssize_t span_bytes(const Records *recs, const int64_t *s, const int64_t *e) {
+    Py_ssize_t total = 0;
+    for (Py_ssize_t i = 0; i < recs->n; i++)
+        if (s[i] < 0 || e[i] < s[i] || e[i] > recs->len[i]
+            || add_size(total, (Py_ssize_t)(e[i] - s[i]), &total) < 0) {
+            PyErr_SetString(PyExc_ValueError, "values: a span lies outside its record");
+            return -1;
+        }
+    return total;
+}
+
+/* values(..., 'b', count): the bytes values of the lists, as a 1-d object array. */
+static PyObject *bytes_values(const Records *recs, const int64_t *s, const int64_t *e,
+                              Py_ssize_t total, PyObject *count_obj) {
+    Py_ssize_t count = PyLong_AsSsize_t(count_obj);
+    if (count == -1 && PyErr_Occurred())
+        return NULL;
+    /* a bytes value takes two bytes at least: no list longer than the spans can hold */
+    if (count < 0 || count > total / 2) {
+        PyErr_SetString(PyExc_ValueError, "values: more values than the lists can hold");
+        return NULL;
+    }
+    /* straight into the array: through a list, each value was stored twice */
+    PyObject **slots;
+    PyObject *arr = object_array(count, &slots);
+    if (arr == NULL)
+        return NULL;
+    Py_ssize_t at = 0;
+    int made = 1;
+    for (Py_ssize_t i = 0; i < recs->n; i++)
+        if (read_bytes(recs->ptr[i] + s[i], recs->ptr[i] + e[i], slots, count, &at, &made) < 0)
+            break;
+    if (!made || at != count || PyErr_Occurred()) {
+        Py_DECREF(arr);  /* the slots not filled are NULL: numpy skips them */
+        if (made)
+            PyErr_SetString(PyExc_ValueError, "values: the lists hold another number of values");
+        return NULL;
+    }
+    return arr;
+}
+
+/* values(..., 'v' or 'i', out): the packed varints of the lists into `out`; None. */
+static PyObject *varint_values(const Records *recs, const int64_t *s, const int64_t *e,
+                               int how, PyObject *out_obj) {
+    Py_buffer ov;
+    if (PyObject_GetBuffer(out_obj, &ov, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0)
+        return NULL;
+    int width = how == 'v' ? 8 : 4;
+    if (ov.len % width) {
+        PyBuffer_Release(&ov);
+        PyErr_SetString(PyExc_ValueError, "values: out is not a whole number of values");
+        return NULL;
+    }
+    Py_ssize_t room = ov.len / width, written = 0, bad = 0;
+    char *dst = (char *)ov.buf;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < recs->n && !bad; i++) {
+        Py_ssize_t got = read_varints(recs->ptr[i] + s[i], recs->ptr[i] + e[i],
+                                      dst + written * width, room - written, width);
+        if (got < 0)
+            bad = 1;
+        else
+            written += got;
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&ov);
+    if (bad || written != room) {
+        PyErr_SetString(PyExc_ValueError, "values: the lists hold another number of values");
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
 PyObject *values(PyObject *self, PyObject *args) {
     PyObject *bufs, *s_obj, *e_obj, *out_obj;
     int how;
@@ -66,88 +141,25 @@ PyObject *values(PyObject *self, PyObject *args) {
     Records recs;
     if (get_records(bufs, Py_None, &recs, "values") < 0)
         return NULL;
-    Py_buffer sv, ev, ov;
-    int have = 0;
+    Py_buffer sv, ev;
     PyObject *result = NULL;
-    if (get_i64(s_obj, &sv, "values: starts") < 0)
-        goto done;
-    have = 1;
-    if (get_i64(e_obj, &ev, "values: ends") < 0)
-        goto done;
-    have = 2;
-    Py_ssize_t n = recs.n, total = 0;
-    const int64_t *s = (const int64_t *)sv.buf, *e = (const int64_t *)ev.buf;
-    if (sv.shape[0] != n || ev.shape[0] != n) {
-        PyErr_SetString(PyExc_ValueError, "values: one start and one end per record");
-        goto done;
+    if (get_i64(s_obj, &sv, "values: starts") < 0) {
+        release_records(&recs);
+        return NULL;
     }
-    for (Py_ssize_t i = 0; i < n; i++)
-        if (s[i] < 0 || e[i] < s[i] || e[i] > recs.len[i]
-            || add_size(total, (Py_ssize_t)(e[i] - s[i]), &total) < 0) {
-            PyErr_SetString(PyExc_ValueError, "values: a span lies outside its record");
-            goto done;
-        }
-    if (how == 'b') {
-        Py_ssize_t count = PyLong_AsSsize_t(out_obj);
-        if (count == -1 && PyErr_Occurred())
-            goto done;
-        /* a bytes value takes two bytes at least: no list longer than the spans can hold */
-        if (count < 0 || count > total / 2) {
-            PyErr_SetString(PyExc_ValueError, "values: more values than the lists can hold");
-            goto done;
-        }
-        /* straight into the array: through a list, each value was stored twice */
-        PyObject **slots;
-        PyObject *arr = object_array(count, &slots);
-        if (arr == NULL)
-            goto done;
-        Py_ssize_t at = 0;
-        int made = 1;
-        for (Py_ssize_t i = 0; i < n; i++)
-            if (read_bytes(recs.ptr[i] + s[i], recs.ptr[i] + e[i], slots, count, &at, &made) < 0)
-                break;
-        if (!made || at != count || PyErr_Occurred()) {
-            Py_DECREF(arr);  /* the slots not filled are NULL: numpy skips them */
-            if (made)
-                PyErr_SetString(PyExc_ValueError,
-                                "values: the lists hold another number of values");
-            goto done;
-        }
-        result = arr;
-        goto done;
-    }
-    if (PyObject_GetBuffer(out_obj, &ov, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0)
-        goto done;
-    have = 3;
-    int width = how == 'v' ? 8 : 4;
-    if (ov.len % width) {
-        PyErr_SetString(PyExc_ValueError, "values: out is not a whole number of values");
-        goto done;
-    }
-    Py_ssize_t room = ov.len / width, written = 0, bad = 0;
-    char *dst = (char *)ov.buf;
-    Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t i = 0; i < n && !bad; i++) {
-        Py_ssize_t got = read_varints(recs.ptr[i] + s[i], recs.ptr[i] + e[i],
-                                      dst + written * width, room - written, width);
-        if (got < 0)
-            bad = 1;
+    if (get_i64(e_obj, &ev, "values: ends") == 0) {
+        const int64_t *s = (const int64_t *)sv.buf, *e = (const int64_t *)ev.buf;
+        Py_ssize_t total = -1;
+        if (sv.shape[0] != recs.n || ev.shape[0] != recs.n)
+            PyErr_SetString(PyExc_ValueError, "values: one start and one end per record");
         else
-            written += got;
-    }
-    Py_END_ALLOW_THREADS
-    if (bad || written != room) {
-        PyErr_SetString(PyExc_ValueError, "values: the lists hold another number of values");
-        goto done;
-    }
-    result = Py_NewRef(Py_None);
-done:
-    if (have >= 3)
-        PyBuffer_Release(&ov);
-    if (have >= 2)
+            total = span_bytes(&recs, s, e);
+        if (total >= 0)
+            result = how == 'b' ? bytes_values(&recs, s, e, total, out_obj)
+                                : varint_values(&recs, s, e, how, out_obj);
         PyBuffer_Release(&ev);
-    if (have >= 1)
-        PyBuffer_Release(&sv);
+    }
+    PyBuffer_Release(&sv);
     release_records(&recs);
     return result;
 }
