@@ -162,6 +162,32 @@ static int kind_fits(char how, const PyArray_Descr *descr) {
     }
 }
 
+/* One numpy dtype per list kind of `kinds` (and for an empty Feature), each the dtype of
+ * the kind's values; 0, or -1 with an exception set. */
+static int check_dtypes(PyObject *kinds, PyObject *dtypes) {
+    Py_ssize_t nk = PyBytes_GET_SIZE(kinds);
+    if (nk < 2 || nk > 16 || PyTuple_GET_SIZE(dtypes) != nk) {
+        PyErr_SetString(PyExc_ValueError, "RecordPlan: kinds of 1 to 15 list kinds, and one "
+                                          "dtype per kind and for an empty Feature");
+        return -1;
+    }
+    for (Py_ssize_t j = 0; j < nk; j++) {
+        PyObject *dtype = PyTuple_GET_ITEM(dtypes, j);
+        if (!PyArray_DescrCheck(dtype)) {
+            PyErr_SetString(PyExc_TypeError, "RecordPlan: dtypes must be numpy dtypes");
+            return -1;
+        }
+        /* an empty Feature (kind 0) has no values: any dtype */
+        if (j > 0 && !kind_fits(PyBytes_AS_STRING(kinds)[j], (PyArray_Descr *)dtype)) {
+            PyErr_SetString(PyExc_ValueError, "RecordPlan: each list kind is stored as one "
+                                              "of 'b', '4', '8', 'v', 'i' and decoded to the "
+                                              "dtype of its values (in native byte order)");
+            return -1;
+        }
+    }
+    return 0;
+}
+
 static PyObject *plan_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     PyObject *kinds, *features, *dtypes;
     int wrapped;
@@ -170,25 +196,8 @@ static PyObject *plan_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
                                      &kinds, &wrapped, &features, &PyTuple_Type, &dtypes))
         return NULL;
     Py_ssize_t nk = PyBytes_GET_SIZE(kinds);
-    if (nk < 2 || nk > 16 || PyTuple_GET_SIZE(dtypes) != nk) {
-        PyErr_SetString(PyExc_ValueError, "RecordPlan: kinds of 1 to 15 list kinds, and one "
-                                          "dtype per kind and for an empty Feature");
+    if (check_dtypes(kinds, dtypes) < 0)
         return NULL;
-    }
-    for (Py_ssize_t j = 0; j < nk; j++) {
-        PyObject *dtype = PyTuple_GET_ITEM(dtypes, j);
-        if (!PyArray_DescrCheck(dtype)) {
-            PyErr_SetString(PyExc_TypeError, "RecordPlan: dtypes must be numpy dtypes");
-            return NULL;
-        }
-        /* an empty Feature (kind 0) has no values: any dtype */
-        if (j > 0 && !kind_fits(PyBytes_AS_STRING(kinds)[j], (PyArray_Descr *)dtype)) {
-            PyErr_SetString(PyExc_ValueError, "RecordPlan: each list kind is stored as one "
-                                              "of 'b', '4', '8', 'v', 'i' and decoded to the "
-                                              "dtype of its values (in native byte order)");
-            return NULL;
-        }
-    }
     if (features != Py_None && !PyTuple_Check(features)) {
         PyErr_SetString(PyExc_TypeError, "RecordPlan: features must be a tuple or None");
         return NULL;
