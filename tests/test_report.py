@@ -113,14 +113,18 @@ DECODE = {"batch": 256, "machine_load": {"load_average": [2.5, 2.0, 1.0], "cores
                          "tf": {"median_s": 0.0171, "best_s": 0.0160},
                          "tf_sparse": {"median_s": 0.0150, "best_s": 0.0140},
                          "ofindex_vs_tf": {"median": 1.37, "min": 1.1, "max": 1.52},
-                         "ofindex_vs_tf_sparse": {"median": 1.2, "min": 0.98, "max": 1.3}}},
+                         "ofindex_vs_tf_cpu": {"median": 1.5, "min": 1.4, "max": 1.6},
+                         "ofindex_vs_tf_sparse": {"median": 1.2, "min": 0.98, "max": 1.3},
+                         "ofindex_vs_tf_sparse_cpu": {"median": 1.3, "min": 1.2, "max": 1.4}}},
           "single": {"records": 200000, "rounds": 7, "rows": [
               {"contender": "Example.FromString(ds[i])", "records_per_s": 810000,
                "records_per_s_min": 610000, "records_per_s_max": 867000},
               {"contender": "Decoder(spec)(ds[i])", "records_per_s": 777000,
                "records_per_s_min": 541000, "records_per_s_max": 869000,
                "vs": {"Example.FromString(ds[i])": {"median": 0.95, "min": 0.79, "max": 1.07},
-                      "Hugging Face ds[i]": {"median": 16.2, "min": 10.7, "max": 27.5}}}]}}
+                      "Hugging Face ds[i]": {"median": 16.2, "min": 10.7, "max": 27.5}},
+               "vs_cpu": {"Example.FromString(ds[i])": {"median": 1.1, "min": 1.0, "max": 1.2},
+                          "Hugging Face ds[i]": {"median": 15.0, "min": 14.0, "max": 16.0}}}]}}
 
 SCALE = {"settings": {"batches": 8, "rtt": 0.02, "bandwidth": 1e9, "concurrency": 256},
          "scales": [{"records": 1e10, "shards": 100000, "mode": "paged", "manifest_bytes": 7190000,
@@ -213,10 +217,13 @@ def test_report_from_fixtures(tmp_path):
     assert ("| 224 | ofindex | 690 (650–720) | 2.2 (2–2.5)× | 1.6 (1.5–1.7)× | "
             "1,200 (1,100–1,300) | 55.8 |") in md
     assert "| decode | pillow | 750 (740–760) |  |  |  | exact |" in md
-    assert ("| tf.io.parse_example, RaggedFeature | 584,795 (625,000) | 1.37 (1.1–1.52)× |"
-            in md)
+    assert ("| tf.io.parse_example, RaggedFeature | 584,795 (625,000) | 1.37 (1.1–1.52)× | "
+            "1.5 (1.4–1.6)× |" in md)
     assert ("| Decoder(spec)(ds[i]) | 777,000 (541,000–869,000) | 0.95 (0.79–1.07)× "
-            "Example.FromString(ds[i]); 16.2 (10.7–27.5)× Hugging Face ds[i] |") in md
+            "Example.FromString(ds[i]); 16.2 (10.7–27.5)× Hugging Face ds[i] | 1.1 (1–1.2)× "
+            "Example.FromString(ds[i]); 15 (14–16)× Hugging Face ds[i] |") in md
+    assert ("ofindex 1.4× tf.io.parse_example, RaggedFeature (1.1–1.5×), 1.2× "
+            "tf.io.parse_example, VarLenFeature (0.98–1.3×) (records/s)") in readme.read_text()
     assert "not measured: mnist: dali: No module named 'nvidia'" in md
     assert "| ofindex iter_batches | 15,200,000 (14,100,000–16,000,000) | 3.3 |" in md
     assert "| block 64, window 16 | 16 | 7 | 0.017 |" in md

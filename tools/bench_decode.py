@@ -19,7 +19,9 @@ Four batch workloads, generated here (numpy random values, serialized by protobu
   50,000 each (16 batches a run), against the same two.
 
 Both decode the same records, interleaved round by round; for ``varlen`` and ``tokens`` the
-JSON holds each round's time and the ratios of the rounds (median, min, max).
+JSON holds each round's wall and CPU time (all threads) and the ratios of the rounds (median,
+min, max) by either: on a machine shared with other work the CPU-time ratio is the steadier
+one, the wall-clock one is what a user waits.
 
 One record at a time (``--single-records`` Examples of 3 features: ``key`` bytes, ``label``
 int64, ``payload`` ~200 random bytes, written to a TFRecord file under ``--root``), random
@@ -29,6 +31,7 @@ record numbers, records/s in interleaved rounds (tools/benchlib.py):
   ``Decoder(spec)(ds[i])``, ``ofindex.open(..., decode=Decoder(spec))[i]``,
   ``decode_example(ds[i])`` (every feature as stored), and Hugging Face ``datasets``'
   ``ds[i]`` on the same columns saved with ``save_to_disk`` (a dict of the three values).
+  Ratios of the rounds by the wall clock and per CPU second.
 
 For the batch workloads mnist and big, each is decoded in batches of ``--batch`` records,
 from the same list of serialized bytes, by
@@ -104,17 +107,21 @@ def make_records(size: int, n: int, seed: int) -> list[bytes]:
 
 def interleaved(fns: dict, repeat: int) -> dict:
     """Time several functions in rounds (each runs once per round, in turn), so a machine
-    whose speed drifts affects all of them alike; {name: timing dict}."""
+    whose speed drifts affects all of them alike; {name: timing dict}, with each run's wall
+    time and CPU time (all the process's threads: what a run costs a machine busy with other
+    work)."""
     for fn in fns.values():
         fn()  # warm-up
     times: dict = {name: [] for name in fns}
+    cpu: dict = {name: [] for name in fns}
     for _ in range(repeat):
         for name, fn in fns.items():
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             fn()
             times[name].append(time.perf_counter() - t0)
+            cpu[name].append(time.process_time() - c0)
     return {name: {"median_s": statistics.median(t), "best_s": min(t), "runs": repeat,
-                   "times_s": t}
+                   "times_s": t, "cpu_s": cpu[name]}
             for name, t in times.items()}
 
 
@@ -318,9 +325,11 @@ def varlen_workload(name: str, repeat: int, smoke: bool) -> dict:
         for g, w in zip(got, want, strict=True))
     entry.update(interleaved(fns, repeat))
     for peer in ("tf", "tf_sparse"):
-        per_round = [theirs_s / ours_s for theirs_s, ours_s in zip(
-            entry[peer]["times_s"], entry["ofindex"]["times_s"], strict=True)]
-        entry[f"ofindex_vs_{peer}"] = spread(per_round)
+        for clock, suffix in (("times_s", ""), ("cpu_s", "_cpu")):
+            per_round = [theirs_s / ours_s if ours_s > 0 else float("nan")
+                         for theirs_s, ours_s in zip(entry[peer][clock],
+                                                     entry["ofindex"][clock], strict=True)]
+            entry[f"ofindex_vs_{peer}{suffix}"] = spread(per_round)
     for key in ("ofindex", "tf", "tf_sparse"):
         entry[key]["records_per_s"] = total / entry[key]["median_s"]
     return entry
@@ -432,14 +441,15 @@ def single_section(root: str, n: int, rounds: int, seconds: float) -> dict:
     path, hf_path = single_dataset(root, n)
     contenders, checks = single_contenders(path, hf_path, n)
     load_before = machine_load()
-    rates, _ = interleaved_rates(contenders, rounds, seconds)
+    rates, cpu_rates = interleaved_rates(contenders, rounds, seconds)
     rows = []
     for c in contenders:
         row: dict = {"contender": c.name, **{f"records_per_s{'' if k == 'median' else '_' + k}":
                                              v for k, v in spread(rates[c.name], 0).items()}}
-        vs = {peer: ratios(rates, c.name, peer) for peer in SINGLE_COMPARED.get(c.name, [])}
-        if vs:
-            row["vs"] = vs
+        peers = SINGLE_COMPARED.get(c.name, [])
+        if peers:  # by the wall clock, and per CPU second (less swayed by the machine's load)
+            row["vs"] = {peer: ratios(rates, c.name, peer) for peer in peers}
+            row["vs_cpu"] = {peer: ratios(cpu_rates, c.name, peer) for peer in peers}
         rows.append(row)
     return {"records": n, "rounds": rounds, "round_seconds": seconds, "checks": checks,
             "load": {"before": load_before, "after": machine_load()}, "rows": rows}
@@ -549,19 +559,22 @@ def _print_varlen(name: str, entry: dict) -> None:
                                  f"{r['median_s'] * 1e3:.2f} ms a run)" if isinstance(r, dict)
                                  else r))
     for peer in ("tf", "tf_sparse"):
-        v = entry.get(f"ofindex_vs_{peer}")
-        if v:
-            print(f"  ofindex / {peer}: {v['median']:.2f}x ({v['min']:.2f}-{v['max']:.2f})")
+        v, c = entry.get(f"ofindex_vs_{peer}"), entry.get(f"ofindex_vs_{peer}_cpu")
+        if v and c:
+            print(f"  ofindex / {peer}: {v['median']:.2f}x ({v['min']:.2f}-{v['max']:.2f}); "
+                  f"per CPU second {c['median']:.2f}x ({c['min']:.2f}-{c['max']:.2f})")
     print(f"  outputs equal tf: {entry.get('tf_outputs_equal')}")
 
 
 def _print_single(single: dict) -> None:
     print(f"one record at a time: {single['records']} Examples, random record numbers")
     for row in single["rows"]:
-        vs = "  ".join(f"{v['median']:.2f}x {peer} ({v['min']:.2f}-{v['max']:.2f})"
-                       for peer, v in row.get("vs", {}).items())
         print(f"  {row['contender']:32s} {row['records_per_s']:>12,.0f}/s "
-              f"({row['records_per_s_min']:,.0f}-{row['records_per_s_max']:,.0f})  {vs}")
+              f"({row['records_per_s_min']:,.0f}-{row['records_per_s_max']:,.0f})")
+        for peer, v in row.get("vs", {}).items():
+            c = row["vs_cpu"][peer]
+            print(f"      {v['median']:.2f}x {peer} ({v['min']:.2f}-{v['max']:.2f}); per CPU "
+                  f"second {c['median']:.2f}x ({c['min']:.2f}-{c['max']:.2f})")
     print(f"  checks: {single['checks']}")
 
 
