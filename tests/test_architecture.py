@@ -12,6 +12,8 @@ ROOT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
 
 #: What each layer may import besides itself. ``formats`` and ``storage`` know nothing of the
 #: layers above them; ``deflate`` (inflating and deflating for random access) uses both;
+#: ``cache`` (the read-through chain of caches, keyed by the data's identity) uses them too and
+#: knows nothing of the reads that call it;
 #: ``index`` (making indexes) and ``read`` (using them) use those three and not each other
 #: (``ofindex.open``, in the top-level ``opening`` module, joins them for ``build_missing``);
 #: ``cli`` and ``integrations`` use everything; ``decode`` and ``shuffle`` stand alone (but for
@@ -21,21 +23,27 @@ ALLOWED = {
     "formats": {"errors", "storage"},
     "deflate": {"errors", "_accel", "_threads", "storage", "formats"},
     "index": {"errors", "_accel", "_threads", "storage", "formats", "deflate"},
-    "read": {"errors", "_accel", "_threads", "storage", "formats", "deflate"},
+    "cache": {"errors", "storage", "formats"},
+    "read": {"errors", "_accel", "_threads", "storage", "formats", "deflate", "cache"},
     "decode": {"errors", "_accel", "_threads", "proto"},
     "encode": {"errors", "_accel", "formats", "decode"},  # framed blocks: formats.crc
     "schema": {"errors", "decode", "proto", "read"},
     "convert": {"errors", "storage", "formats", "index", "read", "decode", "encode", "write",
                 "opening"},
     "write": {"errors", "storage", "formats", "index", "decode", "encode"},
+    # "tfds": a TFDS builder directory opened through ofindex.open, decoded by ofindex.decode
+    "tfds": {"errors", "_threads", "decode", "read", "opening"},
     "shuffle": {"errors"},  # StateError for saved states it refuses
     # "planning": a plan opens the dataset for its shape, and models reads and orders
-    "planning": {"errors", "storage", "formats", "read", "shuffle", "opening"},
+    "planning": {"errors", "storage", "formats", "read", "cache", "shuffle", "opening"},
     # "opening": an integration that takes paths (Ray's read_ofindex) opens them as the CLI does
-    "integrations": {"errors", "storage", "formats", "index", "read", "decode", "shuffle",
-                     "opening"},
+    # "encode": the column map's way back (records to the Arrow columns they were written from);
+    # "planning": the engines' read tasks are the split planner's partitions; "write": their
+    # write transforms stage shards from many tasks and publish them at the end
+    "integrations": {"errors", "storage", "formats", "index", "read", "decode", "encode",
+                     "shuffle", "opening", "tfds", "planning", "write", "schema"},
     "cli": {"", "errors", "_accel", "storage", "formats", "index", "read", "decode", "shuffle",
-            "proto", "opening", "encode", "write", "schema", "convert", "planning"},
+            "proto", "opening", "encode", "write", "schema", "convert", "planning", "tfds"},
     "errors": set(),
     "_accel": {"_native"},
     "_threads": set(),

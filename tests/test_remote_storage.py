@@ -281,7 +281,7 @@ def test_sidecar_cache_is_bounded_and_cached_on_disk(served, tmp_path):
     assert ds.__getitems__(idx.tolist()) == [expected[i] for i in idx]
     assert [ds[i] for i in range(0, RECORDS, 7)] == expected[::7]
     cache = ds._table.shards[0].cache
-    assert len(cache) == 1 and cache.held_bytes <= one + 100
+    assert len(cache.memory) == 1 and cache.memory.held_bytes <= one + 100
     assert sum(s.loaded for s in ds._table.shards) == 1
 
     cdir = str(tmp_path / "sidecars")

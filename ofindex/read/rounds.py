@@ -1,27 +1,110 @@
-"""Checking the data files a round of requests touched against their indexes, all at once.
+"""A round of requests and the checks of the data files it touched.
+
+A round gathers independent byte ranges, whole files and stamps, grouped by storage, and runs
+them at once (:class:`Round`: one concurrent call per storage, a thread per storage when there
+are several). The index rounds (:mod:`.index_round`) and the header round at open
+(:mod:`.header_round`) queue their requests on one.
 
 A round that fetches remote sidecars (or their headers, or pages) also asks for the data
-files' stamps; each file is then checked by :func:`ofindex.storage.identity.check_identity`.
-Where the stamps cannot tell (a fingerprint that is not the index's: a dataset indexed on
-one storage and read from a copy on another), the file's content regions decide. When that is
-known before the round (an index built on local disk read from a bucket or web server, or
-the other way around: fingerprints of kinds the storage never reports), the regions are
-fetched in the same round as the stamp (:meth:`IdentityChecks.queue`: over HTTP their own
-responses give the stamp, no HEAD is sent); otherwise the files that need them are read in
-one more round for all of them (:meth:`IdentityChecks.settle`), never one after another.
+files' stamps; each file is then checked by :func:`ofindex.storage.identity.check_identity`
+(:class:`IdentityChecks`). Where the stamps cannot tell (a fingerprint that is not the
+index's: a dataset indexed on one storage and read from a copy on another), the file's content
+regions decide. When that is known before the round (an index built on local disk read from a
+bucket or web server, or the other way around: fingerprints of kinds the storage never
+reports), the regions are fetched in the same round as the stamp (:meth:`IdentityChecks.queue`:
+over HTTP their own responses give the stamp, no HEAD is sent); otherwise the files that need
+them are read in one more round for all of them (:meth:`IdentityChecks.settle`), never one
+after another.
 """
 
 from __future__ import annotations
 
+import concurrent.futures as cf
 import dataclasses
+import functools
+from typing import Any
 
-from ..storage import FileStamp
+from ..cache.chain import Chain, Kept, Want
+from ..cache.keys import identity_entry, identity_key
+from ..storage import FileStamp, Storage
 from ..storage.content import content_digest, content_regions
 from ..storage.identity import check_identity
 from ..storage.stamp import Verdict
-from .nodecache import NodeCache, identity_entry, identity_key
-from .request_round import Round, Slot
 from .shards import Shard
+
+#: Where a request's result is: ``(id of its storage, its position in that storage's list)``.
+Slot = tuple[int, int]
+
+
+class _StorageCalls:
+    """The requests of one round on one storage; :meth:`run` fills the results."""
+
+    def __init__(self, storage: Storage) -> None:
+        self.storage = storage
+        self.ranges: list[tuple[str, int, int]] = []
+        self.wholes: list[str] = []
+        self.stats: list[str] = []
+        self.identifies: list[tuple[str, int]] = []
+        self.got: tuple[list[Any], list[Any], list[Any], list[Any]] = ([], [], [], [])
+
+    def run(self) -> None:
+        self.got = self.storage.fetch_round(self.ranges, self.wholes, self.stats,
+                                            self.identifies)
+
+
+class Round:
+    """The requests of one round, grouped by storage and run at once."""
+
+    RANGE, WHOLE, STAT, IDENTIFY = 0, 1, 2, 3
+
+    def __init__(self) -> None:
+        self.calls: dict[int, _StorageCalls] = {}
+
+    def _on(self, storage: Storage) -> _StorageCalls:
+        calls = self.calls.get(id(storage))
+        if calls is None:
+            calls = self.calls[id(storage)] = _StorageCalls(storage)
+        return calls
+
+    def range(self, storage: Storage, path: str, start: int, end: int) -> Slot:
+        """Queue the bytes ``[start, end)`` of ``path``."""
+        calls = self._on(storage)
+        calls.ranges.append((path, start, end))
+        return id(storage), len(calls.ranges) - 1
+
+    def whole(self, storage: Storage, path: str) -> Slot:
+        """Queue the whole of ``path``."""
+        calls = self._on(storage)
+        calls.wholes.append(path)
+        return id(storage), len(calls.wholes) - 1
+
+    def stat(self, storage: Storage, path: str) -> Slot:
+        """Queue the stamp of ``path``."""
+        calls = self._on(storage)
+        calls.stats.append(path)
+        return id(storage), len(calls.stats) - 1
+
+    def identify(self, storage: Storage, path: str, size: int) -> Slot:
+        """Queue the stamp of ``path`` with its content digest (see
+        :meth:`~ofindex.storage.Storage.identify`)."""
+        calls = self._on(storage)
+        calls.identifies.append((path, size))
+        return id(storage), len(calls.identifies) - 1
+
+    def run(self) -> None:
+        """Run every queued request (a thread per storage when there are several)."""
+        calls = [c for c in self.calls.values()
+                 if c.ranges or c.wholes or c.stats or c.identifies]
+        if len(calls) == 1:
+            calls[0].run()
+        elif calls:
+            with cf.ThreadPoolExecutor(len(calls)) as pool:
+                for future in [pool.submit(c.run) for c in calls]:
+                    future.result()
+
+    def result(self, kind: int, slot: Slot) -> Any:
+        """What came back for ``slot`` (the value, or the exception its request raised)."""
+        return self.calls[slot[0]].got[kind][slot[1]]
 
 
 def content_expected(shard: Shard) -> bool:
@@ -61,7 +144,7 @@ class IdentityChecks:
         the check (a node cache: the stamp first), else a plain stat."""
         storage = shard.data_storage
         assert storage is not None
-        if content_expected(shard) and _node(shard) is None:
+        if content_expected(shard) and _machine(shard) is None:
             slot = (Round.IDENTIFY, round_.identify(storage, shard.path, shard.size))
         else:
             slot = (Round.STAT, round_.stat(storage, shard.path))
@@ -122,10 +205,11 @@ class IdentityChecks:
                 and not storage.expected.verified(check.shard.path, check.current))
 
 
-def _node(shard: Shard) -> NodeCache | None:
-    """The machine's cache a shard's identity check may be remembered in, or ``None``."""
-    cache = shard.cache
-    return None if cache is None else cache.node
+def _machine(shard: Shard) -> Chain | None:
+    """The cache chain a shard's identity check may be remembered in (one with a machine
+    tier), or ``None``."""
+    chain = shard.cache
+    return None if chain is None or chain.machine is None else chain
 
 
 def _identity_key(check: _Check) -> bytes:
@@ -138,26 +222,32 @@ def _identity_key(check: _Check) -> bytes:
 def _remembered(checks: list[_Check]) -> set[int]:
     """The checks (by ``id``) the machine's cache remembers as passed."""
     found: set[int] = set()
-    by_node: dict[int, tuple[NodeCache, list[_Check]]] = {}
+    by_chain: dict[int, tuple[Chain, list[tuple[_Check, Want]]]] = {}
     for check in checks:
-        node = _node(check.shard)
-        if node is not None:
-            by_node.setdefault(id(node), (node, []))[1].append(check)
-    for node, members in by_node.values():
-        keys = [_identity_key(check) for check in members]
-        held = node.get(keys)
-        found.update(id(check) for check, key in zip(members, keys, strict=True)
-                     if held.get(key) == identity_entry(key))
+        chain = _machine(check.shard)
+        if chain is not None:
+            key = _identity_key(check)
+            want = Want(None, key, functools.partial(_passed, key))
+            by_chain.setdefault(id(chain), (chain, []))[1].append((check, want))
+    for chain, members in by_chain.values():
+        chain.recall([want for _, want in members])
+        found.update(id(check) for check, want in members if want.value)
     return found
+
+
+def _passed(key: bytes, entry: bytes) -> bool | None:
+    """Whether a remembered entry is the one a passed check of ``key`` holds (anything else
+    is damaged or tampered with: a miss)."""
+    return True if entry == identity_entry(key) else None
 
 
 def _remember(passed: list[_Check]) -> None:
     """Keep the checks that passed by their content in the machine's cache."""
     for check in passed:
-        node = _node(check.shard)
-        if node is not None:
+        chain = _machine(check.shard)
+        if chain is not None:
             key = _identity_key(check)
-            node.put([(key, identity_entry(key))])
+            chain.keep([Kept(None, key, True, identity_entry(key))])
 
 
 def _queue_regions(round_: Round, shard: Shard, size: int) -> list[Slot]:

@@ -8,24 +8,8 @@ memory-mapped from there, the others fetched in one round (the batch's data roun
 block one range) and kept. Every process of the machine shares the blocks: DataLoader
 workers, ranks, the next run.
 
-Why blocks, and why 1 MiB: measured by ``tools/bench_scale.py --data-cache`` (8 shards of
-8 MB, records of 1 KB, nginx behind a +20 ms RTT proxy, 5 interleaved rounds on a shared
-2-core machine; medians, see ``docs/benchmarks.md``):
-
-* *the records' own ranges* would make the first epoch cost what an uncached epoch costs
-  (2,048 requests moving 106 MB for 67 MB of data, 13.3 s), and a later epoch would find
-  only the records this machine read before, which in a distributed run is another share of
-  the dataset every epoch;
-* *blocks* move the dataset once, in the first batches that touch them (67 MB in 16
-  requests with 1 MiB blocks: epoch 1 in 1.6 s, 8x faster than uncached), and a later epoch
-  makes no data request (0.56 s, 23x faster than uncached);
-* *the block size*, from 256 KiB to whole shards, measured alike within the machine's noise
-  (epoch 1 1.2-2.0 s, epoch 2 0.4-0.8 s, the first batch 0.75-1.0 s: at this size the first
-  batch touches nearly every block whatever its size), so it is set by what grows with the
-  dataset: one batch fetches up to one block per record (256 MiB for 256 records at 1 MiB,
-  where whole shards are the whole dataset for a global shuffle's first batch), eviction
-  frees space a block at a time, and a block is a request where there are no multi-range
-  requests (S3: 1,024 per GiB).
+Why blocks, why 1 MiB, and why this store rather than diskcache's or fsspec's block cache:
+the measurements are in ``docs/design.md`` ("Why our own caches on the machine").
 
 Once this process has seen every block of a file kept (fetched here, or found on disk), the
 file is *resident*: all its blocks are mapped once (:meth:`DataCache.resident`) and a batch
@@ -33,7 +17,7 @@ whose files are all resident is cut out of them by one compiled pass
 (:mod:`ofindex.read.resident_gather`), with no planning, no look-up per block, no lock and
 no database: a later epoch then costs about what an epoch over local files costs. The
 blocks' use is registered for the eviction once a minute per file
-(:data:`~ofindex.read.nodecache.TOUCH_AFTER`).
+(:data:`~ofindex.cache.machine.TOUCH_AFTER`).
 
 Sequential passes (iteration) read through the same blocks; compressed shards are read
 without the cache.
@@ -42,23 +26,23 @@ What makes it safe:
 
 * **Keyed by the remote object's identity.** A block's key is the file's URL, the size and
   ETag / generation the dataset checked it to have (:attr:`Storage.expected`), the block
-  size and number (:func:`~ofindex.read.blockfile.block_key`): a file replaced by another
+  size and number (:func:`~ofindex.cache.keys.block_key`): a file replaced by another
   version has other keys, so a block of the old one is never served. Files the dataset did
   not check (``check_stale=False``, a server that reports no version) are read without it.
 * **A torn block is never served.** Blocks are written under a temporary name and renamed;
   one is used only when its length, its header and its key check out
-  (:mod:`ofindex.read.blockfile`). Its records are then checked as any remote read checks
+  (:mod:`ofindex.cache.block_file`). Its records are then checked as any remote read checks
   them (TFRecord CRCs with ``verify``); where they carry no CRC of their own (OFRecord,
   ``verify=False``) the block's CRC32C is checked when it is first mapped in a process. A
   record whose check fails in cached bytes makes the batch's cached blocks be dropped and
   the batch read again from the remote store.
 * **Bounded, least recently used first, never the only copy.** Blocks are registered in
-  ``DIR/ofindex-data.sqlite3`` (the layout of the page cache's database, :mod:`.cachedb`, with
-  its own bound ``data_cache_bytes``): past the bound the least recently used are deleted.
-  Only copies of remote data are kept; nothing else is ever deleted (the file of an entry is
-  named by its key, never read from the database). A dataset larger than the bound is read
-  without the cache (one warning): its blocks would be evicted before their other records
-  are read.
+  ``DIR/ofindex-data.sqlite3`` (the layout of the page cache's database, :mod:`.entries_db`,
+  with its own bound ``data_cache_bytes``): past the bound the least recently used are
+  deleted. Only copies of remote data are kept; nothing else is ever deleted (the file of an
+  entry is named by its key, never read from the database). A dataset larger than the bound
+  is read without the cache (one warning): its blocks would be evicted before their other
+  records are read.
 * **Best effort.** A directory that cannot be used costs one warning (the page cache's, which
   shares the verdict); a block that cannot be written (a full disk) is served from memory
   and fetched again next time, with one warning per process.
@@ -77,12 +61,12 @@ import numpy as np
 
 from ..errors import CacheDirWarning, DataCacheWarning
 from ..formats.framing import Buffer
-from ..storage import FileStamp, Storage
-from . import block_ranges, blockfile
-from .block_ranges import Block, FileBlocks
-from .cachedb import DATA_DB_NAME
-from .cachedir import BLOCK_SUFFIX, block_name
-from .nodecache import ENTRY_OVERHEAD, TOUCH_AFTER, NodeCache
+from ..storage import FileStamp, Storage, write_local_atomic
+from . import block_file, block_plan
+from .block_plan import Block, FileBlocks
+from .dir_files import BLOCK_SUFFIX, block_name
+from .entries_db import DATA_DB_NAME
+from .machine import ENTRY_OVERHEAD, TOUCH_AFTER, NodeCache
 
 __all__ = ["DEFAULT_BLOCK_BYTES", "CachedRead", "DataCache", "DataCacheWarning", "ResidentFile",
            "same_cache"]
@@ -107,14 +91,14 @@ class CachedRead:
     """Ranges read through the cache: the blocks they lie in, at hand.
 
     Attributes:
-        plan: Where each range is (:class:`~ofindex.read.block_ranges.BlockPlan`).
+        plan: Where each range is (:class:`~ofindex.read.block_plan.BlockPlan`).
         views: The bytes of each block of the plan, by slot.
         begin: First byte of each range in its file.
         fetched: The bytes of the ranges fetched as they are, by range.
         cached: The blocks that were served from the cache (not fetched), by file name.
     """
 
-    plan: block_ranges.BlockPlan
+    plan: block_plan.BlockPlan
     views: list[Buffer]
     begin: np.ndarray
     fetched: dict[int, Buffer]
@@ -135,7 +119,7 @@ class ResidentFile:
     at hand, block ``k`` holding its bytes ``[k*step, (k+1)*step)``.
 
     Attributes:
-        views: Each block's payload, in order (checked as :func:`blockfile.map_block` checks).
+        views: Each block's payload, in order (checked as :func:`block_file.map_block` checks).
         names: Each block's file name in the cache directory.
         step: Bytes per block.
         size: The file's bytes.
@@ -184,7 +168,7 @@ class DataCache:
                                files=BLOCK_SUFFIX, problem=problem)
         self._process_state()
         if self.index.problem is None:
-            blockfile.sweep_temporaries(self.index.directory, time.time())
+            block_file.sweep_temporaries(self.index.directory, time.time())
 
     def _process_state(self) -> None:
         self._pid = os.getpid()
@@ -249,7 +233,7 @@ class DataCache:
         if any(size < 0 for size in sizes):
             return False
         blocks = sum(math.ceil(size / self.block_bytes) for size in sizes)
-        return sum(sizes) + blocks * (blockfile.HEADER_SIZE + ENTRY_OVERHEAD) <= self.max_bytes
+        return sum(sizes) + blocks * (block_file.HEADER_SIZE + ENTRY_OVERHEAD) <= self.max_bytes
 
     # -- reads ------------------------------------------------------------------------------
     def read(self, storage: Storage, names: Sequence[str], files: Sequence[int] | np.ndarray,
@@ -284,10 +268,10 @@ class DataCache:
             blocks = owners[path] = self._file_blocks(storage, path)
             return blocks
 
-        plan = block_ranges.plan(names, which, begin, end, file_blocks)
+        plan = block_plan.plan(names, which, begin, end, file_blocks)
         found, cached = self._find(plan.blocks, check_blocks)
         missing = [block for block in plan.blocks if block.key not in found]
-        runs = block_ranges.runs(missing, MAX_RUN_BYTES)
+        runs = block_plan.runs(missing, MAX_RUN_BYTES)
         direct = plan.direct
         fetched = storage.read_ranges(
             [run[0].path for run in runs] + [names[int(which[k])] for k in direct],
@@ -355,7 +339,7 @@ class DataCache:
         if entry is not None and check_blocks and not entry[2]:
             entry = None  # mapped without its CRC checked, for reads that need it: map again
         if entry is None:
-            view = blockfile.map_block(self.directory, block_name(key), key, length,
+            view = block_file.map_block(self.directory, block_name(key), key, length,
                                        check_blocks)
             if view is None:
                 return None
@@ -364,7 +348,7 @@ class DataCache:
                 self._mapped.popitem(last=False)  # unmapped when no read holds it any more
         self._mapped.move_to_end(key)
         if entry[1] < now - TOUCH_AFTER:
-            touched.append((block_name(key), blockfile.HEADER_SIZE + length))
+            touched.append((block_name(key), block_file.HEADER_SIZE + length))
             self._mapped[key] = (entry[0], now, entry[2])
         return entry[0]
 
@@ -376,7 +360,7 @@ class DataCache:
         Mapped once, when the planned reads have found or fetched every block of the file
         (:attr:`FileBlocks.seen`); then a batch costs a dictionary look-up per file, no
         lock, no database (:meth:`note_used` registers the blocks' use once per
-        :data:`~ofindex.read.nodecache.TOUCH_AFTER` seconds). Files are admitted while the
+        :data:`~ofindex.cache.machine.TOUCH_AFTER` seconds). Files are admitted while the
         process holds fewer than :data:`MAX_RESIDENT_BLOCKS` blocks so mapped.
 
         Args:
@@ -420,7 +404,7 @@ class DataCache:
             name = block_name(block.key)
             entry = self._mapped.get(block.key)
             view = entry[0] if entry is not None and (entry[2] or not check_blocks) else (
-                blockfile.map_block(self.directory, name, block.key, block.end - block.start,
+                block_file.map_block(self.directory, name, block.key, block.end - block.start,
                                     check_blocks))
             if view is None:
                 blocks.seen.discard(number)
@@ -434,7 +418,7 @@ class DataCache:
 
     def note_used(self, files: Sequence[ResidentFile]) -> None:
         """Register the use of whole files' blocks (for the least-recently-used eviction),
-        at most once per :data:`~ofindex.read.nodecache.TOUCH_AFTER` seconds per file.
+        at most once per :data:`~ofindex.cache.machine.TOUCH_AFTER` seconds per file.
 
         Args:
             files: The files a batch read.
@@ -446,7 +430,7 @@ class DataCache:
             return
         for resident in due:
             resident.used_at = now
-        self.index.note_files([(name, blockfile.HEADER_SIZE + len(view)) for f in due
+        self.index.note_files([(name, block_file.HEADER_SIZE + len(view)) for f in due
                                for name, view in zip(f.names, f.views, strict=True)])
 
     def drop_resident(self, files: Sequence[ResidentFile]) -> None:
@@ -469,18 +453,21 @@ class DataCache:
         """Keep fetched blocks (those the bound can hold), registered before they are
         written so that the bound counts every block on disk; the keys of those written."""
         entries = {block_name(key): (key, data) for key, data in fetched
-                   if blockfile.HEADER_SIZE + len(data) + ENTRY_OVERHEAD <= self.max_bytes}
+                   if block_file.HEADER_SIZE + len(data) + ENTRY_OVERHEAD <= self.max_bytes}
         if not entries or not self.usable():
             return set()
         evicted = self.index.note_files(
-            [(name, blockfile.HEADER_SIZE + len(data)) for name, (_, data) in entries.items()])
+            [(name, block_file.HEADER_SIZE + len(data)) for name, (_, data) in entries.items()])
         failed: list[str] = []
         kept: set[bytes] = set()
         for name, (key, data) in entries.items():
             if name in evicted:  # the bound cannot hold it after all
                 continue
-            error = blockfile.write_block(self.directory, name, key, data)
-            if error is not None:
+            try:  # renamed into place, not flushed: each block carries its own checks
+                write_local_atomic(os.path.join(self.directory, name),
+                                   [block_file.header(key, data), data], durable=False,
+                                   owned=True)
+            except OSError as error:
                 failed.append(name)
                 self._warn_write(error)
             else:

@@ -18,8 +18,6 @@ records carry no CRC of their own). Anything else is a miss, fetched again.
 
 from __future__ import annotations
 
-import hashlib
-import mmap
 import os
 import re
 import stat
@@ -27,22 +25,12 @@ import struct
 
 import crc32c
 
-from ..storage import FileStamp, write_local_atomic
+from .dir_files import map_regular
 
 MAGIC = b"OFIXBLK1"
 _HEAD = struct.Struct("<8s16sQI")
 #: Bytes before the payload.
 HEADER_SIZE = _HEAD.size + 4
-_OPEN_FLAGS = (os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
-               | getattr(os, "O_CLOEXEC", 0))
-
-
-def block_key(url: str, stamp: FileStamp, block_bytes: int, number: int) -> bytes:
-    """The 16-byte key of block ``number`` (blocks of ``block_bytes``) of the version
-    ``stamp`` (size and ETag, generation or mtime) of the remote file ``url``: another
-    version of the file has other keys, so a copy of an older version is never found."""
-    text = f"{url}\0{stamp.size}\0{stamp.fingerprint}\0{block_bytes}\0{number}"
-    return hashlib.sha256(text.encode("utf-8")).digest()[:16]
 
 
 def header(key: bytes, data: bytes | memoryview) -> bytes:
@@ -67,20 +55,10 @@ def map_block(directory: str, name: str, key: bytes, length: int,
         missing file, a link, another kind of file, a short or long one, a damaged header or
         payload, another key).
     """
-    path = os.path.join(directory, name)
-    try:
-        fd = os.open(path, _OPEN_FLAGS)
-    except OSError:  # missing, a symbolic link (ELOOP), unreadable
+    mapped = None if length == 0 else map_regular(os.path.join(directory, name),
+                                                  HEADER_SIZE + length)
+    if mapped is None:
         return None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or info.st_size != HEADER_SIZE + length or length == 0:
-            return None
-        mapped = mmap.mmap(fd, info.st_size, access=mmap.ACCESS_READ)
-    except (OSError, ValueError, OverflowError):
-        return None
-    finally:
-        os.close(fd)
     head = mapped[:HEADER_SIZE]
     magic, stored_key, stored_length, data_crc = _HEAD.unpack_from(head)
     (head_crc,) = struct.unpack_from("<I", head, _HEAD.size)
@@ -91,21 +69,6 @@ def map_block(directory: str, name: str, key: bytes, length: int,
     if check_data and crc32c.crc32c(view) != data_crc:
         return None
     return view
-
-
-def write_block(directory: str, name: str, key: bytes, data: bytes | memoryview) -> OSError | None:
-    """Keep ``data`` as the block file ``name`` (a temporary file renamed into place, not
-    flushed to the disk: each block carries its own checks).
-
-    Returns:
-        ``None``, or the error that kept it from being written (a full disk …).
-    """
-    try:
-        write_local_atomic(os.path.join(directory, name), [header(key, data), data],
-                           durable=False, owned=True)
-    except OSError as e:
-        return e
-    return None
 
 
 _TEMPORARY = re.compile(r"[0-9a-f]{32}\.ofblock\.[A-Za-z0-9_]+\.tmp")

@@ -1,5 +1,5 @@
 """Which blocks of their files a batch of byte ranges lies in, and the ranges copied out of
-them: the pure planning half of the data cache (:mod:`ofindex.read.datacache`), no I/O.
+them: the pure planning half of the data cache (:mod:`ofindex.cache.data`), no I/O.
 
 Block ``k`` of a file is its bytes ``[k*B, (k+1)*B)`` (the last one shorter). A batch's ranges
 are planned at once with numpy: each range inside one block (small records: nearly all) gets
@@ -16,7 +16,7 @@ import numpy as np
 
 from ..formats.framing import Buffer
 from ..storage import FileStamp
-from . import blockfile
+from .keys import block_key
 
 #: ``slot`` of a range fetched as it is; of a range across several blocks.
 DIRECT, SPANNING = -2, -1
@@ -27,7 +27,7 @@ class Block:
     """One block of one version of a remote file.
 
     Attributes:
-        key: Its key (:func:`~ofindex.read.blockfile.block_key`).
+        key: Its key (:func:`~ofindex.cache.keys.block_key`).
         path: The file.
         start: Its first byte in the file.
         end: One past its last byte.
@@ -72,7 +72,7 @@ class FileBlocks:
         block = self._blocks.get(number)
         if block is None:
             block = self._blocks[number] = Block(
-                blockfile.block_key(self.url, self.stamp, self.step, number), self.path,
+                block_key(self.url, self.stamp, self.step, number), self.path,
                 number * self.step, min((number + 1) * self.step, self.stamp.size))
         return block
 

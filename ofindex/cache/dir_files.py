@@ -22,11 +22,11 @@ from collections.abc import Iterable
 
 from ..errors import SidecarError
 from ..formats.sidecar import SUFFIX, Sidecar, decode_header
-from ..storage import FileStamp, write_local_atomic
+from ..storage import FileStamp
 
 #: The key prefix of a file's entry in the database (a whole sidecar, a block of data).
 FILE_KEY_PREFIX = b"file:"
-#: The suffix of a block of data kept by the data cache (:mod:`ofindex.read.datacache`).
+#: The suffix of a block of data kept by the data cache (:mod:`ofindex.cache.data`).
 BLOCK_SUFFIX = ".ofblock"
 _FILE_KEYS = {suffix: re.compile(rb"file:([0-9a-f]{32}" + re.escape(suffix.encode()) + rb")")
               for suffix in (SUFFIX, BLOCK_SUFFIX)}
@@ -112,20 +112,10 @@ def map_entry(directory: str, name: str, records: int, stamp: FileStamp,
         header checks out: a damaged or tampered copy is a miss, fetched again.
     """
     path = os.path.join(directory, name)
-    try:
-        fd = os.open(path, _OPEN_FLAGS)
-    except OSError:  # missing, a symbolic link (ELOOP), unreadable
+    mapped = map_regular(path)
+    if mapped is None:
         return None
-    try:
-        info = os.fstat(fd)
-        size = info.st_size
-        if not stat.S_ISREG(info.st_mode) or size == 0:
-            return None
-        mapped = mmap.mmap(fd, size, access=mmap.ACCESS_READ)
-    except (OSError, ValueError, OverflowError):
-        return None
-    finally:
-        os.close(fd)
+    size = len(mapped)
     try:
         header = decode_header(mapped[: min(size, _HEAD_BYTES)], path=path)
         if header.count != records or header.stamp != stamp or (
@@ -138,17 +128,22 @@ def map_entry(directory: str, name: str, records: int, stamp: FileStamp,
         return None
 
 
-def write_entry(directory: str, name: str, raw: bytes) -> bool:
-    """Keep ``raw`` as the whole sidecar ``name`` (a temporary file renamed into place).
-
-    Returns:
-        Whether it was written (``False``: the disk is full, the directory went away …).
-    """
+def map_regular(path: str, size: int = 0) -> mmap.mmap | None:
+    """Memory-map ``path`` read-only, if it is a regular file (a link is not followed, a FIFO
+    not waited on) of ``size`` bytes (any size but 0 when ``size`` is 0), else ``None``."""
     try:
-        write_local_atomic(os.path.join(directory, name), [raw], owned=True)
-    except OSError:
-        return False
-    return True
+        fd = os.open(path, _OPEN_FLAGS)
+    except OSError:  # missing, a symbolic link (ELOOP), unreadable
+        return None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_size == 0 or size not in (0, info.st_size):
+            return None
+        return mmap.mmap(fd, info.st_size, access=mmap.ACCESS_READ)
+    except (OSError, ValueError, OverflowError):
+        return None
+    finally:
+        os.close(fd)
 
 
 def remove_entry(directory: str, name: str) -> None:

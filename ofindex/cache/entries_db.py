@@ -8,7 +8,7 @@ a newer ofindex, and lets nothing stored in it run (``trusted_schema``). Rows ar
 through SQL that checks their shape, so a row of another shape (types, a huge blob, a key too
 long) is never loaded whole: it is a miss, and it is dropped. The ``file`` column is written
 for ofindex versions that unlink the path it names on eviction; it is never read (the file of
-an entry is derived from its key, :mod:`ofindex.read.cachedir`).
+an entry is derived from its key, :mod:`ofindex.cache.dir_files`).
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ import sqlite3
 from collections.abc import Iterator, Sequence
 
 from ..formats.sidecar import SUFFIX
-from . import cachedir
+from . import dir_files
 
 DB_NAME = "ofindex-pages.sqlite3"
-#: The data cache's database (:mod:`ofindex.read.datacache`): the same layout, its own bound.
+#: The data cache's database (:mod:`ofindex.cache.data`): the same layout, its own bound.
 DATA_DB_NAME = "ofindex-data.sqlite3"
 
 
@@ -30,9 +30,6 @@ def database_files(name: str) -> tuple[str, ...]:
     """The database ``name`` and the files SQLite keeps beside it."""
     return (name, name + "-wal", name + "-shm", name + "-journal")
 
-
-#: The page database and the files SQLite keeps beside it.
-DB_FILES = database_files(DB_NAME)
 #: ``PRAGMA user_version`` of this layout (0: written before the version was set, the same).
 SCHEMA_VERSION = 1
 #: Bounds of a well-formed row: longer keys or data, or other sizes, are not of our making.
@@ -75,7 +72,7 @@ def open_database(directory: str, name: str = DB_NAME) -> sqlite3.Connection:
         Unusable: The directory, the database or a file beside it cannot be used.
     """
     files = database_files(name)
-    problem = cachedir.directory_problem(directory) or cachedir.file_problem(directory, files)
+    problem = dir_files.directory_problem(directory) or dir_files.file_problem(directory, files)
     if problem is not None:
         raise Unusable(problem)
     path = os.path.join(directory, name)
@@ -87,7 +84,7 @@ def open_database(directory: str, name: str = DB_NAME) -> sqlite3.Connection:
     try:
         # again now that it is open, before anything is written: SQLite follows a link to the
         # database (it opens the log and the shared memory without following links itself)
-        problem = cachedir.file_problem(directory, files)
+        problem = dir_files.file_problem(directory, files)
         if problem is not None:
             raise Unusable(problem)
         database.execute("PRAGMA trusted_schema = OFF")  # nothing in the file runs as our code
@@ -237,5 +234,5 @@ def evict(database: sqlite3.Connection, need: int, suffix: str = SUFFIX) -> list
     else:
         _count(database, -freed - sum(size for _, size in dropped))
     victims = [key for key, _ in doomed + dropped if key is not None]
-    names = (cachedir.name_of_key(key, suffix) for key in victims)
+    names = (dir_files.name_of_key(key, suffix) for key in victims)
     return [name for name in names if name is not None]

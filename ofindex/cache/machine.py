@@ -15,8 +15,8 @@ compressed-file sidecars, small ones) are registered here too, so one bound
 (pages deleted, files unlinked; a process that has one mapped keeps its mapping).
 
 The database is data, never trusted for paths: the file an entry stands for is derived from
-its key (:mod:`ofindex.read.cachedir`), rows of the wrong shape (types, sizes, lengths) are
-misses and are dropped (:mod:`ofindex.read.cachedb`), and nothing in the directory is opened
+its key (:mod:`ofindex.cache.dir_files`), rows of the wrong shape (types, sizes, lengths) are
+misses and are dropped (:mod:`ofindex.cache.entries_db`), and nothing in the directory is opened
 through a symbolic link.
 
 The cache is best effort. When ``cache_dir`` cannot be used (not a directory, not writable, a
@@ -28,7 +28,6 @@ disk is full, the page is simply fetched again.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import sqlite3
 import threading
@@ -38,11 +37,11 @@ from collections.abc import Iterable, Sequence
 
 from ..errors import CacheDirWarning
 from ..formats.sidecar import SUFFIX, Sidecar, decode_header
-from ..storage import FileStamp
-from . import cachedb, cachedir
-from .cachedb import DB_NAME, MAX_DATA, MAX_KEY
+from ..storage import FileStamp, write_local_atomic
+from . import dir_files, entries_db
+from .entries_db import DB_NAME, MAX_DATA, MAX_KEY
 
-__all__ = ["DB_NAME", "DEFAULT_NODE_BYTES", "CacheDirWarning", "NodeCache", "sidecar_key"]
+__all__ = ["DB_NAME", "DEFAULT_NODE_BYTES", "NodeCache"]
 
 #: Default bound on the bytes a node cache holds.
 DEFAULT_NODE_BYTES = 16 << 30
@@ -51,27 +50,6 @@ DEFAULT_NODE_BYTES = 16 << 30
 TOUCH_AFTER = 60.0
 #: Bytes an entry costs besides its data (key, row and index overhead).
 ENTRY_OVERHEAD = 64
-
-
-def sidecar_key(index_url: str, stamp: FileStamp, body_crc: int | None = None) -> bytes:
-    """The key of one version of one sidecar: its URL, its data file's stamp and, when the
-    manifest names it, its body CRC (a sidecar rebuilt for a file of the same size and mtime
-    is another version)."""
-    text = f"{index_url}\0{stamp.size}\0{stamp.fingerprint}\0{body_crc}".encode()
-    return hashlib.sha256(text).digest()[:16]
-
-
-def identity_key(url: str, stamp: FileStamp, digest: int) -> bytes:
-    """The key of a remembered identity check: the data file at ``url``, as ``stamp`` (its
-    size and fingerprint) describes it, was found to have the content digest ``digest``."""
-    text = f"identity\0{url}\0{stamp.size}\0{stamp.fingerprint}\0{digest}".encode()
-    return hashlib.sha256(text).digest()[:16] + b"identity"
-
-
-def identity_entry(key: bytes) -> bytes:
-    """What a remembered identity check holds: a digest of its key (a row holding anything
-    else is damaged or tampered with, and is not taken)."""
-    return hashlib.sha256(b"identity checked\0" + key).digest()[:16]
 
 
 #: Connections a forked child inherited: never used nor closed there (closing one would drop
@@ -136,8 +114,8 @@ class NodeCache:
             _INHERITED.append(self._db)
             self._db = None
         try:
-            database = cachedb.open_database(self.directory, self.database_name)
-        except cachedb.Unusable as e:
+            database = entries_db.open_database(self.directory, self.database_name)
+        except entries_db.Unusable as e:
             self.problem = str(e)
             warnings.warn(CacheDirWarning(
                 f"cache_dir {self.directory!r} cannot be used: {e}; reading without the node "
@@ -179,7 +157,7 @@ class NodeCache:
                 return found
             try:
                 for k in range(0, len(keys), 500):  # SQLite's bound on host parameters
-                    for key, data, fresh in cachedb.select(database, keys[k : k + 500],
+                    for key, data, fresh in entries_db.select(database, keys[k : k + 500],
                                                            now - TOUCH_AFTER):
                         if data is None:  # of no shape we write
                             malformed.append(key)
@@ -188,9 +166,9 @@ class NodeCache:
                         if not fresh:
                             stale.append(key)
                 if stale or malformed:
-                    with cachedb.transaction(database):
-                        cachedb.touch(database, stale, now)
-                        cachedb.drop(database, malformed)
+                    with entries_db.transaction(database):
+                        entries_db.touch(database, stale, now)
+                        entries_db.drop(database, malformed)
             except sqlite3.Error:
                 return found
         return found
@@ -203,11 +181,6 @@ class NodeCache:
                 if len(key) <= MAX_KEY and len(data) <= MAX_DATA]
         if rows:
             self._insert(rows)
-
-    def note_file(self, name: str, nbytes: int) -> None:
-        """Register the whole sidecar kept in the directory as ``name`` (an
-        :func:`~ofindex.read.cachedir.entry_name`; evicted by unlinking it)."""
-        self.note_files([(name, nbytes)])
 
     def note_files(self, items: Sequence[tuple[str, int]]) -> set[str]:
         """Register (or mark used now) the files ``(name, bytes)`` kept in the directory, of
@@ -222,8 +195,8 @@ class NodeCache:
         """
         rows: list[tuple[bytes, bytes | None, int, str | None]] = []
         for name, nbytes in items:
-            key = cachedir.file_key(name)
-            if cachedir.name_of_key(key, self.files) != name:
+            key = dir_files.file_key(name)
+            if dir_files.name_of_key(key, self.files) != name:
                 raise ValueError(f"{name!r} is not a name the node cache gives a "
                                  f"{self.files} file")
             rows.append((key, None, nbytes + ENTRY_OVERHEAD, os.path.join(self.directory, name)))
@@ -236,13 +209,13 @@ class NodeCache:
             if database is None:
                 return
             try:
-                with cachedb.transaction(database):
-                    cachedb.drop(database, [cachedir.file_key(name) for name in names])
+                with entries_db.transaction(database):
+                    entries_db.drop(database, [dir_files.file_key(name) for name in names])
             except sqlite3.Error:
                 pass
         for name in names:
-            if cachedir.name_of_key(cachedir.file_key(name), self.files) == name:
-                cachedir.remove_entry(self.directory, name)
+            if dir_files.name_of_key(dir_files.file_key(name), self.files) == name:
+                dir_files.remove_entry(self.directory, name)
 
     def _insert(self, rows: Sequence[tuple[bytes, bytes | None, int, str | None]]) -> set[str]:
         now = time.time()
@@ -252,16 +225,16 @@ class NodeCache:
             if database is None:
                 return set()
             try:
-                with cachedb.transaction(database):
-                    total = cachedb.replace(database, rows, now)
+                with entries_db.transaction(database):
+                    total = entries_db.replace(database, rows, now)
                     if total > self.max_bytes:
-                        victims = cachedb.evict(database, total - self.max_bytes * 9 // 10,
+                        victims = entries_db.evict(database, total - self.max_bytes * 9 // 10,
                                                 self.files)
             except sqlite3.Error:
                 return {name for row in rows
-                        if (name := cachedir.name_of_key(row[0], self.files)) is not None}
+                        if (name := dir_files.name_of_key(row[0], self.files)) is not None}
         for name in victims:
-            cachedir.remove_entry(self.directory, name)
+            dir_files.remove_entry(self.directory, name)
         return set(victims)
 
     def held_bytes(self) -> int:
@@ -271,7 +244,7 @@ class NodeCache:
             if database is None:
                 return 0
             try:
-                return cachedb.held(database)
+                return entries_db.held(database)
             except sqlite3.Error:
                 return 0
 
@@ -283,7 +256,7 @@ class NodeCache:
         else ``None``."""
         if not self.usable():
             return None
-        return cachedir.map_entry(self.directory, cachedir.entry_name(index_url), records,
+        return dir_files.map_entry(self.directory, dir_files.entry_name(index_url), records,
                                   stamp, body_crc)
 
     def keep_sidecar(self, index_url: str, raw: bytes) -> Sidecar | None:
@@ -294,12 +267,14 @@ class NodeCache:
         """
         if not self.usable():
             return None
-        name = cachedir.entry_name(index_url)
+        name = dir_files.entry_name(index_url)
         try:
             header = decode_header(raw[:4096], path=index_url)
         except ValueError:
             return None
-        if not cachedir.write_entry(self.directory, name, raw):
+        try:  # a temporary file renamed into place
+            write_local_atomic(os.path.join(self.directory, name), [raw], owned=True)
+        except OSError:  # the disk is full, the directory went away …
             return None
-        self.note_file(name, len(raw))
-        return cachedir.map_entry(self.directory, name, header.count, header.stamp)
+        self.note_files([(name, len(raw))])
+        return dir_files.map_entry(self.directory, name, header.count, header.stamp)

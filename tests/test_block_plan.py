@@ -1,4 +1,4 @@
-"""The data cache's planner (ofindex.read.block_ranges): which blocks of their files a batch
+"""The data cache's planner (ofindex.cache.block_plan): which blocks of their files a batch
 of byte ranges lies in, and the ranges copied back out of them, with no I/O."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ofindex.read import block_ranges
-from ofindex.read.block_ranges import DIRECT, SPANNING, FileBlocks
+from ofindex.cache import block_plan
+from ofindex.cache.block_plan import DIRECT, SPANNING, FileBlocks
 from ofindex.storage import FileStamp
 
 CONTENT = {name: np.random.default_rng(k).bytes(size)
@@ -31,7 +31,7 @@ def _expected(names, files, begin, end) -> bytes:
 
 def _read(names, files, begin, end, step, unknown=frozenset()):
     """Plan, then assemble from the blocks cut out of CONTENT (and direct ranges as asked)."""
-    plan = block_ranges.plan(names, np.asarray(files, dtype=np.int64),
+    plan = block_plan.plan(names, np.asarray(files, dtype=np.int64),
                              np.asarray(begin, dtype=np.int64), np.asarray(end, dtype=np.int64),
                              _files(step, unknown))
     views = [memoryview(CONTENT[b.path][b.start : b.end]) for b in plan.blocks]
@@ -60,7 +60,7 @@ def test_unknown_files_and_ranges_the_file_does_not_hold_are_fetched_as_they_are
                       unknown=frozenset({"b"}))
     assert plan.direct == [1]
     assert got == CONTENT["a"][5:9] + CONTENT["b"][0:3] + CONTENT["a"][9_990:10_000]
-    plan = block_ranges.plan(["a"], np.zeros(3, np.int64), np.array([-1, 50, 9_000]),
+    plan = block_plan.plan(["a"], np.zeros(3, np.int64), np.array([-1, 50, 9_000]),
                              np.array([4, 40, 10_001]), _files(4096))
     assert plan.direct == [0, 1, 2] and plan.blocks == []  # negative, reversed, past the end
 
@@ -70,7 +70,7 @@ def test_keys_differ_by_file_block_and_block_size():
     assert one.block(0).key != one.block(1).key != _files(8192)("a").block(0).key
     assert one.block(1) is one.block(1)  # worked out once
     with pytest.raises(AssertionError):
-        block_ranges._block([None], 0, 0)
+        block_plan._block([None], 0, 0)
 
 
 @given(st.lists(st.tuples(st.sampled_from([0, 1, 2]), st.integers(0, 10_000),
@@ -90,7 +90,7 @@ def test_any_ranges_come_back_as_the_bytes_of_the_files(ranges, step):
 
 
 def test_empty_batch():
-    plan = block_ranges.plan([], np.zeros(0, np.int64), np.zeros(0, np.int64),
+    plan = block_plan.plan([], np.zeros(0, np.int64), np.zeros(0, np.int64),
                              np.zeros(0, np.int64), _files(4096))
     assert plan.blocks == [] and plan.direct == [] and plan.assemble(
         np.zeros(0, np.int64), [], {}) == bytearray()
