@@ -124,7 +124,32 @@ DECODE = {"batch": 256, "machine_load": {"load_average": [2.5, 2.0, 1.0], "cores
                "vs": {"Example.FromString(ds[i])": {"median": 0.95, "min": 0.79, "max": 1.07},
                       "Hugging Face ds[i]": {"median": 16.2, "min": 10.7, "max": 27.5}},
                "vs_cpu": {"Example.FromString(ds[i])": {"median": 1.1, "min": 1.0, "max": 1.2},
-                          "Hugging Face ds[i]": {"median": 15.0, "min": 14.0, "max": 16.0}}}]}}
+                          "Hugging Face ds[i]": {"median": 15.0, "min": 14.0, "max": 16.0}}}]},
+          "peers": {"records": 200000, "batch": 256, "rounds": 7, "build_rounds": 5,
+                    "missing": {"tfd-utils": "skipped (tfd-utils not installed)"}, "rows": [
+                        {"contender": "ofindex BatchDecoder(spec)(ds[batch])",
+                         "records_per_s": 500000, "records_per_s_min": 400000,
+                         "records_per_s_max": 600000,
+                         "vs": {"tfr-reader ds[batch]": {"median": 25.0, "min": 20.0,
+                                                         "max": 30.0},
+                                "tfd-utils get_record(key)": {"median": 4.0, "min": 3.0,
+                                                              "max": 5.0}},
+                         "vs_cpu": {"tfr-reader ds[batch]": {"median": 24.0, "min": 22.0,
+                                                             "max": 26.0},
+                                    "tfd-utils get_record(key)": {"median": 4.5, "min": 4.0,
+                                                                  "max": 5.0}},
+                         "not_the_same_operation": ["tfd-utils get_record(key)"]},
+                        {"contender": "tfr-reader ds[batch]", "records_per_s": 20000,
+                         "records_per_s_min": 19000, "records_per_s_max": 21000}],
+                    "builds": [
+                        {"contender": "ofindex build_index",
+                         "seconds": {"median": 0.06, "min": 0.05, "max": 0.07},
+                         "records_per_s": {"median": 3.3e6, "min": 2.9e6, "max": 4e6}},
+                        {"contender": "tfr-reader build_index_from_dataset_dir",
+                         "seconds": {"median": 0.43, "min": 0.4, "max": 0.5},
+                         "records_per_s": {"median": 465000, "min": 400000, "max": 500000},
+                         "ofindex_vs": {"median": 7.2, "min": 6.0, "max": 8.0},
+                         "ofindex_vs_cpu": {"median": 9.0, "min": 8.0, "max": 10.0}}]}}
 
 SCALE = {"settings": {"batches": 8, "rtt": 0.02, "bandwidth": 1e9, "concurrency": 256},
          "scales": [{"records": 1e10, "shards": 100000, "mode": "paged", "manifest_bytes": 7190000,
@@ -224,6 +249,17 @@ def test_report_from_fixtures(tmp_path):
             "Example.FromString(ds[i]); 15 (14–16)× Hugging Face ds[i] |") in md
     assert ("ofindex 1.4× tf.io.parse_example, RaggedFeature (1.1–1.5×), 1.2× "
             "tf.io.parse_example, VarLenFeature (0.98–1.3×) (records/s)") in readme.read_text()
+    assert ("| ofindex BatchDecoder(spec)(ds[batch]) | 500,000 (400,000–600,000) | 25 (20–30)× "
+            "tfr-reader ds[batch]; 4 (3–5)× tfd-utils get_record(key) (another operation) | "
+            "24 (22–26)× tfr-reader ds[batch]; 4.5 (4–5)× tfd-utils get_record(key) |") in md
+    assert ("| tfr-reader build_index_from_dataset_dir (the whole file) | 465,000 "
+            "(400,000–500,000) (0.43 s) | 7.2 (6–8)× | 9 (8–10)× |") in md
+    assert "| tfd-utils | skipped (tfd-utils not installed) |  |  |" in md
+    # the summary compares only the same operations
+    assert ("Against the peers that index TFRecords in place (goal ≥ 2×): `ofindex "
+            "BatchDecoder(spec)(ds[batch])` 25× tfr-reader ds[batch] (20–30×), `ofindex "
+            "build_index` 7.2× tfr-reader build_index_from_dataset_dir (6–8×).") in (
+        readme.read_text())
     assert "not measured: mnist: dali: No module named 'nvidia'" in md
     assert "| ofindex iter_batches | 15,200,000 (14,100,000–16,000,000) | 3.3 |" in md
     assert "| block 64, window 16 | 16 | 7 | 0.017 |" in md

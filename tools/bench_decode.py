@@ -33,6 +33,10 @@ record numbers, records/s in interleaved rounds (tools/benchlib.py):
   ``ds[i]`` on the same columns saved with ``save_to_disk`` (a dict of the three values).
   Ratios of the rounds by the wall clock and per CPU second.
 
+On the same file, the peers that index TFRecord files for random access in place, tfr-reader
+and tfd-utils: random records, random batches of 256 and the index build
+(tools/decode_peers.py says how each is measured).
+
 For the batch workloads mnist and big, each is decoded in batches of ``--batch`` records,
 from the same list of serialized bytes, by
 
@@ -86,6 +90,7 @@ from benchlib import (  # noqa: E402
     spread,
 )
 from benchlib import interleaved as interleaved_rates  # noqa: E402
+from decode_peers import peers_section, print_peers  # noqa: E402
 
 WORKLOADS = {"mnist": 784, "big": 150_528}
 #: Workloads of VarLen features (see the module doc): records in all, records a batch.
@@ -469,12 +474,14 @@ def main(argv: list[str] | None = None) -> int:
                     help="interleaved rounds of the one-record rows")
     ap.add_argument("--round-seconds", type=float, default=0.5,
                     help="about how long each one-record contender runs per round")
+    ap.add_argument("--build-rounds", type=int, default=5,
+                    help="interleaved rounds of the peers' index builds (tools/decode_peers.py)")
     ap.add_argument("--root", default=os.path.join(tempfile.gettempdir(), "ofindex-bench"),
                     help="where the one-record rows' dataset is made (once)")
     ap.add_argument("--vahidk-worker", help=argparse.SUPPRESS)
     ap.add_argument("--size", type=int, help=argparse.SUPPRESS)
     ns = parse_args(ap, argv, repeat=2, big_repeat=2, batch=16, single_records=2000, rounds=1,
-                    round_seconds=0.05)
+                    round_seconds=0.05, build_rounds=1)
     if ns.vahidk_worker:
         vahidk_worker(ns.vahidk_worker, ns.size, ns.repeat)
         return 0
@@ -543,6 +550,15 @@ def main(argv: list[str] | None = None) -> int:
         single = single_section(ns.root, ns.single_records, ns.rounds, ns.round_seconds)
         results["single"] = single
         _print_single(single)
+        from ofindex.decode import FixedLen
+
+        spec = {name: FixedLen((), "int64" if name == "label" else "bytes")
+                for name in SINGLE_SPEC_NAMES}
+        peers = peers_section(single_dataset(ns.root, ns.single_records)[0], ns.root,
+                              ns.single_records, spec, ns.rounds, ns.round_seconds,
+                              ns.build_rounds)
+        results["peers"] = peers
+        print_peers(peers)
     if ns.out:
         os.makedirs(os.path.dirname(os.path.abspath(ns.out)), exist_ok=True)
         Path(ns.out).write_text(json.dumps(results, indent=2) + "\n")

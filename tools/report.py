@@ -1000,6 +1000,8 @@ class Report:
             text.append(table(["decoder", "records/s"], rows) + "\n")
         if data.get("single"):
             text.append(self._decode_single(data["single"]))
+        if data.get("peers"):
+            text.append(self._decode_peers(data["peers"]))
         self.sections.append("\n".join(text) + "\n")
 
     def _decode_varlen(self, name: str, entry: dict[str, Any]) -> str:
@@ -1058,6 +1060,47 @@ class Report:
                     f"protobuf's `Example.FromString(ds[i])` ({fmt(fs['min'], 2)}–"
                     f"{fmt(fs['max'], 2)}×), {fmt(hf['median'], 2)}× Hugging Face `ds[i]` "
                     f"({fmt(hf['min'], 2)}–{fmt(hf['max'], 2)}×).")
+        return "\n".join(text)
+
+    def _decode_peers(self, peers: dict[str, Any]) -> str:
+        """The rows of tools/decode_peers.py: tfr-reader and tfd-utils on the same file."""
+        text = ["### Peers that index TFRecord files in place: tfr-reader, tfd-utils\n",
+                f"The one-record rows' file ({fmt(peers['records'])} Examples): random records "
+                f"decoded, random batches of {peers['batch']}, {peers['rounds']} interleaved "
+                "rounds; the index build of the file from scratch, "
+                f"{peers['build_rounds']} interleaved rounds. tfd-utils reads a record by its "
+                "key only (no access by position, no batch read): its row is another "
+                "operation, shown for scale.\n"]
+        rows = []
+        for row in peers["rows"]:
+            odd = row.get("not_the_same_operation", [])
+            against = "; ".join(f"{span(v['median'], v['min'], v['max'])}× {peer}"
+                                + (" (another operation)" if peer in odd else "")
+                                for peer, v in row.get("vs", {}).items())
+            per_cpu = "; ".join(f"{span(v['median'], v['min'], v['max'])}× {peer}"
+                                for peer, v in row.get("vs_cpu", {}).items())
+            rows.append([row["contender"], span(row["records_per_s"], row["records_per_s_min"],
+                                                row["records_per_s_max"]), against, per_cpu])
+        for row in peers["builds"]:
+            rate, vs, cpu = row["records_per_s"], row.get("ofindex_vs"), row.get("ofindex_vs_cpu")
+            rows.append([f"{row['contender']} (the whole file)",
+                         f"{span(rate['median'], rate['min'], rate['max'])} "
+                         f"({fmt(row['seconds']['median'])} s)",
+                         f"{span(vs['median'], vs['min'], vs['max'])}×" if vs else "",
+                         f"{span(cpu['median'], cpu['min'], cpu['max'])}×" if cpu else ""])
+        rows += [[tool, why, "", ""] for tool, why in peers.get("missing", {}).items()]
+        text.append(table(["contender", "records/s", "ofindex against it",
+                           "the same per CPU second"], rows) + "\n")
+        same = [(row["contender"], peer, v) for row in peers["rows"]
+                for peer, v in row.get("vs", {}).items()
+                if peer not in row.get("not_the_same_operation", [])]
+        same += [("ofindex build_index", row["contender"], row["ofindex_vs"])
+                 for row in peers["builds"] if row.get("ofindex_vs")]
+        if same:
+            self.summary.append(
+                "Against the peers that index TFRecords in place (goal ≥ 2×): "
+                + ", ".join(f"`{ours}` {fmt(v['median'], 2)}× {peer} ({fmt(v['min'], 2)}–"
+                            f"{fmt(v['max'], 2)}×)" for ours, peer, v in same) + ".")
         return "\n".join(text)
 
     def ray(self) -> None:
