@@ -252,20 +252,22 @@ def _layout_groups(bufs: list[bytes], most: int, smallest: int = 2) -> list[list
     batch of one or of more than ``most`` lengths."""
     if len(bufs) < 2:
         return []
-    lengths = np.fromiter(map(len, bufs), np.int64, len(bufs))
-    if lengths.min() == lengths.max():
+    sizes = list(map(len, bufs))
+    distinct = set(sizes)  # a batch of too many lengths is left before any numpy call (256
+    # token lists: 9 us, 26 us sorting them first; 10,000 Examples of 8 features: 4.0 ms,
+    # 5.1 ms through numpy.fromiter, on the loaded 2-core VM)
+    if len(distinct) == 1:
         return [list(range(len(bufs)))]
-    if len(bufs) < smallest:
+    if len(bufs) < smallest or len(distinct) > most:
         return []
+    lengths = np.array(sizes, np.int64)
     # one stable sort gives the records of each length, in their order (np.unique with its
     # inverse and counts took 17 % of a batch of 256 token lists of 256 lengths); lengths
     # below 2**16 as uint16, which numpy sorts stably by radix (10,000 records: 0.05 ms,
     # 0.46 ms its merge sort of int64)
-    order = np.argsort(lengths.astype(np.uint16) if lengths.max() < 1 << 16 else lengths,
+    order = np.argsort(lengths.astype(np.uint16) if max(distinct) < 1 << 16 else lengths,
                        kind="stable")
     bounds = np.flatnonzero(np.diff(lengths[order], prepend=-1, append=-1))
-    if len(bounds) - 1 > most:
-        return []
     big = np.flatnonzero(np.diff(bounds) >= smallest).tolist()
     return [order[bounds[g]:bounds[g + 1]].tolist() for g in big]
 
