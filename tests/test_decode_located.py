@@ -444,6 +444,34 @@ def test_token_lists_are_counted_at_every_alignment_as_protobuf_reads_them():
             assert _outcome(records) == want, (name, shift)
 
 
+@pytest.mark.parametrize("width", ["v", "i"])
+def test_packed_varints_are_read_at_every_alignment_and_room_as_protobuf_reads_them(width):
+    # values() reads 8 bytes at a time: lists of every varint length (1 to 10 bytes) at every
+    # offset in a record, each read into exactly its room, and refused with one value less
+    # or more room
+    native = _accel.native
+    assert native is not None
+    rng = np.random.default_rng(21)
+    bits = rng.integers(0, 64, 400)
+    numbers = [int(rng.integers(0, 1 << int(b), dtype=np.uint64)) - (1 << 63) * int(b == 63)
+               for b in bits] + [-1, 0, 1 << 62, -(1 << 63)]
+    dtype = np.int64 if width == "v" else np.int32
+    for shift in range(9):
+        for count in (1, 3, 7, 8, 9, 17, 100, len(numbers)):
+            chosen = [numbers[int(k)] for k in rng.integers(0, len(numbers), count)]
+            packed = b"".join(varint(v) for v in chosen)
+            record = bytes(range(shift)) + packed + b"\xff" * int(rng.integers(0, 9))
+            want = np.array(example_pb2.Feature.FromString(field(3, field(1, packed)))
+                            .int64_list.value, np.int64).astype(dtype)  # int32: the low bits
+            spans = (np.array([shift], np.int64), np.array([shift + len(packed)], np.int64))
+            out = np.zeros(count, dtype)
+            assert native.values([record], *spans, width, out) is None
+            assert out.tolist() == want.tolist(), (shift, chosen)
+            for wrong in (count - 1, count + 1):
+                with pytest.raises(ValueError, match="another number of values"):
+                    native.values([record], *spans, width, np.zeros(wrong, dtype))
+
+
 def test_layout_groups_are_the_records_of_each_length_in_order():
     rng = np.random.default_rng(3)
     for _ in range(300):
