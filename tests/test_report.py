@@ -255,6 +255,11 @@ def test_report_from_fixtures(tmp_path):
     assert ("| tfr-reader build_index_from_dataset_dir (the whole file) | 465,000 "
             "(400,000–500,000) (0.43 s) | 7.2 (6–8)× | 9 (8–10)× |") in md
     assert "| tfd-utils | skipped (tfd-utils not installed) |  |  |" in md
+    # the rounds lost are said, wall clock and per CPU second apart
+    assert ("Where ofindex loses: the rounds in which it was slower than a peer (ratio below "
+            "1×): varlen against tf_sparse (wall clock): 0.98× in its worst round, 1.2× the "
+            "median; Decoder(spec)(ds[i]) against Example.FromString(ds[i]) (wall clock): 0.79× "
+            "in its worst round, 0.95× the median.") in md
     # the summary compares only the same operations
     assert ("Against the peers that index TFRecords in place (goal ≥ 2×): `ofindex "
             "BatchDecoder(spec)(ds[batch])` 25× tfr-reader ds[batch] (20–30×), `ofindex "

@@ -92,6 +92,25 @@ def table(head: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
+def _decode_losses(data: dict[str, Any]) -> list[str]:
+    """Each ratio of tools/bench_decode.py whose worst round is below 1× (ofindex slower), as
+    ``what vs peer: min (median)``, wall clock and per CPU second."""
+    found: list[tuple[str, str, dict[str, float]]] = []
+    for name, entry in data.get("workloads", {}).items():
+        for peer in ("tf", "tf_sparse"):
+            for suffix, clock in (("", "wall clock"), ("_cpu", "per CPU second")):
+                ratio = entry.get(f"ofindex_vs_{peer}{suffix}")
+                if ratio:
+                    found.append((f"{name} against {peer}", clock, ratio))
+    for section in ("single", "peers"):
+        for row in (data.get(section) or {}).get("rows", []):
+            for key, clock in (("vs", "wall clock"), ("vs_cpu", "per CPU second")):
+                for peer, ratio in row.get(key, {}).items():
+                    found.append((f"{row['contender']} against {peer}", clock, ratio))
+    return [f"{what} ({clock}): {fmt(r['min'], 2)}× in its worst round, {fmt(r['median'], 2)}× "
+            "the median" for what, clock, r in found if r["min"] < 1]
+
+
 class Report:
     """Collects the sections of docs/benchmarks.md and the README summary lines."""
 
@@ -1002,6 +1021,10 @@ class Report:
             text.append(self._decode_single(data["single"]))
         if data.get("peers"):
             text.append(self._decode_peers(data["peers"]))
+        losses = _decode_losses(data)
+        if losses:
+            text.append("Where ofindex loses: the rounds in which it was slower than a peer "
+                        "(ratio below 1×): " + "; ".join(losses) + ".\n")
         self.sections.append("\n".join(text) + "\n")
 
     def _decode_varlen(self, name: str, entry: dict[str, Any]) -> str:
