@@ -18,7 +18,6 @@ from .read.nodecache import DEFAULT_NODE_BYTES
 from .read.open import OpenOptions, open_location
 from .read.sidecar_cache import DEFAULT_CACHE_BYTES, SidecarCache
 from .storage import PathSpec, Storages
-from .storage.retry import current_policy, with_settings
 
 
 def open(
@@ -160,7 +159,7 @@ def open(
     # every storage of this open is made once, with these settings, and shared
     storages = Storages(storage_options, mmap=mmap, max_concurrency=max_concurrency,
                         max_inflight_bytes=max_inflight_bytes,
-                        retry=with_settings(current_policy(), retries, timeout))
+                        retries=retries, timeout=timeout)
     if rebuild_stale:
         build_location(resolve(paths, index_dir=index_dir, storages=storages, manifest=False,
                                allow_missing_shards=allow_missing_shards, building=True),

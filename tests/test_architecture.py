@@ -10,14 +10,17 @@ import os
 
 ROOT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "ofindex")
 
-#: What each layer may import besides itself. ``formats`` and ``storage`` know nothing of the
-#: layers above them; ``deflate`` (inflating and deflating for random access) uses both;
+#: What each layer may import besides itself. ``transport`` (the network: requests, their
+#: policy and failures) knows nothing of files or datasets; ``formats`` and ``storage`` (which
+#: uses ``transport``) know nothing of the layers above them; ``deflate`` (inflating and
+#: deflating for random access) uses both;
 #: ``index`` (making indexes) and ``read`` (using them) use those three and not each other
 #: (``ofindex.open``, in the top-level ``opening`` module, joins them for ``build_missing``);
 #: ``cli`` and ``integrations`` use everything; ``decode`` and ``shuffle`` stand alone (but for
 #: the errors they raise).
 ALLOWED = {
-    "storage": {"errors"},
+    "transport": {"errors"},
+    "storage": {"errors", "transport"},
     "formats": {"errors", "storage"},
     "deflate": {"errors", "_accel", "_threads", "storage", "formats"},
     "index": {"errors", "_accel", "_threads", "storage", "formats", "deflate"},
@@ -34,8 +37,8 @@ ALLOWED = {
     # "opening": an integration that takes paths (Ray's read_ofindex) opens them as the CLI does
     "integrations": {"errors", "storage", "formats", "index", "read", "decode", "shuffle",
                      "opening"},
-    "cli": {"", "errors", "_accel", "storage", "formats", "index", "read", "decode", "shuffle",
-            "proto", "opening", "encode", "write", "schema", "convert", "planning"},
+    "cli": {"", "errors", "_accel", "transport", "storage", "formats", "index", "read", "decode",
+            "shuffle", "proto", "opening", "encode", "write", "schema", "convert", "planning"},
     "errors": set(),
     "_accel": {"_native"},
     "_threads": set(),

@@ -26,7 +26,7 @@ from helpers import index_dir_of
 import ofindex
 from ofindex import CorruptRecordError, OfindexError, SidecarError
 from ofindex.errors import RangeReadError, StorageError
-from ofindex.storage.retry import RetryPolicy, retry_settings
+from ofindex.transport.retry import RetryPolicy, retry_settings
 
 PER_FORMAT = 500  # records read per format and server: 2,000 in all
 RATES = {"drop": 0.10, "delay": 0.05, "truncate": 0.05, "full_body": 0.03, "flip": 0.03}

@@ -1,4 +1,4 @@
-"""HTTP multi-range GETs (``ofindex.storage.multirange``): the pure planner and parser, and
+"""HTTP multi-range GETs (``ofindex.transport.multirange``): the pure planner and parser, and
 the storage on real servers — nginx answers ``multipart/byteranges``; servers that answer the
 whole file, only the first range, or one coalesced range, and a server whose parts are
 malformed, are all read correctly, one range per request from then on."""
@@ -19,9 +19,10 @@ from hypothesis import strategies as st
 
 import ofindex
 from ofindex.errors import RangeReadError
-from ofindex.storage import multirange, storage_for
-from ofindex.storage.byteranges import ByteRangesParser, Part, parse_byteranges, pick
-from ofindex.storage.multirange import plan_groups, range_header, split_requests
+from ofindex.storage import storage_for
+from ofindex.transport import multirange
+from ofindex.transport.byteranges import ByteRangesParser, Part, parse_byteranges, pick
+from ofindex.transport.multirange import plan_groups, range_header, split_requests
 
 DATA = bytes(np.random.default_rng(7).integers(0, 256, 300_000, dtype=np.uint8))
 

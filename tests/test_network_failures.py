@@ -21,10 +21,11 @@ from helpers import copy_dataset, index_dir_of
 import ofindex
 from ofindex.cli.synthetic import write_dataset
 from ofindex.errors import DataFileNotFoundError, IndexNotFoundError, StorageError
-from ofindex.storage import multirange, storage_for
-from ofindex.storage.failures import not_writable
+from ofindex.storage import storage_for
 from ofindex.storage.remote import FsspecStorage
-from ofindex.storage.retry import RetryPolicy, is_throttled, is_transient, retry_settings
+from ofindex.transport import multirange
+from ofindex.transport.failures import not_writable
+from ofindex.transport.retry import RetryPolicy, is_throttled, is_transient, retry_settings
 
 RECORDS = 200
 #: Retries without waiting (tests of failures stay fast).
@@ -143,7 +144,7 @@ def test_a_server_answering_only_429_is_given_up_within_the_bounds():
     minutes)."""
     import http.server
 
-    from ofindex.storage.pacing import forget_pacers
+    from ofindex.transport.pacing import forget_pacers
 
     class Throttling(http.server.BaseHTTPRequestHandler):
         def do_GET(self):

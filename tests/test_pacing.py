@@ -1,5 +1,5 @@
 """Throttling answers slow the reader down instead of failing it: the client-side pacer
-(:mod:`ofindex.storage.pacing`) in virtual time, the retry policy's treatment of "slow down"
+(:mod:`ofindex.transport.pacing`) in virtual time, the retry policy's treatment of "slow down"
 answers, and reads from the simulated store (``tools/sim_store.py``) under a low request-rate
 limit, answered as S3 and GCS answer (the real client libraries' exceptions)."""
 
@@ -15,10 +15,10 @@ import pytest
 import ofindex
 from ofindex.errors import RangeReadError, StorageError
 from ofindex.planning.stores import store_limits
-from ofindex.storage import pacing
-from ofindex.storage.failures import is_rate_limited, is_throttled
-from ofindex.storage.pacing import BETA, AdaptiveRate, forget_pacers, pacer_for, scope_of
-from ofindex.storage.retry import RetryPolicy, is_transient, retry_settings, retry_sync
+from ofindex.transport import pacing
+from ofindex.transport.failures import is_rate_limited, is_throttled
+from ofindex.transport.pacing import BETA, AdaptiveRate, forget_pacers, pacer_for, scope_of
+from ofindex.transport.retry import RetryPolicy, is_transient, retry_settings, retry_sync
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "tools"))
 import rate_sim

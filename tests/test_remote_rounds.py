@@ -29,10 +29,11 @@ from test_remote_storage import log_lines
 import ofindex
 from ofindex.cli.synthetic import write_dataset
 from ofindex.read import pages
-from ofindex.storage import FileStamp, multirange
+from ofindex.storage import FileStamp
 from ofindex.storage.remote import FsspecStorage
-from ofindex.storage.retry import RetryPolicy, retry_settings
 from ofindex.storage.stamp import ExpectedFiles, ExpectedUnion
+from ofindex.transport import multirange
+from ofindex.transport.retry import RetryPolicy, retry_settings
 
 SHARDS = 4
 PER_SHARD = 1500

@@ -16,7 +16,7 @@ from ofindex.errors import RangeReadError, StorageError
 from ofindex.formats.sidecar_header import HEADER_SIZE
 from ofindex.storage import storage_for
 from ofindex.storage.remote import FsspecStorage
-from ofindex.storage.retry import RetryPolicy, is_transient, retry_settings
+from ofindex.transport.retry import RetryPolicy, is_transient, retry_settings
 
 #: Retries without waiting: tests of failures stay fast.
 QUICK = RetryPolicy(retries=3, base_delay=0.001, throttle_delay=0.001)

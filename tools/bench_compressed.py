@@ -240,7 +240,7 @@ def remote_case(path: str, rtt_ms: float, seed: int, repeats: int = 5,
     import servers
     from bench_remote import AccessLog, _proxy_process
 
-    from ofindex.storage import multirange
+    from ofindex.transport import multirange
 
     work = tempfile.mkdtemp(prefix="bench-compressed-remote-")
     data = os.path.join(work, "data")

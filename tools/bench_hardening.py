@@ -75,8 +75,8 @@ def fault_run(batches: int, out: str) -> None:
     from faultproxy import FaultProxyProcess
 
     from ofindex.cli.synthetic import write_dataset
-    from ofindex.storage import multirange
-    from ofindex.storage.retry import RetryPolicy, retry_settings
+    from ofindex.transport import multirange
+    from ofindex.transport.retry import RetryPolicy, retry_settings
 
     policies = {"former (4 attempts from 50 ms, no hedging)": RetryPolicy(
                     retries=3, base_delay=0.05, throttle_delay=0.05, max_delay=2.0,

@@ -1,8 +1,8 @@
 """Many readers against one rate-limited store, in virtual time: a discrete-event simulation
 of ``readers`` processes, each reading batches as the real reader does (rounds of concurrent
 requests, each round waiting for the last), each with its own client-side pacer (the real
-:class:`ofindex.storage.pacing.AdaptiveRate`) and retry backoff (the real
-:meth:`ofindex.storage.retry.RetryPolicy.delay`), against the store's limit (the real
+:class:`ofindex.transport.pacing.AdaptiveRate`) and retry backoff (the real
+:meth:`ofindex.transport.retry.RetryPolicy.delay`), against the store's limit (the real
 :class:`sim_limits.StoreThrottle`), all on one virtual clock. Deterministic for a seed.
 
 What is modelled, not run: a request takes ``rtt`` (half out, half back) plus its bytes at
@@ -23,8 +23,8 @@ from collections.abc import Callable
 from sim_limits import StoreThrottle
 
 from ofindex.planning.stores import StoreLimits
-from ofindex.storage.pacing import AdaptiveRate
-from ofindex.storage.retry import RetryPolicy
+from ofindex.transport.pacing import AdaptiveRate
+from ofindex.transport.retry import RetryPolicy
 
 
 @dataclasses.dataclass(frozen=True)

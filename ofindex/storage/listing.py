@@ -8,7 +8,7 @@ request that hangs; a synchronous one's runs at once (:func:`.aio.run_now`).
 
 from typing import Any
 
-from .aio import awaitable
+from ..transport.aio import awaitable
 from .patterns import has_magic, literal_heads, with_literal_head
 
 

@@ -14,12 +14,12 @@ import os
 from typing import Any
 
 from ..errors import InvalidURLError
+from ..transport.failures import missing_extra
+from ..transport.retry import current_policy, with_settings
 from .base import Storage
-from .failures import missing_extra
 from .local import LocalStorage
 from .mapped import MappedLocalStorage
 from .remote import FsspecStorage
-from .retry import RetryPolicy, current_policy
 
 _LOCAL_PROTOCOLS = {"", "file", "local"}
 
@@ -39,19 +39,23 @@ class Storages:
         max_concurrency: Remote requests in flight at once for one batch (default 64).
         max_inflight_bytes: Bound on remote response bytes held before they are copied out
             (default 128 MiB).
-        retry: How remote requests are retried (default: the policy in force, see
-            :func:`ofindex.storage.retry.retry_settings`).
+        retries: Retries of a remote request after its first attempt (default: those of the
+            policy in force, see :func:`ofindex.transport.retry.retry_settings`).
+        timeout: Seconds after which a remote request is given up (likewise).
+
+    Raises:
+        ValueError: ``retries`` is negative or ``timeout`` not positive.
     """
 
     def __init__(self, storage_options: dict[str, Any] | None = None, *, mmap: bool = False,
                  max_concurrency: int | None = None, max_inflight_bytes: int | None = None,
-                 retry: RetryPolicy | None = None) -> None:
+                 retries: int | None = None, timeout: float | None = None) -> None:
         self.storage_options = dict(storage_options or {})
         self.mmap = mmap
         self.max_concurrency = 64 if max_concurrency is None else max(1, int(max_concurrency))
         self.max_inflight_bytes = (128 << 20 if max_inflight_bytes is None
                                    else max(1, int(max_inflight_bytes)))
-        self.retry = retry or current_policy()
+        self.retry = with_settings(current_policy(), retries, timeout)
         self._made: dict[str, Storage] = {}
 
     def __repr__(self) -> str:

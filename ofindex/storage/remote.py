@@ -26,17 +26,17 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import IO, Any, TypeVar
 
 from ..errors import DataFileNotFoundError, RangeReadError
-from . import multirange
-from .aio import HTTP_PROTOCOLS, StampCheck, awaitable, http_range, run_now
+from ..transport import multirange
+from ..transport.aio import HTTP_PROTOCOLS, StampCheck, awaitable, http_range, run_now
+from ..transport.clients import ORPHANS, shared_filesystem
+from ..transport.failures import not_writable
+from ..transport.gather import gather_ranges, gather_results
+from ..transport.pacing import AdaptiveRate, pacer_for
+from ..transport.retry import RetryPolicy, current_policy, retry_async, retry_sync
 from .base import CHECKED_READ_BYTES, Storage, check_length, check_range
-from .clients import ORPHANS, shared_filesystem
 from .content import content_digest, content_regions
-from .failures import not_writable
-from .gather import gather_ranges, gather_results
 from .listing import list_files, list_matches
-from .pacing import AdaptiveRate, pacer_for
 from .patterns import has_magic
-from .retry import RetryPolicy, current_policy, retry_async, retry_sync
 from .stamp import ExpectedFiles, FileStamp, fingerprint_from_info
 
 T = TypeVar("T")

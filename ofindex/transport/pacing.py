@@ -4,7 +4,7 @@
 One :class:`AdaptiveRate` per store scope (the bucket of ``s3://`` / ``gs://`` URLs, the host
 of ``http(s)://`` ones) is shared by every request of the process (:func:`pacer_for`). Until
 the store first answers a rate-limiting error (HTTP 429, S3 ``SlowDown``, GCS ``429``: see
-:func:`ofindex.storage.failures.is_rate_limited`) it does nothing. From then on each request
+:func:`ofindex.transport.failures.is_rate_limited`) it does nothing. From then on each request
 takes a token from a bucket refilled at the client's rate, waiting for one when there is none:
 
 * on a rate-limiting answer, the rate drops to ``beta`` (0.7) times the rate the process was

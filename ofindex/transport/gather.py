@@ -17,15 +17,15 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
-import numpy as np
-
 from . import multirange
 from .aio import HTTP_PROTOCOLS, Limits, fetch_each
 from .hedge import Hedger
 from .pacing import AdaptiveRate
-from .ranges import DEFAULT_MAX_BYTES, coalesce
 from .retry import RetryPolicy, retry_async
 
+#: The largest read that ranges are merged into (as :data:`ofindex.storage.ranges.
+#: DEFAULT_MAX_BYTES`).
+MERGED_BYTES = 16 << 20
 #: Where the bytes of each range go: ``sink(k, bytes of range k)``, as each arrives.
 RangeSink = Callable[[int, bytes | memoryview], None]
 
@@ -116,22 +116,23 @@ class _Round:
         await each(reads, into)
 
     def _merged(self, left: list[int], gap: int, sink: RangeSink) -> tuple[list[int], RangeSink]:
-        """Reads covering ranges ``left`` through gaps of up to ``gap`` bytes (appended as
-        ranges of this round), and the sink that hands each range its part of them."""
-        names = list(dict.fromkeys(self.paths[k] for k in left))
-        number = {path: i for i, path in enumerate(names)}
-        plan = coalesce(np.array([self.starts[k] for k in left]),
-                        np.array([self.ends[k] for k in left]), gap, DEFAULT_MAX_BYTES,
-                        files=np.array([number[self.paths[k]] for k in left]))
+        """Reads covering ranges ``left`` through gaps of up to ``gap`` bytes, at most
+        :data:`MERGED_BYTES` each (appended as ranges of this round), and the sink that hands
+        each range its part of them."""
         first = len(self.paths)
-        members: list[list[tuple[int, int]]] = [[] for _ in range(len(plan.fetch_starts))]
-        for j, k in enumerate(left):
-            members[int(plan.item_fetch[j])].append((k, int(plan.item_offset[j])))
-        for f, start, end in zip(plan.fetch_files.tolist(), plan.fetch_starts.tolist(),
-                                 plan.fetch_ends.tolist(), strict=True):
-            self.paths.append(names[f])
-            self.starts.append(start)
-            self.ends.append(end)
+        members: list[list[tuple[int, int]]] = []
+        for k in sorted(left, key=lambda k: (self.paths[k], self.starts[k])):
+            path, start, end = self.paths[k], self.starts[k], self.ends[k]
+            last = len(self.paths) - 1
+            if members and self.paths[last] == path and start - self.ends[last] <= gap \
+                    and max(end, self.ends[last]) - self.starts[last] <= MERGED_BYTES:
+                self.ends[last] = max(end, self.ends[last])
+            else:
+                self.paths.append(path)
+                self.starts.append(start)
+                self.ends.append(end)
+                members.append([])
+            members[-1].append((k, start - self.starts[-1]))
 
         def into(read: int, data: bytes | memoryview) -> None:
             view = memoryview(data)

@@ -11,7 +11,7 @@ multi-range GET with the whole file (its body is not read), with fewer ranges th
 with a body that cannot be parsed (logged) is remembered as a single-range host for the rest
 of the process (:data:`SUPPORT`), and the ranges it did not serve are fetched one per
 request (a batch's data ranges merged again through the gaps a single-range request is
-worth: :func:`ofindex.storage.gather.gather_ranges`). A host not tried yet is taken to answer
+worth: :func:`ofindex.transport.gather.gather_ranges`). A host not tried yet is taken to answer
 multi-range requests, as most web servers do: the first batch after open asks for the pages
 of each sidecar it touches in one request, which tells the data round that follows how to
 plan. Every part is checked against the ranges asked for: never wrong bytes.

@@ -8,7 +8,6 @@ only a "not found" answer (404, ``NoSuchKey``) is a :class:`DataFileNotFoundErro
 """
 
 import errno
-import os
 import re
 import socket
 import ssl
@@ -340,31 +339,6 @@ def not_writable(what: str, exc: BaseException) -> OfindexError | None:
     )
 
 
-#: A write refused for want of space: a full disk, or the user's quota.
-_NO_SPACE = {errno.ENOSPC, errno.EDQUOT}
-
-
-def no_space(what: str, exc: BaseException, then: str) -> OfindexError | None:
-    """The error for a write refused for want of space (``ENOSPC``, ``EDQUOT``), or ``None``
-    for other failures. It is an ``OSError`` whose ``errno`` is the cause's.
-
-    Args:
-        what: The file written (URL or path), for the message.
-        exc: The failure.
-        then: What was kept and what to do next, for the message.
-
-    Returns:
-        The error to raise (``from exc``), or ``None``.
-    """
-    codes = [getattr(e, "errno", None) for e in _chain(exc)]
-    code = next((c for c in codes if c in _NO_SPACE), None)
-    if code is None:
-        return None
-    error = StorageError(f"{what}: no space left on its disk ({os.strerror(code)}); {then}")
-    error.errno = code  # (a filename would make str() OSError's "[Errno 28] None: 'path'")
-    return error
-
-
 def missing_extra(protocol: str, exc: BaseException) -> MissingDependencyError:
     """The error for a protocol whose fsspec implementation cannot be imported."""
     extra = EXTRAS.get(protocol)
@@ -439,27 +413,3 @@ def endpoint_advice(what: str, exc: BaseException) -> str | None:
     if what.startswith(("http://", "https://")):
         return "check the host name in the URL" if is_dns_failure(exc) == "permanent" else None
     return unreachable_advice(exc)
-
-
-_OS_ADVICE = {
-    errno.EACCES: "check its permissions (ls -l), or run as a user who may read and write it",
-    errno.EPERM: "check its permissions (ls -l), or run as a user who may read and write it",
-    errno.EROFS: "the file system is read-only: keep the indexes elsewhere with --index-dir DIR",
-    errno.ENOSPC: "the disk is full: free some space, or keep the indexes elsewhere with "
-                  "--index-dir DIR",
-    errno.EISDIR: "name a file, or the directory itself without a trailing glob",
-}
-
-
-def describe(exc: BaseException) -> tuple[str, bool]:
-    """One line for a failure that no layer translated (the command line prints it).
-
-    Returns:
-        ``(line, foreseen)``: ``foreseen`` is true for failures the line fully explains (an
-        operating-system error on a named file), false for the unexpected ones.
-    """
-    if isinstance(exc, OSError) and exc.filename is not None and exc.strerror:
-        advice = _OS_ADVICE.get(exc.errno or 0)
-        line = f"{exc.filename}: {exc.strerror}" + (f"; {advice}" if advice else "")
-        return line, True
-    return first_line(exc), False
