@@ -237,3 +237,123 @@ def test_public_api_names():
     assert callable(ofindex.decode.BatchDecoder)
     assert callable(ofindex.shuffle.GlobalShuffleSampler)
     assert callable(ofindex.integrations.torch.TorchDataset)
+
+
+#: The dependencies whose private names the library must not use: their internals change
+#: without notice (zarr's ``storage/_fsspec.py`` keeps to the same public surface).
+DEPENDENCIES = ("fsspec", "s3fs", "gcsfs", "aiohttp")
+#: Names of theirs that are public in form but not documented as API.
+UNDOCUMENTED = {"set_session", "encode_url", "__wrapped__", "fs.kwargs"}
+
+
+def _private_names_of(package: str) -> set[str]:
+    """Every single-underscore name a dependency defines (a function, a class, an assigned
+    name or attribute), read from its sources (not imported: its optional modules need not
+    import)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec(package)
+    assert spec is not None and spec.submodule_search_locations, package
+    names = set()
+    for directory, _, files in os.walk(spec.submodule_search_locations[0]):
+        for name in files:
+            if name.endswith(".py"):
+                with open(os.path.join(directory, name), encoding="utf-8") as f:
+                    tree = ast.parse(f.read())
+                names.update(found for node in ast.walk(tree) for found in _defined(node)
+                             if _single_underscore(found))
+    return names
+
+
+def _single_underscore(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__") and len(name) > 1
+
+
+def _references(tree: ast.AST) -> list[tuple[int, str]]:
+    """``(line, name)`` of every attribute read, ``getattr``-style string and name imported
+    from another module in ``tree``, the method names handed to our fsspec call helpers
+    (:func:`ofindex.transport.clients.call`: ``call(fs, "info")``, ``client.call(path,
+    action, "info")``) as ``"method:<name>"``, and a filesystem's undocumented ``kwargs`` as
+    ``"fs.kwargs"``."""
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute):
+            out.append((node.lineno, node.attr))
+            if node.attr == "kwargs" and ast.unparse(node.value).endswith("fs"):
+                out.append((node.lineno, "fs.kwargs"))
+        elif isinstance(node, ast.ImportFrom):
+            out.extend((node.lineno, alias.name) for alias in node.names)
+        elif isinstance(node, ast.Call):
+            func = ast.unparse(node.func)
+            literals = [a.value for a in node.args
+                        if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+            if func in ("getattr", "setattr", "hasattr", "delattr"):
+                out.extend((node.lineno, name) for name in literals)
+                if literals[:1] == ["kwargs"] and ast.unparse(node.args[0]).endswith("fs"):
+                    out.append((node.lineno, "fs.kwargs"))
+            elif func == "call" and literals[:1] == [ast.unparse(node.args[1])[1:-1]]:
+                out.append((node.lineno, f"method:{literals[0]}"))
+            elif func.endswith("client.call") and len(literals) > 1:
+                out.append((node.lineno, f"method:{literals[1]}"))
+    return out
+
+
+def test_only_public_apis_of_fsspec_s3fs_gcsfs_aiohttp():
+    """No reference to a private name of fsspec, s3fs, gcsfs or aiohttp (one of theirs, not
+    one of ours), to names they do not document (``set_session``, ``encode_url``, a
+    filesystem's ``kwargs``, ``__wrapped__``), or to their settings in the process
+    environment. fsspec's async
+    filesystems' coroutines (``_info``, ``_cat_file`` … for each public method) are its
+    documented async API; the method names our call helper prefixes with ``_`` must be public
+    methods of ``AbstractFileSystem``."""
+    from fsspec.spec import AbstractFileSystem
+
+    methods = {m for m in dir(AbstractFileSystem) if not m.startswith("_")}
+    theirs = set().union(*(_private_names_of(p) for p in DEPENDENCIES))
+    trees = {}
+    for module, path in _modules().items():
+        with open(path, encoding="utf-8") as f:
+            trees[module] = ast.parse(f.read(), path)
+    ours = {name for tree in trees.values() for node in ast.walk(tree)
+            for name in _defined(node) if _single_underscore(name)}
+    forbidden = (theirs - ours - {"_" + m for m in methods}) | UNDOCUMENTED
+    # the modules that hold their objects: transport and storage, and any that imports them
+    # (elsewhere a private name is another library's: torch's, grain's)
+    holding = {module for module, tree in trees.items()
+               if _layer(module) in ("transport", "storage") or any(
+                   name.split(".")[0] in DEPENDENCIES for node in ast.walk(tree)
+                   for name in _imported(node))}
+    bad = [f"{module}:{line}: {name}" for module, tree in trees.items() if module in holding
+           for line, name in _references(tree)
+           if name in forbidden
+           or (name.startswith("method:") and name.removeprefix("method:") not in methods)]
+    bad += [f"{module}:{node.lineno}: {node.value}" for module, tree in trees.items()
+            for node in ast.walk(tree) if isinstance(node, ast.Constant)
+            and isinstance(node.value, str) and node.value.startswith("GCSFS_")]
+    assert bad == [], "\n".join(bad)
+
+
+def _defined(node: ast.AST) -> list[str]:
+    """The names ``node`` defines: a function, a class, an assigned name or attribute."""
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return [node.name]
+    targets: list[ast.expr] = []
+    if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+    names = []
+    for target in targets:
+        for sub in ast.walk(target):
+            if isinstance(sub, ast.Name):
+                names.append(sub.id)
+            elif isinstance(sub, ast.Attribute) and ast.unparse(sub.value) in ("self", "cls"):
+                names.append(sub.attr)  # (an attribute set on another object is not defined)
+    return names
+
+
+def _imported(node: ast.AST) -> list[str]:
+    """The modules ``node`` imports."""
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    if isinstance(node, ast.ImportFrom) and not node.level:
+        return [node.module or ""]
+    return []

@@ -23,15 +23,15 @@ from ofindex.cli.synthetic import write_dataset
 from ofindex.errors import DataFileNotFoundError, IndexNotFoundError, StorageError
 from ofindex.storage import storage_for
 from ofindex.storage.remote import FsspecStorage
-from ofindex.transport import multirange
-from ofindex.transport.failures import not_writable
-from ofindex.transport.retry import RetryPolicy, is_throttled, is_transient, retry_settings
+from ofindex.transport import store
+from ofindex.transport.failures import classify, not_writable
+from ofindex.transport.policy import RequestPolicy, retry_settings
 
 RECORDS = 200
 #: Retries without waiting (tests of failures stay fast).
-QUICK = RetryPolicy(retries=3, base_delay=0.001, throttle_delay=0.001, timeout=10)
+QUICK = RequestPolicy(retries=3, base_delay=0.001, throttle_delay=0.001, timeout=10)
 #: The policy before issue #14: 4 attempts from 50 ms, about 0.2-0.35 s in all.
-FORMER = RetryPolicy(retries=3, base_delay=0.05, throttle_delay=0.05, max_delay=2.0,
+FORMER = RequestPolicy(retries=3, base_delay=0.05, throttle_delay=0.05, max_delay=2.0,
                      hedge_factor=0)
 NOWHERE = "no-such-host.invalid"  # RFC 2606: never resolves
 
@@ -144,7 +144,7 @@ def test_a_server_answering_only_429_is_given_up_within_the_bounds():
     minutes)."""
     import http.server
 
-    from ofindex.transport.pacing import forget_pacers
+    from ofindex.transport.policy import forget_pacers
 
     class Throttling(http.server.BaseHTTPRequestHandler):
         def do_GET(self):
@@ -173,7 +173,7 @@ def test_a_server_answering_only_429_is_given_up_within_the_bounds():
             _raises_storage_error(call, url, "request rate is too high", "timeout of 3 s",
                                   within=8.0)
             assert time.monotonic() - t >= 0.5  # backed off (the default: 10 retries)
-        storage = FsspecStorage("http", retry=RetryPolicy(timeout=2))
+        storage = FsspecStorage("http", policy=RequestPolicy(timeout=2))
         for call in (lambda: storage.read(url, 0, 10), lambda: storage.stamp(url),
                      lambda: storage.read_all(url), lambda: storage.expand(base + "/data/")):
             _raises_storage_error(call, "request rate is too high", "timeout of 2 s",
@@ -196,7 +196,7 @@ def test_no_answer_within_the_timeout_is_named():
             pass
 
     with servers.serve_http(Stalling) as (url, _srv):
-        storage = FsspecStorage("http", retry=RetryPolicy(timeout=0.5))
+        storage = FsspecStorage("http", policy=RequestPolicy(timeout=0.5))
         _raises_storage_error(lambda: storage.read(f"{url}/x", 0, 10), f"{url}/x",
                               "bytes [0, 10)", "no answer within 0.5 s", within=2.5)
         # the calls made from synchronous code are cut at the deadline too
@@ -259,7 +259,7 @@ def test_s3_access_denied_on_a_write_is_read_only():
 
 # -- #14: the retry policy -----------------------------------------------------------------------
 def test_policy_defaults_settings_and_classification():
-    policy = RetryPolicy()
+    policy = RequestPolicy()
     assert (policy.retries, policy.timeout, policy.base_delay, policy.max_delay) == (
         10, 60.0, 0.25, 20.0)
     for k in range(1, 12):  # equal jitter: from the upper half of each doubling bound
@@ -268,15 +268,15 @@ def test_policy_defaults_settings_and_classification():
     assert 0.5 <= policy.delay(1, throttled=True) <= 1.0
     with retry_settings(2, 5.0):
         storage, _ = storage_for("http://127.0.0.1:1/x")
-    assert (storage.retry.retries, storage.retry.timeout) == (2, 5.0)
-    assert pickle.loads(pickle.dumps(storage)).retry == storage.retry  # DataLoader workers
-    assert storage_for("http://127.0.0.1:1/x")[0].retry == RetryPolicy()  # only inside
+    assert (storage.policy.retries, storage.policy.timeout) == (2, 5.0)
+    assert pickle.loads(pickle.dumps(storage)).policy == storage.policy  # DataLoader workers
+    assert storage_for("http://127.0.0.1:1/x")[0].policy == RequestPolicy()  # only inside
     for bad in ({"retries": -1}, {"retries": 1.5}, {"timeout": 0}):
         with pytest.raises(ValueError):
             ofindex.open("http://127.0.0.1:1/x", **bad)
     slow = OSError("Please reduce your request rate.")
-    assert is_throttled(slow) and not is_throttled(ConnectionResetError())
-    assert is_transient(ConnectionRefusedError()) and is_transient(TimeoutError())
+    assert classify(slow).throttled and not classify(ConnectionResetError()).throttled
+    assert classify(ConnectionRefusedError()).transient and classify(TimeoutError()).transient
 
 
 def test_two_second_blackout_does_not_kill_a_batch(served):
@@ -291,7 +291,7 @@ def test_two_second_blackout_does_not_kill_a_batch(served):
         assert ds.__getitems__(idx) == [expected[i] for i in idx]
         took = time.monotonic() - t
         assert took >= 1.5 and ds._table.storage.retries > 0, (took, ds._table.storage.retries)
-        ds._table.storage.retry = FORMER  # the former policy gave up within about 0.3 s
+        ds._table.storage.client.policy = FORMER  # the former policy gave up within about 0.3 s
         proxy.blackout(2.0)
         with pytest.raises(StorageError, match="connection refused"):
             ds.__getitems__(idx)
@@ -332,7 +332,7 @@ def test_a_stalled_request_of_a_batch_is_hedged(served):
         ds = ofindex.open(f"{proxy.url}/{name}/", check_stale=False)
         ds.max_gap = 0
         ds[0], ds[RECORDS - 1]  # sidecars loaded
-        multirange.SUPPORT[multirange.host_of(proxy.url)] = False  # one range per request
+        store.SUPPORT[store.host_of(proxy.url)] = False  # one range per request
         idx = list(range(1, RECORDS - 1, 5))
         proxy.stall_next(2)
         t = time.monotonic()

@@ -752,7 +752,7 @@ class Report:
                 f"prefix in a discrete-event simulation ({st['sim_seconds']:g} s of virtual "
                 f"time, the first {st['sim_warmup']:g} s left out; {data['rtt'] * 1e3:g} ms "
                 f"RTT, {st['concurrency']} requests in flight per reader), with the pacers "
-                "(`ofindex.transport.pacing`) and without (backoff only): records/s, requests/s "
+                "(`ofindex.transport.policy`) and without (backoff only): records/s, requests/s "
                 "answered, share of answers throttled. Cost: "
                 f"${store['dollars_per_1000']:g} per 1,000 GETs.\n"]
         rows = []

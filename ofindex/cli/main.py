@@ -9,7 +9,7 @@ import traceback
 
 from ..errors import OfindexError
 from ..transport.failures import first_line
-from ..transport.retry import retry_settings
+from ..transport.policy import retry_settings
 from . import commands
 from .exitcodes import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, UsageError
 from .parser import build_parser, check, storage_options

@@ -15,7 +15,7 @@ from typing import Any
 
 from ..errors import InvalidURLError
 from ..transport.failures import missing_extra
-from ..transport.retry import current_policy, with_settings
+from ..transport.policy import current_policy
 from .base import Storage
 from .local import LocalStorage
 from .mapped import MappedLocalStorage
@@ -40,7 +40,7 @@ class Storages:
         max_inflight_bytes: Bound on remote response bytes held before they are copied out
             (default 128 MiB).
         retries: Retries of a remote request after its first attempt (default: those of the
-            policy in force, see :func:`ofindex.transport.retry.retry_settings`).
+            policy in force, see :func:`ofindex.transport.policy.retry_settings`).
         timeout: Seconds after which a remote request is given up (likewise).
 
     Raises:
@@ -55,7 +55,7 @@ class Storages:
         self.max_concurrency = 64 if max_concurrency is None else max(1, int(max_concurrency))
         self.max_inflight_bytes = (128 << 20 if max_inflight_bytes is None
                                    else max(1, int(max_inflight_bytes)))
-        self.retry = with_settings(current_policy(), retries, timeout)
+        self.policy = current_policy().with_settings(retries, timeout)
         self._made: dict[str, Storage] = {}
 
     def __repr__(self) -> str:
@@ -80,12 +80,12 @@ class Storages:
         if not sep or protocol in _LOCAL_PROTOCOLS:
             path = os.path.expanduser(url) if not sep else rest
             return self._local(), path
-        path = _filesystem_class(url, protocol)._strip_protocol(url)
+        path = _strip_protocol(url, protocol)
         storage = self._made.get(protocol)
         if storage is None:
             storage = self._made[protocol] = FsspecStorage(
                 protocol, self.storage_options, max_concurrency=self.max_concurrency,
-                max_inflight_bytes=self.max_inflight_bytes, retry=self.retry)
+                max_inflight_bytes=self.max_inflight_bytes, policy=self.policy)
         return storage, path
 
     def _local(self) -> Storage:
@@ -95,17 +95,18 @@ class Storages:
         return storage
 
 
-def _filesystem_class(url: str, protocol: str) -> Any:
-    """fsspec's filesystem class of ``protocol`` (imported on first use).
+def _strip_protocol(url: str, protocol: str) -> str:
+    """The path fsspec's filesystem of ``protocol`` names ``url`` by (its library imported on
+    first use).
 
     Raises:
         InvalidURLError: An unknown protocol.
         MissingDependencyError: Its library is not installed.
     """
-    import fsspec
+    import fsspec.core
 
     try:
-        return fsspec.get_filesystem_class(protocol)
+        stripped: str = fsspec.core.strip_protocol(url)
     except ImportError as exc:
         raise missing_extra(protocol, exc) from None
     except ValueError:
@@ -113,6 +114,7 @@ def _filesystem_class(url: str, protocol: str) -> Any:
             f"{url}: unknown protocol {protocol!r}; use a local path or a URL such as "
             "s3://bucket/key, gs://bucket/key or https://host/path"
         ) from None
+    return stripped
 
 
 def storage_for(url: str, storage_options: dict[str, Any] | None = None) -> tuple[Storage, str]:

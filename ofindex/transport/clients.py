@@ -1,57 +1,68 @@
-"""The fsspec filesystem of a protocol, made for :class:`~ofindex.storage.remote.FsspecStorage`:
-its connection pool sized for our concurrency, and the client library's own retry loop
-turned off, so that one policy (:mod:`.retry`: ``retries=`` / ``timeout=``) governs every
-storage and the waits of two loops never multiply (gcsfs alone waits about 30 s before
-reporting a host name that does not resolve; botocore up to 5 attempts per request).
+"""This process's clients: the fsspec filesystem of each protocol and options, and the HTTP
+client (:mod:`.http`) of each set of options, made on first use in each process and shared by
+every storage (and dataset) that reads through them. A forked child makes its own: an async
+client's event loop and sessions must not cross a ``fork``.
+
+Only the libraries' public API is used (a test greps for private names). Their own retry
+loops are turned off where a public option allows, so that one policy (:mod:`.policy`:
+``retries=`` / ``timeout=``) governs every request and the waits of two loops never multiply:
+botocore's by its ``retries`` config (one attempt), s3fs's by its public ``retries``
+attribute. gcsfs's cannot be (6 attempts, about 30 s of waits before it reports even a host
+name that does not resolve, fixed by a decorator when its class is made): instead a client
+middleware on its session (``session_kwargs``, aiohttp 3.12+) hands every failure of a request
+to our policy as an error gcsfs's loop does not catch (:class:`.failures.RequestFailure`).
 """
 
 from __future__ import annotations
 
+import asyncio
+import atexit
+import contextlib
+import inspect
 import os
 import threading
-import types
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
-from .failures import missing_extra
+from .failures import RequestFailure, missing_extra
+from .http import HttpClient
+
+T = TypeVar("T")
 
 S3_PROTOCOLS = ("s3", "s3a")
 GCS_PROTOCOLS = ("gs", "gcs")
+#: The fsspec protocols served by HTTP servers (ranged reads through :class:`.HttpClient`).
+HTTP_PROTOCOLS = frozenset({"http", "https"})
 
-
-def s3_options(options: dict[str, Any], max_concurrency: int) -> dict[str, Any]:
-    """``options`` for s3fs with a pool of ``max_concurrency`` connections (botocore's holds
-    10) and botocore's retries off (one attempt), unless the caller set them."""
-    out = dict(options)
-    config = dict(out.get("config_kwargs") or {})
-    config.setdefault("max_pool_connections", max_concurrency)
-    config.setdefault("retries", {"total_max_attempts": 1, "mode": "standard"})
-    out["config_kwargs"] = config
-    return out
-
-
-def _without_own_retries(fs: Any) -> None:
-    """Turn off the retry loops of s3fs and gcsfs on ``fs`` (an instance: other users of the
-    library keep theirs). A library whose internals differ keeps its loop."""
-    if type(fs).__module__.startswith("s3fs") and isinstance(getattr(fs, "retries", None), int):
-        fs.retries = 1  # s3fs's loop around every call: one attempt
-    request = getattr(type(fs), "_request", None)
-    inner = getattr(request, "__wrapped__", None)
-    if type(fs).__module__.startswith("gcsfs") and callable(inner):
-        # gcsfs wraps _request in retry_request (6 attempts, fixed when the class is made)
-        fs._request = types.MethodType(inner, fs)
-
-
-#: This process's filesystems, by protocol, options and pool size: one client per filesystem
-#: per process, shared by every storage (and dataset) that reads it.
+#: This process's clients, by kind, protocol, options and pool size.
 _CLIENTS: dict[tuple[str, str, int], Any] = {}
 _CLIENTS_PID = [os.getpid()]
 _CLIENTS_LOCK = threading.Lock()
+#: Clients of parent processes, kept alive after a fork so that their finalizers never run in
+#: the child (they would try to close sessions on the parent's dead event loop).
+ORPHANS: list[Any] = []
+
+
+def _shared(kind: str, options: dict[str, Any], size: int, make: Callable[[], T]) -> T:
+    """This process's client of ``kind`` for ``options`` and ``size`` (``make()`` on first
+    use)."""
+    from fsspec.utils import tokenize
+
+    key = (kind, tokenize(options), size)
+    with _CLIENTS_LOCK:
+        if _CLIENTS_PID[0] != os.getpid():  # the parent's: never used (nor finalized) here
+            ORPHANS.extend(_CLIENTS.values())
+            _CLIENTS.clear()
+            _CLIENTS_PID[0] = os.getpid()
+        client = _CLIENTS.get(key)
+        if client is None:
+            client = _CLIENTS[key] = make()
+        return client
 
 
 def shared_filesystem(protocol: str, options: dict[str, Any], max_concurrency: int) -> Any:
     """This process's fsspec filesystem of ``protocol`` with ``options`` (made on first use:
-    see :func:`make_filesystem`). A forked child makes its own: an async filesystem's event
-    loop and sessions must not cross a ``fork``.
+    see :func:`make_filesystem`).
 
     Args:
         protocol: The fsspec protocol.
@@ -61,23 +72,13 @@ def shared_filesystem(protocol: str, options: dict[str, Any], max_concurrency: i
     Raises:
         MissingDependencyError: The protocol's library is not installed.
     """
-    from fsspec.utils import tokenize
-
-    key = (protocol, tokenize(options), max_concurrency)
-    with _CLIENTS_LOCK:
-        if _CLIENTS_PID[0] != os.getpid():  # the parent's: never used (nor finalized) here
-            ORPHANS.extend(_CLIENTS.values())
-            _CLIENTS.clear()
-            _CLIENTS_PID[0] = os.getpid()
-        fs = _CLIENTS.get(key)
-        if fs is None:
-            fs = _CLIENTS[key] = make_filesystem(protocol, options, max_concurrency)
-        return fs
+    return _shared(protocol, options, max_concurrency,
+                   lambda: make_filesystem(protocol, options, max_concurrency))
 
 
-#: Filesystems of parent processes, kept alive after a fork so that their finalizers never
-#: run in the child (they would try to close sessions on the parent's dead event loop).
-ORPHANS: list[Any] = []
+def shared_http_client(options: dict[str, Any]) -> HttpClient:
+    """This process's :class:`.HttpClient` for the HTTP storage ``options``."""
+    return _shared("http-client", options, 0, lambda: HttpClient(options))
 
 
 def make_filesystem(protocol: str, options: dict[str, Any], max_concurrency: int) -> Any:
@@ -92,15 +93,16 @@ def make_filesystem(protocol: str, options: dict[str, Any], max_concurrency: int
     Raises:
         MissingDependencyError: The protocol's library is not installed.
     """
-    if protocol in GCS_PROTOCOLS:
-        # gcsfs >= 2026 otherwise probes gRPC for 40-60 s per call (no effect once gcsfs is
-        # imported; an explicit user setting wins)
-        os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
     import fsspec
 
     if protocol in S3_PROTOCOLS:
-        options = s3_options(options, max_concurrency)
-    if protocol in (*S3_PROTOCOLS, *GCS_PROTOCOLS, "http", "https"):
+        config = dict(options.get("config_kwargs") or {})
+        config.setdefault("max_pool_connections", max_concurrency)  # botocore's holds 10
+        config.setdefault("retries", {"total_max_attempts": 1, "mode": "standard"})
+        options = {**options, "config_kwargs": config}
+    if protocol in GCS_PROTOCOLS:
+        options = {**options, "session_kwargs": _with_middleware(options)}
+    if protocol in (*S3_PROTOCOLS, *GCS_PROTOCOLS, *HTTP_PROTOCOLS):
         # no listings cache: the client is shared by every open in this process, and a
         # listing cached by one (a build's) would give a later open the ETag a file had
         # then, hiding a rewrite from the staleness check (an explicit setting wins)
@@ -109,5 +111,61 @@ def make_filesystem(protocol: str, options: dict[str, Any], max_concurrency: int
         fs = fsspec.filesystem(protocol, skip_instance_cache=True, **options)
     except ImportError as exc:
         raise missing_extra(protocol, exc) from None
-    _without_own_retries(fs)
+    if protocol in S3_PROTOCOLS and isinstance(getattr(fs, "retries", None), int):
+        fs.retries = 1  # s3fs's loop around every call: one attempt
     return fs
+
+
+def _with_middleware(options: dict[str, Any]) -> dict[str, Any]:
+    """gcsfs's ``session_kwargs`` with :func:`_hand_over` as the session's first middleware
+    (unchanged where aiohttp has no client middlewares: gcsfs then retries on its own)."""
+    import aiohttp
+
+    session = dict(options.get("session_kwargs") or {})
+    if "middlewares" in inspect.signature(aiohttp.ClientSession).parameters:
+        session["middlewares"] = (_hand_over, *session.get("middlewares", ()))
+    return session
+
+
+async def _hand_over(request: Any, handler: Callable[[Any], Awaitable[Any]]) -> Any:
+    """An aiohttp client middleware: a failed connection, or an answer worth retrying (5xx,
+    408, 429), becomes a :class:`.RequestFailure`, which gcsfs's retry loop does not catch."""
+    import aiohttp
+
+    try:
+        response = await handler(request)
+    except aiohttp.ClientError as exc:
+        raise RequestFailure(str(exc)) from exc
+    if response.status >= 500 or response.status in (408, 429):
+        response.release()
+        raise RequestFailure(f"HTTP {response.status} from {request.url}", response.status)
+    return response
+
+
+async def call(fs: Any, method: str, *args: Any, **kwargs: Any) -> Any:
+    """``fs.<method>(*args, **kwargs)`` on the running event loop: an asynchronous
+    filesystem's coroutine of that method (``_<method>``: fsspec's documented async API), a
+    synchronous one's method in a thread (so that a deadline can give up waiting for it).
+
+    Args:
+        fs: An fsspec filesystem.
+        method: A public method of ``fsspec.AbstractFileSystem`` (``info``, ``cat_file``…).
+
+    Returns:
+        What the method returns.
+    """
+    if getattr(fs, "async_impl", False):
+        return await getattr(fs, "_" + method)(*args, **kwargs)
+    return await asyncio.to_thread(getattr(fs, method), *args, **kwargs)
+
+
+@atexit.register
+def _close_sessions() -> None:
+    """Close this process's HTTP sessions on their event loop (fsspec's, which still runs)."""
+    if _CLIENTS_PID[0] != os.getpid():
+        return
+    for client in list(_CLIENTS.values()):
+        loop = getattr(client, "loop", None)
+        if isinstance(client, HttpClient) and loop is not None and loop.is_running():
+            with contextlib.suppress(Exception):  # stopped meanwhile: nothing to close on
+                asyncio.run_coroutine_threadsafe(client.close(), loop).result(timeout=5)
