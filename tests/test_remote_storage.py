@@ -386,3 +386,28 @@ def test_ten_thousand_shards_open_with_one_round(nginx_server, tmp_path, compact
     assert sum("shard-07777.ofidx" in line for line in new) == 1
     assert sum(COMPACT_NAME in line for line in new) == int(compact)
     assert sum(s.loaded for s in ds._table.held()) == 1
+
+
+def test_stats_and_ranged_reads_share_one_pool_of_connections(tmp_path):
+    """fsspec's HTTP filesystem (stats, listings, whole files) takes our HTTP client's session
+    through its public ``get_client`` option: a stat and then a ranged read of the same
+    server go over one kept-alive connection, not one pool of connections each."""
+    (tmp_path / "blob").write_bytes(bytes(range(256)) * 64)
+
+    class KeepAlive(servers._RangeHandler):
+        protocol_version = "HTTP/1.1"  # connections kept alive
+
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, directory=str(tmp_path), **kwargs)
+
+        def setup(self):
+            super().setup()
+            with self.server.lock:
+                self.server.connections += 1
+
+    with servers.serve_http(KeepAlive, gets=0, fail_first=0, connections=0) as (base, srv):
+        storage, path = storage_for(f"{base}/blob")
+        assert storage.exists(path)
+        assert storage.read(path, 100, 300) == (bytes(range(256)) * 64)[100:300]
+        assert storage.read(path, 1000, 1010) == (bytes(range(256)) * 64)[1000:1010]
+        assert srv.connections == 1

@@ -72,8 +72,9 @@ def shared_filesystem(protocol: str, options: dict[str, Any], max_concurrency: i
     Raises:
         MissingDependencyError: The protocol's library is not installed.
     """
+    http = shared_http_client(options) if protocol in HTTP_PROTOCOLS else None
     return _shared(protocol, options, max_concurrency,
-                   lambda: make_filesystem(protocol, options, max_concurrency))
+                   lambda: make_filesystem(protocol, options, max_concurrency, http))
 
 
 def shared_http_client(options: dict[str, Any]) -> HttpClient:
@@ -81,7 +82,8 @@ def shared_http_client(options: dict[str, Any]) -> HttpClient:
     return _shared("http-client", options, 0, lambda: HttpClient(options))
 
 
-def make_filesystem(protocol: str, options: dict[str, Any], max_concurrency: int) -> Any:
+def make_filesystem(protocol: str, options: dict[str, Any], max_concurrency: int,
+                    http: HttpClient | None = None) -> Any:
     """A new fsspec filesystem of ``protocol`` (not fsspec's cached instance: its pool is
     sized and its retries turned off here).
 
@@ -89,6 +91,8 @@ def make_filesystem(protocol: str, options: dict[str, Any], max_concurrency: int
         protocol: The fsspec protocol.
         options: Its storage options.
         max_concurrency: Requests we run at once (the connection pool's size for S3).
+        http: The HTTP client whose session an HTTP filesystem shares (fsspec's public
+            ``get_client`` option).
 
     Raises:
         MissingDependencyError: The protocol's library is not installed.
@@ -102,6 +106,8 @@ def make_filesystem(protocol: str, options: dict[str, Any], max_concurrency: int
         options = {**options, "config_kwargs": config}
     if protocol in GCS_PROTOCOLS:
         options = {**options, "session_kwargs": _with_middleware(options)}
+    if http is not None:
+        options = {**options, "get_client": http.session_for_fsspec}
     if protocol in (*S3_PROTOCOLS, *GCS_PROTOCOLS, *HTTP_PROTOCOLS):
         # no listings cache: the client is shared by every open in this process, and a
         # listing cached by one (a build's) would give a later open the ETag a file had

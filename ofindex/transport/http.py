@@ -106,6 +106,12 @@ class HttpClient:
                 await made.close()
         return self.session
 
+    async def session_for_fsspec(self, **kwargs: Any) -> Any:
+        """fsspec's HTTP filesystem's ``get_client``: this client's session (``kwargs``, the
+        same options, were used to make it), so that its stats and whole files and our ranged
+        GETs share one pool of connections."""
+        return await self.open_session()
+
     async def close(self) -> None:
         """Close the session (reopened on next use)."""
         session, self.session = self.session, None
