@@ -503,3 +503,80 @@ def test_parts_measured_again_on_their_own_are_said(tmp_path):
     write(results, "ray", RAY)
     rep.ray()
     assert "measured again" not in rep.sections[0]
+
+
+# -- the request policy's parts (tools/bench_transport.py) -----------------------------------
+def _s(median, lo, hi):
+    return {"median": median, "min": lo, "max": hi, "n": 5}
+
+
+TRANSPORT = {
+    "load_average": {"before": 4.5, "after": 5.25}, "cpus": 2,
+    "config": {"reruns": [{"part": "hedging", "rounds": 15,
+                           "load_average": {"before": 3.0, "after": 3.5}}]},
+    "hedging": {"stall_s": 3.0, "batch": 64, "rounds": 9, "cases": {
+        "hedged (default), 2 stalled": {"batch_s": _s(1.01, 1.0, 1.1),
+                                        "cpu_ms": _s(20, 18, 25),
+                                        "hedged_per_batch": _s(2, 2, 2)},
+        "not hedged, 2 stalled": {"batch_s": _s(3.04, 3.0, 3.1),
+                                  "hedged_per_batch": _s(0, 0, 0)}}},
+    "retry": {
+        "behaviour": {"3 resets then ok": {"ours": {"attempts": 4, "seconds": 0.06,
+                                                    "result": "ok"},
+                                           "tenacity": {"attempts": 4, "seconds": 0.09,
+                                                        "result": "ok"}}},
+        "us_per_request": {"ours": _s(10.5, 9.0, 20.3), "tenacity": _s(39.5, 29.6, 59.6)},
+        "lines": {"ours": 93, "tenacity adapter": 60},
+        "faults": {"faults": {"drop": 0.1, "slowdown": 0.05}, "reads": 400, "cases": {
+            who: {"right": _s(400, 400, 400), "given_up": _s(0, 0, 0), "wrong": _s(0, 0, 0),
+                  "attempts_per_read": _s(1.14, 1.1, 1.2), "seconds": _s(0.6, 0.5, 0.8)}
+            for who in ("ours", "tenacity")}}},
+    "pacing": {"limit_per_s": 400.0, "seconds": 90.0, "cases": {
+        "16 readers, steady, ours (AdaptiveRate)": {"records_per_s": 184.0,
+                                                    "requests_per_s": 400.0,
+                                                    "throttled_fraction": 0.027,
+                                                    "worst_second": 360}},
+        "live": {"limit_per_s": 100.0, "readers": 32, "seconds": 20.0, "rounds": 5, "cases": {
+            name: {"ok_per_s": _s(ok, ok - 5, ok + 5), "onset_ok_per_s": _s(ok, ok, ok),
+                   "steady_ok_per_s": _s(ok, ok, ok), "throttled_fraction": _s(0.1, 0.1, 0.1),
+                   "onset_throttled_fraction": _s(0.2, 0.1, 0.3),
+                   "steady_throttled_fraction": _s(0.05, 0.04, 0.06),
+                   "worst_second": _s(50, 40, 60), "failed": _s(0, 0, 0),
+                   "stuck_when_cancelled": _s(0, 0, stuck)}
+            for name, ok, stuck in (("ours (AdaptiveRate)", 90.0, 0),
+                                    ("botocore adaptive", 60.0, 9))}}},
+    "multipart": {"file_mb": 64, "rounds": 9, "cases": {
+        "64 spans of 2-4 KiB": {"ours": {"cpu_ms": _s(1.0, 0.9, 1.2)},
+                                "MultipartReader": {"cpu_ms": _s(3.0, 2.8, 3.5)}}}},
+}
+
+
+def test_the_transport_section(tmp_path):
+    results, docs = tmp_path / "bench-results", tmp_path / "docs"
+    results.mkdir()
+    write(results, "transport", TRANSPORT)
+    readme = tmp_path / "README.md"
+    readme.write_text("# x\n\n<!-- bench:begin -->\nold\n<!-- bench:end -->\n")
+    assert report.main(["--results", str(results), "--docs", str(docs),
+                        "--readme", str(readme)]) == 0
+    md = (docs / "benchmarks.md").read_text()
+    assert ("## The request policy's parts against the libraries that would replace them "
+            "(tools/bench_transport.py)") in md
+    assert "Load average 4.5, then 5.2 on 2 cores" in md
+    assert ("The hedging part was measured again on its own (15 rounds; load 3 before, 3.5 "
+            "after).") in md
+    assert "| hedged (default), 2 stalled | 1.01 (1–1.1) | 20 (18–25) | 2 (2–2) |" in md
+    assert "| not hedged, 2 stalled | 3.04 (3–3.1) | – | 0 (0–0) |" in md
+    assert "| µs per request answered at once | 10.5 (9–20.3) | 39.5 (29.6–59.6) |" in md
+    assert "| faults: reads given up | 0 (0–0) | 0 (0–0) |" in md
+    assert "Faults injected per request: drop 10 %, slowdown 5 %." in md
+    assert "| 3 resets then ok | 4: ok | 4: ok |" in md
+    assert ("| botocore adaptive | 60 (55–65) | 60 (60–60) | 60 (60–60) | 20 (10–30) "
+            "| 5 (4–6) | 50 | 0 | 9 |") in md
+    assert "| 16 readers, steady, ours (AdaptiveRate) | 184 | 400 | 2.7 % | 360 |" in md
+    assert "| 64 spans of 2-4 KiB | 1 (0.9–1.2) | 3 (2.8–3.5) |" in md
+    assert ("Request policy (tools/bench_transport.py): hedging: a batch with 2 stalled "
+            "requests 1.01 s (3.04 s unhedged); the retry loop 10 µs per request (tenacity "
+            "40 µs); pacing 90 reads/s from a store admitting 100 (botocore's adaptive mode "
+            "60); multipart answers parsed with 3–3× less CPU than aiohttp's "
+            "MultipartReader.") in readme.read_text()

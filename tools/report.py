@@ -12,7 +12,8 @@ Reads, when present: pipeline.json (tools/bench_pipeline.py), images.json
 (tools/bench_read.py), build.json (tools/bench_build.py), decode.json
 (tools/bench_decode.py), scale.json and scale_manifest.json (tools/bench_scale.py), mixing.json
 (tools/bench_mixing.py), write.json (tools/bench_write.py), ratelimit.json
-(tools/bench_ratelimit.py). A missing file gives a line
+(tools/bench_ratelimit.py), transport.json (tools/bench_transport.py). A missing file gives a
+line
 saying how to make it, or with ``--keep-missing`` the section and README lines already
 written from it earlier (so that one benchmark can be re-run and its figures refreshed
 alone). README.md's text between ``<!-- bench:begin -->`` and ``<!-- bench:end -->`` is
@@ -49,7 +50,7 @@ TOOLS = {"pipeline": ("bench_pipeline.py", []), "images": ("bench_images.py", []
          "data_cache_large": ("bench_scale.py", ["--data-cache", "--dc-records", "256",
                                                  "--dc-record-size", "100000"]),
          "ray": ("bench_ray.py", []), "write": ("bench_write.py", []),
-         "ratelimit": ("bench_ratelimit.py", [])}
+         "ratelimit": ("bench_ratelimit.py", []), "transport": ("bench_transport.py", [])}
 
 
 def fmt(x: float | None, digits: int = 3) -> str:
@@ -786,6 +787,124 @@ class Report:
                 f"{fmt(glob['unpaced']['throttled_fraction'], 2)} without pacing), "
                 f"{best['order']} {fmt(best['paced']['records_per_s'])} records/s.")
 
+    def transport(self) -> None:
+        """Each part of the request policy against the library that would replace it
+        (tools/bench_transport.py)."""
+        data = self.load("transport")
+        title = ("The request policy's parts against the libraries that would replace them "
+                 "(tools/bench_transport.py)")
+        if data is None:
+            self.missing(title, "bench_transport.py")
+            return
+        load = data.get("load_average", {})
+        text = [f"## {title}\n",
+                "Interleaved rounds in one run; median (min–max). Load average "
+                f"{fmt(load.get('before'), 2)}, then {fmt(load.get('after'), 2)} on "
+                f"{data.get('cpus')} cores (a machine shared with other work)."
+                + _reruns_note(data.get("config", {})) + " Decisions: docs/design.md.\n"]
+        summary = []
+        if "hedging" in data:
+            h = data["hedging"]
+            text.append(f"### Hedging: batches of {h['batch']} one-range requests, 2 of them "
+                        f"stalled {fmt(h['stall_s'])} s (nginx behind a fault proxy)\n")
+            text.append(table(["policy, case", "batch (s)", "CPU ms / batch",
+                               "sent again / batch"],
+                              [[k, _spread_cell(c["batch_s"]),
+                                _spread_cell(c["cpu_ms"]) if "cpu_ms" in c else "–",
+                                _spread_cell(c["hedged_per_batch"])]
+                               for k, c in h["cases"].items()]) + "\n")
+            on, off = (h["cases"].get(f"{k}, 2 stalled") for k in ("hedged (default)",
+                                                                   "not hedged"))
+            if on and off:
+                summary.append(f"hedging: a batch with 2 stalled requests "
+                               f"{fmt(on['batch_s']['median'])} s "
+                               f"({fmt(off['batch_s']['median'])} s unhedged)")
+        if "retry" in data and "us_per_request" in data["retry"]:
+            self._transport_retry(data["retry"], text, summary)
+        if "pacing" in data:
+            self._transport_pacing(data["pacing"], text, summary)
+        if "multipart" in data:
+            m = data["multipart"]
+            text.append("### Multi-range answers of nginx: our parser and aiohttp's "
+                        "`MultipartReader` (CPU ms per answer)\n")
+            text.append(table(["answer", "ours", "MultipartReader"],
+                              [[case, _spread_cell(c["ours"]["cpu_ms"]),
+                                _spread_cell(c["MultipartReader"]["cpu_ms"])]
+                               for case, c in m["cases"].items()]) + "\n")
+            ratios = [c["MultipartReader"]["cpu_ms"]["median"] / c["ours"]["cpu_ms"]["median"]
+                      for c in m["cases"].values()]
+            if ratios:
+                summary.append(f"multipart answers parsed with {fmt(min(ratios), 2)}–"
+                               f"{fmt(max(ratios), 2)}× less CPU than aiohttp's MultipartReader")
+        self.sections.append("\n".join(text) + "\n")
+        if summary:
+            self.summary.append("Request policy (tools/bench_transport.py): " + "; ".join(summary)
+                                + ".")
+
+    def _transport_retry(self, r: dict[str, Any], text: list[str], summary: list[str]) -> None:
+        us = r["us_per_request"]
+        text.append("### Retries: our loop and tenacity's `AsyncRetrying` with the same "
+                    "decisions\n")
+        rows = [["µs per request answered at once", _spread_cell(us["ours"]),
+                 _spread_cell(us["tenacity"])]]
+        faults = r.get("faults")
+        if faults:
+            n = faults["reads"]
+            for key, what in (("right", f"reads answered right (of {n})"),
+                              ("given_up", "reads given up"), ("wrong", "reads with wrong bytes"),
+                              ("attempts_per_read", "attempts per read"),
+                              ("seconds", "seconds per round")):
+                rows.append([f"faults: {what}", _spread_cell(faults["cases"]["ours"][key]),
+                             _spread_cell(faults["cases"]["tenacity"][key])])
+        text.append(table(["", "ours", "tenacity"], rows) + "\n")
+        if faults:
+            text.append("Faults injected per request: " + ", ".join(
+                f"{k} {fmt(100 * v)} %" for k, v in faults["faults"].items()) + ".\n")
+        same = [case for case, c in r.get("behaviour", {}).items()
+                if c["ours"]["attempts"] == c["tenacity"]["attempts"]]
+        text.append(f"Scripted failures: the same attempts in {len(same)} of "
+                    f"{len(r.get('behaviour', {}))} cases; the errors raised:\n")
+        text.append(table(["script", "ours", "tenacity"],
+                          [[case, f"{c['ours']['attempts']}: {c['ours']['result']}",
+                            f"{c['tenacity']['attempts']}: {c['tenacity']['result']}"]
+                           for case, c in r.get("behaviour", {}).items()]) + "\n")
+        summary.append(f"the retry loop {fmt(us['ours']['median'], 2)} µs per request "
+                       f"(tenacity {fmt(us['tenacity']['median'], 2)} µs)")
+
+    def _transport_pacing(self, p: dict[str, Any], text: list[str], summary: list[str]) -> None:
+        live = p.get("live")
+        if live:
+            text.append(f"### Pacing, live: {live['readers']} readers of one S3-like store "
+                        f"admitting {fmt(live['limit_per_s'])} GET/s (`503 SlowDown` over it), "
+                        f"through s3fs, {fmt(live['seconds'])} s rounds\n")
+            half = fmt(live["seconds"] / 2)
+            rows = []
+            for name, c in live["cases"].items():
+                rows.append([name, _spread_cell(c["ok_per_s"]), _spread_cell(c["onset_ok_per_s"]),
+                             _spread_cell(c["steady_ok_per_s"]),
+                             _spread_cell(c["onset_throttled_fraction"], 100),
+                             _spread_cell(c["steady_throttled_fraction"], 100),
+                             fmt(c["worst_second"]["median"]), fmt(c["failed"]["max"]),
+                             fmt(c["stuck_when_cancelled"]["max"])])
+            text.append(table(["pacer", "reads/s", f"first {half} s", f"last {half} s",
+                               "throttled % (first)", "throttled % (last)", "worst second",
+                               "given up", "stuck when cancelled"], rows) + "\n")
+            ours, boto = (live["cases"].get(k) for k in ("ours (AdaptiveRate)",
+                                                         "botocore adaptive"))
+            if ours and boto:
+                summary.append(f"pacing {fmt(ours['ok_per_s']['median'])} reads/s from a store "
+                               f"admitting {fmt(live['limit_per_s'])} "
+                               f"(botocore's adaptive mode {fmt(boto['ok_per_s']['median'])})")
+        if p.get("cases"):
+            text.append(f"### Pacing, simulated: readers of a store admitting "
+                        f"{fmt(p['limit_per_s'])} GET/s (tools/rate_sim.py, virtual time)\n")
+            text.append(table(["readers, phase, pacer", "records/s", "requests/s answered",
+                               "throttled", "worst second (requests)"],
+                              [[k, fmt(c["records_per_s"]), fmt(c["requests_per_s"]),
+                                f"{fmt(100 * c['throttled_fraction'])} %",
+                                fmt(c["worst_second"])] for k, c in p["cases"].items()]) + "\n")
+
+
     def rows_table(self, name: str, title: str, tool: str) -> None:
         """A benchmark that writes a list of rows named by ``"name"`` (tools/benchlib.py)."""
         rows = self.load(name)
@@ -897,8 +1016,8 @@ class Report:
         for section in (self.pipeline, self.images, self.sequential, self.read, self.build,
                         self.decode,
                         self.compressed, self.shuffle, self.mixing, self.remote, self.scale,
-                        self.data_cache, self.manifests, self.rate_limits, self.ray,
-                        self.writing):
+                        self.data_cache, self.manifests, self.rate_limits, self.transport,
+                        self.ray, self.writing):
             before = len(self.summary)
             section()
             self.lines_of[self.sections[-1].split("\n", 1)[0]] = self.summary[before:]
@@ -960,6 +1079,11 @@ def _load_note(data: Any) -> str:
                   if isinstance(m, dict) and m.get("cores")), None)
     return (f" Load average {', then '.join(fmt(x) for x in loads)} on {cores} cores "
             "(a machine shared with other work)." if loads else "")
+
+
+def _spread_cell(value: dict[str, float], scale: float = 1.0) -> str:
+    """``median (min–max)`` of a benchmark's spread (``scale`` times each)."""
+    return span(scale * value["median"], scale * value["min"], scale * value["max"])
 
 
 def _ratio_cell(row: dict[str, Any], key: str) -> str:

@@ -20,8 +20,8 @@ into one buffer and its parts are cut out as they arrive (:class:`ByteRangesPars
 the first ranges of a long answer can be worked on while the rest is still on its way. Each
 part's length is taken from its ``Content-Range``, so the parser steps from part to part
 without scanning the data for the boundary; the line break and boundary after each part are
-checked before the part is handed out. Measured against aiohttp's ``MultipartReader`` on the
-same answers from nginx, it takes 2.7-4.8 times less CPU (docs/design.md).
+checked before the part is handed out. On the same answers from nginx it takes 2-4 times less
+CPU than aiohttp's ``MultipartReader`` (``tools/bench_transport.py``, docs/design.md).
 """
 
 from __future__ import annotations
