@@ -108,6 +108,26 @@ def test_layers_import_one_way():
     assert not bad, "imports against the layering:\n" + "\n".join(sorted(bad))
 
 
+#: The libraries that speak to the network: only ``ofindex/transport/`` imports them (the rest
+#: of the library reaches a store through it), so that the requests, their policy and the
+#: libraries' options are decided in one layer.
+NETWORK_LIBRARIES = ("fsspec", "s3fs", "gcsfs", "aiohttp", "botocore", "aiobotocore", "yarl",
+                     "google.auth", "requests", "urllib3", "obstore")
+
+
+def test_only_the_transport_imports_the_network_libraries():
+    bad = []
+    for module, path in _modules().items():
+        if _layer(module) == "transport":
+            continue
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read(), path)
+        bad += [f"{module}:{node.lineno}: {name}" for node in ast.walk(tree)
+                for name in _imported(node)
+                if any(name == lib or name.startswith(lib + ".") for lib in NETWORK_LIBRARIES)]
+    assert bad == [], "network libraries imported outside ofindex/transport/:\n" + "\n".join(bad)
+
+
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     """Strongly connected components of more than one module (Tarjan)."""
     index: dict[str, int] = {}

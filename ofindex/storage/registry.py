@@ -13,8 +13,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ..errors import InvalidURLError
-from ..transport.failures import missing_extra
+from ..transport.clients import strip_protocol
 from ..transport.policy import current_policy
 from .base import Storage
 from .local import LocalStorage
@@ -80,7 +79,7 @@ class Storages:
         if not sep or protocol in _LOCAL_PROTOCOLS:
             path = os.path.expanduser(url) if not sep else rest
             return self._local(), path
-        path = _strip_protocol(url, protocol)
+        path = strip_protocol(url, protocol)
         storage = self._made.get(protocol)
         if storage is None:
             storage = self._made[protocol] = FsspecStorage(
@@ -93,28 +92,6 @@ class Storages:
         if storage is None:
             storage = self._made[""] = MappedLocalStorage() if self.mmap else LocalStorage()
         return storage
-
-
-def _strip_protocol(url: str, protocol: str) -> str:
-    """The path fsspec's filesystem of ``protocol`` names ``url`` by (its library imported on
-    first use).
-
-    Raises:
-        InvalidURLError: An unknown protocol.
-        MissingDependencyError: Its library is not installed.
-    """
-    import fsspec.core
-
-    try:
-        stripped: str = fsspec.core.strip_protocol(url)
-    except ImportError as exc:
-        raise missing_extra(protocol, exc) from None
-    except ValueError:
-        raise InvalidURLError(
-            f"{url}: unknown protocol {protocol!r}; use a local path or a URL such as "
-            "s3://bucket/key, gs://bucket/key or https://host/path"
-        ) from None
-    return stripped
 
 
 def storage_for(url: str, storage_options: dict[str, Any] | None = None) -> tuple[Storage, str]:

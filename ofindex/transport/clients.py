@@ -24,6 +24,7 @@ import threading
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
+from ..errors import InvalidURLError
 from .failures import RequestFailure, missing_extra
 from .http import HttpClient
 
@@ -120,6 +121,35 @@ def make_filesystem(protocol: str, options: dict[str, Any], max_concurrency: int
     if protocol in S3_PROTOCOLS and isinstance(getattr(fs, "retries", None), int):
         fs.retries = 1  # s3fs's loop around every call: one attempt
     return fs
+
+
+def strip_protocol(url: str, protocol: str) -> str:
+    """The path fsspec's filesystem of ``protocol`` names ``url`` by (its library imported on
+    first use).
+
+    Args:
+        url: A URL of ``protocol``.
+        protocol: Its fsspec protocol.
+
+    Returns:
+        The path.
+
+    Raises:
+        InvalidURLError: An unknown protocol.
+        MissingDependencyError: Its library is not installed.
+    """
+    import fsspec.core
+
+    try:
+        stripped: str = fsspec.core.strip_protocol(url)
+    except ImportError as exc:
+        raise missing_extra(protocol, exc) from None
+    except ValueError:
+        raise InvalidURLError(
+            f"{url}: unknown protocol {protocol!r}; use a local path or a URL such as "
+            "s3://bucket/key, gs://bucket/key or https://host/path"
+        ) from None
+    return stripped
 
 
 def _with_middleware(options: dict[str, Any]) -> dict[str, Any]:
