@@ -2,7 +2,10 @@
 
 from .convert import convert
 from .errors import (
+    CacheDirWarning,
+    ClusterError,
     CorruptRecordError,
+    DataCacheWarning,
     DataFileNotFoundError,
     DatasetExistsError,
     DecodeError,
@@ -12,30 +15,36 @@ from .errors import (
     IndexMismatchError,
     IndexNotFoundError,
     InvalidURLError,
+    LeftoverFilesWarning,
+    LegacyLayoutWarning,
     ManifestError,
     MissingDependencyError,
+    MissingShardsWarning,
+    NestedPathsError,
     OfindexError,
+    OfindexWarning,
+    PartialIndexWarning,
     RangeReadError,
     RecordIndexError,
     SidecarError,
+    SkippedFilesWarning,
+    SourceError,
     StaleIndexError,
+    StateError,
     StorageError,
     TruncatedRecordError,
+    UnverifiedIndexWarning,
 )
 from .formats.framing import RecordFormat
-from .formats.shard_set import MissingShardsWarning
 from .formats.sidecar_header import Compression
-from .formats.strays import SkippedFilesWarning
 from .index.build_file import BuildResult
 from .index.build_results import BuildResults
 from .index.builder import build_index
-from .index.migrate import LegacyLayoutWarning
 from .index.writer import Writer
 from .opening import open
 from .read.dataset import Dataset
-from .read.nodecache import CacheDirWarning
-from .read.open import PartialIndexWarning
 from .schema import infer_spec, spec_from_tf
+from .tfds import open_tfds
 from .write import ShardedWriter, WriteSummary
 
 __version__ = "0.2.0"
@@ -44,8 +53,10 @@ __all__ = [
     "BuildResult",
     "BuildResults",
     "CacheDirWarning",
+    "ClusterError",
     "Compression",
     "CorruptRecordError",
+    "DataCacheWarning",
     "DataFileNotFoundError",
     "Dataset",
     "DatasetExistsError",
@@ -56,11 +67,14 @@ __all__ = [
     "IndexMismatchError",
     "IndexNotFoundError",
     "InvalidURLError",
+    "LeftoverFilesWarning",
     "LegacyLayoutWarning",
     "ManifestError",
     "MissingDependencyError",
     "MissingShardsWarning",
+    "NestedPathsError",
     "OfindexError",
+    "OfindexWarning",
     "PartialIndexWarning",
     "RangeReadError",
     "RecordFormat",
@@ -68,14 +82,18 @@ __all__ = [
     "ShardedWriter",
     "SidecarError",
     "SkippedFilesWarning",
+    "SourceError",
     "StaleIndexError",
+    "StateError",
     "StorageError",
     "TruncatedRecordError",
+    "UnverifiedIndexWarning",
     "WriteSummary",
     "Writer",
     "build_index",
     "convert",
     "infer_spec",
     "open",
+    "open_tfds",
     "spec_from_tf",
 ]

@@ -190,3 +190,47 @@ def missing_extra(what: str, extra: str, cause: BaseException) -> MissingDepende
     return MissingDependencyError(
         f"{what} needs an optional dependency that is not installed ({cause}); "
         f"run: pip install 'ofindex[{extra}]'")
+
+
+class OfindexWarning(UserWarning):
+    """Base class of every warning ofindex gives (``warnings.simplefilter("error",
+    OfindexWarning)`` makes them all errors)."""
+
+
+class LeftoverFilesWarning(OfindexWarning):
+    """A directory holds the hidden files of a writer that did not finish (see
+    :mod:`ofindex.write.leftovers`)."""
+
+
+class SkippedFilesWarning(OfindexWarning):
+    """Files found by a directory or glob were skipped: they are not TFRecord/OFRecord files
+    (see :mod:`ofindex.formats.strays`)."""
+
+
+class MissingShardsWarning(OfindexWarning):
+    """A dataset opened or built with ``allow_missing_shards=True`` lacks shards (the message
+    says which)."""
+
+
+class UnverifiedIndexWarning(OfindexWarning):
+    """A data file was taken as the one its index describes by its size alone: the index
+    (ofindex 0.2's) has no content digest, and its fingerprint is of another kind than the
+    storage's (indexed on local disk and uploaded, or the other way round), so a replacement
+    of the same size could not be told."""
+
+
+class DataCacheWarning(OfindexWarning):
+    """A dataset is read without the data cache: its data files do not fit its bound."""
+
+
+class PartialIndexWarning(OfindexWarning):
+    """A dataset has shards whose index covers only a valid prefix (``allow_partial``)."""
+
+
+class CacheDirWarning(OfindexWarning):
+    """``cache_dir`` cannot be used: this process reads without the node cache."""
+
+
+class LegacyLayoutWarning(OfindexWarning):
+    """A dataset's sidecars sit beside its data files (ofindex 0.2's layout), where globs over
+    the data directory (``part-*``, ``*``) return them too; ``migrate=True`` moves them."""

@@ -13,7 +13,8 @@ ROOT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
 #: What each layer may import besides itself. ``transport`` (the network: requests, their
 #: policy and failures) knows nothing of files or datasets; ``formats`` and ``storage`` (which
 #: uses ``transport``) know nothing of the layers above them; ``deflate`` (inflating and
-#: deflating for random access) uses both;
+#: deflating for random access) uses both; ``cache`` (the read-through chain of caches, keyed
+#: by the data's identity) uses them too and knows nothing of the reads that call it;
 #: ``index`` (making indexes) and ``read`` (using them) use those three and not each other
 #: (``ofindex.open``, in the top-level ``opening`` module, joins them for ``build_missing``);
 #: ``cli`` and ``integrations`` use everything; ``decode`` and ``shuffle`` stand alone (but for
@@ -24,21 +25,28 @@ ALLOWED = {
     "formats": {"errors", "storage"},
     "deflate": {"errors", "_accel", "_threads", "storage", "formats"},
     "index": {"errors", "_accel", "_threads", "storage", "formats", "deflate"},
-    "read": {"errors", "_accel", "_threads", "storage", "formats", "deflate"},
+    "cache": {"errors", "storage", "formats"},
+    "read": {"errors", "_accel", "_threads", "storage", "formats", "deflate", "cache"},
     "decode": {"errors", "_accel", "_threads", "proto"},
     "encode": {"errors", "_accel", "formats", "decode"},  # framed blocks: formats.crc
     "schema": {"errors", "decode", "proto", "read"},
     "convert": {"errors", "storage", "formats", "index", "read", "decode", "encode", "write",
                 "opening"},
     "write": {"errors", "storage", "formats", "index", "decode", "encode"},
+    # "tfds": a TFDS builder directory opened through ofindex.open, decoded by ofindex.decode
+    "tfds": {"errors", "_threads", "decode", "read", "opening"},
     "shuffle": {"errors"},  # StateError for saved states it refuses
     # "planning": a plan opens the dataset for its shape, and models reads and orders
-    "planning": {"errors", "storage", "formats", "read", "shuffle", "opening"},
+    "planning": {"errors", "storage", "formats", "read", "cache", "shuffle", "opening"},
     # "opening": an integration that takes paths (Ray's read_ofindex) opens them as the CLI does
-    "integrations": {"errors", "storage", "formats", "index", "read", "decode", "shuffle",
-                     "opening"},
+    # "encode": the column map's way back (records to the Arrow columns they were written from);
+    # "planning": the engines' read tasks are the split planner's partitions; "write": their
+    # write transforms stage shards from many tasks and publish them at the end
+    "integrations": {"errors", "storage", "formats", "index", "read", "decode", "encode",
+                     "shuffle", "opening", "tfds", "planning", "write", "schema"},
     "cli": {"", "errors", "_accel", "transport", "storage", "formats", "index", "read", "decode",
-            "shuffle", "proto", "opening", "encode", "write", "schema", "convert", "planning"},
+            "shuffle", "proto", "opening", "encode", "write", "schema", "convert", "planning",
+            "tfds"},
     "errors": set(),
     "_accel": {"_native"},
     "_threads": set(),
@@ -257,6 +265,38 @@ def test_public_api_names():
     assert callable(ofindex.decode.BatchDecoder)
     assert callable(ofindex.shuffle.GlobalShuffleSampler)
     assert callable(ofindex.integrations.torch.TorchDataset)
+
+
+def test_every_error_and_warning_is_in_errors_and_exported():
+    """Every exception or warning class the library defines lives in ``ofindex.errors`` (one
+    place a caller looks), derives from ``OfindexError`` or ``OfindexWarning`` (one ``except``
+    or one warnings filter catches them all), and is exported from ``ofindex`` (``StateError``,
+    ``ClusterError`` and four warnings were defined but not exported). Classes private to a
+    module (a leading underscore, or internal signals caught by their callers and never
+    raised to a user: the decoder's ``WireError``, inflating's ``InflateFailure``, the cache
+    database's ``Unusable``) and the CLI's own ``UsageError`` are the exceptions."""
+    import ofindex
+    from ofindex import errors
+
+    internal = {"WireError", "InflateFailure", "Unusable", "UsageError"}
+    misplaced = []
+    for module, path in _modules().items():
+        with open(path, encoding="utf-8") as source:
+            tree = ast.parse(source.read())
+        for node in tree.body:
+            if not isinstance(node, ast.ClassDef) or node.name.startswith("_"):
+                continue
+            bases = {ast.unparse(base) for base in node.bases}
+            if any(b.endswith(("Error", "Exception", "Warning")) for b in bases) and \
+                    module != "ofindex.errors" and node.name not in internal:
+                misplaced.append(f"{module}.{node.name}")
+    assert not misplaced, f"define these in ofindex/errors.py: {misplaced}"
+    for name, value in vars(errors).items():
+        if isinstance(value, type) and issubclass(value, BaseException) and \
+                value.__module__ == "ofindex.errors":
+            assert issubclass(value, (errors.OfindexError, errors.OfindexWarning)), name
+            assert getattr(ofindex, name, None) is value and name in ofindex.__all__, \
+                f"ofindex.{name} is not exported"
 
 
 #: The dependencies whose private names the library must not use: their internals change

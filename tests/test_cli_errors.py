@@ -365,6 +365,7 @@ def test_convert_into_its_own_source_exits_2_naming_both(data, tmp_path):
     assert r.returncode == 0, r.stderr
 
 
+@pytest.mark.slow
 def test_convert_of_a_damaged_source_is_one_line_naming_the_file(tmp_path):
     """A damaged Parquet file, a truncated one, numpy files that are not, an npy of pickled
     objects and a broken Hugging Face save printed pyarrow's / numpy's / json's exception

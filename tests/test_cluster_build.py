@@ -144,6 +144,7 @@ print(json.dumps([r.records for r in results]))
 """
 
 
+@pytest.mark.slow
 def test_ray_local_mode_build_equals_local_build(data_dir):
     """Ray's local mode (its own process tree, so it runs in a child interpreter)."""
     import json

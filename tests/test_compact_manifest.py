@@ -108,6 +108,42 @@ def test_the_default_kind_follows_the_shard_count(tmp_path, monkeypatch):
     assert ofindex.open(root)[:] == records
 
 
+@pytest.mark.parametrize("where", ["local", "memory"])
+def test_a_manifest_named_with_a_standard_name_replaces_the_other_kind(tmp_path, where):
+    """``build_index(manifest=...)`` naming ``ofindex-manifest.bin`` or
+    ``ofindex-manifest.json`` removes the other kind's file in that directory, as the switch
+    at COMPACT_FROM_SHARDS does (the JSON one stayed, and an older compact one beside a new
+    JSON manifest was read in its place: readers look for the compact one first)."""
+    local = str(tmp_path / "data")
+    records = _dataset(local)
+    root = local if where == "local" else "memory://named-kinds/data"
+    fs = fsspec.filesystem("memory")
+    if where == "memory":
+        for name in os.listdir(local):
+            with open(os.path.join(local, name), "rb") as f:
+                fs.pipe(f"/named-kinds/data/{name}", f.read())
+    index = f"{root}.ofindex"
+
+    def exists(name: str) -> bool:
+        return (os.path.exists(os.path.join(index, name)) if where == "local"
+                else fs.exists(f"/named-kinds/data.ofindex/{name}"))
+
+    try:
+        ofindex.build_index(root)  # the JSON manifest in the default place
+        assert exists(MANIFEST_NAME) and not exists(COMPACT_NAME)
+        ofindex.build_index(root, manifest=f"{index}/{COMPACT_NAME}")
+        assert exists(COMPACT_NAME) and not exists(MANIFEST_NAME)
+        ofindex.build_index(root, manifest=f"{index}/{MANIFEST_NAME}")
+        assert exists(MANIFEST_NAME) and not exists(COMPACT_NAME)
+        with ofindex.open(root) as ds:
+            assert ds[:] == records
+        ofindex.build_index(root, manifest=f"{index}/other-name.json")  # not a standard name
+        assert exists(MANIFEST_NAME) and exists("other-name.json")
+    finally:
+        if where == "memory":
+            fs.rm("/named-kinds", recursive=True)
+
+
 def test_json_manifests_still_open(tmp_path):
     root = str(tmp_path / "data")
     records = _dataset(root)

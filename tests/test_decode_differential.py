@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import pytest
 from fuzzkit import Tally, guarded
+from google.protobuf import __version__ as protobuf_version
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from helpers import same, same_dict
 from hypothesis import HealthCheck, example, given, settings
@@ -242,8 +243,39 @@ for _depth in (MAX_DEPTH, MAX_DEPTH + 1):
     EDGES[f"{_depth - 2} groups in a Feature"] = ld(1, ld(2, nested_groups(_depth - 2)))
 
 
+#: The rules ofindex follows are those of protobuf 7 (upb), and protobuf 6 differs on some
+#: edges of an OFRecord: it accepts a length in more than 5 bytes, and refuses field number 0
+#: inside a group (a group is skipped whole: protobuf 7 and ofindex accept it). The test
+#: environment may hold protobuf 6 (Apache Beam's extra requires protobuf < 7); there these
+#: edges are checked against protobuf 7's outcome, recorded from protobuf 7.1 (the oracle of
+#: every other edge stays the installed protobuf).
+PROTOBUF_MAJOR = int(protobuf_version.split(".")[0])
+PROTOBUF_7_OUTCOMES = {
+    "bytes value length of 6 bytes": "DecodeError",
+    "key length of 6 bytes": "DecodeError",
+    "length of 10 bytes": "DecodeError",
+    "length of 6 bytes": "DecodeError",
+    "length of 6 bytes inside a group": "DecodeError",
+    "list length of 10 bytes": "DecodeError",
+    "map entry length of 6 bytes": "DecodeError",
+    "packed run length of 6 bytes": "DecodeError",
+    "field 0 fixed32 inside a group": "ok",
+    "field 0 group inside a group": "ok",
+    "field 0 inside a group in a map entry": "ok",
+    "field 0 length-delimited inside a group": "ok",
+    "field 0 varint inside a group": "ok",
+}
+
+
 @pytest.mark.parametrize("name", sorted(EDGES))
 def test_wire_rules_match_protobuf_ofrecord(name):
+    if PROTOBUF_MAJOR < 7 and name in PROTOBUF_7_OUTCOMES:
+        outcome, got = guarded(lambda: DECODERS["ofrecord"](EDGES[name]), 8 * len(EDGES[name]),
+                               TALLY_SINGLE, "ofrecord")
+        assert outcome == PROTOBUF_7_OUTCOMES[name], got
+        if outcome == "ok":
+            assert got == {}  # the group, skipped whole, held the record's only field
+        return
     check_single("ofrecord", EDGES[name])
 
 
@@ -268,8 +300,9 @@ def test_batches_refuse_the_lengths_protobuf_refuses(pad):
     spec = {"label": FixedLen((), "int64"), "img": FixedLen((2,), "float32")}
     for label, key_pad, list_pad in ((200, pad, 0), (3000000, 0, pad)):
         batch = [record(1), record(label, key_pad, list_pad), record(2**40)]
-        accepted = protobuf_answer("example", batch[1]) is not None
-        assert accepted == (pad <= 4)
+        accepted = pad <= 4  # protobuf 7's rule (see PROTOBUF_7_OUTCOMES)
+        if PROTOBUF_MAJOR >= 7:
+            assert (protobuf_answer("example", batch[1]) is not None) == accepted
         outcome, got = guarded(lambda batch=batch: decode_batch(batch, spec), 1 << 20)
         assert outcome == ("ok" if accepted else "DecodeError"), got
         if accepted:
@@ -288,6 +321,7 @@ CASES = st.sampled_from(sorted(RECORDS)).flatmap(
 @example(case=("ofrecord", b"\n\x16\t" + bytes(8) + b"\n\x01a\n\x01a\x8a\x80\x80\x80\x80\x00\x00"))
 @example(case=("ofrecord", bytes.fromhex("0a160a02fffefbffffff0f2df62ffc67fcffffff8f001200")))
 @given(case=CASES)
+@pytest.mark.slow
 def test_decoders_match_protobuf(case):
     kind, raw = case
     TALLY_SINGLE.input()
@@ -378,6 +412,7 @@ BATCH_CASES = st.sampled_from(sorted(FAMILY_KINDS)).flatmap(
 @example(case=("example", ({"a": VarLen("bytes")}, [_FEATURE_A + b"K\xcc\x80\x80\x80\x80\x00"])))
 @example(case=("example", ({"a": VarLen("bytes")}, [_FEATURE_A + b"K\x00\x01L"])))
 @given(case=BATCH_CASES)
+@pytest.mark.slow
 def test_batches_match_protobuf(impl, case):
     TALLY_BATCH.input()
     kind, (spec, batch) = case

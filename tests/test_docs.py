@@ -22,6 +22,8 @@ import tempfile
 
 import pytest
 
+import ofindex
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 README = os.path.join(ROOT, "README.md")
 DOCS = os.path.join(ROOT, "docs")
@@ -102,6 +104,7 @@ def _make_world(root, moto_server, gcs_server, nginx_server):
         gcs.pipe_file(f"public-data/train/{name}", data)
         shutil.copy(f, os.path.join(www, name))
     ofindex.build_index(www)  # the web server serves data and sidecars; nothing builds there
+    _make_tfds(cwd, gcs)
     env = dict(os.environ)
     env.update(
         PATH=BIN + os.pathsep + env.get("PATH", ""),
@@ -111,6 +114,21 @@ def _make_world(root, moto_server, gcs_server, nginx_server):
         PYTHONWARNINGS="error::ResourceWarning",
     )
     return cwd, env
+
+
+def _make_tfds(cwd, gcs):
+    """tensorflow_datasets/rlds_family/1.0.0 (docs/tfds.md), written by TFDS itself in a
+    process of its own (TensorFlow stays out of this one), and its copy in
+    gs://public-data/tfds/."""
+    tests = os.path.dirname(os.path.abspath(__file__))
+    _run([sys.executable, "-c", "import sys, tfds_builders; "
+          "tfds_builders.prepare('rlds_family', sys.argv[1])",
+          os.path.join(cwd, "tensorflow_datasets")], cwd,
+         {**os.environ, "PYTHONPATH": os.pathsep.join([tests, ROOT])})
+    builder = os.path.join(cwd, "tensorflow_datasets", "rlds_family", "1.0.0")
+    for name in sorted(os.listdir(builder)):
+        with open(os.path.join(builder, name), "rb") as f:
+            gcs.pipe_file(f"public-data/tfds/rlds_family/1.0.0/{name}", f.read())
 
 
 @pytest.fixture(scope="module")
@@ -141,6 +159,10 @@ def dask_scheduler(moto_server):
 def world(tmp_path_factory, moto_server, gcs_server, nginx_server, dask_scheduler):
     cwd, env = _make_world(str(tmp_path_factory.mktemp("docs")), moto_server, gcs_server,
                            nginx_server)
+    # data/ indexed before any block runs, as the README's `ofindex build data` leaves it: a
+    # page's blocks then pass whichever worker runs them, in whatever order (run alone, the
+    # blocks of docs/shuffling.md found no index)
+    ofindex.build_index(os.path.join(cwd, "data"))
     env["OFINDEX_DOCS_HTTP"] = nginx_server.url
     env["OFINDEX_DOCS_DASK"] = dask_scheduler
     # Ray's directory of its own (short: Ray's socket paths must stay under 108 bytes): an
@@ -163,6 +185,7 @@ def _shell_lines(body: str) -> list[str]:
 
 @pytest.mark.parametrize("line", SMOKE_LINES, ids=[
     line.replace(".venv/bin/python ", "") for line in SMOKE_LINES])
+@pytest.mark.slow
 def test_benchmark_smoke(line, world):
     """A benchmark command of the docs, run from the repository with ``--smoke`` (seconds at
     tiny sizes) by the test's interpreter."""
@@ -179,10 +202,8 @@ def test_benchmark_smoke(line, world):
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-@pytest.mark.parametrize("page,number,lang,directive,body", ALL_BLOCKS, ids=[
-    f"{b[0]}-block{b[1]}-{b[2] or 'text'}" for b in ALL_BLOCKS])
-def test_documented_block_runs(page, number, lang, directive, body, world):
-    cwd, env = world
+def _run_block(page, number, lang, directive, body, cwd, env):
+    """Run one code block of ``page`` as a reader would (python or bash)."""
     if directive.startswith("smoke (") and lang == "bash":
         assert _shell_lines(body), f"{page} block {number}: an empty smoke block"
         return  # each line is a test_benchmark_smoke case
@@ -206,6 +227,21 @@ def test_documented_block_runs(page, number, lang, directive, body, world):
                     "that it is run, or mark it `<!-- docs-test: skip (reason) -->`")
 
 
+#: The pages, each with its blocks in order: a page's later blocks may use what its earlier
+#: ones made (writing.md converts into mnist-like/, then reads it), so a page runs as one
+#: test, in one process, as its reader runs it (run block by block, the blocks of one page
+#: went to different test processes and found nothing).
+PAGE_NAMES = sorted({block[0] for block in ALL_BLOCKS})
+
+
+@pytest.mark.parametrize("page", PAGE_NAMES)
+@pytest.mark.timeout(900)
+def test_documented_blocks_run(page, world):
+    cwd, env = world
+    for _, number, lang, directive, body in [b for b in ALL_BLOCKS if b[0] == page]:
+        _run_block(page, number, lang, directive, body, cwd, env)
+
+
 def test_readme_has_the_two_setup_commands():
     setup = [b for b in BLOCKS if b[1] == "bash" and b[3].strip().startswith(
         ("python3 -m venv .venv", "bash tools/run-tests.sh"))]
@@ -216,6 +252,7 @@ def test_readme_has_the_two_setup_commands():
         assert "bash tools/run-tests.sh" in f.read()
 
 
+@pytest.mark.slow
 def test_readme_install_command_works(tmp_path):
     """The README's first command, in a copy of the repository's files (a fresh venv)."""
     listed = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"],
@@ -252,6 +289,7 @@ def _help_examples() -> list[str]:
     return out
 
 
+@pytest.mark.slow
 def test_every_help_example_runs(tmp_path, moto_server, gcs_server, nginx_server,
                                  dask_scheduler):
     cwd, env = _make_world(str(tmp_path), moto_server, gcs_server, nginx_server)

@@ -162,6 +162,7 @@ SCENARIOS = [  # (kind, drop_last, (W, K), (W', K'), stop, context)
 
 
 @pytest.mark.parametrize(("kind", "drop", "first", "second", "stop", "ctx"), SCENARIOS)
+@pytest.mark.slow
 def test_resume_on_other_ranks_and_workers(sources, kind, drop, first, second, stop, ctx):
     seen = run(sources, kind, drop, first, second, stop, ctx)
     check_once(sources, kind, drop, seen, max(first[0], second[0]))

@@ -82,6 +82,7 @@ def _open(url: str, options: dict | None, tally: collections.Counter) -> ofindex
 
 
 @pytest.mark.parametrize("backend", ["nginx", "moto"])
+@pytest.mark.slow
 def test_two_thousand_random_reads_through_a_faulty_network(backend, request, tmp_path):
     srv = request.getfixturevalue("nginx_server" if backend == "nginx" else "moto_server")
     tally: collections.Counter[str] = collections.Counter()

@@ -64,6 +64,7 @@ def _reads(ds: ofindex.Dataset, records: list[bytes], seed: int, rounds: int,
 
 
 @pytest.mark.parametrize("mapped", [False, True], ids=["pread", "mmap"])
+@pytest.mark.slow
 def test_close_while_other_threads_read(shards, impl, mapped, tmp_path):
     """``ds.close()`` again and again while four threads read through every path (with
     ``mmap=False`` or maps) and a fifth opens and closes other files (which then get the descriptor
@@ -186,6 +187,7 @@ print(n, most)
 
 @pytest.mark.parametrize("mapped", ["mmap", "pread"])
 @pytest.mark.parametrize("which", ["plain", "mixed"])
+@pytest.mark.slow
 def test_any_number_of_shards_reads_under_a_limit_of_256_files(many_shards, impl, mapped,
                                                                which):
     """20,000 shards (and 1,500 of which a third are gzipped) read through every path under a

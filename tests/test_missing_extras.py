@@ -57,6 +57,7 @@ def test_missing_extras_skip_with_the_pip_command_by_hand(tmp_path):
 
 
 @pytest.mark.parametrize("workers", [0, 2])  # 2: as tools/run-tests.sh runs the suite
+@pytest.mark.slow
 def test_in_ci_a_skip_fails_the_run(tmp_path, workers):
     without_the_typo = SUITE.split("def test_a_typo_is_a_failure")[0]
     run = _run(tmp_path, ci=False, suite=without_the_typo, workers=workers)

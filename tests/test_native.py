@@ -263,6 +263,7 @@ print("ok")
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-3000:]
 
 
+@pytest.mark.slow
 def test_hostile_arguments_fuzz():
     seed = 0  # the same inputs on every run; tests/test_fuzz_native.py tries fresh seeds
     done = _in_subprocess("import sys, fuzz_native; sys.exit(fuzz_native.main(sys.argv[1:]))",

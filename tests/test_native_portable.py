@@ -22,6 +22,7 @@ import subprocess
 import sys
 
 import cbuild
+import pytest
 
 CHECK = os.path.join(cbuild.HERE, "native_threads_check.c")
 MINGW = "x86_64-w64-mingw32-gcc"
@@ -83,6 +84,7 @@ def test_the_thread_layer_compiles_and_links_for_windows(tmp_path):
     assert b"pthread_create" not in image
 
 
+@pytest.mark.slow
 def test_the_module_without_threads_passes_the_native_and_checker_tests(tmp_path):
     library = cbuild.module_path(str(tmp_path))
     cbuild.build(cbuild.compiler(), cbuild.sources(), library,

@@ -68,6 +68,7 @@ def toolchain():
     return cc, _runtime(cc, "libasan.so"), _runtime(cc, "libubsan.so")
 
 
+@pytest.mark.slow
 def test_native_tests_and_fuzzer_pass_under_asan_and_ubsan(toolchain, tmp_path):
     cc, libasan, _ = toolchain
     lib = cbuild.module_path(str(tmp_path))

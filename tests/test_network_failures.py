@@ -143,6 +143,7 @@ def test_a_refused_connection_to_a_store_that_answered_is_retried_then_named():
                               "connection refused", "failed after 1 attempt", within=60.0)
 
 
+@pytest.mark.slow
 def test_a_server_answering_only_429_is_given_up_within_the_bounds():
     """HTTP 429 to every request: ``retries=0`` sends each request once, and ``timeout=``
     bounds the backoff and the pacer's waits (``open(timeout=5, retries=0)`` waited 10
@@ -304,6 +305,7 @@ def test_two_second_blackout_does_not_kill_a_batch(served):
     print(f"\nblackout of 2 s: batch of 64 in {took:.2f} s")
 
 
+@pytest.mark.slow
 def test_slowdown_answers_are_retried_then_succeed(moto_server, dataset):
     import s3fs
 

@@ -303,6 +303,7 @@ def test_reads_under_a_low_limit_slow_down_and_never_fail(throttled_store, store
 
 
 # -- S3 (moto) behind a proxy that answers "503 SlowDown" ------------------------------------
+@pytest.mark.slow
 def test_slowdown_answers_from_s3_never_fail_a_read(tmp_path, moto_server):
     """s3fs's own exceptions for S3's answers over the rate (``SlowDown`` to a GET, a bare 503
     to a HEAD) slow the reader down: nothing fails."""

@@ -234,6 +234,7 @@ def test_the_docs_example_runs(tmp_path):
         assert out.stdout.splitlines() == expected
 
 
+@pytest.mark.slow
 def test_the_measurement_behind_the_docs_table(tmp_path):
     """tools/glob_placement.py, whose output docs/placement.md tabulates: beside the data the
     sidecars match DIR/*, DIR/part-* and DIR/*-of-* on every store; the hidden places are

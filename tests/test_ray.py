@@ -130,6 +130,7 @@ def _read(cluster, tmp_path, **args):
     return got["rows"]
 
 
+@pytest.mark.slow
 def test_every_record_exactly_once(cluster, data, tmp_path):
     rows = _read(cluster, tmp_path, paths=data)
     with ofindex.open(data) as ds:
@@ -137,6 +138,7 @@ def test_every_record_exactly_once(cluster, data, tmp_path):
         assert all(r["bytes"] == ds[r["index"]] for r in rows)
 
 
+@pytest.mark.slow
 def test_shuffled_read_is_a_permutation(cluster, data, tmp_path):
     from ofindex.shuffle.orders import GlobalShuffleOrder
 
@@ -149,6 +151,7 @@ def test_shuffled_read_is_a_permutation(cluster, data, tmp_path):
         assert all(r["bytes"] == ds[r["index"]] for r in rows)
 
 
+@pytest.mark.slow
 def test_decoded_columns(cluster, data, tmp_path):
     from ofindex.decode import decode_example
 
@@ -182,6 +185,7 @@ def examples(tmp_path_factory):
 
 
 @pytest.mark.parametrize("shuffle", [False, True])
+@pytest.mark.slow
 def test_decoded_bytes_features(cluster, examples, tmp_path, shuffle):
     # a bytes feature of one value per record is decoded into one buffer per block, which
     # becomes the binary column as it is; with a VarLen of bytes the blocks are lists
@@ -200,6 +204,7 @@ def test_decoded_bytes_features(cluster, examples, tmp_path, shuffle):
                     assert list(r["tags"]) == list(want.get("tags", []))
 
 
+@pytest.mark.slow
 def test_blocks_pass_through_ray_as_one_chunk(cluster, data, tmp_path):
     # a block a little over Ray's target_max_block_size passes through Ray alone, one chunk
     # per column (iter_batches slices it without a copy); smaller pieces are joined by Ray
@@ -240,6 +245,7 @@ def test_block_rows_and_task_counts(data):
     assert read_task_count(1, 1, 1, 1) == 1
 
 
+@pytest.mark.slow
 def test_bucket_paths(cluster, data, tmp_path, moto_server):
     import s3fs
 
@@ -304,3 +310,24 @@ def test_tasks_balance_records_and_bytes(tmp_path):
     costs = [sizes[a:b].sum() for a, b in itertools.pairwise(cuts)]
     assert max(costs) < 1.1 * min(costs)  # equal work; equal counts would be 50x apart
     assert cuts[1] < 200 and cuts[2] < 200  # the big shard is split across tasks
+
+
+def test_tasks_cut_compressed_files_at_seek_points(tmp_path):
+    """Read tasks come from the split planner: a GZIP file is cut only where inflating can
+    start (the first record at or after a seek point), so no task inflates data it drops."""
+    path = str(tmp_path / "one.gz.tfrecord")
+    rng = np.random.default_rng(3)
+    records = [rng.bytes(300) for _ in range(600)]
+    with ofindex.Writer(path, compression="gzip", seek_spacing=4096) as w:
+        w.write_many(records)
+    ds = ofindex.open(path)
+    tasks = OfindexDatasource(ds, rows_per_block=50).get_read_tasks(6)
+    rows = [t.metadata.num_rows for t in tasks]
+    assert sum(rows) == 600 and len(rows) == 6
+    sidecar = ds._table.shards[0].sidecar
+    starts, points = sidecar.offsets.astype(np.int64), sidecar.seeks.out
+    for cut in np.cumsum(rows)[:-1].tolist():
+        # a seek point lies after record cut-1's start, at or before record cut's
+        assert ((points > starts[cut - 1]) & (points <= starts[cut])).any(), cut
+    got = [bytes(r) for t in tasks for block in t() for r in block.column("bytes").to_pylist()]
+    assert got == records

@@ -298,6 +298,7 @@ sys.exit(3 if wrong else 0)
 
 
 @pytest.mark.parametrize("mmap", [True, False])
+@pytest.mark.slow
 def test_threads_reading_a_fresh_dataset_at_once(tmp_path, mmap):
     """16 threads reading a dataset just unpickled in a new process (a Grain worker's read
     threads): the first reads of a shard race to bind it, and rebinding released the slot's

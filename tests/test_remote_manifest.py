@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 
+import crc32c
 import numpy as np
 import pytest
 from helpers import manifest_of
@@ -72,6 +73,36 @@ def test_local_manifest_checks_listing_at_open(tmp_path):
     with pytest.raises(ofindex.StaleIndexError, match=r"not in the manifest.*ofindex build"):
         ofindex.open(d)
     assert len(ofindex.open(d, manifest=False)) == 21
+
+
+def test_local_manifest_names_a_shard_in_a_subdirectory(tmp_path):
+    """A JSON manifest may name a shard below its data directory (``sub/deep``); opening it
+    locally lists the directory's own files and looks for such a shard on its own (it was
+    refused as missing, the listing holding no subdirectory's files)."""
+    d = str(tmp_path / "ds")
+    for name in ("top", os.path.join("sub", "deep")):
+        with ofindex.Writer(os.path.join(d, name), index=False) as w:
+            w.write(name.encode())
+    index = d + ".ofindex"
+    ofindex.build_index(os.path.join(d, "top"))
+    ofindex.build_index(os.path.join(d, "sub", "deep"), index_dir=index)
+    m = manifest_of(d)
+    ofindex.build_index(os.path.join(d, "top"), manifest=m)  # then list both by hand
+    with open(m, "rb") as f:
+        doc = json.loads(f.read())
+    del doc["crc32c"]
+    deep = os.stat(os.path.join(d, "sub", "deep"))
+    doc["shards"] = {"name": ["top", "sub/deep"], "records": [1, 1],
+                     "size": [doc["shards"]["size"][0], deep.st_size],
+                     "fingerprint": [doc["shards"]["fingerprint"][0],
+                                     f"mtime_ns:{deep.st_mtime_ns}"]}
+    text = json.dumps(doc, separators=(",", ":")).encode()
+    with open(m, "wb") as f:
+        f.write(text[:-1] + b',"crc32c":%d}' % crc32c.crc32c(text))
+    assert ofindex.open(d)[:] == [b"top", os.path.join("sub", "deep").encode()]
+    os.remove(os.path.join(d, "sub", "deep"))
+    with pytest.raises(ofindex.StaleIndexError, match=r"missing: \['sub/deep'\]"):
+        ofindex.open(d)
 
 
 def test_readahead_serves_any_access_pattern():

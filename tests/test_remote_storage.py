@@ -280,7 +280,7 @@ def test_sidecar_cache_is_bounded_and_cached_on_disk(served, tmp_path):
     assert ds.__getitems__(idx.tolist()) == [expected[i] for i in idx]
     assert [ds[i] for i in range(0, RECORDS, 7)] == expected[::7]
     cache = ds._table.shards[0].cache
-    assert len(cache) == 1 and cache.held_bytes <= one + 100
+    assert len(cache.memory) == 1 and cache.memory.held_bytes <= one + 100
     assert sum(s.loaded for s in ds._table.shards) == 1
 
     cdir = str(tmp_path / "sidecars")
@@ -330,6 +330,7 @@ def test_read_only_web_data_with_index_in_another_store(served):
 
 
 @pytest.mark.parametrize("compact", [False, True], ids=["json", "compact"])
+@pytest.mark.slow
 def test_ten_thousand_shards_open_with_one_round(nginx_server, tmp_path, compact):
     """A 10,000-shard dataset opens through its manifest with one round of requests (a
     compact one: three, reading a part of it), and a read touches only its own shard's

@@ -505,6 +505,47 @@ def test_parts_measured_again_on_their_own_are_said(tmp_path):
     assert "measured again" not in rep.sections[0]
 
 
+# -- the machine's cache stores (tools/bench_cache.py) -------------------------------------------
+def _epoch(wall, requests=0):
+    return {"wall_s": wall, "wall_s_min": wall * 0.9, "wall_s_max": wall * 1.1,
+            "median_batch_ms": wall * 10, "data_requests": requests,
+            "data_bytes": requests * 1e6}
+
+
+CACHE_STORES = {
+    "config": {"rtt_ms": 20.0, "shards": 8, "records": 32768, "record_size": 1000,
+               "dataset_bytes": 33_000_000, "cache_bytes": 66_000_000, "block_bytes": 1 << 20,
+               "batch": 256, "rounds": 3},
+    "contenders": {"ours": {"single": [_epoch(1.5, 9), _epoch(0.75), _epoch(0.8, 1)],
+                            "shared": [_epoch(2.4, 18), _epoch(1.4)]},
+                   "fsspec": {"single": [_epoch(2.6, 32), _epoch(2.5), _epoch(2.3)],
+                              "shared": [_epoch(5.0, 64), _epoch(1.9)]}},
+    "pages": {"pages": 16384, "page_bytes": 1032, "batch": 256,
+              "contenders": {"ours": {"single": [_epoch(9.4), _epoch(2.6)],
+                                      "shared": [_epoch(11.8), _epoch(4.8)]}}},
+}
+
+
+def test_the_cache_stores_section(tmp_path):
+    results, docs = tmp_path / "bench-results", tmp_path / "docs"
+    results.mkdir()
+    readme = tmp_path / "README.md"
+    readme.write_text("# x\n\n<!-- bench:begin -->\n<!-- bench:end -->\n")
+    assert report.main(["--results", str(results), "--docs", str(docs),
+                        "--readme", str(readme)]) == 0
+    assert ("Not measured yet: run `python tools/bench_cache.py --out bench-results/cache.json`"
+            in (docs / "benchmarks.md").read_text())
+    write(results, "cache", CACHE_STORES)
+    assert report.main(["--results", str(results), "--docs", str(docs),
+                        "--readme", str(readme)]) == 0
+    md = (docs / "benchmarks.md").read_text()
+    assert "## Machine cache stores: ours, diskcache, fsspec's block cache" in md
+    assert "| fsspec | shared | 1 | 5 (4.5–5.5) | 50 | 64 | 64 |" in md
+    assert "| ours | single | 2 | 0.75 (0.675–0.825) | 7.5 | 0 | 0 |" in md
+    assert "over a shuffled epoch of 16,384 pages of 1,032 B" in md
+    assert "| ours | shared | 2 | 4.8 (4.32–5.28) | 48 |" in md
+
+
 # -- the request policy's parts (tools/bench_transport.py) -----------------------------------
 def _s(median, lo, hi):
     return {"median": median, "min": lo, "max": hi, "n": 5}

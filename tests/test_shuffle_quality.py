@@ -11,6 +11,8 @@ from ofindex.shuffle import (
     BlockShuffleOrder,
     GlobalShuffleOrder,
     SequentialOrder,
+    class_balance,
+    displacement,
     mixing_of_epoch,
     neighbour_mixing,
 )
@@ -74,3 +76,42 @@ def test_the_measure_orders_the_shuffles_and_scales_to_huge_orders():
     assert mixing.value == pytest.approx(1 / 1024, rel=0.5)
     with pytest.raises(ValueError, match="sample"):
         neighbour_mixing(huge, sample=0)
+
+
+def test_class_balance_counts_each_batch_by_hand():
+    """Batches of 4: [0 0 0 1] holds 2 classes, its top two all 4; [2 3 4 5] 4 classes, its
+    top two 2 of 4; [5 5 5 5] one class. The partial last batch [1 2] is left out."""
+    got = class_balance(np.array([0, 0, 0, 1, 2, 3, 4, 5, 5, 5, 5, 5, 1, 2]), 4)
+    assert got.batches == 3
+    assert got.first_batch_classes == 2
+    assert got.classes_per_batch == pytest.approx((2 + 4 + 1) / 3)
+    assert got.top2_share == pytest.approx((1.0 + 0.5 + 1.0) / 3)
+
+
+def test_class_balance_of_sorted_and_of_shuffled_labels():
+    """Labels stored class by class (20 classes of 500) read in file order give 1-2 classes
+    a batch of 256; a uniform shuffle gives nearly all 20, its top two about 2/20 + a bit."""
+    labels = np.repeat(np.arange(20), 500)
+    sorted_read = class_balance(labels, 256)
+    assert sorted_read.first_batch_classes == 1
+    assert sorted_read.classes_per_batch < 2.0 and sorted_read.top2_share == 1.0
+    shuffled = class_balance(np.random.default_rng(0).permutation(labels), 256)
+    assert shuffled.classes_per_batch > 19.5
+    assert 0.1 < shuffled.top2_share < 0.2
+
+
+def test_class_balance_refuses_what_it_cannot_measure():
+    with pytest.raises(ValueError, match="batch_size"):
+        class_balance(np.arange(4), 0)
+    with pytest.raises(ValueError, match="no whole batch"):
+        class_balance(np.arange(3), 4)
+    with pytest.raises(ValueError, match="non-negative"):
+        class_balance(np.array([0, -1]), 2)
+
+
+def test_displacement_is_zero_in_file_order_and_one_for_a_uniform_order():
+    n = 30_000
+    assert displacement(np.arange(n)) == 0.0
+    assert displacement(np.arange(n)[::-1]) == pytest.approx(1.5, rel=1e-3)  # n/2 of n/3
+    assert displacement(np.random.default_rng(1).permutation(n)) == pytest.approx(1.0, abs=0.02)
+    assert displacement(np.array([1, 0, 3, 2])) == pytest.approx(1 / (4 / 3))  # mean 1

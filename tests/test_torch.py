@@ -65,6 +65,7 @@ def test_getitems_batched_fetch_in_process(ds):
 
 
 @pytest.mark.parametrize("ctx", ["fork", "spawn"])
+@pytest.mark.slow
 def test_dataloader_workers(ds, ctx):
     data = TorchDataset(ds)
     sampler = GlobalShuffleSampler(data, seed=3)

@@ -16,6 +16,10 @@ parallel map), by the consuming process with Pillow for the others.
   README's training loop).
 * ``ofindex-torch-main``: the same with ``num_workers=0`` (batches made in the loop's process).
 * ``ofindex-grain``: ``GrainBatches(...).to_iter_dataset().mp_prefetch(workers)``.
+* ``ofindex-block``: ``ofindex-torch-main`` with ``BlockShuffleSampler(block_size,
+  window)`` in place of the global shuffle (fewer, larger reads: the remote trade-off).
+* ``grain``: Grain's own global shuffle, ``MapDataset.source(ofindex.open(...)).shuffle()
+  .batch(batch_fn=BatchDecoder(spec))``, read in the loop's process.
 * ``ofindex-tf``: ``TFBatches(...).dataset()`` (a ``tf.data`` pipeline: one
   ``numpy_function`` per batch in a parallel map, ``prefetch(AUTOTUNE)``), read as numpy.
 * ``tfdata``: ``list_files(shuffle) -> interleave(TFRecordDataset, AUTOTUNE) ->
@@ -128,6 +132,34 @@ def ofindex_torch_main(c: Config) -> Iterator[Any]:
     """ofindex + torch DataLoader without worker processes (batches made in the loop's
     process: reading and decoding a batch is compiled, so workers mostly add IPC)."""
     return ofindex_torch(dict(c, ofindex_workers=0))
+
+
+def ofindex_block(c: Config) -> Iterator[Any]:
+    """ofindex + torch DataLoader (no workers) with the block shuffle."""
+    import torch.utils.data as tud
+
+    import ofindex
+    from ofindex.decode import BatchDecoder
+    from ofindex.integrations.torch import BatchSampler, BlockShuffleSampler, TensorBatches
+
+    data = TensorBatches(ofindex.open(c["files"]), BatchDecoder(_spec(c)), pack_bytes=True)
+    order = BlockShuffleSampler(data, block_size=c.get("block_size", 64),
+                                window=c.get("window", 16), seed=0)
+    sampler = BatchSampler(order, c["batch_size"], drop_last=True)
+    return iter(tud.DataLoader(data, sampler=sampler, batch_size=None, num_workers=0))
+
+
+def grain_own(c: Config) -> Iterator[Any]:
+    """Grain's own global shuffle over the random-access dataset, batches decoded at once."""
+    import grain
+
+    import ofindex
+    from ofindex.decode import BatchDecoder
+
+    decoder = BatchDecoder(_spec(c))
+    data = (grain.MapDataset.source(ofindex.open(c["files"])).shuffle(seed=0)
+            .batch(c["batch_size"], drop_remainder=True, batch_fn=decoder))
+    return iter(data)
 
 
 def ofindex_grain(c: Config) -> Iterator[Any]:
@@ -288,7 +320,8 @@ def dali(c: Config) -> Iterator[Any]:
 CONTENDERS: dict[str, Callable[[Config], Iterator[Any]]] = {
     "ofindex-torch": ofindex_torch, "ofindex-torch-main": ofindex_torch_main,
     "ofindex-grain": ofindex_grain, "ofindex-tf": ofindex_tf, "tfdata": tfdata,
-    "vahidk": vahidk, "streaming": streaming, "dali": dali,
+    "vahidk": vahidk, "streaming": streaming, "dali": dali, "ofindex-block": ofindex_block,
+    "grain": grain_own,
 }
 
 
@@ -298,6 +331,8 @@ IMPORTS = {
     "ofindex-torch": ["torch.utils.data", "ofindex.integrations.torch"],
     "ofindex-torch-main": ["torch.utils.data", "ofindex.integrations.torch"],
     "ofindex-grain": ["grain", "ofindex.integrations.grain"],
+    "ofindex-block": ["torch.utils.data", "ofindex.integrations.torch"],
+    "grain": ["grain", "ofindex.decode"],
     "ofindex-tf": ["tensorflow", "ofindex.integrations.tf"],
     "tfdata": ["tensorflow"],
     "vahidk": ["torch.utils.data", "tfrecord.torch.dataset"],

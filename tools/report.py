@@ -7,13 +7,14 @@ benchmarks' JSON in bench-results/, so that no figure is edited by hand.
 
 Reads, when present: pipeline.json (tools/bench_pipeline.py), images.json
 (tools/bench_images.py), sequential.json
-(tools/bench_sequential.py), shuffle.json (tools/bench_shuffle.py), remote.json
+(tools/bench_sequential.py), shuffle.json (tools/bench_shuffle.py), shuffle_quality.json
+(tools/bench_shuffle_quality.py), remote.json
 (tools/bench_remote.py), compressed.json (tools/bench_compressed.py), read.json
 (tools/bench_read.py), build.json (tools/bench_build.py), decode.json
 (tools/bench_decode.py), scale.json and scale_manifest.json (tools/bench_scale.py), mixing.json
 (tools/bench_mixing.py), write.json (tools/bench_write.py), ratelimit.json
-(tools/bench_ratelimit.py), transport.json (tools/bench_transport.py). A missing file gives a
-line
+(tools/bench_ratelimit.py), cache.json (tools/bench_cache.py), transport.json
+(tools/bench_transport.py). A missing file gives a line
 saying how to make it, or with ``--keep-missing`` the section and README lines already
 written from it earlier (so that one benchmark can be re-run and its figures refreshed
 alone). README.md's text between ``<!-- bench:begin -->`` and ``<!-- bench:end -->`` is
@@ -42,6 +43,7 @@ MISSING = "\0missing:"
 TOOLS = {"pipeline": ("bench_pipeline.py", []), "images": ("bench_images.py", []),
          "sequential": ("bench_sequential.py", []),
          "shuffle": ("bench_shuffle.py", []), "remote": ("bench_remote.py", []),
+         "shuffle_quality": ("bench_shuffle_quality.py", []),
          "compressed": ("bench_compressed.py", []), "read": ("bench_read.py", []),
          "build": ("bench_build.py", []), "decode": ("bench_decode.py", []),
          "scale": ("bench_scale.py", []), "scale_manifest": ("bench_scale.py", ["--manifests"]),
@@ -50,7 +52,9 @@ TOOLS = {"pipeline": ("bench_pipeline.py", []), "images": ("bench_images.py", []
          "data_cache_large": ("bench_scale.py", ["--data-cache", "--dc-records", "256",
                                                  "--dc-record-size", "100000"]),
          "ray": ("bench_ray.py", []), "write": ("bench_write.py", []),
-         "ratelimit": ("bench_ratelimit.py", []), "transport": ("bench_transport.py", [])}
+         "convert": ("bench_convert.py", []),
+         "ratelimit": ("bench_ratelimit.py", []), "engines": ("bench_engines.py", []),
+         "cache": ("bench_cache.py", []), "transport": ("bench_transport.py", [])}
 
 
 def fmt(x: float | None, digits: int = 3) -> str:
@@ -314,6 +318,58 @@ class Report:
                                     "shuffled positions/s in O(1) memory.")
         self.sections.append("\n".join(text) + "\n")
 
+    def shuffle_quality(self) -> None:
+        data = self.load("shuffle_quality")
+        title = "Shuffle quality beside speed (tools/bench_shuffle_quality.py)"
+        if data is None:
+            self.missing(title, "bench_shuffle_quality.py")
+            return
+        c, rows = data["config"], data["rows"]
+        text = [f"## {title}\n", f"{c['records']:,} MNIST-like records stored class by class "
+                f"({c['classes']} classes, sorted by label), batches of {c['batch_size']}, "
+                f"shuffle buffers (tf.data, vahidk) and DALI's `initial_fill` of {c['buffer']}, "
+                f"block shuffle of blocks of {c['block_size']} in windows of {c['window']}. "
+                "Classes per batch (mean; in the first batch), the share of a batch its two "
+                "largest classes take, how far records moved from their place in the files "
+                "and how far file neighbours end up apart (1.0 = a uniform shuffle), and one "
+                "epoch's batches/s in a fresh process (median and range over interleaved "
+                f"rounds; load average {data['load']['load_average']} on "
+                f"{data['load']['cores']} cores: a shared machine).\n",
+                table(["pipeline", "classes / batch", "first batch", "top-2 share", "moved",
+                       "mixing", "batches/s"],
+                      [[r["contender"], fmt(r["classes_per_batch"]),
+                        str(r["first_batch_classes"]), fmt(r["top2_share"], 2),
+                        fmt(r["moved"], 2), fmt(r["mixing"], 2),
+                        f"{fmt(r['batches_per_s'])} ({fmt(r['batches_per_s_min'])}–"
+                        f"{fmt(r['batches_per_s_max'])})"] for r in rows])]
+        if data.get("unavailable"):
+            text.append("\nNot measured: " + "; ".join(
+                f"{k} ({v[:80]})" for k, v in data["unavailable"].items()) + "\n")
+
+        def draw(ax: Any) -> None:
+            for r in rows:
+                ours = r["contender"].startswith("ofindex")
+                ax.scatter(r["batches_per_s"], r["classes_per_batch"],
+                           color="C0" if ours else "C7")
+                ax.annotate(r["contender"], (r["batches_per_s"], r["classes_per_batch"]),
+                            fontsize=7)
+            ax.axhline(c["classes"], color="C2", linestyle=":", linewidth=1)
+            ax.set_xscale("log")
+            ax.set_ylim(0, c["classes"] * 1.1)
+            ax.set_xlabel("batches/s (one epoch)")
+            ax.set_ylabel(f"classes per batch (of {c['classes']})")
+            ax.set_title("shuffle quality and speed, data sorted by label")
+
+        text.append("\n" + self.plot("shuffle-quality", draw, (6, 4)) + "\n")
+        best = {r["contender"]: r for r in rows}
+        if "ofindex-torch-main" in best and "dali" in best:
+            ours, dali = best["ofindex-torch-main"], best["dali"]
+            self.summary.append(
+                f"On data sorted by label ({c['classes']} classes): a batch of the global "
+                f"shuffle holds {fmt(ours['classes_per_batch'])} classes, DALI's buffered "
+                f"reader's {fmt(dali['classes_per_batch'])}.")
+        self.sections.append("\n".join(text) + "\n")
+
     def mixing(self) -> None:
         data = self.load("mixing")
         title = "Weighted mixing (tools/bench_mixing.py)"
@@ -397,6 +453,48 @@ class Report:
                         f"{schema['requests']:,} requests.\n")
             self.summary.append(f"`ofindex schema` on {schema['shards']:,} remote shards: "
                                 f"{fmt(sec['median'])} s, {schema['requests']:,} requests.")
+        self.sections.append("\n".join(text) + "\n")
+
+    def converting(self) -> None:
+        data = self.load("convert")
+        title = "Converting HF vision datasets and Parquet lists (tools/bench_convert.py)"
+        if data is None:
+            self.missing(title, "bench_convert.py")
+            return
+        c = data["config"]
+        text = [f"## {title}\n",
+                f"`ofindex convert` against the dataset's own `save_to_disk` and pyarrow reading "
+                f"the same data alone, {c['rounds']} interleaved rounds, batches of "
+                f"{c['batch']}; records/s and ratios (taken within each round): median "
+                f"(range). Machine load {fmt(c['load_before']['load_average'][0], 2)} before, "
+                f"{fmt(c['load_after']['load_average'][0], 2)} after.\n"]
+        for name, what in (("vision", "HF vision dataset: Image() of ~{kb} KB JPEGs and a "
+                                      "ClassLabel"),
+                           ("tabular", "Parquet: a categorical string, list<int64> token ids, "
+                                       "list<string> tags, int64, float64"),
+                           ("nulls", "Parquet: int64, float64, float32 and string columns, "
+                                     "with 5 % nulls in each and with none")):
+            part = data.get(name)
+            if part is None:
+                continue
+            kb = round(part.get("mean_image_bytes", 0) / 1000)
+            text.append(f"### {what.format(kb=kb)}, {part['records']:,} records\n")
+            text.append(table(["contender", "records/s"], [
+                [who, span(r["median"], r["min"], r["max"])]
+                for who, r in part["records_per_s"].items()]))
+            text.append("")
+            text.append(table(["ratio", "×"], [
+                [what_, span(r["median"], r["min"], r["max"])]
+                for what_, r in part["ratios"].items()]))
+            text.append("")
+            bound = part["ratios"].get("convert_parquet_vs_pyarrow_read")
+            if bound:
+                self.summary.append(f"convert from Parquet ({name}): {fmt(bound['median'])}× "
+                                    "the speed of pyarrow reading the file alone.")
+            with_nulls = part["ratios"].get("convert_nulls_vs_no_nulls")
+            if with_nulls:
+                self.summary.append(f"convert of Parquet with 5 % nulls: "
+                                    f"{fmt(with_nulls['median'])}× the speed without nulls.")
         self.sections.append("\n".join(text) + "\n")
 
     def remote(self) -> None:
@@ -787,6 +885,48 @@ class Report:
                 f"{fmt(glob['unpaced']['throttled_fraction'], 2)} without pacing), "
                 f"{best['order']} {fmt(best['paced']['records_per_s'])} records/s.")
 
+    def cache_stores(self) -> None:
+        """The data cache's store against diskcache and fsspec's block cache
+        (tools/bench_cache.py)."""
+        data = self.load("cache")
+        title = "Machine cache stores: ours, diskcache, fsspec's block cache (tools/bench_cache.py)"
+        if data is None:
+            self.missing(title, "bench_cache.py")
+            return
+        c = data["config"]
+        text = [f"## {title}\n",
+                f"{c['shards']} shards of {c['records'] // c['shards']:,} records of "
+                f"~{c['record_size']:,} B ({c['dataset_bytes'] / 1e6:.0f} MB) served by nginx "
+                f"behind a +{c['rtt_ms']:g} ms proxy, globally shuffled batches of "
+                f"{c['batch']}, blocks of {c['block_bytes'] >> 20} MiB, medians of "
+                f"{c['rounds']} interleaved rounds [min–max]. *single*: epochs 1 and 2 in one "
+                "process, 3 in a new one; *shared*: two processes at once, each half of every "
+                "batch. Requests and MB: data GETs nginx answered (epoch 1 counts those of "
+                "epoch 2 too).\n"]
+        rows = []
+        for name, workloads in data["contenders"].items():
+            for workload, epochs in workloads.items():
+                for number, e in enumerate(epochs, 1):
+                    rows.append([name, workload, str(number),
+                                 span(e["wall_s"], e["wall_s_min"], e["wall_s_max"]),
+                                 fmt(e["median_batch_ms"]), fmt(e["data_requests"]),
+                                 fmt(e["data_bytes"] / 1e6)])
+        text.append(table(["store", "workload", "epoch", "wall s", "median batch ms",
+                           "requests", "MB"], rows))
+        pages = data.get("pages")
+        if pages is not None:
+            text.append(f"\nThe machine's page store (`cache_dir`'s pages): per batch, one "
+                        f"look-up of {pages['batch']} page keys and the missing pages stored, "
+                        f"over a shuffled epoch of {pages['pages']:,} pages of "
+                        f"{pages['page_bytes']:,} B (epoch 1: all missing; 2: all held).\n")
+            text.append(table(["store", "workload", "epoch", "wall s", "median batch ms"], [
+                [name, workload, str(number),
+                 span(e["wall_s"], e["wall_s_min"], e["wall_s_max"]), fmt(e["median_batch_ms"])]
+                for name, workloads in pages["contenders"].items()
+                for workload, epochs in workloads.items()
+                for number, e in enumerate(epochs, 1)]))
+        self.sections.append("\n".join(text) + "\n")
+
     def transport(self) -> None:
         """Each part of the request policy against the library that would replace it
         (tools/bench_transport.py)."""
@@ -1011,13 +1151,50 @@ class Report:
                           rows))
         self.sections.append("\n".join(text) + "\n")
 
+    def engines(self) -> None:
+        data = self.load("engines")
+        title = "Spark, Beam and Dask: split reads and indexed writes (tools/bench_engines.py)"
+        if data is None:
+            self.missing(title, "bench_engines.py")
+            return
+        c = data["config"]
+        before, after = data.get("load_before", {}), data.get("load_after", {})
+        text = [f"## {title}\n",
+                f"One file of {fmt(c['records'])} Examples with a {fmt(c['payload'])}-byte "
+                f"payload ({c['size'] / 1e9:.2f} GB of TFRecord), the same rows in one Parquet "
+                "file and in one GZIP TFRecord file; every engine on 2 cores; rows/s: best of "
+                f"{c['repeats']} alternated runs after a warm-up run of each; load average "
+                f"{fmt(before.get('load_average', [0])[0])} before, "
+                f"{fmt(after.get('load_average', [0])[0])} after (2 cores). Goals (issue 50): "
+                "Spark split read ≥ 0.5× Parquet and ≥ 1.8× one partition; Beam split read "
+                "≥ 1.8× `ReadFromTFRecord`; Beam indexed write ≥ 1.0× `WriteToTFRecord` "
+                "alone." + (f" {c['note'][0].upper()}{c['note'][1:]}." if c.get("note") else "")
+                + "\n"]
+        rows = []
+        for engine, keys in (("spark", ("read_rows_per_s", "write_rows_per_s")),
+                             ("beam", ("read_rows_per_s", "write_rows_per_s")),
+                             ("dask", ("rows_per_s",))):
+            part = data.get(engine)
+            if not part:
+                continue
+            for key in keys:
+                for name, rate in part[key].items():
+                    rows.append([engine, name, fmt(rate)])
+            ratios = ", ".join(f"{name} {fmt(value)}×" for name, value in part["ratios"].items())
+            rows.append([engine, "ratios", ratios])
+            self.summary.append(f"{engine.capitalize()} on ofindex: {ratios}.")
+        text.append(table(["engine", "contender", "rows/s"], rows))
+        self.sections.append("\n".join(text) + "\n")
+
     def write(self, readme: str | None) -> str:
         """Write docs/benchmarks.md (and README's marked block); returns the markdown."""
         for section in (self.pipeline, self.images, self.sequential, self.read, self.build,
                         self.decode,
-                        self.compressed, self.shuffle, self.mixing, self.remote, self.scale,
-                        self.data_cache, self.manifests, self.rate_limits, self.transport,
-                        self.ray, self.writing):
+                        self.compressed, self.shuffle, self.shuffle_quality, self.mixing,
+                        self.remote, self.scale,
+                        self.data_cache, self.cache_stores, self.manifests, self.rate_limits,
+                        self.transport, self.ray,
+                        self.engines, self.writing, self.converting):
             before = len(self.summary)
             section()
             self.lines_of[self.sections[-1].split("\n", 1)[0]] = self.summary[before:]

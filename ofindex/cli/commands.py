@@ -17,28 +17,29 @@ from .._accel import implementation
 from ..errors import (
     DataFileNotFoundError,
     IndexNotFoundError,
+    LeftoverFilesWarning,
+    LegacyLayoutWarning,
+    MissingShardsWarning,
     OfindexError,
+    PartialIndexWarning,
     RecordIndexError,
+    SkippedFilesWarning,
 )
 from ..formats.framing import RecordFormat
 from ..formats.location import DatasetLocation, resolve, sidecar_location
-from ..formats.shard_set import MissingShardsWarning
 from ..formats.sidecar import load_sidecar
 from ..formats.sidecar_header import Compression
-from ..formats.strays import SkippedFilesWarning
 from ..formats.textindex import export_text
 from ..index.build_file import BuildResult
 from ..index.builder import build_index
-from ..index.migrate import LegacyLayoutWarning
 from ..index.textimport import read_text_index, sidecar_from_text
 from ..opening import open as open_dataset
 from ..read.dataset import Dataset
-from ..read.open import PartialIndexWarning
 from ..schema import infer_spec, to_python
 from ..storage import Storage, Storages
 from ..storage.identity import check_identity
 from ..storage.special import descriptor_of
-from ..write.leftovers import LeftoverFilesWarning, find_leftovers
+from ..write.leftovers import find_leftovers
 from .exitcodes import EXIT_OK, EXIT_PARTIAL, UsageError
 from .plan_command import cmd_plan
 
@@ -129,6 +130,11 @@ def cmd_info(args: argparse.Namespace, options: Options) -> int:
     """``ofindex info``: shards, counts, sizes and index state (partial indexes shown; files
     without an index: see :mod:`.unindexed`; hidden files a killed writer left: a warning
     first)."""
+    from . import tfds_info
+
+    builder = tfds_info.builder_of(args, options)
+    if builder is not None:
+        return tfds_info.cmd_info(args, builder)
     for path in args.paths:
         left = find_leftovers(path, args.index_dir)
         if left is not None:
@@ -383,8 +389,13 @@ __all__ = ["cmd_build", "cmd_demo", "cmd_export_index", "cmd_get", "cmd_import_i
 
 
 def cmd_schema(args: argparse.Namespace, options: Options) -> int:
-    """``ofindex schema`` (see :mod:`.inspection`)."""
-    from . import inspection, unindexed
+    """``ofindex schema`` (see :mod:`.inspection`; a TFDS builder directory: its
+    ``features.json``, :mod:`.tfds_info`)."""
+    from . import inspection, tfds_info, unindexed
+
+    builder = tfds_info.builder_of(args, options)
+    if builder is not None:
+        return tfds_info.cmd_schema(args, builder)
 
     try:
         ds = _open(args, options, verify=False)

@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from ofindex.errors import DataFileNotFoundError, StorageError
-from ofindex.formats.strays import SkippedFilesWarning, shown
+from ofindex.errors import DataFileNotFoundError, SkippedFilesWarning, StorageError
+from ofindex.formats.strays import shown
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".gif", ".bmp", ".webp", ".tif", ".tiff")
 

@@ -3,7 +3,7 @@ atomically (the dataset appears whole at the end, or not at all), with a progres
 summary; the source's next batch is read while the current one is written
 (:mod:`ofindex.convert.prefetch`)."""
 
-import glob
+import dataclasses
 import os
 import sys
 import warnings
@@ -14,12 +14,15 @@ from ofindex.convert.prefetch import Prefetched
 from ofindex.convert.sources import open_source
 from ofindex.decode import decode_example, decode_ofrecord
 from ofindex.decode.example import top_fields
+from ofindex.decode.image_kinds import count_formats
 from ofindex.decode.spec import Spec
 from ofindex.encode import encode_example, encode_ofrecord
+from ofindex.encode.arrow_map import EXACT
 from ofindex.encode.nulls import REFUSE, Nulls, null_policy
-from ofindex.errors import EncodeError, NestedPathsError, hint
+from ofindex.errors import EncodeError, LeftoverFilesWarning, NestedPathsError, hint
 from ofindex.formats.framing import RecordFormat
-from ofindex.write.leftovers import LeftoverFilesWarning, find_leftovers
+from ofindex.storage.patterns import has_magic, literal_heads
+from ofindex.write.leftovers import find_leftovers
 from ofindex.write.sharded import ShardedWriter, WriteSummary
 
 
@@ -53,14 +56,20 @@ def _as_ofrecord(record: bytes, number: int) -> bytes:
 
 
 def _source_root(src: str) -> str:
-    """The local path a path source reads under (a glob: its directory before any pattern)."""
-    if glob.has_magic(src):
-        parts = []
-        for part in src.split(os.sep):
-            if glob.has_magic(part):
-                break
-            parts.append(part)
-        src = os.sep.join(parts) or os.curdir
+    """The local path a path source reads under: the path itself when it exists (whatever its
+    characters, as :mod:`ofindex.storage.patterns` decides), else a glob's longest leading
+    directory that exists as written, else its directory before any pattern."""
+    if has_magic(src) and not os.path.lexists(src):
+        heads = [head for head in literal_heads(src, os.sep) if os.path.isdir(head)]
+        if heads:
+            src = heads[0]
+        else:
+            parts = []
+            for part in src.split(os.sep):
+                if has_magic(part):
+                    break
+                parts.append(part)
+            src = os.sep.join(parts) or os.curdir
     return os.path.realpath(src)
 
 
@@ -101,7 +110,7 @@ def convert(src: object, dst: str | os.PathLike[str], *, format: str = "tfrecord
             compression: str | None = None, spec: Spec = None, batch_size: int = 1024,
             recode: bool = True, progress: bool = False,
             storage_options: dict[str, Any] | None = None,
-            nulls: Nulls = REFUSE) -> WriteSummary:
+            nulls: Nulls = REFUSE, float64: str = EXACT) -> WriteSummary:
     """Convert a dataset of another kind into a sharded TFRecord / OFRecord dataset.
 
     >>> ofindex.convert("train.parquet", "train/", shard_records=100_000)  # doctest: +SKIP
@@ -127,9 +136,18 @@ def convert(src: object, dst: str | os.PathLike[str], *, format: str = "tfrecord
             ``"refuse"`` (an EncodeError naming the column and the row), ``"drop"`` (left
             out of its list) or ``("fill", value)``. A null cell always leaves the feature
             out of that record (see :mod:`ofindex.encode.nulls`).
+        float64: How an Example holds float64 columns (Parquet, Hugging Face): ``"exact"``
+            (the raw doubles in a bytes value: read back equal) or ``"float32"``
+            (TensorFlow's float_list, rounded). An OFRecord holds doubles either way.
+
+    Columns of Parquet files and Hugging Face datasets are stored by one mapping
+    (:mod:`ofindex.encode.arrow_map`: docs/writing.md's table) and the dataset gets a column
+    map beside its manifest, with which ``ofindex.integrations.hf.to_hf_dataset`` gives the
+    same columns back: features, types, order, values and nulls. Images keep their bytes.
 
     Returns:
-        The :class:`~ofindex.write.sharded.WriteSummary` (records, shards, bytes, time).
+        The :class:`~ofindex.write.sharded.WriteSummary` (records, shards, bytes, time, and
+        the formats of the images written).
 
     Raises:
         EncodeError: A column that cannot be represented (before anything is written), or a
@@ -147,12 +165,15 @@ def convert(src: object, dst: str | os.PathLike[str], *, format: str = "tfrecord
     if left is not None:  # a writer killed earlier: say so, delete nothing
         warnings.warn(LeftoverFilesWarning(left.describe()), stacklevel=2)
     bar = _bar(progress, source.records, source.description)
+    formats: dict[str, int] = {}
     try:
         with ShardedWriter(dst, target, shard_bytes=shard_bytes, shard_records=shard_records,
                            compression=compression, spec=spec, nulls=nulls,
-                           storage_options=storage_options) as writer, \
+                           storage_options=storage_options, float64=float64) as writer, \
                 Prefetched(source.batches()) as batches:
             for batch in batches:
+                if source.images is not None:
+                    count_formats(source.images(batch), formats)
                 if source.raw:
                     records = batch if not recode else _recoded(
                         batch, source.record_format, target, len(writer))
@@ -165,4 +186,6 @@ def convert(src: object, dst: str | os.PathLike[str], *, format: str = "tfrecord
         if bar is not None:
             bar.close()
     assert writer.summary is not None
+    if formats:
+        writer.summary = dataclasses.replace(writer.summary, image_formats=formats)
     return writer.summary

@@ -26,7 +26,7 @@ import re
 import warnings
 from collections.abc import Iterable, Sequence
 
-from ..errors import IncompleteDatasetError, hint
+from ..errors import IncompleteDatasetError, MissingShardsWarning, hint
 from ..storage import Storage
 
 #: The claim file a writer creates (exclusively) in its destination before it renames any
@@ -38,11 +38,6 @@ _OF_N = re.compile(r"(?P<head>.*?)(?P<shard>\d+)-of-(?P<count>\d+)(?P<tail>.*)",
 _CLAIM_BYTES = 4096
 #: Missing shard numbers a message names (the count says how many there are in all).
 _SHOWN = 5
-
-
-class MissingShardsWarning(UserWarning):
-    """A dataset opened or built with ``allow_missing_shards=True`` lacks shards (the message
-    says which)."""
 
 
 @dataclasses.dataclass(frozen=True)

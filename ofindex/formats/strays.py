@@ -19,7 +19,7 @@ import re
 import warnings
 from collections.abc import Collection, Sequence
 
-from ..errors import DataFileNotFoundError, FormatDetectionError, hint
+from ..errors import DataFileNotFoundError, FormatDetectionError, SkippedFilesWarning, hint
 from ..storage import Storage, is_document_name
 from .detect import may_hold_records
 
@@ -28,11 +28,6 @@ SNIFF_BYTES = 16
 
 #: File names shown in a message; the rest are counted.
 SHOWN = 3
-
-
-class SkippedFilesWarning(UserWarning):
-    """Files found by a directory or glob were skipped: they are not TFRecord/OFRecord files
-    (see :mod:`ofindex.formats.strays`)."""
 
 
 def name_pattern(name: str) -> str:

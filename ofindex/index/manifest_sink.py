@@ -4,8 +4,10 @@ A build writes its manifest (:mod:`ofindex.formats.manifest`) from one result pe
 dataset order. :class:`ManifestSink` takes them one at a time: into a compact manifest's
 writer, which encodes a page at a time (a million-file cluster build never holds every row),
 or into the columns of a JSON manifest (small datasets). :meth:`ManifestSink.close` writes
-the file and, in the default place, removes the other kind's file there, so that no reader
-finds an older manifest.
+the file and, when it has a standard name (``ofindex-manifest.json`` or
+``ofindex-manifest.bin``, in the default place or named by the caller), removes the other
+kind's file in the same directory: readers look for the compact one first, so an older one
+left beside a new JSON manifest would be read in its place.
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ from ..formats.compact_manifest import COMPACT_NAME, CompactManifestFile, writes
 from ..formats.dataset_identity import dataset_identity
 from ..formats.framing import RecordFormat
 from ..formats.location import DatasetLocation
-from ..formats.manifest import write_manifest
+from ..formats.manifest import MANIFEST_NAME, write_manifest
+from ..storage import Storage
 from .build_file import BuildResult
 
 
@@ -46,6 +49,9 @@ class ManifestSink:
                 url if self.named else self.storage.url(self.compact_path), framing, storage,
                 self.data_dir, self.index_url, storages, len(paths))
         self.added = 0
+        written = self.json_path if self.compact is None or self.named else self.compact_path
+        #: The other kind's manifest this one replaces, or ``None`` (another name)
+        self.other = _other_kind(self.storage, written)
 
     def add(self, result: BuildResult) -> None:
         """The next file's result."""
@@ -58,7 +64,8 @@ class ManifestSink:
                          result.body_crc, result.compression, result.partial, result.content)
 
     def close(self) -> None:
-        """Write the manifest (and remove the other kind's file in the default place)."""
+        """Write the manifest (and, under a standard name, remove the other kind's file in
+        its directory)."""
         if self.compact is not None:
             self.compact.close()
         else:
@@ -73,6 +80,13 @@ class ManifestSink:
                 partial=[r.partial for r in rows], compressions=[r.compression for r in rows],
                 body_crcs=None if None in crcs else [c for c in crcs if c is not None],
                 identity=identity)
-        if not self.named:
-            self.storage.remove(self.json_path if self.compact is not None
-                                else self.compact_path)
+        if self.other is not None:
+            self.storage.remove(self.other)
+
+
+def _other_kind(storage: Storage, path: str) -> str | None:
+    """The other kind's manifest beside a manifest written at ``path`` under a standard name
+    (``ofindex-manifest.json`` and ``ofindex-manifest.bin``), or ``None`` for another name."""
+    other = {MANIFEST_NAME: COMPACT_NAME, COMPACT_NAME: MANIFEST_NAME}.get(
+        storage.basename(path))
+    return None if other is None else storage.join(storage.dirname(path), other)

@@ -13,15 +13,11 @@ from __future__ import annotations
 
 import warnings
 
+from ..errors import LegacyLayoutWarning
 from ..formats.location import DatasetLocation
 from ..formats.manifest import MANIFEST_NAME
 from ..formats.sidecar import SUFFIX
 from ..storage import Storage
-
-
-class LegacyLayoutWarning(UserWarning):
-    """A dataset's sidecars sit beside its data files (ofindex 0.2's layout), where globs over
-    the data directory (``part-*``, ``*``) return them too; ``migrate=True`` moves them."""
 
 
 def warn_legacy_layout(location: DatasetLocation) -> None:

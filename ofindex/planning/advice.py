@@ -19,7 +19,7 @@ import dataclasses
 import math
 from collections.abc import Sequence
 
-from ..read.sidecar_cache import DEFAULT_CACHE_BYTES
+from ..cache.chain import DEFAULT_CACHE_BYTES
 from ..shuffle import BlockShuffleOrder, GlobalShuffleOrder, Mixing, neighbour_mixing
 from .requests import BatchRequests, DatasetShape, batch_requests, reader_batches
 from .stores import StoreLimits

@@ -19,7 +19,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..errors import SidecarError, StaleIndexError, hint
+from ..cache.chain import Chain
+from ..cache.data import DataCache
+from ..errors import DataCacheWarning, PartialIndexWarning, SidecarError, StaleIndexError, hint
 from ..formats.compact_manifest import CompactManifest
 from ..formats.compression import parse_compression
 from ..formats.dataset_identity import dataset_identity
@@ -29,11 +31,9 @@ from ..formats.manifest import MANIFEST_NAME
 from ..formats.sidecar_header import Compression
 from ..formats.strays import is_stray, name_pattern
 from ..storage import Storage, is_data_file_name
-from .datacache import DataCache, DataCacheWarning
 from .dataset import Dataset, Decode
 from .manifest_shards import ManifestShards
 from .shards import Shard
-from .sidecar_cache import SidecarCache
 from .stray_shards import load_sidecars
 
 _AUTO_HINT = hint("format='auto'", "--format auto")
@@ -48,9 +48,8 @@ class OpenOptions:
     verify: bool = True
     decode: Decode | None = None
     check_stale: bool = True
-    cache: SidecarCache = dataclasses.field(default_factory=SidecarCache)
+    cache: Chain = dataclasses.field(default_factory=Chain)
     compression: str | Compression | None = "auto"
-    data_cache: DataCache | None = None
 
 
 def open_location(location: DatasetLocation, options: OpenOptions) -> Dataset:
@@ -189,7 +188,7 @@ def data_cache_for(storage: Storage, sizes: Sequence[int] | np.ndarray,
     data files do not fit its bound (their blocks would be evicted before their other
     records are read, each fetched again and again). With it, the dataset's remote sidecars
     are read whole (a small part of the data kept)."""
-    data_cache = options.data_cache
+    data_cache = options.cache.data
     if data_cache is None or storage.is_local or not data_cache.usable():
         return None
     sizes = [int(size) for size in sizes]  # (a compact manifest's column: only with a cache)
@@ -202,11 +201,6 @@ def data_cache_for(storage: Storage, sizes: Sequence[int] | np.ndarray,
         return None
     options.cache.whole = True
     return data_cache
-
-
-
-class PartialIndexWarning(UserWarning):
-    """A dataset has shards whose index covers only a valid prefix (``allow_partial``)."""
 
 
 def warn_partial(shards: list[Shard], stacklevel: int = 4, *, total: int | None = None,
@@ -234,15 +228,19 @@ def warn_partial(shards: list[Shard], stacklevel: int = 4, *, total: int | None 
 def _check_listing(storage: Storage, data_dir: str, names: list[str]) -> None:
     """Refuse a manifest that does not list the record files of ``data_dir``: a listed file
     it does not name is new, unless it is plainly not a record file (a README the build
-    skipped, see :mod:`ofindex.formats.strays`; only such unnamed files are read)."""
+    skipped, see :mod:`ofindex.formats.strays`; only such unnamed files are read), and a file
+    it names must exist. The listing holds the directory's own files: a name with a
+    subdirectory (``sub/part-0``) is looked for on its own."""
     listed = {storage.basename(p): p for p in storage.expand(data_dir)
               if is_data_file_name(storage.basename(p))}
-    named = {n.rsplit("/", 1)[-1] for n in names}
-    patterns = {name_pattern(n) for n in named}
+    named = {n for n in names if "/" not in n}
+    patterns = {name_pattern(n.rsplit("/", 1)[-1]) for n in names}
     new = {n for n in listed.keys() - named if not _stray(storage, listed[n], patterns)}
-    if new or not named <= listed.keys():
+    missing = (named - listed.keys()) | {n for n in names if "/" in n
+                                         and not storage.exists(storage.join(data_dir, n))}
+    if new or missing:
         extra = heapq.nsmallest(3, new)
-        gone = heapq.nsmallest(3, named - listed.keys())
+        gone = heapq.nsmallest(3, missing)
         raise StaleIndexError(
             f"{os.path.join(data_dir, MANIFEST_NAME)}: the manifest does not list the data "
             f"files of {data_dir} (not in the manifest: {extra or 'none'}; missing: "

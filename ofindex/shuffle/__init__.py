@@ -30,7 +30,14 @@ from .orders import BlockShuffleOrder, GlobalShuffleOrder, SequentialOrder
 from .partition import Partition, resolve_distributed
 from .permutation import DEFAULT_ROUNDS, FeistelPermutation
 from .progress import RecordBatches, ResumableLoader, Tracker
-from .quality import Mixing, mixing_of_epoch, neighbour_mixing
+from .quality import (
+    ClassBalance,
+    Mixing,
+    class_balance,
+    displacement,
+    mixing_of_epoch,
+    neighbour_mixing,
+)
 from .samplers import BatchSampler, BlockShuffleSampler, GlobalShuffleSampler, SequentialSampler
 
 __all__ = [
@@ -38,6 +45,7 @@ __all__ = [
     "BatchSampler",
     "BlockShuffleOrder",
     "BlockShuffleSampler",
+    "ClassBalance",
     "FeistelPermutation",
     "GlobalShuffleOrder",
     "GlobalShuffleSampler",
@@ -49,6 +57,8 @@ __all__ = [
     "SequentialOrder",
     "SequentialSampler",
     "Tracker",
+    "class_balance",
+    "displacement",
     "mixing_of_epoch",
     "neighbour_mixing",
     "resolve_distributed",

@@ -6,16 +6,16 @@ from typing import Any
 import numpy as np
 
 from ._data import Data, identity_of, record_count
-from .cursor import EpochCursor, PassMark, Start
+from .cursor import Passes
 from .lookahead import Driver, batches_ahead, called_by, driving_loader
 from .orders import EpochOrder
-from .partition import Partition, resolve_distributed
+from .partition import resolve_distributed
 from .state import STATE_VERSION, epoch_number, read_sampler_state
 
 _CHUNK = 1 << 14
 
 
-class _EpochSampler:
+class _EpochSampler(Passes):
     """Common machinery; subclasses define ``_make_order()`` and ``_params()``.
 
     Args:
@@ -48,9 +48,7 @@ class _EpochSampler:
         self.num_replicas, self.rank = resolve_distributed(num_replicas, rank)
         self.drop_last = bool(drop_last)
         self.seed = int(seed)
-        self._cursor = EpochCursor()  # the epoch selected, and a loaded state until used up
-        self._pass = self._mark(self._cursor.peek())  # the current (or next) pass
-        self._consumed = 0  # items yielded by the current pass on this rank
+        self._start_passes()
         self._order_cache: tuple[int, EpochOrder] | None = None
         self._driver: Driver | None = None  # the DataLoader pulling the current pass, if any
 
@@ -60,6 +58,11 @@ class _EpochSampler:
 
     def _params(self) -> dict[str, Any]:
         return {}
+
+    @property
+    def positions(self) -> int:
+        """The positions of an epoch: its records."""
+        return self.n
 
     @property
     def epoch(self) -> int:
@@ -109,46 +112,7 @@ class _EpochSampler:
             StateError: ``epoch`` is not a whole number ``>= 0``.
         """
         self._cursor.select(epoch_number(epoch, f"{type(self).__name__}.set_epoch"))
-        self._pass, self._consumed = self._mark(self._cursor.peek()), 0
-
-    def partition(self, start: int | None = None) -> Partition:
-        """This rank's share of the epoch positions.
-
-        Args:
-            start: The first epoch position to share out (``None``: where the next pass
-                starts: 0, a loaded resume point, or ``n`` (nothing) for an epoch finished
-                before a loaded state).
-
-        Returns:
-            The :class:`~ofindex.shuffle.partition.Partition` of ``[start, n)`` for this rank.
-
-        Raises:
-            ValueError: ``start`` is outside ``[0, n]``.
-        """
-        if start is None:
-            upcoming = self._cursor.peek()
-            start = self.n if upcoming.held else upcoming.position
-        return Partition(self.n, self.num_replicas, self.rank, self.drop_last, start)
-
-    def _mark(self, start: Start) -> PassMark:
-        return PassMark(start.epoch, self.partition(start.position), start.held)
-
-    def next_pass(self) -> PassMark:
-        """Where the next pass starts, without starting it (for trackers).
-
-        Returns:
-            The :class:`~ofindex.shuffle.cursor.PassMark` of the next ``__iter__``.
-        """
-        return self._mark(self._cursor.peek())
-
-    def begin_pass(self) -> PassMark:
-        """Start the next pass: a pass that resumes a loaded state uses it up.
-
-        Returns:
-            The pass's :class:`~ofindex.shuffle.cursor.PassMark`.
-        """
-        self._pass, self._consumed = self._mark(self._cursor.begin()), 0
-        return self._pass
+        self._restart()
 
     def __len__(self) -> int:
         """Items the next ``__iter__`` yields on this rank (the rest of the epoch if resumed)."""
@@ -261,4 +225,4 @@ class _EpochSampler:
         """
         resume = read_sampler_state(state, type(self).__name__, self.compatibility(), self.n)
         self._cursor.load(resume.epoch, resume.position)
-        self._pass, self._consumed = self._mark(self._cursor.peek()), 0
+        self._restart()

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from .partition import Partition
 
-__all__ = ["EpochCursor", "PassMark", "Start"]
+__all__ = ["EpochCursor", "PassMark", "Passes", "Start"]
 
 
 @dataclass(frozen=True)
@@ -122,3 +122,71 @@ class EpochCursor:
         if not start.held:
             self.loaded = None
         return start
+
+
+class Passes:
+    """The passes of a sampler over an epoch's positions shared among ranks (records for a
+    sampler, batches for a mixture): the cursor, the current pass and how much of it this
+    rank has yielded. A sampler sets ``num_replicas``, ``rank``, ``drop_last`` and calls
+    :meth:`_start_passes` in its ``__init__``, and says how many positions an epoch has in
+    :attr:`positions`."""
+
+    num_replicas: int
+    rank: int
+    drop_last: bool
+    _cursor: EpochCursor
+    _pass: PassMark
+    _consumed: int
+
+    @property
+    def positions(self) -> int:
+        """The positions of an epoch."""
+        raise NotImplementedError
+
+    def _start_passes(self) -> None:
+        self._cursor = EpochCursor()  # the epoch selected, and a loaded state until used up
+        self._restart()
+
+    def _restart(self) -> None:
+        """The next pass becomes the current one, nothing of it yielded yet."""
+        self._pass, self._consumed = self._mark(self._cursor.peek()), 0
+
+    def partition(self, start: int | None = None) -> Partition:
+        """This rank's share of the epoch's positions.
+
+        Args:
+            start: The first position to share out (``None``: where the next pass starts: 0,
+                a loaded resume point, or the end (nothing) for an epoch finished before a
+                loaded state).
+
+        Returns:
+            The :class:`~ofindex.shuffle.partition.Partition` of ``[start, positions)`` for
+            this rank.
+
+        Raises:
+            ValueError: ``start`` is outside ``[0, positions]``.
+        """
+        if start is None:
+            upcoming = self._cursor.peek()
+            start = self.positions if upcoming.held else upcoming.position
+        return Partition(self.positions, self.num_replicas, self.rank, self.drop_last, start)
+
+    def _mark(self, start: Start) -> PassMark:
+        return PassMark(start.epoch, self.partition(start.position), start.held)
+
+    def next_pass(self) -> PassMark:
+        """Where the next pass starts, without starting it (for trackers).
+
+        Returns:
+            The :class:`PassMark` of the next ``__iter__``.
+        """
+        return self._mark(self._cursor.peek())
+
+    def begin_pass(self) -> PassMark:
+        """Start the next pass: a pass that resumes a loaded state uses it up.
+
+        Returns:
+            The pass's :class:`PassMark`.
+        """
+        self._pass, self._consumed = self._mark(self._cursor.begin()), 0
+        return self._pass

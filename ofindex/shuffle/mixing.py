@@ -34,10 +34,10 @@ from typing import Any
 import numpy as np
 
 from ._data import Data, identity_of, record_count
-from .cursor import EpochCursor, PassMark, Start
+from .cursor import Passes, PassMark
 from .lookahead import Driver, batches_ahead, called_by, driving_loader
 from .mixplan import MixturePlan
-from .partition import Partition, resolve_distributed
+from .partition import resolve_distributed
 from .permutation import DEFAULT_ROUNDS
 from .state import STATE_VERSION, check_mixture_epoch, epoch_number, read_mixture_state
 
@@ -60,7 +60,7 @@ class _Offsets:
         return self.offsets
 
 
-class MixtureSampler:
+class MixtureSampler(Passes):
     """Batches of a weighted mixture of several datasets, resumable and split over ranks.
 
     Use it as a DataLoader's ``sampler`` with ``batch_size=None`` over a dataset whose
@@ -102,10 +102,8 @@ class MixtureSampler:
         self.num_batches = self._epoch_batches(epoch_size)
         self.num_replicas, self.rank = resolve_distributed(num_replicas, rank)
         self.drop_last = bool(drop_last)
-        self._cursor = EpochCursor()  # the epoch selected, and a loaded state until used up
         self._base = (0, np.zeros(len(sizes), dtype=np.int64))  # (batch g0, K(g0))
-        self._pass = self._mark(self._cursor.peek())  # the current (or next) pass
-        self._consumed = 0  # batches yielded by the current pass
+        self._start_passes()
         self._driver: Driver | None = None
         self._walker: _Offsets | None = None
 
@@ -141,6 +139,11 @@ class MixtureSampler:
 
     # -- epochs, ranks --------------------------------------------------------------------
     @property
+    def positions(self) -> int:
+        """The positions of an epoch: its batches."""
+        return self.num_batches
+
+    @property
     def epoch(self) -> int:
         """The mixture epoch selected by :meth:`set_epoch` (or by :meth:`load_state_dict`)."""
         return self._cursor.epoch
@@ -164,43 +167,7 @@ class MixtureSampler:
         epoch = epoch_number(epoch, who)
         check_mixture_epoch(epoch, self.num_batches, self.plan.batch_size, who)
         self._cursor.select(epoch)
-        self._pass, self._consumed = self._mark(self._cursor.peek()), 0
-
-    def partition(self, start: int | None = None) -> Partition:
-        """This rank's share of the epoch's batch positions.
-
-        Args:
-            start: The first batch position to share out (``None``: where the next pass
-                starts: 0, a loaded resume point, or the end (nothing) for an epoch
-                finished before a loaded state).
-
-        Returns:
-            The :class:`~ofindex.shuffle.partition.Partition` of ``[start, len)``.
-        """
-        if start is None:
-            upcoming = self._cursor.peek()
-            start = self.num_batches if upcoming.held else upcoming.position
-        return Partition(self.num_batches, self.num_replicas, self.rank, self.drop_last, start)
-
-    def _mark(self, start: Start) -> PassMark:
-        return PassMark(start.epoch, self.partition(start.position), start.held)
-
-    def next_pass(self) -> PassMark:
-        """Where the next pass starts, without starting it.
-
-        Returns:
-            The :class:`~ofindex.shuffle.cursor.PassMark` of the next ``__iter__``.
-        """
-        return self._mark(self._cursor.peek())
-
-    def begin_pass(self) -> PassMark:
-        """Start the next pass: a pass that resumes a loaded state uses it up.
-
-        Returns:
-            The pass's :class:`~ofindex.shuffle.cursor.PassMark`.
-        """
-        self._pass, self._consumed = self._mark(self._cursor.begin()), 0
-        return self._pass
+        self._restart()
 
     def __len__(self) -> int:
         """Batches the next pass yields on this rank (the rest of the epoch if resumed)."""
@@ -366,4 +333,4 @@ class MixtureSampler:
         self._base = (resume.epoch * self.num_batches + resume.position,
                       np.asarray(resume.offsets, dtype=np.int64))
         self._walker = None
-        self._pass, self._consumed = self._mark(self._cursor.peek()), 0
+        self._restart()

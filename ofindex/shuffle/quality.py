@@ -6,6 +6,12 @@ that mean for a uniform random order): 1.0 is as well mixed as a full shuffle, a
 file neighbours together (a sequential read gives ``3 / n``). It is computed from the order
 itself (its inverse, ``positions_of``) over every record, or over a uniform sample of records
 for orders too large to walk (the sampled mean's standard error is given with it).
+
+On data stored class by class (files sorted by label), two more measures of a delivered epoch
+say what a training step sees (:func:`class_balance`): the distinct classes per batch and
+the share of a batch taken by its two largest classes, and :func:`displacement`: how far
+records moved from their place in the files, ``mean |position(i) - i| / (n / 3)`` (1.0 for a
+uniform order, ``buffer / n`` or so for a shuffle buffer).
 """
 
 import dataclasses
@@ -13,7 +19,8 @@ from typing import Protocol
 
 import numpy as np
 
-__all__ = ["Mixing", "mixing_of_epoch", "neighbour_mixing"]
+__all__ = ["ClassBalance", "Mixing", "class_balance", "displacement", "mixing_of_epoch",
+           "neighbour_mixing"]
 
 #: Records walked at once when every record is measured.
 _CHUNK = 1 << 20
@@ -95,3 +102,69 @@ def mixing_of_epoch(records: np.ndarray) -> float:
     rank = np.empty(n, dtype=np.int64)
     rank[np.asarray(records, dtype=np.int64)] = np.arange(n, dtype=np.int64)
     return float(np.abs(np.diff(rank)).mean() / (n / 3.0))
+
+
+@dataclasses.dataclass(frozen=True)
+class ClassBalance:
+    """What the batches of an epoch hold, class by class.
+
+    Attributes:
+        classes_per_batch: Mean number of distinct classes in a batch.
+        top2_share: Mean share of a batch taken by its two most frequent classes.
+        first_batch_classes: Distinct classes in the first batch.
+        batches: Whole batches measured.
+    """
+
+    classes_per_batch: float
+    top2_share: float
+    first_batch_classes: int
+    batches: int
+
+
+def class_balance(labels: np.ndarray, batch_size: int) -> ClassBalance:
+    """Measure the classes of each whole batch of an epoch's labels.
+
+    Args:
+        labels: The label of each delivered record, in delivery order (non-negative ints).
+        batch_size: Records per batch; a last partial batch is left out.
+
+    Returns:
+        The :class:`ClassBalance`.
+
+    Raises:
+        ValueError: ``batch_size`` is below 1, fewer labels than one batch, or a negative
+            label.
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be at least 1, not {batch_size}")
+    values = np.asarray(labels, dtype=np.int64)
+    batches = len(values) // batch_size
+    if batches == 0:
+        raise ValueError(f"{len(values)} labels hold no whole batch of {batch_size}")
+    if values.min() < 0:
+        raise ValueError("labels must be non-negative integers")
+    grid = values[: batches * batch_size].reshape(batches, batch_size)
+    width = int(values.max()) + 1
+    counts = np.zeros((batches, width), dtype=np.int64)
+    np.add.at(counts, (np.repeat(np.arange(batches), batch_size), grid.reshape(-1)), 1)
+    distinct = (counts > 0).sum(axis=1)
+    top2 = np.sort(counts, axis=1)[:, -2:].sum(axis=1) if width > 1 else counts[:, -1]
+    return ClassBalance(float(distinct.mean()), float((top2 / batch_size).mean()),
+                        int(distinct[0]), batches)
+
+
+def displacement(records: np.ndarray) -> float:
+    """How far the records of an epoch moved from their place in the files.
+
+    Args:
+        records: ``records[p]`` is the file position of the record delivered at ``p`` (a
+            permutation of ``range(n)``).
+
+    Returns:
+        ``mean |p - records[p]| / (n / 3)``: 1.0 for a uniform order, 0 for the file order.
+    """
+    order = np.asarray(records, dtype=np.int64)
+    n = len(order)
+    if n < 2:
+        return 0.0
+    return float(np.abs(order - np.arange(n, dtype=np.int64)).mean() / (n / 3.0))

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import warnings
 
+from ..errors import UnverifiedIndexWarning
 from .base import Storage
 from .content import read_digest
 from .stamp import FileStamp, Verdict, stale_index
@@ -79,13 +80,6 @@ def content_needed(indexed: FileStamp, storage: Storage) -> bool:
         ``True`` when the fast path cannot hold.
     """
     return indexed.content is not None and (indexed.kind == "mtime_ns") != storage.is_local
-
-
-class UnverifiedIndexWarning(UserWarning):
-    """A data file was taken as the one its index describes by its size alone: the index
-    (ofindex 0.2's) has no content digest, and its fingerprint is of another kind than the
-    storage's (indexed on local disk and uploaded, or the other way round), so a replacement
-    of the same size could not be told."""
 
 
 def warn_unverified(url: str, index_url: str) -> None:

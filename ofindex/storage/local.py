@@ -256,7 +256,7 @@ def _umask() -> int:
 
 
 def write_local_atomic(path: str, parts: list[bytes | memoryview], *,
-                       durable: bool = True) -> None:
+                       durable: bool = True, owned: bool = False) -> None:
     """Write ``parts`` to ``path`` through a temporary file in the same directory and a rename.
 
     Readers see the old file or the new one, never a partial one. The file gets the mode
@@ -270,13 +270,16 @@ def write_local_atomic(path: str, parts: list[bytes | memoryview], *,
         durable: Flush the file to the disk before the rename (``fsync``), so that it
             survives a power loss whole. A cache whose entries carry their own checks skips
             it: a process killed at any point still leaves the old file or the new one.
+        owned: ``path`` is ofindex's own (an entry of a cache directory): whatever is there
+            is replaced, a FIFO or device planted there included (written in place, a FIFO
+            would block the reader until someone reads it).
 
     Raises:
         OSError: The directory is not writable, the disk is full, …; the temporary file is
             removed and ``path`` is untouched.
         StorageError: A special destination refused the bytes (``/dev/full``).
     """
-    if is_special(path):
+    if not owned and is_special(path):
         write_in_place(path, parts)
         return
     directory = os.path.dirname(os.path.abspath(path))

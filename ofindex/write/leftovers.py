@@ -22,11 +22,6 @@ from ofindex.storage import Storages
 _HIDDEN = re.compile(r"^\.(?P<token>[0-9a-f]{8})-[0-9]+-[0-9]{5}\.writing(\..*)?$")
 
 
-class LeftoverFilesWarning(UserWarning):
-    """A directory holds the hidden files of a writer that did not finish (see
-    :mod:`ofindex.write.leftovers`)."""
-
-
 def hidden_name(token: str, stream: int, shard: int) -> str:
     """The hidden name of a shard being written: writer ``token``, ``stream``, ``shard``."""
     return f".{token}-{stream}-{shard:05d}.writing"
