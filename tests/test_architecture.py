@@ -34,7 +34,7 @@ ALLOWED = {
                 "opening"},
     "write": {"errors", "storage", "formats", "index", "decode", "encode"},
     # "tfds": a TFDS builder directory opened through ofindex.open, decoded by ofindex.decode
-    "tfds": {"errors", "_threads", "decode", "read", "opening"},
+    "tfds": {"errors", "_threads", "transport", "decode", "read", "opening"},
     "shuffle": {"errors"},  # StateError for saved states it refuses
     # "planning": a plan opens the dataset for its shape, and models reads and orders
     "planning": {"errors", "storage", "formats", "read", "cache", "shuffle", "opening"},
@@ -274,11 +274,12 @@ def test_every_error_and_warning_is_in_errors_and_exported():
     ``ClusterError`` and four warnings were defined but not exported). Classes private to a
     module (a leading underscore, or internal signals caught by their callers and never
     raised to a user: the decoder's ``WireError``, inflating's ``InflateFailure``, the cache
-    database's ``Unusable``) and the CLI's own ``UsageError`` are the exceptions."""
+    database's ``Unusable``, the transport's ``RequestFailure``, which hands a failure past
+    gcsfs's retry loop to our policy) and the CLI's own ``UsageError`` are the exceptions."""
     import ofindex
     from ofindex import errors
 
-    internal = {"WireError", "InflateFailure", "Unusable", "UsageError"}
+    internal = {"WireError", "InflateFailure", "Unusable", "UsageError", "RequestFailure"}
     misplaced = []
     for module, path in _modules().items():
         with open(path, encoding="utf-8") as source:

@@ -21,7 +21,7 @@ import contextlib
 import inspect
 import os
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
 from ..errors import InvalidURLError
@@ -121,6 +121,27 @@ def make_filesystem(protocol: str, options: dict[str, Any], max_concurrency: int
     if protocol in S3_PROTOCOLS and isinstance(getattr(fs, "retries", None), int):
         fs.retries = 1  # s3fs's loop around every call: one attempt
     return fs
+
+
+def filesystem_for(url: str, storage_options: Mapping[str, Any] | None = None) -> Any:
+    """fsspec's filesystem of ``url``'s protocol with ``storage_options`` (its library imported
+    on first use), for the few small files read or written whole outside a storage (a TFDS
+    builder's metadata).
+
+    Args:
+        url: A local path or a URL.
+        storage_options: Options for the filesystem.
+
+    Returns:
+        The filesystem.
+
+    Raises:
+        ImportError: The protocol's library is not installed.
+        ValueError: The protocol is unknown to fsspec.
+    """
+    import fsspec.core
+
+    return fsspec.core.url_to_fs(url, **dict(storage_options or {}))[0]
 
 
 def strip_protocol(url: str, protocol: str) -> str:
