@@ -546,6 +546,109 @@ def test_the_cache_stores_section(tmp_path):
     assert "| ours | shared | 2 | 4.8 (4.32–5.28) | 48 |" in md
 
 
+def _ar_row(pattern, library, codec, api, median, low, high):
+    return {"name": " | ".join((pattern, library, codec, api)), "pattern": pattern,
+            "library": library, "codec": codec, "api": api,
+            "records_per_s": {"median": median, "min": low, "max": high},
+            "records_per_cpu_s": median, "runs": [median]}
+
+
+def _ar_ratio(pattern, codec, against, median, low, high):
+    return {"pattern": pattern, "ours": f"{pattern} | ofindex | {codec} | x", "codec": codec,
+            "against": against, "ratio": {"median": median, "min": low, "max": high},
+            "arrayrecord_fastest": {}}
+
+
+ARRAYRECORD = {
+    "config": {
+        "records": 65536, "words": 200, "mean_record_bytes": 1381.2, "loader_batch": 256,
+        "rounds": 5, "round_seconds": 0.2,
+        "arrayrecord_codecs": {"uncompressed": "uncompressed", "zstd": "zstd:3"},
+        "group_sizes": [1, 256], "our_codecs": ["uncompressed", "GZIP"],
+        "patterns": {"single": "single, random (one record a call)",
+                     "batch_loader": "batched, random ({loader} a call, a loader's batch)",
+                     "seq_all": "sequential, whole file"},
+        "cold_resident_share_after_drop": {"ofindex GZIP": 0.0,
+                                           "ArrayRecord zstd group_size 1": 0.01},
+        "inflater": "isal", "load_before": {"load_average": [3.5, 3.0, 2.0], "cores": 2},
+        "load_after": {"load_average": [4.5, 3.0, 2.0], "cores": 2}},
+    "sizes": {"ours:GZIP": {"bytes": 23025655, "share": 0.2544},
+              "ar:zstd:1": {"bytes": 41811968, "share": 0.4619}},
+    "rows": [
+        _ar_row("single", "ofindex", "uncompressed", "ds[i]", 1_500_000, 1_400_000, 1_600_000),
+        _ar_row("single", "ofindex", "GZIP", "ds[i]", 2000, 1900, 2100),
+        _ar_row("single", "ArrayRecord", "uncompressed", "ArrayRecordDataSource[i]", 5000, 4800,
+                5200),
+        _ar_row("single", "ArrayRecord", "uncompressed", "ArrayRecordReader.read([i])", 5500,
+                5000, 6000),
+        _ar_row("single", "ArrayRecord", "zstd", "ArrayRecordDataSource[i]", 4000, 3900, 4100),
+        _ar_row("batch_loader", "ofindex", "uncompressed", "ds.__getitems__", 2_000_000,
+                1_900_000, 2_100_000),
+        _ar_row("batch_loader", "ofindex", "GZIP", "ds.__getitems__", 9000, 8000, 10000),
+        _ar_row("batch_loader", "ArrayRecord", "uncompressed", "ArrayRecordReader.read(indices)",
+                250_000, 240_000, 260_000),
+        _ar_row("batch_loader", "ArrayRecord", "zstd", "ArrayRecordDataSource.__getitems__",
+                180_000, 170_000, 190_000),
+    ],
+    "comparisons": [
+        _ar_ratio("single", "uncompressed", "uncompressed", 272.7, 250, 300),
+        _ar_ratio("single", "uncompressed", "compressed", 375, 350, 400),
+        _ar_ratio("single", "GZIP", "uncompressed", 0.36, 0.3, 0.4),
+        _ar_ratio("single", "GZIP", "compressed", 0.5, 0.45, 0.55),
+        _ar_ratio("batch_loader", "uncompressed", "uncompressed", 8, 7.5, 8.5),
+        _ar_ratio("batch_loader", "uncompressed", "compressed", 11, 10, 12),
+        _ar_ratio("batch_loader", "GZIP", "uncompressed", 0.036, 0.03, 0.04),
+        _ar_ratio("batch_loader", "GZIP", "compressed", 0.05, 0.04, 0.06),
+    ],
+}
+
+
+def test_the_arrayrecord_section(tmp_path):
+    """ArrayRecord's layout: access patterns by compression, ours and its fastest API, the
+    ratios within rounds (uncompressed against uncompressed, compressed against its fastest
+    codec), the file sizes, where we lose and a README line."""
+    results, docs = tmp_path / "bench-results", tmp_path / "docs"
+    results.mkdir()
+    readme = tmp_path / "README.md"
+    readme.write_text("# x\n\n<!-- bench:begin -->\n<!-- bench:end -->\n")
+    assert report.main(["--results", str(results), "--docs", str(docs),
+                        "--readme", str(readme)]) == 0
+    assert ("Not measured yet: run `python tools/bench_arrayrecord.py --out "
+            "bench-results/arrayrecord.json`" in (docs / "benchmarks.md").read_text())
+    write(results, "arrayrecord", ARRAYRECORD)
+    assert report.main(["--results", str(results), "--docs", str(docs),
+                        "--readme", str(readme)]) == 0
+    md = (docs / "benchmarks.md").read_text()
+    section = md[md.index("## ArrayRecord's access patterns, per compression "
+                          "(tools/bench_arrayrecord.py)"):].split("\n## ", 1)[0]
+    assert "65,536 records of 200 lorem-ipsum words (~1,381 B of text)" in section
+    assert "at most 1 % of them resident" in section
+    assert "Load average 3.5 before, 4.5 after, on 2 cores" in section
+    assert "| access pattern | uncompressed | GZIP |" in section
+    assert ("| single, random (one record a call) | 1,500,000 (1,400,000–1,600,000) | "
+            "2,000 (1,900–2,100) |") in section
+    assert "| access pattern | uncompressed | zstd:3 |" in section
+    assert ("| single, random (one record a call) | 5,500 (5,000–6,000), Reader | "
+            "4,000 (3,900–4,100), DataSource |") in section
+    assert ("| access pattern | uncompressed vs uncompressed | GZIP vs its fastest codec |"
+            in section)
+    assert "| single, random (one record a call) | 273 (250–300)× | 0.5 (0.45–0.55)× |" in section
+    assert ("| batched, random (256 a call, a loader's batch) | 8 (7.5–8.5)× | "
+            "0.05 (0.04–0.06)× |") in section
+    assert "sequential, whole file" not in section  # a pattern without rows is left out
+    assert "| ofindex GZIP (with its index) | 25.4 |" in section
+    assert "| ArrayRecord zstd:3, group_size 1 | 46.2 |" in section
+    assert ("**Where we lose** (ofindex / ArrayRecord below 1 in the median):\n\n"
+            "- single, random (one record a call), GZIP: 0.5×\n"
+            "- batched, random (256 a call, a loader's batch), GZIP: 0.05×\n") in section
+    assert "Random records from GZIP and ZLIB: a TFRecord file compressed whole" in section
+    assert "Passes over GZIP" not in section and "A cold random batch" not in section
+    assert ("- ArrayRecord's access patterns: ofindex / ArrayRecord's fastest API on 65,536 "
+            "text records of ~1,381 B from the page cache, uncompressed single 273×, batches "
+            "of 256 8×; GZIP against its fastest codec: single 0.5×, batches of 256 0.05×."
+            ) in readme.read_text()
+
+
 # -- the request policy's parts (tools/bench_transport.py) -----------------------------------
 def _s(median, lo, hi):
     return {"median": median, "min": lo, "max": hi, "n": 5}
