@@ -189,20 +189,21 @@ static void check_share_crcs(const Share *sh, Py_ssize_t *bad) {
 
 /* Read and check a share, no GIL: the smallest failing k (or -1) to *bad; -1 with errno set
  * when a read failed, else 0. */
-static int read_items(const Share *sh, Py_ssize_t *bad) {
+static int read_items(const Share *share, Py_ssize_t *bad) {
+    const Share sh = *share;  /* a local copy: the stores into frames and iov cannot change it */
     struct iovec iov[PREADS_IOV];
     *bad = -1;
-    for (Py_ssize_t a = 0; a < sh->n;) {
+    for (Py_ssize_t a = 0; a < sh.n;) {
         Py_ssize_t b;
         int64_t got;
-        int cnt = run_vectors(sh, a, iov, &b);
-        if (read_vectors(sh->items[a].fd, sh->items[a].start, iov, cnt, &got) < 0)
+        int cnt = run_vectors(&sh, a, iov, &b);
+        if (read_vectors(sh.items[a].fd, sh.items[a].start, iov, cnt, &got) < 0)
             return -1;
-        check_run(sh, a, b, sh->items[a].start + got, bad);  /* bytes read up to its end */
+        check_run(&sh, a, b, sh.items[a].start + got, bad);  /* bytes read up to its end */
         a = b;
     }
-    if (sh->verify)
-        check_share_crcs(sh, bad);
+    if (sh.verify)
+        check_share_crcs(&sh, bad);
     return 0;
 }
 
@@ -269,21 +270,24 @@ static int batch_alloc(Batch *bt, Py_ssize_t count, long long max_gap) {
  * exception set. */
 static int batch_place(Batch *bt, const PreadsArgs *a) {
     const int64_t *which = (const int64_t *)bt->wv.buf, *st = (const int64_t *)bt->sv.buf;
-    const int64_t *order = (const int64_t *)bt->ov.buf;
-    Py_ssize_t frame = a->header + a->footer;
-    for (Py_ssize_t j = 0; j < a->hi - a->lo; j++) {
-        int64_t k = order[a->lo + j];
-        if (k < 0 || k >= bt->n) {
+    const int64_t *order = (const int64_t *)bt->ov.buf + a->lo;
+    const Py_ssize_t frame = a->header + a->footer, count = a->hi - a->lo, n = bt->n, m = bt->m;
+    const int *fds = bt->fds;
+    Item *items = bt->items;
+    PyObject *outs = a->outs;
+    for (Py_ssize_t j = 0; j < count; j++) {
+        int64_t k = order[j];
+        if (k < 0 || k >= n) {
             PyErr_Format(PyExc_ValueError, "preads: order[%zd] is out of range", a->lo + j);
             return -1;
         }
-        PyObject *o = PyList_GET_ITEM(a->outs, k);
+        PyObject *o = PyList_GET_ITEM(outs, k);
         if (!PyBytes_CheckExact(o)) {
             PyErr_SetString(PyExc_TypeError, "preads: outs must hold bytes from blank()");
             return -1;
         }
         int64_t w = which[k], s = st[k], size = PyBytes_GET_SIZE(o);
-        if (w < 0 || w >= bt->m) {
+        if (w < 0 || w >= m) {
             PyErr_Format(PyExc_ValueError, "preads: item %lld names no file", (long long)k);
             return -1;
         }
@@ -293,7 +297,7 @@ static int batch_place(Batch *bt, const PreadsArgs *a) {
                          (long long)k);
             return -1;
         }
-        bt->items[j] = (Item){bt->fds[w], s, size, (unsigned char *)PyBytes_AS_STRING(o), k};
+        items[j] = (Item){fds[w], s, size, (unsigned char *)PyBytes_AS_STRING(o), k};
     }
     return 0;
 }
