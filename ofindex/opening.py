@@ -16,7 +16,6 @@ from .index.builder import build_location
 from .read.dataset import Dataset, Decode
 from .read.open import OpenOptions, open_location
 from .storage import PathSpec, Storages
-from .storage.retry import current_policy, with_settings
 
 
 def open(
@@ -158,7 +157,7 @@ def open(
     # every storage of this open is made once, with these settings, and shared
     storages = Storages(storage_options, mmap=mmap, max_concurrency=max_concurrency,
                         max_inflight_bytes=max_inflight_bytes,
-                        retry=with_settings(current_policy(), retries, timeout))
+                        retries=retries, timeout=timeout)
     if rebuild_stale:
         build_location(resolve(paths, index_dir=index_dir, storages=storages, manifest=False,
                                allow_missing_shards=allow_missing_shards, building=True),

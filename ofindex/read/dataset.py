@@ -65,7 +65,7 @@ class Dataset:
         decode: Applied to each record's bytes before it is returned.
         max_gap: Largest gap between two wanted byte ranges read through rather than split
             (default: the storage's, as it stands at each batch: 16 KiB once an HTTP server
-            has answered a multi-range request, see :mod:`ofindex.storage.multirange`).
+            has answered a multi-range request, see :mod:`ofindex.transport.store`).
         max_read_bytes: Largest merged read.
         compressed: Whether any shard may be gzip/zlib compressed (default: whether a loaded
             sidecar says so).

@@ -141,8 +141,9 @@ def build_step_counts(records: Any, steps: Feature) -> tuple[np.ndarray, StepLay
 def load_layout(path: str, storage_options: Mapping[str, Any] | None,
                 counts: np.ndarray) -> StepLayout | None:
     """The stored step layout, or ``None`` (none stored, or not of these records)."""
-    import fsspec
-    fs = fsspec.core.url_to_fs(path, **dict(storage_options or {}))[0]
+    from ..transport.clients import filesystem_for
+
+    fs = filesystem_for(path, storage_options)
     try:
         with fs.open(path, "rb") as f:
             data: bytes = f.read()
@@ -180,8 +181,9 @@ def load_step_counts(path: str, records: int,
     Raises:
         SidecarError: The file is damaged or holds another number of episodes.
     """
-    import fsspec
-    fs = fsspec.core.url_to_fs(path, **dict(storage_options or {}))[0]
+    from ..transport.clients import filesystem_for
+
+    fs = filesystem_for(path, storage_options)
     try:
         with fs.open(path, "rb") as f:
             data: bytes = f.read(16 * (records + 16) + 4096)
@@ -218,8 +220,9 @@ def _store(path: str, data: bytes, storage_options: Mapping[str, Any] | None) ->
             if os.path.exists(temp):
                 os.unlink(temp)
         return
-    import fsspec
-    fs = fsspec.core.url_to_fs(path, **dict(storage_options or {}))[0]
+    from ..transport.clients import filesystem_for
+
+    fs = filesystem_for(path, storage_options)
     fs.pipe_file(path, data)  # an object store replaces an object whole
 
 

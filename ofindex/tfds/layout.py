@@ -102,8 +102,9 @@ def join(directory: str, name: str) -> str:
 
 
 def _filesystem(path: str, storage_options: Mapping[str, Any] | None) -> Any:
-    import fsspec
-    return fsspec.core.url_to_fs(path, **dict(storage_options or {}))[0]
+    from ..transport.clients import filesystem_for
+
+    return filesystem_for(path, storage_options)
 
 
 def _read_text(fs: Any, path: str) -> str | None:
