@@ -155,10 +155,13 @@ class ShardAccesses:
             else:
                 for shard in shards:
                     storages.setdefault(id(shard.storage), shard.storage)
-            kinds = set()
-            for storage in storages.values():
-                kinds.add(self._choose(storage, False))
-            self.uniform = kinds.pop() if len(kinds) == 1 else None
+            for storage in storages.values():  # (loops, not comprehensions: each is a call)
+                kind = choose_access(storage, compressed=False, data_cache=self.data_cache,
+                                     native=self.native)
+                if self.uniform is not None and kind != self.uniform:
+                    self.uniform = None
+                    break
+                self.uniform = kind
 
     @classmethod
     def joined(cls, parts: Sequence[ShardAccesses]) -> ShardAccesses:
@@ -198,10 +201,6 @@ class ShardAccesses:
             found.setdefault(id(self.data_cache), self.data_cache)
         return list(found.values())
 
-    def _choose(self, storage: Storage, compressed: bool) -> ShardAccess:
-        return choose_access(storage, compressed=compressed, data_cache=self.data_cache,
-                             native=self.native)
-
     def of(self, shard_no: int) -> ShardAccess:
         """The access of shard ``shard_no`` (bound now when it was not: its header may be
         read).
@@ -225,7 +224,8 @@ class ShardAccesses:
             return part.of(shard_no - first)
         shard = self._shards[shard_no]
         compressed = self.compressed and shard.header.compression is not Compression.NONE
-        return self._choose(shard.storage, compressed)
+        return choose_access(shard.storage, compressed=compressed, data_cache=self.data_cache,
+                             native=self.native)
 
     def read_batch(self, table: ShardTable, checks: RecordChecks, indices: np.ndarray, *,
                    max_gap: int | None, max_read_bytes: int) -> list[Any]:
