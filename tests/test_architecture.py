@@ -343,9 +343,10 @@ def _private_reads(source: str) -> list[str]:
     return found
 
 
-#: Where no module reads another's private names (the read path, and the modules its access
-#: layer touched: the split planner, the thread pools).
-PRIVATE_READS_NONE_IN = ("ofindex.read", "ofindex.planning", "ofindex._threads")
+#: Where no module reads another's private names (the read path, and the packages its access
+#: layer touched: the split planner, decoding, index building, TFDS, the thread pools).
+PRIVATE_READS_NONE_IN = ("ofindex.read", "ofindex.planning", "ofindex.decode", "ofindex.index",
+                         "ofindex.tfds", "ofindex._threads", "ofindex._accel")
 #: Such reads left in the whole library: may only fall (dependencies' internals: protobuf's,
 #: torch's and ``sys._getframe``; and the batch sampler's read of
 #: ``_EpochSampler._iter_chunks``).
