@@ -23,15 +23,6 @@ CSRC = os.path.join(ROOT, "ofindex", "csrc")
 #: ``file:function`` -> (its cap, why it stays over the cap). Each cap is the function's CCN
 #: when it was listed.
 EXCEPTIONS: dict[str, tuple[int, str]] = {
-    "onerecord.c:decode_every": (25, (
-        "decodes every feature of one record in one compiled call (issue 45, goal 2): to "
-        "split by value type next; it landed from perf/decode with the C cap")),
-    "onerecord.c:list_array": (21, (
-        "makes one numpy array of a feature's values by list kind and asked-for dtype: to "
-        "split by kind next; it landed from perf/decode with the C cap")),
-    "onerecord.c:parse_want": (17, (
-        "reads a spec's entries into the compiled plan with a check per field: to split "
-        "into argument parsing and checks next; it landed from perf/decode with the C cap")),
     "module.c:PyInit__native": (17, (
         "the module's registrations, each checked: to be made a table of types walked by "
         "one loop next")),
