@@ -7,8 +7,9 @@ was built at install time, else the pure-Python loops (same results, same errors
 
 from __future__ import annotations
 
+import math
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the compiled types, for annotations in the layers that use them
     from ._native import Reader as Reader
@@ -66,3 +67,43 @@ def pooled_bytes(size: int, least: int = POOLED_BYTES) -> np.ndarray:
     grain = 1 << (int(size).bit_length() - 5)  # 1/32 to 1/16 of the size
     block = native.Block(-(-size // grain) * grain)
     return np.frombuffer(block, np.uint8)[:size]
+
+
+def pooled_array(shape: tuple[int, ...], dtype: Any, least: int) -> np.ndarray:
+    """An uninitialised writable C-contiguous array of exactly its size, made on a compiled
+    ``Block`` (memory an earlier block released, see :func:`pooled_bytes`) when it holds at
+    least ``least`` bytes.
+
+    Args:
+        shape: Its shape.
+        dtype: Its type.
+        least: The smallest size in bytes taken from the pool.
+
+    Returns:
+        The array (plain ``numpy.empty`` when small or without the compiled module).
+    """
+    dtype = np.dtype(dtype)
+    nbytes = math.prod(shape) * dtype.itemsize
+    if native is None or nbytes < least:
+        return np.empty(shape, dtype)
+    return np.frombuffer(native.Block(nbytes), dtype).reshape(shape)
+
+
+def block_pool(limit: int | None = None) -> tuple[int, int]:
+    """Report, and optionally bound, the compiled module's pool of released blocks.
+
+    Args:
+        limit: If given, first set the pool's bound in bytes; ``0`` frees what it holds and
+            turns pooling off. ``None`` only reports.
+
+    Returns:
+        ``(bytes held, limit)`` after the change; ``(0, 0)`` without the compiled module.
+
+    Raises:
+        ValueError: ``limit`` is negative (checked by the compiled module).
+        TypeError: ``limit`` is not an integer (checked by the compiled module).
+    """
+    if native is None:
+        return 0, 0
+    held, bound = native.pool(limit)
+    return int(held), int(bound)

@@ -30,6 +30,7 @@ class ProcessPool:
         self._lock = threading.Lock()
         self._pool: cf.ThreadPoolExecutor | None = None
         self._pid = -1
+        self._threads = 1
 
     def get(self) -> cf.ThreadPoolExecutor | None:
         """Return the pool, or ``None`` when this process may use only one core."""
@@ -40,5 +41,11 @@ class ProcessPool:
         with self._lock:
             if self._pool is None or self._pid != os.getpid():
                 self._pool = cf.ThreadPoolExecutor(threads, thread_name_prefix=self.name)
-                self._pid = os.getpid()
+                self._pid, self._threads = os.getpid(), threads
             return self._pool
+
+    @property
+    def workers(self) -> int:
+        """The threads of the pool :meth:`get` made in this process (1 before it made one,
+        and on one core: the caller works alone)."""
+        return self._threads if self._pool is not None and self._pid == os.getpid() else 1

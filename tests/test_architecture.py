@@ -300,6 +300,119 @@ def test_every_error_and_warning_is_in_errors_and_exported():
                 f"ofindex.{name} is not exported"
 
 
+# -- private names and the compiled module -----------------------------------------------------
+#: Names with a leading underscore that are public API of the standard library's named tuples.
+_PUBLIC_UNDERSCORED = {"_replace", "_asdict", "_fields", "_make", "_field_defaults"}
+
+
+def _owned_names(tree: ast.AST) -> set[str]:
+    """Every name a module defines or assigns (functions, classes, variables, attributes it
+    sets, strings such as ``__slots__`` entries): its own private names."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            names.add(node.attr)
+        elif isinstance(node, ast.arg):
+            names.add(node.arg)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            names.add(node.value)
+    return names
+
+
+def _private_reads(source: str) -> list[str]:
+    """``something._name`` in ``source`` where ``_name`` is private (one leading underscore,
+    not a dunder) and defined nowhere in that module, and ``something`` is not ``self`` or
+    ``cls``: a read of another module's (or library's) private field."""
+    tree = ast.parse(source)
+    own = _owned_names(tree)
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Attribute):
+            continue
+        name = node.attr
+        if (not name.startswith("_") or name.startswith("__") or name in _PUBLIC_UNDERSCORED
+                or (name.endswith("_") and len(name) > 2) or name in own):
+            continue
+        if isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"):
+            continue
+        found.append(f"line {node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+#: Where no module reads another's private names (the read path, and the packages its access
+#: layer touched: the split planner, decoding, index building, TFDS, the thread pools).
+PRIVATE_READS_NONE_IN = ("ofindex.read", "ofindex.planning", "ofindex.decode", "ofindex.index",
+                         "ofindex.tfds", "ofindex._threads", "ofindex._accel")
+#: Such reads left in the whole library: may only fall (dependencies' internals: protobuf's,
+#: torch's and ``sys._getframe``; and the batch sampler's read of
+#: ``_EpochSampler._iter_chunks``).
+PRIVATE_READS_LEFT = 6
+
+
+def test_no_module_reads_another_module_s_private_names():
+    found = {}
+    for module, path in _modules().items():
+        with open(path, encoding="utf-8") as f:
+            reads = _private_reads(f.read())
+        if reads:
+            found[module] = reads
+    inside = {m: r for m, r in found.items() if m.startswith(PRIVATE_READS_NONE_IN)}
+    assert inside == {}
+    assert sum(len(r) for r in found.values()) <= PRIVATE_READS_LEFT, found
+
+
+def test_the_private_read_detector_finds_one():
+    assert _private_reads("def f(ds):\n    return ds._table.storage\n") == [
+        "line 2: ds._table"]
+    assert _private_reads("class A:\n    def f(self, o):\n        self._x = o._x\n") == []
+    assert _private_reads("import sys\nsys._getframe(1)\n") == ["line 2: sys._getframe"]
+
+
+#: The modules that hold the choice between the compiled module (``ofindex._native``) and the
+#: pure-Python loops: the read path's accesses, and the entry points of decoding, encoding,
+#: inflating and index scanning (``ofindex._accel`` itself holds the module).
+NATIVE_HOLDERS = {"ofindex.read.access", "ofindex.decode._plans", "ofindex.encode.framed",
+                  "ofindex.deflate.inflate", "ofindex.index.scan"}
+
+
+def _refers_to_native(source: str) -> bool:
+    """Whether a module refers to the compiled module: ``_accel.native``, ``from … _accel
+    import native`` or an import of ``_native``."""
+    for node in ast.walk(ast.parse(source)):
+        if (isinstance(node, ast.Attribute) and node.attr == "native"
+                and isinstance(node.value, ast.Name) and node.value.id == "_accel"):
+            return True
+        if isinstance(node, ast.ImportFrom) and (
+                ((node.module or "").endswith("_accel")
+                 and any(alias.name == "native" for alias in node.names))
+                or (node.module or "").endswith("_native")
+                or any(alias.name == "_native" for alias in node.names)):
+            return True
+        if isinstance(node, ast.Import) and any(a.name.endswith("_native") for a in node.names):
+            return True
+    return False
+
+
+def test_the_compiled_module_is_chosen_in_a_few_named_modules():
+    users = set()
+    for module, path in _modules().items():
+        with open(path, encoding="utf-8") as f:
+            if module != "ofindex._accel" and _refers_to_native(f.read()):
+                users.add(module)
+    assert users <= NATIVE_HOLDERS and len(NATIVE_HOLDERS) <= 5, sorted(users - NATIVE_HOLDERS)
+
+
+def test_the_compiled_module_detector_finds_each_way():
+    assert _refers_to_native("from .. import _accel\nx = _accel.native\n")
+    assert _refers_to_native("from .._accel import native\n")
+    assert _refers_to_native("from . import _native\n")
+    assert not _refers_to_native("from .. import _accel\nx = _accel.pooled_bytes(4)\n")
+
+
 #: The dependencies whose private names the library must not use: their internals change
 #: without notice (zarr's ``storage/_fsspec.py`` keeps to the same public surface).
 DEPENDENCIES = ("fsspec", "s3fs", "gcsfs", "aiohttp")

@@ -12,7 +12,7 @@ from helpers import empty_block_pool, ref_tfrecord
 import ofindex
 from ofindex import _accel
 from ofindex.errors import CorruptRecordError, RecordIndexError
-from ofindex.read import batch_strategy, mapped_batches, mapped_gather
+from ofindex.read import mapped_batches, mapped_gather
 from ofindex.read.record_batch import RecordBatch
 
 SIZES = [300, 1, 450]
@@ -112,20 +112,21 @@ def test_big_batches_on_threads_equal_the_serial_path(tmp_path, monkeypatch, crc
             w.write_many(records[s * 75:(s + 1) * 75])
     ds = ofindex.open(str(tmp_path / "p*.tfrecord"))
     idx = rng.integers(0, 150, 200)
-    strategy, _ = batch_strategy.choose(ds._table, ds._checks, idx, compressed_shards=False)
+    threaded = []
+    copies = mapped_gather.threaded_copies
+    monkeypatch.setattr(mapped_gather, "threaded_copies",
+                        lambda *args: threaded.append(1) or copies(*args))
     got = ds.__getitems__(idx)
     assert got == [records[i] for i in idx]
     if _accel.native is not None and mapped_gather.executor() is not None:
         # 200 x ~40 KB: the threaded path served it when the CRC instruction checks the
         # copies (else the compiled gather, whose copies the crc32c package checks: CRCs read
         # with numpy out of the maps could not be guarded against a file that shrank)
-        assert strategy is (batch_strategy.BatchStrategy.THREADED_COPIES
-                            if _accel.native.hw_crc() else
-                            batch_strategy.BatchStrategy.COMPILED_GATHER)
+        assert threaded == ([1] if _accel.native.hw_crc() else [])
     monkeypatch.setattr(mapped_gather, "PARALLEL_BYTES", 1 << 62)
-    assert batch_strategy.choose(ds._table, ds._checks, idx, compressed_shards=False)[0] is not (
-        batch_strategy.BatchStrategy.THREADED_COPIES)
+    served = len(threaded)
     assert ds.__getitems__(idx) == got
+    assert len(threaded) == served  # (small batches: the compiled gather)
 
 
 @pytest.fixture(params=["crc instruction", "crc32c package"])

@@ -18,7 +18,8 @@ from test_record_reader import _anywhere, _corrupt, _write
 
 import ofindex
 from ofindex import _accel
-from ofindex.read import batch_strategy, mapped_gather
+from ofindex.read import mapped_gather
+from ofindex.read.access import DescriptorAccess, descriptors
 
 
 @settings(max_examples=60, deadline=None)
@@ -76,7 +77,7 @@ def _outcome(fn):
         return type(exc).__name__, str(exc)
 
 
-def test_the_compiled_reads_serve_local_batches_without_maps(tmp_path):
+def test_the_compiled_reads_serve_local_batches_without_maps(tmp_path, monkeypatch):
     native = _accel.native
     assert native is not None
     records = [bytes([i % 251]) * (i * 37 % 5000) for i in range(300)]
@@ -84,11 +85,15 @@ def test_the_compiled_reads_serve_local_batches_without_maps(tmp_path):
     with ofindex.Writer(p) as w:
         w.write_many(records)
     ds = ofindex.open(p, mmap=False)
+    assert ds._accesses.uniform == DescriptorAccess(native)
+    served = []
+    preads = descriptors.compiled_preads
+    monkeypatch.setattr(descriptors, "compiled_preads",
+                        lambda *args, **kwargs: served.append(1) or preads(*args, **kwargs))
     idx = np.array([5, 6, 7, 299, 0, 5, 150, 151, 3])  # neighbours, a duplicate, the ends
-    strategy, _ = batch_strategy.choose(ds._table, ds._checks, idx, compressed_shards=False)
-    assert strategy is batch_strategy.BatchStrategy.COMPILED_PREADS
     assert ds.__getitems__(idx) == [records[i] for i in idx]
     assert ds[10:20] == records[10:20]
+    assert served == [1, 1]
 
 
 @pytest.mark.parametrize("gap", [0, 100, 4096])

@@ -25,6 +25,7 @@ import pytest
 from helpers import IMPLEMENTATIONS, implementation, stamp_as_served
 
 import ofindex
+from ofindex import _accel
 from ofindex.cache import block_file, keys
 from ofindex.cache.data import DataCache
 from ofindex.cache.dir_files import BLOCK_SUFFIX, file_key
@@ -109,11 +110,11 @@ def test_epoch_two_makes_no_data_request(served, nginx_server, tmp_path):
 @pytest.mark.parametrize("block", [1 << 20, 1000])  # records inside blocks, and across them
 def test_reads_equal_uncached_reads_in_every_path(served, tmp_path, impl, block):
     url, _, expected = served
-    plain = ofindex.open(url)
-    cached = ofindex.open(url, cache_dir=str(tmp_path), data_cache_bytes=BUDGET)
-    cached.data_cache = DataCache(str(tmp_path), BUDGET, block_bytes=block)
     rng = np.random.default_rng(3)
-    with implementation(impl):
+    with implementation(impl):  # (opened here: each shard's access is chosen when it is bound)
+        plain = ofindex.open(url)
+        cached = ofindex.open(url, cache_dir=str(tmp_path), data_cache_bytes=BUDGET)
+        cached.data_cache = DataCache(str(tmp_path), BUDGET, block_bytes=block)
         for _ in range(2):  # cold, then from the cache
             idx = rng.integers(0, RECORDS, 500)
             assert cached[idx] == plain[idx] == [expected[i] for i in idx]
@@ -532,19 +533,20 @@ def threaded(request, monkeypatch):
 @pytest.mark.parametrize("impl", IMPLEMENTATIONS)
 @pytest.mark.parametrize("block", [1 << 20, 1000])  # records inside blocks, and across them
 def test_later_epochs_read_the_files_mapped_whole(served, tmp_path, impl, block, threaded):
-    from ofindex.read.batch_strategy import BatchStrategy, choose
+    from ofindex.read.access import CachedAccess
+    from ofindex.read.resident_gather import ResidentShards
 
     url, _, expected = served
-    ds = ofindex.open(url, cache_dir=str(tmp_path), data_cache_bytes=BUDGET)
-    ds.data_cache = DataCache(str(tmp_path), BUDGET, block_bytes=block)
-    with implementation(impl):
+    with implementation(impl):  # (opened here: each shard's access is chosen when it is bound)
+        ds = ofindex.open(url, cache_dir=str(tmp_path), data_cache_bytes=BUDGET)
+        ds.data_cache = DataCache(str(tmp_path), BUDGET, block_bytes=block)
+        assert ds._accesses.uniform == CachedAccess(_accel.native, ds.data_cache)
         _epochs_through(ds, expected)  # the planned reads fetch and see every block
         idx = _epoch(RECORDS, 1)[:256]
-        strategy, _ = choose(ds._table, ds._checks, idx, compressed_shards=False,
-                             data_cache=ds.data_cache)
         compiled = impl == "compiled"
-        assert strategy is (BatchStrategy.RESIDENT_BLOCKS if compiled
-                            else BatchStrategy.CACHED_BLOCKS)
+        if compiled:  # every file the batch touches is held whole: one compiled pass
+            assert ResidentShards.of(ds._table, idx, ds.data_cache, ds._checks,
+                                     _accel.native) is not None
         hits, before = ds.data_cache.hits, ds.data_cache.resident_batches
         _epochs_through(ds, expected, (1,))
         assert ds[100:160] == expected[100:160]
@@ -566,7 +568,7 @@ def _resident_batch(served, tmp_path):
     ds = ofindex.open(url, cache_dir=str(tmp_path), data_cache_bytes=BUDGET)
     _epochs_through(ds, expected)
     idx = _epoch(RECORDS, 1)[:256]
-    shards = ResidentShards.of(ds._table, idx, ds.data_cache, ds._checks)
+    shards = ResidentShards.of(ds._table, idx, ds.data_cache, ds._checks, _accel.native)
     assert shards is not None and len(shards.touched) == SHARDS
     return ds, idx, shards, expected
 
@@ -584,7 +586,7 @@ def test_corrupt_offsets_of_a_file_held_whole_are_named_as_every_read_names_them
     bad[record + 1] = bad[record] + 3  # a span too short for any record's framing
     sidecar.offsets = bad
     with pytest.raises(SidecarError, match=f"record {record}"):
-        resident_gather(ds._table, ds._checks, shards, ds.data_cache)
+        resident_gather(ds._table, ds._checks, shards, ds.data_cache, _accel.native)
 
 
 def test_a_span_past_the_end_of_a_file_held_whole_goes_to_the_planned_reads(
@@ -596,7 +598,8 @@ def test_a_span_past_the_end_of_a_file_held_whole_goes_to_the_planned_reads(
     ds, idx, shards, expected = _resident_batch(served, tmp_path)
     short = dataclasses.replace(shards.files[2], size=shards.files[2].size // 2)
     shards = dataclasses.replace(shards, files=[*shards.files[:2], short])
-    assert module.resident_gather(ds._table, ds._checks, shards, ds.data_cache) is None
+    assert module.resident_gather(ds._table, ds._checks, shards, ds.data_cache,
+                                  _accel.native) is None
     monkeypatch.setattr(module.ResidentShards, "of", lambda *args: shards)
     assert ds[idx] == [expected[i] for i in idx.tolist()]  # read by the planned reads
 

@@ -100,7 +100,7 @@ def test_ofrecords_of_every_value_type_are_located():
         rec.feature["l"].int64_list.value.append(2**40 + k)
         records.append(rec.SerializeToString())
     located = _located.decode_located(records, batch.normalize_spec(
-        spec, batch._FAMILIES["ofrecord"][2], "OFRecord"), "ofrecord")
+        spec, batch._FAMILIES["ofrecord"][2], "OFRecord"), "ofrecord", _accel.native)
     assert located is not None and list(located[0]) == list(range(20))
     got = decode_batch(records, spec, kind="ofrecord")
     assert list(got["img"]) == [bytes([k]) * (k * 37) for k in range(20)]

@@ -7,6 +7,7 @@ records and error); a forked child goes on with an iteration its parent started.
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing
 import os
 import re
@@ -19,6 +20,7 @@ from hypothesis import strategies as st
 from test_record_reader import _corrupt, _write
 
 import ofindex
+from ofindex import _accel
 from ofindex.read import mapped_batches
 from ofindex.read.mapped_batches import Filling
 
@@ -135,7 +137,8 @@ def test_how_lists_are_made_is_chosen_by_their_bytes_the_format_and_a_spare_core
         tmp_path, monkeypatch, fmt):
     shards = [[os.urandom(1000) for _ in range(50)]]
     ds = ofindex.open(_write(str(tmp_path), shards, fmt, True))
-    src = ds._source()
+    compiled = _accel.native
+    src = dataclasses.replace(ds._source(), native=compiled)  # as the mapped access makes it
     small = Filling.CHECKED_AHEAD if fmt == "tfrecord" else Filling.INLINE
     assert mapped_batches._filling(src, 64, False) is small
     big = mapped_batches.FILL_AHEAD_BYTES // 1000 + 50  # (the framing counts a few bytes)
@@ -143,7 +146,8 @@ def test_how_lists_are_made_is_chosen_by_their_bytes_the_format_and_a_spare_core
     assert mapped_batches._filling(src, big, True) is small  # a RecordBatch: never filled
     os.mkdir(tmp_path / "u")
     unverified = ofindex.open(_write(str(tmp_path / "u"), shards, fmt, True), verify=False)
-    assert mapped_batches._filling(unverified._source(), 64, False) is Filling.INLINE
+    assert mapped_batches._filling(dataclasses.replace(unverified._source(), native=compiled),
+                                   64, False) is Filling.INLINE
     monkeypatch.setattr(mapped_batches, "executor", lambda: None)  # one core
     assert mapped_batches._filling(src, big, False) is Filling.INLINE
     assert mapped_batches._filling(src, 64, False) is Filling.INLINE

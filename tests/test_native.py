@@ -72,7 +72,8 @@ def test_extract_agrees_with_the_pure_loop_on_good_and_corrupt_bytes(records, fm
     starts, ends = offsets[pick], offsets[pick + 1]
 
     def run():
-        return extract_payloads(buf, starts, ends, fmt, verify, lambda k: "mem://x", starts, pick)
+        return extract_payloads(buf, starts, ends, fmt, verify, lambda k: "mem://x", starts, pick,
+                                _accel.native)
 
     outcomes = {}
     for impl in IMPLEMENTATIONS:

@@ -89,7 +89,7 @@ def test_step_counts_are_stored_and_read_not_counted(rlds, tmp_path, monkeypatch
         raise AssertionError("the steps were counted again at open")
 
     monkeypatch.setattr(episodes_module, "build_step_counts", no_scan)
-    monkeypatch.setattr("ofindex.tfds.access.build_step_counts", no_scan)
+    monkeypatch.setattr("ofindex.tfds.split_dataset.build_step_counts", no_scan)
     with ofindex.open_tfds(rlds, split="train", index_dir=index_dir,
                            build_missing=False) as ds:
         assert ds.step_counts.tolist() == expected.tolist()

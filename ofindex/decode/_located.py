@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Sequence
+from types import ModuleType
 from typing import Any
 
 import numpy as np
 
-from ofindex import _accel
 from ofindex.decode._memory import empty
 from ofindex.decode._parallel import fill_parallel
 from ofindex.decode._values import (
@@ -81,17 +81,18 @@ def _eligible_fields(spec: NormalizedSpec | None, family: str, packed: bool = Fa
     return plan
 
 
-def eligible(spec: NormalizedSpec | None, family: str) -> bool:
+def eligible(spec: NormalizedSpec | None, family: str, native: ModuleType | None) -> bool:
     """Whether :func:`decode_located` can take records of ``spec`` (see the module doc).
 
     Args:
         spec: The normalized spec.
         family: ``"example"`` or ``"ofrecord"``.
+        native: The compiled module the batch is decoded with, or ``None``.
 
     Returns:
         ``True`` when the compiled module is in use and every feature is eligible.
     """
-    return _accel.native is not None and _eligible_fields(spec, family) is not None
+    return native is not None and _eligible_fields(spec, family) is not None
 
 
 def _matches(rows: np.ndarray, fs: FeatureSpec, kind: int, missing: bool) -> np.ndarray:
@@ -110,22 +111,19 @@ def _matches(rows: np.ndarray, fs: FeatureSpec, kind: int, missing: bool) -> np.
 Spans = tuple[np.ndarray, np.ndarray, np.ndarray]
 
 
-def _locate(bufs: list[Any], plan: list[tuple[Any, Any, int]], family: str,
+def _locate(bufs: list[Any], plan: list[tuple[Any, Any, int]], family: str, native: ModuleType,
             spans: Spans | None = None, missing: bool = True
             ) -> tuple[np.ndarray, np.ndarray] | None:
     """``(picked, rows)``: the positions of the records whose asked-for features all match
     the spec (see :func:`_matches`; ``missing``: a feature may be missing where that is no
     error), and their rows of ``locate``'s output; ``None`` when no record qualifies."""
-    native = _accel.native
     table, wrapped, _ = _FAMILIES[family]
     names = tuple(name.encode("ascii") for name, _, _ in plan)
     n = len(bufs) if spans is None else len(spans[0])
     rows = np.empty((n, len(plan), SLOTS), dtype=np.int64)
-    if native is None:
-        return None
     if spans is None:  # without spans, big batches on a few threads, a slice of records each
         handled: list[int] = []
-        fill_parallel(n, n, _locate_part, bufs, names, table, wrapped, rows, handled,
+        fill_parallel(n, n, _locate_part, native, bufs, names, table, wrapped, rows, handled,
                       least=PARALLEL_RECORDS)
         if not sum(handled):
             return None
@@ -143,27 +141,22 @@ def _locate(bufs: list[Any], plan: list[tuple[Any, Any, int]], family: str,
 def _locate_part(job: list[Any], lo: int, hi: int) -> None:
     """``locate`` of records ``lo..hi-1`` into their rows (the compiled loop runs without the
     GIL)."""
-    bufs, names, table, wrapped, rows, handled = job
-    native = _accel.native
-    assert native is not None
+    native, bufs, names, table, wrapped, rows, handled = job
     handled.append(native.locate(bufs[lo:hi], names, table, wrapped, rows[lo:hi].reshape(-1)))
 
 
 def _varints_part(job: list[Any], lo: int, hi: int) -> None:
     """The varints of records ``lo..hi-1`` into their places of the output (without the
     GIL)."""
-    sub, starts, ends, how, out, offsets = job
-    native = _accel.native
-    assert native is not None
+    native, sub, starts, ends, how, out, offsets = job
     native.values(sub[lo:hi], starts[lo:hi], ends[lo:hi], how,
                   out[int(offsets[lo]):int(offsets[hi])])
 
 
-def _values(sub: list[bytes], rows: np.ndarray, vtype: str, counts: np.ndarray) -> np.ndarray:
+def _values(sub: list[bytes], rows: np.ndarray, vtype: str, counts: np.ndarray,
+            native: ModuleType) -> np.ndarray:
     """The values of one feature of every located record (``rows``: its column), back to
     back: ``counts[i]`` of record ``i``."""
-    native = _accel.native
-    assert native is not None
     total = int(counts.sum())
     if vtype == BYTES:
         values: np.ndarray = native.values(sub, rows[:, _LIST_START].copy(),
@@ -176,14 +169,15 @@ def _values(sub: list[bytes], rows: np.ndarray, vtype: str, counts: np.ndarray) 
         return out
     offsets = np.zeros(len(counts) + 1, np.int64)
     np.cumsum(counts, out=offsets[1:])
-    fill_parallel(len(sub), int(ends.sum() - starts.sum()), _varints_part, sub, starts, ends,
+    fill_parallel(len(sub), int(ends.sum() - starts.sum()), _varints_part, native, sub, starts,
+                  ends,
                   "i" if vtype == INT32 else "v", out, offsets,
                   least=PARALLEL_VALUE_BYTES)
     return out
 
 
 def _fixed(sub: list[bytes], rows: np.ndarray, fs: FixedLen, kind: int,
-           into: np.ndarray | None) -> np.ndarray:
+           into: np.ndarray | None, native: ModuleType) -> np.ndarray:
     """A ``FixedLen`` feature of the located records (``rows``: its column) as one array
     ``(records, *shape)`` (``into`` when given); a missing one takes the default."""
     g = len(rows)
@@ -194,13 +188,11 @@ def _fixed(sub: list[bytes], rows: np.ndarray, fs: FixedLen, kind: int,
         return values if into is None else _into(into, values)
     arr = into if into is not None else empty((g, *fs.shape), NP_DTYPES[fs.dtype])
     if every and fs.dtype in _WIDTH:  # copied straight into the output
-        native = _accel.native
-        assert native is not None
         native.gather_spans(sub, rows[:, _START].copy(), rows[:, _END].copy(),
                             arr.reshape(-1).view(np.uint8))
         return arr
     count = int(present.sum())
-    values = _values(sub, rows, fs.dtype, present * fs.size).reshape(count, *fs.shape)
+    values = _values(sub, rows, fs.dtype, present * fs.size, native).reshape(count, *fs.shape)
     if every:  # the values are the output (a second copy of a batch's bytes objects took
         # 3-4 % of its time)
         return values if into is None else _into(into, values)
@@ -215,7 +207,8 @@ def _into(into: np.ndarray, values: np.ndarray) -> np.ndarray:
 
 
 def _numeric(sub: list[Any], rows: np.ndarray, j: int, fs: FixedLen,
-             into: np.ndarray | None, spans: Spans | None = None) -> np.ndarray:
+             into: np.ndarray | None, native: ModuleType,
+             spans: Spans | None = None) -> np.ndarray:
     """Feature ``j``'s values of the located records (into ``into`` when given)."""
     g = len(rows)
     if fs.dtype in _VARINT:
@@ -225,15 +218,13 @@ def _numeric(sub: list[Any], rows: np.ndarray, j: int, fs: FixedLen,
         np.copyto(into, values)
         return into
     arr = into if into is not None else np.empty((g, *fs.shape), NP_DTYPES[fs.dtype])
-    native = _accel.native
-    assert native is not None
     native.gather_spans(sub, rows[:, j, _START].copy(), rows[:, j, _END].copy(),
                         arr.reshape(-1).view(np.uint8), spans)
     return arr
 
 
 def decode_located(bufs: list[bytes], spec: NormalizedSpec | None, family: str,
-                   targets: dict[Any, np.ndarray] | None = None
+                   native: ModuleType | None, targets: dict[Any, np.ndarray] | None = None
                    ) -> tuple[Sequence[int], dict[Any, Column]] | None:
     """Decode the records of ``bufs`` that are laid out as writers lay them out.
 
@@ -241,6 +232,8 @@ def decode_located(bufs: list[bytes], spec: NormalizedSpec | None, family: str,
         bufs: The serialized records.
         spec: The normalized spec.
         family: ``"example"`` or ``"ofrecord"``.
+        native: The compiled module that locates and copies them (``None``: none is decoded
+            here).
         targets: Arrays to decode ``FixedLen`` features into when every record is decoded
             here (the caller's ``out=``, of the whole batch's shape).
 
@@ -251,8 +244,9 @@ def decode_located(bufs: list[bytes], spec: NormalizedSpec | None, family: str,
         record qualifies).
     """
     plan = _eligible_fields(spec, family)
-    found = _locate(bufs, plan, family) if plan is not None and bufs else None
-    if plan is None or found is None:
+    found = (_locate(bufs, plan, family, native) if plan is not None and bufs
+             and native is not None else None)
+    if plan is None or found is None or native is None:
         return None
     picked, rows = found
     whole = len(picked) == len(bufs)
@@ -262,16 +256,17 @@ def decode_located(bufs: list[bytes], spec: NormalizedSpec | None, family: str,
         column = rows[:, j]
         if isinstance(fs, FixedLen):
             into = (targets or {}).get(name) if whole else None
-            out[name] = ("fixed", _fixed(sub, column, fs, kind, into))
+            out[name] = ("fixed", _fixed(sub, column, fs, kind, into, native))
             continue
         lengths = np.where(column[:, _KIND] == kind, column[:, _COUNT], 0)
-        out[name] = ("ragged", _values(sub, column, fs.dtype, lengths), lengths)
+        out[name] = ("ragged", _values(sub, column, fs.dtype, lengths, native), lengths)
     return (range(len(bufs)) if whole else picked.tolist()), out
 
 
 def decode_packed(bufs: list[Any], spec: NormalizedSpec | None, family: str,
                   out: dict[str, np.ndarray], buffer: Callable[[str, int], np.ndarray],
-                  spans: Spans | None = None) -> dict[str, Any] | None:
+                  native: ModuleType | None, spans: Spans | None = None
+                  ) -> dict[str, Any] | None:
     """Decode a whole batch with its ``bytes`` features packed: each one's values copied
     once, straight from the records, back to back into one ``uint8`` buffer.
 
@@ -282,6 +277,8 @@ def decode_packed(bufs: list[Any], spec: NormalizedSpec | None, family: str,
         out: Arrays to decode numeric features into, by name (checked by the caller).
         buffer: ``buffer(name, size)`` gives the writable ``uint8`` array of ``size`` bytes
             that feature ``name``'s values go into.
+        native: The compiled module that locates and copies them (``None``: none is
+            decoded here).
         spans: ``(which, starts, ends)``: ``bufs`` are then buffers (e.g. memory maps) and
             record ``i`` is ``bufs[which[i]][starts[i]:ends[i]]``.
 
@@ -291,16 +288,15 @@ def decode_packed(bufs: list[Any], spec: NormalizedSpec | None, family: str,
     """
     plan = _eligible_fields(spec, family, packed=True)
     n = len(bufs) if spans is None else len(spans[0])
-    found = _locate(bufs, plan, family, spans, missing=False) if plan is not None and n else None
-    if plan is None or found is None or len(found[0]) != n:
+    found = (_locate(bufs, plan, family, native, spans, missing=False)
+             if plan is not None and n and native is not None else None)
+    if plan is None or found is None or native is None or len(found[0]) != n:
         return None
     _, rows = found
-    native = _accel.native
-    assert native is not None
     result: dict[str, Any] = {}
     for j, (name, fs, _) in enumerate(plan):
         if fs.dtype != BYTES:
-            result[name] = _numeric(bufs, rows, j, fs, out.get(name), spans)
+            result[name] = _numeric(bufs, rows, j, fs, out.get(name), native, spans)
             continue
         starts, ends = rows[:, j, _START].copy(), rows[:, j, _END].copy()
         lengths = ends - starts

@@ -11,13 +11,11 @@ program keeps (or hands to ``torch.from_numpy``) are never overwritten. Without 
 module, outputs are plain ``numpy.empty`` arrays.
 """
 
-import math
 from typing import Any
 
 import numpy as np
 
-from ofindex import _accel
-from ofindex._accel import pooled_bytes
+from ofindex._accel import block_pool, pooled_array, pooled_bytes
 
 __all__ = ["POOLED_BYTES", "empty", "memory_pool", "pooled_bytes"]
 
@@ -27,12 +25,7 @@ POOLED_BYTES = 4 << 20
 
 def empty(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
     """An uninitialised writable C-contiguous array, from pooled memory when it is big."""
-    dtype = np.dtype(dtype)
-    nbytes = math.prod(shape) * dtype.itemsize
-    native = _accel.native
-    if native is None or nbytes < POOLED_BYTES:
-        return np.empty(shape, dtype)
-    return np.frombuffer(native.Block(nbytes), dtype).reshape(shape)
+    return pooled_array(shape, dtype, POOLED_BYTES)
 
 
 def memory_pool(limit: int | None = None) -> tuple[int, int]:
@@ -54,8 +47,4 @@ def memory_pool(limit: int | None = None) -> tuple[int, int]:
         ValueError: ``limit`` is negative (checked by the compiled module).
         TypeError: ``limit`` is not an integer (checked by the compiled module).
     """
-    native = _accel.native
-    if native is None:
-        return 0, 0
-    held, bound = native.pool(limit)
-    return int(held), int(bound)
+    return block_pool(limit)

@@ -40,7 +40,7 @@ def fill_parallel(n: int, nbytes: int, fill: Callable[[list[Any], int, int], Non
     if pool is None:
         fill(job, 0, n)
         return
-    parts = min(pool._max_workers, n)
+    parts = min(_POOL.workers, n)
     bounds = np.linspace(0, n, parts + 1).astype(int).tolist()
     try:
         for f in [pool.submit(fill, job, lo, hi) for lo, hi in itertools.pairwise(bounds)]:

@@ -16,11 +16,10 @@ which also produces the precise error.
 from __future__ import annotations
 
 from types import ModuleType
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 
-from ofindex import _accel
 from ofindex.decode._memory import empty
 from ofindex.decode._parallel import copy_rows, fill_parallel
 from ofindex.decode._values import (
@@ -96,8 +95,10 @@ def _layout_plan(buf: bytes, located: Walked, spec: NormalizedSpec, kinds: dict[
     return plans, payload
 
 
-def _structure_matches(bufs: list[bytes], payload: list[tuple[int, int]], length: int) -> bool:
-    """Whether every record has record 0's bytes outside the payload regions."""
+def _structure_matches(bufs: list[bytes], payload: list[tuple[int, int]], length: int,
+                       native: ModuleType | None) -> bool:
+    """Whether every record has record 0's bytes outside the payload regions (compared by
+    the compiled module ``native``, or by the pure-Python loop)."""
     ranges = []
     pos = 0
     for s, e in sorted(payload):
@@ -106,7 +107,6 @@ def _structure_matches(bufs: list[bytes], payload: list[tuple[int, int]], length
         pos = max(pos, e)
     if pos < length:
         ranges.append((pos, length))
-    native = _accel.native
     if native is not None:
         same: bool = native.same_bytes(bufs, np.array(ranges, dtype=np.int64).reshape(-1))
         return same
@@ -119,9 +119,10 @@ def _structure_matches(bufs: list[bytes], payload: list[tuple[int, int]], length
     return True
 
 
-def _gather(bufs: list[bytes], chunks: Chunks) -> bytearray | np.ndarray:
-    """The payload bytes of ``chunks`` of every record, back to back (one copy)."""
-    native = _accel.native
+def _gather(bufs: list[bytes], chunks: Chunks,
+            native: ModuleType | None) -> bytearray | np.ndarray:
+    """The payload bytes of ``chunks`` of every record, back to back (one copy by the
+    compiled module ``native``, or by the pure-Python loop)."""
     if native is not None:
         ranges = np.array([(s, e) for _, s, e in chunks], dtype=np.int64).reshape(-1)
         out = np.empty(len(bufs) * int((ranges[1::2] - ranges[::2]).sum()), np.uint8)
@@ -136,14 +137,14 @@ def _gather(bufs: list[bytes], chunks: Chunks) -> bytearray | np.ndarray:
 
 
 def _gather_part(job: list[Any], lo: int, hi: int) -> None:
-    """Records ``lo..hi-1``'s payload range into rows ``lo..hi-1`` of the output (compiled:
-    streaming stores, without the GIL)."""
-    bufs, ranges, out = job
-    cast(ModuleType, _accel.native).gather_bytes(bufs[lo:hi], ranges, out[lo:hi])
+    """Records ``lo..hi-1``'s payload range into rows ``lo..hi-1`` of the output (the
+    compiled module's: streaming stores, without the GIL)."""
+    native, bufs, ranges, out = job
+    native.gather_bytes(bufs[lo:hi], ranges, out[lo:hi])
 
 
-def _numeric(bufs: list[bytes], chunks: Chunks, vtype: str, target: np.ndarray | None = None
-             ) -> np.ndarray | tuple[np.ndarray, np.ndarray] | None:
+def _numeric(bufs: list[bytes], chunks: Chunks, vtype: str, target: np.ndarray | None,
+             native: ModuleType | None) -> np.ndarray | tuple[np.ndarray, np.ndarray] | None:
     """Values of every record: (2-D array if all rows have equal counts, else
     (flat values, row lengths)); None if the payload is malformed. Big packed floats are
     written into ``target`` (the caller's output array) when it has the right size."""
@@ -157,12 +158,13 @@ def _numeric(bufs: list[bytes], chunks: Chunks, vtype: str, target: np.ndarray |
         count = (e - s) // dt.itemsize
         out = target.reshape(g, count) if target is not None and target.size == g * count \
             else empty((g, count), NP_DTYPES[vtype])
-        if _accel.native is not None and out.dtype == dt:  # a little-endian machine
-            fill_parallel(g, out.nbytes, _gather_part, bufs, np.array([s, e], np.int64), out)
+        if native is not None and out.dtype == dt:  # a little-endian machine
+            fill_parallel(g, out.nbytes, _gather_part, native, bufs, np.array([s, e], np.int64),
+                          out)
         else:
             copy_rows(out, [np.frombuffer(buf, dt, count, s) for buf in bufs])
         return out
-    raw = _gather(bufs, chunks)
+    raw = _gather(bufs, chunks, native)
     if vtype in _LE:
         vals = np.frombuffer(raw, _LE[vtype]).astype(NP_DTYPES[vtype], copy=False)
         return vals.reshape(g, -1)
@@ -189,12 +191,14 @@ def _numeric(bufs: list[bytes], chunks: Chunks, vtype: str, target: np.ndarray |
 
 
 def decode_group(bufs: list[bytes], located0: Walked, spec: NormalizedSpec,
-                 kinds: dict[int, str], targets: dict[Any, np.ndarray] | None = None
-                 ) -> dict[Any, Column] | None:
+                 kinds: dict[int, str], targets: dict[Any, np.ndarray] | None,
+                 native: ModuleType | None) -> dict[Any, Column] | None:
     """Decode a group of equal-length records sharing record 0's layout.
 
     Returns {name: ("fixed", array (g, *shape)) | ("ragged", values, row_lengths)} or
-    None when the template does not apply. ``targets``: output arrays to fill where possible.
+    None when the template does not apply. ``targets``: output arrays to fill where possible;
+    ``native``: the compiled module that compares and copies the records, or ``None`` (the
+    pure-Python loops).
     """
     buf0 = bufs[0]
     planned = _layout_plan(buf0, located0, spec, kinds)
@@ -203,7 +207,7 @@ def decode_group(bufs: list[bytes], located0: Walked, spec: NormalizedSpec,
     plans, payload = planned
     length = len(buf0)
     g = len(bufs)
-    if not _structure_matches(bufs, payload, length):
+    if not _structure_matches(bufs, payload, length, native):
         return None
     out: dict[Any, Column] = {}
     for name, fs, vtype, chunks in plans:
@@ -223,7 +227,7 @@ def decode_group(bufs: list[bytes], located0: Walked, spec: NormalizedSpec,
             else:
                 out[name] = ("ragged", bytes_array(items), np.full(g, n, np.int64))
             continue
-        vals = _numeric(bufs, chunks, vtype, (targets or {}).get(name))
+        vals = _numeric(bufs, chunks, vtype, (targets or {}).get(name), native)
         if vals is None:
             return None
         if isinstance(fs, FixedLen):

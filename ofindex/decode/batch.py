@@ -21,6 +21,7 @@ import numpy as np
 
 from ofindex.decode._located import decode_located, decode_packed
 from ofindex.decode._located import eligible as located_eligible
+from ofindex.decode._plans import loops
 from ofindex.decode._protobuf import decode_parsed, eligible
 from ofindex.decode._template import Column, decode_group
 from ofindex.decode._values import EXAMPLE_KINDS, FLOAT32, NP_DTYPES, OFRECORD_KINDS, bytes_array
@@ -209,11 +210,14 @@ def decode_stages(spec_given: bool, spec: NormalizedSpec) -> list[DecodeStage]:
 
 
 class _Batch:
-    """One batch being decoded: its records, spec and family, and its parts decoded so far."""
+    """One batch being decoded: its records, spec and family, the compiled module its loops
+    run on (``native``: :func:`~ofindex.decode._plans.loops`, taken once for the batch and
+    handed to the located and template loops), and its parts decoded so far."""
 
     def __init__(self, bufs: list[bytes], spec: NormalizedSpec, family: str,
                  out: dict[str, np.ndarray] | None, walked: list[Walked] | None) -> None:
         self.bufs, self.spec, self.family, self.out = bufs, spec, family, out
+        self.native = loops()
         self.walker, self.kinds, _, self.what = _FAMILIES[family]
         self.walked = walked  # every record walked already (decoding without a spec)
         self.parts: list[tuple[list[int], dict[Any, Column]]] = []
@@ -233,7 +237,8 @@ class _Batch:
 
 def _by_template(batch: _Batch, rest: list[int]) -> list[int]:
     """:attr:`DecodeStage.TEMPLATE` (see there)."""
-    smallest = _TEMPLATE_MIN_LOCATED if located_eligible(batch.spec, batch.family) else 2
+    smallest = (_TEMPLATE_MIN_LOCATED if located_eligible(batch.spec, batch.family, batch.native)
+                else 2)
     for group in _layout_groups(batch.bufs, max(1, len(batch.bufs) // 8), smallest):
         records = batch.some(group)
         try:
@@ -241,7 +246,8 @@ def _by_template(batch: _Batch, rest: list[int]) -> list[int]:
         except WireError:
             continue  # malformed: the per-record walk reports it properly
         targets = batch.out if len(group) == len(batch.bufs) else None  # fill the caller's
-        columns = decode_group(records, first, batch.spec, batch.kinds, targets)  # arrays
+        columns = decode_group(records, first, batch.spec, batch.kinds, targets,  # arrays
+                               batch.native)
         if columns is not None:
             rest = batch.take(rest, group, columns)
     return rest
@@ -275,7 +281,7 @@ def _layout_groups(bufs: list[bytes], most: int, smallest: int = 2) -> list[list
 def _by_location(batch: _Batch, rest: list[int]) -> list[int]:
     """:attr:`DecodeStage.LOCATED` (see there)."""
     targets = batch.out if len(rest) == len(batch.bufs) else None
-    fast = decode_located(batch.some(rest), batch.spec, batch.family, targets)
+    fast = decode_located(batch.some(rest), batch.spec, batch.family, batch.native, targets)
     if fast is None:
         return rest
     picked, columns = fast
@@ -385,7 +391,7 @@ def decode_records_packed(records: Sequence[RecordBytes], spec: Spec, family: st
         return None
     if out:
         _check_out(out, nspec, len(bufs) if spans is None else len(spans[0]))
-    return decode_packed(bufs, nspec, family, out, buffer, spans)
+    return decode_packed(bufs, nspec, family, out, buffer, loops(), spans)
 
 
 def _check_out(out: dict[str, np.ndarray], spec: NormalizedSpec | None, n: int) -> None:

@@ -5,7 +5,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
-from ofindex import _accel
 from ofindex.decode._plans import OneRecord, RecordCall, record_plan
 from ofindex.decode._values import (
     BYTES,
@@ -170,8 +169,8 @@ def decode_example(data: RecordBytes, spec: Spec = None) -> Decoded:
         ValueError: A spec dtype is not one an Example stores (bytes, float32, int64).
         TypeError: A spec entry is not ``FixedLen(...)``, ``VarLen(...)`` or ``None``.
     """
-    if spec is None and _accel.native is not None:
-        return _EXAMPLE_AS_STORED(data)  # compiled first, then the careful path
+    if spec is None:
+        return _EXAMPLE_AS_STORED(data)  # its compiled plan first, then the careful path
     return decode_example_normalized(data, normalize_spec(spec, EXAMPLE_DTYPES, "Example"))
 
 
@@ -278,8 +277,8 @@ def decode_ofrecord(data: RecordBytes, spec: Spec = None) -> Decoded:
         ValueError: A spec dtype is not one of the five an OFRecord stores.
         TypeError: A spec entry is not ``FixedLen(...)``, ``VarLen(...)`` or ``None``.
     """
-    if spec is None and _accel.native is not None:
-        return _OFRECORD_AS_STORED(data)  # compiled first, then the careful path
+    if spec is None:
+        return _OFRECORD_AS_STORED(data)  # its compiled plan first, then the careful path
     return decode_ofrecord_normalized(
         data, normalize_spec(spec, OFRECORD_DTYPES, "OFRecord"))
 

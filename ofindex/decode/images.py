@@ -257,7 +257,7 @@ def _target(size: tuple[int, int] | None, headers: list[tuple[int, int]]) -> tup
 def _run_parallel(pool: cf.ThreadPoolExecutor, job: _Job, count: int) -> None:
     # many small parts rather than one per thread: a thread the OS sets aside (a busy
     # machine) then holds up only its part, the others take the rest
-    parts = min(count, max(pool._max_workers, count // IMAGES_PER_PART))
+    parts = min(count, max(_POOL.workers, count // IMAGES_PER_PART))
     bounds = np.linspace(0, count, parts + 1).astype(int).tolist()
     futures = [pool.submit(job.run, lo, hi) for lo, hi in itertools.pairwise(bounds)]
     errors = [f.exception() for f in futures]  # wait for every part before raising

@@ -4,8 +4,8 @@ OFRecord has no CRC of its own; the sidecar carries one per payload (by default 
 OFRecord file, compressed or not; ``checksums=False`` opts out), which reads with
 ``verify=True`` check (:mod:`ofindex.read.sum_checks`). Where the scan holds every byte anyway
 (a compressed file's inflated stream, a remote file's blocks) it computes them as it goes
-(:func:`span_crcs`); a local uncompressed file, whose scan reads only headers, is
-memory-mapped afterwards and cut into blocks of whole records checksummed on threads
+(:func:`~ofindex.index.scan.span_crcs`); a local uncompressed file, whose scan reads only
+headers, is memory-mapped afterwards and cut into blocks of whole records checksummed on threads
 (:func:`payload_checksums`).
 """
 
@@ -15,42 +15,12 @@ import concurrent.futures as cf
 import mmap
 import os
 
-import crc32c as _crc32c
 import numpy as np
 
-from .. import _accel
 from ..errors import TruncatedRecordError
-from ..formats.framing import Buffer, RecordFormat
+from ..formats.framing import RecordFormat
 from ..storage.ranges import plan_blocks
-
-
-def span_crcs(buf: Buffer, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """CRC32C of ``buf[starts[k]:ends[k]]`` for every k.
-
-    Args:
-        buf: The bytes.
-        starts: int64 span starts.
-        ends: int64 span ends.
-
-    Returns:
-        ``uint32`` CRCs, one per span (the compiled module: one call without the GIL).
-
-    Raises:
-        ValueError: A span lies outside ``buf``.
-    """
-    out = np.empty(len(starts), dtype=np.uint32)
-    starts = np.ascontiguousarray(starts, dtype=np.int64)
-    ends = np.ascontiguousarray(ends, dtype=np.int64)
-    native = _accel.native
-    if native is not None:
-        native.crcs(buf, starts, ends, out, _crc32c.crc32c)
-        return out
-    view, crc = memoryview(buf), _crc32c.crc32c
-    for k, (a, b) in enumerate(zip(starts.tolist(), ends.tolist(), strict=True)):
-        if not 0 <= a <= b <= len(view):
-            raise ValueError(f"span {k} [{a}, {b}) is outside the buffer")
-        out[k] = crc(view[a:b])
-    return out
+from .scan import span_crcs
 
 
 def payload_checksums(path: str, url: str, fmt: RecordFormat, offsets: np.ndarray,

@@ -8,6 +8,10 @@ found (:mod:`ofindex.index.verify`), remotely in the same pass (data crosses the
 A compressed file is scanned the same way through its decompressed stream
 (:class:`~ofindex.deflate.stream.InflatedStream`), whose size is learnt at its end: only
 records wholly inside a block are taken, and the next block starts at the first one that is not.
+
+The index layer's loops over records (walking headers, CRCs of spans) run on the compiled
+module, without the GIL; this module holds that choice: without the module (not built) the
+pure-Python loops run, the same results (and the compiled loops' test oracle).
 """
 
 from __future__ import annotations
@@ -18,17 +22,17 @@ import sys
 import warnings
 from collections.abc import Callable
 
+import crc32c as _crc32c
 import numpy as np
 
 from .. import _accel
 from ..deflate.inflate import InflateFailure, in_stream_error
 from ..deflate.stream import InflatedStream
 from ..errors import CorruptRecordError, TruncatedRecordError
-from ..formats.framing import RecordFormat, parse_header
+from ..formats.framing import Buffer, RecordFormat, parse_header
 from ..storage import Storage
 from ..storage.readahead import ReadAhead
 from .checks import check_headers, data_crc_problem, first_bad_data_crc, verify_streaming
-from .checksums import span_crcs
 from .verify import verify_crcs
 
 _LEN = struct.Struct("<Q").unpack_from
@@ -36,6 +40,36 @@ _SEEK_THRESHOLD = 32 << 10   # records this large on average: read headers only
 _HEADER_READ = 4096
 #: The size of a decompressed stream until its end is reached (no stream is that long).
 UNKNOWN_SIZE = 1 << 62
+
+
+def span_crcs(buf: Buffer, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """CRC32C of ``buf[starts[k]:ends[k]]`` for every k.
+
+    Args:
+        buf: The bytes.
+        starts: int64 span starts.
+        ends: int64 span ends.
+
+    Returns:
+        ``uint32`` CRCs, one per span (the compiled module: one call without the GIL; without
+        it, the pure-Python loop).
+
+    Raises:
+        ValueError: A span lies outside ``buf``.
+    """
+    out = np.empty(len(starts), dtype=np.uint32)
+    starts = np.ascontiguousarray(starts, dtype=np.int64)
+    ends = np.ascontiguousarray(ends, dtype=np.int64)
+    native = _accel.native
+    if native is not None:
+        native.crcs(buf, starts, ends, out, _crc32c.crc32c)
+        return out
+    view, crc = memoryview(buf), _crc32c.crc32c
+    for k, (a, b) in enumerate(zip(starts.tolist(), ends.tolist(), strict=True)):
+        if not 0 <= a <= b <= len(view):
+            raise ValueError(f"span {k} [{a}, {b}) is outside the buffer")
+        out[k] = crc(view[a:b])
+    return out
 
 
 @dataclasses.dataclass

@@ -312,7 +312,7 @@ def layouts_of(dataset: Dataset) -> list[FileLayout]:
     Returns:
         One row per shard, in order.
     """
-    known = None if dataset._compressed else False  # no shard compressed: known at open
+    known = None if dataset.compressed else False  # no shard compressed: known at open
     return [FileLayout(info.url, info.records, info.bytes, _Loader(dataset, k), known)
             for k, info in enumerate(dataset.shards)]
 
@@ -325,7 +325,7 @@ class _Loader:
         self.shard = shard
 
     def __call__(self) -> FileOffsets:
-        sidecar = self.dataset._table.shards[self.shard].sidecar
+        sidecar = self.dataset.sidecar(self.shard)
         if not sidecar.compressed:
             return FileOffsets(sidecar.offsets, int(sidecar.indexed_end))
         seeks = sidecar.seeks
@@ -368,9 +368,7 @@ def partition_dataset(dataset: Dataset, partition: Partition) -> tuple[Dataset, 
         ``(subset, lo, hi)``: read records ``[lo, hi)`` of ``subset``; the dataset's number of
         ``subset``'s record 0 is ``partition[0].start - lo``.
     """
-    table = dataset._table
     first, last = partition[0].file, partition[-1].file
-    subset = Dataset(table.storage, table.shards[first:last + 1], dataset.format,
-                     verify=dataset.verify, decode=None, compressed=dataset._compressed)
+    subset = dataset.shard_range(first, last + 1)
     lo = partition[0].first_record
     return subset, lo, lo + sum(s.records for s in partition)

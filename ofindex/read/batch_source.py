@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from types import ModuleType
 from typing import Any
 
 import numpy as np
 
-from ..cache.data import DataCache
 from .record_batch import RecordBatch
 from .record_checks import RecordChecks
 from .table import ShardTable
@@ -27,13 +27,14 @@ class BatchSource:
         table: The shards and the mapping of record numbers.
         checks: What each read checks.
         decode: Applied to each record of a list, or ``None``.
-        data_cache: The machine's cache of remote data blocks reads go through, or ``None``.
+        native: The compiled module the access making the batches reads with, or ``None``
+            (the pure-Python loops).
     """
 
     table: ShardTable
     checks: RecordChecks
     decode: Decode | None = None
-    data_cache: DataCache | None = None
+    native: ModuleType | None = None
 
     def finish(self, payloads: list[Any], first: int, as_buffer: bool) -> Any:
         """A batch of payloads as the caller asked for it.

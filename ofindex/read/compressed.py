@@ -17,6 +17,7 @@ import concurrent.futures as cf
 import dataclasses
 import itertools
 from collections.abc import Callable
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -29,11 +30,8 @@ from ..formats.seekpoints import SeekTable
 from ..formats.sidecar import Sidecar
 from ..storage import Storage
 from ..storage.ranges import DEFAULT_MAX_BYTES, coalesce
-from .index_round import load_sidecars
 from .payloads import extract_payloads
-from .record_checks import RecordChecks
 from .sum_checks import check_many, check_one, record_namer_of, sidecar_sums
-from .table import ShardTable
 
 #: A piece inflates at most about this many bytes before the next one starts afresh.
 MAX_PIECE_BYTES = 64 << 20
@@ -44,8 +42,9 @@ PARALLEL_INFLATE_BYTES = 2 << 20
 
 
 def read_record(storage: Storage, path: str, sidecar: Sidecar, record: int, fmt: RecordFormat,
-                verify: bool) -> bytes:
-    """The payload of record ``record`` of a compressed shard (see the module docstring).
+                verify: bool, native: ModuleType | None) -> bytes:
+    """The payload of record ``record`` of a compressed shard (see the module docstring),
+    cut out of what is inflated by the compiled module ``native`` (or the pure-Python loops).
 
     Raises:
         CorruptRecordError, TruncatedRecordError: The record or the compressed data around it
@@ -66,7 +65,7 @@ def read_record(storage: Storage, path: str, sidecar: Sidecar, record: int, fmt:
     buf, base = _inflate_piece(CompressedShard(storage, path, url, sidecar), piece, src)
     try:
         got: bytes = extract_payloads(buf, np.array([start - base]), np.array([end - base]),
-                                      fmt, verify, url, np.array([start]), rec)[0]
+                                      fmt, verify, url, np.array([start]), rec, native)[0]
     except CorruptRecordError as exc:
         raise in_stream_error(exc, sidecar.compression, a) from None
     sums = sidecar_sums(sidecar, verify)
@@ -76,7 +75,7 @@ def read_record(storage: Storage, path: str, sidecar: Sidecar, record: int, fmt:
 
 
 def read_records(storage: Storage, path: str, sidecar: Sidecar, records: np.ndarray,
-                 fmt: RecordFormat, verify: bool) -> list[Any]:
+                 fmt: RecordFormat, verify: bool, native: ModuleType | None) -> list[Any]:
     """Payloads of records of one compressed shard, read piece by piece (see the module).
 
     Args:
@@ -86,6 +85,7 @@ def read_records(storage: Storage, path: str, sidecar: Sidecar, records: np.ndar
         records: Local record numbers (int64), any order, duplicates allowed.
         fmt: The framing.
         verify: Check TFRecord CRCs.
+        native: The compiled module that cuts the records out, or ``None``.
 
     Returns:
         The payloads, in the order of ``records``.
@@ -116,7 +116,7 @@ def read_records(storage: Storage, path: str, sidecar: Sidecar, records: np.ndar
         buf, base = _inflate_piece(shard, piece, src)
         try:
             got = extract_payloads(buf, by_start[lo:hi] - base, by_end[lo:hi] - base, fmt,
-                                   verify, url, by_start[lo:hi], by_record[lo:hi])
+                                   verify, url, by_start[lo:hi], by_record[lo:hi], native)
         except CorruptRecordError as exc:
             raise in_stream_error(exc, sidecar.compression, piece.compressed_start) from None
         if sums is not None:
@@ -272,39 +272,3 @@ def _inflate(shard: CompressedShard, piece: Piece,
         cut = int(np.argmax(piece.ends > base + failure.produced))
         raise failure.error(shard.url, int(piece.records[cut]), compression) from None
     return buf, base
-
-
-def read_batch(table: ShardTable, checks: RecordChecks, indices: np.ndarray,
-               plain: Callable[[np.ndarray], list[Any]]) -> list[Any]:
-    """Payloads of records of a dataset with compressed shards (any mix).
-
-    Args:
-        table: The shards.
-        checks: What to check.
-        indices: Global record numbers (valid, non-negative).
-        plain: Reads the records of uncompressed shards (global numbers).
-
-    Returns:
-        The payloads, in the order of ``indices``.
-    """
-    shard_of = table.shard_numbers(indices)
-    touched = np.unique(shard_of).tolist()
-    load_sidecars([table.shards[s] for s in touched])
-    out = np.empty(len(indices), dtype=object)
-    is_plain = np.ones(len(indices), dtype=bool)
-    for shard_no in touched:
-        shard = table.shards[shard_no]
-        sidecar = shard.sidecar
-        if not sidecar.compressed:
-            continue
-        sel = np.flatnonzero(shard_of == shard_no)
-        is_plain[sel] = False
-        local = indices[sel] - table.first[shard_no]
-        out[sel] = read_records(table.storage, shard.path, sidecar, local, checks.format,
-                                checks.verify)
-    if is_plain.any():
-        got = plain(indices[is_plain])
-        holder = np.empty(len(got), dtype=object)
-        holder[:] = got
-        out[is_plain] = holder
-    return list(out.tolist())

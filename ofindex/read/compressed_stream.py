@@ -11,6 +11,7 @@ Remote files are read in large sequential requests with one in flight.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from types import ModuleType
 
 import numpy as np
 
@@ -27,9 +28,10 @@ from .sum_checks import check_many, record_namer, sidecar_sums
 
 def stream_compressed(
     storage: Storage, path: str, sidecar: Sidecar, lo: int, hi: int, verify: bool,
-    block_bytes: int = 8 << 20,
+    block_bytes: int = 8 << 20, *, native: ModuleType | None,
 ) -> Iterator[bytes]:
-    """Payloads of records ``lo..hi-1`` of one compressed shard, in order.
+    """Payloads of records ``lo..hi-1`` of one compressed shard, in order (cut out of the
+    inflated stream by the compiled module ``native``, or by the pure-Python loops).
 
     Raises:
         CorruptRecordError, TruncatedRecordError: A bad record, bad compressed data, or (on a
@@ -70,7 +72,7 @@ def stream_compressed(
                 raise failure.error(url, a + cut, sidecar.compression) from None
             try:
                 payloads = extract_payloads(view, starts - s0, ends - s0, sidecar.format, verify,
-                                            url, starts, np.arange(a, b))
+                                            url, starts, np.arange(a, b), native)
             except CorruptRecordError as exc:
                 raise in_stream_error(exc, sidecar.compression, start.in_) from None
             if sums is not None:

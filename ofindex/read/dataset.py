@@ -1,11 +1,11 @@
 """The dataset: a sequence of records over many shards, with O(1) random access.
 
 One class over a :class:`~ofindex.read.table.ShardTable` (the shards and where each global
-record number lives) and :class:`~ofindex.read.record_checks.RecordChecks` (what each read
-checks). A single record is read inline (the hot path: a compiled call on a memory map, a
-checked ``pread`` or range read, or an inflate from a seek point); a batch is read by the
-strategy :func:`ofindex.read.batch_strategy.choose` picks; sequential reads go through
-:mod:`ofindex.read.iteration`.
+record number lives), :class:`~ofindex.read.record_checks.RecordChecks` (what each read
+checks) and :class:`~ofindex.read.access.ShardAccesses` (how each shard is read, chosen once
+per shard). A single record is read by its shard's access (the hot path: once a record of a
+local shard was read, one call of the compiled reader); a batch by the accesses of the shards
+it touches; sequential reads go through :mod:`ofindex.read.iteration`.
 """
 
 import itertools
@@ -15,27 +15,24 @@ from os import getpid as _getpid
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-import crc32c as _crc32c
 import numpy as np
 
-from .. import _accel
 from ..cache.data import DataCache
 from ..errors import ManifestError
 from ..formats.column_map import COLUMN_MAP_NAME, load_column_map
-from ..formats.crc import LENGTH_CRCS
-from ..formats.dataset_identity import dataset_identity
+from ..formats.dataset_identity import dataset_identity, joined_identity
 from ..formats.framing import RecordFormat
 from ..formats.sidecar import Sidecar
 from ..formats.sidecar_header import Compression
 from ..storage import Storage
 from ..storage.openfiles import OPEN_FILES
 from ..storage.ranges import DEFAULT_MAX_BYTES
-from . import batch_strategy, compressed, iteration, record_reader
+from . import iteration, record_reader
+from .access import ShardAccess, ShardAccesses
 from .batch_source import BatchSource
-from .mapped_gather import MappedShards, MappedSpans, checked_spans, raise_mapped_problem
+from .mapped_gather import MappedSpans
 from .record_checks import RecordChecks
 from .shards import Shard, ShardInfo
-from .sum_checks import check_one
 from .table import ShardTable, as_indices
 
 if TYPE_CHECKING:
@@ -98,21 +95,70 @@ class Dataset:
     ) -> None:
         self._table = table = ShardTable(storage, shards)
         self._identity = identity
-        #: The machine's cache of remote data blocks reads go through, or ``None``.
-        self.data_cache = None if storage.is_local else data_cache
         # the single-record hot path reads these without a call
-        self._size, self._shards, self._storage = table.size, table.shards, table.storage
+        self._size, self._shards = table.size, table.shards
         self._cumulative, self._first = table.cumulative_list, table.first_list
         if compressed is None:
             compressed = any(s.opened and s.header.compression is not Compression.NONE
                              for s in self._table.held())
-        self._compressed = compressed
+        self._accesses = ShardAccesses(table.shards, compressed=compressed,
+                                       data_cache=None if storage.is_local else data_cache)
         self.format = fmt
         self.decode = decode
         self._reader: Reader | None = None  # the compiled ds[i] (record_reader), made lazily
         self.verify = verify  # sets the checks
         self._max_gap = max_gap
         self.max_read_bytes = max_read_bytes
+
+    @property
+    def data_cache(self) -> DataCache | None:
+        """The machine's cache of remote data blocks reads go through, or ``None`` (settable:
+        the shards are then bound again; a joined dataset's, when its sources share one)."""
+        return self._accesses.data_cache
+
+    @data_cache.setter
+    def data_cache(self, value: DataCache | None) -> None:
+        local = self._table.storage.is_local
+        self._accesses = ShardAccesses(self._table.shards, compressed=self.compressed,
+                                       data_cache=None if local else value)
+
+    @property
+    def compressed(self) -> bool:
+        """Whether a shard of the dataset may be gzip/zlib compressed (what its manifest or
+        its shards' headers said when it was opened; :attr:`compressions` reads each
+        shard's)."""
+        return self._accesses.compressed
+
+    def shard_range(self, start: int, stop: int) -> "Dataset":
+        """The dataset of shards ``start..stop-1`` (the same shard objects, their sidecars
+        shared), read as this one reads; its record 0 is this one's first record of shard
+        ``start``.
+
+        Args:
+            start: The first shard.
+            stop: One past the last.
+
+        Returns:
+            The dataset (no ``decode``: what a split planner's task reads).
+        """
+        table = self._table
+        return Dataset(table.storage, table.shards[start:stop], self.format, verify=self.verify,
+                       max_gap=self._max_gap, max_read_bytes=self.max_read_bytes,
+                       compressed=self.compressed, data_cache=self.data_cache)
+
+    def sidecar(self, shard: int) -> Sidecar:
+        """The sidecar of shard ``shard``, loaded in this process (its offsets checked).
+
+        Args:
+            shard: The shard's number.
+
+        Returns:
+            The sidecar (its offsets, seek points and checksums).
+
+        Raises:
+            IndexNotFoundError, StaleIndexError, SidecarError: It cannot be loaded.
+        """
+        return self._table.shards[shard].sidecar
 
     @property
     def identity(self) -> str:
@@ -191,7 +237,8 @@ class Dataset:
         table = self._table
         if not table.shards:
             return table.storage.default_max_gap
-        return table.storage.preferred_gap(table.shards[0].path)
+        shard = table.shards[0]
+        return shard.storage.preferred_gap(shard.path)
 
     @max_gap.setter
     def max_gap(self, value: int | None) -> None:
@@ -226,8 +273,8 @@ class Dataset:
             RangeReadError: Remote storage returned other bytes than asked for, or kept failing.
         """
         reader = self._reader
-        if reader is not None and _accel.native is not None:  # one compiled call, or None
-            payload = reader.get(key)  # (see record_reader): then read the ordinary way
+        if reader is not None:  # one compiled call, or None (see record_reader): then read
+            payload = reader.get(key)  # the ordinary way
             if payload is not None:
                 return payload if self.decode is None else self.decode(payload)
         return self._get(key)
@@ -267,63 +314,26 @@ class Dataset:
         return self._read_from(shard_no, shard, shard.sidecar, local)
 
     def _read_from(self, shard_no: int, shard: Shard, sidecar: Sidecar, local: int) -> Any:
-        """The payload of record ``local`` of a shard whose sidecar is loaded. Which way, in
-        order: a compressed shard inflates from the seek point before the record; a
-        memory-mapped shard with the compiled module is one compiled call (span, checks,
-        copy); else a checked range read."""
-        checks, storage = self._checks, self._storage
-        if sidecar.compressed:
-            return compressed.read_record(storage, shard.path, sidecar, local, self.format,
-                                          checks.verify)
-        native = _accel.native
-        if native is not None and storage.can_mmap:
-            mapped = storage.mapped(shard.path, sidecar.indexed_end)
-            if mapped is not None:  # span, cut and checks in one compiled call
-                reader = self._reader  # a first read in this process (or since a fork):
-                if reader is None or not reader.bound:  # the handler that guards it may
-                    native.guard_sigbus()  # have been replaced (a DataLoader worker's)
-                got = native.record(mapped, sidecar.offsets, sidecar.indexed_end, local,
-                                    checks.header, checks.footer, checks.tfrecord_crcs,
-                                    _crc32c.crc32c, LENGTH_CRCS)
-                if not isinstance(got, bytes):
-                    maps = MappedShards([shard_no], np.zeros(1, np.int64), np.array([local]),
-                                        [mapped], [sidecar.offsets], [sidecar.indexed_end])
-                    raise_mapped_problem(self._table, checks, maps, 0, got)
-                if checks.payload_sums and sidecar.sums is not None and (
-                        _crc32c.crc32c(got) != sidecar.sums[local]):
-                    self._check_sum(got, shard, local)  # raises the precise error
-                self._bind(shard_no, sidecar)
-                return got
-        if self.data_cache is not None:  # through the machine's data cache, as batches read
-            index = self._table.first_list[shard_no] + local
-            return self._read_many(np.array([index], dtype=np.int64), decode=False)[0]
-        start, end = sidecar.span(local)
-        if end - start < checks.overhead or end > sidecar.indexed_end:  # corrupt offsets
-            raise sidecar.bad_span(local, start, end)  # (checked by spans() in batches)
-        payload = checks.unframe(storage.read(shard.path, start, end), checks.verify,
-                                 storage.url(shard.path), start, local)
-        if checks.payload_sums and sidecar.sums is not None and (
-                _crc32c.crc32c(payload) != sidecar.sums[local]):
-            self._check_sum(payload, shard, local)
-        if native is not None and storage.is_local:
-            self._bind(shard_no, sidecar)
+        """The payload of record ``local`` of a shard whose sidecar is loaded, read by the
+        shard's access; a local shard is then bound to the compiled reader."""
+        access = self._accesses.of(shard_no)
+        reader = self._reader
+        payload = access.read_record(self._table, self._checks, shard_no, shard, sidecar, local,
+                                     fresh=reader is None or not reader.bound)
+        if access.binds_reader:
+            self._bind(access, shard_no, sidecar)
         return payload
 
-    def _bind(self, shard_no: int, sidecar: Sidecar) -> None:
+    def _bind(self, access: ShardAccess, shard_no: int, sidecar: Sidecar) -> None:
         """Let the compiled reader serve the shard a record was just read from (made on
         first use; see :mod:`ofindex.read.record_reader`)."""
+        native = access.native
+        assert native is not None  # (only compiled accesses bind)
         if self._reader is None:
-            self._reader = record_reader.new_reader(self._table, self._checks)
+            self._reader = record_reader.new_reader(self._table, self._checks, native)
         if self._reader is not None:
-            record_reader.bind(self._reader, self._table, self._checks, shard_no, sidecar)
-
-    def _check_sum(self, payload: Any, shard: Shard, local: int) -> None:
-        """Check one OFRecord payload against its sidecar checksum (raises on a mismatch)."""
-        sidecar = shard.sidecar
-        assert sidecar.checksums is not None
-        check_one(payload, int(sidecar.checksums[local]),
-                  path=self._table.storage.url(shard.path),
-                  offset=int(sidecar.offsets[local]), record=local)
+            record_reader.bind(self._reader, self._table, self._checks, shard_no, sidecar,
+                               native)
 
     def __getitems__(self, indices: Sequence[int] | np.ndarray) -> list[Any]:
         """Read a batch of records with coalesced reads (PyTorch's batched-fetch protocol).
@@ -341,13 +351,13 @@ class Dataset:
         return self._read_many(as_indices(indices))
 
     def _read_many(self, indices: np.ndarray, *, decode: bool = True) -> list[Any]:
-        """Records ``indices`` (any sign), read by the batch strategy; decoded unless not."""
+        """Records ``indices`` (any sign), read by their shards' accesses; decoded unless
+        not."""
         if len(indices) == 0:
             return []
-        payloads = batch_strategy.read_batch(
-            self._table, self._checks, self._table.normalize(indices),
-            compressed_shards=self._compressed, max_gap=self._max_gap,
-            max_read_bytes=self.max_read_bytes, data_cache=self.data_cache)
+        payloads = self._accesses.read_batch(
+            self._table, self._checks, self._table.normalize(indices), max_gap=self._max_gap,
+            max_read_bytes=self.max_read_bytes)
         if not decode or self.decode is None:
             return payloads
         return [self.decode(p) for p in payloads]
@@ -368,12 +378,11 @@ class Dataset:
         Raises:
             RecordIndexError, CorruptRecordError, SidecarError: As for ``__getitems__``.
         """
-        if (self._compressed or self.decode is not None or not self._table.storage.can_mmap
-                or _accel.native is None):
+        uniform = self._accesses.uniform
+        if self.decode is not None or uniform is None:
             return None
         normalized = self._table.normalize(as_indices(indices))
-        maps = MappedShards.of(self._table, normalized)
-        return None if maps is None else checked_spans(self._table, self._checks, maps)
+        return uniform.mapped_spans(self._table, self._checks, normalized)
 
     def __iter__(self) -> Iterator[Any]:
         """Iterate over every record in order (see :meth:`iter_records`)."""
@@ -391,17 +400,18 @@ class Dataset:
 
         The dataset stays usable: a later read reopens what it needs.
         """
-        self._table.storage.close()  # and the reader (closed with it)
+        for storage in self._table.storages():
+            storage.close()  # and the reader (closed with them)
         if self._reader is not None:
             OPEN_FILES.drop_all(self._reader)
         for shard in self._table.held():
             shard.unload()
-        if self.data_cache is not None:
-            self.data_cache.close()
+        for cache in self._accesses.data_caches():
+            cache.close()
 
     # -- sequential reading ------------------------------------------------------------------
     def _source(self) -> BatchSource:
-        return BatchSource(self._table, self._checks, self.decode, self.data_cache)
+        return BatchSource(self._table, self._checks, self.decode)
 
     def iter_records(self, start: int = 0, stop: int | None = None,
                      block_bytes: int = 8 << 20) -> Iterator[Any]:
@@ -425,8 +435,8 @@ class Dataset:
         """
         batch_size = iteration.records_per_list(self._table.mean_record_bytes)
         return itertools.chain.from_iterable(iteration.iter_batches(  # no Python frame
-            self._source(), batch_size, start, stop, False, block_bytes,  # per record
-            compressed_shards=self._compressed))
+            self._source(), self._accesses, batch_size, start, stop, False,  # per record
+            block_bytes))
 
     def iter_batches(self, batch_size: int = 1024, start: int = 0, stop: int | None = None, *,
                      as_buffer: bool = False, block_bytes: int = 8 << 20) -> Iterator[Any]:
@@ -462,8 +472,8 @@ class Dataset:
             CorruptRecordError, SidecarError, RangeReadError: As for ``ds[i]``, when the batch
                 holding the record is read.
         """
-        return iteration.iter_batches(self._source(), batch_size, start, stop, as_buffer,
-                                      block_bytes, compressed_shards=self._compressed)
+        return iteration.iter_batches(self._source(), self._accesses, batch_size, start, stop,
+                                      as_buffer, block_bytes)
 
     # -- what the dataset knows without reading data -----------------------------------------
     @property
@@ -490,8 +500,7 @@ class Dataset:
         Returns:
             The shards' URLs.
         """
-        return [self._table.storage.url(s.path) for s in self._table.shards
-                if not s.header.checksums]
+        return [s.storage.url(s.path) for s in self._table.shards if not s.header.checksums]
 
     def check_indexes(self) -> None:
         """Check every sidecar's body against its CRC (reads all sidecars).
@@ -539,3 +548,31 @@ class Dataset:
             starts, ends = sidecar.spans(normalized[chosen] - table.first[shard_no])
             out[chosen] = ends - starts - sidecar.format.overhead
         return out
+
+
+def join_datasets(datasets: Sequence[Dataset]) -> Dataset | None:
+    """One dataset whose records are those of ``datasets``, one after the other: their shard
+    lists joined, each shard read through its own storage by the access its own dataset
+    binds it to (:meth:`ofindex.read.access.ShardAccesses.joined`), its sidecar shared.
+
+    Args:
+        datasets: Opened datasets, at least one.
+
+    Returns:
+        The joined dataset; ``None`` when they do not read alike (another record format,
+        ``verify``, ``decode``, ``max_gap`` or ``max_read_bytes``).
+    """
+    first = datasets[0]
+    for other in datasets[1:]:
+        if (other.format is not first.format or other.verify != first.verify
+                or other.decode is not first.decode
+                or other.max_read_bytes != first.max_read_bytes
+                or other._max_gap != first._max_gap):
+            return None
+    joined = Dataset(first._table.storage,
+                     [shard for ds in datasets for shard in ds._table.shards], first.format,
+                     verify=first.verify, decode=first.decode, max_gap=first._max_gap,
+                     max_read_bytes=first.max_read_bytes, compressed=False,
+                     identity=joined_identity([ds.identity for ds in datasets]))
+    joined._accesses = ShardAccesses.joined([ds._accesses for ds in datasets])
+    return joined

@@ -16,7 +16,7 @@ by its first response before any byte of it is handed out. Two entry points use 
 * :func:`load_sidecars`: the whole sidecars of some shards (compressed batches): local ones
   are memory-mapped one by one, remote ones fetched in one round;
 * :func:`run_round`: the pages and whole sidecars a batch's records need
-  (:func:`~ofindex.read.shard_reads.batch_spans` gives their byte spans).
+  (:func:`~ofindex.read.access.ranged.batch_spans` gives their byte spans).
 """
 
 from __future__ import annotations

@@ -76,7 +76,7 @@ class ManifestShards(LazyRows[Shard]):
         shard = Shard(path, index_storage, index_path, int(m.records[k]), int(m.sizes[k]),
                       cache=self.cache, data_storage=self.storage if self.check_stale else None,
                       url=self.storage.url(path), partial=bool(k in self._partial()),
-                      stamps=m, row=k)
+                      stamps=m, row=k, storage=self.storage)
         if m.has_stamp(k):
             shard.take_stamp()
         # one shard per number even when threads make it at once: the page cache keys pages

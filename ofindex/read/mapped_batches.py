@@ -23,6 +23,7 @@ import enum
 import functools
 import os
 from collections.abc import Callable, Iterator
+from types import ModuleType
 from typing import Any, NoReturn
 
 import crc32c as _crc32c
@@ -38,6 +39,13 @@ from .mapped_gather import executor, shares
 from .payloads import raise_record_error
 from .record_batch import RecordBatch
 from .sum_checks import check_many, record_namer, sidecar_sums
+
+
+def _compiled(src: BatchSource) -> ModuleType:
+    """The compiled module the maps of ``src`` are read by (its access holds it)."""
+    native = src.native
+    assert native is not None  # iterations over maps are made only with it
+    return native
 
 
 class _SpanArrays:
@@ -126,7 +134,7 @@ def _plan_parts(src: BatchSource, a: int, b: int,
             if shard.sidecar.compressed:  # offsets into the inflated stream: no map to cut
                 return None
             starts, ends = _run_spans(shard.sidecar, lo, hi, arrays)
-            buf = src.table.storage.mapped(shard.path, int(ends[-1]))
+            buf = shard.storage.mapped(shard.path, int(ends[-1]))
             if buf is None:
                 return None
             parts.append((shard_no, lo, hi, starts, ends, buf))
@@ -141,8 +149,7 @@ def _cut(src: BatchSource, parts: list[_Part], a: int, as_buffer: bool,
     thread (the checks and copies run without the GIL); with ``checks`` (one per part), the
     parts' CRCs were checked ahead by their run's :class:`Checker`: each part's are waited
     for before it is cut, and only its framing is checked as it is."""
-    native = _accel.native
-    assert native is not None  # checked by the caller
+    native = _compiled(src)
     fmt = src.checks.format
     tf_verify = src.checks.tfrecord_crcs and checks is None
     hs, fs = fmt.header_size, fmt.footer_size
@@ -203,8 +210,8 @@ def _start_fill(src: BatchSource, parts: list[_Part], a: int) -> Callable[[], An
     """Start copying and checking the records of a list (records ``a..``) on the pool's
     threads, without the GIL, into ``bytes`` objects made here; returns what waits for them
     and gives the list (or raises the error of its first bad record)."""
-    native, pool = _accel.native, executor()
-    assert native is not None and pool is not None  # checked by the caller
+    native, pool = _compiled(src), executor()
+    assert pool is not None  # checked by the caller
     header, footer, verify = src.checks.header, src.checks.footer, src.checks.tfrecord_crcs
     pid = os.getpid()
     jobs = []
@@ -268,9 +275,8 @@ def _filling(src: BatchSource, batch_size: int, as_buffer: bool) -> Filling:
     CRCs, or the CPU's CRC32C instruction); by the pool's threads for big lists, by a
     :class:`Checker` for small lists and :class:`RecordBatch` buffers of TFRecords (nothing
     to check ahead otherwise)."""
-    native = _accel.native
-    if (native is None or executor() is None
-            or (src.checks.tfrecord_crcs and not native.hw_crc())):
+    native = _compiled(src)
+    if executor() is None or (src.checks.tfrecord_crcs and not native.hw_crc()):
         return Filling.INLINE
     if not as_buffer and batch_size * src.table.mean_record_bytes >= FILL_AHEAD_BYTES:
         return Filling.FILLED_AHEAD
@@ -281,8 +287,7 @@ def _raise_at(src: BatchSource, part: _Part, k: int) -> NoReturn:
     """Raise the error of the ``k``-th record of a part (it failed a compiled check)."""
     shard_no, lo, _, starts, ends, buf = part
     st, en = int(starts[k]), int(ends[k])
-    native = _accel.native
-    assert native is not None  # maps are read only with it (in guarded calls)
+    native = _compiled(src)  # (maps are read only by it, in guarded calls)
     raise_record_error(native.copy_out(buf, st, en), src.checks.format, src.checks.verify,
                        path=src.table.url(shard_no), offset=st, record=lo + k)
 
@@ -428,9 +433,9 @@ def _checkers(src: BatchSource, run: list[_Part] | None) -> list[Any] | None:
     """One compiled :class:`Checker` per part of a run, which checks the part's TFRecords on
     its own thread ahead of the lists made from it (the records are then in the shared
     cache when their objects are made); ``None`` for a run that could not be planned."""
-    native = _accel.native
-    if run is None or native is None:
+    if run is None:
         return None
+    native = _compiled(src)
     fmt = src.checks.format
     return [native.Checker(buf, starts, ends, fmt.header_size, fmt.footer_size,
                            _check_chunk(starts, ends))

@@ -36,6 +36,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import dataclasses
 from collections.abc import Callable, Iterable
+from types import ModuleType
 from typing import Any, NoReturn, TypeVar
 
 import crc32c as _crc32c
@@ -61,6 +62,12 @@ _POOL = ProcessPool("ofindex-batch")
 def executor() -> cf.ThreadPoolExecutor | None:
     """This process's pool: threads that copy and check big batches (``None`` on one core)."""
     return _POOL.get()
+
+
+def pool_shares() -> int:
+    """How many shares a big batch is cut into: one per thread of the pool (which the
+    calling thread joins), 1 without a pool."""
+    return _POOL.workers
 
 
 def map_ordered(fn: Callable[[_T], Any], items: Iterable[_T]) -> list[Any]:
@@ -101,7 +108,7 @@ class MappedShards:
         for shard_no in touched:
             shard = table.shards[shard_no]
             sidecar = shard.sidecar
-            mapped = table.storage.mapped(shard.path, sidecar.indexed_end)
+            mapped = shard.storage.mapped(shard.path, sidecar.indexed_end)
             if mapped is None:
                 return None
             maps.append(mapped)
@@ -115,9 +122,9 @@ class MappedShards:
 
 
 def raise_mapped_problem(table: ShardTable, checks: RecordChecks, maps: MappedShards,
-                         k: int, problem: int) -> NoReturn:
-    """Raise the precise error for record ``k`` of a batch, which a compiled loop refused
-    with ``problem`` (see :mod:`ofindex._accel`)."""
+                         k: int, problem: int, native: ModuleType) -> NoReturn:
+    """Raise the precise error for record ``k`` of a batch, which the compiled module
+    ``native`` refused with ``problem`` (see :mod:`ofindex._accel`)."""
     j = int(maps.which[k])
     shard = table.shards[maps.touched[j]]
     sidecar, record = shard.sidecar, int(maps.local[k])
@@ -127,8 +134,6 @@ def raise_mapped_problem(table: ShardTable, checks: RecordChecks, maps: MappedSh
     start, end = sidecar.span(record)
     if problem == _accel.SPAN_TOO_SHORT:
         raise sidecar.bad_span(record, start, end)
-    native = _accel.native
-    assert native is not None  # maps are read only with it
     raise_record_error(native.copy_out(maps.maps[j], start, end), checks.format,
                        checks.verify, path=table.url(maps.touched[j]), offset=start,
                        record=record)
@@ -150,15 +155,14 @@ def check_mapped_sums(table: ShardTable, checks: RecordChecks, maps: MappedShard
                    record_naming(table.url(shard_no), sidecar.offsets, records))
 
 
-def compiled_gather(table: ShardTable, checks: RecordChecks,
-                    maps: MappedShards) -> list[Any]:
-    """The payloads of a batch in one compiled pass over the maps, in the order asked for.
+def compiled_gather(table: ShardTable, checks: RecordChecks, maps: MappedShards,
+                    native: ModuleType) -> list[Any]:
+    """The payloads of a batch in one pass of the compiled module ``native`` over the maps,
+    in the order asked for.
 
     Raises:
         CorruptRecordError, SidecarError: The first record that fails a check.
     """
-    native = _accel.native
-    assert native is not None  # chosen only with the compiled module
     got = native.gather(maps.maps, maps.offsets, maps.indexed_ends, maps.which, maps.local,
                         checks.header, checks.footer, checks.tfrecord_crcs, _crc32c.crc32c,
                         LENGTH_CRCS)
@@ -166,19 +170,17 @@ def compiled_gather(table: ShardTable, checks: RecordChecks,
         check_mapped_sums(table, checks, maps, got)
         return got
     problem, k = got  # never past a map: each covers its shard's indexed end
-    raise_mapped_problem(table, checks, maps, k, problem)
+    raise_mapped_problem(table, checks, maps, k, problem, native)
 
 
-def _spans(table: ShardTable, checks: RecordChecks,
-           maps: MappedShards) -> tuple[np.ndarray, np.ndarray]:
+def _spans(table: ShardTable, checks: RecordChecks, maps: MappedShards,
+           native: ModuleType) -> tuple[np.ndarray, np.ndarray]:
     """Where each record's framing starts and its payload's size, from one compiled pass
     over the sidecars' offsets.
 
     Raises:
         SidecarError: A record's span cannot hold a record (corrupt offsets).
     """
-    native = _accel.native
-    assert native is not None
     n = len(maps.which)
     starts = np.empty(n, dtype=np.int64)
     ends = np.empty(n, dtype=np.int64)
@@ -186,7 +188,7 @@ def _spans(table: ShardTable, checks: RecordChecks,
                        checks.overhead, starts, ends)
     if got is not None:
         problem, k = got
-        raise_mapped_problem(table, checks, maps, k, problem)
+        raise_mapped_problem(table, checks, maps, k, problem, native)
     return starts, ends - starts - checks.overhead
 
 
@@ -209,22 +211,21 @@ def first_failing(work: Callable[[tuple[int, int]], int], parts: list[tuple[int,
     return min([b for b in results if b >= 0], default=n)
 
 
-def threaded_copies(table: ShardTable, checks: RecordChecks,
-                    maps: MappedShards) -> list[Any]:
-    """The payloads of a big batch, copied and checked on the process's threads, in the
-    order asked for (see the module's notes).
+def threaded_copies(table: ShardTable, checks: RecordChecks, maps: MappedShards,
+                    native: ModuleType) -> list[Any]:
+    """The payloads of a big batch, copied and checked by the compiled module ``native`` on
+    the process's threads, in the order asked for (see the module's notes).
 
     Raises:
         CorruptRecordError, SidecarError: The first record that fails a check.
     """
-    native = _accel.native
     pool = executor()
-    assert native is not None and pool is not None  # chosen only with both
+    assert pool is not None  # chosen only with it
     assert not checks.tfrecord_crcs or native.hw_crc()  # (and with the CRC instruction)
     n = len(maps.which)
-    starts, sizes = _spans(table, checks, maps)
+    starts, sizes = _spans(table, checks, maps, native)
     outs = native.blank(sizes)
-    parts = shares(sizes, pool._max_workers)
+    parts = shares(sizes, pool_shares())
     header, footer, check = checks.header, checks.footer, checks.tfrecord_crcs
 
     def work(part: tuple[int, int]) -> int:
@@ -233,7 +234,7 @@ def threaded_copies(table: ShardTable, checks: RecordChecks,
 
     k = first_failing(work, parts, pool, n)  # the first record that fails a check
     if k < n:
-        raise_mapped_problem(table, checks, maps, k, _accel.RECORD_FAILS_CHECK)
+        raise_mapped_problem(table, checks, maps, k, _accel.RECORD_FAILS_CHECK, native)
     payloads: list[Any] = outs
     check_mapped_sums(table, checks, maps, payloads)
     return payloads
@@ -256,27 +257,26 @@ class MappedSpans:
     ends: np.ndarray
 
 
-def checked_spans(table: ShardTable, checks: RecordChecks,
-                  maps: MappedShards) -> MappedSpans | None:
-    """The records of a batch checked in place (framing, stored lengths; TFRecord CRCs with
-    ``verify``) on a few threads, without copying them: where their payloads lie.
+def checked_spans(table: ShardTable, checks: RecordChecks, maps: MappedShards,
+                  native: ModuleType) -> MappedSpans | None:
+    """The records of a batch checked in place by the compiled module ``native``
+    (framing, stored lengths; TFRecord CRCs with ``verify``) on a few threads, without
+    copying them: where their payloads lie.
 
     Returns:
-        The spans, or ``None`` when the records must be read as ``bytes`` instead (no
-        compiled module, OFRecord checksums to check, CRCs to check without the CPU's CRC
-        instruction).
+        The spans, or ``None`` when the records must be read as ``bytes`` instead (OFRecord
+        checksums to check, CRCs to check without the CPU's CRC instruction).
 
     Raises:
         CorruptRecordError, SidecarError: The first record (in the order asked for) that
             fails a check, as ``__getitems__`` reports it.
     """
-    native = _accel.native
-    if (native is None or not len(maps.which) or checks.payload_sums
+    if (not len(maps.which) or checks.payload_sums
             or (checks.tfrecord_crcs and not native.hw_crc())):
         return None
-    starts, sizes = _spans(table, checks, maps)
+    starts, sizes = _spans(table, checks, maps, native)
     pool = executor() if int(sizes.sum()) >= PARALLEL_BYTES else None
-    parts = shares(sizes, pool._max_workers if pool is not None else 1)
+    parts = shares(sizes, pool_shares() if pool is not None else 1)
     header, footer, check = checks.header, checks.footer, checks.tfrecord_crcs
 
     def work(part: tuple[int, int]) -> int:
@@ -285,5 +285,5 @@ def checked_spans(table: ShardTable, checks: RecordChecks,
 
     k = first_failing(work, parts, pool, len(maps.which))
     if k < len(maps.which):
-        raise_mapped_problem(table, checks, maps, k, _accel.RECORD_FAILS_CHECK)
+        raise_mapped_problem(table, checks, maps, k, _accel.RECORD_FAILS_CHECK, native)
     return MappedSpans(maps.maps, maps.which, starts + header, starts + header + sizes)

@@ -65,7 +65,7 @@ def open_location(location: DatasetLocation, options: OpenOptions) -> Dataset:
     # checks it (and the storage then checks every opening of the file against that stamp)
     data_storage = storage if options.check_stale else None
     shards = [Shard(f, *location.sidecar_of(f), cache=options.cache, url=storage.url(f),
-                    data_storage=data_storage)
+                    data_storage=data_storage, storage=storage)
               for f in location.files]
     fmt = None if options.format == "auto" else RecordFormat.parse(options.format)
     want = parse_compression(options.compression)
@@ -161,7 +161,7 @@ def _open_manifest(location: DatasetLocation, options: OpenOptions) -> Dataset:
     shards = [
         Shard(path, *location.sidecar_of(path), records, size, fingerprint=fingerprint,
               cache=options.cache, data_storage=storage if options.check_stale else None,
-              url=storage.url(path), partial=name in partial, body_crc=crc)
+              url=storage.url(path), partial=name in partial, body_crc=crc, storage=storage)
         for path, name, records, size, fingerprint, crc in zip(location.files, m.names, m.records,
                                                       m.sizes, m.fingerprints, crcs, strict=True)
     ]

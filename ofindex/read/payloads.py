@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import mmap
 from collections.abc import Callable
+from types import ModuleType
 from typing import NoReturn
 
 import crc32c as _crc32c
 import numpy as np
 
-from .. import _accel
 from ..errors import IndexMismatchError
 from ..formats.crc import LENGTH_CRCS, length_crc, mask_crc, masked_length_crcs, unmask_crcs
 from ..formats.framing import Buffer, RecordFormat, data_crc_error, payload_matches, unframe
@@ -31,25 +31,26 @@ def extract_payloads(
     url: str | Callable[[int], str],
     file_offsets: np.ndarray,
     records: np.ndarray,
+    native: ModuleType | None,
 ) -> list[bytes]:
     """Payloads of the framed records at ``buf[starts[k]:ends[k]]``.
 
     Every header must agree with the index (length, and for TFRecord with ``verify`` the
     length CRC); with ``verify`` each TFRecord payload's CRC is checked. Header and footer
-    checks run in the compiled loop (:mod:`ofindex._accel`), or in bulk with numpy and one copy
-    and one CRC call per record. ``url`` (or ``url(k)``), ``file_offsets[k]`` and
-    ``records[k]`` name record ``k`` in error messages.
+    checks run in the compiled loop of ``native`` (the compiled module the caller's access
+    reads with), or without it in bulk with numpy and one copy and one CRC call per record
+    (the pure-Python fallback, and the compiled loop's test oracle). ``url`` (or
+    ``url(k)``), ``file_offsets[k]`` and ``records[k]`` name record ``k`` in error messages.
     """
     if len(starts) == 0:
         return []
     tf_verify = fmt is RecordFormat.TFRECORD and verify
-    native = _accel.native
     if native is not None:
         got = native.cut(buf, starts, ends, fmt.header_size, fmt.footer_size, tf_verify,
                          _crc32c.crc32c, LENGTH_CRCS)
         if type(got) is list:
             return got
-        _raise_bad(buf, got, starts, ends, fmt, verify, url, file_offsets, records)
+        _raise_bad(buf, got, starts, ends, fmt, verify, url, file_offsets, records, native)
     raw = np.frombuffer(buf, dtype=np.uint8)
     sizes = ends - starts - fmt.overhead
     if not tf_verify:
@@ -66,7 +67,7 @@ def extract_payloads(
         bad |= heads[:, 8:].copy().view("<u4").ravel() != expected
     if bad.any():
         _raise_bad(buf, int(np.argmax(bad)), starts, ends, fmt, verify, url, file_offsets,
-                   records)
+                   records, None)
     p0 = (starts + fmt.header_size).tolist()
     p1 = (ends - fmt.footer_size).tolist()
     if isinstance(buf, (bytes, mmap.mmap)):  # slicing these gives bytes: one copy
@@ -88,12 +89,12 @@ def extract_payloads(
 
 def _raise_bad(buf: Buffer, k: int, starts: np.ndarray, ends: np.ndarray, fmt: RecordFormat,
                verify: bool, url: str | Callable[[int], str], file_offsets: np.ndarray,
-               records: np.ndarray) -> NoReturn:
+               records: np.ndarray, native: ModuleType | None) -> NoReturn:
     """Raise the precise error for record ``k``, which failed a check (its bytes copied in a
-    guarded call with the compiled module: ``buf`` may be a memory map)."""
+    guarded call by the compiled module ``native``, when it read them: ``buf`` may be a
+    memory map)."""
     s, e = int(starts[k]), int(ends[k])
     path = url if isinstance(url, str) else url(k)
-    native = _accel.native
     raw = native.copy_out(buf, s, e) if native is not None else bytes(buf[s:e])
     raise_record_error(raw, fmt, verify, path=path, offset=int(file_offsets[k]),
                        record=int(records[k]))

@@ -26,11 +26,11 @@ when it is reopened). Each bound shard counts among the process's open files
 
 from __future__ import annotations
 
+from types import ModuleType
 from typing import TYPE_CHECKING
 
 import crc32c as _crc32c
 
-from .. import _accel
 from ..formats.crc import LENGTH_CRCS
 from ..formats.sidecar import Sidecar
 from ..storage.openfiles import OPEN_FILES
@@ -40,16 +40,18 @@ from .table import ShardTable
 if TYPE_CHECKING:
     from .._accel import Reader
 
-def new_reader(table: ShardTable, checks: RecordChecks) -> Reader | None:
-    """A reader of ``table``'s records with ``checks`` (no shard bound yet), closed with the
-    table's storage; ``None`` without the compiled module or on remote storage.
+
+def new_reader(table: ShardTable, checks: RecordChecks, native: ModuleType) -> Reader | None:
+    """A reader of ``table``'s records with ``checks`` (no shard bound yet), made by the
+    compiled module ``native``; each shard's storage closes it (:func:`bind`). ``None`` for a
+    table without shards.
 
     Args:
         table: The dataset's shards.
         checks: What each read checks.
+        native: The compiled module.
     """
-    native = _accel.native
-    if native is None or not table.storage.is_local or not table.shards:
+    if not table.shards:
         return None
     reader: Reader = native.Reader(table.cumulative, checks.header, checks.footer,
                                    checks.tfrecord_crcs, checks.payload_sums,
@@ -59,10 +61,10 @@ def new_reader(table: ShardTable, checks: RecordChecks) -> Reader | None:
 
 
 def bind(reader: Reader, table: ShardTable, checks: RecordChecks, shard_no: int,
-         sidecar: Sidecar) -> None:
-    """Let ``reader`` serve shard ``shard_no``, a record of which was just read the ordinary
-    way with its sidecar ``sidecar`` (a compressed shard is not served: its records are
-    inflated from seek points).
+         sidecar: Sidecar, native: ModuleType) -> None:
+    """Let ``reader`` serve shard ``shard_no`` (on local storage), a record of which was just
+    read the ordinary way with its sidecar ``sidecar`` (a compressed shard is not served: its
+    records are inflated from seek points).
 
     Args:
         reader: The dataset's reader (:func:`new_reader`).
@@ -70,11 +72,12 @@ def bind(reader: Reader, table: ShardTable, checks: RecordChecks, shard_no: int,
         checks: What each read checks.
         shard_no: The shard.
         sidecar: Its sidecar, loaded and checked in this process.
+        native: The compiled module (that made the reader).
     """
-    native = _accel.native
-    if native is None or sidecar.compressed:
+    if sidecar.compressed:
         return
-    storage, path = table.storage, table.shards[shard_no].path
+    shard = table.shards[shard_no]
+    storage, path = shard.storage, shard.path
     sums = sidecar.checksums if checks.payload_sums else None
     bound = False
     if storage.can_mmap:
@@ -88,4 +91,6 @@ def bind(reader: Reader, table: ShardTable, checks: RecordChecks, shard_no: int,
             bound = reader.bind_file(shard_no, handle, handle.fd, sidecar.indexed_end,
                                      sidecar.offsets, sidecar.indexed_end, sums)
     if bound:  # its data file and its sidecar's map (may let go of the oldest files)
+        if storage is not table.storage:  # a joined dataset's shard: closed with its own
+            storage.close_together(reader)  # storage too
         OPEN_FILES.hold(reader, shard_no, 2)

@@ -12,8 +12,9 @@ crosses a block boundary is joined into a buffer of its own first (records of 1 
 of 1 MiB: one in a thousand).
 
 Nothing is reported from here: a record that fails a check in cached bytes makes the batch
-be read again by the planned reads (``CACHED_BLOCKS``), which drop the damaged blocks, fetch
-them again and report a record that is bad in the remote file too, as every read does.
+be read again by the block reads (:func:`~ofindex.read.access.cached.cached_blocks`), which
+drop the damaged blocks, fetch them again and report a record that is bad in the remote file
+too, as every read does.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import dataclasses
 import functools
 import itertools
 from collections.abc import Callable
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -30,7 +32,7 @@ from .. import _accel
 from ..cache.data import DataCache, ResidentFile
 from ..errors import CorruptRecordError
 from ..formats.sidecar import Sidecar
-from .mapped_gather import PARALLEL_BYTES, executor, first_failing, shares
+from .mapped_gather import PARALLEL_BYTES, executor, first_failing, pool_shares, shares
 from .record_checks import RecordChecks
 from .sum_checks import check_many, record_naming
 from .table import ShardTable
@@ -58,23 +60,22 @@ class ResidentShards:
 
     @classmethod
     def of(cls, table: ShardTable, indices: np.ndarray, data_cache: DataCache,
-           checks: RecordChecks) -> ResidentShards | None:
+           checks: RecordChecks, native: ModuleType) -> ResidentShards | None:
         """The resident shards of records ``indices`` (valid, non-negative), or ``None`` when
         one is not (its sidecar not loaded yet, a block of its file not seen kept), or the
-        compiled pass cannot check these records (no compiled module; TFRecord CRCs without
-        the CPU's CRC instruction)."""
-        native = _accel.native
-        if native is None or (checks.tfrecord_crcs and not native.hw_crc()) or not len(indices):
+        pass of the compiled module ``native`` cannot check these records (TFRecord CRCs
+        without the CPU's CRC instruction)."""
+        if (checks.tfrecord_crcs and not native.hw_crc()) or not len(indices):
             return None
         touched, which, local = table.touched(indices)
-        storage, check_blocks = table.storage, not checks.tfrecord_crcs
+        check_blocks = not checks.tfrecord_crcs
         sidecars: list[Sidecar] = []
         files: list[ResidentFile] = []
         for shard_no in touched:
             shard = table.shards[shard_no]
             if not shard.loaded:
                 return None
-            resident = data_cache.resident(storage, shard.path, check_blocks)
+            resident = data_cache.resident(shard.storage, shard.path, check_blocks)
             if resident is None:
                 return None
             sidecars.append(shard.sidecar)
@@ -82,7 +83,8 @@ class ResidentShards:
         return cls(touched, which, local, sidecars, files)
 
 
-def _spans(shards: ResidentShards, overhead: int) -> tuple[np.ndarray, np.ndarray] | None:
+def _spans(shards: ResidentShards, overhead: int,
+           native: ModuleType) -> tuple[np.ndarray, np.ndarray] | None:
     """Each record's framing ``[start, end)`` in its file, from its sidecar's offsets, in
     one compiled pass (as :func:`~ofindex.read.mapped_gather` looks spans up in maps).
 
@@ -94,8 +96,6 @@ def _spans(shards: ResidentShards, overhead: int) -> tuple[np.ndarray, np.ndarra
         SidecarError: A span that cannot hold a record (corrupt offsets), named by its
             sidecar as every read names it.
     """
-    native = _accel.native
-    assert native is not None  # chosen only with the compiled module
     n = len(shards.which)
     starts = np.empty(n, dtype=np.int64)
     ends = np.empty(n, dtype=np.int64)
@@ -113,7 +113,7 @@ def _spans(shards: ResidentShards, overhead: int) -> tuple[np.ndarray, np.ndarra
 
 
 def resident_gather(table: ShardTable, checks: RecordChecks, shards: ResidentShards,
-                    data_cache: DataCache) -> list[Any] | None:
+                    data_cache: DataCache, native: ModuleType) -> list[Any] | None:
     """The payloads of a batch of resident shards, in the order asked for (see the module).
 
     Args:
@@ -121,6 +121,7 @@ def resident_gather(table: ShardTable, checks: RecordChecks, shards: ResidentSha
         checks: What to check in each record.
         shards: The batch's resident shards (:meth:`ResidentShards.of`).
         data_cache: The cache the files are resident in.
+        native: The compiled module that copies and checks them.
 
     Returns:
         The payloads, or ``None`` when a record failed a check in the cached bytes (the
@@ -129,9 +130,7 @@ def resident_gather(table: ShardTable, checks: RecordChecks, shards: ResidentSha
     Raises:
         SidecarError: A touched sidecar's offsets are corrupt (as every read reports it).
     """
-    native = _accel.native
-    assert native is not None  # chosen only with the compiled module
-    spans = _spans(shards, checks.overhead)
+    spans = _spans(shards, checks.overhead, native)
     if spans is None:
         return None  # past the end of the file's version: the planned reads report it
     starts, ends = spans
@@ -177,7 +176,7 @@ def _filled(fill: Callable[..., int], lengths: np.ndarray, checks: RecordChecks)
     def work(part: tuple[int, int]) -> int:
         return int(fill(part[0], part[1], checks.header, checks.footer, checks.tfrecord_crcs))
 
-    first = first_failing(work, shares(lengths, pool._max_workers), pool, n)
+    first = first_failing(work, shares(lengths, pool_shares()), pool, n)
     return -1 if first == n else first
 
 

@@ -53,8 +53,10 @@ class Shard:
     """A data file and its sidecar; the sidecar is (re)opened lazily in each process.
 
     ``records``/``size`` (and ``fingerprint``, from a manifest) are what the dataset expects;
-    the sidecar must agree when it is loaded. With ``data_storage`` the data file is also
-    stat-ed once at load and compared with the sidecar's stamp (lazy staleness check).
+    the sidecar must agree when it is loaded. The shard carries the storage of its data file
+    (``storage``; default: the sidecar's), which every read of its records goes through.
+    With ``data_storage`` (the same storage) the data file is also stat-ed once at load and
+    compared with the sidecar's stamp (lazy staleness check).
     """
 
     __slots__ = (
@@ -80,6 +82,7 @@ class Shard:
         "path",
         "records",
         "size",
+        "storage",
     )
 
     def __init__(self, path: str, index_storage: Storage, index_path: str,
@@ -87,8 +90,11 @@ class Shard:
                  data_storage: Storage | None = None, cache: Chain | None = None,
                  url: str | None = None, partial: bool = False,
                  body_crc: int | None = None, stamps: StampSource | None = None,
-                 row: int = -1) -> None:
+                 row: int = -1, storage: Storage | None = None) -> None:
         self.path = path
+        #: The storage of the data file: what every read of this shard's records goes through.
+        self.storage = (storage if storage is not None else data_storage
+                        if data_storage is not None else index_storage)
         self._body_crc = body_crc  # the sidecar version the manifest names (None: any)
         self._fingerprint = fingerprint
         #: The data file's content digest its checked sidecar header gives (None: not known
@@ -124,14 +130,15 @@ class Shard:
     def __getstate__(self) -> tuple[Any, ...]:
         return (self.path, self.index_storage, self.index_path, self.records, self.size,
                 self._fingerprint, self.data_storage, self.cache, self.data_url, self.partial,
-                self._body_crc, self._pinned, self._rows, self._row, self._content)
+                self._body_crc, self._pinned, self._rows, self._row, self._content,
+                self.storage)
 
     def __setstate__(self, state: tuple[Any, ...]) -> None:
         (path, index_storage, ipath, records, size, fingerprint, data_storage, cache, url, partial,
-         body_crc, pinned, rows, row, content) = state
+         body_crc, pinned, rows, row, content, storage) = state
         Shard.__init__(self, path, index_storage, ipath, records, size, fingerprint=fingerprint,
                        data_storage=data_storage, cache=cache, url=url, partial=partial,
-                       body_crc=body_crc, stamps=rows, row=row)
+                       body_crc=body_crc, stamps=rows, row=row, storage=storage)
         self._pinned, self._content = pinned, content
 
     # -- the stamp a manifest gives: known, or read from a compact manifest on first use -----

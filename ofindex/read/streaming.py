@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 from collections.abc import Iterator
+from types import ModuleType
 
 import numpy as np
 
-from .. import _accel
 from ..cache.data import DataCache
 from ..formats.framing import Buffer
 from ..formats.sidecar import Sidecar
@@ -17,27 +17,21 @@ from .payloads import DIRECT_RECORD_BYTES, extract_payloads, read_record_direct
 from .sum_checks import check_many, record_namer, sidecar_sums
 
 
-def stream_shard(
-    storage: Storage, path: str, sidecar: Sidecar, lo: int, hi: int, verify: bool,
-    block_bytes: int = 8 << 20,
-) -> Iterator[bytes]:
-    """Payloads of records ``lo..hi-1`` of one shard, in order."""
-    for block in stream_blocks(storage, path, sidecar, lo, hi, verify, block_bytes):
-        yield from block
-
-
 def stream_blocks(
     storage: Storage, path: str, sidecar: Sidecar, lo: int, hi: int, verify: bool,
-    block_bytes: int = 8 << 20, data_cache: DataCache | None = None,
+    block_bytes: int = 8 << 20, data_cache: DataCache | None = None, *,
+    native: ModuleType | None,
 ) -> Iterator[list[bytes]]:
     """Payloads of records ``lo..hi-1`` of one shard, in order, a list per read block.
 
     Each block of records is read one of four ways: remotely, with the next block's request
     in flight while this one is cut (through ``data_cache`` when given: from the blocks of
     the file kept on local disk, each checked against its CRC when first mapped); from the
-    memory map; record by record, each payload straight into its own ``bytes`` (local
-    records of 64 KiB or more, or a block far larger than ``block_bytes``); or into one
-    reused buffer (fresh multi-MB buffers cost a page fault per 4 KiB).
+    memory map (a storage that maps files, read by the compiled module ``native``); record
+    by record, each payload straight into its own ``bytes`` (local records of 64 KiB or
+    more, or a block far larger than ``block_bytes``); or into one reused buffer (fresh
+    multi-MB buffers cost a page fault per 4 KiB). ``native`` is the compiled module the
+    caller's access reads with, or ``None`` (the pure-Python loops).
     """
     blocks = plan_blocks(sidecar.offsets, lo, hi, block_bytes)
     if not blocks:
@@ -45,7 +39,7 @@ def stream_blocks(
     fmt, url = sidecar.format, storage.url(path)
     sums = sidecar_sums(sidecar, verify)
     if storage.is_local:
-        source = _local_blocks(storage, path, sidecar, blocks, block_bytes)
+        source = _local_blocks(storage, path, sidecar, blocks, block_bytes, native)
     else:
         source = _prefetched_blocks(storage, path, sidecar, blocks, data_cache)
     for (a, b), (starts, ends, buf, base) in zip(blocks, source, strict=True):
@@ -55,7 +49,7 @@ def stream_blocks(
                                                     strict=True))]
         else:
             block = extract_payloads(buf, starts - base, ends - base, fmt, verify, url, starts,
-                                     np.arange(a, b))
+                                     np.arange(a, b), native)
         if sums is not None:
             check_many(block, sums[a:b], record_namer(url, starts, a))
         yield block
@@ -94,11 +88,11 @@ def _prefetched_blocks(storage: Storage, path: str, sidecar: Sidecar,
 
 
 def _local_blocks(storage: Storage, path: str, sidecar: Sidecar, blocks: list[tuple[int, int]],
-                  block_bytes: int) -> Iterator[_Block]:
+                  block_bytes: int, native: ModuleType | None) -> Iterator[_Block]:
     """Local blocks: the memory map when there is one (cut by the compiled module, which
     alone reads maps), else large records one by one, else one reused buffer."""
     mapped = (storage.mapped(path, sidecar.header.indexed_end)
-              if storage.can_mmap and _accel.native is not None else None)
+              if storage.can_mmap and native is not None else None)
     scratch = bytearray(0)
     for a, b in blocks:
         starts, ends = _block_spans(sidecar, a, b)

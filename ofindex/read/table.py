@@ -1,7 +1,7 @@
 """The shard table: a dataset's shards in order, and where each global record number lives.
 
-A dataset numbers its records shard by shard. The table holds the shards and the storage of
-their data files, the cumulative record counts, and answers the questions every read asks
+A dataset numbers its records shard by shard. The table holds the shards (each with the
+storage of its data file), the cumulative record counts, and answers the questions every read asks
 first: is this record number valid, which shard holds it, which records of a batch fall in
 which shard. It reads nothing: record counts come from the sidecars (or the manifest) when the
 dataset is opened.
@@ -106,10 +106,11 @@ class ShardGroups:
 
 
 class ShardTable:
-    """A dataset's shards, their data storage and the mapping of global record numbers.
+    """A dataset's shards and the mapping of global record numbers.
 
     Args:
-        storage: Storage of the data files.
+        storage: Storage of the data files the dataset was opened on (each shard carries
+            the storage of its own file: a joined dataset's keep their sources').
         shards: The shards, in dataset order.
 
     Raises:
@@ -283,11 +284,20 @@ class ShardTable:
         return shards.made() if isinstance(shards, ManifestShards) else list(shards)
 
     def url(self, shard_no: int) -> str:
-        """The URL of shard ``s``'s data file, as messages name it."""
-        return self.storage.url(self.shards[shard_no].path)
+        """The URL of shard ``shard_no``'s data file, as messages name it."""
+        shard = self.shards[shard_no]
+        return shard.storage.url(shard.path)
+
+    def storages(self) -> list[Storage]:
+        """The storages of the data files of the shards this process holds (each shard
+        carries its own: a joined dataset's keep their sources'), and :attr:`storage`."""
+        found = {id(self.storage): self.storage}
+        for shard in self.held():
+            found.setdefault(id(shard.storage), shard.storage)
+        return list(found.values())
 
     def infos(self) -> list[ShardInfo]:
         """Path, record count, size and sidecar of every shard."""
-        return [ShardInfo(self.storage.url(s.path), s.records, s.size,
+        return [ShardInfo(s.storage.url(s.path), s.records, s.size,
                           s.index_storage.url(s.index_path), s.partial)
                 for s in self.shards]

@@ -12,15 +12,15 @@
 Modules: :mod:`.layout` (the builder directory's metadata), :mod:`.features` (the feature
 tree of ``features.json``), :mod:`.splits` (split strings and TFDS's read order),
 :mod:`.plan` (stored features -> decoded examples), :mod:`.media` (images),
-:mod:`.episodes` (RLDS step counts and steps), :mod:`.access` (:func:`open_tfds`, the
+:mod:`.episodes` (RLDS step counts and steps), :mod:`.split_dataset` (:func:`open_tfds`, the
 examples and steps of a split), :mod:`.blend` (several datasets read as one, for a weighted
 mixture).
 """
 
-from .access import StepsView, TfdsDataset, open_tfds
 from .blend import Blend
 from .features import Feature
 from .layout import BuilderInfo, SplitInfo, read_builder
+from .split_dataset import StepsView, TfdsDataset, open_tfds
 
 __all__ = ["Blend", "BuilderInfo", "Feature", "SplitInfo", "StepsView", "TfdsDataset", "open_tfds",
            "read_builder"]

@@ -60,7 +60,7 @@ def decode_frames(blobs: Sequence[Any], feature: Feature) -> np.ndarray:
     if pool is None:
         frames = _some(blobs, feature, channels, 0, len(blobs), out)
     else:
-        parts = min(len(blobs), pool._max_workers * 2)
+        parts = min(len(blobs), _POOL.workers * 2)
         bounds = np.linspace(0, len(blobs), parts + 1).astype(int).tolist()
         futures = [pool.submit(_some, blobs, feature, channels, lo, hi, out)
                    for lo, hi in itertools.pairwise(bounds)]
