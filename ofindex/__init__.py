@@ -4,6 +4,8 @@ from .convert import convert
 from .errors import (
     CacheDirWarning,
     ClusterError,
+    ColumnError,
+    ColumnNotFoundError,
     CorruptRecordError,
     DataCacheWarning,
     DataFileNotFoundError,
@@ -53,6 +55,8 @@ __all__ = [
     "BuildResults",
     "CacheDirWarning",
     "ClusterError",
+    "ColumnError",
+    "ColumnNotFoundError",
     "Compression",
     "CorruptRecordError",
     "DataCacheWarning",

@@ -13,15 +13,18 @@ ROOT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
 #: What each layer may import besides itself. ``formats`` and ``storage`` know nothing of the
 #: layers above them; ``deflate`` (inflating and deflating for random access) uses both;
 #: ``index`` (making indexes) and ``read`` (using them) use those three and not each other
-#: (``ofindex.open``, in the top-level ``opening`` module, joins them for ``build_missing``);
+#: (``ofindex.open``, in the top-level ``opening`` module, joins them for ``build_missing``),
+#: and both use ``columns`` (the column sidecars one writes and the other queries);
 #: ``cli`` and ``integrations`` use everything; ``decode`` and ``shuffle`` stand alone (but for
 #: the errors they raise).
 ALLOWED = {
     "storage": {"errors"},
     "formats": {"errors", "storage"},
     "deflate": {"errors", "_accel", "_threads", "storage", "formats"},
-    "index": {"errors", "_accel", "_threads", "storage", "formats", "deflate"},
-    "read": {"errors", "_accel", "_threads", "storage", "formats", "deflate"},
+    "index": {"errors", "_accel", "_threads", "storage", "formats", "deflate", "columns"},
+    "read": {"errors", "_accel", "_threads", "storage", "formats", "deflate", "columns"},
+    # "columns": the column sidecars and key indexes (what index writes and read queries)
+    "columns": {"errors", "_accel", "storage", "formats", "decode"},
     "decode": {"errors", "_accel", "_threads", "proto"},
     "encode": {"errors", "_accel", "formats", "decode"},  # framed blocks: formats.crc
     "schema": {"errors", "decode", "proto", "read"},
@@ -35,7 +38,7 @@ ALLOWED = {
     "integrations": {"errors", "storage", "formats", "index", "read", "decode", "shuffle",
                      "opening"},
     "cli": {"", "errors", "_accel", "storage", "formats", "index", "read", "decode", "shuffle",
-            "proto", "opening", "encode", "write", "schema", "convert", "planning"},
+            "proto", "opening", "encode", "write", "schema", "convert", "planning", "columns"},
     "errors": set(),
     "_accel": {"_native"},
     "_threads": set(),

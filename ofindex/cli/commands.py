@@ -92,6 +92,7 @@ def cmd_build(args: argparse.Namespace, options: Options) -> int:
                 executor=executor, resume=args.resume, compression=args.compression,
                 seek_spacing=args.seek_spacing, checksums=args.checksums, strict=args.strict,
                 migrate=args.migrate, allow_missing_shards=args.allow_missing_shards,
+                columns=column_names(args.columns),
             )
     finally:
         if executor is not None:
@@ -107,6 +108,21 @@ def cmd_build(args: argparse.Namespace, options: Options) -> int:
     if index:
         print(f"index: {index} bytes, {100 * index / size if size else 0:.2f}% of the data")
     return EXIT_PARTIAL if partial else EXIT_OK
+
+
+def column_names(text: str) -> tuple[str, ...]:
+    """``--columns``: feature names separated by commas, each once (none for ``""``).
+
+    Raises:
+        UsageError: An empty name, or a name given twice.
+    """
+    if not text:
+        return ()
+    names = tuple(name.strip() for name in text.split(","))
+    if not all(names) or len(set(names)) != len(names):
+        raise UsageError(f"--columns takes feature names separated by commas, each once, not "
+                         f"{text!r}")
+    return names
 
 
 def _build_summary(results: Sequence[BuildResult], *, verified: bool) -> str:

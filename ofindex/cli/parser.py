@@ -27,7 +27,8 @@ EXAMPLES = {
   ofindex build s3://bucket/train --index-dir ./idx -s anon=false
   ofindex build s3://bucket/train --dask-scheduler tcp://scheduler:8786   # on a Dask cluster
   ofindex build data-gz/ --seek-spacing 256K  # GZIP/ZLIB files are detected
-  ofindex build data/ --migrate              # sidecars from beside the data to data.ofindex/""",
+  ofindex build data/ --migrate              # sidecars from beside the data to data.ofindex/
+  ofindex build data/ --columns label         # also store each record's label, for queries""",
     "info": """\
   ofindex info data/
   ofindex info data/ --json
@@ -315,6 +316,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seek-spacing", type=seek_spacing, default=None, metavar="BYTES",
                    help="compressed files: uncompressed bytes between seek points (default "
                         "256K; smaller: faster random reads, larger index)")
+    p.add_argument("--columns", default="", metavar="NAME,...",
+                   help="also store these scalar features of every record as columns beside "
+                        "the index, for `ofindex find` and `get --key` (a record without one "
+                        "is null; one holding several values is refused); fresh sidecars are "
+                        "kept, their missing columns added")
 
     p = add("info", "shards, record counts, sizes and index state (files without an index: "
             "their sizes, framing and the command that indexes them)", _common())
