@@ -116,13 +116,20 @@ class ColumnMeta:
         return start, start + int(entry["stored"])
 
 
+def name_part(column: str) -> str:
+    """A column's name as it is written in file names: its UTF-8 bytes, every byte but ASCII
+    letters, digits and ``_.-`` written ``~XX`` (two upper-case hexadecimal digits):
+    ``image/id`` is ``image~2Fid``. (Not ``%XX``: a web server decodes ``%2F`` in a URL to
+    the ``/`` of a directory, and ``~`` needs no escaping in a URL, a bucket's key or a file
+    name.)"""
+    return "".join(chr(b) if chr(b).isascii() and (chr(b).isalnum() or chr(b) in "_.-")
+                   else f"~{b:02X}" for b in column.encode("utf-8"))
+
+
 def column_file_name(data_name: str, column: str) -> str:
     """The column sidecar's name: ``<data file name>.<column>.ofcol``, the column's name
-    percent-encoded (every byte but ASCII letters, digits and ``_.-~``): ``image/id`` is
-    ``image%2Fid``."""
-    from urllib.parse import quote
-
-    return f"{data_name}.{quote(column, safe='')}{SUFFIX}"
+    written as :func:`name_part` says."""
+    return f"{data_name}.{name_part(column)}{SUFFIX}"
 
 
 def column_path(index_path: str, column: str) -> str:

@@ -23,6 +23,7 @@ from .build_file import BuildResult
 from .build_results import BuildResults
 from .cluster import FileProgress, run_on_executor
 from .job import FileJob
+from .key_indexes import write_key_indexes
 from .manifest_sink import ManifestSink
 from .migrate import drop_legacy_files, move_legacy_sidecars, warn_legacy_layout
 from .survey import one_framing, survey_files
@@ -275,6 +276,9 @@ def build_location(
     merged.close()
     if sink is not None:
         sink.close()
+        if columns:
+            write_key_indexes(sink.storage, sink.storage.dirname(sink.json_path),
+                              [job for job, _ in kept], results, columns)
     return BuildOutcome(results, skipped)
 
 
