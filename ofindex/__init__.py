@@ -45,6 +45,7 @@ from .index.builder import build_index
 from .index.writer import Writer
 from .opening import open
 from .read.dataset import Dataset
+from .read.view import DatasetView
 from .schema import infer_spec, spec_from_tf
 from .write import ShardedWriter, WriteSummary
 
@@ -63,6 +64,7 @@ __all__ = [
     "DataFileNotFoundError",
     "Dataset",
     "DatasetExistsError",
+    "DatasetView",
     "DecodeError",
     "EncodeError",
     "FormatDetectionError",

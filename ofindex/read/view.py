@@ -11,8 +11,6 @@ rounds). It has what samplers, resumable loaders and mixtures take of a dataset:
 state saved on a view is refused by the whole dataset or another view.
 """
 
-from __future__ import annotations
-
 import hashlib
 import itertools
 from collections.abc import Iterator, Mapping, Sequence
@@ -59,7 +57,7 @@ class ViewedDataset(Protocol):
     def lookup(self, column: str, value: object) -> Any: ...
 
     def split_by(self, column: str, fractions: Mapping[str, float]
-                 ) -> Mapping[str, DatasetView]: ...
+                 ) -> Mapping[str, "DatasetView"]: ...
 
     def groups(self, column: str) -> tuple[list[Any], list[np.ndarray]]: ...
 
@@ -126,7 +124,13 @@ class DatasetView:
 
     def global_positions(self, indices: Sequence[int] | np.ndarray | None = None
                          ) -> np.ndarray:
-        """The dataset's record numbers of the view's records ``indices`` (all by default).
+        """The dataset's record numbers of the view's records.
+
+        Args:
+            indices: The view's record numbers (negative from the end); ``None``: all.
+
+        Returns:
+            The dataset's record numbers (int64; all of them read-only, ascending).
 
         Raises:
             RecordIndexError: An index is out of range.
@@ -147,6 +151,13 @@ class DatasetView:
     def __getitem__(self, key: int | np.integer | slice | Sequence[int] | np.ndarray) -> Any:
         """Read one record of the view, or a list of them (as ``Dataset.__getitem__``).
 
+        Args:
+            key: A record number of the view (negative from the end), a slice, or a 1-d
+                sequence or array of them.
+
+        Returns:
+            The record (decoded as the dataset decodes), or a list of them.
+
         Raises:
             RecordIndexError: A record number is out of range.
             TypeError: ``key`` is of another kind.
@@ -164,21 +175,47 @@ class DatasetView:
     def __getitems__(self, indices: Sequence[int] | np.ndarray) -> list[Any]:
         """Read a batch of the view's records with one batch read of the dataset.
 
+        Args:
+            indices: The view's record numbers, any order, duplicates allowed.
+
+        Returns:
+            The records, in the order of ``indices``.
+
         Raises:
             RecordIndexError: A record number is out of range.
         """
         return self.dataset.__getitems__(self.global_positions(indices))
 
     def mapped_spans(self, indices: Sequence[int] | np.ndarray) -> Any:
-        """As ``Dataset.mapped_spans``, for the view's records ``indices``."""
+        """As ``Dataset.mapped_spans``, for the view's records.
+
+        Args:
+            indices: The view's record numbers.
+
+        Returns:
+            The spans, or ``None`` (see ``Dataset.mapped_spans``).
+        """
         return self.dataset.mapped_spans(self.global_positions(indices))
 
     def record_lengths(self, indices: Sequence[int] | np.ndarray) -> np.ndarray:
-        """Payload lengths of the view's records ``indices``, from the index alone."""
+        """Payload lengths of the view's records, from the index alone.
+
+        Args:
+            indices: The view's record numbers.
+
+        Returns:
+            An int64 array of payload lengths.
+        """
         return self.dataset.record_lengths(self.global_positions(indices))
 
     def locate(self, index: int) -> tuple[int, int]:
-        """``(shard number, record number inside the shard)`` of the view's record ``index``.
+        """Where one of the view's records lives, without reading data.
+
+        Args:
+            index: The view's record number.
+
+        Returns:
+            ``(shard number, record number inside the shard)``.
 
         Raises:
             RecordIndexError: ``index`` is out of range.
@@ -186,11 +223,22 @@ class DatasetView:
         return self.dataset.locate(int(self.global_positions([index])[0]))
 
     def __iter__(self) -> Iterator[Any]:
-        """Iterate over the view's records in order (see :meth:`iter_records`)."""
+        """Iterate over the view's records in order (see :meth:`iter_records`).
+
+        Returns:
+            An iterator over the records.
+        """
         return self.iter_records()
 
     def iter_records(self, start: int = 0, stop: int | None = None) -> Iterator[Any]:
         """The view's records ``start..stop-1`` in order, read a list at a time.
+
+        Args:
+            start: The view's first record.
+            stop: One past its last (default: the end).
+
+        Returns:
+            An iterator over the records.
 
         Raises:
             RecordIndexError: ``[start, stop)`` is not a valid range.
@@ -209,6 +257,9 @@ class DatasetView:
             stop: One past its last (default: the end).
             as_buffer: Yield :class:`~ofindex.read.record_batch.RecordBatch` objects (raw
                 payloads back to back; ``first`` is the batch's first record in the view).
+
+        Returns:
+            An iterator over the batches: lists of records, or ``RecordBatch`` objects.
 
         Raises:
             ValueError: ``batch_size`` is not a whole number >= 1.
@@ -238,6 +289,12 @@ class DatasetView:
     def payloads(self, indices: Sequence[int] | np.ndarray) -> list[bytes]:
         """Read a batch of the view's records' payloads, without the dataset's ``decode``.
 
+        Args:
+            indices: The view's record numbers.
+
+        Returns:
+            The payloads, in the order of ``indices``.
+
         Raises:
             RecordIndexError: A record number is out of range.
         """
@@ -245,8 +302,14 @@ class DatasetView:
 
     # -- queries ----------------------------------------------------------------------------
     def positions(self, **conditions: object) -> np.ndarray:
-        """The dataset's record numbers of the view's records meeting ``conditions`` (all of
-        them without a condition), ascending (see ``Dataset.positions``)."""
+        """The dataset's record numbers of the view's records meeting conditions.
+
+        Args:
+            conditions: As for ``Dataset.positions`` (none: every record of the view).
+
+        Returns:
+            The record numbers, ascending (int64).
+        """
         if not conditions:
             every: np.ndarray = self._positions.copy()
             return every
@@ -254,31 +317,60 @@ class DatasetView:
             self._positions, self.dataset.positions(**conditions), assume_unique=True)
         return chosen
 
-    def where(self, **conditions: object) -> DatasetView:
-        """The view's records meeting ``conditions``, as a view of the dataset (see
-        ``Dataset.where``)."""
+    def where(self, **conditions: object) -> "DatasetView":
+        """The view's records meeting conditions, as a view of the dataset.
+
+        Args:
+            conditions: As for ``Dataset.where``.
+
+        Returns:
+            The narrower view.
+        """
         chosen = self.positions(**conditions)
         text = ", ".join(f"{k}={v!r}" for k, v in conditions.items())
         return DatasetView(self.dataset, chosen,
                            f"{self.description}, {text}" if self.description else text)
 
     def lookup(self, column: str, value: object) -> Any:
-        """As ``Dataset.lookup``, among the view's records: the dataset's record numbers."""
+        """As ``Dataset.lookup``, among the view's records.
+
+        Args:
+            column: The column.
+            value: A value, or a list of values.
+
+        Returns:
+            The dataset's record numbers (an array, or one per value).
+        """
         found = self.dataset.lookup(column, value)
         if isinstance(found, list):
             return [np.intersect1d(f, self._positions, assume_unique=True) for f in found]
         return np.intersect1d(found, self._positions, assume_unique=True)
 
     def split_by(self, column: str, fractions: Mapping[str, float]
-                 ) -> dict[str, DatasetView]:
-        """As ``Dataset.split_by``, among the view's records."""
+                 ) -> dict[str, "DatasetView"]:
+        """As ``Dataset.split_by``, among the view's records.
+
+        Args:
+            column: The column hashed.
+            fractions: Each part's share.
+
+        Returns:
+            A view per part.
+        """
         return {name: DatasetView(self.dataset, np.intersect1d(
             part.global_positions(), self._positions, assume_unique=True), part.description)
             for name, part in self.dataset.split_by(column, fractions).items()}
 
     def groups(self, column: str) -> tuple[list[Any], list[np.ndarray]]:
-        """As ``Dataset.groups``, among the view's records, in the view's numbers (what a
-        sampler of the view draws)."""
+        """As ``Dataset.groups``, among the view's records.
+
+        Args:
+            column: The column.
+
+        Returns:
+            ``(values, indices)``: the distinct values and each one's records, in the view's
+            numbers (what a sampler of the view draws).
+        """
         values, groups = self.dataset.groups(column)
         out_values, out_groups = [], []
         for value, members in zip(values, groups, strict=True):
@@ -290,10 +382,10 @@ class DatasetView:
 
     # -- handles ----------------------------------------------------------------------------
     def close(self) -> None:
-        """Release the dataset's handles (see ``Dataset.close``)."""
+        """Release the dataset's handles (see ``Dataset.close``); the view stays usable."""
         self.dataset.close()
 
-    def __enter__(self) -> DatasetView:
+    def __enter__(self) -> "DatasetView":
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
