@@ -47,6 +47,7 @@ from .opening import open
 from .read.dataset import Dataset
 from .read.view import DatasetView
 from .schema import infer_spec, spec_from_tf
+from .tfds import open_tfds
 from .write import ShardedWriter, WriteSummary
 
 __version__ = "0.2.0"
@@ -99,5 +100,6 @@ __all__ = [
     "convert",
     "infer_spec",
     "open",
+    "open_tfds",
     "spec_from_tf",
 ]

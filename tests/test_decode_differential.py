@@ -1,7 +1,8 @@
 """The decoders accept exactly the bytes protobuf's own parser accepts, and decode them to the
 values protobuf gives; they refuse (``DecodeError``) exactly the bytes protobuf refuses.
 
-The reference is ``ParseFromString`` of the installed protobuf (upb). Records are written by
+The reference is ``ParseFromString`` of protobuf 7 (upb; tests/protobuf_oracle.py asks it in
+a process of its own when the installed protobuf is older). Records are written by
 hand (tests/wiregen.py: unknown fields of every wire type at every nesting level, groups in
 groups, overlong tags and lengths, repeated and merged messages, packed and unpacked lists)
 and mutated byte by byte. Single records go through ``decode_example``,
@@ -18,10 +19,10 @@ from typing import Any
 import numpy as np
 import pytest
 from fuzzkit import Tally, guarded
-from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from helpers import same, same_dict
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from protobuf_oracle import DTYPES, MESSAGES, protobuf_answer
 from wiregen import EGROUP, LEN, MAX_DEPTH, RECORDS, SGROUP, VARINT, mutated, records, varint
 
 from ofindex.decode import (
@@ -33,96 +34,17 @@ from ofindex.decode import (
     decode_sequence_example,
 )
 from ofindex.errors import DecodeError
-from ofindex.proto import example_pb2, ofrecord_pb2
 
 TALLY_SINGLE = Tally("decoders vs protobuf, hand-written and mutated records")
 TALLY_BATCH = Tally("decode_batch vs protobuf, hand-written and mutated records")
 #: deterministic: the same inputs on every run (failures found are kept as @example below)
 SETTINGS = settings(max_examples=600, derandomize=True, deadline=None, database=None,
                     suppress_health_check=list(HealthCheck))
-MESSAGES = {"example": example_pb2.Example, "sequence": example_pb2.SequenceExample,
-            "ofrecord": ofrecord_pb2.OFRecord}
 DECODERS = {"example": decode_example, "sequence": decode_sequence_example,
             "ofrecord": decode_ofrecord}
-DTYPES = {"bytes_list": np.dtype(object), "float_list": np.dtype(np.float32),
-          "double_list": np.dtype(np.float64), "int32_list": np.dtype(np.int32),
-          "int64_list": np.dtype(np.int64)}
 
 
-# ---- protobuf's answer ---------------------------------------------------------------------
-
-def _entries_message() -> Any:
-    """``OFRecordEntries``: an OFRecord whose map is a plain repeated field with ``bytes``
-    keys, to read back what protobuf put in an OFRecord's map whatever the keys (protobuf's
-    Python API cannot hand out a proto2 map value whose key is not UTF-8)."""
-    name = "ofindex_tests/ofrecord_entries.proto"
-    pool = descriptor_pool.Default()
-    try:
-        pool.FindFileByName(name)
-    except KeyError:
-        proto = descriptor_pb2.FileDescriptorProto(
-            name=name, package="ofindex_tests", dependency=["ofindex/proto/ofrecord.proto"])
-        record = proto.message_type.add(name="OFRecordEntries")
-        entry = record.nested_type.add(name="Entry")
-        optional = descriptor_pb2.FieldDescriptorProto.LABEL_OPTIONAL
-        entry.field.add(name="key", number=1, label=optional,
-                        type=descriptor_pb2.FieldDescriptorProto.TYPE_BYTES)
-        entry.field.add(name="value", number=2, label=optional,
-                        type=descriptor_pb2.FieldDescriptorProto.TYPE_MESSAGE,
-                        type_name=".ofindex.oneflow.Feature")
-        record.field.add(name="feature", number=1,
-                         label=descriptor_pb2.FieldDescriptorProto.LABEL_REPEATED,
-                         type=descriptor_pb2.FieldDescriptorProto.TYPE_MESSAGE,
-                         type_name=".ofindex_tests.OFRecordEntries.Entry")
-        pool.AddSerializedFile(proto.SerializeToString())
-    return message_factory.GetMessageClass(
-        pool.FindMessageTypeByName("ofindex_tests.OFRecordEntries"))
-
-
-OFRECORD_ENTRIES = _entries_message()
-
-
-def _feature(feature: Any) -> tuple[str | None, np.ndarray]:
-    """A parsed Feature as (its list's name or None, its values)."""
-    which = feature.WhichOneof("kind")
-    if which is None:
-        return None, np.empty(0, np.float32)
-    values = list(getattr(feature, which).value)
-    if DTYPES[which].kind == "O":
-        out = np.empty(len(values), object)
-        out[:] = values
-        return which, out
-    return which, np.array(values, DTYPES[which])
-
-
-def _features(pairs: Any) -> dict[Any, tuple[str | None, np.ndarray]]:
-    return {key: _feature(value) for key, value in pairs}
-
-
-def protobuf_answer(kind: str, raw: bytes) -> Any:
-    """What protobuf makes of ``raw``: ``{name: (list name, values)}`` (for ``"sequence"``:
-    ``(context, {name: [(list name, values) per step]})``), or ``None`` when it refuses it."""
-    try:
-        parsed = MESSAGES[kind].FromString(raw)
-    except Exception:
-        return None
-    if kind == "example":
-        return _features(parsed.features.feature.items())
-    if kind == "sequence":
-        lists = {name: [_feature(step) for step in steps.feature]
-                 for name, steps in parsed.feature_lists.feature_list.items()}
-        return _features(parsed.context.feature.items()), lists
-    parsed.DiscardUnknownFields()  # upb keeps map entries with unknown fields aside
-    entries = OFRECORD_ENTRIES.FromString(parsed.SerializeToString())
-    return {_name(entry.key): _feature(entry.value) for entry in entries.feature}
-
-
-def _name(key: bytes) -> str | bytes:
-    try:
-        return key.decode("utf-8")
-    except UnicodeDecodeError:
-        return key  # as decode_ofrecord names a feature whose name is not UTF-8
-
+# ---- protobuf's answer: tests/protobuf_oracle.py ----------------------------------------
 
 def _plain(answer: dict[Any, tuple[str | None, np.ndarray]]) -> dict[Any, np.ndarray]:
     return {name: values for name, (_, values) in answer.items()}
@@ -240,6 +162,7 @@ for _depth in (MAX_DEPTH, MAX_DEPTH + 1):
     EDGES[f"{_depth} groups in the record"] = nested_groups(_depth)
     EDGES[f"{_depth - 1} groups in a map entry"] = ld(1, nested_groups(_depth - 1))
     EDGES[f"{_depth - 2} groups in a Feature"] = ld(1, ld(2, nested_groups(_depth - 2)))
+
 
 
 @pytest.mark.parametrize("name", sorted(EDGES))

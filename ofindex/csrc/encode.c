@@ -18,8 +18,20 @@ enum {
     MODE_VARINT = 1,  /* a packed list of varints: int64 values (negative: ten bytes) */
     MODE_BYTES = 2,   /* a bytes list holding one value: each row's bytes object */
     MODE_ENTRIES = 3, /* the whole map entry made in Python (b"": the feature is absent) */
-    MODE_SPANS = 4    /* a bytes list of one value: spans of one buffer (Arrow binary) */
+    MODE_SPANS = 4,   /* a bytes list of one value: spans of one buffer (Arrow binary) */
+    MODE_PACKED_SPANS = 5, /* a packed list whose bytes are spans of one buffer (rows of any
+                            * length: floats as they are, integers as varints) */
+    MODE_LIST_SPANS = 6,   /* the value list's whole content cut from one buffer (a bytes
+                            * list of any number of values, each with its key and length) */
+    MODE_VARINT_SPANS = 7  /* a packed list of varints of any length: int64 values, row r's
+                            * values[bounds[r]:bounds[r + 1]] */
 };
+
+/* The modes whose data is (bounds, values): spans of one buffer. */
+static inline int spans_mode(int mode) {
+    return mode == MODE_SPANS || mode == MODE_PACKED_SPANS || mode == MODE_LIST_SPANS ||
+           mode == MODE_VARINT_SPANS;
+}
 
 typedef struct {
     int mode;
@@ -30,6 +42,7 @@ typedef struct {
     Py_ssize_t per_row;         /* PACKED: bytes per row; VARINT: values per row */
     Py_buffer values;           /* SPANS: the bytes the spans cut (view: their int64 bounds) */
     int held_values;
+    int64_t *row_bytes;         /* VARINT_SPANS: each row's varint bytes, sized once */
     PyObject *items;            /* BYTES, ENTRIES: a new reference to the list of bytes */
     PyObject *slice;            /* ... the rows written, held while the GIL is released */
     const unsigned char **ptrs; /* ... and their bytes and sizes */
@@ -91,9 +104,11 @@ static Py_ssize_t value_size(const Column *c, Py_ssize_t r, Py_ssize_t k, int sl
             n += varint_size((uint64_t)load_i64(row + 8 * j));
         return n;
     }
-    if (c->mode == MODE_SPANS) {
+    if (c->mode == MODE_VARINT_SPANS)
+        return (Py_ssize_t)c->row_bytes[r];  /* made by get_spans_column */
+    if (spans_mode(c->mode)) {
         const int64_t *at = (const int64_t *)c->view.buf;
-        return (Py_ssize_t)(at[r + 1] - at[r]);  /* checked by check_spans */
+        return (Py_ssize_t)(at[r + 1] - at[r]);  /* checked by get_spans_column */
     }
     if (sliced)
         return c->lens[k];
@@ -111,7 +126,10 @@ static EntrySizes entry_sizes(const Column *c, Py_ssize_t v) {
     EntrySizes e;
     int one = c->mode == MODE_BYTES || c->mode == MODE_SPANS;
     Py_ssize_t klen = PyBytes_GET_SIZE(c->key);
-    e.list = (v || one) ? 1 + varint_size((uint64_t)v) + v : 0;
+    if (c->mode == MODE_LIST_SPANS)
+        e.list = v;  /* the span is the list's content */
+    else
+        e.list = (v || one) ? 1 + varint_size((uint64_t)v) + v : 0;
     e.feature = 1 + varint_size((uint64_t)e.list) + e.list;
     e.entry = 1 + varint_size((uint64_t)klen) + klen + 1 + varint_size((uint64_t)e.feature) +
               e.feature;
@@ -157,7 +175,7 @@ static unsigned char *put_entry(unsigned char *p, const Column *c, Py_ssize_t r,
     p = put_varint(p, (uint64_t)e.feature);
     *p++ = c->tag;
     p = put_varint(p, (uint64_t)e.list);
-    if (e.list) {
+    if (e.list && c->mode != MODE_LIST_SPANS) {
         *p++ = 0x0a;
         p = put_varint(p, (uint64_t)v);
     }
@@ -169,7 +187,14 @@ static unsigned char *put_entry(unsigned char *p, const Column *c, Py_ssize_t r,
         memcpy(p, c->ptrs[k], (size_t)v);
         return p + v;
     }
-    if (c->mode == MODE_SPANS) {
+    if (c->mode == MODE_VARINT_SPANS) {
+        const int64_t *at = (const int64_t *)c->view.buf;
+        const unsigned char *values = (const unsigned char *)c->values.buf;
+        for (int64_t j = at[r]; j < at[r + 1]; j++)
+            p = put_varint(p, (uint64_t)load_i64(values + 8 * j));
+        return p;
+    }
+    if (spans_mode(c->mode)) {
         const int64_t *at = (const int64_t *)c->view.buf;
         memcpy(p, (const unsigned char *)c->values.buf + at[r], (size_t)v);
         return p + v;
@@ -210,11 +235,12 @@ static void release_plan(Plan *pl) {
         Py_XDECREF(c->slice);
         PyMem_Free(c->ptrs);
         PyMem_Free(c->lens);
+        PyMem_Free(c->row_bytes);
     }
     PyMem_Free(pl->cols);
 }
 
-/* A SPANS column's data: (bounds, values), rows + 1 int64 bounds, each row's value
+/* A SPANS, PACKED_SPANS or LIST_SPANS column's data: (bounds, values), rows + 1 int64 bounds, each row's value
  * values[bounds[r]:bounds[r + 1]]; every span checked inside values here. */
 static int get_spans_column(PyObject *data, Column *c, Py_ssize_t j, Py_ssize_t *rows) {
     PyObject *bounds, *values;
@@ -232,18 +258,34 @@ static int get_spans_column(PyObject *data, Column *c, Py_ssize_t j, Py_ssize_t 
     c->held_values = 1;
     const int64_t *at = (const int64_t *)c->view.buf;
     Py_ssize_t n = c->view.shape[0];
+    /* VARINT_SPANS bounds count int64 values, the others bytes */
+    Py_ssize_t limit = c->mode == MODE_VARINT_SPANS ? c->values.len / 8 : c->values.len;
     if (n < 1) {
         PyErr_Format(PyExc_ValueError, "column %zd: no bounds (rows + 1 of them)", j);
         return -1;
     }
     for (Py_ssize_t r = 0; r < n; r++) {
-        if (at[r] < 0 || at[r] > (int64_t)c->values.len || (r && at[r] < at[r - 1])) {
+        if (at[r] < 0 || at[r] > (int64_t)limit || (r && at[r] < at[r - 1])) {
             PyErr_Format(PyExc_ValueError, "column %zd: bound %zd (%lld) outside the values "
                          "or before the previous one", j, r, (long long)at[r]);
             return -1;
         }
     }
     *rows = n - 1;
+    if (c->mode == MODE_VARINT_SPANS) {  /* a row's size is asked for three times a record */
+        const unsigned char *ints = (const unsigned char *)c->values.buf;
+        c->row_bytes = PyMem_Malloc((size_t)(n > 1 ? n - 1 : 1) * sizeof(int64_t));
+        if (c->row_bytes == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        for (Py_ssize_t r = 0; r + 1 < n; r++) {
+            int64_t bytes = 0;
+            for (int64_t k = at[r]; k < at[r + 1]; k++)
+                bytes += varint_size((uint64_t)load_i64(ints + 8 * k));
+            c->row_bytes[r] = bytes;
+        }
+    }
     return 0;
 }
 
@@ -280,7 +322,7 @@ static int get_column(PyObject *spec, Column *c, Py_ssize_t j, Py_ssize_t *rows)
         }
         return -1;
     }
-    if (field < 1 || field > 15 || mode < MODE_PACKED || mode > MODE_SPANS) {
+    if (field < 1 || field > 15 || mode < MODE_PACKED || mode > MODE_VARINT_SPANS) {
         PyErr_Format(PyExc_ValueError, "column %zd: field %d or mode %d out of range", j,
                      field, mode);
         return -1;
@@ -307,7 +349,7 @@ static int get_data(PyObject *data, Column *c, Py_ssize_t j, Py_ssize_t *rows) {
         *rows = PyList_GET_SIZE(data);
         return 0;
     }
-    if (mode == MODE_SPANS)
+    if (spans_mode(mode))
         return get_spans_column(data, c, j, rows);
     if (PyObject_GetBuffer(data, &c->view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
         return -1;

@@ -314,8 +314,9 @@ class TensorBatches(_tud.Dataset[Any]):
             of a numpy array of ``bytes`` objects, which a worker must pickle to the main
             process. Record ``k``'s value is
             ``values[offsets[k]:offsets[k + 1]]`` with ``offsets`` the cumulative lengths.
-        images: ``{feature: (height, width)}``: ``bytes`` features holding JPEGs, decoded to
-            RGB and resized (antialiased bilinear) on every core without the GIL, straight
+        images: ``{feature: (height, width)}``: ``bytes`` features holding JPEG or PNG
+            images (``ofindex.decode.images.FORMATS``), decoded to RGB and resized (antialiased
+            bilinear) on every core without the GIL, straight
             into the batch's memory (shared memory in a worker, page-locked with
             ``pin_memory``): a ``uint8`` tensor ``(batch, height, width, 3)``
             (:func:`ofindex.decode.images.decode_images`; ``None`` instead of a size: no
