@@ -163,3 +163,42 @@ def _one(column: str, given: object) -> Condition:
         return Condition(column, values=tuple(v for v in items if v is not None),
                          nulls=any(v is None for v in items))
     return Condition(column, values=(given,))
+
+
+def value_from_text(text: str, vtype: ValueType, column: str) -> Any:
+    """One value written on the command line, as the column's type reads it.
+
+    Raises:
+        ColumnError: ``text`` is not a value of that type.
+    """
+    if vtype is ValueType.BYTES:
+        return text.encode("utf-8")
+    try:
+        return int(text) if vtype in (ValueType.INT64, ValueType.NONE) else float(text)
+    except ValueError:
+        raise ColumnError(f"column {column!r} holds {vtype.label} values, not "
+                          f"{text!r}") from None
+
+
+def condition_from_text(text: str, vtype: ValueType, column: str) -> object:
+    """A condition written on the command line (``--where COLUMN=TEXT``), as
+    ``where(**{column: ...})`` takes it.
+
+    ``TEXT`` is a value; for a number column also ``a,b,...`` (any of them) or
+    ``low:high`` (``low <= value < high``, either end left out for none); empty: records
+    without a value. For a bytes column the whole text is one value (its UTF-8 bytes).
+
+    Raises:
+        ColumnError: A value that is not of the column's type.
+    """
+    if text == "":
+        return None
+    if vtype is ValueType.BYTES:
+        return value_from_text(text, vtype, column)
+    if ":" in text:
+        low, _, high = text.partition(":")
+        return (value_from_text(low, vtype, column) if low else None,
+                value_from_text(high, vtype, column) if high else None)
+    if "," in text:
+        return [value_from_text(part, vtype, column) for part in text.split(",")]
+    return value_from_text(text, vtype, column)

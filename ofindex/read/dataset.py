@@ -586,6 +586,22 @@ class Dataset:
         return {name: DatasetView(self, chosen, f"{column} in split {name!r}")
                 for name, chosen in parts.items()}
 
+    def column_type(self, column: str) -> str:
+        """The type of a column's values: ``"int64"``, ``"float32"``, ``"float64"``,
+        ``"bytes"``, or ``"none"`` when no record has a value.
+
+        Args:
+            column: The column.
+
+        Returns:
+            The type's name.
+
+        Raises:
+            ColumnError, ColumnNotFoundError, StaleIndexError, SidecarError: As
+                :meth:`positions`.
+        """
+        return self._column_queries().vtype(column).label
+
     def groups(self, column: str) -> tuple[list[Any], list[np.ndarray]]:
         """The records of each distinct value of ``column`` (what
         :class:`ofindex.shuffle.BalancedSampler` draws from).
