@@ -125,3 +125,38 @@ def test_another_version_is_refused_by_name():
     struct.pack_into("<H", raw, 8, 2)
     with pytest.raises(SidecarError, match="version 2"):
         decode_column(bytes(raw), "x.ofcol")
+
+
+@pytest.mark.parametrize("vtype", [ValueType.INT64, ValueType.FLOAT32, ValueType.BYTES])
+def test_a_key_index_finds_every_key_and_refuses_every_damaged_byte(vtype):
+    from ofindex.columns.key_file import KeyIndex, encode_key_index
+
+    rng = np.random.default_rng(1)
+    n = 300
+    if vtype is ValueType.BYTES:
+        items = sorted((b"k%d" % v, i) for i, v in enumerate(rng.integers(0, 90, n)))
+        keys = PackedBytes.from_list([k for k, _ in items])
+    else:
+        raw = rng.integers(-40, 40, n).astype(vtype.dtype)
+        order = np.argsort(raw, kind="stable")
+        items = [(raw[i], int(i)) for i in order]
+        keys = raw[order]
+    records = np.array([i for _, i in items], dtype=np.int64)
+    raw_file = b"".join(encode_key_index("k", vtype, keys, records, n, "00ff" * 4,
+                                         leaf_entries=16, fanout=3))
+
+    def opened(data):
+        return KeyIndex.open(lambda ranges: [data[a:b] for a, b in ranges], "x.ofkey",
+                             len(data))
+
+    index = opened(raw_file)
+    assert index.header.levels == 3  # 19 leaves, 7 nodes, 3 nodes, the root
+    for value in {v for v, _ in items}:
+        want = sorted(i for v, i in items if v == value)
+        assert index.search([(value, value, True)])[0].tolist() == want
+    assert index.search([(None, None, False)])[0].tolist() == list(range(n))
+    for at in range(len(raw_file)):
+        broken = bytearray(raw_file)
+        broken[at] ^= 0x01
+        with pytest.raises(SidecarError):
+            opened(bytes(broken)).search([(None, None, False)])

@@ -15,7 +15,9 @@ dataset's identity: a reader uses it only for the dataset it was built for.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
+import itertools
 import struct
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -239,12 +241,31 @@ def decode_key_header(raw: bytes | memoryview, url: str) -> KeyHeader:
                      pages_bytes, children, root_crc, size)
 
 
+#: Keys as a lookup searches them: a sorted numpy array, or a sorted list of ``bytes``.
+Sorted = np.ndarray | list[bytes]
+
+
 @dataclasses.dataclass(frozen=True)
 class _Node:
     """A decoded node: its children's pointers and first keys."""
 
     pointers: np.ndarray
-    firsts: Keys
+    firsts: Sorted
+    offsets: list[int]  # the pointers' offsets as ints (read once, not per lookup)
+
+
+def _searchable(keys: Keys) -> Sorted:
+    """Keys as a lookup searches them (bytes made a list once, for ``bisect``)."""
+    return keys.tolist() if isinstance(keys, PackedBytes) else keys
+
+
+def _ascending(keys: Sorted) -> bool:
+    """Whether ``keys`` never decrease (what a binary search over them needs)."""
+    if isinstance(keys, list):
+        return all(a <= b for a, b in itertools.pairwise(keys))
+    if keys.dtype.kind == "f" and bool(np.isnan(keys).any()):
+        return False
+    return not bool((keys[1:] < keys[:-1]).any())
 
 
 class KeyIndex:
@@ -274,7 +295,7 @@ class KeyIndex:
         if int(self.root.pointers["entries"].sum()) != header.entries:
             raise _corrupt(url, "the entries under its root do not add up")
         self.nodes: dict[int, _Node] = {}
-        self.leaves: dict[int, tuple[Keys, np.ndarray]] = {}
+        self.leaves: dict[int, tuple[Sorted, np.ndarray]] = {}
 
     @classmethod
     def open(cls, read: ReadRanges, url: str, size: int, *, guess: int = 1 << 16) -> KeyIndex:
@@ -329,13 +350,15 @@ class KeyIndex:
         rest = body[used:]
         if len(body) < used or (rest and not padded) or len(rest) >= 8 or any(rest):
             raise _corrupt(self.url, f"{where}'s keys do not fill it")
-        firsts = self._keys(body[:used], count, where)
+        firsts = _searchable(self._keys(body[:used], count, where))
+        if not _ascending(firsts):
+            raise _corrupt(self.url, f"{where}'s keys are not in ascending order")
         ends = pointers["offset"].astype(np.int64) + pointers["stored"].astype(np.int64)
         if count and (int(ends.max()) > self.header.pages_bytes or
                       bool(pointers["compression"].max() > 1) or
                       bool(pointers["reserved"].any())):
             raise _corrupt(self.url, f"{where} points past the pages or holds bad fields")
-        return _Node(pointers, firsts)
+        return _Node(pointers, firsts, pointers["offset"].astype(np.int64).tolist())
 
     def _fetch(self, wanted: list[tuple[int, np.void]]) -> list[bytes]:
         """The raw bytes of the pages ``(level, pointer)``, read in one call, checked."""
@@ -352,10 +375,12 @@ class KeyIndex:
                                                 int(pointer["raw"]), f"{self.url}: {where}"))
         return out
 
-    def _leaf(self, raw: bytes, count: int, where: str) -> tuple[Keys, np.ndarray]:
+    def _leaf(self, raw: bytes, count: int, where: str) -> tuple[Sorted, np.ndarray]:
         if len(raw) < 8 * count:
             raise _corrupt(self.url, f"{where} is too short for {count} records")
-        keys = self._keys(raw[:len(raw) - 8 * count], count, where)
+        keys = _searchable(self._keys(raw[:len(raw) - 8 * count], count, where))
+        if not _ascending(keys):
+            raise _corrupt(self.url, f"{where}'s keys are not in ascending order")
         records = np.cumsum(page_codec.from_planes(raw[len(raw) - 8 * count:], count,
                                                    np.dtype("<i8")), dtype=np.int64)
         if count and (int(records.min()) < 0 or int(records.max()) >= self.header.records):
@@ -383,18 +408,22 @@ class KeyIndex:
             visits: list[tuple[int, int]] = []  # (query, page offset)
             for k, node in frontier:
                 lo, hi = _child_range(node.firsts, bounds[k])
-                for pointer in node.pointers[lo:hi]:
-                    wanted[int(pointer["offset"])] = pointer
-                    visits.append((k, int(pointer["offset"])))
+                for j in range(lo, hi):
+                    offset = node.offsets[j]
+                    if offset not in wanted:
+                        wanted[offset] = node.pointers[j]
+                    visits.append((k, offset))
             pages = self._pages(level, wanted)
             if level > 1:
                 frontier = [(k, pages[offset]) for k, offset in visits]
                 continue
             for k, offset in visits:
                 keys, records = pages[offset]
-                found[k].append(records[_within(keys, bounds[k])])
-        return [np.sort(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.int64)
-                for parts in found]
+                start, end = _span(keys, bounds[k])
+                if end > start:
+                    found[k].append(records[start:end])
+        return [_ascending_records(parts, bound) for parts, bound in zip(found, bounds,
+                                                                         strict=True)]
 
     def _pages(self, level: int, wanted: dict[int, np.void]) -> dict[int, Any]:
         """The decoded pages at ``wanted`` (nodes at ``level`` > 1, else leaves): kept ones,
@@ -425,36 +454,46 @@ class KeyIndex:
 Bounds = tuple[Any, Any, bool]
 
 
-def _child_range(firsts: Keys, bounds: Bounds) -> tuple[int, int]:
+def _ascending_records(parts: list[np.ndarray], bounds: Bounds) -> np.ndarray:
+    """A query's records, ascending: the leaves' runs as they are for one value (entries of
+    equal keys are in ascending order of record, leaf after leaf), sorted for a range."""
+    if not parts:
+        return np.zeros(0, dtype=np.int64)
+    low, high, included = bounds
+    joined = np.concatenate(parts) if len(parts) > 1 else parts[0].copy()
+    if included and low is not None and low == high:
+        return joined
+    joined.sort()
+    return joined
+
+
+def _child_range(firsts: Sorted, bounds: Bounds) -> tuple[int, int]:
     """The children of a node (by their first keys) that may hold keys within ``bounds``."""
     low, high, included = bounds
-    if isinstance(firsts, PackedBytes):
-        keys = firsts.tolist()
-        import bisect
-
-        start = 0 if low is None else max(bisect.bisect_left(keys, low) - 1, 0)
-        end = len(keys) if high is None else (
-            bisect.bisect_right(keys, high) if included else bisect.bisect_left(keys, high))
-        return start, end
-    start = 0 if low is None else max(int(np.searchsorted(firsts, low, "left")) - 1, 0)
-    end = len(firsts) if high is None else int(
-        np.searchsorted(firsts, high, "right" if included else "left"))
+    start = 0 if low is None else max(_left(firsts, low) - 1, 0)
+    end = len(firsts) if high is None else (
+        _right(firsts, high) if included else _left(firsts, high))
     return start, end
 
 
-def _within(keys: Keys, bounds: Bounds) -> np.ndarray:
-    """Which ``keys`` lie within ``bounds``."""
+def _span(keys: Sorted, bounds: Bounds) -> tuple[int, int]:
+    """The entries of a leaf (its keys sorted) within ``bounds``: ``keys[start:end]``."""
     low, high, included = bounds
-    if isinstance(keys, PackedBytes):
-        mask = np.ones(len(keys), dtype=bool)
-        if low is not None:
-            mask &= keys.compare(low) >= 0
-        if high is not None:
-            mask &= (keys.compare(high) <= 0) if included else (keys.compare(high) < 0)
-        return mask
-    mask = np.ones(len(keys), dtype=bool)
-    if low is not None:
-        mask &= keys >= low
-    if high is not None:
-        mask &= (keys <= high) if included else (keys < high)
-    return mask
+    start = 0 if low is None else _left(keys, low)
+    end = len(keys) if high is None else (
+        _right(keys, high) if included else _left(keys, high))
+    return start, max(start, end)
+
+
+def _left(keys: Sorted, value: Any) -> int:
+    """The first place of ``keys`` holding ``value`` or more."""
+    if isinstance(keys, list):
+        return bisect.bisect_left(keys, value)
+    return int(np.searchsorted(keys, value, "left"))
+
+
+def _right(keys: Sorted, value: Any) -> int:
+    """The first place of ``keys`` holding more than ``value``."""
+    if isinstance(keys, list):
+        return bisect.bisect_right(keys, value)
+    return int(np.searchsorted(keys, value, "right"))

@@ -22,7 +22,7 @@ from .conditions import Condition, parse_conditions
 from .key_file import KeyIndex, key_file_name
 from .packed import PackedBytes
 from .shard_reader import ColumnReader, ShardPlace
-from .value_types import ValueType, key_bytes
+from .value_types import ValueType, key_bytes, query_value
 
 
 class DatasetColumns:
@@ -136,10 +136,11 @@ class DatasetColumns:
             ColumnNotFoundError, StaleIndexError, SidecarError: As :meth:`positions`.
         """
         vtype = self.vtype(column)
-        typed = [Condition(column, values=(v,)).typed(vtype) for v in values]
         index = self.key_index(column)
         if index is not None:
-            return index.search([t.key_bounds()[0] for t in typed])
+            keys = [query_value(vtype, v, column) for v in values]
+            return index.search([(key, key, True) for key in keys])
+        typed = [Condition(column, values=(v,)).typed(vtype) for v in values]
         if not typed:
             return []
         _, column_values, valid = self.reader.values(column)
