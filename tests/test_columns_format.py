@@ -160,3 +160,33 @@ def test_a_key_index_finds_every_key_and_refuses_every_damaged_byte(vtype):
         broken[at] ^= 0x01
         with pytest.raises(SidecarError):
             opened(bytes(broken)).search([(None, None, False)])
+
+
+@settings(max_examples=100)
+@given(st.lists(st.binary(max_size=19), max_size=60), st.booleans())
+def test_bytes_keys_sort_as_python_sorts_bytes(items, one_length):
+    """The key index's order of bytes values: Python's (a value before a longer one it
+    starts, even one that adds only zero bytes), ties in their order."""
+    from ofindex.columns.key_build import _bytes_order
+
+    if one_length:
+        items = [bytes(v).ljust(7, b"\0")[:7] for v in items]
+    order = _bytes_order(PackedBytes.from_list(items)).tolist()
+    assert order == sorted(range(len(items)), key=items.__getitem__)
+
+
+@settings(max_examples=100)
+@given(st.lists(st.binary(max_size=9), min_size=1, max_size=40), st.booleans(), st.data())
+def test_packed_bytes_take_slice_and_compare(items, one_length, data):
+    if one_length:
+        items = [bytes(v).ljust(4, b"\0")[:4] for v in items]
+    packed = PackedBytes.from_list(items)
+    picks = data.draw(st.lists(st.integers(0, len(items) - 1), max_size=30))
+    assert packed.take(np.array(picks, dtype=np.int64)).tolist() == [items[i] for i in picks]
+    lo, hi = sorted(data.draw(st.lists(st.integers(0, len(items)), min_size=2, max_size=2)))
+    part = packed[lo:hi]
+    assert part.tolist() == items[lo:hi]
+    assert part.take(np.arange(hi - lo)).tolist() == items[lo:hi]
+    bound = data.draw(st.binary(max_size=10))
+    assert packed.compare(bound).tolist() == [(v > bound) - (v < bound) for v in items]
+    assert packed.equal_to([bound]).tolist() == [v == bound for v in items]

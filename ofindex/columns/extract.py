@@ -211,7 +211,7 @@ def _bytes_values(buffer: Any, starts: np.ndarray, ends: np.ndarray, rows: _Rows
 def _one_type(kind: np.ndarray, valid: np.ndarray, kinds: dict[int, str], name: str,
               url: str, first: int) -> ValueType:
     """The one value type the records with a value store the feature as."""
-    present = np.unique(kind[valid])
+    present = np.flatnonzero(np.bincount(kind[valid], minlength=len(kinds) + 1))
     types = {_TYPE_OF[kinds[int(k)]] for k in present.tolist()}
     if not types:
         return ValueType.NONE
