@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from .. import _accel
+from ..decode._located import SLOTS
 from ..decode._values import EXAMPLE_KINDS, OFRECORD_KINDS, list_values
 from ..decode._walk import walk_example, walk_ofrecord
 from ..decode._wire import WireError
@@ -43,7 +44,7 @@ _FAMILIES: dict[str, tuple[bytes, bool, dict[int, str], Any]] = {
 }
 _TYPE_OF = {"bytes": ValueType.BYTES, "float32": ValueType.FLOAT32,
             "float64": ValueType.FLOAT64, "int32": ValueType.INT64, "int64": ValueType.INT64}
-# the columns of a row of locate's output
+# the columns of a row of locate's output (its first five; SLOTS in all: csrc/protowire.h)
 _KIND, _COUNT, _START, _END, _VALUE = range(5)
 
 
@@ -117,7 +118,7 @@ def extract(buffer: Any, starts: np.ndarray, ends: np.ndarray, names: tuple[str,
     ends = np.ascontiguousarray(ends, dtype=np.int64)
     n = len(starts)
     table, wrapped, kinds, _ = _FAMILIES[family]
-    rows = np.zeros((n, len(names), 5), dtype=np.int64)
+    rows = np.zeros((n, len(names), SLOTS), dtype=np.int64)
     rows[:, :, _KIND] = -1
     native = _accel.native
     if native is not None and n and all(name.isascii() for name in names):
