@@ -4,6 +4,8 @@ from .convert import convert
 from .errors import (
     CacheDirWarning,
     ClusterError,
+    ColumnError,
+    ColumnNotFoundError,
     CorruptRecordError,
     DataCacheWarning,
     DataFileNotFoundError,
@@ -43,6 +45,7 @@ from .index.builder import build_index
 from .index.writer import Writer
 from .opening import open
 from .read.dataset import Dataset
+from .read.view import DatasetView
 from .schema import infer_spec, spec_from_tf
 from .tfds import open_tfds
 from .write import ShardedWriter, WriteSummary
@@ -54,12 +57,15 @@ __all__ = [
     "BuildResults",
     "CacheDirWarning",
     "ClusterError",
+    "ColumnError",
+    "ColumnNotFoundError",
     "Compression",
     "CorruptRecordError",
     "DataCacheWarning",
     "DataFileNotFoundError",
     "Dataset",
     "DatasetExistsError",
+    "DatasetView",
     "DecodeError",
     "EncodeError",
     "FormatDetectionError",

@@ -175,6 +175,18 @@ class StateError(OfindexError, ValueError):
     message names the field, the value and what to do."""
 
 
+class ColumnError(OfindexError, ValueError):
+    """A feature cannot be stored as a column, or a column cannot answer a query as asked: a
+    record holds several values of it, records store it as different value types, a
+    condition's value is of another type than the column's, or a column is not one the
+    dataset has. The message names the column, and the file and record (or the shard)."""
+
+
+class ColumnNotFoundError(IndexNotFoundError):
+    """A shard has no column sidecar for a column a query needs (its index was built without
+    ``columns=``): the message names the shard and the build that adds it."""
+
+
 def missing_extra(what: str, extra: str, cause: BaseException) -> MissingDependencyError:
     """The error for a feature whose optional dependency cannot be imported.
 

@@ -16,7 +16,8 @@ ROOT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
 #: deflating for random access) uses both; ``cache`` (the read-through chain of caches, keyed
 #: by the data's identity) uses them too and knows nothing of the reads that call it;
 #: ``index`` (making indexes) and ``read`` (using them) use those three and not each other
-#: (``ofindex.open``, in the top-level ``opening`` module, joins them for ``build_missing``);
+#: (``ofindex.open``, in the top-level ``opening`` module, joins them for ``build_missing``),
+#: and both use ``columns`` (the column sidecars one writes and the other queries);
 #: ``cli`` and ``integrations`` use everything; ``decode`` and ``shuffle`` stand alone (but for
 #: the errors they raise).
 ALLOWED = {
@@ -24,9 +25,12 @@ ALLOWED = {
     "storage": {"errors", "transport"},
     "formats": {"errors", "storage"},
     "deflate": {"errors", "_accel", "_threads", "storage", "formats"},
-    "index": {"errors", "_accel", "_threads", "storage", "formats", "deflate"},
+    "index": {"errors", "_accel", "_threads", "storage", "formats", "deflate", "columns"},
     "cache": {"errors", "storage", "formats"},
-    "read": {"errors", "_accel", "_threads", "storage", "formats", "deflate", "cache"},
+    "read": {"errors", "_accel", "_threads", "storage", "formats", "deflate", "cache",
+             "columns"},
+    # "columns": the column sidecars and key indexes (what index writes and read queries)
+    "columns": {"errors", "_accel", "storage", "formats", "decode"},
     "decode": {"errors", "_accel", "_threads", "proto"},
     "encode": {"errors", "_accel", "formats", "decode"},  # framed blocks: formats.crc
     "schema": {"errors", "decode", "proto", "read"},
@@ -46,7 +50,7 @@ ALLOWED = {
                      "shuffle", "opening", "tfds", "planning", "write", "schema"},
     "cli": {"", "errors", "_accel", "transport", "storage", "formats", "index", "read", "decode",
             "shuffle", "proto", "opening", "encode", "write", "schema", "convert", "planning",
-            "tfds"},
+            "tfds", "columns"},
     "errors": set(),
     "_accel": {"_native"},
     "_threads": set(),

@@ -410,6 +410,7 @@ HUGE = str(10**30)
 #: its first data file, {text}: that file's text index, {dst}: a new path for each run).
 BASE = {
     "build": ["{ds}", "--force", "--no-progress"], "info": ["{ds}"], "get": ["{ds}", "0"],
+    "find": ["{ds}", "--where", "label=1"],
     "schema": ["{ds}"], "head": ["{ds}"], "stats": ["{ds}"],
     "convert": ["{ds}", "{dst}", "--no-progress"], "verify": ["{ds}"],
     "export-index": ["{file}", "-o", "{dst}"], "import-index": ["{file}", "{text}"],
@@ -418,7 +419,8 @@ BASE = {
 }
 #: Where 0 means something (no retries, print no record, free requests …): an option of
 #: every subcommand, or "command option".
-ZERO_OK = {"--retries", "head -n", "get INDEX", "schema --seed", "plan --price", "plan --rtt"}
+ZERO_OK = {"--retries", "head -n", "get INDEX", "schema --seed", "plan --price", "plan --rtt",
+           "find --head"}
 #: Where a negative number means something (a record counted from the end).
 NEGATIVE_OK = {"get INDEX"}
 #: Runs every command line in one interpreter (the entry point's main(), its output captured),
@@ -477,6 +479,7 @@ def test_every_numeric_option_is_checked_by_the_parser(tmp_path):
     assert commands == set(BASE), "a subcommand without arguments in BASE"
     ds = str(tmp_path / "ds")
     write_dataset(ds, 40, 2, kind="mnist")
+    assert run(["build", ds, "--columns", "label"]).returncode == 0  # for find
     file = os.path.join(ds, "part-00000")
     text = str(tmp_path / "part-0.idx")
     assert run(["export-index", file, "-o", text]).returncode == 0

@@ -14,7 +14,8 @@ Reads, when present: pipeline.json (tools/bench_pipeline.py), images.json
 (tools/bench_decode.py), scale.json and scale_manifest.json (tools/bench_scale.py), mixing.json
 (tools/bench_mixing.py), write.json (tools/bench_write.py), ratelimit.json
 (tools/bench_ratelimit.py), cache.json (tools/bench_cache.py), arrayrecord.json
-(tools/bench_arrayrecord.py), transport.json (tools/bench_transport.py). A missing file gives a
+(tools/bench_arrayrecord.py), transport.json (tools/bench_transport.py), columns.json
+(tools/bench_columns.py). A missing file gives a
 line
 saying how to make it, or with ``--keep-missing`` the section and README lines already
 written from it earlier (so that one benchmark can be re-run and its figures refreshed
@@ -56,7 +57,7 @@ TOOLS = {"pipeline": ("bench_pipeline.py", []), "images": ("bench_images.py", []
          "convert": ("bench_convert.py", []),
          "ratelimit": ("bench_ratelimit.py", []), "engines": ("bench_engines.py", []),
          "cache": ("bench_cache.py", []), "arrayrecord": ("bench_arrayrecord.py", []),
-         "transport": ("bench_transport.py", [])}
+         "transport": ("bench_transport.py", []), "columns": ("bench_columns.py", [])}
 
 
 def fmt(x: float | None, digits: int = 3) -> str:
@@ -1002,6 +1003,79 @@ class Report:
             self.summary.append("Request policy (tools/bench_transport.py): " + "; ".join(summary)
                                 + ".")
 
+    def columns(self) -> None:
+        """Columns, key lookups, filters and balanced sampling (tools/bench_columns.py)."""
+        data = self.load("columns")
+        title = ("Columns: building them, key lookups, filters and balanced sampling "
+                 "(tools/bench_columns.py)")
+        if data is None:
+            self.missing(title, "bench_columns.py")
+            return
+        c = data["config"]
+        text = [f"## {title}\n",
+                f"{c['rounds']} interleaved rounds in one run; median (min–max). Load average "
+                f"{fmt(data['load_before']['load_average'][0], 2)} before, "
+                f"{fmt(data['load_after']['load_average'][0], 2)} after, on "
+                f"{data['load_before']['cores']} cores (a machine shared with other work).\n"]
+        summary = []
+        b = data["build"]
+        text.append(f"### Build of {b['records']:,} small Examples, with and without two "
+                    "columns\n")
+        text.append(table(["build", "seconds"], [[k, _spread_cell(v)]
+                                                 for k, v in b["seconds"].items()]) + "\n")
+        text.append("Ratio with/without (per round): " + _spread_cell(b["ratio"]) + "; bytes "
+                    "per record: " + ", ".join(f"{k} {fmt(v)}"
+                                               for k, v in b["bytes_per_record"].items())
+                    + ".\n")
+        lk = data["lookup"]
+        text.append(f"### Key lookups, local: {lk['keys']:,} random keys of {lk['records']:,}, "
+                    "each read as a parsed Example\n")
+        text.append(table(["reader", "keys/s"], [[k, _spread_cell(v)]
+                                                 for k, v in lk["keys_per_s"].items()]) + "\n")
+        text.append(f"ofindex / tfd-utils: a key a call {_spread_cell(lk['ratio_one'])}, in "
+                    f"batches {_spread_cell(lk['ratio_batch'])}; index memory held: tfd-utils "
+                    f"{lk['index_bytes']['tfd-utils']:,} B, ofindex "
+                    f"{lk['index_bytes']['ofindex']:,} B ({fmt(lk['memory_ratio'])}×).\n")
+        r = data["remote"]
+        rounds = [x["rounds"] for x in r["batches"]]
+        rtts = [x["rtts"] for x in r["batches"]]
+        text.append(f"### Key lookups, remote: batches of {r['keys']} random keys in a "
+                    f"{r['records']:,}-record key index ({r['levels']} level(s) of nodes; "
+                    f"simulated store, {fmt(r['rtt_ms'])} ms a request)\n")
+        text.append(f"Request rounds of the key index per batch (header and root read "
+                    f"before): {rounds}; wall time in RTTs: {rtts}.\n")
+        w = data["where"]
+        text.append(f"### where(label=3) on {w['records']:,} records ({w['matching']:,} "
+                    "match), each from what it loads first\n")
+        text.append(table(["query", "seconds"], [[k, _spread_cell(v)]
+                                                 for k, v in w["seconds"].items()]) + "\n")
+        text.append(f"ofindex: {_spread_cell(w['ratio_vs_hf'])}× faster than datasets' "
+                    f"filter, {_spread_cell(w['ratio_vs_tfr'])}× faster than tfr-reader.\n")
+        bal = data["balanced"]
+        text.append(f"### BalancedSampler against the global shuffle, batches of "
+                    f"{bal['batch_size']} (class shares {bal['class_shares']})\n")
+        text.append(table(["pipeline", "batches/s"], [[k, _spread_cell(v)] for k, v in
+                                                      bal["batches_per_s"].items()]) + "\n")
+        text.append(table(["sampler", "classes per batch", "top-2 share", "smallest class"],
+                          [[k, fmt(q["classes_per_batch"]), fmt(q["top2_share"]),
+                            fmt(q["smallest_class_share"])]
+                           for k, q in bal["quality"].items()]) + "\n")
+        text.append(f"BalancedSampler / global shuffle, read and decoded: "
+                    f"{_spread_cell(bal['ratio'])}; record numbers alone: "
+                    f"{_spread_cell(bal['ratio_numbers_only'])}.\n")
+        summary.append(
+            f"Columns (tools/bench_columns.py): build with 2 columns "
+            f"{fmt(b['ratio']['median'])}× the time without; key lookups "
+            f"{fmt(lk['ratio_batch']['median'])}× tfd-utils' get_record in batches "
+            f"({fmt(lk['ratio_one']['median'])}× a key a call) with "
+            f"{fmt(lk['memory_ratio'])}× its index memory; where(label=3) on "
+            f"{w['records']:,} records {fmt(w['ratio_vs_hf']['median'])}× datasets.filter, "
+            f"{fmt(w['ratio_vs_tfr']['median'])}× tfr-reader; remote lookup batch in "
+            f"{max(rounds)} request round(s); BalancedSampler "
+            f"{fmt(bal['ratio']['median'])}× the global shuffle's batches/s.")
+        self.sections.append("\n".join(text) + "\n")
+        self.summary += summary
+
     def _transport_retry(self, r: dict[str, Any], text: list[str], summary: list[str]) -> None:
         us = r["us_per_request"]
         text.append("### Retries: our loop and tenacity's `AsyncRetrying` with the same "
@@ -1362,7 +1436,7 @@ class Report:
                         self.compressed, self.shuffle, self.shuffle_quality, self.mixing,
                         self.remote, self.scale,
                         self.data_cache, self.cache_stores, self.manifests, self.rate_limits,
-                        self.transport, self.ray,
+                        self.transport, self.columns, self.ray,
                         self.engines, self.writing, self.converting):
             before = len(self.summary)
             section()

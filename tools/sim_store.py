@@ -4,9 +4,10 @@ An fsspec filesystem whose files are computed, not stored: a dataset of any size
 records in 1e5 shards) exists as a formula. ``simstore://ds-<records>-<shards>-<mean>/``
 holds ``part-00000`` … (TFRecord shards), their sidecars ``part-00000.ofidx`` (version 2,
 exactly what ``ofindex build`` writes for them), ``ofindex-manifest.json`` and the compact
-``ofindex-manifest.bin`` (which ``ofindex.open`` reads first). Any byte range
-of any file is generated on demand in time proportional to the range (a sidecar page in
-O(page), never the whole sidecar).
+``ofindex-manifest.bin`` (which ``ofindex.open`` reads first), and the key index of a
+column ``id`` whose value is the record's number, ``ofindex-keys.id.ofkey``
+(:class:`SimKeys`). Any byte range of any file is generated on demand in time proportional
+to the range (a sidecar page in O(page), never the whole sidecar).
 
 Record ``i`` (global number) has a payload of ``SIZES[i % PERIOD]`` bytes, a fixed
 pseudo-random pattern of period 251 around ``mean``: prefix sums, hence every record's
@@ -28,6 +29,7 @@ import functools
 import mmap
 import os
 import re
+import struct
 from typing import Any
 
 import crc32c
@@ -36,10 +38,12 @@ import numpy as np
 from fsspec.asyn import AsyncFileSystem
 from sim_limits import StoreThrottle  # tools/ is on sys.path wherever this module is imported
 
+from ofindex.columns.key_file import FANOUT, LEAF_ENTRIES, POINTER, key_file_name
 from ofindex.formats.compact_manifest import COMPACT_NAME
 from ofindex.formats.crc import mask_crc
 from ofindex.formats.framing import RecordFormat
 from ofindex.formats.manifest import MANIFEST_NAME, encode_manifest
+from ofindex.formats.manifest_binary import decode_head, head_size
 from ofindex.formats.sidecar_header import HEADER_SIZE, SidecarHeader, encode_header
 from ofindex.storage import FileStamp
 from ofindex.storage.content import content_digest, content_regions
@@ -338,6 +342,8 @@ class SimStore(AsyncFileSystem):
         kind = manifest_kind(ds, rest)
         if kind is not None:
             return ds, kind, -1
+        if rest == KEY_NAME:
+            return ds, "keys", -1
         m = _SHARD.fullmatch(rest)
         if m is None or int(m.group(1)) >= ds.shards:
             raise FileNotFoundError(path)
@@ -348,6 +354,8 @@ class SimStore(AsyncFileSystem):
             return len(served_manifest(ds, SUFFIX_OF[kind]))
         if kind == "sidecar":
             return ds.sidecar_size(shard)
+        if kind == "keys":
+            return int(ds.keys.size)  # type: ignore[attr-defined]
         return ds.shard_size(shard)
 
     async def _info(self, path: str, **kwargs: Any) -> dict[str, Any]:
@@ -390,10 +398,166 @@ class SimStore(AsyncFileSystem):
             data = bytes(served_manifest(ds, SUFFIX_OF[kind])[a:b])
         elif kind == "sidecar":
             data = ds.sidecar(shard, a, b)
+        elif kind == "keys":
+            data = ds.keys.read(a, b)  # type: ignore[attr-defined]
         else:
             data = ds.data(shard, a, b)
         STATS.count(kind, len(data))
         return data
+
+
+# -- a key index: column "id", record i's id is i (ofindex.columns.key_file) ----------------------
+#: The column of the key index the store holds (``simstore://<ds>/ofindex-keys.id.ofkey``).
+KEY_COLUMN = "id"
+KEY_NAME = key_file_name(KEY_COLUMN)
+_KEY_HEAD = struct.Struct("<8sHBBHHQQ8sQQIIII")  # docs/format.md, "Key index"
+
+
+def _planes(values: np.ndarray) -> bytes:
+    """int64 values as byte planes (the lowest byte of every value first)."""
+    return np.ascontiguousarray(values.astype("<i8").view(np.uint8).reshape(-1, 8).T).tobytes()
+
+
+class SimKeys:
+    """The key index of column ``id`` of a synthetic dataset, record ``i``'s id being ``i``:
+    its entries are ``(i, i)`` in order, so every page is a formula, generated on demand.
+
+    Leaves and nodes are stored as they are (not deflated). A parent holds its children's
+    CRC32Cs: a full leaf ``j`` is leaf 0 with the bits of ``j * 4096`` set in its key planes
+    and its first record, and CRC32C is affine over XOR (``crc(x ^ m) = crc(x) ^ L(m)``,
+    ``L`` linear), so every leaf's CRC comes from 64 basis values (one per bit of those
+    bytes) without generating it: a node of 4,096 leaves costs 64 array XORs, not 256 MB.
+    """
+
+    def __init__(self, sim: SimDataset) -> None:
+        self.sim, self.n = sim, sim.records
+        self.entries, self.fanout = LEAF_ENTRIES, FANOUT
+        assert self.entries == 4096  # the bit layout of the CRC basis below
+        counts = [-(-self.n // self.entries)]
+        while counts[-1] > self.fanout:
+            counts.append(-(-counts[-1] // self.fanout))
+        self.counts = counts  # pages per level, leaves first; the root points at the last
+        self.levels = len(counts)
+        self.bases = [0, 16 * self.n]  # where each level's pages start: leaves of 16 B an entry
+        for level in range(1, self.levels):
+            self.bases.append(self.bases[level] + 40 * (counts[level - 1]))
+        self.pages_bytes = self.bases[self.levels]
+        self._basis = self._crc_basis()
+
+    # leaves
+    def leaf_entries(self, j: np.ndarray) -> np.ndarray:
+        return np.minimum(self.entries, self.n - j * self.entries)
+
+    def leaf(self, j: int) -> bytes:
+        k = int(self.leaf_entries(np.int64(j)))
+        keys = np.arange(j * self.entries, j * self.entries + k, dtype=np.int64)
+        deltas = np.ones(k, dtype=np.int64)
+        deltas[0] = j * self.entries
+        return _planes(keys) + _planes(deltas)
+
+    def _crc_basis(self) -> np.ndarray:
+        """``L`` of each bit ``bit`` of byte ``b`` of ``j * 4096``: set in every key of key
+        plane ``b`` and in the first delta of delta plane ``b`` (64 values)."""
+        size, e = 16 * self.entries, self.entries
+        zero = crc32c.crc32c(bytes(size))
+        out = np.zeros((8, 8), dtype=np.uint32)
+        for b in range(8):
+            for bit in range(8):
+                pattern = bytearray(size)
+                pattern[b * e:(b + 1) * e] = bytes([1 << bit]) * e
+                pattern[8 * e + b * e] = 1 << bit
+                out[b, bit] = crc32c.crc32c(bytes(pattern)) ^ zero
+        return out
+
+    def leaf_crcs(self, js: np.ndarray) -> np.ndarray:
+        """The CRC32C of leaves ``js`` (the last one, if short, computed from its bytes)."""
+        crcs = np.full(len(js), crc32c.crc32c(self.leaf(0)) if self.n >= self.entries else 0,
+                       dtype=np.uint32)
+        high = js.astype(np.uint64) << np.uint64(12)
+        for b in range(8):
+            plane = (high >> np.uint64(8 * b)) & np.uint64(255)
+            for bit in range(8):
+                crcs ^= np.where(plane & np.uint64(1 << bit) != 0, self._basis[b, bit], 0
+                                 ).astype(np.uint32)
+        short = self.leaf_entries(js) < self.entries
+        for k in np.flatnonzero(short).tolist():
+            crcs[k] = crc32c.crc32c(self.leaf(int(js[k])))
+        return crcs
+
+    # nodes
+    def _children(self, level: int, g: int) -> np.ndarray:
+        below = self.counts[level - 1]
+        return np.arange(g * self.fanout, min((g + 1) * self.fanout, below), dtype=np.int64)
+
+    def _pointers(self, level: int, kids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The pointers to pages ``kids`` of level ``level - 1`` and their first keys."""
+        pointers = np.zeros(len(kids), dtype=POINTER)
+        if level == 1:
+            entries = self.leaf_entries(kids)
+            pointers["offset"] = kids * 16 * self.entries
+            pointers["stored"] = pointers["raw"] = 16 * entries
+            pointers["crc"] = self.leaf_crcs(kids)
+            pointers["entries"] = entries
+            return pointers, kids * self.entries
+        sizes = [len(self._children(level - 1, int(g))) for g in kids]
+        pointers["offset"] = self.bases[level - 1] + kids * 40 * self.fanout
+        pointers["stored"] = pointers["raw"] = 40 * np.array(sizes)
+        pointers["crc"] = [crc32c.crc32c(self.node(level - 1, int(g))) for g in kids]
+        pointers["children"] = sizes
+        span = self.entries * self.fanout ** (level - 1)
+        pointers["entries"] = np.minimum(span, self.n - kids * span)
+        return pointers, kids * span
+
+    @functools.lru_cache(maxsize=256)  # noqa: B019  (one store per process, bounded)
+    def node(self, level: int, g: int) -> bytes:
+        pointers, firsts = self._pointers(level, self._children(level, g))
+        return pointers.tobytes() + _planes(firsts)
+
+    @functools.cached_property
+    def head(self) -> bytes:
+        """The header and the root."""
+        top = self.counts[-1]
+        pointers, firsts = self._pointers(self.levels, np.arange(top, dtype=np.int64))
+        root = pointers.tobytes() + _planes(firsts)
+        root += bytes(-len(root) % 8)
+        name = KEY_COLUMN.encode()
+        compact = bytes(served_manifest(self.sim, "bin"))
+        identity = decode_head(compact[:head_size(compact, "sim")], "sim",
+                               len(compact)).identity
+        fields = [b"OFKEYIX\0", 1, 1, 0, len(name), self.levels, self.n, self.n,
+                  bytes.fromhex(identity or "0" * 16), len(root), self.pages_bytes, top,
+                  crc32c.crc32c(root), 0]
+        head = _KEY_HEAD.pack(*fields, 0) + name + bytes(-len(name) % 8)
+        return _KEY_HEAD.pack(*fields, crc32c.crc32c(head)) + head[_KEY_HEAD.size:] + root
+
+    @property
+    def size(self) -> int:
+        return len(self.head) + self.pages_bytes
+
+    def read(self, a: int, b: int) -> bytes:
+        """Bytes ``[a, b)`` of the key index."""
+        head = self.head
+        out = head[a:min(b, len(head))] if a < len(head) else b""
+        lo, hi = max(a - len(head), 0), b - len(head)
+        at = lo
+        while at < hi:
+            start, page = self._page_at(at)
+            out += page[at - start:hi - start]
+            at = start + len(page)
+        return out
+
+    def _page_at(self, at: int) -> tuple[int, bytes]:
+        """``(start, bytes)`` of the page holding byte ``at`` of the pages."""
+        if at < self.bases[1]:
+            j = at // (16 * self.entries)
+            return j * 16 * self.entries, self.leaf(j)
+        level = max(lv for lv in range(1, self.levels) if self.bases[lv] <= at)
+        g = (at - self.bases[level]) // (40 * self.fanout)
+        return self.bases[level] + g * 40 * self.fanout, self.node(level, g)
+
+
+SimDataset.keys = functools.cached_property(SimKeys)  # type: ignore[attr-defined]
+SimDataset.keys.__set_name__(SimDataset, "keys")  # type: ignore[attr-defined]
 
 
 # -- request-rate limits (tools/sim_limits.py) -------------------------------------------------

@@ -40,6 +40,7 @@ from ..storage import Storage, Storages
 from ..storage.identity import check_identity
 from ..storage.special import descriptor_of
 from ..write.leftovers import find_leftovers
+from . import queries
 from .exitcodes import EXIT_OK, EXIT_PARTIAL, UsageError
 from .plan_command import cmd_plan
 
@@ -92,6 +93,7 @@ def cmd_build(args: argparse.Namespace, options: Options) -> int:
                 executor=executor, resume=args.resume, compression=args.compression,
                 seek_spacing=args.seek_spacing, checksums=args.checksums, strict=args.strict,
                 migrate=args.migrate, allow_missing_shards=args.allow_missing_shards,
+                columns=column_names(args.columns),
             )
     finally:
         if executor is not None:
@@ -107,6 +109,21 @@ def cmd_build(args: argparse.Namespace, options: Options) -> int:
     if index:
         print(f"index: {index} bytes, {100 * index / size if size else 0:.2f}% of the data")
     return EXIT_PARTIAL if partial else EXIT_OK
+
+
+def column_names(text: str) -> tuple[str, ...]:
+    """``--columns``: feature names separated by commas, each once (none for ``""``).
+
+    Raises:
+        UsageError: An empty name, or a name given twice.
+    """
+    if not text:
+        return ()
+    names = tuple(name.strip() for name in text.split(","))
+    if not all(names) or len(set(names)) != len(names):
+        raise UsageError(f"--columns takes feature names separated by commas, each once, not "
+                         f"{text!r}")
+    return names
 
 
 def _build_summary(results: Sequence[BuildResult], *, verified: bool) -> str:
@@ -184,13 +201,32 @@ def cmd_info(args: argparse.Namespace, options: Options) -> int:
 
 
 def cmd_get(args: argparse.Namespace, options: Options) -> int:
-    """``ofindex get``: print records (hex preview, decoded, or raw bytes)."""
+    """``ofindex get``: print records (hex preview, decoded, or raw bytes), by number or by
+    ``--key`` (exit 1 when a key is found nowhere)."""
+    if bool(args.indices) == bool(args.key):
+        raise UsageError("give record numbers, or --key COLUMN=VALUE (not both)")
     ds = _open(args, options, verify=not args.no_verify)
+    indices, missing = (queries.keyed_indices(ds, args.key) if args.key
+                        else (args.indices, []))
     try:
-        records = ds.__getitems__(args.indices)
+        records = ds.__getitems__(indices)
     except RecordIndexError as exc:  # a record number the dataset has not: a bad argument
         raise UsageError(str(exc)) from None
-    for index, payload in zip(args.indices, records, strict=True):
+    _print_got(args, ds, indices, records)
+    return queries.report_missing(missing)
+
+
+def cmd_find(args: argparse.Namespace, options: Options) -> int:
+    """``ofindex find``: the numbers of the records meeting every ``--where`` (see
+    :mod:`.queries`)."""
+    with _open(args, options, verify=False) as ds:
+        return queries.cmd_find(args, ds)
+
+
+def _print_got(args: argparse.Namespace, ds: Dataset, indices: Sequence[int],
+               records: list[bytes]) -> None:
+    """Print the records ``get`` read: raw, decoded, or a hex preview, each with its place."""
+    for index, payload in zip(indices, records, strict=True):
         if args.raw:
             sys.stdout.buffer.write(payload)
             continue
@@ -199,7 +235,6 @@ def cmd_get(args: argparse.Namespace, options: Options) -> int:
                 else _preview(payload))
         print(f"# record {index} (shard {shard}, record {local}, {len(payload)} bytes)")
         print(text)
-    return EXIT_OK
 
 
 def _decoded_text(payload: bytes, kind: str | None, fmt: RecordFormat, index: int) -> str:

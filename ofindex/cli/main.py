@@ -7,7 +7,7 @@ import os
 import sys
 import traceback
 
-from ..errors import OfindexError
+from ..errors import ColumnError, OfindexError
 from ..transport.failures import first_line
 from ..transport.policy import retry_settings
 from . import commands
@@ -45,9 +45,9 @@ def main(argv: list[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return EXIT_OK
-    except UsageError as exc:
+    except (UsageError, ColumnError) as exc:  # a column asked for that cannot be one: the
         print(f"ofindex {args.command}: error: {exc.cli_message()}", file=sys.stderr)
-        return EXIT_USAGE
+        return EXIT_USAGE  # feature or condition named on the command line is the fault
     except OfindexError as exc:
         if debug:
             traceback.print_exc()

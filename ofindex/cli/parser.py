@@ -27,14 +27,20 @@ EXAMPLES = {
   ofindex build s3://bucket/train --index-dir ./idx -s anon=false
   ofindex build s3://bucket/train --dask-scheduler tcp://scheduler:8786   # on a Dask cluster
   ofindex build data-gz/ --seek-spacing 256K  # GZIP/ZLIB files are detected
-  ofindex build data/ --migrate              # sidecars from beside the data to data.ofindex/""",
+  ofindex build data/ --migrate              # sidecars from beside the data to data.ofindex/
+  ofindex build data/ --columns label         # also store each record's label, for queries""",
     "info": """\
   ofindex info data/
   ofindex info data/ --json
   ofindex info data/ --json --schema""",
     "get": """\
   ofindex get data/ 0 -1 123 --decode        # print records by global number
-  ofindex get data/ 5 --raw > record-5.bin   # the payload bytes""",
+  ofindex get data/ 5 --raw > record-5.bin   # the payload bytes
+  ofindex get data/ --key label=7 --decode | head -n 3   # records by key (a --columns column)""",
+    "find": """\
+  ofindex find data/ --where label=3 --count  # records whose label is 3 (--columns label)
+  ofindex find data/ --where label=1,2 --head 5   # their numbers: label 1 or 2
+  ofindex find data/ --where label=7:            # label 7 and above""",
     "schema": """\
   ofindex schema data/                       # the features, as ofindex.decode and TF code
   ofindex schema data/ --sample 1000 --json""",
@@ -315,6 +321,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seek-spacing", type=seek_spacing, default=None, metavar="BYTES",
                    help="compressed files: uncompressed bytes between seek points (default "
                         "256K; smaller: faster random reads, larger index)")
+    p.add_argument("--columns", default="", metavar="NAME,...",
+                   help="also store these scalar features of every record as columns beside "
+                        "the index, for `ofindex find` and `get --key` (a record without one "
+                        "is null; one holding several values is refused); fresh sidecars are "
+                        "kept, their missing columns added")
 
     p = add("info", "shards, record counts, sizes and index state (files without an index: "
             "their sizes, framing and the command that indexes them)", _common())
@@ -325,8 +336,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add("get", "print records by global record number", _common(paths=""))
     p.add_argument("paths", metavar="PATH", help="data file, directory, glob or URL")
-    p.add_argument("indices", nargs="+", type=whole(-(2**63), 2**63 - 1), metavar="INDEX",
+    p.add_argument("indices", nargs="*", type=whole(-(2**63), 2**63 - 1), metavar="INDEX",
                    help="record numbers (negative from the end)")
+    p.add_argument("--key", action="append", default=[], metavar="COLUMN=VALUE",
+                   help="instead of numbers: the records whose COLUMN (built with `build "
+                        "--columns`) holds VALUE, found through its key index (repeatable)")
     out = p.add_mutually_exclusive_group()
     out.add_argument("--decode", action="store_true",
                      help="decode the payload (Example, or OFRecord for OFRecord files)")
@@ -334,6 +348,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--as", dest="kind", choices=["example", "sequence", "ofrecord"],
                    help="with --decode: the message type (default: by record format)")
     p.add_argument("--no-verify", action="store_true", help="skip CRC checks")
+
+    p = add("find", "the numbers of the records meeting conditions on their columns (built "
+            "with `build --columns`), without reading the records", _common())
+    p.add_argument("--where", action="append", required=True, metavar="COLUMN=VALUE",
+                   help="a condition (repeatable: all must hold): VALUE; for numbers also "
+                        "a,b (any of them) or low:high (low <= value < high, either end left "
+                        "out); empty: records without a value")
+    shown = p.add_mutually_exclusive_group()
+    shown.add_argument("--count", action="store_true", help="print how many records match")
+    shown.add_argument("--head", type=whole(0), metavar="N",
+                       help="print the first N record numbers (default: all)")
 
     p = add("schema", "infer the features of the records from a random sample (files not "
             "indexed yet: from the start of up to 16 of them)", _common())

@@ -34,8 +34,9 @@ PRUNE_SECONDS = 3600
 _LONG = "long-"
 _PRUNED = ".pruned"
 #: Names of the files ofindex makes in an entry (the only ones a prune removes): sidecars,
-#: temporary files, and the manifests (``ofindex-manifest.json`` and ``.bin``).
-_OUR_SUFFIXES = (SUFFIX, ".tmp")
+#: column sidecars and key indexes, temporary files, and the manifests
+#: (``ofindex-manifest.json`` and ``.bin``).
+_OUR_SUFFIXES = (SUFFIX, ".ofcol", ".ofkey", ".tmp")
 _OUR_PREFIX = "ofindex-manifest."
 
 

@@ -10,6 +10,7 @@ import dataclasses
 import warnings
 from collections.abc import Callable
 
+from ..columns.collect import ColumnCollector, collect_mapped, write_columns
 from ..deflate.stream import InflatedStream
 from ..errors import OfindexError, StaleIndexError
 from ..formats.detect import HEAD_BYTES, detect_layout
@@ -93,6 +94,7 @@ def build_file(
     progress: Callable[[int], None] | None = None, *,
     compression: Compression | None = None, spacing: int = DEFAULT_SPACING,
     checksums: bool | None = None, expect: FileStamp | None = None,
+    columns: tuple[str, ...] = (),
 ) -> BuildResult:
     """Index one data file and write its sidecar.
 
@@ -114,12 +116,17 @@ def build_file(
             cover its payloads.
         expect: The file's stamp when its framing was detected (taken as its stamp: a file
             changed since is refused), or ``None`` to stat it now.
+        columns: Features to store as column sidecars beside the sidecar (see
+            :mod:`ofindex.columns`): their values are taken in the scan where it reads
+            every byte (a remote or compressed file), else from a memory map of the file.
 
     Returns:
         What was indexed.
 
     Raises:
         CorruptRecordError: Bad data (unless ``allow_partial``).
+        ColumnError: A record holds several values of a column's feature, or records store
+            it as different types.
         StaleIndexError: The file changed while it was scanned (or since ``expect``).
         FormatDetectionError: The compression or framing cannot be detected.
     """
@@ -136,8 +143,10 @@ def build_file(
             fmt = RecordFormat.TFRECORD
         want_sums = fmt is RecordFormat.OFRECORD if checksums is None else checksums
         # where the scan reads every byte anyway (a stream, a remote file) it sums them too
-        sums_in_scan = want_sums and not (compression is Compression.NONE
-                                          and storage.is_local)
+        mapped = compression is Compression.NONE and storage.is_local
+        sums_in_scan = want_sums and not mapped
+        collector = ColumnCollector(columns, fmt, url) if columns and not mapped else None
+        hook = None if collector is None else collector.add
         # the scan warns of a partial index, which the caller reports from BuildResult.problem;
         # catch_warnings is process-wide and not thread-safe (overlapping ones on the build's
         # threads can leave "ignore" behind), so only a partial build enters it
@@ -147,18 +156,22 @@ def build_file(
             if compression is Compression.NONE:
                 result = scan_file(source, path, fmt, stamp.size, verify=verify,
                                    allow_partial=allow_partial, progress=progress,
-                                   checksums=sums_in_scan)
+                                   checksums=sums_in_scan, on_records=hook)
             else:
                 stream = InflatedStream(source, path, stamp.size, compression, spacing,
                                         progress)
                 result = scan_file(stream, path, fmt, 0, verify=verify,
-                                   allow_partial=allow_partial, checksums=sums_in_scan)
+                                   allow_partial=allow_partial, checksums=sums_in_scan,
+                                   on_records=hook)
                 table, windows = stream.seek_table()
                 table = table[table["out"] <= result.indexed_end]  # past a damaged end: none
                 usize = stream.end if stream.end is not None else result.indexed_end
         sums = result.checksums
         if want_sums and not sums_in_scan:  # a local file: a second pass on threads
             sums = payload_checksums(path, url, fmt, result.offsets, result.indexed_end)
+        values = (collector.finish(len(result.offsets)) if collector is not None else
+                  collect_mapped(path, url, fmt, result.offsets, result.indexed_end, columns)
+                  if columns else [])
     except OfindexError:
         if expect is not None:  # a file that changed since it was looked at: say so
             _check_unchanged(storage, path, stamp, storage.stamp(path))
@@ -177,9 +190,11 @@ def build_file(
         spacing=spacing if table is not None else 0, uncompressed_size=usize, checksums=sums,
     )
     index_storage.write_atomic(index_path, [header, body])
+    body_crc = decode_header(header, path=index_storage.url(index_path)).body_crc
+    write_columns(index_storage, index_path, columns, values, body_crc)
     built = _result(url, index_storage.url(index_path), fmt, result, stamp, compression, usize,
                     len(header) + len(body), 0 if table is None else len(table))
-    return dataclasses.replace(built, body_crc=decode_header(header, path=built.index_url).body_crc)
+    return dataclasses.replace(built, body_crc=body_crc)
 
 
 def _check_unchanged(storage: Storage, path: str, stamp: FileStamp, now: FileStamp) -> None:

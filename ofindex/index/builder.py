@@ -6,9 +6,10 @@ import dataclasses
 import os
 import threading
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
+from ..columns.collect import check_names
 from ..formats.compression import parse_compression
 from ..formats.framing import RecordFormat
 from ..formats.location import DatasetLocation, resolve
@@ -21,6 +22,7 @@ from .build_file import BuildResult
 from .build_results import BuildResults
 from .cluster import FileProgress, run_on_executor
 from .job import FileJob
+from .key_indexes import write_key_indexes
 from .manifest_sink import ManifestSink
 from .migrate import drop_legacy_files, move_legacy_sidecars, warn_legacy_layout
 from .survey import one_framing, survey_files
@@ -64,6 +66,7 @@ def build_index(
     timeout: float | None = None,
     migrate: bool = False,
     allow_missing_shards: bool = False,
+    columns: Sequence[str] = (),
 ) -> list[BuildResult] | BuildResults:
     """Index data files: scan each once and write its sidecar (and the dataset's manifest).
 
@@ -147,6 +150,14 @@ def build_index(
             that did not finish: see :mod:`ofindex.formats.shard_set`), with a
             ``MissingShardsWarning``; no manifest is written for it, so each later ``open``
             checks again.
+        columns: Features to store per record as column sidecars beside the sidecars, for
+            queries without reading the records (``ds.where(label=3)``, ``ds.lookup(...)``;
+            see docs/columns.md): scalar int64, float or bytes features of Examples,
+            SequenceExample contexts or OFRecords, taken in the same scan as the offsets. A
+            record without the feature is null; one holding several values is refused. Files
+            whose sidecar is fresh keep it: only their missing or stale column sidecars are
+            written (their records read once more). With a manifest, each column's key index
+            is written beside it.
 
     Returns:
         One :class:`BuildResult` per record file, in dataset order: a list, or with an
@@ -170,6 +181,8 @@ def build_index(
             location: pass ``index_dir``).
         ValueError: Two files of one name would share ``index_dir``, or files of several
             directories for one manifest.
+        ColumnError: A record holds several values of a column's feature, records store it
+            as different types, or a column is named twice.
 
     Warns:
         SkippedFilesWarning: Files found by a directory or glob were skipped (once, naming
@@ -187,7 +200,7 @@ def build_index(
         location, format=format, verify=verify, allow_partial=allow_partial,
         workers=workers, progress=progress, manifest=manifest, executor=executor,
         resume=resume, compression=compression, seek_spacing=seek_spacing,
-        checksums=checksums, strict=strict)
+        checksums=checksums, strict=strict, columns=check_names(columns))
     drop_legacy_files(moved)
     if not results:
         raise only_strays(skipped)
@@ -215,6 +228,7 @@ def build_location(
     seek_spacing: int | None = None,
     checksums: bool | None = None,
     strict: bool = False,
+    columns: tuple[str, ...] = (),
 ) -> BuildOutcome:
     """Index the files of a resolved location (see :func:`build_index` for the options).
 
@@ -234,7 +248,7 @@ def build_location(
     default = (os.cpu_count() or 1) if storage.is_local else REMOTE_WORKERS
     n_workers = max(1, min(workers or default, len(files)))
     jobs = [FileJob(storage, f, fmt, index_storage, ipath, verify, allow_partial, comp,
-                    seek_spacing, checksums)
+                    seek_spacing, checksums, columns=columns)
             for f, (index_storage, ipath) in zip(files, targets, strict=True)]
     surveys = survey_files(jobs, location.named, resume,
                            n_workers if storage.is_local else REMOTE_SURVEYS)
@@ -245,20 +259,24 @@ def build_location(
     if not kept:
         return BuildOutcome([], skipped)
     framing = one_framing([s for _, s in kept], fmt)
+    # a fresh file is kept, unless columns are asked for: its job then adds those missing
     todo = [dataclasses.replace(job, format=fmt or s.seen or (framing if s.looked else None),
-                                compression=s.compression, stamp=s.stamp)
-            for job, s in kept if s.fresh is None]
+                                compression=s.compression, stamp=s.stamp, existing=s.fresh)
+            for job, s in kept if s.fresh is None or columns]
     paths = [job.path for job, _ in kept]
     target = _manifest_target(location, paths, manifest)
     sink = None if target is None else ManifestSink(location, target, framing, paths)
     # a cluster build's results are kept compactly and streamed into the manifest as they
     # arrive (in order); a local build's are a list
     results: list[BuildResult] | BuildResults = BuildResults() if executor is not None else []
-    merged = _InOrder([s.fresh for _, s in kept], results, sink)
+    merged = _InOrder([None if columns else s.fresh for _, s in kept], results, sink)
     _run_jobs(todo, n_workers, executor, progress, merged.built)
     merged.close()
     if sink is not None:
         sink.close()
+        if columns:
+            write_key_indexes(sink.storage, sink.storage.dirname(sink.json_path),
+                              [job for job, _ in kept], results, columns)
     return BuildOutcome(results, skipped)
 
 

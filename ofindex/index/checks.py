@@ -114,11 +114,12 @@ def _check_headers_bulk(buffer: Buffer, at: np.ndarray, walk_end: int, base: int
 def verify_streaming(
     storage: Storage | ReadAhead | InflatedStream, path: str, url: str, start: int, size: int,
     fmt: RecordFormat, record: int, buffer: bytearray, *, crc: bool = True,
-    checksum: bool = False,
+    checksum: bool = False, keep: bytearray | None = None,
 ) -> tuple[int, int]:
     """Stream one record larger than a block through CRC32C (with ``crc``, the TFRecord data
     CRC is checked; with ``checksum``, the payload's CRC32C is computed for the sidecar; else
-    only check that all of it is there).
+    only check that all of it is there); with ``keep``, its payload is appended to ``keep``
+    (for the columns of the record).
 
     Returns:
         Where the record ends, and its payload's CRC32C (0 unless computed).
@@ -136,6 +137,8 @@ def verify_streaming(
             raise _ends_inside(url, start, record, pos)
         if check or checksum:
             value = _crc32c.crc32c(view[:n], value)
+        if keep is not None:
+            keep += view[:n]
         pos += n
     foot = storage.read(path, stop, stop + fmt.footer_size)
     if len(foot) < fmt.footer_size:

@@ -13,6 +13,7 @@ from ..formats.seekpoints import DEFAULT_SPACING
 from ..formats.sidecar_header import Compression
 from ..storage import FileStamp, Storage
 from .build_file import BuildResult, build_file
+from .column_pass import add_columns
 from .resume import fresh_result
 
 
@@ -35,6 +36,9 @@ class FileJob:
         checksums: Store the CRC32C of every payload in the sidecar (``None``: for OFRecord).
         stamp: The file's stamp when the build first looked at it (its framing was detected
             then), or ``None``; a file changed since is refused.
+        columns: Features to store as column sidecars (see :mod:`ofindex.columns`).
+        existing: What the file's fresh sidecar says, when the job only adds the columns
+            that are missing or stale beside it (see :mod:`.column_pass`); else ``None``.
     """
 
     storage: Storage
@@ -48,6 +52,8 @@ class FileJob:
     spacing: int | None = None
     checksums: bool | None = None
     stamp: FileStamp | None = None
+    columns: tuple[str, ...] = ()
+    existing: BuildResult | None = None
 
     def fresh(self) -> BuildResult | None:
         """What the file's existing sidecar says, when it is fresh (see :func:`.fresh_result`).
@@ -74,14 +80,22 @@ class FileJob:
             CorruptRecordError, StaleIndexError, FormatDetectionError: As
                 :func:`~ofindex.index.build_file.build_file`.
         """
+        if self.existing is not None:
+            add_columns(self.storage, self.path, self.index_storage, self.index_path,
+                        self.columns, self.existing, progress)
+            return self.existing
         if resume and not self.verify:
             done = self.fresh()
             if done is not None:
-                if progress is not None:
+                if self.columns:
+                    add_columns(self.storage, self.path, self.index_storage, self.index_path,
+                                self.columns, done, progress)
+                elif progress is not None:
                     progress(done.size)
                 return done
         return build_file(self.storage, self.path, self.format, self.index_storage,
                           self.index_path, self.verify, self.allow_partial, progress=progress,
                           compression=self.compression,
                           spacing=self.spacing or DEFAULT_SPACING,
-                          checksums=self.checksums, expect=self.stamp)
+                          checksums=self.checksums, expect=self.stamp,
+                          columns=self.columns)

@@ -40,6 +40,8 @@ _SEEK_THRESHOLD = 32 << 10   # records this large on average: read headers only
 _HEADER_READ = 4096
 #: The size of a decompressed stream until its end is reached (no stream is that long).
 UNKNOWN_SIZE = 1 << 62
+#: What the scan hands the payloads of the records it accepts to (``scan_file(on_records=)``).
+RecordsHook = Callable[[bytearray | bytes, np.ndarray, np.ndarray], None]
 
 
 def span_crcs(buf: Buffer, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
@@ -93,10 +95,15 @@ def scan_file(
     progress: Callable[[int], None] | None = None,
     threads: int = 2,
     checksums: bool = False,
+    on_records: RecordsHook | None = None,
 ) -> ScanResult:
     """Offsets of every record of ``path`` (``size`` bytes), checking the framing; with
     ``checksums`` also the CRC32C of every payload, computed from the blocks read (so the
-    scan reads every byte: meant for streams and remote files, which it reads whole anyway).
+    scan reads every byte: meant for streams and remote files, which it reads whole anyway);
+    with ``on_records``, it is called with the payloads of the records accepted, a run at a
+    time, in order (``on_records(buffer, starts, ends)``: payloads ``buffer[starts[i]:ends[i]]``,
+    to be used before it returns), for the columns of the file (the scan then reads every byte
+    too).
 
     Raises :class:`CorruptRecordError` / :class:`TruncatedRecordError` naming the file, byte
     offset and record number; with ``allow_partial`` returns the valid prefix instead (and
@@ -109,7 +116,7 @@ def scan_file(
     local = storage if isinstance(storage, Storage) and storage.is_local else None
     crc_pass = verify and local is not None and fmt is RecordFormat.TFRECORD
     scan = _Scan(storage, path, fmt, size, verify and not crc_pass, block_size, progress,
-                 checksums)
+                 checksums, on_records)
     inflate_failed = scanned = False
     try:
         try:
@@ -167,7 +174,8 @@ class _Scan:
 
     def __init__(self, storage: Storage | ReadAhead | InflatedStream, path: str,
                  fmt: RecordFormat, size: int, verify: bool, block_size: int,
-                 progress: Callable[[int], None] | None, checksums: bool = False) -> None:
+                 progress: Callable[[int], None] | None, checksums: bool = False,
+                 on_records: RecordsHook | None = None) -> None:
         self.stream = isinstance(storage, InflatedStream)
         self.storage, self.path, self.fmt = storage, path, fmt
         self.size = UNKNOWN_SIZE if self.stream else size
@@ -187,6 +195,9 @@ class _Scan:
         self.starts: np.ndarray | None = None  # the compiled walk's output, reused
         # payload CRC32Cs of the records accepted so far (with checksums)
         self.sums: list[np.ndarray] | None = [] if checksums else None
+        self.on_records = on_records  # the columns' hook: every record whole in a block
+        #: whether every record accepted must lie whole in the block read (its bytes used)
+        self.whole = verify or self.stream or checksums or on_records is not None
 
     def checksums(self, count: int) -> np.ndarray | None:
         """The payload CRC32Cs of the first ``count`` records accepted, or ``None``."""
@@ -196,10 +207,16 @@ class _Scan:
         return sums[:count]
 
     def _sum(self, at: np.ndarray, lengths: np.ndarray) -> None:
-        """Note the payload CRC32Cs of records at ``at`` (in the buffer) of ``lengths``."""
-        if self.sums is not None and len(at):
-            first = at.astype(np.int64) + self.fmt.header_size
-            self.sums.append(span_crcs(self.buffer, first, first + lengths.astype(np.int64)))
+        """Note the payload CRC32Cs of records at ``at`` (in the buffer) of ``lengths``, and
+        hand their payloads to the columns' hook."""
+        if (self.sums is None and self.on_records is None) or not len(at):
+            return
+        first = at.astype(np.int64) + self.fmt.header_size
+        last = first + lengths.astype(np.int64)
+        if self.sums is not None:
+            self.sums.append(span_crcs(self.buffer, first, last))
+        if self.on_records is not None:
+            self.on_records(self.buffer, first, last)
 
     def offsets(self) -> np.ndarray:
         self._flush_singles()
@@ -273,7 +290,7 @@ class _Scan:
         """Scan the whole file (or stream), block by block, from :attr:`pos`."""
         size, hs = self.size, self.fmt.header_size
         buffer = self.buffer
-        headers_only = self.storage.is_local and not self.verify and self.sums is None
+        headers_only = self.storage.is_local and not self.whole
         read_size = min(_HEADER_READ, self.block_size) if headers_only else self.block_size
         while self.pos < size:
             pos = self.pos
@@ -319,7 +336,7 @@ class _Scan:
         fmt, buffer, hs, ov = self.fmt, self.buffer, self.fmt.header_size, self.fmt.overhead
         lengths, problem = check_headers(buffer, at, p, pos, n, size, fmt, self.url, self.count)
         keep = len(lengths)
-        if (self.verify or self.stream or self.sums is not None) and problem is None:
+        if self.whole and problem is None:
             keep = int(np.searchsorted(at[:keep] + ov + lengths, n, side="right"))
         if self.verify and keep and fmt is RecordFormat.TFRECORD:
             bad = first_bad_data_crc(buffer, at[:keep], lengths[:keep], hs)
@@ -335,10 +352,14 @@ class _Scan:
         if keep:
             return pos + int(at[keep - 1]) + ov + int(lengths[keep - 1]), keep
         # verifying, and the first record runs past the block: stream it
+        kept = bytearray() if self.on_records is not None else None
         nxt, value = verify_streaming(self.storage, self.path, self.url, pos + int(at[0]),
                                       size, fmt, self.count, buffer, crc=self.verify,
-                                      checksum=self.sums is not None)
+                                      checksum=self.sums is not None, keep=kept)
         if self.sums is not None:
             self.sums.append(np.array([value], dtype=np.uint32))
+        if self.on_records is not None and kept is not None:
+            self.on_records(kept, np.zeros(1, dtype=np.int64),
+                            np.array([len(kept)], dtype=np.int64))
         self._accept(at[:1], pos)
         return nxt, 0

@@ -28,7 +28,9 @@ dataset from ``ofindex.open(...)``::
   ``state_dict``/``load_state_dict`` too (same ``num_workers`` only).  A sampler's own
   ``state_dict()`` raises while a DataLoader with workers holds batches the loop has not
   received.  Checkpoint every rank at the same step.
-* :class:`MixtureSampler` and :class:`MixtureBatches` mix several datasets with weights.
+* :class:`MixtureSampler` and :class:`MixtureBatches` mix several datasets with weights;
+  :class:`BalancedSampler` draws batches of one dataset in fixed proportions of the classes
+  of a column (``batch_sampler=BalancedSampler(ds, by="label", batch_size=256)``).
 
 The fastest way to train: :class:`TensorBatches`, whose items are whole decoded batches.  The
 sampler yields batches of indices; each worker reads a batch with one ``__getitems__`` and
@@ -54,6 +56,7 @@ except ImportError as _exc:  # without the extra: say which one to install
     raise missing_extra("ofindex.integrations.torch", "torch", _exc) from _exc
 
 from ..decode import Ragged
+from ..shuffle import balanced as _b
 from ..shuffle import mixing as _m
 from ..shuffle import samplers as _s
 from ..shuffle.progress import ResumableLoader
@@ -63,6 +66,7 @@ from ._shared_blocks import lend, shared_bytes
 from ._shared_ring import carve
 
 __all__ = [
+    "BalancedSampler",
     "BatchSampler",
     "BlockShuffleSampler",
     "GlobalShuffleSampler",
@@ -168,6 +172,10 @@ class BatchSampler(_s.BatchSampler, _tud.Sampler[list[int]]):
 
 class MixtureSampler(_m.MixtureSampler, _tud.Sampler[list[int]]):
     __doc__ = _m.MixtureSampler.__doc__
+
+
+class BalancedSampler(_b.BalancedSampler, _tud.Sampler[list[int]]):
+    __doc__ = _b.BalancedSampler.__doc__
 
 
 class ShuffledIterableDataset(_tud.IterableDataset[Any]):

@@ -10,7 +10,7 @@ it touches; sequential reads go through :mod:`ofindex.read.iteration`.
 
 import itertools
 from bisect import bisect_right as _bisect_right
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from os import getpid as _getpid
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..cache.data import DataCache
+from ..columns.query import DatasetColumns
 from ..errors import ManifestError
 from ..formats.column_map import COLUMN_MAP_NAME, load_column_map
 from ..formats.dataset_identity import dataset_identity, joined_identity
@@ -30,10 +31,12 @@ from ..storage.ranges import DEFAULT_MAX_BYTES
 from . import iteration, record_reader
 from .access import ShardAccess, ShardAccesses
 from .batch_source import BatchSource
+from .column_places import dataset_columns
 from .mapped_gather import MappedSpans
 from .record_checks import RecordChecks
 from .shards import Shard, ShardInfo
 from .table import ShardTable, as_indices
+from .view import DatasetView
 
 if TYPE_CHECKING:
     from .._accel import Reader
@@ -106,6 +109,7 @@ class Dataset:
         self.format = fmt
         self.decode = decode
         self._reader: Reader | None = None  # the compiled ds[i] (record_reader), made lazily
+        self._columns: DatasetColumns | None = None  # the column queries, made lazily
         self.verify = verify  # sets the checks
         self._max_gap = max_gap
         self.max_read_bytes = max_read_bytes
@@ -224,6 +228,7 @@ class Dataset:
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_reader"] = None  # holds this process's maps and descriptors
+        state["_columns"] = None  # this process's column pages and key index readers
         return state
 
     @property
@@ -350,6 +355,22 @@ class Dataset:
         """
         return self._read_many(as_indices(indices))
 
+    def payloads(self, indices: Sequence[int] | np.ndarray) -> list[bytes]:
+        """Read a batch of records' payloads, as ``__getitems__`` but without ``decode``.
+
+        Args:
+            indices: Record numbers, in any order, duplicates allowed.
+
+        Returns:
+            The payloads, in the order of ``indices``.
+
+        Raises:
+            RecordIndexError, CorruptRecordError, SidecarError, RangeReadError: As for
+                ``ds[i]``.
+        """
+        payloads: list[bytes] = self._read_many(as_indices(indices), decode=False)
+        return payloads
+
     def _read_many(self, indices: np.ndarray, *, decode: bool = True) -> list[Any]:
         """Records ``indices`` (any sign), read by their shards' accesses; decoded unless
         not."""
@@ -474,6 +495,139 @@ class Dataset:
         """
         return iteration.iter_batches(self._source(), self._accesses, batch_size, start, stop,
                                       as_buffer, block_bytes)
+
+    # -- columns: records by what they hold (see docs/columns.md) -----------------------------
+    def _column_queries(self) -> DatasetColumns:
+        if self._columns is None:
+            self._columns = dataset_columns(self._table, self.identity)
+        return self._columns
+
+    def positions(self, **conditions: object) -> np.ndarray:
+        """The global numbers of the records meeting every condition, from the columns built
+        with ``build_index(columns=...)``, without reading the records.
+
+        A condition is ``column=value``, ``column=[values...]`` (any of them), ``column=(low,
+        high)`` (``low <= value < high``, either end ``None``) or ``column=None`` (records
+        without a value); see :mod:`ofindex.columns.conditions`. A column with a key index
+        is answered from it in a few page reads; otherwise the shards' column sidecars are
+        read, only the pages that may match.
+
+        Args:
+            conditions: One condition per column (none: every record).
+
+        Returns:
+            The record numbers, ascending (int64).
+
+        Raises:
+            ColumnError: A condition of no known form, or a value of another type than the
+                column's.
+            ColumnNotFoundError: A shard was indexed without a column named.
+            StaleIndexError: A column sidecar was built for another version of its index.
+            SidecarError: A column sidecar or key index is damaged.
+        """
+        if not conditions:
+            return np.arange(len(self), dtype=np.int64)
+        return self._column_queries().positions(conditions)
+
+    def where(self, **conditions: object) -> DatasetView:
+        """The records meeting every condition (see :meth:`positions`), as a view: a dataset
+        of those records (``len``, ``view[i]``, batches, iteration, samplers, resumable
+        loaders and mixtures), read through this dataset.
+
+        Args:
+            conditions: One condition per column, e.g. ``label=3``, ``label=[1, 2]``,
+                ``score=(0.5, None)``.
+
+        Returns:
+            The view.
+
+        Raises:
+            ColumnError, ColumnNotFoundError, StaleIndexError, SidecarError: As
+                :meth:`positions`.
+        """
+        text = ", ".join(f"{k}={v!r}" for k, v in conditions.items())
+        return DatasetView(self, self.positions(**conditions), text)
+
+    def lookup(self, column: str, value: object) -> Any:
+        """The records whose ``column`` holds ``value``: through the column's key index, a
+        few page reads whatever the dataset's size (a batch of values reads each level's
+        pages in one round).
+
+        Args:
+            column: The column (usually a key: an id).
+            value: A value, or a list (or 1-d array) of values.
+
+        Returns:
+            The global record numbers holding ``value``, ascending (int64; empty when none
+            does); for a list of values, one such array per value.
+
+        Raises:
+            ColumnError, ColumnNotFoundError, StaleIndexError, SidecarError: As
+                :meth:`positions`.
+        """
+        values: list[object]
+        if isinstance(value, np.ndarray):
+            values, many = list(value.tolist()), True
+        elif isinstance(value, (list, tuple)):
+            values, many = list(value), True
+        else:
+            values, many = [value], False
+        found = self._column_queries().lookup(column, values)
+        return found if many else found[0]
+
+    def split_by(self, column: str, fractions: Mapping[str, float]
+                 ) -> dict[str, DatasetView]:
+        """Deterministic splits by a stable hash of ``column`` (e.g. an id): each record goes
+        to a part by its value alone, so the split is the same on any machine, in any order
+        of the shards, and stays the same when records are added.
+
+        Args:
+            column: The column hashed.
+            fractions: Each part's share, e.g. ``{"train": 0.9, "val": 0.1}`` (positive,
+                adding up to 1).
+
+        Returns:
+            A view per part, in the order given (records without a value are in none).
+
+        Raises:
+            ColumnError: Bad fractions; or as :meth:`positions`.
+        """
+        parts = self._column_queries().split(column, fractions)
+        return {name: DatasetView(self, chosen, f"{column} in split {name!r}")
+                for name, chosen in parts.items()}
+
+    def column_type(self, column: str) -> str:
+        """The type of a column's values: ``"int64"``, ``"float32"``, ``"float64"``,
+        ``"bytes"``, or ``"none"`` when no record has a value.
+
+        Args:
+            column: The column.
+
+        Returns:
+            The type's name.
+
+        Raises:
+            ColumnError, ColumnNotFoundError, StaleIndexError, SidecarError: As
+                :meth:`positions`.
+        """
+        return self._column_queries().vtype(column).label
+
+    def groups(self, column: str) -> tuple[list[Any], list[np.ndarray]]:
+        """The records of each distinct value of ``column`` (what
+        :class:`ofindex.shuffle.BalancedSampler` draws from).
+
+        Args:
+            column: The column (e.g. a label).
+
+        Returns:
+            ``(values, positions)``: the distinct values, ascending, and each one's record
+            numbers, ascending (records without a value, and NaN, are in none).
+
+        Raises:
+            ColumnError, ColumnNotFoundError, StaleIndexError, SidecarError: As
+                :meth:`positions`.
+        """
+        return self._column_queries().groups(column)
 
     # -- what the dataset knows without reading data -----------------------------------------
     @property

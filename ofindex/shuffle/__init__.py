@@ -21,10 +21,12 @@ loaded state means for the epochs after it), :mod:`.state` (states checked field
 and whether one belongs to a sampler), :mod:`.progress`
 (:class:`ResumableLoader`: checkpoints of what the training loop consumed, exact under a
 prefetching DataLoader, for any number of workers and ranks on resume) and :mod:`.mixing`
-(weighted mixtures of several datasets) and :mod:`.quality` (how well an order mixes:
+(weighted mixtures of several datasets), :mod:`.balanced` (class-balanced batches of one
+dataset: ``BalancedSampler(ds, by="label")``) and :mod:`.quality` (how well an order mixes:
 ``neighbour_mixing``).
 """
 
+from .balanced import BalancedSampler
 from .mixing import MixtureSampler
 from .orders import BlockShuffleOrder, GlobalShuffleOrder, SequentialOrder
 from .partition import Partition, resolve_distributed
@@ -42,6 +44,7 @@ from .samplers import BatchSampler, BlockShuffleSampler, GlobalShuffleSampler, S
 
 __all__ = [
     "DEFAULT_ROUNDS",
+    "BalancedSampler",
     "BatchSampler",
     "BlockShuffleOrder",
     "BlockShuffleSampler",

@@ -207,7 +207,13 @@ class MixtureSampler(Passes):
             ``(sources, indices)`` as in :meth:`MixturePlan.batch`.
         """
         g = epoch * self.num_batches + position
-        return self.plan.batch(g, self._offsets_at(g))
+        sources, indices = self.plan.batch(g, self._offsets_at(g))
+        return sources, self._mapped(indices)
+
+    def _mapped(self, indices: np.ndarray) -> np.ndarray:
+        """What the mixture's global indices stand for in what this sampler yields (the
+        indices themselves; a subclass drawing from groups of one dataset maps them)."""
+        return indices
 
     def __iter__(self) -> Iterator[list[int]]:
         """This rank's batches of the rest of the epoch.
@@ -228,7 +234,7 @@ class MixtureSampler(Passes):
             batches = part.positions(j, j + _CHUNK) + first
             starts = np.stack([offsets.at(int(g)) for g in batches])
             _, indices = self.plan.batches(batches, starts)
-            for row in indices.tolist():
+            for row in self._mapped(indices).tolist():
                 self._consumed += 1
                 yield row
 

@@ -16,7 +16,7 @@ from .registry import Storages
 PathSpec = str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
 
 #: Names in a listing that are never data files.
-_SKIP_SUFFIXES = (".ofidx", ".idx", ".index", ".tmp", ".json", ".crc")
+_SKIP_SUFFIXES = (".ofidx", ".ofcol", ".ofkey", ".idx", ".index", ".tmp", ".json", ".crc")
 
 #: Documents that datasets ship beside their record files (READMEs and licences, TFDS's
 #: ``<feature>.labels.txt``, TF-slim's ``labels.txt``, notes and tables): found by a listing,

@@ -35,7 +35,7 @@ import numpy as np
 TFRECORD, OFRECORD = 1, 2
 OVERHEAD = {TFRECORD: 16, OFRECORD: 8}
 HEADER_BYTES = {TFRECORD: 12, OFRECORD: 8}
-SKIPPED_SUFFIXES = (".ofidx", ".idx", ".index", ".tmp", ".json", ".crc")
+SKIPPED_SUFFIXES = (".ofidx", ".ofcol", ".ofkey", ".idx", ".index", ".tmp", ".json", ".crc")
 DOCUMENT_PREFIXES = ("readme", "license", "licence", "copying", "citation")
 DOCUMENT_SUFFIXES = (".txt", ".md", ".rst", ".csv", ".tsv", ".yaml", ".yml", ".pbtxt", ".html",
                      ".pdf", ".py", ".ipynb")

@@ -1,0 +1,127 @@
+"""Writing a dataset's key indexes from its shards' column sidecars (the last step of a build
+with ``columns=`` that writes a manifest; see :mod:`.key_file`).
+
+Each column's values are read from every shard's column sidecar (checked against the shard's
+sidecar), numbered globally, sorted by value and then record, and written as one key index
+beside the manifest. The sort is done in memory: about 16 bytes per record with a value for
+number columns, and the values' own size plus 16 bytes for bytes columns.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import numpy as np
+
+from ..storage import Storage
+from .column_file import column_path, decode_column
+from .key_file import encode_key_index, key_file_name
+from .packed import PackedBytes
+from .shard_reader import ShardPlace, check_meta
+from .value_types import ValueType, joined_type
+
+#: Longest key sorted with numpy as fixed-width strings (longer ones are sorted by Python).
+_WIDEST_NUMPY_KEY = 256
+
+
+@dataclasses.dataclass
+class _Gathered:
+    """A column's values over the dataset, with their global record numbers."""
+
+    vtype: ValueType
+    parts: list[tuple[np.ndarray | PackedBytes, np.ndarray]]
+
+
+def _gather(shards: Sequence[ShardPlace], column: str) -> _Gathered:
+    types, names = [], []
+    parts: list[tuple[np.ndarray | PackedBytes, np.ndarray]] = []
+    first = 0
+    for shard in shards:
+        path = column_path(shard.index_path, column)
+        url = shard.index_storage.url(path)
+        meta, values, valid = decode_column(shard.index_storage.read_all(path), url)
+        check_meta(meta, shard, column)
+        types.append(meta.header.vtype)
+        names.append(shard.data_url)
+        if meta.header.vtype is not ValueType.NONE:
+            keep = valid.copy()
+            if isinstance(values, np.ndarray) and values.dtype.kind == "f":
+                keep &= ~np.isnan(values)  # NaN equals nothing: no key
+            picked = np.flatnonzero(keep)
+            chosen = values.take(picked) if isinstance(values, PackedBytes) else values[picked]
+            parts.append((chosen, picked + first))
+        first += shard.records
+    return _Gathered(joined_type(types, column, names), parts)
+
+
+def _bytes_order(keys: PackedBytes) -> np.ndarray:
+    """The stable order of bytes values (ties keep their order).
+
+    The values are zero-padded to a multiple of 8 bytes and compared as big-endian uint64
+    words, then by length (a value is before a longer one that it starts, even one that only
+    adds zero bytes): numpy sorts numbers several times faster than fixed-width strings (a
+    million 13-byte ids: 0.2 s, as ``S13`` 1.7 s).
+    """
+    lengths = keys.lengths
+    widest = int(lengths.max()) if len(lengths) else 0
+    if widest > _WIDEST_NUMPY_KEY or widest == 0:
+        items = keys.tolist()
+        return np.array(sorted(range(len(items)), key=items.__getitem__), dtype=np.int64)
+    words = -(-widest // 8)
+    table = np.zeros((len(keys), 8 * words), dtype=np.uint8)
+    if keys.width() == widest:
+        base = int(keys.offsets[0])
+        table[:, :widest] = keys.data[base:base + widest * len(keys)].reshape(len(keys), widest)
+    else:
+        for length in np.unique(lengths).tolist():
+            chosen = np.flatnonzero(lengths == length)
+            table[chosen, :length] = keys.data[keys.offsets[chosen][:, None]
+                                               + np.arange(length)]
+    columns = table.view(">u8")
+    order: np.ndarray = np.lexsort((lengths, *(columns[:, k] for k in reversed(range(words)))))
+    return order
+
+
+def build_key_index(shards: Sequence[ShardPlace], column: str, identity: str,
+                    storage: Storage, path: str) -> int:
+    """Write the key index of ``column`` of the dataset ``shards`` (in order) at ``path``.
+
+    Args:
+        shards: The dataset's shards, in order.
+        column: The column.
+        identity: The dataset's identity.
+        storage: Where the key index goes.
+        path: Its path (see :func:`~ofindex.columns.key_file.key_file_name`).
+
+    Returns:
+        The bytes written.
+
+    Raises:
+        ColumnError: Shards store the column as different types.
+        ColumnNotFoundError, StaleIndexError, SidecarError: A shard's column sidecar is
+            missing, of another version of its sidecar, or damaged.
+    """
+    gathered = _gather(shards, column)
+    vtype = gathered.vtype
+    total = sum(shard.records for shard in shards)
+    records = (np.concatenate([r for _, r in gathered.parts]) if gathered.parts
+               else np.zeros(0, dtype=np.int64))
+    keys: np.ndarray | PackedBytes
+    if vtype is ValueType.BYTES:
+        keys = PackedBytes.concat(v for v, _ in gathered.parts if isinstance(v, PackedBytes))
+        order = _bytes_order(keys)
+        keys = keys.take(order)
+    else:
+        numbers = [v for v, _ in gathered.parts if isinstance(v, np.ndarray)]
+        keys = np.concatenate(numbers) if numbers else np.zeros(0, dtype=vtype.dtype)
+        order = np.argsort(keys, kind="stable")  # records ascend already: ties keep them so
+        keys = keys[order]
+    parts = encode_key_index(column, vtype, keys, records[order], total, identity)
+    storage.write_atomic(path, list(parts))
+    return sum(map(len, parts))
+
+
+def key_index_path(storage: Storage, directory: str, column: str) -> str:
+    """Where the key index of ``column`` goes in ``directory``."""
+    return storage.join(directory, key_file_name(column))

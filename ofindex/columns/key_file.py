@@ -1,0 +1,499 @@
+"""The key index: one column of a whole dataset sorted by value, to find records by key in
+a few page reads (``ds.lookup("image/id", key)``, and ``ds.where(...)`` on the column);
+``ofindex-keys.<column>.ofkey`` beside the dataset's manifest (specified in docs/format.md,
+"Key index").
+
+Its entries are ``(value, global record number)`` for every record with a value (NaN left
+out), in ascending order of value and then record. They are cut into *leaf pages* of
+:data:`LEAF_ENTRIES`; a tree of *nodes* above them holds each child's first value and place,
+up to :data:`FANOUT` children a node; the top node, the *root*, follows the header. A lookup
+reads the header and root once, then one node per level and the leaves that may hold the
+value: for a dataset of up to 4096 x 4096 = 16.7 M keyed records, one leaf (a few kB,
+deflated) per key; a batch of keys reads each level's pages in one round. The file names the
+dataset's identity: a reader uses it only for the dataset it was built for.
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import itertools
+import struct
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import crc32c as _crc32c
+import numpy as np
+
+from ..errors import SidecarError
+from . import page_codec
+from .column_file import name_part
+from .packed import PackedBytes
+from .value_types import ValueType
+
+MAGIC = b"OFKEYIX\0"
+VERSION = 1
+#: The key index's name: ``ofindex-keys.<column, percent-encoded>.ofkey``.
+PREFIX, SUFFIX = "ofindex-keys.", ".ofkey"
+FIXED_HEADER = 72
+#: Entries of a leaf page: 4,096 int64 keys and their records are 64 KiB before deflating
+#: (a few kB after: the records' deltas are small, equal keys repeat).
+LEAF_ENTRIES = 4096
+#: Children of a node at most: a root of 4,096 leaves covers 16.7 M entries in one level.
+FANOUT = 4096
+
+_HEAD = struct.Struct("<8sHBBHHQQ8sQQIIII")
+#: A node's pointer to a child: where it is (from the start of the pages), its stored and
+#: raw size, its CRC32C and compression, its own children (a node's; 0 for a leaf) and how
+#: many entries lie under it.
+POINTER = np.dtype([("offset", "<u8"), ("stored", "<u4"), ("crc", "<u4"), ("raw", "<u4"),
+                    ("compression", "u1"), ("reserved", "u1"), ("children", "<u2"),
+                    ("entries", "<u8")])
+assert _HEAD.size == FIXED_HEADER and POINTER.itemsize == 32
+
+#: A key index's keys: numbers or packed bytes.
+Keys = np.ndarray | PackedBytes
+#: Reads byte ranges ``(start, end)`` of the key index file, all at once where it can.
+ReadRanges = Callable[[Sequence[tuple[int, int]]], list[bytes]]
+
+
+def key_file_name(column: str) -> str:
+    """The key index's name: ``ofindex-keys.<column>.ofkey``, the column written as in column
+    sidecars' names (:func:`~.column_file.name_part`)."""
+    return f"{PREFIX}{name_part(column)}{SUFFIX}"
+
+
+@dataclasses.dataclass(frozen=True)
+class KeyHeader:
+    """A key index's header.
+
+    Attributes:
+        name: The column.
+        vtype: Its value type.
+        levels: Levels of nodes above the leaves (1: the root points at leaves).
+        entries: Entries (records with a value, NaN left out).
+        records: The dataset's records.
+        identity: The dataset's identity (16 hexadecimal digits).
+        root_bytes: Bytes of the root.
+        pages_bytes: Bytes of the pages after the root (the rest of the file).
+        root_children: Children of the root.
+        root_crc: CRC32C of the root.
+        size: Bytes of the header.
+    """
+
+    name: str
+    vtype: ValueType
+    levels: int
+    entries: int
+    records: int
+    identity: str
+    root_bytes: int
+    pages_bytes: int
+    root_children: int
+    root_crc: int
+    size: int
+
+
+def _pad8(data: bytes) -> bytes:
+    return data + bytes(-len(data) % 8)
+
+
+# -- writing ------------------------------------------------------------------------------------
+def _keys_bytes(keys: Keys, vtype: ValueType) -> bytes:
+    if isinstance(keys, PackedBytes):
+        return page_codec.pack_bytes_values(keys)
+    return page_codec.to_planes(keys.astype(vtype.dtype))
+
+
+def _leaf(keys: Keys, records: np.ndarray, vtype: ValueType) -> bytes:
+    deltas = np.diff(records.astype(np.int64), prepend=np.int64(0))
+    return _keys_bytes(keys, vtype) + page_codec.to_planes(deltas)
+
+
+def _node(pointers: np.ndarray, firsts: Keys, vtype: ValueType) -> bytes:
+    return pointers.tobytes() + _keys_bytes(firsts, vtype)
+
+
+def _first_keys(keys: Keys, starts: np.ndarray) -> Keys:
+    if isinstance(keys, PackedBytes):
+        return keys.take(starts)
+    firsts: np.ndarray = keys[starts]
+    return firsts
+
+
+class _Pages:
+    """Pages as they are written after the header and root: each deflated where it pays."""
+
+    def __init__(self, at: int) -> None:
+        self.at = at
+        self.parts: list[bytes] = []
+
+    def add(self, raw: bytes, entries: int,
+            children: int = 0) -> tuple[int, int, int, int, int, int, int, int]:
+        stored, compression = page_codec.deflate(raw)
+        pointer = (self.at, len(stored), _crc32c.crc32c(stored), len(raw), compression, 0,
+                   children, entries)
+        self.parts.append(stored)
+        self.at += len(stored)
+        return pointer
+
+
+def encode_key_index(name: str, vtype: ValueType, keys: Keys, records: np.ndarray,
+                     total_records: int, identity: str, *, leaf_entries: int = LEAF_ENTRIES,
+                     fanout: int = FANOUT) -> list[bytes]:
+    """A key index's bytes.
+
+    Args:
+        name: The column.
+        vtype: Its value type (``NONE`` for a column without values: no entries).
+        keys: The values, ascending (ties in ascending order of record).
+        records: Their global record numbers.
+        total_records: The dataset's records.
+        identity: The dataset's identity (16 hexadecimal digits).
+        leaf_entries: Entries per leaf page.
+        fanout: Children per node at most (2 to 65,535).
+
+    Returns:
+        The file's parts, in order.
+    """
+    encoded_name = name.encode("utf-8")
+    entries = len(records)
+    starts = np.arange(0, entries, leaf_entries, dtype=np.int64)
+    pages = _Pages(0)  # offsets count from where the pages start, after the root
+    pointers = np.array([pages.add(_leaf(keys[a:a + leaf_entries], records[a:a + leaf_entries],
+                                         vtype), min(leaf_entries, entries - a))
+                         for a in starts.tolist()], dtype=POINTER)
+    firsts = _first_keys(keys, starts)
+    levels = 1
+    while len(pointers) > fanout:
+        groups = np.arange(0, len(pointers), fanout)
+        upper = []
+        for a in groups.tolist():
+            part = pointers[a:a + fanout]
+            raw = _node(part, _first_keys(firsts, np.arange(a, a + len(part))), vtype)
+            upper.append(pages.add(raw, int(part["entries"].sum()), len(part)))
+        pointers, firsts = np.array(upper, dtype=POINTER), _first_keys(firsts, groups)
+        levels += 1
+    root = _pad8(_node(pointers, firsts, vtype))
+    fields = [MAGIC, VERSION, int(vtype), 0, len(encoded_name), levels, entries,
+              total_records, bytes.fromhex(identity), len(root), pages.at, len(pointers),
+              _crc32c.crc32c(root), 0]
+    head = _HEAD.pack(*fields, 0) + _pad8(encoded_name)
+    head = _HEAD.pack(*fields, _crc32c.crc32c(head)) + head[FIXED_HEADER:]
+    return [head, root, *pages.parts]
+
+
+# -- reading ------------------------------------------------------------------------------------
+def _corrupt(url: str, why: str) -> SidecarError:
+    return SidecarError(f"{url}: the key index is corrupt ({why}); rebuild it with "
+                        "`ofindex build --columns ...`")
+
+
+def header_size_of(prefix: bytes | memoryview, url: str) -> int:
+    """The header's size, from its first :data:`FIXED_HEADER` bytes.
+
+    Raises:
+        SidecarError: Not a key index (too short, another magic).
+    """
+    if len(prefix) < FIXED_HEADER or bytes(prefix[:8]) != MAGIC:
+        raise _corrupt(url, "not a key index: it does not start with OFKEYIX")
+    name_length = int(struct.unpack_from("<H", prefix, 12)[0])
+    return FIXED_HEADER + -(-name_length // 8) * 8
+
+
+def decode_key_header(raw: bytes | memoryview, url: str) -> KeyHeader:
+    """Decode and check a key index's header.
+
+    Args:
+        raw: At least the header's bytes (see :func:`header_size_of`).
+        url: The file, for messages.
+
+    Returns:
+        The header.
+
+    Raises:
+        SidecarError: Another magic, version or flags, a header CRC that fails, a name that
+            is not UTF-8, or impossible numbers.
+    """
+    size = header_size_of(raw, url)
+    if len(raw) < size:
+        raise _corrupt(url, f"the header needs {size} bytes, the file has {len(raw)}")
+    (_magic, version, type_code, flags, name_length, levels, entries, records, identity,
+     root_bytes, pages_bytes, children, root_crc, reserved, header_crc) = _HEAD.unpack_from(
+        raw, 0)
+    if version != VERSION:
+        raise SidecarError(f"{url}: key index version {version}, this ofindex reads version "
+                           f"{VERSION}; upgrade ofindex, or rebuild the columns")
+    zeroed = bytes(raw[:FIXED_HEADER - 4]) + bytes(4) + bytes(raw[FIXED_HEADER:size])
+    if _crc32c.crc32c(zeroed) != header_crc:
+        raise _corrupt(url, "its header CRC does not match")
+    try:
+        vtype = ValueType(type_code)
+        name = bytes(raw[FIXED_HEADER:FIXED_HEADER + name_length]).decode("utf-8")
+    except (ValueError, UnicodeDecodeError):
+        raise _corrupt(url, "an unknown value type or a name that is not UTF-8") from None
+    if flags or reserved or not name_length or any(raw[FIXED_HEADER + name_length:size]):
+        raise _corrupt(url, "unknown flags or reserved bytes set")
+    if not levels or entries > records or root_bytes % 8 or (entries and not children) or \
+            children > FANOUT or (not entries and (children or pages_bytes)):
+        raise _corrupt(url, "impossible levels, entries or root")
+    return KeyHeader(name, vtype, levels, entries, records, identity.hex(), root_bytes,
+                     pages_bytes, children, root_crc, size)
+
+
+#: Keys as a lookup searches them: a sorted numpy array, or a sorted list of ``bytes``.
+Sorted = np.ndarray | list[bytes]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Node:
+    """A decoded node: its children's pointers and first keys."""
+
+    pointers: np.ndarray
+    firsts: Sorted
+    offsets: list[int]  # the pointers' offsets as ints (read once, not per lookup)
+
+
+def _searchable(keys: Keys) -> Sorted:
+    """Keys as a lookup searches them (bytes made a list once, for ``bisect``)."""
+    return keys.tolist() if isinstance(keys, PackedBytes) else keys
+
+
+def _ascending(keys: Sorted) -> bool:
+    """Whether ``keys`` never decrease (what a binary search over them needs)."""
+    if isinstance(keys, list):
+        return all(a <= b for a, b in itertools.pairwise(keys))
+    if keys.dtype.kind == "f" and bool(np.isnan(keys).any()):
+        return False
+    return not bool((keys[1:] < keys[:-1]).any())
+
+
+class KeyIndex:
+    """A key index opened for lookups: its header and root held, its other pages read as
+    lookups need them (each level's pages of a batch of lookups in one call of ``read``),
+    nodes and recent leaves kept.
+
+    Args:
+        header: The decoded header.
+        root: The root's bytes.
+        read: Reads byte ranges of the file.
+        url: The file, for messages.
+
+    Raises:
+        SidecarError: The root is damaged.
+    """
+
+    #: Leaves kept (each a few kB to a few hundred kB decoded).
+    KEPT_LEAVES = 256
+
+    def __init__(self, header: KeyHeader, root: bytes, read: ReadRanges, url: str) -> None:
+        self.header, self.read, self.url = header, read, url
+        self.base = header.size + header.root_bytes  # where the pages start
+        if len(root) != header.root_bytes or _crc32c.crc32c(root) != header.root_crc:
+            raise _corrupt(url, "its root's CRC does not match")
+        self.root = self._decode_node(root, header.root_children, "its root", padded=True)
+        if int(self.root.pointers["entries"].sum()) != header.entries:
+            raise _corrupt(url, "the entries under its root do not add up")
+        self.nodes: dict[int, _Node] = {}
+        self.leaves: dict[int, tuple[Sorted, np.ndarray]] = {}
+
+    @classmethod
+    def open(cls, read: ReadRanges, url: str, size: int, *, guess: int = 1 << 16) -> KeyIndex:
+        """Read a key index's header and root (one read when they fit in ``guess`` bytes).
+
+        Args:
+            read: Reads byte ranges of the file.
+            url: The file, for messages.
+            size: The file's size.
+            guess: Bytes read first.
+
+        Returns:
+            The opened key index.
+
+        Raises:
+            SidecarError: The header or root is damaged.
+        """
+        prefix = read([(0, min(size, guess))])[0]
+        header = decode_key_header(prefix, url)
+        end = header.size + header.root_bytes
+        if end + header.pages_bytes != size:
+            raise _corrupt(url, f"it has {size} bytes, its header says "
+                                f"{end + header.pages_bytes}")
+        if len(prefix) < end:
+            prefix += read([(len(prefix), end)])[0]
+        return cls(header, bytes(prefix[header.size:end]), read, url)
+
+    # -- pages ------------------------------------------------------------------------------
+    def _keys(self, raw: bytes, count: int, where: str) -> Keys:
+        vtype = self.header.vtype
+        if vtype is ValueType.BYTES:
+            return page_codec.unpack_bytes_values(raw, count, where)
+        if vtype is ValueType.NONE or len(raw) != vtype.width * count:
+            raise _corrupt(self.url, f"{where} holds {len(raw)} bytes of keys for {count}")
+        return page_codec.from_planes(raw, count, vtype.dtype)
+
+    def _decode_node(self, raw: bytes, count: int, where: str, *, padded: bool = False
+                     ) -> _Node:
+        """A node's pointers and first keys (the root is padded to 8 bytes with zeros)."""
+        size = POINTER.itemsize * count
+        if len(raw) < size:
+            raise _corrupt(self.url, f"{where} is too short for its {count} children")
+        pointers = np.frombuffer(raw, dtype=POINTER, count=count)
+        body = raw[size:]
+        vtype = self.header.vtype
+        if vtype is ValueType.BYTES:
+            head = 4 * count
+            used = head + (int(np.frombuffer(body, "<u4", count).astype(np.int64).sum())
+                           if len(body) >= head else 0)
+        else:
+            used = vtype.width * count
+        rest = body[used:]
+        if len(body) < used or (rest and not padded) or len(rest) >= 8 or any(rest):
+            raise _corrupt(self.url, f"{where}'s keys do not fill it")
+        firsts = _searchable(self._keys(body[:used], count, where))
+        if not _ascending(firsts):
+            raise _corrupt(self.url, f"{where}'s keys are not in ascending order")
+        ends = pointers["offset"].astype(np.int64) + pointers["stored"].astype(np.int64)
+        if count and (int(ends.max()) > self.header.pages_bytes or
+                      bool(pointers["compression"].max() > 1) or
+                      bool(pointers["reserved"].any())):
+            raise _corrupt(self.url, f"{where} points past the pages or holds bad fields")
+        return _Node(pointers, firsts, pointers["offset"].astype(np.int64).tolist())
+
+    def _fetch(self, wanted: list[tuple[int, np.void]]) -> list[bytes]:
+        """The raw bytes of the pages ``(level, pointer)``, read in one call, checked."""
+        ranges = [(self.base + int(p["offset"]), self.base + int(p["offset"]) + int(p["stored"]))
+                  for _, p in wanted]
+        stored = self.read(ranges) if ranges else []
+        out = []
+        for (_, pointer), data in zip(wanted, stored, strict=True):
+            where = f"page at byte {self.base + int(pointer['offset'])}"
+            if len(data) != int(pointer["stored"]) or \
+                    _crc32c.crc32c(data) != int(pointer["crc"]):
+                raise _corrupt(self.url, f"the CRC of its {where} does not match")
+            out.append(page_codec.inflate_exact(data, int(pointer["compression"]),
+                                                int(pointer["raw"]), f"{self.url}: {where}"))
+        return out
+
+    def _leaf(self, raw: bytes, count: int, where: str) -> tuple[Sorted, np.ndarray]:
+        if len(raw) < 8 * count:
+            raise _corrupt(self.url, f"{where} is too short for {count} records")
+        keys = _searchable(self._keys(raw[:len(raw) - 8 * count], count, where))
+        if not _ascending(keys):
+            raise _corrupt(self.url, f"{where}'s keys are not in ascending order")
+        records = np.cumsum(page_codec.from_planes(raw[len(raw) - 8 * count:], count,
+                                                   np.dtype("<i8")), dtype=np.int64)
+        if count and (int(records.min()) < 0 or int(records.max()) >= self.header.records):
+            raise _corrupt(self.url, f"{where} names a record outside the dataset")
+        return keys, records
+
+    # -- lookups ----------------------------------------------------------------------------
+    def search(self, bounds: Sequence[Bounds]) -> list[np.ndarray]:
+        """The records whose key lies within each of ``bounds``.
+
+        Args:
+            bounds: Per query, ``(low, high, high_included)``: keys of the column's type
+                (``bytes`` for bytes), ``None`` for no bound.
+
+        Returns:
+            Per query, the records found, ascending (int64).
+
+        Raises:
+            SidecarError: A page read is damaged.
+        """
+        found: list[list[np.ndarray]] = [[] for _ in bounds]
+        frontier = [(k, self.root) for k in range(len(bounds))]
+        for level in range(self.header.levels, 0, -1):
+            wanted: dict[int, np.void] = {}
+            visits: list[tuple[int, int]] = []  # (query, page offset)
+            for k, node in frontier:
+                lo, hi = _child_range(node.firsts, bounds[k])
+                for j in range(lo, hi):
+                    offset = node.offsets[j]
+                    if offset not in wanted:
+                        wanted[offset] = node.pointers[j]
+                    visits.append((k, offset))
+            pages = self._pages(level, wanted)
+            if level > 1:
+                frontier = [(k, pages[offset]) for k, offset in visits]
+                continue
+            for k, offset in visits:
+                keys, records = pages[offset]
+                start, end = _span(keys, bounds[k])
+                if end > start:
+                    found[k].append(records[start:end])
+        return [_ascending_records(parts, bound) for parts, bound in zip(found, bounds,
+                                                                         strict=True)]
+
+    def _pages(self, level: int, wanted: dict[int, np.void]) -> dict[int, Any]:
+        """The decoded pages at ``wanted`` (nodes at ``level`` > 1, else leaves): kept ones,
+        and the others read in one call."""
+        kept: dict[int, Any] = self.nodes if level > 1 else self.leaves
+        out = {offset: kept[offset] for offset in wanted if offset in kept}
+        missing = [(level, p) for offset, p in wanted.items() if offset not in kept]
+        for (_, pointer), raw in zip(missing, self._fetch(missing), strict=True):
+            offset = int(pointer["offset"])
+            where = f"page at byte {self.base + offset}"
+            count = int(pointer["entries"])
+            if (int(pointer["children"]) > 0) != (level > 1):
+                raise _corrupt(self.url, f"its {where} is not of the level that points at it")
+            if level > 1:
+                node = self._decode_node(raw, int(pointer["children"]), where)
+                if int(node.pointers["entries"].sum()) != count:
+                    raise _corrupt(self.url, f"the entries under its {where} do not add up")
+                out[offset] = self.nodes[offset] = node
+                continue
+            out[offset] = self._leaf(raw, count, where)
+            if len(self.leaves) >= self.KEPT_LEAVES:
+                self.leaves.pop(next(iter(self.leaves)))
+            self.leaves[offset] = out[offset]
+        return out
+
+
+#: A query's bounds: ``(low, high, high_included)``, ``None`` for an open end.
+Bounds = tuple[Any, Any, bool]
+
+
+def _ascending_records(parts: list[np.ndarray], bounds: Bounds) -> np.ndarray:
+    """A query's records, ascending: the leaves' runs as they are for one value (entries of
+    equal keys are in ascending order of record, leaf after leaf), sorted for a range."""
+    if not parts:
+        return np.zeros(0, dtype=np.int64)
+    low, high, included = bounds
+    joined = np.concatenate(parts) if len(parts) > 1 else parts[0].copy()
+    if included and low is not None and low == high:
+        return joined
+    joined.sort()
+    return joined
+
+
+def _child_range(firsts: Sorted, bounds: Bounds) -> tuple[int, int]:
+    """The children of a node (by their first keys) that may hold keys within ``bounds``."""
+    low, high, included = bounds
+    start = 0 if low is None else max(_left(firsts, low) - 1, 0)
+    end = len(firsts) if high is None else (
+        _right(firsts, high) if included else _left(firsts, high))
+    return start, end
+
+
+def _span(keys: Sorted, bounds: Bounds) -> tuple[int, int]:
+    """The entries of a leaf (its keys sorted) within ``bounds``: ``keys[start:end]``."""
+    low, high, included = bounds
+    start = 0 if low is None else _left(keys, low)
+    end = len(keys) if high is None else (
+        _right(keys, high) if included else _left(keys, high))
+    return start, max(start, end)
+
+
+def _left(keys: Sorted, value: Any) -> int:
+    """The first place of ``keys`` holding ``value`` or more."""
+    if isinstance(keys, list):
+        return bisect.bisect_left(keys, value)
+    return int(np.searchsorted(keys, value, "left"))
+
+
+def _right(keys: Sorted, value: Any) -> int:
+    """The first place of ``keys`` holding more than ``value``."""
+    if isinstance(keys, list):
+        return bisect.bisect_right(keys, value)
+    return int(np.searchsorted(keys, value, "right"))

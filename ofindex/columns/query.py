@@ -1,0 +1,246 @@
+"""A dataset's queries: which records meet conditions, and which hold a key.
+
+A condition on a column with a key index for this dataset (built with the manifest, and
+naming this dataset's identity) is answered from the key index: a few page reads, whatever
+the dataset's size. Otherwise (no key index, one of another dataset, or a condition on
+records without a value, which a key index does not list) the shards' column sidecars are
+scanned, reading only the pages whose least and greatest values may match. Both give the
+same records (the tests check them against a scan of the records themselves).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..errors import ColumnError
+from ..storage import Storage
+from .conditions import Condition, parse_conditions
+from .key_file import KeyIndex, key_file_name
+from .packed import PackedBytes
+from .shard_reader import ColumnReader, ShardPlace
+from .value_types import ValueType, key_bytes, query_value
+
+
+class DatasetColumns:
+    """The columns of one dataset, for its queries (held per process).
+
+    Args:
+        shards: Makes the places of the dataset's shards, in order, when a query first reads
+            column sidecars (a lookup through a key index makes none: a dataset of a million
+            shards opened through a compact manifest makes no shard for it).
+        total: The dataset's records.
+        identity: The dataset's identity (a key index must name it).
+        key_home: Where the dataset's key indexes are looked for: a storage and directory
+            (the directory of its first shard's sidecar, where the build writes them
+            beside the manifest), or ``None``.
+    """
+
+    def __init__(self, shards: Callable[[], Sequence[ShardPlace]], total: int, identity: str,
+                 key_home: tuple[Storage, str] | None) -> None:
+        self._shards = shards
+        self._reader: ColumnReader | None = None
+        self.identity = identity
+        self.total = total
+        self.key_home = key_home
+        self._keys: dict[str, KeyIndex | None] = {}
+
+    @property
+    def reader(self) -> ColumnReader:
+        """The shards' column sidecars (their places made on first use)."""
+        if self._reader is None:
+            self._reader = ColumnReader(self._shards())
+        return self._reader
+
+    # -- key indexes ------------------------------------------------------------------------
+    def key_index(self, column: str) -> KeyIndex | None:
+        """The key index of ``column`` for this dataset, or ``None`` (none there, or one of
+        another dataset: another identity or record count, or another column).
+
+        Raises:
+            SidecarError: The key index is damaged.
+        """
+        if column in self._keys:
+            return self._keys[column]
+        found = None
+        if self.key_home is not None:
+            storage, directory = self.key_home
+            path = storage.join(directory, key_file_name(column))
+            try:
+                size = storage.stamp(path).size
+            except FileNotFoundError:
+                size = -1
+            if size >= 0:
+                url = storage.url(path)
+
+                def read(ranges: Sequence[tuple[int, int]]) -> list[bytes]:
+                    return _read(storage, path, ranges)
+
+                index = KeyIndex.open(read, url, size)
+                header = index.header
+                if (header.identity == self.identity and header.records == self.total
+                        and header.name == column):
+                    found = index
+        self._keys[column] = found
+        return found
+
+    def vtype(self, column: str) -> ValueType:
+        """The column's value type (from its key index when there is one, else from the shards'
+        column sidecars).
+
+        Raises:
+            ColumnError, ColumnNotFoundError, StaleIndexError, SidecarError: As reading them.
+        """
+        index = self.key_index(column)
+        if index is not None and index.header.vtype is not ValueType.NONE:
+            return index.header.vtype
+        return self.reader.vtype(column)
+
+    # -- queries ----------------------------------------------------------------------------
+    def positions(self, conditions: Mapping[str, object]) -> np.ndarray:
+        """The global record numbers meeting every condition (see :mod:`.conditions`),
+        ascending.
+
+        Raises:
+            ColumnError: A condition of no known form, or a value the column cannot compare
+                with.
+            ColumnNotFoundError: A shard has no column sidecar of a column named.
+            StaleIndexError, SidecarError: A column sidecar or key index is stale or damaged.
+        """
+        found: np.ndarray | None = None
+        for condition in parse_conditions(conditions):
+            hits = self._matching(condition)
+            found = hits if found is None else np.intersect1d(found, hits, assume_unique=True)
+        assert found is not None
+        return found
+
+    def _matching(self, condition: Condition) -> np.ndarray:
+        typed = condition.typed(self.vtype(condition.column))
+        index = None if typed.nulls else self.key_index(typed.column)
+        if index is None:
+            return self.reader.select(typed)
+        parts = index.search(typed.key_bounds())
+        if not parts:
+            return np.zeros(0, dtype=np.int64)
+        return np.unique(np.concatenate(parts)) if len(parts) > 1 else parts[0]
+
+    def lookup(self, column: str, values: Sequence[object]) -> list[np.ndarray]:
+        """The records holding each of ``values`` in ``column``, one batch of page reads
+        per level of its key index (or one scan of the column without one).
+
+        Raises:
+            ColumnError: A value the column cannot compare with.
+            ColumnNotFoundError, StaleIndexError, SidecarError: As :meth:`positions`.
+        """
+        vtype = self.vtype(column)
+        index = self.key_index(column)
+        if index is not None:
+            keys = [query_value(vtype, v, column) for v in values]
+            return index.search([(key, key, True) for key in keys])
+        typed = [Condition(column, values=(v,)).typed(vtype) for v in values]
+        if not typed:
+            return []
+        _, column_values, valid = self.reader.values(column)
+        return [np.flatnonzero(t.matches(column_values, valid)).astype(np.int64)
+                for t in typed]
+
+    def groups(self, column: str) -> tuple[list[Any], list[np.ndarray]]:
+        """The records of each distinct value of ``column`` (records without one left out).
+
+        Returns:
+            ``(values, positions)``: the distinct values ascending (Python ints, floats or
+            bytes) and, for each, its records' global numbers ascending.
+
+        Raises:
+            ColumnError, ColumnNotFoundError, StaleIndexError, SidecarError: As reading the
+                column.
+        """
+        vtype, values, valid = self.reader.values(column)
+        present = np.flatnonzero(valid)
+        if vtype is ValueType.BYTES:
+            assert isinstance(values, PackedBytes)
+            items = values.take(present).tolist()
+            distinct = sorted(set(items))
+            code_of = {value: k for k, value in enumerate(distinct)}
+            codes = np.fromiter((code_of[v] for v in items), dtype=np.int64, count=len(items))
+        else:
+            assert isinstance(values, np.ndarray)
+            numbers = values[present]
+            keep = numbers == numbers  # NaN is in no class
+            present, numbers = present[keep], numbers[keep]
+            unique, codes = np.unique(numbers, return_inverse=True)
+            distinct = unique.tolist()
+        order = np.argsort(codes, kind="stable")
+        bounds = np.searchsorted(codes[order], np.arange(len(distinct) + 1))
+        members = present[order]
+        return distinct, [members[bounds[k]:bounds[k + 1]].astype(np.int64)
+                          for k in range(len(distinct))]
+
+    def split(self, column: str, fractions: Mapping[str, float]) -> dict[str, np.ndarray]:
+        """The records of each part of a split by a stable hash of ``column`` (see
+        :func:`stable_fractions`): a record's part depends on its value alone.
+
+        Raises:
+            ColumnError: Fractions that are not positive or do not add up to 1.
+        """
+        names, edges = _edges(fractions)
+        vtype, values, valid = self.reader.values(column)
+        where = stable_fractions(vtype, values, valid)
+        part = np.searchsorted(edges, where, side="right")
+        return {name: np.flatnonzero(valid & (part == k)).astype(np.int64)
+                for k, name in enumerate(names)}
+
+
+def _read(storage: Storage, path: str, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
+    """Byte ranges of one file: local ones read one by one, remote ones in one round."""
+    if storage.is_local:
+        return [storage.read(path, a, b) for a, b in ranges]
+    got, _, _, _ = storage.fetch_round([(path, a, b) for a, b in ranges])
+    out = []
+    for item in got:
+        if isinstance(item, BaseException):
+            raise item
+        out.append(item)
+    return out
+
+
+def _edges(fractions: Mapping[str, float]) -> tuple[list[str], np.ndarray]:
+    """The parts' names and the upper edge of each in ``[0, 1)``."""
+    names = list(fractions)
+    shares = np.array([float(fractions[n]) for n in names], dtype=np.float64)
+    if not names or bool((shares <= 0).any()) or not np.isfinite(shares).all() or \
+            abs(float(shares.sum()) - 1.0) > 1e-9:
+        raise ColumnError(f"split fractions must be positive and add up to 1, not "
+                          f"{dict(fractions)!r}")
+    edges = np.cumsum(shares)
+    edges[-1] = 1.0
+    return names, edges[:-1]
+
+
+def stable_fractions(vtype: ValueType, values: np.ndarray | PackedBytes,
+                     valid: np.ndarray) -> np.ndarray:
+    """Each record's place in ``[0, 1)`` by a stable hash of its value: the first 8 bytes of
+    the BLAKE2b digest (8-byte digest) of :func:`~.value_types.key_bytes` of the value, as a
+    little-endian integer over 2**64. The same value has the same place in any dataset, in
+    any order, before or after records are added.
+
+    Returns:
+        float64 places (1.0 for records without a value, which are in no part).
+    """
+    out = np.ones(len(valid), dtype=np.float64)
+    present = np.flatnonzero(valid)
+    items: list[Any] = (values.take(present).tolist() if isinstance(values, PackedBytes)
+                        else values[present].tolist())
+    cache: dict[Any, float] = {}
+    places = np.empty(len(items), dtype=np.float64)
+    for k, item in enumerate(items):
+        place = cache.get(item)
+        if place is None:
+            digest = hashlib.blake2b(key_bytes(vtype, item), digest_size=8).digest()
+            place = cache[item] = int.from_bytes(digest, "little") / 2.0**64
+        places[k] = place
+    out[present] = places
+    return out

@@ -1,0 +1,38 @@
+"""The key indexes a build with ``columns=`` writes beside the dataset's manifest: one per
+column, sorted by value over the whole dataset (see :mod:`ofindex.columns.key_file`), once
+every shard's column sidecars are written."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ..columns.key_build import build_key_index, key_index_path
+from ..columns.shard_reader import ShardPlace
+from ..formats.dataset_identity import dataset_identity
+from ..storage import Storage
+from .build_file import BuildResult
+from .job import FileJob
+
+
+def write_key_indexes(storage: Storage, directory: str, jobs: Sequence[FileJob],
+                      results: Sequence[BuildResult], columns: tuple[str, ...]) -> None:
+    """Write the key index of each of ``columns`` in ``directory``.
+
+    Args:
+        storage: Storage of the manifest.
+        directory: The manifest's directory.
+        jobs: The dataset's files' jobs, in dataset order (where their sidecars are).
+        results: Their results, in the same order.
+        columns: The columns.
+
+    Raises:
+        ColumnError: Shards store a column as different types.
+        SidecarError: A column sidecar is damaged.
+    """
+    places = [ShardPlace(job.index_storage, job.index_path, result.records, result.body_crc,
+                         result.data_url) for job, result in zip(jobs, results, strict=True)]
+    identity = dataset_identity([r.records for r in results], [r.size for r in results],
+                                [r.content for r in results], [r.body_crc for r in results])
+    for column in columns:
+        build_key_index(places, column, identity, storage,
+                        key_index_path(storage, directory, column))

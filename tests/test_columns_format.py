@@ -1,0 +1,192 @@
+"""The column sidecar format (docs/format.md, "Column sidecar"): whatever values a column
+holds (ints at the extremes, floats with NaN and -0.0, bytes with NUL bytes and empty ones,
+nulls anywhere, one distinct value or all distinct), writing and reading it gives them back
+exactly, with each page's least and greatest values bounding what it holds; and a file
+damaged anywhere is refused."""
+
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ofindex.columns.column_file import (
+    decode_column,
+    decode_meta,
+    encode_column,
+    stat_bounds,
+)
+from ofindex.columns.packed import PackedBytes
+from ofindex.columns.value_types import ValueType
+from ofindex.errors import SidecarError
+
+_INT = st.integers(-(1 << 63), (1 << 63) - 1)
+_FLOAT = st.floats(allow_nan=True, allow_infinity=True, width=64)
+_BYTES = st.binary(max_size=20)
+
+
+@st.composite
+def columns(draw):
+    vtype = draw(st.sampled_from([ValueType.INT64, ValueType.FLOAT32, ValueType.FLOAT64,
+                                  ValueType.BYTES]))
+    few = draw(st.booleans())  # few distinct values: a dictionary pays
+    element = {ValueType.INT64: _INT, ValueType.FLOAT32: st.floats(width=32),
+               ValueType.FLOAT64: _FLOAT, ValueType.BYTES: _BYTES}[vtype]
+    pool = draw(st.lists(element, min_size=1, max_size=4)) if few else None
+    n = draw(st.integers(0, 300))
+    items = [draw(st.sampled_from(pool)) if pool else draw(element) for _ in range(n)]
+    valid = np.array(draw(st.lists(st.booleans(), min_size=n, max_size=n)), dtype=bool)
+    if vtype is ValueType.BYTES:
+        values = PackedBytes.from_list(
+            [v if ok else b"" for v, ok in zip(items, valid, strict=True)])
+    else:
+        values = np.array(items, dtype=np.float64 if vtype is not ValueType.INT64 else np.int64)
+        values = values.astype(vtype.dtype)
+    per_page = draw(st.sampled_from([1, 7, 64, 16384]))
+    return vtype, values, valid, per_page
+
+
+def _same(vtype, got, want, valid) -> bool:
+    if vtype is ValueType.BYTES:
+        return [v for v, ok in zip(got.tolist(), valid, strict=True) if ok] == \
+            [v for v, ok in zip(want.tolist(), valid, strict=True) if ok]
+    a, b = got[valid], want[valid]
+    return a.dtype == b.dtype and a.tobytes() == b.tobytes()  # bit for bit: NaN, -0.0
+
+
+@settings(max_examples=150)
+@given(columns())
+def test_a_column_reads_back_exactly(column):
+    vtype, values, valid, per_page = column
+    raw = b"".join(encode_column("c/é", vtype, values, valid, 0xABCDEF, per_page=per_page))
+    meta, got, got_valid = decode_column(raw, "x.ofcol")
+    assert meta.header.name == "c/é" and meta.header.body_crc == 0xABCDEF
+    assert meta.header.count == len(valid) and got_valid.tolist() == valid.tolist()
+    assert _same(vtype, got, values, valid)
+    low, high = stat_bounds(meta)  # every page's values lie within its least and greatest
+    for k in range(meta.header.pages):
+        page = slice(k * per_page, (k + 1) * per_page)
+        present = np.flatnonzero(valid[page]) + k * per_page
+        if vtype is ValueType.BYTES:
+            keys = [int.from_bytes(values.item(i)[:8].ljust(8, b"\0"), "big") for i in present]
+        else:
+            keys = [v for v in values[present].tolist() if v == v]  # NaN left out
+        assert all(low[k] <= key <= high[k] for key in keys)
+        if not keys:
+            assert low[k] > high[k]
+
+
+def test_a_dictionary_is_used_where_it_pays_and_not_elsewhere():
+    labels = np.arange(10000, dtype=np.int64) % 7
+    ids = np.arange(10000, dtype=np.int64) * 7919
+    valid = np.ones(10000, dtype=bool)
+    small = b"".join(encode_column("label", ValueType.INT64, labels, valid, 1))
+    assert decode_meta(small, "x", len(small)).header.dictionary and len(small) < 2000
+    sorted_ids = b"".join(encode_column("id", ValueType.INT64, ids, valid, 1))
+    meta = decode_meta(sorted_ids, "x", len(sorted_ids))
+    assert not meta.header.dictionary and set(meta.directory["encoding"]) == {2}  # deltas
+    assert len(sorted_ids) < 10000  # under a byte per record
+
+
+def test_no_value_at_all_is_a_column_of_type_none():
+    raw = b"".join(encode_column("x", ValueType.NONE, np.zeros(5, np.int64),
+                                 np.zeros(5, bool), 7))
+    meta, _, valid = decode_column(raw, "x")
+    assert meta.header.vtype is ValueType.NONE and meta.header.nulls == 5 and not valid.any()
+    assert len(raw) == 72  # a header, no page
+
+
+@pytest.mark.parametrize("vtype", [ValueType.INT64, ValueType.BYTES])
+def test_every_damaged_byte_is_refused(vtype):
+    rng = np.random.default_rng(0)
+    n = 200
+    valid = rng.random(n) > 0.2
+    values = (PackedBytes.from_list([b"v%d" % i for i in rng.integers(0, 1000, n)])
+              if vtype is ValueType.BYTES else rng.integers(-5, 5, n))
+    raw = b"".join(encode_column("col", vtype, values, valid, 3, per_page=64))
+    for at in range(len(raw)):
+        broken = bytearray(raw)
+        broken[at] ^= 0x01
+        with pytest.raises(SidecarError):
+            decode_column(bytes(broken), "x.ofcol")
+    for cut in (0, 8, 63, 64, 72, len(raw) - 1):
+        with pytest.raises(SidecarError):
+            decode_column(raw[:cut], "x.ofcol")
+    with pytest.raises(SidecarError):
+        decode_column(raw + bytes(8), "x.ofcol")
+
+
+def test_another_version_is_refused_by_name():
+    raw = bytearray(b"".join(encode_column("c", ValueType.INT64, np.zeros(3, np.int64),
+                                           np.ones(3, bool), 0)))
+    struct.pack_into("<H", raw, 8, 2)
+    with pytest.raises(SidecarError, match="version 2"):
+        decode_column(bytes(raw), "x.ofcol")
+
+
+@pytest.mark.parametrize("vtype", [ValueType.INT64, ValueType.FLOAT32, ValueType.BYTES])
+def test_a_key_index_finds_every_key_and_refuses_every_damaged_byte(vtype):
+    from ofindex.columns.key_file import KeyIndex, encode_key_index
+
+    rng = np.random.default_rng(1)
+    n = 300
+    if vtype is ValueType.BYTES:
+        items = sorted((b"k%d" % v, i) for i, v in enumerate(rng.integers(0, 90, n)))
+        keys = PackedBytes.from_list([k for k, _ in items])
+    else:
+        raw = rng.integers(-40, 40, n).astype(vtype.dtype)
+        order = np.argsort(raw, kind="stable")
+        items = [(raw[i], int(i)) for i in order]
+        keys = raw[order]
+    records = np.array([i for _, i in items], dtype=np.int64)
+    raw_file = b"".join(encode_key_index("k", vtype, keys, records, n, "00ff" * 4,
+                                         leaf_entries=16, fanout=3))
+
+    def opened(data):
+        return KeyIndex.open(lambda ranges: [data[a:b] for a, b in ranges], "x.ofkey",
+                             len(data))
+
+    index = opened(raw_file)
+    assert index.header.levels == 3  # 19 leaves, 7 nodes, 3 nodes, the root
+    for value in {v for v, _ in items}:
+        want = sorted(i for v, i in items if v == value)
+        assert index.search([(value, value, True)])[0].tolist() == want
+    assert index.search([(None, None, False)])[0].tolist() == list(range(n))
+    for at in range(len(raw_file)):
+        broken = bytearray(raw_file)
+        broken[at] ^= 0x01
+        with pytest.raises(SidecarError):
+            opened(bytes(broken)).search([(None, None, False)])
+
+
+@settings(max_examples=100)
+@given(st.lists(st.binary(max_size=19), max_size=60), st.booleans())
+def test_bytes_keys_sort_as_python_sorts_bytes(items, one_length):
+    """The key index's order of bytes values: Python's (a value before a longer one it
+    starts, even one that adds only zero bytes), ties in their order."""
+    from ofindex.columns.key_build import _bytes_order
+
+    if one_length:
+        items = [bytes(v).ljust(7, b"\0")[:7] for v in items]
+    order = _bytes_order(PackedBytes.from_list(items)).tolist()
+    assert order == sorted(range(len(items)), key=items.__getitem__)
+
+
+@settings(max_examples=100)
+@given(st.lists(st.binary(max_size=9), min_size=1, max_size=40), st.booleans(), st.data())
+def test_packed_bytes_take_slice_and_compare(items, one_length, data):
+    if one_length:
+        items = [bytes(v).ljust(4, b"\0")[:4] for v in items]
+    packed = PackedBytes.from_list(items)
+    picks = data.draw(st.lists(st.integers(0, len(items) - 1), max_size=30))
+    assert packed.take(np.array(picks, dtype=np.int64)).tolist() == [items[i] for i in picks]
+    lo, hi = sorted(data.draw(st.lists(st.integers(0, len(items)), min_size=2, max_size=2)))
+    part = packed[lo:hi]
+    assert part.tolist() == items[lo:hi]
+    assert part.take(np.arange(hi - lo)).tolist() == items[lo:hi]
+    bound = data.draw(st.binary(max_size=10))
+    assert packed.compare(bound).tolist() == [(v > bound) - (v < bound) for v in items]
+    assert packed.equal_to([bound]).tolist() == [v == bound for v in items]

@@ -1,0 +1,65 @@
+"""tools/report.py's section of tools/bench_columns.py (issue 48): its tables and README line
+from a small fixture (no benchmark runs here)."""
+
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                "tools"))
+import report
+
+
+def _spread(median, low, high):
+    return {"median": median, "min": low, "max": high}
+
+
+COLUMNS = {
+    "config": {"records": 1000, "where_records": 5000, "rounds": 3},
+    "load_before": {"load_average": [4.5, 4, 3], "cores": 2},
+    "load_after": {"load_average": [5.5, 5, 4], "cores": 2},
+    "build": {"records": 1000, "seconds": {"offsets only": _spread(0.1, 0.09, 0.2),
+                                           "with label, id": _spread(0.3, 0.25, 0.4)},
+              "ratio": _spread(3, 2.5, 4), "bytes_per_record": {"label column": 0.5}},
+    "lookup": {"keys": 50, "records": 1000,
+               "keys_per_s": {"tfd-utils get_record": _spread(100, 90, 110),
+                              "ofindex, a key a call": _spread(50, 45, 55),
+                              "ofindex, batches of all keys": _spread(80, 70, 90)},
+               "ratio_one": _spread(0.5, 0.4, 0.6), "ratio_batch": _spread(0.8, 0.7, 0.9),
+               "index_bytes": {"tfd-utils": 1000, "ofindex": 50}, "memory_ratio": 0.05},
+    "remote": {"records": 10**9, "keys": 64, "rtt_ms": 20.0, "levels": 2,
+               "batches": [{"rounds": 2, "rtts": 4.5}, {"rounds": 2, "rtts": 5}]},
+    "where": {"records": 5000, "matching": 400,
+              "seconds": {"ofindex where": _spread(0.01, 0.01, 0.02),
+                          "datasets filter": _spread(1, 1, 1.1)},
+              "ratio_vs_hf": _spread(100, 90, 110), "ratio_vs_tfr": _spread(12, 10, 13)},
+    "balanced": {"batch_size": 256, "batches": 20, "class_shares": [0.7, 0.3],
+                 "batches_per_s": {"BalancedSampler, read and decoded": _spread(95, 90, 99)},
+                 "ratio": _spread(0.95, 0.9, 1), "ratio_numbers_only": _spread(0.4, 0.3, 0.5),
+                 "quality": {"BalancedSampler": {"classes_per_batch": 2, "top2_share": 1,
+                                                 "smallest_class_share": 0.5}}},
+}
+
+
+def test_the_columns_section(tmp_path):
+    results, docs = tmp_path / "bench-results", tmp_path / "docs"
+    results.mkdir()
+    with open(results / "columns.json", "w") as f:
+        json.dump(COLUMNS, f)
+    readme = tmp_path / "README.md"
+    readme.write_text("# x\n\n<!-- bench:begin -->\nold\n<!-- bench:end -->\n")
+    assert report.main(["--results", str(results), "--docs", str(docs),
+                        "--readme", str(readme)]) == 0
+    md = (docs / "benchmarks.md").read_text()
+    assert "## Columns: building them, key lookups, filters and balanced sampling" in md
+    assert "| with label, id | 0.3 (0.25–0.4) |" in md
+    assert "a key a call 0.5 (0.4–0.6), in batches 0.8 (0.7–0.9)" in md
+    assert "Request rounds of the key index per batch (header and root read before): [2, 2]" \
+        in md
+    assert "| datasets filter | 1 (1–1.1) |" in md
+    assert "| BalancedSampler | 2 | 1 | 0.5 |" in md
+    assert ("Columns (tools/bench_columns.py): build with 2 columns 3× the time without; key "
+            "lookups 0.8× tfd-utils' get_record in batches (0.5× a key a call) with 0.05× its "
+            "index memory; where(label=3) on 5,000 records 100× datasets.filter, 12× "
+            "tfr-reader; remote lookup batch in 2 request round(s); BalancedSampler 0.95× the "
+            "global shuffle's batches/s.") in readme.read_text()
