@@ -236,6 +236,20 @@ class Storage(abc.ABC):
         """A binary file object that writes ``path``."""
 
     @abc.abstractmethod
+    def create_exclusive(self, path: str, data: bytes) -> None:
+        """Create ``path`` holding ``data`` only if it does not exist yet: of two callers,
+        exactly one succeeds.
+
+        Raises:
+            FileExistsError: ``path`` exists (another caller created it first).
+        """
+
+    @abc.abstractmethod
+    def rename(self, source: str, target: str) -> None:
+        """Move ``source`` to ``target`` (replacing it): atomic locally, a server-side copy
+        then a delete on an object store."""
+
+    @abc.abstractmethod
     def exists(self, path: str) -> bool: ...
 
     @abc.abstractmethod

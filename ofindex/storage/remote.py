@@ -363,6 +363,23 @@ class FsspecStorage(Storage):
         f: IO[bytes] = self.client.fs.open(path, "wb")
         return f
 
+    def create_exclusive(self, path: str, data: bytes) -> None:
+        # a conditional PUT (S3's and Azure's If-None-Match: *, GCS's ifGenerationMatch=0),
+        # read back: the object is ours only if it holds our data (a store that ignores the
+        # precondition replaced another's; a retried PUT finds the one its first attempt made)
+        with contextlib.suppress(FileExistsError):
+            self.client.run(self.client.call(path, "create", "pipe_file", data, mode="create"))
+        if self.read_all(path) != data:
+            raise FileExistsError(f"{self.url(path)}: created by another writer meanwhile")
+
+    def rename(self, source: str, target: str) -> None:
+        # a server-side copy, then the delete (fsspec's async API has no move of its own)
+        self.client.run(self.client.call(source, f"copy to {self.url(target)}", "cp_file",
+                                         target))
+        self.client.run(self.client.call(source, "delete", "rm_file"))
+        self._sizes.pop(source, None)
+        self._sizes.pop(target, None)
+
     def exists(self, path: str) -> bool:
         if self.client.http:  # fsspec's HTTP exists() says False on a 503
             try:
