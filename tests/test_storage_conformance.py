@@ -2,7 +2,8 @@
 copy record for record — by index, slice, batch and iteration — through a glob, a directory
 (manifest) and an explicit list; and the index builder must work on each storage.
 
-Backends: local disk, ``memory://``, HTTP (nginx), S3 (moto server), GCS (fake-gcs-server).
+Backends: local disk, ``memory://``, HTTP (nginx), S3 (moto server), GCS (fake-gcs-server),
+Azure Blob (Azurite).
 """
 
 from __future__ import annotations

@@ -11,6 +11,9 @@ attribute. gcsfs's cannot be (6 attempts, about 30 s of waits before it reports 
 name that does not resolve, fixed by a decorator when its class is made): instead a client
 middleware on its session (``session_kwargs``, aiohttp 3.12+) hands every failure of a request
 to our policy as an error gcsfs's loop does not catch (:class:`.failures.RequestFailure`).
+adlfs has no option for the Azure SDK's loop (3 retries of each kind, waits from 15 s: a
+refused connection was reported after 83 s): its public ``service_client`` is replaced by one
+made with the SDK's public arguments, the same URL and credential with ``retry_total=0``.
 """
 
 from __future__ import annotations
@@ -32,6 +35,8 @@ T = TypeVar("T")
 
 S3_PROTOCOLS = ("s3", "s3a")
 GCS_PROTOCOLS = ("gs", "gcs")
+#: Azure Blob Storage (adlfs): ``abfs://container/path`` and its aliases.
+AZURE_PROTOCOLS = ("abfs", "abfss", "az")
 #: The fsspec protocols served by HTTP servers (ranged reads through :class:`.HttpClient`).
 HTTP_PROTOCOLS = frozenset({"http", "https"})
 
@@ -109,7 +114,7 @@ def make_filesystem(protocol: str, options: dict[str, Any], max_concurrency: int
         options = {**options, "session_kwargs": _with_middleware(options)}
     if http is not None:
         options = {**options, "get_client": http.session_for_fsspec}
-    if protocol in (*S3_PROTOCOLS, *GCS_PROTOCOLS, *HTTP_PROTOCOLS):
+    if protocol in (*S3_PROTOCOLS, *GCS_PROTOCOLS, *AZURE_PROTOCOLS, *HTTP_PROTOCOLS):
         # no listings cache: the client is shared by every open in this process, and a
         # listing cached by one (a build's) would give a later open the ETag a file had
         # then, hiding a rewrite from the staleness check (an explicit setting wins)
@@ -120,7 +125,19 @@ def make_filesystem(protocol: str, options: dict[str, Any], max_concurrency: int
         raise missing_extra(protocol, exc) from None
     if protocol in S3_PROTOCOLS and isinstance(getattr(fs, "retries", None), int):
         fs.retries = 1  # s3fs's loop around every call: one attempt
+    if protocol in AZURE_PROTOCOLS:
+        fs.service_client = _without_retries(fs.service_client)
     return fs
+
+
+def _without_retries(client: Any) -> Any:
+    """An Azure SDK ``BlobServiceClient`` like ``client`` (its URL, credential and location
+    mode) that sends each request once (``retry_total=0``): our policy retries."""
+    from azure.storage.blob.aio import BlobServiceClient
+
+    made = BlobServiceClient(client.url, credential=client.credential, retry_total=0)
+    made.location_mode = client.location_mode
+    return made
 
 
 def filesystem_for(url: str, storage_options: Mapping[str, Any] | None = None) -> Any:
@@ -161,6 +178,12 @@ def strip_protocol(url: str, protocol: str) -> str:
     """
     import fsspec.core
 
+    if protocol in AZURE_PROTOCOLS and "?" in url:
+        # adlfs parses a path as a URL: what follows "?" is a query (its ?versionid=), so
+        # abfs://c/data? would name c/data, another object (or a whole directory)
+        raise InvalidURLError(
+            f"{url}: '?' cannot be part of an Azure Blob path (adlfs reads it as the start of "
+            "a query); match that character with '*' or '[...]' instead")
     try:
         stripped: str = fsspec.core.strip_protocol(url)
     except ImportError as exc:
