@@ -120,7 +120,10 @@ def start_fake_gcs() -> Server:
     with open(log, "wb") as out:
         proc = subprocess.Popen(
             [fake_gcs_binary(), "-scheme", "http", "-backend", "memory", "-host", "127.0.0.1",
-             "-port", str(port), "-external-url", url, "-log-level", "warn"],
+             "-port", str(port), "-external-url", url, "-log-level", "warn",
+             # the XML API (path-style /BUCKET/OBJECT, which obstore speaks) answers only
+             # requests to this host
+             "-public-host", f"127.0.0.1:{port}"],
             stdout=out, stderr=subprocess.STDOUT,
         )
     try:
@@ -133,6 +136,20 @@ def start_fake_gcs() -> Server:
 
 def gcs_options(url: str) -> dict:
     return {"token": "anon", "endpoint_url": url}
+
+
+# -- the same servers through obstore (storage_options={"backend": "obstore", ...}) -------------
+def obstore_options(store: str, url: str | None) -> dict:
+    """obstore's options for the suite's server of ``store`` (``s3``, ``gcs`` or ``http``)."""
+    base = {"backend": "obstore", "client_options": {"allow_http": True}}
+    if store == "s3":
+        return {**base, "endpoint": url, "access_key_id": "testing",
+                "secret_access_key": "testing", "region": "eu-west-1"}
+    if store == "gcs":
+        # a static token: without one obstore asks the metadata server (169.254.169.254) for
+        # a token before every write, an address off this machine
+        return {**base, "base_url": url, "bearer_token": "testing"}
+    return base
 
 
 # -- Azure Blob: Azurite, from npm ----------------------------------------------------------------

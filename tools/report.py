@@ -14,7 +14,8 @@ Reads, when present: pipeline.json (tools/bench_pipeline.py), images.json
 (tools/bench_decode.py), scale.json and scale_manifest.json (tools/bench_scale.py), mixing.json
 (tools/bench_mixing.py), write.json (tools/bench_write.py), ratelimit.json
 (tools/bench_ratelimit.py), cache.json (tools/bench_cache.py), arrayrecord.json
-(tools/bench_arrayrecord.py), transport.json (tools/bench_transport.py). A missing file gives a
+(tools/bench_arrayrecord.py), transport.json (tools/bench_transport.py), obstore.json
+(tools/bench_obstore.py). A missing file gives a
 line
 saying how to make it, or with ``--keep-missing`` the section and README lines already
 written from it earlier (so that one benchmark can be re-run and its figures refreshed
@@ -56,7 +57,7 @@ TOOLS = {"pipeline": ("bench_pipeline.py", []), "images": ("bench_images.py", []
          "convert": ("bench_convert.py", []),
          "ratelimit": ("bench_ratelimit.py", []), "engines": ("bench_engines.py", []),
          "cache": ("bench_cache.py", []), "arrayrecord": ("bench_arrayrecord.py", []),
-         "transport": ("bench_transport.py", [])}
+         "transport": ("bench_transport.py", []), "obstore": ("bench_obstore.py", [])}
 
 
 def fmt(x: float | None, digits: int = 3) -> str:
@@ -983,6 +984,53 @@ class Report:
             self.summary.append("Request policy (tools/bench_transport.py): " + "; ".join(summary)
                                 + ".")
 
+    def obstore(self) -> None:
+        """obstore against the fsspec path, row by row (tools/bench_obstore.py)."""
+        data = self.load("obstore")
+        title = "obstore against the fsspec path (tools/bench_obstore.py)"
+        if data is None:
+            self.missing(title, "bench_obstore.py")
+            return
+        c = data["config"]
+        text = [f"## {title}\n",
+                f"{c['rounds']} interleaved rounds in one run (the order of the two swapped "
+                f"every round), obstore {c['obstore']}; median (min–max). Load average "
+                f"{fmt(c['load_before']['load_average'][0], 2)} before, "
+                f"{fmt(c['load_after']['load_average'][0], 2)} after, on "
+                f"{c['load_before']['cores']} cores. Servers on 127.0.0.1: nginx "
+                f"({c['shards']} files of {c['shard_mb']} MiB), moto and fake-gcs-server "
+                f"({c['shards']} objects of {c['s3_shard_mb']} MiB); \"far\" is nginx behind "
+                f"a +{fmt(c['rtt_ms'], 0)} ms RTT proxy; batches of {c['batch']} random records "
+                f"of {c['record_size']} bytes. obstore's speedup and CPU saving are fsspec's "
+                "time over obstore's, round by round (above 1: obstore wins). Decision: "
+                "docs/design.md.\n"]
+        rows = []
+        for row, e in data["rows"].items():
+            cells = []
+            for backend in ("fsspec", "obstore"):
+                got = e[backend]
+                if "gb_per_s" in got:
+                    cells.append(f"{_spread_cell(got['gb_per_s'])} GB/s, "
+                                 f"{_spread_cell(got['cpu_s_per_gb'])} CPU s/GB")
+                else:
+                    cells.append(f"{_spread_cell(got['wall_s'], 1000)} ms")
+            saving = e.get("cpu_saving")
+            rows.append([row.replace("_", " "), *cells, _spread_cell(e["speedup"]),
+                         _spread_cell(saving) if saving else "–"])
+        text.append(table(["row", "fsspec", "obstore", "obstore speedup", "CPU saving"], rows)
+                    + "\n")
+        won = [row.replace("_", " ") for row, e in data["rows"].items()
+               if e["speedup"]["min"] > 1]
+        lost = [row.replace("_", " ") for row, e in data["rows"].items()
+                if e["speedup"]["max"] < 1]
+        if won or lost:
+            text.append("obstore faster in every round: " + (", ".join(won) or "none")
+                        + "; slower in every round: " + (", ".join(lost) or "none") + ".\n")
+            self.summary.append("obstore (tools/bench_obstore.py): faster in every round on "
+                                + (", ".join(won) or "no row") + "; slower on "
+                                + (", ".join(lost) or "no row") + ".")
+        self.sections.append("\n".join(text) + "\n")
+
     def _transport_retry(self, r: dict[str, Any], text: list[str], summary: list[str]) -> None:
         us = r["us_per_request"]
         text.append("### Retries: our loop and tenacity's `AsyncRetrying` with the same "
@@ -1229,7 +1277,7 @@ class Report:
                         self.compressed, self.shuffle, self.shuffle_quality, self.mixing,
                         self.remote, self.scale,
                         self.data_cache, self.cache_stores, self.manifests, self.rate_limits,
-                        self.transport, self.ray,
+                        self.transport, self.obstore, self.ray,
                         self.engines, self.writing, self.converting):
             before = len(self.summary)
             section()

@@ -27,8 +27,8 @@ import threading
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
-from ..errors import InvalidURLError
-from .failures import RequestFailure, missing_extra
+from ..errors import InvalidURLError, MissingDependencyError
+from .failures import RequestFailure, first_line, missing_extra
 from .http import HttpClient
 
 T = TypeVar("T")
@@ -39,6 +39,14 @@ GCS_PROTOCOLS = ("gs", "gcs")
 AZURE_PROTOCOLS = ("abfs", "abfss", "az")
 #: The fsspec protocols served by HTTP servers (ranged reads through :class:`.HttpClient`).
 HTTP_PROTOCOLS = frozenset({"http", "https"})
+#: The protocols obstore serves here (:mod:`.obstore_fs`).
+OBSTORE_PROTOCOLS = frozenset({*S3_PROTOCOLS, *GCS_PROTOCOLS, *HTTP_PROTOCOLS})
+
+#: The storage option that chooses the library requests go through (:func:`backend_of`).
+BACKEND_OPTION = "backend"
+#: The libraries a storage can read through: fsspec's filesystems (and our HTTP client), or
+#: obstore (:mod:`.obstore_fs`: S3, GCS and web servers).
+BACKENDS = ("fsspec", "obstore")
 
 #: This process's clients, by kind, protocol, options and pool size.
 _CLIENTS: dict[tuple[str, str, int], Any] = {}
@@ -66,6 +74,31 @@ def _shared(kind: str, options: dict[str, Any], size: int, make: Callable[[], T]
         return client
 
 
+def backend_of(protocol: str, options: Mapping[str, Any]) -> str:
+    """The library the requests of ``protocol`` with storage ``options`` go through: the
+    ``backend`` option, ``"fsspec"`` by default (the one place this is decided).
+
+    Args:
+        protocol: The fsspec protocol.
+        options: Its storage options.
+
+    Returns:
+        One of :data:`BACKENDS`.
+
+    Raises:
+        InvalidURLError: An unknown backend, or one that does not serve ``protocol``.
+    """
+    backend = options.get(BACKEND_OPTION, "fsspec")
+    if backend not in BACKENDS:
+        raise InvalidURLError(
+            f"storage option backend={backend!r}: use one of {', '.join(BACKENDS)}")
+    if backend == "obstore" and protocol not in OBSTORE_PROTOCOLS:
+        raise InvalidURLError(
+            f"{protocol}:// URLs cannot be read through obstore (it serves "
+            f"{', '.join(sorted(OBSTORE_PROTOCOLS))}); leave out the storage option backend")
+    return str(backend)
+
+
 def shared_filesystem(protocol: str, options: dict[str, Any], max_concurrency: int) -> Any:
     """This process's fsspec filesystem of ``protocol`` with ``options`` (made on first use:
     see :func:`make_filesystem`).
@@ -78,7 +111,8 @@ def shared_filesystem(protocol: str, options: dict[str, Any], max_concurrency: i
     Raises:
         MissingDependencyError: The protocol's library is not installed.
     """
-    http = shared_http_client(options) if protocol in HTTP_PROTOCOLS else None
+    ours = protocol in HTTP_PROTOCOLS and backend_of(protocol, options) == "fsspec"
+    http = shared_http_client(options) if ours else None
     return _shared(protocol, options, max_concurrency,
                    lambda: make_filesystem(protocol, options, max_concurrency, http))
 
@@ -105,6 +139,8 @@ def make_filesystem(protocol: str, options: dict[str, Any], max_concurrency: int
     """
     import fsspec
 
+    if backend_of(protocol, options) == "obstore":
+        return _obstore_filesystem(protocol, options)
     if protocol in S3_PROTOCOLS:
         config = dict(options.get("config_kwargs") or {})
         config.setdefault("max_pool_connections", max_concurrency)  # botocore's holds 10
@@ -128,6 +164,20 @@ def make_filesystem(protocol: str, options: dict[str, Any], max_concurrency: int
     if protocol in AZURE_PROTOCOLS:
         fs.service_client = _without_retries(fs.service_client)
     return fs
+
+
+def _obstore_filesystem(protocol: str, options: Mapping[str, Any]) -> Any:
+    """The :class:`.obstore_fs.ObstoreFileSystem` of ``protocol`` with obstore's options."""
+    from .obstore_fs import ObstoreFileSystem
+
+    try:
+        import obstore  # noqa: F401 (its absence is said here, before any request)
+    except ImportError as exc:
+        raise MissingDependencyError(
+            f"the storage option backend='obstore' needs obstore, which is not installed "
+            f"({first_line(exc)}); run: pip install 'ofindex[obstore]'") from None
+    return ObstoreFileSystem(protocol, {key: value for key, value in options.items()
+                                        if key != BACKEND_OPTION})
 
 
 def _without_retries(client: Any) -> Any:
@@ -161,22 +211,29 @@ def filesystem_for(url: str, storage_options: Mapping[str, Any] | None = None) -
     return fsspec.core.url_to_fs(url, **dict(storage_options or {}))[0]
 
 
-def strip_protocol(url: str, protocol: str) -> str:
-    """The path fsspec's filesystem of ``protocol`` names ``url`` by (its library imported on
-    first use).
+def strip_protocol(url: str, protocol: str, options: Mapping[str, Any] | None = None) -> str:
+    """The path the filesystem of ``protocol`` names ``url`` by (fsspec's library of the
+    protocol imported on first use).
 
     Args:
         url: A URL of ``protocol``.
         protocol: Its fsspec protocol.
+        options: Its storage options (which choose the backend).
 
     Returns:
         The path.
 
     Raises:
-        InvalidURLError: An unknown protocol.
+        InvalidURLError: An unknown protocol or backend.
         MissingDependencyError: Its library is not installed.
     """
     import fsspec.core
+
+    if backend_of(protocol, options or {}) == "obstore":
+        from .obstore_fs import ObstoreFileSystem
+
+        stripped_url: str = ObstoreFileSystem._strip_protocol(url)
+        return stripped_url
 
     if protocol in AZURE_PROTOCOLS and "?" in url:
         # adlfs parses a path as a URL: what follows "?" is a query (its ?versionid=), so

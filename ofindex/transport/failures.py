@@ -90,7 +90,7 @@ _PERMANENT = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirecto
 #: Packages whose own exception classes mean "the request failed" (reported as RangeReadError
 #: naming the URL when they are not worth retrying, instead of leaking to the caller).
 _CLIENT_PACKAGES = ("botocore", "aiobotocore", "aiohttp", "urllib3", "requests", "google",
-                    "s3fs", "gcsfs", "fsspec", "azure", "adlfs")
+                    "s3fs", "gcsfs", "fsspec", "azure", "adlfs", "obstore")
 #: HTTP statuses a server answers a write it will not take with (read-only, no PUT).
 _WRITE_REFUSED = {401, 403, 405, 501}
 _INDEX_DIR_HINT = hint("index_dir='DIR'", "--index-dir DIR")
