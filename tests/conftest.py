@@ -202,7 +202,7 @@ class Backend:
 
 #: The stores also read through obstore (``<store>+obstore``: storage_options={"backend":
 #: "obstore", ...}), in the storage conformance tests.
-OBSTORE_BACKENDS = ["s3+obstore", "gcs+obstore", "http+obstore"]
+OBSTORE_BACKENDS = ["s3+obstore", "gcs+obstore"]
 
 
 def _make_backend(name: str, request, tmp_path_factory) -> Backend:
@@ -212,8 +212,7 @@ def _make_backend(name: str, request, tmp_path_factory) -> Backend:
 
         need("obstore", "obstore")
         made = _make_backend(store, request, tmp_path_factory)
-        made.storage_options = servers.obstore_options(
-            store, made.server.url if store != "http" else None)
+        made.storage_options = servers.obstore_options(store, made.server.url)
         # obstore writes to GCS with the XML API's PUT, which fake-gcs-server does not
         # answer (400 "invalid uploadType"): read-only there, as a web server is
         made.writable = store == "s3"

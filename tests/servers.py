@@ -139,17 +139,15 @@ def gcs_options(url: str) -> dict:
 
 
 # -- the same servers through obstore (storage_options={"backend": "obstore", ...}) -------------
-def obstore_options(store: str, url: str | None) -> dict:
-    """obstore's options for the suite's server of ``store`` (``s3``, ``gcs`` or ``http``)."""
+def obstore_options(store: str, url: str) -> dict:
+    """obstore's options for the suite's server of ``store`` (``s3`` or ``gcs``) at ``url``."""
     base = {"backend": "obstore", "client_options": {"allow_http": True}}
     if store == "s3":
         return {**base, "endpoint": url, "access_key_id": "testing",
                 "secret_access_key": "testing", "region": "eu-west-1"}
-    if store == "gcs":
-        # a static token: without one obstore asks the metadata server (169.254.169.254) for
-        # a token before every write, an address off this machine
-        return {**base, "base_url": url, "bearer_token": "testing"}
-    return base
+    # a static token: without one obstore asks the metadata server (169.254.169.254) for a
+    # token before every write, an address off this machine
+    return {**base, "base_url": url, "bearer_token": "testing"}
 
 
 # -- Azure Blob: Azurite, from npm ----------------------------------------------------------------

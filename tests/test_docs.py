@@ -125,6 +125,7 @@ def _make_world(root, moto_server, gcs_server, nginx_server, azurite_server=None
         AWS_ENDPOINT_URL=moto_server.url, AWS_ACCESS_KEY_ID="testing",
         AWS_SECRET_ACCESS_KEY="testing", AWS_DEFAULT_REGION="us-east-1",
         STORAGE_EMULATOR_HOST=gcs_server.url, GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT="false",
+        AWS_ALLOW_HTTP="true",  # obstore (docs/reading.md) reaches moto over plain HTTP
         PYTHONWARNINGS="error::ResourceWarning",
     )
     return cwd, env

@@ -1,7 +1,8 @@
 """The obstore backend (``storage_options={"backend": "obstore", ...}``): chosen by the option
-alone, its failures decided by our policy (obstore's own retries off), its writes exclusive
-where asked, and a forked child that would hang on it told so instead. Reads equal to the
-local records on S3, GCS and HTTP: tests/test_storage_conformance.py."""
+alone (S3 and GCS; web servers stay with our HTTP client), its failures decided by our policy
+(obstore's own retries off), its writes exclusive where asked, and a forked child that would
+hang on it told so instead. Reads equal to the local records on S3 and GCS:
+tests/test_storage_conformance.py."""
 
 from __future__ import annotations
 
@@ -31,15 +32,16 @@ def test_the_backend_option_chooses_the_library():
     via = Storages(servers.obstore_options("s3", "http://127.0.0.1:1"))
     storage, path = via.for_url("s3://bucket/a/b")
     assert path == "bucket/a/b" and isinstance(storage.client.fs, ObstoreFileSystem)
-    web, url = Storages({"backend": "obstore"}).for_url("http://127.0.0.1:1/a/b")
-    assert url == "http://127.0.0.1:1/a/b" and isinstance(web.client.fs, ObstoreFileSystem)
-    assert not web.checks_stamp_on_read  # no header checks: a stat comes first, as on S3
-    assert not isinstance(Storages().for_url("http://127.0.0.1:1/a")[0].client.fs,
-                          ObstoreFileSystem)
+    gcs, path = via.for_url("gs://bucket/a/b")
+    assert path == "bucket/a/b" and isinstance(gcs.client.fs, ObstoreFileSystem)
+    assert not isinstance(Storages(servers.s3_options("http://127.0.0.1:1")).for_url(
+        "s3://bucket/a")[0].client.fs, ObstoreFileSystem)
     with pytest.raises(InvalidURLError, match="backend='nope': use one of fsspec, obstore"):
         Storages({"backend": "nope"}).for_url("s3://bucket/a")
     with pytest.raises(InvalidURLError, match="abfs:// URLs cannot be read through obstore"):
         Storages({"backend": "obstore"}).for_url("abfs://container/a")
+    with pytest.raises(InvalidURLError, match="ofindex's own HTTP client"):
+        Storages({"backend": "obstore"}).for_url("https://host/a")
 
 
 def test_a_missing_obstore_names_the_extra():
@@ -56,13 +58,11 @@ def test_a_missing_obstore_names_the_extra():
 
 def test_nothing_listening_is_said_at_once():
     port = servers.free_port()
-    for url, options in ((f"http://127.0.0.1:{port}/data/part-0", {"backend": "obstore"}),
-                         ("s3://bucket/data/part-0",
-                          servers.obstore_options("s3", f"http://127.0.0.1:{port}"))):
-        t = time.monotonic()
-        with pytest.raises(StorageError, match=f"nothing listens at 127.0.0.1:{port}"):
-            ofindex.open(url, storage_options=options)
-        assert time.monotonic() - t < 5
+    options = servers.obstore_options("s3", f"http://127.0.0.1:{port}")
+    t = time.monotonic()
+    with pytest.raises(StorageError, match=f"nothing listens at 127.0.0.1:{port}"):
+        ofindex.open("s3://bucket/data/part-0", storage_options=options)
+    assert time.monotonic() - t < 5
 
 
 class _Busy(http.server.BaseHTTPRequestHandler):
@@ -80,10 +80,11 @@ class _Busy(http.server.BaseHTTPRequestHandler):
 
 
 def test_answers_worth_retrying_are_retried_by_the_policy_alone():
-    """A server answering 503: the requests sent are the policy's attempts (``retries=2``:
-    3), none added by obstore's own loop (10 retries by default)."""
+    """An S3 endpoint answering 503: the requests sent are the policy's attempts
+    (``retries=2``: 3), none added by obstore's own loop (10 retries by default)."""
     with servers.serve_http(_Busy, gets=0) as (base, srv):
-        storage, path = Storages({"backend": "obstore"}).for_url(f"{base}/data/part-0")
+        storage, path = Storages(servers.obstore_options("s3", base)).for_url(
+            "s3://bucket/data/part-0")
         storage.client.policy = RequestPolicy(retries=2, base_delay=0.001,
                                               throttle_delay=0.001, timeout=10)
         with pytest.raises(ofindex.RangeReadError, match="failed after 3 attempts"):
@@ -118,14 +119,14 @@ import os, signal, sys
 sys.path.insert(0, {tests!r})
 import ofindex
 from ofindex.errors import StorageError
-url = {url!r}
-ds = ofindex.open(url, storage_options={{"backend": "obstore"}})
+url, options = {url!r}, {options!r}
+ds = ofindex.open(url, storage_options=options)
 first = ds[0]
 pid = os.fork()
 if pid == 0:
     signal.alarm(20)  # a hang ends the child: the test sees its status
     try:
-        ofindex.open(url, storage_options={{"backend": "obstore"}})[1]
+        ofindex.open(url, storage_options=options)[1]
     except StorageError as exc:
         print("refused:", exc, flush=True)
         os._exit(0)
@@ -135,17 +136,18 @@ print("child", status, flush=True)
 """
 
 
-def test_a_child_forked_after_obstore_was_used_refuses_instead_of_hanging(nginx_server,
+def test_a_child_forked_after_obstore_was_used_refuses_instead_of_hanging(moto_server,
                                                                           tmp_path):
     """obstore's runtime does not survive a fork (a child's first request hung): the child
     says so, naming the start methods that work."""
-    from ofindex.cli.synthetic import write_dataset
+    from ofindex.write import ShardedWriter
 
-    name = uuid.uuid4().hex[:8]
-    write_dataset(os.path.join(nginx_server.root, name), 20, 1, index=False)
-    ofindex.build_index(os.path.join(nginx_server.root, name))  # with its manifest
-    url = f"{nginx_server.url}/{name}"
-    run = subprocess.run([sys.executable, "-c", _FORKED.format(tests=HERE, url=url)],
+    options = servers.obstore_options("s3", moto_server.url)
+    url = f"s3://ofindex-test/forked-{uuid.uuid4().hex[:8]}"
+    with ShardedWriter(url, shard_records=10, storage_options=options) as w:
+        w.write_many(b"rec %d" % i for i in range(20))
+    run = subprocess.run([sys.executable, "-c", _FORKED.format(tests=HERE, url=url,
+                                                               options=options)],
                          capture_output=True, text=True, timeout=60,
                          env={**os.environ, "PYTHONPATH": os.path.dirname(HERE)})
     assert "child 0" in run.stdout, run.stdout + run.stderr

@@ -3,7 +3,7 @@ copy record for record — by index, slice, batch and iteration — through a gl
 (manifest) and an explicit list; and the index builder must work on each storage.
 
 Backends: local disk, ``memory://``, HTTP (nginx), S3 (moto server), GCS (fake-gcs-server),
-Azure Blob (Azurite), and S3, GCS and HTTP again through obstore.
+Azure Blob (Azurite), and S3 and GCS again through obstore.
 """
 
 from __future__ import annotations

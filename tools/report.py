@@ -997,13 +997,14 @@ class Report:
                 f"every round), obstore {c['obstore']}; median (min–max). Load average "
                 f"{fmt(c['load_before']['load_average'][0], 2)} before, "
                 f"{fmt(c['load_after']['load_average'][0], 2)} after, on "
-                f"{c['load_before']['cores']} cores. Servers on 127.0.0.1: nginx "
-                f"({c['shards']} files of {c['shard_mb']} MiB), moto and fake-gcs-server "
-                f"({c['shards']} objects of {c['s3_shard_mb']} MiB); \"far\" is nginx behind "
-                f"a +{fmt(c['rtt_ms'], 0)} ms RTT proxy; batches of {c['batch']} random records "
-                f"of {c['record_size']} bytes. obstore's speedup and CPU saving are fsspec's "
-                "time over obstore's, round by round (above 1: obstore wins). Decision: "
-                "docs/design.md.\n"]
+                f"{c['load_before']['cores']} cores. Servers on 127.0.0.1: moto and "
+                f"fake-gcs-server ({c['shards']} objects of {c['shard_mb']} MiB); \"far\" is "
+                f"moto behind a +{fmt(c['rtt_ms'], 0)} ms RTT proxy ({c['shards']} objects of "
+                f"{c['far_shard_mb']} MiB; \"open\" is a fresh process's, imports included); "
+                f"batches of {c['batch']} random records of {c['record_size']} bytes. "
+                "obstore's speedup and CPU saving are fsspec's time over obstore's, round by "
+                "round (above 1: obstore wins). Web servers: docs/design.md (obstore lost "
+                "there and is not offered for them). Decision: docs/design.md.\n"]
         rows = []
         for row, e in data["rows"].items():
             cells = []

@@ -381,7 +381,7 @@ class FsspecStorage(Storage):
         self._sizes.pop(target, None)
 
     def exists(self, path: str) -> bool:
-        if self.client.web:  # fsspec's HTTP exists() says False on a 503
+        if self.client.http:  # fsspec's HTTP exists() says False on a 503
             try:
                 self.stamp(path)
             except FileNotFoundError:
@@ -399,7 +399,7 @@ class FsspecStorage(Storage):
 
     def expand(self, pattern: str) -> list[str]:
         fs = self.client.fs
-        if self.client.web and not pattern.endswith("/"):
+        if self.client.http and not pattern.endswith("/"):
             # listing a web page downloads it: a URL without a trailing slash is a file, if it
             # exists (whatever its characters); a glob only if it does not
             if self.exists(pattern):

@@ -40,12 +40,12 @@ AZURE_PROTOCOLS = ("abfs", "abfss", "az")
 #: The fsspec protocols served by HTTP servers (ranged reads through :class:`.HttpClient`).
 HTTP_PROTOCOLS = frozenset({"http", "https"})
 #: The protocols obstore serves here (:mod:`.obstore_fs`).
-OBSTORE_PROTOCOLS = frozenset({*S3_PROTOCOLS, *GCS_PROTOCOLS, *HTTP_PROTOCOLS})
+OBSTORE_PROTOCOLS = frozenset({*S3_PROTOCOLS, *GCS_PROTOCOLS})
 
 #: The storage option that chooses the library requests go through (:func:`backend_of`).
 BACKEND_OPTION = "backend"
 #: The libraries a storage can read through: fsspec's filesystems (and our HTTP client), or
-#: obstore (:mod:`.obstore_fs`: S3, GCS and web servers).
+#: obstore (:mod:`.obstore_fs`: S3 and GCS).
 BACKENDS = ("fsspec", "obstore")
 
 #: This process's clients, by kind, protocol, options and pool size.
@@ -92,6 +92,13 @@ def backend_of(protocol: str, options: Mapping[str, Any]) -> str:
     if backend not in BACKENDS:
         raise InvalidURLError(
             f"storage option backend={backend!r}: use one of {', '.join(BACKENDS)}")
+    if backend == "obstore" and protocol in HTTP_PROTOCOLS:
+        # measured (tools/bench_obstore.py, docs/design.md): obstore sends one request per
+        # range, our client multi-range requests: 3x slower on random batches at +20 ms RTT
+        raise InvalidURLError(
+            f"{protocol}:// URLs are read through ofindex's own HTTP client, which sends the "
+            "ranges of a batch in a few multi-range requests (obstore, one request per range, "
+            "was 3x slower on random batches); leave out the storage option backend")
     if backend == "obstore" and protocol not in OBSTORE_PROTOCOLS:
         raise InvalidURLError(
             f"{protocol}:// URLs cannot be read through obstore (it serves "
@@ -111,8 +118,7 @@ def shared_filesystem(protocol: str, options: dict[str, Any], max_concurrency: i
     Raises:
         MissingDependencyError: The protocol's library is not installed.
     """
-    ours = protocol in HTTP_PROTOCOLS and backend_of(protocol, options) == "fsspec"
-    http = shared_http_client(options) if ours else None
+    http = shared_http_client(options) if protocol in HTTP_PROTOCOLS else None
     return _shared(protocol, options, max_concurrency,
                    lambda: make_filesystem(protocol, options, max_concurrency, http))
 

@@ -30,14 +30,7 @@ from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 from ..errors import DataFileNotFoundError, RangeReadError
-from .clients import (
-    HTTP_PROTOCOLS,
-    ORPHANS,
-    backend_of,
-    call,
-    shared_filesystem,
-    shared_http_client,
-)
+from .clients import HTTP_PROTOCOLS, ORPHANS, call, shared_filesystem, shared_http_client
 from .http import HttpClient, StampCheck
 from .policy import AdaptiveRate, Counts, Hedger, RequestPolicy, pacer_for
 
@@ -91,11 +84,7 @@ class StoreClient:
         self.protocol, self.options, self.policy = protocol, options, policy
         self.max_concurrency, self.max_inflight_bytes = max_concurrency, max_inflight_bytes
         self.merge_gap, self.counts = merge_gap, counts
-        #: a web server: paths are URLs, nothing is listed but what a URL names
-        self.web = protocol in HTTP_PROTOCOLS
-        #: ranged reads through our HTTP client (which checks each answer's stamp and sends
-        #: multi-range requests), not through the backend's
-        self.http = self.web and backend_of(protocol, options) == "fsspec"
+        self.http = protocol in HTTP_PROTOCOLS
         self._fs: Any = None
         self._http: HttpClient | None = None
         self._pid = -1
@@ -122,7 +111,7 @@ class StoreClient:
 
     def url(self, path: str) -> str:
         """``path`` as a URL, for messages."""
-        if self.web or "://" in path:
+        if self.http or "://" in path:
             return path
         return f"{self.protocol}://{path}"
 
