@@ -152,3 +152,36 @@ def test_a_child_forked_after_obstore_was_used_refuses_instead_of_hanging(moto_s
                          env={**os.environ, "PYTHONPATH": os.path.dirname(HERE)})
     assert "child 0" in run.stdout, run.stdout + run.stderr
     assert "refused:" in run.stdout and "'spawn' or 'forkserver'" in run.stdout
+
+
+def test_a_faulty_network_is_retried_to_the_right_bytes(moto_server, tmp_path):
+    """Through a proxy that drops connections, cuts answers short and answers SlowDown, every
+    record comes back right: each of obstore's failures is one the policy retries."""
+    import s3fs
+    from faultproxy import FaultProxy
+    from helpers import index_dir_of
+
+    from ofindex.cli.synthetic import write_dataset
+    from ofindex.transport.policy import forget_pacers, retry_settings
+
+    d = str(tmp_path / "data")
+    write_dataset(d, 400, 2, kind="random", record_size=3000, index=False, seed=4)
+    ofindex.build_index(d)
+    expected = ofindex.open(d)[:]
+    prefix = f"ofindex-test/faults-{uuid.uuid4().hex[:8]}"
+    fs = s3fs.S3FileSystem(skip_instance_cache=True, **servers.s3_options(moto_server.url))
+    for source, target in ((d, prefix), (index_dir_of(d), prefix + ".ofindex")):
+        for name in os.listdir(source):
+            fs.put_file(os.path.join(source, name), f"{target}/{name}")
+    quick = RequestPolicy(base_delay=0.001, throttle_delay=0.001, max_delay=0.01)
+    forget_pacers()
+    with FaultProxy(moto_server.url, drop=0.1, truncate=0.1, slowdown=0.05, seed=3) as proxy, \
+            retry_settings(policy=quick):
+        ds = ofindex.open(f"s3://{prefix}",
+                          storage_options=servers.obstore_options("s3", proxy.url))
+        idx = list(range(0, 400, 7))
+        assert ds.__getitems__(idx) == [expected[i] for i in idx]
+        assert list(ds) == expected
+        assert [ds[i] for i in range(0, 400, 3)] == expected[::3]  # a request each
+    assert min(proxy.counts[k] for k in ("drop", "truncate", "slowdown")) > 0, proxy.counts
+    forget_pacers()
