@@ -96,6 +96,25 @@ def table(head: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
+def _decode_losses(data: dict[str, Any]) -> list[str]:
+    """Each ratio of tools/bench_decode.py whose worst round is below 1× (ofindex slower), as
+    ``what vs peer: min (median)``, wall clock and per CPU second."""
+    found: list[tuple[str, str, dict[str, float]]] = []
+    for name, entry in data.get("workloads", {}).items():
+        for peer in ("tf", "tf_sparse"):
+            for suffix, clock in (("", "wall clock"), ("_cpu", "per CPU second")):
+                ratio = entry.get(f"ofindex_vs_{peer}{suffix}")
+                if ratio:
+                    found.append((f"{name} against {peer}", clock, ratio))
+    for section in ("single", "peers"):
+        for row in (data.get(section) or {}).get("rows", []):
+            for key, clock in (("vs", "wall clock"), ("vs_cpu", "per CPU second")):
+                for peer, ratio in row.get(key, {}).items():
+                    found.append((f"{row['contender']} against {peer}", clock, ratio))
+    return [f"{what} ({clock}): {fmt(r['min'], 2)}× in its worst round, {fmt(r['median'], 2)}× "
+            "the median" for what, clock, r in found if r["min"] < 1]
+
+
 class Report:
     """Collects the sections of docs/benchmarks.md and the README summary lines."""
 
@@ -1176,13 +1195,20 @@ class Report:
 
     def decode(self) -> None:
         data = self.load("decode")
-        title = "Batched decoding (tools/bench_decode.py)"
+        title = "Decoding (tools/bench_decode.py)"
         if data is None:
             self.missing(title, "bench_decode.py")
             return
-        text = [f"## {title}\n", f"Batches of {data.get('batch')} records; records/s from the "
-                "median over interleaved rounds (best round in brackets).\n"]
+        load = data.get("machine_load")
+        text = [f"## {title}\n", f"Batches of {data.get('batch')} records unless said; records/s "
+                "from the median over interleaved rounds (best round in brackets); ratios are "
+                "those of the rounds (median, min–max): the machine drifts, the ratios less"
+                + (f"; load average {fmt(load['load_average'][0])} on {load['cores']} cores "
+                   "at the start" if load else "") + ".\n"]
         for name, entry in data.get("workloads", {}).items():
+            if "ofindex_vs_tf" in entry or entry.get("tf_sparse"):
+                text.append(self._decode_varlen(name, entry))
+                continue
             text.append(f"### {name} ({entry.get('floats_per_record')} floats per record)\n")
             rows = []
             for who in ("ofindex", "ofindex_out", "tf", "vahidk", "fresh_output_floor"):
@@ -1194,7 +1220,114 @@ class Report:
                 elif isinstance(t, str):
                     rows.append([who, t])
             text.append(table(["decoder", "records/s"], rows) + "\n")
+        if data.get("single"):
+            text.append(self._decode_single(data["single"]))
+        if data.get("peers"):
+            text.append(self._decode_peers(data["peers"]))
+        losses = _decode_losses(data)
+        if losses:
+            text.append("Where ofindex loses: the rounds in which it was slower than a peer "
+                        "(ratio below 1×): " + "; ".join(losses) + ".\n")
         self.sections.append("\n".join(text) + "\n")
+
+    def _decode_varlen(self, name: str, entry: dict[str, Any]) -> str:
+        """A VarLen workload of tools/bench_decode.py against tf.io.parse_example."""
+        what = {"varlen": "8 features, 2 of them VarLen (token ids, optional floats)",
+                "tokens": "1–512 token ids per record"}.get(name, name)
+        text = [f"### {name}: {fmt(entry['records'])} records of {what}, batches of "
+                f"{fmt(entry['batch'])} ({fmt(entry['bytes_per_record'])} B a record)\n"]
+        labels = {"ofindex": "ofindex BatchDecoder", "tf": "tf.io.parse_example, RaggedFeature",
+                  "tf_sparse": "tf.io.parse_example, VarLenFeature"}
+        rows = []
+        for who, label in labels.items():
+            t = entry.get(who)
+            vs, cpu = entry.get(f"ofindex_vs_{who}"), entry.get(f"ofindex_vs_{who}_cpu")
+            ratio = span(vs["median"], vs["min"], vs["max"]) + "×" if vs else ""
+            per_cpu = span(cpu["median"], cpu["min"], cpu["max"]) + "×" if cpu else ""
+            if isinstance(t, dict):
+                n = entry["records"]
+                rows.append([label, f"{fmt(n / t['median_s'])} ({fmt(n / t['best_s'])})", ratio,
+                             per_cpu])
+            elif isinstance(t, str):
+                rows.append([label, t, "", ""])
+        text.append(table(["decoder", "records/s", "ofindex against it",
+                           "the same per CPU second"], rows) + "\n")
+        against = [(label, entry[f"ofindex_vs_{who}"]) for who, label in labels.items()
+                   if who != "ofindex" and entry.get(f"ofindex_vs_{who}")]
+        if against:
+            self.summary.append(
+                f"Batched decoding with VarLen features ({name}: {what}): ofindex "
+                + ", ".join(f"{fmt(v['median'], 2)}× {label} ({fmt(v['min'], 2)}–"
+                            f"{fmt(v['max'], 2)}×)" for label, v in against)
+                + " (records/s).")
+        return "\n".join(text)
+
+    def _decode_single(self, single: dict[str, Any]) -> str:
+        """The one-record rows of tools/bench_decode.py."""
+        text = [f"### One record at a time: `ds[i]` decoded, {fmt(single['records'])} Examples "
+                "of 3 features (key bytes, label int64, ~200 B payload), random record numbers, "
+                f"{single['rounds']} interleaved rounds\n"]
+        rows = []
+        for row in single["rows"]:
+            against = "; ".join(f"{span(v['median'], v['min'], v['max'])}× {peer}"
+                                for peer, v in row.get("vs", {}).items())
+            per_cpu = "; ".join(f"{span(v['median'], v['min'], v['max'])}× {peer}"
+                                for peer, v in row.get("vs_cpu", {}).items())
+            rows.append([row["contender"], span(row["records_per_s"], row["records_per_s_min"],
+                                                row["records_per_s_max"]), against, per_cpu])
+        text.append(table(["contender", "records/s", "against", "the same per CPU second"],
+                          rows) + "\n")
+        for row in single["rows"]:
+            fs = row.get("vs", {}).get("Example.FromString(ds[i])")
+            hf = row.get("vs", {}).get("Hugging Face ds[i]")
+            if fs and hf:
+                self.summary.append(
+                    f"One decoded record, `{row['contender']}`: {fmt(fs['median'], 2)}× "
+                    f"protobuf's `Example.FromString(ds[i])` ({fmt(fs['min'], 2)}–"
+                    f"{fmt(fs['max'], 2)}×), {fmt(hf['median'], 2)}× Hugging Face `ds[i]` "
+                    f"({fmt(hf['min'], 2)}–{fmt(hf['max'], 2)}×).")
+        return "\n".join(text)
+
+    def _decode_peers(self, peers: dict[str, Any]) -> str:
+        """The rows of tools/decode_peers.py: tfr-reader and tfd-utils on the same file."""
+        text = ["### Peers that index TFRecord files in place: tfr-reader, tfd-utils\n",
+                f"The one-record rows' file ({fmt(peers['records'])} Examples): random records "
+                f"decoded, random batches of {peers['batch']}, {peers['rounds']} interleaved "
+                "rounds; the index build of the file from scratch, "
+                f"{peers['build_rounds']} interleaved rounds. tfd-utils reads a record by its "
+                "key only (no access by position, no batch read): its row is another "
+                "operation, shown for scale.\n"]
+        rows = []
+        for row in peers["rows"]:
+            odd = row.get("not_the_same_operation", [])
+            against = "; ".join(f"{span(v['median'], v['min'], v['max'])}× {peer}"
+                                + (" (another operation)" if peer in odd else "")
+                                for peer, v in row.get("vs", {}).items())
+            per_cpu = "; ".join(f"{span(v['median'], v['min'], v['max'])}× {peer}"
+                                for peer, v in row.get("vs_cpu", {}).items())
+            rows.append([row["contender"], span(row["records_per_s"], row["records_per_s_min"],
+                                                row["records_per_s_max"]), against, per_cpu])
+        for row in peers["builds"]:
+            rate, vs, cpu = row["records_per_s"], row.get("ofindex_vs"), row.get("ofindex_vs_cpu")
+            rows.append([f"{row['contender']} (the whole file)",
+                         f"{span(rate['median'], rate['min'], rate['max'])} "
+                         f"({fmt(row['seconds']['median'])} s)",
+                         f"{span(vs['median'], vs['min'], vs['max'])}×" if vs else "",
+                         f"{span(cpu['median'], cpu['min'], cpu['max'])}×" if cpu else ""])
+        rows += [[tool, why, "", ""] for tool, why in peers.get("missing", {}).items()]
+        text.append(table(["contender", "records/s", "ofindex against it",
+                           "the same per CPU second"], rows) + "\n")
+        same = [(row["contender"], peer, v) for row in peers["rows"]
+                for peer, v in row.get("vs", {}).items()
+                if peer not in row.get("not_the_same_operation", [])]
+        same += [("ofindex build_index", row["contender"], row["ofindex_vs"])
+                 for row in peers["builds"] if row.get("ofindex_vs")]
+        if same:
+            self.summary.append(
+                "Against the peers that index TFRecords in place (goal ≥ 2×): "
+                + ", ".join(f"`{ours}` {fmt(v['median'], 2)}× {peer} ({fmt(v['min'], 2)}–"
+                            f"{fmt(v['max'], 2)}×)" for ours, peer, v in same) + ".")
+        return "\n".join(text)
 
     def ray(self) -> None:
         data = self.load("ray")

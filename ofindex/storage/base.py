@@ -236,18 +236,18 @@ class Storage(abc.ABC):
         """A binary file object that writes ``path``."""
 
     @abc.abstractmethod
-    def create_exclusive(self, path: str, data: bytes) -> None:
-        """Create ``path`` holding ``data`` only if it does not exist yet: of two callers,
-        exactly one succeeds.
+    def create_new(self, path: str, data: bytes) -> None:
+        """Create ``path`` holding ``data`` only if nothing is there (``O_EXCL`` locally, a
+        conditional PUT on an object store).
 
         Raises:
-            FileExistsError: ``path`` exists (another caller created it first).
+            FileExistsError: ``path`` exists (another writer's claim).
         """
 
     @abc.abstractmethod
-    def rename(self, source: str, target: str) -> None:
-        """Move ``source`` to ``target`` (replacing it): atomic locally, a server-side copy
-        then a delete on an object store."""
+    def rename(self, src: str, dst: str) -> None:
+        """Rename ``src`` to ``dst`` (an atomic ``os.replace`` locally; a server-side copy and
+        delete on an object store)."""
 
     @abc.abstractmethod
     def exists(self, path: str) -> bool: ...

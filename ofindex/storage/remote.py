@@ -363,22 +363,20 @@ class FsspecStorage(Storage):
         f: IO[bytes] = self.client.fs.open(path, "wb")
         return f
 
-    def create_exclusive(self, path: str, data: bytes) -> None:
-        # a conditional PUT (S3's and Azure's If-None-Match: *, GCS's ifGenerationMatch=0),
-        # read back: the object is ours only if it holds our data (a store that ignores the
-        # precondition replaced another's; a retried PUT finds the one its first attempt made)
-        with contextlib.suppress(FileExistsError):
+    def create_new(self, path: str, data: bytes) -> None:
+        try:
             self.client.run(self.client.call(path, "create", "pipe_file", data, mode="create"))
-        if self.read_all(path) != data:
-            raise FileExistsError(f"{self.url(path)}: created by another writer meanwhile")
+        except FileExistsError:
+            if self.read_all(path) == data:  # our own attempt, whose answer was lost, retried
+                return
+            raise
+        if self.read_all(path) != data:  # a store that ignored the precondition
+            raise FileExistsError(path)
 
-    def rename(self, source: str, target: str) -> None:
-        # a server-side copy, then the delete (fsspec's async API has no move of its own)
-        self.client.run(self.client.call(source, f"copy to {self.url(target)}", "cp_file",
-                                         target))
-        self.client.run(self.client.call(source, "delete", "rm_file"))
-        self._sizes.pop(source, None)
-        self._sizes.pop(target, None)
+    def rename(self, src: str, dst: str) -> None:
+        # what fsspec's mv does, in its documented async calls: a server-side copy, then delete
+        self.client.run(self.client.call(src, "rename", "copy", dst))
+        self.client.run(self.client.call(src, "rename", "rm"))
 
     def exists(self, path: str) -> bool:
         if self.client.http:  # fsspec's HTTP exists() says False on a 503

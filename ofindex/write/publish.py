@@ -46,7 +46,7 @@ def claim(storage: Storage, directory: str, token: str) -> str:
     body = json.dumps({"token": token, "pid": os.getpid(), "host": socket.gethostname(),
                        "time": datetime.datetime.now().isoformat(timespec="seconds")}).encode()
     try:
-        storage.create_exclusive(path, body)
+        storage.create_new(path, body)
     except FileExistsError:
         raise claimed_error(storage, path) from None
     return path
