@@ -1,5 +1,5 @@
 """Real storage servers on loopback for tests and benchmarks: moto (S3), fake-gcs-server (GCS),
-Debian nginx (HTTP), plus two small misbehaving HTTP servers written here.
+Azurite (Azure Blob), Debian nginx (HTTP), plus two small misbehaving HTTP servers written here.
 
 Every server binds 127.0.0.1 on a free port, is probed until ready, and is stopped by its PID
 (never by name). See /work/shared/TESTING-SERVERS.md for why each is started this way.
@@ -120,7 +120,10 @@ def start_fake_gcs() -> Server:
     with open(log, "wb") as out:
         proc = subprocess.Popen(
             [fake_gcs_binary(), "-scheme", "http", "-backend", "memory", "-host", "127.0.0.1",
-             "-port", str(port), "-external-url", url, "-log-level", "warn"],
+             "-port", str(port), "-external-url", url, "-log-level", "warn",
+             # the XML API (path-style /BUCKET/OBJECT, which obstore speaks) answers only
+             # requests to this host
+             "-public-host", f"127.0.0.1:{port}"],
             stdout=out, stderr=subprocess.STDOUT,
         )
     try:
@@ -133,6 +136,68 @@ def start_fake_gcs() -> Server:
 
 def gcs_options(url: str) -> dict:
     return {"token": "anon", "endpoint_url": url}
+
+
+# -- the same servers through obstore (storage_options={"backend": "obstore", ...}) -------------
+def obstore_options(store: str, url: str) -> dict:
+    """obstore's options for the suite's server of ``store`` (``s3`` or ``gcs``) at ``url``."""
+    base = {"backend": "obstore", "client_options": {"allow_http": True}}
+    if store == "s3":
+        return {**base, "endpoint": url, "access_key_id": "testing",
+                "secret_access_key": "testing", "region": "eu-west-1"}
+    # a static token: without one obstore asks the metadata server (169.254.169.254) for a
+    # token before every write, an address off this machine
+    return {**base, "base_url": url, "bearer_token": "testing"}
+
+
+# -- Azure Blob: Azurite, from npm ----------------------------------------------------------------
+#: Where tools/run-tests.sh installs Azurite (``npm install --prefix``), unless
+#: ``OFINDEX_AZURITE_DIR`` names another place.
+AZURITE_DIR = os.environ.get("OFINDEX_AZURITE_DIR") or os.path.join(
+    os.path.expanduser("~"), ".cache", "ofindex-tests", "azurite")
+#: Azurite's well-known development account (public: the same in every Azurite).
+AZURITE_ACCOUNT = "devstoreaccount1"
+AZURITE_KEY = ("Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/"
+               "KBHBeksoGMGw==")
+
+
+def azurite_binary() -> str:
+    for cand in (os.path.join(AZURITE_DIR, "node_modules", ".bin", "azurite-blob"),
+                 shutil.which("azurite-blob")):
+        if cand and os.path.exists(cand):
+            return cand
+    raise RuntimeError(f"Azurite not installed: npm install --prefix {AZURITE_DIR} azurite")
+
+
+def start_azurite() -> Server:
+    """Azurite's blob service on 127.0.0.1 (its data in a scratch directory; no telemetry: by
+    default it sends some to a host outside this machine)."""
+    port = free_port()
+    scratch = tempfile.mkdtemp(prefix="azurite-")
+    log = os.path.join(scratch, "server.log")
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [azurite_binary(), "--blobHost", "127.0.0.1", "--blobPort", str(port),
+             "--location", os.path.join(scratch, "data"), "--silent", "--skipApiVersionCheck",
+             "--disableTelemetry"],
+            stdout=out, stderr=subprocess.STDOUT,
+        )
+    url = f"http://127.0.0.1:{port}/{AZURITE_ACCOUNT}"
+    try:  # an unsigned request is refused (403) once the service listens
+        wait_http(url + "?comp=list", proc, ok=lambda status: status == 403)
+    except BaseException:
+        Server(proc, url, scratch).stop()
+        raise
+    return Server(proc, url, scratch, log)
+
+
+def azure_connection_string(url: str) -> str:
+    return (f"DefaultEndpointsProtocol=http;AccountName={AZURITE_ACCOUNT};"
+            f"AccountKey={AZURITE_KEY};BlobEndpoint={url};")
+
+
+def azure_options(url: str) -> dict:
+    return {"connection_string": azure_connection_string(url)}
 
 
 # -- HTTP: Debian nginx with a minimal own config ------------------------------------------------

@@ -123,8 +123,8 @@ def test_layers_import_one_way():
 #: The libraries that speak to the network: only ``ofindex/transport/`` imports them (the rest
 #: of the library reaches a store through it), so that the requests, their policy and the
 #: libraries' options are decided in one layer.
-NETWORK_LIBRARIES = ("fsspec", "s3fs", "gcsfs", "aiohttp", "botocore", "aiobotocore", "yarl",
-                     "google.auth", "requests", "urllib3", "obstore")
+NETWORK_LIBRARIES = ("fsspec", "s3fs", "gcsfs", "adlfs", "aiohttp", "botocore", "aiobotocore",
+                     "yarl", "google.auth", "azure", "requests", "urllib3", "obstore")
 
 
 def test_only_the_transport_imports_the_network_libraries():
@@ -419,7 +419,7 @@ def test_the_compiled_module_detector_finds_each_way():
 
 #: The dependencies whose private names the library must not use: their internals change
 #: without notice (zarr's ``storage/_fsspec.py`` keeps to the same public surface).
-DEPENDENCIES = ("fsspec", "s3fs", "gcsfs", "aiohttp")
+DEPENDENCIES = ("fsspec", "s3fs", "gcsfs", "adlfs", "azure.storage.blob", "aiohttp")
 #: Names of theirs that are public in form but not documented as API.
 UNDOCUMENTED = {"set_session", "encode_url", "__wrapped__", "fs.kwargs"}
 
@@ -476,14 +476,13 @@ def _references(tree: ast.AST) -> list[tuple[int, str]]:
     return out
 
 
-def test_only_public_apis_of_fsspec_s3fs_gcsfs_aiohttp():
-    """No reference to a private name of fsspec, s3fs, gcsfs or aiohttp (one of theirs, not
-    one of ours), to names they do not document (``set_session``, ``encode_url``, a
-    filesystem's ``kwargs``, ``__wrapped__``), or to their settings in the process
-    environment. fsspec's async
-    filesystems' coroutines (``_info``, ``_cat_file`` … for each public method) are its
-    documented async API; the method names our call helper prefixes with ``_`` must be public
-    methods of ``AbstractFileSystem``."""
+def test_only_public_apis_of_the_storage_libraries():
+    """No reference to a private name of fsspec, s3fs, gcsfs, adlfs, the Azure SDK's blob
+    client or aiohttp (one of theirs, not one of ours), to names they do not document
+    (``set_session``, ``encode_url``, a filesystem's ``kwargs``, ``__wrapped__``), or to their
+    settings in the process environment. fsspec's async filesystems' coroutines (``_info``,
+    ``_cat_file`` … for each public method) are its documented async API; the method names
+    our call helper prefixes with ``_`` must be public methods of ``AbstractFileSystem``."""
     from fsspec.spec import AbstractFileSystem
 
     methods = {m for m in dir(AbstractFileSystem) if not m.startswith("_")}

@@ -107,12 +107,15 @@ def test_debug_shows_the_traceback(data):
     assert r.returncode == 1 and "Traceback" in r.stderr
 
 
-def test_missing_extra_names_the_pip_command(data):
-    code = ("import sys; sys.modules['s3fs'] = None; from ofindex.cli import main; "
+@pytest.mark.parametrize(("module", "url", "extra"), [
+    ("s3fs", "s3://bucket/train/", "s3"), ("adlfs", "abfs://container/train/", "azure"),
+    ("adlfs", "az://container/train/", "azure")])
+def test_missing_extra_names_the_pip_command(data, module, url, extra):
+    code = (f"import sys; sys.modules[{module!r}] = None; from ofindex.cli import main; "
             "sys.exit(main(sys.argv[1:]))")
-    r = subprocess.run([sys.executable, "-c", code, "info", "s3://bucket/train/"],
+    r = subprocess.run([sys.executable, "-c", code, "info", url],
                        capture_output=True, text=True, timeout=60)
-    assert_one_line_error(r, "s3://", "pip install 'ofindex[s3]'")
+    assert_one_line_error(r, url.split("//")[0] + "//", f"pip install 'ofindex[{extra}]'")
 
 
 def test_unknown_protocol(data):

@@ -4,11 +4,12 @@ interpreter, shell blocks line by line through the real `ofindex` entry point), 
 example line of every `ofindex … --help` text.
 
 The examples name `data/` (a generated dataset in the working directory), `s3://bucket/…`,
-`gs://public-data/…` and `gs://my-bucket/…` (the suite's moto and fake-gcs-server, reached
-through AWS_ENDPOINT_URL and STORAGE_EMULATOR_HOST exactly as a user would point a client at
-another endpoint), `https://data.example.com/…` and `tcp://scheduler:8786` (replaced by the
-suite's nginx URL and a real Dask LocalCluster's address, the only rewrites). A block may
-be left out only with a `<!-- docs-test: skip (reason) -->` line right above it.
+`gs://public-data/…`, `gs://my-bucket/…` and `abfs://datasets/…` (the suite's moto,
+fake-gcs-server and Azurite, reached through AWS_ENDPOINT_URL, STORAGE_EMULATOR_HOST and
+AZURE_STORAGE_CONNECTION_STRING exactly as a user would point a client at another endpoint),
+`https://data.example.com/…` and `tcp://scheduler:8786` (replaced by the suite's nginx URL
+and a real Dask LocalCluster's address, the only rewrites). A block may be left out only with
+a `<!-- docs-test: skip (reason) -->` line right above it.
 """
 
 from __future__ import annotations
@@ -67,9 +68,10 @@ def _run(cmd, cwd, env, timeout=300, shell=False):
     return run
 
 
-def _make_world(root, moto_server, gcs_server, nginx_server):
+def _make_world(root, moto_server, gcs_server, nginx_server, azurite_server=None):
     """A working directory with data/, and the same shards in the suite's S3, GCS and HTTP
-    servers under the names the examples use. Returns ``(cwd, env)``."""
+    servers (and Azurite, when given) under the names the examples use. Returns
+    ``(cwd, env)``."""
     import gcsfs
     import s3fs
     import servers
@@ -106,11 +108,24 @@ def _make_world(root, moto_server, gcs_server, nginx_server):
     ofindex.build_index(www)  # the web server serves data and sidecars; nothing builds there
     _make_tfds(cwd, gcs)
     env = dict(os.environ)
+    if azurite_server is not None:
+        import adlfs
+
+        env["AZURE_STORAGE_CONNECTION_STRING"] = servers.azure_connection_string(
+            azurite_server.url)
+        azure = adlfs.AzureBlobFileSystem(skip_instance_cache=True,
+                                          **servers.azure_options(azurite_server.url))
+        if not azure.exists("datasets"):
+            azure.mkdir("datasets")
+        for f in files:
+            with open(f, "rb") as fh:
+                azure.pipe_file(f"datasets/train/{os.path.basename(f)}", fh.read())
     env.update(
         PATH=BIN + os.pathsep + env.get("PATH", ""),
         AWS_ENDPOINT_URL=moto_server.url, AWS_ACCESS_KEY_ID="testing",
         AWS_SECRET_ACCESS_KEY="testing", AWS_DEFAULT_REGION="us-east-1",
         STORAGE_EMULATOR_HOST=gcs_server.url, GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT="false",
+        AWS_ALLOW_HTTP="true",  # obstore (docs/reading.md) reaches moto over plain HTTP
         PYTHONWARNINGS="error::ResourceWarning",
     )
     return cwd, env
@@ -156,9 +171,10 @@ def dask_scheduler(moto_server):
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory, moto_server, gcs_server, nginx_server, dask_scheduler):
+def world(tmp_path_factory, moto_server, gcs_server, nginx_server, azurite_server,
+          dask_scheduler):
     cwd, env = _make_world(str(tmp_path_factory.mktemp("docs")), moto_server, gcs_server,
-                           nginx_server)
+                           nginx_server, azurite_server)
     # data/ indexed before any block runs, as the README's `ofindex build data` leaves it: a
     # page's blocks then pass whichever worker runs them, in whatever order (run alone, the
     # blocks of docs/shuffling.md found no index)

@@ -105,7 +105,7 @@ def test_a_directory_named_with_glob_characters_is_a_directory(tmp_path):
 
 
 def test_on_every_storage_a_named_object_is_that_object(backend, named, tmp_path):
-    """The same on memory://, nginx, S3 and GCS: an object whose name holds glob characters
+    """The same on memory://, nginx, S3, GCS and Azure: an object whose name holds glob characters
     is that object (built, or indexed elsewhere for read-only HTTP, and opened), and only a
     name that matches no object is a glob."""
     d, records = named
@@ -120,8 +120,13 @@ def test_on_every_storage_a_named_object_is_that_object(backend, named, tmp_path
             assert ds.__getitems__([2, 1]) == [records[name][2], records[name][1]]
     if backend.name != "http":  # a web server lists no directory: a glob needs a listing
         ofindex.build_index(f"{url}/bb", storage_options=opts, index_dir=index_dir)
-        with ofindex.open(f"{url}/b?", storage_options=opts, index_dir=index_dir) as ds:
+        # adlfs reads '?' as a query: b? would name the directory b, so it is refused
+        glob = "b[*b]" if backend.name == "azure" else "b?"
+        with ofindex.open(f"{url}/{glob}", storage_options=opts, index_dir=index_dir) as ds:
             assert list(ds) == records["b*"] + records["bb"]
+    if backend.name == "azure":
+        with pytest.raises(ofindex.InvalidURLError, match=r"'\?' cannot be part of an Azure"):
+            ofindex.open(f"{url}/b?", storage_options=opts)
 
 
 def test_convert_takes_parquet_files_and_directories_named_with_glob_characters(tmp_path):

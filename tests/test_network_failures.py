@@ -348,3 +348,53 @@ def test_a_stalled_request_of_a_batch_is_hedged(served):
         assert ds._table.storage.hedged == 2 and took < 2.5, (ds._table.storage.hedged, took)
         assert proxy.counts["stall"] == 2
     print(f"\n2 stalled requests of {len(idx)}: batch in {took:.2f} s, hedged 2")
+
+
+# -- Azure Blob (adlfs): the Azure SDK's own retry loop is off, our policy decides ---------------
+def _azure(url: str) -> dict:
+    return servers.azure_options(url)
+
+
+def test_azure_refused_connection_is_said_at_once():
+    """Nothing listens at the endpoint: said at once (the SDK's loop, 3 retries from 15 s,
+    reported it after 83 s)."""
+    pytest.importorskip("adlfs")
+    port = servers.free_port()
+    options = _azure(f"http://127.0.0.1:{port}/{servers.AZURITE_ACCOUNT}")
+    url = "abfs://container/data/part-0"
+    for call in (lambda: ofindex.open(url, storage_options=options),
+                 lambda: storage_for(url, options)[0].read("container/data/part-0", 0, 10)):
+        _raises_storage_error(call, "abfs://container/data/part-0",
+                              f"nothing listens at 127.0.0.1:{port}", within=5.0)
+
+
+def test_azure_answers_worth_retrying_are_retried_by_the_policy_alone():
+    """A store answering 503 ``ServerBusy`` to everything: the policy's attempts are the
+    requests sent (``retries=2``: 3), none added by the SDK's own loop (3 more for each, after
+    waits from 15 s), and the answer is taken for throttling."""
+    import http.server
+
+    class Busy(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            with self.server.lock:
+                self.server.gets += 1
+            self.send_response(503)
+            self.send_header("x-ms-error-code", "ServerBusy")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        do_HEAD = do_PUT = do_GET
+
+        def log_message(self, *args):
+            pass
+
+    pytest.importorskip("adlfs")
+    with servers.serve_http(Busy, gets=0) as (base, srv):
+        options = _azure(f"{base}/{servers.AZURITE_ACCOUNT}")
+        storage, path = storage_for("abfs://container/data/part-0", options)
+        storage.client.policy = QUICK.with_settings(2, 10.0)
+        t = time.monotonic()
+        with pytest.raises(StorageError, match=r"request rate is too high .* \(3 attempts\)"):
+            storage.read(path, 0, 10)  # ServerBusy: Azure's throttling answer
+        assert srv.gets == 3
+        assert time.monotonic() - t < 10

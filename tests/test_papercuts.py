@@ -213,11 +213,11 @@ else:
 
 
 def test_tests_of_a_missing_extra_skip_with_a_reason(tmp_path):
-    """Run by hand without s3fs, gcsfs and moto, the storage tests skip and say what to
-    install (the test command installs every extra, and in CI a skip fails the run)."""
-    code = BLOCKED.format(blocked=["s3fs", "gcsfs", "moto", "aiohttp"]) + """
+    """Run by hand without s3fs, gcsfs, adlfs and moto, the storage tests skip and say what
+    to install (the test command installs every extra, and in CI a skip fails the run)."""
+    code = BLOCKED.format(blocked=["s3fs", "gcsfs", "adlfs", "moto", "aiohttp"]) + """
 import pytest
-sys.exit(pytest.main(["-q", "-p", "no:cacheprovider", "-rs", "-k", "s3 or gcs or http",
+sys.exit(pytest.main(["-q", "-p", "no:cacheprovider", "-rs", "-k", "s3 or gcs or http or azure",
                       "tests/test_storage_conformance.py"]))
 """
     env = {k: v for k, v in os.environ.items() if k != "CI"}
@@ -228,6 +228,7 @@ sys.exit(pytest.main(["-q", "-p", "no:cacheprovider", "-rs", "-k", "s3 or gcs or
     assert " skipped" in run.stdout and " error" not in run.stdout
     assert "pip install 'ofindex[s3]'" in run.stdout
     assert "pip install 'ofindex[gcs]'" in run.stdout
+    assert "pip install 'ofindex[azure]'" in run.stdout
     assert time.monotonic() - start < 120
 
 

@@ -2,7 +2,8 @@
 copy record for record — by index, slice, batch and iteration — through a glob, a directory
 (manifest) and an explicit list; and the index builder must work on each storage.
 
-Backends: local disk, ``memory://``, HTTP (nginx), S3 (moto server), GCS (fake-gcs-server).
+Backends: local disk, ``memory://``, HTTP (nginx), S3 (moto server), GCS (fake-gcs-server),
+Azure Blob (Azurite), and S3 and GCS again through obstore.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import os
 
 import numpy as np
 import pytest
+from conftest import OBSTORE_BACKENDS, _make_backend
 from helpers import manifest_of
 
 import ofindex
@@ -18,6 +20,17 @@ from ofindex.cli.synthetic import write_dataset
 
 SHARDS = 4
 RECORDS = 203  # uneven over the shards
+
+
+@pytest.fixture(params=["local", "memory", "http", "s3", "gcs", "azure", *OBSTORE_BACKENDS])
+def backend(request, tmp_path_factory):
+    """Every storage, and the stores obstore serves read through it too."""
+    return _make_backend(request.param, request, tmp_path_factory)
+
+
+@pytest.fixture(params=["s3", "gcs", "azure", "s3+obstore"])  # (no writes to fake-gcs)
+def bucket_backend(request, tmp_path_factory):
+    return _make_backend(request.param, request, tmp_path_factory)
 
 
 @pytest.fixture(scope="module")

@@ -303,11 +303,9 @@ def test_bad_arguments():
         ShardedWriter("/tmp/never-made", shard_records=0)
 
 
-def test_bucket(moto_server):
-    import servers
-
-    options = servers.s3_options(moto_server.url)
-    url = "s3://ofindex-test/sharded-write"
+def test_bucket(bucket_backend):
+    options = bucket_backend.storage_options
+    url = bucket_backend.prefix()
     with ShardedWriter(url, shard_records=5, storage_options=options) as w:
         w.write_many(b"rec %d" % i for i in range(12))
     assert w.summary.files == [f"{url}/part-{k:05d}-of-00003" for k in range(3)]
@@ -664,15 +662,14 @@ def test_two_writers_racing_into_one_directory_one_wins_whole(tmp_path):
             [f"part-{k:05d}-of-00004.ofidx" for k in range(4)] + ["ofindex-manifest.json"])
 
 
-def test_a_claimed_bucket_directory_is_refused_and_left_as_it_was(moto_server):
-    # on S3 the claim is a PUT with If-None-Match: *, read back
-    import servers
-
+def test_a_claimed_bucket_directory_is_refused_and_left_as_it_was(bucket_backend):
+    # the claim is a conditional PUT (If-None-Match: * on S3, ifGenerationMatch=0 on GCS), read
+    # back
     from ofindex.storage import Storages
     from ofindex.write.publish import claim, release
 
-    options = servers.s3_options(moto_server.url)
-    url = "s3://ofindex-test/claimed"
+    options = bucket_backend.storage_options
+    url = bucket_backend.prefix()
     storage, path = Storages(options).for_url(url)
     first = ShardedWriter(url, shard_records=5, storage_options=options)
     first.write_many(b"first %d" % i for i in range(12))

@@ -15,8 +15,7 @@ Reads, when present: pipeline.json (tools/bench_pipeline.py), images.json
 (tools/bench_mixing.py), write.json (tools/bench_write.py), ratelimit.json
 (tools/bench_ratelimit.py), cache.json (tools/bench_cache.py), arrayrecord.json
 (tools/bench_arrayrecord.py), transport.json (tools/bench_transport.py), columns.json
-(tools/bench_columns.py). A missing file gives a
-line
+(tools/bench_columns.py), obstore.json (tools/bench_obstore.py). A missing file gives a line
 saying how to make it, or with ``--keep-missing`` the section and README lines already
 written from it earlier (so that one benchmark can be re-run and its figures refreshed
 alone). README.md's text between ``<!-- bench:begin -->`` and ``<!-- bench:end -->`` is
@@ -57,7 +56,8 @@ TOOLS = {"pipeline": ("bench_pipeline.py", []), "images": ("bench_images.py", []
          "convert": ("bench_convert.py", []),
          "ratelimit": ("bench_ratelimit.py", []), "engines": ("bench_engines.py", []),
          "cache": ("bench_cache.py", []), "arrayrecord": ("bench_arrayrecord.py", []),
-         "transport": ("bench_transport.py", []), "columns": ("bench_columns.py", [])}
+         "transport": ("bench_transport.py", []), "columns": ("bench_columns.py", []),
+         "obstore": ("bench_obstore.py", [])}
 
 
 def fmt(x: float | None, digits: int = 3) -> str:
@@ -1075,6 +1075,54 @@ class Report:
             f"{fmt(bal['ratio']['median'])}× the global shuffle's batches/s.")
         self.sections.append("\n".join(text) + "\n")
         self.summary += summary
+    def obstore(self) -> None:
+        """obstore against the fsspec path, row by row (tools/bench_obstore.py)."""
+        data = self.load("obstore")
+        title = "obstore against the fsspec path (tools/bench_obstore.py)"
+        if data is None:
+            self.missing(title, "bench_obstore.py")
+            return
+        c = data["config"]
+        text = [f"## {title}\n",
+                f"{c['rounds']} interleaved rounds in one run (the order of the two swapped "
+                f"every round), obstore {c['obstore']}; median (min–max). Load average "
+                f"{fmt(c['load_before']['load_average'][0], 2)} before, "
+                f"{fmt(c['load_after']['load_average'][0], 2)} after, on "
+                f"{c['load_before']['cores']} cores. Servers on 127.0.0.1: moto and "
+                f"fake-gcs-server ({c['shards']} objects of {c['shard_mb']} MiB); \"far\" is "
+                f"moto behind a +{fmt(c['rtt_ms'], 0)} ms RTT proxy ({c['shards']} objects of "
+                f"{c['far_shard_mb']} MiB; \"open\" is a fresh process's, imports included); "
+                f"batches of {c['batch']} random records of {c['record_size']} bytes. "
+                "obstore's speedup and CPU saving are fsspec's time over obstore's, round by "
+                "round (above 1: obstore wins). Web servers: docs/design.md (obstore lost "
+                "there and is not offered for them). Decision: docs/design.md.\n"]
+        rows = []
+        for row, e in data["rows"].items():
+            cells = []
+            for backend in ("fsspec", "obstore"):
+                got = e[backend]
+                if "gb_per_s" in got:
+                    cells.append(f"{_spread_cell(got['gb_per_s'])} GB/s, "
+                                 f"{_spread_cell(got['cpu_s_per_gb'])} CPU s/GB")
+                else:
+                    cells.append(f"{_spread_cell(got['wall_s'], 1000)} ms")
+            saving = e.get("cpu_saving")
+            rows.append([row.replace("_", " "), *cells, _spread_cell(e["speedup"]),
+                         _spread_cell(saving) if saving else "–"])
+        text.append(table(["row", "fsspec", "obstore", "obstore speedup", "CPU saving"], rows)
+                    + "\n")
+        won = [row.replace("_", " ") for row, e in data["rows"].items()
+               if e["speedup"]["min"] > 1]
+        lost = [row.replace("_", " ") for row, e in data["rows"].items()
+                if e["speedup"]["max"] < 1]
+        if won or lost:
+            text.append("obstore faster in every round: " + (", ".join(won) or "none")
+                        + "; slower in every round: " + (", ".join(lost) or "none") + ".\n")
+        self.summary.append(
+            "obstore backend, opt-in for S3/GCS (tools/bench_obstore.py), its speed over "
+            "s3fs/gcsfs: " + ", ".join(f"{row.replace('_', ' ')} {_spread_cell(e['speedup'])}×"
+                                       for row, e in data["rows"].items()) + ".")
+        self.sections.append("\n".join(text) + "\n")
 
     def _transport_retry(self, r: dict[str, Any], text: list[str], summary: list[str]) -> None:
         us = r["us_per_request"]
@@ -1436,7 +1484,7 @@ class Report:
                         self.compressed, self.shuffle, self.shuffle_quality, self.mixing,
                         self.remote, self.scale,
                         self.data_cache, self.cache_stores, self.manifests, self.rate_limits,
-                        self.transport, self.columns, self.ray,
+                        self.transport, self.columns, self.obstore, self.ray,
                         self.engines, self.writing, self.converting):
             before = len(self.summary)
             section()

@@ -79,7 +79,7 @@ class Storages:
         if not sep or protocol in _LOCAL_PROTOCOLS:
             path = os.path.expanduser(url) if not sep else rest
             return self._local(), path
-        path = strip_protocol(url, protocol)
+        path = strip_protocol(url, protocol, self.storage_options)
         storage = self._made.get(protocol)
         if storage is None:
             storage = self._made[protocol] = FsspecStorage(

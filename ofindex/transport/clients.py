@@ -11,6 +11,9 @@ attribute. gcsfs's cannot be (6 attempts, about 30 s of waits before it reports 
 name that does not resolve, fixed by a decorator when its class is made): instead a client
 middleware on its session (``session_kwargs``, aiohttp 3.12+) hands every failure of a request
 to our policy as an error gcsfs's loop does not catch (:class:`.failures.RequestFailure`).
+adlfs has no option for the Azure SDK's loop (3 retries of each kind, waits from 15 s: a
+refused connection was reported after 83 s): its public ``service_client`` is replaced by one
+made with the SDK's public arguments, the same URL and credential with ``retry_total=0``.
 """
 
 from __future__ import annotations
@@ -24,16 +27,26 @@ import threading
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
-from ..errors import InvalidURLError
-from .failures import RequestFailure, missing_extra
+from ..errors import InvalidURLError, MissingDependencyError
+from .failures import RequestFailure, first_line, missing_extra
 from .http import HttpClient
 
 T = TypeVar("T")
 
 S3_PROTOCOLS = ("s3", "s3a")
 GCS_PROTOCOLS = ("gs", "gcs")
+#: Azure Blob Storage (adlfs): ``abfs://container/path`` and its aliases.
+AZURE_PROTOCOLS = ("abfs", "abfss", "az")
 #: The fsspec protocols served by HTTP servers (ranged reads through :class:`.HttpClient`).
 HTTP_PROTOCOLS = frozenset({"http", "https"})
+#: The protocols obstore serves here (:mod:`.obstore_fs`).
+OBSTORE_PROTOCOLS = frozenset({*S3_PROTOCOLS, *GCS_PROTOCOLS})
+
+#: The storage option that chooses the library requests go through (:func:`backend_of`).
+BACKEND_OPTION = "backend"
+#: The libraries a storage can read through: fsspec's filesystems (and our HTTP client), or
+#: obstore (:mod:`.obstore_fs`: S3 and GCS).
+BACKENDS = ("fsspec", "obstore")
 
 #: This process's clients, by kind, protocol, options and pool size.
 _CLIENTS: dict[tuple[str, str, int], Any] = {}
@@ -59,6 +72,38 @@ def _shared(kind: str, options: dict[str, Any], size: int, make: Callable[[], T]
         if client is None:
             client = _CLIENTS[key] = make()
         return client
+
+
+def backend_of(protocol: str, options: Mapping[str, Any]) -> str:
+    """The library the requests of ``protocol`` with storage ``options`` go through: the
+    ``backend`` option, ``"fsspec"`` by default (the one place this is decided).
+
+    Args:
+        protocol: The fsspec protocol.
+        options: Its storage options.
+
+    Returns:
+        One of :data:`BACKENDS`.
+
+    Raises:
+        InvalidURLError: An unknown backend, or one that does not serve ``protocol``.
+    """
+    backend = options.get(BACKEND_OPTION, "fsspec")
+    if backend not in BACKENDS:
+        raise InvalidURLError(
+            f"storage option backend={backend!r}: use one of {', '.join(BACKENDS)}")
+    if backend == "obstore" and protocol in HTTP_PROTOCOLS:
+        # measured (tools/bench_obstore.py, docs/design.md): obstore sends one request per
+        # range, our client multi-range requests: 3x slower on random batches at +20 ms RTT
+        raise InvalidURLError(
+            f"{protocol}:// URLs are read through ofindex's own HTTP client, which sends the "
+            "ranges of a batch in a few multi-range requests (obstore, one request per range, "
+            "was 3x slower on random batches); leave out the storage option backend")
+    if backend == "obstore" and protocol not in OBSTORE_PROTOCOLS:
+        raise InvalidURLError(
+            f"{protocol}:// URLs cannot be read through obstore (it serves "
+            f"{', '.join(sorted(OBSTORE_PROTOCOLS))}); leave out the storage option backend")
+    return str(backend)
 
 
 def shared_filesystem(protocol: str, options: dict[str, Any], max_concurrency: int) -> Any:
@@ -100,6 +145,8 @@ def make_filesystem(protocol: str, options: dict[str, Any], max_concurrency: int
     """
     import fsspec
 
+    if backend_of(protocol, options) == "obstore":
+        return _obstore_filesystem(protocol, options)
     if protocol in S3_PROTOCOLS:
         config = dict(options.get("config_kwargs") or {})
         config.setdefault("max_pool_connections", max_concurrency)  # botocore's holds 10
@@ -109,7 +156,7 @@ def make_filesystem(protocol: str, options: dict[str, Any], max_concurrency: int
         options = {**options, "session_kwargs": _with_middleware(options)}
     if http is not None:
         options = {**options, "get_client": http.session_for_fsspec}
-    if protocol in (*S3_PROTOCOLS, *GCS_PROTOCOLS, *HTTP_PROTOCOLS):
+    if protocol in (*S3_PROTOCOLS, *GCS_PROTOCOLS, *AZURE_PROTOCOLS, *HTTP_PROTOCOLS):
         # no listings cache: the client is shared by every open in this process, and a
         # listing cached by one (a build's) would give a later open the ETag a file had
         # then, hiding a rewrite from the staleness check (an explicit setting wins)
@@ -120,7 +167,33 @@ def make_filesystem(protocol: str, options: dict[str, Any], max_concurrency: int
         raise missing_extra(protocol, exc) from None
     if protocol in S3_PROTOCOLS and isinstance(getattr(fs, "retries", None), int):
         fs.retries = 1  # s3fs's loop around every call: one attempt
+    if protocol in AZURE_PROTOCOLS:
+        fs.service_client = _without_retries(fs.service_client)
     return fs
+
+
+def _obstore_filesystem(protocol: str, options: Mapping[str, Any]) -> Any:
+    """The :class:`.obstore_fs.ObstoreFileSystem` of ``protocol`` with obstore's options."""
+    from .obstore_fs import ObstoreFileSystem
+
+    try:
+        import obstore  # noqa: F401 (its absence is said here, before any request)
+    except ImportError as exc:
+        raise MissingDependencyError(
+            f"the storage option backend='obstore' needs obstore, which is not installed "
+            f"({first_line(exc)}); run: pip install 'ofindex[obstore]'") from None
+    return ObstoreFileSystem(protocol, {key: value for key, value in options.items()
+                                        if key != BACKEND_OPTION})
+
+
+def _without_retries(client: Any) -> Any:
+    """An Azure SDK ``BlobServiceClient`` like ``client`` (its URL, credential and location
+    mode) that sends each request once (``retry_total=0``): our policy retries."""
+    from azure.storage.blob.aio import BlobServiceClient
+
+    made = BlobServiceClient(client.url, credential=client.credential, retry_total=0)
+    made.location_mode = client.location_mode
+    return made
 
 
 def filesystem_for(url: str, storage_options: Mapping[str, Any] | None = None) -> Any:
@@ -144,23 +217,36 @@ def filesystem_for(url: str, storage_options: Mapping[str, Any] | None = None) -
     return fsspec.core.url_to_fs(url, **dict(storage_options or {}))[0]
 
 
-def strip_protocol(url: str, protocol: str) -> str:
-    """The path fsspec's filesystem of ``protocol`` names ``url`` by (its library imported on
-    first use).
+def strip_protocol(url: str, protocol: str, options: Mapping[str, Any] | None = None) -> str:
+    """The path the filesystem of ``protocol`` names ``url`` by (fsspec's library of the
+    protocol imported on first use).
 
     Args:
         url: A URL of ``protocol``.
         protocol: Its fsspec protocol.
+        options: Its storage options (which choose the backend).
 
     Returns:
         The path.
 
     Raises:
-        InvalidURLError: An unknown protocol.
+        InvalidURLError: An unknown protocol or backend.
         MissingDependencyError: Its library is not installed.
     """
     import fsspec.core
 
+    if backend_of(protocol, options or {}) == "obstore":
+        from .obstore_fs import ObstoreFileSystem
+
+        stripped_url: str = ObstoreFileSystem._strip_protocol(url)
+        return stripped_url
+
+    if protocol in AZURE_PROTOCOLS and "?" in url:
+        # adlfs parses a path as a URL: what follows "?" is a query (its ?versionid=), so
+        # abfs://c/data? would name c/data, another object (or a whole directory)
+        raise InvalidURLError(
+            f"{url}: '?' cannot be part of an Azure Blob path (adlfs reads it as the start of "
+            "a query); match that character with '*' or '[...]' instead")
     try:
         stripped: str = fsspec.core.strip_protocol(url)
     except ImportError as exc:

@@ -34,19 +34,26 @@ from ..errors import (
 )
 
 #: The extra that provides each protocol's fsspec implementation.
-EXTRAS = {"s3": "s3", "s3a": "s3", "gs": "gcs", "gcs": "gcs", "http": "http", "https": "http"}
+EXTRAS = {"s3": "s3", "s3a": "s3", "gs": "gcs", "gcs": "gcs", "http": "http", "https": "http",
+          "abfs": "azure", "abfss": "azure", "az": "azure"}
 
 #: Exception class names (from aiohttp, botocore, urllib3, gcsfs …) meaning "no connection".
 _UNREACHABLE = {
     "ClientConnectorError", "EndpointConnectionError", "ConnectTimeoutError", "ConnectionError",
     "ConnectionRefusedError", "ServerTimeoutError", "ClientConnectionError", "ClientOSError",
     "ServerDisconnectedError", "gaierror", "ConnectTimeout", "NewConnectionError",
+    "ServiceRequestError",  # the Azure SDK: the request could not be sent
 }
 _NO_CREDENTIALS = {"NoCredentialsError", "PartialCredentialsError", "DefaultCredentialsError",
                    "RefreshError"}
 _DENIED_CODES = {"AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "403", "401",
-                 "Forbidden", "Unauthorized", "ExpiredToken", "InvalidToken"}
-_NO_BUCKET_CODES = {"NoSuchBucket", "NoSuchKey", "404", "NotFound"}
+                 "Forbidden", "Unauthorized", "ExpiredToken", "InvalidToken",
+                 "AuthenticationFailed", "AuthorizationFailure",
+                 "AuthorizationPermissionMismatch", "InsufficientAccountPermissions"}
+#: Codes saying that the bucket (an Azure container) does not exist.
+_NO_CONTAINER_CODES = {"NoSuchBucket", "ContainerNotFound"}
+_NO_BUCKET_CODES = {"NoSuchKey", "404", "NotFound", "BlobNotFound", "ResourceNotFound",
+                    *_NO_CONTAINER_CODES}
 #: Exception class names meaning "the request timed out".
 _TIMEOUTS = {"ServerTimeoutError", "ConnectionTimeoutError", "SocketTimeoutError",
              "ReadTimeoutError", "ConnectTimeoutError", "FSTimeoutError", "ConnectTimeout",
@@ -56,8 +63,9 @@ _TIMEOUTS = {"ServerTimeoutError", "ConnectionTimeoutError", "SocketTimeoutError
 _THROTTLE_CODES = {"SlowDown", "Throttling", "ThrottlingException", "ThrottledException",
                    "RequestThrottledException", "TooManyRequestsException",
                    "RequestLimitExceeded", "BandwidthLimitExceeded", "RequestThrottled",
-                   "EC2ThrottledException", "ServiceUnavailable"}
-#: Error codes of S3 (and other AWS services) worth retrying, as botocore's standard mode.
+                   "EC2ThrottledException", "ServerBusy", "ServiceUnavailable"}
+#: Error codes of S3 (and other AWS services) worth retrying, as botocore's standard mode, and
+#: Azure's ``ServerBusy`` ("Operations per second is over the account limit").
 _RATE_LIMIT_CODES = _THROTTLE_CODES - {"ServiceUnavailable"}
 _TRANSIENT_CODES = _THROTTLE_CODES | {"RequestTimeout", "RequestTimeoutException",
                                       "PriorRequestNotComplete", "InternalError"}
@@ -75,13 +83,14 @@ _TRANSIENT_NAMES = {
     "ProtocolError", "ChunkedEncodingError", "TransportError", "FSTimeoutError",
     "FlexibleChecksumError",  # botocore: the body does not match the checksum S3 sent
     "HTTPClientError",  # botocore: the answer could not be read (retried by its standard mode)
+    "ServiceRequestError", "ServiceResponseError",  # the Azure SDK: not sent, not read
 }
 _PERMANENT = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError,
               ValueError, TypeError, KeyError, RangeReadError)
 #: Packages whose own exception classes mean "the request failed" (reported as RangeReadError
 #: naming the URL when they are not worth retrying, instead of leaking to the caller).
 _CLIENT_PACKAGES = ("botocore", "aiobotocore", "aiohttp", "urllib3", "requests", "google",
-                    "s3fs", "gcsfs", "fsspec")
+                    "s3fs", "gcsfs", "fsspec", "azure", "adlfs", "obstore")
 #: HTTP statuses a server answers a write it will not take with (read-only, no PUT).
 _WRITE_REFUSED = {401, 403, 405, 501}
 _INDEX_DIR_HINT = hint("index_dir='DIR'", "--index-dir DIR")
@@ -173,6 +182,9 @@ def _code(exc: BaseException) -> str:
     response = getattr(exc, "response", None)  # botocore ClientError
     if isinstance(response, dict) and response.get("Error", {}).get("Code"):
         return str(response["Error"]["Code"])
+    code = getattr(exc, "error_code", None)  # the Azure SDK's HttpResponseError
+    if isinstance(code, str) and code:
+        return code
     for attr in ("status", "code", "status_code"):
         value = getattr(exc, attr, None)
         if isinstance(value, int):
@@ -405,7 +417,7 @@ def permanent(what: str, exc: Exception) -> Exception:
     chain = _chain(real)
     codes = {_code(e) for e in chain}
     if isinstance(real, FileNotFoundError) or codes & _NO_BUCKET_CODES:
-        why = "the bucket does not exist" if "NoSuchBucket" in codes else "not found"
+        why = "the bucket does not exist" if codes & _NO_CONTAINER_CODES else "not found"
         return DataFileNotFoundError(f"{what}: {why} ({first_line(real)})")
     if {type(e).__name__ for e in chain} & _NO_CREDENTIALS:
         return StorageError(

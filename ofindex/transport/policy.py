@@ -324,10 +324,10 @@ class _Request:
         times = f"{self.rate_limits} time{'s' if self.rate_limits != 1 else ''}"
         tried = _times(self.attempts if attempts is None else attempts)
         return StorageError(
-            f"{self.what}: the store answered that the request rate is too high (HTTP 429 or "
-            f"SlowDown) {times} in {time.monotonic() - self.start:.1f} s ({tried}) and {why}; "
-            f"fewer readers or larger shuffle blocks send fewer requests (see `ofindex plan`), "
-            f"or wait longer with {_MORE_TIME}")
+            f"{self.what}: the store answered that the request rate is too high (HTTP 429, "
+            f"SlowDown or ServerBusy) {times} in {time.monotonic() - self.start:.1f} s "
+            f"({tried}) and {why}; fewer readers or larger shuffle blocks send fewer requests "
+            f"(see `ofindex plan`), or wait longer with {_MORE_TIME}")
 
 
 def _times(attempts: int) -> str:
