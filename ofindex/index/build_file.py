@@ -46,6 +46,10 @@ class BuildResult:
             manifest), or ``None`` when no sidecar was written.
         content: The data file's content digest the sidecar stores (its identity: see
             :mod:`ofindex.storage.identity`), or ``None``.
+        appended: The file grew since its sidecar was written: only the bytes it gained were
+            scanned, and the sidecar grew by a segment (:mod:`ofindex.index.growth`).
+        open_tail: The file was still being written: it ends inside a record, which the
+            index leaves for the next build (``build_index(..., growing=True)``).
     """
 
     data_url: str
@@ -63,6 +67,8 @@ class BuildResult:
     seek_points: int = 0
     body_crc: int | None = None
     content: int | None = None
+    appended: bool = False
+    open_tail: bool = False
 
     @property
     def index_fraction(self) -> float:
@@ -92,7 +98,7 @@ def build_file(
     index_path: str, verify: bool, allow_partial: bool,
     progress: Callable[[int], None] | None = None, *,
     compression: Compression | None = None, spacing: int = DEFAULT_SPACING,
-    checksums: bool | None = None, expect: FileStamp | None = None,
+    checksums: bool | None = None, expect: FileStamp | None = None, open_tail: bool = False,
 ) -> BuildResult:
     """Index one data file and write its sidecar.
 
@@ -114,6 +120,9 @@ def build_file(
             cover its payloads.
         expect: The file's stamp when its framing was detected (taken as its stamp: a file
             changed since is refused), or ``None`` to stat it now.
+        open_tail: The file is still being written: data that ends inside a record ends the
+            index before it (flagged open, for the next build to take up), and a file that
+            grows while it is scanned is indexed as far as it was.
 
     Returns:
         What was indexed.
@@ -147,12 +156,13 @@ def build_file(
             if compression is Compression.NONE:
                 result = scan_file(source, path, fmt, stamp.size, verify=verify,
                                    allow_partial=allow_partial, progress=progress,
-                                   checksums=sums_in_scan)
+                                   checksums=sums_in_scan, open_tail=open_tail)
             else:
                 stream = InflatedStream(source, path, stamp.size, compression, spacing,
                                         progress)
                 result = scan_file(stream, path, fmt, 0, verify=verify,
-                                   allow_partial=allow_partial, checksums=sums_in_scan)
+                                   allow_partial=allow_partial, checksums=sums_in_scan,
+                                   open_tail=open_tail)
                 table, windows = stream.seek_table()
                 table = table[table["out"] <= result.indexed_end]  # past a damaged end: none
                 usize = stream.end if stream.end is not None else result.indexed_end
@@ -161,7 +171,7 @@ def build_file(
             sums = payload_checksums(path, url, fmt, result.offsets, result.indexed_end)
     except OfindexError:
         if expect is not None:  # a file that changed since it was looked at: say so
-            _check_unchanged(storage, path, stamp, storage.stamp(path))
+            check_unchanged(storage, path, stamp, storage.stamp(path))
         raise
     finally:
         if isinstance(source, ReadAhead):
@@ -170,11 +180,14 @@ def build_file(
     # the content digest travels with every copy of the file (its identity): taken before the
     # last look at its stamp, so that a file changed meanwhile is refused, not misdescribed
     stamp = with_content(storage, path, stamp, streamed)
-    _check_unchanged(storage, path, stamp, storage.stamp(path))
+    now = storage.stamp(path)
+    if not (open_tail and now.size >= stamp.size):  # a file written on: indexed as it was
+        check_unchanged(storage, path, stamp, now)
     header, body = encode_sidecar(
         fmt, result.offsets, stamp, result.indexed_end, result.partial,
         compression=compression, seek_points=table, windows=windows,
         spacing=spacing if table is not None else 0, uncompressed_size=usize, checksums=sums,
+        open_tail=result.open_tail,
     )
     index_storage.write_atomic(index_path, [header, body])
     built = _result(url, index_storage.url(index_path), fmt, result, stamp, compression, usize,
@@ -182,7 +195,12 @@ def build_file(
     return dataclasses.replace(built, body_crc=decode_header(header, path=built.index_url).body_crc)
 
 
-def _check_unchanged(storage: Storage, path: str, stamp: FileStamp, now: FileStamp) -> None:
+def check_unchanged(storage: Storage, path: str, stamp: FileStamp, now: FileStamp) -> None:
+    """Refuse a file whose stamp changed while it was indexed (``stamp`` then, ``now``).
+
+    Raises:
+        StaleIndexError: It changed.
+    """
     why = stamp.mismatch(now)
     if why:
         raise StaleIndexError(
@@ -197,4 +215,4 @@ def _result(url: str, index_url: str, fmt: RecordFormat, scan: ScanResult, stamp
     return BuildResult(url, index_url, fmt, len(scan.offsets), stamp.size, scan.partial,
                        scan.problem, stamp.fingerprint, compression=compression,
                        uncompressed_size=usize, index_bytes=index_bytes, seek_points=points,
-                       content=stamp.content)
+                       content=stamp.content, open_tail=scan.open_tail)

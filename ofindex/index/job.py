@@ -13,7 +13,8 @@ from ..formats.seekpoints import DEFAULT_SPACING
 from ..formats.sidecar_header import Compression
 from ..storage import FileStamp, Storage
 from .build_file import BuildResult, build_file
-from .resume import fresh_result
+from .growth import extend_file
+from .resume import as_asked, fresh_result
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,6 +36,11 @@ class FileJob:
         checksums: Store the CRC32C of every payload in the sidecar (``None``: for OFRecord).
         stamp: The file's stamp when the build first looked at it (its framing was detected
             then), or ``None``; a file changed since is refused.
+        extend: A file that grew since its sidecar was written is indexed from where the
+            sidecar ends, and the sidecar grows (:mod:`.growth`); ``False`` indexes it whole.
+        open_tail: The file may still be being written: a record cut short at its end is not
+            written yet (the index ends before it, flagged open), and a file that grows while
+            it is scanned is indexed as far as it was.
     """
 
     storage: Storage
@@ -48,6 +54,8 @@ class FileJob:
     spacing: int | None = None
     checksums: bool | None = None
     stamp: FileStamp | None = None
+    extend: bool = True
+    open_tail: bool = False
 
     def fresh(self) -> BuildResult | None:
         """What the file's existing sidecar says, when it is fresh (see :func:`.fresh_result`).
@@ -80,8 +88,27 @@ class FileJob:
                 if progress is not None:
                     progress(done.size)
                 return done
+        grown = self.grow(progress)
+        if grown is not None:
+            return grown
         return build_file(self.storage, self.path, self.format, self.index_storage,
                           self.index_path, self.verify, self.allow_partial, progress=progress,
                           compression=self.compression,
                           spacing=self.spacing or DEFAULT_SPACING,
-                          checksums=self.checksums, expect=self.stamp)
+                          checksums=self.checksums, expect=self.stamp, open_tail=self.open_tail)
+
+    def grow(self, progress: Callable[[int], None] | None = None) -> BuildResult | None:
+        """Index only what the file gained, when it grew since its sidecar was written and
+        that sidecar is what this build asks for (:func:`.resume.as_asked`); ``None`` when it
+        must be indexed whole (or ``extend`` is off, or the build verifies every record or
+        keeps a damaged file's prefix).
+
+        Raises:
+            CorruptRecordError, StaleIndexError: As :func:`.growth.extend_file`.
+        """
+        if not self.extend or self.verify or self.allow_partial:
+            return None
+        return extend_file(self.storage, self.path, self.index_storage, self.index_path,
+                           stamp=self.stamp, open_tail=self.open_tail, progress=progress,
+                           asked=lambda h: as_asked(h, self.format, self.compression,
+                                                    self.checksums, self.spacing))

@@ -45,6 +45,7 @@ class ScanResult:
     partial: bool = False    # only a valid prefix was indexed
     problem: str | None = None
     checksums: np.ndarray | None = None  # uint32 CRC32C of each payload, when asked for
+    open_tail: bool = False  # the data ends inside a record still being written
 
 
 def scan_file(
@@ -59,10 +60,18 @@ def scan_file(
     progress: Callable[[int], None] | None = None,
     threads: int = 2,
     checksums: bool = False,
+    start: int = 0,
+    first_record: int = 0,
+    open_tail: bool = False,
 ) -> ScanResult:
     """Offsets of every record of ``path`` (``size`` bytes), checking the framing; with
     ``checksums`` also the CRC32C of every payload, computed from the blocks read (so the
     scan reads every byte: meant for streams and remote files, which it reads whole anyway).
+
+    ``start`` and ``first_record`` scan only the records from byte ``start`` on, numbered from
+    ``first_record`` (a file that grew since it was indexed: :mod:`ofindex.index.growth`);
+    ``open_tail`` takes data that ends inside a record as a record still being written: the
+    records before it are the result (``open_tail`` set), not a truncated file.
 
     Raises :class:`CorruptRecordError` / :class:`TruncatedRecordError` naming the file, byte
     offset and record number; with ``allow_partial`` returns the valid prefix instead (and
@@ -76,6 +85,7 @@ def scan_file(
     crc_pass = verify and local is not None and fmt is RecordFormat.TFRECORD
     scan = _Scan(storage, path, fmt, size, verify and not crc_pass, block_size, progress,
                  checksums)
+    scan.pos, scan.count, scan.first = start, first_record, first_record
     inflate_failed = scanned = False
     try:
         try:
@@ -90,6 +100,12 @@ def scan_file(
             verify_crcs(local, path, offsets, end, threads=threads)
     except (CorruptRecordError, TruncatedRecordError) as caught:
         exc = caught
+        if open_tail and isinstance(exc, TruncatedRecordError):  # not yet written: not damage
+            offsets, end = _prefix(scan, exc, at_pos=inflate_failed)
+            if crc_pass and local is not None and not scanned:
+                verify_crcs(local, path, offsets, end, threads=threads)
+            return ScanResult(offsets, end, open_tail=True,
+                              checksums=scan.checksums(len(offsets)))
         if isinstance(storage, InflatedStream) and not inflate_failed:
             at = exc.offset if exc.offset is not None else scan.pos
             exc = in_stream_error(exc, storage.compression, storage.compressed_offset_near(at))
@@ -117,8 +133,9 @@ def _prefix(scan: _Scan, exc: CorruptRecordError, offsets: np.ndarray | None = N
     """The records before the one ``exc`` names, and where they end (``scan.pos`` when
     ``at_pos``, or when ``exc`` names no offset)."""
     offsets = scan.offsets() if offsets is None else offsets
-    if exc.record is not None and exc.record < len(offsets):
-        offsets = offsets[: exc.record]
+    kept = None if exc.record is None else exc.record - scan.first
+    if kept is not None and 0 <= kept < len(offsets):
+        offsets = offsets[:kept]
     return offsets, exc.offset if exc.offset is not None and not at_pos else scan.pos
 
 
@@ -145,6 +162,7 @@ class _Scan:
         self.found: list[np.ndarray] = []
         self.singles: list[int] = []  # offsets found one per read, not yet in ``found``
         self.count = 0
+        self.first = 0  # the number of the first record scanned
         self.pos = 0
         self.buffer = bytearray(block_size)
         # little-endian uint64 views of the buffer at the 8 alignments: reading a length is

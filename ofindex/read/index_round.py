@@ -147,11 +147,13 @@ def _take_whole(round_: Round, request: WholeRequest, check_body: bool,
             raise raw
         sidecar, nbytes = shard.from_fetched(raw)
     current = identities.current(round_, shard) if request.stat_queued else None
-    shard.accept(sidecar, nbytes, None, check_body=check_body)  # the data file: checked below
+    # the data file: checked below, against the state accepted (a sidecar grown since the
+    # manifest was written is taken as it was then)
+    stamp = shard.accept(sidecar, nbytes, None, check_body=check_body).header.stamp
     if current is not None:
-        identities.add(shard, sidecar.header.stamp, current)
+        identities.add(shard, stamp, current)
     elif shard.data_storage is not None:  # checked on first read
-        shard.data_storage.expect_indexed(shard.path, sidecar.header.stamp, shard.index_url)
+        shard.data_storage.expect_indexed(shard.path, stamp, shard.index_url)
     return True
 
 

@@ -366,6 +366,9 @@ class Shard:
         Raises:
             StaleIndexError, SidecarError: It does not describe the file, or is corrupt.
         """
+        if sidecar.segments and 0 <= self.records != sidecar.header.count:
+            # grown since the manifest (or the header pinned at open) was read: as it was then
+            sidecar = sidecar.state_at(self.records, self.body_crc) or sidecar
         h = sidecar.header
         self.check_header(h)
         if current is not None and self.data_storage is not None:

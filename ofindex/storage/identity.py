@@ -125,3 +125,34 @@ def check_identity(storage: Storage, path: str, indexed: FileStamp, current: Fil
     if verdict is Verdict.CHANGED:
         raise stale_index(index_url, storage.url(path), why)
     storage.expect(path, current)
+
+
+def not_appended(storage: Storage, path: str, indexed: FileStamp,
+                 current: FileStamp) -> str | None:
+    """Say why ``path`` (now ``current``) is not the file ``indexed`` describes with bytes
+    appended, or ``None`` when it is: longer, and its first ``indexed.size`` bytes have the
+    content digest the index stores (read now: three regions of 4 KiB at most).
+
+    Args:
+        storage: Where the file is.
+        path: The file.
+        indexed: The stamp its index gives (with its content digest).
+        current: The stamp it has now.
+
+    Returns:
+        ``None`` for a file that grew by appending; else a phrase (it shrank, is as long, or
+        its first bytes changed: another file; or the index has no digest to tell).
+    """
+    if current.size < indexed.size:
+        return f"it shrank from {indexed.size} to {current.size} bytes (truncated or replaced)"
+    if current.size == indexed.size:
+        return f"it did not grow ({current.size} bytes)"
+    if indexed.content is None:
+        return ("its index has no content digest to tell whether its first "
+                f"{indexed.size} bytes are the ones indexed")
+    digest = read_digest(storage.read_ranges, path, indexed.size)
+    if digest != indexed.content:
+        return (f"its first {indexed.size} bytes are not the ones indexed (content digest "
+                f"0x{digest:08x}, indexed 0x{indexed.content:08x}): it was replaced, not "
+                "appended to")
+    return None
