@@ -11,11 +11,13 @@ from typing import Any
 from .formats.compression import parse_compression
 from .formats.location import DatasetLocation, resolve
 from .formats.sidecar_header import Compression
+from .growing import IndexGrower
 from .index.builder import build_location
 from .read.datacache import DataCache
 from .read.dataset import Dataset, Decode
 from .read.nodecache import DEFAULT_NODE_BYTES
 from .read.open import OpenOptions, open_location
+from .read.refresh import DatasetSource
 from .read.sidecar_cache import DEFAULT_CACHE_BYTES, SidecarCache
 from .storage import PathSpec, Storages
 from .storage.retry import current_policy, with_settings
@@ -44,6 +46,7 @@ def open(
     retries: int | None = None,
     timeout: float | None = None,
     allow_missing_shards: bool = False,
+    growing: bool = False,
 ) -> Dataset:
     """Open TFRecord/OFRecord shards as one randomly accessible :class:`Dataset`.
 
@@ -124,6 +127,14 @@ def open(
             publication that did not finish: see :mod:`ofindex.formats.shard_set`), with a
             ``MissingShardsWarning``. Without it such a set is refused, also with
             ``build_missing`` or ``rebuild_stale``.
+        growing: The data files may be growing (being appended to: a training run's
+            TensorBoard logs, a collector's output). A file longer than its index says is
+            read as the file indexed when its first bytes are the ones indexed (its content
+            digest over the indexed size), its records up to the indexed end;
+            :meth:`Dataset.refresh` and :meth:`Dataset.follow` take up the rest. With
+            ``build_missing`` or ``rebuild_stale``, a record cut short at a file's end is
+            indexed as not written yet. A file truncated or replaced raises
+            :class:`NotAppendedError`.
 
     Returns:
         The dataset: ``len(ds)``, ``ds[i]``, slices, ``ds.__getitems__(indices)``, iteration.
@@ -133,7 +144,8 @@ def open(
         IndexNotFoundError: Shards without a sidecar, all named (a ``FileNotFoundError``).
         IncompleteDatasetError: Shards of the set are missing (a ``FileNotFoundError``),
             unless ``allow_missing_shards``.
-        StaleIndexError: A data file changed since it was indexed (a ``ValueError``).
+        StaleIndexError: A data file changed since it was indexed (a ``ValueError``;
+            :class:`NotAppendedError` with ``growing``: it was truncated or replaced).
         SidecarError: A sidecar or manifest is corrupt, or shards disagree on the format.
         StorageError: Storage cannot be reached (a host name that does not resolve, nothing
             listening at the address, a failed TLS handshake, no answer within ``timeout``),
@@ -164,15 +176,18 @@ def open(
     if rebuild_stale:
         build_location(resolve(paths, index_dir=index_dir, storages=storages, manifest=False,
                                allow_missing_shards=allow_missing_shards, building=True),
-                       format=format, compression=compression)
+                       format=format, compression=compression, growing=growing)
     location = resolve(paths, index_dir=index_dir, storages=storages, manifest=manifest,
                        allow_missing_shards=allow_missing_shards)
+    location.storage.expected.growing = growing
     if build_missing and not rebuild_stale and location.manifest is None:
-        build_missing_sidecars(location, format, compression)
+        build_missing_sidecars(location, format, compression, growing)
     sidecar_cache = SidecarCache(cache_bytes, cache_dir, cache_dir_bytes)
     options = OpenOptions(format, verify, decode, check_stale, sidecar_cache, compression,
                           _data_cache(sidecar_cache, data_cache_bytes))
     dataset = open_location(location, options)
+    dataset._refresh_source = DatasetSource(paths, index_dir, manifest, allow_missing_shards,
+                                            storages, IndexGrower())
     for_framing = getattr(decode, "for_framing", None)
     if for_framing is not None:  # a Decoder made without kind decodes what the files hold
         dataset.decode = for_framing(dataset.format.name)
@@ -189,8 +204,10 @@ def _data_cache(sidecar_cache: SidecarCache, data_cache_bytes: int) -> DataCache
 
 
 def build_missing_sidecars(location: DatasetLocation, format: str,
-                           compression: str | Compression | None) -> None:
-    """Index the files of ``location`` that have no sidecar (``build_missing=True``).
+                           compression: str | Compression | None,
+                           growing: bool = False) -> None:
+    """Index the files of ``location`` that have no sidecar (``build_missing=True``; files
+    still being written with ``growing``).
 
     Raises:
         As :func:`ofindex.build_index`.
@@ -198,7 +215,7 @@ def build_missing_sidecars(location: DatasetLocation, format: str,
     missing = [f for f in location.files if not _sidecar_exists(location, f)]
     if missing:
         build_location(location.subset(missing), format=format, manifest=False,
-                       compression=compression)
+                       compression=compression, growing=growing)
 
 
 def _sidecar_exists(location: DatasetLocation, path: str) -> bool:

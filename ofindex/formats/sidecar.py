@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import mmap
 import os
+from typing import Any
 
 import crc32c as _crc32c
 import numpy as np
@@ -256,13 +257,16 @@ class Sidecar:
 
         Raises:
             ValueError: ``growth`` does not continue this sidecar.
+            SidecarError: This sidecar's body fails its CRC (it is checked first).
         """
         h = self.header
         if growth.header.count != h.count + growth.added or (
                 (growth.checksums is None) != (self.checksums is None)):
             raise ValueError(f"{self.path}: a growth of {growth.added} records to "
                              f"{growth.header.count} does not continue {h.count} records")
+        self.check_offsets()  # what is copied is checked first
         other = self._cut(len(self.segments))
+        other._buf = b""  # every section is in memory now: no file is held
         tails = dict(self._tails)
         other.offsets, tails["offsets"] = _Tail.extend(
             self.offsets, tails.get("offsets"), np.asarray(growth.offsets, dtype=np.uint64))
@@ -284,6 +288,16 @@ class Sidecar:
         self._tails = {}  # the room after these arrays is the new sidecar's now
         other._settle()
         return other
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        """Pickle a sidecar held in memory (one extended by :meth:`extended`: a dataset's
+        shard that grew, sent to a worker); one read from a file is opened again there."""
+        if len(self._buf):
+            raise TypeError(f"{self.path}: a sidecar read from its file is not pickled (its "
+                            "shard opens it again in the new process)")
+        return _in_memory, (self.path, self.header, self.base, np.array(self.offsets),
+                            None if self.checksums is None else np.array(self.checksums),
+                            np.array(self.seek_points), bytes(self.windows))
 
     @property
     def seeks(self) -> SeekTable:
@@ -384,6 +398,22 @@ class Sidecar:
                         end=layout_of(self.base).end)
             self._check_segments()
             self.body_checked = True
+
+
+def _in_memory(path: str, header: SidecarHeader, base: SidecarHeader, offsets: np.ndarray,
+               checksums: np.ndarray | None, seek_points: np.ndarray,
+               windows: bytes) -> Sidecar:
+    """A sidecar held in memory, as :meth:`Sidecar.__reduce__` pickled it."""
+    sidecar = object.__new__(Sidecar)
+    sidecar.path, sidecar.header, sidecar.base = path, header, base
+    sidecar._buf, sidecar.body_checked, sidecar.segments = b"", True, []
+    sidecar.offsets, sidecar.checksums = offsets, checksums
+    sidecar.seek_points, sidecar.windows = seek_points, windows
+    sidecar._overhead = header.format.overhead
+    sidecar._tails = {}
+    sidecar._copied = offsets.nbytes + (0 if checksums is None else checksums.nbytes)
+    sidecar._settle()
+    return sidecar
 
 
 def _check_body(path: str, header: SidecarHeader, buf: mmap.mmap | bytes,

@@ -112,10 +112,11 @@ def stamp_rides(shard: Shard, stamps_first: bool) -> bool:
     first read (its storage checks the stamp every read reports: HTTP) rather than a ``stat``
     in the index round: not when ``stamps_first`` (a data cache keys its blocks by the
     checked stamp before any byte is read), nor when the check will need the file's content
-    (:func:`~.identity_round.content_expected`: it is fetched in the round instead)."""
+    (:func:`~.identity_round.content_expected`: it is fetched in the round instead), nor for
+    files that may grow (a longer file is checked by its first bytes, in the round)."""
     storage = shard.data_storage
     return (storage is not None and storage.checks_stamp_on_read and not stamps_first
-            and not content_expected(shard))
+            and not content_expected(shard) and not storage.expected.growing)
 
 
 def _queue_whole(round_: Round, shard: Shard, identities: IdentityChecks,

@@ -57,6 +57,15 @@ class Storage(abc.ABC):
         for follower in list(self.__dict__.get("_followers", ())):
             follower.close()
 
+    def forget(self, path: str) -> None:
+        """Let go of what this process holds of ``path`` sized as it was (a local file's map),
+        after the file grew: the next read sees it whole.
+
+        Args:
+            path: A file.
+        """
+        return  # only local storage holds anything sized (its maps)
+
     def close_together(self, other: Closable) -> None:
         """Close ``other`` whenever this storage is closed.
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import warnings
 
-from ..errors import UnverifiedIndexWarning
+from ..errors import NotAppendedError, UnverifiedIndexWarning, hint
 from .base import Storage
 from .content import read_digest
 from .stamp import FileStamp, Verdict, stale_index
@@ -111,9 +111,15 @@ def check_identity(storage: Storage, path: str, indexed: FileStamp, current: Fil
     Raises:
         StaleIndexError: Another size, another content, or (an index without a digest) another
             fingerprint of the same kind; naming the file, the index and the command that
-            rebuilds it.
+            rebuilds it. A storage whose files may grow (:attr:`ExpectedFiles.growing`)
+            takes a longer file whose first bytes are the ones indexed as the file indexed
+            (:class:`NotAppendedError` otherwise).
     """
     verdict, why = indexed.judge(current)
+    if storage.expected.growing and current.size != indexed.size:
+        grown_or_refused(storage, path, indexed, current, index_url)
+        storage.expect(path, current)
+        return
     if verdict is Verdict.SAME and indexed.content is None and indexed.kind != current.kind:
         warn_unverified(storage.url(path), index_url)
     if verdict is Verdict.CONTENT and not storage.expected.verified(path, current):
@@ -156,3 +162,37 @@ def not_appended(storage: Storage, path: str, indexed: FileStamp,
                 f"0x{digest:08x}, indexed 0x{indexed.content:08x}): it was replaced, not "
                 "appended to")
     return None
+
+
+def grown_or_refused(storage: Storage, path: str, indexed: FileStamp, current: FileStamp,
+                     index_url: str) -> None:
+    """Refuse a file read as growing that is not ``indexed`` with bytes appended (see
+    :func:`not_appended`).
+
+    Args:
+        storage: Where the file is.
+        path: The file.
+        indexed: The stamp its index (or the last refresh) gives.
+        current: The stamp it has now.
+        index_url: The index, as messages name it.
+
+    Raises:
+        NotAppendedError: It shrank, or its first bytes changed (naming what to do).
+    """
+    why = not_appended(storage, path, indexed, current)
+    if why is not None:
+        raise not_appended_error(storage.url(path), index_url, why)
+
+
+def not_appended_error(url: str, index_url: str, why: str) -> NotAppendedError:
+    """The error for a file read as growing that changed otherwise.
+
+    Args:
+        url: The data file.
+        index_url: Its index.
+        why: What happened to it (:func:`not_appended`).
+    """
+    return NotAppendedError(
+        f"{url}: read as a growing file, but {why}; the records read so far may not be in it "
+        f"any more: reopen the dataset (its index {index_url} is rebuilt by "
+        + hint(f"ofindex.build_index({url!r}))", f"`ofindex build {url}`)"))
