@@ -36,6 +36,7 @@ from .errors import (
     TruncatedRecordError,
     UnverifiedIndexWarning,
 )
+from .events import EventLog, events
 from .formats.framing import RecordFormat
 from .formats.sidecar_header import Compression
 from .index.build_file import BuildResult
@@ -62,6 +63,7 @@ __all__ = [
     "DatasetExistsError",
     "DecodeError",
     "EncodeError",
+    "EventLog",
     "FormatDetectionError",
     "IncompleteDatasetError",
     "IndexMismatchError",
@@ -93,6 +95,7 @@ __all__ = [
     "Writer",
     "build_index",
     "convert",
+    "events",
     "infer_spec",
     "open",
     "spec_from_tf",

@@ -236,7 +236,7 @@ OPTIONAL_MODULES = {
     "moto": "moto[server]", "mkdocs": "docs", "playwright": "docs", "build": "dist",
     "auditwheel": "dist", "ruff": "dev", "mypy": "dev", "PIL": "bench", "matplotlib": "bench",
     "tfrecord": "test", "array_record": "bench", "lance": "bench", "isal": "isal",
-    "simplejpeg": "images",
+    "simplejpeg": "images", "pandas": "events", "tensorboard": "test", "tensorboardX": "test",
 }
 
 

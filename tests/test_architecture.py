@@ -28,6 +28,8 @@ ALLOWED = {
     "convert": {"errors", "storage", "formats", "index", "read", "decode", "encode", "write",
                 "opening"},
     "write": {"errors", "storage", "formats", "index", "decode", "encode"},
+    # "events": TensorBoard logs, indexed in the build's scan and read through datasets
+    "events": {"errors", "storage", "formats", "index", "read", "decode", "proto", "opening"},
     "shuffle": {"errors"},  # StateError for saved states it refuses
     # "planning": a plan opens the dataset for its shape, and models reads and orders
     "planning": {"errors", "storage", "formats", "read", "shuffle", "opening"},
@@ -35,7 +37,7 @@ ALLOWED = {
     "integrations": {"errors", "storage", "formats", "index", "read", "decode", "shuffle",
                      "opening"},
     "cli": {"", "errors", "_accel", "storage", "formats", "index", "read", "decode", "shuffle",
-            "proto", "opening", "encode", "write", "schema", "convert", "planning"},
+            "proto", "opening", "encode", "write", "schema", "convert", "planning", "events"},
     "errors": set(),
     "_accel": {"_native"},
     "_threads": set(),

@@ -45,7 +45,7 @@ except ImportError as _exc:  # without the extra: say which one to install
 
 from .._threads import ProcessPool
 
-__all__ = ["dct_scale", "decode_images", "resampler"]
+__all__ = ["dct_scale", "decode_image", "decode_images", "resampler"]
 
 #: Threads that decode images (one per usable core).
 _POOL = ProcessPool("ofindex-images", max_threads=64)
@@ -154,6 +154,54 @@ def _header(buffer: Any, record: int) -> tuple[int, int]:
                           f"more than decode_images allows ({MAX_PIXELS:,}): a damaged "
                           "image, or raise ofindex.decode.images.MAX_PIXELS")
     return int(height), int(width)
+
+
+#: The first bytes of a JPEG (its start-of-image marker).
+_JPEG = b"\xff\xd8"
+#: Pillow modes kept as they are; the others become RGB, or RGBA when they hold transparency.
+_KEPT_MODES = ("L", "RGB", "RGBA", "I;16", "I", "F")
+
+
+def decode_image(data: bytes | bytearray | memoryview) -> np.ndarray:
+    """Decode one image of any format Pillow reads (PNG, GIF, BMP …; JPEG by libjpeg-turbo,
+    as :func:`decode_images`), keeping its channels: the images of TensorBoard's logs (PNG of
+    1, 3 or 4 channels, of any size).
+
+    Args:
+        data: The encoded image.
+
+    Returns:
+        A ``(height, width, channels)`` array: ``uint8`` (grayscale, RGB, RGBA, palette images
+        as RGB or RGBA), or the 16- or 32-bit values of such images.
+
+    Raises:
+        DecodeError: The bytes are no image Pillow reads, or it claims more than
+            :data:`MAX_PIXELS` pixels.
+        MissingDependencyError: Pillow is not installed (an image other than a JPEG).
+    """
+    if bytes(data[:2]) == _JPEG:
+        _header(memoryview(data), 0)  # (its size checked before it is decoded)
+        decoded: np.ndarray = simplejpeg.decode_jpeg(bytes(data), colorspace="RGB")
+        return decoded
+    try:
+        from PIL import Image
+    except ImportError as exc:  # without the extra: say which one to install
+        raise missing_extra("decoding a PNG image", "images", exc) from exc
+    import io
+
+    try:
+        opened = Image.open(io.BytesIO(bytes(data)))
+        if opened.width * opened.height > MAX_PIXELS:
+            raise DecodeError(f"an image claims {opened.height} x {opened.width} pixels, more "
+                              f"than decode_image allows ({MAX_PIXELS:,})")
+        image: Image.Image = opened
+        if opened.mode not in _KEPT_MODES:
+            transparent = "A" in opened.mode or "transparency" in opened.info
+            image = opened.convert("RGBA" if transparent else "RGB")
+        pixels = np.asarray(image)
+    except (OSError, ValueError, Image.DecompressionBombError) as exc:
+        raise DecodeError(f"the bytes are not an image that can be decoded ({exc})") from exc
+    return pixels[..., None] if pixels.ndim == 2 else pixels
 
 
 def decode_images(jpegs: Jpegs, size: tuple[int, int] | None = None, *,

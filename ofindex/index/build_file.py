@@ -21,7 +21,7 @@ from ..storage import FileStamp, Storage
 from ..storage.identity import with_content
 from ..storage.readahead import STREAM_CHUNK, ReadAhead
 from .checksums import payload_checksums
-from .scan import ScanResult, scan_file
+from .scan import RecordSink, ScanResult, scan_file
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,6 +99,7 @@ def build_file(
     progress: Callable[[int], None] | None = None, *,
     compression: Compression | None = None, spacing: int = DEFAULT_SPACING,
     checksums: bool | None = None, expect: FileStamp | None = None, open_tail: bool = False,
+    sink: RecordSink | None = None,
 ) -> BuildResult:
     """Index one data file and write its sidecar.
 
@@ -123,6 +124,7 @@ def build_file(
         open_tail: The file is still being written: data that ends inside a record ends the
             index before it (flagged open, for the next build to take up), and a file that
             grows while it is scanned is indexed as far as it was.
+        sink: Sees every record as it is scanned (:class:`~.scan.RecordSink`).
 
     Returns:
         What was indexed.
@@ -156,13 +158,13 @@ def build_file(
             if compression is Compression.NONE:
                 result = scan_file(source, path, fmt, stamp.size, verify=verify,
                                    allow_partial=allow_partial, progress=progress,
-                                   checksums=sums_in_scan, open_tail=open_tail)
+                                   checksums=sums_in_scan, open_tail=open_tail, sink=sink)
             else:
                 stream = InflatedStream(source, path, stamp.size, compression, spacing,
                                         progress)
                 result = scan_file(stream, path, fmt, 0, verify=verify,
                                    allow_partial=allow_partial, checksums=sums_in_scan,
-                                   open_tail=open_tail)
+                                   open_tail=open_tail, sink=sink)
                 table, windows = stream.seek_table()
                 table = table[table["out"] <= result.indexed_end]  # past a damaged end: none
                 usize = stream.end if stream.end is not None else result.indexed_end

@@ -44,7 +44,7 @@ from ..storage import FileStamp, Storage
 from ..storage.identity import not_appended, with_content
 from ..storage.readahead import STREAM_CHUNK, ReadAhead
 from .build_file import BuildResult, check_unchanged
-from .scan import scan_file
+from .scan import RecordSink, scan_file
 
 #: Growth segments a sidecar may hold before it is written whole again. Each costs a header
 #: of about 160 bytes and, when the sidecar is opened, a parse and a copy of its records
@@ -60,7 +60,8 @@ except ImportError:  # pragma: no cover - Windows: appends are not locked
 
 def scan_growth(storage: Storage, path: str, sidecar: Sidecar, current: FileStamp, *,
                 verify: bool = False, open_tail: bool = False,
-                progress: Callable[[int], None] | None = None) -> Growth:
+                progress: Callable[[int], None] | None = None,
+                sink: RecordSink | None = None) -> Growth:
     """Index what ``path`` gained since ``sidecar`` was written (the caller checked that it
     grew: :func:`~ofindex.storage.identity.not_appended`).
 
@@ -74,6 +75,7 @@ def scan_growth(storage: Storage, path: str, sidecar: Sidecar, current: FileStam
         open_tail: The file is still being written: data that ends inside a record is a
             record not yet whole (the index ends before it, flagged open).
         progress: Called with the bytes scanned, now and then.
+        sink: Sees every new record as it is scanned (:class:`~.scan.RecordSink`).
 
     Returns:
         The growth: the new records' offsets (and checksums when the sidecar keeps them),
@@ -93,7 +95,7 @@ def scan_growth(storage: Storage, path: str, sidecar: Sidecar, current: FileStam
         if h.compression is Compression.NONE:
             result = scan_file(source, path, h.format, current.size, verify=verify,
                                checksums=sums, start=h.indexed_end, first_record=h.count,
-                               open_tail=open_tail, progress=progress)
+                               open_tail=open_tail, progress=progress, sink=sink)
             usize = current.size
         else:
             stream = InflatedStream(source, path, current.size, h.compression,
@@ -101,7 +103,7 @@ def scan_growth(storage: Storage, path: str, sidecar: Sidecar, current: FileStam
                                     start=_resume_point(sidecar))
             result = scan_file(stream, path, h.format, 0, verify=verify, checksums=sums,
                                start=h.indexed_end, first_record=h.count,
-                               open_tail=open_tail)
+                               open_tail=open_tail, sink=sink)
             table, blob = stream.seek_table()
             points, windows = _points_after(table[table["out"] <= result.indexed_end], blob,
                                             int(sidecar.seek_points["out"][-1]))
@@ -202,7 +204,7 @@ def write_growth(index_storage: Storage, index_path: str, sidecar: Sidecar,
     end = sidecar.complete_end
     pad = bytes(segments_start(end) - end)
     if index_storage.is_local:
-        _append_local(index_path, len(sidecar.raw), end, pad + segment)
+        append_local(index_path, len(sidecar.raw), end, pad + segment)
     else:  # an object cannot grow: the old bytes, unchanged, and the segment after them
         index_storage.write_atomic(index_path, [memoryview(sidecar.raw)[:end], pad, segment])
     return body_crc, segments_start(end) + len(segment)
@@ -221,13 +223,20 @@ def _write_whole(index_storage: Storage, index_path: str, grown: Sidecar) -> tup
         len(header) + len(body))
 
 
-def _append_local(path: str, seen: int, end: int, data: bytes) -> None:
-    """Append ``data`` at byte ``end`` of the local sidecar ``path`` (which was ``seen``
-    bytes long when read; what lies after ``end`` is a segment a writer did not finish), under
-    an exclusive lock, and flush it to disk.
+def append_local(path: str, seen: int, end: int, data: bytes) -> None:
+    """Append ``data`` at byte ``end`` of the local index file ``path`` (a sidecar, or
+    another index that grows the same way; it was ``seen`` bytes long when read, and what lies
+    after ``end`` is a part a writer did not finish), under an exclusive lock, and flush it to
+    disk.
+
+    Args:
+        path: The index file.
+        seen: Its size when it was read.
+        end: Where its last whole part ends.
+        data: What to append there.
 
     Raises:
-        StaleIndexError: The sidecar is another file now, or grew since it was read.
+        StaleIndexError: The file is another one now, or grew since it was read.
     """
     fd = os.open(path, os.O_RDWR)
     try:
@@ -261,7 +270,8 @@ def _locked(fd: int) -> Iterator[None]:
 def extend_file(storage: Storage, path: str, index_storage: Storage, index_path: str, *,
                 stamp: FileStamp | None = None, open_tail: bool = False,
                 progress: Callable[[int], None] | None = None,
-                asked: Callable[[SidecarHeader], bool] | None = None) -> BuildResult | None:
+                asked: Callable[[SidecarHeader], bool] | None = None,
+                sink: RecordSink | None = None) -> BuildResult | None:
     """Index only what ``path`` gained, when it grew since its sidecar was written (see the
     module), and grow the sidecar; ``None`` when it did not (index it whole).
 
@@ -276,6 +286,7 @@ def extend_file(storage: Storage, path: str, index_storage: Storage, index_path:
             refused as changed while indexed).
         progress: Called with the bytes scanned, now and then.
         asked: Whether the existing sidecar is what the build asks for (else ``None``).
+        sink: Sees every new record as it is scanned (:class:`~.scan.RecordSink`).
 
     Returns:
         What the grown index holds (``appended=True``), or ``None``.
@@ -289,7 +300,7 @@ def extend_file(storage: Storage, path: str, index_storage: Storage, index_path:
     if sidecar is None:
         return None
     growth = scan_growth(storage, path, sidecar, current, open_tail=open_tail,
-                         progress=progress)
+                         progress=progress, sink=sink)
     now = storage.stamp(path)
     if open_tail and now.size >= current.size:
         pass  # written on meanwhile: indexed as far as it was (the bytes never change)

@@ -15,6 +15,7 @@ from ..storage import FileStamp, Storage
 from .build_file import BuildResult, build_file
 from .growth import extend_file
 from .resume import as_asked, fresh_result
+from .scan import RecordSink
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,6 +42,8 @@ class FileJob:
         open_tail: The file may still be being written: a record cut short at its end is not
             written yet (the index ends before it, flagged open), and a file that grows while
             it is scanned is indexed as far as it was.
+        sink: Sees every record scanned (:class:`~.scan.RecordSink`; a build that needs more
+            of the records than their offsets, such as the TensorBoard events index).
     """
 
     storage: Storage
@@ -56,6 +59,7 @@ class FileJob:
     stamp: FileStamp | None = None
     extend: bool = True
     open_tail: bool = False
+    sink: RecordSink | None = None
 
     def fresh(self) -> BuildResult | None:
         """What the file's existing sidecar says, when it is fresh (see :func:`.fresh_result`).
@@ -95,7 +99,8 @@ class FileJob:
                           self.index_path, self.verify, self.allow_partial, progress=progress,
                           compression=self.compression,
                           spacing=self.spacing or DEFAULT_SPACING,
-                          checksums=self.checksums, expect=self.stamp, open_tail=self.open_tail)
+                          checksums=self.checksums, expect=self.stamp, open_tail=self.open_tail,
+                          sink=self.sink)
 
     def grow(self, progress: Callable[[int], None] | None = None) -> BuildResult | None:
         """Index only what the file gained, when it grew since its sidecar was written and
@@ -111,4 +116,5 @@ class FileJob:
         return extend_file(self.storage, self.path, self.index_storage, self.index_path,
                            stamp=self.stamp, open_tail=self.open_tail, progress=progress,
                            asked=lambda h: as_asked(h, self.format, self.compression,
-                                                    self.checksums, self.spacing))
+                                                    self.checksums, self.spacing),
+                           sink=self.sink)

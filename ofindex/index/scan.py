@@ -17,6 +17,7 @@ import struct
 import sys
 import warnings
 from collections.abc import Callable
+from typing import Protocol
 
 import numpy as np
 
@@ -36,6 +37,23 @@ _SEEK_THRESHOLD = 32 << 10   # records this large on average: read headers only
 _HEADER_READ = 4096
 #: The size of a decompressed stream until its end is reached (no stream is that long).
 UNKNOWN_SIZE = 1 << 62
+
+
+class RecordSink(Protocol):
+    """Sees every record a scan accepts, in order, while its bytes are at hand (the
+    TensorBoard events index, :mod:`ofindex.events`, is built in the scan that builds the
+    sidecar)."""
+
+    def records(self, block: memoryview, at: np.ndarray, lengths: np.ndarray,
+                first: int) -> None:
+        """Records ``first, first + 1, …`` whose framing starts at ``at`` in ``block``, with
+        payloads of ``lengths`` bytes (the block is reused after the call)."""
+        ...
+
+    def streamed(self, offset: int, length: int, record: int) -> None:
+        """Record ``record``, at byte ``offset`` of the file with a payload of ``length``
+        bytes, was too large for a block: read it again if needed."""
+        ...
 
 
 @dataclasses.dataclass
@@ -63,6 +81,7 @@ def scan_file(
     start: int = 0,
     first_record: int = 0,
     open_tail: bool = False,
+    sink: RecordSink | None = None,
 ) -> ScanResult:
     """Offsets of every record of ``path`` (``size`` bytes), checking the framing; with
     ``checksums`` also the CRC32C of every payload, computed from the blocks read (so the
@@ -71,7 +90,8 @@ def scan_file(
     ``start`` and ``first_record`` scan only the records from byte ``start`` on, numbered from
     ``first_record`` (a file that grew since it was indexed: :mod:`ofindex.index.growth`);
     ``open_tail`` takes data that ends inside a record as a record still being written: the
-    records before it are the result (``open_tail`` set), not a truncated file.
+    records before it are the result (``open_tail`` set), not a truncated file. ``sink`` sees
+    every record accepted, from the blocks read (every byte is read then).
 
     Raises :class:`CorruptRecordError` / :class:`TruncatedRecordError` naming the file, byte
     offset and record number; with ``allow_partial`` returns the valid prefix instead (and
@@ -85,7 +105,7 @@ def scan_file(
     crc_pass = verify and local is not None and fmt is RecordFormat.TFRECORD
     scan = _Scan(storage, path, fmt, size, verify and not crc_pass, block_size, progress,
                  checksums)
-    scan.pos, scan.count, scan.first = start, first_record, first_record
+    scan.pos, scan.count, scan.first, scan.sink = start, first_record, first_record, sink
     inflate_failed = scanned = False
     try:
         try:
@@ -171,6 +191,7 @@ class _Scan:
         self.starts: np.ndarray | None = None  # the compiled walk's output, reused
         # payload CRC32Cs of the records accepted so far (with checksums)
         self.sums: list[np.ndarray] | None = [] if checksums else None
+        self.sink: RecordSink | None = None  # sees every record accepted
 
     def checksums(self, count: int) -> np.ndarray | None:
         """The payload CRC32Cs of the first ``count`` records accepted, or ``None``."""
@@ -180,7 +201,10 @@ class _Scan:
         return sums[:count]
 
     def _sum(self, at: np.ndarray, lengths: np.ndarray) -> None:
-        """Note the payload CRC32Cs of records at ``at`` (in the buffer) of ``lengths``."""
+        """Note the payload CRC32Cs of records at ``at`` (in the buffer) of ``lengths``, and
+        hand the records to the sink (before they are accepted: numbered from ``count``)."""
+        if self.sink is not None and len(at):
+            self.sink.records(memoryview(self.buffer), at, lengths, self.count)
         if self.sums is not None and len(at):
             first = at.astype(np.int64) + self.fmt.header_size
             self.sums.append(span_crcs(self.buffer, first, first + lengths.astype(np.int64)))
@@ -257,7 +281,8 @@ class _Scan:
         """Scan the whole file (or stream), block by block, from :attr:`pos`."""
         size, hs = self.size, self.fmt.header_size
         buffer = self.buffer
-        headers_only = self.storage.is_local and not self.verify and self.sums is None
+        headers_only = (self.storage.is_local and not self.verify and self.sums is None
+                        and self.sink is None)
         read_size = min(_HEADER_READ, self.block_size) if headers_only else self.block_size
         while self.pos < size:
             pos = self.pos
@@ -303,7 +328,8 @@ class _Scan:
         fmt, buffer, hs, ov = self.fmt, self.buffer, self.fmt.header_size, self.fmt.overhead
         lengths, problem = check_headers(buffer, at, p, pos, n, size, fmt, self.url, self.count)
         keep = len(lengths)
-        if (self.verify or self.stream or self.sums is not None) and problem is None:
+        if (self.verify or self.stream or self.sums is not None
+                or self.sink is not None) and problem is None:
             keep = int(np.searchsorted(at[:keep] + ov + lengths, n, side="right"))
         if self.verify and keep and fmt is RecordFormat.TFRECORD:
             bad = first_bad_data_crc(buffer, at[:keep], lengths[:keep], hs)
@@ -324,5 +350,8 @@ class _Scan:
                                       checksum=self.sums is not None)
         if self.sums is not None:
             self.sums.append(np.array([value], dtype=np.uint32))
+        if self.sink is not None:
+            self.sink.streamed(pos + int(at[0]), nxt - pos - int(at[0]) - self.fmt.overhead,
+                               self.count)
         self._accept(at[:1], pos)
         return nxt, 0

@@ -261,6 +261,19 @@ class Storage(abc.ABC):
         A path that exists is that path, whatever its characters; only one that does not may
         be a glob (:mod:`.patterns`)."""
 
+    def find(self, directory: str) -> list[str]:
+        """Every file below ``directory``, in its subdirectories too (unsorted): what a
+        TensorBoard log directory holds (:mod:`ofindex.events`).
+
+        Args:
+            directory: A directory.
+
+        Returns:
+            The files' paths on this storage.
+        """
+        raise NotImplementedError(f"{type(self).__name__} cannot list directories below "
+                                  f"{self.url(directory)}")
+
     @abc.abstractmethod
     def join(self, directory: str, name: str) -> str: ...
 

@@ -567,6 +567,13 @@ class FsspecStorage(Storage):
             return self._call(pattern, "listing", lambda: list_matches(fs, pattern))
         return self._call(pattern, "listing", lambda: list_files(fs, pattern))
 
+    def find(self, directory: str) -> list[str]:
+        fs = self.fs
+        fs.invalidate_cache(directory)  # the directory now, not an earlier listing
+        found = self._call(directory, "listing",
+                           lambda: awaitable(fs, "find")(directory.rstrip("/") + "/"))
+        return [str(path) for path in found]
+
     def join(self, directory: str, name: str) -> str:
         return directory.rstrip("/") + "/" + name
 
