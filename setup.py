@@ -44,9 +44,21 @@ class OptionalBuildExt(build_ext):
         print(NOTICE.format(why=why), file=sys.stderr)
 
 
+
+def numpy_headers() -> list[str]:
+    """Where numpy's C headers are (onerecord.c makes arrays with numpy's C API); none when
+    numpy is not installed, and then the compile fails into the notice above."""
+    try:
+        import numpy
+    except ImportError:
+        return []
+    return [numpy.get_include()]
+
+
 # inflate.c links the system's zlib (headers: zlib1g-dev / zlib-devel; vcpkg's zlib.lib on
 # Windows)
 ZLIB = "zlib" if sys.platform == "win32" else "z"
 setup(ext_modules=[Extension("ofindex._native", sorted(glob("ofindex/csrc/*.c")),
-                             depends=glob("ofindex/csrc/*.h"), libraries=[ZLIB])],
+                             depends=glob("ofindex/csrc/*.h"), libraries=[ZLIB],
+                             include_dirs=numpy_headers())],
       cmdclass={"build_ext": OptionalBuildExt})

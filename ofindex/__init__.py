@@ -46,6 +46,7 @@ from .index.writer import Writer
 from .opening import open
 from .read.dataset import Dataset
 from .schema import infer_spec, spec_from_tf
+from .tfds import open_tfds
 from .write import ShardedWriter, WriteSummary
 
 __version__ = "0.2.0"
@@ -98,5 +99,6 @@ __all__ = [
     "events",
     "infer_spec",
     "open",
+    "open_tfds",
     "spec_from_tf",
 ]

@@ -8,19 +8,16 @@ and the reader (:mod:`ofindex.read`), which knows nothing of building.
 
 from typing import Any
 
+from .cache.chain import DEFAULT_CACHE_BYTES, DEFAULT_NODE_BYTES, Chain
 from .formats.compression import parse_compression
 from .formats.location import DatasetLocation, resolve
 from .formats.sidecar_header import Compression
 from .growing import IndexGrower
 from .index.builder import build_location
-from .read.datacache import DataCache
 from .read.dataset import Dataset, Decode
-from .read.nodecache import DEFAULT_NODE_BYTES
 from .read.open import OpenOptions, open_location
 from .read.refresh import DatasetSource
-from .read.sidecar_cache import DEFAULT_CACHE_BYTES, SidecarCache
 from .storage import PathSpec, Storages
-from .storage.retry import current_policy, with_settings
 
 
 def open(
@@ -86,11 +83,11 @@ def open(
             (least recently used dropped first).
         cache_dir: A local directory holding one cache of sidecar pages and sidecars for
             every process of the machine (DataLoader workers, ranks); entries are valid only
-            while the manifest's stamps match (see :mod:`ofindex.read.nodecache`). It is
+            while the manifest's stamps match (see :mod:`ofindex.cache.machine`). It is
             created if missing and checked now; the cache is best effort: when it cannot be
             used (a file, or a link to one, not writable, a database that is foreign, damaged
             or a symbolic link …) the dataset reads without it and one
-            ``ofindex.read.nodecache.CacheDirWarning`` says why (workers it is pickled to do
+            ``ofindex.CacheDirWarning`` says why (workers it is pickled to do
             not warn again). The cache only opens, writes and deletes files it names itself
             inside the directory, never following symbolic links there.
         cache_dir_bytes: Bound on the bytes kept in ``cache_dir`` (least recently used
@@ -100,7 +97,7 @@ def open(
             of the data files fetched once serve every process of the machine, keyed by each
             file's size and ETag / generation (a file replaced is never served from an older
             copy), least recently used evicted first, records checked as every remote read
-            checks them (see :mod:`ofindex.read.datacache`). A dataset whose data files do
+            checks them (see :mod:`ofindex.cache.data`). A dataset whose data files do
             not fit is read without it (one ``DataCacheWarning``). Needs ``cache_dir``.
         max_concurrency: Remote requests in flight at once for one batch (default 64).
         max_inflight_bytes: Bound on response bytes held before they are copied out
@@ -172,7 +169,7 @@ def open(
     # every storage of this open is made once, with these settings, and shared
     storages = Storages(storage_options, mmap=mmap, max_concurrency=max_concurrency,
                         max_inflight_bytes=max_inflight_bytes,
-                        retry=with_settings(current_policy(), retries, timeout))
+                        retries=retries, timeout=timeout)
     if rebuild_stale:
         build_location(resolve(paths, index_dir=index_dir, storages=storages, manifest=False,
                                allow_missing_shards=allow_missing_shards, building=True),
@@ -182,9 +179,9 @@ def open(
     location.storage.expected.growing = growing
     if build_missing and not rebuild_stale and location.manifest is None:
         build_missing_sidecars(location, format, compression, growing)
-    sidecar_cache = SidecarCache(cache_bytes, cache_dir, cache_dir_bytes)
-    options = OpenOptions(format, verify, decode, check_stale, sidecar_cache, compression,
-                          _data_cache(sidecar_cache, data_cache_bytes))
+    options = OpenOptions(format, verify, decode, check_stale,
+                          Chain(cache_bytes, cache_dir, cache_dir_bytes, data_cache_bytes),
+                          compression)
     dataset = open_location(location, options)
     dataset._refresh_source = DatasetSource(paths, index_dir, manifest, allow_missing_shards,
                                             storages, IndexGrower())
@@ -192,15 +189,6 @@ def open(
     if for_framing is not None:  # a Decoder made without kind decodes what the files hold
         dataset.decode = for_framing(dataset.format.name)
     return dataset
-
-
-def _data_cache(sidecar_cache: SidecarCache, data_cache_bytes: int) -> DataCache | None:
-    """The data cache ``data_cache_bytes`` asks for, in the sidecar cache's directory (whose
-    verdict on it it shares: one warning when it cannot be used)."""
-    node = sidecar_cache.node
-    if not data_cache_bytes or node is None:
-        return None
-    return DataCache(node.directory, data_cache_bytes, problem=node.problem)
 
 
 def build_missing_sidecars(location: DatasetLocation, format: str,

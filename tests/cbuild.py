@@ -54,7 +54,10 @@ def build(cc: str, files: list[str], out: str, flags: list[str]) -> None:
     Raises:
         AssertionError: the compiler failed; the message has its command and output.
     """
-    includes = {sysconfig.get_paths()["include"], sysconfig.get_paths()["platinclude"]}
+    import numpy  # onerecord.c makes arrays with numpy's C API
+
+    includes = {sysconfig.get_paths()["include"], sysconfig.get_paths()["platinclude"],
+                numpy.get_include()}
     cmd = [cc, *flags, *(f"-I{d}" for d in sorted(includes)), *files, "-o", out, "-lz"]
     done = subprocess.run(cmd, capture_output=True, text=True)
     assert done.returncode == 0, f"{' '.join(cmd)}\n{done.stderr}"

@@ -236,7 +236,8 @@ OPTIONAL_MODULES = {
     "moto": "moto[server]", "mkdocs": "docs", "playwright": "docs", "build": "dist",
     "auditwheel": "dist", "ruff": "dev", "mypy": "dev", "PIL": "bench", "matplotlib": "bench",
     "tfrecord": "test", "array_record": "bench", "lance": "bench", "isal": "isal",
-    "simplejpeg": "images", "pandas": "events", "tensorboard": "test", "tensorboardX": "test",
+    "simplejpeg": "images", "tensorflow_datasets": "test", "pandas": "events",
+    "tensorboard": "test", "tensorboardX": "test",
 }
 
 
@@ -321,6 +322,19 @@ def pytest_sessionfinish(session, exitstatus):
     if skipped:
         reporter.write_line(f"CI: {len(skipped)} test(s) skipped; failing the run", red=True)
         session.exitstatus = 1
+
+
+@pytest.fixture(scope="session")
+def tfds_dirs(tmp_path_factory):
+    """Datasets written by tensorflow_datasets itself, one builder per feature family and an
+    RLDS one (tests/tfds_builders.py), once per session: ``{name: builder directory}``."""
+    from helpers import need
+
+    need("tensorflow_datasets", "tensorflow-datasets")
+    import tfds_builders
+
+    data_dir = str(tmp_path_factory.mktemp("tfds"))
+    return {name: tfds_builders.prepare(name, data_dir) for name in tfds_builders.BUILDERS}
 
 
 @pytest.fixture

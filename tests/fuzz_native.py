@@ -40,6 +40,8 @@ native = _accel.native
 STATS: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
 CLEAN = (TypeError, ValueError, IndexError, OverflowError, BufferError)
 MASK = 0xA282EAD8
+#: Slots of a row of ``locate``'s output (kind, count, start, end, value, list start, end).
+SLOTS = 7
 
 # -- reference framing, written from the format description ----------------------------------
 
@@ -544,15 +546,15 @@ def fuzz_locate(rng: random.Random) -> None:
 
     records = [_mutated(rng, _example(rng)) for _ in range(rng.randint(0, 6))]
     names = tuple(rng.sample([b"a", b"b", b"img", b"", b"n0", b"n1", b"xx"], rng.randint(1, 3)))
-    rows = np.zeros(max(0, len(records) * len(names) * 5 + rng.choice([0, 0, 0, 1, -1])),
+    rows = np.zeros(max(0, len(records) * len(names) * SLOTS + rng.choice([0, 0, 0, 1, -1])),
                     np.int64)
     got = call(native.locate, records, names, b".b4v", True, rows)
     if isinstance(got, BaseException):
         note("locate", got)
-    if len(rows) != len(records) * len(names) * 5:
+    if len(rows) != len(records) * len(names) * SLOTS:
         assert isinstance(got, ValueError), got
         return
-    table = rows.reshape(len(records), len(names), 5)
+    table = rows.reshape(len(records), len(names), SLOTS)
     assert got == int((table[:, 0, 0] != -1).sum()), got
     # the same records as spans of one buffer (as in a memory map): the same answer
     big = bytearray(b"".join(records))
@@ -581,12 +583,14 @@ def fuzz_locate(rng: random.Random) -> None:
             assert (row[:, 0] == -1).all()
             continue
         walked = walk_example(buf)  # must walk
-        for name, (kind, count, start, end, value) in zip(names, row.tolist(), strict=True):
+        for name, (kind, count, start, end, value, list_start, list_end) in zip(
+                names, row.tolist(), strict=True):
             found = walked.get(name.decode())
             if kind == 0:
                 assert found is None, (buf, name)
                 continue
             assert found is not None and found.kind == kind, (buf, name)
+            assert found.regions == [(list_start, list_end)], (buf, name)
             values = list_values(buf, found.regions, vtypes[kind], found.level)
             assert len(values) == count, (buf, name)
             if kind == 1 and count:
@@ -609,6 +613,146 @@ def fuzz_locate(rng: random.Random) -> None:
         assert got is None and bytes(out) == want, got
     else:
         assert isinstance(got, ValueError), got
+
+
+def _varints_of_spans(records: list[bytes], starts: np.ndarray, ends: np.ndarray
+                      ) -> list[int] | None:
+    """The packed varints in bytes [starts[i], ends[i]) of each record, as int64 (protobuf's
+    rules: at most 10 bytes, the 10th holding at most the 64th bit), or None when a span lies
+    outside its record or holds anything else."""
+    values: list[int] = []
+    for record, start, end in zip(records, starts.tolist(), ends.tolist(), strict=True):
+        if not 0 <= start <= end <= len(record):
+            return None
+        value = shift = 0
+        for at, byte in enumerate(record[start:end]):
+            if shift == 63 and byte > 1:
+                return None
+            value |= (byte & 0x7F) << shift
+            shift += 7
+            if byte < 0x80:
+                values.append(value - (1 << 64) if value >= 1 << 63 else value)
+                value = shift = 0
+            elif shift > 63 or at == end - start - 1:
+                return None  # more than 10 bytes, or cut short
+    return values
+
+
+def fuzz_values(rng: random.Random) -> None:
+    """``values`` against the careful walker: the lists ``locate`` found read out in one call
+    (varints as int64 and int32, bytes values) equal what the walker reads, and spans moved
+    out of their records, malformed lists, counts and outputs of the wrong size are refused
+    cleanly, before anything is allocated from them."""
+    from ofindex.decode._values import list_values
+    from ofindex.decode._walk import walk_example
+
+    records = [_mutated(rng, _example(rng)) for _ in range(rng.randint(0, 6))]
+    names = (rng.choice([b"a", b"b", b"img", b"n0", b"n1"]),)
+    rows = np.zeros(len(records) * SLOTS, np.int64)
+    native.locate(records, names, b".b4v", True, rows)
+    table = rows.reshape(len(records), SLOTS)
+    kind = rng.choice([1, 3])
+    keep = [i for i in range(len(records)) if table[i, 0] == kind]
+    sub = [records[i] for i in keep]
+    walked = [walk_example(records[i])[names[0].decode()] for i in keep]
+    if kind == 3:
+        want = [int(v) for w, i in zip(walked, keep, strict=True)
+                for v in list_values(records[i], w.regions, "int64", w.level)]
+        starts, ends = table[keep, 2].copy(), table[keep, 3].copy()
+        how = rng.choice(["v", "i"])
+        if rng.random() < 0.1 and len(starts):  # a span moved, maybe out of its record
+            starts[rng.randrange(len(starts))] = rng.choice(EDGES)
+            want = _varints_of_spans(sub, starts, ends)  # (None: to be refused)
+        size = max(0, len(want or []) + rng.choice([0, 0, 0, 1, -1]))
+        out = np.zeros(size, np.int64 if how == "v" else np.int32)
+        got = call(native.values, sub, starts, ends, how, out)
+        note("values", got if got is not None else [out])  # None: the values are in out
+        if got is None:
+            assert want is not None, (sub, starts, ends)
+            want_typed = np.array(want, np.int64).astype(out.dtype)  # int32: the low 32 bits
+            assert size == len(want) and out.tolist() == want_typed.tolist(), (out, want)
+        else:
+            assert isinstance(got, ValueError), got
+        return
+    want_bytes = [v for w, i in zip(walked, keep, strict=True)
+                  for v in list_values(records[i], w.regions, "bytes", w.level)]
+    count = rng.choice([len(want_bytes)] * 3 + [len(want_bytes) + 1, 2**62, -1])
+    got = call(native.values, sub, table[keep, 5].copy(), table[keep, 6].copy(), "b", count)
+    note("values", got if not isinstance(got, np.ndarray) else list(got))
+    if count == len(want_bytes):
+        assert isinstance(got, np.ndarray) and got.dtype == object and got.shape == (count,)
+        assert list(got) == want_bytes, (got, want_bytes)
+    else:
+        assert isinstance(got, (ValueError, OverflowError)), got
+
+
+#: Spec features the plans of fuzz_plan take: (name, what the careful path is told).
+_PLAN_FEATURES = [("a", "int64"), ("b", "bytes"), ("img", "float32"), ("n0", "int64"),
+                  ("x", "bytes")]
+
+
+def fuzz_plan(rng: random.Random) -> None:
+    """``RecordPlan`` against the careful walker (ofindex.decode's pure-Python path, itself
+    checked against protobuf): on good and mutated records, with random specs and without,
+    the plan's answer is ``None`` or exactly the careful path's arrays, and a record the
+    careful path refuses is never answered with values of an asked-for feature it looked at;
+    plans made of hostile arguments are refused cleanly."""
+    from ofindex import _accel
+    from ofindex.decode import FixedLen, VarLen, decode_example
+    from ofindex.decode._plans import record_plan
+    from ofindex.decode.spec import normalize_spec
+    from ofindex.errors import DecodeError
+
+    raw = _mutated(rng, _example(rng))
+    spec: dict | None = None
+    if rng.random() < 0.7:
+        spec = {}
+        for name, dtype in rng.sample(_PLAN_FEATURES, rng.randint(1, 3)):
+            shape = rng.choice([(), (1,), (2,), (1, 2)])
+            spec[name] = rng.choice([VarLen(dtype), FixedLen(shape, dtype), None, FixedLen(
+                shape, dtype, default=b"d" if dtype == "bytes" else 3)])
+    nspec = normalize_spec(spec, ("bytes", "float32", "int64"), "Example")
+    plan = record_plan(nspec, "example")
+    assert plan is not None
+    got = call(plan, raw)
+    STATS["RecordPlan records"]["decoded" if isinstance(got, dict) else
+                                "left to the careful path" if got is None else
+                                type(got).__name__] += 1
+    saved, _accel.native = _accel.native, None
+    try:
+        want = decode_example(raw, spec)
+    except DecodeError as exc:  # the careful path's refusal
+        want = exc
+    finally:
+        _accel.native = saved
+    if got is not None and not isinstance(got, BaseException):
+        assert not isinstance(want, BaseException), (raw, spec, got, want)
+        assert list(got) == list(want), (raw, spec)
+        for name in want:
+            a, b = got[name], want[name]
+            assert a.dtype == b.dtype and a.shape == b.shape, (raw, name)
+            assert (a.tobytes() == b.tobytes() if a.dtype != object else a.tolist() == b.tolist())
+    else:
+        assert got is None, got
+    hostile = rng.randrange(5)
+    dtypes = (np.dtype(np.float32), np.dtype(object), np.dtype(np.float32), np.dtype(np.int64))
+    features = ((b"a", "a", 3, 2, (2,), None),)
+    if hostile == 0:
+        dtypes = (dtypes[0], np.dtype(np.int64), dtypes[2], np.dtype(np.int32))  # widths
+    elif hostile == 1:
+        features = ((b"a", "a", 3, 3, (2,), None),)  # a shape of another count
+    elif hostile == 2:
+        features = ((b"a", "a", 9, 1, (), None),)  # a kind not known
+    elif hostile == 3:
+        features = ((b"a", "a", 3, 1, (rng.choice(EDGES),), None),)
+    else:
+        features = ((b"a", "a", 3, -1, None, np.zeros(1)),)  # a default for a VarLen: fine
+    made = call(native.RecordPlan, b".b4v", True, features, dtypes)
+    STATS["RecordPlan made"][type(made).__name__] += 1
+    if hostile < 3 or (hostile == 3 and features[0][4] != (1,)):
+        assert isinstance(made, (ValueError, TypeError, OverflowError)), made
+    elif not isinstance(made, BaseException):
+        assert made.decode(raw) is None or isinstance(made.decode(raw), dict)
 
 
 def _inflate_all(data: bytes, wbits: int, every: int, rooms: list[int], blocks: list[bool]
@@ -1037,7 +1181,8 @@ def fuzz_encode(rng: random.Random) -> None:
 
 TARGETS = {"cut": fuzz_cut, "gather": fuzz_gather_and_record, "types": fuzz_wrong_types,
            "layout": fuzz_layout, "walk": fuzz_walk, "blocks": fuzz_blocks,
-           "slices": fuzz_slices_and_fill, "locate": fuzz_locate, "inflater": fuzz_inflater_marks,
+           "slices": fuzz_slices_and_fill, "locate": fuzz_locate, "values": fuzz_values,
+           "plan": fuzz_plan, "inflater": fuzz_inflater_marks,
            "crcs": fuzz_crcs, "reader": fuzz_reader, "preads": fuzz_preads,
            "encode": fuzz_encode}
 

@@ -11,18 +11,27 @@ import pytest
 from helpers import need
 
 import ofindex
+import ofindex.cache.chain
+import ofindex.cache.data
 import ofindex.decode
 import ofindex.encode
-import ofindex.read.datacache
 import ofindex.schema
 import ofindex.shuffle
+import ofindex.tfds
 import ofindex.write
 
 need("torch", "torch")
+need("tensorflow", "tf")
+need("keras", "keras")
+import ofindex.integrations.keras  # noqa: E402
+import ofindex.integrations.tf  # noqa: E402
+import ofindex.integrations.tfds_torch  # noqa: E402
 import ofindex.integrations.torch  # noqa: E402
 
 MODULES = [ofindex, ofindex.decode, ofindex.encode, ofindex.write, ofindex.schema,
-           ofindex.shuffle, ofindex.integrations.torch, ofindex.read.datacache]
+           ofindex.shuffle, ofindex.integrations.torch, ofindex.integrations.tf,
+           ofindex.integrations.keras, ofindex.cache.chain, ofindex.cache.data, ofindex.tfds,
+           ofindex.integrations.tfds_torch]
 #: Methods documented even though they start with an underscore.
 DUNDERS = {"__getitem__", "__getitems__", "__iter__", "__len__", "__call__"}
 

@@ -10,34 +10,45 @@ import os
 
 ROOT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "ofindex")
 
-#: What each layer may import besides itself. ``formats`` and ``storage`` know nothing of the
-#: layers above them; ``deflate`` (inflating and deflating for random access) uses both;
+#: What each layer may import besides itself. ``transport`` (the network: requests, their
+#: policy and failures) knows nothing of files or datasets; ``formats`` and ``storage`` (which
+#: uses ``transport``) know nothing of the layers above them; ``deflate`` (inflating and
+#: deflating for random access) uses both; ``cache`` (the read-through chain of caches, keyed
+#: by the data's identity) uses them too and knows nothing of the reads that call it;
 #: ``index`` (making indexes) and ``read`` (using them) use those three and not each other
 #: (``ofindex.open``, in the top-level ``opening`` module, joins them for ``build_missing``);
 #: ``cli`` and ``integrations`` use everything; ``decode`` and ``shuffle`` stand alone (but for
 #: the errors they raise).
 ALLOWED = {
-    "storage": {"errors"},
+    "transport": {"errors"},
+    "storage": {"errors", "transport"},
     "formats": {"errors", "storage"},
     "deflate": {"errors", "_accel", "_threads", "storage", "formats"},
     "index": {"errors", "_accel", "_threads", "storage", "formats", "deflate"},
-    "read": {"errors", "_accel", "_threads", "storage", "formats", "deflate"},
+    "cache": {"errors", "storage", "formats"},
+    "read": {"errors", "_accel", "_threads", "storage", "formats", "deflate", "cache"},
     "decode": {"errors", "_accel", "_threads", "proto"},
     "encode": {"errors", "_accel", "formats", "decode"},  # framed blocks: formats.crc
     "schema": {"errors", "decode", "proto", "read"},
     "convert": {"errors", "storage", "formats", "index", "read", "decode", "encode", "write",
                 "opening"},
     "write": {"errors", "storage", "formats", "index", "decode", "encode"},
+    # "tfds": a TFDS builder directory opened through ofindex.open, decoded by ofindex.decode
+    "tfds": {"errors", "_threads", "transport", "decode", "read", "opening"},
     # "events": TensorBoard logs, indexed in the build's scan and read through datasets
     "events": {"errors", "storage", "formats", "index", "read", "decode", "proto", "opening"},
     "shuffle": {"errors"},  # StateError for saved states it refuses
     # "planning": a plan opens the dataset for its shape, and models reads and orders
-    "planning": {"errors", "storage", "formats", "read", "shuffle", "opening"},
+    "planning": {"errors", "storage", "formats", "read", "cache", "shuffle", "opening"},
     # "opening": an integration that takes paths (Ray's read_ofindex) opens them as the CLI does
-    "integrations": {"errors", "storage", "formats", "index", "read", "decode", "shuffle",
-                     "opening"},
-    "cli": {"", "errors", "_accel", "storage", "formats", "index", "read", "decode", "shuffle",
-            "proto", "opening", "encode", "write", "schema", "convert", "planning", "events"},
+    # "encode": the column map's way back (records to the Arrow columns they were written from);
+    # "planning": the engines' read tasks are the split planner's partitions; "write": their
+    # write transforms stage shards from many tasks and publish them at the end
+    "integrations": {"errors", "storage", "formats", "index", "read", "decode", "encode",
+                     "shuffle", "opening", "tfds", "planning", "write", "schema"},
+    "cli": {"", "errors", "_accel", "transport", "storage", "formats", "index", "read", "decode",
+            "shuffle", "proto", "opening", "encode", "write", "schema", "convert", "planning",
+            "tfds", "events"},
     "errors": set(),
     "_accel": {"_native"},
     "_threads": set(),
@@ -105,6 +116,26 @@ def test_layers_import_one_way():
             if other != layer and other not in ALLOWED[layer]:
                 bad.append(f"{module} -> {t}")
     assert not bad, "imports against the layering:\n" + "\n".join(sorted(bad))
+
+
+#: The libraries that speak to the network: only ``ofindex/transport/`` imports them (the rest
+#: of the library reaches a store through it), so that the requests, their policy and the
+#: libraries' options are decided in one layer.
+NETWORK_LIBRARIES = ("fsspec", "s3fs", "gcsfs", "aiohttp", "botocore", "aiobotocore", "yarl",
+                     "google.auth", "requests", "urllib3", "obstore")
+
+
+def test_only_the_transport_imports_the_network_libraries():
+    bad = []
+    for module, path in _modules().items():
+        if _layer(module) == "transport":
+            continue
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read(), path)
+        bad += [f"{module}:{node.lineno}: {name}" for node in ast.walk(tree)
+                for name in _imported(node)
+                if any(name == lib or name.startswith(lib + ".") for lib in NETWORK_LIBRARIES)]
+    assert bad == [], "network libraries imported outside ofindex/transport/:\n" + "\n".join(bad)
 
 
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -245,11 +276,12 @@ def test_every_error_and_warning_is_in_errors_and_exported():
     ``ClusterError`` and four warnings were defined but not exported). Classes private to a
     module (a leading underscore, or internal signals caught by their callers and never
     raised to a user: the decoder's ``WireError``, inflating's ``InflateFailure``, the cache
-    database's ``Unusable``) and the CLI's own ``UsageError`` are the exceptions."""
+    database's ``Unusable``, the transport's ``RequestFailure``, which hands a failure past
+    gcsfs's retry loop to our policy) and the CLI's own ``UsageError`` are the exceptions."""
     import ofindex
     from ofindex import errors
 
-    internal = {"WireError", "InflateFailure", "Unusable", "UsageError"}
+    internal = {"WireError", "InflateFailure", "Unusable", "UsageError", "RequestFailure"}
     misplaced = []
     for module, path in _modules().items():
         with open(path, encoding="utf-8") as source:
@@ -268,3 +300,123 @@ def test_every_error_and_warning_is_in_errors_and_exported():
             assert issubclass(value, (errors.OfindexError, errors.OfindexWarning)), name
             assert getattr(ofindex, name, None) is value and name in ofindex.__all__, \
                 f"ofindex.{name} is not exported"
+
+
+#: The dependencies whose private names the library must not use: their internals change
+#: without notice (zarr's ``storage/_fsspec.py`` keeps to the same public surface).
+DEPENDENCIES = ("fsspec", "s3fs", "gcsfs", "aiohttp")
+#: Names of theirs that are public in form but not documented as API.
+UNDOCUMENTED = {"set_session", "encode_url", "__wrapped__", "fs.kwargs"}
+
+
+def _private_names_of(package: str) -> set[str]:
+    """Every single-underscore name a dependency defines (a function, a class, an assigned
+    name or attribute), read from its sources (not imported: its optional modules need not
+    import)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec(package)
+    assert spec is not None and spec.submodule_search_locations, package
+    names = set()
+    for directory, _, files in os.walk(spec.submodule_search_locations[0]):
+        for name in files:
+            if name.endswith(".py"):
+                with open(os.path.join(directory, name), encoding="utf-8") as f:
+                    tree = ast.parse(f.read())
+                names.update(found for node in ast.walk(tree) for found in _defined(node)
+                             if _single_underscore(found))
+    return names
+
+
+def _single_underscore(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__") and len(name) > 1
+
+
+def _references(tree: ast.AST) -> list[tuple[int, str]]:
+    """``(line, name)`` of every attribute read, ``getattr``-style string and name imported
+    from another module in ``tree``, the method names handed to our fsspec call helpers
+    (:func:`ofindex.transport.clients.call`: ``call(fs, "info")``, ``client.call(path,
+    action, "info")``) as ``"method:<name>"``, and a filesystem's undocumented ``kwargs`` as
+    ``"fs.kwargs"``."""
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute):
+            out.append((node.lineno, node.attr))
+            if node.attr == "kwargs" and ast.unparse(node.value).endswith("fs"):
+                out.append((node.lineno, "fs.kwargs"))
+        elif isinstance(node, ast.ImportFrom):
+            out.extend((node.lineno, alias.name) for alias in node.names)
+        elif isinstance(node, ast.Call):
+            func = ast.unparse(node.func)
+            literals = [a.value for a in node.args
+                        if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+            if func in ("getattr", "setattr", "hasattr", "delattr"):
+                out.extend((node.lineno, name) for name in literals)
+                if literals[:1] == ["kwargs"] and ast.unparse(node.args[0]).endswith("fs"):
+                    out.append((node.lineno, "fs.kwargs"))
+            elif func == "call" and literals[:1] == [ast.unparse(node.args[1])[1:-1]]:
+                out.append((node.lineno, f"method:{literals[0]}"))
+            elif func.endswith("client.call") and len(literals) > 1:
+                out.append((node.lineno, f"method:{literals[1]}"))
+    return out
+
+
+def test_only_public_apis_of_fsspec_s3fs_gcsfs_aiohttp():
+    """No reference to a private name of fsspec, s3fs, gcsfs or aiohttp (one of theirs, not
+    one of ours), to names they do not document (``set_session``, ``encode_url``, a
+    filesystem's ``kwargs``, ``__wrapped__``), or to their settings in the process
+    environment. fsspec's async
+    filesystems' coroutines (``_info``, ``_cat_file`` … for each public method) are its
+    documented async API; the method names our call helper prefixes with ``_`` must be public
+    methods of ``AbstractFileSystem``."""
+    from fsspec.spec import AbstractFileSystem
+
+    methods = {m for m in dir(AbstractFileSystem) if not m.startswith("_")}
+    theirs = set().union(*(_private_names_of(p) for p in DEPENDENCIES))
+    trees = {}
+    for module, path in _modules().items():
+        with open(path, encoding="utf-8") as f:
+            trees[module] = ast.parse(f.read(), path)
+    ours = {name for tree in trees.values() for node in ast.walk(tree)
+            for name in _defined(node) if _single_underscore(name)}
+    forbidden = (theirs - ours - {"_" + m for m in methods}) | UNDOCUMENTED
+    # the modules that hold their objects: transport and storage, and any that imports them
+    # (elsewhere a private name is another library's: torch's, grain's)
+    holding = {module for module, tree in trees.items()
+               if _layer(module) in ("transport", "storage") or any(
+                   name.split(".")[0] in DEPENDENCIES for node in ast.walk(tree)
+                   for name in _imported(node))}
+    bad = [f"{module}:{line}: {name}" for module, tree in trees.items() if module in holding
+           for line, name in _references(tree)
+           if name in forbidden
+           or (name.startswith("method:") and name.removeprefix("method:") not in methods)]
+    bad += [f"{module}:{node.lineno}: {node.value}" for module, tree in trees.items()
+            for node in ast.walk(tree) if isinstance(node, ast.Constant)
+            and isinstance(node.value, str) and node.value.startswith("GCSFS_")]
+    assert bad == [], "\n".join(bad)
+
+
+def _defined(node: ast.AST) -> list[str]:
+    """The names ``node`` defines: a function, a class, an assigned name or attribute."""
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return [node.name]
+    targets: list[ast.expr] = []
+    if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+    names = []
+    for target in targets:
+        for sub in ast.walk(target):
+            if isinstance(sub, ast.Name):
+                names.append(sub.id)
+            elif isinstance(sub, ast.Attribute) and ast.unparse(sub.value) in ("self", "cls"):
+                names.append(sub.attr)  # (an attribute set on another object is not defined)
+    return names
+
+
+def _imported(node: ast.AST) -> list[str]:
+    """The modules ``node`` imports."""
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    if isinstance(node, ast.ImportFrom) and not node.level:
+        return [node.module or ""]
+    return []

@@ -235,33 +235,34 @@ def ofindex_cache_entry(v: dict[str, Any]) -> dict[str, Any]:
     """What ofindex gives for a cache vector."""
     from types import SimpleNamespace
 
+    from ofindex.cache import dir_files, keys
     from ofindex.formats.compact_manifest import CompactManifest
     from ofindex.formats.index_cache import cached_index_dir
-    from ofindex.read import blockfile, cachedir, nodecache, pages
+    from ofindex.read import pages
     from ofindex.storage import FileStamp
 
     kind = v["entry"]
     if kind == "index cache":
         return {"name": os.path.basename(cached_index_dir(v["directory"]))}
     if kind in ("header", "page"):
-        pager = pages.Pager(v.get("records_per_page", 16), nodecache.sidecar_key(
+        pager = pages.Pager(v.get("records_per_page", 16), keys.sidecar_key(
             v["index_url"], FileStamp(v["size"], v["fingerprint"]), v["body_crc"]), False, True)
         key = pager.header_key if kind == "header" else pager.page_key(v["page"])
         return {"key": key.hex()}
     if kind == "whole sidecar":
-        name = cachedir.entry_name(v["index_url"])
-        return {"file": name, "key": cachedir.file_key(name).hex()}
+        name = dir_files.entry_name(v["index_url"])
+        return {"file": name, "key": dir_files.file_key(name).hex()}
     if kind == "identity":
-        key = nodecache.identity_key(v["url"], FileStamp(v["size"], v["fingerprint"]),
-                                     v["digest"])
-        return {"key": key.hex(), "data": nodecache.identity_entry(key).hex()}
+        key = keys.identity_key(v["url"], FileStamp(v["size"], v["fingerprint"]),
+                                v["digest"])
+        return {"key": key.hex(), "data": keys.identity_entry(key).hex()}
     if kind == "compact stamps":
         manifest = SimpleNamespace(url=v["manifest_url"], head=SimpleNamespace(crc=v["head_crc"]))
         return {"key": CompactManifest.node_key(manifest, v["page"]).hex()}
     if kind == "block":
-        key = blockfile.block_key(v["url"], FileStamp(v["size"], v["fingerprint"]),
-                                  v["block_bytes"], v["block"])
-        return {"key": key.hex(), "file": cachedir.block_name(key)}
+        key = keys.block_key(v["url"], FileStamp(v["size"], v["fingerprint"]),
+                             v["block_bytes"], v["block"])
+        return {"key": key.hex(), "file": dir_files.block_name(key)}
     return {"records_per_page": pages.page_records_for(v["records"], v["size"])}
 
 
@@ -275,13 +276,13 @@ def test_cache_keys(vector, reader):
 @pytest.mark.parametrize("reader", ["ofindex", "page"])
 @pytest.mark.parametrize("block", BLOCKS, ids=[b["name"] for b in BLOCKS])
 def test_cache_blocks(block, reader, tmp_path):
-    from ofindex.read import blockfile
+    from ofindex.cache import block_file
 
     path = os.path.join(CORPUS, "cases", block["file"])
     key = bytes.fromhex(block["key"])
     if reader == "ofindex":
-        got = blockfile.map_block(os.path.dirname(path), os.path.basename(path), key,
-                                  block["length"], block["check_data"])
+        got = block_file.map_block(os.path.dirname(path), os.path.basename(path), key,
+                                   block["length"], block["check_data"])
         payload = None if got is None else bytes(got)
     else:
         payload = spec_reader.read_block(path, key, block["length"], block["check_data"])

@@ -45,8 +45,11 @@ def test_parquet(tmp_path):
 def test_a_column_that_cannot_be_stored_is_refused_before_writing(tmp_path):
     pa = pytest.importorskip("pyarrow")
     pq = pytest.importorskip("pyarrow.parquet")
-    pq.write_table(pa.table({"ok": [1], "nested": [[[1]]]}), tmp_path / "bad.parquet")
-    with pytest.raises(EncodeError, match="column 'nested' of Arrow type list<"):
+    # every Arrow type Parquet holds is mapped (tests/test_hf_lossless.py); two columns that
+    # would write one feature cannot be stored
+    clash = pa.table({"a": pa.array([{"b": 1}]), "a/b": [2]})
+    pq.write_table(clash, tmp_path / "bad.parquet")
+    with pytest.raises(EncodeError, match="columns 'a' and 'a/b' both give the feature"):
         ofindex.convert(str(tmp_path / "bad.parquet"), tmp_path / "never")
     assert not (tmp_path / "never").exists()
 
@@ -58,12 +61,13 @@ def test_hf_dataset_object_and_saved_directory(tmp_path):
     ofindex.convert(hf, tmp_path / "obj")
     hf.save_to_disk(str(tmp_path / "saved"))
     ofindex.convert(str(tmp_path / "saved"), tmp_path / "disk")
+    # float64 values in an Example: each row's doubles, exact, in one bytes value
     spec = {"text": FixedLen((), "bytes"), "label": FixedLen((), "int64"),
-            "emb": FixedLen(2)}
+            "emb": FixedLen((), "bytes")}
     for out in ("obj", "disk"):
         got = _all(tmp_path / out, spec)
-        assert got["text"].tolist() == [b"a", b"bb", b"ccc"]
-        assert got["label"].tolist() == [0, 1, 0] and got["emb"].tolist() == [[0.5, 1.5]] * 3
+        assert got["text"].tolist() == [b"a", b"bb", b"ccc"] and got["label"].tolist() == [0, 1, 0]
+        assert [np.frombuffer(v, "<f8").tolist() for v in got["emb"]] == [[0.5, 1.5]] * 3
 
 
 def test_image_folder_with_jpegs(tmp_path):
@@ -88,6 +92,23 @@ def test_image_folder_with_jpegs(tmp_path):
     assert got[("cat", "0.jpg")][1] == 0 and got[("dog", "2.jpg")][1] == 1  # sorted classes
     decoded = image.open(io.BytesIO(got[("dog", "2.jpg")][0]))
     assert decoded.size == (10, 8)
+    assert summary.image_formats == {"JPEG": 6}
+
+
+def test_an_image_folder_of_pngs_and_jpegs_says_which_formats_it_wrote(tmp_path, capsys):
+    """convert accepted PNGs into an image folder dataset and said nothing of them (the image
+    stage then refused them as 'not a JPEG'): the summary counts each format written."""
+    image = pytest.importorskip("PIL.Image")
+    root = tmp_path / "images"
+    for cls, fmt, count in (("a", "PNG", 2), ("b", "JPEG", 3), ("c", "GIF", 1)):
+        (root / cls).mkdir(parents=True)
+        for k in range(count):
+            image.new("RGB", (4, 4)).save(root / cls / f"{k}.{fmt.lower()}", format=fmt)
+    summary = ofindex.convert(str(root), tmp_path / "out")
+    assert summary.image_formats == {"PNG": 2, "JPEG": 3, "GIF": 1}
+    assert str(summary).endswith("; images: 3 JPEG, 2 PNG, 1 GIF")
+    assert main(["convert", str(root), str(tmp_path / "cli"), "--no-progress"]) == 0
+    assert "images: 3 JPEG, 2 PNG, 1 GIF" in capsys.readouterr().out
 
 
 def test_npz_and_npy(tmp_path):
@@ -345,12 +366,15 @@ def _table_with_nulls(pa, n=60):
 
 
 def _expected_rows(table, nulls):
-    """Each row as a record holds it: null cells left out, null elements as the policy says."""
+    """Each row as a record holds it: null cells left out (a list's marked by
+    ``<column>/null``), null elements as the policy says."""
     rows = []
     for row in table.to_pylist():
         record = {}
         for name, value in row.items():
             if value is None:
+                if name != "id":
+                    record[f"{name}/null"] = 1
                 continue
             if isinstance(value, list):
                 if nulls == "drop":

@@ -25,12 +25,12 @@ import pytest
 from helpers import IMPLEMENTATIONS, implementation, stamp_as_served
 
 import ofindex
+from ofindex.cache import block_file, keys
+from ofindex.cache.data import DataCache
+from ofindex.cache.dir_files import BLOCK_SUFFIX, file_key
+from ofindex.cache.entries_db import DATA_DB_NAME
 from ofindex.cli.synthetic import write_dataset
 from ofindex.errors import CacheDirWarning, DataCacheWarning
-from ofindex.read import blockfile
-from ofindex.read.cachedb import DATA_DB_NAME
-from ofindex.read.cachedir import BLOCK_SUFFIX, file_key
-from ofindex.read.datacache import DataCache
 from ofindex.shuffle import GlobalShuffleSampler
 
 RECORDS, SHARDS, SIZE = 3000, 3, 300
@@ -101,7 +101,7 @@ def test_epoch_two_makes_no_data_request(served, nginx_server, tmp_path):
                 if f.startswith("part-"))
     blocks = _blocks(cache_dir)
     on_disk = sum(os.path.getsize(cache_dir / b) for b in blocks)
-    assert on_disk == total + len(blocks) * blockfile.HEADER_SIZE  # each byte kept once
+    assert on_disk == total + len(blocks) * block_file.HEADER_SIZE  # each byte kept once
     assert again.data_cache.misses == 0 and again.data_cache.hits > 0
 
 
@@ -165,13 +165,13 @@ def test_a_file_replaced_by_another_version_is_never_served_from_the_old_blocks(
 def test_keys_name_the_file_version():
     from ofindex.storage import FileStamp
 
-    one = blockfile.block_key("s3://b/part-0", FileStamp(100, "etag:a"), 1 << 20, 0)
-    assert one == blockfile.block_key("s3://b/part-0", FileStamp(100, "etag:a"), 1 << 20, 0)
-    for other in (blockfile.block_key("s3://b/part-0", FileStamp(100, "etag:b"), 1 << 20, 0),
-                  blockfile.block_key("s3://b/part-0", FileStamp(101, "etag:a"), 1 << 20, 0),
-                  blockfile.block_key("s3://b/part-1", FileStamp(100, "etag:a"), 1 << 20, 0),
-                  blockfile.block_key("s3://b/part-0", FileStamp(100, "etag:a"), 1 << 19, 0),
-                  blockfile.block_key("s3://b/part-0", FileStamp(100, "etag:a"), 1 << 20, 1)):
+    one = keys.block_key("s3://b/part-0", FileStamp(100, "etag:a"), 1 << 20, 0)
+    assert one == keys.block_key("s3://b/part-0", FileStamp(100, "etag:a"), 1 << 20, 0)
+    for other in (keys.block_key("s3://b/part-0", FileStamp(100, "etag:b"), 1 << 20, 0),
+                  keys.block_key("s3://b/part-0", FileStamp(101, "etag:a"), 1 << 20, 0),
+                  keys.block_key("s3://b/part-1", FileStamp(100, "etag:a"), 1 << 20, 0),
+                  keys.block_key("s3://b/part-0", FileStamp(100, "etag:a"), 1 << 19, 0),
+                  keys.block_key("s3://b/part-0", FileStamp(100, "etag:a"), 1 << 20, 1)):
         assert other != one
 
 
@@ -212,9 +212,9 @@ def test_processes_share_the_blocks_and_write_them_concurrently(served, tmp_path
 _KILLED_WRITER = """
 import os, sys, time
 import ofindex
-from ofindex.read import blockfile
+from ofindex.cache import data
 url, cache_dir = sys.argv[1:3]
-real = blockfile.write_local_atomic
+real = data.write_local_atomic
 
 def slow(path, parts, durable=True, owned=False):
     # the temporary file half written, then stopped: the parent kills this process here
@@ -225,7 +225,7 @@ def slow(path, parts, durable=True, owned=False):
     print("writing", flush=True)
     time.sleep(600)
 
-blockfile.write_local_atomic = slow
+data.write_local_atomic = slow
 ds = ofindex.open(url, cache_dir=cache_dir, data_cache_bytes=64 << 20)
 ds[[0, 1, 2]]
 """
@@ -249,11 +249,11 @@ def test_a_writer_killed_mid_write_leaves_nothing_served(served, tmp_path):
     assert ds[[0, 1, 2]] == expected[:3]
     assert ds.data_cache.misses >= 1 and len(_blocks(cache_dir)) >= 1
     # the dead writer's temporary file is swept once it is old (a live writer's is young)
-    old = time.time() - 2 * blockfile.STALE_TEMPORARY
+    old = time.time() - 2 * block_file.STALE_TEMPORARY
     os.utime(cache_dir / temporary[0], (old, old))
     DataCache(str(cache_dir), BUDGET)
     assert (cache_dir / temporary[0]).exists()  # swept less than an hour ago: not again yet
-    os.utime(cache_dir / blockfile.SWEPT_MARKER, (old, old))
+    os.utime(cache_dir / block_file.SWEPT_MARKER, (old, old))
     DataCache(str(cache_dir), BUDGET)
     assert not (cache_dir / temporary[0]).exists()
 
@@ -284,7 +284,7 @@ def _torn_or_damaged(served, tmp_path):
     # bit rot inside a record: its CRC fails in the cached bytes, so the batch is read again
     # from the server (no error, no wrong record) and the damaged block is dropped
     damaged = bytearray(whole)
-    damaged[blockfile.HEADER_SIZE + 100] ^= 0x40
+    damaged[block_file.HEADER_SIZE + 100] ^= 0x40
     first.write_bytes(bytes(damaged))
     fresh = ofindex.open(url, cache_dir=str(cache_dir), data_cache_bytes=BUDGET)
     assert fresh[np.arange(RECORDS)] == expected
@@ -337,7 +337,9 @@ def test_a_full_disk_costs_one_warning_and_reads_on(served, tmp_path, monkeypatc
     def full(path, parts, durable=True, owned=False):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(blockfile, "write_local_atomic", full)
+    from ofindex.cache import data
+
+    monkeypatch.setattr(data, "write_local_atomic", full)
     cache_dir = tmp_path / "cache"
     ds = ofindex.open(url, cache_dir=str(cache_dir), data_cache_bytes=BUDGET)
     with warnings.catch_warnings(record=True) as caught:
@@ -618,7 +620,7 @@ def test_a_record_damaged_in_a_file_held_whole_is_read_again_from_the_store(serv
     assert ds[np.arange(RECORDS)] == expected
     assert ds.data_cache.resident_batches == before + 1
     first = cache_dir / _blocks(cache_dir)[0]
-    whole = _damage_in_place(first, blockfile.HEADER_SIZE + 100)  # after its checks
+    whole = _damage_in_place(first, block_file.HEADER_SIZE + 100)  # after its checks
     assert ds[np.arange(RECORDS)] == expected  # the CRC fails: no error, no wrong record
     assert ds.data_cache.resident_batches == before + 1
     assert not first.exists() or first.read_bytes() == whole  # the damaged copy dropped
@@ -633,7 +635,7 @@ def test_without_record_crcs_a_file_is_held_whole_only_from_checked_blocks(serve
     ds = ofindex.open(url, cache_dir=str(cache_dir), data_cache_bytes=BUDGET)
     _epochs_through(ds, expected)
     first = cache_dir / _blocks(cache_dir)[0]
-    whole = _damage_in_place(first, blockfile.HEADER_SIZE + 100)
+    whole = _damage_in_place(first, block_file.HEADER_SIZE + 100)
     # a reader that checks no record CRC (verify=False) maps blocks with their CRC checked
     unverified = ofindex.open(url, cache_dir=str(cache_dir), data_cache_bytes=BUDGET,
                               verify=False)
@@ -643,8 +645,8 @@ def test_without_record_crcs_a_file_is_held_whole_only_from_checked_blocks(serve
 
 
 def test_files_held_whole_register_their_use_once_a_minute(served, tmp_path, monkeypatch):
-    from ofindex.read import datacache
-    from ofindex.read.nodecache import TOUCH_AFTER
+    from ofindex.cache import data as datacache
+    from ofindex.cache.machine import TOUCH_AFTER
 
     url, _, expected = served
     ds = ofindex.open(url, cache_dir=str(tmp_path), data_cache_bytes=BUDGET)
@@ -690,7 +692,7 @@ def test_a_forgotten_block_lets_go_of_its_file(served, tmp_path):
 
 
 def test_neighbouring_blocks_are_fetched_in_runs():
-    from ofindex.read.block_ranges import Block, runs
+    from ofindex.cache.block_plan import Block, runs
 
     def block(path: str, start: int, end: int) -> Block:
         return Block(f"{path}{start}".encode(), path, start, end)
@@ -718,7 +720,7 @@ def test_a_first_batch_fetches_each_file_s_blocks_in_one_request(served, nginx_s
 
 def test_files_beyond_the_bound_of_maps_are_read_by_the_planned_reads(served, tmp_path,
                                                                        monkeypatch):
-    from ofindex.read import datacache
+    from ofindex.cache import data as datacache
 
     url, _, expected = served
     ds = ofindex.open(url, cache_dir=str(tmp_path), data_cache_bytes=BUDGET)

@@ -1,7 +1,8 @@
 """The decoders accept exactly the bytes protobuf's own parser accepts, and decode them to the
 values protobuf gives; they refuse (``DecodeError``) exactly the bytes protobuf refuses.
 
-The reference is ``ParseFromString`` of the installed protobuf (upb). Records are written by
+The reference is ``ParseFromString`` of protobuf 7 (upb; tests/protobuf_oracle.py asks it in
+a process of its own when the installed protobuf is older). Records are written by
 hand (tests/wiregen.py: unknown fields of every wire type at every nesting level, groups in
 groups, overlong tags and lengths, repeated and merged messages, packed and unpacked lists)
 and mutated byte by byte. Single records go through ``decode_example``,
@@ -18,13 +19,14 @@ from typing import Any
 import numpy as np
 import pytest
 from fuzzkit import Tally, guarded
-from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
-from helpers import same, same_dict
+from helpers import implementation, same, same_dict
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from protobuf_oracle import DTYPES, MESSAGES, protobuf_answer
 from wiregen import EGROUP, LEN, MAX_DEPTH, RECORDS, SGROUP, VARINT, mutated, records, varint
 
 from ofindex.decode import (
+    Decoder,
     FixedLen,
     VarLen,
     decode_batch,
@@ -33,96 +35,17 @@ from ofindex.decode import (
     decode_sequence_example,
 )
 from ofindex.errors import DecodeError
-from ofindex.proto import example_pb2, ofrecord_pb2
 
 TALLY_SINGLE = Tally("decoders vs protobuf, hand-written and mutated records")
 TALLY_BATCH = Tally("decode_batch vs protobuf, hand-written and mutated records")
 #: deterministic: the same inputs on every run (failures found are kept as @example below)
 SETTINGS = settings(max_examples=600, derandomize=True, deadline=None, database=None,
                     suppress_health_check=list(HealthCheck))
-MESSAGES = {"example": example_pb2.Example, "sequence": example_pb2.SequenceExample,
-            "ofrecord": ofrecord_pb2.OFRecord}
 DECODERS = {"example": decode_example, "sequence": decode_sequence_example,
             "ofrecord": decode_ofrecord}
-DTYPES = {"bytes_list": np.dtype(object), "float_list": np.dtype(np.float32),
-          "double_list": np.dtype(np.float64), "int32_list": np.dtype(np.int32),
-          "int64_list": np.dtype(np.int64)}
 
 
-# ---- protobuf's answer ---------------------------------------------------------------------
-
-def _entries_message() -> Any:
-    """``OFRecordEntries``: an OFRecord whose map is a plain repeated field with ``bytes``
-    keys, to read back what protobuf put in an OFRecord's map whatever the keys (protobuf's
-    Python API cannot hand out a proto2 map value whose key is not UTF-8)."""
-    name = "ofindex_tests/ofrecord_entries.proto"
-    pool = descriptor_pool.Default()
-    try:
-        pool.FindFileByName(name)
-    except KeyError:
-        proto = descriptor_pb2.FileDescriptorProto(
-            name=name, package="ofindex_tests", dependency=["ofindex/proto/ofrecord.proto"])
-        record = proto.message_type.add(name="OFRecordEntries")
-        entry = record.nested_type.add(name="Entry")
-        optional = descriptor_pb2.FieldDescriptorProto.LABEL_OPTIONAL
-        entry.field.add(name="key", number=1, label=optional,
-                        type=descriptor_pb2.FieldDescriptorProto.TYPE_BYTES)
-        entry.field.add(name="value", number=2, label=optional,
-                        type=descriptor_pb2.FieldDescriptorProto.TYPE_MESSAGE,
-                        type_name=".ofindex.oneflow.Feature")
-        record.field.add(name="feature", number=1,
-                         label=descriptor_pb2.FieldDescriptorProto.LABEL_REPEATED,
-                         type=descriptor_pb2.FieldDescriptorProto.TYPE_MESSAGE,
-                         type_name=".ofindex_tests.OFRecordEntries.Entry")
-        pool.AddSerializedFile(proto.SerializeToString())
-    return message_factory.GetMessageClass(
-        pool.FindMessageTypeByName("ofindex_tests.OFRecordEntries"))
-
-
-OFRECORD_ENTRIES = _entries_message()
-
-
-def _feature(feature: Any) -> tuple[str | None, np.ndarray]:
-    """A parsed Feature as (its list's name or None, its values)."""
-    which = feature.WhichOneof("kind")
-    if which is None:
-        return None, np.empty(0, np.float32)
-    values = list(getattr(feature, which).value)
-    if DTYPES[which].kind == "O":
-        out = np.empty(len(values), object)
-        out[:] = values
-        return which, out
-    return which, np.array(values, DTYPES[which])
-
-
-def _features(pairs: Any) -> dict[Any, tuple[str | None, np.ndarray]]:
-    return {key: _feature(value) for key, value in pairs}
-
-
-def protobuf_answer(kind: str, raw: bytes) -> Any:
-    """What protobuf makes of ``raw``: ``{name: (list name, values)}`` (for ``"sequence"``:
-    ``(context, {name: [(list name, values) per step]})``), or ``None`` when it refuses it."""
-    try:
-        parsed = MESSAGES[kind].FromString(raw)
-    except Exception:
-        return None
-    if kind == "example":
-        return _features(parsed.features.feature.items())
-    if kind == "sequence":
-        lists = {name: [_feature(step) for step in steps.feature]
-                 for name, steps in parsed.feature_lists.feature_list.items()}
-        return _features(parsed.context.feature.items()), lists
-    parsed.DiscardUnknownFields()  # upb keeps map entries with unknown fields aside
-    entries = OFRECORD_ENTRIES.FromString(parsed.SerializeToString())
-    return {_name(entry.key): _feature(entry.value) for entry in entries.feature}
-
-
-def _name(key: bytes) -> str | bytes:
-    try:
-        return key.decode("utf-8")
-    except UnicodeDecodeError:
-        return key  # as decode_ofrecord names a feature whose name is not UTF-8
-
+# ---- protobuf's answer: tests/protobuf_oracle.py ----------------------------------------
 
 def _plain(answer: dict[Any, tuple[str | None, np.ndarray]]) -> dict[Any, np.ndarray]:
     return {name: values for name, (_, values) in answer.items()}
@@ -242,6 +165,7 @@ for _depth in (MAX_DEPTH, MAX_DEPTH + 1):
     EDGES[f"{_depth - 2} groups in a Feature"] = ld(1, ld(2, nested_groups(_depth - 2)))
 
 
+
 @pytest.mark.parametrize("name", sorted(EDGES))
 def test_wire_rules_match_protobuf_ofrecord(name):
     check_single("ofrecord", EDGES[name])
@@ -314,15 +238,22 @@ def batch_case(draw: st.DrawFn, kind: str) -> tuple[dict[str, Any], list[bytes]]
               for name in names}
     spec: dict[str, Any] = {}
     for name, (dtype, count) in layout.items():
-        fixed = dtype in ("float32", "float64") or (dtype != "bytes" and count == 1)
-        spec[name] = FixedLen((count,), dtype) if fixed else VarLen(dtype)
+        if not draw(st.booleans()):
+            spec[name] = VarLen(dtype)
+        elif draw(st.booleans()):  # a default for records that lack the feature
+            spec[name] = FixedLen((count,), dtype, default=b"d" if dtype == "bytes" else 7)
+        else:
+            spec[name] = FixedLen((count,), dtype)
     out = []
     for _ in range(draw(st.integers(1, 6))):
         message = MESSAGES[kind]()
         features = message.features.feature if kind == "example" else message.feature
         for name, (dtype, count) in layout.items():
+            if draw(st.integers(0, 7)) == 0:
+                continue  # this record lacks the feature
             values = getattr(features[name], kinds[dtype]).value
-            for _ in range(count):
+            for _ in range(count if isinstance(spec[name], FixedLen) else draw(
+                    st.integers(0, count))):
                 if dtype == "bytes":
                     values.append(draw(st.binary(max_size=4)))
                 elif dtype.startswith("float"):
@@ -349,6 +280,8 @@ def _expected_column(answers: list[Any], name: str, fs: Any) -> Any:
         which, values = answer.get(name, (None, None))
         if which is None and isinstance(fs, VarLen):  # absent, or no list set: no values
             which, values = next(k for k, v in DTYPES.items() if v == dtype), np.empty(0, dtype)
+        elif which is None and isinstance(fs, FixedLen) and fs.default is not None:
+            which, values = next(k for k, v in DTYPES.items() if v == dtype), fs.default
         if which is None or DTYPES[which] != dtype:
             return None
         if isinstance(fs, FixedLen) and len(values) != fs.size:
@@ -400,6 +333,8 @@ def test_batches_match_protobuf(impl, case):
                     assert same(_row(got[name], i, fs), single[name]), name
         else:
             assert outcome == "DecodeError", got
+        for raw, answer in zip(batch, answers, strict=True):
+            _check_one(kind, spec, raw, answer is None)
         return
     columns = {name: _expected_column(answers, name, fs) for name, fs in spec.items()}
     if any(column is None for column in columns.values()):
@@ -411,5 +346,25 @@ def test_batches_match_protobuf(impl, case):
             assert same(got[name], column), name
         else:
             assert got[name].row_lengths.tolist() == [len(row) for row in column], name
-            flat = [x for row in column for x in row.tolist()]
-            assert got[name].values.tolist() == flat, name
+            flat = np.concatenate([np.asarray(row, got[name].values.dtype) for row in column])
+            assert same(got[name].values, flat), name
+    for i, raw in enumerate(batch):  # one record at a time: the same values
+        single = Decoder(spec, kind)(raw)
+        for name, fs in spec.items():
+            assert same(single[name], _row(got[name], i, fs)), name
+
+
+def _check_one(kind: str, spec: dict[str, Any], raw: bytes, refused: bool) -> None:
+    """``Decoder(spec, kind)(raw)`` (compiled when it can) against ``decode_*(raw, spec)`` on
+    the careful walk: the same values or the same error; only a record protobuf refuses
+    (``refused``) may decode where the walk fails, its flaw in a list left out of the spec."""
+    outcome, got = guarded(lambda: Decoder(spec, kind)(raw), 16 * len(raw) + 4096)
+    with implementation("pure-python"):
+        want_outcome, want = guarded(lambda: DECODERS[kind](raw, spec), 16 * len(raw) + 4096)
+    if outcome == want_outcome == "ok":
+        for name in spec:
+            assert same(got[name], want[name]), name
+    elif outcome == want_outcome:
+        assert str(got) == str(want)
+    else:
+        assert refused and outcome == "ok", (outcome, got, want)

@@ -15,6 +15,7 @@ from ofindex.decode import (
     FixedLen,
     VarLen,
     _protobuf,
+    batch,
     decode_batch,
     decode_example,
     decode_ofrecord,
@@ -49,6 +50,9 @@ def test_varied_layouts_take_the_compiled_parser_and_equal_single_decodes(monkey
     assert len(set(map(len, records))) > 5  # no shared layout to decode together
     calls = []
     real = _protobuf.decode_parsed
+    # records laid out as writers lay them out are located in compiled code first: the
+    # parser is for the records that stage leaves (and for builds without the compiled module)
+    monkeypatch.setattr(batch, "decode_located", lambda *a: None)
     monkeypatch.setattr("ofindex.decode.batch.decode_parsed",
                         lambda *a: calls.append(1) or real(*a))
     got = decode_batch(records, SPEC)

@@ -11,6 +11,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 tf = pytest.importorskip("tensorflow")
 
 from ofindex.decode import (  # noqa: E402
+    Decoder,
     FixedLen,
     VarLen,
     decode_batch,
@@ -199,3 +200,127 @@ def test_sequence_equals_tf_parse_sequence_example():
     np.add.at(per_step, (idx[:, 0], idx[:, 1]), 1)
     expected_steps = np.concatenate([per_step[i, :n] for i, n in enumerate(o_ctx["len"])])
     assert _eq(o_seq["tok"].values.row_lengths, expected_steps)
+
+
+# ---- random specs and records: compiled, pure Python and TensorFlow agree -----------------
+
+_TF_DTYPES = {"bytes": tf.string, "float32": tf.float32, "int64": tf.int64}
+
+
+def _random_case(seed: int) -> tuple[dict, dict, list[bytes]]:
+    """A random spec (FixedLen of random shapes with and without defaults, VarLen of each
+    type) as ours and as TF's, and TF-written records for it: features missing where the
+    spec allows, empty lists, extremes and non-finite floats, records of many layouts."""
+    rng = np.random.default_rng(seed)
+    ours: dict = {}
+    theirs: dict = {}
+    for j in range(int(rng.integers(1, 7))):
+        name, dtype = f"f{j}", str(rng.choice(sorted(_TF_DTYPES)))
+        kind = int(rng.integers(3))
+        if kind == 0:
+            ours[name] = VarLen(dtype)
+            theirs[name] = (tf.io.RaggedFeature(_TF_DTYPES[dtype]) if rng.random() < 0.5
+                            else tf.io.VarLenFeature(_TF_DTYPES[dtype]))
+            continue
+        shape = [int(d) for d in rng.integers(1, 4, int(rng.integers(0, 3)))]
+        size = int(np.prod(shape))
+        default = None
+        if kind == 2:
+            default = [b"d"] * size if dtype == "bytes" else [7] * size
+        ours[name] = FixedLen(tuple(shape), dtype, default=default)
+        theirs[name] = tf.io.FixedLenFeature(shape, _TF_DTYPES[dtype], default_value=default)
+    records = []
+    for _ in range(int(rng.integers(1, 40))):
+        feats = {}
+        for name, fs in ours.items():
+            missing_ok = isinstance(fs, VarLen) or fs.default is not None
+            if missing_ok and rng.random() < 0.2:
+                continue
+            count = fs.size if isinstance(fs, FixedLen) else int(rng.integers(0, 6))
+            if fs.dtype == "bytes":
+                values = [rng.bytes(int(rng.integers(0, 9))) for _ in range(count)]
+                feats[name] = tf.train.Feature(bytes_list=tf.train.BytesList(value=values))
+            elif fs.dtype == "float32":
+                values = [float(F_EDGES[int(i)]) if rng.random() < 0.3 else float(x)
+                          for i, x in zip(rng.integers(0, 6, count),
+                                          rng.standard_normal(count), strict=True)]
+                feats[name] = tf.train.Feature(float_list=tf.train.FloatList(value=values))
+            else:
+                values = [I64_EDGES[int(i)] if rng.random() < 0.3 else int(x)
+                          for i, x in zip(rng.integers(0, 9, count),
+                                          rng.integers(-70_000, 70_000, count), strict=True)]
+                feats[name] = tf.train.Feature(int64_list=tf.train.Int64List(value=values))
+        records.append(tf.train.Example(
+            features=tf.train.Features(feature=feats)).SerializeToString())
+    return ours, theirs, records
+
+
+def _tf_column(value, n: int):
+    """TF's batch column as ours: a dense array, or (values, row lengths)."""
+    if isinstance(value, tf.RaggedTensor):
+        return value.flat_values.numpy(), value.row_lengths().numpy()
+    if isinstance(value, tf.SparseTensor):
+        rows = np.bincount(value.indices.numpy()[:, 0], minlength=n)
+        return value.values.numpy(), rows
+    return value.numpy()
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_random_specs_compiled_pure_and_tf_agree(seed):
+    from helpers import implementation, same
+
+    ours, theirs, records = _random_case(seed)
+    compiled = decode_batch(records, ours)
+    with implementation("pure-python"):
+        pure = decode_batch(records, ours)
+        pure_single = [Decoder(ours)(raw) for raw in records]
+    tf_out = tf.io.parse_example(tf.constant(records), theirs)
+    for name, fs in ours.items():
+        assert same(compiled[name], pure[name]), name
+        want = _tf_column(tf_out[name], len(records))
+        if isinstance(fs, FixedLen):
+            assert _eq(compiled[name], want), name
+        else:
+            assert _eq(compiled[name].values, want[0]), name
+            assert _eq(compiled[name].row_lengths, want[1]), name
+    for raw, other in zip(records, pure_single, strict=True):
+        single = Decoder(ours)(raw)
+        assert list(single) == list(ours)
+        assert all(same(single[name], other[name]) for name in ours)
+    for raw in records[:3]:
+        want_single = tf.io.parse_single_example(raw, theirs)
+        for name, fs in ours.items():
+            if isinstance(fs, FixedLen):
+                assert _eq(Decoder(ours)(raw)[name], want_single[name].numpy()), name
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_random_malformed_records_fail_in_tf_and_here_naming_the_record(seed):
+    from helpers import implementation
+
+    ours, theirs, records = _random_case(100 + seed)
+    rng = np.random.default_rng(seed)
+    bad = int(rng.integers(len(records)))
+    raw = tf.train.Example.FromString(records[bad])
+    name = sorted(ours)[0]
+    fs = ours[name]
+    if isinstance(fs, FixedLen):  # a value too many
+        feature = raw.features.feature[name]
+        getattr(feature, {"bytes": "bytes_list", "float32": "float_list",
+                          "int64": "int64_list"}[fs.dtype]).value.extend(
+            [b"x"] if fs.dtype == "bytes" else [1])
+        records[bad] = raw.SerializeToString()
+        expect = f"record {bad}: feature {name!r}"
+    else:  # the record cut inside its last byte's field
+        records[bad] = records[bad][:-1] if records[bad] else b"\xff"
+        expect = f"record {bad}: "
+    # TF refuses the batch (its message quotes the record: bytes that are not UTF-8 make its
+    # own error fail to decode)
+    with pytest.raises((tf.errors.InvalidArgumentError, UnicodeDecodeError)):
+        tf.io.parse_example(tf.constant(records), theirs)
+    messages = []
+    for impl in ("compiled", "pure-python"):
+        with implementation(impl), pytest.raises(DecodeError) as caught:
+            decode_batch(records, ours)
+        messages.append(str(caught.value))
+    assert messages[0] == messages[1] and messages[0].startswith(expect), messages

@@ -58,6 +58,28 @@ def test_integrations_bind_the_kind_of_their_source(datasets):
     assert parts[0]["x"].tolist() == [5] and parts[1]["x"].tolist() == [6]
 
 
+def test_torch_map_style_datasets_bind_the_kind_of_their_source(datasets):
+    # TorchDataset(source, Decoder(spec)) decoded an OFRecord dataset's records as Examples
+    # ("bytes are not a valid serialized Example"), record by record and in batches
+    from helpers import need
+
+    need("torch", "torch")
+    from ofindex.integrations.torch import (
+        SequentialSampler,
+        ShuffledIterableDataset,
+        TorchDataset,
+    )
+
+    of = ofindex.open(datasets["ofrecord"])
+    data = TorchDataset(of, Decoder(SPEC))
+    assert data[17]["x"] == 17 and data[17]["v"].tolist() == [51.0, 52.0, 53.0]
+    assert [d["x"] for d in data.__getitems__([3, 59])] == [3, 59]
+    assert TorchDataset(of, Decoder(SPEC, "ofrecord")).transform.kind == "ofrecord"
+    assert TorchDataset(ofindex.open(datasets["tfrecord"]), Decoder(SPEC))[17]["x"] == 17
+    stream = ShuffledIterableDataset(of, SequentialSampler(N), Decoder(SPEC), fetch_size=7)
+    assert [d["x"] for d in stream] == list(range(N))
+
+
 def test_ray_datasource_binds_the_kind(datasets):
     pytest.importorskip("ray")
     from ofindex.integrations.ray import OfindexDatasource

@@ -113,6 +113,7 @@ def _make_world(root, moto_server, gcs_server, nginx_server):
         gcs.pipe_file(f"public-data/train/{name}", data)
         shutil.copy(f, os.path.join(www, name))
     ofindex.build_index(www)  # the web server serves data and sidecars; nothing builds there
+    _make_tfds(cwd, gcs)
     env = dict(os.environ)
     env.update(
         PATH=BIN + os.pathsep + env.get("PATH", ""),
@@ -122,6 +123,21 @@ def _make_world(root, moto_server, gcs_server, nginx_server):
         PYTHONWARNINGS="error::ResourceWarning",
     )
     return cwd, env
+
+
+def _make_tfds(cwd, gcs):
+    """tensorflow_datasets/rlds_family/1.0.0 (docs/tfds.md), written by TFDS itself in a
+    process of its own (TensorFlow stays out of this one), and its copy in
+    gs://public-data/tfds/."""
+    tests = os.path.dirname(os.path.abspath(__file__))
+    _run([sys.executable, "-c", "import sys, tfds_builders; "
+          "tfds_builders.prepare('rlds_family', sys.argv[1])",
+          os.path.join(cwd, "tensorflow_datasets")], cwd,
+         {**os.environ, "PYTHONPATH": os.pathsep.join([tests, ROOT])})
+    builder = os.path.join(cwd, "tensorflow_datasets", "rlds_family", "1.0.0")
+    for name in sorted(os.listdir(builder)):
+        with open(os.path.join(builder, name), "rb") as f:
+            gcs.pipe_file(f"public-data/tfds/rlds_family/1.0.0/{name}", f.read())
 
 
 @pytest.fixture(scope="module")

@@ -26,13 +26,13 @@ from helpers import index_dir_of
 import ofindex
 from ofindex import CorruptRecordError, OfindexError, SidecarError
 from ofindex.errors import RangeReadError, StorageError
-from ofindex.storage.retry import RetryPolicy, retry_settings
+from ofindex.transport.policy import RequestPolicy, retry_settings
 
 PER_FORMAT = 500  # records read per format and server: 2,000 in all
 RATES = {"drop": 0.10, "delay": 0.05, "truncate": 0.05, "full_body": 0.03, "flip": 0.03}
 #: The default policy with waits 25x shorter (the suite stays fast; tools/bench_hardening.py
 #: --faults measures the default one).
-SHORT_WAITS = RetryPolicy(base_delay=0.01, throttle_delay=0.04)
+SHORT_WAITS = RequestPolicy(base_delay=0.01, throttle_delay=0.04)
 
 
 def _dataset(root: str, fmt: str, seed: int) -> list[bytes]:

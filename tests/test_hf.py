@@ -110,3 +110,20 @@ def test_a_missing_datasets_names_the_extra():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout
     assert out.startswith("MissingDependencyError") and "pip install 'ofindex[hf]'" in out
+
+
+def test_a_feature_of_no_values_becomes_lists_of_length_zero(tmp_path):
+    """A FixedLen with a dimension of 0 (what infer_spec says of a feature every sampled
+    OFRecord holds empty: the Chicago taxi Examples of TFX converted to OFRecords) raised
+    Arrow's 'list_size needs to be a strict positive integer'."""
+    from ofindex.decode import FixedLen
+
+    with ofindex.ShardedWriter(tmp_path / "d") as writer:
+        writer.write_columns({"x": np.zeros((3, 0), np.float32), "y": np.arange(3)})
+    spec = {"x": FixedLen((0,), "float32"), "y": FixedLen((), "int64"),
+            "z": FixedLen((2, 0), "float32", default=0.0)}
+    with ofindex.open(str(tmp_path / "d")) as ds:
+        hf = to_hf_dataset(ds, BatchDecoder(spec))
+    assert hf["x"] == [[], [], []] and hf["z"] == [[[], []]] * 3 and hf["y"] == [0, 1, 2]
+    assert hf.features["z"] == datasets.List(datasets.List(datasets.Value("float32"),
+                                                           length=0), length=2)

@@ -128,6 +128,54 @@ def test_damaged_images_and_bad_arguments_say_what_is_wrong():
         decode_images([bytes(huge)], (8, 8))
 
 
+def png(height, width, seed, mode="RGB"):
+    """A noisy PNG of ``mode`` (RGB, RGBA, L, P, I;16 …)."""
+    rng = np.random.default_rng(seed)
+    pixels = rng.integers(0, 256, (height, width, 3), dtype=np.uint8)
+    image = Image.fromarray(pixels)
+    if mode == "I;16":
+        image = Image.frombytes("I;16", (width, height),
+                                (pixels[..., 0].astype("<u2") * 257).tobytes())
+    elif mode != "RGB":
+        image = image.convert(mode)
+    out = io.BytesIO()
+    image.save(out, format="PNG")
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("mode", ["RGB", "RGBA", "L", "P", "LA", "I;16"])
+def test_pngs_decode_as_pillow_decodes_them_mixed_with_jpegs(mode):
+    """A PNG was refused as 'not a JPEG': it is decoded as Pillow decodes it (made RGB), in a
+    batch mixed with JPEGs, resized within one level of Pillow's, on threads as alone."""
+    images = [png(37, 53, seed, mode) if seed % 2 else jpeg(37, 53, seed) for seed in range(9)]
+    want = np.stack([pillow(data) for data in images])
+    assert np.array_equal(decode_images(images), want)
+    assert np.array_equal(decode_images(packed(images)), want)
+    resized = decode_images(images, (20, 24))
+    pngs = [data for data in images if data.startswith(b"\x89PNG")]
+    want_pngs = np.stack([pillow(data, (20, 24)) for data in pngs])
+    assert np.abs(resized[1::2].astype(int) - want_pngs.astype(int)).max() <= 1
+    assert np.array_equal(resized, np.stack([decode_images([d], (20, 24))[0] for d in images]))
+    assert stage.FORMATS == ("JPEG", "PNG")
+
+
+def test_other_formats_and_damaged_pngs_are_named():
+    gif = io.BytesIO()
+    Image.new("RGB", (4, 4)).save(gif, format="GIF")
+    with pytest.raises(DecodeError, match="image 1 of the batch is a GIF image: the image "
+                       "stage decodes JPEG and PNG"):
+        decode_images([png(4, 4, 0), gif.getvalue()])
+    good = png(16, 16, 1)
+    with pytest.raises(DecodeError, match="image 0 of the batch could not be decoded as a PNG"):
+        decode_images([good[:60]], (8, 8))
+    with pytest.raises(DecodeError, match="PNG cut short"):
+        decode_images([good[:20]])
+    huge = bytearray(good)
+    huge[16:24] = (60000).to_bytes(4, "big") * 2   # IHDR claiming 60,000 x 60,000
+    with pytest.raises(DecodeError, match="claims 60000 x 60000"):
+        decode_images([bytes(huge)], (8, 8))
+
+
 @settings(max_examples=60, deadline=None)
 @given(cut=st.integers(0, 2000), flips=st.lists(st.tuples(st.integers(0, 4000),
                                                           st.integers(1, 255)), max_size=6))
@@ -196,6 +244,22 @@ def test_grain_batches_decode_images(photos):
     want, labels = _expected(photos, range(10, 15), (16, 16))
     assert np.abs(batch["jpeg"].astype(int) - want.astype(int)).max() <= 1
     assert batch["label"].tolist() == labels.tolist()
+
+
+def test_tensor_batches_decode_png_records(tmp_path):
+    """The image stage of TensorBatches on a dataset of PNGs (what convert writes from an
+    image folder of PNG files)."""
+    pytest.importorskip("torch")
+    from ofindex.integrations.torch import TensorBatches
+
+    images = [png(20 + k % 3, 30, k, "RGBA" if k % 2 else "RGB") for k in range(6)]
+    with ofindex.ShardedWriter(tmp_path / "pngs") as writer:
+        writer.write_columns({"jpeg": images, "label": np.arange(6)})
+    with ofindex.open(str(tmp_path / "pngs")) as ds:
+        data = TensorBatches(ds, BatchDecoder(SPEC), images={"jpeg": (12, 16)})
+        batch = data[list(range(6))]
+    want = np.stack([pillow(data, (12, 16)) for data in images])
+    assert np.abs(batch["jpeg"].numpy().astype(int) - want.astype(int)).max() <= 1
 
 
 def test_images_must_name_a_bytes_feature(photos):

@@ -91,6 +91,27 @@ def test_model_fit(ds, workers, multiprocessing):
     assert batches.epoch == 2  # one new shuffle per epoch Keras ran, no more
 
 
+def test_keras_knows_the_batches_of_an_epoch(ds):
+    from keras.src.trainers.data_adapters import get_data_adapter
+
+    batches = KerasBatches(ds, 16, BatchDecoder(DENSE), inputs="x", targets="y")
+    adapter = get_data_adapter(batches, shuffle=True)  # as model.fit takes it
+    assert batches.num_batches == adapter.num_batches == len(batches) == -(-N // 16)
+
+
+@pytest.mark.slow  # a fresh process importing TensorFlow: about 20 s on 2 busy cores
+def test_a_plain_keras_fit_prints_no_warning(tmp_path):
+    """``model.fit(batches, epochs=3)`` in a fresh process, with the user's warning filters
+    and TensorFlow's log level: Keras runs the 7 steps of each epoch, and nothing of warning
+    level is printed (no "Your input ran out of data", nothing about shuffle=True)."""
+    from keras_fit_check import NOISE, run_fit
+
+    out, err = run_fit("keras", str(tmp_path))
+    assert not NOISE.findall(out + err), (out + err)[-3000:]
+    assert "7/7" in out and "Unknown" not in out
+    assert out.strip().splitlines()[-1].startswith("steps=21 batches=7")
+
+
 def test_ragged_features_need_a_transform(ds):
     batches = KerasBatches(ds, 8, BatchDecoder(SPEC), targets="y")
     with pytest.raises(ValueError, match="ragged"):

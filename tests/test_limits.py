@@ -371,7 +371,7 @@ calls = {
     "fill in place": lambda: native.fill([buf], which, starts, payloads, 0, n, 12, 4, True),
     "Checker": lambda: native.Checker(buf, starts, ends, 12, 4).wait(n, n),
     "locate": lambda: native.locate([buf], (b"x",), b".b4v", True,
-                                    np.empty(n * 5, np.int64), (which, starts + 12, ends - 4)),
+                                    np.empty(n * 7, np.int64), (which, starts + 12, ends - 4)),
     "gather_spans": lambda: native.gather_spans([buf], np.zeros(n, np.int64), payloads,
                                                 np.empty(int(payloads.sum()), np.uint8),
                                                 (which, starts + 12, ends - 4)),

@@ -1,10 +1,11 @@
-"""HTTP multi-range GETs (``ofindex.storage.multirange``): the pure planner and parser, and
-the storage on real servers — nginx answers ``multipart/byteranges``; servers that answer the
+"""HTTP multi-range GETs (``ofindex.transport.store``, ``.http``): the pure planner and parser,
+and the storage on real servers — nginx answers ``multipart/byteranges``; servers that answer the
 whole file, only the first range, or one coalesced range, and a server whose parts are
 malformed, are all read correctly, one range per request from then on."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import http.server
 import itertools
@@ -19,9 +20,10 @@ from hypothesis import strategies as st
 
 import ofindex
 from ofindex.errors import RangeReadError
-from ofindex.storage import multirange, storage_for
-from ofindex.storage.byteranges import ByteRangesParser, Part, parse_byteranges, pick
-from ofindex.storage.multirange import plan_groups, range_header, split_requests
+from ofindex.storage import storage_for
+from ofindex.transport import store
+from ofindex.transport.http import ByteRangesParser, HttpClient, range_header
+from ofindex.transport.store import plan_groups, split_requests
 
 DATA = bytes(np.random.default_rng(7).integers(0, 256, 300_000, dtype=np.uint8))
 
@@ -34,6 +36,58 @@ def body_of(spans, boundary="XyZ", padding=""):
         out += (f"\r\n--{boundary}{padding}\r\nContent-Type: application/octet-stream\r\n"
                 f"Content-Range: bytes {a}-{b - 1}/{len(DATA)}\r\n\r\n").encode() + DATA[a:b]
     return out + f"\r\n--{boundary}--\r\n".encode()
+
+
+def parse_byteranges(body, content_type, url):
+    """The parts of a whole ``multipart/byteranges`` body, in the order sent."""
+    parser = ByteRangesParser(body, content_type, url)
+    parts = parser.feed(len(body))
+    parser.finish()
+    return parts
+
+
+class Canned(HttpClient):
+    """Answers every GET with ``body`` (``multipart/byteranges; boundary=XyZ``), arriving in
+    pieces of the sizes ``chunks`` (cycled)."""
+
+    def __init__(self, body, chunks=(1 << 20,)):
+        super().__init__({})
+        self.body, self.chunks = body, chunks
+
+    @contextlib.asynccontextmanager
+    async def get(self, url, spec):
+        body, chunks = self.body, self.chunks
+
+        class Answer:
+            status = 206
+
+            def __init__(self):
+                self.headers = {"Content-Length": str(len(body)),
+                                "Content-Type": "multipart/byteranges; boundary=XyZ"}
+                self.content = self
+
+            async def iter_any(self):
+                at = 0
+                for n in itertools.cycle(chunks):
+                    if at >= len(body):
+                        return
+                    yield body[at : at + n]
+                    at += n
+
+        answer = Answer()
+        yield answer
+
+
+def delivered(client, spans):
+    """What ``client.get_spans`` hands out for ``spans``: span number -> bytes."""
+    got = {}
+
+    def deliver(j, data):
+        assert j not in got  # each span once
+        got[j] = bytes(data)
+
+    asyncio.run(client.get_spans("u", spans, deliver))
+    return got
 
 
 # -- the planner ----------------------------------------------------------------------------
@@ -95,14 +149,13 @@ def test_split_requests_spreads_the_requests_over_the_files(fresh_support):
 
 
 # -- the parser -----------------------------------------------------------------------------
-def test_parse_and_pick_nginx_style_body():
+def test_parse_and_cut_nginx_style_body():
     spans = [(0, 4), (10, 13), (100_000, 100_011)]
     parts = parse_byteranges(body_of(spans), "multipart/byteranges; boundary=XyZ", "u")
     assert [(p.start, p.end, bytes(p.data)) for p in parts] == [
         (a, b, DATA[a:b]) for a, b in spans]
-    got = pick(parts, [(10, 12), (0, 4), (100_005, 100_011), (3, 11)])
-    assert [None if g is None else bytes(g) for g in got] == [
-        DATA[10:12], DATA[0:4], DATA[100_005:100_011], None]
+    got = delivered(Canned(body_of(spans)), [(10, 12), (0, 4), (100_005, 100_011), (3, 11)])
+    assert got == {0: DATA[10:12], 1: DATA[0:4], 2: DATA[100_005:100_011]}  # 3: in no part
 
 
 def test_parse_accepts_padding_quotes_and_a_preamble():
@@ -161,24 +214,26 @@ def test_parts_come_out_as_the_body_arrives(sizes, chunks):
 @given(st.lists(st.tuples(st.integers(0, len(DATA) - 1), st.integers(1, 3000)), min_size=1,
                 max_size=40), st.data())
 def test_any_parts_give_back_the_asked_bytes(spans, data):
+    """The answer to the merged ranges of a Range header, arriving in any pieces, hands out
+    every span asked for once, with its bytes."""
     spans = [(a, min(a + n, len(DATA))) for a, n in spans]
     merged = [(int(m.group(1)), int(m.group(2)) + 1)
               for m in re.finditer(r"(\d+)-(\d+)", range_header(spans))]
-    parts = parse_byteranges(body_of(merged), "multipart/byteranges; boundary=XyZ", "u")
     order = data.draw(st.permutations(range(len(spans))))
     asked = [spans[k] for k in order]
-    assert [bytes(g) for g in pick(parts, asked)] == [DATA[a:b] for a, b in asked]
-    assert pick([Part(0, 10, memoryview(DATA[:10]))], [(5, 11)]) == [None]
+    chunks = data.draw(st.lists(st.integers(1, 5000), min_size=1, max_size=20))
+    got = delivered(Canned(body_of(merged), chunks), asked)
+    assert got == {j: DATA[a:b] for j, (a, b) in enumerate(asked)}
 
 
 # -- real servers ---------------------------------------------------------------------------
 @pytest.fixture
 def fresh_support():
-    saved = dict(multirange.SUPPORT)
-    multirange.SUPPORT.clear()
-    yield multirange.SUPPORT
-    multirange.SUPPORT.clear()
-    multirange.SUPPORT.update(saved)
+    saved = dict(store.SUPPORT)
+    store.SUPPORT.clear()
+    yield store.SUPPORT
+    store.SUPPORT.clear()
+    store.SUPPORT.update(saved)
 
 
 def random_spans(n, size, seed):
@@ -196,9 +251,9 @@ def test_nginx_serves_many_ranges_in_a_few_requests(nginx_server, fresh_support)
     got = storage.read_ranges([path] * 300, starts, ends)
     assert got == [DATA[a:b] for a, b in zip(starts, ends, strict=True)]
     assert all(isinstance(g, bytes) for g in got)
-    assert storage.requests - before == multirange.MIN_GROUPS  # not 300
-    assert fresh_support == {multirange.host_of(nginx_server.url): True}
-    assert storage.preferred_gap(path) == multirange.MULTI_RANGE_GAP
+    assert storage.requests - before == store.MIN_GROUPS  # not 300
+    assert fresh_support == {store.host_of(nginx_server.url): True}
+    assert storage.preferred_gap(path) == store.MULTI_RANGE_GAP
     # unordered, overlapping and repeated ranges, and the concatenating form
     s2, e2 = [*starts[::-1], starts[0]], [*ends[::-1], ends[0] + 50]
     assert storage.read_ranges_concat([path] * len(s2), s2, e2) == b"".join(
@@ -255,11 +310,11 @@ def test_servers_without_multi_range_are_read_one_range_per_request(mode, fresh_
         for _ in range(2):
             got = storage.read_ranges([path] * 40, starts, ends)
             assert got == [DATA[a:b] for a, b in zip(starts, ends, strict=True)]
-        assert fresh_support == {multirange.host_of(url): False}
+        assert fresh_support == {store.host_of(url): False}
         assert storage.preferred_gap(path) == storage.default_max_gap
         # the first batch tried a few multi-range requests; the second asked one by one
         tried = [n for n in srv.seen if n > 1]
-        assert len(tried) == multirange.MIN_GROUPS and sum(tried) == 40
+        assert len(tried) == store.MIN_GROUPS and sum(tried) == 40
         assert srv.seen[-40:] == [1] * 40
 
 
@@ -271,14 +326,12 @@ def test_a_coalesced_answer_is_cut_into_the_ranges(fresh_support):
         got = storage.read_ranges([path] * 8, starts, ends)
         assert got == [DATA[a:b] for a, b in zip(starts, ends, strict=True)]
         assert srv.seen == [2] * 4
-        assert fresh_support[multirange.host_of(url)] is True
+        assert fresh_support[store.host_of(url)] is True
         # a coalesced range far larger than the ranges asked for is not downloaded
-        from fsspec.asyn import sync
-
-        fs = storage.fs
+        client = storage.client
         handed = []
-        got = sync(fs.loop, multirange.http_multi_range, fs, path, [(0, 10), (290_000, 290_010)],
-                   lambda j, data: handed.append(j))
+        got = client.run(client.http_client.get_spans(path, [(0, 10), (290_000, 290_010)],
+                                                      lambda j, data: handed.append(j)))
         assert got is None and not handed
         assert srv.seen[4:] == [2]
 
@@ -293,15 +346,15 @@ def test_a_dataset_reads_through_smaller_gaps_once_multi_range_works(nginx_serve
     local = ofindex.open(d)
     ds = ofindex.open(f"{nginx_server.url}/gaps-{os.getpid()}")
     # a web server not tried yet is taken to answer multi-range requests, as nginx does
-    assert ds.max_gap == multirange.MULTI_RANGE_GAP
+    assert ds.max_gap == store.MULTI_RANGE_GAP
     idx = np.random.default_rng(5).choice(400, 40, replace=False).tolist()
     assert ds.__getitems__(idx) == local.__getitems__(idx)  # ranges > 256 KiB apart
-    assert fresh_support == {multirange.host_of(nginx_server.url): True}
-    assert ds.max_gap == multirange.MULTI_RANGE_GAP
+    assert fresh_support == {store.host_of(nginx_server.url): True}
+    assert ds.max_gap == store.MULTI_RANGE_GAP
     ds.max_gap = 123
     assert ds.max_gap == 123
     ds.max_gap = None
-    assert ds.max_gap == multirange.MULTI_RANGE_GAP
+    assert ds.max_gap == store.MULTI_RANGE_GAP
     assert ds.__getitems__(idx[::-1]) == local.__getitems__(idx[::-1])
     local.close()
 
@@ -325,4 +378,4 @@ def test_compressed_batches_over_nginx_use_multi_range(nginx_server, fresh_suppo
     for seed in range(2):
         idx = np.random.default_rng(seed).choice(len(records), 64, replace=False).tolist()
         assert ds.__getitems__(idx) == [records[i] for i in idx]
-    assert fresh_support == {multirange.host_of(nginx_server.url): True}
+    assert fresh_support == {store.host_of(nginx_server.url): True}

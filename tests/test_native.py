@@ -282,6 +282,7 @@ def test_hostile_arguments_fuzz():
     # the generator must reach every outcome, not only the argument checks
     assert stats["outcomes"]["cut"]["payloads"] and stats["outcomes"]["cut"]["refused"]
     assert stats["outcomes"]["gather"]["payloads"] and stats["outcomes"]["walk"]["ok"]
+    assert stats["outcomes"]["values"]["payloads"] and stats["outcomes"]["values"]["ValueError"]
     assert stats["outcomes"]["reader"]["payloads"] and stats["outcomes"]["reader"]["deferred"]
     assert stats["outcomes"]["preads"]["read"] and stats["outcomes"]["preads"]["failed"]
     assert stats["outcomes"]["encode"]["records"] and stats["outcomes"]["encode"]["refused"]

@@ -27,10 +27,11 @@ import pytest
 CHECK = os.path.join(cbuild.HERE, "native_threads_check.c")
 MINGW = "x86_64-w64-mingw32-gcc"
 
-#: Headers every C11 compiler has, plus Python's and zlib's (which the build links).
+#: Headers every C11 compiler has, plus Python's, numpy's (whose C API onerecord.c uses: its
+#: headers come with every numpy) and zlib's (which the build links).
 PORTABLE_HEADERS = {
-    "Python.h", "zlib.h", "stdint.h", "string.h", "stddef.h", "stdlib.h", "stdio.h",
-    "limits.h", "assert.h", "errno.h", "math.h",
+    "Python.h", "numpy/arrayobject.h", "zlib.h", "stdint.h", "string.h", "stddef.h",
+    "stdlib.h", "stdio.h", "limits.h", "assert.h", "errno.h", "math.h",
 }
 
 #: Loads the build named by OFINDEX_TEST_NATIVE_BUILD (tests/native_build.py) and runs the

@@ -11,9 +11,10 @@ import pytest
 from conftest import _make_backend
 
 import ofindex
+from ofindex.cache.dir_files import entry_name
+from ofindex.cache.keys import sidecar_key
+from ofindex.cache.machine import NodeCache
 from ofindex.cli.synthetic import write_dataset
-from ofindex.read.cachedir import entry_name
-from ofindex.read.nodecache import NodeCache, sidecar_key
 from ofindex.storage import FileStamp
 
 RECORDS = 8000
@@ -101,7 +102,7 @@ def test_size_is_bounded_with_eviction(tmp_path):
     name = entry_name("s3://bucket/whole.tfrecord.ofidx")
     side = tmp_path / "node" / name
     side.write_bytes(b"x" * 3000)
-    cache.note_file(name, 3000)
+    cache.note_files([(name, 3000)])
     for k in range(100):
         cache.put([(b"page-%03d" % k, bytes(500))])
         assert cache.held_bytes() <= 20_000

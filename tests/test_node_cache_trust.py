@@ -25,11 +25,11 @@ from conftest import _make_backend
 from helpers import sidecar_of
 
 import ofindex
+from ofindex.cache.dir_files import entry_name, file_key
+from ofindex.cache.entries_db import DB_NAME, MAX_DATA
+from ofindex.cache.machine import NodeCache
 from ofindex.cli.synthetic import write_dataset
 from ofindex.errors import CacheDirWarning
-from ofindex.read.cachedb import DB_NAME, MAX_DATA
-from ofindex.read.cachedir import entry_name, file_key
-from ofindex.read.nodecache import NodeCache
 
 
 @dataclasses.dataclass
@@ -121,7 +121,7 @@ def test_a_link_at_an_entry_name_is_unlinked_not_its_target(tmp_path):
     cache = NodeCache(str(directory), max_bytes=20_000)
     name = entry_name("s3://bucket/shard.tfrecord.ofidx")
     os.symlink(target, directory / name)
-    cache.note_file(name, 3000)
+    cache.note_files([(name, 3000)])
     for k in range(100):
         cache.put([(b"page-%03d" % k, bytes(500))])
     assert not os.path.lexists(directory / name)
@@ -132,7 +132,7 @@ def test_only_names_of_the_cache_s_making_are_registered(tmp_path):
     cache = NodeCache(str(tmp_path / "node"))
     for name in ("../x.ofidx", "whole.ofidx", entry_name("u") + "/", "/etc/passwd"):
         with pytest.raises(ValueError, match="not a name the node cache gives"):
-            cache.note_file(name, 10)
+            cache.note_files([(name, 10)])
 
 
 # -- malformed rows ---------------------------------------------------------------------------
@@ -276,7 +276,7 @@ def test_database_files_are_never_opened_through_a_link(paged, tmp_path, suffix)
     if suffix:  # a cache in use: SQLite would write the log and the shared memory it opens
         ds = ofindex.open(paged.url, storage_options=paged.options, cache_dir=str(cache_dir))
         assert ds[batches[0]] == [paged.expected[i] for i in batches[0]]
-        ds._table.shards[0].cache.node.close()  # the last connection: SQLite removes both files
+        ds._table.shards[0].cache.machine.close()  # the last connection: SQLite removes both files
         assert not os.path.lexists(cache_dir / (DB_NAME + suffix))
     else:
         cache_dir.mkdir()

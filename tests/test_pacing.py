@@ -1,10 +1,11 @@
 """Throttling answers slow the reader down instead of failing it: the client-side pacer
-(:mod:`ofindex.storage.pacing`) in virtual time, the retry policy's treatment of "slow down"
+(:mod:`ofindex.transport.policy`) in virtual time, the retry policy's treatment of "slow down"
 answers, and reads from the simulated store (``tools/sim_store.py``) under a low request-rate
 limit, answered as S3 and GCS answer (the real client libraries' exceptions)."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import os
 import sys
@@ -15,10 +16,19 @@ import pytest
 import ofindex
 from ofindex.errors import RangeReadError, StorageError
 from ofindex.planning.stores import store_limits
-from ofindex.storage import pacing
-from ofindex.storage.failures import is_rate_limited, is_throttled
-from ofindex.storage.pacing import BETA, AdaptiveRate, forget_pacers, pacer_for, scope_of
-from ofindex.storage.retry import RetryPolicy, is_transient, retry_settings, retry_sync
+from ofindex.transport.failures import classify
+from ofindex.transport.policy import (
+    BETA,
+    HORIZON,
+    RELAX_SECONDS,
+    SCALE,
+    AdaptiveRate,
+    RequestPolicy,
+    forget_pacers,
+    pacer_for,
+    retry_settings,
+    scope_of,
+)
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "tools"))
 import rate_sim
@@ -69,13 +79,13 @@ def test_paced_requests_are_spaced_at_the_rate():
     rate = pacer.rate
     got = [pacer.reserve() for _ in range(50)]  # 50 at once: queued one token apart ...
     booked = [wait for wait, ticket in got if ticket is not None]
-    assert len(booked) == int(pacing.HORIZON * rate)  # ... as far as the horizon
+    assert len(booked) == int(HORIZON * rate)  # ... as far as the horizon
     assert np.diff(booked) == pytest.approx(np.full(len(booked) - 1, 1 / rate))
     later = [wait for wait, ticket in got if ticket is None]
     assert len(later) == 50 - len(booked) and min(later) > 0  # the others: ask again then
     clock.t += later[0]
     wait, ticket = pacer.reserve()
-    assert ticket is not None and wait == pytest.approx(pacing.HORIZON)
+    assert ticket is not None and wait == pytest.approx(HORIZON)
 
 
 def test_the_rate_recovers_along_the_cubic_curve_and_then_lets_go():
@@ -87,7 +97,7 @@ def test_the_rate_recovers_along_the_cubic_curve_and_then_lets_go():
     pacer.throttled(clock.t)
     peak, low = pacer.peak, pacer.rate
     assert low == pytest.approx(BETA * peak)
-    knee = (peak * (1 - BETA) / pacing.SCALE) ** (1 / 3)
+    knee = (peak * (1 - BETA) / SCALE) ** (1 / 3)
     rates = []
     for _ in range(1, 40):
         clock.t += knee / 10
@@ -99,7 +109,7 @@ def test_the_rate_recovers_along_the_cubic_curve_and_then_lets_go():
     assert rates[9] == pytest.approx(peak, rel=0.05)  # the curve regains W_max at K
     growth = np.diff(rates)
     assert growth[2] > growth[7] < growth[15]  # concave below the knee, convex after
-    clock.t += pacing.RELAX_SECONDS + 1
+    clock.t += RELAX_SECONDS + 1
     pacer.succeeded()
     assert not pacer.enabled and pacer.reserve()[0] == 0.0
 
@@ -154,18 +164,18 @@ def test_the_exceptions_of_the_clients_are_recognised_as_rate_limits():
     s3 = sim_limits.throttled_error("s3", "bucket/key")
     gcs = sim_limits.throttled_error("gcs", "bucket/key")
     for exc in (s3, gcs):
-        assert is_rate_limited(exc) and is_throttled(exc) and is_transient(exc)
+        assert classify(exc).rate_limited and classify(exc).throttled and classify(exc).transient
     assert type(s3).__name__ == "OSError" and type(gcs).__name__ == "HttpError"
     outage = OSError("service unavailable")
     outage.status = 503
-    assert is_throttled(outage) and not is_rate_limited(outage)
+    assert classify(outage).throttled and not classify(outage).rate_limited
     from botocore.exceptions import ClientError
     from s3fs.errors import translate_boto_error
 
     head = translate_boto_error(ClientError(  # S3 over the rate to a HEAD: no body, no code
         {"Error": {"Code": "503", "Message": "Service Unavailable"},
          "ResponseMetadata": {"HTTPStatusCode": 503}}, "HeadObject"))
-    assert is_rate_limited(head)
+    assert classify(head).rate_limited
 
 
 class Flaky:
@@ -178,6 +188,15 @@ class Flaky:
         if self.failures:
             raise self.failures.pop(0)
         return b"ok"
+
+
+def retried(fn, policy: RequestPolicy, what: str, pacer=None):
+    """``fn()`` (synchronous) as the attempt of one request under ``policy``."""
+
+    async def attempt():
+        return fn()
+
+    return asyncio.run(policy.run(attempt, what, pacer=pacer))
 
 
 class Told(AdaptiveRate):
@@ -200,30 +219,30 @@ class Told(AdaptiveRate):
 def test_rate_limit_answers_are_retried_within_the_retries():
     """A "slow down" answer is retried like any transient failure (as botocore's adaptive
     mode does), within ``retries``: ``retries=0`` sends a request once."""
-    quick = RetryPolicy(retries=25, base_delay=0.0001, throttle_delay=0.0001, max_delay=0.001)
+    quick = RequestPolicy(retries=25, base_delay=0.0001, throttle_delay=0.0001, max_delay=0.001)
     slow_down = [sim_limits.throttled_error("s3", "b/k") for _ in range(25)]
     fn = Flaky(slow_down)
     pacer = Told()
-    assert retry_sync(fn, quick, "s3://b/k: bytes [0, 2)", pacer=pacer) == b"ok"
+    assert retried(fn, quick, "s3://b/k: bytes [0, 2)", pacer=pacer) == b"ok"
     assert fn.calls == 26 and pacer.told == ["throttled"] * 25 + ["succeeded"]
     once = dataclasses.replace(quick, retries=0)
     fn = Flaky([sim_limits.throttled_error("gcs", "b/k")])
     with pytest.raises(StorageError, match=r"s3://b/k: bytes \[0, 2\): .*request rate is too "
                                            r"high.* 1 time .*no retry is left \(retries=0\)"):
-        retry_sync(fn, once, "s3://b/k: bytes [0, 2)", pacer=Told())
+        retried(fn, once, "s3://b/k: bytes [0, 2)", pacer=Told())
     assert fn.calls == 1
     outage = OSError("unavailable")
     outage.status = 503
     with pytest.raises(RangeReadError, match="1 attempt"):
-        retry_sync(Flaky([outage]), once, "s3://b/k: bytes [0, 2)")
+        retried(Flaky([outage]), once, "s3://b/k: bytes [0, 2)")
 
 
 def test_a_store_that_only_says_slow_down_is_given_up_after_the_patience():
-    policy = RetryPolicy(retries=10**6, throttle_delay=0.001, throttle_patience=0.01)
+    policy = RequestPolicy(retries=10**6, throttle_delay=0.001, throttle_patience=0.01)
     fn = Flaky([sim_limits.throttled_error("gcs", "b/k") for _ in range(10**4)])
     with pytest.raises(StorageError, match=r"s3://b/k: bytes \[0, 2\).*request rate is too "
                                            r"high.*throttle_patience.*ofindex plan"):
-        retry_sync(fn, policy, "s3://b/k: bytes [0, 2)")
+        retried(fn, policy, "s3://b/k: bytes [0, 2)")
     assert 3 <= fn.calls < 100
 
 
@@ -234,16 +253,16 @@ def test_the_timeout_bounds_the_waits_for_the_pacer_and_the_backoff():
     minutes)."""
     pacer = AdaptiveRate()
     pacer.throttled(pacer.reserve()[1])  # 0.7 requests/s, no token: the next turn in 1.4 s
-    policy = RetryPolicy(timeout=0.5)
+    policy = RequestPolicy(timeout=0.5)
     fn = Flaky([])
     with pytest.raises(StorageError, match=r"request rate is too high.*waiting for a turn at "
                                            r"the rate it allows would pass the timeout of 0.5"):
-        retry_sync(fn, policy, "s3://b/k: bytes [0, 2)", pacer=pacer)
+        retried(fn, policy, "s3://b/k: bytes [0, 2)", pacer=pacer)
     assert fn.calls == 0
-    slow = RetryPolicy(timeout=0.5, throttle_delay=2.0)  # a first backoff of 1-2 s
+    slow = RequestPolicy(timeout=0.5, throttle_delay=2.0)  # a first backoff of 1-2 s
     fn = Flaky([sim_limits.throttled_error("s3", "b/k")])
     with pytest.raises(StorageError, match=r"1 time .*the next try would pass the timeout"):
-        retry_sync(fn, slow, "s3://b/k: bytes [0, 2)")
+        retried(fn, slow, "s3://b/k: bytes [0, 2)")
     assert fn.calls == 1
 
 
@@ -270,7 +289,7 @@ def test_reads_under_a_low_limit_slow_down_and_never_fail(throttled_store, store
     batches = [rng.choice(40_000, 64, replace=False) for _ in range(2)]
     sim_store.STATS.reset()
     # the default number of retries: the pacer keeps "slow down" answers rare enough
-    with retry_settings(policy=RetryPolicy(base_delay=0.001, throttle_delay=0.05)):
+    with retry_settings(policy=RequestPolicy(base_delay=0.001, throttle_delay=0.05)):
         ds = ofindex.open(url)
         for idx in batches:  # every record is the one asked for (its payload names it)
             got = ds.__getitems__(idx)
@@ -307,7 +326,7 @@ def test_slowdown_answers_from_s3_never_fail_a_read(tmp_path, moto_server):
     for name in os.listdir(index_dir_of(d)):
         fs.put_file(os.path.join(index_dir_of(d), name), f"{prefix}.ofindex/{name}")
     forget_pacers()
-    policy = RetryPolicy(base_delay=0.001, throttle_delay=0.005, max_delay=0.02)
+    policy = RequestPolicy(base_delay=0.001, throttle_delay=0.005, max_delay=0.02)
     with FaultProxy(moto_server.url, slowdown_first=3) as proxy, retry_settings(policy=policy):
         ds = ofindex.open(f"s3://{prefix}", storage_options=servers.s3_options(proxy.url))
         idx = list(range(0, 600, 20))

@@ -119,8 +119,8 @@ def test_page_cache_stays_within_its_bound(bucket_backend, dataset):
     for _ in range(6):
         idx = rng.integers(0, RECORDS, 256)
         assert ds[idx] == [expected[i] for i in idx]
-        assert cache.pages.held_bytes <= bound + page_cost
-    assert 0 < len(cache.pages) < RECORDS // 16  # pages were dropped
+        assert cache.memory.held_bytes <= bound + page_cost
+    assert 0 < len(cache.memory) < RECORDS // 16  # pages were dropped
     assert not any(s.loaded for s in ds._table.shards)
 
 

@@ -194,7 +194,7 @@ def _integration_modules() -> list[str]:
 @pytest.mark.parametrize("module", _integration_modules())
 def test_every_integration_without_its_extra_names_the_extra(module):
     frameworks = ["torch", "torchdata", "grain", "tensorflow", "keras", "ray", "datasets",
-                  "dask", "distributed", "jax"]
+                  "dask", "distributed", "jax", "apache_beam", "pyspark"]
     code = BLOCKED.format(blocked=frameworks) + f"""
 import ofindex
 try:

@@ -310,3 +310,24 @@ def test_tasks_balance_records_and_bytes(tmp_path):
     costs = [sizes[a:b].sum() for a, b in itertools.pairwise(cuts)]
     assert max(costs) < 1.1 * min(costs)  # equal work; equal counts would be 50x apart
     assert cuts[1] < 200 and cuts[2] < 200  # the big shard is split across tasks
+
+
+def test_tasks_cut_compressed_files_at_seek_points(tmp_path):
+    """Read tasks come from the split planner: a GZIP file is cut only where inflating can
+    start (the first record at or after a seek point), so no task inflates data it drops."""
+    path = str(tmp_path / "one.gz.tfrecord")
+    rng = np.random.default_rng(3)
+    records = [rng.bytes(300) for _ in range(600)]
+    with ofindex.Writer(path, compression="gzip", seek_spacing=4096) as w:
+        w.write_many(records)
+    ds = ofindex.open(path)
+    tasks = OfindexDatasource(ds, rows_per_block=50).get_read_tasks(6)
+    rows = [t.metadata.num_rows for t in tasks]
+    assert sum(rows) == 600 and len(rows) == 6
+    sidecar = ds._table.shards[0].sidecar
+    starts, points = sidecar.offsets.astype(np.int64), sidecar.seeks.out
+    for cut in np.cumsum(rows)[:-1].tolist():
+        # a seek point lies after record cut-1's start, at or before record cut's
+        assert ((points > starts[cut - 1]) & (points <= starts[cut])).any(), cut
+    got = [bytes(r) for t in tasks for block in t() for r in block.column("bytes").to_pylist()]
+    assert got == records

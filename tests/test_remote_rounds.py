@@ -29,16 +29,17 @@ from test_remote_storage import log_lines
 import ofindex
 from ofindex.cli.synthetic import write_dataset
 from ofindex.read import pages
-from ofindex.storage import FileStamp, multirange
+from ofindex.storage import FileStamp
 from ofindex.storage.remote import FsspecStorage
-from ofindex.storage.retry import RetryPolicy, retry_settings
 from ofindex.storage.stamp import ExpectedFiles, ExpectedUnion
+from ofindex.transport import store
+from ofindex.transport.policy import RequestPolicy, retry_settings
 
 SHARDS = 4
 PER_SHARD = 1500
 RECORD = 2000  # pages of 256 records: 6 pages a shard, read by pages (not whole)
 #: no hedged requests: every request counted is one the round structure asked for
-NO_HEDGE = RetryPolicy(hedge_factor=0)
+NO_HEDGE = RequestPolicy(hedge_factor=0)
 
 
 @pytest.fixture(scope="module")
@@ -60,11 +61,11 @@ def served(nginx_server, dataset):
     root = os.path.join(nginx_server.root, name)
     copy_dataset(d, root)
     stamp_as_served(root, f"{nginx_server.url}/{name}")
-    saved = dict(multirange.SUPPORT)
-    multirange.SUPPORT.pop(multirange.host_of(nginx_server.url), None)
+    saved = dict(store.SUPPORT)
+    store.SUPPORT.pop(store.host_of(nginx_server.url), None)
     yield f"{nginx_server.url}/{name}", root, expected, nginx_server.log
-    multirange.SUPPORT.clear()
-    multirange.SUPPORT.update(saved)
+    store.SUPPORT.clear()
+    store.SUPPORT.update(saved)
 
 
 class Log:
@@ -115,8 +116,8 @@ def test_a_copied_dataset_is_checked_by_content_in_the_index_round(nginx_server,
     d, expected = dataset
     name = uuid.uuid4().hex[:8]
     copy_dataset(d, os.path.join(nginx_server.root, name))
-    saved = dict(multirange.SUPPORT)
-    multirange.SUPPORT.clear()
+    saved = dict(store.SUPPORT)
+    store.SUPPORT.clear()
     try:
         with retry_settings(policy=NO_HEDGE):
             ds = ofindex.open(f"{nginx_server.url}/{name}")
@@ -134,8 +135,8 @@ def test_a_copied_dataset_is_checked_by_content_in_the_index_round(nginx_server,
         assert rounds.calls == ["read_ranges_concat"]
         assert len(log.take()) == SHARDS
     finally:
-        multirange.SUPPORT.clear()
-        multirange.SUPPORT.update(saved)
+        store.SUPPORT.clear()
+        store.SUPPORT.update(saved)
 
 
 def test_a_data_file_changed_since_indexing_is_refused_on_its_first_read(served):
@@ -252,13 +253,13 @@ def test_a_server_without_multi_range_reads_through_wide_gaps_again(dataset, tmp
     copy_dataset(d, os.path.join(root, "ds"))
     with servers.python_http_server(root, honour_range=True) as (url, srv):
         stamp_as_served(os.path.join(root, "ds"), f"{url}/ds")
-        saved = dict(multirange.SUPPORT)
+        saved = dict(store.SUPPORT)
         try:
             ds = ofindex.open(f"{url}/ds")
             before = srv.gets
             idx = np.random.default_rng(2).choice(len(expected), 128, replace=False)
             assert ds[idx] == [expected[i] for i in idx]
-            assert multirange.SUPPORT[multirange.host_of(url)] is False
+            assert store.SUPPORT[store.host_of(url)] is False
             # per shard: its sidecar's pages, the multi-range request tried, and a few reads
             # (split where two records lie more than 256 KiB apart), not one per record
             assert srv.gets - before <= 5 * SHARDS < len(idx) // 4
@@ -266,8 +267,8 @@ def test_a_server_without_multi_range_reads_through_wide_gaps_again(dataset, tmp
             assert ds[idx[::-1]] == [expected[i] for i in idx[::-1]]
             assert srv.gets - before <= 3 * SHARDS  # the same reads, planned as such
         finally:
-            multirange.SUPPORT.clear()
-            multirange.SUPPORT.update(saved)
+            store.SUPPORT.clear()
+            store.SUPPORT.update(saved)
 
 
 def test_version_1_sidecars_over_http_fall_back_to_whole_fetches(served):

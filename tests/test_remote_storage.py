@@ -16,10 +16,11 @@ from ofindex.errors import RangeReadError, StorageError
 from ofindex.formats.sidecar_header import HEADER_SIZE
 from ofindex.storage import storage_for
 from ofindex.storage.remote import FsspecStorage
-from ofindex.storage.retry import RetryPolicy, is_transient, retry_settings
+from ofindex.transport.failures import classify
+from ofindex.transport.policy import RequestPolicy, retry_settings
 
 #: Retries without waiting: tests of failures stay fast.
-QUICK = RetryPolicy(retries=3, base_delay=0.001, throttle_delay=0.001)
+QUICK = RequestPolicy(retries=3, base_delay=0.001, throttle_delay=0.001)
 
 SHARDS = 4
 RECORDS = 400
@@ -113,7 +114,7 @@ def test_transient_errors_are_retried_then_named(dataset):
         ds = ofindex.open(f"{url}/part-00000", check_stale=False, manifest=False)
         assert ds[7] == expected[7]
     with servers.python_http_server(d, honour_range=True, fail_first=10**6) as (url, srv):
-        storage = FsspecStorage("http", retry=RetryPolicy(retries=2, base_delay=0.001,
+        storage = FsspecStorage("http", policy=RequestPolicy(retries=2, base_delay=0.001,
                                                           throttle_delay=0.001))
         path = f"{url}/part-00001"
         with pytest.raises(RangeReadError) as err:
@@ -135,13 +136,13 @@ def test_connection_resets_are_retried(served):
     quick = QUICK
     with LatencyProxy(host, int(port), rtt=0.0, reset_first=2) as proxy:
         path = f"http://127.0.0.1:{proxy.port}/{rel}/part-00000"
-        storage = FsspecStorage("http", retry=quick)
+        storage = FsspecStorage("http", policy=quick)
         want = storage_for(f"{url}/part-00000")[0].read(f"{url}/part-00000", 10, 400)
         assert storage.read(path, 10, 400) == want
         assert proxy.connections >= 3
     with LatencyProxy(host, int(port), rtt=0.0, reset_first=10**6) as proxy:
         path = f"http://127.0.0.1:{proxy.port}/{rel}/part-00000"
-        storage = FsspecStorage("http", retry=RetryPolicy(retries=1, base_delay=0.001))
+        storage = FsspecStorage("http", policy=RequestPolicy(retries=1, base_delay=0.001))
         with pytest.raises(StorageError, match=r"bytes \[10, 400\).*2 attempts"):
             storage.read(path, 10, 400)
 
@@ -168,44 +169,42 @@ def test_a_bandwidth_capped_proxy_forwards_every_byte(served, cap):
 
 
 def test_transient_classification():
-    assert is_transient(ConnectionResetError())
-    assert is_transient(TimeoutError())
+    assert classify(ConnectionResetError()).transient
+    assert classify(TimeoutError()).transient
     err = OSError("boom")
     err.status = 503
-    assert is_transient(err)
+    assert classify(err).transient
     err.status = 404
-    assert not is_transient(err)
-    assert not is_transient(FileNotFoundError("x"))
-    assert not is_transient(RangeReadError("wrong bytes"))
+    assert not classify(err).transient
+    assert not classify(FileNotFoundError("x")).transient
+    assert not classify(RangeReadError("wrong bytes")).transient
 
 
 # -- concurrency and request counts ----------------------------------------------------------
-class CountingStorage(FsspecStorage):
-    """Records the most requests in flight at once (single- and multi-range)."""
+def counting(storage: FsspecStorage) -> FsspecStorage:
+    """``storage``, recording the most requests in flight at once (single- and multi-range)
+    as ``storage.peak``."""
+    storage.now = storage.peak = 0
+    client = storage.client
+    for name in ("read_range", "read_spans"):
+        real = getattr(client, name)
 
-    def __init__(self, *a, **kw):
-        super().__init__(*a, **kw)
-        self.now = self.peak = 0
+        async def counted(*args, real=real, **kwargs):
+            storage.now += 1
+            storage.peak = max(storage.peak, storage.now)
+            try:
+                return await real(*args, **kwargs)
+            finally:
+                storage.now -= 1
 
-    async def _counting(self, coro):
-        self.now += 1
-        self.peak = max(self.peak, self.now)
-        try:
-            return await coro
-        finally:
-            self.now -= 1
-
-    async def fetch_range(self, fs, path, start, end):
-        return await self._counting(super().fetch_range(fs, path, start, end))
-
-    async def fetch_file_ranges(self, fs, path, spans, deliver):
-        return await self._counting(super().fetch_file_ranges(fs, path, spans, deliver))
+        setattr(client, name, counted)
+    return storage
 
 
 def test_ranges_run_concurrently_within_bounds(served):
     url, _, _ = served
     path = f"{url}/part-00002"
-    storage = CountingStorage("http", max_concurrency=8)
+    storage = counting(FsspecStorage("http", max_concurrency=8))
     size = storage.stamp(path).size
     starts = list(range(0, size - 100, 150))
     ends = [s + 100 for s in starts]
@@ -213,7 +212,7 @@ def test_ranges_run_concurrently_within_bounds(served):
     local = storage.read_all(path)
     assert out == [local[s:e] for s, e in zip(starts, ends, strict=True)]
     assert 2 <= storage.peak <= 8
-    tight = CountingStorage("http", max_concurrency=8, max_inflight_bytes=250)
+    tight = counting(FsspecStorage("http", max_concurrency=8, max_inflight_bytes=250))
     buf = tight.read_ranges_concat([path] * len(starts), starts, ends)
     assert bytes(buf) == b"".join(local[s:e] for s, e in zip(starts, ends, strict=True))
     assert tight.peak <= 2  # 250 bytes in flight hold at most two 100-byte ranges
@@ -281,7 +280,7 @@ def test_sidecar_cache_is_bounded_and_cached_on_disk(served, tmp_path):
     assert ds.__getitems__(idx.tolist()) == [expected[i] for i in idx]
     assert [ds[i] for i in range(0, RECORDS, 7)] == expected[::7]
     cache = ds._table.shards[0].cache
-    assert len(cache) == 1 and cache.held_bytes <= one + 100
+    assert len(cache.memory) == 1 and cache.memory.held_bytes <= one + 100
     assert sum(s.loaded for s in ds._table.shards) == 1
 
     cdir = str(tmp_path / "sidecars")
@@ -388,3 +387,28 @@ def test_ten_thousand_shards_open_with_one_round(nginx_server, tmp_path, compact
     assert sum("shard-07777.ofidx" in line for line in new) == 1
     assert sum(COMPACT_NAME in line for line in new) == int(compact)
     assert sum(s.loaded for s in ds._table.held()) == 1
+
+
+def test_stats_and_ranged_reads_share_one_pool_of_connections(tmp_path):
+    """fsspec's HTTP filesystem (stats, listings, whole files) takes our HTTP client's session
+    through its public ``get_client`` option: a stat and then a ranged read of the same
+    server go over one kept-alive connection, not one pool of connections each."""
+    (tmp_path / "blob").write_bytes(bytes(range(256)) * 64)
+
+    class KeepAlive(servers._RangeHandler):
+        protocol_version = "HTTP/1.1"  # connections kept alive
+
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, directory=str(tmp_path), **kwargs)
+
+        def setup(self):
+            super().setup()
+            with self.server.lock:
+                self.server.connections += 1
+
+    with servers.serve_http(KeepAlive, gets=0, fail_first=0, connections=0) as (base, srv):
+        storage, path = storage_for(f"{base}/blob")
+        assert storage.exists(path)
+        assert storage.read(path, 100, 300) == (bytes(range(256)) * 64)[100:300]
+        assert storage.read(path, 1000, 1010) == (bytes(range(256)) * 64)[1000:1010]
+        assert srv.connections == 1

@@ -28,11 +28,12 @@ def dataset(tmp_path_factory):
 
 def _child_reads(ds, indices, queue) -> None:
     try:
-        fs_before = ds._table.storage._fs
+        fs_before = ds._table.storage.client._fs
         out = ds.__getitems__(indices)
         single = ds[indices[0]]
         streamed = list(ds.iter_records(0, 10))
-        fresh = ds._table.storage._fs is not fs_before and ds._table.storage._pid == os.getpid()
+        client = ds._table.storage.client
+        fresh = client._fs is not fs_before and client._pid == os.getpid()
         queue.put(("ok", out, single, streamed, fresh))
     except BaseException as exc:
         queue.put(("error", repr(exc), None, None, None))
@@ -68,7 +69,8 @@ def test_pickle_carries_no_client(bucket_backend, dataset):
     ds = ofindex.open(url, storage_options=bucket_backend.storage_options, cache_bytes=1 << 20)
     assert ds[0] == expected[0]
     clone = pickle.loads(pickle.dumps(ds))
-    assert clone._table.storage._fs is None and not any(s.loaded for s in clone._table.shards)
+    assert clone._table.storage.client._fs is None
+    assert not any(s.loaded for s in clone._table.shards)
     assert clone._table.shards[0].cache.max_bytes == 1 << 20
     assert clone[RECORDS - 1] == expected[-1]
 

@@ -103,9 +103,53 @@ COMPRESSED = {"datasets": {"small": {"spacings": [
 COMPRESSED["datasets"]["small"]["records"] = 1_000_000
 
 BUILD = [{"name": "build 1 M x ~200 B", "records_per_s": 2_500_000, "ratio": 6.25}]
-DECODE = {"batch": 256, "workloads": {"mnist": {
-    "floats_per_record": 784, "ofindex": {"median_s": 0.000356, "best_s": 0.000325},
-    "vahidk": "skipped (tfrecord not installed)"}}}
+DECODE = {"batch": 256, "machine_load": {"load_average": [2.5, 2.0, 1.0], "cores": 2},
+          "workloads": {
+              "mnist": {"floats_per_record": 784,
+                        "ofindex": {"median_s": 0.000356, "best_s": 0.000325},
+                        "vahidk": "skipped (tfrecord not installed)"},
+              "varlen": {"records": 10000, "batch": 10000, "bytes_per_record": 487.4,
+                         "ofindex": {"median_s": 0.0125, "best_s": 0.0118},
+                         "tf": {"median_s": 0.0171, "best_s": 0.0160},
+                         "tf_sparse": {"median_s": 0.0150, "best_s": 0.0140},
+                         "ofindex_vs_tf": {"median": 1.37, "min": 1.1, "max": 1.52},
+                         "ofindex_vs_tf_cpu": {"median": 1.5, "min": 1.4, "max": 1.6},
+                         "ofindex_vs_tf_sparse": {"median": 1.2, "min": 0.98, "max": 1.3},
+                         "ofindex_vs_tf_sparse_cpu": {"median": 1.3, "min": 1.2, "max": 1.4}}},
+          "single": {"records": 200000, "rounds": 7, "rows": [
+              {"contender": "Example.FromString(ds[i])", "records_per_s": 810000,
+               "records_per_s_min": 610000, "records_per_s_max": 867000},
+              {"contender": "Decoder(spec)(ds[i])", "records_per_s": 777000,
+               "records_per_s_min": 541000, "records_per_s_max": 869000,
+               "vs": {"Example.FromString(ds[i])": {"median": 0.95, "min": 0.79, "max": 1.07},
+                      "Hugging Face ds[i]": {"median": 16.2, "min": 10.7, "max": 27.5}},
+               "vs_cpu": {"Example.FromString(ds[i])": {"median": 1.1, "min": 1.0, "max": 1.2},
+                          "Hugging Face ds[i]": {"median": 15.0, "min": 14.0, "max": 16.0}}}]},
+          "peers": {"records": 200000, "batch": 256, "rounds": 7, "build_rounds": 5,
+                    "missing": {"tfd-utils": "skipped (tfd-utils not installed)"}, "rows": [
+                        {"contender": "ofindex BatchDecoder(spec)(ds[batch])",
+                         "records_per_s": 500000, "records_per_s_min": 400000,
+                         "records_per_s_max": 600000,
+                         "vs": {"tfr-reader ds[batch]": {"median": 25.0, "min": 20.0,
+                                                         "max": 30.0},
+                                "tfd-utils get_record(key)": {"median": 4.0, "min": 3.0,
+                                                              "max": 5.0}},
+                         "vs_cpu": {"tfr-reader ds[batch]": {"median": 24.0, "min": 22.0,
+                                                             "max": 26.0},
+                                    "tfd-utils get_record(key)": {"median": 4.5, "min": 4.0,
+                                                                  "max": 5.0}},
+                         "not_the_same_operation": ["tfd-utils get_record(key)"]},
+                        {"contender": "tfr-reader ds[batch]", "records_per_s": 20000,
+                         "records_per_s_min": 19000, "records_per_s_max": 21000}],
+                    "builds": [
+                        {"contender": "ofindex build_index",
+                         "seconds": {"median": 0.06, "min": 0.05, "max": 0.07},
+                         "records_per_s": {"median": 3.3e6, "min": 2.9e6, "max": 4e6}},
+                        {"contender": "tfr-reader build_index_from_dataset_dir",
+                         "seconds": {"median": 0.43, "min": 0.4, "max": 0.5},
+                         "records_per_s": {"median": 465000, "min": 400000, "max": 500000},
+                         "ofindex_vs": {"median": 7.2, "min": 6.0, "max": 8.0},
+                         "ofindex_vs_cpu": {"median": 9.0, "min": 8.0, "max": 10.0}}]}}
 
 SCALE = {"settings": {"batches": 8, "rtt": 0.02, "bandwidth": 1e9, "concurrency": 256},
          "scales": [{"records": 1e10, "shards": 100000, "mode": "paged", "manifest_bytes": 7190000,
@@ -198,6 +242,29 @@ def test_report_from_fixtures(tmp_path):
     assert ("| 224 | ofindex | 690 (650–720) | 2.2 (2–2.5)× | 1.6 (1.5–1.7)× | "
             "1,200 (1,100–1,300) | 55.8 |") in md
     assert "| decode | pillow | 750 (740–760) |  |  |  | exact |" in md
+    assert ("| tf.io.parse_example, RaggedFeature | 584,795 (625,000) | 1.37 (1.1–1.52)× | "
+            "1.5 (1.4–1.6)× |" in md)
+    assert ("| Decoder(spec)(ds[i]) | 777,000 (541,000–869,000) | 0.95 (0.79–1.07)× "
+            "Example.FromString(ds[i]); 16.2 (10.7–27.5)× Hugging Face ds[i] | 1.1 (1–1.2)× "
+            "Example.FromString(ds[i]); 15 (14–16)× Hugging Face ds[i] |") in md
+    assert ("ofindex 1.4× tf.io.parse_example, RaggedFeature (1.1–1.5×), 1.2× "
+            "tf.io.parse_example, VarLenFeature (0.98–1.3×) (records/s)") in readme.read_text()
+    assert ("| ofindex BatchDecoder(spec)(ds[batch]) | 500,000 (400,000–600,000) | 25 (20–30)× "
+            "tfr-reader ds[batch]; 4 (3–5)× tfd-utils get_record(key) (another operation) | "
+            "24 (22–26)× tfr-reader ds[batch]; 4.5 (4–5)× tfd-utils get_record(key) |") in md
+    assert ("| tfr-reader build_index_from_dataset_dir (the whole file) | 465,000 "
+            "(400,000–500,000) (0.43 s) | 7.2 (6–8)× | 9 (8–10)× |") in md
+    assert "| tfd-utils | skipped (tfd-utils not installed) |  |  |" in md
+    # the rounds lost are said, wall clock and per CPU second apart
+    assert ("Where ofindex loses: the rounds in which it was slower than a peer (ratio below "
+            "1×): varlen against tf_sparse (wall clock): 0.98× in its worst round, 1.2× the "
+            "median; Decoder(spec)(ds[i]) against Example.FromString(ds[i]) (wall clock): 0.79× "
+            "in its worst round, 0.95× the median.") in md
+    # the summary compares only the same operations
+    assert ("Against the peers that index TFRecords in place (goal ≥ 2×): `ofindex "
+            "BatchDecoder(spec)(ds[batch])` 25× tfr-reader ds[batch] (20–30×), `ofindex "
+            "build_index` 7.2× tfr-reader build_index_from_dataset_dir (6–8×).") in (
+        readme.read_text())
     assert "not measured: mnist: dali: No module named 'nvidia'" in md
     assert "| ofindex iter_batches | 15,200,000 (14,100,000–16,000,000) | 3.3 |" in md
     assert "| block 64, window 16 | 16 | 7 | 0.017 |" in md
@@ -503,3 +570,224 @@ def test_parts_measured_again_on_their_own_are_said(tmp_path):
     write(results, "ray", RAY)
     rep.ray()
     assert "measured again" not in rep.sections[0]
+
+
+# -- the machine's cache stores (tools/bench_cache.py) -------------------------------------------
+def _epoch(wall, requests=0):
+    return {"wall_s": wall, "wall_s_min": wall * 0.9, "wall_s_max": wall * 1.1,
+            "median_batch_ms": wall * 10, "data_requests": requests,
+            "data_bytes": requests * 1e6}
+
+
+CACHE_STORES = {
+    "config": {"rtt_ms": 20.0, "shards": 8, "records": 32768, "record_size": 1000,
+               "dataset_bytes": 33_000_000, "cache_bytes": 66_000_000, "block_bytes": 1 << 20,
+               "batch": 256, "rounds": 3},
+    "contenders": {"ours": {"single": [_epoch(1.5, 9), _epoch(0.75), _epoch(0.8, 1)],
+                            "shared": [_epoch(2.4, 18), _epoch(1.4)]},
+                   "fsspec": {"single": [_epoch(2.6, 32), _epoch(2.5), _epoch(2.3)],
+                              "shared": [_epoch(5.0, 64), _epoch(1.9)]}},
+    "pages": {"pages": 16384, "page_bytes": 1032, "batch": 256,
+              "contenders": {"ours": {"single": [_epoch(9.4), _epoch(2.6)],
+                                      "shared": [_epoch(11.8), _epoch(4.8)]}}},
+}
+
+
+def test_the_cache_stores_section(tmp_path):
+    results, docs = tmp_path / "bench-results", tmp_path / "docs"
+    results.mkdir()
+    readme = tmp_path / "README.md"
+    readme.write_text("# x\n\n<!-- bench:begin -->\n<!-- bench:end -->\n")
+    assert report.main(["--results", str(results), "--docs", str(docs),
+                        "--readme", str(readme)]) == 0
+    assert ("Not measured yet: run `python tools/bench_cache.py --out bench-results/cache.json`"
+            in (docs / "benchmarks.md").read_text())
+    write(results, "cache", CACHE_STORES)
+    assert report.main(["--results", str(results), "--docs", str(docs),
+                        "--readme", str(readme)]) == 0
+    md = (docs / "benchmarks.md").read_text()
+    assert "## Machine cache stores: ours, diskcache, fsspec's block cache" in md
+    assert "| fsspec | shared | 1 | 5 (4.5–5.5) | 50 | 64 | 64 |" in md
+    assert "| ours | single | 2 | 0.75 (0.675–0.825) | 7.5 | 0 | 0 |" in md
+    assert "over a shuffled epoch of 16,384 pages of 1,032 B" in md
+    assert "| ours | shared | 2 | 4.8 (4.32–5.28) | 48 |" in md
+
+
+def _ar_row(pattern, library, codec, api, median, low, high):
+    return {"name": " | ".join((pattern, library, codec, api)), "pattern": pattern,
+            "library": library, "codec": codec, "api": api,
+            "records_per_s": {"median": median, "min": low, "max": high},
+            "records_per_cpu_s": median, "runs": [median]}
+
+
+def _ar_ratio(pattern, codec, against, median, low, high):
+    return {"pattern": pattern, "ours": f"{pattern} | ofindex | {codec} | x", "codec": codec,
+            "against": against, "ratio": {"median": median, "min": low, "max": high},
+            "arrayrecord_fastest": {}}
+
+
+ARRAYRECORD = {
+    "config": {
+        "records": 65536, "words": 200, "mean_record_bytes": 1381.2, "loader_batch": 256,
+        "rounds": 5, "round_seconds": 0.2,
+        "arrayrecord_codecs": {"uncompressed": "uncompressed", "zstd": "zstd:3"},
+        "group_sizes": [1, 256], "our_codecs": ["uncompressed", "GZIP"],
+        "patterns": {"single": "single, random (one record a call)",
+                     "batch_loader": "batched, random ({loader} a call, a loader's batch)",
+                     "seq_all": "sequential, whole file"},
+        "cold_resident_share_after_drop": {"ofindex GZIP": 0.0,
+                                           "ArrayRecord zstd group_size 1": 0.01},
+        "inflater": "isal", "load_before": {"load_average": [3.5, 3.0, 2.0], "cores": 2},
+        "load_after": {"load_average": [4.5, 3.0, 2.0], "cores": 2}},
+    "sizes": {"ours:GZIP": {"bytes": 23025655, "share": 0.2544},
+              "ar:zstd:1": {"bytes": 41811968, "share": 0.4619}},
+    "rows": [
+        _ar_row("single", "ofindex", "uncompressed", "ds[i]", 1_500_000, 1_400_000, 1_600_000),
+        _ar_row("single", "ofindex", "GZIP", "ds[i]", 2000, 1900, 2100),
+        _ar_row("single", "ArrayRecord", "uncompressed", "ArrayRecordDataSource[i]", 5000, 4800,
+                5200),
+        _ar_row("single", "ArrayRecord", "uncompressed", "ArrayRecordReader.read([i])", 5500,
+                5000, 6000),
+        _ar_row("single", "ArrayRecord", "zstd", "ArrayRecordDataSource[i]", 4000, 3900, 4100),
+        _ar_row("batch_loader", "ofindex", "uncompressed", "ds.__getitems__", 2_000_000,
+                1_900_000, 2_100_000),
+        _ar_row("batch_loader", "ofindex", "GZIP", "ds.__getitems__", 9000, 8000, 10000),
+        _ar_row("batch_loader", "ArrayRecord", "uncompressed", "ArrayRecordReader.read(indices)",
+                250_000, 240_000, 260_000),
+        _ar_row("batch_loader", "ArrayRecord", "zstd", "ArrayRecordDataSource.__getitems__",
+                180_000, 170_000, 190_000),
+    ],
+    "comparisons": [
+        _ar_ratio("single", "uncompressed", "uncompressed", 272.7, 250, 300),
+        _ar_ratio("single", "uncompressed", "compressed", 375, 350, 400),
+        _ar_ratio("single", "GZIP", "uncompressed", 0.36, 0.3, 0.4),
+        _ar_ratio("single", "GZIP", "compressed", 0.5, 0.45, 0.55),
+        _ar_ratio("batch_loader", "uncompressed", "uncompressed", 8, 7.5, 8.5),
+        _ar_ratio("batch_loader", "uncompressed", "compressed", 11, 10, 12),
+        _ar_ratio("batch_loader", "GZIP", "uncompressed", 0.036, 0.03, 0.04),
+        _ar_ratio("batch_loader", "GZIP", "compressed", 0.05, 0.04, 0.06),
+    ],
+}
+
+
+def test_the_arrayrecord_section(tmp_path):
+    """ArrayRecord's layout: access patterns by compression, ours and its fastest API, the
+    ratios within rounds (uncompressed against uncompressed, compressed against its fastest
+    codec), the file sizes, where we lose and a README line."""
+    results, docs = tmp_path / "bench-results", tmp_path / "docs"
+    results.mkdir()
+    readme = tmp_path / "README.md"
+    readme.write_text("# x\n\n<!-- bench:begin -->\n<!-- bench:end -->\n")
+    assert report.main(["--results", str(results), "--docs", str(docs),
+                        "--readme", str(readme)]) == 0
+    assert ("Not measured yet: run `python tools/bench_arrayrecord.py --out "
+            "bench-results/arrayrecord.json`" in (docs / "benchmarks.md").read_text())
+    write(results, "arrayrecord", ARRAYRECORD)
+    assert report.main(["--results", str(results), "--docs", str(docs),
+                        "--readme", str(readme)]) == 0
+    md = (docs / "benchmarks.md").read_text()
+    section = md[md.index("## ArrayRecord's access patterns, per compression "
+                          "(tools/bench_arrayrecord.py)"):].split("\n## ", 1)[0]
+    assert "65,536 records of 200 lorem-ipsum words (~1,381 B of text)" in section
+    assert "at most 1 % of them resident" in section
+    assert "Load average 3.5 before, 4.5 after, on 2 cores" in section
+    assert "| access pattern | uncompressed | GZIP |" in section
+    assert ("| single, random (one record a call) | 1,500,000 (1,400,000–1,600,000) | "
+            "2,000 (1,900–2,100) |") in section
+    assert "| access pattern | uncompressed | zstd:3 |" in section
+    assert ("| single, random (one record a call) | 5,500 (5,000–6,000), Reader | "
+            "4,000 (3,900–4,100), DataSource |") in section
+    assert ("| access pattern | uncompressed vs uncompressed | GZIP vs its fastest codec |"
+            in section)
+    assert "| single, random (one record a call) | 273 (250–300)× | 0.5 (0.45–0.55)× |" in section
+    assert ("| batched, random (256 a call, a loader's batch) | 8 (7.5–8.5)× | "
+            "0.05 (0.04–0.06)× |") in section
+    assert "sequential, whole file" not in section  # a pattern without rows is left out
+    assert "| ofindex GZIP (with its index) | 25.4 |" in section
+    assert "| ArrayRecord zstd:3, group_size 1 | 46.2 |" in section
+    assert ("**Where we lose** (ofindex / ArrayRecord below 1 in the median):\n\n"
+            "- single, random (one record a call), GZIP: 0.5×\n"
+            "- batched, random (256 a call, a loader's batch), GZIP: 0.05×\n") in section
+    assert "Random records from GZIP and ZLIB: a TFRecord file compressed whole" in section
+    assert "Passes over GZIP" not in section and "A cold random batch" not in section
+    assert ("- ArrayRecord's access patterns: ofindex / ArrayRecord's fastest API on 65,536 "
+            "text records of ~1,381 B from the page cache, uncompressed single 273×, batches "
+            "of 256 8×; GZIP against its fastest codec: single 0.5×, batches of 256 0.05×."
+            ) in readme.read_text()
+
+
+# -- the request policy's parts (tools/bench_transport.py) -----------------------------------
+def _s(median, lo, hi):
+    return {"median": median, "min": lo, "max": hi, "n": 5}
+
+
+TRANSPORT = {
+    "load_average": {"before": 4.5, "after": 5.25}, "cpus": 2,
+    "config": {"reruns": [{"part": "hedging", "rounds": 15,
+                           "load_average": {"before": 3.0, "after": 3.5}}]},
+    "hedging": {"stall_s": 3.0, "batch": 64, "rounds": 9, "cases": {
+        "hedged (default), 2 stalled": {"batch_s": _s(1.01, 1.0, 1.1),
+                                        "cpu_ms": _s(20, 18, 25),
+                                        "hedged_per_batch": _s(2, 2, 2)},
+        "not hedged, 2 stalled": {"batch_s": _s(3.04, 3.0, 3.1),
+                                  "hedged_per_batch": _s(0, 0, 0)}}},
+    "retry": {
+        "behaviour": {"3 resets then ok": {"ours": {"attempts": 4, "seconds": 0.06,
+                                                    "result": "ok"},
+                                           "tenacity": {"attempts": 4, "seconds": 0.09,
+                                                        "result": "ok"}}},
+        "us_per_request": {"ours": _s(10.5, 9.0, 20.3), "tenacity": _s(39.5, 29.6, 59.6)},
+        "lines": {"ours": 93, "tenacity adapter": 60},
+        "faults": {"faults": {"drop": 0.1, "slowdown": 0.05}, "reads": 400, "cases": {
+            who: {"right": _s(400, 400, 400), "given_up": _s(0, 0, 0), "wrong": _s(0, 0, 0),
+                  "attempts_per_read": _s(1.14, 1.1, 1.2), "seconds": _s(0.6, 0.5, 0.8)}
+            for who in ("ours", "tenacity")}}},
+    "pacing": {"limit_per_s": 400.0, "seconds": 90.0, "cases": {
+        "16 readers, steady, ours (AdaptiveRate)": {"records_per_s": 184.0,
+                                                    "requests_per_s": 400.0,
+                                                    "throttled_fraction": 0.027,
+                                                    "worst_second": 360}},
+        "live": {"limit_per_s": 100.0, "readers": 32, "seconds": 20.0, "rounds": 5, "cases": {
+            name: {"ok_per_s": _s(ok, ok - 5, ok + 5), "onset_ok_per_s": _s(ok, ok, ok),
+                   "steady_ok_per_s": _s(ok, ok, ok), "throttled_fraction": _s(0.1, 0.1, 0.1),
+                   "onset_throttled_fraction": _s(0.2, 0.1, 0.3),
+                   "steady_throttled_fraction": _s(0.05, 0.04, 0.06),
+                   "worst_second": _s(50, 40, 60), "failed": _s(0, 0, 0),
+                   "stuck_when_cancelled": _s(0, 0, stuck)}
+            for name, ok, stuck in (("ours (AdaptiveRate)", 90.0, 0),
+                                    ("botocore adaptive", 60.0, 9))}}},
+    "multipart": {"file_mb": 64, "rounds": 9, "cases": {
+        "64 spans of 2-4 KiB": {"ours": {"cpu_ms": _s(1.0, 0.9, 1.2)},
+                                "MultipartReader": {"cpu_ms": _s(3.0, 2.8, 3.5)}}}},
+}
+
+
+def test_the_transport_section(tmp_path):
+    results, docs = tmp_path / "bench-results", tmp_path / "docs"
+    results.mkdir()
+    write(results, "transport", TRANSPORT)
+    readme = tmp_path / "README.md"
+    readme.write_text("# x\n\n<!-- bench:begin -->\nold\n<!-- bench:end -->\n")
+    assert report.main(["--results", str(results), "--docs", str(docs),
+                        "--readme", str(readme)]) == 0
+    md = (docs / "benchmarks.md").read_text()
+    assert ("## The request policy's parts against the libraries that would replace them "
+            "(tools/bench_transport.py)") in md
+    assert "Load average 4.5, then 5.2 on 2 cores" in md
+    assert ("The hedging part was measured again on its own (15 rounds; load 3 before, 3.5 "
+            "after).") in md
+    assert "| hedged (default), 2 stalled | 1.01 (1–1.1) | 20 (18–25) | 2 (2–2) |" in md
+    assert "| not hedged, 2 stalled | 3.04 (3–3.1) | – | 0 (0–0) |" in md
+    assert "| µs per request answered at once | 10.5 (9–20.3) | 39.5 (29.6–59.6) |" in md
+    assert "| faults: reads given up | 0 (0–0) | 0 (0–0) |" in md
+    assert "Faults injected per request: drop 10 %, slowdown 5 %." in md
+    assert "| 3 resets then ok | 4: ok | 4: ok |" in md
+    assert ("| botocore adaptive | 60 (55–65) | 60 (60–60) | 60 (60–60) | 20 (10–30) "
+            "| 5 (4–6) | 50 | 0 | 9 |") in md
+    assert "| 16 readers, steady, ours (AdaptiveRate) | 184 | 400 | 2.7 % | 360 |" in md
+    assert "| 64 spans of 2-4 KiB | 1 (0.9–1.2) | 3 (2.8–3.5) |" in md
+    assert ("Request policy (tools/bench_transport.py): hedging: a batch with 2 stalled "
+            "requests 1.01 s (3.04 s unhedged); the retry loop 10 µs per request (tenacity "
+            "40 µs); pacing 90 reads/s from a store admitting 100 (botocore's adaptive mode "
+            "60); multipart answers parsed with 3–3× less CPU than aiohttp's "
+            "MultipartReader.") in readme.read_text()

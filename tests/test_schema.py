@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 
 import ofindex
-from ofindex.decode import FixedLen, VarLen, decode_batch
+from ofindex.decode import FixedLen, VarLen, decode_batch, decode_sequence_example
 from ofindex.encode import encode_sequence_example
+from ofindex.errors import DecodeError
 from ofindex.schema import infer_spec, spec_from_tf, to_python, to_tf
 from ofindex.write import ShardedWriter
 
@@ -95,8 +96,12 @@ def test_printed_python_runs_and_tf_description_parses_like_we_decode(tmp_path):
     space: dict = {}
     exec(to_python(schema), space)
     assert space["spec"] == schema.spec
-    exec(to_tf(schema), space)
-    description = space["feature_description"]
+    description = to_tf(schema)
+    assert description == {"image": tf.io.FixedLenFeature([6], tf.float32),
+                           "label": tf.io.FixedLenFeature([], tf.int64),
+                           "name": tf.io.FixedLenFeature([], tf.string),
+                           "sometimes": tf.io.VarLenFeature(tf.float32),
+                           "tags": tf.io.VarLenFeature(tf.string)}
     assert spec_from_tf(description) == schema.spec
     records = ds[:]
     parsed = tf.io.parse_example(tf.constant(records), description)
@@ -104,24 +109,81 @@ def test_printed_python_runs_and_tf_description_parses_like_we_decode(tmp_path):
     np.testing.assert_array_equal(parsed["image"].numpy(), ours["image"])
     assert parsed["label"].numpy().tolist() == ours["label"].tolist()
     assert tf.sparse.to_dense(parsed["tags"]).numpy().shape[0] == 200
+    code = to_tf(schema, as_code=True)  # what `ofindex schema --style tf` prints
+    assert "# 1 value, in 100% of records" in code
+    exec(code, space)
+    assert space["feature_description"] == description
+
+
+def test_cli_style_tf_prints_the_description_as_code(tmp_path, capsys):
+    """``ofindex schema --style tf`` prints code (to_tf(..., as_code=True)) whose
+    ``feature_description`` is the one ``to_tf`` returns."""
+    tf = pytest.importorskip("tensorflow")
+    from ofindex.cli.main import main
+
+    ds = _written(tmp_path)
+    assert main(["schema", str(tmp_path / "d"), "--style", "tf", "--sample", "200"]) == 0
+    code = capsys.readouterr().out
+    assert code.startswith("# example: 200 of 200 records sampled") and "import tensorflow" in code
+    space: dict = {}
+    exec(code, space)
+    assert space["feature_description"] == to_tf(infer_spec(ds, sample=200))
+    assert space["feature_description"]["image"] == tf.io.FixedLenFeature([6], tf.float32)
+
+
+def _parse_sequence_examples_like_we_decode(tf, records, schema) -> None:
+    """TensorFlow's parse of each SequenceExample with ``to_tf(schema)`` equals our decode
+    with the schema's specs, feature by feature and list by list."""
+    description = to_tf(schema)
+    for record in records:
+        context, lists = tf.io.parse_single_sequence_example(record, **description)
+        ours_context, ours_lists = decode_sequence_example(record, schema.spec,
+                                                           schema.sequence_spec)
+        for theirs, ours, spec in [(context, ours_context, schema.spec),
+                                   (lists, ours_lists, schema.sequence_spec)]:
+            assert set(theirs) == set(spec)
+            for name, fs in spec.items():
+                if isinstance(fs, VarLen):
+                    values = np.asarray(ours[name].values if hasattr(ours[name], "values")
+                                        else ours[name])
+                    assert theirs[name].values.numpy().tolist() == values.tolist(), name
+                else:  # a scalar tf.string comes back as bytes, not an array
+                    assert (np.asarray(theirs[name].numpy()).tolist()
+                            == np.asarray(ours[name]).tolist()), name
 
 
 def test_sequence_examples_and_ofrecords(tmp_path):
+    tf = pytest.importorskip("tensorflow")
     with ofindex.Writer(tmp_path / "s.tfrecord") as w:
         for k in range(5):
-            w.write(encode_sequence_example({"id": k}, {"x": np.ones((k + 1, 3)),
-                                                        "w": [[1]] * k if k else None}))
-    schema = infer_spec(ofindex.open(str(tmp_path / "s.tfrecord")))
+            w.write(encode_sequence_example({"id": k, "tags": np.array([b"t"] * k, "S1")},
+                                            {"x": np.ones((k + 1, 3)),
+                                             "w": [[1]] * k if k else None}))
+    ds = ofindex.open(str(tmp_path / "s.tfrecord"))
+    schema = infer_spec(ds)
     assert schema.kind == "sequence_example"
-    assert schema.spec == {"id": FixedLen((), "int64")}
+    assert schema.spec == {"id": FixedLen((), "int64"), "tags": VarLen("bytes")}
     assert schema.sequence_spec == {"x": FixedLen((3,), "float32"),
                                     "w": FixedLen((), "int64", allow_missing=True)}
+    assert to_tf(schema) == {
+        "context_features": {"id": tf.io.FixedLenFeature([], tf.int64),
+                             "tags": tf.io.VarLenFeature(tf.string)},
+        "sequence_features": {
+            "x": tf.io.FixedLenSequenceFeature([3], tf.float32),
+            "w": tf.io.FixedLenSequenceFeature([], tf.int64, allow_missing=True)}}
+    _parse_sequence_examples_like_we_decode(tf, ds[:], schema)
+    space: dict = {}
+    exec(to_tf(schema, as_code=True), space)
+    assert {"context_features": space["context_features"],
+            "sequence_features": space["sequence_features"]} == to_tf(schema)
     with ShardedWriter(tmp_path / "of", "ofrecord") as w:
         w.write({"d": np.array([0.5]), "i": np.array([1, 2], np.int32)})
     schema = infer_spec(ofindex.open(str(tmp_path / "of")))
     assert schema.kind == "ofrecord"
     assert schema.spec == {"d": FixedLen((), "float64"), "i": FixedLen((2,), "int32")}
-    assert "no parser" in to_tf(schema)
+    assert "no parser" in to_tf(schema, as_code=True)
+    with pytest.raises(DecodeError, match="OFRecords, which TensorFlow has no parser for"):
+        to_tf(schema)
 
 
 def test_raw_records(tmp_path):
@@ -131,6 +193,9 @@ def test_raw_records(tmp_path):
     assert schema.kind == "raw" and "not an Example" in schema.failure
     with pytest.raises(ValueError, match="nothing to decode"):
         schema.decoder()
+    with pytest.raises(DecodeError, match=r"not Examples .*tf\.io has nothing to parse"):
+        to_tf(schema)
+    assert "no parser" in to_tf(schema, as_code=True)
 
 
 def test_spec_from_tf():
@@ -163,8 +228,9 @@ REAL_ENTRIES = _real_files({"example", "sequence_example", "ofrecord", "raw"}) o
 @pytest.mark.parametrize("entry", REAL_ENTRIES,
                          ids=lambda e: e["file"] if e else "real-world-files-missing")
 def test_real_world_files(entry, tmp_path):
-    """The kind is the one recorded for the file, and for Examples TensorFlow's parse with the
-    inferred description equals our decode with the inferred spec, record for record."""
+    """The kind is the one recorded for the file, and for Examples and SequenceExamples
+    TensorFlow's parse with ``to_tf(schema)`` equals our decode with the inferred spec, record
+    for record."""
     assert entry is not None, f"{REAL}/manifest.json not found: the realworld tier needs it"
     tf = pytest.importorskip("tensorflow")
     with ofindex.open(os.path.join(REAL, entry["file"]), index_dir=str(tmp_path),
@@ -172,12 +238,12 @@ def test_real_world_files(entry, tmp_path):
         schema = infer_spec(ds, sample=64)
         records = ds.__getitems__(list(range(min(len(ds), 64))))
     assert schema.kind == entry["kind"]
+    if schema.kind == "sequence_example":
+        _parse_sequence_examples_like_we_decode(tf, records, schema)
+        return
     if schema.kind != "example":
         return
-    space: dict = {}
-    exec(to_tf(schema), space)
-    description = space["feature_description"]
-    parsed = tf.io.parse_example(tf.constant(records), description)
+    parsed = tf.io.parse_example(tf.constant(records), to_tf(schema))
     ours = decode_batch(records, schema.spec)
     for name, fs in schema.spec.items():
         theirs = parsed[name]

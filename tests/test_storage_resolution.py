@@ -11,7 +11,8 @@ import servers
 from conftest import BUCKET
 
 import ofindex
-from ofindex.storage import FsspecStorage, Storages, clients
+from ofindex.storage import FsspecStorage, Storages
+from ofindex.transport import clients
 
 
 @pytest.fixture

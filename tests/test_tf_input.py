@@ -99,14 +99,32 @@ def test_checkpoint_resumes_without_loss_or_repeat(ds, tmp_path, taken):
                 break
     path = tf.train.Checkpoint(data=batches).save(str(tmp_path / "ckpt"))
     rest = [b["id"].numpy().tolist() for b in it]  # the run goes on after the save
+    following = [b["id"].numpy().tolist() for b in data]  # and into the next epoch
     resumed = TFBatches(ds, 16, BatchDecoder(SPEC), seed=1)
     tf.train.Checkpoint(data=resumed).restore(path).assert_consumed()
     assert int(resumed.step.numpy()) == taken
+    # an iteration is an epoch's worth of batches from the position: the rest of this epoch,
+    # then the start of the next (every Keras epoch has len(batches) steps)
     after = [b["id"].numpy().tolist() for b in resumed.dataset()]
-    assert after == rest
+    assert len(after) == len(batches) and after == (rest + following)[:len(batches)]
     epoch = taken // len(batches)
-    whole = list(chain.from_iterable(before[epoch * len(batches):] + after))
+    whole = list(chain.from_iterable(before[epoch * len(batches):] + rest))
     assert sorted(whole) == list(range(N))
+    assert int(resumed.step.numpy()) == taken + len(batches)
+
+
+@pytest.mark.parametrize("options", [{}, {"drop_remainder": True}, {"shuffle": False},
+                                     {"num_replicas": 3, "rank": 2}])
+def test_cardinality_is_the_batches_of_an_epoch(ds, options):
+    """Keras (and tf.data) know an epoch's length: the dataset's cardinality is len(batches),
+    not UNKNOWN, and an iteration gives exactly that many batches, also after a restore."""
+    batches = TFBatches(ds, 16, BatchDecoder(SPEC), **options)
+    data = batches.dataset(inputs="x", targets="y")
+    assert int(tf.data.experimental.cardinality(data)) == len(batches)
+    assert int(data.cardinality()) == len(batches)
+    assert sum(1 for _ in data) == len(batches)
+    batches.step.assign(len(batches) + 1)  # a position restored inside an epoch
+    assert sum(1 for _ in data) == len(batches)
 
 
 def test_prefetched_batches_are_not_counted(ds):
@@ -150,6 +168,43 @@ def test_keras_fit_on_the_tf_data_path(ds):
     history = model.fit(batches.dataset(inputs="x", targets="y"), epochs=2, verbose=0)
     assert len(history.history["loss"]) == 2 and np.isfinite(history.history["loss"]).all()
     assert int(batches.step.numpy()) == 2 * len(batches)
+
+
+@pytest.mark.slow  # a fresh process importing TensorFlow: about 20 s on 2 busy cores
+def test_a_plain_keras_fit_prints_no_warning(tmp_path):
+    """``model.fit(batches.dataset(...), epochs=3)`` in a fresh process, with the user's
+    warning filters and TensorFlow's log level: Keras knows each epoch's 7 steps (no "Your
+    input ran out of data", no "Unknown" step count), and says nothing about fit's default
+    shuffle=True; nothing else of warning level is printed either."""
+    pytest.importorskip("keras")
+    from keras_fit_check import NOISE, run_fit
+
+    out, err = run_fit("tf", str(tmp_path))
+    assert not NOISE.findall(out + err), (out + err)[-3000:]
+    assert "7/7" in out and "Unknown" not in out
+    assert out.strip().splitlines()[-1].startswith("steps=21 batches=7")
+
+
+def test_only_keras_s_shuffle_warning_is_hidden(ds):
+    """Making a shuffled dataset hides Keras's warning about fit(shuffle=True) on a
+    tf.data.Dataset, that message from Keras alone; an unshuffled TFBatches hides nothing."""
+    import warnings
+
+    from keras.src.trainers.epoch_iterator import EpochIterator  # where fit() warns from
+
+    other = tf.data.Dataset.range(4).batch(2)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        TFBatches(ds, 16, BatchDecoder(SPEC), shuffle=False).dataset()
+        EpochIterator(other, shuffle=True)
+        assert [str(w.message)[:30] for w in caught] == ["`shuffle=True` was passed, but"]
+        caught.clear()
+        TFBatches(ds, 16, BatchDecoder(SPEC)).dataset()
+        EpochIterator(other, shuffle=True)
+        warnings.warn("`shuffle=True` was passed, but will be ignored since the data `x` was "
+                      "provided as a tf.data.Dataset (not Keras's)", UserWarning, stacklevel=1)
+        warnings.warn("another warning from Keras", UserWarning, stacklevel=1)
+    assert [str(w.message)[-13:] for w in caught] == ["(not Keras's)", "ng from Keras"]
 
 
 def test_specs_without_dtypes_are_refused(ds):

@@ -118,11 +118,10 @@ def test_tf_data_parses_columns_with_the_inferred_spec(tmp_path, compression):
         w.write_columns(columns)
     assert len(w.summary.files) == 3
     schema = infer_spec(ofindex.open(str(tmp_path / "t")), sample=n)
-    space: dict = {}
-    exec(to_tf(schema), space)
+    description = to_tf(schema)
     data = tf.data.TFRecordDataset(w.summary.files, compression_type={
         None: "", "gzip": "GZIP", "zlib": "ZLIB"}[compression])
-    parsed = tf.io.parse_example(tf.stack(list(data)), space["feature_description"])
+    parsed = tf.io.parse_example(tf.stack(list(data)), description)
     # a record holds values, not shapes: the inferred spec has 6 values where we wrote (3, 2)
     np.testing.assert_array_equal(parsed["image"].numpy(), columns["image"].reshape(n, 6))
     np.testing.assert_array_equal(parsed["double"].numpy(),
@@ -132,7 +131,7 @@ def test_tf_data_parses_columns_with_the_inferred_spec(tmp_path, compression):
     assert parsed["flag"].numpy().tolist() == columns["flag"].astype(int).tolist()
     assert parsed["jpeg"].numpy().tolist() == columns["jpeg"]
     assert [v.decode() for v in parsed["name"].numpy().tolist()] == columns["name"]
-    assert "empty" not in space["feature_description"] or parsed["empty"].shape[-1] == 0
+    assert "empty" not in description or parsed["empty"].shape[-1] == 0
 
 
 def test_ofrecord_shards_are_oneflow_framed_and_parse_with_protobuf(tmp_path):

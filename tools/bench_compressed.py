@@ -240,7 +240,7 @@ def remote_case(path: str, rtt_ms: float, seed: int, repeats: int = 5,
     import servers
     from bench_remote import AccessLog, _proxy_process
 
-    from ofindex.storage import multirange
+    from ofindex.transport import store
 
     work = tempfile.mkdtemp(prefix="bench-compressed-remote-")
     data = os.path.join(work, "data")
@@ -258,7 +258,7 @@ def remote_case(path: str, rtt_ms: float, seed: int, repeats: int = 5,
             with _proxy_process(port, rtt_ms) as proxy_port:
                 url = f"http://127.0.0.1:{proxy_port}/data/"
                 if not multi_range:
-                    multirange.SUPPORT[multirange.host_of(url)] = False
+                    store.SUPPORT[store.host_of(url)] = False
                 log = AccessLog(nginx.log)
                 ofindex.open(url)[0]  # warm the imports (aiohttp, fsspec)
                 opens, colds, warms, reqs, warm_reqs = [], [], [], [], []

@@ -75,13 +75,13 @@ def fault_run(batches: int, out: str) -> None:
     from faultproxy import FaultProxyProcess
 
     from ofindex.cli.synthetic import write_dataset
-    from ofindex.storage import multirange
-    from ofindex.storage.retry import RetryPolicy, retry_settings
+    from ofindex.transport import store
+    from ofindex.transport.policy import RequestPolicy, retry_settings
 
-    policies = {"former (4 attempts from 50 ms, no hedging)": RetryPolicy(
+    policies = {"former (4 attempts from 50 ms, no hedging)": RequestPolicy(
                     retries=3, base_delay=0.05, throttle_delay=0.05, max_delay=2.0,
                     hedge_factor=0),
-                "default": RetryPolicy()}
+                "default": RequestPolicy()}
     root = tempfile.mkdtemp(prefix="ofindex-bench-faults-")
     records = 20_000
     write_dataset(os.path.join(root, "d"), records, 8, kind="random", record_size=400, seed=2)
@@ -92,7 +92,7 @@ def fault_run(batches: int, out: str) -> None:
                     retry_settings(policy=policy):
                 ds = ofindex.open(f"{proxy.url}/d/")
                 ds.max_gap = 0  # one request per record: as many chances for a fault
-                multirange.SUPPORT[multirange.host_of(proxy.url)] = False  # as an object store
+                store.SUPPORT[store.host_of(proxy.url)] = False  # as an object store
                 rng = np.random.default_rng(seed)
                 failed, times, errors = 0, [], {}
                 start = time.perf_counter()

@@ -64,7 +64,7 @@ def measure(ds, sim, block: int | None, readers: int, args) -> dict:
     stats = sim_store.STATS
     rounds = Rounds(ds._table.storage, stats)
     sampler = iter(_sampler(ds, "", block, readers))
-    ds._table.shards[0].cache.pages.clear()
+    ds._table.shards[0].cache.memory.clear()
     for _ in range(args.warm):  # the page cache as a long epoch leaves it
         ds.__getitems__(list(itertools.islice(sampler, BATCH)))
     rows = []

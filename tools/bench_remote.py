@@ -211,23 +211,24 @@ def cold_floor_child(url: str) -> dict:
     import fsspec.implementations.http  # noqa: F401
 
     ds = ofindex.open(url)
-    fs, files = ds._table.storage.fs, [s.url for s in ds.shards]
+    storage, files = ds._table.storage, [s.url for s in ds.shards]
     began = time.time()
     t = time.perf_counter()
-    run_floor(fs, files)
-    run_floor(fs, files)
+    run_floor(storage, files)
+    run_floor(storage, files)
     return {"batch_s": time.perf_counter() - t, "began": began}
 
 
-def run_floor(fs, urls: list[str], size: int = 1000) -> None:
-    """One range GET of ``size`` bytes per URL, all at once, through ``fs``'s HTTP session:
-    the floor of one round of that many requests (no planning, no checks)."""
+def run_floor(storage, urls: list[str], size: int = 1000) -> None:
+    """One range GET of ``size`` bytes per URL, all at once, through the HTTP session the
+    storage reads through: the floor of one round of that many requests (no planning, no
+    checks)."""
     import asyncio
 
-    from fsspec.asyn import sync
+    client = storage.client
 
     async def go() -> None:
-        session = await fs.set_session()
+        session = await client.http_client.open_session()
 
         async def one(u: str) -> None:
             async with session.get(u, headers={"Range": f"bytes=0-{size - 1}"}) as r:
@@ -235,7 +236,7 @@ def run_floor(fs, urls: list[str], size: int = 1000) -> None:
 
         await asyncio.gather(*(one(u) for u in urls))
 
-    sync(fs.loop, go)
+    client.run(go())
 
 
 class RawFloor:
@@ -299,7 +300,7 @@ def interleaved(args, url: str, data: str, log: AccessLog, rtt: float) -> dict:
     ds[list(range(0, total, 16))]  # every page of index (pages hold at least 16 records)
     with ofindex.open(data) as local:
         expected = [local[i] for i in range(total)]
-    fs = ds._table.storage.fs
+    storage = ds._table.storage
     calls = StorageCalls(ds._table.storage)
     files = [s.url for s in ds.shards]
     rng = np.random.default_rng(args.seed + 7)
@@ -349,9 +350,9 @@ def interleaved(args, url: str, data: str, log: AccessLog, rtt: float) -> dict:
         raw.reset()
         rows["raw_cold_floor"].append(timed_rounds(lambda: (raw.round(), raw.round())))
         rows["raw_cold_floor"][-1]["client_rounds"] = 2
-        rows["floor_round"].append(timed_rounds(lambda: run_floor(fs, files)))
+        rows["floor_round"].append(timed_rounds(lambda: run_floor(storage, files)))
         rows["raw_floor_round"].append(timed_rounds(raw.round))
-        rows["floor_request"].append(timed_rounds(lambda: run_floor(fs, files[:1])))
+        rows["floor_request"].append(timed_rounds(lambda: run_floor(storage, files[:1])))
     out_rows: dict = {"repeats": args.repeats}
     for name, got_rows in rows.items():
         row = {key: spread([r[key] for r in got_rows]) for key in got_rows[0]}

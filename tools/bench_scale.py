@@ -88,7 +88,7 @@ def _model(rounds, rtt: float, bandwidth: float, concurrency: int) -> float:
 
 def _clear(ds) -> None:
     cache = ds._table.shards[0].cache
-    cache.pages.clear()
+    cache.memory.clear()
     for s in ds._table.held():  # a compact manifest's shards not made yet hold nothing
         s.pager = None
         s.unload()
@@ -282,7 +282,7 @@ def _data_cache_run(url: str, cache_dir: str, block: int | None, local, log, epo
     import numpy as np
 
     import ofindex
-    from ofindex.read.datacache import DataCache
+    from ofindex.cache.data import DataCache
 
     ds = ofindex.open(url, cache_dir=cache_dir, data_cache_bytes=budget if block else 0)
     if block == DOWNLOAD:

@@ -1,8 +1,8 @@
 """Many readers against one rate-limited store, in virtual time: a discrete-event simulation
 of ``readers`` processes, each reading batches as the real reader does (rounds of concurrent
 requests, each round waiting for the last), each with its own client-side pacer (the real
-:class:`ofindex.storage.pacing.AdaptiveRate`) and retry backoff (the real
-:meth:`ofindex.storage.retry.RetryPolicy.delay`), against the store's limit (the real
+:class:`ofindex.transport.policy.AdaptiveRate`) and retry backoff (the real
+:meth:`ofindex.transport.policy.RequestPolicy.delay`), against the store's limit (the real
 :class:`sim_limits.StoreThrottle`), all on one virtual clock. Deterministic for a seed.
 
 What is modelled, not run: a request takes ``rtt`` (half out, half back) plus its bytes at
@@ -19,12 +19,12 @@ import heapq
 import itertools
 import random
 from collections.abc import Callable
+from typing import Any
 
 from sim_limits import StoreThrottle
 
 from ofindex.planning.stores import StoreLimits
-from ofindex.storage.pacing import AdaptiveRate
-from ofindex.storage.retry import RetryPolicy
+from ofindex.transport.policy import AdaptiveRate, RequestPolicy
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,7 +65,7 @@ class _Reader:
 
     def __init__(self, sim: Simulation, number: int) -> None:
         self.sim, self.number = sim, number
-        self.pacer = AdaptiveRate(clock=sim.now)
+        self.pacer = sim.make_pacer(sim.now)
         self.round = 0
         self.pending = 0  # requests of the round not started yet
         self.open = 0  # requests of the round not answered yet
@@ -147,19 +147,23 @@ class Simulation:
         concurrency: Requests in flight per reader.
         seconds: Virtual seconds simulated.
         warmup: Virtual seconds before the measurement starts.
-        pacing: Readers pace themselves (:class:`AdaptiveRate`); without, only retries back
-            off.
+        pacing: Readers pace themselves; without, only retries back off.
         seed: The jitter's seed.
+        policy: The retry backoff.
+        make_pacer: Makes each reader's pacer from the virtual clock (default: ours,
+            :class:`AdaptiveRate`; anything with its ``reserve`` / ``throttled`` /
+            ``succeeded``).
     """
 
     def __init__(self, shape: BatchShape, readers: int, limits: StoreLimits, *, rtt: float,
                  bandwidth: float, concurrency: int, seconds: float, warmup: float,
                  pacing: bool = True, seed: int = 0,
-                 policy: RetryPolicy | None = None) -> None:
+                 policy: RequestPolicy | None = None,
+                 make_pacer: Callable[[Callable[[], float]], Any] = AdaptiveRate) -> None:
         self.shape, self.readers, self.rtt, self.bandwidth = shape, readers, rtt, bandwidth
         self.concurrency, self.seconds, self.warmup = concurrency, seconds, warmup
-        self.pacing, self.seed = pacing, seed
-        self.policy = policy or RetryPolicy()
+        self.pacing, self.seed, self.make_pacer = pacing, seed, make_pacer
+        self.policy = policy or RequestPolicy()
         self.clock = 0.0
         self.store = StoreThrottle(limits, clock=self.now)
         self.events: list[tuple[float, int, Callable[[], None]]] = []

@@ -13,7 +13,9 @@ Reads, when present: pipeline.json (tools/bench_pipeline.py), images.json
 (tools/bench_read.py), build.json (tools/bench_build.py), decode.json
 (tools/bench_decode.py), scale.json and scale_manifest.json (tools/bench_scale.py), mixing.json
 (tools/bench_mixing.py), write.json (tools/bench_write.py), ratelimit.json
-(tools/bench_ratelimit.py). A missing file gives a line
+(tools/bench_ratelimit.py), cache.json (tools/bench_cache.py), arrayrecord.json
+(tools/bench_arrayrecord.py), transport.json (tools/bench_transport.py). A missing file gives a
+line
 saying how to make it, or with ``--keep-missing`` the section and README lines already
 written from it earlier (so that one benchmark can be re-run and its figures refreshed
 alone). README.md's text between ``<!-- bench:begin -->`` and ``<!-- bench:end -->`` is
@@ -51,7 +53,10 @@ TOOLS = {"pipeline": ("bench_pipeline.py", []), "images": ("bench_images.py", []
          "data_cache_large": ("bench_scale.py", ["--data-cache", "--dc-records", "256",
                                                  "--dc-record-size", "100000"]),
          "ray": ("bench_ray.py", []), "write": ("bench_write.py", []),
-         "ratelimit": ("bench_ratelimit.py", [])}
+         "convert": ("bench_convert.py", []),
+         "ratelimit": ("bench_ratelimit.py", []), "engines": ("bench_engines.py", []),
+         "cache": ("bench_cache.py", []), "arrayrecord": ("bench_arrayrecord.py", []),
+         "transport": ("bench_transport.py", [])}
 
 
 def fmt(x: float | None, digits: int = 3) -> str:
@@ -88,6 +93,25 @@ def table(head: list[str], rows: list[list[str]]) -> str:
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
     return "\n".join(lines)
+
+
+def _decode_losses(data: dict[str, Any]) -> list[str]:
+    """Each ratio of tools/bench_decode.py whose worst round is below 1× (ofindex slower), as
+    ``what vs peer: min (median)``, wall clock and per CPU second."""
+    found: list[tuple[str, str, dict[str, float]]] = []
+    for name, entry in data.get("workloads", {}).items():
+        for peer in ("tf", "tf_sparse"):
+            for suffix, clock in (("", "wall clock"), ("_cpu", "per CPU second")):
+                ratio = entry.get(f"ofindex_vs_{peer}{suffix}")
+                if ratio:
+                    found.append((f"{name} against {peer}", clock, ratio))
+    for section in ("single", "peers"):
+        for row in (data.get(section) or {}).get("rows", []):
+            for key, clock in (("vs", "wall clock"), ("vs_cpu", "per CPU second")):
+                for peer, ratio in row.get(key, {}).items():
+                    found.append((f"{row['contender']} against {peer}", clock, ratio))
+    return [f"{what} ({clock}): {fmt(r['min'], 2)}× in its worst round, {fmt(r['median'], 2)}× "
+            "the median" for what, clock, r in found if r["min"] < 1]
 
 
 class Report:
@@ -452,6 +476,48 @@ class Report:
                                 f"{fmt(sec['median'])} s, {schema['requests']:,} requests.")
         self.sections.append("\n".join(text) + "\n")
 
+    def converting(self) -> None:
+        data = self.load("convert")
+        title = "Converting HF vision datasets and Parquet lists (tools/bench_convert.py)"
+        if data is None:
+            self.missing(title, "bench_convert.py")
+            return
+        c = data["config"]
+        text = [f"## {title}\n",
+                f"`ofindex convert` against the dataset's own `save_to_disk` and pyarrow reading "
+                f"the same data alone, {c['rounds']} interleaved rounds, batches of "
+                f"{c['batch']}; records/s and ratios (taken within each round): median "
+                f"(range). Machine load {fmt(c['load_before']['load_average'][0], 2)} before, "
+                f"{fmt(c['load_after']['load_average'][0], 2)} after.\n"]
+        for name, what in (("vision", "HF vision dataset: Image() of ~{kb} KB JPEGs and a "
+                                      "ClassLabel"),
+                           ("tabular", "Parquet: a categorical string, list<int64> token ids, "
+                                       "list<string> tags, int64, float64"),
+                           ("nulls", "Parquet: int64, float64, float32 and string columns, "
+                                     "with 5 % nulls in each and with none")):
+            part = data.get(name)
+            if part is None:
+                continue
+            kb = round(part.get("mean_image_bytes", 0) / 1000)
+            text.append(f"### {what.format(kb=kb)}, {part['records']:,} records\n")
+            text.append(table(["contender", "records/s"], [
+                [who, span(r["median"], r["min"], r["max"])]
+                for who, r in part["records_per_s"].items()]))
+            text.append("")
+            text.append(table(["ratio", "×"], [
+                [what_, span(r["median"], r["min"], r["max"])]
+                for what_, r in part["ratios"].items()]))
+            text.append("")
+            bound = part["ratios"].get("convert_parquet_vs_pyarrow_read")
+            if bound:
+                self.summary.append(f"convert from Parquet ({name}): {fmt(bound['median'])}× "
+                                    "the speed of pyarrow reading the file alone.")
+            with_nulls = part["ratios"].get("convert_nulls_vs_no_nulls")
+            if with_nulls:
+                self.summary.append(f"convert of Parquet with 5 % nulls: "
+                                    f"{fmt(with_nulls['median'])}× the speed without nulls.")
+        self.sections.append("\n".join(text) + "\n")
+
     def remote(self) -> None:
         r = self.load("remote")
         title = "Remote storage at a fixed RTT (tools/bench_remote.py)"
@@ -806,7 +872,7 @@ class Report:
                 f"prefix in a discrete-event simulation ({st['sim_seconds']:g} s of virtual "
                 f"time, the first {st['sim_warmup']:g} s left out; {data['rtt'] * 1e3:g} ms "
                 f"RTT, {st['concurrency']} requests in flight per reader), with the pacers "
-                "(`ofindex.storage.pacing`) and without (backoff only): records/s, requests/s "
+                "(`ofindex.transport.policy`) and without (backoff only): records/s, requests/s "
                 "answered, share of answers throttled. Cost: "
                 f"${store['dollars_per_1000']:g} per 1,000 GETs.\n"]
         rows = []
@@ -839,6 +905,166 @@ class Report:
                 f"({fmt(glob['paced']['throttled_fraction'], 2)} throttled; "
                 f"{fmt(glob['unpaced']['throttled_fraction'], 2)} without pacing), "
                 f"{best['order']} {fmt(best['paced']['records_per_s'])} records/s.")
+
+    def cache_stores(self) -> None:
+        """The data cache's store against diskcache and fsspec's block cache
+        (tools/bench_cache.py)."""
+        data = self.load("cache")
+        title = "Machine cache stores: ours, diskcache, fsspec's block cache (tools/bench_cache.py)"
+        if data is None:
+            self.missing(title, "bench_cache.py")
+            return
+        c = data["config"]
+        text = [f"## {title}\n",
+                f"{c['shards']} shards of {c['records'] // c['shards']:,} records of "
+                f"~{c['record_size']:,} B ({c['dataset_bytes'] / 1e6:.0f} MB) served by nginx "
+                f"behind a +{c['rtt_ms']:g} ms proxy, globally shuffled batches of "
+                f"{c['batch']}, blocks of {c['block_bytes'] >> 20} MiB, medians of "
+                f"{c['rounds']} interleaved rounds [min–max]. *single*: epochs 1 and 2 in one "
+                "process, 3 in a new one; *shared*: two processes at once, each half of every "
+                "batch. Requests and MB: data GETs nginx answered (epoch 1 counts those of "
+                "epoch 2 too).\n"]
+        rows = []
+        for name, workloads in data["contenders"].items():
+            for workload, epochs in workloads.items():
+                for number, e in enumerate(epochs, 1):
+                    rows.append([name, workload, str(number),
+                                 span(e["wall_s"], e["wall_s_min"], e["wall_s_max"]),
+                                 fmt(e["median_batch_ms"]), fmt(e["data_requests"]),
+                                 fmt(e["data_bytes"] / 1e6)])
+        text.append(table(["store", "workload", "epoch", "wall s", "median batch ms",
+                           "requests", "MB"], rows))
+        pages = data.get("pages")
+        if pages is not None:
+            text.append(f"\nThe machine's page store (`cache_dir`'s pages): per batch, one "
+                        f"look-up of {pages['batch']} page keys and the missing pages stored, "
+                        f"over a shuffled epoch of {pages['pages']:,} pages of "
+                        f"{pages['page_bytes']:,} B (epoch 1: all missing; 2: all held).\n")
+            text.append(table(["store", "workload", "epoch", "wall s", "median batch ms"], [
+                [name, workload, str(number),
+                 span(e["wall_s"], e["wall_s_min"], e["wall_s_max"]), fmt(e["median_batch_ms"])]
+                for name, workloads in pages["contenders"].items()
+                for workload, epochs in workloads.items()
+                for number, e in enumerate(epochs, 1)]))
+        self.sections.append("\n".join(text) + "\n")
+
+    def transport(self) -> None:
+        """Each part of the request policy against the library that would replace it
+        (tools/bench_transport.py)."""
+        data = self.load("transport")
+        title = ("The request policy's parts against the libraries that would replace them "
+                 "(tools/bench_transport.py)")
+        if data is None:
+            self.missing(title, "bench_transport.py")
+            return
+        load = data.get("load_average", {})
+        text = [f"## {title}\n",
+                "Interleaved rounds in one run; median (min–max). Load average "
+                f"{fmt(load.get('before'), 2)}, then {fmt(load.get('after'), 2)} on "
+                f"{data.get('cpus')} cores (a machine shared with other work)."
+                + _reruns_note(data.get("config", {})) + " Decisions: docs/design.md.\n"]
+        summary = []
+        if "hedging" in data:
+            h = data["hedging"]
+            text.append(f"### Hedging: batches of {h['batch']} one-range requests, 2 of them "
+                        f"stalled {fmt(h['stall_s'])} s (nginx behind a fault proxy)\n")
+            text.append(table(["policy, case", "batch (s)", "CPU ms / batch",
+                               "sent again / batch"],
+                              [[k, _spread_cell(c["batch_s"]),
+                                _spread_cell(c["cpu_ms"]) if "cpu_ms" in c else "–",
+                                _spread_cell(c["hedged_per_batch"])]
+                               for k, c in h["cases"].items()]) + "\n")
+            on, off = (h["cases"].get(f"{k}, 2 stalled") for k in ("hedged (default)",
+                                                                   "not hedged"))
+            if on and off:
+                summary.append(f"hedging: a batch with 2 stalled requests "
+                               f"{fmt(on['batch_s']['median'])} s "
+                               f"({fmt(off['batch_s']['median'])} s unhedged)")
+        if "retry" in data and "us_per_request" in data["retry"]:
+            self._transport_retry(data["retry"], text, summary)
+        if "pacing" in data:
+            self._transport_pacing(data["pacing"], text, summary)
+        if "multipart" in data:
+            m = data["multipart"]
+            text.append("### Multi-range answers of nginx: our parser and aiohttp's "
+                        "`MultipartReader` (CPU ms per answer)\n")
+            text.append(table(["answer", "ours", "MultipartReader"],
+                              [[case, _spread_cell(c["ours"]["cpu_ms"]),
+                                _spread_cell(c["MultipartReader"]["cpu_ms"])]
+                               for case, c in m["cases"].items()]) + "\n")
+            ratios = [c["MultipartReader"]["cpu_ms"]["median"] / c["ours"]["cpu_ms"]["median"]
+                      for c in m["cases"].values()]
+            if ratios:
+                summary.append(f"multipart answers parsed with {fmt(min(ratios), 2)}–"
+                               f"{fmt(max(ratios), 2)}× less CPU than aiohttp's MultipartReader")
+        self.sections.append("\n".join(text) + "\n")
+        if summary:
+            self.summary.append("Request policy (tools/bench_transport.py): " + "; ".join(summary)
+                                + ".")
+
+    def _transport_retry(self, r: dict[str, Any], text: list[str], summary: list[str]) -> None:
+        us = r["us_per_request"]
+        text.append("### Retries: our loop and tenacity's `AsyncRetrying` with the same "
+                    "decisions\n")
+        rows = [["µs per request answered at once", _spread_cell(us["ours"]),
+                 _spread_cell(us["tenacity"])]]
+        faults = r.get("faults")
+        if faults:
+            n = faults["reads"]
+            for key, what in (("right", f"reads answered right (of {n})"),
+                              ("given_up", "reads given up"), ("wrong", "reads with wrong bytes"),
+                              ("attempts_per_read", "attempts per read"),
+                              ("seconds", "seconds per round")):
+                rows.append([f"faults: {what}", _spread_cell(faults["cases"]["ours"][key]),
+                             _spread_cell(faults["cases"]["tenacity"][key])])
+        text.append(table(["", "ours", "tenacity"], rows) + "\n")
+        if faults:
+            text.append("Faults injected per request: " + ", ".join(
+                f"{k} {fmt(100 * v)} %" for k, v in faults["faults"].items()) + ".\n")
+        same = [case for case, c in r.get("behaviour", {}).items()
+                if c["ours"]["attempts"] == c["tenacity"]["attempts"]]
+        text.append(f"Scripted failures: the same attempts in {len(same)} of "
+                    f"{len(r.get('behaviour', {}))} cases; the errors raised:\n")
+        text.append(table(["script", "ours", "tenacity"],
+                          [[case, f"{c['ours']['attempts']}: {c['ours']['result']}",
+                            f"{c['tenacity']['attempts']}: {c['tenacity']['result']}"]
+                           for case, c in r.get("behaviour", {}).items()]) + "\n")
+        summary.append(f"the retry loop {fmt(us['ours']['median'], 2)} µs per request "
+                       f"(tenacity {fmt(us['tenacity']['median'], 2)} µs)")
+
+    def _transport_pacing(self, p: dict[str, Any], text: list[str], summary: list[str]) -> None:
+        live = p.get("live")
+        if live:
+            text.append(f"### Pacing, live: {live['readers']} readers of one S3-like store "
+                        f"admitting {fmt(live['limit_per_s'])} GET/s (`503 SlowDown` over it), "
+                        f"through s3fs, {fmt(live['seconds'])} s rounds\n")
+            half = fmt(live["seconds"] / 2)
+            rows = []
+            for name, c in live["cases"].items():
+                rows.append([name, _spread_cell(c["ok_per_s"]), _spread_cell(c["onset_ok_per_s"]),
+                             _spread_cell(c["steady_ok_per_s"]),
+                             _spread_cell(c["onset_throttled_fraction"], 100),
+                             _spread_cell(c["steady_throttled_fraction"], 100),
+                             fmt(c["worst_second"]["median"]), fmt(c["failed"]["max"]),
+                             fmt(c["stuck_when_cancelled"]["max"])])
+            text.append(table(["pacer", "reads/s", f"first {half} s", f"last {half} s",
+                               "throttled % (first)", "throttled % (last)", "worst second",
+                               "given up", "stuck when cancelled"], rows) + "\n")
+            ours, boto = (live["cases"].get(k) for k in ("ours (AdaptiveRate)",
+                                                         "botocore adaptive"))
+            if ours and boto:
+                summary.append(f"pacing {fmt(ours['ok_per_s']['median'])} reads/s from a store "
+                               f"admitting {fmt(live['limit_per_s'])} "
+                               f"(botocore's adaptive mode {fmt(boto['ok_per_s']['median'])})")
+        if p.get("cases"):
+            text.append(f"### Pacing, simulated: readers of a store admitting "
+                        f"{fmt(p['limit_per_s'])} GET/s (tools/rate_sim.py, virtual time)\n")
+            text.append(table(["readers, phase, pacer", "records/s", "requests/s answered",
+                               "throttled", "worst second (requests)"],
+                              [[k, fmt(c["records_per_s"]), fmt(c["requests_per_s"]),
+                                f"{fmt(100 * c['throttled_fraction'])} %",
+                                fmt(c["worst_second"])] for k, c in p["cases"].items()]) + "\n")
+
 
     def rows_table(self, name: str, title: str, tool: str) -> None:
         """A benchmark that writes a list of rows named by ``"name"`` (tools/benchlib.py)."""
@@ -882,18 +1108,58 @@ class Report:
             text.append("")
         self.sections.append("\n".join(text) + "\n")
 
+    def arrayrecord(self) -> None:
+        data = self.load("arrayrecord")
+        title = "ArrayRecord's access patterns, per compression (tools/bench_arrayrecord.py)"
+        if data is None:
+            self.missing(title, "bench_arrayrecord.py")
+            return
+        c = data["config"]
+        names = {key: words.format(loader=c["loader_batch"])
+                 for key, words in c["patterns"].items()}
+        rows = data["rows"]
+        patterns = [key for key in names if any(r["pattern"] == key for r in rows)]
+        ours, theirs = c["our_codecs"], list(c["arrayrecord_codecs"])
+        ratios = {(x["pattern"], x["codec"]): x["ratio"] for x in _ar_compared(data)}
+        text = [f"## {title}\n", _arrayrecord_intro(data)]
+        text += ["### ofindex, records/s\n", table(
+            ["access pattern", *ours],
+            [[names[p], *(_ar_cell(rows, p, "ofindex", codec, api=False) for codec in ours)]
+             for p in patterns]), ""]
+        text += ["### ArrayRecord, records/s (its fastest API and group size)\n", table(
+            ["access pattern", *(c["arrayrecord_codecs"][k] for k in theirs)],
+            [[names[p], *(_ar_cell(rows, p, "ArrayRecord", codec) for codec in theirs)]
+             for p in patterns]), ""]
+        text += ["### ofindex / ArrayRecord, within each round\n", table(
+            ["access pattern", *(f"{codec} vs {_ar_against(codec)}" for codec in ours)],
+            [[names[p], *(_ratio_span(ratios.get((p, codec))) for codec in ours)]
+             for p in patterns]), ""]
+        text += ["### File size, % of the records' bytes\n", table(
+            ["file", "size"], [[_ar_file_name(key, c), fmt(100 * v["share"])]
+                               for key, v in data["sizes"].items()]), ""]
+        text.append(_arrayrecord_losses(data, names))
+        self.sections.append("\n".join(text) + "\n")
+        self.summary.append(_arrayrecord_summary(data))
+
     def build(self) -> None:
         self.rows_table("build", "Building indexes (tools/bench_build.py)", "bench_build.py")
 
     def decode(self) -> None:
         data = self.load("decode")
-        title = "Batched decoding (tools/bench_decode.py)"
+        title = "Decoding (tools/bench_decode.py)"
         if data is None:
             self.missing(title, "bench_decode.py")
             return
-        text = [f"## {title}\n", f"Batches of {data.get('batch')} records; records/s from the "
-                "median over interleaved rounds (best round in brackets).\n"]
+        load = data.get("machine_load")
+        text = [f"## {title}\n", f"Batches of {data.get('batch')} records unless said; records/s "
+                "from the median over interleaved rounds (best round in brackets); ratios are "
+                "those of the rounds (median, min–max): the machine drifts, the ratios less"
+                + (f"; load average {fmt(load['load_average'][0])} on {load['cores']} cores "
+                   "at the start" if load else "") + ".\n"]
         for name, entry in data.get("workloads", {}).items():
+            if "ofindex_vs_tf" in entry or entry.get("tf_sparse"):
+                text.append(self._decode_varlen(name, entry))
+                continue
             text.append(f"### {name} ({entry.get('floats_per_record')} floats per record)\n")
             rows = []
             for who in ("ofindex", "ofindex_out", "tf", "vahidk", "fresh_output_floor"):
@@ -905,7 +1171,114 @@ class Report:
                 elif isinstance(t, str):
                     rows.append([who, t])
             text.append(table(["decoder", "records/s"], rows) + "\n")
+        if data.get("single"):
+            text.append(self._decode_single(data["single"]))
+        if data.get("peers"):
+            text.append(self._decode_peers(data["peers"]))
+        losses = _decode_losses(data)
+        if losses:
+            text.append("Where ofindex loses: the rounds in which it was slower than a peer "
+                        "(ratio below 1×): " + "; ".join(losses) + ".\n")
         self.sections.append("\n".join(text) + "\n")
+
+    def _decode_varlen(self, name: str, entry: dict[str, Any]) -> str:
+        """A VarLen workload of tools/bench_decode.py against tf.io.parse_example."""
+        what = {"varlen": "8 features, 2 of them VarLen (token ids, optional floats)",
+                "tokens": "1–512 token ids per record"}.get(name, name)
+        text = [f"### {name}: {fmt(entry['records'])} records of {what}, batches of "
+                f"{fmt(entry['batch'])} ({fmt(entry['bytes_per_record'])} B a record)\n"]
+        labels = {"ofindex": "ofindex BatchDecoder", "tf": "tf.io.parse_example, RaggedFeature",
+                  "tf_sparse": "tf.io.parse_example, VarLenFeature"}
+        rows = []
+        for who, label in labels.items():
+            t = entry.get(who)
+            vs, cpu = entry.get(f"ofindex_vs_{who}"), entry.get(f"ofindex_vs_{who}_cpu")
+            ratio = span(vs["median"], vs["min"], vs["max"]) + "×" if vs else ""
+            per_cpu = span(cpu["median"], cpu["min"], cpu["max"]) + "×" if cpu else ""
+            if isinstance(t, dict):
+                n = entry["records"]
+                rows.append([label, f"{fmt(n / t['median_s'])} ({fmt(n / t['best_s'])})", ratio,
+                             per_cpu])
+            elif isinstance(t, str):
+                rows.append([label, t, "", ""])
+        text.append(table(["decoder", "records/s", "ofindex against it",
+                           "the same per CPU second"], rows) + "\n")
+        against = [(label, entry[f"ofindex_vs_{who}"]) for who, label in labels.items()
+                   if who != "ofindex" and entry.get(f"ofindex_vs_{who}")]
+        if against:
+            self.summary.append(
+                f"Batched decoding with VarLen features ({name}: {what}): ofindex "
+                + ", ".join(f"{fmt(v['median'], 2)}× {label} ({fmt(v['min'], 2)}–"
+                            f"{fmt(v['max'], 2)}×)" for label, v in against)
+                + " (records/s).")
+        return "\n".join(text)
+
+    def _decode_single(self, single: dict[str, Any]) -> str:
+        """The one-record rows of tools/bench_decode.py."""
+        text = [f"### One record at a time: `ds[i]` decoded, {fmt(single['records'])} Examples "
+                "of 3 features (key bytes, label int64, ~200 B payload), random record numbers, "
+                f"{single['rounds']} interleaved rounds\n"]
+        rows = []
+        for row in single["rows"]:
+            against = "; ".join(f"{span(v['median'], v['min'], v['max'])}× {peer}"
+                                for peer, v in row.get("vs", {}).items())
+            per_cpu = "; ".join(f"{span(v['median'], v['min'], v['max'])}× {peer}"
+                                for peer, v in row.get("vs_cpu", {}).items())
+            rows.append([row["contender"], span(row["records_per_s"], row["records_per_s_min"],
+                                                row["records_per_s_max"]), against, per_cpu])
+        text.append(table(["contender", "records/s", "against", "the same per CPU second"],
+                          rows) + "\n")
+        for row in single["rows"]:
+            fs = row.get("vs", {}).get("Example.FromString(ds[i])")
+            hf = row.get("vs", {}).get("Hugging Face ds[i]")
+            if fs and hf:
+                self.summary.append(
+                    f"One decoded record, `{row['contender']}`: {fmt(fs['median'], 2)}× "
+                    f"protobuf's `Example.FromString(ds[i])` ({fmt(fs['min'], 2)}–"
+                    f"{fmt(fs['max'], 2)}×), {fmt(hf['median'], 2)}× Hugging Face `ds[i]` "
+                    f"({fmt(hf['min'], 2)}–{fmt(hf['max'], 2)}×).")
+        return "\n".join(text)
+
+    def _decode_peers(self, peers: dict[str, Any]) -> str:
+        """The rows of tools/decode_peers.py: tfr-reader and tfd-utils on the same file."""
+        text = ["### Peers that index TFRecord files in place: tfr-reader, tfd-utils\n",
+                f"The one-record rows' file ({fmt(peers['records'])} Examples): random records "
+                f"decoded, random batches of {peers['batch']}, {peers['rounds']} interleaved "
+                "rounds; the index build of the file from scratch, "
+                f"{peers['build_rounds']} interleaved rounds. tfd-utils reads a record by its "
+                "key only (no access by position, no batch read): its row is another "
+                "operation, shown for scale.\n"]
+        rows = []
+        for row in peers["rows"]:
+            odd = row.get("not_the_same_operation", [])
+            against = "; ".join(f"{span(v['median'], v['min'], v['max'])}× {peer}"
+                                + (" (another operation)" if peer in odd else "")
+                                for peer, v in row.get("vs", {}).items())
+            per_cpu = "; ".join(f"{span(v['median'], v['min'], v['max'])}× {peer}"
+                                for peer, v in row.get("vs_cpu", {}).items())
+            rows.append([row["contender"], span(row["records_per_s"], row["records_per_s_min"],
+                                                row["records_per_s_max"]), against, per_cpu])
+        for row in peers["builds"]:
+            rate, vs, cpu = row["records_per_s"], row.get("ofindex_vs"), row.get("ofindex_vs_cpu")
+            rows.append([f"{row['contender']} (the whole file)",
+                         f"{span(rate['median'], rate['min'], rate['max'])} "
+                         f"({fmt(row['seconds']['median'])} s)",
+                         f"{span(vs['median'], vs['min'], vs['max'])}×" if vs else "",
+                         f"{span(cpu['median'], cpu['min'], cpu['max'])}×" if cpu else ""])
+        rows += [[tool, why, "", ""] for tool, why in peers.get("missing", {}).items()]
+        text.append(table(["contender", "records/s", "ofindex against it",
+                           "the same per CPU second"], rows) + "\n")
+        same = [(row["contender"], peer, v) for row in peers["rows"]
+                for peer, v in row.get("vs", {}).items()
+                if peer not in row.get("not_the_same_operation", [])]
+        same += [("ofindex build_index", row["contender"], row["ofindex_vs"])
+                 for row in peers["builds"] if row.get("ofindex_vs")]
+        if same:
+            self.summary.append(
+                "Against the peers that index TFRecords in place (goal ≥ 2×): "
+                + ", ".join(f"`{ours}` {fmt(v['median'], 2)}× {peer} ({fmt(v['min'], 2)}–"
+                            f"{fmt(v['max'], 2)}×)" for ours, peer, v in same) + ".")
+        return "\n".join(text)
 
     def ray(self) -> None:
         data = self.load("ray")
@@ -946,14 +1319,51 @@ class Report:
                           rows))
         self.sections.append("\n".join(text) + "\n")
 
+    def engines(self) -> None:
+        data = self.load("engines")
+        title = "Spark, Beam and Dask: split reads and indexed writes (tools/bench_engines.py)"
+        if data is None:
+            self.missing(title, "bench_engines.py")
+            return
+        c = data["config"]
+        before, after = data.get("load_before", {}), data.get("load_after", {})
+        text = [f"## {title}\n",
+                f"One file of {fmt(c['records'])} Examples with a {fmt(c['payload'])}-byte "
+                f"payload ({c['size'] / 1e9:.2f} GB of TFRecord), the same rows in one Parquet "
+                "file and in one GZIP TFRecord file; every engine on 2 cores; rows/s: best of "
+                f"{c['repeats']} alternated runs after a warm-up run of each; load average "
+                f"{fmt(before.get('load_average', [0])[0])} before, "
+                f"{fmt(after.get('load_average', [0])[0])} after (2 cores). Goals (issue 50): "
+                "Spark split read ≥ 0.5× Parquet and ≥ 1.8× one partition; Beam split read "
+                "≥ 1.8× `ReadFromTFRecord`; Beam indexed write ≥ 1.0× `WriteToTFRecord` "
+                "alone." + (f" {c['note'][0].upper()}{c['note'][1:]}." if c.get("note") else "")
+                + "\n"]
+        rows = []
+        for engine, keys in (("spark", ("read_rows_per_s", "write_rows_per_s")),
+                             ("beam", ("read_rows_per_s", "write_rows_per_s")),
+                             ("dask", ("rows_per_s",))):
+            part = data.get(engine)
+            if not part:
+                continue
+            for key in keys:
+                for name, rate in part[key].items():
+                    rows.append([engine, name, fmt(rate)])
+            ratios = ", ".join(f"{name} {fmt(value)}×" for name, value in part["ratios"].items())
+            rows.append([engine, "ratios", ratios])
+            self.summary.append(f"{engine.capitalize()} on ofindex: {ratios}.")
+        text.append(table(["engine", "contender", "rows/s"], rows))
+        self.sections.append("\n".join(text) + "\n")
+
     def write(self, readme: str | None) -> str:
         """Write docs/benchmarks.md (and README's marked block); returns the markdown."""
-        for section in (self.pipeline, self.images, self.sequential, self.read, self.build,
+        for section in (self.pipeline, self.images, self.sequential, self.read,
+                        self.arrayrecord, self.build,
                         self.decode,
                         self.compressed, self.shuffle, self.shuffle_quality, self.mixing,
                         self.remote, self.scale,
-                        self.data_cache, self.manifests, self.rate_limits, self.ray,
-                        self.writing):
+                        self.data_cache, self.cache_stores, self.manifests, self.rate_limits,
+                        self.transport, self.ray,
+                        self.engines, self.writing, self.converting):
             before = len(self.summary)
             section()
             self.lines_of[self.sections[-1].split("\n", 1)[0]] = self.summary[before:]
@@ -989,6 +1399,139 @@ class Report:
         self.summary = [*(line for line in kept if not _same_topic(line, fresh)), *fresh]
 
 
+def _ratio_span(ratio: dict[str, float] | None) -> str:
+    """``median (min–max)×``, or a dash."""
+    return span(ratio["median"], ratio["min"], ratio["max"]) + "×" if ratio else "–"
+
+
+def _ar_against(codec: str) -> str:
+    """What one of our codecs is compared with in the ArrayRecord section."""
+    return "uncompressed" if codec == "uncompressed" else "its fastest codec"
+
+
+def _ar_compared(data: dict[str, Any]) -> list[dict[str, Any]]:
+    """The comparisons the ArrayRecord section shows: our uncompressed file against its
+    uncompressed one, our compressed files against its fastest compressed codec."""
+    return [x for x in data["comparisons"]
+            if (x["against"] == "uncompressed") == (x["codec"] == "uncompressed")]
+
+
+def _ar_api(api: str) -> str:
+    """ArrayRecord's API, briefly (``DataSource``, ``Reader``, ``Reader read_all, group_size
+    256``)."""
+    short = "DataSource" if "ArrayRecordDataSource" in api else "Reader"
+    if "read_all" in api:
+        short += " read_all"
+    return short + (", group_size 256" if "group_size 256" in api else "")
+
+
+def _ar_cell(rows: list[dict[str, Any]], pattern: str, library: str, codec: str,
+             api: bool = True) -> str:
+    """The fastest of a library's contenders for one pattern and codec: ``median (range)``
+    (and, with ``api``, which API it was)."""
+    mine = [r for r in rows if (r["pattern"], r["library"], r["codec"]) ==
+            (pattern, library, codec)]
+    if not mine:
+        return "–"
+    best = max(mine, key=lambda r: r["records_per_s"]["median"])
+    rate = best["records_per_s"]
+    cell = span(rate["median"], rate["min"], rate["max"])
+    return f"{cell}, {_ar_api(best['api'])}" if api else cell
+
+
+def _ar_file_name(key: str, config: dict[str, Any]) -> str:
+    """``ours:GZIP`` -> ``ofindex GZIP (with its index)``; ``ar:zstd:1`` -> ``ArrayRecord
+    zstd:3, group_size 1``."""
+    parts = key.split(":")
+    if parts[0] == "ours":
+        return f"ofindex {parts[1]} (with its index)"
+    return f"ArrayRecord {config['arrayrecord_codecs'][parts[1]]}, group_size {parts[2]}"
+
+
+def _arrayrecord_intro(data: dict[str, Any]) -> str:
+    """The conditions of the ArrayRecord section (one paragraph)."""
+    c = data["config"]
+    resident = max(c["cold_resident_share_after_drop"].values(), default=0.0)
+    return (
+        f"ArrayRecord's own workload (its docs/performance.md): {c['records']:,} records of "
+        f"{c['words']} lorem-ipsum words (~{fmt(c['mean_record_bytes'])} B of text) read in "
+        "the order of a permutation of all records (seed 42). ArrayRecord is written with "
+        "`group_size:1` (the only size its `ArrayRecordDataSource` reads) and, for its "
+        "sequential reads, `group_size:256`, in each codec its doc measures; ofindex as "
+        "TFRecord: uncompressed, GZIP and ZLIB with `ofindex.Writer`'s seek point every 256 "
+        "KiB, and GZIP with one every 4 KiB (the random-access setting, as `group_size:1` is "
+        "ArrayRecord's). Records/s: median (range) over "
+        f"{c['rounds']} interleaved rounds; each ratio is taken within its round against the "
+        "fastest of ArrayRecord's APIs and group sizes for the pattern (our uncompressed file "
+        "against its uncompressed one, our compressed files against its fastest compressed "
+        "codec). *Warm* rows read from the page cache; *cold* rows read copies of the files "
+        "whose pages are dropped (`posix_fadvise(DONTNEED)`; `mincore` then finds at most "
+        f"{fmt(100 * resident)} % of them resident) before each run, and open the reader "
+        "anew (opening counted). ofindex checks every CRC, ArrayRecord its chunks' hashes; "
+        f"GZIP and ZLIB inflate with {c['inflater']}. Load average "
+        f"{fmt(c['load_before']['load_average'][0], 2)} before, "
+        f"{fmt(c['load_after']['load_average'][0], 2)} after, on "
+        f"{c['load_before']['cores']} cores (a machine shared with other work).\n")
+
+
+#: Why ArrayRecord wins a kind of row, said under the rows it wins: (compressed files or
+#: not, the patterns, the reason).
+_AR_WHY = (
+    (True, ("single", "batch_all", "batch_loader", "cold_batch"),
+     "Random records from GZIP and ZLIB: a TFRecord file compressed whole is one deflate "
+     "stream, so a record is inflated from the seek point before it, half the spacing on "
+     "average (128 KiB with the Writer's default seek point every 256 KiB, ~2 KB with one "
+     "every 4 KiB), where ArrayRecord at `group_size:1` compresses each record alone (its "
+     "files are then larger: see the sizes above)."),
+    (True, ("seq_records", "seq_all", "cold_seq"),
+     "Passes over GZIP and ZLIB: the streaming inflater of `for record in ds` and "
+     "`iter_batches` is zlib's, on one core (ISA-L serves random reads only), where "
+     "ArrayRecord's fastest codec decompresses chunks of 256 records (`group_size:256`) on "
+     "its own threads."),
+    (False, ("cold_batch",),
+     "A cold random batch, uncompressed: through the memory map each record's page fault "
+     "reads the kernel's read-ahead around it (the same batch with `mmap=False` does not), "
+     "where ArrayRecord's data source reads each record through a 32 KiB buffer without "
+     "read-ahead (`readahead_buffer_size:0`)."),
+)
+
+
+def _arrayrecord_losses(data: dict[str, Any], names: dict[str, str]) -> str:
+    """Where ArrayRecord is faster (a median ratio below 1) and why, or that it is
+    nowhere."""
+    lost = [x for x in _ar_compared(data) if x["ratio"]["median"] < 1]
+    if not lost:
+        return "**Where we lose:** nowhere in this run.\n"
+    items = "\n".join(f"- {names[x['pattern']]}, {x['codec']}: {fmt(x['ratio']['median'])}×"
+                      for x in lost)
+    why = [reason for compressed, patterns, reason in _AR_WHY
+           if any((x["codec"] != "uncompressed") == compressed and x["pattern"] in patterns
+                  for x in lost)]
+    return (f"**Where we lose** (ofindex / ArrayRecord below 1 in the median):\n\n{items}\n"
+            + "".join(f"\n{reason}\n" for reason in why))
+
+
+def _arrayrecord_summary(data: dict[str, Any]) -> str:
+    """The README line: our uncompressed file and our last compressed one against
+    ArrayRecord."""
+    c = data["config"]
+    ratios = {(x["pattern"], x["codec"]): x["ratio"]["median"] for x in _ar_compared(data)}
+    words = {"single": "single", "batch_loader": f"batches of {c['loader_batch']}",
+             "seq_all": "sequential"}
+
+    def figures(codec: str) -> str:
+        return ", ".join(f"{what} {fmt(ratios[(key, codec)])}×" for key, what in words.items()
+                         if (key, codec) in ratios)
+
+    compressed = next((k for k in reversed(c["our_codecs"]) if k != "uncompressed"), None)
+    line = (f"ArrayRecord's access patterns: ofindex / ArrayRecord's fastest API on "
+            f"{c['records']:,} text records of ~{fmt(c['mean_record_bytes'])} B from the page "
+            f"cache, uncompressed {figures('uncompressed')}")
+    if compressed:
+        line += f"; {compressed} against its fastest codec: {figures(compressed)}"
+    return line + "."
+
+
 def _reruns_note(config: dict[str, Any]) -> str:
     """A sentence per part measured again on its own (a benchmark's ``--only``), with the
     machine's load then; empty when there is none."""
@@ -1015,6 +1558,11 @@ def _load_note(data: Any) -> str:
                   if isinstance(m, dict) and m.get("cores")), None)
     return (f" Load average {', then '.join(fmt(x) for x in loads)} on {cores} cores "
             "(a machine shared with other work)." if loads else "")
+
+
+def _spread_cell(value: dict[str, float], scale: float = 1.0) -> str:
+    """``median (min–max)`` of a benchmark's spread (``scale`` times each)."""
+    return span(scale * value["median"], scale * value["min"], scale * value["max"])
 
 
 def _ratio_cell(row: dict[str, Any], key: str) -> str:

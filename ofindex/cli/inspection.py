@@ -44,7 +44,7 @@ def print_schema(args: argparse.Namespace, schema: Schema) -> None:
     if args.style == "both":
         print()
     if args.style in ("tf", "both"):
-        print(to_tf(schema))
+        print(to_tf(schema, as_code=True))
 
 
 def _decoded(payload: bytes, kind: str) -> str:
@@ -120,6 +120,7 @@ def cmd_convert(args: argparse.Namespace, options: Options) -> int:
                       shard_records=args.shard_records,
                       compression=None if args.to_compression == "none" else args.to_compression,
                       batch_size=args.batch_size, storage_options=options, nulls=args.nulls,
+                      float64=args.float64,
                       progress=not args.no_progress and sys.stderr.isatty())
     print(summary)
     return EXIT_OK

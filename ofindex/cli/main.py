@@ -2,13 +2,14 @@
 failure into one line and an exit code (the traceback only with ``--debug`` or
 ``OFINDEX_DEBUG=1``)."""
 
+import errno
 import os
 import sys
 import traceback
 
 from ..errors import OfindexError
-from ..storage.failures import describe
-from ..storage.retry import retry_settings
+from ..transport.failures import first_line
+from ..transport.policy import retry_settings
 from . import commands
 from .exitcodes import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, UsageError
 from .parser import build_parser, check, storage_options
@@ -60,3 +61,27 @@ def main(argv: list[str] | None = None) -> int:
         if not (debug or foreseen):
             print("ofindex: run again with --debug for the traceback", file=sys.stderr)
         return EXIT_ERROR
+
+
+_OS_ADVICE = {
+    errno.EACCES: "check its permissions (ls -l), or run as a user who may read and write it",
+    errno.EPERM: "check its permissions (ls -l), or run as a user who may read and write it",
+    errno.EROFS: "the file system is read-only: keep the indexes elsewhere with --index-dir DIR",
+    errno.ENOSPC: "the disk is full: free some space, or keep the indexes elsewhere with "
+                  "--index-dir DIR",
+    errno.EISDIR: "name a file, or the directory itself without a trailing glob",
+}
+
+
+def describe(exc: BaseException) -> tuple[str, bool]:
+    """One line for a failure that no layer translated (the command line prints it).
+
+    Returns:
+        ``(line, foreseen)``: ``foreseen`` is true for failures the line fully explains (an
+        operating-system error on a named file), false for the unexpected ones.
+    """
+    if isinstance(exc, OSError) and exc.filename is not None and exc.strerror:
+        advice = _OS_ADVICE.get(exc.errno or 0)
+        line = f"{exc.filename}: {exc.strerror}" + (f"; {advice}" if advice else "")
+        return line, True
+    return first_line(exc), False

@@ -377,6 +377,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a null element inside a list: refuse (default: an error naming the "
                    "column and row), drop (left out of its list) or fill:VALUE (VALUE parsed "
                    "as JSON when it can be); a null cell always leaves the feature out")
+    p.add_argument("--float64", default="exact", choices=["exact", "float32"],
+                   help="float64 columns in Examples: exact (raw doubles in a bytes value, "
+                   "read back equal; default) or float32 (TensorFlow's float_list, rounded)")
     p.add_argument("-s", "--storage-option", action="append", metavar="KEY=VALUE",
                    help="fsspec storage option (repeatable; VALUE parsed as JSON when it can be)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")

@@ -3,6 +3,7 @@ atomically (the dataset appears whole at the end, or not at all), with a progres
 summary; the source's next batch is read while the current one is written
 (:mod:`ofindex.convert.prefetch`)."""
 
+import dataclasses
 import os
 import sys
 import warnings
@@ -13,8 +14,10 @@ from ofindex.convert.prefetch import Prefetched
 from ofindex.convert.sources import open_source
 from ofindex.decode import decode_example, decode_ofrecord
 from ofindex.decode.example import top_fields
+from ofindex.decode.image_kinds import count_formats
 from ofindex.decode.spec import Spec
 from ofindex.encode import encode_example, encode_ofrecord
+from ofindex.encode.arrow_map import EXACT
 from ofindex.encode.nulls import REFUSE, Nulls, null_policy
 from ofindex.errors import EncodeError, LeftoverFilesWarning, NestedPathsError, hint
 from ofindex.formats.framing import RecordFormat
@@ -107,7 +110,7 @@ def convert(src: object, dst: str | os.PathLike[str], *, format: str = "tfrecord
             compression: str | None = None, spec: Spec = None, batch_size: int = 1024,
             recode: bool = True, progress: bool = False,
             storage_options: dict[str, Any] | None = None,
-            nulls: Nulls = REFUSE) -> WriteSummary:
+            nulls: Nulls = REFUSE, float64: str = EXACT) -> WriteSummary:
     """Convert a dataset of another kind into a sharded TFRecord / OFRecord dataset.
 
     >>> ofindex.convert("train.parquet", "train/", shard_records=100_000)  # doctest: +SKIP
@@ -133,9 +136,18 @@ def convert(src: object, dst: str | os.PathLike[str], *, format: str = "tfrecord
             ``"refuse"`` (an EncodeError naming the column and the row), ``"drop"`` (left
             out of its list) or ``("fill", value)``. A null cell always leaves the feature
             out of that record (see :mod:`ofindex.encode.nulls`).
+        float64: How an Example holds float64 columns (Parquet, Hugging Face): ``"exact"``
+            (the raw doubles in a bytes value: read back equal) or ``"float32"``
+            (TensorFlow's float_list, rounded). An OFRecord holds doubles either way.
+
+    Columns of Parquet files and Hugging Face datasets are stored by one mapping
+    (:mod:`ofindex.encode.arrow_map`: docs/writing.md's table) and the dataset gets a column
+    map beside its manifest, with which ``ofindex.integrations.hf.to_hf_dataset`` gives the
+    same columns back: features, types, order, values and nulls. Images keep their bytes.
 
     Returns:
-        The :class:`~ofindex.write.sharded.WriteSummary` (records, shards, bytes, time).
+        The :class:`~ofindex.write.sharded.WriteSummary` (records, shards, bytes, time, and
+        the formats of the images written).
 
     Raises:
         EncodeError: A column that cannot be represented (before anything is written), or a
@@ -153,12 +165,15 @@ def convert(src: object, dst: str | os.PathLike[str], *, format: str = "tfrecord
     if left is not None:  # a writer killed earlier: say so, delete nothing
         warnings.warn(LeftoverFilesWarning(left.describe()), stacklevel=2)
     bar = _bar(progress, source.records, source.description)
+    formats: dict[str, int] = {}
     try:
         with ShardedWriter(dst, target, shard_bytes=shard_bytes, shard_records=shard_records,
                            compression=compression, spec=spec, nulls=nulls,
-                           storage_options=storage_options) as writer, \
+                           storage_options=storage_options, float64=float64) as writer, \
                 Prefetched(source.batches()) as batches:
             for batch in batches:
+                if source.images is not None:
+                    count_formats(source.images(batch), formats)
                 if source.raw:
                     records = batch if not recode else _recoded(
                         batch, source.record_format, target, len(writer))
@@ -171,4 +186,6 @@ def convert(src: object, dst: str | os.PathLike[str], *, format: str = "tfrecord
         if bar is not None:
             bar.close()
     assert writer.summary is not None
+    if formats:
+        writer.summary = dataclasses.replace(writer.summary, image_formats=formats)
     return writer.summary

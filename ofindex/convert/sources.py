@@ -26,7 +26,7 @@ from ofindex.convert.imagefolder import (
     is_image_folder,
     not_regular,
 )
-from ofindex.encode.arrow import check_arrow_type
+from ofindex.encode.arrow import check_arrow_schema
 from ofindex.errors import (
     EncodeError,
     FormatDetectionError,
@@ -53,6 +53,8 @@ class Source:
             or lists of payload bytes (``raw`` sources).
         raw: The batches are payloads, written as they are.
         record_format: For ``raw`` sources: the framing they come from.
+        images: Gives the first bytes of each encoded image of a batch (``None``: the
+            source has no image column), for the formats :func:`~ofindex.convert` reports.
     """
 
     description: str
@@ -60,6 +62,7 @@ class Source:
     batches: Callable[[], Iterator[Any]]
     raw: bool = False
     record_format: str = ""
+    images: Callable[[Any], list[Any]] | None = None
 
 
 def _reason(exc: BaseException) -> str:
@@ -80,8 +83,27 @@ _PARQUET_STEP = ("check that the file is whole (a copy or download may have been
 
 
 def _check_schema(schema: Any) -> None:
-    for field in schema:
-        check_arrow_type(field.name, field.type)
+    check_arrow_schema(schema)
+
+
+def _same_columns(paths: list[str], schemas: list[Any]) -> None:
+    """Every Parquet file has the first one's columns, of the same types (the dataset's
+    column map describes one schema).
+
+    Raises:
+        SourceError: Naming the file and the column that differs.
+    """
+    first = schemas[0]
+    for path, schema in zip(paths[1:], schemas[1:], strict=True):
+        if schema.names != first.names:
+            raise SourceError(f"{path}: its columns {schema.names} are not those of "
+                              f"{paths[0]} ({first.names}); convert the files separately, or "
+                              "write them with one schema")
+        for field, other in zip(schema, first, strict=True):
+            if field.type != other.type:
+                raise SourceError(f"{path}: column {field.name!r} is {field.type}, in "
+                                  f"{paths[0]} {other.type}; convert the files separately, or "
+                                  "cast the column to one type")
 
 
 def parquet_source(paths: list[str], batch_size: int) -> Source:
@@ -96,6 +118,8 @@ def parquet_source(paths: list[str], batch_size: int) -> Source:
             raise _unreadable(path, "not a readable Parquet file", exc, _PARQUET_STEP) from exc
     for f in files:
         _check_schema(f.schema_arrow)
+    if files:
+        _same_columns(paths, [f.schema_arrow for f in files])
 
     def batches() -> Iterator[Any]:
         for path, f in zip(paths, files, strict=True):
@@ -117,26 +141,70 @@ def _cache_files(hf_data: Any) -> str:
     return ", ".join(files[:2]) + (" …" if len(files) > 2 else "") if files else "in memory"
 
 
+def _image_heads(columns: list[str]) -> Callable[[Any], list[Any]]:
+    """The first 16 bytes of each image of a batch's ``Image()`` columns (structs of bytes
+    and path), cut by Arrow (the images are not copied)."""
+    import pyarrow.compute as pc
+
+    def heads(batch: Any) -> list[Any]:
+        out: list[Any] = []
+        for name in columns:
+            files = batch.column(name).combine_chunks()
+            images = files.flatten()[files.type.get_field_index("bytes")]  # null rows: null
+            out.extend(pc.binary_slice(images, 0, 16).to_pylist())
+        return out
+
+    return heads
+
+
+def _hf_image_columns(features: Any, kinds: tuple[str, ...] = ("Image",)) -> list[str]:
+    return [name for name, feature in features.items() if type(feature).__name__ in kinds]
+
+
+def _by_path_only(batch: Any, columns: list[str]) -> bool:
+    """Whether an image or audio of the batch is named by its path alone (bytes null)."""
+    import pyarrow.compute as pc
+
+    for name in columns:
+        files = batch.column(name).combine_chunks()
+        if files.null_count == len(files):
+            continue
+        lone = pc.and_(files.field("bytes").is_null(), files.field("path").is_valid())
+        if pc.any(lone).as_py():
+            return True
+    return False
+
+
 def hf_source(hf_data: Any, batch_size: int) -> Source:
     """A Hugging Face ``datasets.Dataset``: the rows it yields, batch by batch, as Arrow
     tables. A dataset made by ``.filter``, ``.select``, ``.shuffle`` or ``train_test_split``
     keeps its parent's whole table and maps its rows through indices: the dataset's own
-    iterator applies them (its table's batches would be every row of the parent)."""
+    iterator applies them (its table's batches would be every row of the parent). An image
+    or audio file that the dataset names by its path only is read into the record, as
+    ``save_to_disk`` embeds it (the batch's paths then become base names, as there); images
+    that hold their bytes are written as they are."""
+    from datasets.table import embed_table_storage
+
     table = hf_data.data.table if hasattr(hf_data.data, "table") else hf_data.data
     _check_schema(table.schema)
+    files = _hf_image_columns(hf_data.features, ("Image", "Audio"))
+    images = _hf_image_columns(hf_data.features)
 
     def batches() -> Iterator[Any]:
         rows = 0
         try:
             for batch in hf_data.with_format("arrow").iter(batch_size=batch_size):
                 rows += batch.num_rows
-                yield batch
+                # HF's own embedding (save_to_disk's), only where a file is named by its path
+                # alone: it also cuts every path of the batch to its base name
+                yield embed_table_storage(batch) if _by_path_only(batch, files) else batch
         except _PARQUET_FAILURES as exc:  # its Arrow cache files are read as it goes
             raise _unreadable("the Hugging Face dataset", f"reading failed after {rows:,} of "
                               f"its {len(hf_data):,} rows", exc, "check its cache files "
                               f"({_cache_files(hf_data)}), or load it again") from exc
 
-    return Source("a Hugging Face dataset", len(hf_data), batches)
+    return Source("a Hugging Face dataset", len(hf_data), batches,
+                  images=_image_heads(images) if images else None)
 
 
 def numpy_source(path: str, batch_size: int) -> Source:
@@ -176,7 +244,8 @@ def image_folder_source(root: str, batch_size: int) -> Source:
     files are read (see :mod:`ofindex.convert.imagefolder`)."""
     classes, items = image_items(root)
     return Source(f"image folder {root} ({len(classes)} classes)", len(items),
-                  lambda: image_folder_batches(root, items, batch_size))
+                  lambda: image_folder_batches(root, items, batch_size),
+                  images=lambda batch: batch["image"])
 
 
 def records_source(src: str, batch_size: int, storage_options: dict[str, Any] | None) -> Source:

@@ -9,6 +9,7 @@
  *        batch at once
  * hw_crc, hw_crc32c   the CRC32C instruction's switch, and the instruction itself (tests) */
 #include "native.h"
+#include "framing.h"
 #include "hwcrc.h"
 
 #include "threads.h"
@@ -133,16 +134,9 @@ typedef struct {
 } Run;
 
 static int run_open(Run *r, PyObject *buf_obj, PyObject *starts_obj, PyObject *ends_obj) {
-    if (!((r->header == 12 && r->footer == 4) || (r->header == 8 && r->footer == 0 &&
-                                                  !r->verify))) {
-        PyErr_SetString(PyExc_ValueError, "bad framing sizes");
+    if (framing_refused(r->header, r->footer, r->verify, "CRCs are checked here only with "
+                        "the CRC32C instruction (see hw_crc())") < 0)
         return -1;
-    }
-    if (r->verify && !hw_crc_on) {
-        PyErr_SetString(PyExc_ValueError, "CRCs are checked here only with the CRC32C "
-                        "instruction (see hw_crc())");
-        return -1;
-    }
     if (PyObject_GetBuffer(buf_obj, &r->buf, PyBUF_SIMPLE) < 0)
         return -1;
     if (get_i64(starts_obj, &r->sv, "starts") < 0) {
@@ -194,63 +188,85 @@ typedef struct {
     int full;
 } PackJob;
 
+/* pack()'s first pass: every record's framing and place in out (cheap: its header only).
+ * Returns the records before the first whose framing fails (*framing_bad set) or whose
+ * payload does not fit; *pos is where the last placed payload ends. */
+static Py_ssize_t pack_place(const PackJob *job, int64_t *pos, int *framing_bad) {
+    const Run *r = job->r;
+    const int64_t *st = (const int64_t *)r->sv.buf, *en = (const int64_t *)r->ev.buf;
+    const unsigned char *src = (const unsigned char *)r->buf.buf;
+    int64_t *offs = job->offs, base = job->base, at = base, room = job->room;
+    Py_ssize_t frame = r->header + r->footer;
+    for (Py_ssize_t k = 0; k < r->n; k++) {
+        int64_t size;
+        if (!framed_ok(src, r->buf.len, st[k], en[k], frame, &size)) {
+            *framing_bad = 1;
+            *pos = at;
+            return k;
+        }
+        if (size > room - (at - base)) {
+            *pos = at;
+            return k;
+        }
+        offs[k] = at;
+        at += size;
+    }
+    *pos = at;
+    return r->n;
+}
+
+/* pack()'s copies of records k..k+2 (with verify, their CRCs computed as they are copied,
+ * into c): -1 or the first that fails. */
+static inline Py_ssize_t pack_three(const PackJob *job, Py_ssize_t k, uint32_t c[3]) {
+    const Run *r = job->r;
+    const int64_t *st = (const int64_t *)r->sv.buf, *en = (const int64_t *)r->ev.buf;
+    const unsigned char *src = (const unsigned char *)r->buf.buf;
+    const unsigned char *p[3], *q[3];
+    unsigned char *d[3];
+    size_t sz[3];
+    for (int j = 0; j < 3; j++) {
+        p[j] = src + st[k + j];
+        q[j] = p[j] + r->header;
+        d[j] = job->dst + job->offs[k + j];
+        sz[j] = (size_t)(en[k + j] - st[k + j] - r->header - r->footer);
+    }
+    if (r->verify)
+        hw_copy_crc32c_x3(d, q, sz, c);
+    else
+        for (int j = 0; j < 3; j++)
+            memcpy(d[j], q[j], sz[j]);
+    return first_bad(p, sz, c, 3, r->header, r->verify, k);
+}
+
+/* pack()'s copy of record k alone (the last one or two): -1 or k when it fails. */
+static inline Py_ssize_t pack_one(const PackJob *job, Py_ssize_t k, uint32_t c[3]) {
+    const Run *r = job->r;
+    const int64_t *st = (const int64_t *)r->sv.buf, *en = (const int64_t *)r->ev.buf;
+    const unsigned char *p[3] = {(const unsigned char *)r->buf.buf + st[k], NULL, NULL};
+    size_t sz[3] = {(size_t)(en[k] - st[k] - r->header - r->footer), 0, 0};
+    if (r->verify)
+        c[0] = hw_copy_crc32c(job->dst + job->offs[k], p[0] + r->header, sz[0]);
+    else
+        memcpy(job->dst + job->offs[k], p[0] + r->header, sz[0]);
+    return first_bad(p, sz, c, 1, r->header, r->verify, k);
+}
+
 /* pack()'s passes over the records, without the GIL (in a guarded call): -1 or the first
  * failing record. */
 static Py_ssize_t pack_body(void *arg) {
     PackJob *job = (PackJob *)arg;
     const Run *r = job->r;
-    /* first every record's framing and place (cheap: its header only), then the copies with
-     * their CRCs three records at a time, each source read once (hw_copy_crc32c_x3: three
-     * CRC streams run about three times as fast as one, which took a third of a copy's time
-     * for 100 KB payloads) */
-    const int64_t *st = (const int64_t *)r->sv.buf, *en = (const int64_t *)r->ev.buf;
-    const unsigned char *src = (const unsigned char *)r->buf.buf;
-    unsigned char *dst = job->dst;
-    int64_t *offs = job->offs, base = job->base, pos = base, room = job->room;
-    Py_ssize_t bad = -1, frame = r->header + r->footer, end = r->n;
+    /* first every record's framing and place, then the copies with their CRCs three records
+     * at a time, each source read once (hw_copy_crc32c_x3: three CRC streams run about three
+     * times as fast as one, which took a third of a copy's time for 100 KB payloads) */
+    int64_t pos;
     int framing_bad = 0;
-    for (Py_ssize_t k = 0; k < r->n; k++) {
-        int64_t size;
-        if (!framed_ok(src, r->buf.len, st[k], en[k], frame, &size)) {
-            end = k;
-            framing_bad = 1;
-            break;
-        }
-        if (size > room - (pos - base)) {
-            end = k;
-            break;
-        }
-        offs[k] = pos;
-        pos += size;
-    }
-    Py_ssize_t k = 0;
+    Py_ssize_t end = pack_place(job, &pos, &framing_bad), bad = -1, k = 0;
     uint32_t c[3] = {0, 0, 0};
-    for (; bad < 0 && k + 3 <= end; k += 3) {
-        const unsigned char *p[3], *q[3];
-        unsigned char *d[3];
-        size_t sz[3];
-        for (int j = 0; j < 3; j++) {
-            p[j] = src + st[k + j];
-            q[j] = p[j] + r->header;
-            d[j] = dst + offs[k + j];
-            sz[j] = (size_t)(en[k + j] - st[k + j] - frame);
-        }
-        if (r->verify)
-            hw_copy_crc32c_x3(d, q, sz, c);
-        else
-            for (int j = 0; j < 3; j++)
-                memcpy(d[j], q[j], sz[j]);
-        bad = first_bad(p, sz, c, 3, r->header, r->verify, k);
-    }
-    for (; bad < 0 && k < end; k++) {
-        const unsigned char *p[3] = {src + st[k], NULL, NULL};
-        size_t sz[3] = {(size_t)(en[k] - st[k] - frame), 0, 0};
-        if (r->verify)
-            c[0] = hw_copy_crc32c(dst + offs[k], p[0] + r->header, sz[0]);
-        else
-            memcpy(dst + offs[k], p[0] + r->header, sz[0]);
-        bad = first_bad(p, sz, c, 1, r->header, r->verify, k);
-    }
+    for (; bad < 0 && k + 3 <= end; k += 3)
+        bad = pack_three(job, k, c);
+    for (; bad < 0 && k < end; k++)
+        bad = pack_one(job, k, c);
     if (bad < 0 && end < r->n) {
         if (framing_bad)
             bad = end;
@@ -258,7 +274,7 @@ static Py_ssize_t pack_body(void *arg) {
             job->full = 1;
     }
     if (bad < 0 && !job->full)
-        offs[r->n] = pos;
+        job->offs[r->n] = pos;
     return bad;
 }
 
@@ -576,160 +592,207 @@ typedef struct {
     int verify, copy;
 } FillJob;
 
+/* fill()'s records k..k+2 copied and checked (with verify, their CRCs computed as they are
+ * copied, into c): -1 or the first that fails. */
+static inline Py_ssize_t fill_three(const FillJob *job, Py_ssize_t k, uint32_t c[3]) {
+    Py_ssize_t i = k - job->lo, header = job->header;
+    unsigned char *d[3] = {job->dst[i], job->dst[i + 1], job->dst[i + 2]};
+    const unsigned char *p[3] = {job->src[i], job->src[i + 1], job->src[i + 2]};
+    const unsigned char *q[3] = {p[0] + header, p[1] + header, p[2] + header};
+    if (job->verify && job->copy)
+        hw_copy_crc32c_x3(d, q, job->sizes + i, c);
+    else if (job->verify)
+        hw_crc32c_x3(q, job->sizes + i, c);
+    else if (job->copy)
+        for (int j = 0; j < 3; j++)
+            memcpy(d[j], q[j], job->sizes[i + j]);
+    return first_bad(p, job->sizes + i, c, 3, header, job->verify, k);
+}
+
+/* fill()'s record k alone (the last one or two): -1 or k when it fails. */
+static inline Py_ssize_t fill_one(const FillJob *job, Py_ssize_t k, uint32_t c[3]) {
+    Py_ssize_t i = k - job->lo, header = job->header;
+    const unsigned char *p[3] = {job->src[i], NULL, NULL};
+    size_t size = job->sizes[i];
+    if (job->verify && job->copy)
+        c[0] = hw_copy_crc32c(job->dst[i], p[0] + header, size);
+    else if (job->verify)
+        c[0] = hw_crc32c(p[0] + header, size);
+    else if (job->copy)
+        memcpy(job->dst[i], p[0] + header, size);
+    return first_bad(p, job->sizes + i, c, 1, header, job->verify, k);
+}
+
 /* fill()'s copies and checks, without the GIL (in a guarded call): -1 or the first failing
  * record. */
 static Py_ssize_t fill_body(void *arg) {
-    const FillJob *job = (const FillJob *)arg;
-    unsigned char **dst = job->dst;
-    const unsigned char **src = job->src;
-    const size_t *sizes = job->sizes;
-    Py_ssize_t lo = job->lo, end = job->end, header = job->header, bad = -1;
-    int verify = job->verify, copy = job->copy;
-    Py_ssize_t k = lo;
+    const FillJob job = *(const FillJob *)arg;  /* a local copy: copies cannot change it */
+    Py_ssize_t k = job.lo, bad = -1;
     uint32_t c[3] = {0, 0, 0};
-    for (; bad < 0 && k + 3 <= end; k += 3) {
-        unsigned char *d[3] = {dst[k - lo], dst[k - lo + 1], dst[k - lo + 2]};
-        const unsigned char *p[3] = {src[k - lo], src[k - lo + 1], src[k - lo + 2]};
-        const unsigned char *q[3] = {p[0] + header, p[1] + header, p[2] + header};
-        if (verify && copy)
-            hw_copy_crc32c_x3(d, q, sizes + (k - lo), c);
-        else if (verify)
-            hw_crc32c_x3(q, sizes + (k - lo), c);
-        else if (copy)
-            for (int j = 0; j < 3; j++)
-                memcpy(d[j], q[j], sizes[k - lo + j]);
-        bad = first_bad(p, sizes + (k - lo), c, 3, header, verify, k);
-    }
-    for (; bad < 0 && k < end; k++) {
-        const unsigned char *p[3] = {src[k - lo], NULL, NULL};
-        size_t size = sizes[k - lo];
-        if (verify && copy)
-            c[0] = hw_copy_crc32c(dst[k - lo], p[0] + header, size);
-        else if (verify)
-            c[0] = hw_crc32c(p[0] + header, size);
-        else if (copy)
-            memcpy(dst[k - lo], p[0] + header, size);
-        bad = first_bad(p, sizes + (k - lo), c, 1, header, verify, k);
-    }
-    if (bad < 0 && end < job->hi)
-        bad = end;
+    for (; bad < 0 && k + 3 <= job.end; k += 3)
+        bad = fill_three(&job, k, c);
+    for (; bad < 0 && k < job.end; k++)
+        bad = fill_one(&job, k, c);
+    if (bad < 0 && job.end < job.hi)
+        bad = job.end;
     return bad;
 }
 
-PyObject *fill(PyObject *self, PyObject *args) {
-    PyObject *bufs, *which_obj, *starts_obj, *outs;
+/* fill()'s arguments and what it holds while it runs (all released by fill_close). */
+typedef struct {
+    PyObject *bufs, *outs;
     Py_ssize_t lo, hi, header, footer;
     int verify;
-    if (!PyArg_ParseTuple(args, "O!OOOnnnnp:fill", &PyList_Type, &bufs, &which_obj,
-                          &starts_obj, &outs, &lo, &hi, &header, &footer, &verify))
-        return NULL;
-    if (!((header == 12 && footer == 4) || (header == 8 && footer == 0 && !verify))) {
-        PyErr_SetString(PyExc_ValueError, "bad framing sizes");
-        return NULL;
-    }
-    if (verify && !hw_crc_on) {
-        PyErr_SetString(PyExc_ValueError, "fill checks CRCs only with the CRC32C "
-                        "instruction (see hw_crc())");
-        return NULL;
-    }
-    Py_buffer wv, sv;
-    if (get_i64(which_obj, &wv, "which") < 0)
-        return NULL;
-    if (get_i64(starts_obj, &sv, "starts") < 0) {
-        PyBuffer_Release(&wv);
-        return NULL;
-    }
-    Py_ssize_t m = PyList_GET_SIZE(bufs), got = 0, bad = -1;
-    PyObject *result = NULL;
-    const int copy = PyList_Check(outs);  /* else: sizes, checked in place */
-    Py_buffer zv = {0};
-    if (!copy && get_i64(outs, &zv, "fill: outs") < 0) {
-        PyBuffer_Release(&sv);
-        PyBuffer_Release(&wv);
-        return NULL;
-    }
-    const Py_ssize_t nouts = copy ? PyList_GET_SIZE(outs) : zv.shape[0];
-    Py_buffer *views = PyMem_Calloc(m ? m : 1, sizeof(Py_buffer));
-    unsigned char **dst = NULL;
-    const unsigned char **src = NULL;
-    size_t *sizes = NULL;
-    if (views == NULL) {
+    int copy;               /* outs is a list of bytes objects; else an array of sizes */
+    Py_buffer wv, sv, zv;   /* which, starts, and (not copy) the sizes */
+    Py_ssize_t m, got;      /* buffers in bufs, and how many of them are held in views */
+    Py_buffer *views;
+    unsigned char **dst;    /* per record k in [lo, hi): at k - lo */
+    const unsigned char **src;
+    size_t *sizes;
+} Fill;
+
+/* fill()'s int64 arrays: which, starts and, when outs is not a list, the payload sizes.
+ * 0, or -1 with an exception set. */
+static int fill_arrays(Fill *f, PyObject *which_obj, PyObject *starts_obj) {
+    if (get_i64(which_obj, &f->wv, "which") < 0)
+        return -1;
+    if (get_i64(starts_obj, &f->sv, "starts") < 0)
+        return -1;
+    f->copy = PyList_Check(f->outs);  /* else: sizes, checked in place */
+    if (!f->copy && get_i64(f->outs, &f->zv, "fill: outs") < 0)
+        return -1;
+    return 0;
+}
+
+/* fill()'s buffers held (after lo and hi are checked against the arrays) and its maps'
+ * guard installed: 0, or -1 with an exception set. */
+static int fill_hold(Fill *f) {
+    Py_ssize_t nouts = f->copy ? PyList_GET_SIZE(f->outs) : f->zv.shape[0];
+    f->m = PyList_GET_SIZE(f->bufs);
+    f->views = PyMem_Calloc(f->m ? f->m : 1, sizeof(Py_buffer));
+    if (f->views == NULL) {
         PyErr_NoMemory();
-        goto done;
+        return -1;
     }
-    if (lo < 0 || hi < lo || hi > nouts || hi > wv.shape[0] ||
-        hi > sv.shape[0]) {
+    if (f->lo < 0 || f->hi < f->lo || f->hi > nouts || f->hi > f->wv.shape[0] ||
+        f->hi > f->sv.shape[0]) {
         PyErr_SetString(PyExc_ValueError, "fill: lo and hi must lie within the arrays");
-        goto done;
+        return -1;
     }
-    for (; got < m; got++)
-        if (PyObject_GetBuffer(PyList_GET_ITEM(bufs, got), &views[got], PyBUF_SIMPLE) < 0)
-            goto done;
+    for (; f->got < f->m; f->got++)
+        if (PyObject_GetBuffer(PyList_GET_ITEM(f->bufs, f->got), &f->views[f->got],
+                               PyBUF_SIMPLE) < 0)
+            return -1;
     if (guard_ensure() != 0) {
         PyErr_SetFromErrno(PyExc_OSError);
-        goto done;
+        return -1;
     }
-    const int64_t *which = (const int64_t *)wv.buf, *st = (const int64_t *)sv.buf;
-    Py_ssize_t count = hi - lo ? hi - lo : 1;
-    dst = PyMem_Malloc(count * sizeof(*dst));
-    src = PyMem_Malloc(count * sizeof(*src));
-    sizes = PyMem_Malloc(count * sizeof(*sizes));
-    if (dst == NULL || src == NULL || sizes == NULL) {
+    return 0;
+}
+
+/* Room for fill()'s destinations, sources and sizes: 0, or -1 with MemoryError set. */
+static int fill_alloc(Fill *f) {
+    Py_ssize_t count = f->hi - f->lo ? f->hi - f->lo : 1;
+    f->dst = PyMem_Malloc(count * sizeof(*f->dst));
+    f->src = PyMem_Malloc(count * sizeof(*f->src));
+    f->sizes = PyMem_Malloc(count * sizeof(*f->sizes));
+    if (f->dst == NULL || f->src == NULL || f->sizes == NULL) {
         PyErr_NoMemory();
-        goto done;
+        return -1;
     }
-    Py_ssize_t end = hi;  /* records before the first that lies outside its buffer */
-    for (Py_ssize_t k = lo; k < hi; k++) {  /* the objects and bounds first, with the GIL */
-        PyObject *o = copy ? PyList_GET_ITEM(outs, k) : NULL;
+    return 0;
+}
+
+/* Each record's destination, source and size, with the GIL (the objects and bounds first):
+ * the first record that lies outside its buffer (hi: none), or -1 with an exception set. */
+static Py_ssize_t fill_place(Fill *f) {
+    const int64_t *which = (const int64_t *)f->wv.buf, *st = (const int64_t *)f->sv.buf;
+    const Py_ssize_t lo = f->lo, hi = f->hi, frame = f->header + f->footer, m = f->m;
+    const int copy = f->copy;
+    for (Py_ssize_t k = lo; k < hi; k++) {
+        PyObject *o = copy ? PyList_GET_ITEM(f->outs, k) : NULL;
         if (copy && !PyBytes_CheckExact(o)) {
             PyErr_SetString(PyExc_TypeError, "fill: outs must hold bytes from blank()");
-            goto done;
+            return -1;
         }
         int64_t j = which[k], s = st[k];
-        int64_t size = copy ? PyBytes_GET_SIZE(o) : ((const int64_t *)zv.buf)[k];
+        int64_t size = copy ? PyBytes_GET_SIZE(o) : ((const int64_t *)f->zv.buf)[k];
         if (size < 0) {
             PyErr_Format(PyExc_ValueError, "fill: item %zd has a negative size", k);
-            goto done;
+            return -1;
         }
         if (j < 0 || j >= m) {
             PyErr_Format(PyExc_ValueError, "fill: item %zd names no buffer", k);
-            goto done;
+            return -1;
         }
-        if (s < 0 || size > (int64_t)views[j].len ||
-            s > (int64_t)views[j].len - size - header - footer) {
-            end = k;
-            break;
-        }
-        dst[k - lo] = copy ? (unsigned char *)PyBytes_AS_STRING(o) : NULL;
-        src[k - lo] = (const unsigned char *)views[j].buf + s;
-        sizes[k - lo] = (size_t)size;
+        int64_t len = (int64_t)f->views[j].len;
+        if (s < 0 || size > len || s > len - size - frame)
+            return k;
+        f->dst[k - lo] = copy ? (unsigned char *)PyBytes_AS_STRING(o) : NULL;
+        f->src[k - lo] = (const unsigned char *)f->views[j].buf + s;
+        f->sizes[k - lo] = (size_t)size;
     }
-    FillJob job = {dst, src, sizes, lo, end, hi, header, verify, copy};
+    return hi;
+}
+
+/* StaleIndexError naming the file of the buffer whose pages were gone in fill()'s pass. */
+static void fill_fault(const Fill *f) {
+    const unsigned char *at = (const unsigned char *)guard_last_fault();
+    PyObject *owner = NULL;
+    for (Py_ssize_t j = 0; j < f->m && owner == NULL; j++)
+        if (at >= (const unsigned char *)f->views[j].buf &&
+            at < (const unsigned char *)f->views[j].buf + f->views[j].len)
+            owner = f->views[j].obj;
+    map_fault(owner);
+}
+
+/* fill()'s pass over the records placed ([lo, end)), without the GIL: -1 or the first
+ * failing record as an int, or NULL with an exception set. */
+static PyObject *fill_run(const Fill *f, Py_ssize_t end) {
+    FillJob job = {f->dst, f->src, f->sizes, f->lo, end, f->hi, f->header, f->verify,
+                   f->copy};
+    Py_ssize_t bad;
     Py_BEGIN_ALLOW_THREADS
     bad = guard_run(fill_body, &job);
     Py_END_ALLOW_THREADS
     if (bad == GUARD_FAULT) {  /* the buffer whose pages are gone names the file */
-        const unsigned char *at = (const unsigned char *)guard_last_fault();
-        PyObject *owner = NULL;
-        for (Py_ssize_t j = 0; j < m && owner == NULL; j++)
-            if (at >= (const unsigned char *)views[j].buf &&
-                at < (const unsigned char *)views[j].buf + views[j].len)
-                owner = views[j].obj;
-        map_fault(owner);
-        goto done;
+        fill_fault(f);
+        return NULL;
     }
-    result = PyLong_FromSsize_t(bad);
-done:
-    PyMem_Free(sizes);
-    PyMem_Free(src);
-    PyMem_Free(dst);
-    for (Py_ssize_t j = 0; j < got; j++)
-        PyBuffer_Release(&views[j]);
-    PyMem_Free(views);
-    if (!copy)
-        PyBuffer_Release(&zv);
-    PyBuffer_Release(&sv);
-    PyBuffer_Release(&wv);
+    return PyLong_FromSsize_t(bad);
+}
+
+static void fill_close(Fill *f) {
+    PyMem_Free(f->sizes);
+    PyMem_Free(f->src);
+    PyMem_Free(f->dst);
+    for (Py_ssize_t j = 0; j < f->got; j++)
+        PyBuffer_Release(&f->views[j]);
+    PyMem_Free(f->views);
+    PyBuffer_Release(&f->zv);  /* (buffers never acquired are empty: releasing is a no-op) */
+    PyBuffer_Release(&f->sv);
+    PyBuffer_Release(&f->wv);
+}
+
+PyObject *fill(PyObject *self, PyObject *args) {
+    PyObject *which_obj, *starts_obj;
+    Fill f = {0};
+    if (!PyArg_ParseTuple(args, "O!OOOnnnnp:fill", &PyList_Type, &f.bufs, &which_obj,
+                          &starts_obj, &f.outs, &f.lo, &f.hi, &f.header, &f.footer,
+                          &f.verify))
+        return NULL;
+    if (framing_refused(f.header, f.footer, f.verify, "fill checks CRCs only with the "
+                        "CRC32C instruction (see hw_crc())") < 0)
+        return NULL;
+    PyObject *result = NULL;
+    if (fill_arrays(&f, which_obj, starts_obj) == 0 && fill_hold(&f) == 0 &&
+        fill_alloc(&f) == 0) {
+        Py_ssize_t end = fill_place(&f);  /* records before the first outside its buffer */
+        if (end >= 0)
+            result = fill_run(&f, end);
+    }
+    fill_close(&f);
     return result;
 }
 

@@ -202,6 +202,49 @@ static const char wait_doc[] =
 "failing one. The records are numbered as in starts and ends; upto and ahead are clamped\n"
 "to [0, n]. Raises StaleIndexError when buf is a memory map whose file shrank.";
 
+/* wait() without a thread here (none started, or a forked child's copy): records [0, upto)
+ * checked in this thread, from where the last inline wait stopped. */
+static PyObject *wait_inline(CheckerObject *self, Py_ssize_t upto) {
+    Py_ssize_t from = self->inline_done < upto ? self->inline_done : upto, bad;
+    Py_BEGIN_ALLOW_THREADS
+    bad = check_range(self, from, upto);
+    Py_END_ALLOW_THREADS
+    if (bad == GUARD_FAULT)
+        return map_fault(self->buf.obj);
+    if (bad < 0)
+        self->inline_done = upto > self->inline_done ? upto : self->inline_done;
+    return PyLong_FromSsize_t(bad);
+}
+
+/* Let the thread check up to record `ahead`, waking it when it idles. Called with mu held. */
+static void let_ahead(CheckerObject *self, Py_ssize_t ahead) {
+    if (ahead > self->allowed) {
+        self->allowed = ahead;
+        if (self->idle)
+            cond_broadcast(&self->cv);
+    }
+}
+
+/* Wait until records [0, upto) are checked, checking the chunks the thread has not reached
+ * in this one: -1 when they all pass, or the first failing one. Called with mu held, without
+ * the GIL; returns with mu held. */
+static Py_ssize_t wait_checked(CheckerObject *self, Py_ssize_t upto) {
+    for (;;) {
+        if (self->done * self->chunk >= upto)  /* every record before upto is whole */
+            return -1;
+        Py_ssize_t first = self->result[self->done];
+        if (first >= 0)  /* the first chunk not whole: its chunks before are */
+            return first < upto ? first : -1;
+        if (claimable(self) && self->next * self->chunk < upto) {
+            check_next(self);  /* the thread is behind: this one checks the next chunk */
+        } else {  /* the chunk asked for is being checked on the thread */
+            self->waiters++;
+            cond_wait(&self->cv, &self->mu);
+            self->waiters--;
+        }
+    }
+}
+
 static PyObject *checker_wait(CheckerObject *self, PyObject *args) {
     Py_ssize_t upto, ahead;
     if (!PyArg_ParseTuple(args, "nn:wait", &upto, &ahead))
@@ -212,44 +255,14 @@ static PyObject *checker_wait(CheckerObject *self, PyObject *args) {
     }
     upto = upto < 0 ? 0 : upto > self->n ? self->n : upto;
     ahead = ahead < upto ? upto : ahead > self->n ? self->n : ahead;
+    if (!self->running || self->pid != process_id())  /* no thread here: check inline */
+        return wait_inline(self, upto);
     Py_ssize_t bad;
-    if (!self->running || self->pid != process_id()) {  /* no thread here: check inline */
-        Py_ssize_t from = self->inline_done < upto ? self->inline_done : upto;
-        Py_BEGIN_ALLOW_THREADS
-        bad = check_range(self, from, upto);
-        Py_END_ALLOW_THREADS
-        if (bad == GUARD_FAULT)
-            return map_fault(self->buf.obj);
-        if (bad < 0)
-            self->inline_done = upto > self->inline_done ? upto : self->inline_done;
-        return PyLong_FromSsize_t(bad);
-    }
-    int faulted = 0;
+    int faulted;
     Py_BEGIN_ALLOW_THREADS
     mutex_lock(&self->mu);
-    if (ahead > self->allowed) {
-        self->allowed = ahead;
-        if (self->idle)
-            cond_broadcast(&self->cv);
-    }
-    for (;;) {
-        if (self->done * self->chunk >= upto) {  /* every record before upto is whole */
-            bad = -1;
-            break;
-        }
-        Py_ssize_t first = self->result[self->done];
-        if (first >= 0) {  /* the first chunk not whole: its chunks before are */
-            bad = first < upto ? first : -1;
-            break;
-        }
-        if (claimable(self) && self->next * self->chunk < upto) {
-            check_next(self);  /* the thread is behind: this one checks the next chunk */
-        } else {  /* the chunk asked for is being checked on the thread */
-            self->waiters++;
-            cond_wait(&self->cv, &self->mu);
-            self->waiters--;
-        }
-    }
+    let_ahead(self, ahead);
+    bad = wait_checked(self, upto);
     faulted = self->faulted;
     mutex_unlock(&self->mu);
     Py_END_ALLOW_THREADS

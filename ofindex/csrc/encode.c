@@ -18,8 +18,20 @@ enum {
     MODE_VARINT = 1,  /* a packed list of varints: int64 values (negative: ten bytes) */
     MODE_BYTES = 2,   /* a bytes list holding one value: each row's bytes object */
     MODE_ENTRIES = 3, /* the whole map entry made in Python (b"": the feature is absent) */
-    MODE_SPANS = 4    /* a bytes list of one value: spans of one buffer (Arrow binary) */
+    MODE_SPANS = 4,   /* a bytes list of one value: spans of one buffer (Arrow binary) */
+    MODE_PACKED_SPANS = 5, /* a packed list whose bytes are spans of one buffer (rows of any
+                            * length: floats as they are, integers as varints) */
+    MODE_LIST_SPANS = 6,   /* the value list's whole content cut from one buffer (a bytes
+                            * list of any number of values, each with its key and length) */
+    MODE_VARINT_SPANS = 7  /* a packed list of varints of any length: int64 values, row r's
+                            * values[bounds[r]:bounds[r + 1]] */
 };
+
+/* The modes whose data is (bounds, values): spans of one buffer. */
+static inline int spans_mode(int mode) {
+    return mode == MODE_SPANS || mode == MODE_PACKED_SPANS || mode == MODE_LIST_SPANS ||
+           mode == MODE_VARINT_SPANS;
+}
 
 typedef struct {
     int mode;
@@ -30,6 +42,7 @@ typedef struct {
     Py_ssize_t per_row;         /* PACKED: bytes per row; VARINT: values per row */
     Py_buffer values;           /* SPANS: the bytes the spans cut (view: their int64 bounds) */
     int held_values;
+    int64_t *row_bytes;         /* VARINT_SPANS: each row's varint bytes, sized once */
     PyObject *items;            /* BYTES, ENTRIES: a new reference to the list of bytes */
     PyObject *slice;            /* ... the rows written, held while the GIL is released */
     const unsigned char **ptrs; /* ... and their bytes and sizes */
@@ -91,9 +104,11 @@ static Py_ssize_t value_size(const Column *c, Py_ssize_t r, Py_ssize_t k, int sl
             n += varint_size((uint64_t)load_i64(row + 8 * j));
         return n;
     }
-    if (c->mode == MODE_SPANS) {
+    if (c->mode == MODE_VARINT_SPANS)
+        return (Py_ssize_t)c->row_bytes[r];  /* made by get_spans_column */
+    if (spans_mode(c->mode)) {
         const int64_t *at = (const int64_t *)c->view.buf;
-        return (Py_ssize_t)(at[r + 1] - at[r]);  /* checked by check_spans */
+        return (Py_ssize_t)(at[r + 1] - at[r]);  /* checked by get_spans_column */
     }
     if (sliced)
         return c->lens[k];
@@ -111,7 +126,10 @@ static EntrySizes entry_sizes(const Column *c, Py_ssize_t v) {
     EntrySizes e;
     int one = c->mode == MODE_BYTES || c->mode == MODE_SPANS;
     Py_ssize_t klen = PyBytes_GET_SIZE(c->key);
-    e.list = (v || one) ? 1 + varint_size((uint64_t)v) + v : 0;
+    if (c->mode == MODE_LIST_SPANS)
+        e.list = v;  /* the span is the list's content */
+    else
+        e.list = (v || one) ? 1 + varint_size((uint64_t)v) + v : 0;
     e.feature = 1 + varint_size((uint64_t)e.list) + e.list;
     e.entry = 1 + varint_size((uint64_t)klen) + klen + 1 + varint_size((uint64_t)e.feature) +
               e.feature;
@@ -157,7 +175,7 @@ static unsigned char *put_entry(unsigned char *p, const Column *c, Py_ssize_t r,
     p = put_varint(p, (uint64_t)e.feature);
     *p++ = c->tag;
     p = put_varint(p, (uint64_t)e.list);
-    if (e.list) {
+    if (e.list && c->mode != MODE_LIST_SPANS) {
         *p++ = 0x0a;
         p = put_varint(p, (uint64_t)v);
     }
@@ -169,7 +187,14 @@ static unsigned char *put_entry(unsigned char *p, const Column *c, Py_ssize_t r,
         memcpy(p, c->ptrs[k], (size_t)v);
         return p + v;
     }
-    if (c->mode == MODE_SPANS) {
+    if (c->mode == MODE_VARINT_SPANS) {
+        const int64_t *at = (const int64_t *)c->view.buf;
+        const unsigned char *values = (const unsigned char *)c->values.buf;
+        for (int64_t j = at[r]; j < at[r + 1]; j++)
+            p = put_varint(p, (uint64_t)load_i64(values + 8 * j));
+        return p;
+    }
+    if (spans_mode(c->mode)) {
         const int64_t *at = (const int64_t *)c->view.buf;
         memcpy(p, (const unsigned char *)c->values.buf + at[r], (size_t)v);
         return p + v;
@@ -210,40 +235,69 @@ static void release_plan(Plan *pl) {
         Py_XDECREF(c->slice);
         PyMem_Free(c->ptrs);
         PyMem_Free(c->lens);
+        PyMem_Free(c->row_bytes);
     }
     PyMem_Free(pl->cols);
 }
 
-/* A SPANS column's data: (bounds, values), rows + 1 int64 bounds, each row's value
- * values[bounds[r]:bounds[r + 1]]; every span checked inside values here. */
-static int get_spans_column(PyObject *data, Column *c, Py_ssize_t j, Py_ssize_t *rows) {
-    PyObject *bounds, *values;
-    if (!PyTuple_Check(data) || PyTuple_GET_SIZE(data) != 2) {
-        PyErr_Format(PyExc_TypeError, "column %zd: its data is (bounds, values)", j);
-        return -1;
-    }
-    bounds = PyTuple_GET_ITEM(data, 0);
-    values = PyTuple_GET_ITEM(data, 1);
-    if (get_i64(bounds, &c->view, "bounds") < 0)
-        return -1;
-    c->held = 1;
-    if (PyObject_GetBuffer(values, &c->values, PyBUF_SIMPLE) < 0)
-        return -1;
-    c->held_values = 1;
-    const int64_t *at = (const int64_t *)c->view.buf;
-    Py_ssize_t n = c->view.shape[0];
-    if (n < 1) {
-        PyErr_Format(PyExc_ValueError, "column %zd: no bounds (rows + 1 of them)", j);
-        return -1;
-    }
+/* The n bounds of column j each inside [0, limit] and none before the previous one: 0, or -1
+ * with ValueError set. */
+static int check_bounds(const int64_t *at, Py_ssize_t n, Py_ssize_t limit, Py_ssize_t j) {
     for (Py_ssize_t r = 0; r < n; r++) {
-        if (at[r] < 0 || at[r] > (int64_t)c->values.len || (r && at[r] < at[r - 1])) {
+        if (at[r] < 0 || at[r] > (int64_t)limit || (r && at[r] < at[r - 1])) {
             PyErr_Format(PyExc_ValueError, "column %zd: bound %zd (%lld) outside the values "
                          "or before the previous one", j, r, (long long)at[r]);
             return -1;
         }
     }
+    return 0;
+}
+
+/* A VARINT_SPANS column's varint bytes per row, counted once (a row's size is asked for
+ * three times a record): 0, or -1 with MemoryError set. */
+static int count_row_bytes(Column *c, Py_ssize_t n) {
+    const int64_t *at = (const int64_t *)c->view.buf;
+    const unsigned char *ints = (const unsigned char *)c->values.buf;
+    c->row_bytes = PyMem_Malloc((size_t)(n > 1 ? n - 1 : 1) * sizeof(int64_t));
+    if (c->row_bytes == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t r = 0; r + 1 < n; r++) {
+        int64_t bytes = 0;
+        for (int64_t k = at[r]; k < at[r + 1]; k++)
+            bytes += varint_size((uint64_t)load_i64(ints + 8 * k));
+        c->row_bytes[r] = bytes;
+    }
+    return 0;
+}
+
+/* A SPANS, PACKED_SPANS, LIST_SPANS or VARINT_SPANS column's data: (bounds, values), rows + 1
+ * int64 bounds, each row's value values[bounds[r]:bounds[r + 1]]; every span checked inside
+ * values here. */
+static int get_spans_column(PyObject *data, Column *c, Py_ssize_t j, Py_ssize_t *rows) {
+    if (!PyTuple_Check(data) || PyTuple_GET_SIZE(data) != 2) {
+        PyErr_Format(PyExc_TypeError, "column %zd: its data is (bounds, values)", j);
+        return -1;
+    }
+    if (get_i64(PyTuple_GET_ITEM(data, 0), &c->view, "bounds") < 0)
+        return -1;
+    c->held = 1;
+    if (PyObject_GetBuffer(PyTuple_GET_ITEM(data, 1), &c->values, PyBUF_SIMPLE) < 0)
+        return -1;
+    c->held_values = 1;
+    Py_ssize_t n = c->view.shape[0];
+    /* VARINT_SPANS bounds count int64 values, the others bytes */
+    Py_ssize_t limit = c->mode == MODE_VARINT_SPANS ? c->values.len / 8 : c->values.len;
+    if (n < 1) {
+        PyErr_Format(PyExc_ValueError, "column %zd: no bounds (rows + 1 of them)", j);
+        return -1;
+    }
+    if (check_bounds((const int64_t *)c->view.buf, n, limit, j) < 0)
+        return -1;
     *rows = n - 1;
+    if (c->mode == MODE_VARINT_SPANS)
+        return count_row_bytes(c, n);
     return 0;
 }
 
@@ -280,7 +334,7 @@ static int get_column(PyObject *spec, Column *c, Py_ssize_t j, Py_ssize_t *rows)
         }
         return -1;
     }
-    if (field < 1 || field > 15 || mode < MODE_PACKED || mode > MODE_SPANS) {
+    if (field < 1 || field > 15 || mode < MODE_PACKED || mode > MODE_VARINT_SPANS) {
         PyErr_Format(PyExc_ValueError, "column %zd: field %d or mode %d out of range", j,
                      field, mode);
         return -1;
@@ -294,28 +348,32 @@ static int get_column(PyObject *spec, Column *c, Py_ssize_t j, Py_ssize_t *rows)
     return get_present(present, c, j, *rows);
 }
 
-/* A column's data, by its mode; its rows into *rows. */
-static int get_data(PyObject *data, Column *c, Py_ssize_t j, Py_ssize_t *rows) {
-    int mode = c->mode;
-    if (mode == MODE_BYTES || mode == MODE_ENTRIES) {
-        if (!PyList_Check(data)) {
-            PyErr_Format(PyExc_TypeError, "column %zd: its values are a list of bytes", j);
-            return -1;
-        }
-        Py_INCREF(data);
-        c->items = data;
-        *rows = PyList_GET_SIZE(data);
-        return 0;
+/* Whether a buffer's format is int64's. */
+static int int64_format(const char *f) {
+    return !strcmp(f, "q") || !strcmp(f, "l") || !strcmp(f, "<q") || !strcmp(f, "=q") ||
+           !strcmp(f, "<l") || !strcmp(f, "=l");
+}
+
+/* A BYTES or ENTRIES column's data: a list of bytes (each checked when its row is sized). */
+static int get_list_column(PyObject *data, Column *c, Py_ssize_t j, Py_ssize_t *rows) {
+    if (!PyList_Check(data)) {
+        PyErr_Format(PyExc_TypeError, "column %zd: its values are a list of bytes", j);
+        return -1;
     }
-    if (mode == MODE_SPANS)
-        return get_spans_column(data, c, j, rows);
+    Py_INCREF(data);
+    c->items = data;
+    *rows = PyList_GET_SIZE(data);
+    return 0;
+}
+
+/* A PACKED (uint8) or VARINT (int64) column's data: a 2-d C-contiguous array, a row each. */
+static int get_array_column(PyObject *data, Column *c, Py_ssize_t j, Py_ssize_t *rows) {
+    int mode = c->mode;
     if (PyObject_GetBuffer(data, &c->view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
         return -1;
     c->held = 1;
     Py_ssize_t want = mode == MODE_PACKED ? 1 : 8;
-    const char *f = c->view.format ? c->view.format : "B";
-    int int64 = !strcmp(f, "q") || !strcmp(f, "l") || !strcmp(f, "<q") || !strcmp(f, "=q") ||
-                !strcmp(f, "<l") || !strcmp(f, "=l");
+    int int64 = int64_format(c->view.format ? c->view.format : "B");
     if (c->view.ndim != 2 || c->view.itemsize != want || (mode == MODE_VARINT && !int64)) {
         PyErr_Format(PyExc_TypeError, "column %zd: a 2-d C-contiguous array of %s", j,
                      mode == MODE_PACKED ? "uint8" : "int64");
@@ -324,6 +382,15 @@ static int get_data(PyObject *data, Column *c, Py_ssize_t j, Py_ssize_t *rows) {
     *rows = c->view.shape[0];
     c->per_row = c->view.shape[1];
     return 0;
+}
+
+/* A column's data, by its mode; its rows into *rows. */
+static int get_data(PyObject *data, Column *c, Py_ssize_t j, Py_ssize_t *rows) {
+    if (c->mode == MODE_BYTES || c->mode == MODE_ENTRIES)
+        return get_list_column(data, c, j, rows);
+    if (spans_mode(c->mode))
+        return get_spans_column(data, c, j, rows);
+    return get_array_column(data, c, j, rows);
 }
 
 static int get_plan(PyObject *columns, int wrap, Py_ssize_t header, Py_ssize_t footer,
@@ -481,6 +548,101 @@ const char encode_doc[] =
 "None) its payload's CRC32C. Returns the rows written and the bytes used; (0, n) when the\n"
 "first record, of n bytes, does not fit.";
 
+/* encode()'s output buffers: out, sizes, and crcs when given (crcs_given). */
+typedef struct {
+    Py_buffer out, sv, cv;
+    int crcs_given;
+} Outputs;
+
+/* Rows [start, stop) of `rows` and limit in range: 0, or -1 with ValueError set. */
+static int rows_in_range(Py_ssize_t rows, Py_ssize_t start, Py_ssize_t stop, Py_ssize_t limit) {
+    if (rows < 0) {
+        PyErr_SetString(PyExc_ValueError, "no columns");
+        return -1;
+    }
+    if (start < 0 || stop < start || stop > rows || limit < 0) {
+        PyErr_Format(PyExc_ValueError, "rows [%zd, %zd) or limit %zd out of range (%zd rows)",
+                     start, stop, limit, rows);
+        return -1;
+    }
+    return 0;
+}
+
+/* out (writable), sizes (int64) and crcs (uint32, or None) for n rows: 0, or -1 with an
+ * exception set (what was acquired is released by release_outputs). */
+static int get_outputs(Outputs *o, PyObject *out_obj, PyObject *sizes_obj, PyObject *crcs_obj,
+                       Py_ssize_t n) {
+    if (PyObject_GetBuffer(out_obj, &o->out, PyBUF_WRITABLE) < 0)
+        return -1;
+    if (get_i64_out(sizes_obj, &o->sv, "sizes") < 0)
+        return -1;
+    if (o->sv.shape[0] < n) {
+        PyErr_SetString(PyExc_ValueError, "sizes is shorter than the rows");
+        return -1;
+    }
+    o->crcs_given = crcs_obj != Py_None;
+    if (!o->crcs_given)
+        return 0;
+    if (PyObject_GetBuffer(crcs_obj, &o->cv, PyBUF_WRITABLE | PyBUF_ND) < 0)
+        return -1;
+    if (o->cv.itemsize != 4 || o->cv.ndim != 1 || o->cv.shape[0] < n) {
+        PyErr_SetString(PyExc_ValueError, "crcs is a uint32 array as long as the rows");
+        return -1;
+    }
+    return 0;
+}
+
+static void release_outputs(Outputs *o) {
+    if (o->cv.obj)
+        PyBuffer_Release(&o->cv);
+    if (o->sv.obj)
+        PyBuffer_Release(&o->sv);
+    if (o->out.obj)
+        PyBuffer_Release(&o->out);
+}
+
+/* Rows [start, start + n) framed back to back at base (framed sizes sz; each one's place into
+ * at), with the GIL released (the lists' bytes are held by hold_rows). */
+static void write_records(const Plan *pl, unsigned char *base, int64_t *at, const int64_t *sz,
+                          Py_ssize_t start, Py_ssize_t n) {
+    Py_BEGIN_ALLOW_THREADS
+    int64_t pos = 0;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        at[k] = pos;
+        put_record(pl, base + pos, start + k, k);
+        pos += sz[k];
+    }
+    Py_END_ALLOW_THREADS
+}
+
+/* encode() once its arguments are checked: the rows that fit written, framed, with their
+ * CRCs; (rows, used) or NULL with an exception set. */
+static PyObject *encode_rows(Plan *pl, const Outputs *o, Py_ssize_t start, Py_ssize_t stop,
+                             Py_ssize_t limit, PyObject *crc_fn) {
+    Py_ssize_t room = limit < o->out.len ? limit : o->out.len, used;
+    int64_t *sz = (int64_t *)o->sv.buf;
+    Py_ssize_t n = size_rows(pl, start, stop, room, sz, &used);
+    if (n < 0 || hold_rows(pl, start, n) < 0)
+        return NULL;
+    int64_t *at = PyMem_Malloc((size_t)(n ? n : 1) * sizeof(int64_t));
+    int own_crc = !o->crcs_given && pl->footer;  /* TFRecord's CRCs, not returned */
+    uint32_t *crc = o->crcs_given ? (uint32_t *)o->cv.buf : own_crc ? PyMem_Malloc(
+        (size_t)(n ? n : 1) * sizeof(uint32_t)) : NULL;
+    if (at == NULL || (own_crc && crc == NULL)) {
+        PyMem_Free(at);
+        if (own_crc)
+            PyMem_Free(crc);
+        return PyErr_NoMemory();
+    }
+    unsigned char *base = (unsigned char *)o->out.buf;
+    write_records(pl, base, at, sz, start, n);
+    int failed = put_crcs(pl, base, at, sz, n, crc, crc_fn);
+    PyMem_Free(at);
+    if (own_crc)
+        PyMem_Free(crc);
+    return failed ? NULL : Py_BuildValue("nn", n, used);
+}
+
 PyObject *encode(PyObject *self, PyObject *args) {
     PyObject *columns, *out_obj, *sizes_obj, *crcs_obj, *crc_fn;
     int wrap;
@@ -490,73 +652,13 @@ PyObject *encode(PyObject *self, PyObject *args) {
         return NULL;
     Plan pl;
     Py_ssize_t rows;
-    Py_buffer out = {0}, sv = {0}, cv = {0};
+    Outputs o = {{0}};
     PyObject *result = NULL;
-    if (get_plan(columns, wrap, header, footer, &pl, &rows) < 0)
-        goto done;
-    if (rows < 0) {
-        PyErr_SetString(PyExc_ValueError, "no columns");
-        goto done;
-    }
-    if (start < 0 || stop < start || stop > rows || limit < 0) {
-        PyErr_Format(PyExc_ValueError, "rows [%zd, %zd) or limit %zd out of range (%zd rows)",
-                     start, stop, limit, rows);
-        goto done;
-    }
-    if (PyObject_GetBuffer(out_obj, &out, PyBUF_WRITABLE) < 0)
-        goto done;
-    if (get_i64_out(sizes_obj, &sv, "sizes") < 0)
-        goto done;
-    if (sv.shape[0] < stop - start) {
-        PyErr_SetString(PyExc_ValueError, "sizes is shorter than the rows");
-        goto done;
-    }
-    if (crcs_obj != Py_None) {
-        if (PyObject_GetBuffer(crcs_obj, &cv, PyBUF_WRITABLE | PyBUF_ND) < 0)
-            goto done;
-        if (cv.itemsize != 4 || cv.ndim != 1 || cv.shape[0] < stop - start) {
-            PyErr_SetString(PyExc_ValueError, "crcs is a uint32 array as long as the rows");
-            goto done;
-        }
-    }
-    Py_ssize_t room = limit < out.len ? limit : out.len, used;
-    int64_t *sz = (int64_t *)sv.buf;
-    Py_ssize_t n = size_rows(&pl, start, stop, room, sz, &used);
-    if (n < 0 || hold_rows(&pl, start, n) < 0)
-        goto done;
-    int64_t *at = PyMem_Malloc((size_t)(n ? n : 1) * sizeof(int64_t));
-    int own_crc = crcs_obj == Py_None && pl.footer;  /* TFRecord's CRCs, not returned */
-    uint32_t *crc = crcs_obj != Py_None ? (uint32_t *)cv.buf : own_crc ? PyMem_Malloc(
-        (size_t)(n ? n : 1) * sizeof(uint32_t)) : NULL;
-    if (at == NULL || (own_crc && crc == NULL)) {
-        PyMem_Free(at);
-        if (own_crc)
-            PyMem_Free(crc);
-        PyErr_NoMemory();
-        goto done;
-    }
-    unsigned char *base = (unsigned char *)out.buf;
-    Py_BEGIN_ALLOW_THREADS
-    int64_t pos = 0;
-    for (Py_ssize_t k = 0; k < n; k++) {
-        at[k] = pos;
-        put_record(&pl, base + pos, start + k, k);
-        pos += sz[k];
-    }
-    Py_END_ALLOW_THREADS
-    int failed = put_crcs(&pl, base, at, sz, n, crc, crc_fn);
-    PyMem_Free(at);
-    if (own_crc)
-        PyMem_Free(crc);
-    if (failed == 0)
-        result = Py_BuildValue("nn", n, used);
-done:
-    if (cv.obj)
-        PyBuffer_Release(&cv);
-    if (sv.obj)
-        PyBuffer_Release(&sv);
-    if (out.obj)
-        PyBuffer_Release(&out);
+    if (get_plan(columns, wrap, header, footer, &pl, &rows) == 0 &&
+        rows_in_range(rows, start, stop, limit) == 0 &&
+        get_outputs(&o, out_obj, sizes_obj, crcs_obj, stop - start) == 0)
+        result = encode_rows(&pl, &o, start, stop, limit, crc_fn);
+    release_outputs(&o);
     release_plan(&pl);
     return result;
 }

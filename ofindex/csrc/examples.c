@@ -7,60 +7,15 @@
  * not handled here; the caller then decodes it on the careful path, which gives the answer
  * protobuf gives or words the error. Lists of features not asked for are not looked into,
  * as on the careful path. */
-#include "native.h"
+#include "protowire.h"
 
-/* A varint at *p (before end) into *v; 0, or -1 when it is cut short or longer than
- * protobuf's 10 bytes, or its 10th byte holds more than the 64th bit. */
-static int read_varint(const unsigned char **p, const unsigned char *end, uint64_t *v) {
-    const unsigned char *q = *p;
-    uint64_t x = 0;
-    for (int shift = 0; shift < 70 && q < end; shift += 7) {
-        unsigned char b = *q++;
-        if (shift == 63 && b > 1)
-            return -1;
-        x |= (uint64_t)(b & 0x7F) << shift;
-        if (b < 0x80) {
-            *p = q;
-            *v = x;
-            return 0;
-        }
-    }
-    return -1;
-}
-
-/* A length-delimited field's body: the length varint at *p, checked to end by `end`.
- * Sets [*s, *e) and moves *p past the body; 0, or -1 when it does not fit or its length
- * is one protobuf refuses (encoded in more than 5 bytes, or 2**31 - 1 and more). */
-static int read_body(const unsigned char **p, const unsigned char *end,
-                     const unsigned char **s, const unsigned char **e) {
-    const unsigned char *start = *p;
-    uint64_t n;
-    if (read_varint(p, end, &n) < 0 || *p - start > 5 || n >= 0x7FFFFFFF
-        || n > (uint64_t)(end - *p))
-        return -1;
-    *s = *p;
-    *e = *p + n;
-    *p = *e;
-    return 0;
-}
-
-/* How each list kind (oneof field number) stores its values: 'b' bytes, '4' / '8' packed
- * fixed-width numbers, 'v' packed varints; any other character: a kind not known. */
-typedef struct {
-    const char *kinds;
-    Py_ssize_t max_kind;
-} Family;
-
-/* Field order of one output row: kind, number of values, value bytes start, end, value. */
-enum { KIND, COUNT, START, END, VALUE, SLOTS };
-
-/* One list message [s, e) of kind `kind` into row[]; 0, or -1 when not handled here. */
-static int read_list(const unsigned char *base, const unsigned char *s, const unsigned char *e,
-                     char how, int64_t *row) {
+int read_list(const unsigned char *base, const unsigned char *s, const unsigned char *e,
+              char how, int64_t *row) {
     const unsigned char *p = s, *vs, *ve;
-    if (how != 'b' && how != '4' && how != '8' && how != 'v')
+    if (how != 'b' && how != '4' && how != '8' && how != 'v' && how != 'i')
         return -1;  /* a kind not known */
-    row[START] = row[END] = (int64_t)(s - base);
+    row[START] = row[END] = row[LIST_START] = (int64_t)(s - base);
+    row[LIST_END] = (int64_t)(e - base);
     row[COUNT] = row[VALUE] = 0;
     if (how == 'b') {
         int64_t count = 0;
@@ -89,25 +44,57 @@ static int read_list(const unsigned char *base, const unsigned char *s, const un
         row[COUNT] = (int64_t)((ve - vs) / width);
         return 0;
     }
-    int64_t count = 0;
-    while (vs < ve) {
-        uint64_t v;
-        if (read_varint(&vs, ve, &v) < 0)
-            return -1;
-        if (!count)
-            row[VALUE] = (int64_t)v;
-        count++;
-    }
+    uint64_t first = 0;
+    const unsigned char *q = vs;
+    int64_t count = count_varints(vs, ve);
+    if (count < 0 || (count && read_varint(&q, ve, &first) < 0))
+        return -1;
+    row[VALUE] = (int64_t)first;
     row[COUNT] = count;
     return 0;
 }
 
-/* The feature map [p, end) of one record into rows[k * SLOTS] for the k asked-for names;
- * 0, or -1 when the record is not handled here. */
-static int read_map(const unsigned char *base, const unsigned char *p, const unsigned char *end,
-                    const Family *fam, PyObject *names, int64_t *rows) {
-    Py_ssize_t k = PyTuple_GET_SIZE(names);
-    while (p < end) {
+int get_names(PyObject *tuple, Names *names, const char *what) {
+    Py_ssize_t k = PyTuple_GET_SIZE(tuple);
+    names->k = k;
+    names->ptr = PyMem_Malloc((k ? (size_t)k : 1) * sizeof(*names->ptr));
+    names->len = PyMem_Malloc((k ? (size_t)k : 1) * sizeof(*names->len));
+    if (names->ptr == NULL || names->len == NULL) {
+        release_names(names);
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t j = 0; j < k; j++) {
+        PyObject *name = PyTuple_GET_ITEM(tuple, j);
+        if (!PyBytes_Check(name)) {
+            release_names(names);
+            PyErr_Format(PyExc_TypeError, "%s: names must be bytes", what);
+            return -1;
+        }
+        names->ptr[j] = PyBytes_AS_STRING(name);
+        names->len[j] = PyBytes_GET_SIZE(name);
+    }
+    return 0;
+}
+
+void release_names(Names *names) {
+    PyMem_Free(names->ptr);
+    PyMem_Free(names->len);
+    names->ptr = NULL;
+    names->len = NULL;
+    names->k = 0;
+}
+
+/* Whether name j holds the key [ks, ke). */
+static inline int same_name(const Names *names, Py_ssize_t j, const unsigned char *ks,
+                            const unsigned char *ke) {
+    return names->len[j] == ke - ks && !memcmp(names->ptr[j], ks, (size_t)(ke - ks));
+}
+
+int read_map(const unsigned char *base, const unsigned char *p, const unsigned char *end,
+             const Family *fam, const Names *names, int64_t *rows, Py_ssize_t *guesses) {
+    Py_ssize_t k = names->k;
+    for (Py_ssize_t entry = 0; p < end; entry++) {
         const unsigned char *es, *ee, *ks, *ke, *vs, *ve, *ls, *le;
         if (*p++ != 0x0A || read_body(&p, end, &es, &ee) < 0)
             return -1;
@@ -119,12 +106,13 @@ static int read_map(const unsigned char *base, const unsigned char *p, const uns
         for (const unsigned char *c = ks; c < ke; c++)
             if (*c >= 0x80)
                 return -1;  /* UTF-8 rules: the careful path */
-        Py_ssize_t j = 0;
-        for (; j < k; j++) {
-            PyObject *name = PyTuple_GET_ITEM(names, j);
-            if (PyBytes_GET_SIZE(name) == ke - ks
-                && !memcmp(PyBytes_AS_STRING(name), ks, (size_t)(ke - ks)))
-                break;
+        Py_ssize_t j = guesses != NULL && entry < GUESSES ? guesses[entry] : k;
+        if (j < 0 || j >= k || !same_name(names, j, ks, ke)) {
+            for (j = 0; j < k; j++)
+                if (same_name(names, j, ks, ke))
+                    break;
+            if (guesses != NULL && entry < GUESSES)
+                guesses[entry] = j;
         }
         if (vs == ve) {  /* a Feature with no list set */
             if (j < k)
@@ -149,109 +137,126 @@ static int read_map(const unsigned char *base, const unsigned char *p, const uns
     return 0;
 }
 
-/* The records of a call: `records` itself (a list of bytes), or with `spans` (a tuple of
- * int64 arrays which, starts, ends) bytes [starts[i], ends[i]) of records[which[i]] (buffers
- * such as memory maps, each checked to hold its spans). */
-typedef struct {
-    Py_ssize_t n, held;
-    Py_buffer *views;
-    const unsigned char **ptr;
-    Py_ssize_t *len;
-} Records;
-
-static void release_records(Records *r) {
-    for (Py_ssize_t j = 0; j < r->held; j++)
-        PyBuffer_Release(&r->views[j]);
+void release_records(Records *r) {
+    for (Py_ssize_t j = 0; j < r->held; j++) {
+        if (r->views != NULL)
+            PyBuffer_Release(&r->views[j]);
+        else
+            Py_DECREF(r->objs[j]);
+    }
     PyMem_Free(r->views);
+    PyMem_Free(r->objs);
     PyMem_Free(r->ptr);
     PyMem_Free(r->len);
     memset(r, 0, sizeof(*r));
 }
 
-static int get_records(PyObject *records, PyObject *spans, Records *r, const char *what) {
+/* The records as the bytes objects of the list, each referenced while they are read, which
+ * keeps them alive as a buffer would (holding 10,000 records: 64 us, 128 us acquiring and
+ * releasing a buffer of each, on the loaded 2-core VM; a batch of 8 features makes about 7
+ * such calls); 0, or -1 with an exception set (the caller releases). */
+static int hold_bytes(PyObject *records, Records *r, const char *what) {
+    r->objs = PyMem_Malloc((r->n ? r->n : 1) * sizeof(*r->objs));
+    if (r->objs == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (; r->held < r->n; r->held++) {
+        PyObject *b = PyList_GET_ITEM(records, r->held);
+        if (!PyBytes_Check(b)) {
+            PyErr_Format(PyExc_TypeError, "%s: records must be bytes", what);
+            return -1;
+        }
+        r->objs[r->held] = Py_NewRef(b);
+        r->ptr[r->held] = (const unsigned char *)PyBytes_AS_STRING(b);
+        r->len[r->held] = PyBytes_GET_SIZE(b);
+    }
+    return 0;
+}
+
+/* The records as spans (which, starts, ends: int64 vectors of r->n) of the buffers of the
+ * list, each acquired while they are read; 0, or -1 with an exception set (the caller
+ * releases). */
+static int hold_spans(PyObject *records, const int64_t *which, const int64_t *starts,
+                      const int64_t *ends, Records *r, const char *what) {
+    Py_ssize_t m = PyList_GET_SIZE(records);
+    r->views = PyMem_Calloc(m ? m : 1, sizeof(Py_buffer));
+    if (r->views == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (; r->held < m; r->held++)
+        if (PyObject_GetBuffer(PyList_GET_ITEM(records, r->held), &r->views[r->held],
+                               PyBUF_SIMPLE) < 0)
+            return -1;
+    for (Py_ssize_t i = 0; i < r->n; i++) {
+        int64_t j = which[i], a = starts[i], b = ends[i];
+        if (j < 0 || j >= m || a < 0 || b < a || b > (int64_t)r->views[j].len) {
+            PyErr_Format(PyExc_ValueError, "%s: span %zd lies outside its buffer", what, i);
+            return -1;
+        }
+        r->ptr[i] = (const unsigned char *)r->views[j].buf + a;
+        r->len[i] = (Py_ssize_t)(b - a);
+    }
+    return 0;
+}
+
+/* The number of records of `spans` (a tuple of three int64 vectors of one length, acquired
+ * into v[3]), or -1 with an exception set and nothing acquired. */
+static Py_ssize_t get_spans3(PyObject *spans, Py_buffer v[3], const char *what) {
+    static const char *names[3] = {"spans: which", "spans: starts", "spans: ends"};
+    if (!PyTuple_Check(spans) || PyTuple_GET_SIZE(spans) != 3) {
+        PyErr_Format(PyExc_TypeError, "%s: spans must be (which, starts, ends)", what);
+        return -1;
+    }
+    for (int k = 0; k < 3; k++)
+        if (get_i64(PyTuple_GET_ITEM(spans, k), &v[k], names[k]) < 0) {
+            while (k-- > 0)
+                PyBuffer_Release(&v[k]);
+            return -1;
+        }
+    if (v[1].shape[0] != v[0].shape[0] || v[2].shape[0] != v[0].shape[0]) {
+        PyErr_Format(PyExc_ValueError, "%s: spans of different lengths", what);
+        for (int k = 0; k < 3; k++)
+            PyBuffer_Release(&v[k]);
+        return -1;
+    }
+    return v[0].shape[0];
+}
+
+int get_records(PyObject *records, PyObject *spans, Records *r, const char *what) {
     memset(r, 0, sizeof(*r));
     if (!PyList_Check(records)) {
         PyErr_Format(PyExc_TypeError, "%s: records must be a list", what);
         return -1;
     }
-    Py_ssize_t m = PyList_GET_SIZE(records);
-    Py_buffer wv, sv, ev;
-    int have = 0;
-    if (spans != Py_None) {
-        if (!PyTuple_Check(spans) || PyTuple_GET_SIZE(spans) != 3) {
-            PyErr_Format(PyExc_TypeError, "%s: spans must be (which, starts, ends)", what);
-            return -1;
-        }
-        if (get_i64(PyTuple_GET_ITEM(spans, 0), &wv, "spans: which") < 0)
-            return -1;
-        have = 1;
-        if (get_i64(PyTuple_GET_ITEM(spans, 1), &sv, "spans: starts") < 0)
-            goto fail;
-        have = 2;
-        if (get_i64(PyTuple_GET_ITEM(spans, 2), &ev, "spans: ends") < 0)
-            goto fail;
-        have = 3;
-        if (sv.shape[0] != wv.shape[0] || ev.shape[0] != wv.shape[0]) {
-            PyErr_Format(PyExc_ValueError, "%s: spans of different lengths", what);
-            goto fail;
-        }
-        r->n = wv.shape[0];
-    } else {
-        r->n = m;
-    }
-    r->views = PyMem_Calloc(m ? m : 1, sizeof(Py_buffer));
+    Py_buffer v[3];
+    r->n = spans == Py_None ? PyList_GET_SIZE(records) : get_spans3(spans, v, what);
+    if (r->n < 0)
+        return -1;
     r->ptr = PyMem_Malloc((r->n ? r->n : 1) * sizeof(*r->ptr));
     r->len = PyMem_Malloc((r->n ? r->n : 1) * sizeof(*r->len));
-    if (r->views == NULL || r->ptr == NULL || r->len == NULL) {
+    int failed = r->ptr == NULL || r->len == NULL;
+    if (failed)
         PyErr_NoMemory();
-        goto fail;
-    }
-    for (; r->held < m; r->held++) {
-        PyObject *b = PyList_GET_ITEM(records, r->held);
-        if (spans == Py_None && !PyBytes_Check(b)) {
-            PyErr_Format(PyExc_TypeError, "%s: records must be bytes", what);
-            goto fail;
-        }
-        if (PyObject_GetBuffer(b, &r->views[r->held], PyBUF_SIMPLE) < 0)
-            goto fail;
-    }
-    for (Py_ssize_t i = 0; i < r->n; i++) {
-        if (spans == Py_None) {
-            r->ptr[i] = (const unsigned char *)r->views[i].buf;
-            r->len[i] = r->views[i].len;
-            continue;
-        }
-        int64_t j = ((const int64_t *)wv.buf)[i], a = ((const int64_t *)sv.buf)[i],
-                b = ((const int64_t *)ev.buf)[i];
-        if (j < 0 || j >= m || a < 0 || b < a || b > (int64_t)r->views[j].len) {
-            PyErr_Format(PyExc_ValueError, "%s: span %zd lies outside its buffer", what, i);
-            goto fail;
-        }
-        r->ptr[i] = (const unsigned char *)r->views[j].buf + a;
-        r->len[i] = (Py_ssize_t)(b - a);
-    }
-    if (have) {
-        PyBuffer_Release(&ev);
-        PyBuffer_Release(&sv);
-        PyBuffer_Release(&wv);
-    }
-    return 0;
-fail:
-    if (have >= 3)
-        PyBuffer_Release(&ev);
-    if (have >= 2)
-        PyBuffer_Release(&sv);
-    if (have >= 1)
-        PyBuffer_Release(&wv);
-    release_records(r);
-    return -1;
+    else if (spans == Py_None)
+        failed = hold_bytes(records, r, what) < 0;
+    else
+        failed = hold_spans(records, (const int64_t *)v[0].buf, (const int64_t *)v[1].buf,
+                            (const int64_t *)v[2].buf, r, what) < 0;
+    if (spans != Py_None)
+        for (int k = 0; k < 3; k++)
+            PyBuffer_Release(&v[k]);
+    if (failed)
+        release_records(r);
+    return failed ? -1 : 0;
 }
 
 /* The owner of the buffer of `r` holding the address of this thread's last fault in a
  * guarded call (NULL: none of them). */
 static PyObject *faulted_owner(const Records *r) {
     const unsigned char *at = (const unsigned char *)guard_last_fault();
-    for (Py_ssize_t j = 0; j < r->held; j++)
+    for (Py_ssize_t j = 0; r->views != NULL && j < r->held; j++)
         if (at >= (const unsigned char *)r->views[j].buf &&
             at < (const unsigned char *)r->views[j].buf + r->views[j].len)
             return r->views[j].obj;
@@ -262,27 +267,25 @@ static PyObject *faulted_owner(const Records *r) {
 typedef struct {
     const Records *recs;
     const Family *fam;
-    PyObject *names;
+    const Names *names;
     int64_t *rows;
-    Py_ssize_t k;
     int wrapped;
 } LocateJob;
 
-/* locate()'s walk (in a guarded call: the records may lie in memory maps): how many
- * records were handled. */
+/* locate()'s walk, without the GIL (in a guarded call: the records may lie in memory maps):
+ * how many records were handled. */
 static Py_ssize_t locate_body(void *arg) {
     const LocateJob *job = (const LocateJob *)arg;
     const Records *recs = job->recs;
-    Py_ssize_t k = job->k, handled = 0;
+    Py_ssize_t k = job->names->k, handled = 0, guesses[GUESSES];
+    for (Py_ssize_t e = 0; e < GUESSES; e++)
+        guesses[e] = -1;
     int64_t *rows = job->rows;
     for (Py_ssize_t i = 0; i < recs->n; i++, rows += k * SLOTS) {
         const unsigned char *base = recs->ptr[i];
-        const unsigned char *p = base, *end = base + recs->len[i], *ms = p, *me = end;
-        int bad = 0;
-        if (job->wrapped && p < end)  /* an Example: exactly one field, its features */
-            bad = *p++ != 0x0A || read_body(&p, end, &ms, &me) < 0 || p != end;
-        if (!bad)
-            bad = read_map(base, ms, me, job->fam, job->names, rows) < 0;
+        const unsigned char *ms, *me;
+        int bad = feature_map(base, base + recs->len[i], job->wrapped, &ms, &me) < 0
+                  || read_map(base, ms, me, job->fam, job->names, rows, guesses) < 0;
         if (bad)
             for (Py_ssize_t j = 0; j < k; j++)
                 rows[j * SLOTS + KIND] = -1;
@@ -299,11 +302,12 @@ const char locate_doc[] =
     "the buffer records[which[i]], e.g. a memory map): an\n"
     "Example when `wrapped` (its feature map in field 1), else an OFRecord (the map itself).\n"
     "`kinds` says how each list kind stores its values (b'.b4v' for Example: index = the\n"
-    "oneof field number; 'b' bytes, '4'/'8' packed fixed width, 'v' packed varints).\n"
-    "out: int64 array of shape (records, names, 5), filled with (kind, count, start, end,\n"
-    "value): the list kind (0: absent), its number of values, where its values lie (the\n"
-    "first value for bytes), and the first value of a varint list. A record laid out\n"
-    "otherwise gets kind -1 for every name. Returns how many records were handled.";
+    "oneof field number; 'b' bytes, '4'/'8' packed fixed width, 'v'/'i' packed varints).\n"
+    "out: int64 array of shape (records, names, 7), filled with (kind, count, start, end,\n"
+    "value, list start, list end): the list kind (0: absent), its number of values, where\n"
+    "its values lie (the first value for bytes), the first value of a varint list, and where\n"
+    "the list message lies. A record laid out otherwise gets kind -1 for every name.\n"
+    "Returns how many records were handled.";
 
 PyObject *locate(PyObject *self, PyObject *args) {
     PyObject *bufs, *names, *out_obj, *spans = Py_None;
@@ -313,19 +317,20 @@ PyObject *locate(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "OO!y#pO|O:locate", &bufs, &PyTuple_Type, &names,
                           &kinds, &kinds_len, &wrapped, &out_obj, &spans))
         return NULL;
-    Py_ssize_t k = PyTuple_GET_SIZE(names);
-    for (Py_ssize_t j = 0; j < k; j++)
-        if (!PyBytes_Check(PyTuple_GET_ITEM(names, j))) {
-            PyErr_SetString(PyExc_TypeError, "locate: names must be bytes");
-            return NULL;
-        }
-    Records recs;
-    if (get_records(bufs, spans, &recs, "locate") < 0)
+    Names wanted;
+    if (get_names(names, &wanted, "locate") < 0)
         return NULL;
+    Py_ssize_t k = wanted.k;
+    Records recs;
+    if (get_records(bufs, spans, &recs, "locate") < 0) {
+        release_names(&wanted);
+        return NULL;
+    }
     Py_ssize_t n = recs.n;
     Py_buffer out;
     if (get_i64(out_obj, &out, "locate: out") < 0) {
         release_records(&recs);
+        release_names(&wanted);
         return NULL;
     }
     Py_ssize_t cells;
@@ -333,23 +338,29 @@ PyObject *locate(PyObject *self, PyObject *args) {
         || mul_size(cells, SLOTS, &cells) < 0 || out.len / 8 != cells) {
         PyBuffer_Release(&out);
         release_records(&recs);
+        release_names(&wanted);
         PyErr_SetString(PyExc_ValueError, "locate: out must be a writable int64 array of "
-                                          "shape (records, names, 5)");
+                                          "shape (records, names, 7)");
         return NULL;
     }
     Family fam = {kinds, kinds_len - 1};
     memset(out.buf, 0, (size_t)out.len);
-    LocateJob job = {&recs, &fam, names, (int64_t *)out.buf, k, wrapped};
+    LocateJob job = {&recs, &fam, &wanted, (int64_t *)out.buf, wrapped};
     PyObject *result = NULL;
     if (guard_ensure() != 0) {
         PyErr_SetFromErrno(PyExc_OSError);
     } else {
-        Py_ssize_t handled = guard_run(locate_body, &job);
+        Py_ssize_t handled;
+        /* without the GIL: big batches are located on a few threads, a slice of records each */
+        Py_BEGIN_ALLOW_THREADS
+        handled = guard_run(locate_body, &job);
+        Py_END_ALLOW_THREADS
         result = handled == GUARD_FAULT ? map_fault(faulted_owner(&recs))
                                          : PyLong_FromSsize_t(handled);
     }
     PyBuffer_Release(&out);
     release_records(&recs);
+    release_names(&wanted);
     return result;
 }
 

@@ -132,107 +132,142 @@ static const char inflate_doc_[] =
     "block boundary. With `every`, the call also notes where it was (see `marks`) after\n"
     "each `every` bytes of output, and at its end.";
 
+/* What an inflate call has used of its input and made of its output so far. */
+typedef struct {
+    const unsigned char *in;
+    unsigned char *out;
+    size_t in_left, out_left, used, produced;
+} Flow;
+
+/* Reset the marks of the last call, and make room for a pair per `every` bytes of the
+ * dst_len bytes of output and a few short steps: 0, or -1 with MemoryError set. */
+static int start_marks(Inflater *self, Py_ssize_t dst_len) {
+    self->marks_len = 0;
+    self->marks_lost = 0;
+    if (!self->every)
+        return 0;
+    Py_ssize_t need = dst_len / self->every + 8;
+    if (need <= self->marks_cap)
+        return 0;
+    long long *grown = PyMem_Realloc(self->marks, (size_t)need * 2 * sizeof(long long));
+    if (grown == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    self->marks = grown;
+    self->marks_cap = need;
+    return 0;
+}
+
+/* Note where the call is (input used, output made): a pair in marks, or marks_lost when
+ * they are full. */
+static inline void note_mark(Inflater *self, size_t used, size_t produced) {
+    if (self->marks_len < self->marks_cap) {
+        self->marks[2 * self->marks_len] = (long long)used;
+        self->marks[2 * self->marks_len + 1] = (long long)produced;
+        self->marks_len++;
+    } else {
+        self->marks_lost = 1;
+    }
+}
+
+/* One inflate over the rest of the input and output (avail_in/avail_out are 32-bit: buffers
+ * over 4 GiB are fed in slices; with `every`, at most that much output), its progress added
+ * to the flow and noted in the marks. zlib's code, Z_BUF_ERROR (no progress possible) as
+ * Z_OK: not an error, the caller decides. */
+static inline int inflate_step(Inflater *self, Flow *f, int flush, size_t every,
+                               size_t *got_in, size_t *got_out) {
+    uInt ai = f->in_left > UINT_MAX ? UINT_MAX : (uInt)f->in_left;
+    uInt ao = f->out_left > UINT_MAX ? UINT_MAX : (uInt)f->out_left;
+    if (every && ao > every)
+        ao = (uInt)every;
+    self->strm.next_in = (Bytef *)(f->in + f->used);
+    self->strm.avail_in = ai;
+    self->strm.next_out = f->out + f->produced;
+    self->strm.avail_out = ao;
+    int ret = inflate(&self->strm, flush);
+    *got_in = ai - self->strm.avail_in;
+    *got_out = ao - self->strm.avail_out;
+    f->used += *got_in;
+    f->produced += *got_out;
+    f->in_left -= *got_in;
+    f->out_left -= *got_out;
+    if (every && *got_out)
+        note_mark(self, f->used, f->produced);
+    return ret == Z_BUF_ERROR ? Z_OK : ret;
+}
+
+/* inflate()'s steps, without the GIL, until the output is full, the input used up, the
+ * stream ends, the data is bad or (block) a block boundary: zlib's last code. */
+static int inflate_loop(Inflater *self, Flow *f, int block) {
+    const int flush = block ? Z_BLOCK : Z_NO_FLUSH;
+    const size_t every = (size_t)self->every;
+    for (;;) {
+        size_t got_in, got_out;
+        int ret = inflate_step(self, f, flush, every, &got_in, &got_out);
+        if (ret != Z_OK || (got_in == 0 && got_out == 0) || f->out_left == 0)
+            return ret;
+        /* stopped by the output step alone: go on (zlib may hold input it has not turned
+         * into output yet), unless it also reached the block boundary asked for */
+        if (every && self->strm.avail_out == 0 && !(block && (self->strm.data_type & 128)))
+            continue;
+        if (block || f->in_left == 0)
+            return ret;
+    }
+}
+
+/* What inflate() returns for zlib's code; bad data keeps zlib's message. */
+#define STATUS_FAILED (-100) /* an exception is set */
+static int inflate_status(Inflater *self, int ret) {
+    switch (ret) {
+    case Z_OK:
+        return 0;
+    case Z_STREAM_END:
+        return 1;
+    case Z_NEED_DICT:
+        return 2;
+    case Z_DATA_ERROR:
+        snprintf(self->message, sizeof(self->message), "%s",
+                 self->strm.msg != NULL ? self->strm.msg : "invalid compressed data");
+        return -3;
+    case Z_MEM_ERROR:
+        PyErr_NoMemory();
+        return STATUS_FAILED;
+    default:
+        PyErr_Format(PyExc_RuntimeError, "inflate failed (%d)", ret);
+        return STATUS_FAILED;
+    }
+}
+
 static PyObject *inflater_inflate(Inflater *self, PyObject *args, PyObject *kwds) {
     static char *kwlist[] = {"src", "dst", "block", NULL};
     Py_buffer src, dst;
     int block = 0;
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "y*w*|p:inflate", kwlist, &src, &dst, &block))
         return NULL;
-    if (unusable(self)) {
+    if (unusable(self) || start_marks(self, dst.len) < 0) {
         PyBuffer_Release(&src);
         PyBuffer_Release(&dst);
         return NULL;
     }
-    const unsigned char *in = (const unsigned char *)src.buf;
-    unsigned char *out = (unsigned char *)dst.buf;
-    size_t in_left = (size_t)src.len, out_left = (size_t)dst.len;
-    size_t used = 0, produced = 0;
-    int ret = Z_OK;
-    const int flush = block ? Z_BLOCK : Z_NO_FLUSH;
-    const size_t every = (size_t)self->every;
-    self->marks_len = 0;
-    self->marks_lost = 0;
-    if (every) {  /* room for a pair per `every` bytes of output, and a few short steps */
-        Py_ssize_t need = dst.len / self->every + 8;
-        if (need > self->marks_cap) {
-            long long *grown = PyMem_Realloc(self->marks, (size_t)need * 2 * sizeof(long long));
-            if (grown == NULL) {
-                PyBuffer_Release(&src);
-                PyBuffer_Release(&dst);
-                return PyErr_NoMemory();
-            }
-            self->marks = grown;
-            self->marks_cap = need;
-        }
-    }
+    Flow f = {(const unsigned char *)src.buf, (unsigned char *)dst.buf, (size_t)src.len,
+              (size_t)dst.len, 0, 0};
+    int ret;
     self->busy = 1;
     Py_BEGIN_ALLOW_THREADS
-    for (;;) {
-        /* avail_in/avail_out are 32-bit: feed buffers over 4 GiB in slices */
-        uInt ai = in_left > UINT_MAX ? UINT_MAX : (uInt)in_left;
-        uInt ao = out_left > UINT_MAX ? UINT_MAX : (uInt)out_left;
-        if (every && ao > every)
-            ao = (uInt)every;
-        self->strm.next_in = (Bytef *)(in + used);
-        self->strm.avail_in = ai;
-        self->strm.next_out = out + produced;
-        self->strm.avail_out = ao;
-        ret = inflate(&self->strm, flush);
-        size_t got_in = ai - self->strm.avail_in, got_out = ao - self->strm.avail_out;
-        used += got_in;
-        produced += got_out;
-        in_left -= got_in;
-        out_left -= got_out;
-        if (every && got_out) {
-            if (self->marks_len < self->marks_cap) {
-                self->marks[2 * self->marks_len] = (long long)used;
-                self->marks[2 * self->marks_len + 1] = (long long)produced;
-                self->marks_len++;
-            } else {
-                self->marks_lost = 1;
-            }
-        }
-        if (ret == Z_BUF_ERROR)  /* no progress possible: not an error, the caller decides */
-            ret = Z_OK;
-        if (ret != Z_OK || (got_in == 0 && got_out == 0) || out_left == 0)
-            break;
-        /* stopped by the output step alone: go on (zlib may hold input it has not turned
-         * into output yet), unless it also reached the block boundary asked for */
-        if (every && self->strm.avail_out == 0 && !(block && (self->strm.data_type & 128)))
-            continue;
-        if (block || in_left == 0)
-            break;
-    }
-    if (self->track && produced)  /* the output of the whole call is contiguous */
-        remember(self, out, produced);
+    ret = inflate_loop(self, &f, block);
+    if (self->track && f.produced)  /* the output of the whole call is contiguous */
+        remember(self, f.out, f.produced);
     Py_END_ALLOW_THREADS
     self->busy = 0;
     int data_type = self->strm.data_type;
     PyBuffer_Release(&src);
     PyBuffer_Release(&dst);
-    int status;
-    switch (ret) {
-    case Z_OK:
-        status = 0;
-        break;
-    case Z_STREAM_END:
-        status = 1;
-        break;
-    case Z_NEED_DICT:
-        status = 2;
-        break;
-    case Z_DATA_ERROR:
-        status = -3;
-        snprintf(self->message, sizeof(self->message), "%s",
-                 self->strm.msg != NULL ? self->strm.msg : "invalid compressed data");
-        break;
-    case Z_MEM_ERROR:
-        return PyErr_NoMemory();
-    default:
-        PyErr_Format(PyExc_RuntimeError, "inflate failed (%d)", ret);
+    int status = inflate_status(self, ret);
+    if (status == STATUS_FAILED)
         return NULL;
-    }
-    return Py_BuildValue("nnii", (Py_ssize_t)used, (Py_ssize_t)produced, status, data_type);
+    return Py_BuildValue("nnii", (Py_ssize_t)f.used, (Py_ssize_t)f.produced, status,
+                         data_type);
 }
 
 static const char reset_doc[] =

@@ -105,6 +105,70 @@ const char gather_bytes_doc[] =
 "Copy the ranges [ranges[2k], ranges[2k+1]) of every record (a list of bytes), record after\n"
 "record, into the writable buffer out, which must be exactly that long.";
 
+/* The bytes of one row (the ranges' sizes summed) and of g rows, checked against out's
+ * len: 0, or -1 with ValueError set. Summed and multiplied with checks: never wrap to a
+ * match. */
+static int gathered_size(const int64_t *r, Py_ssize_t n, Py_ssize_t g, Py_ssize_t len,
+                         Py_ssize_t *row) {
+    Py_ssize_t total = 0;
+    int overflow = 0;
+    *row = 0;
+    for (Py_ssize_t k = 0; k < n && !overflow; k += 2)
+        overflow = add_size(*row, (Py_ssize_t)(r[k + 1] - r[k]), row) < 0;
+    if (overflow || mul_size(*row, g, &total) < 0) {
+        PyErr_SetString(PyExc_ValueError, "the gathered bytes would not fit in memory");
+        return -1;
+    }
+    if (total != len) {
+        PyErr_SetString(PyExc_ValueError, "out does not hold exactly the gathered bytes");
+        return -1;
+    }
+    return 0;
+}
+
+/* Small rows: the ranges of each record copied at dst, with the GIL held; 0. */
+static int copy_rows(PyObject *bufs, const int64_t *r, Py_ssize_t n, char *dst) {
+    Py_ssize_t g = PyList_GET_SIZE(bufs);
+    for (Py_ssize_t i = 0; i < g; i++) {
+        const char *b = PyBytes_AS_STRING(PyList_GET_ITEM(bufs, i));
+        for (Py_ssize_t k = 0; k < n; k += 2) {
+            size_t size = (size_t)(r[k + 1] - r[k]);
+            memcpy(dst, b + r[k], size);
+            dst += size;
+        }
+    }
+    return 0;
+}
+
+/* Big rows: the same copies with streaming stores, letting other threads run meanwhile (the
+ * caller may split the rows); 0, or -1 with an exception set. */
+static int copy_big_rows(PyObject *bufs, const int64_t *r, Py_ssize_t n, char *dst) {
+    Py_ssize_t g = PyList_GET_SIZE(bufs);
+    PyObject *held = PyList_AsTuple(bufs);  /* the records stay alive without the GIL */
+    const char **src = PyMem_Malloc((g ? g : 1) * sizeof(char *));
+    if (held == NULL || src == NULL) {
+        Py_XDECREF(held);
+        PyMem_Free(src);
+        if (!PyErr_Occurred())
+            PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < g; i++)
+        src[i] = PyBytes_AS_STRING(PyTuple_GET_ITEM(held, i));
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < g; i++)
+        for (Py_ssize_t k = 0; k < n; k += 2) {
+            size_t size = (size_t)(r[k + 1] - r[k]);
+            copy_streaming(dst, src[i] + r[k], size);
+            dst += size;
+        }
+    STREAM_DONE();
+    Py_END_ALLOW_THREADS
+    PyMem_Free(src);
+    Py_DECREF(held);
+    return 0;
+}
+
 PyObject *gather_bytes(PyObject *self, PyObject *args) {
     PyObject *bufs, *ranges_obj, *out_obj;
     if (!PyArg_ParseTuple(args, "O!OO:gather_bytes", &PyList_Type, &bufs, &ranges_obj,
@@ -119,55 +183,12 @@ PyObject *gather_bytes(PyObject *self, PyObject *args) {
         return NULL;
     }
     const int64_t *r = (const int64_t *)rv.buf;
-    Py_ssize_t g = PyList_GET_SIZE(bufs), n = rv.shape[0], row = 0, total = 0;
+    Py_ssize_t n = rv.shape[0], row;
     PyObject *result = NULL;
-    int overflow = 0;  /* sizes summed and multiplied with checks: never wrap to a match */
-    for (Py_ssize_t k = 0; k < n && !overflow; k += 2)
-        overflow = add_size(row, (Py_ssize_t)(r[k + 1] - r[k]), &row) < 0;
-    if (overflow || mul_size(row, g, &total) < 0) {
-        PyErr_SetString(PyExc_ValueError, "the gathered bytes would not fit in memory");
-        goto done;
-    }
-    if (total != ov.len) {
-        PyErr_SetString(PyExc_ValueError, "out does not hold exactly the gathered bytes");
-        goto done;
-    }
-    char *dst = (char *)ov.buf;
-    if (row < BIG_ROW) {
-        for (Py_ssize_t i = 0; i < g; i++) {
-            const char *b = PyBytes_AS_STRING(PyList_GET_ITEM(bufs, i));
-            for (Py_ssize_t k = 0; k < n; k += 2) {
-                size_t size = (size_t)(r[k + 1] - r[k]);
-                memcpy(dst, b + r[k], size);
-                dst += size;
-            }
-        }
-    } else {  /* big rows: let other threads run meanwhile (the caller may split the rows) */
-        PyObject *held = PyList_AsTuple(bufs);  /* the records stay alive without the GIL */
-        const char **src = PyMem_Malloc((g ? g : 1) * sizeof(char *));
-        if (held == NULL || src == NULL) {
-            Py_XDECREF(held);
-            PyMem_Free(src);
-            if (!PyErr_Occurred())
-                PyErr_NoMemory();
-            goto done;
-        }
-        for (Py_ssize_t i = 0; i < g; i++)
-            src[i] = PyBytes_AS_STRING(PyTuple_GET_ITEM(held, i));
-        Py_BEGIN_ALLOW_THREADS
-        for (Py_ssize_t i = 0; i < g; i++)
-            for (Py_ssize_t k = 0; k < n; k += 2) {
-                size_t size = (size_t)(r[k + 1] - r[k]);
-                copy_streaming(dst, src[i] + r[k], size);
-                dst += size;
-            }
-        STREAM_DONE();
-        Py_END_ALLOW_THREADS
-        PyMem_Free(src);
-        Py_DECREF(held);
-    }
-    result = Py_NewRef(Py_None);
-done:
+    if (gathered_size(r, n, PyList_GET_SIZE(bufs), ov.len, &row) == 0 &&
+        (row < BIG_ROW ? copy_rows(bufs, r, n, (char *)ov.buf)
+                       : copy_big_rows(bufs, r, n, (char *)ov.buf)) == 0)
+        result = Py_NewRef(Py_None);
     PyBuffer_Release(&ov);
     PyBuffer_Release(&rv);
     return result;

@@ -3,6 +3,9 @@
  * records.c  framed records cut and checked (dataset reads)
  * spans.c    where a batch's records lie (big batches, before they are filled on threads)
  * layout.c   layout check and payload gather (batched decoding)
+ * examples.c features located in records laid out as writers lay them out (batched decoding)
+ * values.c   the values of the located lists, a batch in one call (batched decoding)
+ * onerecord.c one record decoded by a plan made once per spec (Decoder, decode_example)
  * batches.c  batches without an object per record; big batches filled on threads
  * checker.c  a run's CRCs checked on a compiled thread ahead of the batches made from it
  * reader.c   one record by its global number in one call (the fast path of ds[i])
@@ -38,6 +41,7 @@ static PyMethodDef methods[] = {
     {"gather_bytes", gather_bytes, METH_VARARGS, gather_bytes_doc},
     {"locate", locate, METH_VARARGS, locate_doc},
     {"gather_spans", gather_spans, METH_VARARGS, gather_spans_doc},
+    {"values", values, METH_VARARGS, values_doc},
     {"pool", pool_ctl, METH_VARARGS, pool_doc},
     {"walk", walk, METH_VARARGS, walk_doc},
     {"pack", pack, METH_VARARGS, pack_doc},
@@ -60,8 +64,11 @@ static struct PyModuleDef module = {
 };
 
 PyMODINIT_FUNC PyInit__native(void) {
+    if (onerecord_init() < 0)
+        return NULL;
     if (PyType_Ready(&BlockType) < 0 || PyType_Ready(&InflaterType) < 0 ||
-        PyType_Ready(&CheckerType) < 0 || PyType_Ready(&ReaderType) < 0)
+        PyType_Ready(&CheckerType) < 0 || PyType_Ready(&ReaderType) < 0 ||
+        PyType_Ready(&RecordPlanType) < 0)
         return NULL;
     hw_crc_on = HAVE_HW_CRC && hw_crc_supported();
     if (guard_ensure() != 0)
@@ -87,7 +94,13 @@ PyMODINIT_FUNC PyInit__native(void) {
         Py_DECREF(m);
         return NULL;
     }
-    if (reader_module_init(m) < 0) {
+    Py_INCREF(&RecordPlanType);
+    if (PyModule_AddObject(m, "RecordPlan", (PyObject *)&RecordPlanType) < 0) {
+        Py_DECREF(&RecordPlanType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    if (reader_module_init(m) < 0 || onerecord_module_init(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -84,6 +84,19 @@ extern const char same_bytes_doc[], gather_bytes_doc[];
 PyObject *locate(PyObject *self, PyObject *args);
 PyObject *gather_spans(PyObject *self, PyObject *args);
 extern const char locate_doc[], gather_spans_doc[];
+/* values.c: the values of the lists `locate` found (varints, bytes), a batch in one call */
+PyObject *values(PyObject *self, PyObject *args);
+extern const char values_doc[];
+/* onerecord.c: one record decoded to numpy arrays by a plan made once per spec; numpy's C
+ * API imported by onerecord_init (-1 with an exception set) */
+extern PyTypeObject RecordPlanType;
+int onerecord_init(void);
+/* Adds RecordCall, the base of one-record decoders called without a Python frame; -1 with an
+ * exception set. */
+int onerecord_module_init(PyObject *module);
+/* A new 1-d numpy array of n objects, all NULL until set, its slots in *slots (for code that
+ * does not use numpy's C API); NULL with an exception set. */
+PyObject *object_array(Py_ssize_t n, PyObject ***slots);
 /* inflate.c: zlib's inflate with block boundaries, priming and windows (seek points) */
 extern PyTypeObject InflaterType;
 /* batches.c: batches without an object per record, big batches filled on threads */

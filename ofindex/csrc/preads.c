@@ -10,6 +10,7 @@
  * read). Threads can fill shares of one batch at once. The caller reads a batch in which a record fails (or a file came up short) again the
  * ordinary way, which raises the precise error. */
 #include "native.h"
+#include "framing.h"
 #include "hwcrc.h"
 
 #if defined(__unix__) || defined(__APPLE__)
@@ -43,6 +44,14 @@ const char preads_doc[] =
 "smallest k among the records that fail a check or could not be read whole (a file\n"
 "shorter than its index says); outs is then partly filled: discard it. Raises OSError for a\n"
 "read that fails, and where there is no preadv.";
+
+/* preads()'s arguments. */
+typedef struct {
+    PyObject *fds, *which, *starts, *outs, *order;
+    Py_ssize_t lo, hi, header, footer;
+    int verify;
+    long long max_gap;
+} PreadsArgs;
 
 #if PREADS_AVAILABLE
 typedef struct {
@@ -79,206 +88,275 @@ static void check_crcs(const Item *items, const Py_ssize_t at[3], int g,
     }
 }
 
-/* Read and check items[0..n) (file order), no GIL: the smallest failing k (or -1) to *bad;
- * -1 with errno set when a read failed, else 0. frames holds 16 bytes per item (header and
- * footer), failed one byte per item (zeroed). */
-static int read_items(const Item *items, Py_ssize_t n, Py_ssize_t header, Py_ssize_t footer,
-                      int verify, int64_t max_gap, unsigned char *frames,
-                      unsigned char *failed, unsigned char *gap_buf, Py_ssize_t *bad) {
-    struct iovec iov[PREADS_IOV];
-    Py_ssize_t frame = header + footer;
-    *bad = -1;
-    for (Py_ssize_t a = 0; a < n;) {
-        /* the run of neighbours a..b-1: one file, gaps of at most max_gap */
-        int cnt = 0;
-        Py_ssize_t b = a;
-        int64_t pos = items[a].start;
-        while (b < n && cnt + 4 <= PREADS_IOV) {
-            const Item *it = &items[b];
-            if (b > a && (it->fd != items[a].fd || it->start < pos || it->start - pos > max_gap))
-                break;
-            if (it->start > pos) {  /* a gap read through */
-                iov[cnt].iov_base = gap_buf;
-                iov[cnt++].iov_len = (size_t)(it->start - pos);
-            }
-            unsigned char *fr = frames + 16 * b;
-            iov[cnt].iov_base = fr;
-            iov[cnt++].iov_len = (size_t)header;
-            iov[cnt].iov_base = it->payload;
-            iov[cnt++].iov_len = (size_t)it->size;
-            if (footer) {
-                iov[cnt].iov_base = fr + header;
-                iov[cnt++].iov_len = (size_t)footer;
-            }
-            pos = it->start + frame + it->size;
-            b++;
+/* A share of a batch and what reading it needs, without the GIL: items[0..n) in file order;
+ * frames holds 16 bytes per item (header and footer), failed one byte per item (zeroed),
+ * gap_buf max_gap bytes. */
+typedef struct {
+    const Item *items;
+    Py_ssize_t n, header, footer;
+    int verify;
+    int64_t max_gap;
+    unsigned char *frames, *failed, *gap_buf;
+} Share;
+
+/* The vectors of one preadv for the run of neighbours from item a (one file, gaps of at most
+ * max_gap, as many as iov holds), into iov: their count; *b is the item after the run. */
+static int run_vectors(const Share *sh, Py_ssize_t a, struct iovec *iov, Py_ssize_t *b) {
+    const Item *items = sh->items;
+    int cnt = 0;
+    Py_ssize_t k = a;
+    int64_t pos = items[a].start;
+    while (k < sh->n && cnt + 4 <= PREADS_IOV) {
+        const Item *it = &items[k];
+        if (k > a && (it->fd != items[a].fd || it->start < pos || it->start - pos > sh->max_gap))
+            break;
+        if (it->start > pos) {  /* a gap read through */
+            iov[cnt].iov_base = sh->gap_buf;
+            iov[cnt++].iov_len = (size_t)(it->start - pos);
         }
-        int64_t got = 0;
-        for (int v = 0; v < cnt;) {  /* short reads go on where they stopped (signals) */
-            ssize_t r;
-            do
-                r = preadv(items[a].fd, iov + v, cnt - v, (off_t)(items[a].start + got));
-            while (r < 0 && errno == EINTR);
-            if (r < 0)
-                return -1;
-            if (r == 0)
-                break;  /* end of file: the records past it were not read */
-            got += r;
-            while (v < cnt && (size_t)r >= iov[v].iov_len)
-                r -= (ssize_t)iov[v++].iov_len;
-            if (v < cnt) {
-                iov[v].iov_base = (unsigned char *)iov[v].iov_base + r;
-                iov[v].iov_len -= (size_t)r;
-            }
+        unsigned char *fr = sh->frames + 16 * k;
+        iov[cnt].iov_base = fr;
+        iov[cnt++].iov_len = (size_t)sh->header;
+        iov[cnt].iov_base = it->payload;
+        iov[cnt++].iov_len = (size_t)it->size;
+        if (sh->footer) {
+            iov[cnt].iov_base = fr + sh->header;
+            iov[cnt++].iov_len = (size_t)sh->footer;
         }
-        int64_t end = items[a].start + got;  /* bytes read up to here */
-        for (Py_ssize_t j = a; j < b; j++) {  /* whole, and its stored length */
-            const Item *it = &items[j];
-            if ((it->start + frame + it->size > end ||
-                 load_le(frames + 16 * j, 8) != (uint64_t)it->size)) {
-                failed[j] = 1;
-                if (*bad < 0 || it->k < *bad)
-                    *bad = it->k;
-            }
-        }
-        a = b;
+        pos = it->start + sh->header + sh->footer + it->size;
+        k++;
     }
-    if (!verify)
-        return 0;
-    /* the CRCs of the records read whole (the share is in the cache still), three at once */
+    *b = k;
+    return cnt;
+}
+
+/* The cnt vectors at iov read from fd at offset start; short reads go on where they stopped
+ * (signals). The bytes read into *got (fewer at the end of the file); -1 with errno set when
+ * a read failed, else 0. */
+static int read_vectors(int fd, int64_t start, struct iovec *iov, int cnt, int64_t *got) {
+    *got = 0;
+    for (int v = 0; v < cnt;) {
+        ssize_t r;
+        do
+            r = preadv(fd, iov + v, cnt - v, (off_t)(start + *got));
+        while (r < 0 && errno == EINTR);
+        if (r < 0)
+            return -1;
+        if (r == 0)
+            break;  /* end of file: the records past it were not read */
+        *got += r;
+        while (v < cnt && (size_t)r >= iov[v].iov_len)
+            r -= (ssize_t)iov[v++].iov_len;
+        if (v < cnt) {
+            iov[v].iov_base = (unsigned char *)iov[v].iov_base + r;
+            iov[v].iov_len -= (size_t)r;
+        }
+    }
+    return 0;
+}
+
+/* Items [a, b) read up to byte `end` of their file: each one whole, with its stored length,
+ * or failed (and the smallest failing k to *bad). */
+static void check_run(const Share *sh, Py_ssize_t a, Py_ssize_t b, int64_t end,
+                      Py_ssize_t *bad) {
+    Py_ssize_t frame = sh->header + sh->footer;
+    for (Py_ssize_t j = a; j < b; j++) {
+        const Item *it = &sh->items[j];
+        if ((it->start + frame + it->size > end ||
+             load_le(sh->frames + 16 * j, 8) != (uint64_t)it->size)) {
+            sh->failed[j] = 1;
+            if (*bad < 0 || it->k < *bad)
+                *bad = it->k;
+        }
+    }
+}
+
+/* The CRCs of the items read whole (the share is in the cache still), three at once. */
+static void check_share_crcs(const Share *sh, Py_ssize_t *bad) {
     Py_ssize_t at[3];
     int g = 0;
-    for (Py_ssize_t j = 0; j < n; j++) {
-        if (failed[j])
+    for (Py_ssize_t j = 0; j < sh->n; j++) {
+        if (sh->failed[j])
             continue;
         at[g++] = j;
         if (g == 3) {
-            check_crcs(items, at, g, frames, header, bad);
+            check_crcs(sh->items, at, g, sh->frames, sh->header, bad);
             g = 0;
         }
     }
-    check_crcs(items, at, g, frames, header, bad);
+    check_crcs(sh->items, at, g, sh->frames, sh->header, bad);
+}
+
+/* Read and check a share, no GIL: the smallest failing k (or -1) to *bad; -1 with errno set
+ * when a read failed, else 0. */
+static int read_items(const Share *share, Py_ssize_t *bad) {
+    const Share sh = *share;  /* a local copy: the stores into frames and iov cannot change it */
+    struct iovec iov[PREADS_IOV];
+    *bad = -1;
+    for (Py_ssize_t a = 0; a < sh.n;) {
+        Py_ssize_t b;
+        int64_t got;
+        int cnt = run_vectors(&sh, a, iov, &b);
+        if (read_vectors(sh.items[a].fd, sh.items[a].start, iov, cnt, &got) < 0)
+            return -1;
+        check_run(&sh, a, b, sh.items[a].start + got, bad);  /* bytes read up to its end */
+        a = b;
+    }
+    if (sh.verify)
+        check_share_crcs(&sh, bad);
     return 0;
 }
-#endif
 
-PyObject *preads(PyObject *self, PyObject *args) {
-    PyObject *fds_obj, *which_obj, *starts_obj, *outs, *order_obj;
-    Py_ssize_t lo, hi, header, footer;
-    int verify;
-    long long max_gap;
-    if (!PyArg_ParseTuple(args, "O!OOO!OnnnnpL:preads", &PyList_Type, &fds_obj, &which_obj,
-                          &starts_obj, &PyList_Type, &outs, &order_obj, &lo, &hi, &header,
-                          &footer, &verify, &max_gap))
-        return NULL;
-#if !PREADS_AVAILABLE
-    PyErr_SetString(PyExc_OSError, "no preadv on this platform");
-    return NULL;
-#else
-    if (!((header == 12 && footer == 4) || (header == 8 && footer == 0 && !verify))) {
-        PyErr_SetString(PyExc_ValueError, "bad framing sizes");
-        return NULL;
-    }
-    if (verify && !hw_crc_on) {
-        PyErr_SetString(PyExc_ValueError, "preads checks CRCs only with the CRC32C "
-                        "instruction (see hw_crc())");
-        return NULL;
-    }
-    if (max_gap < 0 || max_gap > PREADS_MAX_GAP) {
-        PyErr_SetString(PyExc_ValueError, "max_gap must be in [0, 65536]");
-        return NULL;
-    }
-    Py_buffer wv, sv, ov;
-    if (get_i64(which_obj, &wv, "which") < 0)
-        return NULL;
-    if (get_i64(starts_obj, &sv, "starts") < 0) {
-        PyBuffer_Release(&wv);
-        return NULL;
-    }
-    if (get_i64(order_obj, &ov, "order") < 0) {
-        PyBuffer_Release(&sv);
-        PyBuffer_Release(&wv);
-        return NULL;
-    }
-    PyObject *result = NULL;
-    Item *items = NULL;
-    unsigned char *frames = NULL, *failed = NULL, *gap_buf = NULL;
-    Py_ssize_t n = PyList_GET_SIZE(outs), m = PyList_GET_SIZE(fds_obj);
-    int *fds = PyMem_Calloc(m ? m : 1, sizeof(int));
-    if (fds == NULL) {
+/* What preads() holds while it runs (all released by batch_close). */
+typedef struct {
+    Py_buffer wv, sv, ov;  /* which, starts, order */
+    Py_ssize_t n, m;       /* records (outs), files (fds) */
+    int *fds;
+    Item *items;           /* per position j of order[lo:hi] */
+    unsigned char *frames, *failed, *gap_buf;
+} Batch;
+
+/* The int64 arrays which, starts and order, and their lengths checked: 0, or -1 with an
+ * exception set. */
+static int batch_arrays(Batch *bt, const PreadsArgs *a) {
+    if (get_i64(a->which, &bt->wv, "which") < 0 || get_i64(a->starts, &bt->sv, "starts") < 0 ||
+        get_i64(a->order, &bt->ov, "order") < 0)
+        return -1;
+    bt->n = PyList_GET_SIZE(a->outs);
+    bt->m = PyList_GET_SIZE(a->fds);
+    bt->fds = PyMem_Calloc(bt->m ? bt->m : 1, sizeof(int));
+    if (bt->fds == NULL) {
         PyErr_NoMemory();
-        goto done;
+        return -1;
     }
-    if (wv.shape[0] != n || sv.shape[0] != n || lo < 0 || hi < lo || hi > ov.shape[0]) {
+    if (bt->wv.shape[0] != bt->n || bt->sv.shape[0] != bt->n || a->lo < 0 || a->hi < a->lo ||
+        a->hi > bt->ov.shape[0]) {
         PyErr_SetString(PyExc_ValueError, "preads: which, starts and outs must be as long, "
                         "and lo and hi within order");
-        goto done;
+        return -1;
     }
-    for (Py_ssize_t j = 0; j < m; j++) {
-        long fd = PyLong_AsLong(PyList_GET_ITEM(fds_obj, j));
+    return 0;
+}
+
+/* The file descriptors of fds, each checked to be one: 0, or -1 with an exception set. */
+static int batch_fds(Batch *bt, const PreadsArgs *a) {
+    for (Py_ssize_t j = 0; j < bt->m; j++) {
+        long fd = PyLong_AsLong(PyList_GET_ITEM(a->fds, j));
         if (fd == -1 && PyErr_Occurred())
-            goto done;
+            return -1;
         if (fd < 0 || fd > INT_MAX) {
             PyErr_SetString(PyExc_ValueError, "preads: a file descriptor is out of range");
-            goto done;
+            return -1;
         }
-        fds[j] = (int)fd;
+        bt->fds[j] = (int)fd;
     }
-    Py_ssize_t count = hi - lo;
-    items = PyMem_Malloc((count ? count : 1) * sizeof(Item));
-    frames = PyMem_Malloc((count ? count : 1) * 16);
-    failed = PyMem_Calloc(count ? count : 1, 1);
-    gap_buf = PyMem_Malloc(max_gap ? (size_t)max_gap : 1);
-    if (items == NULL || frames == NULL || failed == NULL || gap_buf == NULL) {
+    return 0;
+}
+
+/* Room for the share's items, frames, failures and gaps: 0, or -1 with MemoryError set. */
+static int batch_alloc(Batch *bt, Py_ssize_t count, long long max_gap) {
+    bt->items = PyMem_Malloc((count ? count : 1) * sizeof(Item));
+    bt->frames = PyMem_Malloc((count ? count : 1) * 16);
+    bt->failed = PyMem_Calloc(count ? count : 1, 1);
+    bt->gap_buf = PyMem_Malloc(max_gap ? (size_t)max_gap : 1);
+    if (bt->items == NULL || bt->frames == NULL || bt->failed == NULL || bt->gap_buf == NULL) {
         PyErr_NoMemory();
-        goto done;
+        return -1;
     }
-    const int64_t *which = (const int64_t *)wv.buf, *st = (const int64_t *)sv.buf;
-    const int64_t *order = (const int64_t *)ov.buf;
-    Py_ssize_t frame = header + footer;
-    for (Py_ssize_t j = 0; j < count; j++) {  /* the objects and bounds, with the GIL */
-        int64_t k = order[lo + j];
+    return 0;
+}
+
+/* The items of order[lo:hi], with the GIL (the objects and bounds): 0, or -1 with an
+ * exception set. */
+static int batch_place(Batch *bt, const PreadsArgs *a) {
+    const int64_t *which = (const int64_t *)bt->wv.buf, *st = (const int64_t *)bt->sv.buf;
+    const int64_t *order = (const int64_t *)bt->ov.buf + a->lo;
+    const Py_ssize_t frame = a->header + a->footer, count = a->hi - a->lo, n = bt->n, m = bt->m;
+    const int *fds = bt->fds;
+    Item *items = bt->items;
+    PyObject *outs = a->outs;
+    for (Py_ssize_t j = 0; j < count; j++) {
+        int64_t k = order[j];
         if (k < 0 || k >= n) {
-            PyErr_Format(PyExc_ValueError, "preads: order[%zd] is out of range", lo + j);
-            goto done;
+            PyErr_Format(PyExc_ValueError, "preads: order[%zd] is out of range", a->lo + j);
+            return -1;
         }
         PyObject *o = PyList_GET_ITEM(outs, k);
         if (!PyBytes_CheckExact(o)) {
             PyErr_SetString(PyExc_TypeError, "preads: outs must hold bytes from blank()");
-            goto done;
+            return -1;
         }
         int64_t w = which[k], s = st[k], size = PyBytes_GET_SIZE(o);
         if (w < 0 || w >= m) {
             PyErr_Format(PyExc_ValueError, "preads: item %lld names no file", (long long)k);
-            goto done;
+            return -1;
         }
         /* compared before any arithmetic: spans come from corrupt files too */
         if (s < 0 || size > INT64_MAX - frame || s > INT64_MAX - frame - size) {
             PyErr_Format(PyExc_ValueError, "preads: item %lld lies past any file",
                          (long long)k);
-            goto done;
+            return -1;
         }
         items[j] = (Item){fds[w], s, size, (unsigned char *)PyBytes_AS_STRING(o), k};
     }
+    return 0;
+}
+
+/* The share read and checked with the GIL released: -1 or the smallest failing k as an int,
+ * or NULL with OSError set. */
+static PyObject *batch_read(const Batch *bt, const PreadsArgs *a) {
+    Share sh = {bt->items, a->hi - a->lo, a->header, a->footer, a->verify, a->max_gap,
+                bt->frames, bt->failed, bt->gap_buf};
     Py_ssize_t bad;
     int rc;
     Py_BEGIN_ALLOW_THREADS
-    rc = read_items(items, count, header, footer, verify, max_gap, frames, failed, gap_buf,
-                    &bad);
+    rc = read_items(&sh, &bad);
     Py_END_ALLOW_THREADS
     if (rc < 0)
-        PyErr_SetFromErrno(PyExc_OSError);
-    else
-        result = PyLong_FromSsize_t(bad);
-done:
-    PyMem_Free(gap_buf);
-    PyMem_Free(failed);
-    PyMem_Free(frames);
-    PyMem_Free(items);
-    PyMem_Free(fds);
-    PyBuffer_Release(&ov);
-    PyBuffer_Release(&sv);
-    PyBuffer_Release(&wv);
+        return PyErr_SetFromErrno(PyExc_OSError);
+    return PyLong_FromSsize_t(bad);
+}
+
+static void batch_close(Batch *bt) {
+    PyMem_Free(bt->gap_buf);
+    PyMem_Free(bt->failed);
+    PyMem_Free(bt->frames);
+    PyMem_Free(bt->items);
+    PyMem_Free(bt->fds);
+    PyBuffer_Release(&bt->ov);  /* (buffers never acquired are empty: releasing is a no-op) */
+    PyBuffer_Release(&bt->sv);
+    PyBuffer_Release(&bt->wv);
+}
+
+/* preads() past its argument parsing. */
+static PyObject *preads_run(const PreadsArgs *a) {
+    if (framing_refused(a->header, a->footer, a->verify, "preads checks CRCs only with the "
+                        "CRC32C instruction (see hw_crc())") < 0)
+        return NULL;
+    if (a->max_gap < 0 || a->max_gap > PREADS_MAX_GAP) {
+        PyErr_SetString(PyExc_ValueError, "max_gap must be in [0, 65536]");
+        return NULL;
+    }
+    Batch bt = {0};
+    PyObject *result = NULL;
+    if (batch_arrays(&bt, a) == 0 && batch_fds(&bt, a) == 0 &&
+        batch_alloc(&bt, a->hi - a->lo, a->max_gap) == 0 && batch_place(&bt, a) == 0)
+        result = batch_read(&bt, a);
+    batch_close(&bt);
     return result;
+}
+#endif
+
+PyObject *preads(PyObject *self, PyObject *args) {
+    PreadsArgs a;
+    if (!PyArg_ParseTuple(args, "O!OOO!OnnnnpL:preads", &PyList_Type, &a.fds, &a.which,
+                          &a.starts, &PyList_Type, &a.outs, &a.order, &a.lo, &a.hi, &a.header,
+                          &a.footer, &a.verify, &a.max_gap))
+        return NULL;
+#if PREADS_AVAILABLE
+    return preads_run(&a);
+#else
+    PyErr_SetString(PyExc_OSError, "no preadv on this platform");
+    return NULL;
 #endif
 }

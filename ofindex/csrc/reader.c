@@ -19,6 +19,7 @@
  * at most `max_bound` shards are held at once (each map holds a file descriptor);
  * release_held(j) lets go of one (the process's count of open files asks for it). */
 #include "native.h"
+#include "framing.h"
 #include "hwcrc.h"
 
 #if defined(__unix__) || defined(__APPLE__)
@@ -96,25 +97,9 @@ static PyObject *reader_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
     return (PyObject *)self;
 }
 
-static int reader_init(ReaderObject *self, PyObject *args, PyObject *kw) {
-    PyObject *cum_obj, *crc_fn, *memo;
-    Py_ssize_t header, footer, max_bound;
-    int tf_crcs, payload_sums;
-    if (self->slots != NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "Reader is initialized already");
-        return -1;
-    }
-    if (!PyArg_ParseTuple(args, "OnnppOO!n:Reader", &cum_obj, &header, &footer, &tf_crcs,
-                          &payload_sums, &crc_fn, &PyDict_Type, &memo, &max_bound))
-        return -1;
-    if (!((header == 12 && footer == 4) || (header == 8 && footer == 0 && !tf_crcs))) {
-        PyErr_SetString(PyExc_ValueError, "bad framing sizes");
-        return -1;
-    }
-    if (max_bound < 1) {
-        PyErr_SetString(PyExc_ValueError, "max_bound must be >= 1");
-        return -1;
-    }
+/* The cumulative counts (an int64 array that must not decrease) copied, and an empty slot
+ * per shard: 0, or -1 with an exception set (nothing kept). */
+static int take_shards(ReaderObject *self, PyObject *cum_obj) {
     Py_buffer cv;
     if (get_i64(cum_obj, &cv, "cumulative") < 0)
         return -1;
@@ -143,6 +128,28 @@ static int reader_init(ReaderObject *self, PyObject *args, PyObject *kw) {
     for (Py_ssize_t j = 0; j < n; j++)
         self->slots[j].fd = -1;
     self->shards = n;
+    return 0;
+}
+
+static int reader_init(ReaderObject *self, PyObject *args, PyObject *kw) {
+    PyObject *cum_obj, *crc_fn, *memo;
+    Py_ssize_t header, footer, max_bound;
+    int tf_crcs, payload_sums;
+    if (self->slots != NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "Reader is initialized already");
+        return -1;
+    }
+    if (!PyArg_ParseTuple(args, "OnnppOO!n:Reader", &cum_obj, &header, &footer, &tf_crcs,
+                          &payload_sums, &crc_fn, &PyDict_Type, &memo, &max_bound))
+        return -1;
+    if (framing_refused(header, footer, tf_crcs, NULL) < 0)
+        return -1;
+    if (max_bound < 1) {
+        PyErr_SetString(PyExc_ValueError, "max_bound must be >= 1");
+        return -1;
+    }
+    if (take_shards(self, cum_obj) < 0)
+        return -1;
     self->max_bound = max_bound;
     self->header = header;
     self->footer = footer;
@@ -278,22 +285,28 @@ static const char get_doc[] =
 "The checked payload of record i (an int; negative counts from the end), or None when this\n"
 "Reader cannot serve it (see the type's notes): the caller then reads it otherwise.";
 
-static PyObject *reader_get(ReaderObject *self, PyObject *key) {
+/* The record number key asks for, in [0, n) (negative counts from the end), or -1 when it
+ * is none this Reader serves (another type, out of range, a Reader not initialized or made
+ * before a fork). */
+static inline int64_t record_number(const ReaderObject *self, PyObject *key) {
     if (!PyLong_CheckExact(key) || self->slots == NULL || self->forks != forks ||
         self->shards == 0)
-        Py_RETURN_NONE;
+        return -1;
     int overflow;
     long long i = PyLong_AsLongLongAndOverflow(key, &overflow);
     if (overflow || (i == -1 && PyErr_Occurred())) {
         PyErr_Clear();
-        Py_RETURN_NONE;
+        return -1;
     }
     int64_t n = self->cumulative[self->shards - 1];
     if (i < 0)
         i += n;
-    if (i < 0 || i >= n)
-        Py_RETURN_NONE;
-    Py_ssize_t lo = 0, hi = self->shards - 1;  /* the first shard whose count passes i */
+    return i < 0 || i >= n ? -1 : i;
+}
+
+/* The shard of record i (in [0, n)): the first whose cumulative count passes i. */
+static inline Py_ssize_t shard_of(const ReaderObject *self, int64_t i) {
+    Py_ssize_t lo = 0, hi = self->shards - 1;
     while (lo < hi) {
         Py_ssize_t mid = lo + (hi - lo) / 2;
         if (self->cumulative[mid] > i)
@@ -301,23 +314,39 @@ static PyObject *reader_get(ReaderObject *self, PyObject *key) {
         else
             lo = mid + 1;
     }
-    const Slot *s = &self->slots[lo];
-    if (s->owner == NULL)
-        Py_RETURN_NONE;
-    int64_t local = i - (lo ? self->cumulative[lo - 1] : 0);
-    int64_t start, end;
+    return lo;
+}
+
+/* Record `local` of the bound shard s: its span and its payload sum from the sidecar (-1:
+ * none); 0, or -1 when this Reader cannot serve it. */
+static inline int find_record(const ReaderObject *self, const Slot *s, int64_t local,
+                              int64_t *start, int64_t *end, int64_t *sum) {
     Py_ssize_t len = s->data.obj != NULL ? s->data.len : (Py_ssize_t)s->file_size;
-    if (span_of(&s->offsets, s->indexed_end, local, self->header + self->footer, len, &start,
-                &end) != 0) {
+    if (span_of(&s->offsets, s->indexed_end, local, self->header + self->footer, len, start,
+                end) != 0) {
         PyErr_Clear();  /* an index past the offsets: the ordinary path says what is wrong */
-        Py_RETURN_NONE;
+        return -1;
     }
-    int64_t sum = -1;
+    *sum = -1;
     if (s->sums.obj != NULL) {
         if (local >= s->sums.shape[0])
-            Py_RETURN_NONE;
-        sum = ((const uint32_t *)s->sums.buf)[local];
+            return -1;
+        *sum = ((const uint32_t *)s->sums.buf)[local];
     }
+    return 0;
+}
+
+static PyObject *reader_get(ReaderObject *self, PyObject *key) {
+    int64_t i = record_number(self, key);
+    if (i < 0)
+        Py_RETURN_NONE;
+    Py_ssize_t j = shard_of(self, i);
+    const Slot *s = &self->slots[j];
+    if (s->owner == NULL)
+        Py_RETURN_NONE;
+    int64_t start, end, sum;
+    if (find_record(self, s, i - (j ? self->cumulative[j - 1] : 0), &start, &end, &sum) < 0)
+        Py_RETURN_NONE;
     if (s->data.obj != NULL)
         return from_map(self, s, start, end, sum);
 #if READER_PREADV
@@ -327,72 +356,100 @@ static PyObject *reader_get(ReaderObject *self, PyObject *key) {
 #endif
 }
 
+/* Whether bind()'s arguments are refused (ValueError or IndexError set). */
+static int bind_refused(const ReaderObject *self, Py_ssize_t j, int64_t indexed_end,
+                        PyObject *sums) {
+    if (self->slots == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "Reader is not initialized");
+        return 1;
+    }
+    if (j < 0 || j >= self->shards) {
+        PyErr_Format(PyExc_IndexError, "shard %zd out of range", j);
+        return 1;
+    }
+    if (indexed_end < 0) {
+        PyErr_SetString(PyExc_ValueError, "indexed_end must be >= 0");
+        return 1;
+    }
+    if (sums != Py_None && !self->payload_sums) {
+        PyErr_SetString(PyExc_ValueError, "sums given to a Reader that checks none");
+        return 1;
+    }
+    return 0;
+}
+
+/* Whether the slot holds these already. */
+static int bound_to(const Slot *held, PyObject *owner, int fd, int64_t file_size,
+                    PyObject *offsets, int64_t indexed_end, PyObject *sums) {
+    PyObject *held_sums = held->sums.obj != NULL ? held->sums.obj : Py_None;
+    return held->owner == owner && held->offsets.obj == offsets && held->fd == fd &&
+           held->file_size == file_size && held->indexed_end == indexed_end &&
+           held_sums == sums;
+}
+
+/* A slot's buffers acquired (its map's data when fd < 0, its offsets, its sums unless None):
+ * 0, or -1 with an exception set and nothing held. */
+static int fill_slot(Slot *fresh, PyObject *owner, PyObject *offsets, PyObject *sums) {
+    if (fresh->fd < 0 && PyObject_GetBuffer(owner, &fresh->data, PyBUF_SIMPLE) < 0)
+        return -1;
+    if (get_u64(offsets, &fresh->offsets) < 0)
+        goto fail_data;
+    if (sums == Py_None)
+        return 0;
+    if (PyObject_GetBuffer(sums, &fresh->sums, PyBUF_ND | PyBUF_FORMAT) < 0)
+        goto fail_offsets;
+    if (fresh->sums.itemsize != 4 || fresh->sums.ndim != 1) {
+        PyBuffer_Release(&fresh->sums);
+        PyErr_SetString(PyExc_TypeError, "sums must be a 1-d uint32 array");
+        goto fail_offsets;
+    }
+    return 0;
+fail_offsets:
+    PyBuffer_Release(&fresh->offsets);
+fail_data:
+    if (fresh->data.obj != NULL)
+        PyBuffer_Release(&fresh->data);
+    return -1;
+}
+
+/* Slot j takes `fresh` (and a reference to its owner), swapped in whole, then what it held
+ * is released; at most max_bound shards stay bound. */
+static void swap_in(ReaderObject *self, Py_ssize_t j, Slot *fresh, PyObject *owner) {
+    if (self->slots[j].owner == NULL && self->bound >= self->max_bound)
+        unbind_all(self);  /* (may run code: done before the slot is filled) */
+    Py_INCREF(owner);
+    fresh->owner = owner;
+    Slot old = self->slots[j];
+    self->slots[j] = *fresh;
+    if (old.owner != NULL)
+        release_slot(&old);
+    else
+        self->bound++;
+}
+
 /* Bind shard j: its data (a map to hold as a buffer, or a file handle and its descriptor),
  * offsets, indexed end and sums. True when it was not bound to these already. */
 static PyObject *bind(ReaderObject *self, Py_ssize_t j, PyObject *owner, int fd,
                       int64_t file_size, PyObject *offsets, int64_t indexed_end,
                       PyObject *sums) {
-    if (self->slots == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "Reader is not initialized");
+    if (bind_refused(self, j, indexed_end, sums))
         return NULL;
-    }
-    if (j < 0 || j >= self->shards) {
-        PyErr_Format(PyExc_IndexError, "shard %zd out of range", j);
-        return NULL;
-    }
-    if (indexed_end < 0) {
-        PyErr_SetString(PyExc_ValueError, "indexed_end must be >= 0");
-        return NULL;
-    }
-    if (sums != Py_None && !self->payload_sums) {
-        PyErr_SetString(PyExc_ValueError, "sums given to a Reader that checks none");
-        return NULL;
-    }
     if (self->forks != forks) {  /* a child: what was bound is the parent's */
         unbind_all(self);
         self->forks = forks;
     }
     if (fd < 0 && guard_ensure() != 0)  /* maps are read in guarded calls (guard.c) */
         return PyErr_SetFromErrno(PyExc_OSError);
-    const Slot *held = &self->slots[j];
-    PyObject *held_sums = held->sums.obj != NULL ? held->sums.obj : Py_None;
-    if (held->owner == owner && held->offsets.obj == offsets && held->fd == fd &&
-        held->file_size == file_size && held->indexed_end == indexed_end && held_sums == sums)
+    if (bound_to(&self->slots[j], owner, fd, file_size, offsets, indexed_end, sums))
         Py_RETURN_FALSE;  /* bound already */
     Slot fresh = {0};
     fresh.fd = fd;
     fresh.file_size = file_size;
-    if (fd < 0 && PyObject_GetBuffer(owner, &fresh.data, PyBUF_SIMPLE) < 0)
-        return NULL;
-    if (get_u64(offsets, &fresh.offsets) < 0)
-        goto fail_data;
-    if (sums != Py_None) {
-        if (PyObject_GetBuffer(sums, &fresh.sums, PyBUF_ND | PyBUF_FORMAT) < 0)
-            goto fail_offsets;
-        if (fresh.sums.itemsize != 4 || fresh.sums.ndim != 1) {
-            PyBuffer_Release(&fresh.sums);
-            PyErr_SetString(PyExc_TypeError, "sums must be a 1-d uint32 array");
-            goto fail_offsets;
-        }
-    }
-    if (self->slots[j].owner == NULL && self->bound >= self->max_bound)
-        unbind_all(self);  /* (may run code: done before the slot is filled) */
-    Py_INCREF(owner);
-    fresh.owner = owner;
     fresh.indexed_end = indexed_end;
-    Slot old = self->slots[j];  /* swapped in whole, then the old one released */
-    self->slots[j] = fresh;
-    if (old.owner != NULL)
-        release_slot(&old);
-    else
-        self->bound++;
+    if (fill_slot(&fresh, owner, offsets, sums) < 0)
+        return NULL;
+    swap_in(self, j, &fresh, owner);
     Py_RETURN_TRUE;
-fail_offsets:
-    PyBuffer_Release(&fresh.offsets);
-fail_data:
-    if (fresh.data.obj != NULL)
-        PyBuffer_Release(&fresh.data);
-    return NULL;
 }
 
 static const char bind_map_doc[] =

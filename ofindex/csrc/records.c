@@ -3,6 +3,7 @@
  * TFRecord length and data CRCs. CRC32C comes from the `crc32c` package (passed in as a
  * callable): this module has no CRC code of its own. */
 #include "native.h"
+#include "framing.h"
 #include "hwcrc.h"
 
 #define MASK_DELTA 0xa282ead8u
@@ -43,14 +44,6 @@ no_ends:
 no_starts:
     PyBuffer_Release(buf);
     return -1;
-}
-/* Whether the framing sizes are not those of a TFRecord (12, 4) or OFRecord (8, 0) record;
- * sets ValueError. */
-static int bad_framing(Py_ssize_t header, Py_ssize_t footer, int verify) {
-    if ((header == 12 && footer == 4) || (header == 8 && footer == 0 && !verify))
-        return 0;
-    PyErr_SetString(PyExc_ValueError, "bad framing sizes");
-    return 1;
 }
 
 int package_crc(PyObject *crc_fn, PyObject *data, uint32_t *out) {
@@ -124,17 +117,48 @@ int64_t masked_length_crc(PyObject *crc_fn, PyObject *memo, const unsigned char 
     return r;
 }
 
+/* How the records of one call are checked, and the length CRC of the last length seen. */
+typedef struct {
+    Py_ssize_t header, footer;
+    int verify;               /* check the TFRecord CRCs (footer 4) */
+    PyObject *crc_fn, *memo;  /* the crc32c package's function; {length: masked CRC} */
+    int64_t last_len, last_len_crc;  /* runs of equal lengths are common: one CRC per run */
+} Checks;
+
+#define CHECKS(header, footer, verify, crc_fn, memo) \
+    {(header), (footer), (verify), (crc_fn), (memo), -1, 0}
+
+/* The TFRecord CRCs of a payload of `size` bytes copied out with its framing (head, foot): 1
+ * when they match, 0 when not, -1 with an exception set. */
+static int record_crcs_ok(Checks *ck, const unsigned char *head, PyObject *payload,
+                          const unsigned char *foot, int64_t size) {
+    const unsigned char *data = (const unsigned char *)PyBytes_AS_STRING(payload);
+    if (hw_crc_on && size < HW_CRC_MAX)  /* small: the CPU's instruction, no Python call */
+        return (uint32_t)load_le(head + 8, 4) == hw_mask(hw_crc32c(head, 8)) &&
+               (uint32_t)load_le(foot, 4) == hw_mask(hw_crc32c(data, (size_t)size));
+    if (size != ck->last_len) {
+        int64_t c = masked_length_crc(ck->crc_fn, ck->memo, head, size);
+        if (c < 0)
+            return -1;
+        ck->last_len = size;
+        ck->last_len_crc = c;
+    }
+    int64_t data_crc = masked_crc_of(ck->crc_fn, payload);
+    if (data_crc < 0)
+        return -1;
+    return (uint32_t)load_le(head + 8, 4) == (uint32_t)ck->last_len_crc &&
+           (uint32_t)load_le(foot, 4) == (uint32_t)data_crc;
+}
+
 /* One framed record at buf[start:end) of the buffer `owner` exports: its payload as bytes,
  * Py_None when a check fails, NULL with an exception set (StaleIndexError when the buffer is
- * a map whose pages are gone). `verify`: check the TFRecord CRCs (footer_size == 4). */
+ * a map whose pages are gone). */
 static PyObject *cut_record(PyObject *owner, const unsigned char *base, Py_ssize_t len,
-                            int64_t start, int64_t end, Py_ssize_t header, Py_ssize_t footer,
-                            int verify, PyObject *crc_fn, PyObject *memo, int64_t *last_len,
-                            int64_t *last_len_crc) {
+                            int64_t start, int64_t end, Checks *ck) {
+    Py_ssize_t header = ck->header, footer = ck->footer;
     /* compared without arithmetic that can wrap: start and end come from corrupt data too */
     if (start < 0 || end < start || end > (int64_t)len || end - start < header + footer)
         Py_RETURN_NONE;
-    const unsigned char *p = base + start;
     int64_t size = end - start - header - footer;
     /* the payload's object first (its size is the span's, inside the buffer): its bytes and
      * the framing's then come out of the buffer in one guarded copy, and every check reads
@@ -143,44 +167,19 @@ static PyObject *cut_record(PyObject *owner, const unsigned char *base, Py_ssize
     if (payload == NULL)
         return NULL;
     unsigned char head[12], foot[4];
-    unsigned char *data = (unsigned char *)PyBytes_AS_STRING(payload);
-    if (guard_copy3(head, data, foot, p, (size_t)header, (size_t)size, (size_t)footer) < 0) {
+    if (guard_copy3(head, (unsigned char *)PyBytes_AS_STRING(payload), foot, base + start,
+                    (size_t)header, (size_t)size, (size_t)footer) < 0) {
         Py_DECREF(payload);
         return map_fault(owner);
     }
-    if (load_le(head, 8) != (uint64_t)size) {
-        Py_DECREF(payload);
-        Py_RETURN_NONE;
-    }
-    if (!verify)
+    int ok = load_le(head, 8) != (uint64_t)size ? 0
+             : !ck->verify ? 1 : record_crcs_ok(ck, head, payload, foot, size);
+    if (ok > 0)
         return payload;
-    if (hw_crc_on && size < HW_CRC_MAX) {  /* small: the CPU's instruction, no Python call */
-        if ((uint32_t)load_le(head + 8, 4) == hw_mask(hw_crc32c(head, 8)) &&
-            (uint32_t)load_le(foot, 4) == hw_mask(hw_crc32c(data, (size_t)size)))
-            return payload;
-        Py_DECREF(payload);
-        Py_RETURN_NONE;
-    }
-    if (size != *last_len) {  /* runs of equal lengths are common: one CRC per run */
-        int64_t c = masked_length_crc(crc_fn, memo, head, size);
-        if (c < 0) {
-            Py_DECREF(payload);
-            return NULL;
-        }
-        *last_len = size;
-        *last_len_crc = c;
-    }
-    int64_t data_crc = masked_crc_of(crc_fn, payload);
-    if (data_crc < 0) {
-        Py_DECREF(payload);
+    Py_DECREF(payload);
+    if (ok < 0)
         return NULL;
-    }
-    if ((uint32_t)load_le(head + 8, 4) != (uint32_t)*last_len_crc ||
-        (uint32_t)load_le(foot, 4) != (uint32_t)data_crc) {
-        Py_DECREF(payload);
-        Py_RETURN_NONE;
-    }
-    return payload;
+    Py_RETURN_NONE;
 }
 
 const char cut_doc[] =
@@ -202,9 +201,8 @@ PyObject *cut(PyObject *self, PyObject *args) {
         return NULL;
     PyObject *result = NULL;
     Py_ssize_t n = sv.shape[0];
-    if (bad_framing(header, footer, verify)) {
+    if (framing_refused(header, footer, verify, NULL) < 0)
         goto done;
-    }
     if (guard_ensure() != 0) {
         PyErr_SetFromErrno(PyExc_OSError);
         goto done;
@@ -213,11 +211,10 @@ PyObject *cut(PyObject *self, PyObject *args) {
     PyObject *list = PyList_New(n);
     if (list == NULL)
         goto done;
-    int64_t last_len = -1, last_len_crc = 0;
+    Checks ck = CHECKS(header, footer, verify, crc_fn, memo);
     for (Py_ssize_t k = 0; k < n; k++) {
         PyObject *item = cut_record(buf.obj, (const unsigned char *)buf.buf, buf.len, st[k],
-                                    en[k], header, footer, verify, crc_fn, memo, &last_len,
-                                    &last_len_crc);
+                                    en[k], &ck);
         if (item == NULL) {
             Py_DECREF(list);
             goto done;
@@ -308,6 +305,116 @@ void release3(PyObject *held[3]) {
         Py_XDECREF(held[i]);
 }
 
+/* What gather() holds while it runs (all released by gather_close). */
+typedef struct {
+    PyObject *held[3];    /* the lists' items as they are now (see snapshot3) */
+    Py_buffer wv, lv;     /* which, local */
+    Py_ssize_t m, got;    /* shards, and how many have their buffers held in views */
+    Py_buffer *views;     /* per shard j: its data at 2j, its offsets at 2j + 1 */
+    int64_t *ends;        /* per shard: its indexed end */
+} GatherCall;
+
+/* Shard j's indexed end, data and offsets held (counted in got): 0, or -1 with an exception
+ * set. */
+static int gather_shard(GatherCall *gc, Py_ssize_t j) {
+    gc->ends[j] = PyLong_AsLongLong(PyTuple_GET_ITEM(gc->held[2], j));
+    if (gc->ends[j] == -1 && PyErr_Occurred())
+        return -1;
+    if (gc->ends[j] < 0) {
+        PyErr_SetString(PyExc_ValueError, "indexed_ends must be >= 0");
+        return -1;
+    }
+    if (PyObject_GetBuffer(PyTuple_GET_ITEM(gc->held[0], j), &gc->views[2 * j],
+                           PyBUF_SIMPLE) < 0)
+        return -1;
+    if (get_u64(PyTuple_GET_ITEM(gc->held[1], j), &gc->views[2 * j + 1]) < 0) {
+        PyBuffer_Release(&gc->views[2 * j]);
+        return -1;
+    }
+    gc->got = j + 1;
+    return 0;
+}
+
+/* The arrays and every shard held: 0, or -1 with an exception set. */
+static int gather_hold(GatherCall *gc, PyObject *which_obj, PyObject *local_obj) {
+    gc->m = PyTuple_GET_SIZE(gc->held[0]);
+    if (PyTuple_GET_SIZE(gc->held[1]) != gc->m || PyTuple_GET_SIZE(gc->held[2]) != gc->m) {
+        PyErr_SetString(PyExc_ValueError, "bufs, offsets and indexed_ends differ in length");
+        return -1;
+    }
+    if (get_i64(which_obj, &gc->wv, "which") < 0 || get_i64(local_obj, &gc->lv, "local") < 0)
+        return -1;
+    gc->views = PyMem_Calloc(gc->m ? 2 * gc->m : 1, sizeof(Py_buffer));
+    gc->ends = PyMem_Calloc(gc->m ? gc->m : 1, sizeof(int64_t));
+    if (gc->views == NULL || gc->ends == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t j = 0; j < gc->m; j++)
+        if (gather_shard(gc, j) < 0)
+            return -1;
+    if (gc->lv.shape[0] != gc->wv.shape[0]) {
+        PyErr_SetString(PyExc_ValueError, "which and local differ in length");
+        return -1;
+    }
+    return 0;
+}
+
+/* Record k's payload (it is local[k] of shard which[k]) into *item: 0, a problem code as
+ * gather() returns it, or -1 with an exception set. */
+static int gather_one(const GatherCall *gc, Py_ssize_t k, Checks *ck, PyObject **item) {
+    int64_t j = ((const int64_t *)gc->wv.buf)[k], i = ((const int64_t *)gc->lv.buf)[k];
+    if (j < 0 || j >= gc->m) {
+        PyErr_Format(PyExc_IndexError, "record %zd: shard %lld out of range", k, (long long)j);
+        return -1;
+    }
+    const Py_buffer *data = &gc->views[2 * j];
+    int64_t start, end;
+    int problem = span_of(&gc->views[2 * j + 1], gc->ends[j], i, ck->header + ck->footer,
+                          data->len, &start, &end);
+    if (problem)
+        return problem;
+    *item = cut_record(data->obj, (const unsigned char *)data->buf, data->len, start, end, ck);
+    if (*item == NULL)
+        return -1;
+    if (*item != Py_None)
+        return 0;
+    Py_CLEAR(*item);
+    return 2;
+}
+
+/* Every record's payload: the list, (problem, k) for the first record k with one, or NULL
+ * with an exception set. */
+static PyObject *gather_records(const GatherCall *gc, Checks *ck) {
+    Py_ssize_t n = gc->wv.shape[0];
+    PyObject *list = PyList_New(n);
+    if (list == NULL)
+        return NULL;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        PyObject *item = NULL;
+        int problem = gather_one(gc, k, ck, &item);
+        if (problem == 0) {
+            PyList_SET_ITEM(list, k, item);
+            continue;
+        }
+        Py_DECREF(list);
+        return problem < 0 ? NULL : Py_BuildValue("(in)", problem, k);
+    }
+    return list;
+}
+
+static void gather_close(GatherCall *gc) {
+    for (Py_ssize_t j = 0; j < gc->got; j++) {
+        PyBuffer_Release(&gc->views[2 * j]);
+        PyBuffer_Release(&gc->views[2 * j + 1]);
+    }
+    PyMem_Free(gc->views);
+    PyMem_Free(gc->ends);
+    PyBuffer_Release(&gc->lv);  /* (buffers never acquired are empty: releasing is a no-op) */
+    PyBuffer_Release(&gc->wv);
+    release3(gc->held);
+}
+
 PyObject *gather(PyObject *self, PyObject *args) {
     PyObject *bufs_in, *offs_in, *iends_in, *which_obj, *local_obj, *crc_fn, *memo;
     Py_ssize_t header, footer;
@@ -316,105 +423,18 @@ PyObject *gather(PyObject *self, PyObject *args) {
                           &PyList_Type, &offs_in, &PyList_Type, &iends_in, &which_obj,
                           &local_obj, &header, &footer, &verify, &crc_fn, &PyDict_Type, &memo))
         return NULL;
-    if (bad_framing(header, footer, verify))
+    if (framing_refused(header, footer, verify, NULL) < 0)
         return NULL;
     if (guard_ensure() != 0)
         return PyErr_SetFromErrno(PyExc_OSError);
-    PyObject *held[3];
-    if (snapshot3(bufs_in, offs_in, iends_in, held) < 0)
+    GatherCall gc = {{NULL}};
+    if (snapshot3(bufs_in, offs_in, iends_in, gc.held) < 0)
         return NULL;
-    PyObject *bufs = held[0], *offs = held[1], *iends = held[2];
-    Py_ssize_t m = PyTuple_GET_SIZE(bufs);
-    if (PyTuple_GET_SIZE(offs) != m || PyTuple_GET_SIZE(iends) != m) {
-        PyErr_SetString(PyExc_ValueError, "bufs, offsets and indexed_ends differ in length");
-        release3(held);
-        return NULL;
-    }
-    Py_buffer wv, lv;
-    if (get_i64(which_obj, &wv, "which") < 0) {
-        release3(held);
-        return NULL;
-    }
-    if (get_i64(local_obj, &lv, "local") < 0) {
-        PyBuffer_Release(&wv);
-        release3(held);
-        return NULL;
-    }
-    PyObject *result = NULL, *list = NULL;
-    Py_ssize_t got = 0;  /* shards whose buffers are held */
-    Py_buffer *views = PyMem_Calloc(m ? 2 * m : 1, sizeof(Py_buffer));
-    int64_t *ends = PyMem_Calloc(m ? m : 1, sizeof(int64_t));
-    if (views == NULL || ends == NULL) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    for (; got < m; got++) {
-        ends[got] = PyLong_AsLongLong(PyTuple_GET_ITEM(iends, got));
-        if (ends[got] == -1 && PyErr_Occurred())
-            goto done;
-        if (ends[got] < 0) {
-            PyErr_SetString(PyExc_ValueError, "indexed_ends must be >= 0");
-            goto done;
-        }
-        if (PyObject_GetBuffer(PyTuple_GET_ITEM(bufs, got), &views[2 * got], PyBUF_SIMPLE) < 0)
-            goto done;
-        if (get_u64(PyTuple_GET_ITEM(offs, got), &views[2 * got + 1]) < 0) {
-            PyBuffer_Release(&views[2 * got]);
-            goto done;
-        }
-    }
-    Py_ssize_t n = wv.shape[0];
-    if (lv.shape[0] != n) {
-        PyErr_SetString(PyExc_ValueError, "which and local differ in length");
-        goto done;
-    }
-    const int64_t *which = (const int64_t *)wv.buf, *local = (const int64_t *)lv.buf;
-    list = PyList_New(n);
-    if (list == NULL)
-        goto done;
-    int64_t last_len = -1, last_len_crc = 0;
-    for (Py_ssize_t k = 0; k < n; k++) {
-        int64_t j = which[k], i = local[k];
-        if (j < 0 || j >= m) {
-            PyErr_Format(PyExc_IndexError, "record %zd: shard %lld out of range", k,
-                         (long long)j);
-            goto done;
-        }
-        const Py_buffer *data = &views[2 * j];
-        int64_t start, end;
-        int problem = span_of(&views[2 * j + 1], ends[j], i, header + footer, data->len,
-                              &start, &end);
-        if (problem < 0)
-            goto done;
-        if (problem) {
-            result = Py_BuildValue("(in)", problem, k);
-            goto done;
-        }
-        PyObject *item = cut_record(data->obj, (const unsigned char *)data->buf, data->len,
-                                    start, end, header, footer, verify, crc_fn, memo,
-                                    &last_len, &last_len_crc);
-        if (item == NULL)
-            goto done;
-        if (item == Py_None) {
-            Py_DECREF(item);
-            result = Py_BuildValue("(in)", 2, k);
-            goto done;
-        }
-        PyList_SET_ITEM(list, k, item);
-    }
-    result = list;
-    list = NULL;
-done:
-    Py_XDECREF(list);
-    for (Py_ssize_t j = 0; j < got; j++) {
-        PyBuffer_Release(&views[2 * j]);
-        PyBuffer_Release(&views[2 * j + 1]);
-    }
-    PyMem_Free(views);
-    PyMem_Free(ends);
-    PyBuffer_Release(&lv);
-    PyBuffer_Release(&wv);
-    release3(held);
+    PyObject *result = NULL;
+    Checks ck = CHECKS(header, footer, verify, crc_fn, memo);
+    if (gather_hold(&gc, which_obj, local_obj) == 0)
+        result = gather_records(&gc, &ck);
+    gather_close(&gc);
     return result;
 }
 
@@ -424,28 +444,36 @@ const char record_doc[] =
 "The checked payload of record i of one shard (its data buf, its sidecar offsets, the end of\n"
 "its last indexed record), or a problem code as in gather().";
 
+/* record()'s numbers: args[2..6] as the indexed end, the record, the framing sizes and
+ * verify, each conversion checked before the next runs (no C-API call with an error set);
+ * 0, or -1 with an exception set. */
+static int record_args(PyObject *const *args, int64_t *iend, int64_t *i, Py_ssize_t *header,
+                       Py_ssize_t *footer, int *verify) {
+    if ((*iend = PyLong_AsLongLong(args[2])) == -1 && PyErr_Occurred())
+        return -1;
+    if ((*i = PyLong_AsLongLong(args[3])) == -1 && PyErr_Occurred())
+        return -1;
+    if ((*header = PyLong_AsSsize_t(args[4])) == -1 && PyErr_Occurred())
+        return -1;
+    if ((*footer = PyLong_AsSsize_t(args[5])) == -1 && PyErr_Occurred())
+        return -1;
+    if ((*verify = PyObject_IsTrue(args[6])) < 0)
+        return -1;
+    return 0;
+}
+
 PyObject *record(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 9 || !PyDict_Check(args[8])) {
         PyErr_SetString(PyExc_TypeError, "record takes 9 arguments, the last a dict");
         return NULL;
     }
-    /* each conversion is checked before the next runs: no C-API call with an error set */
     int64_t iend, i;
     Py_ssize_t header, footer;
     int verify;
-    if ((iend = PyLong_AsLongLong(args[2])) == -1 && PyErr_Occurred())
+    if (record_args(args, &iend, &i, &header, &footer, &verify) < 0)
         return NULL;
-    if ((i = PyLong_AsLongLong(args[3])) == -1 && PyErr_Occurred())
+    if (framing_refused(header, footer, verify, NULL) < 0)
         return NULL;
-    if ((header = PyLong_AsSsize_t(args[4])) == -1 && PyErr_Occurred())
-        return NULL;
-    if ((footer = PyLong_AsSsize_t(args[5])) == -1 && PyErr_Occurred())
-        return NULL;
-    if ((verify = PyObject_IsTrue(args[6])) < 0)
-        return NULL;
-    if (bad_framing(header, footer, verify)) {
-        return NULL;
-    }
     if (iend < 0) {
         PyErr_SetString(PyExc_ValueError, "indexed_end must be >= 0");
         return NULL;
@@ -464,9 +492,8 @@ PyObject *record(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
         r = problem < 0 ? NULL : PyLong_FromLong(problem);
         goto done;
     }
-    int64_t last_len = -1, last_len_crc = 0;
-    r = cut_record(buf.obj, (const unsigned char *)buf.buf, buf.len, start, end, header,
-                   footer, verify, args[7], args[8], &last_len, &last_len_crc);
+    Checks ck = CHECKS(header, footer, verify, args[7], args[8]);
+    r = cut_record(buf.obj, (const unsigned char *)buf.buf, buf.len, start, end, &ck);
     if (r == Py_None) {
         Py_DECREF(r);
         r = PyLong_FromLong(2);

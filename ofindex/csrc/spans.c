@@ -14,6 +14,110 @@ const char spans_doc[] =
 "past its indexed end (problem 1: corrupt offsets) or past the bytes of bufs[j] (problem\n"
 "3); starts and ends are then partly set.";
 
+/* What spans() holds while it runs (all released by spans_close). */
+typedef struct {
+    PyObject *held[3];      /* the lists' items as they are now (see snapshot3) */
+    Py_ssize_t m, got;      /* shards, and how many have their offsets held in views */
+    Py_buffer *views;
+    int64_t *ends;          /* per shard: its indexed end, then its data's length */
+    Py_buffer wv, lv, sv, ev;  /* which, local, starts, ends */
+} SpansCall;
+
+/* The data's length: bufs[j] is a buffer, or the length itself (files held as blocks).
+ * 0, or -1 with an exception set. */
+static int data_length(PyObject *buf, Py_ssize_t *length) {
+    if (PyLong_Check(buf)) {
+        *length = PyLong_AsSsize_t(buf);
+        if (*length == -1 && PyErr_Occurred())
+            return -1;
+        if (*length < 0) {
+            PyErr_SetString(PyExc_ValueError, "a length in bufs must be >= 0");
+            return -1;
+        }
+        return 0;
+    }
+    Py_buffer data;
+    if (PyObject_GetBuffer(buf, &data, PyBUF_SIMPLE) < 0)
+        return -1;
+    *length = data.len;
+    PyBuffer_Release(&data);
+    return 0;
+}
+
+/* Shard j's indexed end, data length and offsets (views[j], counted in got once held):
+ * 0, or -1 with an exception set. */
+static int hold_shard(SpansCall *sc, Py_ssize_t j) {
+    int64_t iend = PyLong_AsLongLong(PyTuple_GET_ITEM(sc->held[2], j));
+    if (iend == -1 && PyErr_Occurred())
+        return -1;
+    if (iend < 0) {
+        PyErr_SetString(PyExc_ValueError, "indexed_ends must be >= 0");
+        return -1;
+    }
+    Py_ssize_t length;
+    if (data_length(PyTuple_GET_ITEM(sc->held[0], j), &length) < 0)
+        return -1;
+    sc->ends[2 * j] = iend;
+    sc->ends[2 * j + 1] = length;
+    if (get_u64(PyTuple_GET_ITEM(sc->held[1], j), &sc->views[j]) < 0)
+        return -1;
+    sc->got = j + 1;
+    return 0;
+}
+
+/* The arrays and every shard's offsets held: 0, or -1 with an exception set. */
+static int spans_hold(SpansCall *sc, PyObject *which_obj, PyObject *local_obj,
+                      PyObject *starts_obj, PyObject *ends_obj) {
+    if (get_i64(which_obj, &sc->wv, "which") < 0 || get_i64(local_obj, &sc->lv, "local") < 0 ||
+        get_i64_out(starts_obj, &sc->sv, "starts") < 0 ||
+        get_i64_out(ends_obj, &sc->ev, "ends") < 0)
+        return -1;
+    Py_ssize_t n = sc->wv.shape[0];
+    if (sc->lv.shape[0] != n || sc->sv.shape[0] != n || sc->ev.shape[0] != n) {
+        PyErr_SetString(PyExc_ValueError, "spans: which, local, starts and ends differ in "
+                        "length");
+        return -1;
+    }
+    for (Py_ssize_t j = 0; j < sc->m; j++)
+        if (hold_shard(sc, j) < 0)
+            return -1;
+    return 0;
+}
+
+/* Each record's span into starts and ends: None, (problem, k) for the first record k with
+ * one, or NULL with an exception set. */
+static PyObject *spans_locate(const SpansCall *sc, Py_ssize_t min_size) {
+    const int64_t *which = (const int64_t *)sc->wv.buf, *local = (const int64_t *)sc->lv.buf;
+    int64_t *st = (int64_t *)sc->sv.buf, *en = (int64_t *)sc->ev.buf;
+    for (Py_ssize_t k = 0; k < sc->wv.shape[0]; k++) {
+        int64_t j = which[k];
+        if (j < 0 || j >= sc->m) {
+            PyErr_Format(PyExc_IndexError, "record %zd: shard %lld out of range", k,
+                         (long long)j);
+            return NULL;
+        }
+        int problem = span_of(&sc->views[j], sc->ends[2 * j], local[k], min_size,
+                              (Py_ssize_t)sc->ends[2 * j + 1], &st[k], &en[k]);
+        if (problem < 0)
+            return NULL;
+        if (problem)
+            return Py_BuildValue("(in)", problem, k);
+    }
+    return Py_NewRef(Py_None);
+}
+
+static void spans_close(SpansCall *sc) {
+    for (Py_ssize_t j = 0; j < sc->got; j++)
+        PyBuffer_Release(&sc->views[j]);
+    PyBuffer_Release(&sc->ev);  /* (buffers never acquired are empty: releasing is a no-op) */
+    PyBuffer_Release(&sc->sv);
+    PyBuffer_Release(&sc->lv);
+    PyBuffer_Release(&sc->wv);
+    PyMem_Free(sc->views);
+    PyMem_Free(sc->ends);
+    release3(sc->held);
+}
+
 PyObject *spans(PyObject *self, PyObject *args) {
     PyObject *bufs_in, *offs_in, *iends_in, *which_obj, *local_obj, *starts_obj, *ends_obj;
     Py_ssize_t min_size;
@@ -21,104 +125,24 @@ PyObject *spans(PyObject *self, PyObject *args) {
                           &offs_in, &PyList_Type, &iends_in, &which_obj, &local_obj, &min_size,
                           &starts_obj, &ends_obj))
         return NULL;
-    PyObject *held[3];  /* the lists' items as they are now (see snapshot3) */
-    if (snapshot3(bufs_in, offs_in, iends_in, held) < 0)
+    SpansCall sc = {{NULL}};
+    if (snapshot3(bufs_in, offs_in, iends_in, sc.held) < 0)
         return NULL;
-    PyObject *bufs = held[0], *offs = held[1], *iends = held[2];
-    Py_ssize_t m = PyTuple_GET_SIZE(bufs);
-    if (PyTuple_GET_SIZE(offs) != m || PyTuple_GET_SIZE(iends) != m || min_size < 0) {
+    sc.m = PyTuple_GET_SIZE(sc.held[0]);
+    if (PyTuple_GET_SIZE(sc.held[1]) != sc.m || PyTuple_GET_SIZE(sc.held[2]) != sc.m ||
+        min_size < 0) {
         PyErr_SetString(PyExc_ValueError, "spans: bufs, offsets and indexed_ends differ in "
                         "length, or min_size < 0");
-        release3(held);
+        release3(sc.held);
         return NULL;
     }
     PyObject *result = NULL;
-    Py_ssize_t got = 0;  /* shards whose offsets are held */
-    Py_buffer wv, lv, sv, ev;
-    Py_buffer *views = PyMem_Calloc(m ? m : 1, sizeof(Py_buffer));
-    int64_t *ends = PyMem_Calloc(m ? 2 * m : 2, sizeof(int64_t));  /* indexed end, length */
-    if (views == NULL || ends == NULL) {
-        PyMem_Free(views);
-        PyMem_Free(ends);
-        release3(held);
-        return PyErr_NoMemory();
-    }
-    if (get_i64(which_obj, &wv, "which") < 0)
-        goto no_which;
-    if (get_i64(local_obj, &lv, "local") < 0)
-        goto no_local;
-    if (get_i64_out(starts_obj, &sv, "starts") < 0)
-        goto no_starts;
-    if (get_i64_out(ends_obj, &ev, "ends") < 0)
-        goto no_ends;
-    Py_ssize_t n = wv.shape[0];
-    if (lv.shape[0] != n || sv.shape[0] != n || ev.shape[0] != n) {
-        PyErr_SetString(PyExc_ValueError, "spans: which, local, starts and ends differ in "
-                        "length");
-        goto done;
-    }
-    for (; got < m; got++) {
-        int64_t iend = PyLong_AsLongLong(PyTuple_GET_ITEM(iends, got));
-        if (iend == -1 && PyErr_Occurred())
-            goto done;
-        if (iend < 0) {
-            PyErr_SetString(PyExc_ValueError, "indexed_ends must be >= 0");
-            goto done;
-        }
-        PyObject *buf = PyTuple_GET_ITEM(bufs, got);
-        Py_ssize_t length;
-        if (PyLong_Check(buf)) {  /* the data's length itself (files held as blocks) */
-            length = PyLong_AsSsize_t(buf);
-            if (length == -1 && PyErr_Occurred())
-                goto done;
-            if (length < 0) {
-                PyErr_SetString(PyExc_ValueError, "a length in bufs must be >= 0");
-                goto done;
-            }
-        } else {
-            Py_buffer data;
-            if (PyObject_GetBuffer(buf, &data, PyBUF_SIMPLE) < 0)
-                goto done;
-            length = data.len;
-            PyBuffer_Release(&data);
-        }
-        ends[2 * got] = iend;
-        ends[2 * got + 1] = length;
-        if (get_u64(PyTuple_GET_ITEM(offs, got), &views[got]) < 0)
-            goto done;
-    }
-    const int64_t *which = (const int64_t *)wv.buf, *local = (const int64_t *)lv.buf;
-    int64_t *st = (int64_t *)sv.buf, *en = (int64_t *)ev.buf;
-    for (Py_ssize_t k = 0; k < n; k++) {
-        int64_t j = which[k];
-        if (j < 0 || j >= m) {
-            PyErr_Format(PyExc_IndexError, "record %zd: shard %lld out of range", k,
-                         (long long)j);
-            goto done;
-        }
-        int problem = span_of(&views[j], ends[2 * j], local[k], min_size,
-                              (Py_ssize_t)ends[2 * j + 1], &st[k], &en[k]);
-        if (problem < 0)
-            goto done;
-        if (problem) {
-            result = Py_BuildValue("(in)", problem, k);
-            goto done;
-        }
-    }
-    result = Py_NewRef(Py_None);
-done:
-    for (Py_ssize_t j = 0; j < got; j++)
-        PyBuffer_Release(&views[j]);
-    PyBuffer_Release(&ev);
-no_ends:
-    PyBuffer_Release(&sv);
-no_starts:
-    PyBuffer_Release(&lv);
-no_local:
-    PyBuffer_Release(&wv);
-no_which:
-    PyMem_Free(views);
-    PyMem_Free(ends);
-    release3(held);
+    sc.views = PyMem_Calloc(sc.m ? sc.m : 1, sizeof(Py_buffer));
+    sc.ends = PyMem_Calloc(sc.m ? 2 * sc.m : 2, sizeof(int64_t));  /* indexed end, length */
+    if (sc.views == NULL || sc.ends == NULL)
+        PyErr_NoMemory();
+    else if (spans_hold(&sc, which_obj, local_obj, starts_obj, ends_obj) == 0)
+        result = spans_locate(&sc, min_size);
+    spans_close(&sc);
     return result;
 }

@@ -15,6 +15,25 @@ const char walk_doc[] =
     "p with p + header_size <= n is written to `out` (an int64 array of at least\n"
     "n // overhead + 1 items); returns how many, and where the walk stopped (capped at 2**62).";
 
+/* The walk over base[0:lim), without the GIL: each start p with p + hs <= lim into pos (at
+ * most cap of them); how many, and where the walk stopped (*end, capped at WALK_CAP). */
+static Py_ssize_t walk_starts(const unsigned char *base, uint64_t lim, uint64_t hs,
+                              uint64_t ov, int64_t *pos, Py_ssize_t cap, uint64_t *end) {
+    Py_ssize_t count = 0;
+    uint64_t p = 0;
+    while (p + hs <= lim && count < cap) {
+        pos[count++] = (int64_t)p;
+        uint64_t length = load_le(base + p, 8);
+        if (length > WALK_CAP - p - ov) {  /* p < n <= 2**62: no wrap on the right */
+            p = WALK_CAP;
+            break;
+        }
+        p += length + ov;
+    }
+    *end = p;
+    return count;
+}
+
 PyObject *walk(PyObject *self, PyObject *args) {
     PyObject *buf_obj, *out_obj;
     Py_ssize_t n, header, overhead;
@@ -45,22 +64,11 @@ PyObject *walk(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "walk: out is too small");
         goto fail;
     }
-    const unsigned char *base = (const unsigned char *)buf.buf;
-    int64_t *pos = (int64_t *)out.buf;
-    Py_ssize_t count = 0;
-    uint64_t p = 0;
-    const uint64_t lim = (uint64_t)n;  /* a header fits when p + header <= n */
-    const uint64_t hs = (uint64_t)header, ov = (uint64_t)overhead;
+    uint64_t p;
+    Py_ssize_t count;
     Py_BEGIN_ALLOW_THREADS
-    while (p + hs <= lim && count < cap) {
-        pos[count++] = (int64_t)p;
-        uint64_t length = load_le(base + p, 8);
-        if (length > WALK_CAP - p - ov) {  /* p < n <= 2**62: no wrap on the right */
-            p = WALK_CAP;
-            break;
-        }
-        p += length + ov;
-    }
+    count = walk_starts((const unsigned char *)buf.buf, (uint64_t)n, (uint64_t)header,
+                        (uint64_t)overhead, (int64_t *)out.buf, cap, &p);
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&buf);
     PyBuffer_Release(&out);

@@ -25,11 +25,12 @@ naming the feature.
 """
 
 from collections.abc import Sequence
-from typing import Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import numpy as np
 
 from ofindex.decode._memory import memory_pool
+from ofindex.decode._plans import OneRecord, RecordCall, rebuilt, record_plan
 from ofindex.decode.batch import decode_records
 from ofindex.decode.example import (
     EXAMPLE_DTYPES,
@@ -37,9 +38,8 @@ from ofindex.decode.example import (
     Decoded,
     RecordBytes,
     decode_example,
-    decode_example_normalized,
     decode_ofrecord,
-    decode_ofrecord_normalized,
+    decode_one,
     from_message,
 )
 from ofindex.decode.pretty import format_decoded
@@ -223,7 +223,11 @@ class _SpecDecoder:
         return self
 
     def __eq__(self, other: object) -> bool:
-        return type(other) is type(self) and vars(self) == vars(other)
+        return type(other) is type(self) and self.__getstate__() == other.__getstate__()
+
+    def __getstate__(self) -> dict[str, Any]:
+        """What the decoder is made of: its kind and specs (not its compiled plan)."""
+        return {name: value for name, value in vars(self).items() if name != "_plan"}
 
     def __repr__(self) -> str:
         if self.kind == "sequence_example":
@@ -232,12 +236,17 @@ class _SpecDecoder:
         return f"{type(self).__name__}({self.spec!r}, kind={self.kind!r})"
 
 
-class Decoder(_SpecDecoder):
+class Decoder(_SpecDecoder, RecordCall):
     """A picklable per-record decoder, e.g. for ``ofindex.open(..., decode=Decoder(spec))``.
 
-    ``Decoder(spec, kind)(data)`` decodes one serialized record; :meth:`batch` decodes a
-    list of records at once. The specs are checked when the decoder is made, not at the
-    first record. Two decoders are equal when their kind and specs are.
+    ``Decoder(spec, kind)(data)`` decodes one serialized record (``bytes``, ``bytearray``,
+    ``memoryview``...) to ``{name: array}`` (see :func:`decode_example` /
+    :func:`decode_ofrecord`), or ``(context, feature_lists)`` for
+    ``kind="sequence_example"`` (see :func:`decode_sequence_example`), and raises
+    :class:`~ofindex.errors.DecodeError` naming the feature when the record is not a valid
+    one of the kind or a feature does not match its spec; :meth:`batch` decodes a list of
+    records at once. The specs are checked when the decoder is made, not at the first
+    record. Two decoders are equal when their kind and specs are.
 
     Args:
         spec: The features to decode (a mapping ``{name: FixedLen | VarLen | None}``, a
@@ -257,26 +266,34 @@ class Decoder(_SpecDecoder):
         TypeError: A spec entry is not ``FixedLen(...)``, ``VarLen(...)`` or ``None``.
     """
 
-    def __call__(self, data: RecordBytes) -> DecodeResult:
-        """Decode one serialized record.
+    def __init__(self, spec: Spec | tuple[Spec, Spec] = None, kind: str | None = None, *,
+                 context_spec: Spec = None, sequence_spec: Spec = None) -> None:
+        super().__init__(spec, kind, context_spec=context_spec, sequence_spec=sequence_spec)
+        self._plan = self._compiled()
 
-        Args:
-            data: The serialized record (``bytes``, ``bytearray``, ``memoryview``...).
+    def _compiled(self) -> OneRecord | None:
+        """The compiled one-record decoder of the spec (see :mod:`ofindex.decode._plans`), or
+        ``None``: every record goes the careful way. It is chosen when the decoder is made (or
+        unpickled, e.g. in a DataLoader worker): without the compiled module
+        (``OFINDEX_PURE_PYTHON=1``) there is none."""
+        return None if self.kind == "sequence_example" else record_plan(self._nspec, self.kind)
 
-        Returns:
-            ``{name: array}`` (see :func:`decode_example` / :func:`decode_ofrecord`), or
-            ``(context, feature_lists)`` for ``kind="sequence_example"`` (see
-            :func:`decode_sequence_example`).
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        vars(self).update(state)
+        self._plan = self._compiled()
 
-        Raises:
-            DecodeError: ``data`` is not a valid record of the kind, or a feature does not
-                match its spec; the message names the feature.
-        """
-        if self.kind == "example":
-            return decode_example_normalized(data, self._nspec)
-        if self.kind == "ofrecord":
-            return decode_ofrecord_normalized(data, self._nspec)
-        return decode_sequence_example(data, self.context_spec, self.sequence_spec)
+    def __reduce__(self) -> tuple[Any, ...]:
+        # (pickle's older protocols would rebuild the decoder through its compiled base)
+        return rebuilt, (type(self),), self.__getstate__()
+
+    if TYPE_CHECKING:  # the call itself is RecordCall's (no Python frame): its types
+        def __call__(self, data: RecordBytes) -> DecodeResult: ...
+
+    def _careful(self, data: RecordBytes) -> DecodeResult:
+        """``self(data)`` on the careful path (the compiled plan gave ``None``)."""
+        if self.kind == "sequence_example":
+            return decode_sequence_example(data, self.context_spec, self.sequence_spec)
+        return decode_one(data, self._nspec, self.kind, self._plan)
 
 
 class BatchDecoder(_SpecDecoder):

@@ -31,10 +31,11 @@ def _executor() -> cf.ThreadPoolExecutor | None:
 
 
 def fill_parallel(n: int, nbytes: int, fill: Callable[[list[Any], int, int], None],
-                  *arrays: Any) -> None:
+                  *arrays: Any, least: int = PARALLEL_COPY_BYTES) -> None:
     """``fill(job, lo, hi)`` over parts of ``range(n)``, where ``job`` is ``list(arrays)``: on a
-    few threads when ``nbytes`` is big (``fill`` must release the GIL to gain from them)."""
-    pool = _executor() if nbytes >= PARALLEL_COPY_BYTES and n > 1 else None
+    few threads when ``nbytes`` is at least ``least`` (``fill`` must release the GIL to gain
+    from them)."""
+    pool = _executor() if nbytes >= least and n > 1 else None
     job = list(arrays)
     if pool is None:
         fill(job, 0, n)

@@ -33,11 +33,19 @@ _INTEGERS = (INT32, INT64)
 Column = tuple[Any, ...]
 
 
+#: The first protobuf whose parser follows the rules of the careful path: protobuf 6 accepts a
+#: length or tag in more than 5 bytes and refuses field number 0 inside a group, so a batch
+#: decoded through it accepted records that decode_example refuses.
+FIRST_MAJOR = 7
+
+
 def _message_class(family: str) -> Any:
-    """The generated message class of ``family``, or ``None`` when protobuf is not upb."""
+    """The generated message class of ``family``, or ``None`` when protobuf is not upb or is
+    older than :data:`FIRST_MAJOR`."""
+    from google.protobuf import __version__ as protobuf_version
     from google.protobuf.internal import api_implementation
 
-    if api_implementation.Type() != "upb":
+    if api_implementation.Type() != "upb" or int(protobuf_version.split(".")[0]) < FIRST_MAJOR:
         return None
     if family == "example":
         from ofindex.proto import example_pb2

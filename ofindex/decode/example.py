@@ -1,10 +1,12 @@
 """Decode one serialized ``tf.train.Example`` or OneFlow ``OFRecord`` to numpy arrays."""
 
 from collections.abc import Callable, Iterable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
+from ofindex import _accel
+from ofindex.decode._plans import OneRecord, RecordCall, record_plan
 from ofindex.decode._values import (
     BYTES,
     EXAMPLE_KINDS,
@@ -168,14 +170,68 @@ def decode_example(data: RecordBytes, spec: Spec = None) -> Decoded:
         ValueError: A spec dtype is not one an Example stores (bytes, float32, int64).
         TypeError: A spec entry is not ``FixedLen(...)``, ``VarLen(...)`` or ``None``.
     """
+    if spec is None and _accel.native is not None:
+        return _EXAMPLE_AS_STORED(data)  # compiled first, then the careful path
     return decode_example_normalized(data, normalize_spec(spec, EXAMPLE_DTYPES, "Example"))
 
 
 def decode_example_normalized(data: RecordBytes, nspec: NormalizedSpec | None) -> Decoded:
     """:func:`decode_example` with a spec already checked by ``normalize_spec``."""
+    return decode_one(data, nspec, "example", None)
+
+
+#: Per family: its walker, its list kinds and its name in messages.
+_WALKERS: dict[str, tuple[Callable[[bytes], Walked], dict[int, str], str]] = {
+    "example": (walk_example, EXAMPLE_KINDS, "Example"),
+    "ofrecord": (walk_ofrecord, OFRECORD_KINDS, "OFRecord"),
+}
+
+
+def decode_one(data: RecordBytes, nspec: NormalizedSpec | None, family: str,
+               plan: OneRecord | None) -> Decoded:
+    """One record of ``family`` (``"example"`` or ``"ofrecord"``) decoded with a spec already
+    checked by ``normalize_spec``, on the careful path; a record that is bytes-like but not
+    ``bytes`` is made ``bytes`` and given to ``plan`` first (the callers give ``bytes`` to
+    their compiled decoder themselves, without this call: see :mod:`ofindex.decode._plans`).
+
+    Args:
+        data: The serialized record.
+        nspec: The normalized spec (``None``: every feature as stored).
+        family: ``"example"`` or ``"ofrecord"``.
+        plan: The compiled decoder of ``nspec``, or ``None``.
+
+    Returns:
+        ``{name: array}``.
+
+    Raises:
+        DecodeError: As :func:`decode_example` / :func:`decode_ofrecord`.
+    """
     buf = data if type(data) is bytes else as_bytes(data)
-    return decode_features(buf, walk(buf, walk_example, "Example"), nspec,
-                           EXAMPLE_KINDS, "Example")
+    if plan is not None and buf is not data:  # made bytes here: the compiled path's turn
+        got = plan(buf)
+        if got is not None:
+            return got
+    walker, kinds, what = _WALKERS[family]
+    return decode_features(buf, walk(buf, walker, what), nspec, kinds, what)
+
+
+class _AsStored(RecordCall):
+    """Every feature of a record of ``family`` as stored (``decode_example(data)``,
+    ``decode_ofrecord(data)``): its compiled plan first, then the careful path."""
+
+    def __init__(self, family: str) -> None:
+        self.family = family
+        self._plan = record_plan(None, family)
+
+    if TYPE_CHECKING:  # the call itself is RecordCall's (no Python frame): its types
+        def __call__(self, data: RecordBytes) -> Decoded: ...
+
+    def _careful(self, data: RecordBytes) -> Decoded:
+        return decode_one(data, None, self.family, self._plan)
+
+
+_EXAMPLE_AS_STORED = _AsStored("example")
+_OFRECORD_AS_STORED = _AsStored("ofrecord")
 
 
 def top_fields(data: RecordBytes) -> set[int]:
@@ -222,15 +278,15 @@ def decode_ofrecord(data: RecordBytes, spec: Spec = None) -> Decoded:
         ValueError: A spec dtype is not one of the five an OFRecord stores.
         TypeError: A spec entry is not ``FixedLen(...)``, ``VarLen(...)`` or ``None``.
     """
+    if spec is None and _accel.native is not None:
+        return _OFRECORD_AS_STORED(data)  # compiled first, then the careful path
     return decode_ofrecord_normalized(
         data, normalize_spec(spec, OFRECORD_DTYPES, "OFRecord"))
 
 
 def decode_ofrecord_normalized(data: RecordBytes, nspec: NormalizedSpec | None) -> Decoded:
     """:func:`decode_ofrecord` with a spec already checked by ``normalize_spec``."""
-    buf = data if type(data) is bytes else as_bytes(data)
-    return decode_features(buf, walk(buf, walk_ofrecord, "OFRecord"), nspec,
-                           OFRECORD_KINDS, "OFRecord")
+    return decode_one(data, nspec, "ofrecord", None)
 
 
 # ---- conversions from protobuf message objects (reference / interop) -------------------

@@ -1,13 +1,18 @@
-"""Decode the JPEG images of a batch on every core, without the GIL, into the batch's memory.
+"""Decode the JPEG and PNG images of a batch on every core, without the GIL, into the batch's
+memory.
 
-    decode_images(jpegs, size=(224, 224), out=None) -> uint8 array (batch, 224, 224, 3)
+    decode_images(images, size=(224, 224), out=None) -> uint8 array (batch, 224, 224, 3)
 
-``jpegs`` is a batch's ``bytes`` feature: packed (:class:`~ofindex.decode.Ragged` of
-``uint8``, what ``pack_bytes=True`` gives) or a sequence of ``bytes``. Each image is decoded
-to RGB by libjpeg-turbo through ``simplejpeg`` and, when ``size`` is given, resized to exactly
-``(height, width)`` with an antialiased bilinear (triangle) filter, the filter of Pillow's
-``Image.resize(..., BILINEAR)`` and of torch's ``interpolate(..., antialias=True)``; with
-``size=None`` every image must have one size and is decoded as it is.
+``images`` is a batch's ``bytes`` feature: packed (:class:`~ofindex.decode.Ragged` of
+``uint8``, what ``pack_bytes=True`` gives) or a sequence of ``bytes``. The formats taken are
+:data:`FORMATS`, told apart by their first bytes (:mod:`ofindex.decode.image_kinds`), so a
+batch may mix them: a JPEG is decoded to RGB by libjpeg-turbo through ``simplejpeg``, a PNG by
+Pillow (zlib, the GIL released; grayscale, palette and 16-bit images made RGB, an alpha
+channel dropped), and any other format is a ``DecodeError`` naming the image and its format.
+When ``size`` is given each is resized to exactly ``(height, width)`` with an antialiased
+bilinear (triangle) filter, the filter of Pillow's ``Image.resize(..., BILINEAR)`` and of
+torch's ``interpolate(..., antialias=True)``; with ``size=None`` every image must have one
+size and is decoded as it is.
 
 Choices, with the measurements behind them (ImageNet-like JPEGs of ~330 x 380, 2-core VM):
 
@@ -28,7 +33,9 @@ Choices, with the measurements behind them (ImageNet-like JPEGs of ~330 x 380, 2
 from __future__ import annotations
 
 import concurrent.futures as cf
+import io
 import itertools
+import struct
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -36,6 +43,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import DecodeError, missing_extra
+from .image_kinds import JPEG, PNG, image_format
 from .spec import Ragged
 
 try:
@@ -45,7 +53,10 @@ except ImportError as _exc:  # without the extra: say which one to install
 
 from .._threads import ProcessPool
 
-__all__ = ["dct_scale", "decode_image", "decode_images", "resampler"]
+__all__ = ["FORMATS", "dct_scale", "decode_images", "resampler"]
+
+#: The image formats the stage decodes (others are a DecodeError naming the image).
+FORMATS = (JPEG, PNG)
 
 #: Threads that decode images (one per usable core).
 _POOL = ProcessPool("ofindex-images", max_threads=64)
@@ -142,79 +153,52 @@ def _buffers(jpegs: Jpegs) -> list[Any]:
     return [item if isinstance(item, np.ndarray) else memoryview(item) for item in jpegs]
 
 
-def _header(buffer: Any, record: int) -> tuple[int, int]:
-    """``(height, width)`` of a JPEG, or a :class:`DecodeError` naming the record."""
-    try:
-        height, width, _, _ = simplejpeg.decode_jpeg_header(buffer)
-    except ValueError as exc:
-        raise DecodeError(f"image {record} of the batch is not a JPEG that can be decoded "
-                          f"({exc}); check the feature holds JPEG bytes") from exc
+def _png_header(buffer: Any, record: int) -> tuple[int, int]:
+    """``(height, width)`` of a PNG: its IHDR chunk, which the format puts first."""
+    head = bytes(memoryview(buffer).cast("B")[:24])
+    if len(head) < 24 or head[12:16] != b"IHDR":
+        raise DecodeError(f"image {record} of the batch is a PNG cut short or without its "
+                          "IHDR chunk; check the feature holds whole PNG files")
+    width, height = struct.unpack(">II", head[16:24])
+    return int(height), int(width)
+
+
+def _header(buffer: Any, record: int) -> tuple[str, int, int]:
+    """``(format, height, width)`` of an image, or a :class:`DecodeError` naming the
+    record."""
+    kind = image_format(buffer)
+    if kind == PNG:
+        height, width = _png_header(buffer, record)
+    elif kind == JPEG:
+        try:
+            height, width, _, _ = simplejpeg.decode_jpeg_header(buffer)
+        except ValueError as exc:
+            raise DecodeError(f"image {record} of the batch is not a JPEG that can be decoded "
+                              f"({exc}); check the feature holds JPEG or PNG bytes") from exc
+    else:
+        what = "not an image format known here" if kind == "other" else f"a {kind} image"
+        raise DecodeError(f"image {record} of the batch is {what}: the image stage decodes "
+                          f"{' and '.join(FORMATS)} (ofindex.decode.images.FORMATS); convert "
+                          "such images to one of them when writing the dataset")
     if int(height) * int(width) > MAX_PIXELS:
         raise DecodeError(f"image {record} of the batch claims {height} x {width} pixels, "
                           f"more than decode_images allows ({MAX_PIXELS:,}): a damaged "
                           "image, or raise ofindex.decode.images.MAX_PIXELS")
-    return int(height), int(width)
+    return kind, int(height), int(width)
 
 
-#: The first bytes of a JPEG (its start-of-image marker).
-_JPEG = b"\xff\xd8"
-#: Pillow modes kept as they are; the others become RGB, or RGBA when they hold transparency.
-_KEPT_MODES = ("L", "RGB", "RGBA", "I;16", "I", "F")
-
-
-def decode_image(data: bytes | bytearray | memoryview) -> np.ndarray:
-    """Decode one image of any format Pillow reads (PNG, GIF, BMP …; JPEG by libjpeg-turbo,
-    as :func:`decode_images`), keeping its channels: the images of TensorBoard's logs (PNG of
-    1, 3 or 4 channels, of any size).
-
-    Args:
-        data: The encoded image.
-
-    Returns:
-        A ``(height, width, channels)`` array: ``uint8`` (grayscale, RGB, RGBA, palette images
-        as RGB or RGBA), or the 16- or 32-bit values of such images.
-
-    Raises:
-        DecodeError: The bytes are no image Pillow reads, or it claims more than
-            :data:`MAX_PIXELS` pixels.
-        MissingDependencyError: Pillow is not installed (an image other than a JPEG).
-    """
-    if bytes(data[:2]) == _JPEG:
-        _header(memoryview(data), 0)  # (its size checked before it is decoded)
-        decoded: np.ndarray = simplejpeg.decode_jpeg(bytes(data), colorspace="RGB")
-        return decoded
-    try:
-        from PIL import Image
-    except ImportError as exc:  # without the extra: say which one to install
-        raise missing_extra("decoding a PNG image", "images", exc) from exc
-    import io
-
-    try:
-        opened = Image.open(io.BytesIO(bytes(data)))
-        if opened.width * opened.height > MAX_PIXELS:
-            raise DecodeError(f"an image claims {opened.height} x {opened.width} pixels, more "
-                              f"than decode_image allows ({MAX_PIXELS:,})")
-        image: Image.Image = opened
-        if opened.mode not in _KEPT_MODES:
-            transparent = "A" in opened.mode or "transparency" in opened.info
-            image = opened.convert("RGBA" if transparent else "RGB")
-        pixels = np.asarray(image)
-    except (OSError, ValueError, Image.DecompressionBombError) as exc:
-        raise DecodeError(f"the bytes are not an image that can be decoded ({exc})") from exc
-    return pixels[..., None] if pixels.ndim == 2 else pixels
-
-
-def decode_images(jpegs: Jpegs, size: tuple[int, int] | None = None, *,
+def decode_images(images: Jpegs, size: tuple[int, int] | None = None, *,
                   out: np.ndarray | Callable[[tuple[int, ...]], np.ndarray] | None = None
                   ) -> np.ndarray:
-    """Decode (and resize) every JPEG of a batch to RGB, on all cores without the GIL.
+    """Decode (and resize) every JPEG or PNG of a batch to RGB, on all cores without the GIL.
 
     Args:
-        jpegs: The batch's images: a :class:`Ragged` of packed ``uint8`` bytes (a ``bytes``
-            feature decoded with ``pack_bytes=True``) or a sequence of bytes-like objects.
-        size: ``(height, width)`` to resize every image to (antialiased bilinear; decoded at
-            1/2, 1/4 or 1/8 scale first where that stays at least this big); ``None``: no
-            resize (every image must have the same size).
+        images: The batch's images (JPEG or PNG, :data:`FORMATS`, mixed as they come): a
+            :class:`Ragged` of packed ``uint8`` bytes (a ``bytes`` feature decoded with
+            ``pack_bytes=True``) or a sequence of bytes-like objects.
+        size: ``(height, width)`` to resize every image to (antialiased bilinear; a JPEG is
+            decoded at 1/2, 1/4 or 1/8 scale first where that stays at least this big);
+            ``None``: no resize (every image must have the same size).
         out: A writable C-contiguous ``uint8`` array of shape ``(batch, height, width, 3)``
             to decode into (e.g. shared or page-locked memory), or a function that makes one
             given that shape (called once the headers are read); ``None``: a new array.
@@ -223,14 +207,16 @@ def decode_images(jpegs: Jpegs, size: tuple[int, int] | None = None, *,
         ``out`` (or the new array) holding the images.
 
     Raises:
-        DecodeError: An image is not a decodable JPEG (the message names its position in
-            the batch), or with ``size=None`` the images differ in size.
+        DecodeError: An image is not a decodable JPEG or PNG (the message names its position
+            in the batch and its format), or with ``size=None`` the images differ in size.
         ValueError: ``size`` is not two positive integers, or ``out`` has the wrong shape,
             dtype or layout.
         MissingDependencyError: A resize is asked and neither torch nor Pillow is installed.
     """
-    buffers = _buffers(jpegs)
-    headers = [_header(b, k) for k, b in enumerate(buffers)]
+    buffers = _buffers(images)
+    found = [_header(b, k) for k, b in enumerate(buffers)]
+    kinds = [kind for kind, _, _ in found]
+    headers = [(height, width) for _, height, width in found]
     target = _target(size, headers)
     shape = (len(buffers), *target, 3)
     if out is None:
@@ -242,7 +228,7 @@ def decode_images(jpegs: Jpegs, size: tuple[int, int] | None = None, *,
         raise ValueError(f"out must be a writable C-contiguous uint8 array of shape {shape}, "
                          f"got {out.dtype} {out.shape}")
     resize = _resize_function()[1] if size is not None else None
-    job = _Job(buffers, headers, size, out, resize)
+    job = _Job(buffers, kinds, headers, size, out, resize)
     pool = _POOL.get() if len(buffers) >= PARALLEL_IMAGES else None
     if pool is None:
         job.run(0, len(buffers))
@@ -283,9 +269,9 @@ def _run_parallel(pool: cf.ThreadPoolExecutor, job: _Job, count: int) -> None:
 class _Job:
     """Decoding one batch: each call of :meth:`run` decodes a contiguous range of images."""
 
-    def __init__(self, buffers: list[Any], headers: list[tuple[int, int]],
+    def __init__(self, buffers: list[Any], kinds: list[str], headers: list[tuple[int, int]],
                  size: tuple[int, int] | None, out: np.ndarray, resize: Resize | None) -> None:
-        self.buffers, self.headers, self.size = buffers, headers, size
+        self.buffers, self.kinds, self.headers, self.size = buffers, kinds, headers, size
         self.out, self.resize = out, resize
 
     def run(self, lo: int, hi: int) -> None:
@@ -294,6 +280,9 @@ class _Job:
             self._one(k, scratch)
 
     def _one(self, k: int, scratch: _Scratch) -> None:
+        if self.kinds[k] == PNG:
+            self._png(k)
+            return
         height, width = self.headers[k]
         into = self.out[k]
         divisor = dct_scale(height, width, self.size)
@@ -312,6 +301,41 @@ class _Job:
                               f"header says {height} x {width}")
         if not direct and self.resize is not None:
             self.resize(image, into)
+
+
+    def _png(self, k: int) -> None:
+        """A PNG decoded by Pillow (made RGB), then resized into its place or copied."""
+        image = _png_pixels(self.buffers[k], k)
+        if image.shape[:2] != self.headers[k]:
+            raise DecodeError(f"image {k} of the batch decoded to {image.shape[:2]}, its "
+                              f"header says {self.headers[k][0]} x {self.headers[k][1]}")
+        into = self.out[k]
+        if self.resize is None or image.shape[:2] == into.shape[:2]:
+            into[...] = image
+        else:
+            self.resize(image, into)
+
+
+def _png_pixels(buffer: Any, record: int) -> np.ndarray:
+    """A PNG's pixels as RGB (Pillow: grayscale, palette and 16-bit made RGB, an alpha
+    channel dropped).
+
+    Raises:
+        DecodeError: Naming the record, when Pillow cannot decode it.
+        MissingDependencyError: Pillow is not installed.
+    """
+    try:
+        from PIL import Image
+    except ImportError as exc:
+        raise missing_extra("decode_images of PNG images", "images", exc) from exc
+    try:
+        with Image.open(io.BytesIO(bytes(memoryview(buffer).cast("B")))) as opened:
+            if opened.format != "PNG":
+                raise OSError(f"read as {opened.format}")
+            return np.array(opened.convert("RGB"))  # writable: torch resizes from it
+    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as exc:
+        raise DecodeError(f"image {record} of the batch could not be decoded as a PNG "
+                          f"({exc}); check the feature holds whole PNG files") from exc
 
 
 class _Scratch(threading.local):

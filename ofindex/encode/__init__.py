@@ -16,7 +16,9 @@ A batch of columns (numpy arrays with a leading batch dimension, lists, or an Ar
 Types follow TensorFlow's tutorial (``bool``/``int`` -> int64, ``float`` -> float32,
 ``bytes``/``str`` -> bytes) and OFRecord's five lists; a value that cannot be stored without
 losing information is an :class:`ofindex.errors.EncodeError` naming the feature and the
-record, never a silent cast (see :mod:`ofindex.encode.kinds`).
+record, never a silent cast (see :mod:`ofindex.encode.kinds`). The columns of an Arrow table
+(every Arrow type: structs, nested lists, dictionaries, dates …) follow one lossless mapping,
+:mod:`ofindex.encode.arrow_map`, read back by :mod:`ofindex.encode.arrow_back`.
 """
 
 from ofindex.encode.columns import BatchEncoder, encode_columns

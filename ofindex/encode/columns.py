@@ -19,14 +19,18 @@ from typing import Any
 import numpy as np
 
 from ofindex.decode.spec import FixedLen, Ragged, Spec
-from ofindex.encode.arrow import BinaryColumn, arrow_columns
+from ofindex.encode.arrow import BinaryColumn, RaggedColumn, arrow_columns
+from ofindex.encode.arrow_map import EXACT
 from ofindex.encode.framed import (
     ENTRIES,
+    LIST_SPANS,
     NO_FRAMING,
     ONE_BYTES,
     PACKED,
+    PACKED_SPANS,
     SPANS,
     VARINT,
+    VARINT_SPANS,
     BatchPlan,
     PlannedColumn,
     encode_block,
@@ -37,6 +41,7 @@ from ofindex.encode.kinds import (
     FLOAT32,
     FLOAT64,
     OFRECORD_TYPES,
+    default_numeric,
     numeric_values,
     where,
 )
@@ -50,6 +55,7 @@ from ofindex.encode.messages import (
     name_bytes,
 )
 from ofindex.encode.nulls import REFUSE, Nulls
+from ofindex.encode.varints import varints
 from ofindex.errors import EncodeError
 
 _KINDS = {"example": (EXAMPLE_TYPES, EXAMPLE_FIELDS, "Example"),
@@ -195,6 +201,11 @@ def _plan_column(name: str, column: Any, rules: FeatureRules, fields: dict[str, 
         _check_present(name, column.present, rules, first)
         return PlannedColumn(key, fields[BYTES], SPANS, (column.bounds, column.values),
                              column.present)
+    if isinstance(column, RaggedColumn):
+        planned = _ragged_column(name, key, column, rules, fields, first)
+        if planned is not None:
+            return planned
+        column = [column[k] for k in range(len(column))]  # the spec asks another type
     if isinstance(column, Ragged):
         column = [column[k] for k in range(len(column))]
     default, given, present = None, column, None
@@ -210,6 +221,60 @@ def _plan_column(name: str, column: Any, rules: FeatureRules, fields: dict[str, 
     _check_present(name, present, rules, first)
     return _planned_numbers(name, key, column, given, default, present, rules, fields, batch,
                             first)
+
+
+def _ragged_column(name: str, key: bytes, column: RaggedColumn, rules: FeatureRules,
+                   fields: dict[str, int], first: int) -> PlannedColumn | None:
+    """Rows of any length laid out at once: numbers as one packed list per row (floats as
+    they are, integers made varints), bytes as one bytes list per row; ``None`` when the
+    spec asks another type than the values have (they then go record by record)."""
+    fs = None if rules.spec is None else rules.spec.get(name)
+    if rules.spec is not None and name not in rules.spec:
+        raise EncodeError(f"{where(name, None)} is not in the spec; add it (e.g. VarLen(...)) "
+                          "or leave it out")
+    values = column.values
+    vtype = BYTES if isinstance(values, BinaryColumn) else default_numeric(values.dtype,
+                                                                          rules.allowed)
+    if fs is not None and (fs.dtype != vtype or isinstance(fs, FixedLen)):
+        return None
+    _check_present(name, column.present, rules, first)
+    offsets = np.asarray(column.offsets, np.int64)
+    if isinstance(values, BinaryColumn):
+        bounds, content = _bytes_lists(offsets, values)
+        return PlannedColumn(key, fields[BYTES], LIST_SPANS, (bounds, content), column.present)
+    try:  # float64 to float32 is refused where a value overflows (numeric_values' rules)
+        vtype, values = numeric_values(values, vtype, rules.allowed, name, None)
+    except EncodeError:
+        return None  # record by record: the error names the record
+    if vtype in (FLOAT32, FLOAT64):
+        width = 4 if vtype == FLOAT32 else 8
+        raw = np.ascontiguousarray(values).view(np.uint8)
+        return PlannedColumn(key, fields[vtype], PACKED_SPANS, (offsets * width, raw),
+                             column.present)
+    ints = np.ascontiguousarray(values, dtype=np.int64)  # varints made as they are written
+    return PlannedColumn(key, fields[vtype], VARINT_SPANS, (offsets, ints), column.present)
+
+
+def _bytes_lists(offsets: np.ndarray, items: BinaryColumn) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's bytes list content (every value with its key and length, back to back)
+    cut from one buffer made by numpy: its ``rows + 1`` bounds and the buffer."""
+    bounds = np.asarray(items.bounds, np.int64)
+    lengths = np.diff(bounds)
+    prefix, prefix_sizes = varints(lengths.view(np.uint64))
+    sizes = 1 + prefix_sizes + lengths
+    ends = np.zeros(len(sizes) + 1, np.int64)
+    np.cumsum(sizes, out=ends[1:])
+    starts = ends[:-1]
+    out = np.empty(int(ends[-1]), np.uint8)
+    out[starts] = 0x0A  # each value's key: field 1, length-delimited
+    prefix_starts = np.cumsum(prefix_sizes) - prefix_sizes
+    out[np.repeat(starts + 1 - prefix_starts, prefix_sizes)
+        + np.arange(len(prefix), dtype=np.int64)] = prefix
+    if len(bounds) > 1 and bounds[-1] > bounds[0]:
+        source = np.frombuffer(items.values, np.uint8)[int(bounds[0]):int(bounds[-1])]
+        shift = starts + 1 + prefix_sizes - (bounds[:-1] - bounds[0])
+        out[np.repeat(shift, lengths) + np.arange(len(source), dtype=np.int64)] = source
+    return ends[offsets], out
 
 
 def _planned_numbers(name: str, key: bytes, column: np.ndarray, given: Any,
@@ -237,7 +302,8 @@ def _planned_numbers(name: str, key: bytes, column: np.ndarray, given: Any,
 
 
 def plan_columns(columns: Mapping[str, Any] | Any, spec: Spec = None, kind: str = "example",
-                 *, first_record: int = 0, nulls: Nulls = REFUSE) -> BatchPlan:
+                 *, first_record: int = 0, nulls: Nulls = REFUSE,
+                 float64: str = EXACT) -> BatchPlan:
     """Check a batch of columns and lay it out for :func:`ofindex.encode.framed.encode_block`.
 
     Args:
@@ -246,6 +312,8 @@ def plan_columns(columns: Mapping[str, Any] | Any, spec: Spec = None, kind: str 
         kind: ``"example"`` or ``"ofrecord"``.
         first_record: The number of the batch's first record, for error messages.
         nulls: What a null element inside a list becomes (see :func:`encode_columns`).
+        float64: An Arrow table's float64 values in an Example: ``"exact"`` or
+            ``"float32"`` (see :mod:`ofindex.encode.arrow_map`).
 
     Returns:
         The :class:`~ofindex.encode.framed.BatchPlan`.
@@ -262,7 +330,7 @@ def plan_columns(columns: Mapping[str, Any] | Any, spec: Spec = None, kind: str 
                          "(encode SequenceExamples one by one)") from None
     rules = FeatureRules(spec, allowed, what, nulls)
     if not isinstance(columns, Mapping):
-        columns = arrow_columns(columns, rules.nulls, first_record)
+        columns = arrow_columns(columns, rules.nulls, first_record, kind, float64)
     batch = _batch_size(columns)
     if rules.spec is not None:
         for name in rules.spec:
@@ -304,7 +372,7 @@ def encode_planned(plan: BatchPlan) -> list[bytes]:
 
 def encode_columns(columns: Mapping[str, Any] | Any, spec: Spec = None,
                    kind: str = "example", *, first_record: int = 0,
-                   nulls: Nulls = REFUSE) -> list[bytes]:
+                   nulls: Nulls = REFUSE, float64: str = EXACT) -> list[bytes]:
     """Encode a batch of records from columns.
 
     Args:
@@ -324,6 +392,9 @@ def encode_columns(columns: Mapping[str, Any] | Any, spec: Spec = None,
         nulls: What a null element inside a list becomes: ``"refuse"`` (an EncodeError
             naming the column and the row), ``"drop"`` (left out) or ``("fill", value)``;
             see :mod:`ofindex.encode.nulls`.
+        float64: An Arrow table's float64 values in an Example: ``"exact"`` (raw doubles in
+            a bytes value, the default) or ``"float32"`` (TensorFlow's float_list, rounded);
+            see :mod:`ofindex.encode.arrow_map`.
 
     Returns:
         One serialized record per row, equal to encoding each row on its own.
@@ -334,7 +405,7 @@ def encode_columns(columns: Mapping[str, Any] | Any, spec: Spec = None,
         ValueError: An unknown ``kind`` or a bad ``nulls``.
     """
     return encode_planned(plan_columns(columns, spec, kind, first_record=first_record,
-                                       nulls=nulls))
+                                       nulls=nulls, float64=float64))
 
 
 class BatchEncoder:

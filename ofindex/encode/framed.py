@@ -30,9 +30,15 @@ from ofindex.formats.crc import masked_crc32c
 #: a packed list of fixed-size numbers (each row's bytes as they are), a packed list of
 #: varints (int64 values), a bytes list of one value (each row's bytes object), the whole
 #: map entry made beforehand (``b""``: the feature is absent from that record), or a bytes
-#: list of one value cut from one buffer (an Arrow binary or string column, not copied).
+#: list of one value cut from one buffer (an Arrow binary or string column, not copied), a
+#: packed list of any length cut from one buffer (a ragged column: floats as they are,
+#: integers already made varints), or a value list's whole content cut from one buffer (a
+#: bytes list of any number of values, each with its key and length), or a packed list of
+#: varints of any length (int64 values; its bounds count values, the others' bytes).
 #: Any of them may leave the feature out of some rows (``present``: null cells).
-PACKED, VARINT, ONE_BYTES, ENTRIES, SPANS = 0, 1, 2, 3, 4
+PACKED, VARINT, ONE_BYTES, ENTRIES, SPANS, PACKED_SPANS, LIST_SPANS, VARINT_SPANS = range(8)
+#: The modes whose data is ``(bounds, values)``.
+SPAN_MODES = (SPANS, PACKED_SPANS, LIST_SPANS, VARINT_SPANS)
 #: ``(header, footer)`` bytes around each payload: TFRecord, OFRecord, none.
 TFRECORD_FRAMING, OFRECORD_FRAMING, NO_FRAMING = (12, 4), (8, 0), (0, 0)
 
@@ -44,10 +50,11 @@ class PlannedColumn:
     Attributes:
         key: The feature's name (UTF-8).
         field: The field of its value list in a ``Feature`` (which list it is).
-        mode: :data:`PACKED`, :data:`VARINT`, :data:`ONE_BYTES` or :data:`ENTRIES`.
+        mode: :data:`PACKED`, :data:`VARINT`, :data:`ONE_BYTES`, :data:`ENTRIES`,
+            :data:`SPANS`, :data:`PACKED_SPANS`, :data:`LIST_SPANS` or :data:`VARINT_SPANS`.
         data: ``PACKED``: a C-contiguous ``(rows, width)`` uint8 array; ``VARINT``: a
-            C-contiguous ``(rows, count)`` int64 array; ``SPANS``: ``(bounds, values)``,
-            ``rows + 1`` int64 bounds and a buffer, row ``r`` being
+            C-contiguous ``(rows, count)`` int64 array; the span modes: ``(bounds,
+            values)``, ``rows + 1`` int64 bounds and a buffer, row ``r`` being
             ``values[bounds[r]:bounds[r + 1]]``; otherwise a list of ``bytes``.
         present: One uint8 per row, 0 where the feature is absent from the row (a null
             cell: that row's data is not written), or ``None``: present in every row.
@@ -62,7 +69,7 @@ class PlannedColumn:
     @property
     def rows(self) -> int:
         """Rows of the column."""
-        if self.mode == SPANS:
+        if self.mode in SPAN_MODES:
             return len(self.data[0]) - 1
         return len(self.data)
 
@@ -95,14 +102,29 @@ def entry_prefix(key: bytes, field: int, size: int, one_value: bool) -> bytes:
     return tag(1) + varint(len(entry) + size) + entry
 
 
+def _list_entry(key: bytes, field: int, content: bytes) -> bytes:
+    """A map entry whose value list's content is ``content``, as it is."""
+    feature = tag(field) + varint(len(content)) + content
+    entry = tag(1) + varint(len(key)) + key + tag(2) + varint(len(feature)) + feature
+    return tag(1) + varint(len(entry)) + entry
+
+
 def _row_entry(column: PlannedColumn, row: int) -> bytes:
     if column.present is not None and not column.present[row]:
         return b""
     data: Any = column.data
-    if column.mode == SPANS:
+    if column.mode == VARINT_SPANS:
+        bounds, values = data
+        ints = np.frombuffer(values, np.int64)[int(bounds[row]):int(bounds[row + 1])]
+        raw = bytes(varints(ints.view(np.uint64))[0].tobytes())
+        return entry_prefix(column.key, column.field, len(raw), False) + raw
+    if column.mode in SPAN_MODES:
         bounds, values = data
         value = bytes(memoryview(values)[int(bounds[row]):int(bounds[row + 1])])
-        return entry_prefix(column.key, column.field, len(value), True) + value
+        if column.mode == LIST_SPANS:
+            return _list_entry(column.key, column.field, value)
+        one = column.mode == SPANS
+        return entry_prefix(column.key, column.field, len(value), one) + value
     if column.mode == ENTRIES or column.mode == ONE_BYTES:
         value = data[row]
         if not isinstance(value, bytes):
@@ -134,9 +156,10 @@ def _check_block_args(plan: BatchPlan, start: int, stop: int, framing: tuple[int
     if framing not in (TFRECORD_FRAMING, OFRECORD_FRAMING, NO_FRAMING):
         raise ValueError("framing is (12, 4), (8, 0) or (0, 0)")
     for column in plan.columns:
-        if column.mode == SPANS:
+        if column.mode in SPAN_MODES:
             bounds = np.asarray(column.data[0])
-            size = memoryview(column.data[1]).nbytes
+            size = memoryview(column.data[1]).nbytes // (8 if column.mode == VARINT_SPANS
+                                                          else 1)
             if len(bounds) < 1 or bool((bounds < 0).any() | (bounds > size).any()
                                        | (np.diff(bounds) < 0).any()):
                 raise ValueError("a column's bounds lie outside its values or go backwards")

@@ -85,8 +85,16 @@ def _as_bytes(item: object, name: object, record: int | None) -> bytes:
                       f"{type(item).__name__} value ({item!r:.40})")
 
 
-def _default_numeric(dtype: np.dtype[Any], allowed: tuple[str, ...]) -> str:
-    """The list a numeric dtype goes to when nothing says otherwise."""
+def default_numeric(dtype: np.dtype[Any], allowed: tuple[str, ...]) -> str:
+    """The list a numeric dtype goes to when nothing says otherwise.
+
+    Args:
+        dtype: A numeric numpy dtype.
+        allowed: The value types of the record family.
+
+    Returns:
+        The value type.
+    """
     ofrecord = FLOAT64 in allowed
     if dtype.kind == "f":
         return FLOAT64 if ofrecord and dtype.itemsize == 8 else FLOAT32
@@ -155,7 +163,7 @@ def numeric_values(array: np.ndarray, vtype: str | None, allowed: tuple[str, ...
     if array.dtype.kind not in "biuf":
         raise EncodeError(f"{where(name, record)}: {array.dtype} values cannot be stored in "
                           "a record (bytes, floats and integers only)")
-    vtype = vtype or _default_numeric(array.dtype, allowed)
+    vtype = vtype or default_numeric(array.dtype, allowed)
     flat = array.reshape(-1)
     if vtype == BYTES:
         raise EncodeError(f"{where(name, record)}: {array.dtype} values cannot go into a "

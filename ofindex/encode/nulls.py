@@ -48,7 +48,8 @@ class NullPolicy:
     action: str = REFUSE
     fill: object = None
 
-    def _refused(self, name: object, record: int | None, element: int) -> EncodeError:
+    def refused(self, name: object, record: int | None, element: int) -> EncodeError:
+        """The error for null element ``element`` of the list of ``name`` in ``record``."""
         drop = hint("nulls='drop'", "--nulls drop")
         fill = hint("nulls=('fill', 0)", "--nulls fill:0")
         return EncodeError(f"{where(name, record)}: element {element} of its list is null, "
@@ -80,7 +81,7 @@ class NullPolicy:
             return items
         nulls = [k for k, item in enumerate(items) if item is None or item is np.ma.masked]
         if self.action == REFUSE:
-            raise self._refused(name, record, nulls[0])
+            raise self.refused(name, record, nulls[0])
         if self.action == DROP:
             return [item for item in items if item is not None and item is not np.ma.masked]
         fill = self.fill_for(name, record)
@@ -100,7 +101,7 @@ class NullPolicy:
         if not mask.any():
             return data
         if self.action == REFUSE:
-            raise self._refused(name, record, int(np.argmax(mask.reshape(-1))))
+            raise self.refused(name, record, int(np.argmax(mask.reshape(-1))))
         if self.action == DROP:
             return data[~mask]
         return np.where(mask, self.typed_fill(data.dtype, name, record), data)
@@ -119,7 +120,7 @@ class NullPolicy:
         if self.action == REFUSE:
             rows = mask.reshape(len(column), -1)
             row = int(np.argmax(rows.any(axis=1)))
-            raise self._refused(name, first + row, int(np.argmax(rows[row])))
+            raise self.refused(name, first + row, int(np.argmax(rows[row])))
         if self.action == DROP:
             return None
         data = np.ma.getdata(column)
@@ -144,8 +145,21 @@ class NullPolicy:
                               f"fit its {dtype} values; give one it holds exactly")
         return value
 
-    def _arrow_fill(self, arrow_type: Any, name: object, record: int) -> Any:
-        """The fill value as an Arrow scalar of ``arrow_type`` (numbers: held exactly)."""
+    def nested(self, name: object, record: int | None, element: int, what: str) -> EncodeError:
+        """The error for a null list or struct (``what``) inside a list: refused, or asked to
+        be filled (only values are filled: such an element is dropped or refused)."""
+        drop = hint("nulls='drop'", "--nulls drop")
+        filled = " (a fill value replaces null values only)" if self.action == FILL else ""
+        return EncodeError(f"{where(name, record)}: element {element} of its list is a null "
+                           f"{what}, which a record cannot hold{filled}; leave such elements "
+                           f"out ({drop})")
+
+    def arrow_fill(self, arrow_type: Any, name: object, record: int) -> Any:
+        """The fill value as an Arrow scalar of ``arrow_type`` (numbers: held exactly).
+
+        Raises:
+            EncodeError: ``arrow_type`` cannot hold it exactly.
+        """
         import pyarrow as pa
 
         if pa.types.is_integer(arrow_type) or pa.types.is_floating(arrow_type) or \
@@ -159,45 +173,6 @@ class NullPolicy:
             raise EncodeError(f"{where(name, record)}: the fill value {fill!r} does not "
                               f"fit its Arrow type {arrow_type}; give one it holds "
                               "exactly") from None
-
-    def arrow_list(self, column: Any, name: object, first: int) -> Any:
-        """An Arrow list array's null elements resolved (its null rows stay null: cells).
-
-        Args:
-            column: A ``list``, ``large_list`` or ``fixed_size_list`` array.
-            name: The column's name, for messages.
-            first: The number of the array's first row, for messages.
-
-        Returns:
-            The array, or a list array without null elements.
-
-        Raises:
-            EncodeError: A null element under ``"refuse"``, or a fill value the column's type
-                cannot hold.
-        """
-        import pyarrow as pa
-        import pyarrow.compute as pc
-
-        flat = pc.list_flatten(column)
-        if flat.null_count == 0:
-            return column
-        parents = pc.list_parent_indices(column).to_numpy()
-        valid = pc.is_valid(flat).to_numpy(zero_copy_only=False)
-        at = int(np.argmax(~valid))
-        row = int(parents[at])
-        if self.action == REFUSE:
-            raise self._refused(name, first + row, at - int(np.searchsorted(parents, row)))
-        if self.action == DROP:
-            flat, parents = flat.filter(pa.array(valid)), parents[valid]
-        else:
-            flat = pc.fill_null(flat, self._arrow_fill(flat.type, name, first + row))
-        lengths = np.bincount(parents, minlength=len(column))
-        offsets = np.zeros(len(column) + 1, np.int64)
-        np.cumsum(lengths, out=offsets[1:])
-        large = pa.types.is_large_list(column.type)
-        make = pa.LargeListArray if large else pa.ListArray
-        return make.from_arrays(pa.array(offsets, pa.int64() if large else pa.int32()), flat,
-                                mask=column.is_null())
 
 
 #: What ``nulls=`` takes.

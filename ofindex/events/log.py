@@ -323,14 +323,15 @@ class EventLog:
                *, decode: bool = True) -> Any:
         """The images of a tag, read from their records (``Summary.Image``, and TensorFlow
         2's image tensors, which may hold several images a step), decoded by the image stage
-        (:func:`ofindex.decode.images.decode_image`).
+        (:func:`ofindex.decode.images.decode_images`: PNG and JPEG, to RGB).
 
         Args:
             tag: The tag.
             runs: A run, or runs (default: all).
             steps: Steps to keep (see :meth:`scalars`).
-            decode: Decode each image to a ``(height, width, channels)`` array; ``False``
-                keeps its encoded bytes (PNG, JPEG …).
+            decode: Decode each image to a ``(height, width, 3)`` RGB array (grayscale made
+                RGB, an alpha channel dropped); ``False`` keeps its encoded bytes (PNG, JPEG
+                …).
 
         Returns:
             A pandas ``DataFrame``: ``run``, ``tag``, ``step``, ``wall_time``, ``value`` (one
@@ -343,11 +344,11 @@ class EventLog:
         """
         if decode:
             try:
-                from ..decode.images import decode_image
+                from ..decode.images import decode_images
             except ImportError as exc:
                 raise missing_extra("EventLog.images(decode=True)", "images", exc) from exc
             return self._read(tag, runs, steps, (Case.IMAGE,), ("images",),
-                              lambda v: [decode_image(b) for b in image_bytes(v)])
+                              lambda v: [decode_images([b])[0] for b in image_bytes(v)])
         return self._read(tag, runs, steps, (Case.IMAGE,), ("images",), image_bytes)
 
     def text(self, tag: str, runs: str | Iterable[str] | None = None,

@@ -17,7 +17,6 @@ from ..formats.placement import Layout
 from ..formats.sidecar_header import Compression
 from ..formats.strays import only_strays, strays_refused, warn_skipped
 from ..storage import PathSpec, Storages
-from ..storage.retry import current_policy, with_settings
 from .build_file import BuildResult
 from .build_results import BuildResults
 from .cluster import FileProgress, run_on_executor
@@ -187,8 +186,7 @@ def build_index(
             them).
         UserWarning: A partial index was written (``allow_partial=True``).
     """
-    storages = Storages(storage_options,
-                        retry=with_settings(current_policy(), retries, timeout))
+    storages = Storages(storage_options, retries=retries, timeout=timeout)
     location = resolve(paths, index_dir=index_dir, storages=storages, manifest=False,
                        layout=Layout.SIBLING if migrate and index_dir is None else None,
                        allow_missing_shards=allow_missing_shards, building=True)

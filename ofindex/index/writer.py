@@ -20,8 +20,8 @@ from ..formats.seekpoints import WRITER_SPACING
 from ..formats.sidecar import encode_sidecar
 from ..formats.sidecar_header import Compression
 from ..storage import FileStamp, LocalStorage, Storages
-from ..storage.failures import no_space
 from ..storage.identity import with_content
+from ..storage.local import no_space
 from .appending import Appending, open_for_append
 
 

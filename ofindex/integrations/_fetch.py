@@ -84,8 +84,8 @@ def _image_features(decoder: object, images: Mapping[str, tuple[int, int] | None
         if not (isinstance(feature, FixedLen) and feature.dtype == "bytes" and
                 tuple(feature.shape) == ()):
             raise ValueError(f"images={{{name!r}: ...}}: the decoder must give {name!r} as "
-                             f"FixedLen((), 'bytes') (one JPEG per record), got {feature!r}; "
-                             "use a BatchDecoder whose spec has it so")
+                             f"FixedLen((), 'bytes') (one JPEG or PNG per record), got "
+                             f"{feature!r}; use a BatchDecoder whose spec has it so")
         checked[name] = None if size is None else (int(size[0]), int(size[1]))
     return checked
 
@@ -125,8 +125,8 @@ class BatchFetch:
         pack_bytes: Give ``bytes`` features of the decoded batch as one ``uint8`` buffer
             with the values back to back and their lengths (:class:`~ofindex.decode.Ragged`)
             instead of a numpy array of ``bytes`` objects.
-        images: ``{feature: (height, width) or None}``: ``bytes`` features holding JPEGs,
-            decoded (and resized) by :func:`ofindex.decode.images.decode_images` into a
+        images: ``{feature: (height, width) or None}``: ``bytes`` features holding JPEG or
+            PNG images, decoded (and resized) by :func:`ofindex.decode.images.decode_images` into a
             ``uint8`` array ``(batch, height, width, 3)`` made by ``allocate``.
 
     Raises:

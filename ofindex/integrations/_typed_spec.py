@@ -2,8 +2,6 @@
 and ``VarLen``): what frameworks with typed columns or tensors need to know before the first
 batch is read (TensorFlow's element signature, Hugging Face ``Features``)."""
 
-from __future__ import annotations
-
 from ..decode import BatchDecoder, FixedLen, VarLen
 
 

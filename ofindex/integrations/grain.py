@@ -63,8 +63,9 @@ class GrainBatches(BatchElements):
             ``Ragged(values, row_lengths)``: one ``uint8`` array with the values back to back,
             which Grain's worker processes pass on in shared memory, instead of an array of
             ``bytes`` objects, which they must pickle.
-        images: ``{feature: (height, width)}``: ``bytes`` features holding JPEGs, decoded to
-            RGB and resized on every core without the GIL into a ``uint8`` array
+        images: ``{feature: (height, width)}``: ``bytes`` features holding JPEG or PNG
+            images (``ofindex.decode.images.FORMATS``), decoded to RGB and resized on every
+            core without the GIL into a ``uint8`` array
             ``(batch, height, width, 3)`` (:func:`ofindex.decode.images.decode_images`;
             ``None`` instead of a size: no resize). Needs ``pip install 'ofindex[images]'``.
 

@@ -16,16 +16,28 @@ of shape ``(k, ...)`` a ``List`` of length ``k`` (nested per dimension), ``VarLe
 ``List``, bytes ``Value("binary")``. Records are read by batches, each with one
 ``__getitems__`` call and one ``BatchDecoder`` call, and turned into Arrow columns without a
 Python object per value (bytes features excepted).
+
+A dataset written from Arrow data (``ofindex.convert`` of a Hugging Face dataset or of
+Parquet files) has a column map beside its manifest; ``to_hf_dataset(ds)`` without a decoder
+reads it and gives the columns back as they were written: the same ``Features`` (``ClassLabel``
+names, ``Image``, ``Audio``, ``Array2D`` …), Arrow types, column order, values and nulls
+(see :mod:`ofindex.encode.arrow_map`)::
+
+    ofindex.convert(hf_dataset, "train/")
+    assert to_hf_dataset(ofindex.open("train/")).features == hf_dataset.features
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
 
 from ..decode import BatchDecoder, FixedLen, Ragged, VarLen
+from ..encode.arrow_back import arrow_table, decode_spec
+from ..encode.arrow_map import plan_schema, schema_of
 from ..errors import missing_extra
 from ._batch_plan import BatchPlan
 from ._fetch import BatchFetch, RecordSource
@@ -81,8 +93,14 @@ def _column(value: np.ndarray | Ragged, feature: FixedLen | VarLen) -> pa.Array:
             np.dtype(feature.dtype))
         return rows.cast(pa.list_(values))  # datasets' List: 32-bit offsets
     column = _flat(value.reshape(-1), feature.dtype)
-    for size in reversed(feature.shape if isinstance(feature, FixedLen) else ()):
-        column = pa.FixedSizeListArray.from_arrays(column, size)
+    shape = feature.shape if isinstance(feature, FixedLen) else ()
+    for level in range(len(shape) - 1, -1, -1):
+        if shape[level]:
+            column = pa.FixedSizeListArray.from_arrays(column, shape[level])
+        else:  # lists of no values: how many cannot come from the values (from_arrays fails)
+            count = len(value) * math.prod(shape[:level])
+            column = pa.Array.from_buffers(pa.list_(column.type, 0), count, [None],
+                                           children=[column])
     return column
 
 
@@ -101,7 +119,56 @@ def _record_batches(fetch: BatchFetch, features: dict[str, FixedLen | VarLen],
         yield pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
-def to_hf_dataset(source: RecordSource, decoder: BatchDecoder, *,
+def _column_map(source: RecordSource) -> dict[str, Any]:
+    """The column map of an ofindex dataset written from Arrow data.
+
+    Raises:
+        ValueError: ``source`` has none.
+    """
+    reader = getattr(source, "column_map", None)
+    doc = reader() if callable(reader) else None
+    if doc is None:
+        raise ValueError(f"{type(source).__name__} has no column map (ofindex-columns.json: "
+                         "the dataset was not written from Arrow data, e.g. by "
+                         "ofindex.convert of Parquet or a Hugging Face dataset): pass "
+                         "decoder=BatchDecoder(spec) to say what to decode")
+    return doc
+
+
+def _has_map(arrow_type: pa.DataType) -> bool:
+    if pa.types.is_map(arrow_type):
+        return True
+    return any(_has_map(arrow_type.field(k).type) for k in range(arrow_type.num_fields))
+
+
+def _from_column_map(source: RecordSource, order: np.ndarray,
+                     batch_size: int) -> datasets.Dataset:
+    """The records as the Arrow columns they were written from (their column map).
+
+    Raises:
+        ValueError: A column holds a map (``datasets`` has no such type).
+    """
+    doc = _column_map(source)
+    schema = schema_of(doc["arrow_schema"])
+    for field in schema:
+        if _has_map(field.type):
+            raise ValueError(f"column {field.name!r} is a map, which a Hugging Face dataset "
+                             "cannot hold (datasets has no map type); cast it to a list of "
+                             "struct<key, value> before converting, or decode its features "
+                             f"({field.name}/key, {field.name}/value) with a decoder=")
+    kind = "ofrecord" if doc["format"] == "ofrecord" else "example"
+    nodes = plan_schema(schema, kind, doc["float64"])
+    fetch = BatchFetch(source, BatchDecoder(decode_spec(nodes), kind))
+    batches = []
+    for at in range(0, len(order), batch_size):
+        chunk = order[at:at + batch_size]
+        decoded, _ = fetch(chunk)
+        batches.append(arrow_table(schema, nodes, decoded, len(chunk)))
+    table = pa.Table.from_batches(batches, schema=schema)
+    return datasets.Dataset(InMemoryTable(table))
+
+
+def to_hf_dataset(source: RecordSource, decoder: BatchDecoder | None = None, *,
                   indices: Sequence[int] | np.ndarray | None = None,
                   batch_size: int = 1024) -> datasets.Dataset:
     """The records, decoded, as an in-memory ``datasets.Dataset`` (one Arrow table).
@@ -110,24 +177,30 @@ def to_hf_dataset(source: RecordSource, decoder: BatchDecoder, *,
         source: The records: an ofindex ``Dataset`` or anything with ``__len__`` and
             ``__getitems__`` (or ``__getitem__``).
         decoder: A :class:`~ofindex.decode.BatchDecoder` whose spec gives every feature's
-            dtype (see :func:`hf_features`).
+            dtype (see :func:`hf_features`), or ``None``: the columns the dataset was written
+            from, by its column map (a dataset ``ofindex.convert`` wrote from Parquet or a
+            Hugging Face dataset): their ``Features``, types, order, values and nulls.
         indices: The records to take, in this order (``None``: all, in dataset order), e.g.
             a subset or one epoch of a shuffle.
         batch_size: Records read and decoded per call.
 
     Returns:
-        A ``datasets.Dataset`` with :func:`hf_features` as its features; row ``k`` is record
-        ``indices[k]``.
+        A ``datasets.Dataset`` with :func:`hf_features` as its features (or those written,
+        without ``decoder``); row ``k`` is record ``indices[k]``.
 
     Raises:
-        TypeError, ValueError: As for :func:`hf_features`; ``batch_size < 1``.
+        TypeError, ValueError: As for :func:`hf_features`; ``batch_size < 1``; no
+            ``decoder`` and no column map.
         IndexError: An index is out of range.
+        DecodeError: The records do not follow the column map.
     """
     if int(batch_size) < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    features = hf_features(decoder)
     order = (np.arange(len(source), dtype=np.int64) if indices is None
              else np.asarray(indices, dtype=np.int64).reshape(-1))
+    if decoder is None:
+        return _from_column_map(source, order, int(batch_size))
+    features = hf_features(decoder)
     chunks = (order[at:at + batch_size] for at in range(0, len(order), int(batch_size)))
     schema = features.arrow_schema
     table = pa.Table.from_batches(

@@ -19,8 +19,6 @@ epoch into disjoint shares. Keras shuffles the order of the batches of an epoch 
 (``fit(shuffle=True)``, its default): each record is still seen once per epoch.
 """
 
-from __future__ import annotations
-
 from collections.abc import Callable, Sequence
 from typing import Any
 

@@ -41,6 +41,7 @@ as binary); ``with_index=True`` adds the global record number (column ``index``)
 from __future__ import annotations
 
 import inspect
+import itertools
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -59,6 +60,13 @@ except ImportError as _exc:  # without the extra: say which one to install
 from ..decode import BatchDecoder, FixedLen, Ragged
 from ..decode.spec import Spec
 from ..opening import open as open_dataset
+from ..planning.splits import (
+    SplitPlan,
+    layouts_of,
+    partition_dataset,
+    plan_dataset,
+    plan_splits,
+)
 from ..read.dataset import Dataset
 from ..read.record_batch import RecordBatch
 from ..shuffle.orders import GlobalShuffleOrder
@@ -111,8 +119,8 @@ def read_ofindex(paths: str | Sequence[str], spec: Spec | None = None, *,
         The Ray dataset (lazy: nothing but the indexes is read until it is consumed).
 
     Raises:
-        As :func:`ofindex.open` (on the driver); read errors as ``ds[i]`` raises them, from
-        the task that meets them.
+        OfindexError: What :func:`ofindex.open` raises (on the driver); read errors as
+            ``ds[i]`` raises them, from the task that meets them.
         ValueError: ``rows_per_block < 1``, or ``kind`` is neither ``"example"`` nor
             ``"ofrecord"``.
     """
@@ -163,6 +171,7 @@ class OfindexDatasource(Datasource):  # type: ignore[misc]
         self._seed, self._epoch = int(seed), int(epoch)
         self._with_index = bool(with_index)
         self._bytes = sum(s.bytes for s in dataset.shards)
+        self._layouts = layouts_of(dataset)
         self._rows_per_block = None if rows_per_block is None else int(rows_per_block)
 
     def get_name(self) -> str:
@@ -228,31 +237,46 @@ class OfindexDatasource(Datasource):  # type: ignore[misc]
         if count == 0:
             return []
         rows = self.rows_per_block(_target_block_bytes(data_context))
+        limit = None if per_task_row_limit is None else int(per_task_row_limit)
+        blocks = _Blocks(self._decoder, self._with_index)
+        reads: list[tuple[_Read, int, int]] = []
         if self._shuffle:
-            cuts = np.linspace(0, n, count + 1).astype(np.int64)
+            order = GlobalShuffleOrder(n, self._seed, self._epoch)
+            cuts = np.linspace(0, n, count + 1).astype(np.int64).tolist()
+            for lo, hi in itertools.pairwise(cuts):
+                end = hi if limit is None else min(hi, lo + limit)
+                reads.append((_Read(self._dataset, lo, end, rows, blocks, order), end - lo,
+                              hi - lo))
         else:
-            cuts = balanced_cuts(self._dataset, count)
+            for part in self.plan(count):
+                subset, lo, hi = partition_dataset(self._dataset, part)
+                end = hi if limit is None else min(hi, lo + limit)
+                first = part[0].start - lo
+                reads.append((_Read(subset, lo, end, rows, blocks, None, first), end - lo,
+                              sum(s.byte_range[1] - s.byte_range[0] for s in part)))
         mean = self._bytes / n
         tasks = []
-        for lo, hi in zip(cuts[:-1].tolist(), cuts[1:].tolist(), strict=True):
-            if per_task_row_limit is not None:
-                hi = min(hi, lo + int(per_task_row_limit))
-            if hi <= lo:
+        for read, records, size in reads:
+            if records <= 0:
                 continue
-            read = self._task(lo, hi, rows)
-            meta = BlockMetadata(num_rows=hi - lo, size_bytes=int(mean * (hi - lo)),
-                                 input_files=None, exec_stats=None)
+            size_bytes = int(mean * records) if self._shuffle or limit is not None else size
+            meta = BlockMetadata(num_rows=records, size_bytes=size_bytes, input_files=None,
+                                 exec_stats=None)
             tasks.append(_read_task(read, meta, per_task_row_limit))
         return tasks
 
-    def _task(self, lo: int, hi: int, rows_per_block: int) -> _Read:
-        """The read of records ``[lo, hi)`` (of the dataset, or of the permutation)."""
-        blocks = _Blocks(self._decoder, self._with_index)
-        if self._shuffle:
-            order = GlobalShuffleOrder(len(self._dataset), self._seed, self._epoch)
-            return _Read(self._dataset, lo, hi, rows_per_block, blocks, order)
-        subset, first = shards_of(self._dataset, lo, hi)
-        return _Read(subset, lo - first, hi - first, rows_per_block, blocks, None, first)
+    def plan(self, count: int) -> SplitPlan:
+        """The read tasks' record ranges in dataset order: :func:`ofindex.planning.splits
+        .plan_splits` balanced by bytes plus ``_RECORD_COST`` a record (compressed shards cut
+        at their seek points).
+
+        Args:
+            count: How many tasks to aim at.
+
+        Returns:
+            The plan (one task per partition).
+        """
+        return plan_splits(self._layouts, count, "bytes", record_cost=_RECORD_COST)
 
 
 def read_task_count(records: int, rows_per_block: int, parallelism: int, cpus: int) -> int:
@@ -290,37 +314,15 @@ def _cluster_cpus() -> int:
 
 
 def balanced_cuts(dataset: Dataset, count: int) -> np.ndarray:
-    """Record numbers cutting ``dataset`` into ``count`` ranges of about equal cost, a record
-    costing its shard's mean size plus a fixed ``_RECORD_COST``.
+    """Record numbers cutting ``dataset`` into ranges of about equal cost (its bytes, a record
+    costing ``_RECORD_COST`` more), as the read tasks are cut: the bounds of
+    :func:`ofindex.planning.splits.plan_dataset`'s partitions.
 
     Returns:
-        ``count + 1`` non-decreasing record numbers from 0 to ``len(dataset)``.
+        Non-decreasing record numbers from 0 to ``len(dataset)`` (at most ``count + 1``).
     """
-    counts = np.diff(np.concatenate([[0], dataset.cumulative_counts])).astype(np.float64)
-    sizes = np.array([s.bytes for s in dataset.shards], dtype=np.float64)
-    per_record = np.where(counts > 0, sizes / np.maximum(counts, 1), 0.0) + _RECORD_COST
-    cost_ends = np.cumsum(counts * per_record)
-    targets = np.linspace(0.0, float(cost_ends[-1]), count + 1)[1:-1]
-    shard = np.searchsorted(cost_ends, targets, side="right")
-    shard = np.minimum(shard, len(counts) - 1)
-    before = np.where(shard > 0, cost_ends[np.maximum(shard - 1, 0)], 0.0)
-    first = np.concatenate([[0], dataset.cumulative_counts])[shard]
-    inside = np.floor((targets - before) / per_record[shard]).astype(np.int64)
-    cuts = first + np.minimum(inside, counts[shard].astype(np.int64))
-    out: np.ndarray = np.concatenate([[0], np.maximum.accumulate(cuts), [len(dataset)]])
-    return out.astype(np.int64)
-
-
-def shards_of(dataset: Dataset, lo: int, hi: int) -> tuple[Dataset, int]:
-    """The dataset of the shards holding records ``[lo, hi)`` (what a read task carries),
-    and the global number of its first record."""
-    table = dataset._table
-    first_shard = table.locate(lo)[0]
-    last_shard = table.locate(hi - 1)[0]
-    subset = Dataset(table.storage, table.shards[first_shard:last_shard + 1], dataset.format,
-                     verify=dataset.verify, decode=None,
-                     compressed=dataset._compressed)
-    return subset, int(table.first[first_shard])
+    plan = plan_dataset(dataset, count, "bytes", record_cost=_RECORD_COST)
+    return np.array(plan.divisions() if len(plan) else [0, 0], dtype=np.int64)
 
 
 def _read_task(read: Callable[[], Iterator[Any]], meta: BlockMetadata,

@@ -19,9 +19,10 @@ Each batch is read with one ``__getitems__`` call and decoded with one ``BatchDe
 in a ``tf.numpy_function`` per *batch* (never a Python call per record) run by a parallel
 ``map``, and the dataset ends with ``prefetch(AUTOTUNE)``.
 
-* Epochs: one iteration of :meth:`TFBatches.dataset` is the rest of the current epoch; the
-  next iteration (Keras's next epoch, a ``repeat()``, a new ``for`` loop) continues with the
-  next epoch's shuffle.
+* Epochs: one iteration of :meth:`TFBatches.dataset` is an epoch (``len(batches)`` batches,
+  its known cardinality); the next iteration (Keras's next epoch, a ``repeat()``, a new
+  ``for`` loop) continues with the next epoch's shuffle. Keras ``model.fit`` runs it without
+  a warning.
 * Position: :attr:`TFBatches.step` counts the batches *taken* from the dataset (batches
   prefetched but not yet taken are not counted), so restoring a checkpoint and iterating
   again resumes at the next batch, none lost or repeated. Transformations after
@@ -34,8 +35,7 @@ in a ``tf.numpy_function`` per *batch* (never a Python call per record) run by a
 sidecars) in the form TensorFlow's ``index_shuffle`` (``tf.data`` experimental) expects.
 """
 
-from __future__ import annotations
-
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -102,6 +102,7 @@ class TFBatches(tf.Module):  # type: ignore[misc]
         self._plan = BatchPlan(len(source), batch_size, seed=seed, shuffle=shuffle,
                                drop_remainder=drop_remainder, num_replicas=world, rank=me)
         self._fetch = BatchFetch(source, decoder)
+        self._shuffled = bool(shuffle)
         self._parallel = tf.data.AUTOTUNE if parallel_batches is None else int(parallel_batches)
         self._static_batch = self._plan.batch_size if drop_remainder else None
         self._identity = np.array([len(source), int(seed), self._plan.batch_size, world, me,
@@ -137,10 +138,16 @@ class TFBatches(tf.Module):  # type: ignore[misc]
 
     def dataset(self, inputs: str | Sequence[str] | None = None,
                 targets: str | Sequence[str] | None = None) -> tf.data.Dataset:
-        """The rest of the current epoch as a ``tf.data.Dataset`` of decoded batches.
+        """An epoch's worth of decoded batches (``len(self)``) as a ``tf.data.Dataset``.
 
-        Every new iteration starts at :attr:`step` (the next batch not yet taken), so the
-        same dataset, iterated again, gives the next epoch.
+        Every new iteration starts at :attr:`step` (the next batch not yet taken) and gives
+        ``len(self)`` batches: a whole epoch, and the same dataset iterated again gives the
+        next one. After a checkpoint restored in the middle of an epoch, an iteration is the
+        rest of that epoch and the start of the next, so that every Keras epoch has the same
+        number of steps. The dataset's cardinality is ``len(self)``, so Keras ``model.fit``
+        knows the epoch's length; and as the batches are shuffled (``shuffle=True``), making
+        the dataset hides Keras's warning that ``fit(shuffle=True)`` will not shuffle a
+        ``tf.data.Dataset`` (that message only).
 
         Args:
             inputs: With ``targets``: the input features of ``(inputs, targets)`` elements
@@ -160,26 +167,32 @@ class TFBatches(tf.Module):  # type: ignore[misc]
         per_epoch = len(self._plan)
         identity = tf.constant(self._identity)
 
-        def rest_of_epoch(_: tf.Tensor) -> tf.data.Dataset:
+        def next_steps(_: tf.Tensor) -> tf.data.Dataset:
             same = tf.debugging.assert_equal(
                 self.identity, identity, message="restored TFBatches position belongs to "
                 "another input (records, seed, batch_size, num_replicas, rank, shuffle, "
                 "drop_remainder differ): restore it into a TFBatches made the same way")
             with tf.control_dependencies([same]):
                 start = self.step.read_value()
-            return tf.data.Dataset.range(start, (start // per_epoch + 1) * per_epoch)
+            return tf.data.Dataset.range(start, start + per_epoch)
 
         def taken(*parts: Any) -> Element:  # a tuple element comes as its parts
             self.step.assign_add(1)  # runs when the consumer takes the batch
             whole: Element = parts[0] if len(parts) == 1 else parts
             return whole
 
-        steps = tf.data.Dataset.range(1).flat_map(rest_of_epoch)
+        # flat_map defers reading the position to each iteration, and hides the length:
+        # assert_cardinality states it (Keras then runs len(self) steps an epoch, without
+        # "Your input ran out of data")
+        steps = tf.data.Dataset.range(1).flat_map(next_steps).apply(
+            tf.data.experimental.assert_cardinality(per_epoch))
         batches = steps.map(self._read, num_parallel_calls=self._parallel, deterministic=True)
         counted = batches.map(arrange).prefetch(tf.data.AUTOTUNE).map(taken)
         options = tf.data.Options()
         # no prefetch after the count: the count must be of batches the consumer took
         options.experimental_optimization.inject_prefetch = False
+        if self._shuffled:
+            _quiet_keras_shuffle_warning()
         return counted.with_options(options)
 
     def _read(self, step: tf.Tensor) -> dict[str, tf.Tensor]:
@@ -216,6 +229,19 @@ class TFBatches(tf.Module):  # type: ignore[misc]
             else:
                 out.append(value)
         return out
+
+
+#: Keras's fit(shuffle=True), its default, warns for every tf.data.Dataset that it cannot shuffle
+#: it and expects it shuffled already: a shuffled TFBatches dataset is (globally, each epoch).
+_KERAS_SHUFFLE_WARNING = (r"`shuffle=True` was passed, but will be ignored since the data `x` "
+                          r"was provided as a tf\.data\.Dataset")
+
+
+def _quiet_keras_shuffle_warning() -> None:
+    """Hide Keras's warning that fit(shuffle=True) leaves a ``tf.data.Dataset`` as it is (that
+    message, from Keras, only; added once however often it is called)."""
+    warnings.filterwarnings("ignore", message=_KERAS_SHUFFLE_WARNING, category=UserWarning,
+                            module=r"keras\.")
 
 
 def _ranks(input_context: Any, num_replicas: int | None,

@@ -57,7 +57,7 @@ from ..decode import Ragged
 from ..shuffle import mixing as _m
 from ..shuffle import samplers as _s
 from ..shuffle.progress import ResumableLoader
-from ._fetch import BatchFetch, Layout, RecordSource, shard_counts
+from ._fetch import BatchFetch, Layout, RecordSource, bound_decoder, shard_counts
 from ._mixed_source import MixedSource
 from ._shared_blocks import lend, shared_bytes
 from ._shared_ring import carve
@@ -89,13 +89,15 @@ class TorchDataset(_tud.Dataset[Any]):
     Args:
         source: The records: an ofindex ``Dataset`` or anything with ``__len__`` and
             ``__getitem__`` (and optionally ``__getitems__``).
-        transform: Applied to every record (e.g. a :class:`ofindex.decode.Decoder`); must be
-            picklable for DataLoader workers started with ``spawn``. ``None``: records as is.
+        transform: Applied to every record (e.g. a :class:`ofindex.decode.Decoder`, which,
+            made without ``kind``, decodes what the source's files hold: OFRecords for an
+            OFRecord dataset); must be picklable for DataLoader workers started with
+            ``spawn``. ``None``: records as is.
     """
 
     def __init__(self, source: RecordSource, transform: Callable[[Any], Any] | None = None) -> None:
         self.source = source
-        self.transform = transform
+        self.transform = bound_decoder(transform, source)
 
     def __len__(self) -> int:
         """The number of records of the source."""
@@ -306,8 +308,9 @@ class TensorBatches(_tud.Dataset[Any]):
             of a numpy array of ``bytes`` objects, which a worker must pickle to the main
             process. Record ``k``'s value is
             ``values[offsets[k]:offsets[k + 1]]`` with ``offsets`` the cumulative lengths.
-        images: ``{feature: (height, width)}``: ``bytes`` features holding JPEGs, decoded to
-            RGB and resized (antialiased bilinear) on every core without the GIL, straight
+        images: ``{feature: (height, width)}``: ``bytes`` features holding JPEG or PNG
+            images (``ofindex.decode.images.FORMATS``), decoded to RGB and resized (antialiased
+            bilinear) on every core without the GIL, straight
             into the batch's memory (shared memory in a worker, page-locked with
             ``pin_memory``): a ``uint8`` tensor ``(batch, height, width, 3)``
             (:func:`ofindex.decode.images.decode_images`; ``None`` instead of a size: no

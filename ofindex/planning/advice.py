@@ -6,7 +6,7 @@ the plan takes the requests one reader makes per batch (:mod:`.requests`: the li
 planner on the batches the order gives a reader), the time a batch takes a reader alone
 (round trips and bytes), and so the request rate all readers ask of the store. Under the limit
 the readers run at their own speed; over it, every reader's pacer
-(:mod:`ofindex.storage.pacing`) holds them together at the limit (``tools/bench_ratelimit.py``
+(:mod:`ofindex.transport.policy`) holds them together at the limit (``tools/bench_ratelimit.py``
 measures how near), so records/s = limit / requests per record. Each candidate's mixing is
 measured on the order itself (:func:`ofindex.shuffle.neighbour_mixing`). The plan picks the
 best-mixed candidate that reaches the target (:func:`choose`: candidates whose mixing is as
@@ -19,7 +19,7 @@ import dataclasses
 import math
 from collections.abc import Sequence
 
-from ..read.sidecar_cache import DEFAULT_CACHE_BYTES
+from ..cache.chain import DEFAULT_CACHE_BYTES
 from ..shuffle import BlockShuffleOrder, GlobalShuffleOrder, Mixing, neighbour_mixing
 from .requests import BatchRequests, DatasetShape, batch_requests, reader_batches
 from .stores import StoreLimits

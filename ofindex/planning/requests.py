@@ -22,9 +22,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..read.pagecache import PAGE_OVERHEAD
+from ..cache.chain import DEFAULT_CACHE_BYTES, PAGE_OVERHEAD
 from ..read.pages import WHOLE_BELOW_PAGES, page_records_for
-from ..read.sidecar_cache import DEFAULT_CACHE_BYTES
 from ..storage.ranges import DEFAULT_MAX_BYTES, coalesce
 from .stores import StoreLimits
 

@@ -43,9 +43,9 @@ then merges neighbouring records into ranges (:func:`ofindex.storage.ranges.coal
 storage fetches them in one concurrent round (:meth:`Storage.read_ranges_concat`: over HTTP as
 multi-range requests, one per shard), the records cut out and checked as locally. Two rounds
 cold, one once the pages are cached (in this process, and with ``cache_dir`` for the whole
-machine: :mod:`ofindex.read.nodecache`). With ``data_cache_bytes`` too, the data is kept on
-the machine's disk in blocks of each file (``CACHED_BLOCKS``: :mod:`ofindex.read.datacache`,
-planned by :mod:`ofindex.read.block_ranges`; the data files' stamps, which key the blocks, are
+machine: :mod:`ofindex.cache.machine`). With ``data_cache_bytes`` too, the data is kept on
+the machine's disk in blocks of each file (``CACHED_BLOCKS``: :mod:`ofindex.cache.data`,
+planned by :mod:`ofindex.cache.block_plan`; the data files' stamps, which key the blocks, are
 then asked for in the index round over HTTP too): a batch copies its records out of the
 blocks kept there and fetches the others in its one round, so that a later epoch makes no
 data request; once every block of a file is kept, the file is mapped whole and batches are

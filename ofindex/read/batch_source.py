@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from .datacache import DataCache
+from ..cache.data import DataCache
 from .record_batch import RecordBatch
 from .record_checks import RecordChecks
 from .table import ShardTable

@@ -43,7 +43,7 @@ strategy                  condition, and the measurement behind it
 ``CACHED_BLOCKS``         remote data files and a data cache (``cache_dir=`` with
                           ``data_cache_bytes=``, a dataset that fits it): records copied
                           from blocks of the files kept on local disk, the blocks missing
-                          fetched in one round and kept (:mod:`ofindex.read.datacache`;
+                          fetched in one round and kept (:mod:`ofindex.cache.data`;
                           at +20 ms RTT a second globally shuffled epoch makes no data
                           request: see ``docs/benchmarks.md``).
 ``PLANNED_RANGES``        everything else (remote storage; small records with ``pread``):
@@ -71,9 +71,9 @@ from typing import Any
 import numpy as np
 
 from .. import _accel
+from ..cache.data import DataCache
 from ..storage import openfiles
 from . import compressed, mapped_gather
-from .datacache import DataCache
 from .mapped_gather import MappedShards, compiled_gather, executor, threaded_copies
 from .payloads import DIRECT_RECORD_BYTES
 from .record_checks import RecordChecks

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from ..cache.data import same_cache
 from ..formats.dataset_identity import joined_identity
 from ..storage.union import joined_storage
-from .datacache import same_cache
 from .dataset import Dataset
 
 __all__ = ["concatenated"]

@@ -20,6 +20,9 @@ import crc32c as _crc32c
 import numpy as np
 
 from .. import _accel
+from ..cache.data import DataCache
+from ..errors import ManifestError
+from ..formats.column_map import COLUMN_MAP_NAME, load_column_map
 from ..formats.crc import LENGTH_CRCS
 from ..formats.dataset_identity import dataset_identity
 from ..formats.framing import RecordFormat
@@ -31,7 +34,6 @@ from ..storage.ranges import DEFAULT_MAX_BYTES
 from . import batch_strategy, compressed, iteration, record_reader
 from . import refresh as refreshing
 from .batch_source import BatchSource
-from .datacache import DataCache
 from .mapped_gather import MappedShards, MappedSpans, checked_spans, raise_mapped_problem
 from .record_checks import RecordChecks
 from .refresh import DatasetSource
@@ -69,12 +71,12 @@ class Dataset:
         decode: Applied to each record's bytes before it is returned.
         max_gap: Largest gap between two wanted byte ranges read through rather than split
             (default: the storage's, as it stands at each batch: 16 KiB once an HTTP server
-            has answered a multi-range request, see :mod:`ofindex.storage.multirange`).
+            has answered a multi-range request, see :mod:`ofindex.transport.store`).
         max_read_bytes: Largest merged read.
         compressed: Whether any shard may be gzip/zlib compressed (default: whether a loaded
             sidecar says so).
         data_cache: The machine's cache of remote data blocks to read through
-            (``ofindex.open(..., data_cache_bytes=)``, :mod:`ofindex.read.datacache`), or
+            (``ofindex.open(..., data_cache_bytes=)``, :mod:`ofindex.cache.data`), or
             ``None``.
         identity: The dataset's identity (see :attr:`identity`), when its manifest gives
             it; ``None``: computed from the shards' headers when first asked for.
@@ -136,6 +138,31 @@ class Dataset:
                 [h.count for h in headers], [h.stamp.size for h in headers],
                 [h.stamp.content for h in headers], [h.body_crc for h in headers])
         return self._identity
+
+    def column_map(self) -> dict[str, Any] | None:
+        """The column map written beside the manifest (``ofindex-columns.json``: how the
+        columns of the Arrow data the dataset was written from map to features, and their
+        Arrow schema; see :mod:`ofindex.formats.column_map`), or ``None`` when the dataset
+        has none (it was not written from Arrow data, or by an older release).
+
+        Returns:
+            The document, checked.
+
+        Raises:
+            ManifestError: The file is there but damaged, or describes another record format.
+        """
+        shard = self._table.shards[0]
+        storage = shard.index_storage
+        path = storage.join(storage.dirname(shard.index_path), COLUMN_MAP_NAME)
+        if not storage.exists(path):
+            return None
+        url = storage.url(path)
+        doc = load_column_map(storage.read_all(path), url)
+        if doc["format"] != self.format.name.lower():
+            raise ManifestError(f"{url}: describes {doc['format']} records, the dataset holds "
+                                f"{self.format.name.lower()}: it is another dataset's; "
+                                "remove it")
+        return doc
 
     @property
     def verify(self) -> bool:

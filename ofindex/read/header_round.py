@@ -3,7 +3,7 @@
 A version 2 or 3 sidecar starts with a fixed 512-byte header that gives its record count,
 its data file's stamp (size and fingerprint) and the CRC of its body. So opening a remote
 file, a list or a glob without a manifest fetches no whole sidecar: one concurrent round
-(:class:`~ofindex.read.request_round.Round`) fetches the first 512 bytes of every sidecar and,
+(:class:`~ofindex.read.rounds.Round`) fetches the first 512 bytes of every sidecar and,
 with ``check_stale``, the stamp of every data file. Each header is checked (its own CRC, its
 stamp against the data file's) and *pinned* on its shard (:meth:`Shard.pin`): from then on
 the shard reads as one opened through a manifest does, by pages of its offsets
@@ -24,10 +24,9 @@ from ..errors import IndexNotFoundError, RangeReadError
 from ..formats.sidecar_header import HEADER_SIZE, VERSION, VERSION_PACKED, SidecarHeader
 from ..formats.sidecar_header import decode_header as _decode_header
 from ..storage import FileStamp
-from .identity_round import IdentityChecks
 from .index_round import run_round
 from .pages import new_pager, pageable
-from .request_round import Round, Slot
+from .rounds import IdentityChecks, Round, Slot
 from .shards import Shard, missing_indexes
 
 
@@ -124,7 +123,7 @@ def _fixed_header(shard: Shard, got: bytes | BaseException) -> SidecarHeader | N
 def _pin(shard: Shard, header: SidecarHeader) -> None:
     """Pin a fetched header on its shard, with a pager that needs neither header nor stamp
     fetched again in this process (its data file is checked against the header in the same
-    round: :class:`~.identity_round.IdentityChecks`)."""
+    round: :class:`~.rounds.IdentityChecks`)."""
     shard.pin(header)
     pager = new_pager(shard)
     pager.accept(header)

@@ -5,45 +5,44 @@ headers it lacks (:mod:`ofindex.read.pages`), the whole sidecars of the shards n
 pages, and the data files' staleness ``stat``; it runs them at once, one call per storage
 (:meth:`~ofindex.storage.Storage.fetch_round`, over HTTP the pages of one sidecar in one
 multi-range request; a thread per storage when the sidecars live elsewhere than the data),
-then checks and keeps what came back. Where the data's storage checks the stamp every read
-reports (:attr:`~ofindex.storage.Storage.checks_stamp_on_read`: HTTP, each response's
-``ETag`` and size), no ``stat`` is sent: the data file owes its storage the check against
-its index (:meth:`~ofindex.storage.Storage.expect_indexed`), made by its first response
-before any byte of it is handed out. Two entry points use it:
+then checks and keeps what came back: the keys of the pages and headers are worked out and
+the cache chain is called once (:class:`~ofindex.cache.chain.Chain`), which takes what this
+process and the machine hold and has the rest fetched by the round. Where the data's storage
+checks the stamp every read reports (:attr:`~ofindex.storage.Storage.checks_stamp_on_read`:
+HTTP, each response's ``ETag`` and size), no ``stat`` is sent: the data file owes its
+storage the check against its index (:meth:`~ofindex.storage.Storage.expect_indexed`), made
+by its first response before any byte of it is handed out. Two entry points use it:
 
 * :func:`load_sidecars`: the whole sidecars of some shards (compressed batches): local ones
   are memory-mapped one by one, remote ones fetched in one round;
-* :func:`batch_spans`: the byte spans of a batch's records, from pages or whole sidecars.
+* :func:`run_round`: the pages and whole sidecars a batch's records need
+  (:func:`~ofindex.read.shard_reads.batch_spans` gives their byte spans).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Sequence
+import functools
+from collections.abc import Iterable
 
 import numpy as np
 
+from ..cache.chain import Kept, Want
 from ..errors import IndexNotFoundError, SidecarError
 from ..formats.sidecar import Sidecar
-from ..formats.sidecar_header import HEADER_SIZE
-from .identity_round import IdentityChecks, content_expected
-from .manifest_shards import queue_stamps, resolve_stamps, stamps_from_node, take_stamps
+from ..formats.sidecar_header import HEADER_SIZE, SidecarHeader
+from .manifest_shards import queue_stamps, resolve_stamps, stamps_from_machine, take_stamps
 from .pages import (
     Pager,
     check_bounds,
     header_fetch_bytes,
     key_pager,
     page_range,
-    pager_of,
     parse_page_header,
-    spans_from_pages,
     split_pages,
 )
-from .request_round import Round, Slot
+from .rounds import IdentityChecks, Round, Slot, content_expected
 from .shards import Shard, missing_indexes
-
-#: Groups of one batch: ``(shard number, first item, one past the last item)``.
-Groups = list[tuple[int, int, int]]
 
 
 @dataclasses.dataclass
@@ -57,6 +56,7 @@ class PageRequest:
     missing: list[int] = dataclasses.field(default_factory=list)
     header_slot: int = -1      # the range holding the header (maybe with the first run)
     runs: list[tuple[int, int, int, int]] = dataclasses.field(default_factory=list)
+    wants: list[tuple[int, Want]] = dataclasses.field(default_factory=list)  # page, its want
     stat_queued: bool = False  # the data file's stamp comes in this round
     stamp_on_read: bool = False  # the data file's first read checks its stamp (no stat)
     fallback: bool = False     # read through the whole sidecar after all
@@ -112,8 +112,8 @@ def stamp_rides(shard: Shard, stamps_first: bool) -> bool:
     first read (its storage checks the stamp every read reports: HTTP) rather than a ``stat``
     in the index round: not when ``stamps_first`` (a data cache keys its blocks by the
     checked stamp before any byte is read), nor when the check will need the file's content
-    (:func:`~.identity_round.content_expected`: it is fetched in the round instead), nor for
-    files that may grow (a longer file is checked by its first bytes, in the round)."""
+    (:func:`~.rounds.content_expected`: it is fetched in the round instead), nor for files
+    that may grow (a longer file is checked by its first bytes, in the round)."""
     storage = shard.data_storage
     return (storage is not None and storage.checks_stamp_on_read and not stamps_first
             and not content_expected(shard) and not storage.expected.growing)
@@ -160,55 +160,12 @@ def _take_whole(round_: Round, request: WholeRequest, check_body: bool,
 
 # -- pages ----------------------------------------------------------------------------------
 
-def batch_spans(shards: Sequence[Shard], groups: Groups, local: np.ndarray, *,
-                stamps_first: bool = False) -> tuple[np.ndarray, np.ndarray]:
-    """Byte spans ``(starts, ends)`` of a batch's records, grouped by shard.
-
-    Args:
-        shards: The dataset's shards.
-        groups: ``(shard number, lo, hi)``: items ``lo..hi-1`` of ``local`` are in that shard.
-        local: Record numbers inside their shard.
-        stamps_first: Check the data files' stamps in this round even where the first read
-            could (the data is read through a cache that keys blocks by them).
-
-    Returns:
-        The framing's byte range of every item.
-
-    Raises:
-        IndexNotFoundError, StaleIndexError, SidecarError, RangeReadError: As reads do.
-    """
-    requests: list[PageRequest | None] = []
-    whole: list[Shard] = []
-    for shard_no, lo, hi in groups:
-        shard = shards[shard_no]
-        pager = pager_of(shard)
-        if pager is not None:
-            requests.append(PageRequest(shard, pager, local[lo:hi]))
-            continue
-        requests.append(None)
-        if shard.cache is not None and not shard.loaded:
-            whole.append(shard)
-    paged = [r for r in requests if r is not None]
-    if paged or whole:
-        missing = run_round(paged, whole, stamps_first=stamps_first)
-        if missing:
-            raise missing_indexes(missing, len(whole))
-    starts = np.empty(len(local), dtype=np.int64)
-    ends = np.empty(len(local), dtype=np.int64)
-    for (shard_no, lo, hi), request in zip(groups, requests, strict=True):
-        if request is not None and not request.fallback:
-            starts[lo:hi], ends[lo:hi] = spans_from_pages(request.shard, request.pager,
-                                                          request.pages, request.local)
-        else:
-            starts[lo:hi], ends[lo:hi] = shards[shard_no].sidecar.spans(local[lo:hi])
-    return starts, ends
-
-
 def run_round(paged: list[PageRequest], whole: list[Shard], *,
               check_body: bool = True, stamps_first: bool = False) -> list[Shard]:
-    """One round for the pages of ``paged`` and the whole sidecars of ``whole``: what this
-    process's page cache and the node cache hold is taken from there, the rest fetched at
-    once with the stamps still to check, then checked and kept.
+    """One round for the pages of ``paged`` and the whole sidecars of ``whole``: the keys of
+    the pages and headers worked out, then one call to the cache chain, which takes what
+    this process and the machine hold and has the rest fetched at once with the stamps
+    still to check (:class:`_Fetch`), checked and kept.
 
     Returns:
         The shards of ``whole`` that have no sidecar.
@@ -216,44 +173,19 @@ def run_round(paged: list[PageRequest], whole: list[Shard], *,
     Raises:
         StaleIndexError, SidecarError, RangeReadError: As reads do.
     """
-    cache = (paged[0].shard if paged else whole[0]).cache
-    node = cache.node if cache is not None else None
-    if node is not None:  # compact manifests' stamps pages this machine holds
-        stamps_from_node([r.shard for r in paged] + whole, node)
-        resolve_stamps(whole)  # a whole sidecar's node-cache copy is found by its stamp
-    for request in paged:
-        if not request.pager.keyed and not request.shard.stamp_pending:
-            key_pager(request.shard, request.pager)
-    for request in paged:  # this process's pages first
-        assert cache is not None
-        # (a set, not np.unique: numpy's first unique() imports numpy.ma, ~50 ms in a new
-        # process, and a shard's records of one batch are few)
-        for page in sorted(set((request.local // request.pager.page_records).tolist())):
-            found = cache.pages.get((id(request.shard), page))
-            if found is None:
-                request.missing.append(page)
-            else:
-                request.pages[page] = found
-    if node is not None and paged:
-        _from_node(paged, node.get(_node_keys(paged)))
-    round_ = Round()
-    identities = IdentityChecks()
-    pending = [r.shard for r in paged] + whole
-    stamps = queue_stamps(pending, round_.range)
-    for request in paged:
-        _queue_pages(round_, request, identities, stamps_first)
-    wholes = [_queue_whole(round_, shard, identities, stamps_first) for shard in whole]
-    round_.run()
-    to_node: list[tuple[bytes, bytes]] = []
-    take_stamps(stamps, lambda slot: round_.result(Round.RANGE, slot), pending, to_node)
-    for request in paged:
-        if not request.pager.keyed:
-            key_pager(request.shard, request.pager)
-        _take_pages(round_, request, to_node, identities)
-    if node is not None and to_node:
-        node.put(to_node)
-    missing = [w.shard for w in wholes if not _take_whole(round_, w, check_body, identities)]
-    _settle(identities, wholes)  # before any byte of a data file is read through its index
+    chain = (paged[0].shard if paged else whole[0]).cache
+    if chain is not None and chain.machine is not None:  # the keys need the stamps: those
+        stamps_from_machine([r.shard for r in paged] + whole, chain)  # of compact manifests
+        resolve_stamps(whole)  # a whole sidecar's copy on the machine is found by its stamp
+    fetch = _Fetch(paged, whole, stamps_first)
+    wants = [want for request in paged for want in _wants(request)]
+    if chain is None:
+        fetch(wants, [])
+    else:
+        chain.read(wants, fetch)
+    missing = [w.shard for w in fetch.wholes
+               if not _take_whole(fetch.round, w, check_body, fetch.identities)]
+    _settle(fetch.identities, fetch.wholes)  # before any byte of a data file is read
     for request in paged:
         if request.stat_queued and not request.fallback:
             request.pager.fresh = True
@@ -261,6 +193,89 @@ def run_round(paged: list[PageRequest], whole: list[Shard], *,
     if fallback:  # version 1 or compressed after all: their whole sidecars, one more round
         missing += run_round([], fallback, stamps_first=stamps_first)
     return missing
+
+
+class _Fetch:
+    """The network part of an index round: the pieces the cache chain did not hold, the
+    compact manifests' stamps pages, the whole sidecars and the data files' stamps, fetched
+    in one round, then checked; what is to be kept is added to ``kept`` as it is checked."""
+
+    def __init__(self, paged: list[PageRequest], whole: list[Shard],
+                 stamps_first: bool) -> None:
+        self.paged, self.whole, self.stamps_first = paged, whole, stamps_first
+        self.round = Round()
+        self.identities = IdentityChecks()
+        self.wholes: list[WholeRequest] = []
+
+    def __call__(self, missing: list[Want], kept: list[Kept]) -> None:
+        round_, identities = self.round, self.identities
+        pending = [r.shard for r in self.paged] + self.whole
+        pending_stamps = any(shard.stamp_pending for shard in pending)
+        stamps = queue_stamps(pending, round_.range) if pending_stamps else []
+        for request in self.paged:
+            request.missing = [page for page, want in request.wants if want.value is None]
+            request.pages = {page: want.value for page, want in request.wants
+                             if want.value is not None}
+            _queue_pages(round_, request, identities, self.stamps_first)
+        self.wholes = [_queue_whole(round_, shard, identities, self.stamps_first)
+                       for shard in self.whole]
+        round_.run()
+        if pending_stamps:
+            take_stamps(stamps, lambda slot: round_.result(Round.RANGE, slot), pending, kept)
+        for request in self.paged:
+            if not request.pager.keyed:
+                key_pager(request.shard, request.pager)
+            _take_pages(round_, request, kept, identities)
+
+
+def _wants(request: PageRequest) -> list[Want]:
+    """The keys of what one paged shard of a batch needs: its header (unless checked in this
+    process) and its pages, on the machine only when the shard's stamp is known (else it
+    comes in the round: fetched, not looked for)."""
+    shard, pager = request.shard, request.pager
+    if not pager.keyed and not shard.stamp_pending:
+        key_pager(shard, pager)
+    keyed = pager.keyed
+    wants: list[Want] = []
+    if not pager.checked:  # first: the pages found on the machine need their header
+        wants.append(Want(None, pager.header_key if keyed else None,
+                          functools.partial(_header_held, shard, pager)))
+    # (a set, not np.unique: numpy's first unique() imports numpy.ma, ~50 ms in a new
+    # process, and a shard's records of one batch are few)
+    for page in sorted(set((request.local // pager.page_records).tolist())):
+        want = Want((id(shard), page), pager.page_key(page) if keyed else None,
+                    functools.partial(_page_held, shard, pager, page))
+        request.wants.append((page, want))
+        wants.append(want)
+    return wants
+
+
+def _header_held(shard: Shard, pager: Pager, raw: bytes) -> SidecarHeader | None:
+    """A header the machine held, checked and taken, or ``None`` (a miss)."""
+    try:
+        header = parse_page_header(shard, raw)
+    except SidecarError:  # a damaged or tampered entry: a miss, fetched again
+        return None
+    if header is not None:
+        pager.accept(header)
+    return header
+
+
+def _page_held(shard: Shard, pager: Pager, page: int, blob: bytes) -> np.ndarray | None:
+    """A page the machine held (only pages whose header checked out get there), or ``None``
+    (a miss) when its header is not checked in this process or it does not hold the bounds
+    any build could have written (a damaged or tampered entry)."""
+    if not pager.checked:
+        return None
+    count = min(pager.page_records, shard.records - page * pager.page_records) + 1
+    if len(blob) != 8 * count:
+        return None
+    page_bounds = np.frombuffer(blob, dtype="<u8")
+    try:
+        check_bounds(shard, pager, page * pager.page_records, page_bounds)
+    except SidecarError:
+        return None
+    return page_bounds
 
 
 def _settle(identities: IdentityChecks, wholes: list[WholeRequest]) -> None:
@@ -278,64 +293,6 @@ def _settle(identities: IdentityChecks, wholes: list[WholeRequest]) -> None:
         for request in wholes:
             request.shard.unload()
         raise
-
-
-def _node_keys(paged: list[PageRequest]) -> list[bytes]:
-    keys = []
-    for request in paged:
-        if not request.pager.keyed:  # its stamp comes in this round: fetched, not cached
-            continue
-        if not request.pager.checked:
-            keys.append(request.pager.header_key)
-        keys += [request.pager.page_key(p) for p in request.missing]
-    return keys
-
-
-def _from_node(paged: list[PageRequest], found: dict[bytes, bytes]) -> None:
-    """Take what the machine's cache holds (only pages whose header checked out get there)."""
-    if not found:
-        return
-    for request in paged:
-        pager = request.pager
-        if not pager.keyed:
-            continue
-        raw = found.get(pager.header_key) if not pager.checked else None
-        if raw is not None:
-            try:
-                header = parse_page_header(request.shard, raw)
-            except SidecarError:  # a damaged or tampered entry: a miss, fetched again
-                header = None
-            if header is not None:
-                pager.accept(header)
-        if not pager.checked:
-            continue
-        still = []
-        for page in request.missing:
-            blob = found.get(pager.page_key(page))
-            count = min(pager.page_records, request.shard.records - page * pager.page_records)
-            page_bounds = _cached_page(request.shard, pager, page, blob, count + 1)
-            if page_bounds is not None:
-                request.pages[page] = page_bounds
-                cache = request.shard.cache
-                assert cache is not None
-                cache.pages.put((id(request.shard), page), page_bounds)
-            else:
-                still.append(page)
-        request.missing = still
-
-
-def _cached_page(shard: Shard, pager: Pager, page: int, blob: bytes | None,
-                 count: int) -> np.ndarray | None:
-    """A page found in the node cache, or ``None`` (a miss) when it is not there or does not
-    hold ``count`` bounds that any build could have written (a damaged or tampered entry)."""
-    if blob is None or len(blob) != 8 * count:
-        return None
-    page_bounds = np.frombuffer(blob, dtype="<u8")
-    try:
-        check_bounds(shard, pager, page * pager.page_records, page_bounds)
-    except SidecarError:
-        return None
-    return page_bounds
 
 
 def _queue_pages(round_: Round, request: PageRequest, identities: IdentityChecks,
@@ -370,7 +327,7 @@ def _queue_pages(round_: Round, request: PageRequest, identities: IdentityChecks
             request.stat_queued = True
 
 
-def _take_pages(round_: Round, request: PageRequest, to_node: list[tuple[bytes, bytes]],
+def _take_pages(round_: Round, request: PageRequest, kept: list[Kept],
                 identities: IdentityChecks) -> None:
     """Check the header, the data file's stamp and keep the pages of one shard."""
     shard, pager = request.shard, request.pager
@@ -385,7 +342,7 @@ def _take_pages(round_: Round, request: PageRequest, to_node: list[tuple[bytes, 
             return
         pager.accept(header)
         head = bytes(got[:HEADER_SIZE])
-        to_node.append((pager.header_key, head + bytes(HEADER_SIZE - len(head))))
+        kept.append(Kept(None, pager.header_key, header, head + bytes(HEADER_SIZE - len(head))))
     if request.stat_queued:
         assert shard.data_storage is not None
         current = identities.current(round_, shard)
@@ -398,8 +355,6 @@ def _take_pages(round_: Round, request: PageRequest, to_node: list[tuple[bytes, 
         assert indexed is not None
         shard.data_storage.expect_indexed(shard.path, indexed, shard.index_url)
         pager.fresh = True
-    cache = shard.cache
-    assert cache is not None
     for first, last, slot, skip in request.runs:
         got = round_.result(Round.RANGE, (storage_id, slot))
         if isinstance(got, BaseException):
@@ -407,5 +362,5 @@ def _take_pages(round_: Round, request: PageRequest, to_node: list[tuple[bytes, 
         for page, page_bounds in split_pages(pager, shard.records, first, last,
                                              memoryview(got)[skip:], shard).items():
             request.pages[page] = page_bounds
-            cache.pages.put((id(shard), page), page_bounds)
-            to_node.append((pager.page_key(page), page_bounds.tobytes()))
+            kept.append(Kept((id(shard), page), pager.page_key(page), page_bounds,
+                             page_bounds.tobytes()))

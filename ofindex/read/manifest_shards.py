@@ -12,18 +12,19 @@ is kept, so that this process's page cache and checked headers stay with it.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
+from ..cache.chain import Chain, Kept, Want
 from ..errors import ManifestError, RangeReadError
 from ..formats.compact_manifest import CompactManifest
 from ..formats.lazy_rows import LazyRows
 from ..formats.placement import SidecarPlace
 from ..storage import Storage
 from .shards import Shard
-from .sidecar_cache import SidecarCache
 
 #: A queued stamps page: ``(manifest, page, slot of its range in the round)``.
 QueuedStamp = tuple[CompactManifest, int, Any]
@@ -37,12 +38,12 @@ class ManifestShards(LazyRows[Shard]):
         storage: Storage of the data files.
         data_dir: The data directory on ``storage``.
         place: Where the sidecars are.
-        cache: The dataset's sidecar cache.
+        cache: The dataset's cache chain.
         check_stale: Stat each data file when its sidecar is first loaded in a process.
     """
 
     def __init__(self, manifest: CompactManifest, storage: Storage, data_dir: str,
-                 place: SidecarPlace, cache: SidecarCache, check_stale: bool) -> None:
+                 place: SidecarPlace, cache: Chain, check_stale: bool) -> None:
         self.manifest = manifest
         self.storage, self.place, self.cache = storage, place, cache
         self.prefix = storage.join(data_dir, "")
@@ -122,29 +123,35 @@ def _pending_pages(shards: Sequence[Shard]) -> dict[tuple[int, int], CompactMani
     return wanted
 
 
-def stamps_from_node(shards: Sequence[Shard], node: Any) -> None:
-    """Take the stamps pages the pending ``shards`` need from the machine's node cache (each
+def stamps_from_machine(shards: Sequence[Shard], chain: Chain) -> None:
+    """Take the stamps pages the pending ``shards`` need from the machine's cache (each
     checked against the manifest's page table as a fetched one; a bad entry is a miss), so
     that their sidecar pages can be looked for there too.
 
     Args:
         shards: Shards some of which may have their stamp pending.
-        node: The node cache (:class:`~ofindex.read.nodecache.NodeCache`).
+        chain: The dataset's cache chain.
     """
     wanted = _pending_pages(shards)
     if not wanted:
         return
-    keys = {manifest.node_key(page): (manifest, page) for (_, page), manifest in wanted.items()}
-    for key, blob in node.get(list(keys)).items():
-        manifest, page = keys[key]
-        try:
-            manifest.take_stamp_page(page, blob)
-        except ManifestError:
-            continue  # a damaged or tampered entry: fetched again
+    chain.recall([Want(None, manifest.node_key(page),
+                       functools.partial(_take_page, manifest, page))
+                  for (_, page), manifest in wanted.items()])
     for shard in shards:
         source = _source(shard)
         if source is not None and source[0].has_stamp(source[1]):
             shard.take_stamp()
+
+
+def _take_page(manifest: CompactManifest, page: int, blob: bytes) -> bool | None:
+    """Take a stamps page the machine held: ``True``, or ``None`` when it fails its checks
+    (a damaged or tampered entry: fetched again)."""
+    try:
+        manifest.take_stamp_page(page, blob)
+    except ManifestError:
+        return None
+    return True
 
 
 def queue_stamps(shards: Sequence[Shard], add_range: Any) -> list[QueuedStamp]:
@@ -166,9 +173,9 @@ def queue_stamps(shards: Sequence[Shard], add_range: Any) -> list[QueuedStamp]:
 
 
 def take_stamps(queued: list[QueuedStamp], result: Any, shards: Sequence[Shard],
-                to_node: list[tuple[bytes, bytes]]) -> None:
-    """Check and keep the stamps pages a round fetched (and add them to ``to_node``, for the
-    node cache), then give ``shards`` their stamps.
+                kept: list[Kept]) -> None:
+    """Check and take the stamps pages a round fetched (adding them to ``kept``, for the
+    machine's cache), then give ``shards`` their stamps.
 
     Raises:
         ManifestError: A page fails its checks.
@@ -181,7 +188,7 @@ def take_stamps(queued: list[QueuedStamp], result: Any, shards: Sequence[Shard],
         if isinstance(got, BaseException):
             raise got
         manifest.take_stamp_page(page, got)
-        to_node.append((manifest.node_key(page), bytes(got)))
+        kept.append(Kept(None, manifest.node_key(page), True, bytes(got)))
     for shard in shards:
         if shard.stamp_pending:
             shard.take_stamp()

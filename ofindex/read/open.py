@@ -19,6 +19,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from ..cache.chain import Chain
+from ..cache.data import DataCache
 from ..errors import DataCacheWarning, PartialIndexWarning, SidecarError, StaleIndexError, hint
 from ..formats.compact_manifest import CompactManifest
 from ..formats.compression import parse_compression
@@ -29,11 +31,9 @@ from ..formats.manifest import MANIFEST_NAME
 from ..formats.sidecar_header import Compression
 from ..formats.strays import is_stray, name_pattern
 from ..storage import Storage, is_data_file_name
-from .datacache import DataCache
 from .dataset import Dataset, Decode
 from .manifest_shards import ManifestShards
 from .shards import Shard
-from .sidecar_cache import SidecarCache
 from .stray_shards import load_sidecars
 
 _AUTO_HINT = hint("format='auto'", "--format auto")
@@ -48,9 +48,8 @@ class OpenOptions:
     verify: bool = True
     decode: Decode | None = None
     check_stale: bool = True
-    cache: SidecarCache = dataclasses.field(default_factory=SidecarCache)
+    cache: Chain = dataclasses.field(default_factory=Chain)
     compression: str | Compression | None = "auto"
-    data_cache: DataCache | None = None
 
 
 def open_location(location: DatasetLocation, options: OpenOptions) -> Dataset:
@@ -189,7 +188,7 @@ def data_cache_for(storage: Storage, sizes: Sequence[int] | np.ndarray,
     data files do not fit its bound (their blocks would be evicted before their other
     records are read, each fetched again and again). With it, the dataset's remote sidecars
     are read whole (a small part of the data kept)."""
-    data_cache = options.data_cache
+    data_cache = options.cache.data
     if data_cache is None or storage.is_local or not data_cache.usable():
         return None
     sizes = [int(size) for size in sizes]  # (a compact manifest's column: only with a cache)

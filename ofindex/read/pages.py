@@ -14,11 +14,11 @@ The page size follows the shard's mean record size: a page holds about as many b
 offsets as one record holds data (a power of two between 16 and 8192 records), so a random
 record moves about twice its size (``tools/bench_scale.py`` measures the trade-off).
 
-Pages are kept in this process's :class:`~ofindex.read.pagecache.PageCache` (bounded by
-``cache_bytes``) and, with ``cache_dir``, in the machine's
-:class:`~ofindex.read.nodecache.NodeCache`. A header is checked when it arrives (record count
-and stamp, and the body CRC when known, against the manifest or the pinned header:
-:meth:`Shard.check_header`), before any of its pages is used or cached. Version 1 sidecars
+Pages are kept in the dataset's cache chain (:class:`~ofindex.cache.chain.Chain`): this
+process's memory (bounded by ``cache_bytes``) and, with ``cache_dir``, the machine's. A
+header is checked when it arrives (record count and stamp, and the body CRC when known,
+against the manifest or the pinned header: :meth:`Shard.check_header`), before any of its
+pages is used or cached. Version 1 sidecars
 (variable header), compressed-file sidecars (seek points) and small sidecars (a few pages)
 are fetched whole instead, as before.
 """
@@ -31,10 +31,10 @@ import struct
 
 import numpy as np
 
+from ..cache.keys import sidecar_key
 from ..errors import SidecarError
 from ..formats.sidecar_header import HEADER_SIZE, VERSION, Compression, SidecarHeader
 from ..formats.sidecar_header import decode_header as _decode_header
-from .nodecache import sidecar_key
 from .shards import Shard
 
 #: Where a version 2 header's fingerprint starts (see :mod:`ofindex.formats.sidecar_header`).

@@ -27,9 +27,9 @@ from typing import Any
 import numpy as np
 
 from .. import _accel
+from ..cache.data import DataCache, ResidentFile
 from ..errors import CorruptRecordError
 from ..formats.sidecar import Sidecar
-from .datacache import DataCache, ResidentFile
 from .mapped_gather import PARALLEL_BYTES, executor, first_failing, shares
 from .record_checks import RecordChecks
 from .sum_checks import check_many, record_naming

@@ -8,27 +8,29 @@ sidecars by pages, with every missing piece of index fetched in one round: see
   the ranges fetched at once (concurrently on remote storage) into one buffer, the records cut
   out of it;
 * :func:`cached_blocks`: the same plan served from blocks of the remote files kept on local
-  disk (:mod:`ofindex.read.datacache`), the missing blocks fetched at once and kept.
+  disk (:mod:`ofindex.cache.data`), the missing blocks fetched at once and kept.
 
 Each returns the payloads in the order asked for, every record checked as everywhere else.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
 from .. import _accel
+from ..cache.data import CachedRead, DataCache
 from ..errors import CorruptRecordError
 from ..formats.framing import Buffer
 from ..storage.ranges import ReadPlan, coalesce
 from . import mapped_gather
-from .datacache import CachedRead, DataCache
-from .index_round import batch_spans
+from .index_round import PageRequest, run_round
+from .pages import pager_of, spans_from_pages
 from .payloads import extract_payloads, read_record_direct
 from .record_checks import RecordChecks
+from .shards import Shard, missing_indexes
 from .sum_checks import check_many, record_naming
 from .table import ShardGroups, ShardTable
 
@@ -42,7 +44,7 @@ def read_grouped(table: ShardTable, checks: RecordChecks, indices: np.ndarray,
                  reader: GroupReader, *, stamps_first: bool = False) -> list[Any]:
     """The payloads of records ``indices`` (valid, non-negative), read shard by shard with
     ``reader``, in the order asked for (``stamps_first``: see
-    :func:`~ofindex.read.index_round.batch_spans`).
+    :func:`batch_spans`).
 
     Raises:
         IndexNotFoundError, StaleIndexError, SidecarError, CorruptRecordError,
@@ -54,6 +56,49 @@ def read_grouped(table: ShardTable, checks: RecordChecks, indices: np.ndarray,
     payloads = reader(table, checks, grouped, starts, ends)
     _check_sums(table, checks, grouped, payloads)
     return grouped.restore(payloads)
+
+
+def batch_spans(shards: Sequence[Shard], groups: list[tuple[int, int, int]],
+                local: np.ndarray, *, stamps_first: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Byte spans ``(starts, ends)`` of a batch's records, grouped by shard: from the
+    sidecars this process holds, the rest of the index they need fetched in one round
+    (:func:`~ofindex.read.index_round.run_round`).
+
+    Args:
+        shards: The dataset's shards.
+        groups: ``(shard number, lo, hi)``: items ``lo..hi-1`` of ``local`` are in that shard.
+        local: Record numbers inside their shard.
+        stamps_first: Check the data files' stamps in this round even where the first read
+            could (the data is read through a cache that keys blocks by them).
+
+    Returns:
+        The framing's byte range of every item.
+
+    Raises:
+        IndexNotFoundError, StaleIndexError, SidecarError, RangeReadError: As reads do.
+    """
+    requests: list[PageRequest | None] = []
+    whole: list[Shard] = []
+    for shard_no, lo, hi in groups:
+        shard = shards[shard_no]
+        pager = None if shard.loaded else pager_of(shard)
+        requests.append(None if pager is None else PageRequest(shard, pager, local[lo:hi]))
+        if pager is None and shard.cache is not None and not shard.loaded:
+            whole.append(shard)
+    paged = [r for r in requests if r is not None]
+    if paged or whole:
+        missing = run_round(paged, whole, stamps_first=stamps_first)
+        if missing:
+            raise missing_indexes(missing, len(whole))
+    starts = np.empty(len(local), dtype=np.int64)
+    ends = np.empty(len(local), dtype=np.int64)
+    for (shard_no, lo, hi), request in zip(groups, requests, strict=True):
+        if request is not None and not request.fallback:
+            starts[lo:hi], ends[lo:hi] = spans_from_pages(request.shard, request.pager,
+                                                          request.pages, request.local)
+        else:
+            starts[lo:hi], ends[lo:hi] = shards[shard_no].sidecar.spans(local[lo:hi])
+    return starts, ends
 
 
 def _check_sums(table: ShardTable, checks: RecordChecks, grouped: ShardGroups,
@@ -169,7 +214,7 @@ def cached_blocks(table: ShardTable, checks: RecordChecks, grouped: ShardGroups,
                   starts: np.ndarray, ends: np.ndarray, *, data_cache: DataCache,
                   max_read_bytes: int) -> list[Any]:
     """Payloads cut out of blocks of the data files kept on local disk, the missing blocks
-    fetched in one round and kept (:mod:`ofindex.read.datacache`).
+    fetched in one round and kept (:mod:`ofindex.cache.data`).
 
     The records' own spans are copied (no plan: a gap between records costs a copy, not a
     request). When a record's check fails in bytes the cache served, those blocks are

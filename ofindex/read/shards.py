@@ -3,8 +3,8 @@
 Local sidecars are memory-mapped (opening one reads its header; its offsets are checked
 against their CRC when the shard is first read). Remote sidecars are read by pages
 (:mod:`ofindex.read.pages`), or fetched whole when their shard is first touched (iteration,
-version 1, compressed or small ones) and kept in the dataset's
-:class:`~ofindex.read.sidecar_cache.SidecarCache`.
+version 1, compressed or small ones) and held in the dataset's cache chain
+(:class:`~ofindex.cache.chain.Chain`).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import os
 from collections.abc import Hashable
 from typing import Any, Protocol
 
+from ..cache.chain import Chain
 from ..errors import IndexNotFoundError, SidecarError, StaleIndexError, hint
 from ..formats.framing import RecordFormat
 from ..formats.sidecar import Sidecar, load_sidecar, parse_sidecar
@@ -22,7 +23,6 @@ from ..formats.sidecar_header import SidecarHeader
 from ..storage import FileStamp, Storage
 from ..storage.identity import check_identity
 from ..storage.openfiles import OPEN_FILES
-from .sidecar_cache import SidecarCache
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,7 +86,7 @@ class Shard:
 
     def __init__(self, path: str, index_storage: Storage, index_path: str,
                  records: int = -1, size: int = -1, *, fingerprint: str | None = None,
-                 data_storage: Storage | None = None, cache: SidecarCache | None = None,
+                 data_storage: Storage | None = None, cache: Chain | None = None,
                  url: str | None = None, partial: bool = False,
                  body_crc: int | None = None, stamps: StampSource | None = None,
                  row: int = -1) -> None:
@@ -271,7 +271,7 @@ class Shard:
         if sidecar is None or self._pid != os.getpid():
             return self.load()
         if self.cache is not None:
-            self.cache.touch(self)
+            self.cache.memory.touch(id(self))
         return sidecar
 
     @property
@@ -306,12 +306,13 @@ class Shard:
     def disk_copy(self) -> Sidecar | None:
         """A valid copy of this remote sidecar in the node cache (only with a manifest's
         stamps), or ``None``."""
-        if self.cache is None or self.cache.node is None or self.index_storage.is_local:
+        machine = None if self.cache is None else self.cache.machine
+        if machine is None or self.index_storage.is_local:
             return None  # (a compact manifest's stamp is not read for nothing)
         expect = self.expected_stamp()
         if expect is None:
             return None
-        return self.cache.from_disk(self.index_url, expect, self.records, self.body_crc)
+        return machine.open_sidecar(self.index_url, expect, self.records, self.body_crc)
 
     def not_found(self) -> IndexNotFoundError:
         """The error for this shard's missing sidecar, with the command that builds it."""
@@ -328,10 +329,10 @@ class Shard:
             SidecarError: It is not a valid sidecar.
         """
         sidecar = parse_sidecar(raw, path=self.index_url, data_url=self.data_url)
-        cache, expect = self.cache, self.expected_stamp()
-        if (cache is not None and expect is not None and cache.cache_dir is not None
+        machine, expect = None if self.cache is None else self.cache.machine, self.expected_stamp()
+        if (machine is not None and expect is not None
                 and sidecar.header.count == self.records and sidecar.header.stamp == expect):
-            disk = cache.to_disk(self.index_url, raw)
+            disk = machine.keep_sidecar(self.index_url, raw)
             if disk is not None:
                 return disk, 0
         return sidecar, len(raw)
@@ -432,7 +433,7 @@ class Shard:
         self.local_sidecar = (self._pid, sidecar) if self.cache is None else None
         nbytes += sidecar.decoded_bytes  # packed offsets, decoded in memory even when mapped
         if self.cache is not None and nbytes:
-            self.cache.add(self, nbytes)
+            self.cache.hold_sidecar(id(self), nbytes, self.unload)
         return sidecar
 
     def check_header(self, h: SidecarHeader) -> None:

@@ -8,11 +8,11 @@ from collections.abc import Iterator
 import numpy as np
 
 from .. import _accel
+from ..cache.data import DataCache
 from ..formats.framing import Buffer
 from ..formats.sidecar import Sidecar
 from ..storage import Storage, check_length
 from ..storage.ranges import plan_blocks
-from .datacache import DataCache
 from .payloads import DIRECT_RECORD_BYTES, extract_payloads, read_record_direct
 from .sum_checks import check_many, record_namer, sidecar_sums
 

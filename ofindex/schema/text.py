@@ -1,11 +1,12 @@
-"""A schema as text (Python code for :mod:`ofindex.decode`, a TensorFlow
-``feature_description``), and a TensorFlow ``feature_description`` read back into our spec
-(:func:`spec_from_tf`)."""
+"""A schema as Python code for :mod:`ofindex.decode` (:func:`to_python`), as TensorFlow's
+``feature_description`` (:func:`to_tf`, its code text with ``as_code=True``), and a
+``feature_description`` read back into our spec (:func:`spec_from_tf`)."""
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal, overload
 
 from ofindex.decode.spec import FixedLen, VarLen, normalize_dtype
+from ofindex.errors import DecodeError, missing_extra
 from ofindex.schema.infer import FeatureStats, Schema
 
 _TF_DTYPES = {"bytes": "tf.string", "float32": "tf.float32", "int64": "tf.int64",
@@ -79,16 +80,8 @@ def _tf_code(fs: FixedLen | VarLen, sequence: bool = False) -> str:
     return f"tf.io.FixedLenFeature({list(fs.shape)}, {dtype})"
 
 
-def to_tf(schema: Schema) -> str:
-    """The schema as TensorFlow code: a ``feature_description`` for ``tf.io.parse_example``
-    (``context_features`` and ``sequence_features`` for a SequenceExample).
-
-    Args:
-        schema: What :func:`~ofindex.schema.infer.infer_spec` gave.
-
-    Returns:
-        The code (for OFRecord or raw records, a comment saying TensorFlow has no parser).
-    """
+def _tf_code_text(schema: Schema) -> str:
+    """The ``feature_description`` as TensorFlow code, each feature's sample noted."""
     if schema.kind in ("raw", "ofrecord"):
         return f"{_header(schema)}\n# TensorFlow has no parser for these records"
     left_out = "left out, no single type"
@@ -104,6 +97,76 @@ def to_tf(schema: Schema) -> str:
                   *_lines(schema.spec, schema.features, schema.sampled, _tf_code, left_out),
                   "}"]
     return "\n".join(lines)
+
+
+def _tf_feature(tf: Any, fs: FixedLen | VarLen, sequence: bool = False) -> Any:
+    """One spec as the ``tf.io`` feature ``_tf_code`` writes for it."""
+    dtype = tf.dtypes.as_dtype(_TF_DTYPES[fs.dtype].removeprefix("tf."))
+    if isinstance(fs, VarLen):
+        return tf.io.VarLenFeature(dtype)
+    if sequence:
+        return tf.io.FixedLenSequenceFeature(list(fs.shape), dtype,
+                                             allow_missing=fs.allow_missing)
+    return tf.io.FixedLenFeature(list(fs.shape), dtype)
+
+
+def _tf_description(schema: Schema) -> dict[str, Any]:
+    """The ``feature_description`` of an Example or SequenceExample schema."""
+    if schema.kind == "raw":
+        raise DecodeError(f"the sampled records are not Examples ({schema.failure}): "
+                          "tf.io has nothing to parse them with")
+    if schema.kind == "ofrecord":
+        raise DecodeError("the records are OFRecords, which TensorFlow has no parser for: "
+                          "decode them with schema.decoder() (ofindex.decode)")
+    try:
+        import tensorflow as tf
+    except ImportError as exc:
+        raise missing_extra("ofindex.schema.to_tf", "tf", exc) from exc
+    if schema.kind == "sequence_example":
+        return {"context_features": {name: _tf_feature(tf, fs)
+                                     for name, fs in schema.spec.items()},
+                "sequence_features": {name: _tf_feature(tf, fs, True)
+                                      for name, fs in schema.sequence_spec.items()}}
+    return {name: _tf_feature(tf, fs) for name, fs in schema.spec.items()}
+
+
+@overload
+def to_tf(schema: Schema, *, as_code: Literal[False] = False) -> dict[str, Any]: ...
+
+
+@overload
+def to_tf(schema: Schema, *, as_code: Literal[True]) -> str: ...
+
+
+def to_tf(schema: Schema, *, as_code: bool = False) -> dict[str, Any] | str:
+    """The schema as TensorFlow's ``feature_description``, for ``tf.io.parse_example``.
+
+    ``FixedLen`` features become ``tf.io.FixedLenFeature``, ``VarLen`` ones
+    ``tf.io.VarLenFeature`` (a ``tf.SparseTensor``); a feature seen with more than one type
+    is left out. For a SequenceExample the result is ``{"context_features": {...},
+    "sequence_features": {...}}``, the keyword arguments of
+    ``tf.io.parse_sequence_example(serialized, **to_tf(schema))`` (feature lists as
+    ``tf.io.FixedLenSequenceFeature``).
+
+    Args:
+        schema: What :func:`~ofindex.schema.infer.infer_spec` gave.
+        as_code: Return the description as TensorFlow source code instead, each feature
+            commented with what the sample held (what ``ofindex schema --style tf`` prints;
+            for OFRecord or raw records a comment saying TensorFlow has no parser).
+
+    Returns:
+        ``{name: tf.io.FixedLenFeature | tf.io.VarLenFeature}`` (for a SequenceExample,
+        ``{"context_features": ..., "sequence_features": ...}``), or with ``as_code`` the
+        code as a ``str``.
+
+    Raises:
+        DecodeError: Without ``as_code``: the records are OFRecords or not Examples
+            (TensorFlow has no parser for them).
+        MissingDependencyError: Without ``as_code``: TensorFlow is not installed.
+    """
+    if as_code:
+        return _tf_code_text(schema)
+    return _tf_description(schema)
 
 
 def _one_from_tf(name: str, feature: Any) -> FixedLen | VarLen:

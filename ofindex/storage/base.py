@@ -125,7 +125,7 @@ class Storage(abc.ABC):
 
     def multirange(self, path: str) -> bool:
         """Whether many ranges of ``path`` go out in one request (an HTTP server known to
-        answer ``multipart/byteranges``; see :mod:`ofindex.storage.multirange`)."""
+        answer ``multipart/byteranges``; see :mod:`ofindex.transport.store`)."""
         return False
 
     @abc.abstractmethod

@@ -1,14 +1,13 @@
 """What a path, directory or glob names on an fsspec filesystem: its files (not directories).
 
 A path that exists is that path, whatever its characters; only one that does not may be a
-glob (:mod:`.patterns`). One coroutine serves both kinds of filesystem (:func:`.aio.awaitable`):
-an asynchronous one's listing runs on its loop, where the retry policy's deadline cuts a
-request that hangs; a synchronous one's runs at once (:func:`.aio.run_now`).
+glob (:mod:`.patterns`). The calls run on the event loop (:func:`ofindex.transport.clients.
+call`), where the request policy's deadline cuts one that hangs.
 """
 
 from typing import Any
 
-from .aio import awaitable
+from ..transport.clients import call
 from .patterns import has_magic, literal_heads, with_literal_head
 
 
@@ -24,18 +23,18 @@ async def list_files(fs: Any, pattern: str) -> list[str]:
     """
     if has_magic(pattern):
         try:  # an object or a directory of that very name (one request, HEAD, on a bucket)
-            await awaitable(fs, "info")(pattern)
+            await call(fs, "info", pattern)
         except (FileNotFoundError, NotADirectoryError):
             return await list_matches(fs, pattern)
     try:
-        entries = await awaitable(fs, "ls")(pattern, detail=True)
+        entries = await call(fs, "ls", pattern, detail=True)
     except (FileNotFoundError, NotADirectoryError):
         return []
     files = [e for e in entries if e.get("type") != "directory"]
     if len(files) == 1 and files[0]["name"].rstrip("/") == pattern.rstrip("/"):
         return [pattern]  # ls of a file lists the file itself
-    if not entries and await awaitable(fs, "exists")(pattern) \
-            and not await awaitable(fs, "isdir")(pattern):
+    if not entries and await call(fs, "exists", pattern) \
+            and not await call(fs, "isdir", pattern):
         return [pattern]
     return [str(e["name"]) for e in files]
 
@@ -52,8 +51,8 @@ async def list_matches(fs: Any, pattern: str) -> list[str]:
         Paths on ``fs`` (unsorted); ``[]`` when nothing matches.
     """
     for head in literal_heads(pattern):
-        if await awaitable(fs, "isdir")(head):
+        if await call(fs, "isdir", head):
             pattern = with_literal_head(pattern, head)
             break
-    found = await awaitable(fs, "glob")(pattern, detail=True)
+    found = await call(fs, "glob", pattern, detail=True)
     return [p for p, info in found.items() if info.get("type") != "directory"]

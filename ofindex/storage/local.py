@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import glob as _glob
 import os
 import tempfile
@@ -10,10 +11,10 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
 from typing import IO
 
-from ..errors import DataFileNotFoundError, hint
+from ..errors import DataFileNotFoundError, OfindexError, StorageError, hint
+from ..transport.failures import not_writable
 from . import openfiles
 from .base import CHECKED_READ_BYTES, Storage, check_length, check_range
-from .failures import no_space, not_writable
 from .openfiles import OPEN_FILES
 from .patterns import has_magic, literal_heads, with_literal_head
 from .special import is_special, write_in_place
@@ -301,3 +302,33 @@ def write_local_atomic(path: str, parts: list[bytes | memoryview], *,
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+#: A write refused for want of space: a full disk, or the user's quota.
+_NO_SPACE = {errno.ENOSPC, errno.EDQUOT}
+
+
+def no_space(what: str, exc: BaseException, then: str) -> OfindexError | None:
+    """The error for a write refused for want of space (``ENOSPC``, ``EDQUOT``), or ``None``
+    for other failures. It is an ``OSError`` whose ``errno`` is the cause's.
+
+    Args:
+        what: The file written (URL or path), for the message.
+        exc: The failure.
+        then: What was kept and what to do next, for the message.
+
+    Returns:
+        The error to raise (``from exc``), or ``None``.
+    """
+    seen: BaseException | None = exc
+    for _ in range(8):  # the failure and what it was raised from
+        if seen is None:
+            return None
+        code = getattr(seen, "errno", None)
+        if code in _NO_SPACE:
+            error = StorageError(f"{what}: no space left on its disk ({os.strerror(code)}); "
+                                 f"{then}")
+            error.errno = code  # (a filename would make str() "[Errno 28] None: 'path'")
+            return error
+        seen = seen.__cause__ or seen.__context__
+    return None

@@ -13,13 +13,12 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ..errors import InvalidURLError
+from ..transport.clients import strip_protocol
+from ..transport.policy import current_policy
 from .base import Storage
-from .failures import missing_extra
 from .local import LocalStorage
 from .mapped import MappedLocalStorage
 from .remote import FsspecStorage
-from .retry import RetryPolicy, current_policy
 
 _LOCAL_PROTOCOLS = {"", "file", "local"}
 
@@ -39,19 +38,23 @@ class Storages:
         max_concurrency: Remote requests in flight at once for one batch (default 64).
         max_inflight_bytes: Bound on remote response bytes held before they are copied out
             (default 128 MiB).
-        retry: How remote requests are retried (default: the policy in force, see
-            :func:`ofindex.storage.retry.retry_settings`).
+        retries: Retries of a remote request after its first attempt (default: those of the
+            policy in force, see :func:`ofindex.transport.policy.retry_settings`).
+        timeout: Seconds after which a remote request is given up (likewise).
+
+    Raises:
+        ValueError: ``retries`` is negative or ``timeout`` not positive.
     """
 
     def __init__(self, storage_options: dict[str, Any] | None = None, *, mmap: bool = False,
                  max_concurrency: int | None = None, max_inflight_bytes: int | None = None,
-                 retry: RetryPolicy | None = None) -> None:
+                 retries: int | None = None, timeout: float | None = None) -> None:
         self.storage_options = dict(storage_options or {})
         self.mmap = mmap
         self.max_concurrency = 64 if max_concurrency is None else max(1, int(max_concurrency))
         self.max_inflight_bytes = (128 << 20 if max_inflight_bytes is None
                                    else max(1, int(max_inflight_bytes)))
-        self.retry = retry or current_policy()
+        self.policy = current_policy().with_settings(retries, timeout)
         self._made: dict[str, Storage] = {}
 
     def __repr__(self) -> str:
@@ -76,12 +79,12 @@ class Storages:
         if not sep or protocol in _LOCAL_PROTOCOLS:
             path = os.path.expanduser(url) if not sep else rest
             return self._local(), path
-        path = _filesystem_class(url, protocol)._strip_protocol(url)
+        path = strip_protocol(url, protocol)
         storage = self._made.get(protocol)
         if storage is None:
             storage = self._made[protocol] = FsspecStorage(
                 protocol, self.storage_options, max_concurrency=self.max_concurrency,
-                max_inflight_bytes=self.max_inflight_bytes, retry=self.retry)
+                max_inflight_bytes=self.max_inflight_bytes, policy=self.policy)
         return storage, path
 
     def _local(self) -> Storage:
@@ -89,26 +92,6 @@ class Storages:
         if storage is None:
             storage = self._made[""] = MappedLocalStorage() if self.mmap else LocalStorage()
         return storage
-
-
-def _filesystem_class(url: str, protocol: str) -> Any:
-    """fsspec's filesystem class of ``protocol`` (imported on first use).
-
-    Raises:
-        InvalidURLError: An unknown protocol.
-        MissingDependencyError: Its library is not installed.
-    """
-    import fsspec
-
-    try:
-        return fsspec.get_filesystem_class(protocol)
-    except ImportError as exc:
-        raise missing_extra(protocol, exc) from None
-    except ValueError:
-        raise InvalidURLError(
-            f"{url}: unknown protocol {protocol!r}; use a local path or a URL such as "
-            "s3://bucket/key, gs://bucket/key or https://host/path"
-        ) from None
 
 
 def storage_for(url: str, storage_options: dict[str, Any] | None = None) -> tuple[Storage, str]:

@@ -62,7 +62,8 @@ def claim(storage: Storage, directory: str, token: str) -> str:
 
 def _create_remote(storage: Storage, path: str, body: bytes) -> None:
     """Create an object only if it does not exist (raising ``FileExistsError``)."""
-    fs = getattr(storage, "fs", None)
+    client = getattr(storage, "client", None)  # (the filesystem is its transport client's)
+    fs = getattr(client, "fs", None) if client is not None else getattr(storage, "fs", None)
     if fs is None:  # pragma: no cover - every remote storage has a filesystem
         raise OSError(f"{storage.url(path)}: this storage cannot create files")
     fs.pipe_file(path, body, mode="create")
@@ -95,7 +96,8 @@ def rename_data(storage: Storage, src: str, dst: str) -> None:
     if isinstance(storage, LocalStorage):
         os.replace(src, dst)
         return
-    fs = getattr(storage, "fs", None)
+    client = getattr(storage, "client", None)  # (the filesystem is its transport client's)
+    fs = getattr(client, "fs", None) if client is not None else getattr(storage, "fs", None)
     if fs is None:  # pragma: no cover - every remote storage has a filesystem
         raise OSError(f"{storage.url(src)}: this storage cannot rename files")
     fs.mv(src, dst)

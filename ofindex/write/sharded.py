@@ -35,12 +35,16 @@ from typing import Any
 
 import numpy as np
 
+from ofindex.decode.image_kinds import formats_text
 from ofindex.decode.spec import Spec
+from ofindex.encode.arrow import arrow_schema
+from ofindex.encode.arrow_map import EXACT, describe_schema, same_columns, schema_text
 from ofindex.encode.columns import plan_columns
 from ofindex.encode.encoder import Encoder
 from ofindex.encode.framed import OFRECORD_FRAMING, TFRECORD_FRAMING, BatchPlan, encode_block
 from ofindex.encode.nulls import REFUSE, Nulls
 from ofindex.errors import DatasetExistsError, OfindexError
+from ofindex.formats.column_map import COLUMN_MAP_NAME, dump_column_map
 from ofindex.formats.framing import RecordFormat
 from ofindex.formats.location import resolve, sidecar_place
 from ofindex.formats.placement import new_index_dir
@@ -76,6 +80,9 @@ class WriteSummary:
         records: Records written.
         bytes: Bytes of the data files (compressed size for compressed shards).
         seconds: Time from the writer's creation to the end of :meth:`ShardedWriter.close`.
+        image_formats: ``{format: count}`` of the encoded images written, where the writer
+            was told (``ofindex.convert`` of an image folder or of a Hugging Face dataset
+            with ``Image()`` columns: ``{"JPEG": 95, "PNG": 5}``); empty otherwise.
     """
 
     directory: str
@@ -83,6 +90,7 @@ class WriteSummary:
     records: int
     bytes: int
     seconds: float
+    image_formats: dict[str, int] = dataclasses.field(default_factory=dict)
 
     @property
     def shards(self) -> int:
@@ -91,8 +99,10 @@ class WriteSummary:
 
     def __str__(self) -> str:
         rate = self.records / self.seconds if self.seconds > 0 else 0.0
+        images = (f"; images: {formats_text(self.image_formats)}" if self.image_formats
+                  else "")
         return (f"{self.records:,} records in {self.shards} shards, {self.bytes / 1e6:,.1f} MB, "
-                f"{self.seconds:.2f} s ({rate:,.0f} records/s) -> {self.directory}")
+                f"{self.seconds:.2f} s ({rate:,.0f} records/s) -> {self.directory}{images}")
 
 
 @dataclasses.dataclass
@@ -227,8 +237,10 @@ class ShardStream:
             EncodeError: A column or value that cannot be encoded.
         """
         owner = self._owner
+        if not isinstance(columns, Mapping):
+            owner.note_schema(columns)
         plan = plan_columns(columns, owner.spec, owner.kind, first_record=self.records,
-                            nulls=owner.encoder.nulls)
+                            nulls=owner.encoder.nulls, float64=owner.float64)
         with self._failure_noted():
             self._write_plan(plan)
         return plan.rows
@@ -326,10 +338,18 @@ class ShardedWriter:
         nulls: What a null element inside a list of a feature mapping or a column becomes:
             ``"refuse"``, ``"drop"`` or ``("fill", value)`` (see
             :mod:`ofindex.encode.nulls`).
+        float64: How an Example holds the float64 values of Arrow columns: ``"exact"`` (the
+            raw doubles in a bytes value) or ``"float32"`` (TensorFlow's float_list,
+            rounded); see :mod:`ofindex.encode.arrow_map`.
         append: Add shards to the dataset ``directory`` holds (see the module): numbered
             after its shards, named by ``pattern`` (default ``part-{shard:05d}``, which must
             not use ``{count}``), published with a new manifest listing its shards first.
             Readers that opened it before keep reading it as it was.
+
+    Written from Arrow data (tables, record batches, Hugging Face datasets), the dataset gets
+    a column map beside its manifest (``ofindex-columns.json``: the columns' features and
+    their Arrow schema), with which ``ofindex.integrations.hf.to_hf_dataset`` gives the
+    columns back as they were, when every Arrow batch has the first one's columns.
 
     Raises:
         DatasetExistsError: ``directory`` already holds data files (without ``append``).
@@ -346,8 +366,16 @@ class ShardedWriter:
                  spec: Spec = None, index_dir: str | None = None,
                  storage_options: dict[str, Any] | None = None,
                  checksums: bool | None = None, compression_level: int = -1,
-                 nulls: Nulls = REFUSE, append: bool = False) -> None:
+                 nulls: Nulls = REFUSE, float64: str = EXACT, append: bool = False) -> None:
         self._started = time.perf_counter()
+        if float64 not in (EXACT, "float32"):
+            raise ValueError(f"float64={float64!r}: use 'exact' or 'float32'")
+        self.float64 = float64
+        #: The Arrow schema of the batches written (``None``: no Arrow batch yet).
+        self.schema: Any = None
+        self._mixed = False  # Arrow batches of different columns were written
+        #: The column map this writer wrote (removed by :meth:`abort`).
+        self._column_map: tuple[Storage, str] | None = None
         self.format = RecordFormat.parse(format)
         if shard_bytes is None and shard_records is None:
             shard_bytes = SHARD_BYTES
@@ -422,6 +450,36 @@ class ShardedWriter:
             raise DatasetExistsError(
                 f"{self.url} already holds data files ({found[0]} …): "
                 "write the dataset to a new directory, or remove the old one first")
+
+    def note_schema(self, arrow_data: Any) -> None:
+        """Keep the Arrow schema of a batch written (the column map describes it); batches
+        of different columns get no column map (no one schema reads them back).
+
+        Args:
+            arrow_data: An Arrow table or record batch, or a Hugging Face dataset.
+        """
+        schema = arrow_schema(arrow_data)
+        with self._lock:
+            if self.schema is None and not self._mixed:
+                self.schema = schema
+            elif self.schema is not None and same_columns(self.schema, schema) is not None:
+                self.schema, self._mixed = None, True
+
+    def _write_column_map(self) -> None:
+        """The column map beside the manifest, or no file there (one left by a dataset
+        written earlier in this directory would describe another's columns)."""
+        probe = self.storage.join(self.path, COLUMN_MAP_NAME)
+        storage, sidecar = self._sidecars.of(self.storage, probe)
+        path = storage.join(storage.dirname(sidecar), COLUMN_MAP_NAME)
+        if self.schema is None:
+            if storage.exists(path):
+                storage.remove(path)
+            return
+        data = dump_column_map(self.format.name.lower(), self.float64,
+                               describe_schema(self.schema, self.kind, self.float64),
+                               schema_text(self.schema))
+        self._column_map = (storage, path)
+        storage.write_atomic(path, [data])
 
     def _remove_sidecar(self, data_path: str) -> None:
         """Remove the sidecar of one of this writer's data files (if there is one)."""
@@ -561,6 +619,8 @@ class ShardedWriter:
             old = self._sidecars.of(self.storage, item.path)
             new = self._sidecars.of(self.storage, item.final)
             move_sidecar(self.storage, item.final, old, new)
+        if not self.append:  # shards added keep the dataset's column map as it is
+            self._write_column_map()
         # every shard and sidecar is in place: the directory holds the whole dataset from
         # here, so a writer killed before the manifest leaves one that opens whole
         self._release_claim()
@@ -589,7 +649,17 @@ class ShardedWriter:
                 self._claim = claim(self.storage, self.path, self.token)
         for stream in self._streams:
             stream.abort()
+        if self._column_map is not None:
+            storage, path = self._column_map
+            storage.remove(path)
         self._release_claim()
+        self.remove_hidden()
+
+    def remove_hidden(self) -> None:
+        """Remove every file of the directory and of its index directory whose name carries
+        this writer's token (``.<token>-…``, made by no one else): hidden shards and sidecars
+        nothing publishes (an interrupted write's, or a failed task's of a
+        :class:`~ofindex.write.jobs.WriteJob`)."""
         prefix = f".{self.token}-"
         probe = self.storage.join(self.path, prefix)
         index_storage, index_probe = self._sidecars.of(self.storage, probe)

@@ -1,0 +1,208 @@
+"""Records as Arrow tables for the engines (Spark, Dask, Beam): raw payloads in one binary
+column, or a spec's features decoded into typed columns, and the partition reads that make
+them (one :meth:`~ofindex.read.dataset.Dataset.iter_batches` pass over a partition's records:
+a GZIP/ZLIB shard is inflated once, from the seek point the partition starts at).
+
+Types: a scalar ``FixedLen`` is a column of its dtype (``bytes``: binary); a shaped one nests
+lists (``FixedLen((2, 3))``: a list of lists of 3); a ``VarLen`` is a list. Offsets are 32-bit
+(Arrow's ``list`` and ``binary``), as Spark's Arrow reader takes them; a block is cut well
+under 2 GiB by its record count.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import numpy as np
+import pyarrow as pa  # each engine's module imports it first, naming its extra when missing
+
+from ..decode import BatchDecoder, FixedLen, Ragged, VarLen
+from ..planning.splits import Partition, partition_dataset
+from ..read.dataset import Dataset
+
+#: The column of raw payloads, and the column of record numbers.
+BYTES_COLUMN, INDEX_COLUMN = "bytes", "index"
+
+
+def feature_type(fs: FixedLen | VarLen) -> pa.DataType:
+    """The Arrow type of a decoded feature.
+
+    Args:
+        fs: The feature's spec.
+
+    Returns:
+        Its column's type.
+    """
+    value = pa.binary() if fs.dtype == "bytes" else pa.from_numpy_dtype(np.dtype(fs.dtype))
+    if isinstance(fs, VarLen):
+        return pa.list_(value)
+    for _ in fs.shape:
+        value = pa.list_(value)
+    return value
+
+
+def table_schema(spec: Mapping[str, FixedLen | VarLen] | None, with_index: bool) -> pa.Schema:
+    """The schema of the tables :func:`partition_tables` makes.
+
+    Args:
+        spec: The decoded features (``None``: one binary column of payloads).
+        with_index: Whether the record numbers come first as an ``int64`` column.
+
+    Returns:
+        The schema.
+    """
+    fields = [pa.field(INDEX_COLUMN, pa.int64(), nullable=False)] if with_index else []
+    if spec is None:
+        fields.append(pa.field(BYTES_COLUMN, pa.binary(), nullable=False))
+    else:
+        fields += [pa.field(name, feature_type(fs)) for name, fs in spec.items()]
+    return pa.schema(fields)
+
+
+def _nested(values: pa.Array, shape: tuple[int, ...], rows: int) -> pa.Array:
+    """``values`` (``rows * prod(shape)`` of them) as ``len(shape)`` levels of lists."""
+    for depth in range(len(shape) - 1, -1, -1):
+        outer = rows * int(np.prod(shape[:depth], dtype=np.int64))
+        step = shape[depth]
+        offsets = pa.array(np.arange(outer + 1, dtype=np.int32) * step)
+        values = pa.ListArray.from_arrays(offsets, values)
+    return values
+
+
+def _flat(values: Any, dtype: str) -> pa.Array:
+    """Numeric values, or an object array of ``bytes``, as one flat Arrow array."""
+    array = np.asarray(values)
+    if dtype == "bytes":
+        return pa.array(array.reshape(-1).tolist(), type=pa.binary())
+    return pa.array(array.reshape(-1))
+
+
+def feature_column(value: Any, fs: FixedLen | VarLen, rows: int) -> pa.Array:
+    """A decoded batch's feature as its Arrow column (:func:`feature_type`).
+
+    Args:
+        value: What the batch decoder gave: an array ``(rows, *shape)`` or a
+            :class:`~ofindex.decode.Ragged`.
+        fs: The feature's spec.
+        rows: The batch's records.
+
+    Returns:
+        The column.
+    """
+    if isinstance(value, Ragged):
+        offsets = pa.array(value.row_splits.astype(np.int32))
+        return pa.ListArray.from_arrays(offsets, _flat(value.values, fs.dtype))
+    shape = fs.shape if isinstance(fs, FixedLen) else ()
+    return _nested(_flat(value, fs.dtype), shape, rows)
+
+
+def decoded_table(batch: Mapping[str, Any], spec: Mapping[str, FixedLen | VarLen],
+                  index: np.ndarray | None) -> pa.Table:
+    """A decoded batch as a table of :func:`table_schema`'s schema.
+
+    Args:
+        batch: ``{name: column}`` from a :class:`~ofindex.decode.BatchDecoder`.
+        spec: Its spec.
+        index: The records' numbers (``None``: no index column).
+
+    Returns:
+        The table.
+    """
+    rows = 0 if index is None else len(index)
+    for name in spec:
+        value = batch[name]
+        rows = len(value.row_splits) - 1 if isinstance(value, Ragged) else len(value)
+        break
+    columns = [] if index is None else [pa.array(index, type=pa.int64())]
+    columns += [feature_column(batch[name], fs, rows) for name, fs in spec.items()]
+    return pa.Table.from_arrays(columns, schema=table_schema(spec, index is not None))
+
+
+def raw_table(records: list[bytes], index: np.ndarray | None) -> pa.Table:
+    """Raw payloads as a table of :func:`table_schema`'s schema for no spec."""
+    columns = [] if index is None else [pa.array(index, type=pa.int64())]
+    columns.append(pa.array(records, type=pa.binary()))
+    return pa.Table.from_arrays(columns, schema=table_schema(None, index is not None))
+
+
+class PartitionRead:
+    """The read of one partition of a plan, carrying only the shards it reads (what an
+    engine sends to the task that reads it; pickles without open handles).
+
+    Args:
+        dataset: The planned dataset.
+        partition: One of its plan's partitions.
+    """
+
+    def __init__(self, dataset: Dataset, partition: Partition) -> None:
+        self.dataset, self.lo, self.hi = partition_dataset(dataset, partition)
+        #: The dataset's number of the partition's first record.
+        self.start = partition[0].start
+        self.format = dataset.format
+
+    def __len__(self) -> int:
+        return self.hi - self.lo
+
+    def restricted(self, lo: int, hi: int) -> PartitionRead:
+        """The read of records ``[lo, hi)`` of the same shards (a part of this partition, as
+        a runner splits it; numbered as :attr:`lo` and :attr:`hi` are).
+
+        Raises:
+            ValueError: ``[lo, hi)`` is not inside ``[self.lo, self.hi)``.
+        """
+        if not self.lo <= lo <= hi <= self.hi:
+            raise ValueError(f"records [{lo}, {hi}) are not inside the partition's "
+                             f"[{self.lo}, {self.hi})")
+        piece = copy.copy(self)
+        piece.lo, piece.hi, piece.start = lo, hi, self.start + (lo - self.lo)
+        return piece
+
+    def batches(self, rows: int = 4096) -> Iterator[list[bytes]]:
+        """The partition's payloads in order, ``rows`` at a time (one pass: a GZIP/ZLIB shard
+        is inflated once, from the seek point the partition starts at).
+
+        Args:
+            rows: Records per batch.
+
+        Yields:
+            Lists of payloads.
+
+        Raises:
+            As ``Dataset.iter_batches``.
+        """
+        try:
+            yield from self.dataset.iter_batches(rows, self.lo, self.hi)
+        finally:
+            self.dataset.close()
+
+    def tables(self, spec: Mapping[str, FixedLen | VarLen] | None, *, kind: str | None = None,
+               with_index: bool = False, rows: int = 4096) -> Iterator[pa.Table]:
+        """The partition's records as Arrow tables of ``rows`` records (the last may be
+        shorter), in order.
+
+        Args:
+            spec: Decode each record's features (``None``: raw payloads).
+            kind: ``"example"`` or ``"ofrecord"`` for ``spec`` (default: the framing's).
+            with_index: Add the records' numbers in the dataset (column ``index``).
+            rows: Records per table.
+
+        Yields:
+            Tables of :func:`table_schema`'s schema.
+
+        Raises:
+            As ``Dataset.iter_batches``; DecodeError: a record does not fit ``spec``.
+        """
+        decoder = (None if spec is None else
+                   BatchDecoder(dict(spec), kind=kind).for_framing(self.format.name))
+        at = self.start
+        for records in self.batches(rows):
+            index = np.arange(at, at + len(records), dtype=np.int64) if with_index else None
+            at += len(records)
+            if decoder is None or spec is None:
+                yield raw_table(records, index)
+            else:
+                batch = decoder(records)
+                assert isinstance(batch, dict)  # examples and OFRecords: {name: column}
+                yield decoded_table(batch, spec, index)

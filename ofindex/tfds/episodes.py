@@ -1,0 +1,283 @@
+"""RLDS episodes and their steps: step counts stored by the build, and one step's values cut
+out of its episode's stored features.
+
+An RLDS dataset stores each episode as one example whose ``Dataset`` feature (``steps``)
+holds every step's values back to back: ``steps/action`` has ``T * 7`` floats,
+``steps/observation/image`` ``T`` encoded images. The number of steps of each episode is
+counted once, when the dataset is built (:func:`build_step_counts`, one pass reading a
+single small feature of every record), and stored beside the index as
+``ofindex-tfds-steps-<identity>.npy`` (the identity of the records read: new data, new
+file). Opening reads that file: no pass over the data.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import posixpath
+import uuid
+import zipfile
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..decode import VarLen, decode_batch
+from ..errors import DecodeError, SidecarError
+from .features import Feature, fixed_size
+from .plan import Raw, example_spec, stored_type
+from .step_layout import StepLayout
+
+#: The step-count file's name (``{identity}``: the records' dataset identity).
+STEPS_FILE = "ofindex-tfds-steps-{identity}.npy"
+#: Records read per batch while counting steps (episodes are ~1-10 MB: 64 keep a batch of
+#: lists under the reader's in-flight bound).
+COUNT_BATCH = 64
+
+
+def steps_feature(root: Feature) -> Feature | None:
+    """The RLDS ``steps`` feature: the first top-level ``Dataset`` feature, if any."""
+    for child in root.children.values():
+        if child.is_dataset:
+            return child
+    return None
+
+
+def counting_key(steps: Feature) -> tuple[str, str, int]:
+    """The stored feature that tells an episode's step count most cheaply: ``(name, list
+    type, values per step)``, the smallest of the steps' fixed-size features.
+
+    Raises:
+        DecodeError: No feature of the steps has a fixed number of values per step.
+    """
+    best: tuple[str, str, int] | None = None
+    spec = example_spec(steps)
+    for leaf in _direct_leaves(steps):
+        kind = stored_type(leaf)
+        size = 1 if kind == "bytes" else fixed_size(leaf.shape)
+        if leaf.optional or not size or leaf.path not in spec:
+            continue
+        cost = size * (8 if kind == "bytes" else 1)
+        if best is None or cost < best[2] * (8 if best[1] == "bytes" else 1):
+            best = (leaf.path, kind, size)
+    if best is None:
+        raise DecodeError(f"steps feature {steps.path!r}: no feature holds a fixed number of "
+                          "values per step, so the steps of an episode cannot be counted")
+    return best
+
+
+def _direct_leaves(steps: Feature) -> list[Feature]:
+    """The leaves of one step that are not inside a further sequence."""
+    out: list[Feature] = []
+    stack = [steps.item] if steps.item is not None else []
+    while stack:
+        node = stack.pop()
+        if node.kind == "FeaturesDict":
+            stack.extend(node.children.values())
+        elif node.kind not in ("Sequence", "Dataset", "Video"):
+            out.append(node)
+    return out
+
+
+def count_steps(records: Sequence[Any], key: tuple[str, str, int]) -> np.ndarray:
+    """The step count of each of ``records`` (serialized episodes).
+
+    Raises:
+        DecodeError: A record holds a number of values that is not whole steps.
+    """
+    name, kind, size = key
+    decoded = decode_batch(records, {name: VarLen(kind)})
+    assert isinstance(decoded, dict)
+    lengths: np.ndarray = decoded[name].row_lengths
+    if (lengths % size).any():
+        bad = int(np.flatnonzero(lengths % size)[0])
+        raise DecodeError(f"episode {bad} of the batch stores {int(lengths[bad])} values of "
+                          f"{name!r}, not a whole number of steps of {size}")
+    return (lengths // size).astype(np.int64)
+
+
+def build_step_counts(records: Any, steps: Feature) -> tuple[np.ndarray, StepLayout | None]:
+    """Count the steps of every record of an opened record dataset (``ofindex.open``), and
+    find where each step's values lie in its record (:mod:`.step_layout`).
+
+    Args:
+        records: The dataset of serialized episodes.
+        steps: Its ``steps`` feature.
+
+    Returns:
+        One int64 count per record, in the dataset's order, and the layout (``None`` when
+        no feature of a step can be laid out, or a record is not laid out as TFDS writes).
+    """
+    key = counting_key(steps)
+    keys = StepLayout.plan(steps, example_spec(steps))
+    counts = np.empty(len(records), dtype=np.int64)
+    starts: dict[str, list[int]] = {k: [] for k, _, _ in keys}
+    offsets: dict[str, tuple[list[int], list[int]]] = {k: ([], []) for k, _, _ in keys}
+    sums: dict[str, list[int]] = {k: [] for k, _, _ in keys}
+    done = 0
+    for batch in records.iter_batches(COUNT_BATCH):
+        counts[done:done + len(batch)] = batch_counts = count_steps(batch, key)
+        if keys:
+            try:
+                more_starts, more_steps, more_sums = StepLayout.walk(keys, batch, batch_counts)
+            except DecodeError:  # not laid out as TFDS writes: steps read from records
+                keys = []
+            for name, _, _ in keys:
+                starts[name] += more_starts[name]
+                sums[name] += more_sums[name]
+                offsets[name][0].extend(more_steps[name][0])
+                offsets[name][1].extend(more_steps[name][1])
+        done += len(batch)
+    if not keys:
+        return counts, None
+    per_step = {name: (np.asarray(offsets[name][0], np.int64),
+                       np.asarray(offsets[name][1], np.int64))
+                for name, kind, _ in keys if kind != "float32"}
+    return counts, StepLayout(keys, counts, {k: np.asarray(v, np.int64) for k, v in
+                                             starts.items()}, per_step,
+                              {k: np.asarray(v, np.uint32) for k, v in sums.items()})
+
+
+def load_layout(path: str, storage_options: Mapping[str, Any] | None,
+                counts: np.ndarray) -> StepLayout | None:
+    """The stored step layout, or ``None`` (none stored, or not of these records)."""
+    from ..transport.clients import filesystem_for
+
+    fs = filesystem_for(path, storage_options)
+    try:
+        with fs.open(path, "rb") as f:
+            data: bytes = f.read()
+    except FileNotFoundError:
+        return None
+    try:
+        with np.load(io.BytesIO(data), allow_pickle=False) as arrays:
+            layout = StepLayout.load(arrays)
+    except (ValueError, OSError, EOFError, KeyError, zipfile.BadZipFile):
+        return None  # damaged: the steps are read from whole records
+    return layout if np.array_equal(layout.counts, counts) else None
+
+
+def save_layout(path: str, layout: StepLayout, storage_options: Mapping[str, Any] | None) -> None:
+    """Store a step layout as :func:`save_step_counts` stores the counts."""
+    buffer = io.BytesIO()
+    arrays: dict[str, Any] = layout.save()
+    np.savez(buffer, **arrays)
+    _store(path, buffer.getvalue(), storage_options)
+
+
+def steps_path(index_url: str, identity: str, template: str = STEPS_FILE) -> str:
+    """Where the step counts (or, with ``template=LAYOUT_FILE``, the step layout) of records
+    of ``identity`` are kept: beside the first shard's sidecar (``index_url``)."""
+    name = template.format(identity=identity)
+    if "://" in index_url:
+        return posixpath.join(posixpath.dirname(index_url), name)
+    return os.path.join(os.path.dirname(index_url), name)
+
+
+def load_step_counts(path: str, records: int,
+                     storage_options: Mapping[str, Any] | None) -> np.ndarray | None:
+    """The stored step counts, or ``None`` when there are none.
+
+    Raises:
+        SidecarError: The file is damaged or holds another number of episodes.
+    """
+    from ..transport.clients import filesystem_for
+
+    fs = filesystem_for(path, storage_options)
+    try:
+        with fs.open(path, "rb") as f:
+            data: bytes = f.read(16 * (records + 16) + 4096)
+    except FileNotFoundError:
+        return None
+    try:
+        counts: np.ndarray = np.load(io.BytesIO(data), allow_pickle=False)
+    except (ValueError, OSError, EOFError) as exc:
+        raise SidecarError(f"{path}: damaged step counts ({exc}); delete the file and open "
+                           "again to count the steps anew") from None
+    if counts.dtype != np.int64 or counts.shape != (records,) or (counts < 0).any():
+        raise SidecarError(f"{path} holds {counts.dtype} {counts.shape}, not one step count "
+                           f"for each of the {records} episodes; delete it and open again")
+    return counts
+
+
+def save_step_counts(path: str, counts: np.ndarray,
+                     storage_options: Mapping[str, Any] | None) -> None:
+    """Store step counts (a local file under a temporary name first, then renamed)."""
+    buffer = io.BytesIO()
+    np.save(buffer, counts.astype(np.int64), allow_pickle=False)
+    _store(path, buffer.getvalue(), storage_options)
+
+
+def _store(path: str, data: bytes, storage_options: Mapping[str, Any] | None) -> None:
+    if "://" not in path:
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        temp = f"{path}.{uuid.uuid4().hex}.writing"
+        try:
+            with open(temp, "wb") as f:
+                f.write(data)
+            os.replace(temp, path)
+        finally:
+            if os.path.exists(temp):
+                os.unlink(temp)
+        return
+    from ..transport.clients import filesystem_for
+
+    fs = filesystem_for(path, storage_options)
+    fs.pipe_file(path, data)  # an object store replaces an object whole
+
+
+class StepSlicer:
+    """Cuts chosen steps out of episodes' raw stored features (``{name: 1-D array}``).
+
+    Args:
+        steps: The ``steps`` feature.
+        spec: The stored features of the whole example (:func:`.plan.example_spec`).
+
+    Raises:
+        DecodeError: A step holds sequences nested deeper than ofindex cuts yet.
+    """
+
+    def __init__(self, steps: Feature, spec: Mapping[str, Any]) -> None:
+        prefix = steps.path + "/"
+        self.keys = [k for k in spec if k.startswith(prefix)]
+        self.ragged: dict[str, str] = {}  # flat values -> their per-step row lengths
+        for key in self.keys:
+            if key.endswith("/ragged_row_lengths_1"):
+                raise DecodeError(f"steps feature {key.rsplit('/', 1)[0]!r}: sequences nested "
+                                  "twice inside a step are not cut by ofindex yet")
+            if key.endswith("/ragged_flat_values"):
+                self.ragged[key] = key.replace("/ragged_flat_values", "/ragged_row_lengths_0")
+
+    def take(self, episodes: Sequence[Raw], counts: Sequence[int],
+             picks: Sequence[tuple[int, int]]) -> dict[str, np.ndarray]:
+        """The raw features of the steps ``picks`` (``(episode number, step)`` pairs,
+        episodes numbered in ``episodes``), back to back as one sequence of
+        ``len(picks)`` steps.
+
+        Raises:
+            DecodeError: An episode holds values that are not whole steps.
+        """
+        out: dict[str, np.ndarray] = {}
+        for key in self.keys:
+            if key in self.ragged.values():
+                continue
+            parts = []
+            lengths_key = self.ragged.get(key)
+            for episode, step in picks:
+                values = episodes[episode][key]
+                if lengths_key is not None:
+                    lengths = episodes[episode][lengths_key]
+                    start = int(lengths[:step].sum())
+                    parts.append(values[start:start + int(lengths[step])])
+                    continue
+                total = int(counts[episode])
+                per = len(values) // total if total else 0
+                if per * total != len(values):
+                    raise DecodeError(f"{key!r} holds {len(values)} values over {total} "
+                                      "steps")
+                parts.append(values[step * per:(step + 1) * per])
+            out[key] = np.concatenate(parts) if parts else np.empty(0)
+            if lengths_key is not None:
+                out[lengths_key] = np.array(
+                    [episodes[e][lengths_key][s] for e, s in picks], dtype=np.int64)
+        return out
