@@ -166,3 +166,14 @@ def test_shards_another_writer_added_meanwhile_are_not_overwritten(tmp_path):
     with pytest.raises(ofindex.DatasetExistsError):
         late.close()
     assert ofindex.open(out)[-1] == b"early"
+
+
+def test_appending_to_a_dataset_named_by_a_relative_path(tmp_path, monkeypatch):
+    """The dataset's shards as its location spells them, and the new ones as the writer
+    does: one directory for the manifest (a relative path made them two)."""
+    monkeypatch.chdir(tmp_path)
+    with ofindex.ShardedWriter("ds", shard_records=5) as w:
+        w.write_many(_records(7))
+    with ofindex.ShardedWriter("ds", shard_records=5, append=True) as w:
+        w.write(b"more")
+    assert ofindex.open("ds")[-1] == b"more" and len(ofindex.open("ds").shards) == 3

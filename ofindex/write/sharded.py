@@ -434,7 +434,11 @@ class ShardedWriter:
         if manifest is not None and manifest.format is not self.format:
             raise ValueError(f"{self.url} is a {manifest.format.name.lower()} dataset: append "
                              f"to it with format={manifest.format.name.lower()!r}")
-        return list(location.files)
+        # as this writer names its own shards (the location may spell the directory
+        # otherwise: absolute, or with the manifest's data directory)
+        directory = location.directory if location.directory is not None else self.path
+        return [self.storage.join(self.path, _name_in(self.storage, directory, f))
+                for f in location.files]
 
     def _refuse_existing(self) -> None:
         if not self.storage.is_dir(self.path):
@@ -698,6 +702,13 @@ def _check_pattern(pattern: str) -> None:
         raise ValueError(f"pattern {pattern!r} must name each shard differently (use "
                          "{shard}), inside the directory, as a data file name")
     _check_name(pattern, first)
+
+
+def _name_in(storage: Storage, directory: str, path: str) -> str:
+    """The name of ``path`` inside ``directory`` (``sub/part-0`` for a subdirectory's)."""
+    if storage.is_local:
+        return os.path.relpath(path, directory)
+    return path[len(directory.rstrip("/")):].lstrip("/")
 
 
 def _check_after(pattern: str, existing: list[str], names: list[str]) -> None:
