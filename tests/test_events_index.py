@@ -3,6 +3,7 @@ the sidecars, kept up as the event files grow (only their new bytes read), besid
 directory, over local and remote storage; the ``ofindex events`` command."""
 
 import os
+import struct
 import subprocess
 import sys
 
@@ -228,3 +229,79 @@ def test_a_missing_extra_is_named(tmp_path):
                          cwd=tmp_path)
     assert run.returncode == 1
     assert "pip install 'ofindex[events]'" in run.stderr
+
+
+def _mixed_events(rng):
+    """Events of every shape: the one-scalar shapes the bulk decoder takes (steps and wall
+    times present or not, negative steps, TensorFlow 2's tensors with and without metadata,
+    long tags) and others (several values, histograms, a tensor of two numbers, fields in
+    another order, no summary, bytes that are no event)."""
+    out = []
+    for k in range(600):
+        kind = rng.randrange(10)
+        event = event_pb2.Event(step=rng.choice([0, 1, -5, 2**40, rng.randrange(10**6)]),
+                                wall_time=rng.choice([0.0, 1.5, 1.7e9 + k]))
+        tag = rng.choice(["loss", "a/b", "é/ünïcode", "x" * 200, "t%d" % (k % 7)])
+        if kind <= 3:
+            event.summary.value.add(tag=tag, simple_value=rng.random())
+        elif kind <= 5:
+            value = event.summary.value.add(tag=tag)
+            value.tensor.dtype = event_pb2.DT_FLOAT
+            value.tensor.tensor_content = struct.pack("<f", rng.random())
+            if kind == 5:
+                value.metadata.plugin_data.plugin_name = rng.choice(["scalars", "custom"])
+        elif kind == 6:
+            event.summary.value.add(tag=tag, simple_value=1.0)
+            event.summary.value.add(tag=tag + "2", simple_value=2.0)
+        elif kind == 7:
+            event.summary.value.add(tag=tag).histo.bucket.extend([1.0, 2.0])
+        elif kind == 8:
+            value = event.summary.value.add(tag=tag)
+            value.tensor.dtype = event_pb2.DT_FLOAT
+            value.tensor.tensor_shape.dim.add(size=2)
+            value.tensor.float_val.extend([1.0, 2.0])
+        else:
+            event.file_version = "brain.Event:2"
+        payload = event.SerializeToString()
+        if k % 97 == 0:
+            payload = payload[:-1]  # cut: no event (protobuf refuses it)
+        if k % 89 == 0:
+            payload = payload + b"\x52\x00"  # source_metadata after the summary
+        out.append(payload)
+    return out
+
+
+def test_bulk_decoding_gives_what_protobuf_gives(monkeypatch):
+    """The one-scalar events decoded from their bytes in bulk (ofindex.events.scalar_wire):
+    the same entries, and tags, as every event parsed by protobuf."""
+    import random
+
+    from ofindex.events import decoding
+    from ofindex.events.decoding import EventSink, Tags
+
+    payloads = _mixed_events(random.Random(4904))
+    block = bytearray(b"".join(encode_record(p, RecordFormat.TFRECORD) for p in payloads))
+    lengths = np.array([len(p) for p in payloads], dtype=np.int64)
+    at = np.concatenate([[0], np.cumsum(lengths + 16)[:-1]])
+
+    def decode(bulk):
+        if not bulk:
+            monkeypatch.setattr(decoding, "find_scalars",
+                                lambda *a: (_ for _ in ()).throw(ValueError("off")))
+        sink = EventSink(Tags([]))
+        sink.records(memoryview(block), at, lengths, 100)
+        entries = sink.finish(100 + len(payloads))
+        monkeypatch.undo()
+        names = [sink.tags.names[t] for t in entries["tag"]]
+        plugins = [sink.tags.plugins[t] for t in entries["tag"]]
+        rest = [entries[f].tolist() for f in ("record", "step", "wall_time", "slot", "case")]
+        return names, plugins, rest, entries["value"]
+
+    from ofindex.events.scalar_wire import find_scalars
+
+    found = find_scalars(memoryview(block), at + 12, at + 12 + lengths)
+    assert 200 < len(found.which) < len(payloads)  # in bulk: the one-scalar shapes only
+    bulk, one_by_one = decode(True), decode(False)
+    assert bulk[:3] == one_by_one[:3]
+    assert np.array_equal(bulk[3], one_by_one[3], equal_nan=True)
+    assert len(bulk[0]) > 500 and "é/ünïcode" in bulk[0]

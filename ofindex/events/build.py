@@ -85,9 +85,14 @@ def read_events(index_storage: Storage, path: str) -> Indexed:
     return Indexed(index_file.parse(raw, path=index_storage.url(path)), len(raw))
 
 
-def index_events(file: EventFile) -> tuple[BuildResult, Indexed]:
+def index_events(file: EventFile, known: Indexed | None = None) -> tuple[BuildResult, Indexed]:
     """Bring ``file``'s sidecar and events index up to date (see the module): nothing to do
     when the file did not change, only its new records when it grew.
+
+    Args:
+        file: The event file and its indexes.
+        known: Its events index as last read or written here: taken as it is when the index
+            file has its size still (else read again).
 
     Returns:
         The sidecar's build result, and the events index now.
@@ -96,10 +101,7 @@ def index_events(file: EventFile) -> tuple[BuildResult, Indexed]:
         CorruptRecordError: The file is damaged (a record cut short at its end is one still
             being written, left for a later call).
     """
-    try:
-        indexed = read_events(file.index_storage, file.events)
-    except SidecarError:
-        indexed = Indexed([], -1)  # unreadable: made again
+    indexed = _current(file, known)
     tags = Tags(indexed.tags())
     sink = EventSink(tags, lambda at, n: file.storage.read(file.path, at, at + n))
     job = FileJob(file.storage, file.path, RecordFormat.TFRECORD, file.index_storage,
@@ -126,6 +128,20 @@ def index_events(file: EventFile) -> tuple[BuildResult, Indexed]:
     return result, _write(file, indexed, chunk)
 
 
+def _current(file: EventFile, known: Indexed | None) -> Indexed:
+    """The events index now: ``known`` when its file did not change (a stat), else read."""
+    if known is not None and known.size >= 0:
+        try:
+            if file.index_storage.stamp(file.events).size == known.size:
+                return known
+        except FileNotFoundError:
+            return Indexed([], -1)
+    try:
+        return read_events(file.index_storage, file.events)
+    except SidecarError:
+        return Indexed([], -1)  # unreadable: made again
+
+
 def _decode(file: EventFile, tags: Tags, start: int, stop: int) -> np.ndarray:
     """The entries of records ``[start, stop)``, read through the file's sidecar."""
     sink = EventSink(tags)
@@ -150,4 +166,11 @@ def _write(file: EventFile, indexed: Indexed, chunk: bytes) -> Indexed:
         storage.write_atomic(path, [storage.read(path, 0, indexed.end), chunk])
     else:
         storage.write_atomic(path, [index_file.header(), chunk])
-    return read_events(storage, path)
+        indexed = Indexed([], index_file.HEADER_BYTES)
+    # what was written, read back from the bytes at hand (not the whole index again)
+    added = index_file.parse_chunk(chunk, 0, indexed.records, len(indexed.tags()),
+                                   path=storage.url(path))
+    assert added is not None
+    at = indexed.end
+    added = dataclasses.replace(added, end=at + added.end)
+    return Indexed([*indexed.chunks, added], at + len(chunk))

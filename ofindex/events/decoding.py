@@ -12,6 +12,7 @@ from google.protobuf.message import DecodeError as ProtobufDecodeError
 
 from ..proto import event_pb2
 from .index_file import ENTRY, MAX_TAGS, Case
+from .scalar_wire import Scalars, find_scalars
 from .values import scalar_of
 
 #: The ``Summary.Value`` oneof's fields and what each is.
@@ -68,6 +69,7 @@ class EventSink:
         self.tags = tags
         self.read = read
         self.rows: list[tuple[int, int, float, float, int, int, int]] = []
+        self.parts: list[np.ndarray] = []  # entries of one-scalar events, found in bulk
         self.first: int | None = None  # the first record scanned
         self.late: list[tuple[int, int, int]] = []  # (offset, length, record), streamed
 
@@ -77,8 +79,28 @@ class EventSink:
         :class:`~ofindex.index.scan.RecordSink`)."""
         if self.first is None:
             self.first = first
-        for k, (start, length) in enumerate(zip(at.tolist(), lengths.tolist(), strict=True)):
-            self.event(bytes(block[start + _HEAD : start + _HEAD + length]), first + k)
+        starts = at.astype(np.int64) + _HEAD
+        ends = starts + lengths.astype(np.int64)
+        try:  # one-scalar events in bulk (see .scalar_wire); every other event by protobuf
+            found = find_scalars(block, starts, ends)
+        except (ValueError, ProtobufDecodeError):  # (unexpected bytes: all by protobuf)
+            found = None
+        rest = np.ones(len(at), dtype=bool)
+        if found is not None and len(found.which):
+            rest[found.which] = False
+            self._take(found, first)
+        for k in np.flatnonzero(rest).tolist():
+            self.event(bytes(block[int(starts[k]) : int(ends[k])]), first + k)
+
+    def _take(self, found: Scalars, first: int) -> None:
+        """The entries of one-scalar events found in bulk."""
+        numbers = np.array([self.tags.of(name, plugin) for name, plugin in found.names],
+                           dtype=np.uint32)
+        part = np.zeros(len(found.which), dtype=ENTRY)
+        part["record"] = found.which + first
+        part["step"], part["wall_time"], part["value"] = found.step, found.wall_time, found.value
+        part["tag"], part["case"] = numbers[found.named], found.case
+        self.parts.append(part)
 
     def streamed(self, offset: int, length: int, record: int) -> None:
         """Note a record too large for the scan's blocks (decoded by :meth:`finish`)."""
@@ -102,6 +124,8 @@ class EventSink:
         entries = np.zeros(len(table), dtype=ENTRY)
         for name in table.dtype.names or ():
             entries[name] = table[name]
+        entries = np.concatenate([entries, *self.parts])
+        self.rows, self.parts = [], []
         entries = entries[entries["record"] < records]
         return entries[np.argsort(entries["record"], kind="stable")]
 

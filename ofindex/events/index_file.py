@@ -172,6 +172,16 @@ def parse(buf: Buffer, *, path: str) -> list[Chunk]:
     return chunks
 
 
+def parse_chunk(buf: Buffer, at: int, records: int, tags: int, *, path: str) -> Chunk | None:
+    """The chunk at byte ``at`` of ``buf``, checked, that follows ``records`` records and
+    ``tags`` tags (see :func:`parse`); ``None`` when it runs past ``buf``.
+
+    Raises:
+        SidecarError: It is corrupt.
+    """
+    return _chunk(buf, at, records, tags, path)
+
+
 def _chunk(buf: Buffer, at: int, records: int, tags: int, path: str) -> Chunk | None:
     if len(buf) - at < CHUNK_BYTES:
         return None

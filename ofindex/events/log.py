@@ -17,6 +17,7 @@ Every event is kept as written: TensorBoard's loaders drop the events a restarte
 again (steps that go back), this index does not (the records are there to be read).
 """
 
+import concurrent.futures as cf
 import dataclasses
 import os
 from collections.abc import Iterable, Sequence
@@ -27,6 +28,7 @@ import numpy as np
 
 from ..errors import DecodeError, missing_extra
 from ..formats.placement import new_index_dir
+from ..index.builder import REMOTE_WORKERS
 from ..opening import open as open_dataset
 from ..proto import event_pb2
 from ..read.dataset import Dataset
@@ -140,12 +142,17 @@ class EventLog:
         """
         before = self._entries()
         found = self._discover()
+        work: list[tuple[_Run, _File | None, str]] = []
         for name, paths in found.items():
             run = self._runs.get(name)
             if run is None:
                 run = self._runs[name] = _Run(name, self._run_index_dir(name), [])
             known = {f.file.path: f for f in run.files}
-            files = [self._index(run, known.get(path), path) for path in paths]
+            work += [(run, known.get(path), path) for path in paths]
+        done = iter(self._index_all(work))
+        for name, paths in found.items():
+            run = self._runs[name]
+            files = [next(done) for _ in paths]
             if len(files) != len(run.files) or any(
                     new is not old for new, old in zip(files, run.files, strict=False)):
                 run.files = files
@@ -154,6 +161,16 @@ class EventLog:
                     run.dataset = None
         self._runs = {name: self._runs[name] for name in sorted(self._runs, key=natural_key)}
         return self._entries() - before
+
+    def _index_all(self, work: list[tuple[_Run, "_File | None", str]]) -> list[_File]:
+        """:meth:`_index` of every file, several at once on threads (the scans' inner loops,
+        numpy and reads, release the GIL: one thread a core, 8 for remote logs, as a build)."""
+        workers = min(len(work), (os.cpu_count() or 1) if self._storage.is_local
+                      else REMOTE_WORKERS)
+        if workers <= 1:
+            return [self._index(run, known, path) for run, known, path in work]
+        with cf.ThreadPoolExecutor(workers, thread_name_prefix="ofindex-events") as pool:
+            return list(pool.map(lambda item: self._index(*item), work))
 
     def _entries(self) -> int:
         return sum(len(c.entries) for r in self._runs.values() for f in r.files
@@ -186,7 +203,7 @@ class EventLog:
         file = known.file if known is not None else EventFile(
             self._storage, path, storage, storage.join(index, name + ".ofidx"),
             storage.join(index, name + SUFFIX))
-        _, indexed = index_events(file)
+        _, indexed = index_events(file, None if known is None else known.indexed)
         if known is not None and (indexed.size, indexed.end) == (known.indexed.size,
                                                                  known.indexed.end):
             return known
