@@ -10,6 +10,8 @@ when the file was indexed whole again (replaced), so is its events index.
 from __future__ import annotations
 
 import dataclasses
+import mmap
+import os
 
 import numpy as np
 
@@ -73,16 +75,27 @@ class Indexed:
 
 
 def read_events(index_storage: Storage, path: str) -> Indexed:
-    """The events index at ``path`` (none: no chunks, size ``-1``).
+    """The events index at ``path`` (none: no chunks, size ``-1``): memory-mapped when local
+    (a tag's entries are read when asked for), else fetched whole.
 
     Raises:
         SidecarError: It is corrupt.
     """
     try:
-        raw = index_storage.read_all(path)
+        raw = _mapped(path) if index_storage.is_local else index_storage.read_all(path)
     except FileNotFoundError:
         return Indexed([], -1)
     return Indexed(index_file.parse(raw, path=index_storage.url(path)), len(raw))
+
+
+def _mapped(path: str) -> mmap.mmap | bytes:
+    """A local file's bytes, memory-mapped (an empty file: no bytes)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        size = os.fstat(fd).st_size
+        return mmap.mmap(fd, size, access=mmap.ACCESS_READ) if size else b""
+    finally:
+        os.close(fd)
 
 
 def index_events(file: EventFile, known: Indexed | None = None) -> tuple[BuildResult, Indexed]:

@@ -20,18 +20,21 @@ rewritten)::
         32 Q   entries in this chunk
         40 I   tags this chunk names (their numbers follow the earlier chunks')
         44 I   rows of this chunk's tag directory
-        48 I   CRC32C of the body
+        48 I   CRC32C of the body's tags and directory (the entries have their own CRCs)
         52 I   CRC32C of the 64 header bytes with this field zero
         56 I   the body CRC of the sidecar state the chunk goes with (its record count's)
         60 I   reserved, zero
     body: the new tags as JSON ``[[name, plugin], ...]`` (UTF-8, zero-padded to 8 bytes),
-          the directory (24 bytes a row: uint32 tag, uint32 zero, uint64 first entry,
-          uint64 entries: the chunk's entries of each tag, in tag order), the entries
-          (:data:`ENTRY`, grouped by tag as the directory says, in record order in a tag).
+          the directory (24 bytes a row: uint32 tag, uint32 CRC32C of the tag's entries,
+          uint64 first entry, uint64 entries: the chunk's entries of each tag, in tag order),
+          the entries (:data:`ENTRY`, grouped by tag as the directory says, in record order in
+          a tag).
 
-A reader refuses (:class:`~ofindex.errors.SidecarError`) a header or chunk that fails its
-CRC, a chunk that does not start where the records before it end, entries whose record or
-tag is out of range, or a directory that does not cover the entries.
+A reader refuses (:class:`~ofindex.errors.SidecarError`) a header, tags or directory that
+fail their CRC, a chunk that does not start where the records before it end, or a directory
+that does not cover the entries in order; and, when it first reads a tag's entries (one
+tag's values are read without touching the others': a scalar tag of a 1 GB log loads from a
+few MB), entries that fail their row's CRC or whose record or tag is out of range.
 """
 
 from __future__ import annotations
@@ -60,7 +63,7 @@ assert (HEADER_BYTES, CHUNK_BYTES) == (32, 64)
 #: One summary value.
 ENTRY = np.dtype([("record", "<u8"), ("step", "<i8"), ("wall_time", "<f8"), ("value", "<f8"),
                   ("tag", "<u4"), ("slot", "<u2"), ("case", "u1"), ("pad", "u1")])
-_DIRECTORY = np.dtype([("tag", "<u4"), ("pad", "<u4"), ("start", "<u8"), ("count", "<u8")])
+_DIRECTORY = np.dtype([("tag", "<u4"), ("crc", "<u4"), ("start", "<u8"), ("count", "<u8")])
 assert ENTRY.itemsize == 40 and _DIRECTORY.itemsize == 24
 #: More tags than this in one event file can only come from a corrupt index.
 MAX_TAGS = 1 << 24
@@ -87,7 +90,19 @@ class Case(enum.IntEnum):
 
 @dataclasses.dataclass(frozen=True)
 class Chunk:
-    """What one chunk adds: its entries (grouped by tag) and the tags it names."""
+    """What one chunk adds: its entries (grouped by tag) and the tags it names.
+
+    Attributes:
+        first: Its first record.
+        records: The records indexed with it.
+        sidecar_crc: The body CRC of the sidecar state it goes with.
+        tags: ``(name, plugin)`` of the tags it names.
+        directory: Its tag directory.
+        entries: Its entries, unchecked (:meth:`tag_entries` checks a tag's).
+        end: Where it ends in the index file.
+        path: The index file, for messages.
+        at: Where it starts.
+    """
 
     first: int
     records: int
@@ -96,6 +111,29 @@ class Chunk:
     directory: np.ndarray
     entries: np.ndarray
     end: int
+    path: str = ""
+    at: int = 0
+
+    def tag_entries(self, tag: int) -> np.ndarray | None:
+        """The entries of tag number ``tag`` in this chunk, checked (their CRC, records and
+        tag), or ``None`` when it has none.
+
+        Raises:
+            SidecarError: They are corrupt.
+        """
+        k = int(np.searchsorted(self.directory["tag"], tag))
+        if k >= len(self.directory) or int(self.directory["tag"][k]) != tag:
+            return None
+        row = self.directory[k]
+        start, count = int(row["start"]), int(row["count"])
+        got: np.ndarray = self.entries[start : start + count]
+        if _crc32c.crc32c(got.tobytes()) != int(row["crc"]):
+            raise _corrupt(self.path, self.at, f"the entries of tag {tag} fail their CRC")
+        if count and (int(got["record"].min()) < self.first
+                      or int(got["record"].max()) >= self.records
+                      or bool(np.any(got["tag"] != tag))):
+            raise _corrupt(self.path, self.at, f"an entry of tag {tag} is out of range")
+        return got
 
 
 def header() -> bytes:
@@ -124,10 +162,15 @@ def encode_chunk(first: int, records: int, sidecar_crc: int, new_tags: list[tupl
     tags, starts, counts = np.unique(grouped["tag"], return_index=True, return_counts=True)
     directory = np.zeros(len(tags), dtype=_DIRECTORY)
     directory["tag"], directory["start"], directory["count"] = tags, starts, counts
+    raw = grouped.tobytes()
+    size = ENTRY.itemsize
+    directory["crc"] = [_crc32c.crc32c(raw[size * a : size * (a + n)])
+                        for a, n in zip(starts.tolist(), counts.tolist(), strict=True)]
     names = json.dumps([list(t) for t in new_tags], ensure_ascii=False).encode("utf-8")
-    body = names + bytes(-len(names) % 8) + directory.tobytes() + grouped.tobytes()
+    head_part = names + bytes(-len(names) % 8) + directory.tobytes()
+    body = head_part + raw
     head = bytearray(_CHUNK.pack(CHUNK_MAGIC, len(body), first, records, len(grouped),
-                                 len(new_tags), len(directory), _crc32c.crc32c(body), 0,
+                                 len(new_tags), len(directory), _crc32c.crc32c(head_part), 0,
                                  sidecar_crc))
     struct.pack_into("<I", head, 52, _crc32c.crc32c(head))
     return bytes(head) + body
@@ -194,13 +237,13 @@ def _chunk(buf: Buffer, at: int, records: int, tags: int, path: str) -> Chunk | 
     if body_bytes > len(buf) - at - CHUNK_BYTES:
         return None
     body = memoryview(buf)[at + CHUNK_BYTES : at + CHUNK_BYTES + body_bytes]
-    if _crc32c.crc32c(body) != body_crc:
-        raise _corrupt(path, at, "its body fails its CRC")
     if first != records or count < first or new > MAX_TAGS or body_bytes % 8:
         raise _corrupt(path, at, f"records [{first}, {count}) do not follow {records}")
     tail = 24 * rows + ENTRY.itemsize * n
     if tail > body_bytes:
         raise _corrupt(path, at, f"{n} entries cannot fit {body_bytes} bytes")
+    if _crc32c.crc32c(body[: body_bytes - ENTRY.itemsize * n]) != body_crc:
+        raise _corrupt(path, at, "its tags or directory fail their CRC")
     try:
         named = json.loads(bytes(body[: body_bytes - tail]).rstrip(b"\0").decode("utf-8"))
         new_tags = [(str(name), str(plugin)) for name, plugin in named]
@@ -210,28 +253,20 @@ def _chunk(buf: Buffer, at: int, records: int, tags: int, path: str) -> Chunk | 
         raise _corrupt(path, at, f"{len(new_tags)} tags named, {new} stated")
     directory = np.frombuffer(body, _DIRECTORY, rows, body_bytes - tail)
     entries = np.frombuffer(body, ENTRY, n, body_bytes - ENTRY.itemsize * n)
-    _check_entries(directory, entries, first, count, tags + new, path, at)
+    _check_directory(directory, n, tags + new, path, at)
     return Chunk(first, count, sidecar_crc, new_tags, directory, entries,
-                 at + CHUNK_BYTES + body_bytes)
+                 at + CHUNK_BYTES + body_bytes, path, at)
 
 
-def _check_entries(directory: np.ndarray, entries: np.ndarray, first: int, count: int,
-                   tags: int, path: str, at: int) -> None:
-    """Refuse entries whose record or tag is out of range, and a directory that does not
-    cover them in order."""
+def _check_directory(directory: np.ndarray, entries: int, tags: int, path: str,
+                     at: int) -> None:
+    """Refuse a directory that does not cover a chunk's ``entries`` in tag order, or names
+    a tag out of range (the entries are checked when read: :meth:`Chunk.tag_entries`)."""
     starts, counts = directory["start"].astype(np.int64), directory["count"].astype(np.int64)
     ends = np.cumsum(counts)
-    covered = bool(len(directory) == 0 and len(entries) == 0) or (
-        len(directory) > 0 and int(starts[0]) == 0 and int(ends[-1]) == len(entries)
+    covered = (len(directory) == 0 and entries == 0) or (
+        len(directory) > 0 and int(starts[0]) == 0 and int(ends[-1]) == entries
         and bool(np.all(starts[1:] == ends[:-1])) and bool(np.all(np.diff(
-            directory["tag"].astype(np.int64)) > 0)))
+            directory["tag"].astype(np.int64)) > 0)) and int(directory["tag"][-1]) < tags)
     if not covered:
         raise _corrupt(path, at, "its tag directory does not cover its entries")
-    if len(entries) and (int(entries["record"].min()) < first
-                         or int(entries["record"].max()) >= count
-                         or int(entries["tag"].max()) >= tags
-                         or int(directory["tag"].max()) >= tags):
-        raise _corrupt(path, at, "an entry's record or tag is out of range")
-    tag_of = np.repeat(directory["tag"], counts)
-    if not np.array_equal(tag_of, entries["tag"]):
-        raise _corrupt(path, at, "entries are not grouped as its directory says")

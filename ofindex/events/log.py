@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import DecodeError, missing_extra
+from ..errors import DecodeError, SidecarError, missing_extra
 from ..formats.placement import new_index_dir
 from ..index.builder import REMOTE_WORKERS
 from ..opening import open as open_dataset
@@ -73,15 +73,11 @@ class _File:
                    [plugin for _, plugin in named])
 
     def entries(self, tag: int) -> np.ndarray:
-        """The entries of tag number ``tag``, in record order."""
+        """The entries of tag number ``tag``, in record order (checked when first read)."""
         got = self.by_tag.get(tag)
         if got is None:
-            parts = []
-            for chunk in self.indexed.chunks:
-                rows = chunk.directory[chunk.directory["tag"] == tag]
-                for row in rows:
-                    start, count = int(row["start"]), int(row["count"])
-                    parts.append(chunk.entries[start : start + count])
+            parts = [part for chunk in self.indexed.chunks
+                     if (part := chunk.tag_entries(tag)) is not None]
             got = self.by_tag[tag] = (np.concatenate(parts) if len(parts) > 1 else
                                       parts[0] if parts else np.zeros(0, ENTRY))
         return got
@@ -234,9 +230,10 @@ class EventLog:
         rows = []
         for run in self._selected(runs):
             seen: dict[str, list[Any]] = {}
-            for f in run.files:
+            for file_no in range(len(run.files)):
+                f = run.files[file_no]
                 for tag, number in f.tags.items():
-                    entries = f.entries(number)
+                    entries = self._entries_of(run, file_no, number)
                     if not len(entries):
                         continue
                     row = seen.setdefault(tag, [run.name, tag, "", f.plugins[number], 0,
@@ -276,9 +273,9 @@ class EventLog:
         pandas = _pandas()
         parts: list[tuple[str, str, np.ndarray]] = []
         for run in self._selected(runs):
-            for f in run.files:
+            for file_no, f in enumerate(run.files):
                 for name, number in _tags_of(f, tag):
-                    entries = f.entries(number)
+                    entries = self._entries_of(run, file_no, number)
                     plugin = f.plugins[number]
                     keep = (entries["case"] == Case.SIMPLE) | (
                         (entries["case"] == Case.TENSOR_SCALAR) & (plugin in ("scalars", "")))
@@ -400,7 +397,7 @@ class EventLog:
                 number = f.tags.get(tag)
                 if number is None:
                     continue
-                entries = f.entries(number)
+                entries = self._entries_of(run, file_no, number)
                 if f.plugins[number] not in plugins:
                     entries = entries[np.isin(entries["case"], [int(c) for c in cases])]
                 entries = _steps(entries, steps)
@@ -410,6 +407,21 @@ class EventLog:
                         rows.extend((run.name, tag, int(entry["step"]),
                                      float(entry["wall_time"]), item) for item in convert(value))
         return pandas.DataFrame(rows, columns=["run", "tag", "step", "wall_time", "value"])
+
+    def _entries_of(self, run: _Run, file_no: int, tag: int) -> np.ndarray:
+        """The entries of tag number ``tag`` of a run's file; an events index found damaged
+        when they are read is made again from the event file (it is ofindex's own: removed
+        first), and the tag's entries read from the new one."""
+        f = run.files[file_no]
+        try:
+            return f.entries(tag)
+        except SidecarError:
+            f.file.index_storage.remove(f.file.events)
+            _, indexed = index_events(f.file)
+            run.files[file_no] = fresh = _File.of(f.file, indexed)
+            name = next(name for name, number in f.tags.items() if number == tag)
+            number = fresh.tags.get(name)
+            return fresh.entries(number) if number is not None else np.zeros(0, ENTRY)
 
     def _values(self, run: _Run, file_no: int, entries: np.ndarray,
                 tag: str) -> list[event_pb2.Summary.Value]:
