@@ -241,7 +241,7 @@ def _mixed_events(rng):
         kind = rng.randrange(10)
         event = event_pb2.Event(step=rng.choice([0, 1, -5, 2**40, rng.randrange(10**6)]),
                                 wall_time=rng.choice([0.0, 1.5, 1.7e9 + k]))
-        tag = rng.choice(["loss", "a/b", "é/ünïcode", "x" * 200, "t%d" % (k % 7)])
+        tag = rng.choice(["loss", "a/b", "é/ünïcode", "x" * 200, f"t{k % 7}"])
         if kind <= 3:
             event.summary.value.add(tag=tag, simple_value=rng.random())
         elif kind <= 5:
