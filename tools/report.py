@@ -1371,7 +1371,8 @@ class Report:
                 f"{fmt(scale['steps'])} steps, two image tags every {fmt(scale['images'])} "
                 f"steps, two histogram tags every {fmt(scale['histograms'])}); each "
                 "measurement in a fresh process, time and peak memory above that process's "
-                f"after its imports, median (min–max) of {data['rounds']} interleaved rounds; "
+                f"after its imports, median (min–max) of {data['rounds']} interleaved "
+                f"round{'s' if data['rounds'] != 1 else ''}; "
                 f"load average {fmt(before.get('load_average', [0])[0])} before, "
                 f"{fmt(after.get('load_average', [0])[0])} after, on "
                 f"{before.get('cores', '?')} cores. Goals (issue 49): one scalar tag of every "
@@ -1404,7 +1405,8 @@ class Report:
                 f"{labels.get(name, name).split(': ')[0]} {fmt(st['median_s'])} s"
                 for name, st in s3.items() if "median_s" in st)
                 + f"; the refresh {fmt(100 * s3['refresh_fraction_of_build']['value'])} % of "
-                "the build.")
+                "the build (an object cannot grow: a refresh writes each index it grows again "
+                "whole, its old bytes first).")
         self.summary.append(
             f"TensorBoard logs ({local['bytes'] / 1e6:,.0f} MB, {data['runs']} runs): one "
             f"scalar tag of every run {fmt(r['load_vs_tbparse'])}× tbparse and "
