@@ -22,33 +22,7 @@ CSRC = os.path.join(ROOT, "ofindex", "csrc")
 
 #: ``file:function`` -> (its cap, why it stays over the cap). Each cap is the function's CCN
 #: when it was listed.
-EXCEPTIONS: dict[str, tuple[int, str]] = {
-    "examples.c:read_list": (22, (
-        "reads one list message of protobuf's wire format by its kind: bytes, fixed-width and "
-        "varint lists each have their loop, and every condition is a layout the fast path "
-        "leaves to the careful one. To split next (design/ccap could not touch the file while "
-        "perf/decode rewrote it)")),
-    "examples.c:read_map": (32, (
-        "walks one record's feature map on the wire, entry by entry: each condition is a "
-        "layout the fast path refuses (a tag, a length past its message, a non-ASCII key, a "
-        "name asked for twice, an entry remembered from the record before), met in the order "
-        "protobuf meets them. To split next, with read_list")),
-    "examples.c:gather_spans": (19, (
-        "its argument checks and its guarded copy in one function: to split as layout.c's "
-        "gather_bytes was (perf/decode owned the file when the C cap came in)")),
-    "onerecord.c:decode_every": (25, (
-        "decodes every feature of one record in one compiled call (issue 45, goal 2): to "
-        "split by value type next; it landed from perf/decode with the C cap")),
-    "onerecord.c:list_array": (21, (
-        "makes one numpy array of a feature's values by list kind and asked-for dtype: to "
-        "split by kind next; it landed from perf/decode with the C cap")),
-    "onerecord.c:parse_want": (17, (
-        "reads a spec's entries into the compiled plan with a check per field: to split "
-        "into argument parsing and checks next; it landed from perf/decode with the C cap")),
-    "module.c:PyInit__native": (17, (
-        "the module's registrations, each checked: to be made a table of types walked by "
-        "one loop next")),
-}
+EXCEPTIONS: dict[str, tuple[int, str]] = {}
 
 
 #: ruff's cap on Python functions (checked against pyproject.toml by test_architecture).

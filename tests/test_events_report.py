@@ -59,7 +59,8 @@ def test_the_events_section(tmp_path):
     assert "| one tag: tbparse / ofindex | 3,500× | ≥ 100× |" in section
     assert "| refresh after 1 % growth / first build | 1.5 % | ≤ 2 % |" in section
     assert ("S3 emulator (moto), ofindex: first build 5 s, one tag, all runs 1 s, refresh "
-            "after 1 % growth 0.5 s; the refresh 10 % of the build (an object cannot grow") in section
+            "after 1 % growth 0.5 s; the refresh 10 % of the build (an object cannot "
+            "grow") in section
     assert "median (min–max) of 3 interleaved rounds;" in section
     assert ("TensorBoard logs (55 MB, 10 runs): one scalar tag of every run 3,500× tbparse "
             "and 3,000× EventAccumulator") in readme.read_text()

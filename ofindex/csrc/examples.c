@@ -9,41 +9,39 @@
  * as on the careful path. */
 #include "protowire.h"
 
-int read_list(const unsigned char *base, const unsigned char *s, const unsigned char *e,
-              char how, int64_t *row) {
+/* A bytes list [s, e): one length-delimited value per entry, each counted, the first one's
+ * bytes in row[START, END); 0, or -1 when an entry is laid out otherwise. */
+static int read_bytes_list(const unsigned char *base, const unsigned char *s,
+                           const unsigned char *e, int64_t *row) {
     const unsigned char *p = s, *vs, *ve;
-    if (how != 'b' && how != '4' && how != '8' && how != 'v' && how != 'i')
-        return -1;  /* a kind not known */
-    row[START] = row[END] = row[LIST_START] = (int64_t)(s - base);
-    row[LIST_END] = (int64_t)(e - base);
-    row[COUNT] = row[VALUE] = 0;
-    if (how == 'b') {
-        int64_t count = 0;
-        while (p < e) {
-            if (*p++ != 0x0A || read_body(&p, e, &vs, &ve) < 0)
-                return -1;
-            if (!count) {
-                row[START] = (int64_t)(vs - base);
-                row[END] = (int64_t)(ve - base);
-            }
-            count++;
-        }
-        row[COUNT] = count;
-        return 0;
-    }
-    if (p == e)
-        return 0;  /* an empty list */
-    if (*p++ != 0x0A || read_body(&p, e, &vs, &ve) < 0 || p != e)
-        return -1;  /* one packed run only */
-    row[START] = (int64_t)(vs - base);
-    row[END] = (int64_t)(ve - base);
-    if (how == '4' || how == '8') {
-        Py_ssize_t width = how == '4' ? 4 : 8;
-        if ((ve - vs) % width)
+    int64_t count = 0;
+    while (p < e) {
+        if (*p++ != 0x0A || read_body(&p, e, &vs, &ve) < 0)
             return -1;
-        row[COUNT] = (int64_t)((ve - vs) / width);
-        return 0;
+        if (!count) {
+            row[START] = (int64_t)(vs - base);
+            row[END] = (int64_t)(ve - base);
+        }
+        count++;
     }
+    row[COUNT] = count;
+    return 0;
+}
+
+/* The count of a packed run [vs, ve) of fixed-width values (how: '4' or '8'); 0, or -1 when
+ * the run is not a whole number of them. */
+static int count_fixed(const unsigned char *vs, const unsigned char *ve, char how,
+                       int64_t *row) {
+    Py_ssize_t width = how == '4' ? 4 : 8;
+    if ((ve - vs) % width)
+        return -1;
+    row[COUNT] = (int64_t)((ve - vs) / width);
+    return 0;
+}
+
+/* The count and first value of a packed run [vs, ve) of varints; 0, or -1 when the run does
+ * not end on a varint's last byte. */
+static int count_varint_run(const unsigned char *vs, const unsigned char *ve, int64_t *row) {
     uint64_t first = 0;
     const unsigned char *q = vs;
     int64_t count = count_varints(vs, ve);
@@ -52,6 +50,34 @@ int read_list(const unsigned char *base, const unsigned char *s, const unsigned 
     row[VALUE] = (int64_t)first;
     row[COUNT] = count;
     return 0;
+}
+
+/* A numeric list [s, e): empty, or one packed run of fixed-width values or of varints; 0,
+ * or -1 when laid out otherwise (unpacked, or in more than one run). */
+static int read_packed_list(const unsigned char *base, const unsigned char *s,
+                            const unsigned char *e, char how, int64_t *row) {
+    const unsigned char *p = s, *vs, *ve;
+    if (p == e)
+        return 0;  /* an empty list */
+    if (*p++ != 0x0A || read_body(&p, e, &vs, &ve) < 0 || p != e)
+        return -1;  /* one packed run only */
+    row[START] = (int64_t)(vs - base);
+    row[END] = (int64_t)(ve - base);
+    if (how == '4' || how == '8')
+        return count_fixed(vs, ve, how, row);
+    return count_varint_run(vs, ve, row);
+}
+
+int read_list(const unsigned char *base, const unsigned char *s, const unsigned char *e,
+              char how, int64_t *row) {
+    if (how != 'b' && how != '4' && how != '8' && how != 'v' && how != 'i')
+        return -1;  /* a kind not known */
+    row[START] = row[END] = row[LIST_START] = (int64_t)(s - base);
+    row[LIST_END] = (int64_t)(e - base);
+    row[COUNT] = row[VALUE] = 0;
+    if (how == 'b')
+        return read_bytes_list(base, s, e, row);
+    return read_packed_list(base, s, e, how, row);
 }
 
 int get_names(PyObject *tuple, Names *names, const char *what) {
@@ -91,39 +117,40 @@ static inline int same_name(const Names *names, Py_ssize_t j, const unsigned cha
     return names->len[j] == ke - ks && !memcmp(names->ptr[j], ks, (size_t)(ke - ks));
 }
 
+/* The name that the key [ks, ke) of map entry `entry` is: the index of the asked-for name
+ * it holds, or names->k for none. The name matched by the same entry of the record before
+ * (`guesses`, or NULL) is tried first, and the match is remembered for the next record. */
+static inline Py_ssize_t match_name(const Names *names, const unsigned char *ks,
+                                    const unsigned char *ke, Py_ssize_t *guesses,
+                                    Py_ssize_t entry) {
+    Py_ssize_t k = names->k;
+    int remembered = guesses != NULL && entry < GUESSES;
+    Py_ssize_t j = remembered ? guesses[entry] : k;
+    if (j >= 0 && j < k && same_name(names, j, ks, ke))
+        return j;
+    for (j = 0; j < k; j++)
+        if (same_name(names, j, ks, ke))
+            break;
+    if (remembered)
+        guesses[entry] = j;
+    return j;
+}
+
 int read_map(const unsigned char *base, const unsigned char *p, const unsigned char *end,
              const Family *fam, const Names *names, int64_t *rows, Py_ssize_t *guesses) {
     Py_ssize_t k = names->k;
     for (Py_ssize_t entry = 0; p < end; entry++) {
-        const unsigned char *es, *ee, *ks, *ke, *vs, *ve, *ls, *le;
-        if (*p++ != 0x0A || read_body(&p, end, &es, &ee) < 0)
+        const unsigned char *ks, *ke, *vs, *ve, *ls, *le;
+        Py_ssize_t kind;
+        if (read_entry(&p, end, &ks, &ke, &vs, &ve) < 0)
             return -1;
-        const unsigned char *q = es;
-        if (q >= ee || *q++ != 0x0A || read_body(&q, ee, &ks, &ke) < 0)
-            return -1;
-        if (q >= ee || *q++ != 0x12 || read_body(&q, ee, &vs, &ve) < 0 || q != ee)
-            return -1;
-        for (const unsigned char *c = ks; c < ke; c++)
-            if (*c >= 0x80)
-                return -1;  /* UTF-8 rules: the careful path */
-        Py_ssize_t j = guesses != NULL && entry < GUESSES ? guesses[entry] : k;
-        if (j < 0 || j >= k || !same_name(names, j, ks, ke)) {
-            for (j = 0; j < k; j++)
-                if (same_name(names, j, ks, ke))
-                    break;
-            if (guesses != NULL && entry < GUESSES)
-                guesses[entry] = j;
-        }
+        Py_ssize_t j = match_name(names, ks, ke, guesses, entry);
         if (vs == ve) {  /* a Feature with no list set */
             if (j < k)
                 return -1;
             continue;
         }
-        q = vs;
-        unsigned char tag = *q++;
-        Py_ssize_t kind = tag >> 3;
-        if ((tag & 7) != 2 || kind < 1 || kind > fam->max_kind
-            || read_body(&q, ve, &ls, &le) < 0 || q != ve)
+        if (read_feature(vs, ve, fam->max_kind, &kind, &ls, &le) < 0)
             return -1;
         if (j == k)
             continue;  /* not asked for: not looked into */
@@ -389,6 +416,73 @@ static Py_ssize_t gather_spans_body(void *arg) {
     return 0;
 }
 
+/* gather_spans()'s buffers: starts, ends and out, `have` of them acquired. */
+typedef struct {
+    Py_buffer starts, ends, out;
+    int have;
+} SpansArgs;
+
+/* starts and ends (int64 vectors) and out (a writable C-contiguous buffer) acquired into
+ * `a`; 0, or -1 with an exception set (the caller releases what `have` says). */
+static int hold_spans_args(PyObject *s_obj, PyObject *e_obj, PyObject *out_obj, SpansArgs *a) {
+    a->have = 0;
+    if (get_i64(s_obj, &a->starts, "gather_spans: starts") < 0)
+        return -1;
+    a->have = 1;
+    if (get_i64(e_obj, &a->ends, "gather_spans: ends") < 0)
+        return -1;
+    a->have = 2;
+    if (PyObject_GetBuffer(out_obj, &a->out, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0)
+        return -1;
+    a->have = 3;
+    return 0;
+}
+
+static void release_spans_args(SpansArgs *a) {
+    if (a->have >= 3)
+        PyBuffer_Release(&a->out);
+    if (a->have >= 2)
+        PyBuffer_Release(&a->ends);
+    if (a->have >= 1)
+        PyBuffer_Release(&a->starts);
+}
+
+/* One start and one end per record, each span inside its record, and out exactly their
+ * bytes long (summed with checks: never wrap to a match); 0, or -1 with ValueError set. */
+static int check_spans(const Records *recs, const SpansArgs *a) {
+    Py_ssize_t n = recs->n, total = 0;
+    const int64_t *s = (const int64_t *)a->starts.buf, *e = (const int64_t *)a->ends.buf;
+    if (a->starts.shape[0] != n || a->ends.shape[0] != n) {
+        PyErr_SetString(PyExc_ValueError, "gather_spans: one start and one end per record");
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (s[i] < 0 || e[i] < s[i] || e[i] > recs->len[i]
+            || add_size(total, (Py_ssize_t)(e[i] - s[i]), &total) < 0) {
+            PyErr_SetString(PyExc_ValueError, "gather_spans: a span lies outside its record");
+            return -1;
+        }
+    if (total != a->out.len) {
+        PyErr_SetString(PyExc_ValueError, "gather_spans: out does not hold exactly the spans");
+        return -1;
+    }
+    return 0;
+}
+
+/* The checked spans copied into out without the GIL, in a guarded call (the records may lie
+ * in memory maps): None, or NULL with an exception set. */
+static PyObject *copy_spans(const Records *recs, const SpansArgs *a) {
+    if (guard_ensure() != 0)
+        return PyErr_SetFromErrno(PyExc_OSError);
+    SpansJob job = {recs, (const int64_t *)a->starts.buf, (const int64_t *)a->ends.buf,
+                    (char *)a->out.buf};
+    Py_ssize_t copied;
+    Py_BEGIN_ALLOW_THREADS
+    copied = guard_run(gather_spans_body, &job);
+    Py_END_ALLOW_THREADS
+    return copied == GUARD_FAULT ? map_fault(faulted_owner(recs)) : Py_NewRef(Py_None);
+}
+
 PyObject *gather_spans(PyObject *self, PyObject *args) {
     PyObject *bufs, *s_obj, *e_obj, *out_obj, *spans = Py_None;
     if (!PyArg_ParseTuple(args, "OOOO|O:gather_spans", &bufs, &s_obj, &e_obj, &out_obj,
@@ -397,51 +491,11 @@ PyObject *gather_spans(PyObject *self, PyObject *args) {
     Records recs;
     if (get_records(bufs, spans, &recs, "gather_spans") < 0)
         return NULL;
-    Py_buffer sv, ev, ov;
-    int have = 0;
+    SpansArgs held;
     PyObject *result = NULL;
-    if (get_i64(s_obj, &sv, "gather_spans: starts") < 0)
-        goto done;
-    have = 1;
-    if (get_i64(e_obj, &ev, "gather_spans: ends") < 0)
-        goto done;
-    have = 2;
-    if (PyObject_GetBuffer(out_obj, &ov, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0)
-        goto done;
-    have = 3;
-    Py_ssize_t n = recs.n, total = 0;
-    const int64_t *s = (const int64_t *)sv.buf, *e = (const int64_t *)ev.buf;
-    if (sv.shape[0] != n || ev.shape[0] != n) {
-        PyErr_SetString(PyExc_ValueError, "gather_spans: one start and one end per record");
-        goto done;
-    }
-    for (Py_ssize_t i = 0; i < n; i++)
-        if (s[i] < 0 || e[i] < s[i] || e[i] > recs.len[i]
-            || add_size(total, (Py_ssize_t)(e[i] - s[i]), &total) < 0) {
-            PyErr_SetString(PyExc_ValueError, "gather_spans: a span lies outside its record");
-            goto done;
-        }
-    if (total != ov.len) {
-        PyErr_SetString(PyExc_ValueError, "gather_spans: out does not hold exactly the spans");
-        goto done;
-    }
-    if (guard_ensure() != 0) {
-        PyErr_SetFromErrno(PyExc_OSError);
-        goto done;
-    }
-    SpansJob job = {&recs, s, e, (char *)ov.buf};
-    Py_ssize_t copied;
-    Py_BEGIN_ALLOW_THREADS
-    copied = guard_run(gather_spans_body, &job);  /* (the records may lie in memory maps) */
-    Py_END_ALLOW_THREADS
-    result = copied == GUARD_FAULT ? map_fault(faulted_owner(&recs)) : Py_NewRef(Py_None);
-done:
-    if (have >= 3)
-        PyBuffer_Release(&ov);
-    if (have >= 2)
-        PyBuffer_Release(&ev);
-    if (have >= 1)
-        PyBuffer_Release(&sv);
+    if (hold_spans_args(s_obj, e_obj, out_obj, &held) == 0 && check_spans(&recs, &held) == 0)
+        result = copy_spans(&recs, &held);
+    release_spans_args(&held);
     release_records(&recs);
     return result;
 }

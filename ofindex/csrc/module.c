@@ -63,12 +63,45 @@ static struct PyModuleDef module = {
     -1, methods, NULL, NULL, NULL, NULL,
 };
 
+/* The module's types: each made ready before the module is made, and added to it under its
+ * name (NULL: added by its file's own init, reader_module_init). */
+static struct {
+    const char *name;
+    PyTypeObject *type;
+} types[] = {
+    {"Block", &BlockType},
+    {"Inflater", &InflaterType},
+    {"Checker", &CheckerType},
+    {NULL, &ReaderType},
+    {"RecordPlan", &RecordPlanType},
+};
+
+#define N_TYPES ((int)(sizeof(types) / sizeof(types[0])))
+
+/* Every type of `types` ready; 0, or -1 with an exception set. */
+static int ready_types(void) {
+    for (int t = 0; t < N_TYPES; t++)
+        if (PyType_Ready(types[t].type) < 0)
+            return -1;
+    return 0;
+}
+
+/* The named types of `types` added to module m; 0, or -1 with an exception set. */
+static int add_types(PyObject *m) {
+    for (int t = 0; t < N_TYPES; t++) {
+        if (types[t].name == NULL)
+            continue;
+        Py_INCREF(types[t].type);
+        if (PyModule_AddObject(m, types[t].name, (PyObject *)types[t].type) < 0) {
+            Py_DECREF(types[t].type);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 PyMODINIT_FUNC PyInit__native(void) {
-    if (onerecord_init() < 0)
-        return NULL;
-    if (PyType_Ready(&BlockType) < 0 || PyType_Ready(&InflaterType) < 0 ||
-        PyType_Ready(&CheckerType) < 0 || PyType_Ready(&ReaderType) < 0 ||
-        PyType_Ready(&RecordPlanType) < 0)
+    if (onerecord_init() < 0 || ready_types() < 0)
         return NULL;
     hw_crc_on = HAVE_HW_CRC && hw_crc_supported();
     if (guard_ensure() != 0)
@@ -76,36 +109,10 @@ PyMODINIT_FUNC PyInit__native(void) {
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
         return NULL;
-    Py_INCREF(&BlockType);
-    if (PyModule_AddObject(m, "Block", (PyObject *)&BlockType) < 0) {
-        Py_DECREF(&BlockType);
-        Py_DECREF(m);
-        return NULL;
-    }
-    Py_INCREF(&InflaterType);
-    if (PyModule_AddObject(m, "Inflater", (PyObject *)&InflaterType) < 0) {
-        Py_DECREF(&InflaterType);
-        Py_DECREF(m);
-        return NULL;
-    }
-    Py_INCREF(&CheckerType);
-    if (PyModule_AddObject(m, "Checker", (PyObject *)&CheckerType) < 0) {
-        Py_DECREF(&CheckerType);
-        Py_DECREF(m);
-        return NULL;
-    }
-    Py_INCREF(&RecordPlanType);
-    if (PyModule_AddObject(m, "RecordPlan", (PyObject *)&RecordPlanType) < 0) {
-        Py_DECREF(&RecordPlanType);
-        Py_DECREF(m);
-        return NULL;
-    }
-    if (reader_module_init(m) < 0 || onerecord_module_init(m) < 0) {
-        Py_DECREF(m);
-        return NULL;
-    }
-    /* which thread primitives it was built with (threads.h): "pthreads", "win32" or "none" */
-    if (PyModule_AddStringConstant(m, "threads", OFINDEX_THREADS) < 0) {
+    /* its types, its files' own registrations, and which thread primitives it was built with
+     * (threads.h): "pthreads", "win32" or "none" */
+    if (add_types(m) < 0 || reader_module_init(m) < 0 || onerecord_module_init(m) < 0
+        || PyModule_AddStringConstant(m, "threads", OFINDEX_THREADS) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -107,6 +107,17 @@ static int parse_shape(PyObject *shape, Want *want) {
     return 0;
 }
 
+/* Whether a feature's parsed fields fit together: a list kind of the plan's (0: as stored,
+ * then of any count), a count of -1 (any: VarLen) exactly when there is no shape, a shape
+ * that is a tuple, a default that is a numpy array or None. */
+static int want_fits(const PlanObject *self, int kind, Py_ssize_t count, PyObject *shape,
+                     PyObject *fallback) {
+    return kind >= 0 && kind <= self->fam.max_kind && count >= -1
+           && (kind != 0 || count == -1) && (count == -1) == (shape == Py_None)
+           && (shape == Py_None || PyTuple_Check(shape))
+           && (fallback == Py_None || PyArray_Check(fallback));
+}
+
 /* features[j] = (name: bytes, key, kind: int, count: int, shape: tuple | None, default) into
  * want; 0, or -1 with an exception set. */
 static int parse_want(PlanObject *self, PyObject *item, Want *want) {
@@ -115,12 +126,14 @@ static int parse_want(PlanObject *self, PyObject *item, Want *want) {
     Py_ssize_t count;
     if (!PyTuple_Check(item)
         || !PyArg_ParseTuple(item, "O!OinOO:RecordPlan feature", &PyBytes_Type, &name, &key,
-                             &kind, &count, &shape, &fallback))
-        goto bad;
-    if (kind < 0 || kind > self->fam.max_kind || count < -1 || (kind == 0 && count != -1)
-        || (count == -1) != (shape == Py_None) || (shape != Py_None && !PyTuple_Check(shape))
-        || (fallback != Py_None && !PyArray_Check(fallback)))
-        goto bad;
+                             &kind, &count, &shape, &fallback)
+        || !want_fits(self, kind, count, shape, fallback)) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError, "RecordPlan: a feature must be (name: bytes, "
+                                              "key, kind, count, shape: tuple | None, "
+                                              "default: array | None)");
+        return -1;
+    }
     want->count = count;
     want->ndim = -1;
     if (shape != Py_None && parse_shape(shape, want) < 0)
@@ -130,12 +143,6 @@ static int parse_want(PlanObject *self, PyObject *item, Want *want) {
     want->fallback = fallback == Py_None ? NULL : Py_NewRef(fallback);
     want->kind = kind;
     return 0;
-bad:
-    if (!PyErr_Occurred())
-        PyErr_SetString(PyExc_ValueError, "RecordPlan: a feature must be (name: bytes, key, "
-                                          "kind, count, shape: tuple | None, default: array "
-                                          "| None)");
-    return -1;
 }
 
 /* Whether values stored as `how` are copied into arrays of dtype `descr` as they are: the
@@ -247,6 +254,44 @@ static PyObject *new_array(PlanObject *self, int kind, int ndim, const npy_intp 
                                 ndim < 0 ? &flat : dims, NULL, NULL, 0, NULL);
 }
 
+/* A bytes list's `count` values as bytes objects into items (an object array numpy made of
+ * NULLs, each set once), read from the list message [p, e); 0, or -1 with an exception set. */
+static int fill_bytes(PyObject **items, const unsigned char *p, const unsigned char *e,
+                      Py_ssize_t count) {
+    const unsigned char *vs, *ve;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        /* read_list counted exactly `count` entries laid out so in this region */
+        if (!(p < e && *p++ == 0x0A && read_body(&p, e, &vs, &ve) == 0)) {
+            PyErr_SetString(PyExc_ValueError, "RecordPlan: a bytes list changed");
+            return -1;
+        }
+        PyObject *value = PyBytes_FromStringAndSize((const char *)vs, ve - vs);
+        if (value == NULL)
+            return -1;
+        Py_XSETREF(items[i], value);
+    }
+    return 0;
+}
+
+/* A packed varint run [p, e) of exactly `count` values into dst, as int64 (how 'v') or as
+ * int32 (how 'i': the low 32 bits, as protobuf's int32); whether it held them. */
+static int fill_varints(char *dst, const unsigned char *p, const unsigned char *e,
+                        Py_ssize_t count, char how) {
+    int ok = 1;
+    for (Py_ssize_t i = 0; i < count && ok; i++) {
+        uint64_t v = 0;
+        ok = next_varint(&p, e, &v) == 0;
+        if (how == 'v') {
+            int64_t x = (int64_t)v;
+            memcpy(dst + i * 8, &x, 8);
+        } else {
+            int32_t x = (int32_t)(uint32_t)v;
+            memcpy(dst + i * 4, &x, 4);
+        }
+    }
+    return ok && p == e;
+}
+
 /* The array of the located list `row` of kind `kind`: its `count` values in `ndim` dims. */
 static PyObject *list_array(PlanObject *self, const unsigned char *base, const int64_t *row,
                             int kind, int ndim, const npy_intp *dims) {
@@ -257,41 +302,21 @@ static PyObject *list_array(PlanObject *self, const unsigned char *base, const i
     char how = self->fam.kinds[kind];
     char *dst = PyArray_BYTES((PyArrayObject *)arr);
     const unsigned char *p = base + row[START], *e = base + row[END];
-    int ok = 1;
-    if (how == 'b' && count) {  /* an object array: numpy made it of NULLs, each set once */
-        PyObject **items = (PyObject **)dst;
-        const unsigned char *vs, *ve;
-        p = base + row[LIST_START];
-        e = base + row[LIST_END];
-        for (Py_ssize_t i = 0; i < count && ok; i++) {
-            /* read_list counted exactly `count` entries laid out so in this region */
-            ok = p < e && *p++ == 0x0A && read_body(&p, e, &vs, &ve) == 0;
-            PyObject *value = ok ? PyBytes_FromStringAndSize((const char *)vs, ve - vs) : NULL;
-            if (value == NULL) {
-                Py_DECREF(arr);
-                if (!ok)
-                    PyErr_SetString(PyExc_ValueError, "RecordPlan: a bytes list changed");
-                return NULL;
-            }
-            Py_XSETREF(items[i], value);
+    int ok;
+    if (how == 'b' && count) {
+        if (fill_bytes((PyObject **)dst, base + row[LIST_START], base + row[LIST_END],
+                       count) < 0) {
+            Py_DECREF(arr);
+            return NULL;
         }
-    } else if (how == '4' || how == '8') {
+        return arr;
+    }
+    if (how == '4' || how == '8') {
         ok = e - p == (Py_ssize_t)PyArray_NBYTES((PyArrayObject *)arr);
         if (ok)
             memcpy(dst, p, (size_t)(e - p));
     } else if (how == 'v' || how == 'i') {
-        for (Py_ssize_t i = 0; i < count && ok; i++) {
-            uint64_t v = 0;
-            ok = next_varint(&p, e, &v) == 0;
-            if (how == 'v') {
-                int64_t x = (int64_t)v;
-                memcpy(dst + i * 8, &x, 8);
-            } else {
-                int32_t x = (int32_t)(uint32_t)v;  /* the low 32 bits, as protobuf's int32 */
-                memcpy(dst + i * 4, &x, 4);
-            }
-        }
-        ok = ok && p == e;
+        ok = fill_varints(dst, p, e, count, how);
     } else {
         ok = count == 0;  /* an empty Feature (kind 0) */
     }
@@ -365,6 +390,26 @@ static PyObject *entry_key(PlanObject *self, Py_ssize_t entry, const unsigned ch
     return key;
 }
 
+/* Map entry `entry` (key [ks, ke), its list located in `row`, of kind `kind`; kind 0: an
+ * empty Feature, no values, of kind 0's dtype as on the careful path) stored in out as
+ * {name: 1-d array}; 0, 1 when its name was stored already (a name twice: the last wins,
+ * the careful path checks), or -1 with an exception set. */
+static int store_entry(PlanObject *self, PyObject *out, const unsigned char *base,
+                       Py_ssize_t entry, const unsigned char *ks, const unsigned char *ke,
+                       const int64_t *row, int kind) {
+    PyObject *key = entry_key(self, entry, ks, ke);
+    if (key == NULL)
+        return -1;
+    PyObject *value = list_array(self, base, row, kind, -1, NULL);
+    Py_ssize_t had = PyDict_GET_SIZE(out);
+    int stored = value == NULL ? -1 : PyDict_SetItem(out, key, value);
+    Py_DECREF(key);
+    Py_XDECREF(value);
+    if (stored < 0)
+        return -1;
+    return PyDict_GET_SIZE(out) == had;
+}
+
 /* Every feature of the feature map [p, end) as stored, as a dict {name: 1-d array}, in the
  * record's order; NOT_HERE when not handled (a layout other than the writers', a non-ASCII
  * name, a name twice). */
@@ -374,41 +419,19 @@ static PyObject *decode_every(PlanObject *self, const unsigned char *base,
     if (out == NULL)
         return NULL;
     for (Py_ssize_t entry = 0; p < end; entry++) {
-        const unsigned char *es, *ee, *ks, *ke, *vs, *ve, *ls, *le, *q;
+        const unsigned char *ks, *ke, *vs, *ve, *ls, *le;
         int64_t row[SLOTS] = {0};
-        int kind = 0;
-        if (*p++ != 0x0A || read_body(&p, end, &es, &ee) < 0)
+        Py_ssize_t kind = 0;
+        if (read_entry(&p, end, &ks, &ke, &vs, &ve) < 0)
             goto not_here;
-        q = es;
-        if (q >= ee || *q++ != 0x0A || read_body(&q, ee, &ks, &ke) < 0)
+        if (vs < ve && (read_feature(vs, ve, self->fam.max_kind, &kind, &ls, &le) < 0
+                        || read_list(base, ls, le, self->fam.kinds[kind], row) < 0))
             goto not_here;
-        if (q >= ee || *q++ != 0x12 || read_body(&q, ee, &vs, &ve) < 0 || q != ee)
-            goto not_here;
-        for (const unsigned char *c = ks; c < ke; c++)
-            if (*c >= 0x80)
-                goto not_here;  /* UTF-8 rules: the careful path */
-        if (vs < ve) {
-            q = vs;
-            unsigned char tag = *q++;
-            kind = tag >> 3;
-            if ((tag & 7) != 2 || kind < 1 || kind > self->fam.max_kind
-                || read_body(&q, ve, &ls, &le) < 0 || q != ve
-                || read_list(base, ls, le, self->fam.kinds[kind], row) < 0)
-                goto not_here;
-        }
-        PyObject *key = entry_key(self, entry, ks, ke);
-        if (key == NULL)
-            goto fail;
-        /* an empty Feature (kind 0): no values, of kind 0's dtype as on the careful path */
-        PyObject *value = list_array(self, base, row, kind, -1, NULL);
-        Py_ssize_t had = PyDict_GET_SIZE(out);
-        int stored = value == NULL ? -1 : PyDict_SetItem(out, key, value);
-        Py_DECREF(key);
-        Py_XDECREF(value);
+        int stored = store_entry(self, out, base, entry, ks, ke, row, (int)kind);
         if (stored < 0)
             goto fail;
-        if (PyDict_GET_SIZE(out) == had)
-            goto not_here;  /* a name twice: the last wins, the careful path checks */
+        if (stored > 0)
+            goto not_here;
     }
     return out;
 not_here:

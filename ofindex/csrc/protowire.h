@@ -124,6 +124,45 @@ static inline int read_body(const unsigned char **p, const unsigned char *end,
     return 0;
 }
 
+/* Whether the key [ks, ke) is ASCII (other keys follow UTF-8's rules: the careful path). */
+static inline int ascii_key(const unsigned char *ks, const unsigned char *ke) {
+    for (const unsigned char *c = ks; c < ke; c++)
+        if (*c >= 0x80)
+            return 0;
+    return 1;
+}
+
+/* One feature-map entry at *p as writers lay it out: field 1, holding the key (field 1, an
+ * ASCII name) then the value (field 2) and nothing else. Sets the key [*ks, *ke) and the
+ * value [*vs, *ve) and moves *p past the entry; 0, or -1 when laid out otherwise. */
+static inline int read_entry(const unsigned char **p, const unsigned char *end,
+                             const unsigned char **ks, const unsigned char **ke,
+                             const unsigned char **vs, const unsigned char **ve) {
+    const unsigned char *es, *ee, *q;
+    if (*(*p)++ != 0x0A || read_body(p, end, &es, &ee) < 0)
+        return -1;
+    q = es;
+    if (q >= ee || *q++ != 0x0A || read_body(&q, ee, ks, ke) < 0)
+        return -1;
+    if (q >= ee || *q++ != 0x12 || read_body(&q, ee, vs, ve) < 0 || q != ee)
+        return -1;
+    return ascii_key(*ks, *ke) ? 0 : -1;
+}
+
+/* A Feature [vs, ve) (not empty) holding one list message of kind 1 to max_kind (its oneof
+ * field number) and nothing else: sets *kind and the list [*ls, *le); 0, or -1 otherwise. */
+static inline int read_feature(const unsigned char *vs, const unsigned char *ve,
+                               Py_ssize_t max_kind, Py_ssize_t *kind,
+                               const unsigned char **ls, const unsigned char **le) {
+    const unsigned char *q = vs;
+    unsigned char tag = *q++;
+    *kind = tag >> 3;
+    if ((tag & 7) != 2 || *kind < 1 || *kind > max_kind || read_body(&q, ve, ls, le) < 0
+        || q != ve)
+        return -1;
+    return 0;
+}
+
 /* How each list kind (oneof field number) stores its values: 'b' bytes, '4' / '8' packed
  * fixed-width numbers, 'v' packed varints read as int64, 'i' packed varints read as int32
  * (their low 32 bits); any other character: a kind not known. */

@@ -245,6 +245,20 @@ class Storage(abc.ABC):
         """A binary file object that writes ``path``."""
 
     @abc.abstractmethod
+    def create_new(self, path: str, data: bytes) -> None:
+        """Create ``path`` holding ``data`` only if nothing is there (``O_EXCL`` locally, a
+        conditional PUT on an object store).
+
+        Raises:
+            FileExistsError: ``path`` exists (another writer's claim).
+        """
+
+    @abc.abstractmethod
+    def rename(self, src: str, dst: str) -> None:
+        """Rename ``src`` to ``dst`` (an atomic ``os.replace`` locally; a server-side copy and
+        delete on an object store)."""
+
+    @abc.abstractmethod
     def exists(self, path: str) -> bool: ...
 
     @abc.abstractmethod

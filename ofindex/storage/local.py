@@ -192,6 +192,17 @@ class LocalStorage(Storage):
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         return open(path, "wb")
 
+    def create_new(self, path: str, data: bytes) -> None:
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        try:
+            os.write(fd, data)
+        finally:
+            os.close(fd)
+
+    def rename(self, src: str, dst: str) -> None:
+        os.replace(src, dst)
+
     def exists(self, path: str) -> bool:
         return os.path.exists(path)
 

@@ -363,6 +363,21 @@ class FsspecStorage(Storage):
         f: IO[bytes] = self.client.fs.open(path, "wb")
         return f
 
+    def create_new(self, path: str, data: bytes) -> None:
+        try:
+            self.client.run(self.client.call(path, "create", "pipe_file", data, mode="create"))
+        except FileExistsError:
+            if self.read_all(path) == data:  # our own attempt, whose answer was lost, retried
+                return
+            raise
+        if self.read_all(path) != data:  # a store that ignored the precondition
+            raise FileExistsError(path)
+
+    def rename(self, src: str, dst: str) -> None:
+        # what fsspec's mv does, in its documented async calls: a server-side copy, then delete
+        self.client.run(self.client.call(src, "rename", "copy", dst))
+        self.client.run(self.client.call(src, "rename", "rm"))
+
     def exists(self, path: str) -> bool:
         if self.client.http:  # fsspec's HTTP exists() says False on a 503
             try:

@@ -22,7 +22,7 @@ from ofindex.errors import DatasetExistsError
 from ofindex.formats.shard_set import PUBLISHING, holder_of
 from ofindex.formats.sidecar import restamped
 from ofindex.formats.sidecar_header import HEADER_SIZE, decode_header
-from ofindex.storage import LocalStorage, Storage
+from ofindex.storage import Storage
 
 
 def claim(storage: Storage, directory: str, token: str) -> str:
@@ -46,29 +46,10 @@ def claim(storage: Storage, directory: str, token: str) -> str:
     body = json.dumps({"token": token, "pid": os.getpid(), "host": socket.gethostname(),
                        "time": datetime.datetime.now().isoformat(timespec="seconds")}).encode()
     try:
-        if isinstance(storage, LocalStorage):
-            os.makedirs(directory, exist_ok=True)
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-            try:
-                os.write(fd, body)
-            finally:
-                os.close(fd)
-        else:
-            _create_remote(storage, path, body)
+        storage.create_new(path, body)
     except FileExistsError:
         raise claimed_error(storage, path) from None
     return path
-
-
-def _create_remote(storage: Storage, path: str, body: bytes) -> None:
-    """Create an object only if it does not exist (raising ``FileExistsError``)."""
-    client = getattr(storage, "client", None)  # (the filesystem is its transport client's)
-    fs = getattr(client, "fs", None) if client is not None else getattr(storage, "fs", None)
-    if fs is None:  # pragma: no cover - every remote storage has a filesystem
-        raise OSError(f"{storage.url(path)}: this storage cannot create files")
-    fs.pipe_file(path, body, mode="create")
-    if storage.read_all(path) != body:  # a store that ignored the precondition
-        raise FileExistsError(path)
 
 
 def claimed_error(storage: Storage, path: str) -> DatasetExistsError:
@@ -93,14 +74,7 @@ def release(storage: Storage, path: str) -> None:
 def rename_data(storage: Storage, src: str, dst: str) -> None:
     """Rename a data file (an atomic ``os.replace`` locally; a server-side copy and delete on
     an object store)."""
-    if isinstance(storage, LocalStorage):
-        os.replace(src, dst)
-        return
-    client = getattr(storage, "client", None)  # (the filesystem is its transport client's)
-    fs = getattr(client, "fs", None) if client is not None else getattr(storage, "fs", None)
-    if fs is None:  # pragma: no cover - every remote storage has a filesystem
-        raise OSError(f"{storage.url(src)}: this storage cannot rename files")
-    fs.mv(src, dst)
+    storage.rename(src, dst)
 
 
 def move_sidecar(data_storage: Storage, data_path: str, old: tuple[Storage, str],
