@@ -23,6 +23,7 @@ from .errors import (
     MissingDependencyError,
     MissingShardsWarning,
     NestedPathsError,
+    NotAppendedError,
     OfindexError,
     OfindexWarning,
     PartialIndexWarning,
@@ -37,6 +38,7 @@ from .errors import (
     TruncatedRecordError,
     UnverifiedIndexWarning,
 )
+from .events import EventLog, events
 from .formats.framing import RecordFormat
 from .formats.sidecar_header import Compression
 from .index.build_file import BuildResult
@@ -68,6 +70,7 @@ __all__ = [
     "DatasetView",
     "DecodeError",
     "EncodeError",
+    "EventLog",
     "FormatDetectionError",
     "IncompleteDatasetError",
     "IndexMismatchError",
@@ -79,6 +82,7 @@ __all__ = [
     "MissingDependencyError",
     "MissingShardsWarning",
     "NestedPathsError",
+    "NotAppendedError",
     "OfindexError",
     "OfindexWarning",
     "PartialIndexWarning",
@@ -98,6 +102,7 @@ __all__ = [
     "Writer",
     "build_index",
     "convert",
+    "events",
     "infer_spec",
     "open",
     "open_tfds",

@@ -103,6 +103,13 @@ class StaleIndexError(SidecarError):
     replaced since the dataset was opened)."""
 
 
+class NotAppendedError(StaleIndexError):
+    """A data file read as growing (``ofindex.open(..., growing=True)``,
+    :meth:`~ofindex.Dataset.refresh`, :meth:`~ofindex.Dataset.follow`) changed other than by
+    records appended: it was truncated, or replaced by another file. The records read so far
+    may not be in it any more; reopen the dataset (and index the file again)."""
+
+
 class IndexMismatchError(SidecarError, CorruptRecordError):
     """A record's own framing disagrees with the byte range its index gives it.
 

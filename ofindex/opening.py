@@ -12,9 +12,11 @@ from .cache.chain import DEFAULT_CACHE_BYTES, DEFAULT_NODE_BYTES, Chain
 from .formats.compression import parse_compression
 from .formats.location import DatasetLocation, resolve
 from .formats.sidecar_header import Compression
+from .growing import IndexGrower
 from .index.builder import build_location
 from .read.dataset import Dataset, Decode
 from .read.open import OpenOptions, open_location
+from .read.refresh import DatasetSource
 from .storage import PathSpec, Storages
 
 
@@ -41,6 +43,7 @@ def open(
     retries: int | None = None,
     timeout: float | None = None,
     allow_missing_shards: bool = False,
+    growing: bool = False,
 ) -> Dataset:
     """Open TFRecord/OFRecord shards as one randomly accessible :class:`Dataset`.
 
@@ -121,6 +124,14 @@ def open(
             publication that did not finish: see :mod:`ofindex.formats.shard_set`), with a
             ``MissingShardsWarning``. Without it such a set is refused, also with
             ``build_missing`` or ``rebuild_stale``.
+        growing: The data files may be growing (being appended to: a training run's
+            TensorBoard logs, a collector's output). A file longer than its index says is
+            read as the file indexed when its first bytes are the ones indexed (its content
+            digest over the indexed size), its records up to the indexed end;
+            :meth:`Dataset.refresh` and :meth:`Dataset.follow` take up the rest. With
+            ``build_missing`` or ``rebuild_stale``, a record cut short at a file's end is
+            indexed as not written yet. A file truncated or replaced raises
+            :class:`NotAppendedError`.
 
     Returns:
         The dataset: ``len(ds)``, ``ds[i]``, slices, ``ds.__getitems__(indices)``, iteration.
@@ -130,7 +141,8 @@ def open(
         IndexNotFoundError: Shards without a sidecar, all named (a ``FileNotFoundError``).
         IncompleteDatasetError: Shards of the set are missing (a ``FileNotFoundError``),
             unless ``allow_missing_shards``.
-        StaleIndexError: A data file changed since it was indexed (a ``ValueError``).
+        StaleIndexError: A data file changed since it was indexed (a ``ValueError``;
+            :class:`NotAppendedError` with ``growing``: it was truncated or replaced).
         SidecarError: A sidecar or manifest is corrupt, or shards disagree on the format.
         StorageError: Storage cannot be reached (a host name that does not resolve, nothing
             listening at the address, a failed TLS handshake, no answer within ``timeout``),
@@ -161,15 +173,18 @@ def open(
     if rebuild_stale:
         build_location(resolve(paths, index_dir=index_dir, storages=storages, manifest=False,
                                allow_missing_shards=allow_missing_shards, building=True),
-                       format=format, compression=compression)
+                       format=format, compression=compression, growing=growing)
     location = resolve(paths, index_dir=index_dir, storages=storages, manifest=manifest,
                        allow_missing_shards=allow_missing_shards)
+    location.storage.expected.growing = growing
     if build_missing and not rebuild_stale and location.manifest is None:
-        build_missing_sidecars(location, format, compression)
+        build_missing_sidecars(location, format, compression, growing)
     options = OpenOptions(format, verify, decode, check_stale,
                           Chain(cache_bytes, cache_dir, cache_dir_bytes, data_cache_bytes),
                           compression)
     dataset = open_location(location, options)
+    dataset._refresh_source = DatasetSource(paths, index_dir, manifest, allow_missing_shards,
+                                            storages, IndexGrower())
     for_framing = getattr(decode, "for_framing", None)
     if for_framing is not None:  # a Decoder made without kind decodes what the files hold
         dataset.decode = for_framing(dataset.format.name)
@@ -177,8 +192,10 @@ def open(
 
 
 def build_missing_sidecars(location: DatasetLocation, format: str,
-                           compression: str | Compression | None) -> None:
-    """Index the files of ``location`` that have no sidecar (``build_missing=True``).
+                           compression: str | Compression | None,
+                           growing: bool = False) -> None:
+    """Index the files of ``location`` that have no sidecar (``build_missing=True``; files
+    still being written with ``growing``).
 
     Raises:
         As :func:`ofindex.build_index`.
@@ -186,7 +203,7 @@ def build_missing_sidecars(location: DatasetLocation, format: str,
     missing = [f for f in location.files if not _sidecar_exists(location, f)]
     if missing:
         build_location(location.subset(missing), format=format, manifest=False,
-                       compression=compression)
+                       compression=compression, growing=growing)
 
 
 def _sidecar_exists(location: DatasetLocation, path: str) -> bool:

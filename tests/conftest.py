@@ -276,7 +276,8 @@ OPTIONAL_MODULES = {
     "moto": "moto[server]", "mkdocs": "docs", "playwright": "docs", "build": "dist",
     "auditwheel": "dist", "ruff": "dev", "mypy": "dev", "PIL": "bench", "matplotlib": "bench",
     "tfrecord": "test", "array_record": "bench", "lance": "bench", "isal": "isal",
-    "simplejpeg": "images", "tensorflow_datasets": "test",
+    "simplejpeg": "images", "tensorflow_datasets": "test", "pandas": "events",
+    "tensorboard": "test", "tensorboardX": "test",
 }
 
 

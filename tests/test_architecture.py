@@ -39,6 +39,8 @@ ALLOWED = {
     "write": {"errors", "storage", "formats", "index", "decode", "encode"},
     # "tfds": a TFDS builder directory opened through ofindex.open, decoded by ofindex.decode
     "tfds": {"errors", "_threads", "transport", "decode", "read", "opening"},
+    # "events": TensorBoard logs, indexed in the build's scan and read through datasets
+    "events": {"errors", "storage", "formats", "index", "read", "decode", "proto", "opening"},
     "shuffle": {"errors"},  # StateError for saved states it refuses
     # "planning": a plan opens the dataset for its shape, and models reads and orders
     "planning": {"errors", "storage", "formats", "read", "cache", "shuffle", "opening"},
@@ -50,13 +52,13 @@ ALLOWED = {
                      "shuffle", "opening", "tfds", "planning", "write", "schema"},
     "cli": {"", "errors", "_accel", "transport", "storage", "formats", "index", "read", "decode",
             "shuffle", "proto", "opening", "encode", "write", "schema", "convert", "planning",
-            "tfds", "columns"},
+            "tfds", "columns", "events"},
     "errors": set(),
     "_accel": {"_native"},
     "_threads": set(),
 }
 #: The top-level modules that join layers for the public API.
-TOP_LEVEL = ("", "__main__", "proto", "opening")
+TOP_LEVEL = ("", "__main__", "proto", "opening", "growing")
 #: The complexity cap (ruff's C901); the suite runs ruff, this keeps the setting in place.
 MAX_COMPLEXITY = 15
 
@@ -306,7 +308,10 @@ def test_every_error_and_warning_is_in_errors_and_exported():
 
 # -- private names and the compiled module -----------------------------------------------------
 #: Names with a leading underscore that are public API of the standard library's named tuples.
-_PUBLIC_UNDERSCORED = {"_replace", "_asdict", "_fields", "_make", "_field_defaults"}
+#: namedtuple's API, and fsspec's: ``_strip_protocol`` is the classmethod its filesystems
+#: document for turning a URL into a path
+_PUBLIC_UNDERSCORED = {"_replace", "_asdict", "_fields", "_make", "_field_defaults",
+                       "_strip_protocol"}
 
 
 def _owned_names(tree: ast.AST) -> set[str]:
@@ -351,15 +356,17 @@ def _private_reads(source: str) -> list[str]:
 #: layer touched: the split planner, decoding, index building, TFDS, the thread pools).
 PRIVATE_READS_NONE_IN = ("ofindex.read", "ofindex.planning", "ofindex.decode", "ofindex.index",
                          "ofindex.tfds", "ofindex._threads", "ofindex._accel")
-#: Such reads left in the whole library: may only fall (dependencies' internals: protobuf's,
-#: torch's and ``sys._getframe``; and the batch sampler's read of
-#: ``_EpochSampler._iter_chunks``).
-PRIVATE_READS_LEFT = 6
+#: Such reads left in the whole library: may only fall (dependencies' internals: torch's and
+#: ``sys._getframe``; and the batch sampler's read of ``_EpochSampler._iter_chunks``). The
+#: modules protoc generates (``*_pb2``) are not ours to change and are not counted.
+PRIVATE_READS_LEFT = 4
 
 
 def test_no_module_reads_another_module_s_private_names():
     found = {}
     for module, path in _modules().items():
+        if module.endswith("_pb2"):
+            continue
         with open(path, encoding="utf-8") as f:
             reads = _private_reads(f.read())
         if reads:

@@ -418,6 +418,7 @@ BASE = {
     "convert": ["{ds}", "{dst}", "--no-progress"], "verify": ["{ds}"],
     "export-index": ["{file}", "-o", "{dst}"], "import-index": ["{file}", "{text}"],
     "plan": ["{ds}", "--readers", "4", "--target", "1000", "--store", "s3"],
+    "events": ["{ds}"],
     "demo": ["--dir", "{dst}"],
 }
 #: Where 0 means something (no retries, print no record, free requests …): an option of

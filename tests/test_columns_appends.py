@@ -68,3 +68,23 @@ def test_a_compact_manifest_finds_its_key_index(tmp_path):
     assert index is not None and index.header.identity == ds.identity
     key = truth["image/id"][321]
     assert ds.lookup("image/id", key).tolist() == [321]
+
+
+def test_a_file_grown_by_appending_gets_the_columns_of_its_new_records(tmp_path):
+    """A build that indexes only what a file gained (issue 49) writes its columns again too:
+    the grown sidecar's columns name every record, old and new."""
+    payloads, truth = records(43, 500)
+    data = write_dataset(str(tmp_path / "data"), cut(payloads[:300], [300]))
+    ofindex.build_index(data, columns=["label", "image/id"])
+    _append(str(tmp_path), payloads[300:], "more")  # framed records, appended as bytes
+    with open(tmp_path / "more", "rb") as more, open(os.path.join(data, "part-000"), "ab") as f:
+        f.write(more.read())
+    results = ofindex.build_index(data, columns=["label", "image/id"])
+    assert [r.records for r in results] == [500]
+    grown = ofindex.open(data)
+    assert len(grown) == 500
+    assert grown.positions(label=1).tolist() == [i for i, v in enumerate(truth["label"])
+                                                 if v == 1]
+    key = truth["image/id"][450]
+    assert grown.lookup("image/id", key).tolist() == [i for i, v in enumerate(truth["image/id"])
+                                                       if v == key]

@@ -88,6 +88,15 @@ def _make_world(root, moto_server, gcs_server, nginx_server, azurite_server=None
         with ofindex.Writer(os.path.join(cwd, "data-gz", f"part-{k}.tfrecord.gz"),
                             compression="gzip", index=False) as w:
             w.write_many(b"record %d" % i for i in range(5000))
+    from ofindex.proto import event_pb2
+
+    for run in ("train", "eval"):  # logs/: a TensorBoard log directory (`ofindex events`)
+        with ofindex.Writer(os.path.join(cwd, "logs", run, "events.out.tfevents.1.docs"),
+                            index=False) as w:
+            for step in range(100):
+                event = event_pb2.Event(step=step, wall_time=1.7e9 + step)
+                event.summary.value.add(tag="loss", simple_value=1.0 / (step + 1))
+                w.write(event)
     s3 = s3fs.S3FileSystem(skip_instance_cache=True, **servers.s3_options(moto_server.url))
     gcs = gcsfs.GCSFileSystem(skip_instance_cache=True, **servers.gcs_options(gcs_server.url))
     for bucket in ("bucket",):

@@ -33,7 +33,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PROTO_SRC = ROOT / "protos" / "ofindex"
-PROTO_NAMES = ["example.proto", "ofrecord.proto"]
+PROTO_NAMES = ["example.proto", "ofrecord.proto", "event.proto"]
 OUT_DIR = ROOT / "ofindex" / "proto"
 # Inside protoc the files are named ofindex/proto/<name>.proto: that name decides the
 # Python module protoc records in the gencode (``ofindex.proto.example_pb2``, used as the

@@ -15,7 +15,8 @@ Reads, when present: pipeline.json (tools/bench_pipeline.py), images.json
 (tools/bench_mixing.py), write.json (tools/bench_write.py), ratelimit.json
 (tools/bench_ratelimit.py), cache.json (tools/bench_cache.py), arrayrecord.json
 (tools/bench_arrayrecord.py), transport.json (tools/bench_transport.py), columns.json
-(tools/bench_columns.py), obstore.json (tools/bench_obstore.py). A missing file gives a line
+(tools/bench_columns.py), obstore.json (tools/bench_obstore.py), events.json
+(tools/bench_events.py). A missing file gives a line
 saying how to make it, or with ``--keep-missing`` the section and README lines already
 written from it earlier (so that one benchmark can be re-run and its figures refreshed
 alone). README.md's text between ``<!-- bench:begin -->`` and ``<!-- bench:end -->`` is
@@ -57,7 +58,7 @@ TOOLS = {"pipeline": ("bench_pipeline.py", []), "images": ("bench_images.py", []
          "ratelimit": ("bench_ratelimit.py", []), "engines": ("bench_engines.py", []),
          "cache": ("bench_cache.py", []), "arrayrecord": ("bench_arrayrecord.py", []),
          "transport": ("bench_transport.py", []), "columns": ("bench_columns.py", []),
-         "obstore": ("bench_obstore.py", [])}
+         "obstore": ("bench_obstore.py", []), "events": ("bench_events.py", [])}
 
 
 def fmt(x: float | None, digits: int = 3) -> str:
@@ -1476,6 +1477,66 @@ class Report:
         text.append(table(["engine", "contender", "rows/s"], rows))
         self.sections.append("\n".join(text) + "\n")
 
+    def events(self) -> None:
+        """TensorBoard logs: ofindex.events against tbparse and EventAccumulator
+        (tools/bench_events.py)."""
+        data = self.load("events")
+        title = "TensorBoard logs against tbparse and EventAccumulator (tools/bench_events.py)"
+        if data is None:
+            self.missing(title, "bench_events.py")
+            return
+        local, scale = data["local"], data["scale"]
+        before, after = data.get("load_before", {}), data.get("load_after", {})
+        text = [f"## {title}\n",
+                f"A log directory of {data['runs']} runs ({local['bytes'] / 1e6:,.0f} MB: "
+                f"{data['scalar_tags']} scalar tags every {scale['scalars']} of "
+                f"{fmt(scale['steps'])} steps, two image tags every {fmt(scale['images'])} "
+                f"steps, two histogram tags every {fmt(scale['histograms'])}); each "
+                "measurement in a fresh process, time and peak memory above that process's "
+                f"after its imports, median (min–max) of {data['rounds']} interleaved "
+                f"round{'s' if data['rounds'] != 1 else ''}; "
+                f"load average {fmt(before.get('load_average', [0])[0])} before, "
+                f"{fmt(after.get('load_average', [0])[0])} after, on "
+                f"{before.get('cores', '?')} cores. Goals (issue 49): one scalar tag of every "
+                "run ≥ 100× tbparse and EventAccumulator(size_guidance=0); the first build ≥ 2× "
+                "EventAccumulator's full load; a refresh after 1 % growth ≤ 2 % of a build.\n"]
+        labels = {"load-ofindex": "one tag, all runs: ofindex (indexed)",
+                  "load-tbparse": "one tag, all runs: tbparse", "load-accumulator":
+                  "one tag, all runs: EventAccumulator", "build-ofindex":
+                  "first build: ofindex.events", "build-accumulator":
+                  "full load: EventAccumulator", "refresh-ofindex":
+                  "refresh after 1 % growth: ofindex"}
+        text.append(table(["task, contender", "seconds", "peak MB"], [
+            [labels.get(name, name), span(st["median_s"], st["min_s"], st["max_s"]),
+             fmt(st["peak_mb"])] for name, st in local["stats"].items()]))
+        r = local["ratios"]
+        text.append("")
+        text.append(table(["ratio", "value", "goal"], [
+            ["one tag: tbparse / ofindex", f"{fmt(r['load_vs_tbparse'])}×", "≥ 100×"],
+            ["one tag: EventAccumulator / ofindex", f"{fmt(r['load_vs_accumulator'])}×",
+             "≥ 100×"],
+            ["first build: EventAccumulator / ofindex", f"{fmt(r['build_vs_accumulator'])}×",
+             "≥ 2×"],
+            ["refresh after 1 % growth / first build",
+             f"{fmt(100 * r['refresh_fraction_of_build'])} %", "≤ 2 %"],
+            ["peak memory of one tag: tbparse / ofindex",
+             f"{fmt(r['load_memory_vs_tbparse'])}×", ""]]))
+        s3 = data.get("s3")
+        if s3:
+            text.append("\nThe same log in the S3 emulator (moto), ofindex: " + ", ".join(
+                f"{labels.get(name, name).split(': ')[0]} {fmt(st['median_s'])} s"
+                for name, st in s3.items() if "median_s" in st)
+                + f"; the refresh {fmt(100 * s3['refresh_fraction_of_build']['value'])} % of "
+                "the build (an object cannot grow: a refresh writes each index it grows again "
+                "whole, its old bytes first).")
+        self.summary.append(
+            f"TensorBoard logs ({local['bytes'] / 1e6:,.0f} MB, {data['runs']} runs): one "
+            f"scalar tag of every run {fmt(r['load_vs_tbparse'])}× tbparse and "
+            f"{fmt(r['load_vs_accumulator'])}× EventAccumulator; the first build "
+            f"{fmt(r['build_vs_accumulator'])}× EventAccumulator's full load; a refresh "
+            f"after 1 % growth {fmt(100 * r['refresh_fraction_of_build'])} % of a build.")
+        self.sections.append("\n".join(text) + "\n")
+
     def write(self, readme: str | None) -> str:
         """Write docs/benchmarks.md (and README's marked block); returns the markdown."""
         for section in (self.pipeline, self.images, self.sequential, self.read,
@@ -1485,7 +1546,7 @@ class Report:
                         self.remote, self.scale,
                         self.data_cache, self.cache_stores, self.manifests, self.rate_limits,
                         self.transport, self.columns, self.obstore, self.ray,
-                        self.engines, self.writing, self.converting):
+                        self.engines, self.writing, self.converting, self.events):
             before = len(self.summary)
             section()
             self.lines_of[self.sections[-1].split("\n", 1)[0]] = self.summary[before:]

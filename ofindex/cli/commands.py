@@ -41,6 +41,7 @@ from ..storage.identity import check_identity
 from ..storage.special import descriptor_of
 from ..write.leftovers import find_leftovers
 from . import queries
+from .events_command import cmd_events
 from .exitcodes import EXIT_OK, EXIT_PARTIAL, UsageError
 from .plan_command import cmd_plan
 
@@ -419,8 +420,17 @@ def cmd_demo(args: argparse.Namespace, options: Options) -> int:
     return run_demo(args.dir, args.records, args.shards)
 
 
-__all__ = ["cmd_build", "cmd_demo", "cmd_export_index", "cmd_get", "cmd_import_index",
-           "cmd_info", "cmd_plan", "cmd_verify"]
+__all__ = [
+    "cmd_build",
+    "cmd_demo",
+    "cmd_events",
+    "cmd_export_index",
+    "cmd_get",
+    "cmd_import_index",
+    "cmd_info",
+    "cmd_plan",
+    "cmd_verify",
+]
 
 
 def cmd_schema(args: argparse.Namespace, options: Options) -> int:

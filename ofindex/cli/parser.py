@@ -59,6 +59,9 @@ EXAMPLES = {
   ofindex import-index data/part-00000 part-0.idx      # and back""",
     "demo": """\
   ofindex demo --records 20000               # generate, index and read a small dataset""",
+    "events": """\
+  ofindex events logs/                       # runs and tags of a TensorBoard log directory
+  ofindex events logs/ --plot loss -o loss.png""",
     "plan": """\
   ofindex plan data/ --store s3 --readers 64 --target 5000   # block size for 64 readers on S3
   ofindex plan data/ --store gcs --readers 1024 --target 2000 --json
@@ -418,6 +421,22 @@ def build_parser() -> argparse.ArgumentParser:
             _common(paths=""))
     p.add_argument("data", help="the data file")
     p.add_argument("text_index", help="the text index file")
+
+    p = add("events", "the runs and tags of a TensorBoard log directory, with their counts and "
+            "last steps (its event files indexed, only what is new), or a scalar tag plotted")
+    p.add_argument("logdir", metavar="LOGDIR", help="the log directory (local or a URL)")
+    p.add_argument("--run", action="append", metavar="RUN",
+                   help="only this run (repeatable; default: every run)")
+    p.add_argument("--plot", metavar="TAG", help="plot scalar tag TAG of the runs against its "
+                   "steps (needs -o; matplotlib: pip install 'ofindex[events]')")
+    p.add_argument("-o", "--output", metavar="FILE", help="with --plot: the image to write "
+                   "(PNG, SVG, PDF: by its name)")
+    p.add_argument("--index-dir", metavar="DIR",
+                   help="where the indexes go (default: LOGDIR.ofindex/ beside the log "
+                   "directory)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("-s", "--storage-option", action="append", metavar="KEY=VALUE",
+                   help="fsspec storage option (repeatable; VALUE parsed as JSON when it can be)")
 
     p = add("plan", "which shuffle block size reaches a throughput under a store's request-"
             "rate limit, and its cost in mixing and requests", _common())

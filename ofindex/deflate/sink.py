@@ -29,10 +29,13 @@ class DeflateSink:
         compression: GZIP or ZLIB.
         spacing: Uncompressed bytes between seek points.
         level: zlib compression level (0-9, -1 for zlib's default, 6).
+        start: ``(uncompressed, compressed)`` offsets where the member starts in its file: a
+            member appended after others (``Writer(..., append=True)``); its seek points are
+            placed in the file's terms.
     """
 
     def __init__(self, file: IO[bytes], compression: Compression, spacing: int,
-                 level: int = -1) -> None:
+                 level: int = -1, start: tuple[int, int] = (0, 0)) -> None:
         if not -1 <= level <= 9:
             raise ValueError(f"compression_level must be -1..9, not {level}")
         if spacing < 1:
@@ -41,8 +44,9 @@ class DeflateSink:
         self._c = zlib.compressobj(level, zlib.DEFLATED, WBITS[compression])
         self.spacing = int(spacing)
         self.written = 0  # compressed bytes so far
+        self._in = start[1]  # where the member starts in the file
         first = SeekKind.ZLIB_STREAM if compression is Compression.ZLIB else SeekKind.GZIP_MEMBER
-        self._points: list[tuple[int, int, int]] = [(0, 0, int(first))]
+        self._points: list[tuple[int, int, int]] = [(start[0], start[1], int(first))]
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
         """Compress ``data`` into the file."""
@@ -53,12 +57,17 @@ class DeflateSink:
         is due."""
         if out - self._points[-1][0] >= self.spacing:
             self._put(self._c.flush(zlib.Z_FULL_FLUSH))
-            self._points.append((out, self.written, int(SeekKind.ALIGNED)))
+            self._points.append((out, self._in + self.written, int(SeekKind.ALIGNED)))
 
     @property
     def next_point(self) -> int:
         """The uncompressed offset from which a record start gets the next seek point."""
         return self._points[-1][0] + self.spacing
+
+    def sync(self) -> None:
+        """Bring the stream to a byte boundary (``Z_SYNC_FLUSH``): a reader of the file
+        inflates everything written so far."""
+        self._put(self._c.flush(zlib.Z_SYNC_FLUSH))
 
     def finish(self) -> None:
         """End the stream (gzip trailer / Adler-32); the file is not closed."""

@@ -9,7 +9,8 @@ the packed offsets in the 8 bytes at 88 that version 2 reserves::
     8    H   format version (2, or 3: offsets packed)
     10   B   record format (1 = TFRecord, 2 = OFRecord)
     11   B   flags: 1 partial (only a valid prefix is indexed), 2 per-record checksums,
-             4 compressed (seek points present)
+             4 compressed (seek points present), 16 open (the file was being written: the
+             bytes after the indexed end are a record not yet whole)
     12   I   header size (512)
     16   Q   record count n
     24   Q   data file size when indexed (bytes on storage: compressed size if compressed)
@@ -36,6 +37,9 @@ payloads (padded to 8 bytes); with compression, m seek points of 32 bytes and th
 blob. Version 3 is written for compressed data files only (their sidecars are fetched whole,
 never by pages); uncompressed ones keep version 2. The version 2 sidecars earlier releases
 wrote for compressed files are still read.
+
+Growth segments may follow the body of a version 2 or 3 sidecar whose data file grew
+(:mod:`.sidecar_growth`).
 
 Version 1 (0.1) had a variable header: the fields above up to offset 47, the fingerprint
 length at 48 and the fingerprint at 50, padded to a multiple of 8, then the offsets. It is
@@ -68,7 +72,11 @@ MAX_FINGERPRINT = HEADER_SIZE - 96
 FLAG_PARTIAL = 1
 FLAG_CHECKSUMS = 2
 FLAG_COMPRESSED = 4
-_KNOWN_FLAGS = FLAG_PARTIAL | FLAG_CHECKSUMS | FLAG_COMPRESSED
+#: The data file was being written when indexed: the bytes after the indexed end are a record
+#: not yet whole (not damage), which an index of the grown file takes up (see
+#: :mod:`.sidecar_growth`).
+FLAG_OPEN = 16
+_KNOWN_FLAGS = FLAG_PARTIAL | FLAG_CHECKSUMS | FLAG_COMPRESSED | FLAG_OPEN
 
 #: Size of one seek point entry in the body.
 SEEK_POINT_SIZE = 32
@@ -128,6 +136,9 @@ class SidecarHeader:
         spacing: Uncompressed bytes between seek points the index was built with.
         uncompressed_size: Size of the decompressed stream.
         packed_bytes: Version 3: bytes of the packed offsets (without padding); else 0.
+        open_tail: The data file was being written when indexed: the bytes after the indexed
+            end are a record not yet whole, not damage (a complete index otherwise ends at
+            the end of the data).
     """
 
     format: RecordFormat
@@ -145,6 +156,7 @@ class SidecarHeader:
     spacing: int = 0
     uncompressed_size: int = -1
     packed_bytes: int = 0
+    open_tail: bool = False
 
     @property
     def packed(self) -> bool:
@@ -224,7 +236,8 @@ def encode_header(header: SidecarHeader) -> bytes:
         raise ValueError(f"fingerprint of {len(fingerprint)} bytes; at most {MAX_FINGERPRINT} fit")
     flags = ((FLAG_PARTIAL if header.partial else 0)
              | (FLAG_CHECKSUMS if header.checksums else 0)
-             | (FLAG_COMPRESSED if header.compression is not Compression.NONE else 0))
+             | (FLAG_COMPRESSED if header.compression is not Compression.NONE else 0)
+             | (FLAG_OPEN if header.open_tail else 0))
     size = stamp.size if header.uncompressed_size < 0 else header.uncompressed_size
     scheme, digest = (0, 0) if stamp.content is None else (SCHEME, stamp.content)
     fixed = _V2.pack(
@@ -288,7 +301,7 @@ def _decode_v1(buf: bytearray, path: str) -> SidecarHeader:
     if header_size < _V1.size + fplen:
         raise _corrupt(path, "fingerprint length")
     fingerprint = bytes(buf[_V1.size : _V1.size + fplen]).decode("utf-8", "replace")
-    return _consistent(SidecarHeader(
+    return check_consistent(SidecarHeader(
         _record_format(fmt, path), count, FileStamp(size, fingerprint), end,
         bool(flags & FLAG_PARTIAL), header_size, ocrc, version=1, uncompressed_size=size,
     ), path)
@@ -313,12 +326,13 @@ def _decode_v2(buf: bytearray, path: str, version: int) -> SidecarHeader:
     fingerprint = bytes(buf[96 : 96 + fplen]).decode("utf-8", "replace")
     # a scheme this reader does not know is as none: the fingerprint alone is checked
     stamp = FileStamp(size, fingerprint, content=digest if scheme == SCHEME else None)
-    return _consistent(SidecarHeader(
+    return check_consistent(SidecarHeader(
         _record_format(fmt, path), count, stamp, end,
         bool(flags & FLAG_PARTIAL), HEADER_SIZE, bcrc, version=version,
         checksums=bool(flags & FLAG_CHECKSUMS), compression=compression, seek_points=seeks,
         windows_bytes=wbytes, spacing=spacing, uncompressed_size=usize,
         packed_bytes=packed if version == VERSION_PACKED else 0,
+        open_tail=bool(flags & FLAG_OPEN),
     ), path)
 
 
@@ -327,9 +341,20 @@ def _decode_v2(buf: bytearray, path: str, version: int) -> SidecarHeader:
 MAX_EXPANSION = 1032
 
 
-def _consistent(h: SidecarHeader, path: str) -> SidecarHeader:
+def check_consistent(h: SidecarHeader, path: str) -> SidecarHeader:
     """Refuse a header whose numbers cannot describe a data file (a header CRC recomputed over
-    corrupt fields, or a foreign writer): reads trust these to bound every span."""
+    corrupt fields, or a foreign writer): reads trust these to bound every span.
+
+    Args:
+        h: The decoded header (or the state a growth segment gives).
+        path: The sidecar, for messages.
+
+    Returns:
+        ``h``.
+
+    Raises:
+        SidecarError: The numbers are impossible.
+    """
     compressed = h.compression is not Compression.NONE
     stream = h.uncompressed_size if compressed else h.stamp.size
     for name, value in (("data size", h.stamp.size), ("indexed end", h.indexed_end),
@@ -342,7 +367,9 @@ def _consistent(h: SidecarHeader, path: str) -> SidecarHeader:
     if h.indexed_end > stream:
         raise _corrupt(path, f"indexed end {h.indexed_end} lies past the end of the data "
                              f"({stream} bytes)")
-    if not h.partial and not compressed and h.indexed_end != h.stamp.size:
+    if h.partial and h.open_tail:
+        raise _corrupt(path, "partial and open at once")
+    if not h.partial and not h.open_tail and not compressed and h.indexed_end != h.stamp.size:
         raise _corrupt(path, f"a complete index ends at {h.indexed_end}, not at the end of "
                              f"the data ({h.stamp.size} bytes)")
     if h.count * h.format.overhead > h.indexed_end:

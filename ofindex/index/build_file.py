@@ -22,7 +22,7 @@ from ..storage import FileStamp, Storage
 from ..storage.identity import with_content
 from ..storage.readahead import STREAM_CHUNK, ReadAhead
 from .checksums import payload_checksums
-from .scan import ScanResult, scan_file
+from .scan import RecordSink, ScanResult, scan_file
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,6 +47,10 @@ class BuildResult:
             manifest), or ``None`` when no sidecar was written.
         content: The data file's content digest the sidecar stores (its identity: see
             :mod:`ofindex.storage.identity`), or ``None``.
+        appended: The file grew since its sidecar was written: only the bytes it gained were
+            scanned, and the sidecar grew by a segment (:mod:`ofindex.index.growth`).
+        open_tail: The file was still being written: it ends inside a record, which the
+            index leaves for the next build (``build_index(..., growing=True)``).
     """
 
     data_url: str
@@ -64,6 +68,8 @@ class BuildResult:
     seek_points: int = 0
     body_crc: int | None = None
     content: int | None = None
+    appended: bool = False
+    open_tail: bool = False
 
     @property
     def index_fraction(self) -> float:
@@ -94,7 +100,7 @@ def build_file(
     progress: Callable[[int], None] | None = None, *,
     compression: Compression | None = None, spacing: int = DEFAULT_SPACING,
     checksums: bool | None = None, expect: FileStamp | None = None,
-    columns: tuple[str, ...] = (),
+    columns: tuple[str, ...] = (), open_tail: bool = False, sink: RecordSink | None = None,
 ) -> BuildResult:
     """Index one data file and write its sidecar.
 
@@ -119,6 +125,10 @@ def build_file(
         columns: Features to store as column sidecars beside the sidecar (see
             :mod:`ofindex.columns`): their values are taken in the scan where it reads
             every byte (a remote or compressed file), else from a memory map of the file.
+        open_tail: The file is still being written: data that ends inside a record ends the
+            index before it (flagged open, for the next build to take up), and a file that
+            grows while it is scanned is indexed as far as it was.
+        sink: Sees every record as it is scanned (:class:`~.scan.RecordSink`).
 
     Returns:
         What was indexed.
@@ -156,13 +166,14 @@ def build_file(
             if compression is Compression.NONE:
                 result = scan_file(source, path, fmt, stamp.size, verify=verify,
                                    allow_partial=allow_partial, progress=progress,
-                                   checksums=sums_in_scan, on_records=hook)
+                                   checksums=sums_in_scan, on_records=hook,
+                                   open_tail=open_tail, sink=sink)
             else:
                 stream = InflatedStream(source, path, stamp.size, compression, spacing,
                                         progress)
                 result = scan_file(stream, path, fmt, 0, verify=verify,
                                    allow_partial=allow_partial, checksums=sums_in_scan,
-                                   on_records=hook)
+                                   on_records=hook, open_tail=open_tail, sink=sink)
                 table, windows = stream.seek_table()
                 table = table[table["out"] <= result.indexed_end]  # past a damaged end: none
                 usize = stream.end if stream.end is not None else result.indexed_end
@@ -174,7 +185,7 @@ def build_file(
                   if columns else [])
     except OfindexError:
         if expect is not None:  # a file that changed since it was looked at: say so
-            _check_unchanged(storage, path, stamp, storage.stamp(path))
+            check_unchanged(storage, path, stamp, storage.stamp(path))
         raise
     finally:
         if isinstance(source, ReadAhead):
@@ -183,11 +194,14 @@ def build_file(
     # the content digest travels with every copy of the file (its identity): taken before the
     # last look at its stamp, so that a file changed meanwhile is refused, not misdescribed
     stamp = with_content(storage, path, stamp, streamed)
-    _check_unchanged(storage, path, stamp, storage.stamp(path))
+    now = storage.stamp(path)
+    if not (open_tail and now.size >= stamp.size):  # a file written on: indexed as it was
+        check_unchanged(storage, path, stamp, now)
     header, body = encode_sidecar(
         fmt, result.offsets, stamp, result.indexed_end, result.partial,
         compression=compression, seek_points=table, windows=windows,
         spacing=spacing if table is not None else 0, uncompressed_size=usize, checksums=sums,
+        open_tail=result.open_tail,
     )
     index_storage.write_atomic(index_path, [header, body])
     body_crc = decode_header(header, path=index_storage.url(index_path)).body_crc
@@ -197,7 +211,12 @@ def build_file(
     return dataclasses.replace(built, body_crc=body_crc)
 
 
-def _check_unchanged(storage: Storage, path: str, stamp: FileStamp, now: FileStamp) -> None:
+def check_unchanged(storage: Storage, path: str, stamp: FileStamp, now: FileStamp) -> None:
+    """Refuse a file whose stamp changed while it was indexed (``stamp`` then, ``now``).
+
+    Raises:
+        StaleIndexError: It changed.
+    """
     why = stamp.mismatch(now)
     if why:
         raise StaleIndexError(
@@ -212,4 +231,4 @@ def _result(url: str, index_url: str, fmt: RecordFormat, scan: ScanResult, stamp
     return BuildResult(url, index_url, fmt, len(scan.offsets), stamp.size, scan.partial,
                        scan.problem, stamp.fingerprint, compression=compression,
                        uncompressed_size=usize, index_bytes=index_bytes, seek_points=points,
-                       content=stamp.content)
+                       content=stamp.content, open_tail=scan.open_tail)

@@ -45,7 +45,8 @@ class BuildResults(LazyRows[BuildResult]):
 
     def __init__(self) -> None:
         self._numbers = {name: array("q") for name in _NUMBERS}
-        self._codes = array("b")  # format, compression, partial, skipped: one byte each
+        # format, compression, partial, and skipped + 2 appended + 4 open tail: a byte each
+        self._codes = array("b")
         self._body_crcs = array("q")  # -1: none
         self._contents = array("q")  # -1: none
         self._strings = {name: _Strings() for name in ("data_url", "index_url", "fingerprint")}
@@ -61,7 +62,8 @@ class BuildResults(LazyRows[BuildResult]):
         for name in _NUMBERS:
             self._numbers[name].append(getattr(result, name))
         self._codes.extend([_FORMATS.index(result.format), int(result.compression),
-                            int(result.partial), int(result.skipped)])
+                            int(result.partial),
+                            int(result.skipped) | 2 * result.appended | 4 * result.open_tail])
         self._body_crcs.append(-1 if result.body_crc is None else result.body_crc)
         self._contents.append(-1 if result.content is None else result.content)
         for name, strings in self._strings.items():
@@ -85,15 +87,16 @@ class BuildResults(LazyRows[BuildResult]):
         Returns:
             A :class:`BuildResult` equal to the one appended.
         """
-        fmt, compression, partial, skipped = self._codes[4 * k : 4 * k + 4]
+        fmt, compression, partial, how = self._codes[4 * k : 4 * k + 4]
         crc, content = self._body_crcs[k], self._contents[k]
         return BuildResult(
             self._strings["data_url"][k], self._strings["index_url"][k], _FORMATS[fmt],
             self._numbers["records"][k], self._numbers["size"][k], bool(partial),
-            self._problems.get(k), self._strings["fingerprint"][k], bool(skipped),
+            self._problems.get(k), self._strings["fingerprint"][k], bool(how & 1),
             Compression(compression), self._numbers["uncompressed_size"][k],
             self._numbers["index_bytes"][k], self._numbers["seek_points"][k],
-            None if crc < 0 else crc, None if content < 0 else content)
+            None if crc < 0 else crc, None if content < 0 else content, bool(how & 2),
+            bool(how & 4))
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Sequence):

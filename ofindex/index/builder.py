@@ -67,6 +67,7 @@ def build_index(
     migrate: bool = False,
     allow_missing_shards: bool = False,
     columns: Sequence[str] = (),
+    growing: bool = False,
 ) -> list[BuildResult] | BuildResults:
     """Index data files: scan each once and write its sidecar (and the dataset's manifest).
 
@@ -112,8 +113,11 @@ def build_index(
             system).
         resume: Skip files whose sidecar is already fresh (same size and fingerprint,
             complete, same format; ``BuildResult.skipped``), so a build interrupted at 90 %
-            redoes the remaining 10 %. ``False`` (``ofindex build --force``) re-indexes every
-            file; a ``verify=True`` build always reads every file.
+            redoes the remaining 10 %, and index only the bytes a file gained since its
+            sidecar was written when it grew by appending (its first bytes unchanged:
+            ``BuildResult.appended``; the sidecar grows by a segment, see
+            :mod:`ofindex.index.growth`). ``False`` (``ofindex build --force``) re-indexes every
+            file whole; a ``verify=True`` build always reads every file.
         checksums: Store the CRC32C of every payload in the sidecars, which reads with
             ``verify=True`` check. ``None`` (the default) stores them for OFRecord files
             (compressed or not), a format without CRCs of its own: 4 bytes per record in the
@@ -158,6 +162,12 @@ def build_index(
             whose sidecar is fresh keep it: only their missing or stale column sidecars are
             written (their records read once more). With a manifest, each column's key index
             is written beside it.
+        growing: The files may still be being written (a training run's TensorBoard logs, a
+            collector's output): a record cut short at a file's end is taken as not written
+            yet, not as damage (the index ends before it, ``BuildResult.open_tail``, and the
+            next build takes it up), and a file that grows while it is scanned is indexed as
+            far as it was when the build looked at it. Open such a dataset with
+            ``ofindex.open(..., growing=True)``.
 
     Returns:
         One :class:`BuildResult` per record file, in dataset order: a list, or with an
@@ -200,7 +210,7 @@ def build_index(
         location, format=format, verify=verify, allow_partial=allow_partial,
         workers=workers, progress=progress, manifest=manifest, executor=executor,
         resume=resume, compression=compression, seek_spacing=seek_spacing,
-        checksums=checksums, strict=strict, columns=check_names(columns))
+        checksums=checksums, strict=strict, columns=check_names(columns), growing=growing)
     drop_legacy_files(moved)
     if not results:
         raise only_strays(skipped)
@@ -229,6 +239,7 @@ def build_location(
     checksums: bool | None = None,
     strict: bool = False,
     columns: tuple[str, ...] = (),
+    growing: bool = False,
 ) -> BuildOutcome:
     """Index the files of a resolved location (see :func:`build_index` for the options).
 
@@ -248,7 +259,7 @@ def build_location(
     default = (os.cpu_count() or 1) if storage.is_local else REMOTE_WORKERS
     n_workers = max(1, min(workers or default, len(files)))
     jobs = [FileJob(storage, f, fmt, index_storage, ipath, verify, allow_partial, comp,
-                    seek_spacing, checksums, columns=columns)
+                    seek_spacing, checksums, columns=columns, extend=resume, open_tail=growing)
             for f, (index_storage, ipath) in zip(files, targets, strict=True)]
     surveys = survey_files(jobs, location.named, resume,
                            n_workers if storage.is_local else REMOTE_SURVEYS)

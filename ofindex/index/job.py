@@ -14,7 +14,9 @@ from ..formats.sidecar_header import Compression
 from ..storage import FileStamp, Storage
 from .build_file import BuildResult, build_file
 from .column_pass import add_columns
-from .resume import fresh_result
+from .growth import extend_file
+from .resume import as_asked, fresh_result
+from .scan import RecordSink
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,6 +41,13 @@ class FileJob:
         columns: Features to store as column sidecars (see :mod:`ofindex.columns`).
         existing: What the file's fresh sidecar says, when the job only adds the columns
             that are missing or stale beside it (see :mod:`.column_pass`); else ``None``.
+        extend: A file that grew since its sidecar was written is indexed from where the
+            sidecar ends, and the sidecar grows (:mod:`.growth`); ``False`` indexes it whole.
+        open_tail: The file may still be being written: a record cut short at its end is not
+            written yet (the index ends before it, flagged open), and a file that grows while
+            it is scanned is indexed as far as it was.
+        sink: Sees every record scanned (:class:`~.scan.RecordSink`; a build that needs more
+            of the records than their offsets, such as the TensorBoard events index).
     """
 
     storage: Storage
@@ -54,6 +63,9 @@ class FileJob:
     stamp: FileStamp | None = None
     columns: tuple[str, ...] = ()
     existing: BuildResult | None = None
+    extend: bool = True
+    open_tail: bool = False
+    sink: RecordSink | None = None
 
     def fresh(self) -> BuildResult | None:
         """What the file's existing sidecar says, when it is fresh (see :func:`.fresh_result`).
@@ -93,9 +105,32 @@ class FileJob:
                 elif progress is not None:
                     progress(done.size)
                 return done
+        grown = self.grow(progress)
+        if grown is not None:
+            if self.columns:  # the columns of a grown file are made again beside it
+                add_columns(self.storage, self.path, self.index_storage, self.index_path,
+                            self.columns, grown)
+            return grown
         return build_file(self.storage, self.path, self.format, self.index_storage,
                           self.index_path, self.verify, self.allow_partial, progress=progress,
                           compression=self.compression,
                           spacing=self.spacing or DEFAULT_SPACING,
                           checksums=self.checksums, expect=self.stamp,
-                          columns=self.columns)
+                          columns=self.columns, open_tail=self.open_tail, sink=self.sink)
+
+    def grow(self, progress: Callable[[int], None] | None = None) -> BuildResult | None:
+        """Index only what the file gained, when it grew since its sidecar was written and
+        that sidecar is what this build asks for (:func:`.resume.as_asked`); ``None`` when it
+        must be indexed whole (or ``extend`` is off, or the build verifies every record or
+        keeps a damaged file's prefix).
+
+        Raises:
+            CorruptRecordError, StaleIndexError: As :func:`.growth.extend_file`.
+        """
+        if not self.extend or self.verify or self.allow_partial:
+            return None
+        return extend_file(self.storage, self.path, self.index_storage, self.index_path,
+                           stamp=self.stamp, open_tail=self.open_tail, progress=progress,
+                           asked=lambda h: as_asked(h, self.format, self.compression,
+                                                    self.checksums, self.spacing),
+                           sink=self.sink)

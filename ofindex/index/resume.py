@@ -10,36 +10,56 @@ from __future__ import annotations
 
 from ..errors import SidecarError
 from ..formats.framing import RecordFormat
-from ..formats.sidecar import restamped
-from ..formats.sidecar_header import (
-    HEADER_SIZE,
-    Compression,
-    SidecarHeader,
-    decode_header,
-    layout_of,
-)
+from ..formats.sidecar import read_current_header, restamped
+from ..formats.sidecar_header import Compression, SidecarHeader
 from ..storage import FileStamp, Storage
 from ..storage.identity import with_content
 from ..storage.stamp import Verdict
 from .build_file import BuildResult
 
 
-def read_header(index_storage: Storage, index_path: str) -> SidecarHeader | None:
-    """The header of the sidecar at ``index_path``, or ``None`` when there is no readable one.
+def read_header(index_storage: Storage,
+                index_path: str) -> tuple[SidecarHeader, int] | None:
+    """The header of the sidecar at ``index_path`` (as of its last growth segment), or ``None``
+    when there is no readable one.
 
     Args:
         index_storage: Storage of the sidecar.
         index_path: Its path.
 
     Returns:
-        The decoded header; ``None`` for a missing, torn, truncated or foreign file.
+        The decoded header and the sidecar's size; ``None`` for a missing, torn, truncated or
+        foreign file.
     """
     try:
-        # one range request; a version 1 sidecar shorter than this is simply rebuilt
-        head = index_storage.read(index_path, 0, HEADER_SIZE)
-        return decode_header(head, path=index_storage.url(index_path))
+        # a range request, and a stat; a version 1 sidecar shorter than this is simply rebuilt
+        return read_current_header(index_storage, index_path)
     except (FileNotFoundError, SidecarError, OSError, ValueError):
         return None
+
+
+def as_asked(header: SidecarHeader, fmt: RecordFormat | None, compression: Compression | None,
+             checksums: bool | None, spacing: int | None) -> bool:
+    """Whether an existing sidecar is what a build asks for, so that it may be kept (fresh) or
+    grown with its file (:mod:`.growth`) rather than built again: complete (not partial), of
+    the framing and compression asked for (any, for ``None``), with checksums when they are
+    asked for, and, compressed, of the seek point spacing asked for (any, for ``None``).
+
+    Args:
+        header: The sidecar's header (as of its last growth).
+        fmt: The framing asked for, or ``None``.
+        compression: The compression asked for, or ``None``.
+        checksums: ``True`` when payload checksums are asked for.
+        spacing: The seek point spacing asked for, or ``None``.
+    """
+    if header.partial or (fmt is not None and header.format is not fmt):
+        return False
+    if compression is not None and header.compression is not compression:
+        return False  # indexed as another compression than asked for: rebuild (and refuse)
+    if checksums and not header.checksums:
+        return False  # checksums asked for and missing
+    return (spacing is None or header.compression is Compression.NONE
+            or header.spacing == spacing)  # else another seek point spacing asked for
 
 
 def fresh_result(
@@ -68,16 +88,10 @@ def fresh_result(
     Returns:
         The :class:`BuildResult` of the existing sidecar (``skipped=True``), or ``None``.
     """
-    header = read_header(index_storage, index_path)
-    if header is None or header.partial or (fmt is not None and header.format is not fmt):
+    found = read_header(index_storage, index_path)
+    if found is None or not as_asked(found[0], fmt, compression, checksums, spacing):
         return None
-    if compression is not None and header.compression is not compression:
-        return None  # indexed as another compression than asked for: rebuild (and refuse)
-    if checksums and not header.checksums:
-        return None  # checksums asked for and missing
-    if (spacing is not None and header.compression is not Compression.NONE
-            and header.spacing != spacing):
-        return None  # another seek point spacing asked for
+    header, size = found
     stamp = current_identity(storage, path, header.stamp, index_storage, index_path)
     if stamp is None:
         return None
@@ -85,7 +99,7 @@ def fresh_result(
                        header.count, stamp.size, fingerprint=stamp.fingerprint, skipped=True,
                        compression=header.compression,
                        uncompressed_size=header.uncompressed_size,
-                       index_bytes=layout_of(header).end, seek_points=header.seek_points,
+                       index_bytes=size, seek_points=header.seek_points,
                        body_crc=header.body_crc, content=stamp.content)
 
 

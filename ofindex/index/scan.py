@@ -21,6 +21,7 @@ import struct
 import sys
 import warnings
 from collections.abc import Callable
+from typing import Protocol
 
 import crc32c as _crc32c
 import numpy as np
@@ -74,6 +75,23 @@ def span_crcs(buf: Buffer, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     return out
 
 
+class RecordSink(Protocol):
+    """Sees every record a scan accepts, in order, while its bytes are at hand (the
+    TensorBoard events index, :mod:`ofindex.events`, is built in the scan that builds the
+    sidecar)."""
+
+    def records(self, block: memoryview, at: np.ndarray, lengths: np.ndarray,
+                first: int) -> None:
+        """Records ``first, first + 1, …`` whose framing starts at ``at`` in ``block``, with
+        payloads of ``lengths`` bytes (the block is reused after the call)."""
+        ...
+
+    def streamed(self, offset: int, length: int, record: int) -> None:
+        """Record ``record``, at byte ``offset`` of the file with a payload of ``length``
+        bytes, was too large for a block: read it again if needed."""
+        ...
+
+
 @dataclasses.dataclass
 class ScanResult:
     offsets: np.ndarray      # uint64 start of each record
@@ -81,6 +99,7 @@ class ScanResult:
     partial: bool = False    # only a valid prefix was indexed
     problem: str | None = None
     checksums: np.ndarray | None = None  # uint32 CRC32C of each payload, when asked for
+    open_tail: bool = False  # the data ends inside a record still being written
 
 
 def scan_file(
@@ -96,6 +115,10 @@ def scan_file(
     threads: int = 2,
     checksums: bool = False,
     on_records: RecordsHook | None = None,
+    start: int = 0,
+    first_record: int = 0,
+    open_tail: bool = False,
+    sink: RecordSink | None = None,
 ) -> ScanResult:
     """Offsets of every record of ``path`` (``size`` bytes), checking the framing; with
     ``checksums`` also the CRC32C of every payload, computed from the blocks read (so the
@@ -104,6 +127,12 @@ def scan_file(
     time, in order (``on_records(buffer, starts, ends)``: payloads ``buffer[starts[i]:ends[i]]``,
     to be used before it returns), for the columns of the file (the scan then reads every byte
     too).
+
+    ``start`` and ``first_record`` scan only the records from byte ``start`` on, numbered from
+    ``first_record`` (a file that grew since it was indexed: :mod:`ofindex.index.growth`);
+    ``open_tail`` takes data that ends inside a record as a record still being written: the
+    records before it are the result (``open_tail`` set), not a truncated file. ``sink`` sees
+    every record accepted, from the blocks read (every byte is read then).
 
     Raises :class:`CorruptRecordError` / :class:`TruncatedRecordError` naming the file, byte
     offset and record number; with ``allow_partial`` returns the valid prefix instead (and
@@ -116,7 +145,8 @@ def scan_file(
     local = storage if isinstance(storage, Storage) and storage.is_local else None
     crc_pass = verify and local is not None and fmt is RecordFormat.TFRECORD
     scan = _Scan(storage, path, fmt, size, verify and not crc_pass, block_size, progress,
-                 checksums, on_records)
+                 checksums, on_records, sink)
+    scan.pos, scan.count, scan.first = start, first_record, first_record
     inflate_failed = scanned = False
     try:
         try:
@@ -131,6 +161,12 @@ def scan_file(
             verify_crcs(local, path, offsets, end, threads=threads)
     except (CorruptRecordError, TruncatedRecordError) as caught:
         exc = caught
+        if open_tail and isinstance(exc, TruncatedRecordError):  # not yet written: not damage
+            offsets, end = _prefix(scan, exc, at_pos=inflate_failed)
+            if crc_pass and local is not None and not scanned:
+                verify_crcs(local, path, offsets, end, threads=threads)
+            return ScanResult(offsets, end, open_tail=True,
+                              checksums=scan.checksums(len(offsets)))
         if isinstance(storage, InflatedStream) and not inflate_failed:
             at = exc.offset if exc.offset is not None else scan.pos
             exc = in_stream_error(exc, storage.compression, storage.compressed_offset_near(at))
@@ -158,8 +194,9 @@ def _prefix(scan: _Scan, exc: CorruptRecordError, offsets: np.ndarray | None = N
     """The records before the one ``exc`` names, and where they end (``scan.pos`` when
     ``at_pos``, or when ``exc`` names no offset)."""
     offsets = scan.offsets() if offsets is None else offsets
-    if exc.record is not None and exc.record < len(offsets):
-        offsets = offsets[: exc.record]
+    kept = None if exc.record is None else exc.record - scan.first
+    if kept is not None and 0 <= kept < len(offsets):
+        offsets = offsets[:kept]
     return offsets, exc.offset if exc.offset is not None and not at_pos else scan.pos
 
 
@@ -175,7 +212,8 @@ class _Scan:
     def __init__(self, storage: Storage | ReadAhead | InflatedStream, path: str,
                  fmt: RecordFormat, size: int, verify: bool, block_size: int,
                  progress: Callable[[int], None] | None, checksums: bool = False,
-                 on_records: RecordsHook | None = None) -> None:
+                 on_records: RecordsHook | None = None,
+                 sink: RecordSink | None = None) -> None:
         self.stream = isinstance(storage, InflatedStream)
         self.storage, self.path, self.fmt = storage, path, fmt
         self.size = UNKNOWN_SIZE if self.stream else size
@@ -187,6 +225,7 @@ class _Scan:
         self.found: list[np.ndarray] = []
         self.singles: list[int] = []  # offsets found one per read, not yet in ``found``
         self.count = 0
+        self.first = 0  # the number of the first record scanned
         self.pos = 0
         self.buffer = bytearray(block_size)
         # little-endian uint64 views of the buffer at the 8 alignments: reading a length is
@@ -196,8 +235,10 @@ class _Scan:
         # payload CRC32Cs of the records accepted so far (with checksums)
         self.sums: list[np.ndarray] | None = [] if checksums else None
         self.on_records = on_records  # the columns' hook: every record whole in a block
+        self.sink = sink  # sees every record accepted (the events index)
         #: whether every record accepted must lie whole in the block read (its bytes used)
-        self.whole = verify or self.stream or checksums or on_records is not None
+        self.whole = (verify or self.stream or checksums or on_records is not None
+                      or sink is not None)
 
     def checksums(self, count: int) -> np.ndarray | None:
         """The payload CRC32Cs of the first ``count`` records accepted, or ``None``."""
@@ -208,8 +249,13 @@ class _Scan:
 
     def _sum(self, at: np.ndarray, lengths: np.ndarray) -> None:
         """Note the payload CRC32Cs of records at ``at`` (in the buffer) of ``lengths``, and
-        hand their payloads to the columns' hook."""
-        if (self.sums is None and self.on_records is None) or not len(at):
+        hand the records to the sink (before they are accepted: numbered from ``count``) and
+        their payloads to the columns' hook."""
+        if not len(at):
+            return
+        if self.sink is not None:
+            self.sink.records(memoryview(self.buffer), at, lengths, self.count)
+        if self.sums is None and self.on_records is None:
             return
         first = at.astype(np.int64) + self.fmt.header_size
         last = first + lengths.astype(np.int64)
@@ -361,5 +407,8 @@ class _Scan:
         if self.on_records is not None and kept is not None:
             self.on_records(kept, np.zeros(1, dtype=np.int64),
                             np.array([len(kept)], dtype=np.int64))
+        if self.sink is not None:
+            self.sink.streamed(pos + int(at[0]), nxt - pos - int(at[0]) - self.fmt.overhead,
+                               self.count)
         self._accept(at[:1], pos)
         return nxt, 0

@@ -22,6 +22,7 @@ from ..formats.sidecar_header import Compression
 from ..storage import FileStamp, LocalStorage, Storages
 from ..storage.identity import with_content
 from ..storage.local import no_space
+from .appending import Appending, open_for_append
 
 
 def temporary_name(path: str) -> str:
@@ -76,6 +77,15 @@ class Writer:
             read back as data, and a compressed file's gzip CRC is only checked by a pass over
             all of it), off for TFRecord, whose framing carries CRCs. It costs one hardware
             CRC32C per record and 4 bytes per record in the sidecar.
+        append: Add records after those of an existing file (created when missing), written
+            in place: readers that follow the file (:meth:`ofindex.Dataset.follow`) see them
+            as they are flushed (:meth:`flush`), and :meth:`close` grows its sidecar by the
+            records written without rewriting it (a growth segment). The file is indexed
+            first when its sidecar is missing or stale; its compression is kept (a compressed
+            file gains a gzip member or zlib stream) and so are its sidecar's checksums. On
+            an object store, which cannot append, :meth:`close` uploads the file again whole.
+            One appender at a time: another ``Writer(..., append=True)`` of a local file is
+            refused while one is open.
 
     Raises:
         ValueError: An unknown ``format`` or ``compression``.
@@ -83,6 +93,8 @@ class Writer:
             (then with ``errno`` ``ENOSPC``, here and from every method: the unfinished
             file is removed, and a previous file of that name and its index are as they
             were).
+        OfindexError: With ``append``: another writer appends to the file, it is of another
+            framing or compression than asked for, or it ends inside a record.
 
     Local files are written under a hidden temporary name (:func:`temporary_name`) that no
     data glob lists; a clean :meth:`close` writes the sidecar under a temporary name too,
@@ -112,6 +124,7 @@ class Writer:
         seek_spacing: int = WRITER_SPACING,
         compression_level: int = -1,
         checksums: bool | None = None,
+        append: bool = False,
     ) -> None:
         self.format = RecordFormat.parse(format)
         self.compression = Compression.parse(compression)
@@ -119,6 +132,7 @@ class Writer:
             checksums = self.format is RecordFormat.OFRECORD
         self._crcs = array.array("I") if checksums and index else None
         storages = Storages(storage_options)
+        self._index_dir, self._storage_options = index_dir, storage_options
         self._storage, self._path = storages.for_url(os.fspath(url))
         self._index = index
         self._index_storage, self._index_path = sidecar_location(
@@ -126,17 +140,25 @@ class Writer:
         )
         self._url = self._storage.url(self._path)
         self._tmp = (temporary_name(self._path) if isinstance(self._storage, LocalStorage)
-                     else None)
+                     and not append else None)
         self._placed = False  # the temporary file was renamed into place
         self._staged: str | None = None  # the sidecar, written ahead under a temporary name
         self._closed = False
-        if index and self._tmp is None:
+        self._offsets = array.array("Q")
+        self._pos = 0
+        #: The existing file appended to (``append``), or ``None``.
+        self._appending = (self._open_for_append(compression, checksums) if append
+                           else None)
+        if index and self._tmp is None and self._appending is None:
             self._index_storage.remove(self._index_path)
         try:
-            self._file = self._storage.open_write(self._tmp or self._path)
+            self._file = (self._appending.open() if self._appending is not None
+                          else self._storage.open_write(self._tmp or self._path))
         except BaseException as exc:  # an interrupt may land after the file was created
             if self._tmp is not None:
                 self._storage.remove(self._tmp)
+            if self._appending is not None:
+                self._appending.release()
             full = no_space(self._url, exc, "nothing was written: free some space (or write "
                             "to another disk) and write it again")
             if full is not None:
@@ -144,10 +166,32 @@ class Writer:
             raise
         self._sink: DeflateSink | None = None
         if self.compression is not Compression.NONE:
+            start = (0, 0) if self._appending is None else (self._pos,
+                                                              self._appending.size)
             self._sink = DeflateSink(self._file, self.compression, seek_spacing,
-                                     compression_level)
-        self._offsets = array.array("Q")
-        self._pos = 0
+                                     compression_level, start=start)
+
+    def _open_for_append(self, compression: str | Compression | None,
+                         checksums: bool | None) -> Appending:
+        """Open the existing file for appending (an empty one made first when it is
+        missing): its framing, compression and checksums are kept, writing goes on after its
+        last record."""
+        if not self._storage.exists(self._path):
+            with Writer(self._url, self.format, index_dir=self._index_dir,
+                        storage_options=self._storage_options, compression=compression,
+                        checksums=checksums):
+                pass  # an empty file and its index, for the records to follow
+        appending = open_for_append(
+            self._storage, self._path, self._index_storage, self._index_path, self.format,
+            None if compression is None else self.compression,
+            True if checksums else None)
+        self.compression = appending.compression
+        if not appending.checksums:
+            self._crcs = None
+        elif self._crcs is None:
+            self._crcs = array.array("I")
+        self._pos = appending.end
+        return appending
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
@@ -300,6 +344,9 @@ class Writer:
         if self._sink is not None:
             self._sink.finish()
         self._file.close()
+        if self._appending is not None:
+            self._finish_append(self._appending)
+            return
         if self._tmp is None:  # an object store: the upload is published by the close
             if self._index:
                 self._index_storage.write_atomic(self._index_path, self._sidecar(self._path))
@@ -320,6 +367,35 @@ class Writer:
             self._staged = None
         else:
             self._index_storage.write_atomic(self._index_path, parts)
+
+    def _finish_append(self, appending: Appending) -> None:
+        """Grow the sidecar of the file appended to by the records written."""
+        try:
+            if self._index:
+                offsets = (np.frombuffer(self._offsets, dtype=np.uint64) if self._offsets
+                           else np.empty(0, np.uint64))
+                crcs = None if self._crcs is None else np.frombuffer(self._crcs,
+                                                                    dtype=np.uint32)
+                sink = self._sink
+                appending.finish(offsets, crcs, self._pos,
+                                 None if sink is None else sink.seek_table(),
+                                 self._pos - appending.end if sink is None else sink.written)
+        finally:
+            appending.release()
+
+    def flush(self) -> None:
+        """Hand what was written to the file now (to the operating system; a compressed
+        file's records up to here are then readable: its compressor is flushed too), for
+        readers that follow it as it is written.
+
+        Raises:
+            OfindexError: The writer is closed.
+        """
+        if self._closed:
+            raise OfindexError(f"{self._url}: flush() on a closed Writer")
+        if self._sink is not None:
+            self._sink.sync()
+        self._file.flush()
 
     def _sidecar(self, path: str) -> list[bytes | memoryview]:
         """The sidecar of the finished file at ``path`` (its temporary name, locally).
@@ -366,10 +442,15 @@ class Writer:
     def abort(self) -> None:
         """Close the data file without writing a sidecar (a local temporary file is removed,
         also when an interrupted :meth:`close` did not rename it into place, and so is a
-        sidecar written ahead)."""
+        sidecar written ahead; a local file appended to is cut back to the records it had)."""
         self._closed = True
         with contextlib.suppress(OSError):  # a full disk fails the last flush: dropped anyway
             self._file.close()
+        if self._appending is not None:
+            if self._storage.is_local:  # back to the records it had (under its lock)
+                with contextlib.suppress(OSError):
+                    os.truncate(self._path, self._appending.size)
+            self._appending.release()
         if self._tmp is not None and not self._placed:
             self._storage.remove(self._tmp)
         if self._staged is not None:

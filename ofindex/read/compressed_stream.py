@@ -50,7 +50,9 @@ def stream_compressed(
                        seeks.window(k), int(seeks.out[k]))
     source = storage if storage.is_local else ReadAhead(storage, path, size, STREAM_CHUNK)
     stream = InflatedStream(source, path, size, sidecar.compression, 0, start=start)
-    whole = k == 0 and lo == 0 and hi == len(sidecar) and not sidecar.header.partial
+    # (a stream still being written ends early: its check values are not there yet)
+    whole = (k == 0 and lo == 0 and hi == len(sidecar) and not sidecar.header.partial
+             and not sidecar.header.open_tail)
     sums = sidecar_sums(sidecar, verify)
     buf = bytearray(0)
     try:

@@ -9,6 +9,7 @@ it touches; sequential reads go through :mod:`ofindex.read.iteration`.
 """
 
 import itertools
+import threading
 from bisect import bisect_right as _bisect_right
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from os import getpid as _getpid
@@ -29,11 +30,13 @@ from ..storage import Storage
 from ..storage.openfiles import OPEN_FILES
 from ..storage.ranges import DEFAULT_MAX_BYTES
 from . import iteration, record_reader
+from . import refresh as refreshing
 from .access import ShardAccess, ShardAccesses
 from .batch_source import BatchSource
 from .column_places import dataset_columns
 from .mapped_gather import MappedSpans
 from .record_checks import RecordChecks
+from .refresh import DatasetSource
 from .shards import Shard, ShardInfo
 from .table import ShardTable, as_indices
 from .view import DatasetView
@@ -113,6 +116,9 @@ class Dataset:
         self.verify = verify  # sets the checks
         self._max_gap = max_gap
         self.max_read_bytes = max_read_bytes
+        #: Where the dataset's files are and how to index what they gain, for
+        #: :meth:`refresh` (set by :func:`ofindex.open`), or ``None``.
+        self._refresh_source: DatasetSource | None = None
 
     @property
     def data_cache(self) -> DataCache | None:
@@ -628,6 +634,76 @@ class Dataset:
                 :meth:`positions`.
         """
         return self._column_queries().groups(column)
+
+    # -- files that grow ----------------------------------------------------------------------
+    def refresh(self) -> int:
+        """Take up the records appended to the dataset's files, and the shards added to its
+        location, since it was opened (or last refreshed), in time proportional to what is
+        new: a grown file's new bytes alone are scanned (see :mod:`ofindex.read.refresh`).
+
+        A record still being written at the end of a file is left for a later refresh. The
+        new records come after the old ones of their shard (a dataset of one file, or whose
+        last shard grows, gains records at its end). The dataset's files are read as growing
+        from then on (``ofindex.open(..., growing=True)``). Other processes' copies of the
+        dataset (DataLoader workers) are refreshed by themselves. Nothing is written: run
+        ``ofindex build`` to grow the indexes on disk.
+
+        Returns:
+            The number of records added.
+
+        Raises:
+            NotAppendedError: A data file was truncated, or replaced by another (not appended
+                to): the records read from it may not be there any more.
+            StaleIndexError: A shard is gone, or the location lists the shards in another
+                order.
+            CorruptRecordError: A file's new bytes are damaged.
+            OfindexError: The dataset was not made by ``ofindex.open``.
+        """
+        return refreshing.refresh(self, self._refresh_source)
+
+    def follow(self, poll_interval: float = 1.0,
+               stop: Callable[[], bool] | threading.Event | None = None, *, start: int = 0,
+               idle_timeout: float | None = None) -> Iterator[Any]:
+        """Yield the records from ``start`` on, then every record written to the dataset's
+        files as it is written, like ``tail -f``: :meth:`refresh` every ``poll_interval``
+        seconds (local files and remote ones alike: a refresh looks at their sizes).
+
+        Every record is yielded once, whatever shard it is in (a shard's new records follow
+        its old ones); a record still being written at the end of a file is not yielded
+        until it is whole, never taken as damage.
+
+        Args:
+            poll_interval: Seconds between two looks at the files once all records were
+                yielded.
+            stop: When to end: a callable (``True``: stop) or a ``threading.Event``, looked at
+                before each look at the files; the records written before it said stop are
+                yielded first. ``None``: follow until ``idle_timeout``, or for ever.
+            start: The first record (negative counts from the end: ``start=-10`` yields the
+                last ten, then the new ones; ``start=len(ds)`` only new ones).
+            idle_timeout: End once no record came for this many seconds (``None``: never).
+
+        Yields:
+            The records (``decode(record)`` with a ``decode``), in order of arrival.
+
+        Raises:
+            NotAppendedError: A file was truncated or replaced while it was followed.
+            ValueError: ``poll_interval`` is not positive.
+        """
+        return refreshing.follow(self, poll_interval, stop, start, idle_timeout)
+
+    def _take_shards(self, shards: list[Shard]) -> None:
+        """Read these shards from now on (a refresh: grown shards, new ones at the end)."""
+        table = ShardTable(self._table.storage, shards)
+        self._table = table
+        self._size, self._shards = table.size, table.shards
+        self._cumulative, self._first = table.cumulative_list, table.first_list
+        self._identity = None  # another content: another identity
+        self._columns = None  # the columns of the old content
+        compressed = self.compressed or any(
+            s.opened and s.header.compression is not Compression.NONE for s in shards)
+        self._accesses = ShardAccesses(shards, compressed=compressed,
+                                       data_cache=self.data_cache)
+        self._drop_reader()  # it holds the old sections
 
     # -- what the dataset knows without reading data -----------------------------------------
     @property

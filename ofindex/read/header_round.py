@@ -23,6 +23,7 @@ import struct
 from ..errors import IndexNotFoundError, RangeReadError
 from ..formats.sidecar_header import HEADER_SIZE, VERSION, VERSION_PACKED, SidecarHeader
 from ..formats.sidecar_header import decode_header as _decode_header
+from ..storage import FileStamp
 from .index_round import run_round
 from .pages import new_pager, pageable
 from .rounds import IdentityChecks, Round, Slot
@@ -74,21 +75,30 @@ def _open_remote(shards: list[Shard]) -> list[Shard]:
     round_.run()
     missing: list[Shard] = []
     whole: list[Shard] = []
+    grown: list[tuple[Shard, FileStamp]] = []  # data files longer than their sidecar's header
     for shard, head in zip(shards, heads, strict=True):
         got = round_.result(Round.RANGE, head)
         if isinstance(got, FileNotFoundError):
             missing.append(shard)
             continue
         header = _fixed_header(shard, got)
+        current = (identities.current(round_, shard) if shard.data_storage is not None
+                   else None)
         if header is None:
-            whole.append(shard)
-            continue
-        _pin(shard, header)
-        if shard.data_storage is not None:
-            identities.add(shard, header.stamp, identities.current(round_, shard))
+            whole.append(shard)  # version 1: the whole sidecar, checked as before
+        elif current is not None and current.size > header.stamp.size:
+            grown.append((shard, current))  # growth segments after its body, or stale
+        else:
+            _pin(shard, header)
+            if current is not None:
+                identities.add(shard, header.stamp, current)
     identities.settle()
-    if whole:  # version 1: the whole sidecar, checked as before
-        missing += run_round([], whole, check_body=False)
+    if whole or grown:
+        missing += run_round([], whole + [shard for shard, _ in grown], check_body=False)
+    for shard, current in grown:  # checked now against the stamp of the round, as the others
+        if shard.found:
+            identities.add(shard, shard.header.stamp, current)
+    identities.settle()
     return missing
 
 

@@ -112,10 +112,11 @@ def stamp_rides(shard: Shard, stamps_first: bool) -> bool:
     first read (its storage checks the stamp every read reports: HTTP) rather than a ``stat``
     in the index round: not when ``stamps_first`` (a data cache keys its blocks by the
     checked stamp before any byte is read), nor when the check will need the file's content
-    (:func:`~.rounds.content_expected`: it is fetched in the round instead)."""
+    (:func:`~.rounds.content_expected`: it is fetched in the round instead), nor for files
+    that may grow (a longer file is checked by its first bytes, in the round)."""
     storage = shard.data_storage
     return (storage is not None and storage.checks_stamp_on_read and not stamps_first
-            and not content_expected(shard))
+            and not content_expected(shard) and not storage.expected.growing)
 
 
 def _queue_whole(round_: Round, shard: Shard, identities: IdentityChecks,
@@ -147,11 +148,13 @@ def _take_whole(round_: Round, request: WholeRequest, check_body: bool,
             raise raw
         sidecar, nbytes = shard.from_fetched(raw)
     current = identities.current(round_, shard) if request.stat_queued else None
-    shard.accept(sidecar, nbytes, None, check_body=check_body)  # the data file: checked below
+    # the data file: checked below, against the state accepted (a sidecar grown since the
+    # manifest was written is taken as it was then)
+    stamp = shard.accept(sidecar, nbytes, None, check_body=check_body).header.stamp
     if current is not None:
-        identities.add(shard, sidecar.header.stamp, current)
+        identities.add(shard, stamp, current)
     elif shard.data_storage is not None:  # checked on first read
-        shard.data_storage.expect_indexed(shard.path, sidecar.header.stamp, shard.index_url)
+        shard.data_storage.expect_indexed(shard.path, stamp, shard.index_url)
     return True
 
 

@@ -232,6 +232,8 @@ def parse_page_header(shard: Shard, raw: bytes | memoryview) -> SidecarHeader | 
         if short:
             return None
         raise
+    if shard.records >= 0 and header.count < shard.records:
+        return None  # a sidecar that grew with its file: its segments are read whole
     shard.check_header(header)
     return header if pageable(header) else None
 

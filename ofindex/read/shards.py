@@ -18,6 +18,7 @@ from ..cache.chain import Chain
 from ..errors import IndexNotFoundError, SidecarError, StaleIndexError, hint
 from ..formats.framing import RecordFormat
 from ..formats.sidecar import Sidecar, load_sidecar, parse_sidecar
+from ..formats.sidecar_growth import Growth
 from ..formats.sidecar_header import SidecarHeader
 from ..storage import FileStamp, Storage
 from ..storage.identity import check_identity
@@ -64,6 +65,7 @@ class Shard:
         "_body_crc",
         "_content",
         "_fingerprint",
+        "_grown",
         "_kept_header",
         "_pid",
         "_pinned",
@@ -126,20 +128,48 @@ class Shard:
         #: The checked header of the sidecar this process let go of to stay within its open
         #: files (:meth:`release_held`): what :attr:`header` answers without reopening it.
         self._kept_header: SidecarHeader | None = None
+        #: The sidecar as this shard's data file grew since its index was written
+        #: (:meth:`grow`): held in memory, in every process (it is pickled with the shard);
+        #: ``None`` until the file grows.
+        self._grown: Sidecar | None = None
 
     def __getstate__(self) -> tuple[Any, ...]:
         return (self.path, self.index_storage, self.index_path, self.records, self.size,
                 self._fingerprint, self.data_storage, self.cache, self.data_url, self.partial,
-                self._body_crc, self._pinned, self._rows, self._row, self._content,
+                self._body_crc, self._pinned, self._rows, self._row, self._content, self._grown,
                 self.storage)
 
     def __setstate__(self, state: tuple[Any, ...]) -> None:
         (path, index_storage, ipath, records, size, fingerprint, data_storage, cache, url, partial,
-         body_crc, pinned, rows, row, content, storage) = state
+         body_crc, pinned, rows, row, content, grown, storage) = state
         Shard.__init__(self, path, index_storage, ipath, records, size, fingerprint=fingerprint,
                        data_storage=data_storage, cache=cache, url=url, partial=partial,
                        body_crc=body_crc, stamps=rows, row=row, storage=storage)
-        self._pinned, self._content = pinned, content
+        self._pinned, self._content, self._grown = pinned, content, grown
+
+    def grow(self, growth: Growth) -> None:
+        """Take what this shard's data file gained since its index was written (or last
+        grown), read from the file (:meth:`ofindex.Dataset.refresh`): its sidecar extended in
+        memory, in time proportional to the growth (its records copied once, at the first).
+
+        Args:
+            growth: The records added and the file's stamp now.
+
+        Raises:
+            SidecarError: The sidecar's body fails its CRC (checked before it is copied).
+        """
+        current = self._grown if self._grown is not None else self.sidecar
+        grown = self._grown = current.extended(growth)
+        self._sidecar, self._unchecked, self._pid = grown, None, os.getpid()
+        self.local_sidecar = (self._pid, grown) if self.cache is None else None
+        self.pager = None  # read from the sidecar in memory now, not by pages
+        h = grown.header
+        self.records, self.size, self.partial = h.count, h.stamp.size, h.partial
+
+    @property
+    def grown(self) -> bool:
+        """Whether this shard's data file grew since its index was written (:meth:`grow`)."""
+        return self._grown is not None
 
     # -- the stamp a manifest gives: known, or read from a compact manifest on first use -----
     @property
@@ -208,7 +238,8 @@ class Shard:
         return f"Shard({self.path!r}, {self.records} records)"
 
     def unload(self) -> None:
-        """Drop this process's copy of the sidecar (it is reopened on the next read)."""
+        """Drop this process's copy of the sidecar (it is reopened on the next read; one
+        grown in memory is kept: it holds no file)."""
         self._sidecar = self._unchecked = self.local_sidecar = None
         OPEN_FILES.drop(self, "sidecar")
 
@@ -224,17 +255,25 @@ class Shard:
     @property
     def loaded(self) -> bool:
         """Whether this process holds the sidecar, its offsets checked, ready for reads."""
-        return self._sidecar is not None and self._pid == os.getpid()
+        return self._grown is not None or (self._sidecar is not None
+                                           and self._pid == os.getpid())
 
     @property
     def opened(self) -> bool:
         """Whether this process holds the sidecar, checked or only its header."""
         # (not ``self._sidecar or …``: a sidecar of no records is falsy, as its len() is 0)
-        return ((self._sidecar is not None or self._unchecked is not None)
-                and self._pid == os.getpid())
+        return self._grown is not None or (
+            (self._sidecar is not None or self._unchecked is not None)
+            and self._pid == os.getpid())
 
     @property
     def sidecar(self) -> Sidecar:
+        grown = self._grown
+        if grown is not None:  # held in memory whatever the process
+            held = self.local_sidecar
+            if self.cache is None and (held is None or held[0] != os.getpid()):
+                self.local_sidecar = (os.getpid(), grown)
+            return grown
         sidecar = self._sidecar
         if sidecar is None or self._pid != os.getpid():
             return self.load()
@@ -246,6 +285,8 @@ class Shard:
     def header(self) -> SidecarHeader:
         """The sidecar's header, checked against what the dataset expects; opening it does not
         check the offsets yet (the first read does)."""
+        if self._grown is not None:
+            return self._grown.header
         if self._pid == os.getpid():
             sidecar = self._sidecar if self._sidecar is not None else self._unchecked
             if sidecar is not None:
@@ -374,6 +415,9 @@ class Shard:
         Raises:
             StaleIndexError, SidecarError: It does not describe the file, or is corrupt.
         """
+        if sidecar.segments and 0 <= self.records != sidecar.header.count:
+            # grown since the manifest (or the header pinned at open) was read: as it was then
+            sidecar = sidecar.state_at(self.records, self.body_crc) or sidecar
         h = sidecar.header
         self.check_header(h)
         if current is not None and self.data_storage is not None:

@@ -57,6 +57,15 @@ class Storage(abc.ABC):
         for follower in list(self.__dict__.get("_followers", ())):
             follower.close()
 
+    def forget(self, path: str) -> None:
+        """Let go of what this process holds of ``path`` sized as it was (a local file's map),
+        after the file grew: the next read sees it whole.
+
+        Args:
+            path: A file.
+        """
+        return  # only local storage holds anything sized (its maps)
+
     def close_together(self, other: Closable) -> None:
         """Close ``other`` whenever this storage is closed.
 
@@ -265,6 +274,19 @@ class Storage(abc.ABC):
 
         A path that exists is that path, whatever its characters; only one that does not may
         be a glob (:mod:`.patterns`)."""
+
+    def find(self, directory: str) -> list[str]:
+        """Every file below ``directory``, in its subdirectories too (unsorted): what a
+        TensorBoard log directory holds (:mod:`ofindex.events`).
+
+        Args:
+            directory: A directory.
+
+        Returns:
+            The files' paths on this storage.
+        """
+        raise NotImplementedError(f"{type(self).__name__} cannot list directories below "
+                                  f"{self.url(directory)}")
 
     @abc.abstractmethod
     def join(self, directory: str, name: str) -> str: ...

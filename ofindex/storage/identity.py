@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import warnings
 
-from ..errors import UnverifiedIndexWarning
+from ..errors import NotAppendedError, UnverifiedIndexWarning, hint
 from .base import Storage
 from .content import read_digest
 from .stamp import FileStamp, Verdict, stale_index
@@ -111,9 +111,15 @@ def check_identity(storage: Storage, path: str, indexed: FileStamp, current: Fil
     Raises:
         StaleIndexError: Another size, another content, or (an index without a digest) another
             fingerprint of the same kind; naming the file, the index and the command that
-            rebuilds it.
+            rebuilds it. A storage whose files may grow (:attr:`ExpectedFiles.growing`)
+            takes a longer file whose first bytes are the ones indexed as the file indexed
+            (:class:`NotAppendedError` otherwise).
     """
     verdict, why = indexed.judge(current)
+    if storage.expected.growing and current.size != indexed.size:
+        grown_or_refused(storage, path, indexed, current, index_url)
+        storage.expect(path, current)
+        return
     if verdict is Verdict.SAME and indexed.content is None and indexed.kind != current.kind:
         warn_unverified(storage.url(path), index_url)
     if verdict is Verdict.CONTENT and not storage.expected.verified(path, current):
@@ -125,3 +131,68 @@ def check_identity(storage: Storage, path: str, indexed: FileStamp, current: Fil
     if verdict is Verdict.CHANGED:
         raise stale_index(index_url, storage.url(path), why)
     storage.expect(path, current)
+
+
+def not_appended(storage: Storage, path: str, indexed: FileStamp,
+                 current: FileStamp) -> str | None:
+    """Say why ``path`` (now ``current``) is not the file ``indexed`` describes with bytes
+    appended, or ``None`` when it is: longer, and its first ``indexed.size`` bytes have the
+    content digest the index stores (read now: three regions of 4 KiB at most).
+
+    Args:
+        storage: Where the file is.
+        path: The file.
+        indexed: The stamp its index gives (with its content digest).
+        current: The stamp it has now.
+
+    Returns:
+        ``None`` for a file that grew by appending; else a phrase (it shrank, is as long, or
+        its first bytes changed: another file; or the index has no digest to tell).
+    """
+    if current.size < indexed.size:
+        return f"it shrank from {indexed.size} to {current.size} bytes (truncated or replaced)"
+    if current.size == indexed.size:
+        return f"it did not grow ({current.size} bytes)"
+    if indexed.content is None:
+        return ("its index has no content digest to tell whether its first "
+                f"{indexed.size} bytes are the ones indexed")
+    digest = read_digest(storage.read_ranges, path, indexed.size)
+    if digest != indexed.content:
+        return (f"its first {indexed.size} bytes are not the ones indexed (content digest "
+                f"0x{digest:08x}, indexed 0x{indexed.content:08x}): it was replaced, not "
+                "appended to")
+    return None
+
+
+def grown_or_refused(storage: Storage, path: str, indexed: FileStamp, current: FileStamp,
+                     index_url: str) -> None:
+    """Refuse a file read as growing that is not ``indexed`` with bytes appended (see
+    :func:`not_appended`).
+
+    Args:
+        storage: Where the file is.
+        path: The file.
+        indexed: The stamp its index (or the last refresh) gives.
+        current: The stamp it has now.
+        index_url: The index, as messages name it.
+
+    Raises:
+        NotAppendedError: It shrank, or its first bytes changed (naming what to do).
+    """
+    why = not_appended(storage, path, indexed, current)
+    if why is not None:
+        raise not_appended_error(storage.url(path), index_url, why)
+
+
+def not_appended_error(url: str, index_url: str, why: str) -> NotAppendedError:
+    """The error for a file read as growing that changed otherwise.
+
+    Args:
+        url: The data file.
+        index_url: Its index.
+        why: What happened to it (:func:`not_appended`).
+    """
+    return NotAppendedError(
+        f"{url}: read as a growing file, but {why}; the records read so far may not be in it "
+        f"any more: reopen the dataset (its index {index_url} is rebuilt by "
+        + hint(f"ofindex.build_index({url!r}))", f"`ofindex build {url}`)"))

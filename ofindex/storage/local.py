@@ -226,6 +226,10 @@ class LocalStorage(Storage):
         found = _glob.glob(pattern if head is None else with_literal_head(pattern, head))
         return [p for p in found if os.path.isfile(p)]
 
+    def find(self, directory: str) -> list[str]:
+        return [os.path.join(top, name) for top, _, names in os.walk(directory)
+                for name in names]
+
     def join(self, directory: str, name: str) -> str:
         return os.path.join(directory, name)
 

@@ -89,6 +89,11 @@ class MappedLocalStorage(LocalStorage):
         self._maps = OrderedDict()
         super().close()
 
+    def forget(self, path: str) -> None:
+        """Drop the map of ``path`` (made at its old size); a read still using it keeps it."""
+        if self._maps.pop(path, None) is not None:
+            OPEN_FILES.drop(self, ("map", path))
+
     def mapped(self, path: str, end: int) -> DataMap | None:
         """The map of ``path`` when it covers ``[0, end)``, else ``None``: for the compiled
         module's reads only, which read it in guarded calls (see the module)."""

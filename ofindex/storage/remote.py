@@ -407,6 +407,12 @@ class FsspecStorage(Storage):
             return self._requested(pattern, "listing", lambda: list_matches(fs, pattern))
         return self._requested(pattern, "listing", lambda: list_files(fs, pattern))
 
+    def find(self, directory: str) -> list[str]:
+        client = self.client
+        client.fs.invalidate_cache(directory)  # the directory now, not an earlier listing
+        found = client.run(client.call(directory.rstrip("/") + "/", "listing", "find"))
+        return [str(path) for path in found]
+
     def join(self, directory: str, name: str) -> str:
         return directory.rstrip("/") + "/" + name
 

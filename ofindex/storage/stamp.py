@@ -8,7 +8,7 @@ import enum
 import hashlib
 from typing import Any
 
-from ..errors import StaleIndexError, hint
+from ..errors import NotAppendedError, StaleIndexError, hint
 
 
 @dataclasses.dataclass(frozen=True)
@@ -152,12 +152,17 @@ class ExpectedFiles:
         self._stamps: dict[str, tuple[int, str, str]] = {}
         #: path -> (the stamp its index gives, the index's URL): checked on the next stamp seen
         self._indexed: dict[str, tuple[FileStamp, str]] = {}
+        #: The files may grow (a dataset read as growing: ``ofindex.open(..., growing=True)``,
+        #: refreshed or followed): a file longer than expected is the file expected with
+        #: records appended (its first bytes are checked where it is indexed again: refresh),
+        #: a shorter one or another inode is not.
+        self.growing = False
 
-    def __getstate__(self) -> dict[str, tuple[int, str, str]]:
-        return self._stamps
+    def __getstate__(self) -> tuple[dict[str, tuple[int, str, str]], bool]:
+        return self._stamps, self.growing
 
-    def __setstate__(self, state: dict[str, tuple[int, str, str]]) -> None:
-        self._stamps = state
+    def __setstate__(self, state: tuple[dict[str, tuple[int, str, str]], bool]) -> None:
+        self._stamps, self.growing = state
         self._indexed = {}
 
     def __len__(self) -> int:
@@ -201,7 +206,15 @@ class ExpectedFiles:
         known = self._stamps.get(path)
         if known is None:
             return
-        why = FileStamp(*known).mismatch(current)
+        expected = FileStamp(*known)
+        if self.growing and appended_to(expected, current):
+            return
+        why = expected.mismatch(current)
+        if why and self.growing:
+            raise NotAppendedError(
+                f"{url}: read as a growing file, but {why}: it was truncated or replaced, not "
+                "appended to; the records read so far may not be in it any more: reopen the "
+                f"dataset (and index the file again: `ofindex build {url}`)")
         if why:
             raise StaleIndexError(
                 f"{url}: {why} since the dataset was opened, so its index no longer describes "
@@ -277,6 +290,20 @@ class ExpectedFiles:
     def _settle(self, path: str, current: FileStamp, url: str) -> None:
         self.expect(path, current, url)
         self._indexed.pop(path, None)
+
+
+def appended_to(before: FileStamp, current: FileStamp) -> bool:
+    """Whether ``current`` may be ``before`` with bytes appended, as far as stamps tell: not
+    shorter, and (where both name one) the same file on its filesystem (an append keeps the
+    inode; a file replaced by rename has another). Its first bytes are not compared here.
+
+    Args:
+        before: The file's stamp as last checked.
+        current: Its stamp now.
+    """
+    if current.size < before.size:
+        return False
+    return not (before.file_id and current.file_id and before.file_id != current.file_id)
 
 
 #: Longer version identifiers are stored as their SHA-256 (sidecar headers have a fixed size).

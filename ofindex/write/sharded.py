@@ -14,6 +14,13 @@ removes what it wrote, renamed shards and its claim included. A process killed o
 leaves hidden files, which nothing opens, and, if it was publishing, its claim, which keeps
 the directory refused. The destination must hold no data files and no other writer's claim:
 a dataset is never written over another, nor mixed with one.
+
+With ``append=True`` the destination is a published dataset and the new shards follow its
+own: they are numbered after them (the pattern must not count the shards, ``-of-N`` names of
+a set that grows would say it lacks some), must sort after them, and :meth:`ShardedWriter.close`
+renames them into place and writes the manifest again, atomically, listing the old shards
+first. Nothing of the old shards is written, so a reader that opened the dataset before reads
+on as before; :meth:`ofindex.Dataset.refresh` takes up the new shards.
 """
 
 import contextlib
@@ -39,18 +46,21 @@ from ofindex.encode.nulls import REFUSE, Nulls
 from ofindex.errors import DatasetExistsError, OfindexError
 from ofindex.formats.column_map import COLUMN_MAP_NAME, dump_column_map
 from ofindex.formats.framing import RecordFormat
-from ofindex.formats.location import sidecar_place
+from ofindex.formats.location import resolve, sidecar_place
 from ofindex.formats.placement import new_index_dir
 from ofindex.formats.shard_set import PUBLISHING
 from ofindex.index.builder import build_index
 from ofindex.index.writer import Writer
 from ofindex.storage import Storage, Storages
-from ofindex.storage.paths import is_data_file_name
+from ofindex.storage.paths import is_data_file_name, natural_key
 from ofindex.write.leftovers import hidden_name
 from ofindex.write.publish import claim, claimed_error, move_sidecar, release, rename_data
 
 #: The default name of shard ``shard`` of ``count`` (``str.format`` fields).
 PATTERN = "part-{shard:05d}-of-{count:05d}"
+#: The default name of the shards added to a dataset (``append=True``): they cannot say how
+#: many there are, as the set grows.
+APPEND_PATTERN = "part-{shard:05d}"
 #: The default target shard size when neither ``shard_bytes`` nor ``shard_records`` is given.
 SHARD_BYTES = 256 << 20
 _FRAMING = {RecordFormat.TFRECORD: 16, RecordFormat.OFRECORD: 8}
@@ -316,7 +326,8 @@ class ShardedWriter:
             given either.
         shard_records: Start a new shard after this many records.
         pattern: The shards' names, a ``str.format`` string with the fields ``shard`` and
-            ``count`` (known at :meth:`close`): ``part-{shard:05d}-of-{count:05d}``.
+            ``count`` (known at :meth:`close`); default ``part-{shard:05d}-of-{count:05d}``,
+            and with ``append`` ``part-{shard:05d}``.
         compression: ``"gzip"``, ``"zlib"`` or ``None`` (see :class:`ofindex.Writer`).
         spec: The decoding spec feature mappings and columns must fit (see
             :mod:`ofindex.encode`), or ``None``.
@@ -330,6 +341,10 @@ class ShardedWriter:
         float64: How an Example holds the float64 values of Arrow columns: ``"exact"`` (the
             raw doubles in a bytes value) or ``"float32"`` (TensorFlow's float_list,
             rounded); see :mod:`ofindex.encode.arrow_map`.
+        append: Add shards to the dataset ``directory`` holds (see the module): numbered
+            after its shards, named by ``pattern`` (default ``part-{shard:05d}``, which must
+            not use ``{count}``), published with a new manifest listing its shards first.
+            Readers that opened it before keep reading it as it was.
 
     Written from Arrow data (tables, record batches, Hugging Face datasets), the dataset gets
     a column map beside its manifest (``ofindex-columns.json``: the columns' features and
@@ -337,8 +352,9 @@ class ShardedWriter:
     columns back as they were, when every Arrow batch has the first one's columns.
 
     Raises:
-        DatasetExistsError: ``directory`` already holds data files.
-        ValueError: A bad ``format``, ``compression``, size, ``pattern`` or ``nulls``.
+        DatasetExistsError: ``directory`` already holds data files (without ``append``).
+        ValueError: A bad ``format``, ``compression``, size, ``pattern`` or ``nulls``; with
+            ``append``, a pattern that counts the shards, or a dataset of another format.
 
     Use it as a context manager, or call :meth:`close` (publish) or :meth:`abort` (drop).
     :meth:`stream` gives more shard sequences of the same dataset, one per thread.
@@ -346,10 +362,11 @@ class ShardedWriter:
 
     def __init__(self, directory: str | os.PathLike[str], format: str | RecordFormat = "tfrecord",
                  *, shard_bytes: int | None = None, shard_records: int | None = None,
-                 pattern: str = PATTERN, compression: str | None = None, spec: Spec = None,
-                 index_dir: str | None = None, storage_options: dict[str, Any] | None = None,
+                 pattern: str | None = None, compression: str | None = None,
+                 spec: Spec = None, index_dir: str | None = None,
+                 storage_options: dict[str, Any] | None = None,
                  checksums: bool | None = None, compression_level: int = -1,
-                 nulls: Nulls = REFUSE, float64: str = EXACT) -> None:
+                 nulls: Nulls = REFUSE, float64: str = EXACT, append: bool = False) -> None:
         self._started = time.perf_counter()
         if float64 not in (EXACT, "float32"):
             raise ValueError(f"float64={float64!r}: use 'exact' or 'float32'")
@@ -366,7 +383,12 @@ class ShardedWriter:
             if value is not None and value < 1:
                 raise ValueError(f"{label} must be at least 1, not {value}")
         self.shard_bytes, self.shard_records = shard_bytes, shard_records
+        pattern = pattern if pattern is not None else APPEND_PATTERN if append else PATTERN
         _check_pattern(pattern)
+        if append and "{count" in pattern:
+            raise ValueError(f"pattern {pattern!r}: shards added to a dataset cannot count "
+                             "the shards (a set named -of-N that grows says it lacks some); "
+                             f"use a pattern without {{count}}, e.g. {APPEND_PATTERN!r}")
         self.pattern = pattern
         self.compression, self.compression_level = compression, compression_level
         self.spec = spec
@@ -385,6 +407,9 @@ class ShardedWriter:
         self._sidecars = sidecar_place(self.storage, self.index_url, self._storages)
         #: The directory's claim while this writer publishes (see :meth:`close`).
         self._claim: str | None = None
+        self.append = append
+        #: The shards of the dataset appended to, in its order (``append``), else none.
+        self._existing: list[str] = self._existing_shards() if append else []
         self._refuse_existing()
         self.token = secrets.token_hex(4)
         self._lock = threading.Lock()
@@ -392,6 +417,28 @@ class ShardedWriter:
         self.summary: WriteSummary | None = None
         #: The dataset is whole in place (every shard renamed, sidecars, manifest).
         self.published = False
+
+    def _existing_shards(self) -> list[str]:
+        """The shards of the dataset this writer appends to, in its order (none when the
+        directory does not exist or holds no data file).
+
+        Raises:
+            ValueError: The dataset is of another format.
+        """
+        if not self.storage.is_dir(self.path) or not any(
+                is_data_file_name(self.storage.basename(f))
+                for f in self.storage.expand(self.path)):
+            return []
+        location = resolve(self.url, index_dir=self.index_dir, storages=self._storages)
+        manifest = location.manifest
+        if manifest is not None and manifest.format is not self.format:
+            raise ValueError(f"{self.url} is a {manifest.format.name.lower()} dataset: append "
+                             f"to it with format={manifest.format.name.lower()!r}")
+        # as this writer names its own shards (the location may spell the directory
+        # otherwise: absolute, or with the manifest's data directory)
+        directory = location.directory if location.directory is not None else self.path
+        return [self.storage.join(self.path, _name_in(self.storage, directory, f))
+                for f in location.files]
 
     def _refuse_existing(self) -> None:
         if not self.storage.is_dir(self.path):
@@ -401,6 +448,8 @@ class ShardedWriter:
         if PUBLISHING in names and self._claim is None:  # another writer's (checked early)
             raise claimed_error(self.storage, self.storage.join(self.path, PUBLISHING))
         found = sorted(n for n in names if is_data_file_name(n))
+        if self.append:  # its shards, and no other (another writer's added meanwhile)
+            found = sorted(set(found) - {self.storage.basename(f) for f in self._existing})
         if found:
             raise DatasetExistsError(
                 f"{self.url} already holds data files ({found[0]} …): "
@@ -550,8 +599,9 @@ class ShardedWriter:
                 an earlier one), or a name that is no data file name of the directory.
         """
         seen: dict[str, int] = {}
-        for k in range(count):
-            name = self.pattern.format(shard=k, count=count)
+        first = len(self._existing)
+        for k in range(first, first + count):
+            name = self.pattern.format(shard=k, count=first + count)
             if name in seen:
                 raise ValueError(
                     f"{self.url}: pattern {self.pattern!r} names shards {seen[name]} and {k} "
@@ -560,6 +610,9 @@ class ShardedWriter:
                     f"{PATTERN!r}")
             seen[name] = k
             _check_name(self.pattern, name)
+        if self._existing:
+            _check_after(self.pattern, [self.storage.basename(f) for f in self._existing],
+                         list(seen))
         return [self.storage.join(self.path, name) for name in seen]
 
     def _publish(self, staged: list[_Staged], finals: list[str]) -> list[str]:
@@ -570,13 +623,14 @@ class ShardedWriter:
             old = self._sidecars.of(self.storage, item.path)
             new = self._sidecars.of(self.storage, item.final)
             move_sidecar(self.storage, item.final, old, new)
-        self._write_column_map()
+        if not self.append:  # shards added keep the dataset's column map as it is
+            self._write_column_map()
         # every shard and sidecar is in place: the directory holds the whole dataset from
         # here, so a writer killed before the manifest leaves one that opens whole
         self._release_claim()
-        build_index([self.storage.url(f) for f in finals], index_dir=self.index_dir,
-                    storage_options=self.storage_options, manifest=True, progress=False,
-                    format=self.format.name.lower())
+        build_index([self.storage.url(f) for f in [*self._existing, *finals]],
+                    index_dir=self.index_dir, storage_options=self.storage_options,
+                    manifest=True, progress=False, format=self.format.name.lower())
         self.published = True  # whole, with its manifest: abort() leaves it alone from now
         return finals
 
@@ -648,6 +702,29 @@ def _check_pattern(pattern: str) -> None:
         raise ValueError(f"pattern {pattern!r} must name each shard differently (use "
                          "{shard}), inside the directory, as a data file name")
     _check_name(pattern, first)
+
+
+def _name_in(storage: Storage, directory: str, path: str) -> str:
+    """The name of ``path`` inside ``directory`` (``sub/part-0`` for a subdirectory's)."""
+    if storage.is_local:
+        return os.path.relpath(path, directory)
+    return path[len(directory.rstrip("/")):].lstrip("/")
+
+
+def _check_after(pattern: str, existing: list[str], names: list[str]) -> None:
+    """Refuse names of added shards that do not sort after the dataset's own (a listing of
+    the directory would then put them among them, in another order than the manifest's).
+
+    Raises:
+        ValueError: One sorts before or among them, or repeats one.
+    """
+    last = max(existing, key=natural_key)
+    early = [n for n in names if natural_key(n) <= natural_key(last) or n in existing]
+    if early:
+        raise ValueError(f"pattern {pattern!r} names an added shard {early[0]!r}, which does "
+                         f"not sort after the dataset's last shard {last!r}: use a pattern "
+                         f"whose names follow the dataset's (the default, {APPEND_PATTERN!r}, "
+                         "numbers them after its shards)")
 
 
 def _check_name(pattern: str, name: str) -> None:
