@@ -335,7 +335,9 @@ def test_slowdown_answers_are_retried_then_succeed(moto_server, dataset):
 def test_a_stalled_request_of_a_batch_is_hedged(served):
     url, expected = served
     name = url.rsplit("/", 1)[1]
-    with FaultProxy(url.rsplit("/", 1)[0], stall_seconds=3.0) as proxy:
+    # a stall far longer than any batch here: the batch ends long before a stalled answer
+    # (the check is of what was waited for, with a margin no load on the machine reaches)
+    with FaultProxy(url.rsplit("/", 1)[0], stall_seconds=60.0) as proxy:
         ds = ofindex.open(f"{proxy.url}/{name}/", check_stale=False)
         ds.max_gap = 0
         ds[0], ds[RECORDS - 1]  # sidecars loaded
@@ -345,7 +347,7 @@ def test_a_stalled_request_of_a_batch_is_hedged(served):
         t = time.monotonic()
         assert ds.__getitems__(idx) == [expected[i] for i in idx]
         took = time.monotonic() - t
-        assert ds._table.storage.hedged == 2 and took < 2.5, (ds._table.storage.hedged, took)
+        assert ds._table.storage.hedged == 2 and took < 30, (ds._table.storage.hedged, took)
         assert proxy.counts["stall"] == 2
     print(f"\n2 stalled requests of {len(idx)}: batch in {took:.2f} s, hedged 2")
 
