@@ -32,6 +32,7 @@ from .features import Feature
 from .layout import BuilderInfo, read_builder
 from .plan import DecodePlan
 from .split_strings import CYCLE_LENGTH, file_ranges, interleave_order
+from .step_directory import StepDirectory
 from .step_layout import LAYOUT_FILE, StepLayout
 
 #: Guards the lazy copy of a split's records read without record checks.
@@ -209,8 +210,9 @@ class TfdsDataset:
 class StepsView:
     """The steps of an RLDS split: ``steps[j]`` is step ``j`` counting through the episodes
     in the split's order, a dict as ``as_dataset(...).flat_map(lambda e: e["steps"])``
-    yields (one step's values). ``steps.locate(j)`` gives ``(episode, step)`` (a binary
-    search of the stored step counts); :meth:`batch` decodes many steps into stacked
+    yields (one step's values). ``steps.locate(j)`` gives ``(episode, step)`` in constant
+    time on average (:class:`~ofindex.tfds.step_directory.StepDirectory`, from the step counts
+    the build stored); :meth:`batch` decodes many steps into stacked
     arrays, reading each episode once.
 
     Args:
@@ -219,10 +221,10 @@ class StepsView:
 
     def __init__(self, episodes: TfdsDataset) -> None:
         self.episodes = episodes
-        counts = episodes.step_counts
+        self.directory = StepDirectory(episodes.step_counts)
         #: ``ends[e]``: the global number one past episode ``e``'s last step.
-        self.ends = np.cumsum(counts)
-        self.counts = counts
+        self.ends = self.directory.ends
+        self.counts = self.directory.counts
         steps = steps_feature(episodes.features)
         assert steps is not None
         self.feature = steps
@@ -245,7 +247,7 @@ class StepsView:
         return f"StepsView({len(self)} steps of {len(self.counts)} episodes)"
 
     def locate(self, positions: Sequence[int] | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Where global steps are: a binary search of the stored step counts.
+        """Where global steps are (see :class:`~ofindex.tfds.step_directory.StepDirectory`).
 
         Args:
             positions: Global step numbers (in range).
@@ -254,10 +256,7 @@ class StepsView:
             ``(episodes, steps)``: each step's episode (split position) and its step number
             in that episode.
         """
-        positions = np.asarray(positions, dtype=np.int64)
-        episode = np.searchsorted(self.ends, positions, side="right")
-        starts = self.ends[episode] - self.counts[episode]
-        return episode, positions - starts
+        return self.directory.locate(np.asarray(positions, dtype=np.int64))
 
     def __getitem__(self, key: Key) -> Any:
         """A step, or a list of them.
