@@ -63,6 +63,17 @@ def test_decoding_without_resize_equals_pillows_decoding():
     assert np.array_equal(out, want)
 
 
+def test_fast_dct_gives_tensorflows_decode_jpeg_pixels():
+    """``fast_dct=True`` is TensorFlow's ``decode_jpeg`` default (what the TFDS reader needs:
+    its pixels exactly); the default exact DCT differs from it."""
+    import tensorflow as tf
+
+    jpegs = [jpeg(61, 75, seed) for seed in range(10)]  # 10: the stage's threads decode them
+    want = np.stack([tf.io.decode_jpeg(j, channels=3).numpy() for j in jpegs])
+    assert np.array_equal(decode_images(jpegs, fast_dct=True), want)
+    assert not np.array_equal(decode_images(jpegs), want)
+
+
 @pytest.mark.parametrize("resampler", ["torch", "pillow"])
 @pytest.mark.parametrize(("shape", "size"), [((120, 90), (64, 48)), ((40, 44), (40, 44)),
                                              ((33, 70), (50, 20)), ((20, 24), (31, 37))])

@@ -40,6 +40,29 @@ def test_every_example_of_every_split_as_tfds(tfds_dirs, family):
             assert_same(ds[-1], expected[-1], f"{family} {split}[-1]")
 
 
+def test_rgb_jpegs_go_through_the_image_stage(tfds_dirs, monkeypatch):
+    """Camera frames (RGB JPEGs into uint8) are decoded by the image stage with TensorFlow's
+    fast DCT, still exactly as TFDS gives them; the other images by the TFDS decoder."""
+    import ofindex.decode.images as stage
+
+    through = []
+    decode = stage.decode_images
+
+    def counted(images, *args, **kwargs):
+        through.append((len(images), kwargs.get("fast_dct")))
+        return decode(images, *args, **kwargs)
+
+    monkeypatch.setattr(stage, "decode_images", counted)
+    for family in ("media_family", "rlds_family"):
+        path = tfds_dirs[family]
+        expected = tfds_examples(path, "train")
+        with ofindex.open_tfds(path, split="train") as ds:
+            for k, (ours, theirs) in enumerate(zip(ds, expected, strict=True)):
+                assert_same(ours, theirs, f"{family} train[{k}]")
+    assert through and all(fast for _, fast in through)
+    assert any(count > 1 for count, _ in through)  # an episode's frames at once
+
+
 @pytest.mark.parametrize("split", [
     "train[:10%]", "train[7:150]", "train[-20:]", "train+val", "val+train[5%:7%]",
     "train[:3shard]", "train[2shard:-1shard]", "all", "train[33%:66%]+val[:1]"])

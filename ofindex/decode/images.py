@@ -188,8 +188,8 @@ def _header(buffer: Any, record: int) -> tuple[str, int, int]:
 
 
 def decode_images(images: Jpegs, size: tuple[int, int] | None = None, *,
-                  out: np.ndarray | Callable[[tuple[int, ...]], np.ndarray] | None = None
-                  ) -> np.ndarray:
+                  out: np.ndarray | Callable[[tuple[int, ...]], np.ndarray] | None = None,
+                  fast_dct: bool = False) -> np.ndarray:
     """Decode (and resize) every JPEG or PNG of a batch to RGB, on all cores without the GIL.
 
     Args:
@@ -202,6 +202,9 @@ def decode_images(images: Jpegs, size: tuple[int, int] | None = None, *,
         out: A writable C-contiguous ``uint8`` array of shape ``(batch, height, width, 3)``
             to decode into (e.g. shared or page-locked memory), or a function that makes one
             given that shape (called once the headers are read); ``None``: a new array.
+        fast_dct: Decode JPEGs with libjpeg's fast integer inverse DCT, TensorFlow's
+            ``decode_jpeg`` default, whose pixels it then gives exactly (the TFDS reader's
+            setting); the default, the exact DCT, differs from it by up to 14 levels.
 
     Returns:
         ``out`` (or the new array) holding the images.
@@ -228,7 +231,7 @@ def decode_images(images: Jpegs, size: tuple[int, int] | None = None, *,
         raise ValueError(f"out must be a writable C-contiguous uint8 array of shape {shape}, "
                          f"got {out.dtype} {out.shape}")
     resize = _resize_function()[1] if size is not None else None
-    job = _Job(buffers, kinds, headers, size, out, resize)
+    job = _Job(buffers, kinds, headers, size, out, resize, fast_dct)
     pool = _POOL.get() if len(buffers) >= PARALLEL_IMAGES else None
     if pool is None:
         job.run(0, len(buffers))
@@ -270,9 +273,10 @@ class _Job:
     """Decoding one batch: each call of :meth:`run` decodes a contiguous range of images."""
 
     def __init__(self, buffers: list[Any], kinds: list[str], headers: list[tuple[int, int]],
-                 size: tuple[int, int] | None, out: np.ndarray, resize: Resize | None) -> None:
+                 size: tuple[int, int] | None, out: np.ndarray, resize: Resize | None,
+                 fast_dct: bool = False) -> None:
         self.buffers, self.kinds, self.headers, self.size = buffers, kinds, headers, size
-        self.out, self.resize = out, resize
+        self.out, self.resize, self.fast_dct = out, resize, fast_dct
 
     def run(self, lo: int, hi: int) -> None:
         scratch = _scratch()
@@ -291,8 +295,8 @@ class _Job:
         buffer = into if direct else scratch.take(decoded[0] * decoded[1] * 3)
         try:
             image = simplejpeg.decode_jpeg(self.buffers[k], colorspace="RGB",
-                                           min_height=decoded[0], min_width=decoded[1],
-                                           buffer=buffer)
+                                           fastdct=self.fast_dct, min_height=decoded[0],
+                                           min_width=decoded[1], buffer=buffer)
         except ValueError as exc:
             raise DecodeError(f"image {k} of the batch could not be decoded ({exc}); check "
                               "the feature holds JPEG bytes") from exc

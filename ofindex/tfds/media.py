@@ -3,10 +3,12 @@
 JPEG images are decoded by libjpeg-turbo through ``simplejpeg`` (without the GIL, the images
 of one feature of a batch split over a thread pool of one thread per usable core) with
 TensorFlow's settings: the fast integer DCT (``JDCT_IFAST``, TensorFlow's default
-``dct_method``) and fancy upsampling. The exact DCT, which the image stage
-(:mod:`ofindex.decode.images`) uses, differs from TensorFlow's pixels by up to 14 levels on
-the tests' images; the fast one gives them exactly. PNG images (1 to 4 channels, ``uint8``
-and one-channel ``uint16``) go through Pillow.
+``dct_method``) and fancy upsampling. The image stage's default exact DCT differs from
+TensorFlow's pixels by up to 14 levels on the tests' images; the fast one gives them exactly.
+RGB JPEGs into ``uint8`` (camera frames: the usual case) go through the image stage
+(:func:`ofindex.decode.images.decode_images` with ``fast_dct=True``); grayscale JPEGs and PNG
+images (1 to 4 channels, ``uint8`` and one-channel ``uint16``), which the stage makes RGB, are
+decoded here, JPEGs the same way, PNGs through Pillow.
 """
 
 from __future__ import annotations
@@ -56,6 +58,8 @@ def decode_frames(blobs: Sequence[Any], feature: Feature) -> np.ndarray:
     fixed = feature.shape[0] is not None and feature.shape[1] is not None
     out = np.empty((len(blobs), *(d or 0 for d in feature.shape)),
                    dtype=feature.dtype) if fixed else None
+    if _for_the_image_stage(blobs, feature, channels):
+        return _through_the_image_stage(blobs, feature, out)
     pool = _POOL.get() if len(blobs) >= PARALLEL_IMAGES else None
     if pool is None:
         frames = _some(blobs, feature, channels, 0, len(blobs), out)
@@ -72,6 +76,28 @@ def decode_frames(blobs: Sequence[Any], feature: Feature) -> np.ndarray:
                           f"in size ({frames[0].shape[:2]} and others), they cannot be "
                           "stacked")
     return np.stack(frames)
+
+
+def _for_the_image_stage(blobs: Sequence[Any], feature: Feature, channels: int) -> bool:
+    """Whether the images are RGB JPEGs into ``uint8``: what the image stage decodes as
+    TensorFlow does (with ``fast_dct``); other channels, PNGs and ``uint16`` are decoded here."""
+    return (channels == 3 and feature.dtype == np.dtype(np.uint8)
+            and all(bytes(blob[:2]) == _JPEG_MAGIC for blob in blobs))
+
+
+def _through_the_image_stage(blobs: Sequence[Any], feature: Feature,
+                             out: np.ndarray | None) -> np.ndarray:
+    """RGB JPEGs decoded by :func:`ofindex.decode.images.decode_images` with TensorFlow's
+    fast DCT (its pixels exactly), on the stage's threads, into ``out`` when given."""
+    try:
+        from ..decode.images import decode_images
+    except ImportError as exc:
+        raise missing_extra(f"decoding the TFDS image feature {feature.path!r}", "images",
+                            exc) from exc
+    try:
+        return decode_images(blobs, out=out, fast_dct=True)
+    except DecodeError as exc:
+        raise DecodeError(f"image feature {feature.path!r}: {exc}") from exc
 
 
 def _some(blobs: Sequence[Any], feature: Feature, channels: int, lo: int, hi: int,
