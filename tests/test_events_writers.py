@@ -12,6 +12,24 @@ import pytest
 import ofindex
 
 STEPS = 120
+#: PyTorch's and tensorboardX's script: one SummaryWriter API, imported from ``{module}``.
+_SUMMARY_WRITER = """
+import os, sys, numpy as np
+from {module} import SummaryWriter
+logdir = sys.argv[1]
+for run in ("a", "b/c"):
+    for part in range(2):
+        w = SummaryWriter(os.path.join(logdir, run), filename_suffix=".p%d" % part)
+        for step in range(part * {half}, (part + 1) * {half}):
+            w.add_scalar("loss", 1.0 / (step + 1), step)
+            w.add_scalar("lr/group0", 0.1 * 0.99 ** step, step)
+            if step % 30 == 0:
+                rng = np.random.RandomState(step)
+                w.add_histogram("weights", rng.randn(200), step)
+                w.add_image("samples", rng.rand(3, 9, 7), step)
+                w.add_text("notes", "step %d of %s" % (step, run), step)
+        w.close()
+"""
 #: Each writer's script: runs "a" and "b/c" (a nested run), two event files per run (the
 #: writer closed and opened again, steps going on), scalars every step, histograms, images
 #: and text every 30 steps.
@@ -34,40 +52,8 @@ for run in ("a", "b/c"):
                     tf.summary.text("notes", "step %d of %s" % (step, run), step=step)
         w.close()
 """,
-    "torch": """
-import os, sys, numpy as np
-from torch.utils.tensorboard import SummaryWriter
-logdir = sys.argv[1]
-for run in ("a", "b/c"):
-    for part in range(2):
-        w = SummaryWriter(os.path.join(logdir, run), filename_suffix=".p%d" % part)
-        for step in range(part * {half}, (part + 1) * {half}):
-            w.add_scalar("loss", 1.0 / (step + 1), step)
-            w.add_scalar("lr/group0", 0.1 * 0.99 ** step, step)
-            if step % 30 == 0:
-                rng = np.random.RandomState(step)
-                w.add_histogram("weights", rng.randn(200), step)
-                w.add_image("samples", rng.rand(3, 9, 7), step)
-                w.add_text("notes", "step %d of %s" % (step, run), step)
-        w.close()
-""",
-    "tensorboardX": """
-import os, sys, numpy as np
-from tensorboardX import SummaryWriter
-logdir = sys.argv[1]
-for run in ("a", "b/c"):
-    for part in range(2):
-        w = SummaryWriter(os.path.join(logdir, run), filename_suffix=".p%d" % part)
-        for step in range(part * {half}, (part + 1) * {half}):
-            w.add_scalar("loss", 1.0 / (step + 1), step)
-            w.add_scalar("lr/group0", 0.1 * 0.99 ** step, step)
-            if step % 30 == 0:
-                rng = np.random.RandomState(step)
-                w.add_histogram("weights", rng.randn(200), step)
-                w.add_image("samples", rng.rand(3, 9, 7), step)
-                w.add_text("notes", "step %d of %s" % (step, run), step)
-        w.close()
-""",
+    "torch": _SUMMARY_WRITER.replace("{module}", "torch.utils.tensorboard"),
+    "tensorboardX": _SUMMARY_WRITER.replace("{module}", "tensorboardX"),
 }
 
 
