@@ -569,7 +569,8 @@ const char fill_doc[] =
 "is released for the pass, so threads can fill parts of one list at once. Returns -1, or\n"
 "the first k whose record fails a check (outs is then partly filled: discard it).\n"
 "outs may instead be an int64 array of payload sizes: the records are then checked in\n"
-"place, and nothing is copied.";
+"place, and nothing is copied. Raises ValueError when Python code the call ran (a\n"
+"buffer's export) changed outs[lo:hi).";
 
 /* The first of records k..k+g-1 (g <= 3, payloads copied with CRCs c[]) whose stored
  * length or (with verify) CRCs are wrong, or -1. */
@@ -644,6 +645,8 @@ typedef struct {
     Py_ssize_t lo, hi, header, footer;
     int verify;
     int copy;               /* outs is a list of bytes objects; else an array of sizes */
+    PyObject *held_bufs;    /* bufs as it is when the call starts (snapshot.c) */
+    PyObject *held_outs;    /* (copy) outs[lo:hi) likewise */
     Py_buffer wv, sv, zv;   /* which, starts, and (not copy) the sizes */
     Py_ssize_t m, got;      /* buffers in bufs, and how many of them are held in views */
     Py_buffer *views;
@@ -652,6 +655,22 @@ typedef struct {
     size_t *sizes;
 } Fill;
 
+/* fill()'s lists held as they are now, before any Python code runs (an array's or a
+ * buffer's export may change them): bufs, and outs[lo:hi) when outs is a list (else it is
+ * an array of sizes, checked in place). 0, or -1 with an exception set. */
+static int fill_snapshot(Fill *f) {
+    f->copy = PyList_Check(f->outs);
+    if (f->copy && (f->lo < 0 || f->hi < f->lo || f->hi > PyList_GET_SIZE(f->outs))) {
+        PyErr_SetString(PyExc_ValueError, "fill: lo and hi must lie within the arrays");
+        return -1;
+    }
+    if ((f->held_bufs = snapshot_list(f->bufs, "fill: bufs")) == NULL)
+        return -1;
+    if (f->copy && (f->held_outs = snapshot_range(f->outs, f->lo, f->hi, "fill: outs")) == NULL)
+        return -1;
+    return 0;
+}
+
 /* fill()'s int64 arrays: which, starts and, when outs is not a list, the payload sizes.
  * 0, or -1 with an exception set. */
 static int fill_arrays(Fill *f, PyObject *which_obj, PyObject *starts_obj) {
@@ -659,7 +678,6 @@ static int fill_arrays(Fill *f, PyObject *which_obj, PyObject *starts_obj) {
         return -1;
     if (get_i64(starts_obj, &f->sv, "starts") < 0)
         return -1;
-    f->copy = PyList_Check(f->outs);  /* else: sizes, checked in place */
     if (!f->copy && get_i64(f->outs, &f->zv, "fill: outs") < 0)
         return -1;
     return 0;
@@ -668,8 +686,8 @@ static int fill_arrays(Fill *f, PyObject *which_obj, PyObject *starts_obj) {
 /* fill()'s buffers held (after lo and hi are checked against the arrays) and its maps'
  * guard installed: 0, or -1 with an exception set. */
 static int fill_hold(Fill *f) {
-    Py_ssize_t nouts = f->copy ? PyList_GET_SIZE(f->outs) : f->zv.shape[0];
-    f->m = PyList_GET_SIZE(f->bufs);
+    Py_ssize_t nouts = f->copy ? f->hi : f->zv.shape[0];  /* (outs[lo:hi) held) */
+    f->m = PyTuple_GET_SIZE(f->held_bufs);
     f->views = PyMem_Calloc(f->m ? f->m : 1, sizeof(Py_buffer));
     if (f->views == NULL) {
         PyErr_NoMemory();
@@ -681,7 +699,7 @@ static int fill_hold(Fill *f) {
         return -1;
     }
     for (; f->got < f->m; f->got++)
-        if (PyObject_GetBuffer(PyList_GET_ITEM(f->bufs, f->got), &f->views[f->got],
+        if (PyObject_GetBuffer(PyTuple_GET_ITEM(f->held_bufs, f->got), &f->views[f->got],
                                PyBUF_SIMPLE) < 0)
             return -1;
     if (guard_ensure() != 0) {
@@ -711,7 +729,7 @@ static Py_ssize_t fill_place(Fill *f) {
     const Py_ssize_t lo = f->lo, hi = f->hi, frame = f->header + f->footer, m = f->m;
     const int copy = f->copy;
     for (Py_ssize_t k = lo; k < hi; k++) {
-        PyObject *o = copy ? PyList_GET_ITEM(f->outs, k) : NULL;
+        PyObject *o = copy ? PyTuple_GET_ITEM(f->held_outs, k - lo) : NULL;
         if (copy && !PyBytes_CheckExact(o)) {
             PyErr_SetString(PyExc_TypeError, "fill: outs must hold bytes from blank()");
             return -1;
@@ -773,6 +791,23 @@ static void fill_close(Fill *f) {
     PyBuffer_Release(&f->zv);  /* (buffers never acquired are empty: releasing is a no-op) */
     PyBuffer_Release(&f->sv);
     PyBuffer_Release(&f->wv);
+    Py_XDECREF(f->held_outs);
+    Py_XDECREF(f->held_bufs);
+}
+
+/* Everything fill() reads, held and checked, and each record placed: the records before the
+ * first one outside its buffer (see fill_place), or -1 with an exception set. The payloads
+ * are copied into the bytes objects held; outs must still hold them, or its caller would
+ * not see what was copied. */
+static Py_ssize_t fill_prepare(Fill *f, PyObject *which_obj, PyObject *starts_obj) {
+    if (fill_snapshot(f) < 0 || fill_arrays(f, which_obj, starts_obj) < 0 || fill_hold(f) < 0 ||
+        fill_alloc(f) < 0)
+        return -1;
+    Py_ssize_t end = fill_place(f);
+    if (end >= 0 && f->copy &&
+        snapshot_unchanged(f->outs, f->lo, f->held_outs, "fill: outs") < 0)
+        return -1;
+    return end;
 }
 
 PyObject *fill(PyObject *self, PyObject *args) {
@@ -786,12 +821,9 @@ PyObject *fill(PyObject *self, PyObject *args) {
                         "CRC32C instruction (see hw_crc())") < 0)
         return NULL;
     PyObject *result = NULL;
-    if (fill_arrays(&f, which_obj, starts_obj) == 0 && fill_hold(&f) == 0 &&
-        fill_alloc(&f) == 0) {
-        Py_ssize_t end = fill_place(&f);  /* records before the first outside its buffer */
-        if (end >= 0)
-            result = fill_run(&f, end);
-    }
+    Py_ssize_t end = fill_prepare(&f, which_obj, starts_obj);
+    if (end >= 0)
+        result = fill_run(&f, end);
     fill_close(&f);
     return result;
 }
