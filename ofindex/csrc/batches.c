@@ -570,7 +570,7 @@ const char fill_doc[] =
 "the first k whose record fails a check (outs is then partly filled: discard it).\n"
 "outs may instead be an int64 array of payload sizes: the records are then checked in\n"
 "place, and nothing is copied. Raises ValueError when Python code the call ran (a\n"
-"buffer's export) changed outs[lo:hi).";
+"buffer's export) shortened outs.";
 
 /* The first of records k..k+g-1 (g <= 3, payloads copied with CRCs c[]) whose stored
  * length or (with verify) CRCs are wrong, or -1. */
@@ -646,7 +646,8 @@ typedef struct {
     int verify;
     int copy;               /* outs is a list of bytes objects; else an array of sizes */
     PyObject *held_bufs;    /* bufs as it is when the call starts (snapshot.c) */
-    PyObject *held_outs;    /* (copy) outs[lo:hi) likewise */
+    PyObject **objs;        /* (copy) the bytes objects filled, referenced (held of them) */
+    Py_ssize_t held;
     Py_buffer wv, sv, zv;   /* which, starts, and (not copy) the sizes */
     Py_ssize_t m, got;      /* buffers in bufs, and how many of them are held in views */
     Py_buffer *views;
@@ -655,20 +656,13 @@ typedef struct {
     size_t *sizes;
 } Fill;
 
-/* fill()'s lists held as they are now, before any Python code runs (an array's or a
- * buffer's export may change them): bufs, and outs[lo:hi) when outs is a list (else it is
- * an array of sizes, checked in place). 0, or -1 with an exception set. */
+/* bufs held as it is now, before any Python code runs (an array's or a buffer's export may
+ * change it); outs is read after the last such code (fill_place). 0, or -1 with an
+ * exception set. */
 static int fill_snapshot(Fill *f) {
-    f->copy = PyList_Check(f->outs);
-    if (f->copy && (f->lo < 0 || f->hi < f->lo || f->hi > PyList_GET_SIZE(f->outs))) {
-        PyErr_SetString(PyExc_ValueError, "fill: lo and hi must lie within the arrays");
-        return -1;
-    }
-    if ((f->held_bufs = snapshot_list(f->bufs, "fill: bufs")) == NULL)
-        return -1;
-    if (f->copy && (f->held_outs = snapshot_range(f->outs, f->lo, f->hi, "fill: outs")) == NULL)
-        return -1;
-    return 0;
+    f->copy = PyList_Check(f->outs);  /* else: sizes, checked in place */
+    f->held_bufs = snapshot_list(f->bufs, "fill: bufs");
+    return f->held_bufs == NULL ? -1 : 0;
 }
 
 /* fill()'s int64 arrays: which, starts and, when outs is not a list, the payload sizes.
@@ -686,7 +680,7 @@ static int fill_arrays(Fill *f, PyObject *which_obj, PyObject *starts_obj) {
 /* fill()'s buffers held (after lo and hi are checked against the arrays) and its maps'
  * guard installed: 0, or -1 with an exception set. */
 static int fill_hold(Fill *f) {
-    Py_ssize_t nouts = f->copy ? f->hi : f->zv.shape[0];  /* (outs[lo:hi) held) */
+    Py_ssize_t nouts = f->copy ? PyList_GET_SIZE(f->outs) : f->zv.shape[0];
     f->m = PyTuple_GET_SIZE(f->held_bufs);
     f->views = PyMem_Calloc(f->m ? f->m : 1, sizeof(Py_buffer));
     if (f->views == NULL) {
@@ -715,7 +709,8 @@ static int fill_alloc(Fill *f) {
     f->dst = PyMem_Malloc(count * sizeof(*f->dst));
     f->src = PyMem_Malloc(count * sizeof(*f->src));
     f->sizes = PyMem_Malloc(count * sizeof(*f->sizes));
-    if (f->dst == NULL || f->src == NULL || f->sizes == NULL) {
+    f->objs = f->copy ? PyMem_Malloc(count * sizeof(*f->objs)) : NULL;
+    if (f->dst == NULL || f->src == NULL || f->sizes == NULL || (f->copy && f->objs == NULL)) {
         PyErr_NoMemory();
         return -1;
     }
@@ -729,7 +724,7 @@ static Py_ssize_t fill_place(Fill *f) {
     const Py_ssize_t lo = f->lo, hi = f->hi, frame = f->header + f->footer, m = f->m;
     const int copy = f->copy;
     for (Py_ssize_t k = lo; k < hi; k++) {
-        PyObject *o = copy ? PyTuple_GET_ITEM(f->held_outs, k - lo) : NULL;
+        PyObject *o = copy ? PyList_GET_ITEM(f->outs, k) : NULL;
         if (copy && !PyBytes_CheckExact(o)) {
             PyErr_SetString(PyExc_TypeError, "fill: outs must hold bytes from blank()");
             return -1;
@@ -747,6 +742,8 @@ static Py_ssize_t fill_place(Fill *f) {
         int64_t len = (int64_t)f->views[j].len;
         if (s < 0 || size > len || s > len - size - frame)
             return k;
+        if (copy)
+            f->objs[f->held++] = Py_NewRef(o);
         f->dst[k - lo] = copy ? (unsigned char *)PyBytes_AS_STRING(o) : NULL;
         f->src[k - lo] = (const unsigned char *)f->views[j].buf + s;
         f->sizes[k - lo] = (size_t)size;
@@ -791,23 +788,26 @@ static void fill_close(Fill *f) {
     PyBuffer_Release(&f->zv);  /* (buffers never acquired are empty: releasing is a no-op) */
     PyBuffer_Release(&f->sv);
     PyBuffer_Release(&f->wv);
-    Py_XDECREF(f->held_outs);
+    for (Py_ssize_t k = 0; k < f->held; k++)
+        Py_DECREF(f->objs[k]);
+    PyMem_Free(f->objs);
     Py_XDECREF(f->held_bufs);
 }
 
 /* Everything fill() reads, held and checked, and each record placed: the records before the
- * first one outside its buffer (see fill_place), or -1 with an exception set. The payloads
- * are copied into the bytes objects held; outs must still hold them, or its caller would
- * not see what was copied. */
+ * first one outside its buffer (see fill_place), or -1 with an exception set. outs is read
+ * after the last point where Python code can run (fill_hold's buffer exports), and each
+ * bytes object filled is referenced while the GIL is released. */
 static Py_ssize_t fill_prepare(Fill *f, PyObject *which_obj, PyObject *starts_obj) {
     if (fill_snapshot(f) < 0 || fill_arrays(f, which_obj, starts_obj) < 0 || fill_hold(f) < 0 ||
         fill_alloc(f) < 0)
         return -1;
-    Py_ssize_t end = fill_place(f);
-    if (end >= 0 && f->copy &&
-        snapshot_unchanged(f->outs, f->lo, f->held_outs, "fill: outs") < 0)
+    if (f->copy && f->hi > PyList_GET_SIZE(f->outs)) {  /* (checked before the exports) */
+        PyErr_SetString(PyExc_ValueError, "fill: outs changed during the call (Python code it "
+                        "ran, a buffer's export, removed items)");
         return -1;
-    return end;
+    }
+    return fill_place(f);
 }
 
 PyObject *fill(PyObject *self, PyObject *args) {

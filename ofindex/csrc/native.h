@@ -54,14 +54,12 @@ int span_of(const Py_buffer *ov, int64_t iend, int64_t i, Py_ssize_t min, Py_ssi
 
 /* snapshot.c: a caller's list held as it is when a call starts (Python code that runs in
  * the call may change the list itself) */
-/* A new tuple of list[start:stop) (list: a list), or NULL with an exception set: ValueError
- * naming `what` when the list no longer holds stop items. */
-PyObject *snapshot_range(PyObject *list, Py_ssize_t start, Py_ssize_t stop, const char *what);
-/* The same of the whole list. */
+/* A new tuple of the items of `list` (a list), or NULL with an exception set (ValueError
+ * naming `what` when a collection started by the tuple's allocation shortened the list). */
 PyObject *snapshot_list(PyObject *list, const char *what);
-/* 0 when list[start:] still begins with held's items (the same objects), else -1 with
- * ValueError naming `what` (for lists of objects a call writes into). */
-int snapshot_unchanged(PyObject *list, Py_ssize_t start, PyObject *held, const char *what);
+/* 0 when list still holds held's items (the same objects), else -1 with ValueError naming
+ * `what` (for a list of objects a call writes into). */
+int snapshot_unchanged(PyObject *list, PyObject *held, const char *what);
 /* Snapshots of three lists (`what` names each), all or none: 0, or -1 with an exception
  * set; release3 releases them. */
 int snapshot3(PyObject *a, PyObject *b, PyObject *c, PyObject *out[3], const char *what[3]);

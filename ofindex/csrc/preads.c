@@ -343,7 +343,7 @@ static int batch_prepare(Batch *bt, const PreadsArgs *a) {
     if (batch_arrays(bt, a) < 0 || batch_fds(bt) < 0 ||
         batch_alloc(bt, a->hi - a->lo, a->max_gap) < 0 || batch_place(bt, a) < 0)
         return -1;
-    return snapshot_unchanged(a->outs, 0, bt->held_outs, "preads: outs");
+    return snapshot_unchanged(a->outs, bt->held_outs, "preads: outs");
 }
 
 /* preads() past its argument parsing. */
