@@ -2,10 +2,11 @@
 
 ``ofindex/csrc`` is compiled again with ``-fsanitize=address,undefined`` into a temporary
 directory; a subprocess (the ASan runtime preloaded, as the interpreter itself is not
-instrumented) loads that build as ``ofindex._native`` and runs tests/test_native.py and the
-hostile-argument fuzzer (tests/fuzz_native.py) on it. Any out-of-bounds access, use after
-free, signed overflow, misaligned load or shift out of range aborts the subprocess and fails
-the test with the sanitizer's report.
+instrumented) loads that build as ``ofindex._native`` and runs tests/test_native.py, the
+hostile-argument fuzzer (tests/fuzz_native.py) and tests/test_native_mutation.py (lists
+changed by Python code during a call) on it. Any out-of-bounds access, use after free, signed
+overflow, misaligned load or shift out of range aborts the subprocess and fails the test with
+the sanitizer's report.
 
 Needs gcc and its sanitizer runtimes (Debian: the ``gcc`` package pulls in ``libasan8`` and
 ``libubsan1``); ``tools/run-tests.sh`` installs ``gcc`` when it is missing.
@@ -31,8 +32,9 @@ ENV = {
 #: Inputs per target for the fuzzer under the sanitizers (slower than the plain run).
 FUZZ_EXAMPLES = int(os.environ.get("OFINDEX_FUZZ_EXAMPLES", 3000))
 
-#: Runs tests/test_native.py on the sanitized build (its subprocesses load it too, through
-#: tests/native_build.py), checking first that the build and the runtimes are in use.
+#: Runs the test files named by its arguments on the sanitized build (their subprocesses load it
+#: too, through tests/native_build.py), checking first that the build and the runtimes are in
+#: use.
 BOOT = """
 import os, sys
 import native_build
@@ -42,7 +44,7 @@ assert _accel.native is not None and _accel.native.__file__ == os.environ[
 maps = open("/proc/self/maps").read()
 assert "libasan" in maps and "libubsan" in maps, "sanitizer runtimes not loaded"
 import pytest
-sys.exit(int(pytest.main(["-q", "-p", "no:cacheprovider", sys.argv[1]])))
+sys.exit(int(pytest.main(["-q", "-p", "no:cacheprovider", *sys.argv[1:]])))
 """
 
 
@@ -73,7 +75,8 @@ def test_native_tests_and_fuzzer_pass_under_asan_and_ubsan(toolchain, tmp_path):
     cc, libasan, _ = toolchain
     lib = cbuild.module_path(str(tmp_path))
     cbuild.build(cc, cbuild.sources(), lib, FLAGS)
-    done = _run(["-c", BOOT, os.path.join(HERE, "test_native.py")], libasan, timeout=240,
+    tests = [os.path.join(HERE, name) for name in ("test_native.py", "test_native_mutation.py")]
+    done = _run(["-c", BOOT, *tests], libasan, timeout=300,
                 OFINDEX_TEST_NATIVE_BUILD=lib, OFINDEX_FUZZ_EXAMPLES=str(FUZZ_EXAMPLES))
     report = done.stdout[-6000:] + done.stderr[-6000:]
     assert done.returncode == 0, f"exit {done.returncode}:\n{report}"

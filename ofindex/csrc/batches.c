@@ -569,7 +569,8 @@ const char fill_doc[] =
 "is released for the pass, so threads can fill parts of one list at once. Returns -1, or\n"
 "the first k whose record fails a check (outs is then partly filled: discard it).\n"
 "outs may instead be an int64 array of payload sizes: the records are then checked in\n"
-"place, and nothing is copied.";
+"place, and nothing is copied. Raises ValueError when Python code the call ran (a\n"
+"buffer's export) shortened outs.";
 
 /* The first of records k..k+g-1 (g <= 3, payloads copied with CRCs c[]) whose stored
  * length or (with verify) CRCs are wrong, or -1. */
@@ -644,6 +645,9 @@ typedef struct {
     Py_ssize_t lo, hi, header, footer;
     int verify;
     int copy;               /* outs is a list of bytes objects; else an array of sizes */
+    PyObject *held_bufs;    /* bufs as it is when the call starts (snapshot.c) */
+    PyObject **objs;        /* (copy) the bytes objects filled, referenced (held of them) */
+    Py_ssize_t held;
     Py_buffer wv, sv, zv;   /* which, starts, and (not copy) the sizes */
     Py_ssize_t m, got;      /* buffers in bufs, and how many of them are held in views */
     Py_buffer *views;
@@ -652,6 +656,15 @@ typedef struct {
     size_t *sizes;
 } Fill;
 
+/* bufs held as it is now, before any Python code runs (an array's or a buffer's export may
+ * change it); outs is read after the last such code (fill_place). 0, or -1 with an
+ * exception set. */
+static int fill_snapshot(Fill *f) {
+    f->copy = PyList_Check(f->outs);  /* else: sizes, checked in place */
+    f->held_bufs = snapshot_list(f->bufs, "fill: bufs");
+    return f->held_bufs == NULL ? -1 : 0;
+}
+
 /* fill()'s int64 arrays: which, starts and, when outs is not a list, the payload sizes.
  * 0, or -1 with an exception set. */
 static int fill_arrays(Fill *f, PyObject *which_obj, PyObject *starts_obj) {
@@ -659,7 +672,6 @@ static int fill_arrays(Fill *f, PyObject *which_obj, PyObject *starts_obj) {
         return -1;
     if (get_i64(starts_obj, &f->sv, "starts") < 0)
         return -1;
-    f->copy = PyList_Check(f->outs);  /* else: sizes, checked in place */
     if (!f->copy && get_i64(f->outs, &f->zv, "fill: outs") < 0)
         return -1;
     return 0;
@@ -669,7 +681,7 @@ static int fill_arrays(Fill *f, PyObject *which_obj, PyObject *starts_obj) {
  * guard installed: 0, or -1 with an exception set. */
 static int fill_hold(Fill *f) {
     Py_ssize_t nouts = f->copy ? PyList_GET_SIZE(f->outs) : f->zv.shape[0];
-    f->m = PyList_GET_SIZE(f->bufs);
+    f->m = PyTuple_GET_SIZE(f->held_bufs);
     f->views = PyMem_Calloc(f->m ? f->m : 1, sizeof(Py_buffer));
     if (f->views == NULL) {
         PyErr_NoMemory();
@@ -681,7 +693,7 @@ static int fill_hold(Fill *f) {
         return -1;
     }
     for (; f->got < f->m; f->got++)
-        if (PyObject_GetBuffer(PyList_GET_ITEM(f->bufs, f->got), &f->views[f->got],
+        if (PyObject_GetBuffer(PyTuple_GET_ITEM(f->held_bufs, f->got), &f->views[f->got],
                                PyBUF_SIMPLE) < 0)
             return -1;
     if (guard_ensure() != 0) {
@@ -697,7 +709,8 @@ static int fill_alloc(Fill *f) {
     f->dst = PyMem_Malloc(count * sizeof(*f->dst));
     f->src = PyMem_Malloc(count * sizeof(*f->src));
     f->sizes = PyMem_Malloc(count * sizeof(*f->sizes));
-    if (f->dst == NULL || f->src == NULL || f->sizes == NULL) {
+    f->objs = f->copy ? PyMem_Malloc(count * sizeof(*f->objs)) : NULL;
+    if (f->dst == NULL || f->src == NULL || f->sizes == NULL || (f->copy && f->objs == NULL)) {
         PyErr_NoMemory();
         return -1;
     }
@@ -729,6 +742,8 @@ static Py_ssize_t fill_place(Fill *f) {
         int64_t len = (int64_t)f->views[j].len;
         if (s < 0 || size > len || s > len - size - frame)
             return k;
+        if (copy)
+            f->objs[f->held++] = Py_NewRef(o);
         f->dst[k - lo] = copy ? (unsigned char *)PyBytes_AS_STRING(o) : NULL;
         f->src[k - lo] = (const unsigned char *)f->views[j].buf + s;
         f->sizes[k - lo] = (size_t)size;
@@ -773,6 +788,26 @@ static void fill_close(Fill *f) {
     PyBuffer_Release(&f->zv);  /* (buffers never acquired are empty: releasing is a no-op) */
     PyBuffer_Release(&f->sv);
     PyBuffer_Release(&f->wv);
+    for (Py_ssize_t k = 0; k < f->held; k++)
+        Py_DECREF(f->objs[k]);
+    PyMem_Free(f->objs);
+    Py_XDECREF(f->held_bufs);
+}
+
+/* Everything fill() reads, held and checked, and each record placed: the records before the
+ * first one outside its buffer (see fill_place), or -1 with an exception set. outs is read
+ * after the last point where Python code can run (fill_hold's buffer exports), and each
+ * bytes object filled is referenced while the GIL is released. */
+static Py_ssize_t fill_prepare(Fill *f, PyObject *which_obj, PyObject *starts_obj) {
+    if (fill_snapshot(f) < 0 || fill_arrays(f, which_obj, starts_obj) < 0 || fill_hold(f) < 0 ||
+        fill_alloc(f) < 0)
+        return -1;
+    if (f->copy && f->hi > PyList_GET_SIZE(f->outs)) {  /* (checked before the exports) */
+        PyErr_SetString(PyExc_ValueError, "fill: outs changed during the call (Python code it "
+                        "ran, a buffer's export, removed items)");
+        return -1;
+    }
+    return fill_place(f);
 }
 
 PyObject *fill(PyObject *self, PyObject *args) {
@@ -786,12 +821,9 @@ PyObject *fill(PyObject *self, PyObject *args) {
                         "CRC32C instruction (see hw_crc())") < 0)
         return NULL;
     PyObject *result = NULL;
-    if (fill_arrays(&f, which_obj, starts_obj) == 0 && fill_hold(&f) == 0 &&
-        fill_alloc(&f) == 0) {
-        Py_ssize_t end = fill_place(&f);  /* records before the first outside its buffer */
-        if (end >= 0)
-            result = fill_run(&f, end);
-    }
+    Py_ssize_t end = fill_prepare(&f, which_obj, starts_obj);
+    if (end >= 0)
+        result = fill_run(&f, end);
     fill_close(&f);
     return result;
 }

@@ -44,7 +44,8 @@ typedef struct {
     int held_values;
     int64_t *row_bytes;         /* VARINT_SPANS: each row's varint bytes, sized once */
     PyObject *items;            /* BYTES, ENTRIES: a new reference to the list of bytes */
-    PyObject *slice;            /* ... the rows written, held while the GIL is released */
+    PyObject **objs;            /* ... the rows written, each referenced (nobjs of them) */
+    Py_ssize_t nobjs;
     const unsigned char **ptrs; /* ... and their bytes and sizes */
     Py_ssize_t *lens;
     Py_buffer present_view;     /* one byte per row, 0: the feature is absent from the row */
@@ -232,7 +233,9 @@ static void release_plan(Plan *pl) {
             PyBuffer_Release(&c->present_view);
         Py_XDECREF(c->key);
         Py_XDECREF(c->items);
-        Py_XDECREF(c->slice);
+        for (Py_ssize_t k = 0; k < c->nobjs; k++)
+            Py_DECREF(c->objs[k]);
+        PyMem_Free(c->objs);
         PyMem_Free(c->ptrs);
         PyMem_Free(c->lens);
         PyMem_Free(c->row_bytes);
@@ -463,23 +466,28 @@ static Py_ssize_t size_rows(const Plan *pl, Py_ssize_t start, Py_ssize_t stop, P
     return k;
 }
 
-/* The bytes and sizes of the rows written, from new lists that hold them while the GIL is
- * released (the caller's lists may change meanwhile). */
+/* The bytes and sizes of the rows written, each object referenced while the GIL is
+ * released (the caller's lists may change meanwhile). They are the objects size_rows has
+ * just checked and sized: nothing between the two runs Python code, and nothing here
+ * allocates a Python object, whose allocation can start a collection, and so run a
+ * finalizer or a gc callback that changes the lists. (Only the rows written are held: a
+ * writer encodes a long list in many calls, and holding all of it each time would cost as
+ * much as the encoding.) 0, or -1 with MemoryError set. */
 static int hold_rows(Plan *pl, Py_ssize_t start, Py_ssize_t n) {
     for (Py_ssize_t j = 0; j < pl->ncols; j++) {
         Column *c = &pl->cols[j];
         if (c->items == NULL)
             continue;
-        c->slice = PyList_GetSlice(c->items, start, start + n);
+        c->objs = PyMem_Malloc((size_t)(n ? n : 1) * sizeof(*c->objs));
         c->ptrs = PyMem_Malloc((size_t)(n ? n : 1) * sizeof(*c->ptrs));
         c->lens = PyMem_Malloc((size_t)(n ? n : 1) * sizeof(*c->lens));
-        if (c->slice == NULL || c->ptrs == NULL || c->lens == NULL) {
-            if (!PyErr_Occurred())
-                PyErr_NoMemory();
+        if (c->objs == NULL || c->ptrs == NULL || c->lens == NULL) {
+            PyErr_NoMemory();
             return -1;
         }
-        for (Py_ssize_t k = 0; k < n; k++) {
-            PyObject *item = PyList_GET_ITEM(c->slice, k);
+        for (Py_ssize_t k = 0; k < n; k++, c->nobjs++) {
+            PyObject *item = PyList_GET_ITEM(c->items, start + k);
+            c->objs[k] = Py_NewRef(item);
             c->ptrs[k] = (const unsigned char *)PyBytes_AS_STRING(item);
             c->lens[k] = PyBytes_GET_SIZE(item);
         }

@@ -165,38 +165,28 @@ int read_map(const unsigned char *base, const unsigned char *p, const unsigned c
 }
 
 void release_records(Records *r) {
-    for (Py_ssize_t j = 0; j < r->held; j++) {
-        if (r->views != NULL)
-            PyBuffer_Release(&r->views[j]);
-        else
-            Py_DECREF(r->objs[j]);
-    }
+    for (Py_ssize_t j = 0; j < r->held; j++)
+        PyBuffer_Release(&r->views[j]);
+    Py_XDECREF(r->items);
     PyMem_Free(r->views);
-    PyMem_Free(r->objs);
     PyMem_Free(r->ptr);
     PyMem_Free(r->len);
     memset(r, 0, sizeof(*r));
 }
 
-/* The records as the bytes objects of the list, each referenced while they are read, which
- * keeps them alive as a buffer would (holding 10,000 records: 64 us, 128 us acquiring and
- * releasing a buffer of each, on the loaded 2-core VM; a batch of 8 features makes about 7
- * such calls); 0, or -1 with an exception set (the caller releases). */
-static int hold_bytes(PyObject *records, Records *r, const char *what) {
-    r->objs = PyMem_Malloc((r->n ? r->n : 1) * sizeof(*r->objs));
-    if (r->objs == NULL) {
-        PyErr_NoMemory();
-        return -1;
-    }
-    for (; r->held < r->n; r->held++) {
-        PyObject *b = PyList_GET_ITEM(records, r->held);
+/* The records as the bytes objects of the list, referenced (by the snapshot) while they
+ * are read, which keeps them alive as a buffer would (holding 10,000 records: 64 us, 128 us
+ * acquiring and releasing a buffer of each, on the loaded 2-core VM; a batch of 8 features
+ * makes about 7 such calls); 0, or -1 with an exception set (the caller releases). */
+static int hold_bytes(Records *r, const char *what) {
+    for (Py_ssize_t i = 0; i < r->n; i++) {
+        PyObject *b = PyTuple_GET_ITEM(r->items, i);
         if (!PyBytes_Check(b)) {
             PyErr_Format(PyExc_TypeError, "%s: records must be bytes", what);
             return -1;
         }
-        r->objs[r->held] = Py_NewRef(b);
-        r->ptr[r->held] = (const unsigned char *)PyBytes_AS_STRING(b);
-        r->len[r->held] = PyBytes_GET_SIZE(b);
+        r->ptr[i] = (const unsigned char *)PyBytes_AS_STRING(b);
+        r->len[i] = PyBytes_GET_SIZE(b);
     }
     return 0;
 }
@@ -204,16 +194,16 @@ static int hold_bytes(PyObject *records, Records *r, const char *what) {
 /* The records as spans (which, starts, ends: int64 vectors of r->n) of the buffers of the
  * list, each acquired while they are read; 0, or -1 with an exception set (the caller
  * releases). */
-static int hold_spans(PyObject *records, const int64_t *which, const int64_t *starts,
-                      const int64_t *ends, Records *r, const char *what) {
-    Py_ssize_t m = PyList_GET_SIZE(records);
+static int hold_spans(const int64_t *which, const int64_t *starts, const int64_t *ends,
+                      Records *r, const char *what) {
+    Py_ssize_t m = PyTuple_GET_SIZE(r->items);
     r->views = PyMem_Calloc(m ? m : 1, sizeof(Py_buffer));
     if (r->views == NULL) {
         PyErr_NoMemory();
         return -1;
     }
     for (; r->held < m; r->held++)
-        if (PyObject_GetBuffer(PyList_GET_ITEM(records, r->held), &r->views[r->held],
+        if (PyObject_GetBuffer(PyTuple_GET_ITEM(r->items, r->held), &r->views[r->held],
                                PyBUF_SIMPLE) < 0)
             return -1;
     for (Py_ssize_t i = 0; i < r->n; i++) {
@@ -251,25 +241,38 @@ static Py_ssize_t get_spans3(PyObject *spans, Py_buffer v[3], const char *what) 
     return v[0].shape[0];
 }
 
-int get_records(PyObject *records, PyObject *spans, Records *r, const char *what) {
-    memset(r, 0, sizeof(*r));
+/* The list `records` held as it is now, before any Python code runs (the spans' and the
+ * records' buffer exports may change it): 0, or -1 with an exception set. */
+static int snapshot_records(PyObject *records, Records *r, const char *what) {
+    char name[64];
     if (!PyList_Check(records)) {
         PyErr_Format(PyExc_TypeError, "%s: records must be a list", what);
         return -1;
     }
-    Py_buffer v[3];
-    r->n = spans == Py_None ? PyList_GET_SIZE(records) : get_spans3(spans, v, what);
-    if (r->n < 0)
+    snprintf(name, sizeof(name), "%s: records", what);
+    r->items = snapshot_list(records, name);
+    return r->items == NULL ? -1 : 0;
+}
+
+int get_records(PyObject *records, PyObject *spans, Records *r, const char *what) {
+    memset(r, 0, sizeof(*r));
+    if (snapshot_records(records, r, what) < 0)
         return -1;
+    Py_buffer v[3];
+    r->n = spans == Py_None ? PyTuple_GET_SIZE(r->items) : get_spans3(spans, v, what);
+    if (r->n < 0) {
+        release_records(r);
+        return -1;
+    }
     r->ptr = PyMem_Malloc((r->n ? r->n : 1) * sizeof(*r->ptr));
     r->len = PyMem_Malloc((r->n ? r->n : 1) * sizeof(*r->len));
     int failed = r->ptr == NULL || r->len == NULL;
     if (failed)
         PyErr_NoMemory();
     else if (spans == Py_None)
-        failed = hold_bytes(records, r, what) < 0;
+        failed = hold_bytes(r, what) < 0;
     else
-        failed = hold_spans(records, (const int64_t *)v[0].buf, (const int64_t *)v[1].buf,
+        failed = hold_spans((const int64_t *)v[0].buf, (const int64_t *)v[1].buf,
                             (const int64_t *)v[2].buf, r, what) < 0;
     if (spans != Py_None)
         for (int k = 0; k < 3; k++)

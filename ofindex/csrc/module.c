@@ -16,6 +16,7 @@
  * sums.c     the CRC32C of many payloads (OFRecord checksums at build time)
  * encode.c   records encoded from columns and framed, for writers (GIL released)
  * guard.c    reads of memory maps whose file shrinks under them: an error, not SIGBUS
+ * snapshot.c a caller's list held as it is when a call starts (Python code may change it)
  * threads.h  its two helper threads on POSIX, Windows, or none (the inline paths)
  *
  * Pure functions over buffers the caller already holds (a memory map, a fetched range, a

@@ -52,6 +52,19 @@ int get_u64(PyObject *obj, Py_buffer *view);
 int span_of(const Py_buffer *ov, int64_t iend, int64_t i, Py_ssize_t min, Py_ssize_t len,
             int64_t *start, int64_t *end);
 
+/* snapshot.c: a caller's list held as it is when a call starts (Python code that runs in
+ * the call may change the list itself) */
+/* A new tuple of the items of `list` (a list), or NULL with an exception set (ValueError
+ * naming `what` when a collection started by the tuple's allocation shortened the list). */
+PyObject *snapshot_list(PyObject *list, const char *what);
+/* 0 when list still holds held's items (the same objects), else -1 with ValueError naming
+ * `what` (for a list of objects a call writes into). */
+int snapshot_unchanged(PyObject *list, PyObject *held, const char *what);
+/* Snapshots of three lists (`what` names each), all or none: 0, or -1 with an exception
+ * set; release3 releases them. */
+int snapshot3(PyObject *a, PyObject *b, PyObject *c, PyObject *out[3], const char *what[3]);
+void release3(PyObject *held[3]);
+
 /* records.c: framed records cut out of buffers, with their checks */
 /* The masked CRC32C of `data` (any bytes-like) through the crc32c package's function
  * `crc_fn`, as TFRecord stores it; -1 with an exception set. */
@@ -60,8 +73,6 @@ int64_t masked_crc_of(PyObject *crc_fn, PyObject *data);
  * memoised in `memo` ({length: crc}, shared with the Python side); -1 with an exception set. */
 int64_t masked_length_crc(PyObject *crc_fn, PyObject *memo, const unsigned char *p,
                           int64_t length);
-int snapshot3(PyObject *a, PyObject *b, PyObject *c, PyObject *out[3]);
-void release3(PyObject *held[3]);
 PyObject *cut(PyObject *self, PyObject *args);
 PyObject *gather(PyObject *self, PyObject *args);
 PyObject *record(PyObject *self, PyObject *const *args, Py_ssize_t nargs);

@@ -43,7 +43,8 @@ const char preads_doc[] =
 "order are int64 arrays. The GIL is released for the reads and checks. Returns -1, or the\n"
 "smallest k among the records that fail a check or could not be read whole (a file\n"
 "shorter than its index says); outs is then partly filled: discard it. Raises OSError for a\n"
-"read that fails, and where there is no preadv.";
+"read that fails, and where there is no preadv; ValueError when Python code the call ran\n"
+"(an fd's __index__, a buffer's export) changed outs.";
 
 /* preads()'s arguments. */
 typedef struct {
@@ -209,6 +210,7 @@ static int read_items(const Share *share, Py_ssize_t *bad) {
 
 /* What preads() holds while it runs (all released by batch_close). */
 typedef struct {
+    PyObject *held_fds, *held_outs;  /* the lists as they are when the call starts */
     Py_buffer wv, sv, ov;  /* which, starts, order */
     Py_ssize_t n, m;       /* records (outs), files (fds) */
     int *fds;
@@ -222,8 +224,8 @@ static int batch_arrays(Batch *bt, const PreadsArgs *a) {
     if (get_i64(a->which, &bt->wv, "which") < 0 || get_i64(a->starts, &bt->sv, "starts") < 0 ||
         get_i64(a->order, &bt->ov, "order") < 0)
         return -1;
-    bt->n = PyList_GET_SIZE(a->outs);
-    bt->m = PyList_GET_SIZE(a->fds);
+    bt->n = PyTuple_GET_SIZE(bt->held_outs);
+    bt->m = PyTuple_GET_SIZE(bt->held_fds);
     bt->fds = PyMem_Calloc(bt->m ? bt->m : 1, sizeof(int));
     if (bt->fds == NULL) {
         PyErr_NoMemory();
@@ -239,9 +241,9 @@ static int batch_arrays(Batch *bt, const PreadsArgs *a) {
 }
 
 /* The file descriptors of fds, each checked to be one: 0, or -1 with an exception set. */
-static int batch_fds(Batch *bt, const PreadsArgs *a) {
+static int batch_fds(Batch *bt) {
     for (Py_ssize_t j = 0; j < bt->m; j++) {
-        long fd = PyLong_AsLong(PyList_GET_ITEM(a->fds, j));
+        long fd = PyLong_AsLong(PyTuple_GET_ITEM(bt->held_fds, j));
         if (fd == -1 && PyErr_Occurred())
             return -1;
         if (fd < 0 || fd > INT_MAX) {
@@ -274,14 +276,14 @@ static int batch_place(Batch *bt, const PreadsArgs *a) {
     const Py_ssize_t frame = a->header + a->footer, count = a->hi - a->lo, n = bt->n, m = bt->m;
     const int *fds = bt->fds;
     Item *items = bt->items;
-    PyObject *outs = a->outs;
+    PyObject *outs = bt->held_outs;
     for (Py_ssize_t j = 0; j < count; j++) {
         int64_t k = order[j];
         if (k < 0 || k >= n) {
             PyErr_Format(PyExc_ValueError, "preads: order[%zd] is out of range", a->lo + j);
             return -1;
         }
-        PyObject *o = PyList_GET_ITEM(outs, k);
+        PyObject *o = PyTuple_GET_ITEM(outs, k);
         if (!PyBytes_CheckExact(o)) {
             PyErr_SetString(PyExc_TypeError, "preads: outs must hold bytes from blank()");
             return -1;
@@ -326,6 +328,22 @@ static void batch_close(Batch *bt) {
     PyBuffer_Release(&bt->ov);  /* (buffers never acquired are empty: releasing is a no-op) */
     PyBuffer_Release(&bt->sv);
     PyBuffer_Release(&bt->wv);
+    Py_XDECREF(bt->held_outs);
+    Py_XDECREF(bt->held_fds);
+}
+
+/* Everything preads() reads, held and checked, and each record placed: 0, or -1 with an
+ * exception set. The lists are held first: an fd's __index__ or an array's buffer export
+ * runs Python code, which may change them. The records are read into the bytes objects
+ * held; outs must still hold them, or its caller would not see what was read. */
+static int batch_prepare(Batch *bt, const PreadsArgs *a) {
+    if ((bt->held_fds = snapshot_list(a->fds, "preads: fds")) == NULL ||
+        (bt->held_outs = snapshot_list(a->outs, "preads: outs")) == NULL)
+        return -1;
+    if (batch_arrays(bt, a) < 0 || batch_fds(bt) < 0 ||
+        batch_alloc(bt, a->hi - a->lo, a->max_gap) < 0 || batch_place(bt, a) < 0)
+        return -1;
+    return snapshot_unchanged(a->outs, bt->held_outs, "preads: outs");
 }
 
 /* preads() past its argument parsing. */
@@ -339,8 +357,7 @@ static PyObject *preads_run(const PreadsArgs *a) {
     }
     Batch bt = {0};
     PyObject *result = NULL;
-    if (batch_arrays(&bt, a) == 0 && batch_fds(&bt, a) == 0 &&
-        batch_alloc(&bt, a->hi - a->lo, a->max_gap) == 0 && batch_place(&bt, a) == 0)
+    if (batch_prepare(&bt, a) == 0)
         result = batch_read(&bt, a);
     batch_close(&bt);
     return result;

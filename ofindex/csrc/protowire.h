@@ -204,14 +204,15 @@ void release_names(Names *names);
 int read_map(const unsigned char *base, const unsigned char *p, const unsigned char *end,
              const Family *fam, const Names *names, int64_t *rows, Py_ssize_t *guesses);
 
-/* The records of a call: `records` itself (a list of bytes, each referenced in objs), or
- * with `spans` (a tuple of int64 arrays which, starts, ends) bytes [starts[i], ends[i]) of
- * records[which[i]] (buffers such as memory maps, acquired in views, each checked to hold
- * its spans); `held` of them held so far. */
+/* The records of a call: `records` itself (a list of bytes), or with `spans` (a tuple of
+ * int64 arrays which, starts, ends) bytes [starts[i], ends[i]) of records[which[i]]
+ * (buffers such as memory maps, acquired in views, each checked to hold its spans; `held`
+ * of them acquired so far). The list is read from `items`, a snapshot taken when the call
+ * starts (snapshot.c), which also keeps bytes records alive. */
 typedef struct {
     Py_ssize_t n, held;
+    PyObject *items;
     Py_buffer *views;
-    PyObject **objs;
     const unsigned char **ptr;
     Py_ssize_t *len;
 } Records;

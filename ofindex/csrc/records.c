@@ -285,26 +285,6 @@ const char gather_doc[] =
 "record k that does not: problem 1 = span too short (corrupt offsets), 2 = record fails a\n"
 "check, 3 = span lies beyond the buffer (the file grew since it was mapped).";
 
-/* Tuples holding the items of three lists as they are now: reading an item can run Python
- * code (an __index__, a buffer's owner), which must not be able to change or free the items
- * still to be read. 0, or -1 with an exception set (nothing held). */
-int snapshot3(PyObject *a, PyObject *b, PyObject *c, PyObject *out[3]) {
-    out[0] = PyList_AsTuple(a);
-    out[1] = out[0] ? PyList_AsTuple(b) : NULL;
-    out[2] = out[1] ? PyList_AsTuple(c) : NULL;
-    if (out[2] == NULL) {
-        Py_XDECREF(out[0]);
-        Py_XDECREF(out[1]);
-        return -1;
-    }
-    return 0;
-}
-
-void release3(PyObject *held[3]) {
-    for (int i = 0; i < 3; i++)
-        Py_XDECREF(held[i]);
-}
-
 /* What gather() holds while it runs (all released by gather_close). */
 typedef struct {
     PyObject *held[3];    /* the lists' items as they are now (see snapshot3) */
@@ -428,7 +408,8 @@ PyObject *gather(PyObject *self, PyObject *args) {
     if (guard_ensure() != 0)
         return PyErr_SetFromErrno(PyExc_OSError);
     GatherCall gc = {{NULL}};
-    if (snapshot3(bufs_in, offs_in, iends_in, gc.held) < 0)
+    static const char *names[3] = {"gather: bufs", "gather: offsets", "gather: indexed_ends"};
+    if (snapshot3(bufs_in, offs_in, iends_in, gc.held, names) < 0)
         return NULL;
     PyObject *result = NULL;
     Checks ck = CHECKS(header, footer, verify, crc_fn, memo);

@@ -126,7 +126,8 @@ PyObject *spans(PyObject *self, PyObject *args) {
                           &starts_obj, &ends_obj))
         return NULL;
     SpansCall sc = {{NULL}};
-    if (snapshot3(bufs_in, offs_in, iends_in, sc.held) < 0)
+    static const char *names[3] = {"spans: bufs", "spans: offsets", "spans: indexed_ends"};
+    if (snapshot3(bufs_in, offs_in, iends_in, sc.held, names) < 0)
         return NULL;
     sc.m = PyTuple_GET_SIZE(sc.held[0]);
     if (PyTuple_GET_SIZE(sc.held[1]) != sc.m || PyTuple_GET_SIZE(sc.held[2]) != sc.m ||
