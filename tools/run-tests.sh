@@ -50,6 +50,11 @@ export OFINDEX_AZURITE_DIR=${OFINDEX_AZURITE_DIR:-$HOME/.cache/ofindex-tests/azu
 "$VENV/bin/python" -m pip install -q -c tools/test-constraints.txt \
   --build-constraint tools/build-constraints.txt -r tools/test-requirements.txt
 # (tensorflow-datasets, in the test extra, writes the datasets tests/test_tfds.py reads back)
+# tfd-utils, the key-lookup peer of tools/bench_columns.py and tools/decode_peers.py:
+# its metadata asks for protobuf < 6, which the beam extra's protobuf 6 rules out, but it runs
+# on protobuf 6 (its benchmark rows were measured so): installed without its dependencies,
+# which the lock already holds (crc32c, numpy, protobuf)
+"$VENV/bin/python" -m pip install -q --no-deps "tfd-utils==1.3.0"
 # protobuf 7 beside the venv's: the beam extra holds protobuf below 7, and the reference of
 # tests/test_decode_differential.py is protobuf 7's parser (tests/protobuf_oracle.py)
 "$VENV/bin/python" -m pip install -q --target "$VENV/protobuf7" --upgrade "protobuf>=7" 2>/dev/null
