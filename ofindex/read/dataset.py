@@ -571,15 +571,11 @@ class Dataset:
             ColumnError, ColumnNotFoundError, StaleIndexError, SidecarError: As
                 :meth:`positions`.
         """
-        values: list[object]
         if isinstance(value, np.ndarray):
-            values, many = list(value.tolist()), True
-        elif isinstance(value, (list, tuple)):
-            values, many = list(value), True
-        else:
-            values, many = [value], False
-        found = self._column_queries().lookup(column, values)
-        return found if many else found[0]
+            return self._column_queries().lookup(column, list(value.tolist()))
+        if isinstance(value, (list, tuple)):
+            return self._column_queries().lookup(column, list(value))
+        return self._column_queries().lookup_one(column, value)
 
     def split_by(self, column: str, fractions: Mapping[str, float]
                  ) -> dict[str, DatasetView]:
