@@ -103,3 +103,15 @@ def test_which_pages_are_held_fixed_width():
     assert SortedKeys(PackedBytes.from_list([b"a\0", b"b"])).items == [b"a\0", b"b"]
     wide = b"x" * (WIDEST_TABLE + 1)
     assert SortedKeys(PackedBytes.from_list([b"a", wide])).items == [b"a", wide]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.binary(min_size=3, max_size=3), max_size=60), st.binary(max_size=12),
+       st.integers(0, 6))
+def test_ids_of_one_length_sharing_a_prefix_sort_as_python_sorts_them(tails, prefix, pad):
+    """The one-word sort of ids that share their leading bytes (``img-000...``): Python's
+    order, equal ids in their order (ties there or not)."""
+    items = [prefix + tail + bytes(pad) for tail in tails]
+    items += items[: len(items) // 3]  # equal ids, the later after the earlier
+    order = _bytes_order(PackedBytes.from_list(items)).tolist()
+    assert order == sorted(range(len(items)), key=items.__getitem__)
