@@ -115,3 +115,23 @@ def test_ids_of_one_length_sharing_a_prefix_sort_as_python_sorts_them(tails, pre
     items += items[: len(items) // 3]  # equal ids, the later after the earlier
     order = _bytes_order(PackedBytes.from_list(items)).tolist()
     assert order == sorted(range(len(items)), key=items.__getitem__)
+
+
+@settings(max_examples=200, deadline=None)
+@given(indexes(), st.data())
+def test_a_range_search_gives_what_a_scan_gives(case, data):
+    """Ranges over small leaves: leaves wholly within the range give their records without
+    their keys being searched; the others are searched."""
+    vtype, values, _, leaf_entries, fanout = case
+    index = _opened(vtype, values, leaf_entries, fanout)
+    cast = bytes if vtype is ValueType.BYTES else vtype.dtype.type
+    element = _ALPHABET if vtype is ValueType.BYTES else _NUMBERS[vtype]
+    low, high = (data.draw(st.none() | element.map(cast)) for _ in range(2))
+    included = data.draw(st.booleans())
+    want = [i for i, v in enumerate(values)
+            if (low is None or cast(v) >= low) and
+            (high is None or (cast(v) <= high if included else cast(v) < high))]
+    for _ in range(2):  # the leaves read, then kept
+        found = index.search([(low, high, included)])[0]
+        assert found.tolist() == want
+        found[:] = -1  # a copy: what the index keeps is not changed
