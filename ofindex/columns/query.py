@@ -161,7 +161,10 @@ class DatasetColumns:
         index = self._keys.get(column) or self.key_index(column)
         if index is None or index.header.vtype is ValueType.NONE:
             return self.lookup(column, [value])[0]
-        return index.find_one(query_value(index.header.vtype, value, column))
+        vtype = index.header.vtype
+        if vtype is ValueType.BYTES and type(value) is str:  # what query_value does, at once
+            return index.find_one(value.encode("utf-8"))
+        return index.find_one(query_value(vtype, value, column))
 
     def groups(self, column: str) -> tuple[list[Any], list[np.ndarray]]:
         """The records of each distinct value of ``column`` (records without one left out).
