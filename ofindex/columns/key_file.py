@@ -525,14 +525,25 @@ class KeyIndex:
             if level > 1:
                 routes = [(pages[offset], group) for offset, group in visits]
                 continue
+            alone_keys, alone_records = [], []  # keys held by one record: gathered at once
             for offset, group in visits:
                 leaf = pages[offset]
-                records = leaf.records
                 lefts, rights = leaf.keys.places(batch, group)
-                for k, start, end in zip(group.tolist(), lefts.tolist(), rights.tolist(),
-                                         strict=True):
+                one = rights - lefts == 1
+                if one.all():  # ids: every key of the leaf held once
+                    alone_keys.append(group)
+                    alone_records.append(leaf.records[lefts])
+                    continue
+                alone_keys.append(group[one])
+                alone_records.append(leaf.records[lefts[one]])
+                for k, start, end in zip(group[~one].tolist(), lefts[~one].tolist(),
+                                         rights[~one].tolist(), strict=True):
                     if end > start:
-                        found[k] = records[start:end].copy()
+                        found[k] = leaf.records[start:end].copy()
+            if alone_keys:
+                rows = list(np.concatenate(alone_records).reshape(-1, 1))  # views, made in C
+                for k, row in zip(np.concatenate(alone_keys).tolist(), rows, strict=True):
+                    found[k] = row
         if several:
             for k, records in zip(several, self.search([(keys[k], keys[k], True)
                                                          for k in several]), strict=True):
@@ -570,8 +581,10 @@ def _grouped(children: np.ndarray, members: np.ndarray) -> list[tuple[int, np.nd
         return []
     order = np.argsort(children, kind="stable")
     children, members = children[order], members[order]
-    cuts = np.flatnonzero(np.diff(children)) + 1
-    return list(zip(children[np.r_[0, cuts]].tolist(), np.split(members, cuts), strict=True))
+    cuts = (np.flatnonzero(np.diff(children)) + 1).tolist()
+    bounds = [0, *cuts, len(members)]
+    return [(child, members[start:end]) for child, start, end in zip(
+        children[bounds[:-1]].tolist(), bounds[:-1], bounds[1:], strict=True)]
 
 
 #: No records (copied before it is handed out).

@@ -138,6 +138,9 @@ class DatasetColumns:
         index = self.key_index(column)
         if index is not None and index.header.vtype is not ValueType.NONE:
             keyed = index.header.vtype
+            if keyed is ValueType.BYTES:  # str keys encoded at once, others checked
+                return index.find([v.encode("utf-8") if type(v) is str else
+                                   query_value(keyed, v, column) for v in values])
             return index.find([query_value(keyed, v, column) for v in values])
         vtype = self.vtype(column)
         if index is not None:  # a key index without entries: no record holds a value

@@ -142,9 +142,9 @@ class SortedKeys:
             return (np.array([self.left(v) for v in chosen], dtype=np.int64),
                     np.array([self.right(v) for v in chosen], dtype=np.int64))
         wanted = queries.table[members]
-        rights = self.table.searchsorted(wanted, "right").astype(np.int64)
-        lefts = self.table.searchsorted(wanted, "left").astype(np.int64)
-        if queries.trailing_zero is not None:
+        rights = self.table.searchsorted(wanted, "right").astype(np.int64, copy=False)
+        lefts = self.table.searchsorted(wanted, "left").astype(np.int64, copy=False)
+        if queries.trailing_zero is not None and queries.any_trailing_zero:
             zero = queries.trailing_zero[members]
             lefts[zero] = rights[zero]
         return lefts, rights
@@ -158,23 +158,26 @@ class KeyBatch:
         dtype: The numbers' dtype, or ``None`` for bytes.
     """
 
-    __slots__ = ("items", "table", "trailing_zero", "values")
+    __slots__ = ("any_trailing_zero", "items", "table", "trailing_zero", "values")
 
     def __init__(self, values: Sequence[Any], dtype: np.dtype[Any] | None) -> None:
         self.values = values
         self.items: list[bytes] | None = None
         self.trailing_zero: np.ndarray | None = None
+        self.any_trailing_zero = False
         if dtype is not None:
             self.table: np.ndarray = np.array(values, dtype=dtype).reshape(len(values))
             return
-        widest = max(map(len, values), default=0)
+        lengths = np.fromiter(map(len, values), dtype=np.int64, count=len(values))
+        widest = int(lengths.max()) if len(values) else 0
         if widest > WIDEST_TABLE:
             self.items = list(values)
             self.table = np.zeros(0, dtype="S1")
             return
         self.table = np.array(values, dtype=f"S{max(widest, 1)}").reshape(len(values))
-        self.trailing_zero = np.fromiter((v.endswith(b"\0") for v in values), dtype=bool,
-                                         count=len(values))
+        # a fixed-width array drops trailing zero bytes: the keys it shortened end with them
+        self.trailing_zero = np.char.str_len(self.table) != lengths
+        self.any_trailing_zero = bool(self.trailing_zero.any())
 
     def __len__(self) -> int:
         return len(self.values)
