@@ -9,6 +9,7 @@ levels (small leaves and nodes)."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -17,6 +18,7 @@ from ofindex.columns.key_file import KeyIndex, encode_key_index
 from ofindex.columns.packed import PackedBytes
 from ofindex.columns.sorted_keys import WIDEST_TABLE, KeyBatch, SortedKeys
 from ofindex.columns.value_types import ValueType
+from ofindex.errors import SidecarError
 
 _ALPHABET = st.sampled_from([b"", b"\0", b"a", b"b", b"a\0", b"\0a", b"ab", b"b\0\0",
                              b"a" * (WIDEST_TABLE + 3), b"a" * (WIDEST_TABLE + 3) + b"\0"])
@@ -138,3 +140,26 @@ def test_a_range_search_gives_what_a_scan_gives(case, data):
         found = index.search([(low, high, included)])[0]
         assert found.tolist() == want
         found[:] = -1  # a copy: what the index keeps is not changed
+
+
+@pytest.mark.parametrize("vtype", [ValueType.BYTES, ValueType.INT64])
+@pytest.mark.parametrize("how", ["find_one", "find", "range"])
+def test_a_leaf_whose_keys_decrease_is_refused_when_searched(vtype, how):
+    """A leaf written with its keys out of order (its CRC right): every search of its keys
+    refuses it, batch or one key (a query taking all its records reads only them, as
+    docs/format.md says)."""
+    items = [b"b", b"a"] if vtype is ValueType.BYTES else [5, 2]
+    keys = PackedBytes.from_list(items) if vtype is ValueType.BYTES else np.array(items)
+    raw = b"".join(encode_key_index("k", vtype, keys, np.array([0, 1], np.int64), 2,
+                                    "00ff" * 4))
+    index = KeyIndex.open(lambda ranges: [raw[a:b] for a, b in ranges], "x.ofkey", len(raw))
+    first = items[0] if vtype is ValueType.BYTES else np.int64(items[0])
+    with pytest.raises(SidecarError, match="not in ascending order"):
+        if how == "find_one":
+            index.find_one(first)
+        elif how == "find":
+            index.find([first])
+        else:
+            index.search([(None, first, True)])
+    again = KeyIndex.open(lambda ranges: [raw[a:b] for a, b in ranges], "x.ofkey", len(raw))
+    assert again.search([(None, None, False)])[0].tolist() == [0, 1]

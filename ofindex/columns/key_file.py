@@ -257,7 +257,7 @@ class _Leaf:
 
     Args:
         records: Its records (global numbers).
-        raw_keys: Its keys' bytes.
+        raw_keys: Its keys' bytes (bytes keys unpacked, their lengths checked).
         vtype: Their type.
         url: The key index, for messages.
         where: The page, for messages.
@@ -265,8 +265,8 @@ class _Leaf:
 
     __slots__ = ("_keys", "_raw_keys", "_vtype", "_where", "records")
 
-    def __init__(self, records: np.ndarray, raw_keys: bytes, vtype: ValueType, url: str,
-                 where: str) -> None:
+    def __init__(self, records: np.ndarray, raw_keys: bytes | PackedBytes, vtype: ValueType,
+                 url: str, where: str) -> None:
         self.records = records
         self._raw_keys, self._vtype, self._where = raw_keys, vtype, (url, where)
         self._keys: SortedKeys | None = None
@@ -280,8 +280,9 @@ class _Leaf:
         """
         if self._keys is None:
             url, where = self._where
-            keys = SortedKeys(_decode_keys(self._raw_keys, len(self.records), self._vtype,
-                                           url, where))
+            raw = self._raw_keys
+            keys = SortedKeys(raw if isinstance(raw, PackedBytes) else
+                              _decode_keys(raw, len(self.records), self._vtype, url, where))
             if not keys.ascending():
                 raise _corrupt(url, f"{where}'s keys are not in ascending order")
             self._keys, self._raw_keys = keys, b""
@@ -393,17 +394,15 @@ class KeyIndex:
         ranges = [(self.base + int(p["offset"]), self.base + int(p["offset"]) + int(p["stored"]))
                   for _, p in wanted]
         stored = self.read(ranges) if ranges else []
-
-        def checked(pointer: np.void, data: bytes) -> bytes:
+        out = []
+        for (_, pointer), data in zip(wanted, stored, strict=True):
             where = f"page at byte {self.base + int(pointer['offset'])}"
             if len(data) != int(pointer["stored"]) or \
                     _crc32c.crc32c(data) != int(pointer["crc"]):
                 raise _corrupt(self.url, f"the CRC of its {where} does not match")
-            return page_codec.inflate_exact(data, int(pointer["compression"]),
-                                            int(pointer["raw"]), f"{self.url}: {where}")
-
-        return [checked(pointer, data) for (_, pointer), data in zip(wanted, stored,
-                                                                      strict=True)]
+            out.append(page_codec.inflate_exact(data, int(pointer["compression"]),
+                                                int(pointer["raw"]), f"{self.url}: {where}"))
+        return out
 
     def _leaf(self, raw: bytes, count: int, where: str) -> _Leaf:
         if len(raw) < 8 * count:
@@ -412,7 +411,14 @@ class KeyIndex:
                                                    np.dtype("<i8")), dtype=np.int64)
         if count and (int(records.min()) < 0 or int(records.max()) >= self.header.records):
             raise _corrupt(self.url, f"{where} names a record outside the dataset")
-        return _Leaf(records, raw[:len(raw) - 8 * count], self.header.vtype, self.url, where)
+        raw_keys = raw[:len(raw) - 8 * count]
+        vtype = self.header.vtype
+        # that the keys fill their part is checked now; their order when they are searched
+        packed = page_codec.unpack_bytes_values(raw_keys, count, f"{self.url}: {where}") \
+            if vtype is ValueType.BYTES else None
+        if packed is None and (vtype is ValueType.NONE or len(raw_keys) != vtype.width * count):
+            raise _corrupt(self.url, f"{where} holds {len(raw_keys)} bytes of keys for {count}")
+        return _Leaf(records, packed if packed is not None else raw_keys, vtype, self.url, where)
 
     # -- lookups ----------------------------------------------------------------------------
     def search(self, bounds: Sequence[Bounds]) -> list[np.ndarray]:
