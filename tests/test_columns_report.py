@@ -58,8 +58,41 @@ def test_the_columns_section(tmp_path):
         in md
     assert "| datasets filter | 1 (1–1.1) |" in md
     assert "| BalancedSampler | 2 | 1 | 0.5 |" in md
+    assert "keys per CPU second" not in md  # a run without CPU figures: none shown
     assert ("Columns (tools/bench_columns.py): build with 2 columns 3× the time without; key "
             "lookups 0.8× tfd-utils' get_record in batches (0.5× a key a call) with 0.05× its "
             "index memory; where(label=3) on 5,000 records 100× datasets.filter, 12× "
             "tfr-reader; remote lookup batch in 2 request round(s); BalancedSampler 0.95× the "
             "global shuffle's batches/s.") in readme.read_text()
+
+
+def test_the_columns_section_with_cpu_figures(tmp_path):
+    """Runs that measured CPU seconds too show them beside the wall times."""
+    results, docs = tmp_path / "bench-results", tmp_path / "docs"
+    results.mkdir()
+    data = json.loads(json.dumps(COLUMNS))
+    data["build"].update({"cpu_seconds": {"offsets only": _spread(0.08, 0.07, 0.09),
+                                          "with label, id": _spread(1.1, 1, 1.2)},
+                          "cpu_ratio": _spread(13, 12, 14)})
+    data["lookup"].update({"keys_per_cpu_s": {"tfd-utils get_record": _spread(100, 90, 110),
+                                              "ofindex, a key a call": _spread(150, 140, 160)},
+                           "cpu_ratio_one": _spread(1.5, 1.4, 1.6),
+                           "cpu_ratio_batch": _spread(2.1, 2, 2.2)})
+    data["where"].update({"cpu_seconds": {"ofindex where": _spread(0.04, 0.03, 0.05)},
+                          "cpu_ratio_vs_hf": _spread(150, 140, 160),
+                          "cpu_ratio_vs_tfr": _spread(30, 20, 40)})
+    with open(results / "columns.json", "w") as f:
+        json.dump(data, f)
+    readme = tmp_path / "README.md"
+    readme.write_text("# x\n\n<!-- bench:begin -->\nold\n<!-- bench:end -->\n")
+    assert report.main(["--results", str(results), "--docs", str(docs),
+                        "--readme", str(readme)]) == 0
+    md = (docs / "benchmarks.md").read_text()
+    assert "with label, id 1.1 (1–1.2); ratio 13 (12–14)." in md
+    assert "| ofindex, a key a call | 150 (140–160) |" in md
+    assert "a key a call 1.5 (1.4–1.6), in batches 2.1 (2–2.2)." in md
+    assert ("ofindex where 0.04 (0.03–0.05); ofindex uses 150 (140–160)× less than datasets' "
+            "filter, 30 (20–40)× less than tfr-reader.") in md
+    assert ("in batches (0.5× a key a call) (2.1× and 1.5× per CPU second) with"
+            in readme.read_text())
+

@@ -92,14 +92,16 @@ def index_dir(directory: str) -> str:
 def bench_build(directory: str, n: int, rounds: int) -> dict[str, Any]:
     """Build times without and with two columns, interleaved; column bytes per record."""
     times: dict[str, list[float]] = {"offsets only": [], "with label, id": []}
+    cpu: dict[str, list[float]] = {name: [] for name in times}
     for _ in range(rounds):
         for name, columns in (("offsets only", []), ("with label, id", ["label", "id"])):
             for path in os.listdir(index_dir(directory)):
                 if path.endswith((".ofcol", ".ofkey")):
                     os.remove(os.path.join(index_dir(directory), path))
-            start = time.perf_counter()
+            start, start_cpu = time.perf_counter(), time.process_time()
             ofindex.build_index(directory, columns=columns, resume=False)
             times[name].append(time.perf_counter() - start)
+            cpu[name].append(time.process_time() - start_cpu)
     sizes: dict[str, int] = {}
     for path in os.listdir(index_dir(directory)):
         kind = ("label column" if ".label.ofcol" in path else "id column" if ".id.ofcol" in path
@@ -110,8 +112,14 @@ def bench_build(directory: str, n: int, rounds: int) -> dict[str, Any]:
             sizes[kind] = sizes.get(kind, 0) + os.path.getsize(
                 os.path.join(index_dir(directory), path))
     ratio = [w / o for w, o in zip(times["with label, id"], times["offsets only"], strict=True)]
+    cpu_ratio = [w / o for w, o in zip(cpu["with label, id"], cpu["offsets only"],
+                                       strict=True)]
     return {"records": n, "seconds": {k: spread(v, 3) for k, v in times.items()},
             "ratio": spread(ratio, 3),
+            # CPU seconds of the process (its threads too): what the work costs, whatever
+            # share of a loaded machine's cores the process got
+            "cpu_seconds": {k: spread(v, 3) for k, v in cpu.items()},
+            "cpu_ratio": spread(cpu_ratio, 3),
             "bytes_per_record": {k: round(v / n, 3) for k, v in sizes.items()}}
 
 
@@ -171,12 +179,14 @@ def bench_lookup(directory: str, n: int, rounds: int, keys: int) -> dict[str, An
 
     rates: dict[str, list[float]] = {"tfd-utils get_record": [], "ofindex, a key a call": [],
                                      "ofindex, batches of all keys": []}
+    cpu_rates: dict[str, list[float]] = {name: [] for name in rates}
     runs = dict(zip(rates, (tfd_run, ours_one, ours_batch), strict=True))
     for _ in range(rounds):
         for name, run in runs.items():
-            start = time.perf_counter()
+            start, start_cpu = time.perf_counter(), time.process_time()
             run()
             rates[name].append(keys / (time.perf_counter() - start))
+            cpu_rates[name].append(keys / max(time.process_time() - start_cpu, 1e-9))
     tfd.close()
     ds.close()
     return {"keys": keys, "records": n, "keys_per_s": {k: spread(v, 0) for k, v in rates.items()},
@@ -186,6 +196,14 @@ def bench_lookup(directory: str, n: int, rounds: int, keys: int) -> dict[str, An
             "ratio_batch": spread([a / b for a, b in zip(rates["ofindex, batches of all keys"],
                                                          rates["tfd-utils get_record"],
                                                          strict=True)], 3),
+            # keys per CPU second of the process (both read on one thread)
+            "keys_per_cpu_s": {k: spread(v, 0) for k, v in cpu_rates.items()},
+            "cpu_ratio_one": spread([a / b for a, b in zip(
+                cpu_rates["ofindex, a key a call"], cpu_rates["tfd-utils get_record"],
+                strict=True)], 3),
+            "cpu_ratio_batch": spread([a / b for a, b in zip(
+                cpu_rates["ofindex, batches of all keys"], cpu_rates["tfd-utils get_record"],
+                strict=True)], 3),
             "index_bytes": {"tfd-utils": tfd_bytes, "ofindex": ours_bytes},
             "memory_ratio": round(ours_bytes / max(tfd_bytes, 1), 4)}
 
@@ -268,11 +286,13 @@ def bench_where(directory: str, labels: np.ndarray, rounds: int) -> dict[str, An
 
     runs = {"ofindex where": ours, "datasets filter": hf, "tfr-reader SQL": tfr}
     seconds: dict[str, list[float]] = {k: [] for k in runs}
+    cpu: dict[str, list[float]] = {k: [] for k in runs}
     for _ in range(rounds):
         for name, run in runs.items():
-            start = time.perf_counter()
+            start, start_cpu = time.perf_counter(), time.process_time()
             got = run()
             seconds[name].append(time.perf_counter() - start)
+            cpu[name].append(time.process_time() - start_cpu)
             assert got == want, (name, got, want)
     shutil.rmtree(cache, ignore_errors=True)
     return {"records": n, "matching": want, "seconds": {k: spread(v, 4) for k, v in
@@ -282,7 +302,15 @@ def bench_where(directory: str, labels: np.ndarray, rounds: int) -> dict[str, An
                                                          strict=True)], 2),
             "ratio_vs_tfr": spread([b / a for a, b in zip(seconds["ofindex where"],
                                                           seconds["tfr-reader SQL"],
-                                                          strict=True)], 2)}
+                                                          strict=True)], 2),
+            # CPU seconds of the process, its threads too (polars runs on several)
+            "cpu_seconds": {k: spread(v, 4) for k, v in cpu.items()},
+            "cpu_ratio_vs_hf": spread([b / a for a, b in zip(cpu["ofindex where"],
+                                                             cpu["datasets filter"],
+                                                             strict=True)], 2),
+            "cpu_ratio_vs_tfr": spread([b / a for a, b in zip(cpu["ofindex where"],
+                                                              cpu["tfr-reader SQL"],
+                                                              strict=True)], 2)}
 
 
 def _tfr_index(directory: str, labels: np.ndarray, tfr_dir: str, pl: Any) -> None:

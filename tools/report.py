@@ -1028,6 +1028,11 @@ class Report:
                     "per record: " + ", ".join(f"{k} {fmt(v)}"
                                                for k, v in b["bytes_per_record"].items())
                     + ".\n")
+        if "cpu_ratio" in b:
+            text.append("CPU seconds of the process (its threads too), which the machine's "
+                        "load does not stretch: " + ", ".join(
+                            f"{k} {_spread_cell(v)}" for k, v in b["cpu_seconds"].items())
+                        + f"; ratio {_spread_cell(b['cpu_ratio'])}.\n")
         lk = data["lookup"]
         text.append(f"### Key lookups, local: {lk['keys']:,} random keys of {lk['records']:,}, "
                     "each read as a parsed Example\n")
@@ -1037,6 +1042,12 @@ class Report:
                     f"batches {_spread_cell(lk['ratio_batch'])}; index memory held: tfd-utils "
                     f"{lk['index_bytes']['tfd-utils']:,} B, ofindex "
                     f"{lk['index_bytes']['ofindex']:,} B ({fmt(lk['memory_ratio'])}×).\n")
+        if "keys_per_cpu_s" in lk:
+            text.append(table(["reader", "keys per CPU second"], [
+                [k, _spread_cell(v)] for k, v in lk["keys_per_cpu_s"].items()]) + "\n")
+            text.append(f"Per CPU second (the load does not stretch it): a key a call "
+                        f"{_spread_cell(lk['cpu_ratio_one'])}, in batches "
+                        f"{_spread_cell(lk['cpu_ratio_batch'])}.\n")
         r = data["remote"]
         rounds = [x["rounds"] for x in r["batches"]]
         rtts = [x["rtts"] for x in r["batches"]]
@@ -1052,6 +1063,11 @@ class Report:
                                                  for k, v in w["seconds"].items()]) + "\n")
         text.append(f"ofindex: {_spread_cell(w['ratio_vs_hf'])}× faster than datasets' "
                     f"filter, {_spread_cell(w['ratio_vs_tfr'])}× faster than tfr-reader.\n")
+        if "cpu_seconds" in w:
+            text.append("CPU seconds of the process (its threads too): " + ", ".join(
+                f"{k} {_spread_cell(v)}" for k, v in w["cpu_seconds"].items())
+                + f"; ofindex uses {_spread_cell(w['cpu_ratio_vs_hf'])}× less than datasets' "
+                f"filter, {_spread_cell(w['cpu_ratio_vs_tfr'])}× less than tfr-reader.\n")
         bal = data["balanced"]
         text.append(f"### BalancedSampler against the global shuffle, batches of "
                     f"{bal['batch_size']} (class shares {bal['class_shares']})\n")
@@ -1064,11 +1080,14 @@ class Report:
         text.append(f"BalancedSampler / global shuffle, read and decoded: "
                     f"{_spread_cell(bal['ratio'])}; record numbers alone: "
                     f"{_spread_cell(bal['ratio_numbers_only'])}.\n")
+        cpu = (f" ({fmt(lk['cpu_ratio_batch']['median'])}× and "
+               f"{fmt(lk['cpu_ratio_one']['median'])}× per CPU second)"
+               if "cpu_ratio_batch" in lk else "")
         summary.append(
             f"Columns (tools/bench_columns.py): build with 2 columns "
             f"{fmt(b['ratio']['median'])}× the time without; key lookups "
             f"{fmt(lk['ratio_batch']['median'])}× tfd-utils' get_record in batches "
-            f"({fmt(lk['ratio_one']['median'])}× a key a call) with "
+            f"({fmt(lk['ratio_one']['median'])}× a key a call){cpu} with "
             f"{fmt(lk['memory_ratio'])}× its index memory; where(label=3) on "
             f"{w['records']:,} records {fmt(w['ratio_vs_hf']['median'])}× datasets.filter, "
             f"{fmt(w['ratio_vs_tfr']['median'])}× tfr-reader; remote lookup batch in "

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
-import itertools
 import struct
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -29,6 +28,7 @@ from ..errors import SidecarError
 from . import page_codec
 from .column_file import name_part
 from .packed import PackedBytes
+from .sorted_keys import KeyBatch, SortedKeys
 from .value_types import ValueType
 
 MAGIC = b"OFKEYIX\0"
@@ -241,8 +241,52 @@ def decode_key_header(raw: bytes | memoryview, url: str) -> KeyHeader:
                      pages_bytes, children, root_crc, size)
 
 
-#: Keys as a lookup searches them: a sorted numpy array, or a sorted list of ``bytes``.
-Sorted = np.ndarray | list[bytes]
+def _decode_keys(raw: bytes, count: int, vtype: ValueType, url: str, where: str) -> Keys:
+    """A page's ``count`` keys of ``vtype`` from their bytes."""
+    if vtype is ValueType.BYTES:
+        return page_codec.unpack_bytes_values(raw, count, where)
+    if vtype is ValueType.NONE or len(raw) != vtype.width * count:
+        raise _corrupt(url, f"{where} holds {len(raw)} bytes of keys for {count}")
+    return page_codec.from_planes(raw, count, vtype.dtype)
+
+
+class _Leaf:
+    """A decoded leaf: its records, and its keys decoded when first searched (a leaf whose
+    keys all lie within a query's bounds, known from the node above, gives its records
+    without them: ``where(label=3)`` over 10 M records reads 209 such leaves).
+
+    Args:
+        records: Its records (global numbers).
+        raw_keys: Its keys' bytes (bytes keys unpacked, their lengths checked).
+        vtype: Their type.
+        url: The key index, for messages.
+        where: The page, for messages.
+    """
+
+    __slots__ = ("_keys", "_raw_keys", "_vtype", "_where", "records")
+
+    def __init__(self, records: np.ndarray, raw_keys: bytes | PackedBytes, vtype: ValueType,
+                 url: str, where: str) -> None:
+        self.records = records
+        self._raw_keys, self._vtype, self._where = raw_keys, vtype, (url, where)
+        self._keys: SortedKeys | None = None
+
+    @property
+    def keys(self) -> SortedKeys:
+        """Its keys, ascending.
+
+        Raises:
+            SidecarError: They are damaged or not in ascending order.
+        """
+        if self._keys is None:
+            url, where = self._where
+            raw = self._raw_keys
+            keys = SortedKeys(raw if isinstance(raw, PackedBytes) else
+                              _decode_keys(raw, len(self.records), self._vtype, url, where))
+            if not keys.ascending():
+                raise _corrupt(url, f"{where}'s keys are not in ascending order")
+            self._keys, self._raw_keys = keys, b""
+        return self._keys
 
 
 @dataclasses.dataclass(frozen=True)
@@ -250,22 +294,11 @@ class _Node:
     """A decoded node: its children's pointers and first keys."""
 
     pointers: np.ndarray
-    firsts: Sorted
+    firsts: SortedKeys
     offsets: list[int]  # the pointers' offsets as ints (read once, not per lookup)
-
-
-def _searchable(keys: Keys) -> Sorted:
-    """Keys as a lookup searches them (bytes made a list once, for ``bisect``)."""
-    return keys.tolist() if isinstance(keys, PackedBytes) else keys
-
-
-def _ascending(keys: Sorted) -> bool:
-    """Whether ``keys`` never decrease (what a binary search over them needs)."""
-    if isinstance(keys, list):
-        return all(a <= b for a, b in itertools.pairwise(keys))
-    if keys.dtype.kind == "f" and bool(np.isnan(keys).any()):
-        return False
-    return not bool((keys[1:] < keys[:-1]).any())
+    #: The first keys as Python objects, searched with bisect for one key (a node holds at
+    #: most FANOUT of them: bisect takes 0.3 us where a numpy search takes 1-2 us a call).
+    first_items: list[Any]
 
 
 class KeyIndex:
@@ -295,7 +328,7 @@ class KeyIndex:
         if int(self.root.pointers["entries"].sum()) != header.entries:
             raise _corrupt(url, "the entries under its root do not add up")
         self.nodes: dict[int, _Node] = {}
-        self.leaves: dict[int, tuple[Sorted, np.ndarray]] = {}
+        self.leaves: dict[int, _Leaf] = {}
 
     @classmethod
     def open(cls, read: ReadRanges, url: str, size: int, *, guess: int = 1 << 16) -> KeyIndex:
@@ -325,12 +358,7 @@ class KeyIndex:
 
     # -- pages ------------------------------------------------------------------------------
     def _keys(self, raw: bytes, count: int, where: str) -> Keys:
-        vtype = self.header.vtype
-        if vtype is ValueType.BYTES:
-            return page_codec.unpack_bytes_values(raw, count, where)
-        if vtype is ValueType.NONE or len(raw) != vtype.width * count:
-            raise _corrupt(self.url, f"{where} holds {len(raw)} bytes of keys for {count}")
-        return page_codec.from_planes(raw, count, vtype.dtype)
+        return _decode_keys(raw, count, self.header.vtype, self.url, where)
 
     def _decode_node(self, raw: bytes, count: int, where: str, *, padded: bool = False
                      ) -> _Node:
@@ -350,15 +378,16 @@ class KeyIndex:
         rest = body[used:]
         if len(body) < used or (rest and not padded) or len(rest) >= 8 or any(rest):
             raise _corrupt(self.url, f"{where}'s keys do not fill it")
-        firsts = _searchable(self._keys(body[:used], count, where))
-        if not _ascending(firsts):
+        firsts = SortedKeys(self._keys(body[:used], count, where))
+        if not firsts.ascending():
             raise _corrupt(self.url, f"{where}'s keys are not in ascending order")
         ends = pointers["offset"].astype(np.int64) + pointers["stored"].astype(np.int64)
         if count and (int(ends.max()) > self.header.pages_bytes or
                       bool(pointers["compression"].max() > 1) or
                       bool(pointers["reserved"].any())):
             raise _corrupt(self.url, f"{where} points past the pages or holds bad fields")
-        return _Node(pointers, firsts, pointers["offset"].astype(np.int64).tolist())
+        return _Node(pointers, firsts, pointers["offset"].astype(np.int64).tolist(),
+                     firsts.as_list())
 
     def _fetch(self, wanted: list[tuple[int, np.void]]) -> list[bytes]:
         """The raw bytes of the pages ``(level, pointer)``, read in one call, checked."""
@@ -375,17 +404,21 @@ class KeyIndex:
                                                 int(pointer["raw"]), f"{self.url}: {where}"))
         return out
 
-    def _leaf(self, raw: bytes, count: int, where: str) -> tuple[Sorted, np.ndarray]:
+    def _leaf(self, raw: bytes, count: int, where: str) -> _Leaf:
         if len(raw) < 8 * count:
             raise _corrupt(self.url, f"{where} is too short for {count} records")
-        keys = _searchable(self._keys(raw[:len(raw) - 8 * count], count, where))
-        if not _ascending(keys):
-            raise _corrupt(self.url, f"{where}'s keys are not in ascending order")
         records = np.cumsum(page_codec.from_planes(raw[len(raw) - 8 * count:], count,
                                                    np.dtype("<i8")), dtype=np.int64)
         if count and (int(records.min()) < 0 or int(records.max()) >= self.header.records):
             raise _corrupt(self.url, f"{where} names a record outside the dataset")
-        return keys, records
+        raw_keys = raw[:len(raw) - 8 * count]
+        vtype = self.header.vtype
+        # that the keys fill their part is checked now; their order when they are searched
+        packed = page_codec.unpack_bytes_values(raw_keys, count, f"{self.url}: {where}") \
+            if vtype is ValueType.BYTES else None
+        if packed is None and (vtype is ValueType.NONE or len(raw_keys) != vtype.width * count):
+            raise _corrupt(self.url, f"{where} holds {len(raw_keys)} bytes of keys for {count}")
+        return _Leaf(records, packed if packed is not None else raw_keys, vtype, self.url, where)
 
     # -- lookups ----------------------------------------------------------------------------
     def search(self, bounds: Sequence[Bounds]) -> list[np.ndarray]:
@@ -405,25 +438,123 @@ class KeyIndex:
         frontier = [(k, self.root) for k in range(len(bounds))]
         for level in range(self.header.levels, 0, -1):
             wanted: dict[int, np.void] = {}
-            visits: list[tuple[int, int]] = []  # (query, page offset)
+            visits: list[tuple[int, int, bool]] = []  # (query, page offset, all within)
             for k, node in frontier:
                 lo, hi = _child_range(node.firsts, bounds[k])
                 for j in range(lo, hi):
                     offset = node.offsets[j]
                     if offset not in wanted:
                         wanted[offset] = node.pointers[j]
-                    visits.append((k, offset))
+                    visits.append((k, offset, _within(node.firsts, j, bounds[k])))
             pages = self._pages(level, wanted)
             if level > 1:
-                frontier = [(k, pages[offset]) for k, offset in visits]
+                frontier = [(k, pages[offset]) for k, offset, _ in visits]
                 continue
-            for k, offset in visits:
-                keys, records = pages[offset]
-                start, end = _span(keys, bounds[k])
+            for k, offset, within in visits:
+                leaf = pages[offset]
+                if within:
+                    found[k].append(leaf.records)
+                    continue
+                start, end = _span(leaf.keys, bounds[k])
                 if end > start:
-                    found[k].append(records[start:end])
+                    found[k].append(leaf.records[start:end])
         return [_ascending_records(parts, bound) for parts, bound in zip(found, bounds,
                                                                          strict=True)]
+
+    def find_one(self, key: Any) -> np.ndarray:
+        """The records whose key equals ``key``: :meth:`search` of one value, without its
+        per-call lists and dicts (a key found in one leaf: a search per level).
+
+        Args:
+            key: A key of the column's type (``bytes`` for bytes).
+
+        Returns:
+            The records found, ascending (int64).
+
+        Raises:
+            SidecarError: A page read is damaged.
+        """
+        node = self.root
+        probe = key.item() if isinstance(key, np.number) else key  # as first_items hold it
+        for level in range(self.header.levels, 0, -1):
+            firsts = node.first_items
+            start, end = max(bisect.bisect_left(firsts, probe) - 1, 0), \
+                bisect.bisect_right(firsts, probe)
+            if end - start != 1:  # none, or equal keys over several children
+                return self.search([(key, key, True)])[0] if end > start else _NONE.copy()
+            offset = node.offsets[start]
+            if level > 1:
+                kept = self.nodes.get(offset)
+                node = kept if kept is not None else \
+                    self._pages(level, {offset: node.pointers[start]})[offset]
+                continue
+            leaf = self.leaves.get(offset)
+            if leaf is None:
+                leaf = self._pages(level, {offset: node.pointers[start]})[offset]
+            start, end = leaf.keys.equal_span(key)
+            found: np.ndarray = leaf.records[start:end].copy()
+            return found
+        raise AssertionError("a key index has at least one level")  # pragma: no cover
+
+    def find(self, keys: Sequence[Any]) -> list[np.ndarray]:
+        """The records whose key equals each of ``keys``: :meth:`search` of values, each
+        level's pages searched once for all the keys routed to them (numpy searches, no
+        Python step per key and page).
+
+        Args:
+            keys: Keys of the column's type (``bytes`` for bytes).
+
+        Returns:
+            Per key, the records found, ascending (int64).
+
+        Raises:
+            SidecarError: A page read is damaged.
+        """
+        batch = KeyBatch(keys, None if self.header.vtype is ValueType.BYTES
+                         else self.header.vtype.dtype)
+        found: list[np.ndarray] = [_NONE] * len(keys)
+        several: list[int] = []  # keys equal to children's first keys: searched one by one
+        routes: list[tuple[_Node, np.ndarray]] = [(self.root, np.arange(len(keys)))]
+        for level in range(self.header.levels, 0, -1):
+            wanted: dict[int, np.void] = {}
+            visits: list[tuple[int, np.ndarray]] = []  # (page offset, its keys)
+            for node, members in routes:
+                lefts, rights = node.firsts.places(batch, members)
+                starts = np.maximum(lefts - 1, 0)
+                several += members[rights - starts > 1].tolist()
+                alone = rights - starts == 1
+                for child, group in _grouped(starts[alone], members[alone]):
+                    offset = node.offsets[child]
+                    wanted[offset] = node.pointers[child]
+                    visits.append((offset, group))
+            pages = self._pages(level, wanted)
+            if level > 1:
+                routes = [(pages[offset], group) for offset, group in visits]
+                continue
+            alone_keys, alone_records = [], []  # keys held by one record: gathered at once
+            for offset, group in visits:
+                leaf = pages[offset]
+                lefts, rights = leaf.keys.places(batch, group)
+                one = rights - lefts == 1
+                if one.all():  # ids: every key of the leaf held once
+                    alone_keys.append(group)
+                    alone_records.append(leaf.records[lefts])
+                    continue
+                alone_keys.append(group[one])
+                alone_records.append(leaf.records[lefts[one]])
+                for k, start, end in zip(group[~one].tolist(), lefts[~one].tolist(),
+                                         rights[~one].tolist(), strict=True):
+                    if end > start:
+                        found[k] = leaf.records[start:end].copy()
+            if alone_keys:
+                rows = list(np.concatenate(alone_records).reshape(-1, 1))  # views, made in C
+                for k, row in zip(np.concatenate(alone_keys).tolist(), rows, strict=True):
+                    found[k] = row
+        if several:
+            for k, records in zip(several, self.search([(keys[k], keys[k], True)
+                                                         for k in several]), strict=True):
+                found[k] = records
+        return [records if records is not _NONE else _NONE.copy() for records in found]
 
     def _pages(self, level: int, wanted: dict[int, np.void]) -> dict[int, Any]:
         """The decoded pages at ``wanted`` (nodes at ``level`` > 1, else leaves): kept ones,
@@ -450,6 +581,21 @@ class KeyIndex:
         return out
 
 
+def _grouped(children: np.ndarray, members: np.ndarray) -> list[tuple[int, np.ndarray]]:
+    """The keys ``members`` grouped by the child each goes to (``children``, alike)."""
+    if not len(children):
+        return []
+    order = np.argsort(children, kind="stable")
+    children, members = children[order], members[order]
+    cuts = (np.flatnonzero(np.diff(children)) + 1).tolist()
+    bounds = [0, *cuts, len(members)]
+    return [(child, members[start:end]) for child, start, end in zip(
+        children[bounds[:-1]].tolist(), bounds[:-1], bounds[1:], strict=True)]
+
+
+#: No records (copied before it is handed out).
+_NONE = np.zeros(0, dtype=np.int64)
+
 #: A query's bounds: ``(low, high, high_included)``, ``None`` for an open end.
 Bounds = tuple[Any, Any, bool]
 
@@ -467,33 +613,33 @@ def _ascending_records(parts: list[np.ndarray], bounds: Bounds) -> np.ndarray:
     return joined
 
 
-def _child_range(firsts: Sorted, bounds: Bounds) -> tuple[int, int]:
+def _child_range(firsts: SortedKeys, bounds: Bounds) -> tuple[int, int]:
     """The children of a node (by their first keys) that may hold keys within ``bounds``."""
     low, high, included = bounds
-    start = 0 if low is None else max(_left(firsts, low) - 1, 0)
+    start = 0 if low is None else max(firsts.left(low) - 1, 0)
     end = len(firsts) if high is None else (
-        _right(firsts, high) if included else _left(firsts, high))
+        firsts.right(high) if included else firsts.left(high))
     return start, end
 
 
-def _span(keys: Sorted, bounds: Bounds) -> tuple[int, int]:
+def _within(firsts: SortedKeys, child: int, bounds: Bounds) -> bool:
+    """Whether every key under child ``child`` of a node lies within ``bounds``: its keys
+    lie between its first key and the next child's (equal keys may cross into it)."""
+    low, high, included = bounds
+    if low is not None and not firsts[child] >= low:
+        return False
+    if high is None:
+        return True
+    if child + 1 >= len(firsts):
+        return False
+    after = firsts[child + 1]
+    return bool(after <= high if included else after < high)
+
+
+def _span(keys: SortedKeys, bounds: Bounds) -> tuple[int, int]:
     """The entries of a leaf (its keys sorted) within ``bounds``: ``keys[start:end]``."""
     low, high, included = bounds
-    start = 0 if low is None else _left(keys, low)
+    start = 0 if low is None else keys.left(low)
     end = len(keys) if high is None else (
-        _right(keys, high) if included else _left(keys, high))
+        keys.right(high) if included else keys.left(high))
     return start, max(start, end)
-
-
-def _left(keys: Sorted, value: Any) -> int:
-    """The first place of ``keys`` holding ``value`` or more."""
-    if isinstance(keys, list):
-        return bisect.bisect_left(keys, value)
-    return int(np.searchsorted(keys, value, "left"))
-
-
-def _right(keys: Sorted, value: Any) -> int:
-    """The first place of ``keys`` holding more than ``value``."""
-    if isinstance(keys, list):
-        return bisect.bisect_right(keys, value)
-    return int(np.searchsorted(keys, value, "right"))

@@ -135,17 +135,39 @@ class DatasetColumns:
             ColumnError: A value the column cannot compare with.
             ColumnNotFoundError, StaleIndexError, SidecarError: As :meth:`positions`.
         """
-        vtype = self.vtype(column)
         index = self.key_index(column)
-        if index is not None:
-            keys = [query_value(vtype, v, column) for v in values]
-            return index.search([(key, key, True) for key in keys])
+        if index is not None and index.header.vtype is not ValueType.NONE:
+            keyed = index.header.vtype
+            if keyed is ValueType.BYTES:  # str keys encoded at once, others checked
+                return index.find([v.encode("utf-8") if type(v) is str else
+                                   query_value(keyed, v, column) for v in values])
+            return index.find([query_value(keyed, v, column) for v in values])
+        vtype = self.vtype(column)
+        if index is not None:  # a key index without entries: no record holds a value
+            return [np.zeros(0, dtype=np.int64) for v in values
+                    if query_value(vtype, v, column) is not None]
         typed = [Condition(column, values=(v,)).typed(vtype) for v in values]
         if not typed:
             return []
         _, column_values, valid = self.reader.values(column)
         return [np.flatnonzero(t.matches(column_values, valid)).astype(np.int64)
                 for t in typed]
+
+    def lookup_one(self, column: str, value: object) -> np.ndarray:
+        """The records holding ``value`` in ``column``: :meth:`lookup` of one value, through
+        the key index's one-key search when there is one.
+
+        Raises:
+            ColumnError, ColumnNotFoundError, StaleIndexError, SidecarError: As
+                :meth:`lookup`.
+        """
+        index = self._keys.get(column) or self.key_index(column)
+        if index is None or index.header.vtype is ValueType.NONE:
+            return self.lookup(column, [value])[0]
+        vtype = index.header.vtype
+        if vtype is ValueType.BYTES and type(value) is str:  # what query_value does, at once
+            return index.find_one(value.encode("utf-8"))
+        return index.find_one(query_value(vtype, value, column))
 
     def groups(self, column: str) -> tuple[list[Any], list[np.ndarray]]:
         """The records of each distinct value of ``column`` (records without one left out).

@@ -48,6 +48,9 @@ if TYPE_CHECKING:
 Decode = Callable[[Any], Any]
 
 
+#: Types of a single key (others are checked one by one).
+_ONE_KEY = frozenset((str, bytes, int, float))
+
 class Dataset:
     """Records of one or more TFRecord/OFRecord shards, addressable by a global record number.
 
@@ -571,15 +574,14 @@ class Dataset:
             ColumnError, ColumnNotFoundError, StaleIndexError, SidecarError: As
                 :meth:`positions`.
         """
-        values: list[object]
+        queries = self._columns if self._columns is not None else self._column_queries()
+        if type(value) in _ONE_KEY:  # the common single key first: a lookup is a few us
+            return queries.lookup_one(column, value)
         if isinstance(value, np.ndarray):
-            values, many = list(value.tolist()), True
-        elif isinstance(value, (list, tuple)):
-            values, many = list(value), True
-        else:
-            values, many = [value], False
-        found = self._column_queries().lookup(column, values)
-        return found if many else found[0]
+            return queries.lookup(column, list(value.tolist()))
+        if isinstance(value, (list, tuple)):
+            return queries.lookup(column, list(value))
+        return queries.lookup_one(column, value)
 
     def split_by(self, column: str, fractions: Mapping[str, float]
                  ) -> dict[str, DatasetView]:

@@ -1,0 +1,165 @@
+"""Key lookups in a key index (docs/format.md, "Key index"): a batch of keys
+(``KeyIndex.find``, numpy searches of each page for the keys routed to it) and one key
+(``KeyIndex.find_one``) give exactly the records a brute-force scan gives, and what the
+general ``search`` gives, for keys of every kind a page may hold: bytes ending in zero bytes,
+empty, wider than a fixed-width page holds (a list of ``bytes``), equal keys over several
+leaves, int64 at the extremes, floats with -0.0 and infinities; in indexes of several
+levels (small leaves and nodes)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ofindex.columns.key_build import _bytes_order
+from ofindex.columns.key_file import KeyIndex, encode_key_index
+from ofindex.columns.packed import PackedBytes
+from ofindex.columns.sorted_keys import WIDEST_TABLE, KeyBatch, SortedKeys
+from ofindex.columns.value_types import ValueType
+from ofindex.errors import SidecarError
+
+_ALPHABET = st.sampled_from([b"", b"\0", b"a", b"b", b"a\0", b"\0a", b"ab", b"b\0\0",
+                             b"a" * (WIDEST_TABLE + 3), b"a" * (WIDEST_TABLE + 3) + b"\0"])
+_NUMBERS = {ValueType.INT64: st.sampled_from([-(1 << 63), -1, 0, 1, 7, (1 << 63) - 1]),
+            ValueType.FLOAT64: st.sampled_from([-np.inf, -1.5, -0.0, 0.0, 2.0, np.inf])}
+
+
+def _opened(vtype, values, leaf_entries, fanout):
+    """A key index of ``values`` (record ``i`` holds ``values[i]``), opened from memory."""
+    n = len(values)
+    if vtype is ValueType.BYTES:
+        packed = PackedBytes.from_list(values)
+        order = _bytes_order(packed) if n else np.zeros(0, dtype=np.int64)
+        keys = packed.take(order)
+    else:
+        numbers = np.array(values, dtype=vtype.dtype)
+        order = np.argsort(numbers, kind="stable")
+        keys = numbers[order]
+    raw = b"".join(encode_key_index("k", vtype, keys, order.astype(np.int64), n, "00ff" * 4,
+                                    leaf_entries=leaf_entries, fanout=fanout))
+    return KeyIndex.open(lambda ranges: [raw[a:b] for a, b in ranges], "x.ofkey", len(raw))
+
+
+@st.composite
+def indexes(draw):
+    vtype = draw(st.sampled_from([ValueType.BYTES, ValueType.INT64, ValueType.FLOAT64]))
+    element = _ALPHABET if vtype is ValueType.BYTES else _NUMBERS[vtype]
+    values = draw(st.lists(element, max_size=80))
+    queries = draw(st.lists(element, max_size=20))
+    return vtype, values, queries, draw(st.integers(1, 5)), draw(st.integers(2, 3))
+
+
+@settings(max_examples=200, deadline=None)
+@given(indexes())
+def test_find_and_find_one_give_what_a_scan_gives(case):
+    vtype, values, queries, leaf_entries, fanout = case
+    index = _opened(vtype, values, leaf_entries, fanout)
+    cast = bytes if vtype is ValueType.BYTES else vtype.dtype.type
+    keys = [cast(q) for q in queries]
+    want = [[i for i, v in enumerate(values) if cast(v) == key] for key in keys]
+    assert [found.tolist() for found in index.find(keys)] == want
+    assert [index.find_one(key).tolist() for key in keys] == want
+    assert [found.tolist() for found in index.search([(k, k, True) for k in keys])] == want
+    for found in index.find(keys) + [index.find_one(key) for key in keys]:
+        assert found.dtype == np.int64 and found.flags.writeable
+        found[:] = -1  # the caller's: what the index keeps is not changed
+    assert [found.tolist() for found in index.find(keys)] == want
+    assert [index.find_one(key).tolist() for key in keys] == want
+
+
+def test_equal_keys_over_several_leaves_and_the_first_key_of_a_leaf():
+    """Keys equal to a leaf's first key may also end the leaf before: both leaves are read."""
+    values = [b"k%02d" % (i // 7) for i in range(70)]
+    index = _opened(ValueType.BYTES, values, 4, 3)
+    assert index.header.levels >= 2
+    for key in sorted(set(values)):
+        want = [i for i, v in enumerate(values) if v == key]
+        assert index.find_one(key).tolist() == want
+        assert index.find([key, b"zz", key])[0].tolist() == want
+    assert index.find([]) == []
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_ALPHABET | st.binary(max_size=6), max_size=30),
+       st.lists(_ALPHABET | st.binary(max_size=6), max_size=10))
+def test_sorted_bytes_keys_place_a_key_as_bisect_does(items, queries):
+    """A page's keys, fixed-width or a list, place any key (one, or a batch) where
+    ``bisect`` over the ``bytes`` places it."""
+    import bisect
+
+    items = sorted(items)
+    keys = SortedKeys(PackedBytes.from_list(items))
+    assert keys.ascending()
+    assert [keys[k] for k in range(len(keys))] == items
+    for query in queries:
+        assert keys.left(query) == bisect.bisect_left(items, query)
+        assert keys.right(query) == bisect.bisect_right(items, query)
+    lefts, rights = keys.places(KeyBatch(queries, None), np.arange(len(queries)))
+    assert lefts.tolist() == [bisect.bisect_left(items, q) for q in queries]
+    assert rights.tolist() == [bisect.bisect_right(items, q) for q in queries]
+
+
+def test_which_pages_are_held_fixed_width():
+    """Bytes keys without trailing zero bytes and at most WIDEST_TABLE wide are a fixed-width
+    array (a few bytes a key); others a list of ``bytes``."""
+    assert SortedKeys(PackedBytes.from_list([b"a", b"bc"])).items is None
+    assert SortedKeys(PackedBytes.from_list([b"a\0", b"b"])).items == [b"a\0", b"b"]
+    wide = b"x" * (WIDEST_TABLE + 1)
+    assert SortedKeys(PackedBytes.from_list([b"a", wide])).items == [b"a", wide]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.binary(min_size=3, max_size=3), max_size=60), st.binary(max_size=12),
+       st.integers(0, 6))
+def test_ids_of_one_length_sharing_a_prefix_sort_as_python_sorts_them(tails, prefix, pad):
+    """The one-word sort of ids that share their leading bytes (``img-000...``): Python's
+    order, equal ids in their order (ties there or not)."""
+    items = [prefix + tail + bytes(pad) for tail in tails]
+    items += items[: len(items) // 3]  # equal ids, the later after the earlier
+    order = _bytes_order(PackedBytes.from_list(items)).tolist()
+    assert order == sorted(range(len(items)), key=items.__getitem__)
+
+
+@settings(max_examples=200, deadline=None)
+@given(indexes(), st.data())
+def test_a_range_search_gives_what_a_scan_gives(case, data):
+    """Ranges over small leaves: leaves wholly within the range give their records without
+    their keys being searched; the others are searched."""
+    vtype, values, _, leaf_entries, fanout = case
+    index = _opened(vtype, values, leaf_entries, fanout)
+    cast = bytes if vtype is ValueType.BYTES else vtype.dtype.type
+    element = _ALPHABET if vtype is ValueType.BYTES else _NUMBERS[vtype]
+    low, high = (data.draw(st.none() | element.map(cast)) for _ in range(2))
+    included = data.draw(st.booleans())
+    want = [i for i, v in enumerate(values)
+            if (low is None or cast(v) >= low) and
+            (high is None or (cast(v) <= high if included else cast(v) < high))]
+    for _ in range(2):  # the leaves read, then kept
+        found = index.search([(low, high, included)])[0]
+        assert found.tolist() == want
+        found[:] = -1  # a copy: what the index keeps is not changed
+
+
+@pytest.mark.parametrize("vtype", [ValueType.BYTES, ValueType.INT64])
+@pytest.mark.parametrize("how", ["find_one", "find", "range"])
+def test_a_leaf_whose_keys_decrease_is_refused_when_searched(vtype, how):
+    """A leaf written with its keys out of order (its CRC right): every search of its keys
+    refuses it, batch or one key (a query taking all its records reads only them, as
+    docs/format.md says)."""
+    items = [b"b", b"a"] if vtype is ValueType.BYTES else [5, 2]
+    keys = PackedBytes.from_list(items) if vtype is ValueType.BYTES else np.array(items)
+    raw = b"".join(encode_key_index("k", vtype, keys, np.array([0, 1], np.int64), 2,
+                                    "00ff" * 4))
+    index = KeyIndex.open(lambda ranges: [raw[a:b] for a, b in ranges], "x.ofkey", len(raw))
+    first = items[0] if vtype is ValueType.BYTES else np.int64(items[0])
+    with pytest.raises(SidecarError, match="not in ascending order"):
+        if how == "find_one":
+            index.find_one(first)
+        elif how == "find":
+            index.find([first])
+        else:
+            index.search([(None, first, True)])
+    again = KeyIndex.open(lambda ranges: [raw[a:b] for a, b in ranges], "x.ofkey", len(raw))
+    assert again.search([(None, None, False)])[0].tolist() == [0, 1]
