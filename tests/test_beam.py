@@ -121,3 +121,52 @@ def test_records_are_numbers_in_order_within_a_partition(source):
     assert starts == sorted(starts) and starts[0] == 0
     sizes = np.diff([*starts, 1000])
     assert sizes.max() - sizes.min() <= 120  # records balance, cut at the GZIP's seek points
+
+
+@pytest.fixture(scope="module")
+def with_columns(source, tmp_path_factory):
+    """The source's shards, indexed with the columns label and name."""
+    _, records = source
+    d = tmp_path_factory.mktemp("beam-columns") / "src"
+    d.mkdir()
+    with ofindex.Writer(str(d / "part-00000"), compression="gzip", seek_spacing=4096) as w:
+        w.write_many(records[:900])
+    with ofindex.Writer(str(d / "part-00001")) as w:
+        w.write_many(records[900:])
+    ofindex.build_index(str(d), manifest=True, columns=["label", "name"], progress=False)
+    return str(d), records
+
+
+def test_where_reads_only_the_matching_records(with_columns):
+    directory, records = with_columns
+    read = ReadFromOfindex(directory, SPEC, partitions=3, where={"label": [0, 1]})
+    assert sum(s.count for p in read.plan for s in p) == 667
+    raw = ReadFromOfindex(directory, partitions=2, where={"name": b"r950"})
+    assert len(raw.plan) == 1
+    with beam.Pipeline(options=_options("multi_threading")) as p:
+        labels = p | "Decoded" >> read | beam.Map(lambda row: (row["label"], row["name"]))
+        assert_that(labels, equal_to([(i % 3, b"r%d" % i) for i in range(1000) if i % 3 < 2]),
+                    label="Decoded rows")
+        one = p | "Raw" >> raw
+        assert_that(one, equal_to([records[950]]), label="One record")
+    with pytest.raises(ofindex.ColumnNotFoundError, match=r"columns=\['tokens'"):
+        ReadFromOfindex(directory, where={"tokens": 1})
+
+
+def test_a_split_pruned_partition_reads_each_matching_record_once(with_columns):
+    directory, records = with_columns
+    read = ReadFromOfindex(directory, partitions=1, where={"label": 2})
+    (element,) = read._reads
+    fn = _ReadPartition(None, None)
+    tracker = OffsetRestrictionTracker(OffsetRange(element.lo, element.hi))
+    got = []
+    for record in fn.process(element, tracker):
+        got.append(record)
+        if len(got) == 10:
+            _, residual = tracker.try_split(0.5)
+    tracker.check_done()  # the primary's range was claimed to its end
+    rest_tracker = OffsetRestrictionTracker(residual)
+    rest = list(fn.process(element, rest_tracker))
+    rest_tracker.check_done()
+    assert got + rest == records[2::3]
+    assert 10 <= len(got) < 333

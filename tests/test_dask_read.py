@@ -98,3 +98,36 @@ def test_empty_dataset_and_bad_arguments(client, tmp_path):
     with pytest.raises(ValueError, match="at least 1"):
         read(d, partitions=0)
     assert os.path.isdir(d)
+
+
+@pytest.fixture(scope="module")
+def with_columns(tmp_path_factory):
+    """The examples' shards (a GZIP one of 700, a plain one of 300), indexed with the columns
+    label and name."""
+    d = tmp_path_factory.mktemp("dask-columns") / "ds"
+    d.mkdir()
+    records = [encode_example(_features(i), SPEC) for i in range(1000)]
+    with ofindex.Writer(str(d / "part-00000"), compression="gzip", seek_spacing=4096) as w:
+        w.write_many(records[:700])
+    with ofindex.Writer(str(d / "part-00001")) as w:
+        w.write_many(records[700:])
+    ofindex.build_index(str(d), manifest=True, columns=["label", "name"], progress=False)
+    return str(d), records
+
+
+def test_where_reads_only_the_matching_records(client, with_columns):
+    path, records = with_columns
+    expected = [i for i in range(1000) if i % 3 == 2 and i >= 500]
+    df = read(path, SPEC, partitions=4, where={"label": 2, "name": [b"r%d" % i for i in
+                                                                   range(500, 1000)]})
+    assert df.known_divisions and df.npartitions == 4
+    assert df.divisions[0] == expected[0] and df.divisions[-1] == expected[-1]
+    got = df.compute()
+    assert list(got.index) == expected and set(got["label"]) == {2}
+    sizes = [len(df.get_partition(k).compute()) for k in range(df.npartitions)]
+    assert sum(sizes) == len(expected) and min(sizes) > 0  # no partition without a match
+    bag = read_bag(path, partitions=3, where={"label": 0})
+    assert bag.compute() == [records[i] for i in range(0, 1000, 3)]
+    assert len(read(path, SPEC, where={"label": 9}).compute()) == 0
+    with pytest.raises(ofindex.ColumnNotFoundError, match=r"columns=\['score'"):
+        read(path, SPEC, where={"score": 1.0})

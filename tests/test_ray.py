@@ -331,3 +331,35 @@ def test_tasks_cut_compressed_files_at_seek_points(tmp_path):
         assert ((points > starts[cut - 1]) & (points <= starts[cut])).any(), cut
     got = [bytes(r) for t in tasks for block in t() for r in block.column("bytes").to_pylist()]
     assert got == records
+
+
+def test_where_reads_only_the_matching_records(tmp_path):
+    """``where=``: the read tasks are the planner's partitions of the matching records alone
+    (raw and decoded, limited), against the labels decoded from every record."""
+    from ray.data.block import BlockAccessor
+
+    d = str(tmp_path / "labelled")
+    write_dataset(d, 1200, 3, kind="mnist", seed=5)
+    ofindex.build_index(d, columns=["label"], progress=False)
+    ds = ofindex.open(d)
+    labels = decode_batch(ds[0:len(ds)], {"label": FixedLen((), "int64")})["label"]
+    expected = [i for i, label in enumerate(labels.tolist()) if label in (1, 2)]
+    spec = {"label": FixedLen((), "int64")}
+    for decoded in (None, spec):
+        source = OfindexDatasource(ds, decoded, with_index=True, rows_per_block=50,
+                                   where={"label": [1, 2]})
+        tasks = source.get_read_tasks(4)
+        assert len(tasks) == 4 and sum(t.metadata.num_rows for t in tasks) == len(expected)
+        tables = [BlockAccessor.for_block(b).to_arrow() for t in tasks for b in t()]
+        assert [i for t in tables for i in t.column("index").to_pylist()] == expected
+        if decoded is None:
+            assert [bytes(r) for t in tables for r in t.column("bytes").to_pylist()] == [
+                bytes(ds[i]) for i in expected]
+        else:
+            assert {v for t in tables for v in t.column("label").to_pylist()} == {1, 2}
+        limited = source.get_read_tasks(2, per_task_row_limit=5)
+        assert [sum(len(b) for b in t()) for t in limited] == [5, 5]
+    with pytest.raises(ValueError, match="not with shuffle"):
+        OfindexDatasource(ds, shuffle=True, where={"label": 1})
+    with pytest.raises(ofindex.ColumnNotFoundError, match=r"columns=\['image'"):
+        OfindexDatasource(ds, where={"image": 1.0})

@@ -12,7 +12,12 @@ alternated, and the best time is kept (the machine is shared: its load is record
   planner's partitions (``--spark-partitions``, one per core by default), through the same
   source with one partition (a reader that can only take the file whole, as Spark's TFRecord
   connectors split files), and through Spark's Parquet reader; then writing the rows read
-  from Parquet with ``df.write.format("ofindex")`` against ``df.write.parquet``.
+  from Parquet with ``df.write.format("ofindex")`` against ``df.write.parquet``. **Filter
+  pushdown**: the same sums over ``label < 10`` (10 % of the records; ``label`` is
+  ``record % 100``, so a ``label == k`` would keep 1 %), with the column ``label`` built
+  (``build_index(columns=["label"])``, once, untimed): through the source with the filter
+  pushed down (only the matching records are read) against the same source with
+  ``option("pushdown", "false")`` (Spark filters every record itself).
 * **Beam** (DirectRunner, 2 worker processes): every record of the GZIP file counted through
   ``ReadFromOfindex`` (split at its seek points) against ``ReadFromTFRecord``
   (``splittable=False``: one worker inflates the whole file); then the records of the plain
@@ -131,19 +136,54 @@ def _rates(seconds: dict[str, float], rows: int) -> dict[str, float]:
     return {name: rows / s for name, s in seconds.items()}
 
 
+#: The pushdown row's filter, and the records it keeps of ``n`` (``label`` is ``i % 100``).
+PUSHDOWN_FILTER = "label < 10"
+
+
+def _kept(n: int) -> int:
+    return sum(min(10, max(0, n - start)) for start in range(0, n, 100))
+
+
+def _with_label_column(directory: str) -> None:
+    """Build the column ``label`` of the dataset in ``directory`` (once)."""
+    with ofindex.open(directory) as ds:
+        try:
+            ds.column_type("label")
+            return
+        except ofindex.OfindexError:
+            pass
+    ofindex.build_index(directory, columns=["label"])
+
+
+def bench_pushdown(spark, directory: str, rows: int, repeats: int, partitions: int) -> dict:
+    """The filter-pushdown row (see the module's docstring): rows/s of the whole dataset."""
+    from pyspark.sql import functions as F
+
+    _with_label_column(directory)
+    schema = "label bigint, value float, payload binary"
+    kept = _kept(rows)
+
+    def query(pushdown: bool) -> Callable[[], None]:
+        def run() -> None:
+            df = (spark.read.format("ofindex").schema(schema).option("partitions", partitions)
+                  .option("pushdown", str(pushdown).lower()).load(directory)
+                  .filter(PUSHDOWN_FILTER))
+            got = df.agg(F.count("*"), F.sum(F.length("payload"))).collect()[0]
+            assert got[0] == kept, (got[0], kept)
+        return run
+
+    seconds = _best({"ofindex_pushdown": query(True), "spark_filter": query(False)}, repeats)
+    rates = _rates(seconds, rows)
+    return {"filter": PUSHDOWN_FILTER, "kept": kept, "rows_per_s": rates,
+            "pushdown_vs_spark_filter": rates["ofindex_pushdown"] / rates["spark_filter"]}
+
+
 def bench_spark(paths: dict[str, str], rows: int, repeats: int, scratch: str,
                 partitions: int) -> dict:
     """Spark's figures (see the module's docstring)."""
-    from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
-    from ofindex.integrations.spark import register
-
-    spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
-             .config("spark.ui.showConsoleProgress", "false")
-             .config("spark.driver.memory", "4g").getOrCreate())
-    spark.sparkContext.setLogLevel("ERROR")
-    register(spark)
+    spark = spark_session()
     plain = _file_of(paths["tfrecord"])
     schema = "label bigint, value float, payload binary"
 
@@ -168,13 +208,40 @@ def bench_spark(paths: dict[str, str], rows: int, repeats: int, scratch: str,
         spark.read.parquet(paths["parquet"]).write.parquet(out)
 
     writes = _best({"ofindex_write": write_ours, "parquet_write": write_parquet}, repeats)
+    pushdown = bench_pushdown(spark, paths["tfrecord"], rows, repeats, partitions)
     spark.stop()
     read_rates, write_rates = _rates(reads, rows), _rates(writes, rows)
-    return {"read_rows_per_s": read_rates, "write_rows_per_s": write_rates, "ratios": {
+    figures = {"read_rows_per_s": read_rates, "write_rows_per_s": write_rates, "ratios": {
         "split_vs_parquet": read_rates["ofindex_split"] / read_rates["parquet"],
         "split_vs_one_partition": (read_rates["ofindex_split"]
                                    / read_rates["ofindex_one_partition"]),
         "write_vs_parquet": write_rates["ofindex_write"] / write_rates["parquet_write"]}}
+    return with_pushdown(figures, pushdown)
+
+
+def with_pushdown(figures: dict, pushdown: dict) -> dict:
+    """Spark's figures with the pushdown row's rows/s and ratio added (replaced)."""
+    rates = {name: rate for name, rate in figures["read_rows_per_s"].items()
+             if not name.startswith(("ofindex_pushdown", "spark_filter"))}
+    rates.update({f"{name} ({pushdown['filter']})": rate
+                  for name, rate in pushdown["rows_per_s"].items()})
+    ratios = {**figures["ratios"], "pushdown_vs_spark_filter":
+              pushdown["pushdown_vs_spark_filter"]}
+    return {**figures, "read_rows_per_s": rates, "ratios": ratios, "pushdown": pushdown}
+
+
+def spark_session():
+    """A local Spark of 2 cores with the ofindex source registered."""
+    from pyspark.sql import SparkSession
+
+    from ofindex.integrations.spark import register
+
+    spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
+             .config("spark.ui.showConsoleProgress", "false")
+             .config("spark.driver.memory", "4g").getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    register(spark)
+    return spark
 
 
 def bench_beam(paths: dict[str, str], rows: int, repeats: int, scratch: str) -> dict:
@@ -264,10 +331,27 @@ def run(args: argparse.Namespace) -> dict:
     root = args.dir or os.path.join(tempfile.gettempdir(), "ofindex-bench")
     paths = _data(root, args.size, args.payload)
     rows = int(paths["records"])
-    result: dict = {"config": {"size": args.size, "payload": args.payload, "records": rows,
-                               "repeats": args.repeats,
-                               "spark_partitions": args.spark_partitions},
-                    "load_before": machine_load()}
+    config = {"size": args.size, "payload": args.payload, "records": rows,
+              "repeats": args.repeats, "spark_partitions": args.spark_partitions}
+    if args.merge:  # an earlier run's figures, those measured now replacing them
+        with open(args.merge) as f:
+            result: dict = json.load(f)
+        if result["config"]["records"] != rows:
+            raise SystemExit(f"{args.merge} is a run over {result['config']['records']} "
+                             f"records, not {rows}")
+    else:
+        result = {"config": config, "load_before": machine_load()}
+    if args.only == ["pushdown"]:  # the pushdown row alone, into the Spark figures
+        load = machine_load()
+        spark = spark_session()
+        pushdown = bench_pushdown(spark, paths["tfrecord"], rows, args.repeats,
+                                  args.spark_partitions)
+        spark.stop()
+        pushdown.update(repeats=args.repeats, load_before=load, load_after=machine_load())
+        result["spark"] = with_pushdown(result.get("spark") or {
+            "read_rows_per_s": {}, "write_rows_per_s": {}, "ratios": {}}, pushdown)
+        print("pushdown", json.dumps(pushdown, indent=1), flush=True)
+        return result
     with tempfile.TemporaryDirectory(dir=root) as scratch:
         for name, bench in (("spark", lambda: bench_spark(paths, rows, args.repeats, scratch,
                                                              args.spark_partitions)),
@@ -287,7 +371,11 @@ def main(argv: list[str] | None = None) -> None:
                    help="bytes of the TFRecord file (default 2 GB)")
     p.add_argument("--payload", type=int, default=1000, help="bytes of each record's payload")
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--only", nargs="+", choices=["spark", "beam", "dask"])
+    p.add_argument("--only", nargs="+", choices=["spark", "beam", "dask", "pushdown"],
+                   help="run only these (pushdown: Spark's filter-pushdown row alone, merged "
+                        "into the Spark figures of --merge)")
+    p.add_argument("--merge", help="a result JSON of an earlier run: its figures are kept, "
+                                   "those measured now replace them")
     p.add_argument("--spark-partitions", type=int, default=2,
                    help="partitions of Spark's split read (default: one per executor core; a "
                         "task costs Spark about 0.1 s, and one partition already keeps a "

@@ -116,6 +116,22 @@ def _decode_losses(data: dict[str, Any]) -> list[str]:
             "the median" for what, clock, r in found if r["min"] < 1]
 
 
+def _pushdown_note(pushdown: dict[str, Any] | None) -> str:
+    """The engines section's words for Spark's filter-pushdown row (empty if not run)."""
+    if not pushdown:
+        return ""
+    text = (f" Filter pushdown: `{pushdown['filter']}` ({fmt(pushdown['kept'])} records) with "
+            "the column `label` built, the filter pushed down to the source (only the matching "
+            "records read) against the same source with `option(\"pushdown\", \"false\")` "
+            "(Spark filters every record itself); rows/s are the dataset's rows over the "
+            "query's time")
+    if "repeats" in pushdown:
+        load = pushdown.get("load_before", {}).get("load_average", [0])[0]
+        text += (f", measured on its own (best of {pushdown['repeats']} alternated runs, load "
+                 f"average {fmt(load)} before)")
+    return text + "."
+
+
 class Report:
     """Collects the sections of docs/benchmarks.md and the README summary lines."""
 
@@ -1479,7 +1495,7 @@ class Report:
                 "Spark split read ≥ 0.5× Parquet and ≥ 1.8× one partition; Beam split read "
                 "≥ 1.8× `ReadFromTFRecord`; Beam indexed write ≥ 1.0× `WriteToTFRecord` "
                 "alone." + (f" {c['note'][0].upper()}{c['note'][1:]}." if c.get("note") else "")
-                + "\n"]
+                + _pushdown_note(data.get("spark", {}).get("pushdown")) + "\n"]
         rows = []
         for engine, keys in (("spark", ("read_rows_per_s", "write_rows_per_s")),
                              ("beam", ("read_rows_per_s", "write_rows_per_s")),

@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa  # each engine's module imports it first, naming its extra when missing
 
 from ..decode import BatchDecoder, FixedLen, Ragged, VarLen
-from ..planning.splits import Partition, partition_dataset
+from ..planning.splits import Partition, partition_dataset, partition_positions
 from ..read.dataset import Dataset
 
 #: The column of raw payloads, and the column of record numbers.
@@ -133,17 +133,20 @@ class PartitionRead:
 
     Args:
         dataset: The planned dataset.
-        partition: One of its plan's partitions.
+        partition: One of its plan's partitions (of a pruned plan: only its records are
+            read, see :func:`~ofindex.planning.splits.partition_positions`).
     """
 
     def __init__(self, dataset: Dataset, partition: Partition) -> None:
         self.dataset, self.lo, self.hi = partition_dataset(dataset, partition)
-        #: The dataset's number of the partition's first record.
+        #: The dataset's number of record ``lo`` of :attr:`dataset`.
         self.start = partition[0].start
         self.format = dataset.format
+        #: The records read, numbered in :attr:`dataset` (``None``: all of ``[lo, hi)``).
+        self.positions = partition_positions(partition)
 
     def __len__(self) -> int:
-        return self.hi - self.lo
+        return self.hi - self.lo if self.positions is None else len(self.positions)
 
     def restricted(self, lo: int, hi: int) -> PartitionRead:
         """The read of records ``[lo, hi)`` of the same shards (a part of this partition, as
@@ -157,11 +160,42 @@ class PartitionRead:
                              f"[{self.lo}, {self.hi})")
         piece = copy.copy(self)
         piece.lo, piece.hi, piece.start = lo, hi, self.start + (lo - self.lo)
+        if self.positions is not None:
+            piece.positions = self.positions[np.searchsorted(self.positions, lo):
+                                             np.searchsorted(self.positions, hi)]
         return piece
 
+    def numbered_batches(self, rows: int = 4096) -> Iterator[tuple[np.ndarray, list[bytes]]]:
+        """The partition's payloads in order, ``rows`` at a time, with their numbers in
+        :attr:`dataset` (one pass over a range: a GZIP/ZLIB shard is inflated once, from the
+        seek point the partition starts at; chosen records: one batch read of each
+        ``rows``).
+
+        Args:
+            rows: Records per batch.
+
+        Yields:
+            ``(numbers, payloads)``.
+
+        Raises:
+            As ``Dataset.iter_batches`` and ``Dataset.payloads``.
+        """
+        try:
+            if self.positions is None:
+                at = self.lo
+                for batch in self.dataset.iter_batches(rows, self.lo, self.hi):
+                    yield np.arange(at, at + len(batch), dtype=np.int64), batch
+                    at += len(batch)
+                return
+            for begin in range(0, len(self.positions), rows):
+                chosen = self.positions[begin:begin + rows]
+                yield chosen, self.dataset.payloads(chosen)
+        finally:
+            self.dataset.close()
+
     def batches(self, rows: int = 4096) -> Iterator[list[bytes]]:
-        """The partition's payloads in order, ``rows`` at a time (one pass: a GZIP/ZLIB shard
-        is inflated once, from the seek point the partition starts at).
+        """The partition's payloads in order, ``rows`` at a time (see
+        :meth:`numbered_batches`).
 
         Args:
             rows: Records per batch.
@@ -172,10 +206,8 @@ class PartitionRead:
         Raises:
             As ``Dataset.iter_batches``.
         """
-        try:
-            yield from self.dataset.iter_batches(rows, self.lo, self.hi)
-        finally:
-            self.dataset.close()
+        for _, batch in self.numbered_batches(rows):
+            yield batch
 
     def tables(self, spec: Mapping[str, FixedLen | VarLen] | None, *, kind: str | None = None,
                with_index: bool = False, rows: int = 4096) -> Iterator[pa.Table]:
@@ -196,10 +228,9 @@ class PartitionRead:
         """
         decoder = (None if spec is None else
                    BatchDecoder(dict(spec), kind=kind).for_framing(self.format.name))
-        at = self.start
-        for records in self.batches(rows):
-            index = np.arange(at, at + len(records), dtype=np.int64) if with_index else None
-            at += len(records)
+        base = self.start - self.lo  # the dataset's number of record 0 of the subset
+        for numbers, records in self.numbered_batches(rows):
+            index = numbers + base if with_index else None
             if decoder is None or spec is None:
                 yield raw_table(records, index)
             else:

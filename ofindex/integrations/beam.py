@@ -7,7 +7,9 @@ indexes) and cuts the records with the split planner
 points). Each partition is one element read by a splittable ``DoFn`` whose restriction is the
 partition's record range (an ``OffsetRange``): a runner may split what is left of it again,
 and a GZIP shard is then entered at the seek point before the new start. Beam's own
-``ReadFromTFRecord`` reads each file whole in one worker (``splittable=False``).
+``ReadFromTFRecord`` reads each file whole in one worker (``splittable=False``). With
+``where=`` (conditions on columns built with ``build_index(columns=[...])``, as
+``ds.positions`` takes them) only the matching records are read.
 
 :class:`WriteToOfindex` is what a ``WriteToTFRecord`` user swaps in: each bundle writes its
 shards with their sidecars under hidden names (:class:`ofindex.write.jobs.TaskWriter`), and
@@ -60,7 +62,10 @@ except ImportError as _exc:  # without the extra: say which one to install
 finally:
     logging.getLogger().removeFilter(_drop_bigquery_notice)
 
-from ._arrow_tables import PartitionRead  # noqa: E402  (needs pyarrow, checked above)
+from ._arrow_tables import (  # noqa: E402  (needs pyarrow, checked above)
+    INDEX_COLUMN,
+    PartitionRead,
+)
 
 __all__ = ["ReadFromOfindex", "WriteToOfindex"]
 
@@ -78,7 +83,7 @@ class _PartitionRestrictions(RestrictionProvider):  # type: ignore[misc]
         return OffsetRestrictionTracker(restriction)
 
     def restriction_size(self, element: PartitionRead, restriction: OffsetRange) -> int:
-        return int(restriction.size())
+        return len(element.restricted(restriction.start, restriction.stop))
 
     def split(self, element: PartitionRead, restriction: OffsetRange) -> Iterator[OffsetRange]:
         yield restriction  # the planner balanced the partitions already
@@ -97,24 +102,27 @@ class _ReadPartition(beam.DoFn):  # type: ignore[misc]
         self.spec, self.kind = spec, kind
 
     def process(self, element: PartitionRead, tracker: Any = _RESTRICTION) -> Iterator[Any]:
-        """Read and yield the records of the tracker's range, claiming each first."""
+        """Read and yield the records of the tracker's range, claiming each (by its number)
+        first; then the range's end (a pruned partition may read no record near it)."""
         span = tracker.current_restriction()
         piece = element.restricted(span.start, span.stop)
-        at = span.start
         if self.spec is None:
-            for batch in piece.batches(_READ_ROWS):
-                for record in batch:
+            for numbers, batch in piece.numbered_batches(_READ_ROWS):
+                for at, record in zip(numbers.tolist(), batch, strict=True):
                     if not tracker.try_claim(at):
                         return
                     yield record
-                    at += 1
-            return
-        for table in piece.tables(self.spec, kind=self.kind, rows=_READ_ROWS):
-            for row in table.to_pylist():
-                if not tracker.try_claim(at):
-                    return
-                yield row
-                at += 1
+        else:
+            base = piece.start - piece.lo  # the dataset's number of the shards' first record
+            for table in piece.tables(self.spec, kind=self.kind, with_index=True,
+                                      rows=_READ_ROWS):
+                numbers = table.column(INDEX_COLUMN).to_pylist()
+                for at, row in zip(numbers, table.drop_columns([INDEX_COLUMN]).to_pylist(),
+                                   strict=True):
+                    if not tracker.try_claim(at - base):
+                        return
+                    yield row
+        tracker.try_claim(span.stop)
 
 
 class ReadFromOfindex(beam.PTransform):  # type: ignore[misc, type-arg]
@@ -129,22 +137,28 @@ class ReadFromOfindex(beam.PTransform):  # type: ignore[misc, type-arg]
             least one per 64 MiB of data files).
         balance: Make partitions equal in ``"bytes"`` or ``"records"``.
         kind: ``"example"`` or ``"ofrecord"`` for ``spec`` (default: the framing's).
+        where: Only the records meeting these conditions on built columns, as
+            ``ds.positions`` takes them (``{"label": 3}``, ``{"score": (0.5, None)}``):
+            partitions hold only them (see :func:`ofindex.planning.splits.plan_dataset`).
         **open_kwargs: Passed to :func:`ofindex.open`, where the pipeline is built.
 
     Raises:
-        As :func:`ofindex.open`; ValueError: a bad ``partitions`` or ``balance``.
+        As :func:`ofindex.open`; ValueError: a bad ``partitions`` or ``balance``;
+        ColumnError, ColumnNotFoundError: a bad condition, or a column the dataset was
+        indexed without (the message names the build that adds it).
     """
 
     def __init__(self, paths: str | Sequence[str],
                  spec: Mapping[str, FixedLen | VarLen] | None = None, *,
                  partitions: int | None = None, balance: Balance = "bytes",
-                 kind: str | None = None, **open_kwargs: Any) -> None:
+                 kind: str | None = None, where: Mapping[str, object] | None = None,
+                 **open_kwargs: Any) -> None:
         super().__init__()
         dataset = open_dataset(paths, **open_kwargs)
         if partitions is None:
             data = sum(s.bytes for s in dataset.shards)
             partitions = max(4 * (os.cpu_count() or 1), -(-data // (64 << 20)))
-        self.plan = plan_dataset(dataset, partitions, balance)
+        self.plan = plan_dataset(dataset, partitions, balance, where=where)
         self._reads = [PartitionRead(dataset, part) for part in self.plan]
         self._spec = None if spec is None else dict(spec)
         self._kind = kind

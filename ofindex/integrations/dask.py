@@ -10,7 +10,9 @@ the partitions holding those records, and joins on the record number need no shu
 Columns are the spec's features decoded (numbers as numpy columns of their dtype; bytes,
 shaped and ``VarLen`` features as Arrow-backed columns, ``pd.ArrowDtype`` of binary and list
 types), or with no spec the raw payloads (column ``bytes``); ``spec="infer"`` infers one
-from a sample (:func:`ofindex.infer_spec`)::
+from a sample (:func:`ofindex.infer_spec`). ``where=`` reads only the records meeting
+conditions on columns built with ``build_index(columns=[...])`` (as ``ds.positions`` takes
+them): the partitions hold only those, indexed by their record numbers::
 
     from ofindex.decode import FixedLen
     from ofindex.integrations.dask import read
@@ -18,6 +20,7 @@ from a sample (:func:`ofindex.infer_spec`)::
     df = read("s3://bucket/train/", {"label": FixedLen((), "int64")},
               storage_options={"anon": True})
     df.groupby("label").size().compute()
+    threes = read("s3://bucket/train/", where={"label": 3})  # only the records of label 3
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ except ImportError as _exc:  # without the extra: say which one to install
 
 from ..decode import FixedLen, VarLen
 from ..opening import open as open_dataset
-from ..planning.splits import Balance, SplitPlan, plan_dataset
+from ..planning.splits import Balance, SplitPlan, layouts_of, plan_splits
 from ..read.dataset import Dataset
 from ..schema import infer_spec
 from ._arrow_tables import INDEX_COLUMN, PartitionRead, table_schema
@@ -54,25 +57,31 @@ PARTITION_BYTES = 64 << 20
 SpecArg = Mapping[str, FixedLen | VarLen] | Literal["infer"] | None
 
 
-def plan_for(dataset: Dataset, partitions: int | None = None,
-             balance: Balance = "bytes") -> SplitPlan:
+def plan_for(dataset: Dataset, partitions: int | None = None, balance: Balance = "bytes",
+             where: Mapping[str, object] | None = None) -> SplitPlan:
     """The partitions :func:`read` and :func:`read_bag` read.
 
     Args:
         dataset: The dataset.
         partitions: How many to aim at (default: one per :data:`PARTITION_BYTES` of data
-            files).
+            files, of the matching records' share of them with ``where``).
         balance: ``"bytes"`` or ``"records"`` (see :func:`ofindex.planning.splits.plan_splits`).
+        where: Only the records meeting these conditions (as ``ds.positions`` takes them).
 
     Returns:
         The plan.
 
     Raises:
         ValueError: ``partitions`` is below 1.
+        ColumnError, ColumnNotFoundError: As ``ds.positions``.
     """
+    selected = dataset.positions(**where) if where else None
     if partitions is None:
-        partitions = max(1, math.ceil(sum(s.bytes for s in dataset.shards) / PARTITION_BYTES))
-    return plan_dataset(dataset, partitions, balance)
+        data = sum(s.bytes for s in dataset.shards)
+        if selected is not None:
+            data = data * len(selected) // max(1, len(dataset))
+        partitions = max(1, math.ceil(data / PARTITION_BYTES))
+    return plan_splits(layouts_of(dataset), partitions, balance, selected=selected)
 
 
 def _spec_of(spec: SpecArg, dataset: Dataset) -> dict[str, FixedLen | VarLen] | None:
@@ -118,7 +127,7 @@ def _pandas(table: pyarrow.Table) -> pd.DataFrame:
 
 def read(paths: str | Sequence[str], spec: SpecArg = None, *, partitions: int | None = None,
          balance: Balance = "bytes", kind: str | None = None, rows_per_batch: int = 4096,
-         **open_kwargs: Any) -> dd.DataFrame:
+         where: Mapping[str, object] | None = None, **open_kwargs: Any) -> dd.DataFrame:
     """Read TFRecord / OFRecord files indexed by ofindex as a Dask DataFrame.
 
     Args:
@@ -133,6 +142,10 @@ def read(paths: str | Sequence[str], spec: SpecArg = None, *, partitions: int | 
         kind: What the records are, for ``spec``: ``"example"`` or ``"ofrecord"``
             (default: the files' framing's).
         rows_per_batch: Records decoded at once in a task.
+        where: Only the records meeting these conditions on built columns, as
+            ``ds.positions`` takes them (``{"label": 3}``, ``{"label": [1, 2], "score":
+            (0.5, None)}``): partitions hold only them (see
+            :func:`ofindex.planning.splits.plan_dataset`).
         **open_kwargs: Passed to :func:`ofindex.open` (``storage_options``, ``index_dir``,
             ``verify`` …).
 
@@ -140,16 +153,19 @@ def read(paths: str | Sequence[str], spec: SpecArg = None, *, partitions: int | 
         The frame, indexed by record number (``index``), with known ``divisions``.
 
     Raises:
-        As :func:`ofindex.open`; ValueError: a bad ``spec``, ``partitions`` or ``balance``.
+        As :func:`ofindex.open`; ValueError: a bad ``spec``, ``partitions`` or ``balance``;
+        ColumnError, ColumnNotFoundError: a bad condition, or a column the dataset was
+        indexed without (the message names the build that adds it).
     """
     dataset = open_dataset(paths, **open_kwargs)
     decoded = _spec_of(spec, dataset)
-    plan = plan_for(dataset, partitions, balance)
+    plan = plan_for(dataset, partitions, balance, where)
     frame = _Frame(decoded, kind, int(rows_per_batch))
     if not len(plan):
         return dd.from_pandas(frame.meta(), npartitions=1)  # type: ignore[no-untyped-call]
     reads = [PartitionRead(dataset, part) for part in plan]
-    divisions = [*plan.divisions()[:-1], plan.records - 1]
+    bounds = plan.divisions()
+    divisions = [*bounds[:-1], bounds[-1] - 1]
     return dd.from_map(frame, reads, meta=frame.meta(),  # type: ignore[no-untyped-call]
                        divisions=divisions, label="read-ofindex", enforce_metadata=False)
 
@@ -160,7 +176,7 @@ def _payloads(part: PartitionRead, rows: int) -> list[bytes]:
 
 def read_bag(paths: str | Sequence[str], *, partitions: int | None = None,
              balance: Balance = "bytes", rows_per_batch: int = 4096,
-             **open_kwargs: Any) -> dask_bag.Bag:
+             where: Mapping[str, object] | None = None, **open_kwargs: Any) -> dask_bag.Bag:
     """Read the raw payloads of TFRecord / OFRecord files indexed by ofindex as a Dask Bag,
     in dataset order.
 
@@ -169,16 +185,18 @@ def read_bag(paths: str | Sequence[str], *, partitions: int | None = None,
         partitions: How many partitions to aim at (as for :func:`read`).
         balance: ``"bytes"`` or ``"records"``.
         rows_per_batch: Records read at once in a task.
+        where: Only the records meeting these conditions (as for :func:`read`).
         **open_kwargs: Passed to :func:`ofindex.open`.
 
     Returns:
         A Bag of ``bytes``.
 
     Raises:
-        As :func:`ofindex.open`; ValueError: a bad ``partitions`` or ``balance``.
+        As :func:`ofindex.open`; ValueError: a bad ``partitions`` or ``balance``;
+        ColumnError, ColumnNotFoundError: as for :func:`read`.
     """
     dataset = open_dataset(paths, **open_kwargs)
-    plan = plan_for(dataset, partitions, balance)
+    plan = plan_for(dataset, partitions, balance, where)
     if not len(plan):
         return dask_bag.from_sequence([], npartitions=1)  # type: ignore[no-untyped-call]
     parts = [delayed(_payloads)(PartitionRead(dataset, part), int(rows_per_batch))

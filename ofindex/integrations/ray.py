@@ -27,7 +27,10 @@ reading its slice of that permutation with batched random reads (``__getitems__`
 Rows are the raw record payloads (column ``bytes``) or, with a ``spec``, the decoded features
 (one :class:`~ofindex.decode.BatchDecoder` call per block, straight out of the memory maps of
 local files: dense numeric features as columns or tensors, ``VarLen`` features as lists, bytes
-as binary); ``with_index=True`` adds the global record number (column ``index``)::
+as binary); ``with_index=True`` adds the global record number (column ``index``).
+``where=`` reads only the records meeting conditions on columns built with
+``build_index(columns=[...])`` (as ``ds.positions`` takes them): the read tasks are the split
+planner's partitions of those records alone, balanced by them::
 
     from ofindex.decode import FixedLen
     from ofindex.integrations.ray import read_ofindex
@@ -36,6 +39,7 @@ as binary); ``with_index=True`` adds the global record number (column ``index``)
                       shuffle=True, seed=0, storage_options={"anon": True})
     for batch in ds.iter_batches(batch_size=256, batch_format="numpy"):
         ...
+    threes = read_ofindex("s3://bucket/train/", where={"label": 3})  # label 3 only
 """
 
 from __future__ import annotations
@@ -61,9 +65,11 @@ from ..decode import BatchDecoder, FixedLen, Ragged
 from ..decode.spec import Spec
 from ..opening import open as open_dataset
 from ..planning.splits import (
+    Partition,
     SplitPlan,
     layouts_of,
     partition_dataset,
+    partition_positions,
     plan_dataset,
     plan_splits,
 )
@@ -92,6 +98,7 @@ def read_ofindex(paths: str | Sequence[str], spec: Spec | None = None, *,
                  with_index: bool = False, rows_per_block: int | None = None,
                  override_num_blocks: int | None = None,
                  ray_remote_args: Mapping[str, Any] | None = None,
+                 where: Mapping[str, object] | None = None,
                  **open_kwargs: Any) -> ray.data.Dataset:
     """Read TFRecord / OFRecord files indexed by ofindex as a Ray ``Dataset``.
 
@@ -112,21 +119,28 @@ def read_ofindex(paths: str | Sequence[str], spec: Spec | None = None, *,
         override_num_blocks: At most this many read tasks (default: no bound but
             :func:`read_task_count`'s).
         ray_remote_args: Passed to Ray for the read tasks (e.g. ``{"num_cpus": 0.5}``).
+        where: Only the records meeting these conditions on built columns, as
+            ``ds.positions`` takes them (``{"label": 3}``, ``{"score": (0.5, None)}``), in
+            dataset order (not with ``shuffle``).
         **open_kwargs: Passed to :func:`ofindex.open` (``storage_options``, ``index_dir``,
             ``verify``, ``cache_dir`` …), on the driver and in every read task.
 
     Returns:
-        The Ray dataset (lazy: nothing but the indexes is read until it is consumed).
+        The Ray dataset (lazy: nothing but the indexes, and the columns of ``where``, is
+        read until it is consumed).
 
     Raises:
         OfindexError: What :func:`ofindex.open` raises (on the driver); read errors as
             ``ds[i]`` raises them, from the task that meets them.
-        ValueError: ``rows_per_block < 1``, or ``kind`` is neither ``"example"`` nor
-            ``"ofrecord"``.
+        ValueError: ``rows_per_block < 1``, ``kind`` is neither ``"example"`` nor
+            ``"ofrecord"``, or ``where`` with ``shuffle``.
+        ColumnError, ColumnNotFoundError: A bad condition, or a column the dataset was
+            indexed without (the message names the build that adds it).
     """
     dataset = open_dataset(paths, **open_kwargs)
     source = OfindexDatasource(dataset, spec, kind=kind, shuffle=shuffle, seed=seed,
-                               epoch=epoch, with_index=with_index, rows_per_block=rows_per_block)
+                               epoch=epoch, with_index=with_index, rows_per_block=rows_per_block,
+                               where=where)
     if not ray.is_initialized():  # as any Ray Data call would: the tasks depend on the CPUs
         ray.init()
     # Ray told how many tasks there are: it would otherwise split each block into slices to
@@ -150,21 +164,32 @@ class OfindexDatasource(Datasource):  # type: ignore[misc]
         with_index: Add the column ``index``.
         rows_per_block: Records per block (default: :data:`BLOCK_MARGIN` times Ray's
             ``target_max_block_size`` of data).
+        where: Only the records meeting these conditions (as ``ds.positions`` takes them).
 
     Raises:
-        ValueError: ``rows_per_block < 1``, or ``kind`` is neither ``"example"`` nor
-            ``"ofrecord"``.
+        ValueError: ``rows_per_block < 1``, ``kind`` is neither ``"example"`` nor
+            ``"ofrecord"``, or ``where`` with ``shuffle``.
+        ColumnError, ColumnNotFoundError: As ``ds.positions``.
     """
 
     def __init__(self, dataset: Dataset, spec: Spec | None = None, *, kind: str | None = None,
                  shuffle: bool = False, seed: int = 0, epoch: int = 0,
-                 with_index: bool = False, rows_per_block: int | None = None) -> None:
+                 with_index: bool = False, rows_per_block: int | None = None,
+                 where: Mapping[str, object] | None = None) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
         if kind not in (None, "example", "ofrecord"):
             raise ValueError(f"kind must be 'example' or 'ofrecord', not {kind!r}")
         if rows_per_block is not None and int(rows_per_block) < 1:
             raise ValueError(f"rows_per_block must be >= 1, got {rows_per_block}")
+        if where and shuffle:  # each task would carry every matching record's number
+            raise ValueError("where= reads in dataset order, not with shuffle=True; shuffle "
+                             "the matching records with ds.where(...) and "
+                             "ofindex.shuffle.GlobalShuffleSampler instead")
         self._dataset = dataset
+        #: The records read (global numbers), or ``None``: all.
+        self._selected = dataset.positions(**where) if where else None
+        #: How many records are read.
+        self._count = len(dataset) if self._selected is None else len(self._selected)
         self._decoder = None if spec is None else BatchDecoder(spec, kind=kind).for_framing(
             dataset.format.name)
         self._shuffle = bool(shuffle)
@@ -179,8 +204,8 @@ class OfindexDatasource(Datasource):  # type: ignore[misc]
         return "ReadOfindex"
 
     def estimate_inmemory_data_size(self) -> int | None:
-        """The bytes of the data files (payloads and framing)."""
-        return self._bytes
+        """The bytes of the data files (payloads and framing) of the records read."""
+        return self._bytes * self._count // max(1, len(self._dataset))
 
     def rows_per_block(self, target_block_bytes: int | None = None) -> int:
         """Records per block: as given, or :data:`BLOCK_MARGIN` times ``target_block_bytes``
@@ -211,7 +236,7 @@ class OfindexDatasource(Datasource):  # type: ignore[misc]
         Returns:
             0 for an empty dataset, else at least 1.
         """
-        n = len(self._dataset)
+        n = self._count
         if n == 0:
             return 0
         rows = self.rows_per_block(_target_block_bytes(data_context))
@@ -232,7 +257,7 @@ class OfindexDatasource(Datasource):  # type: ignore[misc]
         Returns:
             The tasks (none for an empty dataset).
         """
-        n = len(self._dataset)
+        n = self._count
         count = self.task_count(parallelism, data_context)
         if count == 0:
             return []
@@ -248,27 +273,39 @@ class OfindexDatasource(Datasource):  # type: ignore[misc]
                 reads.append((_Read(self._dataset, lo, end, rows, blocks, order), end - lo,
                               hi - lo))
         else:
-            for part in self.plan(count):
-                subset, lo, hi = partition_dataset(self._dataset, part)
-                end = hi if limit is None else min(hi, lo + limit)
-                first = part[0].start - lo
-                reads.append((_Read(subset, lo, end, rows, blocks, None, first), end - lo,
-                              sum(s.byte_range[1] - s.byte_range[0] for s in part)))
-        mean = self._bytes / n
+            reads.extend(self._partition_read(part, rows, blocks, limit)
+                         for part in self.plan(count))
+        mean = self._bytes / len(self._dataset)
         tasks = []
         for read, records, size in reads:
             if records <= 0:
                 continue
-            size_bytes = int(mean * records) if self._shuffle or limit is not None else size
+            estimated = self._shuffle or limit is not None or read.positions is not None
+            size_bytes = int(mean * records) if estimated else size
             meta = BlockMetadata(num_rows=records, size_bytes=size_bytes, input_files=None,
                                  exec_stats=None)
             tasks.append(_read_task(read, meta, per_task_row_limit))
         return tasks
 
+    def _partition_read(self, part: Partition, rows: int, blocks: _Blocks,
+                        limit: int | None) -> tuple[_Read, int, int]:
+        """The read of one partition (its first ``limit`` records), how many records it
+        reads, and the bytes of its splits."""
+        subset, lo, hi = partition_dataset(self._dataset, part)
+        positions = partition_positions(part)
+        first = part[0].start - lo
+        size = sum(s.byte_range[1] - s.byte_range[0] for s in part)
+        if positions is not None:
+            positions = positions[:limit]
+            return (_Read(subset, lo, hi, rows, blocks, None, first, positions), len(positions),
+                    size)
+        end = hi if limit is None else min(hi, lo + limit)
+        return _Read(subset, lo, end, rows, blocks, None, first), end - lo, size
+
     def plan(self, count: int) -> SplitPlan:
         """The read tasks' record ranges in dataset order: :func:`ofindex.planning.splits
         .plan_splits` balanced by bytes plus ``_RECORD_COST`` a record (compressed shards cut
-        at their seek points).
+        at their seek points), of the records of ``where`` alone when given.
 
         Args:
             count: How many tasks to aim at.
@@ -276,7 +313,8 @@ class OfindexDatasource(Datasource):  # type: ignore[misc]
         Returns:
             The plan (one task per partition).
         """
-        return plan_splits(self._layouts, count, "bytes", record_cost=_RECORD_COST)
+        return plan_splits(self._layouts, count, "bytes", record_cost=_RECORD_COST,
+                           selected=self._selected)
 
 
 def read_task_count(records: int, rows_per_block: int, parallelism: int, cpus: int) -> int:
@@ -385,24 +423,27 @@ class _Blocks:
 
 class _Read:
     """One read task: records ``[lo, hi)`` of ``dataset`` in blocks of ``rows_per_block``
-    (or, with ``order``, the records at positions ``[lo, hi)`` of that permutation);
-    ``first``: the global number of ``dataset``'s first record."""
+    (or, with ``order``, the records at positions ``[lo, hi)`` of that permutation; with
+    ``positions``, those records of ``dataset``); ``first``: the global number of
+    ``dataset``'s first record."""
 
     def __init__(self, dataset: Dataset, lo: int, hi: int, rows_per_block: int,
-                 blocks: _Blocks, order: GlobalShuffleOrder | None, first: int = 0) -> None:
+                 blocks: _Blocks, order: GlobalShuffleOrder | None, first: int = 0,
+                 positions: np.ndarray | None = None) -> None:
         self.dataset = dataset
         self.lo, self.hi = lo, hi
         self.rows_per_block = rows_per_block
         self.blocks = blocks
         self.order = order
         self.first = first
+        self.positions = positions
 
     def __call__(self) -> Iterator[Any]:
         if self.blocks.decoder is not None:
             yield from self._decoded()
-        elif self.order is not None:  # raw, shuffled: batched random reads
+        elif self.order is not None or self.positions is not None:  # batched reads
             for index in self._indices():
-                yield self.blocks.records(self.dataset.__getitems__(index), index)
+                yield self.blocks.records(self.dataset.__getitems__(index), index + self.first)
         else:  # raw, in order: payloads packed into one buffer per block
             for batch in self.dataset.iter_batches(self.rows_per_block, self.lo, self.hi,
                                                    as_buffer=True):
@@ -410,6 +451,10 @@ class _Read:
 
     def _indices(self) -> Iterator[np.ndarray]:
         """The record numbers of each block (of ``dataset``; global when shuffled)."""
+        if self.positions is not None:
+            for at in range(0, len(self.positions), self.rows_per_block):
+                yield self.positions[at:at + self.rows_per_block]
+            return
         for at in range(self.lo, self.hi, self.rows_per_block):
             positions = np.arange(at, min(at + self.rows_per_block, self.hi), dtype=np.int64)
             yield self.order(positions) if self.order is not None else positions

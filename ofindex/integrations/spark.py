@@ -19,13 +19,24 @@ driver publishes them with the manifest when the job commits; an aborted job pub
 nothing (its files are removed). The columns are encoded as Example features (a DataFrame of
 one binary column ``bytes`` is written as raw payloads). Options: ``compression`` (``gzip``,
 ``zlib``), ``shardRecords``, ``shardBytes``. Spark's ``overwrite`` mode is refused: a dataset
-is never written over another::
+is never written over another.
+
+**Filter pushdown** (Spark 4.1 or later). A ``filter``/``where`` on a column the dataset was
+indexed with (``build_index(columns=[...])``, ``ofindex build --columns``) is answered from
+the column before any record is read: the split planner's partitions hold only the matching
+records (partitions without one are dropped), and Spark does not apply the filter again.
+Which filters are taken, and why the others are left to Spark, is in
+:mod:`ofindex.integrations._spark_filters`; the results are those of Spark applying the
+filter itself. :func:`register` turns on Spark's ``spark.sql.python.filterPushdown.enabled``
+(off by default: with it off, Spark refuses a Python reader that can take filters);
+``option("pushdown", "false")`` reads without it::
 
     from ofindex.integrations.spark import register
 
     register(spark)
     df = spark.read.format("ofindex").option("partitions", 64).load("s3://bucket/train/")
     df.groupBy("label").count().show()
+    df.filter(df.label == 3).count()  # reads only the records of label 3 (a built column)
     df.write.format("ofindex").option("compression", "gzip").save("s3://bucket/copy/")
 """
 
@@ -37,6 +48,8 @@ import math
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+import numpy as np
+
 from ..errors import missing_extra
 
 try:
@@ -46,6 +59,7 @@ try:
         DataSource,
         DataSourceArrowWriter,
         DataSourceReader,
+        Filter,
         InputPartition,
         WriterCommitMessage,
     )
@@ -66,15 +80,17 @@ except ImportError as _exc:  # without the extra: say which one to install
     raise missing_extra("ofindex.integrations.spark", "spark", _exc) from _exc
 
 from ..decode import FixedLen, VarLen
-from ..errors import OfindexError
+from ..errors import ColumnError, IndexNotFoundError, OfindexError
 from ..opening import open as open_dataset
-from ..planning.splits import plan_dataset
+from ..planning.splits import layouts_of, plan_splits
 from ..read.dataset import Dataset
 from ..schema import infer_spec
 from ..write.jobs import StagedShard, WriteJob
 from ._arrow_tables import BYTES_COLUMN, PartitionRead
+from ._spark_filters import condition_of
 
-__all__ = ["OfindexDataSource", "register", "spark_schema", "spec_of_schema"]
+__all__ = ["OfindexDataSource", "OfindexFilteringReader", "register", "spark_schema",
+           "spec_of_schema"]
 
 #: The name the source is registered under (``spark.read.format(NAME)``).
 NAME = "ofindex"
@@ -88,14 +104,21 @@ _SCALARS: dict[str, DataType] = {"int64": LongType(), "int32": IntegerType(),
                                  "bytes": BinaryType()}
 
 
+#: The Spark setting without which Spark refuses a Python reader that takes filters.
+PUSHDOWN_SETTING = "spark.sql.python.filterPushdown.enabled"
+
+
 def register(spark: SparkSession) -> None:
     """Register the data source with a session: ``spark.read.format("ofindex")`` and
-    ``df.write.format("ofindex")`` work from then on.
+    ``df.write.format("ofindex")`` work from then on, and filters on built columns are
+    pushed down (this turns on ``spark.sql.python.filterPushdown.enabled``, which Spark
+    leaves off).
 
     Args:
         spark: The session.
     """
     spark.dataSource.register(OfindexDataSource)
+    spark.conf.set(PUSHDOWN_SETTING, "true")
 
 
 def spark_schema(spec: Mapping[str, FixedLen | VarLen] | None) -> StructType:
@@ -184,7 +207,8 @@ class OfindexDataSource(DataSource):  # type: ignore[misc]
 
     Spark makes it with the options of the read or write (``self.options``): ``path``, and
     for reading ``partitions``, ``balance`` (``bytes`` or ``records``), ``raw``, ``kind``,
-    ``index_dir``, ``verify``, ``storage_options`` (JSON); for writing ``format``,
+    ``pushdown`` (``false``: Spark applies every filter), ``index_dir``, ``verify``,
+    ``storage_options`` (JSON); for writing ``format``,
     ``compression``, ``shardRecords``, ``shardBytes``, ``storage_options``.
     """
 
@@ -216,8 +240,11 @@ class OfindexDataSource(DataSource):  # type: ignore[misc]
         return spark_schema(inferred.spec)
 
     def reader(self, schema: StructType) -> OfindexReader:
-        """The reader of ``schema``'s columns."""
-        return OfindexReader(dict(self.options), schema)
+        """The reader of ``schema``'s columns: one that takes filters on built columns, unless
+        ``option("pushdown", "false")``."""
+        if self.options.get("pushdown", "true").lower() == "false":
+            return OfindexReader(dict(self.options), schema)
+        return OfindexFilteringReader(dict(self.options), schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> OfindexWriter:
         """The writer of a DataFrame of ``schema``.
@@ -238,25 +265,42 @@ class OfindexReader(DataSourceReader):  # type: ignore[misc]
 
     def __init__(self, options: dict[str, str], schema: StructType) -> None:
         self.options = options
+        self.schema = schema
         self.spec = spec_of_schema(schema)
         self.arrow_schema = to_arrow_schema(schema)
         self.kind = options.get("kind")
+        #: The conditions of the filters taken (``(column, condition)``, as
+        #: ``ds.positions`` takes them): the plan holds only the records meeting all.
+        self.conditions: list[tuple[str, object]] = []
+
+    def selected(self, dataset: Dataset) -> np.ndarray | None:
+        """The records meeting every condition taken (``None``: no condition)."""
+        found: np.ndarray | None = None
+        for column, condition in self.conditions:
+            hits = dataset.positions(**{column: condition})
+            found = hits if found is None else np.intersect1d(found, hits, assume_unique=True)
+        return found
 
     def partitions(self) -> list[InputPartition]:
-        """One input partition per partition of the plan.
+        """One input partition per partition of the plan (of a pushed filter: only those
+        holding matching records, and only them).
 
         Raises:
             ValueError: ``partitions`` is not a whole number >= 1, or a bad ``balance``.
         """
         dataset = open_dataset(_path(self.options), **_open_kwargs(self.options))
+        selected = self.selected(dataset)
         count = self.options.get("partitions")
         if count is None:
             data = sum(s.bytes for s in dataset.shards)
+            if selected is not None:
+                data = data * len(selected) // max(1, len(dataset))
             wanted = max(1, math.ceil(data / PARTITION_BYTES))
         else:
             wanted = int(count)
         balance = self.options.get("balance", "bytes")
-        plan = plan_dataset(dataset, wanted, balance)  # type: ignore[arg-type]
+        plan = plan_splits(layouts_of(dataset), wanted, balance,  # type: ignore[arg-type]
+                           selected=selected)
         if not len(plan):
             return [InputPartition(None)]
         return [InputPartition(PartitionRead(dataset, part)) for part in plan]
@@ -272,6 +316,44 @@ class OfindexReader(DataSourceReader):  # type: ignore[misc]
             return
         for table in part.tables(self.spec, kind=self.kind, rows=_BATCH_ROWS):
             yield from table.cast(self.arrow_schema).to_batches()
+
+
+class OfindexFilteringReader(OfindexReader):
+    """:class:`OfindexReader` taking the filters that built columns answer exactly (Spark 4.1
+    ``pushFilters``; see :mod:`ofindex.integrations._spark_filters`)."""
+
+    def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:
+        """Take the filters a built column answers exactly; give back the others.
+
+        Args:
+            filters: What Spark pushes (their conjunction).
+
+        Yields:
+            The filters Spark still applies (those not taken), as given.
+        """
+        if self.spec is None:
+            yield from filters
+            return
+        fields = {f.name: f.dataType for f in self.schema.fields
+                  if isinstance(self.spec.get(f.name), FixedLen)
+                  and self.spec[f.name].shape == ()}  # type: ignore[union-attr]
+        with open_dataset(_path(self.options), **_open_kwargs(self.options)) as dataset:
+            types: dict[str, str | None] = {}
+
+            def column_type(name: str) -> str | None:
+                if name not in types:
+                    try:
+                        types[name] = dataset.column_type(name)
+                    except (ColumnError, IndexNotFoundError):  # not built: Spark's to apply
+                        types[name] = None
+                return types[name]
+
+            for spark_filter in filters:
+                taken = condition_of(spark_filter, fields, column_type)
+                if taken is None:
+                    yield spark_filter
+                else:
+                    self.conditions.append(taken)
 
 
 @dataclasses.dataclass
