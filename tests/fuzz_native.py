@@ -1064,9 +1064,27 @@ ENCODE_JUNK = [None, 1.5, "ab", b"xy", [], (), {}, np.zeros(3), np.zeros((2, 2),
                np.zeros((2, 3), np.int32), np.zeros((3, 2), np.uint8)[:, ::2]]
 
 
+def _indexed_data(rng: random.Random, mode: int, rows: int) -> tuple:
+    """A GATHER (8) column's (index, bounds, entries) or a BYTES_LISTS (9) column's (item
+    index, bounds, values); maybe one index or bound hostile (backwards, outside, huge)."""
+    items = [rng.randbytes(rng.choice([0, 1, 200]))
+             for _ in range(rng.randint(1 if mode == 8 else 0, 4))]
+    bounds = [0]
+    for item in items:
+        bounds.append(bounds[-1] + len(item))
+    if mode == 8:
+        index = [rng.randrange(len(items)) for _ in range(rows)]
+    else:
+        index = sorted(rng.randint(0, len(items)) for _ in range(rows + 1))
+    for part in (index, bounds):
+        if rng.random() < 0.1 and part:
+            part[rng.randrange(len(part))] = rng.choice(EDGES)
+    return np.array(index, np.int64), np.array(bounds, np.int64), b"".join(items)
+
+
 def _encode_column(rng: random.Random, rows: int) -> tuple:
     """A (key, field, mode, data) column: good, or with one part hostile."""
-    mode = rng.randrange(5)
+    mode = rng.choice([0, 1, 2, 3, 4, 8, 9])
     key = rng.randbytes(rng.choice([0, 1, 5, 130]))
     field = rng.randint(1, 15)
     if mode == 0:
@@ -1082,6 +1100,8 @@ def _encode_column(rng: random.Random, rows: int) -> tuple:
         if rng.random() < 0.1 and bounds:
             bounds[rng.randrange(len(bounds))] = rng.choice(EDGES)
         data = (np.array(bounds, np.int64), b"".join(values))
+    elif mode in (8, 9):
+        data = _indexed_data(rng, mode, rows)
     else:
         data = [rng.randbytes(rng.choice([0, 1, 200])) for _ in range(rows)]
     column = [key, field, mode, data]
@@ -1096,6 +1116,22 @@ def _encode_column(rng: random.Random, rows: int) -> tuple:
     return tuple(column) if rng.random() < 0.97 else column
 
 
+def _indexed_rows(mode: int, data: object) -> int | None:
+    """The rows of a valid GATHER (8) or BYTES_LISTS (9) column's data, else ``None``."""
+    if not (isinstance(data, tuple) and len(data) == 3 and isinstance(data[2], bytes) and all(
+            isinstance(a, np.ndarray) and a.dtype == np.int64 and a.ndim == 1
+            for a in data[:2])):
+        return None
+    index, bounds = data[0].tolist(), data[1].tolist()
+    if not bounds or any(x < 0 or x > len(data[2]) for x in bounds) or bounds != sorted(bounds):
+        return None
+    if mode == 8:
+        return len(index) if all(0 <= x < len(bounds) - 1 for x in index) else None
+    if not index or any(x < 0 or x > len(bounds) - 1 for x in index) or index != sorted(index):
+        return None
+    return len(index) - 1
+
+
 def _encode_valid(columns, framing_, start, stop, limit, out, sizes, crcs) -> bool:
     """Whether the compiled ``encode`` must accept these arguments (the twin's domain)."""
     if not isinstance(columns, tuple) or not columns or framing_ not in ((12, 4), (8, 0), (0, 0)):
@@ -1106,8 +1142,14 @@ def _encode_valid(columns, framing_, start, stop, limit, out, sizes, crcs) -> bo
             return False
         key, field, mode, data = column
         if not (isinstance(key, bytes) and type(field) is int and 1 <= field <= 15 and
-                type(mode) is int and 0 <= mode <= 4):
+                type(mode) is int and mode in (0, 1, 2, 3, 4, 8, 9)):
             return False
+        if mode in (8, 9):
+            count = _indexed_rows(mode, data)
+            if count is None:
+                return False
+            rows.add(count)
+            continue
         if mode == 4:
             if not (isinstance(data, tuple) and len(data) == 2 and isinstance(data[0], np.ndarray)
                     and data[0].dtype == np.int64 and data[0].ndim == 1 and len(data[0])

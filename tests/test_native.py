@@ -394,10 +394,47 @@ def test_pack_copies_the_payloads_and_names_the_first_bad_record(fmt):
 
 # --- the batch encoder (csrc/encode.c) against its pure-Python twin ---------------------------
 
-def _planned_column(draw, rows: int):
-    from ofindex.encode.framed import ENTRIES, ONE_BYTES, PACKED, SPANS, VARINT, PlannedColumn
+#: int64 values at every varint length's edges (the compiled encoder's 8-byte stores hold up
+#: to 2^56 - 1, its 3-group shortcut up to 2^21 - 1), and any int64.
+_EDGES = sorted({s * ((1 << (7 * k)) + d) for k in range(10) for d in (-1, 0) for s in (1, -1)}
+                | {-(2**63), 2**63 - 1})
+_INT64S = st.one_of(st.sampled_from([v for v in _EDGES if -(2**63) <= v < 2**63]),
+                    st.integers(-(2**63), 2**63 - 1))
 
-    mode = draw(st.sampled_from([PACKED, VARINT, ONE_BYTES, ENTRIES, SPANS]))
+
+def _indexed_data(draw, mode: int, rows: int):
+    """A GATHER column's (index, bounds, entries) or a BYTES_LISTS column's (item index,
+    bounds, values), after some leading bytes."""
+    from ofindex.encode.framed import GATHER
+
+    items = draw(st.lists(st.binary(max_size=300), min_size=1 if mode == GATHER else 0,
+                          max_size=8))
+    lead = draw(st.integers(0, 5))
+    bounds = np.cumsum([lead, *map(len, items)]).astype(np.int64)
+    values = b"x" * lead + b"".join(items) + b"tail"
+    if mode == GATHER:
+        index = draw(st.lists(st.integers(0, len(items) - 1), min_size=rows, max_size=rows))
+    else:
+        index = sorted(draw(st.lists(st.integers(0, len(items)), min_size=rows + 1,
+                                     max_size=rows + 1)))
+    return np.array(index, np.int64), bounds, values
+
+
+def _planned_column(draw, rows: int):
+    from ofindex.encode.framed import (
+        BYTES_LISTS,
+        ENTRIES,
+        GATHER,
+        ONE_BYTES,
+        PACKED,
+        SPANS,
+        VARINT,
+        VARINT_SPANS,
+        PlannedColumn,
+    )
+
+    mode = draw(st.sampled_from([PACKED, VARINT, ONE_BYTES, ENTRIES, SPANS, VARINT_SPANS,
+                                 GATHER, BYTES_LISTS]))
     key = draw(st.binary(min_size=0, max_size=200))  # long names: two-byte length varints
     field = draw(st.integers(1, 15))
     if mode == PACKED:
@@ -406,9 +443,16 @@ def _planned_column(draw, rows: int):
                              np.uint8).reshape(rows, width).copy()
     elif mode == VARINT:
         count = draw(st.integers(0, 5))
-        values = draw(st.lists(st.integers(-(2**63), 2**63 - 1), min_size=rows * count,
-                               max_size=rows * count))
+        values = draw(st.lists(_INT64S, min_size=rows * count, max_size=rows * count))
         data = np.array(values, np.int64).reshape(rows, count)
+    elif mode == VARINT_SPANS:  # rows of 0 to 12 values, after some leading values
+        lengths = draw(st.lists(st.integers(0, 12), min_size=rows, max_size=rows))
+        lead = draw(st.integers(0, 3))
+        values = draw(st.lists(_INT64S, min_size=lead + sum(lengths),
+                               max_size=lead + sum(lengths)))
+        data = (np.cumsum([lead, *lengths]).astype(np.int64), np.array(values, np.int64))
+    elif mode in (GATHER, BYTES_LISTS):
+        data = _indexed_data(draw, mode, rows)
     elif mode == SPANS:  # an Arrow binary column's offsets and data, after some leading bytes
         values = draw(st.lists(st.binary(max_size=300), min_size=rows, max_size=rows))
         lead = draw(st.integers(0, 5))
@@ -466,6 +510,39 @@ def test_batch_encoder_equals_its_pure_python_twin(data):
         finally:
             native.hw_crc(was)
     assert all(o == outs[0] for o in outs), outs
+
+
+@pytest.mark.parametrize("case", ["gather_past", "gather_negative", "lists_backwards",
+                                  "lists_past", "bounds_past", "not_three"])
+def test_indexed_columns_out_of_their_buffers_are_refused(impl, case):
+    """A GATHER index naming no entry, a BYTES_LISTS index going backwards or past its items,
+    bounds past the values, or data not (index, bounds, values): refused before a byte is
+    read, by both encoders."""
+    from ofindex.encode.framed import (
+        BYTES_LISTS,
+        GATHER,
+        NO_FRAMING,
+        BatchPlan,
+        PlannedColumn,
+        encode_block,
+    )
+
+    bounds, values = np.array([0, 2, 5], np.int64), b"abcde"
+    mode, data, error = {
+        "gather_past": (GATHER, (np.array([0, 2], np.int64), bounds, values), ValueError),
+        "gather_negative": (GATHER, (np.array([-1, 0], np.int64), bounds, values), ValueError),
+        "lists_backwards": (BYTES_LISTS, (np.array([0, 2, 1], np.int64), bounds, values),
+                            ValueError),
+        "lists_past": (BYTES_LISTS, (np.array([0, 1, 3], np.int64), bounds, values),
+                       ValueError),
+        "bounds_past": (GATHER, (np.array([0, 1], np.int64), np.array([0, 2, 6], np.int64),
+                                 values), ValueError),
+        "not_three": (GATHER, (bounds, values), (TypeError, ValueError)),
+    }[case]
+    plan = BatchPlan((PlannedColumn(b"f", 1, mode, data),), 2, wrap=True)
+    with pytest.raises(error):
+        encode_block(plan, 0, 2, NO_FRAMING, 1 << 10, bytearray(1 << 10),
+                     np.empty(2, np.int64))
 
 
 def test_encoded_examples_parse_with_protobuf():

@@ -505,7 +505,8 @@ class Report:
                 f"`ofindex convert` against the dataset's own `save_to_disk` and pyarrow reading "
                 f"the same data alone, {c['rounds']} interleaved rounds, batches of "
                 f"{c['batch']}; records/s and ratios (taken within each round): median "
-                f"(range). Machine load {fmt(c['load_before']['load_average'][0], 2)} before, "
+                f"(range){'; ' + c['timed'] if c.get('timed') else ''}. Machine load "
+                f"{fmt(c['load_before']['load_average'][0], 2)} before, "
                 f"{fmt(c['load_after']['load_average'][0], 2)} after.\n"]
         for name, what in (("vision", "HF vision dataset: Image() of ~{kb} KB JPEGs and a "
                                       "ClassLabel"),

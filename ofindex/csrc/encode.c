@@ -23,9 +23,19 @@ enum {
                             * length: floats as they are, integers as varints) */
     MODE_LIST_SPANS = 6,   /* the value list's whole content cut from one buffer (a bytes
                             * list of any number of values, each with its key and length) */
-    MODE_VARINT_SPANS = 7  /* a packed list of varints of any length: int64 values, row r's
+    MODE_VARINT_SPANS = 7, /* a packed list of varints of any length: int64 values, row r's
                             * values[bounds[r]:bounds[r + 1]] */
+    MODE_GATHER = 8,       /* whole map entries made once per distinct value (a dictionary
+                            * column's): row r's is entry index[r], values[bounds[i]:bounds[i + 1]] */
+    MODE_BYTES_LISTS = 9   /* a bytes list of any number of values cut from one buffer (an Arrow
+                            * list of binary): row r's values are items index[r] to
+                            * index[r + 1], item i values[bounds[i]:bounds[i + 1]] */
 };
+
+/* The modes whose data is (index, bounds, values): items of one buffer, chosen by index. */
+static inline int indexed_mode(int mode) {
+    return mode == MODE_GATHER || mode == MODE_BYTES_LISTS;
+}
 
 /* The modes whose data is (bounds, values): spans of one buffer. */
 static inline int spans_mode(int mode) {
@@ -37,12 +47,16 @@ typedef struct {
     int mode;
     unsigned char tag;          /* the Feature's field as a key byte: (field << 3) | 2 */
     PyObject *key;              /* a new reference to the feature name (bytes) */
-    Py_buffer view;             /* PACKED: uint8 (rows, width); VARINT: int64 (rows, count) */
+    Py_buffer view;             /* PACKED: uint8 (rows, width); VARINT: int64 (rows, count);
+                                 * the span and indexed modes: their int64 bounds */
     int held;                   /* view acquired */
     Py_ssize_t per_row;         /* PACKED: bytes per row; VARINT: values per row */
     Py_buffer values;           /* SPANS: the bytes the spans cut (view: their int64 bounds) */
     int held_values;
-    int64_t *row_bytes;         /* VARINT_SPANS: each row's varint bytes, sized once */
+    Py_buffer index;            /* GATHER, BYTES_LISTS: their int64 index */
+    int held_index;
+    int64_t *row_bytes;         /* VARINT, VARINT_SPANS, BYTES_LISTS: each row's value list's
+                                 * bytes, sized once */
     PyObject *items;            /* BYTES, ENTRIES: a new reference to the list of bytes */
     PyObject **objs;            /* ... the rows written, each referenced (nobjs of them) */
     Py_ssize_t nobjs;
@@ -63,15 +77,29 @@ typedef struct {
     Py_ssize_t ncols;
     int wrap;                   /* an Example: the entries inside Features (field 1) */
     Py_ssize_t header, footer;  /* framing: 12 + 4 (TFRecord), 8 + 0 (OFRecord), 0 + 0 */
+    const unsigned char *end;   /* the end of the records being written: a varint may be
+                                 * stored as 8 bytes where 8 lie before it (put_varint8) */
 } Plan;
 
-static inline Py_ssize_t varint_size(uint64_t v) {
-    Py_ssize_t n = 1;
-    while (v >= 0x80) {
-        v >>= 7;
+/* The bits of v (v > 0). */
+#if defined(__GNUC__) || defined(__clang__)
+static inline unsigned bit_length(uint64_t v) {
+    return 64u - (unsigned)__builtin_clzll(v);
+}
+#else
+static inline unsigned bit_length(uint64_t v) {
+    unsigned n = 0;
+    for (; v; v >>= 1)
         n++;
-    }
     return n;
+}
+#endif
+
+/* Bytes of the varint of v, without a branch: 7 bits a byte, ceil(bits / 7) as
+ * (bits * 9 + 64) / 64 for 1 to 64 bits (a loop's unpredictable exit cost more than the
+ * encoding itself on token ids of 1 to 3 bytes). */
+static inline Py_ssize_t varint_size(uint64_t v) {
+    return (Py_ssize_t)((bit_length(v | 1) * 9 + 64) >> 6);
 }
 
 static inline unsigned char *put_varint(unsigned char *p, uint64_t v) {
@@ -83,30 +111,82 @@ static inline unsigned char *put_varint(unsigned char *p, uint64_t v) {
     return p;
 }
 
-static inline void put_le(unsigned char *p, uint64_t v, int n) {
-    for (int i = 0; i < n; i++, v >>= 8)
-        p[i] = (unsigned char)v;
-}
-
 static inline int64_t load_i64(const unsigned char *p) {
     int64_t v;
     memcpy(&v, p, 8);
     return v;
 }
 
+static inline void put_le(unsigned char *p, uint64_t v, int n) {
+    for (int i = 0; i < n; i++, v >>= 8)
+        p[i] = (unsigned char)v;
+}
+
+/* v as 8 little-endian bytes at p. */
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+static inline void store_le64(unsigned char *p, uint64_t v) {
+    memcpy(p, &v, 8);
+}
+#else
+static inline void store_le64(unsigned char *p, uint64_t v) {
+    put_le(p, v, 8);
+}
+#endif
+
+/* The 7-bit groups of v (below 2^56) one to a byte, low group first. */
+static inline uint64_t spread7(uint64_t v) {
+    return (v & 0x7fULL) | ((v << 1) & 0x7f00ULL) | ((v << 2) & 0x7f0000ULL) |
+           ((v << 3) & 0x7f000000ULL) | ((v << 4) & 0x7f00000000ULL) |
+           ((v << 5) & 0x7f0000000000ULL) | ((v << 6) & 0x7f000000000000ULL) |
+           ((v << 7) & 0x7f00000000000000ULL);
+}
+
+/* The varint of v at p as one 8-byte store (8 bytes at p must be writable; those past the
+ * varint are overwritten by what follows it): no branch per byte. */
+static inline unsigned char *put_varint8(unsigned char *p, uint64_t v) {
+    if (v >> 56)
+        return put_varint(p, v);
+    Py_ssize_t n = varint_size(v);
+    uint64_t more = 0x8080808080808080ULL & ((1ULL << (8 * (n - 1))) - 1);
+    /* most ids and counts take 3 bytes at most: 3 groups to spread, not 8 */
+    uint64_t groups = v < (1u << 21) ? (v & 0x7fULL) | ((v << 1) & 0x7f00ULL) |
+                                       ((v << 2) & 0x7f0000ULL) : spread7(v);
+    store_le64(p, groups | more);
+    return p + n;
+}
+
+/* The varints of n int64 values at ints, back to back at p (8-byte stores while 8 bytes
+ * before end remain). */
+static unsigned char *put_varints(unsigned char *p, const unsigned char *end,
+                                  const unsigned char *ints, int64_t n) {
+    int64_t j = 0;
+    for (; j < n && end - p >= 8; j++)
+        p = put_varint8(p, (uint64_t)load_i64(ints + 8 * j));
+    for (; j < n; j++)
+        p = put_varint(p, (uint64_t)load_i64(ints + 8 * j));
+    return p;
+}
+
+/* Bytes of the varints of n int64 values at ints. */
+static int64_t varints_size(const unsigned char *ints, int64_t n) {
+    int64_t bytes = 0;
+    for (int64_t j = 0; j < n; j++)
+        bytes += varint_size((uint64_t)load_i64(ints + 8 * j));
+    return bytes;
+}
+
+
 /* Bytes of the value list's content of column c at row r (k: the row's place in the slice). */
 static Py_ssize_t value_size(const Column *c, Py_ssize_t r, Py_ssize_t k, int sliced) {
     if (c->mode == MODE_PACKED)
         return c->per_row;
-    if (c->mode == MODE_VARINT) {
-        const unsigned char *row = (const unsigned char *)c->view.buf + r * c->per_row * 8;
-        Py_ssize_t n = 0;
-        for (Py_ssize_t j = 0; j < c->per_row; j++)
-            n += varint_size((uint64_t)load_i64(row + 8 * j));
-        return n;
+    if (c->row_bytes != NULL)
+        return (Py_ssize_t)c->row_bytes[r];  /* made by count_row_bytes, count_list_bytes */
+    if (c->mode == MODE_GATHER) {
+        const int64_t *at = (const int64_t *)c->view.buf;
+        int64_t i = ((const int64_t *)c->index.buf)[r];  /* checked by get_indexed_column */
+        return (Py_ssize_t)(at[i + 1] - at[i]);
     }
-    if (c->mode == MODE_VARINT_SPANS)
-        return (Py_ssize_t)c->row_bytes[r];  /* made by get_spans_column */
     if (spans_mode(c->mode)) {
         const int64_t *at = (const int64_t *)c->view.buf;
         return (Py_ssize_t)(at[r + 1] - at[r]);  /* checked by get_spans_column */
@@ -127,7 +207,7 @@ static EntrySizes entry_sizes(const Column *c, Py_ssize_t v) {
     EntrySizes e;
     int one = c->mode == MODE_BYTES || c->mode == MODE_SPANS;
     Py_ssize_t klen = PyBytes_GET_SIZE(c->key);
-    if (c->mode == MODE_LIST_SPANS)
+    if (c->mode == MODE_LIST_SPANS || c->mode == MODE_BYTES_LISTS)
         e.list = v;  /* the span is the list's content */
     else
         e.list = (v || one) ? 1 + varint_size((uint64_t)v) + v : 0;
@@ -139,7 +219,7 @@ static EntrySizes entry_sizes(const Column *c, Py_ssize_t v) {
 
 /* Bytes of the map entry holding v bytes of values. */
 static Py_ssize_t entry_size(const Column *c, Py_ssize_t v) {
-    if (c->mode == MODE_ENTRIES)
+    if (c->mode == MODE_ENTRIES || c->mode == MODE_GATHER)
         return v;
     EntrySizes e = entry_sizes(c, v);
     return 1 + varint_size((uint64_t)e.entry) + e.entry;
@@ -158,12 +238,64 @@ static Py_ssize_t payload_size(const Plan *pl, Py_ssize_t entries) {
     return pl->wrap ? 1 + varint_size((uint64_t)entries) + entries : entries;
 }
 
-static unsigned char *put_entry(unsigned char *p, const Column *c, Py_ssize_t r, Py_ssize_t k) {
-    Py_ssize_t v = value_size(c, r, k, 1);
+/* Row r's BYTES_LISTS values at p: each item with its key and length. */
+static unsigned char *put_bytes_list(unsigned char *p, const Column *c, Py_ssize_t r) {
+    const int64_t *items = (const int64_t *)c->index.buf;
+    const int64_t *at = (const int64_t *)c->view.buf;
+    const unsigned char *values = (const unsigned char *)c->values.buf;
+    for (int64_t i = items[r]; i < items[r + 1]; i++) {
+        *p++ = 0x0a;
+        p = put_varint(p, (uint64_t)(at[i + 1] - at[i]));
+        memcpy(p, values + at[i], (size_t)(at[i + 1] - at[i]));
+        p += at[i + 1] - at[i];
+    }
+    return p;
+}
+
+/* Row r's value list content (v bytes) of column c at p (k: the row's place in the slice;
+ * end: the end of the records, for put_varints). */
+static unsigned char *put_values(unsigned char *p, const Column *c, Py_ssize_t r, Py_ssize_t k,
+                                 Py_ssize_t v, const unsigned char *end) {
+    const int64_t *at = (const int64_t *)c->view.buf;
+    const unsigned char *ints = (const unsigned char *)c->view.buf;
+    switch (c->mode) {
+    case MODE_PACKED:
+        memcpy(p, (const unsigned char *)c->view.buf + r * c->per_row, (size_t)v);
+        return p + v;
+    case MODE_BYTES:
+        memcpy(p, c->ptrs[k], (size_t)v);
+        return p + v;
+    case MODE_VARINT:
+        return put_varints(p, end, ints + r * c->per_row * 8, c->per_row);
+    case MODE_VARINT_SPANS:
+        ints = (const unsigned char *)c->values.buf;
+        return put_varints(p, end, ints + 8 * at[r], at[r + 1] - at[r]);
+    case MODE_BYTES_LISTS:
+        return put_bytes_list(p, c, r);
+    default:  /* SPANS, PACKED_SPANS, LIST_SPANS */
+        memcpy(p, (const unsigned char *)c->values.buf + at[r], (size_t)v);
+        return p + v;
+    }
+}
+
+/* Row r's whole map entry of a GATHER or ENTRIES column at p. */
+static unsigned char *put_whole_entry(unsigned char *p, const Column *c, Py_ssize_t r,
+                                      Py_ssize_t k, Py_ssize_t v) {
     if (c->mode == MODE_ENTRIES) {
         memcpy(p, c->ptrs[k], (size_t)v);
         return p + v;
     }
+    const int64_t *at = (const int64_t *)c->view.buf;
+    int64_t i = ((const int64_t *)c->index.buf)[r];
+    memcpy(p, (const unsigned char *)c->values.buf + at[i], (size_t)v);
+    return p + v;
+}
+
+static unsigned char *put_entry(unsigned char *p, const Column *c, Py_ssize_t r, Py_ssize_t k,
+                                const unsigned char *end) {
+    Py_ssize_t v = value_size(c, r, k, 1);
+    if (c->mode == MODE_ENTRIES || c->mode == MODE_GATHER)
+        return put_whole_entry(p, c, r, k, v);
     EntrySizes e = entry_sizes(c, v);
     Py_ssize_t klen = PyBytes_GET_SIZE(c->key);
     *p++ = 0x0a;
@@ -176,34 +308,11 @@ static unsigned char *put_entry(unsigned char *p, const Column *c, Py_ssize_t r,
     p = put_varint(p, (uint64_t)e.feature);
     *p++ = c->tag;
     p = put_varint(p, (uint64_t)e.list);
-    if (e.list && c->mode != MODE_LIST_SPANS) {
+    if (e.list && c->mode != MODE_LIST_SPANS && c->mode != MODE_BYTES_LISTS) {
         *p++ = 0x0a;
         p = put_varint(p, (uint64_t)v);
     }
-    if (c->mode == MODE_PACKED) {
-        memcpy(p, (const unsigned char *)c->view.buf + r * c->per_row, (size_t)v);
-        return p + v;
-    }
-    if (c->mode == MODE_BYTES) {
-        memcpy(p, c->ptrs[k], (size_t)v);
-        return p + v;
-    }
-    if (c->mode == MODE_VARINT_SPANS) {
-        const int64_t *at = (const int64_t *)c->view.buf;
-        const unsigned char *values = (const unsigned char *)c->values.buf;
-        for (int64_t j = at[r]; j < at[r + 1]; j++)
-            p = put_varint(p, (uint64_t)load_i64(values + 8 * j));
-        return p;
-    }
-    if (spans_mode(c->mode)) {
-        const int64_t *at = (const int64_t *)c->view.buf;
-        memcpy(p, (const unsigned char *)c->values.buf + at[r], (size_t)v);
-        return p + v;
-    }
-    const unsigned char *row = (const unsigned char *)c->view.buf + r * c->per_row * 8;
-    for (Py_ssize_t j = 0; j < c->per_row; j++)
-        p = put_varint(p, (uint64_t)load_i64(row + 8 * j));
-    return p;
+    return put_values(p, c, r, k, v, end);
 }
 
 /* Row r framed at p (its payload's CRCs are filled in later). */
@@ -219,7 +328,7 @@ static void put_record(const Plan *pl, unsigned char *p, Py_ssize_t r, Py_ssize_
     }
     for (Py_ssize_t j = 0; j < pl->ncols; j++)
         if (!absent(&pl->cols[j], r))
-            p = put_entry(p, &pl->cols[j], r, k);
+            p = put_entry(p, &pl->cols[j], r, k, pl->end);
 }
 
 static void release_plan(Plan *pl) {
@@ -229,6 +338,8 @@ static void release_plan(Plan *pl) {
             PyBuffer_Release(&c->view);
         if (c->held_values)
             PyBuffer_Release(&c->values);
+        if (c->held_index)
+            PyBuffer_Release(&c->index);
         if (c->held_present)
             PyBuffer_Release(&c->present_view);
         Py_XDECREF(c->key);
@@ -256,20 +367,45 @@ static int check_bounds(const int64_t *at, Py_ssize_t n, Py_ssize_t limit, Py_ss
     return 0;
 }
 
-/* A VARINT_SPANS column's varint bytes per row, counted once (a row's size is asked for
- * three times a record): 0, or -1 with MemoryError set. */
-static int count_row_bytes(Column *c, Py_ssize_t n) {
-    const int64_t *at = (const int64_t *)c->view.buf;
-    const unsigned char *ints = (const unsigned char *)c->values.buf;
-    c->row_bytes = PyMem_Malloc((size_t)(n > 1 ? n - 1 : 1) * sizeof(int64_t));
+/* Room for the value list bytes of each of a column's rows: 0, or -1 with MemoryError set. */
+static int alloc_row_bytes(Column *c, Py_ssize_t rows) {
+    c->row_bytes = PyMem_Malloc((size_t)(rows > 0 ? rows : 1) * sizeof(int64_t));
     if (c->row_bytes == NULL) {
         PyErr_NoMemory();
         return -1;
     }
-    for (Py_ssize_t r = 0; r + 1 < n; r++) {
+    return 0;
+}
+
+/* A VARINT or VARINT_SPANS column's varint bytes per row, counted once (a row's size is asked
+ * for three times a record): 0, or -1 with MemoryError set. */
+static int count_row_bytes(Column *c, Py_ssize_t rows) {
+    if (alloc_row_bytes(c, rows) < 0)
+        return -1;
+    if (c->mode == MODE_VARINT) {
+        const unsigned char *ints = (const unsigned char *)c->view.buf;
+        for (Py_ssize_t r = 0; r < rows; r++)
+            c->row_bytes[r] = varints_size(ints + 8 * r * c->per_row, c->per_row);
+        return 0;
+    }
+    const int64_t *at = (const int64_t *)c->view.buf;
+    const unsigned char *ints = (const unsigned char *)c->values.buf;
+    for (Py_ssize_t r = 0; r < rows; r++)
+        c->row_bytes[r] = varints_size(ints + 8 * at[r], at[r + 1] - at[r]);
+    return 0;
+}
+
+/* A BYTES_LISTS column's value list bytes per row (each item with its key and length):
+ * 0, or -1 with MemoryError set. */
+static int count_list_bytes(Column *c, Py_ssize_t rows) {
+    if (alloc_row_bytes(c, rows) < 0)
+        return -1;
+    const int64_t *items = (const int64_t *)c->index.buf;
+    const int64_t *at = (const int64_t *)c->view.buf;
+    for (Py_ssize_t r = 0; r < rows; r++) {
         int64_t bytes = 0;
-        for (int64_t k = at[r]; k < at[r + 1]; k++)
-            bytes += varint_size((uint64_t)load_i64(ints + 8 * k));
+        for (int64_t i = items[r]; i < items[r + 1]; i++)
+            bytes += 1 + varint_size((uint64_t)(at[i + 1] - at[i])) + (at[i + 1] - at[i]);
         c->row_bytes[r] = bytes;
     }
     return 0;
@@ -300,8 +436,57 @@ static int get_spans_column(PyObject *data, Column *c, Py_ssize_t j, Py_ssize_t 
         return -1;
     *rows = n - 1;
     if (c->mode == MODE_VARINT_SPANS)
-        return count_row_bytes(c, n);
+        return count_row_bytes(c, n - 1);
     return 0;
+}
+
+/* Every one of the n entries of index below limit and not negative: 0, or -1 with ValueError
+ * set. */
+static int check_index(const int64_t *index, Py_ssize_t n, Py_ssize_t limit, Py_ssize_t j) {
+    for (Py_ssize_t r = 0; r < n; r++) {
+        if (index[r] < 0 || index[r] >= (int64_t)limit) {
+            PyErr_Format(PyExc_ValueError, "column %zd: index %zd (%lld) outside its %zd "
+                         "entries", j, r, (long long)index[r], limit);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* A GATHER or BYTES_LISTS column's data: (index, bounds, values), int64 index and bounds, the
+ * bounds inside values (as a SPANS column's), a GATHER index naming one of the bounds' spans
+ * a row, a BYTES_LISTS index each row's first item and the last's end (rows + 1 of them, as a
+ * VARINT_SPANS column's bounds); all checked here. */
+static int get_indexed_column(PyObject *data, Column *c, Py_ssize_t j, Py_ssize_t *rows) {
+    if (!PyTuple_Check(data) || PyTuple_GET_SIZE(data) != 3) {
+        PyErr_Format(PyExc_TypeError, "column %zd: its data is (index, bounds, values)", j);
+        return -1;
+    }
+    if (get_i64(PyTuple_GET_ITEM(data, 0), &c->index, "index") < 0)
+        return -1;
+    c->held_index = 1;
+    PyObject *spans = PyTuple_GetSlice(data, 1, 3);
+    if (spans == NULL)
+        return -1;
+    Py_ssize_t spans_count;
+    int got = get_spans_column(spans, c, j, &spans_count);
+    Py_DECREF(spans);
+    if (got < 0)
+        return -1;
+    const int64_t *index = (const int64_t *)c->index.buf;
+    Py_ssize_t n = c->index.shape[0];
+    if (c->mode == MODE_GATHER) {
+        *rows = n;
+        return check_index(index, n, spans_count, j);
+    }
+    if (n < 1) {
+        PyErr_Format(PyExc_ValueError, "column %zd: no index (rows + 1 of it)", j);
+        return -1;
+    }
+    if (check_bounds(index, n, spans_count, j) < 0)
+        return -1;
+    *rows = n - 1;
+    return count_list_bytes(c, n - 1);
 }
 
 /* A column's rows present (None: every one), as one byte per row. */
@@ -337,7 +522,7 @@ static int get_column(PyObject *spec, Column *c, Py_ssize_t j, Py_ssize_t *rows)
         }
         return -1;
     }
-    if (field < 1 || field > 15 || mode < MODE_PACKED || mode > MODE_VARINT_SPANS) {
+    if (field < 1 || field > 15 || mode < MODE_PACKED || mode > MODE_BYTES_LISTS) {
         PyErr_Format(PyExc_ValueError, "column %zd: field %d or mode %d out of range", j,
                      field, mode);
         return -1;
@@ -384,7 +569,7 @@ static int get_array_column(PyObject *data, Column *c, Py_ssize_t j, Py_ssize_t 
     }
     *rows = c->view.shape[0];
     c->per_row = c->view.shape[1];
-    return 0;
+    return mode == MODE_VARINT ? count_row_bytes(c, *rows) : 0;
 }
 
 /* A column's data, by its mode; its rows into *rows. */
@@ -393,6 +578,8 @@ static int get_data(PyObject *data, Column *c, Py_ssize_t j, Py_ssize_t *rows) {
         return get_list_column(data, c, j, rows);
     if (spans_mode(c->mode))
         return get_spans_column(data, c, j, rows);
+    if (indexed_mode(c->mode))
+        return get_indexed_column(data, c, j, rows);
     return get_array_column(data, c, j, rows);
 }
 
@@ -643,6 +830,7 @@ static PyObject *encode_rows(Plan *pl, const Outputs *o, Py_ssize_t start, Py_ss
         return PyErr_NoMemory();
     }
     unsigned char *base = (unsigned char *)o->out.buf;
+    pl->end = base + used;
     write_records(pl, base, at, sz, start, n);
     int failed = put_crcs(pl, base, at, sz, n, crc, crc_fn);
     PyMem_Free(at);

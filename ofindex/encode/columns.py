@@ -19,11 +19,12 @@ from typing import Any
 import numpy as np
 
 from ofindex.decode.spec import FixedLen, Ragged, Spec
-from ofindex.encode.arrow import BinaryColumn, RaggedColumn, arrow_columns
+from ofindex.encode.arrow import BinaryColumn, DictionaryColumn, RaggedColumn, arrow_columns
 from ofindex.encode.arrow_map import EXACT
 from ofindex.encode.framed import (
+    BYTES_LISTS,
     ENTRIES,
-    LIST_SPANS,
+    GATHER,
     NO_FRAMING,
     ONE_BYTES,
     PACKED,
@@ -55,7 +56,6 @@ from ofindex.encode.messages import (
     name_bytes,
 )
 from ofindex.encode.nulls import REFUSE, Nulls
-from ofindex.encode.varints import varints
 from ofindex.errors import EncodeError
 
 _KINDS = {"example": (EXAMPLE_TYPES, EXAMPLE_FIELDS, "Example"),
@@ -197,6 +197,11 @@ def _scalar_column(column: list[Any] | tuple[Any, ...]
 def _plan_column(name: str, column: Any, rules: FeatureRules, fields: dict[str, int],
                  batch: int, first: int) -> PlannedColumn:
     key = name_bytes(name, None)
+    if isinstance(column, DictionaryColumn):
+        gathered = _gathered_column(name, column, rules, fields, first)
+        if gathered is not None:
+            return gathered
+        column = column.decode()
     if isinstance(column, BinaryColumn) and _bytes_allowed(rules, name):
         _check_present(name, column.present, rules, first)
         return PlannedColumn(key, fields[BYTES], SPANS, (column.bounds, column.values),
@@ -223,6 +228,44 @@ def _plan_column(name: str, column: Any, rules: FeatureRules, fields: dict[str, 
                             first)
 
 
+def _gathered_column(name: str, column: DictionaryColumn, rules: FeatureRules,
+                     fields: dict[str, int], first: int) -> PlannedColumn | None:
+    """A dictionary column laid out: the map entry of each dictionary value made once (its
+    values planned and encoded as a column of their own), each row's chosen by its index;
+    ``None`` when a value cannot be written as the spec asks (the column is then decoded
+    and planned row by row, so that the error names the row holding it)."""
+    _check_present(name, column.present, rules, first)
+    entries = len(column.values)
+    try:
+        planned = _plan_column(name, column.values, rules, fields, entries, first)
+    except EncodeError:
+        return None
+    bounds, content = _packed_records(BatchPlan((planned,), entries, wrap=False))
+    return PlannedColumn(planned.key, planned.field, GATHER,
+                         (column.indices, bounds, content), column.present)
+
+
+def _packed_records(plan: BatchPlan) -> tuple[np.ndarray, bytes]:
+    """Every record of a laid-out batch, unframed and back to back: their ``rows + 1``
+    bounds and bytes (in a buffer sized to them, not a block: a dictionary of a few values
+    is encoded per batch)."""
+    out = bytearray(4096)
+    sizes = np.empty(plan.rows, np.int64)
+    chunks: list[bytes] = []
+    start = 0
+    while start < plan.rows:
+        rows, used = encode_block(plan, start, plan.rows, NO_FRAMING, len(out), out,
+                                  sizes[start:])
+        if rows == 0:  # one record bigger than the buffer
+            out = bytearray(max(used, 2 * len(out)))
+            continue
+        chunks.append(bytes(memoryview(out)[:used]))
+        start += rows
+    bounds = np.zeros(plan.rows + 1, np.int64)
+    np.cumsum(sizes, out=bounds[1:])
+    return bounds, b"".join(chunks)
+
+
 def _ragged_column(name: str, key: bytes, column: RaggedColumn, rules: FeatureRules,
                    fields: dict[str, int], first: int) -> PlannedColumn | None:
     """Rows of any length laid out at once: numbers as one packed list per row (floats as
@@ -239,9 +282,10 @@ def _ragged_column(name: str, key: bytes, column: RaggedColumn, rules: FeatureRu
         return None
     _check_present(name, column.present, rules, first)
     offsets = np.asarray(column.offsets, np.int64)
-    if isinstance(values, BinaryColumn):
-        bounds, content = _bytes_lists(offsets, values)
-        return PlannedColumn(key, fields[BYTES], LIST_SPANS, (bounds, content), column.present)
+    if isinstance(values, BinaryColumn):  # the Arrow buffers as they are: no copy here
+        return PlannedColumn(key, fields[BYTES], BYTES_LISTS,
+                             (offsets, np.asarray(values.bounds, np.int64), values.values),
+                             column.present)
     try:  # float64 to float32 is refused where a value overflows (numeric_values' rules)
         vtype, values = numeric_values(values, vtype, rules.allowed, name, None)
     except EncodeError:
@@ -253,28 +297,6 @@ def _ragged_column(name: str, key: bytes, column: RaggedColumn, rules: FeatureRu
                              column.present)
     ints = np.ascontiguousarray(values, dtype=np.int64)  # varints made as they are written
     return PlannedColumn(key, fields[vtype], VARINT_SPANS, (offsets, ints), column.present)
-
-
-def _bytes_lists(offsets: np.ndarray, items: BinaryColumn) -> tuple[np.ndarray, np.ndarray]:
-    """Each row's bytes list content (every value with its key and length, back to back)
-    cut from one buffer made by numpy: its ``rows + 1`` bounds and the buffer."""
-    bounds = np.asarray(items.bounds, np.int64)
-    lengths = np.diff(bounds)
-    prefix, prefix_sizes = varints(lengths.view(np.uint64))
-    sizes = 1 + prefix_sizes + lengths
-    ends = np.zeros(len(sizes) + 1, np.int64)
-    np.cumsum(sizes, out=ends[1:])
-    starts = ends[:-1]
-    out = np.empty(int(ends[-1]), np.uint8)
-    out[starts] = 0x0A  # each value's key: field 1, length-delimited
-    prefix_starts = np.cumsum(prefix_sizes) - prefix_sizes
-    out[np.repeat(starts + 1 - prefix_starts, prefix_sizes)
-        + np.arange(len(prefix), dtype=np.int64)] = prefix
-    if len(bounds) > 1 and bounds[-1] > bounds[0]:
-        source = np.frombuffer(items.values, np.uint8)[int(bounds[0]):int(bounds[-1])]
-        shift = starts + 1 + prefix_sizes - (bounds[:-1] - bounds[0])
-        out[np.repeat(shift, lengths) + np.arange(len(source), dtype=np.int64)] = source
-    return ends[offsets], out
 
 
 def _planned_numbers(name: str, key: bytes, column: np.ndarray, given: Any,

@@ -34,11 +34,20 @@ from ofindex.formats.crc import masked_crc32c
 #: packed list of any length cut from one buffer (a ragged column: floats as they are,
 #: integers already made varints), or a value list's whole content cut from one buffer (a
 #: bytes list of any number of values, each with its key and length), or a packed list of
-#: varints of any length (int64 values; its bounds count values, the others' bytes).
-#: Any of them may leave the feature out of some rows (``present``: null cells).
-PACKED, VARINT, ONE_BYTES, ENTRIES, SPANS, PACKED_SPANS, LIST_SPANS, VARINT_SPANS = range(8)
+#: varints of any length (int64 values; its bounds count values, the others' bytes), or
+#: whole map entries made once per distinct value and chosen per row by an index (a
+#: dictionary column's: its dictionary encoded once, not decoded per row), or a bytes list
+#: of any number of values cut from one buffer (an Arrow list of binary or string: each
+#: row's items by an index, each item's bytes by bounds; keys and lengths written as the
+#: record is). Any of them may leave the feature out of some rows (``present``: null cells).
+(PACKED, VARINT, ONE_BYTES, ENTRIES, SPANS, PACKED_SPANS, LIST_SPANS, VARINT_SPANS, GATHER,
+ BYTES_LISTS) = range(10)
 #: The modes whose data is ``(bounds, values)``.
 SPAN_MODES = (SPANS, PACKED_SPANS, LIST_SPANS, VARINT_SPANS)
+#: The modes whose data is ``(index, bounds, values)``: ``GATHER``'s row ``r`` is
+#: ``values[bounds[index[r]]:bounds[index[r] + 1]]``; ``BYTES_LISTS``' row ``r`` holds items
+#: ``index[r]`` to ``index[r + 1]``, item ``i`` being ``values[bounds[i]:bounds[i + 1]]``.
+INDEXED_MODES = (GATHER, BYTES_LISTS)
 #: ``(header, footer)`` bytes around each payload: TFRecord, OFRecord, none.
 TFRECORD_FRAMING, OFRECORD_FRAMING, NO_FRAMING = (12, 4), (8, 0), (0, 0)
 
@@ -51,11 +60,13 @@ class PlannedColumn:
         key: The feature's name (UTF-8).
         field: The field of its value list in a ``Feature`` (which list it is).
         mode: :data:`PACKED`, :data:`VARINT`, :data:`ONE_BYTES`, :data:`ENTRIES`,
-            :data:`SPANS`, :data:`PACKED_SPANS`, :data:`LIST_SPANS` or :data:`VARINT_SPANS`.
+            :data:`SPANS`, :data:`PACKED_SPANS`, :data:`LIST_SPANS`, :data:`VARINT_SPANS`,
+            :data:`GATHER` or :data:`BYTES_LISTS`.
         data: ``PACKED``: a C-contiguous ``(rows, width)`` uint8 array; ``VARINT``: a
             C-contiguous ``(rows, count)`` int64 array; the span modes: ``(bounds,
             values)``, ``rows + 1`` int64 bounds and a buffer, row ``r`` being
-            ``values[bounds[r]:bounds[r + 1]]``; otherwise a list of ``bytes``.
+            ``values[bounds[r]:bounds[r + 1]]``; the indexed modes: ``(index, bounds,
+            values)`` (see :data:`INDEXED_MODES`); otherwise a list of ``bytes``.
         present: One uint8 per row, 0 where the feature is absent from the row (a null
             cell: that row's data is not written), or ``None``: present in every row.
     """
@@ -63,15 +74,15 @@ class PlannedColumn:
     key: bytes
     field: int
     mode: int
-    data: np.ndarray | list[bytes] | tuple[np.ndarray, Any]
+    data: np.ndarray | list[bytes] | tuple[np.ndarray, Any] | tuple[np.ndarray, np.ndarray, Any]
     present: np.ndarray | None = None
 
     @property
     def rows(self) -> int:
         """Rows of the column."""
-        if self.mode in SPAN_MODES:
+        if self.mode in SPAN_MODES or self.mode == BYTES_LISTS:
             return len(self.data[0]) - 1
-        return len(self.data)
+        return len(self.data[0]) if self.mode == GATHER else len(self.data)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,10 +120,25 @@ def _list_entry(key: bytes, field: int, content: bytes) -> bytes:
     return tag(1) + varint(len(entry)) + entry
 
 
+def _indexed_entry(column: PlannedColumn, row: int) -> bytes:
+    """Row ``row``'s map entry of a :data:`GATHER` or :data:`BYTES_LISTS` column."""
+    index, bounds, values = column.data  # type: ignore[misc]
+    view = memoryview(values).cast("B")
+    if column.mode == GATHER:
+        item = int(index[row])
+        return bytes(view[int(bounds[item]):int(bounds[item + 1])])
+    content = b"".join(tag(1) + varint(int(bounds[item + 1] - bounds[item]))
+                       + bytes(view[int(bounds[item]):int(bounds[item + 1])])
+                       for item in range(int(index[row]), int(index[row + 1])))
+    return _list_entry(column.key, column.field, content)
+
+
 def _row_entry(column: PlannedColumn, row: int) -> bytes:
     if column.present is not None and not column.present[row]:
         return b""
     data: Any = column.data
+    if column.mode in INDEXED_MODES:
+        return _indexed_entry(column, row)
     if column.mode == VARINT_SPANS:
         bounds, values = data
         ints = np.frombuffer(values, np.int64)[int(bounds[row]):int(bounds[row + 1])]
@@ -150,19 +176,36 @@ def _frame(payload: bytes, framing: tuple[int, int]) -> bytes:
     return payload
 
 
+def _bad_bounds(bounds: np.ndarray, size: int) -> bool:
+    """Whether bounds are none, lie outside ``[0, size]`` or go backwards."""
+    return len(bounds) < 1 or bool((bounds < 0).any() | (bounds > size).any()
+                                   | (np.diff(bounds) < 0).any())
+
+
+def _check_columns(plan: BatchPlan) -> None:
+    """The compiled ``encode``'s checks of the span and indexed columns' data."""
+    for column in plan.columns:
+        if column.mode in SPAN_MODES or column.mode in INDEXED_MODES:
+            bounds = np.asarray(column.data[-2])
+            size = memoryview(column.data[-1]).nbytes // (8 if column.mode == VARINT_SPANS
+                                                           else 1)
+            if _bad_bounds(bounds, size):
+                raise ValueError("a column's bounds lie outside its values or go backwards")
+        if column.mode == GATHER:
+            index = np.asarray(column.data[0])
+            if bool((index < 0).any() | (index >= len(bounds) - 1).any()):
+                raise ValueError("a column's index lies outside its entries")
+        elif column.mode == BYTES_LISTS and _bad_bounds(np.asarray(column.data[0]),
+                                                        len(bounds) - 1):
+            raise ValueError("a column's index lies outside its items or goes backwards")
+
+
 def _check_block_args(plan: BatchPlan, start: int, stop: int, framing: tuple[int, int],
                       limit: int, sizes: np.ndarray, crcs: np.ndarray | None) -> None:
     """The compiled ``encode``'s checks of its arguments, in its order."""
     if framing not in (TFRECORD_FRAMING, OFRECORD_FRAMING, NO_FRAMING):
         raise ValueError("framing is (12, 4), (8, 0) or (0, 0)")
-    for column in plan.columns:
-        if column.mode in SPAN_MODES:
-            bounds = np.asarray(column.data[0])
-            size = memoryview(column.data[1]).nbytes // (8 if column.mode == VARINT_SPANS
-                                                          else 1)
-            if len(bounds) < 1 or bool((bounds < 0).any() | (bounds > size).any()
-                                       | (np.diff(bounds) < 0).any()):
-                raise ValueError("a column's bounds lie outside its values or go backwards")
+    _check_columns(plan)
     for column in plan.columns:
         present = column.present
         if present is not None and (present.ndim != 1 or present.itemsize != 1

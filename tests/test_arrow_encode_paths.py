@@ -1,0 +1,147 @@
+"""The batch encoder's Arrow paths that take the Arrow buffers as they are: a dictionary
+(categorical) column written once per batch and chosen per row (``GATHER``), a list of strings
+or binaries cut from its buffers (``BYTES_LISTS``), and list<int64> varints written 8 bytes at
+a time. Every record is parsed by protobuf and compared with the values Arrow's ``to_pylist``
+gives (never with what our encoder writes), on slices of the table (Arrow offsets that do not
+start at 0, a dictionary bigger than the batch), compiled and pure Python."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import ofindex
+from ofindex import EncodeError
+from ofindex.decode import FixedLen
+from ofindex.encode import encode_columns
+from ofindex.encode.columns import plan_columns
+from ofindex.encode.framed import BYTES_LISTS, GATHER, VARINT_SPANS
+from ofindex.proto import example_pb2, ofrecord_pb2
+
+#: Every varint length of int64, at both edges (the 8-byte stores hold up to 2^56 - 1, the
+#: 3-group shortcut up to 2^21 - 1; negatives take ten bytes).
+EDGES = [-(2**63), 2**63 - 1, -1, 0, 1, 127, 128, 2**14 - 1, 2**14, 2**21 - 1, 2**21,
+         2**28 - 1, 2**28, 2**35, 2**42 - 1, 2**49, 2**56 - 1, 2**56, 2**62, -(2**56)]
+ROWS = 60
+
+
+def _table() -> pa.Table:
+    """Dictionary columns with null indices, a null, an empty and an unused value in the
+    dictionary; lists of int64 edges, of strings and binaries (empty strings, a 200-byte value,
+    non-ASCII) and of lists, with empty and null lists."""
+    city = pa.DictionaryArray.from_arrays(
+        pa.array([None if k % 7 == 2 else [0, 1, 2, 3, 0][k % 5] for k in range(ROWS)],
+                 pa.int8()),
+        pa.array(["paris", None, "", "kyōto", "unused"]))
+    code = pa.DictionaryArray.from_arrays(
+        pa.array([None if k % 6 == 1 else k % 3 for k in range(ROWS)], pa.int32()),
+        pa.array([-(2**63), 7, 2**63 - 1], pa.int64()))
+    tokens = [None if k % 9 == 4 else [EDGES[(k + j) % len(EDGES)] for j in range(k % 7)]
+              for k in range(ROWS)]
+    words = ["", "é", "x" * 200, "tag"]
+    tags = [None if k % 8 == 3 else [words[(k + j) % 4] for j in range(k % 4)]
+            for k in range(ROWS)]
+    blobs = [None if k % 10 == 9 else [bytes([k, j]) * j for j in range(k % 3)]
+             for k in range(ROWS)]
+    nested = [None if k % 11 == 6 else [[EDGES[(k + i) % len(EDGES)]] * i for i in range(k % 4)]
+              for k in range(ROWS)]
+    return pa.table({"city": city, "code": code,
+                     "tokens": pa.array(tokens, pa.list_(pa.int64())),
+                     "tags": pa.array(tags, pa.list_(pa.string())),
+                     "blobs": pa.array(blobs, pa.large_list(pa.binary())),
+                     "nested": pa.array(nested, pa.list_(pa.list_(pa.int64())))})
+
+
+def _features(record: bytes, kind: str) -> dict[str, tuple[str, list]]:
+    message = (example_pb2.Example.FromString(record).features if kind == "example"
+               else ofrecord_pb2.OFRecord.FromString(record))
+    out = {}
+    for name, feature in message.feature.items():
+        which = feature.WhichOneof("kind")
+        out[name] = (which, list(getattr(feature, which).value))
+    return out
+
+
+def _expected(row: dict) -> dict[str, tuple[str, list]]:
+    """The features protobuf must find for one row (by docs/writing.md's mapping)."""
+    want: dict[str, tuple[str, list]] = {}
+    if row["city"] is not None:
+        want["city"] = ("bytes_list", [row["city"].encode()])
+    if row["code"] is not None:
+        want["code"] = ("int64_list", [row["code"]])
+    for name, encode in (("tokens", None), ("tags", str.encode), ("blobs", bytes)):
+        if row[name] is None:
+            want[f"{name}/null"] = ("int64_list", [1])
+        else:
+            want[name] = ("int64_list" if encode is None else "bytes_list",
+                          [v if encode is None else encode(v) for v in row[name]])
+    if row["nested"] is None:
+        want["nested/null"] = ("int64_list", [1])
+    else:
+        want["nested"] = ("int64_list", [v for inner in row["nested"] for v in inner])
+        want["nested/lengths_1"] = ("int64_list", [len(inner) for inner in row["nested"]])
+    return want
+
+
+@pytest.mark.parametrize("kind", ["example", "ofrecord"])
+def test_arrow_batches_parse_with_protobuf_into_their_values(impl, kind):
+    """Whole and sliced (offsets not from 0; slices of 3 rows hold fewer rows than the
+    dictionary has values, which are then decoded instead): every record protobuf parses
+    holds the row's values, a null cell no feature (a null list its /null mark)."""
+    table = _table()
+    for start, stop in ((0, ROWS), (5, 45), (13, 16), (57, 60), (0, 1)):
+        part = table.slice(start, stop - start)
+        records = encode_columns(part, kind=kind)
+        assert len(records) == stop - start
+        for record, row in zip(records, part.to_pylist(), strict=True):
+            assert _features(record, kind) == _expected(row)
+
+
+def test_the_arrow_buffers_are_taken_as_they_are():
+    """A dictionary column is laid out as its dictionary's entries chosen per row (it was
+    decoded by a take of every row's value), a list of strings as its Arrow buffers (it was
+    copied into each row's list content by numpy first), list<int64> as varint spans."""
+    table = _table()
+    plan = plan_columns(table)
+    modes = {column.key: column.mode for column in plan.columns}
+    assert modes[b"city"] == GATHER and modes[b"code"] == GATHER
+    assert modes[b"tags"] == BYTES_LISTS and modes[b"blobs"] == BYTES_LISTS
+    assert modes[b"tokens"] == VARINT_SPANS
+    tags = next(c for c in plan.columns if c.key == b"tags")
+    assert np.shares_memory(np.frombuffer(tags.data[2], np.uint8), np.frombuffer(
+        table.column("tags").chunk(0).values.buffers()[2], np.uint8))
+
+
+def test_a_dictionary_value_the_spec_refuses_names_the_row_holding_it(impl):
+    """A null in the dictionary, used by row 2: the spec's FixedLen without a default refuses
+    record first + 2 (not the dictionary's entry 1); unused, it refuses nothing."""
+    spec = {"city": FixedLen((), "bytes")}
+    used = pa.table({"city": pa.DictionaryArray.from_arrays(
+        pa.array([0, 0, 1, 0], pa.int8()), pa.array(["a", None]))})
+    with pytest.raises(EncodeError, match="feature 'city' of record 12"):
+        encode_columns(used, spec, first_record=10)
+    unused = pa.table({"city": pa.DictionaryArray.from_arrays(
+        pa.array([0, 0, 0, 0], pa.int8()), pa.array(["a", None]))})
+    records = encode_columns(unused, spec)
+    assert [_features(r, "example") for r in records] == [{"city": ("bytes_list", [b"a"])}] * 4
+
+
+@pytest.mark.parametrize("format", ["tfrecord", "ofrecord"])
+def test_convert_of_parquet_with_dictionaries_and_lists(impl, tmp_path, format):
+    """``ofindex.convert`` from Parquet (row groups of 16, batches of 7: dictionaries shared
+    between batches, batches cut inside row groups) writes every row's values (Parquet
+    holds no null inside a dictionary: the rows' nulls are null indices there)."""
+    table = _table()
+    table = table.set_column(0, "city", table.column("city").cast(pa.string())
+                             .dictionary_encode())
+    pq.write_table(table, tmp_path / "t.parquet", row_group_size=16)
+    ofindex.convert(str(tmp_path / "t.parquet"), tmp_path / "out", format=format,
+                    batch_size=7, shard_records=25)
+    kind = "ofrecord" if format == "ofrecord" else "example"
+    with ofindex.open(str(tmp_path / "out")) as ds:
+        records = [ds[k] for k in range(len(ds))]
+    assert len(records) == ROWS
+    for record, row in zip(records, table.to_pylist(), strict=True):
+        assert _features(record, kind) == _expected(row)
