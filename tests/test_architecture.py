@@ -36,7 +36,9 @@ ALLOWED = {
     "schema": {"errors", "decode", "proto", "read"},
     "convert": {"errors", "storage", "formats", "index", "read", "decode", "encode", "write",
                 "opening"},
-    "write": {"errors", "storage", "formats", "index", "decode", "encode"},
+    # "write": both writers (one file indexed as it is written, and sharded datasets); a
+    # compressed file is deflated as it is written, an appended one indexed first
+    "write": {"errors", "storage", "formats", "deflate", "index", "decode", "encode"},
     # "tfds": a TFDS builder directory opened through ofindex.open, decoded by ofindex.decode
     "tfds": {"errors", "_threads", "transport", "decode", "read", "opening"},
     # "events": TensorBoard logs, indexed in the build's scan and read through datasets
