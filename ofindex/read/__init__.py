@@ -1,5 +1,12 @@
 """Using indexes: the dataset, its shards and their sidecars, and every way records are read.
 
+The package by wing: the dataset's core here (the dataset and its views, opening, the shards
+and the shard table, the checks of every record); :mod:`ofindex.read.access`, how each shard
+is read; :mod:`ofindex.read.remote`, the rounds of requests a remote dataset needs beyond its
+shards' accesses; :mod:`ofindex.read.sequential`, the sequential read paths the accesses hand
+shards to. The remote and sequential wings know nothing of each other or of the accesses
+(tests/test_architecture.py).
+
 How a read travels, for a reader of this code. ``ofindex.open(paths, storage_options=...)``
 (:mod:`ofindex.opening`) makes one :class:`~ofindex.storage.Storages` with the call's
 settings: ``storage_options``, memory maps, concurrency and retries go into the storage
