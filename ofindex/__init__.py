@@ -44,13 +44,13 @@ from .formats.sidecar_header import Compression
 from .index.build_file import BuildResult
 from .index.build_results import BuildResults
 from .index.builder import build_index
-from .index.writer import Writer
 from .opening import open
 from .read.dataset import Dataset
 from .read.view import DatasetView
 from .schema import infer_spec, spec_from_tf
 from .tfds import open_tfds
 from .write import ShardedWriter, WriteSummary
+from .write.writer import Writer
 
 __version__ = "0.2.0"
 

@@ -52,7 +52,7 @@ def open(
     one request whatever its number of shards. Remote sidecars are then read by *pages*: a
     batch fetches only the runs of offsets its records need (and each sidecar's header,
     checked against the manifest), all shards' at once, then the data: two rounds of requests
-    cold, one once the pages are cached (see :mod:`ofindex.read.pages`). Small, version 1 and
+    cold, one once the pages are cached (see :mod:`ofindex.read.remote.pages`). Small, version 1 and
     compressed-file sidecars are fetched whole. The dataset can be used as a context manager
     (``with ofindex.open(...) as ds:``), which releases its handles and maps at the end.
 

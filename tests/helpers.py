@@ -272,7 +272,7 @@ def stamp_as_served(data_dir, url: str) -> None:
 
     from ofindex.formats.sidecar import restamped
     from ofindex.formats.sidecar_header import decode_header
-    from ofindex.storage.remote import FsspecStorage
+    from ofindex.storage.fsspec_storage import FsspecStorage
 
     http = FsspecStorage("http")
     manifest = manifest_of(data_dir)

@@ -36,7 +36,9 @@ ALLOWED = {
     "schema": {"errors", "decode", "proto", "read"},
     "convert": {"errors", "storage", "formats", "index", "read", "decode", "encode", "write",
                 "opening"},
-    "write": {"errors", "storage", "formats", "index", "decode", "encode"},
+    # "write": both writers (one file indexed as it is written, and sharded datasets); a
+    # compressed file is deflated as it is written, an appended one indexed first
+    "write": {"errors", "storage", "formats", "deflate", "index", "decode", "encode"},
     # "tfds": a TFDS builder directory opened through ofindex.open, decoded by ofindex.decode
     "tfds": {"errors", "_threads", "transport", "decode", "read", "opening"},
     # "events": TensorBoard logs, indexed in the build's scan and read through datasets
@@ -120,6 +122,60 @@ def test_layers_import_one_way():
             if other != layer and other not in ALLOWED[layer]:
                 bad.append(f"{module} -> {t}")
     assert not bad, "imports against the layering:\n" + "\n".join(sorted(bad))
+
+
+#: Inside ``read``, by wing: the remote wing (``read/remote/``: the rounds that fetch the pieces
+#: of index a read lacks, paged sidecars, the files the data cache holds whole) and the
+#: sequential read paths (``read/sequential/``: a shard streamed, inflated in one pass or cut
+#: out of its map, and the batches they yield) both build on the dataset's core at ``read/``
+#: (its shards, shard table and record checks) and know nothing of each other or of the
+#: accesses; the accesses (``read/access/``, one per shard) hand a read to either; the core's
+#: upper modules (the dataset, opening, iteration) use all three. Imports inside one wing, and
+#: the order of the core's own modules, are left to ``test_no_import_cycles``.
+READ_WINGS_ALLOWED = {
+    "read.remote": {"read"},
+    "read.sequential": {"read"},
+    "read.access": {"read", "read.remote", "read.sequential"},
+}
+
+
+def _read_wing(module: str) -> str:
+    """``read.<wing>`` for a wing of ``ofindex.read`` or one of its modules, ``read`` for the
+    core."""
+    parts = module.split(".")
+    if len(parts) > 2 and parts[1] == "read" and f"read.{parts[2]}" in READ_WINGS_ALLOWED:
+        return f"read.{parts[2]}"
+    return "read"
+
+
+def _against_the_read_wings(graph: dict[str, set[str]]) -> list[str]:
+    """The imports between ``ofindex.read``'s wings against :data:`READ_WINGS_ALLOWED`."""
+    bad = []
+    for module, targets in graph.items():
+        wing = _read_wing(module)
+        if _layer(module) != "read" or wing not in READ_WINGS_ALLOWED:
+            continue
+        bad += [f"{module} -> {target}" for target in targets
+                if _layer(target) == "read" and _read_wing(target) != wing
+                and _read_wing(target) not in READ_WINGS_ALLOWED[wing]]
+    return sorted(bad)
+
+
+def test_the_read_wings_import_one_way():
+    assert _against_the_read_wings(_graph()) == [], "imports against the read wings"
+
+
+def test_the_read_wing_rule_finds_an_import_the_wrong_way():
+    graph = {"ofindex.read.remote.pages": {"ofindex.read.sequential.streaming",
+                                           "ofindex.read.shards", "ofindex.read.access"},
+             "ofindex.read.sequential.streaming": {"ofindex.read.access.maps"},
+             "ofindex.read.access.maps": {"ofindex.read.remote.pages",
+                                          "ofindex.read.sequential.streaming"},
+             "ofindex.read.dataset": {"ofindex.read.access"}}
+    assert _against_the_read_wings(graph) == [
+        "ofindex.read.remote.pages -> ofindex.read.access",
+        "ofindex.read.remote.pages -> ofindex.read.sequential.streaming",
+        "ofindex.read.sequential.streaming -> ofindex.read.access.maps"]
 
 
 #: The libraries that speak to the network: only ``ofindex/transport/`` imports them (the rest

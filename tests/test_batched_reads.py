@@ -12,8 +12,9 @@ from helpers import empty_block_pool, ref_tfrecord
 import ofindex
 from ofindex import _accel
 from ofindex.errors import CorruptRecordError, RecordIndexError
-from ofindex.read import mapped_batches, mapped_gather
-from ofindex.read.record_batch import RecordBatch
+from ofindex.read import mapped_gather
+from ofindex.read.sequential import mapped_batches
+from ofindex.read.sequential.record_batch import RecordBatch
 
 SIZES = [300, 1, 450]
 

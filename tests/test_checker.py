@@ -12,7 +12,7 @@ from helpers import ref_tfrecord
 import ofindex
 from ofindex import _accel
 from ofindex.errors import CorruptRecordError, DataFileNotFoundError
-from ofindex.read import mapped_batches
+from ofindex.read.sequential import mapped_batches
 
 native = _accel.native
 pytestmark = pytest.mark.skipif(native is None or not native.hw_crc(),

@@ -238,7 +238,7 @@ def ofindex_cache_entry(v: dict[str, Any]) -> dict[str, Any]:
     from ofindex.cache import dir_files, keys
     from ofindex.formats.compact_manifest import CompactManifest
     from ofindex.formats.index_cache import cached_index_dir
-    from ofindex.read import pages
+    from ofindex.read.remote import pages
     from ofindex.storage import FileStamp
 
     kind = v["entry"]

@@ -524,7 +524,7 @@ def threaded(request, monkeypatch):
     """Batches of files held whole copied in one pass, or in shares on the pool's threads
     (as batches of several MB are)."""
     if request.param:
-        from ofindex.read import resident_gather
+        from ofindex.read.remote import resident_gather
 
         monkeypatch.setattr(resident_gather, "PARALLEL_BYTES", 1)
     return request.param
@@ -534,7 +534,7 @@ def threaded(request, monkeypatch):
 @pytest.mark.parametrize("block", [1 << 20, 1000])  # records inside blocks, and across them
 def test_later_epochs_read_the_files_mapped_whole(served, tmp_path, impl, block, threaded):
     from ofindex.read.access import CachedAccess
-    from ofindex.read.resident_gather import ResidentShards
+    from ofindex.read.remote.resident_gather import ResidentShards
 
     url, _, expected = served
     with implementation(impl):  # (opened here: each shard's access is chosen when it is bound)
@@ -562,7 +562,7 @@ def test_later_epochs_read_the_files_mapped_whole(served, tmp_path, impl, block,
 
 def _resident_batch(served, tmp_path):
     """A dataset whose files are held whole, a batch over every shard and its spans."""
-    from ofindex.read.resident_gather import ResidentShards
+    from ofindex.read.remote.resident_gather import ResidentShards
 
     url, _, expected = served
     ds = ofindex.open(url, cache_dir=str(tmp_path), data_cache_bytes=BUDGET)
@@ -576,7 +576,7 @@ def _resident_batch(served, tmp_path):
 def test_corrupt_offsets_of_a_file_held_whole_are_named_as_every_read_names_them(
         served, tmp_path):
     from ofindex.errors import SidecarError
-    from ofindex.read.resident_gather import resident_gather
+    from ofindex.read.remote.resident_gather import resident_gather
 
     ds, _, shards, _ = _resident_batch(served, tmp_path)
     j = 1
@@ -593,7 +593,7 @@ def test_a_span_past_the_end_of_a_file_held_whole_goes_to_the_planned_reads(
         served, tmp_path, monkeypatch):
     import dataclasses
 
-    from ofindex.read import resident_gather as module
+    from ofindex.read.remote import resident_gather as module
 
     ds, idx, shards, expected = _resident_batch(served, tmp_path)
     short = dataclasses.replace(shards.files[2], size=shards.files[2].size // 2)

@@ -1,5 +1,5 @@
-"""Lists of records made ahead of the one handed out (ofindex/read/mapped_batches.py, with a
-core to spare: filled on the pool's threads, or their CRCs checked by a compiled Checker)
+"""Lists of records made ahead of the one handed out (ofindex/read/sequential/mapped_batches.py,
+with a core to spare: filled on the pool's threads, or their CRCs checked by a compiled Checker)
 give what the lists made in the iterating thread give: the same records, the same error at
 the same batch, the batches before it handed out first (and the pure-Python loops the same
 records and error); a forked child goes on with an iteration its parent started.
@@ -21,8 +21,8 @@ from test_record_reader import _corrupt, _write
 
 import ofindex
 from ofindex import _accel
-from ofindex.read import mapped_batches
-from ofindex.read.mapped_batches import Filling
+from ofindex.read.sequential import mapped_batches
+from ofindex.read.sequential.mapped_batches import Filling
 
 
 def _batches(ds, size, how):

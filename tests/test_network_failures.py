@@ -22,7 +22,7 @@ import ofindex
 from ofindex.cli.synthetic import write_dataset
 from ofindex.errors import DataFileNotFoundError, IndexNotFoundError, StorageError
 from ofindex.storage import storage_for
-from ofindex.storage.remote import FsspecStorage
+from ofindex.storage.fsspec_storage import FsspecStorage
 from ofindex.transport import store
 from ofindex.transport.failures import classify, not_writable
 from ofindex.transport.policy import RequestPolicy, retry_settings

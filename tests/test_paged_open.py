@@ -25,7 +25,7 @@ import ofindex
 from ofindex.cli.synthetic import write_dataset
 from ofindex.formats.sidecar import open_local_sidecar
 from ofindex.formats.sidecar_header import HEADER_SIZE
-from ofindex.read.pages import page_records_for
+from ofindex.read.remote.pages import page_records_for
 
 SHARDS = 4
 RECORDS = 8000  # 2000 per shard of ~40-byte records: pages of 16 records, 125 pages a shard

@@ -24,7 +24,7 @@ from ofindex.formats.sidecar_header import (
     decode_header,
     encode_header,
 )
-from ofindex.read.pages import page_records_for, pageable
+from ofindex.read.remote.pages import page_records_for, pageable
 from ofindex.storage import FileStamp
 
 SHARDS = 4

@@ -28,9 +28,9 @@ from test_remote_storage import log_lines
 
 import ofindex
 from ofindex.cli.synthetic import write_dataset
-from ofindex.read import pages
+from ofindex.read.remote import pages
 from ofindex.storage import FileStamp
-from ofindex.storage.remote import FsspecStorage
+from ofindex.storage.fsspec_storage import FsspecStorage
 from ofindex.storage.stamp import ExpectedFiles, ExpectedUnion
 from ofindex.transport import store
 from ofindex.transport.policy import RequestPolicy, retry_settings

@@ -15,7 +15,7 @@ from ofindex.cli.synthetic import write_dataset
 from ofindex.errors import RangeReadError, StorageError
 from ofindex.formats.sidecar_header import HEADER_SIZE
 from ofindex.storage import storage_for
-from ofindex.storage.remote import FsspecStorage
+from ofindex.storage.fsspec_storage import FsspecStorage
 from ofindex.transport.failures import classify
 from ofindex.transport.policy import RequestPolicy, retry_settings
 

@@ -1,5 +1,5 @@
-"""Files without an index: ``ofindex.read.peek`` reads the first records of a file from its
-start (checked as a scan checks them), and ``ofindex schema``, ``head`` and ``info`` use it
+"""Files without an index: ``ofindex.read.sequential.peek`` reads the first records of a file
+from its start (checked as a scan checks them), and ``ofindex schema``, ``head`` and ``info`` use it
 where the files were never indexed: no index is read or written. The files are framed here
 from the format description, so the expected records do not come from the code under test."""
 
@@ -23,7 +23,7 @@ from ofindex.encode import encode_example
 from ofindex.errors import CorruptRecordError, FormatDetectionError, TruncatedRecordError
 from ofindex.formats.framing import RecordFormat
 from ofindex.formats.sidecar_header import Compression
-from ofindex.read.peek import PIECE, RecordStream, peek_file
+from ofindex.read.sequential.peek import PIECE, RecordStream, peek_file
 from ofindex.storage.registry import Storages
 
 

@@ -237,7 +237,7 @@ def test_a_stream_that_failed_midway_publishes_nothing(tmp_path, monkeypatch):
     """A storage error in one stream's write (its thread's error swallowed by the caller)
     leaves that stream's records incomplete: close() refuses to publish and removes every
     stream's files."""
-    from ofindex.index.writer import Writer
+    from ofindex.write.writer import Writer
 
     real = Writer.write_framed
     calls = []

@@ -492,7 +492,7 @@ def run(args) -> dict:
 def single_file(args, work: str, proxy_port: int, log: AccessLog) -> dict:
     """16 random records of one big remote file opened without a manifest: paged sidecar
     (the default) against the whole sidecar, alternated, ``--repeats`` times each."""
-    from ofindex.read import pages
+    from ofindex.read.remote import pages
 
     d = os.path.join(work, "data", "single")
     write_dataset(d, args.single_records, 1, kind="random", record_size=args.single_record_size,

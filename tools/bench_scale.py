@@ -16,7 +16,7 @@ dataset through its manifest and reads batches of 256 globally shuffled records
   would move for them (computed, not run).
 
 A page-size sweep at one scale measures bytes and modelled time per page size (the default
-page size follows the mean record size: ``ofindex.read.pages.page_records_for``).
+page size follows the mean record size: ``ofindex.read.remote.pages.page_records_for``).
 
 Usage: ``python tools/bench_scale.py [--scales 1e7,1e8,1e9,1e10] [--batches 8]``; JSON goes
 to ``bench-results/scale.json``. ``--rate-limits`` runs the request-rate table instead (1, 64
@@ -133,7 +133,7 @@ def _headers_known(ds, sim) -> None:
     directly: fetching 1e5 headers would take as long as the rest of the run)."""
     from ofindex.formats.framing import RecordFormat
     from ofindex.formats.sidecar_header import SidecarHeader, decode_header, encode_header
-    from ofindex.read.pages import pager_of
+    from ofindex.read.remote.pages import pager_of
 
     manifest = getattr(ds._table.shards, "manifest", None)
     if manifest is not None:  # a compact manifest's stamps, as after a long epoch
@@ -153,7 +153,7 @@ def child(args) -> dict:
     import sim_store
 
     import ofindex
-    from ofindex.read import pages
+    from ofindex.read.remote import pages
     from ofindex.shuffle import GlobalShuffleSampler
 
     records = int(float(args.child))
@@ -505,7 +505,7 @@ def _open_rounds():
     """Counts request rounds of every remote storage (class-wide, so that ``open`` is seen)."""
     import sim_store
 
-    from ofindex.storage.remote import FsspecStorage
+    from ofindex.storage.fsspec_storage import FsspecStorage
 
     return Rounds(FsspecStorage, sim_store.STATS)
 

@@ -14,7 +14,7 @@ the measurements are in ``docs/design.md`` ("Why our own caches on the machine")
 Once this process has seen every block of a file kept (fetched here, or found on disk), the
 file is *resident*: all its blocks are mapped once (:meth:`DataCache.resident`) and a batch
 whose files are all resident is cut out of them by one compiled pass
-(:mod:`ofindex.read.resident_gather`), with no planning, no look-up per block, no lock and
+(:mod:`ofindex.read.remote.resident_gather`), with no planning, no look-up per block, no lock and
 no database: a later epoch then costs about what an epoch over local files costs. The
 blocks' use is registered for the eviction once a minute per file
 (:data:`~ofindex.cache.machine.TOUCH_AFTER`).

@@ -14,9 +14,9 @@ import numpy as np
 
 from ..formats.framing import RecordFormat
 from ..formats.placement import new_index_dir
-from ..index.writer import Writer
 from ..proto import example_pb2, ofrecord_pb2
 from ..storage import LocalStorage
+from ..write.writer import Writer
 
 
 def mnist_like_example(rng: np.random.Generator, pixels: int = 784) -> example_pb2.Example:

@@ -1,6 +1,6 @@
 """``ofindex info``, ``head`` and ``schema`` on files that have no index yet: what the start of
-the files holds (:mod:`ofindex.read.peek`), with no index read or written, and the command
-that indexes them. A look at files you were given costs a few reads, not a scan of the whole
+the files holds (:mod:`ofindex.read.sequential.peek`), with no index read or written, and the
+command that indexes them. A look at files you were given costs a few reads, not a scan of the whole
 dataset, and works where you may not write (someone else's bucket)."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from ..formats.compression import parse_compression
 from ..formats.framing import RecordFormat
 from ..formats.location import resolve
 from ..formats.strays import ListedStrays, warn_skipped
-from ..read.peek import PeekedFile, peek_file
+from ..read.sequential.peek import PeekedFile, peek_file
 from ..schema import Schema, to_python
 from ..schema.infer import schema_of_records
 from ..storage import Storage
@@ -81,7 +81,7 @@ class Files:
 
         Raises:
             FormatDetectionError: Its framing is not that of the files read before it.
-            OfindexError: As :func:`~ofindex.read.peek.peek_file` raises.
+            OfindexError: As :func:`~ofindex.read.sequential.peek.peek_file` raises.
         """
         if self.stray(path):
             return None

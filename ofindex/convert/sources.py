@@ -37,7 +37,7 @@ from ofindex.errors import (
 from ofindex.formats.framing import RecordFormat
 from ofindex.formats.location import resolve
 from ofindex.formats.strays import ListedStrays, only_strays, shown, warn_skipped
-from ofindex.read.peek import RecordStream
+from ofindex.read.sequential.peek import RecordStream
 from ofindex.storage import LocalStorage, is_glob
 from ofindex.storage.registry import Storages
 

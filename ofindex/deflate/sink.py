@@ -1,4 +1,4 @@
-"""Compressing what :class:`~ofindex.index.writer.Writer` writes: one gzip member or zlib
+"""Compressing what :class:`~ofindex.write.writer.Writer` writes: one gzip member or zlib
 stream, with seek points placed as it goes.
 
 Every ``spacing`` uncompressed bytes, at the next record boundary, the compressor is

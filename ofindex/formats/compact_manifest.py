@@ -5,7 +5,7 @@ page tables, directories), and one range holding the columns every read needs (r
 counts, data sizes, flags, names), all checked against their CRCs. The stamps (each shard's
 sidecar body CRC and data fingerprint) are read by pages when a shard is first touched: the
 dataset's index round fetches them together with the shard's sidecar pages
-(:mod:`ofindex.read.index_round`), and :meth:`CompactManifest.stamp` fetches a missing page
+(:mod:`ofindex.read.remote.index_round`), and :meth:`CompactManifest.stamp` fetches a missing page
 on its own otherwise.
 """
 

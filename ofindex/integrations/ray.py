@@ -74,7 +74,7 @@ from ..planning.splits import (
     plan_splits,
 )
 from ..read.dataset import Dataset
-from ..read.record_batch import RecordBatch
+from ..read.sequential.record_batch import RecordBatch
 from ..shuffle.orders import GlobalShuffleOrder
 from ._fetch import BatchFetch
 

@@ -1,5 +1,12 @@
 """Using indexes: the dataset, its shards and their sidecars, and every way records are read.
 
+The package by wing: the dataset's core here (the dataset and its views, opening, the shards
+and the shard table, the checks of every record); :mod:`ofindex.read.access`, how each shard
+is read; :mod:`ofindex.read.remote`, the rounds of requests a remote dataset needs beyond its
+shards' accesses; :mod:`ofindex.read.sequential`, the sequential read paths the accesses hand
+shards to. The remote and sequential wings know nothing of each other or of the accesses
+(tests/test_architecture.py).
+
 How a read travels, for a reader of this code. ``ofindex.open(paths, storage_options=...)``
 (:mod:`ofindex.opening`) makes one :class:`~ofindex.storage.Storages` with the call's
 settings: ``storage_options``, memory maps, concurrency and retries go into the storage
@@ -12,7 +19,7 @@ the sidecars; :func:`~ofindex.read.open.open_location` makes a
 :class:`~ofindex.read.manifest_shards.ManifestShards` makes each when first read, and its
 stamp comes from the manifest's page in the index round that fetches its sidecar's pages.
 Without a manifest, remote sidecars are opened by their 512-byte headers, with the data
-files' stats, in one round (:mod:`ofindex.read.header_round`), not fetched whole.
+files' stats, in one round (:mod:`ofindex.read.remote.header_round`), not fetched whole.
 
 **Every shard's access.** Each shard carries the storage of its data file; when it is
 bound, :func:`ofindex.read.access.choose_access` picks once the access that reads it
@@ -34,14 +41,14 @@ order asked for (copies on threads for batches of several MB,
 which alone reads maps: in guarded calls, see ofindex/csrc/guard.c) the descriptor access
 reads with compiled ``preadv`` calls without the GIL, or Python-level reads
 (:mod:`ofindex.read.access.descriptors`). Iteration (:mod:`ofindex.read.iteration`) cuts batches out
-of the maps (:mod:`ofindex.read.mapped_batches`): with a core to spare, the CRCs of small
+of the maps (:mod:`ofindex.read.sequential.mapped_batches`): with a core to spare, the CRCs of small
 records are checked by a compiled thread ahead of the list being made, and lists of a MB or
 more are copied and checked on the pool's threads one list ahead of the one handed out;
 ``for record in ds`` hands out the records of such lists, a few MB at a time.
 
 **Remote files.** A batch's records are grouped by shard (:meth:`ShardTable.group`); one
-index round (:mod:`ofindex.read.index_round`) fetches, for every shard touched, the sidecar
-pages and headers it lacks (:mod:`ofindex.read.pages`; or whole sidecars) and the data files'
+index round (:mod:`ofindex.read.remote.index_round`) fetches, for every shard touched, the sidecar
+pages and headers it lacks (:mod:`ofindex.read.remote.pages`; or whole sidecars) and the data files'
 stamps, at once (over HTTP one multi-range request per sidecar, and no stamp request: the
 data's first response is checked instead, :meth:`Storage.expect_indexed`); the ranged access
 then merges neighbouring records into ranges (:func:`ofindex.storage.ranges.coalesce`) and the
@@ -54,13 +61,13 @@ planned by :mod:`ofindex.cache.block_plan`; the data files' stamps, which key th
 then asked for in the index round over HTTP too): a batch copies its records out of the
 blocks kept there and fetches the others in its one round, so that a later epoch makes no
 data request; once every block of a file is kept, the file is mapped whole and batches are
-cut out of it as out of a local file (:mod:`ofindex.read.resident_gather`).
+cut out of it as out of a local file (:mod:`ofindex.read.remote.resident_gather`).
 
 **Compressed files.** The inflating access (:mod:`ofindex.read.compressed`): each record
 is inflated from the seek point before it (:mod:`ofindex.deflate`); a batch is cut into pieces
 that one inflate pass serves, each piece's compressed span read once (on remote storage up to
 its fetch bound) and inflated on a few threads; iteration inflates each shard once from its
-start (:mod:`ofindex.read.compressed_stream`), checking the gzip CRC32 at the end.
+start (:mod:`ofindex.read.sequential.compressed_stream`), checking the gzip CRC32 at the end.
 
 Every path checks every record the same way (:class:`~ofindex.read.record_checks.RecordChecks`):
 its framing against the span its index gives (:class:`ofindex.IndexMismatchError` otherwise),

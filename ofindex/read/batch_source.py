@@ -11,8 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from .record_batch import RecordBatch
 from .record_checks import RecordChecks
+from .sequential.record_batch import RecordBatch
 from .table import ShardTable
 
 #: A callable applied to each record's bytes (``ofindex.open(..., decode=...)``).
@@ -42,8 +42,8 @@ class BatchSource:
         Args:
             payloads: The batch's payloads, in order.
             first: The global number of its first record.
-            as_buffer: Make a :class:`~ofindex.read.record_batch.RecordBatch` (raw payloads)
-                instead of a list (decoded with a ``decode``).
+            as_buffer: Make a :class:`~ofindex.read.sequential.record_batch.RecordBatch` (raw
+                payloads) instead of a list (decoded with a ``decode``).
 
         Returns:
             A list of payloads, or a ``RecordBatch``.

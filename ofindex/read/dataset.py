@@ -475,8 +475,8 @@ class Dataset:
         The fast way to read a dataset sequentially: each batch of a memory-mapped shard is
         cut and checked by one compiled call. A batch is a list of ``bytes`` (one object per
         record, as ``for r in ds`` gives), or with ``as_buffer=True`` a
-        :class:`~ofindex.read.record_batch.RecordBatch`: the payloads back to back in one buffer
-        with their offsets (Arrow's binary layout), no Python object per record, several
+        :class:`~ofindex.read.sequential.record_batch.RecordBatch`: the payloads back to back in
+        one buffer with their offsets (Arrow's binary layout), no Python object per record, several
         times faster when the records are small (e.g. to verify, hash or copy data, or to
         hand it to Arrow or numpy). TFRecord CRCs are checked unless ``verify=False`` (for
         lists with a core to spare, ahead of the list handed out: on a compiled thread for
@@ -487,8 +487,8 @@ class Dataset:
                 shard boundaries.
             start: First record.
             stop: One past the last record (default: the end).
-            as_buffer: Yield :class:`~ofindex.read.record_batch.RecordBatch` objects (raw payloads:
-                the dataset's ``decode`` is not applied) instead of lists.
+            as_buffer: Yield :class:`~ofindex.read.sequential.record_batch.RecordBatch` objects
+                (raw payloads: the dataset's ``decode`` is not applied) instead of lists.
             block_bytes: Size of each read where shards are streamed (remote storage,
                 ``mmap=False``).
 

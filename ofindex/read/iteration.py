@@ -8,7 +8,7 @@ chosen once per shard; :meth:`~ofindex.read.access.ShardAccesses.iter_batches`):
   compiled call per shard it touches, over spans planned for many batches at once; with a
   core to spare, a compiled thread checks the CRCs of small records ahead of the list being
   made, and lists of a MB or more are copied and checked on the pool's threads one list
-  ahead of the one handed out (:mod:`.mapped_batches`: lists of 1,024 x ~200 B at 13-14 M
+  ahead of the one handed out (:mod:`.sequential.mapped_batches`: lists of 1,024 x ~200 B at 13-14 M
   records/s);
 * **every other access** (remote storage, ``mmap=False``, compressed shards, pure Python),
   and shards read in different ways: each shard is streamed by its access with large

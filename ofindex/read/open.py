@@ -7,7 +7,7 @@ counts, sizes and fingerprints come from the manifest and each sidecar is fetche
 is first read (through a compact manifest, no shard is even made at open, and none is listed
 or stat-ed: :func:`_open_compact`). Without a manifest every sidecar is opened (and every
 data file stat-ed) now: local ones memory-mapped, remote ones by their headers only, in one
-round (:mod:`ofindex.read.header_round`); either way the shards then read pages of their
+round (:mod:`ofindex.read.remote.header_round`); either way the shards then read pages of their
 offsets.
 """
 

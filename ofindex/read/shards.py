@@ -2,7 +2,7 @@
 
 Local sidecars are memory-mapped (opening one reads its header; its offsets are checked
 against their CRC when the shard is first read). Remote sidecars are read by pages
-(:mod:`ofindex.read.pages`), or fetched whole when their shard is first touched (iteration,
+(:mod:`ofindex.read.remote.pages`), or fetched whole when their shard is first touched (iteration,
 version 1, compressed or small ones) and held in the dataset's cache chain
 (:class:`~ofindex.cache.chain.Chain`).
 """
@@ -121,7 +121,7 @@ class Shard:
         #: (memory-mapped, not held by the LRU cache): the dataset's single-record fast path
         self.local_sidecar: tuple[int, Sidecar] | None = None
         self._pid = -1
-        self.pager: Any = None  # paged reads' state in this process (ofindex.read.pages)
+        self.pager: Any = None  # paged reads' state in this process (ofindex.read.remote.pages)
         #: The header this shard's count, stamp and body CRC were pinned from when the dataset
         #: was opened without a manifest (:meth:`pin`), or ``None``.
         self._pinned: SidecarHeader | None = None

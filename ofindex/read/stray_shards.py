@@ -7,7 +7,7 @@ from __future__ import annotations
 from ..errors import IndexNotFoundError
 from ..formats.location import DatasetLocation
 from ..formats.strays import is_stray, name_pattern, only_strays, warn_skipped
-from .header_round import open_sidecars
+from .remote.header_round import open_sidecars
 from .shards import Shard, missing_indexes
 
 

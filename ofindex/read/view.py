@@ -21,7 +21,7 @@ import numpy as np
 
 from ..errors import RecordIndexError
 from ..formats.framing import RecordFormat
-from .record_batch import RecordBatch
+from .sequential.record_batch import RecordBatch
 from .table import as_indices
 
 #: Records read by one batch call when a view is iterated (a list of up to this many).
@@ -255,7 +255,7 @@ class DatasetView:
             batch_size: Records per batch (the last may be shorter).
             start: The view's first record.
             stop: One past its last (default: the end).
-            as_buffer: Yield :class:`~ofindex.read.record_batch.RecordBatch` objects (raw
+            as_buffer: Yield :class:`~ofindex.read.sequential.record_batch.RecordBatch` objects (raw
                 payloads back to back; ``first`` is the batch's first record in the view).
 
         Returns:

@@ -5,6 +5,7 @@ pure range planner. Nothing here knows about records, sidecars or datasets."""
 from __future__ import annotations
 
 from .base import Storage, check_length
+from .fsspec_storage import FsspecStorage
 from .local import LocalStorage, write_local_atomic
 from .paths import (
     DataFiles,
@@ -18,7 +19,6 @@ from .paths import (
     resolve_data_files,
 )
 from .registry import Storages, is_local_url, storage_for
-from .remote import FsspecStorage
 from .stamp import FileStamp
 
 __all__ = [

@@ -14,7 +14,7 @@ wherever the index was built.
 
 What it costs, per data file, on first contact with a copy whose fingerprint differs from the
 index's: three ranged reads of 4 KiB (12 KiB at most); over HTTP they ride in the round that
-fetches the index (:mod:`ofindex.read.index_round`), so no round trip is added. Nothing is
+fetches the index (:mod:`ofindex.read.remote.index_round`), so no round trip is added. Nothing is
 read when the fingerprint agrees, nor again in the same dataset (any process: the check is
 remembered with the storage's :class:`~.stamp.ExpectedFiles`).
 """

@@ -16,9 +16,9 @@ from typing import Any
 from ..transport.clients import strip_protocol
 from ..transport.policy import current_policy
 from .base import Storage
+from .fsspec_storage import FsspecStorage
 from .local import LocalStorage
 from .mapped import MappedLocalStorage
-from .remote import FsspecStorage
 
 _LOCAL_PROTOCOLS = {"", "file", "local"}
 

@@ -50,11 +50,11 @@ from ofindex.formats.location import resolve, sidecar_place
 from ofindex.formats.placement import new_index_dir
 from ofindex.formats.shard_set import PUBLISHING
 from ofindex.index.builder import build_index
-from ofindex.index.writer import Writer
 from ofindex.storage import Storage, Storages
 from ofindex.storage.paths import is_data_file_name, natural_key
 from ofindex.write.leftovers import hidden_name
 from ofindex.write.publish import claim, claimed_error, move_sidecar, release, rename_data
+from ofindex.write.writer import Writer
 
 #: The default name of shard ``shard`` of ``count`` (``str.format`` fields).
 PATTERN = "part-{shard:05d}-of-{count:05d}"

@@ -70,9 +70,9 @@ from ...cache.data import DataCache, same_cache
 from ...formats.sidecar_header import Compression
 from ...storage import Storage, openfiles
 from ..batch_source import BatchSource
-from ..index_round import load_sidecars
 from ..manifest_shards import ManifestShards
 from ..record_checks import RecordChecks
+from ..remote.index_round import load_sidecars
 from ..shards import Shard
 from ..table import ShardTable
 from .cached import CachedAccess

@@ -7,7 +7,7 @@ A batch is read one of two ways:
   touched sidecar loaded, the compiled module (and the CRC instruction for CRCs): one
   compiled pass over the blocks' maps, as over local files (a later epoch then reads at
   about the speed of local files, where the block reads below took ~2.5x as long:
-  :mod:`ofindex.read.resident_gather`); a record failing a check there is read again as
+  :mod:`ofindex.read.remote.resident_gather`); a record failing a check there is read again as
   below;
 * otherwise records are copied from the blocks of the files kept on local disk, the blocks
   missing fetched in one round and kept (at +20 ms RTT a second globally shuffled epoch
@@ -32,11 +32,11 @@ from ...cache.data import CachedRead, DataCache
 from ...errors import CorruptRecordError
 from ...formats.sidecar import Sidecar
 from ...storage.ranges import DEFAULT_MAX_BYTES
-from .. import streaming
 from ..batch_source import BatchSource
 from ..payloads import extract_payloads
 from ..record_checks import RecordChecks
-from ..resident_gather import ResidentShards, resident_gather
+from ..remote.resident_gather import ResidentShards, resident_gather
+from ..sequential import streaming
 from ..shards import Shard
 from ..table import ShardGroups, ShardTable
 from .ranged import by_storage, planned_ranges, read_grouped

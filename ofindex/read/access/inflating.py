@@ -6,8 +6,8 @@ One record is one read of the compressed bytes from its seek point, inflated up 
 A batch is grouped by shard and cut into pieces that one inflate pass serves, each piece's
 compressed span read once (remote pieces all at once) and inflated once (big batches on a
 few threads). Iteration inflates each shard once from its start
-(:mod:`ofindex.read.compressed_stream`), checking the gzip CRC32 / zlib Adler-32 at the end
-of a whole pass.
+(:mod:`ofindex.read.sequential.compressed_stream`), checking the gzip CRC32 / zlib Adler-32
+at the end of a whole pass.
 """
 
 from __future__ import annotations
@@ -20,9 +20,10 @@ from typing import Any
 import numpy as np
 
 from ...formats.sidecar import Sidecar
-from .. import compressed, compressed_stream
+from .. import compressed
 from ..batch_source import BatchSource
 from ..record_checks import RecordChecks
+from ..sequential import compressed_stream
 from ..shards import Shard
 from ..table import ShardTable
 from .shard_access import ShardAccess

@@ -18,7 +18,7 @@ dataset's compiled reader serves the shard's records in one call from the record
 
 A shard whose file is shorter than its index says is not served from its map: such a batch
 (or record, or run of an iteration) is read through descriptors, which report what is wrong.
-Iteration cuts batches out of the maps (:mod:`ofindex.read.mapped_batches`).
+Iteration cuts batches out of the maps (:mod:`ofindex.read.sequential.mapped_batches`).
 """
 
 from __future__ import annotations
@@ -33,10 +33,11 @@ import numpy as np
 
 from ...formats.crc import LENGTH_CRCS
 from ...formats.sidecar import Sidecar
-from .. import mapped_batches, mapped_gather
+from .. import mapped_gather
 from ..batch_source import BatchSource
 from ..mapped_gather import MappedShards, MappedSpans
 from ..record_checks import RecordChecks
+from ..sequential import mapped_batches
 from ..shards import Shard
 from ..table import ShardTable
 from .descriptors import DescriptorAccess

@@ -25,10 +25,10 @@ import numpy as np
 from ...formats.framing import Buffer
 from ...storage.ranges import ReadPlan, coalesce
 from .. import mapped_gather
-from ..index_round import PageRequest, run_round
-from ..pages import pager_of, spans_from_pages
 from ..payloads import extract_payloads
 from ..record_checks import RecordChecks
+from ..remote.index_round import PageRequest, run_round
+from ..remote.pages import pager_of, spans_from_pages
 from ..shards import Shard, missing_indexes
 from ..sum_checks import check_many, record_naming
 from ..table import ShardGroups, ShardTable
@@ -79,7 +79,7 @@ def batch_spans(shards: Sequence[Shard], groups: list[tuple[int, int, int]],
                 local: np.ndarray, *, stamps_first: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """Byte spans ``(starts, ends)`` of a batch's records, grouped by shard: from the
     sidecars this process holds, the rest of the index they need fetched in one round
-    (:func:`~ofindex.read.index_round.run_round`).
+    (:func:`~ofindex.read.remote.index_round.run_round`).
 
     Args:
         shards: The dataset's shards.

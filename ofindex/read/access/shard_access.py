@@ -21,10 +21,10 @@ import crc32c as _crc32c
 import numpy as np
 
 from ...formats.sidecar import Sidecar
-from .. import streaming
 from ..batch_source import BatchSource
 from ..mapped_gather import MappedSpans
 from ..record_checks import RecordChecks
+from ..sequential import streaming
 from ..shards import Shard
 from ..sum_checks import check_one
 from ..table import ShardTable
@@ -123,7 +123,7 @@ class ShardAccess:
             batch_size: Records per batch.
             start: First record.
             stop: One past the last record.
-            as_buffer: Make :class:`~ofindex.read.record_batch.RecordBatch` objects.
+            as_buffer: Make :class:`~ofindex.read.sequential.record_batch.RecordBatch` objects.
             streamed: Reads records ``a..b-1`` streamed by their shards' accesses.
         """
         return None

@@ -28,14 +28,14 @@ from typing import Any
 
 import numpy as np
 
-from .. import _accel
-from ..cache.data import DataCache, ResidentFile
-from ..errors import CorruptRecordError
-from ..formats.sidecar import Sidecar
-from .mapped_gather import PARALLEL_BYTES, executor, first_failing, pool_shares, shares
-from .record_checks import RecordChecks
-from .sum_checks import check_many, record_naming
-from .table import ShardTable
+from ... import _accel
+from ...cache.data import DataCache, ResidentFile
+from ...errors import CorruptRecordError
+from ...formats.sidecar import Sidecar
+from ..mapped_gather import PARALLEL_BYTES, executor, first_failing, pool_shares, shares
+from ..record_checks import RecordChecks
+from ..sum_checks import check_many, record_naming
+from ..table import ShardTable
 
 __all__ = ["ResidentShards", "resident_gather"]
 

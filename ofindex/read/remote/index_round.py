@@ -1,7 +1,7 @@
 """Index rounds: every missing piece of index a read needs, fetched in one concurrent round.
 
 A round gathers, for the shards a batch (or ``open``) touches, the remote sidecar pages and
-headers it lacks (:mod:`ofindex.read.pages`), the whole sidecars of the shards not read by
+headers it lacks (:mod:`ofindex.read.remote.pages`), the whole sidecars of the shards not read by
 pages, and the data files' staleness ``stat``; it runs them at once, one call per storage
 (:meth:`~ofindex.storage.Storage.fetch_round`, over HTTP the pages of one sidecar in one
 multi-range request; a thread per storage when the sidecars live elsewhere than the data),
@@ -27,11 +27,12 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from ..cache.chain import Kept, Want
-from ..errors import IndexNotFoundError, SidecarError
-from ..formats.sidecar import Sidecar
-from ..formats.sidecar_header import HEADER_SIZE, SidecarHeader
-from .manifest_shards import queue_stamps, resolve_stamps, stamps_from_machine, take_stamps
+from ...cache.chain import Kept, Want
+from ...errors import IndexNotFoundError, SidecarError
+from ...formats.sidecar import Sidecar
+from ...formats.sidecar_header import HEADER_SIZE, SidecarHeader
+from ..manifest_shards import queue_stamps, resolve_stamps, stamps_from_machine, take_stamps
+from ..shards import Shard, missing_indexes
 from .pages import (
     Pager,
     check_bounds,
@@ -42,7 +43,6 @@ from .pages import (
     split_pages,
 )
 from .rounds import IdentityChecks, Round, Slot, content_expected
-from .shards import Shard, missing_indexes
 
 
 @dataclasses.dataclass

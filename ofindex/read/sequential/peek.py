@@ -15,14 +15,14 @@ import contextlib
 import dataclasses
 from collections.abc import Generator
 
-from ..deflate.inflate import InflateFailure
-from ..deflate.stream import InflatedStream
-from ..errors import TruncatedRecordError
-from ..formats.detect import HEAD_BYTES, detect_layout
-from ..formats.framing import RecordFormat, parse_header, payload_matches, unframe
-from ..formats.sidecar_header import Compression
-from ..storage import Storage
-from ..storage.readahead import ReadAhead
+from ...deflate.inflate import InflateFailure
+from ...deflate.stream import InflatedStream
+from ...errors import TruncatedRecordError
+from ...formats.detect import HEAD_BYTES, detect_layout
+from ...formats.framing import RecordFormat, parse_header, payload_matches, unframe
+from ...formats.sidecar_header import Compression
+from ...storage import Storage
+from ...storage.readahead import ReadAhead
 
 #: Bytes read at once (a record's memory grows only as its bytes arrive).
 PIECE = 1 << 20

@@ -3,7 +3,7 @@
 A version 2 sidecar has a fixed 512-byte header, so the offsets of records ``[a, b)`` lie at
 bytes ``[512 + 8a, 512 + 8b)`` whatever the file. When a dataset is opened through its
 manifest (which gives each shard's record count and stamp), or without one (each remote
-sidecar's header is then fetched and pinned at open: :mod:`ofindex.read.header_round`), a
+sidecar's header is then fetched and pinned at open: :mod:`ofindex.read.remote.header_round`), a
 remote shard's sidecar is not fetched whole: a batch asks, for every shard it touches, for the
 *pages* (runs of ``page_records`` consecutive offsets, plus the next offset) holding its
 records, and for the header of each sidecar not validated yet in this process, all in one
@@ -31,11 +31,11 @@ import struct
 
 import numpy as np
 
-from ..cache.keys import sidecar_key
-from ..errors import SidecarError
-from ..formats.sidecar_header import HEADER_SIZE, VERSION, Compression, SidecarHeader
-from ..formats.sidecar_header import decode_header as _decode_header
-from .shards import Shard
+from ...cache.keys import sidecar_key
+from ...errors import SidecarError
+from ...formats.sidecar_header import HEADER_SIZE, VERSION, Compression, SidecarHeader
+from ...formats.sidecar_header import decode_header as _decode_header
+from ..shards import Shard
 
 #: Where a version 2 header's fingerprint starts (see :mod:`ofindex.formats.sidecar_header`).
 _FINGERPRINT_AT = 96

@@ -8,13 +8,13 @@ from types import ModuleType
 
 import numpy as np
 
-from ..cache.data import DataCache
-from ..formats.framing import Buffer
-from ..formats.sidecar import Sidecar
-from ..storage import Storage, check_length
-from ..storage.ranges import plan_blocks
-from .payloads import DIRECT_RECORD_BYTES, extract_payloads, read_record_direct
-from .sum_checks import check_many, record_namer, sidecar_sums
+from ...cache.data import DataCache
+from ...formats.framing import Buffer
+from ...formats.sidecar import Sidecar
+from ...storage import Storage, check_length
+from ...storage.ranges import plan_blocks
+from ..payloads import DIRECT_RECORD_BYTES, extract_payloads, read_record_direct
+from ..sum_checks import check_many, record_namer, sidecar_sums
 
 
 def stream_blocks(

@@ -3,11 +3,11 @@
 A version 2 or 3 sidecar starts with a fixed 512-byte header that gives its record count,
 its data file's stamp (size and fingerprint) and the CRC of its body. So opening a remote
 file, a list or a glob without a manifest fetches no whole sidecar: one concurrent round
-(:class:`~ofindex.read.rounds.Round`) fetches the first 512 bytes of every sidecar and,
+(:class:`~ofindex.read.remote.rounds.Round`) fetches the first 512 bytes of every sidecar and,
 with ``check_stale``, the stamp of every data file. Each header is checked (its own CRC, its
 stamp against the data file's) and *pinned* on its shard (:meth:`Shard.pin`): from then on
 the shard reads as one opened through a manifest does, by pages of its offsets
-(:mod:`ofindex.read.pages`), each page checked against the pinned header's indexed end, and
+(:mod:`ofindex.read.remote.pages`), each page checked against the pinned header's indexed end, and
 every header, page or whole sidecar fetched later, in any process, checked against the pinned
 count, stamp and body CRC.
 
@@ -20,14 +20,14 @@ from __future__ import annotations
 
 import struct
 
-from ..errors import IndexNotFoundError, RangeReadError
-from ..formats.sidecar_header import HEADER_SIZE, VERSION, VERSION_PACKED, SidecarHeader
-from ..formats.sidecar_header import decode_header as _decode_header
-from ..storage import FileStamp
+from ...errors import IndexNotFoundError, RangeReadError
+from ...formats.sidecar_header import HEADER_SIZE, VERSION, VERSION_PACKED, SidecarHeader
+from ...formats.sidecar_header import decode_header as _decode_header
+from ...storage import FileStamp
+from ..shards import Shard, missing_indexes
 from .index_round import run_round
 from .pages import new_pager, pageable
 from .rounds import IdentityChecks, Round, Slot
-from .shards import Shard, missing_indexes
 
 
 def open_sidecars(shards: list[Shard]) -> None:

@@ -15,15 +15,15 @@ from types import ModuleType
 
 import numpy as np
 
-from ..deflate.inflate import InflateFailure, can_prime, check_inflatable, in_stream_error
-from ..deflate.stream import InflatedStream, StartPoint
-from ..errors import CorruptRecordError
-from ..formats.sidecar import Sidecar
-from ..storage import Storage
-from ..storage.ranges import plan_blocks
-from ..storage.readahead import STREAM_CHUNK, ReadAhead
-from .payloads import extract_payloads
-from .sum_checks import check_many, record_namer, sidecar_sums
+from ...deflate.inflate import InflateFailure, can_prime, check_inflatable, in_stream_error
+from ...deflate.stream import InflatedStream, StartPoint
+from ...errors import CorruptRecordError
+from ...formats.sidecar import Sidecar
+from ...storage import Storage
+from ...storage.ranges import plan_blocks
+from ...storage.readahead import STREAM_CHUNK, ReadAhead
+from ..payloads import extract_payloads
+from ..sum_checks import check_many, record_namer, sidecar_sums
 
 
 def stream_compressed(

@@ -1,12 +1,13 @@
 """Appending records to an existing data file (``Writer(path, append=True)``).
 
 The file is indexed first when its sidecar is missing or not fresh (a grown file only from
-where its index ends: :mod:`.growth`), then written in place: locally opened for appending
-(readers that follow it see the records as they are flushed, :meth:`ofindex.Dataset.follow`),
-on an object store (which cannot append) uploaded again whole, its old bytes first. A
-compressed file gains a new gzip member (zlib stream), whose seek points the writer places as
-it writes. When the writer closes, the sidecar grows by one segment holding the records
-written (:mod:`ofindex.formats.sidecar_growth`): nothing that readers hold is rewritten.
+where its index ends: :mod:`ofindex.index.growth`), then written in place: locally opened for
+appending (readers that follow it see the records as they are flushed,
+:meth:`ofindex.Dataset.follow`), on an object store (which cannot append) uploaded again whole,
+its old bytes first. A compressed file gains a new gzip member (zlib stream), whose seek points
+the writer places as it writes. When the writer closes, the sidecar grows by one segment
+holding the records written (:mod:`ofindex.formats.sidecar_growth`): nothing that readers hold
+is rewritten.
 
 While a local file is appended to, ofindex's other appenders are kept out by an exclusive
 ``flock`` of the file (advisory: another program that writes it is not stopped, and is
@@ -30,10 +31,10 @@ from ..formats.seekpoints import empty_table
 from ..formats.sidecar import Sidecar, load_sidecar
 from ..formats.sidecar_growth import Growth
 from ..formats.sidecar_header import Compression
+from ..index.growth import write_growth
+from ..index.job import FileJob
 from ..storage import Storage
 from ..storage.identity import with_content
-from .growth import write_growth
-from .job import FileJob
 
 try:  # POSIX: one appender at a time
     import fcntl as _fcntl

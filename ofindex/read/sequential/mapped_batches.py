@@ -29,16 +29,16 @@ from typing import Any, NoReturn
 import crc32c as _crc32c
 import numpy as np
 
-from .. import _accel
-from ..errors import OfindexError
-from ..formats.crc import LENGTH_CRCS
-from ..formats.sidecar import Sidecar
-from ..storage import openfiles
-from .batch_source import BatchSource
-from .mapped_gather import executor, shares
-from .payloads import raise_record_error
+from ... import _accel
+from ...errors import OfindexError
+from ...formats.crc import LENGTH_CRCS
+from ...formats.sidecar import Sidecar
+from ...storage import openfiles
+from ..batch_source import BatchSource
+from ..mapped_gather import executor, shares
+from ..payloads import raise_record_error
+from ..sum_checks import check_many, record_namer, sidecar_sums
 from .record_batch import RecordBatch
-from .sum_checks import check_many, record_namer, sidecar_sums
 
 
 def _compiled(src: BatchSource) -> ModuleType:
