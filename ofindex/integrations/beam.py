@@ -143,9 +143,11 @@ class ReadFromOfindex(beam.PTransform):  # type: ignore[misc, type-arg]
         **open_kwargs: Passed to :func:`ofindex.open`, where the pipeline is built.
 
     Raises:
-        As :func:`ofindex.open`; ValueError: a bad ``partitions`` or ``balance``;
-        ColumnError, ColumnNotFoundError: a bad condition, or a column the dataset was
-        indexed without (the message names the build that adds it).
+        OfindexError: As :func:`ofindex.open`.
+        ValueError: A bad ``partitions`` or ``balance``.
+        ColumnError: A bad condition.
+        ColumnNotFoundError: A column the dataset was indexed without (the message names the
+            build that adds it).
     """
 
     def __init__(self, paths: str | Sequence[str],

@@ -153,9 +153,11 @@ def read(paths: str | Sequence[str], spec: SpecArg = None, *, partitions: int | 
         The frame, indexed by record number (``index``), with known ``divisions``.
 
     Raises:
-        As :func:`ofindex.open`; ValueError: a bad ``spec``, ``partitions`` or ``balance``;
-        ColumnError, ColumnNotFoundError: a bad condition, or a column the dataset was
-        indexed without (the message names the build that adds it).
+        OfindexError: As :func:`ofindex.open`.
+        ValueError: A bad ``spec``, ``partitions`` or ``balance``.
+        ColumnError: A bad condition.
+        ColumnNotFoundError: A column the dataset was indexed without (the message names the
+            build that adds it).
     """
     dataset = open_dataset(paths, **open_kwargs)
     decoded = _spec_of(spec, dataset)
@@ -192,8 +194,9 @@ def read_bag(paths: str | Sequence[str], *, partitions: int | None = None,
         A Bag of ``bytes``.
 
     Raises:
-        As :func:`ofindex.open`; ValueError: a bad ``partitions`` or ``balance``;
-        ColumnError, ColumnNotFoundError: as for :func:`read`.
+        OfindexError: As :func:`ofindex.open`.
+        ValueError: A bad ``partitions`` or ``balance``.
+        ColumnError, ColumnNotFoundError: As for :func:`read`.
     """
     dataset = open_dataset(paths, **open_kwargs)
     plan = plan_for(dataset, partitions, balance, where)
