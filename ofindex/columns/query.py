@@ -21,7 +21,7 @@ from ..storage import Storage
 from .conditions import Condition, parse_conditions
 from .key_file import KeyIndex, key_file_name
 from .packed import PackedBytes
-from .shard_reader import ColumnReader, ShardPlace
+from .shard_reader import ColumnReader, ShardPlace, read_round
 from .value_types import ValueType, key_bytes, query_value
 
 
@@ -220,13 +220,7 @@ def _read(storage: Storage, path: str, ranges: Sequence[tuple[int, int]]) -> lis
     """Byte ranges of one file: local ones read one by one, remote ones in one round."""
     if storage.is_local:
         return [storage.read(path, a, b) for a, b in ranges]
-    got, _, _, _ = storage.fetch_round([(path, a, b) for a, b in ranges])
-    out = []
-    for item in got:
-        if isinstance(item, BaseException):
-            raise item
-        out.append(item)
-    return out
+    return read_round(storage, [(path, a, b) for a, b in ranges])
 
 
 def _edges(fractions: Mapping[str, float]) -> tuple[list[str], np.ndarray]:

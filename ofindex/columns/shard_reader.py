@@ -160,7 +160,7 @@ class ColumnReader:
             if isinstance(stamp, BaseException):
                 raise stamp
             sizes.append(stamp.size)
-        got = _round(storage, [(paths[k], 0, min(size, PREFIX))
+        got = read_round(storage, [(paths[k], 0, min(size, PREFIX))
                                for k, size in zip(ks, sizes, strict=True)])
         metas = []
         for k, size, head in zip(ks, sizes, got, strict=True):
@@ -192,7 +192,7 @@ class ColumnReader:
             storage = self.shards[wanted[js[0]][0]].index_storage
             ranges = [(column_path(self.shards[wanted[j][0]].index_path, column),
                        *metas[wanted[j][0]].page_range(wanted[j][1])) for j in js]
-            for j, stored in zip(js, _round(storage, ranges), strict=True):
+            for j, stored in zip(js, read_round(storage, ranges), strict=True):
                 out[j] = decode_page(metas[wanted[j][0]], wanted[j][1], stored)
         return [p for p in out if p is not None]
 
@@ -255,8 +255,19 @@ class ColumnReader:
             valid_all
 
 
-def _round(storage: Storage, ranges: list[tuple[str, int, int]]) -> list[bytes]:
-    """Byte ranges read in one concurrent round (the first failure raised)."""
+def read_round(storage: Storage, ranges: list[tuple[str, int, int]]) -> list[bytes]:
+    """Byte ranges read in one concurrent round (the first failure raised).
+
+    Args:
+        storage: Where the files are.
+        ranges: ``(path, start, end)`` of each range.
+
+    Returns:
+        The bytes of each range, in order.
+
+    Raises:
+        OSError: The first range that could not be read (a ``StorageError``).
+    """
     got, _, _, _ = storage.fetch_round(ranges)
     out = []
     for item in got:
