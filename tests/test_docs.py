@@ -257,9 +257,15 @@ def _run_block(page, number, lang, directive, body, cwd, env):
 #: test, in one process, as its reader runs it (run block by block, the blocks of one page
 #: went to different test processes and found nothing).
 PAGE_NAMES = sorted({block[0] for block in ALL_BLOCKS})
+#: The pages whose blocks take longest (a local Spark, Beam, Dask; Keras training; the CLI's
+#: commands one process each: 28-64 s each in a fresh clone): run in the slow tier, which the
+#: test command also runs, to keep the default one under 12 minutes on 2 cores.
+SLOW_PAGES = {"docs/engines.md", "docs/tensorflow.md", "docs/cli.md", "docs/training.md"}
 
 
-@pytest.mark.parametrize("page", PAGE_NAMES)
+@pytest.mark.parametrize("page", [
+    pytest.param(page, marks=pytest.mark.slow) if page in SLOW_PAGES else page
+    for page in PAGE_NAMES])
 @pytest.mark.timeout(900)
 def test_documented_blocks_run(page, world):
     cwd, env = world
