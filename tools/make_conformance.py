@@ -28,6 +28,7 @@ import tempfile
 import zlib
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import quote
 
 import crc32c
 import numpy as np
@@ -558,6 +559,11 @@ def manifest_cases(c: Corpus) -> None:
           "knows (ignored) and names that are not ASCII (escaped as \\u00e9 in the text its "
           "CRC covers)", "data", shards=recs, listing=True,
           identity=ident)
+    for name in names:  # stored percent-encoded (tests/conformance/README.md)
+        for rel in (f"data/{name}", f"data.ofindex/{name}.ofidx"):
+            stored = c.path("json-extra", rel)
+            folder, base = os.path.split(stored)
+            os.replace(stored, os.path.join(folder, quote(base)))
 
     recs = [payloads(43, 2, 1), payloads(44, 3, 1)]
     datas = [b"".join(tfrecord(p) for p in s) for s in recs]
