@@ -258,9 +258,12 @@ def _run_block(page, number, lang, directive, body, cwd, env):
 #: went to different test processes and found nothing).
 PAGE_NAMES = sorted({block[0] for block in ALL_BLOCKS})
 #: The pages whose blocks take longest (a local Spark, Beam, Dask; Keras training; the CLI's
-#: commands one process each: 28-64 s each in a fresh clone): run in the slow tier, which the
-#: test command also runs, to keep the default one under 12 minutes on 2 cores.
-SLOW_PAGES = {"docs/engines.md", "docs/tensorflow.md", "docs/cli.md", "docs/training.md"}
+#: commands one process each; TensorBoard logs, Ray, TFDS: 18-64 s each in a fresh clone): run in
+#: the slow tier, which the test command also runs, to keep the default one under 12 minutes on
+#: 2 cores (it took 13:00 with every page in it).
+SLOW_PAGES = {"docs/engines.md", "docs/tensorflow.md", "docs/cli.md", "docs/training.md",
+              "docs/events.md", "docs/writing.md", "docs/ray.md", "docs/format.md",
+              "docs/tfds.md"}
 
 
 @pytest.mark.parametrize("page", [

@@ -205,6 +205,7 @@ def test_any_number_of_shards_reads_under_a_limit_of_256_files(many_shards, impl
     assert shards == (20_000 if which == "plain" else 1_500) and most < 256
 
 
+@pytest.mark.slow
 def test_opening_20000_shards_without_a_manifest_under_a_limit_of_256_files(many_shards):
     """Without a manifest every sidecar is opened at open (for its header): they are let go
     of as others are opened, and their headers kept."""

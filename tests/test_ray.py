@@ -269,6 +269,7 @@ def test_bucket_paths(cluster, data, tmp_path, moto_server):
         assert [r["label"] for r in rows] == labels["label"].tolist()
 
 
+@pytest.mark.slow
 def test_take_reads_the_first_records(cluster, data, tmp_path):
     rows = _read(cluster, tmp_path, paths=data, take=5)
     with ofindex.open(data) as ds:

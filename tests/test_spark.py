@@ -19,6 +19,9 @@ from ofindex.decode import FixedLen, VarLen, decode_batch
 from ofindex.encode import encode_example
 from ofindex.integrations.spark import register, spark_schema, spec_of_schema
 
+#: a local Spark session takes 16 s to start and its reads 12-24 s each: the slow tier
+pytestmark = pytest.mark.slow
+
 SPEC = {"label": FixedLen((), "int64"), "tokens": VarLen("int64"),
         "name": FixedLen((), "bytes"), "weight": FixedLen((), "float32")}
 
