@@ -39,8 +39,9 @@ ALLOWED = {
     # "write": both writers (one file indexed as it is written, and sharded datasets); a
     # compressed file is deflated as it is written, an appended one indexed first
     "write": {"errors", "storage", "formats", "deflate", "index", "decode", "encode"},
-    # "tfds": a TFDS builder directory opened through ofindex.open, decoded by ofindex.decode
-    "tfds": {"errors", "_threads", "transport", "decode", "read", "opening"},
+    # "tfds": a TFDS builder directory opened through ofindex.open, decoded by ofindex.decode;
+    # its step layout's sums are the index scan's CRCs of spans (index.scan.span_crcs)
+    "tfds": {"errors", "_threads", "transport", "decode", "read", "opening", "index"},
     # "events": TensorBoard logs, indexed in the build's scan and read through datasets
     "events": {"errors", "storage", "formats", "index", "read", "decode", "proto", "opening"},
     "shuffle": {"errors"},  # StateError for saved states it refuses

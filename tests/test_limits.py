@@ -376,6 +376,10 @@ calls = {
     "gather_spans": lambda: native.gather_spans([buf], np.zeros(n, np.int64), payloads,
                                                 np.empty(int(payloads.sum()), np.uint8),
                                                 (which, starts + 12, ends - 4)),
+    "byte_spans": lambda: native.byte_spans([buf], np.zeros(n, np.int64), payloads,
+                                            np.zeros(n, np.int64), np.empty(0, np.int64),
+                                            np.empty(0, np.int64),
+                                            (which, starts + 12, ends - 4)),
 }
 for name, call in calls.items():  # all read fine first
     call()

@@ -300,3 +300,20 @@ def test_a_damaged_step_is_caught_by_its_own_sum(tfds_dirs, tmp_path):
     with ofindex.open_tfds(str(copy), split="train", index_dir=index_dir,
                            check_stale=False, verify=False) as ds:
         ds.steps.batch([0])  # verify=False: not checked
+
+
+def test_the_compiled_and_pure_walks_lay_the_steps_out_alike(tfds_dirs, tmp_path):
+    """The step layout found by the compiled walk (ofindex.decode.lists, span_crcs) equals,
+    array for array, the one the pure-Python walk finds in the same records."""
+    from helpers import implementation
+
+    layouts = {}
+    for which in ("compiled", "pure"):
+        with implementation(which), ofindex.open_tfds(
+                tfds_dirs["rlds_plain"], split="train",
+                index_dir=str(tmp_path / which)) as ds:
+            assert ds.step_layout is not None
+            layouts[which] = ds.step_layout.save()
+    assert layouts["compiled"].keys() == layouts["pure"].keys()
+    for name, array in layouts["compiled"].items():
+        np.testing.assert_array_equal(array, layouts["pure"][name], err_msg=name)

@@ -502,3 +502,111 @@ PyObject *gather_spans(PyObject *self, PyObject *args) {
     release_records(&recs);
     return result;
 }
+
+const char byte_spans_doc[] =
+    "byte_spans(records, starts, ends, counts, value_starts, value_lengths, spans=None) -> bool\n"
+    "\n"
+    "Where each value of one bytes list lies in each record (records and spans as for\n"
+    "locate: a list of bytes, or buffers such as memory maps with spans): record i's\n"
+    "list message is bytes [starts[i], ends[i]) of records[i] and holds counts[i] values\n"
+    "(int64 arrays, one item per record). Each value's start in its record and its length go\n"
+    "back to back into value_starts and value_lengths (writable int64, sum(counts) long).\n"
+    "False when a list is laid out otherwise than `0x0A, length, bytes` per value or holds\n"
+    "another count (the outputs are then not to be used). The GIL is released for the walk.";
+
+/* byte_spans()'s walk and what it needs. */
+typedef struct {
+    const Records *recs;
+    const int64_t *s, *e, *counts;
+    int64_t *starts, *lengths;
+} ByteSpansJob;
+
+/* byte_spans()'s walk, without the GIL (in a guarded call): 1 when every list is laid out
+ * as writers lay bytes lists out with its count of values, else 0. */
+static Py_ssize_t byte_spans_body(void *arg) {
+    const ByteSpansJob *job = (const ByteSpansJob *)arg;
+    int64_t *starts = job->starts, *lengths = job->lengths;
+    for (Py_ssize_t i = 0; i < job->recs->n; i++) {
+        const unsigned char *base = job->recs->ptr[i], *vs, *ve;
+        const unsigned char *p = base + job->s[i], *end = base + job->e[i];
+        int64_t count = 0;
+        while (p < end) {
+            if (*p++ != 0x0A || read_body(&p, end, &vs, &ve) < 0 || count == job->counts[i])
+                return 0;
+            *starts++ = (int64_t)(vs - base);
+            *lengths++ = (int64_t)(ve - vs);
+            count++;
+        }
+        if (count != job->counts[i])
+            return 0;
+    }
+    return 1;
+}
+
+/* One start, end and count per record, each span inside its record, each count at least 0,
+ * and both outputs exactly sum(counts) long (summed with checks); 0, or -1 with ValueError
+ * set. */
+static int check_byte_spans(const Records *recs, const Py_buffer *s, const Py_buffer *e,
+                            const Py_buffer *c, const Py_buffer *starts,
+                            const Py_buffer *lengths) {
+    Py_ssize_t n = recs->n, total = 0;
+    const int64_t *sv = (const int64_t *)s->buf, *ev = (const int64_t *)e->buf,
+                  *cv = (const int64_t *)c->buf;
+    if (s->shape[0] != n || e->shape[0] != n || c->shape[0] != n) {
+        PyErr_SetString(PyExc_ValueError, "byte_spans: one start, end and count per record");
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (sv[i] < 0 || ev[i] < sv[i] || ev[i] > recs->len[i] || cv[i] < 0
+            || add_size(total, (Py_ssize_t)cv[i], &total) < 0) {
+            PyErr_Format(PyExc_ValueError, "byte_spans: record %zd's list [%lld, %lld) or "
+                         "count %lld lies outside it", i, (long long)sv[i], (long long)ev[i],
+                         (long long)cv[i]);
+            return -1;
+        }
+    if (starts->shape[0] != total || lengths->shape[0] != total) {
+        PyErr_SetString(PyExc_ValueError, "byte_spans: value_starts and value_lengths must be "
+                                          "sum(counts) long");
+        return -1;
+    }
+    return 0;
+}
+
+PyObject *byte_spans(PyObject *self, PyObject *args) {
+    PyObject *bufs, *objs[5], *spans = Py_None;
+    if (!PyArg_ParseTuple(args, "OOOOOO|O:byte_spans", &bufs, &objs[0], &objs[1], &objs[2],
+                          &objs[3], &objs[4], &spans))
+        return NULL;
+    static const char *const what[5] = {"byte_spans: starts", "byte_spans: ends",
+                                        "byte_spans: counts", "byte_spans: value_starts",
+                                        "byte_spans: value_lengths"};
+    Records recs;
+    if (get_records(bufs, spans, &recs, "byte_spans") < 0)
+        return NULL;
+    Py_buffer views[5];
+    int held = 0;
+    PyObject *result = NULL;
+    while (held < 5 && (held < 3 ? get_i64(objs[held], &views[held], what[held])
+                                  : get_i64_out(objs[held], &views[held], what[held])) == 0)
+        held++;
+    if (held == 5 && check_byte_spans(&recs, &views[0], &views[1], &views[2], &views[3],
+                                      &views[4]) == 0) {
+        ByteSpansJob job = {&recs, (const int64_t *)views[0].buf,
+                            (const int64_t *)views[1].buf, (const int64_t *)views[2].buf,
+                            (int64_t *)views[3].buf, (int64_t *)views[4].buf};
+        if (guard_ensure() != 0) {
+            PyErr_SetFromErrno(PyExc_OSError);
+        } else {
+            Py_ssize_t laid_out;
+            Py_BEGIN_ALLOW_THREADS
+            laid_out = guard_run(byte_spans_body, &job);
+            Py_END_ALLOW_THREADS
+            result = laid_out == GUARD_FAULT ? map_fault(faulted_owner(&recs))
+                                             : PyBool_FromLong((long)laid_out);
+        }
+    }
+    while (held > 0)
+        PyBuffer_Release(&views[--held]);
+    release_records(&recs);
+    return result;
+}

@@ -111,31 +111,30 @@ def build_step_counts(records: Any, steps: Feature) -> tuple[np.ndarray, StepLay
     key = counting_key(steps)
     keys = StepLayout.plan(steps, example_spec(steps))
     counts = np.empty(len(records), dtype=np.int64)
-    starts: dict[str, list[int]] = {k: [] for k, _, _ in keys}
-    offsets: dict[str, tuple[list[int], list[int]]] = {k: ([], []) for k, _, _ in keys}
-    sums: dict[str, list[int]] = {k: [] for k, _, _ in keys}
+    parts: list[tuple[dict[str, np.ndarray], dict[str, tuple[np.ndarray, np.ndarray]],
+                      dict[str, np.ndarray]]] = []
     done = 0
     for batch in records.iter_batches(COUNT_BATCH):
         counts[done:done + len(batch)] = batch_counts = count_steps(batch, key)
         if keys:
             try:
-                more_starts, more_steps, more_sums = StepLayout.walk(keys, batch, batch_counts)
+                parts.append(StepLayout.walk(keys, batch, batch_counts))
             except DecodeError:  # not laid out as TFDS writes: steps read from records
                 keys = []
-            for name, _, _ in keys:
-                starts[name] += more_starts[name]
-                sums[name] += more_sums[name]
-                offsets[name][0].extend(more_steps[name][0])
-                offsets[name][1].extend(more_steps[name][1])
         done += len(batch)
     if not keys:
         return counts, None
-    per_step = {name: (np.asarray(offsets[name][0], np.int64),
-                       np.asarray(offsets[name][1], np.int64))
+
+    def joined(arrays: list[np.ndarray], dtype: type) -> np.ndarray:
+        return np.concatenate(arrays).astype(dtype) if arrays else np.empty(0, dtype)
+
+    names = [name for name, _, _ in keys]
+    starts = {name: joined([part[0][name] for part in parts], np.int64) for name in names}
+    sums = {name: joined([part[2][name] for part in parts], np.uint32) for name in names}
+    per_step = {name: (joined([part[1][name][0] for part in parts], np.int64),
+                       joined([part[1][name][1] for part in parts], np.int64))
                 for name, kind, _ in keys if kind != "float32"}
-    return counts, StepLayout(keys, counts, {k: np.asarray(v, np.int64) for k, v in
-                                             starts.items()}, per_step,
-                              {k: np.asarray(v, np.uint32) for k, v in sums.items()})
+    return counts, StepLayout(keys, counts, starts, per_step, sums)
 
 
 def load_layout(path: str, storage_options: Mapping[str, Any] | None,

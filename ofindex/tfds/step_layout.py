@@ -27,88 +27,16 @@ from typing import Any
 import crc32c
 import numpy as np
 
+from ..decode.lists import bytes_value_spans, list_bounds
 from ..errors import CorruptRecordError, DecodeError
+from ..index.scan import span_crcs
 from .features import Feature, fixed_size
 from .plan import stored_type
 
+#: The list kind (the Feature oneof's field number) each laid-out numeric type is stored in.
+_LIST_KINDS = {"float32": 2, "int64": 3}
 #: The file the layout is kept in, beside the step counts.
 LAYOUT_FILE = "ofindex-tfds-layout-{identity}.npz"
-
-
-def _varint(buf: memoryview, pos: int) -> tuple[int, int]:
-    value, shift = 0, 0
-    while True:
-        if pos >= len(buf) or shift > 63:
-            raise DecodeError("truncated varint")
-        byte = buf[pos]
-        value |= (byte & 0x7F) << shift
-        pos += 1
-        if byte < 0x80:
-            return value, pos
-        shift += 7
-
-
-def _lists(record: Any, wanted: set[str]) -> dict[str, tuple[int, int, int]]:
-    """``{feature name: (list field, payload start, payload end)}`` of the wanted features
-    of a serialized Example (the ``...List`` message of each, its bounds in the record)."""
-    buf = memoryview(record).cast("B")
-    found: dict[str, tuple[int, int, int]] = {}
-    tag, pos = _varint(buf, 0)
-    if tag != 0x0A:
-        raise DecodeError("no features")
-    size, pos = _varint(buf, pos)
-    end = pos + size
-    while pos < end:
-        tag, pos = _varint(buf, pos)
-        size, pos = _varint(buf, pos)
-        if tag != 0x0A:
-            pos += size
-            continue
-        entry_end = pos + size
-        key, feature = "", (0, 0, 0)
-        while pos < entry_end:
-            tag, pos = _varint(buf, pos)
-            size, pos = _varint(buf, pos)
-            if tag == 0x0A:
-                key = bytes(buf[pos:pos + size]).decode("utf-8", "replace")
-            elif tag == 0x12:
-                inner_tag, inner = _varint(buf, pos)
-                inner_size, inner = _varint(buf, inner)
-                feature = (inner_tag >> 3, inner, inner + inner_size)
-            pos += size
-        if key in wanted:
-            found[key] = feature
-    return found
-
-
-def _elements(record: Any, start: int, end: int) -> tuple[list[int], list[int]]:
-    """The (start, length) of every value of a ``BytesList`` payload."""
-    buf = memoryview(record).cast("B")
-    starts, lengths = [], []
-    pos = start
-    while pos < end:
-        tag, pos = _varint(buf, pos)
-        if tag != 0x0A:
-            raise DecodeError("not a bytes value")
-        size, pos = _varint(buf, pos)
-        starts.append(pos)
-        lengths.append(size)
-        pos += size
-    return starts, lengths
-
-
-def _packed(record: Any, start: int, end: int) -> tuple[int, int]:
-    """The bounds of a packed numeric list's values (one length-delimited field 1)."""
-    buf = memoryview(record).cast("B")
-    if start == end:
-        return start, start
-    tag, pos = _varint(buf, start)
-    if tag != 0x0A:
-        raise DecodeError("not packed")
-    size, pos = _varint(buf, pos)
-    if pos + size != end:
-        raise DecodeError("more than one packed run")
-    return pos, end
 
 
 def varint_ends(data: np.ndarray) -> np.ndarray:
@@ -172,52 +100,53 @@ class StepLayout:
 
     @classmethod
     def walk(cls, keys: Sequence[tuple[str, str, int]], records: Sequence[Any],
-             counts: np.ndarray) -> tuple[dict[str, list[int]],
-                                          dict[str, tuple[list[int], list[int]]],
-                                          dict[str, list[int]]]:
-        """Walk a batch of records: their starts and per-step positions (see the class).
+             counts: np.ndarray) -> tuple[dict[str, np.ndarray],
+                                          dict[str, tuple[np.ndarray, np.ndarray]],
+                                          dict[str, np.ndarray]]:
+        """Walk a batch of records: their starts and per-step positions (see the class),
+        as arrays to be concatenated over the batches in order.
+
+        The lists are found and a bytes list's values walked by :mod:`ofindex.decode.lists`
+        (compiled: one call a batch), each step's bytes summed by
+        :func:`ofindex.index.scan.span_crcs` (one call a record and feature): the first open
+        of a DROID-like dataset (1,000 episodes, 200k steps, 2.9 GB) spent 9.0 s here when
+        its records were walked one value at a time in Python, 3.5 s with these calls.
 
         Raises:
             DecodeError: A record is not laid out as TFDS writes it (the layout is then
                 not used).
         """
-        starts: dict[str, list[int]] = {k: [] for k, _, _ in keys}
-        steps: dict[str, tuple[list[int], list[int]]] = {k: ([], []) for k, _, _ in keys}
-        sums: dict[str, list[int]] = {k: [] for k, _, _ in keys}
-        wanted = {k for k, _, _ in keys}
-        for record, count in zip(records, counts.tolist(), strict=True):
-            lists = _lists(record, wanted)
-            data = memoryview(record).cast("B")
-            for key, kind, per in keys:
-                field, lo, hi = lists.get(key, (0, 0, 0))
-                if kind == "bytes":
-                    offsets, lengths = _elements(record, lo, hi)
-                    if len(offsets) != count * per or (count and field != 1):
-                        raise DecodeError(f"{key}: {len(offsets)} values for {count} steps")
-                    steps[key][0].extend(offsets)
-                    steps[key][1].extend(lengths)
-                    sums[key].extend(crc32c.crc32c(data[o:o + n])
-                                     for o, n in zip(offsets, lengths, strict=True))
-                    starts[key].append(0)
-                    continue
-                begin, end = _packed(record, lo, hi)
-                starts[key].append(begin)
-                if kind == "float32":
-                    if end - begin != 4 * per * count:
-                        raise DecodeError(f"{key}: {end - begin} bytes for {count} steps")
-                    sums[key].extend(crc32c.crc32c(data[o:o + 4 * per])
-                                     for o in range(begin, end, 4 * per))
-                    continue
-                packed = np.frombuffer(data[begin:end], dtype=np.uint8)
-                ends = varint_ends(packed)
-                if len(ends) != per * count:
-                    raise DecodeError(f"{key}: {len(ends)} values for {count} steps")
-                bounds = np.concatenate([[0], ends]).astype(np.int64)
-                firsts = bounds[0:len(ends):per] if per else bounds[:0]
-                steps[key][0].extend((begin + firsts).tolist())
-                steps[key][1].extend((bounds[per::per] - firsts).tolist())
-                sums[key].extend(crc32c.crc32c(data[begin + a:begin + b]) for a, b in
-                                 zip(firsts.tolist(), bounds[per::per].tolist(), strict=True))
+        starts: dict[str, np.ndarray] = {}
+        steps: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        sums: dict[str, np.ndarray] = {}
+        bounds = list_bounds(records, [k for k, _, _ in keys])
+        if bounds is None:
+            raise DecodeError("an episode is not laid out as TensorFlow writes Examples")
+        for j, (key, kind, per) in enumerate(keys):
+            fields, values = bounds[:, j, 0], counts * per
+            expected = 1 if kind == "bytes" else _LIST_KINDS[kind]
+            if ((values > 0) & (fields != expected)).any():
+                raise DecodeError(f"{key}: not a {kind} list")
+            if kind == "bytes":
+                spans = bytes_value_spans(records, bounds[:, j, 1], bounds[:, j, 2], values)
+                if spans is None:
+                    raise DecodeError(f"{key}: not one bytes value per step")
+                starts[key] = np.zeros(len(records), dtype=np.int64)
+                steps[key] = spans
+                sums[key] = _sums(records, values, spans[0], spans[0] + spans[1])
+                continue
+            starts[key] = begins = bounds[:, j, 3].copy()
+            if kind == "float32":
+                sizes = bounds[:, j, 4] - begins
+                if (sizes != 4 * values).any():
+                    bad = int(np.flatnonzero(sizes != 4 * values)[0])
+                    raise DecodeError(f"{key}: {int(sizes[bad])} bytes for "
+                                      f"{int(counts[bad])} steps")
+                firsts = np.repeat(begins, counts) + _within(counts) * (4 * per)
+                sums[key] = _sums(records, counts, firsts, firsts + 4 * per)
+                continue
+            steps[key] = _varint_steps(key, records, begins, bounds[:, j, 4], counts, per)
+            sums[key] = _sums(records, counts, steps[key][0], steps[key][0] + steps[key][1])
         return starts, steps, sums
 
     def save(self) -> dict[str, np.ndarray]:
@@ -305,6 +234,44 @@ class StepLayout:
                     "differ from those indexed (CRC-32C mismatch): the data file changed or "
                     "is damaged; prepare the dataset again, or delete its index to index it "
                     "anew", record=int(records[k]))
+
+
+def _within(counts: np.ndarray) -> np.ndarray:
+    """Each item's place within its record: 0..counts[i]-1 for every record, back to back."""
+    total = int(counts.sum())
+    firsts = np.repeat(np.cumsum(counts) - counts, counts)
+    within: np.ndarray = np.arange(total, dtype=np.int64) - firsts
+    return within
+
+
+def _sums(records: Sequence[Any], counts: np.ndarray, starts: np.ndarray,
+          ends: np.ndarray) -> np.ndarray:
+    """The CRC-32C of each span (``counts[i]`` of them in record ``i``, back to back)."""
+    out = np.empty(len(starts), dtype=np.uint32)
+    cuts = np.concatenate([[0], np.cumsum(counts)]).tolist()
+    for i, record in enumerate(records):
+        lo, hi = cuts[i], cuts[i + 1]
+        if hi > lo:
+            out[lo:hi] = span_crcs(record, starts[lo:hi], ends[lo:hi])
+    return out
+
+
+def _varint_steps(key: str, records: Sequence[Any], begins: np.ndarray, ends: np.ndarray,
+                  counts: np.ndarray, per: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each step's first byte and byte length in runs of packed varints (``per`` values a
+    step), the records' steps back to back."""
+    firsts, lengths = [], []
+    for record, begin, end, count in zip(records, begins.tolist(), ends.tolist(),
+                                         counts.tolist(), strict=True):
+        packed = np.frombuffer(memoryview(record).cast("B")[begin:end], dtype=np.uint8)
+        bounds = np.concatenate([[0], varint_ends(packed)]).astype(np.int64)
+        if len(bounds) - 1 != per * count:
+            raise DecodeError(f"{key}: {len(bounds) - 1} values for {count} steps")
+        first = bounds[0:per * count:per] if per else bounds[:0]
+        firsts.append(begin + first)
+        lengths.append(bounds[per::per] - first)
+    return (np.concatenate(firsts) if firsts else np.empty(0, np.int64),
+            np.concatenate(lengths) if lengths else np.empty(0, np.int64))
 
 
 def _gather(views: list[np.ndarray], which: np.ndarray, grid: np.ndarray) -> np.ndarray:
