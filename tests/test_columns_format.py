@@ -190,3 +190,48 @@ def test_packed_bytes_take_slice_and_compare(items, one_length, data):
     bound = data.draw(st.binary(max_size=10))
     assert packed.compare(bound).tolist() == [(v > bound) - (v < bound) for v in items]
     assert packed.equal_to([bound]).tolist() == [v == bound for v in items]
+
+
+@settings(max_examples=200, derandomize=True)
+@given(st.sampled_from(["equal", "byte", "short", "wide", "full"]), st.integers(0, 400),
+       st.data())
+def test_stable_order_is_numpys_stable_argsort(spread, n, data):
+    """The key index's sort of 64-bit words (radix, packed with positions, or numpy's
+    argsort, as their range allows) orders them as numpy's stable argsort does: ties
+    keep their order."""
+    from ofindex.columns.key_build import _number_order, stable_order
+
+    top = {"equal": 0, "byte": 9, "short": 70_000, "wide": 1 << 40, "full": (1 << 64) - 1}
+    base = data.draw(st.integers(0, (1 << 64) - 1 - top[spread]))
+    shift = data.draw(st.integers(0, 3))
+    draws = data.draw(st.lists(st.integers(0, top[spread] >> shift), min_size=n, max_size=n))
+    words = np.array([base + (d << shift) for d in draws], dtype=np.uint64)
+    assert stable_order(words).tolist() == np.argsort(words, kind="stable").tolist()
+    numbers = words.view(np.int64)
+    assert _number_order(numbers).tolist() == np.argsort(numbers, kind="stable").tolist()
+
+
+@settings(max_examples=100, derandomize=True)
+@given(st.integers(8, 16), st.lists(st.binary(min_size=16, max_size=16), max_size=40))
+def test_prefixes_of_values_of_one_length(width, items):
+    """Each value's first 8 bytes as a big-endian number, values of one length of 8 bytes
+    or more (read as rows of a table) as any others."""
+    items = [v[:width] for v in items]
+    packed = PackedBytes.from_list([b"xy", *items])[1:]  # not from the data's start
+    assert packed.prefixes().tolist() == [int.from_bytes(v[:8], "big") for v in items]
+
+
+@settings(max_examples=100, derandomize=True)
+@given(st.sampled_from(["u1", "<u2", "<i4", "<i8", "<f4", "<f8"]), st.binary(max_size=200))
+def test_byte_planes_round_trip(dtype, raw):
+    """Byte planes hold byte ``j`` of every value in plane ``j`` and read back bit for bit."""
+    from ofindex.columns import page_codec
+
+    dtype = np.dtype(dtype)
+    width = dtype.itemsize
+    count = len(raw) // width
+    values = np.frombuffer(raw[:count * width], dtype=dtype)
+    planes = page_codec.to_planes(values)
+    assert planes == bytes(raw[k * width + j] for j in range(width) for k in range(count))
+    back = page_codec.from_planes(planes, count, dtype)
+    assert back.dtype == dtype and back.tobytes() == values.tobytes()
