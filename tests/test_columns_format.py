@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ofindex.columns.column_file import (
+    column_path,
     decode_column,
     decode_meta,
     encode_column,
@@ -235,3 +236,60 @@ def test_byte_planes_round_trip(dtype, raw):
     assert planes == bytes(raw[k * width + j] for j in range(width) for k in range(count))
     back = page_codec.from_planes(planes, count, dtype)
     assert back.dtype == dtype and back.tobytes() == values.tobytes()
+
+
+@st.composite
+def shard_columns(draw):
+    """Int64 columns of a few shards, as a build writes them: some with a dictionary (few
+    values), some without (many), some holding no value at all, pages of a few records."""
+    shards = []
+    for _ in range(draw(st.integers(1, 4))):
+        n = draw(st.integers(0, 40))
+        shape = draw(st.sampled_from(["few", "many", "none"]))
+        pool = list(range(-3, 4)) if shape == "few" else list(range(-1000, 1000))
+        items = [draw(st.sampled_from(pool)) for _ in range(n)]
+        valid = draw(st.lists(st.booleans(), min_size=n, max_size=n))
+        shards.append((None if shape == "none" else items,
+                       [False] * n if shape == "none" else valid))
+    return shards
+
+
+_CONDITION = st.one_of(st.integers(-4, 4), st.none(),
+                       st.lists(st.one_of(st.integers(-4, 4), st.none()), max_size=3),
+                       st.tuples(st.one_of(st.none(), st.integers(-4, 4)),
+                                 st.one_of(st.none(), st.integers(-4, 4))))
+
+
+@settings(max_examples=120, derandomize=True)
+@given(shard_columns(), _CONDITION)
+def test_a_scan_of_column_sidecars_finds_what_a_scan_of_the_values_finds(
+        tmp_path_factory, shards, given):
+    """The column scan of a query (pages of dictionary codes matched by their codes, others
+    by their values, shards without a value matching nulls only) against a brute-force
+    scan of the values."""
+    from ofindex.columns.conditions import parse_conditions
+    from ofindex.columns.shard_reader import ColumnReader, ShardPlace
+    from ofindex.storage.local import LocalStorage
+
+    root = tmp_path_factory.mktemp("scan")
+    storage = LocalStorage()
+    places, truth = [], []
+    for k, (items, valid) in enumerate(shards):
+        index_path = str(root / f"part-{k}.ofidx")
+        mask = np.array(valid, dtype=bool)
+        vtype = ValueType.NONE if items is None else ValueType.INT64
+        values = np.array(items or [0] * len(valid), dtype=np.int64)
+        storage.write_atomic(column_path(index_path, "c"), list(encode_column(
+            "c", vtype, values, mask, 7, per_page=4)))
+        places.append(ShardPlace(storage, index_path, len(valid), 7, f"part-{k}"))
+        truth += [None if not ok else v for v, ok in zip(values.tolist(), valid, strict=True)]
+    reader = ColumnReader(places)
+    condition = parse_conditions({"c": given})[0].typed(reader.vtype("c"))
+    if isinstance(given, tuple):
+        want = [i for i, v in enumerate(truth) if v is not None and
+                (given[0] is None or v >= given[0]) and (given[1] is None or v < given[1])]
+    else:
+        items = given if isinstance(given, list) else [given]
+        want = [i for i, v in enumerate(truth) if v in items]
+    got = reader.select(condition)
+    assert got.tolist() == want and got.dtype == np.int64
