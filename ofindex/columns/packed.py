@@ -94,7 +94,7 @@ class PackedBytes:
             # where indexing the rows of a uint8 table takes 62 ms
             rows = np.ascontiguousarray(self.data[base:base + width * len(self)]).view(
                 np.dtype((np.void, width)))
-            chosen = np.take(rows, indices).view(np.uint8).reshape(-1)
+            chosen = np.take(rows, np.asarray(indices, dtype=np.int64)).view(np.uint8).reshape(-1)
             return PackedBytes(chosen, np.arange(len(indices) + 1, dtype=np.int64) * width)
         starts, ends = self.offsets[indices], self.offsets[np.asarray(indices) + 1]
         lengths = ends - starts
