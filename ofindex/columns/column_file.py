@@ -178,6 +178,24 @@ def _distinct(values: np.ndarray) -> np.ndarray:
     return distinct
 
 
+def _small_range_codes(bits: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """``(distinct values, code of each)`` of unsigned 64-bit ``bits`` (int64 values) that
+    span at most :data:`MAX_DICTIONARY` numbers, found by marking them in a table of their
+    span (a shard's 125,000 labels: 1 ms of CPU, where the sort and search take 8 ms); the
+    same as sorting and searching them. ``None`` when they span more (or none are given)."""
+    if not len(bits):
+        return None
+    low, high = int(bits.min()), int(bits.max())
+    if high - low >= MAX_DICTIONARY:
+        return None
+    offsets = (bits - np.uint64(low)).astype(np.intp)
+    seen = np.zeros(high - low + 1, dtype=bool)
+    seen[offsets] = True
+    distinct = (np.flatnonzero(seen).astype(np.uint64) + np.uint64(low))
+    code_of = np.cumsum(seen, dtype=np.int64) - 1
+    return distinct, code_of[offsets]
+
+
 def _bytes_dictionary(values: PackedBytes, valid: np.ndarray
                       ) -> tuple[PackedBytes, np.ndarray, int] | None:
     """A dictionary of bytes values (see :func:`_dictionary`), or ``None`` when there are
@@ -214,13 +232,18 @@ def _dictionary(vtype: ValueType, values: Values, valid: np.ndarray
     else:
         present = values[valid]
         bits = present.view(np.dtype(f"<u{vtype.width}"))
-        unique_bits = _distinct(bits)  # exact: -0.0 and 0.0, NaNs of two patterns, differ
-        if len(unique_bits) > MAX_DICTIONARY:
-            return None
-        # in the order of their bits, never through a float operation (a sort of floats
-        # may quiet a signalling NaN: another value)
+        coded = _small_range_codes(bits) if vtype is ValueType.INT64 else None
+        if coded is None:
+            unique_bits = _distinct(bits)  # exact: -0.0 and 0.0, NaNs of two patterns, differ
+            if len(unique_bits) > MAX_DICTIONARY:
+                return None
+            # in the order of their bits, never through a float operation (a sort of floats
+            # may quiet a signalling NaN: another value)
+            present_codes = np.searchsorted(unique_bits, bits)
+        else:
+            unique_bits, present_codes = coded
         codes = np.zeros(len(values), dtype=np.int64)
-        codes[valid] = np.searchsorted(unique_bits, bits)
+        codes[valid] = present_codes
         plain = vtype.width * len(values)
         size = vtype.width * len(unique_bits)
         distinct = unique_bits.view(vtype.dtype)
@@ -468,19 +491,22 @@ def _check_directory(header: ColumnHeader, directory: np.ndarray, url: str,
         raise _corrupt(url, "a page of an encoding or compression it cannot have")
 
 
-def decode_page(meta: ColumnMeta, page: int, stored: bytes | memoryview
-                ) -> tuple[Values, np.ndarray]:
+def decode_page(meta: ColumnMeta, page: int, stored: bytes | memoryview, *,
+                codes: bool = False) -> tuple[Values, np.ndarray]:
     """The values and validity of one page.
 
     Args:
         meta: The file's header, dictionary and directory.
         page: The page number.
         stored: The page's bytes as stored (its range in the file).
+        codes: Give a dictionary column's codes (unsigned integers indexing
+            ``meta.dictionary``, checked to lie inside it) instead of the values they stand
+            for.
 
     Returns:
         ``(values, valid)``: one value per record (numbers, or
         :class:`~ofindex.columns.packed.PackedBytes`; dictionary pages decoded through the
-        dictionary; 0 or ``b""`` where not valid) and a boolean array.
+        dictionary unless ``codes``; 0 or ``b""`` where not valid) and a boolean array.
 
     Raises:
         SidecarError: The page's CRC fails, or it does not decode to its records.
@@ -499,26 +525,34 @@ def decode_page(meta: ColumnMeta, page: int, stored: bytes | memoryview
     if nulls and int(count - np.count_nonzero(valid)) != nulls:
         raise _corrupt(meta.url, f"page {page}'s bitmap disagrees with its null count")
     body = raw[at:]
-    values = _page_values(meta, int(entry["encoding"]), body, count, where)
-    return values, valid
+    if int(entry["encoding"]) == CODES:
+        found = _page_codes(meta, body, count, where)
+        if codes:
+            return found, valid
+        if isinstance(meta.dictionary, PackedBytes):
+            return meta.dictionary.take(found.astype(np.int64)), valid
+        assert meta.dictionary is not None
+        decoded: np.ndarray = meta.dictionary[found]
+        return decoded, valid
+    return _page_values(meta, int(entry["encoding"]), body, count, where), valid
+
+
+def _page_codes(meta: ColumnMeta, body: bytes, count: int, where: str) -> np.ndarray:
+    """A dictionary page's codes (uint8 or uint16), checked to lie inside the dictionary."""
+    assert meta.dictionary is not None
+    dtype = meta.header.code_dtype
+    if len(body) != dtype.itemsize * count:
+        raise _corrupt(meta.url, f"{where} holds {len(body)} bytes of codes for "
+                                 f"{count} records")
+    found = page_codec.from_planes(body, count, dtype)
+    if count and int(found.max()) >= len(meta.dictionary):
+        raise _corrupt(meta.url, f"{where} holds a code past its dictionary")
+    return found
 
 
 def _page_values(meta: ColumnMeta, encoding: int, body: bytes, count: int,
                  where: str) -> Values:
     header = meta.header
-    if encoding == CODES:
-        assert meta.dictionary is not None
-        dtype = header.code_dtype
-        if len(body) != dtype.itemsize * count:
-            raise _corrupt(meta.url, f"{where} holds {len(body)} bytes of codes for "
-                                     f"{count} records")
-        codes = page_codec.from_planes(body, count, dtype)
-        if count and int(codes.max()) >= len(meta.dictionary):
-            raise _corrupt(meta.url, f"{where} holds a code past its dictionary")
-        if isinstance(meta.dictionary, PackedBytes):
-            return meta.dictionary.take(codes.astype(np.int64))
-        decoded: np.ndarray = meta.dictionary[codes]
-        return decoded
     if header.vtype is ValueType.BYTES:
         return page_codec.unpack_bytes_values(body, count, where)
     dtype = header.vtype.dtype

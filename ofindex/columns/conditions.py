@@ -73,14 +73,22 @@ class Condition:
             found = self._bytes_matches(values)
         elif self.values is not None:
             targets = [v for v in self.values if v == v]  # NaN equals nothing
-            found = np.isin(values, np.array(targets, dtype=values.dtype)) if targets else \
-                np.zeros(len(valid), dtype=bool)
+            if len(targets) == 1:  # one comparison: 4x faster than isin's sort
+                found = values == np.array(targets[0], dtype=values.dtype)
+            else:
+                found = np.isin(values, np.array(targets, dtype=values.dtype)) if targets \
+                    else np.zeros(len(valid), dtype=bool)
         else:
             found = np.ones(len(valid), dtype=bool)
             if self.low is not None:
                 found &= values >= self.low
             if self.high is not None:
                 found &= values < self.high
+        return self.with_nulls(found, valid)
+
+    def with_nulls(self, found: np.ndarray, valid: np.ndarray) -> np.ndarray:
+        """Which records match, given which of their values match (``found``, whatever it
+        says of records without a value) and which records hold one."""
         out: np.ndarray = found & valid
         if self.nulls:
             out |= ~valid

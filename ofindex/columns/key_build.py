@@ -56,6 +56,52 @@ def _gather(shards: Sequence[ShardPlace], column: str) -> _Gathered:
     return _Gathered(joined_type(types, column, names), parts)
 
 
+#: Numbers whose range needs at most this many bits are sorted by numpy's radix sort (a
+#: stable sort of uint8 or uint16 keys: a million labels of 10 classes in 4.6 ms of CPU,
+#: where the stable sort of their int64 values takes 39 ms).
+_RADIX_BITS = 16
+
+
+def stable_order(words: np.ndarray) -> np.ndarray:
+    """The stable order of unsigned 64-bit ``words`` (ties keep their order): that of the
+    numbers above their least, by numpy's radix sort when they fit in 16 bits, else by one
+    sort of the numbers and their positions packed in one word when both fit (a million
+    13-byte ids: 60 ms of CPU where numpy's argsort takes 104 ms), else numpy's stable
+    argsort."""
+    count = len(words)
+    if count < 2:
+        return np.arange(count, dtype=np.int64)
+    shifted = words - words.min()
+    ored = int(np.bitwise_or.reduce(shifted))
+    if ored == 0:  # all equal
+        return np.arange(count, dtype=np.int64)
+    low_zeros = (ored & -ored).bit_length() - 1  # bits every number has clear: left out
+    shifted >>= np.uint64(low_zeros)
+    bits = (ored >> low_zeros).bit_length()
+    if bits <= _RADIX_BITS:
+        narrow = shifted.astype(np.uint8 if bits <= 8 else np.uint16)
+        radix: np.ndarray = np.argsort(narrow, kind="stable")
+        return radix.astype(np.int64, copy=False)
+    position_bits = (count - 1).bit_length()
+    if bits + position_bits > 64:
+        order: np.ndarray = np.argsort(words, kind="stable")
+        return order
+    packed = (shifted << np.uint64(position_bits)) | np.arange(count, dtype=np.uint64)
+    packed.sort()  # ties are then in the order of their positions: stable
+    positions: np.ndarray = (packed & np.uint64((1 << position_bits) - 1)).astype(np.int64)
+    return positions
+
+
+def _number_order(keys: np.ndarray) -> np.ndarray:
+    """The stable order of numeric keys (int64 through :func:`stable_order`, floats by
+    numpy's stable argsort: ``-0.0`` and ``0.0`` are equal keys, whose bits differ)."""
+    if keys.dtype.kind == "i":
+        flipped = keys.astype(np.int64).view(np.uint64) ^ np.uint64(1 << 63)  # int64 order
+        return stable_order(flipped)
+    order: np.ndarray = np.argsort(keys, kind="stable")
+    return order
+
+
 def _bytes_order(keys: PackedBytes) -> np.ndarray:
     """The stable order of bytes values (ties keep their order).
 
@@ -63,9 +109,9 @@ def _bytes_order(keys: PackedBytes) -> np.ndarray:
     ``img-000``) left out, and the rest compared as big-endian uint64 words, then by length
     (a value is before a longer one that it starts, even one that only adds zero bytes):
     numpy sorts numbers several times faster than fixed-width strings (a million 13-byte ids
-    as ``S13``: 1.7 s). Ids whose distinct bytes fit in one word are sorted by one argsort of
-    it: a million 13-byte ids, 0.14-0.16 s of CPU where the lexsort of both words and the
-    lengths takes 0.19-0.24 s.
+    as ``S13``: 1.7 s). Ids whose distinct bytes fit in one word are sorted by one sort of
+    it (:func:`stable_order`): a million 13-byte ids, 0.06 s of CPU where the lexsort of both
+    words and the lengths takes 0.19-0.24 s.
     """
     lengths = keys.lengths
     widest = int(lengths.max()) if len(lengths) else 0
@@ -89,12 +135,7 @@ def _bytes_order(keys: PackedBytes) -> np.ndarray:
     padded[:, :rest.shape[1]] = rest
     columns = padded.view(">u8").astype(np.uint64)
     if words == 1 and int(lengths.min()) == widest:
-        word = columns[:, 0]
-        single: np.ndarray = np.argsort(word)  # 2x faster than a stable sort ...
-        ordered = word[single]
-        if bool((ordered[1:] == ordered[:-1]).any()):  # ... and the same without ties
-            single = np.argsort(word, kind="stable")
-        return single
+        return stable_order(columns[:, 0])
     order: np.ndarray = np.lexsort((lengths, *(columns[:, k] for k in reversed(range(words)))))
     return order
 
@@ -131,7 +172,7 @@ def build_key_index(shards: Sequence[ShardPlace], column: str, identity: str,
     else:
         numbers = [v for v, _ in gathered.parts if isinstance(v, np.ndarray)]
         keys = np.concatenate(numbers) if numbers else np.zeros(0, dtype=vtype.dtype)
-        order = np.argsort(keys, kind="stable")  # records ascend already: ties keep them so
+        order = _number_order(keys)  # records ascend already: ties keep them so
         keys = keys[order]
     parts = encode_key_index(column, vtype, keys, records[order], total, identity)
     storage.write_atomic(path, list(parts))

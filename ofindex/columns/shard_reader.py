@@ -172,28 +172,39 @@ class ColumnReader:
         return metas
 
     # -- pages ------------------------------------------------------------------------------
-    def _pages(self, column: str, wanted: list[tuple[int, int]]
+    def _pages(self, column: str, wanted: list[tuple[int, int]], *, codes: bool = False
                ) -> list[tuple[np.ndarray | PackedBytes, np.ndarray]]:
         """The values and validity of pages ``(shard, page)``: local ones read one by one,
-        remote ones in one round per storage."""
+        remote ones in one round per storage (a dictionary column's codes with ``codes``,
+        see :func:`~.column_file.decode_page`)."""
         metas = self.metas(column)
         out: list[tuple[np.ndarray | PackedBytes, np.ndarray] | None] = [None] * len(wanted)
         remote: dict[int, list[int]] = {}
-        for j, (k, page) in enumerate(wanted):
+        j = 0
+        while j < len(wanted):
+            k, page = wanted[j]
             shard = self.shards[k]
-            if shard.index_storage.is_local:
-                start, end = metas[k].page_range(page)
-                stored = shard.index_storage.read(column_path(shard.index_path, column),
-                                                  start, end)
-                out[j] = decode_page(metas[k], page, stored)
-            else:
+            if not shard.index_storage.is_local:
                 remote.setdefault(id(shard.index_storage), []).append(j)
+                j += 1
+                continue
+            last = j  # a run of consecutive pages of the shard: one read
+            while last + 1 < len(wanted) and wanted[last + 1] == (k, wanted[last][1] + 1):
+                last += 1
+            start, end = metas[k].page_range(page)[0], metas[k].page_range(wanted[last][1])[1]
+            run = memoryview(shard.index_storage.read(column_path(shard.index_path, column),
+                                                      start, end))
+            for at in range(j, last + 1):
+                low, high = metas[k].page_range(wanted[at][1])
+                out[at] = decode_page(metas[k], wanted[at][1], run[low - start:high - start],
+                                      codes=codes)
+            j = last + 1
         for js in remote.values():
             storage = self.shards[wanted[js[0]][0]].index_storage
             ranges = [(column_path(self.shards[wanted[j][0]].index_path, column),
                        *metas[wanted[j][0]].page_range(wanted[j][1])) for j in js]
             for j, stored in zip(js, read_round(storage, ranges), strict=True):
-                out[j] = decode_page(metas[wanted[j][0]], wanted[j][1], stored)
+                out[j] = decode_page(metas[wanted[j][0]], wanted[j][1], stored, codes=codes)
         return [p for p in out if p is not None]
 
     def select(self, condition: Condition) -> np.ndarray:
@@ -213,12 +224,27 @@ class ColumnReader:
                 continue
             wanted += [(k, int(page)) for page in np.flatnonzero(condition.pages(meta))]
         found = [self.first[k] + np.arange(self.shards[k].records) for k in nulls_only]
-        for (k, page), (values, valid) in zip(wanted, self._pages(column, wanted), strict=True):
+        # a dictionary's pages are matched by their codes: which entries match is decided
+        # once per shard (10,000,000 labels: no value decoded, no isin per page)
+        tables: dict[int, np.ndarray] = {}
+        for (k, page), (values, valid) in zip(wanted, self._pages(column, wanted, codes=True),
+                                              strict=True):
             base = int(self.first[k]) + page * metas[k].header.per_page
-            found.append(base + np.flatnonzero(condition.matches(values, valid)))
+            dictionary = metas[k].dictionary
+            if dictionary is None:
+                hits = condition.matches(values, valid)
+            else:
+                if k not in tables:
+                    tables[k] = condition.matches(dictionary, np.ones(len(dictionary), bool))
+                assert isinstance(values, np.ndarray)
+                hits = condition.with_nulls(tables[k][values], valid)
+            found.append(base + np.flatnonzero(hits))
         if not found:
             return np.zeros(0, dtype=np.int64)
-        return np.sort(np.concatenate(found).astype(np.int64))
+        joined = np.concatenate(found).astype(np.int64, copy=False)
+        if len(joined) > 1 and bool((joined[1:] < joined[:-1]).any()):  # nulls-only shards
+            joined.sort()
+        return joined
 
     def values(self, column: str, shards: Sequence[int] | None = None
                ) -> tuple[ValueType, np.ndarray | PackedBytes, np.ndarray]:
