@@ -1,7 +1,7 @@
 """The dataset: a sequence of records over many shards, with O(1) random access.
 
 One class over a :class:`~ofindex.read.table.ShardTable` (the shards and where each global
-record number lives), :class:`~ofindex.read.record_checks.RecordChecks` (what each read
+record number lives), :class:`~ofindex.read.payloads.RecordChecks` (what each read
 checks) and :class:`~ofindex.read.access.ShardAccesses` (how each shard is read, chosen once
 per shard). A single record is read by its shard's access (the hot path: once a record of a
 local shard was read, one call of the compiled reader); a batch by the accesses of the shards
@@ -28,14 +28,13 @@ from ..formats.sidecar import Sidecar
 from ..formats.sidecar_header import Compression
 from ..storage import Storage
 from ..storage.openfiles import OPEN_FILES
-from ..storage.ranges import DEFAULT_MAX_BYTES
 from . import iteration, record_reader
 from . import refresh as refreshing
 from .access import ShardAccess, ShardAccesses
 from .batch_source import BatchSource
 from .column_places import dataset_columns
 from .mapped_gather import MappedSpans
-from .record_checks import RecordChecks
+from .payloads import DEFAULT_MAX_BYTES, RecordChecks
 from .refresh import DatasetSource
 from .shards import Shard, ShardInfo
 from .table import ShardTable, as_indices

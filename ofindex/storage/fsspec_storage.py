@@ -27,10 +27,9 @@ from ..transport.http import StampCheck
 from ..transport.policy import RequestPolicy, current_policy
 from ..transport.store import MULTI_RANGE_GAP, StoreClient
 from .base import CHECKED_READ_BYTES, Storage, check_range
-from .content import content_digest, content_regions
 from .listing import list_files, list_matches
 from .patterns import has_magic
-from .stamp import ExpectedFiles, FileStamp, fingerprint_from_info
+from .stamp import ExpectedFiles, FileStamp, content_digest, content_regions, fingerprint_from_info
 
 T = TypeVar("T")
 

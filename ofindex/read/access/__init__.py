@@ -71,7 +71,7 @@ from ...formats.sidecar_header import Compression
 from ...storage import Storage, openfiles
 from ..batch_source import BatchSource
 from ..manifest_shards import ManifestShards
-from ..record_checks import RecordChecks
+from ..payloads import RecordChecks
 from ..remote.index_round import load_sidecars
 from ..shards import Shard
 from ..table import ShardTable

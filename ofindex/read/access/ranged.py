@@ -3,7 +3,7 @@ by shard shares (:func:`read_grouped`: the descriptor and cached accesses too).
 
 A batch's records are grouped by shard; one index round fetches the sidecar pages (or whole
 sidecars) and data stamps the batch lacks (:func:`batch_spans`, :mod:`ofindex.read.
-index_round`); then neighbours are merged into ranges (:func:`ofindex.storage.ranges.
+index_round`); then neighbours are merged into ranges (:func:`ofindex.read.payloads.
 coalesce`) and fetched at once (concurrently, as multi-range requests over HTTP), the
 records cut out of one buffer and checked (:func:`planned_ranges`): two rounds cold, one
 once the pages are cached. One record of a shard whose sidecar is loaded is one range
@@ -23,10 +23,8 @@ from typing import Any
 import numpy as np
 
 from ...formats.framing import Buffer
-from ...storage.ranges import ReadPlan, coalesce
 from .. import mapped_gather
-from ..payloads import extract_payloads
-from ..record_checks import RecordChecks
+from ..payloads import ReadPlan, RecordChecks, coalesce, extract_payloads
 from ..remote.index_round import PageRequest, run_round
 from ..remote.pages import pager_of, spans_from_pages
 from ..shards import Shard, missing_indexes
