@@ -301,15 +301,16 @@ class Dataset:
                 return self._read_many(np.arange(*key.indices(len(self)), dtype=np.int64))
             else:
                 return self._read_many(as_indices(key, strict=True))
-        # the hot path, kept flat: a local shard whose sidecar this process holds
+        # the hot path, kept flat: a shard whose sidecar this process holds
         n = self._size
         i = key + n if key < 0 else key
         if not 0 <= i < n:
             self._table.check_index(key)  # raises the precise RecordIndexError
         shard_no = _bisect_right(self._cumulative, i)
         shard = self._shards[shard_no]
-        held = shard.local_sidecar
+        held = shard.ready
         if held is not None and held[0] == _getpid():
+            shard.used = True
             payload = self._read_from(shard_no, shard, held[1], i - self._first[shard_no])
         else:
             payload = self._read_one(i)
