@@ -9,9 +9,8 @@ and the reader (:mod:`ofindex.read`), which knows nothing of building.
 from typing import Any
 
 from .cache.chain import DEFAULT_CACHE_BYTES, DEFAULT_NODE_BYTES, Chain
-from .formats.compression import parse_compression
 from .formats.location import DatasetLocation, resolve
-from .formats.sidecar_header import Compression
+from .formats.sidecar_header import Compression, parse_compression
 from .growing import IndexGrower
 from .index.builder import build_location
 from .read.dataset import Dataset, Decode

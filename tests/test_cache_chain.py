@@ -86,6 +86,32 @@ def test_pages_and_sidecars_share_one_bound_least_recently_used_first():
     assert released == ["sidecar"] and len(memory) == 1 and memory.get("big") == b"x"
 
 
+
+def test_a_sidecar_used_since_it_came_up_for_eviction_is_spared_once():
+    """A whole sidecar is read without asking the tier (a plain store marks it used): when it
+    comes up for eviction it is spared once if it was used since (second chance), and the
+    tier still holds its bound and keeps the entry just put."""
+    size = 8 + PAGE_OVERHEAD
+    memory = MemoryTier(2 * size)
+    released: list[str] = []
+    marks = {"sidecar": True}
+
+    def used() -> bool:
+        was, marks["sidecar"] = marks["sidecar"], False
+        return was
+
+    memory.put("sidecar", "held", size, lambda: released.append("sidecar"), used)
+    memory.put("page-1", b"1", size)
+    memory.put("page-2", b"2", size)  # the sidecar comes up first, used: page-1 goes
+    assert released == [] and memory.get("page-1") is None
+    assert len(memory) == 2 and memory.held_bytes <= 2 * size
+    memory.put("page-3", b"3", size)  # not used since: the sidecar goes now
+    assert released == ["sidecar"] and memory.get("page-2") == b"2"
+    alone = MemoryTier(size)  # room for one: a sidecar used every time is spared a
+    alone.put("always", "held", size, lambda: released.append("always"), lambda: True)
+    alone.put("page", b"p", size)  # bounded number of times, then goes
+    assert released == ["sidecar", "always"] and len(alone) == 1 and alone.get("page") == b"p"
+
 def test_a_chain_crosses_to_a_worker_with_an_empty_memory(tmp_path):
     import pickle
 

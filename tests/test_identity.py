@@ -29,9 +29,8 @@ from helpers import (
 import ofindex
 from ofindex.formats.sidecar_header import decode_header
 from ofindex.storage import FileStamp, LocalStorage
-from ofindex.storage.content import content_digest, content_regions
 from ofindex.storage.identity import read_content_digest
-from ofindex.storage.stamp import Verdict
+from ofindex.storage.stamp import Verdict, content_digest, content_regions
 
 SHARDS = 3
 PER_SHARD = 150

@@ -4,7 +4,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ofindex.storage.ranges import coalesce
+from ofindex.read.payloads import coalesce
 
 
 @st.composite

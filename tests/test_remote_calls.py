@@ -26,10 +26,10 @@ from ofindex.cli.synthetic import write_dataset
 
 #: Today's counts (modules, functions by qualified name: two classes' ``__init__`` are two):
 #: cold open + first batch, and a warm batch; the same in every run. Lower them when a change
-#: makes them fall; they may not rise. (By bare function name, as in the issue: 42/294 and
-#: 15/96.)
-COLD_MODULES, COLD_FUNCTIONS = 42, 326
-WARM_MODULES, WARM_FUNCTIONS = 15, 108
+#: makes them fall; they may not rise. (By bare function name, as in the issue: 33/272 and
+#: 10/81.)
+COLD_MODULES, COLD_FUNCTIONS = 33, 303
+WARM_MODULES, WARM_FUNCTIONS = 10, 93
 
 RECORDS, SHARDS, BATCH = 4000, 4, 256
 

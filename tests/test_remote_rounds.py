@@ -174,6 +174,26 @@ def test_a_data_file_replaced_after_its_first_read_is_refused(served):
         ds[4]
 
 
+
+def test_a_response_repeating_the_stamp_judged_is_not_judged_again(served, monkeypatch):
+    """Once a data file's stamp was judged against its index, a response that says the same
+    (size, ETag, Last-Modified) is that version again: compared, not judged anew (a warm batch
+    makes no stamp); one that says otherwise is judged (the test above)."""
+    url, _, expected, _ = served
+    ds = ofindex.open(url)
+    assert ds[[3, 400]] == [expected[3], expected[400]]
+    judged = []
+    observe = ExpectedFiles.observe
+
+    def judging(self, path, current, url):
+        judged.append(path)
+        return observe(self, path, current, url)
+
+    monkeypatch.setattr(ExpectedFiles, "observe", judging)
+    assert ds[[3, 400, 5]] == [expected[3], expected[400], expected[5]]  # multi-range
+    assert ds[7] == expected[7]  # a single range
+    assert judged == []
+
 @pytest.mark.parametrize("ranges", [1, 5])
 def test_stamp_checks_ride_on_single_and_multi_range_answers(nginx_server, ranges):
     name = f"{uuid.uuid4().hex[:8]}.bin"

@@ -412,3 +412,27 @@ def test_stats_and_ranged_reads_share_one_pool_of_connections(tmp_path):
         assert storage.read(path, 100, 300) == (bytes(range(256)) * 64)[100:300]
         assert storage.read(path, 1000, 1010) == (bytes(range(256)) * 64)[1000:1010]
         assert srv.connections == 1
+
+
+def test_a_not_found_answer_is_final_and_not_classified(monkeypatch):
+    """Our clients' "no such file" (a 404, a missing key) is the store's answer: raised as it
+    is, without classifying it as a failure (an open probes for its binary manifest first: a
+    miss there renders no message and retries nothing)."""
+    import asyncio
+
+    from ofindex.errors import DataFileNotFoundError
+    from ofindex.transport import policy
+
+    def classify_nothing(exc):
+        raise AssertionError(f"classified: {exc!r}")
+
+    monkeypatch.setattr(policy, "classify", classify_nothing)
+    attempts = []
+
+    async def attempt():
+        attempts.append(1)
+        raise DataFileNotFoundError("http://host/ds/ofindex-manifest.bin: data file not found")
+
+    with pytest.raises(DataFileNotFoundError, match=r"ofindex-manifest\.bin"):
+        asyncio.run(QUICK.run(attempt, "http://host/ds/ofindex-manifest.bin: whole file"))
+    assert attempts == [1]

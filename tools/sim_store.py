@@ -46,7 +46,7 @@ from ofindex.formats.manifest import MANIFEST_NAME, encode_manifest
 from ofindex.formats.manifest_binary import decode_head, head_size
 from ofindex.formats.sidecar_header import HEADER_SIZE, SidecarHeader, encode_header
 from ofindex.storage import FileStamp
-from ofindex.storage.content import content_digest, content_regions
+from ofindex.storage.stamp import content_digest, content_regions
 
 PROTOCOL = "simstore"
 PERIOD = 251

@@ -37,8 +37,9 @@ PAGE_OVERHEAD = 160
 #: Default bound on remote sidecar bytes held in memory per process (8 bytes per record).
 DEFAULT_CACHE_BYTES = 256 << 20
 
-#: What an entry holds: ``(value, bytes it costs, what lets go of it on eviction)``.
-_Entry = tuple[Any, int, Callable[[], None] | None]
+#: What an entry holds: ``(value, bytes it costs, what lets go of it on eviction, what says
+#: whether it was used since it last came up for eviction)``.
+_Entry = tuple[Any, int, Callable[[], None] | None, Callable[[], bool] | None]
 
 
 class MemoryTier:
@@ -102,15 +103,23 @@ class MemoryTier:
             return
 
     def put(self, key: Hashable, value: Any, nbytes: int,
-            on_evict: Callable[[], None] | None = None) -> None:
+            on_evict: Callable[[], None] | None = None,
+            used: Callable[[], bool] | None = None) -> None:
         """Hold a value; evict the least recently used entries while over budget, never
         this one.
+
+        An entry read without asking the tier (a shard's whole sidecar, read by every batch
+        of its shard) says instead whether it was used since it last came up for eviction:
+        one that was is spared once, moved to the newest (the "second chance" approximation
+        of LRU), so a read marks it with a plain store, not a call with the tier's lock.
 
         Args:
             key: Its key.
             value: What to hold (not ``None``).
             nbytes: The bytes it costs.
             on_evict: Lets go of it when it is evicted, or ``None``.
+            used: Whether it was used since it last came up for eviction (and forget that),
+                or ``None`` (recency from :meth:`get` and :meth:`touch`).
         """
         victims: list[Callable[[], None]] = []
         with self._lock:
@@ -118,12 +127,18 @@ class MemoryTier:
             old = self._lru.pop(key, None)
             if old is not None:
                 self._bytes -= old[1]
-            self._lru[key] = (value, nbytes, on_evict)
+            self._lru[key] = (value, nbytes, on_evict, used)
             self._bytes += nbytes
+            spared = 0
             while self._bytes > self.max_bytes and len(self._lru) > 1:
-                victim, (_, size, release) = next(iter(self._lru.items()))
+                victim, (_, size, release, was_used) = next(iter(self._lru.items()))
                 if victim == key:
                     break
+                if was_used is not None and spared < len(self._lru) and was_used():
+                    spared += 1  # (bounded: a reader may mark it again meanwhile)
+                    self._lru.move_to_end(victim)
+                    self._lru.move_to_end(key)  # (the entry put stays the newest)
+                    continue
                 del self._lru[victim]
                 self._bytes -= size
                 if release is not None:
@@ -289,12 +304,15 @@ class Chain:
             self.keep(kept)
 
     # -- whole sidecars -------------------------------------------------------------------
-    def hold_sidecar(self, key: Hashable, nbytes: int, release: Callable[[], None]) -> None:
+    def hold_sidecar(self, key: Hashable, nbytes: int, release: Callable[[], None],
+                     used: Callable[[], bool]) -> None:
         """Count a whole sidecar held by a shard against the memory bound.
 
         Args:
             key: The shard's key in memory.
             nbytes: The bytes the sidecar holds.
             release: Lets go of the sidecar when it is evicted.
+            used: Whether reads used it since it last came up for eviction (see
+                :meth:`MemoryTier.put`).
         """
-        self.memory.put(key, release, nbytes, release)
+        self.memory.put(key, release, nbytes, release, used)

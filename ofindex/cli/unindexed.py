@@ -15,9 +15,9 @@ import numpy as np
 
 from .._accel import implementation
 from ..errors import FormatDetectionError, IndexNotFoundError
-from ..formats.compression import parse_compression
 from ..formats.framing import RecordFormat
 from ..formats.location import resolve
+from ..formats.sidecar_header import parse_compression
 from ..formats.strays import ListedStrays, warn_skipped
 from ..read.sequential.peek import PeekedFile, peek_file
 from ..schema import Schema, to_python

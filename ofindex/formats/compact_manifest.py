@@ -26,13 +26,13 @@ from . import manifest_binary as binary
 from .framing import RecordFormat
 from .manifest import (
     absolute_directories,
+    exact_sum,
     good_name,
     relative_names,
     resolved_directories,
     stored_directories,
 )
 from .sidecar_header import Compression
-from .totals import exact_sum
 
 #: The compact manifest's file name, beside (and instead of) ``ofindex-manifest.json``.
 COMPACT_NAME = "ofindex-manifest.bin"

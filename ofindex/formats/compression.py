@@ -22,19 +22,6 @@ RAW_WBITS = -15
 TRAILER_BYTES = {Compression.GZIP: 8, Compression.ZLIB: 4}
 
 
-def parse_compression(value: str | Compression | None) -> Compression | None:
-    """Read a ``compression=`` argument: ``"auto"`` gives ``None`` (detect), else a member.
-
-    Accepts TensorFlow's spellings (``"GZIP"``, ``"ZLIB"``, ``""``) in any case.
-
-    Raises:
-        ValueError: An unknown name.
-    """
-    if isinstance(value, str) and value.strip().lower() == "auto":
-        return None
-    return Compression.parse(value)
-
-
 def looks_gzip(head: bytes | memoryview) -> bool:
     """Whether ``head`` starts like a gzip member: magic, method 8 (deflate), no reserved
     flag bits."""

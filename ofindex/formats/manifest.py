@@ -44,6 +44,9 @@ A manifest in the default place (version 3), ``train.ofindex/ofindex-manifest.js
 data directory is its own directory's name without ``.ofindex`` (a root's ``.ofindex``: the
 root), so the two directories can be copied, renamed or uploaded together (to another disk,
 a bucket) and still open. Version 2 manifests (no ``layout``) are still read.
+
+The totals a manifest states (and a dataset's, of its shards' counts) are summed by
+:func:`exact_sum`, which never wraps as numpy's 64-bit sums do.
 """
 
 from __future__ import annotations
@@ -56,6 +59,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import crc32c as _crc32c
+import numpy as np
 
 from ..errors import ManifestError
 from ..storage import Storage, Storages
@@ -71,6 +75,38 @@ VERSION = 3
 VERSIONS = (1, 2, 3)
 #: The member that closes the document with the CRC32C of the text before it.
 CRC_MEMBER = "crc32c"
+
+
+# -- totals that never wrap: numpy sums 64-bit integers modulo 2^64 (five counts of 2^62 add
+# up to 2^62, which would pass a check against a forged total); a manifest's totals (JSON or
+# compact) and a dataset's are summed here instead
+
+#: Values summed per step: each is cut into halves of at most 2^32, so that a step's sums of
+#: halves stay below 2^62 and fit an int64 whatever the values.
+_SUM_STEP = 1 << 30
+
+
+def exact_sum(values: np.ndarray) -> int:
+    """The sum of a 1-d array of integers (any integer dtype up to 64 bits), as a Python
+    int: never wrapped, whatever the values and however many.
+
+    Args:
+        values: The integers.
+
+    Returns:
+        Their exact sum.
+    """
+    total = 0
+    for at in range(0, len(values), _SUM_STEP):
+        part = values[at : at + _SUM_STEP]
+        if part.dtype.itemsize < 8:  # below 2^32 each: their sum fits an int64
+            total += int(part.sum(dtype=np.int64))
+        elif part.dtype.kind == "u":
+            total += (int((part >> np.uint64(32)).sum(dtype=np.int64)) << 32) + int(
+                (part & np.uint64(0xFFFFFFFF)).sum(dtype=np.int64))
+        else:  # the arithmetic shift keeps the sign in the high half
+            total += (int((part >> 32).sum()) << 32) + int((part & 0xFFFFFFFF).sum())
+    return total
 
 
 @dataclasses.dataclass(frozen=True)

@@ -52,7 +52,7 @@ import numpy as np
 from ..errors import ManifestError
 from .dataset_identity import IdentityHasher
 from .framing import RecordFormat
-from .totals import exact_sum
+from .manifest import exact_sum
 
 MAGIC = b"OFMANIF\0"
 VERSION = 1

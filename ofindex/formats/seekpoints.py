@@ -58,8 +58,14 @@ class SeekKind(enum.IntEnum):
 
 
 def empty_table() -> np.ndarray:
-    """A table of no seek points."""
+    """A table of no seek points (a new one, for a table still to be filled)."""
     return np.zeros(0, dtype=SEEK_DTYPE)
+
+
+#: The seek points of every sidecar of an uncompressed file: none (one shared read-only
+#: table, not one made per sidecar).
+NO_SEEK_POINTS = empty_table()
+NO_SEEK_POINTS.flags.writeable = False
 
 
 #: Unit of a stored fetch bound, in compressed bytes.

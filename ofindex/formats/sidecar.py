@@ -22,7 +22,7 @@ from ..errors import SidecarError
 from ..storage import FileStamp, Storage
 from .framing import RecordFormat
 from .packed_offsets import pack_offsets, unpack_offsets
-from .seekpoints import SEEK_DTYPE, SeekTable, empty_table, table_from_bytes
+from .seekpoints import NO_SEEK_POINTS, SEEK_DTYPE, SeekTable, table_from_bytes
 from .sidecar_growth import (
     Growth,
     check_segment_body,
@@ -154,7 +154,7 @@ class Sidecar:
         mv = memoryview(body)
         self.seek_points = (table_from_bytes(mv[lay.seek_points[0] : lay.seek_points[1]],
                                              header.seek_points)
-                            if header.seek_points else empty_table())
+                            if header.seek_points else NO_SEEK_POINTS)
         self.windows: bytes | memoryview = mv[lay.windows[0] : lay.windows[1]]
         self._overhead = header.format.overhead  # no record's span is shorter
         self._tails: dict[str, _Tail] = {}

@@ -33,7 +33,7 @@ import numpy as np
 
 from ..errors import SidecarError
 from ..storage import FileStamp
-from ..storage.content import SCHEME
+from ..storage.stamp import SCHEME
 from .framing import Buffer
 from .packed_offsets import pack_offsets, unpack_offsets
 from .seekpoints import SEEK_DTYPE, table_from_bytes

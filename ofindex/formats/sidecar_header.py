@@ -56,7 +56,7 @@ import crc32c as _crc32c
 
 from ..errors import SidecarError
 from ..storage import FileStamp
-from ..storage.content import SCHEME
+from ..storage.stamp import SCHEME
 from .framing import RecordFormat
 
 MAGIC = b"OFINDEX\0"
@@ -114,6 +114,19 @@ class Compression(enum.IntEnum):
         if name == "zlib":
             return cls.ZLIB
         raise ValueError(f"unknown compression {value!r}: use 'gzip', 'zlib' or None")
+
+
+def parse_compression(value: str | Compression | None) -> Compression | None:
+    """Read a ``compression=`` argument: ``"auto"`` gives ``None`` (detect), else a member.
+
+    Accepts TensorFlow's spellings (``"GZIP"``, ``"ZLIB"``, ``""``) in any case.
+
+    Raises:
+        ValueError: An unknown name.
+    """
+    if isinstance(value, str) and value.strip().lower() == "auto":
+        return None
+    return Compression.parse(value)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -10,12 +10,11 @@ from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 from ..columns.collect import check_names
-from ..formats.compression import parse_compression
 from ..formats.framing import RecordFormat
 from ..formats.location import DatasetLocation, resolve
 from ..formats.manifest import manifest_url_for
 from ..formats.placement import Layout
-from ..formats.sidecar_header import Compression
+from ..formats.sidecar_header import Compression, parse_compression
 from ..formats.strays import only_strays, strays_refused, warn_skipped
 from ..storage import PathSpec, Storages
 from .build_file import BuildResult

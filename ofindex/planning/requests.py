@@ -1,5 +1,5 @@
 """The requests one reader makes per batch, for an order over a dataset of known shape: the
-library's own read planner (:func:`ofindex.storage.ranges.coalesce`, the page size of
+library's own read planner (:func:`ofindex.read.payloads.coalesce`, the page size of
 :func:`ofindex.read.remote.pages.page_records_for`) run on the batches the order and the strided
 partition give a reader, with each record's offset modelled from its shard's mean record size
 (a plan reads no data: the offsets of records are not fetched).
@@ -23,8 +23,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from ..cache.chain import DEFAULT_CACHE_BYTES, PAGE_OVERHEAD
+from ..read.payloads import DEFAULT_MAX_BYTES, coalesce
 from ..read.remote.pages import WHOLE_BELOW_PAGES, page_records_for
-from ..storage.ranges import DEFAULT_MAX_BYTES, coalesce
 from .stores import StoreLimits
 
 

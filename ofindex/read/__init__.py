@@ -51,7 +51,7 @@ index round (:mod:`ofindex.read.remote.index_round`) fetches, for every shard to
 pages and headers it lacks (:mod:`ofindex.read.remote.pages`; or whole sidecars) and the data files'
 stamps, at once (over HTTP one multi-range request per sidecar, and no stamp request: the
 data's first response is checked instead, :meth:`Storage.expect_indexed`); the ranged access
-then merges neighbouring records into ranges (:func:`ofindex.storage.ranges.coalesce`) and the
+then merges neighbouring records into ranges (:func:`ofindex.read.payloads.coalesce`) and the
 storage fetches them in one concurrent round (:meth:`Storage.read_ranges_concat`: over HTTP as
 multi-range requests, one per shard), the records cut out and checked as locally. Two rounds
 cold, one once the pages are cached (in this process, and with ``cache_dir`` for the whole
@@ -69,7 +69,7 @@ that one inflate pass serves, each piece's compressed span read once (on remote 
 its fetch bound) and inflated on a few threads; iteration inflates each shard once from its
 start (:mod:`ofindex.read.sequential.compressed_stream`), checking the gzip CRC32 at the end.
 
-Every path checks every record the same way (:class:`~ofindex.read.record_checks.RecordChecks`):
+Every path checks every record the same way (:class:`~ofindex.read.payloads.RecordChecks`):
 its framing against the span its index gives (:class:`ofindex.IndexMismatchError` otherwise),
 TFRecord CRCs and OFRecord sidecar checksums with ``verify``; and every data file opened is
 checked to be the file its index describes (:class:`~ofindex.storage.stamp.ExpectedFiles`).

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from .record_checks import RecordChecks
+from .payloads import RecordChecks
 from .sequential.record_batch import RecordBatch
 from .table import ShardTable
 

@@ -29,8 +29,7 @@ from ..formats.framing import Buffer, RecordFormat
 from ..formats.seekpoints import SeekTable
 from ..formats.sidecar import Sidecar
 from ..storage import Storage
-from ..storage.ranges import DEFAULT_MAX_BYTES, coalesce
-from .payloads import extract_payloads
+from .payloads import DEFAULT_MAX_BYTES, coalesce, extract_payloads
 from .sum_checks import check_many, check_one, record_namer_of, sidecar_sums
 
 #: A piece inflates at most about this many bytes before the next one starts afresh.

@@ -1,7 +1,7 @@
 """The dataset: a sequence of records over many shards, with O(1) random access.
 
 One class over a :class:`~ofindex.read.table.ShardTable` (the shards and where each global
-record number lives), :class:`~ofindex.read.record_checks.RecordChecks` (what each read
+record number lives), :class:`~ofindex.read.payloads.RecordChecks` (what each read
 checks) and :class:`~ofindex.read.access.ShardAccesses` (how each shard is read, chosen once
 per shard). A single record is read by its shard's access (the hot path: once a record of a
 local shard was read, one call of the compiled reader); a batch by the accesses of the shards
@@ -28,14 +28,13 @@ from ..formats.sidecar import Sidecar
 from ..formats.sidecar_header import Compression
 from ..storage import Storage
 from ..storage.openfiles import OPEN_FILES
-from ..storage.ranges import DEFAULT_MAX_BYTES
 from . import iteration, record_reader
 from . import refresh as refreshing
 from .access import ShardAccess, ShardAccesses
 from .batch_source import BatchSource
 from .column_places import dataset_columns
 from .mapped_gather import MappedSpans
-from .record_checks import RecordChecks
+from .payloads import DEFAULT_MAX_BYTES, RecordChecks
 from .refresh import DatasetSource
 from .shards import Shard, ShardInfo
 from .table import ShardTable, as_indices
@@ -302,15 +301,16 @@ class Dataset:
                 return self._read_many(np.arange(*key.indices(len(self)), dtype=np.int64))
             else:
                 return self._read_many(as_indices(key, strict=True))
-        # the hot path, kept flat: a local shard whose sidecar this process holds
+        # the hot path, kept flat: a shard whose sidecar this process holds
         n = self._size
         i = key + n if key < 0 else key
         if not 0 <= i < n:
             self._table.check_index(key)  # raises the precise RecordIndexError
         shard_no = _bisect_right(self._cumulative, i)
         shard = self._shards[shard_no]
-        held = shard.local_sidecar
+        held = shard.ready
         if held is not None and held[0] == _getpid():
+            shard.used = True
             payload = self._read_from(shard_no, shard, held[1], i - self._first[shard_no])
         else:
             payload = self._read_one(i)

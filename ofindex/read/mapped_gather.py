@@ -46,8 +46,7 @@ from .. import _accel
 from .._threads import ProcessPool
 from ..formats.crc import LENGTH_CRCS
 from ..formats.framing import Buffer
-from .payloads import raise_record_error
-from .record_checks import RecordChecks
+from .payloads import RecordChecks, raise_record_error
 from .sum_checks import check_many, record_naming
 from .table import ShardTable
 

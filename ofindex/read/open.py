@@ -23,12 +23,11 @@ from ..cache.chain import Chain
 from ..cache.data import DataCache
 from ..errors import DataCacheWarning, PartialIndexWarning, SidecarError, StaleIndexError, hint
 from ..formats.compact_manifest import CompactManifest
-from ..formats.compression import parse_compression
 from ..formats.dataset_identity import dataset_identity
 from ..formats.framing import RecordFormat
 from ..formats.location import AnyManifest, DatasetLocation
 from ..formats.manifest import MANIFEST_NAME
-from ..formats.sidecar_header import Compression
+from ..formats.sidecar_header import Compression, parse_compression
 from ..formats.strays import is_stray, name_pattern
 from ..storage import Storage, is_data_file_name
 from .dataset import Dataset, Decode

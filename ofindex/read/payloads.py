@@ -1,7 +1,17 @@
-"""Cutting many framed records out of one buffer, with their checks done in bulk."""
+"""A batch of framed records read out of byte ranges, and checked: the reads planned
+(neighbours merged into few ranges: :func:`coalesce`), then the records cut out of the buffer
+they were read into, with their checks done in bulk (:func:`extract_payloads`); or a large
+record read straight into its own bytes (:func:`read_record_direct`).
+
+What a read checks in each record comes from the dataset's framing and ``verify``
+(:class:`RecordChecks`): always that a record's framing agrees with the span its index gives
+it (the stored length); with ``verify``, TFRecord's length and data CRCs, and OFRecord
+payloads against the sidecar's checksums where it has them (:mod:`ofindex.read.sum_checks`).
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import mmap
 from collections.abc import Callable
 from types import ModuleType
@@ -12,8 +22,171 @@ import numpy as np
 
 from ..errors import IndexMismatchError
 from ..formats.crc import LENGTH_CRCS, length_crc, mask_crc, masked_length_crcs, unmask_crcs
-from ..formats.framing import Buffer, RecordFormat, data_crc_error, payload_matches, unframe
+from ..formats.framing import (
+    Buffer,
+    Payload,
+    RecordFormat,
+    data_crc_error,
+    payload_matches,
+    unframe,
+    unframe_ofrecord,
+    unframe_tfrecord,
+)
 from ..storage import Storage
+
+
+@dataclasses.dataclass(frozen=True)
+class RecordChecks:
+    """The checks of one dataset's reads.
+
+    Attributes:
+        format: The framing.
+        verify: Whether records are verified at all.
+        tfrecord_crcs: Check TFRecord length and data CRCs.
+        payload_sums: Check OFRecord payloads against their sidecar's checksums (where it
+            has them).
+        header: Framing bytes before a payload.
+        footer: Framing bytes after a payload.
+        overhead: ``header + footer``: no record's span is shorter.
+        unframe: Strips (and checks) the framing of one record's bytes.
+    """
+
+    format: RecordFormat
+    verify: bool
+    tfrecord_crcs: bool
+    payload_sums: bool
+    header: int
+    footer: int
+    overhead: int
+    unframe: Callable[[Buffer, bool, str, int, int], Payload]
+
+    @classmethod
+    def of(cls, fmt: RecordFormat, verify: bool) -> RecordChecks:
+        """The checks of a dataset of framing ``fmt`` read with ``verify``."""
+        tf = fmt is RecordFormat.TFRECORD
+        return cls(fmt, verify, verify and tf, verify and not tf, fmt.header_size,
+                   fmt.footer_size, fmt.overhead, unframe_tfrecord if tf else unframe_ofrecord)
+
+
+#: Default largest gap (bytes) between two wanted ranges that is read through rather than split.
+DEFAULT_MAX_GAP = 64 << 10
+#: Default largest single merged read.
+DEFAULT_MAX_BYTES = 16 << 20
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ByteRange:
+    """Bytes ``[start, end)`` of one file."""
+
+    start: int
+    end: int
+
+    def __len__(self) -> int:
+        return self.end - self.start
+
+
+@dataclasses.dataclass(frozen=True)
+class ReadPlan:
+    """Reads to issue and where each wanted range lies inside them.
+
+    ``fetch_starts``/``fetch_ends`` are the merged reads in file order; wanted range ``k`` is
+    ``read[item_fetch[k]][item_offset[k] : item_offset[k] + (ends[k] - starts[k])]``.
+    """
+
+    fetch_starts: np.ndarray
+    fetch_ends: np.ndarray
+    item_fetch: np.ndarray
+    item_offset: np.ndarray
+    fetch_files: np.ndarray
+
+    @property
+    def fetches(self) -> list[ByteRange]:
+        return [ByteRange(int(s), int(e))
+                for s, e in zip(self.fetch_starts, self.fetch_ends, strict=True)]
+
+    @property
+    def bytes_fetched(self) -> int:
+        return int((self.fetch_ends - self.fetch_starts).sum())
+
+
+def coalesce(
+    starts: np.ndarray,
+    ends: np.ndarray,
+    max_gap: int = DEFAULT_MAX_GAP,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    files: np.ndarray | None = None,
+) -> ReadPlan:
+    """Plan reads for wanted ranges ``[starts[k], ends[k])``, in any order.
+
+    ``files[k]`` (default: all 0) says which file range ``k`` is in; ranges of different files
+    never share a read. Within a file, ranges are taken by start; a range joins the current
+    read when it starts at most ``max_gap`` bytes after the furthest end so far and the read
+    stays within ``max_bytes`` (reads split only between ranges that do not overlap, so a
+    range larger than ``max_bytes``, or a chain of overlapping ones, is one read).
+    Duplicates and overlaps share a read. Reads come out ordered by file, then offset;
+    ``fetch_files`` says which file each read is in.
+    """
+    starts = np.asarray(starts, dtype=np.int64)
+    ends = np.asarray(ends, dtype=np.int64)
+    n = len(starts)
+    files = np.zeros(n, dtype=np.int64) if files is None else np.asarray(files, dtype=np.int64)
+    if n == 0:
+        empty = np.empty(0, dtype=np.int64)
+        return ReadPlan(empty, empty, empty, empty, empty)
+    order = np.lexsort((starts, files))
+    s, e, f = starts[order], ends[order], files[order]
+    new_file = np.concatenate(([True], f[1:] != f[:-1]))
+    reach = _reach_per_file(e, f, new_file)  # furthest end so far, restarting at every file
+    breaks = new_file.copy()
+    breaks[1:] |= s[1:] > reach[:-1] + max_gap
+    group_first = np.flatnonzero(breaks)
+    group_end = np.maximum.reduceat(e, group_first)
+    if np.any(group_end - s[group_first] > max_bytes):
+        group_first = _split_large(s, e, group_first, max_bytes)
+        group_end = np.maximum.reduceat(e, group_first)
+    group_of_sorted = np.repeat(np.arange(len(group_first)), np.diff(np.append(group_first, n)))
+    fetch_starts = s[group_first]
+    item_fetch = np.empty(n, dtype=np.int64)
+    item_fetch[order] = group_of_sorted
+    item_offset = starts - fetch_starts[item_fetch]
+    return ReadPlan(fetch_starts, group_end, item_fetch, item_offset, f[group_first])
+
+
+def _reach_per_file(e: np.ndarray, f: np.ndarray, new_file: np.ndarray) -> np.ndarray:
+    """Running maximum of ``e`` that restarts where ``new_file`` is set."""
+    rank = np.cumsum(new_file) - 1          # 0, 1, 2 … per file, in sorted order
+    span = int(e.max()) - int(e.min()) + 1
+    if int(rank[-1]) * span < (1 << 62):     # lift each file above the previous ones
+        lifted = e - int(e.min()) + rank * span
+        reached: np.ndarray = np.maximum.accumulate(lifted) - rank * span + int(e.min())
+        return reached
+    reach: np.ndarray = e.copy()
+    first = np.flatnonzero(new_file)
+    for a, b in zip(first, np.append(first[1:], len(e)), strict=True):
+        np.maximum.accumulate(reach[a:b], out=reach[a:b])
+    return reach
+
+
+def _split_large(
+    s: np.ndarray, e: np.ndarray, group_first: np.ndarray, max_bytes: int
+) -> np.ndarray:
+    """Split groups whose read would exceed ``max_bytes`` (greedy, in file order), only
+    where the next range starts at or after everything read so far."""
+    firsts: list[int] = []
+    bounds = [*list(group_first), len(s)]
+    for g in range(len(group_first)):
+        lo, hi = bounds[g], bounds[g + 1]
+        first, reach = lo, int(e[lo])
+        firsts.append(lo)
+        for k in range(lo + 1, hi):
+            new_reach = max(reach, int(e[k]))
+            if new_reach - int(s[first]) > max_bytes and int(s[k]) >= reach:
+                firsts.append(k)
+                first, reach = k, int(e[k])
+            else:
+                reach = new_reach
+    return np.asarray(firsts, dtype=np.int64)
+
 
 _A4 = np.arange(4)
 _A8 = np.arange(8)

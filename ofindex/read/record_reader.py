@@ -34,7 +34,7 @@ import crc32c as _crc32c
 from ..formats.crc import LENGTH_CRCS
 from ..formats.sidecar import Sidecar
 from ..storage.openfiles import OPEN_FILES
-from .record_checks import RecordChecks
+from .payloads import RecordChecks
 from .table import ShardTable
 
 if TYPE_CHECKING:

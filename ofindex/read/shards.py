@@ -78,13 +78,14 @@ class Shard:
         "data_url",
         "index_path",
         "index_storage",
-        "local_sidecar",
         "pager",
         "partial",
         "path",
+        "ready",
         "records",
         "size",
         "storage",
+        "used",
     )
 
     def __init__(self, path: str, index_storage: Storage, index_path: str,
@@ -117,9 +118,14 @@ class Shard:
         self._sidecar: Sidecar | None = None
         # opened for its header in this process (by open), its offsets not checked yet
         self._unchecked: Sidecar | None = None
-        #: ``(pid, sidecar)``: the sidecar reads use in process ``pid``, when it is local
-        #: (memory-mapped, not held by the LRU cache): the dataset's single-record fast path
-        self.local_sidecar: tuple[int, Sidecar] | None = None
+        #: ``(pid, sidecar)``: the sidecar reads use in process ``pid``, loaded and checked:
+        #: what a read of a loaded shard takes without a call (a batch's spans, the dataset's
+        #: single-record fast path); ``None`` until it is loaded (and once let go of)
+        self.ready: tuple[int, Sidecar] | None = None
+        #: Set by every read of a sidecar the cache's memory tier holds (a plain store, once
+        #: per shard of every batch): the tier spares a used sidecar once when it comes up for
+        #: eviction (:meth:`ofindex.cache.chain.MemoryTier.put`)
+        self.used = False
         self._pid = -1
         self.pager: Any = None  # paged reads' state in this process (ofindex.read.remote.pages)
         #: The header this shard's count, stamp and body CRC were pinned from when the dataset
@@ -161,7 +167,7 @@ class Shard:
         current = self._grown if self._grown is not None else self.sidecar
         grown = self._grown = current.extended(growth)
         self._sidecar, self._unchecked, self._pid = grown, None, os.getpid()
-        self.local_sidecar = (self._pid, grown) if self.cache is None else None
+        self.ready = (self._pid, grown)
         self.pager = None  # read from the sidecar in memory now, not by pages
         h = grown.header
         self.records, self.size, self.partial = h.count, h.stamp.size, h.partial
@@ -240,7 +246,7 @@ class Shard:
     def unload(self) -> None:
         """Drop this process's copy of the sidecar (it is reopened on the next read; one
         grown in memory is kept: it holds no file)."""
-        self._sidecar = self._unchecked = self.local_sidecar = None
+        self._sidecar = self._unchecked = self.ready = None
         OPEN_FILES.drop(self, "sidecar")
 
     def release_held(self, key: Hashable) -> None:
@@ -251,6 +257,12 @@ class Shard:
         if held is not None and self._pid == os.getpid():
             self._kept_header = held.header
         self.unload()
+
+    def was_used(self) -> bool:
+        """Whether a read used the sidecar since this was last asked (and forget it): the
+        memory tier's question before it lets go of the sidecar."""
+        used, self.used = self.used, False
+        return used
 
     @property
     def loaded(self) -> bool:
@@ -270,15 +282,14 @@ class Shard:
     def sidecar(self) -> Sidecar:
         grown = self._grown
         if grown is not None:  # held in memory whatever the process
-            held = self.local_sidecar
-            if self.cache is None and (held is None or held[0] != os.getpid()):
-                self.local_sidecar = (os.getpid(), grown)
+            held = self.ready
+            if held is None or held[0] != os.getpid():
+                self.ready = (os.getpid(), grown)
             return grown
         sidecar = self._sidecar
         if sidecar is None or self._pid != os.getpid():
             return self.load()
-        if self.cache is not None:
-            self.cache.memory.touch(id(self))
+        self.used = True
         return sidecar
 
     @property
@@ -437,10 +448,10 @@ class Shard:
         """Check the offsets (once) and make the sidecar the one reads use in this process."""
         sidecar.check_offsets(self.data_url)
         self._sidecar, self._unchecked = sidecar, None
-        self.local_sidecar = (self._pid, sidecar) if self.cache is None else None
+        self.ready = (self._pid, sidecar)
         nbytes += sidecar.decoded_bytes  # packed offsets, decoded in memory even when mapped
         if self.cache is not None and nbytes:
-            self.cache.hold_sidecar(id(self), nbytes, self.unload)
+            self.cache.hold_sidecar(id(self), nbytes, self.unload, self.was_used)
         return sidecar
 
     def check_header(self, h: SidecarHeader) -> None:

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import RecordIndexError, SidecarError
-from ..formats.totals import exact_sum
+from ..formats.manifest import exact_sum
 from ..storage import Storage
 from .manifest_shards import ManifestShards
 from .shards import Shard, ShardInfo

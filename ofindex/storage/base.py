@@ -10,8 +10,7 @@ from collections.abc import Callable, Sequence
 from typing import IO, Any, Protocol, TypeVar
 
 from ..errors import RangeReadError
-from .content import read_digest
-from .stamp import ExpectedFiles, FileStamp
+from .stamp import ExpectedFiles, FileStamp, read_digest
 
 
 class Closable(Protocol):

@@ -27,10 +27,9 @@ from ..transport.http import StampCheck
 from ..transport.policy import RequestPolicy, current_policy
 from ..transport.store import MULTI_RANGE_GAP, StoreClient
 from .base import CHECKED_READ_BYTES, Storage, check_range
-from .content import content_digest, content_regions
 from .listing import list_files, list_matches
 from .patterns import has_magic
-from .stamp import ExpectedFiles, FileStamp, fingerprint_from_info
+from .stamp import ExpectedFiles, FileStamp, content_digest, content_regions, fingerprint_from_info
 
 T = TypeVar("T")
 
@@ -78,6 +77,12 @@ class FsspecStorage(Storage):
                                   merge_gap=self.default_max_gap, counts=self)
         self._sizes: dict[str, int] = {}
         self.expected = ExpectedFiles()
+        #: path -> what the last response whose stamp was judged for it said (the file's
+        #: size, ETag and Last-Modified: all a response's stamp is made of), and the
+        #: ``growing`` it was judged under: a response that says the same is that version
+        #: again, judged once (a batch's responses compare a tuple, no stamp is made); forgotten
+        #: when what the path must be changes (:meth:`expect`, :meth:`expect_indexed`)
+        self._agreed: dict[str, tuple[tuple[int, str | None, str | None], bool]] = {}
         #: HTTP responses carry the file's ETag and size: each read checks them
         self.checks_stamp_on_read = self.client.http
 
@@ -173,17 +178,32 @@ class FsspecStorage(Storage):
         """What checks the stamp a response reports for ``path`` (its ``ETag`` and the size
         its ``Content-Range`` gives, as a stat reports them), or ``None`` when there is
         nothing to check it against."""
-        if not self.checks_stamp_on_read or not self.expected.watches(path):
+        if not self.checks_stamp_on_read:
+            return None
+        if path not in self._agreed and not self.expected.watches(path):
             return None
 
         async def check(headers: Mapping[str, str], size: int | None) -> None:
+            expected = self.expected
             if size is None:  # the answer does not say: ask (a HEAD)
-                stamp = await self._stat(path)
-            else:
-                stamp = self._stamp_of(path, self._info_of(headers, size))
-            await self._observe(path, stamp)
+                await self._observe(path, await self._stat(path))
+                return
+            said = (size, headers.get(STAMP_HEADERS[0]), headers.get(STAMP_HEADERS[1]))
+            if self._agreed.get(path) == (said, expected.growing):
+                return  # the version judged already
+            await self._observe(path, self._stamp_of(path, self._info_of(headers, size)))
+            if not expected.owes(path):
+                self._agreed[path] = (said, expected.growing)
 
         return check
+
+    def expect(self, path: str, stamp: FileStamp) -> None:
+        self._agreed.pop(path, None)
+        super().expect(path, stamp)
+
+    def expect_indexed(self, path: str, indexed: FileStamp, index_url: str) -> None:
+        self._agreed.pop(path, None)
+        super().expect_indexed(path, indexed, index_url)
 
     @staticmethod
     def _info_of(headers: Mapping[str, str], size: int | None) -> dict[str, Any]:

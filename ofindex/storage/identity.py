@@ -4,7 +4,7 @@ A stamp's fingerprint (``mtime_ns`` locally, an ETag or generation in a bucket) 
 read but belongs to one copy of a file: ``cp`` without ``-p`` gives a new modification time,
 an upload a new ETag, and a file replaced by another of the same size may keep neither apart
 from the original. So a sidecar also stores the file's *content digest*: the CRC32C of the
-file's size followed by three small regions of its bytes (:func:`.content.content_regions`:
+file's size followed by three small regions of its bytes (:func:`.stamp.content_regions`:
 the first and last 4 KiB and the 4 KiB in the middle; the whole file up to 12 KiB). The
 fingerprint stays the fast path: where it agrees with the index, nothing is read; where it does
 not (a
@@ -25,8 +25,7 @@ import warnings
 
 from ..errors import NotAppendedError, UnverifiedIndexWarning, hint
 from .base import Storage
-from .content import read_digest
-from .stamp import FileStamp, Verdict, stale_index
+from .stamp import FileStamp, Verdict, read_digest, stale_index
 
 
 def read_content_digest(storage: Storage, path: str, size: int) -> int:

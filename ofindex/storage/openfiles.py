@@ -10,7 +10,8 @@ bound, a dataset of more shards than the process may open failed with "Too many 
 each time they are asked for (a program may raise it): ofindex keeps at most half of it open
 between reads (at most :data:`MOST_HELD`), leaving the rest to the program's own files,
 sockets and pipes, and a read holds at most an eighth of that many shards at once (a batch
-over more shards is read in parts, an iteration streams them one by one). What is kept is
+over more shards is read in parts, an iteration streams them one by one; a dataset takes this
+bound when its shards' accesses are chosen, not again for each batch). What is kept is
 counted in one process-wide :class:`OpenFiles` (:data:`OPEN_FILES`), across datasets: beyond
 the bound, what was opened longest ago is let go of (a file then closes once no read in
 flight uses it, and is opened and checked again when it is next read).

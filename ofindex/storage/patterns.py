@@ -8,11 +8,9 @@ command and call that names data (``open``, ``build``, ``info``, ``convert`` …
 
 import glob
 
-
-def has_magic(path: str) -> bool:
-    """Whether ``path`` holds glob characters (``*``, ``?``, ``[``): it may be a pattern, if
-    no file or directory has that very name."""
-    return glob.has_magic(path)
+#: ``has_magic(path)``: whether ``path`` holds glob characters (``*``, ``?``, ``[``): it may
+#: be a pattern, if no file or directory has that very name (the standard library's test).
+has_magic = glob.has_magic
 
 
 def literal_heads(pattern: str, sep: str = "/") -> list[str]:

@@ -4,8 +4,9 @@ The scanner asks for ~1 MiB blocks at increasing offsets (each starting where th
 record ended). Over a bucket, each ask would be one round trip. This view serves them from
 large chunks (``chunk`` bytes, several MB) fetched in order with one chunk always in flight,
 so a file is streamed once with big sequential requests while the previous chunk is scanned.
-The bytes of the file's content regions (:mod:`.content`) are kept as they stream past, so
-that its content digest costs no request of its own (:meth:`ReadAhead.content_digest`).
+The bytes of the file's content regions (:func:`.stamp.content_regions`) are kept as they
+stream past, so that its content digest costs no request of its own
+(:meth:`ReadAhead.content_digest`).
 """
 
 from __future__ import annotations
@@ -14,8 +15,7 @@ import concurrent.futures as cf
 import contextlib
 
 from .base import Storage
-from .content import content_digest, content_regions
-from .stamp import FileStamp
+from .stamp import FileStamp, content_digest, content_regions
 
 #: Request size when a remote file is streamed (indexed, or read from its start): big enough
 #: that a request's round trip is small next to its transfer.

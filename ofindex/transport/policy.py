@@ -57,7 +57,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from contextlib import AbstractAsyncContextManager
 from typing import Protocol, TypeVar
 
-from ..errors import StorageError, hint
+from ..errors import DataFileNotFoundError, StorageError, hint
 from .failures import Failure, classify, give_up, nothing_listens, permanent
 
 T = TypeVar("T")
@@ -194,6 +194,13 @@ class RequestPolicy:
             ticket = await request.turn()
             try:
                 got = await request.within_deadline(once)
+            except DataFileNotFoundError:
+                # our clients' answer that the store has no such file (a 404, a missing
+                # key): final, and nothing to classify (an open probes for optional files,
+                # its binary manifest first: a miss there is no failure)
+                if pacer is not None:
+                    pacer.heard()
+                raise
             except Exception as exc:
                 pause = request.after(exc, ticket)
                 if counts is not None:

@@ -71,7 +71,7 @@ from ...formats.sidecar_header import Compression
 from ...storage import Storage, openfiles
 from ..batch_source import BatchSource
 from ..manifest_shards import ManifestShards
-from ..record_checks import RecordChecks
+from ..payloads import RecordChecks
 from ..remote.index_round import load_sidecars
 from ..shards import Shard
 from ..table import ShardTable
@@ -139,6 +139,9 @@ class ShardAccesses:
     def _begin(self) -> None:
         """Choose (again, in a new process) what can be chosen now."""
         self.native = _accel.native
+        #: Shards one read holds at once (:func:`ofindex.storage.openfiles.limits`), taken
+        #: when the accesses are chosen: a batch does not ask the process's limit again.
+        self.per_read = openfiles.limits().per_read
         self._bound: dict[int, ShardAccess] = {}
         #: The access of every shard when they all read alike, or ``None``.
         self.uniform: ShardAccess | None = None
@@ -232,9 +235,9 @@ class ShardAccesses:
         """The payloads of records ``indices`` (valid, non-negative), in that order, each read
         by its shard's access.
 
-        A batch over more shards than a read may hold at once (:func:`ofindex.storage.
-        openfiles.limits`) is read in consecutive parts: the first bad record in the order
-        asked for is still the one reported.
+        A batch over more shards than a read may hold at once (:attr:`per_read`) is read in
+        consecutive parts: the first bad record in the order asked for is still the one
+        reported.
 
         Args:
             table: The dataset's shards.
@@ -247,7 +250,7 @@ class ShardAccesses:
         Raises:
             CorruptRecordError, SidecarError, StaleIndexError, RangeReadError: As every read.
         """
-        pieces = table.pieces(indices, openfiles.limits().per_read) if len(indices) > 2 else None
+        pieces = table.pieces(indices, self.per_read) if len(indices) > 2 else None
         if pieces is None:
             return self._read(table, checks, indices, max_gap, max_read_bytes)
         return [payload for lo, hi in pieces

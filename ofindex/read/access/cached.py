@@ -31,10 +31,8 @@ import numpy as np
 from ...cache.data import CachedRead, DataCache
 from ...errors import CorruptRecordError
 from ...formats.sidecar import Sidecar
-from ...storage.ranges import DEFAULT_MAX_BYTES
 from ..batch_source import BatchSource
-from ..payloads import extract_payloads
-from ..record_checks import RecordChecks
+from ..payloads import DEFAULT_MAX_BYTES, RecordChecks, extract_payloads
 from ..remote.resident_gather import ResidentShards, resident_gather
 from ..sequential import streaming
 from ..shards import Shard

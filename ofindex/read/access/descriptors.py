@@ -29,8 +29,7 @@ from typing import Any
 import numpy as np
 
 from .. import mapped_gather
-from ..payloads import DIRECT_RECORD_BYTES, read_record_direct
-from ..record_checks import RecordChecks
+from ..payloads import DIRECT_RECORD_BYTES, RecordChecks, read_record_direct
 from ..table import ShardGroups, ShardTable
 from .ranged import GroupReader, planned_ranges, read_grouped
 from .shard_access import ShardAccess

@@ -22,7 +22,7 @@ import numpy as np
 from ...formats.sidecar import Sidecar
 from .. import compressed
 from ..batch_source import BatchSource
-from ..record_checks import RecordChecks
+from ..payloads import RecordChecks
 from ..sequential import compressed_stream
 from ..shards import Shard
 from ..table import ShardTable

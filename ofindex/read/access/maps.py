@@ -36,7 +36,7 @@ from ...formats.sidecar import Sidecar
 from .. import mapped_gather
 from ..batch_source import BatchSource
 from ..mapped_gather import MappedShards, MappedSpans
-from ..record_checks import RecordChecks
+from ..payloads import RecordChecks
 from ..sequential import mapped_batches
 from ..shards import Shard
 from ..table import ShardTable

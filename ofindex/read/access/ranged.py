@@ -3,7 +3,7 @@ by shard shares (:func:`read_grouped`: the descriptor and cached accesses too).
 
 A batch's records are grouped by shard; one index round fetches the sidecar pages (or whole
 sidecars) and data stamps the batch lacks (:func:`batch_spans`, :mod:`ofindex.read.
-index_round`); then neighbours are merged into ranges (:func:`ofindex.storage.ranges.
+index_round`); then neighbours are merged into ranges (:func:`ofindex.read.payloads.
 coalesce`) and fetched at once (concurrently, as multi-range requests over HTTP), the
 records cut out of one buffer and checked (:func:`planned_ranges`): two rounds cold, one
 once the pages are cached. One record of a shard whose sidecar is loaded is one range
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any
@@ -23,10 +24,9 @@ from typing import Any
 import numpy as np
 
 from ...formats.framing import Buffer
-from ...storage.ranges import ReadPlan, coalesce
+from ...formats.sidecar import Sidecar
 from .. import mapped_gather
-from ..payloads import extract_payloads
-from ..record_checks import RecordChecks
+from ..payloads import ReadPlan, RecordChecks, coalesce, extract_payloads
 from ..remote.index_round import PageRequest, run_round
 from ..remote.pages import pager_of, spans_from_pages
 from ..shards import Shard, missing_indexes
@@ -96,8 +96,17 @@ def batch_spans(shards: Sequence[Shard], groups: list[tuple[int, int, int]],
     """
     requests: list[PageRequest | None] = []
     whole: list[Shard] = []
+    held: list[Sidecar | None] = []
+    pid = os.getpid()
     for shard_no, lo, hi in groups:
         shard = shards[shard_no]
+        ready = shard.ready
+        if ready is not None and ready[0] == pid:  # loaded in this process: no round
+            shard.used = True
+            held.append(ready[1])
+            requests.append(None)
+            continue
+        held.append(None)
         pager = None if shard.loaded else pager_of(shard)
         requests.append(None if pager is None else PageRequest(shard, pager, local[lo:hi]))
         if pager is None and shard.cache is not None and not shard.loaded:
@@ -109,12 +118,14 @@ def batch_spans(shards: Sequence[Shard], groups: list[tuple[int, int, int]],
             raise missing_indexes(missing, len(whole))
     starts = np.empty(len(local), dtype=np.int64)
     ends = np.empty(len(local), dtype=np.int64)
-    for (shard_no, lo, hi), request in zip(groups, requests, strict=True):
+    for (shard_no, lo, hi), request, sidecar in zip(groups, requests, held, strict=True):
         if request is not None and not request.fallback:
             starts[lo:hi], ends[lo:hi] = spans_from_pages(request.shard, request.pager,
                                                           request.pages, request.local)
         else:
-            starts[lo:hi], ends[lo:hi] = shards[shard_no].sidecar.spans(local[lo:hi])
+            if sidecar is None:
+                sidecar = shards[shard_no].sidecar
+            starts[lo:hi], ends[lo:hi] = sidecar.spans(local[lo:hi])
     return starts, ends
 
 

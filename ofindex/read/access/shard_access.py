@@ -23,7 +23,7 @@ import numpy as np
 from ...formats.sidecar import Sidecar
 from ..batch_source import BatchSource
 from ..mapped_gather import MappedSpans
-from ..record_checks import RecordChecks
+from ..payloads import RecordChecks
 from ..sequential import streaming
 from ..shards import Shard
 from ..sum_checks import check_one

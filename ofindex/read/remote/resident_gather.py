@@ -33,7 +33,7 @@ from ...cache.data import DataCache, ResidentFile
 from ...errors import CorruptRecordError
 from ...formats.sidecar import Sidecar
 from ..mapped_gather import PARALLEL_BYTES, executor, first_failing, pool_shares, shares
-from ..record_checks import RecordChecks
+from ..payloads import RecordChecks
 from ..sum_checks import check_many, record_naming
 from ..table import ShardTable
 

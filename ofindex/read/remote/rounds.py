@@ -27,9 +27,8 @@ from typing import Any
 from ...cache.chain import Chain, Kept, Want
 from ...cache.keys import identity_entry, identity_key
 from ...storage import FileStamp, Storage
-from ...storage.content import content_digest, content_regions
 from ...storage.identity import check_identity
-from ...storage.stamp import Verdict
+from ...storage.stamp import Verdict, content_digest, content_regions
 from ..shards import Shard
 
 #: Where a request's result is: ``(id of its storage, its position in that storage's list)``.
