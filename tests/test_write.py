@@ -715,3 +715,27 @@ def test_a_killed_writer_leaves_no_file_a_data_glob_lists(tmp_path):
         assert local.glob(str(data / pattern)) == [], pattern
     with pytest.raises(ofindex.DataFileNotFoundError):
         ofindex.open(str(data))
+
+
+def test_each_shards_sidecar_is_flushed_to_the_disk_once(tmp_path, monkeypatch):
+    """Publishing renames a local shard's sidecar beside it (it was flushed when the shard was
+    finished; it was read and written again, with a second fsync a shard): 3 shards, 3
+    sidecar fsyncs and the manifest's; the dataset opens with the sidecars as they are."""
+    from ofindex.storage import local
+
+    flushed = []
+    real = os.fsync
+
+    def counting(fd):
+        flushed.append(os.readlink(f"/proc/self/fd/{fd}"))
+        return real(fd)
+
+    monkeypatch.setattr(local.os, "fsync", counting)
+    out = str(tmp_path / "out")
+    with ShardedWriter(out, shard_records=10) as writer:
+        writer.write_many(b"record %d" % i for i in range(30))
+    assert len(flushed) == 4, flushed
+    assert sum(".ofindex" in path and "manifest" not in path for path in flushed) == 3
+    monkeypatch.undo()
+    with ofindex.open(out) as ds:
+        assert [ds[k] for k in range(30)] == [b"record %d" % i for i in range(30)]
