@@ -45,9 +45,11 @@ from ofindex.storage.registry import Storages
 #: fewest a batch sized by bytes holds: 1,024 records of ~100 KB images are 100 MB).
 BATCH_RECORDS = 1024
 #: Bytes of Arrow columns a batch holds by default (Parquet, Hugging Face): a batch costs
-#: ~0.4 ms of Python whatever its rows (5 columns), which was a third of converting 500k rows
-#: of short token lists in batches of 1,024; in 16 MiB batches (55k rows) it is lost.
-BATCH_BYTES = 16 << 20
+#: ~0.4 ms of Python whatever its rows (5 columns), a third of converting 500k rows of short
+#: token lists in batches of 1,024; in 4 MiB batches (14k rows) it is lost. Bigger batches
+#: cost more than they save: each one's buffers are new memory for the kernel to zero (500k
+#: rows, CPU-s: 1,024 rows 1.38, 8,192 0.59, 13,888 0.55, 24,000 0.60, 65,536 0.66).
+BATCH_BYTES = 4 << 20
 #: The most records a batch sized by bytes holds (tiny rows: the per-batch cost is lost long
 #: before, and a batch's arrays stay small).
 BATCH_RECORDS_MAX = 65_536
