@@ -98,13 +98,16 @@ def tabular_table(records: int, seed: int = 0) -> Any:
                      "id": np.arange(records), "score": rng.random(records)})
 
 
-def _timed(fn: Callable[[], object]) -> float:
-    """Seconds ``fn`` takes; a callable it returns (removing what it wrote) runs after the
-    clock stops: deleting the output is not part of making it (it took 0.2 s of a 500k-row
-    conversion's 1.4 s, the kernel freeing the shards' page cache)."""
-    start = time.perf_counter()
+def _timed(fn: Callable[[], object], cpu: list[float] | None = None) -> float:
+    """Seconds ``fn`` takes (its CPU seconds, of every thread of the process, appended to
+    ``cpu``); a callable it returns (removing what it wrote) runs after the clock stops:
+    deleting the output is not part of making it (it took 0.2 s of a 500k-row conversion's
+    1.4 s, the kernel freeing the shards' page cache)."""
+    start, used = time.perf_counter(), time.process_time()
     cleanup = fn()
     seconds = time.perf_counter() - start
+    if cpu is not None:
+        cpu.append(time.process_time() - used)
     if callable(cleanup):
         cleanup()
     return seconds
@@ -147,14 +150,16 @@ def _bound_ratio(result: dict[str, Any], ours: str) -> dict[str, float]:
 
 def rounds(contenders: dict[str, Callable[[], object]], n_rounds: int,
            records: int) -> dict[str, Any]:
-    """Seconds of each contender in each round, in turn (the order turned each round), and
-    records/s as median (min–max)."""
+    """Seconds (and CPU seconds) of each contender in each round, in turn (the order turned
+    each round), and records/s as median (min–max). On a machine shared with other work, CPU
+    seconds say what each costs where wall time says also how the cores were shared."""
     seconds: dict[str, list[float]] = {name: [] for name in contenders}
+    cpu: dict[str, list[float]] = {name: [] for name in contenders}
     names = list(contenders)
     for r in range(n_rounds):
         for name in names[r % len(names):] + names[:r % len(names)]:
-            seconds[name].append(_timed(contenders[name]))
-    return {"seconds": seconds,
+            seconds[name].append(_timed(contenders[name], cpu[name]))
+    return {"seconds": seconds, "cpu_seconds": {name: spread(c, 3) for name, c in cpu.items()},
             "records_per_s": {name: spread([records / t for t in s], 0)
                               for name, s in seconds.items()}}
 
@@ -321,8 +326,10 @@ def main(argv: list[str] | None = None) -> int:
         if part is None:
             continue
         for who, rate in part["records_per_s"].items():
+            cpu = part["cpu_seconds"][who]
             print(f"{name:8} {who:38} {rate['median']:>12,.0f} records/s "
-                  f"({rate['min']:,.0f}-{rate['max']:,.0f})")
+                  f"({rate['min']:,.0f}-{rate['max']:,.0f}), CPU {cpu['median']:.3f} s "
+                  f"({cpu['min']:.3f}-{cpu['max']:.3f})")
         for what, ratio in part["ratios"].items():
             print(f"{name:8} {what:38} {ratio['median']:.2f}x "
                   f"({ratio['min']:.2f}-{ratio['max']:.2f})")
