@@ -145,3 +145,67 @@ def test_convert_of_parquet_with_dictionaries_and_lists(impl, tmp_path, format):
     assert len(records) == ROWS
     for record, row in zip(records, table.to_pylist(), strict=True):
         assert _features(record, kind) == _expected(row)
+
+
+def _chunked_table() -> pa.Table:
+    """:func:`_table` as three record batches (every column of three chunks), its city
+    column dictionary-encoded strings (as Parquet keeps them) and a float64 score with nulls."""
+    table = _table()
+    table = table.set_column(0, "city", table.column("city").cast(pa.string())
+                             .dictionary_encode())
+    score = pa.array([None if k % 5 == 3 else k / 7 for k in range(ROWS)], pa.float64())
+    table = table.append_column("score", score)
+    return pa.concat_tables([table.slice(0, 17), table.slice(17, 30), table.slice(47)])
+
+
+@pytest.mark.parametrize("format", ["tfrecord", "ofrecord"])
+def test_convert_in_batches_sized_by_bytes_writes_what_small_batches_write(impl, tmp_path,
+                                                                          format):
+    """Parquet and a Hugging Face dataset of chunked columns (lists, nulls, dictionaries,
+    large_list, nested and empty lists) converted in the default batches (sized by bytes:
+    the whole file at once) and in batches of 7 (dictionaries bigger than a batch decoded,
+    batches cut inside row groups and chunks): the same records byte for byte, each holding
+    its row's values as protobuf parses them."""
+    import datasets
+
+    table = _chunked_table()
+    pq.write_table(table, tmp_path / "t.parquet", row_group_size=16)
+    sources = {"parquet": str(tmp_path / "t.parquet"), "hf": datasets.Dataset(table)}
+    kind = "ofrecord" if format == "ofrecord" else "example"
+    for name, source in sources.items():
+        written = []
+        for batch_size in (None, 7):
+            out = tmp_path / f"{name}-{batch_size}"
+            ofindex.convert(source, out, format=format, batch_size=batch_size,
+                            shard_records=25)
+            with ofindex.open(str(out)) as ds:
+                written.append([ds[k] for k in range(len(ds))])
+        assert written[0] == written[1], name
+        assert len(written[0]) == ROWS
+        for record, row in zip(written[0], table.to_pylist(), strict=True):
+            features = _features(record, kind)
+            score = features.pop("score", None)
+            assert features == _expected(row), name
+            if row["score"] is None:
+                assert score is None
+            elif kind == "example":  # float64 exact: the raw doubles in a bytes value
+                assert score == ("bytes_list", [np.float64(row["score"]).tobytes()])
+            else:
+                assert score == ("double_list", [row["score"]])
+
+
+def test_default_batches_of_parquet_hold_4_mib_of_columns(tmp_path):
+    """Without batch_size, Parquet is read in batches of about 4 MiB of its uncompressed
+    columns: 100,000 rows of one int64 (8 bytes a row) in batches of 65,536 (the most), rows
+    of ~100 KB in batches of 1,024 (the fewest); a batch_size given is kept."""
+    from ofindex.convert.sources import batch_records, parquet_source
+
+    pq.write_table(pa.table({"id": np.arange(100_000)}), tmp_path / "ids.parquet")
+    sizes = [len(b) for b in parquet_source([str(tmp_path / "ids.parquet")], None).batches()]
+    assert sizes == [65_536, 100_000 - 65_536]
+    sizes = [len(b) for b in parquet_source([str(tmp_path / "ids.parquet")], 40_000).batches()]
+    assert sizes == [40_000, 40_000, 20_000]
+    assert batch_records(None, 100_000) == 1024
+    assert batch_records(None, 256) == 16 * 1024
+    assert batch_records(None, 0) == 1024
+    assert batch_records(5, 1024) == 5

@@ -715,3 +715,77 @@ def test_a_killed_writer_leaves_no_file_a_data_glob_lists(tmp_path):
         assert local.glob(str(data / pattern)) == [], pattern
     with pytest.raises(ofindex.DataFileNotFoundError):
         ofindex.open(str(data))
+
+
+def test_each_shards_sidecar_is_flushed_to_the_disk_once(tmp_path, monkeypatch):
+    """Publishing renames a local shard's sidecar beside it (it was flushed when the shard was
+    finished; it was read and written again, with a second fsync a shard): 3 shards, 3
+    sidecar fsyncs and the manifest's; the dataset opens with the sidecars as they are."""
+    from ofindex.storage import local
+
+    flushed = []
+    real = os.fsync
+
+    def counting(fd):
+        flushed.append(os.readlink(f"/proc/self/fd/{fd}"))
+        return real(fd)
+
+    monkeypatch.setattr(local.os, "fsync", counting)
+    out = str(tmp_path / "out")
+    with ShardedWriter(out, shard_records=10) as writer:
+        writer.write_many(b"record %d" % i for i in range(30))
+    assert len(flushed) == 4, flushed
+    assert sum(".ofindex" in path and "manifest" not in path for path in flushed) == 3
+    monkeypatch.undo()
+    with ofindex.open(out) as ds:
+        assert [ds[k] for k in range(30)] == [b"record %d" % i for i in range(30)]
+
+
+def test_shards_finished_between_column_batches_close_on_a_helper_thread(tmp_path,
+                                                                          monkeypatch):
+    """write_columns finishes a full local shard (its sidecar written and flushed, its file
+    renamed) on a helper thread while the next one is written; the last shard closes on the
+    writing thread; the dataset holds every record in order."""
+    from ofindex.write import writer as writer_module
+
+    threads = []
+    real = writer_module.Writer.close
+
+    def noted(self):
+        threads.append(threading.current_thread().name)
+        return real(self)
+
+    monkeypatch.setattr(writer_module.Writer, "close", noted)
+    out = str(tmp_path / "out")
+    with ShardedWriter(out, shard_records=100) as writer:
+        for start in range(0, 450, 150):
+            writer.write_columns({"i": np.arange(start, start + 150)})
+    assert threads == ["ofindex-shard-close"] * 4 + [threading.current_thread().name]
+    assert _outcome(out, 450) == 450
+
+
+@pytest.mark.parametrize("interrupt", [OSError, KeyboardInterrupt])
+def test_a_shard_that_fails_to_close_behind_publishes_nothing(tmp_path, monkeypatch,
+                                                              interrupt):
+    """The second shard's close fails on the helper thread (a full disk, an interrupt): the
+    error is raised by the writer, and nothing is left: no shard, sidecar or temporary
+    file."""
+    from ofindex.write import writer as writer_module
+
+    closed = []
+    real = writer_module.Writer.close
+
+    def failing(self):
+        closed.append(self)
+        if len(closed) == 2:
+            raise interrupt("the second shard's close failed")
+        return real(self)
+
+    monkeypatch.setattr(writer_module.Writer, "close", failing)
+    out = str(tmp_path / "out")
+    with pytest.raises(interrupt, match="second shard"), \
+            ShardedWriter(out, shard_records=100) as writer:
+        for start in range(0, 450, 150):
+            writer.write_columns({"i": np.arange(start, start + 150)})
+    assert _left_behind(out) == []
+    assert _outcome(out, 0) is None

@@ -6,7 +6,10 @@ so reading them alone touches no byte and bounds nothing: its Parquet export is 
 
 Each workload times its contenders in turn within each of ``--rounds`` interleaved rounds
 (the machine's drift falls on all alike); records/s as median (min–max), and each ratio taken
-within its round. Results go to ``--out`` (JSON, read by tools/report.py as convert.json)::
+within its round. Convert runs in its default batches (Parquet and Hugging Face: about 4 MiB
+of columns; ``--batch`` sets one size for all); pyarrow reads the file in batches of 1,024 and
+in convert's batches, and convert is compared with the faster of the two in each round.
+Results go to ``--out`` (JSON, read by tools/report.py as convert.json)::
 
     python tools/bench_convert.py --out bench-results/convert.json
 """
@@ -30,8 +33,11 @@ from benchlib import machine_load, parse_args, spread, write_json
 
 import ofindex
 
-#: Records a batch (of convert and of pyarrow's reads alike); --batch sets it.
+#: Records a batch of pyarrow's reads (and of the Parquet files' row groups: 64 of them).
 BATCH = 1024
+#: Records a batch of convert and of pyarrow's reads alike when --batch is given (None:
+#: convert's own default, and pyarrow reads in batches of BATCH and in convert's).
+CONVERT_BATCH: int | None = None
 
 
 def _jpegs(count: int, seed: int = 0) -> list[bytes]:
@@ -92,35 +98,68 @@ def tabular_table(records: int, seed: int = 0) -> Any:
                      "id": np.arange(records), "score": rng.random(records)})
 
 
-def _timed(fn: Callable[[], object]) -> float:
-    """Seconds ``fn`` takes; a callable it returns (removing what it wrote) runs after the
-    clock stops: deleting the output is not part of making it (it took 0.2 s of a 500k-row
-    conversion's 1.4 s, the kernel freeing the shards' page cache)."""
-    start = time.perf_counter()
+def _timed(fn: Callable[[], object], cpu: list[float] | None = None) -> float:
+    """Seconds ``fn`` takes (its CPU seconds, of every thread of the process, appended to
+    ``cpu``); a callable it returns (removing what it wrote) runs after the clock stops:
+    deleting the output is not part of making it (it took 0.2 s of a 500k-row conversion's
+    1.4 s, the kernel freeing the shards' page cache)."""
+    start, used = time.perf_counter(), time.process_time()
     cleanup = fn()
     seconds = time.perf_counter() - start
+    if cpu is not None:
+        cpu.append(time.process_time() - used)
     if callable(cleanup):
         cleanup()
     return seconds
 
 
-def _read_parquet(path: str) -> None:
+def _read_parquet(path: str, batch: int | None = None) -> None:
     import pyarrow.parquet as pq
 
-    for _ in pq.ParquetFile(path).iter_batches(batch_size=BATCH):
+    for _ in pq.ParquetFile(path).iter_batches(batch_size=batch or BATCH):
         pass
+
+
+def _read_as_convert(path: str) -> None:
+    """pyarrow reading the file in the batches convert reads it in (its own source)."""
+    from ofindex.convert.sources import parquet_source
+
+    for _ in parquet_source([path], CONVERT_BATCH).batches():
+        pass
+
+
+def _pyarrow_readers(path: str) -> dict[str, Callable[[], object]]:
+    """pyarrow reading ``path`` alone: in batches of BATCH, and (when convert chooses its
+    own) in convert's batches."""
+    readers: dict[str, Callable[[], object]] = {
+        "pyarrow_read_parquet": lambda: _read_parquet(path, CONVERT_BATCH)}
+    if CONVERT_BATCH is None:
+        readers["pyarrow_read_parquet_convert_batches"] = lambda: _read_as_convert(path)
+    return readers
+
+
+def _bound_ratio(result: dict[str, Any], ours: str) -> dict[str, float]:
+    """Our records/s over pyarrow's, reading alone in whichever batches were faster in that
+    round."""
+    s = result["seconds"]
+    peers = [s[name] for name in ("pyarrow_read_parquet", "pyarrow_read_parquet_convert_batches")
+             if name in s]
+    fastest = [min(times) for times in zip(*peers, strict=True)]
+    return spread([b / a for a, b in zip(s[ours], fastest, strict=True)])
 
 
 def rounds(contenders: dict[str, Callable[[], object]], n_rounds: int,
            records: int) -> dict[str, Any]:
-    """Seconds of each contender in each round, in turn (the order turned each round), and
-    records/s as median (min–max)."""
+    """Seconds (and CPU seconds) of each contender in each round, in turn (the order turned
+    each round), and records/s as median (min–max). On a machine shared with other work, CPU
+    seconds say what each costs where wall time says also how the cores were shared."""
     seconds: dict[str, list[float]] = {name: [] for name in contenders}
+    cpu: dict[str, list[float]] = {name: [] for name in contenders}
     names = list(contenders)
     for r in range(n_rounds):
         for name in names[r % len(names):] + names[:r % len(names)]:
-            seconds[name].append(_timed(contenders[name]))
-    return {"seconds": seconds,
+            seconds[name].append(_timed(contenders[name], cpu[name]))
+    return {"seconds": seconds, "cpu_seconds": {name: spread(c, 3) for name, c in cpu.items()},
             "records_per_s": {name: spread([records / t for t in s], 0)
                               for name, s in seconds.items()}}
 
@@ -137,7 +176,8 @@ def _converter(source: Any, root: str, tag: str, shards: int,
     def run() -> object:
         out = os.path.join(root, f"{tag}-{count[0]}")
         count[0] += 1
-        ofindex.convert(source, out, shard_records=-(-records // shards), batch_size=BATCH)
+        ofindex.convert(source, out, shard_records=-(-records // shards),
+                        batch_size=CONVERT_BATCH)
         return lambda: (shutil.rmtree(out), shutil.rmtree(out + ".ofindex"))
 
     return run
@@ -163,7 +203,7 @@ def vision(records: int, n_rounds: int, root: str) -> dict[str, Any]:
         "convert_hf": _converter(hf, root, "v-hf", 4, records),
         "hf_save_to_disk": _saver(hf, root, "v-save"),
         "convert_parquet": _converter(parquet, root, "v-pq", 4, records),
-        "pyarrow_read_parquet": lambda: _read_parquet(parquet),
+        **_pyarrow_readers(parquet),
     }
     for run in contenders.values():  # warm: the files in the page cache, imports done
         _timed(run)
@@ -173,8 +213,7 @@ def vision(records: int, n_rounds: int, root: str) -> dict[str, Any]:
         sum(len(b) for b in hf.data.table["image"].combine_chunks().field("bytes")
             .to_pylist()[:64]) / min(records, 64)),
         ratios={"convert_hf_vs_save_to_disk": _ratio(result, "convert_hf", "hf_save_to_disk"),
-                "convert_parquet_vs_pyarrow_read": _ratio(result, "convert_parquet",
-                                                          "pyarrow_read_parquet")})
+                "convert_parquet_vs_pyarrow_read": _bound_ratio(result, "convert_parquet")})
     return result
 
 
@@ -187,7 +226,7 @@ def tabular(records: int, n_rounds: int, root: str) -> dict[str, Any]:
     hf = datasets.Dataset.from_parquet(parquet, cache_dir=os.path.join(root, "hf-cache"))
     contenders = {
         "convert_parquet": _converter(parquet, root, "t-pq", 8, records),
-        "pyarrow_read_parquet": lambda: _read_parquet(parquet),
+        **_pyarrow_readers(parquet),
         "convert_hf": _converter(hf, root, "t-hf", 8, records),
         "hf_save_to_disk": _saver(hf, root, "t-save"),
     }
@@ -195,8 +234,8 @@ def tabular(records: int, n_rounds: int, root: str) -> dict[str, Any]:
         _timed(run)
     result = rounds(contenders, n_rounds, records)
     result.update(records=records, parquet_bytes=os.path.getsize(parquet),
-                  ratios={"convert_parquet_vs_pyarrow_read": _ratio(
-                      result, "convert_parquet", "pyarrow_read_parquet"),
+                  ratios={"convert_parquet_vs_pyarrow_read": _bound_ratio(
+                      result, "convert_parquet"),
                       "convert_hf_vs_save_to_disk": _ratio(result, "convert_hf",
                                                            "hf_save_to_disk")})
     return result
@@ -239,9 +278,9 @@ def nulls(records: int, n_rounds: int, root: str) -> dict[str, Any]:
     return result
 
 
-def _use_batch(records: int) -> None:
-    global BATCH
-    BATCH = records
+def _use_batch(records: int | None) -> None:
+    global CONVERT_BATCH
+    CONVERT_BATCH = records
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -249,8 +288,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--images", type=int, default=2000, help="records of the vision dataset")
     ap.add_argument("--rows", type=int, default=500_000, help="rows of the Parquet file")
     ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--batch", type=int, default=BATCH,
-                    help="records a batch, of convert (batch_size=) and of pyarrow's reads")
+    ap.add_argument("--batch", type=int, default=None,
+                    help="records a batch, of convert (batch_size=) and of pyarrow's reads "
+                         "(default: convert's own; pyarrow's in batches of 1,024 and in "
+                         "convert's)")
     ap.add_argument("--null-rows", type=int, default=200_000,
                     help="rows of the Parquet files converted with and without nulls")
     ap.add_argument("--only", choices=["vision", "tabular", "nulls"], help="one workload")
@@ -262,7 +303,10 @@ def main(argv: list[str] | None = None) -> int:
     os.makedirs(root, exist_ok=True)
     load_before = machine_load()
     results: dict[str, Any] = {"config": {
-        "rounds": args.rounds, "batch": args.batch, "directory": root,
+        "rounds": args.rounds, "directory": root,
+        "batch": args.batch or "convert's default (about 4 MiB of columns, 1,024 to 65,536 "
+                               "records; pyarrow's reads in batches of 1,024 and in convert's, "
+                               "the faster one the bound)",
         "load_before": load_before,
         "timed": "a conversion's time includes its fsyncs, not the deletion of its output "
                  "afterwards"}}
@@ -282,10 +326,12 @@ def main(argv: list[str] | None = None) -> int:
         if part is None:
             continue
         for who, rate in part["records_per_s"].items():
-            print(f"{name:8} {who:22} {rate['median']:>12,.0f} records/s "
-                  f"({rate['min']:,.0f}-{rate['max']:,.0f})")
+            cpu = part["cpu_seconds"][who]
+            print(f"{name:8} {who:38} {rate['median']:>12,.0f} records/s "
+                  f"({rate['min']:,.0f}-{rate['max']:,.0f}), CPU {cpu['median']:.3f} s "
+                  f"({cpu['min']:.3f}-{cpu['max']:.3f})")
         for what, ratio in part["ratios"].items():
-            print(f"{name:8} {what:36} {ratio['median']:.2f}x "
+            print(f"{name:8} {what:38} {ratio['median']:.2f}x "
                   f"({ratio['min']:.2f}-{ratio['max']:.2f})")
     write_json(results, args.out)
     return 0

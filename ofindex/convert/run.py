@@ -107,7 +107,7 @@ def _bar(enabled: bool, total: int | None, description: str) -> Any:
 
 def convert(src: object, dst: str | os.PathLike[str], *, format: str = "tfrecord",
             shard_bytes: int | None = None, shard_records: int | None = None,
-            compression: str | None = None, spec: Spec = None, batch_size: int = 1024,
+            compression: str | None = None, spec: Spec = None, batch_size: int | None = None,
             recode: bool = True, progress: bool = False,
             storage_options: dict[str, Any] | None = None,
             nulls: Nulls = REFUSE, float64: str = EXACT) -> WriteSummary:
@@ -127,7 +127,8 @@ def convert(src: object, dst: str | os.PathLike[str], *, format: str = "tfrecord
         shard_records: Records per shard.
         compression: ``"gzip"``, ``"zlib"`` or ``None``.
         spec: The decoding spec records must fit (its dtypes choose the lists), or ``None``.
-        batch_size: Records encoded at once.
+        batch_size: Records encoded at once; ``None``: Parquet and Hugging Face batches of
+            about 4 MiB of columns (1,024 to 65,536 records), other sources' of 1,024.
         recode: When a record dataset changes framing, re-encode Examples as OFRecords (or
             back); ``False`` copies payloads as they are.
         progress: Show a progress bar on stderr.

@@ -181,7 +181,7 @@ static Py_ssize_t value_size(const Column *c, Py_ssize_t r, Py_ssize_t k, int sl
     if (c->mode == MODE_PACKED)
         return c->per_row;
     if (c->row_bytes != NULL)
-        return (Py_ssize_t)c->row_bytes[r];  /* made by count_row_bytes, count_list_bytes */
+        return (Py_ssize_t)c->row_bytes[r];  /* counted by size_rows (row_bytes_of) */
     if (c->mode == MODE_GATHER) {
         const int64_t *at = (const int64_t *)c->view.buf;
         int64_t i = ((const int64_t *)c->index.buf)[r];  /* checked by get_indexed_column */
@@ -367,7 +367,8 @@ static int check_bounds(const int64_t *at, Py_ssize_t n, Py_ssize_t limit, Py_ss
     return 0;
 }
 
-/* Room for the value list bytes of each of a column's rows: 0, or -1 with MemoryError set. */
+/* Room for the value list bytes of each of a column's rows (counted as the rows are sized,
+ * by row_bytes_of): 0, or -1 with MemoryError set. */
 static int alloc_row_bytes(Column *c, Py_ssize_t rows) {
     c->row_bytes = PyMem_Malloc((size_t)(rows > 0 ? rows : 1) * sizeof(int64_t));
     if (c->row_bytes == NULL) {
@@ -377,38 +378,23 @@ static int alloc_row_bytes(Column *c, Py_ssize_t rows) {
     return 0;
 }
 
-/* A VARINT or VARINT_SPANS column's varint bytes per row, counted once (a row's size is asked
- * for three times a record): 0, or -1 with MemoryError set. */
-static int count_row_bytes(Column *c, Py_ssize_t rows) {
-    if (alloc_row_bytes(c, rows) < 0)
-        return -1;
-    if (c->mode == MODE_VARINT) {
-        const unsigned char *ints = (const unsigned char *)c->view.buf;
-        for (Py_ssize_t r = 0; r < rows; r++)
-            c->row_bytes[r] = varints_size(ints + 8 * r * c->per_row, c->per_row);
-        return 0;
-    }
+/* Row r's value list bytes of a VARINT, VARINT_SPANS (its varints) or BYTES_LISTS column
+ * (each item with its key and length). Counted once a row, for the rows a call sizes only: a
+ * batch of 65,536 rows is written in several calls (a block each), and counting every row
+ * of it in each call cost 4x the encoding of 500k rows of token lists. */
+static int64_t row_bytes_of(const Column *c, Py_ssize_t r) {
     const int64_t *at = (const int64_t *)c->view.buf;
     const unsigned char *ints = (const unsigned char *)c->values.buf;
-    for (Py_ssize_t r = 0; r < rows; r++)
-        c->row_bytes[r] = varints_size(ints + 8 * at[r], at[r + 1] - at[r]);
-    return 0;
-}
-
-/* A BYTES_LISTS column's value list bytes per row (each item with its key and length):
- * 0, or -1 with MemoryError set. */
-static int count_list_bytes(Column *c, Py_ssize_t rows) {
-    if (alloc_row_bytes(c, rows) < 0)
-        return -1;
+    if (c->mode == MODE_VARINT)
+        return varints_size((const unsigned char *)c->view.buf + 8 * r * c->per_row,
+                            c->per_row);
+    if (c->mode == MODE_VARINT_SPANS)
+        return varints_size(ints + 8 * at[r], at[r + 1] - at[r]);
     const int64_t *items = (const int64_t *)c->index.buf;
-    const int64_t *at = (const int64_t *)c->view.buf;
-    for (Py_ssize_t r = 0; r < rows; r++) {
-        int64_t bytes = 0;
-        for (int64_t i = items[r]; i < items[r + 1]; i++)
-            bytes += 1 + varint_size((uint64_t)(at[i + 1] - at[i])) + (at[i + 1] - at[i]);
-        c->row_bytes[r] = bytes;
-    }
-    return 0;
+    int64_t bytes = 0;
+    for (int64_t i = items[r]; i < items[r + 1]; i++)
+        bytes += 1 + varint_size((uint64_t)(at[i + 1] - at[i])) + (at[i + 1] - at[i]);
+    return bytes;
 }
 
 /* A SPANS, PACKED_SPANS, LIST_SPANS or VARINT_SPANS column's data: (bounds, values), rows + 1
@@ -436,7 +422,7 @@ static int get_spans_column(PyObject *data, Column *c, Py_ssize_t j, Py_ssize_t 
         return -1;
     *rows = n - 1;
     if (c->mode == MODE_VARINT_SPANS)
-        return count_row_bytes(c, n - 1);
+        return alloc_row_bytes(c, n - 1);
     return 0;
 }
 
@@ -486,7 +472,7 @@ static int get_indexed_column(PyObject *data, Column *c, Py_ssize_t j, Py_ssize_
     if (check_bounds(index, n, spans_count, j) < 0)
         return -1;
     *rows = n - 1;
-    return count_list_bytes(c, n - 1);
+    return alloc_row_bytes(c, n - 1);
 }
 
 /* A column's rows present (None: every one), as one byte per row. */
@@ -569,7 +555,7 @@ static int get_array_column(PyObject *data, Column *c, Py_ssize_t j, Py_ssize_t 
     }
     *rows = c->view.shape[0];
     c->per_row = c->view.shape[1];
-    return mode == MODE_VARINT ? count_row_bytes(c, *rows) : 0;
+    return mode == MODE_VARINT ? alloc_row_bytes(c, *rows) : 0;
 }
 
 /* A column's data, by its mode; its rows into *rows. */
@@ -620,25 +606,40 @@ static int get_plan(PyObject *columns, int wrap, Py_ssize_t header, Py_ssize_t f
     return 0;
 }
 
-/* Rows [start, stop) that fit in room bytes, sized with the GIL held (the lists' items are
- * checked to be bytes here); their framed sizes into sz. Returns the rows, *used their bytes;
- * 0 rows with *used the first row's size when it does not fit; -1 on a bad item. */
-static Py_ssize_t size_rows(const Plan *pl, Py_ssize_t start, Py_ssize_t stop, Py_ssize_t room,
-                            int64_t *sz, Py_ssize_t *used) {
+/* Row r's list items checked to be bytes (the caller's lists may have changed since the
+ * plan was read): 0, or -1 with an exception set. */
+static int check_items(const Plan *pl, Py_ssize_t r) {
+    for (Py_ssize_t j = 0; j < pl->ncols; j++) {
+        const Column *c = &pl->cols[j];
+        if (c->items == NULL)
+            continue;
+        if (r >= PyList_GET_SIZE(c->items)) {  /* changed by a buffer export's code */
+            PyErr_Format(PyExc_ValueError, "column %zd changed during the call", j);
+            return -1;
+        }
+        if (!PyBytes_Check(PyList_GET_ITEM(c->items, r))) {
+            PyErr_Format(PyExc_TypeError, "column %zd, row %zd: not bytes", j, r);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Rows [start, stop) that fit in room bytes, their row bytes counted (row_bytes_of) and their
+ * framed sizes into sz. Returns the rows, *used their bytes; 0 rows with *used the first row's
+ * size when it does not fit; -1 on a bad item. lists: a column holds Python lists, whose
+ * items are checked with the GIL held; without them the GIL is released (the plan's buffers
+ * are held), so that the source's next batch is read meanwhile. */
+static Py_ssize_t size_rows_of(Plan *pl, Py_ssize_t start, Py_ssize_t stop, Py_ssize_t room,
+                               int64_t *sz, Py_ssize_t *used, int lists) {
     Py_ssize_t total = 0, k = 0;
     for (Py_ssize_t r = start; r < stop; r++, k++) {
+        if (lists && check_items(pl, r) < 0)
+            return -1;
         for (Py_ssize_t j = 0; j < pl->ncols; j++) {
-            const Column *c = &pl->cols[j];
-            if (c->items == NULL)
-                continue;
-            if (r >= PyList_GET_SIZE(c->items)) {  /* changed by a buffer export's code */
-                PyErr_Format(PyExc_ValueError, "column %zd changed during the call", j);
-                return -1;
-            }
-            if (!PyBytes_Check(PyList_GET_ITEM(c->items, r))) {
-                PyErr_Format(PyExc_TypeError, "column %zd, row %zd: not bytes", j, r);
-                return -1;
-            }
+            Column *c = &pl->cols[j];
+            if (c->row_bytes != NULL)
+                c->row_bytes[r] = row_bytes_of(c, r);
         }
         Py_ssize_t size = pl->header + payload_size(pl, entries_size(pl, r, 0, 0)) + pl->footer;
         if (size > room - total) {
@@ -651,6 +652,20 @@ static Py_ssize_t size_rows(const Plan *pl, Py_ssize_t start, Py_ssize_t stop, P
     }
     *used = total;
     return k;
+}
+
+static Py_ssize_t size_rows(Plan *pl, Py_ssize_t start, Py_ssize_t stop, Py_ssize_t room,
+                            int64_t *sz, Py_ssize_t *used) {
+    int lists = 0;
+    for (Py_ssize_t j = 0; j < pl->ncols; j++)
+        lists |= pl->cols[j].items != NULL;
+    if (lists)
+        return size_rows_of(pl, start, stop, room, sz, used, 1);
+    Py_ssize_t n;
+    Py_BEGIN_ALLOW_THREADS
+    n = size_rows_of(pl, start, stop, room, sz, used, 0);
+    Py_END_ALLOW_THREADS
+    return n;
 }
 
 /* The bytes and sizes of the rows written, each object referenced while the GIL is

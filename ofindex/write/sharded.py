@@ -138,6 +138,10 @@ class ShardStream:
         #: incomplete then, and the writer publishes nothing).
         self.failure: BaseException | None = None
         self._block = bytearray(BLOCK_BYTES)
+        #: The shard being finished on a helper thread (see :meth:`_finish_shard`), and what
+        #: stopped it (its writer then aborted by :meth:`abort`).
+        self._closing: threading.Thread | None = None
+        self._close_failed: tuple[Writer, BaseException] | None = None
 
     def _next_shard(self) -> Writer:
         owner = self._owner
@@ -148,16 +152,50 @@ class ShardStream:
                       storage_options=owner.storage_options, compression=owner.compression,
                       checksums=owner.checksums, compression_level=owner.compression_level)
 
-    def _finish_shard(self) -> None:
+    def _finish_shard(self, behind: bool = False) -> None:
+        """Close the current shard: its sidecar written and flushed to the disk, its file
+        renamed. ``behind``: on a helper thread while the next shard is written (local files
+        only: the fsync and renames took 14 ms a shard of the main thread, a tenth of
+        converting 500k rows into 8 shards); the previous one is waited for first, and its
+        failure raised here."""
         writer = self._writer
         if writer is None:
             return
+        self._settle()
         staged = _Staged(self._writer_path, 0, 0)
         self.staged.append(staged)  # tracked before close publishes it: abort removes it
-        writer.close()
+        if not (behind and self._owner.storage.is_local):
+            self._close_shard(writer, staged)
+            self._writer = None
+            return
         self._writer = None
+        self._closing = threading.Thread(target=self._close_behind, args=(writer, staged),
+                                         name="ofindex-shard-close", daemon=True)
+        self._closing.start()
+
+    def _close_shard(self, writer: Writer, staged: _Staged) -> None:
+        writer.close()
         staged.records = len(writer)
-        staged.bytes = self._owner.storage.stamp(self._writer_path).size
+        staged.bytes = self._owner.storage.stamp(staged.path).size
+
+    def _close_behind(self, writer: Writer, staged: _Staged) -> None:
+        try:
+            self._close_shard(writer, staged)
+        except BaseException as exc:  # raised by the next _settle, on the writing thread
+            self._close_failed = (writer, exc)
+
+    def _settle(self) -> None:
+        """Wait for the shard being finished behind; raise what stopped it.
+
+        Raises:
+            BaseException: What its close raised (the stream is then marked failed).
+        """
+        if self._closing is not None:
+            self._closing.join()  # (interrupted here, abort() waits for it again)
+            self._closing = None
+        if self._close_failed is not None:
+            self.failure = self._close_failed[1]
+            raise self._close_failed[1]
 
     def write(self, record: bytes | bytearray | memoryview | Mapping[str, Any] | Any) -> None:
         """Write one record.
@@ -254,7 +292,7 @@ class ShardStream:
         while start < plan.rows:
             writer = self._writer
             if writer is not None and len(writer) and self._shard_full():
-                self._finish_shard()
+                self._finish_shard(behind=True)
                 writer = None
             if writer is None:
                 writer = self._writer = self._next_shard()
@@ -262,7 +300,7 @@ class ShardStream:
             rows, used = encode_block(plan, start, stop, _BLOCKS[owner.format],
                                       min(room, len(block)), block, sizes[start:], crcs[start:])
             if rows == 0 and used > room and len(writer):
-                self._finish_shard()  # the next record starts a shard of its own
+                self._finish_shard(behind=True)  # the next record starts a shard of its own
                 continue
             if rows == 0:  # one record bigger than the block: a block of its own
                 block = bytearray(used)
@@ -296,13 +334,19 @@ class ShardStream:
         if not self.closed:
             self.closed = True
             self._finish_shard()
+            self._settle()
 
     def abort(self) -> None:
-        """Drop what this stream wrote."""
+        """Drop what this stream wrote (once a shard being finished behind is done)."""
         self.closed = True
+        if self._closing is not None:
+            self._closing.join()
+            self._closing = None
+        failed, self._close_failed = self._close_failed, None
         writer, self._writer = self._writer, None
-        if writer is not None:
-            writer.abort()
+        for unfinished in (failed[0] if failed else None, writer):
+            if unfinished is not None:
+                unfinished.abort()
         owner = self._owner
         for staged in self.staged:  # renamed ones too: the dataset was not published whole
             for path in (staged.path, staged.final) if staged.final else (staged.path,):
