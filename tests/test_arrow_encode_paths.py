@@ -7,6 +7,9 @@ start at 0, a dictionary bigger than the batch), compiled and pure Python."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -209,3 +212,24 @@ def test_default_batches_of_parquet_hold_4_mib_of_columns(tmp_path):
     assert batch_records(None, 256) == 16 * 1024
     assert batch_records(None, 0) == 1024
     assert batch_records(5, 1024) == 5
+
+
+def test_the_convert_command_leaves_the_batches_to_the_source_unless_told(tmp_path):
+    """`ofindex convert` without --batch-size passes no batch size (Parquet in its 4 MiB
+    batches, as in Python), with it the number given; the records are the same."""
+    from ofindex.cli.parser import build_parser
+
+    parser = build_parser()
+    assert parser.parse_args(["convert", "in.parquet", "out"]).batch_size is None
+    assert parser.parse_args(["convert", "in.parquet", "out", "--batch-size", "7"]
+                             ).batch_size == 7
+    pq.write_table(pa.table({"id": np.arange(3000)}), tmp_path / "ids.parquet")
+    written = {}
+    for name, extra in (("default", []), ("sevens", ["--batch-size", "7"])):
+        done = subprocess.run([sys.executable, "-m", "ofindex", "convert",
+                               str(tmp_path / "ids.parquet"), str(tmp_path / name), *extra],
+                              capture_output=True, text=True, timeout=300, check=False)
+        assert done.returncode == 0, done.stderr
+        with ofindex.open(str(tmp_path / name)) as ds:
+            written[name] = ds[0:len(ds)]
+    assert written["default"] == written["sevens"] and len(written["default"]) == 3000

@@ -396,8 +396,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--shard-records", type=whole(1), metavar="N", help="records per shard")
     p.add_argument("--to-compression", default="none", choices=["none", "gzip", "zlib"],
                    help="compression of the new files")
-    p.add_argument("--batch-size", type=whole(1, MAX_BATCH), default=1024, metavar="N",
-                   help="records encoded at once")
+    p.add_argument("--batch-size", type=whole(1, MAX_BATCH), default=None, metavar="N",
+                   help="records encoded at once (default: Parquet and Hugging Face data in "
+                   "batches of about 4 MiB of columns, 1,024 to 65,536 records; 1,024 from "
+                   "other sources)")
     p.add_argument("--nulls", type=null_policy, default="refuse", metavar="POLICY",
                    help="a null element inside a list: refuse (default: an error naming the "
                    "column and row), drop (left out of its list) or fill:VALUE (VALUE parsed "
