@@ -1221,12 +1221,93 @@ def fuzz_encode(rng: random.Random) -> None:
         STATS["encode"]["records"] += 1
 
 
+def _key_table(rng: random.Random) -> tuple[np.ndarray, int, list]:
+    """A sorted table of keys of a random kind (ValueType codes: 1 int64, 2 float32,
+    3 float64, 4 bytes without trailing zero bytes), its kind, and keys to search for."""
+    kind = rng.choice([1, 2, 3, 4])
+    count = rng.choice([0, 1, 2, 3, 16, 100])
+    if kind == 4:
+        alphabet = [b"", b"a", b"ab", b"b", b"\0a", b"a\0b", b"\xff", b"zz"]
+        items = sorted(rng.choice(alphabet[1:]) for _ in range(count))
+        table = np.array(items, dtype=f"S{max((len(i) for i in items), default=1) or 1}")
+        queries = [rng.choice(alphabet) + rng.choice([b"", b"\0", b"\0\0"])
+                   for _ in range(rng.randint(0, 6))]
+        return table, kind, queries
+    dtype = {1: np.int64, 2: np.float32, 3: np.float64}[kind]
+    pool = ([-(2**63), -1, 0, 1, 2**63 - 1] if kind == 1
+            else [-np.inf, -1.5, -0.0, 0.0, 2.5, np.inf])
+    table = np.sort(np.array([rng.choice(pool) for _ in range(count)], dtype=dtype))
+    queries = [dtype(rng.choice(pool)) for _ in range(rng.randint(0, 6))]
+    if kind != 1 and rng.random() < 0.3:
+        queries.append(dtype("nan"))
+    return table, kind, queries
+
+
+def _ref_places(table: np.ndarray, kind: int, query) -> tuple[int, int]:
+    if kind == 4 and query.endswith(b"\0"):
+        right = int(table.searchsorted(query, "right"))
+        return right, right
+    return int(table.searchsorted(query, "left")), int(table.searchsorted(query, "right"))
+
+
+def fuzz_keysearch(rng: random.Random) -> None:
+    """``key_span``, ``key_find``, ``key_places``, ``key_gather``, ``key_lookup``: a sorted
+    table's places and records as numpy's searchsorted gives them (bytes with trailing zero
+    bytes: the stripped form's right place), and clean errors for widths that do not divide
+    the table, unknown kinds, members out of range, records and slots of the wrong sizes."""
+    table, kind, queries = _key_table(rng)
+    width = table.itemsize
+    records = np.arange(len(table), dtype=np.int64) * 3
+    bad = rng.random() < 0.2
+    use_width = rng.choice([0, 1, width + 1, -1, 2**62]) if bad else width
+    use_kind = rng.choice([0, 5, -1, 2**40]) if bad and rng.random() < 0.5 else kind
+    for query in queries:
+        want = _ref_places(table, kind, query)
+        got = call(native.key_span, table, use_width, use_kind, query, False)
+        if isinstance(got, BaseException) or bad:
+            assert isinstance(got, (*CLEAN, tuple)), (got, want, query)  # another reading
+            STATS["keysearch"]["refused" if isinstance(got, BaseException) else "ok"] += 1
+            continue
+        assert got == want, (got, want, query, table)
+        equal = want if want[1] - want[0] and not (kind == 4 and query.endswith(b"\0")) \
+            else (want[0], want[0])
+        assert native.key_span(table, width, kind, query, True) == equal
+        assert native.key_find(table, width, kind, query, records).tolist() == \
+            records[equal[0]:equal[1]].tolist()
+        STATS["keysearch"]["ok"] += 1
+    if kind == 4:
+        qtable = np.array(queries or [b""], dtype=f"S{max(map(len, queries), default=1) or 1}")
+    else:
+        qtable = np.array(queries or [0], dtype=table.dtype)
+    members = np.array([rng.randrange(-2, len(qtable) + 2) if bad else rng.randrange(len(qtable))
+                        for _ in range(rng.randint(0, 8))], dtype=np.int64)
+    size = len(members) if not bad or rng.random() < 0.5 else rng.randint(0, 9)
+    outs = [np.empty(size, np.int64) for _ in range(3)]
+    got = call(native.key_places, table, use_width, use_kind, qtable, qtable.itemsize, members,
+               outs[0], outs[1])
+    if not isinstance(got, BaseException) and not bad:
+        for j, k in enumerate(members.tolist()):
+            q = queries[k] if queries else qtable[0]
+            left, right = _ref_places(table, kind, q.rstrip(b"\0") if kind == 4 else q)
+            assert (outs[0][j], outs[1][j]) == (left, right), (k, q, outs, table)
+    cuts = np.array([0, len(members)] if rng.random() < 0.9 or not bad else [0, size + 1],
+                    dtype=np.int64)
+    got = call(native.key_gather, [table], np.array([use_width], np.int64), [records], use_kind,
+               qtable, qtable.itemsize, members, cuts, *outs)
+    assert got is None or isinstance(got, CLEAN), got
+    slots = [rng.choice([None, (table, use_width, records), (table, width), 5, (1, 2, 3)])
+             for _ in range(max(len(table) + (rng.randint(-1, 1) if bad else 0), 0))]
+    for query in queries[:2]:
+        got = call(native.key_lookup, table, use_width, use_kind, query, slots)
+        assert isinstance(got, (*CLEAN, int, np.ndarray)), got
+
+
 TARGETS = {"cut": fuzz_cut, "gather": fuzz_gather_and_record, "types": fuzz_wrong_types,
            "layout": fuzz_layout, "walk": fuzz_walk, "blocks": fuzz_blocks,
            "slices": fuzz_slices_and_fill, "locate": fuzz_locate, "values": fuzz_values,
            "plan": fuzz_plan, "inflater": fuzz_inflater_marks,
            "crcs": fuzz_crcs, "reader": fuzz_reader, "preads": fuzz_preads,
-           "encode": fuzz_encode}
+           "encode": fuzz_encode, "keysearch": fuzz_keysearch}
 
 
 def main(argv: list[str] | None = None) -> int:

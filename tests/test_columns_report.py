@@ -59,6 +59,7 @@ def test_the_columns_section(tmp_path):
     assert "| datasets filter | 1 (1–1.1) |" in md
     assert "| BalancedSampler | 2 | 1 | 0.5 |" in md
     assert "keys per CPU second" not in md  # a run without CPU figures: none shown
+    assert "random keys of 1,000, each read as a parsed Example\n" in md  # rounds: the run's
     assert ("Columns (tools/bench_columns.py): build with 2 columns 3× the time without; key "
             "lookups 0.8× tfd-utils' get_record in batches (0.5× a key a call) with 0.05× its "
             "index memory; where(label=3) on 5,000 records 100× datasets.filter, 12× "
@@ -77,7 +78,7 @@ def test_the_columns_section_with_cpu_figures(tmp_path):
     data["lookup"].update({"keys_per_cpu_s": {"tfd-utils get_record": _spread(100, 90, 110),
                                               "ofindex, a key a call": _spread(150, 140, 160)},
                            "cpu_ratio_one": _spread(1.5, 1.4, 1.6),
-                           "cpu_ratio_batch": _spread(2.1, 2, 2.2)})
+                           "cpu_ratio_batch": _spread(2.1, 2, 2.2), "rounds": 9})
     data["where"].update({"cpu_seconds": {"ofindex where": _spread(0.04, 0.03, 0.05)},
                           "cpu_ratio_vs_hf": _spread(150, 140, 160),
                           "cpu_ratio_vs_tfr": _spread(30, 20, 40)})
@@ -91,6 +92,8 @@ def test_the_columns_section_with_cpu_figures(tmp_path):
     assert "with label, id 1.1 (1–1.2); ratio 13 (12–14)." in md
     assert "| ofindex, a key a call | 150 (140–160) |" in md
     assert "a key a call 1.5 (1.4–1.6), in batches 2.1 (2–2.2)." in md
+    assert ("### Key lookups, local: 50 random keys of 1,000, each read as a parsed Example "
+            "(9 interleaved rounds)") in md  # the lookup rows' own rounds, when the run says
     assert ("ofindex where 0.04 (0.03–0.05); ofindex uses 150 (140–160)× less than datasets' "
             "filter, 30 (20–40)× less than tfr-reader.") in md
     assert ("in batches (0.5× a key a call) (2.1× and 1.5× per CPU second) with"

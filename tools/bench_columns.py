@@ -7,8 +7,11 @@
   interleaved rounds; the columns' bytes per record;
 * **lookup, local**: random keys read as parsed ``Example``s, ofindex (``ds.lookup`` then the
   record) against tfd-utils' ``TFRecordRandomAccess.get_record(key)`` (its index: a pickled
-  dict from key to file and offset, loaded first, not timed), one key a call, and ofindex a
-  batch at a time; the memory each holds for its index (tracemalloc, after the lookups);
+  dict from key to file and offset, loaded first, not timed; ofindex's key index pages are
+  read by one untimed pass over the keys likewise), one key a call, and ofindex a batch at a
+  time, in ``--lookup-rounds`` interleaved rounds, wall and CPU time; ofindex's lookups alone
+  (record numbers, no read) for scale; the memory each holds for its index (tracemalloc,
+  after the lookups);
 * **lookup, remote**: a batch of random keys in the simulated store's 1e9-record key index
   with a real 20 ms sleep per request: request rounds of the key index and wall time in RTTs;
 * **where(label=3)** on ``--where-records`` records, each including what it must load first:
@@ -26,6 +29,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import statistics
@@ -51,6 +55,10 @@ from ofindex.shuffle import (  # noqa: E402
     GlobalShuffleSampler,
     class_balance,
 )
+
+#: The benchmark's parts (``--sections``); a run of some of them keeps the others' figures
+#: from the JSON already at ``--out``.
+ALL_SECTIONS = {"build", "lookup", "remote", "where", "balanced"}
 
 #: Classes of the skewed label: class k has a share proportional to 1 / (k + 1).
 CLASSES = 10
@@ -86,6 +94,12 @@ def write_data(root: str, n: int, shards: int) -> tuple[str, np.ndarray]:
 
 def index_dir(directory: str) -> str:
     return directory.rstrip("/") + ".ofindex"
+
+
+def _has_key_index(directory: str) -> bool:
+    """Whether the dataset's index has a key index (columns built)."""
+    place = index_dir(directory)
+    return os.path.isdir(place) and any(f.endswith(".ofkey") for f in os.listdir(place))
 
 
 # -- build ----------------------------------------------------------------------------------------
@@ -135,6 +149,47 @@ def _held(make: Callable[[], Any], use: Callable[[Any], None]) -> tuple[Any, int
     return made, held
 
 
+def _per_round(rates: dict[str, list[float]], ours: str, peer: str) -> dict[str, float]:
+    """``ours`` against ``peer``, round by round (median, min, max)."""
+    return spread([a / b for a, b in zip(rates[ours], rates[peer], strict=True)], 3)
+
+
+def _lookup_runs(wanted: list[str]) -> dict[str, Callable[[Any], None]]:
+    """What the lookup rows time, each given tfd-utils' reader or the dataset; and the
+    untimed first uses (``... use``)."""
+    parse = example_pb2.Example.FromString
+
+    def tfd_run(tfd: Any) -> None:
+        for key in wanted:
+            tfd.get_record(key)
+
+    def ours_use(ds: Any) -> None:
+        for key in wanted:
+            ds[int(ds.lookup("id", key)[0])]
+
+    def ours_one(ds: Any) -> None:
+        for key in wanted:
+            parse(ds[int(ds.lookup("id", key)[0])])
+
+    def ours_batch(ds: Any) -> None:
+        found = ds.lookup("id", wanted)
+        for payload in ds[np.concatenate(found)]:
+            parse(payload)
+
+    def lookups_one(ds: Any) -> None:
+        for key in wanted:
+            ds.lookup("id", key)
+
+    def lookups_batch(ds: Any) -> None:
+        ds.lookup("id", wanted)
+
+    return {"tfd-utils use": tfd_run, "ofindex use": ours_use,
+            "tfd-utils get_record": tfd_run, "ofindex, a key a call": ours_one,
+            "ofindex, batches of all keys": ours_batch,
+            "ofindex lookup alone, a key a call": lookups_one,
+            "ofindex lookup alone, batches": lookups_batch}
+
+
 def bench_lookup(directory: str, n: int, rounds: int, keys: int) -> dict[str, Any]:
     """Random keys to parsed Examples: ofindex (one key a call, and batches) against tfd-utils'
     ``get_record``; the memory each holds for its index."""
@@ -149,61 +204,34 @@ def bench_lookup(directory: str, n: int, rounds: int, keys: int) -> dict[str, An
     prebuilt = TFRecordRandomAccess(files, key_feature_name="id", index_file=pickle_path)
     assert len(prebuilt.index) == n  # its index built and pickled once, before the rounds
     prebuilt.close()
-    warm = wanted[:64]
 
-    def tfd_use(tfd: Any) -> None:
-        for key in warm:
-            tfd.get_record(key)
-
-    def ofindex_use(ds: Any) -> None:
-        for key in warm:
-            ds[int(ds.lookup("id", key)[0])]
-
+    runs = _lookup_runs(wanted)
+    # one untimed pass over the keys each: tfd-utils' pickle is loaded whole, ofindex's key
+    # index pages the keys need are read
     tfd, tfd_bytes = _held(lambda: TFRecordRandomAccess(files, key_feature_name="id",
-                                                         index_file=pickle_path), tfd_use)
-    ds, ours_bytes = _held(lambda: ofindex.open(directory), ofindex_use)
-    parse = example_pb2.Example.FromString
-
-    def tfd_run() -> None:
-        for key in wanted:
-            tfd.get_record(key)
-
-    def ours_one() -> None:
-        for key in wanted:
-            parse(ds[int(ds.lookup("id", key)[0])])
-
-    def ours_batch() -> None:
-        found = ds.lookup("id", wanted)
-        for payload in ds[np.concatenate(found)]:
-            parse(payload)
-
-    rates: dict[str, list[float]] = {"tfd-utils get_record": [], "ofindex, a key a call": [],
-                                     "ofindex, batches of all keys": []}
-    cpu_rates: dict[str, list[float]] = {name: [] for name in rates}
-    runs = dict(zip(rates, (tfd_run, ours_one, ours_batch), strict=True))
+                                                         index_file=pickle_path),
+                           runs.pop("tfd-utils use"))
+    ds, ours_bytes = _held(lambda: ofindex.open(directory), runs.pop("ofindex use"))
+    rates: dict[str, list[float]] = {name: [] for name in runs}
+    cpu_rates: dict[str, list[float]] = {name: [] for name in runs}
     for _ in range(rounds):
         for name, run in runs.items():
             start, start_cpu = time.perf_counter(), time.process_time()
-            run()
+            run(tfd if name.startswith("tfd") else ds)
             rates[name].append(keys / (time.perf_counter() - start))
             cpu_rates[name].append(keys / max(time.process_time() - start_cpu, 1e-9))
     tfd.close()
     ds.close()
-    return {"keys": keys, "records": n, "keys_per_s": {k: spread(v, 0) for k, v in rates.items()},
-            "ratio_one": spread([a / b for a, b in zip(rates["ofindex, a key a call"],
-                                                       rates["tfd-utils get_record"],
-                                                       strict=True)], 3),
-            "ratio_batch": spread([a / b for a, b in zip(rates["ofindex, batches of all keys"],
-                                                         rates["tfd-utils get_record"],
-                                                         strict=True)], 3),
+    peer, one, batch = "tfd-utils get_record", "ofindex, a key a call", \
+        "ofindex, batches of all keys"
+    return {"keys": keys, "records": n, "rounds": rounds,
+            "keys_per_s": {k: spread(v, 0) for k, v in rates.items()},
+            "ratio_one": _per_round(rates, one, peer),
+            "ratio_batch": _per_round(rates, batch, peer),
             # keys per CPU second of the process (both read on one thread)
             "keys_per_cpu_s": {k: spread(v, 0) for k, v in cpu_rates.items()},
-            "cpu_ratio_one": spread([a / b for a, b in zip(
-                cpu_rates["ofindex, a key a call"], cpu_rates["tfd-utils get_record"],
-                strict=True)], 3),
-            "cpu_ratio_batch": spread([a / b for a, b in zip(
-                cpu_rates["ofindex, batches of all keys"], cpu_rates["tfd-utils get_record"],
-                strict=True)], 3),
+            "cpu_ratio_one": _per_round(cpu_rates, one, peer),
+            "cpu_ratio_batch": _per_round(cpu_rates, batch, peer),
             "index_bytes": {"tfd-utils": tfd_bytes, "ofindex": ours_bytes},
             "memory_ratio": round(ours_bytes / max(tfd_bytes, 1), 4)}
 
@@ -397,28 +425,46 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--keys", type=int, default=2000, help="random keys looked up a round")
     p.add_argument("--remote-records", type=int, default=10**9)
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--lookup-rounds", type=int, default=9,
+                   help="interleaved rounds of the local lookups (a few ms each)")
+    p.add_argument("--sections", default="build,lookup,remote,where,balanced",
+                   help="which parts to run, comma-separated")
     p.add_argument("--root", default=os.path.join(tempfile.gettempdir(), "ofindex-bench-columns"))
     p.add_argument("--out", default=os.path.join("bench-results", "columns.json"))
     a = parse_args(p, argv, records=3000, shards=2, where_records=5000, keys=50,
-                   remote_records=100_000, rounds=1)
+                   remote_records=100_000, rounds=1, lookup_rounds=1)
+    sections = set(a.sections.split(","))
     os.makedirs(a.root, exist_ok=True)
     result: dict[str, Any] = {"load_before": machine_load(), "config": {
         "records": a.records, "where_records": a.where_records, "rounds": a.rounds}}
     small, _ = write_data(a.root, a.records, a.shards)
-    result["build"] = bench_build(small, a.records, a.rounds)
-    print("build", result["build"], flush=True)
-    result["lookup"] = bench_lookup(small, a.records, a.rounds, a.keys)
-    print("lookup", result["lookup"], flush=True)
-    result["remote"] = bench_remote(64, 0.02, a.remote_records)
-    print("remote", result["remote"], flush=True)
-    big, labels = write_data(a.root, a.where_records, max(a.shards, a.where_records // 500_000))
-    if not any(f.endswith(".ofkey") for f in os.listdir(index_dir(big))):
-        ofindex.build_index(big, columns=["label"])
-    result["where"] = bench_where(big, labels, a.rounds)
-    print("where", result["where"], flush=True)
-    result["balanced"] = bench_balanced(big, labels, a.rounds, 256, 2000 if not a.smoke else 5)
-    print("balanced", result["balanced"], flush=True)
+    if "build" in sections:
+        result["build"] = bench_build(small, a.records, a.rounds)
+        print("build", result["build"], flush=True)
+    elif not _has_key_index(small):
+        ofindex.build_index(small, columns=["label", "id"])
+    if "lookup" in sections:
+        result["lookup"] = bench_lookup(small, a.records, a.lookup_rounds, a.keys)
+        print("lookup", result["lookup"], flush=True)
+    if "remote" in sections:
+        result["remote"] = bench_remote(64, 0.02, a.remote_records)
+        print("remote", result["remote"], flush=True)
+    if {"where", "balanced"} & sections:
+        big, labels = write_data(a.root, a.where_records,
+                                 max(a.shards, a.where_records // 500_000))
+        if not _has_key_index(big):
+            ofindex.build_index(big, columns=["label"])
+    if "where" in sections:
+        result["where"] = bench_where(big, labels, a.rounds)
+        print("where", result["where"], flush=True)
+    if "balanced" in sections:
+        result["balanced"] = bench_balanced(big, labels, a.rounds, 256,
+                                            2000 if not a.smoke else 5)
+        print("balanced", result["balanced"], flush=True)
     result["load_after"] = machine_load()
+    if sections != ALL_SECTIONS and a.out and os.path.exists(a.out):
+        with open(a.out) as f:  # the other sections as an earlier run measured them
+            result = {**json.load(f), **{k: v for k, v in result.items() if k != "config"}}
     result["median_load"] = statistics.median([result["load_before"]["load_average"][0],
                                                result["load_after"]["load_average"][0]])
     write_json(result, a.out)

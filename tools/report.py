@@ -1051,8 +1051,9 @@ class Report:
                             f"{k} {_spread_cell(v)}" for k, v in b["cpu_seconds"].items())
                         + f"; ratio {_spread_cell(b['cpu_ratio'])}.\n")
         lk = data["lookup"]
+        rounds_note = (f" ({lk['rounds']} interleaved rounds)" if "rounds" in lk else "")
         text.append(f"### Key lookups, local: {lk['keys']:,} random keys of {lk['records']:,}, "
-                    "each read as a parsed Example\n")
+                    f"each read as a parsed Example{rounds_note}\n")
         text.append(table(["reader", "keys/s"], [[k, _spread_cell(v)]
                                                  for k, v in lk["keys_per_s"].items()]) + "\n")
         text.append(f"ofindex / tfd-utils: a key a call {_spread_cell(lk['ratio_one'])}, in "

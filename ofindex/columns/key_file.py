@@ -24,6 +24,7 @@ from typing import Any
 import crc32c as _crc32c
 import numpy as np
 
+from ..decode._plans import loops
 from ..errors import SidecarError
 from . import page_codec
 from .column_file import name_part
@@ -299,6 +300,10 @@ class _Node:
     #: The first keys as Python objects, searched with bisect for one key (a node holds at
     #: most FANOUT of them: bisect takes 0.3 us where a numpy search takes 1-2 us a call).
     first_items: list[Any]
+    #: Per child that is a leaf held (and whose keys are a table of the node's kind), its
+    #: keys' table, their width and its records: what the compiled one-key lookup searches
+    #: (csrc/keysearch.c's ``key_lookup``); ``None`` for the others.
+    slots: list[Any]
 
 
 class KeyIndex:
@@ -329,6 +334,7 @@ class KeyIndex:
             raise _corrupt(url, "the entries under its root do not add up")
         self.nodes: dict[int, _Node] = {}
         self.leaves: dict[int, _Leaf] = {}
+        self._slot_of: dict[int, tuple[list[Any], int]] = {}  # a held leaf's node slot
 
     @classmethod
     def open(cls, read: ReadRanges, url: str, size: int, *, guess: int = 1 << 16) -> KeyIndex:
@@ -387,7 +393,7 @@ class KeyIndex:
                       bool(pointers["reserved"].any())):
             raise _corrupt(self.url, f"{where} points past the pages or holds bad fields")
         return _Node(pointers, firsts, pointers["offset"].astype(np.int64).tolist(),
-                     firsts.as_list())
+                     firsts.as_list(), [None] * count)
 
     def _fetch(self, wanted: list[tuple[int, np.void]]) -> list[bytes]:
         """The raw bytes of the pages ``(level, pointer)``, read in one call, checked."""
@@ -474,12 +480,30 @@ class KeyIndex:
         Raises:
             SidecarError: A page read is damaged.
         """
+        native = loops()
         node = self.root
+        if native is not None and self.header.levels == 1 and node.firsts.kind:
+            firsts = node.firsts  # the common index (up to 16.7 M keys): one compiled call
+            quick: np.ndarray | int = native.key_lookup(firsts.table, firsts.table.itemsize,
+                                                        firsts.kind, key, node.slots)
+            if not isinstance(quick, int):
+                return quick
+            if quick == -1:  # no child may hold it
+                return np.zeros(0, dtype=np.int64)
         probe = key.item() if isinstance(key, np.number) else key  # as first_items hold it
         for level in range(self.header.levels, 0, -1):
-            firsts = node.first_items
-            start, end = max(bisect.bisect_left(firsts, probe) - 1, 0), \
-                bisect.bisect_right(firsts, probe)
+            firsts = node.firsts
+            if native is not None and firsts.kind:  # compiled searches, csrc/keysearch.c
+                slotted = self._slotted(node, key) if level == 1 else None
+                if slotted is not None:
+                    return slotted
+                start, end = native.key_span(firsts.table, firsts.table.itemsize, firsts.kind,
+                                             key, False)
+                start = max(start - 1, 0)
+            else:
+                items = node.first_items
+                start, end = max(bisect.bisect_left(items, probe) - 1, 0), \
+                    bisect.bisect_right(items, probe)
             if end - start != 1:  # none, or equal keys over several children
                 return self.search([(key, key, True)])[0] if end > start else _NONE.copy()
             offset = node.offsets[start]
@@ -491,10 +515,35 @@ class KeyIndex:
             leaf = self.leaves.get(offset)
             if leaf is None:
                 leaf = self._pages(level, {offset: node.pointers[start]})[offset]
-            start, end = leaf.keys.equal_span(key)
-            found: np.ndarray = leaf.records[start:end].copy()
-            return found
+            return _equal_records(leaf, key)
         raise AssertionError("a key index has at least one level")  # pragma: no cover
+
+    def _slotted(self, node: _Node, key: Any) -> np.ndarray | None:
+        """:meth:`find_one`'s last step, from a node whose children are leaves, in one
+        compiled call once the leaf is held (csrc/keysearch.c's ``key_lookup``: a one-key
+        lookup took ~2.8 us of CPU in Python steps and searches, ~1.8 us of it the searches
+        of random keys, on a loaded 2-core VM); ``None`` where the general steps answer (keys
+        over several children, a leaf whose keys are not a table)."""
+        native = loops()
+        assert native is not None
+        firsts = node.firsts
+        for _ in range(2):  # the leaf read and slotted, then searched
+            found: np.ndarray | int = native.key_lookup(firsts.table, firsts.table.itemsize,
+                                                        firsts.kind, key, node.slots)
+            if not isinstance(found, int):
+                return found
+            if found < 0:  # -1: no child may hold it; -2: several may
+                return _NONE.copy() if found == -1 else None
+            offset = node.offsets[found]
+            leaf = self.leaves.get(offset)
+            if leaf is None:
+                leaf = self._pages(1, {offset: node.pointers[found]})[offset]
+            keys = leaf.keys
+            if keys.kind != firsts.kind:
+                return None
+            node.slots[found] = (keys.table, keys.table.itemsize, leaf.records)
+            self._slot_of[offset] = (node.slots, found)
+        return None  # pragma: no cover (a slot just filled is searched)
 
     def find(self, keys: Sequence[Any]) -> list[np.ndarray]:
         """The records whose key equals each of ``keys``: :meth:`search` of values, each
@@ -531,25 +580,9 @@ class KeyIndex:
             if level > 1:
                 routes = [(pages[offset], group) for offset, group in visits]
                 continue
-            alone_keys, alone_records = [], []  # keys held by one record: gathered at once
-            for offset, group in visits:
-                leaf = pages[offset]
-                lefts, rights = leaf.keys.places(batch, group)
-                one = rights - lefts == 1
-                if one.all():  # ids: every key of the leaf held once
-                    alone_keys.append(group)
-                    alone_records.append(leaf.records[lefts])
-                    continue
-                alone_keys.append(group[one])
-                alone_records.append(leaf.records[lefts[one]])
-                for k, start, end in zip(group[~one].tolist(), lefts[~one].tolist(),
-                                         rights[~one].tolist(), strict=True):
-                    if end > start:
-                        found[k] = leaf.records[start:end].copy()
-            if alone_keys:
-                rows = list(np.concatenate(alone_records).reshape(-1, 1))  # views, made in C
-                for k, row in zip(np.concatenate(alone_keys).tolist(), rows, strict=True):
-                    found[k] = row
+            leaves = [(pages[offset], group) for offset, group in visits]
+            if not _gathered(leaves, batch, found):
+                _searched(leaves, batch, found)
         if several:
             for k, records in zip(several, self.search([(keys[k], keys[k], True)
                                                          for k in several]), strict=True):
@@ -576,9 +609,103 @@ class KeyIndex:
                 continue
             out[offset] = self._leaf(raw, count, where)
             if len(self.leaves) >= self.KEPT_LEAVES:
-                self.leaves.pop(next(iter(self.leaves)))
+                evicted = next(iter(self.leaves))
+                del self.leaves[evicted]
+                slots, child = self._slot_of.pop(evicted, (None, 0))
+                if slots is not None:
+                    slots[child] = None
             self.leaves[offset] = out[offset]
         return out
+
+
+def _equal_records(leaf: _Leaf, key: Any) -> np.ndarray:
+    """The records of a leaf whose key equals ``key`` (a copy)."""
+    keys = leaf.keys
+    native = loops()
+    if native is not None and keys.kind:  # the span and its records' copy at once
+        held: np.ndarray = native.key_find(keys.table, keys.table.itemsize, keys.kind, key,
+                                           leaf.records)
+        return held
+    start, end = keys.equal_span(key)
+    found: np.ndarray = leaf.records[start:end].copy()
+    return found
+
+
+def _searched(leaves: list[tuple[_Leaf, np.ndarray]], batch: KeyBatch,
+              found: list[np.ndarray]) -> None:
+    """The records of the keys ``group`` of each leaf into ``found`` (numpy searches per leaf;
+    the pure-Python twin of :func:`_gathered`)."""
+    alone_keys, alone_records = [], []  # keys held by one record: gathered at once
+    for leaf, group in leaves:
+        lefts, rights = leaf.keys.places(batch, group)
+        one = rights - lefts == 1
+        if one.all():  # ids: every key of the leaf held once
+            alone_keys.append(group)
+            alone_records.append(leaf.records[lefts])
+            continue
+        alone_keys.append(group[one])
+        alone_records.append(leaf.records[lefts[one]])
+        _several_into(found, leaf.records, group[~one], lefts[~one], rights[~one])
+    if alone_keys:
+        rows = list(np.concatenate(alone_records).reshape(-1, 1))  # views, made in C
+        for k, row in zip(np.concatenate(alone_keys).tolist(), rows, strict=True):
+            found[k] = row
+
+
+def _several_into(found: list[np.ndarray], records: np.ndarray, keys: np.ndarray,
+                  lefts: np.ndarray, rights: np.ndarray) -> None:
+    """The records of keys held by no record or several into ``found``."""
+    for k, start, end in zip(keys.tolist(), lefts.tolist(), rights.tolist(), strict=True):
+        if end > start:
+            found[k] = records[start:end].copy()
+
+
+def _gathered(leaves: list[tuple[_Leaf, np.ndarray]], batch: KeyBatch,
+              found: list[np.ndarray]) -> bool:
+    """:func:`_searched` in one compiled call for all the leaves (csrc/keysearch.c's
+    ``key_gather``: per leaf, numpy's searches and gathers cost ~10 us of calls, as much as
+    the searches of 2,000 keys in C); ``False`` when it cannot (not built, keys that are not
+    a table of the batch's kind), having changed nothing."""
+    native = loops()
+    if native is None or not leaves or batch.kind == 0:
+        return False
+    tables, records, groups = [], [], []
+    for leaf, group in leaves:
+        keys = leaf.keys
+        if keys.kind != batch.kind:
+            return False
+        tables.append(keys.table)
+        records.append(leaf.records)
+        groups.append(group)
+    members = np.concatenate(groups).astype(np.int64, copy=False)
+    cuts = np.zeros(len(groups) + 1, dtype=np.int64)
+    np.cumsum([len(g) for g in groups], out=cuts[1:])
+    lefts, rights, hits = (np.empty(len(members), dtype=np.int64) for _ in range(3))
+    native.key_gather(tables, np.array([t.itemsize for t in tables], dtype=np.int64), records,
+                      batch.kind, batch.table, batch.table.itemsize, members, cuts, lefts,
+                      rights, hits)
+    if batch.any_trailing_zero:  # no key of a table equals them (see sorted_keys)
+        zero = batch.trailing_zero[members] if batch.trailing_zero is not None else None
+        lefts[zero] = rights[zero]
+        hits[zero] = -1
+    one = hits >= 0
+    if len(members) == len(found) and one.all():  # ids: every key found once, at once
+        by_key = np.empty(len(found), dtype=np.int64)
+        by_key[members] = hits
+        found[:] = list(by_key.reshape(-1, 1))  # views, made in C
+        return True
+    rows = list(hits[one].reshape(-1, 1))
+    for k, row in zip(members[one].tolist(), rows, strict=True):
+        found[k] = row
+    if not one.all():
+        many = ~one
+        for leaf_records, group, start, end in zip(records, groups, cuts[:-1].tolist(),
+                                                   cuts[1:].tolist(), strict=True):
+            part = many[start:end]
+            if part.any():
+                _several_into(found, leaf_records, group[part], lefts[start:end][part],
+                              rights[start:end][part])
+    return True
 
 
 def _grouped(children: np.ndarray, members: np.ndarray) -> list[tuple[int, np.ndarray]]:

@@ -16,6 +16,7 @@
  * sums.c     the CRC32C of many payloads (OFRecord checksums at build time)
  * encode.c   records encoded from columns and framed, for writers (GIL released)
  * guard.c    reads of memory maps whose file shrinks under them: an error, not SIGBUS
+ * keysearch.c a key index's sorted keys searched (ds.lookup: one key, or a batch)
  * snapshot.c a caller's list held as it is when a call starts (Python code may change it)
  * threads.h  its two helper threads on POSIX, Windows, or none (the inline paths)
  *
@@ -57,6 +58,11 @@ static PyMethodDef methods[] = {
     {"encode", encode, METH_VARARGS, encode_doc},
     {"guard_sigbus", guard_sigbus, METH_NOARGS, guard_sigbus_doc},
     {"copy_out", copy_out, METH_VARARGS, copy_out_doc},
+    {"key_span", (PyCFunction)(void (*)(void))key_span, METH_FASTCALL, key_span_doc},
+    {"key_places", key_places, METH_VARARGS, key_places_doc},
+    {"key_find", (PyCFunction)(void (*)(void))key_find, METH_FASTCALL, key_find_doc},
+    {"key_gather", key_gather, METH_VARARGS, key_gather_doc},
+    {"key_lookup", (PyCFunction)(void (*)(void))key_lookup, METH_FASTCALL, key_lookup_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -103,7 +109,7 @@ static int add_types(PyObject *m) {
 }
 
 PyMODINIT_FUNC PyInit__native(void) {
-    if (onerecord_init() < 0 || ready_types() < 0)
+    if (onerecord_init() < 0 || keysearch_init() < 0 || ready_types() < 0)
         return NULL;
     hw_crc_on = HAVE_HW_CRC && hw_crc_supported();
     if (guard_ensure() != 0)

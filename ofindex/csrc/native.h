@@ -171,4 +171,15 @@ extern PyTypeObject BlockType;
 PyObject *pool_ctl(PyObject *self, PyObject *args);
 extern const char pool_doc[];
 
+/* keysearch.c: a key index's sorted keys searched (one key, or a batch) */
+PyObject *key_span(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+PyObject *key_places(PyObject *self, PyObject *args);
+PyObject *key_find(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+PyObject *key_gather(PyObject *self, PyObject *args);
+PyObject *key_lookup(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+extern const char key_span_doc[], key_places_doc[], key_find_doc[], key_gather_doc[],
+    key_lookup_doc[];
+/* numpy's C API for keysearch.c (-1 with an exception set) */
+int keysearch_init(void);
+
 #endif
