@@ -334,6 +334,41 @@ static inline void probe_at(const unsigned char *queries, Py_ssize_t qwidth, int
     }
 }
 
+/* Each member query's left and right places in a sorted table of count keys, LOCKSTEP
+ * binary searches at a time; with records (else NULL), into hits its record when exactly one
+ * key equals it, else -1. */
+static void search_members(const unsigned char *table, Py_ssize_t width, Py_ssize_t count,
+                           const unsigned char *queries, Py_ssize_t qwidth, int kind,
+                           const int64_t *members, Py_ssize_t n, int64_t *lefts,
+                           int64_t *rights, const int64_t *records, int64_t *hits) {
+    for (Py_ssize_t j = 0; j < n; j += LOCKSTEP) {
+        Py_ssize_t k = n - j < LOCKSTEP ? n - j : LOCKSTEP;
+        probe_t q[LOCKSTEP];
+        for (Py_ssize_t m = 0; m < k; m++)
+            probe_at(queries, qwidth, kind, (Py_ssize_t)members[j + m], &q[m]);
+        lower_bounds(table, width, count, q, k, lefts + j);
+        for (Py_ssize_t m = 0; m < k; m++) {
+            Py_ssize_t left = (Py_ssize_t)lefts[j + m];
+            Py_ssize_t right = right_from_left(table, width, count, &q[m], left);
+            rights[j + m] = right;
+            if (records != NULL)
+                hits[j + m] = right - left == 1 ? records[left] : -1;
+        }
+    }
+}
+
+/* Every member a place among qcount queries: 0, or -1 with IndexError set (naming `who`). */
+static int members_inside(const int64_t *members, Py_ssize_t n, Py_ssize_t qcount,
+                          const char *who) {
+    for (Py_ssize_t j = 0; j < n; j++)
+        if (members[j] < 0 || members[j] >= qcount) {
+            PyErr_Format(PyExc_IndexError, "%s: member %lld of %zd queries", who,
+                         (long long)members[j], qcount);
+            return -1;
+        }
+    return 0;
+}
+
 PyObject *key_places(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *table_obj, *queries_obj, *members_obj, *lefts_obj, *rights_obj;
@@ -363,24 +398,10 @@ PyObject *key_places(PyObject *self, PyObject *args) {
                                           "members");
         goto fail5;
     }
-    const int64_t *members = mv.buf;
-    for (Py_ssize_t j = 0; j < n; j++)
-        if (members[j] < 0 || members[j] >= qcount) {
-            PyErr_Format(PyExc_IndexError, "key_places: member %lld of %zd queries",
-                         (long long)members[j], qcount);
-            goto fail5;
-        }
-    int64_t *lefts = lv.buf, *rights = rv.buf;
-    const unsigned char *table = view.buf, *queries = qview.buf;
-    for (Py_ssize_t j = 0; j < n; j += LOCKSTEP) {
-        Py_ssize_t k = n - j < LOCKSTEP ? n - j : LOCKSTEP;
-        probe_t q[LOCKSTEP];
-        for (Py_ssize_t m = 0; m < k; m++)
-            probe_at(queries, qwidth, kind, (Py_ssize_t)members[j + m], &q[m]);
-        lower_bounds(table, width, count, q, k, lefts + j);
-        for (Py_ssize_t m = 0; m < k; m++)
-            rights[j + m] = right_from_left(table, width, count, &q[m], lefts[j + m]);
-    }
+    if (members_inside(mv.buf, n, qcount, "key_places") < 0)
+        goto fail5;
+    search_members(view.buf, width, count, qview.buf, qwidth, kind, mv.buf, n, lv.buf, rv.buf,
+                   NULL, NULL);
     PyBuffer_Release(&rv);
     PyBuffer_Release(&lv);
     PyBuffer_Release(&mv);
@@ -426,25 +447,54 @@ static int gather_group(PyObject *table_obj, Py_ssize_t width, PyObject *records
                      count);
         status = -1;
     } else {
-        const unsigned char *table = view.buf;
-        const int64_t *records = rv.buf;
-        for (Py_ssize_t j = 0; j < n; j += LOCKSTEP) {
-            Py_ssize_t k = n - j < LOCKSTEP ? n - j : LOCKSTEP;
-            probe_t q[LOCKSTEP];
-            for (Py_ssize_t m = 0; m < k; m++)
-                probe_at(queries, qwidth, kind, (Py_ssize_t)members[j + m], &q[m]);
-            lower_bounds(table, width, count, q, k, lefts + j);
-            for (Py_ssize_t m = 0; m < k; m++) {
-                Py_ssize_t left = (Py_ssize_t)lefts[j + m];
-                Py_ssize_t right = right_from_left(table, width, count, &q[m], left);
-                rights[j + m] = right;
-                hits[j + m] = right - left == 1 ? records[left] : -1;
-            }
-        }
+        search_members(view.buf, width, count, queries, qwidth, kind, members, n, lefts, rights,
+                       rv.buf, hits);
     }
     PyBuffer_Release(&rv);
     PyBuffer_Release(&view);
     return status;
+}
+
+/* key_gather's arguments of one length each: the three outputs one item per member, one
+ * record array and width per leaf, cuts one more than the leaves, from 0 to every member. */
+static int gather_lengths_agree(const Py_buffer *ov, Py_ssize_t n, Py_ssize_t record_lists,
+                                Py_ssize_t groups, const Py_buffer *wv, const Py_buffer *cv) {
+    const int64_t *cuts = cv->buf;
+    for (int k = 0; k < 3; k++)
+        if (ov[k].len / 8 != n)
+            return 0;
+    return record_lists == groups && wv->len / 8 == groups && cv->len / 8 == groups + 1 &&
+           cuts[0] == 0 && cuts[groups] == n;
+}
+
+/* key_gather's groups, each leaf's queries searched in it: 0, or -1 with an exception set. */
+static int gather_groups(PyObject *tables, PyObject *records, const int64_t *widths,
+                         const int64_t *cuts, Py_ssize_t groups, int kind,
+                         const unsigned char *queries, Py_ssize_t qwidth,
+                         const int64_t *members, Py_ssize_t n, const Py_buffer *ov) {
+    for (Py_ssize_t g = 0; g < groups; g++) {
+        int64_t a = cuts[g], b = cuts[g + 1];
+        if (g >= PyList_GET_SIZE(tables) || g >= PyList_GET_SIZE(records)) {
+            PyErr_SetString(PyExc_ValueError, "key_gather: its lists changed during the call");
+            return -1;
+        }
+        if (a > b || b > n) {
+            PyErr_SetString(PyExc_ValueError, "key_gather: cuts must not decrease");
+            return -1;
+        }
+        /* the lists are the caller's: each item held while it is searched */
+        PyObject *table = PyList_GET_ITEM(tables, g), *rec = PyList_GET_ITEM(records, g);
+        Py_INCREF(table);
+        Py_INCREF(rec);
+        int status = gather_group(table, (Py_ssize_t)widths[g], rec, kind, queries, qwidth,
+                                  members + a, (Py_ssize_t)(b - a), (int64_t *)ov[0].buf + a,
+                                  (int64_t *)ov[1].buf + a, (int64_t *)ov[2].buf + a);
+        Py_DECREF(table);
+        Py_DECREF(rec);
+        if (status < 0)
+            return -1;
+    }
+    return 0;
 }
 
 PyObject *key_gather(PyObject *self, PyObject *args) {
@@ -474,40 +524,14 @@ PyObject *key_gather(PyObject *self, PyObject *args) {
             goto done;
     Py_ssize_t n = mv.len / 8, groups = PyList_GET_SIZE(tables);
     const int64_t *members = mv.buf, *cuts = cv.buf, *widths = wv.buf;
-    if (ov[0].len / 8 != n || ov[1].len / 8 != n || ov[2].len / 8 != n ||
-        PyList_GET_SIZE(records) != groups || wv.len / 8 != groups ||
-        cv.len / 8 != groups + 1 || cuts[0] != 0 || cuts[groups] != n) {
+    if (!gather_lengths_agree(ov, n, PyList_GET_SIZE(records), groups, &wv, &cv)) {
         PyErr_SetString(PyExc_ValueError, "key_gather: the lengths of its arguments disagree");
         goto done;
     }
-    for (Py_ssize_t j = 0; j < n; j++)
-        if (members[j] < 0 || members[j] >= qcount) {
-            PyErr_Format(PyExc_IndexError, "key_gather: member %lld of %zd queries",
-                         (long long)members[j], qcount);
-            goto done;
-        }
-    for (Py_ssize_t g = 0; g < groups; g++) {
-        int64_t a = cuts[g], b = cuts[g + 1];
-        if (g >= PyList_GET_SIZE(tables) || g >= PyList_GET_SIZE(records)) {
-            PyErr_SetString(PyExc_ValueError, "key_gather: its lists changed during the call");
-            goto done;
-        }
-        if (a > b || b > n) {
-            PyErr_SetString(PyExc_ValueError, "key_gather: cuts must not decrease");
-            goto done;
-        }
-        /* the lists are the caller's: each item held while it is searched */
-        PyObject *table = PyList_GET_ITEM(tables, g), *rec = PyList_GET_ITEM(records, g);
-        Py_INCREF(table);
-        Py_INCREF(rec);
-        int status = gather_group(table, (Py_ssize_t)widths[g], rec, kind, qview.buf, qwidth,
-                                  members + a, (Py_ssize_t)(b - a), (int64_t *)ov[0].buf + a,
-                                  (int64_t *)ov[1].buf + a, (int64_t *)ov[2].buf + a);
-        Py_DECREF(table);
-        Py_DECREF(rec);
-        if (status < 0)
-            goto done;
-    }
+    if (members_inside(members, n, qcount, "key_gather") < 0 ||
+        gather_groups(tables, records, widths, cuts, groups, kind, qview.buf, qwidth, members,
+                      n, ov) < 0)
+        goto done;
     Py_INCREF(Py_None);
     result = Py_None;
 done:
