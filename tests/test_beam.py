@@ -69,21 +69,54 @@ def test_read_and_write_on_two_worker_processes(source, tmp_path):
 
 def test_a_split_partition_reads_each_record_once(source):
     """A runner splits the rest of a partition while it is read (dynamic work rebalancing):
-    the primary stops at the split, the residual starts there (inside a GZIP shard)."""
+    the primary stops at the split, inside a batch of records (the batch is cut there), the
+    residual starts there (inside a GZIP shard)."""
     directory, records = source
     read = ReadFromOfindex(directory, partitions=2)
     element = read._reads[0]
-    fn = _ReadPartition(None, None)
+    fn = _ReadPartition(None, None, rows=7)
     tracker = OffsetRestrictionTracker(OffsetRange(element.lo, element.hi))
     got = []
-    for record in fn.process(element, tracker):
-        got.append(record)
-        if len(got) == 10:
+    for batch in fn.process(element, tracker):
+        got.extend(batch)
+        if len(got) == 14:
             primary, residual = tracker.try_split(0.5)
+    assert (primary.stop - element.lo) % 7  # the split falls inside a batch
     assert len(got) == primary.stop - element.lo
-    rest = list(fn.process(element, OffsetRestrictionTracker(residual)))
+    tracker.check_done()
+    rest = [r for batch in fn.process(element, OffsetRestrictionTracker(residual))
+            for r in batch]
     first = read.plan.partitions[0][0].start
     assert got + rest == records[first:first + len(element)]
+
+
+class _CountingTracker(OffsetRestrictionTracker):  # type: ignore[misc]
+    def __init__(self, restriction: OffsetRange) -> None:
+        super().__init__(restriction)
+        self.claims = 0
+
+    def try_claim(self, position: int) -> bool:
+        self.claims += 1
+        return bool(super().try_claim(position))
+
+
+@pytest.mark.parametrize("spec", [None, SPEC], ids=["raw", "decoded"])
+def test_a_partition_is_claimed_a_batch_at_a_time(source, spec):
+    """Each claim (and each output of the splittable read, whose costs Beam pays per output)
+    covers a batch of records, not one record."""
+    directory, records = source
+    read = ReadFromOfindex(directory, partitions=1)
+    (element,) = read._reads
+    tracker = _CountingTracker(OffsetRange(element.lo, element.hi))
+    batches = list(_ReadPartition(spec, None, rows=100).process(element, tracker))
+    assert [len(b) for b in batches] == [100] * 10
+    assert tracker.claims == 11  # each batch's last record, then the range's end
+    got = [r for b in batches for r in b]
+    if spec is None:
+        assert got == records
+    else:
+        assert [(r["label"], r["tokens"], r["name"]) for r in got] == [
+            (i % 3, list(range(i % 4)), b"r%d" % i) for i in range(1000)]
 
 
 def test_written_features_and_what_a_failed_pipeline_leaves(tmp_path):
@@ -157,16 +190,16 @@ def test_a_split_pruned_partition_reads_each_matching_record_once(with_columns):
     directory, records = with_columns
     read = ReadFromOfindex(directory, partitions=1, where={"label": 2})
     (element,) = read._reads
-    fn = _ReadPartition(None, None)
+    fn = _ReadPartition(None, None, rows=3)
     tracker = OffsetRestrictionTracker(OffsetRange(element.lo, element.hi))
     got = []
-    for record in fn.process(element, tracker):
-        got.append(record)
-        if len(got) == 10:
+    for batch in fn.process(element, tracker):
+        got.extend(batch)
+        if len(got) == 9:
             _, residual = tracker.try_split(0.5)
     tracker.check_done()  # the primary's range was claimed to its end
     rest_tracker = OffsetRestrictionTracker(residual)
-    rest = list(fn.process(element, rest_tracker))
+    rest = [r for batch in fn.process(element, rest_tracker) for r in batch]
     rest_tracker.check_done()
     assert got + rest == records[2::3]
-    assert 10 <= len(got) < 333
+    assert 9 <= len(got) < 333

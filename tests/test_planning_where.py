@@ -8,6 +8,7 @@ with columns, read back through the partitions."""
 from __future__ import annotations
 
 import itertools
+import os
 
 import numpy as np
 import pytest
@@ -15,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import ofindex
-from ofindex.decode import decode_example
+from ofindex.decode import FixedLen, VarLen, decode_example
 from ofindex.encode import encode_example
 from ofindex.errors import ColumnNotFoundError
 from ofindex.integrations._arrow_tables import PartitionRead
@@ -226,3 +227,79 @@ def test_where_on_a_column_not_built_names_the_build(labelled):
         plan_dataset(ds, 2, where={"width": 3})
     with ofindex.open(path) as ds:  # no conditions: every record
         assert plan_dataset(ds, 2, where={}).count == len(ds)
+
+
+_TABLE_SPEC = {"label": FixedLen((), "int64"), "value": FixedLen((), "float32"),
+               "payload": FixedLen((), "bytes"), "pair": FixedLen((2,), "bytes")}
+
+
+_ENCODED_SPEC = {**_TABLE_SPEC, "tokens": VarLen("int64")}
+
+
+def _table_features(i: int) -> dict:
+    return {"label": i % 7, "value": i / 4, "payload": b"p" * (i % 50) + b"%d" % i,
+            "pair": [b"a%d" % i, b""], "tokens": list(range(i % 3))}
+
+
+@pytest.fixture(scope="module")
+def table_source(tmp_path_factory):
+    """A plain shard of 300 Examples and a GZIP one of 200 (seek points every 2 KiB),
+    indexed with the column label."""
+    d = tmp_path_factory.mktemp("tables") / "src"
+    d.mkdir()
+    records = [encode_example(_table_features(i), _ENCODED_SPEC) for i in range(500)]
+    with ofindex.Writer(str(d / "part-00000")) as w:
+        w.write_many(records[:300])
+    with ofindex.Writer(str(d / "part-00001"), compression="gzip", seek_spacing=2048) as w:
+        w.write_many(records[300:])
+    ofindex.build_index(str(d), manifest=True, columns=["label"], progress=False)
+    return str(d)
+
+
+def _rows(read: PartitionRead, spec: dict, rows: int) -> list[tuple]:
+    got = []
+    for table in read.tables(spec, with_index=True, rows=rows):
+        columns = [table.column(name).to_pylist() for name in ["index", *spec]]
+        got += list(zip(*columns, strict=True))
+    return got
+
+
+def _expected(numbers, spec: dict) -> list[tuple]:
+    rows = []
+    for i in numbers:
+        f = _table_features(i)
+        rows.append((i, *(float(np.float32(f[n])) if n == "value" else f[n] for n in spec)))
+    return rows
+
+
+@pytest.mark.parametrize("mmap", [True, False], ids=["mmap", "no-mmap"])
+@pytest.mark.parametrize("where", [None, {"label": [1, 5]}], ids=["all", "pruned"])
+@pytest.mark.parametrize("spec", [
+    _TABLE_SPEC, {"payload": FixedLen((), "bytes"), "label": FixedLen((), "int64")},
+    {"label": FixedLen((), "int64"), "tokens": VarLen("int64"), "payload": FixedLen((), "bytes")},
+], ids=["shaped-bytes", "scalars", "varlen"])
+def test_partition_tables_hold_every_value(table_source, mmap, where, spec):
+    """Decoded tables (the Spark, Dask and Beam reads) of plain and GZIP shards, whole and
+    pruned, memory-mapped or not: every value of every record read, in order, bytes
+    features included (made from packed buffers when the records allow it)."""
+    with ofindex.open(table_source, mmap=mmap) as ds:
+        plan = plan_dataset(ds, 3, "records", where=where)
+        got = [row for part in plan for row in _rows(PartitionRead(ds, part), spec, 64)]
+    numbers = [i for i in range(500) if where is None or i % 7 in (1, 5)]
+    assert got == _expected(numbers, spec)
+
+
+def test_partition_tables_of_mapped_shards_decode_out_of_the_maps(table_source, monkeypatch):
+    """Records of memory-mapped shards are decoded straight out of the maps: no payload is
+    copied into a ``bytes`` object first (the reads that do so are not called)."""
+    spec = {"label": FixedLen((), "int64"), "payload": FixedLen((), "bytes")}
+    with ofindex.open(os.path.join(table_source, "part-00000")) as ds:
+        plain = list(plan_dataset(ds, 3, "records"))
+
+        def copied(*args, **kwargs):
+            raise AssertionError("a payload was copied out of the map")
+
+        for name in ("iter_batches", "payloads", "__getitems__", "iter_records"):
+            monkeypatch.setattr(ofindex.Dataset, name, copied)
+        got = [row for part in plain for row in _rows(PartitionRead(ds, part), spec, 50)]
+    assert got == _expected(range(300), spec)

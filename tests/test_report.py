@@ -791,3 +791,27 @@ def test_the_transport_section(tmp_path):
             "40 µs); pacing 90 reads/s from a store admitting 100 (botocore's adaptive mode "
             "60); multipart answers parsed with 3–3× less CPU than aiohttp's "
             "MultipartReader.") in readme.read_text()
+
+
+def test_the_engines_section_shows_medians_with_their_ranges(tmp_path):
+    """tools/bench_engines.py's rows/s are medians with the slowest and fastest run, its
+    ratios taken within each run (median, min, max)."""
+    results = tmp_path / "results"
+    results.mkdir()
+    engines = {
+        "config": {"size": 2_000_000_000, "payload": 1000, "records": 1923076, "repeats": 3},
+        "load_before": {"load_average": [12.5]}, "load_after": {"load_average": [10.25]},
+        "beam": {"read_rows_per_s": {"ofindex_read": 40000.0, "ReadFromTFRecord": 20000.0},
+                 "read_rows_per_s_range": {"ofindex_read": [30000.0, 50000.0],
+                                           "ReadFromTFRecord": [15000.0, 25000.0]},
+                 "write_rows_per_s": {},
+                 "ratios": {"read_vs_ReadFromTFRecord": {"median": 2.5, "min": 1.25,
+                                                         "max": 2.75}}},
+    }
+    (results / "engines.json").write_text(json.dumps(engines))
+    r = report.Report(str(results), str(tmp_path / "docs"))
+    r.engines()
+    (text,) = r.sections
+    assert "the median of 3 alternated runs" in text and "load average 12.5 before" in text
+    assert "| beam | ofindex_read | 40,000 [30,000–50,000] |" in text
+    assert "| beam | ratios | read_vs_ReadFromTFRecord 2.5× (1.25–2.75×) |" in text

@@ -5,7 +5,9 @@ One file of Examples (``--size`` bytes of TFRecord, default 2 GB: ``label`` int6
 rows in one Parquet file (Snappy, row groups of 128 MiB), and the same records in one GZIP
 TFRecord file (ofindex's writer: seek points every 256 KiB), generated once under ``--dir``.
 Every engine runs on this machine's 2 cores; each contender is timed ``--repeats`` times,
-alternated, and the best time is kept (the machine is shared: its load is recorded).
+alternated, after a warm-up run of each: rows/s of the median round with the slowest and
+fastest (``*_range``), ratios taken within each round (median, min, max; the machine is
+shared: its load is recorded).
 
 * **Spark** (``local[2]``): every row's three columns summed (``sum(label)``, ``sum(value)``,
   ``sum(length(payload))``) through ``spark.read.format("ofindex")`` with the split
@@ -118,22 +120,34 @@ def _file_of(directory: str) -> str:
 WARMUP = [True]
 
 
-def _best(contenders: dict[str, Callable[[], None]], repeats: int) -> dict[str, float]:
-    """The best seconds of each contender over ``repeats`` alternated rounds (after one
-    unmeasured run each: JVM classes, imports, the page cache)."""
+def _timed(contenders: dict[str, Callable[[], None]], repeats: int) -> dict[str, list[float]]:
+    """The seconds of each contender in ``repeats`` alternated rounds (after one unmeasured
+    run each: JVM classes, imports, the page cache)."""
     for fn in contenders.values() if WARMUP[0] else ():
         fn()
-    best = {name: float("inf") for name in contenders}
+    seconds: dict[str, list[float]] = {name: [] for name in contenders}
     for _ in range(repeats):
         for name, fn in contenders.items():
             t = time.perf_counter()
             fn()
-            best[name] = min(best[name], time.perf_counter() - t)
-    return best
+            seconds[name].append(time.perf_counter() - t)
+    return seconds
 
 
-def _rates(seconds: dict[str, float], rows: int) -> dict[str, float]:
-    return {name: rows / s for name, s in seconds.items()}
+def _rates(seconds: dict[str, list[float]], rows: int) -> dict[str, float]:
+    """Rows/s of each contender's median round."""
+    return {name: rows / float(np.median(s)) for name, s in seconds.items()}
+
+
+def _ranges(seconds: dict[str, list[float]], rows: int) -> dict[str, list[float]]:
+    """Rows/s of each contender's slowest and fastest round."""
+    return {name: [rows / max(s), rows / min(s)] for name, s in seconds.items()}
+
+
+def _ratio(seconds: dict[str, list[float]], ours: str, peer: str) -> dict[str, float]:
+    """``ours`` against ``peer`` in rows/s, taken within each round: median, min, max."""
+    within = [p / o for o, p in zip(seconds[ours], seconds[peer], strict=True)]
+    return {"median": float(np.median(within)), "min": min(within), "max": max(within)}
 
 
 #: The pushdown row's filter, and the records it keeps of ``n`` (``label`` is ``i % 100``).
@@ -172,14 +186,14 @@ def bench_pushdown(spark, directory: str, rows: int, repeats: int, partitions: i
             assert got[0] == kept, (got[0], kept)
         return run
 
-    seconds = _best({"ofindex_pushdown": query(True), "spark_filter": query(False)}, repeats)
-    rates = _rates(seconds, rows)
-    return {"filter": PUSHDOWN_FILTER, "kept": kept, "rows_per_s": rates,
-            "pushdown_vs_spark_filter": rates["ofindex_pushdown"] / rates["spark_filter"]}
+    seconds = _timed({"ofindex_pushdown": query(True), "spark_filter": query(False)}, repeats)
+    return {"filter": PUSHDOWN_FILTER, "kept": kept, "rows_per_s": _rates(seconds, rows),
+            "rows_per_s_range": _ranges(seconds, rows),
+            "pushdown_vs_spark_filter": _ratio(seconds, "ofindex_pushdown", "spark_filter")}
 
 
 def bench_spark(paths: dict[str, str], rows: int, repeats: int, scratch: str,
-                partitions: int) -> dict:
+                partitions: int, reads_only: bool = False) -> dict:
     """Spark's figures (see the module's docstring)."""
     from pyspark.sql import functions as F
 
@@ -195,8 +209,16 @@ def bench_spark(paths: dict[str, str], rows: int, repeats: int, scratch: str,
         return lambda: consume(spark.read.format("ofindex").schema(schema)
                                .option("partitions", partitions).load(plain))
 
-    reads = _best({"ofindex_split": ours(partitions), "ofindex_one_partition": ours(1),
-                   "parquet": lambda: consume(spark.read.parquet(paths["parquet"]))}, repeats)
+    reads = _timed({"ofindex_split": ours(partitions), "ofindex_one_partition": ours(1),
+                    "parquet": lambda: consume(spark.read.parquet(paths["parquet"]))}, repeats)
+    figures = {"read_rows_per_s": _rates(reads, rows), "read_rows_per_s_range":
+               _ranges(reads, rows), "write_rows_per_s": {}, "ratios": {
+                   "split_vs_parquet": _ratio(reads, "ofindex_split", "parquet"),
+                   "split_vs_one_partition": _ratio(reads, "ofindex_split",
+                                                    "ofindex_one_partition")}}
+    if reads_only:
+        spark.stop()
+        return figures
     counter = iter(range(10**6))
 
     def write_ours() -> None:
@@ -207,27 +229,27 @@ def bench_spark(paths: dict[str, str], rows: int, repeats: int, scratch: str,
         out = os.path.join(scratch, f"spark-parquet-{next(counter)}")
         spark.read.parquet(paths["parquet"]).write.parquet(out)
 
-    writes = _best({"ofindex_write": write_ours, "parquet_write": write_parquet}, repeats)
+    writes = _timed({"ofindex_write": write_ours, "parquet_write": write_parquet}, repeats)
     pushdown = bench_pushdown(spark, paths["tfrecord"], rows, repeats, partitions)
     spark.stop()
-    read_rates, write_rates = _rates(reads, rows), _rates(writes, rows)
-    figures = {"read_rows_per_s": read_rates, "write_rows_per_s": write_rates, "ratios": {
-        "split_vs_parquet": read_rates["ofindex_split"] / read_rates["parquet"],
-        "split_vs_one_partition": (read_rates["ofindex_split"]
-                                   / read_rates["ofindex_one_partition"]),
-        "write_vs_parquet": write_rates["ofindex_write"] / write_rates["parquet_write"]}}
+    figures["write_rows_per_s"] = _rates(writes, rows)
+    figures["write_rows_per_s_range"] = _ranges(writes, rows)
+    figures["ratios"]["write_vs_parquet"] = _ratio(writes, "ofindex_write", "parquet_write")
     return with_pushdown(figures, pushdown)
 
 
 def with_pushdown(figures: dict, pushdown: dict) -> dict:
     """Spark's figures with the pushdown row's rows/s and ratio added (replaced)."""
-    rates = {name: rate for name, rate in figures["read_rows_per_s"].items()
-             if not name.startswith(("ofindex_pushdown", "spark_filter"))}
-    rates.update({f"{name} ({pushdown['filter']})": rate
-                  for name, rate in pushdown["rows_per_s"].items()})
+    figures = dict(figures)
+    for key in ("read_rows_per_s", "read_rows_per_s_range"):
+        kept = {name: rate for name, rate in figures.get(key, {}).items()
+                if not name.startswith(("ofindex_pushdown", "spark_filter"))}
+        kept.update({f"{name} ({pushdown['filter']})": rate
+                     for name, rate in pushdown.get(key.removeprefix("read_"), {}).items()})
+        figures[key] = kept
     ratios = {**figures["ratios"], "pushdown_vs_spark_filter":
               pushdown["pushdown_vs_spark_filter"]}
-    return {**figures, "read_rows_per_s": rates, "ratios": ratios, "pushdown": pushdown}
+    return {**figures, "ratios": ratios, "pushdown": pushdown}
 
 
 def spark_session():
@@ -244,7 +266,8 @@ def spark_session():
     return spark
 
 
-def bench_beam(paths: dict[str, str], rows: int, repeats: int, scratch: str) -> dict:
+def bench_beam(paths: dict[str, str], rows: int, repeats: int, scratch: str,
+               reads_only: bool = False) -> dict:
     """Beam's figures (see the module's docstring)."""
     import apache_beam as beam
     from apache_beam.io.filesystem import CompressionTypes
@@ -261,10 +284,16 @@ def bench_beam(paths: dict[str, str], rows: int, repeats: int, scratch: str) -> 
             counted = p | read | beam.combiners.Count.Globally()
             counted | beam.Map(lambda n: _check(n, rows))
 
-    reads = _best({
+    reads = _timed({
         "ofindex_read": lambda: count(ReadFromOfindex(gzip_file, partitions=8)),
         "ReadFromTFRecord": lambda: count(beam.io.ReadFromTFRecord(
             gzip_file, compression_type=CompressionTypes.GZIP))}, repeats)
+    figures = {"read_rows_per_s": _rates(reads, rows), "read_rows_per_s_range":
+               _ranges(reads, rows), "write_rows_per_s": {}, "ratios": {
+                   "read_vs_ReadFromTFRecord": _ratio(reads, "ofindex_read",
+                                                      "ReadFromTFRecord")}}
+    if reads_only:
+        return figures
     counter = iter(range(10**6))
 
     def write_ours() -> None:
@@ -284,15 +313,15 @@ def bench_beam(paths: dict[str, str], rows: int, repeats: int, scratch: str) -> 
                 ofindex.build_index(out, manifest=True)
         return run
 
-    writes = _best({"ofindex_write": write_ours, "WriteToTFRecord": write_theirs(False),
-                    "WriteToTFRecord_then_build": write_theirs(True)}, repeats)
-    read_rates, write_rates = _rates(reads, rows), _rates(writes, rows)
-    return {"read_rows_per_s": read_rates, "write_rows_per_s": write_rates, "ratios": {
-        "read_vs_ReadFromTFRecord": read_rates["ofindex_read"] / read_rates["ReadFromTFRecord"],
-        "write_vs_WriteToTFRecord": (write_rates["ofindex_write"]
-                                     / write_rates["WriteToTFRecord"]),
-        "write_vs_WriteToTFRecord_then_build": (
-            write_rates["ofindex_write"] / write_rates["WriteToTFRecord_then_build"])}}
+    writes = _timed({"ofindex_write": write_ours, "WriteToTFRecord": write_theirs(False),
+                     "WriteToTFRecord_then_build": write_theirs(True)}, repeats)
+    figures["write_rows_per_s"] = _rates(writes, rows)
+    figures["write_rows_per_s_range"] = _ranges(writes, rows)
+    figures["ratios"].update({
+        "write_vs_WriteToTFRecord": _ratio(writes, "ofindex_write", "WriteToTFRecord"),
+        "write_vs_WriteToTFRecord_then_build": _ratio(writes, "ofindex_write",
+                                                      "WriteToTFRecord_then_build")})
+    return figures
 
 
 def _check(counted: int, rows: int) -> None:
@@ -319,11 +348,11 @@ def bench_dask(paths: dict[str, str], rows: int, repeats: int) -> dict:
             frame = dd.read_parquet(paths["parquet"], columns=["label", "value"])
             assert len(frame.groupby("label")["value"].mean().compute()) == min(rows, 100)
 
-        seconds = _best({"ofindex_read_groupby": ours, "read_parquet_groupby": parquet},
-                        repeats)
-    rates = _rates(seconds, rows)
-    return {"rows_per_s": rates, "ratios": {
-        "vs_read_parquet": rates["ofindex_read_groupby"] / rates["read_parquet_groupby"]}}
+        seconds = _timed({"ofindex_read_groupby": ours, "read_parquet_groupby": parquet},
+                         repeats)
+    return {"rows_per_s": _rates(seconds, rows), "rows_per_s_range": _ranges(seconds, rows),
+            "ratios": {"vs_read_parquet": _ratio(seconds, "ofindex_read_groupby",
+                                                 "read_parquet_groupby")}}
 
 
 def run(args: argparse.Namespace) -> dict:
@@ -332,7 +361,8 @@ def run(args: argparse.Namespace) -> dict:
     paths = _data(root, args.size, args.payload)
     rows = int(paths["records"])
     config = {"size": args.size, "payload": args.payload, "records": rows,
-              "repeats": args.repeats, "spark_partitions": args.spark_partitions}
+              "repeats": args.repeats, "spark_partitions": args.spark_partitions,
+              "reads_only": args.reads_only}
     if args.merge:  # an earlier run's figures, those measured now replacing them
         with open(args.merge) as f:
             result: dict = json.load(f)
@@ -354,8 +384,10 @@ def run(args: argparse.Namespace) -> dict:
         return result
     with tempfile.TemporaryDirectory(dir=root) as scratch:
         for name, bench in (("spark", lambda: bench_spark(paths, rows, args.repeats, scratch,
-                                                             args.spark_partitions)),
-                            ("beam", lambda: bench_beam(paths, rows, args.repeats, scratch)),
+                                                             args.spark_partitions,
+                                                             args.reads_only)),
+                            ("beam", lambda: bench_beam(paths, rows, args.repeats, scratch,
+                                                        args.reads_only)),
                             ("dask", lambda: bench_dask(paths, rows, args.repeats))):
             if args.only and name not in args.only:
                 continue
@@ -380,6 +412,8 @@ def main(argv: list[str] | None = None) -> None:
                    help="partitions of Spark's split read (default: one per executor core; a "
                         "task costs Spark about 0.1 s, and one partition already keeps a "
                         "Python worker and a JVM thread busy)")
+    p.add_argument("--reads-only", action="store_true",
+                   help="Spark's and Beam's reads only (no writes, no pushdown row)")
     p.add_argument("--dir", help="where the data is generated (reused when complete)")
     p.add_argument("--out", help="write the results as JSON here")
     p.add_argument("--no-warmup", dest="warmup", action="store_false",

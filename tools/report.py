@@ -116,6 +116,13 @@ def _decode_losses(data: dict[str, Any]) -> list[str]:
             "the median" for what, clock, r in found if r["min"] < 1]
 
 
+def _engine_ratio(value: float | dict[str, float]) -> str:
+    """An engines ratio: one figure, or the median with its range over the runs."""
+    if isinstance(value, dict):
+        return f"{fmt(value['median'])}× ({fmt(value['min'])}–{fmt(value['max'])}×)"
+    return f"{fmt(value)}×"
+
+
 def _pushdown_note(pushdown: dict[str, Any] | None) -> str:
     """The engines section's words for Spark's filter-pushdown row (empty if not run)."""
     if not pushdown:
@@ -127,7 +134,8 @@ def _pushdown_note(pushdown: dict[str, Any] | None) -> str:
             "query's time")
     if "repeats" in pushdown:
         load = pushdown.get("load_before", {}).get("load_average", [0])[0]
-        text += (f", measured on its own (best of {pushdown['repeats']} alternated runs, load "
+        how = "median" if "rows_per_s_range" in pushdown else "best"
+        text += (f", measured on its own ({how} of {pushdown['repeats']} alternated runs, load "
                  f"average {fmt(load)} before)")
     return text + "."
 
@@ -1487,12 +1495,16 @@ class Report:
             return
         c = data["config"]
         before, after = data.get("load_before", {}), data.get("load_after", {})
+        ranged = any("read_rows_per_s_range" in (data.get(e) or {}) for e in ("spark", "beam"))
+        timing = (f"rows/s: the median of {c['repeats']} alternated runs after a warm-up run "
+                  "of each, the slowest and fastest run in brackets; ratios taken within each "
+                  "run: median (range)" if ranged else
+                  f"rows/s: best of {c['repeats']} alternated runs after a warm-up run of each")
         text = [f"## {title}\n",
                 f"One file of {fmt(c['records'])} Examples with a {fmt(c['payload'])}-byte "
                 f"payload ({c['size'] / 1e9:.2f} GB of TFRecord), the same rows in one Parquet "
-                "file and in one GZIP TFRecord file; every engine on 2 cores; rows/s: best of "
-                f"{c['repeats']} alternated runs after a warm-up run of each; load average "
-                f"{fmt(before.get('load_average', [0])[0])} before, "
+                f"file and in one GZIP TFRecord file; every engine on 2 cores; {timing}; load "
+                f"average {fmt(before.get('load_average', [0])[0])} before, "
                 f"{fmt(after.get('load_average', [0])[0])} after (2 cores). Goals (issue 50): "
                 "Spark split read ≥ 0.5× Parquet and ≥ 1.8× one partition; Beam split read "
                 "≥ 1.8× `ReadFromTFRecord`; Beam indexed write ≥ 1.0× `WriteToTFRecord` "
@@ -1506,9 +1518,13 @@ class Report:
             if not part:
                 continue
             for key in keys:
+                spans = part.get(f"{key}_range", {})
                 for name, rate in part[key].items():
-                    rows.append([engine, name, fmt(rate)])
-            ratios = ", ".join(f"{name} {fmt(value)}×" for name, value in part["ratios"].items())
+                    span = spans.get(name)
+                    rows.append([engine, name, fmt(rate) + (
+                        f" [{fmt(span[0])}–{fmt(span[1])}]" if span else "")])
+            ratios = ", ".join(f"{name} {_engine_ratio(value)}"
+                               for name, value in part["ratios"].items())
             rows.append([engine, "ratios", ratios])
             self.summary.append(f"{engine.capitalize()} on ofindex: {ratios}.")
         text.append(table(["engine", "contender", "rows/s"], rows))

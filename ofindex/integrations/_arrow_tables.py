@@ -12,6 +12,7 @@ under 2 GiB by its record count.
 from __future__ import annotations
 
 import copy
+import itertools
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -19,11 +20,14 @@ import numpy as np
 import pyarrow as pa  # each engine's module imports it first, naming its extra when missing
 
 from ..decode import BatchDecoder, FixedLen, Ragged, VarLen
+from ..decode.batch import decode_records_packed
 from ..planning.splits import Partition, partition_dataset, partition_positions
 from ..read.dataset import Dataset
 
 #: The column of raw payloads, and the column of record numbers.
 BYTES_COLUMN, INDEX_COLUMN = "bytes", "index"
+#: The most bytes one Arrow ``binary`` array holds (its offsets are 32-bit).
+_BINARY_BYTES = (1 << 31) - 1
 
 
 def feature_type(fs: FixedLen | VarLen) -> pa.DataType:
@@ -79,18 +83,36 @@ def _flat(values: Any, dtype: str) -> pa.Array:
     return pa.array(array.reshape(-1))
 
 
+def _binary(values: np.ndarray, lengths: np.ndarray) -> pa.Array:
+    """Byte strings given back to back (``values``, ``uint8``) with their ``lengths`` as one
+    Arrow ``binary`` array, made on ``values`` without copying them."""
+    offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    if offsets[-1] > _BINARY_BYTES:  # pyarrow cuts these into chunks of 32-bit offsets
+        return pa.array([values[s:e].tobytes() for s, e in
+                         zip(offsets[:-1].tolist(), offsets[1:].tolist(), strict=True)],
+                        type=pa.binary())
+    return pa.Array.from_buffers(pa.binary(), len(lengths),
+                                 [None, pa.py_buffer(offsets.astype(np.int32)),
+                                  pa.py_buffer(values)])
+
+
 def feature_column(value: Any, fs: FixedLen | VarLen, rows: int) -> pa.Array:
     """A decoded batch's feature as its Arrow column (:func:`feature_type`).
 
     Args:
         value: What the batch decoder gave: an array ``(rows, *shape)`` or a
-            :class:`~ofindex.decode.Ragged`.
+            :class:`~ofindex.decode.Ragged`; of a ``bytes`` ``FixedLen``, also a
+            ``Ragged(uint8 buffer, byte lengths)`` (its values packed back to back, as
+            :func:`~ofindex.decode.batch.decode_records_packed` gives them).
         fs: The feature's spec.
         rows: The batch's records.
 
     Returns:
         The column.
     """
+    if isinstance(value, Ragged) and isinstance(fs, FixedLen):  # packed bytes
+        return _nested(_binary(value.values, value.row_lengths), fs.shape, rows)
     if isinstance(value, Ragged):
         offsets = pa.array(value.row_splits.astype(np.int32))
         return pa.ListArray.from_arrays(offsets, _flat(value.values, fs.dtype))
@@ -98,26 +120,43 @@ def feature_column(value: Any, fs: FixedLen | VarLen, rows: int) -> pa.Array:
     return _nested(_flat(value, fs.dtype), shape, rows)
 
 
-def decoded_table(batch: Mapping[str, Any], spec: Mapping[str, FixedLen | VarLen],
+def decoded_table(batch: Mapping[str, Any], spec: Mapping[str, FixedLen | VarLen], rows: int,
                   index: np.ndarray | None) -> pa.Table:
     """A decoded batch as a table of :func:`table_schema`'s schema.
 
     Args:
-        batch: ``{name: column}`` from a :class:`~ofindex.decode.BatchDecoder`.
+        batch: ``{name: column}`` from a :class:`~ofindex.decode.BatchDecoder` (or from
+            :func:`~ofindex.decode.batch.decode_records_packed`).
         spec: Its spec.
+        rows: Its records.
         index: The records' numbers (``None``: no index column).
 
     Returns:
         The table.
     """
-    rows = 0 if index is None else len(index)
-    for name in spec:
-        value = batch[name]
-        rows = len(value.row_splits) - 1 if isinstance(value, Ragged) else len(value)
-        break
     columns = [] if index is None else [pa.array(index, type=pa.int64())]
     columns += [feature_column(batch[name], fs, rows) for name, fs in spec.items()]
     return pa.Table.from_arrays(columns, schema=table_schema(spec, index is not None))
+
+
+def _fresh_bytes(name: str, size: int) -> np.ndarray:
+    """A new buffer for a packed ``bytes`` feature (the Arrow column made on it keeps it)."""
+    return np.empty(size, dtype=np.uint8)
+
+
+def _packs(decoder: BatchDecoder) -> bool:
+    """Whether ``decoder``'s records may be decoded with their ``bytes`` features packed."""
+    return decoder.kind in ("example", "ofrecord") and isinstance(decoder.spec, Mapping)
+
+
+def _decoded(decoder: BatchDecoder, records: list[bytes]) -> dict[str, Any]:
+    """``records`` decoded: ``bytes`` features packed when every record allows it (no
+    Python object per value), else as ``decoder`` decodes them."""
+    packed = (decode_records_packed(records, decoder.spec, decoder.kind, {}, _fresh_bytes)
+              if _packs(decoder) else None)
+    batch = decoder(records) if packed is None else packed
+    assert isinstance(batch, dict)  # examples and OFRecords: {name: column}
+    return batch
 
 
 def raw_table(records: list[bytes], index: np.ndarray | None) -> pa.Table:
@@ -193,6 +232,51 @@ class PartitionRead:
         finally:
             self.dataset.close()
 
+    def _numbers(self, rows: int) -> Iterator[np.ndarray]:
+        """The partition's record numbers in :attr:`dataset`, ``rows`` at a time."""
+        if self.positions is None:
+            for begin in range(self.lo, self.hi, rows):
+                yield np.arange(begin, min(begin + rows, self.hi), dtype=np.int64)
+        else:
+            for begin in range(0, len(self.positions), rows):
+                yield self.positions[begin:begin + rows]
+
+    def decoded_batches(self, decoder: BatchDecoder, rows: int = 4096
+                        ) -> Iterator[tuple[np.ndarray, dict[str, Any]]]:
+        """The partition's records decoded, ``rows`` at a time, with their numbers in
+        :attr:`dataset`. A ``bytes`` ``FixedLen`` feature comes packed, ``Ragged(uint8
+        buffer, byte lengths)``, when the records allow it; records of memory-mapped shards
+        are decoded straight out of the maps (no copy of a whole record), others read as
+        :meth:`numbered_batches` reads them.
+
+        Args:
+            decoder: The batch decoder.
+            rows: Records per batch.
+
+        Yields:
+            ``(numbers, {name: column})``.
+
+        Raises:
+            As :meth:`numbered_batches`; DecodeError: a record does not fit the spec.
+        """
+        numbers = self._numbers(rows)
+        first = next(numbers, None)
+        if first is None or not _packs(decoder) or self.dataset.mapped_spans(first[:1]) is None:
+            for numbered, records in self.numbered_batches(rows):
+                yield numbered, _decoded(decoder, records)
+            return
+        try:
+            for chosen in itertools.chain([first], numbers):
+                spans = self.dataset.mapped_spans(chosen)
+                maps: list[Any] = [] if spans is None else spans.maps
+                batch = None if spans is None else decode_records_packed(
+                    maps, decoder.spec, decoder.kind, {}, _fresh_bytes,
+                    (spans.which, spans.starts, spans.ends))
+                yield chosen, (_decoded(decoder, self.dataset.payloads(chosen))
+                               if batch is None else batch)
+        finally:
+            self.dataset.close()
+
     def batches(self, rows: int = 4096) -> Iterator[list[bytes]]:
         """The partition's payloads in order, ``rows`` at a time (see
         :meth:`numbered_batches`).
@@ -229,11 +313,9 @@ class PartitionRead:
         decoder = (None if spec is None else
                    BatchDecoder(dict(spec), kind=kind).for_framing(self.format.name))
         base = self.start - self.lo  # the dataset's number of record 0 of the subset
-        for numbers, records in self.numbered_batches(rows):
-            index = numbers + base if with_index else None
-            if decoder is None or spec is None:
-                yield raw_table(records, index)
-            else:
-                batch = decoder(records)
-                assert isinstance(batch, dict)  # examples and OFRecords: {name: column}
-                yield decoded_table(batch, spec, index)
+        if decoder is None or spec is None:
+            for numbers, records in self.numbered_batches(rows):
+                yield raw_table(records, numbers + base if with_index else None)
+            return
+        for numbers, batch in self.decoded_batches(decoder, rows):
+            yield decoded_table(batch, spec, len(numbers), numbers + base if with_index else None)

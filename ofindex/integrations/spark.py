@@ -5,12 +5,14 @@
 reads only their indexes) and makes one Spark partition per partition of the split planner
 (:func:`ofindex.planning.splits.plan_dataset`): one big file gives as many partitions as
 asked (``option("partitions", N)``), a GZIP/ZLIB file is cut at its seek points. Each task
-reads its records in one pass and hands Spark Arrow record batches. The columns are the
-DataFrame's schema: given with ``.schema("label bigint, tokens array<bigint>, name
-string")`` (mapped to a spec: ``bigint``/``int``/``float``/``double`` as scalars,
-``binary``/``string`` as a bytes feature, ``array<…>`` as a ``VarLen``), or inferred from a
-sample of the records (:func:`ofindex.infer_spec`); ``option("raw", "true")`` gives the
-payloads in one ``bytes`` column.
+reads its records in one pass and hands Spark Arrow record batches (records of local,
+uncompressed files decoded straight out of their memory maps, ``bytes`` features packed into
+Arrow buffers: :meth:`~ofindex.integrations._arrow_tables.PartitionRead.decoded_batches`).
+The columns are the DataFrame's schema: given with ``.schema("label bigint, tokens
+array<bigint>, name string")`` (mapped to a spec: ``bigint``/``int``/``float``/``double`` as
+scalars, ``binary``/``string`` as a bytes feature, ``array<…>`` as a ``VarLen``), or
+inferred from a sample of the records (:func:`ofindex.infer_spec`); ``option("raw",
+"true")`` gives the payloads in one ``bytes`` column.
 
 **Writing.** ``df.write.format("ofindex").save(path)`` writes TFRecord (``option("format",
 "ofrecord")``: OFRecord) shards with their sidecars from the executors, each task its own
