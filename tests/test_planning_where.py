@@ -303,3 +303,26 @@ def test_partition_tables_of_mapped_shards_decode_out_of_the_maps(table_source, 
             monkeypatch.setattr(ofindex.Dataset, name, copied)
         got = [row for part in plain for row in _rows(PartitionRead(ds, part), spec, 50)]
     assert got == _expected(range(300), spec)
+
+
+def test_the_plain_shards_of_a_mixed_dataset_decode_out_of_their_maps(table_source,
+                                                                      monkeypatch):
+    """A dataset of a plain shard and a GZIP one: the partitions of the plain shard read it as
+    a plain file (decoded out of its map, nothing copied), those of the GZIP one inflate."""
+    spec = {"label": FixedLen((), "int64"), "payload": FixedLen((), "bytes")}
+    with ofindex.open(table_source) as ds:
+        assert ds.compressed
+        plan = list(plan_dataset(ds, 4, "records"))
+        plain = [part for part in plan if part[-1].file == 0]
+        assert plain and not partition_dataset(ds, plain[0])[0].compressed
+        assert partition_dataset(ds, plan[-1])[0].compressed  # the GZIP shard's
+        expected = [row for part in plan for row in _rows(PartitionRead(ds, part), spec, 50)]
+
+        def copied(*args, **kwargs):
+            raise AssertionError("a payload was copied out of the map")
+
+        for name in ("iter_batches", "payloads", "__getitems__", "iter_records"):
+            monkeypatch.setattr(ofindex.Dataset, name, copied)
+        got = [row for part in plain for row in _rows(PartitionRead(ds, part), spec, 50)]
+    assert got == expected[:len(got)] == _expected(range(len(got)), spec)
+    assert len(got) == 300

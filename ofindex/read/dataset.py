@@ -154,9 +154,16 @@ class Dataset:
             The dataset (no ``decode``: what a split planner's task reads).
         """
         table = self._table
-        return Dataset(table.storage, table.shards[start:stop], self.format, verify=self.verify,
+        shards = table.shards[start:stop]
+        # compressed as this one unless every shard is known plain (its header held, or read
+        # from a local disk): a mixed dataset's plain shards are then read as plain files
+        # (mapped and cut in place); a remote header is not fetched here, one at a time
+        compressed = self.compressed and not all(
+            (s.opened or s.storage.is_local) and s.header.compression is Compression.NONE
+            for s in shards)
+        return Dataset(table.storage, shards, self.format, verify=self.verify,
                        max_gap=self._max_gap, max_read_bytes=self.max_read_bytes,
-                       compressed=self.compressed, data_cache=self.data_cache)
+                       compressed=compressed, data_cache=self.data_cache)
 
     def sidecar(self, shard: int) -> Sidecar:
         """The sidecar of shard ``shard``, loaded in this process (its offsets checked).
