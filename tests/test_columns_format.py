@@ -293,3 +293,22 @@ def test_a_scan_of_column_sidecars_finds_what_a_scan_of_the_values_finds(
         want = [i for i, v in enumerate(truth) if v in items]
     got = reader.select(condition)
     assert got.tolist() == want and got.dtype == np.int64
+
+
+@pytest.mark.parametrize("module, what, magic", [
+    ("column_file", "column sidecar", "OFCOLMN"), ("key_file", "key index", "OFKEYIX")])
+def test_a_file_of_another_kind_or_too_short_is_named_and_refused(module, what, magic):
+    """The column sidecar's and the key index's headers are checked alike: another magic or
+    fewer bytes than the fixed header is a SidecarError naming the file, what it should be
+    and the command that builds it again."""
+    import importlib
+
+    from ofindex.errors import SidecarError
+
+    header_size_of = importlib.import_module(f"ofindex.columns.{module}").header_size_of
+    for prefix in (b"OFINDEX\0" + bytes(100), magic.encode() + b"\0"):
+        with pytest.raises(SidecarError) as caught:
+            header_size_of(prefix, "/data/x.col")
+        assert str(caught.value) == (
+            f"/data/x.col: the {what} is corrupt (not a {what}: it does not start with "
+            f"{magic}); rebuild it with `ofindex build --columns ...`")

@@ -140,7 +140,9 @@ def column_path(index_path: str, column: str) -> str:
 
 
 # -- writing ------------------------------------------------------------------------------------
-def _pad8(data: bytes) -> bytes:
+def pad8(data: bytes) -> bytes:
+    """``data`` followed by zero bytes up to a multiple of 8: how a column sidecar and a key
+    index align the parts after their fixed header (the column's name first)."""
     return data + bytes(-len(data) % 8)
 
 
@@ -255,8 +257,8 @@ def _dictionary(vtype: ValueType, values: Values, valid: np.ndarray
 
 def _dictionary_section(distinct: Values) -> bytes:
     if isinstance(distinct, PackedBytes):
-        return _pad8(page_codec.pack_bytes_values(distinct))
-    return _pad8(distinct.tobytes())
+        return pad8(page_codec.pack_bytes_values(distinct))
+    return pad8(distinct.tobytes())
 
 
 def _page(vtype: ValueType, values: Values, valid: np.ndarray,
@@ -313,7 +315,7 @@ def encode_column(name: str, vtype: ValueType, values: Values, valid: np.ndarray
     found = None if vtype is ValueType.NONE else _dictionary(vtype, values, valid)
     dictionary = b"" if found is None else _dictionary_section(found[0])
     code_dtype = np.dtype("u1") if found is None or len(found[0]) <= 256 else np.dtype("<u2")
-    header_size = FIXED_HEADER + len(_pad8(encoded_name))
+    header_size = FIXED_HEADER + len(pad8(encoded_name))
     directory = np.zeros(pages, dtype=DIRECTORY)
     stored_pages = []
     at = header_size + len(dictionary) + DIRECTORY.itemsize * pages
@@ -338,15 +340,54 @@ def encode_column(name: str, vtype: ValueType, values: Values, valid: np.ndarray
     fields = [MAGIC, VERSION, int(vtype), flags, len(encoded_name), 0, count, nulls, per_page,
               pages, len(dictionary), 0 if found is None else len(found[0]), body_crc,
               _crc32c.crc32c(meta)]
-    head = _HEAD.pack(*fields, 0) + _pad8(encoded_name)
+    head = _HEAD.pack(*fields, 0) + pad8(encoded_name)
     head = _HEAD.pack(*fields, _crc32c.crc32c(head)) + head[FIXED_HEADER:]
     return [head, meta, *stored_pages]
 
 
 # -- reading ------------------------------------------------------------------------------------
-def _corrupt(url: str, why: str) -> SidecarError:
-    return SidecarError(f"{url}: the column sidecar is corrupt ({why}); rebuild it with "
+def corrupt(url: str, what: str, why: str) -> SidecarError:
+    """The error for a damaged column file.
+
+    Args:
+        url: The file.
+        what: What it is: ``"column sidecar"`` or ``"key index"``.
+        why: What is wrong with it.
+
+    Returns:
+        The error (to raise), naming the command that builds it again.
+    """
+    return SidecarError(f"{url}: the {what} is corrupt ({why}); rebuild it with "
                         "`ofindex build --columns ...`")
+
+
+def _corrupt(url: str, why: str) -> SidecarError:
+    return corrupt(url, "column sidecar", why)
+
+
+def named_header_size(prefix: bytes | memoryview, url: str, *, magic: bytes, fixed: int,
+                      what: str) -> int:
+    """The size of a column file's header, from its first ``fixed`` bytes: ``fixed`` bytes
+    (the magic first, the column name's length at byte 12), then the name padded to 8.
+
+    Args:
+        prefix: The file's first bytes.
+        url: The file, for errors.
+        magic: Its 8-byte magic.
+        fixed: The size of its fixed header.
+        what: What it is, for errors (``"column sidecar"``, ``"key index"``).
+
+    Returns:
+        The header's size in bytes.
+
+    Raises:
+        SidecarError: Not such a file (too short, another magic).
+    """
+    if len(prefix) < fixed or bytes(prefix[:8]) != magic:
+        raise corrupt(url, what, f"not a {what}: it does not start with "
+                                 f"{magic.rstrip(bytes(1)).decode('ascii')}")
+    name_length = int(struct.unpack_from("<H", prefix, 12)[0])
+    return fixed + -(-name_length // 8) * 8
 
 
 def header_size_of(prefix: bytes | memoryview, url: str) -> int:
@@ -355,10 +396,8 @@ def header_size_of(prefix: bytes | memoryview, url: str) -> int:
     Raises:
         SidecarError: Not a column sidecar (too short, another magic).
     """
-    if len(prefix) < FIXED_HEADER or bytes(prefix[:8]) != MAGIC:
-        raise _corrupt(url, "not a column sidecar: it does not start with OFCOLMN")
-    name_length = int(struct.unpack_from("<H", prefix, 12)[0])
-    return FIXED_HEADER + -(-name_length // 8) * 8
+    return named_header_size(prefix, url, magic=MAGIC, fixed=FIXED_HEADER,
+                             what="column sidecar")
 
 
 def decode_column_header(raw: bytes | memoryview, url: str, file_size: int) -> ColumnHeader:

@@ -27,7 +27,7 @@ import numpy as np
 from ..decode._plans import loops
 from ..errors import SidecarError
 from . import page_codec
-from .column_file import name_part
+from .column_file import corrupt, name_part, named_header_size, pad8
 from .packed import PackedBytes
 from .sorted_keys import KeyBatch, SortedKeys
 from .value_types import ValueType
@@ -93,10 +93,6 @@ class KeyHeader:
     root_children: int
     root_crc: int
     size: int
-
-
-def _pad8(data: bytes) -> bytes:
-    return data + bytes(-len(data) % 8)
 
 
 # -- writing ------------------------------------------------------------------------------------
@@ -175,19 +171,18 @@ def encode_key_index(name: str, vtype: ValueType, keys: Keys, records: np.ndarra
             upper.append(pages.add(raw, int(part["entries"].sum()), len(part)))
         pointers, firsts = np.array(upper, dtype=POINTER), _first_keys(firsts, groups)
         levels += 1
-    root = _pad8(_node(pointers, firsts, vtype))
+    root = pad8(_node(pointers, firsts, vtype))
     fields = [MAGIC, VERSION, int(vtype), 0, len(encoded_name), levels, entries,
               total_records, bytes.fromhex(identity), len(root), pages.at, len(pointers),
               _crc32c.crc32c(root), 0]
-    head = _HEAD.pack(*fields, 0) + _pad8(encoded_name)
+    head = _HEAD.pack(*fields, 0) + pad8(encoded_name)
     head = _HEAD.pack(*fields, _crc32c.crc32c(head)) + head[FIXED_HEADER:]
     return [head, root, *pages.parts]
 
 
 # -- reading ------------------------------------------------------------------------------------
 def _corrupt(url: str, why: str) -> SidecarError:
-    return SidecarError(f"{url}: the key index is corrupt ({why}); rebuild it with "
-                        "`ofindex build --columns ...`")
+    return corrupt(url, "key index", why)
 
 
 def header_size_of(prefix: bytes | memoryview, url: str) -> int:
@@ -196,10 +191,7 @@ def header_size_of(prefix: bytes | memoryview, url: str) -> int:
     Raises:
         SidecarError: Not a key index (too short, another magic).
     """
-    if len(prefix) < FIXED_HEADER or bytes(prefix[:8]) != MAGIC:
-        raise _corrupt(url, "not a key index: it does not start with OFKEYIX")
-    name_length = int(struct.unpack_from("<H", prefix, 12)[0])
-    return FIXED_HEADER + -(-name_length // 8) * 8
+    return named_header_size(prefix, url, magic=MAGIC, fixed=FIXED_HEADER, what="key index")
 
 
 def decode_key_header(raw: bytes | memoryview, url: str) -> KeyHeader:
