@@ -22,7 +22,6 @@ import warnings
 
 import numpy as np
 import pytest
-from helpers import IMPLEMENTATIONS, implementation, stamp_as_served
 
 import ofindex
 from ofindex import _accel
@@ -33,6 +32,7 @@ from ofindex.cache.entries_db import DATA_DB_NAME
 from ofindex.cli.synthetic import write_dataset
 from ofindex.errors import CacheDirWarning, DataCacheWarning
 from ofindex.shuffle import GlobalShuffleSampler
+from tests.kit.helpers import IMPLEMENTATIONS, implementation, stamp_as_served
 
 RECORDS, SHARDS, SIZE = 3000, 3, 300
 BUDGET = 64 << 20

@@ -8,7 +8,6 @@ import os
 
 import numpy as np
 import pytest
-from conftest import _make_backend
 
 import ofindex
 from ofindex.cache.dir_files import entry_name
@@ -16,6 +15,7 @@ from ofindex.cache.keys import sidecar_key
 from ofindex.cache.machine import NodeCache
 from ofindex.cli.synthetic import write_dataset
 from ofindex.storage import FileStamp
+from tests.conftest import _make_backend
 
 RECORDS = 8000
 

@@ -21,8 +21,6 @@ import time
 import warnings
 
 import pytest
-from conftest import _make_backend
-from helpers import sidecar_of
 
 import ofindex
 from ofindex.cache.dir_files import entry_name, file_key
@@ -30,6 +28,8 @@ from ofindex.cache.entries_db import DB_NAME, MAX_DATA
 from ofindex.cache.machine import NodeCache
 from ofindex.cli.synthetic import write_dataset
 from ofindex.errors import CacheDirWarning
+from tests.conftest import _make_backend
+from tests.kit.helpers import sidecar_of
 
 
 @dataclasses.dataclass

@@ -6,9 +6,9 @@ import subprocess
 import sys
 
 import pytest
-from helpers import manifest_of, ref_ofrecord, ref_tfrecord, write_raw
 
 from ofindex.cli import EXIT_ERROR, EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, main
+from tests.kit.helpers import manifest_of, ref_ofrecord, ref_tfrecord, write_raw
 
 RECORDS = [f"r{i}".encode() for i in range(30)]
 

@@ -18,8 +18,9 @@ import threading
 import time
 
 import pytest
-import servers
-from helpers import copy_dataset, need, ref_tfrecord, sigint_as_a_terminal, write_raw
+
+from tests.kit import servers
+from tests.kit.helpers import copy_dataset, need, ref_tfrecord, sigint_as_a_terminal, write_raw
 
 EXE = os.path.join(os.path.dirname(sys.executable), "ofindex")
 

@@ -9,10 +9,10 @@ import os
 
 import numpy as np
 import pytest
-from columns_data import cut, records, write_dataset
 
 import ofindex
 from ofindex.errors import ColumnNotFoundError
+from tests.kit.columns_data import cut, records, write_dataset
 
 
 def _append(data: str, payloads: list[bytes], name: str) -> None:

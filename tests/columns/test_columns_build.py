@@ -13,14 +13,14 @@ import shutil
 
 import numpy as np
 import pytest
-from columns_data import NAMES, cut, records, write_dataset
-from helpers import index_dir_of, read_bytes, sidecar_of
 
 import ofindex
 from ofindex.columns.column_file import column_file_name, decode_column
 from ofindex.columns.value_types import ValueType
 from ofindex.errors import ColumnError, SidecarError
 from ofindex.proto import example_pb2
+from tests.kit.columns_data import NAMES, cut, records, write_dataset
+from tests.kit.helpers import index_dir_of, read_bytes, sidecar_of
 
 
 def _column_of(data_dir: str, shard: str, name: str):
@@ -90,7 +90,8 @@ def test_build_on_an_executor_writes_the_columns(tmp_path):
 
 def test_remote_build_takes_the_columns_in_its_scan(tmp_path, moto_server):
     import s3fs
-    import servers
+
+    from tests.kit import servers
 
     payloads, truth = records(3, 500, "example")
     local = write_dataset(str(tmp_path / "data"), cut(payloads, [250, 250]))

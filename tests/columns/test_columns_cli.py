@@ -10,7 +10,8 @@ import subprocess
 import sys
 
 import pytest
-from columns_data import cut, records, write_dataset
+
+from tests.kit.columns_data import cut, records, write_dataset
 
 EXE = os.path.join(os.path.dirname(sys.executable), "ofindex")
 

@@ -10,9 +10,9 @@ import functools
 
 import numpy as np
 import pytest
-from columns_data import NAMES, cut, records, write_dataset
 
 import ofindex
+from tests.kit.columns_data import NAMES, cut, records, write_dataset
 
 SIZES = [300, 0, 500, 200]
 

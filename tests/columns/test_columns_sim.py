@@ -6,7 +6,6 @@ sidecar, no column sidecar and no data."""
 
 from __future__ import annotations
 
-import os
 import struct
 import sys
 
@@ -14,8 +13,9 @@ import numpy as np
 
 import ofindex
 from ofindex.columns.key_file import KeyIndex
+from tests.kit import paths
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "tools"))
+sys.path.insert(0, paths.TOOLS)
 import sim_store
 
 

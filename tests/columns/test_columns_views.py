@@ -12,14 +12,14 @@ import os
 
 import numpy as np
 import pytest
-from columns_data import NAMES, cut, records, write_dataset
-from helpers import IMPLEMENTATIONS, implementation
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import ofindex
 from ofindex.errors import ColumnError, ColumnNotFoundError, StaleIndexError
 from ofindex.read.view import DatasetView
+from tests.kit.columns_data import NAMES, cut, records, write_dataset
+from tests.kit.helpers import IMPLEMENTATIONS, implementation
 
 SIZES = [230, 0, 401, 77, 292]
 

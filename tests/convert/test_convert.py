@@ -10,12 +10,13 @@ import os
 
 import numpy as np
 import pytest
-from helpers import sigint_as_a_terminal
 
 import ofindex
 from ofindex.cli.main import main
 from ofindex.decode import BatchDecoder, FixedLen, VarLen, decode_example, decode_ofrecord
 from ofindex.errors import EncodeError
+from tests.kit import paths
+from tests.kit.helpers import sigint_as_a_terminal
 
 
 def _all(directory, spec, kind="example"):
@@ -45,7 +46,7 @@ def test_parquet(tmp_path):
 def test_a_column_that_cannot_be_stored_is_refused_before_writing(tmp_path):
     pa = pytest.importorskip("pyarrow")
     pq = pytest.importorskip("pyarrow.parquet")
-    # every Arrow type Parquet holds is mapped (tests/test_hf_lossless.py); two columns that
+    # every Arrow type Parquet holds is mapped (tests/encode/test_hf_lossless.py); two columns that
     # would write one feature cannot be stored
     clash = pa.table({"a": pa.array([{"b": 1}]), "a/b": [2]})
     pq.write_table(clash, tmp_path / "bad.parquet")
@@ -247,7 +248,7 @@ def test_an_interrupted_conversion_leaves_nothing_that_opens(tmp_path, seed, sig
     src, dst = tmp_path / "src.parquet", tmp_path / "dst"
     _parquet_ids(src, n)
     delay = random.Random(seed).uniform(0.0, 1.5)
-    env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(__file__))}
+    env = {**os.environ, "PYTHONPATH": paths.pythonpath()}
     with subprocess.Popen([sys.executable, "-m", "ofindex", "convert", str(src), str(dst),
                            "--shard-records", "100", "--batch-size", "200", "--no-progress"],
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
@@ -497,7 +498,7 @@ def test_image_folder_reads_regular_files_only_and_never_hangs_on_a_fifo(tmp_pat
 
     root = tmp_path / "images"
     made = _image_folder_with_special_entries(root)
-    env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(__file__))}
+    env = {**os.environ, "PYTHONPATH": paths.pythonpath()}
     done = subprocess.run([sys.executable, "-m", "ofindex", "convert", str(root),
                            str(tmp_path / "out"), "--no-progress"], capture_output=True,
                           text=True, env=env, timeout=60)
@@ -581,7 +582,7 @@ def test_what_a_killed_conversion_left_is_named_by_info_and_by_a_rerun(tmp_path,
     n = 60_000
     src, dst = tmp_path / "src.parquet", tmp_path / "dst"
     _parquet_ids(src, n)
-    env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(__file__))}
+    env = {**os.environ, "PYTHONPATH": paths.pythonpath()}
     with subprocess.Popen([sys.executable, "-m", "ofindex", "convert", str(src), str(dst),
                            "--shard-records", "5000", "--batch-size", "500", "--no-progress"],
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env) as proc:

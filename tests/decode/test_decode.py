@@ -9,7 +9,6 @@ import struct
 
 import numpy as np
 import pytest
-from helpers import IMPLEMENTATIONS, implementation, same, same_dict, varint
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -29,6 +28,7 @@ from ofindex.decode import (
 )
 from ofindex.errors import DecodeError, OfindexError
 from ofindex.proto import example_pb2, ofrecord_pb2
+from tests.kit.helpers import IMPLEMENTATIONS, implementation, same, same_dict, varint
 
 # OFINDEX_HYPOTHESIS_EXAMPLES=5000 for a longer soak run
 SETTINGS = settings(max_examples=int(os.environ.get("OFINDEX_HYPOTHESIS_EXAMPLES", 150)),

@@ -1,9 +1,9 @@
 """The decoders accept exactly the bytes protobuf's own parser accepts, and decode them to the
 values protobuf gives; they refuse (``DecodeError``) exactly the bytes protobuf refuses.
 
-The reference is ``ParseFromString`` of protobuf 7 (upb; tests/protobuf_oracle.py asks it in
+The reference is ``ParseFromString`` of protobuf 7 (upb; tests/kit/protobuf_oracle.py asks it in
 a process of its own when the installed protobuf is older). Records are written by
-hand (tests/wiregen.py: unknown fields of every wire type at every nesting level, groups in
+hand (tests/kit/wiregen.py: unknown fields of every wire type at every nesting level, groups in
 groups, overlong tags and lengths, repeated and merged messages, packed and unpacked lists)
 and mutated byte by byte. Single records go through ``decode_example``,
 ``decode_sequence_example`` and ``decode_ofrecord`` with every feature decoded; batches go
@@ -18,12 +18,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-from fuzzkit import Tally, guarded
-from helpers import implementation, same, same_dict
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from protobuf_oracle import DTYPES, MESSAGES, protobuf_answer
-from wiregen import EGROUP, LEN, MAX_DEPTH, RECORDS, SGROUP, VARINT, mutated, records, varint
 
 from ofindex.decode import (
     Decoder,
@@ -35,6 +31,20 @@ from ofindex.decode import (
     decode_sequence_example,
 )
 from ofindex.errors import DecodeError
+from tests.kit.fuzzkit import Tally, guarded
+from tests.kit.helpers import implementation, same, same_dict
+from tests.kit.protobuf_oracle import DTYPES, MESSAGES, protobuf_answer
+from tests.kit.wiregen import (
+    EGROUP,
+    LEN,
+    MAX_DEPTH,
+    RECORDS,
+    SGROUP,
+    VARINT,
+    mutated,
+    records,
+    varint,
+)
 
 TALLY_SINGLE = Tally("decoders vs protobuf, hand-written and mutated records")
 TALLY_BATCH = Tally("decode_batch vs protobuf, hand-written and mutated records")
@@ -45,7 +55,7 @@ DECODERS = {"example": decode_example, "sequence": decode_sequence_example,
             "ofrecord": decode_ofrecord}
 
 
-# ---- protobuf's answer: tests/protobuf_oracle.py ----------------------------------------
+# ---- protobuf's answer: tests/kit/protobuf_oracle.py ----------------------------------------
 
 def _plain(answer: dict[Any, tuple[str | None, np.ndarray]]) -> dict[Any, np.ndarray]:
     return {name: values for name, (_, values) in answer.items()}

@@ -12,8 +12,6 @@ import os
 
 import numpy as np
 import pytest
-from fuzzkit import guarded
-from helpers import implementation, same, varint
 
 import ofindex
 from ofindex import _accel
@@ -31,6 +29,8 @@ from ofindex.decode import (
 from ofindex.errors import CorruptRecordError, DecodeError
 from ofindex.integrations._fetch import BatchFetch
 from ofindex.proto import example_pb2, ofrecord_pb2
+from tests.kit.fuzzkit import guarded
+from tests.kit.helpers import implementation, same, varint
 
 SPEC = {"jpeg": FixedLen((), "bytes"), "label": FixedLen((), "int64"),
         "box": FixedLen((2, 2), "float32"), "one": FixedLen((1,), "int64")}

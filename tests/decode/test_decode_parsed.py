@@ -9,7 +9,6 @@ import struct
 
 import numpy as np
 import pytest
-from helpers import same
 
 from ofindex.decode import (
     FixedLen,
@@ -22,6 +21,7 @@ from ofindex.decode import (
 )
 from ofindex.errors import DecodeError
 from ofindex.proto import example_pb2, ofrecord_pb2
+from tests.kit.helpers import same
 
 SPEC = {"jpeg": FixedLen((), "bytes"), "label": FixedLen((), "int64"),
         "size": FixedLen((2,), "int64"), "tags": VarLen("bytes")}

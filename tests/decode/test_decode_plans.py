@@ -12,7 +12,6 @@ import sys
 
 import numpy as np
 import pytest
-from helpers import implementation, same, varint
 
 import ofindex
 from ofindex.decode import (
@@ -25,6 +24,7 @@ from ofindex.decode import (
 )
 from ofindex.errors import DecodeError
 from ofindex.proto import example_pb2, ofrecord_pb2
+from tests.kit.helpers import implementation, same, varint
 
 SPECS = {
     "scalars": {"key": FixedLen((), "bytes"), "label": FixedLen((), "int64"),

@@ -267,7 +267,7 @@ def _tf_column(value, n: int):
 
 @pytest.mark.parametrize("seed", range(40))
 def test_random_specs_compiled_pure_and_tf_agree(seed):
-    from helpers import implementation, same
+    from tests.kit.helpers import implementation, same
 
     ours, theirs, records = _random_case(seed)
     compiled = decode_batch(records, ours)
@@ -296,7 +296,7 @@ def test_random_specs_compiled_pure_and_tf_agree(seed):
 
 @pytest.mark.parametrize("seed", range(12))
 def test_random_malformed_records_fail_in_tf_and_here_naming_the_record(seed):
-    from helpers import implementation
+    from tests.kit.helpers import implementation
 
     ours, theirs, records = _random_case(100 + seed)
     rng = np.random.default_rng(seed)

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from helpers import write_shards
 
 import ofindex
 from ofindex.decode import BatchDecoder, Decoder, FixedLen
 from ofindex.errors import DecodeError
 from ofindex.write import ShardedWriter
+from tests.kit.helpers import write_shards
 
 SPEC = {"x": FixedLen((), "int64"), "v": FixedLen((3,), "float32")}
 N = 60
@@ -61,7 +61,7 @@ def test_integrations_bind_the_kind_of_their_source(datasets):
 def test_torch_map_style_datasets_bind_the_kind_of_their_source(datasets):
     # TorchDataset(source, Decoder(spec)) decoded an OFRecord dataset's records as Examples
     # ("bytes are not a valid serialized Example"), record by record and in batches
-    from helpers import need
+    from tests.kit.helpers import need
 
     need("torch", "torch")
     from ofindex.integrations.torch import (

@@ -1,14 +1,14 @@
 """Fuzzing the decoders (``ofindex.decode``) over mutated payloads, compared with protobuf.
 
-tests/test_decode.py flips one byte of small messages; here payloads take several mutations at
-once — bytes set, runs deleted or duplicated, truncation, and fields whose length varint
-claims 2**31, 2**40 or 2**63 bytes ("length bombs") inserted anywhere — and batches of
+tests/decode/test_decode.py flips one byte of small messages; here payloads take several
+mutations at once — bytes set, runs deleted or duplicated, truncation, and fields whose length
+varint claims 2**31, 2**40 or 2**63 bytes ("length bombs") inserted anywhere — and batches of
 MNIST-like records with some records mutated go through ``decode_batch``'s shared-layout fast
 path (compiled and pure Python). The property: protobuf's parse when protobuf accepts the
 bytes, ``DecodeError`` when it refuses them; a batch equals its records decoded one by one;
 never another exception, and no allocation beyond a few times the payload.
 
-Every target has a default-tier test (a fixed set of inputs, tests/fuzzkit.py) and a fuzz-tier
+Every target has a default-tier test (a fixed set of inputs, tests/kit/fuzzkit.py) and a fuzz-tier
 twin (``test_explore_*``: fresh inputs, ``bash tools/run-fuzz.sh``).
 """
 
@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from fuzzkit import Tally, budget, explore, guarded
-from helpers import implementation, same, same_dict, varint
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -32,6 +30,8 @@ from ofindex.decode import (
 )
 from ofindex.errors import DecodeError
 from ofindex.proto import example_pb2, ofrecord_pb2
+from tests.kit.fuzzkit import Tally, budget, explore, guarded
+from tests.kit.helpers import implementation, same, same_dict, varint
 
 TALLY_SINGLE = Tally("decoders, mutated payloads vs protobuf")
 TALLY_BATCH = Tally("decode_batch, batches with mutated records")

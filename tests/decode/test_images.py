@@ -18,14 +18,13 @@ from hypothesis import strategies as st
 pytest.importorskip("simplejpeg")
 Image = pytest.importorskip("PIL.Image")
 
-from helpers import write_shards  # noqa: E402
-
 import ofindex  # noqa: E402
 from ofindex.decode import BatchDecoder, FixedLen, Ragged  # noqa: E402
 from ofindex.decode import images as stage  # noqa: E402
 from ofindex.decode.images import dct_scale, decode_images  # noqa: E402
 from ofindex.errors import DecodeError  # noqa: E402
 from ofindex.proto import example_pb2  # noqa: E402
+from tests.kit.helpers import write_shards  # noqa: E402
 
 
 def jpeg(height, width, seed, quality=90):

@@ -10,7 +10,14 @@ import tempfile
 import zlib
 
 import numpy as np
-from helpers import (
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import ofindex
+from ofindex.deflate import fast_inflate
+from ofindex.deflate.inflate import inflate_span
+from ofindex.formats.sidecar import open_local_sidecar
+from tests.kit.helpers import (
     IMPLEMENTATIONS,
     implementation,
     ref_ofrecord,
@@ -19,13 +26,6 @@ from helpers import (
     write_raw,
     zlib_pack,
 )
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
-import ofindex
-from ofindex.deflate import fast_inflate
-from ofindex.deflate.inflate import inflate_span
-from ofindex.formats.sidecar import open_local_sidecar
 
 COMPRESSIONS = ["gzip", "zlib"]
 FORMATS = ["tfrecord", "ofrecord"]

@@ -9,13 +9,13 @@ import itertools
 
 import numpy as np
 import pytest
-from helpers import implementation, ref_tfrecord, sidecar_of, write_raw, zlib_pack
 
 import ofindex
 from ofindex.deflate import fast_inflate
 from ofindex.deflate.inflate import inflate_span
 from ofindex.formats.seekpoints import FETCH_SLACK, FETCH_STEP, FETCH_UNIT, fetch_bounds
 from ofindex.formats.sidecar import open_local_sidecar
+from tests.kit.helpers import implementation, ref_tfrecord, sidecar_of, write_raw, zlib_pack
 
 
 def _records(seed: int) -> list[bytes]:

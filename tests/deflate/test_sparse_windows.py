@@ -9,7 +9,6 @@ import zlib
 
 import numpy as np
 import pytest
-from helpers import implementation, sidecar_of
 
 import ofindex
 from ofindex.deflate import fast_inflate, windows
@@ -17,6 +16,7 @@ from ofindex.deflate.fast_inflate import lead_in_bytes, splice
 from ofindex.deflate.windows import PendingWindow
 from ofindex.formats.seekpoints import WindowCache
 from ofindex.formats.sidecar import open_local_sidecar
+from tests.kit.helpers import implementation, sidecar_of
 
 WINDOW = 32768
 

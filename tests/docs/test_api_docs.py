@@ -8,7 +8,6 @@ import enum
 import inspect
 
 import pytest
-from helpers import need
 
 import ofindex
 import ofindex.cache.chain
@@ -19,6 +18,7 @@ import ofindex.schema
 import ofindex.shuffle
 import ofindex.tfds
 import ofindex.write
+from tests.kit.helpers import need
 
 need("torch", "torch")
 need("tensorflow", "tf")

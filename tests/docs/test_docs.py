@@ -24,8 +24,9 @@ import tempfile
 import pytest
 
 import ofindex
+from tests.kit import paths
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = paths.ROOT
 README = os.path.join(ROOT, "README.md")
 DOCS = os.path.join(ROOT, "docs")
 #: Every page whose code blocks run: the README and each Markdown file of the site.
@@ -74,9 +75,9 @@ def _make_world(root, moto_server, gcs_server, nginx_server, azurite_server=None
     ``(cwd, env)``."""
     import gcsfs
     import s3fs
-    import servers
 
     from ofindex.cli.synthetic import write_dataset
+    from tests.kit import servers
 
     cwd = os.path.join(root, "work")
     os.makedirs(cwd)
@@ -144,11 +145,10 @@ def _make_tfds(cwd, gcs):
     """tensorflow_datasets/rlds_family/1.0.0 (docs/tfds.md), written by TFDS itself in a
     process of its own (TensorFlow stays out of this one), and its copy in
     gs://public-data/tfds/."""
-    tests = os.path.dirname(os.path.abspath(__file__))
-    _run([sys.executable, "-c", "import sys, tfds_builders; "
+    _run([sys.executable, "-c", "import sys; from tests.kit import tfds_builders; "
           "tfds_builders.prepare('rlds_family', sys.argv[1])",
           os.path.join(cwd, "tensorflow_datasets")], cwd,
-         {**os.environ, "PYTHONPATH": os.pathsep.join([tests, ROOT])})
+         {**os.environ, "PYTHONPATH": ROOT})
     builder = os.path.join(cwd, "tensorflow_datasets", "rlds_family", "1.0.0")
     for name in sorted(os.listdir(builder)):
         with open(os.path.join(builder, name), "rb") as f:

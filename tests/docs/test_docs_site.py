@@ -19,9 +19,11 @@ import time
 import urllib.parse
 
 import pytest
-from helpers import need
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests.kit import paths
+from tests.kit.helpers import need
+
+ROOT = paths.ROOT
 CHROMIUM = "/usr/bin/chromium"
 #: As the machine's probe starts it: no sandbox as root, no connections of its own.
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",

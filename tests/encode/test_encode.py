@@ -271,7 +271,7 @@ def test_arrow_binary_and_string_columns_are_encoded_from_their_buffers():
 
 def test_arrow_column_that_cannot_be_stored_is_named_before_encoding():
     pa = pytest.importorskip("pyarrow")
-    # structs, nested lists and maps are mapped (tests/test_hf_lossless.py); an interval not
+    # structs, nested lists and maps are mapped (tests/encode/test_hf_lossless.py); an interval not
     interval = pa.array([pa.MonthDayNano([1, 2, 3])] * 2, pa.month_day_nano_interval())
     table = pa.table({"ok": [1, 2], "nested": interval})
     with pytest.raises(EncodeError, match="column 'nested' of Arrow type "
@@ -559,7 +559,7 @@ def test_batch_encoders_agree_with_protobuf_or_refuse(impl, spec_dtype, what):
         for batch, place in bad:
             with pytest.raises(EncodeError, match=f"feature 'v' of record {place + 5}"):
                 encode_columns({"v": batch}, spec, what, first_record=5)
-    # Arrow float64 in an Example is stored exactly (raw doubles, tests/test_hf_lossless.py)
+    # Arrow float64 in an Example is stored exactly (raw doubles, tests/encode/test_hf_lossless.py)
     # unless float64="float32" asks for TensorFlow's rule, which is what protobuf is held to
     for arrow_type, python_type in ((pa.int64(), int), (pa.float64(), float)):
         if python_type is float and what == "ofrecord" and spec is None:

@@ -401,8 +401,6 @@ def test_the_list_modes_of_the_compiled_encoder_equal_its_twin_and_protobuf():
     (csrc/encode.c's PACKED_SPANS, LIST_SPANS, VARINT_SPANS): the compiled encoder and its
     pure-Python twin give the same bytes, which protobuf parses to the values; bounds that
     leave the buffer are refused by both."""
-    from helpers import implementation
-
     from ofindex.encode.framed import (
         LIST_SPANS,
         NO_FRAMING,
@@ -412,6 +410,7 @@ def test_the_list_modes_of_the_compiled_encoder_equal_its_twin_and_protobuf():
         encode_block,
     )
     from ofindex.proto import example_pb2
+    from tests.kit.helpers import implementation
 
     rng = np.random.default_rng(3)
     rows = 300
@@ -446,7 +445,7 @@ def test_the_list_modes_of_the_compiled_encoder_equal_its_twin_and_protobuf():
 def test_the_column_map_goes_with_a_dataset_in_a_bucket(moto_server, every_type):
     """convert into S3 writes the column map beside the manifest there, and to_hf_dataset of
     the bucket's dataset gives the columns back."""
-    import servers
+    from tests.kit import servers
 
     options = servers.s3_options(moto_server.url)
     url = "s3://ofindex-test/lossless"

@@ -9,13 +9,13 @@ import sys
 
 import numpy as np
 import pytest
-from helpers import read_bytes, write_raw
 
 import ofindex
 from ofindex.events.index_file import SUFFIX
 from ofindex.formats.framing import RecordFormat, encode_record
 from ofindex.proto import event_pb2
 from ofindex.storage.local import LocalStorage
+from tests.kit.helpers import read_bytes, write_raw
 
 
 def _event(step, **values):

@@ -13,7 +13,6 @@ import sys
 import fsspec
 import numpy as np
 import pytest
-from helpers import index_dir_of
 
 import ofindex
 from ofindex import ManifestError, StaleIndexError
@@ -26,8 +25,10 @@ from ofindex.index.build_file import BuildResult
 from ofindex.index.build_results import BuildResults
 from ofindex.shuffle import GlobalShuffleSampler
 from ofindex.storage import Storages
+from tests.kit import paths
+from tests.kit.helpers import index_dir_of
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "tools"))
+sys.path.insert(0, paths.TOOLS)
 import sim_store
 from bench_scale import Rounds
 

@@ -24,7 +24,6 @@ from urllib.parse import quote_from_bytes, unquote
 import crc32c
 import fsspec
 import pytest
-from conformance import spec_reader
 
 import ofindex
 from ofindex import (
@@ -37,8 +36,10 @@ from ofindex import (
     StaleIndexError,
     UnverifiedIndexWarning,
 )
+from tests.conformance import spec_reader
+from tests.kit import paths
 
-CORPUS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "conformance")
+CORPUS = paths.CONFORMANCE
 with open(os.path.join(CORPUS, "expected.json"), encoding="utf-8") as _f:
     EXPECTED = json.load(_f)
 CASES = EXPECTED["cases"]

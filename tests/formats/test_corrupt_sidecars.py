@@ -10,13 +10,13 @@ import struct
 import crc32c
 import numpy as np
 import pytest
-from helpers import read_bytes, reseal_sidecar, sidecar_of, write_raw
 
 import ofindex
 from ofindex import RecordIndexError, SidecarError, _accel
 from ofindex.errors import RangeReadError
 from ofindex.formats.sidecar import parse_sidecar
 from ofindex.formats.sidecar_header import HEADER_SIZE
+from tests.kit.helpers import read_bytes, reseal_sidecar, sidecar_of, write_raw
 
 pytestmark = pytest.mark.usefixtures("impl")  # compiled and pure-Python loops
 

@@ -2,7 +2,6 @@ import struct
 
 import numpy as np
 import pytest
-from helpers import ref_masked_crc, ref_ofrecord, ref_tfrecord
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -10,6 +9,7 @@ from ofindex import FormatDetectionError, RecordFormat
 from ofindex.formats.crc import mask_crc, masked_crc32c, masked_length_crcs
 from ofindex.formats.detect import detect_format
 from ofindex.formats.framing import encode_record
+from tests.kit.helpers import ref_masked_crc, ref_ofrecord, ref_tfrecord
 
 
 def test_crc32c_check_value_and_mask():

@@ -12,7 +12,7 @@ OfindexError for a file the reference refuses too, reads must give the reference
 (or CorruptRecordError for a TFRecord payload whose CRC is wrong), and nothing may allocate
 more than the file's size warrants.
 
-The target has a default-tier test (a fixed set of inputs, tests/fuzzkit.py) and a fuzz-tier
+The target has a default-tier test (a fixed set of inputs, tests/kit/fuzzkit.py) and a fuzz-tier
 twin (``test_explore_*``: fresh inputs, ``bash tools/run-fuzz.sh``).
 """
 
@@ -24,8 +24,6 @@ import uuid
 
 import crc32c
 import pytest
-from fuzzkit import Tally, budget, explore, guarded
-from helpers import ref_masked_crc, ref_ofrecord, ref_tfrecord, sidecar_of
 from hypothesis import example, given
 from hypothesis import strategies as st
 
@@ -33,6 +31,8 @@ import ofindex
 from ofindex import CorruptRecordError
 from ofindex.deflate.stream import INPUT_CHUNK, OUTPUT_STEP
 from ofindex.formats.sidecar import open_local_sidecar
+from tests.kit.fuzzkit import Tally, budget, explore, guarded
+from tests.kit.helpers import ref_masked_crc, ref_ofrecord, ref_tfrecord, sidecar_of
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*PARTIAL index:UserWarning")
 TALLY_BUILD = Tally("data file mutations, builder")

@@ -11,7 +11,7 @@ directory and reads every record. An audit hook sees every file the library open
 none may lie outside the dataset directory. A manifest of a million entries is refused in
 bounded time and memory.
 
-The tampering target has a default-tier test (a fixed set of inputs, tests/fuzzkit.py) and a
+The tampering target has a default-tier test (a fixed set of inputs, tests/kit/fuzzkit.py) and a
 fuzz-tier twin (``test_explore_*``: fresh inputs, ``bash tools/run-fuzz.sh``). An input is a
 list of edits, applied to the manifest when the test runs (indexes taken modulo the lengths
 they find), so that its repr is the ``@example`` that pins it.
@@ -27,14 +27,14 @@ import sys
 import uuid
 
 import pytest
-from fuzzkit import Tally, budget, explore, guarded
-from helpers import copy_dataset, index_dir_of, manifest_of, reseal_manifest
 from hypothesis import given
 from hypothesis import strategies as st
 
 import ofindex
 from ofindex.formats.manifest import MANIFEST_NAME
 from ofindex.storage import storage_for
+from tests.kit.fuzzkit import Tally, budget, explore, guarded
+from tests.kit.helpers import copy_dataset, index_dir_of, manifest_of, reseal_manifest
 
 RECORDS = [[b"a" * 5, b"bb"], [b"c" * 30]]
 DECOY = [b"SECRET" * 3]

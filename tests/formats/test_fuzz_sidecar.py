@@ -16,7 +16,7 @@ or ``verify=False``) a corrupt offset that lands on bytes which happen to frame 
 run of zeros frames an empty OFRecord) reads back those framed bytes — they are counted as
 "framed other bytes" and checked to be framed in the file, never bytes from outside it.
 
-Every target has a default-tier test (a fixed set of inputs, tests/fuzzkit.py) and a fuzz-tier
+Every target has a default-tier test (a fixed set of inputs, tests/kit/fuzzkit.py) and a fuzz-tier
 twin (``test_explore_*``: fresh inputs, ``bash tools/run-fuzz.sh``). An input is one
 dataclass (``LocalInput`` …) whose repr is the ``@example`` that pins it: edits name places in
 the sidecar by numbers taken modulo its size when applied, so an input stands on its own.
@@ -35,14 +35,14 @@ import crc32c
 import fsspec
 import numpy as np
 import pytest
-from fuzzkit import Tally, budget, explore, guarded
-from helpers import implementation, read_bytes, sidecar_of
 from hypothesis import example, given
 from hypothesis import strategies as st
 
 import ofindex
 from ofindex.formats.sidecar_header import HEADER_SIZE
 from ofindex.index.build_file import STREAM_CHUNK
+from tests.kit.fuzzkit import Tally, budget, explore, guarded
+from tests.kit.helpers import implementation, read_bytes, sidecar_of
 
 EDGES = [0, 1, 8, 15, 16, 2**31, 2**32 - 1, 2**40, 2**62, 2**63 - 1, 2**63, 2**64 - 1]
 #: (offset, struct format) of the header fields a mutation may set (CRC recomputed after).

@@ -18,11 +18,11 @@ import subprocess
 import sys
 import time
 
-from helpers import cached_index_dir_of, index_dir_of, manifest_of, sidecar_of
-
 import ofindex
+from tests.kit import paths
+from tests.kit.helpers import cached_index_dir_of, index_dir_of, manifest_of, sidecar_of
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = paths.ROOT
 NOBODY = 65534
 
 _AS_ALICE = """

@@ -15,7 +15,6 @@ import crc32c
 import fsspec
 import numpy as np
 import pytest
-from helpers import read_bytes, ref_offsets, ref_tfrecord, reseal_sidecar, sidecar_of, write_raw
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -36,6 +35,14 @@ from ofindex.formats.sidecar_header import (
     layout_of,
 )
 from ofindex.storage import FileStamp
+from tests.kit.helpers import (
+    read_bytes,
+    ref_offsets,
+    ref_tfrecord,
+    reseal_sidecar,
+    sidecar_of,
+    write_raw,
+)
 
 #: A compressed file large enough that deflate could inflate it to MAX_DATA_BYTES (a header
 #: claiming more than 1032x its file is refused as corrupt).

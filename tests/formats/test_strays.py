@@ -13,11 +13,11 @@ import os
 import warnings
 
 import pytest
-from helpers import index_dir_of, ref_ofrecord, ref_tfrecord, sidecar_of, write_raw
 
 import ofindex
 from ofindex.index.job import FileJob
 from ofindex.storage import LocalStorage
+from tests.kit.helpers import index_dir_of, ref_ofrecord, ref_tfrecord, sidecar_of, write_raw
 
 TF = [f"tf-{i}".encode() * (i + 1) for i in range(12)]
 OF = [f"of-{i}".encode() * (i + 1) for i in range(9)]

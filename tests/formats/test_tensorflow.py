@@ -5,9 +5,9 @@ import os
 
 import numpy as np
 import pytest
-from helpers import sidecar_of
 
 import ofindex
+from tests.kit.helpers import sidecar_of
 
 tf = pytest.importorskip("tensorflow")
 

@@ -10,8 +10,6 @@ import subprocess
 import sys
 
 import pytest
-from fuzzkit import Tally, guarded
-from helpers import ref_ofrecord, ref_tfrecord, sidecar_of, write_raw
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -21,6 +19,8 @@ from ofindex.cli import main
 from ofindex.formats.textindex import parse_text
 from ofindex.index.textimport import sidecar_from_text
 from ofindex.storage import storage_for
+from tests.kit.fuzzkit import Tally, guarded
+from tests.kit.helpers import ref_ofrecord, ref_tfrecord, sidecar_of, write_raw
 
 RECORDS = [b"x" * n for n in (0, 1, 10, 300, 7)]
 #: the TFRecord file of RECORDS: its records' offsets and framed lengths (16 bytes of framing)

@@ -12,11 +12,12 @@ import time
 import zlib
 
 import pytest
-from helpers import read_bytes, ref_tfrecord, write_raw
 
 import ofindex
 from ofindex.formats.framing import RecordFormat, encode_record
 from ofindex.storage.local import LocalStorage
+from tests.kit import paths
+from tests.kit.helpers import read_bytes, ref_tfrecord, write_raw
 
 RNG = random.Random(4903)
 def _batches(ds, picks):
@@ -192,7 +193,6 @@ def test_appends_racing_a_follower_thread(tmp_path):
 
 _PROCESS_WRITER = """
 import random, sys, time
-sys.path.insert(0, {tests!r})
 from ofindex.formats.framing import RecordFormat, encode_record
 rng = random.Random(7)
 records = [rng.randbytes(rng.randrange(200)) + b"#%d" % i for i in range({n})]
@@ -212,8 +212,9 @@ def test_appends_racing_a_follower_in_another_process(tmp_path):
     with ofindex.Writer(p):  # an empty file and its index
         pass
     n = 3000
-    script = _PROCESS_WRITER.format(tests=os.path.dirname(__file__), n=n, path=p)
-    proc = subprocess.Popen([sys.executable, "-c", script])
+    script = _PROCESS_WRITER.format(n=n, path=p)
+    proc = subprocess.Popen([sys.executable, "-c", script],
+                            env={**os.environ, "PYTHONPATH": paths.pythonpath()})
     try:
         ds = ofindex.open(p)
         got = list(ds.follow(poll_interval=0.005, stop=lambda: proc.poll() is not None))

@@ -8,7 +8,6 @@ import zlib
 
 import numpy as np
 import pytest
-from helpers import implementation, read_bytes, ref_tfrecord, sidecar_of, write_raw
 
 import ofindex
 from ofindex.formats.framing import RecordFormat, encode_record
@@ -16,6 +15,7 @@ from ofindex.formats.sidecar import open_local_sidecar
 from ofindex.formats.sidecar_growth import MAGIC
 from ofindex.index import growth
 from ofindex.storage.local import LocalStorage
+from tests.kit.helpers import implementation, read_bytes, ref_tfrecord, sidecar_of, write_raw
 
 RNG = random.Random(49)
 

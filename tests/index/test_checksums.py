@@ -5,7 +5,6 @@ import os
 
 import crc32c
 import pytest
-from helpers import read_bytes, ref_ofrecord, ref_tfrecord, sidecar_of, write_raw
 
 import ofindex
 from ofindex import CorruptRecordError
@@ -13,6 +12,7 @@ from ofindex.cli.exitcodes import EXIT_ERROR, EXIT_OK
 from ofindex.cli.main import main
 from ofindex.formats.sidecar import load_sidecar, open_local_sidecar
 from ofindex.storage import storage_for
+from tests.kit.helpers import read_bytes, ref_ofrecord, ref_tfrecord, sidecar_of, write_raw
 
 RECORDS = [bytes([i]) * (20 + 7 * i) for i in range(12)]
 BIG = [bytes([i]) * (70_000 + i) for i in range(4)]  # read one by one (direct reads)

@@ -9,9 +9,6 @@ import os
 import threading
 
 import pytest
-import servers
-from conftest import BUCKET
-from helpers import index_dir_of, read_bytes
 
 import ofindex
 from ofindex.cli.main import main
@@ -21,6 +18,9 @@ from ofindex.formats.compact_manifest import COMPACT_NAME
 from ofindex.formats.manifest import MANIFEST_NAME
 from ofindex.index import cluster as cluster_build
 from ofindex.index.build_results import BuildResults
+from tests.conftest import BUCKET
+from tests.kit import servers
+from tests.kit.helpers import index_dir_of, read_bytes
 
 FILES = 6
 

@@ -1,5 +1,5 @@
 """Processes racing over one dataset: builders and readers at once, and a Writer killed with
-SIGKILL midway. Workers are separate processes (tests/concurrency_worker.py), kept alive
+SIGKILL midway. Workers are separate processes (tests/kit/concurrency_worker.py), kept alive
 across rounds and driven through their standard input.
 
 Each of 20 rounds replaces the dataset's data files, then 4 processes build its index at the
@@ -17,19 +17,20 @@ import subprocess
 import sys
 
 import pytest
-from concurrency_worker import RECORDS, SHARDS, expected
-from helpers import index_dir_of
 
 import ofindex
+from tests.kit import paths
+from tests.kit.concurrency_worker import RECORDS, SHARDS, expected
+from tests.kit.helpers import index_dir_of
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 ROUNDS = 20
 
 
 class Worker:
     def __init__(self) -> None:
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.path.dirname(HERE), HERE])}
-        self.proc = subprocess.Popen([sys.executable, os.path.join(HERE, "concurrency_worker.py")],
+        env = {**os.environ, "PYTHONPATH": paths.pythonpath()}
+        worker = os.path.join(paths.KIT, "concurrency_worker.py")
+        self.proc = subprocess.Popen([sys.executable, worker],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                                      env=env)
 

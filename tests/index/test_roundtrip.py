@@ -4,7 +4,12 @@ import os
 import tempfile
 
 import numpy as np
-from helpers import (
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import ofindex
+from ofindex.formats.sidecar import open_local_sidecar
+from tests.kit.helpers import (
     IMPLEMENTATIONS,
     implementation,
     ref_offsets,
@@ -14,11 +19,6 @@ from helpers import (
     split,
     write_raw,
 )
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
-import ofindex
-from ofindex.formats.sidecar import open_local_sidecar
 
 records_st = st.lists(st.binary(max_size=200), max_size=40)
 FORMATS = {"tfrecord": (ref_tfrecord, 16), "ofrecord": (ref_ofrecord, 8)}

@@ -5,7 +5,6 @@ import tempfile
 
 import numpy as np
 import pytest
-from helpers import ref_offsets, ref_ofrecord, ref_tfrecord, write_raw
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -13,6 +12,7 @@ from ofindex import CorruptRecordError, TruncatedRecordError
 from ofindex.formats.framing import RecordFormat
 from ofindex.index.scan import scan_file
 from ofindex.storage import LocalStorage
+from tests.kit.helpers import ref_offsets, ref_ofrecord, ref_tfrecord, write_raw
 
 
 @settings(max_examples=80, deadline=None)

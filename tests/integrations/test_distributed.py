@@ -10,8 +10,9 @@ import pytest
 
 pytest.importorskip("torch")
 import ofindex
+from tests.kit import paths
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = paths.ROOT
 
 WORKER = textwrap.dedent("""
     import json, sys

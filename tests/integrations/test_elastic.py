@@ -19,8 +19,6 @@ import os
 import pytest
 
 torch = pytest.importorskip("torch")
-from fuzzkit import budget, explore  # noqa: E402
-from helpers import write_shards  # noqa: E402
 from hypothesis import given  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 from torch.utils.data import DataLoader  # noqa: E402
@@ -37,6 +35,8 @@ from ofindex.integrations.torch import (  # noqa: E402
 )
 from ofindex.shuffle import BatchSampler as PlainBatchSampler  # noqa: E402
 from ofindex.shuffle import GlobalShuffleOrder  # noqa: E402
+from tests.kit.fuzzkit import budget, explore  # noqa: E402
+from tests.kit.helpers import write_shards  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*repeated this epoch as padding:UserWarning")
 

@@ -56,7 +56,7 @@ def _image_example(s, i):
 
 @pytest.fixture(scope="module")
 def images(tmp_path_factory):
-    from helpers import write_shards
+    from tests.kit.helpers import write_shards
 
     d = write_shards(tmp_path_factory.mktemp("grain-img"), [23, 18], _image_example)
     return ofindex.open(os.path.join(d, "part-*.tfrecord"))

@@ -8,12 +8,11 @@ import os
 import pytest
 
 grain = pytest.importorskip("grain")
-from helpers import write_shards  # noqa: E402
-
 import ofindex  # noqa: E402
 from ofindex.integrations.grain import GrainBatches  # noqa: E402
 from ofindex.integrations.grain_mixing import GrainMixture  # noqa: E402
 from ofindex.shuffle import MixtureSampler, ResumableLoader  # noqa: E402
+from tests.kit.helpers import write_shards  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*repeated this epoch as padding:UserWarning")
 

@@ -12,11 +12,10 @@ import numpy as np
 import pytest
 
 datasets = pytest.importorskip("datasets")
-from example_shards import SPEC, write_examples  # noqa: E402
-
 import ofindex  # noqa: E402
 from ofindex.decode import BatchDecoder, decode_example  # noqa: E402
 from ofindex.integrations.hf import hf_features, to_hf_dataset, to_hf_iterable  # noqa: E402
+from tests.kit.example_shards import SPEC, write_examples  # noqa: E402
 
 SIZES = [40, 25, 35]
 N = sum(SIZES)

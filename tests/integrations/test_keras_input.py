@@ -12,11 +12,10 @@ import numpy as np
 import pytest
 
 keras = pytest.importorskip("keras")
-from example_shards import SPEC, write_examples  # noqa: E402
-
 import ofindex  # noqa: E402
 from ofindex.decode import BatchDecoder, decode_example  # noqa: E402
 from ofindex.integrations.keras import KerasBatches  # noqa: E402
+from tests.kit.example_shards import SPEC, write_examples  # noqa: E402
 
 SIZES = [40, 25, 35]
 N = sum(SIZES)
@@ -104,7 +103,7 @@ def test_a_plain_keras_fit_prints_no_warning(tmp_path):
     """``model.fit(batches, epochs=3)`` in a fresh process, with the user's warning filters
     and TensorFlow's log level: Keras runs the 7 steps of each epoch, and nothing of warning
     level is printed (no "Your input ran out of data", nothing about shuffle=True)."""
-    from keras_fit_check import NOISE, run_fit
+    from tests.kit.keras_fit_check import NOISE, run_fit
 
     out, err = run_fit("keras", str(tmp_path))
     assert not NOISE.findall(out + err), (out + err)[-3000:]

@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
-from helpers import write_shards  # noqa: E402
 from torch.utils.data import DataLoader  # noqa: E402
 
 import ofindex  # noqa: E402
@@ -20,6 +19,7 @@ from ofindex.integrations.torch import (  # noqa: E402
     TensorBatches,
 )
 from ofindex.proto import example_pb2  # noqa: E402
+from tests.kit.helpers import write_shards  # noqa: E402
 
 SHARDS = [70, 45, 85]
 SPEC = {"x": FixedLen((3,), "float32"), "label": FixedLen((), "int64"), "tags": VarLen("int64")}

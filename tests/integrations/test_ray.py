@@ -20,18 +20,18 @@ import sys
 
 import numpy as np
 import pytest
-import servers
-from conftest import BUCKET
-from helpers import index_dir_of
 
 import ofindex
 from ofindex.cli.synthetic import write_dataset
 from ofindex.decode import FixedLen, decode_batch
+from tests.conftest import BUCKET
+from tests.kit import paths, servers
+from tests.kit.helpers import index_dir_of
 
 pytest.importorskip("ray")
 from ofindex.integrations.ray import OfindexDatasource
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = paths.ROOT
 #: Ray's processes on the loopback interface only (Ray otherwise picks the host's address).
 RAY_ENV = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
            "PYTHONPATH": os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")])}

@@ -16,7 +16,6 @@ import pytest
 
 torch = pytest.importorskip("torch")
 grain = pytest.importorskip("grain")
-from helpers import write_shards  # noqa: E402
 from torch.utils.data import DataLoader  # noqa: E402
 
 import ofindex  # noqa: E402
@@ -36,6 +35,8 @@ from ofindex.integrations.torch import (  # noqa: E402
     TorchDataset,
 )
 from ofindex.proto import example_pb2  # noqa: E402
+from tests.kit import paths  # noqa: E402
+from tests.kit.helpers import write_shards  # noqa: E402
 
 SHARDS = [37, 60, 63]  # 160 records: 10 batches of 16
 BATCH = 16
@@ -97,8 +98,7 @@ def readme_run(ds, workers, trained, stop_after=None, checkpoint=None):
 
 
 def test_the_readme_shows_this_loop():
-    with open(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                           "README.md"), encoding="utf-8") as f:
+    with open(os.path.join(paths.ROOT, "README.md"), encoding="utf-8") as f:
         readme = f.read()
     assert ("# on restart, here: loader.load_state_dict(state)\n"
             "for epoch in range(2):\n"

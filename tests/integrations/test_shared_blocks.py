@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
-from helpers import write_shards  # noqa: E402
 from torch.utils.data import DataLoader  # noqa: E402
 
 import ofindex  # noqa: E402
@@ -22,6 +21,7 @@ from ofindex.integrations._shared_blocks import RING, LentTensor, lend, shared_b
 from ofindex.integrations._shared_ring import AVAILABLE, SharedRing  # noqa: E402
 from ofindex.integrations.torch import BatchSampler, GlobalShuffleSampler, TensorBatches  # noqa: E402
 from ofindex.proto import example_pb2  # noqa: E402
+from tests.kit.helpers import write_shards  # noqa: E402
 
 
 def sent(tensor):

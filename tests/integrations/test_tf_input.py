@@ -14,11 +14,10 @@ import numpy as np
 import pytest
 
 tf = pytest.importorskip("tensorflow")
-from example_shards import SPEC, write_examples  # noqa: E402
-
 import ofindex  # noqa: E402
 from ofindex.decode import BatchDecoder, decode_example  # noqa: E402
 from ofindex.integrations.tf import TFBatches, file_infos  # noqa: E402
+from tests.kit.example_shards import SPEC, write_examples  # noqa: E402
 
 SIZES = [40, 25, 35]
 N = sum(SIZES)
@@ -177,7 +176,7 @@ def test_a_plain_keras_fit_prints_no_warning(tmp_path):
     input ran out of data", no "Unknown" step count), and says nothing about fit's default
     shuffle=True; nothing else of warning level is printed either."""
     pytest.importorskip("keras")
-    from keras_fit_check import NOISE, run_fit
+    from tests.kit.keras_fit_check import NOISE, run_fit
 
     out, err = run_fit("tf", str(tmp_path))
     assert not NOISE.findall(out + err), (out + err)[-3000:]

@@ -6,7 +6,6 @@ import os
 import pytest
 
 torch = pytest.importorskip("torch")
-from helpers import write_shards  # noqa: E402
 from torch.utils.data import DataLoader  # noqa: E402
 
 import ofindex  # noqa: E402
@@ -19,6 +18,7 @@ from ofindex.integrations.torch import (  # noqa: E402
     ShuffledIterableDataset,
     TorchDataset,
 )
+from tests.kit.helpers import write_shards  # noqa: E402
 
 SHARDS = [23, 40, 17]
 

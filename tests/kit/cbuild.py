@@ -9,9 +9,9 @@ import shutil
 import subprocess
 import sysconfig
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-CSRC = os.path.join(ROOT, "ofindex", "csrc")
+from tests.kit import paths
+
+CSRC = os.path.join(paths.PACKAGE, "csrc")
 #: Warnings are errors in every test build.
 STRICT = ["-Wall", "-Wextra", "-Wno-unused-parameter", "-Wno-missing-field-initializers",
           "-Werror"]

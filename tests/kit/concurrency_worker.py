@@ -1,4 +1,4 @@
-"""A worker process of tests/test_concurrency.py: reads one command per line on stdin, answers
+"""A worker process of tests/index/test_concurrency.py: reads one command per line on stdin, answers
 one JSON line on stdout.
 
     build <dir>                      build_index(dir); answers {"ok": true} or the error

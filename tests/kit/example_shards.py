@@ -7,10 +7,9 @@ from __future__ import annotations
 
 import os
 
-from helpers import write_shards
-
 from ofindex.decode import FixedLen, VarLen
 from ofindex.proto import example_pb2
+from tests.kit.helpers import write_shards
 
 SPEC = {"id": FixedLen((), "int64"), "x": FixedLen((2,), "float32"),
         "m": FixedLen((2, 3), "float32"), "tags": VarLen("int64"),

@@ -35,6 +35,8 @@ import re
 import threading
 from urllib.parse import urlsplit
 
+from tests.kit import paths
+
 _HEAD_END = b"\r\n\r\n"
 _SLOWDOWN = (b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>SlowDown</Code><Message>'
              b"Please reduce your request rate.</Message></Error>")
@@ -281,14 +283,16 @@ class FaultProxyProcess:
 
     def __init__(self, upstream: str, *, seed: int = 0, **rates: float) -> None:
         import json
+        import os
         import subprocess
         import sys
 
         self.counts: collections.Counter[str] = collections.Counter()
         self.requests = 0
         self._proc = subprocess.Popen(
-            [sys.executable, __file__, upstream, str(seed), json.dumps(rates)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+            [sys.executable, "-m", __name__, upstream, str(seed), json.dumps(rates)],
+            env={**os.environ, "PYTHONPATH": paths.pythonpath()}, stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, text=True)
         assert self._proc.stdout is not None
         self.url = self._proc.stdout.readline().strip()
         if not self.url.startswith("http://127.0.0.1:"):

@@ -9,14 +9,15 @@ problem code of the first record that fails), or raises a clean TypeError / Valu
 IndexError / OverflowError / BufferError — never a crash, never ``SystemError`` (NULL returned
 without an exception).
 
-It runs in a subprocess (tests/test_fuzz_native.py), so that a crash fails one test rather than
-killing the test run, and again under AddressSanitizer and UBSan (tests/test_native_sanitized.py).
+It runs in a subprocess (tests/native/test_fuzz_native.py), so that a crash fails one test
+rather than killing the test run, and again under AddressSanitizer and UBSan
+(tests/native/test_native_sanitized.py).
 A plain seeded generator rather than hypothesis: a call costs microseconds, hypothesis's engine
 about 10 ms per example, and volume is what finds wrapping arithmetic (the segfault of issue 16
 took ~2,000 hypothesis examples to show, a few hundred milliseconds here). A failure prints the
 seed, the example number and the arguments; ``--seed S --start K`` replays it.
 
-    python tests/fuzz_native.py --examples 20000 --seed 1   # prints one JSON line of counts
+    python tests/kit/fuzz_native.py --examples 20000 --seed 1   # prints one JSON line of counts
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Shared by the fuzz tests (tests/test_fuzz_*.py): the property every target is held to, the
+"""Shared by the fuzz tests (tests/*/test_fuzz_*.py): the property every target is held to, the
 allocation bound, the example budget and the tally of outcomes.
 
 The property: a call returns correct data or raises an :class:`ofindex.OfindexError` — never

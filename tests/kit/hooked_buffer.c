@@ -1,5 +1,5 @@
 /* A buffer exporter that runs Python code when its buffer is asked for, as a class with
- * __buffer__ does from Python 3.12 (tests/test_native_mutation.py; built by the test, the
+ * __buffer__ does from Python 3.12 (tests/native/test_native_mutation.py; built by the test, the
  * interpreter there may be older).
  *
  * Hooked(data, hook): asking for its buffer calls hook() first, then exports data's buffer

@@ -12,6 +12,8 @@ import re
 import subprocess
 import sys
 
+from tests.kit import paths
+
 MARK = "--- fit ---"
 #: What counts as a warning in what fit prints: Python's warnings (``...Warning: text``),
 #: Python logging's and absl's (``WARNING:absl:...``; not absl's one-line notice that it logs to
@@ -25,12 +27,10 @@ def run_fit(which: str, directory: str) -> tuple[str, str]:
     """Run this script for ``which`` (``"tf"`` or ``"keras"``) with the environment a user has
     (TensorFlow's C++ log level not lowered) and return what ``fit`` wrote to stdout and to
     stderr (after the mark)."""
-    here = os.path.dirname(os.path.abspath(__file__))
     env = {k: v for k, v in os.environ.items() if k not in ("TF_CPP_MIN_LOG_LEVEL",
                                                             "PYTHONWARNINGS")}
-    env["PYTHONPATH"] = os.pathsep.join([here, os.path.dirname(here),
-                                         env.get("PYTHONPATH", "")])
-    run = subprocess.run([sys.executable, os.path.abspath(__file__), which, directory],
+    env["PYTHONPATH"] = paths.pythonpath()
+    run = subprocess.run([sys.executable, "-m", __name__, which, directory],
                          capture_output=True, text=True, env=env, timeout=600)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-4000:]
     return run.stdout.split(MARK, 1)[1], run.stderr.split(MARK, 1)[1]
@@ -41,12 +41,12 @@ def main(which: str, directory: str) -> None:
     import keras
     import numpy as np
     import tensorflow as tf
-    from example_shards import SPEC, write_examples
 
     import ofindex
     from ofindex.decode import BatchDecoder
     from ofindex.integrations.keras import KerasBatches
     from ofindex.integrations.tf import TFBatches
+    from tests.kit.example_shards import SPEC, write_examples
 
     ds = ofindex.open(write_examples(directory, [40, 25, 35]))
     dense = {name: fs for name, fs in SPEC.items() if name != "tags"}

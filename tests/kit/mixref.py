@@ -1,9 +1,9 @@
 """A small reference implementation of the mixture definition (ofindex/shuffle/mixplan.py's
 docstring), written from the text, not from ofindex.shuffle.mixing / mixplan: plain Python
 integers, one record at a time. The source permutations are ofindex's FeistelPermutation (the
-definition names it; tests/test_permutation.py holds it to its own golden values).
+definition names it; tests/shuffle/test_permutation.py holds it to its own golden values).
 
-``python tests/mixref.py`` rewrites tests/golden/mixture_first_1000.json (the golden list of
+``python -m tests.kit.mixref`` rewrites tests/golden/mixture_first_1000.json (the golden list of
 the first 1,000 (source, record) pairs of a fixed mixture); the test suite only reads it.
 """
 
@@ -14,11 +14,12 @@ import os
 from fractions import Fraction
 
 from ofindex.shuffle import FeistelPermutation
+from tests.kit import paths
 
 SOURCE_SALT = 0x6D69780000
 MIX_SALT = 0x6D69782D73
 MASK = (1 << 64) - 1
-GOLDEN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "golden",
+GOLDEN = os.path.join(paths.GOLDEN,
                       "mixture_first_1000.json")
 #: The golden mixture: three sources of very different sizes.
 GOLDEN_CASE = {"sizes": [100, 1_000_000, 777], "weights": [0.5, 0.3, 0.2], "batch_size": 64,

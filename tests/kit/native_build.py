@@ -1,6 +1,6 @@
 """Importing this makes ``ofindex._native`` the build named by ``OFINDEX_TEST_NATIVE_BUILD``
 (a path to a compiled ``_native*.so``), when set; the sanitizer job (test_native_sanitized.py)
-sets it so that the subprocesses of tests/test_native.py run its build too. Import it before
+sets it so that the subprocesses of tests/native/test_native.py run its build too. Import it before
 ``ofindex``."""
 
 import importlib.util

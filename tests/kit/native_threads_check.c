@@ -1,4 +1,4 @@
-/* ofindex/csrc/threads.h on its own, with no Python (tests/test_native_portable.py).
+/* ofindex/csrc/threads.h on its own, with no Python (tests/native/test_native_portable.py).
  *
  * Built for this machine it runs: a helper thread hands 20,000 values one at a time to the
  * main thread through a mutex and a condition variable (each side waits for the other), and

@@ -1,4 +1,4 @@
-"""protobuf's own reading of a record, the reference of tests/test_decode_differential.py.
+"""protobuf's own reading of a record, the reference of tests/decode/test_decode_differential.py.
 
 ofindex's decoders follow the rules of protobuf 7 (upb). protobuf 6 differs on a few edges: it
 accepts a length or tag in more than 5 bytes and refuses field number 0 inside a group, among
@@ -23,12 +23,12 @@ from google.protobuf import __version__ as protobuf_version
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
 from ofindex.proto import example_pb2, ofrecord_pb2
+from tests.kit import paths
 
 #: The installed protobuf's major version.
 PROTOBUF_MAJOR = int(protobuf_version.split(".")[0])
 #: Where tools/run-tests.sh installs protobuf 7 beside an older one.
 PROTOBUF_7_DIR = os.path.join(sys.prefix, "protobuf7")
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 MESSAGES = {"example": example_pb2.Example, "sequence": example_pb2.SequenceExample,
             "ofrecord": ofrecord_pb2.OFRecord}
@@ -121,10 +121,8 @@ class _Protobuf7:
                 f"protobuf {protobuf_version} is installed and the reference is protobuf 7: "
                 f"install it beside it with `pip install --target {PROTOBUF_7_DIR} "
                 "'protobuf>=7'` (tools/run-tests.sh does)")
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-            [PROTOBUF_7_DIR, ROOT, os.path.dirname(os.path.abspath(__file__)),
-             os.environ.get("PYTHONPATH", "")]))
-        self.process = subprocess.Popen([sys.executable, os.path.abspath(__file__)], env=env,
+        env = dict(os.environ, PYTHONPATH=paths.pythonpath(PROTOBUF_7_DIR))
+        self.process = subprocess.Popen([sys.executable, "-m", __name__], env=env,
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         atexit.register(self.close)
         assert self.ask("version", b"") >= 7

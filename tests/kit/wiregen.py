@@ -6,7 +6,8 @@ overlong tags, lengths and varints, unknown fields of every wire type at every n
 depth limit) — and then mutated byte by byte (bits flipped, bytes set, runs deleted or
 duplicated, truncation, unknown fields and groups inserted anywhere).
 
-The expected answer always comes from protobuf itself (see tests/test_decode_differential.py).
+The expected answer always comes from protobuf itself (see
+tests/decode/test_decode_differential.py).
 """
 
 from __future__ import annotations

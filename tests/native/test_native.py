@@ -9,15 +9,6 @@ import sys
 import crc32c
 import numpy as np
 import pytest
-from fuzzkit import SCALE, Tally
-from helpers import (
-    IMPLEMENTATIONS,
-    empty_block_pool,
-    implementation,
-    ref_offsets,
-    ref_ofrecord,
-    ref_tfrecord,
-)
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -25,6 +16,16 @@ from ofindex import _accel
 from ofindex.formats.crc import LENGTH_CRCS
 from ofindex.formats.framing import RecordFormat
 from ofindex.read.payloads import extract_payloads
+from tests.kit import paths
+from tests.kit.fuzzkit import SCALE, Tally
+from tests.kit.helpers import (
+    IMPLEMENTATIONS,
+    empty_block_pool,
+    implementation,
+    ref_offsets,
+    ref_ofrecord,
+    ref_tfrecord,
+)
 
 FORMATS = {RecordFormat.TFRECORD: (ref_tfrecord, 16), RecordFormat.OFRECORD: (ref_ofrecord, 8)}
 
@@ -220,13 +221,13 @@ def test_big_rows_are_gathered_exactly(start, end):
 #: every outcome reached), 10,000 x OFINDEX_FUZZ_SCALE under tools/run-fuzz.sh (20 to soak).
 FUZZ_EXAMPLES = int(os.environ.get("OFINDEX_FUZZ_EXAMPLES", 10_000 * SCALE if
                                    "OFINDEX_FUZZ_SCALE" in os.environ else 5_000))
-HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def _in_subprocess(code: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     """Run ``code`` in a fresh interpreter (a crash there fails the test, not the run)."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.path.dirname(HERE), HERE])}
-    code = "import native_build\n" + code  # the sanitizer job's build, when it runs this
+    env = {**os.environ, "PYTHONPATH": paths.pythonpath()}
+    # the sanitizer job's build, when it runs this
+    code = "from tests.kit import native_build\n" + code
     return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
                           env=env, timeout=timeout)
 
@@ -266,7 +267,7 @@ print("ok")
 
 @pytest.mark.slow
 def test_hostile_arguments_fuzz():
-    seed = 0  # the same inputs on every run; tests/test_fuzz_native.py tries fresh seeds
+    seed = 0  # the same inputs on every run; tests/native/test_fuzz_native.py tries fresh seeds
     done = _in_subprocess("import sys, fuzz_native; sys.exit(fuzz_native.main(sys.argv[1:]))",
                           "--examples", str(FUZZ_EXAMPLES), "--seed", str(seed), timeout=240)
     assert done.returncode == 0, f"exit {done.returncode}, seed {seed}:\n{done.stderr[-4000:]}"
@@ -292,8 +293,8 @@ def test_hostile_arguments_fuzz():
 _MUTATING_INDEX = r"""
 import gc, sys
 import crc32c, numpy as np
-sys.path.insert(0, {tests!r})
-from helpers import ref_offsets, ref_tfrecord
+sys.path.insert(0, {root!r})
+from tests.kit.helpers import ref_offsets, ref_tfrecord
 from ofindex import _native as native
 from ofindex.formats.crc import LENGTH_CRCS
 
@@ -329,7 +330,7 @@ def test_lists_changed_by_python_code_during_a_call_are_not_read(tmp_path):
     (an ``__index__``); they now hold the items first. Run in a child: a crash is a
     segfault, not an exception."""
     script = tmp_path / "mutate.py"
-    script.write_text(_MUTATING_INDEX.format(tests=os.path.dirname(__file__)))
+    script.write_text(_MUTATING_INDEX.format(root=paths.ROOT))
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 0 and done.stdout.strip() == "ok", (done.returncode,

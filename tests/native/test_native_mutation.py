@@ -1,7 +1,7 @@
 """Compiled calls given lists that Python code changes while the call runs.
 
 Python code can run inside a call of ``ofindex._native``: an item's ``__index__``, a buffer's
-export (a class's ``__buffer__`` from Python 3.12; here ``tests/hooked_buffer.c``, built by
+export (a class's ``__buffer__`` from Python 3.12; here ``tests/kit/hooked_buffer.c``, built by
 the ``hooked`` fixture, does the same on any version), and up to Python 3.11 a gc callback
 or finalizer run by a collection that an allocation starts (from 3.12 a collection waits for
 the next bytecode: those two cases cannot crash there, and pass either way). Each call below
@@ -19,16 +19,15 @@ import subprocess
 import sys
 import sysconfig
 
-import cbuild
 import pytest
 
-HERE = cbuild.HERE
+from tests.kit import cbuild, paths
 
 #: Every child starts with this: the sanitizer job's build when it runs these tests
-#: (tests/native_build.py), the hook-running exporter, and small helpers.
+#: (tests/kit/native_build.py), the hook-running exporter, and small helpers.
 PRELUDE = """
 import gc, os, struct, sys
-import native_build
+from tests.kit import native_build
 import crc32c
 import numpy as np
 from hooked_buffer import Hooked
@@ -65,14 +64,14 @@ def hooked(tmp_path_factory: pytest.TempPathFactory) -> str:
     """The directory holding the compiled ``hooked_buffer`` module."""
     where = tmp_path_factory.mktemp("hooked")
     suffix = sysconfig.get_config_var("EXT_SUFFIX")
-    cbuild.build(cbuild.compiler(), [os.path.join(HERE, "hooked_buffer.c")],
+    cbuild.build(cbuild.compiler(), [os.path.join(paths.KIT, "hooked_buffer.c")],
                  str(where / f"hooked_buffer{suffix}"), ["-O1", *cbuild.STRICT, "-fPIC", "-shared"])
     return str(where)
 
 
 def _run(code: str, hooked: str) -> None:
     """Run ``PRELUDE + code`` in a child; it must exit 0 having printed ``ok``."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([cbuild.ROOT, HERE, hooked])}
+    env = {**os.environ, "PYTHONPATH": paths.pythonpath(hooked)}
     done = subprocess.run([sys.executable, "-c", PRELUDE + code], capture_output=True,
                           text=True, env=env, timeout=120)
     assert done.returncode == 0 and done.stdout.strip().endswith("ok"), (
@@ -247,7 +246,7 @@ def test_gather_and_spans_lists_emptied_by_a_collection_while_they_are_held(hook
     # the lists were copied (PyList_AsTuple) from an array that a collection, started by
     # the copy's own allocation, had freed and its memory reused
     _run(f"""
-from helpers import ref_offsets, ref_tfrecord
+from tests.kit.helpers import ref_offsets, ref_tfrecord
 from ofindex.formats.crc import LENGTH_CRCS
 
 records = [b"a" * 5, b"", b"bc" * 7]

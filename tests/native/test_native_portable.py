@@ -5,7 +5,7 @@ csrc/threads.h, which maps them onto POSIX threads, the Windows API or nothing. 
 Windows and macOS are built by cibuildwheel on those platforms' runners, which this machine
 is not (pyproject.toml, [tool.cibuildwheel]); what can be checked here is checked here:
 
-- the thread layer alone (tests/native_threads_check.c) runs on this machine's POSIX
+- the thread layer alone (tests/kit/native_threads_check.c) runs on this machine's POSIX
   threads, refuses to start a thread when built without any, and compiles and links for
   Windows with mingw-w64 (tools/run-tests.sh installs it; the program is not run there);
 - the whole module built with ``-DOFINDEX_NO_THREADS`` (what a platform with neither gets)
@@ -21,10 +21,11 @@ import shutil
 import subprocess
 import sys
 
-import cbuild
 import pytest
 
-CHECK = os.path.join(cbuild.HERE, "native_threads_check.c")
+from tests.kit import cbuild, paths
+
+CHECK = os.path.join(paths.KIT, "native_threads_check.c")
 MINGW = "x86_64-w64-mingw32-gcc"
 
 #: Headers every C11 compiler has, plus Python's, numpy's (whose C API onerecord.c uses: its
@@ -34,11 +35,11 @@ PORTABLE_HEADERS = {
     "stdlib.h", "stdio.h", "limits.h", "assert.h", "errno.h", "math.h",
 }
 
-#: Loads the build named by OFINDEX_TEST_NATIVE_BUILD (tests/native_build.py) and runs the
+#: Loads the build named by OFINDEX_TEST_NATIVE_BUILD (tests/kit/native_build.py) and runs the
 #: test files given, checking first that it is the thread-less build.
 BOOT = """
 import os, sys
-import native_build
+from tests.kit import native_build
 from ofindex import _accel
 assert _accel.native is not None and _accel.native.__file__ == os.environ[
     "OFINDEX_TEST_NATIVE_BUILD"], "the thread-less build is not the one in use"
@@ -90,14 +91,15 @@ def test_the_module_without_threads_passes_the_native_and_checker_tests(tmp_path
     library = cbuild.module_path(str(tmp_path))
     cbuild.build(cbuild.compiler(), cbuild.sources(), library,
                  ["-O1", *cbuild.STRICT, "-fPIC", "-shared", "-DOFINDEX_NO_THREADS"])
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([cbuild.ROOT, cbuild.HERE]),
+    env = {**os.environ, "PYTHONPATH": paths.pythonpath(),
            "OFINDEX_PURE_PYTHON": "0", "OFINDEX_TEST_NATIVE_BUILD": library,
            "OFINDEX_FUZZ_EXAMPLES": "300"}
-    tests = [os.path.join(cbuild.HERE, name) for name in ("test_native.py", "test_checker.py")]
-    tests.append(os.path.join(cbuild.HERE, "test_batched_reads.py") + "::"
+    tests = [os.path.join(paths.TESTS, name)
+             for name in ("native/test_native.py", "read/sequential/test_checker.py")]
+    tests.append(os.path.join(paths.TESTS, "read", "sequential", "test_batched_reads.py") + "::"
                  "test_list_batches_checked_on_a_second_thread_name_the_first_bad_record")
     done = subprocess.run([sys.executable, "-c", BOOT, *tests], capture_output=True, text=True,
-                          env=env, cwd=cbuild.ROOT, timeout=280)
+                          env=env, cwd=paths.ROOT, timeout=280)
     report = done.stdout[-6000:] + done.stderr[-3000:]
     assert done.returncode == 0, f"exit {done.returncode}:\n{report}"
     assert " passed" in done.stdout and "failed" not in done.stdout, report

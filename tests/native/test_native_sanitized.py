@@ -2,8 +2,8 @@
 
 ``ofindex/csrc`` is compiled again with ``-fsanitize=address,undefined`` into a temporary
 directory; a subprocess (the ASan runtime preloaded, as the interpreter itself is not
-instrumented) loads that build as ``ofindex._native`` and runs tests/test_native.py, the
-hostile-argument fuzzer (tests/fuzz_native.py) and tests/test_native_mutation.py (lists
+instrumented) loads that build as ``ofindex._native`` and runs tests/native/test_native.py, the
+hostile-argument fuzzer (tests/kit/fuzz_native.py) and tests/native/test_native_mutation.py (lists
 changed by Python code during a call) on it. Any out-of-bounds access, use after free, signed
 overflow, misaligned load or shift out of range aborts the subprocess and fails the test with
 the sanitizer's report.
@@ -18,11 +18,11 @@ import os
 import subprocess
 import sys
 
-import cbuild
 import pytest
 
-HERE = cbuild.HERE
-ROOT = cbuild.ROOT
+from tests.kit import cbuild, paths
+
+ROOT = paths.ROOT
 FLAGS = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer",
          "-g", "-O1", *cbuild.STRICT, "-fPIC", "-shared"]
 ENV = {
@@ -33,11 +33,11 @@ ENV = {
 FUZZ_EXAMPLES = int(os.environ.get("OFINDEX_FUZZ_EXAMPLES", 3000))
 
 #: Runs the test files named by its arguments on the sanitized build (their subprocesses load it
-#: too, through tests/native_build.py), checking first that the build and the runtimes are in
+#: too, through tests/kit/native_build.py), checking first that the build and the runtimes are in
 #: use.
 BOOT = """
 import os, sys
-import native_build
+from tests.kit import native_build
 from ofindex import _accel
 assert _accel.native is not None and _accel.native.__file__ == os.environ[
     "OFINDEX_TEST_NATIVE_BUILD"], "the sanitized build is not the one in use"
@@ -59,7 +59,7 @@ def _runtime(cc: str, name: str) -> str:
 def _run(args: list[str], libasan: str, timeout: float,
          **env_vars: str) -> subprocess.CompletedProcess:
     env = {**os.environ, **ENV, "LD_PRELOAD": libasan,
-           "PYTHONPATH": os.pathsep.join([ROOT, HERE]), "OFINDEX_PURE_PYTHON": "0", **env_vars}
+           "PYTHONPATH": paths.pythonpath(), "OFINDEX_PURE_PYTHON": "0", **env_vars}
     return subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env,
                           cwd=ROOT, timeout=timeout)
 
@@ -75,7 +75,8 @@ def test_native_tests_and_fuzzer_pass_under_asan_and_ubsan(toolchain, tmp_path):
     cc, libasan, _ = toolchain
     lib = cbuild.module_path(str(tmp_path))
     cbuild.build(cc, cbuild.sources(), lib, FLAGS)
-    tests = [os.path.join(HERE, name) for name in ("test_native.py", "test_native_mutation.py")]
+    tests = [os.path.join(paths.TESTS, "native", name)
+             for name in ("test_native.py", "test_native_mutation.py")]
     done = _run(["-c", BOOT, *tests], libasan, timeout=300,
                 OFINDEX_TEST_NATIVE_BUILD=lib, OFINDEX_FUZZ_EXAMPLES=str(FUZZ_EXAMPLES))
     report = done.stdout[-6000:] + done.stderr[-6000:]

@@ -8,7 +8,9 @@ from __future__ import annotations
 import ast
 import os
 
-ROOT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "ofindex")
+from tests.kit import paths
+
+ROOT = paths.PACKAGE
 
 #: What each layer may import besides itself. ``transport`` (the network: requests, their
 #: policy and failures) knows nothing of files or datasets; ``formats`` and ``storage`` (which
@@ -255,7 +257,7 @@ def test_the_complexity_cap_is_configured_and_kept():
     with open(os.path.join(root, "pyproject.toml"), "rb") as f:
         lint = tomllib.load(f)["tool"]["ruff"]["lint"]
     assert "C901" in lint["select"] and lint["mccabe"]["max-complexity"] == MAX_COMPLEXITY
-    from helpers import need
+    from tests.kit.helpers import need
 
     need("ruff", "dev")
     ruff = os.path.join(os.path.dirname(sys.executable), "ruff")

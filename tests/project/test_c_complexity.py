@@ -14,11 +14,12 @@ from __future__ import annotations
 import os
 
 import lizard
-from test_architecture import MAX_COMPLEXITY
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-CSRC = os.path.join(ROOT, "ofindex", "csrc")
+from tests.kit import paths
+from tests.project.test_architecture import MAX_COMPLEXITY
+
+ROOT = paths.ROOT
+CSRC = os.path.join(paths.PACKAGE, "csrc")
 
 #: ``file:function`` -> (its cap, why it stays over the cap). Each cap is the function's CCN
 #: when it was listed.
@@ -68,8 +69,8 @@ def test_no_c_function_is_over_the_cap_without_a_reason():
             if ccn > CAP and key not in EXCEPTIONS}
     assert not over, (
         f"C functions over the cap of {CAP}: {over}; split each into named static helpers "
-        "(one concern each), or add it to EXCEPTIONS in tests/test_c_complexity.py with its "
-        "CCN as its cap and the reason, in a comment above the function too")
+        "(one concern each), or add it to EXCEPTIONS in tests/project/test_c_complexity.py with "
+        "its CCN as its cap and the reason, in a comment above the function too")
 
 
 def test_the_exceptions_only_go_down():

@@ -9,11 +9,12 @@ import subprocess
 import sys
 
 import pytest
-from helpers import manifest_of, ref_ofrecord, ref_tfrecord, sidecar_of, write_raw
 
 import ofindex
+from tests.kit import paths
+from tests.kit.helpers import manifest_of, ref_ofrecord, ref_tfrecord, sidecar_of, write_raw
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = paths.ROOT
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-TESTS = os.path.dirname(os.path.abspath(__file__))
+from tests.kit import paths
 
 SUITE = '''
 import pytest
@@ -36,7 +36,7 @@ def test_passes():
 def _run(tmp_path, ci: bool, suite: str = SUITE,
          workers: int = 0) -> subprocess.CompletedProcess[str]:
     (tmp_path / "test_small.py").write_text(suite)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([TESTS, os.environ.get("PYTHONPATH", "")]))
+    env = dict(os.environ, PYTHONPATH=paths.pythonpath(paths.TESTS))
     env.pop("CI", None)
     if ci:
         env["CI"] = "true"

@@ -9,13 +9,14 @@ import sys
 import time
 
 import pytest
-from helpers import ref_ofrecord, ref_tfrecord, write_raw
 
 import ofindex
 from ofindex.cli import EXIT_ERROR, EXIT_OK, main
 from ofindex.proto import example_pb2
+from tests.kit import paths
+from tests.kit.helpers import ref_ofrecord, ref_tfrecord, write_raw
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = paths.ROOT
 
 
 def _examples(n: int) -> list[bytes]:
@@ -218,7 +219,7 @@ def test_tests_of_a_missing_extra_skip_with_a_reason(tmp_path):
     code = BLOCKED.format(blocked=["s3fs", "gcsfs", "adlfs", "moto", "aiohttp"]) + """
 import pytest
 sys.exit(pytest.main(["-q", "-p", "no:cacheprovider", "-rs", "-k", "s3 or gcs or http or azure",
-                      "tests/test_storage_conformance.py"]))
+                      "tests/storage/test_storage_conformance.py"]))
 """
     env = {k: v for k, v in os.environ.items() if k != "CI"}
     start = time.monotonic()

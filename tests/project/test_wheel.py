@@ -18,11 +18,12 @@ import sysconfig
 import zipfile
 
 import pytest
-from helpers import need
 
 import ofindex
+from tests.kit import paths
+from tests.kit.helpers import need
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = paths.ROOT
 BIN = os.path.dirname(sys.executable)
 SMOKE = """
 import os, tempfile, ofindex, ofindex._accel as accel

@@ -14,8 +14,9 @@ import pytest
 from google.protobuf import descriptor_pb2
 
 from ofindex.proto import event_pb2, example_pb2, ofrecord_pb2
+from tests.kit import paths
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(paths.ROOT)
 PROTO_SRC = ROOT / "protos" / "ofindex"
 GENERATED = ROOT / "ofindex" / "proto"
 

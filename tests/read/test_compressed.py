@@ -11,13 +11,14 @@ import sys
 
 import numpy as np
 import pytest
-from helpers import implementation, ref_ofrecord, ref_tfrecord, sidecar_of, write_raw
 
 import ofindex
 from ofindex import SidecarError
 from ofindex.formats.seekpoints import SeekKind
 from ofindex.formats.sidecar import open_local_sidecar
 from ofindex.formats.sidecar_header import Compression
+from tests.kit import paths
+from tests.kit.helpers import implementation, ref_ofrecord, ref_tfrecord, sidecar_of, write_raw
 
 tf = pytest.importorskip("tensorflow")
 
@@ -343,9 +344,8 @@ def test_cli(tf_files, tmp_path):
     _fresh_copy(tf_files["ZLIB"][0], d)
 
     def run(*args):
-        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         done = subprocess.run([sys.executable, "-m", "ofindex", *args], capture_output=True,
-                              env={**os.environ, "PYTHONPATH": root})
+                              env={**os.environ, "PYTHONPATH": paths.ROOT})
         return done.returncode, done.stdout, done.stderr.decode()
 
     code, out, err = run("build", str(d), "--seek-spacing", "16K")
@@ -364,8 +364,7 @@ def test_cli(tf_files, tmp_path):
 
 def test_readme_example(tmp_path, monkeypatch):
     """The "Compressed files" example of the documentation runs as written."""
-    page = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                        "docs", "reading.md")
+    page = os.path.join(paths.DOCS, "reading.md")
     with open(page, encoding="utf-8") as f:
         text = f.read()
     section = text[text.index("## Compressed files") :]

@@ -11,16 +11,6 @@ import zlib
 
 import numpy as np
 import pytest
-from helpers import (
-    IMPLEMENTATIONS,
-    implementation,
-    read_bytes,
-    ref_ofrecord,
-    ref_tfrecord,
-    reseal_sidecar,
-    sidecar_of,
-    write_raw,
-)
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -35,6 +25,16 @@ from ofindex import (
 from ofindex.formats.sidecar import open_local_sidecar
 from ofindex.formats.sidecar_header import layout_of
 from ofindex.read import compressed
+from tests.kit.helpers import (
+    IMPLEMENTATIONS,
+    implementation,
+    read_bytes,
+    ref_ofrecord,
+    ref_tfrecord,
+    reseal_sidecar,
+    sidecar_of,
+    write_raw,
+)
 
 
 def _records(n: int = 1500, seed: int = 3) -> list[bytes]:

@@ -15,12 +15,12 @@ import pickle
 
 import numpy as np
 import pytest
-from helpers import need, write_shards
 
 import ofindex
 from ofindex.errors import StaleIndexError
 from ofindex.integrations._mixed_source import MixedSource
 from ofindex.read.concat import concatenated
+from tests.kit.helpers import need, write_shards
 
 SIZES = [[40, 25], [7], [60, 3, 12]]
 

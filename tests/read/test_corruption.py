@@ -6,7 +6,6 @@ import warnings
 
 import numpy as np
 import pytest
-from helpers import read_bytes, ref_ofrecord, ref_tfrecord, reseal_sidecar, sidecar_of, write_raw
 
 import ofindex
 from ofindex import (
@@ -18,6 +17,14 @@ from ofindex import (
     TruncatedRecordError,
 )
 from ofindex.formats.sidecar import open_local_sidecar
+from tests.kit.helpers import (
+    read_bytes,
+    ref_ofrecord,
+    ref_tfrecord,
+    reseal_sidecar,
+    sidecar_of,
+    write_raw,
+)
 
 pytestmark = pytest.mark.usefixtures("impl")  # both implementations of the loops
 

@@ -115,7 +115,7 @@ def _tiny_shards(directory, count: int, gzipped=lambda k: False) -> str:
     import gzip
     from unittest import mock
 
-    from helpers import ref_tfrecord
+    from tests.kit.helpers import ref_tfrecord
 
     os.makedirs(directory)
     for k in range(count):
@@ -448,7 +448,7 @@ def test_a_file_truncated_under_a_dataloader_worker_raises_in_the_main_process(t
     raised in the main process, not a dead worker."""
     import subprocess
 
-    from helpers import need
+    from tests.kit.helpers import need
 
     need("torch", "torch")
     path = str(tmp_path / "shrinking.tfrecord")

@@ -18,7 +18,13 @@ import sys
 import crc32c
 import numpy as np
 import pytest
-from helpers import (
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import ofindex
+from ofindex import RecordIndexError, _accel
+from ofindex.formats.sidecar_header import HEADER_SIZE
+from tests.kit.helpers import (
     cached_index_dir_of,
     implementation,
     read_bytes,
@@ -26,12 +32,6 @@ from helpers import (
     sidecar_of,
     write_raw,
 )
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
-import ofindex
-from ofindex import RecordIndexError, _accel
-from ofindex.formats.sidecar_header import HEADER_SIZE
 
 
 def _anywhere(text: str, here: str) -> str:

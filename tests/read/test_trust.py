@@ -15,13 +15,13 @@ import pickle
 import shutil
 
 import pytest
-from helpers import manifest_of, reseal_manifest, sidecar_of
 
 import ofindex
 from ofindex import SidecarError, StaleIndexError
 from ofindex.formats.location import resolve
 from ofindex.formats.placement import Layout
 from ofindex.index.builder import build_location
+from tests.kit.helpers import manifest_of, reseal_manifest, sidecar_of
 
 pytestmark = pytest.mark.usefixtures("impl")  # compiled and pure-Python loops
 
@@ -260,7 +260,7 @@ OF_RECORDS = [bytes([65 + i % 26]) * (30 + 7 * i) for i in range(60)]
 def _flip_payload_in_place(path: str, packed: bytes, raw: bytes) -> int:
     """Flip one bit of ``path`` (a stored-block gzip file of OFRecords ``raw``, or the raw
     file itself) that lands in a payload byte, keeping size and mtime; returns the record."""
-    from helpers import ref_offsets
+    from tests.kit.helpers import ref_offsets
 
     bounds = [*ref_offsets(OF_RECORDS, 8), len(raw)]
     for at in range(len(packed) // 3, len(packed)):
@@ -294,7 +294,7 @@ def test_ofrecord_payload_changed_after_indexing_is_refused(tmp_path, gz, read):
     in their sidecars (GZIP ones too), so a flipped bit is an error on every read path."""
     import gzip
 
-    from helpers import ref_ofrecord, write_raw
+    from tests.kit.helpers import ref_ofrecord, write_raw
 
     raw = ref_ofrecord(OF_RECORDS)
     packed = gzip.compress(raw, compresslevel=0, mtime=0) if gz else raw
@@ -326,7 +326,7 @@ def test_gzip_stream_check_does_not_depend_on_verify(tmp_path):
     payload checksums are then not checked)."""
     import gzip
 
-    from helpers import ref_ofrecord, write_raw
+    from tests.kit.helpers import ref_ofrecord, write_raw
 
     raw = ref_ofrecord(OF_RECORDS)
     packed = gzip.compress(raw, compresslevel=0, mtime=0)
@@ -340,7 +340,7 @@ def test_gzip_stream_check_does_not_depend_on_verify(tmp_path):
 def test_ofrecord_over_http_with_a_flipping_proxy(nginx_server):
     """Issue 26, item 5: OFRecords read over HTTP through a proxy that flips bits are
     checked against the sidecar's checksums (the default for OFRecord builds)."""
-    from faultproxy import FaultProxy
+    from tests.kit.faultproxy import FaultProxy
 
     root = os.path.join(nginx_server.root, "of-flip")
     shutil.rmtree(root, ignore_errors=True)

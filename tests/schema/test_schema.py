@@ -17,9 +17,9 @@ from ofindex.encode import encode_sequence_example
 from ofindex.errors import DecodeError
 from ofindex.schema import infer_spec, spec_from_tf, to_python, to_tf
 from ofindex.write import ShardedWriter
+from tests.kit import paths
 
-REAL = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
-    __file__)))), "shared", "real-world")
+REAL = os.path.join(os.path.dirname(paths.ROOT), "shared", "real-world")
 
 
 def _written(tmp_path, n=200):
@@ -70,7 +70,7 @@ def test_schema_of_a_huge_remote_dataset_reads_only_the_sampled_pages(manifest, 
     their data files' stamps: requests bounded by the sample, not the dataset."""
     import sys
 
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "tools"))
+    sys.path.insert(0, paths.TOOLS)
     import sim_store
 
     monkeypatch.setenv(sim_store.KIND_ENV, manifest)

@@ -10,12 +10,12 @@ import collections
 
 import numpy as np
 import pytest
-from columns_data import cut, write_dataset
 
 import ofindex
 from ofindex.errors import StateError
 from ofindex.proto import example_pb2
 from ofindex.shuffle import BalancedSampler
+from tests.kit.columns_data import cut, write_dataset
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*repeated this epoch as padding:UserWarning")
 

@@ -1,4 +1,4 @@
-"""Weighted mixing: the written definition (tests/mixref.py, a reference implementation of it,
+"""Weighted mixing: the written definition (tests/kit/mixref.py, a reference implementation of it,
 and the checked-in golden list), exact per-batch proportions, sources of very different
 sizes, a source's epoch boundary inside a batch, re-weighting from a checkpoint, resume,
 reading through MixtureBatches."""
@@ -9,14 +9,14 @@ import pickle
 import subprocess
 import sys
 
-import mixref
 import numpy as np
 import pytest
-from helpers import write_shards
 
 import ofindex
 from ofindex.shuffle import MixtureSampler
 from ofindex.shuffle.mixplan import apportion
+from tests.kit import mixref, paths
+from tests.kit.helpers import write_shards
 
 
 def pairs_of(sampler, batch):
@@ -40,12 +40,11 @@ def test_golden_first_1000_pairs():
 
 def test_golden_in_a_fresh_process():
     """The same pairs in another interpreter (no state shared with this one)."""
-    code = ("import json, sys; sys.path.insert(0, 'tests'); import mixref; "
+    code = ("import json, sys; from tests.kit import mixref; "
             "from ofindex.shuffle import MixtureSampler; c = mixref.GOLDEN_CASE; "
             "m = MixtureSampler(c['sizes'], c['weights'], c['batch_size'], seed=c['seed']); "
             "print(json.dumps([i for b in m for i in b][:1000]))")
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True,
+    out = subprocess.run([sys.executable, "-c", code], cwd=paths.ROOT, capture_output=True,
                          text=True, check=True).stdout
     case = mixref.GOLDEN_CASE
     offsets = np.concatenate(([0], np.cumsum(case["sizes"])[:-1]))

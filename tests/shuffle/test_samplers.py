@@ -9,7 +9,6 @@ import warnings
 
 import numpy as np
 import pytest
-from helpers import write_shards
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -28,6 +27,7 @@ from ofindex.shuffle import (
     SequentialOrder,
     SequentialSampler,
 )
+from tests.kit.helpers import write_shards
 
 
 @settings(max_examples=80, deadline=None)

@@ -14,8 +14,6 @@ import os
 import pytest
 
 grain = pytest.importorskip("grain")
-from fuzzkit import budget, explore  # noqa: E402
-from helpers import write_shards  # noqa: E402
 from hypothesis import given  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
@@ -32,6 +30,8 @@ from ofindex.shuffle import (  # noqa: E402
     ResumableLoader,
     SequentialSampler,
 )
+from tests.kit.fuzzkit import budget, explore  # noqa: E402
+from tests.kit.helpers import write_shards  # noqa: E402
 
 N = 1000
 MAX_EPOCH = 2**32 - 1  # the largest epoch a state may hold (docs/training.md)

@@ -12,11 +12,11 @@ import subprocess
 import sys
 
 import pytest
-from helpers import cached_index_dir_of
 
 import ofindex
 from ofindex.cli.synthetic import write_dataset
 from ofindex.formats.location import resolve
+from tests.kit.helpers import cached_index_dir_of
 
 #: Names with glob characters, and one that ``b*`` matches as a glob.
 NAMES = ["a[1]", "b*", "bb"]

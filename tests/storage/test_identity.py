@@ -16,15 +16,6 @@ import shutil
 
 import numpy as np
 import pytest
-import servers
-from helpers import (
-    index_dir_of,
-    manifest_of,
-    read_bytes,
-    ref_tfrecord,
-    sidecar_of,
-    write_raw,
-)
 
 import ofindex
 from ofindex.formats.sidecar_header import decode_header
@@ -32,6 +23,15 @@ from ofindex.storage import FileStamp, LocalStorage
 from ofindex.storage.content import content_digest, content_regions
 from ofindex.storage.identity import read_content_digest
 from ofindex.storage.stamp import Verdict
+from tests.kit import servers
+from tests.kit.helpers import (
+    index_dir_of,
+    manifest_of,
+    read_bytes,
+    ref_tfrecord,
+    sidecar_of,
+    write_raw,
+)
 
 SHARDS = 3
 PER_SHARD = 150
@@ -448,7 +448,7 @@ def test_an_s3_index_served_by_nginx(built_on_s3, nginx_server, tmp_path, replac
 
 
 def servers_bucket() -> str:
-    from conftest import BUCKET
+    from tests.conftest import BUCKET
 
     return BUCKET
 

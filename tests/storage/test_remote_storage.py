@@ -7,8 +7,6 @@ import os
 
 import numpy as np
 import pytest
-import servers
-from helpers import copy_dataset, index_dir_of, manifest_of, read_bytes, sidecar_of, stamp_as_served
 
 import ofindex
 from ofindex.cli.synthetic import write_dataset
@@ -18,6 +16,15 @@ from ofindex.storage import storage_for
 from ofindex.storage.fsspec_storage import FsspecStorage
 from ofindex.transport.failures import classify
 from ofindex.transport.policy import RequestPolicy, retry_settings
+from tests.kit import paths, servers
+from tests.kit.helpers import (
+    copy_dataset,
+    index_dir_of,
+    manifest_of,
+    read_bytes,
+    sidecar_of,
+    stamp_as_served,
+)
 
 #: Retries without waiting: tests of failures stay fast.
 QUICK = RequestPolicy(retries=3, base_delay=0.001, throttle_delay=0.001)
@@ -127,7 +134,7 @@ def test_transient_errors_are_retried_then_named(dataset):
 def test_connection_resets_are_retried(served):
     import sys
 
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "tools"))
+    sys.path.insert(0, paths.TOOLS)
     from latency_proxy import LatencyProxy
 
     url, _, _ = served
@@ -151,7 +158,7 @@ def test_connection_resets_are_retried(served):
 def test_a_bandwidth_capped_proxy_forwards_every_byte(served, cap):
     import sys
 
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "tools"))
+    sys.path.insert(0, paths.TOOLS)
     from latency_proxy import LatencyProxy
 
     url, _, _ = served

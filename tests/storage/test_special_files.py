@@ -20,11 +20,11 @@ import threading
 import time
 
 import pytest
-import servers
 
 import ofindex
 from ofindex.cli.synthetic import write_dataset
 from ofindex.formats.textindex import export_text
+from tests.kit import servers
 
 #: Address space a command may use (about 165 MB is its peak): reading /dev/zero or an
 #: endless FIFO whole fails fast instead of filling the machine's memory.

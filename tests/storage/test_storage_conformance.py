@@ -12,11 +12,11 @@ import os
 
 import numpy as np
 import pytest
-from conftest import OBSTORE_BACKENDS, _make_backend
-from helpers import manifest_of
 
 import ofindex
 from ofindex.cli.synthetic import write_dataset
+from tests.conftest import OBSTORE_BACKENDS, _make_backend
+from tests.kit.helpers import manifest_of
 
 SHARDS = 4
 RECORDS = 203  # uneven over the shards

@@ -7,12 +7,12 @@ from __future__ import annotations
 import uuid
 
 import pytest
-import servers
-from conftest import BUCKET
 
 import ofindex
 from ofindex.storage import FsspecStorage, Storages
 from ofindex.transport import clients
+from tests.conftest import BUCKET
+from tests.kit import servers
 
 
 @pytest.fixture

@@ -1,5 +1,5 @@
 """ofindex.open_tfds against tensorflow_datasets itself: datasets written by TFDS (one builder
-per feature family, tests/tfds_builders.py), every example of every split compared value by
+per feature family, tests/kit/tfds_builders.py), every example of every split compared value by
 value with ``tfds.as_numpy(builder.as_dataset(split, shuffle_files=False))``, in order."""
 
 from __future__ import annotations
@@ -10,16 +10,17 @@ import subprocess
 import sys
 
 import pytest
-from helpers import need
 
 import ofindex
 from ofindex.errors import DecodeError, RecordIndexError
 from ofindex.tfds.split_strings import file_ranges, interleave_order
+from tests.kit import paths
+from tests.kit.helpers import need
 
 tfds = need("tensorflow_datasets", "tensorflow-datasets")
-from tfds_compare import assert_same, read_json, tfds_examples  # noqa: E402
+from tests.kit.tfds_compare import assert_same, read_json, tfds_examples  # noqa: E402
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = paths.ROOT
 
 
 @pytest.mark.parametrize("family", ["tensor_family", "sequence_family", "media_family",

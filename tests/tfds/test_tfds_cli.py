@@ -7,9 +7,8 @@ from __future__ import annotations
 import json
 import os
 
-from helpers import need
-
 from ofindex.cli import main
+from tests.kit.helpers import need
 
 need("tensorflow_datasets", "tensorflow-datasets")
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from helpers import need
 
 import ofindex
+from tests.kit.helpers import need
 
 need("tensorflow_datasets", "tensorflow-datasets")
 torch = need("torch", "torch")

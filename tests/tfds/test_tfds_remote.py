@@ -1,7 +1,7 @@
 """ofindex.open_tfds over HTTP (nginx) and the GCS emulator: the builder directories written
 by TFDS uploaded as they are (no index), opened by URL with the index in ``index_dir=`` (or
 the node cache) on local disk, nothing written to the bucket, every example and step equal
-to the local read (itself equal to tfds.as_numpy: tests/test_tfds.py)."""
+to the local read (itself equal to tfds.as_numpy: tests/tfds/test_tfds.py)."""
 
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ import os
 
 import numpy as np
 import pytest
-from helpers import need
 
 import ofindex
+from tests.kit.helpers import need
 
 need("tensorflow_datasets", "tensorflow-datasets")
-from tfds_compare import assert_same, tfds_examples  # noqa: E402
+from tests.kit.tfds_compare import assert_same, tfds_examples  # noqa: E402
 
 
 def _upload(backend, local_dir: str, family: str = "rlds_family") -> str:
@@ -38,7 +38,7 @@ def _listing(backend, url: str) -> list[str]:
 @pytest.mark.parametrize("name", ["http", "gcs"])
 def test_remote_builder_with_index_dir_elsewhere(tfds_dirs, family, name, request,
                                                  tmp_path_factory):
-    from conftest import _make_backend
+    from tests.conftest import _make_backend
 
     backend = _make_backend(name, request, tmp_path_factory)
     local = tfds_dirs[family]
@@ -66,7 +66,7 @@ def test_remote_builder_with_index_dir_elsewhere(tfds_dirs, family, name, reques
 
 def test_remote_builder_indexed_in_the_node_cache(tfds_dirs, gcs_server, request,
                                                   tmp_path_factory):
-    from conftest import _make_backend
+    from tests.conftest import _make_backend
 
     backend = _make_backend("gcs", request, tmp_path_factory)
     url = _upload(backend, tfds_dirs["rlds_family"])
@@ -84,7 +84,7 @@ def test_remote_builder_indexed_in_the_node_cache(tfds_dirs, gcs_server, request
 
 def test_http_without_an_index_place_says_where_to_put_it(tfds_dirs, nginx_server, request,
                                                           tmp_path_factory):
-    from conftest import _make_backend
+    from tests.conftest import _make_backend
 
     backend = _make_backend("http", request, tmp_path_factory)
     url = _upload(backend, tfds_dirs["rlds_family"])

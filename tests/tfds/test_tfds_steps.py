@@ -11,16 +11,16 @@ import os
 
 import numpy as np
 import pytest
-from helpers import need
 
 import ofindex
 from ofindex.errors import RecordIndexError, SidecarError
 from ofindex.shuffle import GlobalShuffleSampler, MixtureSampler
 from ofindex.tfds import episodes as episodes_module
 from ofindex.tfds.blend import Blend
+from tests.kit.helpers import need
 
 need("tensorflow_datasets", "tensorflow-datasets")
-from tfds_compare import assert_same, tfds_examples, tfds_steps  # noqa: E402
+from tests.kit.tfds_compare import assert_same, tfds_examples, tfds_steps  # noqa: E402
 
 
 @pytest.fixture(scope="module")

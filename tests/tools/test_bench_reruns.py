@@ -8,7 +8,9 @@ import os
 import subprocess
 import sys
 
-TOOLS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools")
+from tests.kit import paths
+
+TOOLS = paths.TOOLS
 TOOL = os.path.join(TOOLS, "bench_write.py")
 
 

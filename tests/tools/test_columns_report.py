@@ -2,11 +2,11 @@
 from a small fixture (no benchmark runs here)."""
 
 import json
-import os
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                                "tools"))
+from tests.kit import paths
+
+sys.path.insert(0, paths.TOOLS)
 import report
 
 

@@ -8,8 +8,10 @@ import sys
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "tools"))
+from tests.kit import paths
+
+ROOT = paths.ROOT
+sys.path.insert(0, paths.TOOLS)
 import report  # noqa: E402
 
 

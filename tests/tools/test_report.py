@@ -8,8 +8,9 @@ import sys
 import pytest
 
 pytest.importorskip("matplotlib")
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                                "tools"))
+from tests.kit import paths
+
+sys.path.insert(0, paths.TOOLS)
 import report
 
 PIPELINE = {

@@ -4,15 +4,15 @@ data, and records read through pages carry their own record numbers."""
 
 from __future__ import annotations
 
-import os
 import struct
 import sys
 
 import numpy as np
 
 import ofindex
+from tests.kit import paths
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "tools"))
+sys.path.insert(0, paths.TOOLS)
 import sim_store
 
 

@@ -1,5 +1,5 @@
 """Reads through a faulty network: 2,000 random records, 1,000 from nginx and 1,000 from moto
-(S3), half TFRecord and half OFRecord, through tests/faultproxy.py, which drops 10 % of the
+(S3), half TFRecord and half OFRecord, through tests/kit/faultproxy.py, which drops 10 % of the
 connections and delays, truncates, flips a bit in or answers ``200`` with the whole object to
 some of the others.
 
@@ -19,14 +19,14 @@ import zlib
 
 import numpy as np
 import pytest
-import servers
-from faultproxy import FaultProxyProcess
-from helpers import index_dir_of
 
 import ofindex
 from ofindex import CorruptRecordError, OfindexError, SidecarError
 from ofindex.errors import RangeReadError, StorageError
 from ofindex.transport.policy import RequestPolicy, retry_settings
+from tests.kit import servers
+from tests.kit.faultproxy import FaultProxyProcess
+from tests.kit.helpers import index_dir_of
 
 PER_FORMAT = 500  # records read per format and server: 2,000 in all
 RATES = {"drop": 0.10, "delay": 0.05, "truncate": 0.05, "full_body": 0.03, "flip": 0.03}

@@ -14,7 +14,6 @@ import re
 
 import numpy as np
 import pytest
-import servers
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -24,6 +23,7 @@ from ofindex.storage import storage_for
 from ofindex.transport import store
 from ofindex.transport.http import ByteRangesParser, HttpClient, range_header
 from ofindex.transport.store import plan_groups, split_requests
+from tests.kit import servers
 
 DATA = bytes(np.random.default_rng(7).integers(0, 256, 300_000, dtype=np.uint8))
 

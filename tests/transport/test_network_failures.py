@@ -14,9 +14,6 @@ import uuid
 
 import numpy as np
 import pytest
-import servers
-from faultproxy import FaultProxy
-from helpers import copy_dataset, index_dir_of
 
 import ofindex
 from ofindex.cli.synthetic import write_dataset
@@ -26,6 +23,9 @@ from ofindex.storage.fsspec_storage import FsspecStorage
 from ofindex.transport import store
 from ofindex.transport.failures import classify, not_writable
 from ofindex.transport.policy import RequestPolicy, retry_settings
+from tests.kit import servers
+from tests.kit.faultproxy import FaultProxy
+from tests.kit.helpers import copy_dataset, index_dir_of
 
 RECORDS = 200
 #: Retries without waiting (tests of failures stay fast).

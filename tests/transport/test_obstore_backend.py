@@ -2,7 +2,7 @@
 alone (S3 and GCS; web servers stay with our HTTP client), its failures decided by our policy
 (obstore's own retries off), its writes exclusive where asked, and a forked child that would
 hang on it told so instead. Reads equal to the local records on S3 and GCS:
-tests/test_storage_conformance.py."""
+tests/storage/test_storage_conformance.py."""
 
 from __future__ import annotations
 
@@ -14,16 +14,15 @@ import time
 import uuid
 
 import pytest
-import servers
 
 import ofindex
 from ofindex.errors import DatasetExistsError, InvalidURLError, StorageError
 from ofindex.storage import Storages
 from ofindex.transport.policy import RequestPolicy
+from tests.kit import paths, servers
 
 pytest.importorskip("obstore")
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def test_the_backend_option_chooses_the_library():
@@ -52,7 +51,7 @@ def test_a_missing_obstore_names_the_extra():
             "except ofindex.MissingDependencyError as exc:\n"
             "    print(exc)\n")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=120, env={**os.environ, "PYTHONPATH": os.path.dirname(HERE)})
+                         timeout=120, env={**os.environ, "PYTHONPATH": paths.ROOT})
     assert "pip install 'ofindex[obstore]'" in run.stdout, run.stdout + run.stderr
 
 
@@ -116,7 +115,7 @@ def test_writes_to_a_bucket_and_its_claim(moto_server):
 
 _FORKED = """
 import os, signal, sys
-sys.path.insert(0, {tests!r})
+sys.path.insert(0, {root!r})
 import ofindex
 from ofindex.errors import StorageError
 url, options = {url!r}, {options!r}
@@ -146,10 +145,10 @@ def test_a_child_forked_after_obstore_was_used_refuses_instead_of_hanging(moto_s
     url = f"s3://ofindex-test/forked-{uuid.uuid4().hex[:8]}"
     with ShardedWriter(url, shard_records=10, storage_options=options) as w:
         w.write_many(b"rec %d" % i for i in range(20))
-    run = subprocess.run([sys.executable, "-c", _FORKED.format(tests=HERE, url=url,
+    run = subprocess.run([sys.executable, "-c", _FORKED.format(root=paths.ROOT, url=url,
                                                                options=options)],
                          capture_output=True, text=True, timeout=60,
-                         env={**os.environ, "PYTHONPATH": os.path.dirname(HERE)})
+                         env={**os.environ, "PYTHONPATH": paths.ROOT})
     assert "child 0" in run.stdout, run.stdout + run.stderr
     assert "refused:" in run.stdout and "'spawn' or 'forkserver'" in run.stdout
 
@@ -158,11 +157,11 @@ def test_a_faulty_network_is_retried_to_the_right_bytes(moto_server, tmp_path):
     """Through a proxy that drops connections, cuts answers short and answers SlowDown, every
     record comes back right: each of obstore's failures is one the policy retries."""
     import s3fs
-    from faultproxy import FaultProxy
-    from helpers import index_dir_of
 
     from ofindex.cli.synthetic import write_dataset
     from ofindex.transport.policy import forget_pacers, retry_settings
+    from tests.kit.faultproxy import FaultProxy
+    from tests.kit.helpers import index_dir_of
 
     d = str(tmp_path / "data")
     write_dataset(d, 400, 2, kind="random", record_size=3000, index=False, seed=4)

@@ -29,8 +29,9 @@ from ofindex.transport.policy import (
     retry_settings,
     scope_of,
 )
+from tests.kit import paths
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "tools"))
+sys.path.insert(0, paths.TOOLS)
 import rate_sim
 import sim_limits
 import sim_store
@@ -310,11 +311,11 @@ def test_slowdown_answers_from_s3_never_fail_a_read(tmp_path, moto_server):
     import uuid
 
     import s3fs
-    import servers
-    from faultproxy import FaultProxy
-    from helpers import index_dir_of
 
     from ofindex.cli.synthetic import write_dataset
+    from tests.kit import servers
+    from tests.kit.faultproxy import FaultProxy
+    from tests.kit.helpers import index_dir_of
 
     d = str(tmp_path / "data")
     write_dataset(d, 600, 3)

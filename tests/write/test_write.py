@@ -14,16 +14,16 @@ import time
 
 import numpy as np
 import pytest
-from helpers import manifest_of, sidecar_of, sigint_as_a_terminal
 
 import ofindex
 from ofindex.decode import BatchDecoder, FixedLen, decode_example
 from ofindex.errors import DatasetExistsError, EncodeError, IncompleteDatasetError, OfindexError
 from ofindex.proto import ofrecord_pb2
 from ofindex.write import ShardedWriter
+from tests.kit import paths
+from tests.kit.helpers import manifest_of, sidecar_of, sigint_as_a_terminal
 
 SPEC = {"image": FixedLen((4, 4), "float32"), "label": FixedLen((), "int64")}
-HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def _columns(n, start=0):
@@ -338,9 +338,9 @@ def test_killed_writer_leaves_no_half_dataset(tmp_path, delay):
     """SIGKILL at points spread over a writer's life (seeded delays, writing and publishing
     2000 records in 200 shards): the directory opens as the whole dataset or not at all."""
     out = str(tmp_path / "k")
-    with subprocess.Popen([sys.executable, os.path.join(HERE, "write_worker.py"), out, "2000",
+    with subprocess.Popen([sys.executable, os.path.join(paths.KIT, "write_worker.py"), out, "2000",
                            "10"], stdout=subprocess.PIPE, text=True,
-                          env={**os.environ, "PYTHONPATH": os.path.dirname(HERE)}) as proc:
+                          env={**os.environ, "PYTHONPATH": paths.pythonpath()}) as proc:
         assert proc.stdout.readline().strip() == "started"
         time.sleep(delay)
         proc.kill()
@@ -456,9 +456,9 @@ def test_ctrl_c_removes_what_was_written(tmp_path):
     out = str(tmp_path / "c")
     # far more records than can be written before the signal: a fast machine wrote all of
     # 200,000 within the half second (exit 0, nothing interrupted) in one fresh-clone run
-    with subprocess.Popen([sys.executable, os.path.join(HERE, "write_worker.py"), out,
+    with subprocess.Popen([sys.executable, os.path.join(paths.KIT, "write_worker.py"), out,
                            "1000000000", "1000"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          text=True, env={**os.environ, "PYTHONPATH": os.path.dirname(HERE)},
+                          text=True, env={**os.environ, "PYTHONPATH": paths.pythonpath()},
                           preexec_fn=sigint_as_a_terminal) as proc:
         try:
             assert proc.stdout.readline().strip() == "started"
@@ -478,9 +478,9 @@ def test_ctrl_c_removes_what_was_written(tmp_path):
 
 def _run_writer(out, *extra, records=1000, per_shard=100):
     """Run write_worker.py to the end (or to the SIGKILL its STEP:N asks for); its exit code."""
-    done = subprocess.run([sys.executable, os.path.join(HERE, "write_worker.py"), out,
+    done = subprocess.run([sys.executable, os.path.join(paths.KIT, "write_worker.py"), out,
                            str(records), str(per_shard), *extra], capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": os.path.dirname(HERE)}, timeout=300)
+                          env={**os.environ, "PYTHONPATH": paths.pythonpath()}, timeout=300)
     return done.returncode
 
 
@@ -642,10 +642,10 @@ def test_a_pattern_that_repeats_a_name_later_publishes_nothing(tmp_path):
 def test_two_writers_racing_into_one_directory_one_wins_whole(tmp_path):
     rounds = 30
     root = str(tmp_path)
-    workers = [subprocess.Popen([sys.executable, os.path.join(HERE, "race_worker.py"), root,
+    workers = [subprocess.Popen([sys.executable, os.path.join(paths.KIT, "race_worker.py"), root,
                                  str(rounds), who, other], stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True,
-                                env={**os.environ, "PYTHONPATH": os.path.dirname(HERE)})
+                                env={**os.environ, "PYTHONPATH": paths.pythonpath()})
                for who, other in (("a", "b"), ("b", "a"))]
     outcomes = {}
     for who, proc in zip("ab", workers, strict=True):
@@ -704,7 +704,7 @@ def test_a_killed_writer_leaves_no_file_a_data_glob_lists(tmp_path):
     target = data / "train-00000-of-00001.tfrecord"
     with subprocess.Popen([sys.executable, "-c", _KILLED_WRITER, str(target)],
                           stdout=subprocess.PIPE, text=True,
-                          env={**os.environ, "PYTHONPATH": os.path.dirname(HERE)}) as proc:
+                          env={**os.environ, "PYTHONPATH": paths.pythonpath()}) as proc:
         assert proc.stdout.readline().strip() == "started"
         proc.kill()
         proc.wait()

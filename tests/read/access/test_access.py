@@ -14,7 +14,6 @@ from collections import Counter
 
 import numpy as np
 import pytest
-from helpers import ref_tfrecord, write_raw
 
 import ofindex
 from ofindex import _accel
@@ -28,6 +27,7 @@ from ofindex.read.access import (
     ShardAccess,
     choose_access,
 )
+from tests.kit.helpers import ref_tfrecord, write_raw
 
 RECORDS = [f"record {i} ".encode() * (1 + i % 7) for i in range(600)]
 

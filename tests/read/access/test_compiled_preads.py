@@ -11,15 +11,15 @@ import re
 
 import numpy as np
 import pytest
-from helpers import implementation
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_record_reader import _anywhere, _corrupt, _write
 
 import ofindex
 from ofindex import _accel
 from ofindex.read import mapped_gather
 from ofindex.read.access import DescriptorAccess, descriptors
+from tests.kit.helpers import implementation
+from tests.read.test_record_reader import _anywhere, _corrupt, _write
 
 
 @settings(max_examples=60, deadline=None)

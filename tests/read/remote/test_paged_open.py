@@ -17,15 +17,15 @@ import struct
 
 import numpy as np
 import pytest
-from helpers import copy_dataset, read_bytes, sidecar_of
-from test_paged_reads import Rounds
-from test_sidecar import _v1_sidecar
 
 import ofindex
 from ofindex.cli.synthetic import write_dataset
 from ofindex.formats.sidecar import open_local_sidecar
 from ofindex.formats.sidecar_header import HEADER_SIZE
 from ofindex.read.remote.pages import page_records_for
+from tests.formats.test_sidecar import _v1_sidecar
+from tests.kit.helpers import copy_dataset, read_bytes, sidecar_of
+from tests.read.remote.test_paged_reads import Rounds
 
 SHARDS = 4
 RECORDS = 8000  # 2000 per shard of ~40-byte records: pages of 16 records, 125 pages a shard
@@ -111,7 +111,7 @@ def million(tmp_path_factory):
 def test_sixteen_random_records_of_a_million_move_kilobytes(name, million, request,
                                                              tmp_path_factory):
     """The issue's goal: under 1 MB moved (it was the 8 MB sidecar, then the records)."""
-    from conftest import _make_backend
+    from tests.conftest import _make_backend
 
     backend = _make_backend(name, request, tmp_path_factory)
     url = backend.prefix()
@@ -154,7 +154,7 @@ def _opened(backend, dataset, **kw):
 
 @pytest.mark.parametrize("name", ["http", "s3"])
 def test_corrupt_header_is_refused_at_open(name, dataset, request, tmp_path_factory):
-    from conftest import _make_backend
+    from tests.conftest import _make_backend
 
     backend = _make_backend(name, request, tmp_path_factory)
     url, _, index_url = _opened(backend, dataset)
@@ -167,7 +167,7 @@ def test_corrupt_header_is_refused_at_open(name, dataset, request, tmp_path_fact
 
 @pytest.mark.parametrize("name", ["http", "s3"])
 def test_corrupt_pages_are_refused(name, dataset, request, tmp_path_factory):
-    from conftest import _make_backend
+    from tests.conftest import _make_backend
 
     backend = _make_backend(name, request, tmp_path_factory)
     url, _, index_url = _opened(backend, dataset)
@@ -186,7 +186,7 @@ def test_corrupt_pages_are_refused(name, dataset, request, tmp_path_factory):
 
 @pytest.mark.parametrize("name", ["http", "s3"])
 def test_stale_data_file_is_refused(name, dataset, request, tmp_path_factory):
-    from conftest import _make_backend
+    from tests.conftest import _make_backend
 
     backend = _make_backend(name, request, tmp_path_factory)
     url, _, _ = _opened(backend, dataset)

@@ -9,8 +9,6 @@ import os
 
 import numpy as np
 import pytest
-from helpers import copy_dataset, manifest_of, read_bytes, sidecar_of
-from test_sidecar import _v1_sidecar
 
 import ofindex
 from ofindex.cli.synthetic import write_dataset
@@ -26,6 +24,8 @@ from ofindex.formats.sidecar_header import (
 )
 from ofindex.read.remote.pages import page_records_for, pageable
 from ofindex.storage import FileStamp
+from tests.formats.test_sidecar import _v1_sidecar
+from tests.kit.helpers import copy_dataset, manifest_of, read_bytes, sidecar_of
 
 SHARDS = 4
 RECORDS = 8000  # 2000 per shard of ~40-byte records: pages of 16 records, 125 pages a shard

@@ -19,10 +19,10 @@ import subprocess
 import sys
 
 import pytest
-from helpers import copy_dataset
 
 from ofindex import build_index
 from ofindex.cli.synthetic import write_dataset
+from tests.kit.helpers import copy_dataset
 
 #: Today's counts (modules, functions by qualified name: two classes' ``__init__`` are two):
 #: cold open + first batch, and a warm batch; the same in every run. Lower them when a change

@@ -21,10 +21,6 @@ import uuid
 
 import numpy as np
 import pytest
-import servers
-from helpers import copy_dataset, sidecar_of, stamp_as_served
-from test_paged_reads import Rounds, rewrite_as_version_1
-from test_remote_storage import log_lines
 
 import ofindex
 from ofindex.cli.synthetic import write_dataset
@@ -34,6 +30,10 @@ from ofindex.storage.fsspec_storage import FsspecStorage
 from ofindex.storage.stamp import ExpectedFiles, ExpectedUnion
 from ofindex.transport import store
 from ofindex.transport.policy import RequestPolicy, retry_settings
+from tests.kit import servers
+from tests.kit.helpers import copy_dataset, sidecar_of, stamp_as_served
+from tests.read.remote.test_paged_reads import Rounds, rewrite_as_version_1
+from tests.storage.test_remote_storage import log_lines
 
 SHARDS = 4
 PER_SHARD = 1500

@@ -7,7 +7,6 @@ import platform
 import crc32c
 import numpy as np
 import pytest
-from helpers import empty_block_pool, ref_tfrecord
 
 import ofindex
 from ofindex import _accel
@@ -15,6 +14,7 @@ from ofindex.errors import CorruptRecordError, RecordIndexError
 from ofindex.read import mapped_gather
 from ofindex.read.sequential import mapped_batches
 from ofindex.read.sequential.record_batch import RecordBatch
+from tests.kit.helpers import empty_block_pool, ref_tfrecord
 
 SIZES = [300, 1, 450]
 

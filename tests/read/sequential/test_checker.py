@@ -7,12 +7,12 @@ import os
 
 import numpy as np
 import pytest
-from helpers import ref_tfrecord
 
 import ofindex
 from ofindex import _accel
 from ofindex.errors import CorruptRecordError, DataFileNotFoundError
 from ofindex.read.sequential import mapped_batches
+from tests.kit.helpers import ref_tfrecord
 
 native = _accel.native
 pytestmark = pytest.mark.skipif(native is None or not native.hw_crc(),

@@ -14,15 +14,15 @@ import re
 
 import numpy as np
 import pytest
-from helpers import empty_block_pool, implementation
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_record_reader import _corrupt, _write
 
 import ofindex
 from ofindex import _accel
 from ofindex.read.sequential import mapped_batches
 from ofindex.read.sequential.mapped_batches import Filling
+from tests.kit.helpers import empty_block_pool, implementation
+from tests.read.test_record_reader import _corrupt, _write
 
 
 def _batches(ds, size, how):

@@ -14,8 +14,6 @@ import zlib
 
 import numpy as np
 import pytest
-from helpers import ref_ofrecord as ofrecords
-from helpers import ref_tfrecord as tfrecords
 
 from ofindex.cli.main import main
 from ofindex.cli.unindexed import spread
@@ -25,6 +23,8 @@ from ofindex.formats.framing import RecordFormat
 from ofindex.formats.sidecar_header import Compression
 from ofindex.read.sequential.peek import PIECE, RecordStream, peek_file
 from ofindex.storage.registry import Storages
+from tests.kit.helpers import ref_ofrecord as ofrecords
+from tests.kit.helpers import ref_tfrecord as tfrecords
 
 
 def _storage(tmp_path):
