@@ -17,6 +17,7 @@ from ofindex.storage.fsspec_storage import FsspecStorage
 from ofindex.transport.failures import classify
 from ofindex.transport.policy import RequestPolicy, retry_settings
 from tests.kit import paths, servers
+from tests.kit.datasets import random_dataset
 from tests.kit.helpers import (
     copy_dataset,
     index_dir_of,
@@ -35,11 +36,7 @@ RECORDS = 400
 
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory):
-    d = str(tmp_path_factory.mktemp("remote-ds"))
-    write_dataset(d, RECORDS, SHARDS, kind="random", record_size=500, index=False, seed=3)
-    ofindex.build_index(d)
-    ds = ofindex.open(d)
-    return d, [ds[i] for i in range(len(ds))]
+    return random_dataset(tmp_path_factory, "remote-ds", RECORDS, SHARDS, record_size=500, seed=3)
 
 
 @pytest.fixture

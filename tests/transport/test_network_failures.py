@@ -16,7 +16,6 @@ import numpy as np
 import pytest
 
 import ofindex
-from ofindex.cli.synthetic import write_dataset
 from ofindex.errors import DataFileNotFoundError, IndexNotFoundError, StorageError
 from ofindex.storage import storage_for
 from ofindex.storage.fsspec_storage import FsspecStorage
@@ -24,6 +23,7 @@ from ofindex.transport import store
 from ofindex.transport.failures import classify, not_writable
 from ofindex.transport.policy import RequestPolicy, retry_settings
 from tests.kit import servers
+from tests.kit.datasets import random_dataset
 from tests.kit.faultproxy import FaultProxy
 from tests.kit.helpers import copy_dataset, index_dir_of
 
@@ -38,11 +38,7 @@ NOWHERE = "no-such-host.invalid"  # RFC 2606: never resolves
 
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory):
-    d = str(tmp_path_factory.mktemp("net-ds"))
-    write_dataset(d, RECORDS, 2, kind="random", record_size=300, index=False, seed=5)
-    ofindex.build_index(d)
-    ds = ofindex.open(d)
-    return d, [ds[i] for i in range(len(ds))]
+    return random_dataset(tmp_path_factory, "net-ds", RECORDS, 2, record_size=300, seed=5)
 
 
 @pytest.fixture

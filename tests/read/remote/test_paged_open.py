@@ -24,6 +24,7 @@ from ofindex.formats.sidecar import open_local_sidecar
 from ofindex.formats.sidecar_header import HEADER_SIZE
 from ofindex.read.remote.pages import page_records_for
 from tests.formats.test_sidecar import _v1_sidecar
+from tests.kit.datasets import random_dataset
 from tests.kit.helpers import copy_dataset, read_bytes, sidecar_of
 from tests.read.remote.test_paged_reads import Rounds
 
@@ -35,10 +36,8 @@ PER = RECORDS // SHARDS
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory):
     """Four shards and their sidecars, no manifest."""
-    d = str(tmp_path_factory.mktemp("paged-open"))
-    write_dataset(d, RECORDS, SHARDS, kind="random", record_size=40, index=True, seed=11)
-    with ofindex.open(d) as ds:
-        return d, [ds[i] for i in range(len(ds))]
+    return random_dataset(tmp_path_factory, "paged-open", RECORDS, SHARDS, record_size=40, seed=11,
+                          manifest=False)
 
 
 def page_bytes(ds) -> int:

@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 
 import ofindex
-from ofindex.cli.synthetic import write_dataset
 from ofindex.formats.framing import RecordFormat
 from ofindex.formats.sidecar import open_local_sidecar
 from ofindex.formats.sidecar_header import (
@@ -25,6 +24,7 @@ from ofindex.formats.sidecar_header import (
 from ofindex.read.remote.pages import page_records_for, pageable
 from ofindex.storage import FileStamp
 from tests.formats.test_sidecar import _v1_sidecar
+from tests.kit.datasets import random_dataset
 from tests.kit.helpers import copy_dataset, manifest_of, read_bytes, sidecar_of
 
 SHARDS = 4
@@ -33,11 +33,7 @@ RECORDS = 8000  # 2000 per shard of ~40-byte records: pages of 16 records, 125 p
 
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory):
-    d = str(tmp_path_factory.mktemp("paged-ds"))
-    write_dataset(d, RECORDS, SHARDS, kind="random", record_size=40, index=False, seed=7)
-    ofindex.build_index(d)
-    with ofindex.open(d) as ds:
-        return d, [ds[i] for i in range(len(ds))]
+    return random_dataset(tmp_path_factory, "paged-ds", RECORDS, SHARDS, record_size=40, seed=7)
 
 
 class Rounds:

@@ -23,7 +23,6 @@ import numpy as np
 import pytest
 
 import ofindex
-from ofindex.cli.synthetic import write_dataset
 from ofindex.read.remote import pages
 from ofindex.storage import FileStamp
 from ofindex.storage.fsspec_storage import FsspecStorage
@@ -31,6 +30,7 @@ from ofindex.storage.stamp import ExpectedFiles, ExpectedUnion
 from ofindex.transport import store
 from ofindex.transport.policy import RequestPolicy, retry_settings
 from tests.kit import servers
+from tests.kit.datasets import random_dataset
 from tests.kit.helpers import copy_dataset, sidecar_of, stamp_as_served
 from tests.read.remote.test_paged_reads import Rounds, rewrite_as_version_1
 from tests.storage.test_remote_storage import log_lines
@@ -44,12 +44,8 @@ NO_HEDGE = RequestPolicy(hedge_factor=0)
 
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory):
-    d = str(tmp_path_factory.mktemp("rounds-ds"))
-    write_dataset(d, SHARDS * PER_SHARD, SHARDS, kind="random", record_size=RECORD,
-                  index=False, seed=5)
-    ofindex.build_index(d)
-    with ofindex.open(d) as ds:
-        return d, [ds[i] for i in range(len(ds))]
+    return random_dataset(tmp_path_factory, "rounds-ds", SHARDS * PER_SHARD, SHARDS,
+                          record_size=RECORD, seed=5)
 
 
 @pytest.fixture

@@ -12,18 +12,14 @@ import numpy as np
 import pytest
 
 import ofindex
-from ofindex.cli.synthetic import write_dataset
+from tests.kit.datasets import random_dataset
 
 RECORDS = 120
 
 
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory):
-    d = str(tmp_path_factory.mktemp("workers-ds"))
-    write_dataset(d, RECORDS, 3, kind="random", record_size=200, index=False, seed=11)
-    ofindex.build_index(d)
-    ds = ofindex.open(d)
-    return d, [ds[i] for i in range(len(ds))]
+    return random_dataset(tmp_path_factory, "workers-ds", RECORDS, 3, record_size=200, seed=11)
 
 
 def _child_reads(ds, indices, queue) -> None:
