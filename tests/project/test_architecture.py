@@ -1,7 +1,8 @@
 """The package layout is the architecture: layers import one way, no module imports in a circle,
 no function is more complex than the cap ruff enforces, no ``Any`` stands for one of our own
-classes, and names do not repeat across packages. The import graph is read from the sources
-(every ``import``, including those inside functions), so a lazy import cannot hide a cycle."""
+classes, names do not repeat across packages, and tests/ mirrors the packages. The import
+graph is read from the sources (every ``import``, including those inside functions), so a lazy
+import cannot hide a cycle."""
 
 from __future__ import annotations
 
@@ -599,3 +600,78 @@ def _imported(node: ast.AST) -> list[str]:
     if isinstance(node, ast.ImportFrom) and not node.level:
         return [node.module or ""]
     return []
+
+
+#: Directories of tests/ for the project as a whole rather than one package: its documentation
+#: (README, the site, the API docs), the project itself (the layers, the wheel, the C's
+#: complexity, what a new user meets) and the scripts of tools/.
+PROJECT_WIDE = ("docs", "project", "tools")
+
+
+def _mirrors_the_package(parts: list[str], package: str) -> bool:
+    """Whether tests/<parts...>/ is named after a package or module of ``package``
+    (tests/read/remote/ for ofindex/read/remote/, tests/growing/ for ofindex/growing.py,
+    tests/native/ for the compiled ofindex/_native)."""
+    where = os.path.join(package, *parts[:-1])
+    last = parts[-1]
+    return (os.path.isfile(os.path.join(where, last, "__init__.py"))
+            or any(os.path.isfile(os.path.join(where, name))
+                   for name in (f"{last}.py", f"_{last}.py", f"_{last}.pyi")))
+
+
+def _placed(parts: list[str], package: str) -> bool:
+    if not parts:  # tests/ itself holds conftest.py and no test file
+        return False
+    if parts[0] in PROJECT_WIDE:
+        return len(parts) == 1
+    return _mirrors_the_package(parts, package)
+
+
+def _misplaced_tests(tests: str, package: str) -> list[str]:
+    """The test files (``test_*.py``) of ``tests`` outside the directory of a package of
+    ``package`` and outside the project-wide ones, and those in a directory without the
+    ``__init__.py`` files that name two ``test_x.py`` of two directories apart."""
+    found = []
+    for directory, subdirectories, files in os.walk(tests):
+        subdirectories[:] = sorted(d for d in subdirectories if d != "__pycache__")
+        relative = os.path.relpath(directory, tests)
+        parts = [] if relative == os.curdir else relative.split(os.sep)
+        for name in sorted(f for f in files if f.startswith("test_") and f.endswith(".py")):
+            shown = "/".join([*parts, name])
+            if not _placed(parts, package):
+                found.append(f"{shown}: in neither the directory of an ofindex package "
+                             f"(tests/read/remote/ for ofindex/read/remote/) nor tests/"
+                             f"{{{','.join(PROJECT_WIDE)}}}/")
+            elif not all(os.path.isfile(os.path.join(tests, *parts[:depth], "__init__.py"))
+                         for depth in range(len(parts) + 1)):
+                found.append(f"{shown}: add an empty __init__.py to tests/ and each directory "
+                             "down to it")
+    return found
+
+
+def test_each_test_file_is_in_the_directory_of_what_it_tests():
+    """tests/ mirrors the packages (tests/read/remote/ tests ofindex/read/remote/); what tests
+    the project as a whole is in tests/docs/, tests/project/ or tests/tools/; tests/kit/ holds
+    what they share, and no tests."""
+    assert _misplaced_tests(paths.TESTS, ROOT) == []
+
+
+def test_the_layout_rule_finds_misplaced_test_files(tmp_path):
+    package, tests = tmp_path / "pkg", tmp_path / "tests"
+    for module in ("read/remote/__init__.py", "read/__init__.py", "growing.py", "_native.pyi"):
+        (package / module).parent.mkdir(parents=True, exist_ok=True)
+        (package / module).write_text("")
+    for test in ("test_root.py", "read/remote/test_ok.py", "growing/test_ok.py",
+                 "native/test_ok.py", "docs/test_ok.py", "kit/test_in_kit.py",
+                 "elsewhere/test_no_package.py", "read/shards/test_no_module.py",
+                 "docs/deeper/test_too_deep.py"):
+        (tests / test).parent.mkdir(parents=True, exist_ok=True)
+        (tests / test).write_text("")
+    for directory in ("", "read", "read/remote", "growing", "docs", "kit", "elsewhere",
+                      "read/shards", "docs/deeper"):  # native/ has none
+        (tests / directory / "__init__.py").write_text("")
+    found = _misplaced_tests(str(tests), str(package))
+    assert [line.split(":")[0] for line in found] == [
+        "test_root.py", "docs/deeper/test_too_deep.py", "elsewhere/test_no_package.py",
+        "kit/test_in_kit.py", "native/test_ok.py", "read/shards/test_no_module.py"]
+    assert "__init__.py" in found[4] and "neither" in found[0]
