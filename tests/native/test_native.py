@@ -268,7 +268,8 @@ print("ok")
 @pytest.mark.slow
 def test_hostile_arguments_fuzz():
     seed = 0  # the same inputs on every run; tests/native/test_fuzz_native.py tries fresh seeds
-    done = _in_subprocess("import sys, fuzz_native; sys.exit(fuzz_native.main(sys.argv[1:]))",
+    done = _in_subprocess("import sys; from tests.kit import fuzz_native; "
+                          "sys.exit(fuzz_native.main(sys.argv[1:]))",
                           "--examples", str(FUZZ_EXAMPLES), "--seed", str(seed), timeout=240)
     assert done.returncode == 0, f"exit {done.returncode}, seed {seed}:\n{done.stderr[-4000:]}"
     stats = json.loads(done.stdout.strip().splitlines()[-1])
