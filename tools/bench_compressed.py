@@ -34,7 +34,7 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:0] = [os.path.dirname(HERE), os.path.join(os.path.dirname(HERE), "tests"), HERE]
+sys.path[:0] = [os.path.dirname(HERE), HERE]
 
 import numpy as np  # noqa: E402
 from benchlib import parse_args, sidecar_path  # noqa: E402
@@ -237,10 +237,10 @@ def remote_case(path: str, rtt_ms: float, seed: int, repeats: int = 5,
     object store (S3 and GCS answer one range per request)."""
     import shutil
 
-    import servers
     from bench_remote import AccessLog, _proxy_process
 
     from ofindex.transport import store
+    from tests.kit import servers
 
     work = tempfile.mkdtemp(prefix="bench-compressed-remote-")
     data = os.path.join(work, "data")

@@ -38,7 +38,7 @@ import zlib
 from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:0] = [os.path.dirname(HERE), os.path.join(os.path.dirname(HERE), "tests"), HERE]
+sys.path[:0] = [os.path.dirname(HERE), HERE]
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 from benchlib import machine_load, parse_args, write_json  # noqa: E402
@@ -348,7 +348,8 @@ def _ratios(stats: dict[str, dict[str, float]]) -> dict[str, float]:
 def run_s3(work: str, logdir: str, size: dict[str, int], rounds: int) -> dict[str, Any]:
     """The same log in the S3 emulator: build, load and refresh (ofindex)."""
     import s3fs
-    import servers
+
+    from tests.kit import servers
 
     srv = servers.start_moto()
     try:

@@ -15,7 +15,7 @@ and with ``pread`` (``mmap=False``). Prints each case's median throughput ratio 
     python tools/bench_hardening.py --base /tmp/ofindex-base --records 100000 --rounds 9
 
 ``--faults`` runs the fault scenario of issue 14 instead: batches of 64 random records from
-nginx through tests/faultproxy.py (connections dropped, 503 SlowDown answers, requests stalled
+nginx through tests/kit/faultproxy.py (connections dropped, 503 SlowDown answers, requests stalled
 for 3 s, and a 2-second blackout halfway), one request per record as from an object store,
 with the former retry policy (4 attempts from 50 ms, no hedging) and with the default one.
 Prints and writes, for each, the batches that failed, the time, the retries and the hedged
@@ -70,13 +70,12 @@ FAULTS = {"drop": 0.05, "slowdown": 0.05, "stall": 0.01, "stall_seconds": 3.0}
 def fault_run(batches: int, out: str) -> None:
     """The fault scenario (see the module's doc): both policies, one after the other."""
     here = os.path.dirname(os.path.abspath(__file__))
-    sys.path.insert(0, os.path.join(os.path.dirname(here), "tests"))
-    import servers
-    from faultproxy import FaultProxyProcess
-
+    sys.path.insert(0, os.path.dirname(here))
     from ofindex.cli.synthetic import write_dataset
     from ofindex.transport import store
     from ofindex.transport.policy import RequestPolicy, retry_settings
+    from tests.kit import servers
+    from tests.kit.faultproxy import FaultProxyProcess
 
     policies = {"former (4 attempts from 50 ms, no hedging)": RequestPolicy(
                     retries=3, base_delay=0.05, throttle_delay=0.05, max_delay=2.0,

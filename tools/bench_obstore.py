@@ -34,15 +34,15 @@ import time
 import warnings
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:0] = [os.path.dirname(HERE), os.path.join(os.path.dirname(HERE), "tests"), HERE]
+sys.path[:0] = [os.path.dirname(HERE), HERE]
 
 import numpy as np  # noqa: E402
-import servers  # noqa: E402
 from bench_remote import _proxy_process  # noqa: E402
 from benchlib import machine_load, parse_args, spread, write_json  # noqa: E402
 
 import ofindex  # noqa: E402
 from ofindex.cli.synthetic import write_dataset  # noqa: E402
+from tests.kit import servers  # noqa: E402
 
 BACKENDS = ("fsspec", "obstore")
 

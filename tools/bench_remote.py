@@ -51,14 +51,14 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:0] = [os.path.dirname(HERE), os.path.join(os.path.dirname(HERE), "tests"), HERE]
+sys.path[:0] = [os.path.dirname(HERE), HERE]
 
 import numpy as np  # noqa: E402
-import servers  # noqa: E402
 from benchlib import parse_args  # noqa: E402
 
 import ofindex  # noqa: E402
 from ofindex.cli.synthetic import write_dataset  # noqa: E402
+from tests.kit import servers  # noqa: E402
 
 _LOG = re.compile(r'"(?:GET|HEAD) (\S+) [^"]*" (\d{3}) (\d+)')
 _TIMED = re.compile(r'"(GET|HEAD) (\S+) [^"]*" (\d{3}) (\d+) .* ([\d.]+) ([\d.]+)$')

@@ -354,13 +354,13 @@ def data_cache_bench(args) -> dict:
 
     import numpy as np
 
-    sys.path[:0] = [os.path.join(os.path.dirname(HERE), "tests")]
-    import servers
+    sys.path[:0] = [os.path.dirname(HERE)]
     from bench_remote import _proxy_process
 
     import ofindex
     from ofindex.cli.synthetic import write_dataset
     from ofindex.shuffle import GlobalShuffleSampler
+    from tests.kit import servers
 
     work = tempfile.mkdtemp(prefix="bench-datacache-")
     data = os.path.join(work, "data")

@@ -42,12 +42,12 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.join(ROOT, "tests"))
+sys.path.insert(0, ROOT)
 
 from benchlib import machine_load, parse_args, write_json  # noqa: E402
 
 # gcsfs asks a GCS bucket whether it is hierarchical over gRPC first: the emulator has no
-# gRPC port, and each ask waits 60 s before falling back (as tests/test_docs.py sets it)
+# gRPC port, and each ask waits 60 s before falling back (as tests/docs/test_docs.py sets it)
 os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
 
 # -- the dataset, written by TFDS (in a process of its own) ---------------------------------
@@ -294,8 +294,9 @@ def local(args: argparse.Namespace, builder: str) -> dict:
 
 def remote(args: argparse.Namespace, builder: str) -> dict:
     import gcsfs
-    import servers
     from latency_proxy import LatencyProxy
+
+    from tests.kit import servers
 
     with servers.start_fake_gcs() as gcs:
         fs = gcsfs.GCSFileSystem(skip_instance_cache=True, **servers.gcs_options(gcs.url))

@@ -1,7 +1,7 @@
 """The parts of ``ofindex.transport``'s request policy against what would replace them, in one
 run, interleaved (issue 44):
 
-* **hedging**: batches of 64 random records from nginx through ``tests/faultproxy.py``, one
+* **hedging**: batches of 64 random records from nginx through ``tests/kit/faultproxy.py``, one
   request per record (as from an object store), with 2 requests of each batch stalled for
   ``--stall`` seconds, and without any stall, with the default policy and with hedging off
   (``hedge_factor=0``): batch time, CPU per batch, requests sent again;
@@ -48,7 +48,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:0] = [os.path.dirname(HERE), os.path.join(os.path.dirname(HERE), "tests"), HERE]
+sys.path[:0] = [os.path.dirname(HERE), HERE]
 
 import numpy as np  # noqa: E402
 from benchlib import parse_args, write_json  # noqa: E402
@@ -67,11 +67,10 @@ def spread(values: list[float]) -> dict:
 
 # -- hedging ------------------------------------------------------------------------------------
 def hedging(args: argparse.Namespace) -> dict:
-    import servers
-    from faultproxy import FaultProxy
-
     from ofindex.cli.synthetic import write_dataset
     from ofindex.transport.policy import retry_settings
+    from tests.kit import servers
+    from tests.kit.faultproxy import FaultProxy
 
     root = tempfile.mkdtemp(prefix="ofindex-bench-transport-")
     records = args.records
@@ -313,15 +312,15 @@ def retrying(args: argparse.Namespace) -> dict:
 
 
 def retry_under_faults(args: argparse.Namespace) -> dict:
-    """Range reads from nginx through ``tests/faultproxy.py`` (connections dropped, answers
+    """Range reads from nginx through ``tests/kit/faultproxy.py`` (connections dropped, answers
     cut short, ``503 SlowDown``, delays), each retried by our policy or by the tenacity
     adapter with the same short waits, interleaved: reads answered with the right bytes,
     reads given up, attempts per read, seconds per round."""
     import aiohttp
-    import servers
-    from faultproxy import FaultProxy
 
     from ofindex.transport.http import HttpClient
+    from tests.kit import servers
+    from tests.kit.faultproxy import FaultProxy
 
     root = tempfile.mkdtemp(prefix="ofindex-bench-transport-")
     data = np.random.default_rng(1).integers(0, 256, 4 << 20, dtype=np.uint8).tobytes()
@@ -519,7 +518,7 @@ def throttled_store(rate: float) -> Iterator[str]:
     """The URL of a :func:`serve_throttled` store admitting ``rate`` GET/s, for the block."""
     import subprocess
 
-    import servers
+    from tests.kit import servers
 
     port = servers.free_port()
     proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--serve-throttled",
@@ -688,9 +687,9 @@ def pacing_live(args: argparse.Namespace) -> dict:
 # -- multipart: ours and aiohttp's MultipartReader --------------------------------------------
 def multipart(args: argparse.Namespace) -> dict:
     import aiohttp
-    import servers
 
     from ofindex.transport.http import ByteRangesParser, range_header
+    from tests.kit import servers
 
     root = tempfile.mkdtemp(prefix="ofindex-bench-transport-")
     rng = np.random.default_rng(0)

@@ -13,7 +13,7 @@ rendered by mkdocstrings as the Markdown it understands.
   (``sample=256``; ``256 << 20`` as written for byte sizes).
 
 Nothing in the source changes, so ``help()`` keeps the roles and the site needs no second
-copy of any docstring. tests/test_docs_site.py builds the site and fails on a raw role.
+copy of any docstring. tests/docs/test_docs_site.py builds the site and fails on a raw role.
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ import tempfile
 import uuid
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "tests"))
+sys.path.insert(0, os.path.join(HERE, ".."))
 
 DATA = ["part-00000-of-00002", "part-00001-of-00002.tfrecord"]
 #: Index files of each candidate, relative to the data directory's parent (``train`` is DIR).
@@ -78,7 +78,8 @@ def measure_local(results: dict) -> None:
 def measure_stores(results: dict) -> None:
     import gcsfs
     import s3fs
-    import servers  # first: it sets the fake-gcs environment gcsfs reads on import
+
+    from tests.kit import servers  # first: it sets the fake-gcs environment gcsfs reads on import
 
     moto, gcs = servers.start_moto(), servers.start_fake_gcs()
     try:

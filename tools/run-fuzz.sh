@@ -8,7 +8,7 @@
 #   bash tools/run-fuzz.sh 60               # passes for 60 minutes, up to the first failure
 #   bash tools/run-fuzz.sh -k sidecar       # further arguments go to pytest
 #
-# Every failure it finds becomes an `@example` of the default tier's test (tests/test_fuzz_*.py):
+# Every failure it finds becomes an `@example` of the default tier's test (tests/*/test_fuzz_*.py):
 # the falsifying input hypothesis prints is the example's argument. Uses the environment
 # tools/run-tests.sh makes (.venv; OFINDEX_VENV to use another).
 set -euo pipefail

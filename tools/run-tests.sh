@@ -5,14 +5,14 @@
 # site, build and auditwheel for the wheels), installs Debian's nginx, chromium, a Java runtime
 # for Spark, npm (and gcc, zlib's headers) when missing, and Azurite from npm,
 # then runs ruff, mypy and pytest (which builds the site and the wheels, and tests both).
-# Storage servers are started by the tests themselves on 127.0.0.1 (tests/servers.py).
+# Storage servers are started by the tests themselves on 127.0.0.1 (tests/kit/servers.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${OFINDEX_VENV:-.venv}
 PY=${PYTHON:-python3}
 
 # Debian packages: nginx for the HTTP tests; mingw-w64 for the Windows compile check; gcc (with its libasan8 / libubsan1 runtimes) builds
-# ofindex._native and runs its tests under AddressSanitizer/UBSan (tests/test_native_sanitized.py);
+# ofindex._native and runs its tests under AddressSanitizer/UBSan (tests/native/test_native_sanitized.py);
 # zlib's headers, which the compiled module links (random access into GZIP/ZLIB files).
 NEED=""
 command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || NEED="$NEED nginx"
@@ -20,11 +20,11 @@ case "$(gcc -print-file-name=libasan.so 2>/dev/null)" in /*) ;; *) NEED="$NEED g
 case "$(gcc -print-file-name=libubsan.so 2>/dev/null)" in /*) ;; *) NEED="$NEED gcc" ;; esac
 [ -e /usr/include/zlib.h ] || NEED="$NEED zlib1g-dev"
 command -v setpriv >/dev/null 2>&1 || NEED="$NEED util-linux"
-# mingw-w64: tests/test_native_portable.py compiles csrc/threads.h's Windows branch
+# mingw-w64: tests/native/test_native_portable.py compiles csrc/threads.h's Windows branch
 command -v x86_64-w64-mingw32-gcc >/dev/null 2>&1 || NEED="$NEED gcc-mingw-w64-x86-64-win32"
-# chromium: tests/test_docs_site.py loads the built documentation site in headless Chromium
+# chromium: tests/docs/test_docs_site.py loads the built documentation site in headless Chromium
 [ -x /usr/bin/chromium ] || NEED="$NEED chromium"
-# a Java 17+ runtime: tests/test_spark.py and docs/engines.md run a local Spark 4
+# a Java 17+ runtime: tests/integrations/test_spark.py and docs/engines.md run a local Spark 4
 JAVA_MAJOR=$( (java -version 2>&1 || true) | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -1)
 [ "${JAVA_MAJOR:-0}" -ge 17 ] || NEED="$NEED default-jre-headless"
 # npm (with Node.js): installs Azurite, the Azure Blob emulator of the abfs:// tests
@@ -34,7 +34,7 @@ if [ -n "$NEED" ]; then
   $SUDO apt-get update -qq && $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $NEED >/dev/null
 fi
 
-# Azurite, outside the work tree (tests/servers.py looks for it there): pinned, as the version
+# Azurite, outside the work tree (tests/kit/servers.py looks for it there): pinned, as the version
 # the tests were checked with
 export OFINDEX_AZURITE_DIR=${OFINDEX_AZURITE_DIR:-$HOME/.cache/ofindex-tests/azurite}
 [ -x "$OFINDEX_AZURITE_DIR/node_modules/.bin/azurite-blob" ] || \
@@ -49,14 +49,14 @@ export OFINDEX_AZURITE_DIR=${OFINDEX_AZURITE_DIR:-$HOME/.cache/ofindex-tests/azu
 # they build with: tools/build-constraints.txt)
 "$VENV/bin/python" -m pip install -q -c tools/test-constraints.txt \
   --build-constraint tools/build-constraints.txt -r tools/test-requirements.txt
-# (tensorflow-datasets, in the test extra, writes the datasets tests/test_tfds.py reads back)
+# (tensorflow-datasets, in the test extra, writes the datasets tests/tfds/test_tfds.py reads back)
 # tfd-utils, the key-lookup peer of tools/bench_columns.py and tools/decode_peers.py:
 # its metadata asks for protobuf < 6, which the beam extra's protobuf 6 rules out, but it runs
 # on protobuf 6 (its benchmark rows were measured so): installed without its dependencies,
 # which the lock already holds (crc32c, numpy, protobuf)
 "$VENV/bin/python" -m pip install -q --no-deps "tfd-utils==1.3.0"
 # protobuf 7 beside the venv's: the beam extra holds protobuf below 7, and the reference of
-# tests/test_decode_differential.py is protobuf 7's parser (tests/protobuf_oracle.py)
+# tests/decode/test_decode_differential.py is protobuf 7's parser (tests/kit/protobuf_oracle.py)
 "$VENV/bin/python" -m pip install -q --target "$VENV/protobuf7" --upgrade "protobuf>=7" 2>/dev/null
 
 # lint and types first: they take seconds (rules in pyproject.toml)

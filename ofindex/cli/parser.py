@@ -1,6 +1,6 @@
 """The ``ofindex`` command line: arguments, help texts and their examples.
 
-Every example line in these help texts is run by the test suite (tests/test_docs.py) against
+Every example line in these help texts is run by the test suite (tests/docs/test_docs.py) against
 a generated dataset in ``data/``: keep them runnable as written.
 """
 

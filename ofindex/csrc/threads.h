@@ -9,10 +9,10 @@
  *     no pthreads), or
  *   - nothing, when built with -DOFINDEX_NO_THREADS or on a platform with neither: then
  *     thread_start() always fails and the callers take their inline paths (the test command
- *     builds the module this way too, tests/test_native_portable.py).
+ *     builds the module this way too, tests/native/test_native_portable.py).
  * OFINDEX_THREADS names the branch in use; the module exposes it as ``_native.threads``.
  *
- * Plain C with no Python: tests/native_threads_check.c compiles it alone (for Windows, too).
+ * Plain C with no Python: tests/kit/native_threads_check.c compiles it alone (for Windows, too).
  */
 #ifndef OFINDEX_THREADS_H
 #define OFINDEX_THREADS_H

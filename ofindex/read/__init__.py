@@ -5,7 +5,7 @@ and the shard table, the checks of every record); :mod:`ofindex.read.access`, ho
 is read; :mod:`ofindex.read.remote`, the rounds of requests a remote dataset needs beyond its
 shards' accesses; :mod:`ofindex.read.sequential`, the sequential read paths the accesses hand
 shards to. The remote and sequential wings know nothing of each other or of the accesses
-(tests/test_architecture.py).
+(tests/project/test_architecture.py).
 
 How a read travels, for a reader of this code. ``ofindex.open(paths, storage_options=...)``
 (:mod:`ofindex.opening`) makes one :class:`~ofindex.storage.Storages` with the call's

@@ -1,6 +1,6 @@
 """A reader of ofindex's files written from docs/format.md alone, for local datasets.
 
-It imports nothing of ofindex (tests/test_conformance.py checks it): the Python standard
+It imports nothing of ofindex (tests/formats/test_conformance.py checks it): the Python standard
 library, numpy, zlib and crc32c. Where it needed more than the page said, the page was
 completed. It reads every structure the page specifies: data files (TFRecord, OFRecord, GZIP
 and ZLIB), sidecars of versions 1 to 3 with their seek points (inflated with Python's zlib,

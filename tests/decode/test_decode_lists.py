@@ -1,0 +1,162 @@
+"""Where the lists of named features, and the values of a bytes list, lie in serialized
+Examples (ofindex.decode.lists: what the TFDS step layout is built from), checked against
+protobuf's own parse of the same records, on the compiled walk and the pure-Python one."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ofindex.decode.lists import bytes_value_spans, list_bounds
+from ofindex.proto import example_pb2
+from tests.kit.helpers import implementation
+
+
+def _example(features: dict[str, list[bytes] | list[float] | list[int]]) -> bytes:
+    """An Example serialized by protobuf (what TensorFlow's writers write)."""
+    message = example_pb2.Example()
+    for name, values in features.items():
+        feature = message.features.feature[name]
+        if values and isinstance(values[0], bytes):
+            feature.bytes_list.value.extend(values)
+        elif values and isinstance(values[0], float):
+            feature.float_list.value.extend(values)
+        elif values:
+            feature.int64_list.value.extend(values)
+        else:
+            feature.bytes_list.SetInParent()
+    return message.SerializeToString()
+
+
+_BYTES = st.lists(st.binary(max_size=300), max_size=6)
+_FLOATS = st.lists(st.floats(width=32, allow_nan=False), min_size=1, max_size=6)
+_INTS = st.lists(st.integers(-2**63, 2**63 - 1), min_size=1, max_size=6)
+_RECORD = st.fixed_dictionaries({}, optional={"image": _BYTES, "state": _FLOATS,
+                                              "action": _INTS, "other": _BYTES})
+
+
+def _varints(data: bytes) -> list[int]:
+    values, value, shift = [], 0, 0
+    for byte in data:
+        value |= (byte & 0x7F) << shift
+        shift += 7
+        if byte < 0x80:
+            values.append(value - (1 << 64) if value >= 1 << 63 else value)
+            value, shift = 0, 0
+    return values
+
+
+@pytest.mark.parametrize("which", ["compiled", "pure"])
+@given(contents=st.lists(_RECORD, max_size=8))
+def test_the_bounds_found_hold_what_protobuf_parses(which, contents):
+    with implementation(which):
+        _check_bounds([_example(features) for features in contents], contents)
+
+
+def _check_bounds(records: list[bytes], contents: list[dict]) -> None:
+    names = ["image", "state", "action", "missing"]
+    bounds = list_bounds(records, names)
+    assert bounds is not None and bounds.shape == (len(records), len(names), 5)
+    for record, features, rows in zip(records, contents, bounds, strict=True):
+        parsed = example_pb2.Example.FromString(record).features.feature
+        for name, (kind, start, end, run_start, run_end) in zip(names, rows.tolist(),
+                                                                strict=True):
+            if name not in features:
+                assert kind == 0
+                continue
+            which = parsed[name].WhichOneof("kind")
+            assert kind == {"bytes_list": 1, "float_list": 2, "int64_list": 3}[which]
+            run = record[run_start:run_end]
+            if which == "float_list":
+                assert run == np.asarray(parsed[name].float_list.value, "<f4").tobytes()
+            elif which == "int64_list":
+                assert _varints(run) == list(parsed[name].int64_list.value)
+            else:
+                assert (run_start, run_end) == (start, end)
+    images = bounds[:, 0]
+    counts = np.array([len(features.get("image", ())) for features in contents], np.int64)
+    spans = bytes_value_spans(records, images[:, 1], images[:, 2], counts)
+    assert spans is not None
+    got = [record for record, count in zip(records, counts.tolist(), strict=True)
+           for _ in range(count)]
+    assert [got[k][s:s + n] for k, (s, n) in enumerate(zip(*spans, strict=True))] == [
+        value for features in contents for value in features.get("image", [])]
+
+
+def test_both_walks_find_the_same_bounds():
+    """The compiled walk and the pure-Python one, on the same records, agree exactly."""
+    rng = np.random.default_rng(3)
+    records = [_example({"image": [rng.bytes(int(n)) for n in rng.integers(0, 999, 5)],
+                         "state": rng.random(7).astype(np.float32).tolist(),
+                         "action": rng.integers(-9, 2**40, 3).tolist()}) for _ in range(20)]
+    found = {}
+    for which in ("compiled", "pure"):
+        with implementation(which):
+            bounds = list_bounds(records, ["state", "image", "action"])
+            assert bounds is not None
+            spans = bytes_value_spans(records, bounds[:, 1, 1], bounds[:, 1, 2],
+                                      np.full(20, 5, np.int64))
+            assert spans is not None
+            found[which] = (bounds, *spans)
+    for compiled, pure in zip(found["compiled"], found["pure"], strict=True):
+        np.testing.assert_array_equal(compiled, pure)
+
+
+def _raw_example(name: bytes, feature: bytes) -> bytes:
+    """An Example of one feature whose Feature message body is ``feature`` (hand-written
+    wire bytes: layouts protobuf accepts but writers do not produce)."""
+    entry = b"\x0a" + bytes([len(name)]) + name + b"\x12" + bytes([len(feature)]) + feature
+    features = b"\x0a" + bytes([len(entry)]) + entry
+    return b"\x0a" + bytes([len(features)]) + features
+
+
+def test_an_unpacked_numeric_list_is_refused_by_both_walks(impl):
+    """float_list { value: 1.0 value: 2.0 } written unpacked (protobuf reads it; its values
+    do not lie in one run): not laid out, the caller parses the record whole."""
+    unpacked = b"\x0d" + np.float32(1).tobytes() + b"\x0d" + np.float32(2).tobytes()
+    record = _raw_example(b"state", b"\x12" + bytes([len(unpacked)]) + unpacked)
+    assert list(example_pb2.Example.FromString(record).features.feature["state"]
+                .float_list.value) == [1.0, 2.0]
+    assert list_bounds([record], ["state"]) is None
+
+
+def test_a_bytes_list_of_another_count_or_layout_is_refused(impl):
+    record = _example({"image": [b"ab", b"cde"]})
+    bounds = list_bounds([record], ["image"])
+    assert bounds is not None
+    start, end = bounds[:, 0, 1], bounds[:, 0, 2]
+    for count in (1, 3):
+        assert bytes_value_spans([record], start, end, np.array([count])) is None
+    # the list's body cut one byte short: its last value runs past it
+    assert bytes_value_spans([record], start, end - 1, np.array([2])) is None
+    # a list body that is not bytes values (a packed float run)
+    floats = _example({"state": [1.0, 2.0]})
+    fbounds = list_bounds([floats], ["state"])
+    assert fbounds is not None
+    assert bytes_value_spans([floats], fbounds[:, 0, 1], fbounds[:, 0, 2],
+                             np.array([2])) is None
+
+
+def test_spans_outside_their_record_are_an_error_not_a_read(impl):
+    record = _example({"image": [b"ab"]})
+    with pytest.raises(ValueError, match="outside"):
+        bytes_value_spans([record], np.array([0]), np.array([len(record) + 1]), np.array([1]))
+    with pytest.raises(ValueError, match="outside"):
+        bytes_value_spans([record], np.array([-1]), np.array([2]), np.array([1]))
+    with pytest.raises(ValueError, match="outside"):
+        bytes_value_spans([record], np.array([0]), np.array([2]), np.array([-1]))
+
+
+def test_records_in_other_buffers_are_walked_too(impl):
+    """Records held as memoryviews (of a memory map, say), not bytes: the same answers."""
+    records = [_example({"image": [b"ab", b"cde"], "state": [1.5]}) for _ in range(3)]
+    views = [memoryview(bytearray(record)) for record in records]
+    bounds = list_bounds(records, ["image", "state"])
+    assert bounds is not None
+    np.testing.assert_array_equal(list_bounds(views, ["image", "state"]), bounds)
+    args = bounds[:, 0, 1], bounds[:, 0, 2], np.full(3, 2, np.int64)
+    for got, want in zip(bytes_value_spans(views, *args), bytes_value_spans(records, *args),
+                         strict=True):
+        np.testing.assert_array_equal(got, want)
