@@ -234,7 +234,8 @@ def decode_key_header(raw: bytes | memoryview, url: str) -> KeyHeader:
                      pages_bytes, children, root_crc, size)
 
 
-def _decode_keys(raw: bytes, count: int, vtype: ValueType, url: str, where: str) -> Keys:
+def _decode_keys(raw: bytes | memoryview, count: int, vtype: ValueType, url: str,
+                 where: str) -> Keys:
     """A page's ``count`` keys of ``vtype`` from their bytes."""
     if vtype is ValueType.BYTES:
         return page_codec.unpack_bytes_values(raw, count, where)
@@ -258,8 +259,8 @@ class _Leaf:
 
     __slots__ = ("_keys", "_raw_keys", "_vtype", "_where", "records")
 
-    def __init__(self, records: np.ndarray, raw_keys: bytes | PackedBytes, vtype: ValueType,
-                 url: str, where: str) -> None:
+    def __init__(self, records: np.ndarray, raw_keys: memoryview | PackedBytes,
+                 vtype: ValueType, url: str, where: str) -> None:
         self.records = records
         self._raw_keys, self._vtype, self._where = raw_keys, vtype, (url, where)
         self._keys: SortedKeys | None = None
@@ -278,7 +279,7 @@ class _Leaf:
                               _decode_keys(raw, len(self.records), self._vtype, url, where))
             if not keys.ascending():
                 raise _corrupt(url, f"{where}'s keys are not in ascending order")
-            self._keys, self._raw_keys = keys, b""
+            self._keys, self._raw_keys = keys, memoryview(b"")
         return self._keys
 
 
@@ -402,21 +403,69 @@ class KeyIndex:
                                                 int(pointer["raw"]), f"{self.url}: {where}"))
         return out
 
-    def _leaf(self, raw: bytes, count: int, where: str) -> _Leaf:
-        if len(raw) < 8 * count:
-            raise _corrupt(self.url, f"{where} is too short for {count} records")
-        records = np.cumsum(page_codec.from_planes(raw[len(raw) - 8 * count:], count,
-                                                   np.dtype("<i8")), dtype=np.int64)
-        if count and (int(records.min()) < 0 or int(records.max()) >= self.header.records):
-            raise _corrupt(self.url, f"{where} names a record outside the dataset")
-        raw_keys = raw[:len(raw) - 8 * count]
+    def _leaves(self, raws: list[bytes], counts: list[int], wheres: list[str]) -> list[_Leaf]:
+        """Decoded leaves: their lengths checked first, then the records of leaves of one
+        entry count (all but a dataset's last leaf) decoded together, a numpy step for a
+        chunk of them (per leaf, the planes' interleave, sums and checks cost ~30 us of
+        calls: 6 ms of the 35 ms of ``where(label=3)`` over 10 M records, 209 leaves)."""
         vtype = self.header.vtype
-        # that the keys fill their part is checked now; their order when they are searched
-        packed = page_codec.unpack_bytes_values(raw_keys, count, f"{self.url}: {where}") \
-            if vtype is ValueType.BYTES else None
-        if packed is None and (vtype is ValueType.NONE or len(raw_keys) != vtype.width * count):
-            raise _corrupt(self.url, f"{where} holds {len(raw_keys)} bytes of keys for {count}")
-        return _Leaf(records, packed if packed is not None else raw_keys, vtype, self.url, where)
+        parts: list[tuple[memoryview, memoryview | PackedBytes]] = []
+        for raw, count, where in zip(raws, counts, wheres, strict=True):
+            if len(raw) < 8 * count:
+                raise _corrupt(self.url, f"{where} is too short for {count} records")
+            view = memoryview(raw)
+            keys_end = len(raw) - 8 * count
+            # that the keys fill their part is checked now; their order when searched
+            if vtype is ValueType.BYTES:
+                parts.append((view[keys_end:], page_codec.unpack_bytes_values(
+                    raw[:keys_end], count, f"{self.url}: {where}")))
+                continue
+            if vtype is ValueType.NONE or keys_end != vtype.width * count:
+                raise _corrupt(self.url, f"{where} holds {keys_end} bytes of keys for {count}")
+            parts.append((view[keys_end:], view[:keys_end]))
+        records: list[np.ndarray | None] = [None] * len(raws)
+        by_count: dict[int, list[int]] = {}
+        for leaf, count in enumerate(counts):
+            by_count.setdefault(count, []).append(leaf)
+        for count, members in by_count.items():
+            # a chunk's records are one array the leaves' hold rows of: chunks of at most
+            # KEPT_LEAVES keep what the kept leaves hold alive within twice their own size
+            for start in range(0, len(members), self.KEPT_LEAVES):
+                chunk = members[start:start + self.KEPT_LEAVES]
+                decoded = self._records([parts[leaf][0] for leaf in chunk], count,
+                                        [wheres[leaf] for leaf in chunk])
+                for leaf, row in zip(chunk, decoded, strict=True):
+                    records[leaf] = row
+        out = []
+        for (_, raw_keys), leaf_records, where in zip(parts, records, wheres, strict=True):
+            assert leaf_records is not None
+            out.append(_Leaf(leaf_records, raw_keys, vtype, self.url, where))
+        return out
+
+    def _records(self, planes: list[memoryview], count: int, wheres: list[str]) -> np.ndarray:
+        """The records of leaves of ``count`` entries from their byte planes of deltas (each
+        exactly ``8 * count`` bytes): one row a leaf.
+
+        Raises:
+            SidecarError: A leaf names a record outside the dataset.
+        """
+        joined = np.frombuffer(b"".join(planes), dtype=np.uint8).reshape(len(planes), 8, count)
+        # a plane at a time into its byte of every delta (as page_codec.from_planes), planes
+        # of zeros skipped (small deltas: 5 of 8 for where(label=3)'s leaves), then summed in
+        # place: 2.5-2.9 ms for 209 leaves where a copy of every plane and a new sum took 3.5-6
+        interleaved = np.zeros((len(planes), count, 8), dtype=np.uint8)
+        for byte in range(8):
+            plane = joined[:, byte, :]
+            if plane.any():
+                interleaved[:, :, byte] = plane
+        records = interleaved.view("<i8").reshape(len(planes), count)
+        np.cumsum(records, axis=1, out=records)
+        if count:
+            bad = (records.min(axis=1) < 0) | (records.max(axis=1) >= self.header.records)
+            if bad.any():
+                where = wheres[int(np.argmax(bad))]
+                raise _corrupt(self.url, f"{where} names a record outside the dataset")
+        return records
 
     # -- lookups ----------------------------------------------------------------------------
     def search(self, bounds: Sequence[Bounds]) -> list[np.ndarray]:
@@ -587,6 +636,10 @@ class KeyIndex:
         kept: dict[int, Any] = self.nodes if level > 1 else self.leaves
         out = {offset: kept[offset] for offset in wanted if offset in kept}
         missing = [(level, p) for offset, p in wanted.items() if offset not in kept]
+        leaf_raws: list[bytes] = []
+        leaf_offsets: list[int] = []
+        counts: list[int] = []
+        wheres: list[str] = []
         for (_, pointer), raw in zip(missing, self._fetch(missing), strict=True):
             offset = int(pointer["offset"])
             where = f"page at byte {self.base + offset}"
@@ -599,14 +652,20 @@ class KeyIndex:
                     raise _corrupt(self.url, f"the entries under its {where} do not add up")
                 out[offset] = self.nodes[offset] = node
                 continue
-            out[offset] = self._leaf(raw, count, where)
+            leaf_raws.append(raw)
+            leaf_offsets.append(offset)
+            counts.append(count)
+            wheres.append(where)
+        for offset, leaf in zip(leaf_offsets, self._leaves(leaf_raws, counts, wheres),
+                                strict=True):
+            out[offset] = leaf
             if len(self.leaves) >= self.KEPT_LEAVES:
                 evicted = next(iter(self.leaves))
                 del self.leaves[evicted]
                 slots, child = self._slot_of.pop(evicted, (None, 0))
                 if slots is not None:
                     slots[child] = None
-            self.leaves[offset] = out[offset]
+            self.leaves[offset] = leaf
         return out
 
 

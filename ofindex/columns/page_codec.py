@@ -129,7 +129,7 @@ def pack_bytes_values(values: PackedBytes) -> bytes:
     return lengths.astype("<u4").tobytes() + data.tobytes()
 
 
-def unpack_bytes_values(raw: bytes, count: int, where: str) -> PackedBytes:
+def unpack_bytes_values(raw: bytes | memoryview, count: int, where: str) -> PackedBytes:
     """The ``count`` bytes values of ``raw`` (exactly lengths and data).
 
     Raises:
