@@ -207,3 +207,33 @@ def test_a_leaf_naming_a_record_outside_the_dataset_is_refused_by_its_place(vtyp
     at = index.base + int(index.root.pointers[leaf]["offset"])
     with pytest.raises(SidecarError, match=f"page at byte {at} names a record outside"):
         index.search([(None, None, False)])
+
+
+@pytest.mark.parametrize("vtype", [ValueType.BYTES, ValueType.INT64])
+def test_a_leaf_taken_whole_holds_no_inflated_keys_and_is_searched_later(vtype):
+    """Leaves whose keys all lie within a query's bounds give their records and keep their
+    page as stored (a few bytes here), not its inflated keys: what the index holds after
+    the query is their records and little more; a later search of one of those leaves'
+    keys inflates it again and finds what a scan finds."""
+    import tracemalloc
+
+    n, leaf_entries = 64 * 512, 512
+    values = [b"same-key-%04d" % (i // (n // 2)) for i in range(n)] \
+        if vtype is ValueType.BYTES else [i // (n // 2) for i in range(n)]
+    index = _opened(vtype, values, leaf_entries, 4096)
+    first = values[0] if vtype is ValueType.BYTES else np.int64(values[0])
+    last = values[-1] if vtype is ValueType.BYTES else np.int64(values[-1])
+    assert index.search([(last, last, True)])[0].tolist() == list(range(n // 2, n))  # warm
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        found = index.search([(first, first, True)])[0]
+        del found
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    records = 8 * n // 2  # the leaves of the first key, all but one wholly within
+    assert records <= held < records * 1.25
+    assert index.find_one(first).tolist() == list(range(n // 2))
+    assert index.find([first, last])[1].tolist() == list(range(n // 2, n))
+    assert index.search([(None, first, False)])[0].tolist() == []
