@@ -459,8 +459,8 @@ class KeyIndex:
                     if joined is None:  # its size known real: the first page holds it
                         joined = np.empty((len(chunk), 8 * count), dtype=np.uint8)
                     joined[row] = np.frombuffer(planes, dtype=np.uint8)
-                    held.append((data, int(pointer["compression"]), int(pointer["raw"]))
-                                if int(pointer["offset"]) in bare else keys)
+                    held.append((bytes(data), int(pointer["compression"]), int(pointer["raw"]))
+                                if int(pointer["offset"]) in bare else keys)  # (not a view)
                     del planes, keys
                 assert joined is not None
                 records.extend(self._records(joined, count, [pages[m][2] for m in chunk]))
