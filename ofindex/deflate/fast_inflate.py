@@ -10,7 +10,8 @@ stream and decompresses cleanly, from a point whose data copies from its window 
 with no window is followed by stored blocks, which zlib copies faster). Anything else (a
 member end inside the span, a data error) returns ``None`` and the caller inflates again
 with zlib, which names the exact compressed offset of a failure. ``OFINDEX_INFLATE=zlib``
-turns it off.
+turns it off. The pages of column sidecars and key indexes (whole zlib streams) inflate
+through :data:`ISAL` too (``columns.page_codec.inflate_exact``).
 """
 
 from __future__ import annotations

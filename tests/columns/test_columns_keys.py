@@ -163,3 +163,77 @@ def test_a_leaf_whose_keys_decrease_is_refused_when_searched(vtype, how):
             index.search([(None, first, True)])
     again = KeyIndex.open(lambda ranges: [raw[a:b] for a, b in ranges], "x.ofkey", len(raw))
     assert again.search([(None, None, False)])[0].tolist() == [0, 1]
+
+
+@pytest.mark.parametrize("kept", [2, 5, 256])
+@pytest.mark.parametrize("vtype", [ValueType.BYTES, ValueType.INT64])
+def test_leaves_read_in_one_call_each_give_their_own_records(monkeypatch, vtype, kept):
+    """The leaves a query reads at once are decoded together (full leaves in chunks of at
+    most KEPT_LEAVES, the short last leaf alone): each leaf gives its own records, whether
+    it is searched, taken whole or read again after it was let go."""
+    monkeypatch.setattr(KeyIndex, "KEPT_LEAVES", kept)
+    rng = np.random.default_rng(7)
+    labels = rng.integers(0, 4, 4 * 37 + 3)
+    values = [b"L%d" % v for v in labels] if vtype is ValueType.BYTES else labels.tolist()
+    index = _opened(vtype, values, 4, 4096)
+    assert index.header.root_children == 38
+    cast = bytes if vtype is ValueType.BYTES else np.int64
+    for _ in range(2):
+        for label in range(4):
+            key = cast(b"L%d" % label if vtype is ValueType.BYTES else label)
+            want = np.flatnonzero(labels == label).tolist()
+            assert index.search([(key, key, True)])[0].tolist() == want
+            assert index.find([key])[0].tolist() == want
+        assert index.search([(None, None, False)])[0].tolist() == list(range(len(labels)))
+        assert len(index.leaves) <= kept
+
+
+@pytest.mark.parametrize("vtype", [ValueType.BYTES, ValueType.INT64])
+@pytest.mark.parametrize("leaf", [0, 5, 9])
+@pytest.mark.parametrize("record", [-1, 41])
+def test_a_leaf_naming_a_record_outside_the_dataset_is_refused_by_its_place(vtype, leaf,
+                                                                             record):
+    """A leaf (its CRC right) naming a record below 0 or past the dataset's is refused, in
+    a read of many leaves at once, by the page that does (the first, one in the middle, or
+    the short last one)."""
+    n = 4 * 9 + 2
+    records = np.arange(n, dtype=np.int64)
+    records[4 * leaf + 1] = record
+    values = [b"k%03d" % i for i in range(n)]
+    keys = PackedBytes.from_list(values) if vtype is ValueType.BYTES else np.arange(n)
+    raw = b"".join(encode_key_index("k", vtype, keys, records, 41, "00ff" * 4,
+                                    leaf_entries=4))
+    index = KeyIndex.open(lambda ranges: [raw[a:b] for a, b in ranges], "x.ofkey", len(raw))
+    at = index.base + int(index.root.pointers[leaf]["offset"])
+    with pytest.raises(SidecarError, match=f"page at byte {at} names a record outside"):
+        index.search([(None, None, False)])
+
+
+@pytest.mark.parametrize("vtype", [ValueType.BYTES, ValueType.INT64])
+def test_a_leaf_taken_whole_holds_no_inflated_keys_and_is_searched_later(vtype):
+    """Leaves whose keys all lie within a query's bounds give their records and keep their
+    page as stored (a few bytes here), not its inflated keys: what the index holds after
+    the query is their records and little more; a later search of one of those leaves'
+    keys inflates it again and finds what a scan finds."""
+    import tracemalloc
+
+    n, leaf_entries = 64 * 512, 512
+    values = [b"same-key-%04d" % (i // (n // 2)) for i in range(n)] \
+        if vtype is ValueType.BYTES else [i // (n // 2) for i in range(n)]
+    index = _opened(vtype, values, leaf_entries, 4096)
+    first = values[0] if vtype is ValueType.BYTES else np.int64(values[0])
+    last = values[-1] if vtype is ValueType.BYTES else np.int64(values[-1])
+    assert index.search([(last, last, True)])[0].tolist() == list(range(n // 2, n))  # warm
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        found = index.search([(first, first, True)])[0]
+        del found
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    records = 8 * n // 2  # the leaves of the first key, all but one wholly within
+    assert records <= held < records * 1.25
+    assert index.find_one(first).tolist() == list(range(n // 2))
+    assert index.find([first, last])[1].tolist() == list(range(n // 2, n))
+    assert index.search([(None, first, False)])[0].tolist() == []

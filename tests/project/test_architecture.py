@@ -32,8 +32,9 @@ ALLOWED = {
     "cache": {"errors", "storage", "formats"},
     "read": {"errors", "_accel", "_threads", "storage", "formats", "deflate", "cache",
              "columns"},
-    # "columns": the column sidecars and key indexes (what index writes and read queries)
-    "columns": {"errors", "_accel", "storage", "formats", "decode"},
+    # "columns": the column sidecars and key indexes (what index writes and read queries);
+    # their pages inflate through deflate's choice of inflater (ISA-L where installed)
+    "columns": {"errors", "_accel", "storage", "formats", "deflate", "decode"},
     "decode": {"errors", "_accel", "_threads", "proto"},
     "encode": {"errors", "_accel", "formats", "decode"},  # framed blocks: formats.crc
     "schema": {"errors", "decode", "proto", "read"},
