@@ -92,8 +92,7 @@ class MappedAccess(ShardAccess):
                                              max_read_bytes=max_read_bytes)
         native = self.native
         big = len(indices) * table.mean_record_bytes >= mapped_gather.PARALLEL_BYTES
-        if (big and len(indices) > 1 and mapped_gather.executor() is not None
-                and (not checks.tfrecord_crcs or native.hw_crc())):
+        if big and len(indices) > 1 and (not checks.tfrecord_crcs or native.hw_crc()):
             return mapped_gather.threaded_copies(table, checks, maps, native)
         return mapped_gather.compiled_gather(table, checks, maps, native)
 
