@@ -19,27 +19,12 @@ from ofindex.columns.packed import PackedBytes
 from ofindex.columns.sorted_keys import WIDEST_TABLE, KeyBatch, SortedKeys
 from ofindex.columns.value_types import ValueType
 from ofindex.errors import SidecarError
+from tests.kit.columns_data import opened_key_index
 
 _ALPHABET = st.sampled_from([b"", b"\0", b"a", b"b", b"a\0", b"\0a", b"ab", b"b\0\0",
                              b"a" * (WIDEST_TABLE + 3), b"a" * (WIDEST_TABLE + 3) + b"\0"])
 _NUMBERS = {ValueType.INT64: st.sampled_from([-(1 << 63), -1, 0, 1, 7, (1 << 63) - 1]),
             ValueType.FLOAT64: st.sampled_from([-np.inf, -1.5, -0.0, 0.0, 2.0, np.inf])}
-
-
-def _opened(vtype, values, leaf_entries, fanout):
-    """A key index of ``values`` (record ``i`` holds ``values[i]``), opened from memory."""
-    n = len(values)
-    if vtype is ValueType.BYTES:
-        packed = PackedBytes.from_list(values)
-        order = _bytes_order(packed) if n else np.zeros(0, dtype=np.int64)
-        keys = packed.take(order)
-    else:
-        numbers = np.array(values, dtype=vtype.dtype)
-        order = np.argsort(numbers, kind="stable")
-        keys = numbers[order]
-    raw = b"".join(encode_key_index("k", vtype, keys, order.astype(np.int64), n, "00ff" * 4,
-                                    leaf_entries=leaf_entries, fanout=fanout))
-    return KeyIndex.open(lambda ranges: [raw[a:b] for a, b in ranges], "x.ofkey", len(raw))
 
 
 @st.composite
@@ -55,7 +40,7 @@ def indexes(draw):
 @given(indexes())
 def test_find_and_find_one_give_what_a_scan_gives(case):
     vtype, values, queries, leaf_entries, fanout = case
-    index = _opened(vtype, values, leaf_entries, fanout)
+    index = opened_key_index(vtype, values, leaf_entries, fanout)
     cast = bytes if vtype is ValueType.BYTES else vtype.dtype.type
     keys = [cast(q) for q in queries]
     want = [[i for i, v in enumerate(values) if cast(v) == key] for key in keys]
@@ -72,7 +57,7 @@ def test_find_and_find_one_give_what_a_scan_gives(case):
 def test_equal_keys_over_several_leaves_and_the_first_key_of_a_leaf():
     """Keys equal to a leaf's first key may also end the leaf before: both leaves are read."""
     values = [b"k%02d" % (i // 7) for i in range(70)]
-    index = _opened(ValueType.BYTES, values, 4, 3)
+    index = opened_key_index(ValueType.BYTES, values, 4, 3)
     assert index.header.levels >= 2
     for key in sorted(set(values)):
         want = [i for i, v in enumerate(values) if v == key]
@@ -128,7 +113,7 @@ def test_a_range_search_gives_what_a_scan_gives(case, data):
     """Ranges over small leaves: leaves wholly within the range give their records without
     their keys being searched; the others are searched."""
     vtype, values, _, leaf_entries, fanout = case
-    index = _opened(vtype, values, leaf_entries, fanout)
+    index = opened_key_index(vtype, values, leaf_entries, fanout)
     cast = bytes if vtype is ValueType.BYTES else vtype.dtype.type
     element = _ALPHABET if vtype is ValueType.BYTES else _NUMBERS[vtype]
     low, high = (data.draw(st.none() | element.map(cast)) for _ in range(2))
@@ -175,7 +160,7 @@ def test_leaves_read_in_one_call_each_give_their_own_records(monkeypatch, vtype,
     rng = np.random.default_rng(7)
     labels = rng.integers(0, 4, 4 * 37 + 3)
     values = [b"L%d" % v for v in labels] if vtype is ValueType.BYTES else labels.tolist()
-    index = _opened(vtype, values, 4, 4096)
+    index = opened_key_index(vtype, values, 4, 4096)
     assert index.header.root_children == 38
     cast = bytes if vtype is ValueType.BYTES else np.int64
     for _ in range(2):
@@ -220,7 +205,7 @@ def test_a_leaf_taken_whole_holds_no_inflated_keys_and_is_searched_later(vtype):
     n, leaf_entries = 64 * 512, 512
     values = [b"same-key-%04d" % (i // (n // 2)) for i in range(n)] \
         if vtype is ValueType.BYTES else [i // (n // 2) for i in range(n)]
-    index = _opened(vtype, values, leaf_entries, 4096)
+    index = opened_key_index(vtype, values, leaf_entries, 4096)
     first = values[0] if vtype is ValueType.BYTES else np.int64(values[0])
     last = values[-1] if vtype is ValueType.BYTES else np.int64(values[-1])
     assert index.search([(last, last, True)])[0].tolist() == list(range(n // 2, n))  # warm

@@ -22,6 +22,7 @@ from ofindex.columns.packed import PackedBytes
 from ofindex.columns.sorted_keys import KeyBatch, SortedKeys
 from ofindex.columns.value_types import ValueType
 from ofindex.errors import SidecarError
+from tests.kit.columns_data import opened_key_index
 from tests.kit.helpers import implementation
 
 _BYTES = st.sampled_from([b"", b"\0", b"a", b"b", b"a\0", b"\0a", b"ab", b"b\0\0", b"abc",
@@ -37,22 +38,6 @@ _NAN = {ValueType.FLOAT32: np.float32("nan"), ValueType.FLOAT64: np.float64("nan
 
 def _cast(vtype):
     return bytes if vtype is ValueType.BYTES else vtype.dtype.type
-
-
-def _opened(vtype, values, leaf_entries, fanout):
-    """A key index of ``values`` (record ``i`` holds ``values[i]``), opened from memory."""
-    n = len(values)
-    if vtype is ValueType.BYTES:
-        packed = PackedBytes.from_list(values)
-        order = _bytes_order(packed) if n else np.zeros(0, dtype=np.int64)
-        keys = packed.take(order)
-    else:
-        numbers = np.array(values, dtype=vtype.dtype)
-        order = np.argsort(numbers, kind="stable")
-        keys = numbers[order]
-    raw = b"".join(encode_key_index("k", vtype, keys, order.astype(np.int64), n, "00ff" * 4,
-                                    leaf_entries=leaf_entries, fanout=fanout))
-    return KeyIndex.open(lambda ranges: [raw[a:b] for a, b in ranges], "x.ofkey", len(raw))
 
 
 @st.composite
@@ -81,7 +66,7 @@ def _find_as_a_scan(vtype, values, queries, leaf_entries, fanout):
         keys.append(_NAN[vtype])  # held by no record: NaN is left out of a key index
     want = [[i for i, v in enumerate(values) if cast(v) == key] for key in keys]
     for _ in range(2):  # the pages read, then kept
-        index = _opened(vtype, values, leaf_entries, fanout)
+        index = opened_key_index(vtype, values, leaf_entries, fanout)
         assert [found.tolist() for found in index.find(keys)] == want
         assert [index.find_one(key).tolist() for key in keys] == want
         for found in index.find(keys) + [index.find_one(key) for key in keys]:
@@ -248,7 +233,7 @@ def test_one_key_lookups_hold_no_more_leaves_than_kept(impl, monkeypatch):
     key is still found after its leaf was dropped and read again."""
     monkeypatch.setattr(KeyIndex, "KEPT_LEAVES", 3)
     values = [b"id-%04d" % (i * 7 % 100) for i in range(100)]
-    index = _opened(ValueType.BYTES, values, 4, 4096)
+    index = opened_key_index(ValueType.BYTES, values, 4, 4096)
     assert index.header.levels == 1 and index.header.root_children == 25
     for _ in range(2):
         for i, value in enumerate(values):

@@ -10,6 +10,10 @@ import os
 import numpy as np
 
 import ofindex
+from ofindex.columns.key_build import _bytes_order
+from ofindex.columns.key_file import KeyIndex, encode_key_index
+from ofindex.columns.packed import PackedBytes
+from ofindex.columns.value_types import ValueType
 from ofindex.proto import example_pb2, ofrecord_pb2
 
 #: The features every generated record may hold: a label (int), an id (unique bytes), a score.
@@ -102,3 +106,19 @@ def cut(items: list, sizes: list[int]) -> list[list]:
         out.append(items[at:at + size])
         at += size
     return out
+
+
+def opened_key_index(vtype, values, leaf_entries, fanout):
+    """A key index of ``values`` (record ``i`` holds ``values[i]``), opened from memory."""
+    n = len(values)
+    if vtype is ValueType.BYTES:
+        packed = PackedBytes.from_list(values)
+        order = _bytes_order(packed) if n else np.zeros(0, dtype=np.int64)
+        keys = packed.take(order)
+    else:
+        numbers = np.array(values, dtype=vtype.dtype)
+        order = np.argsort(numbers, kind="stable")
+        keys = numbers[order]
+    raw = b"".join(encode_key_index("k", vtype, keys, order.astype(np.int64), n, "00ff" * 4,
+                                    leaf_entries=leaf_entries, fanout=fanout))
+    return KeyIndex.open(lambda ranges: [raw[a:b] for a, b in ranges], "x.ofkey", len(raw))
