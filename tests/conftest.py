@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import atexit
 import os
-import re
 import shutil
 import sys
 import tempfile
@@ -29,6 +28,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis.database import DirectoryBasedExampleDatabase
 
 from tests.kit import servers
+from tests.kit.helpers import OPTIONAL_MODULES, install_of
 from tests.kit.paths import ROOT
 
 # the indexes of files named on their own go to the per-user index cache
@@ -89,7 +89,7 @@ def nginx_server(tmp_path_factory):
     try:
         servers.nginx_binary()
     except RuntimeError as exc:
-        pytest.skip(f"{exc} (bash tools/run-tests.sh installs it)")
+        pytest.fail(f"{exc} (bash tools/run-tests.sh installs it)", pytrace=False)
     root = tmp_path_factory.mktemp("www")
     srv = servers.start_nginx(str(root))
     srv.root = str(root)
@@ -133,7 +133,7 @@ def azurite_server():
     try:
         servers.azurite_binary()
     except RuntimeError as exc:
-        pytest.skip(f"{exc} (bash tools/run-tests.sh installs it)")
+        pytest.fail(f"{exc} (bash tools/run-tests.sh installs it)", pytrace=False)
     srv = servers.start_azurite()
 
     fs = adlfs.AzureBlobFileSystem(skip_instance_cache=True, **servers.azure_options(srv.url))
@@ -265,21 +265,6 @@ def bucket_backend(request, tmp_path_factory) -> Backend:
     return _make_backend(request.param, request, tmp_path_factory)
 
 
-#: The optional dependencies a test may find missing when the suite is run by hand, with
-#: what installs each (an ofindex extra, or a pip requirement).
-OPTIONAL_MODULES = {
-    "aiohttp": "http", "s3fs": "s3", "botocore": "s3", "gcsfs": "gcs", "adlfs": "azure",
-    "azure": "azure", "obstore": "obstore", "torch": "torch",
-    "torchdata": "torchdata", "grain": "grain", "tensorflow": "tf", "keras": "keras",
-    "datasets": "hf", "pyarrow": "hf", "ray": "ray", "dask": "dask", "distributed": "dask",
-    "moto": "moto[server]", "mkdocs": "docs", "playwright": "docs", "build": "dist",
-    "auditwheel": "dist", "ruff": "dev", "mypy": "dev", "PIL": "bench", "matplotlib": "bench",
-    "tfrecord": "test", "array_record": "bench", "lance": "bench", "isal": "isal",
-    "simplejpeg": "images", "tensorflow_datasets": "test", "pandas": "events",
-    "tensorboard": "test", "tensorboardX": "test",
-}
-
-
 def _missing_optional(excinfo) -> str | None:
     """The optional module whose absence raised ``excinfo``'s exception, or None."""
     from ofindex.errors import MissingDependencyError
@@ -305,55 +290,25 @@ def pytest_runtest_makereport(item, call):
     installed, and a skip fails the run (``pytest_sessionfinish``)."""
     outcome = yield
     report = outcome.get_result()
-    if report.skipped:
-        _name_the_pip_command(report)
-        return
-    if call.excinfo is None or report.passed:
+    if call.excinfo is None or report.passed or report.skipped:
         return
     missing = _missing_optional(call.excinfo)
     if missing is None:
         return
-    reason = (_reason(missing) if missing in OPTIONAL_MODULES
+    reason = (f"{missing} is not installed: {install_of(missing)} (bash tools/run-tests.sh "
+              "installs it)" if missing in OPTIONAL_MODULES
               else f"an optional dependency is missing: {missing}")
     report.outcome = "skipped"
     report.longrepr = (str(item.path), item.location[1] or 0, f"Skipped: {reason}")
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_make_collect_report(collector):
-    """A module skipped at import by ``pytest.importorskip`` names the pip command too."""
-    outcome = yield
-    report = outcome.get_result()
-    if report.skipped:
-        _name_the_pip_command(report)
-
-
-def _name_the_pip_command(report) -> None:
-    """Give a skip by ``pytest.importorskip`` of an optional module the reason ``_reason``
-    writes (pytest's own says only "could not import")."""
-    if not isinstance(report.longrepr, tuple):
-        return
-    path, line, text = report.longrepr
-    found = re.search(r"could not import '([\w.]+)'", text)
-    top = found.group(1).split(".")[0] if found else ""
-    if top in OPTIONAL_MODULES:
-        report.longrepr = (path, line, f"Skipped: {_reason(top)}")
-
-
-def _reason(module: str) -> str:
-    """Why a test that needs optional ``module`` was skipped, and what installs it."""
-    install = OPTIONAL_MODULES[module]
-    how = (f"pip install 'ofindex[{install}]'" if install.isidentifier()
-           else f"pip install '{install}'")
-    return f"{module} is not installed: {how} (bash tools/run-tests.sh installs it)"
 
 
 def pytest_sessionfinish(session, exitstatus):
     """In CI (``CI=true``) a skipped test is a failure: it proves nothing, and it means a
     dependency the test command should have installed is missing. The fuzz tests' tallies go
     to ``$OFINDEX_FUZZ_LOG`` when it is set (tests/kit/fuzzkit.py)."""
-    if "fuzzkit" in sys.modules:
-        sys.modules["fuzzkit"].write_log()
+    fuzzkit = sys.modules.get("tests.kit.fuzzkit")
+    if fuzzkit is not None:
+        fuzzkit.write_log()
     if not os.environ.get("CI") or exitstatus != 0:
         return
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")

@@ -32,7 +32,7 @@ from ofindex.cache.entries_db import DATA_DB_NAME
 from ofindex.cli.synthetic import write_dataset
 from ofindex.errors import CacheDirWarning, DataCacheWarning
 from ofindex.shuffle import GlobalShuffleSampler
-from tests.kit.helpers import IMPLEMENTATIONS, implementation, stamp_as_served
+from tests.kit.helpers import IMPLEMENTATIONS, implementation, require, stamp_as_served
 
 RECORDS, SHARDS, SIZE = 3000, 3, 300
 BUDGET = 64 << 20
@@ -408,8 +408,10 @@ def test_a_read_only_cache_dir_reads_without_cache_with_one_warning(served, tmp_
     command = [sys.executable, "-c", _READ_ONLY_CHILD, json.dumps([url, str(cache_dir)])]
     if os.geteuid() == 0:  # root writes anywhere: the child runs without that privilege
         setpriv = shutil.which("setpriv")
-        if setpriv is None:
-            pytest.skip("running as root without setpriv (util-linux) to drop CAP_DAC_OVERRIDE")
+        require(setpriv is not None, "setpriv (util-linux) to run its child as root without "
+                "CAP_DAC_OVERRIDE", "apt-get install util-linux (bash tools/run-tests.sh "
+                "installs it)")
+        assert setpriv is not None
         command = [setpriv, "--bounding-set", "-dac_override,-dac_read_search", "--", *command]
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=300,

@@ -29,7 +29,7 @@ from ofindex.cache.machine import NodeCache
 from ofindex.cli.synthetic import write_dataset
 from ofindex.errors import CacheDirWarning
 from tests.conftest import _make_backend
-from tests.kit.helpers import sidecar_of
+from tests.kit.helpers import require, sidecar_of
 
 
 @dataclasses.dataclass
@@ -379,8 +379,10 @@ def test_a_read_only_cache_dir_reads_without_cache(paged, tmp_path):
                json.dumps([paged.url, paged.options, str(cache_dir)])]
     if os.geteuid() == 0:  # root writes anywhere: the child runs without that privilege
         setpriv = shutil.which("setpriv")
-        if setpriv is None:
-            pytest.skip("running as root without setpriv (util-linux) to drop CAP_DAC_OVERRIDE")
+        require(setpriv is not None, "setpriv (util-linux) to run its child as root without "
+                "CAP_DAC_OVERRIDE", "apt-get install util-linux (bash tools/run-tests.sh "
+                "installs it)")
+        assert setpriv is not None
         command = [setpriv, "--bounding-set", "-dac_override,-dac_read_search", "--", *command]
     root = os.path.dirname(os.path.dirname(os.path.abspath(ofindex.__file__)))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}

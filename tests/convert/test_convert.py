@@ -16,7 +16,7 @@ from ofindex.cli.main import main
 from ofindex.decode import BatchDecoder, FixedLen, VarLen, decode_example, decode_ofrecord
 from ofindex.errors import EncodeError
 from tests.kit import paths
-from tests.kit.helpers import sigint_as_a_terminal
+from tests.kit.helpers import need, sigint_as_a_terminal
 
 
 def _all(directory, spec, kind="example"):
@@ -25,8 +25,8 @@ def _all(directory, spec, kind="example"):
 
 
 def test_parquet(tmp_path):
-    pa = pytest.importorskip("pyarrow")
-    pq = pytest.importorskip("pyarrow.parquet")
+    pa = need("pyarrow")
+    pq = need("pyarrow.parquet")
     n = 500
     table = pa.table({"x": np.arange(n, dtype=np.float32), "id": np.arange(n),
                       "name": [f"r{i}" for i in range(n)],
@@ -44,8 +44,8 @@ def test_parquet(tmp_path):
 
 
 def test_a_column_that_cannot_be_stored_is_refused_before_writing(tmp_path):
-    pa = pytest.importorskip("pyarrow")
-    pq = pytest.importorskip("pyarrow.parquet")
+    pa = need("pyarrow")
+    pq = need("pyarrow.parquet")
     # every Arrow type Parquet holds is mapped (tests/encode/test_hf_lossless.py); two columns that
     # would write one feature cannot be stored
     clash = pa.table({"a": pa.array([{"b": 1}]), "a/b": [2]})
@@ -56,7 +56,7 @@ def test_a_column_that_cannot_be_stored_is_refused_before_writing(tmp_path):
 
 
 def test_hf_dataset_object_and_saved_directory(tmp_path):
-    datasets = pytest.importorskip("datasets")
+    datasets = need("datasets")
     hf = datasets.Dataset.from_dict({"text": ["a", "bb", "ccc"], "label": [0, 1, 0],
                                      "emb": [[0.5, 1.5]] * 3})
     ofindex.convert(hf, tmp_path / "obj")
@@ -72,7 +72,7 @@ def test_hf_dataset_object_and_saved_directory(tmp_path):
 
 
 def test_image_folder_with_jpegs(tmp_path):
-    image = pytest.importorskip("PIL.Image")
+    image = need("PIL.Image")
     root = tmp_path / "images"
     made = {}
     for cls in ("dog", "cat"):
@@ -99,7 +99,7 @@ def test_image_folder_with_jpegs(tmp_path):
 def test_an_image_folder_of_pngs_and_jpegs_says_which_formats_it_wrote(tmp_path, capsys):
     """convert accepted PNGs into an image folder dataset and said nothing of them (the image
     stage then refused them as 'not a JPEG'): the summary counts each format written."""
-    image = pytest.importorskip("PIL.Image")
+    image = need("PIL.Image")
     root = tmp_path / "images"
     for cls, fmt, count in (("a", "PNG", 2), ("b", "JPEG", 3), ("c", "GIF", 1)):
         (root / cls).mkdir(parents=True)
@@ -208,8 +208,8 @@ def test_cli_schema_head_stats_convert(tmp_path, capsys):
 # --- an interrupted conversion leaves nothing that opens --------------------------------------
 
 def _parquet_ids(path, n):
-    pa = pytest.importorskip("pyarrow")
-    pq = pytest.importorskip("pyarrow.parquet")
+    pa = need("pyarrow")
+    pq = need("pyarrow.parquet")
     table = pa.table({"i": np.arange(n), "pad": pa.FixedSizeListArray.from_arrays(
         pa.array(np.zeros(n * 32, np.float32)), 32)})
     pq.write_table(table, path, row_group_size=500)
@@ -315,7 +315,7 @@ def test_prefetched_batches_keep_order_raise_errors_and_stop():
 def _hf_views():
     """A dataset and what ``.filter``, ``.select``, ``.shuffle`` and ``train_test_split``
     make of it: each keeps the table and maps rows through indices."""
-    datasets = pytest.importorskip("datasets")
+    datasets = need("datasets")
     base = datasets.Dataset.from_dict({"id": list(range(50)),
                                        "text": [f"t{k}" for k in range(50)],
                                        "emb": [[k, -k] for k in range(50)]})
@@ -405,14 +405,14 @@ def test_null_elements_are_refused_dropped_or_filled_never_nan_or_false(tmp_path
     by default it is now refused naming the column and the row (counted across batches),
     nothing written; nulls='drop' / ('fill', v) and --nulls drop / fill:v write exactly
     those rows; a null cell leaves the feature out of its record under every policy."""
-    pa = pytest.importorskip("pyarrow")
-    pq = pytest.importorskip("pyarrow.parquet")
+    pa = need("pyarrow")
+    pq = need("pyarrow.parquet")
     table = _table_with_nulls(pa)
     if source == "parquet":
         pq.write_table(table, tmp_path / "t.parquet", row_group_size=16)
         src = str(tmp_path / "t.parquet")
     else:
-        datasets = pytest.importorskip("datasets")
+        datasets = need("datasets")
         src = datasets.Dataset(table)
     with pytest.raises(EncodeError, match="feature 'f' of record 37: element 1 of its list is "
                        "null") as refused:
@@ -451,9 +451,9 @@ def test_sources_of_no_rows_convert_to_no_records(tmp_path):
     """An empty Parquet file (a fixed-size list column among its columns), an npz of 0-row
     arrays and an empty Hugging Face dataset raised numpy's reshape ValueError; each is now
     a dataset of 0 records."""
-    pa = pytest.importorskip("pyarrow")
-    pq = pytest.importorskip("pyarrow.parquet")
-    datasets = pytest.importorskip("datasets")
+    pa = need("pyarrow")
+    pq = need("pyarrow.parquet")
+    datasets = need("datasets")
     pq.write_table(pa.table({"x": pa.array([], pa.float64()),
                              "v": pa.array([], pa.list_(pa.float32(), 3))}), tmp_path / "e.parquet")
     np.savez(tmp_path / "e.npz", x=np.zeros((0, 3)), y=np.zeros(0, np.int64))
@@ -470,7 +470,7 @@ def test_sources_of_no_rows_convert_to_no_records(tmp_path):
 def _image_folder_with_special_entries(root):
     import socket
 
-    image = pytest.importorskip("PIL.Image")
+    image = need("PIL.Image")
     made = {}
     for cls in ("cat", "dog"):
         (root / cls).mkdir(parents=True)
@@ -542,8 +542,8 @@ def test_image_folder_entries_that_change_after_the_listing_are_named(tmp_path):
 
 
 def test_parquet_named_entries_that_are_not_regular_files_are_skipped(tmp_path):
-    pa = pytest.importorskip("pyarrow")
-    pq = pytest.importorskip("pyarrow.parquet")
+    pa = need("pyarrow")
+    pq = need("pyarrow.parquet")
     (tmp_path / "d").mkdir()
     pq.write_table(pa.table({"x": [1, 2]}), tmp_path / "d" / "a.parquet")
     os.mkfifo(tmp_path / "d" / "b.parquet")

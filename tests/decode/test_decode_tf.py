@@ -7,8 +7,10 @@ import os
 import numpy as np
 import pytest
 
+from tests.kit.helpers import need
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-tf = pytest.importorskip("tensorflow")
+tf = need("tensorflow")
 
 from ofindex.decode import (  # noqa: E402
     Decoder,

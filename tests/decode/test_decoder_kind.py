@@ -10,7 +10,7 @@ import ofindex
 from ofindex.decode import BatchDecoder, Decoder, FixedLen
 from ofindex.errors import DecodeError
 from ofindex.write import ShardedWriter
-from tests.kit.helpers import write_shards
+from tests.kit.helpers import need, write_shards
 
 SPEC = {"x": FixedLen((), "int64"), "v": FixedLen((3,), "float32")}
 N = 60
@@ -81,7 +81,7 @@ def test_torch_map_style_datasets_bind_the_kind_of_their_source(datasets):
 
 
 def test_ray_datasource_binds_the_kind(datasets):
-    pytest.importorskip("ray")
+    need("ray")
     from ofindex.integrations.ray import OfindexDatasource
 
     source = OfindexDatasource(ofindex.open(datasets["ofrecord"]), SPEC)

@@ -15,8 +15,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-pytest.importorskip("simplejpeg")
-Image = pytest.importorskip("PIL.Image")
+from tests.kit.helpers import need
+
+need("simplejpeg")
+Image = need("PIL.Image")
 
 import ofindex  # noqa: E402
 from ofindex.decode import BatchDecoder, FixedLen, Ragged  # noqa: E402
@@ -79,7 +81,7 @@ def test_fast_dct_gives_tensorflows_decode_jpeg_pixels():
 def test_resizing_is_pillows_antialiased_bilinear_within_one_level(monkeypatch, resampler,
                                                                     shape, size):
     if resampler == "torch":
-        pytest.importorskip("torch")
+        need("torch")
     else:
         monkeypatch.setattr(stage, "_resize_function",
                             lambda: ("pillow", stage._resize_pillow))
@@ -226,7 +228,7 @@ def _expected(ds, indices, size):
 
 @pytest.mark.parametrize("workers", [0, 2])
 def test_tensor_batches_decode_images_in_the_loop_or_in_workers(photos, workers):
-    torch = pytest.importorskip("torch")
+    torch = need("torch")
     from torch.utils.data import DataLoader
 
     from ofindex.integrations.torch import BatchSampler, SequentialSampler, TensorBatches
@@ -245,7 +247,7 @@ def test_tensor_batches_decode_images_in_the_loop_or_in_workers(photos, workers)
 
 
 def test_grain_batches_decode_images(photos):
-    pytest.importorskip("grain")
+    need("grain")
     from ofindex.integrations.grain import GrainBatches
 
     batches = GrainBatches(photos, 5, BatchDecoder(SPEC), shuffle=False, pack_bytes=False,
@@ -259,7 +261,7 @@ def test_grain_batches_decode_images(photos):
 def test_tensor_batches_decode_png_records(tmp_path):
     """The image stage of TensorBatches on a dataset of PNGs (what convert writes from an
     image folder of PNG files)."""
-    pytest.importorskip("torch")
+    need("torch")
     from ofindex.integrations.torch import TensorBatches
 
     images = [png(20 + k % 3, 30, k, "RGBA" if k % 2 else "RGB") for k in range(6)]

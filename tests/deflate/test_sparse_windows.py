@@ -16,14 +16,14 @@ from ofindex.deflate.fast_inflate import lead_in_bytes, splice
 from ofindex.deflate.windows import PendingWindow
 from ofindex.formats.seekpoints import WindowCache
 from ofindex.formats.sidecar import open_local_sidecar
-from tests.kit.helpers import implementation, sidecar_of
+from tests.kit.helpers import implementation, need, sidecar_of
 
 WINDOW = 32768
 
 
 def _tf_gzip(directory, records: list[bytes]) -> str:
     """A GZIP TFRecord file of ``records`` written by TensorFlow."""
-    tf = pytest.importorskip("tensorflow")
+    tf = need("tensorflow")
     path = str(directory / "d.tfrecord.gz")
     with tf.io.TFRecordWriter(path, tf.io.TFRecordOptions(compression_type="GZIP")) as w:
         for r in records:

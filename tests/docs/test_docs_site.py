@@ -21,7 +21,7 @@ import urllib.parse
 import pytest
 
 from tests.kit import paths
-from tests.kit.helpers import need
+from tests.kit.helpers import need, require
 
 ROOT = paths.ROOT
 CHROMIUM = "/usr/bin/chromium"
@@ -288,9 +288,8 @@ def served(site):
 @pytest.mark.slow
 def test_every_page_loads_in_chromium_without_errors(site, served):
     need("playwright", "docs")
-    if not os.path.exists(CHROMIUM):
-        pytest.skip("chromium is not installed: apt-get install chromium "
-                    "(bash tools/run-tests.sh installs it)")
+    require(os.path.exists(CHROMIUM), "chromium",
+            "apt-get install chromium (bash tools/run-tests.sh installs it)")
     from playwright.sync_api import sync_playwright
 
     pages = _pages(site)

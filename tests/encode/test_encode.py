@@ -35,6 +35,7 @@ from ofindex.encode import (
     encode_sequence_example,
 )
 from ofindex.proto import example_pb2, ofrecord_pb2
+from tests.kit.helpers import need
 
 I64_EDGES = [-(2**63), 2**63 - 1, -1, 0, 1, 127, 128, 2**31, -(2**31) - 1]
 F32_EDGES = np.array([np.inf, -np.inf, -0.0, 1e-45, 3.4028235e38, 0.1], np.float32)
@@ -121,7 +122,7 @@ def test_bytes_equal_protobufs_serialization_for_one_feature():
 # --- TensorFlow ------------------------------------------------------------------------------
 
 def _tf():
-    return pytest.importorskip("tensorflow")
+    return need("tensorflow")
 
 
 def test_tensorflow_parses_every_type():
@@ -242,7 +243,7 @@ def test_batch_encoder_equals_single_record_encoder(kind):
 
 
 def test_batch_encoder_takes_arrow_tables():
-    pa = pytest.importorskip("pyarrow")
+    pa = need("pyarrow")
     table = pa.table({"x": pa.array([1.5, 2.5, 3.5], pa.float32()), "n": [1, None, 3],
                       "s": ["a", None, "c"], "l": [[1, 2], [], None],
                       "fixed": pa.array([[1, 2], [3, 4], [5, 6]], pa.list_(pa.int64(), 2))})
@@ -256,7 +257,7 @@ def test_batch_encoder_takes_arrow_tables():
 def test_arrow_binary_and_string_columns_are_encoded_from_their_buffers():
     """Binary and string columns (large ones too, sliced tables whose arrays start at an
     offset, empty values) give the records their values give one by one."""
-    pa = pytest.importorskip("pyarrow")
+    pa = need("pyarrow")
     n = 40
     texts = [f"é{k}" * (k % 4) for k in range(n)]
     blobs = [bytes(range(k % 9)) for k in range(n)]
@@ -270,7 +271,7 @@ def test_arrow_binary_and_string_columns_are_encoded_from_their_buffers():
 
 
 def test_arrow_column_that_cannot_be_stored_is_named_before_encoding():
-    pa = pytest.importorskip("pyarrow")
+    pa = need("pyarrow")
     # structs, nested lists and maps are mapped (tests/encode/test_hf_lossless.py); an interval not
     interval = pa.array([pa.MonthDayNano([1, 2, 3])] * 2, pa.month_day_nano_interval())
     table = pa.table({"ok": [1, 2], "nested": interval})
@@ -544,7 +545,7 @@ def test_batch_encoders_agree_with_protobuf_or_refuse(impl, spec_dtype, what):
     seeded lists and of seeded scalars (one number per record: a column numpy would promote to
     one dtype), and on Arrow int64 / float64 columns: protobuf's bytes for every record, or a
     refusal naming the first record protobuf cannot store exactly."""
-    pa = pytest.importorskip("pyarrow")
+    pa = need("pyarrow")
     spec = None if spec_dtype is None else {"v": VarLen(spec_dtype)}
     lists = _number_lists(11, 1200)
     scalars = [values[0] for values in lists]
@@ -646,7 +647,7 @@ def test_null_elements_and_cells_in_columns_equal_each_row_on_its_own(impl, tmp_
     elements null elements) and on Arrow tables (null cells and null elements of every value
     type): each record is what the single-record encoder makes of its row, under each policy;
     'refuse' names the column and the row."""
-    pa = pytest.importorskip("pyarrow")
+    pa = need("pyarrow")
     n = 30
     nulls = {"drop": "drop", "fill": ("fill", {"f": -1, "i": 0, "b": False, "s": "",
                                                "m2": 0})}.get(policy, "refuse")
@@ -708,7 +709,7 @@ def test_a_file_name_that_is_not_utf8_is_stored_as_its_bytes_in_every_encoder(tm
     value holding U+DC80..U+DCFF is stored as the bytes it stands for (os.fsencode gives the
     same bytes); another lone surrogate, or one in a feature's name (a protobuf string), is an
     EncodeError naming the feature and the record."""
-    pa = pytest.importorskip("pyarrow")
+    pa = need("pyarrow")
     name = os.fsdecode(b"caf\xe9.jpg")
     stored = encode_example({"f": b"caf\xe9.jpg"})
     ofrecord = encode_ofrecord({"f": b"caf\xe9.jpg"})
@@ -752,8 +753,8 @@ def test_a_batch_of_no_rows_is_no_records(impl, tmp_path):
     """A 0-row numeric column raised numpy's 'cannot reshape array of size 0' in the batch
     encoder (numpy arrays, Arrow tables, empty Parquet files, empty npz arrays, a Hugging
     Face dataset selected down to nothing); it is now 0 records, and a writer goes on."""
-    pa = pytest.importorskip("pyarrow")
-    datasets = pytest.importorskip("datasets")
+    pa = need("pyarrow")
+    datasets = need("datasets")
     empties = [{"x": np.zeros((0, 3), np.float32)}, {"x": np.zeros(0)},
                {"x": np.zeros((0, 2), np.int64), "y": []},
                pa.table({"x": pa.array([], pa.int64()),

@@ -16,10 +16,12 @@ import os
 import numpy as np
 import pytest
 
-datasets = pytest.importorskip("datasets")
-pa = pytest.importorskip("pyarrow")
-pq = pytest.importorskip("pyarrow.parquet")
-Image = pytest.importorskip("PIL.Image")
+from tests.kit.helpers import need
+
+datasets = need("datasets")
+pa = need("pyarrow")
+pq = need("pyarrow.parquet")
+Image = need("PIL.Image")
 
 import ofindex  # noqa: E402
 from ofindex.decode import BatchDecoder, decode_example  # noqa: E402

@@ -4,12 +4,11 @@ tensorflow-cpu, so these run there)."""
 import os
 
 import numpy as np
-import pytest
 
 import ofindex
-from tests.kit.helpers import sidecar_of
+from tests.kit.helpers import need, sidecar_of
 
-tf = pytest.importorskip("tensorflow")
+tf = need("tensorflow")
 
 
 def _records(n=300, seed=0):

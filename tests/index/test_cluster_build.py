@@ -20,14 +20,14 @@ from ofindex.index import cluster as cluster_build
 from ofindex.index.build_results import BuildResults
 from tests.conftest import BUCKET
 from tests.kit import servers
-from tests.kit.helpers import index_dir_of, read_bytes
+from tests.kit.helpers import index_dir_of, need, read_bytes
 
 FILES = 6
 
 
 @pytest.fixture(scope="module")
 def cluster():
-    distributed = pytest.importorskip("dask.distributed")
+    distributed = need("dask.distributed")
     # the scheduler's HTTP server on a free port: without a dashboard it still tries 8787,
     # and when another cluster holds it, the socket it leaks fails the test
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
@@ -151,7 +151,7 @@ def test_ray_local_mode_build_equals_local_build(data_dir):
     import subprocess
     import sys
 
-    pytest.importorskip("ray")
+    need("ray")
     local = ofindex.build_index(data_dir, resume=False)
     expected = _index_files(data_dir)
     for name in expected:

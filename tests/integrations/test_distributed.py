@@ -6,11 +6,11 @@ import subprocess
 import sys
 import textwrap
 
-import pytest
+from tests.kit.helpers import need
 
-pytest.importorskip("torch")
-import ofindex
-from tests.kit import paths
+need("torch")
+import ofindex  # noqa: E402
+from tests.kit import paths  # noqa: E402
 
 ROOT = paths.ROOT
 

@@ -18,7 +18,9 @@ import os
 
 import pytest
 
-torch = pytest.importorskip("torch")
+from tests.kit.helpers import need
+
+torch = need("torch")
 from hypothesis import given  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 from torch.utils.data import DataLoader  # noqa: E402
@@ -228,7 +230,7 @@ def test_sampler_state_is_exact_once_the_loop_has_every_batch(sources):
 
 
 def test_stateful_dataloader_with_other_workers_on_resume(sources):
-    sdl = pytest.importorskip("torchdata.stateful_dataloader")
+    sdl = need("torchdata.stateful_dataloader")
     ds, _ = sources
     data = TorchDataset(ds)
 

@@ -5,7 +5,9 @@ import pickle
 
 import pytest
 
-grain = pytest.importorskip("grain.python")
+from tests.kit.helpers import need
+
+grain = need("grain.python")
 import ofindex  # noqa: E402
 
 

@@ -7,7 +7,9 @@ import os
 
 import pytest
 
-grain = pytest.importorskip("grain")
+from tests.kit.helpers import need
+
+grain = need("grain")
 import ofindex  # noqa: E402
 from ofindex.integrations.grain import GrainBatches  # noqa: E402
 from ofindex.integrations.grain_mixing import GrainMixture  # noqa: E402

@@ -11,7 +11,9 @@ from itertools import chain
 import numpy as np
 import pytest
 
-datasets = pytest.importorskip("datasets")
+from tests.kit.helpers import need
+
+datasets = need("datasets")
 import ofindex  # noqa: E402
 from ofindex.decode import BatchDecoder, decode_example  # noqa: E402
 from ofindex.integrations.hf import hf_features, to_hf_dataset, to_hf_iterable  # noqa: E402

@@ -11,7 +11,9 @@ from itertools import chain
 import numpy as np
 import pytest
 
-keras = pytest.importorskip("keras")
+from tests.kit.helpers import need
+
+keras = need("keras")
 import ofindex  # noqa: E402
 from ofindex.decode import BatchDecoder, decode_example  # noqa: E402
 from ofindex.integrations.keras import KerasBatches  # noqa: E402

@@ -8,7 +8,9 @@ import os
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
+from tests.kit.helpers import need
+
+torch = need("torch")
 from torch.utils.data import DataLoader  # noqa: E402
 
 import ofindex  # noqa: E402
@@ -86,7 +88,7 @@ def test_tensor_batches_are_the_samplers_batches_decoded(ds, workers):
 
 
 def test_stateful_dataloader_resumes_with_the_remaining_batches(ds):
-    sdl = pytest.importorskip("torchdata.stateful_dataloader")
+    sdl = need("torchdata.stateful_dataloader")
     data = TensorBatches(ds, BatchDecoder(SPEC))
 
     def make():
@@ -175,7 +177,7 @@ def test_pinned_outputs_are_the_decoded_tensors(ds, monkeypatch):
 
 
 def test_grain_batches(ds):
-    pytest.importorskip("grain")
+    need("grain")
     from ofindex.integrations.grain import GrainBatches
 
     batches = GrainBatches(ds, 32, BatchDecoder(SPEC), seed=5)
@@ -197,7 +199,7 @@ def test_grain_batches(ds):
 
 
 def test_grain_batches_with_workers(ds):
-    grain = pytest.importorskip("grain")
+    grain = need("grain")
     from ofindex.integrations.grain import GrainBatches
 
     batches = GrainBatches(ds, 32, BatchDecoder(SPEC), seed=5)
@@ -247,7 +249,7 @@ def test_packed_bytes_features(tmp_path, workers):
         got = [values.numpy()[e - n:e].tobytes()
                for e, n in zip(ends, lengths.numpy(), strict=True)]
         assert got == [images[i] for i in idx]
-    pytest.importorskip("grain")
+    need("grain")
     from ofindex.integrations.grain import GrainBatches
 
     g = GrainBatches(ds, 4, dec, shuffle=False, pack_bytes=True)[1]

@@ -26,10 +26,10 @@ from ofindex.cli.synthetic import write_dataset
 from ofindex.decode import FixedLen, decode_batch
 from tests.conftest import BUCKET
 from tests.kit import paths, servers
-from tests.kit.helpers import index_dir_of
+from tests.kit.helpers import index_dir_of, need
 
-pytest.importorskip("ray")
-from ofindex.integrations.ray import OfindexDatasource
+need("ray")
+from ofindex.integrations.ray import OfindexDatasource  # noqa: E402
 
 ROOT = paths.ROOT
 #: Ray's processes on the loopback interface only (Ray otherwise picks the host's address).

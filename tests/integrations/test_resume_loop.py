@@ -14,8 +14,10 @@ import os
 
 import pytest
 
-torch = pytest.importorskip("torch")
-grain = pytest.importorskip("grain")
+from tests.kit.helpers import need
+
+torch = need("torch")
+grain = need("grain")
 from torch.utils.data import DataLoader  # noqa: E402
 
 import ofindex  # noqa: E402

@@ -12,7 +12,9 @@ from multiprocessing.reduction import ForkingPickler
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
+from tests.kit.helpers import need
+
+torch = need("torch")
 from torch.utils.data import DataLoader  # noqa: E402
 
 import ofindex  # noqa: E402
@@ -21,7 +23,7 @@ from ofindex.integrations._shared_blocks import RING, LentTensor, lend, shared_b
 from ofindex.integrations._shared_ring import AVAILABLE, SharedRing  # noqa: E402
 from ofindex.integrations.torch import BatchSampler, GlobalShuffleSampler, TensorBatches  # noqa: E402
 from ofindex.proto import example_pb2  # noqa: E402
-from tests.kit.helpers import write_shards  # noqa: E402
+from tests.kit.helpers import memfd, write_shards  # noqa: E402
 
 
 def sent(tensor):
@@ -29,8 +31,8 @@ def sent(tensor):
     return pickle.loads(bytes(ForkingPickler.dumps(tensor)))
 
 
-@pytest.mark.skipif(not AVAILABLE, reason="needs memfd_create (Linux)")
 def test_a_lent_tensor_travels_as_a_reference_and_comes_back_when_its_storage_dies():
+    memfd(AVAILABLE)
     ring = SharedRing(slots=1)
     mem = ring.take(128)
     header = mem._block.header
@@ -53,8 +55,8 @@ def test_a_lent_tensor_travels_as_a_reference_and_comes_back_when_its_storage_di
     ring.retire_all()
 
 
-@pytest.mark.skipif(not AVAILABLE, reason="needs memfd_create (Linux)")
 def test_lent_tensors_pickle_their_data_elsewhere_and_operations_are_plain():
+    memfd(AVAILABLE)
     mem = SharedRing(slots=1).take(40)
     lent = lend(mem, np.dtype(np.int64), (5,))
     lent.copy_(torch.arange(5))
@@ -69,8 +71,8 @@ def test_shared_bytes_and_lend_give_tensors_of_the_layout(monkeypatch, ring):
         from ofindex.integrations import _shared_blocks
 
         monkeypatch.setattr(_shared_blocks, "AVAILABLE", False)
-    elif not AVAILABLE:
-        pytest.skip("needs memfd_create (Linux)")
+    else:
+        memfd(AVAILABLE)
     mem = shared_bytes(64)
     t = lend(mem, np.dtype(np.float32), (4, 4))
     t.copy_(torch.arange(16, dtype=torch.float32).view(4, 4))

@@ -17,8 +17,9 @@ import pytest
 
 from ofindex.integrations import _shared_ring as ring_mod
 from ofindex.integrations._shared_ring import SharedArray, SharedRing, attach, ring_arrays
+from tests.kit.helpers import memfd
 
-pytestmark = pytest.mark.skipif(not ring_mod.AVAILABLE, reason="needs memfd_create (Linux)")
+memfd(ring_mod.AVAILABLE)
 
 
 def _header(array):

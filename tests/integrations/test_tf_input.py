@@ -13,7 +13,9 @@ from itertools import chain
 import numpy as np
 import pytest
 
-tf = pytest.importorskip("tensorflow")
+from tests.kit.helpers import need
+
+tf = need("tensorflow")
 import ofindex  # noqa: E402
 from ofindex.decode import BatchDecoder, decode_example  # noqa: E402
 from ofindex.integrations.tf import TFBatches, file_infos  # noqa: E402
@@ -160,7 +162,7 @@ def test_inputs_and_targets_elements(ds):
 
 
 def test_keras_fit_on_the_tf_data_path(ds):
-    keras = pytest.importorskip("keras")
+    keras = need("keras")
     batches = TFBatches(ds, 16, BatchDecoder(SPEC), seed=0)
     model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
     model.compile(optimizer=keras.optimizers.SGD(1e-5), loss="mse")
@@ -175,7 +177,7 @@ def test_a_plain_keras_fit_prints_no_warning(tmp_path):
     warning filters and TensorFlow's log level: Keras knows each epoch's 7 steps (no "Your
     input ran out of data", no "Unknown" step count), and says nothing about fit's default
     shuffle=True; nothing else of warning level is printed either."""
-    pytest.importorskip("keras")
+    need("keras")
     from tests.kit.keras_fit_check import NOISE, run_fit
 
     out, err = run_fit("tf", str(tmp_path))

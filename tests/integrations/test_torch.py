@@ -5,7 +5,9 @@ import os
 
 import pytest
 
-torch = pytest.importorskip("torch")
+from tests.kit.helpers import need
+
+torch = need("torch")
 from torch.utils.data import DataLoader  # noqa: E402
 
 import ofindex  # noqa: E402
@@ -92,7 +94,7 @@ def test_iterable_dataset_worker_split(ds):
 
 
 def test_stateful_dataloader_resume(ds):
-    sdl = pytest.importorskip("torchdata.stateful_dataloader")
+    sdl = need("torchdata.stateful_dataloader")
     data = TorchDataset(ds)
 
     def make():

@@ -21,6 +21,7 @@ from tests.kit.fuzzkit import SCALE, Tally
 from tests.kit.helpers import (
     IMPLEMENTATIONS,
     empty_block_pool,
+    hardware_crc,
     implementation,
     ref_offsets,
     ref_ofrecord,
@@ -356,10 +357,9 @@ def test_pooled_bytes_reuse_released_memory_of_a_similar_size(empty_pool):
     assert len(small) == 1000 and small.base is None
 
 
-@pytest.mark.skipif(_accel.native is None or not _accel.native.hw_crc(),
-                    reason="pack checks CRCs with the CPU's instruction")
 @pytest.mark.parametrize("fmt", sorted(FORMATS, key=int))
 def test_pack_copies_the_payloads_and_names_the_first_bad_record(fmt):
+    hardware_crc()  # pack checks CRCs with the CPU's instruction
     # three records at a time and one by one: every position of a corrupt byte, of a wrong
     # length, and an output that is too small
     native = _accel.native

@@ -14,7 +14,7 @@ import ofindex
 from ofindex.cli import EXIT_ERROR, EXIT_OK, main
 from ofindex.proto import example_pb2
 from tests.kit import paths
-from tests.kit.helpers import ref_ofrecord, ref_tfrecord, write_raw
+from tests.kit.helpers import need, ref_ofrecord, ref_tfrecord, write_raw
 
 ROOT = paths.ROOT
 
@@ -89,7 +89,7 @@ def test_rebuild_stale_rewrites_a_directory_and_its_manifest(data_dir):
 
 
 def test_packed_bytes_are_the_same_type_in_the_main_process_and_from_workers(tmp_path):
-    torch = pytest.importorskip("torch", reason="needs torch: pip install 'ofindex[torch]'")
+    torch = need("torch")
     from torch.utils.data import DataLoader
 
     from ofindex.decode import BatchDecoder, FixedLen

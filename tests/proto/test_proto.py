@@ -15,6 +15,7 @@ from google.protobuf import descriptor_pb2
 
 from ofindex.proto import event_pb2, example_pb2, ofrecord_pb2
 from tests.kit import paths
+from tests.kit.helpers import need
 
 ROOT = Path(paths.ROOT)
 PROTO_SRC = ROOT / "protos" / "ofindex"
@@ -229,7 +230,7 @@ def test_ofrecord_hand_assembled_bytes():
 # ---- (c) TensorFlow interop ------------------------------------------------------------
 
 def test_tensorflow_parses_ours_and_we_parse_tensorflows():
-    tf = pytest.importorskip("tensorflow")
+    tf = need("tensorflow")
     # both sets of descriptors are loaded in this process (no duplicate-symbol clash)
     assert tf.train.Example.DESCRIPTOR.full_name == "tensorflow.Example"
     ours = _expected_example_bytes()
@@ -252,7 +253,7 @@ def test_tensorflow_parses_ours_and_we_parse_tensorflows():
 def test_structure_equals_tensorflows():
     """Same messages, fields, numbers, types, packing and oneofs as TF's feature.proto and
     example.proto (package aside)."""
-    pytest.importorskip("tensorflow")
+    need("tensorflow")
     from tensorflow.core.example import example_pb2 as tf_example
     from tensorflow.core.example import feature_pb2 as tf_feature
 

@@ -18,9 +18,16 @@ from ofindex.formats.seekpoints import SeekKind
 from ofindex.formats.sidecar import open_local_sidecar
 from ofindex.formats.sidecar_header import Compression
 from tests.kit import paths
-from tests.kit.helpers import implementation, ref_ofrecord, ref_tfrecord, sidecar_of, write_raw
+from tests.kit.helpers import (
+    implementation,
+    need,
+    ref_ofrecord,
+    ref_tfrecord,
+    sidecar_of,
+    write_raw,
+)
 
-tf = pytest.importorskip("tensorflow")
+tf = need("tensorflow")
 
 KINDS = ["GZIP", "ZLIB"]
 SPACING = 8 << 10  # small: many seek points in a small file

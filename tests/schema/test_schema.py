@@ -18,6 +18,7 @@ from ofindex.errors import DecodeError
 from ofindex.schema import infer_spec, spec_from_tf, to_python, to_tf
 from ofindex.write import ShardedWriter
 from tests.kit import paths
+from tests.kit.helpers import need
 
 REAL = os.path.join(os.path.dirname(paths.ROOT), "shared", "real-world")
 
@@ -90,7 +91,7 @@ def test_schema_of_a_huge_remote_dataset_reads_only_the_sampled_pages(manifest, 
 
 
 def test_printed_python_runs_and_tf_description_parses_like_we_decode(tmp_path):
-    tf = pytest.importorskip("tensorflow")
+    tf = need("tensorflow")
     ds = _written(tmp_path)
     schema = infer_spec(ds, sample=200)
     space: dict = {}
@@ -118,7 +119,7 @@ def test_printed_python_runs_and_tf_description_parses_like_we_decode(tmp_path):
 def test_cli_style_tf_prints_the_description_as_code(tmp_path, capsys):
     """``ofindex schema --style tf`` prints code (to_tf(..., as_code=True)) whose
     ``feature_description`` is the one ``to_tf`` returns."""
-    tf = pytest.importorskip("tensorflow")
+    tf = need("tensorflow")
     from ofindex.cli.main import main
 
     ds = _written(tmp_path)
@@ -153,7 +154,7 @@ def _parse_sequence_examples_like_we_decode(tf, records, schema) -> None:
 
 
 def test_sequence_examples_and_ofrecords(tmp_path):
-    tf = pytest.importorskip("tensorflow")
+    tf = need("tensorflow")
     with ofindex.Writer(tmp_path / "s.tfrecord") as w:
         for k in range(5):
             w.write(encode_sequence_example({"id": k, "tags": np.array([b"t"] * k, "S1")},
@@ -199,7 +200,7 @@ def test_raw_records(tmp_path):
 
 
 def test_spec_from_tf():
-    tf = pytest.importorskip("tensorflow")
+    tf = need("tensorflow")
     spec = spec_from_tf({
         "a": tf.io.FixedLenFeature([2, 2], tf.float32, default_value=[0.0] * 4),
         "b": tf.io.VarLenFeature(tf.string), "c": tf.io.RaggedFeature(tf.int64),
@@ -232,7 +233,7 @@ def test_real_world_files(entry, tmp_path):
     TensorFlow's parse with ``to_tf(schema)`` equals our decode with the inferred spec, record
     for record."""
     assert entry is not None, f"{REAL}/manifest.json not found: the realworld tier needs it"
-    tf = pytest.importorskip("tensorflow")
+    tf = need("tensorflow")
     with ofindex.open(os.path.join(REAL, entry["file"]), index_dir=str(tmp_path),
                       build_missing=True, format=entry["format"]) as ds:
         schema = infer_spec(ds, sample=64)

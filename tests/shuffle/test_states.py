@@ -13,7 +13,9 @@ import os
 
 import pytest
 
-grain = pytest.importorskip("grain")
+from tests.kit.helpers import need
+
+grain = need("grain")
 from hypothesis import given  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 

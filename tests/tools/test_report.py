@@ -7,11 +7,13 @@ import sys
 
 import pytest
 
-pytest.importorskip("matplotlib")
-from tests.kit import paths
+from tests.kit.helpers import need
+
+need("matplotlib")
+from tests.kit import paths  # noqa: E402
 
 sys.path.insert(0, paths.TOOLS)
-import report
+import report  # noqa: E402
 
 PIPELINE = {
     "config": {"batch_size": 256, "workers": 2, "buffer": 10000, "rounds": 3},

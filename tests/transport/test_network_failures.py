@@ -25,7 +25,7 @@ from ofindex.transport.policy import RequestPolicy, retry_settings
 from tests.kit import servers
 from tests.kit.datasets import random_dataset
 from tests.kit.faultproxy import FaultProxy
-from tests.kit.helpers import copy_dataset, index_dir_of
+from tests.kit.helpers import copy_dataset, index_dir_of, need
 
 RECORDS = 200
 #: Retries without waiting (tests of failures stay fast).
@@ -356,7 +356,7 @@ def _azure(url: str) -> dict:
 def test_azure_refused_connection_is_said_at_once():
     """Nothing listens at the endpoint: said at once (the SDK's loop, 3 retries from 15 s,
     reported it after 83 s)."""
-    pytest.importorskip("adlfs")
+    need("adlfs")
     port = servers.free_port()
     options = _azure(f"http://127.0.0.1:{port}/{servers.AZURITE_ACCOUNT}")
     url = "abfs://container/data/part-0"
@@ -386,7 +386,7 @@ def test_azure_answers_worth_retrying_are_retried_by_the_policy_alone():
         def log_message(self, *args):
             pass
 
-    pytest.importorskip("adlfs")
+    need("adlfs")
     with servers.serve_http(Busy, gets=0) as (base, srv):
         options = _azure(f"{base}/{servers.AZURITE_ACCOUNT}")
         storage, path = storage_for("abfs://container/data/part-0", options)

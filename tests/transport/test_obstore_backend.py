@@ -20,8 +20,9 @@ from ofindex.errors import DatasetExistsError, InvalidURLError, StorageError
 from ofindex.storage import Storages
 from ofindex.transport.policy import RequestPolicy
 from tests.kit import paths, servers
+from tests.kit.helpers import need
 
-pytest.importorskip("obstore")
+need("obstore")
 
 
 

@@ -21,7 +21,7 @@ from ofindex.errors import DatasetExistsError, EncodeError, IncompleteDatasetErr
 from ofindex.proto import ofrecord_pb2
 from ofindex.write import ShardedWriter
 from tests.kit import paths
-from tests.kit.helpers import manifest_of, sidecar_of, sigint_as_a_terminal
+from tests.kit.helpers import manifest_of, need, sidecar_of, sigint_as_a_terminal
 
 SPEC = {"image": FixedLen((4, 4), "float32"), "label": FixedLen((), "int64")}
 
@@ -80,7 +80,7 @@ def test_close_scans_nothing(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("compression", [None, "gzip", "zlib"])
 def test_tf_data_reads_every_shard(tmp_path, compression):
-    tf = pytest.importorskip("tensorflow")
+    tf = need("tensorflow")
     with ShardedWriter(tmp_path / "t", shard_records=25, compression=compression) as w:
         for k in range(60):
             w.write({"label": k, "name": f"n{k}"})
@@ -102,7 +102,7 @@ def test_tf_data_parses_columns_with_the_inferred_spec(tmp_path, compression):
     """Columns of every type written by the compiled batch encoder: tf.data reads every
     shard, and tf.io.parse_example with the feature_description inferred by ofindex.schema
     gives the columns back."""
-    tf = pytest.importorskip("tensorflow")
+    tf = need("tensorflow")
     from ofindex.schema import infer_spec, to_tf
 
     rng = np.random.default_rng(11)

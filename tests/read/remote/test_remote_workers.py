@@ -13,6 +13,7 @@ import pytest
 
 import ofindex
 from tests.kit.datasets import random_dataset
+from tests.kit.helpers import need
 
 RECORDS = 120
 
@@ -72,7 +73,7 @@ def test_pickle_carries_no_client(bucket_backend, dataset):
 
 
 def test_torch_dataloader_workers(dataset, bucket_backend):
-    torch = pytest.importorskip("torch")
+    torch = need("torch")
     from torch.utils.data import DataLoader
 
     d, expected = dataset

@@ -15,7 +15,7 @@ from ofindex.read import mapped_gather
 from ofindex.read.sequential import mapped_batches
 from ofindex.read.sequential.record_batch import RecordBatch
 from tests.kit import paths
-from tests.kit.helpers import empty_block_pool, ref_tfrecord
+from tests.kit.helpers import compiled_module, empty_block_pool, ref_tfrecord, require
 
 SIZES = [300, 1, 450]
 
@@ -196,9 +196,9 @@ def test_big_batch_reports_a_corrupt_record_at_any_place_as_serially(
     assert ds.__getitems__(good[::-1]) == [records[i] for i in good[::-1]]
 
 
-@pytest.mark.skipif(_accel.native is None, reason="needs the compiled module")
 @pytest.mark.parametrize("where", ["payload", "length crc", "length"])
 def test_compiled_fill_names_the_first_bad_record_at_every_position(tmp_path, where):
+    compiled_module()
     native = _accel.native
     rng = np.random.default_rng(7)
     sizes = [0, 3, 7, 8, 9, 15, 16, 17, 1000, 4097, 5]
@@ -226,9 +226,9 @@ def test_compiled_fill_names_the_first_bad_record_at_every_position(tmp_path, wh
     assert native.fill([b"x" * 16], which, starts, outs, 0, 1, 12, 4, False) == 0
 
 
-@pytest.mark.skipif(_accel.native is None, reason="needs the compiled module")
 @pytest.mark.parametrize("where", ["payload", "length crc", "length"])
 def test_list_batches_checked_on_a_second_thread_name_the_first_bad_record(tmp_path, where):
+    compiled_module()
     # slices(parallel=True) checks a big batch on a compiled thread while this one makes the
     # objects: it must return the same list, or the same first bad record, as the serial pass
     native = _accel.native
@@ -259,8 +259,8 @@ def test_list_batches_checked_on_a_second_thread_name_the_first_bad_record(tmp_p
     assert str(batched.value) == str(single.value)
 
 
-@pytest.mark.skipif(_accel.native is None, reason="needs the compiled module")
 def test_cpu_crc_instruction_agrees_with_the_crc32c_package(small):
+    compiled_module()
     native = _accel.native
     rng = np.random.default_rng(5)
     data = rng.bytes(5000)
@@ -309,10 +309,11 @@ print((resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / 20)
 """
 
 
-@pytest.mark.skipif(_accel.native is None or platform.libc_ver()[0] != "glibc",
-                    reason="glibc's heap trimming, with the compiled module")
 @pytest.mark.parametrize("cores", ["its cores", "one core"])
 def test_big_batches_keep_their_memory_between_batches(tmp_path, cores):
+    compiled_module()
+    require(platform.libc_ver()[0] == "glibc", "glibc, whose heap trimming this test measures",
+            "run it on a glibc Linux")
     # a fresh process: glibc handed a freed batch's heap back to the system, and the next
     # batch took a page fault per 4 KiB (1,600 here for 64 x 100 KB; measured 6,185 and 5x
     # slower for 256 x 100 KB); blank() makes glibc keep it
@@ -337,8 +338,8 @@ def test_big_batches_keep_their_memory_between_batches(tmp_path, cores):
                                     os.sched_getaffinity(0), os.getcwd())
 
 
-@pytest.mark.skipif(_accel.native is None, reason="the pool is the compiled module's")
 def test_big_buffer_batches_reuse_the_memory_of_released_ones(tmp_path):
+    compiled_module()
     # a batch of payloads over 32 MiB is fresh memory from the kernel each time in glibc
     # (page faults and zeroing cost more than the copy); it comes from the pool instead
     rng = np.random.default_rng(4)

@@ -9,14 +9,11 @@ import numpy as np
 import pytest
 
 import ofindex
-from ofindex import _accel
 from ofindex.errors import CorruptRecordError, DataFileNotFoundError
 from ofindex.read.sequential import mapped_batches
-from tests.kit.helpers import ref_tfrecord
+from tests.kit.helpers import hardware_crc, ref_tfrecord
 
-native = _accel.native
-pytestmark = pytest.mark.skipif(native is None or not native.hw_crc(),
-                                reason="needs the compiled module and the CRC32C instruction")
+native = hardware_crc()
 
 N = 1500  # more than a few of the Checker's chunks of 256 records
 
