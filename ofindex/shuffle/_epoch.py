@@ -118,7 +118,16 @@ class _EpochSampler(Passes):
         """Items the next ``__iter__`` yields on this rank (the rest of the epoch if resumed)."""
         return len(self.next_pass())
 
-    def _iter_chunks(self, chunk: int = _CHUNK) -> Iterator[np.ndarray]:
+    def iter_chunks(self, chunk: int = _CHUNK) -> Iterator[np.ndarray]:
+        """Start a pass and yield its positions in order, ``chunk`` at a time (the batch
+        sampler cuts batches out of them).
+
+        Args:
+            chunk: Positions per array.
+
+        Yields:
+            Global record positions (int64 arrays).
+        """
         mark = self.begin_pass()
         self._driver = driving_loader()
         if mark.held:
@@ -137,7 +146,7 @@ class _EpochSampler(Passes):
         Yields:
             Global record indices (Python ints), ``len(self)`` of them.
         """
-        for idx in self._iter_chunks():
+        for idx in self.iter_chunks():
             for i in idx.tolist():
                 self._consumed += 1
                 yield i

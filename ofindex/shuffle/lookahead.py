@@ -14,6 +14,7 @@ module is already loaded.  The iterator is found among the callers of the sample
 ``StatefulDataLoader`` inherits); it is held by a weak reference.
 """
 
+import inspect
 import sys
 import weakref
 from dataclasses import dataclass
@@ -46,7 +47,9 @@ def _loader_iter_type() -> type | None:
 
 def _callers(depth: int) -> list[FrameType]:
     frames: list[FrameType] = []
-    frame: FrameType | None = sys._getframe(2)
+    here = inspect.currentframe()  # this function's frame; its caller's caller comes first
+    frame = here.f_back.f_back if here is not None and here.f_back is not None else None
+    del here  # a frame held in its own locals is a reference cycle
     while frame is not None and len(frames) < depth:
         frames.append(frame)
         frame = frame.f_back

@@ -204,7 +204,7 @@ class BatchSampler:
         s, bs = self.sampler, self.batch_size
         total = len(s)
         buf: list[int] = []
-        for idx in s._iter_chunks():
+        for idx in s.iter_chunks():
             buf.extend(idx.tolist())
             while len(buf) >= bs:
                 batch, buf = buf[:bs], buf[bs:]
