@@ -8,6 +8,7 @@ seeded generator, so each build writes the same examples.
 from __future__ import annotations
 
 import os
+import tempfile
 from typing import ClassVar
 
 import numpy as np
@@ -288,8 +289,18 @@ BUILDERS = {"tensor_family": TensorFamily, "sequence_family": SequenceFamily,
 
 
 def prepare(name: str, data_dir: str) -> str:
-    """Write builder ``name`` under ``data_dir`` with TFDS; its builder directory."""
-    builder = BUILDERS[name](data_dir=data_dir)
+    """Write builder ``name`` under ``data_dir`` with TFDS; its builder directory.
+
+    A builder made before its data exists leaves an empty ``mkdtemp("tfds")`` directory
+    behind (TFDS's ``DatasetInfo.initialize_from_bucket``): it is made under ``data_dir``,
+    which the caller owns, rather than in the machine's temporary directory."""
+    scratch = os.path.join(data_dir, ".tfds-scratch")
+    os.makedirs(scratch, exist_ok=True)
+    saved, tempfile.tempdir = tempfile.tempdir, scratch
+    try:
+        builder = BUILDERS[name](data_dir=data_dir)
+    finally:
+        tempfile.tempdir = saved
     builder.download_and_prepare(
         download_config=tfds.download.DownloadConfig(num_shards=SHARDS[name]))
     return os.path.join(data_dir, name, "1.0.0")

@@ -157,3 +157,19 @@ def test_a_path_under_home_and_with_a_trailing_slash(tfds_dirs, monkeypatch):
     with ofindex.open_tfds(os.path.join("~", rest, "order_family", "1.0.0") + "/",
                            split="val[:3]") as ds:
         assert len(ds) == 3
+
+
+def test_writing_the_test_builders_leaves_nothing_in_the_machine_s_temporary_directory(
+        tmp_path, monkeypatch):
+    # TFDS makes an empty mkdtemp("tfds") directory for a builder whose data does not exist
+    # yet; 606 of them had piled up in /tmp in a day of test runs
+    import tempfile
+
+    from tests.kit import tfds_builders
+
+    machine_tmp = tmp_path / "machine-tmp"
+    machine_tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(machine_tmp))
+    built = tfds_builders.prepare("rlds_plain", str(tmp_path / "data"))
+    assert os.path.isfile(os.path.join(built, "dataset_info.json"))
+    assert os.listdir(machine_tmp) == []
