@@ -246,12 +246,6 @@ def open_compact(storage: Storage, path: str, header: bytes | None = None) -> Co
     return CompactManifest(storage, path, head, eager, start)
 
 
-def is_manifest_name(name: str) -> bool:
-    """Whether a file name is a compact manifest's."""
-    return name == COMPACT_NAME
-
-
-
 #: Shards from which the builder writes a compact manifest (``ofindex-manifest.bin``) in the
 #: default place instead of JSON. Below it the JSON manifest opens in under 0.1 s, is read by
 #: every earlier ofindex release and by ``jq``; at 1e5 shards it takes 0.65 s and grows

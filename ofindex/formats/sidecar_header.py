@@ -176,11 +176,6 @@ class SidecarHeader:
         """The offsets are packed (version 3)."""
         return self.version == VERSION_PACKED
 
-    @property
-    def offsets_crc(self) -> int:
-        """Alias of :attr:`body_crc` (the name version 1 used)."""
-        return self.body_crc
-
 
 @dataclasses.dataclass(frozen=True)
 class BodyLayout:

@@ -65,22 +65,6 @@ def with_content(storage: Storage, path: str, stamp: FileStamp | None = None,
     return FileStamp(stamp.size, stamp.fingerprint, stamp.file_id, digest)
 
 
-def content_needed(indexed: FileStamp, storage: Storage) -> bool:
-    """Whether checking a file on ``storage`` against ``indexed`` will read its content,
-    known before its stamp is: the index has a digest and a fingerprint of a kind that storage
-    never reports (a local index of an uploaded file), so the regions can be fetched in the
-    same round as the stamp.
-
-    Args:
-        indexed: The stamp the index gives.
-        storage: Where the file is now.
-
-    Returns:
-        ``True`` when the fast path cannot hold.
-    """
-    return indexed.content is not None and (indexed.kind == "mtime_ns") != storage.is_local
-
-
 def warn_unverified(url: str, index_url: str) -> None:
     """Warn (once per place in the code, as Python does) that ``url`` was checked by size
     only against ``index_url``."""
