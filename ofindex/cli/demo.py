@@ -15,6 +15,18 @@ from .synthetic import write_dataset
 
 
 def run_demo(directory: str | None, records: int = 100_000, shards: int = 8) -> int:
+    """``ofindex demo``: write an MNIST-like dataset, index it, read it at random, in
+    batches and in order, printing each step's time, and decode three records.
+
+    Args:
+        directory: Where to write the dataset (``None``: a temporary directory, removed
+            with its index at the end).
+        records: Records to write.
+        shards: Files to write them in.
+
+    Returns:
+        The exit code (0).
+    """
     tmp = None
     if directory is None:  # the dataset and its index directory beside it, removed together
         tmp = tempfile.TemporaryDirectory(prefix="ofindex-demo-")

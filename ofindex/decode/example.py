@@ -45,12 +45,32 @@ _W = TypeVar("_W")
 
 
 def describe_stored(vtype: str | None) -> str:
+    """How an error names a stored value list: ``"int64_list (int64)"``, or that there is
+    none.
+
+    Args:
+        vtype: The stored kind (``"bytes"``, ``"float"``, ``"int64"``), or ``None``.
+
+    Returns:
+        The words.
+    """
     if vtype is None:
         return "no value list (empty Feature)"
     return f"{LIST_NAMES[vtype]} ({vtype})"
 
 
 def check_kind(name: str, stored: str | None, asked: str, what: str) -> None:
+    """Refuse a feature stored as another kind than the spec asks.
+
+    Args:
+        name: The feature.
+        stored: The kind the record stores (``None``: no value list, which any kind reads).
+        asked: The kind the spec asks.
+        what: The record kind, for the message (``"Example"``...).
+
+    Raises:
+        DecodeError: ``stored`` is another kind than ``asked``.
+    """
     if stored is not None and stored != asked:
         raise DecodeError(
             f"feature {name!r}: asked for {asked}, but the {what} stores it as a "
@@ -126,6 +146,20 @@ def kind_hint(error: DecodeError, located: Walked, what: str,
 
 
 def walk(buf: bytes, walker: Callable[[bytes], _W], what: str) -> _W:
+    """Run ``walker`` over a serialized record, turning a wire error into a
+    :class:`DecodeError` that names the record kind and the way out.
+
+    Args:
+        buf: The serialized record.
+        walker: The walk of that record kind (``walk_example``...).
+        what: The record kind, for the message.
+
+    Returns:
+        What ``walker`` returns.
+
+    Raises:
+        DecodeError: The bytes are not a valid record of that kind.
+    """
     try:
         return walker(buf)
     except (WireError, IndexError) as exc:
@@ -136,6 +170,22 @@ def walk(buf: bytes, walker: Callable[[bytes], _W], what: str) -> _W:
 
 def decode_features(buf: bytes, located: Walked, spec: NormalizedSpec | None,
                     kinds: dict[int, str], what: str) -> Decoded:
+    """The features of a walked record, as the spec asks (every feature as stored when it
+    is ``None``).
+
+    Args:
+        buf: The serialized record.
+        located: Where each feature's values lie in ``buf`` (its walk).
+        spec: The normalized spec, or ``None``.
+        kinds: The value-list kind of each field number.
+        what: The record kind, for messages.
+
+    Returns:
+        ``{name: numpy array}``.
+
+    Raises:
+        DecodeError: A feature is missing, of another kind or shape than the spec says.
+    """
     if spec is None:
         return {name: convert(buf, name, loc, None, kinds, what)
                 for name, loc in located.items()}

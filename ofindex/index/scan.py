@@ -94,6 +94,8 @@ class RecordSink(Protocol):
 
 @dataclasses.dataclass
 class ScanResult:
+    """What one scan of a data file found: its records' offsets and how far they reach."""
+
     offsets: np.ndarray      # uint64 start of each record
     indexed_end: int         # byte just past the last indexed record
     partial: bool = False    # only a valid prefix was indexed
