@@ -367,6 +367,8 @@ def test_pages_inflate_through_isal_where_it_is_installed(monkeypatch):
             calls.append(1)
             return isal_zlib.decompressobj()
 
+        compress = staticmethod(isal_zlib.compress)
+
     monkeypatch.setattr(fast_inflate, "ISAL", Spy)
     n = 64
     raw = b"".join(encode_key_index("k", ValueType.INT64, np.zeros(n, np.int64),
@@ -378,3 +380,38 @@ def test_pages_inflate_through_isal_where_it_is_installed(monkeypatch):
     good = bytes(4096)
     assert page_codec.inflate_exact(zlib.compress(good), page_codec.DEFLATED, 4096, "p") == good
     assert len(calls) == 5
+
+
+@pytest.mark.parametrize("deflater", ["isal", "zlib"])
+def test_pages_deflate_through_isal_where_it_is_installed(monkeypatch, deflater):
+    """Pages are deflated by ISA-L where it is installed (3-7 times faster than zlib's level 1,
+    no larger), else by zlib: either writes a zlib stream that both inflaters read back, and a
+    page that does not pay is stored as it is."""
+    from isal import isal_zlib
+
+    from ofindex.columns import page_codec
+    from ofindex.deflate import fast_inflate
+
+    calls = []
+
+    class Spy:
+        error = isal_zlib.error
+        decompressobj = staticmethod(isal_zlib.decompressobj)
+
+        @staticmethod
+        def compress(raw, level):
+            calls.append(level)
+            return isal_zlib.compress(raw, level)
+
+    monkeypatch.setattr(fast_inflate, "ISAL", Spy if deflater == "isal" else None)
+    raw = np.random.default_rng(5).integers(0, 10, 16384).astype(np.uint8).tobytes()
+    stored, code = page_codec.deflate(raw)
+    assert code == page_codec.DEFLATED and len(stored) < len(raw) * 0.6  # ~3.3 bits a byte
+    assert calls == ([page_codec.LEVEL] if deflater == "isal" else [])
+    assert zlib.decompress(stored) == raw
+    for inflater in (isal_zlib, None):
+        monkeypatch.setattr(fast_inflate, "ISAL", inflater)
+        assert page_codec.inflate_exact(stored, code, len(raw), "p") == raw
+    monkeypatch.setattr(fast_inflate, "ISAL", Spy if deflater == "isal" else None)
+    noise = np.random.default_rng(6).bytes(4096)
+    assert page_codec.deflate(noise) == (noise, page_codec.STORED)
