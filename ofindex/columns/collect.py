@@ -50,6 +50,24 @@ def check_names(columns: Sequence[str]) -> tuple[str, ...]:
     return names
 
 
+def keyed_columns(columns: Sequence[str], keys: bool | Sequence[str]) -> tuple[str, ...]:
+    """The columns whose key index a build writes: every one of ``columns`` for ``True``,
+    none for ``False``, else those named (a string is one name).
+
+    Raises:
+        ColumnError: ``keys`` names a column that ``columns`` does not.
+    """
+    if isinstance(keys, bool):
+        return tuple(columns) if keys else ()
+    named = (keys,) if isinstance(keys, str) else tuple(keys)
+    stray = [name for name in named if name not in columns]
+    if stray:
+        raise ColumnError(f"keys {stray} are not among the columns built {list(columns)}: a "
+                          f"key index is built from its column; add them to "
+                          f"{hint('columns=[...]', '--columns a,b')}")
+    return tuple(dict.fromkeys(named))
+
+
 class ColumnCollector:
     """The columns ``names`` of one shard, gathered run by run in record order.
 
