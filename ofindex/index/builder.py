@@ -166,9 +166,9 @@ def build_index(
             for every column of ``columns``, or some of them by name (``ofindex build
             --keys [NAME,...]``). By default none is: a local dataset's is written by its
             first ``ds.lookup`` of the column, a remote dataset's lookup asks for it. Key
-            indexes cost about what the columns themselves cost to build (1 M small
-            Examples, label and id: 0.67-0.72 s of CPU with their key indexes, 0.37-0.39 s
-            without, 0.06 s for the offsets alone).
+            indexes cost more than the columns themselves to build (1 M small Examples,
+            label and id: 0.55-0.61 s of CPU with their key indexes, 0.25-0.26 s without,
+            0.06 s for the offsets alone).
         growing: The files may still be being written (a training run's TensorBoard logs, a
             collector's output): a record cut short at a file's end is taken as not written
             yet, not as damage (the index ends before it, ``BuildResult.open_tail``, and the
