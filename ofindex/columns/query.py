@@ -53,6 +53,7 @@ class DatasetColumns:
         self.key_home = key_home
         self._keys: dict[str, KeyIndex | None] = {}
         self._unwritable: set[str] = set()  # columns whose key index could not be written
+        self._others: dict[str, int] = {}  # record counts of other datasets' key indexes
 
     @property
     def reader(self) -> ColumnReader:
@@ -90,6 +91,8 @@ class DatasetColumns:
                 if (header.identity == self.identity and header.records == self.total
                         and header.name == column):
                     found = index
+                else:
+                    self._others[column] = header.records
         self._keys[column] = found
         return found
 
@@ -98,7 +101,9 @@ class DatasetColumns:
         dataset has none (never built, or built before records were added), one written now
         where the build writes them, when that is a local directory (the sort of the
         column's values, once: 1 M 13-byte ids, about 0.3 s). ``None`` when that directory
-        cannot be written (a lookup then reads the column sidecars).
+        cannot be written, or holds the key index of a larger dataset (this one is a part of
+        it, say one shard opened alone: its key index is left as it is): a lookup then reads
+        the column sidecars.
 
         Raises:
             ColumnError: The dataset's index is remote and has no key index of ``column``
@@ -108,7 +113,8 @@ class DatasetColumns:
                 sidecars.
         """
         index = self.key_index(column)
-        if index is not None or self.key_home is None or column in self._unwritable:
+        if index is not None or self.key_home is None or column in self._unwritable or \
+                self._others.get(column, -1) > self.total:
             return index
         storage, directory = self.key_home
         path = storage.join(directory, key_file_name(column))

@@ -85,6 +85,26 @@ def test_a_lookup_after_appends_writes_a_key_index_of_the_new_dataset(tmp_path):
     assert index.header.records == 600
 
 
+def test_a_part_of_a_dataset_leaves_the_whole_ones_key_index_as_it_is(tmp_path):
+    payloads, truth = records(67, 500)
+    data = write_dataset(str(tmp_path / "data"), cut(payloads, [200, 300]))
+    ofindex.build_index(data, columns=list(NAMES), keys=["image/id"])
+    path = os.path.join(data + ".ofindex", key_file_name("image/id"))
+    with open(path, "rb") as f:
+        whole = f.read()
+    part = ofindex.open(os.path.join(data, "part-001"))  # one shard: another dataset
+    at = next(i for i in range(321, 500) if truth["image/id"][i] is not None)
+    key = truth["image/id"][at]
+    want = _truth_lookup(truth, "image/id", key)
+    assert part.lookup("image/id", key).tolist() == [i - 200 for i in want if i >= 200]
+    assert part.lookup("image/id", [key])[0].tolist() == [i - 200 for i in want if i >= 200]
+    with open(path, "rb") as f:
+        assert f.read() == whole
+    ds = ofindex.open(data)
+    assert ds._column_queries().key_index("image/id") is not None
+    assert ds.lookup("image/id", key).tolist() == want
+
+
 def test_a_directory_that_cannot_be_written_leaves_lookups_to_the_columns(tmp_path,
                                                                           monkeypatch):
     payloads, truth = records(65, 400)
