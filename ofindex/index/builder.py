@@ -167,7 +167,7 @@ def build_index(
             --keys [NAME,...]``). By default none is: a local dataset's is written by its
             first ``ds.lookup`` of the column, a remote dataset's lookup asks for it. Key
             indexes cost more than the columns themselves to build (1 M small Examples,
-            label and id: 0.55-0.61 s of CPU with their key indexes, 0.25-0.26 s without,
+            label and id: 0.53-0.61 s of CPU with their key indexes, 0.25-0.26 s without,
             0.06 s for the offsets alone).
         growing: The files may still be being written (a training run's TensorBoard logs, a
             collector's output): a record cut short at a file's end is taken as not written
