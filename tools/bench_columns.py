@@ -3,8 +3,8 @@
 (issue 48), in one run:
 
 * **build**: ``build_index`` of ``--records`` small Examples (``label``, ``id``, ``score``)
-  without columns and with ``columns=["label", "id"]`` (column sidecars and key indexes),
-  interleaved rounds; the columns' bytes per record;
+  without columns, with ``columns=["label", "id"]`` (their column sidecars) and with their
+  key indexes too (``keys=True``), interleaved rounds; the columns' bytes per record;
 * **lookup, local**: random keys read as parsed ``Example``s, ofindex (``ds.lookup`` then the
   record) against tfd-utils' ``TFRecordRandomAccess.get_record(key)`` (its index: a pickled
   dict from key to file and offset, loaded first, not timed; ofindex's key index pages are
@@ -105,15 +105,17 @@ def _has_key_index(directory: str) -> bool:
 # -- build ----------------------------------------------------------------------------------------
 def bench_build(directory: str, n: int, rounds: int) -> dict[str, Any]:
     """Build times without and with two columns, interleaved; column bytes per record."""
-    times: dict[str, list[float]] = {"offsets only": [], "with label, id": []}
+    builds = (("offsets only", [], False), ("with label, id", ["label", "id"], False),
+              ("with label, id and key indexes", ["label", "id"], True))
+    times: dict[str, list[float]] = {name: [] for name, _, _ in builds}
     cpu: dict[str, list[float]] = {name: [] for name in times}
     for _ in range(rounds):
-        for name, columns in (("offsets only", []), ("with label, id", ["label", "id"])):
+        for name, columns, keys in builds:
             for path in os.listdir(index_dir(directory)):
                 if path.endswith((".ofcol", ".ofkey")):
                     os.remove(os.path.join(index_dir(directory), path))
             start, start_cpu = time.perf_counter(), time.process_time()
-            ofindex.build_index(directory, columns=columns, resume=False)
+            ofindex.build_index(directory, columns=columns, keys=keys, resume=False)
             times[name].append(time.perf_counter() - start)
             cpu[name].append(time.process_time() - start_cpu)
     sizes: dict[str, int] = {}
@@ -125,15 +127,17 @@ def bench_build(directory: str, n: int, rounds: int) -> dict[str, Any]:
         if kind:
             sizes[kind] = sizes.get(kind, 0) + os.path.getsize(
                 os.path.join(index_dir(directory), path))
-    ratio = [w / o for w, o in zip(times["with label, id"], times["offsets only"], strict=True)]
-    cpu_ratio = [w / o for w, o in zip(cpu["with label, id"], cpu["offsets only"],
-                                       strict=True)]
+    def ratios(of: dict[str, list[float]], name: str) -> dict[str, float]:
+        return spread([w / o for w, o in zip(of[name], of["offsets only"], strict=True)], 3)
+
     return {"records": n, "seconds": {k: spread(v, 3) for k, v in times.items()},
-            "ratio": spread(ratio, 3),
+            "ratio": ratios(times, "with label, id"),
+            "ratio_with_key_indexes": ratios(times, "with label, id and key indexes"),
             # CPU seconds of the process (its threads too): what the work costs, whatever
             # share of a loaded machine's cores the process got
             "cpu_seconds": {k: spread(v, 3) for k, v in cpu.items()},
-            "cpu_ratio": spread(cpu_ratio, 3),
+            "cpu_ratio": ratios(cpu, "with label, id"),
+            "cpu_ratio_with_key_indexes": ratios(cpu, "with label, id and key indexes"),
             "bytes_per_record": {k: round(v / n, 3) for k, v in sizes.items()}}
 
 
@@ -441,8 +445,8 @@ def main(argv: list[str] | None = None) -> int:
     if "build" in sections:
         result["build"] = bench_build(small, a.records, a.rounds)
         print("build", result["build"], flush=True)
-    elif not _has_key_index(small):
-        ofindex.build_index(small, columns=["label", "id"])
+    if not _has_key_index(small):
+        ofindex.build_index(small, columns=["label", "id"], keys=True)
     if "lookup" in sections:
         result["lookup"] = bench_lookup(small, a.records, a.lookup_rounds, a.keys)
         print("lookup", result["lookup"], flush=True)
@@ -453,7 +457,7 @@ def main(argv: list[str] | None = None) -> int:
         big, labels = write_data(a.root, a.where_records,
                                  max(a.shards, a.where_records // 500_000))
         if not _has_key_index(big):
-            ofindex.build_index(big, columns=["label"])
+            ofindex.build_index(big, columns=["label"], keys=True)
     if "where" in sections:
         result["where"] = bench_where(big, labels, a.rounds)
         print("where", result["where"], flush=True)

@@ -1058,6 +1058,11 @@ class Report:
                         "load does not stretch: " + ", ".join(
                             f"{k} {_spread_cell(v)}" for k, v in b["cpu_seconds"].items())
                         + f"; ratio {_spread_cell(b['cpu_ratio'])}.\n")
+        if "ratio_with_key_indexes" in b:
+            text.append("With the columns' key indexes written by the build too (`keys=True`; "
+                        "otherwise a local dataset's first lookup writes them): ratio "
+                        f"{_spread_cell(b['ratio_with_key_indexes'])}, in CPU seconds "
+                        f"{_spread_cell(b['cpu_ratio_with_key_indexes'])}.\n")
         lk = data["lookup"]
         rounds_note = (f" ({lk['rounds']} interleaved rounds)" if "rounds" in lk else "")
         text.append(f"### Key lookups, local: {lk['keys']:,} random keys of {lk['records']:,}, "

@@ -95,6 +95,7 @@ def cmd_build(args: argparse.Namespace, options: Options) -> int:
                 seek_spacing=args.seek_spacing, checksums=args.checksums, strict=args.strict,
                 migrate=args.migrate, allow_missing_shards=args.allow_missing_shards,
                 columns=column_names(args.columns),
+                keys=column_names(args.keys, flag="--keys"),
             )
     finally:
         if executor is not None:
@@ -112,8 +113,9 @@ def cmd_build(args: argparse.Namespace, options: Options) -> int:
     return EXIT_PARTIAL if partial else EXIT_OK
 
 
-def column_names(text: str) -> tuple[str, ...]:
-    """``--columns``: feature names separated by commas, each once (none for ``""``).
+def column_names(text: str, *, flag: str = "--columns") -> tuple[str, ...]:
+    """``--columns`` (or ``flag``): feature names separated by commas, each once (none for
+    ``""``).
 
     Raises:
         UsageError: An empty name, or a name given twice.
@@ -122,7 +124,7 @@ def column_names(text: str) -> tuple[str, ...]:
         return ()
     names = tuple(name.strip() for name in text.split(","))
     if not all(names) or len(set(names)) != len(names):
-        raise UsageError(f"--columns takes feature names separated by commas, each once, not "
+        raise UsageError(f"{flag} takes feature names separated by commas, each once, not "
                          f"{text!r}")
     return names
 

@@ -329,6 +329,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "the index, for `ofindex find` and `get --key` (a record without one "
                         "is null; one holding several values is refused); fresh sidecars are "
                         "kept, their missing columns added")
+    p.add_argument("--keys", default="", metavar="NAME,...",
+                   help="also write the key index of these columns (some of --columns) beside "
+                        "the manifest, for `get --key` in a few page reads; by default a local "
+                        "dataset's is written by its first lookup, and a remote dataset's "
+                        "lookup asks for it")
 
     p = add("info", "shards, record counts, sizes and index state (files without an index: "
             "their sizes, framing and the command that indexes them)", _common())

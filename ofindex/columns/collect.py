@@ -26,6 +26,12 @@ from .extract import Extracted, extract
 from .packed import PackedBytes
 from .value_types import ValueType
 
+#: Records times columns extracted at once: the extraction's working arrays (64 bytes a
+#: cell) stay within 2 MiB, memory the allocator hands back to the next run, where a shard's
+#: 125,000 records at once took fresh memory the kernel zeroes page by page (label and id of
+#: 125,000 small Examples, CPU of the extraction: 28 ms at once, 13 ms in runs of 16,384).
+RUN_CELLS = 32768
+
 
 def family_of(fmt: RecordFormat) -> str:
     """The record family a framing holds (Examples, or SequenceExamples read by their context,
@@ -50,6 +56,24 @@ def check_names(columns: Sequence[str]) -> tuple[str, ...]:
     return names
 
 
+def keyed_columns(columns: Sequence[str], keys: bool | Sequence[str]) -> tuple[str, ...]:
+    """The columns whose key index a build writes: every one of ``columns`` for ``True``,
+    none for ``False``, else those named (a string is one name).
+
+    Raises:
+        ColumnError: ``keys`` names a column that ``columns`` does not.
+    """
+    if isinstance(keys, bool):
+        return tuple(columns) if keys else ()
+    named = (keys,) if isinstance(keys, str) else tuple(keys)
+    stray = [name for name in named if name not in columns]
+    if stray:
+        raise ColumnError(f"keys {stray} are not among the columns built {list(columns)}: a "
+                          f"key index is built from its column; add them to "
+                          f"{hint('columns=[...]', '--columns a,b')}")
+    return tuple(dict.fromkeys(named))
+
+
 class ColumnCollector:
     """The columns ``names`` of one shard, gathered run by run in record order.
 
@@ -71,11 +95,12 @@ class ColumnCollector:
         Raises:
             ColumnError, DecodeError: As :func:`~ofindex.columns.extract.extract`.
         """
-        if not len(starts):
-            return
-        self.parts.append(extract(buffer, starts, ends, self.names, self.family,
-                                  url=self.url, first=self.count))
-        self.count += len(starts)
+        step = max(1, RUN_CELLS // len(self.names))
+        for lo in range(0, len(starts), step):
+            hi = min(len(starts), lo + step)
+            self.parts.append(extract(buffer, starts[lo:hi], ends[lo:hi], self.names,
+                                      self.family, url=self.url, first=self.count))
+            self.count += hi - lo
 
     def add_framed(self, buffer: Any, at: np.ndarray, lengths: np.ndarray) -> None:
         """The next records, given by where their framing starts in ``buffer`` and their

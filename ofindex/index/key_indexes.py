@@ -1,6 +1,7 @@
-"""The key indexes a build with ``columns=`` writes beside the dataset's manifest: one per
-column, sorted by value over the whole dataset (see :mod:`ofindex.columns.key_file`), once
-every shard's column sidecars are written."""
+"""The key indexes a build with ``keys=`` writes beside the dataset's manifest: one per
+column named, sorted by value over the whole dataset (see :mod:`ofindex.columns.key_file`),
+once every shard's column sidecars are written. (Without ``keys=``, a local dataset's is
+written by its first lookup: :mod:`ofindex.columns.query`.)"""
 
 from __future__ import annotations
 

@@ -187,6 +187,9 @@ class LocalStorage(Storage):
             if refused is None:
                 raise
             raise refused from exc
+        # the file at path is another one now: a handle cached for the old one would read it
+        if self._files.pop(path, None) is not None:
+            OPEN_FILES.drop(self, ("file", path))
 
     def open_write(self, path: str) -> IO[bytes]:
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)

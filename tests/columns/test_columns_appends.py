@@ -24,7 +24,7 @@ def _append(data: str, payloads: list[bytes], name: str) -> None:
 def test_a_shard_added_later_needs_its_columns_and_a_new_key_index(tmp_path):
     payloads, truth = records(41, 900)
     data = write_dataset(str(tmp_path / "data"), cut(payloads, [300, 300]))
-    ofindex.build_index(data, columns=["label", "image/id"])
+    ofindex.build_index(data, columns=["label", "image/id"], keys=True)
     before = ofindex.open(data)
     splits = before.split_by("image/id", {"a": 0.5, "b": 0.3, "c": 0.2})
     _append(data, payloads[600:], "part-002")
@@ -33,7 +33,7 @@ def test_a_shard_added_later_needs_its_columns_and_a_new_key_index(tmp_path):
     assert after.identity != before.identity
     with pytest.raises(ColumnNotFoundError, match="part-002"):
         after.positions(label=1)
-    ofindex.build_index(data, columns=["label", "image/id"])
+    ofindex.build_index(data, columns=["label", "image/id"], keys=True)
     after = ofindex.open(data)
     index = after._column_queries().key_index("label")
     assert index is not None and index.header.identity == after.identity
@@ -60,7 +60,7 @@ def test_an_older_key_index_is_not_used_for_another_dataset(tmp_path):
 def test_a_compact_manifest_finds_its_key_index(tmp_path):
     payloads, truth = records(43, 500)
     data = write_dataset(str(tmp_path / "data"), cut(payloads, [100, 150, 250]))
-    ofindex.build_index(data, columns=["image/id"],
+    ofindex.build_index(data, columns=["image/id"], keys=True,
                         manifest=data + ".ofindex/ofindex-manifest.bin")
     assert os.path.exists(data + ".ofindex/ofindex-manifest.bin")
     ds = ofindex.open(data)

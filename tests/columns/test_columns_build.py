@@ -125,6 +125,38 @@ def test_several_values_are_refused_naming_the_record(tmp_path):
     assert "columns=" in message and "--columns" in caught.value.cli_message()
 
 
+@pytest.mark.parametrize("compressed", [False, True])
+def test_columns_are_extracted_in_short_runs_naming_records_across_them(
+        tmp_path, monkeypatch, compressed):
+    """A shard's records are extracted in runs of at most RUN_CELLS records times columns
+    (working memory reused, not a shard's worth taken fresh: 28 -> 13 ms for 125,000
+    records), their values joined in order, and a refusal names the record by its number in
+    the file, whatever run it is in."""
+    from ofindex.columns import collect
+
+    monkeypatch.setattr(collect, "RUN_CELLS", 14)  # runs of 7 records of two columns
+    runs = []
+    real = collect.extract
+    monkeypatch.setattr(collect, "extract", lambda buffer, starts, *args, **kwargs: (
+        runs.append(len(starts)) or real(buffer, starts, *args, **kwargs)))
+    payloads, truth = records(3, 100)
+    data = write_dataset(str(tmp_path / "data"), cut(payloads, [60, 40]),
+                         compressed=compressed)
+    ofindex.build_index(data, columns=["label", "image/id"])
+    _check(data, ["label", "image/id"], [60, 40], truth, ".gz" if compressed else "")
+    assert sum(runs) == 100 and max(runs) == 7
+
+    def rec(values):
+        msg = example_pb2.Example()
+        msg.features.feature["label"].int64_list.value.extend(values)
+        return msg.SerializeToString()
+
+    bad = write_dataset(str(tmp_path / "bad"), [[rec([k]) for k in range(30)] + [rec([1, 2])]],
+                        compressed=compressed)
+    with pytest.raises(ColumnError, match="record 30: feature 'label' holds 2 values"):
+        ofindex.build_index(bad, columns=["label", "image/id"])
+
+
 def test_a_feature_of_two_types_is_refused(tmp_path):
     def rec(kind, value):
         msg = example_pb2.Example()

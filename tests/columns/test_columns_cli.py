@@ -11,6 +11,8 @@ import sys
 
 import pytest
 
+from ofindex.columns.column_file import column_file_name
+from ofindex.columns.key_file import key_file_name
 from tests.kit.columns_data import cut, records, write_dataset
 
 EXE = os.path.join(os.path.dirname(sys.executable), "ofindex")
@@ -28,6 +30,18 @@ def built(tmp_path_factory):
     done = run("build", data, "--columns", "label,image/id,score", "--no-progress")
     assert done.returncode == 0, done.stderr
     return data, truth
+
+
+def test_build_writes_the_key_indexes_of_keys(tmp_path):
+    payloads, _ = records(32, 300)
+    data = write_dataset(str(tmp_path / "data"), cut(payloads, [100, 200]))
+    done = run("build", data, "--columns", "label,image/id", "--keys", "image/id",
+               "--no-progress")
+    assert done.returncode == 0, done.stderr
+    assert sorted(name for name in os.listdir(data + ".ofindex")
+                  if name.endswith((".ofkey", ".ofcol"))) == sorted(
+        [key_file_name("image/id")] + [column_file_name(f"part-00{k}", name) for k in range(2)
+                                       for name in ("label", "image/id")])
 
 
 def _numbers(text):
@@ -69,6 +83,8 @@ def test_get_by_key_prints_the_records(built):
     (["get", "{data}", "0", "--key", "label=1"], "not both", 2),
     (["get", "{data}"], "give record numbers", 2),
     (["build", "{data}", "--columns", "label,,score"], "--columns takes", 2),
+    (["build", "{data}", "--columns", "label", "--keys", "label,label"], "--keys takes", 2),
+    (["build", "{data}", "--columns", "label", "--keys", "score"], "--columns", 2),
 ])
 def test_bad_conditions_are_one_line(built, args, needle, code):
     data, _ = built

@@ -29,7 +29,7 @@ def local(tmp_path_factory):
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(key_build, "encode_key_index", functools.partial(
             key_build.encode_key_index, leaf_entries=64))
-        ofindex.build_index(data, columns=list(NAMES))
+        ofindex.build_index(data, columns=list(NAMES), keys=True)
     return data, truth
 
 
