@@ -250,6 +250,29 @@ def _ragged_values(leaf: Leaf, array: Any, offsets: np.ndarray,
     return RaggedColumn(offsets, _numbers(leaf, array), present)
 
 
+def _list_ends(array: Any, size: int | None) -> np.ndarray:
+    """Where each list ends among the list array's values (``len + 1`` int64, from 0; a null
+    list holds none, whatever its offsets span): from the offsets themselves (Arrow's
+    ``list_value_length``, its nulls filled and summed, cost 5x as much: 9.7 ms against
+    1.9 ms for the two list columns of 500k rows)."""
+    pa = _pyarrow()
+    if size is not None or not (pa.types.is_list(array.type)
+                                or pa.types.is_large_list(array.type)):
+        lengths = _lengths(array, size)
+        ends = np.zeros(len(lengths) + 1, np.int64)
+        np.cumsum(lengths, out=ends[1:])
+        return ends
+    offsets: np.ndarray = array.offsets.to_numpy().astype(np.int64)
+    if not array.null_count:
+        offsets -= offsets[0]
+        return offsets
+    lengths = np.diff(offsets)
+    lengths[_valid(array) == 0] = 0
+    ends = np.zeros(len(lengths) + 1, np.int64)
+    np.cumsum(lengths, out=ends[1:])
+    return ends
+
+
 def _lengths(array: Any, size: int | None) -> np.ndarray:
     """Each list's length (a null list: 0), int64."""
     import pyarrow.compute as pc
@@ -291,23 +314,22 @@ class _ColumnWriter:
     def elements(self, node: Node, array: Any, rows_at: np.ndarray,
                  present: np.ndarray | None, *, cell: bool = False) -> None:
         """The elements of every row's lists at ``node`` (their null elements resolved):
-        row ``r``'s are ``array[rows_at[r]:rows_at[r + 1]]``."""
+        row ``r``'s are ``array[rows_at[r]:rows_at[r + 1]]`` (``cell``: ``rows_at`` is every
+        position, one list a row)."""
         array = _plain(array)
         if node.kind == "list":
-            lengths = _lengths(array, node.size)
-            ends = np.zeros(len(lengths) + 1, np.int64)
-            np.cumsum(lengths, out=ends[1:])
+            ends = _list_ends(array, node.size)
             items = _plain(array.flatten())
             if items.null_count:  # before the lengths are written: a drop shortens them
-                items, kept = self.null_elements(node.items[0], items, ends[rows_at], True)
+                items, kept = self.null_elements(node.items[0], items,
+                                                 ends if cell else ends[rows_at], True)
                 if kept is not None:
                     ends = kept[ends]
-                    lengths = np.diff(ends)
                     if node.size is not None:
-                        raise self.shortened(node, lengths, ends, rows_at)
+                        raise self.shortened(node, np.diff(ends), ends, rows_at)
             if node.lengths is not None:
-                self.out[node.lengths] = RaggedColumn(rows_at, lengths, present)
-            self.elements(node.items[0], items, ends[rows_at], present)
+                self.out[node.lengths] = RaggedColumn(rows_at, np.diff(ends), present)
+            self.elements(node.items[0], items, ends if cell else ends[rows_at], present)
         elif node.kind == "struct":
             for item, field in zip(node.items, array.flatten(), strict=True):
                 field = _plain(field)

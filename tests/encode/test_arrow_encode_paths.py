@@ -233,3 +233,50 @@ def test_the_convert_command_leaves_the_batches_to_the_source_unless_told(tmp_pa
         with ofindex.open(str(tmp_path / name)) as ds:
             written[name] = ds[0:len(ds)]
     assert written["default"] == written["sevens"] and len(written["default"]) == 3000
+
+
+def _spanning_nulls() -> pa.Table:
+    """List columns whose null lists span values in their offsets (Arrow allows it; pyarrow's
+    ``from_arrays`` with a mask keeps them), a nested list's among them: the values under a
+    null list belong to no row."""
+    offsets = pa.array([0, 2, 5, 5, 9, 10, 13], pa.int32())
+    mask = pa.array([False, True, False, False, True, False])
+    tokens = pa.ListArray.from_arrays(offsets, pa.array(
+        [1, 2, 300, 2**21, -1, 7, 8, 9, 10, 2**56, 11, 12, 13], pa.int64()), mask=mask)
+    tags = pa.ListArray.from_arrays(offsets, pa.array(
+        ["a", "bb", "hidden", "x" * 20, "é", "c", "d", "e", "f", "gone", "g", "h", "i"]),
+        mask=mask)
+    inner = pa.ListArray.from_arrays(pa.array([0, 1, 3, 3, 6, 7, 8, 10, 10, 11, 12, 13, 13,
+                                               13], pa.int32()),
+                                     pa.array(range(13), pa.int64()))
+    nested = pa.ListArray.from_arrays(offsets, inner, mask=mask)
+    return pa.table({"tokens": tokens, "tags": tags, "nested": nested})
+
+
+@pytest.mark.parametrize("kind", ["example", "ofrecord"])
+def test_null_lists_whose_offsets_span_values_write_no_values(impl, kind):
+    """A null list that spans values in its offsets (whole and sliced) writes its /null mark
+    and none of those values; the rows after it keep their own values (protobuf's parse
+    against Arrow's to_pylist)."""
+    table = _spanning_nulls()
+    assert table.column("tokens").chunk(0).flatten().to_pylist() == [
+        1, 2, 7, 8, 9, 10, 11, 12, 13]  # the spans under the nulls are there, and skipped
+    for start, stop in ((0, 6), (1, 5), (2, 6), (4, 5)):
+        part = table.slice(start, stop - start)
+        records = encode_columns(part, kind=kind)
+        for record, row in zip(records, part.to_pylist(), strict=True):
+            want = {}
+            for name, encode in (("tokens", None), ("tags", str.encode)):
+                if row[name] is None:
+                    want[f"{name}/null"] = ("int64_list", [1])
+                else:
+                    want[name] = ("int64_list" if encode is None else "bytes_list",
+                                  [v if encode is None else encode(v) for v in row[name]])
+            got = _features(record, kind)
+            assert {name: got[name] for name in want} == want
+            if row["nested"] is None:
+                assert got["nested/null"] == ("int64_list", [1])
+            else:
+                assert got.get("nested", ("int64_list", []))[1] == [
+                    v for inner in row["nested"] for v in inner]
+                assert got["nested/lengths_1"][1] == [len(inner) for inner in row["nested"]]

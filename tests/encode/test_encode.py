@@ -770,3 +770,32 @@ def test_a_batch_of_no_rows_is_no_records(impl, tmp_path):
             assert writer.write_columns(columns) == 0
         writer.write_columns({"x": np.ones((3, 3), np.float32)})
     assert writer.summary.records == 3
+
+
+@pytest.mark.parametrize("column,spec,kind,bad", [
+    (np.array([1, 2**63], np.uint64), None, "example", "value 9223372036854775808 is out of "
+     "the int64 range"),
+    (np.array([[1, 2**40]], np.int64), "int32", "ofrecord", "value 1099511627776 is out of "
+     "the int32 range"),
+    (np.array([[1, 2**31]], np.uint32), "int32", "ofrecord", "value 2147483648 is out of "
+     "the int32 range"),
+    (np.array([[-(2**63), 2**63 - 1]], np.int64), None, "example", None),
+    (np.array([[0, 2**32 - 1]], np.uint32), None, "example", None),
+    (np.array([[-(2**31), 2**31 - 1]], np.int32), "int32", "ofrecord", None),
+])
+def test_integers_beyond_their_list_are_refused_and_the_rest_kept(impl, column, spec, kind,
+                                                                  bad):
+    """An integer column whose type holds values its list cannot (uint64 in int64, int64 and
+    uint32 in int32) is checked value by value and refused naming the value; one whose type's
+    every value fits is written as it is, its extremes included (protobuf's parse)."""
+    spec_of = None if spec is None else {"x": VarLen(spec)}
+    if bad is not None:
+        with pytest.raises(EncodeError, match=bad):
+            encode_columns({"x": column}, spec_of, kind=kind)
+        return
+    records = encode_columns({"x": column}, spec_of, kind=kind)
+    parse = (example_pb2.Example if kind == "example" else ofrecord_pb2.OFRecord).FromString
+    got = [parse(record) for record in records]
+    lists = [(g.features if kind == "example" else g).feature["x"] for g in got]
+    values = [list((f.int64_list if spec is None else f.int32_list).value) for f in lists]
+    assert values == column.reshape(len(column), -1).tolist()

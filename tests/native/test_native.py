@@ -585,3 +585,46 @@ def test_encoded_examples_parse_with_protobuf():
         assert list(feature["label"].int64_list.value) == [columns["label"][k]]
         assert feature["jpeg"].bytes_list.value == [columns["jpeg"][k]]
         assert ("text" in feature) == bool(k % 2)
+
+
+@pytest.mark.parametrize("mode", ["varint", "varint_spans"])
+def test_varints_of_every_length_in_a_long_block_equal_protobufs(mode):
+    """Every int64 at each varint length's edges (1 to 10 bytes, negative ones too), in rows
+    far from the block's end (where the compiled encoder stores each varint as one 8-byte
+    word, its shortcut taking those below 2^21): the compiled encoder writes the bytes its
+    pure-Python twin writes, and protobuf parses each record into its row's values."""
+    from ofindex.encode.framed import (
+        TFRECORD_FRAMING,
+        VARINT,
+        VARINT_SPANS,
+        BatchPlan,
+        PlannedColumn,
+        encode_block,
+    )
+    from ofindex.proto import example_pb2
+
+    values = np.array(_EDGES[1:-1] * 3, np.int64)  # each edge before and after others
+    rows = [values[k:k + 5] for k in range(0, len(values), 5)]
+    rows = [row for row in rows if len(row) == 5]
+    if mode == "varint":
+        column = PlannedColumn(b"ids", 3, VARINT, np.ascontiguousarray(np.stack(rows)))
+    else:
+        lengths = [k % 7 for k in range(len(rows))]  # rows of 0 to 6 values
+        bounds = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+        flat = np.resize(values, int(bounds[-1]))
+        rows = [flat[bounds[k]:bounds[k + 1]] for k in range(len(rows))]
+        column = PlannedColumn(b"ids", 3, VARINT_SPANS, (bounds, flat))
+    plan = BatchPlan((column,), len(rows), wrap=True)
+    blocks = []
+    for name in IMPLEMENTATIONS:
+        with implementation(name):
+            out, sizes = bytearray(1 << 16), np.empty(len(rows), np.int64)
+            n, used = encode_block(plan, 0, len(rows), TFRECORD_FRAMING, len(out), out, sizes)
+            assert n == len(rows)
+            blocks.append((bytes(out[:used]), sizes.tolist()))
+    assert blocks[0] == blocks[1]
+    block, at = blocks[0][0], 0
+    for row, size in zip(rows, blocks[0][1], strict=True):
+        example = example_pb2.Example.FromString(block[at + 12:at + size - 4])
+        assert list(example.features.feature["ids"].int64_list.value) == row.tolist()
+        at += size
