@@ -28,13 +28,14 @@ import crc32c
 import numpy as np
 
 from ..decode._located import Spans
+from ..decode._values import EXAMPLE_KINDS
 from ..decode.lists import bytes_value_spans, list_bounds, record_views, span_sums
 from ..errors import CorruptRecordError, DecodeError
 from .features import Feature, fixed_size
 from .plan import stored_type
 
-#: The list kind (the Feature oneof's field number) each laid-out numeric type is stored in.
-_LIST_KINDS = {"float32": 2, "int64": 3}
+#: The list kind (the Feature oneof's field number) each laid-out type is stored in.
+LIST_KINDS = {value_type: kind for kind, value_type in EXAMPLE_KINDS.items()}
 #: The file the layout is kept in, beside the step counts.
 LAYOUT_FILE = "ofindex-tfds-layout-{identity}.npz"
 
@@ -135,8 +136,7 @@ class StepLayout:
             raise DecodeError("an episode is not laid out as TensorFlow writes Examples")
         for j, (key, kind, per) in enumerate(keys):
             fields, values = bounds[:, j, 0], counts * per
-            expected = 1 if kind == "bytes" else _LIST_KINDS[kind]
-            if ((values > 0) & (fields != expected)).any():
+            if ((values > 0) & (fields != LIST_KINDS[kind])).any():
                 raise DecodeError(f"{key}: not a {kind} list")
             if kind == "bytes":
                 found = bytes_value_spans(records, bounds[:, j, 1], bounds[:, j, 2], values,
