@@ -15,9 +15,11 @@ costs no encoding; reading decodes every image).
     the two alternated ``--rounds`` times.
 (b) time to the first training batch from a fresh process: ofindex with its index (and step
     counts) built, ofindex on a dataset never opened (it indexes the files and counts the
-    steps first), the tf.data pipeline (it fills its shuffle buffer first), and converting
-    the dataset to Parquet with pyarrow (one row a step: what a converted copy needs; LeRobot
-    is not installable here) then reading a shuffled first batch from it.
+    steps first; its index deleted before each round), the tf.data pipeline (it fills its
+    shuffle buffer first), and converting the dataset to Parquet with pyarrow (one row a
+    step: what a converted copy needs; LeRobot is not installable here) then reading a
+    shuffled first batch from it; with each process's CPU seconds (the machine is shared).
+    ofindex's modules are compiled first, as an installed package's are.
 (c) ofindex's (a) and (b) over the GCS emulator behind a +``--rtt-ms`` latency proxy, on a
     dataset of ``--remote-episodes`` episodes (the emulator holds its objects in memory).
     tf.data is not measured there: TensorFlow's GCS client has no endpoint setting and
@@ -32,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -244,12 +247,30 @@ print(json.dumps({"first_batch_s": time.perf_counter() - started,
 
 
 def child(script: str, *args: object, env: dict[str, str] | None = None) -> dict:
+    """Run a contender in a fresh process: its JSON line, with the CPU seconds it used
+    (``cpu_s``: user and system, all its threads; the machine is shared, so CPU time is
+    the figure least moved by other sessions' load)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     run = subprocess.run([sys.executable, "-c", script, *map(str, args)], capture_output=True,
                          text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": ROOT,
                                                    **(env or {})})
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if run.returncode != 0:
         raise RuntimeError(f"child failed ({run.returncode}):\n{run.stderr[-3000:]}")
-    return json.loads(run.stdout.strip().splitlines()[-1])
+    out: dict = json.loads(run.stdout.strip().splitlines()[-1])
+    out["cpu_s"] = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return out
+
+
+def compile_bytecode() -> None:
+    """Compile ofindex's modules once, as installing a package does: a fresh process of a
+    tree without ``__pycache__`` (``PYTHONDONTWRITEBYTECODE`` set, as in these sessions'
+    shells) compiled its ~460 modules from source at every start: an indexed first batch
+    then took 0.96 s of CPU instead of 0.69 (0.67-0.75 s against 0.41-0.44 s of wall time,
+    3 interleaved runs each, load 3). (Every other contender's packages, TensorFlow's
+    among them, are installed compiled.)"""
+    subprocess.run([sys.executable, "-m", "compileall", "-q", os.path.join(ROOT, "ofindex")],
+                   check=True, capture_output=True)
 
 
 def _clear_index(index_dir: str) -> None:
@@ -259,10 +280,11 @@ def _clear_index(index_dir: str) -> None:
 
 def local(args: argparse.Namespace, builder: str) -> dict:
     index_dir = os.path.join(os.path.dirname(os.path.dirname(builder)), "ofindex-index")
-    _clear_index(index_dir)
-    cold = child(_OFINDEX, builder, args.batch, 1, 0, index_dir, "{}")
-    ours, theirs = [], []
-    for round_ in range(args.rounds):  # alternated: a busy machine slows both alike
+    compile_bytecode()
+    colds, ours, theirs = [], [], []
+    for round_ in range(args.rounds):  # alternated: a busy machine slows all alike
+        _clear_index(index_dir)  # a first open indexes the files and lays the steps out
+        colds.append(child(_OFINDEX, builder, args.batch, 1, round_, index_dir, "{}"))
         ours.append(child(_OFINDEX, builder, args.batch, args.batches, round_, index_dir, "{}"))
         theirs.append(child(_TFDS, builder, args.batch, args.batches, round_,
                             args.shuffle_buffer))
@@ -270,7 +292,10 @@ def local(args: argparse.Namespace, builder: str) -> dict:
         parquet = child(_PARQUET, builder, out_dir, args.batch, 0)
     ours_rate = statistics.median(r["steps_per_s"] for r in ours)
     theirs_rate = statistics.median(r["steps_per_s"] for r in theirs)
-    warm = statistics.median(r["first_batch_s"] for r in ours)
+
+    def median(runs: list[dict], key: str = "first_batch_s") -> float:
+        return statistics.median(r[key] for r in runs)
+
     return {
         "steps": ours[0]["steps"],
         "tensorflow_imported_by_ofindex": ours[0]["tensorflow_imported"],
@@ -279,15 +304,19 @@ def local(args: argparse.Namespace, builder: str) -> dict:
                                  "ratio_median": ours_rate / theirs_rate},
         "b_first_batch_s": {
             "ofindex_indexed": [r["first_batch_s"] for r in ours],
-            "ofindex_first_open_indexing": cold["first_batch_s"],
+            "ofindex_first_open_indexing": [r["first_batch_s"] for r in colds],
             "tfds_tf_data": [r["first_batch_s"] for r in theirs],
             "convert_to_parquet_then_read": parquet["first_batch_s"],
             "parquet_conversion_alone": parquet["conversion_s"],
-            "ratio_convert_over_ofindex_indexed": parquet["first_batch_s"] / warm,
-            "ratio_convert_over_ofindex_first_open": parquet["first_batch_s"] / cold[
-                "first_batch_s"],
-            "ratio_tfds_over_ofindex_indexed": statistics.median(
-                r["first_batch_s"] for r in theirs) / warm,
+            "ratio_convert_over_ofindex_indexed": parquet["first_batch_s"] / median(ours),
+            "ratio_convert_over_ofindex_first_open": parquet["first_batch_s"] / median(colds),
+            "ratio_tfds_over_ofindex_indexed": median(theirs) / median(ours),
+        },
+        "b_cpu_s": {  # each whole process, all its threads (the first batch's runs: (b))
+            "ofindex_first_open_indexing": [r["cpu_s"] for r in colds],
+            "convert_to_parquet_then_read": parquet["cpu_s"],
+            "ratio_convert_over_ofindex_first_open": parquet["cpu_s"] / median(colds,
+                                                                             "cpu_s"),
         },
     }
 
@@ -350,6 +379,7 @@ def main(argv: list[str] | None = None) -> None:
         small = prepare(args.remote_episodes, args.min_steps, args.max_steps, args.size)
         results["remote"] = remote(args, small)
         print(json.dumps(results["remote"], indent=2))
+    results["machine_after"] = machine_load()
     write_json(results, args.out)
 
 

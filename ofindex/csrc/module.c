@@ -44,6 +44,7 @@ static PyMethodDef methods[] = {
     {"locate", locate, METH_VARARGS, locate_doc},
     {"gather_spans", gather_spans, METH_VARARGS, gather_spans_doc},
     {"byte_spans", byte_spans, METH_VARARGS, byte_spans_doc},
+    {"span_sums", span_sums, METH_VARARGS, span_sums_doc},
     {"values", values, METH_VARARGS, values_doc},
     {"pool", pool_ctl, METH_VARARGS, pool_doc},
     {"walk", walk, METH_VARARGS, walk_doc},

@@ -95,7 +95,8 @@ extern const char same_bytes_doc[], gather_bytes_doc[];
 PyObject *locate(PyObject *self, PyObject *args);
 PyObject *gather_spans(PyObject *self, PyObject *args);
 PyObject *byte_spans(PyObject *self, PyObject *args);
-extern const char locate_doc[], gather_spans_doc[], byte_spans_doc[];
+PyObject *span_sums(PyObject *self, PyObject *args);
+extern const char locate_doc[], gather_spans_doc[], byte_spans_doc[], span_sums_doc[];
 /* values.c: the values of the lists `locate` found (varints, bytes), a batch in one call */
 PyObject *values(PyObject *self, PyObject *args);
 extern const char values_doc[];

@@ -37,16 +37,21 @@ from ofindex.decode._values import (
 )
 from ofindex.decode.spec import FeatureSpec, FixedLen, NormalizedSpec, Ragged
 
+#: How an Example's list kinds store their values, as ``locate`` reads them (the oneof field
+#: number indexes it: 1 bytes, 2 packed float32, 3 packed varints).
+EXAMPLE_LOCATE_KINDS = b".b4v"
 #: Per family: how each list kind stores values (for ``locate``), whether the feature map
 #: is wrapped in an Example, and the list kind of each value type.
 _FAMILIES: dict[str, tuple[bytes, bool, dict[str, int]]] = {
-    "example": (b".b4v", True, {BYTES: 1, FLOAT32: 2, INT64: 3}),
+    "example": (EXAMPLE_LOCATE_KINDS, True, {BYTES: 1, FLOAT32: 2, INT64: 3}),
     "ofrecord": (b".b48vv", False, {BYTES: 1, FLOAT32: 2, FLOAT64: 3, INT32: 4, INT64: 5}),
 }
 _VARINT = (INT32, INT64)
 _WIDTH = {FLOAT32: 4, FLOAT64: 8}
-#: The columns of a row of ``locate``'s output (csrc/protowire.h).
-_KIND, _COUNT, _START, _END, _VALUE, _LIST_START, _LIST_END, SLOTS = range(8)
+#: The columns of a row of ``locate``'s output (csrc/protowire.h): the list kind (0 missing,
+#: -1 in the first column: the record is not laid out as writers lay records out), the
+#: number of values, the values' bytes, a varint list's first value, the list message's body.
+KIND, COUNT, START, END, VALUE, LIST_START, LIST_END, SLOTS = range(8)
 
 #: Column of a batch part: ("fixed", array) or ("ragged", values, row lengths).
 Column = tuple[Any, ...]
@@ -99,10 +104,10 @@ def _matches(rows: np.ndarray, fs: FeatureSpec, kind: int, missing: bool) -> np.
     """Per record, whether its located feature (``rows``: its column of ``locate``'s output)
     is decoded here: of the spec's kind and count, or (with ``missing``) missing where that
     is no error."""
-    stored = rows[:, _KIND]
+    stored = rows[:, KIND]
     ok: np.ndarray = stored == kind
     if isinstance(fs, FixedLen):
-        ok &= rows[:, _COUNT] == fs.size
+        ok &= rows[:, COUNT] == fs.size
         missing = missing and fs.default is not None
     return ok | (stored == 0) if missing else ok
 
@@ -129,7 +134,7 @@ def _locate(bufs: list[Any], plan: list[tuple[Any, Any, int]], family: str, nati
             return None
     elif not native.locate(bufs, names, table, wrapped, rows.reshape(-1), spans):
         return None
-    ok = rows[:, 0, _KIND] >= 0  # laid out as writers lay records out
+    ok = rows[:, 0, KIND] >= 0  # laid out as writers lay records out
     for j, (_, fs, kind) in enumerate(plan):
         ok &= _matches(rows[:, j], fs, kind, missing)
     if ok.all():
@@ -159,11 +164,11 @@ def _values(sub: list[bytes], rows: np.ndarray, vtype: str, counts: np.ndarray,
     back: ``counts[i]`` of record ``i``."""
     total = int(counts.sum())
     if vtype == BYTES:
-        values: np.ndarray = native.values(sub, rows[:, _LIST_START].copy(),
-                                           rows[:, _LIST_END].copy(), "b", total)
+        values: np.ndarray = native.values(sub, rows[:, LIST_START].copy(),
+                                           rows[:, LIST_END].copy(), "b", total)
         return values
     out = empty((total,), NP_DTYPES[vtype])
-    starts, ends = rows[:, _START].copy(), rows[:, _END].copy()
+    starts, ends = rows[:, START].copy(), rows[:, END].copy()
     if vtype in _WIDTH:
         native.gather_spans(sub, starts, ends, out.view(np.uint8))
         return out
@@ -181,14 +186,14 @@ def _fixed(sub: list[bytes], rows: np.ndarray, fs: FixedLen, kind: int,
     """A ``FixedLen`` feature of the located records (``rows``: its column) as one array
     ``(records, *shape)`` (``into`` when given); a missing one takes the default."""
     g = len(rows)
-    present = rows[:, _KIND] == kind
+    present = rows[:, KIND] == kind
     every = bool(present.all())
     if every and fs.dtype in _VARINT and fs.size == 1:  # the value locate read
-        values = rows[:, _VALUE].astype(NP_DTYPES[fs.dtype]).reshape(g, *fs.shape)
+        values = rows[:, VALUE].astype(NP_DTYPES[fs.dtype]).reshape(g, *fs.shape)
         return values if into is None else _into(into, values)
     arr = into if into is not None else empty((g, *fs.shape), NP_DTYPES[fs.dtype])
     if every and fs.dtype in _WIDTH:  # copied straight into the output
-        native.gather_spans(sub, rows[:, _START].copy(), rows[:, _END].copy(),
+        native.gather_spans(sub, rows[:, START].copy(), rows[:, END].copy(),
                             arr.reshape(-1).view(np.uint8))
         return arr
     count = int(present.sum())
@@ -212,13 +217,13 @@ def _numeric(sub: list[Any], rows: np.ndarray, j: int, fs: FixedLen,
     """Feature ``j``'s values of the located records (into ``into`` when given)."""
     g = len(rows)
     if fs.dtype in _VARINT:
-        values = rows[:, j, _VALUE].astype(NP_DTYPES[fs.dtype]).reshape(g, *fs.shape)
+        values = rows[:, j, VALUE].astype(NP_DTYPES[fs.dtype]).reshape(g, *fs.shape)
         if into is None:
             return values
         np.copyto(into, values)
         return into
     arr = into if into is not None else np.empty((g, *fs.shape), NP_DTYPES[fs.dtype])
-    native.gather_spans(sub, rows[:, j, _START].copy(), rows[:, j, _END].copy(),
+    native.gather_spans(sub, rows[:, j, START].copy(), rows[:, j, END].copy(),
                         arr.reshape(-1).view(np.uint8), spans)
     return arr
 
@@ -258,7 +263,7 @@ def decode_located(bufs: list[bytes], spec: NormalizedSpec | None, family: str,
             into = (targets or {}).get(name) if whole else None
             out[name] = ("fixed", _fixed(sub, column, fs, kind, into, native))
             continue
-        lengths = np.where(column[:, _KIND] == kind, column[:, _COUNT], 0)
+        lengths = np.where(column[:, KIND] == kind, column[:, COUNT], 0)
         out[name] = ("ragged", _values(sub, column, fs.dtype, lengths, native), lengths)
     return (range(len(bufs)) if whole else picked.tolist()), out
 
@@ -298,7 +303,7 @@ def decode_packed(bufs: list[Any], spec: NormalizedSpec | None, family: str,
         if fs.dtype != BYTES:
             result[name] = _numeric(bufs, rows, j, fs, out.get(name), native, spans)
             continue
-        starts, ends = rows[:, j, _START].copy(), rows[:, j, _END].copy()
+        starts, ends = rows[:, j, START].copy(), rows[:, j, END].copy()
         lengths = ends - starts
         packed = buffer(name, int(lengths.sum()))
         native.gather_spans(bufs, starts, ends, packed, spans)

@@ -1,11 +1,14 @@
-"""Where the lists of named features lie in serialized Examples, and where each value of a
-bytes list lies: what a reader needs to take one value out of a record later without
-parsing the record again (the TFDS step layout, :mod:`ofindex.tfds.step_layout`).
+"""Where the lists of named features lie in serialized Examples, where each value of a
+bytes list lies, and the CRC-32C of spans of them: what a reader needs to take one value out
+of a record later without parsing the record again, and to check it by its own sum (the TFDS
+step layout, :mod:`ofindex.tfds.step_layout`).
 
-The compiled module walks a batch of records in one call each, without the GIL
-(``locate``, ``byte_spans``); the pure-Python walk here is the fallback without it and the
-twin the tests hold it to. A record laid out otherwise than TensorFlow's writers lay
-Examples out may be refused (``None``); the caller then parses it as a whole.
+The compiled module walks (``locate``, ``byte_spans``) and sums (``span_sums``) a batch of
+records in one call each, without the GIL; the records are ``bytes``, or spans of buffers
+such as memory maps (``spans``), walked where they lie. The pure-Python walk here is the
+fallback without it and the twin the tests hold it to. A record laid out otherwise than
+TensorFlow's writers lay Examples out may be refused (``None``); the caller then parses it
+as a whole.
 """
 
 from __future__ import annotations
@@ -13,30 +16,59 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import crc32c
 import numpy as np
 
+from ofindex.decode._located import (
+    COUNT,
+    END,
+    EXAMPLE_LOCATE_KINDS,
+    KIND,
+    LIST_END,
+    LIST_START,
+    SLOTS,
+    START,
+    Spans,
+)
 from ofindex.decode._plans import loops
 from ofindex.errors import DecodeError
 
-#: How an Example's list kinds store their values (the oneof field number indexes it:
-#: 1 bytes, 2 packed float32, 3 packed varints), as the compiled ``locate`` reads them.
-_EXAMPLE_KINDS = b".b4v"
-#: The columns of a row of ``locate``'s output (csrc/protowire.h: kind, count, start, end,
-#: value, list start, list end).
-_KIND, _START, _END, _LIST_START, _LIST_END, _SLOTS = 0, 2, 3, 5, 6, 7
 #: The list kind of a bytes list.
 _BYTES_LIST = 1
 
 
-def _records(records: Sequence[Any]) -> tuple[list[Any], tuple[np.ndarray, ...] | None]:
+def _records(records: Sequence[Any], spans: Spans | None
+             ) -> tuple[list[Any], tuple[np.ndarray, ...] | None]:
     """The records as the compiled calls take them: a list of bytes, or of other buffers
-    (memory maps' views) with their spans, each record a whole buffer."""
+    (memory maps' views) with their spans (``spans`` when given, else each record a whole
+    buffer)."""
     items = list(records)
+    if spans is not None:
+        return items, tuple(np.ascontiguousarray(part, dtype=np.int64) for part in spans)
     if all(type(item) is bytes for item in items):
         return items, None
     lengths = [memoryview(item).nbytes for item in items]
     return items, (np.arange(len(items), dtype=np.int64), np.zeros(len(items), np.int64),
                    np.asarray(lengths, dtype=np.int64))
+
+
+def record_views(records: Sequence[Any], spans: Spans | None) -> list[Any]:
+    """The records one buffer each (``spans``: see :func:`list_bounds`), for the
+    pure-Python walks.
+
+    Args:
+        records: The records, or with ``spans`` the buffers they lie in.
+        spans: ``(which, starts, ends)`` of the records, or ``None``.
+
+    Returns:
+        One bytes-like object per record (``memoryview`` slices of the buffers with
+        ``spans``).
+    """
+    if spans is None:
+        return list(records)
+    views = [memoryview(item).cast("B") for item in records]
+    return [views[which][start:end] for which, start, end in
+            zip(*(part.tolist() for part in spans), strict=True)]
 
 
 def _varint(buf: memoryview, pos: int) -> tuple[int, int]:
@@ -103,43 +135,66 @@ def _packed_run(record: Any, start: int, end: int) -> tuple[int, int]:
     return pos, end
 
 
-def list_bounds(records: Sequence[Any], names: Sequence[str]) -> np.ndarray | None:
+def _run_count(record: Any, kind: int, start: int, end: int) -> int:
+    """The number of values of a list found by the pure-Python walk (its values' bytes
+    [start, end): a packed run, or a bytes list's body)."""
+    if kind == _BYTES_LIST:
+        return len(_record_values(record, start, end)[0])
+    packed = np.frombuffer(memoryview(record).cast("B")[start:end], dtype=np.uint8)
+    if kind == 2:
+        if len(packed) % 4:
+            raise DecodeError("a packed float list of a part of a value")
+        return len(packed) // 4
+    if len(packed) and packed[-1] >= 0x80:
+        raise DecodeError("a packed varint list ends inside a value")
+    return int(np.count_nonzero(packed < 0x80))
+
+
+def list_bounds(records: Sequence[Any], names: Sequence[str],
+                spans: Spans | None = None) -> np.ndarray | None:
     """Where each named feature's list lies in each serialized Example.
 
     Args:
-        records: The serialized Examples (bytes-like).
+        records: The serialized Examples (bytes-like), or with ``spans`` the buffers they
+            lie in (memory maps).
         names: The feature names (ASCII, each once).
+        spans: ``(which, starts, ends)``: record ``i`` is
+            ``records[which[i]][starts[i]:ends[i]]`` (positions found are within it).
 
     Returns:
-        int64 ``(records, names, 5)``: the list kind (0: the feature is missing, 1 bytes,
-        2 float, 3 int64), the start and end of the list message's body in the record, and
-        the start and end of a numeric list's packed values (a bytes list's body again);
-        ``None`` when a record is laid out otherwise than writers lay Examples out (a
-        numeric list unpacked or in several runs, among others).
+        int64 ``(records, names, 6)``: the list kind (0: the feature is missing, 1 bytes,
+        2 float, 3 int64), the start and end of the list message's body in the record, the
+        start and end of a numeric list's packed values (a bytes list's body again), and
+        the number of values; ``None`` when a record is laid out otherwise than writers lay
+        Examples out (a numeric list unpacked or in several runs, among others).
     """
     native = loops()
-    out = np.zeros((len(records), len(names), 5), dtype=np.int64)
+    count = len(records) if spans is None else len(spans[0])
+    out = np.zeros((count, len(names), 6), dtype=np.int64)
     if native is not None:
-        rows = np.empty((len(records), len(names), _SLOTS), dtype=np.int64)
+        rows = np.empty((count, len(names), SLOTS), dtype=np.int64)
         encoded = tuple(name.encode("ascii") for name in names)
-        items, spans = _records(records)
-        native.locate(items, encoded, _EXAMPLE_KINDS, True, rows.reshape(-1), spans)
-        if len(records) and names and (rows[:, 0, _KIND] < 0).any():
+        items, held = _records(records, spans)
+        native.locate(items, encoded, EXAMPLE_LOCATE_KINDS, True, rows.reshape(-1), held)
+        if count and names and (rows[:, 0, KIND] < 0).any():
             return None
-        out[...] = rows[:, :, [_KIND, _LIST_START, _LIST_END, _START, _END]]
+        out[...] = rows[:, :, [KIND, LIST_START, LIST_END, START, END, COUNT]]
         bytes_lists = out[:, :, 0] == _BYTES_LIST
         out[:, :, 3][bytes_lists] = out[:, :, 1][bytes_lists]
         out[:, :, 4][bytes_lists] = out[:, :, 2][bytes_lists]
         return out
     wanted = set(names)
-    for i, record in enumerate(records):
+    for i, record in enumerate(record_views(records, spans)):
         try:
             found = _record_lists(record, wanted)
             for j, name in enumerate(names):
                 kind, start, end = found.get(name, (0, 0, 0))
+                if kind > 3:
+                    raise DecodeError(f"list kind {kind} is not an Example's")
                 run = (start, end) if kind in (0, _BYTES_LIST) else _packed_run(record, start,
                                                                                  end)
-                out[i, j] = (kind, start, end, *run)
+                values = _run_count(record, kind, *run) if kind else 0
+                out[i, j] = (kind, start, end, *run, values)
         except DecodeError:
             return None
     return out
@@ -164,14 +219,18 @@ def _record_values(record: Any, start: int, end: int) -> tuple[list[int], list[i
 
 
 def bytes_value_spans(records: Sequence[Any], starts: np.ndarray, ends: np.ndarray,
-                      counts: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+                      counts: np.ndarray, spans: Spans | None = None
+                      ) -> tuple[np.ndarray, np.ndarray] | None:
     """Where each value of one bytes list lies in each record.
 
     Args:
-        records: The serialized Examples (bytes-like).
+        records: The serialized Examples (bytes-like), or with ``spans`` the buffers they
+            lie in (as for :func:`list_bounds`).
         starts: Where each record's list body starts (``list_bounds``), int64.
         ends: Where it ends, int64.
         counts: How many values each record's list holds, int64.
+        spans: ``(which, starts, ends)`` of the records in ``records`` (as for
+            :func:`list_bounds`).
 
     Returns:
         ``(value starts, value lengths)``: int64, ``counts.sum()`` each, the records' values
@@ -191,15 +250,15 @@ def bytes_value_spans(records: Sequence[Any], starts: np.ndarray, ends: np.ndarr
         total = int(counts.sum())
         value_starts = np.empty(total, dtype=np.int64)
         value_lengths = np.empty(total, dtype=np.int64)
-        items, spans = _records(records)
+        items, held = _records(records, spans)
         if not native.byte_spans(items, starts, ends, counts, value_starts, value_lengths,
-                                 spans):
+                                 held):
             return None
         return value_starts, value_lengths
     all_starts: list[int] = []
     all_lengths: list[int] = []
-    for record, start, end, count in zip(records, starts.tolist(), ends.tolist(),
-                                         counts.tolist(), strict=True):
+    for record, start, end, count in zip(record_views(records, spans), starts.tolist(),
+                                         ends.tolist(), counts.tolist(), strict=True):
         if not 0 <= start <= end <= len(memoryview(record).cast("B")):
             raise ValueError(f"a list [{start}, {end}) or count {count} lies outside its "
                              "record")
@@ -212,3 +271,48 @@ def bytes_value_spans(records: Sequence[Any], starts: np.ndarray, ends: np.ndarr
         all_starts += found_starts
         all_lengths += found_lengths
     return np.asarray(all_starts, dtype=np.int64), np.asarray(all_lengths, dtype=np.int64)
+
+
+def span_sums(records: Sequence[Any], counts: np.ndarray, starts: np.ndarray,
+              ends: np.ndarray, spans: Spans | None = None) -> np.ndarray:
+    """The CRC-32C of many spans of a batch of records, in one compiled call (without the
+    GIL, three spans at a time) where the CPU has a CRC32C instruction.
+
+    Args:
+        records: The records (bytes-like), or with ``spans`` the buffers they lie in (as
+            for :func:`list_bounds`).
+        counts: How many spans lie in each record (int64): record ``i`` holds the next
+            ``counts[i]`` spans.
+        starts: Where each span starts in its record (int64, ``counts.sum()`` of them).
+        ends: Where each span ends.
+        spans: ``(which, starts, ends)`` of the records in ``records``.
+
+    Returns:
+        ``uint32``: one CRC-32C per span, in order.
+
+    Raises:
+        ValueError: A count is negative, or a span lies outside its record.
+    """
+    counts = np.ascontiguousarray(counts, dtype=np.int64)
+    starts = np.ascontiguousarray(starts, dtype=np.int64)
+    ends = np.ascontiguousarray(ends, dtype=np.int64)
+    if (counts < 0).any():  # before anything is allocated from their sum
+        raise ValueError(f"a count {int(counts.min())} of spans is negative")
+    out = np.empty(int(counts.sum()), dtype=np.uint32)
+    if len(starts) != len(out) or len(ends) != len(out):
+        raise ValueError(f"{len(starts)} starts and {len(ends)} ends for {len(out)} spans")
+    native = loops()
+    items, held = _records(records, spans)
+    if native is not None and native.span_sums(items, counts, starts, ends, out, held):
+        return out
+    first = 0
+    for i, (record, count) in enumerate(zip(record_views(records, spans), counts.tolist(),
+                                            strict=True)):
+        view = memoryview(record).cast("B")
+        for k in range(first, first + count):
+            start, end = int(starts[k]), int(ends[k])
+            if not 0 <= start <= end <= len(view):
+                raise ValueError(f"span {k} [{start}, {end}) lies outside record {i}")
+            out[k] = crc32c.crc32c(view[start:end])
+        first += count
+    return out

@@ -12,6 +12,7 @@ file). Opening reads that file: no pass over the data.
 
 from __future__ import annotations
 
+import concurrent.futures
 import io
 import os
 import posixpath
@@ -22,17 +23,32 @@ from typing import Any
 
 import numpy as np
 
+from .._threads import ProcessPool
 from ..decode import VarLen, decode_batch
+from ..decode._located import Spans
+from ..decode.lists import list_bounds
 from ..errors import DecodeError, SidecarError
 from .features import Feature, fixed_size
 from .plan import Raw, example_spec, stored_type
-from .step_layout import StepLayout
+from .step_layout import LIST_KINDS, StepLayout
 
 #: The step-count file's name (``{identity}``: the records' dataset identity).
 STEPS_FILE = "ofindex-tfds-steps-{identity}.npy"
 #: Records read per batch while counting steps (episodes are ~1-10 MB: 64 keep a batch of
 #: lists under the reader's in-flight bound).
 COUNT_BATCH = 64
+
+#: Threads that walk a batch of episodes in their memory maps while the next batch is
+#: checked (the walk's compiled calls run without the GIL): counting and laying out the
+#: steps of a DROID-like dataset (1,000 episodes, 2.9 GB) took 1.85 s of CPU when each
+#: batch was copied out and walked in the iterating thread, 1.07 s so.
+_WALKERS = ProcessPool("ofindex-steps", 2)
+
+#: What the walk of a batch gives: its step counts, and its part of the layout (``None``
+#: when a record is not laid out as TFDS writes).
+_Walked = tuple[np.ndarray, tuple[dict[str, np.ndarray],
+                                  dict[str, tuple[np.ndarray, np.ndarray]],
+                                  dict[str, np.ndarray]] | None]
 
 
 def steps_feature(root: Feature) -> Feature | None:
@@ -110,29 +126,89 @@ def build_step_counts(records: Any, steps: Feature) -> tuple[np.ndarray, StepLay
     """
     key = counting_key(steps)
     keys = StepLayout.plan(steps, example_spec(steps))
+    walked = _walk_in_maps(records, key, keys)
+    if walked is not None:
+        return _joined(keys, walked)
     counts = np.empty(len(records), dtype=np.int64)
-    parts: list[tuple[dict[str, np.ndarray], dict[str, tuple[np.ndarray, np.ndarray]],
-                      dict[str, np.ndarray]]] = []
-    done = 0
+    parts: list[_Walked] = []
+    done, walking = 0, bool(keys)
     for batch in records.iter_batches(COUNT_BATCH):
         counts[done:done + len(batch)] = batch_counts = count_steps(batch, key)
-        if keys:
-            try:
-                parts.append(StepLayout.walk(keys, batch, batch_counts))
-            except DecodeError:  # not laid out as TFDS writes: steps read from records
-                keys = []
+        layout = _walked_part(keys, batch, batch_counts, None, None) if walking else None
+        walking = layout is not None  # one batch laid out otherwise: no layout
+        parts.append((batch_counts, layout))
         done += len(batch)
-    if not keys:
+    return _joined(keys, parts)
+
+
+def _walked_part(keys: Sequence[tuple[str, str, int]], records: Sequence[Any],
+                 counts: np.ndarray, spans: Spans | None, bounds: np.ndarray | None
+                 ) -> tuple[dict[str, np.ndarray], dict[str, tuple[np.ndarray, np.ndarray]],
+                            dict[str, np.ndarray]] | None:
+    """A batch's part of the layout, or ``None`` when a record is not laid out as TFDS
+    writes (its steps are then read from whole records)."""
+    try:
+        return StepLayout.walk(keys, records, counts, spans, bounds)
+    except DecodeError:
+        return None
+
+
+def _walk_in_maps(records: Any, key: tuple[str, str, int],
+                  keys: Sequence[tuple[str, str, int]]) -> list[_Walked] | None:
+    """Count and walk the records where they lie, in their memory maps (checked in place
+    there, not copied out), a batch on a walker thread while the next one is checked;
+    ``None`` when they are not memory-mapped (or another layout asks for the careful
+    count: :func:`count_steps`)."""
+    names = [name for name, _, _ in keys]
+    if key[0] not in names or not len(records):
+        return None
+    slot, per = names.index(key[0]), key[2]
+    expected = LIST_KINDS[key[1]]
+
+    def walk(spans: Any) -> _Walked | None:
+        held = (spans.which, spans.starts, spans.ends)
+        bounds = list_bounds(spans.maps, names, held)
+        if bounds is None:
+            return None
+        kinds, values = bounds[:, slot, 0], bounds[:, slot, 5]
+        if ((kinds != expected) & (values > 0)).any() or (values % per).any():
+            return None  # the careful count words the error
+        counts = values // per
+        return counts, _walked_part(keys, spans.maps, counts, held, bounds)
+
+    pool = _WALKERS.get()
+    pending: list[Any] = []
+    try:
+        for lo in range(0, len(records), COUNT_BATCH):
+            spans = records.mapped_spans(np.arange(lo, min(lo + COUNT_BATCH, len(records))))
+            if spans is None:
+                return None
+            pending.append(pool.submit(walk, spans) if pool is not None else walk(spans))
+    finally:  # no walk still reads the maps when this returns (or raises)
+        if pool is not None:
+            concurrent.futures.wait(pending)
+    walked = [item.result() if pool is not None else item for item in pending]
+    return None if any(part is None for part in walked) else walked
+
+
+def _joined(keys: Sequence[tuple[str, str, int]], parts: Sequence[_Walked]
+            ) -> tuple[np.ndarray, StepLayout | None]:
+    """The counts and the layout of the batches' parts, in order."""
+    counts = (np.concatenate([part[0] for part in parts]).astype(np.int64) if parts
+              else np.empty(0, np.int64))
+    layouts = [part[1] for part in parts]
+    if not keys or any(layout is None for layout in layouts):
         return counts, None
+    found = [layout for layout in layouts if layout is not None]
 
     def joined(arrays: list[np.ndarray], dtype: type) -> np.ndarray:
         return np.concatenate(arrays).astype(dtype) if arrays else np.empty(0, dtype)
 
     names = [name for name, _, _ in keys]
-    starts = {name: joined([part[0][name] for part in parts], np.int64) for name in names}
-    sums = {name: joined([part[2][name] for part in parts], np.uint32) for name in names}
-    per_step = {name: (joined([part[1][name][0] for part in parts], np.int64),
-                       joined([part[1][name][1] for part in parts], np.int64))
+    starts = {name: joined([part[0][name] for part in found], np.int64) for name in names}
+    sums = {name: joined([part[2][name] for part in found], np.uint32) for name in names}
+    per_step = {name: (joined([part[1][name][0] for part in found], np.int64),
+                       joined([part[1][name][1] for part in found], np.int64))
                 for name, kind, _ in keys if kind != "float32"}
     return counts, StepLayout(keys, counts, starts, per_step, sums)
 

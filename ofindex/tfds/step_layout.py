@@ -27,14 +27,15 @@ from typing import Any
 import crc32c
 import numpy as np
 
-from ..decode.lists import bytes_value_spans, list_bounds
+from ..decode._located import Spans
+from ..decode._values import EXAMPLE_KINDS
+from ..decode.lists import bytes_value_spans, list_bounds, record_views, span_sums
 from ..errors import CorruptRecordError, DecodeError
-from ..index.scan import span_crcs
 from .features import Feature, fixed_size
 from .plan import stored_type
 
-#: The list kind (the Feature oneof's field number) each laid-out numeric type is stored in.
-_LIST_KINDS = {"float32": 2, "int64": 3}
+#: The list kind (the Feature oneof's field number) each laid-out type is stored in.
+LIST_KINDS = {value_type: kind for kind, value_type in EXAMPLE_KINDS.items()}
 #: The file the layout is kept in, beside the step counts.
 LAYOUT_FILE = "ofindex-tfds-layout-{identity}.npz"
 
@@ -100,17 +101,27 @@ class StepLayout:
 
     @classmethod
     def walk(cls, keys: Sequence[tuple[str, str, int]], records: Sequence[Any],
-             counts: np.ndarray) -> tuple[dict[str, np.ndarray],
-                                          dict[str, tuple[np.ndarray, np.ndarray]],
-                                          dict[str, np.ndarray]]:
+             counts: np.ndarray, spans: Spans | None = None,
+             bounds: np.ndarray | None = None
+             ) -> tuple[dict[str, np.ndarray], dict[str, tuple[np.ndarray, np.ndarray]],
+                        dict[str, np.ndarray]]:
         """Walk a batch of records: their starts and per-step positions (see the class),
         as arrays to be concatenated over the batches in order.
 
         The lists are found and a bytes list's values walked by :mod:`ofindex.decode.lists`
-        (compiled: one call a batch), each step's bytes summed by
-        :func:`ofindex.index.scan.span_crcs` (one call a record and feature): the first open
-        of a DROID-like dataset (1,000 episodes, 200k steps, 2.9 GB) spent 9.0 s here when
-        its records were walked one value at a time in Python, 3.5 s with these calls.
+        and each feature's steps summed by :func:`ofindex.decode.lists.span_sums`, one
+        compiled call a batch each (without the GIL): the first open of a DROID-like
+        dataset (1,000 episodes, 200k steps, 2.9 GB) spent 9.0 s here when its records
+        were walked one value at a time in Python, 3.5 s with a call per record.
+
+        Args:
+            keys: The features laid out (:meth:`plan`).
+            records: The serialized episodes, or with ``spans`` the buffers (memory maps)
+                they lie in.
+            counts: Each record's step count.
+            spans: ``(which, starts, ends)``: record ``i`` is
+                ``records[which[i]][starts[i]:ends[i]]``.
+            bounds: ``list_bounds(records, keys' names, spans)`` when already found.
 
         Raises:
             DecodeError: A record is not laid out as TFDS writes it (the layout is then
@@ -119,21 +130,22 @@ class StepLayout:
         starts: dict[str, np.ndarray] = {}
         steps: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         sums: dict[str, np.ndarray] = {}
-        bounds = list_bounds(records, [k for k, _, _ in keys])
+        if bounds is None:
+            bounds = list_bounds(records, [k for k, _, _ in keys], spans)
         if bounds is None:
             raise DecodeError("an episode is not laid out as TensorFlow writes Examples")
         for j, (key, kind, per) in enumerate(keys):
             fields, values = bounds[:, j, 0], counts * per
-            expected = 1 if kind == "bytes" else _LIST_KINDS[kind]
-            if ((values > 0) & (fields != expected)).any():
+            if ((values > 0) & (fields != LIST_KINDS[kind])).any():
                 raise DecodeError(f"{key}: not a {kind} list")
             if kind == "bytes":
-                spans = bytes_value_spans(records, bounds[:, j, 1], bounds[:, j, 2], values)
-                if spans is None:
+                found = bytes_value_spans(records, bounds[:, j, 1], bounds[:, j, 2], values,
+                                          spans)
+                if found is None:
                     raise DecodeError(f"{key}: not one bytes value per step")
-                starts[key] = np.zeros(len(records), dtype=np.int64)
-                steps[key] = spans
-                sums[key] = _sums(records, values, spans[0], spans[0] + spans[1])
+                starts[key] = np.zeros(len(counts), dtype=np.int64)
+                steps[key] = found
+                sums[key] = span_sums(records, values, found[0], found[0] + found[1], spans)
                 continue
             starts[key] = begins = bounds[:, j, 3].copy()
             if kind == "float32":
@@ -143,10 +155,12 @@ class StepLayout:
                     raise DecodeError(f"{key}: {int(sizes[bad])} bytes for "
                                       f"{int(counts[bad])} steps")
                 firsts = np.repeat(begins, counts) + _within(counts) * (4 * per)
-                sums[key] = _sums(records, counts, firsts, firsts + 4 * per)
+                sums[key] = span_sums(records, counts, firsts, firsts + 4 * per, spans)
                 continue
-            steps[key] = _varint_steps(key, records, begins, bounds[:, j, 4], counts, per)
-            sums[key] = _sums(records, counts, steps[key][0], steps[key][0] + steps[key][1])
+            steps[key] = _varint_steps(key, record_views(records, spans), begins,
+                                       bounds[:, j, 4], counts, per)
+            sums[key] = span_sums(records, counts, steps[key][0],
+                                  steps[key][0] + steps[key][1], spans)
         return starts, steps, sums
 
     def save(self) -> dict[str, np.ndarray]:
@@ -242,18 +256,6 @@ def _within(counts: np.ndarray) -> np.ndarray:
     firsts = np.repeat(np.cumsum(counts) - counts, counts)
     within: np.ndarray = np.arange(total, dtype=np.int64) - firsts
     return within
-
-
-def _sums(records: Sequence[Any], counts: np.ndarray, starts: np.ndarray,
-          ends: np.ndarray) -> np.ndarray:
-    """The CRC-32C of each span (``counts[i]`` of them in record ``i``, back to back)."""
-    out = np.empty(len(starts), dtype=np.uint32)
-    cuts = np.concatenate([[0], np.cumsum(counts)]).tolist()
-    for i, record in enumerate(records):
-        lo, hi = cuts[i], cuts[i + 1]
-        if hi > lo:
-            out[lo:hi] = span_crcs(record, starts[lo:hi], ends[lo:hi])
-    return out
 
 
 def _varint_steps(key: str, records: Sequence[Any], begins: np.ndarray, ends: np.ndarray,

@@ -4,13 +4,20 @@ protobuf's own parse of the same records, on the compiled walk and the pure-Pyth
 
 from __future__ import annotations
 
+import ast
+import os
+
+import crc32c
 import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ofindex.decode.lists import bytes_value_spans, list_bounds
+from ofindex import _accel
+from ofindex.decode import _located, lists
+from ofindex.decode.lists import bytes_value_spans, list_bounds, span_sums
 from ofindex.proto import example_pb2
+from tests.kit import paths
 from tests.kit.helpers import implementation
 
 
@@ -58,16 +65,17 @@ def test_the_bounds_found_hold_what_protobuf_parses(which, contents):
 def _check_bounds(records: list[bytes], contents: list[dict]) -> None:
     names = ["image", "state", "action", "missing"]
     bounds = list_bounds(records, names)
-    assert bounds is not None and bounds.shape == (len(records), len(names), 5)
+    assert bounds is not None and bounds.shape == (len(records), len(names), 6)
     for record, features, rows in zip(records, contents, bounds, strict=True):
         parsed = example_pb2.Example.FromString(record).features.feature
-        for name, (kind, start, end, run_start, run_end) in zip(names, rows.tolist(),
-                                                                strict=True):
+        for name, (kind, start, end, run_start, run_end, count) in zip(names, rows.tolist(),
+                                                                       strict=True):
             if name not in features:
-                assert kind == 0
+                assert kind == count == 0
                 continue
             which = parsed[name].WhichOneof("kind")
             assert kind == {"bytes_list": 1, "float_list": 2, "int64_list": 3}[which]
+            assert count == len(getattr(parsed[name], which).value)
             run = record[run_start:run_end]
             if which == "float_list":
                 assert run == np.asarray(parsed[name].float_list.value, "<f4").tobytes()
@@ -160,3 +168,107 @@ def test_records_in_other_buffers_are_walked_too(impl):
     for got, want in zip(bytes_value_spans(views, *args), bytes_value_spans(records, *args),
                          strict=True):
         np.testing.assert_array_equal(got, want)
+
+
+def _in_one_buffer(records: list[bytes]) -> tuple[list[memoryview], tuple[np.ndarray, ...]]:
+    """The records back to back in two buffers (as in memory maps), with gaps between them,
+    and their spans ``(which, starts, ends)``."""
+    bufs = [bytearray(b"\xff" * 3), bytearray(b"\xee")]
+    which, starts, ends = [], [], []
+    for k, record in enumerate(records):
+        buf = bufs[k % 2]
+        which.append(k % 2)
+        starts.append(len(buf))
+        buf += record
+        ends.append(len(buf))
+        buf += b"\x00" * 5
+    return ([memoryview(buf) for buf in bufs],
+            tuple(np.asarray(part, np.int64) for part in (which, starts, ends)))
+
+
+def test_records_lying_in_buffers_with_spans_are_walked_in_place(impl):
+    """Records given as spans of shared buffers (memory maps): the same answers as for the
+    records themselves, positions within each record."""
+    rng = np.random.default_rng(5)
+    records = [_example({"image": [rng.bytes(int(n)) for n in rng.integers(0, 99, 3)],
+                         "state": [1.5, 2.5]}) for _ in range(5)]
+    bufs, spans = _in_one_buffer(records)
+    names = ["state", "image"]
+    bounds = list_bounds(records, names)
+    assert bounds is not None
+    np.testing.assert_array_equal(list_bounds(bufs, names, spans), bounds)
+    args = bounds[:, 1, 1], bounds[:, 1, 2], np.full(5, 3, np.int64)
+    for got, want in zip(bytes_value_spans(bufs, *args, spans=spans),
+                         bytes_value_spans(records, *args), strict=True):
+        np.testing.assert_array_equal(got, want)
+
+
+def _spans_of(records: list[bytes], counts: list[int], seed: int
+              ) -> tuple[np.ndarray, np.ndarray, list[int]]:
+    """``counts[i]`` random spans of each record: their starts, ends (within the record)
+    and the crc32c package's CRC of each."""
+    rng = np.random.default_rng(seed)
+    starts, ends, want = [], [], []
+    for record, count in zip(records, counts, strict=True):
+        for start, end in np.sort(rng.integers(0, len(record) + 1, (count, 2)), axis=1):
+            starts.append(int(start))
+            ends.append(int(end))
+            want.append(crc32c.crc32c(record[start:end]))
+    return np.asarray(starts, np.int64), np.asarray(ends, np.int64), want
+
+
+@pytest.mark.parametrize("hw", [True, False])
+def test_span_sums_are_each_spans_crc32c_in_one_call(impl, hw):
+    """One call sums every span of a batch (records as bytes, or lying in buffers with
+    spans), each against the crc32c package's CRC of the same bytes (three spans at a time
+    and the rest one by one on the compiled path; with the CPU's CRC instruction off, the
+    package sums them)."""
+    native = _accel.native
+    was = native.hw_crc() if native is not None else False
+    if native is not None:
+        native.hw_crc(hw)
+    try:
+        rng = np.random.default_rng(11)
+        records = [rng.bytes(int(n)) for n in (0, 40, 9000, 7, 300, 1)]
+        counts = [0, 4, 7, 1, 2, 3]
+        starts, ends, want = _spans_of(records, counts, 12)
+        got = span_sums(records, np.asarray(counts), starts, ends)
+        assert got.dtype == np.uint32 and got.tolist() == want
+        bufs, spans = _in_one_buffer(records)
+        assert span_sums(bufs, np.asarray(counts), starts, ends, spans).tolist() == want
+        assert span_sums([], np.zeros(0, np.int64), starts[:0], ends[:0]).tolist() == []
+    finally:
+        if native is not None:
+            native.hw_crc(was)
+
+
+def test_span_sums_refuse_spans_outside_their_record(impl):
+    record = b"0123456789"
+    one = np.array([1], np.int64)
+    for start, end in ((0, 11), (-1, 2), (5, 4)):
+        with pytest.raises(ValueError, match="outside"):
+            span_sums([record], one, np.array([start]), np.array([end]))
+    with pytest.raises(ValueError, match="negative"):
+        span_sums([record], np.array([-1]), np.zeros(0, np.int64), np.zeros(0, np.int64))
+    with pytest.raises(ValueError, match="spans"):  # more spans than the counts say
+        span_sums([record], one, np.array([0, 1]), np.array([1, 2]))
+
+
+def test_the_lists_walk_shares_locates_tables_instead_of_copying_them():
+    """ofindex.decode.lists reads ``locate``'s output with the one definition of its row's
+    columns and of an Example's list kinds, in ofindex.decode._located: a copy of them
+    could drift from the compiled module's layout unnoticed."""
+    source = os.path.join(paths.PACKAGE, "decode", "lists.py")
+    with open(source, encoding="utf-8") as f:
+        tree = ast.parse(f.read())
+    assigned = {target.id for node in ast.walk(tree) if isinstance(node, ast.Assign)
+                for target in ast.walk(node) if isinstance(target, ast.Name)
+                and isinstance(target.ctx, ast.Store)}
+    copies = {name for name in assigned
+              if name.lstrip("_") in {"KIND", "COUNT", "START", "END", "VALUE", "LIST_START",
+                                      "LIST_END", "SLOTS", "EXAMPLE_KINDS"}}
+    assert not copies, f"lists.py defines {sorted(copies)} again"
+    literals = {node.value for node in ast.walk(tree) if isinstance(node, ast.Constant)}
+    assert _located.EXAMPLE_LOCATE_KINDS not in literals
+    assert lists.EXAMPLE_LOCATE_KINDS is _located.EXAMPLE_LOCATE_KINDS
+    assert _located._FAMILIES["example"][0] is _located.EXAMPLE_LOCATE_KINDS

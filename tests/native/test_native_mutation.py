@@ -205,6 +205,18 @@ print("ok")
 """, hooked)
 
 
+def test_span_sums_buffers_emptied_by_a_buffer_export(hooked):
+    _run(_SPANS_SETUP + """
+import crc32c
+out = np.zeros(3, np.uint32)
+assert native.span_sums(bufs, np.array([2, 1], np.int64), np.array([1, 0, 3], np.int64),
+                        np.array([len(first), 4, len(second) - 2], np.int64), out, spans)
+assert out.tolist() == [crc32c.crc32c(first[1:]), crc32c.crc32c(first[:4]),
+                        crc32c.crc32c(second[3:-2])]
+print("ok")
+""", hooked)
+
+
 def test_encode_lists_changed_by_a_collection_after_the_rows_are_sized(hooked):
     # the rows were sized, then held through new lists whose allocation started a
     # collection: its callback emptied a column, whose rows were read past its end

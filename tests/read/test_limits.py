@@ -380,6 +380,9 @@ calls = {
                                             np.zeros(n, np.int64), np.empty(0, np.int64),
                                             np.empty(0, np.int64),
                                             (which, starts + 12, ends - 4)),
+    "span_sums": lambda: native.span_sums([buf], np.ones(n, np.int64), np.zeros(n, np.int64),
+                                          payloads, np.empty(n, np.uint32),
+                                          (which, starts + 12, ends - 4)),
 }
 for name, call in calls.items():  # all read fine first
     call()

@@ -317,3 +317,48 @@ def test_the_compiled_and_pure_walks_lay_the_steps_out_alike(tfds_dirs, tmp_path
     assert layouts["compiled"].keys() == layouts["pure"].keys()
     for name, array in layouts["compiled"].items():
         np.testing.assert_array_equal(array, layouts["pure"][name], err_msg=name)
+
+
+def test_the_first_open_walks_the_episodes_where_they_lie_in_their_maps(tfds_dirs, tmp_path,
+                                                                        monkeypatch):
+    """The first open counts and lays out the steps in the memory-mapped records, checked
+    in place (not copied out batch by batch): the same counts and layout as the copying
+    walk the dataset takes without maps (``mmap=False``)."""
+    path = tfds_dirs["rlds_plain"]
+    with ofindex.open_tfds(path, split="train", index_dir=str(tmp_path / "copied"),
+                           mmap=False) as ds:
+        assert ds.step_layout is not None
+        copied, counts = ds.step_layout.save(), ds.step_counts.copy()
+
+    def copied_out(*args, **kwargs):
+        raise AssertionError("the episodes were copied out to be walked")
+
+    monkeypatch.setattr(ofindex.Dataset, "iter_batches", copied_out)
+    with ofindex.open_tfds(path, split="train", index_dir=str(tmp_path / "mapped")) as ds:
+        assert ds.step_layout is not None
+        mapped = ds.step_layout.save()
+        assert ds.step_counts.tolist() == counts.tolist()
+    assert mapped.keys() == copied.keys()
+    for name, array in mapped.items():
+        np.testing.assert_array_equal(array, copied[name], err_msg=name)
+
+
+@pytest.mark.parametrize("mmap", [True, False])
+def test_a_damaged_episode_fails_the_first_open_naming_its_record(tfds_dirs, tmp_path, mmap):
+    """A flipped byte inside an episode's image, found by the record's CRC while the first
+    open walks the episodes (in their maps, or copied out): CorruptRecordError naming the
+    file and the record, and nothing stored as the steps' counts or layout."""
+    import shutil
+
+    copy = tmp_path / "rlds_plain" / "1.0.0"
+    shutil.copytree(tfds_dirs["rlds_plain"], copy)
+    shard = sorted(glob.glob(str(copy / "*train.tfrecord*")))[0]
+    with open(shard, "rb") as f:
+        data = bytearray(f.read())
+    data[len(data) // 2] ^= 0xFF  # inside a payload: the records are images, mostly
+    with open(shard, "wb") as f:
+        f.write(bytes(data))
+    index_dir = str(tmp_path / "index")
+    with pytest.raises(ofindex.CorruptRecordError, match=r"record \d+"):
+        ofindex.open_tfds(str(copy), split="train", index_dir=index_dir, mmap=mmap)
+    assert not glob.glob(os.path.join(index_dir, "**", "ofindex-tfds-*"), recursive=True)
