@@ -244,21 +244,12 @@ def _decode_keys(raw: bytes | memoryview, count: int, vtype: ValueType, url: str
     return page_codec.from_planes(raw, count, vtype.dtype)
 
 
-#: A leaf page as stored: its bytes, compression and raw size (inflated again if its keys are
-#: searched after all).
-_StoredPage = tuple[bytes, int, int]
-
-
 class _Leaf:
-    """A decoded leaf: its records, and its keys decoded when first searched (a leaf whose
-    keys all lie within a query's bounds, known from the node above, gives its records
-    without them: ``where(label=3)`` over 10 M records reads 209 such leaves; such a leaf
-    holds its page as stored, a few kB, and inflates it again if its keys are searched).
+    """A decoded leaf: its records, and its keys decoded when first searched.
 
     Args:
         records: Its records (global numbers).
-        raw_keys: Its keys' bytes (bytes keys unpacked, their lengths checked), or its page
-            as stored.
+        raw_keys: Its keys' bytes (bytes keys unpacked, their lengths checked).
         vtype: Their type.
         url: The key index, for messages.
         where: The page, for messages.
@@ -266,7 +257,7 @@ class _Leaf:
 
     __slots__ = ("_keys", "_raw_keys", "_vtype", "_where", "records")
 
-    def __init__(self, records: np.ndarray, raw_keys: memoryview | PackedBytes | _StoredPage,
+    def __init__(self, records: np.ndarray, raw_keys: memoryview | PackedBytes,
                  vtype: ValueType, url: str, where: str) -> None:
         self.records = records
         self._raw_keys, self._vtype, self._where = raw_keys, vtype, (url, where)
@@ -282,15 +273,8 @@ class _Leaf:
         if self._keys is None:
             url, where = self._where
             raw = self._raw_keys
-            count = len(self.records)
-            if isinstance(raw, tuple):  # the page, checked when first read: keys before records
-                stored, compression, size = raw
-                page = page_codec.inflate_exact(stored, compression, size, f"{url}: {where}")
-                raw = memoryview(page)[:len(page) - 8 * count]
-                if self._vtype is ValueType.BYTES:
-                    raw = page_codec.unpack_bytes_values(raw, count, f"{url}: {where}")
             keys = SortedKeys(raw if isinstance(raw, PackedBytes) else
-                              _decode_keys(raw, count, self._vtype, url, where))
+                              _decode_keys(raw, len(self.records), self._vtype, url, where))
             if not keys.ascending():
                 raise _corrupt(url, f"{where}'s keys are not in ascending order")
             self._keys, self._raw_keys = keys, memoryview(b"")
@@ -436,66 +420,39 @@ class KeyIndex:
             raise _corrupt(self.url, f"{where} holds {keys_end} bytes of keys for {count}")
         return view[keys_end:], view[:keys_end]
 
-    def _leaves(self, pages: list[tuple[np.void, bytes, str]], bare: set[int]) -> list[_Leaf]:
-        """Decoded leaves from their pointers and stored bytes: the records of leaves of one
-        entry count (all but a dataset's last leaf) decoded together, a numpy step for a
-        chunk of them (per leaf, the planes' interleave, sums and checks cost ~30 us of
-        calls: 6 ms of the 35 ms of ``where(label=3)`` over 10 M records, 209 leaves). Each
-        page is inflated in turn and, for a leaf in ``bare`` (its keys not searched), let go
-        of at once: the allocator hands the next page the same memory (the 13.7 MB of those
-        209 leaves held at once cost ~10 ms of page faults)."""
-        held: list[memoryview | PackedBytes | _StoredPage] = []
-        records: list[np.ndarray] = []
-        for count, members in _by_count(pages).items():
-            # a chunk's records are one array the leaves' hold rows of: chunks of at most
-            # KEPT_LEAVES keep what the kept leaves hold alive within twice their own size
-            for start in range(0, len(members), self.KEPT_LEAVES):
-                chunk = members[start:start + self.KEPT_LEAVES]
-                joined: np.ndarray | None = None
-                for row, leaf in enumerate(chunk):
-                    pointer, data, where = pages[leaf]
-                    planes, keys = self._leaf_parts(self._inflated(pointer, data, where),
-                                                    count, where)
-                    if joined is None:  # its size known real: the first page holds it
-                        joined = np.empty((len(chunk), 8 * count), dtype=np.uint8)
-                    joined[row] = np.frombuffer(planes, dtype=np.uint8)
-                    held.append((bytes(data), int(pointer["compression"]), int(pointer["raw"]))
-                                if int(pointer["offset"]) in bare else keys)  # (not a view)
-                    del planes, keys
-                assert joined is not None
-                records.extend(self._records(joined, count, [pages[m][2] for m in chunk]))
-        order = [leaf for members in _by_count(pages).values() for leaf in members]
-        out: list[_Leaf | None] = [None] * len(pages)
-        for leaf, leaf_records, raw_keys in zip(order, records, held, strict=True):
-            out[leaf] = _Leaf(leaf_records, raw_keys, self.header.vtype, self.url,
-                              pages[leaf][2])
-        return [leaf for leaf in out if leaf is not None]
-
-    def _records(self, joined: np.ndarray, count: int, wheres: list[str]) -> np.ndarray:
-        """The records of leaves of ``count`` entries from their byte planes of deltas (a
-        row of ``8 * count`` bytes a leaf): one row a leaf.
+    def _leaf_page(self, pointer: np.void, data: bytes, where: str
+                   ) -> tuple[bytes, int, memoryview | PackedBytes]:
+        """A leaf's raw page, entry count and keys (see :meth:`_leaf_parts`), from its pointer
+        and stored bytes.
 
         Raises:
-            SidecarError: A leaf names a record outside the dataset.
+            SidecarError: The page is damaged.
         """
-        leaves = len(joined)
-        planes = joined.reshape(leaves, 8, count)
-        # a plane at a time into its byte of every delta (as page_codec.from_planes), planes
-        # of zeros skipped (small deltas: 5 of 8 for where(label=3)'s leaves), then summed in
-        # place: 2.5-2.9 ms for 209 leaves where a copy of every plane and a new sum took 3.5-6
-        interleaved = np.zeros((leaves, count, 8), dtype=np.uint8)
-        for byte in range(8):
-            plane = planes[:, byte, :]
-            if plane.any():
-                interleaved[:, :, byte] = plane
-        records = interleaved.view("<i8").reshape(leaves, count)
-        np.cumsum(records, axis=1, out=records)
-        if count:
-            bad = (records.min(axis=1) < 0) | (records.max(axis=1) >= self.header.records)
-            if bad.any():
-                where = wheres[int(np.argmax(bad))]
-                raise _corrupt(self.url, f"{where} names a record outside the dataset")
-        return records
+        count = int(pointer["entries"])
+        raw = self._inflated(pointer, data, where)
+        _, keys = self._leaf_parts(raw, count, where)
+        return raw, count, keys
+
+    def _records_into(self, raw: bytes, count: int, out: np.ndarray, at: int,
+                      where: str) -> None:
+        """A leaf's records (its raw page's last ``8 * count`` bytes) into
+        ``out[at:at + count]``.
+
+        Raises:
+            SidecarError: The leaf names a record outside the dataset.
+        """
+        if not page_codec.deltas_into(raw, count, out, at, self.header.records):
+            raise _corrupt(self.url, f"{where} names a record outside the dataset")
+
+    def _leaves(self, pages: list[tuple[np.void, bytes, str]]) -> list[_Leaf]:
+        """Decoded leaves from their pointers and stored bytes, each inflated in turn."""
+        out = []
+        for pointer, data, where in pages:
+            raw, count, keys = self._leaf_page(pointer, data, where)
+            records = np.empty(count, dtype=np.int64)
+            self._records_into(raw, count, records, 0, where)
+            out.append(_Leaf(records, keys, self.header.vtype, self.url, where))
+        return out
 
     # -- lookups ----------------------------------------------------------------------------
     def search(self, bounds: Sequence[Bounds]) -> list[np.ndarray]:
@@ -511,7 +468,7 @@ class KeyIndex:
         Raises:
             SidecarError: A page read is damaged.
         """
-        found: list[list[np.ndarray]] = [[] for _ in bounds]
+        found: list[list[_Run]] = [[] for _ in bounds]
         frontier = [(k, self.root) for k in range(len(bounds))]
         for level in range(self.header.levels, 0, -1):
             wanted: dict[int, np.void] = {}
@@ -528,17 +485,42 @@ class KeyIndex:
                 frontier = [(k, pages[offset]) for k, offset, _ in visits]
                 continue
             searched = {offset for _, offset, within in visits if not within}
-            pages = self._pages(level, wanted, set(wanted) - searched)
+            streamed = frozenset(offset for offset in wanted
+                                 if offset not in searched and offset not in self.leaves)
+            pages = self._pages(level, wanted, streamed)
             for k, offset, within in visits:
-                leaf = pages[offset]
+                page = pages[offset]
                 if within:
-                    found[k].append(leaf.records)
+                    found[k].append(page if offset in streamed else page.records)
                     continue
-                start, end = _span(leaf.keys, bounds[k])
+                start, end = _span(page.keys, bounds[k])
                 if end > start:
-                    found[k].append(leaf.records[start:end])
-        return [_ascending_records(parts, bound) for parts, bound in zip(found, bounds,
-                                                                         strict=True)]
+                    found[k].append(page.records[start:end])
+        return [self._answer(runs, bound) for runs, bound in zip(found, bounds, strict=True)]
+
+    def _answer(self, runs: list[_Run], bounds: Bounds) -> np.ndarray:
+        """A query's records, ascending, from its runs in the leaves: one value's runs are
+        its answer as they are (entries of equal keys are in ascending order of record, leaf
+        after leaf), a range's are sorted. Runs held are copied in; a leaf taken whole and
+        not held is inflated and its records decoded straight into the answer, then let go
+        of (neither its keys nor its records kept: ``where(label=3)`` over 10 M records
+        takes 209 such leaves, 13.7 MB inflated, 6.8 MB of records)."""
+        sizes = [len(run) if isinstance(run, np.ndarray) else int(run[0]["entries"])
+                 for run in runs]
+        out = np.empty(sum(sizes), dtype=np.int64)
+        at = 0
+        for run, size in zip(runs, sizes, strict=True):
+            if isinstance(run, np.ndarray):
+                out[at:at + size] = run
+            else:
+                pointer, data, where = run
+                raw, count, _ = self._leaf_page(pointer, data, where)
+                self._records_into(raw, count, out, at, where)
+            at += size
+        low, high, included = bounds
+        if not (included and low is not None and low == high):
+            out.sort()
+        return out
 
     def find_one(self, key: Any) -> np.ndarray:
         """The records whose key equals ``key``: :meth:`search` of one value, without its
@@ -662,11 +644,12 @@ class KeyIndex:
                 found[k] = records
         return [records if records is not _NONE else _NONE.copy() for records in found]
 
-    def _pages(self, level: int, wanted: dict[int, np.void], bare: set[int] | None = None
-               ) -> dict[int, Any]:
+    def _pages(self, level: int, wanted: dict[int, np.void],
+               streamed: frozenset[int] = frozenset()) -> dict[int, Any]:
         """The decoded pages at ``wanted`` (nodes at ``level`` > 1, else leaves): kept ones,
-        and the others read in one call; the leaves at ``bare`` are not to be searched (see
-        :meth:`_leaves`)."""
+        and the others read in one call; the leaves at ``streamed`` (none kept) are given
+        as read, ``(pointer, stored bytes, where)``, neither decoded nor kept (see
+        :meth:`search`)."""
         kept: dict[int, Any] = self.nodes if level > 1 else self.leaves
         out = {offset: kept[offset] for offset in wanted if offset in kept}
         missing = [(level, p) for offset, p in wanted.items() if offset not in kept]
@@ -683,10 +666,11 @@ class KeyIndex:
                 if int(node.pointers["entries"].sum()) != count:
                     raise _corrupt(self.url, f"the entries under its {where} do not add up")
                 out[offset] = self.nodes[offset] = node
-                continue
-            leaf_pages.append((pointer, data, where))
-        for (pointer, _, _), leaf in zip(leaf_pages, self._leaves(leaf_pages, bare or set()),
-                                         strict=True):
+            elif offset in streamed:
+                out[offset] = (pointer, data, where)
+            else:
+                leaf_pages.append((pointer, data, where))
+        for (pointer, _, _), leaf in zip(leaf_pages, self._leaves(leaf_pages), strict=True):
             offset = int(pointer["offset"])
             out[offset] = leaf
             if len(self.leaves) >= self.KEPT_LEAVES:
@@ -697,14 +681,6 @@ class KeyIndex:
                     slots[child] = None
             self.leaves[offset] = leaf
         return out
-
-
-def _by_count(pages: list[tuple[np.void, bytes, str]]) -> dict[int, list[int]]:
-    """The leaves (their places in ``pages``) grouped by their entry count."""
-    groups: dict[int, list[int]] = {}
-    for leaf, (pointer, _, _) in enumerate(pages):
-        groups.setdefault(int(pointer["entries"]), []).append(leaf)
-    return groups
 
 
 def _equal_records(leaf: _Leaf, key: Any) -> np.ndarray:
@@ -814,19 +790,9 @@ _NONE = np.zeros(0, dtype=np.int64)
 
 #: A query's bounds: ``(low, high, high_included)``, ``None`` for an open end.
 Bounds = tuple[Any, Any, bool]
-
-
-def _ascending_records(parts: list[np.ndarray], bounds: Bounds) -> np.ndarray:
-    """A query's records, ascending: the leaves' runs as they are for one value (entries of
-    equal keys are in ascending order of record, leaf after leaf), sorted for a range."""
-    if not parts:
-        return np.zeros(0, dtype=np.int64)
-    low, high, included = bounds
-    joined = np.concatenate(parts) if len(parts) > 1 else parts[0].copy()
-    if included and low is not None and low == high:
-        return joined
-    joined.sort()
-    return joined
+#: A query's run of records in a leaf: an array (of a leaf held), or a leaf taken whole as it
+#: was read, ``(pointer, stored bytes, where)``.
+_Run = np.ndarray | tuple[np.void, bytes, str]
 
 
 def _child_range(firsts: SortedKeys, bounds: Bounds) -> tuple[int, int]:

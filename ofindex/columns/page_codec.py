@@ -13,11 +13,13 @@ sidecar" and "Key index"): byte planes, deflated pages, validity bitmaps and byt
 
 from __future__ import annotations
 
+import sys
 import zlib
 from typing import Any
 
 import numpy as np
 
+from ..decode._plans import loops
 from ..deflate import fast_inflate
 from ..errors import SidecarError
 from .packed import PackedBytes
@@ -50,6 +52,50 @@ def from_planes(raw: bytes | memoryview, count: int, dtype: np.dtype[Any]) -> np
         interleaved[:, byte] = planes[byte]
     values: np.ndarray = interleaved.view(dtype.newbyteorder("<"))
     return values.reshape(count)
+
+
+def deltas_into(raw: bytes | memoryview, count: int, out: np.ndarray, at: int,
+                limit: int) -> bool:
+    """The ``count`` int64 deltas whose byte planes end ``raw``, summed (from 0, wrapping as
+    int64 sums do) into ``out[at:at + count]``: a key index leaf's records (compiled:
+    csrc/keyrecords.c's ``key_records``, ~3 us a leaf of 4,096 records where numpy's copies
+    and sums took ~25 us).
+
+    Args:
+        raw: The page; its last ``8 * count`` bytes are the planes.
+        count: The deltas.
+        out: A writable int64 array.
+        at: Where in ``out`` the sums go.
+        limit: The records' bound.
+
+    Returns:
+        Whether every sum is in ``[0, limit)``.
+    """
+    native = loops()
+    if native is not None:
+        inside: bool = native.key_records(raw, count, out, at, limit)
+        return inside
+    return _deltas_into(raw, count, out, at, limit)
+
+
+#: The byte of an int64 in memory that holds its bits ``8 * b`` and up, for ``b`` in 0..7.
+_BYTE_AT = list(range(8)) if sys.byteorder == "little" else list(range(7, -1, -1))
+
+
+def _deltas_into(raw: bytes | memoryview, count: int, out: np.ndarray, at: int,
+                 limit: int) -> bool:
+    """:func:`deltas_into` with numpy (the compiled call's pure-Python twin)."""
+    planes = np.frombuffer(raw, dtype=np.uint8, count=8 * count,
+                           offset=len(raw) - 8 * count).reshape(8, count)
+    sums = out[at:at + count]
+    interleaved = sums.view(np.uint8).reshape(count, 8)
+    interleaved[:] = 0
+    for byte in range(8):  # planes of zeros skipped (small deltas: most of them)
+        plane = planes[byte]
+        if plane.any():
+            interleaved[:, _BYTE_AT[byte]] = plane
+    np.cumsum(sums, out=sums)
+    return not count or (int(sums.min()) >= 0 and int(sums.max()) < limit)
 
 
 def deflate(raw: bytes) -> tuple[bytes, int]:

@@ -1303,12 +1303,49 @@ def fuzz_keysearch(rng: random.Random) -> None:
         assert isinstance(got, (*CLEAN, int, np.ndarray)), got
 
 
+def fuzz_keyrecords(rng: random.Random) -> None:
+    """``key_records``: a leaf page's record deltas summed into ``out[at:at + count]`` as
+    Python's wrapping int64 sums give them, nothing else of ``out`` written, the bound
+    checked; clean errors for counts, places and limits that are negative, wrap or do not
+    fit the page or ``out``."""
+    count = rng.randint(0, 40)
+    pool = [0, 1, 255, 256, 1 << 40, (1 << 63) - 1, -1, -(1 << 63)]
+    deltas = [rng.choice(pool) if rng.random() < 0.3 else rng.randrange(1000)
+              for _ in range(count)]
+    page = bytes(rng.randrange(256) for _ in range(rng.randint(0, 9))) + \
+        np.array(deltas, dtype=np.int64).T.view(np.uint8).reshape(-1, 8).T.tobytes()
+    at, after = rng.randint(0, 4), rng.randint(0, 3)
+    limit = rng.choice([0, 1, 1000, 1 << 62])
+    bad = rng.random() < 0.2
+    use_count = rng.choice([-1, count + 1, 2**62, 2**63 - 1]) if bad else count
+    use_at = rng.choice([-1, at + after + 1, 2**62]) if bad and rng.random() < 0.5 else at
+    use_limit = rng.choice([-1, -(2**63)]) if bad and rng.random() < 0.3 else limit
+    out = np.full(at + count + after, -7, dtype=np.int64)
+    got = call(native.key_records, page, use_count, out, use_at, use_limit)
+    if isinstance(got, BaseException):
+        assert (out == -7).all(), out
+        STATS["keyrecords"]["refused"] += 1
+        return
+    if (use_count, use_at, use_limit) != (count, at, limit):  # another reading that fits
+        STATS["keyrecords"]["other"] += 1
+        return
+    total, want = 0, []
+    for delta in deltas:
+        total = (total + delta) % (1 << 64)
+        want.append(total - (1 << 64) if total >= 1 << 63 else total)
+    assert out[at:at + count].tolist() == want, (deltas, out)
+    assert (out[:at] == -7).all() and (out[at + count:] == -7).all(), out
+    assert got == all(0 <= r < limit for r in want), (got, want, limit)
+    STATS["keyrecords"]["ok"] += 1
+
+
 TARGETS = {"cut": fuzz_cut, "gather": fuzz_gather_and_record, "types": fuzz_wrong_types,
            "layout": fuzz_layout, "walk": fuzz_walk, "blocks": fuzz_blocks,
            "slices": fuzz_slices_and_fill, "locate": fuzz_locate, "values": fuzz_values,
            "plan": fuzz_plan, "inflater": fuzz_inflater_marks,
            "crcs": fuzz_crcs, "reader": fuzz_reader, "preads": fuzz_preads,
-           "encode": fuzz_encode, "keysearch": fuzz_keysearch}
+           "encode": fuzz_encode, "keysearch": fuzz_keysearch,
+           "keyrecords": fuzz_keyrecords}
 
 
 def main(argv: list[str] | None = None) -> int:
