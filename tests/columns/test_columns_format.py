@@ -348,26 +348,46 @@ def test_a_page_inflates_to_exactly_its_size_with_either_inflater(monkeypatch, i
         page_codec.inflate_exact(stored, page_codec.DEFLATED, len(good), "p")
 
 
-def test_pages_inflate_through_isal_where_it_is_installed(monkeypatch):
-    """Where ISA-L is installed (fast_inflate.ISAL), a key index's and a column sidecar's
-    pages inflate through it (twice as fast as zlib on a key index's leaves)."""
+@pytest.mark.parametrize("inflater", ["isal", "zlib"])
+def test_a_page_s_adler_32_is_left_to_its_crc32c(monkeypatch, inflater):
+    """A deflated page's Adler-32 is not computed (the page's CRC32C, which every reader
+    checks first, covers the stream): a page whose Adler-32 alone is wrong inflates, with
+    either inflater; its zlib header and the deflate data's end are still checked."""
     from isal import isal_zlib
 
     from ofindex.columns import page_codec
-    from ofindex.columns.key_file import KeyIndex, encode_key_index
     from ofindex.deflate import fast_inflate
+
+    monkeypatch.setattr(fast_inflate, "ISAL", isal_zlib if inflater == "isal" else None)
+    good = bytes(range(256)) * 40
+    stored = zlib.compress(good)
+    wrong = stored[:-4] + bytes(b ^ 0xFF for b in stored[-4:])
+    assert page_codec.inflate_exact(wrong, page_codec.DEFLATED, len(good), "p") == good
+    for bad_header in (b"\x79" + stored[1:], stored[:1] + b"\xbb" + stored[2:]):
+        with pytest.raises(SidecarError, match="not a zlib stream"):
+            page_codec.inflate_exact(bad_header, page_codec.DEFLATED, len(good), "p")
+
+
+def test_pages_inflate_through_isal_where_it_is_installed(monkeypatch):
+    """Where ISA-L is installed (fast_inflate.ISAL), a key index's and a column sidecar's
+    pages inflate through it (twice as fast as zlib on a key index's leaves)."""
+    from isal import igzip_lib
+
+    from ofindex.columns import page_codec
+    from ofindex.columns.key_file import KeyIndex, encode_key_index
 
     calls = []
 
     class Spy:
-        error = isal_zlib.error
+        DECOMP_DEFLATE = igzip_lib.DECOMP_DEFLATE
+        IsalError = igzip_lib.IsalError
 
         @staticmethod
-        def decompressobj():
-            calls.append(1)
-            return isal_zlib.decompressobj()
+        def IgzipDecompressor(flag):
+            calls.append(flag)
+            return igzip_lib.IgzipDecompressor(flag)
 
-    monkeypatch.setattr(fast_inflate, "ISAL", Spy)
+    monkeypatch.setattr(page_codec, "_igzip", Spy)
     n = 64
     raw = b"".join(encode_key_index("k", ValueType.INT64, np.zeros(n, np.int64),
                                     np.arange(n, dtype=np.int64), n, "00ff" * 4,
