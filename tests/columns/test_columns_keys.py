@@ -225,3 +225,27 @@ def test_a_leaf_taken_whole_is_decoded_into_the_answer_and_not_kept(vtype):
     assert index.find_one(first).tolist() == list(range(n // 2))
     assert index.find([first, last])[1].tolist() == list(range(n // 2, n))
     assert index.search([(None, first, False)])[0].tolist() == []
+
+
+@pytest.mark.parametrize("vtype", [ValueType.BYTES, ValueType.INT64])
+def test_answers_on_pooled_memory_stay_as_given(monkeypatch, vtype):
+    """A query's answer made on the compiled module's pooled memory (every answer here) is
+    its own: answers held keep their records while later queries are answered, and memory
+    an answer let go of serves the next one."""
+    from ofindex.columns import key_file
+
+    monkeypatch.setattr(key_file, "_POOLED_ANSWER", 0)
+    labels = np.random.default_rng(3).integers(0, 3, 3000)
+    values = [b"L%d" % v for v in labels] if vtype is ValueType.BYTES else labels.tolist()
+    index = opened_key_index(vtype, values, 64, 4096)
+    cast = bytes if vtype is ValueType.BYTES else np.int64
+    key = [cast(b"L%d" % k if vtype is ValueType.BYTES else k) for k in range(3)]
+    want = [np.flatnonzero(labels == k).tolist() for k in range(3)]
+    held = [index.search([(key[k], key[k], True)])[0] for k in range(3)]
+    for _ in range(3):
+        for k in range(3):
+            again = index.search([(key[k], key[k], True)])[0]
+            assert again.tolist() == want[k]
+            del again
+    assert [answer.tolist() for answer in held] == want
+    assert index.search([(None, None, False)])[0].tolist() == list(range(len(labels)))
