@@ -153,9 +153,9 @@ def test_a_leaf_whose_keys_decrease_is_refused_when_searched(vtype, how):
 @pytest.mark.parametrize("kept", [2, 5, 256])
 @pytest.mark.parametrize("vtype", [ValueType.BYTES, ValueType.INT64])
 def test_leaves_read_in_one_call_each_give_their_own_records(monkeypatch, vtype, kept):
-    """The leaves a query reads at once are decoded together (full leaves in chunks of at
-    most KEPT_LEAVES, the short last leaf alone): each leaf gives its own records, whether
-    it is searched, taken whole or read again after it was let go."""
+    """The leaves a query reads at once (full ones and the short last one) each give their
+    own records, whether they are searched, taken whole (decoded into the answer, or copied
+    from a leaf a lookup holds) or read again after they were let go."""
     monkeypatch.setattr(KeyIndex, "KEPT_LEAVES", kept)
     rng = np.random.default_rng(7)
     labels = rng.integers(0, 4, 4 * 37 + 3)
