@@ -24,6 +24,7 @@ from typing import Any
 import crc32c as _crc32c
 import numpy as np
 
+from .._accel import pooled_array
 from ..decode._plans import loops
 from ..errors import SidecarError
 from . import page_codec
@@ -51,6 +52,10 @@ POINTER = np.dtype([("offset", "<u8"), ("stored", "<u4"), ("crc", "<u4"), ("raw"
                     ("compression", "u1"), ("reserved", "u1"), ("children", "<u2"),
                     ("entries", "<u8")])
 assert _HEAD.size == FIXED_HEADER and POINTER.itemsize == 32
+#: Bytes of a query's answer from which it is made on pooled memory (see ``_answer``).
+_POOLED_ANSWER = 1 << 20
+#: A pointer's fields as Python ints (``pointer.item()``), in :data:`POINTER`'s order.
+_Fields = tuple[int, int, int, int, int, int, int, int]
 
 #: A key index's keys: numbers or packed bytes.
 Keys = np.ndarray | PackedBytes
@@ -244,21 +249,12 @@ def _decode_keys(raw: bytes | memoryview, count: int, vtype: ValueType, url: str
     return page_codec.from_planes(raw, count, vtype.dtype)
 
 
-#: A leaf page as stored: its bytes, compression and raw size (inflated again if its keys are
-#: searched after all).
-_StoredPage = tuple[bytes, int, int]
-
-
 class _Leaf:
-    """A decoded leaf: its records, and its keys decoded when first searched (a leaf whose
-    keys all lie within a query's bounds, known from the node above, gives its records
-    without them: ``where(label=3)`` over 10 M records reads 209 such leaves; such a leaf
-    holds its page as stored, a few kB, and inflates it again if its keys are searched).
+    """A decoded leaf: its records, and its keys decoded when first searched.
 
     Args:
         records: Its records (global numbers).
-        raw_keys: Its keys' bytes (bytes keys unpacked, their lengths checked), or its page
-            as stored.
+        raw_keys: Its keys' bytes (bytes keys unpacked, their lengths checked).
         vtype: Their type.
         url: The key index, for messages.
         where: The page, for messages.
@@ -266,7 +262,7 @@ class _Leaf:
 
     __slots__ = ("_keys", "_raw_keys", "_vtype", "_where", "records")
 
-    def __init__(self, records: np.ndarray, raw_keys: memoryview | PackedBytes | _StoredPage,
+    def __init__(self, records: np.ndarray, raw_keys: memoryview | PackedBytes,
                  vtype: ValueType, url: str, where: str) -> None:
         self.records = records
         self._raw_keys, self._vtype, self._where = raw_keys, vtype, (url, where)
@@ -282,15 +278,8 @@ class _Leaf:
         if self._keys is None:
             url, where = self._where
             raw = self._raw_keys
-            count = len(self.records)
-            if isinstance(raw, tuple):  # the page, checked when first read: keys before records
-                stored, compression, size = raw
-                page = page_codec.inflate_exact(stored, compression, size, f"{url}: {where}")
-                raw = memoryview(page)[:len(page) - 8 * count]
-                if self._vtype is ValueType.BYTES:
-                    raw = page_codec.unpack_bytes_values(raw, count, f"{url}: {where}")
             keys = SortedKeys(raw if isinstance(raw, PackedBytes) else
-                              _decode_keys(raw, count, self._vtype, url, where))
+                              _decode_keys(raw, len(self.records), self._vtype, url, where))
             if not keys.ascending():
                 raise _corrupt(url, f"{where}'s keys are not in ascending order")
             self._keys, self._raw_keys = keys, memoryview(b"")
@@ -402,23 +391,23 @@ class KeyIndex:
         return _Node(pointers, firsts, pointers["offset"].astype(np.int64).tolist(),
                      firsts.as_list(), [None] * count)
 
-    def _stored(self, wanted: list[tuple[int, np.void]]) -> list[bytes]:
-        """The stored bytes of the pages ``(level, pointer)``, read in one call, their CRCs
+    def _stored(self, fields: list[_Fields]) -> list[bytes]:
+        """The stored bytes of pages (their pointers' fields), read in one call, their CRCs
         checked."""
-        ranges = [(self.base + int(p["offset"]), self.base + int(p["offset"]) + int(p["stored"]))
-                  for _, p in wanted]
+        ranges = [(self.base + offset, self.base + offset + size)
+                  for offset, size, *_ in fields]
         stored = self.read(ranges) if ranges else []
-        for (_, pointer), data in zip(wanted, stored, strict=True):
-            if len(data) != int(pointer["stored"]) or \
-                    _crc32c.crc32c(data) != int(pointer["crc"]):
-                where = f"page at byte {self.base + int(pointer['offset'])}"
+        crc32c = _crc32c.crc32c
+        for (offset, size, crc, *_), data in zip(fields, stored, strict=True):
+            if len(data) != size or crc32c(data) != crc:
+                where = f"page at byte {self.base + offset}"
                 raise _corrupt(self.url, f"the CRC of its {where} does not match")
         return stored
 
-    def _inflated(self, pointer: np.void, data: bytes, where: str) -> bytes:
+    def _inflated(self, fields: _Fields, data: bytes, where: str) -> bytes:
         """A page's raw bytes from its stored bytes (checked: exactly its raw size)."""
-        return page_codec.inflate_exact(data, int(pointer["compression"]), int(pointer["raw"]),
-                                        f"{self.url}: {where}")
+        _, _, _, raw, compression, *_ = fields
+        return page_codec.inflate_exact(data, compression, raw, f"{self.url}: {where}")
 
     def _leaf_parts(self, raw: bytes, count: int, where: str
                     ) -> tuple[memoryview, memoryview | PackedBytes]:
@@ -436,66 +425,40 @@ class KeyIndex:
             raise _corrupt(self.url, f"{where} holds {keys_end} bytes of keys for {count}")
         return view[keys_end:], view[:keys_end]
 
-    def _leaves(self, pages: list[tuple[np.void, bytes, str]], bare: set[int]) -> list[_Leaf]:
-        """Decoded leaves from their pointers and stored bytes: the records of leaves of one
-        entry count (all but a dataset's last leaf) decoded together, a numpy step for a
-        chunk of them (per leaf, the planes' interleave, sums and checks cost ~30 us of
-        calls: 6 ms of the 35 ms of ``where(label=3)`` over 10 M records, 209 leaves). Each
-        page is inflated in turn and, for a leaf in ``bare`` (its keys not searched), let go
-        of at once: the allocator hands the next page the same memory (the 13.7 MB of those
-        209 leaves held at once cost ~10 ms of page faults)."""
-        held: list[memoryview | PackedBytes | _StoredPage] = []
-        records: list[np.ndarray] = []
-        for count, members in _by_count(pages).items():
-            # a chunk's records are one array the leaves' hold rows of: chunks of at most
-            # KEPT_LEAVES keep what the kept leaves hold alive within twice their own size
-            for start in range(0, len(members), self.KEPT_LEAVES):
-                chunk = members[start:start + self.KEPT_LEAVES]
-                joined: np.ndarray | None = None
-                for row, leaf in enumerate(chunk):
-                    pointer, data, where = pages[leaf]
-                    planes, keys = self._leaf_parts(self._inflated(pointer, data, where),
-                                                    count, where)
-                    if joined is None:  # its size known real: the first page holds it
-                        joined = np.empty((len(chunk), 8 * count), dtype=np.uint8)
-                    joined[row] = np.frombuffer(planes, dtype=np.uint8)
-                    held.append((bytes(data), int(pointer["compression"]), int(pointer["raw"]))
-                                if int(pointer["offset"]) in bare else keys)  # (not a view)
-                    del planes, keys
-                assert joined is not None
-                records.extend(self._records(joined, count, [pages[m][2] for m in chunk]))
-        order = [leaf for members in _by_count(pages).values() for leaf in members]
-        out: list[_Leaf | None] = [None] * len(pages)
-        for leaf, leaf_records, raw_keys in zip(order, records, held, strict=True):
-            out[leaf] = _Leaf(leaf_records, raw_keys, self.header.vtype, self.url,
-                              pages[leaf][2])
-        return [leaf for leaf in out if leaf is not None]
-
-    def _records(self, joined: np.ndarray, count: int, wheres: list[str]) -> np.ndarray:
-        """The records of leaves of ``count`` entries from their byte planes of deltas (a
-        row of ``8 * count`` bytes a leaf): one row a leaf.
+    def _leaf_page(self, fields: _Fields, data: bytes, where: str
+                   ) -> tuple[bytes, int, memoryview | PackedBytes]:
+        """A leaf's raw page, entry count and keys (see :meth:`_leaf_parts`), from its
+        pointer's fields and stored bytes.
 
         Raises:
-            SidecarError: A leaf names a record outside the dataset.
+            SidecarError: The page is damaged.
         """
-        leaves = len(joined)
-        planes = joined.reshape(leaves, 8, count)
-        # a plane at a time into its byte of every delta (as page_codec.from_planes), planes
-        # of zeros skipped (small deltas: 5 of 8 for where(label=3)'s leaves), then summed in
-        # place: 2.5-2.9 ms for 209 leaves where a copy of every plane and a new sum took 3.5-6
-        interleaved = np.zeros((leaves, count, 8), dtype=np.uint8)
-        for byte in range(8):
-            plane = planes[:, byte, :]
-            if plane.any():
-                interleaved[:, :, byte] = plane
-        records = interleaved.view("<i8").reshape(leaves, count)
-        np.cumsum(records, axis=1, out=records)
-        if count:
-            bad = (records.min(axis=1) < 0) | (records.max(axis=1) >= self.header.records)
-            if bad.any():
-                where = wheres[int(np.argmax(bad))]
-                raise _corrupt(self.url, f"{where} names a record outside the dataset")
-        return records
+        count = fields[-1]
+        raw = self._inflated(fields, data, where)
+        _, keys = self._leaf_parts(raw, count, where)
+        return raw, count, keys
+
+    def _records_into(self, raw: bytes, count: int, out: np.ndarray, at: int,
+                      where: str) -> None:
+        """A leaf's records (its raw page's last ``8 * count`` bytes) into
+        ``out[at:at + count]``.
+
+        Raises:
+            SidecarError: The leaf names a record outside the dataset.
+        """
+        if not page_codec.deltas_into(raw, count, out, at, self.header.records):
+            raise _corrupt(self.url, f"{where} names a record outside the dataset")
+
+    def _leaves(self, pages: list[tuple[_Fields, bytes, str]]) -> list[_Leaf]:
+        """Decoded leaves from their pointers' fields and stored bytes, each inflated in
+        turn."""
+        out = []
+        for fields, data, where in pages:
+            raw, count, keys = self._leaf_page(fields, data, where)
+            records = np.empty(count, dtype=np.int64)
+            self._records_into(raw, count, records, 0, where)
+            out.append(_Leaf(records, keys, self.header.vtype, self.url, where))
+        return out
 
     # -- lookups ----------------------------------------------------------------------------
     def search(self, bounds: Sequence[Bounds]) -> list[np.ndarray]:
@@ -511,34 +474,62 @@ class KeyIndex:
         Raises:
             SidecarError: A page read is damaged.
         """
-        found: list[list[np.ndarray]] = [[] for _ in bounds]
+        found: list[list[_Run]] = [[] for _ in bounds]
         frontier = [(k, self.root) for k in range(len(bounds))]
         for level in range(self.header.levels, 0, -1):
             wanted: dict[int, np.void] = {}
             visits: list[tuple[int, int, bool]] = []  # (query, page offset, all within)
             for k, node in frontier:
                 lo, hi = _child_range(node.firsts, bounds[k])
+                first, end = _children_within(node.firsts, bounds[k])
                 for j in range(lo, hi):
                     offset = node.offsets[j]
                     if offset not in wanted:
                         wanted[offset] = node.pointers[j]
-                    visits.append((k, offset, _within(node.firsts, j, bounds[k])))
+                    visits.append((k, offset, first <= j < end))
             if level > 1:
                 pages = self._pages(level, wanted)
                 frontier = [(k, pages[offset]) for k, offset, _ in visits]
                 continue
             searched = {offset for _, offset, within in visits if not within}
-            pages = self._pages(level, wanted, set(wanted) - searched)
+            streamed = frozenset(offset for offset in wanted
+                                 if offset not in searched and offset not in self.leaves)
+            pages = self._pages(level, wanted, streamed)
             for k, offset, within in visits:
-                leaf = pages[offset]
+                page = pages[offset]
                 if within:
-                    found[k].append(leaf.records)
+                    found[k].append(page if offset in streamed else page.records)
                     continue
-                start, end = _span(leaf.keys, bounds[k])
+                start, end = _span(page.keys, bounds[k])
                 if end > start:
-                    found[k].append(leaf.records[start:end])
-        return [_ascending_records(parts, bound) for parts, bound in zip(found, bounds,
-                                                                         strict=True)]
+                    found[k].append(page.records[start:end])
+        return [self._answer(runs, bound) for runs, bound in zip(found, bounds, strict=True)]
+
+    def _answer(self, runs: list[_Run], bounds: Bounds) -> np.ndarray:
+        """A query's records, ascending, from its runs in the leaves: one value's runs are
+        its answer as they are (entries of equal keys are in ascending order of record, leaf
+        after leaf), a range's are sorted. Runs held are copied in; a leaf taken whole and
+        not held is inflated and its records decoded straight into the answer, then let go
+        of (neither its keys nor its records kept: ``where(label=3)`` over 10 M records
+        takes 209 such leaves, 13.7 MB inflated, 6.8 MB of records)."""
+        sizes = [len(run) if isinstance(run, np.ndarray) else run[0][-1] for run in runs]
+        # memory a released answer left mapped (the compiled module's pool of blocks): a
+        # fresh 6.8 MB answer cost ~600 page faults, 3-5 ms of system time, after other work
+        # had churned the heap
+        out = pooled_array((sum(sizes),), np.int64, _POOLED_ANSWER)
+        at = 0
+        for run, size in zip(runs, sizes, strict=True):
+            if isinstance(run, np.ndarray):
+                out[at:at + size] = run
+            else:
+                fields, data, where = run
+                raw, count, _ = self._leaf_page(fields, data, where)
+                self._records_into(raw, count, out, at, where)
+            at += size
+        low, high, included = bounds
+        if not (included and low is not None and low == high):
+            out.sort()
+        return out
 
     def find_one(self, key: Any) -> np.ndarray:
         """The records whose key equals ``key``: :meth:`search` of one value, without its
@@ -662,32 +653,32 @@ class KeyIndex:
                 found[k] = records
         return [records if records is not _NONE else _NONE.copy() for records in found]
 
-    def _pages(self, level: int, wanted: dict[int, np.void], bare: set[int] | None = None
-               ) -> dict[int, Any]:
+    def _pages(self, level: int, wanted: dict[int, np.void],
+               streamed: frozenset[int] = frozenset()) -> dict[int, Any]:
         """The decoded pages at ``wanted`` (nodes at ``level`` > 1, else leaves): kept ones,
-        and the others read in one call; the leaves at ``bare`` are not to be searched (see
-        :meth:`_leaves`)."""
+        and the others read in one call; the leaves at ``streamed`` (none kept) are given
+        as read, ``(pointer's fields, stored bytes, where)``, neither decoded nor kept (see
+        :meth:`search`)."""
         kept: dict[int, Any] = self.nodes if level > 1 else self.leaves
         out = {offset: kept[offset] for offset in wanted if offset in kept}
-        missing = [(level, p) for offset, p in wanted.items() if offset not in kept]
-        leaf_pages: list[tuple[np.void, bytes, str]] = []
-        for (_, pointer), data in zip(missing, self._stored(missing), strict=True):
-            offset = int(pointer["offset"])
+        missing = [_fields(pointer) for offset, pointer in wanted.items() if offset not in kept]
+        leaf_pages: list[tuple[_Fields, bytes, str]] = []
+        for fields, data in zip(missing, self._stored(missing), strict=True):
+            offset, *_, children, count = fields
             where = f"page at byte {self.base + offset}"
-            count = int(pointer["entries"])
-            if (int(pointer["children"]) > 0) != (level > 1):
+            if (children > 0) != (level > 1):
                 raise _corrupt(self.url, f"its {where} is not of the level that points at it")
             if level > 1:
-                node = self._decode_node(self._inflated(pointer, data, where),
-                                         int(pointer["children"]), where)
+                node = self._decode_node(self._inflated(fields, data, where), children, where)
                 if int(node.pointers["entries"].sum()) != count:
                     raise _corrupt(self.url, f"the entries under its {where} do not add up")
                 out[offset] = self.nodes[offset] = node
-                continue
-            leaf_pages.append((pointer, data, where))
-        for (pointer, _, _), leaf in zip(leaf_pages, self._leaves(leaf_pages, bare or set()),
-                                         strict=True):
-            offset = int(pointer["offset"])
+            elif offset in streamed:
+                out[offset] = (fields, data, where)
+            else:
+                leaf_pages.append((fields, data, where))
+        for (fields, _, _), leaf in zip(leaf_pages, self._leaves(leaf_pages), strict=True):
+            offset = fields[0]
             out[offset] = leaf
             if len(self.leaves) >= self.KEPT_LEAVES:
                 evicted = next(iter(self.leaves))
@@ -697,14 +688,6 @@ class KeyIndex:
                     slots[child] = None
             self.leaves[offset] = leaf
         return out
-
-
-def _by_count(pages: list[tuple[np.void, bytes, str]]) -> dict[int, list[int]]:
-    """The leaves (their places in ``pages``) grouped by their entry count."""
-    groups: dict[int, list[int]] = {}
-    for leaf, (pointer, _, _) in enumerate(pages):
-        groups.setdefault(int(pointer["entries"]), []).append(leaf)
-    return groups
 
 
 def _equal_records(leaf: _Leaf, key: Any) -> np.ndarray:
@@ -814,19 +797,9 @@ _NONE = np.zeros(0, dtype=np.int64)
 
 #: A query's bounds: ``(low, high, high_included)``, ``None`` for an open end.
 Bounds = tuple[Any, Any, bool]
-
-
-def _ascending_records(parts: list[np.ndarray], bounds: Bounds) -> np.ndarray:
-    """A query's records, ascending: the leaves' runs as they are for one value (entries of
-    equal keys are in ascending order of record, leaf after leaf), sorted for a range."""
-    if not parts:
-        return np.zeros(0, dtype=np.int64)
-    low, high, included = bounds
-    joined = np.concatenate(parts) if len(parts) > 1 else parts[0].copy()
-    if included and low is not None and low == high:
-        return joined
-    joined.sort()
-    return joined
+#: A query's run of records in a leaf: an array (of a leaf held), or a leaf taken whole as it
+#: was read, ``(pointer's fields, stored bytes, where)``.
+_Run = np.ndarray | tuple["_Fields", bytes, str]
 
 
 def _child_range(firsts: SortedKeys, bounds: Bounds) -> tuple[int, int]:
@@ -838,18 +811,27 @@ def _child_range(firsts: SortedKeys, bounds: Bounds) -> tuple[int, int]:
     return start, end
 
 
-def _within(firsts: SortedKeys, child: int, bounds: Bounds) -> bool:
-    """Whether every key under child ``child`` of a node lies within ``bounds``: its keys
-    lie between its first key and the next child's (equal keys may cross into it)."""
+def _fields(pointer: np.void) -> _Fields:
+    """A pointer's fields as Python ints, in one call (a field at a time took ~1 us each)."""
+    fields = pointer.item()
+    assert isinstance(fields, tuple)
+    return fields
+
+
+def _children_within(firsts: SortedKeys, bounds: Bounds) -> tuple[int, int]:
+    """The children ``first <= child < end`` of a node whose keys all lie within ``bounds``,
+    in two searches of its first keys (ascending, none NaN): a child's keys lie between its
+    first key and the next child's (equal keys may cross into it), so its keys all lie within
+    when its first key is at least ``low`` and the next child's is at most ``high`` (below it
+    when ``high`` is excluded); the last child's only when there is no ``high``. (Asked per
+    child, 209 times, it took 0.5 ms of where(label=3) over 10 M records.)"""
     low, high, included = bounds
-    if low is not None and not firsts[child] >= low:
-        return False
+    first = 0 if low is None else firsts.left(low)
     if high is None:
-        return True
-    if child + 1 >= len(firsts):
-        return False
-    after = firsts[child + 1]
-    return bool(after <= high if included else after < high)
+        return first, len(firsts)
+    if high != high:  # NaN: no key is at most NaN or below it
+        return first, first
+    return first, (firsts.right(high) if included else firsts.left(high)) - 1
 
 
 def _span(keys: SortedKeys, bounds: Bounds) -> tuple[int, int]:

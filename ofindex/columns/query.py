@@ -262,11 +262,32 @@ class DatasetColumns:
                 for k, name in enumerate(names)}
 
 
+#: Bytes read at once at most from a local file for ranges that touch (a query's leaves lie
+#: one after the other: the 209 of ``where(label=3)`` over 10 M records are 0.6 MB).
+_RUN_BYTES = 4 << 20
+
+
 def _read(storage: Storage, path: str, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
-    """Byte ranges of one file: local ones read one by one, remote ones in one round."""
-    if storage.is_local:
-        return [storage.read(path, a, b) for a, b in ranges]
-    return read_round(storage, [(path, a, b) for a, b in ranges])
+    """Byte ranges of one file: local ones read a run of touching ranges at a time (up to
+    :data:`_RUN_BYTES`; the 209 leaves of ``where(label=3)`` over 10 M records in one read
+    where 209 took ~0.6 ms of calls), remote ones in one round."""
+    if not storage.is_local:
+        return read_round(storage, [(path, a, b) for a, b in ranges])
+    out: list[bytes] = []
+    first = 0
+    while first < len(ranges):
+        start = ranges[first][0]
+        last = first
+        while last + 1 < len(ranges) and ranges[last + 1][0] == ranges[last][1] and \
+                ranges[last + 1][1] - start <= _RUN_BYTES:
+            last += 1
+        if last == first:
+            out.append(storage.read(path, *ranges[first]))
+        else:
+            run = storage.read(path, start, ranges[last][1])
+            out += [run[a - start:b - start] for a, b in ranges[first:last + 1]]
+        first = last + 1
+    return out
 
 
 def _edges(fractions: Mapping[str, float]) -> tuple[list[str], np.ndarray]:

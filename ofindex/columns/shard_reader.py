@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from ..decode._plans import loops
 from ..errors import ColumnNotFoundError, StaleIndexError, hint
 from ..storage import Storage
 from .column_file import (
@@ -227,18 +228,18 @@ class ColumnReader:
         # a dictionary's pages are matched by their codes: which entries match is decided
         # once per shard (10,000,000 labels: no value decoded, no isin per page)
         tables: dict[int, np.ndarray] = {}
+        scratch = np.empty(max((m.header.per_page for m in metas), default=0), np.int64)
         for (k, page), (values, valid) in zip(wanted, self._pages(column, wanted, codes=True),
                                               strict=True):
             base = int(self.first[k]) + page * metas[k].header.per_page
             dictionary = metas[k].dictionary
             if dictionary is None:
-                hits = condition.matches(values, valid)
-            else:
-                if k not in tables:
-                    tables[k] = condition.matches(dictionary, np.ones(len(dictionary), bool))
-                assert isinstance(values, np.ndarray)
-                hits = condition.with_nulls(tables[k][values], valid)
-            found.append(base + np.flatnonzero(hits))
+                found.append(base + np.flatnonzero(condition.matches(values, valid)))
+                continue
+            if k not in tables:
+                tables[k] = condition.matches(dictionary, np.ones(len(dictionary), bool))
+            assert isinstance(values, np.ndarray)
+            found.append(_code_hits(condition, values, tables[k], valid, base, scratch))
         if not found:
             return np.zeros(0, dtype=np.int64)
         joined = np.concatenate(found).astype(np.int64, copy=False)
@@ -279,6 +280,24 @@ class ColumnReader:
         numbers = [p for p in parts if isinstance(p, np.ndarray)]
         return vtype, (np.concatenate(numbers) if numbers else np.zeros(0, vtype.dtype)), \
             valid_all
+
+
+def _code_hits(condition: Condition, codes: np.ndarray, table: np.ndarray, valid: np.ndarray,
+               base: int, scratch: np.ndarray) -> np.ndarray:
+    """The global numbers of a dictionary page's records that match (their codes' entries
+    set in ``table``, ``base`` the page's first record): one compiled pass
+    (csrc/codehits.c's ``code_hits``; numpy's indexing, ``&`` and ``flatnonzero`` took ~50 us
+    a page of 16,384 labels, 31 ms of where(label=3) over 10 M records) through ``scratch``
+    (an int64 array of at least a page's records), or numpy's steps (its pure-Python twin,
+    and a condition that also takes records without a value)."""
+    native = loops()
+    if native is None or condition.nulls or len(scratch) < len(codes) or \
+            not codes.dtype.isnative:
+        hits: np.ndarray = base + np.flatnonzero(condition.with_nulls(table[codes], valid))
+        return hits
+    count = native.code_hits(codes, codes.itemsize, table, valid, base, scratch)
+    kept: np.ndarray = scratch[:count].copy()
+    return kept
 
 
 def read_round(storage: Storage, ranges: list[tuple[str, int, int]]) -> list[bytes]:

@@ -17,6 +17,8 @@
  * encode.c   records encoded from columns and framed, for writers (GIL released)
  * guard.c    reads of memory maps whose file shrinks under them: an error, not SIGBUS
  * keysearch.c a key index's sorted keys searched (ds.lookup: one key, or a batch)
+ * keyrecords.c a key index leaf's records decoded into a query's answer (ds.where)
+ * codehits.c a dictionary column page's records matching a query, by their codes (ds.where)
  * snapshot.c a caller's list held as it is when a call starts (Python code may change it)
  * threads.h  its two helper threads on POSIX, Windows, or none (the inline paths)
  *
@@ -64,6 +66,8 @@ static PyMethodDef methods[] = {
     {"key_find", (PyCFunction)(void (*)(void))key_find, METH_FASTCALL, key_find_doc},
     {"key_gather", key_gather, METH_VARARGS, key_gather_doc},
     {"key_lookup", (PyCFunction)(void (*)(void))key_lookup, METH_FASTCALL, key_lookup_doc},
+    {"key_records", (PyCFunction)(void (*)(void))key_records, METH_FASTCALL, key_records_doc},
+    {"code_hits", (PyCFunction)(void (*)(void))code_hits, METH_FASTCALL, code_hits_doc},
     {NULL, NULL, 0, NULL},
 };
 

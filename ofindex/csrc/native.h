@@ -182,5 +182,11 @@ extern const char key_span_doc[], key_places_doc[], key_find_doc[], key_gather_d
     key_lookup_doc[];
 /* numpy's C API for keysearch.c (-1 with an exception set) */
 int keysearch_init(void);
+/* keyrecords.c: a key index leaf's records decoded into a query's answer */
+PyObject *key_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+extern const char key_records_doc[];
+/* codehits.c: a dictionary column page's records matching a query, by their codes */
+PyObject *code_hits(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+extern const char code_hits_doc[];
 
 #endif

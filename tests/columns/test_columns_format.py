@@ -376,6 +376,26 @@ def test_a_page_inflates_to_exactly_its_size_with_either_inflater(monkeypatch, i
         page_codec.inflate_exact(stored, page_codec.DEFLATED, len(good), "p")
 
 
+@pytest.mark.parametrize("inflater", ["isal", "zlib"])
+def test_a_page_s_adler_32_is_left_to_its_crc32c(monkeypatch, inflater):
+    """A deflated page's Adler-32 is not computed (the page's CRC32C, which every reader
+    checks first, covers the stream): a page whose Adler-32 alone is wrong inflates, with
+    either inflater; its zlib header and the deflate data's end are still checked."""
+    from isal import isal_zlib
+
+    from ofindex.columns import page_codec
+    from ofindex.deflate import fast_inflate
+
+    monkeypatch.setattr(fast_inflate, "ISAL", isal_zlib if inflater == "isal" else None)
+    good = bytes(range(256)) * 40
+    stored = zlib.compress(good)
+    wrong = stored[:-4] + bytes(b ^ 0xFF for b in stored[-4:])
+    assert page_codec.inflate_exact(wrong, page_codec.DEFLATED, len(good), "p") == good
+    for bad_header in (b"\x79" + stored[1:], stored[:1] + b"\xbb" + stored[2:]):
+        with pytest.raises(SidecarError, match="not a zlib stream"):
+            page_codec.inflate_exact(bad_header, page_codec.DEFLATED, len(good), "p")
+
+
 def test_pages_inflate_through_isal_where_it_is_installed(monkeypatch):
     """Where ISA-L is installed (fast_inflate.ISAL), a key index's and a column sidecar's
     pages inflate through it (twice as fast as zlib on a key index's leaves)."""
@@ -398,6 +418,17 @@ def test_pages_inflate_through_isal_where_it_is_installed(monkeypatch):
         compress = staticmethod(isal_zlib.compress)
 
     monkeypatch.setattr(fast_inflate, "ISAL", Spy)
+    raw_inflate = page_codec._igzip  # what pages inflate through (raw deflate) with ISA-L
+
+    class RawSpy:
+        DECOMP_DEFLATE, IsalError = raw_inflate.DECOMP_DEFLATE, raw_inflate.IsalError
+
+        @staticmethod
+        def IgzipDecompressor(flag):
+            calls.append(1)
+            return raw_inflate.IgzipDecompressor(flag)
+
+    monkeypatch.setattr(page_codec, "_igzip", RawSpy)
     n = 64
     raw = b"".join(encode_key_index("k", ValueType.INT64, np.zeros(n, np.int64),
                                     np.arange(n, dtype=np.int64), n, "00ff" * 4,

@@ -153,9 +153,9 @@ def test_a_leaf_whose_keys_decrease_is_refused_when_searched(vtype, how):
 @pytest.mark.parametrize("kept", [2, 5, 256])
 @pytest.mark.parametrize("vtype", [ValueType.BYTES, ValueType.INT64])
 def test_leaves_read_in_one_call_each_give_their_own_records(monkeypatch, vtype, kept):
-    """The leaves a query reads at once are decoded together (full leaves in chunks of at
-    most KEPT_LEAVES, the short last leaf alone): each leaf gives its own records, whether
-    it is searched, taken whole or read again after it was let go."""
+    """The leaves a query reads at once (full ones and the short last one) each give their
+    own records, whether they are searched, taken whole (decoded into the answer, or copied
+    from a leaf a lookup holds) or read again after they were let go."""
     monkeypatch.setattr(KeyIndex, "KEPT_LEAVES", kept)
     rng = np.random.default_rng(7)
     labels = rng.integers(0, 4, 4 * 37 + 3)
@@ -195,11 +195,11 @@ def test_a_leaf_naming_a_record_outside_the_dataset_is_refused_by_its_place(vtyp
 
 
 @pytest.mark.parametrize("vtype", [ValueType.BYTES, ValueType.INT64])
-def test_a_leaf_taken_whole_holds_no_inflated_keys_and_is_searched_later(vtype):
-    """Leaves whose keys all lie within a query's bounds give their records and keep their
-    page as stored (a few bytes here), not its inflated keys: what the index holds after
-    the query is their records and little more; a later search of one of those leaves'
-    keys inflates it again and finds what a scan finds."""
+def test_a_leaf_taken_whole_is_decoded_into_the_answer_and_not_kept(vtype):
+    """Leaves whose keys all lie within a query's bounds are decoded straight into its
+    answer and let go of: what the index holds after the query is the one leaf it searched
+    and little more (neither their inflated keys nor their records); a later search of
+    those leaves' keys reads them again and finds what a scan finds."""
     import tracemalloc
 
     n, leaf_entries = 64 * 512, 512
@@ -209,16 +209,43 @@ def test_a_leaf_taken_whole_holds_no_inflated_keys_and_is_searched_later(vtype):
     first = values[0] if vtype is ValueType.BYTES else np.int64(values[0])
     last = values[-1] if vtype is ValueType.BYTES else np.int64(values[-1])
     assert index.search([(last, last, True)])[0].tolist() == list(range(n // 2, n))  # warm
+    held_leaves = set(index.leaves)
     tracemalloc.start()
     try:
         before = tracemalloc.get_traced_memory()[0]
         found = index.search([(first, first, True)])[0]
+        assert found.tolist() == list(range(n // 2))
         del found
         held = tracemalloc.get_traced_memory()[0] - before
     finally:
         tracemalloc.stop()
     records = 8 * n // 2  # the leaves of the first key, all but one wholly within
-    assert records <= held < records * 1.25
+    assert held < records // 8
+    assert len(set(index.leaves) - held_leaves) <= 1  # the leaf where the key ends
     assert index.find_one(first).tolist() == list(range(n // 2))
     assert index.find([first, last])[1].tolist() == list(range(n // 2, n))
     assert index.search([(None, first, False)])[0].tolist() == []
+
+
+@pytest.mark.parametrize("vtype", [ValueType.BYTES, ValueType.INT64])
+def test_answers_on_pooled_memory_stay_as_given(monkeypatch, vtype):
+    """A query's answer made on the compiled module's pooled memory (every answer here) is
+    its own: answers held keep their records while later queries are answered, and memory
+    an answer let go of serves the next one."""
+    from ofindex.columns import key_file
+
+    monkeypatch.setattr(key_file, "_POOLED_ANSWER", 0)
+    labels = np.random.default_rng(3).integers(0, 3, 3000)
+    values = [b"L%d" % v for v in labels] if vtype is ValueType.BYTES else labels.tolist()
+    index = opened_key_index(vtype, values, 64, 4096)
+    cast = bytes if vtype is ValueType.BYTES else np.int64
+    key = [cast(b"L%d" % k if vtype is ValueType.BYTES else k) for k in range(3)]
+    want = [np.flatnonzero(labels == k).tolist() for k in range(3)]
+    held = [index.search([(key[k], key[k], True)])[0] for k in range(3)]
+    for _ in range(3):
+        for k in range(3):
+            again = index.search([(key[k], key[k], True)])[0]
+            assert again.tolist() == want[k]
+            del again
+    assert [answer.tolist() for answer in held] == want
+    assert index.search([(None, None, False)])[0].tolist() == list(range(len(labels)))

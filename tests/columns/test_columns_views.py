@@ -213,3 +213,26 @@ def test_a_column_of_an_older_index_is_refused(tmp_path):
     ofindex.build_index(data)  # part-001's sidecar rebuilt, its label column left as it was
     with pytest.raises(StaleIndexError, match="another version"):
         ofindex.open(data, manifest=False).positions(label=1)
+
+
+def test_touching_local_ranges_are_read_at_once(tmp_path, monkeypatch):
+    """A key index's pages that lie one after the other (a query's leaves) are read from a
+    local file in one read, each range given exactly; ranges apart, and runs past the cap,
+    are read on their own."""
+    from ofindex.columns import query
+    from ofindex.storage.local import LocalStorage
+
+    data = bytes(range(256)) * 4
+    path = str(tmp_path / "pages")
+    with open(path, "wb") as f:
+        f.write(data)
+    storage = LocalStorage()
+    reads = []
+    real = storage.read
+    monkeypatch.setattr(storage, "read", lambda p, a, b: reads.append((a, b)) or real(p, a, b))
+    monkeypatch.setattr(query, "_RUN_BYTES", 500)
+    ranges = [(0, 10), (10, 300), (300, 301), (301, 301), (400, 420), (420, 900), (900, 1000)]
+    got = query._read(storage, path, ranges)
+    assert got == [data[a:b] for a, b in ranges]
+    assert reads == [(0, 301), (400, 900), (900, 1000)]
+    storage.close()

@@ -1303,12 +1303,81 @@ def fuzz_keysearch(rng: random.Random) -> None:
         assert isinstance(got, (*CLEAN, int, np.ndarray)), got
 
 
+def fuzz_keyrecords(rng: random.Random) -> None:
+    """``key_records``: a leaf page's record deltas summed into ``out[at:at + count]`` as
+    Python's wrapping int64 sums give them, nothing else of ``out`` written, the bound
+    checked; clean errors for counts, places and limits that are negative, wrap or do not
+    fit the page or ``out``."""
+    count = rng.randint(0, 40)
+    pool = [0, 1, 255, 256, 1 << 40, (1 << 63) - 1, -1, -(1 << 63)]
+    deltas = [rng.choice(pool) if rng.random() < 0.3 else rng.randrange(1000)
+              for _ in range(count)]
+    page = bytes(rng.randrange(256) for _ in range(rng.randint(0, 9))) + \
+        np.array(deltas, dtype=np.int64).T.view(np.uint8).reshape(-1, 8).T.tobytes()
+    at, after = rng.randint(0, 4), rng.randint(0, 3)
+    limit = rng.choice([0, 1, 1000, 1 << 62])
+    bad = rng.random() < 0.2
+    use_count = rng.choice([-1, count + 1, 2**62, 2**63 - 1]) if bad else count
+    use_at = rng.choice([-1, at + after + 1, 2**62]) if bad and rng.random() < 0.5 else at
+    use_limit = rng.choice([-1, -(2**63)]) if bad and rng.random() < 0.3 else limit
+    out = np.full(at + count + after, -7, dtype=np.int64)
+    got = call(native.key_records, page, use_count, out, use_at, use_limit)
+    if isinstance(got, BaseException):
+        assert (out == -7).all(), out
+        STATS["keyrecords"]["refused"] += 1
+        return
+    if (use_count, use_at, use_limit) != (count, at, limit):  # another reading that fits
+        STATS["keyrecords"]["other"] += 1
+        return
+    total, want = 0, []
+    for delta in deltas:
+        total = (total + delta) % (1 << 64)
+        want.append(total - (1 << 64) if total >= 1 << 63 else total)
+    assert out[at:at + count].tolist() == want, (deltas, out)
+    assert (out[:at] == -7).all() and (out[at + count:] == -7).all(), out
+    assert got == all(0 <= r < limit for r in want), (got, want, limit)
+    STATS["keyrecords"]["ok"] += 1
+
+
+def fuzz_codehits(rng: random.Random) -> None:
+    """``code_hits``: a page's records whose code's table entry and validity are set, as
+    ``base + i``, exactly the reference's; clean errors for widths other than 1 and 2, codes
+    past the table, sizes that disagree and bases whose records pass int64."""
+    width = rng.choice([1, 2])
+    entries = rng.randint(0, 300 if width == 2 else 256)
+    count = rng.randint(0, 40)
+    top = 255 if width == 1 else 65535
+    codes = [min(rng.randrange(entries + (2 if rng.random() < 0.1 else 0)), top) if entries
+             else 0 for _ in range(count)]
+    table = bytes(rng.randrange(2) for _ in range(entries))
+    valid = bytes(rng.randrange(2) for _ in range(count))
+    base = rng.choice([0, 5, 1 << 40, (1 << 63) - 10, -1])
+    bad = rng.random() < 0.2
+    use_width = rng.choice([0, 3, -1, 2**62]) if bad else width
+    use_valid = valid[:-1] if bad and count and rng.random() < 0.5 else valid
+    out = np.full(count + rng.randint(-1 if bad and count else 0, 2), -7, dtype=np.int64)
+    page = np.array(codes, dtype=np.uint8 if width == 1 else np.uint16).tobytes()
+    got = call(native.code_hits, page, use_width, table, use_valid, base, out)
+    want_ok = (not bad and all(c < entries for c in codes) and
+               (not count or 0 <= base <= (1 << 63) - 1 - count) and len(out) >= count)
+    if isinstance(got, BaseException):
+        assert not want_ok, (got, codes, base)
+        STATS["codehits"]["refused"] += 1
+        return
+    assert want_ok or (use_width, use_valid) != (width, valid), (got, codes, base)
+    want = [base + i for i in range(count) if table[codes[i]] and valid[i]]
+    if want_ok:
+        assert got == len(want) and out[:got].tolist() == want, (got, want)
+    STATS["codehits"]["ok"] += 1
+
+
 TARGETS = {"cut": fuzz_cut, "gather": fuzz_gather_and_record, "types": fuzz_wrong_types,
            "layout": fuzz_layout, "walk": fuzz_walk, "blocks": fuzz_blocks,
            "slices": fuzz_slices_and_fill, "locate": fuzz_locate, "values": fuzz_values,
            "plan": fuzz_plan, "inflater": fuzz_inflater_marks,
            "crcs": fuzz_crcs, "reader": fuzz_reader, "preads": fuzz_preads,
-           "encode": fuzz_encode, "keysearch": fuzz_keysearch}
+           "encode": fuzz_encode, "keysearch": fuzz_keysearch,
+           "keyrecords": fuzz_keyrecords, "codehits": fuzz_codehits}
 
 
 def main(argv: list[str] | None = None) -> int:
