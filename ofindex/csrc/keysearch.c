@@ -116,11 +116,9 @@ static inline int trailing_zero(const probe_t *q) {
     return q->kind == KIND_BYTES && q->n > 0 && q->p[q->n - 1] == 0;
 }
 
-/* The table's buffer checked against kind and width: its key count, or -1 with ValueError
- * set (the view is released then). */
-static Py_ssize_t table_count(PyObject *obj, Py_buffer *view, int kind, Py_ssize_t width) {
-    if (PyObject_GetBuffer(obj, view, PyBUF_SIMPLE) < 0)
-        return -1;
+/* A table's view checked against kind and width: its key count, or -1 with ValueError set
+ * (the view is released then). */
+static Py_ssize_t checked_count(Py_buffer *view, int kind, Py_ssize_t width) {
     int fits = (kind == KIND_INT64 || kind == KIND_FLOAT64) ? width == 8
                : kind == KIND_FLOAT32                       ? width == 4
                : kind == KIND_BYTES                         ? width > 0
@@ -133,6 +131,41 @@ static Py_ssize_t table_count(PyObject *obj, Py_buffer *view, int kind, Py_ssize
         return -1;
     }
     return view->len / width;
+}
+
+/* The table's buffer checked against kind and width: its key count, or -1 with ValueError
+ * set (the view is released then). */
+static Py_ssize_t table_count(PyObject *obj, Py_buffer *view, int kind, Py_ssize_t width) {
+    if (PyObject_GetBuffer(obj, view, PyBUF_SIMPLE) < 0)
+        return -1;
+    return checked_count(view, kind, width);
+}
+
+/* table_count() of a table a one-key lookup reads: a C-contiguous numpy array's data in place,
+ * without the buffer protocol (view->obj is NULL then: PyBuffer_Release does nothing), whose
+ * per-array bookkeeping is more memory a random key's lookup misses. Only for tables read by
+ * code that runs no Python code before its last use of them (nothing may resize them). */
+static Py_ssize_t table_in_place(PyObject *obj, Py_buffer *view, int kind, Py_ssize_t width) {
+    if (!PyArray_CheckExact(obj) || !PyArray_IS_C_CONTIGUOUS((PyArrayObject *)obj))
+        return table_count(obj, view, kind, width);
+    view->obj = NULL;
+    view->buf = PyArray_DATA((PyArrayObject *)obj);
+    view->len = PyArray_NBYTES((PyArrayObject *)obj);
+    return checked_count(view, kind, width);
+}
+
+/* A C-contiguous 1-d numpy array of int64 in native byte order: its data in place and its
+ * length in *n; else NULL. */
+static const int64_t *i64_in_place(PyObject *obj, Py_ssize_t *n) {
+    if (!PyArray_CheckExact(obj))
+        return NULL;
+    PyArrayObject *array = (PyArrayObject *)obj;
+    if (PyArray_NDIM(array) != 1 || !PyArray_IS_C_CONTIGUOUS(array) ||
+        PyArray_DESCR(array)->kind != 'i' || PyArray_ITEMSIZE(array) != 8 ||
+        !PyArray_ISNOTSWAPPED(array))
+        return NULL;
+    *n = PyArray_DIM(array, 0);
+    return PyArray_DATA(array);
 }
 
 /* The probe from a Python key of the table's kind (bytes-like for bytes: its view is held in
@@ -312,25 +345,34 @@ static void leaf_span(const leaf_t *leaf, const probe_t *q, Py_ssize_t *left,
 }
 
 /* The records of the keys equal to the probe in a leaf, as a new int64 array: records_obj
- * must hold one int64 a key. NULL with an exception set. */
+ * must hold one int64 a key (an int64 array's are read in place, see table_in_place). NULL
+ * with an exception set. */
 static PyObject *equal_records(leaf_t *leaf, const probe_t *q, PyObject *records_obj,
                                const char *name) {
     Py_buffer rv;
-    if (get_i64(records_obj, &rv, "records") < 0)
-        return NULL;
+    Py_ssize_t n, left, right;
+    rv.obj = NULL;
+    const int64_t *records = i64_in_place(records_obj, &n);
+    if (records == NULL) {
+        if (get_i64(records_obj, &rv, "records") < 0)
+            return NULL;
+        records = rv.buf;
+        n = rv.len / 8;
+    }
     PyObject *out = NULL;
-    if (rv.len / 8 != leaf->count) {
-        PyErr_Format(PyExc_ValueError, "%s: %zd records for %zd keys", name, rv.len / 8,
-                     leaf->count);
-    } else {
-        Py_ssize_t left, right;
-        leaf->records = rv.buf;
+    if (n == leaf->count) {
+        leaf->records = records;
         leaf_span(leaf, q, &left, &right);
         npy_intp dims[1] = {(npy_intp)(right - left)};
         out = PyArray_SimpleNew(1, dims, NPY_INT64);
-        if (out != NULL && right > left)
-            memcpy(PyArray_DATA((PyArrayObject *)out), leaf->records + left,
-                   (size_t)(right - left) * 8);
+        if (out != NULL && rv.obj == NULL) /* again, after an allocation: nothing held them */
+            records = i64_in_place(records_obj, &n);
+    }
+    if (n != leaf->count || records == NULL) {
+        Py_CLEAR(out);
+        PyErr_Format(PyExc_ValueError, "%s: %zd records for %zd keys", name, n, leaf->count);
+    } else if (out != NULL && right > left) {
+        memcpy(PyArray_DATA((PyArrayObject *)out), records + left, (size_t)(right - left) * 8);
     }
     PyBuffer_Release(&rv);
     return out;
@@ -627,7 +669,7 @@ const char key_lookup_doc[] =
 /* A leaf's fences (the keys at every step-th place of its `count` keys) into leaf, their view
  * held in *fv: 0, or -1 with ValueError set and nothing held. */
 static int fences_of(PyObject *obj, Py_ssize_t step, int kind, leaf_t *leaf, Py_buffer *fv) {
-    Py_ssize_t nf = table_count(obj, fv, kind, leaf->width);
+    Py_ssize_t nf = table_in_place(obj, fv, kind, leaf->width);
     if (nf < 0)
         return -1;
     if (step < 1 || nf != (leaf->count + step - 1) / step) {
@@ -654,7 +696,7 @@ static PyObject *find_in_slot(PyObject *slot, int kind, const probe_t *q) {
         return NULL;
     }
     Py_buffer view, fv;
-    Py_ssize_t count = table_count(PyTuple_GET_ITEM(slot, 0), &view, kind, width);
+    Py_ssize_t count = table_in_place(PyTuple_GET_ITEM(slot, 0), &view, kind, width);
     if (count < 0)
         return NULL;
     leaf_t leaf = {view.buf, width, count, NULL, 0, 0, NULL};
@@ -804,7 +846,7 @@ static PyObject *finder_call(PyObject *obj, PyObject *const *args, size_t nargsf
     if (answers <= 0)
         return answers < 0 ? NULL : PyObject_CallOneArg(self->fallback, key);
     Py_buffer view;
-    Py_ssize_t count = table_count(self->table, &view, self->kind, self->width), child;
+    Py_ssize_t count = table_in_place(self->table, &view, self->kind, self->width), child;
     if (count < 0)
         return NULL;
     PyObject *out = through_node(&view, self->width, count, &q, self->slots, &child);
