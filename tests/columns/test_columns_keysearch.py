@@ -349,8 +349,13 @@ def test_one_key_lookups_hold_no_more_leaves_than_kept(impl, monkeypatch):
     values = [b"id-%04d" % (i * 7 % 100) for i in range(100)]
     index = opened_key_index(ValueType.BYTES, values, 4, 4096)
     assert index.header.levels == 1 and index.header.root_children == 25
+    finder = index.finder(index.find_one)  # (None on the pure-Python loops)
     for _ in range(2):
         for i, value in enumerate(values):
             assert index.find_one(value).tolist() == [i]
             assert len(index.leaves) <= 3
             assert sum(slot is not None for slot in index.root.slots) <= 3
+            if finder is not None:  # it reads the same slots
+                assert finder(values[-1 - i]).tolist() == [len(values) - 1 - i]
+                assert len(index.leaves) <= 3
+                assert sum(slot is not None for slot in index.root.slots) <= 3
