@@ -586,32 +586,33 @@ class Dataset:
         """
         if type(value) in _ONE_KEY:  # the common single key first: one compiled call
             finder = self._finders.get(column)
-            if finder is None:
-                finder = self._one_key_finder(column)
-            return finder(value)
+            if finder is not None:
+                return finder(value)
         queries = self._columns if self._columns is not None else self._column_queries()
         if isinstance(value, np.ndarray):
             return queries.lookup(column, list(value.tolist()))
         if isinstance(value, (list, tuple)):
             return queries.lookup(column, list(value))
-        return queries.lookup_one(column, value)
+        found = queries.lookup_one(column, value)
+        if type(value) in _ONE_KEY:  # (after the first lookup: its key index is open now)
+            self._finders[column] = self._one_key_finder(queries, column)
+        return found
 
-    def _one_key_finder(self, column: str) -> Callable[[Any], Any]:
-        """What :meth:`lookup` of one key in ``column`` calls, made once per column with the
-        loops in use then (as the dataset's reads are): the key index's compiled finder (its
-        one-key lookup without a Python step: 0.5 us of a random key's ~1.5 us were the
-        three Python calls above the compiled search), falling back to the column queries'
-        ``lookup_one``, which checks and converts any key and reads the leaves; that alone
-        with the pure-Python loops."""
-        queries = self._columns if self._columns is not None else self._column_queries()
+    @staticmethod
+    def _one_key_finder(queries: DatasetColumns, column: str) -> Callable[[Any], Any]:
+        """What :meth:`lookup` of one key in ``column`` calls once a lookup of the column went
+        through ``queries`` (with the loops in use then, as the dataset's reads are): the key
+        index's compiled finder (its one-key lookup without a Python step: 0.5 us of a random
+        key's ~1.5 us were the three Python calls above the compiled search), falling back to
+        the column queries' ``lookup_one``, which checks and converts any key and reads the
+        leaves; that alone with the pure-Python loops or without a key index."""
 
         def fallback(value: object) -> Any:
             return queries.lookup_one(column, value)
 
         index = queries.key_index(column)
         finder = index.finder(fallback) if index is not None else None
-        made = self._finders[column] = fallback if finder is None else finder
-        return made
+        return fallback if finder is None else finder
 
     def split_by(self, column: str, fractions: Mapping[str, float]
                  ) -> dict[str, DatasetView]:
