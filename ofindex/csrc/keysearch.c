@@ -143,8 +143,9 @@ static Py_ssize_t table_count(PyObject *obj, Py_buffer *view, int kind, Py_ssize
 
 /* table_count() of a table a one-key lookup reads: a C-contiguous numpy array's data in place,
  * without the buffer protocol (view->obj is NULL then: PyBuffer_Release does nothing), whose
- * per-array bookkeeping is more memory a random key's lookup misses. Only for tables read by
- * code that runs no Python code before its last use of them (nothing may resize them). */
+ * per-array bookkeeping is more memory a random key's lookup misses. An export would not keep
+ * the array from being resized either: numpy resizes an array referred to elsewhere only when
+ * told not to check (resize(refcheck=False), which numpy documents as unsafe). */
 static Py_ssize_t table_in_place(PyObject *obj, Py_buffer *view, int kind, Py_ssize_t width) {
     if (!PyArray_CheckExact(obj) || !PyArray_IS_C_CONTIGUOUS((PyArrayObject *)obj))
         return table_count(obj, view, kind, width);
