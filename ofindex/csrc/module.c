@@ -87,6 +87,7 @@ static struct {
     {"Checker", &CheckerType},
     {NULL, &ReaderType},
     {"RecordPlan", &RecordPlanType},
+    {"KeyFinder", &KeyFinderType},
 };
 
 #define N_TYPES ((int)(sizeof(types) / sizeof(types[0])))

@@ -180,6 +180,8 @@ PyObject *key_gather(PyObject *self, PyObject *args);
 PyObject *key_lookup(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 extern const char key_span_doc[], key_places_doc[], key_find_doc[], key_gather_doc[],
     key_lookup_doc[];
+/* ds.lookup(column, key) of one key in one call (added to the module as KeyFinder) */
+extern PyTypeObject KeyFinderType;
 /* numpy's C API for keysearch.c (-1 with an exception set) */
 int keysearch_init(void);
 /* keyrecords.c: a key index leaf's records decoded into a query's answer */

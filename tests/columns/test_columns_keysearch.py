@@ -20,8 +20,8 @@ from ofindex.columns.key_build import _bytes_order
 from ofindex.columns.key_file import KeyIndex, encode_key_index
 from ofindex.columns.packed import PackedBytes
 from ofindex.columns.sorted_keys import KeyBatch, SortedKeys
-from ofindex.columns.value_types import ValueType
-from ofindex.errors import SidecarError
+from ofindex.columns.value_types import ValueType, query_value
+from ofindex.errors import ColumnError, SidecarError
 from tests.kit.columns_data import opened_key_index
 from tests.kit.helpers import implementation
 
@@ -47,16 +47,31 @@ def _cases(draw):
     element = _BYTES if vtype is ValueType.BYTES else _NUMBERS[vtype]
     values = draw(st.lists(element, max_size=60))
     queries = draw(st.lists(element, max_size=20))
-    return vtype, values, queries, draw(st.integers(1, 6)), draw(st.integers(2, 3))
+    return (vtype, values, queries, draw(st.integers(1, 6)), draw(st.integers(2, 3)),
+            draw(st.sampled_from([1, 2, 3, 64])))
 
 
 @pytest.mark.parametrize("name", ["compiled", "pure-python"])
 @settings(max_examples=150, deadline=None, derandomize=True)
 @given(_cases())
 def test_find_and_find_one_give_what_a_scan_gives_compiled_and_pure(name, case):
-    """(The ``impl`` fixture's switch, per example: hypothesis runs a fixture once.)"""
-    with implementation(name):
+    """(The ``impl`` fixture's switch, per example: hypothesis runs a fixture once.) The
+    one-key path's leaves are held with fences every 1, 2, 3 or 64 keys."""
+    *case, fence_step = case
+    with implementation(name), pytest.MonkeyPatch.context() as patch:
+        patch.setattr(key_file, "FENCE_STEP", fence_step)
         _find_as_a_scan(*case)
+
+
+def _caller_keys(vtype, key):
+    """A key as callers give it (what a KeyFinder answers itself): ``bytes`` and, when it is
+    UTF-8, ``str``; an ``int``; a ``float``."""
+    if vtype is not ValueType.BYTES:
+        return [key.item()]
+    try:
+        return [key, key.decode("utf-8")]
+    except UnicodeDecodeError:
+        return [key]
 
 
 def _find_as_a_scan(vtype, values, queries, leaf_entries, fanout):
@@ -74,6 +89,24 @@ def _find_as_a_scan(vtype, values, queries, leaf_entries, fanout):
             found[:] = -1  # the caller's: what the index keeps is not changed
         assert [found.tolist() for found in index.find(keys)] == want
         assert [index.find_one(key).tolist() for key in keys] == want
+        _finder_as_a_scan(index, vtype, keys, want)
+
+
+def _finder_as_a_scan(index, vtype, keys, want):
+    """The index's compiled finder, given keys as callers give them, finds what find_one
+    does: itself for held leaves, through its fallback otherwise (there is none without the
+    compiled module, for an index of several levels, or one whose first keys are not a
+    fixed-width table: a bytes key ending with a zero byte)."""
+    finder = index.finder(lambda key: index.find_one(query_value(vtype, key, "k")))
+    if _accel.native is None or index.header.levels > 1 or not index.root.firsts.kind:
+        assert finder is None
+        return
+    for _ in range(2):  # the leaves read through the fallback, then held
+        for key, records in zip(keys, want, strict=True):
+            for given_key in _caller_keys(vtype, key):
+                found = finder(given_key)
+                assert found.tolist() == records and found.dtype == np.int64
+                found[:] = -1  # the caller's
 
 
 def _places_by_bisect(items, query):
@@ -187,6 +220,87 @@ def test_compiled_searches_refuse_bad_arguments():
                              ).tolist() == [5]
     assert native.key_lookup(np.array([b"a", b"a"]), 1, 4, b"a", [None, None]) == -2
     assert native.key_lookup(np.zeros(0, "S1"), 1, 4, b"a", []) == -1
+    leaf, records = np.array([b"ab", b"ac", b"ad"]), np.array([4, 5, 6])
+    every_other = leaf[::2].copy()
+    for fences, step in ((every_other, 1), (every_other, 3), (every_other, 0), (leaf, -1)):
+        with pytest.raises(ValueError, match="fences"):
+            native.key_lookup(table, 2, 4, b"ac", [(leaf, 2, records, fences, step), None])
+    with pytest.raises(ValueError, match="cannot hold"):
+        native.key_lookup(table, 2, 4, b"ac", [(leaf, 2, records, b"abc", 2), None])
+    with pytest.raises(ValueError, match="slot is"):
+        native.key_lookup(table, 2, 4, b"ac", [(leaf, 2, records, every_other), None])
+    assert native.key_lookup(table, 2, 4, b"ac", [(leaf, 2, records, every_other, 2),
+                                                  None]).tolist() == [5]
+
+
+def test_a_key_finder_refuses_bad_arguments():
+    native = _accel.native
+    assert native is not None
+    table = np.array([b"ab", b"cd"], dtype="S2")
+    with pytest.raises(ValueError, match="cannot hold"):
+        native.KeyFinder(table.tobytes()[:3], 2, 4, [None, None], bytes)
+    with pytest.raises(ValueError, match="cannot hold"):
+        native.KeyFinder(table, 2, 9, [None, None], bytes)
+    with pytest.raises(TypeError):
+        native.KeyFinder(table, 2, 4, (None, None), bytes)
+    with pytest.raises(TypeError, match="callable"):
+        native.KeyFinder(table, 2, 4, [None, None], 3)
+    finder = native.KeyFinder(table, 2, 4, [None], bytes)
+    with pytest.raises(ValueError, match="slots"):
+        finder(b"ab")
+    finder = native.KeyFinder(table, 2, 4, [(table, 2, np.zeros(1, np.int64)), None], bytes)
+    with pytest.raises(ValueError, match="records"):
+        finder(b"ab")
+    for args, kwargs in (((), {}), ((b"ab", b"cd"), {}), ((), {"key": b"ab"})):
+        with pytest.raises(TypeError, match="one key"):
+            finder(*args, **kwargs)
+
+
+@pytest.mark.parametrize("vtype", [ValueType.BYTES, ValueType.INT64, ValueType.FLOAT32,
+                                   ValueType.FLOAT64])
+def test_a_key_finder_answers_held_leaves_and_defers_the_rest(vtype, monkeypatch):
+    """A KeyFinder answers from the root and the leaves held (records, or none when no leaf
+    may hold the key) without calling its fallback; it calls the fallback with the caller's
+    own key for a leaf not held, keys over several leaves, and keys of other types (which
+    the fallback converts or refuses)."""
+    monkeypatch.setattr(key_file, "FENCE_STEP", 3)
+    numbers = [float(i // 2) if vtype in _NAN else i // 2 for i in range(40)]  # pairs
+    numbers[20:26] = [numbers[20]] * 6  # a key over several leaves of 4
+    values = [b"k%03d" % v for v in numbers] if vtype is ValueType.BYTES else numbers
+    index = opened_key_index(vtype, values, 4, 4096)
+    deferred = []
+
+    def fallback(key):
+        deferred.append(key)
+        return index.find_one(query_value(vtype, key, "k"))
+
+    finder = index.finder(fallback)
+    cast = _cast(vtype)
+    mine = [b"k%03d" % 3, "k003"] if vtype is ValueType.BYTES else [numbers[6]]
+    for key in mine:  # its leaf read through the fallback, then held
+        assert finder(key).tolist() == [6, 7]
+    assert deferred == mine[:1]
+    index.find_one(cast(values[30]))  # held by find_one too
+    deferred.clear()
+    for key in mine:
+        assert finder(key).tolist() == [6, 7]
+    low = b"a" if vtype is ValueType.BYTES else -5 if vtype is ValueType.INT64 else -5.0
+    assert finder(low).tolist() == []  # before the first leaf: no leaf may hold it
+    assert finder(_caller_keys(vtype, cast(values[31]))[0]).tolist() == [30, 31]
+    assert deferred == []
+    assert finder(_caller_keys(vtype, cast(values[21]))[0]).tolist() == list(range(20, 26))
+    others = [bytearray(b"k003"), np.bytes_(b"k003")] if vtype is ValueType.BYTES else \
+        [np.int64(3), 3.0] if vtype is ValueType.INT64 else [3, np.float64(3.0)]
+    for key in others:
+        assert finder(key).tolist() == [6, 7]
+    assert len(deferred) == 1 + len(others)
+    with pytest.raises(ColumnError):
+        finder(True)  # a bool: refused by the fallback, as by query_value
+    big = "\ud800" if vtype is ValueType.BYTES else 1 << 70 if vtype is ValueType.INT64 \
+        else None
+    if big is not None:  # not UTF-8 / out of int64's range: the fallback's own error
+        with pytest.raises((UnicodeEncodeError, ColumnError)):
+            finder(big)
 
 
 @pytest.mark.parametrize("damage", ["longer", "huge", "short"])
@@ -235,8 +349,13 @@ def test_one_key_lookups_hold_no_more_leaves_than_kept(impl, monkeypatch):
     values = [b"id-%04d" % (i * 7 % 100) for i in range(100)]
     index = opened_key_index(ValueType.BYTES, values, 4, 4096)
     assert index.header.levels == 1 and index.header.root_children == 25
+    finder = index.finder(index.find_one)  # (None on the pure-Python loops)
     for _ in range(2):
         for i, value in enumerate(values):
             assert index.find_one(value).tolist() == [i]
             assert len(index.leaves) <= 3
             assert sum(slot is not None for slot in index.root.slots) <= 3
+            if finder is not None:  # it reads the same slots
+                assert finder(values[-1 - i]).tolist() == [len(values) - 1 - i]
+                assert len(index.leaves) <= 3
+                assert sum(slot is not None for slot in index.root.slots) <= 3

@@ -57,6 +57,11 @@ def test_remote_queries_match_local_ones(local, remote_backend):
     keys = [b"id-21-%d" % i for i in (5, 999, 123, 4000)]
     assert [a.tolist() for a in there.lookup("image/id", keys)] == \
         [a.tolist() for a in here.lookup("image/id", keys)]
+    one_keys = [("image/id", key) for key in keys + [k.decode() for k in keys]] + \
+        [("label", 3), ("label", -1)]
+    for _ in range(2):  # one key a call: its leaf read, then held
+        for column, key in one_keys:
+            assert there.lookup(column, key).tolist() == here.lookup(column, key).tolist()
 
 
 def test_a_remote_lookup_batch_reads_one_round_of_leaves(local, remote_backend):

@@ -1296,11 +1296,42 @@ def fuzz_keysearch(rng: random.Random) -> None:
     got = call(native.key_gather, [table], np.array([use_width], np.int64), [records], use_kind,
                qtable, qtable.itemsize, members, cuts, *outs)
     assert got is None or isinstance(got, CLEAN), got
-    slots = [rng.choice([None, (table, use_width, records), (table, width), 5, (1, 2, 3)])
+    step = rng.choice([1, 2, 3, 64])
+    fenced = (table, use_width, records, np.ascontiguousarray(table[::step]), step)
+    wrong_fences = (table, width, records, table[:1].copy(), rng.choice([0, -1, 2**62, 1]))
+    slots = [rng.choice([None, (table, use_width, records), (table, width), 5, (1, 2, 3),
+                         fenced, wrong_fences if bad else fenced])
              for _ in range(max(len(table) + (rng.randint(-1, 1) if bad else 0), 0))]
+    plain = [(table, width, records)] * len(table)
     for query in queries[:2]:
         got = call(native.key_lookup, table, use_width, use_kind, query, slots)
         assert isinstance(got, (*CLEAN, int, np.ndarray)), got
+        want = call(native.key_lookup, table, width, kind, query, plain)
+        if isinstance(got, np.ndarray) and not bad:  # a fenced slot finds what a plain one does
+            assert got.tolist() == want.tolist(), (got, want, query, table)
+    _fuzz_key_finder(rng, table, use_width, use_kind, queries, slots, bad)
+
+
+def _fuzz_key_finder(rng: random.Random, table: np.ndarray, width: int, kind: int,
+                     queries: list, slots: list, bad: bool) -> None:
+    """A KeyFinder over the slots key_lookup was given, with the keys as callers pass them
+    (bytes, a str of them, an int, a float) and keys of other types: records key_lookup
+    finds, its fallback's answer, or a clean error."""
+    finder = call(native.KeyFinder, table, width, kind, slots, lambda key: "fallback")
+    if isinstance(finder, BaseException):
+        STATS["keysearch"]["refused"] += 1
+        return
+    for query in queries[:2]:
+        given = [query, query.decode("latin-1")] if isinstance(query, bytes) else \
+            [query.item(), float(query), np.int64(0), True, "x"]
+        for key in given:
+            got = call(finder, key)
+            assert isinstance(got, (*CLEAN, np.ndarray)) or got == "fallback", got
+            plain = call(native.key_lookup, table, width, kind, query, slots)
+            if isinstance(got, np.ndarray) and isinstance(plain, np.ndarray) and not bad and \
+                    key is given[0]:
+                assert got.tolist() == plain.tolist(), (got, plain, key, table)
+    STATS["keysearch"]["ok"] += 1
 
 
 def fuzz_keyrecords(rng: random.Random) -> None:

@@ -300,3 +300,25 @@ assert got == right or isinstance(got, ValueError) and {call!r} + ": bufs change
     got), got
 print("ok")
 """, hooked)
+
+
+_KEYS_SETUP = """
+table = np.array([b"ab", b"cd"], dtype="S2")
+leaf = np.array([b"ab", b"ac", b"ad"], dtype="S2")
+records = np.array([4, 5, 6], np.int64)
+fences = leaf[::2].copy()
+"""
+
+
+def test_key_finder_slots_emptied_by_a_buffer_export(hooked):
+    _run(_KEYS_SETUP + """
+slots = [None, None]
+finder = native.KeyFinder(Hooked(table, slots.clear), 2, 4, slots, lambda key: "fallback")
+got = outcome(finder, b"ac")
+assert isinstance(got, ValueError) and "slots" in str(got), got
+slots = [(Hooked(leaf, lambda: slots.clear()), 2, records, fences, 2), None]
+finder = native.KeyFinder(table, 2, 4, slots, lambda key: "fallback")
+assert finder(b"ac").tolist() == [5]  # the slot is held while its leaf is searched
+print("ok")
+""", hooked)
+
