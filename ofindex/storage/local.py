@@ -132,7 +132,16 @@ class LocalStorage(Storage):
             st = os.stat(path)
         except FileNotFoundError:
             raise DataFileNotFoundError(f"{path}: data file not found") from None
+        held = self._files.get(path) if self._pid == os.getpid() else None
+        if held is not None and not _same_file(held, st):
+            self.forget(path)  # replaced since it was opened: the next read opens the new one
         return stat_stamp(st)
+
+    def forget(self, path: str) -> None:
+        """Drop the cached handle of ``path`` (the file there is another one now); a read
+        still using it keeps it."""
+        if self._files.pop(path, None) is not None:
+            OPEN_FILES.drop(self, ("file", path))
 
     def read(self, path: str, start: int, end: int) -> bytes:
         f = self._files.get(path) if self._pid == os.getpid() else None
@@ -187,9 +196,7 @@ class LocalStorage(Storage):
             if refused is None:
                 raise
             raise refused from exc
-        # the file at path is another one now: a handle cached for the old one would read it
-        if self._files.pop(path, None) is not None:
-            OPEN_FILES.drop(self, ("file", path))
+        self.forget(path)  # the file at path is another one now
 
     def open_write(self, path: str) -> IO[bytes]:
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
@@ -241,6 +248,12 @@ class LocalStorage(Storage):
 
     def dirname(self, path: str) -> str:
         return os.path.dirname(path)
+
+
+def _same_file(handle: _Handle, st: os.stat_result) -> bool:
+    """Whether ``handle`` is open on the file ``st`` describes (not one since replaced)."""
+    held = os.fstat(handle.fd)
+    return (held.st_dev, held.st_ino) == (st.st_dev, st.st_ino)
 
 
 def _check_extent(handle: _Handle, path: str, start: int, end: int) -> None:

@@ -90,9 +90,11 @@ class MappedLocalStorage(LocalStorage):
         super().close()
 
     def forget(self, path: str) -> None:
-        """Drop the map of ``path`` (made at its old size); a read still using it keeps it."""
+        """Drop the map and handle of ``path`` (made at its old size, or of a file since
+        replaced); a read still using them keeps them."""
         if self._maps.pop(path, None) is not None:
             OPEN_FILES.drop(self, ("map", path))
+        super().forget(path)
 
     def mapped(self, path: str, end: int) -> DataMap | None:
         """The map of ``path`` when it covers ``[0, end)``, else ``None``: for the compiled

@@ -144,3 +144,27 @@ def test_a_pickled_dataset_and_a_view_look_keys_up(built):
     assert copy.lookup("image/id", key.decode()).tolist() == [400]
     view = ds.where(label=truth["label"][400])
     assert view.lookup("image/id", key).tolist() == [400]
+
+
+@pytest.mark.parametrize("keys", [True, False])  # written by the build, or by a lookup
+def test_a_dataset_refreshed_after_a_rebuild_looks_keys_up_in_the_new_key_index(tmp_path, keys):
+    """Records appended, the columns built again (a new key index renamed over the old one)
+    and the open dataset refreshed: lookups find old and new records (they were refused with
+    RangeReadError, read through the descriptor of the replaced key index)."""
+    payloads, truth = records(37, 500)
+    data = write_dataset(str(tmp_path / "data"), cut(payloads[:300], [300]))
+    ofindex.build_index(data, columns=["image/id"], keys=keys)
+    ds = ofindex.open(data)
+    old, new = truth["image/id"][10], truth["image/id"][450]
+    assert ds.lookup("image/id", old).tolist() == [10]
+    with ofindex.Writer(str(tmp_path / "more"), index=False) as writer:
+        for payload in payloads[300:]:
+            writer.write(payload)
+    with open(tmp_path / "more", "rb") as more, open(os.path.join(data, "part-000"), "ab") as f:
+        f.write(more.read())
+    ofindex.build_index(data, columns=["image/id"], keys=True)
+    assert ds.refresh() == 200
+    assert ds.lookup("image/id", new).tolist() == [450]
+    assert ds.lookup("image/id", old).tolist() == [10]
+    assert ds.lookup("image/id", old.decode()).tolist() == [10]
+    ds.close()
