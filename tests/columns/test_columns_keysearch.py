@@ -24,36 +24,12 @@ from ofindex.columns.value_types import ValueType, query_value
 from ofindex.errors import ColumnError, SidecarError
 from tests.kit.columns_data import opened_key_index
 from tests.kit.helpers import implementation
-
-_BYTES = st.sampled_from([b"", b"\0", b"a", b"b", b"a\0", b"\0a", b"ab", b"b\0\0", b"abc",
-                          b"\xff", b"a\xff"]) | st.binary(max_size=5)
-_NUMBERS = {
-    ValueType.INT64: st.sampled_from([-(1 << 63), -(1 << 63) + 1, -1, 0, 1, 7,
-                                      (1 << 63) - 2, (1 << 63) - 1]),
-    ValueType.FLOAT32: st.sampled_from([-np.inf, -1.5, -0.0, 0.0, 2.0, 3.4e38, np.inf]),
-    ValueType.FLOAT64: st.sampled_from([-np.inf, -1.5, -0.0, 0.0, 2.0, 1e300, np.inf]),
-}
-_NAN = {ValueType.FLOAT32: np.float32("nan"), ValueType.FLOAT64: np.float64("nan")}
-
-
-def _cast(vtype):
-    return bytes if vtype is ValueType.BYTES else vtype.dtype.type
-
-
-@st.composite
-def _cases(draw):
-    vtype = draw(st.sampled_from([ValueType.BYTES, ValueType.INT64, ValueType.FLOAT32,
-                                  ValueType.FLOAT64]))
-    element = _BYTES if vtype is ValueType.BYTES else _NUMBERS[vtype]
-    values = draw(st.lists(element, max_size=60))
-    queries = draw(st.lists(element, max_size=20))
-    return (vtype, values, queries, draw(st.integers(1, 6)), draw(st.integers(2, 3)),
-            draw(st.sampled_from([1, 2, 3, 64])))
+from tests.kit.key_cases import BYTE_KEYS, NANS, cast_of, key_cases
 
 
 @pytest.mark.parametrize("name", ["compiled", "pure-python"])
 @settings(max_examples=150, deadline=None, derandomize=True)
-@given(_cases())
+@given(key_cases())
 def test_find_and_find_one_give_what_a_scan_gives_compiled_and_pure(name, case):
     """(The ``impl`` fixture's switch, per example: hypothesis runs a fixture once.) The
     one-key path's leaves are held with fences every 1, 2, 3 or 64 keys."""
@@ -75,10 +51,10 @@ def _caller_keys(vtype, key):
 
 
 def _find_as_a_scan(vtype, values, queries, leaf_entries, fanout):
-    cast = _cast(vtype)
+    cast = cast_of(vtype)
     keys = [cast(q) for q in queries]
-    if vtype in _NAN:
-        keys.append(_NAN[vtype])  # held by no record: NaN is left out of a key index
+    if vtype in NANS:
+        keys.append(NANS[vtype])  # held by no record: NaN is left out of a key index
     want = [[i for i, v in enumerate(values) if cast(v) == key] for key in keys]
     for _ in range(2):  # the pages read, then kept
         index = opened_key_index(vtype, values, leaf_entries, fanout)
@@ -114,7 +90,7 @@ def _places_by_bisect(items, query):
 
 
 @settings(max_examples=200, deadline=None, derandomize=True)
-@given(st.lists(_BYTES, max_size=40), st.lists(_BYTES, max_size=12))
+@given(st.lists(BYTE_KEYS, max_size=40), st.lists(BYTE_KEYS, max_size=12))
 def test_compiled_and_pure_place_bytes_keys_as_bisect_does(items, queries):
     """Every search of a fixed-width table of bytes keys (one key's span and bounds, a
     batch's places, a batch gathered) places each key where ``bisect`` over the ``bytes``
@@ -264,7 +240,7 @@ def test_a_key_finder_answers_held_leaves_and_defers_the_rest(vtype, monkeypatch
     own key for a leaf not held, keys over several leaves, and keys of other types (which
     the fallback converts or refuses)."""
     monkeypatch.setattr(key_file, "FENCE_STEP", 3)
-    numbers = [float(i // 2) if vtype in _NAN else i // 2 for i in range(40)]  # pairs
+    numbers = [float(i // 2) if vtype in NANS else i // 2 for i in range(40)]  # pairs
     numbers[20:26] = [numbers[20]] * 6  # a key over several leaves of 4
     values = [b"k%03d" % v for v in numbers] if vtype is ValueType.BYTES else numbers
     index = opened_key_index(vtype, values, 4, 4096)
@@ -275,7 +251,7 @@ def test_a_key_finder_answers_held_leaves_and_defers_the_rest(vtype, monkeypatch
         return index.find_one(query_value(vtype, key, "k"))
 
     finder = index.finder(fallback)
-    cast = _cast(vtype)
+    cast = cast_of(vtype)
     mine = [b"k%03d" % 3, "k003"] if vtype is ValueType.BYTES else [numbers[6]]
     for key in mine:  # its leaf read through the fallback, then held
         assert finder(key).tolist() == [6, 7]

@@ -32,7 +32,7 @@ MINGW = "x86_64-w64-mingw32-gcc"
 #: headers come with every numpy) and zlib's (which the build links).
 PORTABLE_HEADERS = {
     "Python.h", "numpy/arrayobject.h", "zlib.h", "stdint.h", "string.h", "stddef.h",
-    "stdlib.h", "stdio.h", "limits.h", "assert.h", "errno.h", "math.h",
+    "stdlib.h", "stdio.h", "limits.h", "assert.h", "errno.h", "math.h", "float.h",
 }
 
 #: Loads the build named by OFINDEX_TEST_NATIVE_BUILD (tests/kit/native_build.py) and runs the
