@@ -399,25 +399,11 @@ def test_a_page_s_adler_32_is_left_to_its_crc32c(monkeypatch, inflater):
 def test_pages_inflate_through_isal_where_it_is_installed(monkeypatch):
     """Where ISA-L is installed (fast_inflate.ISAL), a key index's and a column sidecar's
     pages inflate through it (twice as fast as zlib on a key index's leaves)."""
-    from isal import isal_zlib
 
     from ofindex.columns import page_codec
     from ofindex.columns.key_file import KeyIndex, encode_key_index
-    from ofindex.deflate import fast_inflate
 
     calls = []
-
-    class Spy:
-        error = isal_zlib.error
-
-        @staticmethod
-        def decompressobj():
-            calls.append(1)
-            return isal_zlib.decompressobj()
-
-        compress = staticmethod(isal_zlib.compress)
-
-    monkeypatch.setattr(fast_inflate, "ISAL", Spy)
     raw_inflate = page_codec._igzip  # what pages inflate through (raw deflate) with ISA-L
 
     class RawSpy:
