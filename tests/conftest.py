@@ -17,7 +17,6 @@ import os
 import shutil
 import sys
 import tempfile
-import uuid
 
 os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
 os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
@@ -28,6 +27,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis.database import DirectoryBasedExampleDatabase
 
 from tests.kit import servers
+from tests.kit.backends import Backend, make_backend
 from tests.kit.helpers import OPTIONAL_MODULES, install_of
 from tests.kit.paths import ROOT
 
@@ -40,8 +40,6 @@ if not os.path.basename(os.environ.get("OFINDEX_INDEX_CACHE", "")).startswith(
         _INDEX_CACHE_PREFIX):
     os.environ["OFINDEX_INDEX_CACHE"] = tempfile.mkdtemp(prefix=_INDEX_CACHE_PREFIX)
     atexit.register(shutil.rmtree, os.environ["OFINDEX_INDEX_CACHE"], True)
-
-BUCKET = "ofindex-test"
 
 # No deadline and no too-slow health check in either: both time the machine, not the code.
 settings.register_profile("ci", derandomize=True, database=None, print_blob=True,
@@ -106,7 +104,7 @@ def moto_server():
     srv = servers.start_moto()
 
     fs = s3fs.S3FileSystem(skip_instance_cache=True, **servers.s3_options(srv.url))
-    fs.mkdir(BUCKET)
+    fs.mkdir(servers.BUCKET)
     yield srv
     srv.stop()
 
@@ -120,7 +118,7 @@ def gcs_server():
     srv = servers.start_fake_gcs()
 
     fs = gcsfs.GCSFileSystem(skip_instance_cache=True, **servers.gcs_options(srv.url))
-    fs.mkdir(BUCKET)
+    fs.mkdir(servers.BUCKET)
     yield srv
     srv.stop()
 
@@ -137,132 +135,24 @@ def azurite_server():
     srv = servers.start_azurite()
 
     fs = adlfs.AzureBlobFileSystem(skip_instance_cache=True, **servers.azure_options(srv.url))
-    fs.mkdir(BUCKET)
+    fs.mkdir(servers.BUCKET)
     yield srv
     srv.stop()
 
 
-class Backend:
-    """One storage under test. ``prefix()`` is a fresh location (URL) for one test;
-    ``upload(local_dir, url)`` copies a directory's files there."""
-
-    def __init__(self, name: str, base: str, storage_options: dict | None, fs=None,
-                 root: str | None = None, server=None) -> None:
-        self.name = name
-        self.base = base.rstrip("/")
-        self.storage_options = storage_options
-        self.fs = fs
-        self.root = root          # nginx docroot / local directory
-        self.server = server
-        self.writable = name != "http"
-
-    def __repr__(self) -> str:
-        return f"Backend({self.name})"
-
-    def prefix(self) -> str:
-        url = f"{self.base}/{uuid.uuid4().hex[:10]}"
-        if self.root is not None:
-            os.makedirs(self._local(url), exist_ok=True)
-        return url
-
-    def _local(self, url: str) -> str:
-        rel = url[len(self.base):].lstrip("/")
-        return os.path.join(self.root, rel)
-
-    def upload(self, local_dir: str, url: str, *, sidecars: bool = True) -> None:
-        """Copy ``local_dir``'s files to ``url``, and with ``sidecars`` its index directory
-        (``<local_dir>.ofindex/``, the default place) to ``<url>.ofindex/``."""
-        places = [(local_dir, url)]
-        index_dir = local_dir.rstrip("/") + ".ofindex"
-        if sidecars and os.path.isdir(index_dir):
-            places.append((index_dir, url.rstrip("/") + ".ofindex"))
-        for source, target in places:
-            for name in sorted(os.listdir(source)):
-                if not sidecars and (name.endswith((".ofidx", ".json"))):
-                    continue
-                src = os.path.join(source, name)
-                if self.root is not None:
-                    os.makedirs(self._local(target), exist_ok=True)
-                    shutil.copy2(src, os.path.join(self._local(target), name))
-                else:
-                    with open(src, "rb") as f:
-                        self.fs.pipe_file(self.path(target) + "/" + name, f.read())
-
-    def put_bytes(self, url: str, data: bytes) -> None:
-        if self.root is not None:
-            with open(self._local(url), "wb") as f:
-                f.write(data)
-        else:
-            self.fs.pipe_file(self.path(url), data)
-
-    def path(self, url: str) -> str:
-        return url.split("://", 1)[1] if "://" in url else url
-
-
-#: The stores also read through obstore (``<store>+obstore``: storage_options={"backend":
-#: "obstore", ...}), in the storage conformance tests.
-OBSTORE_BACKENDS = ["s3+obstore", "gcs+obstore"]
-
-
-def _make_backend(name: str, request, tmp_path_factory) -> Backend:
-    store, _, via = name.partition("+")
-    if via == "obstore":
-        from tests.kit.helpers import need
-
-        need("obstore", "obstore")
-        made = _make_backend(store, request, tmp_path_factory)
-        made.storage_options = servers.obstore_options(store, made.server.url)
-        # obstore writes to GCS with the XML API's PUT, which fake-gcs-server does not
-        # answer (400 "invalid uploadType"): read-only there, as a web server is
-        made.writable = store == "s3"
-        return made
-    if name == "local":
-        root = str(tmp_path_factory.mktemp("localdata"))
-        return Backend("local", root, None, root=root)
-    if name == "memory":
-        import fsspec
-
-        return Backend("memory", "memory://ofindex-tests", None, fs=fsspec.filesystem("memory"))
-    from tests.kit.helpers import need
-
-    if name == "http":
-        need("aiohttp", "http")
-        srv = request.getfixturevalue("nginx_server")
-        return Backend("http", srv.url, None, root=srv.root, server=srv)
-    if name == "s3":
-        s3fs = need("s3fs", "s3")
-        srv = request.getfixturevalue("moto_server")
-        opts = servers.s3_options(srv.url)
-        fs = s3fs.S3FileSystem(skip_instance_cache=True, **opts)
-        return Backend("s3", f"s3://{BUCKET}", opts, fs=fs, server=srv)
-    if name == "gcs":
-        gcsfs = need("gcsfs", "gcs")
-        srv = request.getfixturevalue("gcs_server")
-        opts = servers.gcs_options(srv.url)
-        fs = gcsfs.GCSFileSystem(skip_instance_cache=True, **opts)
-        return Backend("gcs", f"gs://{BUCKET}", opts, fs=fs, server=srv)
-    if name == "azure":
-        adlfs = need("adlfs", "azure")
-        srv = request.getfixturevalue("azurite_server")
-        opts = servers.azure_options(srv.url)
-        fs = adlfs.AzureBlobFileSystem(skip_instance_cache=True, **opts)
-        return Backend("azure", f"abfs://{BUCKET}", opts, fs=fs, server=srv)
-    raise ValueError(name)
-
-
 @pytest.fixture(params=["local", "memory", "http", "s3", "gcs", "azure"])
 def backend(request, tmp_path_factory) -> Backend:
-    return _make_backend(request.param, request, tmp_path_factory)
+    return make_backend(request.param, request, tmp_path_factory)
 
 
 @pytest.fixture(params=["http", "s3", "gcs", "azure"])
 def remote_backend(request, tmp_path_factory) -> Backend:
-    return _make_backend(request.param, request, tmp_path_factory)
+    return make_backend(request.param, request, tmp_path_factory)
 
 
 @pytest.fixture(params=["s3", "gcs", "azure"])
 def bucket_backend(request, tmp_path_factory) -> Backend:
-    return _make_backend(request.param, request, tmp_path_factory)
+    return make_backend(request.param, request, tmp_path_factory)
 
 
 def _missing_optional(excinfo) -> str | None:

@@ -15,7 +15,7 @@ from ofindex.cache.keys import sidecar_key
 from ofindex.cache.machine import NodeCache
 from ofindex.cli.synthetic import write_dataset
 from ofindex.storage import FileStamp
-from tests.conftest import _make_backend
+from tests.kit.backends import make_backend
 
 RECORDS = 8000
 
@@ -27,7 +27,7 @@ def s3_dataset(request, tmp_path_factory):
     ofindex.build_index(d)
     with ofindex.open(d) as ds:
         expected = [ds[i] for i in range(len(ds))]
-    backend = _make_backend("s3", request, tmp_path_factory)
+    backend = make_backend("s3", request, tmp_path_factory)
     url = backend.prefix()
     backend.upload(d, url)
     return url, backend.storage_options, expected

@@ -28,7 +28,7 @@ from ofindex.cache.entries_db import DB_NAME, MAX_DATA
 from ofindex.cache.machine import NodeCache
 from ofindex.cli.synthetic import write_dataset
 from ofindex.errors import CacheDirWarning
-from tests.conftest import _make_backend
+from tests.kit.backends import make_backend
 from tests.kit.helpers import require, sidecar_of
 
 
@@ -46,7 +46,7 @@ def _remote(request, tmp_path_factory, records: int, shards: int) -> Remote:
     ofindex.build_index(local)
     with ofindex.open(local) as ds:
         expected = [ds[i] for i in range(len(ds))]
-    backend = _make_backend("s3", request, tmp_path_factory)
+    backend = make_backend("s3", request, tmp_path_factory)
     url = backend.prefix()
     backend.upload(local, url)
     return Remote(url, backend.storage_options, expected, local)

@@ -24,9 +24,9 @@ import ofindex
 from ofindex.formats.location import resolve
 from ofindex.formats.placement import Layout
 from ofindex.index.builder import build_location
-from tests.conftest import BUCKET
 from tests.kit import paths
 from tests.kit.helpers import index_dir_of, manifest_of, need, sidecar_of
+from tests.kit.servers import BUCKET
 
 PATTERNS = ["*", "part-*", "*.tfrecord*", "*-of-*", "**"]
 NAMES = ["part-00000-of-00003", "part-00001-of-00003", "part-00002-of-00003.tfrecord"]

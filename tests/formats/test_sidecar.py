@@ -11,6 +11,7 @@ from ofindex.formats.framing import RecordFormat
 from ofindex.formats.sidecar import decode_header, encode_sidecar, open_local_sidecar
 from ofindex.storage import FileStamp, write_local_atomic
 from tests.kit.helpers import read_bytes, ref_offsets, ref_tfrecord, sidecar_of, write_raw
+from tests.kit.old_sidecars import version_1_sidecar
 
 
 def test_header_round_trip():
@@ -121,29 +122,13 @@ def test_check_offsets_detects_corruption(tmp_path):
         open_local_sidecar(sidecar_of(p)).check_offsets()
 
 
-def _v1_sidecar(fmt_code: int, offsets: list[int], size: int, end: int, fp: str) -> bytes:
-    """A version-1 sidecar (what ofindex 0.1 wrote), built from its documented layout."""
-    import struct
-
-    import crc32c
-
-    body = struct.pack(f"<{len(offsets)}Q", *offsets)
-    raw = 50 + len(fp)
-    hsize = (raw + 7) // 8 * 8
-    head = bytearray(struct.pack("<8sHBBIQQQIIH", b"OFINDEX\0", 1, fmt_code, 0, hsize,
-                                 len(offsets), size, end, crc32c.crc32c(body), 0, len(fp)))
-    head += fp.encode() + bytes(hsize - raw)
-    struct.pack_into("<I", head, 44, crc32c.crc32c(bytes(head)))
-    return bytes(head) + body
-
-
 def test_version_1_sidecars_still_open(tmp_path):
     records = [b"a", b"bb", b"", b"dddd"]
     p = write_raw(str(tmp_path / "old.tfrecord"), ref_tfrecord(records))
     st = os.stat(p)
     offsets = ref_offsets(records, 16)
-    write_raw(sidecar_of(p), _v1_sidecar(1, offsets, st.st_size, st.st_size,
-                                         f"mtime_ns:{st.st_mtime_ns}"))
+    write_raw(sidecar_of(p), version_1_sidecar(1, offsets, st.st_size, st.st_size,
+                                               f"mtime_ns:{st.st_mtime_ns}"))
     sc = open_local_sidecar(sidecar_of(p))
     assert sc.header.version == 1 and list(sc.offsets) == offsets
     sc.check_offsets()

@@ -10,6 +10,7 @@ import pytest
 
 import ofindex
 from ofindex.formats.sidecar import open_local_sidecar
+from tests.kit.backends import make_backend
 from tests.kit.helpers import read_bytes, ref_tfrecord, sidecar_of, write_raw
 
 RNG = random.Random(4902)
@@ -99,9 +100,7 @@ def test_an_aborted_append_leaves_the_file_as_it_was(tmp_path):
 
 @pytest.mark.parametrize("name", ["memory", "s3", "gcs"])  # (a web server takes no uploads)
 def test_append_to_a_remote_file(name, request, tmp_path_factory):
-    from tests.conftest import _make_backend
-
-    backend = _make_backend(name, request, tmp_path_factory)
+    backend = make_backend(name, request, tmp_path_factory)
     url = backend.prefix() + "/a.tfrecord"
     opts = backend.storage_options
     first = _records(500)

@@ -18,7 +18,6 @@ from ofindex.formats.compact_manifest import COMPACT_NAME
 from ofindex.formats.manifest import MANIFEST_NAME
 from ofindex.index import cluster as cluster_build
 from ofindex.index.build_results import BuildResults
-from tests.conftest import BUCKET
 from tests.kit import servers
 from tests.kit.helpers import index_dir_of, need, read_bytes
 
@@ -70,7 +69,7 @@ def test_dask_build_in_s3_equals_local_build(cluster, moto_server, data_dir):
     _, client = cluster
     opts = servers.s3_options(moto_server.url)
     fs = s3fs.S3FileSystem(skip_instance_cache=True, **opts)
-    url = f"s3://{BUCKET}/cluster-{os.path.basename(os.path.dirname(data_dir))}"
+    url = f"s3://{servers.BUCKET}/cluster-{os.path.basename(os.path.dirname(data_dir))}"
     for n in os.listdir(data_dir):
         fs.pipe_file(f"{url}/{n}", read_bytes(os.path.join(data_dir, n)))
     local = ofindex.build_index(url, storage_options=opts)

@@ -24,7 +24,6 @@ import pytest
 import ofindex
 from ofindex.cli.synthetic import write_dataset
 from ofindex.decode import FixedLen, decode_batch
-from tests.conftest import BUCKET
 from tests.kit import paths, servers
 from tests.kit.helpers import index_dir_of, need
 
@@ -251,7 +250,7 @@ def test_bucket_paths(cluster, data, tmp_path, moto_server):
 
     opts = servers.s3_options(moto_server.url)
     fs = s3fs.S3FileSystem(skip_instance_cache=True, **opts)
-    url = f"s3://{BUCKET}/ray-{os.path.basename(str(tmp_path))}"
+    url = f"s3://{servers.BUCKET}/ray-{os.path.basename(str(tmp_path))}"
     for source, target in ((data, url), (index_dir_of(data), url + ".ofindex")):
         for name in sorted(os.listdir(source)):  # the data and its index directory
             with open(os.path.join(source, name), "rb") as f:

@@ -25,6 +25,9 @@ from collections.abc import Callable
 
 os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
 
+#: The bucket (Azure: container) the test session makes on each storage server it starts.
+BUCKET = "ofindex-test"
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -259,6 +262,20 @@ def start_nginx(root: str, *, timed: bool = False) -> Server:
 def count_log_lines(path: str) -> int:
     with open(path, "rb") as f:
         return sum(1 for _ in f)
+
+
+def log_lines(path: str) -> list[str]:
+    """nginx's access log; it writes a line just after sending the response, so wait until
+    the log stops growing."""
+    last: list[str] | None = None
+    for _ in range(50):
+        with open(path) as f:
+            lines = f.read().splitlines()
+        if lines == last:
+            return lines
+        last = lines
+        time.sleep(0.02)
+    return last or []
 
 
 # -- misbehaving HTTP servers (threads in this process) ------------------------------------------

@@ -10,6 +10,7 @@ import ast
 import os
 
 from tests.kit import paths
+from tests.kit.complexity import MAX_COMPLEXITY
 
 ROOT = paths.PACKAGE
 
@@ -66,8 +67,6 @@ ALLOWED = {
 }
 #: The top-level modules that join layers for the public API.
 TOP_LEVEL = ("", "__main__", "proto", "opening", "growing")
-#: The complexity cap (ruff's C901); the suite runs ruff, this keeps the setting in place.
-MAX_COMPLEXITY = 15
 
 
 def _modules() -> dict[str, str]:
@@ -667,3 +666,65 @@ def test_the_layout_rule_finds_misplaced_test_files(tmp_path):
         "test_root.py", "docs/deeper/test_too_deep.py", "elsewhere/test_no_package.py",
         "kit/test_in_kit.py", "native/test_ok.py", "read/shards/test_no_module.py"]
     assert "__init__.py" in found[4] and "neither" in found[0]
+
+
+def _test_modules_imported(node: ast.AST) -> list[str]:
+    """The test modules (``test_*``) and ``conftest`` that ``node`` imports from, spelled as
+    written (``.test_x`` for a relative import)."""
+    if isinstance(node, ast.Import):
+        named = [alias.name for alias in node.names]
+    elif isinstance(node, ast.ImportFrom):
+        base = "." * node.level + (node.module or "")
+        named = [base] + [f"{base.rstrip('.')}.{alias.name}" if node.module else
+                          f"{base}{alias.name}" for alias in node.names]
+    else:
+        return []
+    return [name for name in named
+            if any(part.startswith("test_") or part == "conftest" for part in name.split("."))]
+
+
+def _imports_between_tests(tests: str) -> list[str]:
+    """``file:line: module`` for each import, in any module under ``tests``, from a test
+    module or from ``conftest``: what test modules share lives in tests/kit/."""
+    found = []
+    for directory, subdirectories, files in os.walk(tests):
+        subdirectories[:] = sorted(d for d in subdirectories if d != "__pycache__")
+        for name in sorted(f for f in files if f.endswith(".py")):
+            path = os.path.join(directory, name)
+            with open(path, encoding="utf-8") as f:
+                tree = ast.parse(f.read(), path)
+            shown = os.path.relpath(path, tests).replace(os.sep, "/")
+            found += [f"{shown}:{node.lineno}: {target}" for node in ast.walk(tree)
+                      for target in _test_modules_imported(node)[:1]]
+    return found
+
+
+def test_test_modules_share_only_through_the_kit():
+    """No test module imports from another one or from tests/conftest.py (fixtures come to a
+    test by name): a constant, helper or class two test modules use is in tests/kit/ under a
+    public name."""
+    found = _imports_between_tests(paths.TESTS)
+    assert found == [], "move what these share to tests/kit/:\n" + "\n".join(found)
+
+
+def test_the_kit_rule_finds_imports_between_test_modules(tmp_path):
+    sources = {
+        "read/test_a.py": "from tests.read.test_b import _helper\nimport os\n",
+        "read/test_b.py": "def f():\n    from tests.conftest import BUCKET\n",
+        "read/test_c.py": "from tests.read import test_b\nfrom . import test_a\n",
+        "read/test_d.py": "from .test_b import f\nimport tests.read.test_a as a\n",
+        "read/test_ok.py": "from tests.kit.helpers import need\nfrom tests.kit import paths\n"
+                           "import pytest\nfrom hypothesis import strategies\n",
+        "kit/helpers.py": "from tests.read.test_a import x\n",
+    }
+    for name, source in sources.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(source)
+    assert _imports_between_tests(str(tmp_path)) == [
+        "kit/helpers.py:1: tests.read.test_a",
+        "read/test_a.py:1: tests.read.test_b",
+        "read/test_b.py:2: tests.conftest",
+        "read/test_c.py:1: tests.read.test_b",
+        "read/test_c.py:2: .test_a",
+        "read/test_d.py:1: .test_b",
+        "read/test_d.py:2: tests.read.test_a"]

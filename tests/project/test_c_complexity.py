@@ -16,7 +16,7 @@ import os
 import lizard
 
 from tests.kit import paths
-from tests.project.test_architecture import MAX_COMPLEXITY
+from tests.kit.complexity import MAX_COMPLEXITY
 
 ROOT = paths.ROOT
 CSRC = os.path.join(paths.PACKAGE, "csrc")

@@ -11,7 +11,6 @@ import multiprocessing
 import os
 import pickle
 import re
-import struct
 import subprocess
 import sys
 
@@ -23,23 +22,11 @@ from hypothesis import strategies as st
 
 import ofindex
 from ofindex import RecordIndexError, _accel
-from ofindex.formats.sidecar_header import HEADER_SIZE
+from tests.kit.corruption import corrupt, rewrite_in_place, spelled_anywhere, write_parts
 from tests.kit.helpers import (
-    cached_index_dir_of,
     implementation,
     read_bytes,
-    reseal_sidecar,
-    sidecar_of,
-    write_raw,
 )
-
-
-def _anywhere(text: str, here: str) -> str:
-    """``text`` with the directory ``here`` and its index directory in the per-user index
-    cache (where a file written on its own is indexed) spelled ``D`` and ``I``: each way reads
-    its own copy."""
-    return text.replace(cached_index_dir_of(here), "I").replace(here, "D")
-
 
 
 def _outcome(fn):
@@ -47,47 +34,6 @@ def _outcome(fn):
         return "ok", fn()
     except Exception as exc:
         return type(exc).__name__, str(exc)
-
-
-def _write(directory, shards: list[list[bytes]], fmt: str, checksums: bool) -> list[str]:
-    paths = []
-    for k, records in enumerate(shards):
-        p = os.path.join(directory, f"part-{k}")
-        with ofindex.Writer(p, fmt, checksums=checksums) as w:
-            w.write_many(records)
-        paths.append(p)
-    return paths
-
-
-def _rewrite_in_place(path: str, data: bytes) -> None:
-    """Change a file's bytes in place, keeping its size, inode and mtime (only the records'
-    own checks can tell)."""
-    st_ = os.stat(path)
-    with open(path, "r+b") as f:
-        f.write(data)
-    os.utime(path, ns=(st_.st_atime_ns, st_.st_mtime_ns))
-
-
-def _corrupt(paths: list[str], shards: list[list[bytes]], how: str, where: int) -> None:
-    """Corrupt one shard the way ``how`` says (in place, same sizes where it matters)."""
-    k = where % len(paths)
-    p, n = paths[k], len(shards[k])
-    if how == "data byte" and os.path.getsize(p):
-        raw = bytearray(read_bytes(p))
-        raw[where % len(raw)] ^= 1 << (where % 8)
-        _rewrite_in_place(p, bytes(raw))
-    elif how in ("shifted offset", "checksum") and n:
-        raw = bytearray(read_bytes(sidecar_of(p)))
-        if how == "shifted offset":  # a forged sidecar: its CRCs rewritten over it
-            at = HEADER_SIZE + 8 * (where % n)
-            old = struct.unpack_from("<Q", raw, at)[0]
-            struct.pack_into("<Q", raw, at, max(0, old + (where % 7) - 3))
-        elif raw[11] & 2:  # per-record checksums present
-            raw[HEADER_SIZE + 8 * n + 4 * (where % n)] ^= 1
-        write_raw(sidecar_of(p), reseal_sidecar(bytes(raw)))
-    elif how == "truncated" and os.path.getsize(p) > 1:
-        with open(p, "r+b") as f:
-            f.truncate(os.path.getsize(p) - 1 - where % 4)
 
 
 @settings(max_examples=80, deadline=None)
@@ -114,20 +60,21 @@ def test_the_fast_path_gives_what_the_ordinary_path_gives(tmp_path_factory, shar
     keys = data.draw(st.lists(st.integers(-n - 1, n), max_size=12)) + list(range(n)) * 2
 
     def reads():
-        paths = _write(str(tmp_path_factory.mktemp("reader")), shards, fmt, checksums)
+        paths = write_parts(str(tmp_path_factory.mktemp("reader")), shards, fmt, checksums)
         if not after_open:
-            _corrupt(paths, shards, how, where)
+            corrupt(paths, shards, how, where)
         try:
             ds = ofindex.open(paths, mmap=mmap, verify=verify)
             out = [_outcome(lambda key=key: ds[key]) for key in keys]
         except Exception as exc:  # a truncated file is refused at open
             ds, out = None, [(type(exc).__name__, str(exc))]
         if after_open and ds is not None:
-            _corrupt(paths, shards, how, where)
+            corrupt(paths, shards, how, where)
             out += [_outcome(lambda key=key: ds[key]) for key in keys]
         # each way reads its own copy: its directory, mtimes and inodes differ
         here = os.path.dirname(paths[0])
-        return [(kind, re.sub(r"\d{7,}", "N", _anywhere(str(v), here))) for kind, v in out], ds
+        return [(kind, re.sub(r"\d{7,}", "N", spelled_anywhere(str(v), here)))
+                for kind, v in out], ds
 
     with implementation("compiled"):
         fast, ds = reads()
@@ -168,7 +115,7 @@ def test_changing_verify_makes_a_new_reader(dataset):
     assert ds._reader is None and reader is not None and reader.bound == 0
     raw = bytearray(read_bytes(p))
     raw[12] ^= 1  # record 0's first payload byte: its data CRC fails
-    _rewrite_in_place(p, bytes(raw))
+    rewrite_in_place(p, bytes(raw))
     fresh = ofindex.open(p, verify=False)
     assert fresh[0] == bytes(raw[12:18]) and fresh[0] == bytes(raw[12:18])  # not checked
     checked = ofindex.open(p)
@@ -219,7 +166,7 @@ def test_sidecar_checksums_are_checked_on_the_fast_path(tmp_path):
     assert bytes(raw[at:at + len(records[2])]) == records[2]
     raw[at] ^= 1
     assert ds._reader.get(2) == records[2]
-    _rewrite_in_place(p, bytes(raw))  # the map shows it
+    rewrite_in_place(p, bytes(raw))  # the map shows it
     assert ds._reader.get(2) is None  # its sidecar checksum disagrees
     with pytest.raises(ofindex.CorruptRecordError, match=r"record 2.*CRC32C mismatch"):
         ds[2]
@@ -265,7 +212,7 @@ def test_big_records_are_checked_as_the_ordinary_path_checks_them(tmp_path, hw, 
             with implementation(impl):
                 ds = ofindex.open(p, mmap=mmap)
                 first = [_outcome(lambda i=i, ds=ds: ds[i]) for i in range(5)]
-                _rewrite_in_place(p, bytes(raw))
+                rewrite_in_place(p, bytes(raw))
                 later = [_outcome(lambda i=i, ds=ds: ds[i]) for i in range(5)]
                 outcomes[impl] = [(kind, v.replace(impl, "X") if isinstance(v, str) else v)
                                   for kind, v in first + later]

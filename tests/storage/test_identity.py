@@ -319,7 +319,7 @@ def test_a_local_index_uploaded_to_s3(built, moto_server, replaced, impl):
 
     d, expected = built
     fs, opts = _s3(moto_server)
-    url = f"s3://{servers_bucket()}/{uuid.uuid4().hex[:8]}"
+    url = f"s3://{servers.BUCKET}/{uuid.uuid4().hex[:8]}"
     _upload(fs, d, url)
     if replaced:
         fs.pipe_file(url.split("://", 1)[1] + "/part-1.tfrecord", replacement())
@@ -387,7 +387,7 @@ def built_on_s3(built, moto_server):
 
     d, expected = built
     fs, opts = _s3(moto_server)
-    url = f"s3://{servers_bucket()}/{uuid.uuid4().hex[:8]}"
+    url = f"s3://{servers.BUCKET}/{uuid.uuid4().hex[:8]}"
     _upload(fs, d, url, index=False)
     ofindex.build_index(url, storage_options=opts)
     return url, fs, opts, expected
@@ -444,12 +444,6 @@ def test_an_s3_index_served_by_nginx(built_on_s3, nginx_server, tmp_path, replac
         return
     with ofindex.open(served) as ds:
         read_everything(ds, expected)
-
-
-def servers_bucket() -> str:
-    from tests.conftest import BUCKET
-
-    return BUCKET
 
 
 # -- the dataset's identity ------------------------------------------------------------------

@@ -26,6 +26,7 @@ from tests.kit.helpers import (
     sidecar_of,
     stamp_as_served,
 )
+from tests.kit.servers import log_lines
 
 #: Retries without waiting: tests of failures stay fast.
 QUICK = RequestPolicy(retries=3, base_delay=0.001, throttle_delay=0.001)
@@ -50,22 +51,6 @@ def served(nginx_server, dataset):
     # as if indexed through nginx (its ETags): a copy's content check is test_identity's
     stamp_as_served(os.path.join(nginx_server.root, name), f"{nginx_server.url}/{name}")
     return f"{nginx_server.url}/{name}", expected, nginx_server.log
-
-
-def log_lines(path):
-    """nginx's access log; it writes a line just after sending the response, so wait until
-    the log stops growing."""
-    import time
-
-    last = None
-    for _ in range(50):
-        with open(path) as f:
-            lines = f.read().splitlines()
-        if lines == last:
-            return lines
-        last = lines
-        time.sleep(0.02)
-    return last
 
 
 # -- every response is checked ------------------------------------------------------------------

@@ -15,7 +15,7 @@ import pytest
 
 import ofindex
 from ofindex.cli.synthetic import write_dataset
-from tests.conftest import OBSTORE_BACKENDS, _make_backend
+from tests.kit.backends import OBSTORE_BACKENDS, make_backend
 from tests.kit.helpers import manifest_of
 
 SHARDS = 4
@@ -25,12 +25,12 @@ RECORDS = 203  # uneven over the shards
 @pytest.fixture(params=["local", "memory", "http", "s3", "gcs", "azure", *OBSTORE_BACKENDS])
 def backend(request, tmp_path_factory):
     """Every storage, and the stores obstore serves read through it too."""
-    return _make_backend(request.param, request, tmp_path_factory)
+    return make_backend(request.param, request, tmp_path_factory)
 
 
 @pytest.fixture(params=["s3", "gcs", "azure", "s3+obstore"])  # (no writes to fake-gcs)
 def bucket_backend(request, tmp_path_factory):
-    return _make_backend(request.param, request, tmp_path_factory)
+    return make_backend(request.param, request, tmp_path_factory)
 
 
 @pytest.fixture(scope="module")

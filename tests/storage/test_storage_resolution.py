@@ -11,7 +11,6 @@ import pytest
 import ofindex
 from ofindex.storage import FsspecStorage, Storages
 from ofindex.transport import clients
-from tests.conftest import BUCKET
 from tests.kit import servers
 
 
@@ -36,7 +35,7 @@ def counted(monkeypatch):
 
 def test_one_storage_and_one_client_per_open(moto_server, counted, tmp_path):
     opts = servers.s3_options(moto_server.url)
-    root = f"s3://{BUCKET}/resolve-{uuid.uuid4().hex[:8]}"
+    root = f"s3://{servers.BUCKET}/resolve-{uuid.uuid4().hex[:8]}"
     for k in range(3):
         with ofindex.Writer(f"{root}/part-{k}", storage_options=opts) as w:
             w.write_many([b"%d-%d" % (k, i) for i in range(5)])

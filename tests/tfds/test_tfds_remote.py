@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import ofindex
+from tests.kit.backends import make_backend
 from tests.kit.helpers import need
 
 need("tensorflow_datasets", "tensorflow-datasets")
@@ -38,9 +39,7 @@ def _listing(backend, url: str) -> list[str]:
 @pytest.mark.parametrize("name", ["http", "gcs"])
 def test_remote_builder_with_index_dir_elsewhere(tfds_dirs, family, name, request,
                                                  tmp_path_factory):
-    from tests.conftest import _make_backend
-
-    backend = _make_backend(name, request, tmp_path_factory)
+    backend = make_backend(name, request, tmp_path_factory)
     local = tfds_dirs[family]
     url = _upload(backend, local, family)
     before = _listing(backend, url)
@@ -66,9 +65,7 @@ def test_remote_builder_with_index_dir_elsewhere(tfds_dirs, family, name, reques
 
 def test_remote_builder_indexed_in_the_node_cache(tfds_dirs, gcs_server, request,
                                                   tmp_path_factory):
-    from tests.conftest import _make_backend
-
-    backend = _make_backend("gcs", request, tmp_path_factory)
+    backend = make_backend("gcs", request, tmp_path_factory)
     url = _upload(backend, tfds_dirs["rlds_family"])
     before = _listing(backend, url)
     cache = str(tmp_path_factory.mktemp("node-cache"))
@@ -84,9 +81,7 @@ def test_remote_builder_indexed_in_the_node_cache(tfds_dirs, gcs_server, request
 
 def test_http_without_an_index_place_says_where_to_put_it(tfds_dirs, nginx_server, request,
                                                           tmp_path_factory):
-    from tests.conftest import _make_backend
-
-    backend = _make_backend("http", request, tmp_path_factory)
+    backend = make_backend("http", request, tmp_path_factory)
     url = _upload(backend, tfds_dirs["rlds_family"])
     with pytest.raises(ofindex.OfindexError, match=r"cannot write here.*index_dir="):
         ofindex.open_tfds(url, split="val")

@@ -18,8 +18,8 @@ import ofindex
 from ofindex import _accel
 from ofindex.read import mapped_gather
 from ofindex.read.access import DescriptorAccess, descriptors
+from tests.kit.corruption import corrupt, spelled_anywhere, write_parts
 from tests.kit.helpers import implementation
-from tests.read.test_record_reader import _anywhere, _corrupt, _write
 
 
 @settings(max_examples=60, deadline=None)
@@ -43,20 +43,20 @@ def test_compiled_preads_give_what_the_uncompiled_reads_give(
     batches += [list(range(n)), list(range(n))[::-1]] if n else []
 
     def reads():
-        paths = _write(str(tmp_path_factory.mktemp("preads")), shards, fmt, checksums)
+        paths = write_parts(str(tmp_path_factory.mktemp("preads")), shards, fmt, checksums)
         if not after_open:
-            _corrupt(paths, shards, how, where)
+            corrupt(paths, shards, how, where)
         out = []
         try:
             ds = ofindex.open(paths, mmap=False, verify=verify)
             if after_open:
                 out.append(_outcome(lambda: ds.__getitems__(list(range(n)))))
-                _corrupt(paths, shards, how, where)
+                corrupt(paths, shards, how, where)
             out += [_outcome(lambda b=b: ds.__getitems__(b)) for b in batches]
         except Exception as exc:  # a truncated file is refused at open
             out.append((type(exc).__name__, str(exc)))
         here = os.path.dirname(paths[0])
-        return [(kind, re.sub(r"\d{7,}", "N", _anywhere(str(v), here))) for kind, v in out]
+        return [(kind, re.sub(r"\d{7,}", "N", spelled_anywhere(str(v), here))) for kind, v in out]
 
     limit = mapped_gather.PARALLEL_BYTES
     mapped_gather.PARALLEL_BYTES = 64 if threads else 1 << 62  # big batches: on threads

@@ -23,10 +23,11 @@ from ofindex.cli.synthetic import write_dataset
 from ofindex.formats.sidecar import open_local_sidecar
 from ofindex.formats.sidecar_header import HEADER_SIZE
 from ofindex.read.remote.pages import page_records_for
-from tests.formats.test_sidecar import _v1_sidecar
+from tests.kit.backends import make_backend
 from tests.kit.datasets import random_dataset
 from tests.kit.helpers import copy_dataset, read_bytes, sidecar_of
-from tests.read.remote.test_paged_reads import Rounds
+from tests.kit.old_sidecars import version_1_sidecar
+from tests.kit.rounds import Rounds
 
 SHARDS = 4
 RECORDS = 8000  # 2000 per shard of ~40-byte records: pages of 16 records, 125 pages a shard
@@ -110,9 +111,7 @@ def million(tmp_path_factory):
 def test_sixteen_random_records_of_a_million_move_kilobytes(name, million, request,
                                                              tmp_path_factory):
     """The issue's goal: under 1 MB moved (it was the 8 MB sidecar, then the records)."""
-    from tests.conftest import _make_backend
-
-    backend = _make_backend(name, request, tmp_path_factory)
+    backend = make_backend(name, request, tmp_path_factory)
     url = backend.prefix()
     backend.upload(million, url)
     log = backend.server.log if name == "http" else None
@@ -153,9 +152,7 @@ def _opened(backend, dataset, **kw):
 
 @pytest.mark.parametrize("name", ["http", "s3"])
 def test_corrupt_header_is_refused_at_open(name, dataset, request, tmp_path_factory):
-    from tests.conftest import _make_backend
-
-    backend = _make_backend(name, request, tmp_path_factory)
+    backend = make_backend(name, request, tmp_path_factory)
     url, _, index_url = _opened(backend, dataset)
     raw = bytearray(read_bytes(sidecar_of(os.path.join(dataset[0], "part-00000"))))
     struct.pack_into("<Q", raw, 16, PER + 1)  # the count, without resealing the header CRC
@@ -166,9 +163,7 @@ def test_corrupt_header_is_refused_at_open(name, dataset, request, tmp_path_fact
 
 @pytest.mark.parametrize("name", ["http", "s3"])
 def test_corrupt_pages_are_refused(name, dataset, request, tmp_path_factory):
-    from tests.conftest import _make_backend
-
-    backend = _make_backend(name, request, tmp_path_factory)
+    backend = make_backend(name, request, tmp_path_factory)
     url, _, index_url = _opened(backend, dataset)
     raw = bytearray(read_bytes(sidecar_of(os.path.join(dataset[0], "part-00000"))))
     at = HEADER_SIZE + 8 * 1000  # record 1000 starts where record 999 does
@@ -185,9 +180,7 @@ def test_corrupt_pages_are_refused(name, dataset, request, tmp_path_factory):
 
 @pytest.mark.parametrize("name", ["http", "s3"])
 def test_stale_data_file_is_refused(name, dataset, request, tmp_path_factory):
-    from tests.conftest import _make_backend
-
-    backend = _make_backend(name, request, tmp_path_factory)
+    backend = make_backend(name, request, tmp_path_factory)
     url, _, _ = _opened(backend, dataset)
     data = read_bytes(os.path.join(dataset[0], "part-00000"))
     backend.put_bytes(f"{url}/part-00000", data[:-1])
@@ -224,7 +217,8 @@ def test_version_1_sidecar_without_manifest_is_read_whole(remote_backend, datase
     p = os.path.join(old, "part-00002")
     sc = open_local_sidecar(sidecar_of(p))
     h = sc.header
-    raw = _v1_sidecar(1, sc.offsets.tolist(), h.stamp.size, h.indexed_end, h.stamp.fingerprint)
+    raw = version_1_sidecar(1, sc.offsets.tolist(), h.stamp.size, h.indexed_end,
+                            h.stamp.fingerprint)
     del sc
     with open(sidecar_of(p), "wb") as f:
         f.write(raw)

@@ -12,7 +12,6 @@ import pytest
 
 import ofindex
 from ofindex.formats.framing import RecordFormat
-from ofindex.formats.sidecar import open_local_sidecar
 from ofindex.formats.sidecar_header import (
     HEADER_SIZE,
     VERSION_PACKED,
@@ -23,9 +22,10 @@ from ofindex.formats.sidecar_header import (
 )
 from ofindex.read.remote.pages import page_records_for, pageable
 from ofindex.storage import FileStamp
-from tests.formats.test_sidecar import _v1_sidecar
 from tests.kit.datasets import random_dataset
-from tests.kit.helpers import copy_dataset, manifest_of, read_bytes, sidecar_of
+from tests.kit.helpers import copy_dataset, manifest_of, read_bytes
+from tests.kit.old_sidecars import rewrite_as_version_1, version_1_sidecar
+from tests.kit.rounds import Rounds
 
 SHARDS = 4
 RECORDS = 8000  # 2000 per shard of ~40-byte records: pages of 16 records, 125 pages a shard
@@ -34,38 +34,6 @@ RECORDS = 8000  # 2000 per shard of ~40-byte records: pages of 16 records, 125 p
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory):
     return random_dataset(tmp_path_factory, "paged-ds", RECORDS, SHARDS, record_size=40, seed=7)
-
-
-class Rounds:
-    """Counts rounds of requests: each outermost call into the storage is one round."""
-
-    def __init__(self, storage) -> None:
-        self.calls: list[str] = []
-        self.ranges: list[tuple[str, int, int]] = []
-        self.wholes: list[str] = []
-        self.depth = 0
-        for name in ("fetch_round", "fetch_many", "read_ranges", "read_ranges_concat",
-                     "read_all", "read", "stamp"):
-            setattr(storage, name, self._wrap(name, getattr(storage, name)))
-
-    def _wrap(self, name, fn):
-        def wrapped(*args, **kwargs):
-            if name == "fetch_round":
-                self.ranges += list(args[0])
-                self.wholes += list(args[1]) if len(args) > 1 else []
-            if self.depth == 0:
-                self.calls.append(name)
-            self.depth += 1
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                self.depth -= 1
-        return wrapped
-
-    def clear(self) -> None:
-        self.calls.clear()
-        self.ranges.clear()
-        self.wholes.clear()
 
 
 def _open(bucket_backend, dataset, **kw):
@@ -153,19 +121,6 @@ def test_data_changed_under_manifest_and_sidecar_is_stale(bucket_backend, datase
     assert ds[3] == dataset[1][3]  # other shards still read
 
 
-def rewrite_as_version_1(root: str, shards: int) -> None:
-    """Replace the sidecars of ``part-00000`` … under ``root`` by version 1 ones."""
-    for k in range(shards):
-        p = os.path.join(root, f"part-{k:05d}")
-        sc = open_local_sidecar(sidecar_of(p))
-        h = sc.header
-        raw = _v1_sidecar(1, sc.offsets.tolist(), h.stamp.size, h.indexed_end,
-                          h.stamp.fingerprint)
-        del sc
-        with open(sidecar_of(p), "wb") as f:
-            f.write(raw)
-
-
 def test_version_1_sidecars_fall_back_to_whole_fetches(bucket_backend, dataset, tmp_path):
     d, expected = dataset
     old = str(tmp_path / "v1")
@@ -192,7 +147,7 @@ def test_compressed_and_version_1_headers_are_not_pageable():
     gz3 = decode_header(encode_header(SidecarHeader(
         RecordFormat.TFRECORD, 3, stamp, 100, compression=Compression.GZIP,
         version=VERSION_PACKED, packed_bytes=8)), path="p")
-    v1 = decode_header(_v1_sidecar(1, [0, 10, 20], 100, 100, "etag:x"), path="p")
+    v1 = decode_header(version_1_sidecar(1, [0, 10, 20], 100, 100, "etag:x"), path="p")
     assert (plain.version, gz.version, gz3.version) == (2, 2, 3)
     assert pageable(plain) and not pageable(gz) and not pageable(gz3) and not pageable(v1)
 

@@ -32,8 +32,9 @@ from ofindex.transport.policy import RequestPolicy, retry_settings
 from tests.kit import servers
 from tests.kit.datasets import random_dataset
 from tests.kit.helpers import copy_dataset, sidecar_of, stamp_as_served
-from tests.read.remote.test_paged_reads import Rounds, rewrite_as_version_1
-from tests.storage.test_remote_storage import log_lines
+from tests.kit.old_sidecars import rewrite_as_version_1
+from tests.kit.rounds import Rounds
+from tests.kit.servers import log_lines
 
 SHARDS = 4
 PER_SHARD = 1500

@@ -21,8 +21,8 @@ import ofindex
 from ofindex import _accel
 from ofindex.read.sequential import mapped_batches
 from ofindex.read.sequential.mapped_batches import Filling
+from tests.kit.corruption import corrupt, spelled_anywhere, write_parts
 from tests.kit.helpers import empty_block_pool, implementation
-from tests.read.test_record_reader import _corrupt, _write
 
 
 def _batches(ds, size, how):
@@ -53,8 +53,8 @@ def _batches(ds, size, how):
 def test_lists_filled_ahead_are_the_lists_made_inline(tmp_path_factory, shards, fmt, verify,
                                                       how, where, size, kind, split):
     def run(impl, filling):
-        paths = _write(str(tmp_path_factory.mktemp("ahead")), shards, fmt, True)
-        _corrupt(paths, shards, how, where)
+        paths = write_parts(str(tmp_path_factory.mktemp("ahead")), shards, fmt, True)
+        corrupt(paths, shards, how, where)
         with implementation(impl):
             was = mapped_batches._filling
             if filling is not None:
@@ -67,7 +67,8 @@ def test_lists_filled_ahead_are_the_lists_made_inline(tmp_path_factory, shards, 
             finally:
                 mapped_batches._filling = was
         here = os.path.dirname(paths[0])
-        return [(k, re.sub(r"\d{7,}", "N", v.replace(here, "D")) if isinstance(v, str) else v)
+        return [(k, re.sub(r"\d{7,}", "N", spelled_anywhere(v, here)) if isinstance(v, str)
+                 else v)
                 for k, v in got]
 
     limit = mapped_batches._SPLIT_BYTES
@@ -136,7 +137,7 @@ def test_an_iteration_dropped_half_way_leaves_nothing_behind(tmp_path, monkeypat
 def test_how_lists_are_made_is_chosen_by_their_bytes_the_format_and_a_spare_core(
         tmp_path, monkeypatch, fmt):
     shards = [[os.urandom(1000) for _ in range(50)]]
-    ds = ofindex.open(_write(str(tmp_path), shards, fmt, True))
+    ds = ofindex.open(write_parts(str(tmp_path), shards, fmt, True))
     compiled = _accel.native
     src = dataclasses.replace(ds._source(), native=compiled)  # as the mapped access makes it
     small = Filling.CHECKED_AHEAD if fmt == "tfrecord" else Filling.INLINE
@@ -145,7 +146,7 @@ def test_how_lists_are_made_is_chosen_by_their_bytes_the_format_and_a_spare_core
     assert mapped_batches._filling(src, big, False) is Filling.FILLED_AHEAD
     assert mapped_batches._filling(src, big, True) is small  # a RecordBatch: never filled
     os.mkdir(tmp_path / "u")
-    unverified = ofindex.open(_write(str(tmp_path / "u"), shards, fmt, True), verify=False)
+    unverified = ofindex.open(write_parts(str(tmp_path / "u"), shards, fmt, True), verify=False)
     assert mapped_batches._filling(dataclasses.replace(unverified._source(), native=compiled),
                                    64, False) is Filling.INLINE
     monkeypatch.setattr(mapped_batches, "executor", lambda: None)  # one core
