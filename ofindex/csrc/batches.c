@@ -569,8 +569,13 @@ const char fill_doc[] =
 "is released for the pass, so threads can fill parts of one list at once. Returns -1, or\n"
 "the first k whose record fails a check (outs is then partly filled: discard it).\n"
 "outs may instead be an int64 array of payload sizes: the records are then checked in\n"
-"place, and nothing is copied. Raises ValueError when Python code the call ran (a\n"
-"buffer's export) shortened outs.";
+"place, and nothing is copied. verify=2 checks a TFRecord's length CRC but not its data\n"
+"CRC (the caller checks the payload in its own pass). Raises ValueError when Python code\n"
+"the call ran (a buffer's export) shortened outs.";
+
+/* fill()'s verify that checks a TFRecord's length CRC but leaves its data CRC to the caller
+ * (which sums the payload in a pass of its own: the first open of a TFDS dataset). */
+#define FILL_LENGTH_CRC 2
 
 /* The first of records k..k+g-1 (g <= 3, payloads copied with CRCs c[]) whose stored
  * length or (with verify) CRCs are wrong, or -1. */
@@ -579,7 +584,9 @@ static Py_ssize_t first_bad(const unsigned char *const p[3], const size_t sz[3],
                             Py_ssize_t k) {
     for (int j = 0; j < g; j++)  /* record by record: the first bad one in order */
         if (load_le(p[j], 8) != (uint64_t)sz[j] ||
-            (verify && crcs_wrong(p + j, sz + j, c + j, 1, header, k + j) >= 0))
+            (verify == FILL_LENGTH_CRC &&
+             (uint32_t)load_le(p[j] + 8, 4) != hw_mask(hw_crc32c(p[j], 8))) ||
+            (verify == 1 && crcs_wrong(p + j, sz + j, c + j, 1, header, k + j) >= 0))
             return k + j;
     return -1;
 }
@@ -600,9 +607,9 @@ static inline Py_ssize_t fill_three(const FillJob *job, Py_ssize_t k, uint32_t c
     unsigned char *d[3] = {job->dst[i], job->dst[i + 1], job->dst[i + 2]};
     const unsigned char *p[3] = {job->src[i], job->src[i + 1], job->src[i + 2]};
     const unsigned char *q[3] = {p[0] + header, p[1] + header, p[2] + header};
-    if (job->verify && job->copy)
+    if (job->verify == 1 && job->copy)
         hw_copy_crc32c_x3(d, q, job->sizes + i, c);
-    else if (job->verify)
+    else if (job->verify == 1)
         hw_crc32c_x3(q, job->sizes + i, c);
     else if (job->copy)
         for (int j = 0; j < 3; j++)
@@ -615,9 +622,9 @@ static inline Py_ssize_t fill_one(const FillJob *job, Py_ssize_t k, uint32_t c[3
     Py_ssize_t i = k - job->lo, header = job->header;
     const unsigned char *p[3] = {job->src[i], NULL, NULL};
     size_t size = job->sizes[i];
-    if (job->verify && job->copy)
+    if (job->verify == 1 && job->copy)
         c[0] = hw_copy_crc32c(job->dst[i], p[0] + header, size);
-    else if (job->verify)
+    else if (job->verify == 1)
         c[0] = hw_crc32c(p[0] + header, size);
     else if (job->copy)
         memcpy(job->dst[i], p[0] + header, size);
@@ -813,10 +820,14 @@ static Py_ssize_t fill_prepare(Fill *f, PyObject *which_obj, PyObject *starts_ob
 PyObject *fill(PyObject *self, PyObject *args) {
     PyObject *which_obj, *starts_obj;
     Fill f = {0};
-    if (!PyArg_ParseTuple(args, "O!OOOnnnnp:fill", &PyList_Type, &f.bufs, &which_obj,
+    if (!PyArg_ParseTuple(args, "O!OOOnnnni:fill", &PyList_Type, &f.bufs, &which_obj,
                           &starts_obj, &f.outs, &f.lo, &f.hi, &f.header, &f.footer,
                           &f.verify))
         return NULL;
+    if (f.verify < 0 || f.verify > FILL_LENGTH_CRC) {
+        PyErr_SetString(PyExc_ValueError, "fill: verify must be 0, 1 or 2");
+        return NULL;
+    }
     if (framing_refused(f.header, f.footer, f.verify, "fill checks CRCs only with the "
                         "CRC32C instruction (see hw_crc())") < 0)
         return NULL;

@@ -316,3 +316,52 @@ def span_sums(records: Sequence[Any], counts: np.ndarray, starts: np.ndarray,
             out[k] = crc32c.crc32c(view[start:end])
         first += count
     return out
+
+
+def record_span_sums(records: Sequence[Any], counts: np.ndarray, starts: np.ndarray,
+                     ends: np.ndarray, spans: Spans | None = None
+                     ) -> tuple[np.ndarray, np.ndarray]:
+    """The CRC-32C of many spans of a batch of records (as :func:`span_sums`) and of each
+    whole record, in one compiled pass over each record: its gaps between the spans are
+    summed and its spans' sums joined in, so that a first open checks a record's own CRC
+    without reading it again (reading the 2.9 GB of a DROID-like dataset twice took 0.45 s
+    of CPU more than reading it once).
+
+    Args:
+        records: The records (bytes-like), or with ``spans`` the buffers they lie in.
+        counts: How many spans lie in each record (int64).
+        starts: Where each span starts in its record (int64); a record's spans in order,
+            none starting before the one before it ends.
+        ends: Where each span ends.
+        spans: ``(which, starts, ends)`` of the records in ``records``.
+
+    Returns:
+        ``uint32``: one CRC-32C per span, in order, and one per record.
+
+    Raises:
+        ValueError: A count is negative, a span lies outside its record, or a record's
+            spans are out of order or overlap.
+    """
+    counts = np.ascontiguousarray(counts, dtype=np.int64)
+    starts = np.ascontiguousarray(starts, dtype=np.int64)
+    ends = np.ascontiguousarray(ends, dtype=np.int64)
+    if (counts < 0).any():  # before anything is allocated from their sum
+        raise ValueError(f"a count {int(counts.min())} of spans is negative")
+    out = np.empty(int(counts.sum()), dtype=np.uint32)
+    whole = np.empty(len(counts), dtype=np.uint32)
+    if len(starts) != len(out) or len(ends) != len(out):
+        raise ValueError(f"{len(starts)} starts and {len(ends)} ends for {len(out)} spans")
+    native = loops()
+    items, held = _records(records, spans)
+    if native is not None and native.span_sums(items, counts, starts, ends, out, held, whole):
+        return out, whole
+    firsts = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+    behind = starts[1:] < ends[:-1]  # a span starting before the one before it ends
+    behind[firsts[(counts > 0) & (firsts > 0)] - 1] = False  # a record's first: none before
+    if behind.any():
+        k = int(np.flatnonzero(behind)[0]) + 1
+        raise ValueError(f"span {k} starts before the one before it ends")
+    out[...] = span_sums(records, counts, starts, ends, spans)
+    for i, record in enumerate(record_views(records, spans)):
+        whole[i] = crc32c.crc32c(memoryview(record).cast("B"))
+    return out, whole

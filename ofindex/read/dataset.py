@@ -402,13 +402,18 @@ class Dataset:
             return payloads
         return [self.decode(p) for p in payloads]
 
-    def mapped_spans(self, indices: Sequence[int] | np.ndarray) -> MappedSpans | None:
+    def mapped_spans(self, indices: Sequence[int] | np.ndarray,
+                     defer_crcs: bool = False) -> MappedSpans | None:
         """Where the payloads of a batch lie in the memory maps of their shards, checked in
         place as ``__getitems__`` checks them, for readers that copy only parts of them
         (batched decoding straight out of the maps).
 
         Args:
             indices: Record numbers, in any order, duplicates allowed.
+            defer_crcs: Leave the TFRecord data CRCs (when checked) to the caller, which
+                reads every payload in a pass of its own: it must then pass the payloads'
+                CRC-32Cs to :meth:`check_deferred` before trusting them (``spans.deferred``
+                says whether any were left).
 
         Returns:
             The spans, or ``None`` when the batch must be read with ``__getitems__`` (a
@@ -422,7 +427,23 @@ class Dataset:
         if self.decode is not None or uniform is None:
             return None
         normalized = self._table.normalize(as_indices(indices))
-        return uniform.mapped_spans(self._table, self._checks, normalized)
+        return uniform.mapped_spans(self._table, self._checks, normalized, defer_crcs)
+
+    def check_deferred(self, spans: MappedSpans, crcs: np.ndarray) -> None:
+        """Check the CRC-32Cs a caller of ``mapped_spans(..., defer_crcs=True)`` computed of
+        the payloads against the CRCs stored with them.
+
+        Args:
+            spans: What ``mapped_spans`` gave.
+            crcs: The CRC-32C of each payload of ``spans`` (uint32, in its order).
+
+        Raises:
+            CorruptRecordError, SidecarError: The first record whose CRC differs, as
+                ``__getitems__`` reports it.
+        """
+        uniform = self._accesses.uniform
+        if uniform is not None and spans.deferred is not None:
+            uniform.check_deferred(self._table, self._checks, spans, crcs)
 
     def __iter__(self) -> Iterator[Any]:
         """Iterate over every record in order (see :meth:`iter_records`)."""

@@ -44,7 +44,7 @@ import numpy as np
 
 from .. import _accel
 from .._threads import ProcessPool
-from ..formats.crc import LENGTH_CRCS
+from ..formats.crc import LENGTH_CRCS, MASK_DELTA
 from ..formats.framing import Buffer
 from .payloads import RecordChecks, raise_record_error
 from .sum_checks import check_many, record_naming
@@ -52,6 +52,9 @@ from .table import ShardTable
 
 #: Batches expected to hold at least this many bytes are spread over threads.
 PARALLEL_BYTES = 4 << 20
+#: ``fill``'s verify that checks a TFRecord's length CRC and leaves its data CRC to the
+#: caller (``checked_spans`` with ``defer_crcs``).
+LENGTH_CRC_ONLY = 2
 _T = TypeVar("_T")
 
 #: Threads that copy and check big batches.
@@ -256,13 +259,18 @@ class MappedSpans:
     which: np.ndarray
     starts: np.ndarray
     ends: np.ndarray
+    deferred: MappedShards | None = None
+    """The batch's shards when its payloads' TFRecord CRCs were left to the caller
+    (``defer_crcs``): :func:`check_deferred` checks the CRCs it computed."""
 
 
 def checked_spans(table: ShardTable, checks: RecordChecks, maps: MappedShards,
-                  native: ModuleType) -> MappedSpans | None:
+                  native: ModuleType, defer_crcs: bool = False) -> MappedSpans | None:
     """The records of a batch checked in place by the compiled module ``native``
     (framing, stored lengths; TFRecord CRCs with ``verify``) on a few threads, without
-    copying them: where their payloads lie.
+    copying them: where their payloads lie. With ``defer_crcs``, a TFRecord's data CRC is
+    left to the caller, which sums the payloads in a pass of its own and checks them with
+    :func:`check_deferred` (its length CRC is checked here).
 
     Returns:
         The spans, or ``None`` when the records must be read as ``bytes`` instead (OFRecord
@@ -278,7 +286,9 @@ def checked_spans(table: ShardTable, checks: RecordChecks, maps: MappedShards,
     starts, sizes = _spans(table, checks, maps, native)
     pool = executor() if int(sizes.sum()) >= PARALLEL_BYTES else None
     parts = shares(sizes, pool_shares() if pool is not None else 1)
-    header, footer, check = checks.header, checks.footer, checks.tfrecord_crcs
+    header, footer = checks.header, checks.footer
+    deferred = defer_crcs and checks.tfrecord_crcs
+    check = LENGTH_CRC_ONLY if deferred else int(checks.tfrecord_crcs)
 
     def work(part: tuple[int, int]) -> int:
         return int(native.fill(maps.maps, maps.which, starts, sizes, part[0], part[1],
@@ -287,4 +297,29 @@ def checked_spans(table: ShardTable, checks: RecordChecks, maps: MappedShards,
     k = first_failing(work, parts, pool, len(maps.which))
     if k < len(maps.which):
         raise_mapped_problem(table, checks, maps, k, _accel.RECORD_FAILS_CHECK, native)
-    return MappedSpans(maps.maps, maps.which, starts + header, starts + header + sizes)
+    return MappedSpans(maps.maps, maps.which, starts + header, starts + header + sizes,
+                       maps if deferred else None)
+
+
+def check_deferred(table: ShardTable, checks: RecordChecks, spans: MappedSpans,
+                   crcs: np.ndarray, native: ModuleType) -> None:
+    """Check the CRC-32Cs the caller computed of the payloads of ``spans`` (from
+    :func:`checked_spans` with ``defer_crcs``) against the CRCs stored after them.
+
+    Raises:
+        CorruptRecordError, SidecarError: The first record (in the order asked for) whose
+            CRC differs, as ``__getitems__`` reports it.
+    """
+    maps = spans.deferred
+    if maps is None:
+        return
+    stored = np.empty(4 * len(spans.which), dtype=np.uint8)
+    footers = (spans.which, spans.ends, spans.ends + 4)
+    native.gather_spans(maps.maps, np.zeros(len(spans.which), np.int64),
+                        np.full(len(spans.which), 4, np.int64), stored, footers)
+    computed = np.asarray(crcs, dtype=np.uint32)
+    masked = ((computed >> np.uint32(15)) | (computed << np.uint32(17))) + np.uint32(MASK_DELTA)
+    wrong = np.flatnonzero(stored.view("<u4") != masked)
+    if len(wrong):
+        raise_mapped_problem(table, checks, maps, int(wrong[0]), _accel.RECORD_FAILS_CHECK,
+                             native)

@@ -26,7 +26,7 @@ import numpy as np
 from .._threads import ProcessPool
 from ..decode import VarLen, decode_batch
 from ..decode._located import Spans
-from ..decode.lists import list_bounds
+from ..decode.lists import list_bounds, record_span_sums
 from ..errors import DecodeError, SidecarError
 from .features import Feature, fixed_size
 from .plan import Raw, example_spec, stored_type
@@ -46,9 +46,9 @@ _WALKERS = ProcessPool("ofindex-steps", 2)
 
 #: What the walk of a batch gives: its step counts, and its part of the layout (``None``
 #: when a record is not laid out as TFDS writes).
-_Walked = tuple[np.ndarray, tuple[dict[str, np.ndarray],
-                                  dict[str, tuple[np.ndarray, np.ndarray]],
-                                  dict[str, np.ndarray]] | None]
+_Layout = tuple[dict[str, np.ndarray], dict[str, tuple[np.ndarray, np.ndarray]],
+                dict[str, np.ndarray]]
+_Walked = tuple[np.ndarray, _Layout | None]
 
 
 def steps_feature(root: Feature) -> Feature | None:
@@ -134,7 +134,7 @@ def build_step_counts(records: Any, steps: Feature) -> tuple[np.ndarray, StepLay
     done, walking = 0, bool(keys)
     for batch in records.iter_batches(COUNT_BATCH):
         counts[done:done + len(batch)] = batch_counts = count_steps(batch, key)
-        layout = _walked_part(keys, batch, batch_counts, None, None) if walking else None
+        layout = _walked_part(keys, batch, batch_counts, None, None)[0] if walking else None
         walking = layout is not None  # one batch laid out otherwise: no layout
         parts.append((batch_counts, layout))
         done += len(batch)
@@ -143,14 +143,14 @@ def build_step_counts(records: Any, steps: Feature) -> tuple[np.ndarray, StepLay
 
 def _walked_part(keys: Sequence[tuple[str, str, int]], records: Sequence[Any],
                  counts: np.ndarray, spans: Spans | None, bounds: np.ndarray | None
-                 ) -> tuple[dict[str, np.ndarray], dict[str, tuple[np.ndarray, np.ndarray]],
-                            dict[str, np.ndarray]] | None:
-    """A batch's part of the layout, or ``None`` when a record is not laid out as TFDS
-    writes (its steps are then read from whole records)."""
+                 ) -> tuple[_Layout | None, np.ndarray | None]:
+    """A batch's part of the layout and its records' CRC-32Cs, or ``(None, None)`` when a
+    record is not laid out as TFDS writes (its steps are then read from whole records)."""
     try:
-        return StepLayout.walk(keys, records, counts, spans, bounds)
+        starts, steps, sums, whole = StepLayout.walk(keys, records, counts, spans, bounds)
     except DecodeError:
-        return None
+        return None, None
+    return (starts, steps, sums), whole
 
 
 def _walk_in_maps(records: Any, key: tuple[str, str, int],
@@ -158,7 +158,10 @@ def _walk_in_maps(records: Any, key: tuple[str, str, int],
     """Count and walk the records where they lie, in their memory maps (checked in place
     there, not copied out), a batch on a walker thread while the next one is checked;
     ``None`` when they are not memory-mapped (or another layout asks for the careful
-    count: :func:`count_steps`)."""
+    count: :func:`count_steps`). Each record's own CRC is checked from the walk's pass over
+    it, which sums the steps: one read of the data where a check of its own read it twice
+    (counting and laying out a DROID-like dataset's steps, 1,000 episodes, 2.9 GB: 1.14 s
+    of CPU so, 0.98 s this way; medians of 5 fresh processes)."""
     names = [name for name, _, _ in keys]
     if key[0] not in names or not len(records):
         return None
@@ -174,13 +177,21 @@ def _walk_in_maps(records: Any, key: tuple[str, str, int],
         if ((kinds != expected) & (values > 0)).any() or (values % per).any():
             return None  # the careful count words the error
         counts = values // per
-        return counts, _walked_part(keys, spans.maps, counts, held, bounds)
+        layout, whole = _walked_part(keys, spans.maps, counts, held, bounds)
+        if spans.deferred is not None:  # the CRCs fill left to this pass
+            if whole is None:  # not laid out: each record summed whole
+                nothing = np.zeros(len(counts), np.int64)
+                whole = record_span_sums(spans.maps, nothing, nothing[:0], nothing[:0],
+                                         held)[1]
+            records.check_deferred(spans, whole)
+        return counts, layout
 
     pool = _WALKERS.get()
     pending: list[Any] = []
     try:
         for lo in range(0, len(records), COUNT_BATCH):
-            spans = records.mapped_spans(np.arange(lo, min(lo + COUNT_BATCH, len(records))))
+            spans = records.mapped_spans(np.arange(lo, min(lo + COUNT_BATCH, len(records))),
+                                         defer_crcs=True)
             if spans is None:
                 return None
             pending.append(pool.submit(walk, spans) if pool is not None else walk(spans))

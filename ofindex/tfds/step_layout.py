@@ -29,7 +29,7 @@ import numpy as np
 
 from ..decode._located import Spans
 from ..decode._values import EXAMPLE_KINDS
-from ..decode.lists import bytes_value_spans, list_bounds, record_views, span_sums
+from ..decode.lists import bytes_value_spans, list_bounds, record_span_sums, record_views
 from ..errors import CorruptRecordError, DecodeError
 from .features import Feature, fixed_size
 from .plan import stored_type
@@ -104,15 +104,18 @@ class StepLayout:
              counts: np.ndarray, spans: Spans | None = None,
              bounds: np.ndarray | None = None
              ) -> tuple[dict[str, np.ndarray], dict[str, tuple[np.ndarray, np.ndarray]],
-                        dict[str, np.ndarray]]:
+                        dict[str, np.ndarray], np.ndarray]:
         """Walk a batch of records: their starts and per-step positions (see the class),
-        as arrays to be concatenated over the batches in order.
+        as arrays to be concatenated over the batches in order, and each record's own
+        CRC-32C.
 
         The lists are found and a bytes list's values walked by :mod:`ofindex.decode.lists`
-        and each feature's steps summed by :func:`ofindex.decode.lists.span_sums`, one
-        compiled call a batch each (without the GIL): the first open of a DROID-like
-        dataset (1,000 episodes, 200k steps, 2.9 GB) spent 9.0 s here when its records
-        were walked one value at a time in Python, 3.5 s with a call per record.
+        and every feature's steps summed with the whole record by
+        :func:`ofindex.decode.lists.record_span_sums`, one compiled call a batch each
+        (without the GIL): the first open of a DROID-like dataset (1,000 episodes, 200k
+        steps, 2.9 GB) spent 9.0 s here when its records were walked one value at a time
+        in Python, 3.5 s with a call per record. The records' CRCs let a first open check
+        the records it walks in place without reading them again.
 
         Args:
             keys: The features laid out (:meth:`plan`).
@@ -124,12 +127,12 @@ class StepLayout:
             bounds: ``list_bounds(records, keys' names, spans)`` when already found.
 
         Raises:
-            DecodeError: A record is not laid out as TFDS writes it (the layout is then
+            DecodeError: A record is not laid out as TensorFlow writes it (the layout is then
                 not used).
         """
         starts: dict[str, np.ndarray] = {}
         steps: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-        sums: dict[str, np.ndarray] = {}
+        summed: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         if bounds is None:
             bounds = list_bounds(records, [k for k, _, _ in keys], spans)
         if bounds is None:
@@ -145,7 +148,7 @@ class StepLayout:
                     raise DecodeError(f"{key}: not one bytes value per step")
                 starts[key] = np.zeros(len(counts), dtype=np.int64)
                 steps[key] = found
-                sums[key] = span_sums(records, values, found[0], found[0] + found[1], spans)
+                summed[key] = (values, found[0], found[0] + found[1])
                 continue
             starts[key] = begins = bounds[:, j, 3].copy()
             if kind == "float32":
@@ -155,13 +158,13 @@ class StepLayout:
                     raise DecodeError(f"{key}: {int(sizes[bad])} bytes for "
                                       f"{int(counts[bad])} steps")
                 firsts = np.repeat(begins, counts) + _within(counts) * (4 * per)
-                sums[key] = span_sums(records, counts, firsts, firsts + 4 * per, spans)
+                summed[key] = (counts, firsts, firsts + 4 * per)
                 continue
             steps[key] = _varint_steps(key, record_views(records, spans), begins,
                                        bounds[:, j, 4], counts, per)
-            sums[key] = span_sums(records, counts, steps[key][0],
-                                  steps[key][0] + steps[key][1], spans)
-        return starts, steps, sums
+            summed[key] = (counts, steps[key][0], steps[key][0] + steps[key][1])
+        sums, whole = _summed(records, bounds[:, :, 1], summed, spans)
+        return starts, steps, sums, whole
 
     def save(self) -> dict[str, np.ndarray]:
         """The arrays that store it (``numpy.savez``)."""
@@ -248,6 +251,48 @@ class StepLayout:
                     "differ from those indexed (CRC-32C mismatch): the data file changed or "
                     "is damaged; prepare the dataset again, or delete its index to index it "
                     "anew", record=int(records[k]))
+
+
+def _summed(records: Sequence[Any], places: np.ndarray,
+            summed: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]],
+            spans: Spans | None) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """Every feature's step sums and each record's own CRC-32C, in one pass over each record
+    (:func:`~ofindex.decode.lists.record_span_sums`): the features' spans put in their
+    records' order (each feature's spans lie in order inside its list, so a record's
+    features are ordered by where their lists start: sorting the spans themselves cost
+    0.25 s of a DROID-like first open), summed, and given back to their features.
+
+    Args:
+        records: The records, or with ``spans`` the buffers they lie in.
+        places: ``(records, features)``: where each feature's list starts in each record.
+        summed: ``{name: (spans per record, starts, ends)}``, a record's spans in order.
+        spans: ``(which, starts, ends)`` of the records in ``records``.
+
+    Returns:
+        ``{name: uint32 sums}``, and one CRC-32C per record.
+    """
+    names = list(summed)
+    per = np.stack([summed[name][0] for name in names], axis=1).astype(np.int64)
+    begins = np.concatenate([summed[name][1] for name in names]).astype(np.int64)
+    ends = np.concatenate([summed[name][2] for name in names]).astype(np.int64)
+    totals = per.sum(axis=0)
+    # where each (record, feature)'s spans start among all the features' spans
+    blocks = np.cumsum(per, axis=0) - per + (np.cumsum(totals) - totals)[None, :]
+    order = np.argsort(places, axis=1, kind="stable")
+    firsts = np.take_along_axis(blocks, order, axis=1).ravel()
+    lengths = np.take_along_axis(per, order, axis=1).ravel()
+    gather = (np.repeat(firsts - (np.cumsum(lengths) - lengths), lengths)
+              + np.arange(int(lengths.sum()), dtype=np.int64))
+    try:
+        sums, whole = record_span_sums(records, per.sum(axis=1), begins[gather], ends[gather],
+                                       spans)
+    except ValueError as error:  # features' lists overlapping: not as TensorFlow writes
+        raise DecodeError(f"an episode's features overlap: {error}") from error
+    unsorted = np.empty_like(sums)
+    unsorted[gather] = sums
+    bounds = np.concatenate([[0], np.cumsum(totals)])
+    return ({name: unsorted[bounds[n]:bounds[n + 1]] for n, name in enumerate(names)},
+            whole)
 
 
 def _within(counts: np.ndarray) -> np.ndarray:

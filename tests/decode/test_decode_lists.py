@@ -272,3 +272,68 @@ def test_the_lists_walk_shares_locates_tables_instead_of_copying_them():
     assert _located.EXAMPLE_LOCATE_KINDS not in literals
     assert lists.EXAMPLE_LOCATE_KINDS is _located.EXAMPLE_LOCATE_KINDS
     assert _located._FAMILIES["example"][0] is _located.EXAMPLE_LOCATE_KINDS
+
+
+def _ordered_spans(records: list[bytes], counts: list[int], rng: np.random.Generator
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """``counts[i]`` spans of record ``i`` in order, not overlapping: gaps before, between
+    and after them, empty spans and spans of a few bytes and of several KB among them."""
+    starts, ends = [], []
+    for record, count in zip(records, counts, strict=True):
+        cuts = np.sort(rng.integers(0, len(record) + 1, size=2 * count))
+        starts += cuts[0::2].tolist()
+        ends += cuts[1::2].tolist()
+    return np.asarray(starts, np.int64), np.asarray(ends, np.int64)
+
+
+@pytest.mark.parametrize("hw", [True, False])
+def test_record_span_sums_give_the_spans_and_each_whole_records_crc32c(impl, hw):
+    """The spans' CRC-32Cs and each record's own, from one pass over the record (its gaps
+    summed, its long spans' sums joined in, its short ones summed again), against the
+    crc32c package's CRCs of the same bytes: records as bytes and lying in one buffer, the
+    compiled pass with and without the CPU's CRC instruction (without it, the package)."""
+    native = _accel.native
+    was = native.hw_crc() if native is not None else False
+    if native is not None:
+        native.hw_crc(hw)
+    try:
+        rng = np.random.default_rng(5)
+        records = [rng.bytes(int(n)) for n in (0, 3, 40, 9000, 70001, 2048, 1500)]
+        counts = [0, 1, 3, 5, 9, 2, 1]
+        starts, ends = _ordered_spans(records, counts, rng)
+        starts[-1], ends[-1] = 0, 1500  # a span the whole record
+        # spans of 3 bytes of length (joined by two products) and of more (by its bits)
+        records += [rng.bytes(100_000), bytes(range(256)) * (1 << 16) + b"tail"]
+        counts += [1, 1]
+        starts = np.append(starts, [1, 2])
+        ends = np.append(ends, [99_999, (1 << 24) + 3])
+        want = [crc32c.crc32c(records[i][s:e]) for i, n in enumerate(counts)
+                for s, e in zip(starts[sum(counts[:i]):sum(counts[:i + 1])],
+                                ends[sum(counts[:i]):sum(counts[:i + 1])], strict=True)]
+        wholes = [crc32c.crc32c(record) for record in records]
+        got, whole = lists.record_span_sums(records, np.asarray(counts), starts, ends)
+        assert got.dtype == whole.dtype == np.uint32
+        assert got.tolist() == want and whole.tolist() == wholes
+        bufs, spans = _in_one_buffer(records)
+        got, whole = lists.record_span_sums(bufs, np.asarray(counts), starts, ends, spans)
+        assert got.tolist() == want and whole.tolist() == wholes
+    finally:
+        if native is not None:
+            native.hw_crc(was)
+
+
+def test_record_span_sums_refuse_spans_out_of_order_or_outside(impl):
+    """A record's spans must lie in order without overlapping (the gaps between them are
+    summed), and inside the record: ValueError, nothing read past the record."""
+    record = bytes(range(100))
+    two = np.array([2], np.int64)
+    for starts, ends in (([10, 5], [20, 30]), ([0, 19], [20, 30])):
+        with pytest.raises(ValueError, match="before the one before it ends"):
+            lists.record_span_sums([record], two, np.array(starts), np.array(ends))
+    with pytest.raises(ValueError, match="outside"):
+        lists.record_span_sums([record], two, np.array([0, 50]), np.array([10, 101]))
+    # the spans of one record may follow the last of the record before in any order
+    got, whole = lists.record_span_sums([record, record], np.array([1, 1]), np.array([50, 0]),
+                                        np.array([60, 10]))
+    assert got.tolist() == [crc32c.crc32c(record[50:60]), crc32c.crc32c(record[:10])]
+    assert whole.tolist() == [crc32c.crc32c(record)] * 2

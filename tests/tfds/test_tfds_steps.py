@@ -362,3 +362,56 @@ def test_a_damaged_episode_fails_the_first_open_naming_its_record(tfds_dirs, tmp
     with pytest.raises(ofindex.CorruptRecordError, match=r"record \d+"):
         ofindex.open_tfds(str(copy), split="train", index_dir=index_dir, mmap=mmap)
     assert not glob.glob(os.path.join(index_dir, "**", "ofindex-tfds-*"), recursive=True)
+
+
+def _damaged_copy(tfds_dirs, tmp_path, where: str) -> tuple[str, int, str]:
+    """A copy of ``rlds_family`` one of whose train records has one byte flipped: inside a
+    step's image (``"span"``: a byte the step sums read) or inside the episode's metadata
+    (``"gap"``: between the steps' spans, read only for the record's own CRC), found from
+    the layout of an intact open, or in the CRC stored for its length or its data; the
+    copy's path, the record's number in its file, and the intact open's index directory
+    (its record index kept, its steps' files deleted)."""
+    import shutil
+
+    copy = tmp_path / "rlds_family" / "1.0.0"
+    shutil.copytree(tfds_dirs["rlds_family"], copy)
+    intact = str(tmp_path / "intact-index")
+    with ofindex.open_tfds(str(copy), split="train", index_dir=intact) as ds:
+        layout = ds.step_layout
+        assert layout is not None
+        # not a file's first record: the format is told from that one's length CRC
+        record = next(int(r) for r in ds.order if ds.records.locate(int(r))[1] > 0)
+        image = int(layout.steps["steps/observation/image"][0][layout.first_step[record]])
+        shard, local = ds.records.locate(record)
+        url = ds.records.shards[shard].url
+    with ofindex.open(url, index_dir=intact) as plain:
+        payload = plain[local]
+    with open(url, "rb") as f:
+        data = bytearray(f.read())
+    inside = {"span": image + 100, "gap": payload.index(b"/data/train/") + 1,
+              "length CRC": -2, "data CRC": len(payload) + 1}[where]
+    data[data.index(payload) + inside] ^= 0xFF
+    with open(url, "r+b") as f:
+        f.write(bytes(data))  # same size: the index is not stale by size
+    for name in glob.glob(os.path.join(intact, "**", "ofindex-tfds-*"), recursive=True):
+        os.remove(name)
+    return str(copy), local, intact
+
+
+@pytest.mark.parametrize("mmap", [True, False])
+@pytest.mark.parametrize("where", ["span", "gap", "length CRC", "data CRC"])
+def test_a_byte_damaged_in_a_step_or_between_steps_fails_the_first_open(
+        tfds_dirs, tmp_path, impl, mmap, where):
+    """The first open checks each episode's own CRC from the pass that sums its steps (the
+    gaps between the steps' spans summed, the spans' sums joined in): a byte flipped inside
+    a step's image, in the episode's metadata between the spans, or in a stored CRC is a
+    CorruptRecordError naming the file and the record, as the record's CRC check reports
+    it, and nothing is stored as the steps' counts or layout (compiled and pure-Python
+    walks, mapped or not; the records' index built before the damage, so that only the
+    steps' first pass reads the records)."""
+    path, local, index_dir = _damaged_copy(tfds_dirs, tmp_path, where)
+    with pytest.raises(ofindex.CorruptRecordError, match=rf"record {local}\b.*CRC") as caught:
+        ofindex.open_tfds(path, split="train", index_dir=index_dir, mmap=mmap,
+                          check_stale=False)
+    assert caught.value.record == local and "train.tfrecord" in str(caught.value)
+    assert not glob.glob(os.path.join(index_dir, "**", "ofindex-tfds-*"), recursive=True)

@@ -104,9 +104,15 @@ class MappedAccess(ShardAccess):
         return mapped_batches.mapped(mapped, batch_size, start, stop, as_buffer, streamed)
 
     def mapped_spans(self, table: ShardTable, checks: RecordChecks,
-                     indices: np.ndarray) -> MappedSpans | None:
+                     indices: np.ndarray, defer_crcs: bool = False) -> MappedSpans | None:
         """The batch checked in place in the maps, or ``None`` (see
         :meth:`ofindex.read.dataset.Dataset.mapped_spans`)."""
         maps = MappedShards.of(table, indices)
-        return None if maps is None else mapped_gather.checked_spans(table, checks, maps,
-                                                                     self.native)
+        return None if maps is None else mapped_gather.checked_spans(
+            table, checks, maps, self.native, defer_crcs)
+
+    def check_deferred(self, table: ShardTable, checks: RecordChecks, spans: MappedSpans,
+                       crcs: np.ndarray) -> None:
+        """Check the payloads' CRC-32Cs the caller computed (see
+        :meth:`ofindex.read.dataset.Dataset.check_deferred`)."""
+        mapped_gather.check_deferred(table, checks, spans, crcs, self.native)

@@ -129,11 +129,16 @@ class ShardAccess:
         return None
 
     def mapped_spans(self, table: ShardTable, checks: RecordChecks,
-                     indices: np.ndarray) -> MappedSpans | None:
+                     indices: np.ndarray, defer_crcs: bool = False) -> MappedSpans | None:
         """Where the payloads of a batch lie in the memory maps of their shards, checked in
         place, or ``None`` (only memory-mapped shards have maps; see
         :meth:`ofindex.read.dataset.Dataset.mapped_spans`)."""
         return None
+
+    def check_deferred(self, table: ShardTable, checks: RecordChecks, spans: MappedSpans,
+                       crcs: np.ndarray) -> None:
+        """Check the payloads' CRC-32Cs the caller of ``mapped_spans(defer_crcs=True)``
+        computed (only memory-mapped shards defer them)."""
 
 
 def check_record_sum(checks: RecordChecks, shard: Shard, sidecar: Sidecar, local: int,
