@@ -60,7 +60,15 @@ SMOKE_LINES = [line.split(" #")[0].strip()
                for line in body.splitlines() if line.strip() and not line.startswith("#")]
 
 
+#: A documented block that crashes says where: Python's fault handler prints every thread's
+#: traceback on SIGSEGV, SIGABRT, SIGBUS..., and glibc writes its fatal messages (a heap
+#: check's) to stderr rather than to a terminal (reading.md's remote block once exited with
+#: SIGABRT and an empty stderr in a fresh-clone run; not seen again in 20 runs).
+CRASH_REPORTS = {"PYTHONFAULTHANDLER": "1", "LIBC_FATAL_STDERR_": "1"}
+
+
 def _run(cmd, cwd, env, timeout=300, shell=False):
+    env = {**env, **CRASH_REPORTS}
     run = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True,
                          timeout=timeout, shell=shell, executable="/bin/bash" if shell else None)
     assert run.returncode == 0, (
