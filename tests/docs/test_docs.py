@@ -62,8 +62,9 @@ SMOKE_LINES = [line.split(" #")[0].strip()
 
 #: A documented block that crashes says where: Python's fault handler prints every thread's
 #: traceback on SIGSEGV, SIGABRT, SIGBUS..., and glibc writes its fatal messages (a heap
-#: check's) to stderr rather than to a terminal (reading.md's remote block once exited with
-#: SIGABRT and an empty stderr in a fresh-clone run; not seen again in 20 runs).
+#: check's) to stderr rather than to a terminal (reading.md's remote block exited with SIGABRT
+#: and an empty stderr once in a fresh-clone run, and once in 26 runs of that page by hand,
+#: where the compiled module may have been rebuilt in place meanwhile; the cause is not known).
 CRASH_REPORTS = {"PYTHONFAULTHANDLER": "1", "LIBC_FATAL_STDERR_": "1"}
 
 
