@@ -273,6 +273,25 @@ def bytes_value_spans(records: Sequence[Any], starts: np.ndarray, ends: np.ndarr
     return np.asarray(all_starts, dtype=np.int64), np.asarray(all_lengths, dtype=np.int64)
 
 
+def _span_arrays(counts: np.ndarray, starts: np.ndarray, ends: np.ndarray
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The span sums' arguments as contiguous int64 arrays, and their output: one uint32 per
+    span, allocated once the counts are known not to be negative and to match the spans.
+
+    Raises:
+        ValueError: A count is negative, or the starts and ends are not one per span.
+    """
+    counts = np.ascontiguousarray(counts, dtype=np.int64)
+    starts = np.ascontiguousarray(starts, dtype=np.int64)
+    ends = np.ascontiguousarray(ends, dtype=np.int64)
+    if (counts < 0).any():  # before anything is allocated from their sum
+        raise ValueError(f"a count {int(counts.min())} of spans is negative")
+    spans = int(counts.sum())
+    if len(starts) != spans or len(ends) != spans:
+        raise ValueError(f"{len(starts)} starts and {len(ends)} ends for {spans} spans")
+    return counts, starts, ends, np.empty(spans, dtype=np.uint32)
+
+
 def span_sums(records: Sequence[Any], counts: np.ndarray, starts: np.ndarray,
               ends: np.ndarray, spans: Spans | None = None) -> np.ndarray:
     """The CRC-32C of many spans of a batch of records, in one compiled call (without the
@@ -293,14 +312,7 @@ def span_sums(records: Sequence[Any], counts: np.ndarray, starts: np.ndarray,
     Raises:
         ValueError: A count is negative, or a span lies outside its record.
     """
-    counts = np.ascontiguousarray(counts, dtype=np.int64)
-    starts = np.ascontiguousarray(starts, dtype=np.int64)
-    ends = np.ascontiguousarray(ends, dtype=np.int64)
-    if (counts < 0).any():  # before anything is allocated from their sum
-        raise ValueError(f"a count {int(counts.min())} of spans is negative")
-    out = np.empty(int(counts.sum()), dtype=np.uint32)
-    if len(starts) != len(out) or len(ends) != len(out):
-        raise ValueError(f"{len(starts)} starts and {len(ends)} ends for {len(out)} spans")
+    counts, starts, ends, out = _span_arrays(counts, starts, ends)
     native = loops()
     items, held = _records(records, spans)
     if native is not None and native.span_sums(items, counts, starts, ends, out, held):
@@ -342,15 +354,8 @@ def record_span_sums(records: Sequence[Any], counts: np.ndarray, starts: np.ndar
         ValueError: A count is negative, a span lies outside its record, or a record's
             spans are out of order or overlap.
     """
-    counts = np.ascontiguousarray(counts, dtype=np.int64)
-    starts = np.ascontiguousarray(starts, dtype=np.int64)
-    ends = np.ascontiguousarray(ends, dtype=np.int64)
-    if (counts < 0).any():  # before anything is allocated from their sum
-        raise ValueError(f"a count {int(counts.min())} of spans is negative")
-    out = np.empty(int(counts.sum()), dtype=np.uint32)
+    counts, starts, ends, out = _span_arrays(counts, starts, ends)
     whole = np.empty(len(counts), dtype=np.uint32)
-    if len(starts) != len(out) or len(ends) != len(out):
-        raise ValueError(f"{len(starts)} starts and {len(ends)} ends for {len(out)} spans")
     native = loops()
     items, held = _records(records, spans)
     if native is not None and native.span_sums(items, counts, starts, ends, out, held, whole):

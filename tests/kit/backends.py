@@ -72,6 +72,16 @@ class Backend:
 OBSTORE_BACKENDS = ["s3+obstore", "gcs+obstore"]
 
 
+#: The bucket stores: their fsspec module, the extra that installs it, the server fixture,
+#: the client options for that server, the filesystem class and the URL scheme.
+BUCKET_STORES = {
+    "s3": ("s3fs", "s3", "moto_server", servers.s3_options, "S3FileSystem", "s3"),
+    "gcs": ("gcsfs", "gcs", "gcs_server", servers.gcs_options, "GCSFileSystem", "gs"),
+    "azure": ("adlfs", "azure", "azurite_server", servers.azure_options,
+              "AzureBlobFileSystem", "abfs"),
+}
+
+
 def make_backend(name: str, request, tmp_path_factory) -> Backend:
     """The storage ``name`` names (``local``, ``memory``, ``http``, ``s3``, ``gcs``, ``azure``,
     or ``<store>+obstore``), its server started through the session's fixtures."""
@@ -99,22 +109,11 @@ def make_backend(name: str, request, tmp_path_factory) -> Backend:
         need("aiohttp", "http")
         srv = request.getfixturevalue("nginx_server")
         return Backend("http", srv.url, None, root=srv.root, server=srv)
-    if name == "s3":
-        s3fs = need("s3fs", "s3")
-        srv = request.getfixturevalue("moto_server")
-        opts = servers.s3_options(srv.url)
-        fs = s3fs.S3FileSystem(skip_instance_cache=True, **opts)
-        return Backend("s3", f"s3://{servers.BUCKET}", opts, fs=fs, server=srv)
-    if name == "gcs":
-        gcsfs = need("gcsfs", "gcs")
-        srv = request.getfixturevalue("gcs_server")
-        opts = servers.gcs_options(srv.url)
-        fs = gcsfs.GCSFileSystem(skip_instance_cache=True, **opts)
-        return Backend("gcs", f"gs://{servers.BUCKET}", opts, fs=fs, server=srv)
-    if name == "azure":
-        adlfs = need("adlfs", "azure")
-        srv = request.getfixturevalue("azurite_server")
-        opts = servers.azure_options(srv.url)
-        fs = adlfs.AzureBlobFileSystem(skip_instance_cache=True, **opts)
-        return Backend("azure", f"abfs://{servers.BUCKET}", opts, fs=fs, server=srv)
+    if name in BUCKET_STORES:
+        module, extra, fixture, options_of, filesystem, scheme = BUCKET_STORES[name]
+        library = need(module, extra)
+        srv = request.getfixturevalue(fixture)
+        opts = options_of(srv.url)
+        fs = getattr(library, filesystem)(skip_instance_cache=True, **opts)
+        return Backend(name, f"{scheme}://{servers.BUCKET}", opts, fs=fs, server=srv)
     raise ValueError(name)

@@ -27,11 +27,15 @@ def version_1_sidecar(fmt_code: int, offsets: list[int], size: int, end: int, fp
 def rewrite_as_version_1(root: str, shards: int) -> None:
     """Replace the sidecars of ``part-00000`` … under ``root`` by version 1 ones."""
     for k in range(shards):
-        p = os.path.join(root, f"part-{k:05d}")
-        sc = open_local_sidecar(sidecar_of(p))
-        h = sc.header
-        raw = version_1_sidecar(1, sc.offsets.tolist(), h.stamp.size, h.indexed_end,
-                                h.stamp.fingerprint)
-        del sc
-        with open(sidecar_of(p), "wb") as f:
-            f.write(raw)
+        rewrite_one_as_version_1(os.path.join(root, f"part-{k:05d}"))
+
+
+def rewrite_one_as_version_1(data_path: str) -> None:
+    """Replace the sidecar of the data file ``data_path`` by a version 1 one."""
+    sc = open_local_sidecar(sidecar_of(data_path))
+    h = sc.header
+    raw = version_1_sidecar(1, sc.offsets.tolist(), h.stamp.size, h.indexed_end,
+                            h.stamp.fingerprint)
+    del sc
+    with open(sidecar_of(data_path), "wb") as f:
+        f.write(raw)

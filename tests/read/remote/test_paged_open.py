@@ -20,13 +20,12 @@ import pytest
 
 import ofindex
 from ofindex.cli.synthetic import write_dataset
-from ofindex.formats.sidecar import open_local_sidecar
 from ofindex.formats.sidecar_header import HEADER_SIZE
 from ofindex.read.remote.pages import page_records_for
 from tests.kit.backends import make_backend
 from tests.kit.datasets import random_dataset
 from tests.kit.helpers import copy_dataset, read_bytes, sidecar_of
-from tests.kit.old_sidecars import version_1_sidecar
+from tests.kit.old_sidecars import rewrite_one_as_version_1
 from tests.kit.rounds import Rounds
 
 SHARDS = 4
@@ -214,14 +213,7 @@ def test_version_1_sidecar_without_manifest_is_read_whole(remote_backend, datase
     d, expected = dataset
     old = str(tmp_path / "v1")
     copy_dataset(d, old)  # the data and its index directory
-    p = os.path.join(old, "part-00002")
-    sc = open_local_sidecar(sidecar_of(p))
-    h = sc.header
-    raw = version_1_sidecar(1, sc.offsets.tolist(), h.stamp.size, h.indexed_end,
-                            h.stamp.fingerprint)
-    del sc
-    with open(sidecar_of(p), "wb") as f:
-        f.write(raw)
+    rewrite_one_as_version_1(os.path.join(old, "part-00002"))
     url = remote_backend.prefix()
     remote_backend.upload(old, url)
     ds = ofindex.open(f"{url}/part-*", storage_options=remote_backend.storage_options)
