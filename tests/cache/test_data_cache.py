@@ -32,7 +32,12 @@ from ofindex.cache.entries_db import DATA_DB_NAME
 from ofindex.cli.synthetic import write_dataset
 from ofindex.errors import CacheDirWarning, DataCacheWarning
 from ofindex.shuffle import GlobalShuffleSampler
-from tests.kit.helpers import IMPLEMENTATIONS, implementation, require, stamp_as_served
+from tests.kit.helpers import (
+    IMPLEMENTATIONS,
+    implementation,
+    stamp_as_served,
+    without_root_privilege,
+)
 
 RECORDS, SHARDS, SIZE = 3000, 3, 300
 BUDGET = 64 << 20
@@ -406,13 +411,7 @@ def test_a_read_only_cache_dir_reads_without_cache_with_one_warning(served, tmp_
     cache_dir.mkdir()
     os.chmod(cache_dir, 0o555)
     command = [sys.executable, "-c", _READ_ONLY_CHILD, json.dumps([url, str(cache_dir)])]
-    if os.geteuid() == 0:  # root writes anywhere: the child runs without that privilege
-        setpriv = shutil.which("setpriv")
-        require(setpriv is not None, "setpriv (util-linux) to run its child as root without "
-                "CAP_DAC_OVERRIDE", "apt-get install util-linux (bash tools/run-tests.sh "
-                "installs it)")
-        assert setpriv is not None
-        command = [setpriv, "--bounding-set", "-dac_override,-dac_read_search", "--", *command]
+    command = without_root_privilege(command)  # root writes anywhere
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=300,
                               env={**os.environ, "PYTHONPATH": _root()})

@@ -29,7 +29,7 @@ from ofindex.cache.machine import NodeCache
 from ofindex.cli.synthetic import write_dataset
 from ofindex.errors import CacheDirWarning
 from tests.kit.backends import make_backend
-from tests.kit.helpers import require, sidecar_of
+from tests.kit.helpers import sidecar_of, without_root_privilege
 
 
 @dataclasses.dataclass
@@ -377,13 +377,7 @@ def test_a_read_only_cache_dir_reads_without_cache(paged, tmp_path):
     os.chmod(cache_dir, 0o555)
     command = [sys.executable, "-c", _READ_ONLY_CHILD,
                json.dumps([paged.url, paged.options, str(cache_dir)])]
-    if os.geteuid() == 0:  # root writes anywhere: the child runs without that privilege
-        setpriv = shutil.which("setpriv")
-        require(setpriv is not None, "setpriv (util-linux) to run its child as root without "
-                "CAP_DAC_OVERRIDE", "apt-get install util-linux (bash tools/run-tests.sh "
-                "installs it)")
-        assert setpriv is not None
-        command = [setpriv, "--bounding-set", "-dac_override,-dac_read_search", "--", *command]
+    command = without_root_privilege(command)  # root writes anywhere
     root = os.path.dirname(os.path.dirname(os.path.abspath(ofindex.__file__)))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
     try:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import importlib
 import itertools
 import os
+import shutil
 import struct
 import zlib
 
@@ -211,8 +213,6 @@ def copy_dataset(source, target) -> str:
     """Copy a data directory and its index directory (the default place, see
     :func:`sidecar_of`) to ``target`` and ``target``'s own index directory; returns
     ``target``."""
-    import shutil
-
     shutil.copytree(source, target)
     if os.path.isdir(index_dir_of(source)):
         shutil.copytree(index_dir_of(source), index_dir_of(target))
@@ -247,9 +247,9 @@ def install_of(module: str) -> str:
 
 
 def need(module: str, install: str | None = None):
-    """Import an optional test dependency, or skip the test saying what installs it. This is
-    the one skip the suite has (issue 31): a missing optional extra when the suite is run by
-    hand. The test command installs every extra, and in CI a skip fails the run.
+    """Import an optional test dependency, or say what installs it: in CI (``CI=true``) the
+    test fails, since the test command installs every extra and nothing may be skipped there;
+    run by hand, it skips (issue 31), the one skip the suite has.
 
     Args:
         module: The module to import, e.g. ``"s3fs"`` or ``"pyarrow.parquet"``.
@@ -264,8 +264,31 @@ def need(module: str, install: str | None = None):
     how = (install_of(module) if install is None
            else f"pip install 'ofindex[{install}]'" if install.isidentifier()
            else f"pip install '{install}'")
-    return pytest.importorskip(module, reason=f"{module} is not installed: {how} "
-                                              "(bash tools/run-tests.sh installs it)")
+    reason = f"{module} is not installed: {how} (bash tools/run-tests.sh installs it)"
+    if os.environ.get("CI"):
+        try:
+            return importlib.import_module(module)
+        except ImportError:
+            pytest.fail(reason, pytrace=False)
+    return pytest.importorskip(module, reason=reason)
+
+
+def without_root_privilege(command: list[str]) -> list[str]:
+    """``command`` run without root's power to write anywhere when this process is root
+    (through ``setpriv``, which drops CAP_DAC_OVERRIDE), else as it is: for tests of
+    directories that cannot be written.
+
+    Returns:
+        The command to run.
+    """
+    if os.geteuid() != 0:
+        return command
+    setpriv = shutil.which("setpriv")
+    require(setpriv is not None, "setpriv (util-linux) to run its child as root without "
+            "CAP_DAC_OVERRIDE", "apt-get install util-linux (bash tools/run-tests.sh "
+            "installs it)")
+    assert setpriv is not None
+    return [setpriv, "--bounding-set", "-dac_override,-dac_read_search", "--", *command]
 
 
 def require(available: bool, what: str, how: str) -> None:

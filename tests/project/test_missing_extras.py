@@ -65,3 +65,21 @@ def test_in_ci_a_skip_fails_the_run(tmp_path, workers):
     run = _run(tmp_path, ci=True, suite=without_the_typo, workers=workers)
     assert run.returncode == 1, run.stdout
     assert "test(s) skipped; failing the run" in run.stdout, run.stdout
+
+
+NEEDS_AN_EXTRA = '''
+from tests.kit.helpers import need
+
+def test_needs_a_missing_module():
+    need("ofindex_no_such_module", "test")
+'''
+
+
+def test_need_skips_by_hand_and_fails_in_ci(tmp_path):
+    """In CI a missing extra fails its test at once, naming the install (nothing is skipped
+    there); by hand it skips with that reason (issue 31)."""
+    by_hand = _run(tmp_path, ci=False, suite=NEEDS_AN_EXTRA)
+    assert "1 skipped" in by_hand.stdout and by_hand.returncode == 0, by_hand.stdout
+    in_ci = _run(tmp_path, ci=True, suite=NEEDS_AN_EXTRA)
+    assert "1 failed" in in_ci.stdout and "skipped" not in in_ci.stdout, in_ci.stdout
+    assert "pip install 'ofindex[test]'" in in_ci.stdout, in_ci.stdout
