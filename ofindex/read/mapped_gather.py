@@ -44,7 +44,7 @@ import numpy as np
 
 from .. import _accel
 from .._threads import ProcessPool
-from ..formats.crc import LENGTH_CRCS, MASK_DELTA
+from ..formats.crc import LENGTH_CRCS, unmask_crcs
 from ..formats.framing import Buffer
 from .payloads import RecordChecks, raise_record_error
 from .sum_checks import check_many, record_naming
@@ -317,9 +317,7 @@ def check_deferred(table: ShardTable, checks: RecordChecks, spans: MappedSpans,
     footers = (spans.which, spans.ends, spans.ends + 4)
     native.gather_spans(maps.maps, np.zeros(len(spans.which), np.int64),
                         np.full(len(spans.which), 4, np.int64), stored, footers)
-    computed = np.asarray(crcs, dtype=np.uint32)
-    masked = ((computed >> np.uint32(15)) | (computed << np.uint32(17))) + np.uint32(MASK_DELTA)
-    wrong = np.flatnonzero(stored.view("<u4") != masked)
+    wrong = np.flatnonzero(unmask_crcs(stored.view("<u4")) != np.asarray(crcs, np.uint32))
     if len(wrong):
         raise_mapped_problem(table, checks, maps, int(wrong[0]), _accel.RECORD_FAILS_CHECK,
                              native)
