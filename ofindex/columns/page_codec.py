@@ -115,18 +115,6 @@ def deflate(raw: bytes) -> tuple[bytes, int]:
     return raw, STORED
 
 
-def _load_igzip() -> Any:
-    try:  # ISA-L's raw inflate (the isal package, whose isal_zlib is fast_inflate.ISAL)
-        from isal import igzip_lib
-    except ImportError:  # pragma: no cover (isal is a test dependency)
-        return None
-    return igzip_lib
-
-
-#: ``isal.igzip_lib``, or ``None`` (not installed); used where fast_inflate.ISAL is set.
-_igzip: Any = _load_igzip()
-
-
 def inflate_exact(stored: bytes | memoryview, compression: int, size: int, where: str) -> bytes:
     """A page's raw bytes: ``stored`` inflated (never more than ``size`` bytes) or as is.
 
@@ -177,11 +165,12 @@ def _inflate_raw(body: memoryview, limit: int, where: str) -> tuple[bytes, bool]
     Returns:
         The bytes, and whether the deflate data ended exactly at the end of ``body``.
     """
-    if fast_inflate.ISAL is not None and _igzip is not None:
-        fast = _igzip.IgzipDecompressor(_igzip.DECOMP_DEFLATE)
+    igzip = fast_inflate.IGZIP
+    if fast_inflate.ISAL is not None and igzip is not None:
+        fast = igzip.IgzipDecompressor(igzip.DECOMP_DEFLATE)
         try:
             raw: bytes = fast.decompress(body, limit)
-        except _igzip.IsalError as exc:
+        except igzip.IsalError as exc:
             raise _not_zlib(where, exc) from None
         return raw, fast.eof and not fast.unused_data
     inflater = zlib.decompressobj(-zlib.MAX_WBITS)

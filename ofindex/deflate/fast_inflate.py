@@ -39,6 +39,18 @@ def _load() -> Any:
 ISAL: Any = _load()
 
 
+def _load_igzip() -> Any:
+    if ISAL is None:
+        return None
+    from isal import igzip_lib  # (the same package as isal_zlib)
+
+    return igzip_lib
+
+
+#: ``isal.igzip_lib`` (ISA-L's raw deflate, for whole pages), or ``None`` as :data:`ISAL`.
+IGZIP: Any = _load_igzip()
+
+
 def _bits(value: int, n: int) -> list[int]:
     """``value`` as ``n`` bits, lowest first (the order deflate packs them)."""
     return [(value >> i) & 1 for i in range(n)]

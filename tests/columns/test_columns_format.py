@@ -399,12 +399,12 @@ def test_a_page_s_adler_32_is_left_to_its_crc32c(monkeypatch, inflater):
 def test_pages_inflate_through_isal_where_it_is_installed(monkeypatch):
     """Where ISA-L is installed (fast_inflate.ISAL), a key index's and a column sidecar's
     pages inflate through it (twice as fast as zlib on a key index's leaves)."""
-
     from ofindex.columns import page_codec
     from ofindex.columns.key_file import KeyIndex, encode_key_index
+    from ofindex.deflate import fast_inflate
 
     calls = []
-    raw_inflate = page_codec._igzip  # what pages inflate through (raw deflate) with ISA-L
+    raw_inflate = fast_inflate.IGZIP  # what pages inflate through (raw deflate) with ISA-L
 
     class RawSpy:
         DECOMP_DEFLATE, IsalError = raw_inflate.DECOMP_DEFLATE, raw_inflate.IsalError
@@ -414,7 +414,7 @@ def test_pages_inflate_through_isal_where_it_is_installed(monkeypatch):
             calls.append(1)
             return raw_inflate.IgzipDecompressor(flag)
 
-    monkeypatch.setattr(page_codec, "_igzip", RawSpy)
+    monkeypatch.setattr(fast_inflate, "IGZIP", RawSpy)
     n = 64
     raw = b"".join(encode_key_index("k", ValueType.INT64, np.zeros(n, np.int64),
                                     np.arange(n, dtype=np.int64), n, "00ff" * 4,
