@@ -35,6 +35,7 @@
 #include "native.h"
 #include "threads.h"
 #include "hwcrc.h"
+#include "widevarints.h"
 
 static PyMethodDef methods[] = {
     {"cut", cut, METH_VARARGS, cut_doc},
@@ -59,6 +60,7 @@ static PyMethodDef methods[] = {
     {"crcs", crcs, METH_VARARGS, crcs_doc},
     {"preads", preads, METH_VARARGS, preads_doc},
     {"encode", encode, METH_VARARGS, encode_doc},
+    {"wide_varints", wide_varints, METH_VARARGS, wide_varints_doc},
     {"guard_sigbus", guard_sigbus, METH_NOARGS, guard_sigbus_doc},
     {"copy_out", copy_out, METH_VARARGS, copy_out_doc},
     {"key_span", (PyCFunction)(void (*)(void))key_span, METH_FASTCALL, key_span_doc},
@@ -118,6 +120,7 @@ PyMODINIT_FUNC PyInit__native(void) {
     if (onerecord_init() < 0 || keysearch_init() < 0 || ready_types() < 0)
         return NULL;
     hw_crc_on = HAVE_HW_CRC && hw_crc_supported();
+    wide_varints_on = HAVE_WIDE_VARINTS && wide_varints_supported();
     if (guard_ensure() != 0)
         return PyErr_SetFromErrno(PyExc_OSError);
     PyObject *m = PyModule_Create(&module);

@@ -167,6 +167,8 @@ extern const char crcs_doc[];
 /* encode.c: records encoded from columns and framed (the writers' batch encoder) */
 PyObject *encode(PyObject *self, PyObject *args);
 extern const char encode_doc[];
+PyObject *wide_varints(PyObject *self, PyObject *args);
+extern const char wide_varints_doc[];
 
 extern PyTypeObject BlockType;
 PyObject *pool_ctl(PyObject *self, PyObject *args);

@@ -472,7 +472,8 @@ def _planned_column(draw, rows: int):
 @given(data=st.data())
 def test_batch_encoder_equals_its_pure_python_twin(data):
     """``_native.encode`` writes the bytes, sizes and CRCs ``encode_block_py`` writes, for
-    every column mode, framing and room, with the CPU's CRC instruction and without."""
+    every column mode, framing and room, with the CPU's CRC instruction and wide varints
+    (AVX-512) and without."""
     from ofindex.encode.framed import (
         NO_FRAMING,
         OFRECORD_FRAMING,
@@ -493,9 +494,10 @@ def test_batch_encoder_equals_its_pure_python_twin(data):
     limit = data.draw(st.sampled_from([room, room // 2, 1 << 40]))
     want_crcs = data.draw(st.booleans())
     outs = []
-    was = native.hw_crc()  # the state now (hw_crc(x) returns the state it sets)
+    was = native.hw_crc(), native.wide_varints()  # the states now (each returns what it sets)
     for hw in (True, False):
         native.hw_crc(hw)
+        native.wide_varints(hw)
         try:
             for encode in (encode_block_py, None):
                 out = bytearray(room)
@@ -510,8 +512,105 @@ def test_batch_encoder_equals_its_pure_python_twin(data):
                 outs.append((got, bytes(out[:used]) if n else b"", sizes[:n].tolist(),
                              None if crcs is None else crcs[:n].tolist()))
         finally:
-            native.hw_crc(was)
+            native.hw_crc(was[0])
+            native.wide_varints(was[1])
     assert all(o == outs[0] for o in outs), outs
+
+
+def _long_plan(rows: int):
+    """A batch of ``rows`` rows of every column kind the compiled encoder takes, with
+    varint lists of 0 to 70 values (list lengths of one and two bytes) and null cells."""
+    from ofindex.encode.framed import (
+        BYTES_LISTS,
+        GATHER,
+        ONE_BYTES,
+        PACKED,
+        SPANS,
+        VARINT,
+        VARINT_SPANS,
+        BatchPlan,
+        PlannedColumn,
+    )
+
+    rng = np.random.default_rng(7)
+    lengths = rng.integers(0, 71, rows)
+    count = int(lengths.sum())
+    # every varint length: values of 0 to 62 bits, the edges 2**(7k) - 1 and 2**(7k), and
+    # one in a hundred of nine or ten bytes (2**56 and up, negatives)
+    values = rng.integers(0, 2**62, count, dtype=np.int64) >> rng.integers(0, 63, count)
+    edges = np.array([(1 << (7 * k)) + d for k in range(1, 9) for d in (-1, 0)], np.int64)
+    at_edges = rng.random(count) < 0.05
+    values[at_edges] = rng.choice(edges, int(at_edges.sum()))
+    wide = rng.random(count) < 0.01
+    values[wide] = rng.choice(np.array([1 << 56, (1 << 63) - 1, -1, -(1 << 40)], np.int64),
+                              int(wide.sum()))
+    tokens = (np.concatenate([[2], 2 + np.cumsum(lengths)]).astype(np.int64),
+              np.concatenate([[5, 6], values]).astype(np.int64))
+    blobs = [bytes(rng.integers(0, 256, int(n), np.uint8)) for n in rng.integers(0, 40, rows)]
+    words = [b"w%d" % k for k in range(9)]
+    items = rng.integers(0, 3, rows)
+    at = np.concatenate([[0], np.cumsum(items)]).astype(np.int64)
+    picks = rng.integers(0, 9, int(at[-1]))
+    spans = (np.concatenate([[0], np.cumsum([len(words[k]) for k in picks])]).astype(np.int64),
+             b"".join(words[k] for k in picks))
+    entries = [b"\x0a\x03abc", b"\x0a\x01z"]
+    gather_bounds = np.array([0, 5, 8], np.int64)
+    columns = (
+        PlannedColumn(b"tokens", 3, VARINT_SPANS, tokens,
+                      (rng.random(rows) > 0.1).astype(np.uint8)),
+        PlannedColumn(b"id", 3, VARINT, rng.integers(-5, 1 << 50, (rows, 1)).astype(np.int64)),
+        PlannedColumn(b"score", 2, PACKED, rng.integers(0, 256, (rows, 8), np.uint8)),
+        PlannedColumn(b"blob", 1, ONE_BYTES, blobs),
+        PlannedColumn(b"words", 1, BYTES_LISTS, (at, spans[0], spans[1])),
+        PlannedColumn(b"city", 1, GATHER, (rng.integers(0, 2, rows).astype(np.int64),
+                                          gather_bounds, b"".join(entries))),
+        PlannedColumn(b"span", 1, SPANS, (np.concatenate([[0], np.cumsum(
+            [len(b) for b in blobs])]).astype(np.int64), b"".join(blobs))),
+    )
+    return BatchPlan(columns, rows, wrap=True)
+
+
+@pytest.mark.parametrize("limit", ["all", "first_row_too_big", "inside_second_chunk",
+                                   "end_of_first_chunk", "one_past_first_chunk"])
+def test_batch_encoder_equals_its_twin_over_many_chunks(limit):
+    """The compiled encoder sizes, writes and checksums a call's rows a chunk (256 rows) at a
+    time: over 1,000 rows, and with rooms that end inside a chunk, at a chunk's end, one
+    record past it and before the first record, it writes what ``encode_block_py`` writes."""
+    from ofindex.encode.framed import TFRECORD_FRAMING, encode_block_py
+
+    native = _accel.native
+    assert native is not None
+    rows = 1000
+    plan = _long_plan(rows)
+    full = bytearray(1 << 22)
+    sizes = np.empty(rows, np.int64)
+    encode_block_py(plan, 0, rows, TFRECORD_FRAMING, len(full), full, sizes, None)
+    ends = np.cumsum(sizes)
+    room = {"all": 1 << 22, "first_row_too_big": int(sizes[0]) - 1,
+            "inside_second_chunk": int(ends[400]) - 3, "end_of_first_chunk": int(ends[255]),
+            "one_past_first_chunk": int(ends[256])}[limit]
+    outs = []
+    was = native.wide_varints()
+    for encode in (encode_block_py, True, False):  # the compiled encoder, varints both ways
+        out = bytearray(room)
+        got_sizes = np.full(rows, -1, np.int64)
+        crcs = np.zeros(rows, np.uint32)
+        if isinstance(encode, bool):
+            native.wide_varints(encode)
+            try:
+                got = native.encode(plan.as_tuples(), plan.wrap, *TFRECORD_FRAMING, 0, rows,
+                                    room, out, got_sizes, crcs, crc32c.crc32c)
+            finally:
+                native.wide_varints(was)
+        else:
+            got = encode(plan, 0, rows, TFRECORD_FRAMING, room, out, got_sizes, crcs)
+        n, used = got
+        outs.append((got, bytes(out[:used]) if n else b"", got_sizes[:n].tolist(),
+                     crcs[:n].tolist()))
+    assert outs[0] == outs[1] == outs[2]
+    expected_rows = {"all": rows, "first_row_too_big": 0, "inside_second_chunk": 400,
+                     "end_of_first_chunk": 256, "one_past_first_chunk": 257}[limit]
+    assert outs[1][0][0] == expected_rows
 
 
 @pytest.mark.parametrize("case", ["gather_past", "gather_negative", "lists_backwards",
