@@ -403,8 +403,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="compression of the new files")
     p.add_argument("--batch-size", type=whole(1, MAX_BATCH), default=None, metavar="N",
                    help="records encoded at once (default: Parquet and Hugging Face data in "
-                   "batches of about 4 MiB of columns, 1,024 to 65,536 records; 1,024 from "
-                   "other sources)")
+                   "batches of about 4 MiB of columns, 1,024 to 65,536 records, records above "
+                   "4 KiB in batches of about 16 MiB; 1,024 from other sources)")
     p.add_argument("--nulls", type=null_policy, default="refuse", metavar="POLICY",
                    help="a null element inside a list: refuse (default: an error naming the "
                    "column and row), drop (left out of its list) or fill:VALUE (VALUE parsed "

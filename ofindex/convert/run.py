@@ -128,7 +128,8 @@ def convert(src: object, dst: str | os.PathLike[str], *, format: str = "tfrecord
         compression: ``"gzip"``, ``"zlib"`` or ``None``.
         spec: The decoding spec records must fit (its dtypes choose the lists), or ``None``.
         batch_size: Records encoded at once; ``None``: Parquet and Hugging Face batches of
-            about 4 MiB of columns (1,024 to 65,536 records), other sources' of 1,024.
+            about 4 MiB of columns (1,024 to 65,536 records; records above 4 KiB, about 16 MiB, at
+            least 16), other sources' of 1,024.
         recode: When a record dataset changes framing, re-encode Examples as OFRecords (or
             back); ``False`` copies payloads as they are.
         progress: Show a progress bar on stderr.

@@ -200,7 +200,8 @@ def test_convert_in_batches_sized_by_bytes_writes_what_small_batches_write(impl,
 def test_default_batches_of_parquet_hold_4_mib_of_columns(tmp_path):
     """Without batch_size, Parquet is read in batches of about 4 MiB of its uncompressed
     columns: 100,000 rows of one int64 (8 bytes a row) in batches of 65,536 (the most), rows
-    of ~100 KB in batches of 1,024 (the fewest); a batch_size given is kept."""
+    of 4 KB in batches of 1,024; bigger rows in batches of about 16 MiB (rows of ~100 KB:
+    167), at least 16 (rows of 4 MB); a batch_size given is kept."""
     from ofindex.convert.sources import batch_records, parquet_source
 
     pq.write_table(pa.table({"id": np.arange(100_000)}), tmp_path / "ids.parquet")
@@ -208,7 +209,9 @@ def test_default_batches_of_parquet_hold_4_mib_of_columns(tmp_path):
     assert sizes == [65_536, 100_000 - 65_536]
     sizes = [len(b) for b in parquet_source([str(tmp_path / "ids.parquet")], 40_000).batches()]
     assert sizes == [40_000, 40_000, 20_000]
-    assert batch_records(None, 100_000) == 1024
+    assert batch_records(None, 4096) == 1024
+    assert batch_records(None, 100_000) == (16 << 20) // 100_000 == 167
+    assert batch_records(None, 4_000_000) == 16
     assert batch_records(None, 256) == 16 * 1024
     assert batch_records(None, 0) == 1024
     assert batch_records(5, 1024) == 5
