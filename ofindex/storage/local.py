@@ -6,7 +6,7 @@ import contextlib
 import errno
 import glob as _glob
 import os
-import tempfile
+import secrets
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
 from typing import IO
@@ -272,18 +272,25 @@ def stat_stamp(st: os.stat_result) -> FileStamp:
     return FileStamp(st.st_size, f"mtime_ns:{st.st_mtime_ns}", f"{st.st_dev}:{st.st_ino}")
 
 
-def _umask() -> int:
-    """The process's umask (read without changing it where /proc allows)."""
-    try:
-        with open("/proc/self/status", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except (OSError, ValueError):
-        pass
-    mask = os.umask(0o022)  # no /proc: read it the classic way (not thread-safe, rare)
-    os.umask(mask)
-    return mask
+def _create_temporary(path: str) -> tuple[int, str]:
+    """A new file beside ``path`` under a unique temporary name, open for writing, with the
+    mode ``open(path, "w")`` gives (0666 less the umask, which the kernel applies: reading
+    the umask from /proc, as before, took 0.13 ms a file, most of writing a small sidecar).
+
+    Returns:
+        The descriptor and the temporary path.
+
+    Raises:
+        OSError: The directory is not writable.
+    """
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0) | getattr(
+        os, "O_BINARY", 0)
+    while True:
+        tmp = f"{path}.{secrets.token_hex(6)}.tmp"
+        try:
+            return os.open(tmp, flags, 0o666), tmp
+        except FileExistsError:  # 2**48 names: another writer's, by a one-in-trillions chance
+            continue
 
 
 def write_local_atomic(path: str, parts: list[bytes | memoryview], *,
@@ -315,10 +322,9 @@ def write_local_atomic(path: str, parts: list[bytes | memoryview], *,
         return
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=os.path.basename(path) + ".", suffix=".tmp", dir=directory)
+    fd, tmp = _create_temporary(os.path.join(directory, os.path.basename(path)))
     try:
         with os.fdopen(fd, "wb") as f:
-            os.fchmod(f.fileno(), 0o666 & ~_umask())
             for part in parts:
                 f.write(part)
             f.flush()
