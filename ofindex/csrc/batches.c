@@ -844,17 +844,21 @@ const char hw_crc_doc[] =
 "Whether small payloads are checked with the CPU's CRC32C instruction (else through the\n"
 "crc32c package); with on, switch it first (it stays off on a CPU without it).";
 
-PyObject *hw_crc(PyObject *self, PyObject *args) {
+PyObject *switch_flag(PyObject *args, const char *format, int *flag, int supported) {
     PyObject *on = Py_None;
-    if (!PyArg_ParseTuple(args, "|O:hw_crc", &on))
+    if (!PyArg_ParseTuple(args, format, &on))
         return NULL;
     if (on != Py_None) {
         int v = PyObject_IsTrue(on);
         if (v < 0)
             return NULL;
-        hw_crc_on = v && HAVE_HW_CRC && hw_crc_supported();
+        *flag = v && supported;
     }
-    return PyBool_FromLong(hw_crc_on);
+    return PyBool_FromLong(*flag);
+}
+
+PyObject *hw_crc(PyObject *self, PyObject *args) {
+    return switch_flag(args, "|O:hw_crc", &hw_crc_on, HAVE_HW_CRC && hw_crc_supported());
 }
 
 const char hw_crc32c_doc[] =

@@ -1065,14 +1065,6 @@ const char wide_varints_doc[] =
 "one at a time); with on, switch it first (it stays off on a CPU without them).";
 
 PyObject *wide_varints(PyObject *self, PyObject *args) {
-    PyObject *on = Py_None;
-    if (!PyArg_ParseTuple(args, "|O:wide_varints", &on))
-        return NULL;
-    if (on != Py_None) {
-        int v = PyObject_IsTrue(on);
-        if (v < 0)
-            return NULL;
-        wide_varints_on = v && HAVE_WIDE_VARINTS && wide_varints_supported();
-    }
-    return PyBool_FromLong(wide_varints_on);
+    return switch_flag(args, "|O:wide_varints", &wide_varints_on,
+                       HAVE_WIDE_VARINTS && wide_varints_supported());
 }

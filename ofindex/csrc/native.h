@@ -118,6 +118,9 @@ PyObject *slices(PyObject *self, PyObject *args);
 PyObject *blank(PyObject *self, PyObject *arg);
 PyObject *fill(PyObject *self, PyObject *args);
 PyObject *hw_crc(PyObject *self, PyObject *args);
+/* A switch of the module (hw_crc, wide_varints): with an argument (parsed by format), *flag
+ * set to its truth where supported; returns *flag as a bool. */
+PyObject *switch_flag(PyObject *args, const char *format, int *flag, int supported);
 PyObject *hw_crc32c_py(PyObject *self, PyObject *arg);
 extern const char pack_doc[], slices_doc[], blank_doc[], fill_doc[], hw_crc_doc[],
     hw_crc32c_doc[];

@@ -13,6 +13,23 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ofindex import _accel
+from ofindex.encode.framed import (
+    BYTES_LISTS,
+    ENTRIES,
+    GATHER,
+    NO_FRAMING,
+    OFRECORD_FRAMING,
+    ONE_BYTES,
+    PACKED,
+    SPANS,
+    TFRECORD_FRAMING,
+    VARINT,
+    VARINT_SPANS,
+    BatchPlan,
+    PlannedColumn,
+    encode_block,
+    encode_block_py,
+)
 from ofindex.formats.crc import LENGTH_CRCS
 from ofindex.formats.framing import RecordFormat
 from ofindex.read.payloads import extract_payloads
@@ -407,7 +424,6 @@ _INT64S = st.one_of(st.sampled_from([v for v in _EDGES if -(2**63) <= v < 2**63]
 def _indexed_data(draw, mode: int, rows: int):
     """A GATHER column's (index, bounds, entries) or a BYTES_LISTS column's (item index,
     bounds, values), after some leading bytes."""
-    from ofindex.encode.framed import GATHER
 
     items = draw(st.lists(st.binary(max_size=300), min_size=1 if mode == GATHER else 0,
                           max_size=8))
@@ -423,17 +439,6 @@ def _indexed_data(draw, mode: int, rows: int):
 
 
 def _planned_column(draw, rows: int):
-    from ofindex.encode.framed import (
-        BYTES_LISTS,
-        ENTRIES,
-        GATHER,
-        ONE_BYTES,
-        PACKED,
-        SPANS,
-        VARINT,
-        VARINT_SPANS,
-        PlannedColumn,
-    )
 
     mode = draw(st.sampled_from([PACKED, VARINT, ONE_BYTES, ENTRIES, SPANS, VARINT_SPANS,
                                  GATHER, BYTES_LISTS]))
@@ -474,13 +479,6 @@ def test_batch_encoder_equals_its_pure_python_twin(data):
     """``_native.encode`` writes the bytes, sizes and CRCs ``encode_block_py`` writes, for
     every column mode, framing and room, with the CPU's CRC instruction and wide varints
     (AVX-512) and without."""
-    from ofindex.encode.framed import (
-        NO_FRAMING,
-        OFRECORD_FRAMING,
-        TFRECORD_FRAMING,
-        BatchPlan,
-        encode_block_py,
-    )
 
     native = _accel.native
     assert native is not None
@@ -520,17 +518,6 @@ def test_batch_encoder_equals_its_pure_python_twin(data):
 def _long_plan(rows: int):
     """A batch of ``rows`` rows of every column kind the compiled encoder takes, with
     varint lists of 0 to 70 values (list lengths of one and two bytes) and null cells."""
-    from ofindex.encode.framed import (
-        BYTES_LISTS,
-        GATHER,
-        ONE_BYTES,
-        PACKED,
-        SPANS,
-        VARINT,
-        VARINT_SPANS,
-        BatchPlan,
-        PlannedColumn,
-    )
 
     rng = np.random.default_rng(7)
     lengths = rng.integers(0, 71, rows)
@@ -576,7 +563,6 @@ def test_batch_encoder_equals_its_twin_over_many_chunks(limit):
     """The compiled encoder sizes, writes and checksums a call's rows a chunk (256 rows) at a
     time: over 1,000 rows, and with rooms that end inside a chunk, at a chunk's end, one
     record past it and before the first record, it writes what ``encode_block_py`` writes."""
-    from ofindex.encode.framed import TFRECORD_FRAMING, encode_block_py
 
     native = _accel.native
     assert native is not None
@@ -619,14 +605,6 @@ def test_indexed_columns_out_of_their_buffers_are_refused(impl, case):
     """A GATHER index naming no entry, a BYTES_LISTS index going backwards or past its items,
     bounds past the values, or data not (index, bounds, values): refused before a byte is
     read, by both encoders."""
-    from ofindex.encode.framed import (
-        BYTES_LISTS,
-        GATHER,
-        NO_FRAMING,
-        BatchPlan,
-        PlannedColumn,
-        encode_block,
-    )
 
     bounds, values = np.array([0, 2, 5], np.int64), b"abcde"
     mode, data, error = {
@@ -650,7 +628,6 @@ def test_encoded_examples_parse_with_protobuf():
     """What the compiled encoder frames as TFRecords unframes, and protobuf parses each
     payload into the columns' values."""
     from ofindex.encode.columns import plan_columns
-    from ofindex.encode.framed import TFRECORD_FRAMING, encode_block
     from ofindex.proto import example_pb2
 
     rng = np.random.default_rng(3)
@@ -692,14 +669,6 @@ def test_varints_of_every_length_in_a_long_block_equal_protobufs(mode):
     far from the block's end (where the compiled encoder stores each varint as one 8-byte
     word, its shortcut taking those below 2^21): the compiled encoder writes the bytes its
     pure-Python twin writes, and protobuf parses each record into its row's values."""
-    from ofindex.encode.framed import (
-        TFRECORD_FRAMING,
-        VARINT,
-        VARINT_SPANS,
-        BatchPlan,
-        PlannedColumn,
-        encode_block,
-    )
     from ofindex.proto import example_pb2
 
     values = np.array(_EDGES[1:-1] * 3, np.int64)  # each edge before and after others
