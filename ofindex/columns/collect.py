@@ -102,12 +102,6 @@ class ColumnCollector:
                                       self.family, url=self.url, first=self.count))
             self.count += hi - lo
 
-    def add_framed(self, buffer: Any, at: np.ndarray, lengths: np.ndarray) -> None:
-        """The next records, given by where their framing starts in ``buffer`` and their
-        payload lengths (as the scan finds them)."""
-        first = at.astype(np.int64) + self.fmt.header_size
-        self.add(buffer, first, first + lengths.astype(np.int64))
-
     def finish(self, count: int) -> list[Extracted]:
         """Every column of the first ``count`` records (fewer than were added when a partial
         index keeps only a prefix).

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable, Sequence
-from typing import Any
 
 import crc32c as _crc32c
 import numpy as np
@@ -169,11 +168,3 @@ class PackedBytes:
             value = self.item(k)
             out[k] = (value > bound) - (value < bound)
         return out
-
-
-def as_packed(values: Any) -> PackedBytes:
-    """``values`` as :class:`PackedBytes` (already packed, or a list or object array of
-    ``bytes``)."""
-    if isinstance(values, PackedBytes):
-        return values
-    return PackedBytes.from_list([bytes(v) for v in values])

@@ -54,18 +54,6 @@ _WIDTHS = {ValueType.NONE: 8, ValueType.INT64: 8, ValueType.FLOAT32: 4, ValueTyp
            ValueType.BYTES: 0}
 
 
-def parse_value_type(code: int, *, where: str) -> ValueType:
-    """The value type of a file's type code.
-
-    Raises:
-        ColumnError: ``code`` is no known type.
-    """
-    try:
-        return ValueType(code)
-    except ValueError:
-        raise ColumnError(f"{where}: unknown value type code {code}") from None
-
-
 def joined_type(types: list[ValueType], column: str, names: list[str]) -> ValueType:
     """The type of a column over shards whose columns have ``types`` (``NONE`` joins any).
 
