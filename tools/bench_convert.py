@@ -7,8 +7,9 @@ so reading them alone touches no byte and bounds nothing: its Parquet export is 
 Each workload times its contenders in turn within each of ``--rounds`` interleaved rounds
 (the machine's drift falls on all alike); records/s as median (min–max), and each ratio taken
 within its round. Convert runs in its default batches (Parquet and Hugging Face: about 4 MiB
-of columns; ``--batch`` sets one size for all); pyarrow reads the file in batches of 1,024 and
-in convert's batches, and convert is compared with the faster of the two in each round.
+of columns, records above 4 KiB about 16 MiB; ``--batch`` sets one size for all); pyarrow
+reads the file in batches of 1,024 and in convert's batches, and convert is compared with the
+faster of the two in each round.
 Results go to ``--out`` (JSON, read by tools/report.py as convert.json)::
 
     python tools/bench_convert.py --out bench-results/convert.json
@@ -305,8 +306,9 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, Any] = {"config": {
         "rounds": args.rounds, "directory": root,
         "batch": args.batch or "convert's default (about 4 MiB of columns, 1,024 to 65,536 "
-                               "records; pyarrow's reads in batches of 1,024 and in convert's, "
-                               "the faster one the bound)",
+                               "records; records above 4 KiB in batches of about 16 MiB, at "
+                               "least 16; pyarrow's reads in batches of 1,024 and in "
+                               "convert's, the faster one the bound)",
         "load_before": load_before,
         "timed": "a conversion's time includes its fsyncs, not the deletion of its output "
                  "afterwards"}}
