@@ -63,15 +63,15 @@ typedef struct {
     int held_values;
     Py_buffer index;            /* GATHER, BYTES_LISTS: their int64 index */
     int held_index;
-    unsigned char *scratch;     /* VARINT, VARINT_SPANS: the varints of a chunk's rows, made
-                                 * once as the rows are sized and copied when they are written
-                                 * (sized, then made in place, they cost 1.3 ns a value more:
-                                 * 21 ms of encoding 500k rows of token lists) */
+    unsigned char *scratch;     /* VARINT, VARINT_SPANS, BYTES_LISTS: the value lists of a
+                                 * chunk's rows, made once as the rows are sized and copied
+                                 * when they are written (varints sized, then made in place,
+                                 * cost 1.3 ns a value more: 21 ms of encoding 500k rows of
+                                 * token lists) */
     size_t scratch_cap;
-    int64_t scratch_at[CHUNK_ROWS]; /* where row k of the chunk has its varints in scratch */
-    Py_ssize_t value_bytes[CHUNK_ROWS]; /* row k's value bytes, sized once (value_size) */
-    int64_t *row_bytes;         /* VARINT, VARINT_SPANS, BYTES_LISTS: each row's value list's
-                                 * bytes, sized once */
+    int64_t scratch_at[CHUNK_ROWS]; /* where row k of the chunk has its list in scratch */
+    Py_ssize_t value_bytes[CHUNK_ROWS]; /* row k's value bytes, sized once (value_size, or
+                                         * the bytes made into scratch) */
     PyObject *items;            /* BYTES, ENTRIES: a new reference to the list of bytes */
     PyObject **objs;            /* ... the rows written, each referenced (nobjs of them) */
     Py_ssize_t nobjs;
@@ -223,12 +223,11 @@ static unsigned char *put_varints(unsigned char *p, const unsigned char *end,
 }
 
 /* Bytes of the value list's content of column c at row r (its list items checked to be
- * bytes by check_items first). */
+ * bytes by check_items first); not for the columns made into scratch, whose rows
+ * size_rows_of sizes as it makes them. */
 static Py_ssize_t value_size(const Column *c, Py_ssize_t r) {
     if (c->mode == MODE_PACKED)
         return c->per_row;
-    if (c->row_bytes != NULL)
-        return (Py_ssize_t)c->row_bytes[r];  /* counted by size_rows (row_bytes_of) */
     if (c->mode == MODE_GATHER) {
         const int64_t *at = (const int64_t *)c->view.buf;
         int64_t i = ((const int64_t *)c->index.buf)[r];  /* checked by get_indexed_column */
@@ -274,8 +273,9 @@ static Py_ssize_t entries_size(Plan *pl, Py_ssize_t r, Py_ssize_t k) {
     for (Py_ssize_t j = 0; j < pl->ncols; j++) {
         Column *c = &pl->cols[j];
         if (!absent(c, r)) {
-            Py_ssize_t v = c->value_bytes[k] = value_size(c, r);
-            n += entry_size(c, v);
+            if (c->scratch == NULL)  /* else made into scratch by size_rows_of */
+                c->value_bytes[k] = value_size(c, r);
+            n += entry_size(c, c->value_bytes[k]);
         }
     }
     return n;
@@ -425,7 +425,6 @@ static void release_plan(Plan *pl) {
             PyBuffer_Release(&c->present_view);
         Py_XDECREF(c->key);
         Py_XDECREF(c->items);
-        PyMem_Free(c->row_bytes);
         PyMem_Free(c->scratch);
     }
     release_rows(pl);
@@ -441,17 +440,6 @@ static int check_bounds(const int64_t *at, Py_ssize_t n, Py_ssize_t limit, Py_ss
                          "or before the previous one", j, r, (long long)at[r]);
             return -1;
         }
-    }
-    return 0;
-}
-
-/* Room for the value list bytes of each of a column's rows (counted as the rows are sized,
- * by row_bytes_of): 0, or -1 with MemoryError set. */
-static int alloc_row_bytes(Column *c, Py_ssize_t rows) {
-    c->row_bytes = PyMem_Malloc((size_t)(rows > 0 ? rows : 1) * sizeof(int64_t));
-    if (c->row_bytes == NULL) {
-        PyErr_NoMemory();
-        return -1;
     }
     return 0;
 }
@@ -537,8 +525,6 @@ static int get_spans_column(PyObject *data, Column *c, Py_ssize_t j, Py_ssize_t 
     if (check_bounds((const int64_t *)c->view.buf, n, limit, j) < 0)
         return -1;
     *rows = n - 1;
-    if (c->mode == MODE_VARINT_SPANS)
-        return alloc_row_bytes(c, n - 1);
     return 0;
 }
 
@@ -588,7 +574,7 @@ static int get_indexed_column(PyObject *data, Column *c, Py_ssize_t j, Py_ssize_
     if (check_bounds(index, n, spans_count, j) < 0)
         return -1;
     *rows = n - 1;
-    return alloc_row_bytes(c, n - 1);
+    return 0;
 }
 
 /* A column's rows present (None: every one), as one byte per row. */
@@ -683,7 +669,7 @@ static int get_array_column(PyObject *data, Column *c, Py_ssize_t j, Py_ssize_t 
     }
     *rows = c->view.shape[0];
     c->per_row = c->view.shape[1];
-    return mode == MODE_VARINT ? alloc_row_bytes(c, *rows) : 0;
+    return 0;
 }
 
 /* A column's data, by its mode; its rows into *rows. */
@@ -753,8 +739,8 @@ static int check_items(const Plan *pl, Py_ssize_t r) {
     return 0;
 }
 
-/* Rows [start, stop) that fit in room bytes, their row bytes counted (row_bytes_of) and their
- * framed sizes into sz. Returns the rows, *used their bytes; 0 rows with *used the first row's
+/* Rows [start, stop) that fit in room bytes, their value lists made into the scratches
+ * (scratch_row) and their framed sizes into sz. Returns the rows, *used their bytes; 0 rows with *used the first row's
  * size when it does not fit; -1 on a bad item. lists: a column holds Python lists, whose
  * items are checked with the GIL held; without them the GIL is released (the plan's buffers
  * are held), so that the source's next batch is read meanwhile. */
@@ -767,11 +753,10 @@ static Py_ssize_t size_rows_of(Plan *pl, Py_ssize_t start, Py_ssize_t stop, Py_s
         for (Py_ssize_t j = 0; j < pl->ncols; j++) {
             Column *c = &pl->cols[j];
             if (c->scratch != NULL) {  /* VARINT, VARINT_SPANS, BYTES_LISTS: made here */
-                int64_t from = k ? c->scratch_at[k - 1] + c->row_bytes[r - 1] : 0;
-                unsigned char *end = scratch_row(c, r, c->scratch + from,
-                                                 c->scratch + c->scratch_cap);
+                int64_t from = k ? c->scratch_at[k - 1] + c->value_bytes[k - 1] : 0;
                 c->scratch_at[k] = from;
-                c->row_bytes[r] = end - (c->scratch + from);
+                c->value_bytes[k] = absent(c, r) ? 0 : scratch_row(
+                    c, r, c->scratch + from, c->scratch + c->scratch_cap) - (c->scratch + from);
             }
         }
         Py_ssize_t size = pl->header + payload_size(pl, entries_size(pl, r, k)) + pl->footer;
