@@ -13,12 +13,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ofindex import _accel
 from ofindex.decode import _located, lists
 from ofindex.decode.lists import bytes_value_spans, list_bounds, span_sums
 from ofindex.proto import example_pb2
 from tests.kit import paths
-from tests.kit.helpers import implementation
+from tests.kit.helpers import cpu_paths, implementation
 
 
 def _example(features: dict[str, list[bytes] | list[float] | list[int]]) -> bytes:
@@ -223,11 +222,7 @@ def test_span_sums_are_each_spans_crc32c_in_one_call(impl, hw):
     spans), each against the crc32c package's CRC of the same bytes (three spans at a time
     and the rest one by one on the compiled path; with the CPU's CRC instruction off, the
     package sums them)."""
-    native = _accel.native
-    was = native.hw_crc() if native is not None else False
-    if native is not None:
-        native.hw_crc(hw)
-    try:
+    with cpu_paths(hw_crc=hw):
         rng = np.random.default_rng(11)
         records = [rng.bytes(int(n)) for n in (0, 40, 9000, 7, 300, 1)]
         counts = [0, 4, 7, 1, 2, 3]
@@ -237,9 +232,6 @@ def test_span_sums_are_each_spans_crc32c_in_one_call(impl, hw):
         bufs, spans = _in_one_buffer(records)
         assert span_sums(bufs, np.asarray(counts), starts, ends, spans).tolist() == want
         assert span_sums([], np.zeros(0, np.int64), starts[:0], ends[:0]).tolist() == []
-    finally:
-        if native is not None:
-            native.hw_crc(was)
 
 
 def test_span_sums_refuse_spans_outside_their_record(impl):
@@ -292,11 +284,7 @@ def test_record_span_sums_give_the_spans_and_each_whole_records_crc32c(impl, hw)
     summed, its long spans' sums joined in, its short ones summed again), against the
     crc32c package's CRCs of the same bytes: records as bytes and lying in one buffer, the
     compiled pass with and without the CPU's CRC instruction (without it, the package)."""
-    native = _accel.native
-    was = native.hw_crc() if native is not None else False
-    if native is not None:
-        native.hw_crc(hw)
-    try:
+    with cpu_paths(hw_crc=hw):
         rng = np.random.default_rng(5)
         records = [rng.bytes(int(n)) for n in (0, 3, 40, 9000, 70001, 2048, 1500)]
         counts = [0, 1, 3, 5, 9, 2, 1]
@@ -317,9 +305,6 @@ def test_record_span_sums_give_the_spans_and_each_whole_records_crc32c(impl, hw)
         bufs, spans = _in_one_buffer(records)
         got, whole = lists.record_span_sums(bufs, np.asarray(counts), starts, ends, spans)
         assert got.tolist() == want and whole.tolist() == wholes
-    finally:
-        if native is not None:
-            native.hw_crc(was)
 
 
 def test_record_span_sums_refuse_spans_out_of_order_or_outside(impl):

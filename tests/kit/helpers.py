@@ -96,6 +96,27 @@ def implementation(name: str):
         _accel.native = saved
 
 
+@contextlib.contextmanager
+def cpu_paths(**switches: bool):
+    """The compiled module's CPU paths (its switches ``hw_crc``, ``wide_varints``) set as
+    ``switches`` say for the block, and put back as they were after it, whatever it raised;
+    nothing is switched without the compiled module (and a path the CPU lacks stays off)."""
+    from ofindex import _accel
+
+    native = _accel.native
+    if native is None:
+        yield
+        return
+    was = {name: getattr(native, name)() for name in switches}
+    try:
+        for name, on in switches.items():
+            getattr(native, name)(on)
+        yield
+    finally:
+        for name, on in was.items():
+            getattr(native, name)(on)
+
+
 # -- decoded values -----------------------------------------------------------------------
 def same(a, b) -> bool:
     """Exact equality of decoded values (NaN == NaN, -0.0 != 0.0, dtypes and shapes)."""

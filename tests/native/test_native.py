@@ -37,6 +37,7 @@ from tests.kit import paths
 from tests.kit.fuzzkit import SCALE, Tally
 from tests.kit.helpers import (
     IMPLEMENTATIONS,
+    cpu_paths,
     empty_block_pool,
     hardware_crc,
     implementation,
@@ -492,11 +493,8 @@ def test_batch_encoder_equals_its_pure_python_twin(data):
     limit = data.draw(st.sampled_from([room, room // 2, 1 << 40]))
     want_crcs = data.draw(st.booleans())
     outs = []
-    was = native.hw_crc(), native.wide_varints()  # the states now (each returns what it sets)
     for hw in (True, False):
-        native.hw_crc(hw)
-        native.wide_varints(hw)
-        try:
+        with cpu_paths(hw_crc=hw, wide_varints=hw):
             for encode in (encode_block_py, None):
                 out = bytearray(room)
                 sizes = np.full(rows, -1, np.int64)
@@ -509,9 +507,6 @@ def test_batch_encoder_equals_its_pure_python_twin(data):
                 n, used = got
                 outs.append((got, bytes(out[:used]) if n else b"", sizes[:n].tolist(),
                              None if crcs is None else crcs[:n].tolist()))
-        finally:
-            native.hw_crc(was[0])
-            native.wide_varints(was[1])
     assert all(o == outs[0] for o in outs), outs
 
 
@@ -576,18 +571,14 @@ def test_batch_encoder_equals_its_twin_over_many_chunks(limit):
             "inside_second_chunk": int(ends[400]) - 3, "end_of_first_chunk": int(ends[255]),
             "one_past_first_chunk": int(ends[256])}[limit]
     outs = []
-    was = native.wide_varints()
     for encode in (encode_block_py, True, False):  # the compiled encoder, varints both ways
         out = bytearray(room)
         got_sizes = np.full(rows, -1, np.int64)
         crcs = np.zeros(rows, np.uint32)
         if isinstance(encode, bool):
-            native.wide_varints(encode)
-            try:
+            with cpu_paths(wide_varints=encode):
                 got = native.encode(plan.as_tuples(), plan.wrap, *TFRECORD_FRAMING, 0, rows,
                                     room, out, got_sizes, crcs, crc32c.crc32c)
-            finally:
-                native.wide_varints(was)
         else:
             got = encode(plan, 0, rows, TFRECORD_FRAMING, room, out, got_sizes, crcs)
         n, used = got

@@ -24,6 +24,7 @@ import ofindex
 from ofindex import RecordIndexError, _accel
 from tests.kit.corruption import corrupt, rewrite_in_place, spelled_anywhere, write_parts
 from tests.kit.helpers import (
+    cpu_paths,
     implementation,
     read_bytes,
 )
@@ -198,9 +199,7 @@ def test_big_records_are_checked_as_the_ordinary_path_checks_them(tmp_path, hw, 
     native = _accel.native
     assert native is not None
     records = [bytes([i]) * n for i, n in enumerate([4095, 4096, 70_000, 5, 200_000])]
-    was = native.hw_crc()
-    native.hw_crc(hw)
-    try:
+    with cpu_paths(hw_crc=hw):
         outcomes = {}
         for impl in ("compiled", "pure-python"):
             p = str(tmp_path / impl / "a.tfrecord")
@@ -219,8 +218,6 @@ def test_big_records_are_checked_as_the_ordinary_path_checks_them(tmp_path, hw, 
         assert outcomes["compiled"] == outcomes["pure-python"]
         assert outcomes["compiled"][:5] == [("ok", r) for r in records]
         assert outcomes["compiled"][6][0] == "CorruptRecordError"
-    finally:
-        native.hw_crc(was)
 
 
 _FRESH_THREADS = r"""

@@ -15,7 +15,13 @@ from ofindex.read import mapped_gather
 from ofindex.read.sequential import mapped_batches
 from ofindex.read.sequential.record_batch import RecordBatch
 from tests.kit import paths
-from tests.kit.helpers import compiled_module, empty_block_pool, ref_tfrecord, require
+from tests.kit.helpers import (
+    compiled_module,
+    cpu_paths,
+    empty_block_pool,
+    ref_tfrecord,
+    require,
+)
 
 SIZES = [300, 1, 450]
 
@@ -134,16 +140,8 @@ def test_big_batches_on_threads_equal_the_serial_path(tmp_path, monkeypatch, crc
 @pytest.fixture(params=["crc instruction", "crc32c package"])
 def crc_path(request):
     """Run a test with the CPU's CRC32C instruction on, and off (the crc32c package)."""
-    native = _accel.native
-    if native is None:
+    with cpu_paths(hw_crc=request.param == "crc instruction"):
         yield request.param
-        return
-    was = native.hw_crc()
-    native.hw_crc(request.param == "crc instruction")
-    try:
-        yield request.param
-    finally:
-        native.hw_crc(was)
 
 
 @pytest.mark.parametrize("where", ["payload", "length crc"])

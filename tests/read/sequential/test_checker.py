@@ -11,7 +11,7 @@ import pytest
 import ofindex
 from ofindex.errors import CorruptRecordError, DataFileNotFoundError
 from ofindex.read.sequential import mapped_batches
-from tests.kit.helpers import hardware_crc, ref_tfrecord
+from tests.kit.helpers import cpu_paths, hardware_crc, ref_tfrecord
 
 native = hardware_crc()
 
@@ -81,13 +81,8 @@ def test_checker_refuses_what_it_cannot_check(framed):
             native.Checker(data, starts, ends, 12, 4, chunk)
     with pytest.raises(TypeError):
         native.Checker(data, starts.astype(np.int32), ends, 12, 4)
-    was = native.hw_crc()
-    native.hw_crc(False)
-    try:
-        with pytest.raises(ValueError, match="CRC32C instruction"):
-            native.Checker(data, starts, ends, 12, 4)
-    finally:
-        native.hw_crc(was)
+    with cpu_paths(hw_crc=False), pytest.raises(ValueError, match="CRC32C instruction"):
+        native.Checker(data, starts, ends, 12, 4)
 
 
 def test_a_checker_dropped_while_it_checks_stops(framed):
